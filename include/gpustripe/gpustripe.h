@@ -1,0 +1,10 @@
+/* gpustripe: multi-path GPU-to-GPU transfers within one node.
+ *
+ * Umbrella header. Each layer's API is in its own header:
+ *   status.h    status codes, last-error message, version
+ *   topology.h  the node's GPUs and links, from the machine or a topology file
+ * Link with -lgpustripe. All functions are thread-safe unless their header says otherwise. */
+#ifndef GPUSTRIPE_H
+#define GPUSTRIPE_H
+#include <gpustripe/status.h>
+#endif

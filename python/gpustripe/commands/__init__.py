@@ -1,0 +1,1 @@
+"""Subcommands of the gpustripe command line, one module each."""

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Run on the GPU machine through the device tool, from a bare machine:
+#   scripts/stage-deps.sh here first (once), then
+#   device run --carry .deps  "bash scripts/gpu-check.sh [step ...]"
+# Builds for sm_90, runs every test including the GPU ones, then each step in
+# scripts/gpu-check.d/ (benchmarks, model accuracy, ...) in name order; a step
+# name on the command line runs only the steps whose file name contains it.
+# Logs and results go under $OUT (default ./gpu-out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+# Never NVLink multicast on the shared machines.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+BUILD=build/gpu
+t0=$(date +%s)
+stamp() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
+
+stamp "machine"
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$OUT/nvidia-smi.txt"
+nvidia-smi topo -m >> "$OUT/nvidia-smi.txt" 2>&1
+
+stamp "build (sm_90)"
+if ! GPUSTRIPE_BUILD_DIR=$BUILD bash scripts/build-dev.sh -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
+     > "$OUT/build.log" 2>&1; then
+  tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
+fi
+export PYTHONPATH="$PWD/$BUILD/python-dev${PYTHONPATH:+:$PYTHONPATH}"
+export GPUSTRIPE_BUILD_DIR="$PWD/$BUILD"
+export PATH="$PWD/scripts/bin:$PATH"
+
+if [ $# -eq 0 ] || [[ " $* " == *" tests "* ]]; then
+  stamp "C++ tests"
+  ctest --test-dir $BUILD --output-on-failure -j 4 > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?"
+  tail -4 "$OUT/ctest.log"
+  stamp "Python tests"
+  python3 -m pytest -q -rs tests/python > "$OUT/pytest.log" 2>&1; echo "pytest rc=$?"
+  tail -3 "$OUT/pytest.log"
+fi
+
+for step in scripts/gpu-check.d/*.sh; do
+  [ -e "$step" ] || continue
+  name=$(basename "$step" .sh)
+  if [ $# -gt 0 ]; then
+    hit=0; for a in "$@"; do [[ "$name" == *"$a"* ]] && hit=1; done
+    [ $hit -eq 1 ] || continue
+  fi
+  stamp "step $name"
+  bash "$step" > "$OUT/$name.log" 2>&1; rc=$?
+  echo "$name rc=$rc"; tail -25 "$OUT/$name.log"
+done
+stamp "done"

@@ -1,0 +1,91 @@
+// The one interface between the engine and the machine. Two implementations:
+//   cuda/      streams, events, copy engines, kernels, CUDA graphs (real GPUs)
+//   emulated/  N emulated GPUs in host memory; streams are worker threads with
+//              in-order queues, events mark queue positions, copies are memcpy.
+// Everything above this interface (engine, p2p, coll, the CLI) runs unchanged on
+// both, so CI, which has no GPU, exercises the same pipeline and ordering logic.
+//
+// Semantics follow CUDA's: work on one stream runs in order; record_event marks the
+// work enqueued so far on a stream; wait_event makes later work on a stream wait for
+// the mark the event held at the time of the call; a stream belongs to a device.
+// All calls throw gpustripe::Error (ERR_CUDA with the CUDA error and device named).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace gpustripe {
+
+struct Topology;
+
+constexpr int kHostDevice = -1;  // "device" index of host memory
+
+enum class MemoryKind { Unknown, Host, PinnedHost, Device };
+
+struct PointerInfo {
+  MemoryKind kind = MemoryKind::Unknown;
+  int device = kHostDevice;  // owning GPU for Device memory
+  uintptr_t base = 0;        // start of the allocation containing the pointer (0: unknown)
+  size_t size = 0;           // size of that allocation (0: unknown)
+  uint64_t buffer_id = 0;    // unique per allocation, also for a new allocation at a freed address (0: unknown)
+};
+
+using StreamHandle = void*;  // cudaStream_t on CUDA
+using EventHandle = void*;   // cudaEvent_t on CUDA
+using GraphExecHandle = void*;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;  // "cuda" or "emulated"
+  virtual bool emulated() const = 0;
+  virtual int device_count() const = 0;
+
+  // Memory. Device memory belongs to one GPU; pinned host memory is visible to all.
+  virtual void* alloc_device(int dev, size_t bytes) = 0;
+  virtual void free_device(void* p) = 0;
+  virtual void* alloc_pinned(size_t bytes) = 0;
+  virtual void free_pinned(void* p) = 0;
+  // What a pointer is. Never throws for unknown pointers: returns kind Unknown (plain host memory).
+  virtual PointerInfo pointer_info(const void* p) = 0;
+
+  virtual bool can_access_peer(int dev, int peer) = 0;
+  // Idempotent; the first call per pair maps peer memory.
+  virtual void enable_peer_access(int dev, int peer) = 0;
+
+  // Streams and events; the creator destroys them.
+  virtual StreamHandle create_stream(int dev) = 0;
+  virtual void destroy_stream(StreamHandle s) = 0;
+  virtual EventHandle create_event(int dev, bool timing) = 0;
+  virtual void destroy_event(EventHandle e) = 0;
+  virtual void record_event(EventHandle e, StreamHandle s) = 0;
+  virtual void wait_event(StreamHandle s, EventHandle e) = 0;
+  virtual bool query_event(EventHandle e) = 0;  // true when complete
+  virtual void synchronize_event(EventHandle e) = 0;
+  virtual void synchronize_stream(StreamHandle s) = 0;
+  virtual float elapsed_ms(EventHandle start, EventHandle end) = 0;
+
+  // Copies `bytes` from src (memory of src_dev, kHostDevice for host) to dst, ordered
+  // on stream s. Peer, device-to-host, host-to-device and device-local copies alike.
+  virtual void copy_async(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s) = 0;
+  virtual void memset_async(void* dst, int dev, int value, size_t bytes, StreamHandle s) = 0;
+
+  // CUDA graphs: capture the work enqueued on `s` (and streams it forks to) and replay it.
+  virtual bool supports_graphs() const { return false; }
+  virtual void begin_capture(StreamHandle s);
+  virtual GraphExecHandle end_capture(StreamHandle s);
+  virtual void launch_graph(GraphExecHandle g, StreamHandle s);
+  virtual void destroy_graph(GraphExecHandle g);
+};
+
+// GPUSTRIPE_BACKEND=auto|cuda|emulated. auto: CUDA when built with it and a GPU is
+// visible, else emulated devices over `topo` (logged at info level, and the CLI says so).
+std::unique_ptr<Backend> make_backend(const Topology& topo, const std::string& kind = "auto");
+std::unique_ptr<Backend> make_emulated_backend(const Topology& topo);
+// Throws ERR_NOT_SUPPORTED when built without CUDA or no GPU is visible.
+std::unique_ptr<Backend> make_cuda_backend();
+// Number of CUDA devices visible; 0 when built without CUDA or no driver.
+int cuda_device_count() noexcept;
+
+}  // namespace gpustripe

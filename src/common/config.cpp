@@ -1,0 +1,163 @@
+#include "common/config.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "common/error.hpp"
+
+namespace gpustripe {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, SettingInfo> settings;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: settings outlive static destructors
+  return *r;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+const char* env_value(const std::string& name) {
+  const char* v = std::getenv(name.c_str());
+  return (v && *v) ? v : nullptr;
+}
+
+}  // namespace
+
+const char* setting_type_name(SettingType type) {
+  switch (type) {
+    case SettingType::Bool: return "bool";
+    case SettingType::Int: return "int";
+    case SettingType::Size: return "size";
+    case SettingType::Double: return "double";
+    case SettingType::String: return "string";
+    case SettingType::Choice: return "choice";
+  }
+  return "?";
+}
+
+std::string SettingInfo::current_value() const {
+  const char* v = env_value(name);
+  return v ? std::string(v) : default_value;
+}
+
+bool SettingInfo::is_set() const { return env_value(name) != nullptr; }
+
+std::vector<SettingInfo> all_settings() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<SettingInfo> out;
+  for (auto& kv : r.settings) out.push_back(kv.second);
+  return out;
+}
+
+bool parse_bool(const std::string& text, const std::string& what) {
+  std::string t = lower(trim(text));
+  if (t == "1" || t == "y" || t == "yes" || t == "on" || t == "true") return true;
+  if (t == "0" || t == "n" || t == "no" || t == "off" || t == "false") return false;
+  GS_THROW(GPUSTRIPE_ERR_CONFIG, "%s: '%s' is not a boolean (use 1/0, yes/no, on/off, true/false)", what.c_str(),
+           text.c_str());
+}
+
+int64_t parse_int(const std::string& text, const std::string& what) {
+  std::string t = trim(text);
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(t.c_str(), &end, 0);
+  if (t.empty() || errno != 0 || *end != '\0')
+    GS_THROW(GPUSTRIPE_ERR_CONFIG, "%s: '%s' is not an integer", what.c_str(), text.c_str());
+  return v;
+}
+
+uint64_t parse_size(const std::string& text, const std::string& what) {
+  std::string t = trim(text);
+  if (t.empty() || t[0] == '-') GS_THROW(GPUSTRIPE_ERR_CONFIG, "%s: '%s' is not a size", what.c_str(), text.c_str());
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(t.c_str(), &end);
+  if (errno != 0 || end == t.c_str() || !std::isfinite(v) || v < 0)
+    GS_THROW(GPUSTRIPE_ERR_CONFIG, "%s: '%s' is not a size (bytes, or with K/M/G/T)", what.c_str(), text.c_str());
+  std::string suffix = lower(trim(end));
+  if (!suffix.empty() && suffix.back() == 'b') suffix.pop_back();   // 256MB, 4kb
+  if (!suffix.empty() && suffix.back() == 'i') suffix.pop_back();   // 256Mi
+  double mult = 1;
+  if (suffix.empty()) mult = 1;
+  else if (suffix == "k") mult = 1024.0;
+  else if (suffix == "m") mult = 1024.0 * 1024;
+  else if (suffix == "g") mult = 1024.0 * 1024 * 1024;
+  else if (suffix == "t") mult = 1024.0 * 1024 * 1024 * 1024;
+  else GS_THROW(GPUSTRIPE_ERR_CONFIG, "%s: '%s' has an unknown size suffix (use K, M, G or T)", what.c_str(), text.c_str());
+  double bytes = v * mult;
+  if (bytes > 1.8e19 || bytes != std::floor(bytes))
+    GS_THROW(GPUSTRIPE_ERR_CONFIG, "%s: '%s' is not a whole number of bytes", what.c_str(), text.c_str());
+  return static_cast<uint64_t>(bytes);
+}
+
+double parse_double(const std::string& text, const std::string& what) {
+  std::string t = trim(text);
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || errno != 0 || *end != '\0' || !std::isfinite(v))
+    GS_THROW(GPUSTRIPE_ERR_CONFIG, "%s: '%s' is not a number", what.c_str(), text.c_str());
+  return v;
+}
+
+std::string format_size(uint64_t bytes) {
+  static const char* units[] = {"T", "G", "M", "K"};
+  static const int shifts[] = {40, 30, 20, 10};
+  for (int i = 0; i < 4; ++i) {
+    uint64_t unit = 1ull << shifts[i];
+    if (bytes >= unit && bytes % unit == 0) return std::to_string(bytes / unit) + units[i];
+  }
+  return std::to_string(bytes);
+}
+
+SettingBase::SettingBase(const char* name, SettingType type, const char* default_value, const char* description,
+                         std::vector<std::string> choices)
+    : name_(name), default_(default_value) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  SettingInfo info{name, type, default_value, description, std::move(choices)};
+  auto it = r.settings.find(name);
+  // One declaration per name: a second one with another default is a programming error.
+  if (it != r.settings.end() && it->second.default_value != info.default_value) std::abort();
+  r.settings[name] = std::move(info);
+}
+
+std::string SettingBase::text() const {
+  const char* v = env_value(name_);
+  return v ? std::string(v) : std::string(default_);
+}
+
+ChoiceSetting::ChoiceSetting(const char* name, const char* def, const char* desc, std::vector<std::string> choices)
+    : SettingBase(name, SettingType::Choice, def, desc, choices), choices_(std::move(choices)) {}
+
+std::string ChoiceSetting::get() const {
+  std::string v = lower(trim(text()));
+  for (auto& c : choices_)
+    if (v == c) return c;
+  std::string list;
+  for (auto& c : choices_) list += (list.empty() ? "" : ", ") + c;
+  GS_THROW(GPUSTRIPE_ERR_CONFIG, "%s: '%s' is not one of: %s", name_, text().c_str(), list.c_str());
+}
+
+}  // namespace gpustripe

@@ -1,0 +1,99 @@
+// Every GPUSTRIPE_* environment variable is declared exactly once, as a Setting
+// object at namespace scope in the layer that uses it (name, type, default,
+// description, parser). Declaring it registers it, so `gpustripe config` and
+// gpustripe_config_dump() list all of them with their current values, the way
+// `ucx_info -c` prints UCX's config tables.
+//
+//   static const gpustripe::SizeSetting kChunk{"GPUSTRIPE_CHUNK_MIN", "1M",
+//       "Smallest pipeline chunk"};
+//   size_t c = kChunk.get();   // parses the environment; throws ERR_CONFIG on bad input
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace gpustripe {
+
+enum class SettingType { Bool, Int, Size, Double, String, Choice };
+
+struct SettingInfo {
+  std::string name;
+  SettingType type;
+  std::string default_value;
+  std::string description;
+  std::vector<std::string> choices;  // Choice only
+  std::string current_value() const;  // the environment's value, or the default
+  bool is_set() const;                // the environment sets it
+};
+
+// All declared settings, sorted by name.
+std::vector<SettingInfo> all_settings();
+const char* setting_type_name(SettingType type);
+
+// Parsers shared by settings, CLI arguments and files. Each throws
+// Error(ERR_CONFIG) naming `what` when the text does not parse.
+bool parse_bool(const std::string& text, const std::string& what);
+int64_t parse_int(const std::string& text, const std::string& what);
+// Sizes: plain bytes or with a K/M/G/T suffix (binary, 1K = 1024), e.g. "256M", "1G", "4096".
+uint64_t parse_size(const std::string& text, const std::string& what);
+double parse_double(const std::string& text, const std::string& what);
+// "268435456" -> "256M"; exact binary multiples get a suffix, others stay in bytes.
+std::string format_size(uint64_t bytes);
+
+class SettingBase {
+ public:
+  SettingBase(const char* name, SettingType type, const char* default_value, const char* description,
+              std::vector<std::string> choices = {});
+  const char* name() const { return name_; }
+  // The raw text: the environment's value when set and non-empty, else the default.
+  std::string text() const;
+
+ protected:
+  const char* name_;
+  const char* default_;
+};
+
+class BoolSetting : public SettingBase {
+ public:
+  BoolSetting(const char* name, const char* def, const char* desc) : SettingBase(name, SettingType::Bool, def, desc) {}
+  bool get() const { return parse_bool(text(), name_); }
+};
+
+class IntSetting : public SettingBase {
+ public:
+  IntSetting(const char* name, const char* def, const char* desc) : SettingBase(name, SettingType::Int, def, desc) {}
+  int64_t get() const { return parse_int(text(), name_); }
+};
+
+class SizeSetting : public SettingBase {
+ public:
+  SizeSetting(const char* name, const char* def, const char* desc) : SettingBase(name, SettingType::Size, def, desc) {}
+  uint64_t get() const { return parse_size(text(), name_); }
+};
+
+class DoubleSetting : public SettingBase {
+ public:
+  DoubleSetting(const char* name, const char* def, const char* desc)
+      : SettingBase(name, SettingType::Double, def, desc) {}
+  double get() const { return parse_double(text(), name_); }
+};
+
+class StringSetting : public SettingBase {
+ public:
+  StringSetting(const char* name, const char* def, const char* desc)
+      : SettingBase(name, SettingType::String, def, desc) {}
+  std::string get() const { return text(); }
+};
+
+// One of a fixed set of words; get() returns the word, rejecting others with the list.
+class ChoiceSetting : public SettingBase {
+ public:
+  ChoiceSetting(const char* name, const char* def, const char* desc, std::vector<std::string> choices);
+  std::string get() const;
+
+ private:
+  std::vector<std::string> choices_;
+};
+
+}  // namespace gpustripe

@@ -1,0 +1,75 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "common/config.hpp"
+#include "common/error.hpp"
+#include "test_util.hpp"
+
+using namespace gpustripe;
+
+static const SizeSetting kTestSize{"GPUSTRIPE_TEST_SIZE", "64K", "test only"};
+static const ChoiceSetting kTestChoice{"GPUSTRIPE_TEST_CHOICE", "b", "test only", {"a", "b", "c"}};
+static const BoolSetting kTestBool{"GPUSTRIPE_TEST_BOOL", "no", "test only"};
+
+TEST(Config, ParseSize) {
+  EXPECT_EQ(parse_size("4096", "x"), 4096u);
+  EXPECT_EQ(parse_size("256M", "x"), 256ull << 20);
+  EXPECT_EQ(parse_size("1G", "x"), 1ull << 30);
+  EXPECT_EQ(parse_size("1.5K", "x"), 1536u);
+  EXPECT_EQ(parse_size("64KB", "x"), 64u << 10);
+  EXPECT_EQ(parse_size(" 2Gi ", "x"), 2ull << 30);
+  for (const char* bad : {"", "-1", "abc", "12Q", "0.5"}) {
+    try {
+      parse_size(bad, "GPUSTRIPE_X");
+      FAIL() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), GPUSTRIPE_ERR_CONFIG);
+      EXPECT_NE(std::string(e.what()).find("GPUSTRIPE_X"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Config, FormatSizeRoundTrips) {
+  for (uint64_t v : {1ull, 1000ull, 1024ull, 3ull << 20, 1ull << 30, 12345678ull})
+    EXPECT_EQ(parse_size(format_size(v), "x"), v);
+  EXPECT_EQ(format_size(256ull << 20), "256M");
+}
+
+TEST(Config, SettingsReadEnvironmentAndDefaults) {
+  {
+    ScopedEnv e("GPUSTRIPE_TEST_SIZE", nullptr);
+    EXPECT_EQ(kTestSize.get(), 64u << 10);
+  }
+  {
+    ScopedEnv e("GPUSTRIPE_TEST_SIZE", "2M");
+    EXPECT_EQ(kTestSize.get(), 2u << 20);
+  }
+  {
+    ScopedEnv e("GPUSTRIPE_TEST_CHOICE", "C");
+    EXPECT_EQ(kTestChoice.get(), "c");
+  }
+  {
+    ScopedEnv e("GPUSTRIPE_TEST_CHOICE", "z");
+    EXPECT_THROW(kTestChoice.get(), Error);
+  }
+  {
+    ScopedEnv e("GPUSTRIPE_TEST_BOOL", "on");
+    EXPECT_TRUE(kTestBool.get());
+  }
+  {
+    ScopedEnv e("GPUSTRIPE_TEST_BOOL", "maybe");
+    EXPECT_THROW(kTestBool.get(), Error);
+  }
+}
+
+TEST(Config, RegistryListsEveryDeclaredSetting) {
+  auto all = all_settings();
+  auto has = [&](const char* n) {
+    return std::any_of(all.begin(), all.end(), [&](const SettingInfo& s) { return s.name == n; });
+  };
+  EXPECT_TRUE(has("GPUSTRIPE_TEST_SIZE"));
+  EXPECT_TRUE(has("GPUSTRIPE_LOG_LEVEL"));  // declared in the library, not the test
+  EXPECT_TRUE(std::is_sorted(all.begin(), all.end(), [](auto& a, auto& b) { return a.name < b.name; }));
+  for (auto& s : all) EXPECT_FALSE(s.description.empty()) << s.name;
+}

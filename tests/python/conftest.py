@@ -1,0 +1,35 @@
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+
+def _gpu_count() -> int:
+    import gpustripe
+
+    return gpustripe.cuda_device_count() if hasattr(gpustripe, "cuda_device_count") else 0
+
+
+@pytest.fixture
+def requires_gpu():
+    n = _gpu_count()
+    if n == 0:
+        pytest.skip("GPU test skipped: no CUDA GPU visible (run scripts/gpu-check.sh on a GPU machine)")
+    return n
+
+
+@pytest.fixture
+def cli():
+    """Runs the gpustripe command line in a subprocess; returns CompletedProcess."""
+
+    def run(*args, check=True, env=None):
+        e = dict(os.environ)
+        e.update(env or {})
+        p = subprocess.run([sys.executable, "-m", "gpustripe.cli", *args], capture_output=True, text=True, env=e)
+        if check and p.returncode != 0:
+            raise AssertionError(f"gpustripe {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+        return p
+
+    return run
