@@ -4,5 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${GPUSTRIPE_BUILD_DIR:-build/dev}
-cmake -S . -B "$BUILD" -G Ninja -DGPUSTRIPE_BUILD_TESTS=ON -DGPUSTRIPE_BUILD_PYTHON=ON "$@" >/dev/null
+launcher=()
+command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+cmake -S . -B "$BUILD" -G Ninja "${launcher[@]}" -DGPUSTRIPE_BUILD_TESTS=ON -DGPUSTRIPE_BUILD_PYTHON=ON "$@" >/dev/null
 cmake --build "$BUILD" -j "$(nproc)"

@@ -71,6 +71,21 @@ class Backend {
   virtual void copy_async(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s) = 0;
   virtual void memset_async(void* dst, int dev, int value, size_t bytes, StreamHandle s) = 0;
 
+  // Cross-process memory (the ipc layer builds on these). A handle names the whole
+  // allocation containing `p`; open maps it in another process of the same node and
+  // returns the allocation's base there. CUDA: cudaIpc handles. Emulated: POSIX shared
+  // memory segments (emulated device memory is allocated in them for this reason).
+  static constexpr size_t kIpcHandleBytes = 128;
+  struct IpcMemHandle {
+    unsigned char bytes[kIpcHandleBytes] = {};
+    int device = kHostDevice;
+    size_t size = 0;         // allocation size
+    uint64_t buffer_id = 0;  // the exporter's buffer id: a freed and reused address gets a new one
+  };
+  virtual IpcMemHandle ipc_export(const void* p);
+  virtual void* ipc_open(const IpcMemHandle& h);
+  virtual void ipc_close(void* base);
+
   // CUDA graphs: capture the work enqueued on `s` (and streams it forks to) and replay it.
   virtual bool supports_graphs() const { return false; }
   virtual void begin_capture(StreamHandle s);
