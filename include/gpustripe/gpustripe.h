@@ -7,4 +7,9 @@
 #ifndef GPUSTRIPE_H
 #define GPUSTRIPE_H
 #include <gpustripe/status.h>
+#include <gpustripe/topology.h>
+#include <gpustripe/context.h>
+#include <gpustripe/copy.h>
+#include <gpustripe/model.h>
+#include <gpustripe/coll.h>
 #endif

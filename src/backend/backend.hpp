@@ -102,5 +102,9 @@ std::unique_ptr<Backend> make_emulated_backend(const Topology& topo);
 std::unique_ptr<Backend> make_cuda_backend();
 // Number of CUDA devices visible; 0 when built without CUDA or no driver.
 int cuda_device_count() noexcept;
+// What make_backend(topo, kind) makes: "cuda" or "emulated". kind "auto" (or empty)
+// defers to GPUSTRIPE_BACKEND, whose "auto" means cuda when cuda_device_count() > 0.
+// Throws ERR_INVALID_ARGUMENT / ERR_CONFIG for other words.
+std::string resolve_backend_kind(const std::string& kind = "auto");
 
 }  // namespace gpustripe

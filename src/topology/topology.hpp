@@ -5,6 +5,7 @@
 // fitted to measured transfers. Measured figures live in the model's profile.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,13 +53,21 @@ struct SocketInfo {
 // A link between CPU sockets (IBM X-bus, Intel UPI, AMD xGMI between sockets).
 struct SocketLink {
   int a = 0, b = 0;
-  std::string kind;  // "xbus", "upi", ...
-  double gbps = 0;   // per direction
+  std::string kind;  // "xbus", "upi", "xgmi"; "numa" when detected
+  double gbps = 0;   // per direction; 0 = unknown (detected nodes)
+};
+
+// One inconsistency found by Topology::find_issue(). `path` uses the schema's
+// field names ("gpu_links[1].b"), so the file loader can point at the line.
+struct TopologyIssue {
+  std::string path;
+  std::string message;
 };
 
 struct Topology {
   std::string name;         // "4x H200 SXM, NVSwitch"
   std::string description;
+  std::vector<std::string> sources;  // datasheets and documents a file's figures come from
   std::string origin;       // "detected" or the file's path
   std::string driver_version;  // detected nodes only
   std::vector<GpuInfo> gpus;
@@ -89,11 +98,17 @@ struct Topology {
   std::string fingerprint() const;
   // Throws ERR_TOPOLOGY naming the inconsistency (link to a missing GPU, asymmetric peer matrix, ...).
   void validate() const;
+  // The first inconsistency validate() would throw for, or none.
+  std::optional<TopologyIssue> find_issue() const;
   // Human-readable multi-line description (`gpustripe topo`).
   std::string summary() const;
   // The schema-1 JSON text that load_topology_text() reads back to an equal topology.
   std::string to_json() const;
 };
+
+// Nominal PCIe bandwidth per direction in GB/s after encoding overhead
+// (Gen3 x16: 15.8, Gen4 x16: 31.5, Gen5 x16: 63.0); 0 for an unknown generation.
+double pcie_gbps(int gen, int width);
 
 // Parses a topology file's text. `origin` names it in errors, which carry the
 // field's path and line: "h200.json:12: gpus[1].nvlink.links: expected an integer".
@@ -104,6 +119,11 @@ Topology load_topology_file(const std::string& name_or_path);
 // without CUDA or no GPU is visible. NVML is loaded at run time; without it the
 // NVLink fields are filled from CUDA's peer attributes and a warning is logged.
 Topology detect_topology();
+// The node gpustripe runs on: the file GPUSTRIPE_TOPOLOGY names when set; else the
+// detected node when CUDA sees a GPU; else the default emulated node
+// kDefaultTopology (logged at info level). `emulated` (optional) tells which.
+constexpr const char* kDefaultTopology = "h200x4";
+Topology node_topology(bool* emulated = nullptr);
 // Directory of the shipped topology files (GPUSTRIPE_TOPOLOGY_DIR, else next to the library).
 std::string topology_dir();
 // Names of the shipped topology files, without ".json".

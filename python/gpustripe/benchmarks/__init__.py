@@ -1,0 +1,1 @@
+"""Benchmarks of ``gpustripe bench``: each module gives NAME, HELP, add_arguments(parser), run(args)."""

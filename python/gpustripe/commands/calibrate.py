@@ -1,0 +1,66 @@
+"""gpustripe calibrate: measures the model's parameters on this node (alpha/beta per hop
+kind, shared capacities from concurrent copies, the staging synchronization) and writes
+the profile the library then loads (GPUSTRIPE_PROFILE, else the user's cache)."""
+import json
+import sys
+import time
+
+
+def register(sub):
+    p = sub.add_parser("calibrate", help="measure the model's parameters on this node and write the profile",
+                       description=__doc__)
+    p.add_argument("--out", help="profile path (default: GPUSTRIPE_PROFILE, else the cache directory)")
+    p.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    p.add_argument("--reps", type=int, default=0, help="timed repeats per point (default 3 quick, 7 full)")
+    p.add_argument("--show", metavar="PROFILE", nargs="?", const="", default=None,
+                   help="print a profile (default: this node's) instead of measuring")
+    p.set_defaults(func=run)
+
+
+class ProgressBar:
+    """One line on stderr, redrawn in place: [#####.....] 42% step."""
+
+    def __init__(self, width: int = 30, stream=sys.stderr):
+        self.width, self.stream, self.t0 = width, stream, time.monotonic()
+
+    def __call__(self, fraction: float, step: str) -> None:
+        n = int(round(fraction * self.width))
+        bar = "#" * n + "." * (self.width - n)
+        self.stream.write(f"\r[{bar}] {100 * fraction:3.0f}% {time.monotonic() - self.t0:5.1f}s {step[:40]:<40}")
+        self.stream.flush()
+        if fraction >= 1.0:
+            self.stream.write("\n")
+
+
+def summarize(doc: dict) -> str:
+    lines = [f"profile of {doc.get('topology', '?')} ({doc.get('fingerprint')}), backend {doc.get('backend')}, "
+             f"driver {doc.get('driver') or '-'}, {doc.get('created')}"]
+    lines.append(f"  {'hop':<8} {'alpha_us':>9} {'beta_GB/s':>10}")
+    for kind, h in doc["hops"].items():
+        lines.append(f"  {kind:<8} {h['alpha_us']:>9.2f} {h['beta_gbps']:>10.1f}")
+    lines.append(f"  staging synchronization epsilon: {doc['epsilon_us']:.2f} us")
+    lines.append("  shared capacities (GB/s):")
+    for name, v in sorted(doc["capacities"].items()):
+        lines.append(f"    {name:<28} {v:8.1f}")
+    note = doc.get("measurements", {}).get("note")
+    if note:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)
+
+
+def run(args):
+    from .. import Context, calibrate, default_profile_path
+
+    if args.show is not None:
+        path = args.show or default_profile_path()
+        with open(path) as f:
+            print(summarize(json.load(f)))
+        return 0
+    ctx = Context()
+    if ctx.emulated:
+        print(f"no GPU visible: calibrating {ctx.device_count} emulated devices of {ctx.topology_name} "
+              "(the figures are this host's memcpy speeds, not GPU figures)", file=sys.stderr)
+    path, text = calibrate(ctx, quick=args.quick, reps=args.reps, out=args.out, progress=ProgressBar())
+    print(summarize(json.loads(text)))
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,233 @@
+// gpustripe.Comm: collectives over GPUs of this process. Buffers are given per rank,
+// as arrays (torch, cupy, jax... through DLPack, bfloat16 included) or raw device
+// pointers (ints; then count and dtype are required). Calls release the GIL.
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <optional>
+
+#include "bindings.hpp"
+#include "coll/comm.hpp"
+#include "common/error.hpp"
+#include "core/context.hpp"
+
+namespace gpustripe::py {
+namespace {
+
+using coll::Comm;
+using coll::DataType;
+
+// One per-rank buffer argument.
+struct Buf {
+  uintptr_t ptr = 0;
+  size_t elems = 0;        // 0 for raw pointers
+  std::optional<DataType> dtype;
+};
+
+DataType dtype_of(const nb::dlpack::dtype& d) {
+  using code = nb::dlpack::dtype_code;
+  auto is = [&](code c, int bits) { return d.code == static_cast<uint8_t>(c) && d.bits == bits && d.lanes == 1; };
+  if (is(code::Float, 32)) return GPUSTRIPE_FLOAT32;
+  if (is(code::Float, 64)) return GPUSTRIPE_FLOAT64;
+  if (is(code::Float, 16)) return GPUSTRIPE_FLOAT16;
+  if (is(code::Bfloat, 16)) return GPUSTRIPE_BFLOAT16;
+  if (is(code::Int, 32)) return GPUSTRIPE_INT32;
+  if (is(code::Int, 64)) return GPUSTRIPE_INT64;
+  GS_THROW(GPUSTRIPE_ERR_INVALID_TYPE, "array dtype (code %d, %d bits) is none of float32, float64, float16, "
+           "bfloat16, int32, int64", d.code, d.bits);
+}
+
+Buf buf_of(nb::handle h, const char* what, size_t rank) {
+  Buf b;
+  if (nb::isinstance<nb::int_>(h)) {
+    b.ptr = nb::cast<uintptr_t>(h);
+    return b;
+  }
+  nb::ndarray<> a;
+  if (!nb::try_cast(h, a))
+    GS_THROW(GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "%s[%zu]: expected a device array (DLPack: torch, cupy, ...) or a pointer (int), got %s", what, rank,
+             nb::type_name(h.type()).c_str());
+  // C-contiguous only: the collectives address elements by offset.
+  int64_t expect = 1;
+  for (size_t d = a.ndim(); d-- > 0;) {
+    if (a.shape(d) != 1)
+      GS_REQUIRE(a.stride(d) == expect, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+                 "%s[%zu] is not contiguous: make a contiguous copy first", what, rank);
+    expect *= a.shape(d);
+  }
+  b.ptr = reinterpret_cast<uintptr_t>(a.data());
+  b.elems = a.size();
+  b.dtype = dtype_of(a.dtype());
+  return b;
+}
+
+std::vector<Buf> bufs_of(Comm& c, nb::sequence seq, const char* what, bool none_ok = false) {
+  size_t n = nb::len(seq);
+  GS_REQUIRE(static_cast<int>(n) == c.size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "%s: %zu buffers for %d ranks", what, n,
+             c.size());
+  std::vector<Buf> out;
+  for (size_t i = 0; i < n; ++i) {
+    nb::handle h = seq[i];
+    out.push_back(none_ok && h.is_none() ? Buf{} : buf_of(h, what, i));
+  }
+  return out;
+}
+
+// The element type: given, or every array's (which must agree).
+DataType resolve_dtype(std::optional<std::string> given, const std::vector<std::vector<Buf>*>& lists) {
+  std::optional<DataType> dt;
+  if (given) dt = coll::parse_dtype(*given);
+  for (auto* l : lists)
+    for (const Buf& b : *l)
+      if (b.dtype) {
+        GS_REQUIRE(!dt || *dt == *b.dtype, GPUSTRIPE_ERR_INVALID_TYPE, "arrays of %s and %s in one call",
+                   coll::dtype_name(*b.dtype), coll::dtype_name(dt.value()));
+        dt = b.dtype;
+      }
+  GS_REQUIRE(dt.has_value(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "raw pointers need dtype=");
+  return *dt;
+}
+
+// The count: given, or `elems / per` of the first array of `from`.
+size_t resolve_count(std::optional<size_t> given, const std::vector<Buf>& from, size_t per, const char* what) {
+  if (given) return *given;
+  for (const Buf& b : from)
+    if (b.elems) {
+      GS_REQUIRE(b.elems % per == 0, GPUSTRIPE_ERR_INVALID_SIZE, "%s holds %zu elements, not a multiple of %zu", what,
+                 b.elems, per);
+      return b.elems / per;
+    }
+  GS_THROW(GPUSTRIPE_ERR_INVALID_ARGUMENT, "raw pointers need count=");
+}
+
+std::vector<const void*> cptrs(const std::vector<Buf>& v) {
+  std::vector<const void*> out;
+  for (auto& b : v) out.push_back(reinterpret_cast<const void*>(b.ptr));
+  return out;
+}
+std::vector<void*> ptrs(const std::vector<Buf>& v) {
+  std::vector<void*> out;
+  for (auto& b : v) out.push_back(reinterpret_cast<void*>(b.ptr));
+  return out;
+}
+Comm::Streams streams_of(Comm& c, std::optional<std::vector<uintptr_t>> s) {
+  if (!s) return {};
+  GS_REQUIRE(static_cast<int>(s->size()) == c.size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "%zu streams for %d ranks",
+             s->size(), c.size());
+  Comm::Streams out;
+  for (uintptr_t h : *s) out.push_back(reinterpret_cast<StreamHandle>(h));
+  return out;
+}
+
+// The Python object owns its communicator (Comm is made by a factory, not movable).
+struct PyComm {
+  std::unique_ptr<Comm> impl;
+};
+
+const char* kBufDoc =
+    " Buffers: one per rank, device arrays (DLPack) or pointers (int, with count= and dtype=). streams: None "
+    "(blocking) or one cudaStream_t (int) per rank.";
+
+void bind_coll(nb::module_& m) {
+  using OptSize = std::optional<size_t>;
+  using OptStr = std::optional<std::string>;
+  using OptStreams = std::optional<std::vector<uintptr_t>>;
+  nb::class_<PyComm>(m, "Comm",
+                   "A communicator over GPUs of this process (rank r is devices[r]); see gpustripe/coll.h for the "
+                   "buffers of each collective and its in-place forms.")
+      .def("__init__",
+           [](PyComm* self, Context& ctx, std::vector<int> devices) {
+             new (self) PyComm{Comm::create(ctx, devices)};
+           },
+           nb::arg("context"), nb::arg("devices"), nb::keep_alive<1, 2>())
+      .def_prop_ro("size", [](PyComm& p) { return p.impl->size(); })
+      .def("device", [](PyComm& p, int rank) { return p.impl->device(rank); }, nb::arg("rank"))
+      .def_prop_ro("last_schedule", [](PyComm& p) { return p.impl->last_schedule(); },
+                   "The schedule of the last call and why it was chosen")
+      .def("synchronize", [](PyComm& p) { without_gil([&] { p.impl->synchronize(); }); })
+      .def(
+          "alltoall",
+          [](PyComm& pc, nb::sequence send, nb::sequence recv, OptSize count, OptStr dtype, OptStreams streams) {
+            Comm& c = *pc.impl;
+            auto s = bufs_of(c, send, "send"), r = bufs_of(c, recv, "recv");
+            DataType dt = resolve_dtype(dtype, {&s, &r});
+            size_t n = resolve_count(count, s, c.size(), "send");
+            without_gil([&] { c.alltoall(cptrs(s), ptrs(r), n, dt, streams_of(c, streams)); });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("count") = nb::none(), nb::arg("dtype") = nb::none(),
+          nb::arg("streams") = nb::none(), (std::string("Alltoall; count: elements per peer block.") + kBufDoc).c_str())
+      .def(
+          "allgather",
+          [](PyComm& pc, nb::sequence send, nb::sequence recv, OptSize count, OptStr dtype, OptStreams streams) {
+            Comm& c = *pc.impl;
+            auto s = bufs_of(c, send, "send"), r = bufs_of(c, recv, "recv");
+            DataType dt = resolve_dtype(dtype, {&s, &r});
+            size_t n = resolve_count(count, s, 1, "send");
+            without_gil([&] { c.allgather(cptrs(s), ptrs(r), n, dt, streams_of(c, streams)); });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("count") = nb::none(), nb::arg("dtype") = nb::none(),
+          nb::arg("streams") = nb::none(), (std::string("Allgather; count: elements per rank.") + kBufDoc).c_str())
+      .def(
+          "reduce_scatter",
+          [](PyComm& pc, nb::sequence send, nb::sequence recv, std::string op, OptSize count, OptStr dtype,
+             OptStreams streams) {
+            Comm& c = *pc.impl;
+            auto s = bufs_of(c, send, "send"), r = bufs_of(c, recv, "recv");
+            DataType dt = resolve_dtype(dtype, {&s, &r});
+            size_t n = resolve_count(count, r, 1, "recv");
+            coll::RedOp ro = coll::parse_redop(op);
+            without_gil([&] { c.reduce_scatter(cptrs(s), ptrs(r), n, dt, ro, streams_of(c, streams)); });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("op") = "sum", nb::arg("count") = nb::none(),
+          nb::arg("dtype") = nb::none(), nb::arg("streams") = nb::none(),
+          (std::string("Reduce-scatter (block); count: elements each rank receives; op: sum|prod|max|min.") +
+           kBufDoc).c_str())
+      .def(
+          "allreduce",
+          [](PyComm& pc, nb::sequence send, nb::sequence recv, std::string op, OptSize count, OptStr dtype,
+             OptStreams streams) {
+            Comm& c = *pc.impl;
+            auto s = bufs_of(c, send, "send"), r = bufs_of(c, recv, "recv");
+            DataType dt = resolve_dtype(dtype, {&s, &r});
+            size_t n = resolve_count(count, s, 1, "send");
+            coll::RedOp ro = coll::parse_redop(op);
+            without_gil([&] { c.allreduce(cptrs(s), ptrs(r), n, dt, ro, streams_of(c, streams)); });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("op") = "sum", nb::arg("count") = nb::none(),
+          nb::arg("dtype") = nb::none(), nb::arg("streams") = nb::none(),
+          (std::string("Allreduce of any count; op: sum|prod|max|min.") + kBufDoc).c_str())
+      .def(
+          "bcast",
+          [](PyComm& pc, nb::sequence bufs, int root, OptSize count, OptStr dtype, OptStreams streams) {
+            Comm& c = *pc.impl;
+            auto b = bufs_of(c, bufs, "bufs");
+            DataType dt = resolve_dtype(dtype, {&b});
+            size_t n = resolve_count(count, b, 1, "bufs");
+            without_gil([&] { c.bcast(ptrs(b), n, dt, root, streams_of(c, streams)); });
+          },
+          nb::arg("bufs"), nb::arg("root") = 0, nb::arg("count") = nb::none(), nb::arg("dtype") = nb::none(),
+          nb::arg("streams") = nb::none(), (std::string("Broadcast from root.") + kBufDoc).c_str())
+      .def(
+          "reduce",
+          [](PyComm& pc, nb::sequence send, nb::sequence recv, int root, std::string op, OptSize count, OptStr dtype,
+             OptStreams streams) {
+            Comm& c = *pc.impl;
+            auto s = bufs_of(c, send, "send"), r = bufs_of(c, recv, "recv", /*none_ok*/ true);
+            DataType dt = resolve_dtype(dtype, {&s, &r});
+            size_t n = resolve_count(count, s, 1, "send");
+            coll::RedOp ro = coll::parse_redop(op);
+            without_gil([&] { c.reduce(cptrs(s), ptrs(r), n, dt, ro, root, streams_of(c, streams)); });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("root") = 0, nb::arg("op") = "sum", nb::arg("count") = nb::none(),
+          nb::arg("dtype") = nb::none(), nb::arg("streams") = nb::none(),
+          (std::string("Reduce to root (recv may hold None for other ranks).") + kBufDoc).c_str());
+  m.def("dtype_size", [](const std::string& name) { return coll::dtype_size(coll::parse_dtype(name)); });
+}
+
+BindingRegistrar reg(50, bind_coll);
+
+}  // namespace
+}  // namespace gpustripe::py

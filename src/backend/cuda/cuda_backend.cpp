@@ -1,0 +1,167 @@
+// Streams, events, peer access and copies of the CUDA backend
+// (memory and IPC: cuda_memory.cpp; graphs: cuda_graphs.cpp).
+#include "backend/cuda/cuda_backend.hpp"
+
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/pointer_check.hpp"
+#include "common/config.hpp"
+#include "common/log.hpp"
+
+namespace gpustripe {
+namespace {
+
+const BoolSetting kCheckPointers{"GPUSTRIPE_CUDA_CHECK_POINTERS", "yes",
+                                 "CUDA backend: check each copy's pointers against the devices named (one driver "
+                                 "query per pointer) so a wrong one is refused before anything is written"};
+
+cudaStream_t cu_stream(StreamHandle s) { return static_cast<cudaStream_t>(s); }
+cudaEvent_t cu_event(EventHandle e) { return static_cast<cudaEvent_t>(e); }
+
+}  // namespace
+
+CudaBackend::CudaBackend() : check_pointers_(kCheckPointers.get()) {
+  GS_CUDA(cudaGetDeviceCount(&device_count_), -1);
+  GS_REQUIRE(device_count_ > 0, GPUSTRIPE_ERR_NOT_SUPPORTED, "CUDA backend: no CUDA GPU is visible");
+  GS_LOG_INFO(Subsys::Backend, "CUDA backend: %d GPUs", device_count_);
+}
+
+void CudaBackend::check_device(const char* call, const char* what, int dev) const {
+  if (dev < 0 || dev >= device_count_)
+    GS_THROW(GPUSTRIPE_ERR_INVALID_DEVICE, "%s: %s %d is not a device (CUDA sees GPUs 0..%d)", call, what, dev,
+             device_count_ - 1);
+}
+
+int CudaBackend::stream_device(StreamHandle s, const char* call) const {
+  int dev = -1;
+  cudaError_t err = cudaStreamGetDevice(cu_stream(s), &dev);
+  if (err != cudaSuccess) throw_cuda_error(err, call, -1);
+  return dev;
+}
+
+bool CudaBackend::can_access_peer(int dev, int peer) {
+  check_device("can_access_peer", "dev", dev);
+  check_device("can_access_peer", "peer", peer);
+  if (dev == peer) return false;
+  int ok = 0;
+  GS_CUDA(cudaDeviceCanAccessPeer(&ok, dev, peer), dev);
+  return ok != 0;
+}
+
+void CudaBackend::enable_peer_access(int dev, int peer) {
+  check_device("enable_peer_access", "dev", dev);
+  check_device("enable_peer_access", "peer", peer);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (peers_enabled_.count({dev, peer})) return;
+  }
+  DeviceGuard guard(dev);
+  cudaError_t err = cudaDeviceEnablePeerAccess(peer, 0);
+  if (err == cudaErrorPeerAccessAlreadyEnabled) {
+    cudaGetLastError();  // enabled earlier by someone else in this process (torch, NCCL): fine
+  } else if (err != cudaSuccess) {
+    throw_cuda_error(err, format("cudaDeviceEnablePeerAccess(peer %d)", peer).c_str(), dev);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  peers_enabled_.insert({dev, peer});
+}
+
+StreamHandle CudaBackend::create_stream(int dev) {
+  check_device("create_stream", "dev", dev);
+  DeviceGuard guard(dev);
+  cudaStream_t s = nullptr;
+  GS_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), dev);
+  return s;
+}
+
+void CudaBackend::destroy_stream(StreamHandle s) {
+  GS_REQUIRE(s != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "destroy_stream: null stream");
+  GS_CUDA(cudaStreamDestroy(cu_stream(s)), -1);
+}
+
+EventHandle CudaBackend::create_event(int dev, bool timing) {
+  check_device("create_event", "dev", dev);
+  DeviceGuard guard(dev);
+  cudaEvent_t e = nullptr;
+  GS_CUDA(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming), dev);
+  return e;
+}
+
+void CudaBackend::destroy_event(EventHandle e) {
+  GS_REQUIRE(e != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "destroy_event: null event");
+  GS_CUDA(cudaEventDestroy(cu_event(e)), -1);
+}
+
+void CudaBackend::record_event(EventHandle e, StreamHandle s) {
+  GS_REQUIRE(e != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "record_event: null event");
+  int dev = stream_device(s, "record_event");
+  DeviceGuard guard(dev);
+  GS_CUDA(cudaEventRecord(cu_event(e), cu_stream(s)), dev);
+}
+
+void CudaBackend::wait_event(StreamHandle s, EventHandle e) {
+  GS_REQUIRE(e != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "wait_event: null event");
+  int dev = stream_device(s, "wait_event");
+  DeviceGuard guard(dev);
+  GS_CUDA(cudaStreamWaitEvent(cu_stream(s), cu_event(e), 0), dev);
+}
+
+bool CudaBackend::query_event(EventHandle e) {
+  GS_REQUIRE(e != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "query_event: null event");
+  cudaError_t err = cudaEventQuery(cu_event(e));
+  if (err == cudaErrorNotReady) return false;
+  if (err != cudaSuccess) throw_cuda_error(err, "cudaEventQuery", -1);
+  return true;
+}
+
+void CudaBackend::synchronize_event(EventHandle e) {
+  GS_REQUIRE(e != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "synchronize_event: null event");
+  GS_CUDA(cudaEventSynchronize(cu_event(e)), -1);
+}
+
+void CudaBackend::synchronize_stream(StreamHandle s) {
+  int dev = stream_device(s, "synchronize_stream");
+  GS_CUDA(cudaStreamSynchronize(cu_stream(s)), dev);
+}
+
+float CudaBackend::elapsed_ms(EventHandle start, EventHandle end) {
+  GS_REQUIRE(start && end, GPUSTRIPE_ERR_INVALID_ARGUMENT, "elapsed_ms: null event");
+  float ms = 0;
+  GS_CUDA(cudaEventElapsedTime(&ms, cu_event(start), cu_event(end)), -1);
+  return ms;
+}
+
+void CudaBackend::check_range(const char* call, const char* what, const void* p, int dev, size_t bytes) {
+  check_pointer_not_null(call, what, p, bytes);
+  if (!check_pointers_) return;
+  check_pointer_range(call, what, p, dev, bytes, pointer_info(p));
+}
+
+void CudaBackend::copy_async(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s) {
+  if (dst_dev != kHostDevice) check_device("copy_async", "dst_dev", dst_dev);
+  if (src_dev != kHostDevice) check_device("copy_async", "src_dev", src_dev);
+  if (bytes == 0) return;
+  check_range("copy_async", "dst", dst, dst_dev, bytes);
+  check_range("copy_async", "src", src, src_dev, bytes);
+  int dev = stream_device(s, "copy_async");
+  DeviceGuard guard(dev);
+  if (dst_dev >= 0 && src_dev >= 0 && dst_dev != src_dev) {
+    cudaError_t err = cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, cu_stream(s));
+    if (err != cudaSuccess)
+      throw_cuda_error(err, format("cudaMemcpyPeerAsync(GPU %d -> GPU %d, %zu bytes)", src_dev, dst_dev, bytes).c_str(),
+                       dev);
+  } else {
+    cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cu_stream(s));
+    if (err != cudaSuccess) throw_cuda_error(err, format("cudaMemcpyAsync(%zu bytes)", bytes).c_str(), dev);
+  }
+}
+
+void CudaBackend::memset_async(void* dst, int dev, int value, size_t bytes, StreamHandle s) {
+  if (dev != kHostDevice) check_device("memset_async", "dev", dev);
+  if (bytes == 0) return;
+  check_range("memset_async", "dst", dst, dev, bytes);
+  int sdev = stream_device(s, "memset_async");
+  DeviceGuard guard(sdev);
+  GS_CUDA(cudaMemsetAsync(dst, value, bytes, cu_stream(s)), sdev);
+}
+
+}  // namespace gpustripe

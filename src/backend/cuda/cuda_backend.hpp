@@ -1,0 +1,74 @@
+// The CUDA backend: the Backend interface on real GPUs through the CUDA runtime.
+//   streams  cudaStreamNonBlocking, created on their device; any cudaStream_t works
+//            as a handle (the caller's stream included; 0 is the legacy default stream)
+//   events   cudaEventDisableTiming unless timing is asked for
+//   copies   cudaMemcpyPeerAsync between two GPUs, cudaMemcpyAsync (UVA) otherwise;
+//            pointers are checked against the device named first (one driver call
+//            each; GPUSTRIPE_CUDA_CHECK_POINTERS=no skips it where the caller has
+//            checked), so a wrong pointer is ERR_INVALID_POINTER and nothing is written
+//   graphs   thread-local stream capture, instantiate, launch
+//   ipc      cudaIpc handles of the allocation base; open caches nothing (the ipc layer does)
+// Each call makes the owning device current and restores the caller's afterwards.
+#pragma once
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include "backend/backend.hpp"
+
+namespace gpustripe {
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend();
+
+  const char* name() const override { return "cuda"; }
+  bool emulated() const override { return false; }
+  int device_count() const override { return device_count_; }
+
+  void* alloc_device(int dev, size_t bytes) override;
+  void free_device(void* p) override;
+  void* alloc_pinned(size_t bytes) override;
+  void free_pinned(void* p) override;
+  PointerInfo pointer_info(const void* p) override;
+
+  bool can_access_peer(int dev, int peer) override;
+  void enable_peer_access(int dev, int peer) override;
+
+  StreamHandle create_stream(int dev) override;
+  void destroy_stream(StreamHandle s) override;
+  EventHandle create_event(int dev, bool timing) override;
+  void destroy_event(EventHandle e) override;
+  void record_event(EventHandle e, StreamHandle s) override;
+  void wait_event(StreamHandle s, EventHandle e) override;
+  bool query_event(EventHandle e) override;
+  void synchronize_event(EventHandle e) override;
+  void synchronize_stream(StreamHandle s) override;
+  float elapsed_ms(EventHandle start, EventHandle end) override;
+
+  void copy_async(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s) override;
+  void memset_async(void* dst, int dev, int value, size_t bytes, StreamHandle s) override;
+
+  IpcMemHandle ipc_export(const void* p) override;
+  void* ipc_open(const IpcMemHandle& h) override;
+  void ipc_close(void* base) override;
+
+  bool supports_graphs() const override { return true; }
+  void begin_capture(StreamHandle s) override;
+  GraphExecHandle end_capture(StreamHandle s) override;
+  void launch_graph(GraphExecHandle g, StreamHandle s) override;
+  void destroy_graph(GraphExecHandle g) override;
+
+ private:
+  void check_device(const char* call, const char* what, int dev) const;
+  void check_range(const char* call, const char* what, const void* p, int dev, size_t bytes);
+  // The device a stream belongs to (the current device for the legacy default stream).
+  int stream_device(StreamHandle s, const char* call) const;
+
+  const bool check_pointers_;  // GPUSTRIPE_CUDA_CHECK_POINTERS
+  int device_count_ = 0;
+  std::mutex mu_;
+  std::set<std::pair<int, int>> peers_enabled_;
+};
+
+}  // namespace gpustripe

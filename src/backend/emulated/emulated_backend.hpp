@@ -1,0 +1,97 @@
+// The emulated backend: N GPUs of a Topology emulated in host memory, so that
+// everything above the backend interface runs (and is tested) without a GPU.
+//   memory   each device allocation is its own POSIX shared-memory segment
+//            (shm_segment.hpp), recorded in a pointer table with its device and
+//            buffer id; IPC handles name the segment.
+//   streams  worker threads with in-order queues; events mark queue positions
+//            (emu_stream.hpp); copies are memmove on the stream's worker.
+//   checks   every pointer handed to a copy is checked against the table and the
+//            device named, before anything is queued: a bad one throws
+//            ERR_INVALID_POINTER naming the address, the device and the allocation.
+// Any thread may enqueue on any stream. Streams have no default (null) stream.
+#pragma once
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "backend/emulated/emu_stream.hpp"
+#include "backend/emulated/injected_delay.hpp"
+#include "backend/emulated/pointer_table.hpp"
+
+namespace gpustripe::emu {
+
+class EmulatedBackend final : public Backend {
+ public:
+  explicit EmulatedBackend(const Topology& topo);
+  ~EmulatedBackend() override;
+
+  const char* name() const override { return "emulated"; }
+  bool emulated() const override { return true; }
+  int device_count() const override { return device_count_; }
+
+  void* alloc_device(int dev, size_t bytes) override;
+  void free_device(void* p) override;
+  void* alloc_pinned(size_t bytes) override;
+  void free_pinned(void* p) override;
+  PointerInfo pointer_info(const void* p) override;
+
+  bool can_access_peer(int dev, int peer) override;
+  void enable_peer_access(int dev, int peer) override;
+
+  StreamHandle create_stream(int dev) override;
+  void destroy_stream(StreamHandle s) override;
+  EventHandle create_event(int dev, bool timing) override;
+  void destroy_event(EventHandle e) override;
+  void record_event(EventHandle e, StreamHandle s) override;
+  void wait_event(StreamHandle s, EventHandle e) override;
+  bool query_event(EventHandle e) override;
+  void synchronize_event(EventHandle e) override;
+  void synchronize_stream(StreamHandle s) override;
+  float elapsed_ms(EventHandle start, EventHandle end) override;
+
+  void copy_async(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s) override;
+  void memset_async(void* dst, int dev, int value, size_t bytes, StreamHandle s) override;
+
+  IpcMemHandle ipc_export(const void* p) override;
+  void* ipc_open(const IpcMemHandle& h) override;
+  void ipc_close(void* base) override;
+
+  const InjectedDelay& delay() const { return delay_; }
+  // Runs fn on the stream's worker, in order with the stream's other work (the
+  // emulated cudaLaunchHostFunc). Tests gate streams with it; an exception thrown by
+  // fn is reported at the next synchronize call, as any error inside a worker.
+  void enqueue_host_call(StreamHandle s, std::function<void()> fn);
+
+ private:
+  void check_device(const char* call, const char* what, int dev) const;
+  // Throws ERR_INVALID_POINTER unless [p, p+bytes) lies in memory of `dev` (host: not device memory).
+  void check_range(const char* call, const char* what, const void* p, int dev, size_t bytes) const;
+  EmuStream& stream(StreamHandle s, const char* call);
+  EmuEvent& event(EventHandle e, const char* call);
+  // Waits for all work queued so far on every stream (cudaFree synchronizes the same way),
+  // so memory is never unmapped under a queued copy.
+  void drain_all_streams();
+  // Unmaps / unlinks / frees one allocation's storage (already out of the table).
+  static void release(const Allocation& a) noexcept;
+
+  const int device_count_;
+  std::vector<std::vector<uint8_t>> peer_access_;
+  std::vector<uint64_t> memory_limit_;  // per device; 0: no limit
+  const InjectedDelay delay_;
+  AsyncErrors errors_;
+  PointerTable table_;
+
+  std::mutex mu_;  // guards everything below
+  std::unordered_map<void*, std::unique_ptr<EmuStream>> streams_;
+  std::unordered_map<void*, std::unique_ptr<EmuEvent>> events_;
+  std::vector<uint64_t> memory_used_;
+  std::set<std::pair<int, int>> peers_enabled_;
+  std::unordered_map<std::string, void*> imported_;  // segment name -> local base
+};
+
+}  // namespace gpustripe::emu

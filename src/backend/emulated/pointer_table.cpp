@@ -1,0 +1,57 @@
+#include "backend/emulated/pointer_table.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+
+namespace gpustripe::emu {
+
+uint64_t next_buffer_id() {
+  static std::atomic<uint64_t> counter{0};
+  return (static_cast<uint64_t>(getpid()) << 32) | ((counter.fetch_add(1) + 1) & 0xffffffffull);
+}
+
+void PointerTable::insert(const Allocation& a) {
+  std::unique_lock lock(mu_);
+  by_base_[a.base] = a;
+}
+
+std::optional<Allocation> PointerTable::find(const void* p) const {
+  uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  std::shared_lock lock(mu_);
+  auto it = by_base_.upper_bound(u);
+  if (it == by_base_.begin()) return std::nullopt;
+  --it;
+  if (u - it->second.base >= it->second.size) return std::nullopt;
+  return it->second;
+}
+
+std::optional<Allocation> PointerTable::find_base(const void* p) const {
+  std::shared_lock lock(mu_);
+  auto it = by_base_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == by_base_.end()) return std::nullopt;
+  return it->second;
+}
+
+void PointerTable::erase(const void* base) {
+  std::unique_lock lock(mu_);
+  by_base_.erase(reinterpret_cast<uintptr_t>(base));
+}
+
+int PointerTable::add_open(const void* base, int delta) {
+  std::unique_lock lock(mu_);
+  auto it = by_base_.find(reinterpret_cast<uintptr_t>(base));
+  if (it == by_base_.end()) return 0;
+  return it->second.open_count += delta;
+}
+
+std::vector<Allocation> PointerTable::take_all() {
+  std::unique_lock lock(mu_);
+  std::vector<Allocation> all;
+  for (auto& [base, a] : by_base_) all.push_back(std::move(a));
+  by_base_.clear();
+  return all;
+}
+
+}  // namespace gpustripe::emu

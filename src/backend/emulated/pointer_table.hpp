@@ -1,0 +1,53 @@
+// Which allocation an address belongs to: the emulated counterpart of CUDA's
+// pointer attributes. Interior pointers resolve to their allocation.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+
+namespace gpustripe::emu {
+
+struct Allocation {
+  uintptr_t base = 0;
+  size_t size = 0;
+  MemoryKind kind = MemoryKind::Unknown;
+  int device = kHostDevice;
+  uint64_t buffer_id = 0;
+  std::string segment;  // shared-memory segment name (device memory)
+  bool imported = false;  // mapped by ipc_open, released by ipc_close
+  int open_count = 0;     // ipc_open calls not yet closed (imported only)
+
+  PointerInfo info() const { return PointerInfo{kind, device, base, size, buffer_id}; }
+  bool contains(uintptr_t p, size_t bytes) const { return p >= base && p - base <= size && bytes <= size - (p - base); }
+};
+
+// A buffer id unique on the node: the process id in the high half, a process-wide
+// counter in the low half, so a buffer imported from another process never shares
+// an id with a local one, and a freed and reallocated address gets a new id.
+uint64_t next_buffer_id();
+
+class PointerTable {
+ public:
+  void insert(const Allocation& a);
+  // The allocation containing p, if any.
+  std::optional<Allocation> find(const void* p) const;
+  // The allocation starting exactly at p, if any.
+  std::optional<Allocation> find_base(const void* p) const;
+  void erase(const void* base);
+  // Adjusts the open count of an imported mapping; returns the new count.
+  int add_open(const void* base, int delta);
+  // Removes and returns every allocation (backend teardown).
+  std::vector<Allocation> take_all();
+
+ private:
+  mutable std::shared_mutex mu_;
+  std::map<uintptr_t, Allocation> by_base_;
+};
+
+}  // namespace gpustripe::emu

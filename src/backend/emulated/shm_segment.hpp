@@ -1,0 +1,22 @@
+// POSIX shared-memory segments: the storage of emulated device memory. Each
+// allocation is its own named segment so that another process can map it by name
+// (the emulated IPC handles carry the name), like cudaIpc handles name a cudaMalloc.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace gpustripe::emu {
+
+// A unique segment name for this process: "/gpustripe.<pid>.<n>".
+std::string new_segment_name();
+
+// Creates, sizes (space reserved up front, so a full /dev/shm fails here with
+// ERR_NO_MEMORY instead of SIGBUS on first touch) and maps a segment read-write.
+void* create_segment(const std::string& name, size_t bytes, int device);
+// Maps an existing segment; throws ERR_INVALID_ARGUMENT when it does not exist
+// (its owner freed it) or is smaller than `bytes`.
+void* open_segment(const std::string& name, size_t bytes);
+void unmap_segment(void* base, size_t bytes) noexcept;
+void unlink_segment(const std::string& name) noexcept;
+
+}  // namespace gpustripe::emu

@@ -1,0 +1,53 @@
+// The p2p benchmark library (like UCX's perf engine): shared by `gpustripe bench p2p|bibw`
+// and the tests. Every method runs in the same process, on the same buffers, one after the
+// other, size by size, so the ratios compare like with like.
+//   bandwidth  median of `reps` timed repetitions after `warmup` untimed ones; each
+//              repetition is bracketed by a device event pair on the source GPU's stream,
+//              all of its work joined back into that stream; algbw = bytes / time
+//              (nccl-tests); bidirectional rows count both directions' bytes.
+//   latency    end to end on the host, per call: post + synchronize, median.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpustripe {
+
+class Context;
+
+struct BenchOptions {
+  std::vector<std::pair<int, int>> pairs{{0, 1}};
+  std::vector<uint64_t> sizes;          // bandwidth rows
+  std::vector<uint64_t> latency_sizes;  // latency rows (empty: none)
+  std::vector<std::string> methods;     // empty: every available one
+  bool bidirectional = false;
+  int warmup = 5;
+  int reps = 20;
+  int latency_reps = 200;
+};
+
+struct BenchRow {
+  std::string op;      // "p2p", "bibw" or "latency"
+  std::string method;  // "gpustripe", "cudaMemcpyPeerAsync", "nccl"
+  int src = 0, dst = 0;
+  uint64_t bytes = 0;  // per direction
+  double us = 0;       // median time of one repetition
+  double gbps = 0;     // algbw
+  double min_us = 0, max_us = 0;
+  std::string paths;   // gpustripe: the plan ("direct 90.5% x1 + host0 9.5% x8")
+};
+
+// Names of the methods this context can run, and one line per method it cannot, with why.
+std::vector<std::string> bench_methods(Context& ctx, std::vector<std::string>* unavailable = nullptr);
+
+using BenchProgress = std::function<void(const BenchRow&)>;
+// Throws ERR_INVALID_DEVICE for a pair outside the context, ERR_INVALID_ARGUMENT for an
+// unknown or unavailable method named in options.methods.
+std::vector<BenchRow> run_p2p_bench(Context& ctx, const BenchOptions& options, const BenchProgress& progress = {});
+
+// Powers of two from `lo` to `hi`.
+std::vector<uint64_t> size_range(uint64_t lo, uint64_t hi);
+
+}  // namespace gpustripe

@@ -1,0 +1,79 @@
+#include "bench/nccl_loader.hpp"
+
+#include <dlfcn.h>
+
+#include "common/config.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+
+namespace gpustripe {
+namespace {
+
+const StringSetting kNcclLibrary{"GPUSTRIPE_NCCL_LIBRARY", "libnccl.so.2",
+                                 "NCCL library the benchmarks compare against (a name dlopen finds, or a path)"};
+constexpr int kNcclInt8 = 0;  // ncclInt8 in nccl.h: byte counts are element counts
+
+template <class F>
+void bind(void* handle, F& fn, const char* name, std::string& missing) {
+  fn = reinterpret_cast<F>(dlsym(handle, name));
+  if (!fn) missing += std::string(missing.empty() ? "" : ", ") + name;
+}
+
+}  // namespace
+
+NcclLibrary& NcclLibrary::get() {
+  static NcclLibrary lib;
+  return lib;
+}
+
+NcclLibrary::NcclLibrary() {
+  std::string path = kNcclLibrary.get();
+  handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle_) {
+    const char* err = dlerror();
+    why_not_ = format("cannot load %s (%s): set GPUSTRIPE_NCCL_LIBRARY", path.c_str(), err ? err : "unknown error");
+    return;
+  }
+  std::string missing;
+  bind(handle_, init_all_, "ncclCommInitAll", missing);
+  bind(handle_, destroy_, "ncclCommDestroy", missing);
+  bind(handle_, group_start_, "ncclGroupStart", missing);
+  bind(handle_, group_end_, "ncclGroupEnd", missing);
+  bind(handle_, send_, "ncclSend", missing);
+  bind(handle_, recv_, "ncclRecv", missing);
+  bind(handle_, error_string_, "ncclGetErrorString", missing);
+  bind(handle_, get_version_, "ncclGetVersion", missing);
+  if (!missing.empty()) {
+    why_not_ = format("%s lacks %s (NCCL older than 2.7?)", path.c_str(), missing.c_str());
+    dlclose(handle_);
+    handle_ = nullptr;
+  }
+  GS_LOG_DEBUG(Subsys::Bench, "NCCL: %s", handle_ ? version().c_str() : why_not_.c_str());
+}
+
+std::string NcclLibrary::version() const {
+  int v = 0;
+  if (!get_version_ || get_version_(&v) != 0) return "unknown";
+  // NCCL_VERSION(X,Y,Z): X*10000 + Y*100 + Z since 2.9, X*1000 + Y*100 + Z before.
+  return v >= 10000 ? format("%d.%d.%d", v / 10000, v / 100 % 100, v % 100) : format("%d.%d.%d", v / 1000, v / 100 % 10, v % 100);
+}
+
+void NcclLibrary::check(int result, const char* call) const {
+  GS_REQUIRE(handle_, GPUSTRIPE_ERR_NOT_SUPPORTED, "%s: %s", call, why_not_.c_str());
+  if (result != 0) GS_THROW(GPUSTRIPE_ERR_INTERNAL, "%s failed: NCCL error %d (%s)", call, result, error_string_(result));
+}
+
+void NcclLibrary::comm_init_all(NcclComm** comms, int ndev, const int* devlist) const {
+  check(handle_ ? init_all_(comms, ndev, devlist) : 0, "ncclCommInitAll");
+}
+void NcclLibrary::comm_destroy(NcclComm* comm) const { check(handle_ ? destroy_(comm) : 0, "ncclCommDestroy"); }
+void NcclLibrary::group_start() const { check(handle_ ? group_start_() : 0, "ncclGroupStart"); }
+void NcclLibrary::group_end() const { check(handle_ ? group_end_() : 0, "ncclGroupEnd"); }
+void NcclLibrary::send(const void* buf, size_t bytes, int peer, NcclComm* comm, void* stream) const {
+  check(handle_ ? send_(buf, bytes, kNcclInt8, peer, comm, stream) : 0, "ncclSend");
+}
+void NcclLibrary::recv(void* buf, size_t bytes, int peer, NcclComm* comm, void* stream) const {
+  check(handle_ ? recv_(buf, bytes, kNcclInt8, peer, comm, stream) : 0, "ncclRecv");
+}
+
+}  // namespace gpustripe

@@ -1,0 +1,303 @@
+#include "coll/comm.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "coll/executor.hpp"
+#include "coll/program.hpp"
+#include "coll/reduce.hpp"
+#include "coll/scratch.hpp"
+#include "common/config.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "core/context.hpp"
+#include "topology/topology.hpp"
+
+namespace gpustripe::coll {
+namespace {
+
+const BoolSetting kGraphs{"GPUSTRIPE_COLL_GRAPHS", "1",
+                          "Replay repeated collectives as CUDA graphs up to GPUSTRIPE_COLL_GRAPH_MAX (CUDA backend)"};
+const SizeSetting kGraphMax{"GPUSTRIPE_COLL_GRAPH_MAX", "64M",
+                            "Largest collective (size per rank) replayed as a CUDA graph: above it, issuing the "
+                            "calls costs little next to the transfer"};
+
+bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return an && bn && x < y + bn && y < x + an;
+}
+
+Team whole(const std::vector<int>& devices) {
+  Team t;
+  for (int r = 0; r < static_cast<int>(devices.size()); ++r) {
+    t.rank.push_back(r);
+    t.dev.push_back(devices[r]);
+  }
+  return t;
+}
+
+template <class P>
+std::vector<const char*> cbytes(const std::vector<P>& v) {
+  std::vector<const char*> out;
+  for (auto p : v) out.push_back(static_cast<const char*>(p));
+  return out;
+}
+std::vector<char*> bytes_of(const std::vector<void*>& v) {
+  std::vector<char*> out;
+  for (auto p : v) out.push_back(static_cast<char*>(p));
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Comm> Comm::create(Backend& backend, const Topology& topo, const std::vector<int>& devices) {
+  GS_REQUIRE(!devices.empty(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "a communicator needs at least one device");
+  const int have = backend.device_count();
+  for (size_t i = 0; i < devices.size(); ++i) {
+    GS_REQUIRE(devices[i] >= 0 && devices[i] < have && devices[i] < topo.gpu_count(), GPUSTRIPE_ERR_INVALID_DEVICE,
+               "communicator device %d (rank %zu): the %s backend has devices 0..%d", devices[i], i, backend.name(),
+               std::min(have, topo.gpu_count()) - 1);
+    for (size_t j = 0; j < i; ++j)
+      GS_REQUIRE(devices[i] != devices[j], GPUSTRIPE_ERR_INVALID_DEVICE,
+                 "device %d is listed twice (ranks %zu and %zu): one rank per GPU", devices[i], j, i);
+  }
+  return std::unique_ptr<Comm>(new Comm(backend, topo, devices));
+}
+
+std::unique_ptr<Comm> Comm::create(Context& ctx, const std::vector<int>& devices) {
+  return create(ctx.backend(), ctx.topology(), devices);
+}
+
+Comm::Comm(Backend& backend, const Topology& topo, std::vector<int> devices)
+    : backend_(backend), devices_(std::move(devices)) {
+  const int n = size();
+  res_.n = n;
+  res_.emulated = backend.emulated();
+  res_.nvswitch = true;
+  res_.nvlink_gbps = res_.host_gbps = 1e30;
+  std::map<int, std::vector<int>> by_socket;
+  for (int i = 0; i < n; ++i) {
+    const GpuInfo& g = topo.gpu(devices_[i]);
+    res_.nvswitch = res_.nvswitch && g.nvswitch;
+    res_.nvlink_gbps = std::min(res_.nvlink_gbps, topo.nvlink_egress_gbps(devices_[i]));
+    res_.host_gbps = std::min(res_.host_gbps, topo.host_link_gbps(devices_[i]));
+    by_socket[g.socket].push_back(i);
+    for (int j = 0; j < n; ++j) {
+      if (i == j) continue;
+      if (backend.can_access_peer(devices_[i], devices_[j])) backend.enable_peer_access(devices_[i], devices_[j]);
+      else res_.all_peer = false;
+    }
+  }
+  if (by_socket.size() > 1) {
+    size_t g = by_socket.begin()->second.size();
+    bool equal = std::all_of(by_socket.begin(), by_socket.end(), [&](auto& kv) { return kv.second.size() == g; });
+    if (equal)
+      for (auto& kv : by_socket) res_.socket_groups.push_back(kv.second);
+    else
+      GS_LOG_INFO(Subsys::Coll, "GPUs of the communicator sit on %zu sockets in unequal numbers: flat schedules only",
+                  by_socket.size());
+  }
+  reducer_ = make_reducer(backend_);
+  scratch_ = std::make_unique<Scratch>(backend_, devices_);
+  exec_ = std::make_unique<Executor>(backend_, *reducer_, devices_);
+  GS_LOG_DEBUG(Subsys::Coll, "communicator of %d ranks on %s: peer access %s, %s, %zu socket groups", n,
+               backend.name(), res_.all_peer ? "all pairs" : "not all pairs",
+               res_.nvswitch ? "NVSwitch" : "no NVSwitch", res_.socket_groups.size());
+}
+
+Comm::~Comm() {
+  try {
+    synchronize();
+  } catch (const Error& e) {
+    GS_LOG_ERROR(Subsys::Coll, "communicator teardown: %s", e.what());
+  }
+  exec_.reset();
+  scratch_.reset();
+}
+
+int Comm::device(int rank) const {
+  GS_REQUIRE(rank >= 0 && rank < size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "rank %d: the communicator has ranks 0..%d",
+             rank, size() - 1);
+  return devices_[rank];
+}
+
+void Comm::check_buffer(int rank, const void* p, size_t bytes, const char* what) {
+  GS_REQUIRE(p != nullptr, GPUSTRIPE_ERR_INVALID_POINTER, "%s of rank %d is NULL", what, rank);
+  PointerInfo info = backend_.pointer_info(p);
+  GS_REQUIRE(info.kind == MemoryKind::Device && info.device == devices_[rank], GPUSTRIPE_ERR_INVALID_POINTER,
+             "%s of rank %d (%p) is not memory of device %d", what, rank, p, devices_[rank]);
+  if (info.base && info.size) {
+    uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+    GS_REQUIRE(end <= info.base + info.size, GPUSTRIPE_ERR_INVALID_SIZE,
+               "%s of rank %d: %zu bytes at %p run past its allocation (%zu bytes at %p)", what, rank, bytes, p,
+               info.size, reinterpret_cast<void*>(info.base));
+  }
+}
+
+void Comm::check_count(const std::vector<const void*>& send, const std::vector<void*>& recv, const char* call) {
+  GS_REQUIRE(static_cast<int>(send.size()) == size() && static_cast<int>(recv.size()) == size(),
+             GPUSTRIPE_ERR_INVALID_ARGUMENT, "%s: %zu send and %zu receive buffers for %d ranks", call, send.size(),
+             recv.size(), size());
+}
+
+void Comm::check_root(int root) {
+  GS_REQUIRE(root >= 0 && root < size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "root %d: the communicator has ranks 0..%d",
+             root, size() - 1);
+}
+
+Choice Comm::pick(CollOp op, size_t bytes, DataType dt) {
+  Choice c = choose_schedule(op, res_, bytes, dtype_size(dt));
+  last_bytes_ = bytes;
+  last_ = std::string(coll_op_name(op)) + " " + format_size(bytes) + " " + c.describe();
+  GS_LOG_DEBUG(Subsys::Coll, "%s", last_.c_str());
+  return c;
+}
+
+void Comm::run(Program& prog, const Streams& streams, size_t bytes) {
+  GS_LOG_TRACE(Subsys::Coll, "schedule: %s", prog.summary().c_str());
+  exec_->enqueue(prog, streams, bytes <= kGraphMax.get() && kGraphs.get());
+  if (streams.empty()) synchronize();
+}
+
+void Comm::synchronize() {
+  exec_->synchronize();
+  scratch_->release_retired();
+}
+
+void Comm::alltoall(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count, DataType dt,
+                    const Streams& streams) {
+  check_count(send, recv, "alltoall");
+  const int n = size();
+  const size_t block = count * dtype_size(dt), total = block * n;
+  bool in_place = false;
+  for (int r = 0; r < n; ++r) {
+    check_buffer(r, send[r], total, "alltoall send buffer");
+    check_buffer(r, recv[r], total, "alltoall receive buffer");
+    GS_REQUIRE(send[r] == recv[r] || !overlaps(send[r], total, recv[r], total), GPUSTRIPE_ERR_INVALID_ARGUMENT,
+               "alltoall: rank %d's send and receive buffers overlap without being the same (in place)", r);
+    in_place = in_place || send[r] == recv[r];
+  }
+  if (count == 0) return;
+  Choice c = pick(CollOp::AllToAll, total, dt);
+  Program prog(n);
+  std::vector<const char*> src = cbytes(send);
+  if (in_place) {
+    // Every block is both read and overwritten: exchange from a copy of the input.
+    for (int r = 0; r < n; ++r) {
+      if (send[r] != recv[r]) continue;
+      char* copy = scratch_->device(r, total);
+      prog.copy(r, kLaneLocal, copy, devices_[r], send[r], devices_[r], total);
+      src[r] = copy;
+    }
+    prog.barrier();
+  }
+  build_alltoall(prog, whole(devices_), src, bytes_of(recv), block, c.exchange, *scratch_);
+  run(prog, streams, last_bytes_);
+}
+
+void Comm::allgather(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count, DataType dt,
+                     const Streams& streams) {
+  check_count(send, recv, "allgather");
+  const int n = size();
+  const size_t block = count * dtype_size(dt), total = block * n;
+  for (int r = 0; r < n; ++r) {
+    check_buffer(r, send[r], block, "allgather send buffer");
+    check_buffer(r, recv[r], total, "allgather receive buffer");
+    const void* own = static_cast<const char*>(recv[r]) + r * block;
+    GS_REQUIRE(send[r] == own || !overlaps(send[r], block, recv[r], total), GPUSTRIPE_ERR_INVALID_ARGUMENT,
+               "allgather: rank %d's send buffer overlaps its receive buffer but is not block %d of it (in place)", r,
+               r);
+  }
+  if (count == 0) return;
+  Choice c = pick(CollOp::AllGather, total, dt);
+  Program prog(n);
+  build_allgather(prog, whole(devices_), cbytes(send), bytes_of(recv), block, c.exchange, *scratch_);
+  run(prog, streams, last_bytes_);
+}
+
+void Comm::reduce_scatter(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count,
+                          DataType dt, RedOp op, const Streams& streams) {
+  check_count(send, recv, "reduce_scatter");
+  check_redop(op);
+  const int n = size();
+  const size_t esz = dtype_size(dt), block = count * esz, total = block * n;
+  for (int r = 0; r < n; ++r) {
+    check_buffer(r, send[r], total, "reduce_scatter send buffer");
+    check_buffer(r, recv[r], block, "reduce_scatter receive buffer");
+    const void* own = static_cast<const char*>(send[r]) + r * block;
+    GS_REQUIRE(recv[r] == own || !overlaps(send[r], total, recv[r], block), GPUSTRIPE_ERR_INVALID_ARGUMENT,
+               "reduce_scatter: rank %d's receive buffer overlaps its send buffer but is not block %d of it", r, r);
+  }
+  if (count == 0) return;
+  Choice c = pick(CollOp::ReduceScatter, total, dt);
+  Program prog(n);
+  Blocks b;
+  for (int j = 0; j < n; ++j) {
+    b.off.push_back(j * count);
+    b.cnt.push_back(count);
+  }
+  build_reduce_scatter(prog, whole(devices_), cbytes(send), bytes_of(recv), b, dt, op, c.reduce, *scratch_);
+  run(prog, streams, last_bytes_);
+}
+
+void Comm::allreduce(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count, DataType dt,
+                     RedOp op, const Streams& streams) {
+  check_count(send, recv, "allreduce");
+  check_redop(op);
+  const int n = size();
+  const size_t bytes = count * dtype_size(dt);
+  for (int r = 0; r < n; ++r) {
+    check_buffer(r, send[r], bytes, "allreduce send buffer");
+    check_buffer(r, recv[r], bytes, "allreduce receive buffer");
+    GS_REQUIRE(send[r] == recv[r] || !overlaps(send[r], bytes, recv[r], bytes), GPUSTRIPE_ERR_INVALID_ARGUMENT,
+               "allreduce: rank %d's send and receive buffers overlap without being the same (in place)", r);
+  }
+  if (count == 0) return;
+  Choice c = pick(CollOp::AllReduce, bytes, dt);
+  Program prog(n);
+  Team t = whole(devices_);
+  if (c.name == "oneshot")
+    build_allreduce_oneshot(prog, t, cbytes(send), bytes_of(recv), count, dt, op, *scratch_);
+  else if (c.name == "hier")
+    build_allreduce_hier(prog, t, res_.socket_groups, cbytes(send), bytes_of(recv), count, dt, op, c.reduce,
+                         *scratch_);
+  else
+    build_allreduce_rs_ag(prog, t, cbytes(send), bytes_of(recv), count, dt, op, c.reduce, *scratch_);
+  run(prog, streams, last_bytes_);
+}
+
+void Comm::bcast(const std::vector<void*>& bufs, size_t count, DataType dt, int root, const Streams& streams) {
+  const int n = size();
+  GS_REQUIRE(static_cast<int>(bufs.size()) == n, GPUSTRIPE_ERR_INVALID_ARGUMENT, "bcast: %zu buffers for %d ranks",
+             bufs.size(), n);
+  check_root(root);
+  const size_t bytes = count * dtype_size(dt);
+  for (int r = 0; r < n; ++r) check_buffer(r, bufs[r], bytes, "bcast buffer");
+  if (count == 0) return;
+  Choice c = pick(CollOp::Bcast, bytes, dt);
+  Program prog(n);
+  build_bcast(prog, whole(devices_), bytes_of(bufs), bytes, root, c.bcast);
+  run(prog, streams, last_bytes_);
+}
+
+void Comm::reduce(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count, DataType dt,
+                  RedOp op, int root, const Streams& streams) {
+  check_count(send, recv, "reduce");
+  check_redop(op);
+  check_root(root);
+  const int n = size();
+  const size_t bytes = count * dtype_size(dt);
+  for (int r = 0; r < n; ++r) check_buffer(r, send[r], bytes, "reduce send buffer");
+  check_buffer(root, recv[root], bytes, "reduce receive buffer of the root");
+  GS_REQUIRE(send[root] == recv[root] || !overlaps(send[root], bytes, recv[root], bytes),
+             GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "reduce: the root's send and receive buffers overlap without being the same (in place)");
+  if (count == 0) return;
+  Choice c = pick(CollOp::Reduce, bytes, dt);
+  Program prog(n);
+  build_reduce(prog, whole(devices_), cbytes(send), static_cast<char*>(recv[root]), count, dt, op, root, c.reduce,
+               *scratch_);
+  run(prog, streams, last_bytes_);
+}
+
+}  // namespace gpustripe::coll

@@ -1,0 +1,80 @@
+// A communicator over GPUs of this process (like ncclCommInitAll): rank r is
+// devices[r], and every call takes one buffer per rank, all valid here. Calls
+// check their arguments, choose a schedule (select.hpp), build it from the per-rank
+// pointers (schedules.hpp) and enqueue it (executor.hpp). Buffer layouts and in-place
+// rules are the C API's (gpustripe/coll.h). One call at a time per communicator.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "coll/select.hpp"
+#include "coll/types.hpp"
+
+namespace gpustripe {
+struct Topology;
+class Context;
+}
+
+namespace gpustripe::coll {
+
+class Executor;
+class Reducer;
+class Scratch;
+class Program;
+
+class Comm {
+ public:
+  // Throws ERR_INVALID_DEVICE for a device the backend lacks or listed twice,
+  // ERR_INVALID_ARGUMENT for an empty list. Enables peer access where possible.
+  static std::unique_ptr<Comm> create(Backend& backend, const Topology& topo, const std::vector<int>& devices);
+  // Over the context's backend and topology; the context outlives the communicator.
+  static std::unique_ptr<Comm> create(Context& ctx, const std::vector<int>& devices);
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  int size() const { return static_cast<int>(devices_.size()); }
+  int device(int rank) const;
+  Backend& backend() { return backend_; }
+  const TeamResources& resources() const { return res_; }
+
+  using Streams = std::vector<StreamHandle>;  // empty: blocking call
+  void alltoall(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count, DataType dt,
+                const Streams& streams = {});
+  void allgather(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count, DataType dt,
+                 const Streams& streams = {});
+  void reduce_scatter(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count,
+                      DataType dt, RedOp op, const Streams& streams = {});
+  void allreduce(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count, DataType dt,
+                 RedOp op, const Streams& streams = {});
+  void bcast(const std::vector<void*>& bufs, size_t count, DataType dt, int root, const Streams& streams = {});
+  void reduce(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count, DataType dt,
+              RedOp op, int root, const Streams& streams = {});
+
+  void synchronize();
+  // "<op> <schedule description>" of the last call.
+  const std::string& last_schedule() const { return last_; }
+
+ private:
+  Comm(Backend& backend, const Topology& topo, std::vector<int> devices);
+  Choice pick(CollOp op, size_t bytes, DataType dt);
+  void run(Program& prog, const Streams& streams, size_t bytes);
+  // Throws ERR_INVALID_POINTER / ERR_INVALID_SIZE when p is null, not memory of rank's
+  // device, or [p, p+bytes) leaves its allocation (where the backend knows it).
+  void check_buffer(int rank, const void* p, size_t bytes, const char* what);
+  void check_count(const std::vector<const void*>& send, const std::vector<void*>& recv, const char* call);
+  void check_root(int root);
+
+  Backend& backend_;
+  std::vector<int> devices_;
+  TeamResources res_;
+  std::unique_ptr<Reducer> reducer_;
+  std::unique_ptr<Scratch> scratch_;
+  std::unique_ptr<Executor> exec_;
+  std::string last_;
+  size_t last_bytes_ = 0;  // size of the call being made (set by pick)
+};
+
+}  // namespace gpustripe::coll

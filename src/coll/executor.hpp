@@ -1,0 +1,64 @@
+// Enqueues a Program on a backend: each (rank, lane) is a stream of the rank's
+// device (the engine's Lane), a dependency between lanes is an event, a barrier
+// makes every later op wait for every earlier one. Every run is fenced after the
+// previous one (scratch memory is reused), and optionally ordered with the
+// caller's streams, one per rank.
+// Graph mode (backends with graphs; the communicator asks for it at small sizes, where
+// issuing dozens of async calls costs more than the transfer): a program seen before
+// is captured once into a graph, on streams of its own, and replayed with one launch.
+#pragma once
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "coll/program.hpp"
+#include "coll/reduce.hpp"
+#include "engine/graph_cache.hpp"
+#include "engine/lanes.hpp"
+
+namespace gpustripe::coll {
+
+class Executor {
+ public:
+  Executor(Backend& backend, Reducer& reducer, std::vector<int> devices);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // user_streams: empty, or one stream per rank (see coll.h for the ordering contract).
+  // as_graph: replay the program as a graph when it was seen before (ignored by backends
+  // without graphs).
+  void enqueue(const Program& prog, const std::vector<StreamHandle>& user_streams, bool as_graph = false);
+  // Waits for everything enqueued so far.
+  void synchronize();
+  size_t graph_launches() const { return graph_launches_; }
+
+ private:
+  using LaneRef = ::gpustripe::Lane*;
+  ::gpustripe::Lane& lane(LaneSet& set, int rank, int lane);
+  EventHandle user_event(int rank);
+  // Enqueues the ops on lanes of `set`, each lane first waiting for `entry`; returns the lanes used.
+  std::vector<LaneRef> enqueue_ops(const Program& prog, LaneSet& set, const std::vector<EventHandle>& entry);
+  std::vector<EventHandle> entry_events(const std::vector<StreamHandle>& user_streams);
+  void finish(const std::vector<LaneMark>& done, const std::vector<StreamHandle>& user_streams);
+  bool launch_graph(const Program& prog, const std::vector<StreamHandle>& user_streams);
+
+  Backend& backend_;
+  Reducer& reducer_;
+  std::vector<int> devices_;
+  LaneSet lanes_;          // direct runs
+  LaneSet capture_lanes_;  // graph captures only: their events never mark work outside a graph
+  std::vector<EventHandle> user_events_;
+  std::vector<LaneMark> last_done_;  // end of the previous run on each lane it used
+  GraphCache graphs_;
+  std::set<std::string> seen_;  // programs run once directly: captured when seen again
+  EventHandle fork_ = nullptr;  // the capture's start, on the origin stream
+  bool graphs_broken_ = false;
+  size_t graph_launches_ = 0;
+};
+
+}  // namespace gpustripe::coll

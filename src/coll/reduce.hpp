@@ -1,0 +1,47 @@
+// Element-wise reductions of several buffers into one, ordered on a stream: the
+// one interface behind which the CUDA kernels (reduce_cuda.cu, real GPUs) and the
+// CPU loops (reduce_host.cpp, emulated backend) sit. The schedules call only this.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "coll/types.hpp"
+
+namespace gpustripe::coll {
+
+// dst[k] = op(srcs[0][k], srcs[1][k], ...) for k < count. dst may be srcs[0] (accumulate
+// in place); it overlaps no other source. Any number of sources >= 1; peers' memory may be
+// read directly where the backend allows peer access.
+struct ReduceArgs {
+  void* dst = nullptr;
+  std::vector<const void*> srcs;
+  size_t count = 0;
+  DataType dtype = GPUSTRIPE_FLOAT32;
+  RedOp op = GPUSTRIPE_SUM;
+};
+
+class Reducer {
+ public:
+  virtual ~Reducer() = default;
+  // Enqueues the reduction on stream s of device dev (the device that runs it).
+  virtual void reduce_async(const ReduceArgs& args, int dev, StreamHandle s) = 0;
+};
+
+// The reducer for a backend: CUDA kernels on "cuda", CPU loops on "emulated".
+std::unique_ptr<Reducer> make_reducer(Backend& backend);
+
+// The CPU loop, run now on the calling thread (the emulated reducer and tests use it).
+void reduce_host(const ReduceArgs& args);
+
+// Throws ERR_INVALID_ARGUMENT / ERR_INVALID_TYPE naming what is wrong.
+void check_reduce_args(const ReduceArgs& args);
+
+#if GPUSTRIPE_HAVE_CUDA
+// Kernel launch (reduce_cuda.cu): at most kMaxKernelSources sources per launch.
+constexpr int kMaxKernelSources = 16;
+void launch_reduce_kernel(const ReduceArgs& args, int dev, void* cuda_stream);
+#endif
+
+}  // namespace gpustripe::coll

@@ -1,0 +1,43 @@
+// Broadcast. Sending the whole message from the root to every member makes the root's
+// NVLink egress carry (n-1) copies. Scatter-allgather sends each non-root member one
+// piece (the root's egress carries the message once) and lets the members forward
+// their pieces to each other; chunks pipeline the two steps.
+#include <algorithm>
+
+#include "coll/schedules.hpp"
+
+namespace gpustripe::coll {
+
+void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size_t bytes, int root,
+                 const BcastOpts& o) {
+  const int n = t.size();
+  if (n == 1 || bytes == 0) return;
+  std::vector<int> others;
+  for (int r = 1; r < n; ++r) others.push_back((root + r) % n);
+  const int chunks = std::max(1, o.chunks);
+  const size_t step = (bytes + chunks - 1) / chunks;
+
+  for (int c = 0; c < chunks; ++c) {
+    const size_t coff = std::min(bytes, c * step), clen = std::min(step, bytes - coff);
+    if (clen == 0) break;
+    if (!o.scatter_allgather || n == 2) {
+      for (int k : others)
+        p.copy(t.rank[root], kLaneOut, bufs[k] + coff, t.dev[k], bufs[root] + coff, t.dev[root], clen);
+      continue;
+    }
+    const int m = static_cast<int>(others.size());
+    const size_t piece = ((clen + m - 1) / m + 255) / 256 * 256;
+    for (int q = 0; q < m; ++q) {
+      const size_t off = coff + std::min(clen, q * piece), len = std::min(piece, coff + clen - off);
+      if (len == 0) continue;
+      const int k = others[q];
+      int got = p.copy(t.rank[root], kLaneOut, bufs[k] + off, t.dev[k], bufs[root] + off, t.dev[root], len);
+      for (int s = 1; s < m; ++s) {
+        int d = others[(q + s) % m];
+        p.copy(t.rank[k], kLaneOut, bufs[d] + off, t.dev[d], bufs[k] + off, t.dev[k], len, {got});
+      }
+    }
+  }
+}
+
+}  // namespace gpustripe::coll

@@ -1,0 +1,219 @@
+// Reduce-scatter, allreduce and reduce. Member j owns block j: the block's inputs
+// reach j either by copy engines into j's scratch (copy mode: NVLink at copy-engine
+// speed, the SMs free for the reduction) or by j's kernel reading peers' memory
+// (pull mode: one launch, no copies, best at small sizes). Chunks pipeline the
+// transfer of chunk c+1 with the reduction of chunk c, and, for allreduce, the
+// allgather of chunk c with both.
+#include <algorithm>
+
+#include "coll/schedules.hpp"
+#include "common/error.hpp"
+
+namespace gpustripe::coll {
+namespace {
+
+constexpr size_t kAlignBytes = 256;
+
+size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// Chunk c of a block of cnt elements, cut in `chunks` pieces aligned to `align` elements.
+std::pair<size_t, size_t> chunk_of(size_t cnt, int chunks, int c, size_t align) {
+  size_t step = ceil_div(ceil_div(cnt, chunks), align) * align;
+  size_t off = std::min(cnt, c * step);
+  return {off, std::min(step, cnt - off)};
+}
+
+}  // namespace
+
+Blocks split_blocks(size_t count, int parts, size_t align) {
+  Blocks b;
+  size_t step = ceil_div(ceil_div(count, parts), align) * align;
+  for (int i = 0; i < parts; ++i) {
+    size_t off = std::min(count, i * step);
+    b.off.push_back(off);
+    b.cnt.push_back(std::min(step, count - off));
+  }
+  return b;
+}
+
+std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, const std::vector<const char*>& send,
+                                                   const std::vector<char*>& out, const Blocks& b, DataType dt,
+                                                   RedOp op, const ReduceOpts& o, Scratch& scratch) {
+  const int n = t.size();
+  const size_t esz = dtype_size(dt);
+  const size_t align = std::max<size_t>(1, kAlignBytes / esz);
+  const int chunks = std::max(1, o.chunks);
+  const int slots = std::max(1, std::min(o.slots, chunks));
+  std::vector<std::vector<int>> done(chunks, std::vector<int>(n, -1));
+
+  size_t max_chunk = 0;
+  for (int j = 0; j < n; ++j) max_chunk = std::max(max_chunk, chunk_of(b.cnt[j], chunks, 0, align).second);
+  const size_t slot_bytes = ceil_div(max_chunk * esz, kAlignBytes) * kAlignBytes;
+  std::vector<char*> scr(n, nullptr);
+  if (!o.pull && n > 1)
+    for (int j = 0; j < n; ++j) scr[j] = scratch.device(t.rank[j], slot_bytes * slots * (n - 1));
+  // Slot s, peer index q (0..n-2) of member j.
+  auto slot = [&](int j, int s, int q) { return scr[j] + (static_cast<size_t>(s) * (n - 1) + q) * slot_bytes; };
+  auto peer_index = [&](int i, int j) { return (i - j - 1 + n) % n; };
+
+  for (int c = 0; c < chunks; ++c) {
+    std::vector<std::vector<int>> arrived(n);
+    if (!o.pull) {
+      const int s = c % slots;
+      for (int r = 1; r < n; ++r)
+        for (int i = 0; i < n; ++i) {
+          int j = (i + r) % n;
+          auto [off, len] = chunk_of(b.cnt[j], chunks, c, align);
+          // The slot is free once the reduction of the chunk that used it before has run.
+          std::vector<int> deps;
+          if (c >= slots) deps.push_back(done[c - slots][j]);
+          arrived[j].push_back(p.copy(t.rank[i], kLaneOut, slot(j, s, peer_index(i, j)), t.dev[j],
+                                      send[i] + (b.off[j] + off) * esz, t.dev[i], len * esz, deps));
+        }
+    }
+    for (int j = 0; j < n; ++j) {
+      auto [off, len] = chunk_of(b.cnt[j], chunks, c, align);
+      if (len == 0) continue;
+      std::vector<const void*> srcs;
+      for (int i = 0; i < n; ++i) {
+        if (i == j || o.pull) srcs.push_back(send[i] + (b.off[j] + off) * esz);
+        else srcs.push_back(slot(j, c % slots, peer_index(i, j)));
+      }
+      done[c][j] = p.reduce(t.rank[j], kLaneLocal, out[j] + off * esz, std::move(srcs), len, dt, op, arrived[j]);
+    }
+  }
+  return done;
+}
+
+void build_allreduce_rs_ag(Program& p, const Team& t, const std::vector<const char*>& send,
+                           const std::vector<char*>& recv, size_t count, DataType dt, RedOp op, const ReduceOpts& o,
+                           Scratch& scratch) {
+  const int n = t.size();
+  const size_t esz = dtype_size(dt);
+  const size_t align = std::max<size_t>(1, kAlignBytes / esz);
+  Blocks b = split_blocks(count, n, align);
+  std::vector<char*> out(n);
+  for (int j = 0; j < n; ++j) out[j] = recv[j] + b.off[j] * esz;
+  auto done = build_reduce_scatter(p, t, send, out, b, dt, op, o, scratch);
+  // Allgather of each reduced chunk, on a lane beside the reduce-scatter copies. In place,
+  // the write into recv[k] (== send[k]) comes after the reduction that read send[k]'s chunk.
+  const int chunks = static_cast<int>(done.size());
+  for (int c = 0; c < chunks; ++c)
+    for (int r = 1; r < n; ++r)
+      for (int j = 0; j < n; ++j) {
+        int k = (j + r) % n;
+        auto [off, len] = chunk_of(b.cnt[j], chunks, c, align);
+        size_t at = (b.off[j] + off) * esz;
+        p.copy(t.rank[j], kLaneOut2, recv[k] + at, t.dev[k], recv[j] + at, t.dev[j], len * esz, {done[c][j]});
+      }
+}
+
+void build_allreduce_oneshot(Program& p, const Team& t, const std::vector<const char*>& send,
+                             const std::vector<char*>& recv, size_t count, DataType dt, RedOp op, Scratch& scratch) {
+  const int n = t.size();
+  const size_t bytes = count * dtype_size(dt);
+  std::vector<const char*> in = send;
+  bool in_place = false;
+  for (int i = 0; i < n; ++i) in_place = in_place || send[i] == recv[i];
+  if (in_place) {
+    // Member j overwrites its input while the others still read it: read copies instead.
+    for (int i = 0; i < n; ++i) {
+      char* copy = scratch.device(t.rank[i], bytes);
+      p.copy(t.rank[i], kLaneLocal, copy, t.dev[i], send[i], t.dev[i], bytes);
+      in[i] = copy;
+    }
+    p.barrier();
+  }
+  for (int j = 0; j < n; ++j) {
+    std::vector<const void*> srcs(in.begin(), in.end());
+    p.reduce(t.rank[j], kLaneLocal, recv[j], std::move(srcs), count, dt, op);
+  }
+}
+
+void build_allreduce_hier(Program& p, const Team& t, const std::vector<std::vector<int>>& groups,
+                          const std::vector<const char*>& send, const std::vector<char*>& recv, size_t count,
+                          DataType dt, RedOp op, const ReduceOpts& o, Scratch& scratch) {
+  const size_t g = groups.at(0).size();
+  for (const auto& grp : groups)
+    GS_REQUIRE(grp.size() == g, GPUSTRIPE_ERR_INTERNAL, "hierarchical allreduce needs groups of equal size");
+  const size_t esz = dtype_size(dt);
+  Blocks b = split_blocks(count, static_cast<int>(g), std::max<size_t>(1, kAlignBytes / esz));
+  auto sub = [&](const std::vector<int>& members) {
+    Team s;
+    for (int m : members) {
+      s.rank.push_back(t.rank[m]);
+      s.dev.push_back(t.dev[m]);
+    }
+    return s;
+  };
+
+  // 1. Inside each group: member l gets the group's partial result of block l in recv.
+  for (const auto& grp : groups) {
+    std::vector<const char*> s;
+    std::vector<char*> out;
+    for (size_t l = 0; l < g; ++l) {
+      s.push_back(send[grp[l]]);
+      out.push_back(recv[grp[l]] + b.off[l] * esz);
+    }
+    build_reduce_scatter(p, sub(grp), s, out, b, dt, op, o, scratch);
+  }
+  p.barrier();
+  // 2. Across groups: the l-th members allreduce block l in place (copy mode: the link
+  //    between sockets may not map peer memory).
+  ReduceOpts across = o;
+  across.pull = false;
+  for (size_t l = 0; l < g; ++l) {
+    std::vector<int> members;
+    std::vector<const char*> s;
+    std::vector<char*> r;
+    for (const auto& grp : groups) {
+      members.push_back(grp[l]);
+      s.push_back(recv[grp[l]] + b.off[l] * esz);
+      r.push_back(recv[grp[l]] + b.off[l] * esz);
+    }
+    build_allreduce_rs_ag(p, sub(members), s, r, b.cnt[l], dt, op, across, scratch);
+  }
+  p.barrier();
+  // 3. Inside each group: member l's block to the others, in permutation rounds.
+  for (const auto& grp : groups)
+    for (size_t r = 1; r < g; ++r)
+      for (size_t l = 0; l < g; ++l) {
+        size_t k = (l + r) % g;
+        size_t at = b.off[l] * esz;
+        p.copy(t.rank[grp[l]], kLaneOut, recv[grp[k]] + at, t.dev[grp[k]], recv[grp[l]] + at, t.dev[grp[l]],
+               b.cnt[l] * esz);
+      }
+}
+
+void build_reduce(Program& p, const Team& t, const std::vector<const char*>& send, char* recv_root, size_t count,
+                  DataType dt, RedOp op, int root, const ReduceOpts& o, Scratch& scratch) {
+  const int n = t.size();
+  const size_t esz = dtype_size(dt);
+  const size_t align = std::max<size_t>(1, kAlignBytes / esz);
+  Blocks b = split_blocks(count, n, align);
+  // Non-root members reduce their block into scratch past the reduce-scatter slots
+  // (build_reduce_scatter asks for its slots first; asking again for more keeps them).
+  size_t slots_bytes = 0;
+  if (!o.pull && n > 1) {
+    const int chunks = std::max(1, o.chunks);
+    size_t max_chunk = ceil_div(ceil_div(b.cnt[0], chunks), align) * align;
+    size_t slot = ceil_div(max_chunk * esz, kAlignBytes) * kAlignBytes;
+    slots_bytes = slot * std::max(1, std::min(o.slots, chunks)) * (n - 1);
+  }
+  std::vector<char*> out(n);
+  for (int j = 0; j < n; ++j) {
+    if (j == root) out[j] = recv_root + b.off[j] * esz;
+    else out[j] = scratch.device(t.rank[j], slots_bytes + b.cnt[j] * esz) + slots_bytes;
+  }
+  auto done = build_reduce_scatter(p, t, send, out, b, dt, op, o, scratch);
+  const int chunks = static_cast<int>(done.size());
+  for (int c = 0; c < chunks; ++c)
+    for (int j = 0; j < n; ++j) {
+      if (j == root) continue;
+      auto [off, len] = chunk_of(b.cnt[j], chunks, c, align);
+      p.copy(t.rank[j], kLaneOut2, recv_root + (b.off[j] + off) * esz, t.dev[root], out[j] + off * esz, t.dev[j],
+             len * esz, {done[c][j]});
+    }
+}
+
+}  // namespace gpustripe::coll

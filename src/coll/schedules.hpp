@@ -1,0 +1,79 @@
+// Schedule builders: each appends one collective's copies and reductions to a
+// Program, given per-member device pointers and devices only. A Team is the set of
+// ranks a builder works on (the whole communicator, or a socket's ranks inside a
+// hierarchical schedule). The choice among builders is select.hpp's.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "coll/program.hpp"
+#include "coll/scratch.hpp"
+#include "coll/types.hpp"
+
+namespace gpustripe::coll {
+
+struct Team {
+  std::vector<int> rank;  // program rank of member m
+  std::vector<int> dev;   // its device
+  int size() const { return static_cast<int>(rank.size()); }
+};
+
+// Element ranges [off, off+cnt) that split `count` into `parts` blocks, as even as the
+// alignment (in elements) allows; later blocks may be shorter or empty.
+struct Blocks {
+  std::vector<size_t> off, cnt;
+};
+Blocks split_blocks(size_t count, int parts, size_t align_elems);
+
+struct ExchangeOpts {
+  bool rounds = true;        // permutation rounds on one lane per rank; else one lane per peer, all at once
+  double host_share = 0;     // fraction of each peer block sent through pinned host memory
+  int host_chunks = 4;       // pipeline depth of the host path (D2H of chunk c+1 beside H2D of chunk c)
+};
+
+// Alltoall: block j of send[i] -> block i of recv[j]; blocks of `block` bytes. Not in place
+// (the communicator copies in-place input aside first).
+void build_alltoall(Program& p, const Team& t, const std::vector<const char*>& send, const std::vector<char*>& recv,
+                    size_t block, const ExchangeOpts& o, Scratch& scratch);
+// Allgather: send[i] (block bytes) -> block i of every recv[j]. In place when send[i] == recv[i] + i*block.
+void build_allgather(Program& p, const Team& t, const std::vector<const char*>& send, const std::vector<char*>& recv,
+                     size_t block, const ExchangeOpts& o, Scratch& scratch);
+
+struct ReduceOpts {
+  bool pull = false;  // kernels read peers' memory; else copy engines copy into scratch first
+  int chunks = 1;     // pipeline depth
+  int slots = 4;      // scratch slots per peer (copy mode): bounds scratch to slots chunks
+};
+
+// Reduce-scatter over blocks b (elements): out[j] (block j's result at member j) =
+// op over i of send[i] + b.off[j]. Returns, per chunk c and member j, the op that
+// finishes that chunk (index into p, or -1): result[c][j].
+std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, const std::vector<const char*>& send,
+                                                   const std::vector<char*>& out, const Blocks& b, DataType dt,
+                                                   RedOp op, const ReduceOpts& o, Scratch& scratch);
+
+// Allreduce as reduce-scatter pipelined into allgather, chunk by chunk.
+void build_allreduce_rs_ag(Program& p, const Team& t, const std::vector<const char*>& send,
+                           const std::vector<char*>& recv, size_t count, DataType dt, RedOp op, const ReduceOpts& o,
+                           Scratch& scratch);
+// Allreduce in one step: every member reduces all members' inputs (latency path).
+void build_allreduce_oneshot(Program& p, const Team& t, const std::vector<const char*>& send,
+                             const std::vector<char*>& recv, size_t count, DataType dt, RedOp op, Scratch& scratch);
+// Three stages over groups (sockets) of equal size: reduce-scatter inside each group,
+// allreduce of each block across groups, allgather inside each group.
+void build_allreduce_hier(Program& p, const Team& t, const std::vector<std::vector<int>>& groups,
+                          const std::vector<const char*>& send, const std::vector<char*>& recv, size_t count,
+                          DataType dt, RedOp op, const ReduceOpts& o, Scratch& scratch);
+
+struct BcastOpts {
+  bool scatter_allgather = true;  // root scatters pieces, members forward them; else root sends to all
+  int chunks = 1;
+};
+void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size_t bytes, int root,
+                 const BcastOpts& o);
+
+// Reduce to root: reduce-scatter, then each member sends its block to root's recv.
+void build_reduce(Program& p, const Team& t, const std::vector<const char*>& send, char* recv_root, size_t count,
+                  DataType dt, RedOp op, int root, const ReduceOpts& o, Scratch& scratch);
+
+}  // namespace gpustripe::coll

@@ -1,0 +1,39 @@
+// Scratch memory of a communicator: one device buffer per rank and one pinned host
+// buffer, grown on demand. A grown buffer's predecessor may still be named by ops
+// enqueued earlier, so it is retired, not freed, until release_retired() is called
+// once everything enqueued has completed.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "backend/backend.hpp"
+
+namespace gpustripe::coll {
+
+class Scratch {
+ public:
+  Scratch(Backend& backend, std::vector<int> devices);
+  ~Scratch();
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+
+  // At least `bytes` of device memory on rank's GPU, 256-byte aligned.
+  char* device(int rank, size_t bytes);
+  // At least `bytes` of pinned host memory.
+  char* host(size_t bytes);
+  void release_retired();
+  size_t device_bytes(int rank) const { return dev_[rank].bytes; }
+
+ private:
+  struct Buf {
+    char* p = nullptr;
+    size_t bytes = 0;
+  };
+  Backend& backend_;
+  std::vector<int> devices_;
+  std::vector<Buf> dev_;
+  Buf host_;
+  std::vector<std::pair<int, void*>> retired_;  // (device or kHostDevice, pointer)
+};
+
+}  // namespace gpustripe::coll

@@ -1,0 +1,186 @@
+#include "coll/select.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "common/config.hpp"
+#include "common/error.hpp"
+
+namespace gpustripe::coll {
+namespace {
+
+const StringSetting kAlgo{"GPUSTRIPE_COLL_ALGO", "auto",
+                          "Force collective schedules: auto, or a comma list of names, each op taking the first that "
+                          "is its own (rounds, all_at_once, rs_copy, rs_pull, oneshot, rs_ag_copy, rs_ag_pull, hier, "
+                          "direct, scatter_ag, reduce_copy, reduce_pull)"};
+const SizeSetting kChunk{"GPUSTRIPE_COLL_CHUNK", "16M",
+                         "Pipeline chunk of a rank's block in reduce-scatter/allreduce/reduce/bcast schedules"};
+const IntSetting kMaxChunks{"GPUSTRIPE_COLL_MAX_CHUNKS", "16", "Most pipeline chunks of one collective"};
+const StringSetting kHostShare{"GPUSTRIPE_COLL_HOST_SHARE", "auto",
+                               "Fraction of each alltoall/allgather peer block sent through pinned host memory: "
+                               "auto (from the node's link figures, above GPUSTRIPE_COLL_HOST_MIN) or 0..0.5"};
+const SizeSetting kHostMin{"GPUSTRIPE_COLL_HOST_MIN", "32M",
+                           "Smallest peer block of alltoall/allgather that gets an automatic host-path share"};
+const SizeSetting kRoundsMin{"GPUSTRIPE_COLL_ROUNDS_MIN", "1M",
+                             "Smallest peer block for which exchanges run in permutation rounds (below: all at once)"};
+const SizeSetting kPullMax{"GPUSTRIPE_COLL_PULL_MAX", "4M",
+                           "Largest size per rank for which reductions read peers with kernels instead of copy engines"};
+const SizeSetting kOneshotMax{"GPUSTRIPE_COLL_ONESHOT_MAX", "256K",
+                              "Largest allreduce per rank done in one step (every rank reduces all inputs)"};
+
+// Measured on the 4x H200 node (shared/HARDWARE.md): copy engines reach ~82% of the
+// nominal NVLink figure, PCIe ~85% one way; with every GPU on the host path at once the
+// host side gives each ~65% of that. The host share equalises the two paths' finish
+// times, then backs off a quarter: past the balance point throughput falls off a cliff.
+constexpr double kNvlinkEff = 0.82, kPcieEff = 0.85, kHostConcurrency = 0.65, kShareMargin = 0.75;
+
+bool is_own(CollOp op, const std::string& name) {
+  auto names = schedule_names(op);
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// The forced name for this op, or "".
+std::string forced(CollOp op) {
+  std::string text = kAlgo.get();
+  if (text.empty() || text == "auto") return "";
+  std::stringstream ss(text);
+  std::string word;
+  std::vector<std::string> all;
+  for (CollOp o : {CollOp::AllToAll, CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllReduce, CollOp::Bcast,
+                   CollOp::Reduce})
+    for (auto& nm : schedule_names(o)) all.push_back(nm);
+  std::string pick;
+  while (std::getline(ss, word, ',')) {
+    GS_REQUIRE(std::find(all.begin(), all.end(), word) != all.end(), GPUSTRIPE_ERR_CONFIG,
+               "GPUSTRIPE_COLL_ALGO: unknown schedule '%s'", word.c_str());
+    if (pick.empty() && is_own(op, word)) pick = word;
+  }
+  return pick;
+}
+
+int chunks_for(size_t block_bytes) {
+  uint64_t chunk = std::max<uint64_t>(1, kChunk.get());
+  int64_t most = std::max<int64_t>(1, kMaxChunks.get());
+  return static_cast<int>(std::clamp<uint64_t>((block_bytes + chunk - 1) / chunk, 1, static_cast<uint64_t>(most)));
+}
+
+std::string pct(double f) {
+  return format("%.1f%%", f * 100);
+}
+
+}  // namespace
+
+std::vector<std::string> schedule_names(CollOp op) {
+  switch (op) {
+    case CollOp::AllToAll:
+    case CollOp::AllGather: return {"rounds", "all_at_once"};
+    case CollOp::ReduceScatter: return {"rs_copy", "rs_pull"};
+    case CollOp::AllReduce: return {"oneshot", "rs_ag_copy", "rs_ag_pull", "hier"};
+    case CollOp::Bcast: return {"direct", "scatter_ag"};
+    case CollOp::Reduce: return {"reduce_copy", "reduce_pull"};
+  }
+  return {};
+}
+
+double auto_host_share(CollOp op, const TeamResources& res) {
+  if (res.host_gbps <= 0 || res.nvlink_gbps <= 0 || res.n < 2) return 0;
+  double nv = res.nvlink_gbps * kNvlinkEff;
+  double host = res.host_gbps * kPcieEff * (res.n > 2 ? kHostConcurrency : 1.0);
+  // Both exchanges move (n-1) blocks in and out of every GPU; the host path carries its
+  // share of them over the GPU's PCIe link in each direction.
+  double balance = host / (nv + host);
+  return kShareMargin * balance;
+}
+
+std::string Choice::describe() const {
+  std::string s = name;
+  if (name == "rounds" || name == "all_at_once") s += " host=" + pct(exchange.host_share);
+  else if (name == "direct" || name == "scatter_ag") s += format(" chunks=%d", bcast.chunks);
+  else if (name != "oneshot") s += format(" chunks=%d", reduce.chunks);
+  return s + ": " + why;
+}
+
+Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t esz) {
+  Choice c;
+  const int n = std::max(1, res.n);
+  std::string force = forced(op);
+  std::string size = format_size(bytes);
+  auto why_forced = [&](const std::string& name) {
+    return "GPUSTRIPE_COLL_ALGO=" + kAlgo.get() + " picks " + name;
+  };
+
+  if (op == CollOp::AllToAll || op == CollOp::AllGather) {
+    const size_t block = bytes / n;  // one peer's block
+    const size_t rounds_min = kRoundsMin.get();
+    c.name = force.empty() ? (block >= rounds_min ? "rounds" : "all_at_once") : force;
+    c.exchange.rounds = c.name == "rounds";
+    c.why = !force.empty() ? why_forced(c.name)
+            : c.exchange.rounds
+                ? format("%s blocks >= %s: permutation rounds keep one copy per NVLink port and direction",
+                         format_size(block).c_str(), format_size(rounds_min).c_str())
+                : format("%s blocks < %s: all peers at once, per-copy latency dominates", format_size(block).c_str(),
+                         format_size(rounds_min).c_str());
+    std::string hs = kHostShare.get();
+    if (hs == "auto") {
+      if (block >= kHostMin.get()) {
+        c.exchange.host_share = auto_host_share(op, res);
+        if (c.exchange.host_share > 0)
+          c.why += format("; host share %s from nominal links (NVLink %.0f, PCIe %.0f GB/s)",
+                          pct(c.exchange.host_share).c_str(), res.nvlink_gbps, res.host_gbps);
+      }
+    } else {
+      double f = parse_double(hs, "GPUSTRIPE_COLL_HOST_SHARE");
+      GS_REQUIRE(f >= 0 && f <= 0.5, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_COLL_HOST_SHARE=%s: expected auto or 0..0.5",
+                 hs.c_str());
+      c.exchange.host_share = f;
+      if (f > 0) c.why += "; host share " + pct(f) + " from GPUSTRIPE_COLL_HOST_SHARE";
+    }
+    c.exchange.host_chunks = std::clamp(chunks_for(block), 2, 16);
+    return c;
+  }
+
+  if (op == CollOp::Bcast) {
+    c.name = force.empty() ? (n > 2 && bytes >= kRoundsMin.get() ? "scatter_ag" : "direct") : force;
+    c.bcast.scatter_allgather = c.name == "scatter_ag";
+    c.bcast.chunks = chunks_for(bytes / std::max(1, n - 1));
+    c.why = !force.empty() ? why_forced(c.name)
+            : c.bcast.scatter_allgather
+                ? size + " over " + std::to_string(n) + " ranks: root sends each byte once, members forward pieces"
+                : size + (n > 2 ? " below GPUSTRIPE_COLL_ROUNDS_MIN" : " between 2 ranks") + ": root sends to all";
+    return c;
+  }
+
+  // Reductions. Per-rank block sizes decide chunking; peers' memory must be mapped to pull.
+  const size_t block = op == CollOp::ReduceScatter ? bytes / n : bytes / n;
+  const bool pull_ok = res.all_peer;
+  const bool small = bytes <= kPullMax.get();
+  c.reduce.chunks = chunks_for(block);
+  const char* prefix = op == CollOp::ReduceScatter ? "rs_" : op == CollOp::AllReduce ? "rs_ag_" : "reduce_";
+  if (!force.empty()) {
+    c.name = force;
+    c.why = why_forced(force);
+    if ((force.find("pull") != std::string::npos || force == "oneshot") && !pull_ok)
+      GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "schedule %s reads peers' memory, but not every pair of these GPUs can",
+               force.c_str());
+  } else if (op == CollOp::AllReduce && res.socket_groups.size() > 1) {
+    c.name = "hier";
+    c.why = format("%zu sockets of %zu GPUs: reduce-scatter inside sockets, allreduce across, allgather inside",
+                   res.socket_groups.size(), res.socket_groups[0].size());
+  } else if (op == CollOp::AllReduce && pull_ok && bytes <= kOneshotMax.get()) {
+    c.name = "oneshot";
+    c.why = size + " <= GPUSTRIPE_COLL_ONESHOT_MAX: one kernel per rank reads every input (latency path)";
+  } else if (pull_ok && small) {
+    c.name = std::string(prefix) + "pull";
+    c.why = size + " <= GPUSTRIPE_COLL_PULL_MAX: kernels read peers' blocks directly, no copies to wait for";
+  } else {
+    c.name = std::string(prefix) + "copy";
+    c.why = pull_ok ? size + ": copy engines move blocks into scratch, kernels reduce chunk c while chunk c+1 moves"
+                    : "not every pair maps peer memory: copy engines move blocks, kernels reduce locally";
+  }
+  c.reduce.pull = c.name.find("pull") != std::string::npos;
+  if (c.name == "oneshot") c.reduce.chunks = 1;
+  return c;
+}
+
+}  // namespace gpustripe::coll

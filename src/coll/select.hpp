@@ -1,0 +1,47 @@
+// Which schedule a collective gets, from the team's resources and the message size,
+// with the reason in words (logged at debug, kept as the communicator's last_schedule).
+// GPUSTRIPE_COLL_ALGO forces a schedule by name; the size thresholds are settings.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "coll/schedules.hpp"
+#include "coll/types.hpp"
+
+namespace gpustripe::coll {
+
+// What the choice depends on, gathered once per communicator (comm.cpp).
+struct TeamResources {
+  int n = 0;
+  bool all_peer = true;        // every pair maps the other's memory: kernels may read peers
+  bool nvswitch = false;       // every GPU's NVLinks go into a switch
+  std::vector<std::vector<int>> socket_groups;  // members by CPU socket; >1 group of equal size enables hier
+  double nvlink_gbps = 0;      // smallest NVLink egress of a member, nominal
+  double host_gbps = 0;        // smallest host link of a member, nominal, per direction
+  bool emulated = false;
+};
+
+struct Choice {
+  std::string name;  // alltoall/allgather: rounds | all_at_once; reduce_scatter: rs_copy | rs_pull;
+                     // allreduce: oneshot | rs_ag_copy | rs_ag_pull | hier; bcast: direct | scatter_ag;
+                     // reduce: reduce_copy | reduce_pull
+  ExchangeOpts exchange;
+  ReduceOpts reduce;
+  BcastOpts bcast;
+  std::string why;
+  std::string describe() const;  // "rs_ag_copy chunks=8 host=0%: why"
+};
+
+// bytes: the size per rank as nccl-tests reports it (the send buffer, for allgather
+// the receive buffer, for bcast the message).
+Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t elem_size);
+
+// The names GPUSTRIPE_COLL_ALGO accepts for an op.
+std::vector<std::string> schedule_names(CollOp op);
+
+// Host-path fraction of each peer block for an exchange that reaches the host-share
+// threshold, from nominal link figures (see select.cpp); 0 when the host path cannot pay.
+double auto_host_share(CollOp op, const TeamResources& res);
+
+}  // namespace gpustripe::coll

@@ -1,0 +1,296 @@
+#include "engine/engine.hpp"
+
+#include <algorithm>
+
+#include "common/config.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "engine/graph_cache.hpp"
+#include "engine/lanes.hpp"
+#include "engine/staging.hpp"
+#include "engine/validate.hpp"
+#include "model/planner.hpp"
+#include "topology/topology.hpp"
+
+namespace gpustripe {
+namespace {
+
+const BoolSetting kGraphs{"GPUSTRIPE_GRAPHS", "1",
+                          "Replay a captured CUDA graph of repeated multi-path transfers (CUDA backend only)"};
+const IntSetting kGraphCache{"GPUSTRIPE_GRAPH_CACHE", "64", "Captured transfer schedules kept by the engine (LRU)"};
+const SizeSetting kHostStaging{"GPUSTRIPE_HOST_STAGING", "128M",
+                               "Pinned host staging memory per CPU socket and source GPU, allocated on first use and reused"};
+const SizeSetting kGpuStaging{"GPUSTRIPE_GPU_STAGING", "256M",
+                              "Scratch memory per staging GPU, allocated on first use and reused"};
+const IntSetting kHostLanes{"GPUSTRIPE_HOST_LANES", "2",
+                            "Stream pairs per host-staged path; its chunks alternate between them"};
+
+constexpr uint64_t kChunkAlign = 4096;
+
+// Edge i of `chunks` near-equal chunks of `bytes`; page-aligned when every chunk can be.
+uint64_t chunk_edge(uint64_t bytes, int chunks, int i) {
+  if (i <= 0) return 0;
+  if (i >= chunks) return bytes;
+  uint64_t e = bytes / chunks * i + bytes % chunks * i / chunks;
+  if (bytes >= static_cast<uint64_t>(chunks) * kChunkAlign) e = e / kChunkAlign * kChunkAlign;
+  return e;
+}
+
+std::string plan_key(const Plan& plan, const void* dst, const void* src) {
+  std::string key = format("%p %p %d %d %llu:", src, dst, plan.src, plan.dst, static_cast<unsigned long long>(plan.bytes));
+  for (const PathPlan& p : plan.paths)
+    key += format(" %d/%d/%llu/%llu/%d", static_cast<int>(p.kind), p.via, static_cast<unsigned long long>(p.offset),
+                  static_cast<unsigned long long>(p.bytes), p.chunks);
+  return key;
+}
+
+}  // namespace
+
+Engine::Engine(Backend& backend, const Topology& topo, Planner* planner)
+    : backend_(backend), topo_(topo), planner_(planner) {
+  ndev_ = backend_.device_count();
+  graphs_ = backend_.supports_graphs() && kGraphs.get();
+  host_lanes_ = static_cast<int>(std::clamp<int64_t>(kHostLanes.get(), 1, 8));
+  lanes_ = std::make_unique<LaneSet>(backend_);
+  sockets_ = std::max(1, static_cast<int>(topo_.sockets.size()));
+  // One host area per source GPU: transfers from different GPUs (both directions of a
+  // pair, say) never wait for each other's staging space, also when replayed as graphs.
+  host_areas_.resize(static_cast<size_t>(sockets_) * ndev_);
+  gpu_areas_.resize(ndev_);
+  caller_events_.assign(ndev_, nullptr);
+  capture_streams_.assign(ndev_, nullptr);
+  graphs_cache_ = std::make_unique<GraphCache>(backend_, static_cast<size_t>(std::max<int64_t>(1, kGraphCache.get())));
+  tails_ = std::make_unique<ResourceTails>(backend_);
+  peer_enabled_.reset(new std::atomic<bool>[static_cast<size_t>(ndev_) * ndev_]);
+  for (int i = 0; i < ndev_ * ndev_; ++i) peer_enabled_[i] = false;
+  GS_LOG_DEBUG(Subsys::Engine, "engine on %s backend, %d devices, graphs %s, %d host lane(s)", backend_.name(), ndev_,
+               graphs_ ? "on" : "off", host_lanes_);
+}
+
+Engine::~Engine() {
+  // Staging memory and lanes may still be in use by enqueued work: drain it first.
+  try {
+    std::lock_guard<std::mutex> lock(mu_);
+    tails_->synchronize_all();
+    graphs_cache_.reset();
+    tails_.reset();
+    lanes_.reset();  // Lane destructors synchronize their streams before destroying them
+    for (EventHandle e : caller_events_)
+      if (e) backend_.destroy_event(e);
+    for (StreamHandle s : capture_streams_)
+      if (s) backend_.destroy_stream(s);
+    host_areas_.clear();
+    gpu_areas_.clear();
+  } catch (const std::exception& e) {
+    GS_LOG_ERROR(Subsys::Engine, "engine teardown: %s", e.what());
+  }
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s;
+  s.plain_copies = plain_copies_;
+  s.schedules = schedules_;
+  s.graph_captures = graph_captures_;
+  s.graph_launches = graph_launches_;
+  s.staging_bytes = staging_bytes_;
+  return s;
+}
+
+void Engine::copy_async(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, StreamHandle stream) {
+  check_copy(backend_, dst, dst_dev, src, src_dev, bytes);
+  if (bytes == 0) return;
+  if (src_dev == dst_dev) {  // device-local: the copy engine of that GPU, nothing to split
+    backend_.copy_async(dst, dst_dev, src, src_dev, bytes, stream);
+    ++plain_copies_;
+    return;
+  }
+  if (!planner_) {
+    ensure_peer(src_dev, dst_dev);
+    backend_.copy_async(dst, dst_dev, src, src_dev, bytes, stream);
+    ++plain_copies_;
+    return;
+  }
+  execute(planner_->plan(src_dev, dst_dev, bytes), dst, src, stream);
+}
+
+void Engine::copy(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, StreamHandle stream) {
+  copy_async(dst, dst_dev, src, src_dev, bytes, stream);
+  backend_.synchronize_stream(stream);
+}
+
+void Engine::copy_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
+  check_copy(backend_, dst, plan.dst, src, plan.src, plan.bytes);
+  if (plan.bytes == 0) return;
+  if (plan.src == plan.dst) {
+    backend_.copy_async(dst, plan.dst, src, plan.src, plan.bytes, stream);
+    ++plain_copies_;
+    return;
+  }
+  execute(plan, dst, src, stream);
+}
+
+void Engine::check_plan(const Plan& plan) const {
+  plan.check();
+  const int sockets = sockets_;
+  for (const PathPlan& p : plan.paths) {
+    if (p.kind == PathKind::HostStaged)
+      GS_REQUIRE(p.via >= 0 && p.via < sockets, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+                 "plan stages through host socket %d; the node has %d", p.via, sockets);
+    if (p.kind == PathKind::GpuStaged)
+      GS_REQUIRE(p.via >= 0 && p.via < ndev_ && p.via != plan.src && p.via != plan.dst, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+                 "plan %d->%d stages through GPU %d, which is not a third GPU of the node", plan.src, plan.dst, p.via);
+  }
+}
+
+void Engine::ensure_peer(int a, int b) {
+  std::atomic<bool>& done = peer_enabled_[a * ndev_ + b];
+  if (done.load(std::memory_order_acquire)) return;
+  if (backend_.can_access_peer(a, b)) backend_.enable_peer_access(a, b);
+  done.store(true, std::memory_order_release);
+}
+
+void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
+  if (plan.single_path() && plan.paths[0].kind == PathKind::Direct) {
+    ensure_peer(plan.src, plan.dst);
+    backend_.copy_async(dst, plan.dst, src, plan.src, plan.bytes, stream);
+    ++plain_copies_;
+    return;
+  }
+  check_plan(plan);
+  for (const PathPlan& p : plan.paths) {
+    if (p.kind == PathKind::Direct) ensure_peer(plan.src, plan.dst);
+    if (p.kind == PathKind::GpuStaged) {
+      ensure_peer(plan.src, p.via);
+      ensure_peer(p.via, plan.dst);
+    }
+  }
+  GS_LOG_TRACE(Subsys::Engine, "copy %d->%d %llu bytes: %s", plan.src, plan.dst,
+               static_cast<unsigned long long>(plan.bytes), plan.describe().c_str());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (graphs_) {
+    launch_graph(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream);
+  } else {
+    enqueue_schedule(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream, false);
+    ++schedules_;
+  }
+}
+
+StagingArea& Engine::host_area(int socket, int src) {
+  auto& a = host_areas_.at(static_cast<size_t>(socket) * ndev_ + src);
+  if (!a) {
+    a = std::make_unique<StagingArea>(backend_, kHostDevice, kHostStaging.get());
+    staging_bytes_ += a->capacity();
+  }
+  return *a;
+}
+
+StagingArea& Engine::gpu_area(int gpu) {
+  auto& a = gpu_areas_.at(gpu);
+  if (!a) {
+    a = std::make_unique<StagingArea>(backend_, gpu, kGpuStaging.get());
+    staging_bytes_ += a->capacity();
+  }
+  return *a;
+}
+
+EventHandle Engine::caller_event(int dev) {
+  // One per device suffices: waits take the mark at the time of the call, under mu_.
+  EventHandle& e = caller_events_.at(dev);
+  if (!e) e = backend_.create_event(dev, false);
+  return e;
+}
+
+// The 2-D pipeline. Every lane first waits for the caller's earlier work; the direct path
+// goes as one copy per chunk on the src->dst lane; a staged path moves each chunk (split
+// into pieces of at most half the staging area, so two pieces are always in flight) into
+// the staging area on the src->via lane, and the via->dst lane relays it once the piece has
+// arrived. A first hop into staging waits for the relay that last read those bytes. At the
+// end the caller's stream waits for every lane used.
+void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing) {
+  const int S = plan.src, D = plan.dst;
+  EventHandle start = caller_event(S);
+  backend_.record_event(start, caller);
+  std::vector<Lane*> used;
+  auto use = [&](Lane& lane) -> Lane& {
+    if (std::find(used.begin(), used.end(), &lane) == used.end()) {
+      backend_.wait_event(lane.stream(), start);
+      used.push_back(&lane);
+    }
+    return lane;
+  };
+
+  // A captured graph must not depend on marks outside it: it tracks its own staging uses.
+  StagingUses local_uses;
+  for (const PathPlan& path : plan.paths) {
+    if (path.kind == PathKind::Direct) {
+      Lane& lane = use(lanes_->get(S, D));
+      for (int c = 0; c < path.chunks; ++c) {
+        uint64_t b = chunk_edge(path.bytes, path.chunks, c), e = chunk_edge(path.bytes, path.chunks, c + 1);
+        backend_.copy_async(dst + path.offset + b, D, src + path.offset + b, S, e - b, lane.stream());
+      }
+      continue;
+    }
+    const bool host = path.kind == PathKind::HostStaged;
+    StagingArea& area = host ? host_area(path.via, S) : gpu_area(path.via);
+    const int mid = host ? kHostDevice : path.via;
+    const int nlanes = host ? host_lanes_ : 1;
+    StagingUses& uses = capturing ? local_uses : area.uses();
+    uint64_t local_cursor = 0;
+    uint64_t& cursor = capturing ? local_cursor : area.cursor();
+    const uint64_t max_piece = std::max<uint64_t>(kChunkAlign, area.capacity() / 2 / kChunkAlign * kChunkAlign);
+    int q = 0;  // piece counter: pieces alternate between the lanes
+    for (int c = 0; c < path.chunks; ++c) {
+      uint64_t cb = chunk_edge(path.bytes, path.chunks, c), ce = chunk_edge(path.bytes, path.chunks, c + 1);
+      for (uint64_t b = cb; b < ce; ++q) {
+        uint64_t n = std::min(max_piece, ce - b);
+        Lane& first = use(lanes_->get(S, mid, q % nlanes));
+        Lane& relay = use(lanes_->get(mid, D, q % nlanes));
+        uint64_t at = area.take(n, cursor);
+        for (const LaneMark& m : uses.overlapping(at, at + n)) first.wait(m);
+        char* slot = area.base() + at;
+        backend_.copy_async(slot, mid, src + path.offset + b, S, n, first.stream());
+        relay.wait(first.mark());
+        backend_.copy_async(dst + path.offset + b, D, slot, mid, n, relay.stream());
+        uses.set(at, at + n, relay.mark());
+        b += n;
+      }
+    }
+  }
+  for (Lane* lane : used) backend_.wait_event(caller, lane->mark().event);
+}
+
+void Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller) {
+  std::string key = plan_key(plan, dst, src);
+  GraphExecHandle g = graphs_cache_->find(key);
+  if (!g) {
+    // Captured on an engine stream of the source GPU, never on the caller's (other threads
+    // may enqueue on it meanwhile); the graph is then launched on the caller's stream.
+    StreamHandle& cs = capture_streams_.at(plan.src);
+    if (!cs) cs = backend_.create_stream(plan.src);
+    backend_.begin_capture(cs);
+    try {
+      enqueue_schedule(plan, dst, src, cs, true);
+    } catch (...) {
+      try {
+        backend_.destroy_graph(backend_.end_capture(cs));
+      } catch (...) {
+      }
+      throw;
+    }
+    g = backend_.end_capture(cs);
+    graphs_cache_->insert(key, g);
+    ++graph_captures_;
+  }
+  // Replays conflict only through staging memory (the graph bakes its addresses in).
+  std::set<int> resources;
+  for (const PathPlan& p : plan.paths) {
+    if (p.kind == PathKind::HostStaged) resources.insert(ResourceTails::host_area(p.via * ndev_ + plan.src));
+    if (p.kind == PathKind::GpuStaged) resources.insert(ResourceTails::gpu_area(p.via));
+  }
+  tails_->wait(resources, caller);
+  backend_.launch_graph(g, caller);
+  tails_->record(resources, caller, plan.src);
+  ++graph_launches_;
+}
+
+}  // namespace gpustripe

@@ -1,0 +1,95 @@
+// The multi-path engine: executes a Plan (model/plan.hpp) on a Backend as a 2-D
+// pipeline (paths x chunks), stream-ordered with respect to the caller's stream.
+//
+// Ordering contract of copy_async (C API: gpustripe_copy_async):
+//   - `stream` belongs to src_dev (nullptr: the legacy default stream, src_dev current);
+//     the copy starts after the work enqueued on it before the call and the work enqueued
+//     after the call starts after the copy has completed on every path.
+//   - Safe to call from many threads on many streams at once: the schedule of one copy is
+//     enqueued as a unit on the engine's per-direction lanes (engine mutex), so chunks of one
+//     message go before the next message's on every direction.
+//   - Below the size where splitting pays (single direct path), one plain backend copy on
+//     the caller's stream and nothing else.
+//   - src_dev == dst_dev: one device-local copy on the caller's stream.
+//   - bytes == 0: nothing happens (devices are still checked, pointers are not).
+//   - Arguments are checked before anything is enqueued; a bad one throws a clear Error.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "model/plan.hpp"
+
+namespace gpustripe {
+
+struct Topology;
+class Planner;
+class LaneSet;
+class StagingArea;
+class GraphCache;
+class ResourceTails;
+
+struct EngineStats {
+  uint64_t plain_copies = 0;     // single-path copies issued as one backend copy
+  uint64_t schedules = 0;        // multi-path schedules enqueued directly
+  uint64_t graph_captures = 0;   // schedules captured into a CUDA graph
+  uint64_t graph_launches = 0;   // replays of captured schedules
+  uint64_t staging_bytes = 0;    // staging memory allocated (host + GPU)
+};
+
+class Engine {
+ public:
+  // `planner` may be null: copy_async then always makes one plain copy.
+  Engine(Backend& backend, const Topology& topo, Planner* planner);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  void copy_async(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, StreamHandle stream);
+  // copy_async, then waits for `stream` to drain.
+  void copy(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, StreamHandle stream);
+  // Executes a given plan (forced plans of the model's accuracy check and the tuner).
+  // The plan's src/dst/bytes name the devices and size; pointers are checked like copy_async's.
+  void copy_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream);
+
+  Backend& backend() { return backend_; }
+  const Topology& topology() const { return topo_; }
+  Planner* planner() { return planner_; }
+  bool uses_graphs() const { return graphs_; }
+  EngineStats stats() const;
+
+ private:
+  void execute(const Plan& plan, void* dst, const void* src, StreamHandle stream);
+  void check_plan(const Plan& plan) const;
+  void ensure_peer(int a, int b);
+  void enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing);
+  void launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller);
+  StagingArea& host_area(int socket, int src);
+  StagingArea& gpu_area(int gpu);
+  EventHandle caller_event(int dev);
+
+  Backend& backend_;
+  const Topology& topo_;
+  Planner* planner_;
+  bool graphs_ = false;
+  int host_lanes_ = 1;
+  int ndev_ = 0;
+
+  mutable std::mutex mu_;  // guards everything below and the enqueue of one schedule
+  std::unique_ptr<LaneSet> lanes_;
+  std::vector<std::unique_ptr<StagingArea>> host_areas_;  // per (socket, source GPU)
+  int sockets_ = 1;
+  std::vector<std::unique_ptr<StagingArea>> gpu_areas_;   // per GPU
+  std::vector<EventHandle> caller_events_;                // per device: "the caller's earlier work"
+  std::vector<StreamHandle> capture_streams_;             // per device, graph mode
+  std::unique_ptr<GraphCache> graphs_cache_;
+  std::unique_ptr<ResourceTails> tails_;
+  std::unique_ptr<std::atomic<bool>[]> peer_enabled_;    // ndev x ndev, set once per pair
+  std::atomic<uint64_t> plain_copies_{0}, schedules_{0}, graph_captures_{0}, graph_launches_{0}, staging_bytes_{0};
+};
+
+}  // namespace gpustripe

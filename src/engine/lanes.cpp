@@ -1,0 +1,34 @@
+#include "engine/lanes.hpp"
+
+namespace gpustripe {
+
+Lane::Lane(Backend& backend, int device) : backend_(backend), device_(device) {
+  stream_ = backend_.create_stream(device);
+}
+
+Lane::~Lane() {
+  backend_.synchronize_stream(stream_);  // enqueued work may still read staging memory
+  for (EventHandle e : ring_) backend_.destroy_event(e);
+  backend_.destroy_stream(stream_);
+}
+
+LaneMark Lane::mark() {
+  if (ring_.size() < kRing) ring_.push_back(backend_.create_event(device_, false));
+  EventHandle e = ring_[next_];
+  next_ = (next_ + 1) % kRing;
+  backend_.record_event(e, stream_);
+  return {stream_, e};
+}
+
+Lane& LaneSet::get(int from, int to, int index) {
+  auto key = std::make_tuple(from, to, index);
+  auto it = lanes_.find(key);
+  if (it != lanes_.end()) return *it->second;
+  int device = from != kHostDevice ? from : to;
+  auto lane = std::make_unique<Lane>(backend_, device);
+  Lane& ref = *lane;
+  lanes_.emplace(key, std::move(lane));
+  return ref;
+}
+
+}  // namespace gpustripe

@@ -1,0 +1,220 @@
+#include "ipc/channel.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "common/config.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "ipc/liveness.hpp"
+#include "ipc/wait.hpp"
+
+namespace gpustripe::ipc {
+namespace {
+
+const SizeSetting kRingBytes{"GPUSTRIPE_IPC_RING", "256K",
+                             "Bytes of each per-pair ring of the node-local channel (eager messages and control "
+                             "records; a record may use a quarter of it)"};
+
+constexpr uint64_t kMagic = 0x6770737472697065ull;  // "gpstripe"
+constexpr uint32_t kVersion = 1;
+constexpr uint64_t kSkip = ~0ull;  // record length marking "continue at the ring's start"
+constexpr size_t kAlign = 64;
+
+enum : uint32_t { kAbsent = 0, kAlive = 1, kLeft = 2 };
+
+size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+size_t pow2_at_least(size_t v) {
+  size_t p = 4096;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+}  // namespace
+
+struct alignas(kAlign) RankSlot {
+  std::atomic<int32_t> pid;
+  std::atomic<uint32_t> state;
+};
+
+struct Channel::Header {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t nranks;
+  uint64_t ring_bytes;
+  uint64_t rings_offset;  // from the segment start: nranks^2 RingCtl, then the ring bytes
+  uint64_t data_offset;
+  RankSlot ranks[kMaxRanks];
+};
+
+struct Channel::RingCtl {
+  alignas(kAlign) std::atomic<uint64_t> head;  // bytes written, ever (producer)
+  alignas(kAlign) std::atomic<uint64_t> tail;  // bytes consumed, ever (consumer)
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory rings need lock-free 64-bit atomics");
+
+const char* peer_state_name(PeerState s) {
+  switch (s) {
+    case PeerState::Absent: return "not attached";
+    case PeerState::Alive: return "alive";
+    case PeerState::Left: return "finalized";
+    case PeerState::Dead: return "dead";
+  }
+  return "?";
+}
+
+ShmSegment Channel::create_segment(const std::string& name, int nranks, size_t ring_bytes) {
+  GS_REQUIRE(nranks >= 1 && nranks <= kMaxRanks, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "channel '%s': %d ranks (1..%d supported)", name.c_str(), nranks, kMaxRanks);
+  if (ring_bytes == 0) ring_bytes = kRingBytes.get();
+  ring_bytes = pow2_at_least(ring_bytes);
+  size_t pairs = static_cast<size_t>(nranks) * nranks;
+  size_t rings_off = round_up(sizeof(Header), 4096);
+  size_t data_off = round_up(rings_off + pairs * sizeof(RingCtl), 4096);
+  size_t total = data_off + pairs * ring_bytes;
+  ShmSegment seg = ShmSegment::create(name, total);  // zero-filled: all slots absent, rings empty
+  auto* h = static_cast<Header*>(seg.data());
+  h->version = kVersion;
+  h->nranks = static_cast<uint32_t>(nranks);
+  h->ring_bytes = ring_bytes;
+  h->rings_offset = rings_off;
+  h->data_offset = data_off;
+  std::atomic_thread_fence(std::memory_order_release);
+  reinterpret_cast<std::atomic<uint64_t>*>(&h->magic)->store(kMagic, std::memory_order_release);
+  GS_LOG_DEBUG(Subsys::Ipc, "channel %s: %d ranks, %zu-byte rings, %zu bytes", name.c_str(), nranks, ring_bytes,
+               total);
+  return seg;
+}
+
+Channel::Channel(ShmSegment segment, int rank) : seg_(std::move(segment)), rank_(rank) {
+  auto* h = header();
+  GS_REQUIRE(seg_.size() >= sizeof(Header) &&
+                 reinterpret_cast<std::atomic<uint64_t>*>(&h->magic)->load(std::memory_order_acquire) == kMagic &&
+                 h->version == kVersion,
+             GPUSTRIPE_ERR_INVALID_ARGUMENT, "shared memory '%s' is not a gpustripe channel of version %u",
+             seg_.name().c_str(), kVersion);
+  nranks_ = static_cast<int>(h->nranks);
+  ring_bytes_ = h->ring_bytes;
+  GS_REQUIRE(rank >= 0 && rank < nranks_, GPUSTRIPE_ERR_INVALID_ARGUMENT, "channel '%s': rank %d of %d ranks",
+             seg_.name().c_str(), rank, nranks_);
+  RankSlot& slot = h->ranks[rank];
+  uint32_t was = slot.state.load(std::memory_order_acquire);
+  GS_REQUIRE(was == kAbsent, GPUSTRIPE_ERR_INVALID_ARGUMENT, "channel '%s': rank %d is already attached (pid %d)",
+             seg_.name().c_str(), rank, slot.pid.load());
+  slot.pid.store(static_cast<int32_t>(getpid()), std::memory_order_relaxed);
+  slot.state.store(kAlive, std::memory_order_release);
+}
+
+Channel::~Channel() {
+  if (seg_.data()) header()->ranks[rank_].state.store(kLeft, std::memory_order_release);
+}
+
+Channel::Header* Channel::header() const { return static_cast<Header*>(seg_.data()); }
+
+Channel::RingCtl* Channel::ctl(int src, int dst) const {
+  auto* base = static_cast<char*>(seg_.data()) + header()->rings_offset;
+  return reinterpret_cast<RingCtl*>(base) + (static_cast<size_t>(src) * nranks_ + dst);
+}
+
+char* Channel::ring(int src, int dst) const {
+  return static_cast<char*>(seg_.data()) + header()->data_offset +
+         (static_cast<size_t>(src) * nranks_ + dst) * ring_bytes_;
+}
+
+bool Channel::all_attached() const {
+  for (int r = 0; r < nranks_; ++r)
+    if (header()->ranks[r].state.load(std::memory_order_acquire) == kAbsent) return false;
+  return true;
+}
+
+void Channel::wait_all_attached() {
+  Waiter w(format("channel %s: waiting for all %d ranks to attach", seg_.name().c_str(), nranks_),
+           [this] { check_all_peers(); });
+  while (!all_attached()) w.pause();
+}
+
+bool Channel::try_send(int dst, const void* hdr, size_t hdr_bytes, const void* payload, size_t payload_bytes) {
+  GS_REQUIRE(dst >= 0 && dst < nranks_ && dst != rank_, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "channel send to rank %d (this is rank %d of %d)", dst, rank_, nranks_);
+  size_t rec = round_up(sizeof(uint64_t) + hdr_bytes + payload_bytes, 8);
+  GS_REQUIRE(rec <= max_record(), GPUSTRIPE_ERR_INVALID_SIZE, "channel record of %zu bytes exceeds %zu", rec,
+             max_record());
+  RingCtl* c = ctl(rank_, dst);
+  char* data = ring(rank_, dst);
+  uint64_t head = c->head.load(std::memory_order_relaxed);
+  uint64_t tail = c->tail.load(std::memory_order_acquire);
+  size_t pos = head & (ring_bytes_ - 1);
+  size_t to_end = ring_bytes_ - pos;
+  size_t need = rec <= to_end ? rec : to_end + rec;  // a skip to the start first
+  if (ring_bytes_ - (head - tail) < need) return false;
+  if (rec > to_end) {
+    uint64_t skip = kSkip;
+    std::memcpy(data + pos, &skip, sizeof skip);  // to_end >= 8: positions stay 8-aligned
+    head += to_end;
+    pos = 0;
+  }
+  uint64_t len = sizeof(uint64_t) + hdr_bytes + payload_bytes;
+  std::memcpy(data + pos, &len, sizeof len);
+  std::memcpy(data + pos + sizeof len, hdr, hdr_bytes);
+  if (payload_bytes) std::memcpy(data + pos + sizeof len + hdr_bytes, payload, payload_bytes);
+  c->head.store(head + rec, std::memory_order_release);
+  return true;
+}
+
+const void* Channel::peek(int src, size_t* bytes) {
+  RingCtl* c = ctl(src, rank_);
+  char* data = ring(src, rank_);
+  uint64_t tail = c->tail.load(std::memory_order_relaxed);
+  uint64_t head = c->head.load(std::memory_order_acquire);
+  if (tail == head) return nullptr;
+  size_t pos = tail & (ring_bytes_ - 1);
+  uint64_t len;
+  std::memcpy(&len, data + pos, sizeof len);
+  if (len == kSkip) {
+    tail += ring_bytes_ - pos;
+    c->tail.store(tail, std::memory_order_release);
+    if (tail == head) return nullptr;
+    pos = 0;
+    std::memcpy(&len, data, sizeof len);
+  }
+  *bytes = len - sizeof(uint64_t);
+  return data + pos + sizeof(uint64_t);
+}
+
+void Channel::consume(int src) {
+  RingCtl* c = ctl(src, rank_);
+  char* data = ring(src, rank_);
+  uint64_t tail = c->tail.load(std::memory_order_relaxed);
+  size_t pos = tail & (ring_bytes_ - 1);
+  uint64_t len;
+  std::memcpy(&len, data + pos, sizeof len);
+  c->tail.store(tail + round_up(len, 8), std::memory_order_release);
+}
+
+PeerState Channel::peer_state(int r) const {
+  const RankSlot& s = header()->ranks[r];
+  switch (s.state.load(std::memory_order_acquire)) {
+    case kAbsent: return PeerState::Absent;
+    case kLeft: return PeerState::Left;
+    default: return process_alive(s.pid.load(std::memory_order_relaxed)) ? PeerState::Alive : PeerState::Dead;
+  }
+}
+
+void Channel::check_peer(int r, bool left_is_error) const {
+  PeerState st = peer_state(r);
+  if (st == PeerState::Dead)
+    GS_THROW(GPUSTRIPE_ERR_PEER_FAILED, "rank %d (pid %d) died", r, header()->ranks[r].pid.load());
+  if (st == PeerState::Left && left_is_error)
+    GS_THROW(GPUSTRIPE_ERR_PEER_FAILED, "rank %d (pid %d) has finalized while rank %d still waits for it", r,
+             header()->ranks[r].pid.load(), rank_);
+}
+
+void Channel::check_all_peers() const {
+  for (int r = 0; r < nranks_; ++r)
+    if (r != rank_) check_peer(r, false);
+}
+
+}  // namespace gpustripe::ipc

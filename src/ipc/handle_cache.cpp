@@ -1,0 +1,88 @@
+#include "ipc/handle_cache.hpp"
+
+#include "common/config.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+
+namespace gpustripe::ipc {
+namespace {
+const IntSetting kCacheEntries{"GPUSTRIPE_IPC_CACHE_ENTRIES", "256",
+                               "Peer buffers kept mapped per process (least recently used are closed first)"};
+}
+
+HandleCache::HandleCache(Backend& backend, size_t max_entries) : backend_(backend), max_entries_(max_entries) {
+  if (max_entries_ == 0) {
+    int64_t n = kCacheEntries.get();
+    GS_REQUIRE(n >= 1, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_IPC_CACHE_ENTRIES: %lld must be at least 1",
+               static_cast<long long>(n));
+    max_entries_ = static_cast<size_t>(n);
+  }
+}
+
+HandleCache::~HandleCache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  while (!entries_.empty()) close_entry(entries_.begin());
+}
+
+void HandleCache::close_entry(std::map<Key, Entry>::iterator it) {
+  try {
+    backend_.ipc_close(it->second.local_base);
+  } catch (const Error& e) {
+    // The peer may be gone already; the mapping is dropped either way.
+    GS_LOG_WARN(Subsys::Ipc, "closing the mapping of rank %d's buffer %llu: %s", it->first.first,
+                static_cast<unsigned long long>(it->second.buffer_id), e.what());
+  }
+  lru_.erase(it->second.lru);
+  entries_.erase(it);
+}
+
+void* HandleCache::map(int peer, uint64_t peer_base, const Backend::IpcMemHandle& h) {
+  GS_REQUIRE(h.buffer_id != 0, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "IPC handle from rank %d carries no buffer id: cannot tell a reused address from the old buffer", peer);
+  std::lock_guard<std::mutex> lock(mu_);
+  Key key{peer, peer_base};
+  auto it = entries_.find(key);
+  if (it != entries_.end()) {
+    if (it->second.buffer_id == h.buffer_id && it->second.size == h.size) {
+      ++stats_.hits;
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      return it->second.local_base;
+    }
+    GS_LOG_DEBUG(Subsys::Ipc, "rank %d reused address 0x%llx: buffer %llu -> %llu, remapping", peer,
+                 static_cast<unsigned long long>(peer_base), static_cast<unsigned long long>(it->second.buffer_id),
+                 static_cast<unsigned long long>(h.buffer_id));
+    ++stats_.stale_evictions;
+    close_entry(it);
+  } else {
+    ++stats_.misses;
+  }
+  while (entries_.size() >= max_entries_) {
+    ++stats_.capacity_evictions;
+    close_entry(entries_.find(lru_.back()));
+  }
+  void* local = backend_.ipc_open(h);
+  lru_.push_front(key);
+  entries_.emplace(key, Entry{h.buffer_id, h.size, local, lru_.begin()});
+  return local;
+}
+
+void HandleCache::evict_peer(int peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    auto next = std::next(it);
+    if (it->first.first == peer) close_entry(it);
+    it = next;
+  }
+}
+
+size_t HandleCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+HandleCacheStats HandleCache::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace gpustripe::ipc

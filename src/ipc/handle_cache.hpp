@@ -1,0 +1,63 @@
+// Mappings of peers' device buffers into this process, reused across messages.
+//
+// Opening an IPC handle costs tens of microseconds on CUDA (and a mmap on the
+// emulated backend), so a rank that sends to the same receive buffer again maps
+// it once. The danger is a stale mapping: the peer frees the buffer and allocates
+// a new one at the same address. Entries are therefore keyed by (peer, the
+// exporter's base address) and remember the exporter's buffer_id; a handle with
+// the same key but another buffer_id evicts the old mapping (closed) and maps the
+// new one, so a reused address is never served from the old allocation.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "backend/backend.hpp"
+
+namespace gpustripe::ipc {
+
+struct HandleCacheStats {
+  uint64_t hits = 0;
+  uint64_t misses = 0;            // first mapping of a key
+  uint64_t stale_evictions = 0;   // same (peer, base), new buffer_id
+  uint64_t capacity_evictions = 0;
+};
+
+class HandleCache {
+ public:
+  // `max_entries` 0: GPUSTRIPE_IPC_CACHE_ENTRIES.
+  explicit HandleCache(Backend& backend, size_t max_entries = 0);
+  ~HandleCache();  // closes every mapping
+  HandleCache(const HandleCache&) = delete;
+  HandleCache& operator=(const HandleCache&) = delete;
+
+  // This process's address of the base of the allocation that `peer` exported as
+  // `h` (its base there was `peer_base`). Thread-safe.
+  void* map(int peer, uint64_t peer_base, const Backend::IpcMemHandle& h);
+  // Closes every mapping of `peer` (it left or died).
+  void evict_peer(int peer);
+  size_t size() const;
+  HandleCacheStats stats() const;
+
+ private:
+  struct Entry {
+    uint64_t buffer_id;
+    size_t size;
+    void* local_base;
+    std::list<std::pair<int, uint64_t>>::iterator lru;
+  };
+  using Key = std::pair<int, uint64_t>;  // (peer, peer_base)
+  void close_entry(std::map<Key, Entry>::iterator it);
+
+  Backend& backend_;
+  size_t max_entries_;
+  mutable std::mutex mu_;
+  std::map<Key, Entry> entries_;
+  std::list<Key> lru_;  // front: most recently used
+  HandleCacheStats stats_;
+};
+
+}  // namespace gpustripe::ipc

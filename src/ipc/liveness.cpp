@@ -1,0 +1,30 @@
+#include "ipc/liveness.hpp"
+
+#include <signal.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace gpustripe::ipc {
+
+bool process_alive(pid_t pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  // kill() succeeds on a zombie: a killed rank whose parent (mpirun, a test) has
+  // not reaped it yet. Its state letter in /proc says so.
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = std::fopen(path, "r");
+  if (!f) return true;  // no procfs: trust kill()
+  char buf[512];
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  const char* close_paren = std::strrchr(buf, ')');  // the command name may contain spaces
+  if (!close_paren || close_paren[1] == 0) return true;
+  char state = close_paren[2];
+  return state != 'Z' && state != 'X';
+}
+
+}  // namespace gpustripe::ipc

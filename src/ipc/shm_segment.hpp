@@ -1,0 +1,39 @@
+// A POSIX shared-memory segment mapped into this process (RAII). The channel and
+// the shared host staging live in these.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace gpustripe::ipc {
+
+class ShmSegment {
+ public:
+  ShmSegment() = default;
+  // Creates `name` ("/gpustripe-...") of `bytes`, zero-filled; fails if it exists.
+  static ShmSegment create(const std::string& name, size_t bytes);
+  // Maps an existing segment; its size is read from the segment.
+  static ShmSegment open(const std::string& name);
+  ~ShmSegment();
+  ShmSegment(ShmSegment&& o) noexcept { *this = std::move(o); }
+  ShmSegment& operator=(ShmSegment&& o) noexcept;
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  // Removes the name; the mapping stays valid until unmapped. Once every process
+  // has mapped the segment, unlinking makes a crashed job leave nothing behind.
+  void unlink();
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+  bool linked_ = false;
+};
+
+// A name no other live job uses: "/gpustripe-<tag>-<pid>-<random>".
+std::string unique_shm_name(const std::string& tag);
+
+}  // namespace gpustripe::ipc

@@ -1,0 +1,36 @@
+// Bounded waiting for the cross-process layers. Every wait on another process
+// (a ring slot, a peer's reply, a copy into a peer's buffer) goes through a
+// Waiter, so a dead or silent peer ends in ERR_PEER_FAILED / ERR_TIMEOUT with a
+// message instead of a hang.
+//   GPUSTRIPE_TIMEOUT  seconds one wait may last without progress (0: no limit)
+#pragma once
+#include <chrono>
+#include <functional>
+#include <string>
+
+namespace gpustripe::ipc {
+
+// GPUSTRIPE_TIMEOUT in seconds; 0 disables the limit.
+double timeout_seconds();
+
+// Polls with growing back-off (spin, yield, then short sleeps). `check_peers`
+// runs every few milliseconds and throws when a peer is gone.
+class Waiter {
+ public:
+  // `what` names the wait in the timeout message ("recv from rank 2, tag 7").
+  explicit Waiter(std::string what, std::function<void()> check_peers = {});
+  // One poll step: sleeps as the back-off says, checks peers now and then, and
+  // throws ERR_TIMEOUT when the deadline has passed.
+  void pause();
+  // Progress was made: the deadline restarts and the back-off resets.
+  void progressed();
+
+ private:
+  std::string what_;
+  std::function<void()> check_peers_;
+  double timeout_s_;
+  std::chrono::steady_clock::time_point start_, last_check_;
+  unsigned spins_ = 0;
+};
+
+}  // namespace gpustripe::ipc

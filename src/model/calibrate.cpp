@@ -1,0 +1,311 @@
+#include "model/calibrate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "model/multipath_model.hpp"
+#include "topology/topology.hpp"
+
+namespace gpustripe {
+namespace {
+
+using nlohmann::json;
+
+struct CopyOp {
+  void* dst;
+  int dst_dev;
+  const void* src;
+  int src_dev;
+  size_t bytes;
+  int issuer;  // device whose stream runs it
+};
+
+// Streams, events and buffers of one calibration run; freed on every exit path.
+class Bench {
+ public:
+  Bench(Backend& b, int ndev, size_t max_bytes, int reps) : b_(b), reps_(reps), max_(max_bytes) {
+    for (int d = 0; d < ndev; ++d) {
+      // Two source and two destination regions per GPU (two concurrent copies into or out of one GPU).
+      dev_.push_back(static_cast<char*>(b_.alloc_device(d, 4 * max_bytes)));
+      for (int k = 0; k < 2; ++k) streams_.push_back(b_.create_stream(d));
+      start_.push_back(b_.create_event(d, true));
+      end_.push_back(b_.create_event(d, true));
+    }
+    host_ = static_cast<char*>(b_.alloc_pinned(static_cast<size_t>(ndev) * 2 * max_bytes));
+    for (int d = 0; d < ndev; ++d)
+      for (int k = 0; k < 2; ++k) done_.push_back(b_.create_event(d, false));
+  }
+  ~Bench() {
+    for (EventHandle e : start_) b_.destroy_event(e);
+    for (EventHandle e : end_) b_.destroy_event(e);
+    for (EventHandle e : done_) b_.destroy_event(e);
+    for (StreamHandle s : streams_) b_.destroy_stream(s);
+    for (char* p : dev_) b_.free_device(p);
+    b_.free_pinned(host_);
+  }
+  char* src(int dev, int k = 0) { return dev_[static_cast<size_t>(dev)] + static_cast<size_t>(k) * max_; }
+  char* dst(int dev, int k = 0) { return dev_[static_cast<size_t>(dev)] + static_cast<size_t>(2 + k) * max_; }
+  char* host(int slot) { return host_ + static_cast<size_t>(slot) * max_; }
+
+  // Median time (us) of running the copies at once: a start event on the first issuer's
+  // stream, every copy's stream waits on it, the first stream waits on each copy, end event.
+  double time_concurrent(const std::vector<CopyOp>& ops) {
+    std::vector<double> t;
+    for (int r = 0; r < reps_ + 1; ++r) {  // the first run warms up
+      const int root = ops[0].issuer;
+      StreamHandle rs = stream(root, 0);
+      b_.record_event(start_[static_cast<size_t>(root)], rs);
+      std::vector<int> used(dev_.size(), 0);
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const CopyOp& op = ops[i];
+        int k = used[static_cast<size_t>(op.issuer)]++;
+        GS_REQUIRE(k < 2, GPUSTRIPE_ERR_INTERNAL, "calibration: more than two copies issued by GPU %d", op.issuer);
+        StreamHandle s = stream(op.issuer, k);
+        if (s != rs) b_.wait_event(s, start_[static_cast<size_t>(root)]);
+        b_.copy_async(op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, s);
+        if (s != rs) {
+          EventHandle d = done_[static_cast<size_t>(op.issuer * 2 + k)];
+          b_.record_event(d, s);
+          b_.wait_event(rs, d);
+        }
+      }
+      b_.record_event(end_[static_cast<size_t>(root)], rs);
+      b_.synchronize_event(end_[static_cast<size_t>(root)]);
+      if (r > 0) t.push_back(1e3 * b_.elapsed_ms(start_[static_cast<size_t>(root)], end_[static_cast<size_t>(root)]));
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+  double time_one(const CopyOp& op) { return time_concurrent({op}); }
+
+  // A two-hop relay src GPU -> host -> dst GPU in `chunks` chunks, the relay of each chunk
+  // waiting on an event of its first hop (as the engine does). Median us.
+  double time_relay(int s, int d, size_t bytes, int chunks) {
+    std::vector<double> t;
+    std::vector<EventHandle> ev;
+    for (int c = 0; c < chunks; ++c) ev.push_back(b_.create_event(s, false));
+    for (int r = 0; r < reps_ + 1; ++r) {
+      StreamHandle a = stream(s, 0), bst = stream(d, 1);
+      b_.record_event(start_[static_cast<size_t>(s)], a);
+      b_.wait_event(bst, start_[static_cast<size_t>(s)]);
+      size_t per = bytes / static_cast<size_t>(chunks);
+      for (int c = 0; c < chunks; ++c) {
+        b_.copy_async(host(0) + c * per, kHostDevice, src(s) + c * per, s, per, a);
+        b_.record_event(ev[static_cast<size_t>(c)], a);
+        b_.wait_event(bst, ev[static_cast<size_t>(c)]);
+        b_.copy_async(dst(d) + c * per, d, host(0) + c * per, kHostDevice, per, bst);
+      }
+      EventHandle fin = done_[static_cast<size_t>(d * 2 + 1)];
+      b_.record_event(fin, bst);
+      b_.wait_event(a, fin);
+      b_.record_event(end_[static_cast<size_t>(s)], a);
+      b_.synchronize_event(end_[static_cast<size_t>(s)]);
+      if (r > 0) t.push_back(1e3 * b_.elapsed_ms(start_[static_cast<size_t>(s)], end_[static_cast<size_t>(s)]));
+    }
+    for (EventHandle e : ev) b_.destroy_event(e);
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+
+ private:
+  StreamHandle stream(int dev, int k) { return streams_[static_cast<size_t>(dev * 2 + k)]; }
+  Backend& b_;
+  int reps_;
+  size_t max_;
+  std::vector<char*> dev_;
+  char* host_ = nullptr;
+  std::vector<StreamHandle> streams_;
+  std::vector<EventHandle> start_, end_, done_;
+};
+
+double gbps(size_t bytes, double us) { return us > 0 ? static_cast<double>(bytes) / (us * 1e3) : 0; }
+
+std::string today() {
+  std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return buf;
+}
+
+}  // namespace
+
+std::pair<double, double> fit_hockney(const std::vector<double>& n, const std::vector<double>& t) {
+  GS_REQUIRE(n.size() == t.size() && n.size() >= 2, GPUSTRIPE_ERR_INVALID_ARGUMENT, "fit_hockney: need 2+ points");
+  // Weighted normal equations for t = a + g n with weights 1/t^2.
+  double s00 = 0, s01 = 0, s11 = 0, r0 = 0, r1 = 0;
+  for (size_t i = 0; i < n.size(); ++i) {
+    double w = 1.0 / (t[i] * t[i]);
+    s00 += w;
+    s01 += w * n[i];
+    s11 += w * n[i] * n[i];
+    r0 += w * t[i];
+    r1 += w * n[i] * t[i];
+  }
+  double det = s00 * s11 - s01 * s01;
+  GS_REQUIRE(det > 0, GPUSTRIPE_ERR_INVALID_ARGUMENT, "fit_hockney: sizes must differ");
+  double a = (r0 * s11 - r1 * s01) / det;
+  double g = (s00 * r1 - s01 * r0) / det;
+  if (a < 0) {  // refit through the origin
+    a = 0;
+    g = r1 / s11;
+  }
+  return {a, g > 0 ? 1.0 / (g * 1e3) : 0.0};
+}
+
+Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptions& opt,
+                  const CalibrationProgress& progress) {
+  const int n = std::min(backend.device_count(), topo.gpu_count());
+  GS_REQUIRE(n >= 2, GPUSTRIPE_ERR_NOT_SUPPORTED, "calibration needs 2 or more GPUs, this node has %d", n);
+  const bool quick = opt.quick || backend.emulated();
+  // The emulated backend copies with memcpy in shared memory: small sizes keep it light.
+  const size_t big = backend.emulated() ? (16u << 20) : quick ? (64u << 20) : (256u << 20);
+  const int reps = opt.reps > 0 ? opt.reps : (quick ? 3 : 7);
+  std::vector<size_t> sizes;
+  for (size_t s = quick ? (64u << 10) : (4u << 10); s <= big; s *= quick ? 8 : 4) sizes.push_back(s);
+
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b)
+      if (a != b && topo.can_access_peer(a, b) && backend.can_access_peer(a, b)) backend.enable_peer_access(a, b);
+
+  Bench bench(backend, n, big, reps);
+  json meas = json::object();
+  Profile prof;
+  prof.fingerprint = topo.fingerprint();
+  prof.driver = topo.driver_version;
+  prof.backend = backend.name();
+  prof.topology = topo.name;
+  prof.created = today();
+  prof.params = nominal_params(topo);
+  ModelParams& P = prof.params;
+
+  // Steps and their weights for the progress bar.
+  int total_steps = 4 + 2 * n + n * (n - 1) + 2 * n + 2 + 1, step = 0;
+  auto tick = [&](const std::string& what) {
+    if (progress) progress(static_cast<double>(step) / total_steps, what);
+    ++step;
+  };
+
+  // 1. Size sweeps per hop kind.
+  const int peer_dst = 1;
+  const bool peer = topo.can_access_peer(0, peer_dst);
+  struct Sweep {
+    HopKind kind;
+    std::function<CopyOp(size_t)> op;
+  };
+  std::vector<Sweep> sweeps{
+      {HopKind::D2H, [&](size_t s) { return CopyOp{bench.host(0), kHostDevice, bench.src(0), 0, s, 0}; }},
+      {HopKind::H2D, [&](size_t s) { return CopyOp{bench.dst(0), 0, bench.host(0), kHostDevice, s, 0}; }},
+      {HopKind::Local, [&](size_t s) { return CopyOp{bench.dst(0), 0, bench.src(0), 0, s, 0}; }}};
+  if (peer) sweeps.insert(sweeps.begin(), {HopKind::Peer, [&](size_t s) {
+                                             return CopyOp{bench.dst(peer_dst), peer_dst, bench.src(0), 0, s, 0};
+                                           }});
+  for (const Sweep& sw : sweeps) {
+    tick(std::string("sweep ") + hop_kind_name(sw.kind));
+    std::vector<double> ns, ts;
+    json pts = json::array();
+    for (size_t s : sizes) {
+      double us = bench.time_one(sw.op(s));
+      ns.push_back(static_cast<double>(s));
+      ts.push_back(us);
+      pts.push_back({{"bytes", s}, {"us", us}});
+    }
+    auto [alpha, beta] = fit_hockney(ns, ts);
+    P.hop(sw.kind) = {alpha, beta};
+    meas["sweep"][hop_kind_name(sw.kind)] = pts;
+  }
+  if (!peer) tick("sweep peer (no peer access 0->1: nominal kept)");
+
+  auto set_cap = [&](const std::string& name, double v) {
+    if (v > 0) P.capacities[name] = v;
+  };
+  const char* link = topo.gpu(0).host_link == HostLinkKind::PCIe ? "pcie" : "host_nvlink";
+  // 2. Host link per GPU and direction.
+  for (int g = 0; g < n; ++g) {
+    tick(format("host link gpu%d d2h", g));
+    double d2h = gbps(big, bench.time_one({bench.host(g), kHostDevice, bench.src(g), g, big, g}));
+    tick(format("host link gpu%d h2d", g));
+    double h2d = gbps(big, bench.time_one({bench.dst(g), g, bench.host(g), kHostDevice, big, g}));
+    set_cap(format("%s_d2h[gpu%d]", link, g), d2h);
+    set_cap(format("%s_h2d[gpu%d]", link, g), h2d);
+    meas["host_link"][format("gpu%d", g)] = {{"d2h_gbps", d2h}, {"h2d_gbps", h2d}};
+  }
+  // 3. Peer rate per ordered pair: the bundle's capacity on a mesh.
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b) {
+      if (a == b) continue;
+      tick(format("peer %d->%d", a, b));
+      if (!topo.can_access_peer(a, b)) continue;
+      double r = gbps(big, bench.time_one({bench.dst(b), b, bench.src(a), a, big, a}));
+      meas["peer"][format("%d>%d", a, b)] = r;
+      if (!topo.has_nvswitch() && topo.nvlinks_between(a, b) > 0) set_cap(format("nvlink[gpu%d>gpu%d]", a, b), r);
+    }
+  // 4. Concurrent: one GPU to two (egress), two to one (ingress). On a switch these bound
+  // the sum; on a mesh the sum of two bundles is below the egress, so only recorded.
+  for (int g = 0; g < n; ++g) {
+    int x = (g + 1) % n, y = (g + 2) % n;
+    tick(format("gpu%d to two peers", g));
+    double out = 0, in = 0;
+    if (n >= 3 && topo.can_access_peer(g, x) && topo.can_access_peer(g, y)) {
+      out = gbps(2 * big, bench.time_concurrent({{bench.dst(x), x, bench.src(g, 0), g, big, g},
+                                                 {bench.dst(y), y, bench.src(g, 1), g, big, g}}));
+      meas["egress"][format("gpu%d", g)] = out;
+    }
+    tick(format("two peers to gpu%d", g));
+    if (n >= 3 && topo.can_access_peer(x, g) && topo.can_access_peer(y, g)) {
+      in = gbps(2 * big, bench.time_concurrent({{bench.dst(g, 0), g, bench.src(x), x, big, x},
+                                                {bench.dst(g, 1), g, bench.src(y), y, big, y}}));
+      meas["ingress"][format("gpu%d", g)] = in;
+    }
+    if (topo.has_nvswitch()) {
+      set_cap(format("nvlink_egress[gpu%d]", g), out);
+      set_cap(format("nvlink_ingress[gpu%d]", g), in);
+    }
+  }
+  // 5. Host side: every GPU D2H at once (bounds host memory of its socket; a host path
+  // loads it twice), and D2H + H2D on one GPU (recorded: duplex of one host link).
+  tick("all GPUs D2H at once");
+  for (const SocketInfo& s : topo.sockets) {
+    std::vector<CopyOp> ops;
+    for (int g = 0; g < n; ++g)
+      if (topo.gpu(g).socket == s.id) ops.push_back({bench.host(g), kHostDevice, bench.src(g), g, big, g});
+    if (ops.size() < 2) continue;
+    double agg = gbps(ops.size() * big, bench.time_concurrent(ops));
+    meas["all_d2h"][format("socket%d", s.id)] = agg;
+    set_cap(format("host_memory[socket%d]", s.id), agg);
+  }
+  tick("D2H + H2D on gpu0");
+  meas["duplex_gpu0_gbps"] = gbps(2 * big, bench.time_concurrent({{bench.host(0), kHostDevice, bench.src(0), 0, big, 0},
+                                                                   {bench.dst(0), 0, bench.host(1), kHostDevice, big, 0}}));
+  // 6. Staging synchronization: one small chunk relayed through the host; what is left
+  // after the two hops' own alpha + n/beta is the event wait (twice: relay, then join).
+  tick("staged relay epsilon");
+  {
+    const size_t s = 64 << 10;
+    double t = bench.time_relay(0, 1, s, 1);
+    const HopParams& d = P.hop(HopKind::D2H);
+    const HopParams& h = P.hop(HopKind::H2D);
+    double hops = d.alpha_us + h.alpha_us + (d.beta_gbps > 0 ? s / (d.beta_gbps * 1e3) : 0) +
+                  (h.beta_gbps > 0 ? s / (h.beta_gbps * 1e3) : 0);
+    P.epsilon_us = std::max(0.0, (t - hops) / 2);
+    // A pipelined relay, recorded to compare with the model in `gpustripe calibrate --show`.
+    meas["relay"] = {{"bytes", s}, {"us", t}, {"pipelined_bytes", big}, {"pipelined_chunks", 8},
+                     {"pipelined_us", bench.time_relay(0, 1, big, 8)}};
+  }
+  if (progress) progress(1.0, "done");
+  meas["note"] = backend.emulated() ? "emulated backend: memcpy speeds of this host, not GPU figures" : "";
+  prof.measurements_json = meas.dump();
+  P.source = "calibrated on this node";
+  GS_LOG_INFO(Subsys::Model, "calibration done: peer %.1f us %.1f GB/s, d2h %.1f us %.1f GB/s, eps %.1f us",
+              P.hop(HopKind::Peer).alpha_us, P.hop(HopKind::Peer).beta_gbps, P.hop(HopKind::D2H).alpha_us,
+              P.hop(HopKind::D2H).beta_gbps, P.epsilon_us);
+  return prof;
+}
+
+}  // namespace gpustripe

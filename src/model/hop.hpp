@@ -1,0 +1,36 @@
+// The kinds of copies a path is made of, and the per-kind Hockney parameters
+// (startup alpha, bandwidth beta) that the model charges for each hop.
+#pragma once
+#include <array>
+#include <map>
+#include <string>
+
+namespace gpustripe {
+
+enum class HopKind { Peer, D2H, H2D, Local, Kernel, Count };
+constexpr int kHopKinds = static_cast<int>(HopKind::Count);
+
+const char* hop_kind_name(HopKind kind);  // "peer", "d2h", "h2d", "local", "kernel"
+// Throws ERR_PROFILE for an unknown name.
+HopKind hop_kind_from_name(const std::string& name);
+
+struct HopParams {
+  double alpha_us = 0;   // startup per copy call (per chunk)
+  double beta_gbps = 0;  // bandwidth of one copy of this kind alone; 0 = unbounded (resources bound it)
+};
+
+// Everything the model needs beyond the topology's structure. Nominal figures come
+// from the topology file (nominal_params); a calibration profile replaces them.
+struct ModelParams {
+  std::array<HopParams, kHopKinds> hops{};
+  double epsilon_us = 0;  // staging synchronization: relay of a chunk waits on an event of the first hop
+  // Capacity of a shared resource by name (e.g. "nvlink_egress[gpu0]"), GB/s; replaces the
+  // nominal figure of that resource. Calibration fills these from concurrent measurements.
+  std::map<std::string, double> capacities;
+  std::string source = "nominal";  // "nominal", "profile <path>", "calibrated"
+
+  const HopParams& hop(HopKind k) const { return hops[static_cast<int>(k)]; }
+  HopParams& hop(HopKind k) { return hops[static_cast<int>(k)]; }
+};
+
+}  // namespace gpustripe

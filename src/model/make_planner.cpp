@@ -1,0 +1,44 @@
+#include <fstream>
+#include <sstream>
+
+#include "common/config.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "model/model_planner.hpp"
+#include "model/profile.hpp"
+#include "topology/topology.hpp"
+
+namespace gpustripe {
+namespace {
+
+const StringSetting kPlan{"GPUSTRIPE_PLAN", "model",
+                          "How transfers are split: model (contention-aware model), table (gpustripe tune's table), "
+                          "or a fixed spec such as 'direct,host0:0.095x8,gpu2:0.1x4' (docs/model.md)"};
+
+}  // namespace
+
+std::unique_ptr<Planner> make_planner_with(const Topology& topo, ModelParams params, const std::string& kind) {
+  if (kind.empty() || kind == "model") {
+    GS_LOG_INFO(Subsys::Model, "planner: model over %s", params.source.c_str());
+    return std::make_unique<ModelPlanner>(topo, std::move(params), search_options_from_env());
+  }
+  if (kind == "table") {
+    std::string path = default_table_path(topo);
+    std::ifstream in(path);
+    GS_REQUIRE(in.good(), GPUSTRIPE_ERR_IO, "GPUSTRIPE_PLAN=table: cannot read plan table %s (run gpustripe tune)",
+               path.c_str());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    GS_LOG_INFO(Subsys::Model, "planner: table %s", path.c_str());
+    return std::make_unique<TablePlanner>(topo, std::move(params), plan_table_from_json(ss.str(), path),
+                                          search_options_from_env());
+  }
+  GS_LOG_INFO(Subsys::Model, "planner: fixed spec '%s'", kind.c_str());
+  return std::make_unique<FixedPlanner>(topo, std::move(params), kind);
+}
+
+std::unique_ptr<Planner> make_planner(const Topology& topo) {
+  return make_planner_with(topo, resolve_params(topo), kPlan.get());
+}
+
+}  // namespace gpustripe

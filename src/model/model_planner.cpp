@@ -1,0 +1,135 @@
+#include "model/model_planner.hpp"
+
+#include <cmath>
+
+#include "common/config.hpp"
+#include "common/error.hpp"
+#include "topology/topology.hpp"
+
+namespace gpustripe {
+namespace {
+
+const ChoiceSetting kHostPath{"GPUSTRIPE_HOST_PATH", "auto",
+                              "Host-staged path: auto (the model decides), on (always add one), off (never)",
+                              {"auto", "on", "off"}};
+const IntSetting kGpuPaths{"GPUSTRIPE_GPU_PATHS", "-1",
+                           "Most staging GPUs one transfer may use (-1: as many as pay, 0: none)"};
+const IntSetting kChunks{"GPUSTRIPE_CHUNKS", "0", "Fixed pipeline chunks per staged path (0: the model chooses)"};
+const SizeSetting kMinSplit{"GPUSTRIPE_MIN_SPLIT_SIZE", "1M",
+                            "Transfers smaller than this take the direct path alone, without a plan search"};
+
+// Plans are cached per quarter octave of size.
+constexpr double kClassesPerOctave = 4.0;
+
+int size_class(uint64_t bytes) { return static_cast<int>(std::floor(std::log2(static_cast<double>(bytes)) * kClassesPerOctave)); }
+
+uint64_t class_centre(int cls) {
+  return static_cast<uint64_t>(std::llround(std::exp2((cls + 0.5) / kClassesPerOctave)));
+}
+
+}  // namespace
+
+SearchOptions search_options_from_env() {
+  SearchOptions o;
+  std::string host = kHostPath.get();
+  o.host = host == "on" ? HostPathMode::On : host == "off" ? HostPathMode::Off : HostPathMode::Auto;
+  o.max_gpu_paths = static_cast<int>(kGpuPaths.get());
+  int64_t chunks = kChunks.get();
+  GS_REQUIRE(chunks >= 0 && chunks <= 4096, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_CHUNKS=%lld: expected 0-4096",
+             static_cast<long long>(chunks));
+  o.fixed_chunks = static_cast<int>(chunks);
+  o.min_split = kMinSplit.get();
+  return o;
+}
+
+ModelPlanner::ModelPlanner(const Topology& topo, ModelParams params, SearchOptions opt)
+    : model_(topo, std::move(params)), opt_(opt) {}
+
+Plan ModelPlanner::plan_exact(int src, int dst, uint64_t bytes) const {
+  return search_plan(model_, src, dst, bytes, {}, opt_);
+}
+
+Plan ModelPlanner::plan(int src, int dst, uint64_t bytes) {
+  model_.node().routes(src, dst);  // validates the pair before the cache is consulted
+  GS_REQUIRE(bytes > 0, GPUSTRIPE_ERR_INVALID_SIZE, "transfer %d->%d of 0 bytes: nothing to plan", src, dst);
+  const bool small = bytes < opt_.min_split;
+  const int cls = size_class(bytes);
+  const uint64_t key = (static_cast<uint64_t>(src) << 48) | (static_cast<uint64_t>(dst) << 32) |
+                       (static_cast<uint64_t>(small) << 31) | static_cast<uint64_t>(cls);
+  Plan base;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) base = it->second;
+  }
+  if (base.paths.empty()) {
+    SearchOptions o = opt_;
+    uint64_t centre = class_centre(cls);
+    // The centre of a class that straddles the split threshold stays on this side of it.
+    if (small) o.min_split = UINT64_MAX;
+    else o.min_split = 0;
+    base = search_plan(model_, src, dst, centre, {}, o);
+    if (small) base.source = "single";
+    std::lock_guard<std::mutex> lock(mu_);
+    cache_.emplace(key, base);
+  }
+  Plan out = scale_plan(base, bytes, opt_.align);
+  model_.predict(out);
+  return out;
+}
+
+std::vector<Plan> ModelPlanner::plan_concurrent(const std::vector<TransferSpec>& transfers) {
+  std::vector<Plan> plans;
+  for (const TransferSpec& t : transfers) plans.push_back(plan(t.src, t.dst, t.bytes));
+  auto makespan = [&](std::vector<Plan>& ps) {
+    model_.predict(ps);
+    double t = 0;
+    for (const Plan& p : ps) t = std::max(t, p.predicted_us);
+    return t;
+  };
+  std::vector<Plan> best = plans;
+  double best_time = makespan(best);
+  // Best response: each transfer re-planned with the others' current plans running beside
+  // it; the set with the earliest joint finish seen is kept (the lone plans included).
+  for (int round = 0; round < 3 && transfers.size() > 1; ++round) {
+    for (size_t i = 0; i < transfers.size(); ++i) {
+      std::vector<PathLoad> background;
+      for (size_t j = 0; j < transfers.size(); ++j)
+        if (j != i)
+          for (const PathLoad& l : loads_of(model_, plans[j])) background.push_back(l);
+      plans[i] = search_plan(model_, transfers[i].src, transfers[i].dst, transfers[i].bytes, background, opt_);
+    }
+    double t = makespan(plans);
+    if (t < best_time) {
+      best_time = t;
+      best = plans;
+    }
+  }
+  return best;
+}
+
+double ModelPlanner::predict_us(const Plan& plan) {
+  Plan p = plan;
+  model_.predict(p);
+  return p.predicted_us;
+}
+
+FixedPlanner::FixedPlanner(const Topology& topo, ModelParams params, const std::string& spec)
+    : model_(topo, std::move(params)), spec_(parse_plan_spec(spec)), text_(spec) {}
+
+Plan FixedPlanner::plan(int src, int dst, uint64_t bytes) { return build_fixed_plan(model_, spec_, src, dst, bytes); }
+
+std::vector<Plan> FixedPlanner::plan_concurrent(const std::vector<TransferSpec>& transfers) {
+  std::vector<Plan> plans;
+  for (const TransferSpec& t : transfers) plans.push_back(plan(t.src, t.dst, t.bytes));
+  model_.predict(plans);
+  return plans;
+}
+
+double FixedPlanner::predict_us(const Plan& plan) {
+  Plan p = plan;
+  model_.predict(p);
+  return p.predicted_us;
+}
+
+}  // namespace gpustripe

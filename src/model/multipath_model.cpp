@@ -1,0 +1,140 @@
+#include "model/multipath_model.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+#include "topology/topology.hpp"
+
+namespace gpustripe {
+namespace {
+
+double relay_wait(const ModelParams& p, size_t hop_index) { return hop_index == 0 ? 0.0 : p.epsilon_us; }
+
+std::vector<std::pair<std::string, double>> overrides_of(const ModelParams& p) {
+  return {p.capacities.begin(), p.capacities.end()};
+}
+
+}  // namespace
+
+MultipathModel::MultipathModel(const Topology& topo, ModelParams params)
+    : node_(topo, overrides_of(params)), params_(std::move(params)) {
+  for (const Resource& r : node_.resources()) capacity_.push_back(r.gbps * 1e3);
+}
+
+double MultipathModel::overhead_us(const Route& r, int chunks) const {
+  double sum = 0, worst = 0;
+  for (size_t j = 0; j < r.hops.size(); ++j) {
+    double a = params_.hop(r.hops[j].kind).alpha_us + relay_wait(params_, j);
+    sum += a;
+    worst = std::max(worst, a);
+  }
+  return sum + (chunks - 1) * worst;
+}
+
+double MultipathModel::fill_factor(const Route& r, int chunks) {
+  return static_cast<double>(chunks + static_cast<int>(r.hops.size()) - 1) / chunks;
+}
+
+double MultipathModel::rate_cap(const Route& r) const {
+  double cap = 0;
+  for (const Hop& h : r.hops) {
+    double b = params_.hop(h.kind).beta_gbps * 1e3;
+    if (b > 0) cap = cap > 0 ? std::min(cap, b) : b;
+  }
+  return cap;
+}
+
+Flow MultipathModel::flow(const PathLoad& p) const {
+  Flow f;
+  for (const Hop& h : p.route->hops)
+    for (const auto& u : h.uses) {
+      auto it = std::find_if(f.uses.begin(), f.uses.end(), [&](const auto& x) { return x.first == u.first; });
+      if (it == f.uses.end()) f.uses.push_back(u);
+      else it->second += u.second;  // host memory: written by the first hop, read by the relay
+    }
+  f.cap = rate_cap(*p.route);
+  f.work = static_cast<double>(p.bytes) * fill_factor(*p.route, p.chunks);
+  f.latency = p.bytes ? overhead_us(*p.route, p.chunks) : 0.0;
+  return f;
+}
+
+std::vector<double> MultipathModel::capacities() const { return capacity_; }
+
+FairShare MultipathModel::rates(const std::vector<PathLoad>& paths) const {
+  std::vector<Flow> flows;
+  for (const PathLoad& p : paths) flows.push_back(flow(p));
+  return max_min_rates(capacity_, flows);
+}
+
+std::vector<PathTiming> MultipathModel::simulate(const std::vector<PathLoad>& paths) const {
+  std::vector<Flow> flows;
+  for (const PathLoad& p : paths) flows.push_back(flow(p));
+  FluidResult res = simulate_flows(capacity_, flows);
+  std::vector<PathTiming> out(paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    out[i].finish_us = res.finish_us[i];
+    out[i].limited_by = limit_name(*paths[i].route, res.limited_by[i]);
+  }
+  return out;
+}
+
+std::string MultipathModel::limit_name(const Route& r, int limited_by) const {
+  if (limited_by >= 0) return node_.resources()[static_cast<size_t>(limited_by)].name;
+  // Bounded by its own slowest hop's measured rate.
+  const Hop* slow = nullptr;
+  for (const Hop& h : r.hops)
+    if (params_.hop(h.kind).beta_gbps > 0 &&
+        (!slow || params_.hop(h.kind).beta_gbps < params_.hop(slow->kind).beta_gbps))
+      slow = &h;
+  return slow ? std::string(hop_kind_name(slow->kind)) + "_copy_rate" : "none";
+}
+
+const Route& MultipathModel::route_of(int src, int dst, const PathPlan& p) const {
+  const Route* r = node_.route(src, dst, p.kind, p.via);
+  GS_REQUIRE(r != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "the node has no %s path %d->%d%s", path_kind_name(p.kind),
+             src, dst, p.kind == PathKind::Direct ? "" : format(" via %d", p.via).c_str());
+  return *r;
+}
+
+void MultipathModel::predict(std::vector<Plan>& plans) const {
+  std::vector<PathLoad> loads;
+  for (const Plan& plan : plans)
+    for (const PathPlan& p : plan.paths) loads.push_back({&route_of(plan.src, plan.dst, p), p.bytes, p.chunks});
+  std::vector<PathTiming> t = simulate(loads);
+  size_t i = 0;
+  for (Plan& plan : plans) {
+    plan.predicted_us = 0;
+    plan.bottleneck.clear();
+    for (PathPlan& p : plan.paths) {
+      p.predicted_us = t[i].finish_us;
+      if (p.predicted_us >= plan.predicted_us) {
+        plan.predicted_us = p.predicted_us;
+        plan.bottleneck = t[i].limited_by;
+      }
+      ++i;
+    }
+  }
+}
+
+void MultipathModel::predict(Plan& plan) const {
+  std::vector<Plan> one{plan};
+  predict(one);
+  plan = one[0];
+}
+
+ModelParams nominal_params(const Topology& topo) {
+  ModelParams p;
+  // Startups of one copy-engine call and of a cross-stream event wait, of the order the
+  // CUDA runtime costs on current drivers; calibration replaces them. Bandwidths are
+  // left unbounded per hop: the topology's link and host figures bound every path.
+  p.hop(HopKind::Peer) = {5.0, 0.0};
+  p.hop(HopKind::D2H) = {5.0, 0.0};
+  p.hop(HopKind::H2D) = {5.0, 0.0};
+  p.hop(HopKind::Local) = {3.0, 0.0};
+  p.hop(HopKind::Kernel) = {4.0, 0.0};
+  p.epsilon_us = 3.0;
+  p.source = "nominal figures of '" + topo.name + "'";
+  return p;
+}
+
+}  // namespace gpustripe

@@ -1,0 +1,70 @@
+// The contention-aware multi-path Hockney model (docs/model.md has the derivation).
+// A path of k hops carrying m bytes in c chunks at a steady rate x finishes after
+//   T = sum_j (alpha_j + eps_j) + (c - 1) max_j (alpha_j + eps_j) + (m / x) (c + k - 1) / c
+// (eps_j: the staging synchronization before relay hop j >= 2). The rate x is the path's
+// max-min fair share of every resource its hops load, among all paths running at once
+// (of this transfer and of concurrent ones), recomputed as paths finish.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "model/fluid.hpp"
+#include "model/hop.hpp"
+#include "model/node_resources.hpp"
+#include "model/plan.hpp"
+
+namespace gpustripe {
+
+struct Topology;
+
+// One path of a transfer in a concurrent mix.
+struct PathLoad {
+  const Route* route = nullptr;
+  uint64_t bytes = 0;
+  int chunks = 1;
+};
+
+struct PathTiming {
+  double finish_us = 0;
+  std::string limited_by;  // resource or per-hop rate that bounded the path while all ran
+};
+
+class MultipathModel {
+ public:
+  MultipathModel(const Topology& topo, ModelParams params);
+
+  const NodeResources& node() const { return node_; }
+  const ModelParams& params() const { return params_; }
+
+  // Fixed cost of a route in c chunks: sum_j (alpha_j + eps_j) + (c - 1) max_j (alpha_j + eps_j).
+  double overhead_us(const Route& r, int chunks) const;
+  // (c + k - 1) / c: pipeline fill and drain, in units of the path's bytes at its rate.
+  static double fill_factor(const Route& r, int chunks);
+  // The per-hop rate bound of a route in bytes/us (slowest hop's beta), 0 when none.
+  double rate_cap(const Route& r) const;
+  Flow flow(const PathLoad& p) const;
+  std::vector<double> capacities() const;  // bytes/us per resource
+
+  // Rates (bytes/us) of paths that all run at once, and what bounds each.
+  FairShare rates(const std::vector<PathLoad>& paths) const;
+  // Finish time of each path when all start together.
+  std::vector<PathTiming> simulate(const std::vector<PathLoad>& paths) const;
+
+  // Route of a planned path; throws ERR_INVALID_ARGUMENT when the node has no such path.
+  const Route& route_of(int src, int dst, const PathPlan& p) const;
+  // Fills predicted_us of each path and plan, and the bottleneck, for plans that run at once.
+  void predict(std::vector<Plan>& plans) const;
+  void predict(Plan& plan) const;
+
+ private:
+  std::string limit_name(const Route& r, int limited_by) const;
+  NodeResources node_;
+  ModelParams params_;
+  std::vector<double> capacity_;  // bytes/us
+};
+
+// Nominal parameters of a node: per-hop startups of the order a copy-engine call costs
+// (documented in docs/model.md), bandwidths left to the topology's resources.
+ModelParams nominal_params(const Topology& topo);
+
+}  // namespace gpustripe

@@ -1,0 +1,50 @@
+// Chooses the paths, fractions and chunk counts of one transfer that minimise its
+// finish time under the model, with other transfers' paths (if any) running beside it.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/multipath_model.hpp"
+#include "model/plan.hpp"
+
+namespace gpustripe {
+
+enum class HostPathMode { Auto, On, Off };
+
+struct SearchOptions {
+  HostPathMode host = HostPathMode::Auto;
+  int max_gpu_paths = -1;         // staging GPUs at most; -1: no limit
+  int fixed_chunks = 0;           // chunks per staged path; 0: the model chooses
+  uint64_t min_split = 1 << 20;   // below: one direct copy
+  uint64_t align = 4096;          // path boundaries fall on multiples of this
+  uint64_t min_chunk = 64 << 10;  // smallest pipeline chunk the model chooses
+  int max_chunks = 64;
+  double min_gain = 0.01;         // a path is added only if it shortens the finish time by this fraction
+};
+
+// The best plan for src -> dst of `bytes` with `background` running at the same time.
+// Throws ERR_INVALID_DEVICE / ERR_INVALID_SIZE for bad transfers, ERR_NOT_SUPPORTED when
+// the options leave no path (host path off on a pair without peer access).
+Plan search_plan(const MultipathModel& model, int src, int dst, uint64_t bytes, const std::vector<PathLoad>& background,
+                 const SearchOptions& opt);
+
+// The equal-finish plan over exactly the named paths ("direct", "gpu2", "host0"), chunk
+// counts chosen by the model; paths that would carry less than `opt.align` bytes are left
+// out. Forced path sets of `gpustripe model-check`, `simulate` and `tune`. Throws
+// ERR_INVALID_ARGUMENT for a name that is not a path of this transfer.
+Plan plan_for_routes(const MultipathModel& model, int src, int dst, uint64_t bytes,
+                     const std::vector<std::string>& names, const SearchOptions& opt);
+
+// Scales a plan's fractions to another size (plan cache by size class): path boundaries
+// aligned, chunk counts kept where chunks stay at least `align` bytes. Times not updated.
+Plan scale_plan(const Plan& plan, uint64_t bytes, uint64_t align);
+
+// Path sizes of one plan whose first entry took the remainder: moves that entry's
+// unaligned tail to the last path, so that every path boundary is a multiple of `align`.
+void align_boundaries(std::vector<uint64_t>& sizes, uint64_t align);
+
+// The PathLoads of a plan (for use as background of another transfer).
+std::vector<PathLoad> loads_of(const MultipathModel& model, const Plan& plan);
+
+}  // namespace gpustripe

@@ -1,0 +1,39 @@
+// Times forced plans with the engine (Engine::copy_with_plan): what `gpustripe
+// model-check` compares the model's predictions with and `gpustripe tune` searches over.
+#pragma once
+#include <cstdint>
+
+#include "backend/backend.hpp"
+#include "model/plan.hpp"
+
+namespace gpustripe {
+
+class Context;
+
+struct PlanTiming {
+  double median_us = 0, min_us = 0, max_us = 0;
+  int reps = 0;
+};
+
+// Source and destination buffers on every GPU, allocated once (up to `max_bytes`) and reused.
+class PlanTimer {
+ public:
+  PlanTimer(Context& ctx, uint64_t max_bytes);
+  ~PlanTimer();
+  PlanTimer(const PlanTimer&) = delete;
+  PlanTimer& operator=(const PlanTimer&) = delete;
+  // Runs `plan` warmup + reps times on a stream of plan.src, one event pair around each
+  // repetition on that stream (the engine joins every path back into it). Throws
+  // ERR_INVALID_SIZE when the plan is larger than max_bytes.
+  PlanTiming time(const Plan& plan, int warmup, int reps);
+  uint64_t max_bytes() const { return max_; }
+
+ private:
+  Context& ctx_;
+  uint64_t max_;
+  std::vector<void*> src_, dst_;
+  std::vector<StreamHandle> streams_;
+  std::vector<EventHandle> start_, end_;
+};
+
+}  // namespace gpustripe

@@ -1,0 +1,185 @@
+#include "model/profile.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <sys/stat.h>
+
+#include "common/config.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "model/multipath_model.hpp"
+#include "topology/topology.hpp"
+
+namespace gpustripe {
+namespace {
+
+const StringSetting kProfile{"GPUSTRIPE_PROFILE", "",
+                             "Calibration profile of this node (gpustripe calibrate writes it); empty: "
+                             "$XDG_CACHE_HOME/gpustripe/profile-<fingerprint>.json, else nominal topology figures"};
+
+using nlohmann::json;
+
+void make_dirs(const std::string& dir) {
+  std::string cur;
+  std::stringstream ss(dir);
+  std::string part;
+  if (!dir.empty() && dir[0] == '/') cur = "/";
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    cur += part + "/";
+    if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
+      GS_THROW(GPUSTRIPE_ERR_IO, "cannot create directory %s: %s", cur.c_str(), std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+std::string profile_to_json(const Profile& p) {
+  json hops = json::object();
+  for (int k = 0; k < kHopKinds; ++k) {
+    const HopParams& h = p.params.hops[static_cast<size_t>(k)];
+    hops[hop_kind_name(static_cast<HopKind>(k))] = {{"alpha_us", h.alpha_us}, {"beta_gbps", h.beta_gbps}};
+  }
+  json j = {{"schema", p.schema},
+            {"fingerprint", p.fingerprint},
+            {"driver", p.driver},
+            {"backend", p.backend},
+            {"topology", p.topology},
+            {"created", p.created},
+            {"hops", hops},
+            {"epsilon_us", p.params.epsilon_us},
+            {"capacities", p.params.capacities},
+            {"measurements", json::parse(p.measurements_json.empty() ? "{}" : p.measurements_json)}};
+  return j.dump(1) + "\n";
+}
+
+Profile profile_from_json(const std::string& text, const std::string& origin) {
+  Profile p;
+  std::string field = "(document)";
+  try {
+    json j = json::parse(text);
+    field = "schema";
+    p.schema = j.at("schema").get<int>();
+    GS_REQUIRE(p.schema == 1, GPUSTRIPE_ERR_PROFILE, "%s: profile schema %d, this library reads schema 1",
+               origin.c_str(), p.schema);
+    field = "fingerprint";
+    p.fingerprint = j.at("fingerprint").get<std::string>();
+    field = "driver";
+    p.driver = j.value("driver", "");
+    p.backend = j.value("backend", "");
+    p.topology = j.value("topology", "");
+    p.created = j.value("created", "");
+    field = "hops";
+    for (auto it = j.at("hops").begin(); it != j.at("hops").end(); ++it) {
+      field = "hops." + it.key();
+      HopParams& h = p.params.hop(hop_kind_from_name(it.key()));
+      h.alpha_us = it.value().at("alpha_us").get<double>();
+      h.beta_gbps = it.value().at("beta_gbps").get<double>();
+      GS_REQUIRE(h.alpha_us >= 0 && h.beta_gbps >= 0, GPUSTRIPE_ERR_PROFILE, "%s: %s: negative alpha or beta",
+                 origin.c_str(), field.c_str());
+    }
+    field = "epsilon_us";
+    p.params.epsilon_us = j.at("epsilon_us").get<double>();
+    field = "capacities";
+    for (auto it = j.at("capacities").begin(); it != j.at("capacities").end(); ++it) {
+      field = "capacities." + it.key();
+      double v = it.value().get<double>();
+      GS_REQUIRE(v > 0, GPUSTRIPE_ERR_PROFILE, "%s: %s: capacity must be positive", origin.c_str(), field.c_str());
+      p.params.capacities[it.key()] = v;
+    }
+    if (j.contains("measurements")) p.measurements_json = j["measurements"].dump();
+  } catch (const json::exception& e) {
+    GS_THROW(GPUSTRIPE_ERR_PROFILE, "%s: %s: %s", origin.c_str(), field.c_str(), e.what());
+  } catch (const Error& e) {
+    if (std::string(e.what()).find(origin) != std::string::npos) throw;
+    GS_THROW(e.status(), "%s: %s: %s", origin.c_str(), field.c_str(), e.what());
+  }
+  p.params.source = "profile " + origin;
+  return p;
+}
+
+Profile load_profile(const std::string& path) {
+  std::ifstream in(path);
+  GS_REQUIRE(in.good(), GPUSTRIPE_ERR_IO, "cannot read profile %s: %s", path.c_str(), std::strerror(errno));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return profile_from_json(ss.str(), path);
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  size_t slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) make_dirs(path.substr(0, slash));
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    GS_REQUIRE(out.good(), GPUSTRIPE_ERR_IO, "cannot write %s: %s", tmp.c_str(), std::strerror(errno));
+    out << text;
+    GS_REQUIRE(out.good(), GPUSTRIPE_ERR_IO, "writing %s failed", tmp.c_str());
+  }
+  // Rename: a reader never sees half a file.
+  GS_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, GPUSTRIPE_ERR_IO, "cannot move %s to %s: %s", tmp.c_str(),
+             path.c_str(), std::strerror(errno));
+}
+
+void save_profile(const Profile& p, const std::string& path) { write_text_file(path, profile_to_json(p)); }
+
+std::string profile_mismatch(const Profile& p, const Topology& topo) {
+  std::string fp = topo.fingerprint();
+  if (p.fingerprint != fp)
+    return format("it was measured on node '%s' (fingerprint %s), this node is %s", p.topology.c_str(),
+                  p.fingerprint.c_str(), fp.c_str());
+  if (!p.driver.empty() && !topo.driver_version.empty() && p.driver != topo.driver_version)
+    return format("it was measured with driver %s, this node runs %s", p.driver.c_str(), topo.driver_version.c_str());
+  return "";
+}
+
+std::string cache_dir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg && *xdg) return std::string(xdg) + "/gpustripe";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/gpustripe";
+}
+
+std::string cached_profile_path(const Topology& topo) { return cache_dir() + "/profile-" + topo.fingerprint() + ".json"; }
+
+std::string default_profile_path(const Topology& topo) {
+  std::string p = kProfile.get();
+  return p.empty() ? cached_profile_path(topo) : p;
+}
+
+ModelParams resolve_params(const Topology& topo, const std::string& explicit_path) {
+  std::string named = explicit_path.empty() ? kProfile.get() : explicit_path;
+  if (!named.empty()) {
+    Profile p = load_profile(named);
+    std::string why = profile_mismatch(p, topo);
+    GS_REQUIRE(why.empty(), GPUSTRIPE_ERR_PROFILE, "profile %s does not belong to this node: %s", named.c_str(),
+               why.c_str());
+    GS_LOG_INFO(Subsys::Model, "model parameters from profile %s", named.c_str());
+    return p.params;
+  }
+  std::string cached = cached_profile_path(topo);
+  std::ifstream probe(cached);
+  if (probe.good()) {
+    try {
+      Profile p = load_profile(cached);
+      std::string why = profile_mismatch(p, topo);
+      if (why.empty()) {
+        GS_LOG_INFO(Subsys::Model, "model parameters from cached profile %s", cached.c_str());
+        return p.params;
+      }
+      GS_LOG_WARN(Subsys::Model, "ignoring cached profile %s: %s", cached.c_str(), why.c_str());
+    } catch (const Error& e) {
+      GS_LOG_WARN(Subsys::Model, "ignoring cached profile: %s", e.what());
+    }
+  }
+  ModelParams nominal = nominal_params(topo);
+  GS_LOG_INFO(Subsys::Model, "no calibration profile for this node: using the %s (run `gpustripe calibrate`)",
+              nominal.source.c_str());
+  return nominal;
+}
+
+}  // namespace gpustripe

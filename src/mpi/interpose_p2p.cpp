@@ -1,0 +1,268 @@
+// Interposed point-to-point calls: Send/Ssend/Isend/Issend/Recv/Irecv/Sendrecv/
+// Sendrecv_replace/Probe/Iprobe. Each decides the route (interpose.hpp) and either
+// calls the PMPI function unchanged or runs an Op.
+#include <cstring>
+
+#include "common/error.hpp"
+#include "ipc/wait.hpp"
+#include "mpi/interpose.hpp"
+
+namespace gpustripe::mpi {
+
+Target route(MPI_Comm comm, int peer, bool device) {
+  Target t;
+  Runtime* rt = Runtime::get();
+  if (!rt || peer == MPI_PROC_NULL) return t;
+  t.ci = rt->comm(comm);
+  bool stage = device && !rt->cuda_aware();
+  if (!t.ci) {
+    t.route = stage ? Route::Staged : Route::Mpi;
+    return t;
+  }
+  if (peer == MPI_ANY_SOURCE) {
+    t.route = t.ci->has_remote ? Route::AnySource : Route::Local;
+    t.local = p2p::kAnySource;
+    return t;
+  }
+  if (peer < 0 || peer >= static_cast<int>(t.ci->world_of.size())) return t;  // the MPI reports the bad rank
+  int world = t.ci->world_of[peer];
+  if (rt->same_node(world)) {
+    t.route = Route::Local;
+    t.local = rt->local_of(world);
+  } else {
+    t.route = stage ? Route::Staged : Route::Mpi;
+  }
+  return t;
+}
+
+int isend_impl(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool sync,
+               MPI_Request* req) {
+  std::lock_guard<std::recursive_mutex> l(lock());
+  Runtime* rt = Runtime::get();
+  bool device = rt && rt->locate(buf).device;
+  Target t = route(comm, dest, device);
+  if (t.route == Route::Mpi || tag < 0)
+    return sync ? PMPI_Issend(buf, count, type, dest, tag, comm, req) : PMPI_Isend(buf, count, type, dest, tag, comm, req);
+  UserBuffer b = user_buffer(buf, count, type);
+  *req = add_request(t.route == Route::Local ? local_send(b, t.local, tag, t.ci, comm, sync)
+                                             : staged_send(b, dest, tag, comm, sync));
+  return MPI_SUCCESS;
+}
+
+int irecv_impl(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Request* req) {
+  std::lock_guard<std::recursive_mutex> l(lock());
+  Runtime* rt = Runtime::get();
+  bool device = rt && rt->locate(buf).device;
+  Target t = route(comm, source, device);
+  if (t.route == Route::Mpi || (tag < 0 && tag != MPI_ANY_TAG)) return PMPI_Irecv(buf, count, type, source, tag, comm, req);
+  UserBuffer b = user_buffer(buf, count, type);
+  switch (t.route) {
+    case Route::Local: *req = add_request(local_recv(b, t.local, tag, t.ci, comm)); break;
+    case Route::Staged: *req = add_request(staged_recv(b, source, tag, comm)); break;
+    default: *req = add_request(any_source_recv(b, tag, t.ci, comm)); break;
+  }
+  return MPI_SUCCESS;
+}
+
+namespace {
+
+int iprobe_impl(int source, int tag, MPI_Comm comm, int* flag, MPI_Status* st) {
+  std::lock_guard<std::recursive_mutex> l(lock());
+  Target t = route(comm, source, false);
+  if (t.route == Route::Mpi || t.route == Route::Staged) return PMPI_Iprobe(source, tag, comm, flag, st);
+  Runtime& rt = *Runtime::get();
+  progress_detached();
+  p2p::P2pStatus ps;
+  if (rt.endpoint().iprobe(t.local, tag == MPI_ANY_TAG ? p2p::kAnyTag : tag, t.ci->ctx, &ps)) {
+    *flag = 1;
+    auto it = t.ci->rank_of.find(rt.world_of_local(ps.source));
+    set_status(st, it == t.ci->rank_of.end() ? MPI_UNDEFINED : it->second, ps.tag, MPI_SUCCESS, ps.message_bytes);
+    return MPI_SUCCESS;
+  }
+  *flag = 0;
+  if (t.route == Route::AnySource) return PMPI_Iprobe(source, tag, comm, flag, st);
+  return MPI_SUCCESS;
+}
+
+}  // namespace
+}  // namespace gpustripe::mpi
+
+using namespace gpustripe;
+using namespace gpustripe::mpi;
+
+extern "C" {
+
+int MPI_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, MPI_Request* req) {
+  try {
+    return isend_impl(buf, count, type, dest, tag, comm, false, req);
+  } catch (const std::exception& e) {
+    return report(comm, "MPI_Isend", e);
+  }
+}
+
+int MPI_Issend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, MPI_Request* req) {
+  try {
+    return isend_impl(buf, count, type, dest, tag, comm, true, req);
+  } catch (const std::exception& e) {
+    return report(comm, "MPI_Issend", e);
+  }
+}
+
+int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Request* req) {
+  try {
+    return irecv_impl(buf, count, type, source, tag, comm, req);
+  } catch (const std::exception& e) {
+    return report(comm, "MPI_Irecv", e);
+  }
+}
+
+static int blocking_send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool sync,
+                         const char* call) {
+  try {
+    {
+      std::lock_guard<std::recursive_mutex> l(lock());
+      Runtime* rt = Runtime::get();
+      if (route(comm, dest, rt && rt->locate(buf).device).route == Route::Mpi)
+        return sync ? PMPI_Ssend(buf, count, type, dest, tag, comm) : PMPI_Send(buf, count, type, dest, tag, comm);
+    }
+    MPI_Request r;
+    int rc = isend_impl(buf, count, type, dest, tag, comm, sync, &r);
+    return rc == MPI_SUCCESS ? wait_impl(&r, MPI_STATUS_IGNORE) : rc;
+  } catch (const std::exception& e) {
+    return report(comm, call, e);
+  }
+}
+
+int MPI_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  return blocking_send(buf, count, type, dest, tag, comm, false, "MPI_Send");
+}
+
+int MPI_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  return blocking_send(buf, count, type, dest, tag, comm, true, "MPI_Ssend");
+}
+
+int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Status* st) {
+  try {
+    {
+      std::lock_guard<std::recursive_mutex> l(lock());
+      Runtime* rt = Runtime::get();
+      if (route(comm, source, rt && rt->locate(buf).device).route == Route::Mpi)
+        return PMPI_Recv(buf, count, type, source, tag, comm, st);
+    }
+    MPI_Request r;
+    int rc = irecv_impl(buf, count, type, source, tag, comm, &r);
+    return rc == MPI_SUCCESS ? wait_impl(&r, st) : rc;
+  } catch (const std::exception& e) {
+    return report(comm, "MPI_Recv", e);
+  }
+}
+
+int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf,
+                 int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status* st) {
+  try {
+    {
+      std::lock_guard<std::recursive_mutex> l(lock());
+      Runtime* rt = Runtime::get();
+      if (route(comm, dest, rt && rt->locate(sendbuf).device).route == Route::Mpi &&
+          route(comm, source, rt && rt->locate(recvbuf).device).route == Route::Mpi)
+        return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
+                             recvtag, comm, st);
+    }
+    MPI_Request r[2];
+    MPI_Status s[2];
+    int rc = irecv_impl(recvbuf, recvcount, recvtype, source, recvtag, comm, &r[1]);
+    if (rc != MPI_SUCCESS) return rc;
+    rc = isend_impl(sendbuf, sendcount, sendtype, dest, sendtag, comm, false, &r[0]);
+    if (rc != MPI_SUCCESS) return rc;
+    rc = waitall_impl(2, r, s);
+    if (st != MPI_STATUS_IGNORE) *st = s[1];
+    return rc == MPI_ERR_IN_STATUS ? (s[1].MPI_ERROR != MPI_SUCCESS ? s[1].MPI_ERROR : s[0].MPI_ERROR) : rc;
+  } catch (const std::exception& e) {
+    return report(comm, "MPI_Sendrecv", e);
+  }
+}
+
+int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int sendtag, int source, int recvtag,
+                         MPI_Comm comm, MPI_Status* st) {
+  try {
+    Runtime* rt = Runtime::get();
+    if (!rt) return PMPI_Sendrecv_replace(buf, count, type, dest, sendtag, source, recvtag, comm, st);
+    Layout l;
+    p2p::MemLoc loc;
+    {
+      std::lock_guard<std::recursive_mutex> g(lock());
+      loc = rt->locate(buf);
+      if (route(comm, dest, loc.device).route == Route::Mpi && route(comm, source, loc.device).route == Route::Mpi)
+        return PMPI_Sendrecv_replace(buf, count, type, dest, sendtag, source, recvtag, comm, st);
+      l = layout_of(count, type);
+    }
+    // Receive into a copy of the span (same kind of memory), then copy it back: the
+    // holes of a non-contiguous type keep their bytes.
+    Backend& be = rt->context().backend();
+    char* span = static_cast<char*>(buf) + l.span_lb;
+    std::vector<char> host;
+    char* tmp = nullptr;
+    if (loc.device) tmp = static_cast<char*>(be.alloc_device(loc.dev, std::max<uint64_t>(l.span_bytes, 1)));
+    else {
+      host.resize(std::max<uint64_t>(l.span_bytes, 1));
+      tmp = host.data();
+    }
+    int dev = loc.device ? loc.dev : kHostDevice;
+    int rc;
+    {
+      std::lock_guard<std::recursive_mutex> g(lock());
+      rt->mover().copy_now(tmp, dev, span, dev, l.span_bytes);
+    }
+    MPI_Request r[2];
+    MPI_Status s[2];
+    rc = irecv_impl(tmp - l.span_lb, count, type, source, recvtag, comm, &r[1]);
+    if (rc == MPI_SUCCESS) rc = isend_impl(buf, count, type, dest, sendtag, comm, false, &r[0]);
+    if (rc == MPI_SUCCESS) rc = waitall_impl(2, r, s);
+    if (rc == MPI_SUCCESS || s[1].MPI_ERROR == MPI_ERR_TRUNCATE) {
+      std::lock_guard<std::recursive_mutex> g(lock());
+      rt->mover().copy_now(span, dev, tmp, dev, l.span_bytes);
+    }
+    if (loc.device) be.free_device(tmp);
+    if (st != MPI_STATUS_IGNORE) *st = s[1];
+    return rc == MPI_ERR_IN_STATUS ? s[1].MPI_ERROR : rc;
+  } catch (const std::exception& e) {
+    return report(comm, "MPI_Sendrecv_replace", e);
+  }
+}
+
+int MPI_Iprobe(int source, int tag, MPI_Comm comm, int* flag, MPI_Status* st) {
+  try {
+    return iprobe_impl(source, tag, comm, flag, st);
+  } catch (const std::exception& e) {
+    return report(comm, "MPI_Iprobe", e);
+  }
+}
+
+int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status* st) {
+  try {
+    Target t;
+    {
+      std::lock_guard<std::recursive_mutex> l(lock());
+      t = route(comm, source, false);
+    }
+    if (t.route == Route::Mpi || t.route == Route::Staged) return PMPI_Probe(source, tag, comm, st);
+    Runtime& rt = *Runtime::get();
+    ipc::Waiter w(format("MPI_Probe(source %d, tag %d) on rank %d", source, tag, rt.world_rank()), [&] {
+      std::lock_guard<std::recursive_mutex> l(lock());
+      int flag = 0;
+      MPI_Status s;
+      if (iprobe_impl(source, tag, comm, &flag, &s) == MPI_SUCCESS && flag) return;  // a finalized peer's last message
+      if (t.route == Route::Local) rt.endpoint().check_source(t.local);
+    });
+    for (;;) {
+      int flag = 0;
+      int rc = iprobe_impl(source, tag, comm, &flag, st);
+      if (rc != MPI_SUCCESS || flag) return rc;
+      w.pause();
+    }
+  } catch (const std::exception& e) {
+    return report(comm, "MPI_Probe", e);
+  }
+}
+
+}  // extern "C"

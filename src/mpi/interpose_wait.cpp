@@ -1,0 +1,292 @@
+// Interposed completion calls: Wait/Waitall/Waitany/Waitsome/Test/Testall/Testany
+// and Request_free. Arrays holding only the MPI's requests go to PMPI unchanged;
+// arrays with the interposer's requests are polled (PMPI_Test for the MPI's),
+// bounded by GPUSTRIPE_TIMEOUT and failing at once when a peer dies.
+#include <vector>
+
+#include "common/error.hpp"
+#include "ipc/wait.hpp"
+#include "mpi/interpose.hpp"
+
+namespace gpustripe::mpi {
+namespace {
+
+bool any_ours(int n, const MPI_Request* reqs) {
+  std::lock_guard<std::recursive_mutex> l(lock());
+  for (int i = 0; i < n; ++i)
+    if (find_request(reqs[i])) return true;
+  return false;
+}
+
+// One completion attempt. True when the request completed (or is null/inactive);
+// the request is then MPI_REQUEST_NULL (the MPI's persistent requests stay).
+bool test_one(MPI_Request* req, MPI_Status* st, int* err) {
+  *err = MPI_SUCCESS;
+  if (*req == MPI_REQUEST_NULL) {
+    set_empty_status(st);
+    return true;
+  }
+  if (Op* op = find_request(*req)) {
+    if (!op->test(st, err)) return false;
+    drop_request(*req);
+    *req = MPI_REQUEST_NULL;
+    return true;
+  }
+  int flag = 0;
+  *err = PMPI_Test(req, &flag, st);
+  return flag || *err != MPI_SUCCESS;
+}
+
+// Complete or not, finishing nothing.
+bool ready_one(MPI_Request req) {
+  if (req == MPI_REQUEST_NULL) return true;
+  if (Op* op = find_request(req)) return op->ready();
+  int flag = 0;
+  PMPI_Request_get_status(req, &flag, MPI_STATUS_IGNORE);
+  return flag != 0;
+}
+
+void check_ops(int n, const MPI_Request* reqs) {
+  std::lock_guard<std::recursive_mutex> l(lock());
+  for (int i = 0; i < n; ++i)
+    if (Op* op = find_request(reqs[i])) op->check_peers();
+}
+
+ipc::Waiter waiter(const char* call, int n, const MPI_Request* reqs) {
+  int rank = Runtime::get() ? Runtime::get()->world_rank() : -1;
+  return ipc::Waiter(format("%s of %d request(s) on rank %d", call, n, rank), [n, reqs] { check_ops(n, reqs); });
+}
+
+MPI_Comm comm_of(int n, const MPI_Request* reqs) {
+  std::lock_guard<std::recursive_mutex> l(lock());
+  for (int i = 0; i < n; ++i)
+    if (Op* op = find_request(reqs[i])) return op->comm();
+  return MPI_COMM_WORLD;
+}
+
+}  // namespace
+
+int wait_impl(MPI_Request* req, MPI_Status* st) {
+  if (!any_ours(1, req)) return PMPI_Wait(req, st);
+  ipc::Waiter w = waiter("MPI_Wait", 1, req);
+  for (;;) {
+    {
+      std::lock_guard<std::recursive_mutex> l(lock());
+      progress_detached();
+      int err;
+      if (test_one(req, st, &err)) return err;
+    }
+    w.pause();
+  }
+}
+
+int waitall_impl(int n, MPI_Request* reqs, MPI_Status* sts) {
+  if (!any_ours(n, reqs)) return PMPI_Waitall(n, reqs, sts);
+  std::vector<MPI_Status> local(sts == MPI_STATUSES_IGNORE ? n : 0);
+  MPI_Status* out = sts == MPI_STATUSES_IGNORE ? local.data() : sts;
+  std::vector<char> done(n, 0);
+  std::vector<int> errs(n, MPI_SUCCESS);
+  int left = n;
+  ipc::Waiter w = waiter("MPI_Waitall", n, reqs);
+  while (left > 0) {
+    bool moved = false;
+    {
+      std::lock_guard<std::recursive_mutex> l(lock());
+      progress_detached();
+      for (int i = 0; i < n; ++i) {
+        if (done[i]) continue;
+        if (test_one(&reqs[i], &out[i], &errs[i])) {
+          done[i] = 1;
+          --left;
+          moved = true;
+        }
+      }
+    }
+    if (moved) w.progressed();
+    else if (left > 0) w.pause();
+  }
+  bool failed = false;
+  for (int i = 0; i < n; ++i)
+    if (errs[i] != MPI_SUCCESS) failed = true;
+  if (!failed) return MPI_SUCCESS;
+  for (int i = 0; i < n; ++i) out[i].MPI_ERROR = errs[i];
+  return MPI_ERR_IN_STATUS;
+}
+
+}  // namespace gpustripe::mpi
+
+using namespace gpustripe;
+using namespace gpustripe::mpi;
+
+extern "C" {
+
+int MPI_Wait(MPI_Request* req, MPI_Status* st) {
+  try {
+    return wait_impl(req, st);
+  } catch (const std::exception& e) {
+    return report(comm_of(1, req), "MPI_Wait", e);
+  }
+}
+
+int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[]) {
+  try {
+    return waitall_impl(n, reqs, sts);
+  } catch (const std::exception& e) {
+    return report(comm_of(n, reqs), "MPI_Waitall", e);
+  }
+}
+
+int MPI_Waitany(int n, MPI_Request reqs[], int* index, MPI_Status* st) {
+  try {
+    if (!any_ours(n, reqs)) return PMPI_Waitany(n, reqs, index, st);
+    ipc::Waiter w = waiter("MPI_Waitany", n, reqs);
+    for (;;) {
+      {
+        std::lock_guard<std::recursive_mutex> l(lock());
+        progress_detached();
+        bool active = false;
+        for (int i = 0; i < n; ++i) {
+          if (reqs[i] == MPI_REQUEST_NULL) continue;
+          active = true;
+          int err;
+          if (test_one(&reqs[i], st, &err)) {
+            *index = i;
+            return err;
+          }
+        }
+        if (!active) {
+          *index = MPI_UNDEFINED;
+          set_empty_status(st);
+          return MPI_SUCCESS;
+        }
+      }
+      w.pause();
+    }
+  } catch (const std::exception& e) {
+    return report(comm_of(n, reqs), "MPI_Waitany", e);
+  }
+}
+
+static int some_impl(int n, MPI_Request reqs[], int* outcount, int indices[], MPI_Status sts[], bool wait) {
+  ipc::Waiter w = waiter(wait ? "MPI_Waitsome" : "MPI_Testsome", n, reqs);
+  for (;;) {
+    {
+      std::lock_guard<std::recursive_mutex> l(lock());
+      progress_detached();
+      bool active = false, failed = false;
+      int k = 0;
+      for (int i = 0; i < n; ++i) {
+        if (reqs[i] == MPI_REQUEST_NULL) continue;
+        active = true;
+        MPI_Status s;
+        int err;
+        if (test_one(&reqs[i], &s, &err)) {
+          if (sts != MPI_STATUSES_IGNORE) {
+            sts[k] = s;
+            sts[k].MPI_ERROR = err;
+          }
+          if (err != MPI_SUCCESS) failed = true;
+          indices[k++] = i;
+        }
+      }
+      if (!active) {
+        *outcount = MPI_UNDEFINED;
+        return MPI_SUCCESS;
+      }
+      if (k > 0 || !wait) {
+        *outcount = k;
+        return failed ? MPI_ERR_IN_STATUS : MPI_SUCCESS;
+      }
+    }
+    w.pause();
+  }
+}
+
+int MPI_Waitsome(int n, MPI_Request reqs[], int* outcount, int indices[], MPI_Status sts[]) {
+  try {
+    if (!any_ours(n, reqs)) return PMPI_Waitsome(n, reqs, outcount, indices, sts);
+    return some_impl(n, reqs, outcount, indices, sts, true);
+  } catch (const std::exception& e) {
+    return report(comm_of(n, reqs), "MPI_Waitsome", e);
+  }
+}
+
+int MPI_Testsome(int n, MPI_Request reqs[], int* outcount, int indices[], MPI_Status sts[]) {
+  try {
+    if (!any_ours(n, reqs)) return PMPI_Testsome(n, reqs, outcount, indices, sts);
+    return some_impl(n, reqs, outcount, indices, sts, false);
+  } catch (const std::exception& e) {
+    return report(comm_of(n, reqs), "MPI_Testsome", e);
+  }
+}
+
+int MPI_Test(MPI_Request* req, int* flag, MPI_Status* st) {
+  try {
+    if (!any_ours(1, req)) return PMPI_Test(req, flag, st);
+    std::lock_guard<std::recursive_mutex> l(lock());
+    progress_detached();
+    int err;
+    *flag = test_one(req, st, &err);
+    return err;
+  } catch (const std::exception& e) {
+    return report(comm_of(1, req), "MPI_Test", e);
+  }
+}
+
+int MPI_Testall(int n, MPI_Request reqs[], int* flag, MPI_Status sts[]) {
+  try {
+    if (!any_ours(n, reqs)) return PMPI_Testall(n, reqs, flag, sts);
+    {
+      std::lock_guard<std::recursive_mutex> l(lock());
+      progress_detached();
+      for (int i = 0; i < n; ++i)
+        if (!ready_one(reqs[i])) {
+          *flag = 0;
+          return MPI_SUCCESS;
+        }
+    }
+    *flag = 1;
+    return waitall_impl(n, reqs, sts);  // all complete: finishes them without waiting
+  } catch (const std::exception& e) {
+    return report(comm_of(n, reqs), "MPI_Testall", e);
+  }
+}
+
+int MPI_Testany(int n, MPI_Request reqs[], int* index, int* flag, MPI_Status* st) {
+  try {
+    if (!any_ours(n, reqs)) return PMPI_Testany(n, reqs, index, flag, st);
+    std::lock_guard<std::recursive_mutex> l(lock());
+    progress_detached();
+    bool active = false;
+    for (int i = 0; i < n; ++i) {
+      if (reqs[i] == MPI_REQUEST_NULL) continue;
+      active = true;
+      int err;
+      if (test_one(&reqs[i], st, &err)) {
+        *index = i;
+        *flag = 1;
+        return err;
+      }
+    }
+    *index = MPI_UNDEFINED;
+    *flag = active ? 0 : 1;
+    if (!active) set_empty_status(st);
+    return MPI_SUCCESS;
+  } catch (const std::exception& e) {
+    return report(comm_of(n, reqs), "MPI_Testany", e);
+  }
+}
+
+int MPI_Request_free(MPI_Request* req) {
+  {
+    std::lock_guard<std::recursive_mutex> l(lock());
+    if (find_request(*req)) {
+      detach_request(*req);
+      *req = MPI_REQUEST_NULL;
+      return MPI_SUCCESS;
+    }
+  }
+  return PMPI_Request_free(req);
+}
+
+}  // extern "C"

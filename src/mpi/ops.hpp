@@ -1,0 +1,74 @@
+// The interposer's requests. An MPI_Request the interposer hands out is the address
+// of one of its Ops, kept in a table, so every request call can tell its own from
+// the MPI's (which go to PMPI unchanged).
+//   LocalOp     a gpustripe p2p send/recv to a rank of this node
+//   StagedOp    an MPI send/recv of a device buffer through pinned host memory
+//   AnySourceOp a receive from any rank of a communicator spanning nodes: resolved
+//               to a LocalOp or StagedOp once a matching message shows up on either side
+#pragma once
+#include <mpi.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "mpi/datatype.hpp"
+#include "mpi/runtime.hpp"
+#include "p2p/request.hpp"
+
+namespace gpustripe::mpi {
+
+class Op {
+ public:
+  explicit Op(MPI_Comm comm) : comm_(comm) {}
+  virtual ~Op() = default;
+  // Advances; true once complete, with `st` (may be MPI_STATUS_IGNORE) and *err set.
+  // The Op is finished then: the caller drops it.
+  virtual bool test(MPI_Status* st, int* err) = 0;
+  // Complete or not, without finishing it (MPI_Testall must not finish some only).
+  virtual bool ready() = 0;
+  // Throws when a peer the op waits for is gone.
+  virtual void check_peers() {}
+  MPI_Comm comm() const { return comm_; }
+
+ protected:
+  MPI_Comm comm_;
+};
+
+// The user's buffer as the transports see it.
+struct UserBuffer {
+  void* buf;
+  int count;
+  MPI_Datatype type;
+  Layout layout;
+  p2p::MemLoc loc;
+};
+UserBuffer user_buffer(const void* buf, int count, MPI_Datatype type);
+
+std::unique_ptr<Op> local_send(const UserBuffer& b, int local_dst, int tag, std::shared_ptr<const CommInfo> ci,
+                               MPI_Comm comm, bool synchronous);
+std::unique_ptr<Op> local_recv(const UserBuffer& b, int local_src, int tag, std::shared_ptr<const CommInfo> ci,
+                               MPI_Comm comm);
+std::unique_ptr<Op> staged_send(const UserBuffer& b, int dst, int tag, MPI_Comm comm, bool synchronous);
+std::unique_ptr<Op> staged_recv(const UserBuffer& b, int src, int tag, MPI_Comm comm);
+std::unique_ptr<Op> any_source_recv(const UserBuffer& b, int tag, std::shared_ptr<const CommInfo> ci, MPI_Comm comm);
+
+// The table of the interposer's requests; every interposed call holds lock().
+std::recursive_mutex& lock();
+MPI_Request add_request(std::unique_ptr<Op> op);
+Op* find_request(MPI_Request r);
+void drop_request(MPI_Request r);
+// MPI_Request_free of an op still running: it completes in later calls, unseen.
+void detach_request(MPI_Request r);
+void progress_detached();
+
+// Fills an MPI status the way PMPI_Get_count/Get_elements read it.
+void set_status(MPI_Status* st, int source, int tag, int error, uint64_t bytes);
+void set_empty_status(MPI_Status* st);
+
+// Reports a gpustripe failure on `comm` (its error handler decides: fatal by default)
+// and returns the MPI error code.
+int report(MPI_Comm comm, const char* call, const std::exception& e);
+
+}  // namespace gpustripe::mpi

@@ -1,0 +1,92 @@
+// The interposer's per-process state, made in MPI_Init and torn down in
+// MPI_Finalize: the gpustripe Context (backend, planner, engine), the node-local
+// channel and p2p endpoint shared with the other ranks of this node, where every
+// world rank lives, and the communicators the interposer knows.
+//
+// Routing (why it is by peer and not by buffer): the receiver does not know whether
+// the sender's buffer is device or host memory, and MPI matching needs one ordered
+// queue per (sender, communicator). So every message of a known communicator to a
+// rank of the same node goes through gpustripe p2p, host buffers included; messages
+// to other nodes go through the MPI: host buffers untouched, device buffers staged
+// through pinned host memory (or passed through when the MPI is CUDA-aware).
+// Communicators the interposer did not see created (MPI_Cart_create, ...) are left
+// to the MPI entirely, device buffers staged.
+//
+//   GPUSTRIPE_TEST_FAKE_NODES  test only: pretend the world is split into this many
+//                              nodes (contiguous blocks of ranks)
+//   GPUSTRIPE_MPI_CUDA_AWARE   auto|yes|no: whether the MPI reads device memory itself
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/context.hpp"
+#include "ipc/channel.hpp"
+#include "p2p/endpoint.hpp"
+
+namespace gpustripe::mpi {
+
+struct CommInfo {
+  uint64_t ctx = 0;             // the p2p communicator id: equal on every member
+  std::vector<int> world_of;    // comm rank -> world rank
+  std::map<int, int> rank_of;   // world rank -> comm rank
+  bool has_remote = false;      // a member sits on another node
+};
+
+class Runtime {
+ public:
+  // The running instance, or null outside MPI_Init..MPI_Finalize (or when disabled).
+  static Runtime* get();
+  // Called after PMPI_Init succeeded / before PMPI_Finalize.
+  static void start();
+  static void stop();
+
+  Context& context() { return *ctx_; }
+  p2p::Endpoint& endpoint() { return *ep_; }
+  p2p::Mover& mover() { return ep_->mover(); }
+  int world_rank() const { return world_rank_; }
+  bool cuda_aware() const { return cuda_aware_; }
+
+  // Where a buffer lives.
+  p2p::MemLoc locate(const void* p) { return ep_->mover().locate(p); }
+  bool same_node(int world) const { return node_of_[world] == node_of_[world_rank_]; }
+  int local_of(int world) const { return local_of_[world]; }
+  int world_of_local(int local) const { return world_of_local_[local]; }
+
+  // Known communicator, or null (then the MPI handles it).
+  std::shared_ptr<const CommInfo> comm(MPI_Comm c);
+  // After a communicator-making call on `parent` (collective over it): agree on an id
+  // and remember `made` (may be MPI_COMM_NULL on ranks that are not in it).
+  void register_comm(MPI_Comm parent, MPI_Comm made);
+  void forget_comm(MPI_Comm c);
+
+  // Pinned host buffers for the staged path, reused (pinning costs milliseconds).
+  struct Pinned {
+    char* p = nullptr;
+    size_t bytes = 0;
+  };
+  Pinned staging_alloc(size_t bytes);
+  void staging_free(Pinned b);
+
+ private:
+  Runtime();
+  ~Runtime();
+  void add_comm(MPI_Comm c, uint64_t ctx);
+
+  std::unique_ptr<Context> ctx_;
+  std::unique_ptr<ipc::Channel> ch_;
+  std::unique_ptr<p2p::Endpoint> ep_;
+  MPI_Comm node_comm_ = MPI_COMM_NULL;
+  int world_rank_ = 0, world_size_ = 0;
+  std::vector<int> node_of_, local_of_, world_of_local_;
+  bool cuda_aware_ = false;
+  std::map<MPI_Comm, std::shared_ptr<const CommInfo>> comms_;
+  uint64_t next_ctx_ = 16;
+  std::multimap<size_t, void*> staging_free_;
+};
+
+}  // namespace gpustripe::mpi

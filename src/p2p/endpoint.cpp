@@ -1,0 +1,465 @@
+#include "p2p/endpoint.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/config.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "ipc/wait.hpp"
+
+namespace gpustripe::p2p {
+namespace {
+const SizeSetting kEagerLimit{"GPUSTRIPE_P2P_EAGER_LIMIT", "16K",
+                              "Largest message sent eagerly through the node-local channel; larger ones use "
+                              "rendezvous (the sender copies into the receiver's mapped buffer)"};
+}
+
+uint64_t eager_limit() { return kEagerLimit.get(); }
+
+Endpoint::Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy)
+    : ch_(channel), backend_(backend), mover_(backend, std::move(copy)), outgoing_(channel.size()) {
+  if (backend_) cache_ = std::make_unique<ipc::HandleCache>(*backend_);
+  fragment_bytes_ = (ch_.max_record() - sizeof(Frame) - 64) / 64 * 64;
+}
+
+Endpoint::~Endpoint() {
+  try {
+    flush();
+  } catch (const Error& e) {
+    GS_LOG_WARN(Subsys::P2p, "rank %d: leaving with undelivered records: %s", ch_.rank(), e.what());
+  }
+}
+
+bool Endpoint::matches(const Request& r, int src, int tag, uint64_t comm) {
+  return r.comm_ == comm && (r.peer_ == kAnySource || r.peer_ == src) && (r.tag_ == kAnyTag || r.tag_ == tag);
+}
+
+RequestPtr Endpoint::find_send(uint64_t id) const {
+  for (auto& r : active_sends_)
+    if (r->id_ == id) return r;
+  GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d: reply for unknown send %llu", ch_.rank(),
+           static_cast<unsigned long long>(id));
+}
+
+RequestPtr Endpoint::find_recv(uint64_t id) const {
+  for (auto& r : active_recvs_)
+    if (r->id_ == id) return r;
+  GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d: data for unknown receive %llu", ch_.rank(),
+           static_cast<unsigned long long>(id));
+}
+
+// ---------------------------------------------------------------- outgoing
+
+void Endpoint::post(int dst, const Frame& f, const void* payload, size_t payload_bytes) {
+  if (dst == ch_.rank()) {  // a message to oneself never touches a ring
+    handle(dst, f, static_cast<const char*>(payload));
+    return;
+  }
+  auto& q = outgoing_[dst];
+  if (q.empty() && ch_.try_send(dst, &f, sizeof f, payload, payload_bytes)) return;
+  std::vector<char> rec(sizeof f + payload_bytes);
+  std::memcpy(rec.data(), &f, sizeof f);
+  if (payload_bytes) std::memcpy(rec.data() + sizeof f, payload, payload_bytes);
+  q.push_back(std::move(rec));
+}
+
+void Endpoint::flush_outgoing(int dst) {
+  auto& q = outgoing_[dst];
+  while (!q.empty() && ch_.try_send(dst, q.front().data(), q.front().size(), nullptr, 0)) q.pop_front();
+}
+
+// ---------------------------------------------------------------- posting
+
+RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, uint64_t comm, bool synchronous) {
+  GS_REQUIRE(dst >= 0 && dst < ch_.size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "send to rank %d: ranks are 0..%d",
+             dst, ch_.size() - 1);
+  GS_REQUIRE(tag >= 0, GPUSTRIPE_ERR_INVALID_ARGUMENT, "send with tag %d: tags are >= 0", tag);
+  GS_REQUIRE(buf || bytes == 0, GPUSTRIPE_ERR_INVALID_POINTER, "send of %llu bytes from a NULL buffer",
+             static_cast<unsigned long long>(bytes));
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  auto r = std::make_shared<Request>();
+  r->send_ = true;
+  r->id_ = next_id_++;
+  r->peer_ = dst;
+  r->tag_ = tag;
+  r->comm_ = comm;
+  r->sbuf_ = buf;
+  r->bytes_ = bytes;
+  r->loc_ = mover_.locate(buf);
+  r->status_.tag = tag;
+  r->status_.source = ch_.rank();
+  r->status_.message_bytes = bytes;
+  Frame f{};
+  f.tag = tag;
+  f.comm = comm;
+  f.bytes = bytes;
+  f.send_id = r->id_;
+  uint64_t eager_max = std::min<uint64_t>(eager_limit(), fragment_bytes_);
+  if (bytes <= eager_max) {
+    f.kind = FrameKind::Eager;
+    f.flags = synchronous ? static_cast<uint32_t>(kSync) : 0u;
+    std::vector<char> bounce;
+    const void* payload = buf;
+    if (r->loc_.device && bytes) {
+      bounce.resize(bytes);
+      mover_.copy_now(bounce.data(), kHostDevice, buf, r->loc_.dev, bytes);
+      payload = bounce.data();
+    }
+    if (synchronous) {
+      r->state_ = Request::State::SyncWait;
+      active_sends_.push_back(r);
+    }
+    post(dst, f, payload, bytes);
+    if (!synchronous) {
+      r->status_.bytes = bytes;
+      r->state_ = Request::State::Done;
+    }
+  } else {
+    f.kind = FrameKind::Rts;
+    r->state_ = Request::State::Posted;
+    active_sends_.push_back(r);
+    post(dst, f);
+  }
+  progress_locked();
+  return r;
+}
+
+RequestPtr Endpoint::irecv(void* buf, uint64_t capacity, int src, int tag, uint64_t comm) {
+  GS_REQUIRE(src == kAnySource || (src >= 0 && src < ch_.size()), GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "receive from rank %d: ranks are 0..%d or any (-1)", src, ch_.size() - 1);
+  GS_REQUIRE(tag >= kAnyTag, GPUSTRIPE_ERR_INVALID_ARGUMENT, "receive with tag %d: tags are >= 0 or any (-1)", tag);
+  GS_REQUIRE(buf || capacity == 0, GPUSTRIPE_ERR_INVALID_POINTER, "receive of %llu bytes into a NULL buffer",
+             static_cast<unsigned long long>(capacity));
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  progress_locked();  // take in what has arrived, so the unexpected queue is current
+  auto r = std::make_shared<Request>();
+  r->id_ = next_id_++;
+  r->peer_ = src;
+  r->tag_ = tag;
+  r->comm_ = comm;
+  r->rbuf_ = buf;
+  r->bytes_ = capacity;
+  r->loc_ = mover_.locate(buf);
+  for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
+    if (!matches(*r, it->src, it->tag, it->comm)) continue;
+    Unexpected u = std::move(*it);
+    unexpected_.erase(it);
+    deliver(r, u.src, u.tag, u.bytes, u.rendezvous, u.sync, u.send_id, u.payload.data());
+    return r;
+  }
+  posted_.push_back(r);
+  return r;
+}
+
+// ---------------------------------------------------------------- incoming
+
+void Endpoint::handle(int src, const Frame& f, const char* payload) {
+  switch (f.kind) {
+    case FrameKind::Eager:
+    case FrameKind::Rts: on_message(src, f, payload); break;
+    case FrameKind::Cts: on_cts(src, f, payload); break;
+    case FrameKind::Data: {
+      RequestPtr r = find_recv(f.recv_id);
+      uint64_t n = std::min<uint64_t>(f.bytes, r->granted_ - std::min(r->granted_, f.offset));
+      char* dst = static_cast<char*>(r->rbuf_) + f.offset;
+      if (r->loc_.device) mover_.copy_now(dst, r->loc_.dev, payload, kHostDevice, n);
+      else std::memcpy(dst, payload, n);
+      r->progress_ += n;
+      if (r->progress_ >= r->granted_) complete_recv(*r);
+      break;
+    }
+    case FrameKind::Fin: complete_recv(*find_recv(f.recv_id)); break;
+    case FrameKind::SyncAck: {
+      RequestPtr s = find_send(f.send_id);
+      s->status_.bytes = s->bytes_;
+      s->state_ = Request::State::Done;
+      break;
+    }
+    default:
+      GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d: unknown record kind %u from rank %d", ch_.rank(),
+               static_cast<unsigned>(f.kind), src);
+  }
+}
+
+void Endpoint::on_message(int src, const Frame& f, const char* payload) {
+  bool rendezvous = f.kind == FrameKind::Rts;
+  bool sync = (f.flags & kSync) != 0;
+  for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+    if (!matches(**it, src, f.tag, f.comm)) continue;
+    RequestPtr r = *it;
+    posted_.erase(it);
+    deliver(r, src, f.tag, f.bytes, rendezvous, sync, f.send_id, payload);
+    return;
+  }
+  Unexpected u{src, f.tag, f.comm, f.bytes, rendezvous, sync, f.send_id, {}};
+  if (!rendezvous) u.payload.assign(payload, payload + f.bytes);
+  unexpected_.push_back(std::move(u));
+}
+
+void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bool rendezvous, bool sync,
+                       uint64_t send_id, const char* payload) {
+  uint64_t n = std::min(bytes, r->bytes_);
+  r->status_.source = src;
+  r->status_.tag = tag;
+  r->status_.message_bytes = bytes;
+  r->granted_ = n;
+  r->peer_id_ = send_id;
+  if (bytes > r->bytes_) {
+    r->status_.error = GPUSTRIPE_ERR_TRUNCATE;
+    r->status_.message = format("message of %llu bytes from rank %d (tag %d) truncated to the %llu-byte buffer",
+                                static_cast<unsigned long long>(bytes), src, tag,
+                                static_cast<unsigned long long>(r->bytes_));
+  }
+  if (!rendezvous) {
+    if (r->loc_.device) mover_.copy_now(r->rbuf_, r->loc_.dev, payload, kHostDevice, n);
+    else if (n) std::memcpy(r->rbuf_, payload, n);
+    r->status_.bytes = n;
+    r->state_ = Request::State::Done;
+    if (sync) {
+      Frame ack{};
+      ack.kind = FrameKind::SyncAck;
+      ack.send_id = send_id;
+      post(src, ack);
+    }
+    return;
+  }
+  if (src == ch_.rank()) {  // rendezvous with oneself: one direct copy
+    RequestPtr s = find_send(send_id);
+    mover_.copy_now(r->rbuf_, r->loc_.device ? r->loc_.dev : kHostDevice, s->sbuf_,
+                    s->loc_.device ? s->loc_.dev : kHostDevice, n);
+    s->status_.bytes = n;
+    s->state_ = Request::State::Done;
+    r->status_.bytes = n;
+    r->state_ = Request::State::Done;
+    return;
+  }
+  active_recvs_.push_back(r);
+  Frame cts{};
+  cts.kind = FrameKind::Cts;
+  cts.send_id = send_id;
+  cts.recv_id = r->id_;
+  cts.bytes = n;
+  if (n > 0 && r->loc_.device && backend_) {
+    CtsMapped m{};
+    m.handle = backend_->ipc_export(r->rbuf_);
+    PointerInfo info = backend_->pointer_info(r->rbuf_);
+    GS_REQUIRE(info.base != 0, GPUSTRIPE_ERR_INVALID_POINTER, "receive buffer %p: the backend knows no base",
+               r->rbuf_);
+    m.exporter_base = info.base;
+    m.offset = reinterpret_cast<uintptr_t>(r->rbuf_) - info.base;
+    cts.flags = kCtsMapped;
+    r->state_ = Request::State::WaitFin;
+    post(src, cts, &m, sizeof m);
+  } else {
+    cts.flags = kCtsStream;
+    r->state_ = n ? Request::State::Streaming : Request::State::WaitFin;
+    post(src, cts);
+  }
+}
+
+void Endpoint::complete_recv(Request& r) {
+  r.status_.bytes = r.granted_;
+  r.state_ = Request::State::Done;
+  active_recvs_.remove_if([&](const RequestPtr& p) { return p.get() == &r; });
+}
+
+void Endpoint::on_cts(int src, const Frame& f, const char* payload) {
+  RequestPtr s = find_send(f.send_id);
+  s->peer_id_ = f.recv_id;
+  s->granted_ = f.bytes;
+  s->progress_ = 0;
+  if (f.bytes == 0) {
+    Frame fin{};
+    fin.kind = FrameKind::Fin;
+    fin.recv_id = f.recv_id;
+    post(src, fin);
+    s->state_ = Request::State::Done;
+    return;
+  }
+  if (f.flags & kCtsMapped) {
+    CtsMapped m;
+    std::memcpy(&m, payload, sizeof m);
+    GS_REQUIRE(cache_, GPUSTRIPE_ERR_INTERNAL, "rank %d: mapped rendezvous without a backend", ch_.rank());
+    GS_REQUIRE(m.offset + f.bytes <= m.handle.size, GPUSTRIPE_ERR_INTERNAL,
+               "rank %d's receive buffer [%llu, +%llu) exceeds its allocation of %zu bytes", src,
+               static_cast<unsigned long long>(m.offset), static_cast<unsigned long long>(f.bytes), m.handle.size);
+    char* base = static_cast<char*>(cache_->map(src, m.exporter_base, m.handle));
+    s->ticket_ = mover_.start(base + m.offset, m.handle.device, s->sbuf_, s->loc_.device ? s->loc_.dev : kHostDevice,
+                              f.bytes);
+    s->state_ = Request::State::Copying;
+  } else {
+    s->state_ = Request::State::Streaming;
+  }
+}
+
+void Endpoint::advance_sends() {
+  for (auto it = active_sends_.begin(); it != active_sends_.end();) {
+    Request& s = **it;
+    if (s.state_ == Request::State::Copying && mover_.done(s.ticket_)) {
+      Frame fin{};
+      fin.kind = FrameKind::Fin;
+      fin.recv_id = s.peer_id_;
+      post(s.peer_, fin);
+      s.status_.bytes = s.granted_;
+      s.state_ = Request::State::Done;
+    }
+    // One fragment may wait in the outgoing queue per peer: the ring paces the stream.
+    while (s.state_ == Request::State::Streaming && outgoing_[s.peer_].empty()) {
+      uint64_t n = std::min<uint64_t>(fragment_bytes_, s.granted_ - s.progress_);
+      const char* src = static_cast<const char*>(s.sbuf_) + s.progress_;
+      std::vector<char> bounce;
+      if (s.loc_.device) {
+        bounce.resize(n);
+        mover_.copy_now(bounce.data(), kHostDevice, src, s.loc_.dev, n);
+        src = bounce.data();
+      }
+      Frame d{};
+      d.kind = FrameKind::Data;
+      d.recv_id = s.peer_id_;
+      d.offset = s.progress_;
+      d.bytes = n;
+      post(s.peer_, d, src, n);
+      s.progress_ += n;
+      if (s.progress_ == s.granted_) {
+        s.status_.bytes = s.granted_;
+        s.state_ = Request::State::Done;
+      }
+    }
+    if (s.state_ == Request::State::Done) it = active_sends_.erase(it);
+    else ++it;
+  }
+}
+
+// ---------------------------------------------------------------- progress
+
+void Endpoint::progress_locked() {
+  for (int p = 0; p < ch_.size(); ++p) {
+    if (p == ch_.rank()) continue;
+    flush_outgoing(p);
+    size_t bytes = 0;
+    while (const void* rec = ch_.peek(p, &bytes)) {
+      Frame f;
+      std::memcpy(&f, rec, sizeof f);
+      handle(p, f, static_cast<const char*>(rec) + sizeof f);
+      ch_.consume(p);
+    }
+  }
+  advance_sends();
+  for (int p = 0; p < ch_.size(); ++p)
+    if (p != ch_.rank()) flush_outgoing(p);
+}
+
+void Endpoint::progress() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  progress_locked();
+}
+
+bool Endpoint::test(const RequestPtr& r) {
+  GS_REQUIRE(r, GPUSTRIPE_ERR_INVALID_ARGUMENT, "test of a NULL request");
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (!r->done()) progress_locked();
+  return r->done();
+}
+
+void Endpoint::check_peers_for(const Request& r) const {
+  check_source(r.send_ ? r.peer_ : (r.state_ == Request::State::Posted ? r.peer_ : r.status_.source));
+}
+
+void Endpoint::check_source(int peer) const {
+  if (peer == ch_.rank()) return;
+  if (peer >= 0) {
+    ch_.check_peer(peer, true);
+    return;
+  }
+  ch_.check_all_peers();
+  bool anyone = false;
+  for (int p = 0; p < ch_.size(); ++p)
+    if (p != ch_.rank() && ch_.peer_state(p) == ipc::PeerState::Alive) anyone = true;
+  GS_REQUIRE(anyone || ch_.size() == 1, GPUSTRIPE_ERR_PEER_FAILED,
+             "rank %d: receive from any rank, but every other rank has finalized", ch_.rank());
+}
+
+void Endpoint::wait(const RequestPtr& r) {
+  GS_REQUIRE(r, GPUSTRIPE_ERR_INVALID_ARGUMENT, "wait on a NULL request");
+  if (test(r)) return;
+  std::string what = r->is_send() ? format("rank %d: send to rank %d (tag %d, %llu bytes)", ch_.rank(), r->peer_,
+                                           r->tag_, static_cast<unsigned long long>(r->bytes_))
+                                  : format("rank %d: receive from rank %d (tag %d)", ch_.rank(), r->peer_, r->tag_);
+  ipc::Waiter w(what, [&] {
+    try {
+      check_peers_for(*r);
+    } catch (const Error&) {
+      // A peer that finalized may have left its last records behind: read them first.
+      if (test(r)) return;
+      throw;
+    }
+  });
+  uint64_t seen = r->progress_;
+  while (!test(r)) {
+    if (r->progress_ != seen) {
+      seen = r->progress_;
+      w.progressed();
+    }
+    w.pause();
+  }
+}
+
+void Endpoint::send(const void* buf, uint64_t bytes, int dst, int tag, uint64_t comm, bool synchronous) {
+  wait(isend(buf, bytes, dst, tag, comm, synchronous));
+}
+
+P2pStatus Endpoint::recv(void* buf, uint64_t capacity, int src, int tag, uint64_t comm) {
+  RequestPtr r = irecv(buf, capacity, src, tag, comm);
+  wait(r);
+  return r->status();
+}
+
+bool Endpoint::iprobe(int src, int tag, uint64_t comm, P2pStatus* status) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  progress_locked();
+  Request probe;
+  probe.peer_ = src;
+  probe.tag_ = tag;
+  probe.comm_ = comm;
+  for (auto& u : unexpected_) {
+    if (!matches(probe, u.src, u.tag, u.comm)) continue;
+    if (status) {
+      *status = P2pStatus{};
+      status->source = u.src;
+      status->tag = u.tag;
+      status->bytes = status->message_bytes = u.bytes;
+    }
+    return true;
+  }
+  return false;
+}
+
+P2pStatus Endpoint::probe(int src, int tag, uint64_t comm) {
+  P2pStatus st;
+  ipc::Waiter w(format("rank %d: probe for rank %d (tag %d)", ch_.rank(), src, tag), [&] {
+    try {
+      check_source(src);
+    } catch (const Error&) {
+      if (iprobe(src, tag, comm, nullptr)) return;  // a finalized peer's last message
+      throw;
+    }
+  });
+  while (!iprobe(src, tag, comm, &st)) w.pause();
+  return st;
+}
+
+void Endpoint::flush() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  ipc::Waiter w(format("rank %d: delivering buffered records before leaving", ch_.rank()));
+  for (;;) {
+    progress_locked();
+    bool pending = false;
+    for (int p = 0; p < ch_.size(); ++p)
+      if (!outgoing_[p].empty() && ch_.peer_state(p) == ipc::PeerState::Alive) pending = true;
+    if (!pending) return;
+    w.pause();
+  }
+}
+
+}  // namespace gpustripe::p2p

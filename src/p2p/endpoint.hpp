@@ -1,0 +1,127 @@
+// Send/receive between the ranks of one node, with MPI's matching rules.
+//
+// A message matches a receive when the communicator is equal, the source is equal
+// or the receive takes any source, and the tag is equal or the receive takes any
+// tag. Messages from one sender are matched in the order they were sent (the
+// channel's rings are FIFO and unexpected messages queue in arrival order); a
+// receive is matched against unexpected messages first, in arrival order.
+//
+// Eager below GPUSTRIPE_P2P_EAGER_LIMIT: the data rides in the channel (device
+// sources are copied out first) and the send completes once it is buffered.
+// Rendezvous above it: the receiver, once matched, exports its buffer when it is
+// device memory and the sender copies straight into it (the engine's multi-path
+// copy when there is one); a plain host receive buffer gets the data as fragments
+// through the channel instead. A message longer than the receive buffer delivers
+// what fits and completes the receive with GPUSTRIPE_ERR_TRUNCATE.
+//
+// Progress happens inside the calls (test, wait, probe, progress): no thread.
+// Thread-safe (one mutex). A dead peer fails the waits that need it with
+// ERR_PEER_FAILED; a silent one with ERR_TIMEOUT after GPUSTRIPE_TIMEOUT.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "ipc/channel.hpp"
+#include "ipc/handle_cache.hpp"
+#include "p2p/frame.hpp"
+#include "p2p/mover.hpp"
+#include "p2p/request.hpp"
+
+namespace gpustripe::p2p {
+
+constexpr int kAnySource = -1;
+constexpr int kAnyTag = -1;
+
+// GPUSTRIPE_P2P_EAGER_LIMIT: largest message sent eagerly.
+uint64_t eager_limit();
+
+class Endpoint {
+ public:
+  // `backend` null: host memory only (no device buffers, no mapped rendezvous).
+  // `copy` empty: backend copies (single path); the MPI layer passes the engine's.
+  Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy = {});
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  int rank() const { return ch_.rank(); }
+  int size() const { return ch_.size(); }
+
+  // Tags are >= 0 (kAnyTag only on receives); `comm` is any id both sides agree on.
+  RequestPtr isend(const void* buf, uint64_t bytes, int dst, int tag, uint64_t comm, bool synchronous = false);
+  RequestPtr irecv(void* buf, uint64_t capacity, int src, int tag, uint64_t comm);
+
+  // One progress pass, then whether `r` is complete.
+  bool test(const RequestPtr& r);
+  // Progress until `r` completes. Throws ERR_PEER_FAILED / ERR_TIMEOUT (the request
+  // then stays incomplete). A completed request's status carries truncation.
+  void wait(const RequestPtr& r);
+  // Blocking send/recv: isend/irecv + wait; recv returns the status.
+  void send(const void* buf, uint64_t bytes, int dst, int tag, uint64_t comm, bool synchronous = false);
+  P2pStatus recv(void* buf, uint64_t capacity, int src, int tag, uint64_t comm);
+
+  // Whether a matching message has arrived, without receiving it; fills source,
+  // tag and message_bytes.
+  bool iprobe(int src, int tag, uint64_t comm, P2pStatus* status);
+  P2pStatus probe(int src, int tag, uint64_t comm);
+
+  // Moves messages: reads every ring, pushes queued records, finishes copies.
+  void progress();
+  // Before the channel goes away: pushes what is buffered for live peers (bounded).
+  void flush();
+
+  // Throws when the peers that `r` waits for are gone.
+  void check_peers_for(const Request& r) const;
+  // Throws when rank `src` (kAnySource: any rank dead, or all others finalized) is gone.
+  void check_source(int src) const;
+
+  ipc::HandleCache* handle_cache() { return cache_.get(); }
+  Mover& mover() { return mover_; }
+
+ private:
+  struct Unexpected {
+    int src;
+    int tag;
+    uint64_t comm;
+    uint64_t bytes;
+    bool rendezvous;
+    bool sync;
+    uint64_t send_id;
+    std::vector<char> payload;  // eager data
+  };
+
+  void progress_locked();
+  void post(int dst, const Frame& f, const void* payload = nullptr, size_t payload_bytes = 0);
+  void flush_outgoing(int dst);
+  void handle(int src, const Frame& f, const char* payload);
+  void on_message(int src, const Frame& f, const char* payload);
+  // A matched receive takes the message (eager payload or a rendezvous start).
+  void deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bool rendezvous, bool sync, uint64_t send_id,
+               const char* payload);
+  void complete_recv(Request& r);
+  void on_cts(int src, const Frame& f, const char* payload);
+  void advance_sends();
+  static bool matches(const Request& r, int src, int tag, uint64_t comm);
+  RequestPtr find_send(uint64_t id) const;
+  RequestPtr find_recv(uint64_t id) const;
+
+  ipc::Channel& ch_;
+  Backend* backend_;
+  Mover mover_;
+  std::unique_ptr<ipc::HandleCache> cache_;
+  mutable std::recursive_mutex mu_;
+  uint64_t next_id_ = 1;
+  std::list<RequestPtr> posted_;        // receives not matched yet, in post order
+  std::list<Unexpected> unexpected_;    // messages not matched yet, in arrival order
+  std::list<RequestPtr> active_sends_;  // rendezvous / sync sends not done yet
+  std::list<RequestPtr> active_recvs_;  // matched rendezvous receives not done yet
+  std::vector<std::deque<std::vector<char>>> outgoing_;  // per peer: records the ring had no room for
+  size_t fragment_bytes_;
+};
+
+}  // namespace gpustripe::p2p

@@ -1,0 +1,94 @@
+#include "p2p/mover.hpp"
+
+#include <cstring>
+
+#include "common/error.hpp"
+
+namespace gpustripe::p2p {
+
+Mover::Mover(Backend* backend, CopyFn copy) : backend_(backend), copy_(std::move(copy)) {
+  if (backend_ && !copy_)
+    copy_ = [b = backend_](void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) {
+      b->copy_async(dst, dd, src, sd, n, s);
+    };
+}
+
+Mover::~Mover() {
+  if (!backend_) return;
+  // Copies still in flight write into peers' buffers: let them land first.
+  for (auto& kv : pending_) {
+    try {
+      backend_->synchronize_event(kv.second);
+    } catch (...) {
+    }
+    free_events_.push_back(kv.second);
+  }
+  for (EventHandle e : free_events_) backend_->destroy_event(e);
+  for (auto& kv : streams_) backend_->destroy_stream(kv.second);
+}
+
+MemLoc Mover::locate(const void* p) const {
+  MemLoc loc;
+  if (!backend_ || !p) return loc;
+  PointerInfo info = backend_->pointer_info(p);
+  if (info.kind == MemoryKind::Device) {
+    loc.device = true;
+    loc.dev = info.device;
+  }
+  return loc;
+}
+
+StreamHandle Mover::stream_for(int dev) {
+  auto it = streams_.find(dev);
+  if (it != streams_.end()) return it->second;
+  StreamHandle s = backend_->create_stream(dev);
+  streams_[dev] = s;
+  return s;
+}
+
+uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
+  uint64_t ticket = next_ticket_++;
+  if (bytes == 0) return ticket;
+  if (dst_dev == kHostDevice && src_dev == kHostDevice) {
+    std::memcpy(dst, src, bytes);
+    return ticket;
+  }
+  GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
+  int dev = src_dev != kHostDevice ? src_dev : dst_dev;
+  StreamHandle s = stream_for(dev);
+  copy_(dst, dst_dev, src, src_dev, bytes, s);
+  EventHandle e = nullptr;
+  for (auto it = free_events_.begin(); it != free_events_.end(); ++it)
+    if (event_dev_[*it] == dev) {
+      e = *it;
+      free_events_.erase(it);
+      break;
+    }
+  if (!e) {
+    e = backend_->create_event(dev, false);
+    event_dev_[e] = dev;
+  }
+  backend_->record_event(e, s);
+  pending_[ticket] = e;
+  return ticket;
+}
+
+bool Mover::done(uint64_t ticket) {
+  auto it = pending_.find(ticket);
+  if (it == pending_.end()) return true;
+  if (!backend_->query_event(it->second)) return false;
+  free_events_.push_back(it->second);
+  pending_.erase(it);
+  return true;
+}
+
+void Mover::copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
+  uint64_t t = start(dst, dst_dev, src, src_dev, bytes);
+  auto it = pending_.find(t);
+  if (it == pending_.end()) return;
+  backend_->synchronize_event(it->second);
+  free_events_.push_back(it->second);
+  pending_.erase(it);
+}
+
+}  // namespace gpustripe::p2p

@@ -1,0 +1,55 @@
+// The copies of the p2p layer: started asynchronously, polled for completion, so
+// one rank can have many rendezvous transfers in flight (bandwidth windows, both
+// directions at once) without a thread. Device copies run on one stream per device
+// through `copy` (the engine's multi-path copy_async when the p2p layer has an
+// engine, else the backend's single-path copy); host-to-host copies are memcpy.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "backend/backend.hpp"
+
+namespace gpustripe::p2p {
+
+// Where a buffer lives, as the copies need it.
+struct MemLoc {
+  bool device = false;
+  int dev = kHostDevice;  // owning GPU for device memory
+};
+
+class Mover {
+ public:
+  using CopyFn = std::function<void(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
+                                    StreamHandle stream)>;
+  // `backend` null: host memory only. `copy` empty: backend->copy_async.
+  explicit Mover(Backend* backend, CopyFn copy = {});
+  ~Mover();
+  Mover(const Mover&) = delete;
+  Mover& operator=(const Mover&) = delete;
+
+  // Device memory or not (plain host for pointers the backend does not know).
+  MemLoc locate(const void* p) const;
+
+  // Starts a copy; the ticket polls as done() once the data is in place. Zero bytes
+  // and host-to-host copies complete before start() returns.
+  uint64_t start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes);
+  bool done(uint64_t ticket);
+  // A copy that has finished when it returns.
+  void copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes);
+
+ private:
+  StreamHandle stream_for(int dev);
+
+  Backend* backend_;
+  CopyFn copy_;
+  std::map<int, StreamHandle> streams_;
+  std::map<uint64_t, EventHandle> pending_;  // ticket -> event recorded after the copy
+  std::vector<EventHandle> free_events_;
+  std::map<EventHandle, int> event_dev_;
+  uint64_t next_ticket_ = 1;
+};
+
+}  // namespace gpustripe::p2p

@@ -1,0 +1,59 @@
+// A nonblocking send or receive of the p2p layer. Created by Endpoint::isend/irecv,
+// advanced by the endpoint's progress, complete when done() is true.
+#pragma once
+#include <gpustripe/status.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "p2p/mover.hpp"
+
+namespace gpustripe::p2p {
+
+struct P2pStatus {
+  int source = -1;          // channel rank the message came from (receives)
+  int tag = -1;
+  uint64_t bytes = 0;       // bytes delivered (receives) or sent
+  uint64_t message_bytes = 0;  // bytes the sender sent (> bytes when truncated)
+  gpustripe_status_t error = GPUSTRIPE_SUCCESS;  // GPUSTRIPE_ERR_TRUNCATE, ...
+  std::string message;      // why, when error != SUCCESS
+};
+
+class Request {
+ public:
+  bool is_send() const { return send_; }
+  bool done() const { return state_ == State::Done; }
+  const P2pStatus& status() const { return status_; }
+
+ private:
+  friend class Endpoint;
+  enum class State {
+    Posted,     // receive: waiting for a matching message; send: Rts sent, waiting for Cts
+    SyncWait,   // eager synchronous send: waiting for SyncAck
+    Streaming,  // send: Data fragments left to push; receive: fragments arriving
+    Copying,    // send: copy into the mapped receive buffer in flight
+    WaitFin,    // receive: the sender copies into our buffer
+    Done,
+  };
+  bool send_ = false;
+  State state_ = State::Posted;
+  uint64_t id_ = 0;
+  int peer_ = -1;  // destination, or source (-1: any)
+  int tag_ = -1;   // -1: any (receives)
+  uint64_t comm_ = 0;
+  void* rbuf_ = nullptr;
+  const void* sbuf_ = nullptr;
+  MemLoc loc_;
+  uint64_t bytes_ = 0;     // send size, or receive capacity
+  uint64_t granted_ = 0;   // rendezvous: bytes the receiver accepts
+  uint64_t progress_ = 0;  // bytes streamed / received so far
+  uint64_t peer_id_ = 0;   // the other side's request id
+  uint64_t ticket_ = 0;    // Mover ticket while Copying
+  P2pStatus status_;
+};
+
+using RequestPtr = std::shared_ptr<Request>;
+
+}  // namespace gpustripe::p2p

@@ -1,0 +1,135 @@
+// Collectives on the emulated backend (CI): every op, type and operator on random
+// data, 2-4 ranks, counts not divisible by the rank count, in place, every schedule.
+#include <gtest/gtest.h>
+
+#include "test_coll_harness.hpp"
+#include "test_util.hpp"
+#include "topology/topology.hpp"
+
+namespace coll_test {
+namespace {
+
+struct EmuNode {
+  explicit EmuNode(const char* topo_name) : topo(load_topology_file(topo_name)), backend(make_emulated_backend(topo)) {}
+  std::unique_ptr<Comm> comm(int n) {
+    std::vector<int> devs;
+    for (int i = 0; i < n; ++i) devs.push_back(i);
+    return Comm::create(*backend, topo, devs);
+  }
+  Topology topo;
+  std::unique_ptr<Backend> backend;
+};
+
+const std::vector<size_t> kCounts{1, 7, 1000, 4099};
+
+// Every type and operator, a few counts, in place or not, for one op on one schedule.
+void sweep(Comm& comm, CollOp op, bool reduction, uint64_t seed) {
+  for (DataType dt : all_dtypes())
+    for (RedOp ro : reduction ? all_redops() : std::vector<RedOp>{GPUSTRIPE_SUM})
+      for (size_t count : kCounts)
+        for (bool in_place : {false, true}) {
+          Case c{op, dt, ro, count, in_place, /*root*/ static_cast<int>(count % comm.size())};
+          if (op == CollOp::Bcast && in_place) continue;  // bcast is in place by nature
+          ASSERT_EQ(run_case(comm, c, seed++), 0u) << c.describe();
+        }
+}
+
+struct OpCase {
+  CollOp op;
+  bool reduction;
+  const char* algo;  // GPUSTRIPE_COLL_ALGO
+};
+
+class CollOps : public ::testing::TestWithParam<std::tuple<OpCase, int>> {};
+
+TEST_P(CollOps, MatchesFloat64ReferenceOnEveryTypeAndCount) {
+  auto [oc, n] = GetParam();
+  // Small chunks make several pipeline chunks (and scratch slot reuse) out of test-sized data.
+  ScopedEnv algo("GPUSTRIPE_COLL_ALGO", oc.algo);
+  ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "512");
+  EmuNode node("h200x4");
+  auto comm = node.comm(n);
+  sweep(*comm, oc.op, oc.reduction, 1000 * n);
+  EXPECT_NE(comm->last_schedule().find(oc.algo), std::string::npos) << comm->last_schedule();
+}
+
+const OpCase kOpCases[] = {
+    {CollOp::AllToAll, false, "rounds"},           {CollOp::AllToAll, false, "all_at_once"},
+    {CollOp::AllGather, false, "rounds"},          {CollOp::AllGather, false, "all_at_once"},
+    {CollOp::ReduceScatter, true, "rs_copy"},      {CollOp::ReduceScatter, true, "rs_pull"},
+    {CollOp::AllReduce, true, "oneshot"},          {CollOp::AllReduce, true, "rs_ag_copy"},
+    {CollOp::AllReduce, true, "rs_ag_pull"},       {CollOp::Bcast, false, "direct"},
+    {CollOp::Bcast, false, "scatter_ag"},          {CollOp::Reduce, true, "reduce_copy"},
+    {CollOp::Reduce, true, "reduce_pull"},
+};
+
+std::string case_name(const ::testing::TestParamInfo<std::tuple<OpCase, int>>& info) {
+  auto [oc, n] = info.param;
+  return std::string(coll_op_name(oc.op)) + "_" + oc.algo + "_" + std::to_string(n) + "ranks";
+}
+
+INSTANTIATE_TEST_SUITE_P(Emulated, CollOps, ::testing::Combine(::testing::ValuesIn(kOpCases), ::testing::Values(2, 3, 4)),
+                         case_name);
+
+TEST(CollHostShare, ExchangesThroughPinnedHostAreExact) {
+  ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0.25");
+  EmuNode node("h200x4");
+  for (int n : {2, 4}) {
+    auto comm = node.comm(n);
+    for (CollOp op : {CollOp::AllToAll, CollOp::AllGather})
+      for (size_t count : {size_t(3), size_t(5000), size_t(70000)})
+        for (bool in_place : {false, true}) {
+          Case c{op, GPUSTRIPE_INT32, GPUSTRIPE_SUM, count, in_place};
+          ASSERT_EQ(run_case(*comm, c, count + n), 0u);
+          if (count * 4 >= 4096) EXPECT_NE(comm->last_schedule().find("host=25.0%"), std::string::npos)
+              << comm->last_schedule();
+        }
+  }
+}
+
+TEST(CollHierarchical, AllreduceOnTwoSocketNodeUsesThreeStages) {
+  ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "1K");
+  EmuNode node("mist-ac922");
+  auto comm = node.comm(4);
+  ASSERT_EQ(comm->resources().socket_groups.size(), 2u);
+  for (DataType dt : all_dtypes())
+    for (RedOp ro : all_redops())
+      for (size_t count : {size_t(1), size_t(5), size_t(3001)})
+        for (bool in_place : {false, true}) {
+          Case c{CollOp::AllReduce, dt, ro, count, in_place};
+          ASSERT_EQ(run_case(*comm, c, count * 7 + ro), 0u);
+          EXPECT_EQ(comm->last_schedule().find("allreduce"), 0u);
+          EXPECT_NE(comm->last_schedule().find(" hier "), std::string::npos) << comm->last_schedule();
+        }
+}
+
+TEST(CollAsync, UserStreamsOrderTheCollective) {
+  ScopedEnv jitter("GPUSTRIPE_EMU_JITTER_US", "50");
+  EmuNode jittery("h200x4");  // streams finish in random order
+  auto jcomm = jittery.comm(4);
+  for (CollOp op : {CollOp::AllToAll, CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllReduce, CollOp::Bcast,
+                    CollOp::Reduce}) {
+    Case c{op, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, 2053, false, 1, /*async*/ true};
+    ASSERT_EQ(run_case(*jcomm, c, 5), 0u);
+    c.in_place = op != CollOp::Bcast;
+    ASSERT_EQ(run_case(*jcomm, c, 6), 0u);
+  }
+}
+
+TEST(CollLarge, DefaultSchedulesAtMegabyteSizes) {
+  // The schedules auto picks above the small-size thresholds (copy engines, rounds, chunks).
+  EmuNode node("h200x4");
+  auto comm = node.comm(4);
+  for (CollOp op : {CollOp::AllToAll, CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllReduce, CollOp::Bcast,
+                    CollOp::Reduce}) {
+    Case c{op, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, (5u << 20) / 4 + 3, false, 2};
+    ASSERT_EQ(run_case(*comm, c, 11), 0u);
+    std::string s = comm->last_schedule();
+    if (op == CollOp::AllReduce) EXPECT_NE(s.find("rs_ag_copy"), std::string::npos) << s;
+    if (op == CollOp::AllToAll || op == CollOp::AllGather) EXPECT_NE(s.find("rounds"), std::string::npos) << s;
+    if (op == CollOp::Bcast) EXPECT_NE(s.find("scatter_ag"), std::string::npos) << s;
+  }
+}
+
+}  // namespace
+}  // namespace coll_test

@@ -1,0 +1,320 @@
+// The coll layer's parts: half/bfloat16 conversion, CPU reductions, schedule
+// selection, the structure of the schedules, argument checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "coll/half.hpp"
+#include "coll/program.hpp"
+#include "coll/reduce.hpp"
+#include "coll/schedules.hpp"
+#include "coll/select.hpp"
+#include "test_coll_harness.hpp"
+#include "test_util.hpp"
+#include "topology/topology.hpp"
+
+namespace coll_test {
+namespace {
+
+TEST(CollHalf, EveryHalfRoundTripsThroughFloat) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float f = half_to_float(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(float_to_half(f), h) << "half 0x" << std::hex << h << " -> " << f;
+  }
+}
+
+TEST(CollHalf, RoundsToNearestEven) {
+  EXPECT_EQ(float_to_half(1.0f), 0x3c00);
+  EXPECT_EQ(float_to_half(65504.0f), 0x7bff);
+  EXPECT_EQ(float_to_half(65520.0f), 0x7c00);                 // rounds to infinity
+  EXPECT_EQ(float_to_half(1.0f + 1.0f / 2048), 0x3c00);       // tie: to even
+  EXPECT_EQ(float_to_half(1.0f + 3.0f / 2048), 0x3c02);       // tie: to even (up)
+  EXPECT_EQ(float_to_half(5.96046448e-08f), 0x0001);          // smallest subnormal
+  EXPECT_EQ(float_to_half(-2.0f), 0xc000);
+  EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(float_to_bf16(1.0f + 1.0f / 256), 0x3f80);        // tie: to even
+  EXPECT_EQ(float_to_bf16(1.0f + 3.0f / 256), 0x3f82);
+  for (uint32_t h = 0; h < 65536; h += 7) {
+    float f = bf16_to_float(static_cast<uint16_t>(h));
+    if (!std::isnan(f)) ASSERT_EQ(float_to_bf16(f), h);
+  }
+}
+
+TEST(CollReduceHost, EveryTypeAndOperatorAgainstFloat64) {
+  std::mt19937_64 rng(3);
+  for (DataType dt : all_dtypes())
+    for (RedOp op : all_redops()) {
+      const size_t count = 333;
+      std::vector<std::vector<uint8_t>> in;
+      for (int s = 0; s < 5; ++s) in.push_back(random_buffer(dt, op, count, rng));
+      std::vector<uint8_t> out(count * dtype_size(dt));
+      ReduceArgs a;
+      a.dst = out.data();
+      for (auto& b : in) a.srcs.push_back(b.data());
+      a.count = count;
+      a.dtype = dt;
+      a.op = op;
+      reduce_host(a);
+      for (size_t k = 0; k < count; ++k) {
+        std::vector<double> xs;
+        for (auto& b : in) xs.push_back(get(dt, b, k));
+        double want = reference(op, xs);
+        ASSERT_NEAR(get(dt, out, k), want, tolerance(dt, want, 5)) << dtype_name(dt) << " " << redop_name(op);
+      }
+      // In place: dst is the first source.
+      a.dst = in[0].data();
+      reduce_host(a);
+      EXPECT_EQ(in[0], out) << dtype_name(dt) << " " << redop_name(op);
+    }
+}
+
+TEST(CollReduceHost, IntegerSumWrapsAround) {
+  int32_t a = INT32_MAX, b = 1, out = 0;
+  ReduceArgs r;
+  r.dst = &out;
+  r.srcs = {&a, &b};
+  r.count = 1;
+  r.dtype = GPUSTRIPE_INT32;
+  reduce_host(r);
+  EXPECT_EQ(out, INT32_MIN);
+}
+
+TEST(CollTypes, NamesAndBadValues) {
+  EXPECT_EQ(parse_dtype("bfloat16"), GPUSTRIPE_BFLOAT16);
+  EXPECT_EQ(parse_redop("max"), GPUSTRIPE_MAX);
+  EXPECT_EQ(dtype_size(GPUSTRIPE_FLOAT16), 2u);
+  try {
+    parse_dtype("float8");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), GPUSTRIPE_ERR_INVALID_TYPE);
+    EXPECT_NE(std::string(e.what()).find("float8"), std::string::npos);
+  }
+  EXPECT_THROW(dtype_size(static_cast<DataType>(9)), Error);
+  EXPECT_THROW(check_redop(static_cast<RedOp>(-1)), Error);
+}
+
+TeamResources h200(int n) {
+  Topology topo = load_topology_file("h200x4");
+  TeamResources r;
+  r.n = n;
+  r.nvswitch = true;
+  r.nvlink_gbps = topo.nvlink_egress_gbps(0);
+  r.host_gbps = topo.host_link_gbps(0);
+  return r;
+}
+
+TEST(CollSelect, SizeDecidesTheSchedule) {
+  TeamResources r = h200(4);
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 10, 4).name, "oneshot");
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 2 << 20, 4).name, "rs_ag_pull");
+  Choice big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
+  EXPECT_EQ(big.name, "rs_ag_copy");
+  EXPECT_GT(big.reduce.chunks, 1);
+  EXPECT_FALSE(big.why.empty());
+  EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 20, 4).name, "rs_pull");
+  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4).name, "all_at_once");
+  Choice a2a = choose_schedule(CollOp::AllToAll, r, 256 << 20, 4);
+  EXPECT_EQ(a2a.name, "rounds");
+  // Host share: only for large blocks, and well under the two-path balance (HARDWARE.md: ~10%).
+  EXPECT_GT(a2a.exchange.host_share, 0.02);
+  EXPECT_LT(a2a.exchange.host_share, 0.10);
+  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 16 << 20, 4).exchange.host_share, 0);
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 64 << 20, 4).name, "scatter_ag");
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, h200(2), 64 << 20, 4).name, "direct");
+}
+
+TEST(CollSelect, NoPeerAccessMeansCopyEngines) {
+  TeamResources r = h200(4);
+  r.all_peer = false;
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 10, 4).name, "rs_ag_copy");
+  EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 64 << 10, 4).name, "rs_copy");
+  ScopedEnv algo("GPUSTRIPE_COLL_ALGO", "rs_pull");
+  EXPECT_THROW(choose_schedule(CollOp::ReduceScatter, r, 64 << 10, 4), Error);
+}
+
+TEST(CollSelect, SettingsForceAndAreChecked) {
+  TeamResources r = h200(4);
+  {
+    ScopedEnv algo("GPUSTRIPE_COLL_ALGO", "all_at_once,rs_ag_pull");
+    EXPECT_EQ(choose_schedule(CollOp::AllGather, r, 1 << 30, 4).name, "all_at_once");
+    EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 1 << 30, 4).name, "rs_ag_pull");
+    EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 30, 4).name, "rs_copy");  // not named: auto
+  }
+  {
+    ScopedEnv algo("GPUSTRIPE_COLL_ALGO", "fastest");
+    try {
+      choose_schedule(CollOp::AllGather, r, 1 << 20, 4);
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), GPUSTRIPE_ERR_CONFIG);
+      EXPECT_NE(std::string(e.what()).find("fastest"), std::string::npos);
+    }
+  }
+  {
+    ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0.9");
+    EXPECT_THROW(choose_schedule(CollOp::AllGather, r, 1 << 30, 4), Error);
+  }
+  {
+    ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0");
+    EXPECT_EQ(choose_schedule(CollOp::AllGather, r, 1 << 30, 4).exchange.host_share, 0);
+  }
+}
+
+TEST(CollSelect, TwoSocketNodeGetsHierarchicalAllreduce) {
+  Topology topo = load_topology_file("mist-ac922");
+  auto backend = make_emulated_backend(topo);
+  auto comm = Comm::create(*backend, topo, {0, 1, 2, 3});
+  EXPECT_EQ(comm->resources().socket_groups.size(), 2u);
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, comm->resources(), 256 << 20, 4).name, "hier");
+  auto two = Comm::create(*backend, topo, {0, 1});  // one socket: flat
+  EXPECT_TRUE(two->resources().socket_groups.empty());
+}
+
+// Fake per-rank pointers: the builders only do arithmetic on them.
+std::vector<char*> fake(int n, uintptr_t base) {
+  std::vector<char*> v;
+  for (int i = 0; i < n; ++i) v.push_back(reinterpret_cast<char*>(base * (i + 1)));
+  return v;
+}
+
+TEST(CollSchedules, PermutationRoundsSendAndReceiveOneBlockPerRound) {
+  const int n = 4;
+  Topology topo = load_topology_file("h200x4");
+  auto backend = make_emulated_backend(topo);
+  Scratch scratch(*backend, {0, 1, 2, 3});
+  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
+  Program p(n);
+  auto send = fake(n, 1 << 30);
+  std::vector<const char*> csend(send.begin(), send.end());
+  build_alltoall(p, t, csend, fake(n, 1ull << 40), 1 << 20, ExchangeOpts{}, scratch);
+  // Per sender, the peer copies on its out lane go to (i+1), (i+2), (i+3) in that order:
+  // in round r every GPU has exactly one destination and one source.
+  std::map<int, std::vector<int>> dests;
+  for (const Op& op : p.ops())
+    if (op.kind == Op::Copy && op.lane == kLaneOut) dests[op.rank].push_back(op.dst_dev);
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(dests[i].size(), 3u);
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(dests[i][r], (i + r + 1) % n);
+  }
+  for (int r = 0; r < 3; ++r) {
+    std::set<int> receivers;
+    for (int i = 0; i < n; ++i) receivers.insert(dests[i][r]);
+    EXPECT_EQ(receivers.size(), size_t(n)) << "round " << r;
+  }
+  EXPECT_EQ(p.copy_bytes(), size_t(n) * n << 20);  // n-1 peer blocks + 1 local per rank
+}
+
+TEST(CollSchedules, PipelinedAllreduceMovesTheBusbwBytes) {
+  const int n = 4;
+  Topology topo = load_topology_file("h200x4");
+  auto backend = make_emulated_backend(topo);
+  Scratch scratch(*backend, {0, 1, 2, 3});
+  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
+  Program p(n);
+  auto buf = fake(n, 1 << 30);
+  std::vector<const char*> cbuf(buf.begin(), buf.end());
+  ReduceOpts o;
+  o.chunks = 8;
+  const size_t count = 1 << 20;  // float32: 4 MB per rank
+  build_allreduce_rs_ag(p, t, cbuf, buf, count, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, o, scratch);
+  // Ring-optimal traffic: each rank sends 2(n-1)/n of the message over NVLink.
+  size_t peer = 0;
+  for (const Op& op : p.ops())
+    if (op.kind == Op::Copy && op.src_dev != op.dst_dev) peer += op.bytes;
+  EXPECT_EQ(peer, size_t(2) * (n - 1) * count * 4);
+  EXPECT_EQ(p.reductions(), size_t(n) * 8);
+  // Every allgather copy waits for the reduction of the chunk it sends.
+  for (const Op& op : p.ops())
+    if (op.kind == Op::Copy && op.lane == kLaneOut2) {
+      ASSERT_EQ(op.deps.size(), 1u);
+      EXPECT_EQ(p.ops()[op.deps[0]].kind, Op::Reduce);
+    }
+  // Scratch holds `slots` chunks per peer, not the whole message.
+  EXPECT_LT(scratch.device_bytes(0), count * 4);
+}
+
+TEST(CollSplit, BlocksCoverCountAligned) {
+  Blocks b = split_blocks(1001, 4, 64);
+  size_t sum = 0;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(b.off[i], sum);
+    sum += b.cnt[i];
+    if (i < 3) EXPECT_EQ(b.off[i] % 64, 0u);
+  }
+  EXPECT_EQ(sum, 1001u);
+  Blocks tiny = split_blocks(3, 4, 64);
+  EXPECT_EQ(tiny.cnt[0], 3u);
+  EXPECT_EQ(tiny.cnt[3], 0u);
+}
+
+class CollArgs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    topo = load_topology_file("h200x4");
+    backend = make_emulated_backend(topo);
+    comm = Comm::create(*backend, topo, {0, 1});
+    for (int r = 0; r < 2; ++r) {
+      a[r] = backend->alloc_device(r, 4096);
+      b[r] = backend->alloc_device(r, 4096);
+    }
+  }
+  void TearDown() override {
+    comm.reset();
+    for (int r = 0; r < 2; ++r) {
+      backend->free_device(a[r]);
+      backend->free_device(b[r]);
+    }
+  }
+  static Status status_of(const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.status();
+    }
+    return GPUSTRIPE_SUCCESS;
+  }
+  Topology topo;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Comm> comm;
+  void* a[2];
+  void* b[2];
+};
+
+TEST_F(CollArgs, BadArgumentsAreRejectedBeforeAnythingRuns) {
+  const std::vector<const void*> send{a[0], a[1]};
+  const std::vector<void*> recv{b[0], b[1]};
+  EXPECT_EQ(status_of([&] { comm->allreduce({a[0], nullptr}, recv, 16, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM); }),
+            GPUSTRIPE_ERR_INVALID_POINTER);
+  // Rank 1's buffer on device 0.
+  EXPECT_EQ(status_of([&] { comm->allreduce({a[0], a[0]}, recv, 16, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM); }),
+            GPUSTRIPE_ERR_INVALID_POINTER);
+  // Past the allocation: 2 * 1024 floats of 4096 bytes.
+  EXPECT_EQ(status_of([&] { comm->allgather(send, recv, 1024, GPUSTRIPE_FLOAT32); }), GPUSTRIPE_ERR_INVALID_SIZE);
+  EXPECT_EQ(status_of([&] { comm->allreduce(send, recv, 16, static_cast<DataType>(17), GPUSTRIPE_SUM); }),
+            GPUSTRIPE_ERR_INVALID_TYPE);
+  EXPECT_EQ(status_of([&] { comm->allreduce(send, recv, 16, GPUSTRIPE_FLOAT32, static_cast<RedOp>(8)); }),
+            GPUSTRIPE_ERR_INVALID_TYPE);
+  EXPECT_EQ(status_of([&] { comm->bcast(recv, 16, GPUSTRIPE_FLOAT32, 2); }), GPUSTRIPE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(status_of([&] { comm->allreduce({a[0]}, recv, 16, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM); }),
+            GPUSTRIPE_ERR_INVALID_ARGUMENT);
+  // Overlapping without being in place.
+  char* a0 = static_cast<char*>(a[0]);
+  EXPECT_EQ(status_of([&] {
+              comm->allreduce({a0, a[1]}, {a0 + 4, b[1]}, 16, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+            }),
+            GPUSTRIPE_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(status_of([&] { Comm::create(*backend, topo, {0, 0}); }), GPUSTRIPE_ERR_INVALID_DEVICE);
+  EXPECT_EQ(status_of([&] { Comm::create(*backend, topo, {0, 9}); }), GPUSTRIPE_ERR_INVALID_DEVICE);
+  EXPECT_EQ(status_of([&] { Comm::create(*backend, topo, {}); }), GPUSTRIPE_ERR_INVALID_ARGUMENT);
+  // Count 0 is a no-op, and the reduce's non-root receive buffer may be NULL.
+  EXPECT_EQ(status_of([&] { comm->allreduce(send, recv, 0, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM); }), GPUSTRIPE_SUCCESS);
+  EXPECT_EQ(status_of([&] { comm->reduce(send, {b[0], nullptr}, 16, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, 0); }),
+            GPUSTRIPE_SUCCESS);
+}
+
+}  // namespace
+}  // namespace coll_test

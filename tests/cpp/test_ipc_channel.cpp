@@ -1,0 +1,116 @@
+// The node-local channel across forked processes: record order and contents
+// through ring wrap-around, dead and silent peers, bad attaches.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "ipc/wait.hpp"
+#include "test_ipc_ranks.hpp"
+#include "test_util.hpp"
+
+using namespace gpustripe;
+using namespace gpustripe::ipc;
+
+namespace {
+
+// Waits for one record from `src`, copying it out.
+std::vector<char> recv_record(Channel& ch, int src) {
+  Waiter w("test record", [&] { ch.check_peer(src, false); });
+  size_t n = 0;
+  const void* p;
+  while (!(p = ch.peek(src, &n))) w.pause();
+  std::vector<char> out(static_cast<const char*>(p), static_cast<const char*>(p) + n);
+  ch.consume(src);
+  return out;
+}
+
+void send_record(Channel& ch, int dst, const std::vector<char>& payload, uint32_t seq) {
+  Waiter w("test send", [&] { ch.check_peer(dst, false); });
+  while (!ch.try_send(dst, &seq, sizeof seq, payload.data(), payload.size())) w.pause();
+}
+
+}  // namespace
+
+TEST(IpcChannel, RecordsArriveInOrderThroughWrapAround) {
+  constexpr int kRecords = 3000;
+  EXPECT_RANKS_OK(run_ranks(
+      2,
+      [](int rank, Channel& ch) {
+        std::mt19937 rng(42);
+        size_t max_payload = ch.max_record() - 64;
+        if (rank == 0) {
+          for (uint32_t i = 0; i < kRecords; ++i) {
+            std::vector<char> p(rng() % max_payload);
+            for (size_t k = 0; k < p.size(); ++k) p[k] = static_cast<char>(i * 31 + k);
+            send_record(ch, 1, p, i);
+          }
+        } else {
+          for (uint32_t i = 0; i < kRecords; ++i) {
+            size_t expect = rng() % max_payload;
+            std::vector<char> rec = recv_record(ch, 0);
+            RANK_CHECK(rec.size() == sizeof(uint32_t) + expect);
+            uint32_t seq;
+            std::memcpy(&seq, rec.data(), sizeof seq);
+            RANK_CHECK(seq == i);
+            for (size_t k = 0; k < expect; ++k) RANK_CHECK(rec[sizeof seq + k] == static_cast<char>(i * 31 + k));
+          }
+        }
+      },
+      60, 16384));
+}
+
+TEST(IpcChannel, RecordLargerThanAQuarterRingIsRefused) {
+  EXPECT_RANKS_OK(run_ranks(2, [](int rank, Channel& ch) {
+    if (rank != 0) return;
+    std::vector<char> big(ch.max_record() + 1);
+    uint32_t h = 0;
+    try {
+      ch.try_send(1, &h, sizeof h, big.data(), big.size());
+      RANK_CHECK(false);
+    } catch (const Error& e) {
+      RANK_CHECK(e.status() == GPUSTRIPE_ERR_INVALID_SIZE);
+    }
+  }));
+}
+
+TEST(IpcChannel, KilledPeerFailsTheWaitQuickly) {
+  ScopedEnv t("GPUSTRIPE_TIMEOUT", "30");
+  auto t0 = std::chrono::steady_clock::now();
+  auto res = run_ranks(2, [](int rank, Channel& ch) {
+    if (rank == 1) raise(SIGKILL);
+    recv_record(ch, 1);  // never sent
+  });
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(res[1].code, 128 + SIGKILL);
+  EXPECT_EQ(res[0].code, error_code(GPUSTRIPE_ERR_PEER_FAILED));
+  EXPECT_LT(s, 10.0) << "a dead peer must be noticed from its pid, long before GPUSTRIPE_TIMEOUT";
+}
+
+TEST(IpcChannel, SilentPeerTimesOut) {
+  ScopedEnv t("GPUSTRIPE_TIMEOUT", "0.5");
+  auto res = run_ranks(2, [](int rank, Channel& ch) {
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      return;
+    }
+    recv_record(ch, 1);
+  });
+  EXPECT_EQ(res[0].code, error_code(GPUSTRIPE_ERR_TIMEOUT));
+  EXPECT_EQ(res[1].code, 0);
+}
+
+TEST(IpcChannel, RankAttachedTwiceOrOutOfRangeIsRejected) {
+  std::string name = unique_shm_name("test");
+  ShmSegment seg = Channel::create_segment(name, 2);
+  Channel a(ShmSegment::open(name), 0);
+  EXPECT_THROW(Channel(ShmSegment::open(name), 0), Error);
+  EXPECT_THROW(Channel(ShmSegment::open(name), 2), Error);
+  EXPECT_FALSE(a.all_attached());
+  EXPECT_EQ(a.peer_state(1), PeerState::Absent);
+  EXPECT_THROW(ShmSegment::open("/gpustripe-test-does-not-exist"), Error);
+  EXPECT_THROW(Channel::create_segment(name, 2), Error) << "an existing name must not be reused";
+}

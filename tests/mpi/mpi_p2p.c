@@ -1,0 +1,291 @@
+/* The interposer under mpirun, on any number of ranks (2-4 in CI): device and host
+ * buffers, all sizes, tags, any source, out-of-order posts, truncation, zero bytes,
+ * a derived non-contiguous type, Sendrecv(_replace), Probe + Get_count, the
+ * wait/test family, communicators, and a receive buffer freed and reallocated at
+ * the same address between messages. Run with GPUSTRIPE_TEST_FAKE_NODES=2 it takes
+ * the inter-node (staged) path for half of the pairs. Exit 0 when every check holds. */
+#include "mpi_test_util.h"
+
+static int rank, size, ndev;
+static hooks_t hk;
+
+static int dev_of(int r) { return r % ndev; }
+
+/* Every rank sends to every other rank: each (size, placement) combination. */
+static void all_pairs_all_sizes(void) {
+  const size_t sizes[] = {0, 1, 8, 4096, 16384, 16385, 100000, (1u << 20) + 3, 4u << 20};
+  const int nsizes = sizeof sizes / sizeof sizes[0];
+  int seq = 0;
+  for (int mix = 0; mix < 4; ++mix) {
+    int sdev = mix & 1, rdev = (mix >> 1) & 1;
+    for (int k = 0; k < nsizes; ++k, ++seq) {
+      size_t n = sizes[k];
+      MPI_Request* reqs = malloc(sizeof(MPI_Request) * 2 * size);
+      buf_t* in = malloc(sizeof(buf_t) * size);
+      buf_t out = buf_new(&hk, sdev ? dev_of(rank) : -1, n);
+      fill(out.h, n, rank, mix, seq);
+      buf_push(&hk, &out);
+      int nr = 0;
+      for (int p = 0; p < size; ++p) {
+        if (p == rank) continue;
+        in[p] = buf_new(&hk, rdev ? dev_of(rank) : -1, n + 8);
+        MPI_Irecv(in[p].p, (int)n + 8, MPI_BYTE, p, mix, MPI_COMM_WORLD, &reqs[nr++]);
+      }
+      for (int p = 0; p < size; ++p)
+        if (p != rank) MPI_Isend(out.p, (int)n, MPI_BYTE, p, mix, MPI_COMM_WORLD, &reqs[nr++]);
+      MPI_Status* st = malloc(sizeof(MPI_Status) * nr);
+      CHECK(MPI_Waitall(nr, reqs, st) == MPI_SUCCESS);
+      int i = 0;
+      for (int p = 0; p < size; ++p) {
+        if (p == rank) continue;
+        int count = -1;
+        MPI_Get_count(&st[i], MPI_BYTE, &count);
+        CHECK(count == (int)n && st[i].MPI_SOURCE == p && st[i].MPI_TAG == mix);
+        buf_pull(&hk, &in[p]);
+        CHECK(same(in[p].h, n, p, mix, seq));
+        buf_free(&hk, &in[p]);
+        ++i;
+      }
+      buf_free(&hk, &out);
+      free(st);
+      free(reqs);
+      free(in);
+    }
+  }
+}
+
+/* Rank 1 sends tags 1,1,2,3; rank 0 posts 3, 2, then any-tag twice; per-tag order holds. */
+static void out_of_order_and_any(void) {
+  size_t big = 300000;
+  if (rank == 1) {
+    int tags[] = {1, 1, 2, 3};
+    for (int i = 0; i < 4; ++i) {
+      buf_t b = buf_new(&hk, dev_of(rank), big);
+      fill(b.h, big, 1, tags[i], i);
+      buf_push(&hk, &b);
+      MPI_Send(b.p, (int)(i % 2 ? big : 100), MPI_BYTE, 0, tags[i], MPI_COMM_WORLD);
+      buf_free(&hk, &b);
+    }
+  } else if (rank == 0) {
+    buf_t b[4];
+    MPI_Request r[4];
+    MPI_Status st[4];
+    for (int i = 0; i < 4; ++i) b[i] = buf_new(&hk, dev_of(rank), big);
+    MPI_Irecv(b[3].p, (int)big, MPI_BYTE, 1, 3, MPI_COMM_WORLD, &r[3]);
+    MPI_Irecv(b[2].p, (int)big, MPI_BYTE, MPI_ANY_SOURCE, 2, MPI_COMM_WORLD, &r[2]);
+    MPI_Irecv(b[0].p, (int)big, MPI_BYTE, 1, MPI_ANY_TAG, MPI_COMM_WORLD, &r[0]);
+    MPI_Irecv(b[1].p, (int)big, MPI_BYTE, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &r[1]);
+    int done = 0;
+    while (done < 4) {
+      int idx[4], k = 0;
+      CHECK(MPI_Waitsome(4, r, &k, idx, st) == MPI_SUCCESS);
+      done += k;
+    }
+    int tags[] = {1, 1, 2, 3};
+    for (int i = 0; i < 4; ++i) {
+      buf_pull(&hk, &b[i]);
+      CHECK(same(b[i].h, i % 2 ? big : 100, 1, tags[i], i));
+      buf_free(&hk, &b[i]);
+    }
+  }
+}
+
+/* Truncation is an error the program can see under MPI_ERRORS_RETURN. */
+static void truncation(void) {
+  MPI_Comm c;
+  MPI_Comm_dup(MPI_COMM_WORLD, &c);
+  MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+  size_t sizes[] = {64, 500000};
+  for (int k = 0; k < 2; ++k) {
+    size_t n = sizes[k];
+    if (rank == 1) {
+      buf_t b = buf_new(&hk, dev_of(rank), n);
+      fill(b.h, n, 1, 77, k);
+      buf_push(&hk, &b);
+      MPI_Send(b.p, (int)n, MPI_BYTE, 0, 77, c);
+      buf_free(&hk, &b);
+    } else if (rank == 0) {
+      buf_t b = buf_new(&hk, dev_of(rank), n / 2);
+      MPI_Status st;
+      int rc = MPI_Recv(b.p, (int)(n / 2), MPI_BYTE, 1, 77, c, &st);
+      int cls = -1;
+      MPI_Error_class(rc, &cls);
+      CHECK(cls == MPI_ERR_TRUNCATE);
+      buf_pull(&hk, &b);
+      CHECK(same(b.h, n / 2, 1, 77, k));
+      buf_free(&hk, &b);
+    }
+  }
+  MPI_Comm_free(&c);
+}
+
+/* A strided vector (every other double) from device memory, received contiguously. */
+static void derived_types(void) {
+  int n = 1000;
+  MPI_Datatype vec;
+  MPI_Type_vector(n, 1, 2, MPI_DOUBLE, &vec);
+  MPI_Type_commit(&vec);
+  int peer = rank ^ 1;
+  if (peer < size) {
+    buf_t s = buf_new(&hk, dev_of(rank), 2 * n * sizeof(double));
+    double* sh = (double*)s.h;
+    for (int i = 0; i < 2 * n; ++i) sh[i] = rank * 1e6 + i;
+    buf_push(&hk, &s);
+    buf_t r = buf_new(&hk, dev_of(rank), 2 * n * sizeof(double));
+    double* rh = (double*)r.h;
+    for (int i = 0; i < 2 * n; ++i) rh[i] = -1;
+    buf_push(&hk, &r);
+    MPI_Status st;
+    /* send strided, receive strided into a buffer whose holes must survive */
+    MPI_Sendrecv(s.p, 1, vec, peer, 5, r.p, 1, vec, peer, 5, MPI_COMM_WORLD, &st);
+    buf_pull(&hk, &r);
+    for (int i = 0; i < 2 * n; ++i) CHECK(rh[i] == (i % 2 == 0 ? peer * 1e6 + i : -1));
+    int count = -1;
+    MPI_Get_count(&st, vec, &count);
+    CHECK(count == 1);
+    MPI_Get_count(&st, MPI_DOUBLE, &count);
+    CHECK(count == n);
+    buf_free(&hk, &s);
+    buf_free(&hk, &r);
+  }
+  MPI_Type_free(&vec);
+}
+
+/* Ring exchange in place; probe for the size first. */
+static void sendrecv_replace_and_probe(void) {
+  size_t n = 200000;
+  buf_t b = buf_new(&hk, dev_of(rank), n);
+  fill(b.h, n, rank, 9, 0);
+  buf_push(&hk, &b);
+  int right = (rank + 1) % size, left = (rank + size - 1) % size;
+  MPI_Status st;
+  MPI_Sendrecv_replace(b.p, (int)n, MPI_BYTE, right, 9, left, 9, MPI_COMM_WORLD, &st);
+  buf_pull(&hk, &b);
+  CHECK(st.MPI_SOURCE == left && same(b.h, n, left, 9, 0));
+
+  MPI_Send(b.p, 1234, MPI_BYTE, right, 10, MPI_COMM_WORLD);
+  MPI_Probe(MPI_ANY_SOURCE, 10, MPI_COMM_WORLD, &st);
+  int count = 0;
+  MPI_Get_count(&st, MPI_BYTE, &count);
+  CHECK(count == 1234 && st.MPI_SOURCE == left);
+  MPI_Recv(b.p, count, MPI_BYTE, st.MPI_SOURCE, 10, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  int flag = 1;
+  MPI_Iprobe(MPI_ANY_SOURCE, 10, MPI_COMM_WORLD, &flag, &st);
+  CHECK(!flag);
+  buf_free(&hk, &b);
+}
+
+/* Split into halves and pairs, dup; messages stay within their communicator. */
+static void communicators(void) {
+  MPI_Comm half, dup;
+  MPI_Comm_split(MPI_COMM_WORLD, rank % 2, -rank, &half); /* reversed order inside */
+  MPI_Comm_dup(half, &dup);
+  int hr, hs;
+  MPI_Comm_rank(half, &hr);
+  MPI_Comm_size(half, &hs);
+  if (hs > 1) {
+    int peer = (hr + 1) % hs, from = (hr + hs - 1) % hs;
+    int a = rank, b = -1, c = -1;
+    MPI_Request r[3];
+    MPI_Irecv(&b, 1, MPI_INT, from, 0, half, &r[0]);
+    MPI_Irecv(&c, 1, MPI_INT, from, 0, dup, &r[1]);
+    MPI_Isend(&a, 1, MPI_INT, peer, 0, dup, &r[2]);
+    int x = 1000 + rank;
+    MPI_Send(&x, 1, MPI_INT, peer, 0, half);
+    int idx;
+    for (int k = 0; k < 3; ++k) MPI_Waitany(3, r, &idx, MPI_STATUS_IGNORE);
+    MPI_Waitany(3, r, &idx, MPI_STATUS_IGNORE);
+    CHECK(idx == MPI_UNDEFINED);
+    /* world rank of `from` in half: translate */
+    MPI_Group g, w;
+    int wr;
+    MPI_Comm_group(half, &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &w);
+    MPI_Group_translate_ranks(g, 1, &from, w, &wr);
+    CHECK(b == 1000 + wr && c == wr);
+    MPI_Group_free(&g);
+    MPI_Group_free(&w);
+  }
+  MPI_Comm_free(&dup);
+  MPI_Comm_free(&half);
+}
+
+/* The receiver frees its buffer and allocates a new one (same address, typically)
+ * between messages: the sender must never write through a stale mapping. */
+static void freed_and_reallocated(void) {
+  size_t n = 3u << 20;
+  if (rank == 0) {
+    buf_t s = buf_new(&hk, dev_of(0), n);
+    for (int i = 0; i < 4; ++i) {
+      fill(s.h, n, 0, 21, i);
+      buf_push(&hk, &s);
+      MPI_Send(s.p, (int)n, MPI_BYTE, 1, 21, MPI_COMM_WORLD);
+    }
+    buf_free(&hk, &s);
+  } else if (rank == 1) {
+    void* prev = NULL;
+    int reused = 0;
+    for (int i = 0; i < 4; ++i) {
+      buf_t r = buf_new(&hk, dev_of(1), n);
+      if (r.p == prev) ++reused;
+      buf_push(&hk, &r); /* zeros */
+      MPI_Recv(r.p, (int)n, MPI_BYTE, 0, 21, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      buf_pull(&hk, &r);
+      CHECK(same(r.h, n, 0, 21, i));
+      prev = r.p;
+      buf_free(&hk, &r);
+    }
+    printf("freed_and_reallocated: address reused %d of 3 times\n", reused);
+  }
+}
+
+/* Test/Testall/Testany polling and synchronous sends. */
+static void test_family(void) {
+  int peer = rank ^ 1;
+  if (peer >= size) return;
+  int v = rank, got[2] = {-1, -1};
+  MPI_Request r[3];
+  MPI_Irecv(&got[0], 1, MPI_INT, peer, 31, MPI_COMM_WORLD, &r[0]);
+  MPI_Irecv(&got[1], 1, MPI_INT, peer, 32, MPI_COMM_WORLD, &r[1]);
+  MPI_Issend(&v, 1, MPI_INT, peer, 32, MPI_COMM_WORLD, &r[2]);
+  MPI_Ssend(&v, 1, MPI_INT, peer, 31, MPI_COMM_WORLD);
+  int flag = 0;
+  while (!flag) MPI_Testall(3, r, &flag, MPI_STATUSES_IGNORE);
+  CHECK(got[0] == peer && got[1] == peer);
+  for (int k = 0; k < 3; ++k) CHECK(r[k] == MPI_REQUEST_NULL);
+  int idx = 0;
+  MPI_Testany(3, r, &idx, &flag, MPI_STATUS_IGNORE);
+  CHECK(flag && idx == MPI_UNDEFINED);
+  MPI_Request one;
+  MPI_Irecv(&got[0], 1, MPI_INT, peer, 33, MPI_COMM_WORLD, &one);
+  MPI_Test(&one, &flag, MPI_STATUS_IGNORE);
+  MPI_Send(&v, 1, MPI_INT, peer, 33, MPI_COMM_WORLD);
+  while (!flag) MPI_Test(&one, &flag, MPI_STATUS_IGNORE);
+  MPI_Request fire;
+  MPI_Isend(&v, 1, MPI_INT, peer, 34, MPI_COMM_WORLD, &fire);
+  MPI_Request_free(&fire);
+  MPI_Recv(&got[1], 1, MPI_INT, peer, 34, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  CHECK(got[1] == peer);
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  CHECK(size >= 2);
+  hk = hooks();
+  ndev = hk.device_count();
+  CHECK(ndev >= 1);
+  all_pairs_all_sizes();
+  out_of_order_and_any();
+  truncation();
+  derived_types();
+  sendrecv_replace_and_probe();
+  communicators();
+  freed_and_reallocated();
+  test_family();
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) printf("mpi_p2p: all checks passed on %d ranks\n", size);
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,89 @@
+/* Helpers of the MPI test programs: the interposer's test hooks (found with dlsym,
+ * see src/mpi/gpustripe_mpi_test.h), deterministic data, and checks that abort the
+ * job with the failing line so mpirun exits non-zero. */
+#ifndef MPI_TEST_UTIL_H
+#define MPI_TEST_UTIL_H
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(cond)                                                                       \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
+      int r_;                                                                             \
+      MPI_Comm_rank(MPI_COMM_WORLD, &r_);                                                 \
+      fprintf(stderr, "[rank %d] %s:%d: check failed: %s\n", r_, __FILE__, __LINE__, #cond); \
+      fflush(stderr);                                                                     \
+      MPI_Abort(MPI_COMM_WORLD, 3);                                                       \
+    }                                                                                     \
+  } while (0)
+
+typedef struct {
+  int (*active)(void);
+  int (*device_count)(void);
+  void* (*alloc)(int, size_t);
+  void (*free_)(void*);
+  int (*copy)(void*, const void*, size_t);
+} hooks_t;
+
+static hooks_t hooks(void) {
+  hooks_t h;
+  h.active = (int (*)(void))dlsym(RTLD_DEFAULT, "gpustripe_mpi_active");
+  h.device_count = (int (*)(void))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_device_count");
+  h.alloc = (void* (*)(int, size_t))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_alloc");
+  h.free_ = (void (*)(void*))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_free");
+  h.copy = (int (*)(void*, const void*, size_t))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_copy");
+  if (!h.active || !h.active()) {
+    fprintf(stderr, "this test needs the interposer: mpirun -x LD_PRELOAD=.../libgpustripe_mpi.so\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  return h;
+}
+
+/* Byte i of message (from, tag, seq). */
+static unsigned char pat(int from, int tag, int seq, size_t i) {
+  uint64_t x = (uint64_t)from * 1000003u + (uint64_t)tag * 7919u + (uint64_t)seq * 104729u + i * 2654435761u;
+  x ^= x >> 13;
+  return (unsigned char)(x * 0x9E3779B97F4A7C15ull >> 56);
+}
+static void fill(unsigned char* p, size_t n, int from, int tag, int seq) {
+  for (size_t i = 0; i < n; ++i) p[i] = pat(from, tag, seq, i);
+}
+static int same(const unsigned char* p, size_t n, int from, int tag, int seq) {
+  for (size_t i = 0; i < n; ++i)
+    if (p[i] != pat(from, tag, seq, i)) return 0;
+  return 1;
+}
+
+/* A buffer on the device (dev >= 0) or the host (dev < 0), and its host copy. */
+typedef struct {
+  unsigned char* p;  /* what MPI sees */
+  unsigned char* h;  /* host shadow */
+  size_t n;
+  int dev;
+} buf_t;
+
+static buf_t buf_new(hooks_t* hk, int dev, size_t n) {
+  buf_t b;
+  b.n = n;
+  b.dev = dev;
+  b.h = (unsigned char*)calloc(n ? n : 1, 1);
+  b.p = dev >= 0 ? (unsigned char*)hk->alloc(dev, n ? n : 1) : b.h;
+  CHECK(b.p != NULL);
+  return b;
+}
+static void buf_push(hooks_t* hk, buf_t* b) {
+  if (b->dev >= 0 && b->n) CHECK(hk->copy(b->p, b->h, b->n) == 0);
+}
+static void buf_pull(hooks_t* hk, buf_t* b) {
+  if (b->dev >= 0 && b->n) CHECK(hk->copy(b->h, b->p, b->n) == 0);
+}
+static void buf_free(hooks_t* hk, buf_t* b) {
+  if (b->dev >= 0) hk->free_(b->p);
+  free(b->h);
+}
+#endif

@@ -1,0 +1,140 @@
+"""The model's Python API and its commands: plan, simulate, calibrate, tune, model-check
+(the last three on the emulated backend here: they exercise the code path, the figures
+are memcpy's)."""
+import json
+import os
+
+import gpustripe
+import pytest
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty cache directory and no profile named, for this process and CLI children."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("GPUSTRIPE_PROFILE", raising=False)
+    monkeypatch.delenv("GPUSTRIPE_PLAN", raising=False)
+    return tmp_path
+
+
+def shares(plan):
+    out = {}
+    for p in plan.paths:
+        out[p.kind] = out.get(p.kind, 0) + p.bytes / plan.bytes
+    return out
+
+
+def test_h200_plan_is_direct_plus_host_without_gpu_staging(cache):
+    plan = gpustripe.plan(0, 1, 256 << 20, topology="h200x4")
+    s = shares(plan)
+    assert "gpu" not in s, plan.describe()
+    assert 0.07 < s["host"] < 0.12, plan.describe()
+    assert plan.predicted_us > 0 and plan.predicted_gbps > 0
+    assert plan.bottleneck
+    assert sum(p.bytes for p in plan.paths) == plan.bytes
+    plan.check()
+
+
+def test_v100_mesh_uses_staging_gpus(cache):
+    m = gpustripe.Model("beluga-v100x4")
+    assert "nominal" in m.source
+    plan = m.plan(0, 1, 256 << 20)
+    assert [p.name for p in plan.paths if p.kind == "gpu"] == ["gpu2", "gpu3"]
+    direct = m.fixed("direct", 0, 1, 256 << 20)
+    assert plan.predicted_gbps / direct.predicted_gbps > 2.0
+    # The spec round-trips.
+    again = m.fixed(plan.spec, 0, 1, 256 << 20)
+    assert [p.name for p in again.paths] == [p.name for p in plan.paths]
+
+
+def test_concurrent_plans_share_the_source(cache):
+    m = gpustripe.Model("beluga-v100x4")
+    alone = m.plan_exact(0, 1, 256 << 20).predicted_us
+    both = m.plan_concurrent([(0, 1, 256 << 20), (0, 2, 256 << 20)])
+    assert len(both) == 2
+    assert max(p.predicted_us for p in both) > 1.5 * alone
+
+
+@pytest.mark.parametrize("args,status", [
+    ((0, 1, 0), "GPUSTRIPE_ERR_INVALID_SIZE"),
+    ((1, 1, 1 << 20), "GPUSTRIPE_ERR_INVALID_DEVICE"),
+    ((0, 9, 1 << 20), "GPUSTRIPE_ERR_INVALID_DEVICE"),
+])
+def test_bad_transfers_raise(cache, args, status):
+    with pytest.raises(gpustripe.Error) as e:
+        gpustripe.plan(*args, topology="h200x4")
+    assert e.value.status == status
+
+
+def test_bad_spec_raises_config_error(cache):
+    with pytest.raises(gpustripe.Error) as e:
+        gpustripe.Model("h200x4").fixed("direct,warp:0.1", 0, 1, 1 << 20)
+    assert e.value.status == "GPUSTRIPE_ERR_CONFIG"
+
+
+def test_profile_of_another_node_is_an_error_when_named(cache, cli):
+    out = str(cache / "p.json")
+    cli("calibrate", "--quick", "--out", out)  # the emulated h200x4 node
+    doc = json.load(open(out))
+    assert doc["fingerprint"] and doc["backend"] == "emulated"
+    assert gpustripe.Model("h200x4", profile=out).source.startswith("profile")
+    with pytest.raises(gpustripe.Error) as e:
+        gpustripe.Model("h200x8", profile=out)
+    assert e.value.status == "GPUSTRIPE_ERR_PROFILE"
+    p = cli("plan", "--topology", "h200x8", "--profile", out, check=False)
+    assert p.returncode != 0 and "does not belong" in p.stderr
+
+
+def test_plan_command_prints_paths_bottleneck_and_source(cache, cli):
+    out = cli("plan", "--topology", "h200x4", "--src", "0", "--dst", "1", "--size", "256M").stdout
+    assert "host0" in out and "direct" in out
+    assert "bottleneck:" in out and "GB/s" in out
+    assert "nominal figures" in out and "gpustripe calibrate" in out
+    doc = json.loads(cli("plan", "--topology", "beluga-v100x4", "--json").stdout)
+    assert {p["path"] for p in doc["plans"][0]["paths"]} >= {"direct", "gpu2", "gpu3"}
+    conc = cli("plan", "--topology", "beluga-v100x4", "--concurrent", "0>1,1>0").stdout
+    assert conc.count("transfer ") == 2 and "all done after" in conc
+    bad = cli("plan", "--topology", "h200x4", "--concurrent", "0-1", check=False)
+    assert bad.returncode != 0
+
+
+def test_simulate_writes_the_plot_and_prints_the_papers(cache, cli, tmp_path):
+    out = cli("simulate", "--topology", "beluga-v100x4", "--out", str(tmp_path), "--min-size", "1M",
+              "--max-size", "256M").stdout
+    assert "2.85x" in out and "x over the direct path" in out
+    pngs = [f for f in os.listdir(tmp_path) if f.endswith(".png")]
+    assert pngs and os.path.getsize(tmp_path / pngs[0]) > 1000
+
+
+def test_calibrate_shows_progress_and_a_summary(cache, cli):
+    p = cli("calibrate", "--quick", "--out", str(cache / "c.json"))
+    assert "100%" in p.stderr and "emulated" in p.stderr
+    assert "epsilon" in p.stdout and "pcie_d2h[gpu0]" in p.stdout
+    shown = cli("calibrate", "--show", str(cache / "c.json")).stdout
+    assert "alpha_us" in shown
+
+
+def test_model_check_writes_results_rows(cache, cli, tmp_path):
+    from gpustripe import results
+
+    out = cli("model-check", "--sizes", "1M,4M", "--exhaustive-sizes", "4M", "--reps", "2", "--quick",
+              "--out", str(tmp_path)).stdout
+    assert "predicted" in out and "exhaustive best" in out
+    files = [f for f in os.listdir(tmp_path) if f.endswith(".json")]
+    doc = results.load(str(tmp_path / files[0]))
+    assert all(r["op"] == "model" and "predicted_gbps" in r and "paths" in r for r in doc["rows"])
+    assert {r["method"] for r in doc["rows"]} >= {"gpustripe direct", "gpustripe all paths"}
+    assert doc["exhaustive"][0]["candidates"] > 1
+    assert os.path.exists(tmp_path / files[0].replace(".json", ".png"))
+
+
+def test_tune_writes_a_table_the_planner_uses(cache, cli, monkeypatch):
+    table = str(cache / "table.json")
+    cli("tune", "--exhaustive", "--sizes", "1M", "--quick", "--reps", "1", "--out", table)
+    doc = json.load(open(table))
+    spec = doc["entries"][0]["spec"]
+    monkeypatch.setenv("GPUSTRIPE_PLAN", "table")
+    monkeypatch.setenv("GPUSTRIPE_PLAN_TABLE", table)
+    ctx = gpustripe.Context()
+    described = ctx.plan(0, 1, 1 << 20)
+    assert described.split(" ")[0] == spec.split(",")[0].split(":")[0], (described, spec)
