@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "bindings.hpp"
+#include "coll/coll_bench.hpp"
 #include "coll/comm.hpp"
 #include "common/error.hpp"
 #include "core/context.hpp"
@@ -224,6 +225,30 @@ void bind_coll(nb::module_& m) {
           nb::arg("send"), nb::arg("recv"), nb::arg("root") = 0, nb::arg("op") = "sum", nb::arg("count") = nb::none(),
           nb::arg("dtype") = nb::none(), nb::arg("streams") = nb::none(),
           (std::string("Reduce to root (recv may hold None for other ranks).") + kBufDoc).c_str());
+  m.def(
+      "coll_time",
+      [](PyComm& pc, const std::string& op, uint64_t bytes, const std::string& dtype, const std::string& redop,
+         int warmup, int iters, int trials) {
+        coll::CollTiming t = without_gil([&] {
+          return coll::time_collective(*pc.impl, coll::parse_coll_op(op), bytes, coll::parse_dtype(dtype),
+                                       coll::parse_redop(redop), warmup, iters, trials);
+        });
+        nb::dict d;
+        d["us"] = t.us;
+        d["min_us"] = t.min_us;
+        d["max_us"] = t.max_us;
+        d["gbps"] = t.algbw_gbps;
+        d["busbw_gbps"] = t.busbw_gbps;
+        d["schedule"] = t.schedule;
+        return d;
+      },
+      nb::arg("comm"), nb::arg("op"), nb::arg("bytes"), nb::arg("dtype") = "float32", nb::arg("redop") = "sum",
+      nb::arg("warmup") = 3, nb::arg("iters") = 10, nb::arg("trials") = 5,
+      "Times a collective nccl-tests style (bytes: size per rank as nccl-tests reports it): median per-call time "
+      "of `trials` batches of `iters` back-to-back calls. Returns us, min_us, max_us, gbps (algbw), busbw_gbps, "
+      "schedule.");
+  m.def("coll_busbw_factor", [](const std::string& op, int n) { return coll::busbw_factor(coll::parse_coll_op(op), n); },
+        "nccl-tests' bus-bandwidth factor of an op on n ranks");
   m.def("dtype_size", [](const std::string& name) { return coll::dtype_size(coll::parse_dtype(name)); });
 }
 

@@ -68,6 +68,9 @@ class Backend {
 
   // Copies `bytes` from src (memory of src_dev, kHostDevice for host) to dst, ordered
   // on stream s. Peer, device-to-host, host-to-device and device-local copies alike.
+  // Both backends check dst and src against the devices named before queuing anything
+  // (ERR_INVALID_POINTER naming the address, device and allocation; ERR_INVALID_DEVICE);
+  // bytes == 0 is a no-op. The emulated backend has no null (default) stream.
   virtual void copy_async(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s) = 0;
   virtual void memset_async(void* dst, int dev, int value, size_t bytes, StreamHandle s) = 0;
 

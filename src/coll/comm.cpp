@@ -1,6 +1,7 @@
 #include "coll/comm.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "coll/executor.hpp"
@@ -17,10 +18,11 @@ namespace gpustripe::coll {
 namespace {
 
 const BoolSetting kGraphs{"GPUSTRIPE_COLL_GRAPHS", "1",
-                          "Replay repeated collectives as CUDA graphs up to GPUSTRIPE_COLL_GRAPH_MAX (CUDA backend)"};
-const SizeSetting kGraphMax{"GPUSTRIPE_COLL_GRAPH_MAX", "64M",
-                            "Largest collective (size per rank) replayed as a CUDA graph: above it, issuing the "
-                            "calls costs little next to the transfer"};
+                          "Replay repeated collectives (same buffers, size, type) as CUDA graphs up to "
+                          "GPUSTRIPE_COLL_GRAPH_MAX (CUDA backend)"};
+const SizeSetting kGraphMax{"GPUSTRIPE_COLL_GRAPH_MAX", "64G",
+                            "Largest collective (size per rank) replayed as a CUDA graph (issuing a pipelined "
+                            "schedule's hundreds of calls costs about as long as the transfer up to ~1G)"};
 
 bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
   auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
@@ -153,10 +155,36 @@ Choice Comm::pick(CollOp op, size_t bytes, DataType dt) {
   return c;
 }
 
-void Comm::run(Program& prog, const Streams& streams, size_t bytes) {
-  GS_LOG_TRACE(Subsys::Coll, "schedule: %s", prog.summary().c_str());
-  exec_->enqueue(prog, streams, bytes <= kGraphMax.get() && kGraphs.get());
+void Comm::run(const std::string& key, const std::function<void(Program&)>& build, const Streams& streams) {
+  // The key names everything the program holds: the schedule, the sizes, every buffer and
+  // the scratch memory's generation (a replaced scratch buffer invalidates old programs).
+  std::string k = key;
+  uint64_t gen = scratch_->generation();
+  k.append(reinterpret_cast<const char*>(&gen), sizeof gen);
+  const bool as_graph = kGraphs.get() && last_bytes_ <= kGraphMax.get();
+  exec_->enqueue_keyed(
+      k,
+      [&] {
+        Program prog(size());
+        build(prog);
+        GS_LOG_TRACE(Subsys::Coll, "schedule: %s", prog.summary().c_str());
+        return prog;
+      },
+      streams, as_graph);
   if (streams.empty()) synchronize();
+}
+
+std::string Comm::key_of(const std::vector<const void*>& a, const std::vector<void*>& b, size_t count, DataType dt,
+                         int redop, int root) const {
+  std::string k = last_;
+  auto put = [&](const auto& v) { k.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(count);
+  put(dt);
+  put(redop);
+  put(root);
+  for (const void* p : a) put(p);
+  for (const void* p : b) put(p);
+  return k;
 }
 
 void Comm::synchronize() {
@@ -179,20 +207,20 @@ void Comm::alltoall(const std::vector<const void*>& send, const std::vector<void
   }
   if (count == 0) return;
   Choice c = pick(CollOp::AllToAll, total, dt);
-  Program prog(n);
-  std::vector<const char*> src = cbytes(send);
-  if (in_place) {
-    // Every block is both read and overwritten: exchange from a copy of the input.
-    for (int r = 0; r < n; ++r) {
-      if (send[r] != recv[r]) continue;
-      char* copy = scratch_->device(r, total);
-      prog.copy(r, kLaneLocal, copy, devices_[r], send[r], devices_[r], total);
-      src[r] = copy;
+  run(key_of(send, recv, count, dt, 0, 0), [&](Program& prog) {
+    std::vector<const char*> src = cbytes(send);
+    if (in_place) {
+      // Every block is both read and overwritten: exchange from a copy of the input.
+      for (int r = 0; r < n; ++r) {
+        if (send[r] != recv[r]) continue;
+        char* copy = scratch_->device(r, total);
+        prog.copy(r, kLaneLocal, copy, devices_[r], send[r], devices_[r], total);
+        src[r] = copy;
+      }
+      prog.barrier();
     }
-    prog.barrier();
-  }
-  build_alltoall(prog, whole(devices_), src, bytes_of(recv), block, c.exchange, *scratch_);
-  run(prog, streams, last_bytes_);
+    build_alltoall(prog, whole(devices_), src, bytes_of(recv), block, c.exchange, *scratch_);
+  }, streams);
 }
 
 void Comm::allgather(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count, DataType dt,
@@ -210,9 +238,9 @@ void Comm::allgather(const std::vector<const void*>& send, const std::vector<voi
   }
   if (count == 0) return;
   Choice c = pick(CollOp::AllGather, total, dt);
-  Program prog(n);
-  build_allgather(prog, whole(devices_), cbytes(send), bytes_of(recv), block, c.exchange, *scratch_);
-  run(prog, streams, last_bytes_);
+  run(key_of(send, recv, count, dt, 0, 0), [&](Program& prog) {
+    build_allgather(prog, whole(devices_), cbytes(send), bytes_of(recv), block, c.exchange, *scratch_);
+  }, streams);
 }
 
 void Comm::reduce_scatter(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count,
@@ -230,14 +258,14 @@ void Comm::reduce_scatter(const std::vector<const void*>& send, const std::vecto
   }
   if (count == 0) return;
   Choice c = pick(CollOp::ReduceScatter, total, dt);
-  Program prog(n);
-  Blocks b;
-  for (int j = 0; j < n; ++j) {
-    b.off.push_back(j * count);
-    b.cnt.push_back(count);
-  }
-  build_reduce_scatter(prog, whole(devices_), cbytes(send), bytes_of(recv), b, dt, op, c.reduce, *scratch_);
-  run(prog, streams, last_bytes_);
+  run(key_of(send, recv, count, dt, op, 0), [&](Program& prog) {
+    Blocks b;
+    for (int j = 0; j < n; ++j) {
+      b.off.push_back(j * count);
+      b.cnt.push_back(count);
+    }
+    build_reduce_scatter(prog, whole(devices_), cbytes(send), bytes_of(recv), b, dt, op, c.reduce, *scratch_);
+  }, streams);
 }
 
 void Comm::allreduce(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count, DataType dt,
@@ -254,16 +282,16 @@ void Comm::allreduce(const std::vector<const void*>& send, const std::vector<voi
   }
   if (count == 0) return;
   Choice c = pick(CollOp::AllReduce, bytes, dt);
-  Program prog(n);
-  Team t = whole(devices_);
-  if (c.name == "oneshot")
-    build_allreduce_oneshot(prog, t, cbytes(send), bytes_of(recv), count, dt, op, *scratch_);
-  else if (c.name == "hier")
-    build_allreduce_hier(prog, t, res_.socket_groups, cbytes(send), bytes_of(recv), count, dt, op, c.reduce,
-                         *scratch_);
-  else
-    build_allreduce_rs_ag(prog, t, cbytes(send), bytes_of(recv), count, dt, op, c.reduce, *scratch_);
-  run(prog, streams, last_bytes_);
+  run(key_of(send, recv, count, dt, op, 0), [&](Program& prog) {
+    Team t = whole(devices_);
+    if (c.name == "oneshot")
+      build_allreduce_oneshot(prog, t, cbytes(send), bytes_of(recv), count, dt, op, *scratch_);
+    else if (c.name == "hier")
+      build_allreduce_hier(prog, t, res_.socket_groups, cbytes(send), bytes_of(recv), count, dt, op, c.reduce,
+                           *scratch_);
+    else
+      build_allreduce_rs_ag(prog, t, cbytes(send), bytes_of(recv), count, dt, op, c.reduce, *scratch_);
+  }, streams);
 }
 
 void Comm::bcast(const std::vector<void*>& bufs, size_t count, DataType dt, int root, const Streams& streams) {
@@ -275,9 +303,9 @@ void Comm::bcast(const std::vector<void*>& bufs, size_t count, DataType dt, int 
   for (int r = 0; r < n; ++r) check_buffer(r, bufs[r], bytes, "bcast buffer");
   if (count == 0) return;
   Choice c = pick(CollOp::Bcast, bytes, dt);
-  Program prog(n);
-  build_bcast(prog, whole(devices_), bytes_of(bufs), bytes, root, c.bcast);
-  run(prog, streams, last_bytes_);
+  run(key_of({}, bufs, count, dt, 0, root), [&](Program& prog) {
+    build_bcast(prog, whole(devices_), bytes_of(bufs), bytes, root, c.bcast);
+  }, streams);
 }
 
 void Comm::reduce(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count, DataType dt,
@@ -294,10 +322,10 @@ void Comm::reduce(const std::vector<const void*>& send, const std::vector<void*>
              "reduce: the root's send and receive buffers overlap without being the same (in place)");
   if (count == 0) return;
   Choice c = pick(CollOp::Reduce, bytes, dt);
-  Program prog(n);
-  build_reduce(prog, whole(devices_), cbytes(send), static_cast<char*>(recv[root]), count, dt, op, root, c.reduce,
-               *scratch_);
-  run(prog, streams, last_bytes_);
+  run(key_of(send, {recv[root]}, count, dt, op, root), [&](Program& prog) {
+    build_reduce(prog, whole(devices_), cbytes(send), static_cast<char*>(recv[root]), count, dt, op, root,
+                 c.reduce, *scratch_);
+  }, streams);
 }
 
 }  // namespace gpustripe::coll

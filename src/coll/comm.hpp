@@ -4,6 +4,7 @@
 // pointers (schedules.hpp) and enqueue it (executor.hpp). Buffer layouts and in-place
 // rules are the C API's (gpustripe/coll.h). One call at a time per communicator.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,7 +61,10 @@ class Comm {
  private:
   Comm(Backend& backend, const Topology& topo, std::vector<int> devices);
   Choice pick(CollOp op, size_t bytes, DataType dt);
-  void run(Program& prog, const Streams& streams, size_t bytes);
+  // Builds (or replays) the program the key names and enqueues it; blocking without streams.
+  void run(const std::string& key, const std::function<void(Program&)>& build, const Streams& streams);
+  std::string key_of(const std::vector<const void*>& a, const std::vector<void*>& b, size_t count, DataType dt,
+                     int redop, int root) const;
   // Throws ERR_INVALID_POINTER / ERR_INVALID_SIZE when p is null, not memory of rank's
   // device, or [p, p+bytes) leaves its allocation (where the backend knows it).
   void check_buffer(int rank, const void* p, size_t bytes, const char* what);

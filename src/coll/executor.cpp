@@ -12,20 +12,6 @@ constexpr size_t kGraphCacheSize = 64;
 constexpr size_t kSeenMax = 1024;
 constexpr int kOriginLane = -1000;  // the stream graphs are captured and launched on (rank 0's device)
 
-// Everything that determines a captured graph: every op's placement, addresses, sizes, deps.
-std::string program_key(const Program& prog) {
-  std::string k;
-  k.reserve(prog.size() * 64);
-  for (const Op& op : prog.ops()) {
-    k += format("%d:%d:%d:%p:%p:%d:%d:%zu:%zu:%d:%d", static_cast<int>(op.kind), op.rank, op.lane, op.dst, op.src,
-                op.dst_dev, op.src_dev, op.bytes, op.count, static_cast<int>(op.dtype), static_cast<int>(op.redop));
-    for (const void* s : op.srcs) k += format(",%p", s);
-    for (int d : op.deps) k += format(";%d", d);
-    k += '|';
-  }
-  return k;
-}
-
 }  // namespace
 
 Executor::Executor(Backend& backend, Reducer& reducer, std::vector<int> devices)
@@ -121,58 +107,81 @@ std::vector<Executor::LaneRef> Executor::enqueue_ops(const Program& prog, LaneSe
   return used;
 }
 
-void Executor::enqueue(const Program& prog, const std::vector<StreamHandle>& user_streams, bool as_graph) {
+void Executor::check_streams(int nranks, const std::vector<StreamHandle>& user_streams) const {
   const int n = static_cast<int>(devices_.size());
-  GS_REQUIRE(prog.nranks() == n, GPUSTRIPE_ERR_INTERNAL, "program for %d ranks on a communicator of %d",
-             prog.nranks(), n);
+  GS_REQUIRE(nranks == n, GPUSTRIPE_ERR_INTERNAL, "program for %d ranks on a communicator of %d", nranks, n);
   GS_REQUIRE(user_streams.empty() || static_cast<int>(user_streams.size()) == n, GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "%zu streams given for %d ranks", user_streams.size(), n);
-  if (as_graph && backend_.supports_graphs() && !graphs_broken_ && launch_graph(prog, user_streams)) return;
+}
 
+void Executor::enqueue(const Program& prog, const std::vector<StreamHandle>& user_streams) {
+  check_streams(prog.nranks(), user_streams);
   std::vector<LaneRef> used = enqueue_ops(prog, lanes_, entry_events(user_streams));
   std::vector<LaneMark> done;
   for (LaneRef u : used) done.push_back(u->mark());
   finish(done, user_streams);
 }
 
-bool Executor::launch_graph(const Program& prog, const std::vector<StreamHandle>& user_streams) {
-  std::string key = program_key(prog);
-  GraphExecHandle g = graphs_.find(key);
-  if (!g) {
-    // First sight runs directly (and creates every lane and event outside any capture).
-    if (seen_.size() >= kSeenMax) seen_.clear();
-    if (seen_.insert(key).second) return false;
-    ::gpustripe::Lane& origin = lane(lanes_, 0, kOriginLane);
-    if (!fork_) fork_ = backend_.create_event(devices_[0], false);
-    try {
-      backend_.begin_capture(origin.stream());
-      try {
-        backend_.record_event(fork_, origin.stream());
-        std::vector<LaneRef> used = enqueue_ops(prog, capture_lanes_, {fork_});
-        for (LaneRef u : used) backend_.wait_event(origin.stream(), u->mark().event);
-      } catch (...) {
-        try {
-          backend_.destroy_graph(backend_.end_capture(origin.stream()));
-        } catch (...) {
-        }
-        throw;
-      }
-      g = backend_.end_capture(origin.stream());
-    } catch (const Error& e) {
-      // A backend that cannot capture this program still runs it, directly from now on.
-      graphs_broken_ = true;
-      GS_LOG_WARN(Subsys::Coll, "capturing a collective into a graph failed, issuing calls directly: %s", e.what());
-      return false;
+void Executor::enqueue_keyed(const std::string& key, const std::function<Program()>& build,
+                             const std::vector<StreamHandle>& user_streams, bool as_graph) {
+  as_graph = as_graph && backend_.supports_graphs() && !graphs_broken_;
+  if (as_graph) {
+    if (GraphExecHandle g = graphs_.find(key)) {
+      check_streams(static_cast<int>(devices_.size()), user_streams);
+      launch(g, user_streams);
+      return;
     }
-    graphs_.insert(key, g);
-    GS_LOG_DEBUG(Subsys::Coll, "captured a graph of %zu ops", prog.size());
   }
+  Program prog = build();
+  // First sight runs directly (and creates every lane and event outside any capture).
+  if (as_graph) {
+    if (seen_.size() >= kSeenMax) seen_.clear();
+    if (!seen_.insert(key).second) {
+      check_streams(prog.nranks(), user_streams);
+      if (GraphExecHandle g = capture(prog)) {
+        graphs_.insert(key, g);
+        launch(g, user_streams);
+        return;
+      }
+    }
+  }
+  enqueue(prog, user_streams);
+}
+
+GraphExecHandle Executor::capture(const Program& prog) {
+  ::gpustripe::Lane& origin = lane(lanes_, 0, kOriginLane);
+  if (!fork_) fork_ = backend_.create_event(devices_[0], false);
+  GraphExecHandle g = nullptr;
+  try {
+    backend_.begin_capture(origin.stream());
+    try {
+      backend_.record_event(fork_, origin.stream());
+      std::vector<LaneRef> used = enqueue_ops(prog, capture_lanes_, {fork_});
+      for (LaneRef u : used) backend_.wait_event(origin.stream(), u->mark().event);
+    } catch (...) {
+      try {
+        backend_.destroy_graph(backend_.end_capture(origin.stream()));
+      } catch (...) {
+      }
+      throw;
+    }
+    g = backend_.end_capture(origin.stream());
+  } catch (const Error& e) {
+    // A backend that cannot capture this program still runs it, directly from now on.
+    graphs_broken_ = true;
+    GS_LOG_WARN(Subsys::Coll, "capturing a collective into a graph failed, issuing calls directly: %s", e.what());
+    return nullptr;
+  }
+  GS_LOG_DEBUG(Subsys::Coll, "captured a graph of %zu ops", prog.size());
+  return g;
+}
+
+void Executor::launch(GraphExecHandle g, const std::vector<StreamHandle>& user_streams) {
   ::gpustripe::Lane& origin = lane(lanes_, 0, kOriginLane);
   for (EventHandle e : entry_events(user_streams)) backend_.wait_event(origin.stream(), e);
   backend_.launch_graph(g, origin.stream());
   ++graph_launches_;
   finish({origin.mark()}, user_streams);
-  return true;
 }
 
 void Executor::synchronize() {

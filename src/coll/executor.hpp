@@ -7,6 +7,7 @@
 // issuing dozens of async calls costs more than the transfer): a program seen before
 // is captured once into a graph, on streams of its own, and replayed with one launch.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -30,9 +31,12 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   // user_streams: empty, or one stream per rank (see coll.h for the ordering contract).
-  // as_graph: replay the program as a graph when it was seen before (ignored by backends
-  // without graphs).
-  void enqueue(const Program& prog, const std::vector<StreamHandle>& user_streams, bool as_graph = false);
+  void enqueue(const Program& prog, const std::vector<StreamHandle>& user_streams);
+  // As enqueue, for a program that `key` identifies (every address and size it holds).
+  // With as_graph (and a backend with graphs) a key seen before is captured once and then
+  // replayed without calling `build` at all, so a repeated call costs one graph launch.
+  void enqueue_keyed(const std::string& key, const std::function<Program()>& build,
+                     const std::vector<StreamHandle>& user_streams, bool as_graph);
   // Waits for everything enqueued so far.
   void synchronize();
   size_t graph_launches() const { return graph_launches_; }
@@ -45,7 +49,9 @@ class Executor {
   std::vector<LaneRef> enqueue_ops(const Program& prog, LaneSet& set, const std::vector<EventHandle>& entry);
   std::vector<EventHandle> entry_events(const std::vector<StreamHandle>& user_streams);
   void finish(const std::vector<LaneMark>& done, const std::vector<StreamHandle>& user_streams);
-  bool launch_graph(const Program& prog, const std::vector<StreamHandle>& user_streams);
+  void check_streams(int nranks, const std::vector<StreamHandle>& user_streams) const;
+  GraphExecHandle capture(const Program& prog);
+  void launch(GraphExecHandle g, const std::vector<StreamHandle>& user_streams);
 
   Backend& backend_;
   Reducer& reducer_;

@@ -30,6 +30,7 @@ char* Scratch::device(int rank, size_t bytes) {
     size_t n = grown(b.bytes, bytes);
     b.p = static_cast<char*>(backend_.alloc_device(devices_[rank], n));
     b.bytes = n;
+    ++generation_;
     GS_LOG_DEBUG(Subsys::Coll, "scratch on device %d grown to %zu bytes", devices_[rank], n);
   }
   return b.p;
@@ -41,6 +42,7 @@ char* Scratch::host(size_t bytes) {
     size_t n = grown(host_.bytes, bytes);
     host_.p = static_cast<char*>(backend_.alloc_pinned(n));
     host_.bytes = n;
+    ++generation_;
     GS_LOG_DEBUG(Subsys::Coll, "pinned host scratch grown to %zu bytes", n);
   }
   return host_.p;

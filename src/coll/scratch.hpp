@@ -4,6 +4,7 @@
 // once everything enqueued has completed.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -22,6 +23,8 @@ class Scratch {
   // At least `bytes` of pinned host memory.
   char* host(size_t bytes);
   void release_retired();
+  // Changes whenever a buffer is replaced: addresses handed out before may be freed.
+  uint64_t generation() const { return generation_; }
   size_t device_bytes(int rank) const { return dev_[rank].bytes; }
 
  private:
@@ -33,7 +36,8 @@ class Scratch {
   std::vector<int> devices_;
   std::vector<Buf> dev_;
   Buf host_;
-  std::vector<std::pair<int, void*>> retired_;  // (device or kHostDevice, pointer)
+  std::vector<std::pair<int, void*>> retired_;
+  uint64_t generation_ = 0;  // (device or kHostDevice, pointer)
 };
 
 }  // namespace gpustripe::coll

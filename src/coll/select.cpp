@@ -14,8 +14,9 @@ const StringSetting kAlgo{"GPUSTRIPE_COLL_ALGO", "auto",
                           "Force collective schedules: auto, or a comma list of names, each op taking the first that "
                           "is its own (rounds, all_at_once, rs_copy, rs_pull, oneshot, rs_ag_copy, rs_ag_pull, hier, "
                           "direct, scatter_ag, reduce_copy, reduce_pull)"};
-const SizeSetting kChunk{"GPUSTRIPE_COLL_CHUNK", "16M",
-                         "Pipeline chunk of a rank's block in reduce-scatter/allreduce/reduce/bcast schedules"};
+const SizeSetting kChunk{"GPUSTRIPE_COLL_CHUNK", "8M",
+                         "Pipeline chunk of a rank's block in reduce-scatter/allreduce/reduce/bcast schedules "
+                         "(blocks of 2M and more get at least 4 chunks)"};
 const IntSetting kMaxChunks{"GPUSTRIPE_COLL_MAX_CHUNKS", "16", "Most pipeline chunks of one collective"};
 const StringSetting kHostShare{"GPUSTRIPE_COLL_HOST_SHARE", "auto",
                                "Fraction of each alltoall/allgather peer block sent through pinned host memory: "
@@ -32,8 +33,9 @@ const SizeSetting kOneshotMax{"GPUSTRIPE_COLL_ONESHOT_MAX", "256K",
 // Measured on the 4x H200 node (shared/HARDWARE.md): copy engines reach ~82% of the
 // nominal NVLink figure, PCIe ~85% one way; with every GPU on the host path at once the
 // host side gives each ~65% of that. The host share equalises the two paths' finish
-// times, then backs off a quarter: past the balance point throughput falls off a cliff.
-constexpr double kNvlinkEff = 0.82, kPcieEff = 0.85, kHostConcurrency = 0.65, kShareMargin = 0.75;
+// times, then takes half of that: past the balance point throughput falls off a cliff, and
+// with both directions busy on every GPU the host side gives less than measured one way.
+constexpr double kNvlinkEff = 0.82, kPcieEff = 0.85, kHostConcurrency = 0.65, kShareMargin = 0.5;
 
 bool is_own(CollOp op, const std::string& name) {
   auto names = schedule_names(op);
@@ -59,10 +61,13 @@ std::string forced(CollOp op) {
   return pick;
 }
 
+// Enough chunks that the pipeline's fill and drain (about one chunk each) stay small next
+// to the whole; chunks of at least 512K, so each copy stays well above its fixed cost.
 int chunks_for(size_t block_bytes) {
   uint64_t chunk = std::max<uint64_t>(1, kChunk.get());
-  int64_t most = std::max<int64_t>(1, kMaxChunks.get());
-  return static_cast<int>(std::clamp<uint64_t>((block_bytes + chunk - 1) / chunk, 1, static_cast<uint64_t>(most)));
+  uint64_t most = static_cast<uint64_t>(std::max<int64_t>(1, kMaxChunks.get()));
+  uint64_t want = std::max<uint64_t>((block_bytes + chunk - 1) / chunk, std::min<uint64_t>(4, block_bytes >> 19));
+  return static_cast<int>(std::clamp<uint64_t>(want, 1, most));
 }
 
 std::string pct(double f) {

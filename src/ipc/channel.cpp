@@ -217,4 +217,21 @@ void Channel::check_all_peers() const {
     if (r != rank_) check_peer(r, false);
 }
 
+std::unique_ptr<Channel> join_channel(int rank, int nranks, const std::function<void(char* name128)>& bcast,
+                                      const std::function<void()>& barrier) {
+  char name[128] = {};
+  ShmSegment seg;
+  if (rank == 0) {
+    std::string n = unique_shm_name("job");
+    seg = Channel::create_segment(n, nranks);
+    std::strncpy(name, n.c_str(), sizeof name - 1);
+  }
+  bcast(name);
+  if (rank != 0) seg = ShmSegment::open(name);
+  auto ch = std::make_unique<Channel>(std::move(seg), rank);
+  barrier();
+  if (rank == 0) ch->unlink();  // a crashed job leaves nothing in /dev/shm
+  return ch;
+}
+
 }  // namespace gpustripe::ipc

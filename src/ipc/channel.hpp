@@ -15,6 +15,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "ipc/shm_segment.hpp"
@@ -78,5 +80,12 @@ class Channel {
   int nranks_ = 0;
   size_t ring_bytes_ = 0;
 };
+
+// The usual way ranks of a node open their channel, given a launcher's collectives
+// over the node's ranks: rank 0 creates the segment, `bcast` hands its name (a
+// NUL-terminated string in a 128-byte buffer) to the others, they attach, and once
+// `barrier` says all have, the name is removed.
+std::unique_ptr<Channel> join_channel(int rank, int nranks, const std::function<void(char* name128)>& bcast,
+                                      const std::function<void()>& barrier);
 
 }  // namespace gpustripe::ipc

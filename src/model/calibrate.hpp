@@ -1,7 +1,8 @@
 // Calibration: measures the model's parameters on the node through the Backend
 // interface (streams, events, copy_async; not the engine, whose plans depend on them):
 //   - alpha/beta per hop kind (peer, d2h, h2d, local) from a size sweep, least squares
-//     on t = alpha + n / beta weighted by 1/t (relative error at every size);
+//     on t = alpha + n / beta weighted by 1/t (relative error at every size), beta then
+//     pinned to the largest copy;
 //   - per-GPU host link rates, per-pair peer rates (mesh bundles);
 //   - shared capacities from concurrent copies: one GPU to two (NVLink egress), two to
 //     one (ingress), all GPUs D2H at once (host memory), D2H + H2D on one GPU (recorded);

@@ -56,25 +56,33 @@ Plan ModelPlanner::plan(int src, int dst, uint64_t bytes) {
   const int cls = size_class(bytes);
   const uint64_t key = (static_cast<uint64_t>(src) << 48) | (static_cast<uint64_t>(dst) << 32) |
                        (static_cast<uint64_t>(small) << 31) | static_cast<uint64_t>(cls);
-  Plan base;
+  SizeClass sc;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(key);
-    if (it != cache_.end()) base = it->second;
+    if (it != cache_.end()) sc = it->second;
   }
-  if (base.paths.empty()) {
+  if (sc.routes.empty()) {
     SearchOptions o = opt_;
-    uint64_t centre = class_centre(cls);
     // The centre of a class that straddles the split threshold stays on this side of it.
-    if (small) o.min_split = UINT64_MAX;
-    else o.min_split = 0;
-    base = search_plan(model_, src, dst, centre, {}, o);
-    if (small) base.source = "single";
+    o.min_split = small ? UINT64_MAX : 0;
+    Plan base = search_plan(model_, src, dst, class_centre(cls), {}, o);
+    for (const PathPlan& p : base.paths) sc.routes.push_back(&model_.route_of(src, dst, p));
+    sc.first_rate = model_.rates({{sc.routes[0], 1, 1}}).rate[0];
     std::lock_guard<std::mutex> lock(mu_);
-    cache_.emplace(key, base);
+    cache_.emplace(key, sc);
   }
-  Plan out = scale_plan(base, bytes, opt_.align);
-  model_.predict(out);
+  SearchOptions exact = opt_;
+  exact.min_split = 0;
+  Plan out = split_over(model_, src, dst, bytes, sc.routes, exact);
+  if (sc.routes.size() > 1) {
+    // Near the low end of a class the split searched at its centre may not pay any more:
+    // the first path alone (one chunk) takes a(1) + n / x.
+    const Route& first = *sc.routes[0];
+    double alone = model_.overhead_us(first, 1) + static_cast<double>(bytes) * MultipathModel::fill_factor(first, 1) / sc.first_rate;
+    if (out.paths.empty() || alone <= out.predicted_us) out = split_over(model_, src, dst, bytes, {sc.routes[0]}, exact);
+  }
+  if (small) out.source = "single";
   return out;
 }
 

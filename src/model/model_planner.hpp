@@ -19,8 +19,10 @@ namespace gpustripe {
 // GPUSTRIPE_MIN_SPLIT_SIZE (throws ERR_CONFIG on values that do not parse).
 SearchOptions search_options_from_env();
 
-// Planner over the contention-aware model. One transfer's plan is cached per (src, dst,
-// size class): a quarter of an octave, planned at the class's centre and scaled to the size.
+// Planner over the contention-aware model. One transfer's path set is cached per (src, dst,
+// size class): a quarter of an octave, searched at the class's centre; a request splits the
+// exact size over the cached paths (closed form, chunk counts) and falls back to the first
+// path alone where that is faster.
 class ModelPlanner : public Planner {
  public:
   ModelPlanner(const Topology& topo, ModelParams params, SearchOptions opt);
@@ -36,7 +38,11 @@ class ModelPlanner : public Planner {
   MultipathModel model_;
   SearchOptions opt_;
   std::mutex mu_;
-  std::unordered_map<uint64_t, Plan> cache_;
+  struct SizeClass {
+    std::vector<const Route*> routes;  // the paths searched at the class's centre
+    double first_rate = 0;             // bytes/us of routes[0] alone on the node
+  };
+  std::unordered_map<uint64_t, SizeClass> cache_;
 };
 
 // GPUSTRIPE_PLAN=<spec>: the same split for every transfer.

@@ -163,6 +163,17 @@ Plan search_plan(const MultipathModel& model, int src, int dst, uint64_t bytes, 
   return cur.plan;
 }
 
+Plan split_over(const MultipathModel& model, int src, int dst, uint64_t bytes, const std::vector<const Route*>& routes,
+                const SearchOptions& opt) {
+  Candidate c = evaluate(model, src, dst, bytes, routes, {}, opt);
+  if (c.time < kInf) return c.plan;
+  Plan none;
+  none.src = src;
+  none.dst = dst;
+  none.bytes = bytes;
+  return none;
+}
+
 Plan plan_for_routes(const MultipathModel& model, int src, int dst, uint64_t bytes,
                      const std::vector<std::string>& names, const SearchOptions& opt) {
   const std::vector<Route>& all = model.node().routes(src, dst);
@@ -184,40 +195,6 @@ Plan plan_for_routes(const MultipathModel& model, int src, int dst, uint64_t byt
   Candidate c = evaluate(model, src, dst, bytes, routes, {}, opt);
   GS_REQUIRE(c.time < kInf, GPUSTRIPE_ERR_NOT_SUPPORTED, "path %s cannot carry %d->%d", routes[0]->name().c_str(), src, dst);
   return c.plan;
-}
-
-Plan scale_plan(const Plan& plan, uint64_t bytes, uint64_t align) {
-  Plan out = plan;
-  out.bytes = bytes;
-  out.paths.clear();
-  uint64_t given = 0;
-  std::vector<PathPlan> rest;
-  for (size_t i = 1; i < plan.paths.size(); ++i) {
-    PathPlan p = plan.paths[i];
-    double frac = static_cast<double>(p.bytes) / static_cast<double>(plan.bytes);
-    p.bytes = static_cast<uint64_t>(std::llround(frac * static_cast<double>(bytes) / static_cast<double>(align))) * align;
-    if (p.bytes < align || given + p.bytes >= bytes) continue;  // too small at this size: the first path carries it
-    given += p.bytes;
-    rest.push_back(p);
-  }
-  PathPlan first = plan.paths.empty() ? PathPlan{} : plan.paths[0];
-  first.bytes = bytes - given;
-  rest.insert(rest.begin(), first);
-  std::vector<uint64_t> sizes;
-  for (const PathPlan& p : rest) sizes.push_back(p.bytes);
-  align_boundaries(sizes, align);
-  uint64_t offset = 0;
-  for (size_t i = 0; i < rest.size(); ++i) {
-    PathPlan& p = rest[i];
-    p.bytes = sizes[i];
-    p.offset = offset;
-    offset += p.bytes;
-    p.chunks = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(static_cast<uint64_t>(p.chunks),
-                                                                        std::max<uint64_t>(1, p.bytes / align))));
-    p.predicted_us = 0;
-    out.paths.push_back(p);
-  }
-  return out;
 }
 
 void align_boundaries(std::vector<uint64_t>& sizes, uint64_t align) {

@@ -29,16 +29,19 @@ struct SearchOptions {
 Plan search_plan(const MultipathModel& model, int src, int dst, uint64_t bytes, const std::vector<PathLoad>& background,
                  const SearchOptions& opt);
 
+// The equal-finish plan over exactly these routes of src -> dst (in route order) for this
+// size, chunk counts chosen by the model, timed; a plan without paths when one of the
+// routes would carry less than `opt.align` bytes. The planner's cache keeps a size class's
+// routes and calls this for the exact size (a few microseconds).
+Plan split_over(const MultipathModel& model, int src, int dst, uint64_t bytes, const std::vector<const Route*>& routes,
+                const SearchOptions& opt);
+
 // The equal-finish plan over exactly the named paths ("direct", "gpu2", "host0"), chunk
 // counts chosen by the model; paths that would carry less than `opt.align` bytes are left
 // out. Forced path sets of `gpustripe model-check`, `simulate` and `tune`. Throws
 // ERR_INVALID_ARGUMENT for a name that is not a path of this transfer.
 Plan plan_for_routes(const MultipathModel& model, int src, int dst, uint64_t bytes,
                      const std::vector<std::string>& names, const SearchOptions& opt);
-
-// Scales a plan's fractions to another size (plan cache by size class): path boundaries
-// aligned, chunk counts kept where chunks stay at least `align` bytes. Times not updated.
-Plan scale_plan(const Plan& plan, uint64_t bytes, uint64_t align);
 
 // Path sizes of one plan whose first entry took the remainder: moves that entry's
 // unaligned tail to the last path, so that every path boundary is a multiple of `align`.

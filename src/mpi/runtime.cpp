@@ -8,7 +8,6 @@
 #include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
-#include "ipc/shm_segment.hpp"
 
 namespace gpustripe::mpi {
 namespace {
@@ -87,30 +86,11 @@ Runtime::Runtime() {
   ctx_ = std::make_unique<Context>();
   cuda_aware_ = mpi_is_cuda_aware();
 
-  // The node's channel: its first rank creates it, the others attach, then the name
-  // goes away so a crashed job leaves nothing in /dev/shm.
-  char name[128] = {};
-  ipc::ShmSegment seg;
-  if (local == 0) {
-    std::string n = ipc::unique_shm_name("mpi");
-    seg = ipc::Channel::create_segment(n, nlocal);
-    std::strncpy(name, n.c_str(), sizeof name - 1);
-  }
-  check_mpi(PMPI_Bcast(name, sizeof name, MPI_CHAR, 0, node_comm_), "MPI_Bcast");
-  if (local != 0) seg = ipc::ShmSegment::open(name);
-  ch_ = std::make_unique<ipc::Channel>(std::move(seg), local);
-  check_mpi(PMPI_Barrier(node_comm_), "MPI_Barrier");
-  if (local == 0) ch_->unlink();
+  ch_ = ipc::join_channel(
+      local, nlocal, [this](char* name) { check_mpi(PMPI_Bcast(name, 128, MPI_CHAR, 0, node_comm_), "MPI_Bcast"); },
+      [this] { check_mpi(PMPI_Barrier(node_comm_), "MPI_Barrier"); });
 
-  // GPU-to-GPU copies (the rendezvous into a peer's buffer) are the engine's
-  // multi-path copies; copies to and from host memory are plain backend copies.
-  Engine& engine = ctx_->engine();
-  Backend& backend = ctx_->backend();
-  ep_ = std::make_unique<p2p::Endpoint>(
-      *ch_, &backend, [&engine, &backend](void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) {
-        if (dd != kHostDevice && sd != kHostDevice) engine.copy_async(dst, dd, src, sd, n, s);
-        else backend.copy_async(dst, dd, src, sd, n, s);
-      });
+  ep_ = std::make_unique<p2p::Endpoint>(*ch_, &ctx_->backend(), p2p::engine_copy(ctx_->engine()));
   add_comm(MPI_COMM_WORLD, kCtxWorld);
   add_comm(MPI_COMM_SELF, kCtxSelf);
   GS_LOG_INFO(Subsys::Mpi, "rank %d: node %d (local rank %d of %d), %s backend, MPI %sCUDA-aware", world_rank_, node,

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "engine/engine.hpp"
 
 namespace gpustripe::p2p {
 
@@ -89,6 +90,13 @@ void Mover::copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_
   backend_->synchronize_event(it->second);
   free_events_.push_back(it->second);
   pending_.erase(it);
+}
+
+Mover::CopyFn engine_copy(Engine& engine) {
+  return [&engine](void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) {
+    if (dd != kHostDevice && sd != kHostDevice) engine.copy_async(dst, dd, src, sd, n, s);
+    else engine.backend().copy_async(dst, dd, src, sd, n, s);
+  };
 }
 
 }  // namespace gpustripe::p2p

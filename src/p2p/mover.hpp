@@ -12,6 +12,10 @@
 
 #include "backend/backend.hpp"
 
+namespace gpustripe {
+class Engine;
+}
+
 namespace gpustripe::p2p {
 
 // Where a buffer lives, as the copies need it.
@@ -51,5 +55,10 @@ class Mover {
   std::map<EventHandle, int> event_dev_;
   uint64_t next_ticket_ = 1;
 };
+
+// The copy of a p2p layer with an engine: GPU-to-GPU copies (a rendezvous into a
+// peer's buffer) are the engine's multi-path copies; copies to and from host memory
+// are plain backend copies (the engine moves data between GPUs only).
+Mover::CopyFn engine_copy(Engine& engine);
 
 }  // namespace gpustripe::p2p

@@ -132,10 +132,10 @@ TEST_F(Emulated, StreamRunsInOrder) {
   be->free_device(b);
 }
 
-TEST_F(Emulated, JitteredChainAcrossFourDevicesIsByteExact) {
-  ScopedEnv jitter("GPUSTRIPE_EMU_JITTER_US", "200");
-  make(4);
-  ASSERT_EQ(emu->delay().jitter_us(), 200);
+// Step i on device i%4: take everything the previous step's buffer holds, then add
+// slice i. The final buffer is the whole of `data` only if every step saw its
+// predecessor's result, which only the event waits guarantee.
+static bool chain_is_exact(Backend& be, bool with_waits) {
   const int steps = 100;
   const size_t slice = 4096, n = steps * slice;
   auto data = random_bytes(n, 2);
@@ -143,33 +143,48 @@ TEST_F(Emulated, JitteredChainAcrossFourDevicesIsByteExact) {
   StreamHandle st[4];
   EventHandle ev[4];
   for (int d = 0; d < 4; ++d) {
-    buf[d] = be->alloc_device(d, n);
-    st[d] = be->create_stream(d);
-    ev[d] = be->create_event(d, false);
-    be->memset_async(buf[d], d, 0, n, st[d]);
+    buf[d] = be.alloc_device(d, n);
+    st[d] = be.create_stream(d);
+    ev[d] = be.create_event(d, false);
+    be.memset_async(buf[d], d, 0, n, st[d]);
   }
-  for (int d = 0; d < 4; ++d) be->synchronize_stream(st[d]);
-  // Step i on device i%4: take everything the previous step's buffer holds, then add slice i.
-  // The final buffer is the whole of `data` only if every step saw its predecessor's result.
+  for (int d = 0; d < 4; ++d) be.synchronize_stream(st[d]);
   for (int i = 0; i < steps; ++i) {
     int cur = i % 4, prev = (i + 3) % 4;
     if (i > 0) {
-      be->wait_event(st[cur], ev[prev]);
-      be->copy_async(buf[cur], cur, buf[prev], prev, n, st[cur]);
+      if (with_waits) be.wait_event(st[cur], ev[prev]);
+      be.copy_async(buf[cur], cur, buf[prev], prev, n, st[cur]);
     }
-    be->copy_async(static_cast<char*>(buf[cur]) + i * slice, cur, data.data() + i * slice, kHostDevice, slice, st[cur]);
-    be->record_event(ev[cur], st[cur]);
+    be.copy_async(static_cast<char*>(buf[cur]) + i * slice, cur, data.data() + i * slice, kHostDevice, slice, st[cur]);
+    be.record_event(ev[cur], st[cur]);
   }
+  for (int d = 0; d < 4; ++d) be.synchronize_stream(st[d]);
   int last = (steps - 1) % 4;
   std::vector<unsigned char> out(n, 0xAB);
-  be->copy_async(out.data(), kHostDevice, buf[last], last, n, st[last]);
-  be->synchronize_stream(st[last]);
-  EXPECT_EQ(out, data);
+  be.copy_async(out.data(), kHostDevice, buf[last], last, n, st[last]);
+  be.synchronize_stream(st[last]);
   for (int d = 0; d < 4; ++d) {
-    be->destroy_event(ev[d]);
-    be->destroy_stream(st[d]);
-    be->free_device(buf[d]);
+    be.destroy_event(ev[d]);
+    be.destroy_stream(st[d]);
+    be.free_device(buf[d]);
   }
+  return out == data;
+}
+
+TEST_F(Emulated, JitteredChainAcrossFourDevicesIsByteExact) {
+  ScopedEnv jitter("GPUSTRIPE_EMU_JITTER_US", "200");
+  make(4);
+  ASSERT_EQ(emu->delay().jitter_us(), 200);
+  EXPECT_TRUE(chain_is_exact(*be, true));
+}
+
+// The control: the same chain without the waits comes out wrong, so the test above
+// proves the waits order the work (99 handoffs all landing in order by luck is
+// vanishingly unlikely with 0..200 us of jitter per operation).
+TEST_F(Emulated, JitteredChainWithoutWaitsBreaks) {
+  ScopedEnv jitter("GPUSTRIPE_EMU_JITTER_US", "200");
+  make(4);
+  EXPECT_FALSE(chain_is_exact(*be, false));
 }
 
 TEST_F(Emulated, WaitEventHoldsBackLaterWorkOnly) {

@@ -1,0 +1,159 @@
+// The measurement loop of the OSU-style clients, shared by mpi_bench (plain MPI)
+// and gs_p2p_bench (native gpustripe p2p), so both time exactly the same pattern.
+// Uses MPI only for coordination (barriers, the reduction of the pair results);
+// the messages go through a Transport:
+//   void prepare(int slots, size_t bytes);   buffers for a window (both directions)
+//   void release();
+//   void isend(int slot, size_t bytes, int peer, int tag);
+//   void irecv(int slot, size_t bytes, int peer, int tag);
+//   void waitall();                          completes what isend/irecv started
+//   std::string method() const;
+//
+// Ranks pair up (r <-> r^1) and all pairs run at once; rank 0 prints one line
+// "ROW {json}" per size: op (latency|p2p|bibw), method, bytes, gbps (one pair,
+// algbw), us (median time per message: half a round trip for latency), window,
+// ranks, agg_gbps (sum over pairs).
+#pragma once
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace osu {
+
+struct Options {
+  std::string test = "bw";  // latency | bw | bibw
+  int window = 64;
+  size_t min_bytes = 1, max_bytes = size_t(1) << 30;
+  bool device = true;   // device buffers (else host)
+  bool staged = false;  // device buffers, MPI on pinned host copies (the GPU-unaware pattern)
+  int iters = 0;        // 0: by size
+  std::string method;   // label override
+};
+
+inline size_t parse_bytes(const char* s) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  switch (end && *end ? *end : ' ') {
+    case 'K': case 'k': v *= 1024; break;
+    case 'M': case 'm': v *= 1024.0 * 1024; break;
+    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    default: break;
+  }
+  return static_cast<size_t>(v);
+}
+
+[[noreturn]] inline void usage(const char* why) {
+  std::fprintf(stderr,
+               "%s\nusage: --test latency|bw|bibw [--window W] [--min B] [--max B] [--mem device|host] [--staged] "
+               "[--iters N] [--method NAME]\n",
+               why);
+  MPI_Abort(MPI_COMM_WORLD, 2);
+  std::exit(2);
+}
+
+inline Options parse_options(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) usage((a + " needs a value").c_str());
+      return argv[++i];
+    };
+    if (a == "--test") o.test = next();
+    else if (a == "--window") o.window = std::atoi(next());
+    else if (a == "--min") o.min_bytes = parse_bytes(next());
+    else if (a == "--max") o.max_bytes = parse_bytes(next());
+    else if (a == "--mem") o.device = std::string(next()) == "device";
+    else if (a == "--staged") o.staged = true;
+    else if (a == "--iters") o.iters = std::atoi(next());
+    else if (a == "--method") o.method = next();
+    else usage(("unknown argument " + a).c_str());
+  }
+  if (o.test != "latency" && o.test != "bw" && o.test != "bibw") usage("--test: latency, bw or bibw");
+  if (o.window < 1) usage("--window: at least 1");
+  if (o.test == "latency") o.window = 1;
+  o.min_bytes = std::max<size_t>(o.min_bytes, 1);
+  return o;
+}
+
+inline int iterations(const Options& o, size_t n) {
+  if (o.iters > 0) return o.iters;
+  if (n <= (64u << 10)) return o.test == "latency" ? 1000 : 100;
+  if (n <= (16u << 20)) return 40;
+  return n <= (256u << 20) ? 10 : 5;
+}
+
+// Seconds of one iteration on this rank.
+template <class T>
+double run_once(const Options& o, T& t, size_t n, int peer, bool first) {
+  const int tag = 100;
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  if (o.test == "latency") {
+    if (first) {
+      t.isend(0, n, peer, tag);
+      t.waitall();
+      t.irecv(0, n, peer, tag);
+      t.waitall();
+    } else {
+      t.irecv(0, n, peer, tag);
+      t.waitall();
+      t.isend(0, n, peer, tag);
+      t.waitall();
+    }
+    return (MPI_Wtime() - t0) / 2;
+  }
+  bool bidir = o.test == "bibw";
+  if (bidir || !first)
+    for (int w = 0; w < o.window; ++w) t.irecv(w, n, peer, tag);
+  if (bidir || first)
+    for (int w = 0; w < o.window; ++w) t.isend(bidir ? o.window + w : w, n, peer, tag);
+  t.waitall();
+  // The receiver's acknowledgement closes the window (as osu_bw does).
+  char ack = 0;
+  if (first) MPI_Recv(&ack, 1, MPI_BYTE, peer, tag + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  else MPI_Send(&ack, 1, MPI_BYTE, peer, tag + 1, MPI_COMM_WORLD);
+  return MPI_Wtime() - t0;
+}
+
+template <class T>
+void run_sweep(const Options& o, T& t) {
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size % 2) usage("an even number of ranks is needed (pairs r <-> r^1)");
+  int peer = rank ^ 1;
+  bool first = rank % 2 == 0;
+  int slots = o.test == "bibw" ? 2 * o.window : o.window;
+  for (size_t n = o.min_bytes; n <= o.max_bytes; n *= 2) {
+    t.prepare(slots, n);
+    int iters = iterations(o, n);
+    std::vector<double> times;
+    for (int it = -2; it < iters; ++it) {  // two warm-up rounds
+      double s = run_once(o, t, n, peer, first);
+      if (it >= 0) times.push_back(s);
+    }
+    t.release();
+    std::sort(times.begin(), times.end());
+    double s = times[times.size() / 2];
+    double us = o.test == "latency" ? s * 1e6 : s * 1e6 / o.window;
+    double dirs = o.test == "bibw" ? 2 : 1;
+    double gbps = o.test == "latency" ? n / (s * 1e9) : dirs * n * o.window / (s * 1e9);
+    double mine = first ? gbps : 0, agg = 0;
+    MPI_Reduce(&mine, &agg, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+      const char* op = o.test == "latency" ? "latency" : o.test == "bibw" ? "bibw" : "p2p";
+      std::printf(
+          "ROW {\"op\": \"%s\", \"method\": \"%s\", \"bytes\": %zu, \"gbps\": %.4f, \"us\": %.3f, \"window\": %d, "
+          "\"ranks\": %d, \"agg_gbps\": %.4f, \"mem\": \"%s\", \"iters\": %d}\n",
+          op, t.method().c_str(), n, gbps, us, o.window, size, agg, o.device ? "device" : "host", iters);
+      std::fflush(stdout);
+    }
+  }
+}
+
+}  // namespace osu

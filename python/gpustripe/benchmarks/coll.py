@@ -1,0 +1,388 @@
+"""gpustripe bench coll: collectives over 2 and 4 GPUs, nccl-tests style, in one run.
+
+Methods, each timed as nccl-tests does (a batch of back-to-back calls, one synchronisation,
+time / calls; the median of several batches):
+  gpustripe        gpustripe.Comm in this process (copy-engine schedules, host share, kernels)
+  nccl             NCCL's default algorithms through torch.distributed, one process per GPU
+  nccl_ce          the same with NCCL_CTA_POLICY=2 and buffers in a symmetric registered
+                   window (NCCL 2.28 copy-engine collectives); absent, with the reason, when
+                   torch or NCCL cannot set that up
+  mpi_host_staged  the GPU-unaware host pattern: copy to host, MPI collective, copy back
+                   (mpirun + mpi4py + torch)
+A method that cannot run here is reported as absent with why, never estimated.
+Sizes are per rank as nccl-tests reports them; busbw uses nccl-tests' factors.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+NAME = "coll"
+HELP = ("collectives (alltoall, allgather, reduce_scatter, allreduce, bcast) on 2 and 4 GPUs, 1M-1G per rank: "
+        "gpustripe vs NCCL (default and copy-engine mode) vs MPI through host memory, algbw/busbw")
+OPS = ("alltoall", "allgather", "reduce_scatter", "allreduce", "bcast")
+METHODS = ("gpustripe", "nccl", "nccl_ce", "mpi_host_staged")
+BUSBW = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
+         "reduce_scatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n,
+         "bcast": lambda n: 1.0, "reduce": lambda n: 1.0}
+TORCH_DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16",
+                "int32": "int32", "int64": "int64"}
+
+
+def add_arguments(p):
+    p.add_argument("--sizes", default="1M:1G", help="sizes per rank: LO:HI (powers of two) or a list (default 1M:1G)")
+    p.add_argument("--gpus", default="2,4", help="rank counts, comma separated (default 2,4)")
+    p.add_argument("--ops", default=",".join(OPS), help=f"comma list (default {','.join(OPS)})")
+    p.add_argument("--methods", default=",".join(METHODS), help=f"comma list (default {','.join(METHODS)})")
+    p.add_argument("--dtype", default="float32", help="element type (default float32)")
+    p.add_argument("--iters", type=int, default=10, help="calls per timed batch (default 10)")
+    p.add_argument("--trials", type=int, default=5, help="timed batches per size; the median is reported")
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls first")
+    p.add_argument("--quick", action="store_true", help="1M,16M,64M,256M and fewer repetitions")
+    p.add_argument("--out", default="bench/results", help="directory of the JSON + PNG results")
+    p.add_argument("--no-write", action="store_true", help="print the tables only")
+    p.add_argument("--timeout", type=int, default=900, help="seconds allowed to each NCCL/MPI worker run")
+
+
+def _sizes(args) -> list[int]:
+    from ._p2p_common import parse_sizes
+
+    return parse_sizes("1M,16M,64M,256M" if args.quick else args.sizes)
+
+
+def _row(op, method, nbytes, us, ranks, **extra) -> dict:
+    gbps = nbytes / (us * 1e3) if us > 0 else 0.0
+    row = {"op": op, "method": method, "bytes": int(nbytes), "gbps": gbps, "busbw_gbps": gbps * BUSBW[op](ranks),
+           "us": us, "ranks": ranks}
+    row.update(extra)
+    return row
+
+
+def _progress(row):
+    extra = f"  [{row['schedule']}]" if row.get("schedule") else ""
+    print(f"  {row['op']:>14} {row['method']:>16} n={row['ranks']} {row['bytes']:>11} B "
+          f"{row['us']:>10.1f} us  algbw {row['gbps']:7.1f}  busbw {row['busbw_gbps']:7.1f} GB/s{extra}", flush=True)
+
+
+# ---------------------------------------------------------------- gpustripe
+
+def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent):
+    from .. import Comm, Error, coll_time
+
+    comm = Comm(ctx, list(range(ranks)))
+    esz = {"float64": 8, "int64": 8, "float16": 2, "bfloat16": 2}.get(args.dtype, 4)
+    for op in ops:
+        for size in sizes:
+            unit = esz * (ranks if op in ("alltoall", "allgather", "reduce_scatter") else 1)
+            if size % unit:
+                continue
+            try:
+                t = coll_time(comm, op, size, args.dtype, "sum", args.warmup, args.iters, args.trials)
+            except Error as e:
+                absent.setdefault(f"gpustripe/{op}/{ranks}", str(e))
+                print(f"  gpustripe {op} {size}: {e}", file=sys.stderr)
+                continue
+            row = _row(op, "gpustripe", size, t["us"], ranks, schedule=t["schedule"], min_us=t["min_us"],
+                       max_us=t["max_us"])
+            rows.append(row)
+            _progress(row)
+
+
+# ---------------------------------------------------------------- NCCL through torch.distributed
+
+def _nccl_worker(rank, world, cfg, out_path):
+    """One process per GPU (torch.multiprocessing.spawn). Rank 0 writes the rows."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(cfg["port"])
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
+    dtype = getattr(torch, cfg["dtype"])
+    esz = torch.tensor([], dtype=dtype).element_size()
+    pool = None
+    note = ""
+    if cfg["ce"]:
+        # NCCL 2.28 copy-engine collectives: buffers in a symmetric window of NCCL's allocator.
+        backend = dist.group.WORLD._get_backend(dev)
+        try:
+            pool = torch.cuda.MemPool(backend.mem_allocator, symmetric=True)
+        except TypeError:
+            pool = torch.cuda.MemPool(backend.mem_allocator, symm_mem=True)
+        note = "symmetric MemPool of NCCL's allocator, NCCL_CTA_POLICY=2"
+
+    def bench(fn):
+        for _ in range(cfg["warmup"]):
+            fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(cfg["trials"]):
+            dist.barrier()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(cfg["iters"]):
+                fn()
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) / cfg["iters"] * 1e6)
+        # Every rank's median; the slowest rank's is the collective's time.
+        t = torch.tensor([sorted(times)[len(times) // 2]], device=dev, dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    # The largest buffers once (in the symmetric pool for nccl_ce, registered once); each
+    # size uses their leading part.
+    top = max(cfg["sizes"]) // esz
+    with (torch.cuda.use_mem_pool(pool) if pool is not None else _null()):
+        xf = torch.ones(top, dtype=dtype, device=dev)
+        yf = torch.empty_like(xf)
+    if pool is not None:
+        dist.group.WORLD._get_backend(dev).register_mem_pool(pool)
+    rows = []
+    for size in cfg["sizes"]:
+        per = size // esz
+        if per % world:
+            continue
+        x, y, s = xf[:per], yf[:per], yf[:per // world]
+        fns = {"allreduce": lambda: dist.all_reduce(x),
+               "alltoall": lambda: dist.all_to_all_single(y, x),
+               "allgather": lambda: dist.all_gather_into_tensor(y, x[:per // world]),
+               "reduce_scatter": lambda: dist.reduce_scatter_tensor(s, x),
+               "bcast": lambda: dist.broadcast(x, 0)}
+        for op in cfg["ops"]:
+            us = bench(fns[op])
+            if rank == 0:
+                rows.append({"op": op, "bytes": size, "us": us})
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump({"rows": rows, "note": note, "nccl": ".".join(map(str, torch.cuda.nccl.version()))}, f)
+    dist.destroy_process_group()
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def _run_nccl(method, ranks, ops, sizes, args, rows, absent):
+    try:
+        import torch
+        import torch.multiprocessing as mp
+    except ImportError as e:
+        absent[method] = f"torch not importable: {e}"
+        return
+    if not torch.cuda.is_available() or torch.cuda.device_count() < ranks:
+        absent[f"{method}/{ranks}"] = f"torch sees {torch.cuda.device_count() if torch.cuda.is_available() else 0} GPUs"
+        return
+    ce = method == "nccl_ce"
+    cfg = {"sizes": sizes, "ops": ops, "dtype": args.dtype, "iters": args.iters, "trials": args.trials,
+           "warmup": args.warmup, "ce": ce, "port": 29600 + ranks + (10 if ce else 0)}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rows.json")
+        saved = {k: os.environ.get(k) for k in ("NCCL_CTA_POLICY",)}
+        if ce:
+            os.environ["NCCL_CTA_POLICY"] = "2"
+        try:
+            mp.spawn(_nccl_worker, args=(ranks, cfg, out), nprocs=ranks, join=True)
+        except Exception as e:  # a worker's failure: NCCL or torch could not run this mode
+            absent[f"{method}/{ranks}"] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
+            print(f"  {method} on {ranks} GPUs: absent ({absent[f'{method}/{ranks}']})", flush=True)
+            return
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        with open(out) as f:
+            got = json.load(f)
+    for r in got["rows"]:
+        row = _row(r["op"], method, r["bytes"], r["us"], ranks, nccl_version=got["nccl"])
+        if got.get("note"):
+            row["note"] = got["note"]
+        rows.append(row)
+        _progress(row)
+
+
+# ---------------------------------------------------------------- MPI through host memory
+
+def _mpi_worker(cfg_path):
+    """Runs under mpirun: device buffers (torch), each call copies to pinned host memory,
+    runs the MPI collective there, and copies back (what a GPU-unaware MPI program does)."""
+    import numpy as np
+    import torch
+    from mpi4py import MPI
+
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    comm = MPI.COMM_WORLD
+    rank, world = comm.Get_rank(), comm.Get_size()
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    dev = torch.device("cuda", torch.cuda.current_device())
+    dtype = getattr(torch, cfg["dtype"])
+    rows = []
+    for size in cfg["sizes"]:
+        esz = torch.tensor([], dtype=dtype).element_size()
+        per = size // esz
+        if per % world:
+            continue
+        x = torch.ones(per, dtype=dtype, device=dev)
+        y = torch.empty_like(x)
+        s = torch.empty(per // world, dtype=dtype, device=dev)
+        hx = torch.empty(per, dtype=dtype, pin_memory=True)
+        hy = torch.empty(per, dtype=dtype, pin_memory=True)
+        hs = torch.empty(per // world, dtype=dtype, pin_memory=True)
+        npv = lambda t: t.numpy()  # noqa: E731
+
+        def staged(dev_in, host_in, host_out, dev_out, call):
+            host_in.copy_(dev_in)
+            call(npv(host_in), npv(host_out))
+            dev_out.copy_(host_out)
+
+        fns = {"allreduce": lambda: staged(x, hx, hy, y, lambda a, b: comm.Allreduce(a, b, op=MPI.SUM)),
+               "alltoall": lambda: staged(x, hx, hy, y, lambda a, b: comm.Alltoall(a, b)),
+               "allgather": lambda: staged(s, hs, hy, y, lambda a, b: comm.Allgather(a, b)),
+               "reduce_scatter": lambda: staged(x, hx, hs, s, lambda a, b: comm.Reduce_scatter_block(a, b, op=MPI.SUM)),
+               "bcast": lambda: staged(x, hx, hx, x, lambda a, b: comm.Bcast(a, root=0))}
+        for op in cfg["ops"]:
+            fn = fns[op]
+            for _ in range(cfg["warmup"]):
+                fn()
+            times = []
+            for _ in range(cfg["trials"]):
+                comm.Barrier()
+                t0 = time.perf_counter()
+                for _ in range(cfg["iters"]):
+                    fn()
+                torch.cuda.synchronize()
+                times.append((time.perf_counter() - t0) / cfg["iters"] * 1e6)
+            us = comm.allreduce(sorted(times)[len(times) // 2], op=MPI.MAX)
+            if rank == 0:
+                rows.append({"op": op, "bytes": size, "us": us})
+    if rank == 0:
+        with open(cfg["out"], "w") as f:
+            json.dump({"rows": rows, "mpi": MPI.Get_library_version().splitlines()[0]}, f)
+
+
+def _run_mpi(ranks, ops, sizes, args, rows, absent):
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        absent["mpi_host_staged"] = "mpirun not found"
+        return
+    for mod in ("mpi4py", "torch"):
+        try:
+            __import__(mod)
+        except ImportError as e:
+            absent["mpi_host_staged"] = f"{mod} not importable: {e}"
+            return
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.device_count() < ranks:
+        absent[f"mpi_host_staged/{ranks}"] = "torch sees too few GPUs"
+        return
+    if args.dtype == "bfloat16":
+        absent["mpi_host_staged"] = "MPI has no bfloat16 reduction"
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = {"sizes": sizes, "ops": ops, "dtype": args.dtype, "iters": args.iters, "trials": args.trials,
+               "warmup": args.warmup, "out": os.path.join(tmp, "rows.json")}
+        cfg_path = os.path.join(tmp, "cfg.json")
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f)
+        cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), sys.executable, "-m",
+               "gpustripe.benchmarks.coll", "--mpi-worker", cfg_path]
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            absent[f"mpi_host_staged/{ranks}"] = f"timed out after {args.timeout} s"
+            return
+        if p.returncode != 0 or not os.path.exists(cfg["out"]):
+            tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+            absent[f"mpi_host_staged/{ranks}"] = f"mpirun exited {p.returncode}: {' | '.join(tail)[:300]}"
+            print(f"  mpi_host_staged on {ranks} GPUs: absent ({absent[f'mpi_host_staged/{ranks}']})", flush=True)
+            return
+        with open(cfg["out"]) as f:
+            got = json.load(f)
+    for r in got["rows"]:
+        row = _row(r["op"], "mpi_host_staged", r["bytes"], r["us"], ranks, mpi=got["mpi"])
+        rows.append(row)
+        _progress(row)
+
+
+# ---------------------------------------------------------------- the run
+
+def run(args):
+    from .. import Context, results
+
+    ctx = Context()
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    for o in ops:
+        if o not in BUSBW:
+            raise SystemExit(f"gpustripe bench coll: unknown op '{o}' ({', '.join(OPS)})")
+    for m in methods:
+        if m not in METHODS:
+            raise SystemExit(f"gpustripe bench coll: unknown method '{m}' ({', '.join(METHODS)})")
+    if args.quick:
+        args.iters, args.trials, args.warmup = min(args.iters, 5), min(args.trials, 3), min(args.warmup, 2)
+    sizes = _sizes(args)
+    rank_counts = [int(g) for g in args.gpus.split(",") if g.strip()]
+    print(f"gpustripe bench coll on {ctx.device_label} ({ctx.backend_name}, {ctx.device_count} devices): "
+          f"ops {','.join(ops)}, sizes {sizes[0]}..{sizes[-1]} B per rank, ranks {rank_counts}", flush=True)
+
+    rows, absent = [], {}
+    for ranks in rank_counts:
+        if ranks > ctx.device_count:
+            absent[f"all/{ranks}"] = f"the node has {ctx.device_count} GPUs"
+            print(f"== {ranks} ranks: skipped, the node has {ctx.device_count} GPUs", flush=True)
+            continue
+        print(f"== {ranks} ranks", flush=True)
+        if "gpustripe" in methods:
+            _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent)
+        for m in ("nccl", "nccl_ce"):
+            if m not in methods:
+                continue
+            if ctx.emulated:
+                absent[m] = "emulated devices: no GPU for NCCL"
+                continue
+            _run_nccl(m, ranks, ops, sizes, args, rows, absent)
+        if "mpi_host_staged" in methods:
+            if ctx.emulated:
+                absent["mpi_host_staged"] = "emulated devices: no GPU buffers to stage"
+            else:
+                _run_mpi(ranks, ops, sizes, args, rows, absent)
+
+    for ranks in rank_counts:
+        sub = [r for r in rows if r["ranks"] == ranks]
+        for op in ops:
+            if any(r["op"] == op for r in sub):
+                print(f"\n[{ranks} ranks] " + results.ratio_table(sub, op, value="busbw_gbps"))
+    if absent:
+        print("\nabsent:")
+        for k, v in sorted(absent.items()):
+            print(f"  {k}: {v}")
+    if args.no_write or not rows:
+        return 0 if rows else 1
+    # One file (and plot) per rank count: a plot line is one method on one communicator size.
+    for ranks in sorted({r["ranks"] for r in rows}):
+        path = results.write(f"coll-{ranks}gpu", ctx.device_label, ranks, [r for r in rows if r["ranks"] == ranks],
+                             out_dir=args.out, extra={"absent": absent, "dtype": args.dtype, "iters": args.iters,
+                                                      "trials": args.trials})
+        print(f"wrote {path} (+ .png)")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--mpi-worker":
+        _mpi_worker(sys.argv[2])
+    else:
+        raise SystemExit("usage: python -m gpustripe.benchmarks.coll --mpi-worker CONFIG (run by gpustripe bench coll)")

@@ -1,0 +1,206 @@
+"""gpustripe bench mpi: unmodified MPI programs with device buffers, with and without gpustripe.
+
+Runs the OSU-style clients of bench/mpi under mpirun at each rank count (pairs r <-> r^1,
+all pairs at once) and compares, in one results file per (ranks, window):
+  mpi_gpustripe    mpi_bench with libgpustripe_mpi.so preloaded (the interposer)
+  mpi_host_staged  mpi_bench in the GPU-unaware pattern: copy to host, MPI, copy back
+  gpustripe        gs_p2p_bench: the same loop over gpustripe's native p2p layer
+  nccl             NCCL send/recv GPU 0 -> 1 in one process (gpustripe bench's method),
+                   where NCCL is available; marked "process": "single"
+It also runs mpi_bench with device buffers WITHOUT the interposer, to show what a
+non-CUDA-aware MPI does with them (expected: a crash or an error; recorded, never fatal).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+NAME = "mpi"
+HELP = "MPI point-to-point with device buffers: the PMPI interposer vs host staging, native p2p and NCCL"
+
+METHODS = ("mpi_gpustripe", "mpi_host_staged", "gpustripe", "nccl")
+
+
+def add_arguments(p):
+    p.add_argument("--ranks", default="2,4", help="rank counts, comma separated (even; default 2,4)")
+    p.add_argument("--sizes", default="1:1G", help="bandwidth sizes LO:HI (powers of two; default 1:1G)")
+    p.add_argument("--latency-sizes", default="1:4M", help="latency sizes LO:HI (default 1:4M; '' for none)")
+    p.add_argument("--windows", default="1,16,64", help="bandwidth window sizes (default 1,16,64)")
+    p.add_argument("--bibw-window", type=int, default=64, help="window of the bidirectional runs (default 64)")
+    p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
+    p.add_argument("--iters", type=int, default=0, help="timed iterations per size (0: by size)")
+    p.add_argument("--timeout", type=int, default=900, help="seconds one mpirun may take")
+    p.add_argument("--build", default=os.environ.get("GPUSTRIPE_BUILD_DIR", "build/dev"),
+                   help="build directory holding bench/mpi/ and src/mpi/ (default $GPUSTRIPE_BUILD_DIR or build/dev)")
+    p.add_argument("--mpirun", default=os.environ.get("MPIRUN", "mpirun"), help="mpirun command")
+    p.add_argument("--quick", action="store_true", help="few sizes and iterations (a smoke run)")
+    p.add_argument("--out", default="bench/results", help="directory of the JSON + PNG results")
+    p.add_argument("--no-write", action="store_true", help="print the tables only")
+
+
+def _paths(build: str) -> dict:
+    paths = {
+        "mpi_bench": os.path.join(build, "bench/mpi/mpi_bench"),
+        "gs_p2p_bench": os.path.join(build, "bench/mpi/gs_p2p_bench"),
+        "interposer": os.path.join(build, "src/mpi/libgpustripe_mpi.so"),
+    }
+    missing = [p for p in paths.values() if not os.path.exists(p)]
+    if missing:
+        raise SystemExit(f"gpustripe bench mpi: not built: {', '.join(missing)} (build the tree with MPI found)")
+    return {k: os.path.abspath(v) for k, v in paths.items()}
+
+
+def _size_arg(text: str) -> tuple[str, str]:
+    lo, _, hi = text.partition(":")
+    return lo or "1", hi or lo or "1"
+
+
+def _mpirun(args, n: int, env: dict) -> list[str]:
+    cmd = [args.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n), "-x", "NCCL_NVLS_ENABLE=0"]
+    for k, v in env.items():
+        cmd += ["-x", f"{k}={v}"]
+    for k in ("GPUSTRIPE_TOPOLOGY_DIR", "GPUSTRIPE_TOPOLOGY", "GPUSTRIPE_BACKEND", "GPUSTRIPE_TIMEOUT",
+              "GPUSTRIPE_LOG_LEVEL", "CUDA_VISIBLE_DEVICES"):
+        if k in os.environ:
+            cmd += ["-x", k]
+    return cmd
+
+
+def _run_rows(cmd: list[str], timeout: int, extra: dict) -> list[dict]:
+    print("  $ " + " ".join(cmd), flush=True)
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        print(f"    TIMEOUT after {timeout}s; last output:\n" + "\n".join(out.splitlines()[-10:]))
+        return []
+    rows = []
+    for line in p.stdout.splitlines():
+        if line.startswith("ROW "):
+            row = json.loads(line[4:])
+            row.update(extra)
+            rows.append(row)
+            print(f"    {row['op']:>7} {row['method']:>16} w{row['window']:<3} {row['bytes']:>11} B "
+                  f"{row['us']:12.2f} us {row['gbps']:9.2f} GB/s (all pairs {row['agg_gbps']:.2f})", flush=True)
+    if p.returncode != 0:
+        print(f"    FAILED (exit {p.returncode}, {time.time() - t0:.0f}s); last output:\n"
+              + "\n".join(p.stdout.splitlines()[-15:]))
+    return rows
+
+
+def _without_interposer(args, paths: dict, n: int) -> dict:
+    """Device buffers through the bare MPI: a non-CUDA-aware MPI crashes or errors."""
+    cmd = _mpirun(args, n, {}) + [paths["mpi_bench"], "--test", "bw", "--window", "1", "--min", "1M",
+                                  "--max", "1M", "--iters", "1", "--method", "mpi_plain"]
+    print("  $ " + " ".join(cmd) + "   (expected to fail: the MPI is not CUDA-aware)", flush=True)
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        rc, out = p.returncode, p.stdout
+    except subprocess.TimeoutExpired as e:
+        rc, out = "timeout", (e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or ""))
+    failed = rc != 0
+    print(f"    without the interposer: exit {rc} -> {'fails, as expected' if failed else 'RAN (CUDA-aware MPI?)'}")
+    return {"ranks": n, "exit": rc, "failed": failed, "tail": out.splitlines()[-8:]}
+
+
+def _nccl_rows(sizes_arg: str, iters: int) -> tuple[list[dict], str]:
+    try:
+        from ..copy import default_context
+        from ._p2p_common import _locate_nccl, parse_sizes
+
+        _locate_nccl()
+        ctx = default_context()
+        have, missing = ctx.bench_methods()
+        if "nccl" not in have:
+            return [], "nccl not available: " + "; ".join(m for m in missing if "nccl" in m)
+        rows = ctx.bench_p2p([(0, 1)], parse_sizes(sizes_arg), [], ["nccl"], False, 3, iters or 10, 0, None)
+        for r in rows:
+            r["process"] = "single"
+            r["ranks"] = 1
+            r["window"] = 1
+        return rows, ""
+    except Exception as e:  # the comparison is optional; the MPI rows stand without it
+        return [], f"nccl rows not measured: {e}"
+
+
+def run(args) -> int:
+    from .. import results
+    from ..copy import default_context
+
+    paths = _paths(args.build)
+    ctx = default_context()
+    device, gpus = ctx.device_label, ctx.device_count
+    methods = [m for m in args.methods.split(",") if m]
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise SystemExit(f"gpustripe bench mpi: unknown methods {bad}; known: {', '.join(METHODS)}")
+    ranks = [int(r) for r in args.ranks.split(",") if r]
+    windows = [int(w) for w in args.windows.split(",") if w]
+    sizes, lat_sizes, iters = args.sizes, args.latency_sizes, args.iters
+    if args.quick:
+        sizes, lat_sizes, iters = "4K:16M", "8:8", iters or 5
+    lo, hi = _size_arg(sizes)
+    emulated = ctx.emulated
+    mem = ["--mem", "host"] if emulated and not os.environ.get("GPUSTRIPE_BENCH_EMULATED_DEVICE") else []
+    print(f"gpustripe bench mpi: {device}, {gpus} GPUs, ranks {ranks}, methods {methods}")
+    if emulated:
+        print("  NOTE: no GPU visible: host buffers on emulated devices; figures are not GPU figures.")
+
+    def client(method: str, n: int, test: list[str]) -> list[str] | None:
+        common = test + ["--iters", str(iters)] if iters else test
+        if method == "mpi_gpustripe":
+            return _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [paths["mpi_bench"], *common, *mem,
+                                                                            "--method", method]
+        if method == "mpi_host_staged":
+            return None if emulated else _mpirun(args, n, {}) + [paths["mpi_bench"], *common, "--staged"]
+        if method == "gpustripe":
+            return _mpirun(args, n, {}) + [paths["gs_p2p_bench"], *common]
+        return None
+
+    written, notes = [], {}
+    unaware = []
+    nccl_rows, nccl_note = ([], "not asked for") if "nccl" not in methods else _nccl_rows(f"{lo}:{hi}", iters)
+    if nccl_note:
+        print(f"  {nccl_note}")
+    for n in ranks:
+        if not emulated:
+            unaware.append(_without_interposer(args, paths, n))
+        for w in windows:
+            rows = []
+            for method in methods:
+                tests = [["--test", "bw", "--window", str(w), "--min", lo, "--max", hi]]
+                if w == args.bibw_window:
+                    tests.append(["--test", "bibw", "--window", str(w), "--min", lo, "--max", hi])
+                if w == windows[-1] and lat_sizes:
+                    llo, lhi = _size_arg(lat_sizes)
+                    tests.append(["--test", "latency", "--min", llo, "--max", lhi])
+                for t in tests:
+                    cmd = client(method, n, t)
+                    if cmd:
+                        rows += _run_rows(cmd, args.timeout, {"emulated": emulated})
+            if w == 1:
+                rows += nccl_rows
+            if not rows:
+                continue
+            print()
+            print(results.ratio_table(rows, "p2p", ours="mpi_gpustripe"))
+            if any(r["op"] == "latency" for r in rows):
+                print(results.ratio_table(rows, "latency", ours="mpi_gpustripe", value="us"))
+                print("(latency: microseconds, lower is better; ratio = mpi_gpustripe/method)")
+            print()
+            if not args.no_write:
+                extra = {"ranks": n, "window": w, "emulated": emulated, "backend": ctx.backend_name,
+                         "without_interposer": [u for u in unaware if u["ranks"] == n], "nccl_note": nccl_note}
+                path = results.write(f"mpi-np{n}-w{w}", device, gpus, rows, out_dir=args.out, extra=extra,
+                                     command=" ".join(["gpustripe", "bench", "mpi", *sys.argv[3:]]))
+                written.append(path)
+                print(f"wrote {path} and its plot")
+    ok = all(u["failed"] for u in unaware)
+    if unaware and not ok:
+        print("NOTE: device buffers ran through the bare MPI: it may be CUDA-aware after all")
+    return 0 if written or args.no_write else 1

@@ -1,0 +1,83 @@
+// Collectives on real GPUs (GS_REQUIRE_GPU; skipped where none is visible): the CUDA
+// reduction kernels and every schedule against the float64 reference, and a graph replay.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "coll/select.hpp"
+#include "test_coll_harness.hpp"
+#include "test_util.hpp"
+#include "topology/topology.hpp"
+
+namespace coll_test {
+namespace {
+
+struct GpuNode {
+  GpuNode() : topo(detect_topology()), backend(make_cuda_backend()) {}
+  std::unique_ptr<Comm> comm(int n) {
+    std::vector<int> devs;
+    for (int i = 0; i < n; ++i) devs.push_back(i);
+    return Comm::create(*backend, topo, devs);
+  }
+  Topology topo;
+  std::unique_ptr<Backend> backend;
+};
+
+const char* kAlgos[] = {"rounds", "all_at_once", "rs_copy", "rs_pull", "oneshot", "rs_ag_copy", "rs_ag_pull",
+                        "direct", "scatter_ag", "reduce_copy", "reduce_pull"};
+
+TEST(CollGpu, EveryScheduleTypeAndOperator) {
+  GS_REQUIRE_GPU(2);
+  GpuNode node;
+  int most = std::min(4, cuda_device_count());
+  for (int n = 2; n <= most; ++n) {
+    auto comm = node.comm(n);
+    for (const char* algo : kAlgos) {
+      ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
+      ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "64K");
+      uint64_t seed = 1;
+      for (CollOp op : {CollOp::AllToAll, CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllReduce, CollOp::Bcast,
+                        CollOp::Reduce}) {
+        auto own = schedule_names(op);
+        if (std::find(own.begin(), own.end(), algo) == own.end()) continue;
+        bool red = op == CollOp::ReduceScatter || op == CollOp::AllReduce || op == CollOp::Reduce;
+        for (DataType dt : all_dtypes())
+          for (RedOp ro : red ? all_redops() : std::vector<RedOp>{GPUSTRIPE_SUM})
+            for (size_t count : {size_t(1), size_t(4099), size_t(300001)})
+              for (bool in_place : {false, true}) {
+                if (op == CollOp::Bcast && in_place) continue;
+                Case c{op, dt, ro, count, in_place, static_cast<int>(count % n)};
+                ASSERT_EQ(run_case(*comm, c, seed++), 0u) << algo << " n=" << n;
+              }
+      }
+    }
+  }
+}
+
+TEST(CollGpu, DefaultSchedulesLargeAndRepeated) {
+  GS_REQUIRE_GPU(2);
+  GpuNode node;
+  auto comm = node.comm(std::min(4, cuda_device_count()));
+  for (CollOp op : {CollOp::AllToAll, CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllReduce, CollOp::Bcast,
+                    CollOp::Reduce})
+    for (size_t count : {size_t(1) << 14, size_t(1) << 18, (size_t(64) << 20) / 4 + 5})
+      for (int rep = 0; rep < 3; ++rep) {  // the second and third calls replay a captured graph
+        Case c{op, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, count, rep == 2, 0, /*async*/ rep == 1};
+        ASSERT_EQ(run_case(*comm, c, count + rep), 0u) << comm->last_schedule();
+      }
+}
+
+TEST(CollGpu, HostShareExchanges) {
+  GS_REQUIRE_GPU(2);
+  ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0.1");
+  GpuNode node;
+  auto comm = node.comm(std::min(4, cuda_device_count()));
+  for (CollOp op : {CollOp::AllToAll, CollOp::AllGather})
+    for (bool in_place : {false, true}) {
+      Case c{op, GPUSTRIPE_INT32, GPUSTRIPE_SUM, (size_t(16) << 20) / 4 + 3, in_place};
+      ASSERT_EQ(run_case(*comm, c, 3), 0u);
+    }
+}
+
+}  // namespace
+}  // namespace coll_test

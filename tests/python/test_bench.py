@@ -1,0 +1,48 @@
+"""gpustripe bench p2p|bibw: discovery of benchmark modules, a quick run on this node
+(emulated devices in CI), and the results file it writes."""
+import json
+import glob
+
+from gpustripe.commands import bench
+
+
+def test_benchmark_modules_are_discovered():
+    names = [m.NAME for m in bench.discover()]
+    assert "p2p" in names and "bibw" in names
+
+
+def test_quick_p2p_writes_results(cli, tmp_path):
+    p = cli("bench", "p2p", "--quick", "--out", str(tmp_path))
+    assert "/cudaMemcpyPeerAsync" in p.stdout  # the ratio column of the table
+    files = glob.glob(str(tmp_path / "*-p2p-*.json"))
+    assert len(files) == 1 and glob.glob(str(tmp_path / "*-p2p-*.png"))
+    doc = json.load(open(files[0]))
+    assert doc["schema"] == 1 and doc["gpus"] >= 2
+    methods = {r["method"] for r in doc["rows"]}
+    assert {"gpustripe", "cudaMemcpyPeerAsync"} <= methods
+    ops = {r["op"] for r in doc["rows"]}
+    assert ops == {"p2p", "latency"}
+    for r in doc["rows"]:
+        assert r["gbps"] > 0 and r["us"] > 0
+    if doc["emulated"]:
+        assert doc["device"] == "emulated-h200x4"
+        assert "emulated devices" in p.stdout and "not GPU figures" in p.stdout
+        assert any("nccl" in m for m in doc["methods_absent"])
+    # the planner's split of the large sizes is recorded with the gpustripe rows
+    big = [r for r in doc["rows"] if r["method"] == "gpustripe" and r["op"] == "p2p" and r["bytes"] >= 64 << 20]
+    assert big and all("plan" in r for r in big)
+
+
+def test_quick_bibw_counts_both_directions(cli, tmp_path):
+    cli("bench", "bibw", "--quick", "--sizes", "1M,16M", "--pairs", "1-2", "--out", str(tmp_path))
+    doc = json.load(open(glob.glob(str(tmp_path / "*-bibw-*.json"))[0]))
+    rows = doc["rows"]
+    assert {r["op"] for r in rows} == {"bibw"}
+    assert {(r["src"], r["dst"]) for r in rows} == {(1, 2)}
+    for r in rows:
+        assert abs(r["gbps"] - 2 * r["bytes"] / (r["us"] * 1e3)) < 1e-6 * r["gbps"] + 1e-9
+
+
+def test_bad_pairs_fail_clearly(cli, tmp_path):
+    p = cli("bench", "p2p", "--quick", "--pairs", "0-9", "--out", str(tmp_path), check=False)
+    assert p.returncode != 0 and "pair 0->9" in p.stderr
