@@ -5,11 +5,15 @@
 # Builds for sm_90, runs every test including the GPU ones, then each step in
 # scripts/gpu-check.d/ (benchmarks, model accuracy, ...) in name order; a step
 # name on the command line runs only the steps whose file name contains it.
-# Logs and results go under $OUT (default ./gpu-out).
+# Logs and results are written under a work folder and packed after every step
+# into $OUT/gpu-check.tgz (the device tool brings back at most 8 files), so a run
+# cut off by its time limit still returns what it did. Default $OUT: ./gpu-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
+FINAL_OUT=${OUT:-$PWD/gpu-out}
+export OUT=${GPU_CHECK_WORK:-/tmp/gpu-check-out}
+rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL_OUT"
+pack() { tar czf "$FINAL_OUT/gpu-check.tgz" -C "$OUT" . 2>/dev/null; }
 # Never NVLink multicast on the shared machines.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -24,8 +28,9 @@ nvidia-smi topo -m >> "$OUT/nvidia-smi.txt" 2>&1
 stamp "build (sm_90)"
 if ! GPUSTRIPE_BUILD_DIR=$BUILD bash scripts/build-dev.sh -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
      > "$OUT/build.log" 2>&1; then
-  tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
+  tail -40 "$OUT/build.log"; echo "BUILD FAILED"; pack; exit 1
 fi
+pack
 export PYTHONPATH="$PWD/$BUILD/python-dev${PYTHONPATH:+:$PYTHONPATH}"
 export GPUSTRIPE_BUILD_DIR="$PWD/$BUILD"
 export PATH="$PWD/scripts/bin:$PATH"
@@ -37,6 +42,7 @@ if [ $# -eq 0 ] || [[ " $* " == *" tests "* ]]; then
   stamp "Python tests"
   python3 -m pytest -q -rs tests/python > "$OUT/pytest.log" 2>&1; echo "pytest rc=$?"
   tail -3 "$OUT/pytest.log"
+  pack
 fi
 
 for step in scripts/gpu-check.d/*.sh; do
@@ -49,5 +55,7 @@ for step in scripts/gpu-check.d/*.sh; do
   stamp "step $name"
   bash "$step" > "$OUT/$name.log" 2>&1; rc=$?
   echo "$name rc=$rc"; tail -25 "$OUT/$name.log"
+  pack
 done
+pack
 stamp "done"

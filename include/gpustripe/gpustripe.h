@@ -12,4 +12,6 @@
 #include <gpustripe/copy.h>
 #include <gpustripe/model.h>
 #include <gpustripe/coll.h>
+#include <gpustripe/ipc.h>
+#include <gpustripe/p2p.h>
 #endif

@@ -25,6 +25,7 @@ struct Buf {
   uintptr_t ptr = 0;
   size_t elems = 0;        // 0 for raw pointers
   std::optional<DataType> dtype;
+  std::string framework;   // "torch", "cupy", ... (the array type's top module), "" for raw pointers
 };
 
 DataType dtype_of(const nb::dlpack::dtype& d) {
@@ -40,6 +41,26 @@ DataType dtype_of(const nb::dlpack::dtype& d) {
            "bfloat16, int32, int64", d.code, d.bits);
 }
 
+// Arrays without DLPack (numba's): the CUDA array interface's pointer, shape and type.
+Buf buf_of_cai(nb::handle h, const char* what, size_t rank) {
+  nb::dict cai = nb::cast<nb::dict>(h.attr("__cuda_array_interface__"));
+  Buf b;
+  b.ptr = nb::cast<uintptr_t>(nb::cast<nb::tuple>(cai["data"])[0]);
+  b.elems = 1;
+  for (nb::handle d : nb::cast<nb::tuple>(cai["shape"])) b.elems *= nb::cast<size_t>(d);
+  std::string t = nb::cast<std::string>(cai["typestr"]);
+  const std::pair<const char*, DataType> types[] = {{"f4", GPUSTRIPE_FLOAT32}, {"f8", GPUSTRIPE_FLOAT64},
+                                                    {"f2", GPUSTRIPE_FLOAT16}, {"i4", GPUSTRIPE_INT32},
+                                                    {"i8", GPUSTRIPE_INT64}};
+  for (auto& [code, dt] : types)
+    if (t.size() == 3 && t.substr(1) == code) b.dtype = dt;
+  GS_REQUIRE(b.dtype.has_value(), GPUSTRIPE_ERR_INVALID_TYPE, "%s[%zu]: array type '%s' is not supported", what, rank,
+             t.c_str());
+  GS_REQUIRE(!cai.contains("strides") || cai["strides"].is_none() || b.elems <= 1, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "%s[%zu] has strides: pass a contiguous array", what, rank);
+  return b;
+}
+
 Buf buf_of(nb::handle h, const char* what, size_t rank) {
   Buf b;
   if (nb::isinstance<nb::int_>(h)) {
@@ -47,10 +68,13 @@ Buf buf_of(nb::handle h, const char* what, size_t rank) {
     return b;
   }
   nb::ndarray<> a;
-  if (!nb::try_cast(h, a))
+  if (!nb::try_cast(h, a)) {
+    if (nb::hasattr(h, "__cuda_array_interface__")) return buf_of_cai(h, what, rank);
     GS_THROW(GPUSTRIPE_ERR_INVALID_ARGUMENT,
-             "%s[%zu]: expected a device array (DLPack: torch, cupy, ...) or a pointer (int), got %s", what, rank,
-             nb::type_name(h.type()).c_str());
+             "%s[%zu]: expected a device array (DLPack or __cuda_array_interface__: torch, cupy, numba, ...) or a "
+             "pointer (int), got %s",
+             what, rank, nb::type_name(h.type()).c_str());
+  }
   // C-contiguous only: the collectives address elements by offset.
   int64_t expect = 1;
   for (size_t d = a.ndim(); d-- > 0;) {
@@ -61,6 +85,8 @@ Buf buf_of(nb::handle h, const char* what, size_t rank) {
   }
   b.ptr = reinterpret_cast<uintptr_t>(a.data());
   b.elems = a.size();
+  std::string mod = nb::cast<std::string>(nb::handle(h.type()).attr("__module__"));
+  b.framework = mod.substr(0, mod.find('.'));
   b.dtype = dtype_of(a.dtype());
   return b;
 }
@@ -114,6 +140,23 @@ std::vector<void*> ptrs(const std::vector<Buf>& v) {
   for (auto& b : v) out.push_back(reinterpret_cast<void*>(b.ptr));
   return out;
 }
+// A blocking call on arrays whose framework queues work on its own streams (torch and
+// cupy: often the legacy default stream, which the library's non-blocking streams do not
+// wait for): let that work finish first, on every rank's device.
+void settle_frameworks(Comm& c, const std::vector<std::vector<Buf>*>& lists, bool have_streams) {
+  if (have_streams) return;
+  bool torch = false, cupy = false;
+  for (auto* l : lists)
+    for (const Buf& b : *l) {
+      torch = torch || b.framework == "torch";
+      cupy = cupy || b.framework == "cupy";
+    }
+  for (int r = 0; r < c.size(); ++r) {
+    if (torch) nb::module_::import_("torch").attr("cuda").attr("synchronize")(c.device(r));
+    if (cupy) nb::module_::import_("cupy").attr("cuda").attr("Device")(c.device(r)).attr("synchronize")();
+  }
+}
+
 Comm::Streams streams_of(Comm& c, std::optional<std::vector<uintptr_t>> s) {
   if (!s) return {};
   GS_REQUIRE(static_cast<int>(s->size()) == c.size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "%zu streams for %d ranks",
@@ -129,8 +172,9 @@ struct PyComm {
 };
 
 const char* kBufDoc =
-    " Buffers: one per rank, device arrays (DLPack) or pointers (int, with count= and dtype=). streams: None "
-    "(blocking) or one cudaStream_t (int) per rank.";
+    " Buffers: one per rank, device arrays (DLPack or __cuda_array_interface__; count and dtype come from them) or "
+    "pointers (int, with count= and dtype=). streams: None (blocking; torch/cupy work queued on the arrays' devices "
+    "is waited for first) or one cudaStream_t (int) per rank (asynchronous, stream-ordered).";
 
 void bind_coll(nb::module_& m) {
   using OptSize = std::optional<size_t>;
@@ -156,6 +200,7 @@ void bind_coll(nb::module_& m) {
             auto s = bufs_of(c, send, "send"), r = bufs_of(c, recv, "recv");
             DataType dt = resolve_dtype(dtype, {&s, &r});
             size_t n = resolve_count(count, s, c.size(), "send");
+            settle_frameworks(c, {&s, &r}, streams.has_value());
             without_gil([&] { c.alltoall(cptrs(s), ptrs(r), n, dt, streams_of(c, streams)); });
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("count") = nb::none(), nb::arg("dtype") = nb::none(),
@@ -167,6 +212,7 @@ void bind_coll(nb::module_& m) {
             auto s = bufs_of(c, send, "send"), r = bufs_of(c, recv, "recv");
             DataType dt = resolve_dtype(dtype, {&s, &r});
             size_t n = resolve_count(count, s, 1, "send");
+            settle_frameworks(c, {&s, &r}, streams.has_value());
             without_gil([&] { c.allgather(cptrs(s), ptrs(r), n, dt, streams_of(c, streams)); });
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("count") = nb::none(), nb::arg("dtype") = nb::none(),
@@ -180,6 +226,7 @@ void bind_coll(nb::module_& m) {
             DataType dt = resolve_dtype(dtype, {&s, &r});
             size_t n = resolve_count(count, r, 1, "recv");
             coll::RedOp ro = coll::parse_redop(op);
+            settle_frameworks(c, {&s, &r}, streams.has_value());
             without_gil([&] { c.reduce_scatter(cptrs(s), ptrs(r), n, dt, ro, streams_of(c, streams)); });
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("op") = "sum", nb::arg("count") = nb::none(),
@@ -195,6 +242,7 @@ void bind_coll(nb::module_& m) {
             DataType dt = resolve_dtype(dtype, {&s, &r});
             size_t n = resolve_count(count, s, 1, "send");
             coll::RedOp ro = coll::parse_redop(op);
+            settle_frameworks(c, {&s, &r}, streams.has_value());
             without_gil([&] { c.allreduce(cptrs(s), ptrs(r), n, dt, ro, streams_of(c, streams)); });
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("op") = "sum", nb::arg("count") = nb::none(),
@@ -207,6 +255,7 @@ void bind_coll(nb::module_& m) {
             auto b = bufs_of(c, bufs, "bufs");
             DataType dt = resolve_dtype(dtype, {&b});
             size_t n = resolve_count(count, b, 1, "bufs");
+            settle_frameworks(c, {&b}, streams.has_value());
             without_gil([&] { c.bcast(ptrs(b), n, dt, root, streams_of(c, streams)); });
           },
           nb::arg("bufs"), nb::arg("root") = 0, nb::arg("count") = nb::none(), nb::arg("dtype") = nb::none(),
@@ -220,6 +269,7 @@ void bind_coll(nb::module_& m) {
             DataType dt = resolve_dtype(dtype, {&s, &r});
             size_t n = resolve_count(count, s, 1, "send");
             coll::RedOp ro = coll::parse_redop(op);
+            settle_frameworks(c, {&s, &r}, streams.has_value());
             without_gil([&] { c.reduce(cptrs(s), ptrs(r), n, dt, ro, root, streams_of(c, streams)); });
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("root") = 0, nb::arg("op") = "sum", nb::arg("count") = nb::none(),

@@ -15,4 +15,8 @@ GPUSTRIPE_LOG_LEVEL=debug GPUSTRIPE_LOG_SUBSYS=coll \
   --no-write 2>&1 | grep -E "^\[|coll" | grep -v "scratch" | sort -u | head -40 || true
 
 gpustripe bench coll --sizes 1M:1G --gpus 2,4 --iters 10 --trials 3 --warmup 2 --timeout 400 --out "$OUT/coll"
+
+# Tuning data for the automatic host share (text only, in this step's log).
+gpustripe bench coll --methods gpustripe --ops alltoall,allgather --sizes 64M,256M,1G --gpus 4 \
+  --host-shares 0,0.02,0.04,0.06,0.08,0.10 --iters 5 --trials 3 --warmup 2 --no-write | grep -A12 "busbw_gbps per"
 echo "50-coll: ok"

@@ -12,6 +12,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "core/context.hpp"
+#include "model/planner.hpp"
 #include "topology/topology.hpp"
 
 namespace gpustripe::coll {
@@ -52,7 +53,8 @@ std::vector<char*> bytes_of(const std::vector<void*>& v) {
 
 }  // namespace
 
-std::unique_ptr<Comm> Comm::create(Backend& backend, const Topology& topo, const std::vector<int>& devices) {
+std::unique_ptr<Comm> Comm::create(Backend& backend, const Topology& topo, const std::vector<int>& devices,
+                                   Planner* planner) {
   GS_REQUIRE(!devices.empty(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "a communicator needs at least one device");
   const int have = backend.device_count();
   for (size_t i = 0; i < devices.size(); ++i) {
@@ -63,15 +65,15 @@ std::unique_ptr<Comm> Comm::create(Backend& backend, const Topology& topo, const
       GS_REQUIRE(devices[i] != devices[j], GPUSTRIPE_ERR_INVALID_DEVICE,
                  "device %d is listed twice (ranks %zu and %zu): one rank per GPU", devices[i], j, i);
   }
-  return std::unique_ptr<Comm>(new Comm(backend, topo, devices));
+  return std::unique_ptr<Comm>(new Comm(backend, topo, devices, planner));
 }
 
 std::unique_ptr<Comm> Comm::create(Context& ctx, const std::vector<int>& devices) {
-  return create(ctx.backend(), ctx.topology(), devices);
+  return create(ctx.backend(), ctx.topology(), devices, ctx.planner());
 }
 
-Comm::Comm(Backend& backend, const Topology& topo, std::vector<int> devices)
-    : backend_(backend), devices_(std::move(devices)) {
+Comm::Comm(Backend& backend, const Topology& topo, std::vector<int> devices, Planner* planner)
+    : backend_(backend), planner_(planner), devices_(std::move(devices)) {
   const int n = size();
   res_.n = n;
   res_.emulated = backend.emulated();
@@ -147,8 +149,30 @@ void Comm::check_root(int root) {
              root, size() - 1);
 }
 
+double Comm::planned_host_share(size_t block) {
+  if (!planner_ || size() < 2) return -1;
+  auto it = planned_share_.find(block);
+  if (it != planned_share_.end()) return it->second;
+  // One round of the permutation: every rank sends one block to the next, all at once.
+  std::vector<TransferSpec> round;
+  for (int i = 0; i < size(); ++i) round.push_back({devices_[i], devices_[(i + 1) % size()], block});
+  double share = -1;
+  try {
+    double host = 0;
+    for (const Plan& p : planner_->plan_concurrent(round))
+      for (const PathPlan& path : p.paths)
+        if (path.kind == PathKind::HostStaged) host += static_cast<double>(path.bytes) / p.bytes;
+    share = host / round.size();
+  } catch (const Error& e) {
+    GS_LOG_INFO(Subsys::Coll, "planner gave no plan for a round of %zu-byte blocks: %s", block, e.what());
+  }
+  planned_share_[block] = share;
+  return share;
+}
+
 Choice Comm::pick(CollOp op, size_t bytes, DataType dt) {
-  Choice c = choose_schedule(op, res_, bytes, dtype_size(dt));
+  double planned = wants_host_share(op, res_, bytes) ? planned_host_share(bytes / size()) : -1;
+  Choice c = choose_schedule(op, res_, bytes, dtype_size(dt), planned);
   last_bytes_ = bytes;
   last_ = std::string(coll_op_name(op)) + " " + format_size(bytes) + " " + c.describe();
   GS_LOG_DEBUG(Subsys::Coll, "%s", last_.c_str());
@@ -168,6 +192,7 @@ void Comm::run(const std::string& key, const std::function<void(Program&)>& buil
         Program prog(size());
         build(prog);
         GS_LOG_TRACE(Subsys::Coll, "schedule: %s", prog.summary().c_str());
+        if (observer_) observer_(prog);
         return prog;
       },
       streams, as_graph);

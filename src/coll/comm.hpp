@@ -5,6 +5,7 @@
 // rules are the C API's (gpustripe/coll.h). One call at a time per communicator.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 namespace gpustripe {
 struct Topology;
 class Context;
+class Planner;
 }
 
 namespace gpustripe::coll {
@@ -29,7 +31,9 @@ class Comm {
  public:
   // Throws ERR_INVALID_DEVICE for a device the backend lacks or listed twice,
   // ERR_INVALID_ARGUMENT for an empty list. Enables peer access where possible.
-  static std::unique_ptr<Comm> create(Backend& backend, const Topology& topo, const std::vector<int>& devices);
+  // `planner` (optional) refines the host-path share of large exchanges (plan_concurrent).
+  static std::unique_ptr<Comm> create(Backend& backend, const Topology& topo, const std::vector<int>& devices,
+                                      Planner* planner = nullptr);
   // Over the context's backend and topology; the context outlives the communicator.
   static std::unique_ptr<Comm> create(Context& ctx, const std::vector<int>& devices);
   ~Comm();
@@ -55,11 +59,16 @@ class Comm {
               RedOp op, int root, const Streams& streams = {});
 
   void synchronize();
+  // For tests and tools: called with every program the communicator builds (replays of a
+  // captured graph build none).
+  void set_program_observer(std::function<void(const Program&)> observer) { observer_ = std::move(observer); }
   // "<op> <schedule description>" of the last call.
   const std::string& last_schedule() const { return last_; }
 
  private:
-  Comm(Backend& backend, const Topology& topo, std::vector<int> devices);
+  Comm(Backend& backend, const Topology& topo, std::vector<int> devices, Planner* planner);
+  // Host fraction of the planner's plans for one permutation round of peer blocks, or -1.
+  double planned_host_share(size_t block);
   Choice pick(CollOp op, size_t bytes, DataType dt);
   // Builds (or replays) the program the key names and enqueues it; blocking without streams.
   void run(const std::string& key, const std::function<void(Program&)>& build, const Streams& streams);
@@ -72,12 +81,15 @@ class Comm {
   void check_root(int root);
 
   Backend& backend_;
+  Planner* planner_;
   std::vector<int> devices_;
+  std::map<size_t, double> planned_share_;  // by peer block size
   TeamResources res_;
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<Executor> exec_;
   std::string last_;
+  std::function<void(const Program&)> observer_;
   size_t last_bytes_ = 0;  // size of the call being made (set by pick)
 };
 

@@ -106,7 +106,12 @@ std::string Choice::describe() const {
   return s + ": " + why;
 }
 
-Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t esz) {
+bool wants_host_share(CollOp op, const TeamResources& res, size_t bytes) {
+  return (op == CollOp::AllToAll || op == CollOp::AllGather) && kHostShare.get() == "auto" &&
+         bytes / std::max(1, res.n) >= kHostMin.get() && auto_host_share(op, res) > 0;
+}
+
+Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t esz, double planned) {
   Choice c;
   const int n = std::max(1, res.n);
   std::string force = forced(op);
@@ -129,10 +134,16 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     std::string hs = kHostShare.get();
     if (hs == "auto") {
       if (block >= kHostMin.get()) {
-        c.exchange.host_share = auto_host_share(op, res);
+        double bound = auto_host_share(op, res);
+        c.exchange.host_share = planned >= 0 ? std::min(planned, bound) : bound;
         if (c.exchange.host_share > 0)
-          c.why += format("; host share %s from nominal links (NVLink %.0f, PCIe %.0f GB/s)",
-                          pct(c.exchange.host_share).c_str(), res.nvlink_gbps, res.host_gbps);
+          c.why += format("; host share %s: %s", pct(c.exchange.host_share).c_str(),
+                          planned >= 0 && planned < bound
+                              ? format("the planner's for one round (bound %s)", pct(bound).c_str()).c_str()
+                              : format("half the balance of nominal links (NVLink %.0f, PCIe %.0f GB/s)%s",
+                                       res.nvlink_gbps, res.host_gbps,
+                                       planned >= 0 ? format(", planner %s", pct(planned).c_str()).c_str() : "")
+                                    .c_str());
       }
     } else {
       double f = parse_double(hs, "GPUSTRIPE_COLL_HOST_SHARE");

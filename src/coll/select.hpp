@@ -35,7 +35,15 @@ struct Choice {
 
 // bytes: the size per rank as nccl-tests reports it (the send buffer, for allgather
 // the receive buffer, for bcast the message).
-Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t elem_size);
+// planned_host_share: the host fraction the planner gives one round of the exchange
+// (plan_concurrent over the round's transfers), or < 0 when there is no planner; the
+// automatic share takes the smaller of it and the nominal bound auto_host_share().
+Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t elem_size,
+                       double planned_host_share = -1);
+
+// Whether choose_schedule would consider an automatic host share for this exchange
+// (so the caller knows when asking the planner is worth it).
+bool wants_host_share(CollOp op, const TeamResources& res, size_t bytes);
 
 // The names GPUSTRIPE_COLL_ALGO accepts for an op.
 std::vector<std::string> schedule_names(CollOp op);

@@ -168,8 +168,18 @@ void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle 
                static_cast<unsigned long long>(plan.bytes), plan.describe().c_str());
   std::lock_guard<std::mutex> lock(mu_);
   if (graphs_) {
-    launch_graph(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream);
-  } else {
+    try {
+      launch_graph(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream);
+      return;
+    } catch (const Error& e) {
+      // Capture is an optimisation: where it fails (a driver that refuses a node, say) the
+      // schedule is enqueued directly from now on. Nothing was launched for this copy.
+      GS_LOG_WARN(Subsys::Engine, "CUDA graph capture failed, replaying schedules is off from now on: %s", e.what());
+      tails_->synchronize_all();
+      graphs_ = false;
+    }
+  }
+  {
     enqueue_schedule(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream, false);
     ++schedules_;
   }
@@ -259,6 +269,25 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
   for (Lane* lane : used) backend_.wait_event(caller, lane->mark().event);
 }
 
+void Engine::prepare(const Plan& plan) {
+  caller_event(plan.src);
+  for (const PathPlan& p : plan.paths) {
+    if (p.kind == PathKind::Direct) {
+      lanes_->get(plan.src, plan.dst);
+    } else if (p.kind == PathKind::HostStaged) {
+      host_area(p.via, plan.src);
+      for (int k = 0; k < host_lanes_; ++k) {
+        lanes_->get(plan.src, kHostDevice, k);
+        lanes_->get(kHostDevice, plan.dst, k);
+      }
+    } else {
+      gpu_area(p.via);
+      lanes_->get(plan.src, p.via);
+      lanes_->get(p.via, plan.dst);
+    }
+  }
+}
+
 void Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller) {
   std::string key = plan_key(plan, dst, src);
   GraphExecHandle g = graphs_cache_->find(key);
@@ -267,6 +296,7 @@ void Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHa
     // may enqueue on it meanwhile); the graph is then launched on the caller's stream.
     StreamHandle& cs = capture_streams_.at(plan.src);
     if (!cs) cs = backend_.create_stream(plan.src);
+    prepare(plan);
     backend_.begin_capture(cs);
     try {
       enqueue_schedule(plan, dst, src, cs, true);

@@ -67,6 +67,8 @@ class Engine {
   void check_plan(const Plan& plan) const;
   void ensure_peer(int a, int b);
   void enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing);
+  // Creates the lanes, staging areas and events `plan` uses (never during a capture).
+  void prepare(const Plan& plan);
   void launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller);
   StagingArea& host_area(int socket, int src);
   StagingArea& gpu_area(int gpu);

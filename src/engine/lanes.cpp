@@ -4,6 +4,8 @@ namespace gpustripe {
 
 Lane::Lane(Backend& backend, int device) : backend_(backend), device_(device) {
   stream_ = backend_.create_stream(device);
+  // All events up front: none is created while a graph capture is under way.
+  for (size_t i = 0; i < kRing; ++i) ring_.push_back(backend_.create_event(device, false));
 }
 
 Lane::~Lane() {
@@ -13,7 +15,6 @@ Lane::~Lane() {
 }
 
 LaneMark Lane::mark() {
-  if (ring_.size() < kRing) ring_.push_back(backend_.create_event(device_, false));
   EventHandle e = ring_[next_];
   next_ = (next_ + 1) % kRing;
   backend_.record_event(e, stream_);

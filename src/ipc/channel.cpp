@@ -19,7 +19,8 @@ const SizeSetting kRingBytes{"GPUSTRIPE_IPC_RING", "256K",
                              "records; a record may use a quarter of it)"};
 
 constexpr uint64_t kMagic = 0x6770737472697065ull;  // "gpstripe"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
+constexpr int kBoardSlots = 1024;
 constexpr uint64_t kSkip = ~0ull;  // record length marking "continue at the ring's start"
 constexpr size_t kAlign = 64;
 
@@ -39,6 +40,13 @@ struct alignas(kAlign) RankSlot {
   std::atomic<uint32_t> state;
 };
 
+struct Channel::BoardSlot {
+  std::atomic<uint32_t> state;  // 0 free, 1 being written, 2 published
+  int32_t owner;                // rank
+  int32_t src_dev, dst_dev;
+  uint64_t bytes;
+};
+
 struct Channel::Header {
   uint64_t magic;
   uint32_t version;
@@ -47,6 +55,7 @@ struct Channel::Header {
   uint64_t rings_offset;  // from the segment start: nranks^2 RingCtl, then the ring bytes
   uint64_t data_offset;
   RankSlot ranks[kMaxRanks];
+  BoardSlot board[kBoardSlots];
 };
 
 struct Channel::RingCtl {
@@ -94,7 +103,7 @@ Channel::Channel(ShmSegment segment, int rank) : seg_(std::move(segment)), rank_
   GS_REQUIRE(seg_.size() >= sizeof(Header) &&
                  reinterpret_cast<std::atomic<uint64_t>*>(&h->magic)->load(std::memory_order_acquire) == kMagic &&
                  h->version == kVersion,
-             GPUSTRIPE_ERR_INVALID_ARGUMENT, "shared memory '%s' is not a gpustripe channel of version %u",
+             GPUSTRIPE_ERR_IO, "shared memory '%s' is not (yet) a gpustripe channel of version %u",
              seg_.name().c_str(), kVersion);
   nranks_ = static_cast<int>(h->nranks);
   ring_bytes_ = h->ring_bytes;
@@ -194,6 +203,40 @@ void Channel::consume(int src) {
   c->tail.store(tail + round_up(len, 8), std::memory_order_release);
 }
 
+int Channel::publish_transfer(int src_dev, int dst_dev, uint64_t bytes) {
+  for (int i = 0; i < kBoardSlots; ++i) {
+    BoardSlot& b = header()->board[i];
+    uint32_t expect = 0;
+    if (!b.state.compare_exchange_strong(expect, 1, std::memory_order_acquire)) continue;
+    b.owner = rank_;
+    b.src_dev = src_dev;
+    b.dst_dev = dst_dev;
+    b.bytes = bytes;
+    b.state.store(2, std::memory_order_release);
+    return i;
+  }
+  return -1;
+}
+
+void Channel::retire_transfer(int slot) {
+  if (slot >= 0 && slot < kBoardSlots) header()->board[slot].state.store(0, std::memory_order_release);
+}
+
+std::vector<Channel::InFlight> Channel::transfers_of_others() const {
+  std::vector<InFlight> out;
+  for (int i = 0; i < kBoardSlots; ++i) {
+    const BoardSlot& b = header()->board[i];
+    if (b.state.load(std::memory_order_acquire) != 2) continue;
+    InFlight t{b.src_dev, b.dst_dev, b.bytes};
+    int owner = b.owner;
+    if (b.state.load(std::memory_order_acquire) != 2 || owner == rank_ || owner < 0 || owner >= nranks_) continue;
+    // Entries of a rank that died or left are stale, not traffic.
+    if (header()->ranks[owner].state.load(std::memory_order_acquire) != kAlive) continue;
+    out.push_back(t);
+  }
+  return out;
+}
+
 PeerState Channel::peer_state(int r) const {
   const RankSlot& s = header()->ranks[r];
   switch (s.state.load(std::memory_order_acquire)) {
@@ -231,6 +274,35 @@ std::unique_ptr<Channel> join_channel(int rank, int nranks, const std::function<
   auto ch = std::make_unique<Channel>(std::move(seg), rank);
   barrier();
   if (rank == 0) ch->unlink();  // a crashed job leaves nothing in /dev/shm
+  return ch;
+}
+
+std::unique_ptr<Channel> join_channel_by_name(const std::string& name, int rank, int nranks) {
+  GS_REQUIRE(!name.empty() && name.find('/') == std::string::npos && name.size() < 200, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "channel name '%s': one word without '/', under 200 characters", name.c_str());
+  GS_REQUIRE(nranks >= 1 && nranks <= Channel::kMaxRanks && rank >= 0 && rank < nranks,
+             GPUSTRIPE_ERR_INVALID_ARGUMENT, "channel '%s': rank %d of %d ranks", name.c_str(), rank, nranks);
+  std::string full = "/gpustripe-" + name;
+  std::unique_ptr<Channel> ch;
+  if (rank == 0) {
+    ch = std::make_unique<Channel>(Channel::create_segment(full, nranks), 0);
+  } else {
+    // Rank 0 may not have created (or finished initialising) the segment yet.
+    Waiter w(format("channel %s: rank %d waiting for rank 0 to create it", full.c_str(), rank));
+    for (;;) {
+      try {
+        ch = std::make_unique<Channel>(ShmSegment::open(full), rank);
+        break;
+      } catch (const Error& e) {
+        if (e.status() != GPUSTRIPE_ERR_IO) throw;
+      }
+      w.pause();
+    }
+    GS_REQUIRE(ch->size() == nranks, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+               "channel %s has %d ranks, rank %d was told %d", full.c_str(), ch->size(), rank, nranks);
+  }
+  ch->wait_all_attached();
+  if (rank == 0) ch->unlink();
   return ch;
 }
 

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ipc/shm_segment.hpp"
 
@@ -61,6 +62,18 @@ class Channel {
   const void* peek(int src, size_t* bytes);
   void consume(int src);
 
+  // The node's board of GPU-to-GPU copies in flight, so a rank planning a copy can
+  // give the model the transfers other ranks run at the same time. publish returns a
+  // slot to retire once the copy is done (-1 when the board is full: not listed).
+  struct InFlight {
+    int src_dev, dst_dev;
+    uint64_t bytes;
+  };
+  int publish_transfer(int src_dev, int dst_dev, uint64_t bytes);
+  void retire_transfer(int slot);
+  // Copies in flight of the other live ranks.
+  std::vector<InFlight> transfers_of_others() const;
+
   PeerState peer_state(int r) const;
   // Throws ERR_PEER_FAILED naming the rank when it died, or when it has left and
   // `left_is_error` (we still wait for something from it).
@@ -71,6 +84,7 @@ class Channel {
  private:
   struct Header;
   struct RingCtl;
+  struct BoardSlot;
   Header* header() const;
   RingCtl* ctl(int src, int dst) const;
   char* ring(int src, int dst) const;
@@ -87,5 +101,11 @@ class Channel {
 // `barrier` says all have, the name is removed.
 std::unique_ptr<Channel> join_channel(int rank, int nranks, const std::function<void(char* name128)>& bcast,
                                       const std::function<void()>& barrier);
+
+// Joins the channel named by a word the ranks agree on without a launcher (the C
+// API): rank 0 creates "/gpustripe-<name>", the others retry opening it until it
+// is there (bounded by GPUSTRIPE_TIMEOUT); returns once all ranks have attached,
+// after rank 0 has removed the name.
+std::unique_ptr<Channel> join_channel_by_name(const std::string& name, int rank, int nranks);
 
 }  // namespace gpustripe::ipc

@@ -24,10 +24,13 @@ struct Target {
 
 Target route(MPI_Comm comm, int peer, bool device);
 
-// Nonblocking starts; *req is ours (table) or the MPI's.
+// Nonblocking starts; *req is ours (table) or the MPI's. `blocking`: a message the
+// MPI carries untouched is sent/received right here with PMPI_Send/Recv (the status
+// into `st`) and *req is MPI_REQUEST_NULL, so the caller's wait returns at once.
 int isend_impl(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool sync,
-               MPI_Request* req);
-int irecv_impl(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Request* req);
+               MPI_Request* req, bool blocking = false);
+int irecv_impl(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Request* req,
+               bool blocking = false, MPI_Status* st = MPI_STATUS_IGNORE);
 int wait_impl(MPI_Request* req, MPI_Status* st);
 int waitall_impl(int n, MPI_Request* reqs, MPI_Status* sts);
 

@@ -36,26 +36,38 @@ Target route(MPI_Comm comm, int peer, bool device) {
 }
 
 int isend_impl(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool sync,
-               MPI_Request* req) {
-  std::lock_guard<std::recursive_mutex> l(lock());
+               MPI_Request* req, bool blocking) {
+  std::unique_lock<std::recursive_mutex> l(lock());
   Runtime* rt = Runtime::get();
-  bool device = rt && rt->locate(buf).device;
-  Target t = route(comm, dest, device);
-  if (t.route == Route::Mpi || tag < 0)
-    return sync ? PMPI_Issend(buf, count, type, dest, tag, comm, req) : PMPI_Isend(buf, count, type, dest, tag, comm, req);
-  UserBuffer b = user_buffer(buf, count, type);
+  p2p::MemLoc loc = rt ? rt->locate(buf) : p2p::MemLoc{};
+  Target t = route(comm, dest, loc.device);
+  if (t.route == Route::Mpi || tag < 0) {  // a bad tag: the MPI reports it
+    if (!blocking)
+      return sync ? PMPI_Issend(buf, count, type, dest, tag, comm, req)
+                  : PMPI_Isend(buf, count, type, dest, tag, comm, req);
+    *req = MPI_REQUEST_NULL;
+    l.unlock();  // other threads' calls go on while the MPI blocks
+    return sync ? PMPI_Ssend(buf, count, type, dest, tag, comm) : PMPI_Send(buf, count, type, dest, tag, comm);
+  }
+  UserBuffer b = user_buffer(buf, count, type, loc);
   *req = add_request(t.route == Route::Local ? local_send(b, t.local, tag, t.ci, comm, sync)
                                              : staged_send(b, dest, tag, comm, sync));
   return MPI_SUCCESS;
 }
 
-int irecv_impl(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Request* req) {
-  std::lock_guard<std::recursive_mutex> l(lock());
+int irecv_impl(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Request* req,
+               bool blocking, MPI_Status* st) {
+  std::unique_lock<std::recursive_mutex> l(lock());
   Runtime* rt = Runtime::get();
-  bool device = rt && rt->locate(buf).device;
-  Target t = route(comm, source, device);
-  if (t.route == Route::Mpi || (tag < 0 && tag != MPI_ANY_TAG)) return PMPI_Irecv(buf, count, type, source, tag, comm, req);
-  UserBuffer b = user_buffer(buf, count, type);
+  p2p::MemLoc loc = rt ? rt->locate(buf) : p2p::MemLoc{};
+  Target t = route(comm, source, loc.device);
+  if (t.route == Route::Mpi || (tag < 0 && tag != MPI_ANY_TAG)) {
+    if (!blocking) return PMPI_Irecv(buf, count, type, source, tag, comm, req);
+    *req = MPI_REQUEST_NULL;
+    l.unlock();
+    return PMPI_Recv(buf, count, type, source, tag, comm, st);
+  }
+  UserBuffer b = user_buffer(buf, count, type, loc);
   switch (t.route) {
     case Route::Local: *req = add_request(local_recv(b, t.local, tag, t.ci, comm)); break;
     case Route::Staged: *req = add_request(staged_recv(b, source, tag, comm)); break;
@@ -119,15 +131,9 @@ int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_
 static int blocking_send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool sync,
                          const char* call) {
   try {
-    {
-      std::lock_guard<std::recursive_mutex> l(lock());
-      Runtime* rt = Runtime::get();
-      if (route(comm, dest, rt && rt->locate(buf).device).route == Route::Mpi)
-        return sync ? PMPI_Ssend(buf, count, type, dest, tag, comm) : PMPI_Send(buf, count, type, dest, tag, comm);
-    }
     MPI_Request r;
-    int rc = isend_impl(buf, count, type, dest, tag, comm, sync, &r);
-    return rc == MPI_SUCCESS ? wait_impl(&r, MPI_STATUS_IGNORE) : rc;
+    int rc = isend_impl(buf, count, type, dest, tag, comm, sync, &r, /*blocking*/ true);
+    return rc == MPI_SUCCESS && r != MPI_REQUEST_NULL ? wait_impl(&r, MPI_STATUS_IGNORE) : rc;
   } catch (const std::exception& e) {
     return report(comm, call, e);
   }
@@ -143,15 +149,9 @@ int MPI_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, 
 
 int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Status* st) {
   try {
-    {
-      std::lock_guard<std::recursive_mutex> l(lock());
-      Runtime* rt = Runtime::get();
-      if (route(comm, source, rt && rt->locate(buf).device).route == Route::Mpi)
-        return PMPI_Recv(buf, count, type, source, tag, comm, st);
-    }
     MPI_Request r;
-    int rc = irecv_impl(buf, count, type, source, tag, comm, &r);
-    return rc == MPI_SUCCESS ? wait_impl(&r, st) : rc;
+    int rc = irecv_impl(buf, count, type, source, tag, comm, &r, /*blocking*/ true, st);
+    return rc == MPI_SUCCESS && r != MPI_REQUEST_NULL ? wait_impl(&r, st) : rc;
   } catch (const std::exception& e) {
     return report(comm, "MPI_Recv", e);
   }
@@ -160,14 +160,16 @@ int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_C
 int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf,
                  int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status* st) {
   try {
+    bool untouched;
     {
       std::lock_guard<std::recursive_mutex> l(lock());
       Runtime* rt = Runtime::get();
-      if (route(comm, dest, rt && rt->locate(sendbuf).device).route == Route::Mpi &&
-          route(comm, source, rt && rt->locate(recvbuf).device).route == Route::Mpi)
-        return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
-                             recvtag, comm, st);
+      untouched = route(comm, dest, rt && rt->locate(sendbuf).device).route == Route::Mpi &&
+                  route(comm, source, rt && rt->locate(recvbuf).device).route == Route::Mpi;
     }
+    if (untouched)
+      return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
+                           comm, st);
     MPI_Request r[2];
     MPI_Status s[2];
     int rc = irecv_impl(recvbuf, recvcount, recvtype, source, recvtag, comm, &r[1]);
@@ -189,13 +191,14 @@ int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int 
     if (!rt) return PMPI_Sendrecv_replace(buf, count, type, dest, sendtag, source, recvtag, comm, st);
     Layout l;
     p2p::MemLoc loc;
+    bool untouched;
     {
       std::lock_guard<std::recursive_mutex> g(lock());
       loc = rt->locate(buf);
-      if (route(comm, dest, loc.device).route == Route::Mpi && route(comm, source, loc.device).route == Route::Mpi)
-        return PMPI_Sendrecv_replace(buf, count, type, dest, sendtag, source, recvtag, comm, st);
+      untouched = route(comm, dest, loc.device).route == Route::Mpi && route(comm, source, loc.device).route == Route::Mpi;
       l = layout_of(count, type);
     }
+    if (untouched) return PMPI_Sendrecv_replace(buf, count, type, dest, sendtag, source, recvtag, comm, st);
     // Receive into a copy of the span (same kind of memory), then copy it back: the
     // holes of a non-contiguous type keep their bytes.
     Backend& be = rt->context().backend();

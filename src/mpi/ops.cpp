@@ -183,10 +183,8 @@ std::vector<std::unique_ptr<Op>>& detached() {
 
 }  // namespace
 
-UserBuffer user_buffer(const void* buf, int count, MPI_Datatype type) {
-  UserBuffer b{const_cast<void*>(buf), count, type, layout_of(count, type), {}};
-  b.loc = rt().locate(buf);
-  return b;
+UserBuffer user_buffer(const void* buf, int count, MPI_Datatype type, p2p::MemLoc loc) {
+  return UserBuffer{const_cast<void*>(buf), count, type, layout_of(count, type), loc};
 }
 
 std::unique_ptr<Op> local_send(const UserBuffer& b, int local_dst, int tag, std::shared_ptr<const CommInfo> ci,

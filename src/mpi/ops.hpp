@@ -44,7 +44,7 @@ struct UserBuffer {
   Layout layout;
   p2p::MemLoc loc;
 };
-UserBuffer user_buffer(const void* buf, int count, MPI_Datatype type);
+UserBuffer user_buffer(const void* buf, int count, MPI_Datatype type, p2p::MemLoc loc);
 
 std::unique_ptr<Op> local_send(const UserBuffer& b, int local_dst, int tag, std::shared_ptr<const CommInfo> ci,
                                MPI_Comm comm, bool synchronous);

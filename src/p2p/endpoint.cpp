@@ -119,7 +119,13 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
     f.kind = FrameKind::Rts;
     r->state_ = Request::State::Posted;
     active_sends_.push_back(r);
-    post(dst, f);
+    Exported e;
+    if (dst != ch_.rank() && r->loc_.device && try_export(buf, &e)) {
+      f.flags = kRtsExported;  // pull: the receiver copies out of our buffer
+      post(dst, f, &e, sizeof e);
+    } else {
+      post(dst, f);
+    }
   }
   progress_locked();
   return r;
@@ -145,7 +151,7 @@ RequestPtr Endpoint::irecv(void* buf, uint64_t capacity, int src, int tag, uint6
     if (!matches(*r, it->src, it->tag, it->comm)) continue;
     Unexpected u = std::move(*it);
     unexpected_.erase(it);
-    deliver(r, u.src, u.tag, u.bytes, u.rendezvous, u.sync, u.send_id, u.payload.data());
+    deliver(r, u.src, u.tag, u.bytes, u.rendezvous, u.flags, u.send_id, u.payload.data());
     return r;
   }
   posted_.push_back(r);
@@ -170,6 +176,12 @@ void Endpoint::handle(int src, const Frame& f, const char* payload) {
       break;
     }
     case FrameKind::Fin: complete_recv(*find_recv(f.recv_id)); break;
+    case FrameKind::Done: {  // the receiver pulled the data out of our buffer
+      RequestPtr s = find_send(f.send_id);
+      s->status_.bytes = f.bytes;
+      s->state_ = Request::State::Done;
+      break;
+    }
     case FrameKind::SyncAck: {
       RequestPtr s = find_send(f.send_id);
       s->status_.bytes = s->bytes_;
@@ -184,21 +196,22 @@ void Endpoint::handle(int src, const Frame& f, const char* payload) {
 
 void Endpoint::on_message(int src, const Frame& f, const char* payload) {
   bool rendezvous = f.kind == FrameKind::Rts;
-  bool sync = (f.flags & kSync) != 0;
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {
     if (!matches(**it, src, f.tag, f.comm)) continue;
     RequestPtr r = *it;
     posted_.erase(it);
-    deliver(r, src, f.tag, f.bytes, rendezvous, sync, f.send_id, payload);
+    deliver(r, src, f.tag, f.bytes, rendezvous, f.flags, f.send_id, payload);
     return;
   }
-  Unexpected u{src, f.tag, f.comm, f.bytes, rendezvous, sync, f.send_id, {}};
+  Unexpected u{src, f.tag, f.comm, f.bytes, rendezvous, f.flags, f.send_id, {}};
   if (!rendezvous) u.payload.assign(payload, payload + f.bytes);
+  else if (f.flags & kRtsExported) u.payload.assign(payload, payload + sizeof(Exported));
   unexpected_.push_back(std::move(u));
 }
 
-void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bool rendezvous, bool sync,
+void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bool rendezvous, uint32_t flags,
                        uint64_t send_id, const char* payload) {
+  bool sync = (flags & kSync) != 0;
   uint64_t n = std::min(bytes, r->bytes_);
   r->status_.source = src;
   r->status_.tag = tag;
@@ -235,19 +248,29 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
     return;
   }
   active_recvs_.push_back(r);
+  if (flags & kRtsExported) {  // pull out of the sender's device buffer
+    Exported e;
+    std::memcpy(&e, payload, sizeof e);
+    if (n == 0) {
+      Frame done{};
+      done.kind = FrameKind::Done;
+      done.send_id = send_id;
+      post(src, done);
+      complete_recv(*r);
+      return;
+    }
+    char* from = map_exported(src, e, n);
+    r->ticket_ = mover_.start(r->rbuf_, r->loc_.device ? r->loc_.dev : kHostDevice, from, e.handle.device, n);
+    r->state_ = Request::State::Copying;
+    return;
+  }
   Frame cts{};
   cts.kind = FrameKind::Cts;
   cts.send_id = send_id;
   cts.recv_id = r->id_;
   cts.bytes = n;
-  if (n > 0 && r->loc_.device && backend_) {
-    CtsMapped m{};
-    m.handle = backend_->ipc_export(r->rbuf_);
-    PointerInfo info = backend_->pointer_info(r->rbuf_);
-    GS_REQUIRE(info.base != 0, GPUSTRIPE_ERR_INVALID_POINTER, "receive buffer %p: the backend knows no base",
-               r->rbuf_);
-    m.exporter_base = info.base;
-    m.offset = reinterpret_cast<uintptr_t>(r->rbuf_) - info.base;
+  Exported m;
+  if (n > 0 && r->loc_.device && try_export(r->rbuf_, &m)) {
     cts.flags = kCtsMapped;
     r->state_ = Request::State::WaitFin;
     post(src, cts, &m, sizeof m);
@@ -255,6 +278,48 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
     cts.flags = kCtsStream;
     r->state_ = n ? Request::State::Streaming : Request::State::WaitFin;
     post(src, cts);
+  }
+}
+
+bool Endpoint::try_export(const void* p, Exported* e) {
+  if (!backend_) return false;
+  try {
+    PointerInfo info = backend_->pointer_info(p);
+    if (info.kind != MemoryKind::Device || info.base == 0) return false;
+    e->handle = backend_->ipc_export(p);
+    e->exporter_base = info.base;
+    e->offset = reinterpret_cast<uintptr_t>(p) - info.base;
+    return true;
+  } catch (const Error& err) {
+    // Memory without IPC handles (some pool allocations): the data takes the stream path.
+    GS_LOG_DEBUG(Subsys::P2p, "rank %d: %p cannot be exported (%s): streaming it", ch_.rank(), p, err.what());
+    return false;
+  }
+}
+
+char* Endpoint::map_exported(int peer, const Exported& e, uint64_t bytes) {
+  GS_REQUIRE(cache_, GPUSTRIPE_ERR_INTERNAL, "rank %d: mapped rendezvous without a backend", ch_.rank());
+  GS_REQUIRE(e.offset + bytes <= e.handle.size, GPUSTRIPE_ERR_INTERNAL,
+             "rank %d's buffer [%llu, +%llu) exceeds its allocation of %zu bytes", peer,
+             static_cast<unsigned long long>(e.offset), static_cast<unsigned long long>(bytes), e.handle.size);
+  return static_cast<char*>(cache_->map(peer, e.exporter_base, e.handle)) + e.offset;
+}
+
+void Endpoint::advance_recvs() {
+  for (auto it = active_recvs_.begin(); it != active_recvs_.end();) {
+    Request& r = **it;
+    if (r.state_ != Request::State::Copying || !mover_.done(r.ticket_)) {
+      ++it;
+      continue;
+    }
+    Frame done{};
+    done.kind = FrameKind::Done;
+    done.send_id = r.peer_id_;
+    done.bytes = r.granted_;
+    post(r.status_.source, done);
+    r.status_.bytes = r.granted_;
+    r.state_ = Request::State::Done;
+    it = active_recvs_.erase(it);
   }
 }
 
@@ -278,15 +343,10 @@ void Endpoint::on_cts(int src, const Frame& f, const char* payload) {
     return;
   }
   if (f.flags & kCtsMapped) {
-    CtsMapped m;
+    Exported m;
     std::memcpy(&m, payload, sizeof m);
-    GS_REQUIRE(cache_, GPUSTRIPE_ERR_INTERNAL, "rank %d: mapped rendezvous without a backend", ch_.rank());
-    GS_REQUIRE(m.offset + f.bytes <= m.handle.size, GPUSTRIPE_ERR_INTERNAL,
-               "rank %d's receive buffer [%llu, +%llu) exceeds its allocation of %zu bytes", src,
-               static_cast<unsigned long long>(m.offset), static_cast<unsigned long long>(f.bytes), m.handle.size);
-    char* base = static_cast<char*>(cache_->map(src, m.exporter_base, m.handle));
-    s->ticket_ = mover_.start(base + m.offset, m.handle.device, s->sbuf_, s->loc_.device ? s->loc_.dev : kHostDevice,
-                              f.bytes);
+    char* to = map_exported(src, m, f.bytes);
+    s->ticket_ = mover_.start(to, m.handle.device, s->sbuf_, s->loc_.device ? s->loc_.dev : kHostDevice, f.bytes);
     s->state_ = Request::State::Copying;
   } else {
     s->state_ = Request::State::Streaming;
@@ -346,6 +406,7 @@ void Endpoint::progress_locked() {
     }
   }
   advance_sends();
+  advance_recvs();
   for (int p = 0; p < ch_.size(); ++p)
     if (p != ch_.rank()) flush_outgoing(p);
 }

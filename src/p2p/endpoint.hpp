@@ -8,11 +8,12 @@
 //
 // Eager below GPUSTRIPE_P2P_EAGER_LIMIT: the data rides in the channel (device
 // sources are copied out first) and the send completes once it is buffered.
-// Rendezvous above it: the receiver, once matched, exports its buffer when it is
-// device memory and the sender copies straight into it (the engine's multi-path
-// copy when there is one); a plain host receive buffer gets the data as fragments
-// through the channel instead. A message longer than the receive buffer delivers
-// what fits and completes the receive with GPUSTRIPE_ERR_TRUNCATE.
+// Rendezvous above it (frame.hpp): a device send buffer is exported with the
+// announcement and the matched receiver copies out of it (pull: the engine's
+// multi-path copy when there is one), so the data moves without the sender's
+// progress; a host send buffer goes into an exported device receive buffer (push)
+// or as fragments through the channel (stream). A message longer than the receive
+// buffer delivers what fits and completes the receive with GPUSTRIPE_ERR_TRUNCATE.
 //
 // Progress happens inside the calls (test, wait, probe, progress): no thread.
 // Thread-safe (one mutex). A dead peer fails the waits that need it with
@@ -90,9 +91,9 @@ class Endpoint {
     uint64_t comm;
     uint64_t bytes;
     bool rendezvous;
-    bool sync;
+    uint32_t flags;
     uint64_t send_id;
-    std::vector<char> payload;  // eager data
+    std::vector<char> payload;  // eager data, or the Exported send buffer of a pull
   };
 
   void progress_locked();
@@ -101,8 +102,13 @@ class Endpoint {
   void handle(int src, const Frame& f, const char* payload);
   void on_message(int src, const Frame& f, const char* payload);
   // A matched receive takes the message (eager payload or a rendezvous start).
-  void deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bool rendezvous, bool sync, uint64_t send_id,
-               const char* payload);
+  void deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bool rendezvous, uint32_t flags,
+               uint64_t send_id, const char* payload);
+  // This process's address of a buffer `peer` exported (mapping cache).
+  char* map_exported(int peer, const Exported& e, uint64_t bytes);
+  // The Exported form of a device buffer; false when it cannot be exported.
+  bool try_export(const void* p, Exported* e);
+  void advance_recvs();
   void complete_recv(Request& r);
   void on_cts(int src, const Frame& f, const char* payload);
   void advance_sends();

@@ -1,11 +1,15 @@
 // The records p2p ranks exchange over the node-local channel (ipc/channel.hpp).
 //
 //   eager       Eager{tag, comm, bytes, payload}            small messages, data inline
-//   rendezvous  Rts{tag, comm, bytes} -> Cts{grant} -> ...   large messages:
-//                 Cts mapped: the receiver exported its buffer; the sender maps it,
-//                   copies into it (multi-path) and sends Fin.
-//                 Cts stream: the receive buffer cannot be exported (plain host
-//                   memory); the sender sends Data fragments through the ring.
+//   rendezvous  large messages, three ways:
+//     pull      Rts{exported send buffer} -> the receiver, once matched, maps the
+//               sender's device buffer and copies out of it (multi-path), then sends
+//               Done. The sender needs no progress of its own for the data to move, so
+//               a sender blocked in some other MPI call cannot stall the receiver.
+//     push      Rts -> Cts{exported receive buffer}: the sender's buffer is host memory
+//               (not exportable) and the receiver's is device memory; the sender copies
+//               into it and sends Fin.
+//     stream    Rts -> Cts{stream}: neither end is exportable; Data fragments follow.
 //   Ssend       Eager with kSync: the receiver answers SyncAck once it matched.
 #pragma once
 #include <cstdint>
@@ -14,19 +18,20 @@
 
 namespace gpustripe::p2p {
 
-enum class FrameKind : uint32_t { Eager = 1, Rts = 2, Cts = 3, Data = 4, Fin = 5, SyncAck = 6 };
+enum class FrameKind : uint32_t { Eager = 1, Rts = 2, Cts = 3, Data = 4, Fin = 5, SyncAck = 6, Done = 7 };
 
 enum FrameFlags : uint32_t {
   kSync = 1u,        // Eager: the sender waits for SyncAck (synchronous send)
-  kCtsMapped = 2u,   // Cts: payload is a CtsMapped
+  kCtsMapped = 2u,   // Cts: payload is an Exported receive buffer (push)
   kCtsStream = 4u,   // Cts: send Data fragments
+  kRtsExported = 8u, // Rts: payload is the Exported send buffer (pull)
 };
 
 struct Frame {
   FrameKind kind;
   int32_t tag;
   uint64_t comm;
-  uint64_t bytes;    // Eager/Rts: message size; Cts: bytes granted (min of size and capacity); Data: fragment
+  uint64_t bytes;    // Eager/Rts: message size; Cts/Done: bytes granted (min of size and capacity); Data: fragment
   uint64_t send_id;  // the sender's request
   uint64_t recv_id;  // the receiver's request (Cts, Data, Fin)
   uint64_t offset;   // Data: position in the message
@@ -34,10 +39,11 @@ struct Frame {
   uint32_t reserved;
 };
 
-struct CtsMapped {
+// A device buffer one side exports for the other to map.
+struct Exported {
   Backend::IpcMemHandle handle;
-  uint64_t exporter_base;  // the allocation's base in the receiver: the mapping cache key
-  uint64_t offset;         // receive buffer - base
+  uint64_t exporter_base;  // the allocation's base in the exporter: the mapping cache key
+  uint64_t offset;         // buffer - base
 };
 
 }  // namespace gpustripe::p2p

@@ -3,7 +3,10 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 #include "engine/engine.hpp"
+#include "ipc/channel.hpp"
+#include "model/planner.hpp"
 
 namespace gpustripe::p2p {
 
@@ -11,18 +14,19 @@ Mover::Mover(Backend* backend, CopyFn copy) : backend_(backend), copy_(std::move
   if (backend_ && !copy_)
     copy_ = [b = backend_](void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) {
       b->copy_async(dst, dd, src, sd, n, s);
+      return std::function<void()>();
     };
 }
 
 Mover::~Mover() {
   if (!backend_) return;
   // Copies still in flight write into peers' buffers: let them land first.
-  for (auto& kv : pending_) {
+  while (!pending_.empty()) {
     try {
-      backend_->synchronize_event(kv.second);
+      backend_->synchronize_event(pending_.begin()->second.event);
     } catch (...) {
     }
-    free_events_.push_back(kv.second);
+    finish(pending_.begin());
   }
   for (EventHandle e : free_events_) backend_->destroy_event(e);
   for (auto& kv : streams_) backend_->destroy_stream(kv.second);
@@ -57,7 +61,7 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
   GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
   int dev = src_dev != kHostDevice ? src_dev : dst_dev;
   StreamHandle s = stream_for(dev);
-  copy_(dst, dst_dev, src, src_dev, bytes, s);
+  std::function<void()> after = copy_(dst, dst_dev, src, src_dev, bytes, s);
   EventHandle e = nullptr;
   for (auto it = free_events_.begin(); it != free_events_.end(); ++it)
     if (event_dev_[*it] == dev) {
@@ -70,16 +74,22 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
     event_dev_[e] = dev;
   }
   backend_->record_event(e, s);
-  pending_[ticket] = e;
+  pending_[ticket] = Pending{e, std::move(after)};
   return ticket;
+}
+
+void Mover::finish(std::map<uint64_t, Pending>::iterator it) {
+  free_events_.push_back(it->second.event);
+  std::function<void()> after = std::move(it->second.after);
+  pending_.erase(it);
+  if (after) after();
 }
 
 bool Mover::done(uint64_t ticket) {
   auto it = pending_.find(ticket);
   if (it == pending_.end()) return true;
-  if (!backend_->query_event(it->second)) return false;
-  free_events_.push_back(it->second);
-  pending_.erase(it);
+  if (!backend_->query_event(it->second.event)) return false;
+  finish(it);
   return true;
 }
 
@@ -87,15 +97,35 @@ void Mover::copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_
   uint64_t t = start(dst, dst_dev, src, src_dev, bytes);
   auto it = pending_.find(t);
   if (it == pending_.end()) return;
-  backend_->synchronize_event(it->second);
-  free_events_.push_back(it->second);
-  pending_.erase(it);
+  backend_->synchronize_event(it->second.event);
+  finish(it);
 }
 
-Mover::CopyFn engine_copy(Engine& engine) {
-  return [&engine](void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) {
-    if (dd != kHostDevice && sd != kHostDevice) engine.copy_async(dst, dd, src, sd, n, s);
-    else engine.backend().copy_async(dst, dd, src, sd, n, s);
+Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
+  return [&engine, board](void* dst, int dd, const void* src, int sd, size_t n,
+                          StreamHandle s) -> std::function<void()> {
+    if (dd == kHostDevice || sd == kHostDevice) {
+      engine.backend().copy_async(dst, dd, src, sd, n, s);
+      return {};
+    }
+    if (!board || !engine.planner() || sd == dd) {
+      engine.copy_async(dst, dd, src, sd, n, s);
+      return {};
+    }
+    std::vector<TransferSpec> specs;
+    for (const ipc::Channel::InFlight& t : board->transfers_of_others())
+      if (t.src_dev != t.dst_dev) specs.push_back(TransferSpec{t.src_dev, t.dst_dev, t.bytes});
+    if (specs.empty()) {
+      engine.copy_async(dst, dd, src, sd, n, s);
+    } else {
+      specs.push_back(TransferSpec{sd, dd, n});
+      Plan plan = engine.planner()->plan_concurrent(specs).back();
+      GS_LOG_DEBUG(Subsys::P2p, "GPU %d -> %d, %zu bytes, with %zu other copies in flight: %s", sd, dd, n,
+                   specs.size() - 1, plan.describe().c_str());
+      engine.copy_with_plan(plan, dst, src, s);
+    }
+    int slot = board->publish_transfer(sd, dd, n);
+    return [board, slot] { board->retire_transfer(slot); };
   };
 }
 

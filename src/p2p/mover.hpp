@@ -14,7 +14,10 @@
 
 namespace gpustripe {
 class Engine;
+namespace ipc {
+class Channel;
 }
+}  // namespace gpustripe
 
 namespace gpustripe::p2p {
 
@@ -26,8 +29,9 @@ struct MemLoc {
 
 class Mover {
  public:
-  using CopyFn = std::function<void(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
-                                    StreamHandle stream)>;
+  // Enqueues the copy on `stream`; returns what to run once it has completed (may be empty).
+  using CopyFn = std::function<std::function<void()>(void* dst, int dst_dev, const void* src, int src_dev,
+                                                     size_t bytes, StreamHandle stream)>;
   // `backend` null: host memory only. `copy` empty: backend->copy_async.
   explicit Mover(Backend* backend, CopyFn copy = {});
   ~Mover();
@@ -50,7 +54,12 @@ class Mover {
   Backend* backend_;
   CopyFn copy_;
   std::map<int, StreamHandle> streams_;
-  std::map<uint64_t, EventHandle> pending_;  // ticket -> event recorded after the copy
+  struct Pending {
+    EventHandle event;            // recorded after the copy
+    std::function<void()> after;  // the copy function's completion step
+  };
+  std::map<uint64_t, Pending> pending_;
+  void finish(std::map<uint64_t, Pending>::iterator it);
   std::vector<EventHandle> free_events_;
   std::map<EventHandle, int> event_dev_;
   uint64_t next_ticket_ = 1;
@@ -58,7 +67,9 @@ class Mover {
 
 // The copy of a p2p layer with an engine: GPU-to-GPU copies (a rendezvous into a
 // peer's buffer) are the engine's multi-path copies; copies to and from host memory
-// are plain backend copies (the engine moves data between GPUs only).
-Mover::CopyFn engine_copy(Engine& engine);
+// are plain backend copies (the engine moves data between GPUs only). With `board`,
+// a copy is listed on the node's board while it runs, and planned together with the
+// other ranks' copies in flight (Planner::plan_concurrent), which share the links.
+Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board = nullptr);
 
 }  // namespace gpustripe::p2p

@@ -30,10 +30,10 @@ class Request {
  private:
   friend class Endpoint;
   enum class State {
-    Posted,     // receive: waiting for a matching message; send: Rts sent, waiting for Cts
+    Posted,     // receive: waiting for a matching message; send: Rts sent, waiting for Cts or Done
     SyncWait,   // eager synchronous send: waiting for SyncAck
     Streaming,  // send: Data fragments left to push; receive: fragments arriving
-    Copying,    // send: copy into the mapped receive buffer in flight
+    Copying,    // send (push) / receive (pull): the copy between the buffers is in flight
     WaitFin,    // receive: the sender copies into our buffer
     Done,
   };

@@ -1,6 +1,7 @@
 // The emulated backend's contract: stream order, CUDA event semantics under
 // injected jitter, the pointer table, checks that refuse bad pointers before
 // anything is written, cross-process memory, pinned memory, timing, the factory.
+#include <dirent.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/emulated/emulated_backend.hpp"
+#include "backend/emulated/shm_segment.hpp"
 #include "common/error.hpp"
 #include "test_util.hpp"
 #include "topology/topology.hpp"
@@ -592,6 +594,37 @@ TEST_F(Emulated, IpcOfFreedMemoryOrForeignHandlesIsRefused) {
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+// Segments in /dev/shm whose names carry `pid`.
+static int segments_of(pid_t pid) {
+  std::string prefix = format("gpustripe.%d.", static_cast<int>(pid));
+  int count = 0;
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (struct dirent* e = readdir(dir)) count += std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0;
+    closedir(dir);
+  }
+  return count;
+}
+
+TEST_F(Emulated, SegmentsOfDeadProcessesAreRemoved) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto child = make_emulated_backend(make_topology(1));
+    child->alloc_device(0, 4096);
+    _exit(0);  // dies without freeing, as a killed process would
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_EQ(segments_of(pid), 1);
+  emu::remove_stale_segments();
+  EXPECT_EQ(segments_of(pid), 0);
+  void* mine = be->alloc_device(0, 4096);  // a live process's segments stay
+  emu::remove_stale_segments();
+  EXPECT_EQ(be->pointer_info(mine).kind, MemoryKind::Device);
+  EXPECT_EQ(segments_of(getpid()), 1);
+  be->free_device(mine);
 }
 
 TEST(BackendFactory, KindsAndSetting) {

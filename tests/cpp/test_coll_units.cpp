@@ -127,6 +127,19 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   EXPECT_EQ(choose_schedule(CollOp::Bcast, h200(2), 64 << 20, 4).name, "direct");
 }
 
+TEST(CollSelect, PlannerShareIsCappedByTheNominalBound) {
+  TeamResources r = h200(4);
+  double bound = auto_host_share(CollOp::AllToAll, r);
+  EXPECT_TRUE(wants_host_share(CollOp::AllToAll, r, 256 << 20));
+  EXPECT_FALSE(wants_host_share(CollOp::AllReduce, r, 256 << 20));
+  EXPECT_FALSE(wants_host_share(CollOp::AllToAll, r, 16 << 20));
+  Choice low = choose_schedule(CollOp::AllToAll, r, 256 << 20, 4, 0.01);
+  EXPECT_DOUBLE_EQ(low.exchange.host_share, 0.01);
+  EXPECT_NE(low.why.find("planner"), std::string::npos) << low.why;
+  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 20, 4, 0.2).exchange.host_share, bound);
+  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllGather, r, 256 << 20, 4, 0.0).exchange.host_share, 0.0);
+}
+
 TEST(CollSelect, NoPeerAccessMeansCopyEngines) {
   TeamResources r = h200(4);
   r.all_peer = false;

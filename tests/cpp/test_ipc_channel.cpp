@@ -114,3 +114,38 @@ TEST(IpcChannel, RankAttachedTwiceOrOutOfRangeIsRejected) {
   EXPECT_THROW(ShmSegment::open("/gpustripe-test-does-not-exist"), Error);
   EXPECT_THROW(Channel::create_segment(name, 2), Error) << "an existing name must not be reused";
 }
+
+TEST(IpcChannel, TransferBoardShowsOtherRanksCopiesWhileTheyRun) {
+  EXPECT_RANKS_OK(run_ranks(3, [](int rank, Channel& ch) {
+    auto barrier_on = [&](int from, uint32_t step) {  // a record from `from` says "step done"
+      if (rank == from) {
+        for (int p = 0; p < ch.size(); ++p)
+          if (p != rank) send_record(ch, p, {}, step);
+      } else {
+        std::vector<char> r = recv_record(ch, from);
+        uint32_t got;
+        std::memcpy(&got, r.data(), sizeof got);
+        RANK_CHECK(got == step);
+      }
+    };
+    int slot = -1;
+    if (rank == 1) slot = ch.publish_transfer(1, 0, 1 << 20);
+    if (rank == 2) ch.publish_transfer(2, 3, 4096);  // rank 2 then leaves: its entry is stale
+    barrier_on(1, 1);
+    if (rank == 2) return;
+    // Rank 2 left (this waits for its record, sent before it left) but may still be alive:
+    // wait until its slot says so.
+    while (ch.peer_state(2) == PeerState::Alive) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    auto seen = ch.transfers_of_others();
+    if (rank == 0) {
+      RANK_CHECK(seen.size() == 1);
+      RANK_CHECK(seen[0].src_dev == 1 && seen[0].dst_dev == 0 && seen[0].bytes == (1u << 20));
+    } else {
+      RANK_CHECK(seen.empty());  // its own copies are not "others"
+    }
+    barrier_on(0, 2);
+    if (rank == 1) ch.retire_transfer(slot);
+    barrier_on(1, 3);
+    if (rank == 0) RANK_CHECK(ch.transfers_of_others().empty());
+  }));
+}

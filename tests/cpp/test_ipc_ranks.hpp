@@ -33,10 +33,8 @@ struct RankResult {
   bool timed_out = false;
 };
 
-inline std::vector<RankResult> run_ranks(int n, const std::function<void(int rank, gpustripe::ipc::Channel& ch)>& body,
-                                         double timeout_s = 60, size_t ring_bytes = 0) {
-  std::string name = gpustripe::ipc::unique_shm_name("test");
-  gpustripe::ipc::ShmSegment seg = gpustripe::ipc::Channel::create_segment(name, n, ring_bytes);
+// Forks n processes running body(rank); reaps them, killing all after timeout_s.
+inline std::vector<RankResult> run_processes(int n, const std::function<void(int rank)>& body, double timeout_s = 60) {
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> pids;
@@ -45,9 +43,7 @@ inline std::vector<RankResult> run_ranks(int n, const std::function<void(int ran
     if (pid == 0) {
       int code = 0;
       try {
-        gpustripe::ipc::Channel ch(gpustripe::ipc::ShmSegment::open(name), r);
-        ch.wait_all_attached();
-        body(r, ch);
+        body(r);
       } catch (const gpustripe::Error& e) {
         std::fprintf(stderr, "[rank %d] gpustripe error %s: %s\n", r, gpustripe::status_name(e.status()), e.what());
         code = kRankErrorBase + static_cast<int>(e.status());
@@ -87,6 +83,21 @@ inline std::vector<RankResult> run_ranks(int n, const std::function<void(int ran
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return results;
+}
+
+// n ranks attached to one fresh channel (made by this, the parent, process).
+inline std::vector<RankResult> run_ranks(int n, const std::function<void(int rank, gpustripe::ipc::Channel& ch)>& body,
+                                         double timeout_s = 60, size_t ring_bytes = 0) {
+  std::string name = gpustripe::ipc::unique_shm_name("test");
+  gpustripe::ipc::ShmSegment seg = gpustripe::ipc::Channel::create_segment(name, n, ring_bytes);
+  return run_processes(
+      n,
+      [&](int r) {
+        gpustripe::ipc::Channel ch(gpustripe::ipc::ShmSegment::open(name), r);
+        ch.wait_all_attached();
+        body(r, ch);
+      },
+      timeout_s);
 }
 
 inline int error_code(gpustripe_status_t s) { return kRankErrorBase + static_cast<int>(s); }

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <random>
 
 #include "common/error.hpp"
 #include "model/closed_form.hpp"
@@ -164,6 +165,25 @@ TEST(ModelPlanner, CachedPlanningTakesMicroseconds) {
   double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
   std::printf("cached plan: %.2f us per call (%llu)\n", us, static_cast<unsigned long long>(sink));
   EXPECT_LT(us, 200.0);  // generous: a shared CI core; the figure is printed
+}
+
+TEST(ModelPlanner, NeverPredictsSlowerThanTheFirstPathAloneOnShippedNodes) {
+  std::mt19937 rng(7);
+  for (const char* name : {"h200x4", "h200x8", "beluga-v100x4", "narval-a100x4", "mist-ac922"}) {
+    Topology t = load_topology_file(name);
+    ModelPlanner pl(t, nominal_params(t), SearchOptions{});
+    std::uniform_int_distribution<int> dev(0, t.gpu_count() - 1);
+    std::uniform_real_distribution<double> lg(10, 31);
+    for (int i = 0; i < 200; ++i) {
+      int a = dev(rng), b = dev(rng);
+      if (a == b) continue;
+      uint64_t size = static_cast<uint64_t>(std::exp2(lg(rng)));
+      Plan p = pl.plan(a, b, size);
+      const Route& first = pl.model().node().routes(a, b)[0];
+      Plan alone = build_fixed_plan(pl.model(), {{first.kind, first.via, -1, 1}}, a, b, size);
+      EXPECT_LE(p.predicted_us, alone.predicted_us * (1 + 1e-9)) << name << " " << a << "->" << b << " " << size;
+    }
+  }
 }
 
 TEST(ModelPlanner, CacheScalesToTheExactSize) {

@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <chrono>
 #include <random>
+#include <thread>
 
 #include "backend/backend.hpp"
+#include "engine/engine.hpp"
+#include "model/planner.hpp"
 #include "p2p/endpoint.hpp"
 #include "test_ipc_ranks.hpp"
 #include "test_util.hpp"
@@ -80,6 +84,7 @@ TEST(P2pDevice, DeviceAndHostEndsAllSizes) {
 }
 
 TEST(P2pDevice, MappingCacheReusesAndTruncationHolds) {
+  // Device to device is a pull: the receiver maps the sender's buffer, once.
   EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
     auto be = emulated();
     Endpoint ep(ch, be.get());
@@ -90,9 +95,8 @@ TEST(P2pDevice, MappingCacheReusesAndTruncationHolds) {
         to_device(*be, src, 0, pattern(i, n));
         ep.send(src, n, 1, 0, kComm);
       }
-      auto s = ep.handle_cache()->stats();
-      RANK_CHECK(s.misses == 1 && s.hits == 2 && s.stale_evictions == 0);
       ep.send(src, n, 1, 1, kComm);  // into a smaller buffer
+      RANK_CHECK(ep.handle_cache()->size() == 0);  // the sender mapped nothing
       be->free_device(src);
     } else {
       void* dst = be->alloc_device(1, n);
@@ -100,6 +104,8 @@ TEST(P2pDevice, MappingCacheReusesAndTruncationHolds) {
         ep.recv(dst, n, 0, 0, kComm);
         RANK_CHECK(from_device(*be, dst, 1, n) == pattern(i, n));
       }
+      auto s = ep.handle_cache()->stats();
+      RANK_CHECK(s.misses == 1 && s.hits == 2 && s.stale_evictions == 0);
       P2pStatus st = ep.recv(static_cast<char*>(dst) + 4096, n / 2, 0, 1, kComm);
       RANK_CHECK(st.error == GPUSTRIPE_ERR_TRUNCATE && st.bytes == n / 2);
       auto got = from_device(*be, static_cast<char*>(dst) + 4096, 1, n / 2);
@@ -110,44 +116,53 @@ TEST(P2pDevice, MappingCacheReusesAndTruncationHolds) {
   }));
 }
 
-TEST(P2pDevice, BufferFreedAndReallocatedAtSameAddressIsNeverStale) {
-  EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+// The side whose buffer is exported frees it and allocates a new one each round
+// (the allocator hands back the same address, typically): the mapping side must see
+// the new buffer id and remap, never copy through the stale mapping.
+//   pull: device -> device, the receiver maps the sender's (reallocated) buffer
+//   push: host -> device, the sender maps the receiver's (reallocated) buffer
+void freed_and_reallocated(bool pull) {
+  EXPECT_RANKS_OK(run_ranks(2, [pull](int rank, ipc::Channel& ch) {
     auto be = emulated();
     Endpoint ep(ch, be.get());
     size_t n = 2 << 20;
     constexpr int kRounds = 4;
-    if (rank == 0) {
-      void* src = be->alloc_device(0, n);
-      for (int i = 0; i < kRounds; ++i) {
-        to_device(*be, src, 0, pattern(100 + i, n));
-        ep.send(src, n, 1, 0, kComm);
+    bool exporter = pull ? rank == 0 : rank == 1;
+    void* prev = nullptr;
+    int reused = 0;
+    for (int i = 0; i < kRounds; ++i) {
+      auto data = pattern(100 + i, n);
+      void* buf = nullptr;
+      if (exporter || rank == 1) buf = be->alloc_device(rank, n);
+      if (exporter && buf == prev) ++reused;
+      prev = buf;
+      if (rank == 0) {
+        if (buf) to_device(*be, buf, 0, data);
+        ep.send(buf ? buf : data.data(), n, 1, 0, kComm);
+      } else {
+        to_device(*be, buf, 1, std::vector<unsigned char>(n, 0));
+        ep.recv(buf, n, 0, 0, kComm);
+        RANK_CHECK(from_device(*be, buf, 1, n) == data);
       }
-      int reused = 0;
-      ep.recv(&reused, sizeof reused, 1, 9, kComm);
+      if (buf) be->free_device(buf);
+    }
+    // The exporter tells the mapper how often its address came back.
+    int mapper = exporter ? 1 - rank : rank;
+    if (exporter) {
+      std::fprintf(stderr, "[rank %d] exported buffer address reused in %d of %d rounds\n", rank, reused, kRounds - 1);
+      ep.send(&reused, sizeof reused, mapper, 9, kComm);
+    } else {
+      ep.recv(&reused, sizeof reused, 1 - rank, 9, kComm);
       auto s = ep.handle_cache()->stats();
-      // Every round the receiver had a new buffer: at a reused address it is a stale
-      // eviction, at a new one a miss; never a hit.
-      RANK_CHECK(s.hits == 0);
+      RANK_CHECK(s.hits == 0);  // every round a new buffer: never served from the cache
       RANK_CHECK(s.stale_evictions == static_cast<uint64_t>(reused));
       RANK_CHECK(s.misses + s.stale_evictions == kRounds);
-      be->free_device(src);
-    } else {
-      void* prev = nullptr;
-      int reused = 0;
-      for (int i = 0; i < kRounds; ++i) {
-        void* dst = be->alloc_device(1, n);
-        if (dst == prev) ++reused;
-        to_device(*be, dst, 1, std::vector<unsigned char>(n, 0));
-        ep.recv(dst, n, 0, 0, kComm);
-        RANK_CHECK(from_device(*be, dst, 1, n) == pattern(100 + i, n));
-        be->free_device(dst);
-        prev = dst;
-      }
-      std::fprintf(stderr, "[rank 1] receive buffer address reused in %d of %d rounds\n", reused, kRounds - 1);
-      ep.send(&reused, sizeof reused, 0, 9, kComm);
     }
   }));
 }
+
+TEST(P2pDevice, SendBufferFreedAndReallocatedAtSameAddressIsNeverStale) { freed_and_reallocated(true); }
+TEST(P2pDevice, ReceiveBufferFreedAndReallocatedAtSameAddressIsNeverStale) { freed_and_reallocated(false); }
 
 TEST(P2pDevice, FourRanksAnySourceDeviceRendezvous) {
   EXPECT_RANKS_OK(run_ranks(4, [](int rank, ipc::Channel& ch) {
@@ -166,6 +181,57 @@ TEST(P2pDevice, FourRanksAnySourceDeviceRendezvous) {
         seen[st.source] = true;
         RANK_CHECK(from_device(*be, buf, 0, n) == pattern(st.source, n));
       }
+    }
+    be->free_device(buf);
+  }));
+}
+
+TEST(P2pDevice, EngineCopiesPlannedWithOtherRanksInFlight) {
+  // Two pairs in both directions at once: each rendezvous copy is planned with the
+  // others listed on the node's board (Planner::plan_concurrent) and must land intact.
+  EXPECT_RANKS_OK(run_ranks(4, [](int rank, ipc::Channel& ch) {
+    Topology topo = load_topology_file("h200x4");
+    auto be = make_emulated_backend(topo);
+    auto planner = make_planner(topo);
+    Engine engine(*be, topo, planner.get());
+    Endpoint ep(ch, be.get(), engine_copy(engine, &ch));
+    size_t n = 8 << 20;
+    int peer = rank ^ 1;
+    void* out = be->alloc_device(rank, n);
+    void* in = be->alloc_device(rank, n);
+    for (int round = 0; round < 3; ++round) {
+      to_device(*be, out, rank, pattern(rank * 10 + round, n));
+      auto r = ep.irecv(in, n, peer, round, kComm);
+      auto s = ep.isend(out, n, peer, round, kComm);
+      ep.wait(s);
+      ep.wait(r);
+      RANK_CHECK(from_device(*be, in, rank, n) == pattern(peer * 10 + round, n));
+    }
+    RANK_CHECK(ch.transfers_of_others().size() <= 3);
+    be->free_device(out);
+    be->free_device(in);
+  }));
+}
+
+TEST(P2pDevice, ReceiverPullsWhileTheSenderMakesNoProgress) {
+  // A sender that posted a large device send and then blocks elsewhere (another MPI
+  // call, compute) must not stall its receiver: the receiver copies the data itself.
+  EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+    auto be = emulated();
+    Endpoint ep(ch, be.get());
+    size_t n = 4 << 20;
+    void* buf = be->alloc_device(rank, n);
+    if (rank == 0) {
+      to_device(*be, buf, 0, pattern(5, n));
+      auto s = ep.isend(buf, n, 1, 0, kComm);
+      std::this_thread::sleep_for(std::chrono::seconds(2));  // no progress meanwhile
+      ep.wait(s);
+    } else {
+      auto t0 = std::chrono::steady_clock::now();
+      ep.recv(buf, n, 0, 0, kComm);
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      RANK_CHECK(s < 1.5);
+      RANK_CHECK(from_device(*be, buf, 1, n) == pattern(5, n));
     }
     be->free_device(buf);
   }));

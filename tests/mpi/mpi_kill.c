@@ -1,7 +1,8 @@
-/* A rank killed in the middle of a transfer: rank 1 announces a large message to
- * rank 0 and dies (SIGKILL) before its data moves; rank 2 (if any) waits on any
- * source. The job must end, with an error, within GPUSTRIPE_TIMEOUT: run_kill.sh
- * checks that it ends non-zero and in time. */
+/* A rank killed in the middle of a transfer: rank 1 announces a large message from
+ * host memory to rank 0's device buffer (the protocol where the sender copies, after
+ * the receiver's reply) and dies (SIGKILL) before its data moves; rank 2 (if any)
+ * waits on any source. The job must end, with an error, within GPUSTRIPE_TIMEOUT:
+ * run_kill.sh checks that it ends non-zero and in time. */
 #include <signal.h>
 #include <unistd.h>
 
@@ -18,7 +19,7 @@ int main(int argc, char** argv) {
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 1) {
     MPI_Request r;
-    MPI_Isend(b.p, (int)n, MPI_BYTE, 0, 0, MPI_COMM_WORLD, &r);
+    MPI_Isend(b.h, (int)n, MPI_BYTE, 0, 0, MPI_COMM_WORLD, &r);
     int flag;
     MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
     usleep(100000);

@@ -66,6 +66,29 @@ def test_alltoall_and_inplace_allgather(ctx):
         ctx.free_device(p)
 
 
+class _CudaArray:
+    """An array known only through __cuda_array_interface__ (as numba's are)."""
+
+    def __init__(self, ptr, n, typestr="<f4"):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (n,), "typestr": typestr, "version": 3,
+                                         "strides": None}
+
+
+def test_cuda_array_interface_objects(ctx):
+    comm = gpustripe.Comm(ctx, [0, 1])
+    data = [np.arange(10, dtype=np.float32) * (r + 1) for r in range(2)]
+    bufs = [_upload(ctx, r, data[r]) for r in range(2)]
+    arrays = [_CudaArray(b, 10) for b in bufs]
+    comm.allreduce(arrays, arrays, op="prod")  # count and dtype from the interface
+    for r in range(2):
+        np.testing.assert_allclose(_download(ctx, bufs[r], r, 10, np.float32), data[0] * data[1])
+    with pytest.raises(gpustripe.Error) as e:
+        comm.allreduce([_CudaArray(b, 10, "|u1") for b in bufs], arrays)
+    assert e.value.status == "GPUSTRIPE_ERR_INVALID_TYPE"
+    for p in bufs:
+        ctx.free_device(p)
+
+
 def test_bad_arguments_raise_with_status(ctx):
     comm = gpustripe.Comm(ctx, [0, 1])
     p = [ctx.alloc_device(0, 64), ctx.alloc_device(1, 64)]

@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
     auto ch = gpustripe::ipc::join_channel(
         local, nlocal, [&](char* name) { MPI_Bcast(name, 128, MPI_CHAR, 0, node); }, [&] { MPI_Barrier(node); });
     {
-      gpustripe::p2p::Endpoint ep(*ch, &ctx.backend(), gpustripe::p2p::engine_copy(ctx.engine()));
+      gpustripe::p2p::Endpoint ep(*ch, &ctx.backend(), gpustripe::p2p::engine_copy(ctx.engine(), ch.get()));
       NativeTransport t(o, ctx, ep, local % ctx.device_count());
       osu::run_sweep(o, t);
       ep.flush();

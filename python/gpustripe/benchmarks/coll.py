@@ -47,6 +47,9 @@ def add_arguments(p):
     p.add_argument("--out", default="bench/results", help="directory of the JSON + PNG results")
     p.add_argument("--no-write", action="store_true", help="print the tables only")
     p.add_argument("--timeout", type=int, default=900, help="seconds allowed to each NCCL/MPI worker run")
+    p.add_argument("--host-shares", default="",
+                   help="also time gpustripe alltoall/allgather with these host-path shares (comma list, e.g. "
+                        "0,0.03,0.06), as methods gpustripe_host<percent>: for tuning the automatic share")
 
 
 def _sizes(args) -> list[int]:
@@ -71,7 +74,7 @@ def _progress(row):
 
 # ---------------------------------------------------------------- gpustripe
 
-def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent):
+def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent, method="gpustripe"):
     from .. import Comm, Error, coll_time
 
     comm = Comm(ctx, list(range(ranks)))
@@ -87,10 +90,27 @@ def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent):
                 absent.setdefault(f"gpustripe/{op}/{ranks}", str(e))
                 print(f"  gpustripe {op} {size}: {e}", file=sys.stderr)
                 continue
-            row = _row(op, "gpustripe", size, t["us"], ranks, schedule=t["schedule"], min_us=t["min_us"],
+            row = _row(op, method, size, t["us"], ranks, schedule=t["schedule"], min_us=t["min_us"],
                        max_us=t["max_us"])
             rows.append(row)
             _progress(row)
+
+
+def _host_share_sweep(ctx, ranks, ops, sizes, args, rows, absent):
+    shares = [float(x) for x in args.host_shares.split(",") if x.strip()]
+    exch = [o for o in ops if o in ("alltoall", "allgather")]
+    if not shares or not exch:
+        return
+    saved = os.environ.get("GPUSTRIPE_COLL_HOST_SHARE")
+    try:
+        for f in shares:
+            os.environ["GPUSTRIPE_COLL_HOST_SHARE"] = repr(f)
+            _run_gpustripe(ctx, ranks, exch, sizes, args, rows, absent, method=f"gpustripe_host{f * 100:g}")
+    finally:
+        if saved is None:
+            os.environ.pop("GPUSTRIPE_COLL_HOST_SHARE", None)
+        else:
+            os.environ["GPUSTRIPE_COLL_HOST_SHARE"] = saved
 
 
 # ---------------------------------------------------------------- NCCL through torch.distributed
@@ -192,7 +212,13 @@ def _run_nccl(method, ranks, ops, sizes, args, rows, absent):
         if ce:
             os.environ["NCCL_CTA_POLICY"] = "2"
         try:
-            mp.spawn(_nccl_worker, args=(ranks, cfg, out), nprocs=ranks, join=True)
+            procs = mp.spawn(_nccl_worker, args=(ranks, cfg, out), nprocs=ranks, join=False)
+            deadline = time.monotonic() + args.timeout
+            while not procs.join(timeout=5):
+                if time.monotonic() > deadline:
+                    for proc in procs.processes:  # the workers this run started
+                        proc.kill()
+                    raise TimeoutError(f"workers did not finish in {args.timeout} s")
         except Exception as e:  # a worker's failure: NCCL or torch could not run this mode
             absent[f"{method}/{ranks}"] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
             print(f"  {method} on {ranks} GPUs: absent ({absent[f'{method}/{ranks}']})", flush=True)
@@ -253,18 +279,21 @@ def _mpi_worker(cfg_path):
                "allgather": lambda: staged(s, hs, hy, y, lambda a, b: comm.Allgather(a, b)),
                "reduce_scatter": lambda: staged(x, hx, hs, s, lambda a, b: comm.Reduce_scatter_block(a, b, op=MPI.SUM)),
                "bcast": lambda: staged(x, hx, hx, x, lambda a, b: comm.Bcast(a, root=0))}
+        # Host-staged calls take ~0.1-1 s at the largest sizes: fewer calls per batch there.
+        iters = max(1, min(cfg["iters"], cfg["iters"] * (64 << 20) // size))
+        warmup = min(cfg["warmup"], iters)
         for op in cfg["ops"]:
             fn = fns[op]
-            for _ in range(cfg["warmup"]):
+            for _ in range(warmup):
                 fn()
             times = []
             for _ in range(cfg["trials"]):
                 comm.Barrier()
                 t0 = time.perf_counter()
-                for _ in range(cfg["iters"]):
+                for _ in range(iters):
                     fn()
                 torch.cuda.synchronize()
-                times.append((time.perf_counter() - t0) / cfg["iters"] * 1e6)
+                times.append((time.perf_counter() - t0) / iters * 1e6)
             us = comm.allreduce(sorted(times)[len(times) // 2], op=MPI.MAX)
             if rank == 0:
                 rows.append({"op": op, "bytes": size, "us": us})
@@ -348,6 +377,7 @@ def run(args):
         print(f"== {ranks} ranks", flush=True)
         if "gpustripe" in methods:
             _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent)
+            _host_share_sweep(ctx, ranks, ops, sizes, args, rows, absent)
         for m in ("nccl", "nccl_ce"):
             if m not in methods:
                 continue

@@ -159,7 +159,7 @@ def run(args) -> int:
         if method == "mpi_host_staged":
             return None if emulated else _mpirun(args, n, {}) + [paths["mpi_bench"], *common, "--staged"]
         if method == "gpustripe":
-            return _mpirun(args, n, {}) + [paths["gs_p2p_bench"], *common]
+            return _mpirun(args, n, {}) + [paths["gs_p2p_bench"], *common, *mem]
         return None
 
     written, notes = [], {}

@@ -1,6 +1,8 @@
 #include "backend/emulated/shm_segment.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -11,9 +13,13 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 
 namespace gpustripe::emu {
 namespace {
+
+// Segment names: "/gpustripe.<pid>.<n>"; the pid tells whether the owner still lives.
+constexpr const char* kSegmentPrefix = "gpustripe.";
 
 std::string shm_free_text() {
   struct statvfs st {};
@@ -33,12 +39,34 @@ struct FdCloser {
 
 std::string new_segment_name() {
   static std::atomic<uint64_t> counter{0};
-  return format("/gpustripe.%d.%llu", static_cast<int>(getpid()),
+  return format("/%s%d.%llu", kSegmentPrefix, static_cast<int>(getpid()),
                 static_cast<unsigned long long>(counter.fetch_add(1) + 1));
+}
+
+void remove_stale_segments() noexcept {
+  DIR* dir = opendir("/dev/shm");
+  if (!dir) return;
+  const size_t prefix_len = strlen(kSegmentPrefix);
+  int removed = 0;
+  while (struct dirent* e = readdir(dir)) {
+    if (strncmp(e->d_name, kSegmentPrefix, prefix_len) != 0) continue;
+    char* end = nullptr;
+    long pid = strtol(e->d_name + prefix_len, &end, 10);
+    if (pid <= 0 || !end || *end != '.') continue;
+    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // owner alive (or not ours to judge)
+    if (shm_unlink((std::string("/") + e->d_name).c_str()) == 0) ++removed;
+  }
+  closedir(dir);
+  if (removed) GS_LOG_INFO(Subsys::Backend, "removed %d emulated memory segments left by processes that died", removed);
 }
 
 void* create_segment(const std::string& name, size_t bytes, int device) {
   int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    // Left by a dead process whose pid this one reuses (a killed process frees nothing).
+    remove_stale_segments();
+    fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  }
   if (fd < 0) GS_THROW(GPUSTRIPE_ERR_NO_MEMORY, "emulated GPU %d: shm_open(%s) failed: %s", device, name.c_str(), strerror(errno));
   FdCloser closer{fd};
   // posix_fallocate reserves the pages now: ftruncate alone would succeed and a
