@@ -37,10 +37,12 @@ export PATH="$PWD/scripts/bin:$PATH"
 
 if [ $# -eq 0 ] || [[ " $* " == *" tests "* ]]; then
   stamp "C++ tests"
-  ctest --test-dir $BUILD --output-on-failure -j 4 > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?"
+  timeout "${TESTS_TIMEOUT:-300}" ctest --test-dir $BUILD --output-on-failure -j 8 ${CTEST_ARGS:-} > "$OUT/ctest.log" 2>&1
+  echo "ctest rc=$?"
+  grep -E "Failed|\*\*\*|Timeout" "$OUT/ctest.log" | head -20
   tail -4 "$OUT/ctest.log"
   stamp "Python tests"
-  python3 -m pytest -q -rs tests/python > "$OUT/pytest.log" 2>&1; echo "pytest rc=$?"
+  timeout "${PYTEST_TIMEOUT:-180}" python3 -m pytest -q -rs tests/python > "$OUT/pytest.log" 2>&1; echo "pytest rc=$?"
   tail -3 "$OUT/pytest.log"
   pack
 fi
@@ -53,7 +55,8 @@ for step in scripts/gpu-check.d/*.sh; do
     [ $hit -eq 1 ] || continue
   fi
   stamp "step $name"
-  bash "$step" > "$OUT/$name.log" 2>&1; rc=$?
+  # Each step is bounded (STEP_TIMEOUT seconds) so one slow step cannot eat the device call.
+  timeout "${STEP_TIMEOUT:-300}" bash "$step" > "$OUT/$name.log" 2>&1; rc=$?
   echo "$name rc=$rc"; tail -25 "$OUT/$name.log"
   pack
 done

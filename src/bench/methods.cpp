@@ -25,13 +25,16 @@ StreamFork::~StreamFork() {
   }
 }
 
+void StreamFork::begin() {
+  // Recorded each repetition; a stream that waits only takes the event's current mark.
+  backend_.record_event(events_[main_dev_], main());
+  forked_ = true;
+}
+
 StreamHandle StreamFork::on(int dev) {
   if (dev == main_dev_) return main();
   if (!used_.at(dev)) {
-    if (!forked_) {
-      backend_.record_event(events_[main_dev_], main());
-      forked_ = true;
-    }
+    if (!forked_) begin();
     backend_.wait_event(streams_[dev], events_[main_dev_]);
     used_[dev] = true;
   }

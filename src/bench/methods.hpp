@@ -20,13 +20,16 @@ struct Transfer {
   uint64_t bytes;
 };
 
-// The source GPU's stream of a repetition, and a stream per other GPU, forked from it on
-// first use (they wait for an event on it) and joined back into it by join().
+// The source GPU's stream of a repetition, and a stream per other GPU, forked from it:
+// begin() marks the start of a repetition on the main stream, and a stream of another GPU
+// waits for that mark on first use, so work posted on the main stream before it is used
+// (the first direction of a bidirectional run) never delays it. join() joins them back.
 class StreamFork {
  public:
   StreamFork(Backend& backend, int main_dev);
   ~StreamFork();
   StreamHandle main() const { return streams_[main_dev_]; }
+  void begin();
   StreamHandle on(int dev);
   void join();
 

@@ -60,6 +60,7 @@ BenchRow measure_bandwidth(Context& ctx, Method& m, const std::vector<Transfer>&
   Backend& b = ctx.backend();
   const int src = ts[0].src_dev;
   for (int i = 0; i < o.warmup; ++i) {
+    streams.begin();
     m.post(ts, streams);
     streams.join();
   }
@@ -67,6 +68,7 @@ BenchRow measure_bandwidth(Context& ctx, Method& m, const std::vector<Transfer>&
   Timer timer(b, src, o.reps);
   for (int r = 0; r < o.reps; ++r) {
     b.record_event(timer.events[2 * r], streams.main());
+    streams.begin();
     m.post(ts, streams);
     streams.join();
     b.record_event(timer.events[2 * r + 1], streams.main());
@@ -94,6 +96,7 @@ BenchRow measure_latency(Context& ctx, Method& m, const std::vector<Transfer>& t
                          StreamFork& streams) {
   Backend& b = ctx.backend();
   auto once = [&] {
+    streams.begin();
     m.post(ts, streams);
     streams.join();
     b.synchronize_stream(streams.main());

@@ -63,6 +63,7 @@ class Engine {
   EngineStats stats() const;
 
  private:
+  std::shared_ptr<const Plan> cached_plan(int src, int dst, uint64_t bytes);
   void execute(const Plan& plan, void* dst, const void* src, StreamHandle stream);
   void check_plan(const Plan& plan) const;
   void ensure_peer(int a, int b);
@@ -80,6 +81,7 @@ class Engine {
   bool graphs_ = false;
   int host_lanes_ = 1;
   int ndev_ = 0;
+  uint64_t id_ = 0;
 
   mutable std::mutex mu_;  // guards everything below and the enqueue of one schedule
   std::unique_ptr<LaneSet> lanes_;

@@ -113,6 +113,7 @@ void MultipathModel::predict(std::vector<Plan>& plans) const {
       }
       ++i;
     }
+    if (plan.paths.size() > 1) plan.predicted_us += params_.split_us;
   }
 }
 

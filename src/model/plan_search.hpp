@@ -20,7 +20,7 @@ struct SearchOptions {
   uint64_t align = 4096;          // path boundaries fall on multiples of this
   uint64_t min_chunk = 64 << 10;  // smallest pipeline chunk the model chooses
   int max_chunks = 64;
-  double min_gain = 0.01;         // a path is added only if it shortens the finish time by this fraction
+  double min_gain = 0.03;         // a path is added only if it shortens the finish time by this fraction
 };
 
 // The best plan for src -> dst of `bytes` with `background` running at the same time.

@@ -12,14 +12,28 @@ namespace {
 // NVLink ports of the SXM part of a generation (used only without NVML).
 int nvlinks_by_cc(int major) { return major == 7 ? 6 : major == 8 ? 12 : major >= 9 ? 18 : 0; }
 
+// Per-link speed: NVML's field when it answers; else the GPU generation's. NVML's
+// nvmlDeviceGetNvLinkVersion answers an enum on new drivers (6 = NVLink 4.0) and the
+// plain major version on old ones, so the version alone cannot be trusted (it read 0
+// GB/s on an H200 node, where the speed field is not supported).
+double link_gbps(const NvmlReport& q, const GpuInfo& g) {
+  if (q.gbps_per_link > 0) return q.gbps_per_link;
+  double s = nvlink_gbps_by_cc(g.cc_major);
+  GS_LOG_INFO(Subsys::Topology, "GPU %d: NVML gives no NVLink speed; using %.4f GB/s per link for compute capability %d",
+              g.index, s, g.cc_major);
+  return s;
+}
+
 void links_from_nvml(const NodeReport& r, Topology& t) {
   const int n = t.gpu_count();
+  std::vector<double> speed(size_t(n), 0.0);
   for (int d = 0; d < n; ++d) {
     GpuInfo& g = t.gpus[size_t(d)];
     const NvmlReport& q = r.nvml[size_t(d)];
     g.nvswitch = q.switch_links > 0;
     g.nvlinks = g.nvswitch ? q.switch_links : q.active_links - q.cpu_links;
-    g.nvlink_gbps = g.nvlinks > 0 ? q.gbps_per_link : 0;
+    if (q.active_links > 0) speed[size_t(d)] = link_gbps(q, g);
+    g.nvlink_gbps = g.nvlinks > 0 ? speed[size_t(d)] : 0;
     if (q.cpu_links > 0) {  // POWER9: NVLink to the CPU carries host traffic
       g.host_link = HostLinkKind::NVLink;
       g.host_nvlinks = q.cpu_links;
@@ -28,7 +42,7 @@ void links_from_nvml(const NodeReport& r, Topology& t) {
   for (int i = 0; i < n; ++i)
     for (auto [j, count] : r.nvml[size_t(i)].links_to_gpu)
       if (i < j && j < n && !t.gpus[size_t(i)].nvswitch && !t.gpus[size_t(j)].nvswitch)
-        t.gpu_links.push_back({i, j, count, std::min(r.nvml[size_t(i)].gbps_per_link, r.nvml[size_t(j)].gbps_per_link)});
+        t.gpu_links.push_back({i, j, count, std::min(speed[size_t(i)], speed[size_t(j)])});
 }
 
 // Without NVML: a peer pair with native atomics is joined by NVLink (PCIe has none).
@@ -106,7 +120,7 @@ Topology assemble_topology(const NodeReport& r) {
     int from_nvml = r.nvml.size() == size_t(n) ? r.nvml[size_t(d)].numa_node : -1;
     int from_sysfs = size_t(d) < r.sysfs_numa.size() ? r.sysfs_numa[size_t(d)] : 0;
     g.numa_node = from_nvml >= 0 ? from_nvml : std::max(0, from_sysfs);
-    g.host_gbps = g.host_link == HostLinkKind::NVLink ? g.host_nvlinks * (nvml ? r.nvml[size_t(d)].gbps_per_link : 0)
+    g.host_gbps = g.host_link == HostLinkKind::NVLink ? g.host_nvlinks * (nvml ? link_gbps(r.nvml[size_t(d)], g) : 0)
                                                       : pcie_gbps(g.pcie_gen, g.pcie_width);
   }
 

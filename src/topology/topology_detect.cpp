@@ -104,8 +104,7 @@ NvmlReport query_nvml(const nvml::Api& a, int dev, const std::string& bus_id, co
   if (q.active_links && a.DeviceGetFieldValues(h, 2, f) == nvml::kSuccess && f[0].nvml_return == nvml::kSuccess &&
       f[0].value.ui > 0)
     q.gbps_per_link = f[0].value.ui / 1000.0;  // MB/s per link per direction
-  else if (q.active_links)
-    q.gbps_per_link = nvlink_gbps_by_version(version);
+  // else 0: assemble_topology() takes the GPU generation's speed (see link_gbps there).
   unsigned gen = 0, width = 0, cgen = 0, cwidth = 0;
   if (a.DeviceGetMaxPcieLinkGeneration(h, &gen) == nvml::kSuccess) q.pcie_gen = static_cast<int>(gen);
   if (a.DeviceGetMaxPcieLinkWidth(h, &width) == nvml::kSuccess) q.pcie_width = static_cast<int>(width);

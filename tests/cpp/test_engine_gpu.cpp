@@ -86,10 +86,13 @@ class GpuNode : public ::testing::Test {
   void check(int s, int d, size_t n, size_t so, size_t dof, Copy&& copy) {
     Backend& b = ctx_->backend();
     const size_t span = std::min(cap_, n + dof + 64);
-    b.memset_async(devs_[d].dst, d, 0xEE, span, devs_[s].stream);
+    // A memset runs on a stream of the memory's own GPU: poison, then copy, then read back.
+    b.memset_async(devs_[d].dst, d, 0xEE, span, devs_[d].stream);
+    b.synchronize_stream(devs_[d].stream);
     copy(devs_[d].dst + dof, devs_[s].src + so, devs_[s].stream);
-    b.copy_async(readback_, kHostDevice, devs_[d].dst, d, span, devs_[s].stream);
     b.synchronize_stream(devs_[s].stream);
+    b.copy_async(readback_, kHostDevice, devs_[d].dst, d, span, devs_[d].stream);
+    b.synchronize_stream(devs_[d].stream);
     ASSERT_EQ(std::memcmp(readback_ + dof, devs_[s].data.data() + so, n), 0)
         << s << "->" << d << " " << n << " bytes (src+" << so << ", dst+" << dof << ") differ, first at "
         << first_mismatch(std::vector<uint8_t>(devs_[s].data.begin() + so, devs_[s].data.begin() + so + n),
@@ -189,6 +192,7 @@ TEST_F(GpuNode, EightThreadsEightStreamsOverlapping) {
         std::vector<char*> srcs, dsts;
         std::vector<size_t> sizes;
         uint8_t* host = static_cast<uint8_t*>(b.alloc_pinned(base + 64 * 1024));
+        StreamHandle poison = b.create_stream(d);
         for (int k = 0; k < kStreams; ++k) {
           size_t n = base - 4099 * k + t;
           streams.push_back(b.create_stream(s));
@@ -197,14 +201,16 @@ TEST_F(GpuNode, EightThreadsEightStreamsOverlapping) {
           sizes.push_back(n);
           fill_random(host, n, 5000 + t * 16 + k);
           b.copy_async(srcs[k], s, host, kHostDevice, n, streams[k]);
-          b.memset_async(dsts[k], d, 0xEE, n, streams[k]);
           b.synchronize_stream(streams[k]);
+          b.memset_async(dsts[k], d, 0xEE, n, poison);
+          b.synchronize_stream(poison);
         }
         for (int r = 0; r < kRounds; ++r)
           for (int k = 0; k < kStreams; ++k) ctx_->engine().copy_async(dsts[k], d, srcs[k], s, sizes[k], streams[k]);
         for (int k = 0; k < kStreams; ++k) {
-          b.copy_async(host, kHostDevice, dsts[k], d, sizes[k], streams[k]);
           b.synchronize_stream(streams[k]);
+          b.copy_async(host, kHostDevice, dsts[k], d, sizes[k], poison);
+          b.synchronize_stream(poison);
           std::vector<uint8_t> want(sizes[k]);
           fill_random(want.data(), sizes[k], 5000 + t * 16 + k);
           if (std::memcmp(want.data(), host, sizes[k]) != 0) ++failures;
@@ -213,6 +219,7 @@ TEST_F(GpuNode, EightThreadsEightStreamsOverlapping) {
           b.destroy_stream(streams[k]);
         }
         b.free_pinned(host);
+        b.destroy_stream(poison);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "thread %d: %s\n", t, e.what());
         ++errors;
@@ -229,10 +236,11 @@ TEST_F(GpuNode, BadInputsFailClearlyAndWriteNothing) {
   const size_t n = 1 << 20;
   char* src = static_cast<char*>(b.alloc_device(0, n));
   char* dst = static_cast<char*>(b.alloc_device(1, n));
-  StreamHandle s = b.create_stream(0);
+  StreamHandle s = b.create_stream(0), s1 = b.create_stream(1);
   b.memset_async(src, 0, 0x11, n, s);
-  b.memset_async(dst, 1, 0xEE, n, s);
+  b.memset_async(dst, 1, 0xEE, n, s1);
   b.synchronize_stream(s);
+  b.synchronize_stream(s1);
   std::vector<char> host(n);
   void* pinned = b.alloc_pinned(n);
   Engine& e = ctx_->engine();
@@ -254,8 +262,8 @@ TEST_F(GpuNode, BadInputsFailClearlyAndWriteNothing) {
   EXPECT_EQ(status_of([&] { e.copy_async(dst, 1, src, -1, n, s); }), GPUSTRIPE_ERR_INVALID_DEVICE);
   EXPECT_EQ(status_of([&] { e.copy_async(dst, 1, src, 0, 0, s); }), GPUSTRIPE_SUCCESS);
   b.synchronize_stream(s);
-  b.copy_async(pinned, kHostDevice, dst, 1, n, s);
-  b.synchronize_stream(s);
+  b.copy_async(pinned, kHostDevice, dst, 1, n, s1);
+  b.synchronize_stream(s1);
   std::vector<uint8_t> got(static_cast<uint8_t*>(pinned), static_cast<uint8_t*>(pinned) + n);
   EXPECT_EQ(first_mismatch(std::vector<uint8_t>(n, 0xEE), got.data(), n), -1) << "a failed call wrote the destination";
   // src == dst device: a device-local copy
@@ -269,6 +277,7 @@ TEST_F(GpuNode, BadInputsFailClearlyAndWriteNothing) {
   b.free_device(dst);
   b.free_pinned(pinned);
   b.destroy_stream(s);
+  b.destroy_stream(s1);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@ ModelParams params_with(double alpha, double eps) {
   ModelParams p;
   for (auto& h : p.hops) h = {alpha, 0.0};
   p.epsilon_us = eps;
+  p.split_us = 0;  // the seed's model has no fork/join term
   return p;
 }
 
@@ -61,6 +62,18 @@ TEST(ModelClosedForm, PlannerAgreesWithClosedFormOnIndependentPaths) {
   EXPECT_NEAR(plan.predicted_us, equal_finish_time(a, b, static_cast<double>(n)), 0.2);
   // Both paths finish together (within one alignment unit of bytes).
   EXPECT_NEAR(plan.paths[0].predicted_us, plan.paths[1].predicted_us, 4096.0 / (beta / 2) + 1e-6);
+}
+
+TEST(ModelPlanner, SplitOverheadKeepsMidSizesOnOnePath) {
+  // On the H200 node the fork/join of a split costs ~12 us: at 8-32 MB the host share
+  // would save less than that, so the plan must stay direct (measured 0.69-0.91x when it did not).
+  Topology t = load_topology_file("h200x4");
+  ModelParams with = nominal_params(t), without = with;
+  without.split_us = 0;
+  ModelPlanner pl(t, with, SearchOptions{}), bare(t, without, SearchOptions{});
+  for (uint64_t mb : {8, 16, 32}) EXPECT_EQ(pl.plan_exact(0, 1, mb << 20).paths.size(), 1u) << mb << " MB";
+  EXPECT_GT(bare.plan_exact(0, 1, 32 << 20).paths.size(), 1u) << "the overhead is what declines 32 MB";
+  EXPECT_EQ(pl.plan_exact(0, 1, 256 << 20).paths.size(), 2u);
 }
 
 TEST(ModelPlanner, H200FileDirectPlusHostNearMeasuredShareNoGpuStaging) {

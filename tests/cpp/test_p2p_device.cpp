@@ -224,13 +224,13 @@ TEST(P2pDevice, ReceiverPullsWhileTheSenderMakesNoProgress) {
     if (rank == 0) {
       to_device(*be, buf, 0, pattern(5, n));
       auto s = ep.isend(buf, n, 1, 0, kComm);
-      std::this_thread::sleep_for(std::chrono::seconds(2));  // no progress meanwhile
+      std::this_thread::sleep_for(std::chrono::seconds(4));  // no progress meanwhile
       ep.wait(s);
     } else {
       auto t0 = std::chrono::steady_clock::now();
       ep.recv(buf, n, 0, 0, kComm);
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      RANK_CHECK(s < 1.5);
+      RANK_CHECK(s < 3.0);  // well before the sender wakes up
       RANK_CHECK(from_device(*be, buf, 1, n) == pattern(5, n));
     }
     be->free_device(buf);

@@ -174,3 +174,23 @@ TEST(TopologyAssemble, NvlinkSpeedTables) {
   EXPECT_EQ(nvlink_gbps_by_cc(10), 50);
   EXPECT_EQ(nvlink_gbps_by_cc(5), 0);
 }
+
+// Seen on the 4x H200 machine: NVML answers link state and switch type but not the
+// NVLink speed field; the node must still come out valid, at the generation's speed.
+TEST(TopologyAssemble, MissingNvlinkSpeedFallsBackToTheGpuGeneration) {
+  NodeReport r = node(4, "NVIDIA H200", 9, true);
+  for (int i = 0; i < 4; ++i) {
+    NvmlReport q;
+    q.ok = true;
+    q.active_links = q.switch_links = 18;
+    q.gbps_per_link = 0;
+    q.pcie_gen = 5;
+    q.pcie_width = 16;
+    r.nvml.push_back(q);
+  }
+  Topology t = assemble_topology(r);
+  EXPECT_NO_THROW(t.validate());
+  EXPECT_DOUBLE_EQ(t.gpus[2].nvlink_gbps, 26.5625);
+  EXPECT_NEAR(t.direct_gbps(0, 3), 18 * 26.5625, 1e-9);
+  EXPECT_NO_THROW(load_topology_text(t.to_json(), "detected.json"));
+}

@@ -32,6 +32,13 @@ void CudaBackend::check_device(const char* call, const char* what, int dev) cons
 }
 
 int CudaBackend::stream_device(StreamHandle s, const char* call) const {
+  // Streams made here are looked up: cudaStreamGetDevice on a stream being captured
+  // fails and invalidates the capture, and the engine captures on its own streams.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = own_streams_.find(s);
+    if (it != own_streams_.end()) return it->second;
+  }
   int dev = -1;
   cudaError_t err = cudaStreamGetDevice(cu_stream(s), &dev);
   if (err != cudaSuccess) throw_cuda_error(err, call, -1);
@@ -70,11 +77,17 @@ StreamHandle CudaBackend::create_stream(int dev) {
   DeviceGuard guard(dev);
   cudaStream_t s = nullptr;
   GS_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), dev);
+  std::lock_guard<std::mutex> lock(mu_);
+  own_streams_[s] = dev;
   return s;
 }
 
 void CudaBackend::destroy_stream(StreamHandle s) {
   GS_REQUIRE(s != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "destroy_stream: null stream");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    own_streams_.erase(s);
+  }
   GS_CUDA(cudaStreamDestroy(cu_stream(s)), -1);
 }
 

@@ -12,6 +12,7 @@
 #pragma once
 #include <mutex>
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "backend/backend.hpp"
@@ -67,8 +68,9 @@ class CudaBackend final : public Backend {
 
   const bool check_pointers_;  // GPUSTRIPE_CUDA_CHECK_POINTERS
   int device_count_ = 0;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::set<std::pair<int, int>> peers_enabled_;
+  std::unordered_map<StreamHandle, int> own_streams_;  // streams create_stream made, and their device
 };
 
 }  // namespace gpustripe
