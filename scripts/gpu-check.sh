@@ -42,7 +42,7 @@ if [ $# -eq 0 ] || [[ " $* " == *" tests "* ]]; then
   grep -E "Failed|\*\*\*|Timeout" "$OUT/ctest.log" | head -20
   tail -4 "$OUT/ctest.log"
   stamp "Python tests"
-  timeout "${PYTEST_TIMEOUT:-180}" python3 -m pytest -q -rs tests/python > "$OUT/pytest.log" 2>&1; echo "pytest rc=$?"
+  timeout "${PYTEST_TIMEOUT:-180}" python3 -X faulthandler -m pytest -q -rs ${PYTEST_ARGS:-} tests/python > "$OUT/pytest.log" 2>&1; echo "pytest rc=$?"
   tail -3 "$OUT/pytest.log"
   pack
 fi

@@ -23,7 +23,7 @@ SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 
 if [ -z "$SAN" ]; then
   echo "compute-sanitizer not found: memcheck NOT run"; rc=1
 else
-  GPUSTRIPE_TEST_MAX_BYTES=16M GPUSTRIPE_TOPOLOGY_DIR=$PWD/topologies timeout 300 "$SAN" --tool memcheck \
+  GPUSTRIPE_TEST_MAX_BYTES=16M GPUSTRIPE_TOPOLOGY_DIR=$PWD/topologies timeout 300 "$SAN" --tool memcheck --report-api-errors no \
     --leak-check full --error-exitcode 3 "$BUILD/tests/cpp/test_engine_gpu" \
     --gtest_filter='GpuNode.EveryPair*:GpuNode.Forced*:GpuNode.Bad*' > "$OUT/memcheck-engine.log" 2>&1
   san_rc=$?

@@ -43,6 +43,7 @@ class ModelPlanner : public Planner {
     double first_rate = 0;             // bytes/us of routes[0] alone on the node
   };
   std::unordered_map<uint64_t, SizeClass> cache_;
+  std::unordered_map<std::string, std::vector<Plan>> concurrent_cache_;  // exact transfer sets
 };
 
 // GPUSTRIPE_PLAN=<spec>: the same split for every transfer.

@@ -63,7 +63,11 @@ NodeResources::NodeResources(const Topology& topo, const std::vector<std::pair<s
   std::vector<int> memory;
   for (const SocketInfo& s : topo.sockets) {
     socket_ids.push_back(s.id);
-    memory.push_back(s.memory_gbps > 0 ? add(format("host_memory[socket%d]", s.id), s.memory_gbps) : -1);
+    // A detected node does not know its memory bandwidth; a calibrated profile does, so
+    // its figure creates the resource (the overrides below then set it).
+    std::string name = format("host_memory[socket%d]", s.id);
+    bool calibrated = std::any_of(overrides.begin(), overrides.end(), [&](const auto& o) { return o.first == name; });
+    memory.push_back(s.memory_gbps > 0 || calibrated ? add(name, s.memory_gbps > 0 ? s.memory_gbps : 1.0) : -1);
   }
   auto socket_index = [&](int id) {
     auto it = std::find(socket_ids.begin(), socket_ids.end(), id);

@@ -51,22 +51,26 @@ RequestPtr Endpoint::find_recv(uint64_t id) const {
 
 // ---------------------------------------------------------------- outgoing
 
-void Endpoint::post(int dst, const Frame& f, const void* payload, size_t payload_bytes) {
+void Endpoint::post(int dst, const Frame& f, const void* payload, size_t payload_bytes, const RequestPtr& owner) {
   if (dst == ch_.rank()) {  // a message to oneself never touches a ring
     handle(dst, f, static_cast<const char*>(payload));
     return;
   }
   auto& q = outgoing_[dst];
   if (q.empty() && ch_.try_send(dst, &f, sizeof f, payload, payload_bytes)) return;
-  std::vector<char> rec(sizeof f + payload_bytes);
-  std::memcpy(rec.data(), &f, sizeof f);
-  if (payload_bytes) std::memcpy(rec.data() + sizeof f, payload, payload_bytes);
-  q.push_back(std::move(rec));
+  Queued e{std::vector<char>(sizeof f + payload_bytes), owner};
+  std::memcpy(e.record.data(), &f, sizeof f);
+  if (payload_bytes) std::memcpy(e.record.data() + sizeof f, payload, payload_bytes);
+  if (owner) ++owner->unflushed_;
+  q.push_back(std::move(e));
 }
 
 void Endpoint::flush_outgoing(int dst) {
   auto& q = outgoing_[dst];
-  while (!q.empty() && ch_.try_send(dst, q.front().data(), q.front().size(), nullptr, 0)) q.pop_front();
+  while (!q.empty() && ch_.try_send(dst, q.front().record.data(), q.front().record.size(), nullptr, 0)) {
+    if (q.front().owner) --q.front().owner->unflushed_;
+    q.pop_front();
+  }
 }
 
 // ---------------------------------------------------------------- posting
@@ -110,7 +114,7 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
       r->state_ = Request::State::SyncWait;
       active_sends_.push_back(r);
     }
-    post(dst, f, payload, bytes);
+    post(dst, f, payload, bytes, r);
     if (!synchronous) {
       r->status_.bytes = bytes;
       r->state_ = Request::State::Done;
@@ -122,9 +126,9 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
     Exported e;
     if (dst != ch_.rank() && r->loc_.device && try_export(buf, &e)) {
       f.flags = kRtsExported;  // pull: the receiver copies out of our buffer
-      post(dst, f, &e, sizeof e);
+      post(dst, f, &e, sizeof e, r);
     } else {
-      post(dst, f);
+      post(dst, f, nullptr, 0, r);
     }
   }
   progress_locked();
@@ -233,7 +237,7 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
       Frame ack{};
       ack.kind = FrameKind::SyncAck;
       ack.send_id = send_id;
-      post(src, ack);
+      post(src, ack, nullptr, 0, r);
     }
     return;
   }
@@ -255,7 +259,7 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
       Frame done{};
       done.kind = FrameKind::Done;
       done.send_id = send_id;
-      post(src, done);
+      post(src, done, nullptr, 0, r);
       complete_recv(*r);
       return;
     }
@@ -273,11 +277,11 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
   if (n > 0 && r->loc_.device && try_export(r->rbuf_, &m)) {
     cts.flags = kCtsMapped;
     r->state_ = Request::State::WaitFin;
-    post(src, cts, &m, sizeof m);
+    post(src, cts, &m, sizeof m, r);
   } else {
     cts.flags = kCtsStream;
     r->state_ = n ? Request::State::Streaming : Request::State::WaitFin;
-    post(src, cts);
+    post(src, cts, nullptr, 0, r);
   }
 }
 
@@ -316,7 +320,7 @@ void Endpoint::advance_recvs() {
     done.kind = FrameKind::Done;
     done.send_id = r.peer_id_;
     done.bytes = r.granted_;
-    post(r.status_.source, done);
+    post(r.status_.source, done, nullptr, 0, *it);
     r.status_.bytes = r.granted_;
     r.state_ = Request::State::Done;
     it = active_recvs_.erase(it);
@@ -338,7 +342,7 @@ void Endpoint::on_cts(int src, const Frame& f, const char* payload) {
     Frame fin{};
     fin.kind = FrameKind::Fin;
     fin.recv_id = f.recv_id;
-    post(src, fin);
+    post(src, fin, nullptr, 0, s);
     s->state_ = Request::State::Done;
     return;
   }
@@ -360,7 +364,7 @@ void Endpoint::advance_sends() {
       Frame fin{};
       fin.kind = FrameKind::Fin;
       fin.recv_id = s.peer_id_;
-      post(s.peer_, fin);
+      post(s.peer_, fin, nullptr, 0, *it);
       s.status_.bytes = s.granted_;
       s.state_ = Request::State::Done;
     }
@@ -379,7 +383,7 @@ void Endpoint::advance_sends() {
       d.recv_id = s.peer_id_;
       d.offset = s.progress_;
       d.bytes = n;
-      post(s.peer_, d, src, n);
+      post(s.peer_, d, src, n, *it);
       s.progress_ += n;
       if (s.progress_ == s.granted_) {
         s.status_.bytes = s.granted_;

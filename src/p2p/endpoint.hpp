@@ -97,7 +97,10 @@ class Endpoint {
   };
 
   void progress_locked();
-  void post(int dst, const Frame& f, const void* payload = nullptr, size_t payload_bytes = 0);
+  // Writes a record to the ring to `dst`, or queues it when the ring is full; `owner`
+  // does not complete before a queued record has gone out.
+  void post(int dst, const Frame& f, const void* payload = nullptr, size_t payload_bytes = 0,
+            const RequestPtr& owner = nullptr);
   void flush_outgoing(int dst);
   void handle(int src, const Frame& f, const char* payload);
   void on_message(int src, const Frame& f, const char* payload);
@@ -126,7 +129,11 @@ class Endpoint {
   std::list<Unexpected> unexpected_;    // messages not matched yet, in arrival order
   std::list<RequestPtr> active_sends_;  // rendezvous / sync sends not done yet
   std::list<RequestPtr> active_recvs_;  // matched rendezvous receives not done yet
-  std::vector<std::deque<std::vector<char>>> outgoing_;  // per peer: records the ring had no room for
+  struct Queued {
+    std::vector<char> record;
+    RequestPtr owner;
+  };
+  std::vector<std::deque<Queued>> outgoing_;  // per peer: records the ring had no room for
   size_t fragment_bytes_;
 };
 

@@ -24,7 +24,9 @@ struct P2pStatus {
 class Request {
  public:
   bool is_send() const { return send_; }
-  bool done() const { return state_ == State::Done; }
+  // Complete: its part is over and every record it posted is in the channel's ring
+  // (a record still queued here would need this process's progress to go out).
+  bool done() const { return state_ == State::Done && unflushed_ == 0; }
   const P2pStatus& status() const { return status_; }
 
  private:
@@ -51,6 +53,7 @@ class Request {
   uint64_t progress_ = 0;  // bytes streamed / received so far
   uint64_t peer_id_ = 0;   // the other side's request id
   uint64_t ticket_ = 0;    // Mover ticket while Copying
+  int unflushed_ = 0;      // records posted for it still in the endpoint's outgoing queue
   P2pStatus status_;
 };
 

@@ -254,6 +254,7 @@ TEST_F(Cuda, GraphReplaysTheCapturedCopies) {
   void* a = be->alloc_device(0, bytes);
   void* b = be->alloc_device(1, bytes);
   StreamHandle s = be->create_stream(0);
+  be->enable_peer_access(0, 1);  // a captured peer copy is a UVA copy: it needs the mapping
   be->begin_capture(s);
   be->copy_async(b, 1, a, 0, bytes, s);
   GraphExecHandle g = be->end_capture(s);

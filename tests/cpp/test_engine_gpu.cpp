@@ -137,7 +137,10 @@ TEST_F(GpuNode, EveryPairEverySizeByteExact) {
   std::printf("engine: %llu plain copies, %llu schedules, %llu graph captures, %llu launches\n",
               (unsigned long long)st.plain_copies, (unsigned long long)st.schedules,
               (unsigned long long)st.graph_captures, (unsigned long long)st.graph_launches);
-  EXPECT_GT(st.schedules + st.graph_launches, 0u) << "no size was split: the planner never chose several paths";
+  // The planner splits from about 64 MB on this node (the fork/join must pay); runs
+  // capped lower (GPUSTRIPE_TEST_MAX_BYTES under compute-sanitizer) only copy plainly.
+  if (cap_ >= (256u << 20))
+    EXPECT_GT(st.schedules + st.graph_launches, 0u) << "no size was split: the planner never chose several paths";
 }
 
 TEST_F(GpuNode, ForcedPlansThroughHostAndGpuStaging) {

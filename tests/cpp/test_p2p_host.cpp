@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "p2p/endpoint.hpp"
 #include "test_ipc_ranks.hpp"
@@ -275,5 +276,35 @@ TEST(P2pHost, BadArgumentsAreRejected) {
     RANK_CHECK(status_of([&] { ep.isend(&v, 4, 1, -1, kComm); }) == GPUSTRIPE_ERR_INVALID_ARGUMENT);
     RANK_CHECK(status_of([&] { ep.isend(nullptr, 4, 1, 0, kComm); }) == GPUSTRIPE_ERR_INVALID_POINTER);
     RANK_CHECK(status_of([&] { ep.irecv(&v, 4, 5, 0, kComm); }) == GPUSTRIPE_ERR_INVALID_ARGUMENT);
+  }));
+}
+
+TEST(P2pHost, CompletedSendsNeedNoMoreProgressFromTheSender) {
+  // More eager data than the ring holds: a send completes only once its record is in
+  // the ring, so a sender that then blocks elsewhere (a plain MPI call) cannot strand
+  // records in its own queue.
+  EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+    Endpoint ep(ch, nullptr);
+    constexpr int kMessages = 100;
+    size_t n = 8192;
+    if (rank == 0) {
+      std::vector<std::vector<unsigned char>> data;
+      std::vector<RequestPtr> rs;
+      for (int i = 0; i < kMessages; ++i) {
+        data.push_back(pattern(0, 2, i, n));
+        rs.push_back(ep.isend(data.back().data(), n, 1, 2, kComm));
+      }
+      for (auto& r : rs) ep.wait(r);
+      std::this_thread::sleep_for(std::chrono::seconds(3));  // no progress meanwhile
+    } else {
+      auto t0 = std::chrono::steady_clock::now();
+      std::vector<unsigned char> buf(n);
+      for (int i = 0; i < kMessages; ++i) {
+        ep.recv(buf.data(), n, 0, 2, kComm);
+        auto expect = pattern(0, 2, i, n);
+        RANK_CHECK(buf == expect);
+      }
+      RANK_CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+    }
   }));
 }

@@ -157,7 +157,11 @@ void CudaBackend::copy_async(void* dst, int dst_dev, const void* src, int src_de
   check_range("copy_async", "src", src, src_dev, bytes);
   int dev = stream_device(s, "copy_async");
   DeviceGuard guard(dev);
-  if (dst_dev >= 0 && src_dev >= 0 && dst_dev != src_dev) {
+  // cudaMemcpyPeerAsync cannot be captured into a graph; under capture a UVA copy does
+  // the same peer copy (the engine enables peer access before it captures).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  GS_CUDA(cudaStreamIsCapturing(cu_stream(s), &capture), dev);
+  if (dst_dev >= 0 && src_dev >= 0 && dst_dev != src_dev && capture == cudaStreamCaptureStatusNone) {
     cudaError_t err = cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, cu_stream(s));
     if (err != cudaSuccess)
       throw_cuda_error(err, format("cudaMemcpyPeerAsync(GPU %d -> GPU %d, %zu bytes)", src_dev, dst_dev, bytes).c_str(),
