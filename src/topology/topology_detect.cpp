@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
+#include <cstdio>
+#include <mutex>
+#include <optional>
 
 #include "common/log.hpp"
 #include "topology/nvml_loader.hpp"
@@ -49,20 +51,33 @@ std::string uuid_text(const cudaUUID_t& u) {
 // sysfs numa_node of a PCI device; -1 there means "no NUMA affinity" (one node).
 int sysfs_numa_node(std::string bus_id) {
   std::transform(bus_id.begin(), bus_id.end(), bus_id.begin(), [](unsigned char c) { return std::tolower(c); });
-  std::ifstream in("/sys/bus/pci/devices/" + bus_id + "/numa_node");
+  // C stdio, not iostreams: a Python process on the GPU machine crashed inside
+  // istream::operator>> here (seen under pytest and the collectives benchmark).
+  FILE* f = std::fopen(("/sys/bus/pci/devices/" + bus_id + "/numa_node").c_str(), "r");
   int n = -1;
-  return (in >> n && n >= 0) ? n : 0;
+  if (f) {
+    if (std::fscanf(f, "%d", &n) != 1) n = -1;
+    std::fclose(f);
+  }
+  return n >= 0 ? n : 0;
 }
 
 std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
+  FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (!f) return "";
+  char buf[512];
+  std::string model;
+  while (model.empty() && std::fgets(buf, sizeof buf, f)) {
+    std::string line(buf);
+    if (!line.empty() && line.back() == '\n') line.pop_back();
     if (line.rfind("model name", 0) == 0 || line.rfind("cpu\t", 0) == 0) {  // x86 / POWER
       size_t c = line.find(':');
-      if (c != std::string::npos && c + 1 < line.size()) return line.substr(line.find_first_not_of(" \t", c + 1));
+      size_t v = c == std::string::npos ? c : line.find_first_not_of(" \t", c + 1);
+      if (v != std::string::npos) model = line.substr(v);
     }
-  return "";
+  }
+  std::fclose(f);
+  return model;
 }
 
 struct PciAddr {
@@ -122,7 +137,19 @@ NvmlReport query_nvml(const nvml::Api& a, int dev, const std::string& bus_id, co
 
 }  // namespace
 
+// The node does not change while a process runs, and a detection costs NVML queries
+// (tens of milliseconds): every Context of the process shares the first answer.
+static Topology detect_topology_uncached();
+
 Topology detect_topology() {
+  static std::mutex mu;
+  static std::optional<Topology> cached;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!cached) cached = detect_topology_uncached();
+  return *cached;
+}
+
+static Topology detect_topology_uncached() {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0)
