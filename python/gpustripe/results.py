@@ -95,7 +95,8 @@ def plot_file(path: str, png: str | None = None) -> str:
     doc = load(path)
     by_op: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for r in doc["rows"]:
-        y = r.get("busbw_gbps", r["gbps"])
+        # Latency is read in microseconds (lower is better); bandwidths in GB/s.
+        y = r["us"] if r["op"] == "latency" else r.get("busbw_gbps", r["gbps"])
         by_op[r["op"]][r["method"]].append((r["bytes"], y))
         if r["op"] == "model":
             by_op[r["op"]][r["method"] + " (predicted)"].append((r["bytes"], r["predicted_gbps"]))
@@ -108,7 +109,8 @@ def plot_file(path: str, png: str | None = None) -> str:
                     ls="--" if "predicted" in method else "-", label=method)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("bytes")
-        ax.set_ylabel("bus GB/s" if op not in {"p2p", "bibw", "latency", "model"} else "GB/s")
+        ax.set_ylabel("us per call" if op == "latency" else
+                      "bus GB/s" if op not in {"p2p", "bibw", "model"} else "GB/s")
         ax.set_title(op)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
