@@ -162,14 +162,19 @@ int main(int argc, char** argv) {
   osu::Options o = osu::parse_options(argc, argv);
 #ifdef BENCH_HAVE_CUDA
   // One GPU per rank of a node, as MPI programs do.
+  // Host-memory runs need no GPU (CI builds with nvcc but has no driver).
   int ndev = 0;
-  CUDA_OK(cudaGetDeviceCount(&ndev));
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess) ndev = 0;
+  if (ndev == 0 && (o.device || o.staged)) {
+    std::fprintf(stderr, "mpi_bench: no CUDA device visible: --mem device and --staged need a GPU\n");
+    MPI_Abort(MPI_COMM_WORLD, 4);
+  }
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
   int local = 0;
   MPI_Comm_rank(node, &local);
   MPI_Comm_free(&node);
-  CUDA_OK(cudaSetDevice(local % ndev));
+  if (ndev > 0) CUDA_OK(cudaSetDevice(local % ndev));
 #else
   if (o.device || o.staged) osu::usage("built without CUDA: --mem host only");
 #endif

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "bindings.hpp"
+#include "common/text_file.hpp"
 #include "common/error.hpp"
 #include "core/context.hpp"
 #include "model/calibrate.hpp"

@@ -1,11 +1,12 @@
 #include "coll/select.hpp"
 
+
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 
 #include "common/config.hpp"
 #include "common/error.hpp"
+#include "common/text_file.hpp"
 
 namespace gpustripe::coll {
 namespace {
@@ -46,14 +47,12 @@ bool is_own(CollOp op, const std::string& name) {
 std::string forced(CollOp op) {
   std::string text = kAlgo.get();
   if (text.empty() || text == "auto") return "";
-  std::stringstream ss(text);
-  std::string word;
   std::vector<std::string> all;
   for (CollOp o : {CollOp::AllToAll, CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllReduce, CollOp::Bcast,
                    CollOp::Reduce})
     for (auto& nm : schedule_names(o)) all.push_back(nm);
   std::string pick;
-  while (std::getline(ss, word, ',')) {
+  for (const std::string& word : split(text, ',')) {
     GS_REQUIRE(std::find(all.begin(), all.end(), word) != all.end(), GPUSTRIPE_ERR_CONFIG,
                "GPUSTRIPE_COLL_ALGO: unknown schedule '%s'", word.c_str());
     if (pick.empty() && is_own(op, word)) pick = word;

@@ -1,5 +1,4 @@
-#include <fstream>
-#include <sstream>
+#include "common/text_file.hpp"
 
 #include "common/config.hpp"
 #include "common/error.hpp"
@@ -24,13 +23,11 @@ std::unique_ptr<Planner> make_planner_with(const Topology& topo, ModelParams par
   }
   if (kind == "table") {
     std::string path = default_table_path(topo);
-    std::ifstream in(path);
-    GS_REQUIRE(in.good(), GPUSTRIPE_ERR_IO, "GPUSTRIPE_PLAN=table: cannot read plan table %s (run gpustripe tune)",
-               path.c_str());
-    std::stringstream ss;
-    ss << in.rdbuf();
+    GS_REQUIRE(file_exists(path), GPUSTRIPE_ERR_IO,
+               "GPUSTRIPE_PLAN=table: cannot read plan table %s (run gpustripe tune)", path.c_str());
+    std::string table = read_text_file(path, "plan table");
     GS_LOG_INFO(Subsys::Model, "planner: table %s", path.c_str());
-    return std::make_unique<TablePlanner>(topo, std::move(params), plan_table_from_json(ss.str(), path),
+    return std::make_unique<TablePlanner>(topo, std::move(params), plan_table_from_json(table, path),
                                           search_options_from_env());
   }
   GS_LOG_INFO(Subsys::Model, "planner: fixed spec '%s'", kind.c_str());

@@ -1,16 +1,16 @@
 #include "model/profile.hpp"
 
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <sys/stat.h>
 
 #include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/text_file.hpp"
 #include "model/multipath_model.hpp"
 #include "topology/topology.hpp"
 
@@ -22,19 +22,6 @@ const StringSetting kProfile{"GPUSTRIPE_PROFILE", "",
                              "$XDG_CACHE_HOME/gpustripe/profile-<fingerprint>.json, else nominal topology figures"};
 
 using nlohmann::json;
-
-void make_dirs(const std::string& dir) {
-  std::string cur;
-  std::stringstream ss(dir);
-  std::string part;
-  if (!dir.empty() && dir[0] == '/') cur = "/";
-  while (std::getline(ss, part, '/')) {
-    if (part.empty()) continue;
-    cur += part + "/";
-    if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
-      GS_THROW(GPUSTRIPE_ERR_IO, "cannot create directory %s: %s", cur.c_str(), std::strerror(errno));
-  }
-}
 
 }  // namespace
 
@@ -106,27 +93,9 @@ Profile profile_from_json(const std::string& text, const std::string& origin) {
 }
 
 Profile load_profile(const std::string& path) {
-  std::ifstream in(path);
-  GS_REQUIRE(in.good(), GPUSTRIPE_ERR_IO, "cannot read profile %s: %s", path.c_str(), std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return profile_from_json(ss.str(), path);
+  return profile_from_json(read_text_file(path, "profile"), path);
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-  size_t slash = path.rfind('/');
-  if (slash != std::string::npos && slash > 0) make_dirs(path.substr(0, slash));
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    GS_REQUIRE(out.good(), GPUSTRIPE_ERR_IO, "cannot write %s: %s", tmp.c_str(), std::strerror(errno));
-    out << text;
-    GS_REQUIRE(out.good(), GPUSTRIPE_ERR_IO, "writing %s failed", tmp.c_str());
-  }
-  // Rename: a reader never sees half a file.
-  GS_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, GPUSTRIPE_ERR_IO, "cannot move %s to %s: %s", tmp.c_str(),
-             path.c_str(), std::strerror(errno));
-}
 
 void save_profile(const Profile& p, const std::string& path) { write_text_file(path, profile_to_json(p)); }
 
@@ -165,8 +134,7 @@ ModelParams resolve_params(const Topology& topo, const std::string& explicit_pat
     return p.params;
   }
   std::string cached = cached_profile_path(topo);
-  std::ifstream probe(cached);
-  if (probe.good()) {
+  if (file_exists(cached)) {
     try {
       Profile p = load_profile(cached);
       std::string why = profile_mismatch(p, topo);

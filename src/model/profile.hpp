@@ -33,7 +33,7 @@ Profile profile_from_json(const std::string& text, const std::string& origin);
 Profile load_profile(const std::string& path);  // ERR_IO when unreadable
 void save_profile(const Profile& p, const std::string& path);  // creates directories; ERR_IO on failure
 // Writes a whole file through a temporary and a rename, creating directories; ERR_IO on failure.
-void write_text_file(const std::string& path, const std::string& text);
+
 
 // Why a profile does not fit the node, or "" when it does.
 std::string profile_mismatch(const Profile& p, const Topology& topo);

@@ -6,7 +6,6 @@
 #include <cctype>
 #include <cstdio>
 #include <set>
-#include <sstream>
 
 #include "common/error.hpp"
 
@@ -39,11 +38,36 @@ std::string fmt_memory(uint64_t bytes) {
   return format("%.1f GB", bytes / 1e9);
 }
 
+// Appends strings only (numbers go through format()), in the shape of a stream.
+struct TextOut {
+  std::string text;
+  TextOut& operator<<(const std::string& s) {
+    text += s;
+    return *this;
+  }
+  TextOut& operator<<(const char* s) {
+    text += s;
+    return *this;
+  }
+};
+
+std::vector<std::string> split_words(const std::string& text) {
+  std::vector<std::string> words(1);
+  for (char ch : text) {
+    if (ch == ' ' || ch == '\t' || ch == '\n') {
+      if (!words.back().empty()) words.emplace_back();
+    } else {
+      words.back() += ch;
+    }
+  }
+  if (words.back().empty()) words.pop_back();
+  return words;
+}
+
 // Word-wraps `text` to lines of at most `width` characters, each starting with `indent`.
 std::string wrap(const std::string& text, size_t width, const std::string& indent) {
-  std::istringstream words(text);
-  std::string word, line, out;
-  while (words >> word) {
+  std::string line, out;
+  for (const std::string& word : split_words(text)) {
     if (!line.empty() && line.size() + 1 + word.size() > width) {
       out += indent + line + "\n";
       line.clear();
@@ -148,19 +172,20 @@ double Topology::socket_link_gbps(int a, int b) const {
 std::string Topology::fingerprint() const {
   // Only what identifies the hardware: not the name, description or origin, so a
   // file and the detected node it describes differ only where the hardware does.
-  std::ostringstream c;
-  for (const GpuInfo& g : gpus) {
-    c << g.name << '|' << g.uuid << '|' << g.cc_major << '.' << g.cc_minor << '|' << g.sm_count << '|'
-      << g.memory_bytes << '|' << host_link_name(g.host_link) << g.pcie_gen << 'x' << g.pcie_width << '|'
-      << g.host_nvlinks << '|' << g.nvlinks << '|' << (g.nvswitch ? "sw" : "mesh") << '|' << g.socket << ';';
-  }
-  for (const GpuLink& l : gpu_links) c << std::min(l.a, l.b) << '-' << std::max(l.a, l.b) << ':' << l.count << ';';
+  std::string c;  // no iostreams here: see common/text_file.hpp
+  for (const GpuInfo& g : gpus)
+    c += g.name + '|' + g.uuid + '|' +
+         format("%d.%d|%d|%llu|", g.cc_major, g.cc_minor, g.sm_count, static_cast<unsigned long long>(g.memory_bytes)) +
+         host_link_name(g.host_link) +
+         format("%dx%d|%d|%d|%s|%d;", g.pcie_gen, g.pcie_width, g.host_nvlinks, g.nvlinks, g.nvswitch ? "sw" : "mesh",
+                g.socket);
+  for (const GpuLink& l : gpu_links) c += format("%d-%d:%d;", std::min(l.a, l.b), std::max(l.a, l.b), l.count);
   for (const auto& row : peer_access)
-    for (uint8_t v : row) c << int(v);
+    for (uint8_t v : row) c += std::to_string(int(v));
   std::string first = gpus.empty() ? "none" : gpus[0].name;
   std::string slug;
   for (char ch : first) slug += (std::isalnum(static_cast<unsigned char>(ch)) ? ch : '-');
-  return format("%dx%s-%016llx", gpu_count(), slug.c_str(), static_cast<unsigned long long>(fnv1a(c.str())));
+  return format("%dx%s-%016llx", gpu_count(), slug.c_str(), static_cast<unsigned long long>(fnv1a(c)));
 }
 
 std::optional<TopologyIssue> Topology::find_issue() const {
@@ -267,13 +292,13 @@ void Topology::validate() const {
 }
 
 std::string Topology::summary() const {
-  std::ostringstream o;
+  TextOut o;  // not an ostringstream: see common/text_file.hpp
   o << name << "\n";
   if (!description.empty()) o << wrap(description, 96, "  ");
   o << "  origin: " << origin;
   if (!driver_version.empty()) o << ", driver " << driver_version;
   o << "\n  fingerprint: " << fingerprint() << "\n";
-  o << "  " << gpu_count() << " GPU(s), " << sockets.size() << " socket(s), "
+  o << "  " << std::to_string(gpu_count()) << " GPU(s), " << std::to_string(sockets.size()) << " socket(s), "
     << (has_nvswitch() ? "NVLink through NVSwitch" : gpu_links.empty() ? "no GPU-GPU NVLink" : "point-to-point NVLink")
     << "\n\n";
   for (const GpuInfo& g : gpus) {
@@ -313,7 +338,7 @@ std::string Topology::summary() const {
     }
     o << "\n";
   }
-  return o.str();
+  return o.text;
 }
 
 }  // namespace gpustripe

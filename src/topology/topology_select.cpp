@@ -5,11 +5,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "common/config.hpp"
 #include "common/error.hpp"
+#include "common/text_file.hpp"
 #include "common/log.hpp"
 #include "topology/topology.hpp"
 
@@ -40,14 +39,7 @@ std::string library_dir() {
   return slash == std::string::npos ? "." : f.substr(0, slash);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  GS_REQUIRE(in, GPUSTRIPE_ERR_IO, "cannot open topology file '%s'", path.c_str());
-  std::ostringstream s;
-  s << in.rdbuf();
-  GS_REQUIRE(!in.bad(), GPUSTRIPE_ERR_IO, "cannot read topology file '%s'", path.c_str());
-  return s.str();
-}
+std::string read_file(const std::string& path) { return read_text_file(path, "topology file"); }
 
 }  // namespace
 
