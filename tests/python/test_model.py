@@ -72,9 +72,13 @@ def test_bad_spec_raises_config_error(cache):
     assert e.value.status == "GPUSTRIPE_ERR_CONFIG"
 
 
+# The emulated default node, even where GPUs are visible: these tests pin its profile.
+EMULATED_H200X4 = {"GPUSTRIPE_BACKEND": "emulated", "GPUSTRIPE_TOPOLOGY": "h200x4"}
+
+
 def test_profile_of_another_node_is_an_error_when_named(cache, cli):
     out = str(cache / "p.json")
-    cli("calibrate", "--quick", "--out", out)  # the emulated h200x4 node
+    cli("calibrate", "--quick", "--out", out, env=EMULATED_H200X4)  # the emulated h200x4 node, also on a GPU machine
     doc = json.load(open(out))
     assert doc["fingerprint"] and doc["backend"] == "emulated"
     assert gpustripe.Model("h200x4", profile=out).source.startswith("profile")
@@ -107,7 +111,7 @@ def test_simulate_writes_the_plot_and_prints_the_papers(cache, cli, tmp_path):
 
 
 def test_calibrate_shows_progress_and_a_summary(cache, cli):
-    p = cli("calibrate", "--quick", "--out", str(cache / "c.json"))
+    p = cli("calibrate", "--quick", "--out", str(cache / "c.json"), env=EMULATED_H200X4)
     assert "100%" in p.stderr and "emulated" in p.stderr
     assert "epsilon" in p.stdout and "pcie_d2h[gpu0]" in p.stdout
     shown = cli("calibrate", "--show", str(cache / "c.json")).stdout
