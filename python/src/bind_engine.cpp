@@ -149,18 +149,6 @@ void bind_engine(nb::module_& m) {
           nb::arg("pairs"), nb::arg("sizes"), nb::arg("latency_sizes"), nb::arg("methods"), nb::arg("bidirectional"),
           nb::arg("warmup"), nb::arg("reps"), nb::arg("latency_reps"), nb::arg("progress") = nb::none(),
           "Runs the p2p benchmark (src/bench); rows as dicts in the results format");
-
-  // Implemented in Python (gpustripe/copy.py: array interfaces, current streams); bound
-  // here so that `gpustripe.copy_` is part of the package's top level.
-  m.def(
-      "copy_",
-      [](nb::args args, nb::kwargs kwargs) {
-        return nb::module_::import_("gpustripe.copy").attr("copy_")(*args, **kwargs);
-      },
-      "copy_(dst, src, stream=None): multi-path copy between CUDA device arrays (torch, cupy); see gpustripe.copy");
-  m.def(
-      "default_context", []() { return nb::module_::import_("gpustripe.copy").attr("default_context")(); },
-      "The process's shared gpustripe.Context, made on first use");
 }
 
 BindingRegistrar reg(30, bind_engine);
