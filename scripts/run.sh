@@ -7,6 +7,8 @@ bash scripts/setup.sh
 echo "== installing gpustripe (pip, builds the C++ core)"
 python3 -m pip install -q --no-build-isolation .
 gpustripe topo
-if gpustripe --help | grep -q " bench"; then
-  gpustripe bench p2p --quick
-fi
+# How a large transfer is split on this node (calibrated figures where `gpustripe
+# calibrate` has run, else the topology's nominal ones, as it says).
+gpustripe plan --src 0 --dst 1 --size 256M
+# Results of this run stay out of bench/results/, which holds only committed GPU runs.
+gpustripe bench p2p --quick --out build/main-job
