@@ -136,32 +136,33 @@ int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[]) {
   }
 }
 
+// One pass of Testany, which Waitany repeats: true when done (a request completed, or
+// none is active), with *err its result.
+static bool any_once(int n, MPI_Request reqs[], int* index, MPI_Status* st, int* err) {
+  std::lock_guard<std::recursive_mutex> l(lock());
+  progress_detached();
+  bool active = false;
+  for (int i = 0; i < n; ++i) {
+    if (reqs[i] == MPI_REQUEST_NULL) continue;
+    active = true;
+    if (test_one(&reqs[i], st, err)) {
+      *index = i;
+      return true;
+    }
+  }
+  *index = MPI_UNDEFINED;
+  *err = MPI_SUCCESS;
+  if (!active) set_empty_status(st);
+  return !active;
+}
+
 int MPI_Waitany(int n, MPI_Request reqs[], int* index, MPI_Status* st) {
   try {
     if (!any_ours(n, reqs)) return PMPI_Waitany(n, reqs, index, st);
     ipc::Waiter w = waiter("MPI_Waitany", n, reqs);
-    for (;;) {
-      {
-        std::lock_guard<std::recursive_mutex> l(lock());
-        progress_detached();
-        bool active = false;
-        for (int i = 0; i < n; ++i) {
-          if (reqs[i] == MPI_REQUEST_NULL) continue;
-          active = true;
-          int err;
-          if (test_one(&reqs[i], st, &err)) {
-            *index = i;
-            return err;
-          }
-        }
-        if (!active) {
-          *index = MPI_UNDEFINED;
-          set_empty_status(st);
-          return MPI_SUCCESS;
-        }
-      }
-      w.pause();
-    }
+    int err = MPI_SUCCESS;
+    while (!any_once(n, reqs, index, st, &err)) w.pause();
+    return err;
   } catch (const std::exception& e) {
     return report(comm_of(n, reqs), "MPI_Waitany", e);
   }
@@ -255,23 +256,9 @@ int MPI_Testall(int n, MPI_Request reqs[], int* flag, MPI_Status sts[]) {
 int MPI_Testany(int n, MPI_Request reqs[], int* index, int* flag, MPI_Status* st) {
   try {
     if (!any_ours(n, reqs)) return PMPI_Testany(n, reqs, index, flag, st);
-    std::lock_guard<std::recursive_mutex> l(lock());
-    progress_detached();
-    bool active = false;
-    for (int i = 0; i < n; ++i) {
-      if (reqs[i] == MPI_REQUEST_NULL) continue;
-      active = true;
-      int err;
-      if (test_one(&reqs[i], st, &err)) {
-        *index = i;
-        *flag = 1;
-        return err;
-      }
-    }
-    *index = MPI_UNDEFINED;
-    *flag = active ? 0 : 1;
-    if (!active) set_empty_status(st);
-    return MPI_SUCCESS;
+    int err = MPI_SUCCESS;
+    *flag = any_once(n, reqs, index, st, &err) ? 1 : 0;
+    return err;
   } catch (const std::exception& e) {
     return report(comm_of(n, reqs), "MPI_Testany", e);
   }
