@@ -1,8 +1,6 @@
 #include "ipc/shm_segment.hpp"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,55 +8,33 @@
 #include <random>
 
 #include "common/error.hpp"
+#include "common/shm_map.hpp"
 
 namespace gpustripe::ipc {
 
-static void* map_fd(int fd, size_t bytes, const std::string& name) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int err = errno;
-  close(fd);
-  if (p == MAP_FAILED)
-    GS_THROW(GPUSTRIPE_ERR_NO_MEMORY, "mmap of shared memory '%s' (%zu bytes): %s", name.c_str(), bytes,
-             strerror(err));
-  return p;
-}
-
 ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
   GS_REQUIRE(bytes > 0, GPUSTRIPE_ERR_INVALID_SIZE, "shared memory '%s': zero size", name.c_str());
-  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) GS_THROW(GPUSTRIPE_ERR_IO, "shm_open('%s', create): %s", name.c_str(), strerror(errno));
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    int err = errno;
-    close(fd);
-    shm_unlink(name.c_str());
-    GS_THROW(GPUSTRIPE_ERR_NO_MEMORY, "sizing shared memory '%s' to %zu bytes: %s", name.c_str(), bytes,
-             strerror(err));
-  }
+  ShmMapping m = shm_create_map(name, bytes);
+  if (!m.ok())
+    GS_THROW(std::strcmp(m.step, "shm_open") == 0 ? GPUSTRIPE_ERR_IO : GPUSTRIPE_ERR_NO_MEMORY,
+             "shared memory '%s' (%zu bytes): %s failed: %s", name.c_str(), bytes, m.step, strerror(m.error));
   ShmSegment s;
   s.name_ = name;
   s.linked_ = true;
-  try {
-    s.data_ = map_fd(fd, bytes, name);
-  } catch (...) {
-    shm_unlink(name.c_str());
-    throw;
-  }
-  s.size_ = bytes;
+  s.data_ = m.data;
+  s.size_ = m.size;
   return s;
 }
 
 ShmSegment ShmSegment::open(const std::string& name) {
-  int fd = shm_open(name.c_str(), O_RDWR, 0600);
-  if (fd < 0) GS_THROW(GPUSTRIPE_ERR_IO, "shm_open('%s'): %s", name.c_str(), strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
-    close(fd);
-    GS_THROW(GPUSTRIPE_ERR_IO, "shared memory '%s' has no size", name.c_str());
-  }
+  ShmMapping m = shm_open_map(name);
+  if (!m.ok())
+    GS_THROW(GPUSTRIPE_ERR_IO, "shared memory '%s': %s failed: %s", name.c_str(), m.step,
+             std::strcmp(m.step, "size") == 0 ? "it has no size" : strerror(m.error));
   ShmSegment s;
   s.name_ = name;
-  s.data_ = map_fd(fd, static_cast<size_t>(st.st_size), name);
-  s.size_ = static_cast<size_t>(st.st_size);
+  s.data_ = m.data;
+  s.size_ = m.size;
   return s;
 }
 
