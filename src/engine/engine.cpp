@@ -27,6 +27,9 @@ const SizeSetting kHostStaging{"GPUSTRIPE_HOST_STAGING", "128M",
                                "Pinned host staging memory per CPU socket and source GPU, allocated on first use and reused"};
 const SizeSetting kGpuStaging{"GPUSTRIPE_GPU_STAGING", "256M",
                               "Scratch memory per staging GPU, allocated on first use and reused"};
+const BoolSetting kDirectOnCaller{"GPUSTRIPE_DIRECT_ON_CALLER", "1",
+                                  "Multi-path copies put their direct path on the caller's stream (no fork or join "
+                                  "for it); 0: on the engine's lane of the link direction"};
 const IntSetting kHostLanes{"GPUSTRIPE_HOST_LANES", "2",
                             "Stream pairs per host-staged path; its chunks alternate between them"};
 
@@ -58,6 +61,7 @@ Engine::Engine(Backend& backend, const Topology& topo, Planner* planner)
   ndev_ = backend_.device_count();
   graphs_ = backend_.supports_graphs() && kGraphs.get();
   host_lanes_ = static_cast<int>(std::clamp<int64_t>(kHostLanes.get(), 1, 8));
+  direct_on_caller_ = kDirectOnCaller.get();
   lanes_ = std::make_unique<LaneSet>(backend_);
   sockets_ = std::max(1, static_cast<int>(topo_.sockets.size()));
   // One host area per source GPU: transfers from different GPUs (both directions of a
@@ -242,33 +246,84 @@ EventHandle Engine::caller_event(int dev) {
   return e;
 }
 
-// The 2-D pipeline. Every lane first waits for the caller's earlier work; the direct path
-// goes as one copy per chunk on the src->dst lane; a staged path moves each chunk (split
-// into pieces of at most half the staging area, so two pieces are always in flight) into
-// the staging area on the src->via lane, and the via->dst lane relays it once the piece has
-// arrived. A first hop into staging waits for the relay that last read those bytes. At the
-// end the caller's stream waits for every lane used.
+// The 2-D pipeline. The direct path goes on the caller's stream itself (so it starts with
+// no cross-stream hop and ends where the caller's later work waits), as one copy per chunk.
+// A staged path moves each chunk (split into pieces of at most half the staging area, so
+// two pieces are always in flight) into the staging area on a src->via lane, which first
+// waits for the caller's earlier work; the via->dst lane relays it once the piece has
+// arrived (one event per piece). A first hop into staging waits for the relay that last
+// read those bytes. At the end the caller's stream waits for the relay lanes only: every
+// first hop is followed by a relay that waited for it.
 void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing) {
   const int S = plan.src, D = plan.dst;
-  EventHandle start = caller_event(S);
-  backend_.record_event(start, caller);
-  std::vector<Lane*> used;
-  auto use = [&](Lane& lane) -> Lane& {
-    if (std::find(used.begin(), used.end(), &lane) == used.end()) {
+  auto on_caller = [&](const PathPlan& p) { return p.kind == PathKind::Direct && direct_on_caller_; };
+  // The caller's earlier work, for the lanes to wait on; recorded before the direct copy
+  // goes on the caller's stream, so that the other paths do not wait for it.
+  EventHandle start = nullptr;
+  if (!std::all_of(plan.paths.begin(), plan.paths.end(), on_caller)) {
+    start = caller_event(S);
+    backend_.record_event(start, caller);
+  }
+  std::vector<Lane*> forked, finals;
+  auto fork = [&](Lane& lane) -> Lane& {
+    if (std::find(forked.begin(), forked.end(), &lane) == forked.end()) {
       backend_.wait_event(lane.stream(), start);
-      used.push_back(&lane);
+      forked.push_back(&lane);
     }
     return lane;
   };
+  auto final_lane = [&](Lane& lane) -> Lane& {
+    if (std::find(finals.begin(), finals.end(), &lane) == finals.end()) finals.push_back(&lane);
+    return lane;
+  };
+  // Direct paths first: the copy engine starts on them while the rest is being enqueued.
+  std::vector<const PathPlan*> order;
+  for (const PathPlan& p : plan.paths)
+    if (p.kind == PathKind::Direct) order.push_back(&p);
+  for (const PathPlan& p : plan.paths)
+    if (p.kind != PathKind::Direct) order.push_back(&p);
 
   // A captured graph must not depend on marks outside it: it tracks its own staging uses.
   StagingUses local_uses;
-  for (const PathPlan& path : plan.paths) {
+  // Staging ranges whose relay has no mark yet: each relay lane is marked once, at the end,
+  // unless a later piece of this schedule reuses one of its ranges first.
+  struct Pending {
+    StagingUses* uses;
+    Lane* lane;
+    uint64_t begin, end;
+  };
+  std::vector<Pending> pending;
+  auto settle = [&](Lane* lane) -> LaneMark {
+    LaneMark m = lane->mark();
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (it->lane != lane) {
+        ++it;
+        continue;
+      }
+      it->uses->set(it->begin, it->end, m);
+      it = pending.erase(it);
+    }
+    return m;
+  };
+  auto settle_overlapping = [&](const StagingUses* uses, uint64_t begin, uint64_t end) {
+    for (bool again = true; again;) {
+      again = false;
+      for (const Pending& p : pending)
+        if (p.uses == uses && p.begin < end && begin < p.end) {
+          settle(p.lane);
+          again = true;
+          break;
+        }
+    }
+  };
+
+  for (const PathPlan* pp : order) {
+    const PathPlan& path = *pp;
     if (path.kind == PathKind::Direct) {
-      Lane& lane = use(lanes_->get(S, D));
+      StreamHandle s = on_caller(path) ? caller : final_lane(fork(lanes_->get(S, D))).stream();
       for (int c = 0; c < path.chunks; ++c) {
         uint64_t b = chunk_edge(path.bytes, path.chunks, c), e = chunk_edge(path.bytes, path.chunks, c + 1);
-        backend_.copy_async(dst + path.offset + b, D, src + path.offset + b, S, e - b, lane.stream());
+        backend_.copy_async(dst + path.offset + b, D, src + path.offset + b, S, e - b, s);
       }
       continue;
     }
@@ -285,27 +340,30 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
       uint64_t cb = chunk_edge(path.bytes, path.chunks, c), ce = chunk_edge(path.bytes, path.chunks, c + 1);
       for (uint64_t b = cb; b < ce; ++q) {
         uint64_t n = std::min(max_piece, ce - b);
-        Lane& first = use(lanes_->get(S, mid, q % nlanes));
-        Lane& relay = use(lanes_->get(mid, D, q % nlanes));
+        Lane& first = fork(lanes_->get(S, mid, q % nlanes));
+        Lane& relay = final_lane(lanes_->get(mid, D, q % nlanes));
         uint64_t at = area.take(n, cursor);
+        settle_overlapping(&uses, at, at + n);
         for (const LaneMark& m : uses.overlapping(at, at + n)) first.wait(m);
         char* slot = area.base() + at;
         backend_.copy_async(slot, mid, src + path.offset + b, S, n, first.stream());
         relay.wait(first.mark());
         backend_.copy_async(dst + path.offset + b, D, slot, mid, n, relay.stream());
-        uses.set(at, at + n, relay.mark());
+        pending.push_back({&uses, &relay, at, at + n});
         b += n;
       }
     }
   }
-  for (Lane* lane : used) backend_.wait_event(caller, lane->mark().event);
+  // Every first hop is followed by a relay that waited for it: the caller waits for the
+  // lanes that write dst, which covers every read of src as well.
+  for (Lane* lane : finals) backend_.wait_event(caller, settle(lane).event);
 }
 
 void Engine::prepare(const Plan& plan) {
   caller_event(plan.src);
   for (const PathPlan& p : plan.paths) {
     if (p.kind == PathKind::Direct) {
-      lanes_->get(plan.src, plan.dst);
+      if (!direct_on_caller_) lanes_->get(plan.src, plan.dst);
     } else if (p.kind == PathKind::HostStaged) {
       host_area(p.via, plan.src);
       for (int k = 0; k < host_lanes_; ++k) {

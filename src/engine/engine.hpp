@@ -6,8 +6,10 @@
 //     the copy starts after the work enqueued on it before the call and the work enqueued
 //     after the call starts after the copy has completed on every path.
 //   - Safe to call from many threads on many streams at once: the schedule of one copy is
-//     enqueued as a unit on the engine's per-direction lanes (engine mutex), so chunks of one
-//     message go before the next message's on every direction.
+//     enqueued as a unit (engine mutex). Its direct path runs on the caller's stream, like a
+//     plain copy; its staged paths run on the engine's per-direction lanes, so their chunks
+//     of one message go before the next message's (GPUSTRIPE_DIRECT_ON_CALLER=0 puts the
+//     direct path on a lane too).
 //   - Below the size where splitting pays (single direct path), one plain backend copy on
 //     the caller's stream and nothing else.
 //   - src_dev == dst_dev: one device-local copy on the caller's stream.
@@ -80,6 +82,7 @@ class Engine {
   Planner* planner_;
   bool graphs_ = false;
   int host_lanes_ = 1;
+  bool direct_on_caller_ = true;
   int ndev_ = 0;
   uint64_t id_ = 0;
 
