@@ -357,6 +357,10 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
   // Every first hop is followed by a relay that waited for it: the caller waits for the
   // lanes that write dst, which covers every read of src as well.
   for (Lane* lane : finals) backend_.wait_event(caller, settle(lane).event);
+  // A capture must end with every stream it forked joined straight back to where it began.
+  if (capturing)
+    for (Lane* lane : forked)
+      if (std::find(finals.begin(), finals.end(), lane) == finals.end()) backend_.wait_event(caller, lane->mark().event);
 }
 
 void Engine::prepare(const Plan& plan) {
