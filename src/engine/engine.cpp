@@ -31,7 +31,10 @@ const BoolSetting kDirectOnCaller{"GPUSTRIPE_DIRECT_ON_CALLER", "1",
                                   "Multi-path copies put their direct path on the caller's stream (no fork or join "
                                   "for it); 0: on the engine's lane of the link direction"};
 const IntSetting kHostLanes{"GPUSTRIPE_HOST_LANES", "2",
-                            "Stream pairs per host-staged path; its chunks alternate between them"};
+                            "Streams for the host-to-GPU hop of a host-staged path; its chunks alternate between them"};
+const IntSetting kHostFirstLanes{"GPUSTRIPE_HOST_FIRST_LANES", "0",
+                                 "Streams for the GPU-to-host hop of a host-staged path (0: as many as "
+                                 "GPUSTRIPE_HOST_LANES); one keeps the chunks leaving the GPU in order, one at a time"};
 
 constexpr uint64_t kChunkAlign = 4096;
 
@@ -61,6 +64,8 @@ Engine::Engine(Backend& backend, const Topology& topo, Planner* planner)
   ndev_ = backend_.device_count();
   graphs_ = backend_.supports_graphs() && kGraphs.get();
   host_lanes_ = static_cast<int>(std::clamp<int64_t>(kHostLanes.get(), 1, 8));
+  const int64_t first = kHostFirstLanes.get();
+  host_first_lanes_ = first <= 0 ? host_lanes_ : static_cast<int>(std::min<int64_t>(first, 8));
   direct_on_caller_ = kDirectOnCaller.get();
   lanes_ = std::make_unique<LaneSet>(backend_);
   sockets_ = std::max(1, static_cast<int>(topo_.sockets.size()));
@@ -74,8 +79,8 @@ Engine::Engine(Backend& backend, const Topology& topo, Planner* planner)
   tails_ = std::make_unique<ResourceTails>(backend_);
   peer_enabled_.reset(new std::atomic<bool>[static_cast<size_t>(ndev_) * ndev_]);
   for (int i = 0; i < ndev_ * ndev_; ++i) peer_enabled_[i] = false;
-  GS_LOG_DEBUG(Subsys::Engine, "engine on %s backend, %d devices, graphs %s, %d host lane(s)", backend_.name(), ndev_,
-               graphs_ ? "on" : "off", host_lanes_);
+  GS_LOG_DEBUG(Subsys::Engine, "engine on %s backend, %d devices, graphs %s, host lanes %d+%d", backend_.name(), ndev_,
+               graphs_ ? "on" : "off", host_first_lanes_, host_lanes_);
 }
 
 Engine::~Engine() {
@@ -330,7 +335,7 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
     const bool host = path.kind == PathKind::HostStaged;
     StagingArea& area = host ? host_area(path.via, S) : gpu_area(path.via);
     const int mid = host ? kHostDevice : path.via;
-    const int nlanes = host ? host_lanes_ : 1;
+    const int first_lanes = host ? host_first_lanes_ : 1, relay_lanes = host ? host_lanes_ : 1;
     StagingUses& uses = capturing ? local_uses : area.uses();
     uint64_t local_cursor = 0;
     uint64_t& cursor = capturing ? local_cursor : area.cursor();
@@ -340,8 +345,8 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
       uint64_t cb = chunk_edge(path.bytes, path.chunks, c), ce = chunk_edge(path.bytes, path.chunks, c + 1);
       for (uint64_t b = cb; b < ce; ++q) {
         uint64_t n = std::min(max_piece, ce - b);
-        Lane& first = fork(lanes_->get(S, mid, q % nlanes));
-        Lane& relay = final_lane(lanes_->get(mid, D, q % nlanes));
+        Lane& first = fork(lanes_->get(S, mid, q % first_lanes));
+        Lane& relay = final_lane(lanes_->get(mid, D, q % relay_lanes));
         uint64_t at = area.take(n, cursor);
         settle_overlapping(&uses, at, at + n);
         for (const LaneMark& m : uses.overlapping(at, at + n)) first.wait(m);
@@ -370,10 +375,8 @@ void Engine::prepare(const Plan& plan) {
       if (!direct_on_caller_) lanes_->get(plan.src, plan.dst);
     } else if (p.kind == PathKind::HostStaged) {
       host_area(p.via, plan.src);
-      for (int k = 0; k < host_lanes_; ++k) {
-        lanes_->get(plan.src, kHostDevice, k);
-        lanes_->get(kHostDevice, plan.dst, k);
-      }
+      for (int k = 0; k < host_first_lanes_; ++k) lanes_->get(plan.src, kHostDevice, k);
+      for (int k = 0; k < host_lanes_; ++k) lanes_->get(kHostDevice, plan.dst, k);
     } else {
       gpu_area(p.via);
       lanes_->get(plan.src, p.via);

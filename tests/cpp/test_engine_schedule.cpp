@@ -160,6 +160,21 @@ TEST_F(EngineSchedule, DirectOnALaneWhenAskedTo) {
   EXPECT_EQ(count(ops, Op::Wait, caller_), 3u);  // the direct lane and the 2 relay lanes
 }
 
+TEST_F(EngineSchedule, OneFirstHopLaneTwoRelayLanes) {
+  // GPU-to-host hops in order on one stream; host-to-GPU hops alternate between two.
+  ScopedEnv first("GPUSTRIPE_HOST_FIRST_LANES", "1");
+  Plan p = make_plan(0, 1, kBytes, {{PathKind::Direct, -1, 0.8, 1}, {PathKind::HostStaged, 0, 0.2, 6}});
+  std::vector<Op> ops = run(p);
+  std::set<StreamHandle> to_host, to_dst;
+  for (const Op& o : ops) {
+    if (o.kind != Op::Copy || o.stream == caller_) continue;
+    (o.dst >= dst_ && o.dst < dst_ + kBytes ? to_dst : to_host).insert(o.stream);
+  }
+  EXPECT_EQ(to_host.size(), 1u);
+  EXPECT_EQ(to_dst.size(), 2u);
+  EXPECT_EQ(count(ops, Op::Wait, caller_), 2u);
+}
+
 TEST_F(EngineSchedule, RelayMarkedEarlyOnlyWhenItsRangeIsReusedInTheSchedule) {
   // 256 KB of staging, 1 MB through it in 8 chunks: pieces of 128 KB (half the area), so
   // from the third piece on each one reuses a range that a relay of this schedule reads:
