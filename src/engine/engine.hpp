@@ -72,7 +72,9 @@ class Engine {
   void enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing);
   // Creates the lanes, staging areas and events `plan` uses (never during a capture).
   void prepare(const Plan& plan);
-  void launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller);
+  // Replays the captured schedule of this transfer on `caller`, capturing it first when the
+  // transfer was seen before; false (nothing enqueued) the first time a transfer is seen.
+  bool launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller);
   StagingArea& host_area(int socket, int src);
   StagingArea& gpu_area(int gpu);
   EventHandle caller_event(int dev);
