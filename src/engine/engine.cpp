@@ -115,13 +115,13 @@ void Engine::copy_async(void* dst, int dst_dev, const void* src, int src_dev, ui
   check_copy(backend_, dst, dst_dev, src, src_dev, bytes);
   if (bytes == 0) return;
   if (src_dev == dst_dev) {  // device-local: the copy engine of that GPU, nothing to split
-    backend_.copy_async(dst, dst_dev, src, src_dev, bytes, stream);
+    backend_.copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, stream);
     ++plain_copies_;
     return;
   }
   if (!planner_) {
     ensure_peer(src_dev, dst_dev);
-    backend_.copy_async(dst, dst_dev, src, src_dev, bytes, stream);
+    backend_.copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, stream);
     ++plain_copies_;
     return;
   }
@@ -162,7 +162,7 @@ void Engine::copy_with_plan(const Plan& plan, void* dst, const void* src, Stream
   check_copy(backend_, dst, plan.dst, src, plan.src, plan.bytes);
   if (plan.bytes == 0) return;
   if (plan.src == plan.dst) {
-    backend_.copy_async(dst, plan.dst, src, plan.src, plan.bytes, stream);
+    backend_.copy_async_prechecked(dst, plan.dst, src, plan.src, plan.bytes, stream);
     ++plain_copies_;
     return;
   }
@@ -192,7 +192,7 @@ void Engine::ensure_peer(int a, int b) {
 void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
   if (plan.single_path() && plan.paths[0].kind == PathKind::Direct) {
     ensure_peer(plan.src, plan.dst);
-    backend_.copy_async(dst, plan.dst, src, plan.src, plan.bytes, stream);
+    backend_.copy_async_prechecked(dst, plan.dst, src, plan.src, plan.bytes, stream);
     ++plain_copies_;
     return;
   }
@@ -326,7 +326,7 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
       StreamHandle s = on_caller(path) ? caller : final_lane(fork(lanes_->get(S, D))).stream();
       for (int c = 0; c < path.chunks; ++c) {
         uint64_t b = chunk_edge(path.bytes, path.chunks, c), e = chunk_edge(path.bytes, path.chunks, c + 1);
-        backend_.copy_async(dst + path.offset + b, D, src + path.offset + b, S, e - b, s);
+        backend_.copy_async_prechecked(dst + path.offset + b, D, src + path.offset + b, S, e - b, s);
       }
       continue;
     }
@@ -349,9 +349,9 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
         settle_overlapping(&uses, at, at + n);
         for (const LaneMark& m : uses.overlapping(at, at + n)) first.wait(m);
         char* slot = area.base() + at;
-        backend_.copy_async(slot, mid, src + path.offset + b, S, n, first.stream());
+        backend_.copy_async_prechecked(slot, mid, src + path.offset + b, S, n, first.stream());
         relay.wait(first.mark());
-        backend_.copy_async(dst + path.offset + b, D, slot, mid, n, relay.stream());
+        backend_.copy_async_prechecked(dst + path.offset + b, D, slot, mid, n, relay.stream());
         pending.push_back({&uses, &relay, at, at + n});
         b += n;
       }
