@@ -102,8 +102,8 @@ def run(args):
     path = results.write("model-check", ctx.device_label, ctx.device_count, rows, out_dir=args.out, plot=False,
                          extra={"model_source": model.source, "mean_abs_error": mean_err, "max_abs_error": max_err,
                                 "exhaustive": exhaustive, "emulated": ctx.emulated})
-    png = plot_model_check(rows, f"{ctx.device_label}: model check {src}->{dst} ({model.source})",
-                           path[:-len(".json")] + ".png")
+    png = plot_model_check(rows, f"{ctx.device_label}: model check {src}->{dst} ({model.source}); |error| mean "
+                                 f"{100 * mean_err:.1f}%, max {100 * max_err:.1f}%", path[:-len(".json")] + ".png")
     txt = path[:-len(".json")] + ".txt"
     say(f"wrote {path}, {png} and {txt}")
     with open(txt, "w") as f:
