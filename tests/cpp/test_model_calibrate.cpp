@@ -73,6 +73,10 @@ TEST(ModelCalibrateGpu, MeasuresPlausibleFiguresOnTheGpus) {
   EXPECT_LT(p.params.hop(HopKind::Peer).beta_gbps, 1.1 * nominal);
   EXPECT_GT(p.params.hop(HopKind::D2H).beta_gbps, 0.4 * t.host_link_gbps(0));
   EXPECT_LT(p.params.hop(HopKind::Peer).alpha_us, 50);
+  // A runtime call costs the host microseconds, an event wait the GPUs microseconds.
+  EXPECT_GT(p.params.host_call_us, 0.05);
+  EXPECT_LT(p.params.host_call_us, 50);
+  EXPECT_LT(p.params.epsilon_us, 50);
 }
 
 TEST(ModelCapi, PlansIntoTheCallersArray) {
