@@ -8,6 +8,7 @@
 //   void irecv(int slot, size_t bytes, int peer, int tag);
 //   void waitall();                          completes what isend/irecv started
 //   std::string method() const;
+// (Slots below holds a window's buffers.)
 //
 // Ranks pair up (r <-> r^1) and all pairs run at once; rank 0 prints one line
 // "ROW {json}" per size: op (latency|p2p|bibw), method, bytes, gbps (one pair,
@@ -79,6 +80,37 @@ inline Options parse_options(int argc, char** argv) {
   o.min_bytes = std::max<size_t>(o.min_bytes, 1);
   return o;
 }
+
+// The buffers of one window: one per slot (sends, then receives of bibw), or, when a
+// window of large messages would not fit in GPU memory (64 x 1 GB), one per direction
+// shared by its slots, as osu_bw does. alloc(bytes) -> char*, free(char*).
+class Slots {
+ public:
+  template <class Alloc>
+  void make(const Options& o, int slots, size_t n, Alloc alloc) {
+    bool share = n * slots > (size_t(2) << 30);
+    int window = o.test == "bibw" ? slots / 2 : slots;
+    bufs_.assign(slots, nullptr);
+    owned_.assign(slots, false);
+    for (int i = 0; i < slots; ++i) {
+      int owner = share ? (i < window ? 0 : window) : i;
+      owned_[i] = owner == i;
+      bufs_[i] = owned_[i] ? alloc(n) : bufs_[owner];
+    }
+  }
+  template <class Free>
+  void drop(Free free) {
+    for (size_t i = 0; i < bufs_.size(); ++i)
+      if (owned_[i]) free(bufs_[i]);
+    bufs_.clear();
+    owned_.clear();
+  }
+  char* operator[](int slot) const { return bufs_[slot]; }
+
+ private:
+  std::vector<char*> bufs_;
+  std::vector<bool> owned_;
+};
 
 inline int iterations(const Options& o, size_t n) {
   if (o.iters > 0) return o.iters;
