@@ -37,6 +37,9 @@ def add_arguments(p):
     p.add_argument("--ranks", default="2,4", help="rank counts, comma separated (even; default 2,4)")
     p.add_argument("--sizes", default="1:1G", help="bandwidth sizes LO:HI (powers of two; default 1:1G)")
     p.add_argument("--latency-sizes", default="1:4M", help="latency sizes LO:HI (default 1:4M; '' for none)")
+    p.add_argument("--staged-max", default="64M",
+                   help="largest bandwidth size of mpi_host_staged (default 64M: the pattern runs at PCIe "
+                        "speed, a window of 64 x 1 GB through host memory takes minutes)")
     p.add_argument("--windows", default="1,16,64", help="bandwidth window sizes (default 1,16,64)")
     p.add_argument("--bibw-window", type=int, default=64, help="window of the bidirectional runs (default 64)")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
@@ -146,7 +149,7 @@ def _without_interposer(args, paths: dict, n: int) -> dict:
 
 
 def run(args) -> int:
-    from .. import results
+    from .. import parse_size, results
     from ..copy import default_context
 
     paths = _paths(args.build)
@@ -178,6 +181,11 @@ def run(args) -> int:
             return _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [paths["mpi_bench"], *common, *mem,
                                                                             "--method", method]
         if method == "mpi_host_staged":
+            if test[1] != "latency":
+                cap = min(parse_size(hi), parse_size(args.staged_max))
+                if cap < parse_size(lo):
+                    return None
+                common = [*common, "--max", str(cap)]  # the later --max wins
             return _mpirun(args, n, {}) + [paths["mpi_bench"], *common, "--staged"]
         if method == "gpustripe":
             return _mpirun(args, n, {}) + [paths["gs_p2p_bench"], *common, *mem]
