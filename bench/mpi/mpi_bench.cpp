@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   // Host-memory runs need no GPU (CI builds with nvcc but has no driver).
   bench::select_gpu(o.device || o.staged, "mpi_bench");
   MpiTransport t(o);
-  osu::run_sweep(o, t);
+  osu::run_sweeps(o, t);
   MPI_Finalize();
   return 0;
 }

@@ -25,10 +25,20 @@
 
 namespace osu {
 
+// One sweep over sizes: a test at a window.
+struct Sweep {
+  std::string test;
+  int window;
+  size_t min_bytes, max_bytes;
+};
+
 struct Options {
+  // The sweep being run (run_sweeps sets these from `sweeps` in turn; the transports
+  // read them through their reference to the options).
   std::string test = "bw";  // latency | bw | bibw
   int window = 64;
   size_t min_bytes = 1, max_bytes = size_t(1) << 30;
+  std::vector<Sweep> sweeps;  // --sweep, or the one of --test/--window/--min/--max
   bool device = true;   // device buffers (else host)
   bool staged = false;  // device buffers, MPI on pinned host copies (the GPU-unaware pattern)
   int iters = 0;        // 0: by size
@@ -50,7 +60,8 @@ inline size_t parse_bytes(const char* s) {
 [[noreturn]] inline void usage(const char* why) {
   std::fprintf(stderr,
                "%s\nusage: --test latency|bw|bibw [--window W] [--min B] [--max B] [--mem device|host] [--staged] "
-               "[--iters N] [--method NAME]\n",
+               "[--iters N] [--method NAME]\n       or instead of --test..--max: --sweep TEST:WINDOW:MIN:MAX, "
+               "repeated (one launch, several sweeps)\n",
                why);
   MPI_Abort(MPI_COMM_WORLD, 2);
   std::exit(2);
@@ -72,12 +83,22 @@ inline Options parse_options(int argc, char** argv) {
     else if (a == "--staged") o.staged = true;
     else if (a == "--iters") o.iters = std::atoi(next());
     else if (a == "--method") o.method = next();
-    else usage(("unknown argument " + a).c_str());
+    else if (a == "--sweep") {
+      std::string v = next();
+      size_t c1 = v.find(':'), c2 = v.find(':', c1 + 1), c3 = v.find(':', c2 + 1);
+      if (c1 == std::string::npos || c2 == std::string::npos || c3 == std::string::npos)
+        usage(("--sweep " + v + ": TEST:WINDOW:MIN:MAX").c_str());
+      o.sweeps.push_back({v.substr(0, c1), std::atoi(v.substr(c1 + 1, c2 - c1 - 1).c_str()),
+                          parse_bytes(v.substr(c2 + 1, c3 - c2 - 1).c_str()), parse_bytes(v.substr(c3 + 1).c_str())});
+    } else usage(("unknown argument " + a).c_str());
   }
-  if (o.test != "latency" && o.test != "bw" && o.test != "bibw") usage("--test: latency, bw or bibw");
-  if (o.window < 1) usage("--window: at least 1");
-  if (o.test == "latency") o.window = 1;
-  o.min_bytes = std::max<size_t>(o.min_bytes, 1);
+  if (o.sweeps.empty()) o.sweeps.push_back({o.test, o.window, o.min_bytes, o.max_bytes});
+  for (Sweep& w : o.sweeps) {
+    if (w.test != "latency" && w.test != "bw" && w.test != "bibw") usage("test: latency, bw or bibw");
+    if (w.window < 1) usage("window: at least 1");
+    if (w.test == "latency") w.window = 1;
+    w.min_bytes = std::max<size_t>(w.min_bytes, 1);
+  }
   return o;
 }
 
@@ -150,6 +171,21 @@ double run_once(const Options& o, T& t, size_t n, int peer, bool first) {
   if (first) MPI_Recv(&ack, 1, MPI_BYTE, peer, tag + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   else MPI_Send(&ack, 1, MPI_BYTE, peer, tag + 1, MPI_COMM_WORLD);
   return MPI_Wtime() - t0;
+}
+
+template <class T>
+void run_sweep(const Options& o, T& t);
+
+// Every sweep of o.sweeps in turn, in one launch (MPI and GPU start-up paid once).
+template <class T>
+void run_sweeps(Options& o, T& t) {
+  for (const Sweep& w : o.sweeps) {
+    o.test = w.test;
+    o.window = w.window;
+    o.min_bytes = w.min_bytes;
+    o.max_bytes = w.max_bytes;
+    run_sweep(o, t);
+  }
 }
 
 template <class T>

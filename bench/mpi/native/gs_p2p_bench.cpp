@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     {
       gpustripe::p2p::Endpoint ep(*ch, &ctx.backend(), gpustripe::p2p::engine_copy(ctx.engine(), ch.get()));
       NativeTransport t(o, ctx, ep, local % ctx.device_count());
-      osu::run_sweep(o, t);
+      osu::run_sweeps(o, t);
       ep.flush();
       MPI_Barrier(node);
     }

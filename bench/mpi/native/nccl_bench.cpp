@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
     nccl.comm_init_rank(&comm, size, id, rank);
     {
       NcclTransport t(o, nccl, comm);
-      osu::run_sweep(o, t);
+      osu::run_sweeps(o, t);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     nccl.comm_destroy(comm);

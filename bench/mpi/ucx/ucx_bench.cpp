@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
   {
     Ucx ucx(rank ^ 1);
     UcxTransport t(o, ucx);
-    osu::run_sweep(o, t);
+    osu::run_sweeps(o, t);
   }
   MPI_Finalize();
   return 0;
