@@ -216,8 +216,8 @@ void run_sweep(const Options& o, T& t) {
     if (rank == 0) {
       const char* op = o.test == "latency" ? "latency" : o.test == "bibw" ? "bibw" : "p2p";
       std::printf(
-          "ROW {\"op\": \"%s\", \"method\": \"%s\", \"bytes\": %zu, \"gbps\": %.4f, \"us\": %.3f, \"window\": %d, "
-          "\"ranks\": %d, \"agg_gbps\": %.4f, \"mem\": \"%s\", \"iters\": %d}\n",
+          "ROW {\"op\": \"%s\", \"method\": \"%s\", \"bytes\": %zu, \"gbps\": %.6g, \"us\": %.3f, \"window\": %d, "
+          "\"ranks\": %d, \"agg_gbps\": %.6g, \"mem\": \"%s\", \"iters\": %d}\n",
           op, t.method().c_str(), n, gbps, us, o.window, size, agg, o.device ? "device" : "host", iters);
       std::fflush(stdout);
     }
