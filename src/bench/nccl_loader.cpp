@@ -36,6 +36,8 @@ NcclLibrary::NcclLibrary() {
   }
   std::string missing;
   bind(handle_, init_all_, "ncclCommInitAll", missing);
+  bind(handle_, get_unique_id_, "ncclGetUniqueId", missing);
+  bind(handle_, init_rank_, "ncclCommInitRank", missing);
   bind(handle_, destroy_, "ncclCommDestroy", missing);
   bind(handle_, group_start_, "ncclGroupStart", missing);
   bind(handle_, group_end_, "ncclGroupEnd", missing);
@@ -65,6 +67,14 @@ void NcclLibrary::check(int result, const char* call) const {
 
 void NcclLibrary::comm_init_all(NcclComm** comms, int ndev, const int* devlist) const {
   check(handle_ ? init_all_(comms, ndev, devlist) : 0, "ncclCommInitAll");
+}
+NcclUniqueId NcclLibrary::unique_id() const {
+  NcclUniqueId id{};
+  check(handle_ ? get_unique_id_(&id) : 0, "ncclGetUniqueId");
+  return id;
+}
+void NcclLibrary::comm_init_rank(NcclComm** comm, int nranks, const NcclUniqueId& id, int rank) const {
+  check(handle_ ? init_rank_(comm, nranks, id, rank) : 0, "ncclCommInitRank");
 }
 void NcclLibrary::comm_destroy(NcclComm* comm) const { check(handle_ ? destroy_(comm) : 0, "ncclCommDestroy"); }
 void NcclLibrary::group_start() const { check(handle_ ? group_start_() : 0, "ncclGroupStart"); }

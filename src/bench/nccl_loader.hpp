@@ -8,6 +8,9 @@
 namespace gpustripe {
 
 struct NcclComm;  // ncclComm_t points to one
+struct NcclUniqueId {  // ncclUniqueId: passed by value, as nccl.h does
+  char internal[128];
+};
 
 class NcclLibrary {
  public:
@@ -19,6 +22,9 @@ class NcclLibrary {
 
   // Each throws ERR_NOT_SUPPORTED / ERR_INTERNAL naming the NCCL error.
   void comm_init_all(NcclComm** comms, int ndev, const int* devlist) const;
+  // Across processes (bench/mpi/native/nccl_bench.cpp): rank 0 makes the id, MPI spreads it.
+  NcclUniqueId unique_id() const;
+  void comm_init_rank(NcclComm** comm, int nranks, const NcclUniqueId& id, int rank) const;
   void comm_destroy(NcclComm* comm) const;
   void group_start() const;
   void group_end() const;
@@ -32,6 +38,8 @@ class NcclLibrary {
   void* handle_ = nullptr;
   std::string why_not_;
   int (*init_all_)(NcclComm**, int, const int*) = nullptr;
+  int (*get_unique_id_)(NcclUniqueId*) = nullptr;
+  int (*init_rank_)(NcclComm**, int, NcclUniqueId, int) = nullptr;
   int (*destroy_)(NcclComm*) = nullptr;
   int (*group_start_)() = nullptr;
   int (*group_end_)() = nullptr;
