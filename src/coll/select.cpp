@@ -19,6 +19,8 @@ const SizeSetting kChunk{"GPUSTRIPE_COLL_CHUNK", "8M",
                          "Pipeline chunk of a rank's block in reduce-scatter/allreduce/reduce/bcast schedules "
                          "(blocks of 2M and more get at least 4 chunks)"};
 const IntSetting kMaxChunks{"GPUSTRIPE_COLL_MAX_CHUNKS", "16", "Most pipeline chunks of one collective"};
+const IntSetting kMinChunks{"GPUSTRIPE_COLL_MIN_CHUNKS", "4",
+                            "Fewest pipeline chunks of a reduction whose block is 512K per chunk or more"};
 const SizeSetting kBcastChunk{"GPUSTRIPE_COLL_BCAST_CHUNK", "2M",
                               "Pipeline chunk of a member's piece in scatter-allgather broadcasts (up to 32 chunks)"};
 const StringSetting kHostShare{"GPUSTRIPE_COLL_HOST_SHARE", "auto",
@@ -73,13 +75,14 @@ std::string forced(CollOp op) {
 
 // Enough chunks that the pipeline's fill and drain (about one chunk each) stay small next
 // to the whole; chunks of at least 512K, so each copy stays well above its fixed cost.
-int chunks_for(size_t block_bytes, uint64_t chunk_setting, uint64_t most) {
+int chunks_for(size_t block_bytes, uint64_t chunk_setting, uint64_t most, uint64_t fewest = 4) {
   uint64_t chunk = std::max<uint64_t>(1, chunk_setting);
-  uint64_t want = std::max<uint64_t>((block_bytes + chunk - 1) / chunk, std::min<uint64_t>(4, block_bytes >> 19));
+  uint64_t want = std::max<uint64_t>((block_bytes + chunk - 1) / chunk, std::min<uint64_t>(fewest, block_bytes >> 19));
   return static_cast<int>(std::clamp<uint64_t>(want, 1, std::max<uint64_t>(1, most)));
 }
 int chunks_for(size_t block_bytes) {
-  return chunks_for(block_bytes, kChunk.get(), static_cast<uint64_t>(std::max<int64_t>(1, kMaxChunks.get())));
+  return chunks_for(block_bytes, kChunk.get(), static_cast<uint64_t>(std::max<int64_t>(1, kMaxChunks.get())),
+                    static_cast<uint64_t>(std::max<int64_t>(1, kMinChunks.get())));
 }
 
 std::string pct(double f) {

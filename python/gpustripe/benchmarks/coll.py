@@ -53,7 +53,8 @@ def add_arguments(p):
                         "0,0.03,0.06), as methods gpustripe_host<percent>: for tuning the automatic share")
     p.add_argument("--variants", default="",
                    help="also time gpustripe under other settings, as methods gpustripe_<name>: "
-                        "'NAME:VAR=VALUE,VAR=VALUE;NAME:...' (e.g. 'sender:GPUSTRIPE_COLL_RS_COPIES=sender'); "
+                        "'NAME[@OP+OP]:VAR=VALUE,VAR=VALUE;NAME:...' (e.g. "
+                        "'sender@allreduce+reduce_scatter:GPUSTRIPE_COLL_RS_COPIES=sender'; @ limits the ops); "
                         "for tuning, never for results")
 
 
@@ -102,13 +103,18 @@ def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent, method="gpustripe
             _progress(row)
 
 
-def parse_variants(text: str) -> list[tuple[str, dict]]:
-    """'NAME:VAR=VALUE,VAR=VALUE;NAME:...' -> [(NAME, {VAR: VALUE})]."""
+def parse_variants(text: str) -> list[tuple[str, dict, list]]:
+    """'NAME[@OP+OP]:VAR=VALUE,VAR=VALUE;NAME:...' -> [(NAME, {VAR: VALUE}, [OP...] or [])]."""
     out = []
     for item in (x.strip() for x in text.split(";")):
         if not item:
             continue
-        name, sep, body = item.partition(":")
+        head, sep, body = item.partition(":")
+        name, _, only = head.partition("@")
+        only_ops = [o for o in only.split("+") if o]
+        for o in only_ops:
+            if o not in BUSBW:
+                raise SystemExit(f"gpustripe bench coll: --variants: unknown op '{o}' in '{item}'")
         env = {}
         for kv in (x.strip() for x in body.split(",")):
             var, eq, val = kv.partition("=")
@@ -117,7 +123,7 @@ def parse_variants(text: str) -> list[tuple[str, dict]]:
             env[var] = val
         if not sep or not name.strip() or not env:
             raise SystemExit(f"gpustripe bench coll: --variants: '{item}' is not NAME:VAR=VALUE[,VAR=VALUE]")
-        out.append((name.strip(), env))
+        out.append((name.strip(), env, only_ops))
     return out
 
 
@@ -127,8 +133,10 @@ def _variant_sweep(ctx, ranks, ops, sizes, args, rows, absent):
     shares = [float(x) for x in args.host_shares.split(",") if x.strip()]
     exch = [o for o in ops if o in ("alltoall", "allgather")]
     runs = [(f"host{f * 100:g}", {"GPUSTRIPE_COLL_HOST_SHARE": repr(f)}, exch) for f in shares if exch]
-    runs += [(name, env, ops) for name, env in variants]
+    runs += [(name, env, [o for o in ops if not only or o in only]) for name, env, only in variants]
     for name, env, run_ops in runs:
+        if not run_ops:
+            continue
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:
