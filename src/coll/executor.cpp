@@ -16,6 +16,9 @@ constexpr int kOriginLane = -1000;  // the stream graphs are captured and launch
 const BoolSetting kPerRankGraphs{"GPUSTRIPE_COLL_RANK_GRAPHS", "1",
                                  "Replay schedules without waits between GPUs as one graph per GPU on its own "
                                  "stream (else one graph over all GPUs, launched from the first one's)"};
+const BoolSetting kGpuBarrier{"GPUSTRIPE_COLL_GPU_BARRIER", "0",
+                              "Per-rank graphs enter and leave through a barrier the GPUs run themselves (flags in "
+                              "peer memory) instead of CUDA events waited on across GPUs"};
 
 // Whether every dependency of the program stays on the rank of the op that waits.
 bool rank_local(const Program& prog) {
@@ -47,9 +50,9 @@ Program only_rank(const Program& prog, int rank) {
 
 }  // namespace
 
-Executor::Executor(Backend& backend, Reducer& reducer, std::vector<int> devices)
+Executor::Executor(Backend& backend, Reducer& reducer, std::vector<int> devices, DeviceBarrier* barrier)
     : backend_(backend), reducer_(reducer), devices_(std::move(devices)), lanes_(backend), capture_lanes_(backend),
-      user_events_(devices_.size(), nullptr), graphs_(backend, kGraphCacheSize) {}
+      user_events_(devices_.size(), nullptr), graphs_(backend, kGraphCacheSize), barrier_(barrier) {}
 
 Executor::~Executor() {
   try {
@@ -69,8 +72,8 @@ Executor::~Executor() {
 }
 
 void Executor::forget_per_rank_graphs() {
-  for (auto& [key, graphs] : per_rank_)
-    for (GraphExecHandle g : graphs) backend_.destroy_graph(g);
+  for (auto& [key, pr] : per_rank_)
+    for (GraphExecHandle g : pr.graphs) backend_.destroy_graph(g);
   per_rank_.clear();
 }
 
@@ -192,11 +195,11 @@ void Executor::enqueue_keyed(const std::string& key, const std::function<Program
     if (!seen_.insert(key).second) {
       check_streams(prog.nranks(), user_streams);
       if (rank_local(prog) && kPerRankGraphs.get()) {
-        std::vector<GraphExecHandle> graphs = capture_per_rank(prog);
-        if (!graphs.empty()) {
+        PerRank pr = capture_per_rank(prog, barrier_ && kGpuBarrier.get());
+        if (!pr.graphs.empty()) {
           if (per_rank_.size() >= kGraphCacheSize) forget_per_rank_graphs();
-          launch_per_rank(graphs, user_streams);
-          per_rank_.emplace(key, std::move(graphs));
+          launch_per_rank(pr, user_streams);
+          per_rank_.emplace(key, std::move(pr));
           return;
         }
       } else if (GraphExecHandle g = capture(prog)) {
@@ -237,21 +240,25 @@ GraphExecHandle Executor::capture(const Program& prog) {
   return g;
 }
 
-std::vector<GraphExecHandle> Executor::capture_per_rank(const Program& prog) {
+Executor::PerRank Executor::capture_per_rank(const Program& prog, bool barriers) {
   const int n = static_cast<int>(devices_.size());
   // Events recorded under capture are the graphs' own: these never mark work outside one.
   while (static_cast<int>(forks_.size()) < n)
     forks_.push_back(backend_.create_event(devices_[forks_.size()], false));
-  std::vector<GraphExecHandle> graphs;
+  PerRank out;
+  out.barriers = barriers;
+  std::vector<GraphExecHandle>& graphs = out.graphs;
   for (int r = 0; r < n; ++r) {
     Program sub = only_rank(prog, r);
     ::gpustripe::Lane& origin = lane(lanes_, r, kOriginLane);
     try {
       backend_.begin_capture(origin.stream());
       try {
+        if (barriers) barrier_->arrive_and_wait(r, origin.stream());
         backend_.record_event(forks_[r], origin.stream());
         std::vector<LaneRef> used = enqueue_ops(sub, capture_lanes_, {forks_[r]});
         for (LaneRef u : used) backend_.wait_event(origin.stream(), u->mark().event);
+        if (barriers) barrier_->arrive_and_wait(r, origin.stream());
       } catch (...) {
         try {
           backend_.destroy_graph(backend_.end_capture(origin.stream()));
@@ -268,11 +275,13 @@ std::vector<GraphExecHandle> Executor::capture_per_rank(const Program& prog) {
       return {};
     }
   }
-  GS_LOG_DEBUG(Subsys::Coll, "captured %d per-rank graphs of %zu ops", n, prog.size());
-  return graphs;
+  GS_LOG_DEBUG(Subsys::Coll, "captured %d per-rank graphs of %zu ops%s", n, prog.size(),
+               barriers ? " between GPU barriers" : "");
+  return out;
 }
 
-void Executor::launch_per_rank(const std::vector<GraphExecHandle>& g, const std::vector<StreamHandle>& user_streams) {
+void Executor::launch_per_rank(const PerRank& pr, const std::vector<StreamHandle>& user_streams) {
+  const std::vector<GraphExecHandle>& g = pr.graphs;
   const int n = static_cast<int>(devices_.size());
   if (entry_ev_.empty())
     for (int r = 0; r < n; ++r) {
@@ -287,6 +296,18 @@ void Executor::launch_per_rank(const std::vector<GraphExecHandle>& g, const std:
   if (s != last_streams_)
     for (int r = 0; r < n; ++r)
       for (const LaneMark& m : last_done_) backend_.wait_event(s[r], m.event);
+  if (pr.barriers) {
+    // The graphs begin and end with the GPUs' barrier: nothing to wait for across GPUs here.
+    for (int r = 0; r < n; ++r) backend_.launch_graph(g[r], s[r]);
+    graph_launches_ += n;
+    last_done_.clear();
+    for (int r = 0; r < n; ++r) {
+      backend_.record_event(exit_ev_[r], s[r]);
+      last_done_.push_back({s[r], exit_ev_[r]});
+    }
+    last_streams_ = s;
+    return;
+  }
   for (int r = 0; r < n; ++r) backend_.record_event(entry_ev_[r], s[r]);
   for (int r = 0; r < n; ++r)
     for (int q = 0; q < n; ++q)
@@ -315,6 +336,7 @@ void Executor::launch(GraphExecHandle g, const std::vector<StreamHandle>& user_s
 
 void Executor::synchronize() {
   for (const LaneMark& m : last_done_) backend_.synchronize_event(m.event);
+  if (barrier_) barrier_->check();
 }
 
 }  // namespace gpustripe::coll

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "coll/barrier.hpp"
 #include "coll/program.hpp"
 #include "coll/reduce.hpp"
 #include "engine/graph_cache.hpp"
@@ -30,7 +31,8 @@ namespace gpustripe::coll {
 
 class Executor {
  public:
-  Executor(Backend& backend, Reducer& reducer, std::vector<int> devices);
+  // barrier (optional): the GPUs' own barrier for per-rank graphs (GPUSTRIPE_COLL_GPU_BARRIER).
+  Executor(Backend& backend, Reducer& reducer, std::vector<int> devices, DeviceBarrier* barrier = nullptr);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -57,9 +59,14 @@ class Executor {
   void check_streams(int nranks, const std::vector<StreamHandle>& user_streams) const;
   GraphExecHandle capture(const Program& prog);
   void launch(GraphExecHandle g, const std::vector<StreamHandle>& user_streams);
-  // Per-rank graphs: captured on each rank's origin stream; empty when capturing failed.
-  std::vector<GraphExecHandle> capture_per_rank(const Program& prog);
-  void launch_per_rank(const std::vector<GraphExecHandle>& g, const std::vector<StreamHandle>& user_streams);
+  // Per-rank graphs: captured on each rank's origin stream, with the GPUs' own entry and
+  // exit barriers inside when `barriers`; empty when capturing failed.
+  struct PerRank {
+    std::vector<GraphExecHandle> graphs;
+    bool barriers = false;
+  };
+  PerRank capture_per_rank(const Program& prog, bool barriers);
+  void launch_per_rank(const PerRank& g, const std::vector<StreamHandle>& user_streams);
   void forget_per_rank_graphs();
 
   Backend& backend_;
@@ -70,7 +77,8 @@ class Executor {
   std::vector<EventHandle> user_events_;
   std::vector<LaneMark> last_done_;  // end of the previous run on each lane it used
   GraphCache graphs_;
-  std::map<std::string, std::vector<GraphExecHandle>> per_rank_;  // by key; bounded like graphs_
+  DeviceBarrier* barrier_;
+  std::map<std::string, PerRank> per_rank_;  // by key; bounded like graphs_
   std::vector<EventHandle> entry_ev_, exit_ev_;                   // per rank, for per-rank launches
   std::vector<EventHandle> forks_;                                // per rank: per-rank captures' starts
   std::vector<StreamHandle> last_streams_;  // streams of the last per-rank launch: already in step

@@ -132,8 +132,8 @@ def _variant_sweep(ctx, ranks, ops, sizes, args, rows, absent):
     variants = parse_variants(args.variants)
     shares = [float(x) for x in args.host_shares.split(",") if x.strip()]
     exch = [o for o in ops if o in ("alltoall", "allgather")]
-    runs = [(f"host{f * 100:g}", {"GPUSTRIPE_COLL_HOST_SHARE": repr(f)}, exch) for f in shares if exch]
-    runs += [(name, env, [o for o in ops if not only or o in only]) for name, env, only in variants]
+    runs = [(name, env, [o for o in ops if not only or o in only]) for name, env, only in variants]
+    runs += [(f"host{f * 100:g}", {"GPUSTRIPE_COLL_HOST_SHARE": repr(f)}, exch) for f in shares if exch]
     for name, env, run_ops in runs:
         if not run_ops:
             continue
@@ -337,12 +337,16 @@ def _mpi_worker(cfg_path):
                "allgather": lambda: staged(s, hs, hy, y, lambda a, b: comm.Allgather(a, b)),
                "reduce_scatter": lambda: staged(x, hx, hs, s, lambda a, b: comm.Reduce_scatter_block(a, b, op=MPI.SUM)),
                "bcast": lambda: staged(x, hx, hx, x, lambda a, b: comm.Bcast(a, root=0))}
-        # Host-staged calls take ~0.1-1 s at the largest sizes: fewer calls per batch there.
-        iters = max(1, min(cfg["iters"], cfg["iters"] * (64 << 20) // size))
-        warmup = min(cfg["warmup"], iters)
         for op in cfg["ops"]:
             fn = fns[op]
-            for _ in range(warmup):
+            # Host-staged calls take up to ~2 s at 1G: one untimed call sizes the batches to
+            # about 0.1 s each (every rank agrees on the slowest rank's count).
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            once = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+            iters = max(1, min(cfg["iters"], int(0.1 / max(once, 1e-6))))
+            for _ in range(min(cfg["warmup"], iters) - 1):
                 fn()
             times = []
             for _ in range(cfg["trials"]):
