@@ -71,7 +71,7 @@ void SliceRunner::run(const coll::Program& prog, int device) {
   const uint64_t run_id = ++runs_;
 
   // Which of this rank's ops another rank waits for (flag), or another lane here (mark).
-  std::vector<uint8_t> remote(ops.size(), 0), marked(ops.size(), 0);
+  std::vector<uint8_t> remote(ops.size(), 0), marked(ops.size(), 0), enqueued(ops.size(), 0);
   for (const Op& op : ops)
     for (int d : op.deps) {
       if (ops[d].rank != rank_) continue;
@@ -91,34 +91,20 @@ void SliceRunner::run(const coll::Program& prog, int device) {
     });
     pending.erase(done, pending.end());
   };
-  auto drain = [&](const char* what) {
-    for (Lane* l : used) backend_.synchronize_stream(l->stream());
-    for (auto& p : pending) flags_.op(p.first).store(run_id, std::memory_order_release);
-    pending.clear();
-    used.clear();
-    next_event = 0;
-    barrier(what);
-  };
-
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const Op& op = ops[i];
-    if (op.kind == Op::Barrier) {
-      // Everything before it, on every rank, is complete after this.
-      drain("collective schedule barrier");
-      std::fill(marks.begin(), marks.end(), LaneMark{});
-      continue;
-    }
-    if (op.rank != rank_) continue;
-    for (int d : op.deps) {
-      if (ops[d].rank == rank_) continue;
-      if (flags_.op(d).load(std::memory_order_acquire) >= run_id) continue;
-      ipc::Waiter w(format("collective: rank %d waiting for rank %d's step %d", rank_, ops[d].rank, d), check_peers_);
-      for (;;) {
-        publish_done();  // what the other rank may itself be waiting for
-        if (flags_.op(d).load(std::memory_order_acquire) >= run_id) break;
-        w.pause();
+  // An op can go once the other ranks' ops it needs have completed and this rank's
+  // have been enqueued (their marks exist; same-lane ones are earlier in the queue).
+  auto ready = [&](size_t i) {
+    for (int d : ops[i].deps) {
+      if (ops[d].rank == rank_) {
+        if (!enqueued[d]) return false;
+      } else if (flags_.op(d).load(std::memory_order_acquire) < run_id) {
+        return false;
       }
     }
+    return true;
+  };
+  auto enqueue = [&](size_t i) {
+    const Op& op = ops[i];
     Lane& l = lane(device, op.lane);
     if (std::find(used.begin(), used.end(), &l) == used.end()) used.push_back(&l);
     for (int d : op.deps)
@@ -140,9 +126,48 @@ void SliceRunner::run(const coll::Program& prog, int device) {
       backend_.record_event(e, l.stream());
       pending.emplace_back(i, e);
     }
-    if (!pending.empty()) publish_done();
+    enqueued[i] = 1;
+  };
+
+  // Segments between Barrier ops. Inside one, this rank's ops wait in one queue per lane
+  // (program order: a lane's ops rely on running in that order) and each queue's head goes
+  // as soon as it is ready, so a step waiting for another rank holds back its own lane
+  // only: later chunks' copies on other lanes are already queued on the GPU.
+  size_t begin = 0;
+  while (begin <= ops.size()) {
+    size_t end = begin;
+    while (end < ops.size() && ops[end].kind != Op::Barrier) ++end;
+    std::map<int, std::vector<size_t>> queues;
+    for (size_t i = begin; i < end; ++i)
+      if (ops[i].rank == rank_) queues[ops[i].lane].push_back(i);
+    std::map<int, size_t> head;
+    size_t left = 0;
+    for (auto& q : queues) left += q.second.size();
+    ipc::Waiter w(format("collective: rank %d waiting for the other ranks' steps", rank_), check_peers_);
+    while (left > 0) {
+      bool progressed = false;
+      for (auto& [ln, q] : queues) {
+        size_t& h = head[ln];
+        while (h < q.size() && ready(q[h])) {
+          enqueue(q[h++]);
+          --left;
+          progressed = true;
+        }
+      }
+      publish_done();  // what the other ranks may be waiting for
+      if (progressed) w.progressed();
+      else w.pause();
+    }
+    // The end of a segment: everything before it, on every rank, is complete after this.
+    for (Lane* l : used) backend_.synchronize_stream(l->stream());
+    for (auto& p : pending) flags_.op(p.first).store(run_id, std::memory_order_release);
+    pending.clear();
+    used.clear();
+    next_event = 0;
+    std::fill(marks.begin(), marks.end(), LaneMark{});
+    barrier(end < ops.size() ? "collective schedule barrier" : "collective end");
+    begin = end + 1;
   }
-  drain("collective end");
 }
 
 }  // namespace gpustripe::mpi
