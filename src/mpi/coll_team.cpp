@@ -18,6 +18,8 @@ void check_mpi(int rc, const char* what) {
   GS_THROW(GPUSTRIPE_ERR_MPI, "%s: %s", what, msg);
 }
 
+constexpr size_t kExportsKept = 64;
+
 // Where the sizing build puts the buffers of every rank: addresses never dereferenced.
 char* placeholder(size_t k) { return reinterpret_cast<char*>((k + 1) << 40); }
 
@@ -118,7 +120,15 @@ CollTeam::Desc CollTeam::describe(const void* p, size_t bytes) {
   Desc d;
   if (!p || bytes == 0) return d;
   PointerInfo info = backend_.pointer_info(p);
-  d.handle = backend_.ipc_export(p);
+  // Exporting asks the driver each time; the same allocation (same buffer id) keeps its handle.
+  auto it = exports_.find(info.base);
+  if (it != exports_.end() && info.buffer_id != 0 && it->second.buffer_id == info.buffer_id) {
+    d.handle = it->second;
+  } else {
+    d.handle = backend_.ipc_export(p);
+    if (exports_.size() >= kExportsKept) exports_.clear();
+    exports_[info.base] = d.handle;
+  }
   d.base = info.base;
   d.offset = reinterpret_cast<uintptr_t>(p) - info.base;
   d.present = 1;

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -92,6 +93,7 @@ class CollTeam {
   std::unique_ptr<coll::Reducer> reducer_;
   std::unique_ptr<SliceRunner> runner_;
   Owned scratch_, temp_;
+  std::map<uintptr_t, Backend::IpcMemHandle> exports_;  // this rank's buffers exported, by allocation base
   uint64_t calls_ = 0;
 };
 
