@@ -369,6 +369,81 @@ static void fallbacks(void) {
   }
 }
 
+/* Collectives without a gpustripe schedule: the MPI runs them on device buffers staged
+ * through the host (a non-CUDA-aware MPI would crash on the device pointers). */
+static void staged_only(void) {
+  const int n = 1001;
+  int* counts = malloc(sizeof(int) * size);
+  int* displs = malloc(sizeof(int) * size);
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    counts[r] = n + r;
+    displs[r] = total + 3;  /* gaps between the blocks */
+    total += counts[r] + 3;
+  }
+  long before = served();
+  /* Gather to the last rank. */
+  {
+    int seq = ++seq_no, root = size - 1;
+    buf_t s = make(1, n), r = make(1, (size_t)n * size);
+    fill(s.h, n, rank, 1, seq);
+    buf_push(&hk, &s);
+    CHECK(MPI_Gather(s.p, n, MPI_BYTE, r.p, n, MPI_BYTE, root, MPI_COMM_WORLD) == MPI_SUCCESS);
+    buf_pull(&hk, &r);
+    if (rank == root)
+      for (int i = 0; i < size; ++i) CHECK(same(r.h + (size_t)i * n, n, i, 1, seq));
+    buf_free(&hk, &s);
+    buf_free(&hk, &r);
+  }
+  /* Allgatherv with gaps: the gaps keep what they held. */
+  {
+    int seq = ++seq_no;
+    buf_t s = make(1, counts[rank]), r = make(1, total);
+    fill(s.h, counts[rank], rank, 2, seq);
+    buf_push(&hk, &s);
+    memset(r.h, 0xee, total);
+    buf_push(&hk, &r);
+    CHECK(MPI_Allgatherv(s.p, counts[rank], MPI_BYTE, r.p, counts, displs, MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS);
+    buf_pull(&hk, &r);
+    for (int i = 0; i < size; ++i) {
+      CHECK(same(r.h + displs[i], counts[i], i, 2, seq));
+      CHECK(r.h[displs[i] - 1] == 0xee);
+    }
+    buf_free(&hk, &s);
+    buf_free(&hk, &r);
+  }
+  /* Inclusive scan of ints. */
+  {
+    buf_t s = make(1, n * 4), r = make(1, n * 4);
+    for (int i = 0; i < n; ++i) ((int*)s.h)[i] = rank + i;
+    buf_push(&hk, &s);
+    CHECK(MPI_Scan(s.p, r.p, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
+    buf_pull(&hk, &r);
+    for (int i = 0; i < n; ++i) CHECK(((int*)r.h)[i] == rank * (rank + 1) / 2 + (rank + 1) * i);
+    buf_free(&hk, &s);
+    buf_free(&hk, &r);
+  }
+  /* Reduce_scatter with a count per rank. */
+  {
+    int sum = 0;
+    for (int r = 0; r < size; ++r) sum += counts[r];
+    buf_t s = make(1, (size_t)sum * 8), r = make(1, (size_t)counts[rank] * 8);
+    for (int i = 0; i < sum; ++i) ((double*)s.h)[i] = 0.5 * rank + i;
+    buf_push(&hk, &s);
+    CHECK(MPI_Reduce_scatter(s.p, r.p, counts, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
+    buf_pull(&hk, &r);
+    int off = 0;
+    for (int q = 0; q < rank; ++q) off += counts[q];
+    for (int i = 0; i < counts[rank]; ++i)
+      CHECK(((double*)r.h)[i] == 0.25 * size * (size - 1) + (double)size * (off + i));
+    buf_free(&hk, &s);
+    buf_free(&hk, &r);
+  }
+  check_served(before, 0, "collectives without a gpustripe schedule");
+  free(counts);
+  free(displs);
+}
+
 /* A receive buffer freed and reallocated (often at the same address) between calls:
  * the peers' mappings of the old one must not be used. */
 static void freed_and_reallocated(void) {
@@ -421,6 +496,7 @@ int main(int argc, char** argv) {
   every_reduction();
   every_exchange();
   fallbacks();
+  staged_only();
   freed_and_reallocated();
   sub_communicator();
   MPI_Barrier(MPI_COMM_WORLD);
