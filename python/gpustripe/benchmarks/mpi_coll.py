@@ -14,6 +14,7 @@ busbw uses nccl-tests' factors. A method that cannot run is reported absent with
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -133,7 +134,11 @@ def run(args) -> int:
             if emulated:
                 absent["nccl"] = "emulated devices: no GPU for NCCL"
             else:
-                coll._run_nccl("nccl", n, ops, sizes, cargs, rows, absent)
+                # gpustripe bench coll's worker (its signature changed once: take either).
+                if "method" in inspect.signature(coll._run_nccl).parameters:
+                    coll._run_nccl("nccl", n, ops, sizes, cargs, rows, absent)
+                else:
+                    coll._run_nccl(n, ops, sizes, cargs, rows, absent)
         for r in rows:
             r.setdefault("ranks", n)
             r["emulated"] = emulated
