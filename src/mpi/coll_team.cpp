@@ -145,8 +145,12 @@ char* CollTeam::map(int r, const Desc& d) {
 
 coll::Choice CollTeam::choose(const CollCall& call) const {
   coll::Choice c = coll::choose_schedule(call.op, res_, call.bytes, call.elem_size);
-  // The host path needs pinned host memory shared by the ranks' processes: not yet.
-  c.exchange.host_share = 0;
+  // The host path needs pinned host memory shared by the ranks' processes: not yet (it
+  // gained ~1% at 256M per rank in one process, HARDWARE.md's 5-10% being for one pair).
+  if (c.exchange.host_share > 0) {
+    c.exchange.host_share = 0;
+    c.why += " (no host share across processes)";
+  }
   return c;
 }
 
