@@ -297,7 +297,7 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
   };
   std::vector<Pending> pending;
   auto settle = [&](Lane* lane) -> LaneMark {
-    LaneMark m = lane->mark();
+    LaneMark m = lane->mark(capturing);
     for (auto it = pending.begin(); it != pending.end();) {
       if (it->lane != lane) {
         ++it;
@@ -350,7 +350,7 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
         for (const LaneMark& m : uses.overlapping(at, at + n)) first.wait(m);
         char* slot = area.base() + at;
         backend_.copy_async_prechecked(slot, mid, src + path.offset + b, S, n, first.stream());
-        relay.wait(first.mark());
+        relay.wait(first.mark(capturing));
         backend_.copy_async_prechecked(dst + path.offset + b, D, slot, mid, n, relay.stream());
         pending.push_back({&uses, &relay, at, at + n});
         b += n;
@@ -363,7 +363,7 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
   // A capture must end with every stream it forked joined straight back to where it began.
   if (capturing)
     for (Lane* lane : forked)
-      if (std::find(finals.begin(), finals.end(), lane) == finals.end()) backend_.wait_event(caller, lane->mark().event);
+      if (std::find(finals.begin(), finals.end(), lane) == finals.end()) backend_.wait_event(caller, lane->mark(true).event);
 }
 
 void Engine::prepare(const Plan& plan) {
