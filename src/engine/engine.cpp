@@ -21,7 +21,8 @@ namespace {
 const BoolSetting kGraphs{"GPUSTRIPE_GRAPHS", "1",
                           "Replay a captured CUDA graph of multi-path transfers seen before (same pointers, "
                           "size and plan; CUDA backend only)"};
-const IntSetting kGraphCache{"GPUSTRIPE_GRAPH_CACHE", "64", "Captured transfer schedules kept by the engine (LRU)"};
+const IntSetting kGraphCache{"GPUSTRIPE_GRAPH_CACHE", "256",
+                            "Captured transfer schedules kept by the engine (LRU; a graph is a few KB)"};
 const SizeSetting kHostStaging{"GPUSTRIPE_HOST_STAGING", "128M",
                                "Pinned host staging memory per CPU socket and source GPU, allocated on first use and reused"};
 const SizeSetting kGpuStaging{"GPUSTRIPE_GPU_STAGING", "256M",
@@ -398,6 +399,14 @@ bool Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHa
     // A transfer seen once is enqueued directly: capturing costs more than that, and pays
     // only when the same transfer comes again.
     if (!graphs_cache_->seen_before(key)) return false;
+    // Cached graphs are still replayed; new ones are not captured once the cache thrashes.
+    if (graphs_cache_->thrashing()) {
+      if (!thrash_logged_)
+        GS_LOG_INFO(Subsys::Engine, "transfers repeat over more keys than GPUSTRIPE_GRAPH_CACHE holds (%zu): "
+                    "new transfers are enqueued, not captured", graphs_cache_->size());
+      thrash_logged_ = true;
+      return false;
+    }
     // Captured on an engine stream of the source GPU, never on the caller's (other threads
     // may enqueue on it meanwhile); the graph is then launched on the caller's stream.
     StreamHandle& cs = capture_streams_.at(plan.src);

@@ -224,6 +224,7 @@ TEST_F(EngineGraphs, MarksKeptAcrossTransfersAreNeverRecordedInACapture) {
   // area; then many 2->1 transfers are captured, which use the same relay lanes (through
   // GPU 2's area): more marks than a lane's event ring holds. When the 0->1 transfer comes
   // again its replay waits for the marks in GPU 0's area: a capture must not have recycled them.
+  ScopedEnv big_cache("GPUSTRIPE_GRAPH_CACHE", "200");  // every capture kept: no thrash guard
   FixedPlanner planner({{PathKind::Direct, -1, 0.5, 1}, {PathKind::HostStaged, 0, 0.5, 4}});
   Engine engine(*backend_, topo_, &planner);
   const size_t n = 64u << 10, copies = 80;
@@ -247,6 +248,30 @@ TEST_F(EngineGraphs, MarksKeptAcrossTransfersAreNeverRecordedInACapture) {
   for (char* p : {a, b, dst}) backend_->free_device(p);
   backend_->destroy_stream(s0);
   backend_->destroy_stream(s2);
+}
+
+TEST_F(EngineGraphs, StopsCapturingWhenTheCacheThrashes) {
+  // Five transfers in a cycle through a cache of three graphs: every capture would be
+  // evicted before its next use. After 16 such captures new ones stop; the data stays right.
+  FixedPlanner planner({{PathKind::Direct, -1, 0.5, 1}, {PathKind::HostStaged, 0, 0.5, 3}});
+  Engine engine(*backend_, topo_, &planner);
+  const size_t n = 64u << 10;
+  constexpr int kKeys = 5, kLaps = 12;
+  StreamHandle s = backend_->create_stream(0);
+  char* src = static_cast<char*>(backend_->alloc_device(0, n));
+  char* dst = static_cast<char*>(backend_->alloc_device(1, n * kKeys));
+  std::vector<uint8_t> data = pattern(n, 9);
+  upload(*backend_, src, 0, data, s);
+  for (int lap = 0; lap < kLaps; ++lap)
+    for (int k = 0; k < kKeys; ++k) engine.copy_async(dst + n * k, 1, src, 0, n, s);
+  for (int k = 0; k < kKeys; ++k)
+    EXPECT_EQ(first_mismatch(data, download(*backend_, dst + n * k, 1, n, s).data(), n), -1) << "key " << k;
+  EngineStats st = engine.stats();
+  EXPECT_EQ(st.graph_captures, 19u);  // 3 kept + 16 evicted unused
+  EXPECT_EQ(st.schedules + st.graph_launches, static_cast<uint64_t>(kKeys * kLaps));
+  backend_->free_device(src);
+  backend_->free_device(dst);
+  backend_->destroy_stream(s);
 }
 
 }  // namespace
