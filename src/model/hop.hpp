@@ -31,6 +31,11 @@ struct ModelParams {
   // it (model/schedule_cost.hpp). Measured by calibration; nominal: the order of one
   // CUDA runtime call.
   double host_call_us = 1.5;
+  // Host time of replaying a captured schedule (CUDA graphs, GPUSTRIPE_GRAPHS): one launch,
+  // plus a share per copy node of the graph. Measured by calibration where the backend has
+  // graphs; nominal: the order of a graph launch.
+  double graph_launch_us = 3.0;
+  double graph_node_us = 0.1;
   // Capacity of a shared resource by name (e.g. "nvlink_egress[gpu0]"), GB/s; replaces the
   // nominal figure of that resource. Calibration fills these from concurrent measurements.
   std::map<std::string, double> capacities;

@@ -128,7 +128,9 @@ void MultipathModel::predict(Plan& plan) const {
 }
 
 double MultipathModel::enqueue_us(const Plan& plan) const {
-  return schedule_calls(plan, shape_) * params_.host_call_us;
+  const int nodes = graph_copies(plan, shape_);
+  return schedule_calls(plan, shape_) * params_.host_call_us +
+         (nodes > 0 ? params_.graph_launch_us + nodes * params_.graph_node_us : 0.0);
 }
 
 void MultipathModel::apply_schedule(Plan& plan) const {

@@ -37,6 +37,7 @@ TEST(ModelSchedule, CallsFollowTheEnginesSchedule) {
   // One host lane: fewer lanes to wait on and join.
   EngineShape one = e;
   one.host_lanes = 1;
+  one.host_first_lanes = 1;
   EXPECT_EQ(schedule_calls(p, one), 1 + 2 + (2 + 24) + 2 * 3);
 
   // A chunk larger than half the staging area is cut into pieces.
@@ -58,14 +59,19 @@ TEST(ModelSchedule, CallsFollowTheEnginesSchedule) {
   // A replayed graph is one launch whatever the plan.
   EngineShape g = e;
   g.graphs = true;
-  EXPECT_EQ(schedule_calls(p, g), 4);
+  EXPECT_EQ(schedule_calls(p, g), 3);
+  EXPECT_EQ(graph_copies(p, g), 1 + 2 * 4);  // the direct copy, two per staged piece
+  EXPECT_EQ(graph_copies(p, e), 0);
+  EXPECT_EQ(graph_copies(plain, g), 0);  // a plain copy is never captured
 }
 
 TEST(ModelSchedule, ShapeFollowsTheEnginesSettings) {
   ScopedEnv lanes("GPUSTRIPE_HOST_LANES", "3");
+  ScopedEnv first("GPUSTRIPE_HOST_FIRST_LANES", "0");
   ScopedEnv staging("GPUSTRIPE_HOST_STAGING", "64M");
   EngineShape e = EngineShape::from_settings();
   EXPECT_EQ(e.host_lanes, 3);
+  EXPECT_EQ(e.host_first_lanes, 3);
   EXPECT_EQ(e.host_staging, 64ull << 20);
   ScopedEnv bad("GPUSTRIPE_HOST_LANES", "many");
   EXPECT_THROW(EngineShape::from_settings(), Error);

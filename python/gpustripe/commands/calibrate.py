@@ -41,6 +41,9 @@ def summarize(doc: dict) -> str:
     lines.append(f"  cross-stream event wait (staging, fork/join) epsilon: {doc['epsilon_us']:.2f} us")
     if "host_call_us" in doc:
         lines.append(f"  host cost per enqueue call: {doc['host_call_us']:.2f} us")
+    if "graph_launch_us" in doc:
+        lines.append(f"  host cost of a graph launch: {doc['graph_launch_us']:.2f} us + "
+                     f"{doc['graph_node_us']:.3f} us per copy node")
     lines.append("  shared capacities (GB/s):")
     for name, v in sorted(doc["capacities"].items()):
         lines.append(f"    {name:<28} {v:8.1f}")
