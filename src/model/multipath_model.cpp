@@ -127,6 +127,10 @@ void MultipathModel::predict(Plan& plan) const {
   plan = one[0];
 }
 
+double MultipathModel::fork_join_us(PathKind kind) const {
+  return runs_on_lane(kind, shape_) ? 2 * params_.epsilon_us : 0.0;
+}
+
 double MultipathModel::enqueue_us(const Plan& plan) const {
   const int nodes = graph_copies(plan, shape_);
   return schedule_calls(plan, shape_) * params_.host_call_us +
@@ -138,8 +142,7 @@ void MultipathModel::apply_schedule(Plan& plan) const {
   const bool plain = plan.single_path() && plan.paths[0].kind == PathKind::Direct;
   if (!plain) {  // paths on lanes are forked from the caller's stream and joined back: two waits
     double t = 0;
-    for (const PathPlan& p : plan.paths)
-      t = std::max(t, p.predicted_us + (runs_on_lane(p.kind, shape_) ? 2 * params_.epsilon_us : 0.0));
+    for (const PathPlan& p : plan.paths) t = std::max(t, p.predicted_us + fork_join_us(p.kind));
     plan.predicted_us = std::max(plan.predicted_us, t);
   }
   // Copies issued back to back settle at one plan per max(GPU time, host time): where the

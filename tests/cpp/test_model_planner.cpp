@@ -46,7 +46,7 @@ TEST(ModelClosedForm, PlannerAgreesWithClosedFormOnIndependentPaths) {
   // chunk the staged path is the seed's T = alpha + m/beta + eps + alpha' + m/beta'.
   Topology t = make_node(3, false, 2, 25.0, 16.0, 0);
   ModelParams p = params_with(6.0, 4.0);
-  MultipathModel model(t, p);
+  MultipathModel model(t, p, EngineShape{});  // every path on a lane: the same fork/join on each
   SearchOptions o;
   o.host = HostPathMode::Off;
   o.fixed_chunks = 1;
