@@ -105,7 +105,7 @@ TEST(ModelSchedule, AHostTooSlowToEnqueueASplitKeepsThePlanDirect) {
   Topology t = load_topology_file("h200x4");
   ModelParams slow = nominal_params(t);
   slow.host_call_us = 50;
-  ModelPlanner pl(t, slow, SearchOptions{});
+  ModelPlanner pl(t, slow, SearchOptions{}, EngineShape{});  // every call enqueued
   EXPECT_TRUE(pl.plan_exact(0, 1, 64 << 20).single_path()) << pl.plan_exact(0, 1, 64 << 20).describe();
   ModelPlanner fine(t, nominal_params(t), SearchOptions{});
   EXPECT_FALSE(fine.plan_exact(0, 1, 256 << 20).single_path());
