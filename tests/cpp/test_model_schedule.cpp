@@ -101,6 +101,31 @@ TEST(ModelSchedule, HostBoundPlansTakeTheHostsEnqueueTime) {
   EXPECT_NE(d.bottleneck, "host_enqueue");
 }
 
+TEST(ModelSchedule, ReplayedPlansStartLateAndWaitOnGraphDependencies) {
+  Topology t = load_topology_file("h200x4");
+  ModelParams p = nominal_params(t);
+  p.host_call_us = 0;
+  p.graph_launch_us = p.graph_node_us = 0;
+  p.epsilon_us = 5;
+  p.graph_start_us = 7;
+  p.graph_epsilon_us = 1;
+  EngineShape enqueued, replayed;
+  replayed.graphs = true;
+  MultipathModel me(t, p, enqueued), mr(t, p, replayed);
+  auto spec = parse_plan_spec("direct,host0:0.1x4");
+  Plan e = build_fixed_plan(me, spec, 0, 1, 64 << 20), r = build_fixed_plan(mr, spec, 0, 1, 64 << 20);
+  // The host path: 4 chunks, 3 relay waits more than its first; fork and join; the replay's start.
+  EXPECT_NEAR(me.overhead_us(*me.node().route(0, 1, PathKind::HostStaged, 0), 4) -
+                  mr.overhead_us(*mr.node().route(0, 1, PathKind::HostStaged, 0), 4),
+              4 * (5 - 1), 1e-9);
+  EXPECT_NEAR(mr.fork_join_us(PathKind::HostStaged), 2.0, 1e-12);
+  EXPECT_LT(r.predicted_us, e.predicted_us);
+  // A plain copy is never replayed: no start latency.
+  Plan d = build_fixed_plan(mr, parse_plan_spec("direct"), 0, 1, 64 << 20);
+  Plan d0 = build_fixed_plan(me, parse_plan_spec("direct"), 0, 1, 64 << 20);
+  EXPECT_DOUBLE_EQ(d.predicted_us, d0.predicted_us);
+}
+
 TEST(ModelSchedule, AHostTooSlowToEnqueueASplitKeepsThePlanDirect) {
   Topology t = load_topology_file("h200x4");
   ModelParams slow = nominal_params(t);
