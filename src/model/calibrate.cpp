@@ -117,10 +117,11 @@ class Bench {
     return t;
   }
 
-  // CPU time of one backend call as the engine's schedule makes them: `pieces` staged pieces
-  // of 4 KB, each copy in on GPU s's stream, mark, the relay stream of GPU d waits, copy
-  // out, mark (five calls with the device switches between them), enqueued as fast as the
-  // host can; wall clock per call, median of 5 trials. Small enough never to fill a queue.
+  // CPU time of one backend call as the engine's schedule makes them (its copies skip the
+  // backend's pointer checks: copy_async_prechecked): `pieces` staged pieces of 4 KB, each
+  // copy in on GPU s's stream, mark, the relay stream of GPU d waits, copy out, mark (five
+  // calls with the device switches between them), enqueued as fast as the host can; wall
+  // clock per call, median of 5 trials. Small enough never to fill a queue.
   double host_call_us(int s, int d, int pieces) {
     StreamHandle a = stream(s, 0), bst = stream(d, 1);
     const size_t n = 4096;
@@ -128,10 +129,10 @@ class Bench {
     for (int trial = 0; trial < 6; ++trial) {
       auto t0 = std::chrono::steady_clock::now();
       for (int q = 0; q < pieces; ++q) {
-        b_.copy_async(host(0) + q * n, kHostDevice, src(s) + q * n, s, n, a);
+        b_.copy_async_prechecked(host(0) + q * n, kHostDevice, src(s) + q * n, s, n, a);
         b_.record_event(done(s, 0), a);
         b_.wait_event(bst, done(s, 0));
-        b_.copy_async(dst(d) + q * n, d, host(0) + q * n, kHostDevice, n, bst);
+        b_.copy_async_prechecked(dst(d) + q * n, d, host(0) + q * n, kHostDevice, n, bst);
         b_.record_event(done(d, 1), bst);
       }
       double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
@@ -140,6 +141,71 @@ class Bench {
       if (trial > 0) per_call.push_back(us / (5.0 * pieces));  // the first trial warms up
     }
     return median_of(per_call);
+  }
+
+  // A graph of what `work` enqueues on stream `a` (and the streams it forks from it).
+  GraphExecHandle capture(StreamHandle a, const std::function<void()>& work) {
+    b_.begin_capture(a);
+    try {
+      work();
+    } catch (...) {
+      try {
+        b_.destroy_graph(b_.end_capture(a));
+      } catch (...) {
+      }
+      throw;
+    }
+    return b_.end_capture(a);
+  }
+  // `pieces` staged pieces of `n` bytes: copy in on GPU s, mark, GPU d's stream waits, copy
+  // out; GPU d's stream forked from and joined back to GPU s's (the engine's schedule).
+  void relay_chain(int s, int d, int pieces, size_t n) {
+    StreamHandle a = stream(s, 0), bst = stream(d, 1);
+    b_.record_event(fork_[static_cast<size_t>(s)], a);
+    b_.wait_event(bst, fork_[static_cast<size_t>(s)]);
+    for (int q = 0; q < pieces; ++q) {
+      b_.copy_async_prechecked(host(0) + q * n, kHostDevice, src(s) + q * n, s, n, a);
+      b_.record_event(done(s, 0), a);
+      b_.wait_event(bst, done(s, 0));
+      b_.copy_async_prechecked(dst(d) + q * n, d, host(0) + q * n, kHostDevice, n, bst);
+    }
+    b_.record_event(done(d, 1), bst);
+    b_.wait_event(a, done(d, 1));
+  }
+  // Host time of launching a captured chain of `pieces` staged pieces of 4 KB: median wall
+  // clock of 20 launches, launched back to back.
+  double graph_launch_us(int s, int d, int pieces) {
+    StreamHandle a = stream(s, 0);
+    GraphExecHandle g = capture(a, [&] { relay_chain(s, d, pieces, 4096); });
+    std::vector<double> us;
+    try {
+      for (int r = 0; r < 23; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        b_.launch_graph(g, a);
+        double t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        if (r >= 3) us.push_back(t);  // the first launches upload the graph
+      }
+      b_.synchronize_stream(a);
+    } catch (...) {
+      b_.destroy_graph(g);
+      throw;
+    }
+    b_.destroy_graph(g);
+    return median_of(us);
+  }
+  // Median time of replaying a graph of `work` back to back on GPU s's first stream.
+  double time_graph(int s, const std::function<void()>& work) {
+    StreamHandle a = stream(s, 0);
+    GraphExecHandle g = capture(a, work);
+    double t = 0;
+    try {
+      t = median_of(time_back_to_back(b_, s, a, [&] { b_.launch_graph(g, a); }, 3, reps_));
+    } catch (...) {
+      b_.destroy_graph(g);
+      throw;
+    }
+    b_.destroy_graph(g);
+    return t;
   }
 
  private:
@@ -213,7 +279,7 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
   ModelParams& P = prof.params;
 
   // Steps and their weights for the progress bar.
-  int total_steps = 4 + 2 * n + n * (n - 1) + 2 * n + 2 + 1 + 1 + 1, step = 0;
+  int total_steps = 4 + 2 * n + n * (n - 1) + 2 * n + 2 + 1 + 1 + 1 + 1, step = 0;
   auto tick = [&](const std::string& what) {
     if (progress) progress(static_cast<double>(step) / total_steps, what);
     ++step;
@@ -332,7 +398,34 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
   tick("host cost per enqueue call");
   P.host_call_us = bench.host_call_us(0, 1, 64);
   meas["host_call_us"] = P.host_call_us;
-  // 8. Copies issued by one GPU at once, more of them than it has copy engines: peer copies
+  // 8. Replaying a captured schedule (GPUSTRIPE_GRAPHS), where the backend has graphs: the
+  // host time of one launch, and its growth with the graph's copy nodes (4 and 64 copies);
+  // on the GPUs, a replay's start and its cross-device dependencies.
+  tick("host cost of a graph launch");
+  if (backend.supports_graphs()) {
+    try {
+      double small = bench.graph_launch_us(0, 1, 2), large = bench.graph_launch_us(0, 1, 32);
+      P.graph_node_us = std::max(0.0, (large - small) / (2.0 * (32 - 2)));
+      P.graph_launch_us = std::max(0.0, small - 4 * P.graph_node_us);
+      meas["graph_launch"] = {{"copies_4_us", small}, {"copies_64_us", large}};
+      // On the GPUs: a replayed 1 MB D2H copy against the copy enqueued (the replay's start
+      // latency), and a replayed 1 MB relay GPU 0 -> host -> GPU 1 against its two hops: the
+      // replay's start plus two cross-device dependencies (relay, join) inside a graph.
+      const size_t m = std::min<size_t>(1u << 20, big);
+      double d2h = bench.time_one({bench.host(0), kHostDevice, bench.src(0), 0, m, 0});
+      double h2d = bench.time_one({bench.dst(1), 1, bench.host(0), kHostDevice, m, 1});
+      double one = bench.time_graph(0, [&] { backend.copy_async(bench.host(0), kHostDevice, bench.src(0), 0, m, bench.stream(0, 0)); });
+      double relay = bench.time_graph(0, [&] { bench.relay_chain(0, 1, 1, m); });
+      P.graph_start_us = std::max(0.0, one - d2h);
+      P.graph_epsilon_us = std::max(0.0, (relay - one - h2d) / 2);
+      meas["graph_replay"] = {{"bytes", m}, {"d2h_us", d2h}, {"h2d_us", h2d}, {"d2h_graph_us", one}, {"relay_graph_us", relay}};
+    } catch (const Error& e) {
+      // Capture is an optimisation of the engine's too: a driver that refuses it keeps the nominal figures.
+      meas["graph_launch"] = {{"error", e.what()}};
+      GS_LOG_WARN(Subsys::Model, "calibration: graph launch not measured: %s", e.what());
+    }
+  }
+  // 9. Copies issued by one GPU at once, more of them than it has copy engines: peer copies
   // to every other GPU and D2H copies, sized so that NVLink egress and the host link would
   // finish together if they shared bandwidth without loss. Recorded beside that lossless
   // time (`gpustripe calibrate --show` prints the ratio).
@@ -396,15 +489,30 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
                       {"h2d_bytes", per_h2d}, {"us", us}, {"lossless_us", peer_us + P.hop(HopKind::Peer).alpha_us}});
     }
     meas["copy_engine_mixes_into_gpu1"] = into;
+    // GPU staging's steady state: GPU 0 sends to 1 and to every other GPU, which send to 1 at
+    // the same time (first hops and relays of the staged paths beside the direct copy). GPU 0's
+    // egress and GPU 1's ingress each carry (n - 1) copies.
+    if (n >= 3) {
+      const size_t per = big / 4;
+      std::vector<CopyOp> ops{{bench.dst(1), 1, bench.src(0), 0, per, 0}};
+      for (int g = 2; g < n; ++g) {
+        ops.push_back({bench.dst(g), g, bench.src(0, 1), 0, per, 0});
+        ops.push_back({bench.dst(1, 1), 1, bench.src(g), g, per, g});
+      }
+      double us = bench.time_concurrent(ops);
+      double lossless = (n - 1) * static_cast<double>(per) / (std::min(egress, ingress) * 1e3) + P.hop(HopKind::Peer).alpha_us;
+      meas["staging_mix"] = {{"copies", static_cast<int>(ops.size())}, {"bytes_each", per}, {"us", us}, {"lossless_us", lossless}};
+    }
   }
   if (progress) progress(1.0, "done");
   meas["note"] = backend.emulated() ? "emulated backend: memcpy speeds of this host, not GPU figures" : "";
   prof.measurements_json = meas.dump();
   P.source = "calibrated on this node";
   GS_LOG_INFO(Subsys::Model,
-              "calibration done: peer %.1f us %.1f GB/s, d2h %.1f us %.1f GB/s, eps %.1f us, host call %.2f us",
+              "calibration done: peer %.1f us %.1f GB/s, d2h %.1f us %.1f GB/s, eps %.1f us, host call %.2f us, "
+              "graph launch %.2f + %.3f us per copy",
               P.hop(HopKind::Peer).alpha_us, P.hop(HopKind::Peer).beta_gbps, P.hop(HopKind::D2H).alpha_us,
-              P.hop(HopKind::D2H).beta_gbps, P.epsilon_us, P.host_call_us);
+              P.hop(HopKind::D2H).beta_gbps, P.epsilon_us, P.host_call_us, P.graph_launch_us, P.graph_node_us);
   return prof;
 }
 

@@ -31,6 +31,17 @@ struct ModelParams {
   // it (model/schedule_cost.hpp). Measured by calibration; nominal: the order of one
   // CUDA runtime call.
   double host_call_us = 1.5;
+  // Host time of replaying a captured schedule (CUDA graphs, GPUSTRIPE_GRAPHS): one launch,
+  // plus a share per copy node of the graph. Measured by calibration where the backend has
+  // graphs; nominal: the order of a graph launch.
+  double graph_launch_us = 3.0;
+  double graph_node_us = 0.1;
+  // On the GPUs, a replayed schedule: the time from the replay's start to its first copy
+  // (the graph is scheduled over the devices it spans), and a cross-device dependency inside
+  // the graph (a relay waiting for its first hop, a join), in place of epsilon. Measured by
+  // calibration; nominal: no start, epsilon.
+  double graph_start_us = 0.0;
+  double graph_epsilon_us = -1.0;  // < 0: epsilon_us
   // Capacity of a shared resource by name (e.g. "nvlink_egress[gpu0]"), GB/s; replaces the
   // nominal figure of that resource. Calibration fills these from concurrent measurements.
   std::map<std::string, double> capacities;

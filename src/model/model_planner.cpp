@@ -42,8 +42,8 @@ SearchOptions search_options_from_env() {
   return o;
 }
 
-ModelPlanner::ModelPlanner(const Topology& topo, ModelParams params, SearchOptions opt)
-    : model_(topo, std::move(params)), opt_(opt) {}
+ModelPlanner::ModelPlanner(const Topology& topo, ModelParams params, SearchOptions opt, EngineShape shape)
+    : model_(topo, std::move(params), shape), opt_(opt) {}
 
 Plan ModelPlanner::plan_exact(int src, int dst, uint64_t bytes) const {
   return search_plan(model_, src, dst, bytes, {}, opt_);

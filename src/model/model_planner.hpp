@@ -25,7 +25,9 @@ SearchOptions search_options_from_env();
 // path alone where that is faster.
 class ModelPlanner : public Planner {
  public:
-  ModelPlanner(const Topology& topo, ModelParams params, SearchOptions opt);
+  // `shape`: the engine's schedule the plans are costed for (default: the engine's settings).
+  ModelPlanner(const Topology& topo, ModelParams params, SearchOptions opt,
+               EngineShape shape = EngineShape::from_settings());
   Plan plan(int src, int dst, uint64_t bytes) override;
   std::vector<Plan> plan_concurrent(const std::vector<TransferSpec>& transfers) override;
   double predict_us(const Plan& plan) override;

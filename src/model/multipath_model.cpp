@@ -8,7 +8,6 @@
 namespace gpustripe {
 namespace {
 
-double relay_wait(const ModelParams& p, size_t hop_index) { return hop_index == 0 ? 0.0 : p.epsilon_us; }
 
 std::vector<std::pair<std::string, double>> overrides_of(const ModelParams& p) {
   return {p.capacities.begin(), p.capacities.end()};
@@ -24,7 +23,7 @@ MultipathModel::MultipathModel(const Topology& topo, ModelParams params, EngineS
 double MultipathModel::overhead_us(const Route& r, int chunks) const {
   double sum = 0, worst = 0;
   for (size_t j = 0; j < r.hops.size(); ++j) {
-    double a = params_.hop(r.hops[j].kind).alpha_us + relay_wait(params_, j);
+    double a = params_.hop(r.hops[j].kind).alpha_us + (j == 0 ? 0.0 : wait_us());
     sum += a;
     worst = std::max(worst, a);
   }
@@ -127,8 +126,16 @@ void MultipathModel::predict(Plan& plan) const {
   plan = one[0];
 }
 
+double MultipathModel::wait_us() const {
+  return shape_.graphs && params_.graph_epsilon_us >= 0 ? params_.graph_epsilon_us : params_.epsilon_us;
+}
+
+double MultipathModel::fork_join_us(PathKind kind) const { return runs_on_lane(kind, shape_) ? 2 * wait_us() : 0.0; }
+
 double MultipathModel::enqueue_us(const Plan& plan) const {
-  return schedule_calls(plan, shape_) * params_.host_call_us;
+  const int nodes = graph_copies(plan, shape_);
+  return schedule_calls(plan, shape_) * params_.host_call_us +
+         (nodes > 0 ? params_.graph_launch_us + nodes * params_.graph_node_us : 0.0);
 }
 
 void MultipathModel::apply_schedule(Plan& plan) const {
@@ -136,9 +143,9 @@ void MultipathModel::apply_schedule(Plan& plan) const {
   const bool plain = plan.single_path() && plan.paths[0].kind == PathKind::Direct;
   if (!plain) {  // paths on lanes are forked from the caller's stream and joined back: two waits
     double t = 0;
-    for (const PathPlan& p : plan.paths)
-      t = std::max(t, p.predicted_us + (runs_on_lane(p.kind, shape_) ? 2 * params_.epsilon_us : 0.0));
+    for (const PathPlan& p : plan.paths) t = std::max(t, p.predicted_us + fork_join_us(p.kind));
     plan.predicted_us = std::max(plan.predicted_us, t);
+    if (shape_.graphs) plan.predicted_us += params_.graph_start_us;  // a replay starts late
   }
   // Copies issued back to back settle at one plan per max(GPU time, host time): where the
   // host is slower the GPUs wait for it (each repetition starts when the previous one's

@@ -63,7 +63,12 @@ class MultipathModel {
   // slowest path's finish; adds the fork/join waits of a multi-path schedule and raises the
   // time to the host's enqueue time where that is longer (bottleneck "host_enqueue").
   void apply_schedule(Plan& plan) const;
-  // The host's time to enqueue the plan: backend calls x host_call_us.
+  // The cross-stream waits a path of this kind pays in a plan that is not one plain copy:
+  // forked from the caller's stream and joined back when it runs on an engine lane.
+  double fork_join_us(PathKind kind) const;
+  // One cross-stream wait on the GPUs: epsilon, or inside a replayed graph its dependency.
+  double wait_us() const;
+  // The host's time to enqueue the plan: backend calls x host_call_us (or a graph launch).
   double enqueue_us(const Plan& plan) const;
 
  private:

@@ -53,8 +53,11 @@ Candidate evaluate(const MultipathModel& model, int src, int dst, uint64_t bytes
   const double n = static_cast<double>(bytes);
   for (int iter = 0; iter < 4; ++iter) {
     std::vector<double> a(np), b(np);
+    // A split (or a staged path alone) runs on the engine's lanes: their fork/join waits are
+    // a fixed cost of the path like its startups.
+    const bool scheduled = np > 1 || routes[0]->kind != PathKind::Direct;
     for (size_t i = 0; i < np; ++i) {
-      a[i] = model.overhead_us(*routes[i], chunks[i]);
+      a[i] = model.overhead_us(*routes[i], chunks[i]) + (scheduled ? model.fork_join_us(routes[i]->kind) : 0.0);
       b[i] = x[i] / MultipathModel::fill_factor(*routes[i], chunks[i]);
     }
     theta = equal_finish_split(a, b, n);

@@ -24,6 +24,8 @@ EngineShape EngineShape::from_settings() {
   EngineShape e;
   e.host_lanes = static_cast<int>(std::clamp<int64_t>(
       parse_int(setting_text("GPUSTRIPE_HOST_LANES", std::to_string(e.host_lanes)), "GPUSTRIPE_HOST_LANES"), 1, 8));
+  const int64_t first = parse_int(setting_text("GPUSTRIPE_HOST_FIRST_LANES", "0"), "GPUSTRIPE_HOST_FIRST_LANES");
+  e.host_first_lanes = first <= 0 ? e.host_lanes : static_cast<int>(std::min<int64_t>(first, 8));
   e.host_staging = parse_size(setting_text("GPUSTRIPE_HOST_STAGING", "128M"), "GPUSTRIPE_HOST_STAGING");
   e.gpu_staging = parse_size(setting_text("GPUSTRIPE_GPU_STAGING", "256M"), "GPUSTRIPE_GPU_STAGING");
   e.graphs = parse_bool(setting_text("GPUSTRIPE_GRAPHS", "0"), "GPUSTRIPE_GRAPHS");
@@ -40,6 +42,29 @@ uint64_t staged_pieces(uint64_t bytes, uint64_t staging_bytes) {
   return bytes == 0 ? 0 : (bytes + piece - 1) / piece;
 }
 
+namespace {
+
+// Pieces of a staged path: its chunks as the engine cuts them (near-equal), each cut into
+// pieces of at most half its staging area.
+uint64_t path_pieces(const PathPlan& p, const EngineShape& shape) {
+  const uint64_t area = p.kind == PathKind::HostStaged ? shape.host_staging : shape.gpu_staging;
+  uint64_t pieces = 0;
+  for (int c = 0; c < p.chunks; ++c) {
+    uint64_t b = p.bytes / static_cast<uint64_t>(p.chunks) + (static_cast<uint64_t>(c) < p.bytes % p.chunks ? 1 : 0);
+    pieces += staged_pieces(b, area);
+  }
+  return pieces;
+}
+
+}  // namespace
+
+int graph_copies(const Plan& plan, const EngineShape& shape) {
+  if (!shape.graphs || plan.paths.empty() || (plan.single_path() && plan.paths[0].kind == PathKind::Direct)) return 0;
+  uint64_t copies = 0;
+  for (const PathPlan& p : plan.paths) copies += p.kind == PathKind::Direct ? p.chunks : 2 * path_pieces(p, shape);
+  return static_cast<int>(copies);
+}
+
 bool runs_on_lane(PathKind kind, const EngineShape& shape) {
   return !(kind == PathKind::Direct && shape.direct_on_caller);
 }
@@ -49,7 +74,7 @@ int schedule_calls(const Plan& plan, const EngineShape& shape) {
   if (plan.single_path() && plan.paths[0].kind == PathKind::Direct) return 1;  // the engine's plain copy
   int staged = 0;
   for (const PathPlan& p : plan.paths) staged += p.kind != PathKind::Direct;
-  if (shape.graphs) return 2 + 2 * staged;  // wait on the staging areas' last users, one launch, a record per area
+  if (shape.graphs) return 1 + 2 * staged;  // wait on the staging areas' last users, one launch, a record per area
   bool forks = false;
   for (const PathPlan& p : plan.paths) forks = forks || runs_on_lane(p.kind, shape);
   int calls = forks ? 1 : 0;  // the caller's start event, which lanes wait on
@@ -60,20 +85,15 @@ int schedule_calls(const Plan& plan, const EngineShape& shape) {
       continue;
     }
     const bool host = p.kind == PathKind::HostStaged;
-    const uint64_t area = host ? shape.host_staging : shape.gpu_staging;
-    uint64_t pieces = 0;
-    for (int c = 0; c < p.chunks; ++c) {
-      // Chunk sizes as the engine cuts them: near-equal.
-      uint64_t b = p.bytes / static_cast<uint64_t>(p.chunks) + (static_cast<uint64_t>(c) < p.bytes % p.chunks ? 1 : 0);
-      pieces += staged_pieces(b, area);
-    }
+    const uint64_t pieces = path_pieces(p, shape);
     // Per piece: wait for the staging bytes' last reader, copy in, mark, relay waits, copy
     // out (and mark the relay, in engines that mark it per piece).
     calls += static_cast<int>((shape.marks_per_piece ? 6 : 5) * pieces);
-    const int lanes = static_cast<int>(host ? std::min<uint64_t>(static_cast<uint64_t>(shape.host_lanes), pieces) : 1);
+    auto lanes_of = [&](int n) { return static_cast<int>(host ? std::min<uint64_t>(static_cast<uint64_t>(n), pieces) : 1); };
+    const int first = lanes_of(shape.host_first_lanes), relay = lanes_of(shape.host_lanes);
     // First-hop lanes wait on the start event; relay lanes are joined (mark + caller's wait),
-    // and in engines that mark per piece so are the first-hop lanes and the relays wait too.
-    calls += lanes + 2 * lanes + (shape.marks_per_piece ? 1 * lanes + 2 * lanes : 0);
+    // and in engines that mark per piece so are the first-hop lanes, and the relays wait too.
+    calls += first + 2 * relay + (shape.marks_per_piece ? 2 * first + relay : 0);
   }
   return calls;
 }

@@ -25,7 +25,8 @@ struct EngineShape {
   // that setting).
   bool direct_on_caller = false;
   bool marks_per_piece = true;
-  int host_lanes = 2;                     // GPUSTRIPE_HOST_LANES: stream pairs per host-staged path
+  int host_lanes = 2;                     // GPUSTRIPE_HOST_LANES: relay (host-to-GPU) streams of a host path
+  int host_first_lanes = 2;               // GPUSTRIPE_HOST_FIRST_LANES: its GPU-to-host streams (0: host_lanes)
   uint64_t host_staging = 128ull << 20;   // GPUSTRIPE_HOST_STAGING: pieces of at most half of it
   uint64_t gpu_staging = 256ull << 20;    // GPUSTRIPE_GPU_STAGING
   bool graphs = false;                    // GPUSTRIPE_GRAPHS: a replayed graph is one launch
@@ -33,8 +34,11 @@ struct EngineShape {
   static EngineShape from_settings();
 };
 
-// Backend calls the engine makes to enqueue `plan` (a plain copy: 1).
+// Backend calls the engine makes to enqueue `plan` (a plain copy: 1; a replayed graph:
+// the launch and the staging areas' waits and marks).
 int schedule_calls(const Plan& plan, const EngineShape& shape);
+// Copy nodes of the graph a replayed plan launches (0 when the plan is not replayed).
+int graph_copies(const Plan& plan, const EngineShape& shape);
 // Whether a path of this kind runs on an engine lane forked from the caller's stream and
 // joined back (two cross-stream event waits), in a plan that is not a plain copy.
 bool runs_on_lane(PathKind kind, const EngineShape& shape);

@@ -46,7 +46,7 @@ TEST(ModelClosedForm, PlannerAgreesWithClosedFormOnIndependentPaths) {
   // chunk the staged path is the seed's T = alpha + m/beta + eps + alpha' + m/beta'.
   Topology t = make_node(3, false, 2, 25.0, 16.0, 0);
   ModelParams p = params_with(6.0, 4.0);
-  MultipathModel model(t, p);
+  MultipathModel model(t, p, EngineShape{});  // every path on a lane: the same fork/join on each
   SearchOptions o;
   o.host = HostPathMode::Off;
   o.fixed_chunks = 1;
@@ -67,14 +67,16 @@ TEST(ModelClosedForm, PlannerAgreesWithClosedFormOnIndependentPaths) {
 }
 
 TEST(ModelPlanner, ScheduleCostKeepsMidSizesOnOnePath) {
-  // On the H200 node a split's schedule (fork/join waits, and the host's time to enqueue
-  // a few dozen calls) costs more than the host share saves at 8-32 MB, so the plan must
-  // stay direct (measured 0.69-0.91x when it did not).
+  // On the H200 node, with an engine that enqueues every call of its schedule and runs every
+  // path on a lane (no graph replay), a split's schedule (fork/join waits, and the host's
+  // time to enqueue a few dozen calls) costs more than the host share saves at 8-32 MB, so
+  // the plan must stay direct (measured 0.69-0.91x with that engine when it did not).
   Topology t = load_topology_file("h200x4");
   ModelParams with = nominal_params(t), without = with;
   without.host_call_us = 0;
   without.epsilon_us = 0;
-  ModelPlanner pl(t, with, SearchOptions{}), bare(t, without, SearchOptions{});
+  EngineShape enqueued;  // every call enqueued, every path on a lane
+  ModelPlanner pl(t, with, SearchOptions{}, enqueued), bare(t, without, SearchOptions{}, enqueued);
   for (uint64_t mb : {8, 16, 32}) EXPECT_EQ(pl.plan_exact(0, 1, mb << 20).paths.size(), 1u) << mb << " MB";
   EXPECT_GT(bare.plan_exact(0, 1, 32 << 20).paths.size(), 1u) << "the schedule's cost is what declines 32 MB";
   EXPECT_EQ(pl.plan_exact(0, 1, 256 << 20).paths.size(), 2u);

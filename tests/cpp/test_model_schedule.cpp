@@ -37,6 +37,7 @@ TEST(ModelSchedule, CallsFollowTheEnginesSchedule) {
   // One host lane: fewer lanes to wait on and join.
   EngineShape one = e;
   one.host_lanes = 1;
+  one.host_first_lanes = 1;
   EXPECT_EQ(schedule_calls(p, one), 1 + 2 + (2 + 24) + 2 * 3);
 
   // A chunk larger than half the staging area is cut into pieces.
@@ -58,14 +59,19 @@ TEST(ModelSchedule, CallsFollowTheEnginesSchedule) {
   // A replayed graph is one launch whatever the plan.
   EngineShape g = e;
   g.graphs = true;
-  EXPECT_EQ(schedule_calls(p, g), 4);
+  EXPECT_EQ(schedule_calls(p, g), 3);
+  EXPECT_EQ(graph_copies(p, g), 1 + 2 * 4);  // the direct copy, two per staged piece
+  EXPECT_EQ(graph_copies(p, e), 0);
+  EXPECT_EQ(graph_copies(plain, g), 0);  // a plain copy is never captured
 }
 
 TEST(ModelSchedule, ShapeFollowsTheEnginesSettings) {
   ScopedEnv lanes("GPUSTRIPE_HOST_LANES", "3");
+  ScopedEnv first("GPUSTRIPE_HOST_FIRST_LANES", "0");
   ScopedEnv staging("GPUSTRIPE_HOST_STAGING", "64M");
   EngineShape e = EngineShape::from_settings();
   EXPECT_EQ(e.host_lanes, 3);
+  EXPECT_EQ(e.host_first_lanes, 3);
   EXPECT_EQ(e.host_staging, 64ull << 20);
   ScopedEnv bad("GPUSTRIPE_HOST_LANES", "many");
   EXPECT_THROW(EngineShape::from_settings(), Error);
@@ -95,11 +101,36 @@ TEST(ModelSchedule, HostBoundPlansTakeTheHostsEnqueueTime) {
   EXPECT_NE(d.bottleneck, "host_enqueue");
 }
 
+TEST(ModelSchedule, ReplayedPlansStartLateAndWaitOnGraphDependencies) {
+  Topology t = load_topology_file("h200x4");
+  ModelParams p = nominal_params(t);
+  p.host_call_us = 0;
+  p.graph_launch_us = p.graph_node_us = 0;
+  p.epsilon_us = 5;
+  p.graph_start_us = 7;
+  p.graph_epsilon_us = 1;
+  EngineShape enqueued, replayed;
+  replayed.graphs = true;
+  MultipathModel me(t, p, enqueued), mr(t, p, replayed);
+  auto spec = parse_plan_spec("direct,host0:0.1x4");
+  Plan e = build_fixed_plan(me, spec, 0, 1, 64 << 20), r = build_fixed_plan(mr, spec, 0, 1, 64 << 20);
+  // The host path: 4 chunks, 3 relay waits more than its first; fork and join; the replay's start.
+  EXPECT_NEAR(me.overhead_us(*me.node().route(0, 1, PathKind::HostStaged, 0), 4) -
+                  mr.overhead_us(*mr.node().route(0, 1, PathKind::HostStaged, 0), 4),
+              4 * (5 - 1), 1e-9);
+  EXPECT_NEAR(mr.fork_join_us(PathKind::HostStaged), 2.0, 1e-12);
+  EXPECT_LT(r.predicted_us, e.predicted_us);
+  // A plain copy is never replayed: no start latency.
+  Plan d = build_fixed_plan(mr, parse_plan_spec("direct"), 0, 1, 64 << 20);
+  Plan d0 = build_fixed_plan(me, parse_plan_spec("direct"), 0, 1, 64 << 20);
+  EXPECT_DOUBLE_EQ(d.predicted_us, d0.predicted_us);
+}
+
 TEST(ModelSchedule, AHostTooSlowToEnqueueASplitKeepsThePlanDirect) {
   Topology t = load_topology_file("h200x4");
   ModelParams slow = nominal_params(t);
   slow.host_call_us = 50;
-  ModelPlanner pl(t, slow, SearchOptions{});
+  ModelPlanner pl(t, slow, SearchOptions{}, EngineShape{});  // every call enqueued
   EXPECT_TRUE(pl.plan_exact(0, 1, 64 << 20).single_path()) << pl.plan_exact(0, 1, 64 << 20).describe();
   ModelPlanner fine(t, nominal_params(t), SearchOptions{});
   EXPECT_FALSE(fine.plan_exact(0, 1, 256 << 20).single_path());

@@ -41,6 +41,13 @@ def summarize(doc: dict) -> str:
     lines.append(f"  cross-stream event wait (staging, fork/join) epsilon: {doc['epsilon_us']:.2f} us")
     if "host_call_us" in doc:
         lines.append(f"  host cost per enqueue call: {doc['host_call_us']:.2f} us")
+    if "graph_launch_us" in doc:
+        lines.append(f"  host cost of a graph launch: {doc['graph_launch_us']:.2f} us + "
+                     f"{doc['graph_node_us']:.3f} us per copy node")
+    if "graph_start_us" in doc:
+        eps = doc.get("graph_epsilon_us", -1)
+        lines.append(f"  on the GPUs, a replayed graph: start {doc['graph_start_us']:.2f} us, cross-device "
+                     f"dependency {eps if eps >= 0 else doc['epsilon_us']:.2f} us")
     lines.append("  shared capacities (GB/s):")
     for name, v in sorted(doc["capacities"].items()):
         lines.append(f"    {name:<28} {v:8.1f}")
@@ -53,6 +60,14 @@ def summarize(doc: dict) -> str:
                 kinds = ", ".join(f"{m[k]} {k}" for k in ("peers", "d2h", "h2d") if k in m)
                 lines.append(f"    {kinds:<22} {m['us']:9.1f} us / {m['lossless_us']:9.1f} us = "
                              f"{m['us'] / m['lossless_us']:.3f}")
+    if meas.get("staging_mix"):
+        m = meas["staging_mix"]
+        lines.append(f"  GPU staging mix, {m['copies']} copies at once (0->1, 0->g, g->1): {m['us']:.1f} us / "
+                     f"{m['lossless_us']:.1f} us lossless = {m['us'] / m['lossless_us']:.3f}")
+    if meas.get("graph_replay"):
+        g = meas["graph_replay"]
+        lines.append(f"  graph replay of 1 MB: D2H {g['d2h_graph_us']:.1f} us (enqueued {g['d2h_us']:.1f}), relay "
+                     f"{g['relay_graph_us']:.1f} us (H2D {g['h2d_us']:.1f})")
     note = meas.get("note")
     if note:
         lines.append(f"  note: {note}")
