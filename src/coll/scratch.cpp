@@ -1,5 +1,7 @@
 #include "coll/scratch.hpp"
 
+#include <algorithm>
+
 #include "common/log.hpp"
 
 namespace gpustripe::coll {
@@ -10,7 +12,7 @@ Scratch::Scratch(Backend& backend, std::vector<int> devices)
 Scratch::~Scratch() {
   release_retired();
   for (Buf& b : dev_)
-    if (b.p) backend_.free_device(b.p);
+    if (b.p && !b.external) backend_.free_device(b.p);
   if (host_.p) backend_.free_pinned(host_.p);
 }
 
@@ -25,6 +27,10 @@ size_t grown(size_t have, size_t need) {
 
 char* Scratch::device(int rank, size_t bytes) {
   Buf& b = dev_.at(rank);
+  if (b.external) {
+    b.wanted = std::max(b.wanted, bytes);
+    return b.p;
+  }
   if (b.bytes < bytes) {
     if (b.p) retired_.emplace_back(devices_[rank], b.p);
     size_t n = grown(b.bytes, bytes);
@@ -46,6 +52,16 @@ char* Scratch::host(size_t bytes) {
     GS_LOG_DEBUG(Subsys::Coll, "pinned host scratch grown to %zu bytes", n);
   }
   return host_.p;
+}
+
+void Scratch::set_external(int rank, char* p, size_t bytes) {
+  Buf& b = dev_.at(rank);
+  if (b.p && !b.external) retired_.emplace_back(devices_[rank], b.p);
+  b.p = p;
+  b.bytes = bytes;
+  b.external = true;
+  b.wanted = 0;
+  ++generation_;
 }
 
 void Scratch::release_retired() {

@@ -27,10 +27,20 @@ class Scratch {
   uint64_t generation() const { return generation_; }
   size_t device_bytes(int rank) const { return dev_[rank].bytes; }
 
+  // Cross-process use (the MPI interposer, where each rank is another process): rank's
+  // device scratch is memory owned elsewhere and mapped here. device(rank, bytes) then
+  // returns `p` and only records the largest request in wanted(rank); the owner grows
+  // its buffer and the caller maps it again. `p` may be a placeholder while sizing a
+  // schedule (the program built then is never run).
+  void set_external(int rank, char* p, size_t bytes);
+  size_t wanted(int rank) const { return dev_.at(rank).wanted; }
+
  private:
   struct Buf {
     char* p = nullptr;
     size_t bytes = 0;
+    bool external = false;  // not ours to free or grow
+    size_t wanted = 0;      // external: the largest size asked for
   };
   Backend& backend_;
   std::vector<int> devices_;

@@ -98,6 +98,7 @@ Runtime::Runtime() {
 }
 
 Runtime::~Runtime() {
+  coll_state.reset();
   try {
     ep_->flush();
   } catch (const Error& e) {

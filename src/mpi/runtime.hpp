@@ -72,6 +72,9 @@ class Runtime {
   Pinned staging_alloc(size_t bytes);
   void staging_free(Pinned b);
 
+  // The collectives' state (interpose_coll.cpp), released before everything else here.
+  std::shared_ptr<void> coll_state;
+
  private:
   Runtime();
   ~Runtime();

@@ -1,0 +1,267 @@
+// Collective benchmark written against plain MPI (and the CUDA runtime for device
+// buffers): nothing of gpustripe in it. Run with libgpustripe_mpi.so preloaded it
+// measures the interposer's collectives (method mpi_gpustripe); with --staged it runs
+// the GPU-unaware pattern on the same device buffers: copy to pinned host memory, the
+// MPI collective there, copy back (mpi_host_staged). Timing is nccl-tests': a batch of
+// back-to-back calls between barriers, time per call, the median of several batches,
+// the slowest rank's; sizes per rank as nccl-tests reports them (alltoall and
+// reduce_scatter: the send buffer, allgather: the receive buffer), float32, MPI_SUM.
+//
+//   mpirun -np 4 -x LD_PRELOAD=.../libgpustripe_mpi.so mpi_coll_bench --min 1M --max 1G
+// Prints one "ROW {json}" line per (op, size) on rank 0.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#ifdef BENCH_HAVE_CUDA
+#include <cuda_runtime.h>
+#define CUDA_OK(call)                                                                              \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess) {                                                                       \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      MPI_Abort(MPI_COMM_WORLD, 4);                                                                \
+    }                                                                                              \
+  } while (0)
+#endif
+
+namespace {
+
+struct Options {
+  std::vector<std::string> ops{"alltoall", "allgather", "reduce_scatter", "allreduce", "bcast"};
+  size_t min_bytes = size_t(1) << 20, max_bytes = size_t(1) << 30;
+  bool device = true, staged = false;
+  int iters = 0, trials = 5, warmup = 2;  // iters 0: by size
+  std::string method;
+};
+
+size_t parse_bytes(const char* s) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  switch (end && *end ? *end : ' ') {
+    case 'K': case 'k': v *= 1024; break;
+    case 'M': case 'm': v *= 1024.0 * 1024; break;
+    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    default: break;
+  }
+  return static_cast<size_t>(v);
+}
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "%s\nusage: mpi_coll_bench [--ops a,b,...] [--min B] [--max B] [--mem device|host] [--staged] "
+               "[--iters N] [--trials N] [--warmup N] [--method NAME]\n",
+               why);
+  MPI_Abort(MPI_COMM_WORLD, 2);
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) usage(("missing value after " + a).c_str());
+      return argv[++i];
+    };
+    if (a == "--ops") {
+      o.ops.clear();
+      std::string s = next();
+      for (size_t p = 0; p <= s.size();) {
+        size_t q = s.find(',', p);
+        if (q == std::string::npos) q = s.size();
+        if (q > p) o.ops.push_back(s.substr(p, q - p));
+        p = q + 1;
+      }
+    } else if (a == "--min") o.min_bytes = parse_bytes(next());
+    else if (a == "--max") o.max_bytes = parse_bytes(next());
+    else if (a == "--mem") o.device = std::string(next()) == "device";
+    else if (a == "--staged") o.staged = true;
+    else if (a == "--iters") o.iters = std::atoi(next());
+    else if (a == "--trials") o.trials = std::max(1, std::atoi(next()));
+    else if (a == "--warmup") o.warmup = std::max(0, std::atoi(next()));
+    else if (a == "--method") o.method = next();
+    else usage(("unknown option " + a).c_str());
+  }
+  for (const std::string& op : o.ops)
+    if (op != "alltoall" && op != "allgather" && op != "reduce_scatter" && op != "allreduce" && op != "bcast")
+      usage(("unknown op " + op).c_str());
+  if (o.staged) o.device = true;
+  return o;
+}
+
+// nccl-tests' bus bandwidth factors.
+double busbw_factor(const std::string& op, int n) {
+  if (op == "allreduce") return 2.0 * (n - 1) / n;
+  if (op == "bcast") return 1.0;
+  return double(n - 1) / n;
+}
+
+char* alloc(size_t n, bool device) {
+  (void)device;
+#ifdef BENCH_HAVE_CUDA
+  if (device) {
+    char* p = nullptr;
+    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&p), n));
+    CUDA_OK(cudaMemset(p, 0, n));
+    return p;
+  }
+#endif
+  char* p = static_cast<char*>(std::calloc(n, 1));
+  return p;
+}
+void release(char* p, bool device) {
+  (void)device;
+#ifdef BENCH_HAVE_CUDA
+  if (device) {
+    cudaFree(p);
+    return;
+  }
+#endif
+  std::free(p);
+}
+char* alloc_pinned(size_t n) {
+#ifdef BENCH_HAVE_CUDA
+  char* p = nullptr;
+  CUDA_OK(cudaMallocHost(reinterpret_cast<void**>(&p), n));
+  return p;
+#else
+  return static_cast<char*>(std::calloc(n, 1));
+#endif
+}
+void release_pinned(char* p) {
+#ifdef BENCH_HAVE_CUDA
+  cudaFreeHost(p);
+#else
+  std::free(p);
+#endif
+}
+void to_host(char* h, const char* d, size_t n) {
+#ifdef BENCH_HAVE_CUDA
+  CUDA_OK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+#else
+  std::memcpy(h, d, n);
+#endif
+}
+void to_device(char* d, const char* h, size_t n) {
+#ifdef BENCH_HAVE_CUDA
+  CUDA_OK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+#else
+  std::memcpy(d, h, n);
+#endif
+}
+
+// One call of `op` of `bytes` per rank (nccl-tests' size) over x (in) and y (out).
+struct Call {
+  std::string op;
+  size_t bytes;
+  int n;
+  // Bytes each buffer of the call holds: the input and the output.
+  size_t in_bytes() const { return op == "allgather" ? bytes / n : bytes; }
+  size_t out_bytes() const { return op == "reduce_scatter" ? bytes / n : bytes; }
+  void mpi(const char* in, char* out) const {
+    const int count = static_cast<int>(bytes / sizeof(float));
+    if (op == "alltoall") MPI_Alltoall(in, count / n, MPI_FLOAT, out, count / n, MPI_FLOAT, MPI_COMM_WORLD);
+    else if (op == "allgather") MPI_Allgather(in, count / n, MPI_FLOAT, out, count / n, MPI_FLOAT, MPI_COMM_WORLD);
+    else if (op == "reduce_scatter") MPI_Reduce_scatter_block(in, out, count / n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    else if (op == "allreduce") MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    else MPI_Bcast(out, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  Options o = parse(argc, argv);
+  int rank = 0, n = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+#ifdef BENCH_HAVE_CUDA
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess) ndev = 0;
+  if (ndev == 0 && o.device) {
+    std::fprintf(stderr, "mpi_coll_bench: no CUDA device visible: device buffers need a GPU (--mem host)\n");
+    MPI_Abort(MPI_COMM_WORLD, 4);
+  }
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int local = 0;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+  if (ndev > 0) CUDA_OK(cudaSetDevice(local % ndev));
+#else
+  if (o.device) usage("built without CUDA: --mem host only");
+#endif
+  const std::string method = !o.method.empty() ? o.method : o.staged ? "mpi_host_staged" : "mpi";
+  const size_t unit = sizeof(float) * n;
+  // The largest buffers once; each size uses their leading part.
+  const size_t top = o.max_bytes / unit * unit;
+  char* x = alloc(std::max(top, unit), o.device);
+  char* y = alloc(std::max(top, unit), o.device);
+  char *hx = nullptr, *hy = nullptr;
+  if (o.staged) {
+    hx = alloc_pinned(std::max(top, unit));
+    hy = alloc_pinned(std::max(top, unit));
+  }
+  for (size_t size = o.min_bytes; size <= o.max_bytes; size *= 2) {
+    if (size % unit) continue;
+    for (const std::string& op : o.ops) {
+      Call c{op, size, n};
+      auto once = [&] {
+        if (!o.staged) {
+          c.mpi(x, op == "bcast" ? x : y);
+          return;
+        }
+        // The GPU-unaware pattern: what a program does with an MPI that cannot read device memory.
+        if (op == "bcast") {
+          if (rank == 0) to_host(hx, x, size);
+          c.mpi(hx, hx);
+          if (rank != 0) to_device(x, hx, size);
+          return;
+        }
+        to_host(hx, x, c.in_bytes());
+        c.mpi(hx, hy);
+        to_device(y, hy, c.out_bytes());
+      };
+      // Batches of about 256 MB moved, 2 to 20 calls.
+      const int iters = o.iters > 0 ? o.iters : static_cast<int>(std::clamp<size_t>((size_t(256) << 20) / size, 2, 20));
+      for (int i = 0; i < o.warmup; ++i) once();
+      std::vector<double> times;
+      for (int t = 0; t < o.trials; ++t) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < iters; ++i) once();
+#ifdef BENCH_HAVE_CUDA
+        if (o.device) CUDA_OK(cudaDeviceSynchronize());
+#endif
+        times.push_back((MPI_Wtime() - t0) / iters * 1e6);
+      }
+      std::sort(times.begin(), times.end());
+      double us = times[times.size() / 2], slowest = 0;
+      MPI_Allreduce(&us, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      if (rank == 0) {
+        double gbps = size / (slowest * 1e3);
+        std::printf(
+            "ROW {\"op\": \"%s\", \"method\": \"%s\", \"bytes\": %zu, \"gbps\": %.4f, \"busbw_gbps\": %.4f, "
+            "\"us\": %.3f, \"min_us\": %.3f, \"max_us\": %.3f, \"ranks\": %d, \"iters\": %d, \"trials\": %d}\n",
+            op.c_str(), method.c_str(), size, gbps, gbps * busbw_factor(op, n), slowest, times.front(), times.back(),
+            n, iters, o.trials);
+        std::fflush(stdout);
+      }
+    }
+  }
+  release(x, o.device);
+  release(y, o.device);
+  if (o.staged) {
+    release_pinned(hx);
+    release_pinned(hy);
+  }
+  MPI_Finalize();
+  return 0;
+}

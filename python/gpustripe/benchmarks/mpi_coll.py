@@ -1,0 +1,161 @@
+"""gpustripe bench mpi_coll: MPI collectives on device buffers, unmodified program, with and without gpustripe.
+
+Runs bench/mpi's mpi_coll_bench (plain MPI + the CUDA runtime, nothing of gpustripe in it)
+under mpirun at each rank count, timing MPI_Alltoall, MPI_Allgather, MPI_Reduce_scatter_block,
+MPI_Allreduce and MPI_Bcast (float32, MPI_SUM) as nccl-tests does, and compares in one results
+file per rank count:
+  mpi_gpustripe    mpi_coll_bench with libgpustripe_mpi.so preloaded: the interposer runs the
+                   coll schedules across the ranks' processes (src/mpi/coll_team.hpp)
+  mpi_host_staged  mpi_coll_bench --staged: copy to pinned host memory, the MPI collective, copy
+                   back (the GPU-unaware pattern; sizes up to --staged-max, it is slow)
+  gpustripe        the native single-process communicator (gpustripe bench coll's method)
+  nccl             NCCL through torch.distributed (gpustripe bench coll's method)
+busbw uses nccl-tests' factors. A method that cannot run is reported absent with why.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+NAME = "mpi_coll"
+HELP = ("MPI collectives on device buffers from an unmodified MPI program: the PMPI interposer vs host staging, "
+        "native gpustripe and NCCL (busbw)")
+OPS = ("alltoall", "allgather", "reduce_scatter", "allreduce", "bcast")
+METHODS = ("mpi_gpustripe", "mpi_host_staged", "gpustripe", "nccl")
+
+
+def add_arguments(p):
+    p.add_argument("--ranks", default="2,4", help="rank counts, comma separated (default 2,4)")
+    p.add_argument("--sizes", default="1M:1G", help="sizes per rank LO:HI, powers of two (default 1M:1G)")
+    p.add_argument("--staged-max", default="1G", help="largest size of the host-staged method (default 1G)")
+    p.add_argument("--ops", default=",".join(OPS), help=f"comma list (default {','.join(OPS)})")
+    p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
+    p.add_argument("--iters", type=int, default=0, help="calls per timed batch (0: by size, 2-20)")
+    p.add_argument("--trials", type=int, default=5, help="timed batches per size; the median is reported")
+    p.add_argument("--warmup", type=int, default=2, help="untimed calls first")
+    p.add_argument("--timeout", type=int, default=600, help="seconds one mpirun may take")
+    p.add_argument("--build", default=os.environ.get("GPUSTRIPE_BUILD_DIR", "build/dev"),
+                   help="build directory holding bench/mpi/ and src/mpi/ (default $GPUSTRIPE_BUILD_DIR or build/dev)")
+    p.add_argument("--mpirun", default=os.environ.get("MPIRUN", "mpirun"), help="mpirun command")
+    p.add_argument("--out", default="bench/results", help="directory of the JSON + PNG results")
+    p.add_argument("--no-write", action="store_true", help="print the tables only")
+
+
+def _paths(build: str) -> dict:
+    paths = {"bench": os.path.join(build, "bench/mpi/mpi_coll_bench"),
+             "interposer": os.path.join(build, "src/mpi/libgpustripe_mpi.so")}
+    missing = [p for p in paths.values() if not os.path.exists(p)]
+    if missing:
+        raise SystemExit(f"gpustripe bench mpi_coll: not built: {', '.join(missing)} (build the tree with MPI found)")
+    return {k: os.path.abspath(v) for k, v in paths.items()}
+
+
+def _run_rows(cmd: list[str], timeout: int, absent: dict, key: str) -> list[dict]:
+    from .coll import _progress
+
+    print("  $ " + " ".join(cmd), flush=True)
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        out, rc = p.stdout, p.returncode
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        rc = "timeout"
+    rows = []
+    for line in out.splitlines():
+        if line.startswith("ROW "):
+            row = json.loads(line[4:])
+            rows.append(row)
+            _progress(row)
+    if rc != 0:
+        tail = out.strip().splitlines()[-12:]
+        absent[key] = f"exit {rc} after {time.time() - t0:.0f}s: " + " | ".join(tail[-3:])[:400]
+        print(f"    FAILED ({absent[key]}); last output:\n      " + "\n      ".join(tail), flush=True)
+    return rows
+
+
+def run(args) -> int:
+    from .. import results
+    from ..copy import default_context
+    from . import coll
+    from ._p2p_common import parse_sizes
+    from .mpi import _mpirun, _size_arg
+
+    paths = _paths(args.build)
+    ctx = default_context()
+    device, gpus, emulated = ctx.device_label, ctx.device_count, ctx.emulated
+    ops = [o for o in args.ops.split(",") if o]
+    methods = [m for m in args.methods.split(",") if m]
+    bad = [m for m in methods if m not in METHODS] + [o for o in ops if o not in OPS]
+    if bad:
+        raise SystemExit(f"gpustripe bench mpi_coll: unknown {bad}; methods {METHODS}, ops {OPS}")
+    lo, hi = _size_arg(args.sizes)
+    sizes = parse_sizes(f"{lo}:{hi}")
+    staged_hi = min(parse_sizes(args.staged_max)[-1], sizes[-1])
+    common = ["--ops", ",".join(ops), "--trials", str(args.trials), "--warmup", str(args.warmup)]
+    if args.iters:
+        common += ["--iters", str(args.iters)]
+    # Emulated devices are not CUDA memory the client could allocate: host buffers then
+    # (they pass through the interposer untouched: a smoke run, not a GPU figure).
+    mem = ["--mem", "host"] if emulated else []
+    print(f"gpustripe bench mpi_coll: {device}, {gpus} GPUs, ranks {args.ranks}, methods {methods}", flush=True)
+    if emulated:
+        print("  NOTE: no GPU visible: host buffers; figures are not GPU figures.")
+
+    written, absent = [], {}
+    for n in [int(r) for r in args.ranks.split(",") if r]:
+        if n > gpus and not emulated:
+            absent[f"all/{n}"] = f"the node has {gpus} GPUs"
+            continue
+        print(f"== {n} ranks", flush=True)
+        rows: list[dict] = []
+        if "mpi_gpustripe" in methods:
+            cmd = _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [
+                paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *common, *mem,
+                "--method", "mpi_gpustripe"]
+            rows += _run_rows(cmd, args.timeout, absent, f"mpi_gpustripe/{n}")
+        if "mpi_host_staged" in methods:
+            if emulated:
+                absent["mpi_host_staged"] = "emulated devices: no GPU buffers to stage"
+            else:
+                cmd = _mpirun(args, n, {}) + [paths["bench"], "--staged", "--min", str(sizes[0]), "--max",
+                                              str(staged_hi), *common]
+                rows += _run_rows(cmd, args.timeout, absent, f"mpi_host_staged/{n}")
+        cargs = SimpleNamespace(dtype="float32", iters=args.iters or 10, trials=args.trials, warmup=args.warmup,
+                                timeout=args.timeout)
+        if "gpustripe" in methods and n <= gpus:
+            coll._run_gpustripe(ctx, n, ops, sizes, cargs, rows, absent)
+        if "nccl" in methods:
+            if emulated:
+                absent["nccl"] = "emulated devices: no GPU for NCCL"
+            else:
+                # gpustripe bench coll's worker (its signature changed once: take either).
+                if "method" in inspect.signature(coll._run_nccl).parameters:
+                    coll._run_nccl("nccl", n, ops, sizes, cargs, rows, absent)
+                else:
+                    coll._run_nccl(n, ops, sizes, cargs, rows, absent)
+        for r in rows:
+            r.setdefault("ranks", n)
+            r["emulated"] = emulated
+        if not rows:
+            continue
+        for op in ops:
+            if any(r["op"] == op for r in rows):
+                print(f"\n[{n} ranks] " + results.ratio_table(rows, op, ours="mpi_gpustripe", value="busbw_gbps"))
+        if not args.no_write:
+            path = results.write(f"mpi-coll-{n}gpu", device, n, rows, out_dir=args.out,
+                                 extra={"absent": absent, "dtype": "float32", "backend": ctx.backend_name,
+                                        "emulated": emulated},
+                                 command=" ".join(["gpustripe", "bench", "mpi_coll", *sys.argv[3:]]))
+            written.append(path)
+            print(f"wrote {path} (+ .png)")
+    if absent:
+        print("\nabsent:")
+        for k, v in sorted(absent.items()):
+            print(f"  {k}: {v}")
+    return 0 if written or args.no_write else 1

@@ -1,0 +1,40 @@
+// The MPI's own collective on buffers it may not read: device buffers (the MPI is not
+// CUDA-aware) are staged through pinned host memory: the span the datatype touches is
+// copied to the host before the call when the MPI reads it and back after the call
+// when it writes it. Host buffers, MPI_IN_PLACE and empty buffers go to the MPI as
+// they are. This is the correct (slower) way for every case the gpustripe path does
+// not take: other nodes, non-contiguous or derived types, user ops, unsupported types.
+#pragma once
+#include <mpi.h>
+
+#include <vector>
+
+#include "mpi/runtime.hpp"
+
+namespace gpustripe::mpi {
+
+class StagedBuffers {
+ public:
+  explicit StagedBuffers(Runtime& rt) : rt_(rt) {}
+  ~StagedBuffers();
+  StagedBuffers(const StagedBuffers&) = delete;
+  StagedBuffers& operator=(const StagedBuffers&) = delete;
+
+  // What to give the MPI for (buf, count, type). `in`: the MPI reads it; `out`: writes it.
+  void* add(const void* buf, int count, MPI_Datatype type, bool in, bool out);
+  // Copies what the MPI wrote back to the device buffers.
+  void finish();
+
+ private:
+  struct Staged {
+    void* user;       // the span's first byte in device memory
+    int dev;
+    Runtime::Pinned host;
+    size_t bytes;
+    bool out;
+  };
+  Runtime& rt_;
+  std::vector<Staged> staged_;
+};
+
+}  // namespace gpustripe::mpi

@@ -1,0 +1,230 @@
+#include "mpi/coll_team.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "topology/topology.hpp"
+
+namespace gpustripe::mpi {
+namespace {
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  PMPI_Error_string(rc, msg, &len);
+  GS_THROW(GPUSTRIPE_ERR_MPI, "%s: %s", what, msg);
+}
+
+constexpr size_t kExportsKept = 64;
+
+// Where the sizing build puts the buffers of every rank: addresses never dereferenced.
+char* placeholder(size_t k) { return reinterpret_cast<char*>((k + 1) << 40); }
+
+}  // namespace
+
+// A buffer as another process maps it: the allocation's handle and the offset in it.
+struct CollTeam::Desc {
+  Backend::IpcMemHandle handle;
+  uint64_t base = 0;    // the owner's address of the allocation
+  uint64_t offset = 0;  // of the buffer in it
+  uint8_t present = 0;
+};
+
+struct CollTeam::RankInfo {
+  int32_t eligible = 0;
+  int32_t device = -1;
+  Desc send, recv, scratch;
+};
+
+CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
+    : rt_(rt), backend_(rt.context().backend()), comm_(comm) {
+  check_mpi(PMPI_Comm_rank(comm, &rank_), "MPI_Comm_rank");
+  check_mpi(PMPI_Comm_size(comm, &n_), "MPI_Comm_size");
+  for (int r = 0; r < n_; ++r) channel_rank_.push_back(rt.local_of(ci.world_of[r]));
+
+  // What the schedule choice depends on. Every rank must build the same program, and a
+  // rank does not know the others' GPUs before the call, so this looks at every GPU of
+  // the node: the same answer on every rank.
+  const Topology& topo = rt.context().topology();
+  const int gpus = std::min(topo.gpu_count(), backend_.device_count());
+  res_.n = n_;
+  res_.emulated = backend_.emulated();
+  res_.nvswitch = gpus > 0;
+  res_.nvlink_gbps = res_.host_gbps = gpus > 0 ? 1e30 : 0;
+  for (int i = 0; i < gpus; ++i) {
+    res_.nvswitch = res_.nvswitch && topo.gpu(i).nvswitch;
+    res_.nvlink_gbps = std::min(res_.nvlink_gbps, topo.nvlink_egress_gbps(i));
+    res_.host_gbps = std::min(res_.host_gbps, topo.host_link_gbps(i));
+    for (int j = 0; j < gpus; ++j)
+      if (i != j && !backend_.can_access_peer(i, j)) res_.all_peer = false;
+  }
+
+  // The flags the ranks' hosts order cross-rank steps with.
+  char name[128] = {};
+  ipc::ShmSegment seg;
+  if (rank_ == 0) {
+    std::string nm = ipc::unique_shm_name("coll");
+    seg = ipc::ShmSegment::create(nm, TeamFlags::segment_bytes());
+    std::strncpy(name, nm.c_str(), sizeof name - 1);
+  }
+  check_mpi(PMPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm), "MPI_Bcast (collective flags)");
+  if (rank_ != 0) seg = ipc::ShmSegment::open(name);
+  check_mpi(PMPI_Barrier(comm), "MPI_Barrier (collective flags)");
+  if (rank_ == 0) seg.unlink();
+  flags_ = std::make_unique<TeamFlags>(std::move(seg));
+
+  reducer_ = coll::make_reducer(backend_);
+  std::vector<int> peers;
+  for (int r = 0; r < n_; ++r)
+    if (r != rank_) peers.push_back(channel_rank_[r]);
+  p2p::Endpoint* ep = &rt.endpoint();
+  runner_ = std::make_unique<SliceRunner>(backend_, *reducer_, rank_, n_, *flags_, [ep, peers] {
+    for (int p : peers) ep->check_source(p);
+  });
+  GS_LOG_DEBUG(Subsys::Mpi, "collectives of a %d-rank communicator: rank %d", n_, rank_);
+}
+
+CollTeam::~CollTeam() {
+  runner_.reset();
+  for (Owned* b : {&scratch_, &temp_}) {
+    if (!b->p) continue;
+    try {
+      backend_.free_device(b->p);
+    } catch (const Error& e) {
+      GS_LOG_WARN(Subsys::Mpi, "freeing collective scratch: %s", e.what());
+    }
+  }
+}
+
+void CollTeam::grow(Owned& b, int dev, size_t bytes) {
+  if (b.bytes >= bytes && b.dev == dev) return;
+  size_t n = b.bytes && b.dev == dev ? b.bytes : (size_t(1) << 20);
+  while (n < bytes) n *= 2;
+  // Every earlier call has completed on every rank: nobody uses the old buffer.
+  if (b.p) backend_.free_device(b.p);
+  b = Owned{};
+  b.p = static_cast<char*>(backend_.alloc_device(dev, n));
+  b.bytes = n;
+  b.dev = dev;
+}
+
+char* CollTeam::temp(int dev, size_t bytes) {
+  grow(temp_, dev, bytes);
+  return temp_.p;
+}
+
+CollTeam::Desc CollTeam::describe(const void* p, size_t bytes) {
+  Desc d;
+  if (!p || bytes == 0) return d;
+  PointerInfo info = backend_.pointer_info(p);
+  // Exporting asks the driver each time; the same allocation (same buffer id) keeps its handle.
+  auto it = exports_.find(info.base);
+  if (it != exports_.end() && info.buffer_id != 0 && it->second.buffer_id == info.buffer_id) {
+    d.handle = it->second;
+  } else {
+    d.handle = backend_.ipc_export(p);
+    if (exports_.size() >= kExportsKept) exports_.clear();
+    exports_[info.base] = d.handle;
+  }
+  d.base = info.base;
+  d.offset = reinterpret_cast<uintptr_t>(p) - info.base;
+  d.present = 1;
+  return d;
+}
+
+char* CollTeam::map(int r, const Desc& d) {
+  if (!d.present) return nullptr;
+  ipc::HandleCache* cache = rt_.endpoint().handle_cache();
+  GS_REQUIRE(cache, GPUSTRIPE_ERR_NOT_SUPPORTED, "collectives need the IPC mapping cache of the p2p layer");
+  GS_REQUIRE(d.offset < d.handle.size, GPUSTRIPE_ERR_INTERNAL, "rank %d's buffer lies past its allocation", r);
+  return static_cast<char*>(cache->map(channel_rank_[r], d.base, d.handle)) + d.offset;
+}
+
+coll::Choice CollTeam::choose(const CollCall& call) const {
+  coll::Choice c = coll::choose_schedule(call.op, res_, call.bytes, call.elem_size);
+  // The host path needs pinned host memory shared by the ranks' processes: not yet (it
+  // gained ~1% at 256M per rank in one process, HARDWARE.md's 5-10% being for one pair).
+  if (c.exchange.host_share > 0) {
+    c.exchange.host_share = 0;
+    c.why += " (no host share across processes)";
+  }
+  return c;
+}
+
+bool CollTeam::run(const CollCall& call) {
+  ++calls_;
+  coll::Choice choice = choose(call);
+  coll::Team team;
+  for (int r = 0; r < n_; ++r) {
+    team.rank.push_back(r);
+    team.dev.push_back(call.device);
+  }
+
+  // 1. Size this rank's scratch: a build over placeholders (every rank's buffers laid
+  //    out as this rank's are, which is what in-place rules look at).
+  RankInfo mine;
+  mine.eligible = call.eligible ? 1 : 0;
+  mine.device = call.device;
+  if (call.eligible) {
+    coll::Scratch sizing(backend_, team.dev);
+    std::vector<char*> send(n_), recv(n_);
+    for (int r = 0; r < n_; ++r) {
+      sizing.set_external(r, placeholder(3 * r + 2), 0);
+      send[r] = call.send ? placeholder(3 * r) : nullptr;
+      recv[r] = call.recv ? placeholder(3 * r + 1) : nullptr;
+      if (call.send && call.recv && call.send >= call.recv &&
+          static_cast<const char*>(call.send) < static_cast<const char*>(call.recv) + call.recv_bytes)
+        send[r] = recv[r] + (static_cast<const char*>(call.send) - static_cast<const char*>(call.recv));
+      if (call.send && call.recv && call.recv > call.send &&
+          static_cast<const char*>(call.recv) < static_cast<const char*>(call.send) + call.send_bytes)
+        recv[r] = send[r] + (static_cast<const char*>(call.recv) - static_cast<const char*>(call.send));
+    }
+    coll::Program sizing_prog(n_);
+    call.build(sizing_prog, team, send, recv, sizing, choice);
+    if (sizing.wanted(rank_)) grow(scratch_, call.device, sizing.wanted(rank_));
+    mine.send = describe(call.send, call.send_bytes);
+    mine.recv = describe(call.recv, call.recv_bytes);
+    if (sizing.wanted(rank_)) mine.scratch = describe(scratch_.p, scratch_.bytes);
+  }
+
+  // 2. Every rank's handles and eligibility (the entry barrier of the call).
+  std::vector<RankInfo> all(n_);
+  check_mpi(PMPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm_),
+            "MPI_Allgather (collective buffers)");
+  for (const RankInfo& ri : all)
+    if (!ri.eligible) return false;
+
+  // 3. This process's view of every rank's buffers, the program, this rank's part.
+  std::vector<char*> send(n_), recv(n_);
+  coll::Scratch scratch(backend_, team.dev);
+  for (int r = 0; r < n_; ++r) {
+    team.dev[r] = all[r].device;
+    if (r == rank_) {
+      send[r] = static_cast<char*>(const_cast<void*>(call.send));
+      recv[r] = static_cast<char*>(call.recv);
+      scratch.set_external(r, scratch_.p, scratch_.bytes);
+    } else {
+      send[r] = map(r, all[r].send);
+      recv[r] = map(r, all[r].recv);
+      scratch.set_external(r, map(r, all[r].scratch), all[r].scratch.present ? all[r].scratch.handle.size : 0);
+    }
+  }
+  coll::Program prog(n_);
+  call.build(prog, team, send, recv, scratch, choice);
+  for (int r = 0; r < n_; ++r)
+    GS_REQUIRE(scratch.wanted(r) == 0 || scratch.wanted(r) <= all[r].scratch.handle.size - all[r].scratch.offset,
+               GPUSTRIPE_ERR_INTERNAL, "%s: rank %d's scratch (%zu bytes) is smaller than the schedule needs (%zu)",
+               call.name, r, static_cast<size_t>(all[r].scratch.handle.size), scratch.wanted(r));
+  for (const coll::Op& op : prog.ops())
+    GS_REQUIRE(op.kind != coll::Op::Copy || (op.src_dev != kHostDevice && op.dst_dev != kHostDevice),
+               GPUSTRIPE_ERR_INTERNAL, "%s: a schedule with host staging across processes", call.name);
+  GS_LOG_DEBUG(Subsys::Mpi, "%s %zu bytes on %d ranks: %s; rank %d runs its part of %s", call.name, call.bytes, n_,
+               choice.describe().c_str(), rank_, prog.summary().c_str());
+  runner_->run(prog, call.device);
+  return true;
+}
+
+}  // namespace gpustripe::mpi

@@ -1,0 +1,100 @@
+// The collectives of one node-local MPI communicator, on the coll layer's schedules.
+//
+// A call goes: every rank sizes the schedule's scratch (a build over placeholders),
+// grows its own scratch buffer, and exports its send, receive and scratch buffers;
+// one PMPI_Allgather over the communicator hands every rank the others' handles and
+// whether they can take this path at all (all device buffers, a supported type and
+// op); each rank maps the others' buffers through the p2p layer's mapping cache
+// (keyed by buffer id: a buffer freed and reallocated at the same address is mapped
+// anew, never served stale), builds the same Program with the coll builders over its
+// own view of the pointers, and runs its part (coll_slice.hpp). The allgather is the
+// entry barrier (no rank writes into a buffer its owner may still be using), the
+// slice runner's end is the exit barrier.
+//
+// Not yet across processes: the host-path share of exchanges (it needs pinned host
+// memory shared by the ranks; forced to 0) and the hierarchical allreduce.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "coll/program.hpp"
+#include "coll/reduce.hpp"
+#include "coll/schedules.hpp"
+#include "coll/scratch.hpp"
+#include "coll/select.hpp"
+#include "mpi/coll_slice.hpp"
+#include "mpi/runtime.hpp"
+
+namespace gpustripe::mpi {
+
+// One collective call as this rank sees it.
+struct CollCall {
+  const char* name = "";       // the MPI function, for messages
+  coll::CollOp op = coll::CollOp::AllReduce;
+  bool eligible = false;        // this rank's side can take the gpustripe path
+  int device = -1;              // the GPU of this rank's buffers (its part runs there)
+  size_t bytes = 0;             // the size per rank as the schedule choice takes it
+  size_t elem_size = 1;
+  const void* send = nullptr;   // this rank's buffers (null where the call has none)
+  size_t send_bytes = 0;
+  void* recv = nullptr;
+  size_t recv_bytes = 0;
+  // Appends the collective to the program, given every rank's send and receive pointers
+  // as this process sees them (null where a rank has none) and the schedule chosen.
+  std::function<void(coll::Program&, const coll::Team&, const std::vector<char*>& send, const std::vector<char*>& recv,
+                     coll::Scratch&, const coll::Choice&)>
+      build;
+};
+
+class CollTeam {
+ public:
+  // Collective over `comm` (a node-local communicator the runtime knows): every rank
+  // makes it at the same call, whatever its buffers.
+  CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci);
+  ~CollTeam();
+  CollTeam(const CollTeam&) = delete;
+  CollTeam& operator=(const CollTeam&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return n_; }
+  // Runs the call on every rank when every rank's side is eligible and returns true;
+  // returns false on every rank otherwise (the caller then takes the MPI's way).
+  bool run(const CollCall& call);
+  // This rank's temporary device buffer on `dev` (in-place inputs), at least `bytes`.
+  char* temp(int dev, size_t bytes);
+
+ private:
+  struct Desc;
+  struct RankInfo;
+  Desc describe(const void* p, size_t bytes);
+  char* map(int r, const Desc& d);
+  struct Owned {
+    char* p = nullptr;
+    size_t bytes = 0;
+    int dev = -1;
+  };
+  void grow(Owned& b, int dev, size_t bytes);
+  coll::Choice choose(const CollCall& call) const;
+
+  Runtime& rt_;
+  Backend& backend_;
+  MPI_Comm comm_;
+  int rank_ = 0, n_ = 0;
+  std::vector<int> channel_rank_;  // comm rank -> rank of the node channel (mapping cache key)
+  coll::TeamResources res_;
+  std::unique_ptr<TeamFlags> flags_;
+  std::unique_ptr<coll::Reducer> reducer_;
+  std::unique_ptr<SliceRunner> runner_;
+  Owned scratch_, temp_;
+  std::map<uintptr_t, Backend::IpcMemHandle> exports_;  // this rank's buffers exported, by allocation base
+  uint64_t calls_ = 0;
+};
+
+}  // namespace gpustripe::mpi
