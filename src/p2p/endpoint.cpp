@@ -44,7 +44,7 @@ char* Endpoint::bounce(size_t bytes) {
 
 const char* Endpoint::from_device(const void* src, int dev, size_t bytes) {
   char* b = bounce(bytes);
-  mover_.copy_now(b, kHostDevice, src, dev, bytes);
+  mover_.copy_now_prechecked(b, kHostDevice, src, dev, bytes);  // ranges: check_within, our own bounce
   return b;
 }
 
@@ -52,7 +52,7 @@ void Endpoint::to_device(void* dst, int dev, const char* payload, size_t bytes) 
   if (bytes == 0) return;
   char* b = bounce(bytes);
   if (b != payload) std::memcpy(b, payload, bytes);  // a message to oneself arrives in the bounce buffer
-  mover_.copy_now(dst, dev, b, kHostDevice, bytes);
+  mover_.copy_now_prechecked(dst, dev, b, kHostDevice, bytes);
 }
 
 bool Endpoint::matches(const Request& r, int src, int tag, uint64_t comm) {
@@ -116,6 +116,7 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
   r->sbuf_ = buf;
   r->bytes_ = bytes;
   r->loc_ = where ? *where : mover_.locate(buf);
+  Mover::check_within(r->loc_, buf, bytes, "send buffer");  // eager copies then skip the backend's checks
   r->status_.tag = tag;
   r->status_.source = ch_.rank();
   r->status_.message_bytes = bytes;
@@ -170,6 +171,7 @@ RequestPtr Endpoint::irecv(void* buf, uint64_t capacity, int src, int tag, uint6
   r->rbuf_ = buf;
   r->bytes_ = capacity;
   r->loc_ = where ? *where : mover_.locate(buf);
+  Mover::check_within(r->loc_, buf, capacity, "receive buffer");
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
     if (!matches(*r, it->src, it->tag, it->comm)) continue;
     Unexpected u = std::move(*it);
