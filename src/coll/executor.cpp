@@ -1,5 +1,6 @@
 #include "coll/executor.hpp"
 
+#include <map>
 #include <set>
 
 #include "common/config.hpp"
@@ -20,35 +21,61 @@ const BoolSetting kGpuBarrier{"GPUSTRIPE_COLL_GPU_BARRIER", "0",
                               "Per-rank graphs enter and leave through a barrier the GPUs run themselves (flags in "
                               "peer memory) instead of CUDA events waited on across GPUs"};
 
-// Whether every dependency of the program stays on the rank of the op that waits.
-bool rank_local(const Program& prog) {
-  const auto& ops = prog.ops();
-  for (const Op& op : ops) {
-    if (op.kind == Op::Barrier) return false;
-    for (int d : op.deps)
-      if (ops[d].rank != op.rank) return false;
-  }
-  return true;
+bool has_barrier(const Program& prog) {
+  for (const Op& op : prog.ops())
+    if (op.kind == Op::Barrier) return true;
+  return false;
 }
 
-// The ops of one rank, in order, with their dependencies renumbered.
-Program only_rank(const Program& prog, int rank) {
+// A flag slot for every (op, other rank waiting for it) pair: the dependencies that cross
+// ranks, which per-rank graphs turn into signal/wait pairs.
+using CrossSlots = std::map<std::pair<int, int>, int>;
+CrossSlots cross_slots(const Program& prog) {
+  CrossSlots slots;
+  const auto& ops = prog.ops();
+  for (const Op& op : ops)
+    for (int d : op.deps)
+      if (ops[d].rank != op.rank) slots.emplace(std::make_pair(d, op.rank), static_cast<int>(slots.size()));
+  return slots;
+}
+
+// The ops of one rank, in order, with their dependencies renumbered; a dependency on
+// another rank's op becomes a wait on the flag that op's signal sets, on the waiting op's lane.
+Program only_rank(const Program& prog, int rank, const CrossSlots& slots) {
   Program sub(prog.nranks());
   std::vector<int> index(prog.size(), -1);
+  std::set<std::pair<int, int>> waited;  // (lane, slot) already waited for on that lane
   const auto& ops = prog.ops();
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     if (op.rank != rank) continue;
     std::vector<int> deps;
-    for (int d : op.deps) deps.push_back(index[d]);
+    for (int d : op.deps) {
+      if (ops[d].rank == rank) {
+        deps.push_back(index[d]);
+        continue;
+      }
+      const int slot = slots.at({d, rank});
+      if (waited.insert({op.lane, slot}).second) sub.wait(rank, op.lane, slot);
+    }
     index[i] = op.kind == Op::Copy
                    ? sub.copy(op.rank, op.lane, op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, deps)
                    : sub.reduce(op.rank, op.lane, op.dst, op.srcs, op.count, op.dtype, op.redop, deps);
+    for (auto it = slots.lower_bound({static_cast<int>(i), -1});
+         it != slots.end() && it->first.first == static_cast<int>(i); ++it)
+      sub.signal(rank, op.lane, it->first.second, it->second, {index[i]});
   }
   return sub;
 }
 
 }  // namespace
+
+std::vector<Program> split_per_rank(const Program& prog) {
+  const CrossSlots slots = cross_slots(prog);
+  std::vector<Program> out;
+  for (int r = 0; r < prog.nranks(); ++r) out.push_back(only_rank(prog, r, slots));
+  return out;
+}
 
 Executor::Executor(Backend& backend, Reducer& reducer, std::vector<int> devices, DeviceBarrier* barrier)
     : backend_(backend), reducer_(reducer), devices_(std::move(devices)), lanes_(backend), capture_lanes_(backend),
@@ -142,6 +169,10 @@ std::vector<Executor::LaneRef> Executor::enqueue_ops(const Program& prog, LaneSe
       if (marks[d].event && marks[d].stream != l.stream()) l.wait(marks[d]);
     if (op.kind == Op::Copy) {
       backend_.copy_async(op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, l.stream());
+    } else if (op.kind == Op::Signal || op.kind == Op::Wait) {
+      GS_REQUIRE(barrier_, GPUSTRIPE_ERR_INTERNAL, "a flag signal or wait without the GPUs' barrier");
+      if (op.kind == Op::Signal) barrier_->signal(op.rank, op.dst_dev, static_cast<int>(op.count), l.stream());
+      else barrier_->wait(op.rank, static_cast<int>(op.count), l.stream());
     } else {
       ReduceArgs a;
       a.dst = op.dst;
@@ -194,8 +225,13 @@ void Executor::enqueue_keyed(const std::string& key, const std::function<Program
     if (seen_.size() >= kSeenMax) seen_.clear();
     if (!seen_.insert(key).second) {
       check_streams(prog.nranks(), user_streams);
-      if (rank_local(prog) && kPerRankGraphs.get()) {
-        PerRank pr = capture_per_rank(prog, barrier_ && kGpuBarrier.get());
+      // Per-rank graphs for programs without barriers whose dependencies stay on their
+      // rank, or, with the GPUs' barrier, cross ranks in few enough places for its flags.
+      const bool gpu_barrier = barrier_ && kGpuBarrier.get();
+      const size_t crossing = cross_slots(prog).size();
+      if (kPerRankGraphs.get() && !has_barrier(prog) &&
+          (crossing == 0 || (gpu_barrier && crossing <= static_cast<size_t>(barrier_->slots())))) {
+        PerRank pr = capture_per_rank(prog, gpu_barrier);
         if (!pr.graphs.empty()) {
           if (per_rank_.size() >= kGraphCacheSize) forget_per_rank_graphs();
           launch_per_rank(pr, user_streams);
@@ -248,8 +284,9 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog, bool barriers)
   PerRank out;
   out.barriers = barriers;
   std::vector<GraphExecHandle>& graphs = out.graphs;
+  const CrossSlots slots = cross_slots(prog);
   for (int r = 0; r < n; ++r) {
-    Program sub = only_rank(prog, r);
+    Program sub = only_rank(prog, r, slots);
     ::gpustripe::Lane& origin = lane(lanes_, r, kOriginLane);
     try {
       backend_.begin_capture(origin.stream());

@@ -29,6 +29,11 @@
 
 namespace gpustripe::coll {
 
+// The per-rank programs of a program without barriers (what per-rank graphs hold): each
+// rank's ops in order, a dependency on another rank's op replaced by a wait on a flag slot
+// before the waiting op (on its lane) and a signal of that slot right after the op waited for.
+std::vector<Program> split_per_rank(const Program& prog);
+
 class Executor {
  public:
   // barrier (optional): the GPUs' own barrier for per-rank graphs (GPUSTRIPE_COLL_GPU_BARRIER).

@@ -101,12 +101,15 @@ TEST(CollGpu, HostShareExchanges) {
   GS_REQUIRE_GPU(2);
   ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0.1");
   GpuNode node;
-  auto comm = node.comm(std::min(4, cuda_device_count()));
-  for (CollOp op : {CollOp::AllToAll, CollOp::AllGather})
-    for (bool in_place : {false, true}) {
-      Case c{op, GPUSTRIPE_INT32, GPUSTRIPE_SUM, (size_t(16) << 20) / 4 + 3, in_place};
-      ASSERT_EQ(run_case(*comm, c, 3), 0u);
-    }
+  for (const char* gpu_barrier : {"0", "1"}) {  // 1: the host path's waits become flags in per-rank graphs
+    ScopedEnv b("GPUSTRIPE_COLL_GPU_BARRIER", gpu_barrier);
+    auto comm = node.comm(std::min(4, cuda_device_count()));
+    for (CollOp op : {CollOp::AllToAll, CollOp::AllGather})
+      for (bool in_place : {false, true}) {
+        Case c{op, GPUSTRIPE_INT32, GPUSTRIPE_SUM, (size_t(16) << 20) / 4 + 3, in_place, 0, in_place, 3};
+        ASSERT_EQ(run_case(*comm, c, 3), 0u) << "gpu barrier " << gpu_barrier;
+      }
+  }
 }
 
 }  // namespace

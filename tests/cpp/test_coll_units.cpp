@@ -7,6 +7,7 @@
 #include <set>
 
 #include "coll/half.hpp"
+#include "coll/executor.hpp"
 #include "coll/program.hpp"
 #include "coll/reduce.hpp"
 #include "coll/schedules.hpp"
@@ -252,6 +253,51 @@ TEST(CollSchedules, PipelinedAllreduceMovesTheBusbwBytes) {
     }
   // Scratch holds `slots` chunks per peer, not the whole message.
   EXPECT_LT(scratch.device_bytes(0), count * 4);
+}
+
+// Per-rank graphs under the GPUs' barrier: a broadcast's forwards wait on flags that the
+// root's copies set; every wait has its signal, right after the op it stands for.
+TEST(CollSchedules, PerRankSplitTurnsCrossRankWaitsIntoFlags) {
+  const int n = 4;
+  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
+  Program p(n);
+  auto buf = fake(n, 1 << 30);
+  BcastOpts o;
+  o.chunks = 3;
+  build_bcast(p, t, buf, 3 << 20, 0, o);
+  size_t crossing = 0;
+  for (const Op& op : p.ops())
+    for (int d : op.deps) crossing += p.ops()[d].rank != op.rank;
+  ASSERT_GT(crossing, 0u);
+  std::vector<Program> parts = split_per_rank(p);
+  ASSERT_EQ(parts.size(), size_t(n));
+  std::map<std::pair<int, int>, int> signals, waits;  // (rank flagged, slot) -> count
+  size_t copies = 0;
+  for (int r = 0; r < n; ++r) {
+    const auto& ops = parts[r].ops();
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      EXPECT_EQ(op.rank, r);
+      for (int d : op.deps) EXPECT_EQ(ops[d].rank, r);
+      if (op.kind == Op::Copy) ++copies;
+      if (op.kind == Op::Signal) {
+        ++signals[{op.dst_dev, static_cast<int>(op.count)}];
+        ASSERT_EQ(op.deps.size(), 1u);  // right after the op it stands for, on its lane
+        EXPECT_EQ(ops[op.deps[0]].lane, op.lane);
+      }
+      if (op.kind == Op::Wait) {
+        ++waits[{r, static_cast<int>(op.count)}];
+        ASSERT_LT(i + 1, ops.size());  // before an op of its lane
+        bool later = false;
+        for (size_t k = i + 1; k < ops.size(); ++k) later = later || ops[k].lane == op.lane;
+        EXPECT_TRUE(later);
+      }
+    }
+  }
+  EXPECT_EQ(copies, p.ops().size());
+  EXPECT_FALSE(waits.empty());
+  for (auto& [key, count] : waits) EXPECT_EQ(signals[key], 1) << "rank " << key.first << " slot " << key.second;
+  EXPECT_EQ(signals.size(), waits.size());
 }
 
 TEST(CollSplit, BlocksCoverCountAligned) {
