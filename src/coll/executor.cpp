@@ -14,12 +14,18 @@ constexpr size_t kGraphCacheSize = 64;
 constexpr size_t kSeenMax = 1024;
 constexpr int kOriginLane = -1000;  // the stream graphs are captured and launched on (rank 0's device;
                                     // each rank's for per-rank graphs)
-const BoolSetting kPerRankGraphs{"GPUSTRIPE_COLL_RANK_GRAPHS", "1",
-                                 "Replay schedules without waits between GPUs as one graph per GPU on its own "
-                                 "stream (else one graph over all GPUs, launched from the first one's)"};
-const BoolSetting kGpuBarrier{"GPUSTRIPE_COLL_GPU_BARRIER", "0",
-                              "Per-rank graphs enter and leave through a barrier the GPUs run themselves (flags in "
-                              "peer memory) instead of CUDA events waited on across GPUs"};
+// Round 2 (4x H200, busbw GB/s at 1M/16M/64M/256M, alltoall): one graph over all GPUs 9/149/267/346
+// (host 82 us per call); per-rank graphs entered and left through events 7/120/259/341 (host
+// 105 us: 4 launches and 24 cross-GPU waits); per-rank graphs between the GPUs' own barriers
+// 19/182/292/359 (host 30 us). So per-rank graphs come with the barrier or not at all.
+const BoolSetting kGpuBarrier{"GPUSTRIPE_COLL_GPU_BARRIER", "1",
+                              "Replay schedules without waits between GPUs as one graph per GPU on its caller's "
+                              "stream, entered and left through a barrier the GPUs run themselves (flags in peer "
+                              "memory); else as one graph over all GPUs, launched from the first one's stream"};
+const BoolSetting kGpuFlags{"GPUSTRIPE_COLL_GPU_FLAGS", "0",
+                            "With GPUSTRIPE_COLL_GPU_BARRIER: schedules with waits between GPUs (broadcast, host "
+                            "path, pushed reduction inputs) become per-rank graphs too, each wait a flag the "
+                            "other GPU sets (not measured yet: off)"};
 
 bool has_barrier(const Program& prog) {
   for (const Op& op : prog.ops())
@@ -88,8 +94,6 @@ Executor::~Executor() {
   }
   forget_per_rank_graphs();
   for (EventHandle e : user_events_)
-    if (e) backend_.destroy_event(e);
-  for (EventHandle e : entry_ev_)
     if (e) backend_.destroy_event(e);
   for (EventHandle e : exit_ev_)
     if (e) backend_.destroy_event(e);
@@ -207,7 +211,7 @@ void Executor::enqueue_keyed(const std::string& key, const std::function<Program
                              const std::vector<StreamHandle>& user_streams, bool as_graph) {
   as_graph = as_graph && backend_.supports_graphs() && !graphs_broken_;
   if (as_graph) {
-    auto it = per_rank_.find(key);
+    auto it = user_streams.empty() ? per_rank_.end() : per_rank_.find(key);
     if (it != per_rank_.end()) {
       check_streams(static_cast<int>(devices_.size()), user_streams);
       launch_per_rank(it->second, user_streams);
@@ -225,13 +229,13 @@ void Executor::enqueue_keyed(const std::string& key, const std::function<Program
     if (seen_.size() >= kSeenMax) seen_.clear();
     if (!seen_.insert(key).second) {
       check_streams(prog.nranks(), user_streams);
-      // Per-rank graphs for programs without barriers whose dependencies stay on their
-      // rank, or, with the GPUs' barrier, cross ranks in few enough places for its flags.
-      const bool gpu_barrier = barrier_ && kGpuBarrier.get();
+      // Per-rank graphs between the GPUs' barriers, for calls on the caller's streams, of
+      // programs without barriers whose dependencies stay on their rank (or, with flags,
+      // cross ranks in few enough places). Blocking calls keep the one multi-GPU graph.
       const size_t crossing = cross_slots(prog).size();
-      if (kPerRankGraphs.get() && !has_barrier(prog) &&
-          (crossing == 0 || (gpu_barrier && crossing <= static_cast<size_t>(barrier_->slots())))) {
-        PerRank pr = capture_per_rank(prog, gpu_barrier);
+      if (barrier_ && kGpuBarrier.get() && !user_streams.empty() && !has_barrier(prog) &&
+          (crossing == 0 || (kGpuFlags.get() && crossing <= static_cast<size_t>(barrier_->slots())))) {
+        PerRank pr = capture_per_rank(prog);
         if (!pr.graphs.empty()) {
           if (per_rank_.size() >= kGraphCacheSize) forget_per_rank_graphs();
           launch_per_rank(pr, user_streams);
@@ -276,13 +280,12 @@ GraphExecHandle Executor::capture(const Program& prog) {
   return g;
 }
 
-Executor::PerRank Executor::capture_per_rank(const Program& prog, bool barriers) {
+Executor::PerRank Executor::capture_per_rank(const Program& prog) {
   const int n = static_cast<int>(devices_.size());
   // Events recorded under capture are the graphs' own: these never mark work outside one.
   while (static_cast<int>(forks_.size()) < n)
     forks_.push_back(backend_.create_event(devices_[forks_.size()], false));
   PerRank out;
-  out.barriers = barriers;
   std::vector<GraphExecHandle>& graphs = out.graphs;
   const CrossSlots slots = cross_slots(prog);
   for (int r = 0; r < n; ++r) {
@@ -291,11 +294,11 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog, bool barriers)
     try {
       backend_.begin_capture(origin.stream());
       try {
-        if (barriers) barrier_->arrive_and_wait(r, origin.stream());
+        barrier_->arrive_and_wait(r, origin.stream());
         backend_.record_event(forks_[r], origin.stream());
         std::vector<LaneRef> used = enqueue_ops(sub, capture_lanes_, {forks_[r]});
         for (LaneRef u : used) backend_.wait_event(origin.stream(), u->mark().event);
-        if (barriers) barrier_->arrive_and_wait(r, origin.stream());
+        barrier_->arrive_and_wait(r, origin.stream());
       } catch (...) {
         try {
           backend_.destroy_graph(backend_.end_capture(origin.stream()));
@@ -312,53 +315,27 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog, bool barriers)
       return {};
     }
   }
-  GS_LOG_DEBUG(Subsys::Coll, "captured %d per-rank graphs of %zu ops%s", n, prog.size(),
-               barriers ? " between GPU barriers" : "");
+  GS_LOG_DEBUG(Subsys::Coll, "captured %d per-rank graphs of %zu ops between GPU barriers", n, prog.size());
   return out;
 }
 
 void Executor::launch_per_rank(const PerRank& pr, const std::vector<StreamHandle>& user_streams) {
-  const std::vector<GraphExecHandle>& g = pr.graphs;
   const int n = static_cast<int>(devices_.size());
-  if (entry_ev_.empty())
-    for (int r = 0; r < n; ++r) {
-      entry_ev_.push_back(backend_.create_event(devices_[r], false));
-      exit_ev_.push_back(backend_.create_event(devices_[r], false));
-    }
-  std::vector<StreamHandle> s(n);
-  for (int r = 0; r < n; ++r) s[r] = user_streams.empty() ? lane(lanes_, r, kOriginLane).stream() : user_streams[r];
-  // Entry: no rank touches a peer's buffers before that peer's earlier work is done. After
-  // a per-rank launch on these same streams, the exit below already ordered the ends of
-  // every earlier run; otherwise every stream also waits for the last run's lanes.
+  if (exit_ev_.empty())
+    for (int r = 0; r < n; ++r) exit_ev_.push_back(backend_.create_event(devices_[r], false));
+  const std::vector<StreamHandle>& s = user_streams;
+  // The graphs begin and end with the GPUs' barrier: nothing to wait for across GPUs from
+  // here, except, after a run that was not per-rank on these streams, that run's lanes.
   if (s != last_streams_)
     for (int r = 0; r < n; ++r)
       for (const LaneMark& m : last_done_) backend_.wait_event(s[r], m.event);
-  if (pr.barriers) {
-    // The graphs begin and end with the GPUs' barrier: nothing to wait for across GPUs here.
-    for (int r = 0; r < n; ++r) backend_.launch_graph(g[r], s[r]);
-    graph_launches_ += n;
-    last_done_.clear();
-    for (int r = 0; r < n; ++r) {
-      backend_.record_event(exit_ev_[r], s[r]);
-      last_done_.push_back({s[r], exit_ev_[r]});
-    }
-    last_streams_ = s;
-    return;
-  }
-  for (int r = 0; r < n; ++r) backend_.record_event(entry_ev_[r], s[r]);
-  for (int r = 0; r < n; ++r)
-    for (int q = 0; q < n; ++q)
-      if (q != r) backend_.wait_event(s[r], entry_ev_[q]);
-  for (int r = 0; r < n; ++r) backend_.launch_graph(g[r], s[r]);
+  for (int r = 0; r < n; ++r) backend_.launch_graph(pr.graphs[r], s[r]);
   graph_launches_ += n;
-  // Exit: each rank's stream goes on once every rank's part is done (peers wrote into its
-  // buffers or read from them).
-  for (int r = 0; r < n; ++r) backend_.record_event(exit_ev_[r], s[r]);
-  for (int r = 0; r < n; ++r)
-    for (int q = 0; q < n; ++q)
-      if (q != r) backend_.wait_event(s[r], exit_ev_[q]);
   last_done_.clear();
-  for (int r = 0; r < n; ++r) last_done_.push_back({s[r], exit_ev_[r]});
+  for (int r = 0; r < n; ++r) {
+    backend_.record_event(exit_ev_[r], s[r]);
+    last_done_.push_back({s[r], exit_ev_[r]});
+  }
   last_streams_ = s;
 }
 

@@ -111,12 +111,17 @@ TeamResources h200(int n) {
 TEST(CollSelect, SizeDecidesTheSchedule) {
   TeamResources r = h200(4);
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 10, 4).name, "oneshot");
-  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 2 << 20, 4).name, "rs_ag_pull");
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 2 << 20, 4).name, "oneshot");
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 16 << 20, 4).name, "rs_ag_pull");
   Choice big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
   EXPECT_EQ(big.name, "rs_ag_copy");
   EXPECT_GT(big.reduce.chunks, 1);
   EXPECT_FALSE(big.why.empty());
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 20, 4).name, "rs_pull");
+  // Kernels reading the peers beat copy engines for reduce-scatter at every size measured.
+  Choice rs = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
+  EXPECT_EQ(rs.name, "rs_pull");
+  EXPECT_EQ(rs.reduce.chunks, 1);
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4).name, "all_at_once");
   Choice a2a = choose_schedule(CollOp::AllToAll, r, size_t(1) << 30, 4);
   EXPECT_EQ(a2a.name, "rounds");
@@ -160,7 +165,7 @@ TEST(CollSelect, SettingsForceAndAreChecked) {
     ScopedEnv algo("GPUSTRIPE_COLL_ALGO", "all_at_once,rs_ag_pull");
     EXPECT_EQ(choose_schedule(CollOp::AllGather, r, 1 << 30, 4).name, "all_at_once");
     EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 1 << 30, 4).name, "rs_ag_pull");
-    EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 30, 4).name, "rs_copy");  // not named: auto
+    EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 30, 4).name, "rs_pull");  // not named: auto
   }
   {
     ScopedEnv algo("GPUSTRIPE_COLL_ALGO", "fastest");
