@@ -8,6 +8,7 @@
 //   void irecv(int slot, size_t bytes, int peer, int tag);
 //   void waitall();                          completes what isend/irecv started
 //   std::string method() const;
+// (Slots below holds a window's buffers.)
 //
 // Ranks pair up (r <-> r^1) and all pairs run at once; rank 0 prints one line
 // "ROW {json}" per size: op (latency|p2p|bibw), method, bytes, gbps (one pair,
@@ -24,10 +25,20 @@
 
 namespace osu {
 
+// One sweep over sizes: a test at a window.
+struct Sweep {
+  std::string test;
+  int window;
+  size_t min_bytes, max_bytes;
+};
+
 struct Options {
+  // The sweep being run (run_sweeps sets these from `sweeps` in turn; the transports
+  // read them through their reference to the options).
   std::string test = "bw";  // latency | bw | bibw
   int window = 64;
   size_t min_bytes = 1, max_bytes = size_t(1) << 30;
+  std::vector<Sweep> sweeps;  // --sweep, or the one of --test/--window/--min/--max
   bool device = true;   // device buffers (else host)
   bool staged = false;  // device buffers, MPI on pinned host copies (the GPU-unaware pattern)
   int iters = 0;        // 0: by size
@@ -49,7 +60,8 @@ inline size_t parse_bytes(const char* s) {
 [[noreturn]] inline void usage(const char* why) {
   std::fprintf(stderr,
                "%s\nusage: --test latency|bw|bibw [--window W] [--min B] [--max B] [--mem device|host] [--staged] "
-               "[--iters N] [--method NAME]\n",
+               "[--iters N] [--method NAME]\n       or instead of --test..--max: --sweep TEST:WINDOW:MIN:MAX, "
+               "repeated (one launch, several sweeps)\n",
                why);
   MPI_Abort(MPI_COMM_WORLD, 2);
   std::exit(2);
@@ -71,14 +83,55 @@ inline Options parse_options(int argc, char** argv) {
     else if (a == "--staged") o.staged = true;
     else if (a == "--iters") o.iters = std::atoi(next());
     else if (a == "--method") o.method = next();
-    else usage(("unknown argument " + a).c_str());
+    else if (a == "--sweep") {
+      std::string v = next();
+      size_t c1 = v.find(':'), c2 = v.find(':', c1 + 1), c3 = v.find(':', c2 + 1);
+      if (c1 == std::string::npos || c2 == std::string::npos || c3 == std::string::npos)
+        usage(("--sweep " + v + ": TEST:WINDOW:MIN:MAX").c_str());
+      o.sweeps.push_back({v.substr(0, c1), std::atoi(v.substr(c1 + 1, c2 - c1 - 1).c_str()),
+                          parse_bytes(v.substr(c2 + 1, c3 - c2 - 1).c_str()), parse_bytes(v.substr(c3 + 1).c_str())});
+    } else usage(("unknown argument " + a).c_str());
   }
-  if (o.test != "latency" && o.test != "bw" && o.test != "bibw") usage("--test: latency, bw or bibw");
-  if (o.window < 1) usage("--window: at least 1");
-  if (o.test == "latency") o.window = 1;
-  o.min_bytes = std::max<size_t>(o.min_bytes, 1);
+  if (o.sweeps.empty()) o.sweeps.push_back({o.test, o.window, o.min_bytes, o.max_bytes});
+  for (Sweep& w : o.sweeps) {
+    if (w.test != "latency" && w.test != "bw" && w.test != "bibw") usage("test: latency, bw or bibw");
+    if (w.window < 1) usage("window: at least 1");
+    if (w.test == "latency") w.window = 1;
+    w.min_bytes = std::max<size_t>(w.min_bytes, 1);
+  }
   return o;
 }
+
+// The buffers of one window: one per slot (sends, then receives of bibw), or, when a
+// window of large messages would not fit in GPU memory (64 x 1 GB), one per direction
+// shared by its slots, as osu_bw does. alloc(bytes) -> char*, free(char*).
+class Slots {
+ public:
+  template <class Alloc>
+  void make(const Options& o, int slots, size_t n, Alloc alloc) {
+    bool share = n * slots > (size_t(2) << 30);
+    int window = o.test == "bibw" ? slots / 2 : slots;
+    bufs_.assign(slots, nullptr);
+    owned_.assign(slots, false);
+    for (int i = 0; i < slots; ++i) {
+      int owner = share ? (i < window ? 0 : window) : i;
+      owned_[i] = owner == i;
+      bufs_[i] = owned_[i] ? alloc(n) : bufs_[owner];
+    }
+  }
+  template <class Free>
+  void drop(Free free) {
+    for (size_t i = 0; i < bufs_.size(); ++i)
+      if (owned_[i]) free(bufs_[i]);
+    bufs_.clear();
+    owned_.clear();
+  }
+  char* operator[](int slot) const { return bufs_[slot]; }
+
+ private:
+  std::vector<char*> bufs_;
+  std::vector<bool> owned_;
+};
 
 inline int iterations(const Options& o, size_t n) {
   if (o.iters > 0) return o.iters;
@@ -121,6 +174,21 @@ double run_once(const Options& o, T& t, size_t n, int peer, bool first) {
 }
 
 template <class T>
+void run_sweep(const Options& o, T& t);
+
+// Every sweep of o.sweeps in turn, in one launch (MPI and GPU start-up paid once).
+template <class T>
+void run_sweeps(Options& o, T& t) {
+  for (const Sweep& w : o.sweeps) {
+    o.test = w.test;
+    o.window = w.window;
+    o.min_bytes = w.min_bytes;
+    o.max_bytes = w.max_bytes;
+    run_sweep(o, t);
+  }
+}
+
+template <class T>
 void run_sweep(const Options& o, T& t) {
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -148,8 +216,8 @@ void run_sweep(const Options& o, T& t) {
     if (rank == 0) {
       const char* op = o.test == "latency" ? "latency" : o.test == "bibw" ? "bibw" : "p2p";
       std::printf(
-          "ROW {\"op\": \"%s\", \"method\": \"%s\", \"bytes\": %zu, \"gbps\": %.4f, \"us\": %.3f, \"window\": %d, "
-          "\"ranks\": %d, \"agg_gbps\": %.4f, \"mem\": \"%s\", \"iters\": %d}\n",
+          "ROW {\"op\": \"%s\", \"method\": \"%s\", \"bytes\": %zu, \"gbps\": %.6g, \"us\": %.3f, \"window\": %d, "
+          "\"ranks\": %d, \"agg_gbps\": %.6g, \"mem\": \"%s\", \"iters\": %d}\n",
           op, t.method().c_str(), n, gbps, us, o.window, size, agg, o.device ? "device" : "host", iters);
       std::fflush(stdout);
     }

@@ -8,6 +8,7 @@
 
 #include <optional>
 
+#include "bench/nccl_coll.hpp"
 #include "bindings.hpp"
 #include "coll/coll_bench.hpp"
 #include "coll/comm.hpp"
@@ -290,13 +291,34 @@ void bind_coll(nb::module_& m) {
         d["gbps"] = t.algbw_gbps;
         d["busbw_gbps"] = t.busbw_gbps;
         d["schedule"] = t.schedule;
+        d["enqueue_us"] = t.enqueue_us;
         return d;
       },
       nb::arg("comm"), nb::arg("op"), nb::arg("bytes"), nb::arg("dtype") = "float32", nb::arg("redop") = "sum",
       nb::arg("warmup") = 3, nb::arg("iters") = 10, nb::arg("trials") = 5,
       "Times a collective nccl-tests style (bytes: size per rank as nccl-tests reports it): median per-call time "
       "of `trials` batches of `iters` back-to-back calls. Returns us, min_us, max_us, gbps (algbw), busbw_gbps, "
-      "schedule.");
+      "schedule, enqueue_us (host time per call to return).");
+  nb::class_<NcclCollBench>(m, "NcclCollBench",
+                            "NCCL's collectives over devices 0..ranks-1 of this process (the benchmark's NCCL "
+                            "copy-engine reference: symmetric=True registers ncclMemAlloc buffers as symmetric "
+                            "windows; set NCCL_CTA_POLICY=2 before the first communicator of the process)")
+      .def(nb::init<int, size_t, bool>(), nb::arg("ranks"), nb::arg("max_bytes"), nb::arg("symmetric") = false)
+      .def(
+          "time",
+          [](NcclCollBench& b, const std::string& op, uint64_t bytes, const std::string& dtype, int warmup, int iters,
+             int trials) {
+            NcclCollTiming t = without_gil(
+                [&] { return b.time(coll::parse_coll_op(op), bytes, coll::parse_dtype(dtype), warmup, iters, trials); });
+            nb::dict d;
+            d["us"] = t.us;
+            d["min_us"] = t.min_us;
+            d["max_us"] = t.max_us;
+            return d;
+          },
+          nb::arg("op"), nb::arg("bytes"), nb::arg("dtype") = "float32", nb::arg("warmup") = 3, nb::arg("iters") = 10,
+          nb::arg("trials") = 5, "Median per-call time (us, min_us, max_us) as coll_time measures it")
+      .def("describe", &NcclCollBench::describe);
   m.def("coll_busbw_factor", [](const std::string& op, int n) { return coll::busbw_factor(coll::parse_coll_op(op), n); },
         "nccl-tests' bus-bandwidth factor of an op on n ranks");
   m.def("dtype_size", [](const std::string& name) { return coll::dtype_size(coll::parse_dtype(name)); });

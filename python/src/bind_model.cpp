@@ -137,9 +137,10 @@ void bind_model(nb::module_& m) {
                d[hop_kind_name(static_cast<HopKind>(k))] =
                    nb::make_tuple(p.hops[static_cast<size_t>(k)].alpha_us, p.hops[static_cast<size_t>(k)].beta_gbps);
              d["epsilon_us"] = p.epsilon_us;
+             d["host_call_us"] = p.host_call_us;
              return d;
            },
-           "{'peer': (alpha_us, beta_gbps), ..., 'epsilon_us': eps}");
+           "{'peer': (alpha_us, beta_gbps), ..., 'epsilon_us': eps, 'host_call_us': CPU cost per enqueue call}");
 
   m.def("plan",
         [](int src, int dst, uint64_t bytes, std::optional<std::string> topology, std::optional<std::string> profile) {
@@ -212,8 +213,9 @@ void bind_model(nb::module_& m) {
             d["reps"] = r.reps;
             return d;
           },
-          nb::arg("plan"), nb::arg("warmup") = 2, nb::arg("reps") = 10,
-          "{'us': median, 'min_us', 'max_us', 'reps'} of copy_with_plan, device events on the source's stream");
+          nb::arg("plan"), nb::arg("warmup") = 5, nb::arg("reps") = 20,
+          "{'us': median, 'min_us', 'max_us', 'reps'} of copy_with_plan, timed as gpustripe bench times its rows "
+          "(repetitions back to back, device events on the source's stream)");
 }
 
 BindingRegistrar reg(20, bind_model);

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # GPU step of scripts/gpu-check.sh: MPI programs with device buffers (Debian Open MPI,
 # not CUDA-aware) through the PMPI interposer libgpustripe_mpi.so.
-#   ctest -R '^mpi_'        the MPI test programs on the GPUs (2-4 ranks, fake nodes too)
+#   ctest -R '^mpi_'        the MPI test programs on the GPUs (2-4 ranks, fake nodes too);
+#                           GPUSTRIPE_TEST_REQUIRE_BACKEND=cuda: they fail unless their
+#                           "device" buffers are real GPU memory
 #   gpustripe bench mpi     osu-style latency / bw (windows 1,16,64) / bibw at 2 and 4 ranks:
 #                           mpi_gpustripe (interposer), mpi_host_staged (copy to host, MPI,
-#                           copy back), gpustripe (native p2p), nccl (in-process send/recv);
+#                           copy back), gpustripe (native p2p), nccl (send/recv between the
+#                           ranks), ucx (ucp tag over cuda_ipc, when .deps/ucx was staged);
 #                           plus one run WITHOUT the interposer, expected to fail   -> $OUT/bench
 # BENCH_MPI_ARGS adds arguments (e.g. "--ranks 2 --windows 64"); BENCH_COPY_RESULTS=1
 # copies the JSON + PNG into bench/results/ (never edited there).
@@ -21,7 +24,7 @@ for f in "$BUILD/src/mpi/libgpustripe_mpi.so" "$BUILD/bench/mpi/mpi_bench" "$BUI
 done
 
 echo "== MPI tests (ctest -R '^mpi_')"
-timeout 900 ctest --test-dir "$BUILD" -R '^mpi_' --output-on-failure > "$OUT/ctest-mpi.log" 2>&1 || rc=1
+GPUSTRIPE_TEST_REQUIRE_BACKEND=cuda timeout 900 ctest --test-dir "$BUILD" -R '^mpi_' --output-on-failure > "$OUT/ctest-mpi.log" 2>&1 || rc=1
 tail -6 "$OUT/ctest-mpi.log"
 
 echo "== gpustripe bench mpi"

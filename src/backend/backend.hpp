@@ -72,6 +72,14 @@ class Backend {
   // (ERR_INVALID_POINTER naming the address, device and allocation; ERR_INVALID_DEVICE);
   // bytes == 0 is a no-op. The emulated backend has no null (default) stream.
   virtual void copy_async(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s) = 0;
+  // copy_async for a caller that has checked both ranges against the devices named (the
+  // engine: the user's pointers once per transfer, and its own staging memory): a backend
+  // may skip its pointer queries (CUDA does: two driver calls per copy, which small copies
+  // notice). The emulated backend checks anyway, so CI still catches a wrong range.
+  virtual void copy_async_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
+                                     StreamHandle s) {
+    copy_async(dst, dst_dev, src, src_dev, bytes, s);
+  }
   virtual void memset_async(void* dst, int dev, int value, size_t bytes, StreamHandle s) = 0;
 
   // Cross-process memory (the ipc layer builds on these). A handle names the whole

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "backend/backend.hpp"
+
 namespace gpustripe {
 
 class Context;
@@ -46,6 +48,16 @@ using BenchProgress = std::function<void(const BenchRow&)>;
 // Throws ERR_INVALID_DEVICE for a pair outside the context, ERR_INVALID_ARGUMENT for an
 // unknown or unavailable method named in options.methods.
 std::vector<BenchRow> run_p2p_bench(Context& ctx, const BenchOptions& options, const BenchProgress& progress = {});
+
+// The timing of every bandwidth row (and of the model's forced plans, model/plan_timing):
+// `warmup` untimed repetitions, then `reps` repetitions enqueued back to back, each
+// bracketed by a device event pair on `stream` (of device `dev`), one synchronization at
+// the end. The host runs ahead of the GPUs wherever it can, as in an application's loop of
+// copies, so a repetition costs max(GPU time, host time to enqueue it). `post` enqueues one
+// repetition, all of its work joined back into `stream`. Returns the times in us.
+std::vector<double> time_back_to_back(Backend& backend, int dev, StreamHandle stream, const std::function<void()>& post,
+                                      int warmup, int reps);
+double median_of(std::vector<double> v);
 
 // Powers of two from `lo` to `hi`.
 std::vector<uint64_t> size_range(uint64_t lo, uint64_t hi);

@@ -11,8 +11,6 @@ namespace {
 
 const StringSetting kNcclLibrary{"GPUSTRIPE_NCCL_LIBRARY", "libnccl.so.2",
                                  "NCCL library the benchmarks compare against (a name dlopen finds, or a path)"};
-constexpr int kNcclInt8 = 0;  // ncclInt8 in nccl.h: byte counts are element counts
-
 template <class F>
 void bind(void* handle, F& fn, const char* name, std::string& missing) {
   fn = reinterpret_cast<F>(dlsym(handle, name));
@@ -36,6 +34,8 @@ NcclLibrary::NcclLibrary() {
   }
   std::string missing;
   bind(handle_, init_all_, "ncclCommInitAll", missing);
+  bind(handle_, get_unique_id_, "ncclGetUniqueId", missing);
+  bind(handle_, init_rank_, "ncclCommInitRank", missing);
   bind(handle_, destroy_, "ncclCommDestroy", missing);
   bind(handle_, group_start_, "ncclGroupStart", missing);
   bind(handle_, group_end_, "ncclGroupEnd", missing);
@@ -43,6 +43,17 @@ NcclLibrary::NcclLibrary() {
   bind(handle_, recv_, "ncclRecv", missing);
   bind(handle_, error_string_, "ncclGetErrorString", missing);
   bind(handle_, get_version_, "ncclGetVersion", missing);
+  bind(handle_, all_gather_, "ncclAllGather", missing);
+  bind(handle_, reduce_scatter_, "ncclReduceScatter", missing);
+  bind(handle_, all_reduce_, "ncclAllReduce", missing);
+  bind(handle_, broadcast_, "ncclBroadcast", missing);
+  std::string newer;  // optional: their absence only disables what needs them
+  bind(handle_, alltoall_, "ncclAlltoAll", newer);
+  bind(handle_, mem_alloc_, "ncclMemAlloc", newer);
+  bind(handle_, mem_free_, "ncclMemFree", newer);
+  bind(handle_, win_register_, "ncclCommWindowRegister", newer);
+  bind(handle_, win_deregister_, "ncclCommWindowDeregister", newer);
+  if (!newer.empty()) GS_LOG_DEBUG(Subsys::Bench, "NCCL at %s lacks %s (older than 2.28)", path.c_str(), newer.c_str());
   if (!missing.empty()) {
     why_not_ = format("%s lacks %s (NCCL older than 2.7?)", path.c_str(), missing.c_str());
     dlclose(handle_);
@@ -66,6 +77,14 @@ void NcclLibrary::check(int result, const char* call) const {
 void NcclLibrary::comm_init_all(NcclComm** comms, int ndev, const int* devlist) const {
   check(handle_ ? init_all_(comms, ndev, devlist) : 0, "ncclCommInitAll");
 }
+NcclUniqueId NcclLibrary::unique_id() const {
+  NcclUniqueId id{};
+  check(handle_ ? get_unique_id_(&id) : 0, "ncclGetUniqueId");
+  return id;
+}
+void NcclLibrary::comm_init_rank(NcclComm** comm, int nranks, const NcclUniqueId& id, int rank) const {
+  check(handle_ ? init_rank_(comm, nranks, id, rank) : 0, "ncclCommInitRank");
+}
 void NcclLibrary::comm_destroy(NcclComm* comm) const { check(handle_ ? destroy_(comm) : 0, "ncclCommDestroy"); }
 void NcclLibrary::group_start() const { check(handle_ ? group_start_() : 0, "ncclGroupStart"); }
 void NcclLibrary::group_end() const { check(handle_ ? group_end_() : 0, "ncclGroupEnd"); }
@@ -74,6 +93,51 @@ void NcclLibrary::send(const void* buf, size_t bytes, int peer, NcclComm* comm, 
 }
 void NcclLibrary::recv(void* buf, size_t bytes, int peer, NcclComm* comm, void* stream) const {
   check(handle_ ? recv_(buf, bytes, kNcclInt8, peer, comm, stream) : 0, "ncclRecv");
+}
+void NcclLibrary::send_typed(const void* buf, size_t count, int type, int peer, NcclComm* comm, void* stream) const {
+  check(handle_ ? send_(buf, count, type, peer, comm, stream) : 0, "ncclSend");
+}
+void NcclLibrary::recv_typed(void* buf, size_t count, int type, int peer, NcclComm* comm, void* stream) const {
+  check(handle_ ? recv_(buf, count, type, peer, comm, stream) : 0, "ncclRecv");
+}
+void NcclLibrary::all_gather(const void* send, void* recv, size_t sendcount, int type, NcclComm* comm,
+                             void* stream) const {
+  check(handle_ ? all_gather_(send, recv, sendcount, type, comm, stream) : 0, "ncclAllGather");
+}
+void NcclLibrary::reduce_scatter(const void* send, void* recv, size_t recvcount, int type, int op, NcclComm* comm,
+                                 void* stream) const {
+  check(handle_ ? reduce_scatter_(send, recv, recvcount, type, op, comm, stream) : 0, "ncclReduceScatter");
+}
+void NcclLibrary::all_reduce(const void* send, void* recv, size_t count, int type, int op, NcclComm* comm,
+                             void* stream) const {
+  check(handle_ ? all_reduce_(send, recv, count, type, op, comm, stream) : 0, "ncclAllReduce");
+}
+void NcclLibrary::broadcast(const void* send, void* recv, size_t count, int type, int root, NcclComm* comm,
+                            void* stream) const {
+  check(handle_ ? broadcast_(send, recv, count, type, root, comm, stream) : 0, "ncclBroadcast");
+}
+void NcclLibrary::alltoall(const void* send, void* recv, size_t count, int type, NcclComm* comm, void* stream) const {
+  GS_REQUIRE(!handle_ || alltoall_, GPUSTRIPE_ERR_NOT_SUPPORTED, "this NCCL (%s) has no ncclAlltoAll (2.28+)",
+             version().c_str());
+  check(handle_ ? alltoall_(send, recv, count, type, comm, stream) : 0, "ncclAlltoAll");
+}
+void* NcclLibrary::mem_alloc(size_t bytes) const {
+  GS_REQUIRE(!handle_ || has_windows(), GPUSTRIPE_ERR_NOT_SUPPORTED,
+             "this NCCL (%s) has no ncclMemAlloc/ncclCommWindowRegister (2.27+)", version().c_str());
+  void* p = nullptr;
+  check(handle_ ? mem_alloc_(&p, bytes) : 0, "ncclMemAlloc");
+  return p;
+}
+void NcclLibrary::mem_free(void* p) const { check(handle_ ? mem_free_(p) : 0, "ncclMemFree"); }
+NcclWindow* NcclLibrary::window_register(NcclComm* comm, void* buf, size_t bytes, int flags) const {
+  GS_REQUIRE(!handle_ || has_windows(), GPUSTRIPE_ERR_NOT_SUPPORTED,
+             "this NCCL (%s) has no ncclCommWindowRegister (2.27+)", version().c_str());
+  NcclWindow* w = nullptr;
+  check(handle_ ? win_register_(comm, buf, bytes, &w, flags) : 0, "ncclCommWindowRegister");
+  return w;
+}
+void NcclLibrary::window_deregister(NcclComm* comm, NcclWindow* win) const {
+  check(handle_ ? win_deregister_(comm, win) : 0, "ncclCommWindowDeregister");
 }
 
 }  // namespace gpustripe

@@ -12,12 +12,6 @@
 namespace gpustripe {
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // Device buffers for one pair, as large as the largest size, filled once (never zeros).
 class PairBuffers {
  public:
@@ -44,45 +38,23 @@ class PairBuffers {
   Backend& b_;
 };
 
-struct Timer {
-  Timer(Backend& b, int dev, int n) : b_(b) {
-    for (int i = 0; i < 2 * n; ++i) events.push_back(b_.create_event(dev, true));
-  }
-  ~Timer() {
-    for (EventHandle e : events) b_.destroy_event(e);
-  }
-  Backend& b_;
-  std::vector<EventHandle> events;
-};
-
 BenchRow measure_bandwidth(Context& ctx, Method& m, const std::vector<Transfer>& ts, const BenchOptions& o,
                            StreamFork& streams) {
-  Backend& b = ctx.backend();
-  const int src = ts[0].src_dev;
-  for (int i = 0; i < o.warmup; ++i) {
-    streams.begin();
-    m.post(ts, streams);
-    streams.join();
-  }
-  b.synchronize_stream(streams.main());
-  Timer timer(b, src, o.reps);
-  for (int r = 0; r < o.reps; ++r) {
-    b.record_event(timer.events[2 * r], streams.main());
-    streams.begin();
-    m.post(ts, streams);
-    streams.join();
-    b.record_event(timer.events[2 * r + 1], streams.main());
-  }
-  b.synchronize_stream(streams.main());
-  std::vector<double> us;
-  for (int r = 0; r < o.reps; ++r) us.push_back(1e3 * b.elapsed_ms(timer.events[2 * r], timer.events[2 * r + 1]));
+  std::vector<double> us = time_back_to_back(
+      ctx.backend(), ts[0].src_dev, streams.main(),
+      [&] {
+        streams.begin();
+        m.post(ts, streams);
+        streams.join();
+      },
+      o.warmup, o.reps);
   BenchRow row;
   row.op = ts.size() > 1 ? "bibw" : "p2p";
   row.method = m.name();
   row.src = ts[0].src_dev;
   row.dst = ts[0].dst_dev;
   row.bytes = ts[0].bytes;
-  row.us = median(us);
+  row.us = median_of(us);
   row.min_us = *std::min_element(us.begin(), us.end());
   row.max_us = *std::max_element(us.begin(), us.end());
   uint64_t total = 0;
@@ -114,7 +86,7 @@ BenchRow measure_latency(Context& ctx, Method& m, const std::vector<Transfer>& t
   row.src = ts[0].src_dev;
   row.dst = ts[0].dst_dev;
   row.bytes = ts[0].bytes;
-  row.us = median(us);
+  row.us = median_of(us);
   row.min_us = *std::min_element(us.begin(), us.end());
   row.max_us = *std::max_element(us.begin(), us.end());
   row.gbps = row.us > 0 ? row.bytes / (row.us * 1e3) : 0;
@@ -131,6 +103,36 @@ std::unique_ptr<Method> make_method(Context& ctx, const std::string& name) {
 }
 
 }  // namespace
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::vector<double> time_back_to_back(Backend& b, int dev, StreamHandle stream, const std::function<void()>& post,
+                                      int warmup, int reps) {
+  GS_REQUIRE(reps >= 1 && warmup >= 0, GPUSTRIPE_ERR_INVALID_ARGUMENT, "reps must be at least 1, warmup at least 0");
+  for (int i = 0; i < warmup; ++i) post();
+  b.synchronize_stream(stream);
+  std::vector<EventHandle> events;
+  try {
+    for (int i = 0; i < 2 * reps; ++i) events.push_back(b.create_event(dev, true));
+    for (int r = 0; r < reps; ++r) {
+      b.record_event(events[2 * r], stream);
+      post();
+      b.record_event(events[2 * r + 1], stream);
+    }
+    b.synchronize_stream(stream);
+  } catch (...) {
+    for (EventHandle e : events) b.destroy_event(e);
+    throw;
+  }
+  std::vector<double> us;
+  for (int r = 0; r < reps; ++r) us.push_back(1e3 * b.elapsed_ms(events[2 * r], events[2 * r + 1]));
+  for (EventHandle e : events) b.destroy_event(e);
+  return us;
+}
 
 std::vector<uint64_t> size_range(uint64_t lo, uint64_t hi) {
   std::vector<uint64_t> out;

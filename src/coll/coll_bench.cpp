@@ -73,15 +73,17 @@ CollTiming time_collective(Comm& comm, CollOp op, size_t bytes, DataType dt, Red
   };
 
   CollTiming t;
-  std::vector<double> per_call;
+  std::vector<double> per_call, enqueue;
   try {
     for (int i = 0; i < warmup; ++i) call();
     sync();
     for (int k = 0; k < trials; ++k) {
       auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) call();
+      auto issued = std::chrono::steady_clock::now();
       sync();
       auto t1 = std::chrono::steady_clock::now();
+      enqueue.push_back(std::chrono::duration<double, std::micro>(issued - t0).count() / iters);
       per_call.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / iters);
     }
   } catch (...) {
@@ -95,6 +97,8 @@ CollTiming time_collective(Comm& comm, CollOp op, size_t bytes, DataType dt, Red
   for (void* p : owned) be.free_device(p);
 
   std::sort(per_call.begin(), per_call.end());
+  std::sort(enqueue.begin(), enqueue.end());
+  t.enqueue_us = enqueue[enqueue.size() / 2];
   t.us = per_call[per_call.size() / 2];
   t.min_us = per_call.front();
   t.max_us = per_call.back();

@@ -15,6 +15,8 @@ struct CollTiming {
   double min_us = 0, max_us = 0;
   double algbw_gbps = 0;         // bytes / us
   double busbw_gbps = 0;         // algbw times the nccl-tests factor of the op
+  double enqueue_us = 0;         // median host time of one call to return (no synchronisation):
+                                 // near `us`, the host's issuing bounds the rate
   std::string schedule;          // Comm::last_schedule() of the timed calls
 };
 

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 
+#include "coll/barrier.hpp"
 #include "coll/executor.hpp"
 #include "coll/program.hpp"
 #include "coll/reduce.hpp"
@@ -103,7 +104,8 @@ Comm::Comm(Backend& backend, const Topology& topo, std::vector<int> devices, Pla
   }
   reducer_ = make_reducer(backend_);
   scratch_ = std::make_unique<Scratch>(backend_, devices_);
-  exec_ = std::make_unique<Executor>(backend_, *reducer_, devices_);
+  barrier_ = make_device_barrier(backend_, devices_, res_.all_peer);
+  exec_ = std::make_unique<Executor>(backend_, *reducer_, devices_, barrier_.get());
   GS_LOG_DEBUG(Subsys::Coll, "communicator of %d ranks on %s: peer access %s, %s, %zu socket groups", n,
                backend.name(), res_.all_peer ? "all pairs" : "not all pairs",
                res_.nvswitch ? "NVSwitch" : "no NVSwitch", res_.socket_groups.size());
@@ -116,6 +118,7 @@ Comm::~Comm() {
     GS_LOG_ERROR(Subsys::Coll, "communicator teardown: %s", e.what());
   }
   exec_.reset();
+  barrier_.reset();
   scratch_.reset();
 }
 

@@ -24,6 +24,7 @@ namespace gpustripe::coll {
 
 class Executor;
 class Reducer;
+class DeviceBarrier;
 class Scratch;
 class Program;
 
@@ -86,6 +87,7 @@ class Comm {
   std::map<size_t, double> planned_share_;  // by peer block size
   TeamResources res_;
   std::unique_ptr<Reducer> reducer_;
+  std::unique_ptr<DeviceBarrier> barrier_;
   std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<Executor> exec_;
   std::string last_;

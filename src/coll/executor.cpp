@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 
@@ -10,22 +11,70 @@ namespace {
 
 constexpr size_t kGraphCacheSize = 64;
 constexpr size_t kSeenMax = 1024;
-constexpr int kOriginLane = -1000;  // the stream graphs are captured and launched on (rank 0's device)
+constexpr int kOriginLane = -1000;  // the stream graphs are captured and launched on (rank 0's device;
+                                    // each rank's for per-rank graphs)
+const BoolSetting kPerRankGraphs{"GPUSTRIPE_COLL_RANK_GRAPHS", "1",
+                                 "Replay schedules without waits between GPUs as one graph per GPU on its own "
+                                 "stream (else one graph over all GPUs, launched from the first one's)"};
+const BoolSetting kGpuBarrier{"GPUSTRIPE_COLL_GPU_BARRIER", "0",
+                              "Per-rank graphs enter and leave through a barrier the GPUs run themselves (flags in "
+                              "peer memory) instead of CUDA events waited on across GPUs"};
+
+// Whether every dependency of the program stays on the rank of the op that waits.
+bool rank_local(const Program& prog) {
+  const auto& ops = prog.ops();
+  for (const Op& op : ops) {
+    if (op.kind == Op::Barrier) return false;
+    for (int d : op.deps)
+      if (ops[d].rank != op.rank) return false;
+  }
+  return true;
+}
+
+// The ops of one rank, in order, with their dependencies renumbered.
+Program only_rank(const Program& prog, int rank) {
+  Program sub(prog.nranks());
+  std::vector<int> index(prog.size(), -1);
+  const auto& ops = prog.ops();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    if (op.rank != rank) continue;
+    std::vector<int> deps;
+    for (int d : op.deps) deps.push_back(index[d]);
+    index[i] = op.kind == Op::Copy
+                   ? sub.copy(op.rank, op.lane, op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, deps)
+                   : sub.reduce(op.rank, op.lane, op.dst, op.srcs, op.count, op.dtype, op.redop, deps);
+  }
+  return sub;
+}
 
 }  // namespace
 
-Executor::Executor(Backend& backend, Reducer& reducer, std::vector<int> devices)
+Executor::Executor(Backend& backend, Reducer& reducer, std::vector<int> devices, DeviceBarrier* barrier)
     : backend_(backend), reducer_(reducer), devices_(std::move(devices)), lanes_(backend), capture_lanes_(backend),
-      user_events_(devices_.size(), nullptr), graphs_(backend, kGraphCacheSize) {}
+      user_events_(devices_.size(), nullptr), graphs_(backend, kGraphCacheSize), barrier_(barrier) {}
 
 Executor::~Executor() {
   try {
     synchronize();
   } catch (...) {
   }
+  forget_per_rank_graphs();
   for (EventHandle e : user_events_)
     if (e) backend_.destroy_event(e);
+  for (EventHandle e : entry_ev_)
+    if (e) backend_.destroy_event(e);
+  for (EventHandle e : exit_ev_)
+    if (e) backend_.destroy_event(e);
+  for (EventHandle e : forks_)
+    if (e) backend_.destroy_event(e);
   if (fork_) backend_.destroy_event(fork_);
+}
+
+void Executor::forget_per_rank_graphs() {
+  for (auto& [key, pr] : per_rank_)
+    for (GraphExecHandle g : pr.graphs) backend_.destroy_graph(g);
+  per_rank_.clear();
 }
 
 ::gpustripe::Lane& Executor::lane(LaneSet& set, int rank, int role) {
@@ -116,6 +165,7 @@ void Executor::check_streams(int nranks, const std::vector<StreamHandle>& user_s
 
 void Executor::enqueue(const Program& prog, const std::vector<StreamHandle>& user_streams) {
   check_streams(prog.nranks(), user_streams);
+  last_streams_.clear();
   std::vector<LaneRef> used = enqueue_ops(prog, lanes_, entry_events(user_streams));
   std::vector<LaneMark> done;
   for (LaneRef u : used) done.push_back(u->mark());
@@ -126,6 +176,12 @@ void Executor::enqueue_keyed(const std::string& key, const std::function<Program
                              const std::vector<StreamHandle>& user_streams, bool as_graph) {
   as_graph = as_graph && backend_.supports_graphs() && !graphs_broken_;
   if (as_graph) {
+    auto it = per_rank_.find(key);
+    if (it != per_rank_.end()) {
+      check_streams(static_cast<int>(devices_.size()), user_streams);
+      launch_per_rank(it->second, user_streams);
+      return;
+    }
     if (GraphExecHandle g = graphs_.find(key)) {
       check_streams(static_cast<int>(devices_.size()), user_streams);
       launch(g, user_streams);
@@ -138,7 +194,15 @@ void Executor::enqueue_keyed(const std::string& key, const std::function<Program
     if (seen_.size() >= kSeenMax) seen_.clear();
     if (!seen_.insert(key).second) {
       check_streams(prog.nranks(), user_streams);
-      if (GraphExecHandle g = capture(prog)) {
+      if (rank_local(prog) && kPerRankGraphs.get()) {
+        PerRank pr = capture_per_rank(prog, barrier_ && kGpuBarrier.get());
+        if (!pr.graphs.empty()) {
+          if (per_rank_.size() >= kGraphCacheSize) forget_per_rank_graphs();
+          launch_per_rank(pr, user_streams);
+          per_rank_.emplace(key, std::move(pr));
+          return;
+        }
+      } else if (GraphExecHandle g = capture(prog)) {
         graphs_.insert(key, g);
         launch(g, user_streams);
         return;
@@ -176,7 +240,93 @@ GraphExecHandle Executor::capture(const Program& prog) {
   return g;
 }
 
+Executor::PerRank Executor::capture_per_rank(const Program& prog, bool barriers) {
+  const int n = static_cast<int>(devices_.size());
+  // Events recorded under capture are the graphs' own: these never mark work outside one.
+  while (static_cast<int>(forks_.size()) < n)
+    forks_.push_back(backend_.create_event(devices_[forks_.size()], false));
+  PerRank out;
+  out.barriers = barriers;
+  std::vector<GraphExecHandle>& graphs = out.graphs;
+  for (int r = 0; r < n; ++r) {
+    Program sub = only_rank(prog, r);
+    ::gpustripe::Lane& origin = lane(lanes_, r, kOriginLane);
+    try {
+      backend_.begin_capture(origin.stream());
+      try {
+        if (barriers) barrier_->arrive_and_wait(r, origin.stream());
+        backend_.record_event(forks_[r], origin.stream());
+        std::vector<LaneRef> used = enqueue_ops(sub, capture_lanes_, {forks_[r]});
+        for (LaneRef u : used) backend_.wait_event(origin.stream(), u->mark().event);
+        if (barriers) barrier_->arrive_and_wait(r, origin.stream());
+      } catch (...) {
+        try {
+          backend_.destroy_graph(backend_.end_capture(origin.stream()));
+        } catch (...) {
+        }
+        throw;
+      }
+      graphs.push_back(backend_.end_capture(origin.stream()));
+    } catch (const Error& e) {
+      for (GraphExecHandle g : graphs) backend_.destroy_graph(g);
+      graphs_broken_ = true;
+      GS_LOG_WARN(Subsys::Coll, "capturing a collective into per-rank graphs failed, issuing calls directly: %s",
+                  e.what());
+      return {};
+    }
+  }
+  GS_LOG_DEBUG(Subsys::Coll, "captured %d per-rank graphs of %zu ops%s", n, prog.size(),
+               barriers ? " between GPU barriers" : "");
+  return out;
+}
+
+void Executor::launch_per_rank(const PerRank& pr, const std::vector<StreamHandle>& user_streams) {
+  const std::vector<GraphExecHandle>& g = pr.graphs;
+  const int n = static_cast<int>(devices_.size());
+  if (entry_ev_.empty())
+    for (int r = 0; r < n; ++r) {
+      entry_ev_.push_back(backend_.create_event(devices_[r], false));
+      exit_ev_.push_back(backend_.create_event(devices_[r], false));
+    }
+  std::vector<StreamHandle> s(n);
+  for (int r = 0; r < n; ++r) s[r] = user_streams.empty() ? lane(lanes_, r, kOriginLane).stream() : user_streams[r];
+  // Entry: no rank touches a peer's buffers before that peer's earlier work is done. After
+  // a per-rank launch on these same streams, the exit below already ordered the ends of
+  // every earlier run; otherwise every stream also waits for the last run's lanes.
+  if (s != last_streams_)
+    for (int r = 0; r < n; ++r)
+      for (const LaneMark& m : last_done_) backend_.wait_event(s[r], m.event);
+  if (pr.barriers) {
+    // The graphs begin and end with the GPUs' barrier: nothing to wait for across GPUs here.
+    for (int r = 0; r < n; ++r) backend_.launch_graph(g[r], s[r]);
+    graph_launches_ += n;
+    last_done_.clear();
+    for (int r = 0; r < n; ++r) {
+      backend_.record_event(exit_ev_[r], s[r]);
+      last_done_.push_back({s[r], exit_ev_[r]});
+    }
+    last_streams_ = s;
+    return;
+  }
+  for (int r = 0; r < n; ++r) backend_.record_event(entry_ev_[r], s[r]);
+  for (int r = 0; r < n; ++r)
+    for (int q = 0; q < n; ++q)
+      if (q != r) backend_.wait_event(s[r], entry_ev_[q]);
+  for (int r = 0; r < n; ++r) backend_.launch_graph(g[r], s[r]);
+  graph_launches_ += n;
+  // Exit: each rank's stream goes on once every rank's part is done (peers wrote into its
+  // buffers or read from them).
+  for (int r = 0; r < n; ++r) backend_.record_event(exit_ev_[r], s[r]);
+  for (int r = 0; r < n; ++r)
+    for (int q = 0; q < n; ++q)
+      if (q != r) backend_.wait_event(s[r], exit_ev_[q]);
+  last_done_.clear();
+  for (int r = 0; r < n; ++r) last_done_.push_back({s[r], exit_ev_[r]});
+  last_streams_ = s;
+}
+
 void Executor::launch(GraphExecHandle g, const std::vector<StreamHandle>& user_streams) {
+  last_streams_.clear();
   ::gpustripe::Lane& origin = lane(lanes_, 0, kOriginLane);
   for (EventHandle e : entry_events(user_streams)) backend_.wait_event(origin.stream(), e);
   backend_.launch_graph(g, origin.stream());
@@ -186,6 +336,7 @@ void Executor::launch(GraphExecHandle g, const std::vector<StreamHandle>& user_s
 
 void Executor::synchronize() {
   for (const LaneMark& m : last_done_) backend_.synchronize_event(m.event);
+  if (barrier_) barrier_->check();
 }
 
 }  // namespace gpustripe::coll

@@ -6,6 +6,11 @@
 // Graph mode (backends with graphs; the communicator asks for it at small sizes, where
 // issuing dozens of async calls costs more than the transfer): a program seen before
 // is captured once into a graph, on streams of its own, and replayed with one launch.
+// A program whose dependencies never cross ranks (most schedules: every GPU waits only
+// for its own copies) becomes one graph per rank, launched on that rank's stream: the
+// only waits between GPUs are the collective's entry and exit, one event hop each. A
+// program with waits between ranks becomes one graph over all GPUs, launched from rank
+// 0's stream (a hop into it and one out of it on each side).
 #pragma once
 #include <functional>
 #include <map>
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "coll/barrier.hpp"
 #include "coll/program.hpp"
 #include "coll/reduce.hpp"
 #include "engine/graph_cache.hpp"
@@ -25,7 +31,8 @@ namespace gpustripe::coll {
 
 class Executor {
  public:
-  Executor(Backend& backend, Reducer& reducer, std::vector<int> devices);
+  // barrier (optional): the GPUs' own barrier for per-rank graphs (GPUSTRIPE_COLL_GPU_BARRIER).
+  Executor(Backend& backend, Reducer& reducer, std::vector<int> devices, DeviceBarrier* barrier = nullptr);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -52,6 +59,15 @@ class Executor {
   void check_streams(int nranks, const std::vector<StreamHandle>& user_streams) const;
   GraphExecHandle capture(const Program& prog);
   void launch(GraphExecHandle g, const std::vector<StreamHandle>& user_streams);
+  // Per-rank graphs: captured on each rank's origin stream, with the GPUs' own entry and
+  // exit barriers inside when `barriers`; empty when capturing failed.
+  struct PerRank {
+    std::vector<GraphExecHandle> graphs;
+    bool barriers = false;
+  };
+  PerRank capture_per_rank(const Program& prog, bool barriers);
+  void launch_per_rank(const PerRank& g, const std::vector<StreamHandle>& user_streams);
+  void forget_per_rank_graphs();
 
   Backend& backend_;
   Reducer& reducer_;
@@ -61,6 +77,11 @@ class Executor {
   std::vector<EventHandle> user_events_;
   std::vector<LaneMark> last_done_;  // end of the previous run on each lane it used
   GraphCache graphs_;
+  DeviceBarrier* barrier_;
+  std::map<std::string, PerRank> per_rank_;  // by key; bounded like graphs_
+  std::vector<EventHandle> entry_ev_, exit_ev_;                   // per rank, for per-rank launches
+  std::vector<EventHandle> forks_;                                // per rank: per-rank captures' starts
+  std::vector<StreamHandle> last_streams_;  // streams of the last per-rank launch: already in step
   std::set<std::string> seen_;  // programs run once directly: captured when seen again
   EventHandle fork_ = nullptr;  // the capture's start, on the origin stream
   bool graphs_broken_ = false;

@@ -60,6 +60,8 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
     std::vector<std::vector<int>> arrived(n);
     if (!o.pull) {
       const int s = c % slots;
+      // Round r: i's piece of block j = i + r, so every GPU sends one piece and receives
+      // one at a time (a permutation), whichever side's copy engine moves it.
       for (int r = 1; r < n; ++r)
         for (int i = 0; i < n; ++i) {
           int j = (i + r) % n;
@@ -67,7 +69,8 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
           // The slot is free once the reduction of the chunk that used it before has run.
           std::vector<int> deps;
           if (c >= slots) deps.push_back(done[c - slots][j]);
-          arrived[j].push_back(p.copy(t.rank[i], kLaneOut, slot(j, s, peer_index(i, j)), t.dev[j],
+          const int driver = o.receiver_copies ? j : i;
+          arrived[j].push_back(p.copy(t.rank[driver], kLaneOut, slot(j, s, peer_index(i, j)), t.dev[j],
                                       send[i] + (b.off[j] + off) * esz, t.dev[i], len * esz, deps));
         }
     }

@@ -43,6 +43,12 @@ struct ReduceOpts {
   bool pull = false;  // kernels read peers' memory; else copy engines copy into scratch first
   int chunks = 1;     // pipeline depth
   int slots = 4;      // scratch slots per peer (copy mode): bounds scratch to slots chunks
+  // Copy mode: each block's inputs are copied by the copy engines of the member that owns
+  // the block (reading its peers), not pushed by the senders. Then a reduction waits only
+  // for copies on its own GPU, and a reused slot only for its own GPU's reduction: the
+  // schedule holds no dependency between GPUs at all (allreduce's allgather pushes from
+  // the member that reduced).
+  bool receiver_copies = true;
 };
 
 // Reduce-scatter over blocks b (elements): out[j] (block j's result at member j) =
@@ -68,6 +74,12 @@ void build_allreduce_hier(Program& p, const Team& t, const std::vector<std::vect
 struct BcastOpts {
   bool scatter_allgather = true;  // root scatters pieces, members forward them; else root sends to all
   int chunks = 1;
+  // Scatter-allgather: the root sends its pieces to all members at once, and each member
+  // forwards to all others at once (a lane per destination), so every member's NVLink
+  // ingress is shared evenly between the root and the forwarders; on one lane each, the
+  // root's copy into a member competes with forwards into it and the root, which every
+  // piece waits for, falls behind.
+  bool lane_per_peer = true;
 };
 void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size_t bytes, int root,
                  const BcastOpts& o);

@@ -19,15 +19,28 @@ const SizeSetting kChunk{"GPUSTRIPE_COLL_CHUNK", "8M",
                          "Pipeline chunk of a rank's block in reduce-scatter/allreduce/reduce/bcast schedules "
                          "(blocks of 2M and more get at least 4 chunks)"};
 const IntSetting kMaxChunks{"GPUSTRIPE_COLL_MAX_CHUNKS", "16", "Most pipeline chunks of one collective"};
+const IntSetting kMinChunks{"GPUSTRIPE_COLL_MIN_CHUNKS", "4",
+                            "Fewest pipeline chunks of a reduction whose block is 512K per chunk or more"};
+const SizeSetting kBcastChunk{"GPUSTRIPE_COLL_BCAST_CHUNK", "2M",
+                              "Pipeline chunk of a member's piece in scatter-allgather broadcasts (up to 32 chunks)"};
 const StringSetting kHostShare{"GPUSTRIPE_COLL_HOST_SHARE", "auto",
                                "Fraction of each alltoall/allgather peer block sent through pinned host memory: "
                                "auto (from the node's link figures, above GPUSTRIPE_COLL_HOST_MIN) or 0..0.5"};
-const SizeSetting kHostMin{"GPUSTRIPE_COLL_HOST_MIN", "32M",
+const SizeSetting kHostMin{"GPUSTRIPE_COLL_HOST_MIN", "128M",
                            "Smallest peer block of alltoall/allgather that gets an automatic host-path share"};
 const SizeSetting kRoundsMin{"GPUSTRIPE_COLL_ROUNDS_MIN", "1M",
                              "Smallest peer block for which exchanges run in permutation rounds (below: all at once)"};
 const SizeSetting kPullMax{"GPUSTRIPE_COLL_PULL_MAX", "4M",
                            "Largest size per rank for which reductions read peers with kernels instead of copy engines"};
+const StringSetting kRsCopies{"GPUSTRIPE_COLL_RS_COPIES", "receiver",
+                              "Whose copy engines move reduce-scatter/allreduce/reduce inputs into scratch: "
+                              "receiver (the block's owner reads its peers: no dependency between GPUs) or sender"};
+const SizeSetting kScratchMax{"GPUSTRIPE_COLL_SCRATCH_MAX", "1G",
+                              "Most scratch per rank for the pipeline slots of reductions (up to it, every chunk "
+                              "gets its own slot and no copy waits for a reduction)"};
+const BoolSetting kBcastLanes{"GPUSTRIPE_COLL_BCAST_LANES", "1",
+                              "Scatter-allgather broadcast: a lane per destination (the root and every "
+                              "forwarder send to all at once), else one lane per rank"};
 const SizeSetting kOneshotMax{"GPUSTRIPE_COLL_ONESHOT_MAX", "256K",
                               "Largest allreduce per rank done in one step (every rank reduces all inputs)"};
 
@@ -62,11 +75,14 @@ std::string forced(CollOp op) {
 
 // Enough chunks that the pipeline's fill and drain (about one chunk each) stay small next
 // to the whole; chunks of at least 512K, so each copy stays well above its fixed cost.
+int chunks_for(size_t block_bytes, uint64_t chunk_setting, uint64_t most, uint64_t fewest = 4) {
+  uint64_t chunk = std::max<uint64_t>(1, chunk_setting);
+  uint64_t want = std::max<uint64_t>((block_bytes + chunk - 1) / chunk, std::min<uint64_t>(fewest, block_bytes >> 19));
+  return static_cast<int>(std::clamp<uint64_t>(want, 1, std::max<uint64_t>(1, most)));
+}
 int chunks_for(size_t block_bytes) {
-  uint64_t chunk = std::max<uint64_t>(1, kChunk.get());
-  uint64_t most = static_cast<uint64_t>(std::max<int64_t>(1, kMaxChunks.get()));
-  uint64_t want = std::max<uint64_t>((block_bytes + chunk - 1) / chunk, std::min<uint64_t>(4, block_bytes >> 19));
-  return static_cast<int>(std::clamp<uint64_t>(want, 1, most));
+  return chunks_for(block_bytes, kChunk.get(), static_cast<uint64_t>(std::max<int64_t>(1, kMaxChunks.get())),
+                    static_cast<uint64_t>(std::max<int64_t>(1, kMinChunks.get())));
 }
 
 std::string pct(double f) {
@@ -101,7 +117,9 @@ std::string Choice::describe() const {
   std::string s = name;
   if (name == "rounds" || name == "all_at_once") s += " host=" + pct(exchange.host_share);
   else if (name == "direct" || name == "scatter_ag") s += format(" chunks=%d", bcast.chunks);
-  else if (name != "oneshot") s += format(" chunks=%d", reduce.chunks);
+  else if (name != "oneshot")
+    s += format(" chunks=%d slots=%d%s", reduce.chunks, reduce.slots,
+                reduce.pull ? "" : reduce.receiver_copies ? " copies=receiver" : " copies=sender");
   return s + ": " + why;
 }
 
@@ -158,7 +176,8 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   if (op == CollOp::Bcast) {
     c.name = force.empty() ? (n > 2 && bytes >= kRoundsMin.get() ? "scatter_ag" : "direct") : force;
     c.bcast.scatter_allgather = c.name == "scatter_ag";
-    c.bcast.chunks = chunks_for(bytes / std::max(1, n - 1));
+    c.bcast.lane_per_peer = kBcastLanes.get();
+    c.bcast.chunks = chunks_for(bytes / std::max(1, n - 1), kBcastChunk.get(), 32);
     c.why = !force.empty() ? why_forced(c.name)
             : c.bcast.scatter_allgather
                 ? size + " over " + std::to_string(n) + " ranks: root sends each byte once, members forward pieces"
@@ -195,6 +214,14 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   }
   c.reduce.pull = c.name.find("pull") != std::string::npos;
   if (c.name == "oneshot") c.reduce.chunks = 1;
+  const std::string copies = kRsCopies.get();
+  GS_REQUIRE(copies == "receiver" || copies == "sender", GPUSTRIPE_ERR_CONFIG,
+             "GPUSTRIPE_COLL_RS_COPIES=%s: expected receiver or sender", copies.c_str());
+  c.reduce.receiver_copies = copies == "receiver";
+  // Slots: as many as chunks when the scratch allows (no copy ever waits for a reduction).
+  const uint64_t chunk_bytes = std::max<uint64_t>(1, (block + c.reduce.chunks - 1) / c.reduce.chunks);
+  const uint64_t fit = kScratchMax.get() / (chunk_bytes * std::max(1, n - 1));
+  c.reduce.slots = static_cast<int>(std::clamp<uint64_t>(fit, 2, std::max(2, c.reduce.chunks)));
   return c;
 }
 

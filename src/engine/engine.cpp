@@ -16,19 +16,24 @@
 namespace gpustripe {
 namespace {
 
-// Off by default until the CUDA backend's stream calls work on a capturing stream: on the
-// H200 node (2026-11-21) the first capture failed in record_event (cudaStreamGetDevice on the
-// capturing stream: cudaErrorStreamCaptureUnsupported). The graph path itself is tested on
-// the emulated backend with a recording backend (tests/cpp/test_engine_graphs.cpp).
-const BoolSetting kGraphs{"GPUSTRIPE_GRAPHS", "0",
-                          "Replay a captured CUDA graph of repeated multi-path transfers (CUDA backend only)"};
+// On by default: enqueueing a schedule costs the host tens of microseconds per staged chunk,
+// as long as the copy itself at 256 MB (round 1 on 4x H200: 423 GB/s enqueued, 434 replayed).
+const BoolSetting kGraphs{"GPUSTRIPE_GRAPHS", "1",
+                          "Replay a captured CUDA graph of multi-path transfers seen before (same pointers, "
+                          "size and plan; CUDA backend only)"};
 const IntSetting kGraphCache{"GPUSTRIPE_GRAPH_CACHE", "64", "Captured transfer schedules kept by the engine (LRU)"};
 const SizeSetting kHostStaging{"GPUSTRIPE_HOST_STAGING", "128M",
                                "Pinned host staging memory per CPU socket and source GPU, allocated on first use and reused"};
 const SizeSetting kGpuStaging{"GPUSTRIPE_GPU_STAGING", "256M",
                               "Scratch memory per staging GPU, allocated on first use and reused"};
+const BoolSetting kDirectOnCaller{"GPUSTRIPE_DIRECT_ON_CALLER", "1",
+                                  "Multi-path copies put their direct path on the caller's stream (no fork or join "
+                                  "for it); 0: on the engine's lane of the link direction"};
 const IntSetting kHostLanes{"GPUSTRIPE_HOST_LANES", "2",
-                            "Stream pairs per host-staged path; its chunks alternate between them"};
+                            "Streams for the host-to-GPU hop of a host-staged path; its chunks alternate between them"};
+const IntSetting kHostFirstLanes{"GPUSTRIPE_HOST_FIRST_LANES", "0",
+                                 "Streams for the GPU-to-host hop of a host-staged path (0: as many as "
+                                 "GPUSTRIPE_HOST_LANES); one keeps the chunks leaving the GPU in order, one at a time"};
 
 constexpr uint64_t kChunkAlign = 4096;
 
@@ -58,6 +63,9 @@ Engine::Engine(Backend& backend, const Topology& topo, Planner* planner)
   ndev_ = backend_.device_count();
   graphs_ = backend_.supports_graphs() && kGraphs.get();
   host_lanes_ = static_cast<int>(std::clamp<int64_t>(kHostLanes.get(), 1, 8));
+  const int64_t first = kHostFirstLanes.get();
+  host_first_lanes_ = first <= 0 ? host_lanes_ : static_cast<int>(std::min<int64_t>(first, 8));
+  direct_on_caller_ = kDirectOnCaller.get();
   lanes_ = std::make_unique<LaneSet>(backend_);
   sockets_ = std::max(1, static_cast<int>(topo_.sockets.size()));
   // One host area per source GPU: transfers from different GPUs (both directions of a
@@ -70,8 +78,8 @@ Engine::Engine(Backend& backend, const Topology& topo, Planner* planner)
   tails_ = std::make_unique<ResourceTails>(backend_);
   peer_enabled_.reset(new std::atomic<bool>[static_cast<size_t>(ndev_) * ndev_]);
   for (int i = 0; i < ndev_ * ndev_; ++i) peer_enabled_[i] = false;
-  GS_LOG_DEBUG(Subsys::Engine, "engine on %s backend, %d devices, graphs %s, %d host lane(s)", backend_.name(), ndev_,
-               graphs_ ? "on" : "off", host_lanes_);
+  GS_LOG_DEBUG(Subsys::Engine, "engine on %s backend, %d devices, graphs %s, host lanes %d+%d", backend_.name(), ndev_,
+               graphs_ ? "on" : "off", host_first_lanes_, host_lanes_);
 }
 
 Engine::~Engine() {
@@ -107,13 +115,13 @@ void Engine::copy_async(void* dst, int dst_dev, const void* src, int src_dev, ui
   check_copy(backend_, dst, dst_dev, src, src_dev, bytes);
   if (bytes == 0) return;
   if (src_dev == dst_dev) {  // device-local: the copy engine of that GPU, nothing to split
-    backend_.copy_async(dst, dst_dev, src, src_dev, bytes, stream);
+    backend_.copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, stream);
     ++plain_copies_;
     return;
   }
   if (!planner_) {
     ensure_peer(src_dev, dst_dev);
-    backend_.copy_async(dst, dst_dev, src, src_dev, bytes, stream);
+    backend_.copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, stream);
     ++plain_copies_;
     return;
   }
@@ -154,7 +162,7 @@ void Engine::copy_with_plan(const Plan& plan, void* dst, const void* src, Stream
   check_copy(backend_, dst, plan.dst, src, plan.src, plan.bytes);
   if (plan.bytes == 0) return;
   if (plan.src == plan.dst) {
-    backend_.copy_async(dst, plan.dst, src, plan.src, plan.bytes, stream);
+    backend_.copy_async_prechecked(dst, plan.dst, src, plan.src, plan.bytes, stream);
     ++plain_copies_;
     return;
   }
@@ -184,7 +192,7 @@ void Engine::ensure_peer(int a, int b) {
 void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
   if (plan.single_path() && plan.paths[0].kind == PathKind::Direct) {
     ensure_peer(plan.src, plan.dst);
-    backend_.copy_async(dst, plan.dst, src, plan.src, plan.bytes, stream);
+    backend_.copy_async_prechecked(dst, plan.dst, src, plan.src, plan.bytes, stream);
     ++plain_copies_;
     return;
   }
@@ -201,8 +209,7 @@ void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle 
   std::lock_guard<std::mutex> lock(mu_);
   if (graphs_) {
     try {
-      launch_graph(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream);
-      return;
+      if (launch_graph(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream)) return;
     } catch (const Error& e) {
       // Capture is an optimisation: where it fails (a driver that refuses a node, say) the
       // schedule is enqueued directly from now on. Nothing was launched for this copy.
@@ -242,40 +249,91 @@ EventHandle Engine::caller_event(int dev) {
   return e;
 }
 
-// The 2-D pipeline. Every lane first waits for the caller's earlier work; the direct path
-// goes as one copy per chunk on the src->dst lane; a staged path moves each chunk (split
-// into pieces of at most half the staging area, so two pieces are always in flight) into
-// the staging area on the src->via lane, and the via->dst lane relays it once the piece has
-// arrived. A first hop into staging waits for the relay that last read those bytes. At the
-// end the caller's stream waits for every lane used.
+// The 2-D pipeline. The direct path goes on the caller's stream itself (so it starts with
+// no cross-stream hop and ends where the caller's later work waits), as one copy per chunk.
+// A staged path moves each chunk (split into pieces of at most half the staging area, so
+// two pieces are always in flight) into the staging area on a src->via lane, which first
+// waits for the caller's earlier work; the via->dst lane relays it once the piece has
+// arrived (one event per piece). A first hop into staging waits for the relay that last
+// read those bytes. At the end the caller's stream waits for the relay lanes only: every
+// first hop is followed by a relay that waited for it.
 void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing) {
   const int S = plan.src, D = plan.dst;
-  EventHandle start = caller_event(S);
-  backend_.record_event(start, caller);
-  std::vector<Lane*> used;
-  auto use = [&](Lane& lane) -> Lane& {
-    if (std::find(used.begin(), used.end(), &lane) == used.end()) {
+  auto on_caller = [&](const PathPlan& p) { return p.kind == PathKind::Direct && direct_on_caller_; };
+  // The caller's earlier work, for the lanes to wait on; recorded before the direct copy
+  // goes on the caller's stream, so that the other paths do not wait for it.
+  EventHandle start = nullptr;
+  if (!std::all_of(plan.paths.begin(), plan.paths.end(), on_caller)) {
+    start = caller_event(S);
+    backend_.record_event(start, caller);
+  }
+  std::vector<Lane*> forked, finals;
+  auto fork = [&](Lane& lane) -> Lane& {
+    if (std::find(forked.begin(), forked.end(), &lane) == forked.end()) {
       backend_.wait_event(lane.stream(), start);
-      used.push_back(&lane);
+      forked.push_back(&lane);
     }
     return lane;
   };
+  auto final_lane = [&](Lane& lane) -> Lane& {
+    if (std::find(finals.begin(), finals.end(), &lane) == finals.end()) finals.push_back(&lane);
+    return lane;
+  };
+  // Direct paths first: the copy engine starts on them while the rest is being enqueued.
+  std::vector<const PathPlan*> order;
+  for (const PathPlan& p : plan.paths)
+    if (p.kind == PathKind::Direct) order.push_back(&p);
+  for (const PathPlan& p : plan.paths)
+    if (p.kind != PathKind::Direct) order.push_back(&p);
 
   // A captured graph must not depend on marks outside it: it tracks its own staging uses.
   StagingUses local_uses;
-  for (const PathPlan& path : plan.paths) {
+  // Staging ranges whose relay has no mark yet: each relay lane is marked once, at the end,
+  // unless a later piece of this schedule reuses one of its ranges first.
+  struct Pending {
+    StagingUses* uses;
+    Lane* lane;
+    uint64_t begin, end;
+  };
+  std::vector<Pending> pending;
+  auto settle = [&](Lane* lane) -> LaneMark {
+    LaneMark m = lane->mark();
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (it->lane != lane) {
+        ++it;
+        continue;
+      }
+      it->uses->set(it->begin, it->end, m);
+      it = pending.erase(it);
+    }
+    return m;
+  };
+  auto settle_overlapping = [&](const StagingUses* uses, uint64_t begin, uint64_t end) {
+    for (bool again = true; again;) {
+      again = false;
+      for (const Pending& p : pending)
+        if (p.uses == uses && p.begin < end && begin < p.end) {
+          settle(p.lane);
+          again = true;
+          break;
+        }
+    }
+  };
+
+  for (const PathPlan* pp : order) {
+    const PathPlan& path = *pp;
     if (path.kind == PathKind::Direct) {
-      Lane& lane = use(lanes_->get(S, D));
+      StreamHandle s = on_caller(path) ? caller : final_lane(fork(lanes_->get(S, D))).stream();
       for (int c = 0; c < path.chunks; ++c) {
         uint64_t b = chunk_edge(path.bytes, path.chunks, c), e = chunk_edge(path.bytes, path.chunks, c + 1);
-        backend_.copy_async(dst + path.offset + b, D, src + path.offset + b, S, e - b, lane.stream());
+        backend_.copy_async_prechecked(dst + path.offset + b, D, src + path.offset + b, S, e - b, s);
       }
       continue;
     }
     const bool host = path.kind == PathKind::HostStaged;
     StagingArea& area = host ? host_area(path.via, S) : gpu_area(path.via);
     const int mid = host ? kHostDevice : path.via;
-    const int nlanes = host ? host_lanes_ : 1;
+    const int first_lanes = host ? host_first_lanes_ : 1, relay_lanes = host ? host_lanes_ : 1;
     StagingUses& uses = capturing ? local_uses : area.uses();
     uint64_t local_cursor = 0;
     uint64_t& cursor = capturing ? local_cursor : area.cursor();
@@ -285,33 +343,38 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
       uint64_t cb = chunk_edge(path.bytes, path.chunks, c), ce = chunk_edge(path.bytes, path.chunks, c + 1);
       for (uint64_t b = cb; b < ce; ++q) {
         uint64_t n = std::min(max_piece, ce - b);
-        Lane& first = use(lanes_->get(S, mid, q % nlanes));
-        Lane& relay = use(lanes_->get(mid, D, q % nlanes));
+        Lane& first = fork(lanes_->get(S, mid, q % first_lanes));
+        Lane& relay = final_lane(lanes_->get(mid, D, q % relay_lanes));
         uint64_t at = area.take(n, cursor);
+        settle_overlapping(&uses, at, at + n);
         for (const LaneMark& m : uses.overlapping(at, at + n)) first.wait(m);
         char* slot = area.base() + at;
-        backend_.copy_async(slot, mid, src + path.offset + b, S, n, first.stream());
+        backend_.copy_async_prechecked(slot, mid, src + path.offset + b, S, n, first.stream());
         relay.wait(first.mark());
-        backend_.copy_async(dst + path.offset + b, D, slot, mid, n, relay.stream());
-        uses.set(at, at + n, relay.mark());
+        backend_.copy_async_prechecked(dst + path.offset + b, D, slot, mid, n, relay.stream());
+        pending.push_back({&uses, &relay, at, at + n});
         b += n;
       }
     }
   }
-  for (Lane* lane : used) backend_.wait_event(caller, lane->mark().event);
+  // Every first hop is followed by a relay that waited for it: the caller waits for the
+  // lanes that write dst, which covers every read of src as well.
+  for (Lane* lane : finals) backend_.wait_event(caller, settle(lane).event);
+  // A capture must end with every stream it forked joined straight back to where it began.
+  if (capturing)
+    for (Lane* lane : forked)
+      if (std::find(finals.begin(), finals.end(), lane) == finals.end()) backend_.wait_event(caller, lane->mark().event);
 }
 
 void Engine::prepare(const Plan& plan) {
   caller_event(plan.src);
   for (const PathPlan& p : plan.paths) {
     if (p.kind == PathKind::Direct) {
-      lanes_->get(plan.src, plan.dst);
+      if (!direct_on_caller_) lanes_->get(plan.src, plan.dst);
     } else if (p.kind == PathKind::HostStaged) {
       host_area(p.via, plan.src);
-      for (int k = 0; k < host_lanes_; ++k) {
-        lanes_->get(plan.src, kHostDevice, k);
-        lanes_->get(kHostDevice, plan.dst, k);
-      }
+      for (int k = 0; k < host_first_lanes_; ++k) lanes_->get(plan.src, kHostDevice, k);
+      for (int k = 0; k < host_lanes_; ++k) lanes_->get(kHostDevice, plan.dst, k);
     } else {
       gpu_area(p.via);
       lanes_->get(plan.src, p.via);
@@ -320,10 +383,13 @@ void Engine::prepare(const Plan& plan) {
   }
 }
 
-void Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller) {
+bool Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller) {
   std::string key = plan_key(plan, dst, src);
   GraphExecHandle g = graphs_cache_->find(key);
   if (!g) {
+    // A transfer seen once is enqueued directly: capturing costs more than that, and pays
+    // only when the same transfer comes again.
+    if (!graphs_cache_->seen_before(key)) return false;
     // Captured on an engine stream of the source GPU, never on the caller's (other threads
     // may enqueue on it meanwhile); the graph is then launched on the caller's stream.
     StreamHandle& cs = capture_streams_.at(plan.src);
@@ -343,16 +409,24 @@ void Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHa
     graphs_cache_->insert(key, g);
     ++graph_captures_;
   }
-  // Replays conflict only through staging memory (the graph bakes its addresses in).
-  std::set<int> resources;
+  // A replay conflicts with other work only through staging memory (the graph bakes its
+  // addresses in, from the start of each area): it waits for every earlier reader of the
+  // areas it uses, replayed or enqueued, and then stands for all their bytes itself.
+  std::vector<std::pair<StagingArea*, int>> areas;
   for (const PathPlan& p : plan.paths) {
-    if (p.kind == PathKind::HostStaged) resources.insert(ResourceTails::host_area(p.via * ndev_ + plan.src));
-    if (p.kind == PathKind::GpuStaged) resources.insert(ResourceTails::gpu_area(p.via));
+    if (p.kind == PathKind::HostStaged)
+      areas.push_back({&host_area(p.via, plan.src), ResourceTails::host_area(p.via * ndev_ + plan.src)});
+    if (p.kind == PathKind::GpuStaged) areas.push_back({&gpu_area(p.via), ResourceTails::gpu_area(p.via)});
   }
-  tails_->wait(resources, caller);
+  for (auto& [area, id] : areas)
+    for (const LaneMark& m : area->uses().overlapping(0, area->capacity())) backend_.wait_event(caller, m.event);
   backend_.launch_graph(g, caller);
-  tails_->record(resources, caller, plan.src);
+  for (auto& [area, id] : areas) {
+    EventHandle e = tails_->record(id, caller, plan.src);
+    area->uses().set(0, area->capacity(), LaneMark{caller, e});
+  }
   ++graph_launches_;
+  return true;
 }
 
 }  // namespace gpustripe

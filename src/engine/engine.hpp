@@ -6,8 +6,10 @@
 //     the copy starts after the work enqueued on it before the call and the work enqueued
 //     after the call starts after the copy has completed on every path.
 //   - Safe to call from many threads on many streams at once: the schedule of one copy is
-//     enqueued as a unit on the engine's per-direction lanes (engine mutex), so chunks of one
-//     message go before the next message's on every direction.
+//     enqueued as a unit (engine mutex). Its direct path runs on the caller's stream, like a
+//     plain copy; its staged paths run on the engine's per-direction lanes, so their chunks
+//     of one message go before the next message's (GPUSTRIPE_DIRECT_ON_CALLER=0 puts the
+//     direct path on a lane too).
 //   - Below the size where splitting pays (single direct path), one plain backend copy on
 //     the caller's stream and nothing else.
 //   - src_dev == dst_dev: one device-local copy on the caller's stream.
@@ -70,7 +72,9 @@ class Engine {
   void enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing);
   // Creates the lanes, staging areas and events `plan` uses (never during a capture).
   void prepare(const Plan& plan);
-  void launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller);
+  // Replays the captured schedule of this transfer on `caller`, capturing it first when the
+  // transfer was seen before; false (nothing enqueued) the first time a transfer is seen.
+  bool launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller);
   StagingArea& host_area(int socket, int src);
   StagingArea& gpu_area(int gpu);
   EventHandle caller_event(int dev);
@@ -79,7 +83,9 @@ class Engine {
   const Topology& topo_;
   Planner* planner_;
   bool graphs_ = false;
-  int host_lanes_ = 1;
+  int host_lanes_ = 1;        // relay (host-to-GPU) lanes of a host-staged path
+  int host_first_lanes_ = 1;  // first-hop (GPU-to-host) lanes
+  bool direct_on_caller_ = true;
   int ndev_ = 0;
   uint64_t id_ = 0;
 

@@ -24,30 +24,30 @@ void GraphCache::insert(const std::string& key, GraphExecHandle graph) {
   }
 }
 
+bool GraphCache::seen_before(const std::string& key) {
+  if (seen_index_.count(key)) return true;
+  seen_.push_back(key);
+  seen_index_[key] = std::prev(seen_.end());
+  while (seen_.size() > 4 * capacity_) {
+    seen_index_.erase(seen_.front());
+    seen_.pop_front();
+  }
+  return false;
+}
+
 ResourceTails::~ResourceTails() {
   for (auto& e : events_) backend_.destroy_event(e.second);
 }
 
-void ResourceTails::wait(const std::set<int>& resources, StreamHandle stream) {
-  for (int r : resources) {
-    auto it = last_.find(r);
-    if (it != last_.end()) backend_.wait_event(stream, it->second);
-  }
-}
-
-void ResourceTails::record(const std::set<int>& resources, StreamHandle stream, int dev) {
-  // One event per (resource, device), re-recorded by each replay: the new mark comes
-  // after a wait on the old one, so it always covers every earlier user.
-  for (int r : resources) {
-    EventHandle& e = events_[{r, dev}];
-    if (!e) e = backend_.create_event(dev, false);
-    backend_.record_event(e, stream);
-    last_[r] = e;
-  }
+EventHandle ResourceTails::record(int resource, StreamHandle stream, int dev) {
+  EventHandle& e = events_[{resource, dev}];
+  if (!e) e = backend_.create_event(dev, false);
+  backend_.record_event(e, stream);
+  return e;
 }
 
 void ResourceTails::synchronize_all() {
-  for (auto& e : last_) backend_.synchronize_event(e.second);
+  for (auto& e : events_) backend_.synchronize_event(e.second);
 }
 
 }  // namespace gpustripe

@@ -1,10 +1,11 @@
 // Graph mode (CUDA backend, GPUSTRIPE_GRAPHS=1): the schedule of a transfer is captured
 // once into a CUDA graph and replayed for repeated transfers with the same key
 // (pointers, devices, size, plan), instead of issuing dozens of async calls.
-//   GraphCache     bounded LRU of captured schedules; evicted graphs are destroyed.
-//   ResourceTails  a replay runs on the caller's stream, not on the engine's lanes, so
-//                  replays that share a staging area are ordered through the last
-//                  replay's completion event on each area they use.
+//   GraphCache     bounded LRU of captured schedules; evicted graphs are destroyed. It also
+//                  remembers the keys it has seen, so a transfer is captured the second time.
+//   ResourceTails  a replay runs on the caller's stream, not on the engine's lanes: its end
+//                  is marked by an event per staging area it uses (and the caller's device),
+//                  which the area's StagingUses then hold for every later user.
 #pragma once
 #include <list>
 #include <map>
@@ -25,12 +26,16 @@ class GraphCache {
   GraphExecHandle find(const std::string& key);  // nullptr when absent; marks it most recent
   void insert(const std::string& key, GraphExecHandle graph);
   size_t size() const { return lru_.size(); }
+  // True when `key` was passed here before (among the last 4 x capacity keys); remembers it.
+  bool seen_before(const std::string& key);
 
  private:
   Backend& backend_;
   size_t capacity_;
   std::list<std::pair<std::string, GraphExecHandle>> lru_;  // most recent first
   std::unordered_map<std::string, std::list<std::pair<std::string, GraphExecHandle>>::iterator> index_;
+  std::list<std::string> seen_;  // oldest first
+  std::unordered_map<std::string, std::list<std::string>::iterator> seen_index_;
 };
 
 class ResourceTails {
@@ -39,17 +44,16 @@ class ResourceTails {
   ~ResourceTails();
   static int gpu_area(int g) { return g; }
   static int host_area(int index) { return 100000 + index; }
-  // Makes `stream` wait for the last user of each resource.
-  void wait(const std::set<int>& resources, StreamHandle stream);
-  // The work enqueued on `stream` (a stream of `dev`) so far is the new last user.
-  void record(const std::set<int>& resources, StreamHandle stream, int dev);
+  // Marks the work enqueued on `stream` (a stream of `dev`) so far with the event of
+  // (resource, dev), re-recorded by each replay: the replay waited for every earlier user
+  // of the resource, so the new mark covers them all.
+  EventHandle record(int resource, StreamHandle stream, int dev);
   // Blocks until every replay recorded so far has completed (engine teardown).
   void synchronize_all();
 
  private:
   Backend& backend_;
   std::map<std::pair<int, int>, EventHandle> events_;  // (resource, device) -> event
-  std::map<int, EventHandle> last_;                    // resource -> event of its last user
 };
 
 }  // namespace gpustripe

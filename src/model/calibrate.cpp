@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "bench/bench.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "model/multipath_model.hpp"
@@ -27,24 +28,28 @@ struct CopyOp {
   int issuer;  // device whose stream runs it
 };
 
-// Streams, events and buffers of one calibration run; freed on every exit path.
+constexpr int kStreamsPerDevice = 6;  // the copy-engine mixes issue up to 5 copies from one GPU
+
+// Streams, events and buffers of one calibration run; freed on every exit path. Every
+// figure is timed as `gpustripe bench` times its rows (bench/bench.hpp time_back_to_back):
+// repetitions enqueued back to back, so per-copy startups are the GPUs' own, not the
+// host's latency of submitting a copy to an idle GPU (host_call_us measures that side).
 class Bench {
  public:
   Bench(Backend& b, int ndev, size_t max_bytes, int reps) : b_(b), reps_(reps), max_(max_bytes) {
     for (int d = 0; d < ndev; ++d) {
       // Two source and two destination regions per GPU (two concurrent copies into or out of one GPU).
       dev_.push_back(static_cast<char*>(b_.alloc_device(d, 4 * max_bytes)));
-      for (int k = 0; k < 2; ++k) streams_.push_back(b_.create_stream(d));
-      start_.push_back(b_.create_event(d, true));
-      end_.push_back(b_.create_event(d, true));
+      for (int k = 0; k < kStreamsPerDevice; ++k) {
+        streams_.push_back(b_.create_stream(d));
+        done_.push_back(b_.create_event(d, false));
+      }
+      fork_.push_back(b_.create_event(d, false));
     }
     host_ = static_cast<char*>(b_.alloc_pinned(static_cast<size_t>(ndev) * 2 * max_bytes));
-    for (int d = 0; d < ndev; ++d)
-      for (int k = 0; k < 2; ++k) done_.push_back(b_.create_event(d, false));
   }
   ~Bench() {
-    for (EventHandle e : start_) b_.destroy_event(e);
-    for (EventHandle e : end_) b_.destroy_event(e);
+    for (EventHandle e : fork_) b_.destroy_event(e);
     for (EventHandle e : done_) b_.destroy_event(e);
     for (StreamHandle s : streams_) b_.destroy_stream(s);
     for (char* p : dev_) b_.free_device(p);
@@ -53,48 +58,44 @@ class Bench {
   char* src(int dev, int k = 0) { return dev_[static_cast<size_t>(dev)] + static_cast<size_t>(k) * max_; }
   char* dst(int dev, int k = 0) { return dev_[static_cast<size_t>(dev)] + static_cast<size_t>(2 + k) * max_; }
   char* host(int slot) { return host_ + static_cast<size_t>(slot) * max_; }
+  StreamHandle stream(int dev, int k) { return streams_[static_cast<size_t>(dev * kStreamsPerDevice + k)]; }
+  EventHandle done(int dev, int k) { return done_[static_cast<size_t>(dev * kStreamsPerDevice + k)]; }
 
-  // Median time (us) of running the copies at once: a start event on the first issuer's
-  // stream, every copy's stream waits on it, the first stream waits on each copy, end event.
+  // Median time (us) of running the copies at once: each issuer's k-th copy goes on its k-th
+  // stream; streams other than the first issuer's first wait on a fork event of it, and it
+  // waits on each of them at the end.
   double time_concurrent(const std::vector<CopyOp>& ops) {
-    std::vector<double> t;
-    for (int r = 0; r < reps_ + 1; ++r) {  // the first run warms up
-      const int root = ops[0].issuer;
-      StreamHandle rs = stream(root, 0);
-      b_.record_event(start_[static_cast<size_t>(root)], rs);
+    const int root = ops[0].issuer;
+    StreamHandle rs = stream(root, 0);
+    auto post = [&] {
+      b_.record_event(fork_[static_cast<size_t>(root)], rs);
       std::vector<int> used(dev_.size(), 0);
-      for (size_t i = 0; i < ops.size(); ++i) {
-        const CopyOp& op = ops[i];
+      for (const CopyOp& op : ops) {
         int k = used[static_cast<size_t>(op.issuer)]++;
-        GS_REQUIRE(k < 2, GPUSTRIPE_ERR_INTERNAL, "calibration: more than two copies issued by GPU %d", op.issuer);
+        GS_REQUIRE(k < kStreamsPerDevice, GPUSTRIPE_ERR_INTERNAL, "calibration: more than %d copies issued by GPU %d",
+                   kStreamsPerDevice, op.issuer);
         StreamHandle s = stream(op.issuer, k);
-        if (s != rs) b_.wait_event(s, start_[static_cast<size_t>(root)]);
+        if (s != rs) b_.wait_event(s, fork_[static_cast<size_t>(root)]);
         b_.copy_async(op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, s);
         if (s != rs) {
-          EventHandle d = done_[static_cast<size_t>(op.issuer * 2 + k)];
-          b_.record_event(d, s);
-          b_.wait_event(rs, d);
+          b_.record_event(done(op.issuer, k), s);
+          b_.wait_event(rs, done(op.issuer, k));
         }
       }
-      b_.record_event(end_[static_cast<size_t>(root)], rs);
-      b_.synchronize_event(end_[static_cast<size_t>(root)]);
-      if (r > 0) t.push_back(1e3 * b_.elapsed_ms(start_[static_cast<size_t>(root)], end_[static_cast<size_t>(root)]));
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    };
+    return median_of(time_back_to_back(b_, root, rs, post, 1, reps_));
   }
   double time_one(const CopyOp& op) { return time_concurrent({op}); }
 
   // A two-hop relay src GPU -> host -> dst GPU in `chunks` chunks, the relay of each chunk
   // waiting on an event of its first hop (as the engine does). Median us.
   double time_relay(int s, int d, size_t bytes, int chunks) {
-    std::vector<double> t;
     std::vector<EventHandle> ev;
     for (int c = 0; c < chunks; ++c) ev.push_back(b_.create_event(s, false));
-    for (int r = 0; r < reps_ + 1; ++r) {
-      StreamHandle a = stream(s, 0), bst = stream(d, 1);
-      b_.record_event(start_[static_cast<size_t>(s)], a);
-      b_.wait_event(bst, start_[static_cast<size_t>(s)]);
+    StreamHandle a = stream(s, 0), bst = stream(d, 1);
+    auto post = [&] {
+      b_.record_event(fork_[static_cast<size_t>(s)], a);
+      b_.wait_event(bst, fork_[static_cast<size_t>(s)]);
       size_t per = bytes / static_cast<size_t>(chunks);
       for (int c = 0; c < chunks; ++c) {
         b_.copy_async(host(0) + c * per, kHostDevice, src(s) + c * per, s, per, a);
@@ -102,27 +103,53 @@ class Bench {
         b_.wait_event(bst, ev[static_cast<size_t>(c)]);
         b_.copy_async(dst(d) + c * per, d, host(0) + c * per, kHostDevice, per, bst);
       }
-      EventHandle fin = done_[static_cast<size_t>(d * 2 + 1)];
-      b_.record_event(fin, bst);
-      b_.wait_event(a, fin);
-      b_.record_event(end_[static_cast<size_t>(s)], a);
-      b_.synchronize_event(end_[static_cast<size_t>(s)]);
-      if (r > 0) t.push_back(1e3 * b_.elapsed_ms(start_[static_cast<size_t>(s)], end_[static_cast<size_t>(s)]));
+      b_.record_event(done(d, 1), bst);
+      b_.wait_event(a, done(d, 1));
+    };
+    double t = 0;
+    try {
+      t = median_of(time_back_to_back(b_, s, a, post, 1, reps_));
+    } catch (...) {
+      for (EventHandle e : ev) b_.destroy_event(e);
+      throw;
     }
     for (EventHandle e : ev) b_.destroy_event(e);
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return t;
+  }
+
+  // CPU time of one backend call as the engine's schedule makes them: `pieces` staged pieces
+  // of 4 KB, each copy in on GPU s's stream, mark, the relay stream of GPU d waits, copy
+  // out, mark (five calls with the device switches between them), enqueued as fast as the
+  // host can; wall clock per call, median of 5 trials. Small enough never to fill a queue.
+  double host_call_us(int s, int d, int pieces) {
+    StreamHandle a = stream(s, 0), bst = stream(d, 1);
+    const size_t n = 4096;
+    std::vector<double> per_call;
+    for (int trial = 0; trial < 6; ++trial) {
+      auto t0 = std::chrono::steady_clock::now();
+      for (int q = 0; q < pieces; ++q) {
+        b_.copy_async(host(0) + q * n, kHostDevice, src(s) + q * n, s, n, a);
+        b_.record_event(done(s, 0), a);
+        b_.wait_event(bst, done(s, 0));
+        b_.copy_async(dst(d) + q * n, d, host(0) + q * n, kHostDevice, n, bst);
+        b_.record_event(done(d, 1), bst);
+      }
+      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      b_.synchronize_stream(a);
+      b_.synchronize_stream(bst);
+      if (trial > 0) per_call.push_back(us / (5.0 * pieces));  // the first trial warms up
+    }
+    return median_of(per_call);
   }
 
  private:
-  StreamHandle stream(int dev, int k) { return streams_[static_cast<size_t>(dev * 2 + k)]; }
   Backend& b_;
   int reps_;
   size_t max_;
   std::vector<char*> dev_;
   char* host_ = nullptr;
   std::vector<StreamHandle> streams_;
-  std::vector<EventHandle> start_, end_, done_;
+  std::vector<EventHandle> done_, fork_;
 };
 
 double gbps(size_t bytes, double us) { return us > 0 ? static_cast<double>(bytes) / (us * 1e3) : 0; }
@@ -186,7 +213,7 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
   ModelParams& P = prof.params;
 
   // Steps and their weights for the progress bar.
-  int total_steps = 4 + 2 * n + n * (n - 1) + 2 * n + 2 + 1, step = 0;
+  int total_steps = 4 + 2 * n + n * (n - 1) + 2 * n + 2 + 1 + 1 + 1, step = 0;
   auto tick = [&](const std::string& what) {
     if (progress) progress(static_cast<double>(step) / total_steps, what);
     ++step;
@@ -287,28 +314,97 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
   tick("D2H + H2D on gpu0");
   meas["duplex_gpu0_gbps"] = gbps(2 * big, bench.time_concurrent({{bench.host(0), kHostDevice, bench.src(0), 0, big, 0},
                                                                    {bench.dst(0), 0, bench.host(1), kHostDevice, big, 0}}));
-  // 6. Staging synchronization: one small chunk relayed through the host; what is left
-  // after the two hops' own alpha + n/beta is the event wait (twice: relay, then join).
+  // 6. Cross-stream event wait on the GPUs: a 1 MB chunk relayed GPU 0 -> host -> GPU 1 (the
+  // relay waits on an event of the first hop, the first stream joins the second), less the
+  // two hops timed alone at the same size: two waits. No fitted alpha/beta enters it.
   tick("staged relay epsilon");
   {
-    const size_t s = 64 << 10;
+    const size_t s = std::min<size_t>(1u << 20, big);
     double t = bench.time_relay(0, 1, s, 1);
-    const HopParams& d = P.hop(HopKind::D2H);
-    const HopParams& h = P.hop(HopKind::H2D);
-    double hops = d.alpha_us + h.alpha_us + (d.beta_gbps > 0 ? s / (d.beta_gbps * 1e3) : 0) +
-                  (h.beta_gbps > 0 ? s / (h.beta_gbps * 1e3) : 0);
-    P.epsilon_us = std::max(0.0, (t - hops) / 2);
+    double d2h = bench.time_one({bench.host(0), kHostDevice, bench.src(0), 0, s, 0});
+    double h2d = bench.time_one({bench.dst(1), 1, bench.host(0), kHostDevice, s, 1});
+    P.epsilon_us = std::max(0.0, (t - d2h - h2d) / 2);
     // A pipelined relay, recorded to compare with the model in `gpustripe calibrate --show`.
-    meas["relay"] = {{"bytes", s}, {"us", t}, {"pipelined_bytes", big}, {"pipelined_chunks", 8},
-                     {"pipelined_us", bench.time_relay(0, 1, big, 8)}};
+    meas["relay"] = {{"bytes", s}, {"us", t}, {"d2h_us", d2h}, {"h2d_us", h2d}, {"pipelined_bytes", big},
+                     {"pipelined_chunks", 8}, {"pipelined_us", bench.time_relay(0, 1, big, 8)}};
+  }
+  // 7. The host's cost of one backend call, as the engine's schedule makes them.
+  tick("host cost per enqueue call");
+  P.host_call_us = bench.host_call_us(0, 1, 64);
+  meas["host_call_us"] = P.host_call_us;
+  // 8. Copies issued by one GPU at once, more of them than it has copy engines: peer copies
+  // to every other GPU and D2H copies, sized so that NVLink egress and the host link would
+  // finish together if they shared bandwidth without loss. Recorded beside that lossless
+  // time (`gpustripe calibrate --show` prints the ratio).
+  tick("copy engine mixes on gpu0");
+  if (n >= 2 && peer) {
+    const double egress = P.capacities.count("nvlink_egress[gpu0]") ? P.capacities["nvlink_egress[gpu0]"]
+                                                                    : P.hop(HopKind::Peer).beta_gbps;
+    const double link = P.hop(HopKind::D2H).beta_gbps;
+    json mixes = json::array();
+    std::vector<int> peer_counts{1};
+    if (n > 2) peer_counts.push_back(n - 1);
+    for (int peers : peer_counts) {
+      for (int d2hs : {0, 1, 2}) {
+        if (peers == 1 && d2hs == 0) continue;
+        size_t per_peer = big / 4;
+        // D2H bytes that take as long as the peers' on lossless links, within one buffer.
+        auto d2h_for = [&](size_t pp) {
+          double us = peers * static_cast<double>(pp) / (egress * 1e3);
+          return d2hs ? static_cast<size_t>(us * link * 1e3 / d2hs) / 4096 * 4096 : 0;
+        };
+        if (d2h_for(per_peer) > big) per_peer = static_cast<size_t>(per_peer * (static_cast<double>(big) / d2h_for(per_peer))) / 4096 * 4096;
+        const double peer_us = peers * static_cast<double>(per_peer) / (egress * 1e3);
+        const size_t per_d2h = std::min(big, d2h_for(per_peer));
+        std::vector<CopyOp> ops;
+        for (int k = 0; k < peers; ++k) {
+          int to = 1 + k;
+          if (!topo.can_access_peer(0, to)) continue;
+          ops.push_back({bench.dst(to), to, bench.src(0, k % 2), 0, per_peer, 0});
+        }
+        for (int k = 0; k < d2hs; ++k) ops.push_back({bench.host(k), kHostDevice, bench.src(0, k % 2), 0, per_d2h, 0});
+        double us = bench.time_concurrent(ops);
+        double lossless = std::max(peer_us, d2hs ? d2hs * static_cast<double>(per_d2h) / (link * 1e3) : 0.0) +
+                          P.hop(HopKind::Peer).alpha_us;
+        mixes.push_back({{"peers", peers}, {"d2h", d2hs}, {"copies", static_cast<int>(ops.size())},
+                         {"peer_bytes", per_peer}, {"d2h_bytes", per_d2h}, {"us", us}, {"lossless_us", lossless}});
+      }
+    }
+    meas["copy_engine_mixes_gpu0"] = mixes;
+    // The receiving side of the same: peer copies into GPU 1 from every other GPU, and H2D
+    // copies that GPU 1 issues.
+    const double ingress = P.capacities.count("nvlink_ingress[gpu1]") ? P.capacities["nvlink_ingress[gpu1]"] : egress;
+    const double up = P.hop(HopKind::H2D).beta_gbps;
+    json into = json::array();
+    for (int h2ds : {1, 2}) {
+      int senders = 0;
+      for (int g = 0; g < n; ++g) senders += g != 1 && topo.can_access_peer(g, 1);
+      size_t per_peer = big / 4;
+      auto h2d_for = [&](size_t pp) {
+        double us = senders * static_cast<double>(pp) / (ingress * 1e3);
+        return static_cast<size_t>(us * up * 1e3 / h2ds) / 4096 * 4096;
+      };
+      if (h2d_for(per_peer) > big) per_peer = static_cast<size_t>(per_peer * (static_cast<double>(big) / h2d_for(per_peer))) / 4096 * 4096;
+      std::vector<CopyOp> ops;
+      for (int g = 0; g < n; ++g)
+        if (g != 1 && topo.can_access_peer(g, 1)) ops.push_back({bench.dst(1, ops.size() % 2), 1, bench.src(g), g, per_peer, g});
+      const double peer_us = senders * static_cast<double>(per_peer) / (ingress * 1e3);
+      const size_t per_h2d = std::min(big, h2d_for(per_peer));
+      for (int k = 0; k < h2ds; ++k) ops.push_back({bench.dst(1, k % 2), 1, bench.host(2 + k), kHostDevice, per_h2d, 1});
+      double us = bench.time_concurrent(ops);
+      into.push_back({{"peers", static_cast<int>(ops.size()) - h2ds}, {"h2d", h2ds}, {"peer_bytes", per_peer},
+                      {"h2d_bytes", per_h2d}, {"us", us}, {"lossless_us", peer_us + P.hop(HopKind::Peer).alpha_us}});
+    }
+    meas["copy_engine_mixes_into_gpu1"] = into;
   }
   if (progress) progress(1.0, "done");
   meas["note"] = backend.emulated() ? "emulated backend: memcpy speeds of this host, not GPU figures" : "";
   prof.measurements_json = meas.dump();
   P.source = "calibrated on this node";
-  GS_LOG_INFO(Subsys::Model, "calibration done: peer %.1f us %.1f GB/s, d2h %.1f us %.1f GB/s, eps %.1f us",
+  GS_LOG_INFO(Subsys::Model,
+              "calibration done: peer %.1f us %.1f GB/s, d2h %.1f us %.1f GB/s, eps %.1f us, host call %.2f us",
               P.hop(HopKind::Peer).alpha_us, P.hop(HopKind::Peer).beta_gbps, P.hop(HopKind::D2H).alpha_us,
-              P.hop(HopKind::D2H).beta_gbps, P.epsilon_us);
+              P.hop(HopKind::D2H).beta_gbps, P.epsilon_us, P.host_call_us);
   return prof;
 }
 

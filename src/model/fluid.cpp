@@ -91,7 +91,8 @@ FluidResult simulate_flows(const std::vector<double>& capacity, std::vector<Flow
     for (size_t i = 0; i < live.size(); ++i) {
       Flow& fl = flows[live[i]];
       fl.work -= share.rate[i] * dt;
-      if (fl.work <= 1e-9 * std::max(1.0, share.rate[i] * dt)) out.finish_us[live[i]] = now + fl.latency;
+      if (fl.work <= 1e-9 * std::max(1.0, share.rate[i] * dt))
+        out.finish_us[live[i]] = now + fl.latency + (fl.tail > 0 ? fl.tail / share.rate[i] : 0.0);
       else next.push_back(live[i]);
     }
     live.swap(next);

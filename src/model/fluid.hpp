@@ -12,7 +12,10 @@ struct Flow {
   std::vector<std::pair<int, double>> uses;  // (resource, bytes on it per byte of the flow)
   double cap = 0;      // the flow's own limit in bytes/us (0: none)
   double work = 0;     // bytes still to move (fluid simulation only)
-  double latency = 0;  // us added to the finish time (startups, pipeline fill)
+  double latency = 0;  // us added to the finish time (startups)
+  // Bytes moved after the work, at the flow's last rate, loading none of the shared resources
+  // any more: a pipeline's drain (the relay of its last chunk, once the first hop is done).
+  double tail = 0;
 };
 
 struct FairShare {

@@ -23,12 +23,14 @@ struct HopParams {
 // from the topology file (nominal_params); a calibration profile replaces them.
 struct ModelParams {
   std::array<HopParams, kHopKinds> hops{};
-  double epsilon_us = 0;  // staging synchronization: relay of a chunk waits on an event of the first hop
-  // Cost of forking one transfer over several paths and joining them again (event
-  // record + cross-device waits on the caller's stream), charged once per multi-path
-  // plan. Without it the planner split 8-32 MB transfers on the H200 node where the
-  // engine's fork/join cost more than the host path gave (0.69-0.91x of direct).
-  double split_us = 12.0;  // measured on 4x H200: a 2-path 8 MB copy took ~12 us more than its paths
+  // Cross-stream event wait on the GPU: the relay of a chunk waits on an event of its first
+  // hop; a multi-path schedule forks the caller's stream into lanes and joins them back.
+  double epsilon_us = 0;
+  // CPU time of one backend call of the engine's schedule (a copy, an event record or an
+  // event wait, with its device switch): a plan cannot run faster than the host enqueues
+  // it (model/schedule_cost.hpp). Measured by calibration; nominal: the order of one
+  // CUDA runtime call.
+  double host_call_us = 1.5;
   // Capacity of a shared resource by name (e.g. "nvlink_egress[gpu0]"), GB/s; replaces the
   // nominal figure of that resource. Calibration fills these from concurrent measurements.
   std::map<std::string, double> capacities;

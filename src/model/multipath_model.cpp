@@ -16,8 +16,8 @@ std::vector<std::pair<std::string, double>> overrides_of(const ModelParams& p) {
 
 }  // namespace
 
-MultipathModel::MultipathModel(const Topology& topo, ModelParams params)
-    : node_(topo, overrides_of(params)), params_(std::move(params)) {
+MultipathModel::MultipathModel(const Topology& topo, ModelParams params, EngineShape shape)
+    : node_(topo, overrides_of(params)), params_(std::move(params)), shape_(shape) {
   for (const Resource& r : node_.resources()) capacity_.push_back(r.gbps * 1e3);
 }
 
@@ -53,7 +53,11 @@ Flow MultipathModel::flow(const PathLoad& p) const {
       else it->second += u.second;  // host memory: written by the first hop, read by the relay
     }
   f.cap = rate_cap(*p.route);
-  f.work = static_cast<double>(p.bytes) * fill_factor(*p.route, p.chunks);
+  // A pipeline loads its hops' resources while its first hop moves the bytes; its relays
+  // then drain the last chunk: (k - 1) chunks more at the same rate, (k - 1) m / c bytes,
+  // which no longer hold the first hop's resources (the source's egress is free for other paths).
+  f.work = static_cast<double>(p.bytes);
+  f.tail = static_cast<double>(p.bytes) * (fill_factor(*p.route, p.chunks) - 1.0);
   f.latency = p.bytes ? overhead_us(*p.route, p.chunks) : 0.0;
   return f;
 }
@@ -113,7 +117,7 @@ void MultipathModel::predict(std::vector<Plan>& plans) const {
       }
       ++i;
     }
-    if (plan.paths.size() > 1) plan.predicted_us += params_.split_us;
+    apply_schedule(plan);
   }
 }
 
@@ -121,6 +125,29 @@ void MultipathModel::predict(Plan& plan) const {
   std::vector<Plan> one{plan};
   predict(one);
   plan = one[0];
+}
+
+double MultipathModel::enqueue_us(const Plan& plan) const {
+  return schedule_calls(plan, shape_) * params_.host_call_us;
+}
+
+void MultipathModel::apply_schedule(Plan& plan) const {
+  if (plan.paths.empty()) return;
+  const bool plain = plan.single_path() && plan.paths[0].kind == PathKind::Direct;
+  if (!plain) {  // paths on lanes are forked from the caller's stream and joined back: two waits
+    double t = 0;
+    for (const PathPlan& p : plan.paths)
+      t = std::max(t, p.predicted_us + (runs_on_lane(p.kind, shape_) ? 2 * params_.epsilon_us : 0.0));
+    plan.predicted_us = std::max(plan.predicted_us, t);
+  }
+  // Copies issued back to back settle at one plan per max(GPU time, host time): where the
+  // host is slower the GPUs wait for it (each repetition starts when the previous one's
+  // join completes, which the host has long enqueued when the GPUs are the slower side).
+  const double host = enqueue_us(plan);
+  if (host > plan.predicted_us) {
+    plan.predicted_us = host;
+    plan.bottleneck = "host_enqueue";
+  }
 }
 
 ModelParams nominal_params(const Topology& topo) {
@@ -134,6 +161,7 @@ ModelParams nominal_params(const Topology& topo) {
   p.hop(HopKind::Local) = {3.0, 0.0};
   p.hop(HopKind::Kernel) = {4.0, 0.0};
   p.epsilon_us = 3.0;
+  p.host_call_us = 1.5;
   p.source = "nominal figures of '" + topo.name + "'";
   return p;
 }

@@ -3,7 +3,9 @@
 //   T = sum_j (alpha_j + eps_j) + (c - 1) max_j (alpha_j + eps_j) + (m / x) (c + k - 1) / c
 // (eps_j: the staging synchronization before relay hop j >= 2). The rate x is the path's
 // max-min fair share of every resource its hops load, among all paths running at once
-// (of this transfer and of concurrent ones), recomputed as paths finish.
+// (of this transfer and of concurrent ones), recomputed as paths finish. A plan then costs
+// the engine's schedule on top (schedule_cost.hpp): fork/join waits on the GPUs, and no
+// less than the host's time to enqueue it.
 #pragma once
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "model/hop.hpp"
 #include "model/node_resources.hpp"
 #include "model/plan.hpp"
+#include "model/schedule_cost.hpp"
 
 namespace gpustripe {
 
@@ -31,10 +34,11 @@ struct PathTiming {
 
 class MultipathModel {
  public:
-  MultipathModel(const Topology& topo, ModelParams params);
+  MultipathModel(const Topology& topo, ModelParams params, EngineShape shape = EngineShape::from_settings());
 
   const NodeResources& node() const { return node_; }
   const ModelParams& params() const { return params_; }
+  const EngineShape& engine_shape() const { return shape_; }
 
   // Fixed cost of a route in c chunks: sum_j (alpha_j + eps_j) + (c - 1) max_j (alpha_j + eps_j).
   double overhead_us(const Route& r, int chunks) const;
@@ -55,11 +59,18 @@ class MultipathModel {
   // Fills predicted_us of each path and plan, and the bottleneck, for plans that run at once.
   void predict(std::vector<Plan>& plans) const;
   void predict(Plan& plan) const;
+  // The schedule's share of a plan's time (schedule_cost.hpp): `plan.predicted_us` holds its
+  // slowest path's finish; adds the fork/join waits of a multi-path schedule and raises the
+  // time to the host's enqueue time where that is longer (bottleneck "host_enqueue").
+  void apply_schedule(Plan& plan) const;
+  // The host's time to enqueue the plan: backend calls x host_call_us.
+  double enqueue_us(const Plan& plan) const;
 
  private:
   std::string limit_name(const Route& r, int limited_by) const;
   NodeResources node_;
   ModelParams params_;
+  EngineShape shape_;
   std::vector<double> capacity_;  // bytes/us
 };
 

@@ -99,7 +99,7 @@ Candidate evaluate(const MultipathModel& model, int src, int dst, uint64_t bytes
       plan.bottleneck = pt.limited_by;
     }
   }
-  if (np > 1) plan.predicted_us += model.params().split_us;
+  model.apply_schedule(plan);
   out.time = plan.predicted_us;
   return out;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "bench/bench.hpp"
 #include "common/error.hpp"
 #include "core/context.hpp"
 
@@ -16,8 +17,6 @@ PlanTimer::PlanTimer(Context& ctx, uint64_t max_bytes) : ctx_(ctx), max_(max_byt
       src_.push_back(b.alloc_device(d, max_));
       dst_.push_back(b.alloc_device(d, max_));
       b.memset_async(src_.back(), d, 0x5a, max_, streams_.back());
-      start_.push_back(b.create_event(d, true));
-      end_.push_back(b.create_event(d, true));
     }
     for (StreamHandle st : streams_) b.synchronize_stream(st);
   } catch (...) {
@@ -28,13 +27,9 @@ PlanTimer::PlanTimer(Context& ctx, uint64_t max_bytes) : ctx_(ctx), max_(max_byt
 
 PlanTimer::~PlanTimer() {
   Backend& b = ctx_.backend();
-  for (EventHandle e : start_) b.destroy_event(e);
-  for (EventHandle e : end_) b.destroy_event(e);
   for (StreamHandle s : streams_) b.destroy_stream(s);
   for (void* p : src_) b.free_device(p);
   for (void* p : dst_) b.free_device(p);
-  start_.clear();
-  end_.clear();
   streams_.clear();
   src_.clear();
   dst_.clear();
@@ -47,20 +42,14 @@ PlanTiming PlanTimer::time(const Plan& plan, int warmup, int reps) {
              GPUSTRIPE_ERR_INVALID_DEVICE, "plan %d->%d: the context has %d devices", plan.src, plan.dst,
              ctx_.device_count());
   GS_REQUIRE(reps >= 1, GPUSTRIPE_ERR_INVALID_ARGUMENT, "reps must be at least 1");
-  Backend& b = ctx_.backend();
   const size_t s = static_cast<size_t>(plan.src);
-  StreamHandle st = streams_[s];
-  std::vector<double> t;
-  for (int r = 0; r < warmup + reps; ++r) {
-    b.record_event(start_[s], st);
-    ctx_.engine().copy_with_plan(plan, dst_[static_cast<size_t>(plan.dst)], src_[s], st);
-    b.record_event(end_[s], st);
-    b.synchronize_event(end_[s]);
-    if (r >= warmup) t.push_back(1e3 * b.elapsed_ms(start_[s], end_[s]));
-  }
+  std::vector<double> t = time_back_to_back(
+      ctx_.backend(), plan.src, streams_[s],
+      [&] { ctx_.engine().copy_with_plan(plan, dst_[static_cast<size_t>(plan.dst)], src_[s], streams_[s]); }, warmup,
+      reps);
   std::sort(t.begin(), t.end());
   PlanTiming out;
-  out.median_us = t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+  out.median_us = median_of(t);
   out.min_us = t.front();
   out.max_us = t.back();
   out.reps = reps;

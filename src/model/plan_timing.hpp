@@ -22,9 +22,11 @@ class PlanTimer {
   ~PlanTimer();
   PlanTimer(const PlanTimer&) = delete;
   PlanTimer& operator=(const PlanTimer&) = delete;
-  // Runs `plan` warmup + reps times on a stream of plan.src, one event pair around each
-  // repetition on that stream (the engine joins every path back into it). Throws
-  // ERR_INVALID_SIZE when the plan is larger than max_bytes.
+  // Runs `plan` warmup + reps times on a stream of plan.src, timed as `gpustripe bench`
+  // times its rows (bench/bench.hpp time_back_to_back: repetitions enqueued back to back,
+  // an event pair around each on that stream, into which the engine joins every path), so
+  // model-check's figures compare with bench p2p's. Throws ERR_INVALID_SIZE when the plan is
+  // larger than max_bytes.
   PlanTiming time(const Plan& plan, int warmup, int reps);
   uint64_t max_bytes() const { return max_; }
 
@@ -33,7 +35,6 @@ class PlanTimer {
   uint64_t max_;
   std::vector<void*> src_, dst_;
   std::vector<StreamHandle> streams_;
-  std::vector<EventHandle> start_, end_;
 };
 
 }  // namespace gpustripe

@@ -39,7 +39,7 @@ std::string profile_to_json(const Profile& p) {
             {"created", p.created},
             {"hops", hops},
             {"epsilon_us", p.params.epsilon_us},
-            {"split_us", p.params.split_us},
+            {"host_call_us", p.params.host_call_us},
             {"capacities", p.params.capacities},
             {"measurements", json::parse(p.measurements_json.empty() ? "{}" : p.measurements_json)}};
   return j.dump(1) + "\n";
@@ -72,8 +72,10 @@ Profile profile_from_json(const std::string& text, const std::string& origin) {
     }
     field = "epsilon_us";
     p.params.epsilon_us = j.at("epsilon_us").get<double>();
-    field = "split_us";  // optional: profiles written before it existed keep the nominal figure
-    if (j.contains("split_us")) p.params.split_us = j.at("split_us").get<double>();
+    field = "host_call_us";  // optional: profiles written before it was measured keep the nominal figure
+    if (j.contains("host_call_us")) p.params.host_call_us = j.at("host_call_us").get<double>();
+    GS_REQUIRE(p.params.epsilon_us >= 0 && p.params.host_call_us >= 0, GPUSTRIPE_ERR_PROFILE,
+               "%s: negative epsilon_us or host_call_us", origin.c_str());
     field = "capacities";
     for (auto it = j.at("capacities").begin(); it != j.at("capacities").end(); ++it) {
       field = "capacities." + it.key();

@@ -13,6 +13,8 @@ extern "C" {
 
 /* 1 while the interposer's runtime is running (between MPI_Init and MPI_Finalize). */
 int gpustripe_mpi_active(void);
+/* The interposer's backend: "cuda" or "emulated". */
+const char* gpustripe_mpi_test_backend(void);
 /* Number of GPUs of the interposer's backend. */
 int gpustripe_mpi_test_device_count(void);
 /* Device memory of GPU `dev`; NULL (message on stderr) on failure. */

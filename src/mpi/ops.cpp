@@ -264,11 +264,32 @@ void set_status(MPI_Status* st, int source, int tag, int error, uint64_t bytes) 
 
 void set_empty_status(MPI_Status* st) { set_status(st, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_SUCCESS, 0); }
 
+namespace {
+
+// A gpustripe failure that no MPI error class names (a dead peer, a timeout) gets an
+// error code of its own, made once (MPI_Add_error_* are local calls), so that
+// MPI_Error_string tells the program what happened instead of "MPI_ERR_OTHER".
+int error_code_for(Status s) {
+  static std::unordered_map<int, int> codes;  // under lock(), as every interposed call
+  auto it = codes.find(static_cast<int>(s));
+  if (it != codes.end()) return it->second;
+  int cls = 0, code = MPI_ERR_OTHER;
+  if (PMPI_Add_error_class(&cls) != MPI_SUCCESS || PMPI_Add_error_code(cls, &code) != MPI_SUCCESS)
+    return MPI_ERR_OTHER;
+  std::string text = format("%s (gpustripe_mpi; the details are on stderr)", status_name(s));
+  PMPI_Add_error_string(code, text.c_str());
+  codes[static_cast<int>(s)] = code;
+  return code;
+}
+
+}  // namespace
+
 int report(MPI_Comm comm, const char* call, const std::exception& e) {
   int code = MPI_ERR_OTHER;
   if (auto* ge = dynamic_cast<const Error*>(&e)) {
     if (ge->status() == GPUSTRIPE_ERR_TRUNCATE) code = MPI_ERR_TRUNCATE;
-    if (ge->status() == GPUSTRIPE_ERR_INVALID_ARGUMENT) code = MPI_ERR_ARG;
+    else if (ge->status() == GPUSTRIPE_ERR_INVALID_ARGUMENT) code = MPI_ERR_ARG;
+    else code = error_code_for(ge->status());
     std::fprintf(stderr, "gpustripe_mpi: rank %d: %s: %s: %s\n", Runtime::get() ? Runtime::get()->world_rank() : -1,
                  call, status_name(ge->status()), e.what());
   } else {

@@ -12,6 +12,10 @@ extern "C" {
 
 int gpustripe_mpi_active(void) { return Runtime::get() != nullptr; }
 
+const char* gpustripe_mpi_test_backend(void) {
+  return Runtime::get() ? Runtime::get()->context().backend_name() : "none";
+}
+
 int gpustripe_mpi_test_device_count(void) {
   return Runtime::get() ? Runtime::get()->context().device_count() : 0;
 }

@@ -29,6 +29,30 @@ Endpoint::~Endpoint() {
   } catch (const Error& e) {
     GS_LOG_WARN(Subsys::P2p, "rank %d: leaving with undelivered records: %s", ch_.rank(), e.what());
   }
+  if (bounce_) backend_->free_pinned(bounce_);
+}
+
+char* Endpoint::bounce(size_t bytes) {
+  if (bytes > bounce_bytes_) {
+    if (bounce_) backend_->free_pinned(bounce_);
+    bounce_ = nullptr;
+    bounce_bytes_ = std::max<size_t>(bytes, fragment_bytes_);
+    bounce_ = static_cast<char*>(backend_->alloc_pinned(bounce_bytes_));
+  }
+  return bounce_;
+}
+
+const char* Endpoint::from_device(const void* src, int dev, size_t bytes) {
+  char* b = bounce(bytes);
+  mover_.copy_now(b, kHostDevice, src, dev, bytes);
+  return b;
+}
+
+void Endpoint::to_device(void* dst, int dev, const char* payload, size_t bytes) {
+  if (bytes == 0) return;
+  char* b = bounce(bytes);
+  if (b != payload) std::memcpy(b, payload, bytes);  // a message to oneself arrives in the bounce buffer
+  mover_.copy_now(dst, dev, b, kHostDevice, bytes);
 }
 
 bool Endpoint::matches(const Request& r, int src, int tag, uint64_t comm) {
@@ -103,13 +127,7 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
   if (bytes <= eager_max) {
     f.kind = FrameKind::Eager;
     f.flags = synchronous ? static_cast<uint32_t>(kSync) : 0u;
-    std::vector<char> bounce;
-    const void* payload = buf;
-    if (r->loc_.device && bytes) {
-      bounce.resize(bytes);
-      mover_.copy_now(bounce.data(), kHostDevice, buf, r->loc_.dev, bytes);
-      payload = bounce.data();
-    }
+    const void* payload = r->loc_.device && bytes ? from_device(buf, r->loc_.dev, bytes) : buf;
     if (synchronous) {
       r->state_ = Request::State::SyncWait;
       active_sends_.push_back(r);
@@ -173,7 +191,7 @@ void Endpoint::handle(int src, const Frame& f, const char* payload) {
       RequestPtr r = find_recv(f.recv_id);
       uint64_t n = std::min<uint64_t>(f.bytes, r->granted_ - std::min(r->granted_, f.offset));
       char* dst = static_cast<char*>(r->rbuf_) + f.offset;
-      if (r->loc_.device) mover_.copy_now(dst, r->loc_.dev, payload, kHostDevice, n);
+      if (r->loc_.device) to_device(dst, r->loc_.dev, payload, n);
       else std::memcpy(dst, payload, n);
       r->progress_ += n;
       if (r->progress_ >= r->granted_) complete_recv(*r);
@@ -229,7 +247,7 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
                                 static_cast<unsigned long long>(r->bytes_));
   }
   if (!rendezvous) {
-    if (r->loc_.device) mover_.copy_now(r->rbuf_, r->loc_.dev, payload, kHostDevice, n);
+    if (r->loc_.device) to_device(r->rbuf_, r->loc_.dev, payload, n);
     else if (n) std::memcpy(r->rbuf_, payload, n);
     r->status_.bytes = n;
     r->state_ = Request::State::Done;
@@ -372,12 +390,7 @@ void Endpoint::advance_sends() {
     while (s.state_ == Request::State::Streaming && outgoing_[s.peer_].empty()) {
       uint64_t n = std::min<uint64_t>(fragment_bytes_, s.granted_ - s.progress_);
       const char* src = static_cast<const char*>(s.sbuf_) + s.progress_;
-      std::vector<char> bounce;
-      if (s.loc_.device) {
-        bounce.resize(n);
-        mover_.copy_now(bounce.data(), kHostDevice, src, s.loc_.dev, n);
-        src = bounce.data();
-      }
+      if (s.loc_.device) src = from_device(src, s.loc_.dev, n);
       Frame d{};
       d.kind = FrameKind::Data;
       d.recv_id = s.peer_id_;

@@ -111,6 +111,12 @@ class Endpoint {
   char* map_exported(int peer, const Exported& e, uint64_t bytes);
   // The Exported form of a device buffer; false when it cannot be exported.
   bool try_export(const void* p, Exported* e);
+  // Device data of eager messages and stream fragments passes through one pinned host
+  // buffer (copies to pageable memory take the driver's slower, staged path). One user
+  // at a time: these copies finish before the call returns, under the mutex.
+  char* bounce(size_t bytes);
+  const char* from_device(const void* src, int dev, size_t bytes);
+  void to_device(void* dst, int dev, const char* payload, size_t bytes);
   void advance_recvs();
   void complete_recv(Request& r);
   void on_cts(int src, const Frame& f, const char* payload);
@@ -135,6 +141,8 @@ class Endpoint {
   };
   std::vector<std::deque<Queued>> outgoing_;  // per peer: records the ring had no room for
   size_t fragment_bytes_;
+  char* bounce_ = nullptr;
+  size_t bounce_bytes_ = 0;
 };
 
 }  // namespace gpustripe::p2p

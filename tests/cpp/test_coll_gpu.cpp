@@ -67,6 +67,36 @@ TEST(CollGpu, DefaultSchedulesLargeAndRepeated) {
       }
 }
 
+// Every schedule, called again and again on the same buffers with fresh data: the second
+// call is captured into graphs (per rank where no wait crosses GPUs), later ones replay them,
+// through the caller's streams and blocking, in place and not; the per-rank graphs enter and
+// leave through events, then through the GPUs' own barrier.
+TEST(CollGpu, GraphReplaysOnFreshData) {
+  GS_REQUIRE_GPU(2);
+  GpuNode node;
+  for (const char* gpu_barrier : {"0", "1"})
+  for (int n : {2, std::min(4, cuda_device_count())}) {
+    ScopedEnv b("GPUSTRIPE_COLL_GPU_BARRIER", gpu_barrier);
+    auto comm = node.comm(n);
+    for (const char* algo : kAlgos) {
+      ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
+      ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "256K");
+      for (CollOp op : {CollOp::AllToAll, CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllReduce, CollOp::Bcast,
+                        CollOp::Reduce}) {
+        auto own = schedule_names(op);
+        if (std::find(own.begin(), own.end(), algo) == own.end()) continue;
+        for (bool in_place : {false, true})
+          for (bool async : {false, true}) {
+            if (op == CollOp::Bcast && in_place) continue;
+            Case c{op, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, (size_t(3) << 20) / 4 + 7, in_place, 1 % n, async, 4};
+            ASSERT_EQ(run_case(*comm, c, 77), 0u)
+                << algo << " n=" << n << " gpu barrier " << gpu_barrier << " " << comm->last_schedule();
+          }
+      }
+    }
+  }
+}
+
 TEST(CollGpu, HostShareExchanges) {
   GS_REQUIRE_GPU(2);
   ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0.1");

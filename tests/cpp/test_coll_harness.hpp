@@ -141,10 +141,11 @@ struct Case {
   bool in_place = false;
   int root = 0;
   bool async = false;  // pass streams, then synchronize them
+  int repeats = 1;     // calls on the same buffers, each on fresh data (graph capture and replays)
   std::string describe() const {
     return std::string(coll_op_name(op)) + " " + dtype_name(dt) + " " + redop_name(redop) + " count=" +
            std::to_string(count) + (in_place ? " in-place" : "") + " root=" + std::to_string(root) +
-           (async ? " async" : "");
+           (async ? " async" : "") + (repeats > 1 ? " x" + std::to_string(repeats) : "");
   }
 };
 
@@ -169,89 +170,92 @@ inline size_t run_case(Comm& comm, const Case& c, uint64_t seed) {
   std::vector<std::vector<uint8_t>> in(n);
   std::vector<const void*> send(n);
   std::vector<void*> recv(n), both(n);
-  for (int r = 0; r < n; ++r) {
-    const int dev = comm.device(r);
-    in[r] = random_buffer(c.dt, c.redop, in_n, rng);
-    // The receive buffer starts as garbage, so a result that is not written shows.
-    std::vector<uint8_t> junk = random_buffer(c.dt, c.redop, out_n, rng);
-    if (c.in_place) {
-      size_t alloc = std::max(in_n, out_n) * esz;
-      char* base = static_cast<char*>(bufs.alloc(dev, alloc));
-      switch (c.op) {
-        case CollOp::AllGather:
-          bufs.upload(base, dev, junk);
-          bufs.upload(base + r * cnt * esz, dev, in[r]);
-          send[r] = base + r * cnt * esz;
-          recv[r] = base;
-          break;
-        case CollOp::ReduceScatter:
-          bufs.upload(base, dev, in[r]);
-          send[r] = base;
-          recv[r] = base + r * cnt * esz;
-          break;
-        default:
-          bufs.upload(base, dev, in[r]);
-          send[r] = recv[r] = base;
-          break;
-      }
-    } else {
-      void* s = bufs.alloc(dev, in_n * esz);
-      bufs.upload(s, dev, in[r]);
-      send[r] = s;
-      recv[r] = nullptr;
-      if (c.op != CollOp::Reduce || r == c.root) {
-        recv[r] = bufs.alloc(dev, out_n * esz);
-        bufs.upload(recv[r], dev, junk);
-      }
-    }
-    both[r] = const_cast<void*>(send[r]);
-  }
-
-  Comm::Streams streams;
-  if (c.async)
-    for (int r = 0; r < n; ++r) streams.push_back(bufs.stream(comm.device(r)));
-  switch (c.op) {
-    case CollOp::AllToAll: comm.alltoall(send, recv, cnt, c.dt, streams); break;
-    case CollOp::AllGather: comm.allgather(send, recv, cnt, c.dt, streams); break;
-    case CollOp::ReduceScatter: comm.reduce_scatter(send, recv, cnt, c.dt, c.redop, streams); break;
-    case CollOp::AllReduce: comm.allreduce(send, recv, cnt, c.dt, c.redop, streams); break;
-    case CollOp::Bcast: comm.bcast(both, cnt, c.dt, c.root, streams); break;
-    case CollOp::Reduce: comm.reduce(send, recv, cnt, c.dt, c.redop, c.root, streams); break;
-  }
-  for (StreamHandle s : streams) be.synchronize_stream(s);
-
+  std::vector<char*> bases(n, nullptr);
   size_t bad = 0;
-  auto check = [&](int r, size_t k, double got, double want) {
-    double tol = tolerance(c.dt, want, n);
-    if (!(std::fabs(got - want) <= tol)) {
-      if (bad < 5)
-        ADD_FAILURE() << "rank " << r << " element " << k << ": got " << got << ", want " << want << " (tol " << tol
-                      << ") [" << comm.last_schedule() << "]";
-      ++bad;
-    }
-  };
-  for (int r = 0; r < n; ++r) {
-    const int dev = comm.device(r);
-    if (c.op == CollOp::Reduce && r != c.root) continue;
-    const void* res = c.op == CollOp::Bcast ? both[r] : recv[r];
-    std::vector<uint8_t> out = bufs.download(res, dev, out_n * esz);
-    std::vector<double> xs(n);
-    for (size_t k = 0; k < out_n; ++k) {
-      double want = 0;
-      switch (c.op) {
-        case CollOp::AllToAll: want = get(c.dt, in[k / cnt], r * cnt + k % cnt); break;
-        case CollOp::AllGather: want = get(c.dt, in[k / cnt], k % cnt); break;
-        case CollOp::Bcast: want = get(c.dt, in[c.root], k); break;
-        case CollOp::ReduceScatter:
-          for (int i = 0; i < n; ++i) xs[i] = get(c.dt, in[i], r * cnt + k);
-          want = reference(c.redop, xs);
-          break;
-        default:
-          for (int i = 0; i < n; ++i) xs[i] = get(c.dt, in[i], k);
-          want = reference(c.redop, xs);
-          break;
+  for (int rep = 0; rep < std::max(1, c.repeats); ++rep) {
+    for (int r = 0; r < n; ++r) {
+      const int dev = comm.device(r);
+      in[r] = random_buffer(c.dt, c.redop, in_n, rng);
+      // The receive buffer starts as garbage, so a result that is not written shows.
+      std::vector<uint8_t> junk = random_buffer(c.dt, c.redop, out_n, rng);
+      if (c.in_place) {
+        size_t alloc = std::max(in_n, out_n) * esz;
+        if (!bases[r]) bases[r] = static_cast<char*>(bufs.alloc(dev, alloc));
+        char* base = bases[r];
+        switch (c.op) {
+          case CollOp::AllGather:
+            bufs.upload(base, dev, junk);
+            bufs.upload(base + r * cnt * esz, dev, in[r]);
+            send[r] = base + r * cnt * esz;
+            recv[r] = base;
+            break;
+          case CollOp::ReduceScatter:
+            bufs.upload(base, dev, in[r]);
+            send[r] = base;
+            recv[r] = base + r * cnt * esz;
+            break;
+          default:
+            bufs.upload(base, dev, in[r]);
+            send[r] = recv[r] = base;
+            break;
+        }
+      } else {
+        if (rep == 0) {
+          send[r] = bufs.alloc(dev, in_n * esz);
+          recv[r] = nullptr;
+          if (c.op != CollOp::Reduce || r == c.root) recv[r] = bufs.alloc(dev, out_n * esz);
+        }
+        bufs.upload(const_cast<void*>(send[r]), dev, in[r]);
+        if (recv[r]) bufs.upload(recv[r], dev, junk);
       }
-      check(r, k, get(c.dt, out, k), want);
+      both[r] = const_cast<void*>(send[r]);
+    }
+
+    Comm::Streams streams;
+    if (c.async)
+      for (int r = 0; r < n; ++r) streams.push_back(bufs.stream(comm.device(r)));
+    switch (c.op) {
+      case CollOp::AllToAll: comm.alltoall(send, recv, cnt, c.dt, streams); break;
+      case CollOp::AllGather: comm.allgather(send, recv, cnt, c.dt, streams); break;
+      case CollOp::ReduceScatter: comm.reduce_scatter(send, recv, cnt, c.dt, c.redop, streams); break;
+      case CollOp::AllReduce: comm.allreduce(send, recv, cnt, c.dt, c.redop, streams); break;
+      case CollOp::Bcast: comm.bcast(both, cnt, c.dt, c.root, streams); break;
+      case CollOp::Reduce: comm.reduce(send, recv, cnt, c.dt, c.redop, c.root, streams); break;
+    }
+    for (StreamHandle s : streams) be.synchronize_stream(s);
+
+    auto check = [&](int r, size_t k, double got, double want) {
+      double tol = tolerance(c.dt, want, n);
+      if (!(std::fabs(got - want) <= tol)) {
+        if (bad < 5)
+          ADD_FAILURE() << "rank " << r << " element " << k << ": got " << got << ", want " << want << " (tol " << tol
+                        << ") [" << comm.last_schedule() << "]";
+        ++bad;
+      }
+    };
+    for (int r = 0; r < n; ++r) {
+      const int dev = comm.device(r);
+      if (c.op == CollOp::Reduce && r != c.root) continue;
+      const void* res = c.op == CollOp::Bcast ? both[r] : recv[r];
+      std::vector<uint8_t> out = bufs.download(res, dev, out_n * esz);
+      std::vector<double> xs(n);
+      for (size_t k = 0; k < out_n; ++k) {
+        double want = 0;
+        switch (c.op) {
+          case CollOp::AllToAll: want = get(c.dt, in[k / cnt], r * cnt + k % cnt); break;
+          case CollOp::AllGather: want = get(c.dt, in[k / cnt], k % cnt); break;
+          case CollOp::Bcast: want = get(c.dt, in[c.root], k); break;
+          case CollOp::ReduceScatter:
+            for (int i = 0; i < n; ++i) xs[i] = get(c.dt, in[i], r * cnt + k);
+            want = reference(c.redop, xs);
+            break;
+          default:
+            for (int i = 0; i < n; ++i) xs[i] = get(c.dt, in[i], k);
+            want = reference(c.redop, xs);
+            break;
+        }
+        check(r, k, get(c.dt, out, k), want);
+      }
     }
   }
   return bad;

@@ -100,10 +100,16 @@ TEST(CollHazards, EveryScheduleOrdersEveryConflictingAccess) {
         ++programs;
         if (race.empty()) race = find_race(p);
       });
+      for (const char* variant : {"receiver", "sender"})
       for (CollOp op : {CollOp::AllToAll, CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllReduce,
                         CollOp::Bcast, CollOp::Reduce})
         for (const std::string& algo : schedule_names(op)) {
           if ((algo == "hier") != sockets) continue;
+          // The second pass: senders' copy engines move reduction inputs, one lane per broadcaster.
+          const bool second = std::string(variant) == "sender";
+          if (second && (op == CollOp::AllToAll || op == CollOp::AllGather)) continue;
+          ScopedEnv copies("GPUSTRIPE_COLL_RS_COPIES", variant);
+          ScopedEnv lanes("GPUSTRIPE_COLL_BCAST_LANES", second ? "0" : "1");
           ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo.c_str());
           for (bool in_place : {false, true}) {
             if (op == CollOp::Bcast && in_place) continue;

@@ -71,6 +71,26 @@ std::string case_name(const ::testing::TestParamInfo<std::tuple<OpCase, int>>& i
 INSTANTIATE_TEST_SUITE_P(Emulated, CollOps, ::testing::Combine(::testing::ValuesIn(kOpCases), ::testing::Values(2, 3, 4)),
                          case_name);
 
+// The same buffers called again with fresh data give fresh results (no stale scratch).
+TEST(CollRepeat, SameBuffersFreshDataEverySchedule) {
+  ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "512");
+  EmuNode node("h200x4");
+  auto comm = node.comm(3);
+  for (const char* variant : {"receiver", "sender"}) {
+    // Also the senders' copy engines for reduction inputs and one lane per broadcaster.
+    ScopedEnv copies("GPUSTRIPE_COLL_RS_COPIES", variant);
+    ScopedEnv lanes("GPUSTRIPE_COLL_BCAST_LANES", std::string(variant) == "sender" ? "0" : "1");
+    for (const OpCase& oc : kOpCases) {
+      ScopedEnv algo("GPUSTRIPE_COLL_ALGO", oc.algo);
+      for (bool in_place : {false, true}) {
+        if (oc.op == CollOp::Bcast && in_place) continue;
+        Case c{oc.op, GPUSTRIPE_INT32, GPUSTRIPE_SUM, 1001, in_place, 2, /*async*/ in_place, /*repeats*/ 3};
+        ASSERT_EQ(run_case(*comm, c, 5), 0u) << oc.algo << " " << variant << " " << comm->last_schedule();
+      }
+    }
+  }
+}
+
 TEST(CollHostShare, ExchangesThroughPinnedHostAreExact) {
   ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0.25");
   EmuNode node("h200x4");

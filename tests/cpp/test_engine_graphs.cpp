@@ -121,11 +121,13 @@ TEST_F(EngineGraphs, CapturedOnceReplayedWithCurrentData) {
     std::vector<uint8_t> got = download(*backend_, dst, 1, n, s);
     EXPECT_EQ(first_mismatch(data, got.data(), n), -1) << "round " << round;
   }
+  // Seen once: enqueued; the second time captured and replayed; then replayed.
+  EXPECT_EQ(engine.stats().schedules, 1u);
   EXPECT_EQ(engine.stats().graph_captures, 1u);
-  EXPECT_EQ(engine.stats().graph_launches, 4u);
-  EXPECT_EQ(engine.stats().schedules, 0u);
-  // More keys than the cache holds: the least recently used graphs are destroyed.
-  for (size_t k = 1; k <= 4; ++k) engine.copy_async(dst, 1, src, 0, n - k, s);
+  EXPECT_EQ(engine.stats().graph_launches, 3u);
+  // More keys than the cache holds, each used twice: the least recently used graphs are destroyed.
+  for (size_t k = 1; k <= 4; ++k)
+    for (int twice = 0; twice < 2; ++twice) engine.copy_async(dst, 1, src, 0, n - k, s);
   backend_->synchronize_stream(s);
   EXPECT_EQ(rec_->captures, 5);
   EXPECT_EQ(rec_->destroyed, 2);
@@ -165,7 +167,41 @@ TEST_F(EngineGraphs, ReplaysOnManyStreamsShareStagingSafely) {
     });
   for (auto& th : threads) th.join();
   EXPECT_EQ(bad.load(), 0);
-  EXPECT_EQ(engine.stats().graph_launches, static_cast<uint64_t>(kThreads * kCopies * 3));
+  EXPECT_EQ(engine.stats().schedules, static_cast<uint64_t>(kThreads * kCopies));
+  EXPECT_EQ(engine.stats().graph_launches, static_cast<uint64_t>(kThreads * kCopies * 2));
+}
+
+TEST_F(EngineGraphs, EnqueuedSchedulesAndReplaysShareStagingSafely) {
+  // One stream replays the same transfer while another enqueues transfers seen for the first
+  // time (a new destination each), both through GPU 0's host staging area, which either one
+  // fills several times over, nothing synchronized in between: each must wait for the
+  // other's readers.
+  FixedPlanner planner({{PathKind::Direct, -1, 0.2, 1}, {PathKind::HostStaged, 0, 0.8, 6}});
+  Engine engine(*backend_, topo_, &planner);
+  constexpr int kRounds = 12;
+  const size_t n = (1u << 20) + 4096;
+  StreamHandle replay_s = backend_->create_stream(0), fresh_s = backend_->create_stream(0);
+  char* src_a = static_cast<char*>(backend_->alloc_device(0, n));
+  char* src_b = static_cast<char*>(backend_->alloc_device(0, n));
+  char* dst_a = static_cast<char*>(backend_->alloc_device(1, n));
+  std::vector<char*> dst_b;
+  for (int r = 0; r < kRounds; ++r) dst_b.push_back(static_cast<char*>(backend_->alloc_device(2, n)));
+  std::vector<uint8_t> da = pattern(n, 71), db = pattern(n, 72);
+  upload(*backend_, src_a, 0, da, replay_s);
+  upload(*backend_, src_b, 0, db, fresh_s);
+  for (int r = 0; r < kRounds; ++r) {
+    engine.copy_async(dst_a, 1, src_a, 0, n, replay_s);
+    engine.copy_async(dst_b[r], 2, src_b, 0, n, fresh_s);
+  }
+  for (int r = 0; r < kRounds; ++r)
+    EXPECT_EQ(first_mismatch(db, download(*backend_, dst_b[r], 2, n, fresh_s).data(), n), -1) << "enqueued copy " << r;
+  EXPECT_EQ(first_mismatch(da, download(*backend_, dst_a, 1, n, replay_s).data(), n), -1);
+  EXPECT_EQ(engine.stats().graph_launches, static_cast<uint64_t>(kRounds - 1));
+  EXPECT_EQ(engine.stats().schedules, static_cast<uint64_t>(kRounds + 1));
+  for (char* p : {src_a, src_b, dst_a}) backend_->free_device(p);
+  for (char* p : dst_b) backend_->free_device(p);
+  backend_->destroy_stream(replay_s);
+  backend_->destroy_stream(fresh_s);
 }
 
 }  // namespace

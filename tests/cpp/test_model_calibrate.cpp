@@ -44,6 +44,12 @@ TEST(ModelCalibrate, RunsOnTheEmulatedBackendAndMatchesTheNode) {
   for (HopKind k : {HopKind::Peer, HopKind::D2H, HopKind::H2D}) EXPECT_GT(p.params.hop(k).beta_gbps, 0) << hop_kind_name(k);
   EXPECT_GT(p.params.capacities.count("pcie_d2h[gpu3]"), 0u);
   EXPECT_GT(p.params.capacities.count("nvlink_egress[gpu0]"), 0u);
+  // The schedule's costs are measured too: the host's time per call, the event wait.
+  EXPECT_GT(p.params.host_call_us, 0);
+  EXPECT_LT(p.params.host_call_us, 1e4);
+  EXPECT_GE(p.params.epsilon_us, 0);
+  for (const char* key : {"\"host_call_us\"", "\"copy_engine_mixes_gpu0\"", "\"copy_engine_mixes_into_gpu1\"", "\"relay\""})
+    EXPECT_NE(p.measurements_json.find(key), std::string::npos) << key;
   // The profile plans: every capacity names a resource of the node.
   ModelPlanner pl(t, profile_from_json(profile_to_json(p), "mem").params, SearchOptions{});
   pl.plan(0, 1, 64 << 20).check();
@@ -67,6 +73,10 @@ TEST(ModelCalibrateGpu, MeasuresPlausibleFiguresOnTheGpus) {
   EXPECT_LT(p.params.hop(HopKind::Peer).beta_gbps, 1.1 * nominal);
   EXPECT_GT(p.params.hop(HopKind::D2H).beta_gbps, 0.4 * t.host_link_gbps(0));
   EXPECT_LT(p.params.hop(HopKind::Peer).alpha_us, 50);
+  // A runtime call costs the host microseconds, an event wait the GPUs microseconds.
+  EXPECT_GT(p.params.host_call_us, 0.05);
+  EXPECT_LT(p.params.host_call_us, 50);
+  EXPECT_LT(p.params.epsilon_us, 50);
 }
 
 TEST(ModelCapi, PlansIntoTheCallersArray) {

@@ -28,6 +28,7 @@ Profile sample_profile(const Topology& t) {
   p.params.hop(HopKind::Peer) = {7.5, 380.0};
   p.params.hop(HopKind::D2H) = {9.0, 55.3};
   p.params.epsilon_us = 2.5;
+  p.params.host_call_us = 1.75;
   p.params.capacities["nvlink_egress[gpu0]"] = 394.0;
   p.params.capacities["pcie_d2h[gpu0]"] = 55.3;
   return p;
@@ -41,6 +42,7 @@ TEST(ModelProfile, RoundTripsThroughJson) {
   EXPECT_DOUBLE_EQ(q.params.hop(HopKind::Peer).beta_gbps, 380.0);
   EXPECT_DOUBLE_EQ(q.params.hop(HopKind::D2H).alpha_us, 9.0);
   EXPECT_DOUBLE_EQ(q.params.epsilon_us, 2.5);
+  EXPECT_DOUBLE_EQ(q.params.host_call_us, 1.75);
   EXPECT_DOUBLE_EQ(q.params.capacities.at("pcie_d2h[gpu0]"), 55.3);
   EXPECT_EQ(profile_mismatch(q, t), "");
 }
@@ -49,7 +51,9 @@ TEST(ModelProfile, MalformedProfilesNameTheField) {
   for (const char* bad : {"{", "{\"schema\": 2, \"fingerprint\": \"x\"}", "{\"schema\": 1}",
                           "{\"schema\":1,\"fingerprint\":\"x\",\"hops\":{\"warp\":{\"alpha_us\":1,\"beta_gbps\":1}},"
                           "\"epsilon_us\":1,\"capacities\":{}}",
-                          "{\"schema\":1,\"fingerprint\":\"x\",\"hops\":{},\"epsilon_us\":1,\"capacities\":{\"a\":-1}}"}) {
+                          "{\"schema\":1,\"fingerprint\":\"x\",\"hops\":{},\"epsilon_us\":1,\"capacities\":{\"a\":-1}}",
+                          "{\"schema\":1,\"fingerprint\":\"x\",\"hops\":{},\"epsilon_us\":1,\"host_call_us\":-2,"
+                          "\"capacities\":{}}"}) {
     try {
       profile_from_json(bad, "p.json");
       ADD_FAILURE() << "accepted: " << bad;

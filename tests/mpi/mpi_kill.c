@@ -1,18 +1,28 @@
 /* A rank killed in the middle of a transfer: rank 1 announces a large message from
  * host memory to rank 0's device buffer (the protocol where the sender copies, after
- * the receiver's reply) and dies (SIGKILL) before its data moves; rank 2 (if any)
- * waits on any source. The job must end, with an error, within GPUSTRIPE_TIMEOUT:
- * run_kill.sh checks that it ends non-zero and in time. */
+ * the receiver's reply) and dies (SIGKILL) before its data moves; ranks >= 2 wait on
+ * any source. Run under `mpirun --enable-recovery` (the job outlives the dead rank)
+ * with MPI_ERRORS_RETURN: every survivor's receive must return an error that names
+ * the dead peer (MPI_Error_string: GPUSTRIPE_ERR_PEER_FAILED), well within
+ * GPUSTRIPE_TIMEOUT. run_kill.sh counts the survivors' reports and bounds the job. */
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mpi_test_util.h"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   hooks_t hk = hooks();
   size_t n = 8u << 20;
   buf_t b = buf_new(&hk, rank % hk.device_count(), n);
@@ -25,9 +35,24 @@ int main(int argc, char** argv) {
     usleep(100000);
     raise(SIGKILL);
   }
-  if (rank == 0) MPI_Recv(b.p, (int)n, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-  if (rank >= 2) MPI_Recv(b.p, (int)n, MPI_BYTE, MPI_ANY_SOURCE, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-  fprintf(stderr, "[rank %d] the receive returned although its sender died\n", rank);
-  MPI_Finalize();
-  return 0;
+  double t0 = now();
+  int rc = rank == 0 ? MPI_Recv(b.p, (int)n, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE)
+                     : MPI_Recv(b.p, (int)n, MPI_BYTE, MPI_ANY_SOURCE, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  double took = now() - t0;
+  if (rc == MPI_SUCCESS) {
+    fprintf(stderr, "[rank %d] the receive returned although its sender died\n", rank);
+    _exit(1);
+  }
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  const char* limit = getenv("GPUSTRIPE_TIMEOUT");
+  int in_time = !limit || took < atof(limit);
+  int named = strstr(msg, "GPUSTRIPE_ERR_PEER_FAILED") != NULL;
+  fprintf(stderr, "[rank %d] receive failed after %.2f s (GPUSTRIPE_TIMEOUT=%s): %s\n", rank, took,
+          limit ? limit : "unset", msg);
+  if (in_time && named) fprintf(stderr, "[rank %d] mpi_kill: dead peer reported in time\n", rank);
+  fflush(stderr);
+  /* No MPI_Finalize: it would wait for the dead rank. */
+  _exit(in_time && named ? 0 : 1);
 }

@@ -13,8 +13,9 @@ static int dev_of(int r) { return r % ndev; }
 
 /* Every rank sends to every other rank: each (size, placement) combination. */
 static void all_pairs_all_sizes(void) {
-  const size_t sizes[] = {0, 1, 8, 4096, 16384, 16385, 100000, (1u << 20) + 3, 4u << 20};
-  const int nsizes = sizeof sizes / sizeof sizes[0];
+  /* The last size (striped over several paths) only on real GPUs: CI's emulated ones are host memcpy. */
+  const size_t sizes[] = {0, 1, 8, 4096, 16384, 16385, 100000, (1u << 20) + 3, 4u << 20, (48u << 20) + 5};
+  const int nsizes = sizeof sizes / sizeof sizes[0] - (strcmp(hk.backend(), "cuda") != 0);
   int seq = 0;
   for (int mix = 0; mix < 4; ++mix) {
     int sdev = mix & 1, rdev = (mix >> 1) & 1;

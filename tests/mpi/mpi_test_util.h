@@ -24,6 +24,7 @@
 
 typedef struct {
   int (*active)(void);
+  const char* (*backend)(void);
   int (*device_count)(void);
   void* (*alloc)(int, size_t);
   void (*free_)(void*);
@@ -33,6 +34,7 @@ typedef struct {
 static hooks_t hooks(void) {
   hooks_t h;
   h.active = (int (*)(void))dlsym(RTLD_DEFAULT, "gpustripe_mpi_active");
+  h.backend = (const char* (*)(void))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_backend");
   h.device_count = (int (*)(void))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_device_count");
   h.alloc = (void* (*)(int, size_t))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_alloc");
   h.free_ = (void (*)(void*))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_free");
@@ -41,6 +43,13 @@ static hooks_t hooks(void) {
     fprintf(stderr, "this test needs the interposer: mpirun -x LD_PRELOAD=.../libgpustripe_mpi.so\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
+  /* On the GPU machine the "device" buffers must be real GPU memory (scripts/gpu-check.d
+   * sets GPUSTRIPE_TEST_REQUIRE_BACKEND=cuda), not emulated devices in host memory. */
+  const char* want = getenv("GPUSTRIPE_TEST_REQUIRE_BACKEND");
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) printf("backend %s, %d devices\n", h.backend(), h.device_count());
+  CHECK(!want || !*want || strcmp(want, h.backend()) == 0);
   return h;
 }
 

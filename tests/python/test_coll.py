@@ -140,6 +140,31 @@ def test_bench_coll_writes_results(cli, tmp_path):
         assert {r["method"] for r in doc["rows"]} == {"gpustripe"}
 
 
+def test_bench_coll_variants_time_other_settings(cli, tmp_path):
+    from gpustripe.benchmarks.coll import parse_variants
+
+    assert parse_variants("a:GPUSTRIPE_X=1,GPUSTRIPE_Y=2; b@bcast+allreduce:GPUSTRIPE_X=3") == [
+        ("a", {"GPUSTRIPE_X": "1", "GPUSTRIPE_Y": "2"}, []), ("b", {"GPUSTRIPE_X": "3"}, ["bcast", "allreduce"])]
+    for bad in ("a", "a:X=1", ":GPUSTRIPE_X=1", "a:GPUSTRIPE_X", "a@gather:GPUSTRIPE_X=1"):
+        with pytest.raises(SystemExit):
+            parse_variants(bad)
+    p = cli("bench", "coll", "--sizes", "64K", "--gpus", "2", "--ops", "reduce_scatter", "--iters", "1",
+            "--trials", "1", "--warmup", "1", "--methods", "gpustripe", "--no-write",
+            "--variants", "sender:GPUSTRIPE_COLL_RS_COPIES=sender,GPUSTRIPE_COLL_PULL_MAX=0;"
+                          "other@alltoall:GPUSTRIPE_COLL_RS_COPIES=sender")
+    # The variant's rows carry its schedule: the senders' copy engines, not the default.
+    lines = [ln for ln in p.stdout.splitlines() if "gpustripe_sender" in ln and "reduce_scatter 64K" in ln]
+    assert lines and all("copies=sender" in ln for ln in lines), p.stdout
+    assert "gpustripe_other" not in p.stdout  # limited to an op this run does not time
+
+
+def test_nccl_reference_reports_why_it_cannot_run(ctx):
+    if not ctx.emulated:
+        pytest.skip("on GPUs the reference may run")
+    with pytest.raises(gpustripe.Error):
+        gpustripe.NcclCollBench(2, 1 << 20, symmetric=True)
+
+
 def test_torch_tensors_on_gpus(requires_gpu):
     torch = pytest.importorskip("torch")
     if requires_gpu < 2:

@@ -114,6 +114,7 @@ def test_calibrate_shows_progress_and_a_summary(cache, cli):
     p = cli("calibrate", "--quick", "--out", str(cache / "c.json"), env=EMULATED_H200X4)
     assert "100%" in p.stderr and "emulated" in p.stderr
     assert "epsilon" in p.stdout and "pcie_d2h[gpu0]" in p.stdout
+    assert "host cost per enqueue call" in p.stdout and "copies issued by gpu0 at once" in p.stdout
     shown = cli("calibrate", "--show", str(cache / "c.json")).stdout
     assert "alpha_us" in shown
 
@@ -130,6 +131,23 @@ def test_model_check_writes_results_rows(cache, cli, tmp_path):
     assert {r["method"] for r in doc["rows"]} >= {"gpustripe direct", "gpustripe all paths"}
     assert doc["exhaustive"][0]["candidates"] > 1
     assert os.path.exists(tmp_path / files[0].replace(".json", ".png"))
+    # The printed table is kept beside them, and every row says what bounds its prediction.
+    table = open(tmp_path / files[0].replace(".json", ".txt")).read()
+    assert table.startswith("node:") and "model error over" in table
+    assert all("bottleneck" in r and "path_set" in r for r in doc["rows"])
+
+
+def test_model_check_restricts_sets_and_rejects_unknown_ones(cache, cli, tmp_path):
+    from gpustripe import results
+
+    cli("model-check", "--sizes", "1M", "--sets", "direct,direct+host", "--exhaustive-sizes", "none", "--reps", "2",
+        "--warmup", "1", "--out", str(tmp_path))
+    files = [f for f in os.listdir(tmp_path) if f.endswith(".json")]
+    doc = results.load(str(tmp_path / files[0]))
+    assert {r["path_set"] for r in doc["rows"]} == {"direct", "direct+host"}
+    bad = cli("model-check", "--sizes", "1M", "--sets", "direct,teleport", "--exhaustive-sizes", "none",
+              "--out", str(tmp_path), check=False)
+    assert bad.returncode != 0 and "teleport" in (bad.stderr + bad.stdout)
 
 
 def test_tune_writes_a_table_the_planner_uses(cache, cli, monkeypatch):

@@ -25,24 +25,12 @@ class NativeTransport {
   std::string method() const { return o_.method.empty() ? "gpustripe" : o_.method; }
 
   void prepare(int slots, size_t n) {
-    bool share = n * slots > (size_t(2) << 30);
-    int window = o_.test == "bibw" ? slots / 2 : slots;
-    bufs_.assign(slots, nullptr);
-    owned_.assign(slots, false);
-    for (int i = 0; i < slots; ++i) {
-      int owner = share ? (i < window ? 0 : window) : i;
-      if (owner != i) {
-        bufs_[i] = bufs_[owner];
-        continue;
-      }
-      bufs_[i] = static_cast<char*>(o_.device ? ctx_.backend().alloc_device(dev_, n) : std::malloc(n));
-      owned_[i] = true;
-    }
+    bufs_.make(o_, slots, n, [this](size_t b) {
+      return static_cast<char*>(o_.device ? ctx_.backend().alloc_device(dev_, b) : std::malloc(b));
+    });
   }
   void release() {
-    for (size_t i = 0; i < bufs_.size(); ++i)
-      if (owned_[i]) o_.device ? ctx_.backend().free_device(bufs_[i]) : std::free(bufs_[i]);
-    bufs_.clear();
+    bufs_.drop([this](char* p) { o_.device ? ctx_.backend().free_device(p) : std::free(p); });
   }
   void isend(int slot, size_t n, int peer, int tag) { reqs_.push_back(ep_.isend(bufs_[slot], n, peer, tag, 1)); }
   void irecv(int slot, size_t n, int peer, int tag) { reqs_.push_back(ep_.irecv(bufs_[slot], n, peer, tag, 1)); }
@@ -56,8 +44,7 @@ class NativeTransport {
   gpustripe::Context& ctx_;
   gpustripe::p2p::Endpoint& ep_;
   int dev_;
-  std::vector<char*> bufs_;
-  std::vector<bool> owned_;
+  osu::Slots bufs_;
   std::vector<gpustripe::p2p::RequestPtr> reqs_;
 };
 
@@ -81,7 +68,7 @@ int main(int argc, char** argv) {
     {
       gpustripe::p2p::Endpoint ep(*ch, &ctx.backend(), gpustripe::p2p::engine_copy(ctx.engine(), ch.get()));
       NativeTransport t(o, ctx, ep, local % ctx.device_count());
-      osu::run_sweep(o, t);
+      osu::run_sweeps(o, t);
       ep.flush();
       MPI_Barrier(node);
     }

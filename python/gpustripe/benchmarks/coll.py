@@ -4,9 +4,10 @@ Methods, each timed as nccl-tests does (a batch of back-to-back calls, one synch
 time / calls; the median of several batches):
   gpustripe        gpustripe.Comm in this process (copy-engine schedules, host share, kernels)
   nccl             NCCL's default algorithms through torch.distributed, one process per GPU
-  nccl_ce          the same with NCCL_CTA_POLICY=2 and buffers in a symmetric registered
-                   window (NCCL 2.28 copy-engine collectives); absent, with the reason, when
-                   torch or NCCL cannot set that up
+  nccl_ce          NCCL's copy-engine mode (2.28): NCCL_CTA_POLICY=2 and buffers from
+                   ncclMemAlloc in symmetric windows, through gpustripe's NCCL loader in one
+                   process per run (ncclCommInitAll; torch's MemPool cannot make symmetric
+                   windows); absent, with the reason, when NCCL cannot set that up
   mpi_host_staged  the GPU-unaware host pattern: copy to host, MPI collective, copy back
                    (mpirun + mpi4py + torch)
 A method that cannot run here is reported as absent with why, never estimated.
@@ -50,6 +51,11 @@ def add_arguments(p):
     p.add_argument("--host-shares", default="",
                    help="also time gpustripe alltoall/allgather with these host-path shares (comma list, e.g. "
                         "0,0.03,0.06), as methods gpustripe_host<percent>: for tuning the automatic share")
+    p.add_argument("--variants", default="",
+                   help="also time gpustripe under other settings, as methods gpustripe_<name>: "
+                        "'NAME[@OP+OP]:VAR=VALUE,VAR=VALUE;NAME:...' (e.g. "
+                        "'sender@allreduce+reduce_scatter:GPUSTRIPE_COLL_RS_COPIES=sender'; @ limits the ops); "
+                        "for tuning, never for results")
 
 
 def _sizes(args) -> list[int]:
@@ -67,7 +73,8 @@ def _row(op, method, nbytes, us, ranks, **extra) -> dict:
 
 
 def _progress(row):
-    extra = f"  [{row['schedule']}]" if row.get("schedule") else ""
+    extra = f"  enq {row['enqueue_us']:6.1f} us" if "enqueue_us" in row else ""
+    extra += f"  [{row['schedule']}]" if row.get("schedule") else ""
     print(f"  {row['op']:>14} {row['method']:>16} n={row['ranks']} {row['bytes']:>11} B "
           f"{row['us']:>10.1f} us  algbw {row['gbps']:7.1f}  busbw {row['busbw_gbps']:7.1f} GB/s{extra}", flush=True)
 
@@ -91,26 +98,55 @@ def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent, method="gpustripe
                 print(f"  gpustripe {op} {size}: {e}", file=sys.stderr)
                 continue
             row = _row(op, method, size, t["us"], ranks, schedule=t["schedule"], min_us=t["min_us"],
-                       max_us=t["max_us"])
+                       max_us=t["max_us"], enqueue_us=t["enqueue_us"])
             rows.append(row)
             _progress(row)
 
 
-def _host_share_sweep(ctx, ranks, ops, sizes, args, rows, absent):
+def parse_variants(text: str) -> list[tuple[str, dict, list]]:
+    """'NAME[@OP+OP]:VAR=VALUE,VAR=VALUE;NAME:...' -> [(NAME, {VAR: VALUE}, [OP...] or [])]."""
+    out = []
+    for item in (x.strip() for x in text.split(";")):
+        if not item:
+            continue
+        head, sep, body = item.partition(":")
+        name, _, only = head.partition("@")
+        only_ops = [o for o in only.split("+") if o]
+        for o in only_ops:
+            if o not in BUSBW:
+                raise SystemExit(f"gpustripe bench coll: --variants: unknown op '{o}' in '{item}'")
+        env = {}
+        for kv in (x.strip() for x in body.split(",")):
+            var, eq, val = kv.partition("=")
+            if not eq or not var.startswith("GPUSTRIPE_"):
+                raise SystemExit(f"gpustripe bench coll: --variants: '{kv}' in '{item}' is not GPUSTRIPE_...=VALUE")
+            env[var] = val
+        if not sep or not name.strip() or not env:
+            raise SystemExit(f"gpustripe bench coll: --variants: '{item}' is not NAME:VAR=VALUE[,VAR=VALUE]")
+        out.append((name.strip(), env, only_ops))
+    return out
+
+
+def _variant_sweep(ctx, ranks, ops, sizes, args, rows, absent):
+    """The settings are read at every call, so one communicator serves every variant."""
+    variants = parse_variants(args.variants)
     shares = [float(x) for x in args.host_shares.split(",") if x.strip()]
     exch = [o for o in ops if o in ("alltoall", "allgather")]
-    if not shares or not exch:
-        return
-    saved = os.environ.get("GPUSTRIPE_COLL_HOST_SHARE")
-    try:
-        for f in shares:
-            os.environ["GPUSTRIPE_COLL_HOST_SHARE"] = repr(f)
-            _run_gpustripe(ctx, ranks, exch, sizes, args, rows, absent, method=f"gpustripe_host{f * 100:g}")
-    finally:
-        if saved is None:
-            os.environ.pop("GPUSTRIPE_COLL_HOST_SHARE", None)
-        else:
-            os.environ["GPUSTRIPE_COLL_HOST_SHARE"] = saved
+    runs = [(name, env, [o for o in ops if not only or o in only]) for name, env, only in variants]
+    runs += [(f"host{f * 100:g}", {"GPUSTRIPE_COLL_HOST_SHARE": repr(f)}, exch) for f in shares if exch]
+    for name, env, run_ops in runs:
+        if not run_ops:
+            continue
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            _run_gpustripe(ctx, ranks, run_ops, sizes, args, rows, absent, method=f"gpustripe_{name}")
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 # ---------------------------------------------------------------- NCCL through torch.distributed
@@ -127,16 +163,6 @@ def _nccl_worker(rank, world, cfg, out_path):
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
     dtype = getattr(torch, cfg["dtype"])
     esz = torch.tensor([], dtype=dtype).element_size()
-    pool = None
-    note = ""
-    if cfg["ce"]:
-        # NCCL 2.28 copy-engine collectives: buffers in a symmetric window of NCCL's allocator.
-        backend = dist.group.WORLD._get_backend(dev)
-        try:
-            pool = torch.cuda.MemPool(backend.mem_allocator, symmetric=True)
-        except TypeError:
-            pool = torch.cuda.MemPool(backend.mem_allocator, symm_mem=True)
-        note = "symmetric MemPool of NCCL's allocator, NCCL_CTA_POLICY=2"
 
     def bench(fn):
         for _ in range(cfg["warmup"]):
@@ -156,14 +182,10 @@ def _nccl_worker(rank, world, cfg, out_path):
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return float(t.item())
 
-    # The largest buffers once (in the symmetric pool for nccl_ce, registered once); each
-    # size uses their leading part.
+    # The largest buffers once; each size uses their leading part.
     top = max(cfg["sizes"]) // esz
-    with (torch.cuda.use_mem_pool(pool) if pool is not None else _null()):
-        xf = torch.ones(top, dtype=dtype, device=dev)
-        yf = torch.empty_like(xf)
-    if pool is not None:
-        dist.group.WORLD._get_backend(dev).register_mem_pool(pool)
+    xf = torch.ones(top, dtype=dtype, device=dev)
+    yf = torch.empty_like(xf)
     rows = []
     for size in cfg["sizes"]:
         per = size // esz
@@ -181,19 +203,12 @@ def _nccl_worker(rank, world, cfg, out_path):
                 rows.append({"op": op, "bytes": size, "us": us})
     if rank == 0:
         with open(out_path, "w") as f:
-            json.dump({"rows": rows, "note": note, "nccl": ".".join(map(str, torch.cuda.nccl.version()))}, f)
+            json.dump({"rows": rows, "nccl": ".".join(map(str, torch.cuda.nccl.version()))}, f)
     dist.destroy_process_group()
 
 
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
-
-
-def _run_nccl(method, ranks, ops, sizes, args, rows, absent):
+def _run_nccl(ranks, ops, sizes, args, rows, absent):
+    method = "nccl"
     try:
         import torch
         import torch.multiprocessing as mp
@@ -203,14 +218,10 @@ def _run_nccl(method, ranks, ops, sizes, args, rows, absent):
     if not torch.cuda.is_available() or torch.cuda.device_count() < ranks:
         absent[f"{method}/{ranks}"] = f"torch sees {torch.cuda.device_count() if torch.cuda.is_available() else 0} GPUs"
         return
-    ce = method == "nccl_ce"
     cfg = {"sizes": sizes, "ops": ops, "dtype": args.dtype, "iters": args.iters, "trials": args.trials,
-           "warmup": args.warmup, "ce": ce, "port": 29600 + ranks + (10 if ce else 0)}
+           "warmup": args.warmup, "port": 29600 + ranks}
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.json")
-        saved = {k: os.environ.get(k) for k in ("NCCL_CTA_POLICY",)}
-        if ce:
-            os.environ["NCCL_CTA_POLICY"] = "2"
         try:
             procs = mp.spawn(_nccl_worker, args=(ranks, cfg, out), nprocs=ranks, join=False)
             deadline = time.monotonic() + args.timeout
@@ -223,18 +234,65 @@ def _run_nccl(method, ranks, ops, sizes, args, rows, absent):
             absent[f"{method}/{ranks}"] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
             print(f"  {method} on {ranks} GPUs: absent ({absent[f'{method}/{ranks}']})", flush=True)
             return
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         with open(out) as f:
             got = json.load(f)
     for r in got["rows"]:
         row = _row(r["op"], method, r["bytes"], r["us"], ranks, nccl_version=got["nccl"])
-        if got.get("note"):
-            row["note"] = got["note"]
+        rows.append(row)
+        _progress(row)
+
+
+# ---------------------------------------------------------------- NCCL copy-engine mode, one process
+
+def _nccl_ce_worker(cfg_path):
+    """Runs in a process of its own (NCCL reads NCCL_CTA_POLICY once per process): NCCL's
+    collectives over symmetric windows through gpustripe's NCCL loader; writes the rows."""
+    from .. import NcclCollBench
+
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    rows = []
+    bench = NcclCollBench(cfg["ranks"], max(cfg["sizes"]), symmetric=True)
+    for op in cfg["ops"]:
+        for size in cfg["sizes"]:
+            if size % (cfg["esz"] * cfg["ranks"]):
+                continue
+            t = bench.time(op, size, cfg["dtype"], cfg["warmup"], cfg["iters"], cfg["trials"])
+            rows.append({"op": op, "bytes": size, "us": t["us"], "min_us": t["min_us"], "max_us": t["max_us"]})
+    with open(cfg["out"], "w") as f:
+        json.dump({"rows": rows, "note": bench.describe()}, f)
+
+
+def _run_nccl_ce(ranks, ops, sizes, args, rows, absent):
+    from ._p2p_common import _locate_nccl
+
+    method = "nccl_ce"
+    _locate_nccl()
+    ce_ops = [o for o in ops if o != "reduce"]
+    esz = {"float64": 8, "int64": 8, "float16": 2, "bfloat16": 2}.get(args.dtype, 4)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = {"ranks": ranks, "sizes": sizes, "ops": ce_ops, "dtype": args.dtype, "esz": esz, "iters": args.iters,
+               "trials": args.trials, "warmup": args.warmup, "out": os.path.join(tmp, "rows.json")}
+        cfg_path = os.path.join(tmp, "cfg.json")
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f)
+        env = dict(os.environ, NCCL_CTA_POLICY="2")
+        cmd = [sys.executable, "-m", "gpustripe.benchmarks.coll", "--nccl-ce-worker", cfg_path]
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
+        except subprocess.TimeoutExpired:
+            absent[f"{method}/{ranks}"] = f"timed out after {args.timeout} s"
+            return
+        if p.returncode != 0 or not os.path.exists(cfg["out"]):
+            tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+            absent[f"{method}/{ranks}"] = f"worker exited {p.returncode}: {' | '.join(tail)[:400]}"
+            print(f"  {method} on {ranks} GPUs: absent ({absent[f'{method}/{ranks}']})", flush=True)
+            return
+        with open(cfg["out"]) as f:
+            got = json.load(f)
+    for r in got["rows"]:
+        row = _row(r["op"], method, r["bytes"], r["us"], ranks, note=got["note"], min_us=r["min_us"],
+                   max_us=r["max_us"])
         rows.append(row)
         _progress(row)
 
@@ -279,12 +337,16 @@ def _mpi_worker(cfg_path):
                "allgather": lambda: staged(s, hs, hy, y, lambda a, b: comm.Allgather(a, b)),
                "reduce_scatter": lambda: staged(x, hx, hs, s, lambda a, b: comm.Reduce_scatter_block(a, b, op=MPI.SUM)),
                "bcast": lambda: staged(x, hx, hx, x, lambda a, b: comm.Bcast(a, root=0))}
-        # Host-staged calls take ~0.1-1 s at the largest sizes: fewer calls per batch there.
-        iters = max(1, min(cfg["iters"], cfg["iters"] * (64 << 20) // size))
-        warmup = min(cfg["warmup"], iters)
         for op in cfg["ops"]:
             fn = fns[op]
-            for _ in range(warmup):
+            # Host-staged calls take up to ~2 s at 1G: one untimed call sizes the batches to
+            # about 0.1 s each (every rank agrees on the slowest rank's count).
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            once = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+            iters = max(1, min(cfg["iters"], int(0.1 / max(once, 1e-6))))
+            for _ in range(min(cfg["warmup"], iters) - 1):
                 fn()
             times = []
             for _ in range(cfg["trials"]):
@@ -377,14 +439,14 @@ def run(args):
         print(f"== {ranks} ranks", flush=True)
         if "gpustripe" in methods:
             _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent)
-            _host_share_sweep(ctx, ranks, ops, sizes, args, rows, absent)
-        for m in ("nccl", "nccl_ce"):
+            _variant_sweep(ctx, ranks, ops, sizes, args, rows, absent)
+        for m, fn in (("nccl", _run_nccl), ("nccl_ce", _run_nccl_ce)):
             if m not in methods:
                 continue
             if ctx.emulated:
                 absent[m] = "emulated devices: no GPU for NCCL"
                 continue
-            _run_nccl(m, ranks, ops, sizes, args, rows, absent)
+            fn(ranks, ops, sizes, args, rows, absent)
         if "mpi_host_staged" in methods:
             if ctx.emulated:
                 absent["mpi_host_staged"] = "emulated devices: no GPU buffers to stage"
@@ -414,5 +476,8 @@ def run(args):
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--mpi-worker":
         _mpi_worker(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "--nccl-ce-worker":
+        _nccl_ce_worker(sys.argv[2])
     else:
-        raise SystemExit("usage: python -m gpustripe.benchmarks.coll --mpi-worker CONFIG (run by gpustripe bench coll)")
+        raise SystemExit("usage: python -m gpustripe.benchmarks.coll --mpi-worker|--nccl-ce-worker CONFIG "
+                         "(run by gpustripe bench coll)")

@@ -1,14 +1,17 @@
 """gpustripe bench mpi: unmodified MPI programs with device buffers, with and without gpustripe.
 
 Runs the OSU-style clients of bench/mpi under mpirun at each rank count (pairs r <-> r^1,
-all pairs at once) and compares, in one results file per (ranks, window):
+all pairs at once; one GPU per rank) and compares, in one results file per (ranks, window):
   mpi_gpustripe    mpi_bench with libgpustripe_mpi.so preloaded (the interposer)
   mpi_host_staged  mpi_bench in the GPU-unaware pattern: copy to host, MPI, copy back
   gpustripe        gs_p2p_bench: the same loop over gpustripe's native p2p layer
-  nccl             NCCL send/recv GPU 0 -> 1 in one process (gpustripe bench's method),
-                   where NCCL is available; marked "process": "single"
-It also runs mpi_bench with device buffers WITHOUT the interposer, to show what a
-non-CUDA-aware MPI does with them (expected: a crash or an error; recorded, never fatal).
+  nccl             nccl_bench: NCCL send/recv between the ranks (a window = one group)
+  ucx              ucx_bench: UCX ucp tag send/recv, UCX_TLS=cuda_ipc,cuda_copy,sm,self
+                   (the libucx-cu13 wheel staged by scripts/stage-deps.sh)
+A method that cannot run here is skipped and its reason kept in the results
+("methods_absent"). It also runs mpi_bench with device buffers WITHOUT the interposer, to
+show what a non-CUDA-aware MPI does with them (expected: a crash or an error; recorded,
+never fatal).
 """
 from __future__ import annotations
 
@@ -20,15 +23,23 @@ import sys
 import time
 
 NAME = "mpi"
-HELP = "MPI point-to-point with device buffers: the PMPI interposer vs host staging, native p2p and NCCL"
+HELP = "MPI point-to-point with device buffers: the PMPI interposer vs host staging, native p2p, NCCL and UCX"
 
-METHODS = ("mpi_gpustripe", "mpi_host_staged", "gpustripe", "nccl")
+METHODS = ("mpi_gpustripe", "mpi_host_staged", "gpustripe", "nccl", "ucx")
+# UCX over CUDA IPC within the node; Open MPI's own UCX components stay off, as the
+# system MPI may be linked against another libucp than the client's.
+UCX_TLS_DEVICE = "cuda_ipc,cuda_copy,sm,self"
+UCX_TLS_HOST = "sm,self"
+UCX_MPI_ARGS = ["--mca", "pml", "ob1", "--mca", "osc", "^ucx", "--mca", "btl", "^uct"]
 
 
 def add_arguments(p):
     p.add_argument("--ranks", default="2,4", help="rank counts, comma separated (even; default 2,4)")
     p.add_argument("--sizes", default="1:1G", help="bandwidth sizes LO:HI (powers of two; default 1:1G)")
     p.add_argument("--latency-sizes", default="1:4M", help="latency sizes LO:HI (default 1:4M; '' for none)")
+    p.add_argument("--staged-max", default="64M",
+                   help="largest bandwidth size of mpi_host_staged (default 64M: the pattern runs at PCIe "
+                        "speed, a window of 64 x 1 GB through host memory takes minutes)")
     p.add_argument("--windows", default="1,16,64", help="bandwidth window sizes (default 1,16,64)")
     p.add_argument("--bibw-window", type=int, default=64, help="window of the bidirectional runs (default 64)")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
@@ -51,7 +62,35 @@ def _paths(build: str) -> dict:
     missing = [p for p in paths.values() if not os.path.exists(p)]
     if missing:
         raise SystemExit(f"gpustripe bench mpi: not built: {', '.join(missing)} (build the tree with MPI found)")
-    return {k: os.path.abspath(v) for k, v in paths.items()}
+    paths = {k: os.path.abspath(v) for k, v in paths.items()}
+    # Optional clients: absent when their library was not found at build time.
+    for name in ("nccl_bench", "ucx_bench"):
+        p = os.path.join(build, "bench/mpi", name)
+        if os.path.exists(p):
+            paths[name] = os.path.abspath(p)
+    return paths
+
+
+def _absent(method: str, paths: dict, emulated: bool) -> str:
+    """Why a method cannot run here ('' when it can)."""
+    if method == "mpi_host_staged" and emulated:
+        return "needs a GPU (copy to host, MPI, copy back)"
+    if method == "nccl":
+        if emulated:
+            return "needs GPUs"
+        if "nccl_bench" not in paths:
+            return "nccl_bench not built (a CUDA build builds it)"
+        from ._p2p_common import _locate_nccl
+
+        _locate_nccl()
+        if not os.environ.get("GPUSTRIPE_NCCL_LIBRARY"):
+            import ctypes.util
+
+            if not ctypes.util.find_library("nccl"):
+                return "no NCCL library (nvidia-nccl wheel or GPUSTRIPE_NCCL_LIBRARY)"
+    if method == "ucx" and "ucx_bench" not in paths:
+        return "ucx_bench not built: UCX headers not found (scripts/stage-deps.sh stages the libucx-cu13 wheel)"
+    return ""
 
 
 def _size_arg(text: str) -> tuple[str, str]:
@@ -59,12 +98,13 @@ def _size_arg(text: str) -> tuple[str, str]:
     return lo or "1", hi or lo or "1"
 
 
-def _mpirun(args, n: int, env: dict) -> list[str]:
-    cmd = [args.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n), "-x", "NCCL_NVLS_ENABLE=0"]
+def _mpirun(args, n: int, env: dict, mca: list[str] | None = None) -> list[str]:
+    cmd = [args.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n), *(mca or []),
+           "-x", "NCCL_NVLS_ENABLE=0"]
     for k, v in env.items():
         cmd += ["-x", f"{k}={v}"]
     for k in ("GPUSTRIPE_TOPOLOGY_DIR", "GPUSTRIPE_TOPOLOGY", "GPUSTRIPE_BACKEND", "GPUSTRIPE_TIMEOUT",
-              "GPUSTRIPE_LOG_LEVEL", "CUDA_VISIBLE_DEVICES"):
+              "GPUSTRIPE_LOG_LEVEL", "GPUSTRIPE_NCCL_LIBRARY", "CUDA_VISIBLE_DEVICES"):
         if k in os.environ:
             cmd += ["-x", k]
     return cmd
@@ -108,28 +148,8 @@ def _without_interposer(args, paths: dict, n: int) -> dict:
     return {"ranks": n, "exit": rc, "failed": failed, "tail": out.splitlines()[-8:]}
 
 
-def _nccl_rows(sizes_arg: str, iters: int) -> tuple[list[dict], str]:
-    try:
-        from ..copy import default_context
-        from ._p2p_common import _locate_nccl, parse_sizes
-
-        _locate_nccl()
-        ctx = default_context()
-        have, missing = ctx.bench_methods()
-        if "nccl" not in have:
-            return [], "nccl not available: " + "; ".join(m for m in missing if "nccl" in m)
-        rows = ctx.bench_p2p([(0, 1)], parse_sizes(sizes_arg), [], ["nccl"], False, 3, iters or 10, 0, None)
-        for r in rows:
-            r["process"] = "single"
-            r["ranks"] = 1
-            r["window"] = 1
-        return rows, ""
-    except Exception as e:  # the comparison is optional; the MPI rows stand without it
-        return [], f"nccl rows not measured: {e}"
-
-
 def run(args) -> int:
-    from .. import results
+    from .. import parse_size, results
     from ..copy import default_context
 
     paths = _paths(args.build)
@@ -139,62 +159,86 @@ def run(args) -> int:
     bad = [m for m in methods if m not in METHODS]
     if bad:
         raise SystemExit(f"gpustripe bench mpi: unknown methods {bad}; known: {', '.join(METHODS)}")
+    emulated = ctx.emulated
+    absent = {m: why for m in methods if (why := _absent(m, paths, emulated))}
+    methods = [m for m in methods if m not in absent]
     ranks = [int(r) for r in args.ranks.split(",") if r]
     windows = [int(w) for w in args.windows.split(",") if w]
     sizes, lat_sizes, iters = args.sizes, args.latency_sizes, args.iters
     if args.quick:
         sizes, lat_sizes, iters = "4K:16M", "8:8", iters or 5
     lo, hi = _size_arg(sizes)
-    emulated = ctx.emulated
     mem = ["--mem", "host"] if emulated and not os.environ.get("GPUSTRIPE_BENCH_EMULATED_DEVICE") else []
     print(f"gpustripe bench mpi: {device}, {gpus} GPUs, ranks {ranks}, methods {methods}")
+    for m, why in absent.items():
+        print(f"  (skipped: {m}: {why})")
     if emulated:
         print("  NOTE: no GPU visible: host buffers on emulated devices; figures are not GPU figures.")
 
-    def client(method: str, n: int, test: list[str]) -> list[str] | None:
-        common = test + ["--iters", str(iters)] if iters else test
+    def sweeps(method: str) -> list[str]:
+        """Every sweep of one method at one rank count, for one launch (start-up paid once)."""
+        top = hi
+        if method == "mpi_host_staged":  # PCIe speed: a window of 64 x 1 GB would take minutes
+            top = str(min(parse_size(hi), parse_size(args.staged_max)))
+        out = []
+        if parse_size(top) >= parse_size(lo):
+            out += [f"bw:{w}:{lo}:{top}" for w in windows]
+            if args.bibw_window in windows:
+                out.append(f"bibw:{args.bibw_window}:{lo}:{top}")
+        if lat_sizes:
+            llo, lhi = _size_arg(lat_sizes)
+            out.append(f"latency:1:{llo}:{lhi}")
+        return [a for sw in out for a in ("--sweep", sw)]
+
+    def client(method: str, n: int) -> list[str] | None:
+        common = sweeps(method) + (["--iters", str(iters)] if iters else [])
         if method == "mpi_gpustripe":
             return _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [paths["mpi_bench"], *common, *mem,
                                                                             "--method", method]
         if method == "mpi_host_staged":
-            return None if emulated else _mpirun(args, n, {}) + [paths["mpi_bench"], *common, "--staged"]
+            return _mpirun(args, n, {}) + [paths["mpi_bench"], *common, "--staged"]
         if method == "gpustripe":
             return _mpirun(args, n, {}) + [paths["gs_p2p_bench"], *common, *mem]
+        if method == "nccl":
+            return _mpirun(args, n, {}) + [paths["nccl_bench"], *common]
+        if method == "ucx":
+            env = {"UCX_TLS": UCX_TLS_HOST if mem else UCX_TLS_DEVICE, "UCX_WARN_UNUSED_ENV_VARS": "n"}
+            return _mpirun(args, n, env, UCX_MPI_ARGS) + [paths["ucx_bench"], *common, *mem]
         return None
 
-    written, notes = [], {}
+    def file_window(row: dict) -> int:
+        """Which results file a row goes to: bandwidth rows by their window, the
+        bidirectional ones to --bibw-window's, latency to the last window's."""
+        if row["op"] == "latency":
+            return windows[-1]
+        return row["window"]
+
+    written = []
     unaware = []
-    nccl_rows, nccl_note = ([], "not asked for") if "nccl" not in methods else _nccl_rows(f"{lo}:{hi}", iters)
-    if nccl_note:
-        print(f"  {nccl_note}")
     for n in ranks:
         if not emulated:
             unaware.append(_without_interposer(args, paths, n))
+        rows_n = []
+        for method in methods:
+            cmd = client(method, n)
+            if cmd:
+                rows_n += _run_rows(cmd, args.timeout, {"emulated": emulated})
         for w in windows:
-            rows = []
-            for method in methods:
-                tests = [["--test", "bw", "--window", str(w), "--min", lo, "--max", hi]]
-                if w == args.bibw_window:
-                    tests.append(["--test", "bibw", "--window", str(w), "--min", lo, "--max", hi])
-                if w == windows[-1] and lat_sizes:
-                    llo, lhi = _size_arg(lat_sizes)
-                    tests.append(["--test", "latency", "--min", llo, "--max", lhi])
-                for t in tests:
-                    cmd = client(method, n, t)
-                    if cmd:
-                        rows += _run_rows(cmd, args.timeout, {"emulated": emulated})
-            rows += [dict(r) for r in nccl_rows]  # no window in NCCL's loop: the same rows in every file
+            rows = [r for r in rows_n if file_window(r) == w]
             if not rows:
                 continue
             print()
+            print(f"{n} ranks, window {w}")
             print(results.ratio_table(rows, "p2p", ours="mpi_gpustripe"))
+            if any(r["op"] == "bibw" for r in rows):
+                print(results.ratio_table(rows, "bibw", ours="mpi_gpustripe"))
             if any(r["op"] == "latency" for r in rows):
                 print(results.ratio_table(rows, "latency", ours="mpi_gpustripe", value="us"))
                 print("(latency: microseconds, lower is better; ratio = mpi_gpustripe/method)")
             print()
             if not args.no_write:
                 extra = {"ranks": n, "window": w, "emulated": emulated, "backend": ctx.backend_name,
-                         "without_interposer": [u for u in unaware if u["ranks"] == n], "nccl_note": nccl_note}
+                         "without_interposer": [u for u in unaware if u["ranks"] == n], "methods_absent": absent}
                 path = results.write(f"mpi-np{n}-w{w}", device, gpus, rows, out_dir=args.out, extra=extra,
                                      command=" ".join(["gpustripe", "bench", "mpi", *sys.argv[3:]]))
                 written.append(path)

@@ -38,11 +38,22 @@ def summarize(doc: dict) -> str:
     lines.append(f"  {'hop':<8} {'alpha_us':>9} {'beta_GB/s':>10}")
     for kind, h in doc["hops"].items():
         lines.append(f"  {kind:<8} {h['alpha_us']:>9.2f} {h['beta_gbps']:>10.1f}")
-    lines.append(f"  staging synchronization epsilon: {doc['epsilon_us']:.2f} us")
+    lines.append(f"  cross-stream event wait (staging, fork/join) epsilon: {doc['epsilon_us']:.2f} us")
+    if "host_call_us" in doc:
+        lines.append(f"  host cost per enqueue call: {doc['host_call_us']:.2f} us")
     lines.append("  shared capacities (GB/s):")
     for name, v in sorted(doc["capacities"].items()):
         lines.append(f"    {name:<28} {v:8.1f}")
-    note = doc.get("measurements", {}).get("note")
+    meas = doc.get("measurements", {})
+    for key, what in (("copy_engine_mixes_gpu0", "copies issued by gpu0 at once"),
+                      ("copy_engine_mixes_into_gpu1", "peer copies into gpu1 + H2D issued by gpu1")):
+        if meas.get(key):
+            lines.append(f"  {what} (measured / lossless sharing):")
+            for m in meas[key]:
+                kinds = ", ".join(f"{m[k]} {k}" for k in ("peers", "d2h", "h2d") if k in m)
+                lines.append(f"    {kinds:<22} {m['us']:9.1f} us / {m['lossless_us']:9.1f} us = "
+                             f"{m['us'] / m['lossless_us']:.3f}")
+    note = meas.get("note")
     if note:
         lines.append(f"  note: {note}")
     return "\n".join(lines)

@@ -1,7 +1,8 @@
 """gpustripe model-check: the model's accuracy on this node. For sizes 1 MB-1 GB and the
 path sets {direct}, {direct+host}, {direct+GPU staged}, {all}, runs the model's split of
-each set with the engine (median of repeats, device events) and prints predicted against
-measured with the error; then, at 16 MB, 256 MB and 1 GB, compares the model's chosen
+each set with the engine and prints predicted against measured with the error. Transfers
+are timed as `gpustripe bench p2p` times its rows (repetitions back to back, device events,
+median), so figures compare with bench p2p's at every size. Then, at 16 MB, 256 MB and 1 GB, compares the model's chosen
 plan with the best of an exhaustive search (gpustripe tune's grid). Writes a results
 file (rows op "model") and its plot."""
 import sys
@@ -9,6 +10,7 @@ import sys
 DEFAULT_SIZES = "1M,4M,16M,64M,256M,1G"
 EMULATED_SIZES = "1M,4M,16M"
 EXHAUSTIVE_SIZES = "16M,256M,1G"
+SET_NAMES = ("direct", "direct+host", "direct+gpu staged", "all paths")
 
 
 def register(sub):
@@ -19,7 +21,10 @@ def register(sub):
     p.add_argument("--sizes", help=f"comma list (default {DEFAULT_SIZES}; {EMULATED_SIZES} when emulated)")
     p.add_argument("--exhaustive-sizes", help=f"sizes of the exhaustive comparison (default {EXHAUSTIVE_SIZES}; "
                                               "'none' to skip)")
-    p.add_argument("--reps", type=int, default=10, help="timed repeats per point (median)")
+    p.add_argument("--sets", help="comma list of path sets to check (default all of: "
+                                  f"{', '.join(SET_NAMES)})")
+    p.add_argument("--reps", type=int, default=20, help="timed repeats per point (median; default 20, as bench p2p)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed repeats first (default 5, as bench p2p)")
     p.add_argument("--quick", action="store_true", help="coarser exhaustive grid, fewer repeats")
     p.add_argument("--profile", help="calibration profile (default: GPUSTRIPE_PROFILE, the cache, else nominal)")
     p.add_argument("--out", default="bench/results", help="results directory (default bench/results)")
@@ -43,49 +48,64 @@ def run(args):
     if ctx.emulated:
         print(f"no GPU visible: {ctx.device_count} emulated devices (memcpy speeds, not GPU figures; "
               "the errors say nothing about the model)", file=sys.stderr)
-    print(f"node: {ctx.device_label}; model parameters: {model.source}")
     timer = PlanTimer(ctx, max(sizes + ex_sizes))
     src, dst = args.src, args.dst
     sets = path_sets(model.routes(src, dst))
-    rows = []
-    print(f"{'size':>6} {'path set':<20} {'measured':>9} {'predicted':>9} {'error':>7}  plan")
+    if args.sets:
+        wanted = [w.strip() for w in args.sets.split(",") if w.strip()]
+        unknown = [w for w in wanted if w not in sets]
+        if unknown:
+            raise SystemExit(f"model-check: unknown path set(s) {unknown}; this pair has {list(sets)}")
+        sets = {k: v for k, v in sets.items() if k in wanted}
+    rows, lines = [], []
+
+    def say(text=""):
+        print(text)
+        lines.append(text)
+
+    say(f"node: {ctx.device_label}; model parameters: {model.source}")
+    say(f"{'size':>6} {'path set':<20} {'measured':>9} {'predicted':>9} {'error':>7}  {'bound by':<22} plan")
     for size in sizes:
         for name, paths in sets.items():
             plan = model.plan_paths(src, dst, size, paths)
-            t = timer.time(plan, warmup=2, reps=reps)
+            t = timer.time(plan, warmup=args.warmup, reps=reps)
             gbps = size / (t["us"] * 1e3)
             err = (plan.predicted_gbps - gbps) / gbps
-            rows.append({"op": "model", "method": f"gpustripe {name}", "bytes": size, "gbps": gbps, "us": t["us"],
+            rows.append({"op": "model", "method": f"gpustripe {name}", "path_set": name, "bytes": size, "gbps": gbps,
+                         "us": t["us"], "min_us": t["min_us"], "max_us": t["max_us"],
                          "predicted_gbps": plan.predicted_gbps, "predicted_us": plan.predicted_us,
-                         "paths": plan.spec, "error": err, "src": src, "dst": dst})
-            print(f"{human_bytes(size):>6} {name:<20} {gbps:9.1f} {plan.predicted_gbps:9.1f} {100 * err:6.1f}%  "
-                  f"{plan.describe()}")
+                         "paths": plan.spec, "bottleneck": plan.bottleneck, "error": err, "src": src, "dst": dst})
+            say(f"{human_bytes(size):>6} {name:<20} {gbps:9.1f} {plan.predicted_gbps:9.1f} {100 * err:6.1f}%  "
+                f"{plan.bottleneck:<22} {plan.describe()}")
     errs = [abs(r["error"]) for r in rows]
     mean_err, max_err = sum(errs) / len(errs), max(errs)
-    print(f"model error over {len(rows)} points: mean {100 * mean_err:.1f}%, max {100 * max_err:.1f}% "
-          f"(target: mean <= 5%, max <= 10%)")
+    say(f"model error over {len(rows)} points: mean {100 * mean_err:.1f}%, max {100 * max_err:.1f}% "
+        f"(target: mean <= 5%, max <= 10%)")
 
     exhaustive = []
     for size in ex_sizes:
         chosen = model.plan(src, dst, size)
-        t = timer.time(chosen, warmup=2, reps=reps)
+        t = timer.time(chosen, warmup=args.warmup, reps=reps)
         found = search(model, timer, src, dst, size, reps, quick=args.quick)
         best_us, best_spec, best_pred = found[0]
         ratio = best_us / t["us"]
         exhaustive.append({"bytes": size, "model_plan": chosen.spec, "model_us": t["us"],
                            "best_plan": best_spec, "best_us": best_us, "model_vs_best": ratio,
                            "candidates": len(found)})
-        print(f"{human_bytes(size):>6} model's plan {chosen.describe()}: {size / (t['us'] * 1e3):.1f} GB/s; "
+        say(f"{human_bytes(size):>6} model's plan {chosen.describe()}: {size / (t['us'] * 1e3):.1f} GB/s; "
               f"exhaustive best {best_spec}: {size / (best_us * 1e3):.1f} GB/s; model reaches {100 * ratio:.1f}% "
               f"of the best ({len(found)} candidates; target >= 97%)")
-        rows.append({"op": "model", "method": "gpustripe model's choice", "bytes": size,
+        rows.append({"op": "model", "method": "gpustripe model's choice", "path_set": "model's choice", "bytes": size,
                      "gbps": size / (t["us"] * 1e3), "us": t["us"], "predicted_gbps": chosen.predicted_gbps,
-                     "paths": chosen.spec, "error": (chosen.predicted_gbps - size / (t["us"] * 1e3)) /
+                     "paths": chosen.spec, "bottleneck": chosen.bottleneck, "error": (chosen.predicted_gbps - size / (t["us"] * 1e3)) /
                      (size / (t["us"] * 1e3)), "src": src, "dst": dst})
     path = results.write("model-check", ctx.device_label, ctx.device_count, rows, out_dir=args.out, plot=False,
                          extra={"model_source": model.source, "mean_abs_error": mean_err, "max_abs_error": max_err,
                                 "exhaustive": exhaustive, "emulated": ctx.emulated})
-    png = plot_model_check(rows, f"{ctx.device_label}: model check {src}->{dst} ({model.source})",
-                           path[:-len(".json")] + ".png")
-    print(f"wrote {path} and {png}")
+    png = plot_model_check(rows, f"{ctx.device_label}: model check {src}->{dst} ({model.source}); |error| mean "
+                                 f"{100 * mean_err:.1f}%, max {100 * max_err:.1f}%", path[:-len(".json")] + ".png")
+    txt = path[:-len(".json")] + ".txt"
+    say(f"wrote {path}, {png} and {txt}")
+    with open(txt, "w") as f:
+        f.write("\n".join(lines) + "\n")
     return 0

@@ -155,6 +155,20 @@ void CudaBackend::copy_async(void* dst, int dst_dev, const void* src, int src_de
   if (bytes == 0) return;
   check_range("copy_async", "dst", dst, dst_dev, bytes);
   check_range("copy_async", "src", src, src_dev, bytes);
+  enqueue_copy(dst, dst_dev, src, src_dev, bytes, s);
+}
+
+void CudaBackend::copy_async_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
+                                        StreamHandle s) {
+  if (dst_dev != kHostDevice) check_device("copy_async", "dst_dev", dst_dev);
+  if (src_dev != kHostDevice) check_device("copy_async", "src_dev", src_dev);
+  if (bytes == 0) return;
+  check_pointer_not_null("copy_async", "dst", dst, bytes);
+  check_pointer_not_null("copy_async", "src", src, bytes);
+  enqueue_copy(dst, dst_dev, src, src_dev, bytes, s);
+}
+
+void CudaBackend::enqueue_copy(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s) {
   int dev = stream_device(s, "copy_async");
   DeviceGuard guard(dev);
   // cudaMemcpyPeerAsync cannot be captured into a graph; under capture a UVA copy does

@@ -48,6 +48,8 @@ class CudaBackend final : public Backend {
   float elapsed_ms(EventHandle start, EventHandle end) override;
 
   void copy_async(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s) override;
+  void copy_async_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
+                             StreamHandle s) override;
   void memset_async(void* dst, int dev, int value, size_t bytes, StreamHandle s) override;
 
   IpcMemHandle ipc_export(const void* p) override;
@@ -65,6 +67,7 @@ class CudaBackend final : public Backend {
   void check_range(const char* call, const char* what, const void* p, int dev, size_t bytes);
   // The device a stream belongs to (the current device for the legacy default stream).
   int stream_device(StreamHandle s, const char* call) const;
+  void enqueue_copy(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s);
 
   const bool check_pointers_;  // GPUSTRIPE_CUDA_CHECK_POINTERS
   int device_count_ = 0;

@@ -1,0 +1,77 @@
+#include "coll/barrier.hpp"
+
+#include "common/config.hpp"
+#include "common/error.hpp"
+
+namespace gpustripe::coll {
+namespace {
+
+const DoubleSetting kBarrierTimeout{"GPUSTRIPE_COLL_BARRIER_TIMEOUT", "10",
+                                    "Seconds a GPU waits in a collective's entry or exit barrier for its peers "
+                                    "before it gives up (the call then fails with ERR_TIMEOUT)"};
+
+#if GPUSTRIPE_HAVE_CUDA
+// Per rank: n flags (one per peer) and the counter, in device memory; one pinned error word.
+class CudaBarrier : public DeviceBarrier {
+ public:
+  CudaBarrier(Backend& b, std::vector<int> devices) : backend_(b), devices_(std::move(devices)) {
+    const int n = static_cast<int>(devices_.size());
+    for (int r = 0; r < n; ++r) {
+      void* p = backend_.alloc_device(devices_[r], (n + 1) * sizeof(unsigned long long));
+      StreamHandle s = backend_.create_stream(devices_[r]);
+      backend_.memset_async(p, devices_[r], 0, (n + 1) * sizeof(unsigned long long), s);
+      backend_.synchronize_stream(s);
+      backend_.destroy_stream(s);
+      mem_.push_back(static_cast<unsigned long long*>(p));
+    }
+    error_ = static_cast<int*>(backend_.alloc_pinned(sizeof(int)));
+    *error_ = 0;
+  }
+  ~CudaBarrier() override {
+    for (void* p : mem_) backend_.free_device(p);
+    backend_.free_pinned(error_);
+  }
+  void arrive_and_wait(int rank, StreamHandle s) override {
+    const int n = static_cast<int>(devices_.size());
+    BarrierKernelArgs a;
+    a.counter = mem_[rank] + n;
+    for (int q = 0; q < n; ++q) a.peer_slot[q] = mem_[q] + rank;
+    a.own_flags = mem_[rank];
+    a.n = n;
+    a.me = rank;
+    a.timeout_ns = static_cast<unsigned long long>(kBarrierTimeout.get() * 1e9);
+    a.error = error_;
+    launch_barrier_kernel(a, devices_[rank], s);
+  }
+  void check() override {
+    if (*reinterpret_cast<volatile int*>(error_) == 0) return;
+    *error_ = 0;
+    GS_THROW(GPUSTRIPE_ERR_TIMEOUT,
+             "a GPU of the communicator waited more than %g s in a collective's barrier for its peers (a rank's "
+             "stream blocked on another's later work?); results of that call are undefined",
+             kBarrierTimeout.get());
+  }
+
+ private:
+  Backend& backend_;
+  std::vector<int> devices_;
+  std::vector<unsigned long long*> mem_;
+  int* error_ = nullptr;
+};
+#endif
+
+}  // namespace
+
+std::unique_ptr<DeviceBarrier> make_device_barrier(Backend& backend, const std::vector<int>& devices, bool all_peer) {
+#if GPUSTRIPE_HAVE_CUDA
+  if (!backend.emulated() && all_peer && devices.size() >= 2 &&
+      devices.size() <= static_cast<size_t>(kMaxBarrierRanks))
+    return std::make_unique<CudaBarrier>(backend, devices);
+#endif
+  (void)backend;
+  (void)devices;
+  (void)all_peer;
+  return nullptr;
+}
+
+}  // namespace gpustripe::coll

@@ -1,0 +1,45 @@
+// A barrier among the GPUs of a communicator that the GPUs run themselves, for the entry
+// and exit of per-rank graphs (executor.hpp): on each rank's stream a one-thread kernel
+// stores the barrier's number into this rank's flag in every peer's memory (over NVLink)
+// and spins until every peer's flag in its own memory has reached that number. A CUDA
+// event waited on by another GPU costs far more than that. The number is a counter in
+// device memory that the kernel increments, so a barrier captured into a graph counts on
+// at every replay; every rank runs the same barriers in the same order. A spin that
+// outlasts GPUSTRIPE_COLL_BARRIER_TIMEOUT gives up and leaves a mark the host checks
+// (ERR_TIMEOUT), never a hang.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/backend.hpp"
+
+namespace gpustripe::coll {
+
+class DeviceBarrier {
+ public:
+  virtual ~DeviceBarrier() = default;
+  // Enqueues rank's part of the next barrier on s (a stream of rank's device).
+  virtual void arrive_and_wait(int rank, StreamHandle s) = 0;
+  // Throws ERR_TIMEOUT when a barrier gave up (call after the work has completed).
+  virtual void check() = 0;
+};
+
+// nullptr where the backend cannot run one (emulated devices; not every pair of GPUs
+// maps the other's memory): the executor then uses events.
+std::unique_ptr<DeviceBarrier> make_device_barrier(Backend& backend, const std::vector<int>& devices, bool all_peer);
+
+#if GPUSTRIPE_HAVE_CUDA
+// The kernel (barrier_cuda.cu): counter and error live in rank's memory / pinned memory.
+constexpr int kMaxBarrierRanks = 16;
+struct BarrierKernelArgs {
+  unsigned long long* counter = nullptr;                        // this rank's barrier number
+  unsigned long long* peer_slot[kMaxBarrierRanks] = {};         // this rank's flag in each rank's array
+  const unsigned long long* own_flags = nullptr;                // every rank's flag in this rank's array
+  int n = 0, me = 0;
+  unsigned long long timeout_ns = 0;
+  int* error = nullptr;                                         // pinned host memory, set on a timeout
+};
+void launch_barrier_kernel(const BarrierKernelArgs& args, int dev, void* cuda_stream);
+#endif
+
+}  // namespace gpustripe::coll

@@ -1,0 +1,81 @@
+#include "model/schedule_cost.hpp"
+
+#include <algorithm>
+
+#include "common/config.hpp"
+
+namespace gpustripe {
+namespace {
+
+// The value of a setting another layer declares, by name; `fallback` when this build has none.
+std::string setting_text(const char* name, const std::string& fallback, bool* declared = nullptr) {
+  for (const SettingInfo& s : all_settings())
+    if (s.name == name) {
+      if (declared) *declared = true;
+      return s.current_value();
+    }
+  if (declared) *declared = false;
+  return fallback;
+}
+
+}  // namespace
+
+EngineShape EngineShape::from_settings() {
+  EngineShape e;
+  e.host_lanes = static_cast<int>(std::clamp<int64_t>(
+      parse_int(setting_text("GPUSTRIPE_HOST_LANES", std::to_string(e.host_lanes)), "GPUSTRIPE_HOST_LANES"), 1, 8));
+  e.host_staging = parse_size(setting_text("GPUSTRIPE_HOST_STAGING", "128M"), "GPUSTRIPE_HOST_STAGING");
+  e.gpu_staging = parse_size(setting_text("GPUSTRIPE_GPU_STAGING", "256M"), "GPUSTRIPE_GPU_STAGING");
+  e.graphs = parse_bool(setting_text("GPUSTRIPE_GRAPHS", "0"), "GPUSTRIPE_GRAPHS");
+  bool declared = false;
+  std::string on_caller = setting_text("GPUSTRIPE_DIRECT_ON_CALLER", "0", &declared);
+  e.direct_on_caller = declared && parse_bool(on_caller, "GPUSTRIPE_DIRECT_ON_CALLER");
+  e.marks_per_piece = !declared;  // the engine that puts direct paths on the caller marks relay lanes once
+  return e;
+}
+
+uint64_t staged_pieces(uint64_t bytes, uint64_t staging_bytes) {
+  const uint64_t align = 4096;
+  const uint64_t piece = std::max<uint64_t>(align, staging_bytes / 2 / align * align);
+  return bytes == 0 ? 0 : (bytes + piece - 1) / piece;
+}
+
+bool runs_on_lane(PathKind kind, const EngineShape& shape) {
+  return !(kind == PathKind::Direct && shape.direct_on_caller);
+}
+
+int schedule_calls(const Plan& plan, const EngineShape& shape) {
+  if (plan.paths.empty()) return 0;
+  if (plan.single_path() && plan.paths[0].kind == PathKind::Direct) return 1;  // the engine's plain copy
+  int staged = 0;
+  for (const PathPlan& p : plan.paths) staged += p.kind != PathKind::Direct;
+  if (shape.graphs) return 2 + 2 * staged;  // wait on the staging areas' last users, one launch, a record per area
+  bool forks = false;
+  for (const PathPlan& p : plan.paths) forks = forks || runs_on_lane(p.kind, shape);
+  int calls = forks ? 1 : 0;  // the caller's start event, which lanes wait on
+  for (const PathPlan& p : plan.paths) {
+    calls += p.kind == PathKind::Direct ? p.chunks : 0;
+    if (p.kind == PathKind::Direct) {
+      if (runs_on_lane(p.kind, shape)) calls += 3;  // its lane waits on the start; joined: mark + wait
+      continue;
+    }
+    const bool host = p.kind == PathKind::HostStaged;
+    const uint64_t area = host ? shape.host_staging : shape.gpu_staging;
+    uint64_t pieces = 0;
+    for (int c = 0; c < p.chunks; ++c) {
+      // Chunk sizes as the engine cuts them: near-equal.
+      uint64_t b = p.bytes / static_cast<uint64_t>(p.chunks) + (static_cast<uint64_t>(c) < p.bytes % p.chunks ? 1 : 0);
+      pieces += staged_pieces(b, area);
+    }
+    // Per piece: wait for the staging bytes' last reader, copy in, mark, relay waits, copy
+    // out (and mark the relay, in engines that mark it per piece).
+    calls += static_cast<int>((shape.marks_per_piece ? 6 : 5) * pieces);
+    const int lanes = static_cast<int>(host ? std::min<uint64_t>(static_cast<uint64_t>(shape.host_lanes), pieces) : 1);
+    // First-hop lanes wait on the start event; relay lanes are joined (mark + caller's wait),
+    // and in engines that mark per piece so are the first-hop lanes and the relays wait too.
+    calls += lanes + 2 * lanes + (shape.marks_per_piece ? 1 * lanes + 2 * lanes : 0);
+  }
+  return calls;
+}
+
+}  // namespace gpustripe

@@ -1,0 +1,44 @@
+// What executing a plan costs beyond its copies: the engine's schedule
+// (engine/engine.cpp, enqueue_schedule) of a multi-path plan
+//   - forks the caller's stream: every lane it uses waits on an event of the caller, and
+//     joins it: the caller waits on an event of every lane. On the GPUs that is two
+//     cross-stream event waits (epsilon each) on every path's way;
+//   - makes one backend call per copy, event record and event wait, each costing the CPU
+//     `host_call_us` (a runtime call with its device switch). A host that issues copies
+//     back to back cannot finish a plan faster than it can enqueue it: in steady state a
+//     plan takes max(GPU time, calls x host_call_us) (the host-bound regime of mid-size
+//     multi-path plans; MultipathModel::apply_schedule).
+// The shape of the schedule (host lanes, staging area sizes that cut chunks into pieces,
+// graph replay) comes from the engine's settings, read by name through the settings
+// registry, so the model follows GPUSTRIPE_HOST_LANES & co. without depending on the engine.
+#pragma once
+#include <cstdint>
+
+#include "model/plan.hpp"
+
+namespace gpustripe {
+
+struct EngineShape {
+  // Where the direct path of a multi-path plan runs: on the caller's stream (no fork or
+  // join for it, one event mark per relay lane at the end: GPUSTRIPE_DIRECT_ON_CALLER=1), or
+  // on a lane of its own like every path (a relay mark per staged piece: engines without
+  // that setting).
+  bool direct_on_caller = false;
+  bool marks_per_piece = true;
+  int host_lanes = 2;                     // GPUSTRIPE_HOST_LANES: stream pairs per host-staged path
+  uint64_t host_staging = 128ull << 20;   // GPUSTRIPE_HOST_STAGING: pieces of at most half of it
+  uint64_t gpu_staging = 256ull << 20;    // GPUSTRIPE_GPU_STAGING
+  bool graphs = false;                    // GPUSTRIPE_GRAPHS: a replayed graph is one launch
+  // The engine's current settings (defaults where one is not declared in this build).
+  static EngineShape from_settings();
+};
+
+// Backend calls the engine makes to enqueue `plan` (a plain copy: 1).
+int schedule_calls(const Plan& plan, const EngineShape& shape);
+// Whether a path of this kind runs on an engine lane forked from the caller's stream and
+// joined back (two cross-stream event waits), in a plan that is not a plain copy.
+bool runs_on_lane(PathKind kind, const EngineShape& shape);
+// Pieces a staged path's chunk of `bytes` is cut into (at most half the staging area each).
+uint64_t staged_pieces(uint64_t bytes, uint64_t staging_bytes);
+
+}  // namespace gpustripe

@@ -1,0 +1,190 @@
+// The shape of a multi-path schedule, on the emulated backend through a backend that logs
+// every stream operation: the direct path runs on the caller's stream ahead of the staged
+// paths, only the lanes that read the source wait for the caller, the caller joins only the
+// lanes that write the destination, and each staged piece costs one event (plus one per
+// relay lane at the end). The bytes are checked too: a schedule that is lean but wrong fails.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+
+#include "engine/engine.hpp"
+#include "engine_test_util.hpp"
+#include "test_util.hpp"
+
+using namespace gpustripe;
+using namespace engine_test;
+
+namespace {
+
+struct Op {
+  enum Kind { Copy, Record, Wait } kind;
+  StreamHandle stream;
+  void* dst = nullptr;
+  size_t bytes = 0;
+};
+
+class TracingBackend : public Backend {
+ public:
+  explicit TracingBackend(std::unique_ptr<Backend> inner) : in_(std::move(inner)) {}
+  const char* name() const override { return "tracing"; }
+  bool emulated() const override { return true; }
+  int device_count() const override { return in_->device_count(); }
+  void* alloc_device(int dev, size_t b) override { return in_->alloc_device(dev, b); }
+  void free_device(void* p) override { in_->free_device(p); }
+  void* alloc_pinned(size_t b) override { return in_->alloc_pinned(b); }
+  void free_pinned(void* p) override { in_->free_pinned(p); }
+  PointerInfo pointer_info(const void* p) override { return in_->pointer_info(p); }
+  bool can_access_peer(int d, int p) override { return in_->can_access_peer(d, p); }
+  void enable_peer_access(int d, int p) override { in_->enable_peer_access(d, p); }
+  StreamHandle create_stream(int dev) override { return in_->create_stream(dev); }
+  void destroy_stream(StreamHandle s) override { in_->destroy_stream(s); }
+  EventHandle create_event(int dev, bool t) override { return in_->create_event(dev, t); }
+  void destroy_event(EventHandle e) override { in_->destroy_event(e); }
+  void record_event(EventHandle e, StreamHandle s) override {
+    log({Op::Record, s});
+    in_->record_event(e, s);
+  }
+  void wait_event(StreamHandle s, EventHandle e) override {
+    log({Op::Wait, s});
+    in_->wait_event(s, e);
+  }
+  bool query_event(EventHandle e) override { return in_->query_event(e); }
+  void synchronize_event(EventHandle e) override { in_->synchronize_event(e); }
+  void synchronize_stream(StreamHandle s) override { in_->synchronize_stream(s); }
+  float elapsed_ms(EventHandle a, EventHandle b) override { return in_->elapsed_ms(a, b); }
+  void copy_async(void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) override {
+    log({Op::Copy, s, dst, n});
+    in_->copy_async(dst, dd, src, sd, n, s);
+  }
+  void memset_async(void* dst, int dev, int v, size_t n, StreamHandle s) override { in_->memset_async(dst, dev, v, n, s); }
+
+  std::vector<Op> take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(ops_, {});
+  }
+
+ private:
+  void log(Op op) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ops_.push_back(op);
+  }
+  std::unique_ptr<Backend> in_;
+  std::mutex mu_;
+  std::vector<Op> ops_;
+};
+
+class EngineSchedule : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    topo_ = small_node(4);
+    trace_ = new TracingBackend(make_emulated_backend(topo_));
+    backend_.reset(trace_);
+    caller_ = backend_->create_stream(0);
+    src_ = static_cast<char*>(backend_->alloc_device(0, kBytes));
+    dst_ = static_cast<char*>(backend_->alloc_device(1, kBytes));
+    data_ = pattern(kBytes, 77);
+    upload(*backend_, src_, 0, data_, caller_);
+    trace_->take();
+  }
+  void TearDown() override {
+    backend_->free_device(src_);
+    backend_->free_device(dst_);
+    backend_->destroy_stream(caller_);
+  }
+  // Runs `plan` once on a fresh engine, checks every byte, returns the operations it enqueued.
+  std::vector<Op> run(const Plan& plan) {
+    std::vector<Op> ops;
+    {
+      Engine engine(*backend_, topo_, nullptr);
+      engine.copy_with_plan(plan, dst_, src_, caller_);
+      ops = trace_->take();
+      backend_->synchronize_stream(caller_);
+    }
+    std::vector<uint8_t> got = download(*backend_, dst_, 1, kBytes, caller_);
+    EXPECT_EQ(first_mismatch(data_, got.data(), kBytes), -1) << plan.describe();
+    trace_->take();
+    return ops;
+  }
+  static size_t count(const std::vector<Op>& ops, Op::Kind k, StreamHandle s = nullptr) {
+    return std::count_if(ops.begin(), ops.end(), [&](const Op& o) { return o.kind == k && (!s || o.stream == s); });
+  }
+
+  static constexpr size_t kBytes = (4u << 20) + 4096;
+  ScopedEnv jitter_{"GPUSTRIPE_EMU_JITTER_US", "20"};
+  ScopedEnv lanes_{"GPUSTRIPE_HOST_LANES", "2"};
+  Topology topo_;
+  TracingBackend* trace_ = nullptr;
+  std::unique_ptr<Backend> backend_;
+  StreamHandle caller_ = nullptr;
+  char *src_ = nullptr, *dst_ = nullptr;
+  std::vector<uint8_t> data_;
+};
+
+TEST_F(EngineSchedule, DirectPathGoesFirstOnTheCallersStream) {
+  Plan p = make_plan(0, 1, kBytes, {{PathKind::Direct, -1, 0.9, 1}, {PathKind::HostStaged, 0, 0.1, 4}});
+  std::vector<Op> ops = run(p);
+  // The caller's mark for the staged lanes, then the direct copy, on the caller's stream.
+  ASSERT_GE(ops.size(), 2u);
+  EXPECT_EQ(ops[0].kind, Op::Record);
+  EXPECT_EQ(ops[0].stream, caller_);
+  EXPECT_EQ(ops[1].kind, Op::Copy);
+  EXPECT_EQ(ops[1].stream, caller_);
+  EXPECT_EQ(ops[1].dst, dst_);
+  EXPECT_EQ(ops[1].bytes, p.paths[0].bytes);
+  EXPECT_EQ(count(ops, Op::Copy, caller_), 1u);
+  // 4 pieces, 2 copies each; the 2 D2H lanes wait for the caller; the caller waits for
+  // the 2 relay lanes only.
+  EXPECT_EQ(count(ops, Op::Copy), 1u + 2 * 4);
+  EXPECT_EQ(count(ops, Op::Wait, caller_), 2u);
+  // Events: the caller's mark, one per piece (first hop done), one per relay lane at the end.
+  EXPECT_EQ(count(ops, Op::Record), 1u + 4 + 2);
+  // Waits: 2 forks, 4 relays on their piece, 2 joins (a fresh staging area has no readers).
+  EXPECT_EQ(count(ops, Op::Wait), 2u + 4 + 2);
+}
+
+TEST_F(EngineSchedule, DirectOnlyMultiChunkPlanNeedsNoEvents) {
+  Plan p = make_plan(0, 1, kBytes, {{PathKind::Direct, -1, 1.0, 3}});
+  std::vector<Op> ops = run(p);
+  EXPECT_EQ(count(ops, Op::Copy, caller_), 3u);
+  EXPECT_EQ(count(ops, Op::Record), 0u);
+  EXPECT_EQ(count(ops, Op::Wait), 0u);
+}
+
+TEST_F(EngineSchedule, DirectOnALaneWhenAskedTo) {
+  ScopedEnv lane("GPUSTRIPE_DIRECT_ON_CALLER", "0");
+  Plan p = make_plan(0, 1, kBytes, {{PathKind::Direct, -1, 0.9, 1}, {PathKind::HostStaged, 0, 0.1, 4}});
+  std::vector<Op> ops = run(p);
+  EXPECT_EQ(count(ops, Op::Copy, caller_), 0u);
+  EXPECT_EQ(count(ops, Op::Wait, caller_), 3u);  // the direct lane and the 2 relay lanes
+}
+
+TEST_F(EngineSchedule, OneFirstHopLaneTwoRelayLanes) {
+  // GPU-to-host hops in order on one stream; host-to-GPU hops alternate between two.
+  ScopedEnv first("GPUSTRIPE_HOST_FIRST_LANES", "1");
+  Plan p = make_plan(0, 1, kBytes, {{PathKind::Direct, -1, 0.8, 1}, {PathKind::HostStaged, 0, 0.2, 6}});
+  std::vector<Op> ops = run(p);
+  std::set<StreamHandle> to_host, to_dst;
+  for (const Op& o : ops) {
+    if (o.kind != Op::Copy || o.stream == caller_) continue;
+    (o.dst >= dst_ && o.dst < dst_ + kBytes ? to_dst : to_host).insert(o.stream);
+  }
+  EXPECT_EQ(to_host.size(), 1u);
+  EXPECT_EQ(to_dst.size(), 2u);
+  EXPECT_EQ(count(ops, Op::Wait, caller_), 2u);
+}
+
+TEST_F(EngineSchedule, RelayMarkedEarlyOnlyWhenItsRangeIsReusedInTheSchedule) {
+  // 256 KB of staging, 1 MB through it in 8 chunks: pieces of 128 KB (half the area), so
+  // from the third piece on each one reuses a range that a relay of this schedule reads:
+  // that relay's lane is marked before the first hop waits for it.
+  ScopedEnv small("GPUSTRIPE_HOST_STAGING", "256K");
+  Plan p = make_plan(0, 1, kBytes, {{PathKind::Direct, -1, 0.75, 1}, {PathKind::HostStaged, 0, 0.25, 8}});
+  std::vector<Op> ops = run(p);
+  const size_t pieces = (count(ops, Op::Copy) - 1) / 2;
+  ASSERT_GE(pieces, 8u);
+  EXPECT_GE(count(ops, Op::Record), 1u + pieces + (pieces - 2) + 2);
+}
+
+}  // namespace

@@ -1,0 +1,195 @@
+// The engine's schedule as the model charges it: backend calls per plan (host enqueue
+// time), fork/join waits, and the host-bound regime of copies issued back to back.
+#include <gtest/gtest.h>
+
+#include "common/error.hpp"
+#include "engine/engine.hpp"
+#include "engine_test_util.hpp"
+#include "model/schedule_cost.hpp"
+#include "test_model_util.hpp"
+#include "test_util.hpp"
+
+namespace gpustripe {
+namespace {
+
+Plan two_paths(uint64_t direct, uint64_t host, int chunks) {
+  Plan p;
+  p.src = 0;
+  p.dst = 1;
+  p.bytes = direct + host;
+  p.paths.push_back({PathKind::Direct, -1, 0, direct, 1});
+  p.paths.push_back({PathKind::HostStaged, 0, direct, host, chunks});
+  return p;
+}
+
+TEST(ModelSchedule, CallsFollowTheEnginesSchedule) {
+  EngineShape e;  // 2 host lanes, 128 MB host staging, no graphs
+  Plan plain;
+  plain.bytes = 1 << 20;
+  plain.paths.push_back({PathKind::Direct, -1, 0, 1 << 20, 1});
+  EXPECT_EQ(schedule_calls(plain, e), 1);  // one plain copy on the caller's stream
+
+  // direct + host in 4 chunks of 1 MB: start event; direct lane waits, copies; host path:
+  // 2 lane pairs wait (4), 4 pieces x 6 calls; 5 lanes joined (mark + wait each).
+  Plan p = two_paths(60 << 20, 4 << 20, 4);
+  EXPECT_EQ(schedule_calls(p, e), 1 + 2 + (4 + 24) + 2 * 5);
+
+  // One host lane: fewer lanes to wait on and join.
+  EngineShape one = e;
+  one.host_lanes = 1;
+  EXPECT_EQ(schedule_calls(p, one), 1 + 2 + (2 + 24) + 2 * 3);
+
+  // A chunk larger than half the staging area is cut into pieces.
+  EXPECT_EQ(staged_pieces(200ull << 20, 128ull << 20), 4u);
+  EXPECT_EQ(staged_pieces(64ull << 20, 128ull << 20), 1u);
+  Plan big = two_paths(800 << 20, 200 << 20, 1);
+  EXPECT_EQ(schedule_calls(big, e), 1 + 2 + (4 + 4 * 6) + 2 * 5);
+
+  // An engine that runs the direct path on the caller's stream and marks relay lanes once:
+  // start event, the direct copy, 4 pieces x 5 calls, 2 first-hop lanes fork, 2 relay lanes join.
+  EngineShape caller = e;
+  caller.direct_on_caller = true;
+  caller.marks_per_piece = false;
+  EXPECT_EQ(schedule_calls(p, caller), 1 + 1 + 20 + 2 + 2 * 2);
+  EXPECT_FALSE(runs_on_lane(PathKind::Direct, caller));
+  EXPECT_TRUE(runs_on_lane(PathKind::Direct, e));
+  EXPECT_TRUE(runs_on_lane(PathKind::HostStaged, caller));
+
+  // A replayed graph is one launch whatever the plan.
+  EngineShape g = e;
+  g.graphs = true;
+  EXPECT_EQ(schedule_calls(p, g), 4);
+}
+
+TEST(ModelSchedule, ShapeFollowsTheEnginesSettings) {
+  ScopedEnv lanes("GPUSTRIPE_HOST_LANES", "3");
+  ScopedEnv staging("GPUSTRIPE_HOST_STAGING", "64M");
+  EngineShape e = EngineShape::from_settings();
+  EXPECT_EQ(e.host_lanes, 3);
+  EXPECT_EQ(e.host_staging, 64ull << 20);
+  ScopedEnv bad("GPUSTRIPE_HOST_LANES", "many");
+  EXPECT_THROW(EngineShape::from_settings(), Error);
+}
+
+TEST(ModelSchedule, HostBoundPlansTakeTheHostsEnqueueTime) {
+  Topology t = load_topology_file("h200x4");
+  ModelParams fast = nominal_params(t), slow = fast;
+  fast.host_call_us = 0;
+  slow.host_call_us = 10;  // a slow host: 10 us per runtime call
+  EngineShape e;
+  MultipathModel mf(t, fast, e), ms(t, slow, e);
+  Plan p = build_fixed_plan(mf, parse_plan_spec("direct,host0:0.1x4"), 0, 1, 4 << 20);
+  Plan q = build_fixed_plan(ms, parse_plan_spec("direct,host0:0.1x4"), 0, 1, 4 << 20);
+  const int calls = schedule_calls(q, e);
+  // Without a host cost: the slowest path plus the fork and join waits.
+  double slowest = 0;
+  for (const PathPlan& x : p.paths) slowest = std::max(slowest, x.predicted_us);
+  EXPECT_NEAR(p.predicted_us, slowest + 2 * fast.epsilon_us, 1e-9);
+  EXPECT_NE(p.bottleneck, "host_enqueue");
+  // With one: copies issued back to back settle at one plan per enqueue time.
+  ASSERT_GT(calls * 10.0, p.predicted_us);
+  EXPECT_DOUBLE_EQ(q.predicted_us, calls * 10.0);
+  EXPECT_EQ(q.bottleneck, "host_enqueue");
+  // A plain copy costs one call: a large one is never host-bound.
+  Plan d = build_fixed_plan(ms, parse_plan_spec("direct"), 0, 1, 64 << 20);
+  EXPECT_NE(d.bottleneck, "host_enqueue");
+}
+
+TEST(ModelSchedule, AHostTooSlowToEnqueueASplitKeepsThePlanDirect) {
+  Topology t = load_topology_file("h200x4");
+  ModelParams slow = nominal_params(t);
+  slow.host_call_us = 50;
+  ModelPlanner pl(t, slow, SearchOptions{});
+  EXPECT_TRUE(pl.plan_exact(0, 1, 64 << 20).single_path()) << pl.plan_exact(0, 1, 64 << 20).describe();
+  ModelPlanner fine(t, nominal_params(t), SearchOptions{});
+  EXPECT_FALSE(fine.plan_exact(0, 1, 256 << 20).single_path());
+}
+
+// The emulated backend, counting the calls an engine schedule is made of.
+class CountingBackend : public Backend {
+ public:
+  explicit CountingBackend(std::unique_ptr<Backend> inner) : in_(std::move(inner)) {}
+  const char* name() const override { return "counting"; }
+  bool emulated() const override { return true; }
+  int device_count() const override { return in_->device_count(); }
+  void* alloc_device(int dev, size_t b) override { return in_->alloc_device(dev, b); }
+  void free_device(void* p) override { in_->free_device(p); }
+  void* alloc_pinned(size_t b) override { return in_->alloc_pinned(b); }
+  void free_pinned(void* p) override { in_->free_pinned(p); }
+  PointerInfo pointer_info(const void* p) override { return in_->pointer_info(p); }
+  bool can_access_peer(int d, int p) override { return in_->can_access_peer(d, p); }
+  void enable_peer_access(int d, int p) override { in_->enable_peer_access(d, p); }
+  StreamHandle create_stream(int dev) override { return in_->create_stream(dev); }
+  void destroy_stream(StreamHandle s) override { in_->destroy_stream(s); }
+  EventHandle create_event(int dev, bool t) override { return in_->create_event(dev, t); }
+  void destroy_event(EventHandle e) override { in_->destroy_event(e); }
+  void record_event(EventHandle e, StreamHandle s) override {
+    ++calls;
+    in_->record_event(e, s);
+  }
+  void wait_event(StreamHandle s, EventHandle e) override {
+    ++calls;
+    in_->wait_event(s, e);
+  }
+  bool query_event(EventHandle e) override { return in_->query_event(e); }
+  void synchronize_event(EventHandle e) override { in_->synchronize_event(e); }
+  void synchronize_stream(StreamHandle s) override { in_->synchronize_stream(s); }
+  float elapsed_ms(EventHandle a, EventHandle b) override { return in_->elapsed_ms(a, b); }
+  void copy_async(void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) override {
+    ++calls;
+    in_->copy_async(dst, dd, src, sd, n, s);
+  }
+  void memset_async(void* dst, int dev, int v, size_t n, StreamHandle s) override { in_->memset_async(dst, dev, v, n, s); }
+  int calls = 0;
+
+ private:
+  std::unique_ptr<Backend> in_;
+};
+
+TEST(ModelSchedule, CountsWhatTheEngineEnqueues) {
+  // Small staging areas, so that chunks are cut into pieces and the ring wraps.
+  ScopedEnv host_staging("GPUSTRIPE_HOST_STAGING", "1M");
+  ScopedEnv gpu_staging("GPUSTRIPE_GPU_STAGING", "1M");
+  ScopedEnv graphs("GPUSTRIPE_GRAPHS", "0");
+  Topology t = engine_test::small_node(4);
+  CountingBackend b(make_emulated_backend(t));
+  const uint64_t n = 4 << 20;
+  void* src = b.alloc_device(0, n);
+  void* dst = b.alloc_device(1, n);
+  StreamHandle s = b.create_stream(0);
+  const EngineShape shape = EngineShape::from_settings();
+  {
+    Engine engine(b, t, nullptr);
+    using engine_test::make_plan;
+    std::vector<Plan> plans{
+        make_plan(0, 1, n, {{PathKind::Direct, -1, 0.5, 1}}),
+        make_plan(0, 1, n, {{PathKind::Direct, -1, 0.8, 1}, {PathKind::HostStaged, 0, 0.2, 4}}),
+        make_plan(0, 1, n, {{PathKind::Direct, -1, 0.6, 2}, {PathKind::GpuStaged, 2, 0.4, 3}}),
+        make_plan(0, 1, n, {{PathKind::Direct, -1, 0.4, 1}, {PathKind::GpuStaged, 2, 0.2, 2},
+                            {PathKind::GpuStaged, 3, 0.2, 2}, {PathKind::HostStaged, 0, 0.2, 3}}),
+        make_plan(0, 1, n, {{PathKind::HostStaged, 0, 1.0, 5}}),
+    };
+    for (const Plan& plan : plans) {
+      // The first run creates lanes and staging; the second is what a loop of copies costs.
+      engine.copy_with_plan(plan, dst, src, s);
+      b.synchronize_stream(s);
+      b.calls = 0;
+      engine.copy_with_plan(plan, dst, src, s);
+      const int seen = b.calls;
+      b.synchronize_stream(s);
+      uint64_t pieces = 0;
+      for (const PathPlan& p : plan.paths)
+        if (p.kind != PathKind::Direct)
+          for (int c = 0; c < p.chunks; ++c) pieces += staged_pieces(p.bytes / p.chunks + 1, 1 << 20);
+      // Waits for the staging bytes' last reader depend on where the ring stands: one per
+      // piece in the model, 0-2 in the engine.
+      EXPECT_NEAR(schedule_calls(plan, shape), seen, static_cast<double>(pieces) + 1) << plan.describe();
+    }
+  }
+  b.destroy_stream(s);
+  b.free_device(src);
+  b.free_device(dst);
+}
+
+}  // namespace
+}  // namespace gpustripe

@@ -1,0 +1,57 @@
+"""gpustripe bench mpi: one launch per method and rank count, rows split into one results
+file per window, methods that cannot run skipped with their reason (emulated devices in CI:
+no host-staged pattern, no NCCL). Needs the MPI clients built (an MPI was found)."""
+import glob
+import json
+import os
+import shutil
+
+import pytest
+
+BUILD = os.environ.get("GPUSTRIPE_BUILD_DIR", "build/dev")
+
+
+@pytest.fixture
+def mpi_build():
+    if not shutil.which("mpirun") or not os.path.exists(os.path.join(BUILD, "bench/mpi/mpi_bench")):
+        pytest.skip("no mpirun or MPI clients not built")
+    return BUILD
+
+
+def test_quick_mpi_bench_files_per_window(cli, tmp_path, mpi_build):
+    methods = "mpi_gpustripe,gpustripe,nccl,ucx,mpi_host_staged"
+    p = cli("bench", "mpi", "--build", mpi_build, "--ranks", "2", "--windows", "1,4", "--bibw-window", "4",
+            "--sizes", "1K:64K", "--latency-sizes", "8:64", "--iters", "2", "--methods", methods,
+            "--out", str(tmp_path), "--timeout", "120")
+    docs = {}
+    for f in glob.glob(str(tmp_path / "*-mpi-np2-w*.json")):
+        doc = json.load(open(f))
+        docs[doc["window"]] = doc
+        assert glob.glob(f[:-5] + ".png")
+    assert set(docs) == {1, 4}
+    # one launch per method, every sweep in it
+    launches = [line for line in p.stdout.splitlines() if line.strip().startswith("$ ")]
+    ours = [x for x in launches if "--method mpi_gpustripe" in x]
+    assert len(ours) == 1 and ours[0].count("--sweep") == 4
+    assert len([x for x in launches if "gs_p2p_bench" in x]) == 1
+    w1, w4 = docs[1]["rows"], docs[4]["rows"]
+    assert {r["window"] for r in w1} == {1} and {(r["op"], r["window"]) for r in w4} >= {("p2p", 4), ("bibw", 4)}
+    assert {r["op"] for r in w1} == {"p2p"}
+    lat = [r for r in w4 if r["op"] == "latency"]  # latency goes with the last window
+    assert lat and {r["bytes"] for r in lat} == {8, 16, 32, 64}
+    for doc in docs.values():
+        assert doc["ranks"] == 2 and doc["schema"] == 1
+        present = {r["method"] for r in doc["rows"]}
+        assert {"mpi_gpustripe", "gpustripe"} <= present
+        for m in methods.split(","):
+            assert (m in present) != (m in doc["methods_absent"]), m  # measured, or skipped with a reason
+        for r in doc["rows"]:
+            assert r["gbps"] >= 0 and r["us"] > 0 and r["bytes"] <= 64 << 10
+    if docs[1]["emulated"]:
+        assert "nccl" in docs[1]["methods_absent"] and "mpi_host_staged" in docs[1]["methods_absent"]
+
+
+def test_unknown_method_fails_clearly(cli, tmp_path, mpi_build):
+    p = cli("bench", "mpi", "--build", mpi_build, "--methods", "mpi_gpustripe,carrier_pigeon",
+            "--out", str(tmp_path), check=False)
+    assert p.returncode != 0 and "carrier_pigeon" in p.stderr
