@@ -87,6 +87,7 @@ class Engine {
   int host_first_lanes_ = 1;  // first-hop (GPU-to-host) lanes
   bool staged_shared_lane_ = false;
   bool thrash_logged_ = false;
+  bool graphs_gpu_staged_ = false;  // GPUSTRIPE_GRAPHS_GPU_STAGED
   bool direct_on_caller_ = true;
   int ndev_ = 0;
   uint64_t id_ = 0;

@@ -114,6 +114,7 @@ class EngineGraphs : public ::testing::Test {
   }
   ScopedEnv jitter_{"GPUSTRIPE_EMU_JITTER_US", "20"};
   ScopedEnv graphs_{"GPUSTRIPE_GRAPHS", "1"};
+  ScopedEnv graphs_gpu_staged_{"GPUSTRIPE_GRAPHS_GPU_STAGED", "1"};  // the graph logic on every path kind
   ScopedEnv cache_{"GPUSTRIPE_GRAPH_CACHE", "3"};
   ScopedEnv staging_{"GPUSTRIPE_HOST_STAGING", "256K"};  // pieces wrap inside one capture
   Topology topo_;
@@ -269,6 +270,31 @@ TEST_F(EngineGraphs, StopsCapturingWhenTheCacheThrashes) {
   EngineStats st = engine.stats();
   EXPECT_EQ(st.graph_captures, 19u);  // 3 kept + 16 evicted unused
   EXPECT_EQ(st.schedules + st.graph_launches, static_cast<uint64_t>(kKeys * kLaps));
+  backend_->free_device(src);
+  backend_->free_device(dst);
+  backend_->destroy_stream(s);
+}
+
+TEST_F(EngineGraphs, PlansWithGpuStagingAreEnqueuedByDefault) {
+  ScopedEnv off("GPUSTRIPE_GRAPHS_GPU_STAGED", "0");
+  FixedPlanner planner({{PathKind::Direct, -1, 0.6, 1}, {PathKind::GpuStaged, 0, 0.4, 3}});
+  Engine engine(*backend_, topo_, &planner);
+  const size_t n = 256u << 10;
+  StreamHandle s = backend_->create_stream(0);
+  char* src = static_cast<char*>(backend_->alloc_device(0, n));
+  char* dst = static_cast<char*>(backend_->alloc_device(1, n));
+  std::vector<uint8_t> data = pattern(n, 13);
+  upload(*backend_, src, 0, data, s);
+  for (int r = 0; r < 3; ++r) engine.copy_async(dst, 1, src, 0, n, s);
+  EXPECT_EQ(first_mismatch(data, download(*backend_, dst, 1, n, s).data(), n), -1);
+  EXPECT_EQ(engine.stats().graph_captures, 0u);
+  EXPECT_EQ(engine.stats().schedules, 3u);
+  // A direct + host plan of the same engine is still replayed.
+  Plan host = make_plan(0, 1, n, {{PathKind::Direct, -1, 0.9, 1}, {PathKind::HostStaged, 0, 0.1, 2}});
+  for (int r = 0; r < 3; ++r) engine.copy_with_plan(host, dst, src, s);
+  EXPECT_EQ(first_mismatch(data, download(*backend_, dst, 1, n, s).data(), n), -1);
+  EXPECT_EQ(engine.stats().graph_captures, 1u);
+  EXPECT_EQ(engine.stats().graph_launches, 2u);
   backend_->free_device(src);
   backend_->free_device(dst);
   backend_->destroy_stream(s);
