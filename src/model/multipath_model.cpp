@@ -53,10 +53,17 @@ Flow MultipathModel::flow(const PathLoad& p) const {
     }
   f.cap = rate_cap(*p.route);
   // A pipeline loads its hops' resources while its first hop moves the bytes; its relays
-  // then drain the last chunk: (k - 1) chunks more at the same rate, (k - 1) m / c bytes,
-  // which no longer hold the first hop's resources (the source's egress is free for other paths).
+  // then drain the last chunk: (k - 1) m / c bytes more on the last hop's resources only,
+  // shared with whatever still runs (the source's egress is free for other paths, the
+  // destination's ingress is not).
   f.work = static_cast<double>(p.bytes);
   f.tail = static_cast<double>(p.bytes) * (fill_factor(*p.route, p.chunks) - 1.0);
+  if (f.tail > 0) {
+    const Hop& last = p.route->hops.back();
+    f.tail_uses = last.uses;
+    const double b = params_.hop(last.kind).beta_gbps * 1e3;
+    f.tail_cap = b > 0 ? b : 0.0;
+  }
   f.latency = p.bytes ? overhead_us(*p.route, p.chunks) : 0.0;
   return f;
 }
