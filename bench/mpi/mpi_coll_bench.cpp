@@ -18,17 +18,7 @@
 #include <string>
 #include <vector>
 
-#ifdef BENCH_HAVE_CUDA
-#include <cuda_runtime.h>
-#define CUDA_OK(call)                                                                              \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      MPI_Abort(MPI_COMM_WORLD, 4);                                                                \
-    }                                                                                              \
-  } while (0)
-#endif
+#include "bench_buffers.hpp"
 
 namespace {
 
@@ -102,45 +92,6 @@ double busbw_factor(const std::string& op, int n) {
   return double(n - 1) / n;
 }
 
-char* alloc(size_t n, bool device) {
-  (void)device;
-#ifdef BENCH_HAVE_CUDA
-  if (device) {
-    char* p = nullptr;
-    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&p), n));
-    CUDA_OK(cudaMemset(p, 0, n));
-    return p;
-  }
-#endif
-  char* p = static_cast<char*>(std::calloc(n, 1));
-  return p;
-}
-void release(char* p, bool device) {
-  (void)device;
-#ifdef BENCH_HAVE_CUDA
-  if (device) {
-    cudaFree(p);
-    return;
-  }
-#endif
-  std::free(p);
-}
-char* alloc_pinned(size_t n) {
-#ifdef BENCH_HAVE_CUDA
-  char* p = nullptr;
-  CUDA_OK(cudaMallocHost(reinterpret_cast<void**>(&p), n));
-  return p;
-#else
-  return static_cast<char*>(std::calloc(n, 1));
-#endif
-}
-void release_pinned(char* p) {
-#ifdef BENCH_HAVE_CUDA
-  cudaFreeHost(p);
-#else
-  std::free(p);
-#endif
-}
 void to_host(char* h, const char* d, size_t n) {
 #ifdef BENCH_HAVE_CUDA
   CUDA_OK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
@@ -182,32 +133,20 @@ int main(int argc, char** argv) {
   int rank = 0, n = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
-#ifdef BENCH_HAVE_CUDA
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess) ndev = 0;
-  if (ndev == 0 && o.device) {
-    std::fprintf(stderr, "mpi_coll_bench: no CUDA device visible: device buffers need a GPU (--mem host)\n");
-    MPI_Abort(MPI_COMM_WORLD, 4);
-  }
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int local = 0;
-  MPI_Comm_rank(node, &local);
-  MPI_Comm_free(&node);
-  if (ndev > 0) CUDA_OK(cudaSetDevice(local % ndev));
-#else
+#ifndef BENCH_HAVE_CUDA
   if (o.device) usage("built without CUDA: --mem host only");
 #endif
+  bench::select_gpu(o.device, "mpi_coll_bench");
   const std::string method = !o.method.empty() ? o.method : o.staged ? "mpi_host_staged" : "mpi";
   const size_t unit = sizeof(float) * n;
   // The largest buffers once; each size uses their leading part.
   const size_t top = o.max_bytes / unit * unit;
-  char* x = alloc(std::max(top, unit), o.device);
-  char* y = alloc(std::max(top, unit), o.device);
+  char* x = bench::alloc(std::max(top, unit), o.device);
+  char* y = bench::alloc(std::max(top, unit), o.device);
   char *hx = nullptr, *hy = nullptr;
   if (o.staged) {
-    hx = alloc_pinned(std::max(top, unit));
-    hy = alloc_pinned(std::max(top, unit));
+    hx = bench::alloc_pinned(std::max(top, unit));
+    hy = bench::alloc_pinned(std::max(top, unit));
   }
   for (size_t size = o.min_bytes; size <= o.max_bytes; size *= 2) {
     if (size % unit) continue;
@@ -256,11 +195,11 @@ int main(int argc, char** argv) {
       }
     }
   }
-  release(x, o.device);
-  release(y, o.device);
+  bench::free_buf(x, o.device);
+  bench::free_buf(y, o.device);
   if (o.staged) {
-    release_pinned(hx);
-    release_pinned(hy);
+    bench::free_pinned(hx);
+    bench::free_pinned(hy);
   }
   MPI_Finalize();
   return 0;

@@ -5,7 +5,8 @@
 #   gpustripe bench mpi_coll  mpi_coll_bench (plain MPI) through the interposer vs the
 #                             host-staged pattern, native gpustripe and NCCL   -> $OUT/mpi-coll
 # MPI_COLL_TESTS=0 skips the tests; BENCH_MPI_COLL_ARGS adds benchmark arguments
-# (e.g. "--ranks 4 --sizes 1M:256M"); the schedule each MPI call took is logged once.
+# (e.g. "--ranks 4 --sizes 1M:256M"); the schedule each MPI call took is logged once
+# (SCHEDULES_TIMEOUT bounds that run).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -22,7 +23,7 @@ if [ "${MPI_COLL_TESTS:-1}" != 0 ]; then
 fi
 
 echo "== schedules the interposer picks (4 ranks, 1M / 16M / 256M)"
-timeout 60 mpirun --allow-run-as-root --oversubscribe -np 4 -x LD_PRELOAD="$BUILD/src/mpi/libgpustripe_mpi.so" \
+timeout "${SCHEDULES_TIMEOUT:-60}" mpirun --allow-run-as-root --oversubscribe -np 4 -x LD_PRELOAD="$BUILD/src/mpi/libgpustripe_mpi.so" \
   -x GPUSTRIPE_TOPOLOGY_DIR -x GPUSTRIPE_LOG_LEVEL=debug -x GPUSTRIPE_LOG_SUBSYS=mpi \
   "$BUILD/bench/mpi/mpi_coll_bench" --min 1M --max 256M --iters 1 --trials 1 --warmup 0 2>&1 \
   | grep -o "MPI_[A-Za-z_]* [0-9]* bytes on [0-9] ranks: [^;]*" | sort -u | grep -E " (1048576|16777216|268435456) " \

@@ -11,15 +11,19 @@ const DoubleSetting kBarrierTimeout{"GPUSTRIPE_COLL_BARRIER_TIMEOUT", "10",
                                     "before it gives up (the call then fails with ERR_TIMEOUT)"};
 
 #if GPUSTRIPE_HAVE_CUDA
-// Per rank: n flags (one per peer) and the counter, in device memory; one pinned error word.
+constexpr int kSlots = 4096;  // flags for dependencies between ranks, per rank
+
+// Per rank: n flags (one per peer), the counter, then kSlots dependency flags, in device
+// memory; one pinned error word.
 class CudaBarrier : public DeviceBarrier {
  public:
   CudaBarrier(Backend& b, std::vector<int> devices) : backend_(b), devices_(std::move(devices)) {
     const int n = static_cast<int>(devices_.size());
+    const size_t words = n + 1 + kSlots;
     for (int r = 0; r < n; ++r) {
-      void* p = backend_.alloc_device(devices_[r], (n + 1) * sizeof(unsigned long long));
+      void* p = backend_.alloc_device(devices_[r], words * sizeof(unsigned long long));
       StreamHandle s = backend_.create_stream(devices_[r]);
-      backend_.memset_async(p, devices_[r], 0, (n + 1) * sizeof(unsigned long long), s);
+      backend_.memset_async(p, devices_[r], 0, words * sizeof(unsigned long long), s);
       backend_.synchronize_stream(s);
       backend_.destroy_stream(s);
       mem_.push_back(static_cast<unsigned long long*>(p));
@@ -42,6 +46,16 @@ class CudaBarrier : public DeviceBarrier {
     a.timeout_ns = static_cast<unsigned long long>(kBarrierTimeout.get() * 1e9);
     a.error = error_;
     launch_barrier_kernel(a, devices_[rank], s);
+  }
+  int slots() const override { return kSlots; }
+  void signal(int rank, int to, int slot, StreamHandle s) override {
+    const int n = static_cast<int>(devices_.size());
+    launch_signal_kernel(mem_[rank] + n, mem_[to] + n + 1 + slot, devices_[rank], s);
+  }
+  void wait(int rank, int slot, StreamHandle s) override {
+    const int n = static_cast<int>(devices_.size());
+    launch_wait_kernel(mem_[rank] + n, mem_[rank] + n + 1 + slot,
+                       static_cast<unsigned long long>(kBarrierTimeout.get() * 1e9), error_, devices_[rank], s);
   }
   void check() override {
     if (*reinterpret_cast<volatile int*>(error_) == 0) return;

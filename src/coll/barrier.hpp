@@ -20,6 +20,12 @@ class DeviceBarrier {
   virtual ~DeviceBarrier() = default;
   // Enqueues rank's part of the next barrier on s (a stream of rank's device).
   virtual void arrive_and_wait(int rank, StreamHandle s) = 0;
+  // A dependency between ranks inside per-rank graphs, between the entry and exit
+  // barriers: rank sets its flag `slot` in rank `to`'s memory to the current barrier
+  // number; `to` waits on s until that flag reaches its own (equal) number.
+  virtual int slots() const = 0;
+  virtual void signal(int rank, int to, int slot, StreamHandle s) = 0;
+  virtual void wait(int rank, int slot, StreamHandle s) = 0;
   // Throws ERR_TIMEOUT when a barrier gave up (call after the work has completed).
   virtual void check() = 0;
 };
@@ -40,6 +46,10 @@ struct BarrierKernelArgs {
   int* error = nullptr;                                         // pinned host memory, set on a timeout
 };
 void launch_barrier_kernel(const BarrierKernelArgs& args, int dev, void* cuda_stream);
+// Signal: *flag = *counter (flag in a peer's memory). Wait: spin until *flag >= *counter.
+void launch_signal_kernel(const unsigned long long* counter, unsigned long long* flag, int dev, void* cuda_stream);
+void launch_wait_kernel(const unsigned long long* counter, const unsigned long long* flag,
+                        unsigned long long timeout_ns, int* error, int dev, void* cuda_stream);
 #endif
 
 }  // namespace gpustripe::coll

@@ -36,17 +36,55 @@ __global__ void barrier_kernel(BarrierKernelArgs a) {
   __threadfence_system();
 }
 
-}  // namespace
+__global__ void signal_kernel(const unsigned long long* counter, unsigned long long* flag) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  __threadfence_system();
+  *reinterpret_cast<volatile unsigned long long*>(flag) = *counter;
+  __threadfence_system();
+}
 
-void launch_barrier_kernel(const BarrierKernelArgs& a, int dev, void* cuda_stream) {
+__global__ void wait_kernel(const unsigned long long* counter, const unsigned long long* flag,
+                            unsigned long long timeout_ns, int* error) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const unsigned long long e = *counter;
+  const unsigned long long start = global_ns();
+  while (*reinterpret_cast<const volatile unsigned long long*>(flag) < e) {
+    if (global_ns() - start > timeout_ns) {
+      *reinterpret_cast<volatile int*>(error) = 1;
+      break;
+    }
+  }
+  __threadfence_system();
+}
+
+template <class F>
+void launch_on(int dev, const char* what, F&& launch) {
   int prev = 0;
   cudaGetDevice(&prev);
   cudaError_t e = cudaSetDevice(dev);
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "cudaSetDevice(%d): %s", dev, cudaGetErrorString(e));
-  barrier_kernel<<<1, 32, 0, static_cast<cudaStream_t>(cuda_stream)>>>(a);
+  launch();
   e = cudaGetLastError();
   cudaSetDevice(prev);
-  GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "barrier kernel on device %d: %s", dev, cudaGetErrorString(e));
+  GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "%s kernel on device %d: %s", what, dev, cudaGetErrorString(e));
+}
+
+}  // namespace
+
+void launch_signal_kernel(const unsigned long long* counter, unsigned long long* flag, int dev, void* cuda_stream) {
+  launch_on(dev, "signal",
+            [&] { signal_kernel<<<1, 32, 0, static_cast<cudaStream_t>(cuda_stream)>>>(counter, flag); });
+}
+
+void launch_wait_kernel(const unsigned long long* counter, const unsigned long long* flag,
+                        unsigned long long timeout_ns, int* error, int dev, void* cuda_stream) {
+  launch_on(dev, "wait", [&] {
+    wait_kernel<<<1, 32, 0, static_cast<cudaStream_t>(cuda_stream)>>>(counter, flag, timeout_ns, error);
+  });
+}
+
+void launch_barrier_kernel(const BarrierKernelArgs& a, int dev, void* cuda_stream) {
+  launch_on(dev, "barrier", [&] { barrier_kernel<<<1, 32, 0, static_cast<cudaStream_t>(cuda_stream)>>>(a); });
 }
 
 }  // namespace gpustripe::coll

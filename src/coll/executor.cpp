@@ -1,5 +1,6 @@
 #include "coll/executor.hpp"
 
+#include <map>
 #include <set>
 
 #include "common/config.hpp"
@@ -13,42 +14,74 @@ constexpr size_t kGraphCacheSize = 64;
 constexpr size_t kSeenMax = 1024;
 constexpr int kOriginLane = -1000;  // the stream graphs are captured and launched on (rank 0's device;
                                     // each rank's for per-rank graphs)
-const BoolSetting kPerRankGraphs{"GPUSTRIPE_COLL_RANK_GRAPHS", "1",
-                                 "Replay schedules without waits between GPUs as one graph per GPU on its own "
-                                 "stream (else one graph over all GPUs, launched from the first one's)"};
-const BoolSetting kGpuBarrier{"GPUSTRIPE_COLL_GPU_BARRIER", "0",
-                              "Per-rank graphs enter and leave through a barrier the GPUs run themselves (flags in "
-                              "peer memory) instead of CUDA events waited on across GPUs"};
+// Round 2 (4x H200, busbw GB/s at 1M/16M/64M/256M, alltoall): one graph over all GPUs 9/149/267/346
+// (host 82 us per call); per-rank graphs entered and left through events 7/120/259/341 (host
+// 105 us: 4 launches and 24 cross-GPU waits); per-rank graphs between the GPUs' own barriers
+// 19/182/292/359 (host 30 us). So per-rank graphs come with the barrier or not at all.
+const BoolSetting kGpuBarrier{"GPUSTRIPE_COLL_GPU_BARRIER", "1",
+                              "Replay schedules without waits between GPUs as one graph per GPU on its caller's "
+                              "stream, entered and left through a barrier the GPUs run themselves (flags in peer "
+                              "memory); else as one graph over all GPUs, launched from the first one's stream"};
+const BoolSetting kGpuFlags{"GPUSTRIPE_COLL_GPU_FLAGS", "0",
+                            "With GPUSTRIPE_COLL_GPU_BARRIER: schedules with waits between GPUs (broadcast, host "
+                            "path, pushed reduction inputs) become per-rank graphs too, each wait a flag the "
+                            "other GPU sets (not measured yet: off)"};
 
-// Whether every dependency of the program stays on the rank of the op that waits.
-bool rank_local(const Program& prog) {
-  const auto& ops = prog.ops();
-  for (const Op& op : ops) {
-    if (op.kind == Op::Barrier) return false;
-    for (int d : op.deps)
-      if (ops[d].rank != op.rank) return false;
-  }
-  return true;
+bool has_barrier(const Program& prog) {
+  for (const Op& op : prog.ops())
+    if (op.kind == Op::Barrier) return true;
+  return false;
 }
 
-// The ops of one rank, in order, with their dependencies renumbered.
-Program only_rank(const Program& prog, int rank) {
+// A flag slot for every (op, other rank waiting for it) pair: the dependencies that cross
+// ranks, which per-rank graphs turn into signal/wait pairs.
+using CrossSlots = std::map<std::pair<int, int>, int>;
+CrossSlots cross_slots(const Program& prog) {
+  CrossSlots slots;
+  const auto& ops = prog.ops();
+  for (const Op& op : ops)
+    for (int d : op.deps)
+      if (ops[d].rank != op.rank) slots.emplace(std::make_pair(d, op.rank), static_cast<int>(slots.size()));
+  return slots;
+}
+
+// The ops of one rank, in order, with their dependencies renumbered; a dependency on
+// another rank's op becomes a wait on the flag that op's signal sets, on the waiting op's lane.
+Program only_rank(const Program& prog, int rank, const CrossSlots& slots) {
   Program sub(prog.nranks());
   std::vector<int> index(prog.size(), -1);
+  std::set<std::pair<int, int>> waited;  // (lane, slot) already waited for on that lane
   const auto& ops = prog.ops();
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     if (op.rank != rank) continue;
     std::vector<int> deps;
-    for (int d : op.deps) deps.push_back(index[d]);
+    for (int d : op.deps) {
+      if (ops[d].rank == rank) {
+        deps.push_back(index[d]);
+        continue;
+      }
+      const int slot = slots.at({d, rank});
+      if (waited.insert({op.lane, slot}).second) sub.wait(rank, op.lane, slot);
+    }
     index[i] = op.kind == Op::Copy
                    ? sub.copy(op.rank, op.lane, op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, deps)
                    : sub.reduce(op.rank, op.lane, op.dst, op.srcs, op.count, op.dtype, op.redop, deps);
+    for (auto it = slots.lower_bound({static_cast<int>(i), -1});
+         it != slots.end() && it->first.first == static_cast<int>(i); ++it)
+      sub.signal(rank, op.lane, it->first.second, it->second, {index[i]});
   }
   return sub;
 }
 
 }  // namespace
+
+std::vector<Program> split_per_rank(const Program& prog) {
+  const CrossSlots slots = cross_slots(prog);
+  std::vector<Program> out;
+  for (int r = 0; r < prog.nranks(); ++r) out.push_back(only_rank(prog, r, slots));
+  return out;
+}
 
 Executor::Executor(Backend& backend, Reducer& reducer, std::vector<int> devices, DeviceBarrier* barrier)
     : backend_(backend), reducer_(reducer), devices_(std::move(devices)), lanes_(backend), capture_lanes_(backend),
@@ -61,8 +94,6 @@ Executor::~Executor() {
   }
   forget_per_rank_graphs();
   for (EventHandle e : user_events_)
-    if (e) backend_.destroy_event(e);
-  for (EventHandle e : entry_ev_)
     if (e) backend_.destroy_event(e);
   for (EventHandle e : exit_ev_)
     if (e) backend_.destroy_event(e);
@@ -142,6 +173,10 @@ std::vector<Executor::LaneRef> Executor::enqueue_ops(const Program& prog, LaneSe
       if (marks[d].event && marks[d].stream != l.stream()) l.wait(marks[d]);
     if (op.kind == Op::Copy) {
       backend_.copy_async(op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, l.stream());
+    } else if (op.kind == Op::Signal || op.kind == Op::Wait) {
+      GS_REQUIRE(barrier_, GPUSTRIPE_ERR_INTERNAL, "a flag signal or wait without the GPUs' barrier");
+      if (op.kind == Op::Signal) barrier_->signal(op.rank, op.dst_dev, static_cast<int>(op.count), l.stream());
+      else barrier_->wait(op.rank, static_cast<int>(op.count), l.stream());
     } else {
       ReduceArgs a;
       a.dst = op.dst;
@@ -176,7 +211,7 @@ void Executor::enqueue_keyed(const std::string& key, const std::function<Program
                              const std::vector<StreamHandle>& user_streams, bool as_graph) {
   as_graph = as_graph && backend_.supports_graphs() && !graphs_broken_;
   if (as_graph) {
-    auto it = per_rank_.find(key);
+    auto it = user_streams.empty() ? per_rank_.end() : per_rank_.find(key);
     if (it != per_rank_.end()) {
       check_streams(static_cast<int>(devices_.size()), user_streams);
       launch_per_rank(it->second, user_streams);
@@ -194,8 +229,13 @@ void Executor::enqueue_keyed(const std::string& key, const std::function<Program
     if (seen_.size() >= kSeenMax) seen_.clear();
     if (!seen_.insert(key).second) {
       check_streams(prog.nranks(), user_streams);
-      if (rank_local(prog) && kPerRankGraphs.get()) {
-        PerRank pr = capture_per_rank(prog, barrier_ && kGpuBarrier.get());
+      // Per-rank graphs between the GPUs' barriers, for calls on the caller's streams, of
+      // programs without barriers whose dependencies stay on their rank (or, with flags,
+      // cross ranks in few enough places). Blocking calls keep the one multi-GPU graph.
+      const size_t crossing = cross_slots(prog).size();
+      if (barrier_ && kGpuBarrier.get() && !user_streams.empty() && !has_barrier(prog) &&
+          (crossing == 0 || (kGpuFlags.get() && crossing <= static_cast<size_t>(barrier_->slots())))) {
+        PerRank pr = capture_per_rank(prog);
         if (!pr.graphs.empty()) {
           if (per_rank_.size() >= kGraphCacheSize) forget_per_rank_graphs();
           launch_per_rank(pr, user_streams);
@@ -240,25 +280,25 @@ GraphExecHandle Executor::capture(const Program& prog) {
   return g;
 }
 
-Executor::PerRank Executor::capture_per_rank(const Program& prog, bool barriers) {
+Executor::PerRank Executor::capture_per_rank(const Program& prog) {
   const int n = static_cast<int>(devices_.size());
   // Events recorded under capture are the graphs' own: these never mark work outside one.
   while (static_cast<int>(forks_.size()) < n)
     forks_.push_back(backend_.create_event(devices_[forks_.size()], false));
   PerRank out;
-  out.barriers = barriers;
   std::vector<GraphExecHandle>& graphs = out.graphs;
+  const CrossSlots slots = cross_slots(prog);
   for (int r = 0; r < n; ++r) {
-    Program sub = only_rank(prog, r);
+    Program sub = only_rank(prog, r, slots);
     ::gpustripe::Lane& origin = lane(lanes_, r, kOriginLane);
     try {
       backend_.begin_capture(origin.stream());
       try {
-        if (barriers) barrier_->arrive_and_wait(r, origin.stream());
+        barrier_->arrive_and_wait(r, origin.stream());
         backend_.record_event(forks_[r], origin.stream());
         std::vector<LaneRef> used = enqueue_ops(sub, capture_lanes_, {forks_[r]});
         for (LaneRef u : used) backend_.wait_event(origin.stream(), u->mark().event);
-        if (barriers) barrier_->arrive_and_wait(r, origin.stream());
+        barrier_->arrive_and_wait(r, origin.stream());
       } catch (...) {
         try {
           backend_.destroy_graph(backend_.end_capture(origin.stream()));
@@ -275,53 +315,27 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog, bool barriers)
       return {};
     }
   }
-  GS_LOG_DEBUG(Subsys::Coll, "captured %d per-rank graphs of %zu ops%s", n, prog.size(),
-               barriers ? " between GPU barriers" : "");
+  GS_LOG_DEBUG(Subsys::Coll, "captured %d per-rank graphs of %zu ops between GPU barriers", n, prog.size());
   return out;
 }
 
 void Executor::launch_per_rank(const PerRank& pr, const std::vector<StreamHandle>& user_streams) {
-  const std::vector<GraphExecHandle>& g = pr.graphs;
   const int n = static_cast<int>(devices_.size());
-  if (entry_ev_.empty())
-    for (int r = 0; r < n; ++r) {
-      entry_ev_.push_back(backend_.create_event(devices_[r], false));
-      exit_ev_.push_back(backend_.create_event(devices_[r], false));
-    }
-  std::vector<StreamHandle> s(n);
-  for (int r = 0; r < n; ++r) s[r] = user_streams.empty() ? lane(lanes_, r, kOriginLane).stream() : user_streams[r];
-  // Entry: no rank touches a peer's buffers before that peer's earlier work is done. After
-  // a per-rank launch on these same streams, the exit below already ordered the ends of
-  // every earlier run; otherwise every stream also waits for the last run's lanes.
+  if (exit_ev_.empty())
+    for (int r = 0; r < n; ++r) exit_ev_.push_back(backend_.create_event(devices_[r], false));
+  const std::vector<StreamHandle>& s = user_streams;
+  // The graphs begin and end with the GPUs' barrier: nothing to wait for across GPUs from
+  // here, except, after a run that was not per-rank on these streams, that run's lanes.
   if (s != last_streams_)
     for (int r = 0; r < n; ++r)
       for (const LaneMark& m : last_done_) backend_.wait_event(s[r], m.event);
-  if (pr.barriers) {
-    // The graphs begin and end with the GPUs' barrier: nothing to wait for across GPUs here.
-    for (int r = 0; r < n; ++r) backend_.launch_graph(g[r], s[r]);
-    graph_launches_ += n;
-    last_done_.clear();
-    for (int r = 0; r < n; ++r) {
-      backend_.record_event(exit_ev_[r], s[r]);
-      last_done_.push_back({s[r], exit_ev_[r]});
-    }
-    last_streams_ = s;
-    return;
-  }
-  for (int r = 0; r < n; ++r) backend_.record_event(entry_ev_[r], s[r]);
-  for (int r = 0; r < n; ++r)
-    for (int q = 0; q < n; ++q)
-      if (q != r) backend_.wait_event(s[r], entry_ev_[q]);
-  for (int r = 0; r < n; ++r) backend_.launch_graph(g[r], s[r]);
+  for (int r = 0; r < n; ++r) backend_.launch_graph(pr.graphs[r], s[r]);
   graph_launches_ += n;
-  // Exit: each rank's stream goes on once every rank's part is done (peers wrote into its
-  // buffers or read from them).
-  for (int r = 0; r < n; ++r) backend_.record_event(exit_ev_[r], s[r]);
-  for (int r = 0; r < n; ++r)
-    for (int q = 0; q < n; ++q)
-      if (q != r) backend_.wait_event(s[r], exit_ev_[q]);
   last_done_.clear();
-  for (int r = 0; r < n; ++r) last_done_.push_back({s[r], exit_ev_[r]});
+  for (int r = 0; r < n; ++r) {
+    backend_.record_event(exit_ev_[r], s[r]);
+    last_done_.push_back({s[r], exit_ev_[r]});
+  }
   last_streams_ = s;
 }
 

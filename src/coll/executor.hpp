@@ -6,11 +6,11 @@
 // Graph mode (backends with graphs; the communicator asks for it at small sizes, where
 // issuing dozens of async calls costs more than the transfer): a program seen before
 // is captured once into a graph, on streams of its own, and replayed with one launch.
-// A program whose dependencies never cross ranks (most schedules: every GPU waits only
-// for its own copies) becomes one graph per rank, launched on that rank's stream: the
-// only waits between GPUs are the collective's entry and exit, one event hop each. A
-// program with waits between ranks becomes one graph over all GPUs, launched from rank
-// 0's stream (a hop into it and one out of it on each side).
+// A program whose dependencies never cross ranks (exchanges, reductions that read peers
+// with kernels), called on the caller's streams, becomes one graph per rank launched on
+// that rank's stream, beginning and ending with the GPUs' own barrier (barrier.hpp): no
+// CUDA event crosses GPUs. Other programs become one graph over all GPUs, launched from
+// rank 0's stream (an event hop into it and one out of it on each side).
 #pragma once
 #include <functional>
 #include <map>
@@ -28,6 +28,11 @@
 #include "engine/lanes.hpp"
 
 namespace gpustripe::coll {
+
+// The per-rank programs of a program without barriers (what per-rank graphs hold): each
+// rank's ops in order, a dependency on another rank's op replaced by a wait on a flag slot
+// before the waiting op (on its lane) and a signal of that slot right after the op waited for.
+std::vector<Program> split_per_rank(const Program& prog);
 
 class Executor {
  public:
@@ -59,13 +64,12 @@ class Executor {
   void check_streams(int nranks, const std::vector<StreamHandle>& user_streams) const;
   GraphExecHandle capture(const Program& prog);
   void launch(GraphExecHandle g, const std::vector<StreamHandle>& user_streams);
-  // Per-rank graphs: captured on each rank's origin stream, with the GPUs' own entry and
-  // exit barriers inside when `barriers`; empty when capturing failed.
+  // Per-rank graphs: captured on each rank's origin stream between the GPUs' own entry and
+  // exit barriers; empty when capturing failed.
   struct PerRank {
     std::vector<GraphExecHandle> graphs;
-    bool barriers = false;
   };
-  PerRank capture_per_rank(const Program& prog, bool barriers);
+  PerRank capture_per_rank(const Program& prog);
   void launch_per_rank(const PerRank& g, const std::vector<StreamHandle>& user_streams);
   void forget_per_rank_graphs();
 
@@ -79,7 +83,7 @@ class Executor {
   GraphCache graphs_;
   DeviceBarrier* barrier_;
   std::map<std::string, PerRank> per_rank_;  // by key; bounded like graphs_
-  std::vector<EventHandle> entry_ev_, exit_ev_;                   // per rank, for per-rank launches
+  std::vector<EventHandle> exit_ev_;                              // per rank: ends of per-rank launches
   std::vector<EventHandle> forks_;                                // per rank: per-rank captures' starts
   std::vector<StreamHandle> last_streams_;  // streams of the last per-rank launch: already in step
   std::set<std::string> seen_;  // programs run once directly: captured when seen again

@@ -53,6 +53,26 @@ int Program::reduce(int rank, int lane, void* dst, std::vector<const void*> srcs
   return add(std::move(op));
 }
 
+int Program::signal(int rank, int lane, int to, int slot, std::vector<int> deps) {
+  Op op;
+  op.kind = Op::Signal;
+  op.rank = rank;
+  op.lane = lane;
+  op.dst_dev = to;
+  op.count = static_cast<size_t>(slot);
+  op.deps = std::move(deps);
+  return add(std::move(op));
+}
+
+int Program::wait(int rank, int lane, int slot) {
+  Op op;
+  op.kind = Op::Wait;
+  op.rank = rank;
+  op.lane = lane;
+  op.count = static_cast<size_t>(slot);
+  return add(std::move(op));
+}
+
 void Program::barrier() {
   if (ops_.empty() || ops_.back().kind == Op::Barrier) return;
   Op op;

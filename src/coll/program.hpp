@@ -24,7 +24,10 @@ enum Lane : int {
 };
 
 struct Op {
-  enum Kind { Copy, Reduce, Barrier } kind = Copy;
+  // Signal/Wait: made by the executor only, when it splits a program into per-rank graphs
+  // under the GPUs' barrier: a dependency between ranks becomes a flag that the waiting
+  // rank's lane spins on (slot `count` of rank `dst_dev`'s flags) and the other rank sets.
+  enum Kind { Copy, Reduce, Barrier, Signal, Wait } kind = Copy;
   int rank = 0;  // whose stream runs it
   int lane = 0;
   // Copy: bytes from src (on src_dev, kHostDevice for pinned host) to dst (on dst_dev).
@@ -52,6 +55,9 @@ class Program {
              std::vector<int> deps = {});
   // Everything after the barrier waits for everything before it, on every rank.
   void barrier();
+  // Executor only (see Op): rank sets flag `slot` of rank `to`; rank waits for its flag `slot`.
+  int signal(int rank, int lane, int to, int slot, std::vector<int> deps);
+  int wait(int rank, int lane, int slot);
   const std::vector<Op>& ops() const { return ops_; }
   size_t size() const { return ops_.size(); }
   // Totals for logs and tests.

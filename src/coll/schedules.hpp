@@ -44,11 +44,10 @@ struct ReduceOpts {
   int chunks = 1;     // pipeline depth
   int slots = 4;      // scratch slots per peer (copy mode): bounds scratch to slots chunks
   // Copy mode: each block's inputs are copied by the copy engines of the member that owns
-  // the block (reading its peers), not pushed by the senders. Then a reduction waits only
-  // for copies on its own GPU, and a reused slot only for its own GPU's reduction: the
-  // schedule holds no dependency between GPUs at all (allreduce's allgather pushes from
-  // the member that reduced).
-  bool receiver_copies = true;
+  // the block (reading its peers) instead of pushed by the senders. Then a reduction waits
+  // only for copies on its own GPU and the schedule holds no dependency between GPUs; but
+  // copy engines reading a peer ran at a third of the speed of pushes on H200 (round 2).
+  bool receiver_copies = false;
 };
 
 // Reduce-scatter over blocks b (elements): out[j] (block j's result at member j) =
@@ -75,11 +74,10 @@ struct BcastOpts {
   bool scatter_allgather = true;  // root scatters pieces, members forward them; else root sends to all
   int chunks = 1;
   // Scatter-allgather: the root sends its pieces to all members at once, and each member
-  // forwards to all others at once (a lane per destination), so every member's NVLink
-  // ingress is shared evenly between the root and the forwarders; on one lane each, the
-  // root's copy into a member competes with forwards into it and the root, which every
-  // piece waits for, falls behind.
-  bool lane_per_peer = true;
+  // forwards to all others at once (a lane per destination), meant to share every member's
+  // ingress evenly between the root and the forwarders. Measured slower than one lane per
+  // rank (round 2, 16M/64M/256M: 119/156/186 vs 146/205/208 GB/s busbw): off by default.
+  bool lane_per_peer = false;
 };
 void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size_t bytes, int root,
                  const BcastOpts& o);

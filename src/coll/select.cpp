@@ -15,7 +15,7 @@ const StringSetting kAlgo{"GPUSTRIPE_COLL_ALGO", "auto",
                           "Force collective schedules: auto, or a comma list of names, each op taking the first that "
                           "is its own (rounds, all_at_once, rs_copy, rs_pull, oneshot, rs_ag_copy, rs_ag_pull, hier, "
                           "direct, scatter_ag, reduce_copy, reduce_pull)"};
-const SizeSetting kChunk{"GPUSTRIPE_COLL_CHUNK", "8M",
+const SizeSetting kChunk{"GPUSTRIPE_COLL_CHUNK", "32M",
                          "Pipeline chunk of a rank's block in reduce-scatter/allreduce/reduce/bcast schedules "
                          "(blocks of 2M and more get at least 4 chunks)"};
 const IntSetting kMaxChunks{"GPUSTRIPE_COLL_MAX_CHUNKS", "16", "Most pipeline chunks of one collective"};
@@ -30,18 +30,28 @@ const SizeSetting kHostMin{"GPUSTRIPE_COLL_HOST_MIN", "128M",
                            "Smallest peer block of alltoall/allgather that gets an automatic host-path share"};
 const SizeSetting kRoundsMin{"GPUSTRIPE_COLL_ROUNDS_MIN", "1M",
                              "Smallest peer block for which exchanges run in permutation rounds (below: all at once)"};
-const SizeSetting kPullMax{"GPUSTRIPE_COLL_PULL_MAX", "4M",
-                           "Largest size per rank for which reductions read peers with kernels instead of copy engines"};
-const StringSetting kRsCopies{"GPUSTRIPE_COLL_RS_COPIES", "receiver",
+// Round 2 on 4x H200 (busbw GB/s, 16M/64M/256M): reduce-scatter with kernels reading the peers
+// 144/203/251 vs copy engines into scratch 58-86/185/225-258; allreduce 150/192/200 vs
+// 80/204/230-297 (32M chunks). Reduce-scatter reads with kernels at every size; allreduce
+// up to 32M, then copies.
+const SizeSetting kPullMax{"GPUSTRIPE_COLL_PULL_MAX", "64G",
+                           "Largest size per rank for which reduce-scatter and reduce read peers with kernels "
+                           "instead of copy engines"};
+const SizeSetting kArPullMax{"GPUSTRIPE_COLL_AR_PULL_MAX", "32M",
+                             "Largest allreduce per rank whose reduce-scatter reads peers with kernels"};
+// Copies driven by the receiver (its copy engine reading a peer) ran at a third of the
+// senders' speed in round 2 (reduce-scatter 256M: 105 vs 225 GB/s) and stalled per-rank
+// graphs; the MPI interposer's processes map peers' scratch, not their send buffers.
+const StringSetting kRsCopies{"GPUSTRIPE_COLL_RS_COPIES", "sender",
                               "Whose copy engines move reduce-scatter/allreduce/reduce inputs into scratch: "
-                              "receiver (the block's owner reads its peers: no dependency between GPUs) or sender"};
+                              "sender (pushes into the owner's scratch) or receiver (the owner reads its peers)"};
 const SizeSetting kScratchMax{"GPUSTRIPE_COLL_SCRATCH_MAX", "1G",
                               "Most scratch per rank for the pipeline slots of reductions (up to it, every chunk "
                               "gets its own slot and no copy waits for a reduction)"};
-const BoolSetting kBcastLanes{"GPUSTRIPE_COLL_BCAST_LANES", "1",
+const BoolSetting kBcastLanes{"GPUSTRIPE_COLL_BCAST_LANES", "0",
                               "Scatter-allgather broadcast: a lane per destination (the root and every "
                               "forwarder send to all at once), else one lane per rank"};
-const SizeSetting kOneshotMax{"GPUSTRIPE_COLL_ONESHOT_MAX", "256K",
+const SizeSetting kOneshotMax{"GPUSTRIPE_COLL_ONESHOT_MAX", "2M",
                               "Largest allreduce per rank done in one step (every rank reduces all inputs)"};
 
 // Measured on the 4x H200 node (shared/HARDWARE.md): copy engines reach ~82% of the
@@ -188,7 +198,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   // Reductions. Per-rank block sizes decide chunking; peers' memory must be mapped to pull.
   const size_t block = op == CollOp::ReduceScatter ? bytes / n : bytes / n;
   const bool pull_ok = res.all_peer;
-  const bool small = bytes <= kPullMax.get();
+  const bool small = bytes <= (op == CollOp::AllReduce ? kArPullMax.get() : kPullMax.get());
   c.reduce.chunks = chunks_for(block);
   const char* prefix = op == CollOp::ReduceScatter ? "rs_" : op == CollOp::AllReduce ? "rs_ag_" : "reduce_";
   if (!force.empty()) {
@@ -206,14 +216,16 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.why = size + " <= GPUSTRIPE_COLL_ONESHOT_MAX: one kernel per rank reads every input (latency path)";
   } else if (pull_ok && small) {
     c.name = std::string(prefix) + "pull";
-    c.why = size + " <= GPUSTRIPE_COLL_PULL_MAX: kernels read peers' blocks directly, no copies to wait for";
+    c.why = size + (op == CollOp::AllReduce ? " <= GPUSTRIPE_COLL_AR_PULL_MAX" : " <= GPUSTRIPE_COLL_PULL_MAX") +
+            ": kernels read peers' blocks directly, no copies to wait for";
   } else {
     c.name = std::string(prefix) + "copy";
     c.why = pull_ok ? size + ": copy engines move blocks into scratch, kernels reduce chunk c while chunk c+1 moves"
                     : "not every pair maps peer memory: copy engines move blocks, kernels reduce locally";
   }
   c.reduce.pull = c.name.find("pull") != std::string::npos;
-  if (c.name == "oneshot") c.reduce.chunks = 1;
+  // A pulled reduce-scatter has nothing to overlap its chunks with: one kernel per rank.
+  if (c.name == "oneshot" || c.name == "rs_pull") c.reduce.chunks = 1;
   const std::string copies = kRsCopies.get();
   GS_REQUIRE(copies == "receiver" || copies == "sender", GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_COLL_RS_COPIES=%s: expected receiver or sender", copies.c_str());

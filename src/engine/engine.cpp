@@ -21,7 +21,8 @@ namespace {
 const BoolSetting kGraphs{"GPUSTRIPE_GRAPHS", "1",
                           "Replay a captured CUDA graph of multi-path transfers seen before (same pointers, "
                           "size and plan; CUDA backend only)"};
-const IntSetting kGraphCache{"GPUSTRIPE_GRAPH_CACHE", "64", "Captured transfer schedules kept by the engine (LRU)"};
+const IntSetting kGraphCache{"GPUSTRIPE_GRAPH_CACHE", "256",
+                            "Captured transfer schedules kept by the engine (LRU; a graph is a few KB)"};
 const SizeSetting kHostStaging{"GPUSTRIPE_HOST_STAGING", "128M",
                                "Pinned host staging memory per CPU socket and source GPU, allocated on first use and reused"};
 const SizeSetting kGpuStaging{"GPUSTRIPE_GPU_STAGING", "256M",
@@ -29,13 +30,20 @@ const SizeSetting kGpuStaging{"GPUSTRIPE_GPU_STAGING", "256M",
 const BoolSetting kDirectOnCaller{"GPUSTRIPE_DIRECT_ON_CALLER", "1",
                                   "Multi-path copies put their direct path on the caller's stream (no fork or join "
                                   "for it); 0: on the engine's lane of the link direction"};
-const IntSetting kHostLanes{"GPUSTRIPE_HOST_LANES", "2",
+// One stream per hop: round 2 on 4x H200 (graphs on) measured 1+1 and 1+2 lanes 0.3-0.5% ahead
+// of 2+2 at 256M and 1G in both passes, bidirectional alike; fewer copy streams per GPU
+// also leave its copy engines to the other paths.
+const IntSetting kHostLanes{"GPUSTRIPE_HOST_LANES", "1",
                             "Streams for the host-to-GPU hop of a host-staged path; its chunks alternate between them"};
+const BoolSetting kStagedSharedLane{"GPUSTRIPE_STAGED_SHARED_LANE", "0",
+                                    "The first hops of every GPU-staged path of a transfer share one stream of the "
+                                    "source GPU (fewer copy streams than its copy engines)"};
 const IntSetting kHostFirstLanes{"GPUSTRIPE_HOST_FIRST_LANES", "0",
                                  "Streams for the GPU-to-host hop of a host-staged path (0: as many as "
                                  "GPUSTRIPE_HOST_LANES); one keeps the chunks leaving the GPU in order, one at a time"};
 
 constexpr uint64_t kChunkAlign = 4096;
+constexpr int kAnyStagingGpu = -2;  // lane key: first hops to any staging GPU (GPUSTRIPE_STAGED_SHARED_LANE)
 
 // Edge i of `chunks` near-equal chunks of `bytes`; page-aligned when every chunk can be.
 uint64_t chunk_edge(uint64_t bytes, int chunks, int i) {
@@ -65,6 +73,7 @@ Engine::Engine(Backend& backend, const Topology& topo, Planner* planner)
   host_lanes_ = static_cast<int>(std::clamp<int64_t>(kHostLanes.get(), 1, 8));
   const int64_t first = kHostFirstLanes.get();
   host_first_lanes_ = first <= 0 ? host_lanes_ : static_cast<int>(std::min<int64_t>(first, 8));
+  staged_shared_lane_ = kStagedSharedLane.get();
   direct_on_caller_ = kDirectOnCaller.get();
   lanes_ = std::make_unique<LaneSet>(backend_);
   sockets_ = std::max(1, static_cast<int>(topo_.sockets.size()));
@@ -297,7 +306,7 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
   };
   std::vector<Pending> pending;
   auto settle = [&](Lane* lane) -> LaneMark {
-    LaneMark m = lane->mark();
+    LaneMark m = lane->mark(capturing);
     for (auto it = pending.begin(); it != pending.end();) {
       if (it->lane != lane) {
         ++it;
@@ -343,14 +352,14 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
       uint64_t cb = chunk_edge(path.bytes, path.chunks, c), ce = chunk_edge(path.bytes, path.chunks, c + 1);
       for (uint64_t b = cb; b < ce; ++q) {
         uint64_t n = std::min(max_piece, ce - b);
-        Lane& first = fork(lanes_->get(S, mid, q % first_lanes));
+        Lane& first = fork(lanes_->get(S, host || !staged_shared_lane_ ? mid : kAnyStagingGpu, q % first_lanes));
         Lane& relay = final_lane(lanes_->get(mid, D, q % relay_lanes));
         uint64_t at = area.take(n, cursor);
         settle_overlapping(&uses, at, at + n);
         for (const LaneMark& m : uses.overlapping(at, at + n)) first.wait(m);
         char* slot = area.base() + at;
         backend_.copy_async_prechecked(slot, mid, src + path.offset + b, S, n, first.stream());
-        relay.wait(first.mark());
+        relay.wait(first.mark(capturing));
         backend_.copy_async_prechecked(dst + path.offset + b, D, slot, mid, n, relay.stream());
         pending.push_back({&uses, &relay, at, at + n});
         b += n;
@@ -363,7 +372,7 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
   // A capture must end with every stream it forked joined straight back to where it began.
   if (capturing)
     for (Lane* lane : forked)
-      if (std::find(finals.begin(), finals.end(), lane) == finals.end()) backend_.wait_event(caller, lane->mark().event);
+      if (std::find(finals.begin(), finals.end(), lane) == finals.end()) backend_.wait_event(caller, lane->mark(true).event);
 }
 
 void Engine::prepare(const Plan& plan) {
@@ -377,7 +386,7 @@ void Engine::prepare(const Plan& plan) {
       for (int k = 0; k < host_lanes_; ++k) lanes_->get(kHostDevice, plan.dst, k);
     } else {
       gpu_area(p.via);
-      lanes_->get(plan.src, p.via);
+      lanes_->get(plan.src, staged_shared_lane_ ? kAnyStagingGpu : p.via);
       lanes_->get(p.via, plan.dst);
     }
   }
@@ -390,6 +399,14 @@ bool Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHa
     // A transfer seen once is enqueued directly: capturing costs more than that, and pays
     // only when the same transfer comes again.
     if (!graphs_cache_->seen_before(key)) return false;
+    // Cached graphs are still replayed; new ones are not captured once the cache thrashes.
+    if (graphs_cache_->thrashing()) {
+      if (!thrash_logged_)
+        GS_LOG_INFO(Subsys::Engine, "transfers repeat over more keys than GPUSTRIPE_GRAPH_CACHE holds (%zu): "
+                    "new transfers are enqueued, not captured", graphs_cache_->size());
+      thrash_logged_ = true;
+      return false;
+    }
     // Captured on an engine stream of the source GPU, never on the caller's (other threads
     // may enqueue on it meanwhile); the graph is then launched on the caller's stream.
     StreamHandle& cs = capture_streams_.at(plan.src);

@@ -85,6 +85,8 @@ class Engine {
   bool graphs_ = false;
   int host_lanes_ = 1;        // relay (host-to-GPU) lanes of a host-staged path
   int host_first_lanes_ = 1;  // first-hop (GPU-to-host) lanes
+  bool staged_shared_lane_ = false;
+  bool thrash_logged_ = false;
   bool direct_on_caller_ = true;
   int ndev_ = 0;
   uint64_t id_ = 0;

@@ -3,23 +3,26 @@
 namespace gpustripe {
 
 GraphCache::~GraphCache() {
-  for (auto& entry : lru_) backend_.destroy_graph(entry.second);
+  for (auto& entry : lru_) backend_.destroy_graph(entry.graph);
 }
 
 GraphExecHandle GraphCache::find(const std::string& key) {
   auto it = index_.find(key);
   if (it == index_.end()) return nullptr;
   lru_.splice(lru_.begin(), lru_, it->second);
-  return it->second->second;
+  ++it->second->launches;
+  return it->second->graph;
 }
 
 void GraphCache::insert(const std::string& key, GraphExecHandle graph) {
-  lru_.emplace_front(key, graph);
+  lru_.push_front(Entry{key, graph, 1});
   index_[key] = lru_.begin();
+  ++inserted_;
   while (lru_.size() > capacity_) {
     // A launched graph may be destroyed while it runs: CUDA finishes the launch first.
-    backend_.destroy_graph(lru_.back().second);
-    index_.erase(lru_.back().first);
+    if (lru_.back().launches < 3) ++wasted_;
+    backend_.destroy_graph(lru_.back().graph);
+    index_.erase(lru_.back().key);
     lru_.pop_back();
   }
 }

@@ -6,17 +6,21 @@ Lane::Lane(Backend& backend, int device) : backend_(backend), device_(device) {
   stream_ = backend_.create_stream(device);
   // All events up front: none is created while a graph capture is under way.
   for (size_t i = 0; i < kRing; ++i) ring_.push_back(backend_.create_event(device, false));
+  for (size_t i = 0; i < kRing; ++i) capture_ring_.push_back(backend_.create_event(device, false));
 }
 
 Lane::~Lane() {
   backend_.synchronize_stream(stream_);  // enqueued work may still read staging memory
   for (EventHandle e : ring_) backend_.destroy_event(e);
+  for (EventHandle e : capture_ring_) backend_.destroy_event(e);
   backend_.destroy_stream(stream_);
 }
 
-LaneMark Lane::mark() {
-  EventHandle e = ring_[next_];
-  next_ = (next_ + 1) % kRing;
+LaneMark Lane::mark(bool capturing) {
+  std::vector<EventHandle>& ring = capturing ? capture_ring_ : ring_;
+  size_t& next = capturing ? capture_next_ : next_;
+  EventHandle e = ring[next];
+  next = (next + 1) % kRing;
   backend_.record_event(e, stream_);
   return {stream_, e};
 }

@@ -30,7 +30,10 @@ class Lane {
   int device() const { return device_; }
   // Marks the work enqueued so far. Valid to wait on until kRing later marks of this lane
   // (after that it marks later work of this lane: still safe, only stricter).
-  LaneMark mark();
+  // `capturing`: a mark inside a graph capture, from a ring of its own. CUDA refuses to wait
+  // outside a capture on an event last recorded inside one, so marks kept across transfers
+  // (staging uses) must never be recycled by a capture.
+  LaneMark mark(bool capturing = false);
   void wait(const LaneMark& m) {
     if (m.event) backend_.wait_event(stream_, m.event);
   }
@@ -40,8 +43,8 @@ class Lane {
   Backend& backend_;
   int device_;
   StreamHandle stream_ = nullptr;
-  std::vector<EventHandle> ring_;
-  size_t next_ = 0;
+  std::vector<EventHandle> ring_, capture_ring_;
+  size_t next_ = 0, capture_next_ = 0;
 };
 
 // Lanes keyed by (from, to, index): from/to are GPU indices or kHostDevice. The lane's

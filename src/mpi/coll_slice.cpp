@@ -112,6 +112,10 @@ void SliceRunner::run(const coll::Program& prog, int device) {
     if (op.kind == Op::Copy) {
       backend_.copy_async(op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, l.stream());
     } else {
+      // Schedule builders make copies, reductions and barriers only (other kinds are the
+      // coll executor's own).
+      GS_REQUIRE(op.kind == Op::Reduce, GPUSTRIPE_ERR_INTERNAL, "collective step %zu of kind %d across processes", i,
+                 static_cast<int>(op.kind));
       coll::ReduceArgs a;
       a.dst = op.dst;
       a.srcs = op.srcs;

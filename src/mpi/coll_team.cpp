@@ -143,6 +143,13 @@ char* CollTeam::map(int r, const Desc& d) {
   return static_cast<char*>(cache->map(channel_rank_[r], d.base, d.handle)) + d.offset;
 }
 
+bool CollTeam::peer_ok(int dev, int peer) {
+  auto key = std::make_pair(dev, peer);
+  auto it = peer_ok_.find(key);
+  if (it == peer_ok_.end()) it = peer_ok_.emplace(key, backend_.can_access_peer(dev, peer)).first;
+  return it->second;
+}
+
 coll::Choice CollTeam::choose(const CollCall& call) const {
   coll::Choice c = coll::choose_schedule(call.op, res_, call.bytes, call.elem_size);
   // The host path needs pinned host memory shared by the ranks' processes: not yet (it
@@ -202,6 +209,11 @@ bool CollTeam::run(const CollCall& call) {
   coll::Scratch scratch(backend_, team.dev);
   for (int r = 0; r < n_; ++r) {
     team.dev[r] = all[r].device;
+    // Kernels of this GPU read peers' buffers (pull schedules), and copies go straight over
+    // NVLink, only where this context has peer access to the GPU whose context the mapping
+    // lives in (idempotent).
+    if (team.dev[r] != call.device && peer_ok(call.device, team.dev[r]))
+      backend_.enable_peer_access(call.device, team.dev[r]);
     if (r == rank_) {
       send[r] = static_cast<char*>(const_cast<void*>(call.send));
       recv[r] = static_cast<char*>(call.recv);

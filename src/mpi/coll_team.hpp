@@ -82,6 +82,7 @@ class CollTeam {
   };
   void grow(Owned& b, int dev, size_t bytes);
   coll::Choice choose(const CollCall& call) const;
+  bool peer_ok(int dev, int peer);  // can_access_peer, asked once per pair
 
   Runtime& rt_;
   Backend& backend_;
@@ -93,7 +94,8 @@ class CollTeam {
   std::unique_ptr<coll::Reducer> reducer_;
   std::unique_ptr<SliceRunner> runner_;
   Owned scratch_, temp_;
-  std::map<uintptr_t, Backend::IpcMemHandle> exports_;  // this rank's buffers exported, by allocation base
+  std::map<uintptr_t, Backend::IpcMemHandle> exports_;
+  std::map<std::pair<int, int>, bool> peer_ok_;  // this rank's buffers exported, by allocation base
   uint64_t calls_ = 0;
 };
 

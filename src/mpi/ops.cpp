@@ -31,7 +31,8 @@ class LocalOp : public Op {
       bytes = pack(b_.buf, b_.count, b_.type, b_.layout, b_.loc, rt().mover(), packed_);
       data = packed_.data();
     }
-    r_ = rt().endpoint().isend(data, bytes, dst, tag, ci_->ctx, sync);
+    p2p::MemLoc host;  // packed data is host memory
+    r_ = rt().endpoint().isend(data, bytes, dst, tag, ci_->ctx, sync, b_.layout.contiguous ? &b_.loc : &host);
   }
   void start_recv(int src, int tag) {
     void* data = b_.buf;
@@ -43,7 +44,8 @@ class LocalOp : public Op {
       data = packed_.data();
       cap = b_.layout.bytes;  // packed data of count elements is this long (homogeneous node)
     }
-    r_ = rt().endpoint().irecv(data, cap, src, tag, ci_->ctx);
+    p2p::MemLoc host;
+    r_ = rt().endpoint().irecv(data, cap, src, tag, ci_->ctx, b_.layout.contiguous ? &b_.loc : &host);
   }
 
   bool ready() override { return rt().endpoint().test(r_); }

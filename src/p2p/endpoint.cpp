@@ -44,7 +44,7 @@ char* Endpoint::bounce(size_t bytes) {
 
 const char* Endpoint::from_device(const void* src, int dev, size_t bytes) {
   char* b = bounce(bytes);
-  mover_.copy_now(b, kHostDevice, src, dev, bytes);
+  mover_.copy_now_prechecked(b, kHostDevice, src, dev, bytes);  // ranges: check_within, our own bounce
   return b;
 }
 
@@ -52,7 +52,7 @@ void Endpoint::to_device(void* dst, int dev, const char* payload, size_t bytes) 
   if (bytes == 0) return;
   char* b = bounce(bytes);
   if (b != payload) std::memcpy(b, payload, bytes);  // a message to oneself arrives in the bounce buffer
-  mover_.copy_now(dst, dev, b, kHostDevice, bytes);
+  mover_.copy_now_prechecked(dst, dev, b, kHostDevice, bytes);
 }
 
 bool Endpoint::matches(const Request& r, int src, int tag, uint64_t comm) {
@@ -99,7 +99,8 @@ void Endpoint::flush_outgoing(int dst) {
 
 // ---------------------------------------------------------------- posting
 
-RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, uint64_t comm, bool synchronous) {
+RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, uint64_t comm, bool synchronous,
+                           const MemLoc* where) {
   GS_REQUIRE(dst >= 0 && dst < ch_.size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "send to rank %d: ranks are 0..%d",
              dst, ch_.size() - 1);
   GS_REQUIRE(tag >= 0, GPUSTRIPE_ERR_INVALID_ARGUMENT, "send with tag %d: tags are >= 0", tag);
@@ -114,7 +115,8 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
   r->comm_ = comm;
   r->sbuf_ = buf;
   r->bytes_ = bytes;
-  r->loc_ = mover_.locate(buf);
+  r->loc_ = where ? *where : mover_.locate(buf);
+  Mover::check_within(r->loc_, buf, bytes, "send buffer");  // eager copies then skip the backend's checks
   r->status_.tag = tag;
   r->status_.source = ch_.rank();
   r->status_.message_bytes = bytes;
@@ -153,7 +155,7 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
   return r;
 }
 
-RequestPtr Endpoint::irecv(void* buf, uint64_t capacity, int src, int tag, uint64_t comm) {
+RequestPtr Endpoint::irecv(void* buf, uint64_t capacity, int src, int tag, uint64_t comm, const MemLoc* where) {
   GS_REQUIRE(src == kAnySource || (src >= 0 && src < ch_.size()), GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "receive from rank %d: ranks are 0..%d or any (-1)", src, ch_.size() - 1);
   GS_REQUIRE(tag >= kAnyTag, GPUSTRIPE_ERR_INVALID_ARGUMENT, "receive with tag %d: tags are >= 0 or any (-1)", tag);
@@ -168,7 +170,8 @@ RequestPtr Endpoint::irecv(void* buf, uint64_t capacity, int src, int tag, uint6
   r->comm_ = comm;
   r->rbuf_ = buf;
   r->bytes_ = capacity;
-  r->loc_ = mover_.locate(buf);
+  r->loc_ = where ? *where : mover_.locate(buf);
+  Mover::check_within(r->loc_, buf, capacity, "receive buffer");
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
     if (!matches(*r, it->src, it->tag, it->comm)) continue;
     Unexpected u = std::move(*it);

@@ -54,8 +54,11 @@ class Endpoint {
   int size() const { return ch_.size(); }
 
   // Tags are >= 0 (kAnyTag only on receives); `comm` is any id both sides agree on.
-  RequestPtr isend(const void* buf, uint64_t bytes, int dst, int tag, uint64_t comm, bool synchronous = false);
-  RequestPtr irecv(void* buf, uint64_t capacity, int src, int tag, uint64_t comm);
+  // `where`: where the buffer lives, when the caller has looked it up already (a
+  // pointer query costs about a microsecond: small-message latency).
+  RequestPtr isend(const void* buf, uint64_t bytes, int dst, int tag, uint64_t comm, bool synchronous = false,
+                   const MemLoc* where = nullptr);
+  RequestPtr irecv(void* buf, uint64_t capacity, int src, int tag, uint64_t comm, const MemLoc* where = nullptr);
 
   // One progress pass, then whether `r` is complete.
   bool test(const RequestPtr& r);

@@ -40,8 +40,18 @@ MemLoc Mover::locate(const void* p) const {
   if (info.kind == MemoryKind::Device) {
     loc.device = true;
     loc.dev = info.device;
+    loc.base = info.base;
+    loc.size = info.size;
   }
   return loc;
+}
+
+void Mover::check_within(const MemLoc& loc, const void* p, size_t bytes, const char* what) {
+  if (!loc.device || loc.size == 0) return;
+  uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  GS_REQUIRE(u >= loc.base && bytes <= loc.size - (u - loc.base), GPUSTRIPE_ERR_INVALID_POINTER,
+             "%s: [%p, +%zu) runs past its allocation on GPU %d [0x%zx, +%zu)", what, p, bytes, loc.dev,
+             static_cast<size_t>(loc.base), loc.size);
 }
 
 StreamHandle Mover::stream_for(int dev) {
@@ -92,6 +102,20 @@ bool Mover::done(uint64_t ticket) {
   if (!backend_->query_event(it->second.event)) return false;
   finish(it);
   return true;
+}
+
+void Mover::copy_now_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
+  GS_REQUIRE(dst_dev == kHostDevice || src_dev == kHostDevice, GPUSTRIPE_ERR_INTERNAL,
+             "copy_now_prechecked: host <-> device copies only");
+  if (bytes == 0 || (dst_dev == kHostDevice && src_dev == kHostDevice)) {
+    if (bytes) std::memcpy(dst, src, bytes);
+    return;
+  }
+  GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
+  int dev = src_dev != kHostDevice ? src_dev : dst_dev;
+  StreamHandle s = stream_for(dev);
+  backend_->copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, s);
+  backend_->synchronize_stream(s);
 }
 
 void Mover::copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {

@@ -25,6 +25,8 @@ namespace gpustripe::p2p {
 struct MemLoc {
   bool device = false;
   int dev = kHostDevice;  // owning GPU for device memory
+  uintptr_t base = 0;     // device memory: its allocation (size 0: bounds unknown)
+  size_t size = 0;
 };
 
 class Mover {
@@ -38,6 +40,9 @@ class Mover {
   Mover(const Mover&) = delete;
   Mover& operator=(const Mover&) = delete;
 
+  // Throws ERR_INVALID_POINTER unless [p, p + bytes) lies inside the device allocation
+  // `loc` describes (nothing to check for host memory, or where the bounds are unknown).
+  static void check_within(const MemLoc& loc, const void* p, size_t bytes, const char* what);
   // Device memory or not (plain host for pointers the backend does not know).
   MemLoc locate(const void* p) const;
 
@@ -47,6 +52,10 @@ class Mover {
   bool done(uint64_t ticket);
   // A copy that has finished when it returns.
   void copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes);
+  // The same between host and device memory whose ranges the caller has checked
+  // (within_allocation, its own pinned memory): the backend skips its pointer queries,
+  // which small messages notice (two driver calls per copy on CUDA).
+  void copy_now_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes);
 
  private:
   StreamHandle stream_for(int dev);

@@ -68,15 +68,17 @@ TEST(CollGpu, DefaultSchedulesLargeAndRepeated) {
 }
 
 // Every schedule, called again and again on the same buffers with fresh data: the second
-// call is captured into graphs (per rank where no wait crosses GPUs), later ones replay them,
-// through the caller's streams and blocking, in place and not; the per-rank graphs enter and
-// leave through events, then through the GPUs' own barrier.
+// call is captured into graphs, later ones replay them, through the caller's streams and
+// blocking, in place and not: one graph over all GPUs; per-rank graphs between the GPUs'
+// barriers (calls on streams); and those with waits between GPUs turned into flags.
 TEST(CollGpu, GraphReplaysOnFreshData) {
   GS_REQUIRE_GPU(2);
   GpuNode node;
-  for (const char* gpu_barrier : {"0", "1"})
+  for (const char* mode : {"events", "barrier", "flags"})
   for (int n : {2, std::min(4, cuda_device_count())}) {
+    const char* gpu_barrier = std::string(mode) == "events" ? "0" : "1";
     ScopedEnv b("GPUSTRIPE_COLL_GPU_BARRIER", gpu_barrier);
+    ScopedEnv f("GPUSTRIPE_COLL_GPU_FLAGS", std::string(mode) == "flags" ? "1" : "0");
     auto comm = node.comm(n);
     for (const char* algo : kAlgos) {
       ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
@@ -90,7 +92,7 @@ TEST(CollGpu, GraphReplaysOnFreshData) {
             if (op == CollOp::Bcast && in_place) continue;
             Case c{op, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, (size_t(3) << 20) / 4 + 7, in_place, 1 % n, async, 4};
             ASSERT_EQ(run_case(*comm, c, 77), 0u)
-                << algo << " n=" << n << " gpu barrier " << gpu_barrier << " " << comm->last_schedule();
+                << algo << " n=" << n << " " << mode << " " << comm->last_schedule();
           }
       }
     }
@@ -101,12 +103,16 @@ TEST(CollGpu, HostShareExchanges) {
   GS_REQUIRE_GPU(2);
   ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0.1");
   GpuNode node;
-  auto comm = node.comm(std::min(4, cuda_device_count()));
-  for (CollOp op : {CollOp::AllToAll, CollOp::AllGather})
-    for (bool in_place : {false, true}) {
-      Case c{op, GPUSTRIPE_INT32, GPUSTRIPE_SUM, (size_t(16) << 20) / 4 + 3, in_place};
-      ASSERT_EQ(run_case(*comm, c, 3), 0u);
-    }
+  for (const char* gpu_barrier : {"0", "1"}) {  // 1 (with flags): the host path's waits in per-rank graphs
+    ScopedEnv b("GPUSTRIPE_COLL_GPU_BARRIER", gpu_barrier);
+    ScopedEnv f("GPUSTRIPE_COLL_GPU_FLAGS", gpu_barrier);
+    auto comm = node.comm(std::min(4, cuda_device_count()));
+    for (CollOp op : {CollOp::AllToAll, CollOp::AllGather})
+      for (bool in_place : {false, true}) {
+        Case c{op, GPUSTRIPE_INT32, GPUSTRIPE_SUM, (size_t(16) << 20) / 4 + 3, in_place, 0, in_place, 3};
+        ASSERT_EQ(run_case(*comm, c, 3), 0u) << "gpu barrier " << gpu_barrier;
+      }
+  }
 }
 
 }  // namespace

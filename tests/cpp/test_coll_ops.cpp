@@ -142,7 +142,7 @@ TEST(CollLarge, DefaultSchedulesAtMegabyteSizes) {
   auto comm = node.comm(4);
   for (CollOp op : {CollOp::AllToAll, CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllReduce, CollOp::Bcast,
                     CollOp::Reduce}) {
-    Case c{op, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, (5u << 20) / 4 + 3, false, 2};
+    Case c{op, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, (40u << 20) / 4 + 3, false, 2};
     ASSERT_EQ(run_case(*comm, c, 11), 0u);
     std::string s = comm->last_schedule();
     if (op == CollOp::AllReduce) EXPECT_NE(s.find("rs_ag_copy"), std::string::npos) << s;

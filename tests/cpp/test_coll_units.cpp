@@ -7,6 +7,7 @@
 #include <set>
 
 #include "coll/half.hpp"
+#include "coll/executor.hpp"
 #include "coll/program.hpp"
 #include "coll/reduce.hpp"
 #include "coll/schedules.hpp"
@@ -110,12 +111,17 @@ TeamResources h200(int n) {
 TEST(CollSelect, SizeDecidesTheSchedule) {
   TeamResources r = h200(4);
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 10, 4).name, "oneshot");
-  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 2 << 20, 4).name, "rs_ag_pull");
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 2 << 20, 4).name, "oneshot");
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 16 << 20, 4).name, "rs_ag_pull");
   Choice big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
   EXPECT_EQ(big.name, "rs_ag_copy");
   EXPECT_GT(big.reduce.chunks, 1);
   EXPECT_FALSE(big.why.empty());
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 20, 4).name, "rs_pull");
+  // Kernels reading the peers beat copy engines for reduce-scatter at every size measured.
+  Choice rs = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
+  EXPECT_EQ(rs.name, "rs_pull");
+  EXPECT_EQ(rs.reduce.chunks, 1);
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4).name, "all_at_once");
   Choice a2a = choose_schedule(CollOp::AllToAll, r, size_t(1) << 30, 4);
   EXPECT_EQ(a2a.name, "rounds");
@@ -159,7 +165,7 @@ TEST(CollSelect, SettingsForceAndAreChecked) {
     ScopedEnv algo("GPUSTRIPE_COLL_ALGO", "all_at_once,rs_ag_pull");
     EXPECT_EQ(choose_schedule(CollOp::AllGather, r, 1 << 30, 4).name, "all_at_once");
     EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 1 << 30, 4).name, "rs_ag_pull");
-    EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 30, 4).name, "rs_copy");  // not named: auto
+    EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 30, 4).name, "rs_pull");  // not named: auto
   }
   {
     ScopedEnv algo("GPUSTRIPE_COLL_ALGO", "fastest");
@@ -252,6 +258,51 @@ TEST(CollSchedules, PipelinedAllreduceMovesTheBusbwBytes) {
     }
   // Scratch holds `slots` chunks per peer, not the whole message.
   EXPECT_LT(scratch.device_bytes(0), count * 4);
+}
+
+// Per-rank graphs under the GPUs' barrier: a broadcast's forwards wait on flags that the
+// root's copies set; every wait has its signal, right after the op it stands for.
+TEST(CollSchedules, PerRankSplitTurnsCrossRankWaitsIntoFlags) {
+  const int n = 4;
+  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
+  Program p(n);
+  auto buf = fake(n, 1 << 30);
+  BcastOpts o;
+  o.chunks = 3;
+  build_bcast(p, t, buf, 3 << 20, 0, o);
+  size_t crossing = 0;
+  for (const Op& op : p.ops())
+    for (int d : op.deps) crossing += p.ops()[d].rank != op.rank;
+  ASSERT_GT(crossing, 0u);
+  std::vector<Program> parts = split_per_rank(p);
+  ASSERT_EQ(parts.size(), size_t(n));
+  std::map<std::pair<int, int>, int> signals, waits;  // (rank flagged, slot) -> count
+  size_t copies = 0;
+  for (int r = 0; r < n; ++r) {
+    const auto& ops = parts[r].ops();
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      EXPECT_EQ(op.rank, r);
+      for (int d : op.deps) EXPECT_EQ(ops[d].rank, r);
+      if (op.kind == Op::Copy) ++copies;
+      if (op.kind == Op::Signal) {
+        ++signals[{op.dst_dev, static_cast<int>(op.count)}];
+        ASSERT_EQ(op.deps.size(), 1u);  // right after the op it stands for, on its lane
+        EXPECT_EQ(ops[op.deps[0]].lane, op.lane);
+      }
+      if (op.kind == Op::Wait) {
+        ++waits[{r, static_cast<int>(op.count)}];
+        ASSERT_LT(i + 1, ops.size());  // before an op of its lane
+        bool later = false;
+        for (size_t k = i + 1; k < ops.size(); ++k) later = later || ops[k].lane == op.lane;
+        EXPECT_TRUE(later);
+      }
+    }
+  }
+  EXPECT_EQ(copies, p.ops().size());
+  EXPECT_FALSE(waits.empty());
+  for (auto& [key, count] : waits) EXPECT_EQ(signals[key], 1) << "rank " << key.first << " slot " << key.second;
+  EXPECT_EQ(signals.size(), waits.size());
 }
 
 TEST(CollSplit, BlocksCoverCountAligned) {

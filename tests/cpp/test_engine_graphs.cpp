@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "engine/engine.hpp"
@@ -35,11 +36,24 @@ class RecordingGraphBackend : public Backend {
   void destroy_stream(StreamHandle s) override { in_->destroy_stream(s); }
   EventHandle create_event(int dev, bool t) override { return in_->create_event(dev, t); }
   void destroy_event(EventHandle e) override { in_->destroy_event(e); }
+  // CUDA refuses to wait outside a capture on an event last recorded inside one
+  // (cudaErrorCapturedEvent): such waits are counted.
   void record_event(EventHandle e, StreamHandle s) override {
-    if (!capturing()) in_->record_event(e, s);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (graph_ && capturer_ == std::this_thread::get_id()) {
+      captured_events_.insert(e);
+      return;
+    }
+    captured_events_.erase(e);
+    in_->record_event(e, s);
   }
   void wait_event(StreamHandle s, EventHandle e) override {
-    if (!capturing()) in_->wait_event(s, e);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (graph_ && capturer_ == std::this_thread::get_id()) return;
+      if (captured_events_.count(e)) ++waits_on_captured_events;
+    }
+    in_->wait_event(s, e);
   }
   bool query_event(EventHandle e) override { return in_->query_event(e); }
   void synchronize_event(EventHandle e) override { in_->synchronize_event(e); }
@@ -70,7 +84,7 @@ class RecordingGraphBackend : public Backend {
     delete static_cast<std::vector<Op>*>(g);
     ++destroyed;
   }
-  int captures = 0, launches = 0, destroyed = 0;
+  int captures = 0, launches = 0, destroyed = 0, waits_on_captured_events = 0;
 
  private:
   struct Op {
@@ -88,6 +102,7 @@ class RecordingGraphBackend : public Backend {
   std::mutex mu_;
   std::thread::id capturer_;
   std::vector<Op>* graph_ = nullptr;
+  std::set<EventHandle> captured_events_;
 };
 
 class EngineGraphs : public ::testing::Test {
@@ -202,6 +217,61 @@ TEST_F(EngineGraphs, EnqueuedSchedulesAndReplaysShareStagingSafely) {
   for (char* p : dst_b) backend_->free_device(p);
   backend_->destroy_stream(replay_s);
   backend_->destroy_stream(fresh_s);
+}
+
+TEST_F(EngineGraphs, MarksKeptAcrossTransfersAreNeverRecordedInACapture) {
+  // A 0->1 transfer enqueued once leaves marks of the host->1 relay lanes in GPU 0's staging
+  // area; then many 2->1 transfers are captured, which use the same relay lanes (through
+  // GPU 2's area): more marks than a lane's event ring holds. When the 0->1 transfer comes
+  // again its replay waits for the marks in GPU 0's area: a capture must not have recycled them.
+  ScopedEnv big_cache("GPUSTRIPE_GRAPH_CACHE", "200");  // every capture kept: no thrash guard
+  FixedPlanner planner({{PathKind::Direct, -1, 0.5, 1}, {PathKind::HostStaged, 0, 0.5, 4}});
+  Engine engine(*backend_, topo_, &planner);
+  const size_t n = 64u << 10, copies = 80;
+  StreamHandle s0 = backend_->create_stream(0), s2 = backend_->create_stream(2);
+  char* a = static_cast<char*>(backend_->alloc_device(0, n));
+  char* b = static_cast<char*>(backend_->alloc_device(2, n + copies * 64));
+  char* dst = static_cast<char*>(backend_->alloc_device(1, n + copies * 64));
+  std::vector<uint8_t> da = pattern(n, 5), db = pattern(n + copies * 64, 6);
+  upload(*backend_, a, 0, da, s0);
+  upload(*backend_, b, 2, db, s2);
+  engine.copy_async(dst, 1, a, 0, n, s0);
+  backend_->synchronize_stream(s0);
+  for (size_t k = 1; k <= copies; ++k)
+    for (int twice = 0; twice < 2; ++twice) engine.copy_async(dst + 64 * k, 1, b + 64 * k, 2, n, s2);
+  backend_->synchronize_stream(s2);
+  // Seen again (or, the cache of seen keys being short, enqueued, then captured): replayed.
+  for (int twice = 0; twice < 2; ++twice) engine.copy_async(dst, 1, a, 0, n, s0);
+  EXPECT_EQ(first_mismatch(da, download(*backend_, dst, 1, n, s0).data(), n), -1);
+  EXPECT_EQ(engine.stats().graph_captures, copies + 1);
+  EXPECT_EQ(rec_->waits_on_captured_events, 0);
+  for (char* p : {a, b, dst}) backend_->free_device(p);
+  backend_->destroy_stream(s0);
+  backend_->destroy_stream(s2);
+}
+
+TEST_F(EngineGraphs, StopsCapturingWhenTheCacheThrashes) {
+  // Five transfers in a cycle through a cache of three graphs: every capture would be
+  // evicted before its next use. After 16 such captures new ones stop; the data stays right.
+  FixedPlanner planner({{PathKind::Direct, -1, 0.5, 1}, {PathKind::HostStaged, 0, 0.5, 3}});
+  Engine engine(*backend_, topo_, &planner);
+  const size_t n = 64u << 10;
+  constexpr int kKeys = 5, kLaps = 12;
+  StreamHandle s = backend_->create_stream(0);
+  char* src = static_cast<char*>(backend_->alloc_device(0, n));
+  char* dst = static_cast<char*>(backend_->alloc_device(1, n * kKeys));
+  std::vector<uint8_t> data = pattern(n, 9);
+  upload(*backend_, src, 0, data, s);
+  for (int lap = 0; lap < kLaps; ++lap)
+    for (int k = 0; k < kKeys; ++k) engine.copy_async(dst + n * k, 1, src, 0, n, s);
+  for (int k = 0; k < kKeys; ++k)
+    EXPECT_EQ(first_mismatch(data, download(*backend_, dst + n * k, 1, n, s).data(), n), -1) << "key " << k;
+  EngineStats st = engine.stats();
+  EXPECT_EQ(st.graph_captures, 19u);  // 3 kept + 16 evicted unused
+  EXPECT_EQ(st.schedules + st.graph_launches, static_cast<uint64_t>(kKeys * kLaps));
+  backend_->free_device(src);
+  backend_->free_device(dst);
+  backend_->destroy_stream(s);
 }
 
 }  // namespace

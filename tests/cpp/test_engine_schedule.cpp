@@ -175,6 +175,19 @@ TEST_F(EngineSchedule, OneFirstHopLaneTwoRelayLanes) {
   EXPECT_EQ(count(ops, Op::Wait, caller_), 2u);
 }
 
+TEST_F(EngineSchedule, GpuStagedFirstHopsShareALaneWhenAskedTo) {
+  Plan p = make_plan(0, 1, kBytes, {{PathKind::Direct, -1, 0.4, 1}, {PathKind::GpuStaged, 2, 0.3, 3}, {PathKind::GpuStaged, 3, 0.3, 3}});
+  auto first_hop_streams = [&](const std::vector<Op>& ops) {
+    std::set<StreamHandle> out;
+    for (const Op& o : ops)
+      if (o.kind == Op::Copy && o.stream != caller_ && !(o.dst >= dst_ && o.dst < dst_ + kBytes)) out.insert(o.stream);
+    return out.size();
+  };
+  EXPECT_EQ(first_hop_streams(run(p)), 2u);
+  ScopedEnv shared("GPUSTRIPE_STAGED_SHARED_LANE", "1");
+  EXPECT_EQ(first_hop_streams(run(p)), 1u);
+}
+
 TEST_F(EngineSchedule, RelayMarkedEarlyOnlyWhenItsRangeIsReusedInTheSchedule) {
   // 256 KB of staging, 1 MB through it in 8 chunks: pieces of 128 KB (half the area), so
   // from the third piece on each one reuses a range that a relay of this schedule reads:

@@ -83,6 +83,33 @@ TEST(P2pDevice, DeviceAndHostEndsAllSizes) {
   }));
 }
 
+// A device buffer shorter than the message is refused at the send/receive call (the
+// endpoint checks the range once; its eager copies then skip the backend's own checks),
+// before anything moves; the endpoint stays usable.
+TEST(P2pDevice, BufferRunningPastItsAllocationIsRefusedBeforeAnythingMoves) {
+  EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+    auto be = emulated();
+    Endpoint ep(ch, be.get());
+    char* d = static_cast<char*>(be->alloc_device(rank, 4096));
+    auto refused = [](auto&& call) {
+      try {
+        call();
+      } catch (const Error& e) {
+        return e.status() == GPUSTRIPE_ERR_INVALID_POINTER && std::strstr(e.what(), "runs past its allocation");
+      }
+      return false;
+    };
+    int peer = 1 - rank;
+    RANK_CHECK(refused([&] { ep.isend(d + 4000, 200, peer, 1, kComm); }));  // eager size, 104 bytes too far
+    RANK_CHECK(refused([&] { ep.irecv(d + 8, 4096, peer, 1, kComm); }));
+    auto data = pattern(rank, 96);
+    to_device(*be, d + 4000, rank, data);
+    if (rank == 0) ep.send(d + 4000, 96, 1, 2, kComm);  // the last bytes of the allocation: fine
+    else RANK_CHECK(ep.recv(d, 96, 0, 2, kComm).bytes == 96 && from_device(*be, d, 1, 96) == pattern(0, 96));
+    be->free_device(d);
+  }));
+}
+
 TEST(P2pDevice, MappingCacheReusesAndTruncationHolds) {
   // Device to device is a pull: the receiver maps the sender's buffer, once.
   EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {

@@ -110,26 +110,38 @@ def _mpirun(args, n: int, env: dict, mca: list[str] | None = None) -> list[str]:
     return cmd
 
 
+def _run_bounded(cmd: list[str], timeout: int) -> tuple[str, int | str]:
+    """Output and exit status of cmd; past `timeout` mpirun gets SIGTERM, which it passes on
+    to its ranks (a SIGKILL would leave them running on the GPUs), and what it printed
+    until then is kept: the sizes measured before the limit still count."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        return out, p.returncode
+    except subprocess.TimeoutExpired:
+        p.terminate()
+        try:
+            out, _ = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        return out or "", f"timeout after {timeout}s"
+
+
 def _run_rows(cmd: list[str], timeout: int, extra: dict) -> list[dict]:
     print("  $ " + " ".join(cmd), flush=True)
     t0 = time.time()
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        print(f"    TIMEOUT after {timeout}s; last output:\n" + "\n".join(out.splitlines()[-10:]))
-        return []
+    out, rc = _run_bounded(cmd, timeout)
     rows = []
-    for line in p.stdout.splitlines():
+    for line in out.splitlines():
         if line.startswith("ROW "):
             row = json.loads(line[4:])
             row.update(extra)
             rows.append(row)
             print(f"    {row['op']:>7} {row['method']:>16} w{row['window']:<3} {row['bytes']:>11} B "
                   f"{row['us']:12.2f} us {row['gbps']:9.2f} GB/s (all pairs {row['agg_gbps']:.2f})", flush=True)
-    if p.returncode != 0:
-        print(f"    FAILED (exit {p.returncode}, {time.time() - t0:.0f}s); last output:\n"
-              + "\n".join(p.stdout.splitlines()[-15:]))
+    if rc != 0:
+        print(f"    FAILED ({rc}, {time.time() - t0:.0f}s); last output:\n" + "\n".join(out.splitlines()[-15:]))
     return rows
 
 
@@ -138,11 +150,7 @@ def _without_interposer(args, paths: dict, n: int) -> dict:
     cmd = _mpirun(args, n, {}) + [paths["mpi_bench"], "--test", "bw", "--window", "1", "--min", "1M",
                                   "--max", "1M", "--iters", "1", "--method", "mpi_plain"]
     print("  $ " + " ".join(cmd) + "   (expected to fail: the MPI is not CUDA-aware)", flush=True)
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
-        rc, out = p.returncode, p.stdout
-    except subprocess.TimeoutExpired as e:
-        rc, out = "timeout", (e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or ""))
+    out, rc = _run_bounded(cmd, min(args.timeout, 60))
     failed = rc != 0
     print(f"    without the interposer: exit {rc} -> {'fails, as expected' if failed else 'RAN (CUDA-aware MPI?)'}")
     return {"ranks": n, "exit": rc, "failed": failed, "tail": out.splitlines()[-8:]}
