@@ -408,17 +408,21 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
       P.graph_node_us = std::max(0.0, (large - small) / (2.0 * (32 - 2)));
       P.graph_launch_us = std::max(0.0, small - 4 * P.graph_node_us);
       meas["graph_launch"] = {{"copies_4_us", small}, {"copies_64_us", large}};
-      // On the GPUs: a replayed 1 MB D2H copy against the copy enqueued (the replay's start
-      // latency), and a replayed 1 MB relay GPU 0 -> host -> GPU 1 against its two hops: the
-      // replay's start plus two cross-device dependencies (relay, join) inside a graph.
+      // On the GPUs: a replayed 1 MB peer copy 0 -> 1 against the copy enqueued (a captured
+      // peer copy is a UVA copy node: its start latency in a replay), and a replayed 1 MB
+      // relay GPU 0 -> host -> GPU 1 against its replayed first hop and its second hop: two
+      // cross-device dependencies (relay, join) inside a graph.
       const size_t m = std::min<size_t>(1u << 20, big);
+      double peer_us = bench.time_one({bench.dst(1), 1, bench.src(0), 0, m, 0});
       double d2h = bench.time_one({bench.host(0), kHostDevice, bench.src(0), 0, m, 0});
       double h2d = bench.time_one({bench.dst(1), 1, bench.host(0), kHostDevice, m, 1});
+      double peer_graph = bench.time_graph(0, [&] { backend.copy_async(bench.dst(1), 1, bench.src(0), 0, m, bench.stream(0, 0)); });
       double one = bench.time_graph(0, [&] { backend.copy_async(bench.host(0), kHostDevice, bench.src(0), 0, m, bench.stream(0, 0)); });
       double relay = bench.time_graph(0, [&] { bench.relay_chain(0, 1, 1, m); });
-      P.graph_start_us = std::max(0.0, one - d2h);
+      P.graph_start_us = std::max(0.0, peer_graph - peer_us);
       P.graph_epsilon_us = std::max(0.0, (relay - one - h2d) / 2);
-      meas["graph_replay"] = {{"bytes", m}, {"d2h_us", d2h}, {"h2d_us", h2d}, {"d2h_graph_us", one}, {"relay_graph_us", relay}};
+      meas["graph_replay"] = {{"bytes", m}, {"peer_us", peer_us}, {"peer_graph_us", peer_graph}, {"d2h_us", d2h},
+                              {"h2d_us", h2d}, {"d2h_graph_us", one}, {"relay_graph_us", relay}};
     } catch (const Error& e) {
       // Capture is an optimisation of the engine's too: a driver that refuses it keeps the nominal figures.
       meas["graph_launch"] = {{"error", e.what()}};

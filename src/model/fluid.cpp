@@ -91,9 +91,18 @@ FluidResult simulate_flows(const std::vector<double>& capacity, std::vector<Flow
     for (size_t i = 0; i < live.size(); ++i) {
       Flow& fl = flows[live[i]];
       fl.work -= share.rate[i] * dt;
-      if (fl.work <= 1e-9 * std::max(1.0, share.rate[i] * dt))
+      if (fl.work > 1e-9 * std::max(1.0, share.rate[i] * dt)) {
+        next.push_back(live[i]);
+      } else if (fl.tail > 0 && !fl.tail_uses.empty()) {  // the drain: on the last hop's resources
+        fl.work = fl.tail;
+        fl.tail = 0;
+        fl.uses = fl.tail_uses;
+        fl.tail_uses.clear();
+        fl.cap = fl.tail_cap;
+        next.push_back(live[i]);
+      } else {
         out.finish_us[live[i]] = now + fl.latency + (fl.tail > 0 ? fl.tail / share.rate[i] : 0.0);
-      else next.push_back(live[i]);
+      }
     }
     live.swap(next);
   }

@@ -13,9 +13,12 @@ struct Flow {
   double cap = 0;      // the flow's own limit in bytes/us (0: none)
   double work = 0;     // bytes still to move (fluid simulation only)
   double latency = 0;  // us added to the finish time (startups)
-  // Bytes moved after the work, at the flow's last rate, loading none of the shared resources
-  // any more: a pipeline's drain (the relay of its last chunk, once the first hop is done).
+  // Bytes moved after the work: a pipeline's drain (the relay of its last chunk, once the
+  // first hop is done), which loads only `tail_uses` (its last hop's resources) and shares
+  // them with the flows still running; with no tail_uses, at the flow's last rate.
   double tail = 0;
+  std::vector<std::pair<int, double>> tail_uses;
+  double tail_cap = 0;
 };
 
 struct FairShare {

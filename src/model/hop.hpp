@@ -36,10 +36,10 @@ struct ModelParams {
   // graphs; nominal: the order of a graph launch.
   double graph_launch_us = 3.0;
   double graph_node_us = 0.1;
-  // On the GPUs, a replayed schedule: the time from the replay's start to its first copy
-  // (the graph is scheduled over the devices it spans), and a cross-device dependency inside
-  // the graph (a relay waiting for its first hop, a join), in place of epsilon. Measured by
-  // calibration; nominal: no start, epsilon.
+  // On the GPUs, a replayed schedule: how much later its peer copy (a captured UVA copy
+  // node) finishes than the same copy enqueued, and a cross-device dependency inside the
+  // graph (a relay waiting for its first hop, a join), in place of epsilon. Measured by
+  // calibration; nominal: none, epsilon.
   double graph_start_us = 0.0;
   double graph_epsilon_us = -1.0;  // < 0: epsilon_us
   // Capacity of a shared resource by name (e.g. "nvlink_egress[gpu0]"), GB/s; replaces the

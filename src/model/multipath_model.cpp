@@ -20,10 +20,10 @@ MultipathModel::MultipathModel(const Topology& topo, ModelParams params, EngineS
   for (const Resource& r : node_.resources()) capacity_.push_back(r.gbps * 1e3);
 }
 
-double MultipathModel::overhead_us(const Route& r, int chunks) const {
+double MultipathModel::overhead_us(const Route& r, int chunks, bool replayed) const {
   double sum = 0, worst = 0;
   for (size_t j = 0; j < r.hops.size(); ++j) {
-    double a = params_.hop(r.hops[j].kind).alpha_us + (j == 0 ? 0.0 : wait_us());
+    double a = params_.hop(r.hops[j].kind).alpha_us + (j == 0 ? 0.0 : wait_us(replayed));
     sum += a;
     worst = std::max(worst, a);
   }
@@ -53,11 +53,18 @@ Flow MultipathModel::flow(const PathLoad& p) const {
     }
   f.cap = rate_cap(*p.route);
   // A pipeline loads its hops' resources while its first hop moves the bytes; its relays
-  // then drain the last chunk: (k - 1) chunks more at the same rate, (k - 1) m / c bytes,
-  // which no longer hold the first hop's resources (the source's egress is free for other paths).
+  // then drain the last chunk: (k - 1) m / c bytes more on the last hop's resources only,
+  // shared with whatever still runs (the source's egress is free for other paths, the
+  // destination's ingress is not).
   f.work = static_cast<double>(p.bytes);
   f.tail = static_cast<double>(p.bytes) * (fill_factor(*p.route, p.chunks) - 1.0);
-  f.latency = p.bytes ? overhead_us(*p.route, p.chunks) : 0.0;
+  if (f.tail > 0) {
+    const Hop& last = p.route->hops.back();
+    f.tail_uses = last.uses;
+    const double b = params_.hop(last.kind).beta_gbps * 1e3;
+    f.tail_cap = b > 0 ? b : 0.0;
+  }
+  f.latency = p.bytes ? overhead_us(*p.route, p.chunks, p.replayed) : 0.0;
   return f;
 }
 
@@ -101,8 +108,10 @@ const Route& MultipathModel::route_of(int src, int dst, const PathPlan& p) const
 
 void MultipathModel::predict(std::vector<Plan>& plans) const {
   std::vector<PathLoad> loads;
-  for (const Plan& plan : plans)
-    for (const PathPlan& p : plan.paths) loads.push_back({&route_of(plan.src, plan.dst, p), p.bytes, p.chunks});
+  for (const Plan& plan : plans) {
+    const bool replayed = replays(plan, shape_);
+    for (const PathPlan& p : plan.paths) loads.push_back({&route_of(plan.src, plan.dst, p), p.bytes, p.chunks, replayed});
+  }
   std::vector<PathTiming> t = simulate(loads);
   size_t i = 0;
   for (Plan& plan : plans) {
@@ -126,11 +135,13 @@ void MultipathModel::predict(Plan& plan) const {
   plan = one[0];
 }
 
-double MultipathModel::wait_us() const {
-  return shape_.graphs && params_.graph_epsilon_us >= 0 ? params_.graph_epsilon_us : params_.epsilon_us;
+double MultipathModel::wait_us(bool replayed) const {
+  return replayed && params_.graph_epsilon_us >= 0 ? params_.graph_epsilon_us : params_.epsilon_us;
 }
 
-double MultipathModel::fork_join_us(PathKind kind) const { return runs_on_lane(kind, shape_) ? 2 * wait_us() : 0.0; }
+double MultipathModel::fork_join_us(PathKind kind, bool replayed) const {
+  return runs_on_lane(kind, shape_) ? 2 * wait_us(replayed) : 0.0;
+}
 
 double MultipathModel::enqueue_us(const Plan& plan) const {
   const int nodes = graph_copies(plan, shape_);
@@ -143,9 +154,12 @@ void MultipathModel::apply_schedule(Plan& plan) const {
   const bool plain = plan.single_path() && plan.paths[0].kind == PathKind::Direct;
   if (!plain) {  // paths on lanes are forked from the caller's stream and joined back: two waits
     double t = 0;
-    for (const PathPlan& p : plan.paths) t = std::max(t, p.predicted_us + fork_join_us(p.kind));
+    const bool replayed = replays(plan, shape_);
+    // In a replay the direct copy is a captured (UVA) copy node, which starts late.
+    for (const PathPlan& p : plan.paths)
+      t = std::max(t, p.predicted_us + fork_join_us(p.kind, replayed) +
+                          (replayed && p.kind == PathKind::Direct ? params_.graph_start_us : 0.0));
     plan.predicted_us = std::max(plan.predicted_us, t);
-    if (shape_.graphs) plan.predicted_us += params_.graph_start_us;  // a replay starts late
   }
   // Copies issued back to back settle at one plan per max(GPU time, host time): where the
   // host is slower the GPUs wait for it (each repetition starts when the previous one's

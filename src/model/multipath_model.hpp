@@ -25,6 +25,7 @@ struct PathLoad {
   const Route* route = nullptr;
   uint64_t bytes = 0;
   int chunks = 1;
+  bool replayed = false;  // part of a plan the engine replays as a graph (schedule_cost.hpp)
 };
 
 struct PathTiming {
@@ -41,7 +42,7 @@ class MultipathModel {
   const EngineShape& engine_shape() const { return shape_; }
 
   // Fixed cost of a route in c chunks: sum_j (alpha_j + eps_j) + (c - 1) max_j (alpha_j + eps_j).
-  double overhead_us(const Route& r, int chunks) const;
+  double overhead_us(const Route& r, int chunks, bool replayed = false) const;
   // (c + k - 1) / c: pipeline fill and drain, in units of the path's bytes at its rate.
   static double fill_factor(const Route& r, int chunks);
   // The per-hop rate bound of a route in bytes/us (slowest hop's beta), 0 when none.
@@ -65,9 +66,9 @@ class MultipathModel {
   void apply_schedule(Plan& plan) const;
   // The cross-stream waits a path of this kind pays in a plan that is not one plain copy:
   // forked from the caller's stream and joined back when it runs on an engine lane.
-  double fork_join_us(PathKind kind) const;
+  double fork_join_us(PathKind kind, bool replayed) const;
   // One cross-stream wait on the GPUs: epsilon, or inside a replayed graph its dependency.
-  double wait_us() const;
+  double wait_us(bool replayed) const;
   // The host's time to enqueue the plan: backend calls x host_call_us (or a graph launch).
   double enqueue_us(const Plan& plan) const;
 

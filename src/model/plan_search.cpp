@@ -13,13 +13,14 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Chunk count minimising (c - 1) A + (m / x) (c + k - 1) / c: c = sqrt((k - 1) m / (x A)).
-int best_chunks(const MultipathModel& model, const Route& r, double m, double x, const SearchOptions& opt) {
+int best_chunks(const MultipathModel& model, const Route& r, double m, double x, const SearchOptions& opt,
+                bool replayed) {
   const int k = static_cast<int>(r.hops.size());
   if (k == 1) return 1;  // one hop: chunking only adds startups
   if (opt.fixed_chunks > 0) return opt.fixed_chunks;
   int hi = static_cast<int>(std::min<double>(opt.max_chunks, std::floor(m / static_cast<double>(opt.min_chunk))));
   hi = std::max(hi, 1);
-  double A = model.overhead_us(r, 2) - model.overhead_us(r, 1);
+  double A = model.overhead_us(r, 2, replayed) - model.overhead_us(r, 1, replayed);
   auto cost = [&](int c) { return (c - 1) * A + (m / x) * MultipathModel::fill_factor(r, c); };
   double ideal = A > 0 ? std::sqrt((k - 1) * m / (x * A)) : hi;
   int lo_c = std::clamp(static_cast<int>(std::floor(ideal)), 1, hi);
@@ -40,8 +41,11 @@ Candidate evaluate(const MultipathModel& model, int src, int dst, uint64_t bytes
   Candidate out;
   out.routes = routes;
   const size_t np = routes.size();
+  std::vector<PathKind> kinds;
+  for (const Route* r : routes) kinds.push_back(r->kind);
+  const bool replayed = replays(kinds, model.engine_shape());
   std::vector<PathLoad> loads(background);
-  for (const Route* r : routes) loads.push_back({r, bytes, 1});
+  for (const Route* r : routes) loads.push_back({r, bytes, 1, replayed});
   FairShare share = model.rates(loads);
   std::vector<double> x(np), theta(np);
   std::vector<int> chunks(np, 1);
@@ -57,13 +61,14 @@ Candidate evaluate(const MultipathModel& model, int src, int dst, uint64_t bytes
     // a fixed cost of the path like its startups.
     const bool scheduled = np > 1 || routes[0]->kind != PathKind::Direct;
     for (size_t i = 0; i < np; ++i) {
-      a[i] = model.overhead_us(*routes[i], chunks[i]) + (scheduled ? model.fork_join_us(routes[i]->kind) : 0.0);
+      a[i] = model.overhead_us(*routes[i], chunks[i], replayed) +
+             (scheduled ? model.fork_join_us(routes[i]->kind, replayed) : 0.0);
       b[i] = x[i] / MultipathModel::fill_factor(*routes[i], chunks[i]);
     }
     theta = equal_finish_split(a, b, n);
     for (size_t i = 0; i < np; ++i)
       if (np > 1 && theta[i] * n < static_cast<double>(opt.align)) return out;  // the path does not pay
-    for (size_t i = 0; i < np; ++i) chunks[i] = best_chunks(model, *routes[i], theta[i] * n, x[i], opt);
+    for (size_t i = 0; i < np; ++i) chunks[i] = best_chunks(model, *routes[i], theta[i] * n, x[i], opt, replayed);
   }
   Plan& plan = out.plan;
   plan.src = src;
@@ -92,7 +97,7 @@ Candidate evaluate(const MultipathModel& model, int src, int dst, uint64_t bytes
     plan.paths.push_back(p);
   }
   std::vector<PathLoad> all(background);
-  for (size_t i = 0; i < np; ++i) all.push_back({routes[i], plan.paths[i].bytes, plan.paths[i].chunks});
+  for (size_t i = 0; i < np; ++i) all.push_back({routes[i], plan.paths[i].bytes, plan.paths[i].chunks, replayed});
   std::vector<PathTiming> t = model.simulate(all);
   for (size_t i = 0; i < np; ++i) {
     const PathTiming& pt = t[background.size() + i];
@@ -211,7 +216,8 @@ void align_boundaries(std::vector<uint64_t>& sizes, uint64_t align) {
 
 std::vector<PathLoad> loads_of(const MultipathModel& model, const Plan& plan) {
   std::vector<PathLoad> out;
-  for (const PathPlan& p : plan.paths) out.push_back({&model.route_of(plan.src, plan.dst, p), p.bytes, p.chunks});
+  const bool replayed = replays(plan, model.engine_shape());
+  for (const PathPlan& p : plan.paths) out.push_back({&model.route_of(plan.src, plan.dst, p), p.bytes, p.chunks, replayed});
   return out;
 }
 

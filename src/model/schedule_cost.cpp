@@ -30,6 +30,8 @@ EngineShape EngineShape::from_settings() {
   e.gpu_staging = parse_size(setting_text("GPUSTRIPE_GPU_STAGING", "256M"), "GPUSTRIPE_GPU_STAGING");
   e.graphs = parse_bool(setting_text("GPUSTRIPE_GRAPHS", "0"), "GPUSTRIPE_GRAPHS");
   bool declared = false;
+  std::string staged = setting_text("GPUSTRIPE_GRAPHS_GPU_STAGED", "1", &declared);
+  e.graphs_gpu_staged = !declared || parse_bool(staged, "GPUSTRIPE_GRAPHS_GPU_STAGED");
   std::string on_caller = setting_text("GPUSTRIPE_DIRECT_ON_CALLER", "0", &declared);
   e.direct_on_caller = declared && parse_bool(on_caller, "GPUSTRIPE_DIRECT_ON_CALLER");
   e.marks_per_piece = !declared;  // the engine that puts direct paths on the caller marks relay lanes once
@@ -58,8 +60,24 @@ uint64_t path_pieces(const PathPlan& p, const EngineShape& shape) {
 
 }  // namespace
 
+bool replays(const std::vector<PathKind>& kinds, const EngineShape& shape) {
+  if (!shape.graphs || kinds.empty()) return false;
+  if (kinds.size() == 1 && kinds[0] == PathKind::Direct) return false;  // (a chunked direct path alone is rare)
+  for (PathKind k : kinds)
+    if (k == PathKind::GpuStaged && !shape.graphs_gpu_staged) return false;
+  return true;
+}
+
+bool replays(const Plan& plan, const EngineShape& shape) {
+  if (plan.paths.empty() || (plan.single_path() && plan.paths[0].kind == PathKind::Direct)) return false;
+  std::vector<PathKind> kinds;
+  for (const PathPlan& p : plan.paths) kinds.push_back(p.kind);
+  if (kinds.size() == 1 && kinds[0] == PathKind::Direct) return shape.graphs;
+  return replays(kinds, shape);
+}
+
 int graph_copies(const Plan& plan, const EngineShape& shape) {
-  if (!shape.graphs || plan.paths.empty() || (plan.single_path() && plan.paths[0].kind == PathKind::Direct)) return 0;
+  if (!replays(plan, shape)) return 0;
   uint64_t copies = 0;
   for (const PathPlan& p : plan.paths) copies += p.kind == PathKind::Direct ? p.chunks : 2 * path_pieces(p, shape);
   return static_cast<int>(copies);
@@ -74,7 +92,7 @@ int schedule_calls(const Plan& plan, const EngineShape& shape) {
   if (plan.single_path() && plan.paths[0].kind == PathKind::Direct) return 1;  // the engine's plain copy
   int staged = 0;
   for (const PathPlan& p : plan.paths) staged += p.kind != PathKind::Direct;
-  if (shape.graphs) return 1 + 2 * staged;  // wait on the staging areas' last users, one launch, a record per area
+  if (replays(plan, shape)) return 1 + 2 * staged;  // wait on the staging areas' last users, one launch, a record per area
   bool forks = false;
   for (const PathPlan& p : plan.paths) forks = forks || runs_on_lane(p.kind, shape);
   int calls = forks ? 1 : 0;  // the caller's start event, which lanes wait on

@@ -13,6 +13,7 @@
 // registry, so the model follows GPUSTRIPE_HOST_LANES & co. without depending on the engine.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "model/plan.hpp"
 
@@ -30,6 +31,9 @@ struct EngineShape {
   uint64_t host_staging = 128ull << 20;   // GPUSTRIPE_HOST_STAGING: pieces of at most half of it
   uint64_t gpu_staging = 256ull << 20;    // GPUSTRIPE_GPU_STAGING
   bool graphs = false;                    // GPUSTRIPE_GRAPHS: a replayed graph is one launch
+  // GPUSTRIPE_GRAPHS_GPU_STAGED: whether plans with GPU-staged paths are replayed too (engines
+  // without that setting replay every multi-path plan).
+  bool graphs_gpu_staged = true;
   // The engine's current settings (defaults where one is not declared in this build).
   static EngineShape from_settings();
 };
@@ -39,6 +43,12 @@ struct EngineShape {
 int schedule_calls(const Plan& plan, const EngineShape& shape);
 // Copy nodes of the graph a replayed plan launches (0 when the plan is not replayed).
 int graph_copies(const Plan& plan, const EngineShape& shape);
+// Whether the engine replays `plan` as a captured graph: graphs on, the plan not one plain
+// copy, and, unless graphs_gpu_staged, no GPU-staged path in it. On 4x H200 a replayed plan
+// with GPU-staged paths ran at half its enqueued speed (direct + GPU staged + host) and
+// 5-25% slower (direct + GPU staged); direct + host plans replay well.
+bool replays(const Plan& plan, const EngineShape& shape);
+bool replays(const std::vector<PathKind>& kinds, const EngineShape& shape);
 // Whether a path of this kind runs on an engine lane forked from the caller's stream and
 // joined back (two cross-stream event waits), in a plan that is not a plain copy.
 bool runs_on_lane(PathKind kind, const EngineShape& shape);

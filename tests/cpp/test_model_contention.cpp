@@ -5,6 +5,7 @@
 #include <random>
 
 #include "common/error.hpp"
+#include "model/fluid.hpp"
 #include "test_model_util.hpp"
 
 namespace gpustripe {
@@ -42,6 +43,27 @@ TEST(ModelContention, TwoCopiesFromOneGpuShareItsEgress) {
   EXPECT_EQ(in[0].bottleneck, "nvlink_ingress[gpu1]");
   // Bidirectional 0<->1 shares nothing on a switch: both at full speed.
   EXPECT_NEAR(time_of(m, {fixed(m, "direct", 0, 1, n), fixed(m, "direct", 1, 0, n)}), alone, 0.01 * alone);
+}
+
+TEST(ModelContention, APipelinesDrainSharesItsLastHopsLink) {
+  // Flow A moves 100 bytes over link 0, then drains 50 more over link 1 (its relay's link);
+  // flow B moves 120 over link 1. Both links 1 byte/us. Until 100 us each has its link; then
+  // A's drain and B's last 20 bytes share link 1: B ends at 140, A at 100 + 40 + 30 = 170.
+  Flow a, b;
+  a.uses = {{0, 1.0}};
+  a.work = 100;
+  a.tail = 50;
+  a.tail_uses = {{1, 1.0}};
+  b.uses = {{1, 1.0}};
+  b.work = 120;
+  FluidResult r = simulate_flows({1.0, 1.0}, {a, b});
+  EXPECT_NEAR(r.finish_us[1], 140.0, 1e-6);
+  EXPECT_NEAR(r.finish_us[0], 170.0, 1e-6);
+  // A drain that holds no link runs at the flow's last rate.
+  a.tail_uses.clear();
+  r = simulate_flows({1.0, 1.0}, {a, b});
+  EXPECT_NEAR(r.finish_us[0], 150.0, 1e-6);
+  EXPECT_NEAR(r.finish_us[1], 120.0, 1e-6);
 }
 
 TEST(ModelContention, GpuStagingOnNvswitchIsNoFasterThanDirect) {

@@ -2,6 +2,7 @@
 // time), fork/join waits, and the host-bound regime of copies issued back to back.
 #include <gtest/gtest.h>
 
+#include "common/config.hpp"
 #include "common/error.hpp"
 #include "engine/engine.hpp"
 #include "engine_test_util.hpp"
@@ -63,9 +64,23 @@ TEST(ModelSchedule, CallsFollowTheEnginesSchedule) {
   EXPECT_EQ(graph_copies(p, g), 1 + 2 * 4);  // the direct copy, two per staged piece
   EXPECT_EQ(graph_copies(p, e), 0);
   EXPECT_EQ(graph_copies(plain, g), 0);  // a plain copy is never captured
+  Plan staged = p;
+  staged.paths[1].kind = PathKind::GpuStaged;
+  staged.paths[1].via = 2;
+  EXPECT_EQ(graph_copies(staged, g), 1 + 2 * 4);  // an engine that replays GPU-staged plans too
+  g.graphs_gpu_staged = false;
+  EXPECT_EQ(graph_copies(staged, g), 0);  // one that enqueues them
+  EXPECT_EQ(schedule_calls(staged, g), schedule_calls(staged, e));
+  EXPECT_EQ(graph_copies(p, g), 1 + 2 * 4);
 }
 
 TEST(ModelSchedule, ShapeFollowsTheEnginesSettings) {
+  {
+    ScopedEnv staged("GPUSTRIPE_GRAPHS_GPU_STAGED", "0");
+    bool declared = false;
+    for (const SettingInfo& s : all_settings()) declared = declared || s.name == "GPUSTRIPE_GRAPHS_GPU_STAGED";
+    EXPECT_EQ(EngineShape::from_settings().graphs_gpu_staged, !declared) << "follows the engine where it has the setting";
+  }
   ScopedEnv lanes("GPUSTRIPE_HOST_LANES", "3");
   ScopedEnv first("GPUSTRIPE_HOST_FIRST_LANES", "0");
   ScopedEnv staging("GPUSTRIPE_HOST_STAGING", "64M");
@@ -111,14 +126,22 @@ TEST(ModelSchedule, ReplayedPlansStartLateAndWaitOnGraphDependencies) {
   p.graph_epsilon_us = 1;
   EngineShape enqueued, replayed;
   replayed.graphs = true;
+  replayed.graphs_gpu_staged = false;
   MultipathModel me(t, p, enqueued), mr(t, p, replayed);
   auto spec = parse_plan_spec("direct,host0:0.1x4");
   Plan e = build_fixed_plan(me, spec, 0, 1, 64 << 20), r = build_fixed_plan(mr, spec, 0, 1, 64 << 20);
   // The host path: 4 chunks, 3 relay waits more than its first; fork and join; the replay's start.
-  EXPECT_NEAR(me.overhead_us(*me.node().route(0, 1, PathKind::HostStaged, 0), 4) -
-                  mr.overhead_us(*mr.node().route(0, 1, PathKind::HostStaged, 0), 4),
+  EXPECT_NEAR(me.overhead_us(*me.node().route(0, 1, PathKind::HostStaged, 0), 4, false) -
+                  mr.overhead_us(*mr.node().route(0, 1, PathKind::HostStaged, 0), 4, true),
               4 * (5 - 1), 1e-9);
-  EXPECT_NEAR(mr.fork_join_us(PathKind::HostStaged), 2.0, 1e-12);
+  EXPECT_NEAR(mr.fork_join_us(PathKind::HostStaged, true), 2.0, 1e-12);
+  EXPECT_TRUE(replays(r, replayed));
+  EXPECT_FALSE(replays(r, enqueued));
+  // A plan with a GPU-staged path is enqueued even with graphs on: no start, plain waits.
+  Plan g = build_fixed_plan(mr, parse_plan_spec("direct,gpu2:0.2x4,host0:0.1x4"), 0, 1, 64 << 20);
+  Plan g0 = build_fixed_plan(me, parse_plan_spec("direct,gpu2:0.2x4,host0:0.1x4"), 0, 1, 64 << 20);
+  EXPECT_FALSE(replays(g, replayed));
+  EXPECT_DOUBLE_EQ(g.predicted_us, g0.predicted_us);
   EXPECT_LT(r.predicted_us, e.predicted_us);
   // A plain copy is never replayed: no start latency.
   Plan d = build_fixed_plan(mr, parse_plan_spec("direct"), 0, 1, 64 << 20);
