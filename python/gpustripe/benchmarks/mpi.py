@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -110,6 +111,15 @@ def _mpirun(args, n: int, env: dict, mca: list[str] | None = None) -> list[str]:
     return cmd
 
 
+class _Stopped(Exception):
+    """SIGTERM (e.g. an outer `timeout`): what was measured so far is still written."""
+
+
+def _on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the results are being written
+    raise _Stopped()
+
+
 def _run_bounded(cmd: list[str], timeout: int) -> tuple[str, int | str]:
     """Output and exit status of cmd; past `timeout` mpirun gets SIGTERM, which it passes on
     to its ranks (a SIGKILL would leave them running on the GPUs), and what it printed
@@ -118,6 +128,10 @@ def _run_bounded(cmd: list[str], timeout: int) -> tuple[str, int | str]:
     try:
         out, _ = p.communicate(timeout=timeout)
         return out, p.returncode
+    except _Stopped:
+        p.terminate()
+        p.wait(timeout=10)
+        raise
     except subprocess.TimeoutExpired:
         p.terminate()
         try:
@@ -223,14 +237,22 @@ def run(args) -> int:
 
     written = []
     unaware = []
+    stopped = False
+    signal.signal(signal.SIGTERM, _on_sigterm)
     for n in ranks:
-        if not emulated:
-            unaware.append(_without_interposer(args, paths, n))
-        rows_n = []
-        for method in methods:
-            cmd = client(method, n)
-            if cmd:
-                rows_n += _run_rows(cmd, args.timeout, {"emulated": emulated})
+        rows_n, done = [], []
+        try:
+            if not emulated:
+                unaware.append(_without_interposer(args, paths, n))
+            for method in methods:
+                cmd = client(method, n)
+                if cmd:
+                    rows_n += _run_rows(cmd, args.timeout, {"emulated": emulated})
+                done.append(method)
+        except _Stopped:
+            stopped = True
+            print(f"STOPPED (SIGTERM) during {n} ranks: writing what was measured; not measured: "
+                  f"{[m for m in methods if m not in done]}")
         for w in windows:
             rows = [r for r in rows_n if file_window(r) == w]
             if not rows:
@@ -247,10 +269,14 @@ def run(args) -> int:
             if not args.no_write:
                 extra = {"ranks": n, "window": w, "emulated": emulated, "backend": ctx.backend_name,
                          "without_interposer": [u for u in unaware if u["ranks"] == n], "methods_absent": absent}
+                if stopped:
+                    extra["stopped_before"] = [m for m in methods if m not in done]
                 path = results.write(f"mpi-np{n}-w{w}", device, gpus, rows, out_dir=args.out, extra=extra,
                                      command=" ".join(["gpustripe", "bench", "mpi", *sys.argv[3:]]))
                 written.append(path)
                 print(f"wrote {path} and its plot")
+        if stopped:
+            break
     ok = all(u["failed"] for u in unaware)
     if unaware and not ok:
         print("NOTE: device buffers ran through the bare MPI: it may be CUDA-aware after all")
