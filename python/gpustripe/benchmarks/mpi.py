@@ -39,8 +39,8 @@ def add_arguments(p):
     p.add_argument("--sizes", default="1:1G", help="bandwidth sizes LO:HI (powers of two; default 1:1G)")
     p.add_argument("--latency-sizes", default="1:4M", help="latency sizes LO:HI (default 1:4M; '' for none)")
     p.add_argument("--staged-max", default="64M",
-                   help="largest bandwidth size of mpi_host_staged (default 64M: the pattern runs at PCIe "
-                        "speed, a window of 64 x 1 GB through host memory takes minutes)")
+                   help="largest size of mpi_host_staged in windows > 1 and bibw (default 64M: the pattern "
+                        "runs at PCIe speed, a window of 64 x 1 GB through host memory takes minutes)")
     p.add_argument("--windows", default="1,16,64", help="bandwidth window sizes (default 1,16,64)")
     p.add_argument("--bibw-window", type=int, default=64, help="window of the bidirectional runs (default 64)")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
@@ -202,11 +202,9 @@ def run(args) -> int:
         top = hi
         if method == "mpi_host_staged":  # PCIe speed: a window of 64 x 1 GB would take minutes
             top = str(min(parse_size(hi), parse_size(args.staged_max)))
-        out = []
-        if parse_size(top) >= parse_size(lo):
-            out += [f"bw:{w}:{lo}:{top}" for w in windows]
-            if args.bibw_window in windows:
-                out.append(f"bibw:{args.bibw_window}:{lo}:{top}")
+        out = [f"bw:{w}:{lo}:{hi if w == 1 else top}" for w in windows if parse_size(hi if w == 1 else top) >= parse_size(lo)]
+        if args.bibw_window in windows and parse_size(top) >= parse_size(lo):
+            out.append(f"bibw:{args.bibw_window}:{lo}:{top}")
         if lat_sizes:
             llo, lhi = _size_arg(lat_sizes)
             out.append(f"latency:1:{llo}:{lhi}")
