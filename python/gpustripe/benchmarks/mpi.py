@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -38,8 +39,8 @@ def add_arguments(p):
     p.add_argument("--sizes", default="1:1G", help="bandwidth sizes LO:HI (powers of two; default 1:1G)")
     p.add_argument("--latency-sizes", default="1:4M", help="latency sizes LO:HI (default 1:4M; '' for none)")
     p.add_argument("--staged-max", default="64M",
-                   help="largest bandwidth size of mpi_host_staged (default 64M: the pattern runs at PCIe "
-                        "speed, a window of 64 x 1 GB through host memory takes minutes)")
+                   help="largest size of mpi_host_staged in windows > 1 and bibw (default 64M: the pattern "
+                        "runs at PCIe speed, a window of 64 x 1 GB through host memory takes minutes)")
     p.add_argument("--windows", default="1,16,64", help="bandwidth window sizes (default 1,16,64)")
     p.add_argument("--bibw-window", type=int, default=64, help="window of the bidirectional runs (default 64)")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
@@ -110,6 +111,15 @@ def _mpirun(args, n: int, env: dict, mca: list[str] | None = None) -> list[str]:
     return cmd
 
 
+class _Stopped(Exception):
+    """SIGTERM (e.g. an outer `timeout`): what was measured so far is still written."""
+
+
+def _on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the results are being written
+    raise _Stopped()
+
+
 def _run_bounded(cmd: list[str], timeout: int) -> tuple[str, int | str]:
     """Output and exit status of cmd; past `timeout` mpirun gets SIGTERM, which it passes on
     to its ranks (a SIGKILL would leave them running on the GPUs), and what it printed
@@ -118,6 +128,10 @@ def _run_bounded(cmd: list[str], timeout: int) -> tuple[str, int | str]:
     try:
         out, _ = p.communicate(timeout=timeout)
         return out, p.returncode
+    except _Stopped:
+        p.terminate()
+        p.wait(timeout=10)
+        raise
     except subprocess.TimeoutExpired:
         p.terminate()
         try:
@@ -188,11 +202,9 @@ def run(args) -> int:
         top = hi
         if method == "mpi_host_staged":  # PCIe speed: a window of 64 x 1 GB would take minutes
             top = str(min(parse_size(hi), parse_size(args.staged_max)))
-        out = []
-        if parse_size(top) >= parse_size(lo):
-            out += [f"bw:{w}:{lo}:{top}" for w in windows]
-            if args.bibw_window in windows:
-                out.append(f"bibw:{args.bibw_window}:{lo}:{top}")
+        out = [f"bw:{w}:{lo}:{hi if w == 1 else top}" for w in windows if parse_size(hi if w == 1 else top) >= parse_size(lo)]
+        if args.bibw_window in windows and parse_size(top) >= parse_size(lo):
+            out.append(f"bibw:{args.bibw_window}:{lo}:{top}")
         if lat_sizes:
             llo, lhi = _size_arg(lat_sizes)
             out.append(f"latency:1:{llo}:{lhi}")
@@ -223,14 +235,22 @@ def run(args) -> int:
 
     written = []
     unaware = []
+    stopped = False
+    signal.signal(signal.SIGTERM, _on_sigterm)
     for n in ranks:
-        if not emulated:
-            unaware.append(_without_interposer(args, paths, n))
-        rows_n = []
-        for method in methods:
-            cmd = client(method, n)
-            if cmd:
-                rows_n += _run_rows(cmd, args.timeout, {"emulated": emulated})
+        rows_n, done = [], []
+        try:
+            if not emulated:
+                unaware.append(_without_interposer(args, paths, n))
+            for method in methods:
+                cmd = client(method, n)
+                if cmd:
+                    rows_n += _run_rows(cmd, args.timeout, {"emulated": emulated})
+                done.append(method)
+        except _Stopped:
+            stopped = True
+            print(f"STOPPED (SIGTERM) during {n} ranks: writing what was measured; not measured: "
+                  f"{[m for m in methods if m not in done]}")
         for w in windows:
             rows = [r for r in rows_n if file_window(r) == w]
             if not rows:
@@ -247,10 +267,14 @@ def run(args) -> int:
             if not args.no_write:
                 extra = {"ranks": n, "window": w, "emulated": emulated, "backend": ctx.backend_name,
                          "without_interposer": [u for u in unaware if u["ranks"] == n], "methods_absent": absent}
+                if stopped:
+                    extra["stopped_before"] = [m for m in methods if m not in done]
                 path = results.write(f"mpi-np{n}-w{w}", device, gpus, rows, out_dir=args.out, extra=extra,
                                      command=" ".join(["gpustripe", "bench", "mpi", *sys.argv[3:]]))
                 written.append(path)
                 print(f"wrote {path} and its plot")
+        if stopped:
+            break
     ok = all(u["failed"] for u in unaware)
     if unaware and not ok:
         print("NOTE: device buffers ran through the bare MPI: it may be CUDA-aware after all")
