@@ -237,6 +237,8 @@ void Comm::run(const std::string& key, const std::function<void(Program&)>& buil
         return prog;
       },
       streams, as_graph);
+  std::string note = exec_->take_note();
+  if (!note.empty()) last_ += " [" + note + "]";  // shows in last_schedule and the benchmark rows
   if (streams.empty()) synchronize();
 }
 
