@@ -1,8 +1,12 @@
 #include "coll/comm.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <tuple>
 #include <functional>
 #include <map>
+
+#include <unistd.h>  // environ
 
 #include "coll/barrier.hpp"
 #include "coll/executor.hpp"
@@ -25,6 +29,20 @@ const BoolSetting kGraphs{"GPUSTRIPE_COLL_GRAPHS", "1",
 const SizeSetting kGraphMax{"GPUSTRIPE_COLL_GRAPH_MAX", "64G",
                             "Largest collective (size per rank) replayed as a CUDA graph (issuing a pipelined "
                             "schedule's hundreds of calls costs about as long as the transfer up to ~1G)"};
+
+constexpr size_t kCheckedMax = 4096;  // buffers remembered as checked
+constexpr size_t kChoicesMax = 256;   // schedule choices remembered
+
+// Every GPUSTRIPE_ variable of the environment, as one string (the settings a choice read).
+std::string settings_fingerprint() {
+  std::string out;
+  for (char** e = environ; e && *e; ++e)
+    if (std::strncmp(*e, "GPUSTRIPE_", 10) == 0) {
+      out += *e;
+      out += '\n';
+    }
+  return out;
+}
 
 bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
   auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
@@ -130,6 +148,11 @@ int Comm::device(int rank) const {
 
 void Comm::check_buffer(int rank, const void* p, size_t bytes, const char* what) {
   GS_REQUIRE(p != nullptr, GPUSTRIPE_ERR_INVALID_POINTER, "%s of rank %d is NULL", what, rank);
+  // A buffer checked before (same rank, address, size) is not asked about again: the driver
+  // query costs about a microsecond and a collective checks up to 2n buffers per call. (An
+  // allocation freed and replaced at the same address is as stale here as in the graph cache.)
+  const auto seen = std::make_tuple(rank, reinterpret_cast<uintptr_t>(p), bytes);
+  if (checked_.count(seen)) return;
   PointerInfo info = backend_.pointer_info(p);
   GS_REQUIRE(info.kind == MemoryKind::Device && info.device == devices_[rank], GPUSTRIPE_ERR_INVALID_POINTER,
              "%s of rank %d (%p) is not memory of device %d", what, rank, p, devices_[rank]);
@@ -139,6 +162,8 @@ void Comm::check_buffer(int rank, const void* p, size_t bytes, const char* what)
                "%s of rank %d: %zu bytes at %p run past its allocation (%zu bytes at %p)", what, rank, bytes, p,
                info.size, reinterpret_cast<void*>(info.base));
   }
+  if (checked_.size() >= kCheckedMax) checked_.clear();
+  checked_.insert(seen);
 }
 
 void Comm::check_count(const std::vector<const void*>& send, const std::vector<void*>& recv, const char* call) {
@@ -174,12 +199,25 @@ double Comm::planned_host_share(size_t block) {
 }
 
 Choice Comm::pick(CollOp op, size_t bytes, DataType dt) {
-  double planned = wants_host_share(op, res_, bytes) ? planned_host_share(bytes / size()) : -1;
-  Choice c = choose_schedule(op, res_, bytes, dtype_size(dt), planned);
+  // The choice depends on the call's op, size and type and on the GPUSTRIPE_ settings: a
+  // repeated call with the same of all reuses it (choosing formats its reasons: microseconds).
+  std::string key = settings_fingerprint();
+  auto put = [&](const auto& v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(op);
+  put(bytes);
+  put(dt);
+  auto it = choices_.find(key);
+  if (it == choices_.end()) {
+    double planned = wants_host_share(op, res_, bytes) ? planned_host_share(bytes / size()) : -1;
+    Choice c = choose_schedule(op, res_, bytes, dtype_size(dt), planned);
+    std::string desc = std::string(coll_op_name(op)) + " " + format_size(bytes) + " " + c.describe();
+    if (choices_.size() >= kChoicesMax) choices_.clear();
+    it = choices_.emplace(key, std::make_pair(std::move(c), std::move(desc))).first;
+  }
   last_bytes_ = bytes;
-  last_ = std::string(coll_op_name(op)) + " " + format_size(bytes) + " " + c.describe();
+  last_ = it->second.second;
   GS_LOG_DEBUG(Subsys::Coll, "%s", last_.c_str());
-  return c;
+  return it->second.first;
 }
 
 void Comm::run(const std::string& key, const std::function<void(Program&)>& build, const Streams& streams) {
@@ -199,6 +237,8 @@ void Comm::run(const std::string& key, const std::function<void(Program&)>& buil
         return prog;
       },
       streams, as_graph);
+  std::string note = exec_->take_note();
+  if (!note.empty()) last_ += " [" + note + "]";  // shows in last_schedule and the benchmark rows
   if (streams.empty()) synchronize();
 }
 

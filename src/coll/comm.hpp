@@ -6,6 +6,8 @@
 #pragma once
 #include <functional>
 #include <map>
+#include <set>
+#include <tuple>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,6 +87,8 @@ class Comm {
   Planner* planner_;
   std::vector<int> devices_;
   std::map<size_t, double> planned_share_;  // by peer block size
+  std::set<std::tuple<int, uintptr_t, size_t>> checked_;      // (rank, address, bytes) checked before
+  std::map<std::string, std::pair<Choice, std::string>> choices_;  // by settings + call: choice, description
   TeamResources res_;
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<DeviceBarrier> barrier_;

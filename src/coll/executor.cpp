@@ -209,7 +209,9 @@ void Executor::enqueue(const Program& prog, const std::vector<StreamHandle>& use
 
 void Executor::enqueue_keyed(const std::string& key, const std::function<Program()>& build,
                              const std::vector<StreamHandle>& user_streams, bool as_graph) {
-  as_graph = as_graph && backend_.supports_graphs() && !graphs_broken_;
+  as_graph = as_graph && backend_.supports_graphs() && !uncapturable_.count(key);
+  auto noted = notes_.find(key);
+  note_ = noted != notes_.end() ? noted->second : std::string();
   if (as_graph) {
     auto it = user_streams.empty() ? per_rank_.end() : per_rank_.find(key);
     if (it != per_rank_.end()) {
@@ -242,11 +244,21 @@ void Executor::enqueue_keyed(const std::string& key, const std::function<Program
           per_rank_.emplace(key, std::move(pr));
           return;
         }
-      } else if (GraphExecHandle g = capture(prog)) {
+      }
+      // Else (or when per-rank capture failed) one graph over all GPUs; a program that
+      // cannot be captured at all runs directly from now on (that program only).
+      GraphExecHandle g = capture(prog);
+      if (!note_.empty()) {
+        if (notes_.size() >= kSeenMax) notes_.clear();
+        notes_[key] = note_;
+      }
+      if (g) {
         graphs_.insert(key, g);
         launch(g, user_streams);
         return;
       }
+      if (uncapturable_.size() >= kSeenMax) uncapturable_.clear();
+      uncapturable_.insert(key);
     }
   }
   enqueue(prog, user_streams);
@@ -271,8 +283,8 @@ GraphExecHandle Executor::capture(const Program& prog) {
     }
     g = backend_.end_capture(origin.stream());
   } catch (const Error& e) {
-    // A backend that cannot capture this program still runs it, directly from now on.
-    graphs_broken_ = true;
+    // A program the backend cannot capture still runs, directly (the caller remembers it).
+    note_ += std::string(note_.empty() ? "" : "; ") + "graph capture failed: " + e.what();
     GS_LOG_WARN(Subsys::Coll, "capturing a collective into a graph failed, issuing calls directly: %s", e.what());
     return nullptr;
   }
@@ -309,9 +321,8 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog) {
       graphs.push_back(backend_.end_capture(origin.stream()));
     } catch (const Error& e) {
       for (GraphExecHandle g : graphs) backend_.destroy_graph(g);
-      graphs_broken_ = true;
-      GS_LOG_WARN(Subsys::Coll, "capturing a collective into per-rank graphs failed, issuing calls directly: %s",
-                  e.what());
+      note_ += std::string(note_.empty() ? "" : "; ") + "per-rank graph capture failed: " + e.what();
+      GS_LOG_WARN(Subsys::Coll, "capturing a collective into per-rank graphs failed, trying one graph: %s", e.what());
       return {};
     }
   }

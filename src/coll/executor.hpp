@@ -52,6 +52,8 @@ class Executor {
   // Waits for everything enqueued so far.
   void synchronize();
   size_t graph_launches() const { return graph_launches_; }
+  // Why the last call's program runs without (per-rank) graphs, if its capture failed; "" else.
+  std::string take_note() { return std::exchange(note_, std::string()); }
 
  private:
   using LaneRef = ::gpustripe::Lane*;
@@ -88,7 +90,9 @@ class Executor {
   std::vector<StreamHandle> last_streams_;  // streams of the last per-rank launch: already in step
   std::set<std::string> seen_;  // programs run once directly: captured when seen again
   EventHandle fork_ = nullptr;  // the capture's start, on the origin stream
-  bool graphs_broken_ = false;
+  std::set<std::string> uncapturable_;  // programs whose capture failed: run directly
+  std::string note_;                    // what went wrong capturing the current call's program
+  std::map<std::string, std::string> notes_;  // by key: what went wrong capturing it
   size_t graph_launches_ = 0;
 };
 

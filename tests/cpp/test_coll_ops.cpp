@@ -71,6 +71,31 @@ std::string case_name(const ::testing::TestParamInfo<std::tuple<OpCase, int>>& i
 INSTANTIATE_TEST_SUITE_P(Emulated, CollOps, ::testing::Combine(::testing::ValuesIn(kOpCases), ::testing::Values(2, 3, 4)),
                          case_name);
 
+// Repeated calls reuse their schedule choice and buffer checks, but a settings change
+// between two identical calls changes the choice, and a bad buffer is still refused.
+TEST(CollRepeat, RememberedChoicesFollowTheSettings) {
+  EmuNode node("h200x4");
+  auto comm = node.comm(2);
+  for (const char* algo : {"rounds", "all_at_once", "rounds"}) {
+    ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
+    Case c{CollOp::AllGather, GPUSTRIPE_INT32, GPUSTRIPE_SUM, 1000, false, 0, false, 2};
+    ASSERT_EQ(run_case(*comm, c, 3), 0u);
+    EXPECT_NE(comm->last_schedule().find(std::string("allgather 8000 ") + algo), std::string::npos)
+        << comm->last_schedule();
+  }
+  Backend& be = comm->backend();
+  void* a = be.alloc_device(0, 4096);
+  void* b = be.alloc_device(1, 4096);
+  std::vector<void*> bufs{a, b};
+  comm->bcast(bufs, 1024, GPUSTRIPE_INT32, 0);
+  comm->bcast(bufs, 1024, GPUSTRIPE_INT32, 0);
+  EXPECT_THROW(comm->bcast(bufs, 1025, GPUSTRIPE_INT32, 0), Error);  // past the allocations
+  std::vector<void*> swapped{b, a};
+  EXPECT_THROW(comm->bcast(swapped, 1024, GPUSTRIPE_INT32, 0), Error);  // wrong devices
+  be.free_device(a);
+  be.free_device(b);
+}
+
 // The same buffers called again with fresh data give fresh results (no stale scratch).
 TEST(CollRepeat, SameBuffersFreshDataEverySchedule) {
   ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "512");
