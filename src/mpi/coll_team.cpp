@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "topology/topology.hpp"
@@ -19,6 +20,12 @@ void check_mpi(int rc, const char* what) {
 }
 
 constexpr size_t kExportsKept = 64;
+
+const ChoiceSetting kPeerKernels{"GPUSTRIPE_MPI_COLL_PEER_KERNELS", "auto",
+                                 "MPI collectives across processes: reduction kernels may read other ranks' buffers "
+                                 "(pull and one-shot schedules); auto: on emulated devices only (on CUDA the IPC "
+                                 "mappings are not readable by this GPU's kernels yet: copy-engine schedules)",
+                                 {"auto", "yes", "no"}};
 
 // Where the sizing build puts the buffers of every rank: addresses never dereferenced.
 char* placeholder(size_t k) { return reinterpret_cast<char*>((k + 1) << 40); }
@@ -61,6 +68,13 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
     for (int j = 0; j < gpus; ++j)
       if (i != j && !backend_.can_access_peer(i, j)) res_.all_peer = false;
   }
+  // Kernels reading peers' buffers (pull, one-shot) need the IPC mappings readable from this
+  // GPU's kernels: not so on the H200s (rounds 2 and 2b: illegal addresses, peer access
+  // enabled or not: the ipc layer opens a mapping in the owner GPU's context). Copies into
+  // and out of the mappings work, so reductions across processes take the copy-engine
+  // schedules there: senders push blocks into the reducer's scratch, kernels read local memory.
+  const std::string kernels = kPeerKernels.get();
+  if (kernels == "no" || (kernels == "auto" && !backend_.emulated())) res_.all_peer = false;
 
   // The flags the ranks' hosts order cross-rank steps with.
   char name[128] = {};

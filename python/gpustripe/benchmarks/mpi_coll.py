@@ -114,11 +114,26 @@ def run(args) -> int:
             continue
         print(f"== {n} ranks", flush=True)
         rows: list[dict] = []
+
+        def save(final: bool = False):
+            """Writes the rows so far: a run cut off later (a time limit) still leaves its file."""
+            for r in rows:
+                r.setdefault("ranks", n)
+                r["emulated"] = emulated
+            if not rows or args.no_write:
+                return None
+            path = results.write(f"mpi-coll-{n}gpu", device, n, rows, out_dir=args.out, plot=final,
+                                 extra={"absent": absent, "dtype": "float32", "backend": ctx.backend_name,
+                                        "emulated": emulated, "complete": final},
+                                 command=" ".join(["gpustripe", "bench", "mpi_coll", *sys.argv[3:]]))
+            return path
+
         if "mpi_gpustripe" in methods:
             cmd = _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [
                 paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *common, *mem,
                 "--method", "mpi_gpustripe"]
             rows += _run_rows(cmd, args.timeout, absent, f"mpi_gpustripe/{n}")
+            save()
         if "mpi_host_staged" in methods:
             if emulated:
                 absent["mpi_host_staged"] = "emulated devices: no GPU buffers to stage"
@@ -126,10 +141,12 @@ def run(args) -> int:
                 cmd = _mpirun(args, n, {}) + [paths["bench"], "--staged", "--min", str(sizes[0]), "--max",
                                               str(staged_hi), *common]
                 rows += _run_rows(cmd, args.timeout, absent, f"mpi_host_staged/{n}")
+                save()
         cargs = SimpleNamespace(dtype="float32", iters=args.iters or 10, trials=args.trials, warmup=args.warmup,
                                 timeout=args.timeout)
         if "gpustripe" in methods and n <= gpus:
             coll._run_gpustripe(ctx, n, ops, sizes, cargs, rows, absent)
+            save()
         if "nccl" in methods:
             if emulated:
                 absent["nccl"] = "emulated devices: no GPU for NCCL"
@@ -139,19 +156,13 @@ def run(args) -> int:
                     coll._run_nccl("nccl", n, ops, sizes, cargs, rows, absent)
                 else:
                     coll._run_nccl(n, ops, sizes, cargs, rows, absent)
-        for r in rows:
-            r.setdefault("ranks", n)
-            r["emulated"] = emulated
         if not rows:
             continue
         for op in ops:
             if any(r["op"] == op for r in rows):
                 print(f"\n[{n} ranks] " + results.ratio_table(rows, op, ours="mpi_gpustripe", value="busbw_gbps"))
-        if not args.no_write:
-            path = results.write(f"mpi-coll-{n}gpu", device, n, rows, out_dir=args.out,
-                                 extra={"absent": absent, "dtype": "float32", "backend": ctx.backend_name,
-                                        "emulated": emulated},
-                                 command=" ".join(["gpustripe", "bench", "mpi_coll", *sys.argv[3:]]))
+        path = save(final=True)
+        if path:
             written.append(path)
             print(f"wrote {path} (+ .png)")
     if absent:
