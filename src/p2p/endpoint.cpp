@@ -13,6 +13,14 @@ namespace {
 const SizeSetting kEagerLimit{"GPUSTRIPE_P2P_EAGER_LIMIT", "16K",
                               "Largest message sent eagerly through the node-local channel; larger ones use "
                               "rendezvous (the sender copies into the receiver's mapped buffer)"};
+// A device send above this is pulled by the receiver (one GPU-to-GPU copy) instead of
+// going eagerly (two copies through host memory): on the H200s 4-16 KB took 17-21 us
+// eagerly and 12-13 us pulled (bench/results/2026-11-21-mpi-np2-w64: latency rows; device
+// round 2 with GPUSTRIPE_P2P_EAGER_LIMIT=0). 4K is also Open MPI's shared-memory eager
+// limit, so programs that run on Open MPI meet no new rendezvous (no new deadlock) here.
+const SizeSetting kDeviceEagerLimit{"GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT", "4K",
+                                    "Largest message from a device buffer sent eagerly (at most "
+                                    "GPUSTRIPE_P2P_EAGER_LIMIT); larger ones are pulled by the receiver"};
 }
 
 uint64_t eager_limit() { return kEagerLimit.get(); }
@@ -126,6 +134,7 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
   f.bytes = bytes;
   f.send_id = r->id_;
   uint64_t eager_max = std::min<uint64_t>(eager_limit(), fragment_bytes_);
+  if (r->loc_.device && dst != ch_.rank()) eager_max = std::min<uint64_t>(eager_max, kDeviceEagerLimit.get());
   if (bytes <= eager_max) {
     f.kind = FrameKind::Eager;
     f.flags = synchronous ? static_cast<uint32_t>(kSync) : 0u;
