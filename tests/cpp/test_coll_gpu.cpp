@@ -2,6 +2,8 @@
 // reduction kernels and every schedule against the float64 reference, and a graph replay.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <algorithm>
 
 #include "coll/select.hpp"
@@ -91,6 +93,9 @@ TEST(CollGpu, GraphReplaysOnFreshData) {
           for (bool async : {false, true}) {
             if (op == CollOp::Bcast && in_place) continue;
             Case c{op, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, (size_t(3) << 20) / 4 + 7, in_place, 1 % n, async, 4};
+            // Progress on stderr, flushed: the last line names the case if the process dies.
+            std::fprintf(stderr, "GraphReplays: %s n=%d %s %s\n", mode, n, algo, c.describe().c_str());
+            std::fflush(stderr);
             ASSERT_EQ(run_case(*comm, c, 77), 0u)
                 << algo << " n=" << n << " " << mode << " " << comm->last_schedule();
           }
