@@ -246,6 +246,10 @@ bool CollTeam::run(const CollCall& call) {
     // lives in (idempotent).
     if (team.dev[r] != call.device && peer_ok(call.device, team.dev[r]))
       backend_.enable_peer_access(call.device, team.dev[r]);
+    // Copies on a stream of the peer's GPU (GPUSTRIPE_MPI_COLL_COPY_STREAMS=mapping) reach
+    // this rank's buffers through peer access the other way.
+    if (team.dev[r] != call.device && mapping_streams() && peer_ok(team.dev[r], call.device))
+      backend_.enable_peer_access(team.dev[r], call.device);
     if (r == rank_) {
       send[r] = static_cast<char*>(const_cast<void*>(call.send));
       recv[r] = static_cast<char*>(call.recv);
