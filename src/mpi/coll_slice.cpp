@@ -1,9 +1,11 @@
 #include "mpi/coll_slice.hpp"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
 
+#include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "ipc/wait.hpp"
@@ -11,6 +13,22 @@
 namespace gpustripe::mpi {
 
 using coll::Op;
+
+namespace {
+const ChoiceSetting kCopyStreams{
+    "GPUSTRIPE_MPI_COLL_COPY_STREAMS", "own",
+    "MPI collectives across processes: a copy to or from another rank's buffer runs on a stream of this rank's GPU "
+    "(own) or of the GPU that buffer lives on (mapping: the IPC mapping's own context; experimental, unmeasured)",
+    {"own", "mapping"}};
+}  // namespace
+
+bool mapping_streams() { return kCopyStreams.get() == "mapping"; }
+
+int copy_stream_device(const coll::Op& op, int device) {
+  if (op.src_dev != device && op.src_dev != kHostDevice) return op.src_dev;
+  if (op.dst_dev != device && op.dst_dev != kHostDevice) return op.dst_dev;
+  return device;
+}
 
 size_t TeamFlags::segment_bytes() { return (kMaxRanks + kMaxOps) * sizeof(uint64_t); }
 
@@ -103,12 +121,22 @@ void SliceRunner::run(const coll::Program& prog, int device) {
     }
     return true;
   };
+  const bool on_mapping = mapping_streams();
+  std::map<int, size_t> last_on_lane;  // this rank's latest op per program lane
   auto enqueue = [&](size_t i) {
     const Op& op = ops[i];
-    Lane& l = lane(device, op.lane);
+    // A copy to or from another rank's buffer may run on a stream of that buffer's GPU:
+    // the IPC mapping lives in that GPU's context here (see copy_stream_device).
+    const int sd = op.kind == Op::Copy && on_mapping ? copy_stream_device(op, device) : device;
+    Lane& l = lane(sd, op.lane);
     if (std::find(used.begin(), used.end(), &l) == used.end()) used.push_back(&l);
     for (int d : op.deps)
       if (ops[d].rank == rank_ && marks[d].event && marks[d].stream != l.stream()) l.wait(marks[d]);
+    // A program lane's ops run in order even when they land on streams of different GPUs.
+    auto prev = last_on_lane.find(op.lane);
+    if (prev != last_on_lane.end() && marks[prev->second].event && marks[prev->second].stream != l.stream())
+      l.wait(marks[prev->second]);
+    last_on_lane[op.lane] = i;
     if (op.kind == Op::Copy) {
       backend_.copy_async(op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, l.stream());
     } else {
@@ -122,11 +150,11 @@ void SliceRunner::run(const coll::Program& prog, int device) {
       a.count = op.count;
       a.dtype = op.dtype;
       a.op = op.redop;
-      reducer_.reduce_async(a, device, l.stream());
+      reducer_.reduce_async(a, sd, l.stream());
     }
-    if (marked[i]) marks[i] = l.mark();
+    if (marked[i] || on_mapping) marks[i] = l.mark();
     if (remote[i]) {
-      EventHandle e = event(device, next_event++);
+      EventHandle e = event(sd, next_event++);
       backend_.record_event(e, l.stream());
       pending.emplace_back(i, e);
     }

@@ -164,6 +164,24 @@ bool CollTeam::peer_ok(int dev, int peer) {
   return it->second;
 }
 
+void CollTeam::map_all(int r, std::initializer_list<const Desc*> descs, std::initializer_list<char**> out) {
+  try {
+    auto o = out.begin();
+    for (const Desc* d : descs) **o++ = map(r, *d);
+  } catch (const Error& e) {
+    // The driver refuses a second mapping of memory this process has mapped already. With
+    // the legacy IPC API that happens when the owner freed a buffer we still have mapped
+    // (the cache keeps mappings) and its new buffer reuses that memory: drop this rank's
+    // cached mappings and map again, once (Open MPI's CUDA IPC cache does the same).
+    if (e.status() != GPUSTRIPE_ERR_CUDA || std::strstr(e.what(), "AlreadyMapped") == nullptr) throw;
+    GS_LOG_INFO(Subsys::Mpi, "rank %d's buffer is mapped here already (%s): closing the cached mappings of its "
+                "buffers and mapping again", r, e.what());
+    rt_.endpoint().handle_cache()->evict_peer(channel_rank_[r]);
+    auto o = out.begin();
+    for (const Desc* d : descs) **o++ = map(r, *d);
+  }
+}
+
 coll::Choice CollTeam::choose(const CollCall& call) const {
   coll::Choice c = coll::choose_schedule(call.op, res_, call.bytes, call.elem_size);
   // The host path needs pinned host memory shared by the ranks' processes: not yet (it
@@ -228,14 +246,18 @@ bool CollTeam::run(const CollCall& call) {
     // lives in (idempotent).
     if (team.dev[r] != call.device && peer_ok(call.device, team.dev[r]))
       backend_.enable_peer_access(call.device, team.dev[r]);
+    // Copies on a stream of the peer's GPU (GPUSTRIPE_MPI_COLL_COPY_STREAMS=mapping) reach
+    // this rank's buffers through peer access the other way.
+    if (team.dev[r] != call.device && mapping_streams() && peer_ok(team.dev[r], call.device))
+      backend_.enable_peer_access(team.dev[r], call.device);
     if (r == rank_) {
       send[r] = static_cast<char*>(const_cast<void*>(call.send));
       recv[r] = static_cast<char*>(call.recv);
       scratch.set_external(r, scratch_.p, scratch_.bytes);
     } else {
-      send[r] = map(r, all[r].send);
-      recv[r] = map(r, all[r].recv);
-      scratch.set_external(r, map(r, all[r].scratch), all[r].scratch.present ? all[r].scratch.handle.size : 0);
+      char* scr = nullptr;
+      map_all(r, {&all[r].send, &all[r].recv, &all[r].scratch}, {&send[r], &recv[r], &scr});
+      scratch.set_external(r, scr, all[r].scratch.present ? all[r].scratch.handle.size : 0);
     }
   }
   coll::Program prog(n_);

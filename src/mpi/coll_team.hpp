@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -75,6 +76,9 @@ class CollTeam {
   struct RankInfo;
   Desc describe(const void* p, size_t bytes);
   char* map(int r, const Desc& d);
+  // Maps rank r's buffers (descs) into out; retries once after dropping r's cached mappings
+  // when the driver says the memory is mapped here already.
+  void map_all(int r, std::initializer_list<const Desc*> descs, std::initializer_list<char**> out);
   struct Owned {
     char* p = nullptr;
     size_t bytes = 0;
