@@ -16,9 +16,10 @@ using coll::Op;
 
 namespace {
 const ChoiceSetting kCopyStreams{
-    "GPUSTRIPE_MPI_COLL_COPY_STREAMS", "own",
-    "MPI collectives across processes: a copy to or from another rank's buffer runs on a stream of this rank's GPU "
-    "(own) or of the GPU that buffer lives on (mapping: the IPC mapping's own context; experimental, unmeasured)",
+    "GPUSTRIPE_MPI_COLL_COPY_STREAMS", "mapping",
+    "MPI collectives across processes: a copy to or from another rank's buffer runs on a stream of the GPU that "
+    "buffer lives on (mapping: the IPC mapping's own context; 4x H200, 4 ranks, 256M: alltoall 299 GB/s busbw vs 32 "
+    "with own) or of this rank's GPU (own)",
     {"own", "mapping"}};
 }  // namespace
 
