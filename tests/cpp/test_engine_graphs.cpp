@@ -13,29 +13,17 @@
 #include "engine/engine.hpp"
 #include "engine_test_util.hpp"
 #include "test_util.hpp"
+#include "forwarding_backend.hpp"
 
 using namespace gpustripe;
 using namespace engine_test;
 
 namespace {
 
-class RecordingGraphBackend : public Backend {
+class RecordingGraphBackend : public ForwardingBackend {
  public:
-  explicit RecordingGraphBackend(std::unique_ptr<Backend> inner) : in_(std::move(inner)) {}
+  using ForwardingBackend::ForwardingBackend;
   const char* name() const override { return "recording-graphs"; }
-  bool emulated() const override { return true; }
-  int device_count() const override { return in_->device_count(); }
-  void* alloc_device(int dev, size_t b) override { return in_->alloc_device(dev, b); }
-  void free_device(void* p) override { in_->free_device(p); }
-  void* alloc_pinned(size_t b) override { return in_->alloc_pinned(b); }
-  void free_pinned(void* p) override { in_->free_pinned(p); }
-  PointerInfo pointer_info(const void* p) override { return in_->pointer_info(p); }
-  bool can_access_peer(int d, int p) override { return in_->can_access_peer(d, p); }
-  void enable_peer_access(int d, int p) override { in_->enable_peer_access(d, p); }
-  StreamHandle create_stream(int dev) override { return in_->create_stream(dev); }
-  void destroy_stream(StreamHandle s) override { in_->destroy_stream(s); }
-  EventHandle create_event(int dev, bool t) override { return in_->create_event(dev, t); }
-  void destroy_event(EventHandle e) override { in_->destroy_event(e); }
   // CUDA refuses to wait outside a capture on an event last recorded inside one
   // (cudaErrorCapturedEvent): such waits are counted.
   void record_event(EventHandle e, StreamHandle s) override {
@@ -55,15 +43,10 @@ class RecordingGraphBackend : public Backend {
     }
     in_->wait_event(s, e);
   }
-  bool query_event(EventHandle e) override { return in_->query_event(e); }
-  void synchronize_event(EventHandle e) override { in_->synchronize_event(e); }
-  void synchronize_stream(StreamHandle s) override { in_->synchronize_stream(s); }
-  float elapsed_ms(EventHandle a, EventHandle b) override { return in_->elapsed_ms(a, b); }
   void copy_async(void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) override {
     if (capturing()) graph_->push_back({dst, dd, src, sd, n});
     else in_->copy_async(dst, dd, src, sd, n, s);
   }
-  void memset_async(void* dst, int dev, int v, size_t n, StreamHandle s) override { in_->memset_async(dst, dev, v, n, s); }
   bool supports_graphs() const override { return true; }
   void begin_capture(StreamHandle) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -98,7 +81,6 @@ class RecordingGraphBackend : public Backend {
     std::lock_guard<std::mutex> lock(mu_);
     return graph_ && capturer_ == std::this_thread::get_id();
   }
-  std::unique_ptr<Backend> in_;
   std::mutex mu_;
   std::thread::id capturer_;
   std::vector<Op>* graph_ = nullptr;

@@ -12,6 +12,7 @@
 #include "engine/engine.hpp"
 #include "engine_test_util.hpp"
 #include "test_util.hpp"
+#include "forwarding_backend.hpp"
 
 using namespace gpustripe;
 using namespace engine_test;
@@ -25,23 +26,10 @@ struct Op {
   size_t bytes = 0;
 };
 
-class TracingBackend : public Backend {
+class TracingBackend : public ForwardingBackend {
  public:
-  explicit TracingBackend(std::unique_ptr<Backend> inner) : in_(std::move(inner)) {}
+  using ForwardingBackend::ForwardingBackend;
   const char* name() const override { return "tracing"; }
-  bool emulated() const override { return true; }
-  int device_count() const override { return in_->device_count(); }
-  void* alloc_device(int dev, size_t b) override { return in_->alloc_device(dev, b); }
-  void free_device(void* p) override { in_->free_device(p); }
-  void* alloc_pinned(size_t b) override { return in_->alloc_pinned(b); }
-  void free_pinned(void* p) override { in_->free_pinned(p); }
-  PointerInfo pointer_info(const void* p) override { return in_->pointer_info(p); }
-  bool can_access_peer(int d, int p) override { return in_->can_access_peer(d, p); }
-  void enable_peer_access(int d, int p) override { in_->enable_peer_access(d, p); }
-  StreamHandle create_stream(int dev) override { return in_->create_stream(dev); }
-  void destroy_stream(StreamHandle s) override { in_->destroy_stream(s); }
-  EventHandle create_event(int dev, bool t) override { return in_->create_event(dev, t); }
-  void destroy_event(EventHandle e) override { in_->destroy_event(e); }
   void record_event(EventHandle e, StreamHandle s) override {
     log({Op::Record, s});
     in_->record_event(e, s);
@@ -50,15 +38,10 @@ class TracingBackend : public Backend {
     log({Op::Wait, s});
     in_->wait_event(s, e);
   }
-  bool query_event(EventHandle e) override { return in_->query_event(e); }
-  void synchronize_event(EventHandle e) override { in_->synchronize_event(e); }
-  void synchronize_stream(StreamHandle s) override { in_->synchronize_stream(s); }
-  float elapsed_ms(EventHandle a, EventHandle b) override { return in_->elapsed_ms(a, b); }
   void copy_async(void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) override {
     log({Op::Copy, s, dst, n});
     in_->copy_async(dst, dd, src, sd, n, s);
   }
-  void memset_async(void* dst, int dev, int v, size_t n, StreamHandle s) override { in_->memset_async(dst, dev, v, n, s); }
 
   std::vector<Op> take() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -70,7 +53,6 @@ class TracingBackend : public Backend {
     std::lock_guard<std::mutex> lock(mu_);
     ops_.push_back(op);
   }
-  std::unique_ptr<Backend> in_;
   std::mutex mu_;
   std::vector<Op> ops_;
 };

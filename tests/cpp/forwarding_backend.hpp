@@ -1,0 +1,44 @@
+// A backend that passes every call to another one (the emulated backend in the tests), so a
+// test backend overrides only the calls it records or changes.
+#pragma once
+#include <memory>
+#include <utility>
+
+#include "backend/backend.hpp"
+
+namespace gpustripe {
+
+class ForwardingBackend : public Backend {
+ public:
+  explicit ForwardingBackend(std::unique_ptr<Backend> inner) : in_(std::move(inner)) {}
+  bool emulated() const override { return in_->emulated(); }
+  int device_count() const override { return in_->device_count(); }
+  void* alloc_device(int dev, size_t b) override { return in_->alloc_device(dev, b); }
+  void free_device(void* p) override { in_->free_device(p); }
+  void* alloc_pinned(size_t b) override { return in_->alloc_pinned(b); }
+  void free_pinned(void* p) override { in_->free_pinned(p); }
+  PointerInfo pointer_info(const void* p) override { return in_->pointer_info(p); }
+  bool can_access_peer(int d, int p) override { return in_->can_access_peer(d, p); }
+  void enable_peer_access(int d, int p) override { in_->enable_peer_access(d, p); }
+  StreamHandle create_stream(int dev) override { return in_->create_stream(dev); }
+  void destroy_stream(StreamHandle s) override { in_->destroy_stream(s); }
+  EventHandle create_event(int dev, bool t) override { return in_->create_event(dev, t); }
+  void destroy_event(EventHandle e) override { in_->destroy_event(e); }
+  void record_event(EventHandle e, StreamHandle s) override { in_->record_event(e, s); }
+  void wait_event(StreamHandle s, EventHandle e) override { in_->wait_event(s, e); }
+  bool query_event(EventHandle e) override { return in_->query_event(e); }
+  void synchronize_event(EventHandle e) override { in_->synchronize_event(e); }
+  void synchronize_stream(StreamHandle s) override { in_->synchronize_stream(s); }
+  float elapsed_ms(EventHandle a, EventHandle b) override { return in_->elapsed_ms(a, b); }
+  // copy_async_prechecked keeps Backend's default (this->copy_async), so a test backend that
+  // records copies sees the engine's prechecked ones too.
+  void copy_async(void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) override {
+    in_->copy_async(dst, dd, src, sd, n, s);
+  }
+  void memset_async(void* dst, int dev, int v, size_t n, StreamHandle s) override { in_->memset_async(dst, dev, v, n, s); }
+
+ protected:
+  std::unique_ptr<Backend> in_;
+};
+
+}  // namespace gpustripe
