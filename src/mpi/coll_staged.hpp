@@ -37,4 +37,21 @@ class StagedBuffers {
   std::vector<Staged> staged_;
 };
 
+// `buf` staged through host memory when `sb` is given (the MPI is not CUDA-aware), else as is.
+inline void* stage(StagedBuffers* sb, const void* buf, int count, MPI_Datatype type, bool in, bool out) {
+  return sb ? sb->add(buf, count, type, in, out) : const_cast<void*>(buf);
+}
+
+inline int comm_size(MPI_Comm comm) {
+  int n = 0;
+  PMPI_Comm_size(comm, &n);
+  return n;
+}
+
+inline int comm_rank(MPI_Comm comm) {
+  int r = 0;
+  PMPI_Comm_rank(comm, &r);
+  return r;
+}
+
 }  // namespace gpustripe::mpi

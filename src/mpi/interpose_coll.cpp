@@ -113,22 +113,6 @@ int collective(MPI_Comm comm, const char* name, const std::function<void(Runtime
   }
 }
 
-void* stage(StagedBuffers* sb, const void* buf, int count, MPI_Datatype type, bool in, bool out) {
-  return sb ? sb->add(buf, count, type, in, out) : const_cast<void*>(buf);
-}
-
-int comm_size(MPI_Comm comm) {
-  int n = 0;
-  PMPI_Comm_size(comm, &n);
-  return n;
-}
-
-int comm_rank(MPI_Comm comm) {
-  int r = 0;
-  PMPI_Comm_rank(comm, &r);
-  return r;
-}
-
 }  // namespace
 }  // namespace gpustripe::mpi
 

@@ -31,20 +31,6 @@ int staged_collective(MPI_Comm comm, const char* name, F mpi) {
   }
 }
 
-void* stage(StagedBuffers* sb, const void* buf, int count, MPI_Datatype type, bool in, bool out) {
-  return sb ? sb->add(buf, count, type, in, out) : const_cast<void*>(buf);
-}
-
-int size_of(MPI_Comm comm) {
-  int n = 0;
-  PMPI_Comm_size(comm, &n);
-  return n;
-}
-int rank_of(MPI_Comm comm) {
-  int r = 0;
-  PMPI_Comm_rank(comm, &r);
-  return r;
-}
 // Elements a "v" buffer spans: the largest displacement + count.
 int span_of(const int* counts, const int* displs, int n) {
   int most = 0;
@@ -68,9 +54,9 @@ extern "C" {
 int MPI_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                MPI_Datatype recvtype, int root, MPI_Comm comm) {
   return staged_collective(comm, "MPI_Gather", [&](StagedBuffers* sb) {
-    const bool is_root = rank_of(comm) == root;
+    const bool is_root = comm_rank(comm) == root;
     void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
-    void* r = is_root ? stage(sb, recvbuf, recvcount * size_of(comm), recvtype, sendbuf == MPI_IN_PLACE, true)
+    void* r = is_root ? stage(sb, recvbuf, recvcount * comm_size(comm), recvtype, sendbuf == MPI_IN_PLACE, true)
                       : recvbuf;
     return PMPI_Gather(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
   });
@@ -79,9 +65,9 @@ int MPI_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* 
 int MPI_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
                 const int* displs, MPI_Datatype recvtype, int root, MPI_Comm comm) {
   return staged_collective(comm, "MPI_Gatherv", [&](StagedBuffers* sb) {
-    const bool is_root = rank_of(comm) == root;
+    const bool is_root = comm_rank(comm) == root;
     void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
-    void* r = is_root ? stage(sb, recvbuf, span_of(recvcounts, displs, size_of(comm)), recvtype, true, true)
+    void* r = is_root ? stage(sb, recvbuf, span_of(recvcounts, displs, comm_size(comm)), recvtype, true, true)
                       : recvbuf;
     return PMPI_Gatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, root, comm);
   });
@@ -90,8 +76,8 @@ int MPI_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void*
 int MPI_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                 MPI_Datatype recvtype, int root, MPI_Comm comm) {
   return staged_collective(comm, "MPI_Scatter", [&](StagedBuffers* sb) {
-    const bool is_root = rank_of(comm) == root;
-    void* s = is_root ? stage(sb, sendbuf, sendcount * size_of(comm), sendtype, true, false)
+    const bool is_root = comm_rank(comm) == root;
+    void* s = is_root ? stage(sb, sendbuf, sendcount * comm_size(comm), sendtype, true, false)
                       : const_cast<void*>(sendbuf);
     void* r = stage(sb, recvbuf, recvcount, recvtype, false, true);
     return PMPI_Scatter(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
@@ -101,8 +87,8 @@ int MPI_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void*
 int MPI_Scatterv(const void* sendbuf, const int* sendcounts, const int* displs, MPI_Datatype sendtype, void* recvbuf,
                  int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
   return staged_collective(comm, "MPI_Scatterv", [&](StagedBuffers* sb) {
-    const bool is_root = rank_of(comm) == root;
-    void* s = is_root ? stage(sb, sendbuf, span_of(sendcounts, displs, size_of(comm)), sendtype, true, false)
+    const bool is_root = comm_rank(comm) == root;
+    void* s = is_root ? stage(sb, sendbuf, span_of(sendcounts, displs, comm_size(comm)), sendtype, true, false)
                       : const_cast<void*>(sendbuf);
     void* r = stage(sb, recvbuf, recvcount, recvtype, false, true);
     return PMPI_Scatterv(s, sendcounts, displs, sendtype, r, recvcount, recvtype, root, comm);
@@ -113,7 +99,7 @@ int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
                    const int* displs, MPI_Datatype recvtype, MPI_Comm comm) {
   return staged_collective(comm, "MPI_Allgatherv", [&](StagedBuffers* sb) {
     void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
-    void* r = stage(sb, recvbuf, span_of(recvcounts, displs, size_of(comm)), recvtype, true, true);
+    void* r = stage(sb, recvbuf, span_of(recvcounts, displs, comm_size(comm)), recvtype, true, true);
     return PMPI_Allgatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, comm);
   });
 }
@@ -121,7 +107,7 @@ int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
 int MPI_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
                   void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype, MPI_Comm comm) {
   return staged_collective(comm, "MPI_Alltoallv", [&](StagedBuffers* sb) {
-    const int n = size_of(comm);
+    const int n = comm_size(comm);
     void* s = sendbuf == MPI_IN_PLACE ? const_cast<void*>(sendbuf)
                                       : stage(sb, sendbuf, span_of(sendcounts, sdispls, n), sendtype, true, false);
     void* r = stage(sb, recvbuf, span_of(recvcounts, rdispls, n), recvtype, true, true);
@@ -132,10 +118,10 @@ int MPI_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls
 int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcounts, MPI_Datatype type, MPI_Op op,
                        MPI_Comm comm) {
   return staged_collective(comm, "MPI_Reduce_scatter", [&](StagedBuffers* sb) {
-    const int n = size_of(comm), total = sum_of(recvcounts, n);
+    const int n = comm_size(comm), total = sum_of(recvcounts, n);
     const bool in_place = sendbuf == MPI_IN_PLACE;
     void* s = stage(sb, sendbuf, total, type, true, false);
-    void* r = stage(sb, recvbuf, in_place ? total : recvcounts[rank_of(comm)], type, in_place, true);
+    void* r = stage(sb, recvbuf, in_place ? total : recvcounts[comm_rank(comm)], type, in_place, true);
     return PMPI_Reduce_scatter(s, r, recvcounts, type, op, comm);
   });
 }
