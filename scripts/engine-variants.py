@@ -30,6 +30,7 @@ def parse_variant(text: str):
 
 def main() -> int:
     from gpustripe import _core, parse_size
+    from gpustripe.benchmarks._env import scoped_env
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="64M,256M,1G")
@@ -49,24 +50,17 @@ def main() -> int:
     rows = []
     op = "bibw" if args.bidirectional else "p2p"
     for npass, (name, settings) in enumerate(order):
-        saved = {k: os.environ.get(k) for k in settings}
-        os.environ.update(settings)
         t0 = time.time()
         try:
-            ctx = _core.Context()
-            got = ctx.bench_p2p(pair, sizes, [], ["gpustripe", "cudaMemcpyPeerAsync"], args.bidirectional,
-                                args.warmup, args.reps, 1)
-            stats = ctx.stats()
-            del ctx
+            with scoped_env(settings):
+                ctx = _core.Context()
+                got = ctx.bench_p2p(pair, sizes, [], ["gpustripe", "cudaMemcpyPeerAsync"], args.bidirectional,
+                                    args.warmup, args.reps, 1)
+                stats = ctx.stats()
+                del ctx
         except Exception as e:  # one broken variant must not lose the others' figures
             print(f"{name}: FAILED: {e}", flush=True)
             continue
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         base = {r["bytes"]: r for r in got if r["method"] != "gpustripe"}
         for r in got:
             if r["method"] != "gpustripe":

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from ._env import scoped_env
 
 NAME = "coll"
 HELP = ("collectives (alltoall, allgather, reduce_scatter, allreduce, bcast) on 2 and 4 GPUs, 1M-1G per rank: "
@@ -137,16 +138,8 @@ def _variant_sweep(ctx, ranks, ops, sizes, args, rows, absent):
     for name, env, run_ops in runs:
         if not run_ops:
             continue
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with scoped_env(env):
             _run_gpustripe(ctx, ranks, run_ops, sizes, args, rows, absent, method=f"gpustripe_{name}")
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
 
 # ---------------------------------------------------------------- NCCL through torch.distributed

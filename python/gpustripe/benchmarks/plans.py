@@ -3,8 +3,8 @@ the plain copy, in one process, to tune the planner's table and the engine's def
 from __future__ import annotations
 
 import itertools
-import os
 
+from ._env import scoped_env
 from ._p2p_common import parse_pairs, parse_sizes
 
 NAME = "plans"
@@ -35,34 +35,24 @@ def run(args):
         var, _, values = item.partition("=")
         sweeps.append([(var, v) for v in values.split(",")])
     combos = list(itertools.product(*sweeps)) if sweeps else [()]
-    saved = {k: os.environ.get(k) for k in ["GPUSTRIPE_PLAN"] + [s[0][0] for s in sweeps]}
     rows = []
-    try:
-        base_ctx = _core.Context()
-        base = {r["bytes"]: r for r in base_ctx.bench_p2p(pair, sizes, [], ["cudaMemcpyPeerAsync"], args.bidirectional,
-                                                          args.warmup, args.reps, 1)}
-        del base_ctx
-        print(f"{'size':>6} {'plain GB/s':>10}  {'GB/s':>8} {'ratio':>6}  settings / plan")
-        for combo in combos:
-            for spec in specs:
-                os.environ["GPUSTRIPE_PLAN"] = spec
-                for var, val in combo:
-                    os.environ[var] = val
+    base_ctx = _core.Context()
+    base = {r["bytes"]: r for r in base_ctx.bench_p2p(pair, sizes, [], ["cudaMemcpyPeerAsync"], args.bidirectional,
+                                                      args.warmup, args.reps, 1)}
+    del base_ctx
+    print(f"{'size':>6} {'plain GB/s':>10}  {'GB/s':>8} {'ratio':>6}  settings / plan")
+    for combo in combos:
+        for spec in specs:
+            with scoped_env({"GPUSTRIPE_PLAN": spec, **dict(combo)}):
                 ctx = _core.Context()
                 got = ctx.bench_p2p(pair, sizes, [], ["gpustripe"], args.bidirectional, args.warmup, args.reps, 1)
                 del ctx
-                label = " ".join(f"{v}={x}" for v, x in combo)
-                for r in got:
-                    b = base[r["bytes"]]
-                    r["setting"] = label
-                    r["spec"] = spec
-                    rows.append(r)
-                    print(f"{results.human_bytes(r['bytes']):>6} {b['gbps']:10.1f}  {r['gbps']:8.1f} "
-                          f"{r['gbps'] / b['gbps']:6.3f}  {label} [{spec}] {r.get('plan', '')}", flush=True)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+            label = " ".join(f"{v}={x}" for v, x in combo)
+            for r in got:
+                b = base[r["bytes"]]
+                r["setting"] = label
+                r["spec"] = spec
+                rows.append(r)
+                print(f"{results.human_bytes(r['bytes']):>6} {b['gbps']:10.1f}  {r['gbps']:8.1f} "
+                      f"{r['gbps'] / b['gbps']:6.3f}  {label} [{spec}] {r.get('plan', '')}", flush=True)
     return 0
