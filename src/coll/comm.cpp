@@ -4,7 +4,6 @@
 #include <cstring>
 #include <tuple>
 #include <functional>
-#include <map>
 
 #include <unistd.h>  // environ
 
@@ -93,38 +92,16 @@ std::unique_ptr<Comm> Comm::create(Context& ctx, const std::vector<int>& devices
 
 Comm::Comm(Backend& backend, const Topology& topo, std::vector<int> devices, Planner* planner)
     : backend_(backend), planner_(planner), devices_(std::move(devices)) {
-  const int n = size();
-  res_.n = n;
-  res_.emulated = backend.emulated();
-  res_.nvswitch = true;
-  res_.nvlink_gbps = res_.host_gbps = 1e30;
-  std::map<int, std::vector<int>> by_socket;
-  for (int i = 0; i < n; ++i) {
-    const GpuInfo& g = topo.gpu(devices_[i]);
-    res_.nvswitch = res_.nvswitch && g.nvswitch;
-    res_.nvlink_gbps = std::min(res_.nvlink_gbps, topo.nvlink_egress_gbps(devices_[i]));
-    res_.host_gbps = std::min(res_.host_gbps, topo.host_link_gbps(devices_[i]));
-    by_socket[g.socket].push_back(i);
-    for (int j = 0; j < n; ++j) {
-      if (i == j) continue;
-      if (backend.can_access_peer(devices_[i], devices_[j])) backend.enable_peer_access(devices_[i], devices_[j]);
-      else res_.all_peer = false;
-    }
-  }
-  if (by_socket.size() > 1) {
-    size_t g = by_socket.begin()->second.size();
-    bool equal = std::all_of(by_socket.begin(), by_socket.end(), [&](auto& kv) { return kv.second.size() == g; });
-    if (equal)
-      for (auto& kv : by_socket) res_.socket_groups.push_back(kv.second);
-    else
-      GS_LOG_INFO(Subsys::Coll, "GPUs of the communicator sit on %zu sockets in unequal numbers: flat schedules only",
-                  by_socket.size());
-  }
+  res_ = describe_team(backend, topo, devices_);
+  // Kernels of the reduction schedules read peers' memory directly where the pair maps it.
+  for (int i : devices_)
+    for (int j : devices_)
+      if (i != j && backend.can_access_peer(i, j)) backend.enable_peer_access(i, j);
   reducer_ = make_reducer(backend_);
   scratch_ = std::make_unique<Scratch>(backend_, devices_);
   barrier_ = make_device_barrier(backend_, devices_, res_.all_peer);
   exec_ = std::make_unique<Executor>(backend_, *reducer_, devices_, barrier_.get());
-  GS_LOG_DEBUG(Subsys::Coll, "communicator of %d ranks on %s: peer access %s, %s, %zu socket groups", n,
+  GS_LOG_DEBUG(Subsys::Coll, "communicator of %d ranks on %s: peer access %s, %s, %zu socket groups", size(),
                backend.name(), res_.all_peer ? "all pairs" : "not all pairs",
                res_.nvswitch ? "NVSwitch" : "no NVSwitch", res_.socket_groups.size());
 }
@@ -351,14 +328,8 @@ void Comm::allreduce(const std::vector<const void*>& send, const std::vector<voi
   if (count == 0) return;
   Choice c = pick(CollOp::AllReduce, bytes, dt);
   run(key_of(send, recv, count, dt, op, 0), [&](Program& prog) {
-    Team t = whole(devices_);
-    if (c.name == "oneshot")
-      build_allreduce_oneshot(prog, t, cbytes(send), bytes_of(recv), count, dt, op, *scratch_);
-    else if (c.name == "hier")
-      build_allreduce_hier(prog, t, res_.socket_groups, cbytes(send), bytes_of(recv), count, dt, op, c.reduce,
-                           *scratch_);
-    else
-      build_allreduce_rs_ag(prog, t, cbytes(send), bytes_of(recv), count, dt, op, c.reduce, *scratch_);
+    build_allreduce(prog, whole(devices_), c.name, res_.socket_groups, cbytes(send), bytes_of(recv), count, dt, op,
+                    c.reduce, *scratch_);
   }, streams);
 }
 

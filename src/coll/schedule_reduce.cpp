@@ -188,6 +188,15 @@ void build_allreduce_hier(Program& p, const Team& t, const std::vector<std::vect
       }
 }
 
+void build_allreduce(Program& p, const Team& t, const std::string& schedule,
+                     const std::vector<std::vector<int>>& groups, const std::vector<const char*>& send,
+                     const std::vector<char*>& recv, size_t count, DataType dt, RedOp op, const ReduceOpts& o,
+                     Scratch& scratch) {
+  if (schedule == "oneshot") build_allreduce_oneshot(p, t, send, recv, count, dt, op, scratch);
+  else if (schedule == "hier") build_allreduce_hier(p, t, groups, send, recv, count, dt, op, o, scratch);
+  else build_allreduce_rs_ag(p, t, send, recv, count, dt, op, o, scratch);
+}
+
 void build_reduce(Program& p, const Team& t, const std::vector<const char*>& send, char* recv_root, size_t count,
                   DataType dt, RedOp op, int root, const ReduceOpts& o, Scratch& scratch) {
   const int n = t.size();

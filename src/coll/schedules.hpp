@@ -4,6 +4,7 @@
 // hierarchical schedule). The choice among builders is select.hpp's.
 #pragma once
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "coll/program.hpp"
@@ -69,6 +70,12 @@ void build_allreduce_oneshot(Program& p, const Team& t, const std::vector<const 
 void build_allreduce_hier(Program& p, const Team& t, const std::vector<std::vector<int>>& groups,
                           const std::vector<const char*>& send, const std::vector<char*>& recv, size_t count,
                           DataType dt, RedOp op, const ReduceOpts& o, Scratch& scratch);
+// The allreduce schedule named by the selection (select.hpp's Choice::name): oneshot, hier
+// (over `groups`), else reduce-scatter pipelined into allgather.
+void build_allreduce(Program& p, const Team& t, const std::string& schedule,
+                     const std::vector<std::vector<int>>& groups, const std::vector<const char*>& send,
+                     const std::vector<char*>& recv, size_t count, DataType dt, RedOp op, const ReduceOpts& o,
+                     Scratch& scratch);
 
 struct BcastOpts {
   bool scatter_allgather = true;  // root scatters pieces, members forward them; else root sends to all

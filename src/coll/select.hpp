@@ -9,9 +9,14 @@
 #include "coll/schedules.hpp"
 #include "coll/types.hpp"
 
+namespace gpustripe {
+class Backend;
+struct Topology;
+}  // namespace gpustripe
+
 namespace gpustripe::coll {
 
-// What the choice depends on, gathered once per communicator (comm.cpp).
+// What the choice depends on, gathered once per communicator (describe_team).
 struct TeamResources {
   int n = 0;
   bool all_peer = true;        // every pair maps the other's memory: kernels may read peers
@@ -21,6 +26,12 @@ struct TeamResources {
   double host_gbps = 0;        // smallest host link of a member, nominal, per direction
   bool emulated = false;
 };
+
+// The resources of a team on GPUs `devices` (member m on devices[m]): the smallest nominal
+// link figures, whether every pair maps the other's memory and every GPU sits on NVSwitch,
+// and the members by CPU socket when there are several sockets with equally many members
+// (unequal groups: none, flat schedules only). No GPUs: no links, no switch.
+TeamResources describe_team(Backend& backend, const Topology& topo, const std::vector<int>& devices);
 
 struct Choice {
   std::string name;  // alltoall/allgather: rounds | all_at_once; reduce_scatter: rs_copy | rs_pull;

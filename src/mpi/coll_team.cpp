@@ -56,18 +56,11 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
   // rank does not know the others' GPUs before the call, so this looks at every GPU of
   // the node: the same answer on every rank.
   const Topology& topo = rt.context().topology();
-  const int gpus = std::min(topo.gpu_count(), backend_.device_count());
+  std::vector<int> gpus(std::min(topo.gpu_count(), backend_.device_count()));
+  for (size_t i = 0; i < gpus.size(); ++i) gpus[i] = static_cast<int>(i);
+  res_ = coll::describe_team(backend_, topo, gpus);
   res_.n = n_;
-  res_.emulated = backend_.emulated();
-  res_.nvswitch = gpus > 0;
-  res_.nvlink_gbps = res_.host_gbps = gpus > 0 ? 1e30 : 0;
-  for (int i = 0; i < gpus; ++i) {
-    res_.nvswitch = res_.nvswitch && topo.gpu(i).nvswitch;
-    res_.nvlink_gbps = std::min(res_.nvlink_gbps, topo.nvlink_egress_gbps(i));
-    res_.host_gbps = std::min(res_.host_gbps, topo.host_link_gbps(i));
-    for (int j = 0; j < gpus; ++j)
-      if (i != j && !backend_.can_access_peer(i, j)) res_.all_peer = false;
-  }
+  res_.socket_groups.clear();  // groups of the node's GPUs, not of the ranks: no "hier" across processes
   // Kernels reading peers' buffers (pull, one-shot) need the IPC mappings readable from this
   // GPU's kernels: not so on the H200s (rounds 2 and 2b: illegal addresses, peer access
   // enabled or not: the ipc layer opens a mapping in the owner GPU's context). Copies into

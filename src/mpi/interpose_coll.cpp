@@ -258,8 +258,8 @@ int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype ty
         c.recv = recvbuf;
         c.build = [n, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
                               const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
-          if (ch.name == "oneshot") coll::build_allreduce_oneshot(p, t, in(s), r, n, dt, op, sc);
-          else coll::build_allreduce_rs_ag(p, t, in(s), r, n, dt, op, ch.reduce, sc);
+          // No socket groups across processes (coll_team.cpp): never "hier".
+          coll::build_allreduce(p, t, ch.name, {}, in(s), r, n, dt, op, ch.reduce, sc);
         };
       },
       nullptr,
