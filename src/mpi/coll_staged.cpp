@@ -2,6 +2,7 @@
 
 #include "common/log.hpp"
 #include "mpi/datatype.hpp"
+#include "mpi/ops.hpp"
 
 namespace gpustripe::mpi {
 
@@ -28,6 +29,23 @@ void StagedBuffers::finish() {
 
 StagedBuffers::~StagedBuffers() {
   for (Staged& s : staged_) rt_.staging_free(s.host);
+}
+
+int staged_collective(MPI_Comm comm, const char* name, const std::function<int(StagedBuffers*)>& mpi) {
+  std::unique_lock<std::recursive_mutex> l(lock());
+  Runtime* rt = Runtime::get();
+  if (!rt) {
+    l.unlock();
+    return mpi(nullptr);
+  }
+  try {
+    StagedBuffers staged(*rt);
+    int rc = mpi(&staged);
+    if (rc == MPI_SUCCESS) staged.finish();
+    return rc;
+  } catch (const std::exception& e) {
+    return report(comm, name, e);
+  }
 }
 
 }  // namespace gpustripe::mpi

@@ -7,6 +7,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <functional>
 #include <vector>
 
 #include "mpi/runtime.hpp"
@@ -36,6 +37,11 @@ class StagedBuffers {
   Runtime& rt_;
   std::vector<Staged> staged_;
 };
+
+// Runs the MPI's collective `mpi` over staged buffers (StagedBuffers, copied back when it
+// succeeds), or over the user's buffers outside the interposer's runtime; errors are
+// reported on `comm` as the interposed call `name`.
+int staged_collective(MPI_Comm comm, const char* name, const std::function<int(StagedBuffers*)>& mpi);
 
 // `buf` staged through host memory when `sb` is given (the MPI is not CUDA-aware), else as is.
 inline void* stage(StagedBuffers* sb, const void* buf, int count, MPI_Datatype type, bool in, bool out) {

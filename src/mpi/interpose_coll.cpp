@@ -88,29 +88,24 @@ int collective(MPI_Comm comm, const char* name, const std::function<void(Runtime
                const std::function<void(Runtime&, const CollCall&)>& after,
                const std::function<int(StagedBuffers*)>& mpi) {
   std::unique_lock<std::recursive_mutex> l(lock());
-  Runtime* rt = Runtime::get();
-  if (!rt) {
-    l.unlock();
-    return mpi(nullptr);
-  }
-  try {
-    if (CollTeam* team = team_for(*rt, comm)) {
-      CollCall call;
-      call.name = name;
-      prepare(*rt, *team, call);
-      if (team->run(call)) {
-        if (after) after(*rt, call);
-        ++g_served;
-        return MPI_SUCCESS;
+  if (Runtime* rt = Runtime::get()) {
+    try {
+      if (CollTeam* team = team_for(*rt, comm)) {
+        CollCall call;
+        call.name = name;
+        prepare(*rt, *team, call);
+        if (team->run(call)) {
+          if (after) after(*rt, call);
+          ++g_served;
+          return MPI_SUCCESS;
+        }
       }
+    } catch (const std::exception& e) {
+      return report(comm, name, e);
     }
-    StagedBuffers staged(*rt);
-    int rc = mpi(&staged);
-    if (rc == MPI_SUCCESS) staged.finish();
-    return rc;
-  } catch (const std::exception& e) {
-    return report(comm, name, e);
   }
+  l.unlock();  // staged_collective takes the lock itself (and leaves it for the MPI outside the runtime)
+  return staged_collective(comm, name, mpi);
 }
 
 }  // namespace

@@ -12,25 +12,6 @@
 namespace gpustripe::mpi {
 namespace {
 
-// Runs `mpi` over staged buffers (or the user's, outside the runtime).
-template <class F>
-int staged_collective(MPI_Comm comm, const char* name, F mpi) {
-  std::unique_lock<std::recursive_mutex> l(lock());
-  Runtime* rt = Runtime::get();
-  if (!rt) {
-    l.unlock();
-    return mpi(nullptr);
-  }
-  try {
-    StagedBuffers staged(*rt);
-    int rc = mpi(&staged);
-    if (rc == MPI_SUCCESS) staged.finish();
-    return rc;
-  } catch (const std::exception& e) {
-    return report(comm, name, e);
-  }
-}
-
 // Elements a "v" buffer spans: the largest displacement + count.
 int span_of(const int* counts, const int* displs, int n) {
   int most = 0;
