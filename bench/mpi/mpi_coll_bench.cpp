@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.hpp"
 #include "bench_buffers.hpp"
 
 namespace {
@@ -29,18 +30,6 @@ struct Options {
   int iters = 0, trials = 5, warmup = 2;  // iters 0: by size
   std::string method;
 };
-
-size_t parse_bytes(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  switch (end && *end ? *end : ' ') {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024.0 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
-  }
-  return static_cast<size_t>(v);
-}
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,

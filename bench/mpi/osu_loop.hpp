@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.hpp"
+
 namespace osu {
 
 // One sweep over sizes: a test at a window.
@@ -44,18 +46,6 @@ struct Options {
   int iters = 0;        // 0: by size
   std::string method;   // label override
 };
-
-inline size_t parse_bytes(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  switch (end && *end ? *end : ' ') {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024.0 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
-  }
-  return static_cast<size_t>(v);
-}
 
 [[noreturn]] inline void usage(const char* why) {
   std::fprintf(stderr,

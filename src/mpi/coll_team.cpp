@@ -11,14 +11,6 @@
 namespace gpustripe::mpi {
 namespace {
 
-void check_mpi(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return;
-  char msg[MPI_MAX_ERROR_STRING] = {};
-  int len = 0;
-  PMPI_Error_string(rc, msg, &len);
-  GS_THROW(GPUSTRIPE_ERR_MPI, "%s: %s", what, msg);
-}
-
 constexpr size_t kExportsKept = 64;
 
 const ChoiceSetting kPeerKernels{"GPUSTRIPE_MPI_COLL_PEER_KERNELS", "auto",

@@ -34,6 +34,8 @@ bool mpi_is_cuda_aware() {
   return q && q() == 1;
 }
 
+}  // namespace
+
 void check_mpi(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING] = {};
@@ -41,8 +43,6 @@ void check_mpi(int rc, const char* what) {
   PMPI_Error_string(rc, msg, &len);
   GS_THROW(GPUSTRIPE_ERR_MPI, "%s: %s", what, msg);
 }
-
-}  // namespace
 
 Runtime* Runtime::get() { return g_runtime; }
 

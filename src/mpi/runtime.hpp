@@ -30,6 +30,9 @@
 
 namespace gpustripe::mpi {
 
+// Throws GPUSTRIPE_ERR_MPI naming `what` and the MPI's error string unless rc is MPI_SUCCESS.
+void check_mpi(int rc, const char* what);
+
 struct CommInfo {
   uint64_t ctx = 0;             // the p2p communicator id: equal on every member
   std::vector<int> world_of;    // comm rank -> world rank
