@@ -17,7 +17,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import subprocess
 import sys
 import time
 from types import SimpleNamespace
@@ -57,15 +56,11 @@ def _paths(build: str) -> dict:
 
 def _run_rows(cmd: list[str], timeout: int, absent: dict, key: str) -> list[dict]:
     from .coll import _progress
+    from .mpi import _run_bounded
 
     print("  $ " + " ".join(cmd), flush=True)
     t0 = time.time()
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-        out, rc = p.stdout, p.returncode
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        rc = "timeout"
+    out, rc = _run_bounded(cmd, timeout)  # past the limit mpirun gets SIGTERM and stops its ranks
     rows = []
     for line in out.splitlines():
         if line.startswith("ROW "):
