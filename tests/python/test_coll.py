@@ -182,3 +182,28 @@ def test_torch_tensors_on_gpus(requires_gpu):
     comm.allreduce(big, big)
     assert float(big[0][-1]) == 3.0 and float(big[1][0]) == 3.0
     print(json.dumps({"schedule": comm.last_schedule}))
+
+
+def test_bench_worker_rows_come_back_and_failures_say_why():
+    """The NCCL copy-engine and host-staged MPI references run in worker processes
+    (benchmarks/coll.py _run_worker): their rows come back; a failing or slow worker leaves
+    the reason in `absent`, not an exception."""
+    import sys
+    import types
+
+    from gpustripe.benchmarks.coll import _run_worker
+
+    writer = ("import json, sys; cfg = json.load(open(sys.argv[1])); "
+              "json.dump({'rows': [{'n': cfg['n'] * 2}]}, open(cfg['out'], 'w'))")
+    args = types.SimpleNamespace(timeout=30)
+    absent = {}
+    got = _run_worker([sys.executable, "-c", writer], {"n": 21}, "w/2", args, absent)
+    assert got == {"rows": [{"n": 42}]} and absent == {}
+
+    got = _run_worker([sys.executable, "-c", "import sys; print('no NCCL here', file=sys.stderr); sys.exit(3)"],
+                      {}, "w/4", args, absent)
+    assert got is None and "exited 3" in absent["w/4"] and "no NCCL here" in absent["w/4"]
+
+    got = _run_worker([sys.executable, "-c", "import time; time.sleep(5)"], {}, "slow/2",
+                      types.SimpleNamespace(timeout=1), absent)
+    assert got is None and "timed out after 1 s" in absent["slow/2"]

@@ -235,6 +235,29 @@ def _run_nccl(ranks, ops, sizes, args, rows, absent):
         _progress(row)
 
 
+def _run_worker(cmd: list[str], cfg: dict, key: str, args, absent: dict, env: dict | None = None) -> dict | None:
+    """Runs a worker that reads `cfg` from the file named by its last argument and writes its
+    rows to cfg["out"] (both in a temporary folder); returns what it wrote, or None with the
+    reason in absent[key] (the time limit, or the exit status and the output's last lines)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = dict(cfg, out=os.path.join(tmp, "rows.json"))
+        cfg_path = os.path.join(tmp, "cfg.json")
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f)
+        try:
+            p = subprocess.run(cmd + [cfg_path], capture_output=True, text=True, timeout=args.timeout, env=env)
+        except subprocess.TimeoutExpired:
+            absent[key] = f"timed out after {args.timeout} s"
+            return None
+        if p.returncode != 0 or not os.path.exists(cfg["out"]):
+            tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+            absent[key] = f"exited {p.returncode}: {' | '.join(tail)[:400]}"
+            print(f"  {key}: absent ({absent[key]})", flush=True)
+            return None
+        with open(cfg["out"]) as f:
+            return json.load(f)
+
+
 # ---------------------------------------------------------------- NCCL copy-engine mode, one process
 
 def _nccl_ce_worker(cfg_path):
@@ -268,26 +291,12 @@ def _run_nccl_ce(ranks, ops, sizes, args, rows, absent):
     _locate_nccl()
     ce_ops = [o for o in ops if o != "reduce"]
     esz = {"float64": 8, "int64": 8, "float16": 2, "bfloat16": 2}.get(args.dtype, 4)
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = {"ranks": ranks, "sizes": sizes, "ops": ce_ops, "dtype": args.dtype, "esz": esz, "iters": args.iters,
-               "trials": args.trials, "warmup": args.warmup, "out": os.path.join(tmp, "rows.json")}
-        cfg_path = os.path.join(tmp, "cfg.json")
-        with open(cfg_path, "w") as f:
-            json.dump(cfg, f)
-        env = dict(os.environ, NCCL_CTA_POLICY="2")
-        cmd = [sys.executable, "-m", "gpustripe.benchmarks.coll", "--nccl-ce-worker", cfg_path]
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
-        except subprocess.TimeoutExpired:
-            absent[f"{method}/{ranks}"] = f"timed out after {args.timeout} s"
-            return
-        if p.returncode != 0 or not os.path.exists(cfg["out"]):
-            tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-            absent[f"{method}/{ranks}"] = f"worker exited {p.returncode}: {' | '.join(tail)[:400]}"
-            print(f"  {method} on {ranks} GPUs: absent ({absent[f'{method}/{ranks}']})", flush=True)
-            return
-        with open(cfg["out"]) as f:
-            got = json.load(f)
+    cfg = {"ranks": ranks, "sizes": sizes, "ops": ce_ops, "dtype": args.dtype, "esz": esz, "iters": args.iters,
+           "trials": args.trials, "warmup": args.warmup}
+    cmd = [sys.executable, "-m", "gpustripe.benchmarks.coll", "--nccl-ce-worker"]
+    got = _run_worker(cmd, cfg, f"{method}/{ranks}", args, absent, env=dict(os.environ, NCCL_CTA_POLICY="2"))
+    if got is None:
+        return
     for r in got["rows"]:
         row = _row(r["op"], method, r["bytes"], r["us"], ranks, note=got["note"], min_us=r["min_us"],
                    max_us=r["max_us"])
@@ -382,27 +391,14 @@ def _run_mpi(ranks, ops, sizes, args, rows, absent):
     if args.dtype == "bfloat16":
         absent["mpi_host_staged"] = "MPI has no bfloat16 reduction"
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        # Host-staged calls are 10-100x slower than the others and vary little: 3 batches at most.
-        cfg = {"sizes": sizes, "ops": ops, "dtype": args.dtype, "iters": args.iters, "trials": min(args.trials, 3),
-               "warmup": args.warmup, "out": os.path.join(tmp, "rows.json")}
-        cfg_path = os.path.join(tmp, "cfg.json")
-        with open(cfg_path, "w") as f:
-            json.dump(cfg, f)
-        cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), sys.executable, "-m",
-               "gpustripe.benchmarks.coll", "--mpi-worker", cfg_path]
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            absent[f"mpi_host_staged/{ranks}"] = f"timed out after {args.timeout} s"
-            return
-        if p.returncode != 0 or not os.path.exists(cfg["out"]):
-            tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-            absent[f"mpi_host_staged/{ranks}"] = f"mpirun exited {p.returncode}: {' | '.join(tail)[:300]}"
-            print(f"  mpi_host_staged on {ranks} GPUs: absent ({absent[f'mpi_host_staged/{ranks}']})", flush=True)
-            return
-        with open(cfg["out"]) as f:
-            got = json.load(f)
+    # Host-staged calls are 10-100x slower than the others and vary little: 3 batches at most.
+    cfg = {"sizes": sizes, "ops": ops, "dtype": args.dtype, "iters": args.iters, "trials": min(args.trials, 3),
+           "warmup": args.warmup}
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), sys.executable, "-m",
+           "gpustripe.benchmarks.coll", "--mpi-worker"]
+    got = _run_worker(cmd, cfg, f"mpi_host_staged/{ranks}", args, absent)
+    if got is None:
+        return
     for r in got["rows"]:
         row = _row(r["op"], "mpi_host_staged", r["bytes"], r["us"], ranks, mpi=got["mpi"])
         rows.append(row)
