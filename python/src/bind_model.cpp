@@ -46,6 +46,10 @@ void bind_model(nb::module_& m) {
       .def_ro("offset", &PathPlan::offset)
       .def_ro("bytes", &PathPlan::bytes)
       .def_ro("chunks", &PathPlan::chunks)
+      .def_ro("taper_head", &PathPlan::taper_head, "leading chunks that grow x2 each to the steady size")
+      .def_ro("taper_tail", &PathPlan::taper_tail, "trailing chunks that shrink /2 each")
+      .def_prop_ro("chunk_edges", [](const PathPlan& p) { return chunk_edges(p); },
+                   "chunk boundaries relative to `offset` (chunks + 1 values, 0 to bytes)")
       .def_ro("predicted_us", &PathPlan::predicted_us)
       .def_prop_ro("name", &path_name, "'direct', 'gpu2', 'host0': the plan-spec word")
       .def("__repr__", [](const PathPlan& p) {

@@ -51,20 +51,11 @@ const IntSetting kHostFirstLanes{"GPUSTRIPE_HOST_FIRST_LANES", "0",
 constexpr uint64_t kChunkAlign = 4096;
 constexpr int kAnyStagingGpu = -2;  // lane key: first hops to any staging GPU (GPUSTRIPE_STAGED_SHARED_LANE)
 
-// Edge i of `chunks` near-equal chunks of `bytes`; page-aligned when every chunk can be.
-uint64_t chunk_edge(uint64_t bytes, int chunks, int i) {
-  if (i <= 0) return 0;
-  if (i >= chunks) return bytes;
-  uint64_t e = bytes / chunks * i + bytes % chunks * i / chunks;
-  if (bytes >= static_cast<uint64_t>(chunks) * kChunkAlign) e = e / kChunkAlign * kChunkAlign;
-  return e;
-}
-
 std::string plan_key(const Plan& plan, const void* dst, const void* src) {
   std::string key = format("%p %p %d %d %llu:", src, dst, plan.src, plan.dst, static_cast<unsigned long long>(plan.bytes));
   for (const PathPlan& p : plan.paths)
-    key += format(" %d/%d/%llu/%llu/%d", static_cast<int>(p.kind), p.via, static_cast<unsigned long long>(p.offset),
-                  static_cast<unsigned long long>(p.bytes), p.chunks);
+    key += format(" %d/%d/%llu/%llu/%d/%d/%d", static_cast<int>(p.kind), p.via, static_cast<unsigned long long>(p.offset),
+                  static_cast<unsigned long long>(p.bytes), p.chunks, p.taper_head, p.taper_tail);
   return key;
 }
 
@@ -343,8 +334,9 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
     const PathPlan& path = *pp;
     if (path.kind == PathKind::Direct) {
       StreamHandle s = on_caller(path) ? caller : final_lane(fork(lanes_->get(S, D))).stream();
+      const std::vector<uint64_t> edge = chunk_edges(path);
       for (int c = 0; c < path.chunks; ++c) {
-        uint64_t b = chunk_edge(path.bytes, path.chunks, c), e = chunk_edge(path.bytes, path.chunks, c + 1);
+        uint64_t b = edge[c], e = edge[c + 1];
         backend_.copy_async_prechecked(dst + path.offset + b, D, src + path.offset + b, S, e - b, s);
       }
       continue;
@@ -358,8 +350,9 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
     uint64_t& cursor = capturing ? local_cursor : area.cursor();
     const uint64_t max_piece = std::max<uint64_t>(kChunkAlign, area.capacity() / 2 / kChunkAlign * kChunkAlign);
     int q = 0;  // piece counter: pieces alternate between the lanes
+    const std::vector<uint64_t> edge = chunk_edges(path);
     for (int c = 0; c < path.chunks; ++c) {
-      uint64_t cb = chunk_edge(path.bytes, path.chunks, c), ce = chunk_edge(path.bytes, path.chunks, c + 1);
+      uint64_t cb = edge[c], ce = edge[c + 1];
       for (uint64_t b = cb; b < ce; ++q) {
         uint64_t n = std::min(max_piece, ce - b);
         Lane& first = fork(lanes_->get(S, host || !staged_shared_lane_ ? mid : kAnyStagingGpu, q % first_lanes));

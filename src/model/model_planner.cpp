@@ -15,6 +15,14 @@ const ChoiceSetting kHostPath{"GPUSTRIPE_HOST_PATH", "auto",
 const IntSetting kGpuPaths{"GPUSTRIPE_GPU_PATHS", "-1",
                            "Most staging GPUs one transfer may use (-1: as many as pay, 0: none)"};
 const IntSetting kChunks{"GPUSTRIPE_CHUNKS", "0", "Fixed pipeline chunks per staged path (0: the model chooses)"};
+// The loss around the equal-finish split is lopsided (4x H200, direct + host, fixed plans):
+// host shares 0.5 pp past the point where the host path finishes last cost 1-8% (the direct
+// path then waits for the slower one), 0.5 pp short of it ~0.5%. A model off by a few percent
+// on the staged rate must err short: planning staged paths a little slower keeps them there.
+const DoubleSetting kStagedMargin{"GPUSTRIPE_STAGED_MARGIN", "0",
+                                  "Plan staged paths this fraction below their modelled rate, so that they finish "
+                                  "a little before the direct path (-0.2 to 0.5; the loss past the balance point "
+                                  "is many times the loss short of it)"};
 const SizeSetting kMinSplit{"GPUSTRIPE_MIN_SPLIT_SIZE", "1M",
                             "Transfers smaller than this take the direct path alone, without a plan search"};
 
@@ -39,6 +47,9 @@ SearchOptions search_options_from_env() {
              static_cast<long long>(chunks));
   o.fixed_chunks = static_cast<int>(chunks);
   o.min_split = kMinSplit.get();
+  o.staged_margin = kStagedMargin.get();
+  GS_REQUIRE(o.staged_margin >= -0.2 && o.staged_margin <= 0.5, GPUSTRIPE_ERR_CONFIG,
+             "GPUSTRIPE_STAGED_MARGIN=%g: expected -0.2 to 0.5", o.staged_margin);
   return o;
 }
 

@@ -20,9 +20,21 @@ struct PathPlan {
   int via = -1;             // staging GPU index, or host socket for HostStaged; -1 for Direct
   uint64_t offset = 0;      // first byte of the message this path carries
   uint64_t bytes = 0;       // bytes this path carries (contiguous range [offset, offset+bytes))
-  int chunks = 1;           // pipeline depth of this path; chunk sizes differ by at most the alignment
+  int chunks = 1;           // pipeline depth of this path; chunk sizes: chunk_edges below
+  // Tapered chunks: the first `taper_head` chunks grow x2 each up to the steady chunk size
+  // (chunk j < head weighs 2^(j - head)), the last `taper_tail` shrink /2 each, the rest are
+  // equal. A small first chunk starts the relay hop early (the pipeline fills sooner), a
+  // small last one shortens the drain; 0/0: near-equal chunks. head + tail < chunks.
+  int taper_head = 0;
+  int taper_tail = 0;
   double predicted_us = 0;  // the model's finish time of this path alone, in the planned mix
 };
+
+// Edges of a path's chunks relative to its offset: chunks + 1 values from 0 to p.bytes,
+// strictly increasing. Page-aligned (4096) when every chunk can be a page or more; the last
+// chunk takes the unaligned rest. The engine cuts, and the model costs, exactly these chunks.
+std::vector<uint64_t> chunk_edges(const PathPlan& p);
+constexpr int kMaxTaper = 16;
 
 struct Plan {
   int src = 0, dst = 0;
@@ -34,7 +46,7 @@ struct Plan {
 
   double predicted_gbps() const { return predicted_us > 0 ? bytes / (predicted_us * 1e3) : 0; }
   bool single_path() const { return paths.size() == 1 && paths[0].chunks == 1; }
-  // "direct 90.5% x1 + host0 9.5% x8": short form for logs and the CLI.
+  // "direct 90.5% x1 + host0 9.5% x8" (tapered: "x8h2t1"): short form for logs and the CLI.
   std::string describe() const;
   // Throws ERR_INTERNAL when the ranges do not tile [0, bytes) or a path is malformed.
   void check() const;

@@ -64,6 +64,7 @@ Candidate evaluate(const MultipathModel& model, int src, int dst, uint64_t bytes
       a[i] = model.overhead_us(*routes[i], chunks[i], replayed) +
              (scheduled ? model.fork_join_us(routes[i]->kind, replayed) : 0.0);
       b[i] = x[i] / MultipathModel::fill_factor(*routes[i], chunks[i]);
+      if (np > 1 && routes[i]->kind != PathKind::Direct) b[i] *= 1.0 - opt.staged_margin;
     }
     theta = equal_finish_split(a, b, n);
     for (size_t i = 0; i < np; ++i)

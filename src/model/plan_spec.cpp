@@ -1,6 +1,7 @@
 #include "model/plan_spec.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 
@@ -28,10 +29,30 @@ SpecTerm parse_term(const std::string& raw) {
   SpecTerm t;
   std::string rest = term;
   size_t x = rest.rfind('x');
-  if (x != std::string::npos && x + 1 < rest.size() && rest.find_first_not_of("0123456789", x + 1) == std::string::npos) {
-    t.chunks = std::atoi(rest.c_str() + x + 1);
+  if (x != std::string::npos && x + 1 < rest.size() && std::isdigit(static_cast<unsigned char>(rest[x + 1]))) {
+    // "x" chunks ["h" head] ["t" tail]
+    auto number = [&](size_t& at) {
+      size_t end = rest.find_first_not_of("0123456789", at);
+      if (end == std::string::npos) end = rest.size();
+      GS_REQUIRE(end > at, GPUSTRIPE_ERR_CONFIG, "plan spec term '%s': expected a number after '%c'", term.c_str(),
+                 rest[at - 1]);
+      int v = std::atoi(rest.substr(at, std::min<size_t>(end - at, 6)).c_str());
+      at = end;
+      return v;
+    };
+    size_t at = x + 1;
+    t.chunks = number(at);
     GS_REQUIRE(t.chunks >= 1 && t.chunks <= 4096, GPUSTRIPE_ERR_CONFIG, "plan spec term '%s': chunks must be 1-4096",
                term.c_str());
+    if (at < rest.size() && rest[at] == 'h') t.taper_head = number(++at);
+    if (at < rest.size() && rest[at] == 't') t.taper_tail = number(++at);
+    GS_REQUIRE(at == rest.size(), GPUSTRIPE_ERR_CONFIG,
+               "plan spec term '%s': after 'x' comes the chunk count, then optionally h<head> and t<tail> "
+               "(tapered chunks, e.g. host0:0.1x8h2)", term.c_str());
+    GS_REQUIRE(t.taper_head <= kMaxTaper && t.taper_tail <= kMaxTaper &&
+                   (t.taper_head + t.taper_tail == 0 || t.taper_head + t.taper_tail < t.chunks),
+               GPUSTRIPE_ERR_CONFIG, "plan spec term '%s': the tapered chunks (h%d t%d) must be fewer than the chunks "
+               "and at most %d each", term.c_str(), t.taper_head, t.taper_tail, kMaxTaper);
     rest = rest.substr(0, x);
   }
   size_t colon = rest.find(':');
@@ -97,6 +118,8 @@ std::string format_plan_spec(const Plan& plan) {
     out += p.kind == PathKind::Direct ? std::string("direct") : std::string(path_kind_name(p.kind)) + std::to_string(p.via);
     out += format(":%.4fx%d", plan.bytes ? static_cast<double>(p.bytes) / static_cast<double>(plan.bytes) : 0.0,
                   p.chunks);
+    if (p.taper_head) out += format("h%d", p.taper_head);
+    if (p.taper_tail) out += format("t%d", p.taper_tail);
   }
   return out;
 }
@@ -142,6 +165,9 @@ Plan build_fixed_plan(const MultipathModel& model, const std::vector<SpecTerm>& 
     p.bytes = b[i];
     int chunks = usable[i].chunks > 0 ? usable[i].chunks : (p.kind == PathKind::Direct ? 1 : 8);
     p.chunks = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(static_cast<uint64_t>(chunks), p.bytes)));
+    // A path cut to fewer chunks than its spec keeps what taper still fits.
+    p.taper_head = std::min(usable[i].taper_head, p.chunks - 1);
+    p.taper_tail = std::min(usable[i].taper_tail, std::max(0, p.chunks - 1 - p.taper_head));
     offset += p.bytes;
     plan.paths.push_back(p);
   }

@@ -41,6 +41,7 @@ struct PathSpec {
   int via;
   double share;  // fraction of the message; the last path takes the rest
   int chunks;
+  int taper_head = 0, taper_tail = 0;  // PathPlan's tapered chunks
 };
 
 inline Plan make_plan(int src, int dst, uint64_t bytes, std::initializer_list<PathSpec> specs) {
@@ -58,6 +59,8 @@ inline Plan make_plan(int src, int dst, uint64_t bytes, std::initializer_list<Pa
     pp.offset = off;
     pp.bytes = ++i == specs.size() ? bytes - off : static_cast<uint64_t>(bytes * s.share);
     pp.chunks = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(s.chunks, pp.bytes)));
+    pp.taper_head = std::min(s.taper_head, pp.chunks - 1);
+    pp.taper_tail = std::min(s.taper_tail, pp.chunks - 1 - pp.taper_head);
     off += pp.bytes;
     if (pp.bytes) p.paths.push_back(pp);
   }

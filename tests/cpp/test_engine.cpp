@@ -77,6 +77,10 @@ TEST_F(EngineTest, EveryByteOfMultiPathPlans) {
         make_plan(2, 1, n, {{PathKind::Direct, -1, 0.5, 2}, {PathKind::GpuStaged, 3, 0.3, 5}, {PathKind::HostStaged, 0, 0.2, 7}}),
         make_plan(3, 0, n, {{PathKind::HostStaged, 0, 1.0, 16}}),
         make_plan(1, 3, n, {{PathKind::GpuStaged, 0, 0.5, 4}, {PathKind::GpuStaged, 2, 0.5, 9}}),
+        // Tapered chunks: a small first (and last) chunk of a few bytes up to pages.
+        make_plan(0, 1, n, {{PathKind::Direct, -1, 0.9, 1}, {PathKind::HostStaged, 0, 0.1, 8, 3}}),
+        make_plan(1, 2, n, {{PathKind::HostStaged, 0, 0.6, 11, 4, 2}, {PathKind::GpuStaged, 3, 0.4, 6, 2, 3}}),
+        make_plan(2, 0, n, {{PathKind::Direct, -1, 0.7, 5, 2, 2}, {PathKind::HostStaged, 0, 0.3, 16, 0, 5}}),
     };
     for (const Plan& p : plans) {
       check_plan_copy(p, 0, 0, seed++);

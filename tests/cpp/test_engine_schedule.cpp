@@ -126,6 +126,29 @@ TEST_F(EngineSchedule, DirectPathGoesFirstOnTheCallersStream) {
   EXPECT_EQ(count(ops, Op::Wait), 2u + 4 + 2);
 }
 
+TEST_F(EngineSchedule, TaperedChunksAreCutAsThePlanSays) {
+  // Head 3, tail 1 over 8 chunks: first hops carry 1/8, 1/4, 1/2, 1, 1, 1, 1, 1/2 of the
+  // steady chunk, in that order, and the relay copies follow the same sizes.
+  Plan p = make_plan(0, 1, kBytes, {{PathKind::Direct, -1, 0.75, 1}, {PathKind::HostStaged, 0, 0.25, 8, 3, 1}});
+  const PathPlan& host = p.paths[1];
+  const std::vector<uint64_t> edge = chunk_edges(host);
+  std::vector<Op> ops = run(p);
+  std::vector<size_t> to_host, from_host;
+  for (const Op& o : ops) {
+    if (o.kind != Op::Copy || o.stream == caller_) continue;
+    if (o.dst >= dst_ && o.dst < dst_ + kBytes) from_host.push_back(o.bytes);
+    else to_host.push_back(o.bytes);
+  }
+  ASSERT_EQ(to_host.size(), 8u);
+  ASSERT_EQ(from_host.size(), 8u);
+  for (int c = 0; c < 8; ++c) {
+    EXPECT_EQ(to_host[c], edge[c + 1] - edge[c]) << "chunk " << c;
+    EXPECT_EQ(from_host[c], edge[c + 1] - edge[c]) << "chunk " << c;
+  }
+  EXPECT_LT(to_host[0] * 6, to_host[3]);  // about an eighth: the relay starts early
+  EXPECT_LT(to_host[7] * 3 / 2, to_host[6]);
+}
+
 TEST_F(EngineSchedule, DirectOnlyMultiChunkPlanNeedsNoEvents) {
   Plan p = make_plan(0, 1, kBytes, {{PathKind::Direct, -1, 1.0, 3}});
   std::vector<Op> ops = run(p);

@@ -97,6 +97,31 @@ TEST(ModelPlanner, H200FileDirectPlusHostNearMeasuredShareNoGpuStaging) {
     EXPECT_EQ(count_paths(pl.plan_exact(0, 1, size), PathKind::GpuStaged), 0) << size;
 }
 
+TEST(ModelPlanner, StagedMarginPlansTheHostPathToFinishFirst) {
+  Topology t = load_topology_file("h200x4");
+  SearchOptions o;
+  ModelPlanner even(t, nominal_params(t), o);
+  {
+    ScopedEnv margin("GPUSTRIPE_STAGED_MARGIN", "0.05");
+    o = search_options_from_env();
+  }
+  EXPECT_DOUBLE_EQ(o.staged_margin, 0.05);
+  ModelPlanner careful(t, nominal_params(t), o);
+  for (uint64_t size : {256ull << 20, 1ull << 30}) {
+    Plan a = even.plan_exact(0, 1, size), b = careful.plan_exact(0, 1, size);
+    const double sa = share_of(a, PathKind::HostStaged), sb = share_of(b, PathKind::HostStaged);
+    // About 5% less host share: the host path, planned 5% slower, is predicted to finish
+    // before the direct path; the model's own time of the plan barely changes.
+    EXPECT_LT(sb, sa * 0.975) << a.describe() << " vs " << b.describe();
+    EXPECT_GT(sb, sa * 0.9) << a.describe() << " vs " << b.describe();
+    ASSERT_EQ(b.paths.size(), 2u) << b.describe();
+    EXPECT_LT(b.paths[1].predicted_us, b.paths[0].predicted_us) << b.describe();
+    EXPECT_LT(b.predicted_us, a.predicted_us * 1.01) << a.describe() << " vs " << b.describe();
+  }
+  ScopedEnv bad("GPUSTRIPE_STAGED_MARGIN", "0.9");
+  EXPECT_THROW(search_options_from_env(), Error);
+}
+
 TEST(ModelPlanner, V100MeshUsesGpuStagingWithAGainOfThePapersOrder) {
   Topology t = load_topology_file("beluga-v100x4");
   ModelPlanner pl(t, nominal_params(t), SearchOptions{});
@@ -247,8 +272,58 @@ TEST(ModelPlanSpec, ParsesTheGrammarAndRejectsBadSpecs) {
   EXPECT_EQ(s[2].via, 2);
   EXPECT_LT(s[0].share, 0);
   for (const char* bad : {"", "direct,", "nvlink", "gpu", "gpux2", "direct,host0:1.5", "direct:0.5,host0:0.2",
-                          "direct,gpu2", "direct,direct:0.1", "host0:0.3x0,direct"})
+                          "direct,gpu2", "direct,direct:0.1", "host0:0.3x0,direct", "direct,host0:0.1x8h",
+                          "direct,host0:0.1x8t", "direct,host0:0.1x4h2t2", "direct,host0:0.1x8q2", "direct,host0:0.1x8t1h1",
+                          "direct,host0:0.1x40h17"})
     EXPECT_THROW(parse_plan_spec(bad), Error) << bad;
+  auto t = parse_plan_spec("direct,host0:0.1x8h3t1");
+  EXPECT_EQ(t[1].chunks, 8);
+  EXPECT_EQ(t[1].taper_head, 3);
+  EXPECT_EQ(t[1].taper_tail, 1);
+  EXPECT_EQ(parse_plan_spec("direct,host0:0.1x6t2")[1].taper_tail, 2);
+  EXPECT_EQ(parse_plan_spec("direct,host0:0.1x6t2")[1].taper_head, 0);
+}
+
+TEST(ModelPlanSpec, TaperedChunksTileThePathAndGrowByTwo) {
+  PathPlan p;
+  p.kind = PathKind::HostStaged;
+  p.via = 0;
+  p.bytes = 64ull << 20;
+  p.chunks = 8;
+  // Untapered: equal page-aligned chunks.
+  std::vector<uint64_t> e = chunk_edges(p);
+  ASSERT_EQ(e.size(), 9u);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(e[i + 1] - e[i], 8ull << 20);
+  // Head 3: weights 1/8, 1/4, 1/2, 1, 1, 1, 1, 1 (total 5.875).
+  p.taper_head = 3;
+  e = chunk_edges(p);
+  const double unit = double(p.bytes) / 5.875;
+  const double want[] = {0.125, 0.25, 0.5, 1, 1, 1, 1, 1};
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_NEAR(double(e[i + 1] - e[i]), want[i] * unit, 8192) << i;
+    if (i < 7) EXPECT_EQ(e[i + 1] % 4096, 0u) << i;
+  }
+  // Tail 2 as well: the last chunks halve.
+  p.taper_tail = 2;
+  e = chunk_edges(p);
+  EXPECT_NEAR(double(e[8] - e[7]), double(e[5] - e[4]) / 4, 8192);
+  EXPECT_NEAR(double(e[7] - e[6]), double(e[5] - e[4]) / 2, 8192);
+  // Odd sizes down to one byte per chunk: strictly increasing edges from 0 to bytes.
+  for (uint64_t bytes : {11ull, 4095ull, 4097ull, 65537ull, 8 * 4096ull + 3, 1000003ull, (3ull << 20) + 1})
+    for (int head : {0, 1, 4, 9})
+      for (int tail : {0, 2}) {
+        p.bytes = bytes;
+        p.chunks = 11;
+        p.taper_head = head;
+        p.taper_tail = tail;
+        e = chunk_edges(p);
+        ASSERT_EQ(e.size(), 12u);
+        EXPECT_EQ(e.front(), 0u);
+        EXPECT_EQ(e.back(), bytes);
+        for (int i = 0; i < 11; ++i) EXPECT_LT(e[i], e[i + 1]) << bytes << " h" << head << " t" << tail << " chunk " << i;
+        if (bytes >= 11 * 4096)
+          for (int i = 1; i < 11; ++i) EXPECT_EQ(e[i] % 4096, 0u) << bytes << " edge " << i;
+      }
 }
 
 TEST(ModelPlanSpec, FixedPlanFollowsTheSpecAndDropsImpossibleTerms) {
@@ -264,6 +339,12 @@ TEST(ModelPlanSpec, FixedPlanFollowsTheSpecAndDropsImpossibleTerms) {
   Plan q = build_fixed_plan(m, spec, 2, 1, 256 << 20);
   EXPECT_EQ(count_paths(q, PathKind::GpuStaged), 0);
   EXPECT_NEAR(share_of(q, PathKind::Direct), 0.905, 1e-4);
+  // Tapered chunks go into the plan and survive the round trip through the printed form.
+  Plan tp = build_fixed_plan(m, parse_plan_spec("direct,host0:0.095x8h2t1"), 0, 1, 256 << 20);
+  EXPECT_EQ(tp.paths[1].taper_head, 2);
+  EXPECT_EQ(tp.paths[1].taper_tail, 1);
+  EXPECT_NE(format_plan_spec(tp).find("x8h2t1"), std::string::npos) << format_plan_spec(tp);
+  EXPECT_NE(tp.describe().find("x8h2t1"), std::string::npos) << tp.describe();
   // Round trip through the printed form.
   Plan r = build_fixed_plan(m, parse_plan_spec(format_plan_spec(p)), 0, 1, 256 << 20);
   EXPECT_EQ(r.paths.size(), p.paths.size());
