@@ -152,6 +152,9 @@ TEST_F(GpuNode, ForcedPlansThroughHostAndGpuStaging) {
       make_plan(1, 0, n, {{PathKind::Direct, -1, 0.5, 3}, {PathKind::GpuStaged, 2, 0.3, 6}, {PathKind::HostStaged, 0, 0.2, 5}}),
       make_plan(2, 0, n, {{PathKind::HostStaged, 0, 1.0, 16}}),
       make_plan(0, 2, n, {{PathKind::GpuStaged, 1, 1.0, 12}}),
+      // Tapered chunks (small first and last chunks, odd size: an unaligned last chunk).
+      make_plan(0, 1, n, {{PathKind::Direct, -1, 0.88, 1}, {PathKind::HostStaged, 0, 0.12, 9, 4, 2}}),
+      make_plan(2, 1, n, {{PathKind::Direct, -1, 0.6, 1}, {PathKind::GpuStaged, 0, 0.25, 7, 3}, {PathKind::HostStaged, 0, 0.15, 6, 0, 3}}),
   };
   // Graph mode: a transfer seen before is captured and replayed, so the last round replays
   // the second round's transfers (same pointers) while the first used other offsets.
