@@ -23,6 +23,13 @@ const DoubleSetting kStagedMargin{"GPUSTRIPE_STAGED_MARGIN", "0",
                                   "Plan staged paths this fraction below their modelled rate, so that they finish "
                                   "a little before the direct path (-0.2 to 0.5; the loss past the balance point "
                                   "is many times the loss short of it)"};
+// Tapered chunks (PathPlan::taper_head/tail): a small first chunk lets the relay hop of a
+// staged path start early, a small last one shortens its drain.
+const IntSetting kTaperHead{"GPUSTRIPE_TAPER_HEAD", "0",
+                            "Leading chunks of a staged path that grow x2 each up to the steady chunk (0-16; cut "
+                            "back where the smallest chunk would fall under 64 KB)"};
+const IntSetting kTaperTail{"GPUSTRIPE_TAPER_TAIL", "0",
+                            "Trailing chunks of a staged path that shrink /2 each (0-16, as GPUSTRIPE_TAPER_HEAD)"};
 const SizeSetting kMinSplit{"GPUSTRIPE_MIN_SPLIT_SIZE", "1M",
                             "Transfers smaller than this take the direct path alone, without a plan search"};
 
@@ -48,6 +55,12 @@ SearchOptions search_options_from_env() {
   o.fixed_chunks = static_cast<int>(chunks);
   o.min_split = kMinSplit.get();
   o.staged_margin = kStagedMargin.get();
+  const int64_t head = kTaperHead.get(), tail = kTaperTail.get();
+  GS_REQUIRE(head >= 0 && head <= kMaxTaper && tail >= 0 && tail <= kMaxTaper, GPUSTRIPE_ERR_CONFIG,
+             "GPUSTRIPE_TAPER_HEAD=%lld, GPUSTRIPE_TAPER_TAIL=%lld: expected 0-%d each", static_cast<long long>(head),
+             static_cast<long long>(tail), kMaxTaper);
+  o.taper_head = static_cast<int>(head);
+  o.taper_tail = static_cast<int>(tail);
   GS_REQUIRE(o.staged_margin >= -0.2 && o.staged_margin <= 0.5, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_STAGED_MARGIN=%g: expected -0.2 to 0.5", o.staged_margin);
   return o;

@@ -25,6 +25,9 @@ struct SearchOptions {
   // they then finish a little before the first path. Measured on 4x H200, a staged share past
   // the equal-finish point costs 1-8% per 0.5 pp, the same distance short of it ~0.5%.
   double staged_margin = 0;
+  // Tapered chunks of staged paths (PathPlan::taper_head/taper_tail; GPUSTRIPE_TAPER_HEAD/_TAIL),
+  // as far as the smallest chunk stays at least min_chunk and a steady chunk remains.
+  int taper_head = 0, taper_tail = 0;
 };
 
 // The best plan for src -> dst of `bytes` with `background` running at the same time.

@@ -122,6 +122,45 @@ TEST(ModelPlanner, StagedMarginPlansTheHostPathToFinishFirst) {
   EXPECT_THROW(search_options_from_env(), Error);
 }
 
+TEST(ModelPlanner, TaperSettingsShapeStagedPathsWhereChunksAllow) {
+  Topology t = load_topology_file("h200x4");
+  SearchOptions o;
+  {
+    ScopedEnv head("GPUSTRIPE_TAPER_HEAD", "3"), tail("GPUSTRIPE_TAPER_TAIL", "1");
+    o = search_options_from_env();
+  }
+  EXPECT_EQ(o.taper_head, 3);
+  EXPECT_EQ(o.taper_tail, 1);
+  ModelPlanner pl(t, nominal_params(t), o);
+  Plan p = pl.plan_exact(0, 1, 1ull << 30);
+  ASSERT_EQ(count_paths(p, PathKind::HostStaged), 1) << p.describe();
+  for (const PathPlan& path : p.paths) {
+    if (path.kind == PathKind::Direct) {
+      EXPECT_EQ(path.taper_head + path.taper_tail, 0);
+      continue;
+    }
+    EXPECT_EQ(path.taper_head, 3) << p.describe();
+    EXPECT_EQ(path.taper_tail, 1) << p.describe();
+    std::vector<uint64_t> e = chunk_edges(path);
+    EXPECT_GE(e[1], o.min_chunk);
+  }
+  p.check();
+  // Few, small chunks: the taper is cut back so that no chunk falls under min_chunk.
+  o.fixed_chunks = 4;
+  o.min_chunk = 1 << 20;
+  ModelPlanner few(t, nominal_params(t), o);
+  Plan q = few.plan_exact(0, 1, 64 << 20);
+  q.check();
+  for (const PathPlan& path : q.paths)
+    if (path.kind != PathKind::Direct) {
+      EXPECT_LT(path.taper_head + path.taper_tail, 4) << q.describe();
+      std::vector<uint64_t> e = chunk_edges(path);
+      for (size_t i = 0; i + 1 < e.size(); ++i) EXPECT_GE(e[i + 1] - e[i], (1u << 20) - 8192) << q.describe();
+    }
+  ScopedEnv bad("GPUSTRIPE_TAPER_HEAD", "17");
+  EXPECT_THROW(search_options_from_env(), Error);
+}
+
 TEST(ModelPlanner, V100MeshUsesGpuStagingWithAGainOfThePapersOrder) {
   Topology t = load_topology_file("beluga-v100x4");
   ModelPlanner pl(t, nominal_params(t), SearchOptions{});
