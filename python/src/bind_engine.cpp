@@ -32,6 +32,7 @@ nb::dict row_dict(const BenchRow& r) {
   d["gbps"] = r.gbps;
   d["min_us"] = r.min_us;
   d["max_us"] = r.max_us;
+  if (r.reps) d["reps"] = r.reps;
   if (!r.paths.empty()) d["plan"] = r.paths;
   return d;
 }

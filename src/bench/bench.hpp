@@ -1,7 +1,7 @@
 // The p2p benchmark library (like UCX's perf engine): shared by `gpustripe bench p2p|bibw`
 // and the tests. Every method runs in the same process, on the same buffers, one after the
 // other, size by size, so the ratios compare like with like.
-//   bandwidth  median of `reps` timed repetitions after `warmup` untimed ones; each
+//   bandwidth  median of `reps` (or more, see min_row_us) timed repetitions after `warmup` untimed ones; each
 //              repetition is bracketed by a device event pair on the source GPU's stream,
 //              all of its work joined back into that stream; algbw = bytes / time
 //              (nccl-tests); bidirectional rows count both directions' bytes.
@@ -28,6 +28,12 @@ struct BenchOptions {
   int warmup = 5;
   int reps = 20;
   int latency_reps = 200;
+  // Short rows take more repetitions, up to 10x reps, until they span this much time: a
+  // repetition of 1-16 MB lasts 5-60 us, and bidirectional ones (a fork and join across two
+  // GPUs each) spread over 2x between repetitions, so the median of 20 flipped between
+  // modes (bibw 1-32M on 4x H200: 0.81-1.11x between two plain copies' methods whose
+  // fastest repetitions agreed within 3%).
+  double min_row_us = 5000;
 };
 
 struct BenchRow {
@@ -38,6 +44,7 @@ struct BenchRow {
   double us = 0;       // median time of one repetition
   double gbps = 0;     // algbw
   double min_us = 0, max_us = 0;
+  int reps = 0;        // timed repetitions behind the median
   std::string paths;   // gpustripe: the plan ("direct 90.5% x1 + host0 9.5% x8")
 };
 

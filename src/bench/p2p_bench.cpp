@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 
 #include "bench/bench.hpp"
@@ -40,14 +41,20 @@ class PairBuffers {
 
 BenchRow measure_bandwidth(Context& ctx, Method& m, const std::vector<Transfer>& ts, const BenchOptions& o,
                            StreamFork& streams) {
-  std::vector<double> us = time_back_to_back(
-      ctx.backend(), ts[0].src_dev, streams.main(),
-      [&] {
-        streams.begin();
-        m.post(ts, streams);
-        streams.join();
-      },
-      o.warmup, o.reps);
+  auto post = [&] {
+    streams.begin();
+    m.post(ts, streams);
+    streams.join();
+  };
+  int reps = o.reps, warmup = o.warmup;
+  if (o.min_row_us > 0) {
+    // A short pilot (after the warm-up) sizes the row: at least reps, at most 10x.
+    const double pilot = median_of(time_back_to_back(ctx.backend(), ts[0].src_dev, streams.main(), post, warmup, 3));
+    if (pilot > 0 && pilot * o.reps < o.min_row_us)
+      reps = static_cast<int>(std::min<double>(10.0 * o.reps, std::ceil(o.min_row_us / pilot)));
+    warmup = 1;
+  }
+  std::vector<double> us = time_back_to_back(ctx.backend(), ts[0].src_dev, streams.main(), post, warmup, reps);
   BenchRow row;
   row.op = ts.size() > 1 ? "bibw" : "p2p";
   row.method = m.name();
@@ -57,6 +64,7 @@ BenchRow measure_bandwidth(Context& ctx, Method& m, const std::vector<Transfer>&
   row.us = median_of(us);
   row.min_us = *std::min_element(us.begin(), us.end());
   row.max_us = *std::max_element(us.begin(), us.end());
+  row.reps = reps;
   uint64_t total = 0;
   for (const Transfer& t : ts) total += t.bytes;
   row.gbps = row.us > 0 ? total / (row.us * 1e3) : 0;

@@ -41,6 +41,12 @@ def test_quick_bibw_counts_both_directions(cli, tmp_path):
     assert {(r["src"], r["dst"]) for r in rows} == {(1, 2)}
     for r in rows:
         assert abs(r["gbps"] - 2 * r["bytes"] / (r["us"] * 1e3)) < 1e-6 * r["gbps"] + 1e-9
+        # --quick times 5 repetitions; short rows take more (up to 10x) until they span 5 ms
+        assert 5 <= r["reps"] <= 50
+        if r["us"] * 5 >= 10000:
+            assert r["reps"] == 5, r
+    short = [r for r in rows if r["bytes"] == 1 << 20]
+    assert all(r["reps"] > 5 for r in short if r["us"] * 5 < 1000), short
 
 
 def test_bad_pairs_fail_clearly(cli, tmp_path):
