@@ -6,6 +6,7 @@
 #include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "engine/balancer.hpp"
 #include "engine/graph_cache.hpp"
 #include "engine/lanes.hpp"
 #include "engine/staging.hpp"
@@ -48,7 +49,16 @@ const IntSetting kHostFirstLanes{"GPUSTRIPE_HOST_FIRST_LANES", "0",
                                  "Streams for the GPU-to-host hop of a host-staged path (0: as many as "
                                  "GPUSTRIPE_HOST_LANES); one keeps the chunks leaving the GPU in order, one at a time"};
 
+const BoolSetting kBalance{"GPUSTRIPE_BALANCE", "0",
+                           "Time both paths of repeated direct + staged transfers on the GPU and shift bytes "
+                           "between them until the staged path finishes just before the direct one (the "
+                           "planner's split rests on calibrated rates; the best split sits at a cliff)"};
+const DoubleSetting kBalanceMargin{"GPUSTRIPE_BALANCE_MARGIN", "0.005",
+                                   "GPUSTRIPE_BALANCE: the staged path aims to finish this fraction of the direct "
+                                   "path's time before it (0-0.2)"};
+
 constexpr uint64_t kChunkAlign = 4096;
+constexpr int kBalanceLane = -3;  // lane key: the staged part of a balanced transfer, forked from the caller
 constexpr int kAnyStagingGpu = -2;  // lane key: first hops to any staging GPU (GPUSTRIPE_STAGED_SHARED_LANE)
 
 std::string plan_key(const Plan& plan, const void* dst, const void* src) {
@@ -83,6 +93,13 @@ Engine::Engine(Backend& backend, const Topology& topo, Planner* planner)
   capture_streams_.assign(ndev_, nullptr);
   graphs_cache_ = std::make_unique<GraphCache>(backend_, static_cast<size_t>(std::max<int64_t>(1, kGraphCache.get())));
   tails_ = std::make_unique<ResourceTails>(backend_);
+  if (kBalance.get()) {
+    BalanceOptions bo;
+    bo.margin = kBalanceMargin.get();
+    GS_REQUIRE(bo.margin >= 0 && bo.margin <= 0.2, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_BALANCE_MARGIN=%g: expected 0-0.2",
+               bo.margin);
+    balancer_ = std::make_unique<Balancer>(backend_, bo);
+  }
   peer_enabled_.reset(new std::atomic<bool>[static_cast<size_t>(ndev_) * ndev_]);
   for (int i = 0; i < ndev_ * ndev_; ++i) peer_enabled_[i] = false;
   GS_LOG_DEBUG(Subsys::Engine, "engine on %s backend, %d devices, graphs %s, host lanes %d+%d", backend_.name(), ndev_,
@@ -93,6 +110,7 @@ Engine::~Engine() {
   // Staging memory and lanes may still be in use by enqueued work: drain it first.
   try {
     std::lock_guard<std::mutex> lock(mu_);
+    balancer_.reset();  // waits for its probes
     tails_->synchronize_all();
     graphs_cache_.reset();
     tails_.reset();
@@ -115,7 +133,17 @@ EngineStats Engine::stats() const {
   s.graph_captures = graph_captures_;
   s.graph_launches = graph_launches_;
   s.staging_bytes = staging_bytes_;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (balancer_) {
+    s.balance_steps = balancer_->steps();
+    s.balance_samples = balancer_->samples();
+  }
   return s;
+}
+
+int64_t Engine::balance_shift(int src, int dst, uint64_t bytes) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return balancer_ ? balancer_->shift(src, dst, bytes) : 0;
 }
 
 void Engine::copy_async(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, StreamHandle stream) {
@@ -132,7 +160,7 @@ void Engine::copy_async(void* dst, int dst_dev, const void* src, int src_dev, ui
     ++plain_copies_;
     return;
   }
-  execute(*cached_plan(src_dev, dst_dev, bytes), dst, src, stream);
+  execute(*cached_plan(src_dev, dst_dev, bytes), dst, src, stream, true);
 }
 
 // The planner's answer costs about a microsecond, which small copies notice (the added
@@ -196,7 +224,7 @@ void Engine::ensure_peer(int a, int b) {
   done.store(true, std::memory_order_release);
 }
 
-void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
+void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer) {
   if (plan.single_path() && plan.paths[0].kind == PathKind::Direct) {
     ensure_peer(plan.src, plan.dst);
     backend_.copy_async_prechecked(dst, plan.dst, src, plan.src, plan.bytes, stream);
@@ -214,6 +242,10 @@ void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle 
   GS_LOG_TRACE(Subsys::Engine, "copy %d->%d %llu bytes: %s", plan.src, plan.dst,
                static_cast<unsigned long long>(plan.bytes), plan.describe().c_str());
   std::lock_guard<std::mutex> lock(mu_);
+  if (steer && balancer_ && direct_on_caller_ && Balancer::eligible(plan)) {
+    execute_balanced(balancer_->steer(plan), static_cast<char*>(dst), static_cast<const char*>(src), stream);
+    return;
+  }
   const bool replayable = graphs_gpu_staged_ || std::none_of(plan.paths.begin(), plan.paths.end(), [](const PathPlan& p) {
                             return p.kind == PathKind::GpuStaged;
                           });
@@ -232,6 +264,41 @@ void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle 
     enqueue_schedule(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream, false);
     ++schedules_;
   }
+}
+
+void Engine::execute_balanced(const Plan& plan, char* dst, const char* src, StreamHandle caller) {
+  BalanceProbe& probe = balancer_->probe(plan);
+  backend_.record_event(probe.start, caller);
+  const PathPlan& direct = plan.paths[0];
+  const std::vector<uint64_t> edge = chunk_edges(direct);
+  for (int c = 0; c < direct.chunks; ++c)
+    backend_.copy_async_prechecked(dst + direct.offset + edge[c], plan.dst, src + direct.offset + edge[c], plan.src,
+                                   edge[c + 1] - edge[c], caller);
+  backend_.record_event(probe.direct_done, caller);
+  // The staged path alone, at its offset: a schedule (and a graph) of its own.
+  Plan staged = plan;
+  staged.paths.erase(staged.paths.begin());
+  StreamHandle lane = lanes_->get(plan.src, kBalanceLane).stream();
+  backend_.wait_event(lane, probe.start);
+  bool replayed = false;
+  if (graphs_ && (graphs_gpu_staged_ || staged.paths[0].kind != PathKind::GpuStaged)) {
+    try {
+      replayed = launch_graph(staged, dst, src, lane);
+    } catch (const Error& e) {
+      GS_LOG_WARN(Subsys::Engine, "CUDA graph capture failed, replaying schedules is off from now on: %s", e.what());
+      tails_->synchronize_all();
+      graphs_ = false;
+    }
+  }
+  if (!replayed) {
+    enqueue_schedule(staged, dst, src, lane, false);
+    ++schedules_;
+  }
+  // An enqueued staged path starts as the host issues it, late against the direct copy:
+  // only replays measure the split where graphs are on.
+  probe.counts = replayed || !graphs_;
+  backend_.record_event(probe.staged_done, lane);
+  backend_.wait_event(caller, probe.staged_done);
 }
 
 StagingArea& Engine::host_area(int socket, int src) {

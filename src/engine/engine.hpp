@@ -34,6 +34,7 @@ class LaneSet;
 class StagingArea;
 class GraphCache;
 class ResourceTails;
+class Balancer;
 
 struct EngineStats {
   uint64_t plain_copies = 0;     // single-path copies issued as one backend copy
@@ -41,6 +42,8 @@ struct EngineStats {
   uint64_t graph_captures = 0;   // schedules captured into a CUDA graph
   uint64_t graph_launches = 0;   // replays of captured schedules
   uint64_t staging_bytes = 0;    // staging memory allocated (host + GPU)
+  uint64_t balance_steps = 0;    // GPUSTRIPE_BALANCE: shifts of a split after measuring it
+  uint64_t balance_samples = 0;  // GPUSTRIPE_BALANCE: calls whose two paths were timed and used
 };
 
 class Engine {
@@ -63,10 +66,18 @@ class Engine {
   Planner* planner() { return planner_; }
   bool uses_graphs() const { return graphs_; }
   EngineStats stats() const;
+  // GPUSTRIPE_BALANCE: bytes moved so far from the direct path to the staged one of the
+  // planned split of this transfer (negative: the other way); 0 when off or never seen.
+  int64_t balance_shift(int src, int dst, uint64_t bytes) const;
 
  private:
   std::shared_ptr<const Plan> cached_plan(int src, int dst, uint64_t bytes);
-  void execute(const Plan& plan, void* dst, const void* src, StreamHandle stream);
+  // `steer`: a planner's plan, which GPUSTRIPE_BALANCE may shift (forced plans run as given).
+  void execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer = false);
+  // A direct + staged plan with both paths timed (GPUSTRIPE_BALANCE, balancer.hpp): the direct
+  // path on the caller's stream, the staged one (replayed as a graph of its own) on a lane of
+  // the source GPU forked from the caller and joined back.
+  void execute_balanced(const Plan& plan, char* dst, const char* src, StreamHandle caller);
   void check_plan(const Plan& plan) const;
   void ensure_peer(int a, int b);
   void enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing);
@@ -101,6 +112,7 @@ class Engine {
   std::vector<StreamHandle> capture_streams_;             // per device, graph mode
   std::unique_ptr<GraphCache> graphs_cache_;
   std::unique_ptr<ResourceTails> tails_;
+  std::unique_ptr<Balancer> balancer_;  // GPUSTRIPE_BALANCE; null when off
   std::unique_ptr<std::atomic<bool>[]> peer_enabled_;    // ndev x ndev, set once per pair
   std::atomic<uint64_t> plain_copies_{0}, schedules_{0}, graph_captures_{0}, graph_launches_{0}, staging_bytes_{0};
 };
