@@ -61,8 +61,9 @@ class GpustripeMethod : public Method {
     Engine& engine = ctx_.engine();
     if (ts.size() == 1 || !ctx_.planner()) {
       for (const Transfer& t : ts) engine.copy_async(t.dst, t.dst_dev, t.src, t.src_dev, t.bytes, streams.on(t.src_dev));
-      if (ctx_.planner() && ts.size() == 1 && ts[0].src_dev != ts[0].dst_dev)
-        last_ = cached_plan(ts[0]);
+      single_ = {};
+      last_.clear();
+      if (ctx_.planner() && ts.size() == 1 && ts[0].src_dev != ts[0].dst_dev) single_ = ts[0];
       return;
     }
     // Transfers at once share the node: planned together, so their splits leave room for each
@@ -79,26 +80,23 @@ class GpustripeMethod : public Method {
       concurrent_key_ = key;
     }
     const std::vector<Plan>& plans = concurrent_plans_;
+    single_ = {};
     last_.clear();
     for (size_t i = 0; i < ts.size(); ++i) {
       engine.copy_with_plan(plans[i], ts[i].dst, ts[i].src, streams.on(ts[i].src_dev));
       last_ += (i ? " | " : "") + plans[i].describe();
     }
   }
-  std::string describe() const override { return last_; }
+  std::string describe() const override {
+    if (single_.bytes && last_.empty()) return ctx_.engine().current_plan(single_.src_dev, single_.dst_dev, single_.bytes).describe();
+    return last_;
+  }
 
  private:
-  std::string cached_plan(const Transfer& t) {
-    if (t.bytes != plan_bytes_) {
-      plan_bytes_ = t.bytes;
-      plan_text_ = ctx_.planner()->plan(t.src_dev, t.dst_dev, t.bytes).describe();
-    }
-    return plan_text_;
-  }
   Context& ctx_;
-  std::string last_, plan_text_, concurrent_key_;
+  std::string last_, concurrent_key_;
   std::vector<Plan> concurrent_plans_;
-  uint64_t plan_bytes_ = 0;
+  Transfer single_{};  // the last single transfer posted (its row describes the engine's current split)
 };
 
 // What cudaMemcpyPeerAsync does: one copy-engine copy on the source GPU's stream, without

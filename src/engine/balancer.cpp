@@ -97,21 +97,31 @@ void Balancer::collect(const Plan& planned, State& s) {
                static_cast<long long>(s.shift));
 }
 
+Plan Balancer::apply(const Plan& plan, int64_t& shift) {
+  // Both paths keep a page per chunk.
+  const int64_t d = static_cast<int64_t>(plan.paths[0].bytes), h = static_cast<int64_t>(plan.paths[1].bytes);
+  const int64_t lo = min_bytes(plan.paths[1]) - h, hi = d - min_bytes(plan.paths[0]);
+  if (lo <= hi) shift = std::clamp(shift, lo / kPage * kPage, hi / kPage * kPage);
+  else shift = 0;
+  Plan out = plan;
+  out.paths[0].bytes = static_cast<uint64_t>(d - shift);
+  out.paths[1].offset = out.paths[0].bytes;
+  out.paths[1].bytes = static_cast<uint64_t>(h + shift);
+  return out;
+}
+
 Plan Balancer::steer(const Plan& plan) {
   GS_REQUIRE(eligible(plan), GPUSTRIPE_ERR_INTERNAL, "balancer: plan %s is not a direct path plus one staged path",
              plan.describe().c_str());
   State& s = states_[Key{plan.src, plan.dst, plan.bytes}];
   collect(plan, s);
-  // Both paths keep a page per chunk.
-  const int64_t d = static_cast<int64_t>(plan.paths[0].bytes), h = static_cast<int64_t>(plan.paths[1].bytes);
-  const int64_t lo = min_bytes(plan.paths[1]) - h, hi = d - min_bytes(plan.paths[0]);
-  if (lo <= hi) s.shift = std::clamp(s.shift, lo / kPage * kPage, hi / kPage * kPage);
-  else s.shift = 0;
-  Plan out = plan;
-  out.paths[0].bytes = static_cast<uint64_t>(d - s.shift);
-  out.paths[1].offset = out.paths[0].bytes;
-  out.paths[1].bytes = static_cast<uint64_t>(h + s.shift);
-  return out;
+  return apply(plan, s.shift);
+}
+
+Plan Balancer::peek(const Plan& plan) const {
+  if (!eligible(plan)) return plan;
+  int64_t shift = this->shift(plan.src, plan.dst, plan.bytes);
+  return apply(plan, shift);
 }
 
 BalanceProbe& Balancer::probe(const Plan& plan) {

@@ -54,6 +54,8 @@ class Balancer {
   BalanceProbe& probe(const Plan& plan);
 
   int64_t shift(int src, int dst, uint64_t bytes) const;
+  // `plan` with the current shift applied, nothing read or stepped (for reports).
+  Plan peek(const Plan& plan) const;
   uint64_t steps() const { return steps_; }
   uint64_t samples() const { return samples_; }
 
@@ -68,6 +70,7 @@ class Balancer {
     bool settled = false;
   };
   void collect(const Plan& planned, State& s);
+  static Plan apply(const Plan& plan, int64_t& shift);
   EventHandle take_event(int dev);
   void give_back(const BalanceProbe& p);
 

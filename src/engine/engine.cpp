@@ -146,6 +146,13 @@ int64_t Engine::balance_shift(int src, int dst, uint64_t bytes) const {
   return balancer_ ? balancer_->shift(src, dst, bytes) : 0;
 }
 
+Plan Engine::current_plan(int src, int dst, uint64_t bytes) {
+  GS_REQUIRE(planner_, GPUSTRIPE_ERR_NOT_SUPPORTED, "this engine has no planner: every copy is one plain copy");
+  Plan plan = *cached_plan(src, dst, bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  return balancer_ && direct_on_caller_ ? balancer_->peek(plan) : plan;
+}
+
 void Engine::copy_async(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, StreamHandle stream) {
   check_copy(backend_, dst, dst_dev, src, src_dev, bytes);
   if (bytes == 0) return;

@@ -69,6 +69,9 @@ class Engine {
   // GPUSTRIPE_BALANCE: bytes moved so far from the direct path to the staged one of the
   // planned split of this transfer (negative: the other way); 0 when off or never seen.
   int64_t balance_shift(int src, int dst, uint64_t bytes) const;
+  // The split copy_async runs for this transfer now: the planner's plan, shifted by
+  // GPUSTRIPE_BALANCE where that is on. Throws like copy_async for a bad pair.
+  Plan current_plan(int src, int dst, uint64_t bytes);
 
  private:
   std::shared_ptr<const Plan> cached_plan(int src, int dst, uint64_t bytes);

@@ -15,6 +15,7 @@ namespace {
 
 struct Outcome {
   double host_share = 0;
+  double reported_share = 0;  // Engine::current_plan's
   EngineStats stats;
 };
 
@@ -47,6 +48,9 @@ Outcome run_balanced(double planned_host, int calls, bool forced = false) {
     Plan planned = planner.plan(0, 1, n);
     out.host_share = (static_cast<double>(planned.paths[1].bytes) + static_cast<double>(e.balance_shift(0, 1, n))) / n;
     out.stats = e.stats();
+    Plan now = e.current_plan(0, 1, n);
+    now.check();
+    out.reported_share = static_cast<double>(now.paths.back().bytes) / n;
   }
   b->free_device(src);
   b->free_device(dst);
@@ -63,6 +67,7 @@ TEST(EngineBalance, TooMuchHostShareMovesBackToTheDirectPath) {
   EXPECT_GE(r.stats.balance_steps, 1u);
   EXPECT_LT(r.host_share, 0.66);
   EXPECT_GT(r.host_share, 0.15);
+  EXPECT_DOUBLE_EQ(r.reported_share, r.host_share);
 }
 
 TEST(EngineBalance, TooLittleHostShareGrows) {
