@@ -208,18 +208,23 @@ void bind_model(nb::module_& m) {
       .def(nb::init<Context&, uint64_t>(), nb::arg("context"), nb::arg("max_bytes"), nb::keep_alive<1, 2>())
       .def(
           "time",
-          [](PlanTimer& t, const Plan& p, int warmup, int reps) {
-            PlanTiming r = without_gil([&] { return t.time(p, warmup, reps); });
+          [](PlanTimer& t, const Plan& p, int warmup, int reps, const std::string& mode) {
+            GS_REQUIRE(mode == "back-to-back" || mode == "isolated", GPUSTRIPE_ERR_INVALID_ARGUMENT,
+                       "timing mode '%s': back-to-back or isolated", mode.c_str());
+            const PlanTimingMode m = mode == "isolated" ? PlanTimingMode::Isolated : PlanTimingMode::BackToBack;
+            PlanTiming r = without_gil([&] { return t.time(p, warmup, reps, m); });
             nb::dict d;
             d["us"] = r.median_us;
             d["min_us"] = r.min_us;
             d["max_us"] = r.max_us;
             d["reps"] = r.reps;
+            d["host_us"] = r.host_us;
             return d;
           },
-          nb::arg("plan"), nb::arg("warmup") = 5, nb::arg("reps") = 20,
-          "{'us': median, 'min_us', 'max_us', 'reps'} of copy_with_plan, timed as gpustripe bench times its rows "
-          "(repetitions back to back, device events on the source's stream)");
+          nb::arg("plan"), nb::arg("warmup") = 5, nb::arg("reps") = 20, nb::arg("mode") = "back-to-back",
+          "{'us': median, 'min_us', 'max_us', 'reps', 'host_us': median host time of one call} of copy_with_plan, "
+          "timed as gpustripe bench times its rows (mode 'back-to-back': repetitions back to back, device events "
+          "on the source's stream) or from an idle stream ('isolated': drained before each repetition)");
 }
 
 BindingRegistrar reg(20, bind_model);

@@ -11,7 +11,9 @@
 #include "bench/bench.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "engine/engine.hpp"
 #include "model/multipath_model.hpp"
+#include "model/schedule_cost.hpp"
 #include "topology/topology.hpp"
 
 namespace gpustripe {
@@ -227,6 +229,48 @@ std::string today() {
   return buf;
 }
 
+// The engine's own host cost per call: Engine::copy_with_plan of a small multi-path plan
+// 0 -> 1 (direct; a path staged through GPU 2 where it has peer access both ways; a host
+// path; staged paths in 2 chunks), as the model counts its calls (schedule_cost.hpp:
+// schedule_calls and the pointer checks). The calls alone cost host_call_us; the engine
+// adds its bookkeeping between them (lanes, staging ranges and their marks, the plan's
+// checks). Wall clock per copy_with_plan, timed a few calls at a time (the queues never
+// fill), median. 0 when the engine would replay the plan as a graph (nothing enqueued
+// call by call to time).
+double engine_call_us(Backend& b, const Topology& topo, int n, Bench& bench, json& meas) {
+  const uint64_t part = 256u << 10;
+  Plan plan;
+  plan.src = 0;
+  plan.dst = 1;
+  plan.paths.push_back({PathKind::Direct, -1, 0, 2 * part, 1});
+  if (n >= 3 && topo.can_access_peer(0, 2) && topo.can_access_peer(2, 1) && b.can_access_peer(0, 2) &&
+      b.can_access_peer(2, 1))
+    plan.paths.push_back({PathKind::GpuStaged, 2, 2 * part, 2 * part, 2});
+  plan.paths.push_back({PathKind::HostStaged, topo.gpu(0).socket, plan.paths.back().offset + plan.paths.back().bytes,
+                        2 * part, 2});
+  plan.bytes = plan.paths.back().offset + plan.paths.back().bytes;
+  const EngineShape shape = EngineShape::from_settings();
+  if (replays(plan, shape)) {
+    meas["engine_call"] = {{"plan", plan.describe()}, {"note", "replayed as a graph by this engine: not timed"}};
+    return 0;
+  }
+  const int calls = schedule_calls(plan, shape) + kPointerChecks;
+  Engine engine(b, topo, nullptr);
+  StreamHandle st = bench.stream(0, 0);
+  std::vector<double> us;
+  for (int r = 0; r < 56; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    engine.copy_with_plan(plan, bench.dst(1), bench.src(0), st);
+    double t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    if (r >= 8) us.push_back(t);  // the first calls allocate the staging areas and lanes
+    if (r % 4 == 3) b.synchronize_stream(st);
+  }
+  b.synchronize_stream(st);
+  const double per_plan = median_of(us);
+  meas["engine_call"] = {{"plan", plan.describe()}, {"calls", calls}, {"us", per_plan}};
+  return per_plan / calls;
+}
+
 }  // namespace
 
 std::pair<double, double> fit_hockney(const std::vector<double>& n, const std::vector<double>& t) {
@@ -279,7 +323,7 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
   ModelParams& P = prof.params;
 
   // Steps and their weights for the progress bar.
-  int total_steps = 4 + 2 * n + n * (n - 1) + 2 * n + 2 + 1 + 1 + 1 + 1, step = 0;
+  int total_steps = 4 + 2 * n + n * (n - 1) + 2 * n + 2 + 1 + 1 + 1 + 1 + 1 + 1, step = 0;
   auto tick = [&](const std::string& what) {
     if (progress) progress(static_cast<double>(step) / total_steps, what);
     ++step;
@@ -398,6 +442,13 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
   tick("host cost per enqueue call");
   P.host_call_us = bench.host_call_us(0, 1, 64);
   meas["host_call_us"] = P.host_call_us;
+  tick("host cost per call of the engine's schedule");
+  try {
+    P.engine_call_us = engine_call_us(backend, topo, n, bench, meas);
+  } catch (const Error& e) {  // an engine that refuses the probe plan leaves the calls' cost alone in the model
+    meas["engine_call"] = {{"error", e.what()}};
+    GS_LOG_WARN(Subsys::Model, "calibration: the engine's host cost not measured: %s", e.what());
+  }
   // 8. Replaying a captured schedule (GPUSTRIPE_GRAPHS), where the backend has graphs: the
   // host time of one launch, and its growth with the graph's copy nodes (4 and 64 copies);
   // on the GPUs, a replay's start and its cross-device dependencies.
@@ -428,6 +479,22 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
       meas["graph_launch"] = {{"error", e.what()}};
       GS_LOG_WARN(Subsys::Model, "calibration: graph launch not measured: %s", e.what());
     }
+  }
+  // 8b. What joining lanes costs the caller's stream beyond its own copy (recorded): a
+  // 16 MB peer copy 0 -> 1 on the caller's stream alone; joined with 1 and with 3 streams
+  // of GPU 1 that each copy 4 KB from the host (their copies long done when the caller
+  // reaches its waits: satisfied cross-device waits); beside a 512 KB D2H that GPU 0 issues
+  // on a second stream (a host path's first hop, sharing the source's copy engines).
+  tick("joins and a D2H beside a peer copy");
+  if (peer) {
+    const size_t m = std::min<size_t>(16u << 20, big);
+    const CopyOp copy{bench.dst(1), 1, bench.src(0), 0, m, 0};
+    auto tiny = [&](int k) { return CopyOp{bench.dst(1, 1) + k * 4096, 1, bench.host(2) + k * 4096, kHostDevice, 4096, 1}; };
+    const double alone = bench.time_one(copy);
+    const double join1 = bench.time_concurrent({copy, tiny(0)});
+    const double join3 = bench.time_concurrent({copy, tiny(0), tiny(1), tiny(2)});
+    const double d2h = bench.time_concurrent({copy, {bench.host(0), kHostDevice, bench.src(0, 1), 0, 512u << 10, 0}});
+    meas["join"] = {{"bytes", m}, {"alone_us", alone}, {"join1_us", join1}, {"join3_us", join3}, {"d2h_beside_us", d2h}};
   }
   // 9. Copies issued by one GPU at once, more of them than it has copy engines: peer copies
   // to every other GPU and D2H copies, sized so that NVLink egress and the host link would
@@ -513,10 +580,11 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
   prof.measurements_json = meas.dump();
   P.source = "calibrated on this node";
   GS_LOG_INFO(Subsys::Model,
-              "calibration done: peer %.1f us %.1f GB/s, d2h %.1f us %.1f GB/s, eps %.1f us, host call %.2f us, "
+              "calibration done: peer %.1f us %.1f GB/s, d2h %.1f us %.1f GB/s, eps %.1f us, host call %.2f us "
+              "(engine %.2f us), "
               "graph launch %.2f + %.3f us per copy",
               P.hop(HopKind::Peer).alpha_us, P.hop(HopKind::Peer).beta_gbps, P.hop(HopKind::D2H).alpha_us,
-              P.hop(HopKind::D2H).beta_gbps, P.epsilon_us, P.host_call_us, P.graph_launch_us, P.graph_node_us);
+              P.hop(HopKind::D2H).beta_gbps, P.epsilon_us, P.host_call_us, P.engine_call_us, P.graph_launch_us, P.graph_node_us);
   return prof;
 }
 

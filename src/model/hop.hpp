@@ -31,6 +31,10 @@ struct ModelParams {
   // it (model/schedule_cost.hpp). Measured by calibration; nominal: the order of one
   // CUDA runtime call.
   double host_call_us = 1.5;
+  // CPU time per backend call of the engine itself (Engine::copy_with_plan of a multi-path
+  // plan, per call schedule_cost.hpp counts): the calls plus the engine's bookkeeping between
+  // them (lanes, staging ranges and marks, checks). Measured by calibration; 0: host_call_us.
+  double engine_call_us = 0.0;
   // Host time of replaying a captured schedule (CUDA graphs, GPUSTRIPE_GRAPHS): one launch,
   // plus a share per copy node of the graph. Measured by calibration where the backend has
   // graphs; nominal: the order of a graph launch.

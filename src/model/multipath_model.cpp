@@ -143,9 +143,13 @@ double MultipathModel::fork_join_us(PathKind kind, bool replayed) const {
   return runs_on_lane(kind, shape_) ? 2 * wait_us(replayed) : 0.0;
 }
 
+double MultipathModel::call_us() const {
+  return params_.engine_call_us > 0 ? params_.engine_call_us : params_.host_call_us;
+}
+
 double MultipathModel::enqueue_us(const Plan& plan) const {
   const int nodes = graph_copies(plan, shape_);
-  return schedule_calls(plan, shape_) * params_.host_call_us +
+  return (kPointerChecks + schedule_calls(plan, shape_)) * call_us() +
          (nodes > 0 ? params_.graph_launch_us + nodes * params_.graph_node_us : 0.0);
 }
 

@@ -69,8 +69,12 @@ class MultipathModel {
   double fork_join_us(PathKind kind, bool replayed) const;
   // One cross-stream wait on the GPUs: epsilon, or inside a replayed graph its dependency.
   double wait_us(bool replayed) const;
-  // The host's time to enqueue the plan: backend calls x host_call_us (or a graph launch).
+  // The host's time to enqueue the plan: the engine's checks and backend calls x call_us()
+  // (and a graph launch where it replays one).
   double enqueue_us(const Plan& plan) const;
+  // Host time per call of the engine's schedule: calibrated with the engine's bookkeeping
+  // (engine_call_us), else the backend call alone (host_call_us).
+  double call_us() const;
 
  private:
   std::string limit_name(const Route& r, int limited_by) const;

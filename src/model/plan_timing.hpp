@@ -13,7 +13,15 @@ class Context;
 struct PlanTiming {
   double median_us = 0, min_us = 0, max_us = 0;
   int reps = 0;
+  // Host wall clock of one copy_with_plan call (median): the time the host takes to
+  // enqueue the plan, which bounds back-to-back repetitions where it exceeds the GPUs'.
+  double host_us = 0;
 };
+
+// How repetitions are timed: back to back (as `gpustripe bench` times its rows: each
+// repetition's event pair queued behind the previous one), or isolated (the stream drained
+// before each: from an idle GPU, the host's issue order shows in the time).
+enum class PlanTimingMode { BackToBack, Isolated };
 
 // Source and destination buffers on every GPU, allocated once (up to `max_bytes`) and reused.
 class PlanTimer {
@@ -27,7 +35,7 @@ class PlanTimer {
   // an event pair around each on that stream, into which the engine joins every path), so
   // model-check's figures compare with bench p2p's. Throws ERR_INVALID_SIZE when the plan is
   // larger than max_bytes.
-  PlanTiming time(const Plan& plan, int warmup, int reps);
+  PlanTiming time(const Plan& plan, int warmup, int reps, PlanTimingMode mode = PlanTimingMode::BackToBack);
   uint64_t max_bytes() const { return max_; }
 
  private:

@@ -40,6 +40,7 @@ std::string profile_to_json(const Profile& p) {
             {"hops", hops},
             {"epsilon_us", p.params.epsilon_us},
             {"host_call_us", p.params.host_call_us},
+            {"engine_call_us", p.params.engine_call_us},
             {"graph_launch_us", p.params.graph_launch_us},
             {"graph_node_us", p.params.graph_node_us},
             {"graph_start_us", p.params.graph_start_us},
@@ -78,6 +79,8 @@ Profile profile_from_json(const std::string& text, const std::string& origin) {
     p.params.epsilon_us = j.at("epsilon_us").get<double>();
     field = "host_call_us";  // optional: profiles written before it was measured keep the nominal figure
     if (j.contains("host_call_us")) p.params.host_call_us = j.at("host_call_us").get<double>();
+    field = "engine_call_us";
+    if (j.contains("engine_call_us")) p.params.engine_call_us = j.at("engine_call_us").get<double>();
     field = "graph_launch_us";
     if (j.contains("graph_launch_us")) p.params.graph_launch_us = j.at("graph_launch_us").get<double>();
     field = "graph_node_us";
@@ -86,9 +89,10 @@ Profile profile_from_json(const std::string& text, const std::string& origin) {
     if (j.contains("graph_start_us")) p.params.graph_start_us = j.at("graph_start_us").get<double>();
     field = "graph_epsilon_us";
     if (j.contains("graph_epsilon_us")) p.params.graph_epsilon_us = j.at("graph_epsilon_us").get<double>();
-    GS_REQUIRE(p.params.epsilon_us >= 0 && p.params.host_call_us >= 0 && p.params.graph_launch_us >= 0 &&
+    GS_REQUIRE(p.params.epsilon_us >= 0 && p.params.host_call_us >= 0 && p.params.engine_call_us >= 0 &&
+                   p.params.graph_launch_us >= 0 &&
                    p.params.graph_node_us >= 0 && p.params.graph_start_us >= 0,
-               GPUSTRIPE_ERR_PROFILE, "%s: negative epsilon_us, host_call_us or graph costs", origin.c_str());
+               GPUSTRIPE_ERR_PROFILE, "%s: negative epsilon_us, host_call_us, engine_call_us or graph costs", origin.c_str());
     field = "capacities";
     for (auto it = j.at("capacities").begin(); it != j.at("capacities").end(); ++it) {
       field = "capacities." + it.key();

@@ -38,6 +38,10 @@ struct EngineShape {
   static EngineShape from_settings();
 };
 
+// Backend queries of the engine's checks of a copy's two pointers (check_copy), before any
+// of its schedule's calls.
+constexpr int kPointerChecks = 2;
+
 // Backend calls the engine makes to enqueue `plan` (a plain copy: 1; a replayed graph:
 // the launch and the staging areas' waits and marks).
 int schedule_calls(const Plan& plan, const EngineShape& shape);

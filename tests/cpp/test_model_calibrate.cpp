@@ -48,7 +48,12 @@ TEST(ModelCalibrate, RunsOnTheEmulatedBackendAndMatchesTheNode) {
   EXPECT_GT(p.params.host_call_us, 0);
   EXPECT_LT(p.params.host_call_us, 1e4);
   EXPECT_GE(p.params.epsilon_us, 0);
-  for (const char* key : {"\"host_call_us\"", "\"copy_engine_mixes_gpu0\"", "\"copy_engine_mixes_into_gpu1\"", "\"relay\""})
+  // And the engine's own cost per call of its schedule (enqueued: the probe plan has a
+  // GPU-staged path, which this engine never replays), its bookkeeping on top of the calls.
+  EXPECT_GT(p.params.engine_call_us, 0);
+  EXPECT_LT(p.params.engine_call_us, 1e4);
+  for (const char* key : {"\"host_call_us\"", "\"copy_engine_mixes_gpu0\"", "\"copy_engine_mixes_into_gpu1\"", "\"relay\"",
+                          "\"engine_call\"", "\"join\""})
     EXPECT_NE(p.measurements_json.find(key), std::string::npos) << key;
   // The profile plans: every capacity names a resource of the node.
   ModelPlanner pl(t, profile_from_json(profile_to_json(p), "mem").params, SearchOptions{});

@@ -29,6 +29,7 @@ Profile sample_profile(const Topology& t) {
   p.params.hop(HopKind::D2H) = {9.0, 55.3};
   p.params.epsilon_us = 2.5;
   p.params.host_call_us = 1.75;
+  p.params.engine_call_us = 2.25;
   p.params.graph_start_us = 6.5;
   p.params.graph_epsilon_us = 1.25;
   p.params.capacities["nvlink_egress[gpu0]"] = 394.0;
@@ -45,6 +46,7 @@ TEST(ModelProfile, RoundTripsThroughJson) {
   EXPECT_DOUBLE_EQ(q.params.hop(HopKind::D2H).alpha_us, 9.0);
   EXPECT_DOUBLE_EQ(q.params.epsilon_us, 2.5);
   EXPECT_DOUBLE_EQ(q.params.host_call_us, 1.75);
+  EXPECT_DOUBLE_EQ(q.params.engine_call_us, 2.25);
   EXPECT_DOUBLE_EQ(q.params.graph_start_us, 6.5);
   EXPECT_DOUBLE_EQ(q.params.graph_epsilon_us, 1.25);
   EXPECT_DOUBLE_EQ(q.params.capacities.at("pcie_d2h[gpu0]"), 55.3);
@@ -57,6 +59,8 @@ TEST(ModelProfile, MalformedProfilesNameTheField) {
                           "\"epsilon_us\":1,\"capacities\":{}}",
                           "{\"schema\":1,\"fingerprint\":\"x\",\"hops\":{},\"epsilon_us\":1,\"capacities\":{\"a\":-1}}",
                           "{\"schema\":1,\"fingerprint\":\"x\",\"hops\":{},\"epsilon_us\":1,\"host_call_us\":-2,"
+                          "\"capacities\":{}}",
+                          "{\"schema\":1,\"fingerprint\":\"x\",\"hops\":{},\"epsilon_us\":1,\"engine_call_us\":-1,"
                           "\"capacities\":{}}"}) {
     try {
       profile_from_json(bad, "p.json");

@@ -102,7 +102,7 @@ TEST(ModelSchedule, HostBoundPlansTakeTheHostsEnqueueTime) {
   MultipathModel mf(t, fast, e), ms(t, slow, e);
   Plan p = build_fixed_plan(mf, parse_plan_spec("direct,host0:0.1x4"), 0, 1, 4 << 20);
   Plan q = build_fixed_plan(ms, parse_plan_spec("direct,host0:0.1x4"), 0, 1, 4 << 20);
-  const int calls = schedule_calls(q, e);
+  const int calls = schedule_calls(q, e) + kPointerChecks;  // the schedule and the engine's pointer checks
   // Without a host cost: the slowest path plus the fork and join waits.
   double slowest = 0;
   for (const PathPlan& x : p.paths) slowest = std::max(slowest, x.predicted_us);
@@ -115,6 +115,16 @@ TEST(ModelSchedule, HostBoundPlansTakeTheHostsEnqueueTime) {
   // A plain copy costs one call: a large one is never host-bound.
   Plan d = build_fixed_plan(ms, parse_plan_spec("direct"), 0, 1, 64 << 20);
   EXPECT_NE(d.bottleneck, "host_enqueue");
+  // Where calibration measured the engine's own cost per call (its bookkeeping between the
+  // calls), that is what a call costs; the bare backend call's cost no longer counts.
+  ModelParams engine = slow;
+  engine.engine_call_us = 12;
+  MultipathModel me(t, engine, e);
+  EXPECT_DOUBLE_EQ(me.call_us(), 12.0);
+  EXPECT_DOUBLE_EQ(ms.call_us(), 10.0);
+  Plan r = build_fixed_plan(me, parse_plan_spec("direct,host0:0.1x4"), 0, 1, 4 << 20);
+  EXPECT_DOUBLE_EQ(r.predicted_us, calls * 12.0);
+  EXPECT_DOUBLE_EQ(me.enqueue_us(r), calls * 12.0);
 }
 
 TEST(ModelSchedule, ReplayedPlansStartLateAndWaitOnGraphDependencies) {

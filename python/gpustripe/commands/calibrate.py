@@ -41,6 +41,9 @@ def summarize(doc: dict) -> str:
     lines.append(f"  cross-stream event wait (staging, fork/join) epsilon: {doc['epsilon_us']:.2f} us")
     if "host_call_us" in doc:
         lines.append(f"  host cost per enqueue call: {doc['host_call_us']:.2f} us")
+    if doc.get("engine_call_us", 0) > 0:
+        lines.append(f"  host cost per call of the engine's schedule (with its bookkeeping): "
+                     f"{doc['engine_call_us']:.2f} us")
     if "graph_launch_us" in doc:
         lines.append(f"  host cost of a graph launch: {doc['graph_launch_us']:.2f} us + "
                      f"{doc['graph_node_us']:.3f} us per copy node")
@@ -68,6 +71,14 @@ def summarize(doc: dict) -> str:
         g = meas["graph_replay"]
         lines.append(f"  graph replay of 1 MB: D2H {g['d2h_graph_us']:.1f} us (enqueued {g['d2h_us']:.1f}), relay "
                      f"{g['relay_graph_us']:.1f} us (H2D {g['h2d_us']:.1f})")
+    if meas.get("join"):
+        j = meas["join"]
+        lines.append(f"  peer copy of {j['bytes'] >> 20} MB on the caller's stream: alone {j['alone_us']:.1f} us, joined "
+                     f"with 1 lane {j['join1_us']:.1f}, 3 lanes {j['join3_us']:.1f}, beside a 512 KB D2H "
+                     f"{j['d2h_beside_us']:.1f}")
+    if meas.get("engine_call", {}).get("calls"):
+        e = meas["engine_call"]
+        lines.append(f"  engine schedule of {e['plan']}: {e['us']:.1f} us on the host for {e['calls']} calls")
     note = meas.get("note")
     if note:
         lines.append(f"  note: {note}")
