@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "common/config.hpp"
@@ -14,6 +15,10 @@ const DoubleSetting kTimeout{"GPUSTRIPE_TIMEOUT", "300",
                              "Seconds a wait on another process (message, reply, copy) may last without progress "
                              "before it fails with GPUSTRIPE_ERR_TIMEOUT; 0: no limit. A dead peer is detected "
                              "sooner (process liveness)"};
+const DoubleSetting kPollMs{"GPUSTRIPE_WAIT_POLL_MS", "20",
+                           "Milliseconds a wait on another process polls without sleeping (it spins, then yields "
+                           "the core) before it sleeps between polls. A sleep costs up to ~70 us of wake-up (timer "
+                           "slack): large rendezvous copies take 0.1-3 ms, and their waits must not sleep"};
 constexpr auto kPeerCheckEvery = std::chrono::milliseconds(5);
 }  // namespace
 
@@ -24,7 +29,11 @@ double timeout_seconds() {
 }
 
 Waiter::Waiter(std::string what, std::function<void()> check_peers)
-    : what_(std::move(what)), check_peers_(std::move(check_peers)), timeout_s_(timeout_seconds()) {
+    : what_(std::move(what)),
+      check_peers_(std::move(check_peers)),
+      timeout_s_(timeout_seconds()),
+      poll_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double, std::milli>(std::max(0.0, kPollMs.get())))) {
   start_ = last_check_ = std::chrono::steady_clock::now();
 }
 
@@ -36,15 +45,19 @@ void Waiter::progressed() {
 void Waiter::pause() {
   ++spins_;
   // Short messages are answered within microseconds: spin first, then give the core
-  // away (ranks are often oversubscribed in CI), then sleep.
+  // away (ranks are often oversubscribed in CI), and sleep only once the wait has
+  // lasted GPUSTRIPE_WAIT_POLL_MS. The back-off is by time, not by count: counted
+  // polls reached the sleeps after ~0.6 ms, inside a 256 MB copy, whose completion
+  // was then seen up to a sleep's wake-up late (window-1 bandwidth 0.925x native).
+  auto now = std::chrono::steady_clock::now();
+  auto idle = now - start_;
   if (spins_ < 200) {
-  } else if (spins_ < 2000) {
+  } else if (idle < poll_) {
     sched_yield();
   } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(spins_ < 20000 ? 20 : 200));
+    std::this_thread::sleep_for(std::chrono::microseconds(idle < poll_ + std::chrono::milliseconds(100) ? 20 : 200));
   }
   if ((spins_ & 63) != 0 && spins_ > 200) return;
-  auto now = std::chrono::steady_clock::now();
   if (check_peers_ && now - last_check_ >= kPeerCheckEvery) {
     last_check_ = now;
     check_peers_();

@@ -13,7 +13,8 @@ namespace gpustripe::ipc {
 // GPUSTRIPE_TIMEOUT in seconds; 0 disables the limit.
 double timeout_seconds();
 
-// Polls with growing back-off (spin, yield, then short sleeps). `check_peers`
+// Polls with growing back-off (spin, yield, then short sleeps once the wait has
+// lasted GPUSTRIPE_WAIT_POLL_MS). `check_peers`
 // runs every few milliseconds and throws when a peer is gone.
 class Waiter {
  public:
@@ -29,6 +30,7 @@ class Waiter {
   std::string what_;
   std::function<void()> check_peers_;
   double timeout_s_;
+  std::chrono::steady_clock::duration poll_;  // GPUSTRIPE_WAIT_POLL_MS
   std::chrono::steady_clock::time_point start_, last_check_;
   unsigned spins_ = 0;
 };

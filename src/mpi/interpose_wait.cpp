@@ -2,11 +2,13 @@
 // and Request_free. Arrays holding only the MPI's requests go to PMPI unchanged;
 // arrays with the interposer's requests are polled (PMPI_Test for the MPI's),
 // bounded by GPUSTRIPE_TIMEOUT and failing at once when a peer dies.
+#include <optional>
 #include <vector>
 
 #include "common/error.hpp"
 #include "ipc/wait.hpp"
 #include "mpi/interpose.hpp"
+#include "p2p/trace.hpp"
 
 namespace gpustripe::mpi {
 namespace {
@@ -68,15 +70,22 @@ MPI_Comm comm_of(int n, const MPI_Request* reqs) {
 
 int wait_impl(MPI_Request* req, MPI_Status* st) {
   if (!any_ours(1, req)) return PMPI_Wait(req, st);
-  ipc::Waiter w = waiter("MPI_Wait", 1, req);
+  // The Waiter (its message, its settings) is made only once the request is found
+  // incomplete: a request that is already done (an eager send, a message that has
+  // arrived) returns without that cost.
+  std::optional<ipc::Waiter> w;
   for (;;) {
     {
       std::lock_guard<std::recursive_mutex> l(lock());
       progress_detached();
       int err;
-      if (test_one(req, st, &err)) return err;
+      if (test_one(req, st, &err)) {
+        p2p::trace("m_ret", -1, 0, 0, 0);
+        return err;
+      }
     }
-    w.pause();
+    if (!w) w.emplace(waiter("MPI_Wait", 1, req));
+    w->pause();
   }
 }
 
@@ -87,7 +96,7 @@ int waitall_impl(int n, MPI_Request* reqs, MPI_Status* sts) {
   std::vector<char> done(n, 0);
   std::vector<int> errs(n, MPI_SUCCESS);
   int left = n;
-  ipc::Waiter w = waiter("MPI_Waitall", n, reqs);
+  std::optional<ipc::Waiter> w;  // made at the first pause, as in wait_impl
   while (left > 0) {
     bool moved = false;
     {
@@ -102,9 +111,12 @@ int waitall_impl(int n, MPI_Request* reqs, MPI_Status* sts) {
         }
       }
     }
-    if (moved) w.progressed();
-    else if (left > 0) w.pause();
+    if (left == 0) break;
+    if (!w) w.emplace(waiter("MPI_Waitall", n, reqs));
+    if (moved) w->progressed();
+    else w->pause();
   }
+  p2p::trace("m_ret", -1, 0, 0, 0);
   bool failed = false;
   for (int i = 0; i < n; ++i)
     if (errs[i] != MPI_SUCCESS) failed = true;

@@ -7,6 +7,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "ipc/wait.hpp"
+#include "p2p/trace.hpp"
 
 namespace gpustripe::p2p {
 namespace {
@@ -29,6 +30,9 @@ Endpoint::Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy)
     : ch_(channel), backend_(backend), mover_(backend, std::move(copy)), outgoing_(channel.size()) {
   if (backend_) cache_ = std::make_unique<ipc::HandleCache>(*backend_);
   fragment_bytes_ = (ch_.max_record() - sizeof(Frame) - 64) / 64 * 64;
+  // Read once: a setting's get() scans the environment, which is long under mpirun.
+  eager_max_ = std::min<uint64_t>(eager_limit(), fragment_bytes_);
+  device_eager_max_ = std::min<uint64_t>(eager_max_, kDeviceEagerLimit.get());
 }
 
 Endpoint::~Endpoint() {
@@ -38,6 +42,11 @@ Endpoint::~Endpoint() {
     GS_LOG_WARN(Subsys::P2p, "rank %d: leaving with undelivered records: %s", ch_.rank(), e.what());
   }
   if (bounce_) backend_->free_pinned(bounce_);
+  try {
+    trace_write(ch_.rank());
+  } catch (const Error& e) {
+    GS_LOG_WARN(Subsys::P2p, "rank %d: phase trace not written: %s", ch_.rank(), e.what());
+  }
 }
 
 char* Endpoint::bounce(size_t bytes) {
@@ -133,8 +142,7 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
   f.comm = comm;
   f.bytes = bytes;
   f.send_id = r->id_;
-  uint64_t eager_max = std::min<uint64_t>(eager_limit(), fragment_bytes_);
-  if (r->loc_.device && dst != ch_.rank()) eager_max = std::min<uint64_t>(eager_max, kDeviceEagerLimit.get());
+  uint64_t eager_max = r->loc_.device && dst != ch_.rank() ? device_eager_max_ : eager_max_;
   if (bytes <= eager_max) {
     f.kind = FrameKind::Eager;
     f.flags = synchronous ? static_cast<uint32_t>(kSync) : 0u;
@@ -149,16 +157,18 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
       r->state_ = Request::State::Done;
     }
   } else {
+    trace("s_post", ch_.rank(), r->id_, 0, bytes);
     f.kind = FrameKind::Rts;
     r->state_ = Request::State::Posted;
     active_sends_.push_back(r);
     Exported e;
-    if (dst != ch_.rank() && r->loc_.device && try_export(buf, &e)) {
+    if (dst != ch_.rank() && r->loc_.device && try_export(buf, r->loc_, &e)) {
       f.flags = kRtsExported;  // pull: the receiver copies out of our buffer
       post(dst, f, &e, sizeof e, r);
     } else {
       post(dst, f, nullptr, 0, r);
     }
+    trace("s_rts", ch_.rank(), r->id_, 0, bytes);
   }
   progress_locked();
   return r;
@@ -212,6 +222,7 @@ void Endpoint::handle(int src, const Frame& f, const char* payload) {
     case FrameKind::Fin: complete_recv(*find_recv(f.recv_id)); break;
     case FrameKind::Done: {  // the receiver pulled the data out of our buffer
       RequestPtr s = find_send(f.send_id);
+      trace("s_done", ch_.rank(), s->id_, 0, f.bytes);
       s->status_.bytes = f.bytes;
       s->state_ = Request::State::Done;
       break;
@@ -293,8 +304,11 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
       complete_recv(*r);
       return;
     }
+    trace("r_match", src, send_id, r->id_, n);
     char* from = map_exported(src, e, n);
+    trace("r_mapped", src, send_id, r->id_, n);
     r->ticket_ = mover_.start(r->rbuf_, r->loc_.device ? r->loc_.dev : kHostDevice, from, e.handle.device, n);
+    trace("r_started", src, send_id, r->id_, n);
     r->state_ = Request::State::Copying;
     return;
   }
@@ -304,7 +318,7 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
   cts.recv_id = r->id_;
   cts.bytes = n;
   Exported m;
-  if (n > 0 && r->loc_.device && try_export(r->rbuf_, &m)) {
+  if (n > 0 && r->loc_.device && try_export(r->rbuf_, r->loc_, &m)) {
     cts.flags = kCtsMapped;
     r->state_ = Request::State::WaitFin;
     post(src, cts, &m, sizeof m, r);
@@ -315,14 +329,31 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
   }
 }
 
-bool Endpoint::try_export(const void* p, Exported* e) {
+bool Endpoint::try_export(const void* p, const MemLoc& loc, Exported* e) {
   if (!backend_) return false;
+  const uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  const bool known = loc.device && loc.base != 0 && loc.buffer_id != 0 && u >= loc.base;
+  if (known) {
+    auto it = exports_.find({loc.base, loc.buffer_id});
+    if (it != exports_.end()) {
+      *e = it->second;
+      e->offset = u - loc.base;
+      return true;
+    }
+  }
   try {
     PointerInfo info = backend_->pointer_info(p);
     if (info.kind != MemoryKind::Device || info.base == 0) return false;
     e->handle = backend_->ipc_export(p);
     e->exporter_base = info.base;
     e->offset = reinterpret_cast<uintptr_t>(p) - info.base;
+    if (known && info.base == loc.base && e->handle.buffer_id == loc.buffer_id) {
+      // Bounded: a program that allocates without end must not grow this without end.
+      if (exports_.size() >= 4096) exports_.clear();
+      Exported kept = *e;
+      kept.offset = 0;
+      exports_[{loc.base, loc.buffer_id}] = kept;
+    }
     return true;
   } catch (const Error& err) {
     // Memory without IPC handles (some pool allocations): the data takes the stream path.
@@ -346,6 +377,7 @@ void Endpoint::advance_recvs() {
       ++it;
       continue;
     }
+    trace("r_copied", r.status_.source, r.peer_id_, r.id_, r.granted_);
     Frame done{};
     done.kind = FrameKind::Done;
     done.send_id = r.peer_id_;
@@ -449,7 +481,13 @@ bool Endpoint::test(const RequestPtr& r) {
   GS_REQUIRE(r, GPUSTRIPE_ERR_INVALID_ARGUMENT, "test of a NULL request");
   std::lock_guard<std::recursive_mutex> lock(mu_);
   if (!r->done()) progress_locked();
-  return r->done();
+  if (!r->done()) return false;
+  if (trace_on() && !r->traced_ && r->bytes_ > fragment_bytes_) {
+    r->traced_ = true;
+    if (r->is_send()) trace("s_ret", ch_.rank(), r->id_, 0, r->status_.bytes);
+    else trace("r_ret", r->status_.source, r->peer_id_, r->id_, r->status_.bytes);
+  }
+  return true;
 }
 
 void Endpoint::check_peers_for(const Request& r) const {

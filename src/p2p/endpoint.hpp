@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -112,8 +113,10 @@ class Endpoint {
                uint64_t send_id, const char* payload);
   // This process's address of a buffer `peer` exported (mapping cache).
   char* map_exported(int peer, const Exported& e, uint64_t bytes);
-  // The Exported form of a device buffer; false when it cannot be exported.
-  bool try_export(const void* p, Exported* e);
+  // The Exported form of a device buffer (`loc`: where it lives); false when it cannot
+  // be exported. Handles are kept per (allocation base, buffer id): exporting costs three
+  // driver calls (two pointer queries and the handle), a few microseconds per message.
+  bool try_export(const void* p, const MemLoc& loc, Exported* e);
   // Device data of eager messages and stream fragments passes through one pinned host
   // buffer (copies to pageable memory take the driver's slower, staged path). One user
   // at a time: these copies finish before the call returns, under the mutex.
@@ -144,6 +147,9 @@ class Endpoint {
   };
   std::vector<std::deque<Queued>> outgoing_;  // per peer: records the ring had no room for
   size_t fragment_bytes_;
+  uint64_t eager_max_ = 0;         // GPUSTRIPE_P2P_EAGER_LIMIT, at most a fragment
+  uint64_t device_eager_max_ = 0;  // the same for device buffers (GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT)
+  std::map<std::pair<uintptr_t, uint64_t>, Exported> exports_;  // (base, buffer_id) -> handle, offset 0
   char* bounce_ = nullptr;
   size_t bounce_bytes_ = 0;
 };

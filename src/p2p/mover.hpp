@@ -27,6 +27,7 @@ struct MemLoc {
   int dev = kHostDevice;  // owning GPU for device memory
   uintptr_t base = 0;     // device memory: its allocation (size 0: bounds unknown)
   size_t size = 0;
+  uint64_t buffer_id = 0; // device memory: the allocation's id (0: unknown), new for a reused address
 };
 
 class Mover {

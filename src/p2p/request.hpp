@@ -54,6 +54,7 @@ class Request {
   uint64_t peer_id_ = 0;   // the other side's request id
   uint64_t ticket_ = 0;    // Mover ticket while Copying
   int unflushed_ = 0;      // records posted for it still in the endpoint's outgoing queue
+  bool traced_ = false;    // its completion is in the phase trace (trace.hpp)
   P2pStatus status_;
 };
 

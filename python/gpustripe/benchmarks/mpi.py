@@ -156,6 +156,8 @@ def _run_rows(cmd: list[str], timeout: int, extra: dict) -> list[dict]:
                   f"{row['us']:12.2f} us {row['gbps']:9.2f} GB/s (all pairs {row['agg_gbps']:.2f})", flush=True)
     if rc != 0:
         print(f"    FAILED ({rc}, {time.time() - t0:.0f}s); last output:\n" + "\n".join(out.splitlines()[-15:]))
+    else:
+        print(f"    ({len(rows)} rows in {time.time() - t0:.1f} s)", flush=True)
     return rows
 
 

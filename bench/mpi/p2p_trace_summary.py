@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Where a rendezvous message's time goes: reads the p2p phase traces
+(GPUSTRIPE_P2P_TRACE=<dir>, src/p2p/trace.hpp) of one run and prints, per message
+size, the median microseconds of each phase, joined across the sender's and the
+receiver's files by (sender, send_id):
+
+  mpi_in     MPI_Isend entered -> p2p isend (the interposer's own cost; '-' natively)
+  post       p2p isend -> its Rts is in the ring
+  to_match   Rts in the ring -> the receiver matched it (its polling, its irecv)
+  map        matched -> the sender's buffer is mapped (mapping cache)
+  enqueue    mapped -> the copy is enqueued (planning, engine, graph replay)
+  copy       enqueued -> the receiver saw the copy complete (the GPU, event polling)
+  to_done    copy seen complete -> the sender read Done
+  s_ret      Done read -> the sender's wait saw its request complete
+  mpi_out    that -> MPI_Wait/Waitall returned on the sender ('-' natively)
+  total      MPI_Isend (or p2p isend) entered -> the sender's wait returned
+  concurrent share of the copies planned with other ranks' copies in flight
+
+  python3 bench/mpi/p2p_trace_summary.py DIR [--label NAME]
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+from collections import defaultdict
+
+PHASES = ("mpi_in", "post", "to_match", "map", "enqueue", "copy", "to_done", "s_ret", "mpi_out", "total")
+
+
+def read(dirname: str):
+    """{(sender, send_id): {phase: ns}} and each file's events in order."""
+    msgs = defaultdict(dict)
+    files = []
+    for path in sorted(glob.glob(os.path.join(dirname, "p2p-trace-*.txt"))):
+        events = []
+        with open(path) as f:
+            for line in f:
+                p = line.split()
+                if len(p) != 7:
+                    continue
+                ns, rank, phase, sender, send_id, recv_id, nbytes = p
+                events.append((int(ns), int(rank), phase, int(sender), int(send_id), int(nbytes)))
+        files.append(events)
+        for ns, rank, phase, sender, send_id, nbytes in events:
+            if sender >= 0:
+                m = msgs[(sender, send_id)]
+                m.setdefault(phase, ns)
+                if phase in ("s_post", "r_match"):
+                    m.setdefault("bytes", nbytes)
+    # Concurrent plans (p_concurrent, unkeyed) belong to the copy mapped just before.
+    for events in files:
+        last = None
+        for ns, rank, phase, sender, send_id, nbytes in events:
+            if phase == "r_mapped":
+                last = (sender, send_id)
+            elif phase == "p_concurrent" and last is not None:
+                msgs[last]["conc"] = 1
+                last = None
+    # The interposer's unkeyed stamps: the MPI_Isend entered just before a p2p isend,
+    # and the first MPI wait return after the sender saw the request complete.
+    for events in files:
+        last_isend = None
+        waiting = []
+        for ns, rank, phase, sender, send_id, nbytes in events:
+            if phase == "m_isend":
+                last_isend = ns
+            elif phase == "s_post":
+                m = msgs[(sender, send_id)]
+                if last_isend is not None:
+                    m["m_isend"] = last_isend
+                last_isend = None
+            elif phase == "s_ret":
+                waiting.append((sender, send_id))
+            elif phase == "m_ret":
+                for key in waiting:
+                    msgs[key]["m_ret"] = ns
+                waiting = []
+    return msgs
+
+
+def phases(m: dict) -> dict:
+    def d(a, b):
+        return (m[b] - m[a]) / 1e3 if a in m and b in m else None
+
+    start = "m_isend" if "m_isend" in m else "s_post"
+    end = "m_ret" if "m_ret" in m else "s_ret"
+    return {
+        "mpi_in": d("m_isend", "s_post"),
+        "post": d("s_post", "s_rts"),
+        "to_match": d("s_rts", "r_match"),
+        "map": d("r_match", "r_mapped"),
+        "enqueue": d("r_mapped", "r_started"),
+        "copy": d("r_started", "r_copied"),
+        "to_done": d("r_copied", "s_done"),
+        "s_ret": d("s_done", "s_ret"),
+        "mpi_out": d("s_ret", "m_ret"),
+        "total": d(start, end),
+        "conc": m.get("conc", 0),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dir")
+    ap.add_argument("--label", default="")
+    a = ap.parse_args()
+    msgs = read(a.dir)
+    by_size = defaultdict(list)
+    for m in msgs.values():
+        if "bytes" in m and "s_post" in m and "r_copied" in m:
+            by_size[m["bytes"]].append(phases(m))
+    print(f"# {a.label or a.dir}: median us per phase ({len(msgs)} messages)")
+    print(f"{'bytes':>11} {'n':>4} " + " ".join(f"{p:>9}" for p in PHASES) + "  concurrent")
+    for size in sorted(by_size):
+        rows = by_size[size]
+        cells = []
+        for p in PHASES:
+            v = [r[p] for r in rows if r[p] is not None]
+            cells.append(f"{statistics.median(v):9.2f}" if v else f"{'-':>9}")
+        conc = sum(r["conc"] for r in rows) / len(rows)
+        print(f"{size:>11} {len(rows):>4} " + " ".join(cells) + f"  {conc:10.2f}")
+
+
+if __name__ == "__main__":
+    main()
