@@ -7,15 +7,19 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "coll/program.hpp"
 #include "coll/types.hpp"
 
 namespace gpustripe::coll {
 
 // dst[k] = op(srcs[0][k], srcs[1][k], ...) for k < count. dst may be srcs[0] (accumulate
 // in place); it overlaps no other source. Any number of sources >= 1; peers' memory may be
-// read directly where the backend allows peer access.
+// read directly where the backend allows peer access. more_dsts get the same result; each
+// may be one of the sources (srcs[s] != srcs[0]) when element k of it is read and written by
+// this reduction only: element k is read from every source before it is written anywhere.
 struct ReduceArgs {
   void* dst = nullptr;
+  std::vector<void*> more_dsts;
   std::vector<const void*> srcs;
   size_t count = 0;
   DataType dtype = GPUSTRIPE_FLOAT32;
@@ -29,6 +33,9 @@ class Reducer {
   virtual void reduce_async(const ReduceArgs& args, int dev, StreamHandle s) = 0;
 };
 
+// The reduction a program's Reduce op stands for.
+ReduceArgs reduce_args(const Op& op);
+
 // The reducer for a backend: CUDA kernels on "cuda", CPU loops on "emulated".
 std::unique_ptr<Reducer> make_reducer(Backend& backend);
 
@@ -41,6 +48,7 @@ void check_reduce_args(const ReduceArgs& args);
 #if GPUSTRIPE_HAVE_CUDA
 // Kernel launch (reduce_cuda.cu): at most kMaxKernelSources sources per launch.
 constexpr int kMaxKernelSources = 16;
+constexpr int kMaxKernelDests = 8;  // dst and up to 7 more_dsts
 void launch_reduce_kernel(const ReduceArgs& args, int dev, void* cuda_stream);
 #endif
 

@@ -25,7 +25,7 @@ struct GpuNode {
   std::unique_ptr<Backend> backend;
 };
 
-const char* kAlgos[] = {"rounds", "all_at_once", "rs_copy", "rs_pull", "oneshot", "rs_ag_copy", "rs_ag_pull",
+const char* kAlgos[] = {"rounds", "all_at_once", "rs_copy", "rs_pull", "oneshot", "twoshot", "rs_ag_copy", "rs_ag_pull",
                         "direct", "scatter_ag", "reduce_copy", "reduce_pull"};
 
 TEST(CollGpu, EveryScheduleTypeAndOperator) {
