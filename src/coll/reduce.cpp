@@ -57,8 +57,18 @@ void more_dsts_from(ReduceArgs& part, const ReduceArgs& args, size_t from) {
 
 class CudaReducer : public Reducer {
  public:
+  bool can_fuse_barrier(const ReduceArgs& a) const override {
+    return a.srcs.size() <= static_cast<size_t>(kMaxKernelSources) &&
+           a.more_dsts.size() < static_cast<size_t>(kMaxKernelDests);
+  }
   void reduce_async(const ReduceArgs& args, int dev, StreamHandle s) override {
     check_reduce_args(args);
+    if (args.barrier) {
+      GS_REQUIRE(can_fuse_barrier(args), GPUSTRIPE_ERR_INTERNAL, "a barrier inside a reduction of %zu sources",
+                 args.srcs.size());
+      launch_reduce_kernel(args, dev, s);  // even of 0 elements: the barrier still runs
+      return;
+    }
     if (args.count == 0) return;
     // More sources than one launch takes: fold them in groups, accumulating into dst; the
     // other destinations only from the last group on (they may be sources: read them first).

@@ -129,12 +129,70 @@ __device__ __forceinline__ void reduce_range(const Ptrs& p, size_t begin, size_t
   }
 }
 
-// NS: the number of sources when it is 2, 3 or 4 (unrolled loads), else 0 (any number).
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Spins until every peer's flag in this rank's memory reached e (or the timeout: the mark
+// the host checks; the results are then undefined, as with the barrier kernel).
+__device__ void wait_peers(const BarrierKernelArgs& a, unsigned long long e) {
+  const unsigned long long start = global_ns();
+  for (int q = 0; q < a.n; ++q) {
+    if (q == a.me) continue;
+    const volatile unsigned long long* f = a.own_flags + q;
+    while (*f < e)
+      if (global_ns() - start > a.timeout_ns) {
+        *reinterpret_cast<volatile int*>(a.error) = 1;
+        __threadfence_system();
+        return;
+      }
+  }
+}
+
+__device__ void set_flags(const BarrierKernelArgs& a, unsigned long long e) {
+  for (int q = 0; q < a.n; ++q)
+    if (q != a.me) *reinterpret_cast<volatile unsigned long long*>(a.peer_slot[q]) = e;
+}
+
+// Entry: the barrier number this call's entry has (the counter moves only at the exit).
+__device__ unsigned long long fused_entry(const FusedBarrier& b) {
+  __shared__ unsigned long long e;
+  if (threadIdx.x == 0) {
+    e = *reinterpret_cast<volatile unsigned long long*>(b.args.counter) + 1;
+    if (blockIdx.x == 0) {
+      __threadfence_system();  // what the stream did before is visible before the flags
+      set_flags(b.args, e);
+    }
+    wait_peers(b.args, e);
+  }
+  __syncthreads();
+  return e;
+}
+
+// Exit: the last block to finish (every block's stores visible first) sets the exit flags,
+// waits for the peers' and advances the counter past both barriers.
+__device__ void fused_exit(const FusedBarrier& b, unsigned long long e) {
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (atomicAdd(b.blocks_done, 1u) != gridDim.x - 1) return;
+  *b.blocks_done = 0;
+  set_flags(b.args, e + 1);
+  wait_peers(b.args, e + 1);
+  *reinterpret_cast<volatile unsigned long long*>(b.args.counter) = e + 1;
+  __threadfence_system();
+}
+
+// NS: the number of sources when it is 1 (a copy), 2, 3 or 4 (unrolled loads), else 0 (any number).
 // Element k is read from every source before it is written to any destination, by one
 // thread, so destinations may be sources (in-place two-shot allreduce).
 template <class T, int OP, int NS>
-__global__ void __launch_bounds__(kThreads) reduce_kernel(Ptrs p, size_t count, bool vec) {
+__global__ void __launch_bounds__(kThreads) reduce_kernel(Ptrs p, size_t count, bool vec, FusedBarrier bar) {
   constexpr int V = kVec<T>;
+  const bool fused = bar.blocks_done != nullptr;
+  const unsigned long long e = fused ? fused_entry(bar) : 0;
   const size_t tid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   size_t done = 0;
@@ -150,6 +208,7 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(Ptrs p, size_t count, 
     done = nvec * V;
   }
   reduce_range<T, OP>(p, done + tid, count, stride);
+  if (fused) fused_exit(bar, e);
 }
 
 int sm_count(int dev) {
@@ -185,17 +244,22 @@ void launch(const ReduceArgs& a, int dev, cudaStream_t s) {
   for (int d = 0; d < p.nd; ++d) vec = vec && reinterpret_cast<uintptr_t>(p.dst[d]) % 16 == 0;
   constexpr size_t V = kVec<T>;
   size_t work = vec ? (a.count + V - 1) / V : a.count;
-  size_t blocks = (work + kThreads - 1) / kThreads;
+  const size_t sms = static_cast<size_t>(sm_count(dev));
+  // Small reductions: smaller blocks over more SMs (each SM's loads in flight are bounded).
+  const unsigned threads = work < kThreads * sms ? 128 : kThreads;
+  size_t blocks = (work + threads - 1) / threads;
   // Enough to keep NVLink reads in flight, few enough that every thread strides.
-  size_t cap = static_cast<size_t>(sm_count(dev)) * static_cast<size_t>(std::max<int64_t>(1, kBlocksPerSm.get()));
+  size_t cap = sms * static_cast<size_t>(std::max<int64_t>(1, kBlocksPerSm.get())) * (kThreads / threads);
   if (blocks > cap) blocks = cap;
   if (blocks == 0) blocks = 1;
   const unsigned grid = static_cast<unsigned>(blocks);
+  const FusedBarrier bar = a.barrier ? *a.barrier : FusedBarrier{};
   switch (p.ns) {
-    case 2: reduce_kernel<T, OP, 2><<<grid, kThreads, 0, s>>>(p, a.count, vec); break;
-    case 3: reduce_kernel<T, OP, 3><<<grid, kThreads, 0, s>>>(p, a.count, vec); break;
-    case 4: reduce_kernel<T, OP, 4><<<grid, kThreads, 0, s>>>(p, a.count, vec); break;
-    default: reduce_kernel<T, OP, 0><<<grid, kThreads, 0, s>>>(p, a.count, vec); break;
+    case 1: reduce_kernel<T, OP, 1><<<grid, threads, 0, s>>>(p, a.count, vec, bar); break;
+    case 2: reduce_kernel<T, OP, 2><<<grid, threads, 0, s>>>(p, a.count, vec, bar); break;
+    case 3: reduce_kernel<T, OP, 3><<<grid, threads, 0, s>>>(p, a.count, vec, bar); break;
+    case 4: reduce_kernel<T, OP, 4><<<grid, threads, 0, s>>>(p, a.count, vec, bar); break;
+    default: reduce_kernel<T, OP, 0><<<grid, threads, 0, s>>>(p, a.count, vec, bar); break;
   }
 }
 
