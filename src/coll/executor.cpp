@@ -66,7 +66,7 @@ Program only_rank(const Program& prog, int rank, const CrossSlots& slots) {
     }
     index[i] = op.kind == Op::Copy
                    ? sub.copy(op.rank, op.lane, op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, deps)
-                   : sub.reduce(op.rank, op.lane, op.dst, op.srcs, op.count, op.dtype, op.redop, deps);
+                   : sub.reduce(op.rank, op.lane, op.dst, op.srcs, op.count, op.dtype, op.redop, deps, op.more_dsts);
     for (auto it = slots.lower_bound({static_cast<int>(i), -1});
          it != slots.end() && it->first.first == static_cast<int>(i); ++it)
       sub.signal(rank, op.lane, it->first.second, it->second, {index[i]});
@@ -178,13 +178,7 @@ std::vector<Executor::LaneRef> Executor::enqueue_ops(const Program& prog, LaneSe
       if (op.kind == Op::Signal) barrier_->signal(op.rank, op.dst_dev, static_cast<int>(op.count), l.stream());
       else barrier_->wait(op.rank, static_cast<int>(op.count), l.stream());
     } else {
-      ReduceArgs a;
-      a.dst = op.dst;
-      a.srcs = op.srcs;
-      a.count = op.count;
-      a.dtype = op.dtype;
-      a.op = op.redop;
-      reducer_.reduce_async(a, devices_[op.rank], l.stream());
+      reducer_.reduce_async(reduce_args(op), devices_[op.rank], l.stream());
     }
     if (marked[i]) marks[i] = l.mark();
   }

@@ -38,7 +38,7 @@ int Program::copy(int rank, int lane, void* dst, int dst_dev, const void* src, i
 }
 
 int Program::reduce(int rank, int lane, void* dst, std::vector<const void*> srcs, size_t count, DataType dt,
-                    RedOp redop, std::vector<int> deps) {
+                    RedOp redop, std::vector<int> deps, std::vector<void*> more_dsts) {
   if (count == 0) return -1;
   Op op;
   op.kind = Op::Reduce;
@@ -49,6 +49,7 @@ int Program::reduce(int rank, int lane, void* dst, std::vector<const void*> srcs
   op.count = count;
   op.dtype = dt;
   op.redop = redop;
+  op.more_dsts = std::move(more_dsts);
   op.deps = std::move(deps);
   return add(std::move(op));
 }

@@ -40,6 +40,7 @@ struct Op {
   size_t count = 0;
   DataType dtype = GPUSTRIPE_FLOAT32;
   RedOp redop = GPUSTRIPE_SUM;
+  std::vector<void*> more_dsts;  // Reduce: further destinations of the same result (two-shot allreduce)
   std::vector<int> deps;  // indices of earlier ops this one waits for
 };
 
@@ -52,7 +53,7 @@ class Program {
   int copy(int rank, int lane, void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
            std::vector<int> deps = {});
   int reduce(int rank, int lane, void* dst, std::vector<const void*> srcs, size_t count, DataType dt, RedOp op,
-             std::vector<int> deps = {});
+             std::vector<int> deps = {}, std::vector<void*> more_dsts = {});
   // Everything after the barrier waits for everything before it, on every rank.
   void barrier();
   // Executor only (see Op): rank sets flag `slot` of rank `to`; rank waits for its flag `slot`.

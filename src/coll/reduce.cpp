@@ -13,6 +13,19 @@ void check_reduce_args(const ReduceArgs& a) {
   GS_REQUIRE(a.dst != nullptr, GPUSTRIPE_ERR_INVALID_POINTER, "reduction destination is NULL");
   for (size_t i = 0; i < a.srcs.size(); ++i)
     GS_REQUIRE(a.srcs[i] != nullptr, GPUSTRIPE_ERR_INVALID_POINTER, "reduction source %zu is NULL", i);
+  for (size_t i = 0; i < a.more_dsts.size(); ++i)
+    GS_REQUIRE(a.more_dsts[i] != nullptr, GPUSTRIPE_ERR_INVALID_POINTER, "reduction destination %zu is NULL", i + 1);
+}
+
+ReduceArgs reduce_args(const Op& op) {
+  ReduceArgs a;
+  a.dst = op.dst;
+  a.more_dsts = op.more_dsts;
+  a.srcs = op.srcs;
+  a.count = op.count;
+  a.dtype = op.dtype;
+  a.op = op.redop;
+  return a;
 }
 
 namespace {
@@ -35,22 +48,48 @@ class HostReducer : public Reducer {
 };
 
 #if GPUSTRIPE_HAVE_CUDA
+// part.more_dsts = as many of args.more_dsts from `from` on as one launch writes.
+void more_dsts_from(ReduceArgs& part, const ReduceArgs& args, size_t from) {
+  part.more_dsts.clear();
+  for (size_t i = from; i < args.more_dsts.size() && part.more_dsts.size() + 1 < kMaxKernelDests; ++i)
+    part.more_dsts.push_back(args.more_dsts[i]);
+}
+
 class CudaReducer : public Reducer {
  public:
+  bool can_fuse_barrier(const ReduceArgs& a) const override {
+    return a.srcs.size() <= static_cast<size_t>(kMaxKernelSources) &&
+           a.more_dsts.size() < static_cast<size_t>(kMaxKernelDests);
+  }
   void reduce_async(const ReduceArgs& args, int dev, StreamHandle s) override {
     check_reduce_args(args);
+    if (args.barrier) {
+      GS_REQUIRE(can_fuse_barrier(args), GPUSTRIPE_ERR_INTERNAL, "a barrier inside a reduction of %zu sources",
+                 args.srcs.size());
+      launch_reduce_kernel(args, dev, s);  // even of 0 elements: the barrier still runs
+      return;
+    }
     if (args.count == 0) return;
-    // More sources than one launch takes: fold them in groups, accumulating into dst.
+    // More sources than one launch takes: fold them in groups, accumulating into dst; the
+    // other destinations only from the last group on (they may be sources: read them first).
     ReduceArgs part = args;
     size_t next = 0;
     bool first = true;
     while (next < args.srcs.size()) {
       part.srcs.clear();
+      part.more_dsts.clear();
       if (!first) part.srcs.push_back(args.dst);
       size_t room = kMaxKernelSources - part.srcs.size();
       for (size_t i = 0; i < room && next < args.srcs.size(); ++i) part.srcs.push_back(args.srcs[next++]);
+      if (next == args.srcs.size()) more_dsts_from(part, args, 0);
       launch_reduce_kernel(part, dev, s);
       first = false;
+    }
+    // More destinations than one launch writes: copy the result on, a launch per group.
+    for (size_t done = part.more_dsts.size(); done < args.more_dsts.size(); done += part.more_dsts.size()) {
+      part.srcs.assign(1, args.dst);
+      more_dsts_from(part, args, done);
+      launch_reduce_kernel(part, dev, s);
     }
   }
 };

@@ -7,15 +7,25 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "coll/barrier.hpp"
+#include "coll/program.hpp"
 #include "coll/types.hpp"
 
 namespace gpustripe::coll {
 
 // dst[k] = op(srcs[0][k], srcs[1][k], ...) for k < count. dst may be srcs[0] (accumulate
 // in place); it overlaps no other source. Any number of sources >= 1; peers' memory may be
-// read directly where the backend allows peer access.
+// read directly where the backend allows peer access. more_dsts get the same result; each
+// may be one of the sources (srcs[s] != srcs[0]) when element k of it is read and written by
+// this reduction only: element k is read from every source before it is written anywhere.
+struct FusedBarrier;
+
 struct ReduceArgs {
+  // The GPUs' entry and exit barrier run inside the reduction (CUDA; a per-rank graph whose
+  // part on this rank is this reduction alone): nullptr, none.
+  const FusedBarrier* barrier = nullptr;
   void* dst = nullptr;
+  std::vector<void*> more_dsts;
   std::vector<const void*> srcs;
   size_t count = 0;
   DataType dtype = GPUSTRIPE_FLOAT32;
@@ -27,7 +37,12 @@ class Reducer {
   virtual ~Reducer() = default;
   // Enqueues the reduction on stream s of device dev (the device that runs it).
   virtual void reduce_async(const ReduceArgs& args, int dev, StreamHandle s) = 0;
+  // Whether reduce_async can run the GPUs' barrier inside this reduction (args.barrier).
+  virtual bool can_fuse_barrier(const ReduceArgs& args) const { return false; }
 };
+
+// The reduction a program's Reduce op stands for.
+ReduceArgs reduce_args(const Op& op);
 
 // The reducer for a backend: CUDA kernels on "cuda", CPU loops on "emulated".
 std::unique_ptr<Reducer> make_reducer(Backend& backend);
@@ -41,6 +56,14 @@ void check_reduce_args(const ReduceArgs& args);
 #if GPUSTRIPE_HAVE_CUDA
 // Kernel launch (reduce_cuda.cu): at most kMaxKernelSources sources per launch.
 constexpr int kMaxKernelSources = 16;
+constexpr int kMaxKernelDests = 8;  // dst and up to 7 more_dsts
+// A barrier inside the kernel: every block waits at its start for the peers' entry flags
+// (block 0 first sets this rank's), and the last block to finish sets and waits for the exit
+// flags and advances the counter, exactly as the two barrier kernels would (barrier_cuda.cu).
+struct FusedBarrier {
+  BarrierKernelArgs args;
+  unsigned int* blocks_done = nullptr;  // device word of this rank, 0 between launches
+};
 void launch_reduce_kernel(const ReduceArgs& args, int dev, void* cuda_stream);
 #endif
 

@@ -2,16 +2,19 @@
 // device can read (its own memory, or peers' over NVLink with peer access on).
 // Memory-bound: 16-byte vector loads when every pointer allows it, a grid-stride
 // loop sized to fill the SMs a few times over, half/bfloat16 accumulated in float.
+// The result may go to several destinations (two-shot allreduce: every member's copy).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <vector>
 
 #include "coll/reduce.hpp"
 #include "coll/reduce_ops.hpp"
+#include "common/config.hpp"
 #include "common/error.hpp"
 
 namespace gpustripe::coll {
@@ -48,54 +51,164 @@ struct BF16 {
   static __device__ __forceinline__ S store(A a) { return __bfloat16_as_ushort(__float2bfloat16_rn(a)); }
 };
 
-struct Sources {
-  const void* p[kMaxKernelSources];
-  int n;
+// Sources and destinations of one launch (kernel parameters).
+struct Ptrs {
+  const void* src[kMaxKernelSources];
+  void* dst[kMaxKernelDests];
+  int ns, nd;
 };
 
 constexpr int kThreads = 512;
 
-template <class T, int OP>
-__device__ __forceinline__ void reduce_range(typename T::S* dst, const Sources& src, size_t begin, size_t end,
-                                             size_t stride) {
-  using S = typename T::S;
-  for (size_t k = begin; k < end; k += stride) {
-    typename T::A acc = T::load(static_cast<const S*>(src.p[0])[k]);
-    for (int s = 1; s < src.n; ++s) acc = reduce_apply<OP>(acc, T::load(static_cast<const S*>(src.p[s])[k]));
-    dst[k] = T::store(acc);
-  }
+template <class T>
+constexpr int kVec = 16 / sizeof(typename T::S);  // elements per 16-byte vector
+
+template <class T>
+__device__ __forceinline__ void unpack(const uint4& v, typename T::A* acc) {
+  const typename T::S* e = reinterpret_cast<const typename T::S*>(&v);
+#pragma unroll
+  for (int j = 0; j < kVec<T>; ++j) acc[j] = T::load(e[j]);
 }
 
 template <class T, int OP>
-__global__ void __launch_bounds__(kThreads) reduce_kernel(typename T::S* dst, Sources src, size_t count, bool vec) {
+__device__ __forceinline__ void fold(const uint4& v, typename T::A* acc) {
+  const typename T::S* e = reinterpret_cast<const typename T::S*>(&v);
+#pragma unroll
+  for (int j = 0; j < kVec<T>; ++j) acc[j] = reduce_apply<OP>(acc[j], T::load(e[j]));
+}
+
+template <class T>
+__device__ __forceinline__ uint4 pack(const typename T::A* acc) {
+  uint4 out;
+  typename T::S* o = reinterpret_cast<typename T::S*>(&out);
+#pragma unroll
+  for (int j = 0; j < kVec<T>; ++j) o[j] = T::store(acc[j]);
+  return out;
+}
+
+__device__ __forceinline__ void store_all(const Ptrs& p, size_t i, const uint4& out) {
+  for (int d = 0; d < p.nd; ++d) reinterpret_cast<uint4*>(p.dst[d])[i] = out;
+}
+
+// U vectors per thread, NS sources known at compile time: all U*NS loads (most of them
+// over NVLink, where latency is long) are in flight before the first is used.
+template <class T, int OP, int NS, int U>
+__device__ __forceinline__ void step_fixed(const Ptrs& p, size_t i, size_t stride) {
+  uint4 v[U][NS];
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int s = 0; s < NS; ++s) v[u][s] = reinterpret_cast<const uint4*>(p.src[s])[i + u * stride];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    typename T::A acc[kVec<T>];
+    unpack<T>(v[u][0], acc);
+#pragma unroll
+    for (int s = 1; s < NS; ++s) fold<T, OP>(v[u][s], acc);
+    store_all(p, i + u * stride, pack<T>(acc));
+  }
+}
+
+// Any number of sources: one load at a time.
+template <class T, int OP>
+__device__ __forceinline__ void step_any(const Ptrs& p, size_t i) {
+  typename T::A acc[kVec<T>];
+  unpack<T>(reinterpret_cast<const uint4*>(p.src[0])[i], acc);
+  for (int s = 1; s < p.ns; ++s) fold<T, OP>(reinterpret_cast<const uint4*>(p.src[s])[i], acc);
+  store_all(p, i, pack<T>(acc));
+}
+
+template <class T, int OP>
+__device__ __forceinline__ void reduce_range(const Ptrs& p, size_t begin, size_t end, size_t stride) {
   using S = typename T::S;
-  constexpr int V = 16 / sizeof(S);  // elements per 16-byte vector
+  for (size_t k = begin; k < end; k += stride) {
+    typename T::A acc = T::load(static_cast<const S*>(p.src[0])[k]);
+    for (int s = 1; s < p.ns; ++s) acc = reduce_apply<OP>(acc, T::load(static_cast<const S*>(p.src[s])[k]));
+    const S out = T::store(acc);
+    for (int d = 0; d < p.nd; ++d) static_cast<S*>(p.dst[d])[k] = out;
+  }
+}
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Spins until every peer's flag in this rank's memory reached e (or the timeout: the mark
+// the host checks; the results are then undefined, as with the barrier kernel).
+__device__ void wait_peers(const BarrierKernelArgs& a, unsigned long long e) {
+  const unsigned long long start = global_ns();
+  for (int q = 0; q < a.n; ++q) {
+    if (q == a.me) continue;
+    const volatile unsigned long long* f = a.own_flags + q;
+    while (*f < e)
+      if (global_ns() - start > a.timeout_ns) {
+        *reinterpret_cast<volatile int*>(a.error) = 1;
+        __threadfence_system();
+        return;
+      }
+  }
+}
+
+__device__ void set_flags(const BarrierKernelArgs& a, unsigned long long e) {
+  for (int q = 0; q < a.n; ++q)
+    if (q != a.me) *reinterpret_cast<volatile unsigned long long*>(a.peer_slot[q]) = e;
+}
+
+// Entry: the barrier number this call's entry has (the counter moves only at the exit).
+__device__ unsigned long long fused_entry(const FusedBarrier& b) {
+  __shared__ unsigned long long e;
+  if (threadIdx.x == 0) {
+    e = *reinterpret_cast<volatile unsigned long long*>(b.args.counter) + 1;
+    if (blockIdx.x == 0) {
+      __threadfence_system();  // what the stream did before is visible before the flags
+      set_flags(b.args, e);
+    }
+    wait_peers(b.args, e);
+  }
+  __syncthreads();
+  return e;
+}
+
+// Exit: the last block to finish (every block's stores visible first) sets the exit flags,
+// waits for the peers' and advances the counter past both barriers.
+__device__ void fused_exit(const FusedBarrier& b, unsigned long long e) {
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (atomicAdd(b.blocks_done, 1u) != gridDim.x - 1) return;
+  *b.blocks_done = 0;
+  set_flags(b.args, e + 1);
+  wait_peers(b.args, e + 1);
+  *reinterpret_cast<volatile unsigned long long*>(b.args.counter) = e + 1;
+  __threadfence_system();
+}
+
+// NS: the number of sources when it is 1 (a copy), 2, 3 or 4 (unrolled loads), else 0 (any number).
+// Element k is read from every source before it is written to any destination, by one
+// thread, so destinations may be sources (in-place two-shot allreduce).
+template <class T, int OP, int NS>
+__global__ void __launch_bounds__(kThreads) reduce_kernel(Ptrs p, size_t count, bool vec, FusedBarrier bar) {
+  constexpr int V = kVec<T>;
+  const bool fused = bar.blocks_done != nullptr;
+  const unsigned long long e = fused ? fused_entry(bar) : 0;
   const size_t tid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   size_t done = 0;
   if (vec) {
     const size_t nvec = count / V;
-    for (size_t i = tid; i < nvec; i += stride) {
-      uint4 in = reinterpret_cast<const uint4*>(src.p[0])[i];
-      const S* e = reinterpret_cast<const S*>(&in);
-      typename T::A acc[V];
-#pragma unroll
-      for (int j = 0; j < V; ++j) acc[j] = T::load(e[j]);
-      for (int s = 1; s < src.n; ++s) {
-        uint4 v = reinterpret_cast<const uint4*>(src.p[s])[i];
-        const S* f = reinterpret_cast<const S*>(&v);
-#pragma unroll
-        for (int j = 0; j < V; ++j) acc[j] = reduce_apply<OP>(acc[j], T::load(f[j]));
-      }
-      uint4 out;
-      S* o = reinterpret_cast<S*>(&out);
-#pragma unroll
-      for (int j = 0; j < V; ++j) o[j] = T::store(acc[j]);
-      reinterpret_cast<uint4*>(dst)[i] = out;
+    size_t i = tid;
+    if constexpr (NS > 0) {
+      for (; i + stride < nvec; i += 2 * stride) step_fixed<T, OP, NS, 2>(p, i, stride);
+      for (; i < nvec; i += stride) step_fixed<T, OP, NS, 1>(p, i, stride);
+    } else {
+      for (; i < nvec; i += stride) step_any<T, OP>(p, i);
     }
     done = nvec * V;
   }
-  reduce_range<T, OP>(dst, src, done + tid, count, stride);
+  reduce_range<T, OP>(p, done + tid, count, stride);
+  if (fused) fused_exit(bar, e);
 }
 
 int sm_count(int dev) {
@@ -113,23 +226,41 @@ int sm_count(int dev) {
   return cache[dev];
 }
 
+const IntSetting kBlocksPerSm{"GPUSTRIPE_COLL_REDUCE_BLOCKS_PER_SM", "4",
+                              "Most thread blocks (of 512 threads) per SM of a reduction kernel"};
+
 template <class T, int OP>
 void launch(const ReduceArgs& a, int dev, cudaStream_t s) {
-  using S = typename T::S;
-  Sources src{};
-  src.n = static_cast<int>(a.srcs.size());
-  bool vec = reinterpret_cast<uintptr_t>(a.dst) % 16 == 0;
-  for (int i = 0; i < src.n; ++i) {
-    src.p[i] = a.srcs[i];
+  Ptrs p{};
+  p.ns = static_cast<int>(a.srcs.size());
+  p.nd = 1 + static_cast<int>(a.more_dsts.size());
+  bool vec = true;
+  for (int i = 0; i < p.ns; ++i) {
+    p.src[i] = a.srcs[i];
     vec = vec && reinterpret_cast<uintptr_t>(a.srcs[i]) % 16 == 0;
   }
-  constexpr size_t V = 16 / sizeof(S);
+  p.dst[0] = a.dst;
+  for (int d = 1; d < p.nd; ++d) p.dst[d] = a.more_dsts[d - 1];
+  for (int d = 0; d < p.nd; ++d) vec = vec && reinterpret_cast<uintptr_t>(p.dst[d]) % 16 == 0;
+  constexpr size_t V = kVec<T>;
   size_t work = vec ? (a.count + V - 1) / V : a.count;
-  size_t blocks = (work + kThreads - 1) / kThreads;
-  size_t cap = static_cast<size_t>(sm_count(dev)) * 4;  // enough to hide latency, few enough to stride
+  const size_t sms = static_cast<size_t>(sm_count(dev));
+  // Small reductions: smaller blocks over more SMs (each SM's loads in flight are bounded).
+  const unsigned threads = work < kThreads * sms ? 128 : kThreads;
+  size_t blocks = (work + threads - 1) / threads;
+  // Enough to keep NVLink reads in flight, few enough that every thread strides.
+  size_t cap = sms * static_cast<size_t>(std::max<int64_t>(1, kBlocksPerSm.get())) * (kThreads / threads);
   if (blocks > cap) blocks = cap;
   if (blocks == 0) blocks = 1;
-  reduce_kernel<T, OP><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(static_cast<S*>(a.dst), src, a.count, vec);
+  const unsigned grid = static_cast<unsigned>(blocks);
+  const FusedBarrier bar = a.barrier ? *a.barrier : FusedBarrier{};
+  switch (p.ns) {
+    case 1: reduce_kernel<T, OP, 1><<<grid, threads, 0, s>>>(p, a.count, vec, bar); break;
+    case 2: reduce_kernel<T, OP, 2><<<grid, threads, 0, s>>>(p, a.count, vec, bar); break;
+    case 3: reduce_kernel<T, OP, 3><<<grid, threads, 0, s>>>(p, a.count, vec, bar); break;
+    case 4: reduce_kernel<T, OP, 4><<<grid, threads, 0, s>>>(p, a.count, vec, bar); break;
+    default: reduce_kernel<T, OP, 0><<<grid, threads, 0, s>>>(p, a.count, vec, bar); break;
+  }
 }
 
 template <class T>
@@ -148,6 +279,8 @@ void by_op(const ReduceArgs& a, int dev, cudaStream_t s) {
 void launch_reduce_kernel(const ReduceArgs& a, int dev, void* cuda_stream) {
   GS_REQUIRE(a.srcs.size() >= 1 && a.srcs.size() <= static_cast<size_t>(kMaxKernelSources),
              GPUSTRIPE_ERR_INTERNAL, "reduce kernel takes 1..%d sources, got %zu", kMaxKernelSources, a.srcs.size());
+  GS_REQUIRE(a.more_dsts.size() < static_cast<size_t>(kMaxKernelDests), GPUSTRIPE_ERR_INTERNAL,
+             "reduce kernel writes 1..%d destinations, got %zu", kMaxKernelDests, a.more_dsts.size() + 1);
   int prev = 0;
   cudaGetDevice(&prev);
   cudaError_t e = cudaSetDevice(dev);

@@ -1,6 +1,7 @@
 // CPU reductions: the emulated backend's "kernels", and the same arithmetic as the
 // CUDA ones (reduce_ops.hpp), so CI checks the schedules with real reductions.
 #include <cstdint>
+#include <cstring>
 
 #include "coll/half.hpp"
 #include "coll/reduce.hpp"
@@ -55,15 +56,17 @@ void reduce_host(const ReduceArgs& a) {
   check_reduce_args(a);
   if (a.count == 0) return;
   switch (a.dtype) {
-    case GPUSTRIPE_FLOAT32: return by_op<F32>(a);
-    case GPUSTRIPE_FLOAT64: return by_op<F64>(a);
-    case GPUSTRIPE_FLOAT16: return by_op<F16>(a);
-    case GPUSTRIPE_BFLOAT16: return by_op<BF16>(a);
-    case GPUSTRIPE_INT32: return by_op<I32>(a);
-    case GPUSTRIPE_INT64: return by_op<I64>(a);
-    default: break;
+    case GPUSTRIPE_FLOAT32: by_op<F32>(a); break;
+    case GPUSTRIPE_FLOAT64: by_op<F64>(a); break;
+    case GPUSTRIPE_FLOAT16: by_op<F16>(a); break;
+    case GPUSTRIPE_BFLOAT16: by_op<BF16>(a); break;
+    case GPUSTRIPE_INT32: by_op<I32>(a); break;
+    case GPUSTRIPE_INT64: by_op<I64>(a); break;
+    default: check_dtype(a.dtype);
   }
-  check_dtype(a.dtype);
+  // Every source has been read: the other destinations (possibly sources) get the result.
+  for (void* d : a.more_dsts)
+    if (d != a.dst) std::memcpy(d, a.dst, a.count * dtype_size(a.dtype));
 }
 
 }  // namespace gpustripe::coll

@@ -77,8 +77,11 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
     for (int j = 0; j < n; ++j) {
       auto [off, len] = chunk_of(b.cnt[j], chunks, c, align);
       if (len == 0) continue;
+      // Its own input first (in place it is the destination), then the peers from j + 1 on,
+      // so that the members' first reads go to different GPUs.
       std::vector<const void*> srcs;
-      for (int i = 0; i < n; ++i) {
+      for (int q = 0; q < n; ++q) {
+        const int i = (j + q) % n;
         if (i == j || o.pull) srcs.push_back(send[i] + (b.off[j] + off) * esz);
         else srcs.push_back(slot(j, c % slots, peer_index(i, j)));
       }
@@ -130,6 +133,29 @@ void build_allreduce_oneshot(Program& p, const Team& t, const std::vector<const 
   for (int j = 0; j < n; ++j) {
     std::vector<const void*> srcs(in.begin(), in.end());
     p.reduce(t.rank[j], kLaneLocal, recv[j], std::move(srcs), count, dt, op);
+  }
+}
+
+void build_allreduce_twoshot(Program& p, const Team& t, const std::vector<const char*>& send,
+                             const std::vector<char*>& recv, size_t count, DataType dt, RedOp op) {
+  const int n = t.size();
+  const size_t esz = dtype_size(dt);
+  Blocks b = split_blocks(count, n, std::max<size_t>(1, kAlignBytes / esz));
+  // Block j's elements are read (in every member's send) and written (in every member's
+  // recv) by member j's kernel only, each element read everywhere before it is written:
+  // in place needs no copy aside. The own buffer first: it is the kernel's dst, and with
+  // more members than one launch reads, the one the first launch accumulates into. Then
+  // the peers from j + 1 on, so that the members' first reads and writes go to different GPUs.
+  for (int j = 0; j < n; ++j) {
+    const size_t at = b.off[j] * esz;
+    std::vector<const void*> srcs{send[j] + at};
+    std::vector<void*> more;
+    for (int q = 1; q < n; ++q) {
+      const int i = (j + q) % n;
+      srcs.push_back(send[i] + at);
+      more.push_back(recv[i] + at);
+    }
+    p.reduce(t.rank[j], kLaneLocal, recv[j] + at, std::move(srcs), b.cnt[j], dt, op, {}, std::move(more));
   }
 }
 
@@ -193,6 +219,7 @@ void build_allreduce(Program& p, const Team& t, const std::string& schedule,
                      const std::vector<char*>& recv, size_t count, DataType dt, RedOp op, const ReduceOpts& o,
                      Scratch& scratch) {
   if (schedule == "oneshot") build_allreduce_oneshot(p, t, send, recv, count, dt, op, scratch);
+  else if (schedule == "twoshot") build_allreduce_twoshot(p, t, send, recv, count, dt, op);
   else if (schedule == "hier") build_allreduce_hier(p, t, groups, send, recv, count, dt, op, o, scratch);
   else build_allreduce_rs_ag(p, t, send, recv, count, dt, op, o, scratch);
 }

@@ -65,13 +65,18 @@ void build_allreduce_rs_ag(Program& p, const Team& t, const std::vector<const ch
 // Allreduce in one step: every member reduces all members' inputs (latency path).
 void build_allreduce_oneshot(Program& p, const Team& t, const std::vector<const char*>& send,
                              const std::vector<char*>& recv, size_t count, DataType dt, RedOp op, Scratch& scratch);
+// Allreduce in one kernel per member: member j reduces block j of every input (reading
+// peers) and writes the result into block j of every member's output. Reads and writes
+// peers' memory: needs peer access between every pair.
+void build_allreduce_twoshot(Program& p, const Team& t, const std::vector<const char*>& send,
+                             const std::vector<char*>& recv, size_t count, DataType dt, RedOp op);
 // Three stages over groups (sockets) of equal size: reduce-scatter inside each group,
 // allreduce of each block across groups, allgather inside each group.
 void build_allreduce_hier(Program& p, const Team& t, const std::vector<std::vector<int>>& groups,
                           const std::vector<const char*>& send, const std::vector<char*>& recv, size_t count,
                           DataType dt, RedOp op, const ReduceOpts& o, Scratch& scratch);
-// The allreduce schedule named by the selection (select.hpp's Choice::name): oneshot, hier
-// (over `groups`), else reduce-scatter pipelined into allgather.
+// The allreduce schedule named by the selection (select.hpp's Choice::name): oneshot,
+// twoshot, hier (over `groups`), else reduce-scatter pipelined into allgather.
 void build_allreduce(Program& p, const Team& t, const std::string& schedule,
                      const std::vector<std::vector<int>>& groups, const std::vector<const char*>& send,
                      const std::vector<char*>& recv, size_t count, DataType dt, RedOp op, const ReduceOpts& o,

@@ -13,7 +13,7 @@ namespace {
 
 const StringSetting kAlgo{"GPUSTRIPE_COLL_ALGO", "auto",
                           "Force collective schedules: auto, or a comma list of names, each op taking the first that "
-                          "is its own (rounds, all_at_once, rs_copy, rs_pull, oneshot, rs_ag_copy, rs_ag_pull, hier, "
+                          "is its own (rounds, all_at_once, rs_copy, rs_pull, oneshot, twoshot, rs_ag_copy, rs_ag_pull, hier, "
                           "direct, scatter_ag, reduce_copy, reduce_pull)"};
 const SizeSetting kChunk{"GPUSTRIPE_COLL_CHUNK", "32M",
                          "Pipeline chunk of a rank's block in reduce-scatter/allreduce/reduce/bcast schedules "
@@ -51,6 +51,12 @@ const SizeSetting kScratchMax{"GPUSTRIPE_COLL_SCRATCH_MAX", "1G",
 const BoolSetting kBcastLanes{"GPUSTRIPE_COLL_BCAST_LANES", "0",
                               "Scatter-allgather broadcast: a lane per destination (the root and every "
                               "forwarder send to all at once), else one lane per rank"};
+// Two-shot in one kernel per rank: no copies (whose graph nodes cost rs_ag_pull ~75 us of
+// host time per call at 4-32M in round 3) and no waits between GPUs inside the call.
+const SizeSetting kTwoshotMax{"GPUSTRIPE_COLL_TWOSHOT_MAX", "64G",
+                              "Largest allreduce per rank done by two-shot kernels (each rank reduces its block "
+                              "from every input and writes it into every output); above: reduce-scatter and "
+                              "allgather by copy engines"};
 const SizeSetting kOneshotMax{"GPUSTRIPE_COLL_ONESHOT_MAX", "2M",
                               "Largest allreduce per rank done in one step (every rank reduces all inputs)"};
 
@@ -106,7 +112,7 @@ std::vector<std::string> schedule_names(CollOp op) {
     case CollOp::AllToAll:
     case CollOp::AllGather: return {"rounds", "all_at_once"};
     case CollOp::ReduceScatter: return {"rs_copy", "rs_pull"};
-    case CollOp::AllReduce: return {"oneshot", "rs_ag_copy", "rs_ag_pull", "hier"};
+    case CollOp::AllReduce: return {"oneshot", "twoshot", "rs_ag_copy", "rs_ag_pull", "hier"};
     case CollOp::Bcast: return {"direct", "scatter_ag"};
     case CollOp::Reduce: return {"reduce_copy", "reduce_pull"};
   }
@@ -127,7 +133,7 @@ std::string Choice::describe() const {
   std::string s = name;
   if (name == "rounds" || name == "all_at_once") s += " host=" + pct(exchange.host_share);
   else if (name == "direct" || name == "scatter_ag") s += format(" chunks=%d", bcast.chunks);
-  else if (name != "oneshot")
+  else if (name != "oneshot" && name != "twoshot")
     s += format(" chunks=%d slots=%d%s", reduce.chunks, reduce.slots,
                 reduce.pull ? "" : reduce.receiver_copies ? " copies=receiver" : " copies=sender");
   return s + ": " + why;
@@ -204,7 +210,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   if (!force.empty()) {
     c.name = force;
     c.why = why_forced(force);
-    if ((force.find("pull") != std::string::npos || force == "oneshot") && !pull_ok)
+    if ((force.find("pull") != std::string::npos || force == "oneshot" || force == "twoshot") && !pull_ok)
       GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "schedule %s reads peers' memory, but not every pair of these GPUs can",
                force.c_str());
   } else if (op == CollOp::AllReduce && res.socket_groups.size() > 1) {
@@ -214,6 +220,10 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   } else if (op == CollOp::AllReduce && pull_ok && bytes <= kOneshotMax.get()) {
     c.name = "oneshot";
     c.why = size + " <= GPUSTRIPE_COLL_ONESHOT_MAX: one kernel per rank reads every input (latency path)";
+  } else if (op == CollOp::AllReduce && pull_ok && bytes <= kTwoshotMax.get()) {
+    c.name = "twoshot";
+    c.why = size + " <= GPUSTRIPE_COLL_TWOSHOT_MAX: one kernel per rank reduces its block from every input and "
+                   "writes it into every output";
   } else if (pull_ok && small) {
     c.name = std::string(prefix) + "pull";
     c.why = size + (op == CollOp::AllReduce ? " <= GPUSTRIPE_COLL_AR_PULL_MAX" : " <= GPUSTRIPE_COLL_PULL_MAX") +
@@ -225,7 +235,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   }
   c.reduce.pull = c.name.find("pull") != std::string::npos;
   // A pulled reduce-scatter has nothing to overlap its chunks with: one kernel per rank.
-  if (c.name == "oneshot" || c.name == "rs_pull") c.reduce.chunks = 1;
+  if (c.name == "oneshot" || c.name == "twoshot" || c.name == "rs_pull") c.reduce.chunks = 1;
   const std::string copies = kRsCopies.get();
   GS_REQUIRE(copies == "receiver" || copies == "sender", GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_COLL_RS_COPIES=%s: expected receiver or sender", copies.c_str());

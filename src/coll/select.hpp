@@ -35,7 +35,7 @@ TeamResources describe_team(Backend& backend, const Topology& topo, const std::v
 
 struct Choice {
   std::string name;  // alltoall/allgather: rounds | all_at_once; reduce_scatter: rs_copy | rs_pull;
-                     // allreduce: oneshot | rs_ag_copy | rs_ag_pull | hier; bcast: direct | scatter_ag;
+                     // allreduce: oneshot | twoshot | rs_ag_copy | rs_ag_pull | hier; bcast: direct | scatter_ag;
                      // reduce: reduce_copy | reduce_pull
   ExchangeOpts exchange;
   ReduceOpts reduce;

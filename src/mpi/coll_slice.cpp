@@ -145,13 +145,7 @@ void SliceRunner::run(const coll::Program& prog, int device) {
       // coll executor's own).
       GS_REQUIRE(op.kind == Op::Reduce, GPUSTRIPE_ERR_INTERNAL, "collective step %zu of kind %d across processes", i,
                  static_cast<int>(op.kind));
-      coll::ReduceArgs a;
-      a.dst = op.dst;
-      a.srcs = op.srcs;
-      a.count = op.count;
-      a.dtype = op.dtype;
-      a.op = op.redop;
-      reducer_.reduce_async(a, sd, l.stream());
+      reducer_.reduce_async(coll::reduce_args(op), sd, l.stream());
     }
     if (marked[i] || on_mapping) marks[i] = l.mark();
     if (remote[i]) {

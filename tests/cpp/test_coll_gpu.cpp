@@ -25,7 +25,7 @@ struct GpuNode {
   std::unique_ptr<Backend> backend;
 };
 
-const char* kAlgos[] = {"rounds", "all_at_once", "rs_copy", "rs_pull", "oneshot", "rs_ag_copy", "rs_ag_pull",
+const char* kAlgos[] = {"rounds", "all_at_once", "rs_copy", "rs_pull", "oneshot", "twoshot", "rs_ag_copy", "rs_ag_pull",
                         "direct", "scatter_ag", "reduce_copy", "reduce_pull"};
 
 TEST(CollGpu, EveryScheduleTypeAndOperator) {
@@ -99,6 +99,34 @@ TEST(CollGpu, GraphReplaysOnFreshData) {
             ASSERT_EQ(run_case(*comm, c, 77), 0u)
                 << algo << " n=" << n << " " << mode << " " << comm->last_schedule();
           }
+      }
+    }
+  }
+}
+
+// The GPUs' entry and exit barrier inside the reduction kernel (per-rank graphs of one
+// reduction each): every such schedule, every type, in place or not, replayed on fresh data,
+// with fused and unfused calls alternating on one communicator (they count the same barriers).
+TEST(CollGpu, ReductionsWithTheBarrierInsideTheKernel) {
+  GS_REQUIRE_GPU(2);
+  GpuNode node;
+  for (int n : {2, std::min(4, cuda_device_count())}) {
+    auto comm = node.comm(n);
+    for (const char* algo : {"rs_pull", "twoshot", "oneshot", "reduce_pull"}) {
+      ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
+      uint64_t seed = 1;
+      for (CollOp op : {CollOp::ReduceScatter, CollOp::AllReduce, CollOp::Reduce}) {
+        auto own = schedule_names(op);
+        if (std::find(own.begin(), own.end(), algo) == own.end()) continue;
+        for (DataType dt : all_dtypes())
+          for (size_t count : {size_t(1), size_t(4099), size_t(3 << 20) / 4 + 7})
+            for (bool in_place : {false, true})
+              for (const char* fused : {"1", "0", "1"}) {
+                ScopedEnv f("GPUSTRIPE_COLL_FUSED_BARRIER", fused);
+                Case c{op, dt, GPUSTRIPE_SUM, count, in_place, 1 % n, /*async*/ true, /*repeats*/ 3};
+                ASSERT_EQ(run_case(*comm, c, seed++), 0u) << algo << " n=" << n << " fused=" << fused << " "
+                                                         << comm->last_schedule();
+              }
       }
     }
   }

@@ -58,7 +58,8 @@ const OpCase kOpCases[] = {
     {CollOp::AllGather, false, "rounds"},          {CollOp::AllGather, false, "all_at_once"},
     {CollOp::ReduceScatter, true, "rs_copy"},      {CollOp::ReduceScatter, true, "rs_pull"},
     {CollOp::AllReduce, true, "oneshot"},          {CollOp::AllReduce, true, "rs_ag_copy"},
-    {CollOp::AllReduce, true, "rs_ag_pull"},       {CollOp::Bcast, false, "direct"},
+    {CollOp::AllReduce, true, "rs_ag_pull"},       {CollOp::AllReduce, true, "twoshot"},
+    {CollOp::Bcast, false, "direct"},
     {CollOp::Bcast, false, "scatter_ag"},          {CollOp::Reduce, true, "reduce_copy"},
     {CollOp::Reduce, true, "reduce_pull"},
 };
@@ -170,7 +171,7 @@ TEST(CollLarge, DefaultSchedulesAtMegabyteSizes) {
     Case c{op, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, (40u << 20) / 4 + 3, false, 2};
     ASSERT_EQ(run_case(*comm, c, 11), 0u);
     std::string s = comm->last_schedule();
-    if (op == CollOp::AllReduce) EXPECT_NE(s.find("rs_ag_copy"), std::string::npos) << s;
+    if (op == CollOp::AllReduce) EXPECT_NE(s.find("twoshot"), std::string::npos) << s;
     if (op == CollOp::AllToAll || op == CollOp::AllGather) EXPECT_NE(s.find("rounds"), std::string::npos) << s;
     if (op == CollOp::Bcast) EXPECT_NE(s.find("scatter_ag"), std::string::npos) << s;
   }

@@ -83,6 +83,20 @@ TEST(CollReduceHost, IntegerSumWrapsAround) {
   EXPECT_EQ(out, INT32_MIN);
 }
 
+// Two-shot allreduce in place: the destinations are the sources; every copy gets the result.
+TEST(CollReduceHost, MoreDestinationsInPlace) {
+  std::vector<float> a{1, 2, 3}, b{10, 20, 30}, c{100, 200, 300};
+  ReduceArgs r;
+  r.dst = a.data();
+  r.more_dsts = {b.data(), c.data()};
+  r.srcs = {a.data(), b.data(), c.data()};
+  r.count = 3;
+  reduce_host(r);
+  for (const auto* v : {&a, &b, &c}) EXPECT_EQ(*v, (std::vector<float>{111, 222, 333}));
+  r.more_dsts = {nullptr};
+  EXPECT_THROW(reduce_host(r), Error);
+}
+
 TEST(CollTypes, NamesAndBadValues) {
   EXPECT_EQ(parse_dtype("bfloat16"), GPUSTRIPE_BFLOAT16);
   EXPECT_EQ(parse_redop("max"), GPUSTRIPE_MAX);
@@ -112,11 +126,15 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   TeamResources r = h200(4);
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 10, 4).name, "oneshot");
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 2 << 20, 4).name, "oneshot");
-  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 16 << 20, 4).name, "rs_ag_pull");
-  Choice big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
-  EXPECT_EQ(big.name, "rs_ag_copy");
-  EXPECT_GT(big.reduce.chunks, 1);
-  EXPECT_FALSE(big.why.empty());
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 16 << 20, 4).name, "twoshot");
+  EXPECT_FALSE(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4).why.empty());
+  {
+    ScopedEnv most("GPUSTRIPE_COLL_TWOSHOT_MAX", "64M");
+    EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4).name, "twoshot");
+    Choice big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
+    EXPECT_EQ(big.name, "rs_ag_copy");
+    EXPECT_GT(big.reduce.chunks, 1);
+  }
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 20, 4).name, "rs_pull");
   // Kernels reading the peers beat copy engines for reduce-scatter at every size measured.
   Choice rs = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
@@ -258,6 +276,34 @@ TEST(CollSchedules, PipelinedAllreduceMovesTheBusbwBytes) {
     }
   // Scratch holds `slots` chunks per peer, not the whole message.
   EXPECT_LT(scratch.device_bytes(0), count * 4);
+}
+
+// Two-shot: one reduction per rank over its block of every input into every output; no
+// copies and nothing waited for across ranks (per-rank graphs without flags).
+TEST(CollSchedules, TwoshotIsOneKernelPerRankOverItsBlock) {
+  const int n = 4;
+  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
+  Program p(n);
+  auto buf = fake(n, 1 << 30);
+  std::vector<const char*> cbuf(buf.begin(), buf.end());
+  const size_t count = (1 << 20) + 3;
+  build_allreduce_twoshot(p, t, cbuf, buf, count, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+  ASSERT_EQ(p.size(), size_t(n));
+  size_t covered = 0;
+  for (int j = 0; j < n; ++j) {
+    const Op& op = p.ops()[j];
+    EXPECT_EQ(op.kind, Op::Reduce);
+    EXPECT_EQ(op.rank, j);
+    EXPECT_TRUE(op.deps.empty());
+    ASSERT_EQ(op.srcs.size(), size_t(n));
+    ASSERT_EQ(op.more_dsts.size(), size_t(n - 1));
+    const size_t at = static_cast<const char*>(op.dst) - buf[j];
+    EXPECT_EQ(op.srcs[0], cbuf[j] + at);  // its own input first (the first fold accumulates into it)
+    for (int q = 1; q < n; ++q) EXPECT_EQ(op.more_dsts[q - 1], buf[(j + q) % n] + at);
+    covered += op.count;
+  }
+  EXPECT_EQ(covered, count);
+  EXPECT_EQ(split_per_rank(p)[0].size(), 1u);
 }
 
 // Per-rank graphs under the GPUs' barrier: a broadcast's forwards wait on flags that the
