@@ -28,6 +28,13 @@ const StringSetting kHostShare{"GPUSTRIPE_COLL_HOST_SHARE", "auto",
                                "auto (from the node's link figures, above GPUSTRIPE_COLL_HOST_MIN) or 0..0.5"};
 const SizeSetting kHostMin{"GPUSTRIPE_COLL_HOST_MIN", "128M",
                            "Smallest peer block of alltoall/allgather that gets an automatic host-path share"};
+const ChoiceSetting kLocalCopy{"GPUSTRIPE_COLL_LOCAL_COPY", "engine",
+                               "Alltoall/allgather: each rank's own block by a copy engine or by a copy kernel "
+                               "(which leaves the copy engines to the peer blocks)",
+                               {"engine", "kernel"}};
+const IntSetting kRoundLanes{"GPUSTRIPE_COLL_ROUND_LANES", "1",
+                             "Alltoall/allgather in rounds: lanes that each carry a piece of every peer block, "
+                             "side by side (1-4)"};
 const SizeSetting kRoundsMin{"GPUSTRIPE_COLL_ROUNDS_MIN", "1M",
                              "Smallest peer block for which exchanges run in permutation rounds (below: all at once)"};
 // Round 2 on 4x H200 (busbw GB/s, 16M/64M/256M): reduce-scatter with kernels reading the peers
@@ -125,7 +132,11 @@ double auto_host_share(CollOp op, const TeamResources& res) {
 
 std::string Choice::describe() const {
   std::string s = name;
-  if (name == "rounds" || name == "all_at_once") s += " host=" + pct(exchange.host_share);
+  if (name == "rounds" || name == "all_at_once") {
+    s += " host=" + pct(exchange.host_share);
+    if (exchange.local_kernel) s += " local=kernel";
+    if (name == "rounds" && exchange.round_lanes > 1) s += format(" lanes=%d", exchange.round_lanes);
+  }
   else if (name == "direct" || name == "scatter_ag") s += format(" chunks=%d", bcast.chunks);
   else if (name != "oneshot")
     s += format(" chunks=%d slots=%d%s", reduce.chunks, reduce.slots,
@@ -180,6 +191,8 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
       if (f > 0) c.why += "; host share " + pct(f) + " from GPUSTRIPE_COLL_HOST_SHARE";
     }
     c.exchange.host_chunks = std::clamp(chunks_for(block), 2, 16);
+    c.exchange.local_kernel = kLocalCopy.get() == "kernel";
+    c.exchange.round_lanes = static_cast<int>(std::clamp<int64_t>(kRoundLanes.get(), 1, 4));
     return c;
   }
 

@@ -132,6 +132,32 @@ TEST(CollHostShare, ExchangesThroughPinnedHostAreExact) {
   }
 }
 
+// The exchange variants: the own block by a copy kernel (a one-source reduction), each peer
+// block split over several lanes per round, with and without a host share.
+TEST(CollExchangeVariants, LocalKernelAndRoundLanesAreExact) {
+  EmuNode node("h200x4");
+  ScopedEnv rounds("GPUSTRIPE_COLL_ALGO", "rounds");
+  for (const char* share : {"0", "0.25"})
+    for (const char* lanes : {"1", "3"}) {
+      ScopedEnv h("GPUSTRIPE_COLL_HOST_SHARE", share);
+      ScopedEnv l("GPUSTRIPE_COLL_ROUND_LANES", lanes);
+      ScopedEnv k("GPUSTRIPE_COLL_LOCAL_COPY", "kernel");
+      for (int n : {2, 3, 4}) {
+        auto comm = node.comm(n);
+        for (CollOp op : {CollOp::AllToAll, CollOp::AllGather})
+          for (DataType dt : {GPUSTRIPE_INT32, GPUSTRIPE_FLOAT16})
+            for (size_t count : {size_t(1), size_t(3), size_t(5000)})
+              for (bool in_place : {false, true}) {
+                Case c{op, dt, GPUSTRIPE_SUM, count, in_place};
+                ASSERT_EQ(run_case(*comm, c, count + n), 0u) << share << " " << lanes;
+                EXPECT_NE(comm->last_schedule().find("local=kernel"), std::string::npos) << comm->last_schedule();
+                if (std::string(lanes) == "3")
+                  EXPECT_NE(comm->last_schedule().find("lanes=3"), std::string::npos) << comm->last_schedule();
+              }
+      }
+    }
+}
+
 TEST(CollHierarchical, AllreduceOnTwoSocketNodeUsesThreeStages) {
   ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "1K");
   EmuNode node("mist-ac922");
