@@ -31,14 +31,14 @@ class CudaBarrier : public DeviceBarrier {
   CudaBarrier(Backend& b, std::vector<int> devices) : backend_(b), devices_(std::move(devices)) {
     const int n = static_cast<int>(devices_.size());
     // Then two sets of n flags for memory-op barriers and a word holding 1 (their copies' source).
-    const size_t words = memop_base() + 2 * n + 1;
+    const size_t words = memop_slot_base() + kSlots;
     const unsigned long long one = 1;
     for (int r = 0; r < n; ++r) {
       void* p = backend_.alloc_device(devices_[r], words * sizeof(unsigned long long));
       StreamHandle s = backend_.create_stream(devices_[r]);
       backend_.memset_async(p, devices_[r], 0, words * sizeof(unsigned long long), s);
-      backend_.copy_async(static_cast<unsigned long long*>(p) + words - 1, devices_[r], &one, kHostDevice,
-                          sizeof one, s);
+      backend_.copy_async(static_cast<unsigned long long*>(p) + memop_base() + 2 * n, devices_[r], &one,
+                          kHostDevice, sizeof one, s);
       backend_.synchronize_stream(s);
       backend_.destroy_stream(s);
       mem_.push_back(static_cast<unsigned long long*>(p));
@@ -51,7 +51,19 @@ class CudaBarrier : public DeviceBarrier {
     backend_.free_pinned(error_);
     if (stamps_) backend_.free_pinned(stamps_);
   }
+  void release(int rank, const std::vector<int>& slots, StreamHandle s) override {
+    // Kernel flags count up with the barrier number; memory-op flags hold 1 once set and go
+    // back to 0 here, after every wait of this graph and before its exit barrier, so no peer
+    // sets one again (in the next call) before it is reset.
+    if (kBarrierKind.get() == "kernel" || slots.empty()) return;
+    std::vector<void*> addrs;
+    for (int slot : slots) addrs.push_back(mem_[rank] + memop_slot_base() + slot);
+    launch_memop_writes(addrs, 0, devices_[rank], s);
+  }
+  // Layout per rank (64-bit words): n barrier flags, the barrier number, kSlots kernel flags,
+  // 2 x n memory-op barrier flags, a word holding 1, kSlots memory-op flags.
   size_t memop_base() const { return devices_.size() + 1 + kSlots; }
+  size_t memop_slot_base() const { return memop_base() + 2 * devices_.size() + 1; }
   int stamps() const override { return kStamps; }
   void stamp(int rank, int index, StreamHandle s) override {
     GS_REQUIRE(index >= 0 && index < kStamps, GPUSTRIPE_ERR_INTERNAL, "timeline stamp %d of %d", index, kStamps);
@@ -92,10 +104,18 @@ class CudaBarrier : public DeviceBarrier {
   int slots() const override { return kSlots; }
   void signal(int rank, int to, int slot, StreamHandle s) override {
     const int n = static_cast<int>(devices_.size());
+    if (kBarrierKind.get() != "kernel") {
+      launch_memop_writes({mem_[to] + memop_slot_base() + slot}, 1, devices_[rank], s);
+      return;
+    }
     launch_signal_kernel(mem_[rank] + n, mem_[to] + n + 1 + slot, devices_[rank], s);
   }
   void wait(int rank, int slot, StreamHandle s) override {
     const int n = static_cast<int>(devices_.size());
+    if (kBarrierKind.get() != "kernel") {
+      launch_memop_waits({mem_[rank] + memop_slot_base() + slot}, devices_[rank], s);
+      return;
+    }
     launch_wait_kernel(mem_[rank] + n, mem_[rank] + n + 1 + slot,
                        static_cast<unsigned long long>(kBarrierTimeout.get() * 1e9), error_, devices_[rank], s);
   }

@@ -28,6 +28,9 @@ class DeviceBarrier {
   virtual int slots() const = 0;
   virtual void signal(int rank, int to, int slot, StreamHandle s) = 0;
   virtual void wait(int rank, int slot, StreamHandle s) = 0;
+  // After the last wait of a per-rank graph, before its exit barrier: makes rank's flags
+  // `slots` ready for the next graph (flags of memory-op barriers are reset, not counted).
+  virtual void release(int rank, const std::vector<int>& slots, StreamHandle s) = 0;
   // Throws ERR_TIMEOUT when a barrier gave up (call after the work has completed).
   virtual void check() = 0;
   // Device-side timeline (GPUSTRIPE_COLL_TRACE): a one-thread kernel on s stores the GPU's
@@ -65,6 +68,10 @@ void launch_stamp_kernel(unsigned long long* slot, int dev, void* cuda_stream);
 // is 1, then reset those to 0. Throws ERR_NOT_SUPPORTED where the driver lacks the calls.
 void launch_memop_barrier(const std::vector<void*>& remote, const std::vector<void*>& own, const void* one,
                           bool by_copy, int dev, void* cuda_stream);
+// Memory operations of dependencies between ranks: write 32-bit `value` to each of `addrs`
+// (after the stream's earlier work, fenced), or wait until each of `addrs` holds 1.
+void launch_memop_writes(const std::vector<void*>& addrs, unsigned value, int dev, void* cuda_stream);
+void launch_memop_waits(const std::vector<void*>& addrs, int dev, void* cuda_stream);
 #endif
 
 }  // namespace gpustripe::coll

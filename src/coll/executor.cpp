@@ -353,6 +353,10 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog) {
           after = [&](size_t i, ::gpustripe::Lane& l) { stamp(l.stream(), step_label(sub.ops()[i])); };
         std::vector<LaneRef> used = enqueue_ops(sub, capture_lanes_, {forks_[r]}, after);
         for (LaneRef u : used) backend_.wait_event(origin.stream(), u->mark().event);
+        std::vector<int> waited;
+        for (const Op& op : sub.ops())
+          if (op.kind == Op::Wait) waited.push_back(static_cast<int>(op.count));
+        barrier_->release(r, waited, origin.stream());
         stamp(origin.stream(), "joined");
         barrier_->arrive_and_wait(r, origin.stream(), 1);
         stamp(origin.stream(), "exit barrier");

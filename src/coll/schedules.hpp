@@ -85,6 +85,11 @@ void build_allreduce(Program& p, const Team& t, const std::string& schedule,
 
 struct BcastOpts {
   bool scatter_allgather = true;  // root scatters pieces, members forward them; else root sends to all
+  // A chain root -> root+1 -> ... -> root+n-1 in chunks: every GPU receives the message once
+  // and sends it once (all but the last), each link direction carries it once; the chunks
+  // alternate between two lanes on every sender, so one chunk's wait for its predecessor
+  // overlaps the copy of the one before. Takes precedence over scatter_allgather.
+  bool chain = false;
   int chunks = 1;
   // Scatter-allgather: the root sends its pieces to all members at once, and each member
   // forwards to all others at once (a lane per destination), meant to share every member's

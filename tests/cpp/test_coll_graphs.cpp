@@ -17,7 +17,7 @@ TEST(CollGraphs, BlockingThenStreamCallsOnBuffersAllocatedAgain) {
   std::unique_ptr<Backend> backend(rec);
   for (int n : {2, 4}) {
     auto comm = Comm::create(*backend, topo, n == 2 ? std::vector<int>{0, 1} : std::vector<int>{0, 1, 2, 3});
-    for (const char* algo : {"rounds", "all_at_once", "direct", "scatter_ag"})
+    for (const char* algo : {"rounds", "all_at_once", "direct", "scatter_ag", "chain"})
       for (CollOp op : {CollOp::AllToAll, CollOp::AllGather, CollOp::Bcast}) {
         ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
         auto own = schedule_names(op);

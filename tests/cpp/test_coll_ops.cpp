@@ -47,6 +47,7 @@ TEST_P(CollOps, MatchesFloat64ReferenceOnEveryTypeAndCount) {
   // Small chunks make several pipeline chunks (and scratch slot reuse) out of test-sized data.
   ScopedEnv algo("GPUSTRIPE_COLL_ALGO", oc.algo);
   ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "512");
+  ScopedEnv chain_chunk("GPUSTRIPE_COLL_CHAIN_CHUNK", "1K");
   EmuNode node("h200x4");
   auto comm = node.comm(n);
   sweep(*comm, oc.op, oc.reduction, 1000 * n);
@@ -59,7 +60,8 @@ const OpCase kOpCases[] = {
     {CollOp::ReduceScatter, true, "rs_copy"},      {CollOp::ReduceScatter, true, "rs_pull"},
     {CollOp::AllReduce, true, "oneshot"},          {CollOp::AllReduce, true, "rs_ag_copy"},
     {CollOp::AllReduce, true, "rs_ag_pull"},       {CollOp::Bcast, false, "direct"},
-    {CollOp::Bcast, false, "scatter_ag"},          {CollOp::Reduce, true, "reduce_copy"},
+    {CollOp::Bcast, false, "scatter_ag"},          {CollOp::Bcast, false, "chain"},
+    {CollOp::Reduce, true, "reduce_copy"},
     {CollOp::Reduce, true, "reduce_pull"},
 };
 
@@ -99,6 +101,7 @@ TEST(CollRepeat, RememberedChoicesFollowTheSettings) {
 // The same buffers called again with fresh data give fresh results (no stale scratch).
 TEST(CollRepeat, SameBuffersFreshDataEverySchedule) {
   ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "512");
+  ScopedEnv chain_chunk("GPUSTRIPE_COLL_CHAIN_CHUNK", "1K");
   EmuNode node("h200x4");
   auto comm = node.comm(3);
   for (const char* variant : {"receiver", "sender"}) {

@@ -2,6 +2,7 @@
 // selection, the structure of the schedules, argument checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -278,6 +279,44 @@ TEST(CollSchedules, RoundLanesSplitEveryPeerBlockAndTheKernelCopiesTheOwnBlock) 
     ASSERT_EQ(d.size(), 3u);
     for (int r = 0; r < 3; ++r) EXPECT_EQ(d[r], (il.first + r + 1) % n);
   }
+}
+
+TEST(CollSchedules, ChainBroadcastSendsEveryChunkOnceAlongTheMembers) {
+  const int n = 4, root = 2, chunks = 5;
+  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
+  auto bufs = fake(n, 1 << 30);
+  BcastOpts o;
+  o.chain = true;
+  o.chunks = chunks;
+  const size_t bytes = (10 << 20) + 12345;
+  Program p(n);
+  build_bcast(p, t, bufs, bytes, root, o);
+  // Hops root->3->0->1; per hop the chunks tile the message; each hop's copy of a chunk
+  // waits for the previous hop's copy of it; chunks alternate between two lanes.
+  const std::vector<int> order{2, 3, 0, 1};
+  std::map<int, size_t> covered;  // sender -> bytes sent
+  for (size_t i = 0; i < p.size(); ++i) {
+    const Op& op = p.ops()[i];
+    ASSERT_EQ(op.kind, Op::Copy);
+    const int hop = static_cast<int>(std::find(order.begin(), order.end(), op.rank) - order.begin());
+    ASSERT_LT(hop, 3) << "the last member forwards nothing";
+    EXPECT_EQ(op.dst_dev, order[hop + 1]);
+    const size_t off = static_cast<const char*>(op.src) - bufs[op.rank];
+    EXPECT_EQ(static_cast<const char*>(op.dst) - bufs[op.dst_dev], static_cast<ptrdiff_t>(off));
+    covered[op.rank] += op.bytes;
+    const int chunk = static_cast<int>(off / ((bytes / chunks + 255) / 256 * 256));
+    EXPECT_EQ(op.lane, chunk % 2 == 0 ? kLaneOut : kLaneOut2);
+    if (hop == 0) {
+      EXPECT_TRUE(op.deps.empty());
+    } else {
+      ASSERT_EQ(op.deps.size(), 1u);
+      const Op& prev = p.ops()[op.deps[0]];
+      EXPECT_EQ(prev.rank, order[hop - 1]);
+      EXPECT_EQ(prev.dst, op.src);
+      EXPECT_EQ(prev.bytes, op.bytes);
+    }
+  }
+  for (int r : {2, 3, 0}) EXPECT_EQ(covered[r], bytes) << "rank " << r;
 }
 
 TEST(CollSchedules, PipelinedAllreduceMovesTheBusbwBytes) {
