@@ -4,7 +4,9 @@
 #include <chrono>
 #include <vector>
 
+#include "coll/executor.hpp"
 #include "common/error.hpp"
+#include "common/text_file.hpp"
 
 namespace gpustripe::coll {
 
@@ -93,6 +95,13 @@ CollTiming time_collective(Comm& comm, CollOp op, size_t bytes, DataType dt, Red
     throw;
   }
   comm.synchronize();
+  const std::string trace_file = Executor::trace_path();
+  const std::string trace = trace_file.empty() ? "" : comm.trace_text();
+  if (!trace.empty()) {
+    std::string text = file_exists(trace_file) ? read_text_file(trace_file, "coll trace") : "";
+    text += format("%s n=%d %zu B: %s\n", coll_op_name(op), n, bytes, comm.last_schedule().c_str()) + trace;
+    write_text_file(trace_file, text);
+  }
   for (StreamHandle s : streams) be.destroy_stream(s);
   for (void* p : owned) be.free_device(p);
 

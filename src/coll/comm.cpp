@@ -179,6 +179,7 @@ Choice Comm::pick(CollOp op, size_t bytes, DataType dt) {
   // The choice depends on the call's op, size and type and on the GPUSTRIPE_ settings: a
   // repeated call with the same of all reuses it (choosing formats its reasons: microseconds).
   std::string key = settings_fingerprint();
+  fingerprint_ = key;
   auto put = [&](const auto& v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
   put(op);
   put(bytes);
@@ -203,6 +204,10 @@ void Comm::run(const std::string& key, const std::function<void(Program&)>& buil
   std::string k = key;
   uint64_t gen = scratch_->generation();
   k.append(reinterpret_cast<const char*>(&gen), sizeof gen);
+  // And the settings: some shape the program without showing in its description (the
+  // executor's GPUSTRIPE_COLL_GPU_BARRIER, GPUSTRIPE_COLL_TRACE), so a graph captured under
+  // other settings is never replayed.
+  k += fingerprint_;
   const bool as_graph = kGraphs.get() && last_bytes_ <= kGraphMax.get();
   exec_->enqueue_keyed(
       k,
@@ -231,6 +236,8 @@ std::string Comm::key_of(const std::vector<const void*>& a, const std::vector<vo
   for (const void* p : b) put(p);
   return k;
 }
+
+std::string Comm::trace_text() const { return exec_->trace_text(); }
 
 void Comm::synchronize() {
   exec_->synchronize();

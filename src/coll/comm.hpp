@@ -65,6 +65,9 @@ class Comm {
   // For tests and tools: called with every program the communicator builds (replays of a
   // captured graph build none).
   void set_program_observer(std::function<void(const Program&)> observer) { observer_ = std::move(observer); }
+  // Device-side timeline of the last call (per-rank graphs captured with GPUSTRIPE_COLL_TRACE);
+  // call after it completed. "" when there is none.
+  std::string trace_text() const;
   // "<op> <schedule description>" of the last call.
   const std::string& last_schedule() const { return last_; }
 
@@ -97,6 +100,7 @@ class Comm {
   std::string last_;
   std::function<void(const Program&)> observer_;
   size_t last_bytes_ = 0;  // size of the call being made (set by pick)
+  std::string fingerprint_;  // the GPUSTRIPE_ settings of the call being made (set by pick)
 };
 
 }  // namespace gpustripe::coll

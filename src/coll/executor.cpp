@@ -1,6 +1,8 @@
 #include "coll/executor.hpp"
 
+#include <algorithm>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "common/config.hpp"
@@ -26,6 +28,26 @@ const BoolSetting kGpuFlags{"GPUSTRIPE_COLL_GPU_FLAGS", "0",
                             "With GPUSTRIPE_COLL_GPU_BARRIER: schedules with waits between GPUs (broadcast, host "
                             "path, pushed reduction inputs) become per-rank graphs too, each wait a flag the "
                             "other GPU sets (not measured yet: off)"};
+
+const StringSetting kTrace{"GPUSTRIPE_COLL_TRACE", "",
+                           "File to which `gpustripe bench coll` appends a device-side timeline of each timed "
+                           "collective's last call: per-rank graphs get a GPU timer stamp after every step (this "
+                           "slows them a little; for diagnosis only). Empty: off"};
+
+// What an op of a per-rank program is, for the timeline.
+std::string step_label(const Op& op) {
+  const std::string lane = format("L%d ", op.lane);
+  switch (op.kind) {
+    case Op::Copy:
+      return lane + format("copy %s->%s %s", op.src_dev == kHostDevice ? "host" : std::to_string(op.src_dev).c_str(),
+                           op.dst_dev == kHostDevice ? "host" : std::to_string(op.dst_dev).c_str(),
+                           format_size(op.bytes).c_str());
+    case Op::Reduce: return lane + format("kernel %zu srcs %zu el", op.srcs.size(), op.count);
+    case Op::Signal: return lane + format("signal->%d", op.dst_dev);
+    case Op::Wait: return lane + "wait";
+    default: return lane + "barrier";
+  }
+}
 
 bool has_barrier(const Program& prog) {
   for (const Op& op : prog.ops())
@@ -138,7 +160,8 @@ void Executor::finish(const std::vector<LaneMark>& done, const std::vector<Strea
 }
 
 std::vector<Executor::LaneRef> Executor::enqueue_ops(const Program& prog, LaneSet& set,
-                                                     const std::vector<EventHandle>& entry) {
+                                                     const std::vector<EventHandle>& entry,
+                                                     const std::function<void(size_t, ::gpustripe::Lane&)>& after_op) {
   const auto& ops = prog.ops();
   // Which ops other lanes wait for: those get a mark right after they are enqueued.
   std::vector<uint8_t> marked(ops.size(), 0);
@@ -180,6 +203,7 @@ std::vector<Executor::LaneRef> Executor::enqueue_ops(const Program& prog, LaneSe
     } else {
       reducer_.reduce_async(reduce_args(op), devices_[op.rank], l.stream());
     }
+    if (after_op) after_op(i, l);
     if (marked[i]) marks[i] = l.mark();
   }
   return used;
@@ -294,17 +318,42 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog) {
   PerRank out;
   std::vector<GraphExecHandle>& graphs = out.graphs;
   const CrossSlots slots = cross_slots(prog);
+  std::vector<Program> subs;
+  for (int r = 0; r < n; ++r) subs.push_back(only_rank(prog, r, slots));
+  // Tracing: a stamp before and after each barrier and after every op.
+  size_t want = 0;
+  for (const Program& sub : subs) want += sub.size() + 4;
+  if (!kTrace.get().empty() && next_stamp_ + want <= static_cast<size_t>(barrier_->stamps())) {
+    out.trace = std::make_shared<Trace>();
+    out.trace->steps.resize(n);
+  }
   for (int r = 0; r < n; ++r) {
-    Program sub = only_rank(prog, r, slots);
+    const Program& sub = subs[r];
     ::gpustripe::Lane& origin = lane(lanes_, r, kOriginLane);
+    auto stamp = [&](StreamHandle s, const std::string& what) {
+      if (!out.trace) return;
+      barrier_->stamp(r, next_stamp_, s);
+      out.trace->steps[r].emplace_back(next_stamp_++, what);
+    };
     try {
       backend_.begin_capture(origin.stream());
       try {
-        barrier_->arrive_and_wait(r, origin.stream());
+        stamp(origin.stream(), "call");
+        barrier_->arrive_and_wait(r, origin.stream(), 0);
+        stamp(origin.stream(), "entry barrier");
         backend_.record_event(forks_[r], origin.stream());
-        std::vector<LaneRef> used = enqueue_ops(sub, capture_lanes_, {forks_[r]});
+        std::function<void(size_t, ::gpustripe::Lane&)> after;
+        if (out.trace)
+          after = [&](size_t i, ::gpustripe::Lane& l) { stamp(l.stream(), step_label(sub.ops()[i])); };
+        std::vector<LaneRef> used = enqueue_ops(sub, capture_lanes_, {forks_[r]}, after);
         for (LaneRef u : used) backend_.wait_event(origin.stream(), u->mark().event);
-        barrier_->arrive_and_wait(r, origin.stream());
+        std::vector<int> waited;
+        for (const Op& op : sub.ops())
+          if (op.kind == Op::Wait) waited.push_back(static_cast<int>(op.count));
+        barrier_->release(r, waited, origin.stream());
+        stamp(origin.stream(), "joined");
+        barrier_->arrive_and_wait(r, origin.stream(), 1);
+        stamp(origin.stream(), "exit barrier");
       } catch (...) {
         try {
           backend_.destroy_graph(backend_.end_capture(origin.stream()));
@@ -336,6 +385,7 @@ void Executor::launch_per_rank(const PerRank& pr, const std::vector<StreamHandle
       for (const LaneMark& m : last_done_) backend_.wait_event(s[r], m.event);
   for (int r = 0; r < n; ++r) backend_.launch_graph(pr.graphs[r], s[r]);
   graph_launches_ += n;
+  last_trace_ = pr.trace;
   last_done_.clear();
   for (int r = 0; r < n; ++r) {
     backend_.record_event(exit_ev_[r], s[r]);
@@ -351,6 +401,27 @@ void Executor::launch(GraphExecHandle g, const std::vector<StreamHandle>& user_s
   backend_.launch_graph(g, origin.stream());
   ++graph_launches_;
   finish({origin.mark()}, user_streams);
+}
+
+std::string Executor::trace_path() { return kTrace.get(); }
+
+std::string Executor::trace_text() const {
+  if (!last_trace_ || !barrier_) return "";
+  const auto& steps = last_trace_->steps;
+  // Time zero: the first rank out of the entry barrier (the second stamp of each rank).
+  unsigned long long t0 = ~0ull;
+  for (const auto& rank_steps : steps)
+    if (rank_steps.size() > 1) t0 = std::min(t0, barrier_->stamp_value(rank_steps[1].first));
+  std::string out;
+  for (size_t r = 0; r < steps.size(); ++r) {
+    out += format("  rank %zu:", r);
+    for (const auto& [index, what] : steps[r]) {
+      const double us = (static_cast<double>(barrier_->stamp_value(index)) - static_cast<double>(t0)) / 1e3;
+      out += format("  [%s] %.1f", what.c_str(), us);
+    }
+    out += "\n";
+  }
+  return out;
 }
 
 void Executor::synchronize() {

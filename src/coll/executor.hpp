@@ -52,6 +52,12 @@ class Executor {
   // Waits for everything enqueued so far.
   void synchronize();
   size_t graph_launches() const { return graph_launches_; }
+  // GPUSTRIPE_COLL_TRACE: where `bench coll` appends timelines; "" when tracing is off.
+  static std::string trace_path();
+  // The device-side timeline of the last per-rank graph launch (captured with tracing on):
+  // per rank, microseconds from the first rank leaving the entry barrier to each step's end.
+  // Call after the work completed; "" when there is none.
+  std::string trace_text() const;
   // Why the last call's program runs without (per-rank) graphs, if its capture failed; "" else.
   std::string take_note() { return std::exchange(note_, std::string()); }
 
@@ -60,7 +66,9 @@ class Executor {
   ::gpustripe::Lane& lane(LaneSet& set, int rank, int lane);
   EventHandle user_event(int rank);
   // Enqueues the ops on lanes of `set`, each lane first waiting for `entry`; returns the lanes used.
-  std::vector<LaneRef> enqueue_ops(const Program& prog, LaneSet& set, const std::vector<EventHandle>& entry);
+  // after_op (optional): called after each op is enqueued, with its index and lane.
+  std::vector<LaneRef> enqueue_ops(const Program& prog, LaneSet& set, const std::vector<EventHandle>& entry,
+                                   const std::function<void(size_t, ::gpustripe::Lane&)>& after_op = {});
   std::vector<EventHandle> entry_events(const std::vector<StreamHandle>& user_streams);
   void finish(const std::vector<LaneMark>& done, const std::vector<StreamHandle>& user_streams);
   void check_streams(int nranks, const std::vector<StreamHandle>& user_streams) const;
@@ -68,8 +76,13 @@ class Executor {
   void launch(GraphExecHandle g, const std::vector<StreamHandle>& user_streams);
   // Per-rank graphs: captured on each rank's origin stream between the GPUs' own entry and
   // exit barriers; empty when capturing failed.
+  // Timeline stamps of a per-rank capture: per rank, (stamp index, what ended there).
+  struct Trace {
+    std::vector<std::vector<std::pair<int, std::string>>> steps;
+  };
   struct PerRank {
     std::vector<GraphExecHandle> graphs;
+    std::shared_ptr<Trace> trace;  // with GPUSTRIPE_COLL_TRACE only
   };
   PerRank capture_per_rank(const Program& prog);
   void launch_per_rank(const PerRank& g, const std::vector<StreamHandle>& user_streams);
@@ -94,6 +107,8 @@ class Executor {
   std::string note_;                    // what went wrong capturing the current call's program
   std::map<std::string, std::string> notes_;  // by key: what went wrong capturing it
   size_t graph_launches_ = 0;
+  int next_stamp_ = 0;                  // stamp indices handed out to traced captures
+  std::shared_ptr<Trace> last_trace_;   // of the last per-rank launch
 };
 
 }  // namespace gpustripe::coll

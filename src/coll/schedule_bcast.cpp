@@ -1,7 +1,8 @@
 // Broadcast. Sending the whole message from the root to every member makes the root's
 // NVLink egress carry (n-1) copies. Scatter-allgather sends each non-root member one
 // piece (the root's egress carries the message once) and lets the members forward
-// their pieces to each other; chunks pipeline the two steps.
+// their pieces to each other; chunks pipeline the two steps. A chain passes chunks along
+// the members, each GPU sending and receiving the message once.
 #include <algorithm>
 
 #include "coll/schedules.hpp"
@@ -16,6 +17,24 @@ void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size
   for (int r = 1; r < n; ++r) others.push_back((root + r) % n);
   const int chunks = std::max(1, o.chunks);
   const size_t step = (bytes + chunks - 1) / chunks;
+
+  if (o.chain) {
+    // hop h: member chain[h] sends to chain[h+1]; chunk c goes once the previous hop delivered it.
+    std::vector<int> chain{root};
+    chain.insert(chain.end(), others.begin(), others.end());
+    const size_t cstep = (step + 255) / 256 * 256;
+    for (int c = 0; c < chunks; ++c) {
+      const size_t off = std::min(bytes, c * cstep), len = std::min(cstep, bytes - off);
+      if (len == 0) break;
+      const int lane = c % 2 == 0 ? kLaneOut : kLaneOut2;
+      int got = -1;
+      for (int h = 0; h + 1 < n; ++h) {
+        const int from = chain[h], to = chain[h + 1];
+        got = p.copy(t.rank[from], lane, bufs[to] + off, t.dev[to], bufs[from] + off, t.dev[from], len, {got});
+      }
+    }
+    return;
+  }
 
   for (int c = 0; c < chunks; ++c) {
     const size_t coff = std::min(bytes, c * step), clen = std::min(step, bytes - coff);

@@ -27,14 +27,24 @@ void exchange(Program& p, const Team& t, size_t block, const ExchangeOpts& o, Sc
   const size_t nv_bytes = block - host_bytes;
 
   // Local block first, on its own lane: device-local copies are fast and overlap the rest.
-  for (int i = 0; i < n; ++i)
-    p.copy(t.rank[i], kLaneLocal, dst(i, i), t.dev[i], src(i, i), t.dev[i], block);
+  for (int i = 0; i < n; ++i) {
+    if (o.local_kernel && block % 4 == 0 && dst(i, i) != src(i, i))
+      p.reduce(t.rank[i], kLaneLocal, dst(i, i), {src(i, i)}, block / 4, GPUSTRIPE_INT32, GPUSTRIPE_SUM);
+    else
+      p.copy(t.rank[i], kLaneLocal, dst(i, i), t.dev[i], src(i, i), t.dev[i], block);
+  }
 
+  // Rounds on round_lanes lanes side by side: piece l of every peer block on lane l.
+  const int pieces = o.rounds ? std::max(1, o.round_lanes) : 1;
+  const size_t piece = (nv_bytes / pieces + kAlign - 1) / kAlign * kAlign;
   for (int r = 1; r < n; ++r)
     for (int i = 0; i < n; ++i) {
       int j = (i + r) % n;
-      int lane = o.rounds ? kLaneOut : kLanePeer0 + (r - 1);
-      p.copy(t.rank[i], lane, dst(i, j), t.dev[j], src(i, j), t.dev[i], nv_bytes);
+      for (int l = 0; l < pieces; ++l) {
+        const size_t off = std::min(nv_bytes, l * piece), len = l + 1 == pieces ? nv_bytes - off : std::min(piece, nv_bytes - off);
+        int lane = !o.rounds ? kLanePeer0 + (r - 1) : l == 0 ? kLaneOut : kLanePeer0 + (l - 1);
+        p.copy(t.rank[i], lane, dst(i, j) + off, t.dev[j], src(i, j) + off, t.dev[i], len);
+      }
     }
 
   if (host_bytes == 0) return;

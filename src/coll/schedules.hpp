@@ -30,6 +30,12 @@ struct ExchangeOpts {
   bool rounds = true;        // permutation rounds on one lane per rank; else one lane per peer, all at once
   double host_share = 0;     // fraction of each peer block sent through pinned host memory
   int host_chunks = 4;       // pipeline depth of the host path (D2H of chunk c+1 beside H2D of chunk c)
+  // The own block by a copy kernel (SMs) instead of a copy engine, so that the local copy
+  // takes nothing from the copy engines pushing peer blocks (sizes of 4-byte multiples).
+  bool local_kernel = false;
+  // Rounds: each peer block split over this many lanes that run side by side, so one
+  // lane's gap between two copies is covered by the other's.
+  int round_lanes = 1;
 };
 
 // Alltoall: block j of send[i] -> block i of recv[j]; blocks of `block` bytes. Not in place
@@ -84,6 +90,11 @@ void build_allreduce(Program& p, const Team& t, const std::string& schedule,
 
 struct BcastOpts {
   bool scatter_allgather = true;  // root scatters pieces, members forward them; else root sends to all
+  // A chain root -> root+1 -> ... -> root+n-1 in chunks: every GPU receives the message once
+  // and sends it once (all but the last), each link direction carries it once; the chunks
+  // alternate between two lanes on every sender, so one chunk's wait for its predecessor
+  // overlaps the copy of the one before. Takes precedence over scatter_allgather.
+  bool chain = false;
   int chunks = 1;
   // Scatter-allgather: the root sends its pieces to all members at once, and each member
   // forwards to all others at once (a lane per destination), meant to share every member's

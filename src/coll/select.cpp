@@ -14,7 +14,7 @@ namespace {
 const StringSetting kAlgo{"GPUSTRIPE_COLL_ALGO", "auto",
                           "Force collective schedules: auto, or a comma list of names, each op taking the first that "
                           "is its own (rounds, all_at_once, rs_copy, rs_pull, oneshot, twoshot, rs_ag_copy, rs_ag_pull, hier, "
-                          "direct, scatter_ag, reduce_copy, reduce_pull)"};
+                          "direct, scatter_ag, chain, reduce_copy, reduce_pull)"};
 const SizeSetting kChunk{"GPUSTRIPE_COLL_CHUNK", "32M",
                          "Pipeline chunk of a rank's block in reduce-scatter/allreduce/reduce/bcast schedules "
                          "(blocks of 2M and more get at least 4 chunks)"};
@@ -28,6 +28,13 @@ const StringSetting kHostShare{"GPUSTRIPE_COLL_HOST_SHARE", "auto",
                                "auto (from the node's link figures, above GPUSTRIPE_COLL_HOST_MIN) or 0..0.5"};
 const SizeSetting kHostMin{"GPUSTRIPE_COLL_HOST_MIN", "128M",
                            "Smallest peer block of alltoall/allgather that gets an automatic host-path share"};
+const ChoiceSetting kLocalCopy{"GPUSTRIPE_COLL_LOCAL_COPY", "engine",
+                               "Alltoall/allgather: each rank's own block by a copy engine or by a copy kernel "
+                               "(which leaves the copy engines to the peer blocks)",
+                               {"engine", "kernel"}};
+const IntSetting kRoundLanes{"GPUSTRIPE_COLL_ROUND_LANES", "1",
+                             "Alltoall/allgather in rounds: lanes that each carry a piece of every peer block, "
+                             "side by side (1-4)"};
 const SizeSetting kRoundsMin{"GPUSTRIPE_COLL_ROUNDS_MIN", "1M",
                              "Smallest peer block for which exchanges run in permutation rounds (below: all at once)"};
 // Round 2 on 4x H200 (busbw GB/s, 16M/64M/256M): reduce-scatter with kernels reading the peers
@@ -48,6 +55,8 @@ const StringSetting kRsCopies{"GPUSTRIPE_COLL_RS_COPIES", "sender",
 const SizeSetting kScratchMax{"GPUSTRIPE_COLL_SCRATCH_MAX", "1G",
                               "Most scratch per rank for the pipeline slots of reductions (up to it, every chunk "
                               "gets its own slot and no copy waits for a reduction)"};
+const SizeSetting kChainChunk{"GPUSTRIPE_COLL_CHAIN_CHUNK", "8M",
+                              "Pipeline chunk of chain broadcasts (up to 64 chunks)"};
 const BoolSetting kBcastLanes{"GPUSTRIPE_COLL_BCAST_LANES", "0",
                               "Scatter-allgather broadcast: a lane per destination (the root and every "
                               "forwarder send to all at once), else one lane per rank"};
@@ -113,7 +122,7 @@ std::vector<std::string> schedule_names(CollOp op) {
     case CollOp::AllGather: return {"rounds", "all_at_once"};
     case CollOp::ReduceScatter: return {"rs_copy", "rs_pull"};
     case CollOp::AllReduce: return {"oneshot", "twoshot", "rs_ag_copy", "rs_ag_pull", "hier"};
-    case CollOp::Bcast: return {"direct", "scatter_ag"};
+    case CollOp::Bcast: return {"direct", "scatter_ag", "chain"};
     case CollOp::Reduce: return {"reduce_copy", "reduce_pull"};
   }
   return {};
@@ -131,8 +140,12 @@ double auto_host_share(CollOp op, const TeamResources& res) {
 
 std::string Choice::describe() const {
   std::string s = name;
-  if (name == "rounds" || name == "all_at_once") s += " host=" + pct(exchange.host_share);
-  else if (name == "direct" || name == "scatter_ag") s += format(" chunks=%d", bcast.chunks);
+  if (name == "rounds" || name == "all_at_once") {
+    s += " host=" + pct(exchange.host_share);
+    if (exchange.local_kernel) s += " local=kernel";
+    if (name == "rounds" && exchange.round_lanes > 1) s += format(" lanes=%d", exchange.round_lanes);
+  }
+  else if (name == "direct" || name == "scatter_ag" || name == "chain") s += format(" chunks=%d", bcast.chunks);
   else if (name != "oneshot" && name != "twoshot")
     s += format(" chunks=%d slots=%d%s", reduce.chunks, reduce.slots,
                 reduce.pull ? "" : reduce.receiver_copies ? " copies=receiver" : " copies=sender");
@@ -186,14 +199,18 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
       if (f > 0) c.why += "; host share " + pct(f) + " from GPUSTRIPE_COLL_HOST_SHARE";
     }
     c.exchange.host_chunks = std::clamp(chunks_for(block), 2, 16);
+    c.exchange.local_kernel = kLocalCopy.get() == "kernel";
+    c.exchange.round_lanes = static_cast<int>(std::clamp<int64_t>(kRoundLanes.get(), 1, 4));
     return c;
   }
 
   if (op == CollOp::Bcast) {
     c.name = force.empty() ? (n > 2 && bytes >= kRoundsMin.get() ? "scatter_ag" : "direct") : force;
     c.bcast.scatter_allgather = c.name == "scatter_ag";
+    c.bcast.chain = c.name == "chain";
     c.bcast.lane_per_peer = kBcastLanes.get();
-    c.bcast.chunks = chunks_for(bytes / std::max(1, n - 1), kBcastChunk.get(), 32);
+    c.bcast.chunks = c.bcast.chain ? chunks_for(bytes, kChainChunk.get(), 64, 1)
+                                   : chunks_for(bytes / std::max(1, n - 1), kBcastChunk.get(), 32);
     c.why = !force.empty() ? why_forced(c.name)
             : c.bcast.scatter_allgather
                 ? size + " over " + std::to_string(n) + " ranks: root sends each byte once, members forward pieces"

@@ -26,7 +26,7 @@ struct GpuNode {
 };
 
 const char* kAlgos[] = {"rounds", "all_at_once", "rs_copy", "rs_pull", "oneshot", "twoshot", "rs_ag_copy", "rs_ag_pull",
-                        "direct", "scatter_ag", "reduce_copy", "reduce_pull"};
+                        "direct", "scatter_ag", "chain", "reduce_copy", "reduce_pull"};
 
 TEST(CollGpu, EveryScheduleTypeAndOperator) {
   GS_REQUIRE_GPU(2);

@@ -85,6 +85,7 @@ std::string find_race(const Program& p) {
 
 TEST(CollHazards, EveryScheduleOrdersEveryConflictingAccess) {
   ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "512");
+  ScopedEnv chain_chunk("GPUSTRIPE_COLL_CHAIN_CHUNK", "1K");
   ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0.2");
   for (const char* topo_name : {"h200x4", "mist-ac922"}) {
     Topology topo = load_topology_file(topo_name);
@@ -105,11 +106,14 @@ TEST(CollHazards, EveryScheduleOrdersEveryConflictingAccess) {
                         CollOp::Bcast, CollOp::Reduce})
         for (const std::string& algo : schedule_names(op)) {
           if ((algo == "hier") != sockets) continue;
-          // The second pass: senders' copy engines move reduction inputs, one lane per broadcaster.
+          // The second pass: senders' copy engines move reduction inputs, one lane per broadcaster;
+          // exchanges with the own block on a copy engine and one lane per round (the first: a
+          // kernel, two lanes).
           const bool second = std::string(variant) == "sender";
-          if (second && (op == CollOp::AllToAll || op == CollOp::AllGather)) continue;
           ScopedEnv copies("GPUSTRIPE_COLL_RS_COPIES", variant);
           ScopedEnv lanes("GPUSTRIPE_COLL_BCAST_LANES", second ? "0" : "1");
+          ScopedEnv local("GPUSTRIPE_COLL_LOCAL_COPY", second ? "engine" : "kernel");
+          ScopedEnv round_lanes("GPUSTRIPE_COLL_ROUND_LANES", second ? "1" : "2");
           ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo.c_str());
           for (bool in_place : {false, true}) {
             if (op == CollOp::Bcast && in_place) continue;

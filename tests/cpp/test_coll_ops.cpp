@@ -47,6 +47,7 @@ TEST_P(CollOps, MatchesFloat64ReferenceOnEveryTypeAndCount) {
   // Small chunks make several pipeline chunks (and scratch slot reuse) out of test-sized data.
   ScopedEnv algo("GPUSTRIPE_COLL_ALGO", oc.algo);
   ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "512");
+  ScopedEnv chain_chunk("GPUSTRIPE_COLL_CHAIN_CHUNK", "1K");
   EmuNode node("h200x4");
   auto comm = node.comm(n);
   sweep(*comm, oc.op, oc.reduction, 1000 * n);
@@ -60,7 +61,8 @@ const OpCase kOpCases[] = {
     {CollOp::AllReduce, true, "oneshot"},          {CollOp::AllReduce, true, "rs_ag_copy"},
     {CollOp::AllReduce, true, "rs_ag_pull"},       {CollOp::AllReduce, true, "twoshot"},
     {CollOp::Bcast, false, "direct"},
-    {CollOp::Bcast, false, "scatter_ag"},          {CollOp::Reduce, true, "reduce_copy"},
+    {CollOp::Bcast, false, "scatter_ag"},          {CollOp::Bcast, false, "chain"},
+    {CollOp::Reduce, true, "reduce_copy"},
     {CollOp::Reduce, true, "reduce_pull"},
 };
 
@@ -100,6 +102,7 @@ TEST(CollRepeat, RememberedChoicesFollowTheSettings) {
 // The same buffers called again with fresh data give fresh results (no stale scratch).
 TEST(CollRepeat, SameBuffersFreshDataEverySchedule) {
   ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "512");
+  ScopedEnv chain_chunk("GPUSTRIPE_COLL_CHAIN_CHUNK", "1K");
   EmuNode node("h200x4");
   auto comm = node.comm(3);
   for (const char* variant : {"receiver", "sender"}) {
@@ -131,6 +134,32 @@ TEST(CollHostShare, ExchangesThroughPinnedHostAreExact) {
               << comm->last_schedule();
         }
   }
+}
+
+// The exchange variants: the own block by a copy kernel (a one-source reduction), each peer
+// block split over several lanes per round, with and without a host share.
+TEST(CollExchangeVariants, LocalKernelAndRoundLanesAreExact) {
+  EmuNode node("h200x4");
+  ScopedEnv rounds("GPUSTRIPE_COLL_ALGO", "rounds");
+  for (const char* share : {"0", "0.25"})
+    for (const char* lanes : {"1", "3"}) {
+      ScopedEnv h("GPUSTRIPE_COLL_HOST_SHARE", share);
+      ScopedEnv l("GPUSTRIPE_COLL_ROUND_LANES", lanes);
+      ScopedEnv k("GPUSTRIPE_COLL_LOCAL_COPY", "kernel");
+      for (int n : {2, 3, 4}) {
+        auto comm = node.comm(n);
+        for (CollOp op : {CollOp::AllToAll, CollOp::AllGather})
+          for (DataType dt : {GPUSTRIPE_INT32, GPUSTRIPE_FLOAT16})
+            for (size_t count : {size_t(1), size_t(3), size_t(5000)})
+              for (bool in_place : {false, true}) {
+                Case c{op, dt, GPUSTRIPE_SUM, count, in_place};
+                ASSERT_EQ(run_case(*comm, c, count + n), 0u) << share << " " << lanes;
+                EXPECT_NE(comm->last_schedule().find("local=kernel"), std::string::npos) << comm->last_schedule();
+                if (std::string(lanes) == "3")
+                  EXPECT_NE(comm->last_schedule().find("lanes=3"), std::string::npos) << comm->last_schedule();
+              }
+      }
+    }
 }
 
 TEST(CollHierarchical, AllreduceOnTwoSocketNodeUsesThreeStages) {

@@ -2,6 +2,7 @@
 // selection, the structure of the schedules, argument checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -247,6 +248,93 @@ TEST(CollSchedules, PermutationRoundsSendAndReceiveOneBlockPerRound) {
     EXPECT_EQ(receivers.size(), size_t(n)) << "round " << r;
   }
   EXPECT_EQ(p.copy_bytes(), size_t(n) * n << 20);  // n-1 peer blocks + 1 local per rank
+}
+
+TEST(CollSchedules, RoundLanesSplitEveryPeerBlockAndTheKernelCopiesTheOwnBlock) {
+  const int n = 4;
+  Topology topo = load_topology_file("h200x4");
+  auto backend = make_emulated_backend(topo);
+  Scratch scratch(*backend, {0, 1, 2, 3});
+  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
+  auto send = fake(n, 1 << 30);
+  std::vector<const char*> csend(send.begin(), send.end());
+  auto recv = fake(n, 1ull << 40);
+  const size_t block = (1 << 20) + 4 * 1000;  // not a multiple of the lanes' 256-byte pieces
+  ExchangeOpts o;
+  o.round_lanes = 3;
+  o.local_kernel = true;
+  Program p(n);
+  build_alltoall(p, t, csend, recv, block, o, scratch);
+  // Per sender and destination: 3 pieces on 3 different lanes that tile the block exactly,
+  // each lane visiting the destinations in round order; the own block is one kernel.
+  std::map<std::pair<int, int>, std::map<size_t, size_t>> pieces;  // (i, j) -> offset -> bytes
+  std::map<std::pair<int, int>, std::vector<int>> lane_dests;      // (i, lane) -> dests
+  for (const Op& op : p.ops()) {
+    if (op.kind == Op::Reduce) {
+      EXPECT_EQ(op.srcs.size(), 1u);
+      EXPECT_EQ(op.count, block / 4);
+      EXPECT_EQ(op.srcs[0], csend[op.rank] + op.rank * block);
+      EXPECT_EQ(op.dst, recv[op.rank] + op.rank * block);
+      continue;
+    }
+    ASSERT_EQ(op.kind, Op::Copy);
+    EXPECT_NE(op.dst_dev, op.rank) << "the own block is the kernel's";
+    const size_t off = static_cast<const char*>(op.src) - (csend[op.rank] + op.dst_dev * block);
+    pieces[{op.rank, op.dst_dev}][off] = op.bytes;
+    lane_dests[{op.rank, op.lane}].push_back(op.dst_dev);
+  }
+  EXPECT_EQ(p.reductions(), size_t(n));
+  for (auto& [ij, m] : pieces) {
+    ASSERT_EQ(m.size(), 3u);
+    size_t at = 0;
+    for (auto& [off, bytes] : m) {
+      EXPECT_EQ(off, at);
+      at += bytes;
+    }
+    EXPECT_EQ(at, block);
+  }
+  for (auto& [il, d] : lane_dests) {
+    ASSERT_EQ(d.size(), 3u);
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(d[r], (il.first + r + 1) % n);
+  }
+}
+
+TEST(CollSchedules, ChainBroadcastSendsEveryChunkOnceAlongTheMembers) {
+  const int n = 4, root = 2, chunks = 5;
+  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
+  auto bufs = fake(n, 1 << 30);
+  BcastOpts o;
+  o.chain = true;
+  o.chunks = chunks;
+  const size_t bytes = (10 << 20) + 12345;
+  Program p(n);
+  build_bcast(p, t, bufs, bytes, root, o);
+  // Hops root->3->0->1; per hop the chunks tile the message; each hop's copy of a chunk
+  // waits for the previous hop's copy of it; chunks alternate between two lanes.
+  const std::vector<int> order{2, 3, 0, 1};
+  std::map<int, size_t> covered;  // sender -> bytes sent
+  for (size_t i = 0; i < p.size(); ++i) {
+    const Op& op = p.ops()[i];
+    ASSERT_EQ(op.kind, Op::Copy);
+    const int hop = static_cast<int>(std::find(order.begin(), order.end(), op.rank) - order.begin());
+    ASSERT_LT(hop, 3) << "the last member forwards nothing";
+    EXPECT_EQ(op.dst_dev, order[hop + 1]);
+    const size_t off = static_cast<const char*>(op.src) - bufs[op.rank];
+    EXPECT_EQ(static_cast<const char*>(op.dst) - bufs[op.dst_dev], static_cast<ptrdiff_t>(off));
+    covered[op.rank] += op.bytes;
+    const int chunk = static_cast<int>(off / ((bytes / chunks + 255) / 256 * 256));
+    EXPECT_EQ(op.lane, chunk % 2 == 0 ? kLaneOut : kLaneOut2);
+    if (hop == 0) {
+      EXPECT_TRUE(op.deps.empty());
+    } else {
+      ASSERT_EQ(op.deps.size(), 1u);
+      const Op& prev = p.ops()[op.deps[0]];
+      EXPECT_EQ(prev.rank, order[hop - 1]);
+      EXPECT_EQ(prev.dst, op.src);
+      EXPECT_EQ(prev.bytes, op.bytes);
+    }
+  }
+  for (int r : {2, 3, 0}) EXPECT_EQ(covered[r], bytes) << "rank " << r;
 }
 
 TEST(CollSchedules, PipelinedAllreduceMovesTheBusbwBytes) {

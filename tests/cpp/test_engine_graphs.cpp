@@ -1,7 +1,4 @@
-// Graph mode of the engine, without a GPU: a backend that wraps the emulated one and
-// "captures" by recording the copies enqueued by the capturing thread, and "replays" by
-// enqueueing them in that order on the launch stream (a valid serial execution of the
-// captured graph: every dependency points backwards in enqueue order). It checks what is
+// Graph mode of the engine, without a GPU (recording_graph_backend.hpp). It checks what is
 // the engine's in graph mode: capture once per key, self-contained staging, replays that
 // read the pointers' current data, and staging areas shared by replays on several streams.
 #include <gtest/gtest.h>
@@ -13,79 +10,12 @@
 #include "engine/engine.hpp"
 #include "engine_test_util.hpp"
 #include "test_util.hpp"
-#include "forwarding_backend.hpp"
+#include "recording_graph_backend.hpp"
 
 using namespace gpustripe;
 using namespace engine_test;
 
 namespace {
-
-class RecordingGraphBackend : public ForwardingBackend {
- public:
-  using ForwardingBackend::ForwardingBackend;
-  const char* name() const override { return "recording-graphs"; }
-  // CUDA refuses to wait outside a capture on an event last recorded inside one
-  // (cudaErrorCapturedEvent): such waits are counted.
-  void record_event(EventHandle e, StreamHandle s) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (graph_ && capturer_ == std::this_thread::get_id()) {
-      captured_events_.insert(e);
-      return;
-    }
-    captured_events_.erase(e);
-    in_->record_event(e, s);
-  }
-  void wait_event(StreamHandle s, EventHandle e) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (graph_ && capturer_ == std::this_thread::get_id()) return;
-      if (captured_events_.count(e)) ++waits_on_captured_events;
-    }
-    in_->wait_event(s, e);
-  }
-  void copy_async(void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) override {
-    if (capturing()) graph_->push_back({dst, dd, src, sd, n});
-    else in_->copy_async(dst, dd, src, sd, n, s);
-  }
-  bool supports_graphs() const override { return true; }
-  void begin_capture(StreamHandle) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    capturer_ = std::this_thread::get_id();
-    graph_ = new std::vector<Op>();
-    ++captures;
-  }
-  GraphExecHandle end_capture(StreamHandle) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    capturer_ = std::thread::id();
-    return std::exchange(graph_, nullptr);
-  }
-  void launch_graph(GraphExecHandle g, StreamHandle s) override {
-    for (const Op& op : *static_cast<std::vector<Op>*>(g)) in_->copy_async(op.dst, op.dd, op.src, op.sd, op.n, s);
-    ++launches;
-  }
-  void destroy_graph(GraphExecHandle g) override {
-    delete static_cast<std::vector<Op>*>(g);
-    ++destroyed;
-  }
-  int captures = 0, launches = 0, destroyed = 0, waits_on_captured_events = 0;
-
- private:
-  struct Op {
-    void* dst;
-    int dd;
-    const void* src;
-    int sd;
-    size_t n;
-  };
-  bool capturing() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return graph_ && capturer_ == std::this_thread::get_id();
-  }
-  std::mutex mu_;
-  std::thread::id capturer_;
-  std::vector<Op>* graph_ = nullptr;
-  std::set<EventHandle> captured_events_;
-};
 
 class EngineGraphs : public ::testing::Test {
  protected:
