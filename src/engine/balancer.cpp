@@ -18,8 +18,8 @@ int64_t min_bytes(const PathPlan& p) { return static_cast<int64_t>(std::max(1, p
 
 Balancer::~Balancer() {
   try {
-    for (auto& [key, s] : states_)
-      for (const BalanceProbe& p : s.pending) {
+    for (auto& [key, st] : states_)
+      for (const BalanceProbe& p : st.pending) {
         backend_.synchronize_event(p.staged_done);
         backend_.synchronize_event(p.direct_done);
         give_back(p);
@@ -45,7 +45,7 @@ EventHandle Balancer::take_event(int dev) {
 }
 
 void Balancer::give_back(const BalanceProbe& p) {
-  for (EventHandle e : {p.start, p.direct_done, p.staged_done})
+  for (EventHandle e : {p.start, p.direct_done, p.staged_start, p.staged_done})
     if (e) free_events_[p.dev].push_back(e);
 }
 
@@ -60,7 +60,7 @@ void Balancer::collect(const Plan& planned, State& s) {
     }
     if (p.counts && p.shift == s.shift) {
       s.sum_direct += 1e3 * backend_.elapsed_ms(p.start, p.direct_done);
-      s.sum_staged += 1e3 * backend_.elapsed_ms(p.start, p.staged_done);
+      s.sum_staged += 1e3 * backend_.elapsed_ms(p.staged_start, p.staged_done);
       ++s.n;
       ++samples_;
     }
@@ -77,10 +77,9 @@ void Balancer::collect(const Plan& planned, State& s) {
   // Positive: the staged path finishes later than it should (past the cliff).
   const double err = (ts - td) + opt_.margin * td;
   if (std::fabs(err) <= opt_.deadband * td) {
-    if (++s.calm >= 2) s.settled = true;
+    s.settled = true;
     return;
   }
-  s.calm = 0;
   if (s.settled && std::fabs(err) <= opt_.settled_band * opt_.deadband * td) return;
   s.settled = false;
   // Moving b bytes to the staged path changes the gap by b (ts/staged + td/direct); ts
@@ -130,10 +129,16 @@ BalanceProbe& Balancer::probe(const Plan& plan) {
   p.dev = plan.src;
   p.start = take_event(plan.src);
   p.direct_done = take_event(plan.src);
+  p.staged_start = take_event(plan.src);
   p.staged_done = take_event(plan.src);
   p.shift = s.shift;
   s.pending.push_back(p);
   return s.pending.back();
+}
+
+bool Balancer::measuring(const Plan& plan) const {
+  auto it = states_.find(Key{plan.src, plan.dst, plan.bytes});
+  return it == states_.end() || !it->second.settled;
 }
 
 int64_t Balancer::shift(int src, int dst, uint64_t bytes) const {

@@ -20,7 +20,10 @@
 namespace gpustripe {
 
 struct BalanceProbe {
-  EventHandle start = nullptr, direct_done = nullptr, staged_done = nullptr;
+  // start/direct_done on the caller's stream around the direct path; staged_start/staged_done
+  // on the lane around the staged part (its own start: a split run as one graph starts both
+  // paths together, and that is what the settled split runs as).
+  EventHandle start = nullptr, direct_done = nullptr, staged_start = nullptr, staged_done = nullptr;
   int dev = 0;            // the GPU the events belong to (the transfer's source)
   int64_t shift = 0;      // the shift the probed call ran with
   bool counts = false;    // a replayed call (enqueued ones start their staged path late)
@@ -29,10 +32,11 @@ struct BalanceProbe {
 struct BalanceOptions {
   double margin = 0.005;    // the staged path aims to finish this fraction of the direct path's time earlier
   double deadband = 0.005;  // |error| below this fraction of the direct path's time: no step
-  int samples = 3;          // calls measured at one shift before a step is considered
+  int samples = 2;          // calls measured at one shift before a step is considered
   double max_step = 0.25;   // a step moves at most this fraction of the staged path's bytes
-  // Twice within the deadband in a row settles the split: it then moves only for an error
-  // of this many deadbands (a step costs an enqueued call and a capture of the new split).
+  // A reading within the deadband settles the split: it then runs as one graph again, unmeasured
+  // (measuring costs a few microseconds a call: the staged part is a graph of its own, joined
+  // back through an event).
   double settled_band = 4;
 };
 
@@ -54,6 +58,8 @@ class Balancer {
   BalanceProbe& probe(const Plan& plan);
 
   int64_t shift(int src, int dst, uint64_t bytes) const;
+  // Whether calls of this transfer are still measured (false once its split has settled).
+  bool measuring(const Plan& plan) const;
   // `plan` with the current shift applied, nothing read or stepped (for reports).
   Plan peek(const Plan& plan) const;
   uint64_t steps() const { return steps_; }
@@ -66,7 +72,6 @@ class Balancer {
     std::deque<BalanceProbe> pending;
     int n = 0;
     double sum_direct = 0, sum_staged = 0;
-    int calm = 0;          // evaluations in a row within the deadband
     bool settled = false;
   };
   void collect(const Plan& planned, State& s);

@@ -249,16 +249,25 @@ void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle 
   GS_LOG_TRACE(Subsys::Engine, "copy %d->%d %llu bytes: %s", plan.src, plan.dst,
                static_cast<unsigned long long>(plan.bytes), plan.describe().c_str());
   std::lock_guard<std::mutex> lock(mu_);
+  Plan steered;
   if (steer && balancer_ && direct_on_caller_ && Balancer::eligible(plan)) {
-    execute_balanced(balancer_->steer(plan), static_cast<char*>(dst), static_cast<const char*>(src), stream);
-    return;
+    steered = balancer_->steer(plan);
+    if (balancer_->measuring(plan)) {
+      execute_balanced(steered, static_cast<char*>(dst), static_cast<const char*>(src), stream);
+      return;
+    }
   }
+  const Plan& plan_run = steered.paths.empty() ? plan : steered;
+  run_schedule(plan_run, dst, src, stream);
+}
+
+bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
   const bool replayable = graphs_gpu_staged_ || std::none_of(plan.paths.begin(), plan.paths.end(), [](const PathPlan& p) {
                             return p.kind == PathKind::GpuStaged;
                           });
   if (graphs_ && replayable) {
     try {
-      if (launch_graph(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream)) return;
+      if (launch_graph(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream)) return true;
     } catch (const Error& e) {
       // Capture is an optimisation: where it fails (a driver that refuses a node, say) the
       // schedule is enqueued directly from now on. Nothing was launched for this copy.
@@ -267,10 +276,9 @@ void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle 
       graphs_ = false;
     }
   }
-  {
-    enqueue_schedule(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream, false);
-    ++schedules_;
-  }
+  enqueue_schedule(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream, false);
+  ++schedules_;
+  return false;
 }
 
 void Engine::execute_balanced(const Plan& plan, char* dst, const char* src, StreamHandle caller) {
@@ -287,20 +295,8 @@ void Engine::execute_balanced(const Plan& plan, char* dst, const char* src, Stre
   staged.paths.erase(staged.paths.begin());
   StreamHandle lane = lanes_->get(plan.src, kBalanceLane).stream();
   backend_.wait_event(lane, probe.start);
-  bool replayed = false;
-  if (graphs_ && (graphs_gpu_staged_ || staged.paths[0].kind != PathKind::GpuStaged)) {
-    try {
-      replayed = launch_graph(staged, dst, src, lane);
-    } catch (const Error& e) {
-      GS_LOG_WARN(Subsys::Engine, "CUDA graph capture failed, replaying schedules is off from now on: %s", e.what());
-      tails_->synchronize_all();
-      graphs_ = false;
-    }
-  }
-  if (!replayed) {
-    enqueue_schedule(staged, dst, src, lane, false);
-    ++schedules_;
-  }
+  backend_.record_event(probe.staged_start, lane);
+  const bool replayed = run_schedule(staged, dst, src, lane);
   // An enqueued staged path starts as the host issues it, late against the direct copy:
   // only replays measure the split where graphs are on.
   probe.counts = replayed || !graphs_;

@@ -81,6 +81,8 @@ class Engine {
   // path on the caller's stream, the staged one (replayed as a graph of its own) on a lane of
   // the source GPU forked from the caller and joined back.
   void execute_balanced(const Plan& plan, char* dst, const char* src, StreamHandle caller);
+  // The schedule of a checked plan: replayed as a graph where it can be (true), else enqueued (under mu_).
+  bool run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream);
   void check_plan(const Plan& plan) const;
   void ensure_peer(int a, int b);
   void enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing);
