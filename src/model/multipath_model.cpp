@@ -57,7 +57,7 @@ Flow MultipathModel::flow(const PathLoad& p) const {
   // shared with whatever still runs (the source's egress is free for other paths, the
   // destination's ingress is not).
   f.work = static_cast<double>(p.bytes);
-  f.tail = static_cast<double>(p.bytes) * (fill_factor(*p.route, p.chunks) - 1.0);
+  f.tail = drain_bytes(p);
   if (f.tail > 0) {
     const Hop& last = p.route->hops.back();
     f.tail_uses = last.uses;
@@ -66,6 +66,30 @@ Flow MultipathModel::flow(const PathLoad& p) const {
   }
   f.latency = p.bytes ? overhead_us(*p.route, p.chunks, p.replayed) : 0.0;
   return f;
+}
+
+double MultipathModel::drain_bytes(const PathLoad& p) const {
+  const Route& r = *p.route;
+  if (r.hops.size() != 2 || p.chunks < 1 || p.bytes == 0)
+    return static_cast<double>(p.bytes) * (fill_factor(r, std::max(1, p.chunks)) - 1.0);
+  PathPlan path;
+  path.bytes = p.bytes;
+  path.chunks = p.chunks;
+  path.taper_head = p.taper_head;
+  path.taper_tail = p.taper_tail;
+  const std::vector<uint64_t> edge = chunk_edges(path);
+  double x1 = params_.hop(r.hops[0].kind).beta_gbps, x2 = params_.hop(r.hops[1].kind).beta_gbps;
+  if (x1 <= 0 || x2 <= 0) x1 = x2 = 1.0;  // rates left to the resources: take them as equal
+  // max over k of the flow shop's two sums, in bytes at x2.
+  const double m = static_cast<double>(p.bytes);
+  double before = 0, worst = 0;
+  for (size_t k = 0; k + 1 < edge.size(); ++k) {
+    const double s = static_cast<double>(edge[k + 1] - edge[k]);
+    before += s;                                        // s_1 + .. + s_k
+    const double after = m - before + s;                // s_k + .. + s_c
+    worst = std::max(worst, before * x2 / x1 + after);  // (before / x1 + after / x2) * x2
+  }
+  return std::max(0.0, worst - m * x2 / std::min(x1, x2));
 }
 
 std::vector<double> MultipathModel::capacities() const { return capacity_; }
@@ -110,7 +134,8 @@ void MultipathModel::predict(std::vector<Plan>& plans) const {
   std::vector<PathLoad> loads;
   for (const Plan& plan : plans) {
     const bool replayed = replays(plan, shape_);
-    for (const PathPlan& p : plan.paths) loads.push_back({&route_of(plan.src, plan.dst, p), p.bytes, p.chunks, replayed});
+    for (const PathPlan& p : plan.paths)
+      loads.push_back({&route_of(plan.src, plan.dst, p), p.bytes, p.chunks, replayed, p.taper_head, p.taper_tail});
   }
   std::vector<PathTiming> t = simulate(loads);
   size_t i = 0;

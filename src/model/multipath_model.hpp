@@ -26,6 +26,7 @@ struct PathLoad {
   uint64_t bytes = 0;
   int chunks = 1;
   bool replayed = false;  // part of a plan the engine replays as a graph (schedule_cost.hpp)
+  int taper_head = 0, taper_tail = 0;  // tapered chunks (PathPlan, chunk_edges)
 };
 
 struct PathTiming {
@@ -45,6 +46,13 @@ class MultipathModel {
   double overhead_us(const Route& r, int chunks, bool replayed = false) const;
   // (c + k - 1) / c: pipeline fill and drain, in units of the path's bytes at its rate.
   static double fill_factor(const Route& r, int chunks);
+  // Bytes the last hop of a pipelined path still moves once its first hop is done, as the
+  // fluid simulation drains them at the last hop's rate (its chunks as chunk_edges cuts
+  // them, tapered or not). Two hops at rates x1, x2 with chunks s_1..s_c finish at
+  // max_k (s_1 + .. + s_k) / x1 + (s_k + .. + s_c) / x2 (a two-stage flow shop); the path
+  // moves its m bytes at min(x1, x2) and then drains the rest at x2. Equal chunks at equal
+  // rates: one chunk, m / c, the fill of the closed form.
+  double drain_bytes(const PathLoad& p) const;
   // The per-hop rate bound of a route in bytes/us (slowest hop's beta), 0 when none.
   double rate_cap(const Route& r) const;
   Flow flow(const PathLoad& p) const;

@@ -170,6 +170,51 @@ TEST(ModelSchedule, AHostTooSlowToEnqueueASplitKeepsThePlanDirect) {
   EXPECT_FALSE(fine.plan_exact(0, 1, 256 << 20).single_path());
 }
 
+TEST(ModelPipeline, DrainFollowsTheChunksAndTheSlowerHop) {
+  Topology t = load_topology_file("h200x4");
+  ModelParams even = nominal_params(t), slow_relay = even, slow_first = even;
+  even.hop(HopKind::D2H).beta_gbps = even.hop(HopKind::H2D).beta_gbps = 50;
+  slow_relay.hop(HopKind::D2H).beta_gbps = 50;
+  slow_relay.hop(HopKind::H2D).beta_gbps = 20;
+  slow_first.hop(HopKind::D2H).beta_gbps = 25;
+  slow_first.hop(HopKind::H2D).beta_gbps = 50;
+  MultipathModel me(t, even), mr(t, slow_relay), mf(t, slow_first);
+  const Route* host = me.node().route(0, 1, PathKind::HostStaged, 0);
+  ASSERT_NE(host, nullptr);
+  const uint64_t m = 64ull << 20;
+  PathLoad flat{host, m, 8};
+  PathLoad head = flat, tail = flat;
+  head.taper_head = 3;  // chunks 1/8, 1/4, 1/2 of the steady one first
+  tail.taper_tail = 3;
+  auto first_chunk = [&](const PathLoad& l) {
+    PathPlan p;
+    p.bytes = l.bytes;
+    p.chunks = l.chunks;
+    p.taper_head = l.taper_head;
+    p.taper_tail = l.taper_tail;
+    std::vector<uint64_t> e = chunk_edges(p);
+    return std::make_pair(static_cast<double>(e[1] - e[0]), static_cast<double>(e.back() - e[e.size() - 2]));
+  };
+  // Equal chunks at equal rates: one chunk, the closed form's (c + 1) / c.
+  EXPECT_NEAR(me.drain_bytes(flat), m * (MultipathModel::fill_factor(*host, 8) - 1), 1.0);
+  // Equal rates: the largest chunk drains, so a taper (which makes the steady chunks larger) costs.
+  EXPECT_GT(me.drain_bytes(head), me.drain_bytes(flat));
+  EXPECT_GT(me.drain_bytes(tail), me.drain_bytes(flat));
+  // A slower relay drains what follows the first chunk's first hop: a small first chunk pays,
+  // a small last one does not.
+  EXPECT_NEAR(mr.drain_bytes(head), first_chunk(head).first * 20 / 50, 1.0);
+  EXPECT_LT(mr.drain_bytes(head), mr.drain_bytes(flat));
+  EXPECT_NEAR(mr.drain_bytes(tail), mr.drain_bytes(flat) * first_chunk(tail).first / first_chunk(flat).first, 1.0);
+  // A slower first hop leaves the relay of the last chunk: a small last chunk pays.
+  EXPECT_NEAR(mf.drain_bytes(tail), first_chunk(tail).second, 1.0);
+  EXPECT_LT(mf.drain_bytes(tail), mf.drain_bytes(flat));
+  EXPECT_GT(mf.drain_bytes(head), mf.drain_bytes(flat));
+  // And a plan's prediction uses its tapers: slower relay, head taper, faster plan.
+  Plan a = build_fixed_plan(mr, parse_plan_spec("direct,host0:0.1x8"), 0, 1, m);
+  Plan b = build_fixed_plan(mr, parse_plan_spec("direct,host0:0.1x8h3"), 0, 1, m);
+  EXPECT_LT(b.paths[1].predicted_us, a.paths[1].predicted_us);
+}
+
 // The emulated backend, counting the calls an engine schedule is made of.
 class CountingBackend : public ForwardingBackend {
  public:
