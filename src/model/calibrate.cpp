@@ -62,6 +62,7 @@ class Bench {
   char* host(int slot) { return host_ + static_cast<size_t>(slot) * max_; }
   StreamHandle stream(int dev, int k) { return streams_[static_cast<size_t>(dev * kStreamsPerDevice + k)]; }
   EventHandle done(int dev, int k) { return done_[static_cast<size_t>(dev * kStreamsPerDevice + k)]; }
+  EventHandle fork(int dev) { return fork_[static_cast<size_t>(dev)]; }
 
   // Median time (us) of running the copies at once: each issuer's k-th copy goes on its k-th
   // stream; streams other than the first issuer's first wait on a fork event of it, and it
@@ -229,25 +230,25 @@ std::string today() {
   return buf;
 }
 
-// The engine's own host cost per call: Engine::copy_with_plan of a small multi-path plan
-// 0 -> 1 (direct; a path staged through GPU 2 where it has peer access both ways; a host
-// path; staged paths in 2 chunks), as the model counts its calls (schedule_cost.hpp:
-// schedule_calls and the pointer checks). The calls alone cost host_call_us; the engine
-// adds its bookkeeping between them (lanes, staging ranges and their marks, the plan's
-// checks). Wall clock per copy_with_plan, timed a few calls at a time (the queues never
-// fill), median. 0 when the engine would replay the plan as a graph (nothing enqueued
-// call by call to time).
+// The engine's own host cost per call: Engine::copy_with_plan of a 4 MB plan 0 -> 1 in
+// the size class where the host can be the bottleneck (direct; a path staged through each
+// other GPU with peer access both ways; a host path; every staged path in one piece), as
+// the model counts its calls (schedule_cost.hpp: schedule_calls and the pointer checks).
+// The calls alone cost host_call_us; the engine adds its bookkeeping between them (lanes,
+// staging ranges and their marks, the plan's checks). Wall clock per copy_with_plan,
+// issued back to back as model-check and bench issue them, median. 0 when the engine
+// would replay the plan as a graph (nothing enqueued call by call to time).
 double engine_call_us(Backend& b, const Topology& topo, int n, Bench& bench, json& meas) {
-  const uint64_t part = 256u << 10;
+  const uint64_t part = 128u << 10;
   Plan plan;
   plan.src = 0;
   plan.dst = 1;
-  plan.paths.push_back({PathKind::Direct, -1, 0, 2 * part, 1});
-  if (n >= 3 && topo.can_access_peer(0, 2) && topo.can_access_peer(2, 1) && b.can_access_peer(0, 2) &&
-      b.can_access_peer(2, 1))
-    plan.paths.push_back({PathKind::GpuStaged, 2, 2 * part, 2 * part, 2});
+  plan.paths.push_back({PathKind::Direct, -1, 0, 24 * part, 1});
+  for (int g = 2; g < n; ++g)
+    if (topo.can_access_peer(0, g) && topo.can_access_peer(g, 1) && b.can_access_peer(0, g) && b.can_access_peer(g, 1))
+      plan.paths.push_back({PathKind::GpuStaged, g, plan.paths.back().offset + plan.paths.back().bytes, 3 * part, 1});
   plan.paths.push_back({PathKind::HostStaged, topo.gpu(0).socket, plan.paths.back().offset + plan.paths.back().bytes,
-                        2 * part, 2});
+                        part, 1});
   plan.bytes = plan.paths.back().offset + plan.paths.back().bytes;
   const EngineShape shape = EngineShape::from_settings();
   if (replays(plan, shape)) {
@@ -257,13 +258,13 @@ double engine_call_us(Backend& b, const Topology& topo, int n, Bench& bench, jso
   const int calls = schedule_calls(plan, shape) + kPointerChecks;
   Engine engine(b, topo, nullptr);
   StreamHandle st = bench.stream(0, 0);
+  for (int r = 0; r < 8; ++r) engine.copy_with_plan(plan, bench.dst(1), bench.src(0), st);  // lanes, staging
+  b.synchronize_stream(st);
   std::vector<double> us;
-  for (int r = 0; r < 56; ++r) {
+  for (int r = 0; r < 40; ++r) {
     auto t0 = std::chrono::steady_clock::now();
     engine.copy_with_plan(plan, bench.dst(1), bench.src(0), st);
-    double t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    if (r >= 8) us.push_back(t);  // the first calls allocate the staging areas and lanes
-    if (r % 4 == 3) b.synchronize_stream(st);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   b.synchronize_stream(st);
   const double per_plan = median_of(us);
@@ -495,6 +496,29 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
     const double join3 = bench.time_concurrent({copy, tiny(0), tiny(1), tiny(2)});
     const double d2h = bench.time_concurrent({copy, {bench.host(0), kHostDevice, bench.src(0, 1), 0, 512u << 10, 0}});
     meas["join"] = {{"bytes", m}, {"alone_us", alone}, {"join1_us", join1}, {"join3_us", join3}, {"d2h_beside_us", d2h}};
+    P.join_us = std::max(0.0, (join3 - alone) / 3);
+    // The same join replayed as a graph (the engine replays direct + host plans): the copy
+    // with one lane of GPU 1 forked and joined, against the copy alone, both replayed.
+    if (backend.supports_graphs()) {
+      try {
+        StreamHandle a = bench.stream(0, 0), l = bench.stream(1, 0);
+        const CopyOp t0 = tiny(0);
+        double g_alone = bench.time_graph(0, [&] { backend.copy_async(copy.dst, 1, copy.src, 0, m, a); });
+        double g_join = bench.time_graph(0, [&] {
+          backend.record_event(bench.fork(0), a);
+          backend.copy_async(copy.dst, 1, copy.src, 0, m, a);
+          backend.wait_event(l, bench.fork(0));
+          backend.copy_async(t0.dst, t0.dst_dev, t0.src, t0.src_dev, t0.bytes, l);
+          backend.record_event(bench.done(1, 0), l);
+          backend.wait_event(a, bench.done(1, 0));
+        });
+        P.graph_join_us = std::max(0.0, g_join - g_alone);
+        meas["join"]["graph_alone_us"] = g_alone;
+        meas["join"]["graph_join1_us"] = g_join;
+      } catch (const Error& e) {
+        meas["join"]["graph_error"] = e.what();
+      }
+    }
   }
   // 9. Copies issued by one GPU at once, more of them than it has copy engines: peer copies
   // to every other GPU and D2H copies, sized so that NVLink egress and the host link would

@@ -46,6 +46,13 @@ struct ModelParams {
   // calibration; nominal: none, epsilon.
   double graph_start_us = 0.0;
   double graph_epsilon_us = -1.0;  // < 0: epsilon_us
+  // On the caller's stream, a join's wait whose lane is long done (its event complete):
+  // the caller still spends this much on it before its next wait or its own next work.
+  // The caller waits on its lanes one after the other, so these add up behind its direct
+  // copy. Measured by calibration (a peer copy joined with 3 done lanes, less alone); in a
+  // replayed graph, the same structure replayed (< 0: join_us). Nominal: none.
+  double join_us = 0.0;
+  double graph_join_us = -1.0;
   // Capacity of a shared resource by name (e.g. "nvlink_egress[gpu0]"), GB/s; replaces the
   // nominal figure of that resource. Calibration fills these from concurrent measurements.
   std::map<std::string, double> capacities;

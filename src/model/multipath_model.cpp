@@ -164,6 +164,10 @@ double MultipathModel::wait_us(bool replayed) const {
   return replayed && params_.graph_epsilon_us >= 0 ? params_.graph_epsilon_us : params_.epsilon_us;
 }
 
+double MultipathModel::join_us(bool replayed) const {
+  return replayed && params_.graph_join_us >= 0 ? params_.graph_join_us : params_.join_us;
+}
+
 double MultipathModel::fork_join_us(PathKind kind, bool replayed) const {
   return runs_on_lane(kind, shape_) ? 2 * wait_us(replayed) : 0.0;
 }
@@ -181,13 +185,25 @@ double MultipathModel::enqueue_us(const Plan& plan) const {
 void MultipathModel::apply_schedule(Plan& plan) const {
   if (plan.paths.empty()) return;
   const bool plain = plan.single_path() && plan.paths[0].kind == PathKind::Direct;
-  if (!plain) {  // paths on lanes are forked from the caller's stream and joined back: two waits
-    double t = 0;
+  if (!plain) {
+    // Paths on lanes are forked from the caller's stream (a wait) and joined back: the
+    // caller's stream, after its own direct copy, waits on each final lane in turn. A wait
+    // whose lane is still running ends `wait` after the lane's last copy (its wake-up); one
+    // whose lane is done still costs the caller join_us, so they add up behind a direct
+    // copy that finishes last. In a replay the direct copy is a captured (UVA) copy node,
+    // which starts late.
     const bool replayed = replays(plan, shape_);
-    // In a replay the direct copy is a captured (UVA) copy node, which starts late.
+    const double wait = wait_us(replayed), joined = join_us(replayed);
+    auto late = [&](const PathPlan& p) { return replayed && p.kind == PathKind::Direct ? params_.graph_start_us : 0.0; };
+    double t = 0;
     for (const PathPlan& p : plan.paths)
-      t = std::max(t, p.predicted_us + fork_join_us(p.kind, replayed) +
-                          (replayed && p.kind == PathKind::Direct ? params_.graph_start_us : 0.0));
+      if (!runs_on_lane(p.kind, shape_)) t = std::max(t, p.predicted_us + late(p));
+    for (int direct_first = 1; direct_first >= 0; --direct_first)  // the engine's order
+      for (const PathPlan& p : plan.paths) {
+        if ((p.kind == PathKind::Direct) != (direct_first == 1) || !runs_on_lane(p.kind, shape_)) continue;
+        const double done = p.predicted_us + late(p) + wait;  // forked: its lane's wait on the start
+        for (int l = final_lanes(p, shape_); l > 0; --l) t = std::max(t + joined, done + wait);
+      }
     plan.predicted_us = std::max(plan.predicted_us, t);
   }
   // Copies issued back to back settle at one plan per max(GPU time, host time): where the

@@ -77,6 +77,8 @@ class MultipathModel {
   double fork_join_us(PathKind kind, bool replayed) const;
   // One cross-stream wait on the GPUs: epsilon, or inside a replayed graph its dependency.
   double wait_us(bool replayed) const;
+  // The caller's wait on a lane that is already done (join_us, or graph_join_us in a replay).
+  double join_us(bool replayed) const;
   // The host's time to enqueue the plan: the engine's checks and backend calls x call_us()
   // (and a graph launch where it replays one).
   double enqueue_us(const Plan& plan) const;

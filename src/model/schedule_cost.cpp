@@ -81,6 +81,12 @@ int graph_copies(const Plan& plan, const EngineShape& shape) {
   return static_cast<int>(copies);
 }
 
+int final_lanes(const PathPlan& p, const EngineShape& shape) {
+  if (p.kind == PathKind::Direct) return runs_on_lane(p.kind, shape) ? 1 : 0;
+  if (p.kind == PathKind::GpuStaged) return 1;
+  return static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(shape.host_lanes), path_pieces(p, shape)));
+}
+
 bool runs_on_lane(PathKind kind, const EngineShape& shape) {
   return !(kind == PathKind::Direct && shape.direct_on_caller);
 }

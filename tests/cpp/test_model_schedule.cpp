@@ -170,6 +170,49 @@ TEST(ModelSchedule, AHostTooSlowToEnqueueASplitKeepsThePlanDirect) {
   EXPECT_FALSE(fine.plan_exact(0, 1, 256 << 20).single_path());
 }
 
+TEST(ModelSchedule, TheCallerWaitsOnItsLanesInTurn) {
+  Topology t = load_topology_file("h200x4");
+  ModelParams p = nominal_params(t);
+  p.host_call_us = 0;
+  p.epsilon_us = 5;
+  p.join_us = 2;
+  EngineShape e;  // the engine's default: direct on the caller's stream, one relay lane per path
+  e.direct_on_caller = true;
+  e.marks_per_piece = false;
+  e.host_lanes = e.host_first_lanes = 1;
+  ModelParams none = p;
+  none.join_us = 0;
+  MultipathModel m(t, p, e), m0(t, none, e);
+  // The direct copy finishes last: the caller then passes its three waits on lanes long
+  // done, one after the other.
+  auto spec = parse_plan_spec("direct,gpu2:0.01x1,gpu3:0.01x1,host0:0.01x1");
+  Plan a = build_fixed_plan(m, spec, 0, 1, 256 << 20), a0 = build_fixed_plan(m0, spec, 0, 1, 256 << 20);
+  ASSERT_EQ(a.paths.size(), 4u);
+  EXPECT_EQ(final_lanes(a.paths[1], e), 1);
+  EXPECT_EQ(final_lanes(a.paths[3], e), 1);
+  EXPECT_EQ(final_lanes(a.paths[0], e), 0);  // on the caller's stream
+  EXPECT_DOUBLE_EQ(a0.predicted_us, a0.paths[0].predicted_us);
+  EXPECT_NEAR(a.predicted_us, a.paths[0].predicted_us + 3 * 2.0, 1e-9);
+  // A lane that finishes last: its fork's wait, its copies, the caller's wake-up; a lane
+  // the caller waits on after it, long done, still costs join_us.
+  auto late = parse_plan_spec("direct:0.5,host0:0.4x1,gpu2:0.1x1");
+  Plan b = build_fixed_plan(m, late, 0, 1, 64 << 20);
+  const PathPlan* host = nullptr;
+  for (const PathPlan& x : b.paths)
+    if (x.kind == PathKind::HostStaged) host = &x;
+  ASSERT_NE(host, nullptr);
+  ASSERT_EQ(b.paths.back().kind, PathKind::GpuStaged);  // waited on after the host path
+  ASSERT_GT(host->predicted_us, b.paths[0].predicted_us);
+  ASSERT_GT(host->predicted_us, b.paths.back().predicted_us + 10);
+  EXPECT_NEAR(b.predicted_us, host->predicted_us + 2 * 5.0 + 2.0, 1e-9);
+  // A host path on two relay lanes is waited on twice.
+  EngineShape two = e;
+  two.host_lanes = 2;
+  Plan c = build_fixed_plan(MultipathModel(t, p, two), parse_plan_spec("direct,host0:0.01x4"), 0, 1, 256 << 20);
+  EXPECT_EQ(final_lanes(c.paths[1], two), 2);
+  EXPECT_NEAR(c.predicted_us, c.paths[0].predicted_us + 2 * 2.0, 1e-9);
+}
+
 TEST(ModelPipeline, DrainFollowsTheChunksAndTheSlowerHop) {
   Topology t = load_topology_file("h200x4");
   ModelParams even = nominal_params(t), slow_relay = even, slow_first = even;
