@@ -27,7 +27,10 @@ double MultipathModel::overhead_us(const Route& r, int chunks, bool replayed) co
     sum += a;
     worst = std::max(worst, a);
   }
-  return sum + (chunks - 1) * worst;
+  const double measured = r.kind == PathKind::HostStaged ? params_.host_chunk_us
+                          : r.kind == PathKind::GpuStaged ? params_.gpu_chunk_us
+                                                          : -1.0;
+  return sum + (chunks - 1) * (measured >= 0 ? measured : worst);
 }
 
 double MultipathModel::fill_factor(const Route& r, int chunks) {
