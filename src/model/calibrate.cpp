@@ -62,6 +62,7 @@ class Bench {
   char* host(int slot) { return host_ + static_cast<size_t>(slot) * max_; }
   StreamHandle stream(int dev, int k) { return streams_[static_cast<size_t>(dev * kStreamsPerDevice + k)]; }
   EventHandle done(int dev, int k) { return done_[static_cast<size_t>(dev * kStreamsPerDevice + k)]; }
+  EventHandle fork(int dev) { return fork_[static_cast<size_t>(dev)]; }
 
   // Median time (us) of running the copies at once: each issuer's k-th copy goes on its k-th
   // stream; streams other than the first issuer's first wait on a fork event of it, and it
@@ -91,7 +92,9 @@ class Bench {
 
   // A two-hop relay src GPU -> host -> dst GPU in `chunks` chunks, the relay of each chunk
   // waiting on an event of its first hop (as the engine does). Median us.
-  double time_relay(int s, int d, size_t bytes, int chunks) {
+  double time_relay(int s, int d, size_t bytes, int chunks) { return time_relay(s, d, bytes, chunks, host(0), kHostDevice); }
+  // The same through staging memory `mid` on device `mid_dev` (a third GPU's buffer).
+  double time_relay(int s, int d, size_t bytes, int chunks, char* mid, int mid_dev) {
     std::vector<EventHandle> ev;
     for (int c = 0; c < chunks; ++c) ev.push_back(b_.create_event(s, false));
     StreamHandle a = stream(s, 0), bst = stream(d, 1);
@@ -100,10 +103,10 @@ class Bench {
       b_.wait_event(bst, fork_[static_cast<size_t>(s)]);
       size_t per = bytes / static_cast<size_t>(chunks);
       for (int c = 0; c < chunks; ++c) {
-        b_.copy_async(host(0) + c * per, kHostDevice, src(s) + c * per, s, per, a);
+        b_.copy_async(mid + c * per, mid_dev, src(s) + c * per, s, per, a);
         b_.record_event(ev[static_cast<size_t>(c)], a);
         b_.wait_event(bst, ev[static_cast<size_t>(c)]);
-        b_.copy_async(dst(d) + c * per, d, host(0) + c * per, kHostDevice, per, bst);
+        b_.copy_async(dst(d) + c * per, d, mid + c * per, mid_dev, per, bst);
       }
       b_.record_event(done(d, 1), bst);
       b_.wait_event(a, done(d, 1));
@@ -229,25 +232,25 @@ std::string today() {
   return buf;
 }
 
-// The engine's own host cost per call: Engine::copy_with_plan of a small multi-path plan
-// 0 -> 1 (direct; a path staged through GPU 2 where it has peer access both ways; a host
-// path; staged paths in 2 chunks), as the model counts its calls (schedule_cost.hpp:
-// schedule_calls and the pointer checks). The calls alone cost host_call_us; the engine
-// adds its bookkeeping between them (lanes, staging ranges and their marks, the plan's
-// checks). Wall clock per copy_with_plan, timed a few calls at a time (the queues never
-// fill), median. 0 when the engine would replay the plan as a graph (nothing enqueued
-// call by call to time).
+// The engine's own host cost per call: Engine::copy_with_plan of a 4 MB plan 0 -> 1 in
+// the size class where the host can be the bottleneck (direct; a path staged through each
+// other GPU with peer access both ways; a host path; every staged path in one piece), as
+// the model counts its calls (schedule_cost.hpp: schedule_calls and the pointer checks).
+// The calls alone cost host_call_us; the engine adds its bookkeeping between them (lanes,
+// staging ranges and their marks, the plan's checks). Wall clock per copy_with_plan,
+// issued back to back as model-check and bench issue them, median. 0 when the engine
+// would replay the plan as a graph (nothing enqueued call by call to time).
 double engine_call_us(Backend& b, const Topology& topo, int n, Bench& bench, json& meas) {
-  const uint64_t part = 256u << 10;
+  const uint64_t part = 128u << 10;
   Plan plan;
   plan.src = 0;
   plan.dst = 1;
-  plan.paths.push_back({PathKind::Direct, -1, 0, 2 * part, 1});
-  if (n >= 3 && topo.can_access_peer(0, 2) && topo.can_access_peer(2, 1) && b.can_access_peer(0, 2) &&
-      b.can_access_peer(2, 1))
-    plan.paths.push_back({PathKind::GpuStaged, 2, 2 * part, 2 * part, 2});
+  plan.paths.push_back({PathKind::Direct, -1, 0, 24 * part, 1});
+  for (int g = 2; g < n; ++g)
+    if (topo.can_access_peer(0, g) && topo.can_access_peer(g, 1) && b.can_access_peer(0, g) && b.can_access_peer(g, 1))
+      plan.paths.push_back({PathKind::GpuStaged, g, plan.paths.back().offset + plan.paths.back().bytes, 3 * part, 1});
   plan.paths.push_back({PathKind::HostStaged, topo.gpu(0).socket, plan.paths.back().offset + plan.paths.back().bytes,
-                        2 * part, 2});
+                        part, 1});
   plan.bytes = plan.paths.back().offset + plan.paths.back().bytes;
   const EngineShape shape = EngineShape::from_settings();
   if (replays(plan, shape)) {
@@ -257,13 +260,13 @@ double engine_call_us(Backend& b, const Topology& topo, int n, Bench& bench, jso
   const int calls = schedule_calls(plan, shape) + kPointerChecks;
   Engine engine(b, topo, nullptr);
   StreamHandle st = bench.stream(0, 0);
+  for (int r = 0; r < 8; ++r) engine.copy_with_plan(plan, bench.dst(1), bench.src(0), st);  // lanes, staging
+  b.synchronize_stream(st);
   std::vector<double> us;
-  for (int r = 0; r < 56; ++r) {
+  for (int r = 0; r < 40; ++r) {
     auto t0 = std::chrono::steady_clock::now();
     engine.copy_with_plan(plan, bench.dst(1), bench.src(0), st);
-    double t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    if (r >= 8) us.push_back(t);  // the first calls allocate the staging areas and lanes
-    if (r % 4 == 3) b.synchronize_stream(st);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   b.synchronize_stream(st);
   const double per_plan = median_of(us);
@@ -323,7 +326,7 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
   ModelParams& P = prof.params;
 
   // Steps and their weights for the progress bar.
-  int total_steps = 4 + 2 * n + n * (n - 1) + 2 * n + 2 + 1 + 1 + 1 + 1 + 1 + 1, step = 0;
+  int total_steps = 4 + 2 * n + n * (n - 1) + 2 * n + 2 + 1 + 1 + 1 + 1 + 1 + 1 + 1, step = 0;
   auto tick = [&](const std::string& what) {
     if (progress) progress(static_cast<double>(step) / total_steps, what);
     ++step;
@@ -438,6 +441,31 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
     meas["relay"] = {{"bytes", s}, {"us", t}, {"d2h_us", d2h}, {"h2d_us", h2d}, {"pipelined_bytes", big},
                      {"pipelined_chunks", 8}, {"pipelined_us", bench.time_relay(0, 1, big, 8)}};
   }
+  // 6b. One more chunk of a relay pipeline: the relay of 1 chunk against 8 chunks of the
+  // same bytes, through the host and through GPU 2, less the pipeline's shorter fill:
+  // T(c) = A + (m / x)(c + 1) / c + (c - 1) k. Once the relays run back to back, each waits
+  // for a first hop long done: k is less than a hop's startup and a wake-up (epsilon).
+  tick("per-chunk cost of a relay pipeline");
+  {
+    auto chunk_cost = [&](size_t m, double gbps_rate, char* mid, int mid_dev) {
+      const double t1 = bench.time_relay(0, 1, m, 1, mid, mid_dev), t8 = bench.time_relay(0, 1, m, 8, mid, mid_dev);
+      const double k = (t8 - t1 + 7.0 / 8.0 * static_cast<double>(m) / (gbps_rate * 1e3)) / 7.0;
+      return std::make_tuple(t1, t8, std::max(0.0, k));
+    };
+    const double host_rate = std::min(P.hop(HopKind::D2H).beta_gbps, P.hop(HopKind::H2D).beta_gbps);
+    if (host_rate > 0) {
+      const size_t m = std::min<size_t>(2u << 20, big);
+      auto [t1, t8, k] = chunk_cost(m, host_rate, bench.host(0), kHostDevice);
+      P.host_chunk_us = k;
+      meas["relay_chunks"]["host"] = {{"bytes", m}, {"chunks1_us", t1}, {"chunks8_us", t8}, {"per_chunk_us", k}};
+    }
+    if (n >= 3 && peer && topo.can_access_peer(0, 2) && topo.can_access_peer(2, 1) && P.hop(HopKind::Peer).beta_gbps > 0) {
+      const size_t m = std::min<size_t>(8u << 20, big);
+      auto [t1, t8, k] = chunk_cost(m, P.hop(HopKind::Peer).beta_gbps, bench.dst(2), 2);
+      P.gpu_chunk_us = k;
+      meas["relay_chunks"]["gpu2"] = {{"bytes", m}, {"chunks1_us", t1}, {"chunks8_us", t8}, {"per_chunk_us", k}};
+    }
+  }
   // 7. The host's cost of one backend call, as the engine's schedule makes them.
   tick("host cost per enqueue call");
   P.host_call_us = bench.host_call_us(0, 1, 64);
@@ -495,6 +523,29 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
     const double join3 = bench.time_concurrent({copy, tiny(0), tiny(1), tiny(2)});
     const double d2h = bench.time_concurrent({copy, {bench.host(0), kHostDevice, bench.src(0, 1), 0, 512u << 10, 0}});
     meas["join"] = {{"bytes", m}, {"alone_us", alone}, {"join1_us", join1}, {"join3_us", join3}, {"d2h_beside_us", d2h}};
+    P.join_us = std::max(0.0, (join3 - alone) / 3);
+    // The same join replayed as a graph (the engine replays direct + host plans): the copy
+    // with one lane of GPU 1 forked and joined, against the copy alone, both replayed.
+    if (backend.supports_graphs()) {
+      try {
+        StreamHandle a = bench.stream(0, 0), l = bench.stream(1, 0);
+        const CopyOp t0 = tiny(0);
+        double g_alone = bench.time_graph(0, [&] { backend.copy_async(copy.dst, 1, copy.src, 0, m, a); });
+        double g_join = bench.time_graph(0, [&] {
+          backend.record_event(bench.fork(0), a);
+          backend.copy_async(copy.dst, 1, copy.src, 0, m, a);
+          backend.wait_event(l, bench.fork(0));
+          backend.copy_async(t0.dst, t0.dst_dev, t0.src, t0.src_dev, t0.bytes, l);
+          backend.record_event(bench.done(1, 0), l);
+          backend.wait_event(a, bench.done(1, 0));
+        });
+        P.graph_join_us = std::max(0.0, g_join - g_alone);
+        meas["join"]["graph_alone_us"] = g_alone;
+        meas["join"]["graph_join1_us"] = g_join;
+      } catch (const Error& e) {
+        meas["join"]["graph_error"] = e.what();
+      }
+    }
   }
   // 9. Copies issued by one GPU at once, more of them than it has copy engines: peer copies
   // to every other GPU and D2H copies, sized so that NVLink egress and the host link would

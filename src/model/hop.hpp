@@ -46,6 +46,19 @@ struct ModelParams {
   // calibration; nominal: none, epsilon.
   double graph_start_us = 0.0;
   double graph_epsilon_us = -1.0;  // < 0: epsilon_us
+  // On the caller's stream, a join's wait whose lane is long done (its event complete):
+  // the caller still spends this much on it before its next wait or its own next work.
+  // The caller waits on its lanes one after the other, so these add up behind its direct
+  // copy. Measured by calibration (a peer copy joined with 3 done lanes, less alone); in a
+  // replayed graph, the same structure replayed (< 0: join_us). Nominal: none.
+  double join_us = 0.0;
+  double graph_join_us = -1.0;
+  // One more chunk of a staged path's pipeline (through the host, through a GPU): once its
+  // relays run back to back, each finds its first hop long done, so a chunk adds less than
+  // a hop's startup and a wake-up. Measured by calibration (a relay in 1 and in 8 chunks);
+  // < 0: the slowest hop's startup and wait, max_j (alpha_j + eps_j).
+  double host_chunk_us = -1.0;
+  double gpu_chunk_us = -1.0;
   // Capacity of a shared resource by name (e.g. "nvlink_egress[gpu0]"), GB/s; replaces the
   // nominal figure of that resource. Calibration fills these from concurrent measurements.
   std::map<std::string, double> capacities;

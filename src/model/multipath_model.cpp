@@ -27,7 +27,10 @@ double MultipathModel::overhead_us(const Route& r, int chunks, bool replayed) co
     sum += a;
     worst = std::max(worst, a);
   }
-  return sum + (chunks - 1) * worst;
+  const double measured = r.kind == PathKind::HostStaged ? params_.host_chunk_us
+                          : r.kind == PathKind::GpuStaged ? params_.gpu_chunk_us
+                                                          : -1.0;
+  return sum + (chunks - 1) * (measured >= 0 ? measured : worst);
 }
 
 double MultipathModel::fill_factor(const Route& r, int chunks) {
@@ -57,7 +60,7 @@ Flow MultipathModel::flow(const PathLoad& p) const {
   // shared with whatever still runs (the source's egress is free for other paths, the
   // destination's ingress is not).
   f.work = static_cast<double>(p.bytes);
-  f.tail = static_cast<double>(p.bytes) * (fill_factor(*p.route, p.chunks) - 1.0);
+  f.tail = drain_bytes(p);
   if (f.tail > 0) {
     const Hop& last = p.route->hops.back();
     f.tail_uses = last.uses;
@@ -66,6 +69,30 @@ Flow MultipathModel::flow(const PathLoad& p) const {
   }
   f.latency = p.bytes ? overhead_us(*p.route, p.chunks, p.replayed) : 0.0;
   return f;
+}
+
+double MultipathModel::drain_bytes(const PathLoad& p) const {
+  const Route& r = *p.route;
+  if (r.hops.size() != 2 || p.chunks < 1 || p.bytes == 0)
+    return static_cast<double>(p.bytes) * (fill_factor(r, std::max(1, p.chunks)) - 1.0);
+  PathPlan path;
+  path.bytes = p.bytes;
+  path.chunks = p.chunks;
+  path.taper_head = p.taper_head;
+  path.taper_tail = p.taper_tail;
+  const std::vector<uint64_t> edge = chunk_edges(path);
+  double x1 = params_.hop(r.hops[0].kind).beta_gbps, x2 = params_.hop(r.hops[1].kind).beta_gbps;
+  if (x1 <= 0 || x2 <= 0) x1 = x2 = 1.0;  // rates left to the resources: take them as equal
+  // max over k of the flow shop's two sums, in bytes at x2.
+  const double m = static_cast<double>(p.bytes);
+  double before = 0, worst = 0;
+  for (size_t k = 0; k + 1 < edge.size(); ++k) {
+    const double s = static_cast<double>(edge[k + 1] - edge[k]);
+    before += s;                                        // s_1 + .. + s_k
+    const double after = m - before + s;                // s_k + .. + s_c
+    worst = std::max(worst, before * x2 / x1 + after);  // (before / x1 + after / x2) * x2
+  }
+  return std::max(0.0, worst - m * x2 / std::min(x1, x2));
 }
 
 std::vector<double> MultipathModel::capacities() const { return capacity_; }
@@ -110,7 +137,8 @@ void MultipathModel::predict(std::vector<Plan>& plans) const {
   std::vector<PathLoad> loads;
   for (const Plan& plan : plans) {
     const bool replayed = replays(plan, shape_);
-    for (const PathPlan& p : plan.paths) loads.push_back({&route_of(plan.src, plan.dst, p), p.bytes, p.chunks, replayed});
+    for (const PathPlan& p : plan.paths)
+      loads.push_back({&route_of(plan.src, plan.dst, p), p.bytes, p.chunks, replayed, p.taper_head, p.taper_tail});
   }
   std::vector<PathTiming> t = simulate(loads);
   size_t i = 0;
@@ -139,6 +167,10 @@ double MultipathModel::wait_us(bool replayed) const {
   return replayed && params_.graph_epsilon_us >= 0 ? params_.graph_epsilon_us : params_.epsilon_us;
 }
 
+double MultipathModel::join_us(bool replayed) const {
+  return replayed && params_.graph_join_us >= 0 ? params_.graph_join_us : params_.join_us;
+}
+
 double MultipathModel::fork_join_us(PathKind kind, bool replayed) const {
   return runs_on_lane(kind, shape_) ? 2 * wait_us(replayed) : 0.0;
 }
@@ -156,13 +188,25 @@ double MultipathModel::enqueue_us(const Plan& plan) const {
 void MultipathModel::apply_schedule(Plan& plan) const {
   if (plan.paths.empty()) return;
   const bool plain = plan.single_path() && plan.paths[0].kind == PathKind::Direct;
-  if (!plain) {  // paths on lanes are forked from the caller's stream and joined back: two waits
-    double t = 0;
+  if (!plain) {
+    // Paths on lanes are forked from the caller's stream (a wait) and joined back: the
+    // caller's stream, after its own direct copy, waits on each final lane in turn. A wait
+    // whose lane is still running ends `wait` after the lane's last copy (its wake-up); one
+    // whose lane is done still costs the caller join_us, so they add up behind a direct
+    // copy that finishes last. In a replay the direct copy is a captured (UVA) copy node,
+    // which starts late.
     const bool replayed = replays(plan, shape_);
-    // In a replay the direct copy is a captured (UVA) copy node, which starts late.
+    const double wait = wait_us(replayed), joined = join_us(replayed);
+    auto late = [&](const PathPlan& p) { return replayed && p.kind == PathKind::Direct ? params_.graph_start_us : 0.0; };
+    double t = 0;
     for (const PathPlan& p : plan.paths)
-      t = std::max(t, p.predicted_us + fork_join_us(p.kind, replayed) +
-                          (replayed && p.kind == PathKind::Direct ? params_.graph_start_us : 0.0));
+      if (!runs_on_lane(p.kind, shape_)) t = std::max(t, p.predicted_us + late(p));
+    for (int direct_first = 1; direct_first >= 0; --direct_first)  // the engine's order
+      for (const PathPlan& p : plan.paths) {
+        if ((p.kind == PathKind::Direct) != (direct_first == 1) || !runs_on_lane(p.kind, shape_)) continue;
+        const double done = p.predicted_us + late(p) + wait;  // forked: its lane's wait on the start
+        for (int l = final_lanes(p, shape_); l > 0; --l) t = std::max(t + joined, done + wait);
+      }
     plan.predicted_us = std::max(plan.predicted_us, t);
   }
   // Copies issued back to back settle at one plan per max(GPU time, host time): where the

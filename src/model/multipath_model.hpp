@@ -26,6 +26,7 @@ struct PathLoad {
   uint64_t bytes = 0;
   int chunks = 1;
   bool replayed = false;  // part of a plan the engine replays as a graph (schedule_cost.hpp)
+  int taper_head = 0, taper_tail = 0;  // tapered chunks (PathPlan, chunk_edges)
 };
 
 struct PathTiming {
@@ -41,10 +42,19 @@ class MultipathModel {
   const ModelParams& params() const { return params_; }
   const EngineShape& engine_shape() const { return shape_; }
 
-  // Fixed cost of a route in c chunks: sum_j (alpha_j + eps_j) + (c - 1) max_j (alpha_j + eps_j).
+  // Fixed cost of a route in c chunks: sum_j (alpha_j + eps_j) + (c - 1) k, k the measured
+  // cost of one more chunk of a staged pipeline (host_chunk_us, gpu_chunk_us), else
+  // max_j (alpha_j + eps_j).
   double overhead_us(const Route& r, int chunks, bool replayed = false) const;
   // (c + k - 1) / c: pipeline fill and drain, in units of the path's bytes at its rate.
   static double fill_factor(const Route& r, int chunks);
+  // Bytes the last hop of a pipelined path still moves once its first hop is done, as the
+  // fluid simulation drains them at the last hop's rate (its chunks as chunk_edges cuts
+  // them, tapered or not). Two hops at rates x1, x2 with chunks s_1..s_c finish at
+  // max_k (s_1 + .. + s_k) / x1 + (s_k + .. + s_c) / x2 (a two-stage flow shop); the path
+  // moves its m bytes at min(x1, x2) and then drains the rest at x2. Equal chunks at equal
+  // rates: one chunk, m / c, the fill of the closed form.
+  double drain_bytes(const PathLoad& p) const;
   // The per-hop rate bound of a route in bytes/us (slowest hop's beta), 0 when none.
   double rate_cap(const Route& r) const;
   Flow flow(const PathLoad& p) const;
@@ -69,6 +79,8 @@ class MultipathModel {
   double fork_join_us(PathKind kind, bool replayed) const;
   // One cross-stream wait on the GPUs: epsilon, or inside a replayed graph its dependency.
   double wait_us(bool replayed) const;
+  // The caller's wait on a lane that is already done (join_us, or graph_join_us in a replay).
+  double join_us(bool replayed) const;
   // The host's time to enqueue the plan: the engine's checks and backend calls x call_us()
   // (and a graph launch where it replays one).
   double enqueue_us(const Plan& plan) const;

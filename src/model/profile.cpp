@@ -45,6 +45,10 @@ std::string profile_to_json(const Profile& p) {
             {"graph_node_us", p.params.graph_node_us},
             {"graph_start_us", p.params.graph_start_us},
             {"graph_epsilon_us", p.params.graph_epsilon_us},
+            {"join_us", p.params.join_us},
+            {"graph_join_us", p.params.graph_join_us},
+            {"host_chunk_us", p.params.host_chunk_us},
+            {"gpu_chunk_us", p.params.gpu_chunk_us},
             {"capacities", p.params.capacities},
             {"measurements", json::parse(p.measurements_json.empty() ? "{}" : p.measurements_json)}};
   return j.dump(1) + "\n";
@@ -89,10 +93,18 @@ Profile profile_from_json(const std::string& text, const std::string& origin) {
     if (j.contains("graph_start_us")) p.params.graph_start_us = j.at("graph_start_us").get<double>();
     field = "graph_epsilon_us";
     if (j.contains("graph_epsilon_us")) p.params.graph_epsilon_us = j.at("graph_epsilon_us").get<double>();
+    field = "join_us";
+    if (j.contains("join_us")) p.params.join_us = j.at("join_us").get<double>();
+    field = "graph_join_us";
+    if (j.contains("graph_join_us")) p.params.graph_join_us = j.at("graph_join_us").get<double>();
+    field = "host_chunk_us";
+    if (j.contains("host_chunk_us")) p.params.host_chunk_us = j.at("host_chunk_us").get<double>();
+    field = "gpu_chunk_us";
+    if (j.contains("gpu_chunk_us")) p.params.gpu_chunk_us = j.at("gpu_chunk_us").get<double>();
     GS_REQUIRE(p.params.epsilon_us >= 0 && p.params.host_call_us >= 0 && p.params.engine_call_us >= 0 &&
                    p.params.graph_launch_us >= 0 &&
-                   p.params.graph_node_us >= 0 && p.params.graph_start_us >= 0,
-               GPUSTRIPE_ERR_PROFILE, "%s: negative epsilon_us, host_call_us, engine_call_us or graph costs", origin.c_str());
+                   p.params.graph_node_us >= 0 && p.params.graph_start_us >= 0 && p.params.join_us >= 0,
+               GPUSTRIPE_ERR_PROFILE, "%s: negative epsilon_us, host_call_us, engine_call_us, join_us or graph costs", origin.c_str());
     field = "capacities";
     for (auto it = j.at("capacities").begin(); it != j.at("capacities").end(); ++it) {
       field = "capacities." + it.key();

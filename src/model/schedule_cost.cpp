@@ -46,15 +46,13 @@ uint64_t staged_pieces(uint64_t bytes, uint64_t staging_bytes) {
 
 namespace {
 
-// Pieces of a staged path: its chunks as the engine cuts them (near-equal), each cut into
-// pieces of at most half its staging area.
+// Pieces of a staged path: its chunks as the engine cuts them (chunk_edges: near-equal or
+// tapered), each cut into pieces of at most half its staging area.
 uint64_t path_pieces(const PathPlan& p, const EngineShape& shape) {
   const uint64_t area = p.kind == PathKind::HostStaged ? shape.host_staging : shape.gpu_staging;
+  const std::vector<uint64_t> edge = chunk_edges(p);
   uint64_t pieces = 0;
-  for (int c = 0; c < p.chunks; ++c) {
-    uint64_t b = p.bytes / static_cast<uint64_t>(p.chunks) + (static_cast<uint64_t>(c) < p.bytes % p.chunks ? 1 : 0);
-    pieces += staged_pieces(b, area);
-  }
+  for (size_t c = 0; c + 1 < edge.size(); ++c) pieces += staged_pieces(edge[c + 1] - edge[c], area);
   return pieces;
 }
 
@@ -81,6 +79,12 @@ int graph_copies(const Plan& plan, const EngineShape& shape) {
   uint64_t copies = 0;
   for (const PathPlan& p : plan.paths) copies += p.kind == PathKind::Direct ? p.chunks : 2 * path_pieces(p, shape);
   return static_cast<int>(copies);
+}
+
+int final_lanes(const PathPlan& p, const EngineShape& shape) {
+  if (p.kind == PathKind::Direct) return runs_on_lane(p.kind, shape) ? 1 : 0;
+  if (p.kind == PathKind::GpuStaged) return 1;
+  return static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(shape.host_lanes), path_pieces(p, shape)));
 }
 
 bool runs_on_lane(PathKind kind, const EngineShape& shape) {

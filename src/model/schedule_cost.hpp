@@ -53,6 +53,10 @@ int graph_copies(const Plan& plan, const EngineShape& shape);
 // 5-25% slower (direct + GPU staged); direct + host plans replay well.
 bool replays(const Plan& plan, const EngineShape& shape);
 bool replays(const std::vector<PathKind>& kinds, const EngineShape& shape);
+// Lanes of a path that the caller's stream waits on at the end (one wait each, in the
+// engine's order: direct paths first, then the others in plan order): a GPU-staged path's
+// relay lane, a host path's relay lanes in use, a direct path's own lane (0 on the caller).
+int final_lanes(const PathPlan& p, const EngineShape& shape);
 // Whether a path of this kind runs on an engine lane forked from the caller's stream and
 // joined back (two cross-stream event waits), in a plan that is not a plain copy.
 bool runs_on_lane(PathKind kind, const EngineShape& shape);

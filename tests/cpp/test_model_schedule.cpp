@@ -170,6 +170,117 @@ TEST(ModelSchedule, AHostTooSlowToEnqueueASplitKeepsThePlanDirect) {
   EXPECT_FALSE(fine.plan_exact(0, 1, 256 << 20).single_path());
 }
 
+TEST(ModelSchedule, TheCallerWaitsOnItsLanesInTurn) {
+  Topology t = load_topology_file("h200x4");
+  ModelParams p = nominal_params(t);
+  p.host_call_us = 0;
+  p.epsilon_us = 5;
+  p.join_us = 2;
+  EngineShape e;  // the engine's default: direct on the caller's stream, one relay lane per path
+  e.direct_on_caller = true;
+  e.marks_per_piece = false;
+  e.host_lanes = e.host_first_lanes = 1;
+  ModelParams none = p;
+  none.join_us = 0;
+  MultipathModel m(t, p, e), m0(t, none, e);
+  // The direct copy finishes last: the caller then passes its three waits on lanes long
+  // done, one after the other.
+  auto spec = parse_plan_spec("direct,gpu2:0.01x1,gpu3:0.01x1,host0:0.01x1");
+  Plan a = build_fixed_plan(m, spec, 0, 1, 256 << 20), a0 = build_fixed_plan(m0, spec, 0, 1, 256 << 20);
+  ASSERT_EQ(a.paths.size(), 4u);
+  EXPECT_EQ(final_lanes(a.paths[1], e), 1);
+  EXPECT_EQ(final_lanes(a.paths[3], e), 1);
+  EXPECT_EQ(final_lanes(a.paths[0], e), 0);  // on the caller's stream
+  EXPECT_DOUBLE_EQ(a0.predicted_us, a0.paths[0].predicted_us);
+  EXPECT_NEAR(a.predicted_us, a.paths[0].predicted_us + 3 * 2.0, 1e-9);
+  // A lane that finishes last: its fork's wait, its copies, the caller's wake-up; a lane
+  // the caller waits on after it, long done, still costs join_us.
+  auto late = parse_plan_spec("direct:0.5,host0:0.4x1,gpu2:0.1x1");
+  Plan b = build_fixed_plan(m, late, 0, 1, 64 << 20);
+  const PathPlan* host = nullptr;
+  for (const PathPlan& x : b.paths)
+    if (x.kind == PathKind::HostStaged) host = &x;
+  ASSERT_NE(host, nullptr);
+  ASSERT_EQ(b.paths.back().kind, PathKind::GpuStaged);  // waited on after the host path
+  ASSERT_GT(host->predicted_us, b.paths[0].predicted_us);
+  ASSERT_GT(host->predicted_us, b.paths.back().predicted_us + 10);
+  EXPECT_NEAR(b.predicted_us, host->predicted_us + 2 * 5.0 + 2.0, 1e-9);
+  // A host path on two relay lanes is waited on twice.
+  EngineShape two = e;
+  two.host_lanes = 2;
+  Plan c = build_fixed_plan(MultipathModel(t, p, two), parse_plan_spec("direct,host0:0.01x4"), 0, 1, 256 << 20);
+  EXPECT_EQ(final_lanes(c.paths[1], two), 2);
+  EXPECT_NEAR(c.predicted_us, c.paths[0].predicted_us + 2 * 2.0, 1e-9);
+}
+
+TEST(ModelPipeline, AMeasuredChunkCostReplacesTheStartupAndWaitPerChunk) {
+  Topology t = load_topology_file("h200x4");
+  ModelParams p = nominal_params(t);
+  p.epsilon_us = 5;
+  MultipathModel rule(t, p);
+  p.host_chunk_us = 2;
+  MultipathModel host(t, p);
+  p.gpu_chunk_us = 3;
+  MultipathModel both(t, p);
+  const Route& h = *rule.node().route(0, 1, PathKind::HostStaged, 0);
+  const Route& g = *rule.node().route(0, 1, PathKind::GpuStaged, 2);
+  const Route& d = *rule.node().route(0, 1, PathKind::Direct, -1);
+  // Without a measured figure: the slowest hop's startup and the relay's wait, per chunk.
+  const double h_rule = std::max(p.hop(HopKind::D2H).alpha_us, p.hop(HopKind::H2D).alpha_us + 5);
+  EXPECT_NEAR(rule.overhead_us(h, 8) - rule.overhead_us(h, 1), 7 * h_rule, 1e-9);
+  // Measured: that figure per chunk, the first chunk unchanged (startups and the relay's wake-up).
+  EXPECT_NEAR(host.overhead_us(h, 8) - host.overhead_us(h, 1), 7 * 2.0, 1e-9);
+  EXPECT_DOUBLE_EQ(host.overhead_us(h, 1), rule.overhead_us(h, 1));
+  EXPECT_DOUBLE_EQ(host.overhead_us(g, 4), rule.overhead_us(g, 4));  // GPU staging keeps its rule
+  EXPECT_NEAR(both.overhead_us(g, 4) - both.overhead_us(g, 1), 3 * 3.0, 1e-9);
+  EXPECT_DOUBLE_EQ(both.overhead_us(d, 4), rule.overhead_us(d, 4));  // a chunked direct copy too
+}
+
+TEST(ModelPipeline, DrainFollowsTheChunksAndTheSlowerHop) {
+  Topology t = load_topology_file("h200x4");
+  ModelParams even = nominal_params(t), slow_relay = even, slow_first = even;
+  even.hop(HopKind::D2H).beta_gbps = even.hop(HopKind::H2D).beta_gbps = 50;
+  slow_relay.hop(HopKind::D2H).beta_gbps = 50;
+  slow_relay.hop(HopKind::H2D).beta_gbps = 20;
+  slow_first.hop(HopKind::D2H).beta_gbps = 25;
+  slow_first.hop(HopKind::H2D).beta_gbps = 50;
+  MultipathModel me(t, even), mr(t, slow_relay), mf(t, slow_first);
+  const Route* host = me.node().route(0, 1, PathKind::HostStaged, 0);
+  ASSERT_NE(host, nullptr);
+  const uint64_t m = 64ull << 20;
+  PathLoad flat{host, m, 8};
+  PathLoad head = flat, tail = flat;
+  head.taper_head = 3;  // chunks 1/8, 1/4, 1/2 of the steady one first
+  tail.taper_tail = 3;
+  auto first_chunk = [&](const PathLoad& l) {
+    PathPlan p;
+    p.bytes = l.bytes;
+    p.chunks = l.chunks;
+    p.taper_head = l.taper_head;
+    p.taper_tail = l.taper_tail;
+    std::vector<uint64_t> e = chunk_edges(p);
+    return std::make_pair(static_cast<double>(e[1] - e[0]), static_cast<double>(e.back() - e[e.size() - 2]));
+  };
+  // Equal chunks at equal rates: one chunk, the closed form's (c + 1) / c.
+  EXPECT_NEAR(me.drain_bytes(flat), m * (MultipathModel::fill_factor(*host, 8) - 1), 1.0);
+  // Equal rates: the largest chunk drains, so a taper (which makes the steady chunks larger) costs.
+  EXPECT_GT(me.drain_bytes(head), me.drain_bytes(flat));
+  EXPECT_GT(me.drain_bytes(tail), me.drain_bytes(flat));
+  // A slower relay drains what follows the first chunk's first hop: a small first chunk pays,
+  // a small last one does not.
+  EXPECT_NEAR(mr.drain_bytes(head), first_chunk(head).first * 20 / 50, 1.0);
+  EXPECT_LT(mr.drain_bytes(head), mr.drain_bytes(flat));
+  EXPECT_NEAR(mr.drain_bytes(tail), mr.drain_bytes(flat) * first_chunk(tail).first / first_chunk(flat).first, 1.0);
+  // A slower first hop leaves the relay of the last chunk: a small last chunk pays.
+  EXPECT_NEAR(mf.drain_bytes(tail), first_chunk(tail).second, 1.0);
+  EXPECT_LT(mf.drain_bytes(tail), mf.drain_bytes(flat));
+  EXPECT_GT(mf.drain_bytes(head), mf.drain_bytes(flat));
+  // And a plan's prediction uses its tapers: slower relay, head taper, faster plan.
+  Plan a = build_fixed_plan(mr, parse_plan_spec("direct,host0:0.1x8"), 0, 1, m);
+  Plan b = build_fixed_plan(mr, parse_plan_spec("direct,host0:0.1x8h3"), 0, 1, m);
+  EXPECT_LT(b.paths[1].predicted_us, a.paths[1].predicted_us);
+}
+
 // The emulated backend, counting the calls an engine schedule is made of.
 class CountingBackend : public ForwardingBackend {
  public:
