@@ -15,6 +15,11 @@
 #include "p2p/trace.hpp"
 
 namespace gpustripe::p2p {
+namespace {
+const IntSetting kStreams{"GPUSTRIPE_P2P_STREAMS", "1",
+                          "Streams per GPU that the p2p layer's copies take in turn: with more than one, a "
+                          "message's copy does not wait behind the previous message's (windows of messages)"};
+}  // namespace
 
 Mover::Mover(Backend* backend, CopyFn copy) : backend_(backend), copy_(std::move(copy)) {
   if (backend_ && !copy_)
@@ -35,7 +40,8 @@ Mover::~Mover() {
     finish(pending_.begin());
   }
   for (EventHandle e : free_events_) backend_->destroy_event(e);
-  for (auto& kv : streams_) backend_->destroy_stream(kv.second);
+  for (auto& kv : streams_)
+    for (StreamHandle st : kv.second.all) backend_->destroy_stream(st);
 }
 
 MemLoc Mover::locate(const void* p) const {
@@ -61,10 +67,15 @@ void Mover::check_within(const MemLoc& loc, const void* p, size_t bytes, const c
 }
 
 StreamHandle Mover::stream_for(int dev) {
-  auto it = streams_.find(dev);
-  if (it != streams_.end()) return it->second;
-  StreamHandle s = backend_->create_stream(dev);
-  streams_[dev] = s;
+  Streams& ss = streams_[dev];
+  if (ss.all.empty()) {
+    int64_t n = kStreams.get();
+    GS_REQUIRE(n >= 1 && n <= 16, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_P2P_STREAMS=%lld: between 1 and 16",
+               static_cast<long long>(n));
+    for (int64_t i = 0; i < n; ++i) ss.all.push_back(backend_->create_stream(dev));
+  }
+  StreamHandle s = ss.all[ss.next];
+  ss.next = (ss.next + 1) % ss.all.size();
   return s;
 }
 
