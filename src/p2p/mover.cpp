@@ -1,10 +1,12 @@
 #include "p2p/mover.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <tuple>
 
+#include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "engine/engine.hpp"
@@ -13,6 +15,11 @@
 #include "p2p/trace.hpp"
 
 namespace gpustripe::p2p {
+namespace {
+const IntSetting kStreams{"GPUSTRIPE_P2P_STREAMS", "1",
+                          "Streams per GPU that the p2p layer's copies take in turn: with more than one, a "
+                          "message's copy does not wait behind the previous message's (windows of messages)"};
+}  // namespace
 
 Mover::Mover(Backend* backend, CopyFn copy) : backend_(backend), copy_(std::move(copy)) {
   if (backend_ && !copy_)
@@ -33,7 +40,8 @@ Mover::~Mover() {
     finish(pending_.begin());
   }
   for (EventHandle e : free_events_) backend_->destroy_event(e);
-  for (auto& kv : streams_) backend_->destroy_stream(kv.second);
+  for (auto& kv : streams_)
+    for (StreamHandle st : kv.second.all) backend_->destroy_stream(st);
 }
 
 MemLoc Mover::locate(const void* p) const {
@@ -59,10 +67,15 @@ void Mover::check_within(const MemLoc& loc, const void* p, size_t bytes, const c
 }
 
 StreamHandle Mover::stream_for(int dev) {
-  auto it = streams_.find(dev);
-  if (it != streams_.end()) return it->second;
-  StreamHandle s = backend_->create_stream(dev);
-  streams_[dev] = s;
+  Streams& ss = streams_[dev];
+  if (ss.all.empty()) {
+    int64_t n = kStreams.get();
+    GS_REQUIRE(n >= 1 && n <= 16, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_P2P_STREAMS=%lld: between 1 and 16",
+               static_cast<long long>(n));
+    for (int64_t i = 0; i < n; ++i) ss.all.push_back(backend_->create_stream(dev));
+  }
+  StreamHandle s = ss.all[ss.next];
+  ss.next = (ss.next + 1) % ss.all.size();
   return s;
 }
 
@@ -130,14 +143,23 @@ void Mover::copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_
   finish(it);
 }
 
+namespace {
+const BoolSetting kAnnounceFirst{
+    "GPUSTRIPE_P2P_ANNOUNCE_FIRST", "yes",
+    "A rank lists its copy on the node's board before it reads the others' and plans, so copies that "
+    "start together are planned with each other (listed after enqueueing, two pairs starting at once "
+    "never saw each other: both took the lone plan's host share, and the host path was overloaded)"};
+}  // namespace
+
 Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   // Concurrent plans by the loads they were made for: planning costs tens of
   // microseconds per message, and the loads repeat (the pairs of a benchmark, the
   // same exchange step after step). Bounded: cleared when it grows past kMaxPlans.
   constexpr size_t kMaxPlans = 256;
   auto plans = std::make_shared<std::map<std::vector<uint64_t>, Plan>>();
-  return [&engine, board, plans](void* dst, int dd, const void* src, int sd, size_t n,
-                                 StreamHandle s) -> std::function<void()> {
+  const bool announce_first = kAnnounceFirst.get();
+  return [&engine, board, plans, announce_first](void* dst, int dd, const void* src, int sd, size_t n,
+                                                 StreamHandle s) -> std::function<void()> {
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
       return {};
@@ -146,39 +168,51 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       engine.copy_async(dst, dd, src, sd, n, s);
       return {};
     }
-    // Other ranks' copies are merged per direction: what the planner needs is the load on
-    // each link, and planning one spec per message of a window (64 in osu_bw) cost
-    // milliseconds per message (bandwidth fell from 705 to 22 GB/s at 128 MB, 2 ranks).
-    std::vector<TransferSpec> specs;
-    for (const ipc::Channel::InFlight& t : board->transfers_of_others()) {
-      if (t.src_dev == t.dst_dev) continue;
-      auto same = std::find_if(specs.begin(), specs.end(),
-                               [&](const TransferSpec& x) { return x.src == t.src_dev && x.dst == t.dst_dev; });
-      if (same == specs.end()) specs.push_back(TransferSpec{t.src_dev, t.dst_dev, t.bytes});
-      else same->bytes += t.bytes;
+    int slot = -1;
+    if (announce_first) {
+      slot = board->publish_transfer(sd, dd, n);
+      // Store-then-load between ranks (Dekker): without a full fence both ranks could
+      // read the board before the other's entry is visible, and neither see the other.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
     }
-    if (specs.empty()) {
-      engine.copy_async(dst, dd, src, sd, n, s);
-    } else {
-      std::sort(specs.begin(), specs.end(), [](const TransferSpec& a, const TransferSpec& b) {
-        return std::tie(a.src, a.dst, a.bytes) < std::tie(b.src, b.dst, b.bytes);
-      });
-      specs.push_back(TransferSpec{sd, dd, n});
-      std::vector<uint64_t> key;
-      key.reserve(3 * specs.size());
-      for (const TransferSpec& t : specs) key.insert(key.end(), {uint64_t(t.src), uint64_t(t.dst), t.bytes});
-      auto it = plans->find(key);
-      if (it == plans->end()) {
-        if (plans->size() >= kMaxPlans) plans->clear();
-        Plan plan = engine.planner()->plan_concurrent(specs).back();
-        GS_LOG_DEBUG(Subsys::P2p, "GPU %d -> %d, %zu bytes, with %zu other copies in flight: %s", sd, dd, n,
-                     specs.size() - 1, plan.describe().c_str());
-        it = plans->emplace(std::move(key), std::move(plan)).first;
+    try {
+      // Other ranks' copies are merged per direction: what the planner needs is the load on
+      // each link, and planning one spec per message of a window (64 in osu_bw) cost
+      // milliseconds per message (bandwidth fell from 705 to 22 GB/s at 128 MB, 2 ranks).
+      std::vector<TransferSpec> specs;
+      for (const ipc::Channel::InFlight& t : board->transfers_of_others()) {
+        if (t.src_dev == t.dst_dev) continue;
+        auto same = std::find_if(specs.begin(), specs.end(),
+                                 [&](const TransferSpec& x) { return x.src == t.src_dev && x.dst == t.dst_dev; });
+        if (same == specs.end()) specs.push_back(TransferSpec{t.src_dev, t.dst_dev, t.bytes});
+        else same->bytes += t.bytes;
       }
-      trace("p_concurrent", -1, 0, 0, n);
-      engine.copy_with_plan(it->second, dst, src, s);
+      if (specs.empty()) {
+        engine.copy_async(dst, dd, src, sd, n, s);
+      } else {
+        std::sort(specs.begin(), specs.end(), [](const TransferSpec& a, const TransferSpec& b) {
+          return std::tie(a.src, a.dst, a.bytes) < std::tie(b.src, b.dst, b.bytes);
+        });
+        specs.push_back(TransferSpec{sd, dd, n});
+        std::vector<uint64_t> key;
+        key.reserve(3 * specs.size());
+        for (const TransferSpec& t : specs) key.insert(key.end(), {uint64_t(t.src), uint64_t(t.dst), t.bytes});
+        auto it = plans->find(key);
+        if (it == plans->end()) {
+          if (plans->size() >= kMaxPlans) plans->clear();
+          Plan plan = engine.planner()->plan_concurrent(specs).back();
+          GS_LOG_DEBUG(Subsys::P2p, "GPU %d -> %d, %zu bytes, with %zu other copies in flight: %s", sd, dd, n,
+                       specs.size() - 1, plan.describe().c_str());
+          it = plans->emplace(std::move(key), std::move(plan)).first;
+        }
+        trace("p_concurrent", -1, 0, 0, n);
+        engine.copy_with_plan(it->second, dst, src, s);
+      }
+    } catch (...) {
+      board->retire_transfer(slot);
+      throw;
     }
-    int slot = board->publish_transfer(sd, dd, n);
+    if (!announce_first) slot = board->publish_transfer(sd, dd, n);
     return [board, slot] { board->retire_transfer(slot); };
   };
 }

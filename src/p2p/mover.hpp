@@ -63,7 +63,11 @@ class Mover {
 
   Backend* backend_;
   CopyFn copy_;
-  std::map<int, StreamHandle> streams_;
+  struct Streams {
+    std::vector<StreamHandle> all;  // GPUSTRIPE_P2P_STREAMS of them, taken in turn
+    size_t next = 0;
+  };
+  std::map<int, Streams> streams_;
   struct Pending {
     EventHandle event;            // recorded after the copy
     std::function<void()> after;  // the copy function's completion step
