@@ -36,13 +36,16 @@ std::pair<Blocks, Blocks> split_share(const Blocks& b, double copy_share, size_t
   return {k, c};
 }
 
-// The copy engines' options for the copy_share part of a pulled reduction: one chunk, its own slot.
+// The copy engines' options for the copy_share part of a pulled reduction: one chunk, its own
+// slot, reduced on a lane beside the kernels' (so it runs as soon as its inputs are in, not
+// after the kernel that reads the rest).
 ReduceOpts copy_part(const ReduceOpts& o) {
   ReduceOpts c = o;
   c.pull = false;
   c.copy_share = 0;
   c.chunks = 1;
   c.slots = 1;
+  c.reduce_lane = kLaneOut2;
   return c;
 }
 
@@ -66,9 +69,8 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
   const size_t esz = dtype_size(dt);
   const size_t align = std::max<size_t>(1, kAlignBytes / esz);
   if (o.pull && o.copy_share > 0 && n > 1) {
-    // The kernel's part, then the copy engines' part; on a member both reductions share its
-    // local lane, so the second (of local data by then) runs after the kernel's, and its
-    // finish is the block's.
+    // The kernel's part, then the copy engines' part, reduced on another lane: the block is
+    // done when both are (their lanes join at the end of the call).
     auto [kb, cb] = split_share(b, o.copy_share, align);
     ReduceOpts ko = o;
     ko.copy_share = 0;
@@ -76,9 +78,7 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
     auto done = build_reduce_scatter(p, t, send, out, kb, dt, op, ko, scratch);
     std::vector<char*> out_c(n);
     for (int j = 0; j < n; ++j) out_c[j] = out[j] + kb.cnt[j] * esz;
-    auto done_c = build_reduce_scatter(p, t, send, out_c, cb, dt, op, copy_part(o), scratch);
-    for (int j = 0; j < n; ++j)
-      if (done_c[0][j] >= 0) done[0][j] = done_c[0][j];
+    build_reduce_scatter(p, t, send, out_c, cb, dt, op, copy_part(o), scratch);
     return done;
   }
   const int chunks = std::max(1, o.chunks);
@@ -124,7 +124,7 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
         if (i == j || o.pull) srcs.push_back(send[i] + (b.off[j] + off) * esz);
         else srcs.push_back(slot(j, c % slots, peer_index(i, j)));
       }
-      done[c][j] = p.reduce(t.rank[j], kLaneLocal, out[j] + off * esz, std::move(srcs), len, dt, op, arrived[j]);
+      done[c][j] = p.reduce(t.rank[j], o.reduce_lane, out[j] + off * esz, std::move(srcs), len, dt, op, arrived[j]);
     }
   }
   return done;
@@ -139,7 +139,9 @@ void build_allreduce_rs_ag(Program& p, const Team& t, const std::vector<const ch
   Blocks b = split_blocks(count, n, align);
   std::vector<char*> out(n);
   for (int j = 0; j < n; ++j) out[j] = recv[j] + b.off[j] * esz;
-  auto done = build_reduce_scatter(p, t, send, out, b, dt, op, o, scratch);
+  ReduceOpts whole = o;
+  whole.copy_share = 0;  // the allgather waits for each block's reduction
+  auto done = build_reduce_scatter(p, t, send, out, b, dt, op, whole, scratch);
   // Allgather of each reduced chunk, on a lane beside the reduce-scatter copies. In place,
   // the write into recv[k] (== send[k]) comes after the reduction that read send[k]'s chunk.
   const int chunks = static_cast<int>(done.size());
@@ -300,7 +302,9 @@ void build_reduce(Program& p, const Team& t, const std::vector<const char*>& sen
     if (j == root) out[j] = recv_root + b.off[j] * esz;
     else out[j] = scratch.device(t.rank[j], slots_bytes + b.cnt[j] * esz) + slots_bytes;
   }
-  auto done = build_reduce_scatter(p, t, send, out, b, dt, op, o, scratch);
+  ReduceOpts whole = o;
+  whole.copy_share = 0;  // the copies to the root wait for each block's reduction
+  auto done = build_reduce_scatter(p, t, send, out, b, dt, op, whole, scratch);
   const int chunks = static_cast<int>(done.size());
   for (int c = 0; c < chunks; ++c)
     for (int j = 0; j < n; ++j) {

@@ -53,11 +53,14 @@ struct ReduceOpts {
   // into scratch (and, for twoshot, whose result they push to the peers) while the kernel
   // reads the rest: both kinds of NVLink traffic at once. 0: kernels only.
   double copy_share = 0;
+  int reduce_lane = kLaneLocal;  // the lane of copy mode's reductions
 };
 
 // Reduce-scatter over blocks b (elements): out[j] (block j's result at member j) =
 // op over i of send[i] + b.off[j]. Returns, per chunk c and member j, the op that
-// finishes that chunk (index into p, or -1): result[c][j].
+// finishes that chunk (index into p, or -1): result[c][j]. With a copy_share, that is the
+// kernels' part only (the copy engines' part is reduced on its own lane): callers that wait
+// for a block (allgather, reduce to a root) take no copy_share.
 std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, const std::vector<const char*>& send,
                                                    const std::vector<char*>& out, const Blocks& b, DataType dt,
                                                    RedOp op, const ReduceOpts& o, Scratch& scratch);
