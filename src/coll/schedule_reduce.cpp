@@ -109,7 +109,8 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
           std::vector<int> deps;
           if (c >= slots) deps.push_back(done[c - slots][j]);
           const int driver = o.receiver_copies ? j : i;
-          arrived[j].push_back(p.copy(t.rank[driver], kLaneOut, slot(j, s, peer_index(i, j)), t.dev[j],
+          const int lane = o.peer_lanes ? kLanePeer0 + (r - 1) : kLaneOut;
+          arrived[j].push_back(p.copy(t.rank[driver], lane, slot(j, s, peer_index(i, j)), t.dev[j],
                                       send[i] + (b.off[j] + off) * esz, t.dev[i], len * esz, deps));
         }
     }

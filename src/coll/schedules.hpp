@@ -54,6 +54,7 @@ struct ReduceOpts {
   // reads the rest: both kinds of NVLink traffic at once. 0: kernels only.
   double copy_share = 0;
   int reduce_lane = kLaneLocal;  // the lane of copy mode's reductions
+  bool peer_lanes = false;       // copy mode: a lane per round (peer offset) instead of one for all
 };
 
 // Reduce-scatter over blocks b (elements): out[j] (block j's result at member j) =

@@ -70,6 +70,8 @@ const StringSetting kCeCopies{"GPUSTRIPE_COLL_CE_SHARE_COPIES", "receiver",
                               "Whose copy engines move the GPUSTRIPE_COLL_CE_SHARE part: receiver (each owner reads "
                               "its peers: no waits between GPUs) or sender"};
 // r1 of session 2 (busbw GB/s, 1M/2M): one-shot 60/90, two-shot 78/130.
+const BoolSetting kCeLanes{"GPUSTRIPE_COLL_CE_SHARE_LANES", "0",
+                           "The GPUSTRIPE_COLL_CE_SHARE copies on a stream per peer (all at once) instead of one"};
 const SizeSetting kOneshotMax{"GPUSTRIPE_COLL_ONESHOT_MAX", "256K",
                               "Largest allreduce per rank done in one step (every rank reduces all inputs)"};
 
@@ -262,6 +264,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     GS_REQUIRE(by == "receiver" || by == "sender", GPUSTRIPE_ERR_CONFIG,
                "GPUSTRIPE_COLL_CE_SHARE_COPIES=%s: expected receiver or sender", by.c_str());
     c.reduce.copy_share = share;
+    c.reduce.peer_lanes = kCeLanes.get();
     if (share > 0) c.reduce.receiver_copies = by == "receiver";
   }
   // Slots: as many as chunks when the scratch allows (no copy ever waits for a reduction).

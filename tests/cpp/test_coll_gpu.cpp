@@ -143,6 +143,7 @@ TEST(CollGpu, CopyEngineShareOfPulledReductions) {
     auto comm = node.comm(n);
     for (const char* copies : {"receiver", "sender"}) {
       ScopedEnv by("GPUSTRIPE_COLL_CE_SHARE_COPIES", copies);
+      ScopedEnv lanes("GPUSTRIPE_COLL_CE_SHARE_LANES", std::string(copies) == "sender" ? "1" : "0");
       for (const char* algo : {"rs_pull", "twoshot"}) {
         ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
         const CollOp op = std::string(algo) == "rs_pull" ? CollOp::ReduceScatter : CollOp::AllReduce;

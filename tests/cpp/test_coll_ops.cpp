@@ -82,6 +82,7 @@ TEST(CollCopyShare, KernelsAndCopyEnginesTogetherMatchTheReference) {
     auto comm = node.comm(n);
     for (const char* copies : {"receiver", "sender"}) {
       ScopedEnv by("GPUSTRIPE_COLL_CE_SHARE_COPIES", copies);
+      ScopedEnv lanes("GPUSTRIPE_COLL_CE_SHARE_LANES", std::string(copies) == "sender" ? "1" : "0");
       for (const char* algo : {"rs_pull", "twoshot"}) {
         ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
         sweep(*comm, std::string(algo) == "rs_pull" ? CollOp::ReduceScatter : CollOp::AllReduce, true, 77 * n);
