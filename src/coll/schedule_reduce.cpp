@@ -23,6 +23,32 @@ std::pair<size_t, size_t> chunk_of(size_t cnt, int chunks, int c, size_t align) 
   return {off, std::min(step, cnt - off)};
 }
 
+// Block b cut in two: the kernels' part first, then copy_share of it (aligned) for the copy engines.
+std::pair<Blocks, Blocks> split_share(const Blocks& b, double copy_share, size_t align) {
+  Blocks k, c;
+  for (size_t j = 0; j < b.cnt.size(); ++j) {
+    size_t by_copy = static_cast<size_t>(static_cast<double>(b.cnt[j]) * copy_share) / align * align;
+    k.off.push_back(b.off[j]);
+    k.cnt.push_back(b.cnt[j] - by_copy);
+    c.off.push_back(b.off[j] + k.cnt[j]);
+    c.cnt.push_back(by_copy);
+  }
+  return {k, c};
+}
+
+// The copy engines' options for the copy_share part of a pulled reduction: one chunk, its own
+// slot, reduced on a lane beside the kernels' (so it runs as soon as its inputs are in, not
+// after the kernel that reads the rest).
+ReduceOpts copy_part(const ReduceOpts& o) {
+  ReduceOpts c = o;
+  c.pull = false;
+  c.copy_share = 0;
+  c.chunks = 1;
+  c.slots = 1;
+  c.reduce_lane = kLaneOut2;
+  return c;
+}
+
 }  // namespace
 
 Blocks split_blocks(size_t count, int parts, size_t align) {
@@ -42,6 +68,19 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
   const int n = t.size();
   const size_t esz = dtype_size(dt);
   const size_t align = std::max<size_t>(1, kAlignBytes / esz);
+  if (o.pull && o.copy_share > 0 && n > 1) {
+    // The kernel's part, then the copy engines' part, reduced on another lane: the block is
+    // done when both are (their lanes join at the end of the call).
+    auto [kb, cb] = split_share(b, o.copy_share, align);
+    ReduceOpts ko = o;
+    ko.copy_share = 0;
+    ko.chunks = 1;
+    auto done = build_reduce_scatter(p, t, send, out, kb, dt, op, ko, scratch);
+    std::vector<char*> out_c(n);
+    for (int j = 0; j < n; ++j) out_c[j] = out[j] + kb.cnt[j] * esz;
+    build_reduce_scatter(p, t, send, out_c, cb, dt, op, copy_part(o), scratch);
+    return done;
+  }
   const int chunks = std::max(1, o.chunks);
   const int slots = std::max(1, std::min(o.slots, chunks));
   std::vector<std::vector<int>> done(chunks, std::vector<int>(n, -1));
@@ -70,7 +109,8 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
           std::vector<int> deps;
           if (c >= slots) deps.push_back(done[c - slots][j]);
           const int driver = o.receiver_copies ? j : i;
-          arrived[j].push_back(p.copy(t.rank[driver], kLaneOut, slot(j, s, peer_index(i, j)), t.dev[j],
+          const int lane = o.peer_lanes ? kLanePeer0 + (r - 1) : kLaneOut;
+          arrived[j].push_back(p.copy(t.rank[driver], lane, slot(j, s, peer_index(i, j)), t.dev[j],
                                       send[i] + (b.off[j] + off) * esz, t.dev[i], len * esz, deps));
         }
     }
@@ -85,7 +125,7 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
         if (i == j || o.pull) srcs.push_back(send[i] + (b.off[j] + off) * esz);
         else srcs.push_back(slot(j, c % slots, peer_index(i, j)));
       }
-      done[c][j] = p.reduce(t.rank[j], kLaneLocal, out[j] + off * esz, std::move(srcs), len, dt, op, arrived[j]);
+      done[c][j] = p.reduce(t.rank[j], o.reduce_lane, out[j] + off * esz, std::move(srcs), len, dt, op, arrived[j]);
     }
   }
   return done;
@@ -100,7 +140,9 @@ void build_allreduce_rs_ag(Program& p, const Team& t, const std::vector<const ch
   Blocks b = split_blocks(count, n, align);
   std::vector<char*> out(n);
   for (int j = 0; j < n; ++j) out[j] = recv[j] + b.off[j] * esz;
-  auto done = build_reduce_scatter(p, t, send, out, b, dt, op, o, scratch);
+  ReduceOpts whole = o;
+  whole.copy_share = 0;  // the allgather waits for each block's reduction
+  auto done = build_reduce_scatter(p, t, send, out, b, dt, op, whole, scratch);
   // Allgather of each reduced chunk, on a lane beside the reduce-scatter copies. In place,
   // the write into recv[k] (== send[k]) comes after the reduction that read send[k]'s chunk.
   const int chunks = static_cast<int>(done.size());
@@ -137,10 +179,13 @@ void build_allreduce_oneshot(Program& p, const Team& t, const std::vector<const 
 }
 
 void build_allreduce_twoshot(Program& p, const Team& t, const std::vector<const char*>& send,
-                             const std::vector<char*>& recv, size_t count, DataType dt, RedOp op) {
+                             const std::vector<char*>& recv, size_t count, DataType dt, RedOp op,
+                             const ReduceOpts& o, Scratch& scratch) {
   const int n = t.size();
   const size_t esz = dtype_size(dt);
-  Blocks b = split_blocks(count, n, std::max<size_t>(1, kAlignBytes / esz));
+  const size_t align = std::max<size_t>(1, kAlignBytes / esz);
+  Blocks all = split_blocks(count, n, align);
+  auto [b, cb] = split_share(all, n > 1 ? o.copy_share : 0, align);
   // Block j's elements are read (in every member's send) and written (in every member's
   // recv) by member j's kernel only, each element read everywhere before it is written:
   // in place needs no copy aside. The own buffer first: it is the kernel's dst, and with
@@ -157,6 +202,20 @@ void build_allreduce_twoshot(Program& p, const Team& t, const std::vector<const 
     }
     p.reduce(t.rank[j], kLaneLocal, recv[j] + at, std::move(srcs), b.cnt[j], dt, op, {}, std::move(more));
   }
+  // The copy engines' part: reduce-scatter into scratch, then each member pushes its reduced
+  // piece to the others (only member j reads or writes block j's piece, as above).
+  bool any = false;
+  for (size_t c : cb.cnt) any = any || c > 0;
+  if (!any) return;
+  std::vector<char*> out_c(n);
+  for (int j = 0; j < n; ++j) out_c[j] = recv[j] + cb.off[j] * esz;
+  auto done = build_reduce_scatter(p, t, send, out_c, cb, dt, op, copy_part(o), scratch);
+  for (int r = 1; r < n; ++r)
+    for (int j = 0; j < n; ++j) {
+      const int k = (j + r) % n;
+      p.copy(t.rank[j], kLaneOut2, recv[k] + cb.off[j] * esz, t.dev[k], out_c[j], t.dev[j], cb.cnt[j] * esz,
+             {done[0][j]});
+    }
 }
 
 void build_allreduce_hier(Program& p, const Team& t, const std::vector<std::vector<int>>& groups,
@@ -219,7 +278,7 @@ void build_allreduce(Program& p, const Team& t, const std::string& schedule,
                      const std::vector<char*>& recv, size_t count, DataType dt, RedOp op, const ReduceOpts& o,
                      Scratch& scratch) {
   if (schedule == "oneshot") build_allreduce_oneshot(p, t, send, recv, count, dt, op, scratch);
-  else if (schedule == "twoshot") build_allreduce_twoshot(p, t, send, recv, count, dt, op);
+  else if (schedule == "twoshot") build_allreduce_twoshot(p, t, send, recv, count, dt, op, o, scratch);
   else if (schedule == "hier") build_allreduce_hier(p, t, groups, send, recv, count, dt, op, o, scratch);
   else build_allreduce_rs_ag(p, t, send, recv, count, dt, op, o, scratch);
 }
@@ -244,7 +303,9 @@ void build_reduce(Program& p, const Team& t, const std::vector<const char*>& sen
     if (j == root) out[j] = recv_root + b.off[j] * esz;
     else out[j] = scratch.device(t.rank[j], slots_bytes + b.cnt[j] * esz) + slots_bytes;
   }
-  auto done = build_reduce_scatter(p, t, send, out, b, dt, op, o, scratch);
+  ReduceOpts whole = o;
+  whole.copy_share = 0;  // the copies to the root wait for each block's reduction
+  auto done = build_reduce_scatter(p, t, send, out, b, dt, op, whole, scratch);
   const int chunks = static_cast<int>(done.size());
   for (int c = 0; c < chunks; ++c)
     for (int j = 0; j < n; ++j) {

@@ -55,11 +55,19 @@ struct ReduceOpts {
   // only for copies on its own GPU and the schedule holds no dependency between GPUs; but
   // copy engines reading a peer ran at a third of the speed of pushes on H200 (round 2).
   bool receiver_copies = false;
+  // Pull mode (rs_pull, twoshot): the fraction of each block whose inputs copy engines move
+  // into scratch (and, for twoshot, whose result they push to the peers) while the kernel
+  // reads the rest: both kinds of NVLink traffic at once. 0: kernels only.
+  double copy_share = 0;
+  int reduce_lane = kLaneLocal;  // the lane of copy mode's reductions
+  bool peer_lanes = false;       // copy mode: a lane per round (peer offset) instead of one for all
 };
 
 // Reduce-scatter over blocks b (elements): out[j] (block j's result at member j) =
 // op over i of send[i] + b.off[j]. Returns, per chunk c and member j, the op that
-// finishes that chunk (index into p, or -1): result[c][j].
+// finishes that chunk (index into p, or -1): result[c][j]. With a copy_share, that is the
+// kernels' part only (the copy engines' part is reduced on its own lane): callers that wait
+// for a block (allgather, reduce to a root) take no copy_share.
 std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, const std::vector<const char*>& send,
                                                    const std::vector<char*>& out, const Blocks& b, DataType dt,
                                                    RedOp op, const ReduceOpts& o, Scratch& scratch);
@@ -75,7 +83,8 @@ void build_allreduce_oneshot(Program& p, const Team& t, const std::vector<const 
 // peers) and writes the result into block j of every member's output. Reads and writes
 // peers' memory: needs peer access between every pair.
 void build_allreduce_twoshot(Program& p, const Team& t, const std::vector<const char*>& send,
-                             const std::vector<char*>& recv, size_t count, DataType dt, RedOp op);
+                             const std::vector<char*>& recv, size_t count, DataType dt, RedOp op,
+                             const ReduceOpts& o, Scratch& scratch);
 // Three stages over groups (sockets) of equal size: reduce-scatter inside each group,
 // allreduce of each block across groups, allgather inside each group.
 void build_allreduce_hier(Program& p, const Team& t, const std::vector<std::vector<int>>& groups,

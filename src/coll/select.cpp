@@ -61,12 +61,27 @@ const BoolSetting kBcastLanes{"GPUSTRIPE_COLL_BCAST_LANES", "0",
                               "Scatter-allgather broadcast: a lane per destination (the root and every "
                               "forwarder send to all at once), else one lane per rank"};
 // Two-shot in one kernel per rank: no copies (whose graph nodes cost rs_ag_pull ~75 us of
-// host time per call at 4-32M in round 3) and no waits between GPUs inside the call.
+// host time per call at 4-32M in round 3) and no waits between GPUs inside the call. r1 of
+// session 2 (busbw GB/s, 4M/16M/64M/256M): two-shot 189/273/312/319; rs_ag_pull 99/164 and
+// rs_ag_copy 197/292 (64M/256M).
 const SizeSetting kTwoshotMax{"GPUSTRIPE_COLL_TWOSHOT_MAX", "64G",
                               "Largest allreduce per rank done by two-shot kernels (each rank reduces its block "
                               "from every input and writes it into every output); above: reduce-scatter and "
                               "allgather by copy engines"};
-const SizeSetting kOneshotMax{"GPUSTRIPE_COLL_ONESHOT_MAX", "2M",
+// Round r1 of session 2 (4x H200): the kernels alone move ~320 GB/s per GPU at 256M (rs_pull,
+// twoshot), below the copy engines' ~360 in the alltoall pattern.
+const DoubleSetting kCeShare{"GPUSTRIPE_COLL_CE_SHARE", "0",
+                             "Fraction (0..0.9) of each block of rs_pull and twoshot whose inputs copy engines move "
+                             "into scratch (twoshot: and whose result they push) while the kernels read the rest"};
+const SizeSetting kCeShareMin{"GPUSTRIPE_COLL_CE_SHARE_MIN", "64M",
+                              "Smallest reduce-scatter/allreduce per rank that gets GPUSTRIPE_COLL_CE_SHARE"};
+const StringSetting kCeCopies{"GPUSTRIPE_COLL_CE_SHARE_COPIES", "receiver",
+                              "Whose copy engines move the GPUSTRIPE_COLL_CE_SHARE part: receiver (each owner reads "
+                              "its peers: no waits between GPUs) or sender"};
+// r1 of session 2 (busbw GB/s, 1M/2M): one-shot 60/90, two-shot 78/130.
+const BoolSetting kCeLanes{"GPUSTRIPE_COLL_CE_SHARE_LANES", "0",
+                           "The GPUSTRIPE_COLL_CE_SHARE copies on a stream per peer (all at once) instead of one"};
+const SizeSetting kOneshotMax{"GPUSTRIPE_COLL_ONESHOT_MAX", "256K",
                               "Largest allreduce per rank done in one step (every rank reduces all inputs)"};
 
 // Measured on the 4x H200 node (shared/HARDWARE.md): copy engines reach ~82% of the
@@ -149,6 +164,8 @@ std::string Choice::describe() const {
   else if (name != "oneshot" && name != "twoshot")
     s += format(" chunks=%d slots=%d%s", reduce.chunks, reduce.slots,
                 reduce.pull ? "" : reduce.receiver_copies ? " copies=receiver" : " copies=sender");
+  if (reduce.copy_share > 0)
+    s += format(" ce=%s%s", pct(reduce.copy_share).c_str(), reduce.receiver_copies ? " copies=receiver" : " copies=sender");
   return s + ": " + why;
 }
 
@@ -257,6 +274,16 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   GS_REQUIRE(copies == "receiver" || copies == "sender", GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_COLL_RS_COPIES=%s: expected receiver or sender", copies.c_str());
   c.reduce.receiver_copies = copies == "receiver";
+  if ((c.name == "rs_pull" || c.name == "twoshot") && n > 1 && bytes >= kCeShareMin.get()) {
+    const double share = kCeShare.get();
+    GS_REQUIRE(share >= 0 && share <= 0.9, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_COLL_CE_SHARE=%g: expected 0..0.9", share);
+    const std::string by = kCeCopies.get();
+    GS_REQUIRE(by == "receiver" || by == "sender", GPUSTRIPE_ERR_CONFIG,
+               "GPUSTRIPE_COLL_CE_SHARE_COPIES=%s: expected receiver or sender", by.c_str());
+    c.reduce.copy_share = share;
+    c.reduce.peer_lanes = kCeLanes.get();
+    if (share > 0) c.reduce.receiver_copies = by == "receiver";
+  }
   // Slots: as many as chunks when the scratch allows (no copy ever waits for a reduction).
   const uint64_t chunk_bytes = std::max<uint64_t>(1, (block + c.reduce.chunks - 1) / c.reduce.chunks);
   const uint64_t fit = kScratchMax.get() / (chunk_bytes * std::max(1, n - 1));

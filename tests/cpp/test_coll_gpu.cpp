@@ -132,6 +132,35 @@ TEST(CollGpu, ReductionsWithTheBarrierInsideTheKernel) {
   }
 }
 
+// Kernels and copy engines on parts of each block at once (GPUSTRIPE_COLL_CE_SHARE), the
+// copies by the owners or by the senders, blocking and replayed on streams, in place or not.
+TEST(CollGpu, CopyEngineShareOfPulledReductions) {
+  GS_REQUIRE_GPU(2);
+  ScopedEnv share("GPUSTRIPE_COLL_CE_SHARE", "0.3");
+  ScopedEnv from("GPUSTRIPE_COLL_CE_SHARE_MIN", "0");
+  GpuNode node;
+  for (int n : {2, std::min(4, cuda_device_count())}) {
+    auto comm = node.comm(n);
+    for (const char* copies : {"receiver", "sender"}) {
+      ScopedEnv by("GPUSTRIPE_COLL_CE_SHARE_COPIES", copies);
+      ScopedEnv lanes("GPUSTRIPE_COLL_CE_SHARE_LANES", std::string(copies) == "sender" ? "1" : "0");
+      for (const char* algo : {"rs_pull", "twoshot"}) {
+        ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
+        const CollOp op = std::string(algo) == "rs_pull" ? CollOp::ReduceScatter : CollOp::AllReduce;
+        uint64_t seed = 9;
+        for (DataType dt : all_dtypes())
+          for (size_t count : {size_t(4099), size_t(300001)})
+            for (bool in_place : {false, true})
+              for (bool async : {false, true}) {
+                Case c{op, dt, GPUSTRIPE_SUM, count, in_place, 0, async, async ? 3 : 1};
+                ASSERT_EQ(run_case(*comm, c, seed++), 0u) << algo << " " << copies << " n=" << n << " "
+                                                         << comm->last_schedule();
+              }
+      }
+    }
+  }
+}
+
 TEST(CollGpu, HostShareExchanges) {
   GS_REQUIRE_GPU(2);
   ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0.1");

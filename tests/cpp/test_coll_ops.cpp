@@ -74,6 +74,27 @@ std::string case_name(const ::testing::TestParamInfo<std::tuple<OpCase, int>>& i
 INSTANTIATE_TEST_SUITE_P(Emulated, CollOps, ::testing::Combine(::testing::ValuesIn(kOpCases), ::testing::Values(2, 3, 4)),
                          case_name);
 
+// Kernels and copy engines on parts of each block at once (GPUSTRIPE_COLL_CE_SHARE), the
+// copies by the owners or by the senders, 2-4 ranks, every type and operator, in place or not.
+TEST(CollCopyShare, KernelsAndCopyEnginesTogetherMatchTheReference) {
+  ScopedEnv share("GPUSTRIPE_COLL_CE_SHARE", "0.3");
+  ScopedEnv from("GPUSTRIPE_COLL_CE_SHARE_MIN", "0");
+  EmuNode node("h200x4");
+  for (int n : {2, 3, 4}) {
+    auto comm = node.comm(n);
+    for (const char* copies : {"receiver", "sender"}) {
+      ScopedEnv by("GPUSTRIPE_COLL_CE_SHARE_COPIES", copies);
+      ScopedEnv lanes("GPUSTRIPE_COLL_CE_SHARE_LANES", std::string(copies) == "sender" ? "1" : "0");
+      for (const char* algo : {"rs_pull", "twoshot"}) {
+        ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
+        sweep(*comm, std::string(algo) == "rs_pull" ? CollOp::ReduceScatter : CollOp::AllReduce, true, 77 * n);
+        EXPECT_NE(comm->last_schedule().find(std::string("ce=30.0% copies=") + copies), std::string::npos)
+            << comm->last_schedule();
+      }
+    }
+  }
+}
+
 // Repeated calls reuse their schedule choice and buffer checks, but a settings change
 // between two identical calls changes the choice, and a bad buffer is still refused.
 TEST(CollRepeat, RememberedChoicesFollowTheSettings) {

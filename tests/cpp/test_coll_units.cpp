@@ -126,7 +126,8 @@ TeamResources h200(int n) {
 TEST(CollSelect, SizeDecidesTheSchedule) {
   TeamResources r = h200(4);
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 10, 4).name, "oneshot");
-  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 2 << 20, 4).name, "oneshot");
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 256 << 10, 4).name, "oneshot");
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 2 << 20, 4).name, "twoshot");
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 16 << 20, 4).name, "twoshot");
   EXPECT_FALSE(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4).why.empty());
   {
@@ -375,7 +376,10 @@ TEST(CollSchedules, TwoshotIsOneKernelPerRankOverItsBlock) {
   auto buf = fake(n, 1 << 30);
   std::vector<const char*> cbuf(buf.begin(), buf.end());
   const size_t count = (1 << 20) + 3;
-  build_allreduce_twoshot(p, t, cbuf, buf, count, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+  Topology topo = load_topology_file("h200x4");
+  auto backend = make_emulated_backend(topo);
+  Scratch scratch(*backend, {0, 1, 2, 3});
+  build_allreduce_twoshot(p, t, cbuf, buf, count, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, ReduceOpts{}, scratch);
   ASSERT_EQ(p.size(), size_t(n));
   size_t covered = 0;
   for (int j = 0; j < n; ++j) {
@@ -396,6 +400,48 @@ TEST(CollSchedules, TwoshotIsOneKernelPerRankOverItsBlock) {
 
 // Per-rank graphs under the GPUs' barrier: a broadcast's forwards wait on flags that the
 // root's copies set; every wait has its signal, right after the op it stands for.
+// A copy-engine share: the kernels cover the rest of each block, the copies (the owner's own
+// engines reading its peers) wait for nothing on another GPU, and every element is reduced once.
+TEST(CollSchedules, CopyEngineShareCoversTheBlocksWithoutCrossRankWaits) {
+  const int n = 4;
+  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
+  auto buf = fake(n, 1 << 30);
+  std::vector<const char*> cbuf(buf.begin(), buf.end());
+  Topology topo = load_topology_file("h200x4");
+  auto backend = make_emulated_backend(topo);
+  Scratch scratch(*backend, {0, 1, 2, 3});
+  ReduceOpts o;
+  o.pull = true;
+  o.copy_share = 0.25;
+  o.receiver_copies = true;
+  const size_t count = (1 << 20) + 3;
+  for (bool allreduce : {false, true}) {
+    Program p(n);
+    if (allreduce) {
+      build_allreduce_twoshot(p, t, cbuf, buf, count, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, o, scratch);
+    } else {
+      Blocks b = split_blocks(count, n, 64);
+      std::vector<char*> out(n);
+      for (int j = 0; j < n; ++j) out[j] = buf[j] + b.off[j] * 4;
+      build_reduce_scatter(p, t, cbuf, out, b, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, o, scratch);
+    }
+    size_t reduced = 0, copied = 0, pushed = 0;
+    for (const Op& op : p.ops()) {
+      if (op.kind == Op::Reduce) reduced += op.count;
+      if (op.kind == Op::Copy && op.lane == kLaneOut) {
+        EXPECT_EQ(op.dst_dev, op.rank);  // the owner's engines read the peer
+        copied += op.bytes;
+      }
+      if (op.kind == Op::Copy && op.lane == kLaneOut2) pushed += op.bytes;
+      for (int d : op.deps) EXPECT_EQ(p.ops()[d].rank, op.rank);
+    }
+    EXPECT_EQ(reduced, count);
+    // Each owner reads a quarter of its block from each of n-1 peers (float32; aligned down).
+    EXPECT_NEAR(static_cast<double>(copied), (n - 1) * count * 0.25 * 4, 0.01 * count);
+    EXPECT_EQ(pushed, allreduce ? copied : 0u);
+  }
+}
+
 TEST(CollSchedules, PerRankSplitTurnsCrossRankWaitsIntoFlags) {
   const int n = 4;
   Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
