@@ -65,12 +65,14 @@ class CudaBarrier : public DeviceBarrier {
   size_t memop_base() const { return devices_.size() + 1 + kSlots; }
   size_t memop_slot_base() const { return memop_base() + 2 * devices_.size() + 1; }
   int stamps() const override { return kStamps; }
+  void enable_stamps() override {
+    if (stamps_) return;  // only when tracing: most communicators never stamp
+    stamps_ = static_cast<unsigned long long*>(backend_.alloc_pinned(kStamps * sizeof(unsigned long long)));
+    for (int i = 0; i < kStamps; ++i) stamps_[i] = 0;
+  }
   void stamp(int rank, int index, StreamHandle s) override {
-    GS_REQUIRE(index >= 0 && index < kStamps, GPUSTRIPE_ERR_INTERNAL, "timeline stamp %d of %d", index, kStamps);
-    if (!stamps_) {  // only when tracing: most communicators never stamp
-      stamps_ = static_cast<unsigned long long*>(backend_.alloc_pinned(kStamps * sizeof(unsigned long long)));
-      for (int i = 0; i < kStamps; ++i) stamps_[i] = 0;
-    }
+    GS_REQUIRE(stamps_ && index >= 0 && index < kStamps, GPUSTRIPE_ERR_INTERNAL, "timeline stamp %d of %d%s", index,
+               kStamps, stamps_ ? "" : " before enable_stamps");
     launch_stamp_kernel(stamps_ + index, devices_[rank], s);
   }
   unsigned long long stamp_value(int index) const override {

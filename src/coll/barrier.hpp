@@ -36,6 +36,8 @@ class DeviceBarrier {
   // Device-side timeline (GPUSTRIPE_COLL_TRACE): a one-thread kernel on s stores the GPU's
   // global nanosecond timer into pinned stamp `index` (< stamps()); read after the work completed.
   virtual int stamps() const = 0;
+  // Allocates the stamps (pinned memory: not while a stream is being captured).
+  virtual void enable_stamps() = 0;
   virtual void stamp(int rank, int index, StreamHandle s) = 0;
   virtual unsigned long long stamp_value(int index) const = 0;
 };

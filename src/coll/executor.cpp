@@ -324,6 +324,7 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog) {
   size_t want = 0;
   for (const Program& sub : subs) want += sub.size() + 4;
   if (!kTrace.get().empty() && next_stamp_ + want <= static_cast<size_t>(barrier_->stamps())) {
+    barrier_->enable_stamps();
     out.trace = std::make_shared<Trace>();
     out.trace->steps.resize(n);
   }
