@@ -1,10 +1,11 @@
 #include "coll/barrier.hpp"
 
-#include "common/config.hpp"
-#include "common/error.hpp"
-
 #include <string>
 #include <vector>
+
+#include "coll/reduce.hpp"
+#include "common/config.hpp"
+#include "common/error.hpp"
 
 namespace gpustripe::coll {
 namespace {
@@ -31,7 +32,7 @@ class CudaBarrier : public DeviceBarrier {
   CudaBarrier(Backend& b, std::vector<int> devices) : backend_(b), devices_(std::move(devices)) {
     const int n = static_cast<int>(devices_.size());
     // Then two sets of n flags for memory-op barriers and a word holding 1 (their copies' source).
-    const size_t words = memop_slot_base() + kSlots;
+    const size_t words = memop_slot_base() + kSlots + 1;
     const unsigned long long one = 1;
     for (int r = 0; r < n; ++r) {
       void* p = backend_.alloc_device(devices_[r], words * sizeof(unsigned long long));
@@ -61,21 +62,42 @@ class CudaBarrier : public DeviceBarrier {
     launch_memop_writes(addrs, 0, devices_[rank], s);
   }
   // Layout per rank (64-bit words): n barrier flags, the barrier number, kSlots kernel flags,
-  // 2 x n memory-op barrier flags, a word holding 1, kSlots memory-op flags.
+  // 2 x n memory-op barrier flags, a word holding 1, kSlots memory-op flags, the done-count of
+  // a fused barrier's blocks.
   size_t memop_base() const { return devices_.size() + 1 + kSlots; }
   size_t memop_slot_base() const { return memop_base() + 2 * devices_.size() + 1; }
   int stamps() const override { return kStamps; }
+  void enable_stamps() override {
+    if (stamps_) return;  // only when tracing: most communicators never stamp
+    stamps_ = static_cast<unsigned long long*>(backend_.alloc_pinned(kStamps * sizeof(unsigned long long)));
+    for (int i = 0; i < kStamps; ++i) stamps_[i] = 0;
+  }
   void stamp(int rank, int index, StreamHandle s) override {
-    GS_REQUIRE(index >= 0 && index < kStamps, GPUSTRIPE_ERR_INTERNAL, "timeline stamp %d of %d", index, kStamps);
-    if (!stamps_) {  // only when tracing: most communicators never stamp
-      stamps_ = static_cast<unsigned long long*>(backend_.alloc_pinned(kStamps * sizeof(unsigned long long)));
-      for (int i = 0; i < kStamps; ++i) stamps_[i] = 0;
-    }
+    GS_REQUIRE(stamps_ && index >= 0 && index < kStamps, GPUSTRIPE_ERR_INTERNAL, "timeline stamp %d of %d%s", index,
+               kStamps, stamps_ ? "" : " before enable_stamps");
     launch_stamp_kernel(stamps_ + index, devices_[rank], s);
   }
   unsigned long long stamp_value(int index) const override {
     if (!stamps_ || index < 0 || index >= kStamps) return 0;
     return reinterpret_cast<volatile unsigned long long*>(stamps_)[index];
+  }
+  bool fused_args(int rank, FusedBarrier* out) override {
+    if (kBarrierKind.get() != "kernel") return false;
+    out->args = kernel_args(rank);
+    out->blocks_done = reinterpret_cast<unsigned int*>(mem_[rank] + memop_slot_base() + kSlots);
+    return true;
+  }
+  BarrierKernelArgs kernel_args(int rank) const {
+    const int n = static_cast<int>(devices_.size());
+    BarrierKernelArgs a;
+    a.counter = mem_[rank] + n;
+    for (int q = 0; q < n; ++q) a.peer_slot[q] = mem_[q] + rank;
+    a.own_flags = mem_[rank];
+    a.n = n;
+    a.me = rank;
+    a.timeout_ns = static_cast<unsigned long long>(kBarrierTimeout.get() * 1e9);
+    a.error = error_;
+    return a;
   }
   void arrive_and_wait(int rank, StreamHandle s, int phase) override {
     const int n = static_cast<int>(devices_.size());
@@ -91,15 +113,7 @@ class CudaBarrier : public DeviceBarrier {
       launch_memop_barrier(remote, own, mem_[rank] + memop_base() + 2 * n, kind == "memcpy", devices_[rank], s);
       return;
     }
-    BarrierKernelArgs a;
-    a.counter = mem_[rank] + n;
-    for (int q = 0; q < n; ++q) a.peer_slot[q] = mem_[q] + rank;
-    a.own_flags = mem_[rank];
-    a.n = n;
-    a.me = rank;
-    a.timeout_ns = static_cast<unsigned long long>(kBarrierTimeout.get() * 1e9);
-    a.error = error_;
-    launch_barrier_kernel(a, devices_[rank], s);
+    launch_barrier_kernel(kernel_args(rank), devices_[rank], s);
   }
   int slots() const override { return kSlots; }
   void signal(int rank, int to, int slot, StreamHandle s) override {

@@ -15,6 +15,8 @@
 
 namespace gpustripe::coll {
 
+struct FusedBarrier;  // reduce.hpp (CUDA)
+
 class DeviceBarrier {
  public:
   virtual ~DeviceBarrier() = default;
@@ -36,8 +38,17 @@ class DeviceBarrier {
   // Device-side timeline (GPUSTRIPE_COLL_TRACE): a one-thread kernel on s stores the GPU's
   // global nanosecond timer into pinned stamp `index` (< stamps()); read after the work completed.
   virtual int stamps() const = 0;
+  // Allocates the stamps (pinned memory: not while a stream is being captured).
+  virtual void enable_stamps() = 0;
   virtual void stamp(int rank, int index, StreamHandle s) = 0;
   virtual unsigned long long stamp_value(int index) const = 0;
+  // The entry and exit barrier of rank's per-rank graph run inside one reduction kernel
+  // (reduce.hpp): fills *out and returns true where this barrier can (kernel barriers).
+  virtual bool fused_args(int rank, FusedBarrier* out) {
+    (void)rank;
+    (void)out;
+    return false;
+  }
 };
 
 // nullptr where the backend cannot run one (emulated devices; not every pair of GPUs

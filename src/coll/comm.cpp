@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <tuple>
+#include <utility>
 #include <functional>
 
 #include <unistd.h>  // environ
@@ -29,7 +30,6 @@ const SizeSetting kGraphMax{"GPUSTRIPE_COLL_GRAPH_MAX", "64G",
                             "Largest collective (size per rank) replayed as a CUDA graph (issuing a pipelined "
                             "schedule's hundreds of calls costs about as long as the transfer up to ~1G)"};
 
-constexpr size_t kCheckedMax = 4096;  // buffers remembered as checked
 constexpr size_t kChoicesMax = 256;   // schedule choices remembered
 
 // Every GPUSTRIPE_ variable of the environment, as one string (the settings a choice read).
@@ -125,11 +125,9 @@ int Comm::device(int rank) const {
 
 void Comm::check_buffer(int rank, const void* p, size_t bytes, const char* what) {
   GS_REQUIRE(p != nullptr, GPUSTRIPE_ERR_INVALID_POINTER, "%s of rank %d is NULL", what, rank);
-  // A buffer checked before (same rank, address, size) is not asked about again: the driver
-  // query costs about a microsecond and a collective checks up to 2n buffers per call. (An
-  // allocation freed and replaced at the same address is as stale here as in the graph cache.)
-  const auto seen = std::make_tuple(rank, reinterpret_cast<uintptr_t>(p), bytes);
-  if (checked_.count(seen)) return;
+  // Asked every call (one driver query per buffer): the allocation's id goes into the graph
+  // key, as a captured graph must never be replayed on memory freed since and allocated
+  // again at the same address (cuGraphLaunch crashed on such a graph: CollGpu.GraphReplays).
   PointerInfo info = backend_.pointer_info(p);
   GS_REQUIRE(info.kind == MemoryKind::Device && info.device == devices_[rank], GPUSTRIPE_ERR_INVALID_POINTER,
              "%s of rank %d (%p) is not memory of device %d", what, rank, p, devices_[rank]);
@@ -139,11 +137,11 @@ void Comm::check_buffer(int rank, const void* p, size_t bytes, const char* what)
                "%s of rank %d: %zu bytes at %p run past its allocation (%zu bytes at %p)", what, rank, bytes, p,
                info.size, reinterpret_cast<void*>(info.base));
   }
-  if (checked_.size() >= kCheckedMax) checked_.clear();
-  checked_.insert(seen);
+  buffer_ids_.append(reinterpret_cast<const char*>(&info.buffer_id), sizeof info.buffer_id);
 }
 
 void Comm::check_count(const std::vector<const void*>& send, const std::vector<void*>& recv, const char* call) {
+  buffer_ids_.clear();  // the first check of every call but bcast's
   GS_REQUIRE(static_cast<int>(send.size()) == size() && static_cast<int>(recv.size()) == size(),
              GPUSTRIPE_ERR_INVALID_ARGUMENT, "%s: %zu send and %zu receive buffers for %d ranks", call, send.size(),
              recv.size(), size());
@@ -225,8 +223,8 @@ void Comm::run(const std::string& key, const std::function<void(Program&)>& buil
 }
 
 std::string Comm::key_of(const std::vector<const void*>& a, const std::vector<void*>& b, size_t count, DataType dt,
-                         int redop, int root) const {
-  std::string k = last_;
+                         int redop, int root) {
+  std::string k = last_ + std::exchange(buffer_ids_, std::string());
   auto put = [&](const auto& v) { k.append(reinterpret_cast<const char*>(&v), sizeof v); };
   put(count);
   put(dt);
@@ -341,6 +339,7 @@ void Comm::allreduce(const std::vector<const void*>& send, const std::vector<voi
 }
 
 void Comm::bcast(const std::vector<void*>& bufs, size_t count, DataType dt, int root, const Streams& streams) {
+  buffer_ids_.clear();
   const int n = size();
   GS_REQUIRE(static_cast<int>(bufs.size()) == n, GPUSTRIPE_ERR_INVALID_ARGUMENT, "bcast: %zu buffers for %d ranks",
              bufs.size(), n);

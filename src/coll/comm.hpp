@@ -78,10 +78,12 @@ class Comm {
   Choice pick(CollOp op, size_t bytes, DataType dt);
   // Builds (or replays) the program the key names and enqueues it; blocking without streams.
   void run(const std::string& key, const std::function<void(Program&)>& build, const Streams& streams);
+  // The call's graph key; takes the buffer ids check_buffer gathered.
   std::string key_of(const std::vector<const void*>& a, const std::vector<void*>& b, size_t count, DataType dt,
-                     int redop, int root) const;
+                     int redop, int root);
   // Throws ERR_INVALID_POINTER / ERR_INVALID_SIZE when p is null, not memory of rank's
-  // device, or [p, p+bytes) leaves its allocation (where the backend knows it).
+  // device, or [p, p+bytes) leaves its allocation (where the backend knows it); else adds its
+  // allocation's id to buffer_ids_.
   void check_buffer(int rank, const void* p, size_t bytes, const char* what);
   void check_count(const std::vector<const void*>& send, const std::vector<void*>& recv, const char* call);
   void check_root(int root);
@@ -90,7 +92,7 @@ class Comm {
   Planner* planner_;
   std::vector<int> devices_;
   std::map<size_t, double> planned_share_;  // by peer block size
-  std::set<std::tuple<int, uintptr_t, size_t>> checked_;      // (rank, address, bytes) checked before
+  std::string buffer_ids_;  // allocation ids of the buffers checked for the call being made
   std::map<std::string, std::pair<Choice, std::string>> choices_;  // by settings + call: choice, description
   TeamResources res_;
   std::unique_ptr<Reducer> reducer_;

@@ -29,6 +29,9 @@ const BoolSetting kGpuFlags{"GPUSTRIPE_COLL_GPU_FLAGS", "0",
                             "path, pushed reduction inputs) become per-rank graphs too, each wait a flag the "
                             "other GPU sets (not measured yet: off)"};
 
+const BoolSetting kFusedBarrier{"GPUSTRIPE_COLL_FUSED_BARRIER", "0",
+                                "Per-rank graphs whose part on a rank is one reduction run the GPUs' entry and exit "
+                                "barrier inside that reduction kernel (one kernel per call instead of three)"};
 const StringSetting kTrace{"GPUSTRIPE_COLL_TRACE", "",
                            "File to which `gpustripe bench coll` appends a device-side timeline of each timed "
                            "collective's last call: per-rank graphs get a GPU timer stamp after every step (this "
@@ -324,6 +327,7 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog) {
   size_t want = 0;
   for (const Program& sub : subs) want += sub.size() + 4;
   if (!kTrace.get().empty() && next_stamp_ + want <= static_cast<size_t>(barrier_->stamps())) {
+    barrier_->enable_stamps();
     out.trace = std::make_shared<Trace>();
     out.trace->steps.resize(n);
   }
@@ -338,6 +342,10 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog) {
     try {
       backend_.begin_capture(origin.stream());
       try {
+        if (capture_fused(sub, r, origin.stream(), out.trace != nullptr)) {
+          graphs.push_back(backend_.end_capture(origin.stream()));
+          continue;
+        }
         stamp(origin.stream(), "call");
         barrier_->arrive_and_wait(r, origin.stream(), 0);
         stamp(origin.stream(), "entry barrier");
@@ -371,6 +379,25 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog) {
   }
   GS_LOG_DEBUG(Subsys::Coll, "captured %d per-rank graphs of %zu ops between GPU barriers", n, prog.size());
   return out;
+}
+
+bool Executor::capture_fused(const Program& sub, int rank, StreamHandle s, bool tracing) {
+#if GPUSTRIPE_HAVE_CUDA
+  if (!kFusedBarrier.get() || tracing || sub.size() != 1 || sub.ops()[0].kind != Op::Reduce) return false;
+  FusedBarrier fb;
+  if (!barrier_->fused_args(rank, &fb)) return false;
+  ReduceArgs a = reduce_args(sub.ops()[0]);
+  a.barrier = &fb;  // the kernel's parameters are copied at capture: fb need not outlive it
+  if (!reducer_.can_fuse_barrier(a)) return false;
+  reducer_.reduce_async(a, devices_[rank], s);
+  return true;
+#else
+  (void)sub;
+  (void)rank;
+  (void)s;
+  (void)tracing;
+  return false;
+#endif
 }
 
 void Executor::launch_per_rank(const PerRank& pr, const std::vector<StreamHandle>& user_streams) {

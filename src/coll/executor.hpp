@@ -85,6 +85,9 @@ class Executor {
     std::shared_ptr<Trace> trace;  // with GPUSTRIPE_COLL_TRACE only
   };
   PerRank capture_per_rank(const Program& prog);
+  // Under capture on rank's origin stream s: a rank part that is one reduction, with the
+  // GPUs' barriers inside its kernel (GPUSTRIPE_COLL_FUSED_BARRIER); false where it cannot.
+  bool capture_fused(const Program& sub, int rank, StreamHandle s, bool tracing);
   void launch_per_rank(const PerRank& g, const std::vector<StreamHandle>& user_streams);
   void forget_per_rank_graphs();
 

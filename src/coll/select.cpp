@@ -32,6 +32,9 @@ const ChoiceSetting kLocalCopy{"GPUSTRIPE_COLL_LOCAL_COPY", "engine",
                                "Alltoall/allgather: each rank's own block by a copy engine or by a copy kernel "
                                "(which leaves the copy engines to the peer blocks)",
                                {"engine", "kernel"}};
+const IntSetting kHostChunks{"GPUSTRIPE_COLL_HOST_CHUNKS", "0",
+                             "Alltoall/allgather host share: pipeline chunks of each peer block's host part "
+                             "(0: from GPUSTRIPE_COLL_CHUNK, 2-16)"};
 const IntSetting kRoundLanes{"GPUSTRIPE_COLL_ROUND_LANES", "1",
                              "Alltoall/allgather in rounds: lanes that each carry a piece of every peer block, "
                              "side by side (1-4)"};
@@ -55,6 +58,10 @@ const StringSetting kRsCopies{"GPUSTRIPE_COLL_RS_COPIES", "sender",
 const SizeSetting kScratchMax{"GPUSTRIPE_COLL_SCRATCH_MAX", "1G",
                               "Most scratch per rank for the pipeline slots of reductions (up to it, every chunk "
                               "gets its own slot and no copy waits for a reduction)"};
+// Round 1 of session 2 (4x H200, busbw GB/s at 64M/256M): chain 239/302, scatter_ag 196/207.
+const SizeSetting kChainMin{"GPUSTRIPE_COLL_CHAIN_MIN", "32M",
+                            "Smallest broadcast over more than 2 ranks sent as a chain (below: scatter-allgather "
+                            "from GPUSTRIPE_COLL_ROUNDS_MIN, else direct)"};
 const SizeSetting kChainChunk{"GPUSTRIPE_COLL_CHAIN_CHUNK", "8M",
                               "Pipeline chunk of chain broadcasts (up to 64 chunks)"};
 const BoolSetting kBcastLanes{"GPUSTRIPE_COLL_BCAST_LANES", "0",
@@ -215,20 +222,27 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
       c.exchange.host_share = f;
       if (f > 0) c.why += "; host share " + pct(f) + " from GPUSTRIPE_COLL_HOST_SHARE";
     }
-    c.exchange.host_chunks = std::clamp(chunks_for(block), 2, 16);
+    c.exchange.host_chunks = kHostChunks.get() > 0 ? static_cast<int>(std::min<int64_t>(kHostChunks.get(), 64))
+                                                   : std::clamp(chunks_for(block), 2, 16);
     c.exchange.local_kernel = kLocalCopy.get() == "kernel";
     c.exchange.round_lanes = static_cast<int>(std::clamp<int64_t>(kRoundLanes.get(), 1, 4));
     return c;
   }
 
   if (op == CollOp::Bcast) {
-    c.name = force.empty() ? (n > 2 && bytes >= kRoundsMin.get() ? "scatter_ag" : "direct") : force;
+    c.name = !force.empty()                                 ? force
+             : n > 2 && bytes >= kChainMin.get()             ? "chain"
+             : n > 2 && bytes >= kRoundsMin.get()            ? "scatter_ag"
+                                                             : "direct";
     c.bcast.scatter_allgather = c.name == "scatter_ag";
     c.bcast.chain = c.name == "chain";
     c.bcast.lane_per_peer = kBcastLanes.get();
-    c.bcast.chunks = c.bcast.chain ? chunks_for(bytes, kChainChunk.get(), 64, 1)
+    c.bcast.chunks = c.bcast.chain ? chunks_for(bytes, kChainChunk.get(), 64, 8)
                                    : chunks_for(bytes / std::max(1, n - 1), kBcastChunk.get(), 32);
     c.why = !force.empty() ? why_forced(c.name)
+            : c.bcast.chain
+                ? size + " >= GPUSTRIPE_COLL_CHAIN_MIN over " + std::to_string(n) +
+                      " ranks: chunks pass along the ranks, every GPU sends and receives the message once"
             : c.bcast.scatter_allgather
                 ? size + " over " + std::to_string(n) + " ranks: root sends each byte once, members forward pieces"
                 : size + (n > 2 ? " below GPUSTRIPE_COLL_ROUNDS_MIN" : " between 2 ranks") + ": root sends to all";

@@ -152,7 +152,9 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   EXPECT_LT(a2a.exchange.host_share, 0.10);
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 20, 4).exchange.host_share, 0);
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 16 << 20, 4).exchange.host_share, 0);
-  EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 64 << 20, 4).name, "scatter_ag");
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 64 << 20, 4).name, "chain");
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 8 << 20, 4).name, "scatter_ag");
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 512 << 10, 4).name, "direct");
   EXPECT_EQ(choose_schedule(CollOp::Bcast, h200(2), 64 << 20, 4).name, "direct");
 }
 
