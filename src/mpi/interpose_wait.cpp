@@ -102,6 +102,7 @@ int waitall_impl(int n, MPI_Request* reqs, MPI_Status* sts) {
     {
       std::lock_guard<std::recursive_mutex> l(lock());
       progress_detached();
+      ProgressPass pass;
       for (int i = 0; i < n; ++i) {
         if (done[i]) continue;
         if (test_one(&reqs[i], &out[i], &errs[i])) {
@@ -153,6 +154,7 @@ int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[]) {
 static bool any_once(int n, MPI_Request reqs[], int* index, MPI_Status* st, int* err) {
   std::lock_guard<std::recursive_mutex> l(lock());
   progress_detached();
+  ProgressPass pass;
   bool active = false;
   for (int i = 0; i < n; ++i) {
     if (reqs[i] == MPI_REQUEST_NULL) continue;
@@ -186,6 +188,7 @@ static int some_impl(int n, MPI_Request reqs[], int* outcount, int indices[], MP
     {
       std::lock_guard<std::recursive_mutex> l(lock());
       progress_detached();
+      ProgressPass pass;
       bool active = false, failed = false;
       int k = 0;
       for (int i = 0; i < n; ++i) {
@@ -252,6 +255,7 @@ int MPI_Testall(int n, MPI_Request reqs[], int* flag, MPI_Status sts[]) {
     {
       std::lock_guard<std::recursive_mutex> l(lock());
       progress_detached();
+      ProgressPass pass;
       for (int i = 0; i < n; ++i)
         if (!ready_one(reqs[i])) {
           *flag = 0;

@@ -48,7 +48,9 @@ class LocalOp : public Op {
     r_ = rt().endpoint().irecv(data, cap, src, tag, ci_->ctx, b_.layout.contiguous ? &b_.loc : &host);
   }
 
-  bool ready() override { return rt().endpoint().test(r_); }
+  bool ready() override {
+    return ProgressPass::active() ? rt().endpoint().done_now(r_) : rt().endpoint().test(r_);
+  }
   bool test(MPI_Status* st, int* err) override {
     if (!ready()) return false;
     const p2p::P2pStatus& s = r_->status();
@@ -254,6 +256,19 @@ void progress_detached() {
     else ++it;
   }
 }
+
+namespace {
+int g_pass_depth = 0;  // under lock(), as every interposed call
+}  // namespace
+
+ProgressPass::ProgressPass() {
+  if (Runtime* r = Runtime::get()) r->endpoint().progress();
+  ++g_pass_depth;
+}
+
+ProgressPass::~ProgressPass() { --g_pass_depth; }
+
+bool ProgressPass::active() { return g_pass_depth > 0; }
 
 void set_status(MPI_Status* st, int source, int tag, int error, uint64_t bytes) {
   if (st == MPI_STATUS_IGNORE) return;

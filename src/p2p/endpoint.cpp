@@ -481,6 +481,12 @@ bool Endpoint::test(const RequestPtr& r) {
   GS_REQUIRE(r, GPUSTRIPE_ERR_INVALID_ARGUMENT, "test of a NULL request");
   std::lock_guard<std::recursive_mutex> lock(mu_);
   if (!r->done()) progress_locked();
+  return done_now(r);
+}
+
+bool Endpoint::done_now(const RequestPtr& r) {
+  GS_REQUIRE(r, GPUSTRIPE_ERR_INVALID_ARGUMENT, "test of a NULL request");
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   if (!r->done()) return false;
   if (trace_on() && !r->traced_ && r->bytes_ > fragment_bytes_) {
     r->traced_ = true;

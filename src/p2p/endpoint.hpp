@@ -63,6 +63,8 @@ class Endpoint {
 
   // One progress pass, then whether `r` is complete.
   bool test(const RequestPtr& r);
+  // Whether `r` is complete, without progress (after a progress() that served many requests).
+  bool done_now(const RequestPtr& r);
   // Progress until `r` completes. Throws ERR_PEER_FAILED / ERR_TIMEOUT (the request
   // then stays incomplete). A completed request's status carries truncation.
   void wait(const RequestPtr& r);
