@@ -18,7 +18,8 @@ int best_chunks(const MultipathModel& model, const Route& r, double m, double x,
   const int k = static_cast<int>(r.hops.size());
   if (k == 1) return 1;  // one hop: chunking only adds startups
   if (opt.fixed_chunks > 0) return opt.fixed_chunks;
-  int hi = static_cast<int>(std::min<double>(opt.max_chunks, std::floor(m / static_cast<double>(opt.min_chunk))));
+  const uint64_t smallest = r.kind == PathKind::HostStaged ? std::max(opt.min_chunk, opt.min_host_chunk) : opt.min_chunk;
+  int hi = static_cast<int>(std::min<double>(opt.max_chunks, std::floor(m / static_cast<double>(smallest))));
   hi = std::max(hi, 1);
   double A = model.overhead_us(r, 2, replayed) - model.overhead_us(r, 1, replayed);
   auto cost = [&](int c) { return (c - 1) * A + (m / x) * MultipathModel::fill_factor(r, c); };

@@ -19,6 +19,9 @@ struct SearchOptions {
   uint64_t min_split = 1 << 20;   // below: one direct copy
   uint64_t align = 4096;          // path boundaries fall on multiples of this
   uint64_t min_chunk = 64 << 10;  // smallest pipeline chunk the model chooses
+  // ... on host-staged paths: 4x H200, direct + host 14% at 64M (9.4 MB through the host) took
+  // 257/258/287/347 us in 4/8/16/32 chunks: under ~1 MB a chunk costs more than it saves.
+  uint64_t min_host_chunk = 1 << 20;
   int max_chunks = 64;
   double min_gain = 0.03;         // a path is added only if it shortens the finish time by this fraction
   // Staged paths' rates are planned this fraction below the model's (GPUSTRIPE_STAGED_MARGIN):

@@ -131,6 +131,7 @@ TEST(ModelPlanner, TaperSettingsShapeStagedPathsWhereChunksAllow) {
   }
   EXPECT_EQ(o.taper_head, 3);
   EXPECT_EQ(o.taper_tail, 1);
+  o.min_host_chunk = 0;  // chunks as the model chooses them, the taper bounded by min_chunk alone
   ModelPlanner pl(t, nominal_params(t), o);
   Plan p = pl.plan_exact(0, 1, 1ull << 30);
   ASSERT_EQ(count_paths(p, PathKind::HostStaged), 1) << p.describe();
@@ -159,6 +160,27 @@ TEST(ModelPlanner, TaperSettingsShapeStagedPathsWhereChunksAllow) {
     }
   ScopedEnv bad("GPUSTRIPE_TAPER_HEAD", "17");
   EXPECT_THROW(search_options_from_env(), Error);
+}
+
+TEST(ModelPlanner, HostChunksStayAboveTheirSmallestSize) {
+  Topology t = load_topology_file("h200x4");
+  SearchOptions o;
+  ModelParams cheap = nominal_params(t);
+  for (auto& h : cheap.hops) h.alpha_us = 0.01;  // chunks nearly free: the model alone would cut many
+  cheap.epsilon_us = 0.01;
+  for (uint64_t size : {64ull << 20, 256ull << 20}) {
+    o.min_host_chunk = 0;
+    Plan loose = ModelPlanner(t, cheap, o).plan_exact(0, 1, size);
+    o.min_host_chunk = 1 << 20;
+    Plan bounded = ModelPlanner(t, cheap, o).plan_exact(0, 1, size);
+    bounded.check();
+    for (const PathPlan& p : bounded.paths)
+      if (p.kind == PathKind::HostStaged) {
+        EXPECT_GE(p.bytes / static_cast<uint64_t>(p.chunks), (1u << 20) - 4096) << bounded.describe();
+        for (const PathPlan& q : loose.paths)
+          if (q.kind == PathKind::HostStaged) EXPECT_GT(q.chunks, p.chunks) << loose.describe() << " vs " << bounded.describe();
+      }
+  }
 }
 
 TEST(ModelPlanner, V100MeshUsesGpuStagingWithAGainOfThePapersOrder) {
