@@ -92,9 +92,7 @@ class Bench {
 
   // A two-hop relay src GPU -> host -> dst GPU in `chunks` chunks, the relay of each chunk
   // waiting on an event of its first hop (as the engine does). Median us.
-  double time_relay(int s, int d, size_t bytes, int chunks) { return time_relay(s, d, bytes, chunks, host(0), kHostDevice); }
-  // The same through staging memory `mid` on device `mid_dev` (a third GPU's buffer).
-  double time_relay(int s, int d, size_t bytes, int chunks, char* mid, int mid_dev) {
+  double time_relay(int s, int d, size_t bytes, int chunks) {
     std::vector<EventHandle> ev;
     for (int c = 0; c < chunks; ++c) ev.push_back(b_.create_event(s, false));
     StreamHandle a = stream(s, 0), bst = stream(d, 1);
@@ -103,10 +101,10 @@ class Bench {
       b_.wait_event(bst, fork_[static_cast<size_t>(s)]);
       size_t per = bytes / static_cast<size_t>(chunks);
       for (int c = 0; c < chunks; ++c) {
-        b_.copy_async(mid + c * per, mid_dev, src(s) + c * per, s, per, a);
+        b_.copy_async(host(0) + c * per, kHostDevice, src(s) + c * per, s, per, a);
         b_.record_event(ev[static_cast<size_t>(c)], a);
         b_.wait_event(bst, ev[static_cast<size_t>(c)]);
-        b_.copy_async(dst(d) + c * per, d, mid + c * per, mid_dev, per, bst);
+        b_.copy_async(dst(d) + c * per, d, host(0) + c * per, kHostDevice, per, bst);
       }
       b_.record_event(done(d, 1), bst);
       b_.wait_event(a, done(d, 1));
@@ -326,7 +324,7 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
   ModelParams& P = prof.params;
 
   // Steps and their weights for the progress bar.
-  int total_steps = 4 + 2 * n + n * (n - 1) + 2 * n + 2 + 1 + 1 + 1 + 1 + 1 + 1 + 1, step = 0;
+  int total_steps = 4 + 2 * n + n * (n - 1) + 2 * n + 2 + 1 + 1 + 1 + 1 + 1 + 1, step = 0;
   auto tick = [&](const std::string& what) {
     if (progress) progress(static_cast<double>(step) / total_steps, what);
     ++step;
@@ -440,31 +438,6 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
     // A pipelined relay, recorded to compare with the model in `gpustripe calibrate --show`.
     meas["relay"] = {{"bytes", s}, {"us", t}, {"d2h_us", d2h}, {"h2d_us", h2d}, {"pipelined_bytes", big},
                      {"pipelined_chunks", 8}, {"pipelined_us", bench.time_relay(0, 1, big, 8)}};
-  }
-  // 6b. One more chunk of a relay pipeline: the relay of 1 chunk against 8 chunks of the
-  // same bytes, through the host and through GPU 2, less the pipeline's shorter fill:
-  // T(c) = A + (m / x)(c + 1) / c + (c - 1) k. Once the relays run back to back, each waits
-  // for a first hop long done: k is less than a hop's startup and a wake-up (epsilon).
-  tick("per-chunk cost of a relay pipeline");
-  {
-    auto chunk_cost = [&](size_t m, double gbps_rate, char* mid, int mid_dev) {
-      const double t1 = bench.time_relay(0, 1, m, 1, mid, mid_dev), t8 = bench.time_relay(0, 1, m, 8, mid, mid_dev);
-      const double k = (t8 - t1 + 7.0 / 8.0 * static_cast<double>(m) / (gbps_rate * 1e3)) / 7.0;
-      return std::make_tuple(t1, t8, std::max(0.0, k));
-    };
-    const double host_rate = std::min(P.hop(HopKind::D2H).beta_gbps, P.hop(HopKind::H2D).beta_gbps);
-    if (host_rate > 0) {
-      const size_t m = std::min<size_t>(2u << 20, big);
-      auto [t1, t8, k] = chunk_cost(m, host_rate, bench.host(0), kHostDevice);
-      P.host_chunk_us = k;
-      meas["relay_chunks"]["host"] = {{"bytes", m}, {"chunks1_us", t1}, {"chunks8_us", t8}, {"per_chunk_us", k}};
-    }
-    if (n >= 3 && peer && topo.can_access_peer(0, 2) && topo.can_access_peer(2, 1) && P.hop(HopKind::Peer).beta_gbps > 0) {
-      const size_t m = std::min<size_t>(8u << 20, big);
-      auto [t1, t8, k] = chunk_cost(m, P.hop(HopKind::Peer).beta_gbps, bench.dst(2), 2);
-      P.gpu_chunk_us = k;
-      meas["relay_chunks"]["gpu2"] = {{"bytes", m}, {"chunks1_us", t1}, {"chunks8_us", t8}, {"per_chunk_us", k}};
-    }
   }
   // 7. The host's cost of one backend call, as the engine's schedule makes them.
   tick("host cost per enqueue call");

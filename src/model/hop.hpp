@@ -53,12 +53,6 @@ struct ModelParams {
   // replayed graph, the same structure replayed (< 0: join_us). Nominal: none.
   double join_us = 0.0;
   double graph_join_us = -1.0;
-  // One more chunk of a staged path's pipeline (through the host, through a GPU): once its
-  // relays run back to back, each finds its first hop long done, so a chunk adds less than
-  // a hop's startup and a wake-up. Measured by calibration (a relay in 1 and in 8 chunks);
-  // < 0: the slowest hop's startup and wait, max_j (alpha_j + eps_j).
-  double host_chunk_us = -1.0;
-  double gpu_chunk_us = -1.0;
   // Capacity of a shared resource by name (e.g. "nvlink_egress[gpu0]"), GB/s; replaces the
   // nominal figure of that resource. Calibration fills these from concurrent measurements.
   std::map<std::string, double> capacities;

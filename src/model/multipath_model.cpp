@@ -27,10 +27,7 @@ double MultipathModel::overhead_us(const Route& r, int chunks, bool replayed) co
     sum += a;
     worst = std::max(worst, a);
   }
-  const double measured = r.kind == PathKind::HostStaged ? params_.host_chunk_us
-                          : r.kind == PathKind::GpuStaged ? params_.gpu_chunk_us
-                                                          : -1.0;
-  return sum + (chunks - 1) * (measured >= 0 ? measured : worst);
+  return sum + (chunks - 1) * worst;
 }
 
 double MultipathModel::fill_factor(const Route& r, int chunks) {

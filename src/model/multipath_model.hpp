@@ -42,9 +42,7 @@ class MultipathModel {
   const ModelParams& params() const { return params_; }
   const EngineShape& engine_shape() const { return shape_; }
 
-  // Fixed cost of a route in c chunks: sum_j (alpha_j + eps_j) + (c - 1) k, k the measured
-  // cost of one more chunk of a staged pipeline (host_chunk_us, gpu_chunk_us), else
-  // max_j (alpha_j + eps_j).
+  // Fixed cost of a route in c chunks: sum_j (alpha_j + eps_j) + (c - 1) max_j (alpha_j + eps_j).
   double overhead_us(const Route& r, int chunks, bool replayed = false) const;
   // (c + k - 1) / c: pipeline fill and drain, in units of the path's bytes at its rate.
   static double fill_factor(const Route& r, int chunks);

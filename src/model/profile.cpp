@@ -47,8 +47,6 @@ std::string profile_to_json(const Profile& p) {
             {"graph_epsilon_us", p.params.graph_epsilon_us},
             {"join_us", p.params.join_us},
             {"graph_join_us", p.params.graph_join_us},
-            {"host_chunk_us", p.params.host_chunk_us},
-            {"gpu_chunk_us", p.params.gpu_chunk_us},
             {"capacities", p.params.capacities},
             {"measurements", json::parse(p.measurements_json.empty() ? "{}" : p.measurements_json)}};
   return j.dump(1) + "\n";
@@ -97,10 +95,6 @@ Profile profile_from_json(const std::string& text, const std::string& origin) {
     if (j.contains("join_us")) p.params.join_us = j.at("join_us").get<double>();
     field = "graph_join_us";
     if (j.contains("graph_join_us")) p.params.graph_join_us = j.at("graph_join_us").get<double>();
-    field = "host_chunk_us";
-    if (j.contains("host_chunk_us")) p.params.host_chunk_us = j.at("host_chunk_us").get<double>();
-    field = "gpu_chunk_us";
-    if (j.contains("gpu_chunk_us")) p.params.gpu_chunk_us = j.at("gpu_chunk_us").get<double>();
     GS_REQUIRE(p.params.epsilon_us >= 0 && p.params.host_call_us >= 0 && p.params.engine_call_us >= 0 &&
                    p.params.graph_launch_us >= 0 &&
                    p.params.graph_node_us >= 0 && p.params.graph_start_us >= 0 && p.params.join_us >= 0,

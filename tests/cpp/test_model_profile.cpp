@@ -30,8 +30,6 @@ Profile sample_profile(const Topology& t) {
   p.params.epsilon_us = 2.5;
   p.params.host_call_us = 1.75;
   p.params.engine_call_us = 2.25;
-  p.params.join_us = 1.5;
-  p.params.host_chunk_us = 3.5;
   p.params.graph_start_us = 6.5;
   p.params.graph_epsilon_us = 1.25;
   p.params.capacities["nvlink_egress[gpu0]"] = 394.0;
@@ -49,9 +47,6 @@ TEST(ModelProfile, RoundTripsThroughJson) {
   EXPECT_DOUBLE_EQ(q.params.epsilon_us, 2.5);
   EXPECT_DOUBLE_EQ(q.params.host_call_us, 1.75);
   EXPECT_DOUBLE_EQ(q.params.engine_call_us, 2.25);
-  EXPECT_DOUBLE_EQ(q.params.join_us, 1.5);
-  EXPECT_DOUBLE_EQ(q.params.host_chunk_us, 3.5);
-  EXPECT_DOUBLE_EQ(q.params.gpu_chunk_us, -1.0);  // not measured: the model's own rule
   EXPECT_DOUBLE_EQ(q.params.graph_start_us, 6.5);
   EXPECT_DOUBLE_EQ(q.params.graph_epsilon_us, 1.25);
   EXPECT_DOUBLE_EQ(q.params.capacities.at("pcie_d2h[gpu0]"), 55.3);

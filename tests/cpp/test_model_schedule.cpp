@@ -213,29 +213,6 @@ TEST(ModelSchedule, TheCallerWaitsOnItsLanesInTurn) {
   EXPECT_NEAR(c.predicted_us, c.paths[0].predicted_us + 2 * 2.0, 1e-9);
 }
 
-TEST(ModelPipeline, AMeasuredChunkCostReplacesTheStartupAndWaitPerChunk) {
-  Topology t = load_topology_file("h200x4");
-  ModelParams p = nominal_params(t);
-  p.epsilon_us = 5;
-  MultipathModel rule(t, p);
-  p.host_chunk_us = 2;
-  MultipathModel host(t, p);
-  p.gpu_chunk_us = 3;
-  MultipathModel both(t, p);
-  const Route& h = *rule.node().route(0, 1, PathKind::HostStaged, 0);
-  const Route& g = *rule.node().route(0, 1, PathKind::GpuStaged, 2);
-  const Route& d = *rule.node().route(0, 1, PathKind::Direct, -1);
-  // Without a measured figure: the slowest hop's startup and the relay's wait, per chunk.
-  const double h_rule = std::max(p.hop(HopKind::D2H).alpha_us, p.hop(HopKind::H2D).alpha_us + 5);
-  EXPECT_NEAR(rule.overhead_us(h, 8) - rule.overhead_us(h, 1), 7 * h_rule, 1e-9);
-  // Measured: that figure per chunk, the first chunk unchanged (startups and the relay's wake-up).
-  EXPECT_NEAR(host.overhead_us(h, 8) - host.overhead_us(h, 1), 7 * 2.0, 1e-9);
-  EXPECT_DOUBLE_EQ(host.overhead_us(h, 1), rule.overhead_us(h, 1));
-  EXPECT_DOUBLE_EQ(host.overhead_us(g, 4), rule.overhead_us(g, 4));  // GPU staging keeps its rule
-  EXPECT_NEAR(both.overhead_us(g, 4) - both.overhead_us(g, 1), 3 * 3.0, 1e-9);
-  EXPECT_DOUBLE_EQ(both.overhead_us(d, 4), rule.overhead_us(d, 4));  // a chunked direct copy too
-}
-
 TEST(ModelPipeline, DrainFollowsTheChunksAndTheSlowerHop) {
   Topology t = load_topology_file("h200x4");
   ModelParams even = nominal_params(t), slow_relay = even, slow_first = even;

@@ -150,6 +150,23 @@ def test_model_check_restricts_sets_and_rejects_unknown_ones(cache, cli, tmp_pat
     assert bad.returncode != 0 and "teleport" in (bad.stderr + bad.stdout)
 
 
+def test_model_check_times_fixed_points_isolated_with_the_hosts_time(cache, cli, tmp_path):
+    from gpustripe import results
+
+    cli("model-check", "--points", "1M@direct;2M@direct:0.75,host0:0.25x2", "--timing", "isolated", "--reps", "2",
+        "--warmup", "1", "--out", str(tmp_path))
+    files = [f for f in os.listdir(tmp_path) if f.endswith(".json")]
+    doc = results.load(str(tmp_path / files[0]))
+    rows = doc["rows"]
+    assert [r["path_set"] for r in rows] == ["direct", "direct:0.75,host0:0.25x2"]
+    assert [r["bytes"] for r in rows] == [1 << 20, 2 << 20]
+    assert all(r["timing"] == "isolated" and r["host_us"] > 0 for r in rows)
+    assert rows[1]["paths"] == "direct:0.7500x1,host0:0.2500x2"
+    assert "exhaustive" not in open(tmp_path / files[0].replace(".json", ".txt")).read()
+    bad = cli("model-check", "--points", "1M:direct", "--out", str(tmp_path), check=False)
+    assert bad.returncode != 0 and "SIZE@SPEC" in (bad.stderr + bad.stdout)
+
+
 def test_tune_writes_a_table_the_planner_uses(cache, cli, monkeypatch):
     table = str(cache / "table.json")
     cli("tune", "--exhaustive", "--sizes", "1M", "--quick", "--reps", "1", "--out", table)

@@ -78,10 +78,6 @@ def summarize(doc: dict) -> str:
                      f"{j['d2h_beside_us']:.1f}"
                      + (f"; replayed alone {j['graph_alone_us']:.1f}, joined {j['graph_join1_us']:.1f}"
                         if "graph_join1_us" in j else ""))
-    rc = meas.get("relay_chunks", {})
-    for via, r in rc.items():
-        lines.append(f"  relay through {via} of {r['bytes'] >> 20} MB: 1 chunk {r['chunks1_us']:.1f} us, 8 chunks "
-                     f"{r['chunks8_us']:.1f} us: {r['per_chunk_us']:.2f} us per chunk")
     if "join_us" in doc:
         g = doc.get("graph_join_us", -1)
         lines.append(f"  the caller's wait on a lane already done: {doc['join_us']:.2f} us"
