@@ -149,6 +149,24 @@ const BoolSetting kAnnounceFirst{
     "A rank lists its copy on the node's board before it reads the others' and plans, so copies that "
     "start together are planned with each other (listed after enqueueing, two pairs starting at once "
     "never saw each other: both took the lone plan's host share, and the host path was overloaded)"};
+const BoolSetting kBidirDirect{
+    "GPUSTRIPE_P2P_BIDIR_DIRECT", "no",
+    "A copy that another rank's copy in the opposite direction runs beside takes the direct path alone "
+    "(across processes each rank's staged pieces run on the other GPU too)"};
+
+// The whole transfer on the direct path, as a plan the engine executes as one copy.
+Plan direct_plan(int src, int dst, uint64_t bytes) {
+  Plan p;
+  p.src = src;
+  p.dst = dst;
+  p.bytes = bytes;
+  PathPlan d;
+  d.kind = PathKind::Direct;
+  d.bytes = bytes;
+  p.paths.push_back(d);
+  p.source = "single";
+  return p;
+}
 }  // namespace
 
 Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
@@ -158,8 +176,9 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   constexpr size_t kMaxPlans = 256;
   auto plans = std::make_shared<std::map<std::vector<uint64_t>, Plan>>();
   const bool announce_first = kAnnounceFirst.get();
-  return [&engine, board, plans, announce_first](void* dst, int dd, const void* src, int sd, size_t n,
-                                                 StreamHandle s) -> std::function<void()> {
+  const bool bidir_direct = kBidirDirect.get();
+  return [&engine, board, plans, announce_first, bidir_direct](void* dst, int dd, const void* src, int sd, size_t n,
+                                                               StreamHandle s) -> std::function<void()> {
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
       return {};
@@ -187,8 +206,14 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         if (same == specs.end()) specs.push_back(TransferSpec{t.src_dev, t.dst_dev, t.bytes});
         else same->bytes += t.bytes;
       }
+      bool reverse = bidir_direct && std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& x) {
+                       return x.src == dd && x.dst == sd;
+                     });
       if (specs.empty()) {
         engine.copy_async(dst, dd, src, sd, n, s);
+      } else if (reverse) {
+        trace("p_direct", -1, 0, 0, n);
+        engine.copy_with_plan(direct_plan(sd, dd, n), dst, src, s);
       } else {
         std::sort(specs.begin(), specs.end(), [](const TransferSpec& a, const TransferSpec& b) {
           return std::tie(a.src, a.dst, a.bytes) < std::tie(b.src, b.dst, b.bytes);

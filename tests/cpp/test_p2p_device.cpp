@@ -4,12 +4,17 @@
 // freed and reallocated at the same address between messages.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+
+#include <cstdio>
 #include <cstring>
 #include <chrono>
+#include <map>
 #include <random>
 #include <thread>
 
 #include "backend/backend.hpp"
+#include "common/text_file.hpp"
 #include "engine/engine.hpp"
 #include "model/planner.hpp"
 #include "p2p/endpoint.hpp"
@@ -262,4 +267,66 @@ TEST(P2pDevice, ReceiverPullsWhileTheSenderMakesNoProgress) {
     }
     be->free_device(buf);
   }));
+}
+
+TEST(P2pDevice, PhaseTraceJoinsTheSendersAndTheReceiversStamps) {
+  // GPUSTRIPE_P2P_TRACE: each rank writes its stamps when its endpoint goes away; one
+  // rendezvous message is found in both files under (sender, send_id), its phases in the
+  // order the protocol forces (across processes only where one record causes the other).
+  char dir[] = "/tmp/gs-p2p-trace-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  {
+    ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
+    EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+      auto be = emulated();
+      size_t n = 1 << 20;
+      void* buf = be->alloc_device(rank, n);
+      {
+        Endpoint ep(ch, be.get());
+        if (rank == 0) {
+          to_device(*be, buf, 0, pattern(9, n));
+          ep.send(buf, n, 1, 4, kComm);
+        } else {
+          ep.recv(buf, n, 0, 4, kComm);
+          RANK_CHECK(from_device(*be, buf, 1, n) == pattern(9, n));
+        }
+        ep.flush();
+      }
+      be->free_device(buf);
+    }));
+  }
+  std::map<std::string, long long> at;  // phase -> ns, for sender 0's message
+  int files = 0;
+  std::string ls = std::string(dir);
+  DIR* d = opendir(dir);
+  ASSERT_NE(d, nullptr);
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.rfind("p2p-trace-", 0) != 0) continue;
+    ++files;
+    std::string text = read_text_file(ls + "/" + name);
+    for (const std::string& line : split(text, '\n')) {
+      long long ns = 0;
+      int r = 0, sender = 0;
+      char phase[32] = {};
+      unsigned long long send_id = 0, recv_id = 0, bytes = 0;
+      if (std::sscanf(line.c_str(), "%lld %d %31s %d %llu %llu %llu", &ns, &r, phase, &sender, &send_id, &recv_id,
+                      &bytes) != 7)
+        continue;
+      if (sender == 0 && bytes == (1u << 20)) at.emplace(phase, ns);
+      std::remove((ls + "/" + name).c_str());
+    }
+  }
+  closedir(d);
+  rmdir(dir);
+  EXPECT_EQ(files, 2);
+  for (const char* p : {"s_post", "s_rts", "r_match", "r_mapped", "r_started", "r_copied", "s_done", "s_ret", "r_ret"})
+    EXPECT_EQ(at.count(p), 1u) << "no " << p << " stamp";
+  if (at.size() < 9) return;
+  EXPECT_LE(at["s_post"], at["r_match"]);
+  EXPECT_LE(at["r_match"], at["r_mapped"]);
+  EXPECT_LE(at["r_mapped"], at["r_started"]);
+  EXPECT_LE(at["r_started"], at["r_copied"]);
+  EXPECT_LE(at["r_copied"], at["s_done"]);
+  EXPECT_LE(at["s_done"], at["s_ret"]);
 }
