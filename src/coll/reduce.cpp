@@ -1,5 +1,6 @@
 #include "coll/reduce.hpp"
 
+#include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 
@@ -55,16 +56,27 @@ void more_dsts_from(ReduceArgs& part, const ReduceArgs& args, size_t from) {
     part.more_dsts.push_back(args.more_dsts[i]);
 }
 
+// r1b of session 2 (4x H200, busbw GB/s): the barrier inside the kernel gains at 1-8M per rank
+// (reduce-scatter 53/85/184 vs 47/80/177 at 1M/2M/8M; allreduce 92/142/244 vs 84/133/240) and
+// loses for larger reduce-scatters (16M/32M: 209/248 vs 231/271).
+const SizeSetting kFusedMax{"GPUSTRIPE_COLL_FUSED_MAX", "2M",
+                            "Largest reduction result (bytes per rank's kernel) that runs the GPUs' barrier "
+                            "inside its kernel (with GPUSTRIPE_COLL_FUSED_BARRIER)"};
+
+bool one_launch(const ReduceArgs& a) {
+  return a.srcs.size() <= static_cast<size_t>(kMaxKernelSources) &&
+         a.more_dsts.size() < static_cast<size_t>(kMaxKernelDests);
+}
+
 class CudaReducer : public Reducer {
  public:
   bool can_fuse_barrier(const ReduceArgs& a) const override {
-    return a.srcs.size() <= static_cast<size_t>(kMaxKernelSources) &&
-           a.more_dsts.size() < static_cast<size_t>(kMaxKernelDests);
+    return one_launch(a) && a.count * dtype_size(a.dtype) <= kFusedMax.get();
   }
   void reduce_async(const ReduceArgs& args, int dev, StreamHandle s) override {
     check_reduce_args(args);
     if (args.barrier) {
-      GS_REQUIRE(can_fuse_barrier(args), GPUSTRIPE_ERR_INTERNAL, "a barrier inside a reduction of %zu sources",
+      GS_REQUIRE(one_launch(args), GPUSTRIPE_ERR_INTERNAL, "a barrier inside a reduction of %zu sources",
                  args.srcs.size());
       launch_reduce_kernel(args, dev, s);  // even of 0 elements: the barrier still runs
       return;

@@ -188,7 +188,8 @@ __device__ void fused_exit(const FusedBarrier& b, unsigned long long e) {
 // NS: the number of sources when it is 1 (a copy), 2, 3 or 4 (unrolled loads), else 0 (any number).
 // Element k is read from every source before it is written to any destination, by one
 // thread, so destinations may be sources (in-place two-shot allreduce).
-template <class T, int OP, int NS>
+// U: vectors per thread and step (loads in flight), for NS > 0.
+template <class T, int OP, int NS, int U>
 __global__ void __launch_bounds__(kThreads) reduce_kernel(Ptrs p, size_t count, bool vec, FusedBarrier bar) {
   constexpr int V = kVec<T>;
   const bool fused = bar.blocks_done != nullptr;
@@ -200,7 +201,7 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(Ptrs p, size_t count, 
     const size_t nvec = count / V;
     size_t i = tid;
     if constexpr (NS > 0) {
-      for (; i + stride < nvec; i += 2 * stride) step_fixed<T, OP, NS, 2>(p, i, stride);
+      for (; i + (U - 1) * stride < nvec; i += U * stride) step_fixed<T, OP, NS, U>(p, i, stride);
       for (; i < nvec; i += stride) step_fixed<T, OP, NS, 1>(p, i, stride);
     } else {
       for (; i < nvec; i += stride) step_any<T, OP>(p, i);
@@ -226,8 +227,14 @@ int sm_count(int dev) {
   return cache[dev];
 }
 
+// r1 of session 2: 2, 4 or 8 blocks per SM within 1-2% of each other.
 const IntSetting kBlocksPerSm{"GPUSTRIPE_COLL_REDUCE_BLOCKS_PER_SM", "4",
                               "Most thread blocks (of 512 threads) per SM of a reduction kernel"};
+const IntSetting kBlockThreads{"GPUSTRIPE_COLL_REDUCE_THREADS", "512",
+                               "Threads per block of a reduction kernel (64..512; small reductions take 128)"};
+const IntSetting kUnroll{"GPUSTRIPE_COLL_REDUCE_UNROLL", "2",
+                         "16-byte vectors per thread and step of a reduction kernel of 1-4 sources (2 or 4): "
+                         "the loads in flight"};
 
 template <class T, int OP>
 void launch(const ReduceArgs& a, int dev, cudaStream_t s) {
@@ -246,20 +253,28 @@ void launch(const ReduceArgs& a, int dev, cudaStream_t s) {
   size_t work = vec ? (a.count + V - 1) / V : a.count;
   const size_t sms = static_cast<size_t>(sm_count(dev));
   // Small reductions: smaller blocks over more SMs (each SM's loads in flight are bounded).
-  const unsigned threads = work < kThreads * sms ? 128 : kThreads;
+  const unsigned most = static_cast<unsigned>(std::clamp<int64_t>(kBlockThreads.get(), 64, kThreads)) / 32 * 32;
+  const unsigned threads = work < most * sms ? 128 : most;
   size_t blocks = (work + threads - 1) / threads;
   // Enough to keep NVLink reads in flight, few enough that every thread strides.
   size_t cap = sms * static_cast<size_t>(std::max<int64_t>(1, kBlocksPerSm.get())) * (kThreads / threads);
+  const bool u4 = kUnroll.get() >= 4;
   if (blocks > cap) blocks = cap;
   if (blocks == 0) blocks = 1;
   const unsigned grid = static_cast<unsigned>(blocks);
   const FusedBarrier bar = a.barrier ? *a.barrier : FusedBarrier{};
   switch (p.ns) {
-    case 1: reduce_kernel<T, OP, 1><<<grid, threads, 0, s>>>(p, a.count, vec, bar); break;
-    case 2: reduce_kernel<T, OP, 2><<<grid, threads, 0, s>>>(p, a.count, vec, bar); break;
-    case 3: reduce_kernel<T, OP, 3><<<grid, threads, 0, s>>>(p, a.count, vec, bar); break;
-    case 4: reduce_kernel<T, OP, 4><<<grid, threads, 0, s>>>(p, a.count, vec, bar); break;
-    default: reduce_kernel<T, OP, 0><<<grid, threads, 0, s>>>(p, a.count, vec, bar); break;
+#define GS_REDUCE_CASE(NS)                                                                  \
+  case NS:                                                                                  \
+    if (u4) reduce_kernel<T, OP, NS, 4><<<grid, threads, 0, s>>>(p, a.count, vec, bar);     \
+    else reduce_kernel<T, OP, NS, 2><<<grid, threads, 0, s>>>(p, a.count, vec, bar);        \
+    break;
+    GS_REDUCE_CASE(1)
+    GS_REDUCE_CASE(2)
+    GS_REDUCE_CASE(3)
+    GS_REDUCE_CASE(4)
+#undef GS_REDUCE_CASE
+    default: reduce_kernel<T, OP, 0, 1><<<grid, threads, 0, s>>>(p, a.count, vec, bar); break;
   }
 }
 

@@ -49,6 +49,40 @@ ReduceOpts copy_part(const ReduceOpts& o) {
   return c;
 }
 
+// Pushed inputs: member i's kernels store its part of every other member's block j into j's
+// scratch (one copy kernel per peer, on a lane each), so that all NVLink traffic is stores.
+// Returns per member j its reduction's sources (own input first, then the pushed copies) and
+// the pushes it waits for.
+struct Pushed {
+  std::vector<std::vector<const void*>> srcs;
+  std::vector<std::vector<int>> arrived;
+};
+Pushed push_inputs(Program& p, const Team& t, const std::vector<const char*>& send, const Blocks& b, DataType dt,
+                   RedOp op, Scratch& scratch) {
+  const int n = t.size();
+  const size_t esz = dtype_size(dt);
+  size_t most = 0;
+  for (size_t c : b.cnt) most = std::max(most, c);
+  const size_t slot = ceil_div(most * esz, kAlignBytes) * kAlignBytes;
+  Pushed out;
+  out.srcs.resize(n);
+  out.arrived.resize(n);
+  std::vector<char*> scr(n);
+  for (int j = 0; j < n; ++j) {
+    scr[j] = scratch.device(t.rank[j], slot * (n - 1));
+    out.srcs[j].push_back(send[j] + b.off[j] * esz);
+  }
+  for (int q = 1; q < n; ++q)
+    for (int j = 0; j < n; ++j) {
+      const int i = (j + q) % n;  // member j's q-th source
+      char* at = scr[j] + (q - 1) * slot;
+      out.srcs[j].push_back(at);
+      out.arrived[j].push_back(
+          p.reduce(t.rank[i], kLanePeer0 + (q - 1), at, {send[i] + b.off[j] * esz}, b.cnt[j], dt, op));
+    }
+  return out;
+}
+
 }  // namespace
 
 Blocks split_blocks(size_t count, int parts, size_t align) {
@@ -68,6 +102,13 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
   const int n = t.size();
   const size_t esz = dtype_size(dt);
   const size_t align = std::max<size_t>(1, kAlignBytes / esz);
+  if (o.pull && o.push && n > 1) {
+    Pushed in = push_inputs(p, t, send, b, dt, op, scratch);
+    std::vector<std::vector<int>> done(1, std::vector<int>(n, -1));
+    for (int j = 0; j < n; ++j)
+      done[0][j] = p.reduce(t.rank[j], kLaneLocal, out[j], std::move(in.srcs[j]), b.cnt[j], dt, op, in.arrived[j]);
+    return done;
+  }
   if (o.pull && o.copy_share > 0 && n > 1) {
     // The kernel's part, then the copy engines' part, reduced on another lane: the block is
     // done when both are (their lanes join at the end of the call).
@@ -185,6 +226,19 @@ void build_allreduce_twoshot(Program& p, const Team& t, const std::vector<const 
   const size_t esz = dtype_size(dt);
   const size_t align = std::max<size_t>(1, kAlignBytes / esz);
   Blocks all = split_blocks(count, n, align);
+  if (o.push && n > 1) {
+    // Every input pushed to its block's owner first, then the owner's kernel reduces local
+    // memory and stores the result into every member (only stores cross NVLink).
+    Pushed in = push_inputs(p, t, send, all, dt, op, scratch);
+    for (int j = 0; j < n; ++j) {
+      const size_t at = all.off[j] * esz;
+      std::vector<void*> more;
+      for (int q = 1; q < n; ++q) more.push_back(recv[(j + q) % n] + at);
+      p.reduce(t.rank[j], kLaneLocal, recv[j] + at, std::move(in.srcs[j]), all.cnt[j], dt, op, in.arrived[j],
+               std::move(more));
+    }
+    return;
+  }
   auto [b, cb] = split_share(all, n > 1 ? o.copy_share : 0, align);
   // Block j's elements are read (in every member's send) and written (in every member's
   // recv) by member j's kernel only, each element read everywhere before it is written:

@@ -61,6 +61,9 @@ struct ReduceOpts {
   double copy_share = 0;
   int reduce_lane = kLaneLocal;  // the lane of copy mode's reductions
   bool peer_lanes = false;       // copy mode: a lane per round (peer offset) instead of one for all
+  // Pull mode (rs_pull, twoshot): the inputs are first pushed by their owners' kernels into the
+  // reducing member's scratch (stores over NVLink instead of loads); waits between GPUs.
+  bool push = false;
 };
 
 // Reduce-scatter over blocks b (elements): out[j] (block j's result at member j) =

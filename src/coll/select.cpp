@@ -88,6 +88,9 @@ const StringSetting kCeCopies{"GPUSTRIPE_COLL_CE_SHARE_COPIES", "receiver",
 // r1 of session 2 (busbw GB/s, 1M/2M): one-shot 60/90, two-shot 78/130.
 const BoolSetting kCeLanes{"GPUSTRIPE_COLL_CE_SHARE_LANES", "0",
                            "The GPUSTRIPE_COLL_CE_SHARE copies on a stream per peer (all at once) instead of one"};
+const SizeSetting kPushMin{"GPUSTRIPE_COLL_PUSH_MIN", "64G",
+                           "Smallest reduce-scatter/allreduce per rank whose rs_pull/twoshot has its inputs pushed by "
+                           "their owners' kernels into scratch first (stores over NVLink, not loads)"};
 const SizeSetting kOneshotMax{"GPUSTRIPE_COLL_ONESHOT_MAX", "256K",
                               "Largest allreduce per rank done in one step (every rank reduces all inputs)"};
 
@@ -171,6 +174,7 @@ std::string Choice::describe() const {
   else if (name != "oneshot" && name != "twoshot")
     s += format(" chunks=%d slots=%d%s", reduce.chunks, reduce.slots,
                 reduce.pull ? "" : reduce.receiver_copies ? " copies=receiver" : " copies=sender");
+  if (reduce.push) s += " push";
   if (reduce.copy_share > 0)
     s += format(" ce=%s%s", pct(reduce.copy_share).c_str(), reduce.receiver_copies ? " copies=receiver" : " copies=sender");
   return s + ": " + why;
@@ -297,6 +301,10 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.reduce.copy_share = share;
     c.reduce.peer_lanes = kCeLanes.get();
     if (share > 0) c.reduce.receiver_copies = by == "receiver";
+  }
+  if ((c.name == "rs_pull" || c.name == "twoshot") && n > 1 && bytes >= kPushMin.get()) {
+    c.reduce.push = true;
+    c.reduce.copy_share = 0;
   }
   // Slots: as many as chunks when the scratch allows (no copy ever waits for a reduction).
   const uint64_t chunk_bytes = std::max<uint64_t>(1, (block + c.reduce.chunks - 1) / c.reduce.chunks);

@@ -161,6 +161,33 @@ TEST(CollGpu, CopyEngineShareOfPulledReductions) {
   }
 }
 
+// Inputs pushed into the owners' scratch by kernels first, blocking and replayed on streams
+// (per-rank graphs with flags and without), in place or not.
+TEST(CollGpu, PushedInputsOfPulledReductions) {
+  GS_REQUIRE_GPU(2);
+  ScopedEnv from("GPUSTRIPE_COLL_PUSH_MIN", "0");
+  GpuNode node;
+  for (const char* flags : {"0", "1"}) {
+    ScopedEnv f("GPUSTRIPE_COLL_GPU_FLAGS", flags);
+    for (int n : {2, std::min(4, cuda_device_count())}) {
+      auto comm = node.comm(n);
+      for (const char* algo : {"rs_pull", "twoshot"}) {
+        ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
+        const CollOp op = std::string(algo) == "rs_pull" ? CollOp::ReduceScatter : CollOp::AllReduce;
+        uint64_t seed = 5;
+        for (DataType dt : all_dtypes())
+          for (size_t count : {size_t(4099), size_t(300001)})
+            for (bool in_place : {false, true})
+              for (bool async : {false, true}) {
+                Case c{op, dt, GPUSTRIPE_SUM, count, in_place, 0, async, async ? 3 : 1};
+                ASSERT_EQ(run_case(*comm, c, seed++), 0u) << algo << " flags=" << flags << " n=" << n << " "
+                                                         << comm->last_schedule();
+              }
+      }
+    }
+  }
+}
+
 TEST(CollGpu, HostShareExchanges) {
   GS_REQUIRE_GPU(2);
   ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0.1");
