@@ -32,6 +32,9 @@ const BoolSetting kGpuFlags{"GPUSTRIPE_COLL_GPU_FLAGS", "0",
 const BoolSetting kFusedBarrier{"GPUSTRIPE_COLL_FUSED_BARRIER", "0",
                                 "Per-rank graphs whose part on a rank is one reduction run the GPUs' entry and exit "
                                 "barrier inside that reduction kernel (one kernel per call instead of three)"};
+const BoolSetting kFlagLanes{"GPUSTRIPE_COLL_FLAG_LANES", "1",
+                             "Per-rank graphs with flags between GPUs: waits and signals on lanes of their own "
+                             "(each copy depends on its wait), not between the copies of a copy lane"};
 const StringSetting kTrace{"GPUSTRIPE_COLL_TRACE", "",
                            "File to which `gpustripe bench coll` appends a device-side timeline of each timed "
                            "collective's last call: per-rank graphs get a GPU timer stamp after every step (this "
@@ -71,11 +74,13 @@ CrossSlots cross_slots(const Program& prog) {
 }
 
 // The ops of one rank, in order, with their dependencies renumbered; a dependency on
-// another rank's op becomes a wait on the flag that op's signal sets, on the waiting op's lane.
-Program only_rank(const Program& prog, int rank, const CrossSlots& slots) {
+// another rank's op becomes a wait on the flag that op's signal sets, on the waiting op's lane,
+// or (flag_lanes) on a lane of waits that the op depends on, with signals on a lane of their own.
+Program only_rank(const Program& prog, int rank, const CrossSlots& slots, bool flag_lanes) {
   Program sub(prog.nranks());
   std::vector<int> index(prog.size(), -1);
   std::set<std::pair<int, int>> waited;  // (lane, slot) already waited for on that lane
+  std::map<int, int> wait_op;            // flag_lanes: slot -> its wait
   const auto& ops = prog.ops();
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
@@ -87,24 +92,30 @@ Program only_rank(const Program& prog, int rank, const CrossSlots& slots) {
         continue;
       }
       const int slot = slots.at({d, rank});
-      if (waited.insert({op.lane, slot}).second) sub.wait(rank, op.lane, slot);
+      if (flag_lanes) {
+        auto w = wait_op.find(slot);
+        if (w == wait_op.end()) w = wait_op.emplace(slot, sub.wait(rank, kLaneWait, slot)).first;
+        deps.push_back(w->second);
+      } else if (waited.insert({op.lane, slot}).second) {
+        sub.wait(rank, op.lane, slot);
+      }
     }
     index[i] = op.kind == Op::Copy
                    ? sub.copy(op.rank, op.lane, op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, deps)
                    : sub.reduce(op.rank, op.lane, op.dst, op.srcs, op.count, op.dtype, op.redop, deps, op.more_dsts);
     for (auto it = slots.lower_bound({static_cast<int>(i), -1});
          it != slots.end() && it->first.first == static_cast<int>(i); ++it)
-      sub.signal(rank, op.lane, it->first.second, it->second, {index[i]});
+      sub.signal(rank, flag_lanes ? kLaneSignal : op.lane, it->first.second, it->second, {index[i]});
   }
   return sub;
 }
 
 }  // namespace
 
-std::vector<Program> split_per_rank(const Program& prog) {
+std::vector<Program> split_per_rank(const Program& prog, bool flag_lanes) {
   const CrossSlots slots = cross_slots(prog);
   std::vector<Program> out;
-  for (int r = 0; r < prog.nranks(); ++r) out.push_back(only_rank(prog, r, slots));
+  for (int r = 0; r < prog.nranks(); ++r) out.push_back(only_rank(prog, r, slots, flag_lanes));
   return out;
 }
 
@@ -322,7 +333,7 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog) {
   std::vector<GraphExecHandle>& graphs = out.graphs;
   const CrossSlots slots = cross_slots(prog);
   std::vector<Program> subs;
-  for (int r = 0; r < n; ++r) subs.push_back(only_rank(prog, r, slots));
+  for (int r = 0; r < n; ++r) subs.push_back(only_rank(prog, r, slots, kFlagLanes.get()));
   // Tracing: a stamp before and after each barrier and after every op.
   size_t want = 0;
   for (const Program& sub : subs) want += sub.size() + 4;

@@ -32,7 +32,8 @@ namespace gpustripe::coll {
 // The per-rank programs of a program without barriers (what per-rank graphs hold): each
 // rank's ops in order, a dependency on another rank's op replaced by a wait on a flag slot
 // before the waiting op (on its lane) and a signal of that slot right after the op waited for.
-std::vector<Program> split_per_rank(const Program& prog);
+// flag_lanes: waits on a lane of their own that the waiting op depends on, signals on another.
+std::vector<Program> split_per_rank(const Program& prog, bool flag_lanes = false);
 
 class Executor {
  public:

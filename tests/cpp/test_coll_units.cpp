@@ -340,6 +340,46 @@ TEST(CollSchedules, ChainBroadcastSendsEveryChunkOnceAlongTheMembers) {
   for (int r : {2, 3, 0}) EXPECT_EQ(covered[r], bytes) << "rank " << r;
 }
 
+// With flag lanes, waits sit on their own lane and every op that needed one depends on it;
+// signals sit on another lane, right behind (by a dependency) the op they stand for.
+TEST(CollSchedules, PerRankSplitPutsFlagsOnLanesOfTheirOwn) {
+  const int n = 4;
+  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
+  Program p(n);
+  auto buf = fake(n, 1 << 30);
+  BcastOpts o;
+  o.chain = true;
+  o.chunks = 5;
+  build_bcast(p, t, buf, 5 << 20, 1, o);
+  std::vector<Program> parts = split_per_rank(p, /*flag_lanes*/ true);
+  std::map<std::pair<int, int>, int> signals, waits;
+  for (int r = 0; r < n; ++r) {
+    const auto& ops = parts[r].ops();
+    for (const Op& op : ops) {
+      if (op.kind == Op::Signal) {
+        EXPECT_EQ(op.lane, kLaneSignal);
+        ASSERT_EQ(op.deps.size(), 1u);
+        EXPECT_EQ(ops[op.deps[0]].kind, Op::Copy);
+        ++signals[{op.dst_dev, static_cast<int>(op.count)}];
+      } else if (op.kind == Op::Wait) {
+        EXPECT_EQ(op.lane, kLaneWait);
+        ++waits[{r, static_cast<int>(op.count)}];
+      } else {
+        EXPECT_NE(op.lane, kLaneWait);
+        EXPECT_NE(op.lane, kLaneSignal);
+        for (int d : op.deps) EXPECT_TRUE(ops[d].kind == Op::Wait || ops[d].kind == Op::Copy);
+      }
+    }
+  }
+  // The chain's first hop waits for nothing; every later hop's copy waits for one flag.
+  EXPECT_EQ(waits.size(), size_t(5 * 2));
+  for (auto& [key, count] : waits) {
+    EXPECT_EQ(count, 1);
+    EXPECT_EQ(signals[key], 1) << "rank " << key.first << " slot " << key.second;
+  }
+  EXPECT_EQ(signals.size(), waits.size());
+}
+
 TEST(CollSchedules, PipelinedAllreduceMovesTheBusbwBytes) {
   const int n = 4;
   Topology topo = load_topology_file("h200x4");
