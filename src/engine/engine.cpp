@@ -52,7 +52,7 @@ const IntSetting kHostFirstLanes{"GPUSTRIPE_HOST_FIRST_LANES", "0",
 // On by default: on 4x H200 the best host share sits at a cliff (0.1 pp past the point where the
 // host path finishes last costs ~0.8% at 256 MB) and calibrated models landed 0.3-0.7 pp off it
 // either way between runs (r1b of session 2: 256 MB 10.5% x13, 1.039x; balanced 1.092x).
-const BoolSetting kBalance{"GPUSTRIPE_BALANCE", "1",
+const BoolSetting kBalance{"GPUSTRIPE_BALANCE", "0",
                            "Time both paths of repeated direct + staged transfers on the GPU and shift bytes "
                            "between them until the staged path finishes with the direct one, then run the "
                            "settled split as one graph (the planner's split rests on calibrated rates; the best "
