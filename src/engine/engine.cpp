@@ -49,10 +49,12 @@ const IntSetting kHostFirstLanes{"GPUSTRIPE_HOST_FIRST_LANES", "0",
                                  "Streams for the GPU-to-host hop of a host-staged path (0: as many as "
                                  "GPUSTRIPE_HOST_LANES); one keeps the chunks leaving the GPU in order, one at a time"};
 
-// On by default: on 4x H200 the best host share sits at a cliff (0.1 pp past the point where the
-// host path finishes last costs ~0.8% at 256 MB) and calibrated models landed 0.3-0.7 pp off it
-// either way between runs (r1b of session 2: 256 MB 10.5% x13, 1.039x; balanced 1.092x).
-const BoolSetting kBalance{"GPUSTRIPE_BALANCE", "1",
+// Off by default. On 4x H200 the best host share sits at a cliff (0.1 pp past the point where the
+// host path finishes last costs ~0.8% at 256 MB). Measured in session 2: with a model 0.7 pp past
+// it (r1b: 256 MB 10.5% x13, 1.039x) balancing gave 1.092x; with a model near it (r2: 9.5% x6,
+// 1.100x) balancing cost 1-2% (1.078x at 256 MB, 1.113x at 1 GB): it settles a few tenths of a
+// point off, and the calls it measures run a slower form.
+const BoolSetting kBalance{"GPUSTRIPE_BALANCE", "0",
                            "Time both paths of repeated direct + staged transfers on the GPU and shift bytes "
                            "between them until the staged path finishes with the direct one, then run the "
                            "settled split as one graph (the planner's split rests on calibrated rates; the best "
