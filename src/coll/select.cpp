@@ -75,10 +75,10 @@ const BoolSetting kCeLanes{"GPUSTRIPE_COLL_CE_SHARE_LANES", "0",
 // r2 of session 2 (allreduce busbw GB/s, 32M/64M/128M/256M): inputs pushed, per-rank graphs with
 // GPU flags 296/321/314/265, loaded by the kernels 279-291/307-311/306-317/318-320. Pushed
 // reduce-scatters lost at every size (256M: 205-284 vs 320).
-const SizeSetting kPushMin{"GPUSTRIPE_COLL_PUSH_MIN", "64G",
+const SizeSetting kPushMin{"GPUSTRIPE_COLL_PUSH_MIN", "32M",
                            "Smallest allreduce per rank whose two-shot has its inputs pushed by their owners' kernels "
                            "into scratch first (only stores over NVLink, not loads)"};
-const SizeSetting kPushMax{"GPUSTRIPE_COLL_PUSH_MAX", "128M",
+const SizeSetting kPushMax{"GPUSTRIPE_COLL_PUSH_MAX", "64M",
                            "Largest allreduce per rank with pushed inputs (see GPUSTRIPE_COLL_PUSH_MIN)"};
 const SizeSetting kOneshotMax{"GPUSTRIPE_COLL_ONESHOT_MAX", "256K",
                               "Largest allreduce per rank done in one step (every rank reduces all inputs)"};
