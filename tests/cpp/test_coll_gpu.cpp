@@ -165,13 +165,13 @@ TEST(CollGpu, CopyEngineShareOfPulledReductions) {
 // Two-shot with inputs pushed into the owners' scratch by kernels first, blocking and replayed
 // on streams (per-rank graphs with flags and without), in place or not.
 TEST(CollGpu, PushedInputsOfTwoshot) {
-  GS_REQUIRE_GPU(2);
+  GS_REQUIRE_GPU(3);  // more than 2 ranks (2 keep the kernel reads)
   ScopedEnv from("GPUSTRIPE_COLL_PUSH_MIN", "0");
   ScopedEnv a("GPUSTRIPE_COLL_ALGO", "twoshot");
   GpuNode node;
   for (const char* flags : {"0", "1"}) {
     ScopedEnv f("GPUSTRIPE_COLL_GPU_FLAGS", flags);
-    for (int n : {2, std::min(4, cuda_device_count())}) {
+    for (int n : {3, std::min(4, cuda_device_count())}) {
       auto comm = node.comm(n);
       uint64_t seed = 5;
       for (DataType dt : {GPUSTRIPE_FLOAT32, GPUSTRIPE_BFLOAT16, GPUSTRIPE_INT64})

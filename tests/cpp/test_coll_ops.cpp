@@ -98,7 +98,7 @@ TEST(CollPush, PushedInputsMatchTheReference) {
   ScopedEnv from("GPUSTRIPE_COLL_PUSH_MIN", "0");
   ScopedEnv a("GPUSTRIPE_COLL_ALGO", "twoshot");
   EmuNode node("h200x4");
-  for (int n : {2, 3, 4}) {
+  for (int n : {3, 4}) {  // more than 2 ranks (2 keep the kernel reads)
     auto comm = node.comm(n);
     sweep(*comm, CollOp::AllReduce, true, 91 * n);
     EXPECT_NE(comm->last_schedule().find(" push"), std::string::npos) << comm->last_schedule();

@@ -133,6 +133,7 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   EXPECT_TRUE(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4).reduce.push);
   EXPECT_FALSE(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4).reduce.push);
   EXPECT_FALSE(choose_schedule(CollOp::ReduceScatter, r, 64 << 20, 4).reduce.push);
+  EXPECT_FALSE(choose_schedule(CollOp::AllReduce, h200(2), 64 << 20, 4).reduce.push);
   EXPECT_FALSE(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4).why.empty());
   {
     ScopedEnv most("GPUSTRIPE_COLL_TWOSHOT_MAX", "64M");
