@@ -56,10 +56,10 @@ void more_dsts_from(ReduceArgs& part, const ReduceArgs& args, size_t from) {
     part.more_dsts.push_back(args.more_dsts[i]);
 }
 
-// r1b of session 2 (4x H200, busbw GB/s): the barrier inside the kernel gains at 1-8M per rank
-// (reduce-scatter 53/85/184 vs 47/80/177 at 1M/2M/8M; allreduce 92/142/244 vs 84/133/240) and
-// loses for larger reduce-scatters (16M/32M: 209/248 vs 231/271).
-const SizeSetting kFusedMax{"GPUSTRIPE_COLL_FUSED_MAX", "2M",
+// r1b and r2 of session 2 (4x H200, busbw GB/s): the barrier inside the kernel gains at 1-2M
+// per rank (reduce-scatter 53/84 vs 48/81 at 1M/2M; allreduce 92/139 vs 81-85/128-132), is
+// even at 4-8M and loses for larger reduce-scatters (16M/32M: 206-209/248-251 vs 230/270).
+const SizeSetting kFusedMax{"GPUSTRIPE_COLL_FUSED_MAX", "512K",
                             "Largest reduction result (bytes per rank's kernel) that runs the GPUs' barrier "
                             "inside its kernel (with GPUSTRIPE_COLL_FUSED_BARRIER)"};
 

@@ -102,13 +102,6 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
   const int n = t.size();
   const size_t esz = dtype_size(dt);
   const size_t align = std::max<size_t>(1, kAlignBytes / esz);
-  if (o.pull && o.push && n > 1) {
-    Pushed in = push_inputs(p, t, send, b, dt, op, scratch);
-    std::vector<std::vector<int>> done(1, std::vector<int>(n, -1));
-    for (int j = 0; j < n; ++j)
-      done[0][j] = p.reduce(t.rank[j], kLaneLocal, out[j], std::move(in.srcs[j]), b.cnt[j], dt, op, in.arrived[j]);
-    return done;
-  }
   if (o.pull && o.copy_share > 0 && n > 1) {
     // The kernel's part, then the copy engines' part, reduced on another lane: the block is
     // done when both are (their lanes join at the end of the call).

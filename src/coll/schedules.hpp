@@ -61,8 +61,8 @@ struct ReduceOpts {
   double copy_share = 0;
   int reduce_lane = kLaneLocal;  // the lane of copy mode's reductions
   bool peer_lanes = false;       // copy mode: a lane per round (peer offset) instead of one for all
-  // Pull mode (rs_pull, twoshot): the inputs are first pushed by their owners' kernels into the
-  // reducing member's scratch (stores over NVLink instead of loads); waits between GPUs.
+  // twoshot: the inputs are first pushed by their owners' kernels into the reducing member's
+  // scratch (only stores cross NVLink, no loads); the reductions wait for other GPUs' pushes.
   bool push = false;
 };
 

@@ -88,9 +88,14 @@ const StringSetting kCeCopies{"GPUSTRIPE_COLL_CE_SHARE_COPIES", "receiver",
 // r1 of session 2 (busbw GB/s, 1M/2M): one-shot 60/90, two-shot 78/130.
 const BoolSetting kCeLanes{"GPUSTRIPE_COLL_CE_SHARE_LANES", "0",
                            "The GPUSTRIPE_COLL_CE_SHARE copies on a stream per peer (all at once) instead of one"};
-const SizeSetting kPushMin{"GPUSTRIPE_COLL_PUSH_MIN", "64G",
-                           "Smallest reduce-scatter/allreduce per rank whose rs_pull/twoshot has its inputs pushed by "
-                           "their owners' kernels into scratch first (stores over NVLink, not loads)"};
+// r2 of session 2 (allreduce busbw GB/s, 32M/64M/128M/256M): inputs pushed, per-rank graphs with
+// GPU flags 296/321/314/265, loaded by the kernels 279-291/307-311/306-317/318-320. Pushed
+// reduce-scatters lost at every size (256M: 205-284 vs 320).
+const SizeSetting kPushMin{"GPUSTRIPE_COLL_PUSH_MIN", "32M",
+                           "Smallest allreduce per rank whose two-shot has its inputs pushed by their owners' kernels "
+                           "into scratch first (only stores over NVLink, not loads)"};
+const SizeSetting kPushMax{"GPUSTRIPE_COLL_PUSH_MAX", "64M",
+                           "Largest allreduce per rank with pushed inputs (see GPUSTRIPE_COLL_PUSH_MIN)"};
 const SizeSetting kOneshotMax{"GPUSTRIPE_COLL_ONESHOT_MAX", "256K",
                               "Largest allreduce per rank done in one step (every rank reduces all inputs)"};
 
@@ -302,7 +307,8 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.reduce.peer_lanes = kCeLanes.get();
     if (share > 0) c.reduce.receiver_copies = by == "receiver";
   }
-  if ((c.name == "rs_pull" || c.name == "twoshot") && n > 1 && bytes >= kPushMin.get()) {
+  // Measured with 4 GPUs only; 2 keep the kernel reads.
+  if (c.name == "twoshot" && n > 2 && bytes >= kPushMin.get() && bytes <= kPushMax.get()) {
     c.reduce.push = true;
     c.reduce.copy_share = 0;
   }

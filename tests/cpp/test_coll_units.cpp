@@ -129,6 +129,12 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 256 << 10, 4).name, "oneshot");
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 2 << 20, 4).name, "twoshot");
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 16 << 20, 4).name, "twoshot");
+  // Pushed inputs for two-shot allreduce from 32M to 64M per rank only (r2), never reduce-scatter.
+  EXPECT_FALSE(choose_schedule(CollOp::AllReduce, r, 16 << 20, 4).reduce.push);
+  EXPECT_TRUE(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4).reduce.push);
+  EXPECT_FALSE(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4).reduce.push);
+  EXPECT_FALSE(choose_schedule(CollOp::ReduceScatter, r, 64 << 20, 4).reduce.push);
+  EXPECT_FALSE(choose_schedule(CollOp::AllReduce, h200(2), 64 << 20, 4).reduce.push);
   EXPECT_FALSE(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4).why.empty());
   {
     ScopedEnv most("GPUSTRIPE_COLL_TWOSHOT_MAX", "64M");
