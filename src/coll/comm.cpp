@@ -191,9 +191,10 @@ Choice Comm::pick(CollOp op, size_t bytes, DataType dt) {
     it = choices_.emplace(key, std::make_pair(std::move(c), std::move(desc))).first;
   }
   last_bytes_ = bytes;
-  // The exchanges' only waits between GPUs are their host path's: those gain from flags in
-  // per-rank graphs (GPUSTRIPE_COLL_GPU_FLAGS=auto).
-  flags_preferred_ = op == CollOp::AllToAll || op == CollOp::AllGather;
+  // The exchanges' only waits between GPUs are their host path's, and pushed reduction inputs
+  // wait for their pushes: those gain from flags in per-rank graphs (GPUSTRIPE_COLL_GPU_FLAGS=auto;
+  // a chain broadcast lost with them).
+  flags_preferred_ = op == CollOp::AllToAll || op == CollOp::AllGather || it->second.first.reduce.push;
   last_ = it->second.second;
   GS_LOG_DEBUG(Subsys::Coll, "%s", last_.c_str());
   return it->second.first;

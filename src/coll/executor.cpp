@@ -30,14 +30,15 @@ const BoolSetting kGpuBarrier{"GPUSTRIPE_COLL_GPU_BARRIER", "1",
 const ChoiceSetting kGpuFlags{"GPUSTRIPE_COLL_GPU_FLAGS", "auto",
                               "With GPUSTRIPE_COLL_GPU_BARRIER: schedules with waits between GPUs become per-rank "
                               "graphs too, each wait a flag the other GPU sets: 1, 0, or auto (the exchanges' host "
-                              "path only; a broadcast or reduction with such waits stays one graph over all GPUs)",
+                              "path and pushed reduction inputs only; a broadcast with such waits stays one graph "
+                              "over all GPUs)",
                               {"auto", "0", "1"}};
 
-const BoolSetting kFusedBarrier{"GPUSTRIPE_COLL_FUSED_BARRIER", "1",
+const BoolSetting kFusedBarrier{"GPUSTRIPE_COLL_FUSED_BARRIER", "0",
                                 "Per-rank graphs whose part on a rank is one reduction run the GPUs' entry and exit "
                                 "barrier inside that reduction kernel (one kernel per call instead of three; the "
-                                "reducer takes it up to GPUSTRIPE_COLL_FUSED_MAX: session 2 r1b, reduce-scatter 1M "
-                                "53 vs 47 GB/s, but 16M 209 vs 231)"};
+                                "reducer takes it up to GPUSTRIPE_COLL_FUSED_MAX: session 2 r2, gains at 1-2M only, "
+                                "reduce-scatter 1M 53 vs 48 GB/s; off until its GPU test has run)"};
 const BoolSetting kFlagLanes{"GPUSTRIPE_COLL_FLAG_LANES", "1",
                              "Per-rank graphs with flags between GPUs: waits and signals on lanes of their own "
                              "(each copy depends on its wait), not between the copies of a copy lane"};
