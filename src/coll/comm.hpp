@@ -103,6 +103,7 @@ class Comm {
   std::function<void(const Program&)> observer_;
   size_t last_bytes_ = 0;  // size of the call being made (set by pick)
   std::string fingerprint_;  // the GPUSTRIPE_ settings of the call being made (set by pick)
+  bool flags_preferred_ = false;  // the call's waits between GPUs gain from flags (set by pick)
 };
 
 }  // namespace gpustripe::coll

@@ -24,14 +24,21 @@ const BoolSetting kGpuBarrier{"GPUSTRIPE_COLL_GPU_BARRIER", "1",
                               "Replay schedules without waits between GPUs as one graph per GPU on its caller's "
                               "stream, entered and left through a barrier the GPUs run themselves (flags in peer "
                               "memory); else as one graph over all GPUs, launched from the first one's stream"};
-const BoolSetting kGpuFlags{"GPUSTRIPE_COLL_GPU_FLAGS", "0",
-                            "With GPUSTRIPE_COLL_GPU_BARRIER: schedules with waits between GPUs (broadcast, host "
-                            "path, pushed reduction inputs) become per-rank graphs too, each wait a flag the "
-                            "other GPU sets (not measured yet: off)"};
+// Session 2 r2 (4x H200, busbw GB/s at 256M): with these flags (on flag lanes) the exchanges'
+// host share runs in per-rank graphs (alltoall 5%: 368 vs 361 without a share), while the chain
+// broadcast lost with them (169 vs 302 as one graph) and reductions did not change.
+const ChoiceSetting kGpuFlags{"GPUSTRIPE_COLL_GPU_FLAGS", "auto",
+                              "With GPUSTRIPE_COLL_GPU_BARRIER: schedules with waits between GPUs become per-rank "
+                              "graphs too, each wait a flag the other GPU sets: 1, 0, or auto (the exchanges' host "
+                              "path and pushed reduction inputs only; a broadcast with such waits stays one graph "
+                              "over all GPUs)",
+                              {"auto", "0", "1"}};
 
-const BoolSetting kFusedBarrier{"GPUSTRIPE_COLL_FUSED_BARRIER", "0",
+const BoolSetting kFusedBarrier{"GPUSTRIPE_COLL_FUSED_BARRIER", "1",
                                 "Per-rank graphs whose part on a rank is one reduction run the GPUs' entry and exit "
-                                "barrier inside that reduction kernel (one kernel per call instead of three)"};
+                                "barrier inside that reduction kernel (one kernel per call instead of three; the "
+                                "reducer takes it up to GPUSTRIPE_COLL_FUSED_MAX: session 2 r2, gains at 1-2M only, "
+                                "reduce-scatter 1M 53 vs 48 GB/s; 0 bad elements on random data in r1b)"};
 const BoolSetting kFlagLanes{"GPUSTRIPE_COLL_FLAG_LANES", "1",
                              "Per-rank graphs with flags between GPUs: waits and signals on lanes of their own "
                              "(each copy depends on its wait), not between the copies of a copy lane"};
@@ -240,7 +247,7 @@ void Executor::enqueue(const Program& prog, const std::vector<StreamHandle>& use
 }
 
 void Executor::enqueue_keyed(const std::string& key, const std::function<Program()>& build,
-                             const std::vector<StreamHandle>& user_streams, bool as_graph) {
+                             const std::vector<StreamHandle>& user_streams, bool as_graph, bool flags_preferred) {
   as_graph = as_graph && backend_.supports_graphs() && !uncapturable_.count(key);
   auto noted = notes_.find(key);
   note_ = noted != notes_.end() ? noted->second : std::string();
@@ -267,8 +274,10 @@ void Executor::enqueue_keyed(const std::string& key, const std::function<Program
       // programs without barriers whose dependencies stay on their rank (or, with flags,
       // cross ranks in few enough places). Blocking calls keep the one multi-GPU graph.
       const size_t crossing = cross_slots(prog).size();
+      const std::string flag_mode = kGpuFlags.get();
+      const bool flags = flag_mode == "1" || (flag_mode == "auto" && flags_preferred);
       if (barrier_ && kGpuBarrier.get() && !user_streams.empty() && !has_barrier(prog) &&
-          (crossing == 0 || (kGpuFlags.get() && crossing <= static_cast<size_t>(barrier_->slots())))) {
+          (crossing == 0 || (flags && crossing <= static_cast<size_t>(barrier_->slots())))) {
         PerRank pr = capture_per_rank(prog);
         if (!pr.graphs.empty()) {
           if (per_rank_.size() >= kGraphCacheSize) forget_per_rank_graphs();

@@ -48,8 +48,10 @@ class Executor {
   // As enqueue, for a program that `key` identifies (every address and size it holds).
   // With as_graph (and a backend with graphs) a key seen before is captured once and then
   // replayed without calling `build` at all, so a repeated call costs one graph launch.
+  // flags_preferred: GPUSTRIPE_COLL_GPU_FLAGS=auto turns this program's waits between GPUs into
+  // flags in per-rank graphs (the caller knows which schedules gain from that).
   void enqueue_keyed(const std::string& key, const std::function<Program()>& build,
-                     const std::vector<StreamHandle>& user_streams, bool as_graph);
+                     const std::vector<StreamHandle>& user_streams, bool as_graph, bool flags_preferred = false);
   // Waits for everything enqueued so far.
   void synchronize();
   size_t graph_launches() const { return graph_launches_; }

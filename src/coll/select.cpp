@@ -26,7 +26,7 @@ const SizeSetting kBcastChunk{"GPUSTRIPE_COLL_BCAST_CHUNK", "2M",
 const StringSetting kHostShare{"GPUSTRIPE_COLL_HOST_SHARE", "auto",
                                "Fraction of each alltoall/allgather peer block sent through pinned host memory: "
                                "auto (from the node's link figures, above GPUSTRIPE_COLL_HOST_MIN) or 0..0.5"};
-const SizeSetting kHostMin{"GPUSTRIPE_COLL_HOST_MIN", "128M",
+const SizeSetting kHostMin{"GPUSTRIPE_COLL_HOST_MIN", "64M",
                            "Smallest peer block of alltoall/allgather that gets an automatic host-path share"};
 const ChoiceSetting kLocalCopy{"GPUSTRIPE_COLL_LOCAL_COPY", "engine",
                                "Alltoall/allgather: each rank's own block by a copy engine or by a copy kernel "
@@ -105,6 +105,17 @@ const SizeSetting kOneshotMax{"GPUSTRIPE_COLL_ONESHOT_MAX", "256K",
 // times, then takes half of that: past the balance point throughput falls off a cliff, and
 // with both directions busy on every GPU the host side gives less than measured one way.
 constexpr double kNvlinkEff = 0.82, kPcieEff = 0.85, kHostConcurrency = 0.65, kShareMargin = 0.5;
+
+// Host share of alltoall/allgather peer blocks on an NVSwitch node with more than 2 GPUs, from
+// session 2 r2 (4x H200, busbw GB/s at 256M / 1G per rank, flags in per-rank graphs, 2 host
+// chunks; no share: 361/390): alltoall 5% 368/393, 7% 342/293 (past the cliff); allgather 5%
+// 371/399, 7% 374/405, 9% 381/360. In rounds every GPU sends and receives at once, and with
+// all GPUs on the host path both ways each gets ~26 GB/s per direction; an alltoall crosses
+// PCIe twice per host byte on every GPU, an allgather stages each sender's block once.
+double measured_host_share(CollOp op, size_t block) {
+  if (op == CollOp::AllToAll) return 0.05;
+  return block < (size_t(128) << 20) ? 0.08 : 0.07;
+}
 
 bool is_own(CollOp op, const std::string& name) {
   auto names = schedule_names(op);
@@ -186,6 +197,7 @@ std::string Choice::describe() const {
 }
 
 bool wants_host_share(CollOp op, const TeamResources& res, size_t bytes) {
+  if (res.nvswitch && res.n > 2) return false;  // measured shares, no planner (choose_schedule)
   return (op == CollOp::AllToAll || op == CollOp::AllGather) && kHostShare.get() == "auto" &&
          bytes / std::max(1, res.n) >= kHostMin.get() && auto_host_share(op, res) > 0;
 }
@@ -211,7 +223,14 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
                 : format("%s blocks < %s: all peers at once, per-copy latency dominates", format_size(block).c_str(),
                          format_size(rounds_min).c_str());
     std::string hs = kHostShare.get();
-    if (hs == "auto") {
+    const bool measured = res.nvswitch && n > 2;  // the node kind session 2 measured (4x H200)
+    if (hs == "auto" && measured) {
+      if (block >= kHostMin.get()) {
+        c.exchange.host_share = measured_host_share(op, block);
+        c.why += format("; host share %s: measured on NVSwitch nodes (all GPUs on the host path both ways)",
+                        pct(c.exchange.host_share).c_str());
+      }
+    } else if (hs == "auto") {
       if (block >= kHostMin.get()) {
         double bound = auto_host_share(op, res);
         c.exchange.host_share = planned >= 0 ? std::min(planned, bound) : bound;
@@ -232,7 +251,8 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
       if (f > 0) c.why += "; host share " + pct(f) + " from GPUSTRIPE_COLL_HOST_SHARE";
     }
     c.exchange.host_chunks = kHostChunks.get() > 0 ? static_cast<int>(std::min<int64_t>(kHostChunks.get(), 64))
-                                                   : std::clamp(chunks_for(block), 2, 16);
+                             : measured                ? 2
+                                                       : std::clamp(chunks_for(block), 2, 16);
     c.exchange.local_kernel = kLocalCopy.get() == "kernel";
     c.exchange.round_lanes = static_cast<int>(std::clamp<int64_t>(kRoundLanes.get(), 1, 4));
     return c;
