@@ -24,8 +24,8 @@ const IntSetting kChunks{"GPUSTRIPE_CHUNKS", "0", "Fixed pipeline chunks per sta
 // 10.3% x9 1.111x vs 10.5% 1.115x; 1G 10.85% x14 1.120x vs 11.0% 1.122x; 11.25% 1.106x);
 // -0.015 plans 9.6%, 10.4% x10 and 11.0% on r2's profile, and 7.1% x3 at 64M (best 7-7.5%).
 const DoubleSetting kStagedMargin{"GPUSTRIPE_STAGED_MARGIN", "-0.015",
-                                  "Plan staged paths this fraction below their modelled rate (negative: above), -0.2 "
-                                  "to 0.5; the loss past the balance point is many times the loss short of it"};
+                                  "Plan host-staged paths this fraction below their modelled rate (negative: above), "
+                                  "-0.2 to 0.5; the loss past the balance point is many times the loss short of it"};
 // Tapered chunks (PathPlan::taper_head/tail): a small first chunk lets the relay hop of a
 // staged path start early, a small last one shortens its drain. Off: on 4x H200 the two hops
 // of the host path run at the same rate, so only the largest chunk sets the pipeline's fill

@@ -84,7 +84,9 @@ Candidate evaluate(const MultipathModel& model, int src, int dst, uint64_t bytes
       a[i] = model.overhead_us(*routes[i], chunks[i], replayed) +
              (scheduled ? model.fork_join_us(routes[i]->kind, replayed) : 0.0);
       b[i] = x[i] / MultipathModel::fill_factor(*routes[i], chunks[i]);
-      if (np > 1 && routes[i]->kind != PathKind::Direct) b[i] *= 1.0 - opt.staged_margin;
+      // The margin was measured on the host path's cliff only (4x H200); on GPU-staged paths it
+      // moved 1-4 MB splits onto host-bound plans that the model then mispredicted by 20-36%.
+      if (np > 1 && routes[i]->kind == PathKind::HostStaged) b[i] *= 1.0 - opt.staged_margin;
     }
     theta = equal_finish_split(a, b, n);
     for (size_t i = 0; i < np; ++i)

@@ -122,6 +122,21 @@ TEST(ModelPlanner, StagedMarginPlansTheHostPathToFinishFirst) {
   EXPECT_THROW(search_options_from_env(), Error);
 }
 
+TEST(ModelPlanner, StagedMarginLeavesGpuStagedSplitsAlone) {
+  // The V100 mesh plans GPU-staged paths; the margin is for the host path's cliff only.
+  Topology t = load_topology_file("beluga-v100x4");
+  SearchOptions o;
+  o.host = HostPathMode::Off;
+  ModelPlanner even(t, nominal_params(t), o);
+  o.staged_margin = 0.05;
+  ModelPlanner careful(t, nominal_params(t), o);
+  for (uint64_t size : {64ull << 20, 256ull << 20}) {
+    Plan a = even.plan_exact(0, 1, size), b = careful.plan_exact(0, 1, size);
+    ASSERT_GT(count_paths(a, PathKind::GpuStaged), 0) << a.describe();
+    EXPECT_EQ(a.describe(), b.describe());
+  }
+}
+
 TEST(ModelPlanner, TaperSettingsShapeStagedPathsWhereChunksAllow) {
   Topology t = load_topology_file("h200x4");
   SearchOptions o;
