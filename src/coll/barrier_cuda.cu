@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "backend/cuda/driver_api.hpp"
 #include "coll/barrier.hpp"
 #include "common/error.hpp"
 
@@ -77,21 +78,10 @@ void launch_on(int dev, const char* what, F&& launch) {
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "%s kernel on device %d: %s", what, dev, cudaGetErrorString(e));
 }
 
-// cuStreamBatchMemOp, looked up at run time (as backend/cuda/driver_api.cpp does) so that
-// the library does not link libcuda.
+// cuStreamBatchMemOp, looked up at run time so that the library does not link libcuda.
 using BatchMemOpFn = CUresult (*)(CUstream, unsigned int, CUstreamBatchMemOpParams*, unsigned int);
 BatchMemOpFn batch_mem_op() {
-  static BatchMemOpFn fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuStreamBatchMemOp", &f, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      f = nullptr;
-    }
-    return reinterpret_cast<BatchMemOpFn>(f);
-  }();
+  static BatchMemOpFn fn = reinterpret_cast<BatchMemOpFn>(driver_entry_point("cuStreamBatchMemOp"));
   return fn;
 }
 

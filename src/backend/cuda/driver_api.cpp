@@ -11,22 +11,22 @@ namespace {
 using PointerGetAttributesFn = CUresult (*)(unsigned int, CUpointer_attribute*, void**, CUdeviceptr);
 
 PointerGetAttributesFn pointer_get_attributes() {
-  static PointerGetAttributesFn fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    // cuPointerGetAttributes exists since CUDA 7.0; ask for the 12.0 ABI, which every CUDA 12+ driver serves.
-    if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &f, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      f = nullptr;
-    }
-    return reinterpret_cast<PointerGetAttributesFn>(f);
-  }();
+  static PointerGetAttributesFn fn = reinterpret_cast<PointerGetAttributesFn>(driver_entry_point("cuPointerGetAttributes"));
   return fn;
 }
 
 }  // namespace
+
+void* driver_entry_point(const char* name) noexcept {
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    f = nullptr;
+  }
+  return f;
+}
 
 DriverPointerAttributes driver_pointer_attributes(const void* p) noexcept {
   DriverPointerAttributes out;

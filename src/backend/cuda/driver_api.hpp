@@ -22,4 +22,8 @@ struct DriverPointerAttributes {
 // One driver call for all attributes; never throws (unknown pointers give known == false).
 DriverPointerAttributes driver_pointer_attributes(const void* p) noexcept;
 
+// The driver function `name` of the CUDA 12.0 ABI (which every CUDA 12+ driver serves), or
+// nullptr where the driver lacks it; never throws, leaves no CUDA error behind.
+void* driver_entry_point(const char* name) noexcept;
+
 }  // namespace gpustripe
