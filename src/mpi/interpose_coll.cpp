@@ -114,6 +114,26 @@ int collective(MPI_Comm comm, const char* name, const std::function<void(Runtime
 using namespace gpustripe;
 using namespace gpustripe::mpi;
 
+namespace {
+
+// What alltoall and allgather share: blocks of recvcount x recvtype per rank, one block per
+// rank sent (the whole receive buffer in place), served when both sides are contiguous, of
+// the same size and on one GPU. Returns the block size; c.bytes is the whole receive buffer.
+size_t exchange_call(Runtime& rt, CollTeam& team, CollCall& c, coll::CollOp op, const void* sendbuf, int sendcount,
+                     MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype) {
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  Layout rl = layout_of(recvcount, recvtype), sl = in_place ? rl : layout_of(sendcount, sendtype);
+  const size_t block = rl.bytes;
+  c.op = op;
+  c.bytes = block * static_cast<size_t>(team.size());
+  c.elem_size = type_size(recvtype);
+  c.device = device_of(rt, {in_place ? recvbuf : sendbuf, recvbuf});
+  c.eligible = c.device >= 0 && rl.contiguous && sl.contiguous && sl.bytes == block && block > 0;
+  return block;
+}
+
+}  // namespace
+
 extern "C" {
 
 // Test hook (tests/mpi/mpi_coll.c): how many collectives gpustripe served in this process.
@@ -125,15 +145,10 @@ int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void
   return collective(
       comm, "MPI_Alltoall",
       [&](Runtime& rt, CollTeam& team, CollCall& c) {
-        const int n = team.size();
-        Layout rl = layout_of(recvcount, recvtype), sl = in_place ? rl : layout_of(sendcount, sendtype);
-        const size_t block = rl.bytes, total = block * n;
-        c.op = coll::CollOp::AllToAll;
-        c.bytes = total;
-        c.elem_size = type_size(recvtype);
-        c.device = device_of(rt, {in_place ? recvbuf : sendbuf, recvbuf});
-        c.eligible = c.device >= 0 && rl.contiguous && sl.contiguous && sl.bytes == block && block > 0;
+        const size_t block = exchange_call(rt, team, c, coll::CollOp::AllToAll, sendbuf, sendcount, sendtype, recvbuf,
+                                           recvcount, recvtype);
         if (!c.eligible) return;
+        const size_t total = c.bytes;
         c.send = sendbuf;
         if (in_place) {
           // Every block is read by one rank and overwritten by another: send from a copy.
@@ -163,15 +178,10 @@ int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, voi
   return collective(
       comm, "MPI_Allgather",
       [&](Runtime& rt, CollTeam& team, CollCall& c) {
-        const int n = team.size();
-        Layout rl = layout_of(recvcount, recvtype), sl = in_place ? rl : layout_of(sendcount, sendtype);
-        const size_t block = rl.bytes, total = block * n;
-        c.op = coll::CollOp::AllGather;
-        c.bytes = total;
-        c.elem_size = type_size(recvtype);
-        c.device = device_of(rt, {in_place ? recvbuf : sendbuf, recvbuf});
-        c.eligible = c.device >= 0 && rl.contiguous && sl.contiguous && sl.bytes == block && block > 0;
+        const size_t block = exchange_call(rt, team, c, coll::CollOp::AllGather, sendbuf, sendcount, sendtype, recvbuf,
+                                           recvcount, recvtype);
         if (!c.eligible) return;
+        const size_t total = c.bytes;
         // In place: this rank's block already sits at its place in the receive buffer.
         c.send = in_place ? static_cast<const char*>(recvbuf) + team.rank() * block : sendbuf;
         c.send_bytes = block;
