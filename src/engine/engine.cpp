@@ -210,17 +210,14 @@ void Engine::copy(void* dst, int dst_dev, const void* src, int src_dev, uint64_t
 }
 
 void Engine::copy_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
-  check_copy(backend_, dst, plan.dst, src, plan.src, plan.bytes);
-  if (plan.bytes == 0) return;
-  if (plan.src == plan.dst) {
-    backend_.copy_async_prechecked(dst, plan.dst, src, plan.src, plan.bytes, stream);
-    ++plain_copies_;
-    return;
-  }
-  execute(plan, dst, src, stream);
+  run_given(plan, dst, src, stream, true);
 }
 
 void Engine::enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
+  run_given(plan, dst, src, stream, false);
+}
+
+void Engine::run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool replay) {
   check_copy(backend_, dst, plan.dst, src, plan.src, plan.bytes);
   if (plan.bytes == 0) return;
   if (plan.src == plan.dst) {
@@ -228,7 +225,7 @@ void Engine::enqueue_with_plan(const Plan& plan, void* dst, const void* src, Str
     ++plain_copies_;
     return;
   }
-  execute(plan, dst, src, stream, false, false);
+  execute(plan, dst, src, stream, false, replay);
 }
 
 void Engine::check_plan(const Plan& plan) const {
@@ -282,9 +279,10 @@ void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle 
 }
 
 bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool replay) {
-  const bool replayable = replay && (graphs_gpu_staged_ || std::none_of(plan.paths.begin(), plan.paths.end(), [](const PathPlan& p) {
-                            return p.kind == PathKind::GpuStaged;
-                          }));
+  const bool replayable =
+      replay && (graphs_gpu_staged_ || std::none_of(plan.paths.begin(), plan.paths.end(), [](const PathPlan& p) {
+                   return p.kind == PathKind::GpuStaged;
+                 }));
   if (graphs_ && replayable) {
     try {
       if (launch_graph(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream)) return true;

@@ -82,6 +82,8 @@ class Engine {
 
  private:
   std::shared_ptr<const Plan> cached_plan(int src, int dst, uint64_t bytes);
+  // copy_with_plan (replay true) and enqueue_with_plan (false).
+  void run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool replay);
   // `steer`: a planner's plan, which GPUSTRIPE_BALANCE may shift (forced plans run as given).
   // `replay`: a repeated schedule may be replayed as a graph (enqueue_with_plan: never).
   void execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer = false,
