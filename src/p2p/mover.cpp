@@ -171,6 +171,12 @@ const SizeSetting kQueueMax{"GPUSTRIPE_P2P_QUEUE_MAX", "4G",
                             "GPUSTRIPE_P2P_QUEUE_PLAN: the largest queue (bytes per GPU pair, this copy included) "
                             "planned as one transfer"};
 
+const IntSetting kRecentUs{
+    "GPUSTRIPE_P2P_RECENT_US", "0",
+    "Other ranks' copies that finished at most this many microseconds ago count as in flight when a copy is "
+    "planned, in the directions with none in flight: an exchange that repeats (pairs that start together "
+    "rarely list in time to see each other, and the first one plans alone); 0: off"};
+
 // The whole transfer on the direct path, as a plan the engine executes as one copy.
 Plan direct_plan(int src, int dst, uint64_t bytes) {
   Plan p;
@@ -200,7 +206,11 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   const bool bidir_direct = kBidirDirect.get();
   const bool queue_plan = kQueuePlan.get();
   const uint64_t queue_max = kQueueMax.get();
-  return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max](
+  const int64_t recent_us = kRecentUs.get();
+  GS_REQUIRE(recent_us >= 0 && recent_us <= 1000000, GPUSTRIPE_ERR_CONFIG,
+             "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
+  const uint64_t recent_ns = static_cast<uint64_t>(recent_us) * 1000;
+  return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, recent_ns](
              void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) -> std::function<void()> {
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
@@ -240,15 +250,23 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       // Other ranks' copies are merged per direction: what the planner needs is the load on
       // each link, and planning one spec per message of a window (64 in osu_bw) cost
       // milliseconds per message (bandwidth fell from 705 to 22 GB/s at 128 MB, 2 ranks).
-      std::vector<TransferSpec> specs;
-      if (board)
-        for (const ipc::Channel::InFlight& t : board->transfers_of_others()) {
+      // Copies retired lately count where their direction has none in flight (the largest).
+      std::vector<TransferSpec> specs, recent;
+      if (board) {
+        for (const ipc::Channel::InFlight& t : board->transfers_of_others(recent_ns)) {
           if (t.src_dev == t.dst_dev) continue;
-          auto same = std::find_if(specs.begin(), specs.end(),
+          std::vector<TransferSpec>& list = t.retired ? recent : specs;
+          auto same = std::find_if(list.begin(), list.end(),
                                    [&](const TransferSpec& x) { return x.src == t.src_dev && x.dst == t.dst_dev; });
-          if (same == specs.end()) specs.push_back(TransferSpec{t.src_dev, t.dst_dev, t.bytes});
-          else same->bytes += t.bytes;
+          if (same == list.end()) list.push_back(TransferSpec{t.src_dev, t.dst_dev, t.bytes});
+          else same->bytes = t.retired ? std::max(same->bytes, t.bytes) : same->bytes + t.bytes;
         }
+        for (const TransferSpec& r : recent)
+          if (std::none_of(specs.begin(), specs.end(), [&](const TransferSpec& x) { return x.src == r.src && x.dst == r.dst; })) {
+            specs.push_back(r);
+            trace("p_recent", -1, 0, 0, r.bytes);
+          }
+      }
       bool reverse = bidir_direct && std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& x) {
                        return x.src == dd && x.dst == sd;
                      });
