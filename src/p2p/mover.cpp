@@ -200,6 +200,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   struct State {
     std::map<std::vector<uint64_t>, Plan> plans;
     CopyQueues own;  // this rank's copies in flight, per GPU pair
+    std::map<std::tuple<int, int, uint64_t>, bool> splits;  // (src, dst, bytes): planned alone, direct + host
   };
   auto st = std::make_shared<State>();
   const bool announce_first = kAnnounceFirst.get();
@@ -271,12 +272,24 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
                        return x.src == dd && x.dst == sd;
                      });
       const CopyQueues::Queue queued = st->own.queued(sd, dd);
+      const bool behind = queue_plan && queued.copies > 0;
+      // Whether this size alone splits into direct + host, kept per size: a plan copy per
+      // message is what windows of small messages would notice.
+      auto lone_splits = [&] {
+        auto key = std::make_tuple(sd, dd, uint64_t{n});
+        auto it = st->splits.find(key);
+        if (it != st->splits.end()) return it->second;
+        if (st->splits.size() >= kMaxPlans) st->splits.clear();
+        return st->splits[key] = direct_plus_host(engine.current_plan(sd, dd, n));
+      };
       if (reverse) {
         trace("p_direct", -1, 0, 0, n);
         engine.copy_with_plan(direct_plan(sd, dd, n), dst, src, s);
+      } else if (specs.empty() && !(behind && lone_splits())) {
+        engine.copy_async(dst, dd, src, sd, n, s);
       } else {
         const Plan alone = specs.empty() ? engine.current_plan(sd, dd, n) : concurrent(specs, n);
-        if (queue_plan && queued.copies > 0 && direct_plus_host(alone)) {
+        if (behind && direct_plus_host(alone)) {
           // Behind this rank's own copies to the same GPU: the host share of the queue planned
           // as one transfer (up to GPUSTRIPE_P2P_QUEUE_MAX; the others' loads likewise).
           const uint64_t total = std::min<uint64_t>(queued.bytes + n, std::max<uint64_t>(n, queue_max));
