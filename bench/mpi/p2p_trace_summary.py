@@ -15,6 +15,8 @@ receiver's files by (sender, send_id):
   mpi_out    that -> MPI_Wait/Waitall returned on the sender ('-' natively)
   total      MPI_Isend (or p2p isend) entered -> the sender's wait returned
   concurrent share of the copies planned with other ranks' copies in flight
+  direct     share of the copies put on the direct path alone (a copy in the opposite
+             direction beside them, GPUSTRIPE_P2P_BIDIR_DIRECT)
   queued     share of the copies planned behind the rank's own copies to the same GPU
              (GPUSTRIPE_P2P_QUEUE_PLAN), and the median host share they took (%)
   gap        median microseconds between one copy seen complete and the next of that size
@@ -64,6 +66,9 @@ def read(dirname: str):
                 last = (sender, send_id)
             elif phase == "p_concurrent" and last is not None:
                 msgs[last]["conc"] = 1
+                last = None
+            elif phase == "p_direct" and last is not None:
+                msgs[last]["direct"] = 1
                 last = None
             elif phase == "p_queued" and last is not None:
                 msgs[last]["queued"] = shares.pop(0) if shares else 0.0
@@ -117,6 +122,7 @@ def phases(m: dict) -> dict:
         "total": d(start, end),
         "conc": m.get("conc", 0),
         "queued": m.get("queued"),
+        "direct": m.get("direct", 0),
         "gap": m.get("gap"),
     }
 
@@ -132,7 +138,7 @@ def main():
         if "bytes" in m and "s_post" in m and "r_copied" in m:
             by_size[m["bytes"]].append(phases(m))
     print(f"# {a.label or a.dir}: median us per phase ({len(msgs)} messages)")
-    print(f"{'bytes':>11} {'n':>4} " + " ".join(f"{p:>9}" for p in PHASES) + "  concurrent queued host% gap")
+    print(f"{'bytes':>11} {'n':>4} " + " ".join(f"{p:>9}" for p in PHASES) + "  concurrent direct queued host% gap")
     for size in sorted(by_size):
         rows = by_size[size]
         cells = []
@@ -144,7 +150,9 @@ def main():
         gaps = [r["gap"] for r in rows if r["gap"] is not None]
         share = f"{statistics.median(q):5.2f}" if q else f"{'-':>5}"
         gap = f"{statistics.median(gaps):9.2f}" if gaps else f"{'-':>9}"
-        print(f"{size:>11} {len(rows):>4} " + " ".join(cells) + f"  {conc:10.2f} {len(q) / len(rows):6.2f} {share} {gap}")
+        direct = sum(r["direct"] for r in rows) / len(rows)
+        print(f"{size:>11} {len(rows):>4} " + " ".join(cells)
+              + f"  {conc:10.2f} {direct:6.2f} {len(q) / len(rows):6.2f} {share} {gap}")
 
 
 if __name__ == "__main__":
