@@ -26,6 +26,19 @@ void exchange(Program& p, const Team& t, size_t block, const ExchangeOpts& o, Sc
   if (o.host_share > 0 && n > 1) host_bytes = align_down(static_cast<size_t>(block * o.host_share), kAlign);
   const size_t nv_bytes = block - host_bytes;
 
+  if (o.kernel) {
+    // Member i's kernel copies every block it sends, its own first, then peers from i+1 on
+    // (one lane per peer offset: where the copies are not fused into one kernel they still
+    // run side by side). Allgather's blocks share a source: one segment, read once.
+    for (int i = 0; i < n; ++i)
+      for (int r = 0; r < n; ++r) {
+        const int j = (i + r) % n;
+        p.kernel_copy(t.rank[i], r == 0 ? kLaneLocal : kLanePeer0 + (r - 1), dst(i, j), t.dev[j], src(i, j), t.dev[i],
+                      block);
+      }
+    return;
+  }
+
   // Local block first, on its own lane: device-local copies are fast and overlap the rest.
   for (int i = 0; i < n; ++i) {
     if (o.local_kernel && block % 4 == 0 && dst(i, i) != src(i, i))

@@ -36,6 +36,10 @@ struct ExchangeOpts {
   // Rounds: each peer block split over this many lanes that run side by side, so one
   // lane's gap between two copies is covered by the other's.
   int round_lanes = 1;
+  // Every block by a copy kernel on the sender's SMs, stored straight into the receivers'
+  // buffers (needs peer mappings; no host share): in per-rank graphs one kernel per rank with
+  // the GPUs' barrier inside, no copy-engine or barrier-kernel latency per call.
+  bool kernel = false;
 };
 
 // Alltoall: block j of send[i] -> block i of recv[j]; blocks of `block` bytes. Not in place
@@ -113,6 +117,12 @@ struct BcastOpts {
   // ingress evenly between the root and the forwarders. Measured slower than one lane per
   // rank (round 2, 16M/64M/256M: 119/156/186 vs 146/205/208 GB/s busbw): off by default.
   bool lane_per_peer = false;
+  // Copy kernels (needs peer mappings), one per non-root member: "pieces": member q reads
+  // piece q of the root's buffer and stores it into every non-root member's buffer (the
+  // root's egress carries the message once, as scatter-allgather, with no wait between the
+  // two steps); "pull": every member reads the whole message from the root; "push": the
+  // root's kernel stores it into every member. Empty: copy engines (the forms above).
+  std::string kernel;
 };
 void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size_t bytes, int root,
                  const BcastOpts& o);
