@@ -22,10 +22,6 @@ template <class Src, class Dst>
 void exchange(Program& p, const Team& t, size_t block, const ExchangeOpts& o, Scratch& scratch, Src src, Dst dst,
               bool stage_once_per_sender) {
   const int n = t.size();
-  size_t host_bytes = 0;
-  if (o.host_share > 0 && n > 1) host_bytes = align_down(static_cast<size_t>(block * o.host_share), kAlign);
-  const size_t nv_bytes = block - host_bytes;
-
   if (o.kernel) {
     // Member i's kernel copies every block it sends, its own first, then peers from i+1 on
     // (one lane per peer offset: where the copies are not fused into one kernel they still
@@ -38,6 +34,10 @@ void exchange(Program& p, const Team& t, size_t block, const ExchangeOpts& o, Sc
       }
     return;
   }
+
+  size_t host_bytes = 0;
+  if (o.host_share > 0 && n > 1) host_bytes = align_down(static_cast<size_t>(block * o.host_share), kAlign);
+  const size_t nv_bytes = block - host_bytes;
 
   // Local block first, on its own lane: device-local copies are fast and overlap the rest.
   for (int i = 0; i < n; ++i) {

@@ -28,6 +28,10 @@ Blocks split_blocks(size_t count, int parts, size_t align_elems);
 
 struct ExchangeOpts {
   bool rounds = true;        // permutation rounds on one lane per rank; else one lane per peer, all at once
+  // Every block by a copy kernel on the sender's SMs, stored straight into the receivers'
+  // buffers (needs peer mappings; no host share): in per-rank graphs one kernel per rank with
+  // the GPUs' barrier inside, no copy-engine or barrier-kernel latency per call.
+  bool kernel = false;
   double host_share = 0;     // fraction of each peer block sent through pinned host memory
   int host_chunks = 4;       // pipeline depth of the host path (D2H of chunk c+1 beside H2D of chunk c)
   // The own block by a copy kernel (SMs) instead of a copy engine, so that the local copy
@@ -36,10 +40,6 @@ struct ExchangeOpts {
   // Rounds: each peer block split over this many lanes that run side by side, so one
   // lane's gap between two copies is covered by the other's.
   int round_lanes = 1;
-  // Every block by a copy kernel on the sender's SMs, stored straight into the receivers'
-  // buffers (needs peer mappings; no host share): in per-rank graphs one kernel per rank with
-  // the GPUs' barrier inside, no copy-engine or barrier-kernel latency per call.
-  bool kernel = false;
 };
 
 // Alltoall: block j of send[i] -> block i of recv[j]; blocks of `block` bytes. Not in place
