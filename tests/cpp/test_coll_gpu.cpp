@@ -138,7 +138,7 @@ TEST(CollGpu, ReductionsWithTheBarrierInsideTheKernel) {
 // The sm schedules: copy kernels storing into the peers, in per-rank graphs one kernel per
 // rank with the GPUs' barrier inside: every exchange and broadcast form, 2-byte elements at odd
 // counts (unaligned segments) and 8-byte ones, in place or not, replayed on fresh data, with
-// fused and unfused calls alternating on one communicator (they count the same barriers).
+// fused and unfused calls mixed on one communicator (they count the same barriers).
 TEST(CollGpu, KernelCopiesWithTheBarrierInside) {
   GS_REQUIRE_GPU(2);
   ScopedEnv a("GPUSTRIPE_COLL_ALGO", "sm");
@@ -151,10 +151,11 @@ TEST(CollGpu, KernelCopiesWithTheBarrierInside) {
       for (CollOp op : {CollOp::AllToAll, CollOp::AllGather, CollOp::Bcast}) {
         if (op != CollOp::Bcast && std::string(form) != "pieces") continue;
         for (DataType dt : {GPUSTRIPE_FLOAT16, GPUSTRIPE_INT64})
-          for (size_t count : {size_t(1), size_t(4099), size_t(3 << 20) / 8 + 7})
+          for (size_t count : {size_t(1), size_t(4099), size_t(1 << 20) / 8 + 7})
             for (bool in_place : {false, true})
-              for (const char* fused : {"1", "0", "1"}) {
+              for (const char* fused : {"1", "0"}) {
                 if (op == CollOp::Bcast && in_place) continue;
+                if (dt == GPUSTRIPE_FLOAT16 && count > 4099) continue;  // the large case once, in 8-byte elements
                 ScopedEnv f("GPUSTRIPE_COLL_FUSED_COPIES", fused);
                 Case c{op, dt, GPUSTRIPE_SUM, count, in_place, 1 % n, /*async*/ true, /*repeats*/ 3};
                 ASSERT_EQ(run_case(*comm, c, seed++), 0u) << form << " n=" << n << " fused=" << fused << " "
