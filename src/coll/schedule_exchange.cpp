@@ -22,6 +22,19 @@ template <class Src, class Dst>
 void exchange(Program& p, const Team& t, size_t block, const ExchangeOpts& o, Scratch& scratch, Src src, Dst dst,
               bool stage_once_per_sender) {
   const int n = t.size();
+  if (o.kernel) {
+    // Member i's kernel copies every block it sends, its own first, then peers from i+1 on
+    // (one lane per peer offset: where the copies are not fused into one kernel they still
+    // run side by side). Allgather's blocks share a source: one segment, read once.
+    for (int i = 0; i < n; ++i)
+      for (int r = 0; r < n; ++r) {
+        const int j = (i + r) % n;
+        p.kernel_copy(t.rank[i], r == 0 ? kLaneLocal : kLanePeer0 + (r - 1), dst(i, j), t.dev[j], src(i, j), t.dev[i],
+                      block);
+      }
+    return;
+  }
+
   size_t host_bytes = 0;
   if (o.host_share > 0 && n > 1) host_bytes = align_down(static_cast<size_t>(block * o.host_share), kAlign);
   const size_t nv_bytes = block - host_bytes;

@@ -28,6 +28,10 @@ Blocks split_blocks(size_t count, int parts, size_t align_elems);
 
 struct ExchangeOpts {
   bool rounds = true;        // permutation rounds on one lane per rank; else one lane per peer, all at once
+  // Every block by a copy kernel on the sender's SMs, stored straight into the receivers'
+  // buffers (needs peer mappings; no host share): in per-rank graphs one kernel per rank with
+  // the GPUs' barrier inside, no copy-engine or barrier-kernel latency per call.
+  bool kernel = false;
   double host_share = 0;     // fraction of each peer block sent through pinned host memory
   int host_chunks = 4;       // pipeline depth of the host path (D2H of chunk c+1 beside H2D of chunk c)
   // The own block by a copy kernel (SMs) instead of a copy engine, so that the local copy
@@ -113,6 +117,12 @@ struct BcastOpts {
   // ingress evenly between the root and the forwarders. Measured slower than one lane per
   // rank (round 2, 16M/64M/256M: 119/156/186 vs 146/205/208 GB/s busbw): off by default.
   bool lane_per_peer = false;
+  // Copy kernels (needs peer mappings), one per non-root member: "pieces": member q reads
+  // piece q of the root's buffer and stores it into every non-root member's buffer (the
+  // root's egress carries the message once, as scatter-allgather, with no wait between the
+  // two steps); "pull": every member reads the whole message from the root; "push": the
+  // root's kernel stores it into every member. Empty: copy engines (the forms above).
+  std::string kernel;
 };
 void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size_t bytes, int root,
                  const BcastOpts& o);

@@ -38,6 +38,19 @@ const IntSetting kHostChunks{"GPUSTRIPE_COLL_HOST_CHUNKS", "0",
 const IntSetting kRoundLanes{"GPUSTRIPE_COLL_ROUND_LANES", "1",
                              "Alltoall/allgather in rounds: lanes that each carry a piece of every peer block, "
                              "side by side (1-4)"};
+// Copy kernels with the GPUs' barrier inside: one kernel per rank and call, where the copy
+// engines' schedules pay ~30 us per call of copy-node, graph and barrier latency (session 2
+// timelines; NCCL's alltoall at 4M per rank takes ~27 us in all).
+const SizeSetting kSmMax{"GPUSTRIPE_COLL_SM_MAX", "32M",
+                         "Largest alltoall/allgather per rank (the nccl-tests size) done by copy kernels that store "
+                         "into the peers (sm), where every pair maps the other's memory"};
+const SizeSetting kBcastSmMax{"GPUSTRIPE_COLL_BCAST_SM_MAX", "64G",
+                              "Largest broadcast done by copy kernels (sm), where every pair maps the other's memory"};
+const ChoiceSetting kBcastSmForm{"GPUSTRIPE_COLL_BCAST_SM_FORM", "pieces",
+                                 "Broadcast by copy kernels: pieces (member q reads piece q from the root and stores "
+                                 "it into every member), pull (every member reads the whole message from the root) or "
+                                 "push (the root stores it into every member)",
+                                 {"pieces", "pull", "push"}};
 const SizeSetting kRoundsMin{"GPUSTRIPE_COLL_ROUNDS_MIN", "1M",
                              "Smallest peer block for which exchanges run in permutation rounds (below: all at once)"};
 // Round 2 on 4x H200 (busbw GB/s, 16M/64M/256M): reduce-scatter with kernels reading the peers
@@ -160,10 +173,10 @@ std::string pct(double f) {
 std::vector<std::string> schedule_names(CollOp op) {
   switch (op) {
     case CollOp::AllToAll:
-    case CollOp::AllGather: return {"rounds", "all_at_once"};
+    case CollOp::AllGather: return {"rounds", "all_at_once", "sm"};
     case CollOp::ReduceScatter: return {"rs_copy", "rs_pull"};
     case CollOp::AllReduce: return {"oneshot", "twoshot", "rs_ag_copy", "rs_ag_pull", "hier"};
-    case CollOp::Bcast: return {"direct", "scatter_ag", "chain"};
+    case CollOp::Bcast: return {"direct", "scatter_ag", "chain", "sm"};
     case CollOp::Reduce: return {"reduce_copy", "reduce_pull"};
   }
   return {};
@@ -187,6 +200,7 @@ std::string Choice::describe() const {
     if (name == "rounds" && exchange.round_lanes > 1) s += format(" lanes=%d", exchange.round_lanes);
   }
   else if (name == "direct" || name == "scatter_ag" || name == "chain") s += format(" chunks=%d", bcast.chunks);
+  else if (name == "sm") s += bcast.kernel.empty() ? "" : " form=" + bcast.kernel;
   else if (name != "oneshot" && name != "twoshot")
     s += format(" chunks=%d slots=%d%s", reduce.chunks, reduce.slots,
                 reduce.pull ? "" : reduce.receiver_copies ? " copies=receiver" : " copies=sender");
@@ -214,9 +228,20 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   if (op == CollOp::AllToAll || op == CollOp::AllGather) {
     const size_t block = bytes / n;  // one peer's block
     const size_t rounds_min = kRoundsMin.get();
-    c.name = force.empty() ? (block >= rounds_min ? "rounds" : "all_at_once") : force;
+    // Not where a host share is asked for by name: kernels store over NVLink only.
+    const std::string asked_share = kHostShare.get();
+    const bool sm = res.all_peer && n > 1 && bytes <= kSmMax.get() &&
+                    (asked_share == "auto" || parse_double(asked_share, "GPUSTRIPE_COLL_HOST_SHARE") == 0);
+    c.name = !force.empty() ? force : sm ? "sm" : block >= rounds_min ? "rounds" : "all_at_once";
+    GS_REQUIRE(c.name != "sm" || res.all_peer, GPUSTRIPE_ERR_NOT_SUPPORTED,
+               "schedule sm stores into peers' memory, but not every pair of these GPUs can");
     c.exchange.rounds = c.name == "rounds";
+    c.exchange.kernel = c.name == "sm";
     c.why = !force.empty() ? why_forced(c.name)
+            : c.exchange.kernel
+                ? format("%s <= GPUSTRIPE_COLL_SM_MAX: one copy kernel per rank stores every block into its peer, "
+                         "the GPUs' barrier inside",
+                         size.c_str())
             : c.exchange.rounds
                 ? format("%s blocks >= %s: permutation rounds keep one copy per NVLink port and direction",
                          format_size(block).c_str(), format_size(rounds_min).c_str())
@@ -224,6 +249,9 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
                          format_size(rounds_min).c_str());
     std::string hs = kHostShare.get();
     const bool measured = res.nvswitch && n > 2;  // the node kind session 2 measured (4x H200)
+    if (c.exchange.kernel) {
+      hs = "0";  // kernels store over NVLink only
+    }
     if (hs == "auto" && measured) {
       if (block >= kHostMin.get()) {
         c.exchange.host_share = measured_host_share(op, block);
@@ -260,15 +288,22 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
 
   if (op == CollOp::Bcast) {
     c.name = !force.empty()                                 ? force
+             : res.all_peer && n > 1 && bytes <= kBcastSmMax.get() ? "sm"
              : n > 2 && bytes >= kChainMin.get()             ? "chain"
              : n > 2 && bytes >= kRoundsMin.get()            ? "scatter_ag"
                                                              : "direct";
+    GS_REQUIRE(c.name != "sm" || res.all_peer, GPUSTRIPE_ERR_NOT_SUPPORTED,
+               "schedule sm stores into peers' memory, but not every pair of these GPUs can");
+    if (c.name == "sm") c.bcast.kernel = kBcastSmForm.get();
     c.bcast.scatter_allgather = c.name == "scatter_ag";
     c.bcast.chain = c.name == "chain";
     c.bcast.lane_per_peer = kBcastLanes.get();
     c.bcast.chunks = c.bcast.chain ? chunks_for(bytes, kChainChunk.get(), 64, 8)
                                    : chunks_for(bytes / std::max(1, n - 1), kBcastChunk.get(), 32);
     c.why = !force.empty() ? why_forced(c.name)
+            : !c.bcast.kernel.empty()
+                ? size + " <= GPUSTRIPE_COLL_BCAST_SM_MAX: copy kernels, the GPUs' barrier inside (" + c.bcast.kernel +
+                      ")"
             : c.bcast.chain
                 ? size + " >= GPUSTRIPE_COLL_CHAIN_MIN over " + std::to_string(n) +
                       " ranks: chunks pass along the ranks, every GPU sends and receives the message once"

@@ -64,6 +64,8 @@ const OpCase kOpCases[] = {
     {CollOp::Bcast, false, "scatter_ag"},          {CollOp::Bcast, false, "chain"},
     {CollOp::Reduce, true, "reduce_copy"},
     {CollOp::Reduce, true, "reduce_pull"},
+    {CollOp::AllToAll, false, "sm"},               {CollOp::AllGather, false, "sm"},
+    {CollOp::Bcast, false, "sm"},
 };
 
 std::string case_name(const ::testing::TestParamInfo<std::tuple<OpCase, int>>& info) {
@@ -195,6 +197,27 @@ TEST(CollExchangeVariants, LocalKernelAndRoundLanesAreExact) {
     }
 }
 
+// Broadcast by copy kernels in each form (pieces, pull, push), every root, 2-4 ranks, odd sizes,
+// blocking and on streams, repeated on the same buffers.
+TEST(CollKernelCopies, EveryBroadcastFormIsExact) {
+  ScopedEnv algo("GPUSTRIPE_COLL_ALGO", "sm");
+  EmuNode node("h200x4");
+  for (const char* form : {"pieces", "pull", "push"}) {
+    ScopedEnv f("GPUSTRIPE_COLL_BCAST_SM_FORM", form);
+    for (int n : {2, 3, 4}) {
+      auto comm = node.comm(n);
+      for (int root = 0; root < n; ++root)
+        for (DataType dt : {GPUSTRIPE_FLOAT16, GPUSTRIPE_INT64})
+          for (size_t count : {size_t(1), size_t(5), size_t(4099)}) {
+            Case c{CollOp::Bcast, dt, GPUSTRIPE_SUM, count, false, root, /*async*/ count == 5, /*repeats*/ 2};
+            ASSERT_EQ(run_case(*comm, c, count + root), 0u) << form << " n=" << n;
+            EXPECT_NE(comm->last_schedule().find(std::string("sm form=") + form), std::string::npos)
+                << comm->last_schedule();
+          }
+    }
+  }
+}
+
 TEST(CollHierarchical, AllreduceOnTwoSocketNodeUsesThreeStages) {
   ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "1K");
   EmuNode node("mist-ac922");
@@ -235,7 +258,7 @@ TEST(CollLarge, DefaultSchedulesAtMegabyteSizes) {
     std::string s = comm->last_schedule();
     if (op == CollOp::AllReduce) EXPECT_NE(s.find("twoshot"), std::string::npos) << s;
     if (op == CollOp::AllToAll || op == CollOp::AllGather) EXPECT_NE(s.find("rounds"), std::string::npos) << s;
-    if (op == CollOp::Bcast) EXPECT_NE(s.find("chain"), std::string::npos) << s;  // 40M >= CHAIN_MIN
+    if (op == CollOp::Bcast) EXPECT_NE(s.find("sm form=pieces"), std::string::npos) << s;  // 40M <= BCAST_SM_MAX
   }
 }
 
