@@ -25,6 +25,8 @@ enum Lane : int {
   // (GPUSTRIPE_COLL_FLAG_LANES), so a copy lane never runs a wait or signal kernel between copies.
   kLaneWait = 40,
   kLaneSignal = 41,
+  // Large exchanges: the SM share of every peer block (copy kernels beside the copy-engine rounds).
+  kLaneSm = 30,
 };
 
 struct Op {
