@@ -27,6 +27,9 @@ enum Lane : int {
   kLaneSignal = 41,
   // Large exchanges: the SM share of every peer block (copy kernels beside the copy-engine rounds).
   kLaneSm = 30,
+  // The gather half's host path of a copy-engine allreduce (ce_twoshot), beside the scatter half's.
+  kLaneAgD2H = 31,
+  kLaneAgH2D = 32,
 };
 
 struct Op {

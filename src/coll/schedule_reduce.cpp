@@ -136,7 +136,15 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
                                                 : 0;
   };
   const size_t stage_bytes = ceil_div(host_elems(max_chunk) * esz, kAlignBytes) * kAlignBytes;
-  char* host = stage_bytes ? scratch.host(stage_bytes * chunks * n * n) : nullptr;
+  // The gather half's host share (more_out): one staging region per (chunk, owner), after the above.
+  auto ag_host_elems = [&](size_t len) {
+    return !o.pull && n > 1 && !more_out.empty() && o.ag_host_share > 0
+               ? static_cast<size_t>(static_cast<double>(len) * o.ag_host_share) / align * align
+               : 0;
+  };
+  const size_t ag_stage_bytes = ceil_div(ag_host_elems(max_chunk) * esz, kAlignBytes) * kAlignBytes;
+  const size_t rs_stages = stage_bytes * chunks * n * n;
+  char* host = stage_bytes || ag_stage_bytes ? scratch.host(rs_stages + ag_stage_bytes * chunks * n) : nullptr;
 
   for (int c = 0; c < chunks; ++c) {
     std::vector<std::vector<int>> arrived(n);
@@ -175,11 +183,25 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
         if (i == j || o.pull) srcs.push_back(send[i] + (b.off[j] + off) * esz);
         else srcs.push_back(slot(j, c % slots, peer_index(i, j)));
       }
+      // With more_out, the head [0, kl) goes to every member by the kernel's stores; a tail of
+      // hg elements is reduced into out[j] alone and reaches the others through host memory.
+      const size_t hg = ag_host_elems(len), kl = len - hg;
       std::vector<void*> more;
       if (!more_out.empty())
-        for (char* m : more_out[j]) more.push_back(m + off * esz);
-      done[c][j] = p.reduce(t.rank[j], o.reduce_lane, out[j] + off * esz, std::move(srcs), len, dt, op, arrived[j],
+        for (char* m : more_out[j])
+          if (m) more.push_back(m + off * esz);
+      std::vector<const void*> tail;
+      for (const void* src : srcs) tail.push_back(static_cast<const char*>(src) + kl * esz);
+      done[c][j] = p.reduce(t.rank[j], o.reduce_lane, out[j] + off * esz, std::move(srcs), kl, dt, op, arrived[j],
                             std::move(more));
+      if (hg == 0) continue;
+      char* result = out[j] + (off + kl) * esz;
+      done[c][j] = p.reduce(t.rank[j], o.reduce_lane, result, std::move(tail), hg, dt, op, arrived[j]);
+      char* stage = host + rs_stages + (static_cast<size_t>(c) * n + j) * ag_stage_bytes;
+      const int staged = p.copy(t.rank[j], kLaneAgD2H, stage, kHostDevice, result, t.dev[j], hg * esz, {done[c][j]});
+      for (int k = 0; k < n; ++k)
+        if (char* m = more_out[j][k])
+          p.copy(t.rank[k], kLaneAgH2D, m + (off + kl) * esz, t.dev[k], stage, kHostDevice, hg * esz, {staged});
     }
   }
   return done;
@@ -199,9 +221,10 @@ void build_allreduce_rs_ag(Program& p, const Team& t, const std::vector<const ch
   if (o.ag_stores && !o.pull) {
     // Each reduction stores its chunk into every member (only member j writes block j; in
     // place, its inputs from the others were copied into its scratch before it runs).
-    std::vector<std::vector<char*>> more(n);
+    std::vector<std::vector<char*>> more(n, std::vector<char*>(n, nullptr));
     for (int j = 0; j < n; ++j)
-      for (int q = 1; q < n; ++q) more[j].push_back(recv[(j + q) % n] + b.off[j] * esz);
+      for (int k = 0; k < n; ++k)
+        if (k != j) more[j][k] = recv[k] + b.off[j] * esz;
     build_reduce_scatter(p, t, send, out, b, dt, op, whole, scratch, more);
     return;
   }

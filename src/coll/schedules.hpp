@@ -78,6 +78,9 @@ struct ReduceOpts {
   // Allreduce in copy mode (ce_twoshot): each chunk's reduction kernel stores its result into
   // every member's output itself (as two-shot does) instead of copy engines gathering it after.
   bool ag_stores = false;
+  // ce_twoshot: the tail of each reduced chunk reaches the other members through pinned host
+  // memory (one D2H by its owner, an H2D by each member) instead of the kernel's stores.
+  double ag_host_share = 0;
 };
 
 // Reduce-scatter over blocks b (elements): out[j] (block j's result at member j) =
@@ -85,8 +88,8 @@ struct ReduceOpts {
 // finishes that chunk (index into p, or -1): result[c][j]. With a copy_share, that is the
 // kernels' part only (the copy engines' part is reduced on its own lane): callers that wait
 // for a block (allgather, reduce to a root) take no copy_share.
-// more_out (optional): per member j, further outputs of block j's result (the other members'
-// copies of it, for an allreduce whose reductions store into every member).
+// more_out (optional): per member j, member k's output of block j's result (k != j; nullptr
+// at k == j), for an allreduce whose reductions store into every member (copy mode only).
 std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, const std::vector<const char*>& send,
                                                    const std::vector<char*>& out, const Blocks& b, DataType dt,
                                                    RedOp op, const ReduceOpts& o, Scratch& scratch,

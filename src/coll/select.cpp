@@ -111,6 +111,10 @@ const StringSetting kRsHostShare{"GPUSTRIPE_COLL_RS_HOST_SHARE", "auto",
                                  "reduce_copy) sent through pinned host memory: auto (the alltoall's measured share on "
                                  "NVSwitch nodes of more than 2 GPUs, from GPUSTRIPE_COLL_HOST_MIN blocks; else none) "
                                  "or 0..0.5"};
+const StringSetting kAgHostShare{"GPUSTRIPE_COLL_AG_HOST_SHARE", "auto",
+                                 "ce_twoshot allreduce: fraction of each reduced chunk that reaches the other members "
+                                 "through pinned host memory instead of the kernel's stores: auto (as "
+                                 "GPUSTRIPE_COLL_RS_HOST_SHARE's auto) or 0..0.5"};
 const BoolSetting kCopyFlags{"GPUSTRIPE_COLL_COPY_FLAGS", "1",
                              "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy) over more than 2 GPUs: their "
                              "waits between GPUs become flags in per-rank graphs (GPUSTRIPE_COLL_GPU_FLAGS=auto)"};
@@ -209,6 +213,7 @@ std::string Choice::describe() const {
                 reduce.pull ? "" : reduce.receiver_copies ? " copies=receiver" : " copies=sender");
   if (reduce.push) s += " push";
   if (reduce.host_share > 0) s += " host=" + pct(reduce.host_share);
+  if (reduce.ag_host_share > 0) s += " ag_host=" + pct(reduce.ag_host_share);
   if (reduce.flags) s += " flags";
   if (reduce.copy_share > 0)
     s += format(" ce=%s%s", pct(reduce.copy_share).c_str(), reduce.receiver_copies ? " copies=receiver" : " copies=sender");
@@ -358,15 +363,16 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   c.reduce.ag_stores = c.name == "ce_twoshot";
   if (c.name == "rs_copy" || c.name == "rs_ag_copy" || c.name == "reduce_copy" || c.name == "ce_twoshot") {
     c.reduce.flags = kCopyFlags.get() && n > 2;
-    const std::string hs = kRsHostShare.get();
-    if (hs == "auto") {
-      if (res.nvswitch && n > 2 && block >= kHostMin.get()) c.reduce.host_share = measured_host_share(CollOp::AllToAll, block);
-    } else {
-      const double f = parse_double(hs, "GPUSTRIPE_COLL_RS_HOST_SHARE");
-      GS_REQUIRE(f >= 0 && f <= 0.5, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_COLL_RS_HOST_SHARE=%s: expected auto or 0..0.5",
-                 hs.c_str());
-      c.reduce.host_share = f;
-    }
+    auto share = [&](const StringSetting& setting) {
+      const std::string hs = setting.get();
+      if (hs == "auto")
+        return res.nvswitch && n > 2 && block >= kHostMin.get() ? measured_host_share(CollOp::AllToAll, block) : 0.0;
+      const double f = parse_double(hs, setting.name());
+      GS_REQUIRE(f >= 0 && f <= 0.5, GPUSTRIPE_ERR_CONFIG, "%s=%s: expected auto or 0..0.5", setting.name(), hs.c_str());
+      return f;
+    };
+    c.reduce.host_share = share(kRsHostShare);
+    if (c.reduce.ag_stores) c.reduce.ag_host_share = share(kAgHostShare);
   }
   // Slots: as many as chunks when the scratch allows (no copy ever waits for a reduction).
   const uint64_t chunk_bytes = std::max<uint64_t>(1, (block + c.reduce.chunks - 1) / c.reduce.chunks);

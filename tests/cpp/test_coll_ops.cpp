@@ -264,16 +264,17 @@ TEST(CollLargeMessages, SmShareOfExchangesIsExact) {
 }
 
 // The copy-engine reductions with a host share of every piece (D2H by the sender, H2D by the
-// owner into its slot) and flags for their waits: every type and operator, pieces large enough
+// owner into its slot; ce_twoshot also for the tail of each result) and flags for their waits: every type and operator, pieces large enough
 // for a host part, several chunks, 2-4 ranks, in place or not.
 TEST(CollLargeMessages, CopyReductionsWithHostShareAreExact) {
   EmuNode node("h200x4");
   ScopedEnv h("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.2");
+  ScopedEnv ag("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.1");
   ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "16K");
   for (int n : {2, 3, 4}) {
     auto comm = node.comm(n);
     for (const OpCase& oc : {OpCase{CollOp::ReduceScatter, true, "rs_copy"}, OpCase{CollOp::AllReduce, true, "rs_ag_copy"},
-                             OpCase{CollOp::Reduce, true, "reduce_copy"}}) {
+                             OpCase{CollOp::Reduce, true, "reduce_copy"}, OpCase{CollOp::AllReduce, true, "ce_twoshot"}}) {
       ScopedEnv algo("GPUSTRIPE_COLL_ALGO", oc.algo);
       uint64_t seed = 500 * n;
       for (DataType dt : all_dtypes())
@@ -284,6 +285,8 @@ TEST(CollLargeMessages, CopyReductionsWithHostShareAreExact) {
               ASSERT_EQ(run_case(*comm, c, seed++), 0u) << c.describe() << " " << comm->last_schedule();
               EXPECT_NE(comm->last_schedule().find("host=20.0%"), std::string::npos) << comm->last_schedule();
               if (n > 2) EXPECT_NE(comm->last_schedule().find(" flags"), std::string::npos) << comm->last_schedule();
+              if (std::string(oc.algo) == "ce_twoshot")
+                EXPECT_NE(comm->last_schedule().find("ag_host=10.0%"), std::string::npos) << comm->last_schedule();
             }
     }
   }
