@@ -136,6 +136,10 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
                                                 : 0;
   };
   const size_t stage_bytes = ceil_div(host_elems(max_chunk) * esz, kAlignBytes) * kAlignBytes;
+  auto sm_elems = [&](size_t len) {
+    return !o.pull && n > 1 && o.sm_share > 0 ? static_cast<size_t>(static_cast<double>(len) * o.sm_share) / align * align
+                                              : 0;
+  };
   // The gather half's host share (more_out): one staging region per (chunk, owner), after the above.
   auto ag_host_elems = [&](size_t len) {
     return !o.pull && n > 1 && !more_out.empty() && o.ag_host_share > 0
@@ -161,9 +165,14 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
           if (c >= slots) deps.push_back(done[c - slots][j]);
           const int driver = o.receiver_copies ? j : i;
           const int lane = o.peer_lanes ? kLanePeer0 + (r - 1) : kLaneOut;
-          const size_t h = host_elems(len), nv = len - h;
+          const size_t h = host_elems(len), k = sm_elems(len - h), nv = len - h - k;
           char* to = slot(j, s, peer_index(i, j));
           const char* from = send[i] + (b.off[j] + off) * esz;
+          if (k > 0) {  // [0, k) by the sender's kernel: a one-source reduction is a copy
+            arrived[j].push_back(p.reduce(t.rank[i], kLaneSm, to, {from}, k, dt, op, deps));
+            to += k * esz;
+            from += k * esz;
+          }
           arrived[j].push_back(p.copy(t.rank[driver], lane, to, t.dev[j], from, t.dev[i], nv * esz, deps));
           if (h > 0) {
             char* stage = host + ((static_cast<size_t>(c) * n + i) * n + j) * stage_bytes;
@@ -329,6 +338,7 @@ void build_allreduce_hier(Program& p, const Team& t, const std::vector<std::vect
   // pinned scratch, so none gets one.
   ReduceOpts flat = o;
   flat.host_share = 0;
+  flat.sm_share = 0;  // the link between groups may not map peers' memory
   auto sub = [&](const std::vector<int>& members) {
     Team s;
     for (int m : members) {

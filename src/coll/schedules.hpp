@@ -81,6 +81,9 @@ struct ReduceOpts {
   // ce_twoshot: the tail of each reduced chunk reaches the other members through pinned host
   // memory (one D2H by its owner, an H2D by each member) instead of the kernel's stores.
   double ag_host_share = 0;
+  // Copy mode: the head of every piece stored into the owner's slot by a copy kernel on the
+  // sender's SMs (a lane of its own), beside the copy engines' part.
+  double sm_share = 0;
 };
 
 // Reduce-scatter over blocks b (elements): out[j] (block j's result at member j) =

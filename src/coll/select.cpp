@@ -115,6 +115,10 @@ const StringSetting kAgHostShare{"GPUSTRIPE_COLL_AG_HOST_SHARE", "auto",
                                  "ce_twoshot allreduce: fraction of each reduced chunk that reaches the other members "
                                  "through pinned host memory instead of the kernel's stores: auto (as "
                                  "GPUSTRIPE_COLL_RS_HOST_SHARE's auto) or 0..0.5"};
+const DoubleSetting kRsSmShare{"GPUSTRIPE_COLL_RS_SM_SHARE", "0",
+                               "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy, ce_twoshot): fraction (0..0.9) "
+                               "of every piece that the sender's copy kernel stores into the owner's scratch beside "
+                               "the copy engines"};
 const BoolSetting kCopyFlags{"GPUSTRIPE_COLL_COPY_FLAGS", "1",
                              "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy) over more than 2 GPUs: their "
                              "waits between GPUs become flags in per-rank graphs (GPUSTRIPE_COLL_GPU_FLAGS=auto)"};
@@ -214,6 +218,7 @@ std::string Choice::describe() const {
   if (reduce.push) s += " push";
   if (reduce.host_share > 0) s += " host=" + pct(reduce.host_share);
   if (reduce.ag_host_share > 0) s += " ag_host=" + pct(reduce.ag_host_share);
+  if (reduce.sm_share > 0) s += " sm=" + pct(reduce.sm_share);
   if (reduce.flags) s += " flags";
   if (reduce.copy_share > 0)
     s += format(" ce=%s%s", pct(reduce.copy_share).c_str(), reduce.receiver_copies ? " copies=receiver" : " copies=sender");
@@ -372,6 +377,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
       return f;
     };
     c.reduce.host_share = share(kRsHostShare);
+    if (res.all_peer) c.reduce.sm_share = std::clamp(kRsSmShare.get(), 0.0, 0.9);
     if (c.reduce.ag_stores) c.reduce.ag_host_share = share(kAgHostShare);
   }
   // Slots: as many as chunks when the scratch allows (no copy ever waits for a reduction).

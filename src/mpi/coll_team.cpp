@@ -182,6 +182,7 @@ coll::Choice CollTeam::choose(const CollCall& call) const {
     c.why += " (no host share across processes)";
   }
   c.exchange.sm_share = 0;
+  c.reduce.sm_share = 0;
   return c;
 }
 

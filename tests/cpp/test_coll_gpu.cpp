@@ -211,6 +211,7 @@ TEST(CollGpu, LargeMessageSchedules) {
   GS_REQUIRE_GPU(2);
   ScopedEnv host("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.1");
   ScopedEnv ag_host("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.1");
+  ScopedEnv rs_sm("GPUSTRIPE_COLL_RS_SM_SHARE", "0.2");
   ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "256K");
   ScopedEnv sm("GPUSTRIPE_COLL_SM_SHARE", "0.3");
   ScopedEnv sm_from("GPUSTRIPE_COLL_SM_SHARE_MIN", "0");

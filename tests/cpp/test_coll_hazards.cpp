@@ -119,6 +119,7 @@ TEST(CollHazards, EveryScheduleOrdersEveryConflictingAccess) {
           ScopedEnv rs_host("GPUSTRIPE_COLL_RS_HOST_SHARE", second ? "0.2" : "0");
           ScopedEnv ag_host("GPUSTRIPE_COLL_AG_HOST_SHARE", second ? "0.2" : "0");
           ScopedEnv sm_share("GPUSTRIPE_COLL_SM_SHARE", second ? "0.3" : "0");
+          ScopedEnv rs_sm_share("GPUSTRIPE_COLL_RS_SM_SHARE", second ? "0.3" : "0");
           ScopedEnv sm_from("GPUSTRIPE_COLL_SM_SHARE_MIN", "0");
           ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo.c_str());
           for (bool in_place : {false, true}) {

@@ -264,13 +264,15 @@ TEST(CollLargeMessages, SmShareOfExchangesIsExact) {
 }
 
 // The copy-engine reductions with a host share of every piece (D2H by the sender, H2D by the
-// owner into its slot; ce_twoshot also for the tail of each result) and flags for their waits: every type and operator, pieces large enough
+// owner into its slot; ce_twoshot also for the tail of each result), an SM share of every piece
+// (the sender's copy kernel) and flags for their waits: every type and operator, pieces large enough
 // for a host part, several chunks, 2-4 ranks, in place or not.
 TEST(CollLargeMessages, CopyReductionsWithHostShareAreExact) {
   EmuNode node("h200x4");
   ScopedEnv h("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.2");
   ScopedEnv ag("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.1");
   ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "16K");
+  ScopedEnv sm("GPUSTRIPE_COLL_RS_SM_SHARE", "0.3");
   for (int n : {2, 3, 4}) {
     auto comm = node.comm(n);
     for (const OpCase& oc : {OpCase{CollOp::ReduceScatter, true, "rs_copy"}, OpCase{CollOp::AllReduce, true, "rs_ag_copy"},
@@ -284,6 +286,7 @@ TEST(CollLargeMessages, CopyReductionsWithHostShareAreExact) {
               Case c{oc.op, dt, ro, count, in_place, static_cast<int>(count % n)};
               ASSERT_EQ(run_case(*comm, c, seed++), 0u) << c.describe() << " " << comm->last_schedule();
               EXPECT_NE(comm->last_schedule().find("host=20.0%"), std::string::npos) << comm->last_schedule();
+              EXPECT_NE(comm->last_schedule().find("sm=30.0%"), std::string::npos) << comm->last_schedule();
               if (n > 2) EXPECT_NE(comm->last_schedule().find(" flags"), std::string::npos) << comm->last_schedule();
               if (std::string(oc.algo) == "ce_twoshot")
                 EXPECT_NE(comm->last_schedule().find("ag_host=10.0%"), std::string::npos) << comm->last_schedule();
