@@ -119,6 +119,13 @@ const DoubleSetting kRsSmShare{"GPUSTRIPE_COLL_RS_SM_SHARE", "0",
                                "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy, ce_twoshot): fraction (0..0.9) "
                                "of every piece that the sender's copy kernel stores into the owner's scratch beside "
                                "the copy engines"};
+const SizeSetting kCeTwoshotMin{"GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "64G",
+                                "Smallest allreduce per rank over more than 2 GPUs that maps peers done by ce_twoshot "
+                                "(copy engines move the inputs in rounds, kernels store each reduced chunk into every "
+                                "member)"};
+const SizeSetting kRsCopyMin{"GPUSTRIPE_COLL_RS_COPY_MIN", "64G",
+                             "Smallest reduce-scatter per rank over more than 2 GPUs that maps peers done by rs_copy "
+                             "(copy engines move the inputs in rounds, with a host share and flags)"};
 const BoolSetting kCopyFlags{"GPUSTRIPE_COLL_COPY_FLAGS", "1",
                              "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy) over more than 2 GPUs: their "
                              "waits between GPUs become flags in per-rank graphs (GPUSTRIPE_COLL_GPU_FLAGS=auto)"};
@@ -325,6 +332,14 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.name = "hier";
     c.why = format("%zu sockets of %zu GPUs: reduce-scatter inside sockets, allreduce across, allgather inside",
                    res.socket_groups.size(), res.socket_groups[0].size());
+  } else if (op == CollOp::AllReduce && pull_ok && n > 2 && bytes >= kCeTwoshotMin.get()) {
+    c.name = "ce_twoshot";
+    c.why = size + " >= GPUSTRIPE_COLL_CE_TWOSHOT_MIN: copy engines move the inputs in rounds, kernels store each "
+                   "reduced chunk into every member";
+  } else if (op == CollOp::ReduceScatter && pull_ok && n > 2 && bytes >= kRsCopyMin.get()) {
+    c.name = "rs_copy";
+    c.why = size + " >= GPUSTRIPE_COLL_RS_COPY_MIN: copy engines move the inputs in rounds, kernels reduce chunk c "
+                   "while chunk c+1 moves";
   } else if (op == CollOp::AllReduce && pull_ok && bytes <= kOneshotMax.get()) {
     c.name = "oneshot";
     c.why = size + " <= GPUSTRIPE_COLL_ONESHOT_MAX: one kernel per rank reads every input (latency path)";

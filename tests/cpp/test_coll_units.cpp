@@ -166,6 +166,49 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   EXPECT_EQ(choose_schedule(CollOp::Bcast, h200(2), 64 << 20, 4).name, "direct");
 }
 
+// The large-message schedules from their thresholds: over more than 2 GPUs that map peers,
+// with the alltoall's host share from 64M blocks and flags; SM shares only where set.
+TEST(CollSelect, LargeMessageSchedulesFromTheirThresholds) {
+  ScopedEnv ar("GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "128M");
+  ScopedEnv rs("GPUSTRIPE_COLL_RS_COPY_MIN", "128M");
+  TeamResources r = h200(4);
+  Choice big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
+  EXPECT_EQ(big.name, "ce_twoshot");
+  EXPECT_TRUE(big.reduce.ag_stores && big.reduce.flags && !big.reduce.pull);
+  EXPECT_DOUBLE_EQ(big.reduce.host_share, 0.05);
+  EXPECT_DOUBLE_EQ(big.reduce.ag_host_share, 0.05);
+  EXPECT_EQ(big.reduce.sm_share, 0);
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4).name, "twoshot");
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 256 << 20, 4).name, "twoshot");
+  Choice rsc = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
+  EXPECT_EQ(rsc.name, "rs_copy");
+  EXPECT_TRUE(rsc.reduce.flags && !rsc.reduce.ag_stores);
+  EXPECT_DOUBLE_EQ(rsc.reduce.host_share, 0.05);
+  EXPECT_EQ(rsc.reduce.ag_host_share, 0);
+  EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 64 << 20, 4).name, "rs_pull");
+  // 128M per rank: 32M blocks, below the host-share threshold.
+  EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 128 << 20, 4).reduce.host_share, 0);
+  {
+    ScopedEnv off("GPUSTRIPE_COLL_COPY_FLAGS", "0");
+    ScopedEnv h("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.1");
+    ScopedEnv sm("GPUSTRIPE_COLL_RS_SM_SHARE", "0.2");
+    Choice c = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
+    EXPECT_FALSE(c.reduce.flags);
+    EXPECT_DOUBLE_EQ(c.reduce.host_share, 0.1);
+    EXPECT_DOUBLE_EQ(c.reduce.sm_share, 0.2);
+    ScopedEnv bad("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.7");
+    EXPECT_THROW(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4), Error);
+  }
+  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 20, 4).exchange.sm_share, 0);
+  ScopedEnv sm("GPUSTRIPE_COLL_SM_SHARE", "0.2");
+  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 20, 4).exchange.sm_share, 0.2);
+  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 16 << 20, 4).exchange.sm_share, 0);  // 4M blocks < 16M
+  TeamResources unmapped = r;
+  unmapped.all_peer = false;
+  EXPECT_EQ(choose_schedule(CollOp::AllToAll, unmapped, 256 << 20, 4).exchange.sm_share, 0);
+  EXPECT_NE(choose_schedule(CollOp::AllReduce, unmapped, 256 << 20, 4).name, "ce_twoshot");
+}
+
 TEST(CollSelect, PlannerShareIsCappedByTheNominalBound) {
   // Nodes the shares were not measured on (here 4 GPUs without NVSwitch): the planner's share
   // for one round, capped by the nominal bound.
