@@ -39,6 +39,9 @@ const BoolSetting kFusedBarrier{"GPUSTRIPE_COLL_FUSED_BARRIER", "1",
                                 "barrier inside that reduction kernel (one kernel per call instead of three; the "
                                 "reducer takes it up to GPUSTRIPE_COLL_FUSED_MAX: session 2 r2, gains at 1-2M only, "
                                 "reduce-scatter 1M 53 vs 48 GB/s; 0 bad elements on random data in r1b)"};
+const BoolSetting kFusedCopies{"GPUSTRIPE_COLL_FUSED_COPIES", "1",
+                               "Per-rank graphs whose part on a rank is kernel copies only (the sm schedules) run "
+                               "them as one copy kernel with the GPUs' entry and exit barrier inside"};
 const BoolSetting kFlagLanes{"GPUSTRIPE_COLL_FLAG_LANES", "1",
                              "Per-rank graphs with flags between GPUs: waits and signals on lanes of their own "
                              "(each copy depends on its wait), not between the copies of a copy lane"};
@@ -52,7 +55,7 @@ std::string step_label(const Op& op) {
   const std::string lane = format("L%d ", op.lane);
   switch (op.kind) {
     case Op::Copy:
-      return lane + format("copy %s->%s %s", op.src_dev == kHostDevice ? "host" : std::to_string(op.src_dev).c_str(),
+      return lane + format("%s %s->%s %s", op.by_kernel ? "kernel copy" : "copy", op.src_dev == kHostDevice ? "host" : std::to_string(op.src_dev).c_str(),
                            op.dst_dev == kHostDevice ? "host" : std::to_string(op.dst_dev).c_str(),
                            format_size(op.bytes).c_str());
     case Op::Reduce: return lane + format("kernel %zu srcs %zu el", op.srcs.size(), op.count);
@@ -107,7 +110,9 @@ Program only_rank(const Program& prog, int rank, const CrossSlots& slots, bool f
         sub.wait(rank, op.lane, slot);
       }
     }
-    index[i] = op.kind == Op::Copy
+    index[i] = op.kind == Op::Copy && op.by_kernel
+                   ? sub.kernel_copy(op.rank, op.lane, op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, deps)
+               : op.kind == Op::Copy
                    ? sub.copy(op.rank, op.lane, op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, deps)
                    : sub.reduce(op.rank, op.lane, op.dst, op.srcs, op.count, op.dtype, op.redop, deps, op.more_dsts);
     for (auto it = slots.lower_bound({static_cast<int>(i), -1});
@@ -215,7 +220,11 @@ std::vector<Executor::LaneRef> Executor::enqueue_ops(const Program& prog, LaneSe
     }
     for (int d : op.deps)
       if (marks[d].event && marks[d].stream != l.stream()) l.wait(marks[d]);
-    if (op.kind == Op::Copy) {
+    if (op.kind == Op::Copy && op.by_kernel) {
+      CopyArgs a;
+      a.segs = copy_segments({&op});
+      reducer_.copy_async(a, devices_[op.rank], l.stream());
+    } else if (op.kind == Op::Copy) {
       backend_.copy_async(op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, l.stream());
     } else if (op.kind == Op::Signal || op.kind == Op::Wait) {
       GS_REQUIRE(barrier_, GPUSTRIPE_ERR_INTERNAL, "a flag signal or wait without the GPUs' barrier");
@@ -362,7 +371,8 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog) {
     try {
       backend_.begin_capture(origin.stream());
       try {
-        if (capture_fused(sub, r, origin.stream(), out.trace != nullptr)) {
+        if (capture_fused_copies(sub, r, origin.stream(), out.trace != nullptr) ||
+            capture_fused(sub, r, origin.stream(), out.trace != nullptr)) {
           graphs.push_back(backend_.end_capture(origin.stream()));
           continue;
         }
@@ -410,6 +420,31 @@ bool Executor::capture_fused(const Program& sub, int rank, StreamHandle s, bool 
   a.barrier = &fb;  // the kernel's parameters are copied at capture: fb need not outlive it
   if (!reducer_.can_fuse_barrier(a)) return false;
   reducer_.reduce_async(a, devices_[rank], s);
+  return true;
+#else
+  (void)sub;
+  (void)rank;
+  (void)s;
+  (void)tracing;
+  return false;
+#endif
+}
+
+bool Executor::capture_fused_copies(const Program& sub, int rank, StreamHandle s, bool tracing) {
+#if GPUSTRIPE_HAVE_CUDA
+  if (!kFusedCopies.get() || tracing || sub.size() == 0) return false;
+  std::vector<const Op*> copies;
+  for (const Op& op : sub.ops()) {
+    if (op.kind != Op::Copy || !op.by_kernel || !op.deps.empty()) return false;
+    copies.push_back(&op);
+  }
+  FusedBarrier fb;
+  if (!barrier_->fused_args(rank, &fb)) return false;
+  CopyArgs a;
+  a.segs = copy_segments(copies);
+  a.barrier = &fb;  // the kernel's parameters are copied at capture: fb need not outlive it
+  if (!reducer_.can_fuse_copy(a)) return false;
+  reducer_.copy_async(a, devices_[rank], s);
   return true;
 #else
   (void)sub;

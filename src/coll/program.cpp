@@ -37,6 +37,13 @@ int Program::copy(int rank, int lane, void* dst, int dst_dev, const void* src, i
   return add(std::move(op));
 }
 
+int Program::kernel_copy(int rank, int lane, void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
+                         std::vector<int> deps) {
+  const int i = copy(rank, lane, dst, dst_dev, src, src_dev, bytes, std::move(deps));
+  if (i >= 0) ops_[i].by_kernel = true;
+  return i;
+}
+
 int Program::reduce(int rank, int lane, void* dst, std::vector<const void*> srcs, size_t count, DataType dt,
                     RedOp redop, std::vector<int> deps, std::vector<void*> more_dsts) {
   if (count == 0) return -1;
@@ -93,16 +100,17 @@ size_t Program::reductions() const {
 }
 
 std::string Program::summary() const {
-  size_t copies = 0, host = 0, barriers = 0;
+  size_t copies = 0, host = 0, barriers = 0, kernel = 0;
   for (const Op& op : ops_) {
     if (op.kind == Op::Copy) {
       ++copies;
       if (op.src_dev == kHostDevice || op.dst_dev == kHostDevice) ++host;
+      if (op.by_kernel) ++kernel;
     }
     if (op.kind == Op::Barrier) ++barriers;
   }
-  return format("%zu copies (%zu via host, %zu bytes), %zu reductions, %zu barriers", copies, host, copy_bytes(),
-                reductions(), barriers);
+  return format("%zu copies (%zu via host, %zu by kernels, %zu bytes), %zu reductions, %zu barriers", copies, host,
+                kernel, copy_bytes(), reductions(), barriers);
 }
 
 }  // namespace gpustripe::coll

@@ -25,6 +25,11 @@ enum Lane : int {
   // (GPUSTRIPE_COLL_FLAG_LANES), so a copy lane never runs a wait or signal kernel between copies.
   kLaneWait = 40,
   kLaneSignal = 41,
+  // Large exchanges: the SM share of every peer block (copy kernels beside the copy-engine rounds).
+  kLaneSm = 30,
+  // The gather half's host path of a copy-engine allreduce (ce_twoshot), beside the scatter half's.
+  kLaneAgD2H = 31,
+  kLaneAgH2D = 32,
 };
 
 struct Op {
@@ -45,6 +50,10 @@ struct Op {
   DataType dtype = GPUSTRIPE_FLOAT32;
   RedOp redop = GPUSTRIPE_SUM;
   std::vector<void*> more_dsts;  // Reduce: further destinations of the same result (two-shot allreduce)
+  // Copy: by a copy kernel on the rank's SMs (loads and stores over NVLink) instead of a copy
+  // engine. Per-rank graphs run a rank's kernel copies as one kernel with the GPUs' barrier
+  // inside (executor.cpp): no copy-node or barrier-kernel latency per call.
+  bool by_kernel = false;
   std::vector<int> deps;  // indices of earlier ops this one waits for
 };
 
@@ -58,6 +67,9 @@ class Program {
            std::vector<int> deps = {});
   int reduce(int rank, int lane, void* dst, std::vector<const void*> srcs, size_t count, DataType dt, RedOp op,
              std::vector<int> deps = {}, std::vector<void*> more_dsts = {});
+  // A copy by the rank's SMs (Op::by_kernel); the rank's device must map dst's and src's memory.
+  int kernel_copy(int rank, int lane, void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
+                  std::vector<int> deps = {});
   // Everything after the barrier waits for everything before it, on every rank.
   void barrier();
   // Executor only (see Op): rank sets flag `slot` of rank `to`; rank waits for its flag `slot`.

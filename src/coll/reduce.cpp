@@ -43,6 +43,11 @@ class HostReducer : public Reducer {
     backend_.synchronize_stream(s);
     reduce_host(args);
   }
+  void copy_async(const CopyArgs& args, int dev, StreamHandle s) override {
+    (void)dev;
+    backend_.synchronize_stream(s);
+    copy_host(args);
+  }
 
  private:
   Backend& backend_;
@@ -70,6 +75,36 @@ bool one_launch(const ReduceArgs& a) {
 
 class CudaReducer : public Reducer {
  public:
+  bool can_fuse_copy(const CopyArgs& a) const override {
+    if (a.segs.size() > static_cast<size_t>(kMaxCopySegments)) return false;
+    for (const CopySegment& s : a.segs)
+      if (s.dsts.size() > static_cast<size_t>(kMaxCopyDests)) return false;
+    return true;
+  }
+  void copy_async(const CopyArgs& args, int dev, StreamHandle s) override {
+    if (args.barrier) {
+      GS_REQUIRE(can_fuse_copy(args), GPUSTRIPE_ERR_INTERNAL, "a barrier inside a copy kernel of %zu segments",
+                 args.segs.size());
+      launch_copy_kernel(args, dev, s);  // even of 0 bytes: the barrier still runs
+      return;
+    }
+    // One launch per kMaxCopySegments segments of at most kMaxCopyDests destinations each.
+    CopyArgs part;
+    auto flush = [&] {
+      if (!part.segs.empty()) launch_copy_kernel(part, dev, s);
+      part.segs.clear();
+    };
+    for (const CopySegment& seg : args.segs) {
+      if (seg.bytes == 0) continue;
+      for (size_t d = 0; d < seg.dsts.size(); d += kMaxCopyDests) {
+        CopySegment piece{seg.src, {}, seg.bytes};
+        for (size_t k = d; k < seg.dsts.size() && k < d + kMaxCopyDests; ++k) piece.dsts.push_back(seg.dsts[k]);
+        if (part.segs.size() == static_cast<size_t>(kMaxCopySegments)) flush();
+        part.segs.push_back(std::move(piece));
+      }
+    }
+    flush();
+  }
   bool can_fuse_barrier(const ReduceArgs& a) const override {
     return one_launch(a) && a.count * dtype_size(a.dtype) <= kFusedMax.get();
   }

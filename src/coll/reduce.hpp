@@ -32,6 +32,19 @@ struct ReduceArgs {
   RedOp op = GPUSTRIPE_SUM;
 };
 
+// Copies by the SMs of one device, several in one launch: each segment's bytes from src to
+// every one of its dsts (the source is read once for all of them). Sources and destinations
+// may be peers' memory; no destination overlaps a source or another destination.
+struct CopySegment {
+  const void* src = nullptr;
+  std::vector<void*> dsts;
+  size_t bytes = 0;
+};
+struct CopyArgs {
+  const FusedBarrier* barrier = nullptr;  // as ReduceArgs::barrier
+  std::vector<CopySegment> segs;
+};
+
 class Reducer {
  public:
   virtual ~Reducer() = default;
@@ -39,7 +52,18 @@ class Reducer {
   virtual void reduce_async(const ReduceArgs& args, int dev, StreamHandle s) = 0;
   // Whether reduce_async can run the GPUs' barrier inside this reduction (args.barrier).
   virtual bool can_fuse_barrier(const ReduceArgs& args) const { return false; }
+  // Enqueues the copies (a copy kernel on CUDA; on the emulated backend, after the stream
+  // drains, on this thread) on stream s of device dev.
+  virtual void copy_async(const CopyArgs& args, int dev, StreamHandle s) = 0;
+  // Whether copy_async can run the GPUs' barrier inside these copies (args.barrier).
+  virtual bool can_fuse_copy(const CopyArgs& args) const { return false; }
 };
+
+// The segments of kernel copies (Op::by_kernel): one per source and size, with every
+// destination of copies from it.
+std::vector<CopySegment> copy_segments(const std::vector<const Op*>& copies);
+// The CPU loop of copy_async, run now on the calling thread.
+void copy_host(const CopyArgs& args);
 
 // The reduction a program's Reduce op stands for.
 ReduceArgs reduce_args(const Op& op);
@@ -65,6 +89,11 @@ struct FusedBarrier {
   unsigned int* blocks_done = nullptr;  // device word of this rank, 0 between launches
 };
 void launch_reduce_kernel(const ReduceArgs& args, int dev, void* cuda_stream);
+int sm_count(int dev);  // the device's SMs (reduce_cuda.cu, asked once per device)
+// Copy kernel (copy_cuda.cu): at most kMaxCopySegments segments of kMaxCopyDests destinations.
+constexpr int kMaxCopySegments = 16;
+constexpr int kMaxCopyDests = 16;
+void launch_copy_kernel(const CopyArgs& args, int dev, void* cuda_stream);
 #endif
 
 }  // namespace gpustripe::coll

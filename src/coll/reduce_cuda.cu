@@ -12,6 +12,7 @@
 #include <mutex>
 #include <vector>
 
+#include "coll/fused_barrier.cuh"
 #include "coll/reduce.hpp"
 #include "coll/reduce_ops.hpp"
 #include "common/config.hpp"
@@ -129,62 +130,6 @@ __device__ __forceinline__ void reduce_range(const Ptrs& p, size_t begin, size_t
   }
 }
 
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// Spins until every peer's flag in this rank's memory reached e (or the timeout: the mark
-// the host checks; the results are then undefined, as with the barrier kernel).
-__device__ void wait_peers(const BarrierKernelArgs& a, unsigned long long e) {
-  const unsigned long long start = global_ns();
-  for (int q = 0; q < a.n; ++q) {
-    if (q == a.me) continue;
-    const volatile unsigned long long* f = a.own_flags + q;
-    while (*f < e)
-      if (global_ns() - start > a.timeout_ns) {
-        *reinterpret_cast<volatile int*>(a.error) = 1;
-        __threadfence_system();
-        return;
-      }
-  }
-}
-
-__device__ void set_flags(const BarrierKernelArgs& a, unsigned long long e) {
-  for (int q = 0; q < a.n; ++q)
-    if (q != a.me) *reinterpret_cast<volatile unsigned long long*>(a.peer_slot[q]) = e;
-}
-
-// Entry: the barrier number this call's entry has (the counter moves only at the exit).
-__device__ unsigned long long fused_entry(const FusedBarrier& b) {
-  __shared__ unsigned long long e;
-  if (threadIdx.x == 0) {
-    e = *reinterpret_cast<volatile unsigned long long*>(b.args.counter) + 1;
-    if (blockIdx.x == 0) {
-      __threadfence_system();  // what the stream did before is visible before the flags
-      set_flags(b.args, e);
-    }
-    wait_peers(b.args, e);
-  }
-  __syncthreads();
-  return e;
-}
-
-// Exit: the last block to finish (every block's stores visible first) sets the exit flags,
-// waits for the peers' and advances the counter past both barriers.
-__device__ void fused_exit(const FusedBarrier& b, unsigned long long e) {
-  __threadfence_system();
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  if (atomicAdd(b.blocks_done, 1u) != gridDim.x - 1) return;
-  *b.blocks_done = 0;
-  set_flags(b.args, e + 1);
-  wait_peers(b.args, e + 1);
-  *reinterpret_cast<volatile unsigned long long*>(b.args.counter) = e + 1;
-  __threadfence_system();
-}
-
 // NS: the number of sources when it is 1 (a copy), 2, 3 or 4 (unrolled loads), else 0 (any number).
 // Element k is read from every source before it is written to any destination, by one
 // thread, so destinations may be sources (in-place two-shot allreduce).
@@ -212,6 +157,8 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(Ptrs p, size_t count, 
   if (fused) fused_exit(bar, e);
 }
 
+}  // namespace
+
 int sm_count(int dev) {
   static std::mutex mu;
   static std::vector<int> cache;
@@ -226,6 +173,8 @@ int sm_count(int dev) {
   }
   return cache[dev];
 }
+
+namespace {
 
 // r1 of session 2: 2, 4 or 8 blocks per SM within 1-2% of each other.
 const IntSetting kBlocksPerSm{"GPUSTRIPE_COLL_REDUCE_BLOCKS_PER_SM", "4",

@@ -2,7 +2,9 @@
 // NVLink egress carry (n-1) copies. Scatter-allgather sends each non-root member one
 // piece (the root's egress carries the message once) and lets the members forward
 // their pieces to each other; chunks pipeline the two steps. A chain passes chunks along
-// the members, each GPU sending and receiving the message once.
+// the members, each GPU sending and receiving the message once. The kernel forms (sm) do
+// the scatter-allgather in one copy kernel per member: each reads its piece from the root
+// and stores it into every member at once.
 #include <algorithm>
 
 #include "coll/schedules.hpp"
@@ -17,6 +19,33 @@ void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size
   for (int r = 1; r < n; ++r) others.push_back((root + r) % n);
   const int chunks = std::max(1, o.chunks);
   const size_t step = (bytes + chunks - 1) / chunks;
+
+  if (!o.kernel.empty()) {
+    if (o.kernel == "push") {
+      for (size_t q = 0; q < others.size(); ++q)
+        p.kernel_copy(t.rank[root], kLanePeer0 + static_cast<int>(q), bufs[others[q]], t.dev[others[q]], bufs[root],
+                      t.dev[root], bytes);
+      return;
+    }
+    const bool pieces = o.kernel == "pieces";
+    const int m = static_cast<int>(others.size());
+    const size_t piece = pieces ? ((bytes + m - 1) / m + 255) / 256 * 256 : bytes;
+    for (int q = 0; q < m; ++q) {
+      const int k = others[q];
+      const size_t off = std::min(bytes, q * piece), len = std::min(piece, bytes - off);
+      if (!pieces) {
+        p.kernel_copy(t.rank[k], kLaneLocal, bufs[k], t.dev[k], bufs[root], t.dev[root], bytes);
+        continue;
+      }
+      // Member k's own copy first, then the other members from k's position on.
+      for (int s = 0; s < m; ++s) {
+        const int d = others[(q + s) % m];
+        p.kernel_copy(t.rank[k], s == 0 ? kLaneLocal : kLanePeer0 + (s - 1), bufs[d] + off, t.dev[d],
+                      bufs[root] + off, t.dev[root], len);
+      }
+    }
+    return;
+  }
 
   if (o.chain) {
     // hop h: member chain[h] sends to chain[h+1]; chunk c goes once the previous hop delivered it.

@@ -13,7 +13,7 @@ namespace {
 
 const StringSetting kAlgo{"GPUSTRIPE_COLL_ALGO", "auto",
                           "Force collective schedules: auto, or a comma list of names, each op taking the first that "
-                          "is its own (rounds, all_at_once, rs_copy, rs_pull, oneshot, twoshot, rs_ag_copy, rs_ag_pull, hier, "
+                          "is its own (rounds, all_at_once, rs_copy, rs_pull, oneshot, twoshot, rs_ag_copy, rs_ag_pull, hier, ce_twoshot, "
                           "direct, scatter_ag, chain, reduce_copy, reduce_pull)"};
 const SizeSetting kChunk{"GPUSTRIPE_COLL_CHUNK", "32M",
                          "Pipeline chunk of a rank's block in reduce-scatter/allreduce/reduce/bcast schedules "
@@ -38,6 +38,19 @@ const IntSetting kHostChunks{"GPUSTRIPE_COLL_HOST_CHUNKS", "0",
 const IntSetting kRoundLanes{"GPUSTRIPE_COLL_ROUND_LANES", "1",
                              "Alltoall/allgather in rounds: lanes that each carry a piece of every peer block, "
                              "side by side (1-4)"};
+// Copy kernels with the GPUs' barrier inside: one kernel per rank and call, where the copy
+// engines' schedules pay ~30 us per call of copy-node, graph and barrier latency (session 2
+// timelines; NCCL's alltoall at 4M per rank takes ~27 us in all).
+const SizeSetting kSmMax{"GPUSTRIPE_COLL_SM_MAX", "32M",
+                         "Largest alltoall/allgather per rank (the nccl-tests size) done by copy kernels that store "
+                         "into the peers (sm), where every pair maps the other's memory"};
+const SizeSetting kBcastSmMax{"GPUSTRIPE_COLL_BCAST_SM_MAX", "64G",
+                              "Largest broadcast done by copy kernels (sm), where every pair maps the other's memory"};
+const ChoiceSetting kBcastSmForm{"GPUSTRIPE_COLL_BCAST_SM_FORM", "pieces",
+                                 "Broadcast by copy kernels: pieces (member q reads piece q from the root and stores "
+                                 "it into every member), pull (every member reads the whole message from the root) or "
+                                 "push (the root stores it into every member)",
+                                 {"pieces", "pull", "push"}};
 const SizeSetting kRoundsMin{"GPUSTRIPE_COLL_ROUNDS_MIN", "1M",
                              "Smallest peer block for which exchanges run in permutation rounds (below: all at once)"};
 // Round 2 on 4x H200 (busbw GB/s, 16M/64M/256M): reduce-scatter with kernels reading the peers
@@ -98,6 +111,37 @@ const SizeSetting kPushMax{"GPUSTRIPE_COLL_PUSH_MAX", "64M",
                            "Largest allreduce per rank with pushed inputs (see GPUSTRIPE_COLL_PUSH_MIN)"};
 const SizeSetting kOneshotMax{"GPUSTRIPE_COLL_ONESHOT_MAX", "256K",
                               "Largest allreduce per rank done in one step (every rank reduces all inputs)"};
+// Large messages (session 3). In exchange rounds every GPU sends and receives at once and a
+// copy-engine round runs at ~363 GB/s per direction (session 2 timelines); an SM share asks
+// whether stores from the SMs add to that (bench/probes/nvlink_mix.cu measures it alone).
+const DoubleSetting kSmShare{"GPUSTRIPE_COLL_SM_SHARE", "0",
+                             "Fraction (0..0.9) of each alltoall/allgather peer block (from GPUSTRIPE_COLL_SM_SHARE_MIN) "
+                             "that copy kernels store into the peers beside the copy engines' rounds"};
+const SizeSetting kSmShareMin{"GPUSTRIPE_COLL_SM_SHARE_MIN", "16M",
+                              "Smallest alltoall/allgather peer block that gets GPUSTRIPE_COLL_SM_SHARE"};
+const StringSetting kRsHostShare{"GPUSTRIPE_COLL_RS_HOST_SHARE", "auto",
+                                 "Fraction of each piece of the copy-engine reductions (rs_copy, rs_ag_copy, "
+                                 "reduce_copy) sent through pinned host memory: auto (the alltoall's measured share on "
+                                 "NVSwitch nodes of more than 2 GPUs, from GPUSTRIPE_COLL_HOST_MIN blocks; else none) "
+                                 "or 0..0.5"};
+const StringSetting kAgHostShare{"GPUSTRIPE_COLL_AG_HOST_SHARE", "auto",
+                                 "ce_twoshot allreduce: fraction of each reduced chunk that reaches the other members "
+                                 "through pinned host memory instead of the kernel's stores: auto (as "
+                                 "GPUSTRIPE_COLL_RS_HOST_SHARE's auto) or 0..0.5"};
+const DoubleSetting kRsSmShare{"GPUSTRIPE_COLL_RS_SM_SHARE", "0",
+                               "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy, ce_twoshot): fraction (0..0.9) "
+                               "of every piece that the sender's copy kernel stores into the owner's scratch beside "
+                               "the copy engines"};
+const SizeSetting kCeTwoshotMin{"GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "64G",
+                                "Smallest allreduce per rank over more than 2 GPUs that maps peers done by ce_twoshot "
+                                "(copy engines move the inputs in rounds, kernels store each reduced chunk into every "
+                                "member)"};
+const SizeSetting kRsCopyMin{"GPUSTRIPE_COLL_RS_COPY_MIN", "64G",
+                             "Smallest reduce-scatter per rank over more than 2 GPUs that maps peers done by rs_copy "
+                             "(copy engines move the inputs in rounds, with a host share and flags)"};
+const BoolSetting kCopyFlags{"GPUSTRIPE_COLL_COPY_FLAGS", "1",
+                             "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy) over more than 2 GPUs: their "
+                             "waits between GPUs become flags in per-rank graphs (GPUSTRIPE_COLL_GPU_FLAGS=auto)"};
 
 // Measured on the 4x H200 node (shared/HARDWARE.md): copy engines reach ~82% of the
 // nominal NVLink figure, PCIe ~85% one way; with every GPU on the host path at once the
@@ -160,10 +204,10 @@ std::string pct(double f) {
 std::vector<std::string> schedule_names(CollOp op) {
   switch (op) {
     case CollOp::AllToAll:
-    case CollOp::AllGather: return {"rounds", "all_at_once"};
+    case CollOp::AllGather: return {"rounds", "all_at_once", "sm"};
     case CollOp::ReduceScatter: return {"rs_copy", "rs_pull"};
-    case CollOp::AllReduce: return {"oneshot", "twoshot", "rs_ag_copy", "rs_ag_pull", "hier"};
-    case CollOp::Bcast: return {"direct", "scatter_ag", "chain"};
+    case CollOp::AllReduce: return {"oneshot", "twoshot", "rs_ag_copy", "rs_ag_pull", "hier", "ce_twoshot"};
+    case CollOp::Bcast: return {"direct", "scatter_ag", "chain", "sm"};
     case CollOp::Reduce: return {"reduce_copy", "reduce_pull"};
   }
   return {};
@@ -185,12 +229,18 @@ std::string Choice::describe() const {
     s += " host=" + pct(exchange.host_share);
     if (exchange.local_kernel) s += " local=kernel";
     if (name == "rounds" && exchange.round_lanes > 1) s += format(" lanes=%d", exchange.round_lanes);
+    if (exchange.sm_share > 0) s += " sm=" + pct(exchange.sm_share);
   }
   else if (name == "direct" || name == "scatter_ag" || name == "chain") s += format(" chunks=%d", bcast.chunks);
+  else if (name == "sm") s += bcast.kernel.empty() ? "" : " form=" + bcast.kernel;
   else if (name != "oneshot" && name != "twoshot")
     s += format(" chunks=%d slots=%d%s", reduce.chunks, reduce.slots,
                 reduce.pull ? "" : reduce.receiver_copies ? " copies=receiver" : " copies=sender");
   if (reduce.push) s += " push";
+  if (reduce.host_share > 0) s += " host=" + pct(reduce.host_share);
+  if (reduce.ag_host_share > 0) s += " ag_host=" + pct(reduce.ag_host_share);
+  if (reduce.sm_share > 0) s += " sm=" + pct(reduce.sm_share);
+  if (reduce.flags) s += " flags";
   if (reduce.copy_share > 0)
     s += format(" ce=%s%s", pct(reduce.copy_share).c_str(), reduce.receiver_copies ? " copies=receiver" : " copies=sender");
   return s + ": " + why;
@@ -214,9 +264,20 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   if (op == CollOp::AllToAll || op == CollOp::AllGather) {
     const size_t block = bytes / n;  // one peer's block
     const size_t rounds_min = kRoundsMin.get();
-    c.name = force.empty() ? (block >= rounds_min ? "rounds" : "all_at_once") : force;
+    // Not where a host share is asked for by name: kernels store over NVLink only.
+    const std::string asked_share = kHostShare.get();
+    const bool sm = res.all_peer && n > 1 && bytes <= kSmMax.get() &&
+                    (asked_share == "auto" || parse_double(asked_share, "GPUSTRIPE_COLL_HOST_SHARE") == 0);
+    c.name = !force.empty() ? force : sm ? "sm" : block >= rounds_min ? "rounds" : "all_at_once";
+    GS_REQUIRE(c.name != "sm" || res.all_peer, GPUSTRIPE_ERR_NOT_SUPPORTED,
+               "schedule sm stores into peers' memory, but not every pair of these GPUs can");
     c.exchange.rounds = c.name == "rounds";
+    c.exchange.kernel = c.name == "sm";
     c.why = !force.empty() ? why_forced(c.name)
+            : c.exchange.kernel
+                ? format("%s <= GPUSTRIPE_COLL_SM_MAX: one copy kernel per rank stores every block into its peer, "
+                         "the GPUs' barrier inside",
+                         size.c_str())
             : c.exchange.rounds
                 ? format("%s blocks >= %s: permutation rounds keep one copy per NVLink port and direction",
                          format_size(block).c_str(), format_size(rounds_min).c_str())
@@ -224,6 +285,9 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
                          format_size(rounds_min).c_str());
     std::string hs = kHostShare.get();
     const bool measured = res.nvswitch && n > 2;  // the node kind session 2 measured (4x H200)
+    if (c.exchange.kernel) {
+      hs = "0";  // kernels store over NVLink only
+    }
     if (hs == "auto" && measured) {
       if (block >= kHostMin.get()) {
         c.exchange.host_share = measured_host_share(op, block);
@@ -255,20 +319,28 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
                                                        : std::clamp(chunks_for(block), 2, 16);
     c.exchange.local_kernel = kLocalCopy.get() == "kernel";
     c.exchange.round_lanes = static_cast<int>(std::clamp<int64_t>(kRoundLanes.get(), 1, 4));
+    if (res.all_peer && block >= kSmShareMin.get()) c.exchange.sm_share = std::clamp(kSmShare.get(), 0.0, 0.9);
     return c;
   }
 
   if (op == CollOp::Bcast) {
     c.name = !force.empty()                                 ? force
+             : res.all_peer && n > 1 && bytes <= kBcastSmMax.get() ? "sm"
              : n > 2 && bytes >= kChainMin.get()             ? "chain"
              : n > 2 && bytes >= kRoundsMin.get()            ? "scatter_ag"
                                                              : "direct";
+    GS_REQUIRE(c.name != "sm" || res.all_peer, GPUSTRIPE_ERR_NOT_SUPPORTED,
+               "schedule sm stores into peers' memory, but not every pair of these GPUs can");
+    if (c.name == "sm") c.bcast.kernel = kBcastSmForm.get();
     c.bcast.scatter_allgather = c.name == "scatter_ag";
     c.bcast.chain = c.name == "chain";
     c.bcast.lane_per_peer = kBcastLanes.get();
     c.bcast.chunks = c.bcast.chain ? chunks_for(bytes, kChainChunk.get(), 64, 8)
                                    : chunks_for(bytes / std::max(1, n - 1), kBcastChunk.get(), 32);
     c.why = !force.empty() ? why_forced(c.name)
+            : !c.bcast.kernel.empty()
+                ? size + " <= GPUSTRIPE_COLL_BCAST_SM_MAX: copy kernels, the GPUs' barrier inside (" + c.bcast.kernel +
+                      ")"
             : c.bcast.chain
                 ? size + " >= GPUSTRIPE_COLL_CHAIN_MIN over " + std::to_string(n) +
                       " ranks: chunks pass along the ranks, every GPU sends and receives the message once"
@@ -287,13 +359,22 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   if (!force.empty()) {
     c.name = force;
     c.why = why_forced(force);
-    if ((force.find("pull") != std::string::npos || force == "oneshot" || force == "twoshot") && !pull_ok)
+    if ((force.find("pull") != std::string::npos || force == "oneshot" || force == "twoshot" || force == "ce_twoshot") &&
+        !pull_ok)
       GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "schedule %s reads peers' memory, but not every pair of these GPUs can",
                force.c_str());
   } else if (op == CollOp::AllReduce && res.socket_groups.size() > 1) {
     c.name = "hier";
     c.why = format("%zu sockets of %zu GPUs: reduce-scatter inside sockets, allreduce across, allgather inside",
                    res.socket_groups.size(), res.socket_groups[0].size());
+  } else if (op == CollOp::AllReduce && pull_ok && n > 2 && bytes >= kCeTwoshotMin.get()) {
+    c.name = "ce_twoshot";
+    c.why = size + " >= GPUSTRIPE_COLL_CE_TWOSHOT_MIN: copy engines move the inputs in rounds, kernels store each "
+                   "reduced chunk into every member";
+  } else if (op == CollOp::ReduceScatter && pull_ok && n > 2 && bytes >= kRsCopyMin.get()) {
+    c.name = "rs_copy";
+    c.why = size + " >= GPUSTRIPE_COLL_RS_COPY_MIN: copy engines move the inputs in rounds, kernels reduce chunk c "
+                   "while chunk c+1 moves";
   } else if (op == CollOp::AllReduce && pull_ok && bytes <= kOneshotMax.get()) {
     c.name = "oneshot";
     c.why = size + " <= GPUSTRIPE_COLL_ONESHOT_MAX: one kernel per rank reads every input (latency path)";
@@ -331,6 +412,23 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   if (c.name == "twoshot" && n > 2 && bytes >= kPushMin.get() && bytes <= kPushMax.get()) {
     c.reduce.push = true;
     c.reduce.copy_share = 0;
+  }
+  // Copy-engine reductions: their inputs cross NVLink in the alltoall's permutation rounds, so
+  // they take the alltoall's host share and, like it, flags for their waits between GPUs.
+  c.reduce.ag_stores = c.name == "ce_twoshot";
+  if (c.name == "rs_copy" || c.name == "rs_ag_copy" || c.name == "reduce_copy" || c.name == "ce_twoshot") {
+    c.reduce.flags = kCopyFlags.get() && n > 2;
+    auto share = [&](const StringSetting& setting) {
+      const std::string hs = setting.get();
+      if (hs == "auto")
+        return res.nvswitch && n > 2 && block >= kHostMin.get() ? measured_host_share(CollOp::AllToAll, block) : 0.0;
+      const double f = parse_double(hs, setting.name());
+      GS_REQUIRE(f >= 0 && f <= 0.5, GPUSTRIPE_ERR_CONFIG, "%s=%s: expected auto or 0..0.5", setting.name(), hs.c_str());
+      return f;
+    };
+    c.reduce.host_share = share(kRsHostShare);
+    if (res.all_peer) c.reduce.sm_share = std::clamp(kRsSmShare.get(), 0.0, 0.9);
+    if (c.reduce.ag_stores) c.reduce.ag_host_share = share(kAgHostShare);
   }
   // Slots: as many as chunks when the scratch allows (no copy ever waits for a reduction).
   const uint64_t chunk_bytes = std::max<uint64_t>(1, (block + c.reduce.chunks - 1) / c.reduce.chunks);

@@ -34,8 +34,9 @@ struct TeamResources {
 TeamResources describe_team(Backend& backend, const Topology& topo, const std::vector<int>& devices);
 
 struct Choice {
-  std::string name;  // alltoall/allgather: rounds | all_at_once; reduce_scatter: rs_copy | rs_pull;
-                     // allreduce: oneshot | twoshot | rs_ag_copy | rs_ag_pull | hier; bcast: direct | scatter_ag;
+  std::string name;  // alltoall/allgather: rounds | all_at_once | sm; reduce_scatter: rs_copy | rs_pull;
+                     // allreduce: oneshot | twoshot | rs_ag_copy | rs_ag_pull | hier; bcast: direct | scatter_ag |
+                     // chain | sm;
                      // reduce: reduce_copy | reduce_pull
   ExchangeOpts exchange;
   ReduceOpts reduce;

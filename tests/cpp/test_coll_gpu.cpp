@@ -26,7 +26,7 @@ struct GpuNode {
 };
 
 const char* kAlgos[] = {"rounds", "all_at_once", "rs_copy", "rs_pull", "oneshot", "twoshot", "rs_ag_copy", "rs_ag_pull",
-                        "direct", "scatter_ag", "chain", "reduce_copy", "reduce_pull"};
+                        "direct", "scatter_ag", "chain", "reduce_copy", "reduce_pull"};  // sm: its own test below
 
 TEST(CollGpu, EveryScheduleTypeAndOperator) {
   GS_REQUIRE_GPU(2);
@@ -135,6 +135,40 @@ TEST(CollGpu, ReductionsWithTheBarrierInsideTheKernel) {
   }
 }
 
+// The sm schedules: copy kernels storing into the peers, in per-rank graphs one kernel per
+// rank with the GPUs' barrier inside: every exchange and broadcast form, 2-byte elements at odd
+// counts (unaligned segments) and 8-byte ones, in place or not, replayed on fresh data, with
+// fused and unfused calls mixed on one communicator (they count the same barriers), and
+// blocking calls (one graph over all GPUs: a kernel per copy).
+TEST(CollGpu, KernelCopiesWithTheBarrierInside) {
+  GS_REQUIRE_GPU(2);
+  ScopedEnv a("GPUSTRIPE_COLL_ALGO", "sm");
+  GpuNode node;
+  for (int n : {2, std::min(4, cuda_device_count())}) {
+    auto comm = node.comm(n);
+    uint64_t seed = 3;
+    for (const char* form : {"pieces", "pull", "push"}) {
+      ScopedEnv bf("GPUSTRIPE_COLL_BCAST_SM_FORM", form);
+      for (CollOp op : {CollOp::AllToAll, CollOp::AllGather, CollOp::Bcast}) {
+        if (op != CollOp::Bcast && std::string(form) != "pieces") continue;
+        for (DataType dt : {GPUSTRIPE_FLOAT16, GPUSTRIPE_INT64})
+          for (size_t count : {size_t(1), size_t(4099), size_t(1 << 20) / 8 + 7})
+            for (bool in_place : {false, true})
+              for (int mode = 0; mode < 3; ++mode) {  // fused, not fused (per-rank graphs); blocking calls
+                if (op == CollOp::Bcast && in_place) continue;
+                if (dt == GPUSTRIPE_FLOAT16 && count > 4099) continue;  // the large case once, in 8-byte elements
+                const char* fused = mode == 1 ? "0" : "1";
+                ScopedEnv f("GPUSTRIPE_COLL_FUSED_COPIES", fused);
+                Case c{op, dt, GPUSTRIPE_SUM, count, in_place, 1 % n, /*async*/ mode < 2, /*repeats*/ 3};
+                ASSERT_EQ(run_case(*comm, c, seed++), 0u) << form << " n=" << n << " fused=" << fused << " "
+                                                         << comm->last_schedule();
+                EXPECT_NE(comm->last_schedule().find(" sm"), std::string::npos) << comm->last_schedule();
+              }
+      }
+    }
+  }
+}
+
 // Kernels and copy engines on parts of each block at once (GPUSTRIPE_COLL_CE_SHARE), the
 // copies by the owners or by the senders, blocking and replayed on streams, in place or not.
 TEST(CollGpu, CopyEngineShareOfPulledReductions) {
@@ -201,6 +235,38 @@ TEST(CollGpu, HostShareExchanges) {
         Case c{op, GPUSTRIPE_INT32, GPUSTRIPE_SUM, (size_t(16) << 20) / 4 + 3, in_place, 0, in_place, 3};
         ASSERT_EQ(run_case(*comm, c, 3), 0u) << "gpu barrier " << gpu_barrier;
       }
+  }
+}
+
+// Large-message schedules (session 3): copy-engine reductions with a host share and flags in
+// per-rank graphs (async, replayed), the copy-engine two-shot whose kernels store into every
+// member, and exchanges with an SM share beside the copy engines; in place or not.
+TEST(CollGpu, LargeMessageSchedules) {
+  GS_REQUIRE_GPU(2);
+  ScopedEnv host("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.1");
+  ScopedEnv ag_host("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.1");
+  ScopedEnv rs_sm("GPUSTRIPE_COLL_RS_SM_SHARE", "0.2");
+  ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "256K");
+  ScopedEnv sm("GPUSTRIPE_COLL_SM_SHARE", "0.3");
+  ScopedEnv sm_from("GPUSTRIPE_COLL_SM_SHARE_MIN", "0");
+  GpuNode node;
+  for (int n : {2, std::min(4, cuda_device_count())}) {
+    auto comm = node.comm(n);
+    uint64_t seed = 9;
+    for (const char* algo : {"ce_twoshot", "rs_copy", "rs_ag_copy", "rounds"}) {
+      ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
+      const bool exchange = std::string(algo) == "rounds";
+      for (CollOp op : exchange ? std::vector<CollOp>{CollOp::AllToAll, CollOp::AllGather}
+                                : std::vector<CollOp>{std::string(algo) == "rs_copy" ? CollOp::ReduceScatter
+                                                                                     : CollOp::AllReduce})
+        for (DataType dt : {GPUSTRIPE_FLOAT32, GPUSTRIPE_BFLOAT16})
+          for (size_t count : {size_t(4099), (size_t(2) << 20) / 4 + 3})
+            for (bool in_place : {false, true})
+              for (bool async : {false, true}) {
+                Case c{op, dt, exchange ? GPUSTRIPE_SUM : GPUSTRIPE_MAX, count, in_place, 0, async, async ? 3 : 1};
+                ASSERT_EQ(run_case(*comm, c, seed++), 0u) << algo << " n=" << n << " " << comm->last_schedule();
+              }
+    }
   }
 }
 

@@ -98,6 +98,21 @@ TEST(CollReduceHost, MoreDestinationsInPlace) {
   EXPECT_THROW(reduce_host(r), Error);
 }
 
+// The CPU stand-in of the copy kernel: every segment to each of its destinations, byte exact.
+TEST(CollCopyHost, EverySegmentToEveryDestination) {
+  std::vector<uint8_t> a(37), b(5), x(37), y(37), z(5);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint8_t>(7 * i + 1);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(200 + i);
+  CopyArgs c;
+  c.segs = {{a.data(), {x.data(), y.data()}, a.size()}, {b.data(), {z.data()}, b.size()}};
+  copy_host(c);
+  EXPECT_EQ(x, a);
+  EXPECT_EQ(y, a);
+  EXPECT_EQ(z, b);
+  c.segs[1].dsts = {nullptr};
+  EXPECT_THROW(copy_host(c), Error);
+}
+
 TEST(CollTypes, NamesAndBadValues) {
   EXPECT_EQ(parse_dtype("bfloat16"), GPUSTRIPE_BFLOAT16);
   EXPECT_EQ(parse_redop("max"), GPUSTRIPE_MAX);
@@ -148,7 +163,10 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   Choice rs = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
   EXPECT_EQ(rs.name, "rs_pull");
   EXPECT_EQ(rs.reduce.chunks, 1);
-  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4).name, "all_at_once");
+  // Copy kernels with the barrier inside up to GPUSTRIPE_COLL_SM_MAX where peers are mapped.
+  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4).name, "sm");
+  EXPECT_TRUE(choose_schedule(CollOp::AllGather, r, 16 << 20, 4).exchange.kernel);
+  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 64 << 20, 4).name, "rounds");
   Choice a2a = choose_schedule(CollOp::AllToAll, r, size_t(1) << 30, 4);
   EXPECT_EQ(a2a.name, "rounds");
   // Host share on a 4-GPU NVSwitch node: the measured shares from 64M blocks (256M per rank)
@@ -160,10 +178,64 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllGather, r, size_t(1) << 30, 4).exchange.host_share, 0.07);
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 64 << 20, 4).exchange.host_share, 0);
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 16 << 20, 4).exchange.host_share, 0);
-  EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 64 << 20, 4).name, "chain");
-  EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 8 << 20, 4).name, "scatter_ag");
-  EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 512 << 10, 4).name, "direct");
-  EXPECT_EQ(choose_schedule(CollOp::Bcast, h200(2), 64 << 20, 4).name, "direct");
+  Choice b = choose_schedule(CollOp::Bcast, r, 8 << 20, 4);
+  EXPECT_EQ(b.name, "sm");
+  EXPECT_EQ(b.bcast.kernel, "pieces");
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, h200(2), 512 << 10, 4).name, "sm");
+  {
+    ScopedEnv most("GPUSTRIPE_COLL_BCAST_SM_MAX", "0");
+    EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 64 << 20, 4).name, "chain");
+    EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 8 << 20, 4).name, "scatter_ag");
+    EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 512 << 10, 4).name, "direct");
+    EXPECT_EQ(choose_schedule(CollOp::Bcast, h200(2), 64 << 20, 4).name, "direct");
+  }
+  {
+    ScopedEnv most("GPUSTRIPE_COLL_SM_MAX", "0");
+    EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4).name, "all_at_once");
+  }
+}
+
+// The large-message schedules from their thresholds: over more than 2 GPUs that map peers,
+// with the alltoall's host share from 64M blocks and flags; SM shares only where set.
+TEST(CollSelect, LargeMessageSchedulesFromTheirThresholds) {
+  ScopedEnv ar("GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "128M");
+  ScopedEnv rs("GPUSTRIPE_COLL_RS_COPY_MIN", "128M");
+  TeamResources r = h200(4);
+  Choice big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
+  EXPECT_EQ(big.name, "ce_twoshot");
+  EXPECT_TRUE(big.reduce.ag_stores && big.reduce.flags && !big.reduce.pull);
+  EXPECT_DOUBLE_EQ(big.reduce.host_share, 0.05);
+  EXPECT_DOUBLE_EQ(big.reduce.ag_host_share, 0.05);
+  EXPECT_EQ(big.reduce.sm_share, 0);
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4).name, "twoshot");
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 256 << 20, 4).name, "twoshot");
+  Choice rsc = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
+  EXPECT_EQ(rsc.name, "rs_copy");
+  EXPECT_TRUE(rsc.reduce.flags && !rsc.reduce.ag_stores);
+  EXPECT_DOUBLE_EQ(rsc.reduce.host_share, 0.05);
+  EXPECT_EQ(rsc.reduce.ag_host_share, 0);
+  EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 64 << 20, 4).name, "rs_pull");
+  // 128M per rank: 32M blocks, below the host-share threshold.
+  EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 128 << 20, 4).reduce.host_share, 0);
+  {
+    ScopedEnv off("GPUSTRIPE_COLL_COPY_FLAGS", "0");
+    ScopedEnv h("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.1");
+    ScopedEnv sm("GPUSTRIPE_COLL_RS_SM_SHARE", "0.2");
+    Choice c = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
+    EXPECT_FALSE(c.reduce.flags);
+    EXPECT_DOUBLE_EQ(c.reduce.host_share, 0.1);
+    EXPECT_DOUBLE_EQ(c.reduce.sm_share, 0.2);
+    ScopedEnv bad("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.7");
+    EXPECT_THROW(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4), Error);
+  }
+  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 20, 4).exchange.sm_share, 0);
+  ScopedEnv sm("GPUSTRIPE_COLL_SM_SHARE", "0.2");
+  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 20, 4).exchange.sm_share, 0.2);
+  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 16 << 20, 4).exchange.sm_share, 0);  // 4M blocks < 16M
+  TeamResources unmapped = r;
+  unmapped.all_peer = false;
+  EXPECT_EQ(choose_schedule(CollOp::AllToAll, unmapped, 256 << 20, 4).exchange.sm_share, 0);
+  EXPECT_NE(choose_schedule(CollOp::AllReduce, unmapped, 256 << 20, 4).name, "ce_twoshot");
 }
 
 TEST(CollSelect, PlannerShareIsCappedByTheNominalBound) {
@@ -188,6 +260,14 @@ TEST(CollSelect, NoPeerAccessMeansCopyEngines) {
   r.all_peer = false;
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 10, 4).name, "rs_ag_copy");
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 64 << 10, 4).name, "rs_copy");
+  // Copy kernels store into peers: not without the mappings.
+  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4).name, "all_at_once");
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 512 << 10, 4).name, "direct");
+  {
+    ScopedEnv algo("GPUSTRIPE_COLL_ALGO", "sm");
+    EXPECT_THROW(choose_schedule(CollOp::AllGather, r, 64 << 10, 4), Error);
+    EXPECT_THROW(choose_schedule(CollOp::Bcast, r, 64 << 10, 4), Error);
+  }
   ScopedEnv algo("GPUSTRIPE_COLL_ALGO", "rs_pull");
   EXPECT_THROW(choose_schedule(CollOp::ReduceScatter, r, 64 << 10, 4), Error);
 }
@@ -310,6 +390,90 @@ TEST(CollSchedules, RoundLanesSplitEveryPeerBlockAndTheKernelCopiesTheOwnBlock) 
   for (auto& [il, d] : lane_dests) {
     ASSERT_EQ(d.size(), 3u);
     for (int r = 0; r < 3; ++r) EXPECT_EQ(d[r], (il.first + r + 1) % n);
+  }
+}
+
+// The sm exchanges: every block (own and peers') one kernel copy by its sender, no deps, no
+// host path; per rank the copies form one segment per source (allgather: one, read once).
+TEST(CollSchedules, KernelExchangesCopyEveryBlockOnceBySender) {
+  const int n = 4;
+  Topology topo = load_topology_file("h200x4");
+  auto backend = make_emulated_backend(topo);
+  Scratch scratch(*backend, {0, 1, 2, 3});
+  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
+  auto send = fake(n, 1 << 30);
+  std::vector<const char*> csend(send.begin(), send.end());
+  auto recv = fake(n, 1ull << 40);
+  const size_t block = 1000 * 4 + 3;
+  ExchangeOpts o;
+  o.kernel = true;
+  o.host_share = 0.25;  // ignored: kernels store over NVLink only
+  for (bool gather : {false, true}) {
+    Program p(n);
+    if (gather) build_allgather(p, t, csend, recv, block, o, scratch);
+    else build_alltoall(p, t, csend, recv, block, o, scratch);
+    ASSERT_EQ(p.size(), size_t(n * n));
+    std::map<int, std::vector<const Op*>> by_rank;
+    for (const Op& op : p.ops()) {
+      ASSERT_EQ(op.kind, Op::Copy);
+      EXPECT_TRUE(op.by_kernel);
+      EXPECT_TRUE(op.deps.empty());
+      EXPECT_EQ(op.bytes, block);
+      EXPECT_NE(op.dst_dev, kHostDevice);
+      EXPECT_EQ(op.src_dev, op.rank);
+      EXPECT_EQ(op.dst, recv[op.dst_dev] + op.rank * block);
+      EXPECT_EQ(op.src, gather ? csend[op.rank] : csend[op.rank] + op.dst_dev * block);
+      by_rank[op.rank].push_back(&op);
+    }
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(by_rank[i].size(), size_t(n));
+      EXPECT_EQ(by_rank[i][0]->dst_dev, i);  // the own block first
+      std::vector<CopySegment> segs = copy_segments(by_rank[i]);
+      ASSERT_EQ(segs.size(), gather ? 1u : size_t(n));
+      EXPECT_EQ(segs[0].dsts.size(), gather ? size_t(n) : 1u);
+    }
+  }
+}
+
+// Broadcast by copy kernels: pieces tile the message, each read once from the root by its
+// member and stored into every non-root member; pull and push move the whole message.
+TEST(CollSchedules, KernelBroadcastForms) {
+  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
+  auto bufs = fake(4, 1 << 30);
+  const size_t bytes = 10000 + 1;
+  const int root = 2;
+  for (const char* form : {"pieces", "pull", "push"}) {
+    BcastOpts o;
+    o.kernel = form;
+    Program p(4);
+    build_bcast(p, t, bufs, bytes, root, o);
+    std::map<int, size_t> got;  // bytes each member receives
+    std::map<int, std::vector<const Op*>> by_rank;
+    for (const Op& op : p.ops()) {
+      ASSERT_EQ(op.kind, Op::Copy);
+      EXPECT_TRUE(op.by_kernel);
+      EXPECT_TRUE(op.deps.empty());
+      EXPECT_EQ(op.src_dev, root);
+      EXPECT_NE(op.dst_dev, root);
+      EXPECT_EQ(static_cast<const char*>(op.src) - bufs[root], static_cast<char*>(op.dst) - bufs[op.dst_dev]);
+      got[op.dst_dev] += op.bytes;
+      by_rank[op.rank].push_back(&op);
+    }
+    for (int k : {0, 1, 3}) EXPECT_EQ(got[k], bytes) << form << " member " << k;
+    if (std::string(form) == "push") {
+      ASSERT_EQ(by_rank.size(), 1u);
+      EXPECT_EQ(copy_segments(by_rank[root]).size(), 1u);
+      continue;
+    }
+    EXPECT_EQ(by_rank.count(root), 0u) << form;
+    size_t read = 0;  // bytes read from the root, over all members
+    for (auto& [rank, ops] : by_rank) {
+      std::vector<CopySegment> segs = copy_segments(ops);
+      ASSERT_EQ(segs.size(), 1u);
+      EXPECT_EQ(segs[0].dsts.size(), std::string(form) == "pieces" ? 3u : 1u);
+      read += segs[0].bytes;
+    }
+    EXPECT_EQ(read, std::string(form) == "pieces" ? bytes : 3 * bytes) << form;
   }
 }
 
@@ -536,6 +700,77 @@ TEST(CollSchedules, PerRankSplitTurnsCrossRankWaitsIntoFlags) {
   EXPECT_FALSE(waits.empty());
   for (auto& [key, count] : waits) EXPECT_EQ(signals[key], 1) << "rank " << key.first << " slot " << key.second;
   EXPECT_EQ(signals.size(), waits.size());
+}
+
+// Large messages: the copy-engine reduce-scatter's pieces split between NVLink (the senders'
+// out lanes, in rounds) and the host path (D2H by the sender, H2D by the owner, each owner's
+// H2D waiting for the sender's D2H), every byte of every piece once; the exchanges' SM share
+// is one copy kernel per peer block (allgather: one per sender, every peer a destination).
+TEST(CollSchedules, LargeMessageSharesCoverEveryByteOnce) {
+  const int n = 4;
+  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
+  auto buf = fake(n, 1 << 30);
+  std::vector<const char*> cbuf(buf.begin(), buf.end());
+  Topology topo = load_topology_file("h200x4");
+  auto backend = make_emulated_backend(topo);
+  Scratch scratch(*backend, {0, 1, 2, 3});
+  ReduceOpts o;
+  o.chunks = 4;
+  o.slots = 4;
+  o.host_share = 0.1;
+  const size_t count = (1 << 20) + 3;  // per block, float32
+  Blocks b = split_blocks(count * n, n, 64);
+  std::vector<char*> out(n);
+  for (int j = 0; j < n; ++j) out[j] = buf[j] + b.off[j] * 4;
+  Program p(n);
+  build_reduce_scatter(p, t, cbuf, out, b, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, o, scratch);
+  size_t nv = 0, d2h = 0, h2d = 0;
+  for (const Op& op : p.ops()) {
+    if (op.kind != Op::Copy) continue;
+    if (op.lane == kLaneOut) {
+      EXPECT_EQ(op.src_dev, op.rank);
+      nv += op.bytes;
+    } else if (op.lane == kLaneD2H) {
+      EXPECT_EQ(op.dst_dev, kHostDevice);
+      EXPECT_EQ(op.src_dev, op.rank);
+      d2h += op.bytes;
+    } else if (op.lane == kLaneH2D) {
+      EXPECT_EQ(op.dst_dev, op.rank);
+      ASSERT_FALSE(op.deps.empty());
+      const Op& from = p.ops()[op.deps.back()];
+      EXPECT_EQ(from.lane, kLaneD2H);
+      EXPECT_EQ(from.dst, op.src);
+      EXPECT_EQ(from.bytes, op.bytes);
+      h2d += op.bytes;
+    }
+  }
+  size_t moved = 0;  // every block from each of its n-1 peers
+  for (size_t cnt : b.cnt) moved += (n - 1) * cnt * 4;
+  EXPECT_EQ(nv + h2d, moved);
+  EXPECT_EQ(d2h, h2d);
+  EXPECT_NEAR(static_cast<double>(h2d), 0.1 * moved, 0.01 * moved);
+
+  for (bool gather : {false, true}) {
+    Program x(n);
+    ExchangeOpts eo;
+    eo.sm_share = 0.25;
+    const size_t block = 1 << 20;
+    if (gather) build_allgather(x, t, cbuf, buf, block, eo, scratch);
+    else build_alltoall(x, t, cbuf, buf, block, eo, scratch);
+    size_t kernels = 0, by_kernel = 0, by_engine = 0;
+    for (const Op& op : x.ops()) {
+      if (op.kind == Op::Reduce) {
+        EXPECT_EQ(op.lane, kLaneSm);
+        EXPECT_EQ(op.srcs.size(), 1u);
+        ++kernels;
+        by_kernel += op.count * 4 * (1 + op.more_dsts.size());
+      }
+      if (op.kind == Op::Copy && op.lane == kLaneOut) by_engine += op.bytes;
+    }
+    EXPECT_EQ(kernels, gather ? size_t(n) : size_t(n) * (n - 1));
+    EXPECT_EQ(by_kernel, size_t(n) * (n - 1) * block / 4);
+    EXPECT_EQ(by_kernel + by_engine, size_t(n) * (n - 1) * block);
+  }
 }
 
 TEST(CollSplit, BlocksCoverCountAligned) {

@@ -1,0 +1,131 @@
+// The copy kernel: several segments (a source and up to kMaxCopyDests destinations each) in
+// one launch, sources and destinations anywhere the device maps (peers over NVLink). Blocks
+// take the segments in turn (block b on segment b mod n), so every destination's link gets
+// work from the first wave of blocks on; each thread loads 4 vectors before storing them to
+// every destination (the loads in flight, where a source is a peer's memory). Optionally the
+// GPUs' entry and exit barrier run inside (fused_barrier.cuh): one kernel per collective call.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "coll/fused_barrier.cuh"
+#include "coll/reduce.hpp"
+#include "common/config.hpp"
+#include "common/error.hpp"
+
+namespace gpustripe::coll {
+namespace {
+
+struct Seg {
+  const unsigned char* src;
+  unsigned char* dst[kMaxCopyDests];
+  size_t bytes;
+  int nd;
+  int align;  // 16, 4 or 1: what every pointer of the segment is aligned to
+};
+struct Segs {
+  Seg s[kMaxCopySegments];
+  int n;
+};
+
+constexpr int kThreads = 512;
+constexpr int kUnroll = 4;
+
+template <class V>
+__device__ __forceinline__ void copy_elems(const Seg& s, size_t n, size_t i, size_t stride) {
+  const V* src = reinterpret_cast<const V*>(s.src);
+  for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
+    V v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = src[i + u * stride];
+    for (int d = 0; d < s.nd; ++d) {
+      V* dst = reinterpret_cast<V*>(s.dst[d]);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) dst[i + u * stride] = v[u];
+    }
+  }
+  for (; i < n; i += stride) {
+    const V v = src[i];
+    for (int d = 0; d < s.nd; ++d) reinterpret_cast<V*>(s.dst[d])[i] = v;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) copy_kernel(Segs p, FusedBarrier bar) {
+  const bool fused = bar.blocks_done != nullptr;
+  const unsigned long long e = fused ? fused_entry(bar) : 0;
+  if (p.n > 0) {
+    const unsigned nseg = static_cast<unsigned>(p.n);
+    const unsigned si = blockIdx.x % nseg;
+    const Seg& s = p.s[si];
+    const size_t blocks = (gridDim.x - si + nseg - 1) / nseg;  // blocks on this segment
+    const size_t tid = static_cast<size_t>(blockIdx.x / nseg) * blockDim.x + threadIdx.x;
+    const size_t stride = blocks * blockDim.x;
+    size_t done = 0;
+    if (s.align >= 16) {
+      copy_elems<uint4>(s, s.bytes / 16, tid, stride);
+      done = s.bytes / 16 * 16;
+    } else if (s.align >= 4) {
+      copy_elems<unsigned>(s, s.bytes / 4, tid, stride);
+      done = s.bytes / 4 * 4;
+    }
+    for (size_t k = done + tid; k < s.bytes; k += stride) {
+      const unsigned char b = s.src[k];
+      for (int d = 0; d < s.nd; ++d) s.dst[d][k] = b;
+    }
+  }
+  if (fused) fused_exit(bar, e);
+}
+
+const IntSetting kCopyBlocksPerSm{"GPUSTRIPE_COLL_COPY_BLOCKS_PER_SM", "2",
+                                  "Most thread blocks (of 512 threads) per SM of a copy kernel (the exchanges' and "
+                                  "broadcasts' sm schedules)"};
+
+int alignment(const CopySegment& c) {
+  uintptr_t bits = reinterpret_cast<uintptr_t>(c.src);
+  for (void* d : c.dsts) bits |= reinterpret_cast<uintptr_t>(d);
+  return bits % 16 == 0 ? 16 : bits % 4 == 0 ? 4 : 1;
+}
+
+}  // namespace
+
+void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream) {
+  GS_REQUIRE(a.segs.size() <= static_cast<size_t>(kMaxCopySegments), GPUSTRIPE_ERR_INTERNAL,
+             "copy kernel takes at most %d segments, got %zu", kMaxCopySegments, a.segs.size());
+  Segs p{};
+  size_t work = 0;  // elements (16, 4 or 1 bytes) of the largest segment
+  for (const CopySegment& c : a.segs) {
+    if (c.bytes == 0 || c.dsts.empty()) continue;
+    GS_REQUIRE(c.dsts.size() <= static_cast<size_t>(kMaxCopyDests), GPUSTRIPE_ERR_INTERNAL,
+               "copy kernel writes at most %d destinations per segment, got %zu", kMaxCopyDests, c.dsts.size());
+    Seg& s = p.s[p.n++];
+    s.src = static_cast<const unsigned char*>(c.src);
+    s.nd = static_cast<int>(c.dsts.size());
+    for (int d = 0; d < s.nd; ++d) s.dst[d] = static_cast<unsigned char*>(c.dsts[d]);
+    s.bytes = c.bytes;
+    s.align = alignment(c);
+    work = std::max(work, (c.bytes + s.align - 1) / s.align);
+  }
+  const FusedBarrier bar = a.barrier ? *a.barrier : FusedBarrier{};
+  if (p.n == 0 && !a.barrier) return;
+  int prev = 0;
+  cudaGetDevice(&prev);
+  cudaError_t e = cudaSetDevice(dev);
+  GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "cudaSetDevice(%d): %s", dev, cudaGetErrorString(e));
+  // One thread per vector of the largest segment on each segment's blocks, up to the cap
+  // (spread evenly over the segments): small copies get many short threads (latency),
+  // large ones a grid that strides.
+  const size_t nseg = std::max(1, p.n);
+  const size_t per_seg = std::max<size_t>(1, (work + kThreads - 1) / kThreads);
+  const size_t cap = std::max<size_t>(
+      nseg, static_cast<size_t>(sm_count(dev)) * static_cast<size_t>(std::max<int64_t>(1, kCopyBlocksPerSm.get())) /
+                nseg * nseg);
+  const unsigned grid = static_cast<unsigned>(std::min(cap, per_seg * nseg));
+  copy_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(cuda_stream)>>>(p, bar);
+  e = cudaGetLastError();
+  cudaSetDevice(prev);
+  GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "copy kernel (%d segments) on device %d: %s", p.n, dev,
+             cudaGetErrorString(e));
+}
+
+}  // namespace gpustripe::coll
