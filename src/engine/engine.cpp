@@ -176,7 +176,7 @@ void Engine::copy_async(void* dst, int dst_dev, const void* src, int src_dev, ui
     ++plain_copies_;
     return;
   }
-  execute(*cached_plan(src_dev, dst_dev, bytes), dst, src, stream, true);
+  execute(*cached_plan(src_dev, dst_dev, bytes), dst, src, stream, true, RunMode{});
 }
 
 // The planner's answer costs about a microsecond, which small copies notice (the added
@@ -210,14 +210,14 @@ void Engine::copy(void* dst, int dst_dev, const void* src, int src_dev, uint64_t
 }
 
 void Engine::copy_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
-  run_given(plan, dst, src, stream, true);
+  run_given(plan, dst, src, stream, RunMode{});
 }
 
-void Engine::enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
-  run_given(plan, dst, src, stream, false);
+void Engine::enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool direct_on_lane) {
+  run_given(plan, dst, src, stream, RunMode{false, direct_on_lane});
 }
 
-void Engine::run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool replay) {
+void Engine::run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode) {
   check_copy(backend_, dst, plan.dst, src, plan.src, plan.bytes);
   if (plan.bytes == 0) return;
   if (plan.src == plan.dst) {
@@ -225,7 +225,7 @@ void Engine::run_given(const Plan& plan, void* dst, const void* src, StreamHandl
     ++plain_copies_;
     return;
   }
-  execute(plan, dst, src, stream, false, replay);
+  execute(plan, dst, src, stream, false, mode);
 }
 
 void Engine::check_plan(const Plan& plan) const {
@@ -248,8 +248,8 @@ void Engine::ensure_peer(int a, int b) {
   done.store(true, std::memory_order_release);
 }
 
-void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer, bool replay) {
-  if (plan.single_path() && plan.paths[0].kind == PathKind::Direct) {
+void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer, RunMode mode) {
+  if (plan.single_path() && plan.paths[0].kind == PathKind::Direct && !mode.direct_on_lane) {
     ensure_peer(plan.src, plan.dst);
     backend_.copy_async_prechecked(dst, plan.dst, src, plan.src, plan.bytes, stream);
     ++plain_copies_;
@@ -275,12 +275,12 @@ void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle 
     }
   }
   const Plan& plan_run = steered.paths.empty() ? plan : steered;
-  run_schedule(plan_run, dst, src, stream, replay);
+  run_schedule(plan_run, dst, src, stream, mode);
 }
 
-bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool replay) {
+bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode) {
   const bool replayable =
-      replay && (graphs_gpu_staged_ || std::none_of(plan.paths.begin(), plan.paths.end(), [](const PathPlan& p) {
+      mode.replay && (graphs_gpu_staged_ || std::none_of(plan.paths.begin(), plan.paths.end(), [](const PathPlan& p) {
                    return p.kind == PathKind::GpuStaged;
                  }));
   if (graphs_ && replayable) {
@@ -294,7 +294,7 @@ bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHa
       graphs_ = false;
     }
   }
-  enqueue_schedule(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream, false);
+  enqueue_schedule(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream, false, mode.direct_on_lane);
   ++schedules_;
   return false;
 }
@@ -314,7 +314,7 @@ void Engine::execute_balanced(const Plan& plan, char* dst, const char* src, Stre
   StreamHandle lane = lanes_->get(plan.src, kBalanceLane).stream();
   backend_.wait_event(lane, probe.start);
   backend_.record_event(probe.staged_start, lane);
-  const bool replayed = run_schedule(staged, dst, src, lane);
+  const bool replayed = run_schedule(staged, dst, src, lane, RunMode{});
   // An enqueued staged path starts as the host issues it, late against the direct copy:
   // only replays measure the split where graphs are on.
   probe.counts = replayed || !graphs_;
@@ -355,9 +355,12 @@ EventHandle Engine::caller_event(int dev) {
 // arrived (one event per piece). A first hop into staging waits for the relay that last
 // read those bytes. At the end the caller's stream waits for the relay lanes only: every
 // first hop is followed by a relay that waited for it.
-void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing) {
+void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing,
+                              bool direct_on_lane) {
   const int S = plan.src, D = plan.dst;
-  auto on_caller = [&](const PathPlan& p) { return p.kind == PathKind::Direct && direct_on_caller_; };
+  auto on_caller = [&](const PathPlan& p) {
+    return p.kind == PathKind::Direct && direct_on_caller_ && !direct_on_lane;
+  };
   // The caller's earlier work, for the lanes to wait on; recorded before the direct copy
   // goes on the caller's stream, so that the other paths do not wait for it.
   EventHandle start = nullptr;

@@ -135,8 +135,9 @@ TEST_F(EngineGraphs, EnqueuedSchedulesAndReplaysShareStagingSafely) {
 TEST_F(EngineGraphs, EnqueueWithPlanNeverReplaysAndStreamsBehindAReplay) {
   // enqueue_with_plan (a p2p window's queued messages): copies of one plan, each its own
   // data, on two streams, right behind a replay, nothing synchronized in between, through a
-  // staging area each fills several times over. None is captured or replayed (also a
-  // repeated one), and every copy lands intact.
+  // staging area each fills several times over, direct paths on the callers' streams and then
+  // on the link's lane. None is captured or replayed (also a repeated one), and every copy lands
+  // intact.
   FixedPlanner planner({{PathKind::Direct, -1, 0.7, 1}, {PathKind::HostStaged, 0, 0.3, 5}});
   Engine engine(*backend_, topo_, &planner);
   constexpr int kCopies = 6;
@@ -154,8 +155,8 @@ TEST_F(EngineGraphs, EnqueueWithPlanNeverReplaysAndStreamsBehindAReplay) {
   engine.copy_with_plan(plan, dst[0], src[0], a);
   engine.copy_with_plan(plan, dst[0], src[0], a);  // seen before: captured and replayed
   EXPECT_EQ(engine.stats().graph_launches, 1u);
-  for (int again = 0; again < 2; ++again)
-    for (int k = 0; k < kCopies; ++k) engine.enqueue_with_plan(plan, dst[k], src[k], k % 2 ? b : a);
+  for (int again = 0; again < 2; ++again)  // the second time the direct paths go on the link's lane
+    for (int k = 0; k < kCopies; ++k) engine.enqueue_with_plan(plan, dst[k], src[k], k % 2 ? b : a, again == 1);
   backend_->synchronize_stream(a);
   for (int k = 0; k < kCopies; ++k)
     EXPECT_EQ(first_mismatch(data[k], download(*backend_, dst[k], 1, n, b).data(), n), -1) << "copy " << k;
