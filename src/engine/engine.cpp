@@ -96,7 +96,7 @@ Engine::Engine(Backend& backend, const Topology& topo, Planner* planner)
   sockets_ = std::max(1, static_cast<int>(topo_.sockets.size()));
   // One host area per source GPU: transfers from different GPUs (both directions of a
   // pair, say) never wait for each other's staging space, also when replayed as graphs.
-  host_areas_.resize(static_cast<size_t>(sockets_) * ndev_);
+  host_areas_.resize(2 * static_cast<size_t>(sockets_) * ndev_);
   gpu_areas_.resize(ndev_);
   caller_events_.assign(ndev_, nullptr);
   capture_streams_.assign(ndev_, nullptr);
@@ -213,8 +213,9 @@ void Engine::copy_with_plan(const Plan& plan, void* dst, const void* src, Stream
   run_given(plan, dst, src, stream, RunMode{});
 }
 
-void Engine::enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool direct_on_lane) {
-  run_given(plan, dst, src, stream, RunMode{false, direct_on_lane});
+void Engine::enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool direct_on_lane,
+                               bool own_area) {
+  run_given(plan, dst, src, stream, RunMode{false, direct_on_lane, own_area});
 }
 
 void Engine::run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode) {
@@ -294,7 +295,7 @@ bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHa
       graphs_ = false;
     }
   }
-  enqueue_schedule(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream, false, mode.direct_on_lane);
+  enqueue_schedule(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream, false, mode);
   ++schedules_;
   return false;
 }
@@ -322,8 +323,8 @@ void Engine::execute_balanced(const Plan& plan, char* dst, const char* src, Stre
   backend_.wait_event(caller, probe.staged_done);
 }
 
-StagingArea& Engine::host_area(int socket, int src) {
-  auto& a = host_areas_.at(static_cast<size_t>(socket) * ndev_ + src);
+StagingArea& Engine::host_area(int socket, int src, bool queues) {
+  auto& a = host_areas_.at((queues ? static_cast<size_t>(sockets_) * ndev_ : 0) + static_cast<size_t>(socket) * ndev_ + src);
   if (!a) {
     a = std::make_unique<StagingArea>(backend_, kHostDevice, kHostStaging.get());
     staging_bytes_ += a->capacity();
@@ -356,10 +357,10 @@ EventHandle Engine::caller_event(int dev) {
 // read those bytes. At the end the caller's stream waits for the relay lanes only: every
 // first hop is followed by a relay that waited for it.
 void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing,
-                              bool direct_on_lane) {
+                              RunMode mode) {
   const int S = plan.src, D = plan.dst;
   auto on_caller = [&](const PathPlan& p) {
-    return p.kind == PathKind::Direct && direct_on_caller_ && !direct_on_lane;
+    return p.kind == PathKind::Direct && direct_on_caller_ && !mode.direct_on_lane;
   };
   // The caller's earlier work, for the lanes to wait on; recorded before the direct copy
   // goes on the caller's stream, so that the other paths do not wait for it.
@@ -433,7 +434,7 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
       continue;
     }
     const bool host = path.kind == PathKind::HostStaged;
-    StagingArea& area = host ? host_area(path.via, S) : gpu_area(path.via);
+    StagingArea& area = host ? host_area(path.via, S, mode.own_area) : gpu_area(path.via);
     const int mid = host ? kHostDevice : path.via;
     const int first_lanes = host ? host_first_lanes_ : 1, relay_lanes = host ? host_lanes_ : 1;
     StagingUses& uses = capturing ? local_uses : area.uses();
@@ -508,7 +509,7 @@ bool Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHa
     prepare(plan);
     backend_.begin_capture(cs);
     try {
-      enqueue_schedule(plan, dst, src, cs, true);
+      enqueue_schedule(plan, dst, src, cs, true, RunMode{});
     } catch (...) {
       try {
         backend_.destroy_graph(backend_.end_capture(cs));

@@ -68,8 +68,10 @@ class Engine {
   // staged path alone. `direct_on_lane`: the direct path goes on the engine's lane of the
   // link direction too (not the caller's stream), so the direct copies of a queue issued on
   // several streams run one after the other there, as the staged pieces do on theirs.
+  // `own_area`: its host-staged pieces use staging memory of the queues' own (allocated on
+  // first use), so they never wait for replays of other transfers, which hold their area whole.
   void enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream,
-                         bool direct_on_lane = false);
+                         bool direct_on_lane = false, bool own_area = false);
 
   Backend& backend() { return backend_; }
   const Topology& topology() const { return topo_; }
@@ -90,6 +92,7 @@ class Engine {
   struct RunMode {
     bool replay = true;
     bool direct_on_lane = false;
+    bool own_area = false;  // host staging in the queues' areas (enqueue_with_plan)
   };
   // copy_with_plan and enqueue_with_plan.
   void run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode);
@@ -104,13 +107,13 @@ class Engine {
   void check_plan(const Plan& plan) const;
   void ensure_peer(int a, int b);
   void enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing,
-                        bool direct_on_lane = false);
+                        RunMode mode);
   // Creates the lanes, staging areas and events `plan` uses (never during a capture).
   void prepare(const Plan& plan);
   // Replays the captured schedule of this transfer on `caller`, capturing it first when the
   // transfer was seen before; false (nothing enqueued) the first time a transfer is seen.
   bool launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller);
-  StagingArea& host_area(int socket, int src);
+  StagingArea& host_area(int socket, int src, bool queues = false);
   StagingArea& gpu_area(int gpu);
   EventHandle caller_event(int dev);
 
@@ -129,7 +132,7 @@ class Engine {
 
   mutable std::mutex mu_;  // guards everything below and the enqueue of one schedule
   std::unique_ptr<LaneSet> lanes_;
-  std::vector<std::unique_ptr<StagingArea>> host_areas_;  // per (socket, source GPU)
+  std::vector<std::unique_ptr<StagingArea>> host_areas_;  // per (socket, source GPU), then the queues' own
   int sockets_ = 1;
   std::vector<std::unique_ptr<StagingArea>> gpu_areas_;   // per GPU
   std::vector<EventHandle> caller_events_;                // per device: "the caller's earlier work"

@@ -174,6 +174,10 @@ const BoolSetting kQueueLane{"GPUSTRIPE_P2P_QUEUE_LANE", "yes",
                              "GPUSTRIPE_P2P_QUEUE_PLAN: a queued copy's direct path goes on the engine's lane of "
                              "the link, behind the queue's earlier direct copies, not on the stream the copy was "
                              "issued on (the p2p layer issues on GPUSTRIPE_P2P_STREAMS streams in turn)"};
+const BoolSetting kQueueArea{"GPUSTRIPE_P2P_QUEUE_AREA", "no",
+                             "GPUSTRIPE_P2P_QUEUE_PLAN: queued copies stage through host memory of their own, so the "
+                             "second copy of a window does not wait for the whole first one (replayed as a graph, "
+                             "which holds the shared staging area whole)"};
 const SizeSetting kQueueMax{"GPUSTRIPE_P2P_QUEUE_MAX", "4G",
                             "GPUSTRIPE_P2P_QUEUE_PLAN: the largest queue (bytes per GPU pair, this copy included) "
                             "planned as one transfer"};
@@ -215,11 +219,12 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   const bool queue_plan = kQueuePlan.get();
   const uint64_t queue_max = kQueueMax.get();
   const bool queue_lane = kQueueLane.get();
+  const bool queue_area = kQueueArea.get();
   const int64_t recent_us = kRecentUs.get();
   GS_REQUIRE(recent_us >= 0 && recent_us <= 1000000, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
   const uint64_t recent_ns = static_cast<uint64_t>(recent_us) * 1000;
-  return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, queue_lane, recent_ns](
+  return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, queue_lane, queue_area, recent_ns](
              void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) -> std::function<void()> {
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
@@ -305,7 +310,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
           const Plan whole = specs.empty() ? engine.current_plan(sd, dd, total) : concurrent(specs, total);
           const double share = static_cast<double>(host_staged_bytes(whole)) / static_cast<double>(total);
           trace("p_queued", -1, queued.copies, static_cast<uint64_t>(share * 1e6), n);
-          engine.enqueue_with_plan(queued_split(alone, share), dst, src, s, queue_lane);
+          engine.enqueue_with_plan(queued_split(alone, share), dst, src, s, queue_lane, queue_area);
         } else if (specs.empty()) {
           engine.copy_async(dst, dd, src, sd, n, s);
         } else {
