@@ -40,12 +40,20 @@ const IntSetting kRoundLanes{"GPUSTRIPE_COLL_ROUND_LANES", "1",
                              "side by side (1-4)"};
 // Copy kernels with the GPUs' barrier inside: one kernel per rank and call, where the copy
 // engines' schedules pay ~30 us per call of copy-node, graph and barrier latency (session 2
-// timelines; NCCL's alltoall at 4M per rank takes ~27 us in all).
-const SizeSetting kSmMax{"GPUSTRIPE_COLL_SM_MAX", "32M",
+// timelines; NCCL's alltoall at 4M per rank takes ~27 us in all). Session 3 r2 (4x H200, busbw
+// GB/s, alltoall sm / copy-engine schedules / NCCL): 1M 58/22/52, 4M 159/79/145, 16M 272/188/257,
+// 64M 328/303, 128M 341/336, 256M 346/369 (rounds with the host share); allgather alike (64M
+// 325/299, 256M 345/382). At 2 ranks 64M: 287/293 (even).
+const SizeSetting kSmMax{"GPUSTRIPE_COLL_SM_MAX", "64M",
                          "Largest alltoall/allgather per rank (the nccl-tests size) done by copy kernels that store "
                          "into the peers (sm), where every pair maps the other's memory"};
+// Session 3 r2 (4x H200, busbw GB/s, bcast sm pieces / chain or scatter-allgather / NCCL): 1M 65/23/38,
+// 4M 177/66/131, 16M 265/134/226, 64M 283/236/309 (NCCL of session 2), 256M 335/303/348, 1G 357/341/360;
+// at 2 ranks sm 86-374 vs NCCL 42-366 at 1M-1G (copy-engine direct 377 at 1G).
 const SizeSetting kBcastSmMax{"GPUSTRIPE_COLL_BCAST_SM_MAX", "64G",
                               "Largest broadcast done by copy kernels (sm), where every pair maps the other's memory"};
+// r2, 4 ranks: pull 54/76/94/107 and push 55/76/92/104 at 1M/2M/4M/8M (the root's egress carries the
+// message 3 times), pieces 65/121/177/209.
 const ChoiceSetting kBcastSmForm{"GPUSTRIPE_COLL_BCAST_SM_FORM", "pieces",
                                  "Broadcast by copy kernels: pieces (member q reads piece q from the root and stores "
                                  "it into every member), pull (every member reads the whole message from the root) or "
