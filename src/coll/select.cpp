@@ -59,6 +59,13 @@ const ChoiceSetting kBcastSmForm{"GPUSTRIPE_COLL_BCAST_SM_FORM", "pieces",
                                  "it into every member), pull (every member reads the whole message from the root) or "
                                  "push (the root stores it into every member)",
                                  {"pieces", "pull", "push"}};
+const DoubleSetting kBcastHostShare{"GPUSTRIPE_COLL_BCAST_HOST_SHARE", "0",
+                                    "Broadcast by copy kernels from GPUSTRIPE_COLL_BCAST_HOST_MIN: the fraction "
+                                    "(0..0.5) of the message sent root -> pinned host -> members beside NVLink"};
+const SizeSetting kBcastHostMin{"GPUSTRIPE_COLL_BCAST_HOST_MIN", "64M",
+                                "Smallest broadcast by copy kernels that gets GPUSTRIPE_COLL_BCAST_HOST_SHARE"};
+const IntSetting kBcastHostChunks{"GPUSTRIPE_COLL_BCAST_HOST_CHUNKS", "4",
+                                  "Pipeline chunks of a broadcast's host part (D2H of chunk c+1 beside H2D of c)"};
 const SizeSetting kRoundsMin{"GPUSTRIPE_COLL_ROUNDS_MIN", "1M",
                              "Smallest peer block for which exchanges run in permutation rounds (below: all at once)"};
 // Round 2 on 4x H200 (busbw GB/s, 16M/64M/256M): reduce-scatter with kernels reading the peers
@@ -208,7 +215,10 @@ std::string Choice::describe() const {
     if (name == "rounds" && exchange.round_lanes > 1) s += format(" lanes=%d", exchange.round_lanes);
   }
   else if (name == "direct" || name == "scatter_ag" || name == "chain") s += format(" chunks=%d", bcast.chunks);
-  else if (name == "sm") s += bcast.kernel.empty() ? "" : " form=" + bcast.kernel;
+  else if (name == "sm") {
+    s += bcast.kernel.empty() ? "" : " form=" + bcast.kernel;
+    if (bcast.host_share > 0) s += " host=" + pct(bcast.host_share) + format(" chunks=%d", bcast.host_chunks);
+  }
   else if (name != "oneshot" && name != "twoshot")
     s += format(" chunks=%d slots=%d%s", reduce.chunks, reduce.slots,
                 reduce.pull ? "" : reduce.receiver_copies ? " copies=receiver" : " copies=sender");
@@ -302,7 +312,14 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
                                                              : "direct";
     GS_REQUIRE(c.name != "sm" || res.all_peer, GPUSTRIPE_ERR_NOT_SUPPORTED,
                "schedule sm stores into peers' memory, but not every pair of these GPUs can");
-    if (c.name == "sm") c.bcast.kernel = kBcastSmForm.get();
+    if (c.name == "sm") {
+      c.bcast.kernel = kBcastSmForm.get();
+      const double share = kBcastHostShare.get();
+      GS_REQUIRE(share >= 0 && share <= 0.5, GPUSTRIPE_ERR_CONFIG,
+                 "GPUSTRIPE_COLL_BCAST_HOST_SHARE=%g: expected 0..0.5", share);
+      if (bytes >= kBcastHostMin.get()) c.bcast.host_share = share;
+      c.bcast.host_chunks = static_cast<int>(std::clamp<int64_t>(kBcastHostChunks.get(), 1, 64));
+    }
     c.bcast.scatter_allgather = c.name == "scatter_ag";
     c.bcast.chain = c.name == "chain";
     c.bcast.lane_per_peer = kBcastLanes.get();
