@@ -15,6 +15,12 @@ receiver's files by (sender, send_id):
   mpi_out    that -> MPI_Wait/Waitall returned on the sender ('-' natively)
   total      MPI_Isend (or p2p isend) entered -> the sender's wait returned
   concurrent share of the copies planned with other ranks' copies in flight
+  direct     share of the copies put on the direct path alone (a copy in the opposite
+             direction beside them, GPUSTRIPE_P2P_BIDIR_DIRECT)
+  queued     share of the copies planned behind the rank's own copies to the same GPU
+             (GPUSTRIPE_P2P_QUEUE_PLAN), and the median host share they took (%)
+  gap        median microseconds between one copy seen complete and the next of that size
+             on the same receiver: the time per message of a window, where copies queue
 
   python3 bench/mpi/p2p_trace_summary.py DIR [--label NAME]
 """
@@ -33,6 +39,7 @@ def read(dirname: str):
     """{(sender, send_id): {phase: ns}} and each file's events in order."""
     msgs = defaultdict(dict)
     files = []
+    shares = []
     for path in sorted(glob.glob(os.path.join(dirname, "p2p-trace-*.txt"))):
         events = []
         with open(path) as f:
@@ -42,6 +49,8 @@ def read(dirname: str):
                     continue
                 ns, rank, phase, sender, send_id, recv_id, nbytes = p
                 events.append((int(ns), int(rank), phase, int(sender), int(send_id), int(nbytes)))
+                if phase == "p_queued":  # recv_id: the host share in millionths
+                    shares.append(int(recv_id) / 1e4)
         files.append(events)
         for ns, rank, phase, sender, send_id, nbytes in events:
             if sender >= 0:
@@ -57,6 +66,12 @@ def read(dirname: str):
                 last = (sender, send_id)
             elif phase == "p_concurrent" and last is not None:
                 msgs[last]["conc"] = 1
+                last = None
+            elif phase == "p_direct" and last is not None:
+                msgs[last]["direct"] = 1
+                last = None
+            elif phase == "p_queued" and last is not None:
+                msgs[last]["queued"] = shares.pop(0) if shares else 0.0
                 last = None
     # The interposer's unkeyed stamps: the MPI_Isend entered just before a p2p isend,
     # and the first MPI wait return after the sender saw the request complete.
@@ -77,6 +92,14 @@ def read(dirname: str):
                 for key in waiting:
                     msgs[key]["m_ret"] = ns
                 waiting = []
+    # Time per message where copies queue: consecutive completions of one size on a receiver.
+    for events in files:
+        prev = {}
+        for ns, rank, phase, sender, send_id, nbytes in events:
+            if phase == "r_copied":
+                if nbytes in prev:
+                    msgs[(sender, send_id)]["gap"] = (ns - prev[nbytes]) / 1e3
+                prev[nbytes] = ns
     return msgs
 
 
@@ -98,6 +121,9 @@ def phases(m: dict) -> dict:
         "mpi_out": d("s_ret", "m_ret"),
         "total": d(start, end),
         "conc": m.get("conc", 0),
+        "queued": m.get("queued"),
+        "direct": m.get("direct", 0),
+        "gap": m.get("gap"),
     }
 
 
@@ -112,7 +138,7 @@ def main():
         if "bytes" in m and "s_post" in m and "r_copied" in m:
             by_size[m["bytes"]].append(phases(m))
     print(f"# {a.label or a.dir}: median us per phase ({len(msgs)} messages)")
-    print(f"{'bytes':>11} {'n':>4} " + " ".join(f"{p:>9}" for p in PHASES) + "  concurrent")
+    print(f"{'bytes':>11} {'n':>4} " + " ".join(f"{p:>9}" for p in PHASES) + "  concurrent direct queued host% gap")
     for size in sorted(by_size):
         rows = by_size[size]
         cells = []
@@ -120,7 +146,13 @@ def main():
             v = [r[p] for r in rows if r[p] is not None]
             cells.append(f"{statistics.median(v):9.2f}" if v else f"{'-':>9}")
         conc = sum(r["conc"] for r in rows) / len(rows)
-        print(f"{size:>11} {len(rows):>4} " + " ".join(cells) + f"  {conc:10.2f}")
+        q = [r["queued"] for r in rows if r["queued"] is not None]
+        gaps = [r["gap"] for r in rows if r["gap"] is not None]
+        share = f"{statistics.median(q):5.2f}" if q else f"{'-':>5}"
+        gap = f"{statistics.median(gaps):9.2f}" if gaps else f"{'-':>9}"
+        direct = sum(r["direct"] for r in rows) / len(rows)
+        print(f"{size:>11} {len(rows):>4} " + " ".join(cells)
+              + f"  {conc:10.2f} {direct:6.2f} {len(q) / len(rows):6.2f} {share} {gap}")
 
 
 if __name__ == "__main__":

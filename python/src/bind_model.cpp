@@ -111,6 +111,16 @@ void bind_model(nb::module_& m) {
            },
            nb::arg("src"), nb::arg("dst"), nb::arg("bytes"), nb::arg("paths"),
            "the model's split over exactly these paths, e.g. ['direct', 'host0']")
+      .def("with_engine_call_us",
+           [](const NodeModel& n, double us, const std::string& why) {
+             GS_REQUIRE(us > 0, GPUSTRIPE_ERR_INVALID_ARGUMENT, "engine call cost %g us: must be positive", us);
+             ModelParams p = n.planner->model().params();
+             p.engine_call_us = us;
+             p.source += "; " + why;
+             return NodeModel::with(n.topo, std::move(p));
+           },
+           nb::arg("us"), nb::arg("why"),
+           "the same model with the engine's host cost per call replaced (`why` is appended to .source)")
       .def("predict", [](NodeModel& n, const Plan& p) { return n.planner->predict_us(p); },
            "predicted time (us) of a plan alone on the node")
       .def("predict_concurrent",
@@ -142,9 +152,11 @@ void bind_model(nb::module_& m) {
                    nb::make_tuple(p.hops[static_cast<size_t>(k)].alpha_us, p.hops[static_cast<size_t>(k)].beta_gbps);
              d["epsilon_us"] = p.epsilon_us;
              d["host_call_us"] = p.host_call_us;
+             d["engine_call_us"] = n.planner->model().call_us();
              return d;
            },
-           "{'peer': (alpha_us, beta_gbps), ..., 'epsilon_us': eps, 'host_call_us': CPU cost per enqueue call}");
+           "{'peer': (alpha_us, beta_gbps), ..., 'epsilon_us': eps, 'host_call_us': CPU cost per enqueue call, "
+           "'engine_call_us': what the model charges per call of the engine's schedule}");
 
   m.def("plan",
         [](int src, int dst, uint64_t bytes, std::optional<std::string> topology, std::optional<std::string> profile) {
@@ -219,12 +231,26 @@ void bind_model(nb::module_& m) {
             d["max_us"] = r.max_us;
             d["reps"] = r.reps;
             d["host_us"] = r.host_us;
+            d["samples_us"] = r.samples_us;
             return d;
           },
           nb::arg("plan"), nb::arg("warmup") = 5, nb::arg("reps") = 20, nb::arg("mode") = "back-to-back",
-          "{'us': median, 'min_us', 'max_us', 'reps', 'host_us': median host time of one call} of copy_with_plan, "
+          "{'us': median, 'min_us', 'max_us', 'reps', 'host_us': median host time of one call, 'samples_us': every "
+          "repetition in order} of copy_with_plan, "
           "timed as gpustripe bench times its rows (mode 'back-to-back': repetitions back to back, device events "
-          "on the source's stream) or from an idle stream ('isolated': drained before each repetition)");
+          "on the source's stream) or from an idle stream ('isolated': drained before each repetition)")
+      .def(
+          "host_cost",
+          [](PlanTimer& t) {
+            EngineCallCost c = without_gil([&] { return t.host_cost(); });
+            nb::dict d;
+            d["per_call_us"] = c.per_call_us;
+            d["per_plan_us"] = c.per_plan_us;
+            d["calls"] = c.calls;
+            return d;
+          },
+          "the engine's host cost per call in this process, as calibrate measures engine_call_us: "
+          "{'per_call_us', 'per_plan_us', 'calls'} (per_call_us 0 where the engine replays the probe plan)");
 }
 
 BindingRegistrar reg(20, bind_model);

@@ -194,7 +194,8 @@ Choice Comm::pick(CollOp op, size_t bytes, DataType dt) {
   // The exchanges' only waits between GPUs are their host path's, and pushed reduction inputs
   // wait for their pushes: those gain from flags in per-rank graphs (GPUSTRIPE_COLL_GPU_FLAGS=auto;
   // a chain broadcast lost with them). Measured with 4 GPUs; 2 keep one graph as before.
-  flags_preferred_ = ((op == CollOp::AllToAll || op == CollOp::AllGather) && size() > 2) || it->second.first.reduce.push;
+  flags_preferred_ = ((op == CollOp::AllToAll || op == CollOp::AllGather) && size() > 2) || it->second.first.reduce.push ||
+                     it->second.first.reduce.flags;
   last_ = it->second.second;
   // A broadcast's host path waits for the root's D2H: flags in per-rank graphs, as the exchanges'.
   if (it->second.first.bcast.host_share > 0) flags_preferred_ = true;

@@ -25,6 +25,11 @@ enum Lane : int {
   // (GPUSTRIPE_COLL_FLAG_LANES), so a copy lane never runs a wait or signal kernel between copies.
   kLaneWait = 40,
   kLaneSignal = 41,
+  // Large exchanges: the SM share of every peer block (copy kernels beside the copy-engine rounds).
+  kLaneSm = 30,
+  // The gather half's host path of a copy-engine allreduce (ce_twoshot), beside the scatter half's.
+  kLaneAgD2H = 31,
+  kLaneAgH2D = 32,
 };
 
 struct Op {

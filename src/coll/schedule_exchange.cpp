@@ -38,6 +38,11 @@ void exchange(Program& p, const Team& t, size_t block, const ExchangeOpts& o, Sc
   size_t host_bytes = 0;
   if (o.host_share > 0 && n > 1) host_bytes = align_down(static_cast<size_t>(block * o.host_share), kAlign);
   const size_t nv_bytes = block - host_bytes;
+  // SM share: bytes [0, sm_bytes) of every peer block by copy kernels, the copy engines from there.
+  size_t sm_bytes = 0;
+  if (o.sm_share > 0 && n > 1 && block % 4 == 0)
+    sm_bytes = std::min(nv_bytes, align_down(static_cast<size_t>(block * o.sm_share), kAlign));
+  const size_t ce_bytes = nv_bytes - sm_bytes;
 
   // Local block first, on its own lane: device-local copies are fast and overlap the rest.
   for (int i = 0; i < n; ++i) {
@@ -49,14 +54,32 @@ void exchange(Program& p, const Team& t, size_t block, const ExchangeOpts& o, Sc
 
   // Rounds on round_lanes lanes side by side: piece l of every peer block on lane l.
   const int pieces = o.rounds ? std::max(1, o.round_lanes) : 1;
-  const size_t piece = (nv_bytes / pieces + kAlign - 1) / kAlign * kAlign;
+  const size_t piece = (ce_bytes / pieces + kAlign - 1) / kAlign * kAlign;
   for (int r = 1; r < n; ++r)
     for (int i = 0; i < n; ++i) {
       int j = (i + r) % n;
       for (int l = 0; l < pieces; ++l) {
-        const size_t off = std::min(nv_bytes, l * piece), len = l + 1 == pieces ? nv_bytes - off : std::min(piece, nv_bytes - off);
+        const size_t off = std::min(ce_bytes, l * piece), len = l + 1 == pieces ? ce_bytes - off : std::min(piece, ce_bytes - off);
         int lane = !o.rounds ? kLanePeer0 + (r - 1) : l == 0 ? kLaneOut : kLanePeer0 + (l - 1);
-        p.copy(t.rank[i], lane, dst(i, j) + off, t.dev[j], src(i, j) + off, t.dev[i], len);
+        p.copy(t.rank[i], lane, dst(i, j) + sm_bytes + off, t.dev[j], src(i, j) + sm_bytes + off, t.dev[i], len);
+      }
+    }
+
+  // The SM share: copy kernels (1-source reductions of 4-byte words) storing into the peers,
+  // in round order on a lane of their own. An allgather sends one source to every peer: one
+  // kernel with every peer's block as a destination.
+  if (sm_bytes > 0)
+    for (int i = 0; i < n; ++i) {
+      if (stage_once_per_sender) {
+        std::vector<void*> more;
+        for (int r = 2; r < n; ++r) more.push_back(dst(i, (i + r) % n));
+        p.reduce(t.rank[i], kLaneSm, dst(i, (i + 1) % n), {src(i, (i + 1) % n)}, sm_bytes / 4, GPUSTRIPE_INT32,
+                 GPUSTRIPE_SUM, {}, std::move(more));
+        continue;
+      }
+      for (int r = 1; r < n; ++r) {
+        const int j = (i + r) % n;
+        p.reduce(t.rank[i], kLaneSm, dst(i, j), {src(i, j)}, sm_bytes / 4, GPUSTRIPE_INT32, GPUSTRIPE_SUM);
       }
     }
 

@@ -98,7 +98,8 @@ Blocks split_blocks(size_t count, int parts, size_t align) {
 
 std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, const std::vector<const char*>& send,
                                                    const std::vector<char*>& out, const Blocks& b, DataType dt,
-                                                   RedOp op, const ReduceOpts& o, Scratch& scratch) {
+                                                   RedOp op, const ReduceOpts& o, Scratch& scratch,
+                                                   const std::vector<std::vector<char*>>& more_out) {
   const int n = t.size();
   const size_t esz = dtype_size(dt);
   const size_t align = std::max<size_t>(1, kAlignBytes / esz);
@@ -128,6 +129,26 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
   // Slot s, peer index q (0..n-2) of member j.
   auto slot = [&](int j, int s, int q) { return scr[j] + (static_cast<size_t>(s) * (n - 1) + q) * slot_bytes; };
   auto peer_index = [&](int i, int j) { return (i - j - 1 + n) % n; };
+  // Host share (copy mode): the tail of each piece of `len` elements, staged in a region of its
+  // own per (chunk, sender, owner), so no staging region is reused within a call.
+  auto host_elems = [&](size_t len) {
+    return !o.pull && n > 1 && o.host_share > 0 ? static_cast<size_t>(static_cast<double>(len) * o.host_share) / align * align
+                                                : 0;
+  };
+  const size_t stage_bytes = ceil_div(host_elems(max_chunk) * esz, kAlignBytes) * kAlignBytes;
+  auto sm_elems = [&](size_t len) {
+    return !o.pull && n > 1 && o.sm_share > 0 ? static_cast<size_t>(static_cast<double>(len) * o.sm_share) / align * align
+                                              : 0;
+  };
+  // The gather half's host share (more_out): one staging region per (chunk, owner), after the above.
+  auto ag_host_elems = [&](size_t len) {
+    return !o.pull && n > 1 && !more_out.empty() && o.ag_host_share > 0
+               ? static_cast<size_t>(static_cast<double>(len) * o.ag_host_share) / align * align
+               : 0;
+  };
+  const size_t ag_stage_bytes = ceil_div(ag_host_elems(max_chunk) * esz, kAlignBytes) * kAlignBytes;
+  const size_t rs_stages = stage_bytes * chunks * n * n;
+  char* host = stage_bytes || ag_stage_bytes ? scratch.host(rs_stages + ag_stage_bytes * chunks * n) : nullptr;
 
   for (int c = 0; c < chunks; ++c) {
     std::vector<std::vector<int>> arrived(n);
@@ -144,8 +165,20 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
           if (c >= slots) deps.push_back(done[c - slots][j]);
           const int driver = o.receiver_copies ? j : i;
           const int lane = o.peer_lanes ? kLanePeer0 + (r - 1) : kLaneOut;
-          arrived[j].push_back(p.copy(t.rank[driver], lane, slot(j, s, peer_index(i, j)), t.dev[j],
-                                      send[i] + (b.off[j] + off) * esz, t.dev[i], len * esz, deps));
+          const size_t h = host_elems(len), k = sm_elems(len - h), nv = len - h - k;
+          char* to = slot(j, s, peer_index(i, j));
+          const char* from = send[i] + (b.off[j] + off) * esz;
+          if (k > 0) {  // [0, k) by the sender's kernel: a one-source reduction is a copy
+            arrived[j].push_back(p.reduce(t.rank[i], kLaneSm, to, {from}, k, dt, op, deps));
+            to += k * esz;
+            from += k * esz;
+          }
+          arrived[j].push_back(p.copy(t.rank[driver], lane, to, t.dev[j], from, t.dev[i], nv * esz, deps));
+          if (h > 0) {
+            char* stage = host + ((static_cast<size_t>(c) * n + i) * n + j) * stage_bytes;
+            deps.push_back(p.copy(t.rank[i], kLaneD2H, stage, kHostDevice, from + nv * esz, t.dev[i], h * esz));
+            arrived[j].push_back(p.copy(t.rank[j], kLaneH2D, to + nv * esz, t.dev[j], stage, kHostDevice, h * esz, deps));
+          }
         }
     }
     for (int j = 0; j < n; ++j) {
@@ -159,7 +192,25 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
         if (i == j || o.pull) srcs.push_back(send[i] + (b.off[j] + off) * esz);
         else srcs.push_back(slot(j, c % slots, peer_index(i, j)));
       }
-      done[c][j] = p.reduce(t.rank[j], o.reduce_lane, out[j] + off * esz, std::move(srcs), len, dt, op, arrived[j]);
+      // With more_out, the head [0, kl) goes to every member by the kernel's stores; a tail of
+      // hg elements is reduced into out[j] alone and reaches the others through host memory.
+      const size_t hg = ag_host_elems(len), kl = len - hg;
+      std::vector<void*> more;
+      if (!more_out.empty())
+        for (char* m : more_out[j])
+          if (m) more.push_back(m + off * esz);
+      std::vector<const void*> tail;
+      for (const void* src : srcs) tail.push_back(static_cast<const char*>(src) + kl * esz);
+      done[c][j] = p.reduce(t.rank[j], o.reduce_lane, out[j] + off * esz, std::move(srcs), kl, dt, op, arrived[j],
+                            std::move(more));
+      if (hg == 0) continue;
+      char* result = out[j] + (off + kl) * esz;
+      done[c][j] = p.reduce(t.rank[j], o.reduce_lane, result, std::move(tail), hg, dt, op, arrived[j]);
+      char* stage = host + rs_stages + (static_cast<size_t>(c) * n + j) * ag_stage_bytes;
+      const int staged = p.copy(t.rank[j], kLaneAgD2H, stage, kHostDevice, result, t.dev[j], hg * esz, {done[c][j]});
+      for (int k = 0; k < n; ++k)
+        if (char* m = more_out[j][k])
+          p.copy(t.rank[k], kLaneAgH2D, m + (off + kl) * esz, t.dev[k], stage, kHostDevice, hg * esz, {staged});
     }
   }
   return done;
@@ -176,6 +227,16 @@ void build_allreduce_rs_ag(Program& p, const Team& t, const std::vector<const ch
   for (int j = 0; j < n; ++j) out[j] = recv[j] + b.off[j] * esz;
   ReduceOpts whole = o;
   whole.copy_share = 0;  // the allgather waits for each block's reduction
+  if (o.ag_stores && !o.pull) {
+    // Each reduction stores its chunk into every member (only member j writes block j; in
+    // place, its inputs from the others were copied into its scratch before it runs).
+    std::vector<std::vector<char*>> more(n, std::vector<char*>(n, nullptr));
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k)
+        if (k != j) more[j][k] = recv[k] + b.off[j] * esz;
+    build_reduce_scatter(p, t, send, out, b, dt, op, whole, scratch, more);
+    return;
+  }
   auto done = build_reduce_scatter(p, t, send, out, b, dt, op, whole, scratch);
   // Allgather of each reduced chunk, on a lane beside the reduce-scatter copies. In place,
   // the write into recv[k] (== send[k]) comes after the reduction that read send[k]'s chunk.
@@ -273,6 +334,11 @@ void build_allreduce_hier(Program& p, const Team& t, const std::vector<std::vect
     GS_REQUIRE(grp.size() == g, GPUSTRIPE_ERR_INTERNAL, "hierarchical allreduce needs groups of equal size");
   const size_t esz = dtype_size(dt);
   Blocks b = split_blocks(count, static_cast<int>(g), std::max<size_t>(1, kAlignBytes / esz));
+  // Several reduce-scatters in one program: each would stage its host share in the same
+  // pinned scratch, so none gets one.
+  ReduceOpts flat = o;
+  flat.host_share = 0;
+  flat.sm_share = 0;  // the link between groups may not map peers' memory
   auto sub = [&](const std::vector<int>& members) {
     Team s;
     for (int m : members) {
@@ -290,12 +356,12 @@ void build_allreduce_hier(Program& p, const Team& t, const std::vector<std::vect
       s.push_back(send[grp[l]]);
       out.push_back(recv[grp[l]] + b.off[l] * esz);
     }
-    build_reduce_scatter(p, sub(grp), s, out, b, dt, op, o, scratch);
+    build_reduce_scatter(p, sub(grp), s, out, b, dt, op, flat, scratch);
   }
   p.barrier();
   // 2. Across groups: the l-th members allreduce block l in place (copy mode: the link
   //    between sockets may not map peer memory).
-  ReduceOpts across = o;
+  ReduceOpts across = flat;
   across.pull = false;
   for (size_t l = 0; l < g; ++l) {
     std::vector<int> members;

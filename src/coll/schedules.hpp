@@ -40,6 +40,11 @@ struct ExchangeOpts {
   // Rounds: each peer block split over this many lanes that run side by side, so one
   // lane's gap between two copies is covered by the other's.
   int round_lanes = 1;
+  // The head of each peer block stored into the receiver by a copy kernel on the sender's SMs
+  // (one kernel per round on a lane of its own; an allgather's one kernel writes every peer),
+  // beside the copy engines' rounds over the rest: both kinds of NVLink traffic at once.
+  // Needs peer access and 4-byte multiples; 0: copy engines only.
+  double sm_share = 0;
 };
 
 // Alltoall: block j of send[i] -> block i of recv[j]; blocks of `block` bytes. Not in place
@@ -68,6 +73,21 @@ struct ReduceOpts {
   // twoshot: the inputs are first pushed by their owners' kernels into the reducing member's
   // scratch (only stores cross NVLink, no loads); the reductions wait for other GPUs' pushes.
   bool push = false;
+  // Copy mode: the tail of every piece goes through pinned host memory (D2H by the sender, H2D
+  // by the owner into its slot) beside the copy engines, as the exchanges' host share.
+  double host_share = 0;
+  // The waits between GPUs of this schedule become flags in per-rank graphs (the executor's
+  // GPUSTRIPE_COLL_GPU_FLAGS=auto), as for the exchanges' host path.
+  bool flags = false;
+  // Allreduce in copy mode (ce_twoshot): each chunk's reduction kernel stores its result into
+  // every member's output itself (as two-shot does) instead of copy engines gathering it after.
+  bool ag_stores = false;
+  // ce_twoshot: the tail of each reduced chunk reaches the other members through pinned host
+  // memory (one D2H by its owner, an H2D by each member) instead of the kernel's stores.
+  double ag_host_share = 0;
+  // Copy mode: the head of every piece stored into the owner's slot by a copy kernel on the
+  // sender's SMs (a lane of its own), beside the copy engines' part.
+  double sm_share = 0;
 };
 
 // Reduce-scatter over blocks b (elements): out[j] (block j's result at member j) =
@@ -75,9 +95,12 @@ struct ReduceOpts {
 // finishes that chunk (index into p, or -1): result[c][j]. With a copy_share, that is the
 // kernels' part only (the copy engines' part is reduced on its own lane): callers that wait
 // for a block (allgather, reduce to a root) take no copy_share.
+// more_out (optional): per member j, member k's output of block j's result (k != j; nullptr
+// at k == j), for an allreduce whose reductions store into every member (copy mode only).
 std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, const std::vector<const char*>& send,
                                                    const std::vector<char*>& out, const Blocks& b, DataType dt,
-                                                   RedOp op, const ReduceOpts& o, Scratch& scratch);
+                                                   RedOp op, const ReduceOpts& o, Scratch& scratch,
+                                                   const std::vector<std::vector<char*>>& more_out = {});
 
 // Allreduce as reduce-scatter pipelined into allgather, chunk by chunk.
 void build_allreduce_rs_ag(Program& p, const Team& t, const std::vector<const char*>& send,

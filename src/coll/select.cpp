@@ -13,7 +13,7 @@ namespace {
 
 const StringSetting kAlgo{"GPUSTRIPE_COLL_ALGO", "auto",
                           "Force collective schedules: auto, or a comma list of names, each op taking the first that "
-                          "is its own (rounds, all_at_once, rs_copy, rs_pull, oneshot, twoshot, rs_ag_copy, rs_ag_pull, hier, "
+                          "is its own (rounds, all_at_once, rs_copy, rs_pull, oneshot, twoshot, rs_ag_copy, rs_ag_pull, hier, ce_twoshot, "
                           "direct, scatter_ag, chain, reduce_copy, reduce_pull)"};
 const SizeSetting kChunk{"GPUSTRIPE_COLL_CHUNK", "32M",
                          "Pipeline chunk of a rank's block in reduce-scatter/allreduce/reduce/bcast schedules "
@@ -126,6 +126,37 @@ const SizeSetting kPushMax{"GPUSTRIPE_COLL_PUSH_MAX", "64M",
                            "Largest allreduce per rank with pushed inputs (see GPUSTRIPE_COLL_PUSH_MIN)"};
 const SizeSetting kOneshotMax{"GPUSTRIPE_COLL_ONESHOT_MAX", "256K",
                               "Largest allreduce per rank done in one step (every rank reduces all inputs)"};
+// Large messages (session 3). In exchange rounds every GPU sends and receives at once and a
+// copy-engine round runs at ~363 GB/s per direction (session 2 timelines); an SM share asks
+// whether stores from the SMs add to that (bench/probes/nvlink_mix.cu measures it alone).
+const DoubleSetting kSmShare{"GPUSTRIPE_COLL_SM_SHARE", "0",
+                             "Fraction (0..0.9) of each alltoall/allgather peer block (from GPUSTRIPE_COLL_SM_SHARE_MIN) "
+                             "that copy kernels store into the peers beside the copy engines' rounds"};
+const SizeSetting kSmShareMin{"GPUSTRIPE_COLL_SM_SHARE_MIN", "16M",
+                              "Smallest alltoall/allgather peer block that gets GPUSTRIPE_COLL_SM_SHARE"};
+const StringSetting kRsHostShare{"GPUSTRIPE_COLL_RS_HOST_SHARE", "auto",
+                                 "Fraction of each piece of the copy-engine reductions (rs_copy, rs_ag_copy, "
+                                 "reduce_copy) sent through pinned host memory: auto (the alltoall's measured share on "
+                                 "NVSwitch nodes of more than 2 GPUs, from GPUSTRIPE_COLL_HOST_MIN blocks; else none) "
+                                 "or 0..0.5"};
+const StringSetting kAgHostShare{"GPUSTRIPE_COLL_AG_HOST_SHARE", "auto",
+                                 "ce_twoshot allreduce: fraction of each reduced chunk that reaches the other members "
+                                 "through pinned host memory instead of the kernel's stores: auto (as "
+                                 "GPUSTRIPE_COLL_RS_HOST_SHARE's auto) or 0..0.5"};
+const DoubleSetting kRsSmShare{"GPUSTRIPE_COLL_RS_SM_SHARE", "0",
+                               "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy, ce_twoshot): fraction (0..0.9) "
+                               "of every piece that the sender's copy kernel stores into the owner's scratch beside "
+                               "the copy engines"};
+const SizeSetting kCeTwoshotMin{"GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "64G",
+                                "Smallest allreduce per rank over more than 2 GPUs that maps peers done by ce_twoshot "
+                                "(copy engines move the inputs in rounds, kernels store each reduced chunk into every "
+                                "member)"};
+const SizeSetting kRsCopyMin{"GPUSTRIPE_COLL_RS_COPY_MIN", "64G",
+                             "Smallest reduce-scatter per rank over more than 2 GPUs that maps peers done by rs_copy "
+                             "(copy engines move the inputs in rounds, with a host share and flags)"};
+const BoolSetting kCopyFlags{"GPUSTRIPE_COLL_COPY_FLAGS", "1",
+                             "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy) over more than 2 GPUs: their "
+                             "waits between GPUs become flags in per-rank graphs (GPUSTRIPE_COLL_GPU_FLAGS=auto)"};
 
 // Measured on the 4x H200 node (shared/HARDWARE.md): copy engines reach ~82% of the
 // nominal NVLink figure, PCIe ~85% one way; with every GPU on the host path at once the
@@ -190,7 +221,7 @@ std::vector<std::string> schedule_names(CollOp op) {
     case CollOp::AllToAll:
     case CollOp::AllGather: return {"rounds", "all_at_once", "sm"};
     case CollOp::ReduceScatter: return {"rs_copy", "rs_pull"};
-    case CollOp::AllReduce: return {"oneshot", "twoshot", "rs_ag_copy", "rs_ag_pull", "hier"};
+    case CollOp::AllReduce: return {"oneshot", "twoshot", "rs_ag_copy", "rs_ag_pull", "hier", "ce_twoshot"};
     case CollOp::Bcast: return {"direct", "scatter_ag", "chain", "sm"};
     case CollOp::Reduce: return {"reduce_copy", "reduce_pull"};
   }
@@ -213,6 +244,7 @@ std::string Choice::describe() const {
     s += " host=" + pct(exchange.host_share);
     if (exchange.local_kernel) s += " local=kernel";
     if (name == "rounds" && exchange.round_lanes > 1) s += format(" lanes=%d", exchange.round_lanes);
+    if (exchange.sm_share > 0) s += " sm=" + pct(exchange.sm_share);
   }
   else if (name == "direct" || name == "scatter_ag" || name == "chain") s += format(" chunks=%d", bcast.chunks);
   else if (name == "sm") {
@@ -223,6 +255,10 @@ std::string Choice::describe() const {
     s += format(" chunks=%d slots=%d%s", reduce.chunks, reduce.slots,
                 reduce.pull ? "" : reduce.receiver_copies ? " copies=receiver" : " copies=sender");
   if (reduce.push) s += " push";
+  if (reduce.host_share > 0) s += " host=" + pct(reduce.host_share);
+  if (reduce.ag_host_share > 0) s += " ag_host=" + pct(reduce.ag_host_share);
+  if (reduce.sm_share > 0) s += " sm=" + pct(reduce.sm_share);
+  if (reduce.flags) s += " flags";
   if (reduce.copy_share > 0)
     s += format(" ce=%s%s", pct(reduce.copy_share).c_str(), reduce.receiver_copies ? " copies=receiver" : " copies=sender");
   return s + ": " + why;
@@ -301,6 +337,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
                                                        : std::clamp(chunks_for(block), 2, 16);
     c.exchange.local_kernel = kLocalCopy.get() == "kernel";
     c.exchange.round_lanes = static_cast<int>(std::clamp<int64_t>(kRoundLanes.get(), 1, 4));
+    if (res.all_peer && block >= kSmShareMin.get()) c.exchange.sm_share = std::clamp(kSmShare.get(), 0.0, 0.9);
     return c;
   }
 
@@ -347,13 +384,22 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   if (!force.empty()) {
     c.name = force;
     c.why = why_forced(force);
-    if ((force.find("pull") != std::string::npos || force == "oneshot" || force == "twoshot") && !pull_ok)
+    if ((force.find("pull") != std::string::npos || force == "oneshot" || force == "twoshot" || force == "ce_twoshot") &&
+        !pull_ok)
       GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "schedule %s reads peers' memory, but not every pair of these GPUs can",
                force.c_str());
   } else if (op == CollOp::AllReduce && res.socket_groups.size() > 1) {
     c.name = "hier";
     c.why = format("%zu sockets of %zu GPUs: reduce-scatter inside sockets, allreduce across, allgather inside",
                    res.socket_groups.size(), res.socket_groups[0].size());
+  } else if (op == CollOp::AllReduce && pull_ok && n > 2 && bytes >= kCeTwoshotMin.get()) {
+    c.name = "ce_twoshot";
+    c.why = size + " >= GPUSTRIPE_COLL_CE_TWOSHOT_MIN: copy engines move the inputs in rounds, kernels store each "
+                   "reduced chunk into every member";
+  } else if (op == CollOp::ReduceScatter && pull_ok && n > 2 && bytes >= kRsCopyMin.get()) {
+    c.name = "rs_copy";
+    c.why = size + " >= GPUSTRIPE_COLL_RS_COPY_MIN: copy engines move the inputs in rounds, kernels reduce chunk c "
+                   "while chunk c+1 moves";
   } else if (op == CollOp::AllReduce && pull_ok && bytes <= kOneshotMax.get()) {
     c.name = "oneshot";
     c.why = size + " <= GPUSTRIPE_COLL_ONESHOT_MAX: one kernel per rank reads every input (latency path)";
@@ -391,6 +437,23 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   if (c.name == "twoshot" && n > 2 && bytes >= kPushMin.get() && bytes <= kPushMax.get()) {
     c.reduce.push = true;
     c.reduce.copy_share = 0;
+  }
+  // Copy-engine reductions: their inputs cross NVLink in the alltoall's permutation rounds, so
+  // they take the alltoall's host share and, like it, flags for their waits between GPUs.
+  c.reduce.ag_stores = c.name == "ce_twoshot";
+  if (c.name == "rs_copy" || c.name == "rs_ag_copy" || c.name == "reduce_copy" || c.name == "ce_twoshot") {
+    c.reduce.flags = kCopyFlags.get() && n > 2;
+    auto share = [&](const StringSetting& setting) {
+      const std::string hs = setting.get();
+      if (hs == "auto")
+        return res.nvswitch && n > 2 && block >= kHostMin.get() ? measured_host_share(CollOp::AllToAll, block) : 0.0;
+      const double f = parse_double(hs, setting.name());
+      GS_REQUIRE(f >= 0 && f <= 0.5, GPUSTRIPE_ERR_CONFIG, "%s=%s: expected auto or 0..0.5", setting.name(), hs.c_str());
+      return f;
+    };
+    c.reduce.host_share = share(kRsHostShare);
+    if (res.all_peer) c.reduce.sm_share = std::clamp(kRsSmShare.get(), 0.0, 0.9);
+    if (c.reduce.ag_stores) c.reduce.ag_host_share = share(kAgHostShare);
   }
   // Slots: as many as chunks when the scratch allows (no copy ever waits for a reduction).
   const uint64_t chunk_bytes = std::max<uint64_t>(1, (block + c.reduce.chunks - 1) / c.reduce.chunks);

@@ -210,6 +210,14 @@ void Engine::copy(void* dst, int dst_dev, const void* src, int src_dev, uint64_t
 }
 
 void Engine::copy_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
+  run_given(plan, dst, src, stream, true);
+}
+
+void Engine::enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
+  run_given(plan, dst, src, stream, false);
+}
+
+void Engine::run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool replay) {
   check_copy(backend_, dst, plan.dst, src, plan.src, plan.bytes);
   if (plan.bytes == 0) return;
   if (plan.src == plan.dst) {
@@ -217,7 +225,7 @@ void Engine::copy_with_plan(const Plan& plan, void* dst, const void* src, Stream
     ++plain_copies_;
     return;
   }
-  execute(plan, dst, src, stream);
+  execute(plan, dst, src, stream, false, replay);
 }
 
 void Engine::check_plan(const Plan& plan) const {
@@ -240,7 +248,7 @@ void Engine::ensure_peer(int a, int b) {
   done.store(true, std::memory_order_release);
 }
 
-void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer) {
+void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer, bool replay) {
   if (plan.single_path() && plan.paths[0].kind == PathKind::Direct) {
     ensure_peer(plan.src, plan.dst);
     backend_.copy_async_prechecked(dst, plan.dst, src, plan.src, plan.bytes, stream);
@@ -267,13 +275,14 @@ void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle 
     }
   }
   const Plan& plan_run = steered.paths.empty() ? plan : steered;
-  run_schedule(plan_run, dst, src, stream);
+  run_schedule(plan_run, dst, src, stream, replay);
 }
 
-bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
-  const bool replayable = graphs_gpu_staged_ || std::none_of(plan.paths.begin(), plan.paths.end(), [](const PathPlan& p) {
-                            return p.kind == PathKind::GpuStaged;
-                          });
+bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool replay) {
+  const bool replayable =
+      replay && (graphs_gpu_staged_ || std::none_of(plan.paths.begin(), plan.paths.end(), [](const PathPlan& p) {
+                   return p.kind == PathKind::GpuStaged;
+                 }));
   if (graphs_ && replayable) {
     try {
       if (launch_graph(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream)) return true;

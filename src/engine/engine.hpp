@@ -60,6 +60,13 @@ class Engine {
   // Executes a given plan (forced plans of the model's accuracy check and the tuner).
   // The plan's src/dst/bytes name the devices and size; pointers are checked like copy_async's.
   void copy_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream);
+  // copy_with_plan, never replayed as a graph: the schedule is enqueued, so its staged pieces
+  // take the next free range of the staging ring and follow the pieces queued before them on
+  // the same lanes at once. A replay uses its area from the start and so waits for the whole
+  // of every earlier transfer that staged there: a queue of transfers to one peer (a window
+  // of messages) then runs one transfer after the other, each filling and draining its
+  // staged path alone.
+  void enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream);
 
   Backend& backend() { return backend_; }
   const Topology& topology() const { return topo_; }
@@ -75,14 +82,18 @@ class Engine {
 
  private:
   std::shared_ptr<const Plan> cached_plan(int src, int dst, uint64_t bytes);
+  // copy_with_plan (replay true) and enqueue_with_plan (false).
+  void run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool replay);
   // `steer`: a planner's plan, which GPUSTRIPE_BALANCE may shift (forced plans run as given).
-  void execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer = false);
+  // `replay`: a repeated schedule may be replayed as a graph (enqueue_with_plan: never).
+  void execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer = false,
+               bool replay = true);
   // A direct + staged plan with both paths timed (GPUSTRIPE_BALANCE, balancer.hpp): the direct
   // path on the caller's stream, the staged one (replayed as a graph of its own) on a lane of
   // the source GPU forked from the caller and joined back.
   void execute_balanced(const Plan& plan, char* dst, const char* src, StreamHandle caller);
   // The schedule of a checked plan: replayed as a graph where it can be (true), else enqueued (under mu_).
-  bool run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream);
+  bool run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool replay = true);
   void check_plan(const Plan& plan) const;
   void ensure_peer(int a, int b);
   void enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing);

@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <ctime>
 
 #include "common/config.hpp"
 #include "common/error.hpp"
@@ -19,7 +21,7 @@ const SizeSetting kRingBytes{"GPUSTRIPE_IPC_RING", "256K",
                              "records; a record may use a quarter of it)"};
 
 constexpr uint64_t kMagic = 0x6770737472697065ull;  // "gpstripe"
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 constexpr int kBoardSlots = 1024;
 constexpr uint64_t kSkip = ~0ull;  // record length marking "continue at the ring's start"
 constexpr size_t kAlign = 64;
@@ -27,6 +29,13 @@ constexpr size_t kAlign = 64;
 enum : uint32_t { kAbsent = 0, kAlive = 1, kLeft = 2 };
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+// CLOCK_MONOTONIC: the same clock in every process of the node.
+uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
 size_t pow2_at_least(size_t v) {
   size_t p = 4096;
   while (p < v) p <<= 1;
@@ -41,10 +50,11 @@ struct alignas(kAlign) RankSlot {
 };
 
 struct Channel::BoardSlot {
-  std::atomic<uint32_t> state;  // 0 free, 1 being written, 2 published
+  std::atomic<uint32_t> state;  // 0 free, 1 being written, 2 published, 3 retired (free, read as recent)
   int32_t owner;                // rank
   int32_t src_dev, dst_dev;
   uint64_t bytes;
+  std::atomic<uint64_t> retired_ns;  // monotonic_ns() when retired (state 3)
 };
 
 struct Channel::Header {
@@ -204,32 +214,45 @@ void Channel::consume(int src) {
 }
 
 int Channel::publish_transfer(int src_dev, int dst_dev, uint64_t bytes) {
-  for (int i = 0; i < kBoardSlots; ++i) {
-    BoardSlot& b = header()->board[i];
-    uint32_t expect = 0;
-    if (!b.state.compare_exchange_strong(expect, 1, std::memory_order_acquire)) continue;
-    b.owner = rank_;
-    b.src_dev = src_dev;
-    b.dst_dev = dst_dev;
-    b.bytes = bytes;
-    b.state.store(2, std::memory_order_release);
-    return i;
-  }
+  // Free slots first; retired ones (kept for transfers_of_others' `recent_ns`) only when no
+  // slot is free.
+  for (uint32_t from : {0u, 3u})
+    for (int i = 0; i < kBoardSlots; ++i) {
+      BoardSlot& b = header()->board[i];
+      uint32_t expect = from;
+      if (!b.state.compare_exchange_strong(expect, 1, std::memory_order_acquire)) continue;
+      b.owner = rank_;
+      b.src_dev = src_dev;
+      b.dst_dev = dst_dev;
+      b.bytes = bytes;
+      b.retired_ns.store(0, std::memory_order_relaxed);
+      b.state.store(2, std::memory_order_release);
+      return i;
+    }
   return -1;
 }
 
 void Channel::retire_transfer(int slot) {
-  if (slot >= 0 && slot < kBoardSlots) header()->board[slot].state.store(0, std::memory_order_release);
+  if (slot < 0 || slot >= kBoardSlots) return;
+  BoardSlot& b = header()->board[slot];
+  b.retired_ns.store(monotonic_ns(), std::memory_order_relaxed);
+  b.state.store(3, std::memory_order_release);
 }
 
-std::vector<Channel::InFlight> Channel::transfers_of_others() const {
+std::vector<Channel::InFlight> Channel::transfers_of_others(uint64_t recent_ns) const {
   std::vector<InFlight> out;
+  const uint64_t now = recent_ns ? monotonic_ns() : 0;
   for (int i = 0; i < kBoardSlots; ++i) {
     const BoardSlot& b = header()->board[i];
-    if (b.state.load(std::memory_order_acquire) != 2) continue;
-    InFlight t{b.src_dev, b.dst_dev, b.bytes};
+    const uint32_t state = b.state.load(std::memory_order_acquire);
+    if (state != 2 && !(state == 3 && recent_ns)) continue;
+    const uint64_t retired = b.retired_ns.load(std::memory_order_relaxed);
+    if (state == 3 && (retired == 0 || now - std::min(now, retired) > recent_ns)) continue;
+    InFlight t{b.src_dev, b.dst_dev, b.bytes, state == 3};
     int owner = b.owner;
-    if (b.state.load(std::memory_order_acquire) != 2 || owner == rank_ || owner < 0 || owner >= nranks_) continue;
+    // Read again: a slot taken over meanwhile is skipped, not read half old, half new.
+    if (b.state.load(std::memory_order_acquire) != state || owner == rank_ || owner < 0 || owner >= nranks_) continue;
+    if (state == 3 && b.retired_ns.load(std::memory_order_relaxed) != retired) continue;
     // Entries of a rank that died or left are stale, not traffic.
     if (header()->ranks[owner].state.load(std::memory_order_acquire) != kAlive) continue;
     out.push_back(t);

@@ -13,6 +13,7 @@
 #include "common/log.hpp"
 #include "engine/engine.hpp"
 #include "model/multipath_model.hpp"
+#include "model/plan_timing.hpp"
 #include "model/schedule_cost.hpp"
 #include "topology/topology.hpp"
 
@@ -86,13 +87,13 @@ class Bench {
         }
       }
     };
-    return median_of(time_back_to_back(b_, root, rs, post, 1, reps_));
+    return median_of(keep(time_back_to_back(b_, root, rs, post, 1, reps_)));
   }
   double time_one(const CopyOp& op) { return time_concurrent({op}); }
 
   // A two-hop relay src GPU -> host -> dst GPU in `chunks` chunks, the relay of each chunk
   // waiting on an event of its first hop (as the engine does). Median us.
-  double time_relay(int s, int d, size_t bytes, int chunks) {
+  double time_relay(int s, int d, size_t bytes, int chunks, int reps = 0) {
     std::vector<EventHandle> ev;
     for (int c = 0; c < chunks; ++c) ev.push_back(b_.create_event(s, false));
     StreamHandle a = stream(s, 0), bst = stream(d, 1);
@@ -111,7 +112,7 @@ class Bench {
     };
     double t = 0;
     try {
-      t = median_of(time_back_to_back(b_, s, a, post, 1, reps_));
+      t = median_of(keep(time_back_to_back(b_, s, a, post, 1, reps > 0 ? reps : reps_)));
     } catch (...) {
       for (EventHandle e : ev) b_.destroy_event(e);
       throw;
@@ -198,12 +199,12 @@ class Bench {
     return median_of(us);
   }
   // Median time of replaying a graph of `work` back to back on GPU s's first stream.
-  double time_graph(int s, const std::function<void()>& work) {
+  double time_graph(int s, const std::function<void()>& work, int reps = 0) {
     StreamHandle a = stream(s, 0);
     GraphExecHandle g = capture(a, work);
     double t = 0;
     try {
-      t = median_of(time_back_to_back(b_, s, a, [&] { b_.launch_graph(g, a); }, 3, reps_));
+      t = median_of(keep(time_back_to_back(b_, s, a, [&] { b_.launch_graph(g, a); }, 3, reps > 0 ? reps : reps_)));
     } catch (...) {
       b_.destroy_graph(g);
       throw;
@@ -212,7 +213,15 @@ class Bench {
     return t;
   }
 
+  // The repetitions (us) of the last timing: their spread is recorded beside some medians.
+  const std::vector<double>& last_samples() const { return last_; }
+
  private:
+  std::vector<double> keep(std::vector<double> t) {
+    last_ = t;
+    return t;
+  }
+  std::vector<double> last_;
   Backend& b_;
   int reps_;
   size_t max_;
@@ -221,6 +230,26 @@ class Bench {
   std::vector<StreamHandle> streams_;
   std::vector<EventHandle> done_, fork_;
 };
+
+// Quantiles of repetitions (us): how far they spread around the median that is kept.
+json spread_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto q = [&](double f) { return v.empty() ? 0.0 : v[static_cast<size_t>(f * static_cast<double>(v.size() - 1) + 0.5)]; };
+  return {{"reps", v.size()}, {"min", q(0)}, {"p10", q(0.1)}, {"p25", q(0.25)}, {"p50", q(0.5)}, {"p75", q(0.75)},
+          {"p90", q(0.9)}, {"max", q(1)}};
+}
+
+// Robust standard deviation of repetitions: interquartile range / 1.349 (a normal's), so
+// that one repetition far out does not set it.
+double robust_sd_of(std::vector<double> v) {
+  if (v.size() < 4) return 0;
+  std::sort(v.begin(), v.end());
+  auto q = [&](double f) { return v[static_cast<size_t>(f * static_cast<double>(v.size() - 1) + 0.5)]; };
+  return (q(0.75) - q(0.25)) / 1.349;
+}
+
+// Repetitions of the timings whose spread is kept (lane jitter): enough for quartiles.
+constexpr int kSpreadReps = 41;
 
 double gbps(size_t bytes, double us) { return us > 0 ? static_cast<double>(bytes) / (us * 1e3) : 0; }
 
@@ -231,46 +260,19 @@ std::string today() {
   return buf;
 }
 
-// The engine's own host cost per call: Engine::copy_with_plan of a 4 MB plan 0 -> 1 in
-// the size class where the host can be the bottleneck (direct; a path staged through each
-// other GPU with peer access both ways; a host path; every staged path in one piece), as
-// the model counts its calls (schedule_cost.hpp: schedule_calls and the pointer checks).
-// The calls alone cost host_call_us; the engine adds its bookkeeping between them (lanes,
-// staging ranges and their marks, the plan's checks). Wall clock per copy_with_plan,
-// issued back to back as model-check and bench issue them, median. 0 when the engine
-// would replay the plan as a graph (nothing enqueued call by call to time).
-double engine_call_us(Backend& b, const Topology& topo, int n, Bench& bench, json& meas) {
-  const uint64_t part = 128u << 10;
-  Plan plan;
-  plan.src = 0;
-  plan.dst = 1;
-  plan.paths.push_back({PathKind::Direct, -1, 0, 24 * part, 1});
-  for (int g = 2; g < n; ++g)
-    if (topo.can_access_peer(0, g) && topo.can_access_peer(g, 1) && b.can_access_peer(0, g) && b.can_access_peer(g, 1))
-      plan.paths.push_back({PathKind::GpuStaged, g, plan.paths.back().offset + plan.paths.back().bytes, 3 * part, 1});
-  plan.paths.push_back({PathKind::HostStaged, topo.gpu(0).socket, plan.paths.back().offset + plan.paths.back().bytes,
-                        part, 1});
-  plan.bytes = plan.paths.back().offset + plan.paths.back().bytes;
-  const EngineShape shape = EngineShape::from_settings();
-  if (replays(plan, shape)) {
+// The engine's own host cost per call (plan_timing.hpp: engine_probe_plan, engine_call_cost),
+// on an engine of its own over the calibration's buffers. 0 when the engine would replay the
+// probe as a graph (nothing enqueued call by call to time).
+double engine_call_us(Backend& b, const Topology& topo, Bench& bench, json& meas) {
+  const Plan plan = engine_probe_plan(b, topo);
+  if (replays(plan, EngineShape::from_settings())) {
     meas["engine_call"] = {{"plan", plan.describe()}, {"note", "replayed as a graph by this engine: not timed"}};
     return 0;
   }
-  const int calls = schedule_calls(plan, shape) + kPointerChecks;
   Engine engine(b, topo, nullptr);
-  StreamHandle st = bench.stream(0, 0);
-  for (int r = 0; r < 8; ++r) engine.copy_with_plan(plan, bench.dst(1), bench.src(0), st);  // lanes, staging
-  b.synchronize_stream(st);
-  std::vector<double> us;
-  for (int r = 0; r < 40; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    engine.copy_with_plan(plan, bench.dst(1), bench.src(0), st);
-    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-  }
-  b.synchronize_stream(st);
-  const double per_plan = median_of(us);
-  meas["engine_call"] = {{"plan", plan.describe()}, {"calls", calls}, {"us", per_plan}};
-  return per_plan / calls;
+  const EngineCallCost c = engine_call_cost(engine, b, plan, bench.dst(1), bench.src(0), bench.stream(0, 0));
+  meas["engine_call"] = {{"plan", plan.describe()}, {"calls", c.calls}, {"us", c.per_plan_us}};
+  return c.per_call_us;
 }
 
 }  // namespace
@@ -437,14 +439,23 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
     // three rounds of the three timings, and the median estimate.
     double t = 0, d2h = 0, h2d = 0;
     std::vector<double> eps;
+    json spread;
     for (int round = 0; round < 3; ++round) {
       t = bench.time_relay(0, 1, s, 1);
+      spread["relay"] = spread_of(bench.last_samples());
       d2h = bench.time_one({bench.host(0), kHostDevice, bench.src(0), 0, s, 0});
+      spread["d2h"] = spread_of(bench.last_samples());
       h2d = bench.time_one({bench.dst(1), 1, bench.host(0), kHostDevice, s, 1});
+      spread["h2d"] = spread_of(bench.last_samples());
       eps.push_back(std::max(0.0, (t - d2h - h2d) / 2));
     }
     P.epsilon_us = median_of(eps);
     meas["epsilon_rounds_us"] = eps;
+    meas["epsilon_spread_us"] = spread;  // the last round's repetitions
+    // The spread of a lane's finish (model/straggler.hpp): the same relay, repeated more.
+    bench.time_relay(0, 1, s, 1, kSpreadReps);
+    P.lane_jitter_us = robust_sd_of(bench.last_samples());
+    meas["lane_spread_us"] = spread_of(bench.last_samples());
     // A pipelined relay, recorded to compare with the model in `gpustripe calibrate --show`.
     meas["relay"] = {{"bytes", s}, {"us", t}, {"d2h_us", d2h}, {"h2d_us", h2d}, {"pipelined_bytes", big},
                      {"pipelined_chunks", 8}, {"pipelined_us", bench.time_relay(0, 1, big, 8)}};
@@ -455,7 +466,7 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
   meas["host_call_us"] = P.host_call_us;
   tick("host cost per call of the engine's schedule");
   try {
-    P.engine_call_us = engine_call_us(backend, topo, n, bench, meas);
+    P.engine_call_us = engine_call_us(backend, topo, bench, meas);
   } catch (const Error& e) {  // an engine that refuses the probe plan leaves the calls' cost alone in the model
     meas["engine_call"] = {{"error", e.what()}};
     GS_LOG_WARN(Subsys::Model, "calibration: the engine's host cost not measured: %s", e.what());
@@ -480,7 +491,9 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
       double h2d = bench.time_one({bench.dst(1), 1, bench.host(0), kHostDevice, m, 1});
       double peer_graph = bench.time_graph(0, [&] { backend.copy_async(bench.dst(1), 1, bench.src(0), 0, m, bench.stream(0, 0)); });
       double one = bench.time_graph(0, [&] { backend.copy_async(bench.host(0), kHostDevice, bench.src(0), 0, m, bench.stream(0, 0)); });
-      double relay = bench.time_graph(0, [&] { bench.relay_chain(0, 1, 1, m); });
+      double relay = bench.time_graph(0, [&] { bench.relay_chain(0, 1, 1, m); }, kSpreadReps);
+      P.graph_lane_jitter_us = robust_sd_of(bench.last_samples());
+      meas["graph_lane_spread_us"] = spread_of(bench.last_samples());
       P.graph_start_us = std::max(0.0, peer_graph - peer_us);
       P.graph_epsilon_us = std::max(0.0, (relay - one - h2d) / 2);
       meas["graph_replay"] = {{"bytes", m}, {"peer_us", peer_us}, {"peer_graph_us", peer_graph}, {"d2h_us", d2h},

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.hpp"
+#include "model/straggler.hpp"
 #include "topology/topology.hpp"
 
 namespace gpustripe {
@@ -172,6 +173,10 @@ double MultipathModel::fork_join_us(PathKind kind, bool replayed) const {
   return runs_on_lane(kind, shape_) ? 2 * wait_us(replayed) : 0.0;
 }
 
+double MultipathModel::lane_jitter_us(bool replayed) const {
+  return replayed && params_.graph_lane_jitter_us >= 0 ? params_.graph_lane_jitter_us : params_.lane_jitter_us;
+}
+
 double MultipathModel::call_us() const {
   return params_.engine_call_us > 0 ? params_.engine_call_us : params_.host_call_us;
 }
@@ -191,20 +196,25 @@ void MultipathModel::apply_schedule(Plan& plan) const {
     // whose lane is still running ends `wait` after the lane's last copy (its wake-up); one
     // whose lane is done still costs the caller join_us, so they add up behind a direct
     // copy that finishes last. In a replay the direct copy is a captured (UVA) copy node,
-    // which starts late.
+    // which starts late. Unrolled, t = max(t0 + L join, max_l (lane_l + (L - l) join)) over
+    // the L final lanes in the engine's order; each lane's finish spreads (lane_jitter_us),
+    // and the time is the median of that maximum (straggler.hpp).
     const bool replayed = replays(plan, shape_);
-    const double wait = wait_us(replayed), joined = join_us(replayed);
+    const double wait = wait_us(replayed), joined = join_us(replayed), spread = lane_jitter_us(replayed);
     auto late = [&](const PathPlan& p) { return replayed && p.kind == PathKind::Direct ? params_.graph_start_us : 0.0; };
-    double t = 0;
+    double t0 = 0;
     for (const PathPlan& p : plan.paths)
-      if (!runs_on_lane(p.kind, shape_)) t = std::max(t, p.predicted_us + late(p));
+      if (!runs_on_lane(p.kind, shape_)) t0 = std::max(t0, p.predicted_us + late(p));
+    std::vector<LaneFinish> lanes;
     for (int direct_first = 1; direct_first >= 0; --direct_first)  // the engine's order
       for (const PathPlan& p : plan.paths) {
         if ((p.kind == PathKind::Direct) != (direct_first == 1) || !runs_on_lane(p.kind, shape_)) continue;
         const double done = p.predicted_us + late(p) + wait;  // forked: its lane's wait on the start
-        for (int l = final_lanes(p, shape_); l > 0; --l) t = std::max(t + joined, done + wait);
+        for (int l = final_lanes(p, shape_); l > 0; --l) lanes.push_back({done + wait, spread});
       }
-    plan.predicted_us = std::max(plan.predicted_us, t);
+    const double count = static_cast<double>(lanes.size());
+    for (size_t l = 0; l < lanes.size(); ++l) lanes[l].median_us += (count - 1 - static_cast<double>(l)) * joined;
+    plan.predicted_us = std::max(plan.predicted_us, median_of_latest(t0 + count * joined, lanes));
   }
   // Copies issued back to back settle at one plan per max(GPU time, host time): where the
   // host is slower the GPUs wait for it (each repetition starts when the previous one's

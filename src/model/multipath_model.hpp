@@ -79,6 +79,8 @@ class MultipathModel {
   double wait_us(bool replayed) const;
   // The caller's wait on a lane that is already done (join_us, or graph_join_us in a replay).
   double join_us(bool replayed) const;
+  // Spread of a lane's finish between repetitions (lane_jitter_us, or graph_lane_jitter_us in a replay).
+  double lane_jitter_us(bool replayed) const;
   // The host's time to enqueue the plan: the engine's checks and backend calls x call_us()
   // (and a graph launch where it replays one).
   double enqueue_us(const Plan& plan) const;

@@ -7,8 +7,44 @@
 #include "bench/bench.hpp"
 #include "common/error.hpp"
 #include "core/context.hpp"
+#include "engine/engine.hpp"
+#include "model/schedule_cost.hpp"
+#include "topology/topology.hpp"
 
 namespace gpustripe {
+
+Plan engine_probe_plan(Backend& b, const Topology& topo) {
+  const uint64_t part = 128u << 10;
+  Plan plan;
+  plan.src = 0;
+  plan.dst = 1;
+  plan.paths.push_back({PathKind::Direct, -1, 0, 24 * part, 1});
+  for (int g = 2; g < topo.gpu_count(); ++g)
+    if (topo.can_access_peer(0, g) && topo.can_access_peer(g, 1) && b.can_access_peer(0, g) && b.can_access_peer(g, 1))
+      plan.paths.push_back({PathKind::GpuStaged, g, plan.paths.back().offset + plan.paths.back().bytes, 3 * part, 1});
+  plan.paths.push_back({PathKind::HostStaged, topo.gpu(0).socket, plan.paths.back().offset + plan.paths.back().bytes,
+                        part, 1});
+  plan.bytes = plan.paths.back().offset + plan.paths.back().bytes;
+  return plan;
+}
+
+EngineCallCost engine_call_cost(Engine& engine, Backend& b, const Plan& plan, void* dst, const void* src,
+                                StreamHandle stream) {
+  EngineCallCost out;
+  out.calls = schedule_calls(plan, EngineShape::from_settings()) + kPointerChecks;
+  for (int r = 0; r < 8; ++r) engine.copy_with_plan(plan, dst, src, stream);  // lanes, staging
+  b.synchronize_stream(stream);
+  std::vector<double> us;
+  for (int r = 0; r < 40; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    engine.copy_with_plan(plan, dst, src, stream);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  b.synchronize_stream(stream);
+  out.per_plan_us = median_of(us);
+  out.per_call_us = out.per_plan_us / out.calls;
+  return out;
+}
 
 PlanTimer::PlanTimer(Context& ctx, uint64_t max_bytes) : ctx_(ctx), max_(max_bytes) {
   Backend& b = ctx_.backend();
@@ -34,6 +70,15 @@ PlanTimer::~PlanTimer() {
   streams_.clear();
   src_.clear();
   dst_.clear();
+}
+
+EngineCallCost PlanTimer::host_cost() {
+  GS_REQUIRE(ctx_.device_count() >= 2, GPUSTRIPE_ERR_NOT_SUPPORTED, "the engine's host cost needs 2 devices");
+  const Plan plan = engine_probe_plan(ctx_.backend(), ctx_.topology());
+  GS_REQUIRE(plan.bytes <= max_, GPUSTRIPE_ERR_INVALID_SIZE, "probe plan of %llu bytes, the timer holds %llu",
+             static_cast<unsigned long long>(plan.bytes), static_cast<unsigned long long>(max_));
+  if (replays(plan, EngineShape::from_settings())) return {};
+  return engine_call_cost(ctx_.engine(), ctx_.backend(), plan, dst_[1], src_[0], streams_[0]);
 }
 
 PlanTiming PlanTimer::time(const Plan& plan, int warmup, int reps, PlanTimingMode mode) {
@@ -76,8 +121,9 @@ PlanTiming PlanTimer::time(const Plan& plan, int warmup, int reps, PlanTimingMod
     b.destroy_event(e1);
   }
   host.erase(host.begin(), host.begin() + std::min<size_t>(host.size(), static_cast<size_t>(warmup)));
-  std::sort(t.begin(), t.end());
   PlanTiming out;
+  out.samples_us = t;
+  std::sort(t.begin(), t.end());
   out.median_us = median_of(t);
   out.min_us = t.front();
   out.max_us = t.back();

@@ -47,6 +47,8 @@ std::string profile_to_json(const Profile& p) {
             {"graph_epsilon_us", p.params.graph_epsilon_us},
             {"join_us", p.params.join_us},
             {"graph_join_us", p.params.graph_join_us},
+            {"lane_jitter_us", p.params.lane_jitter_us},
+            {"graph_lane_jitter_us", p.params.graph_lane_jitter_us},
             {"capacities", p.params.capacities},
             {"measurements", json::parse(p.measurements_json.empty() ? "{}" : p.measurements_json)}};
   return j.dump(1) + "\n";
@@ -95,10 +97,16 @@ Profile profile_from_json(const std::string& text, const std::string& origin) {
     if (j.contains("join_us")) p.params.join_us = j.at("join_us").get<double>();
     field = "graph_join_us";
     if (j.contains("graph_join_us")) p.params.graph_join_us = j.at("graph_join_us").get<double>();
+    field = "lane_jitter_us";  // optional: profiles written before it was measured have none
+    if (j.contains("lane_jitter_us")) p.params.lane_jitter_us = j.at("lane_jitter_us").get<double>();
+    field = "graph_lane_jitter_us";
+    if (j.contains("graph_lane_jitter_us")) p.params.graph_lane_jitter_us = j.at("graph_lane_jitter_us").get<double>();
     GS_REQUIRE(p.params.epsilon_us >= 0 && p.params.host_call_us >= 0 && p.params.engine_call_us >= 0 &&
                    p.params.graph_launch_us >= 0 &&
-                   p.params.graph_node_us >= 0 && p.params.graph_start_us >= 0 && p.params.join_us >= 0,
-               GPUSTRIPE_ERR_PROFILE, "%s: negative epsilon_us, host_call_us, engine_call_us, join_us or graph costs", origin.c_str());
+                   p.params.graph_node_us >= 0 && p.params.graph_start_us >= 0 && p.params.join_us >= 0 &&
+                   p.params.lane_jitter_us >= 0,
+               GPUSTRIPE_ERR_PROFILE, "%s: negative epsilon_us, host_call_us, engine_call_us, join_us, lane_jitter_us or graph costs",
+               origin.c_str());
     field = "capacities";
     for (auto it = j.at("capacities").begin(); it != j.at("capacities").end(); ++it) {
       field = "capacities." + it.key();

@@ -175,6 +175,14 @@ coll::Choice CollTeam::choose(const CollCall& call) const {
     c.exchange.host_share = 0;
     c.why += " (no host share across processes)";
   }
+  // The same for the copy-engine reductions' host share; and the exchanges' SM share was
+  // measured in one process only.
+  if (c.reduce.host_share > 0) {
+    c.reduce.host_share = 0;
+    c.why += " (no host share across processes)";
+  }
+  c.exchange.sm_share = 0;
+  c.reduce.sm_share = 0;
   return c;
 }
 

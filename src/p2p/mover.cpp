@@ -12,6 +12,7 @@
 #include "engine/engine.hpp"
 #include "ipc/channel.hpp"
 #include "model/planner.hpp"
+#include "p2p/backlog.hpp"
 #include "p2p/trace.hpp"
 
 namespace gpustripe::p2p {
@@ -158,6 +159,24 @@ const BoolSetting kBidirDirect{
     "A copy that another rank's copy in the opposite direction runs beside takes the direct path alone "
     "(across processes each rank's staged pieces run on the other GPU too)"};
 
+// A window of 16 x 256 MB messages to one peer ran at the rate of one 256 MB transfer alone
+// (433.7 GB/s on 4x H200, session 2): each message replayed its lone plan, and a replay waits
+// for the whole previous transfer that used its staging area.
+const BoolSetting kQueuePlan{
+    "GPUSTRIPE_P2P_QUEUE_PLAN", "yes",
+    "A copy queued behind this rank's own copies to the same GPU takes the host share of the queue planned "
+    "as one transfer and is enqueued, not replayed, so its host-staged pieces stream behind the ones before "
+    "(the host pipeline fills and drains once per queue, not once per message)"};
+const SizeSetting kQueueMax{"GPUSTRIPE_P2P_QUEUE_MAX", "4G",
+                            "GPUSTRIPE_P2P_QUEUE_PLAN: the largest queue (bytes per GPU pair, this copy included) "
+                            "planned as one transfer"};
+
+const IntSetting kRecentUs{
+    "GPUSTRIPE_P2P_RECENT_US", "0",
+    "Other ranks' copies that finished at most this many microseconds ago count as in flight when a copy is "
+    "planned, in the directions with none in flight: an exchange that repeats (pairs that start together "
+    "rarely list in time to see each other, and the first one plans alone); 0: off"};
+
 // The whole transfer on the direct path, as a plan the engine executes as one copy.
 Plan direct_plan(int src, int dst, uint64_t bytes) {
   Plan p;
@@ -178,21 +197,51 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   // microseconds per message, and the loads repeat (the pairs of a benchmark, the
   // same exchange step after step). Bounded: cleared when it grows past kMaxPlans.
   constexpr size_t kMaxPlans = 256;
-  auto plans = std::make_shared<std::map<std::vector<uint64_t>, Plan>>();
+  struct State {
+    std::map<std::vector<uint64_t>, Plan> plans;
+    CopyQueues own;  // this rank's copies in flight, per GPU pair
+    std::map<std::tuple<int, int, uint64_t>, bool> splits;  // (src, dst, bytes): planned alone, direct + host
+  };
+  auto st = std::make_shared<State>();
   const bool announce_first = kAnnounceFirst.get();
   const bool bidir_direct = kBidirDirect.get();
-  return [&engine, board, plans, announce_first, bidir_direct](void* dst, int dd, const void* src, int sd, size_t n,
-                                                               StreamHandle s) -> std::function<void()> {
+  const bool queue_plan = kQueuePlan.get();
+  const uint64_t queue_max = kQueueMax.get();
+  const int64_t recent_us = kRecentUs.get();
+  GS_REQUIRE(recent_us >= 0 && recent_us <= 1000000, GPUSTRIPE_ERR_CONFIG,
+             "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
+  const uint64_t recent_ns = static_cast<uint64_t>(recent_us) * 1000;
+  return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, recent_ns](
+             void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) -> std::function<void()> {
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
       return {};
     }
-    if (!board || !engine.planner() || sd == dd) {
+    if (!engine.planner() || sd == dd) {
       engine.copy_async(dst, dd, src, sd, n, s);
       return {};
     }
+    // Planned for a set of transfers running at once (the concurrent plan of the last one).
+    auto concurrent = [&](std::vector<TransferSpec> specs, uint64_t bytes) -> const Plan& {
+      std::sort(specs.begin(), specs.end(), [](const TransferSpec& a, const TransferSpec& b) {
+        return std::tie(a.src, a.dst, a.bytes) < std::tie(b.src, b.dst, b.bytes);
+      });
+      specs.push_back(TransferSpec{sd, dd, bytes});
+      std::vector<uint64_t> key;
+      key.reserve(3 * specs.size());
+      for (const TransferSpec& t : specs) key.insert(key.end(), {uint64_t(t.src), uint64_t(t.dst), t.bytes});
+      auto it = st->plans.find(key);
+      if (it == st->plans.end()) {
+        if (st->plans.size() >= kMaxPlans) st->plans.clear();
+        Plan plan = engine.planner()->plan_concurrent(specs).back();
+        GS_LOG_DEBUG(Subsys::P2p, "GPU %d -> %d, %llu bytes, with %zu other copies in flight: %s", sd, dd,
+                     static_cast<unsigned long long>(bytes), specs.size() - 1, plan.describe().c_str());
+        it = st->plans.emplace(std::move(key), std::move(plan)).first;
+      }
+      return it->second;
+    };
     int slot = -1;
-    if (announce_first) {
+    if (board && announce_first) {
       slot = board->publish_transfer(sd, dd, n);
       // Store-then-load between ranks (Dekker): without a full fence both ranks could
       // read the board before the other's entry is visible, and neither see the other.
@@ -202,47 +251,70 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       // Other ranks' copies are merged per direction: what the planner needs is the load on
       // each link, and planning one spec per message of a window (64 in osu_bw) cost
       // milliseconds per message (bandwidth fell from 705 to 22 GB/s at 128 MB, 2 ranks).
-      std::vector<TransferSpec> specs;
-      for (const ipc::Channel::InFlight& t : board->transfers_of_others()) {
-        if (t.src_dev == t.dst_dev) continue;
-        auto same = std::find_if(specs.begin(), specs.end(),
-                                 [&](const TransferSpec& x) { return x.src == t.src_dev && x.dst == t.dst_dev; });
-        if (same == specs.end()) specs.push_back(TransferSpec{t.src_dev, t.dst_dev, t.bytes});
-        else same->bytes += t.bytes;
+      // Copies retired lately count where their direction has none in flight (the largest).
+      std::vector<TransferSpec> specs, recent;
+      if (board) {
+        for (const ipc::Channel::InFlight& t : board->transfers_of_others(recent_ns)) {
+          if (t.src_dev == t.dst_dev) continue;
+          std::vector<TransferSpec>& list = t.retired ? recent : specs;
+          auto same = std::find_if(list.begin(), list.end(),
+                                   [&](const TransferSpec& x) { return x.src == t.src_dev && x.dst == t.dst_dev; });
+          if (same == list.end()) list.push_back(TransferSpec{t.src_dev, t.dst_dev, t.bytes});
+          else same->bytes = t.retired ? std::max(same->bytes, t.bytes) : same->bytes + t.bytes;
+        }
+        for (const TransferSpec& r : recent)
+          if (std::none_of(specs.begin(), specs.end(), [&](const TransferSpec& x) { return x.src == r.src && x.dst == r.dst; })) {
+            specs.push_back(r);
+            trace("p_recent", -1, 0, 0, r.bytes);
+          }
       }
       bool reverse = bidir_direct && std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& x) {
                        return x.src == dd && x.dst == sd;
                      });
-      if (specs.empty()) {
-        engine.copy_async(dst, dd, src, sd, n, s);
-      } else if (reverse) {
+      const CopyQueues::Queue queued = st->own.queued(sd, dd);
+      const bool behind = queue_plan && queued.copies > 0;
+      // Whether this size alone splits into direct + host, kept per size: a plan copy per
+      // message is what windows of small messages would notice.
+      auto lone_splits = [&] {
+        auto key = std::make_tuple(sd, dd, uint64_t{n});
+        auto it = st->splits.find(key);
+        if (it != st->splits.end()) return it->second;
+        if (st->splits.size() >= kMaxPlans) st->splits.clear();
+        return st->splits[key] = direct_plus_host(engine.current_plan(sd, dd, n));
+      };
+      if (reverse) {
         trace("p_direct", -1, 0, 0, n);
         engine.copy_with_plan(direct_plan(sd, dd, n), dst, src, s);
+      } else if (specs.empty() && !(behind && lone_splits())) {
+        engine.copy_async(dst, dd, src, sd, n, s);
       } else {
-        std::sort(specs.begin(), specs.end(), [](const TransferSpec& a, const TransferSpec& b) {
-          return std::tie(a.src, a.dst, a.bytes) < std::tie(b.src, b.dst, b.bytes);
-        });
-        specs.push_back(TransferSpec{sd, dd, n});
-        std::vector<uint64_t> key;
-        key.reserve(3 * specs.size());
-        for (const TransferSpec& t : specs) key.insert(key.end(), {uint64_t(t.src), uint64_t(t.dst), t.bytes});
-        auto it = plans->find(key);
-        if (it == plans->end()) {
-          if (plans->size() >= kMaxPlans) plans->clear();
-          Plan plan = engine.planner()->plan_concurrent(specs).back();
-          GS_LOG_DEBUG(Subsys::P2p, "GPU %d -> %d, %zu bytes, with %zu other copies in flight: %s", sd, dd, n,
-                       specs.size() - 1, plan.describe().c_str());
-          it = plans->emplace(std::move(key), std::move(plan)).first;
+        const Plan alone = specs.empty() ? engine.current_plan(sd, dd, n) : concurrent(specs, n);
+        if (behind && direct_plus_host(alone)) {
+          // Behind this rank's own copies to the same GPU: the host share of the queue planned
+          // as one transfer (up to GPUSTRIPE_P2P_QUEUE_MAX; the others' loads likewise).
+          const uint64_t total = std::min<uint64_t>(queued.bytes + n, std::max<uint64_t>(n, queue_max));
+          for (TransferSpec& t : specs) t.bytes = std::min<uint64_t>(t.bytes, std::max<uint64_t>(n, queue_max));
+          const Plan whole = specs.empty() ? engine.current_plan(sd, dd, total) : concurrent(specs, total);
+          const double share = static_cast<double>(host_staged_bytes(whole)) / static_cast<double>(total);
+          trace("p_queued", -1, queued.copies, static_cast<uint64_t>(share * 1e6), n);
+          engine.enqueue_with_plan(queued_split(alone, share), dst, src, s);
+        } else if (specs.empty()) {
+          engine.copy_async(dst, dd, src, sd, n, s);
+        } else {
+          trace("p_concurrent", -1, 0, 0, n);
+          engine.copy_with_plan(alone, dst, src, s);
         }
-        trace("p_concurrent", -1, 0, 0, n);
-        engine.copy_with_plan(it->second, dst, src, s);
       }
     } catch (...) {
-      board->retire_transfer(slot);
+      if (board) board->retire_transfer(slot);
       throw;
     }
-    if (!announce_first) slot = board->publish_transfer(sd, dd, n);
-    return [board, slot] { board->retire_transfer(slot); };
+    if (board && !announce_first) slot = board->publish_transfer(sd, dd, n);
+    st->own.add(sd, dd, n);
+    return [board, slot, st, sd, dd, n] {
+      if (board) board->retire_transfer(slot);
+      st->own.remove(sd, dd, n);
+    };
   };
 }
 

@@ -261,5 +261,37 @@ TEST(CollGpu, HostShareExchanges) {
   }
 }
 
+// Large-message schedules (session 3): copy-engine reductions with a host share and flags in
+// per-rank graphs (async, replayed), the copy-engine two-shot whose kernels store into every
+// member, and exchanges with an SM share beside the copy engines; in place or not.
+TEST(CollGpu, LargeMessageSchedules) {
+  GS_REQUIRE_GPU(2);
+  ScopedEnv host("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.1");
+  ScopedEnv ag_host("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.1");
+  ScopedEnv rs_sm("GPUSTRIPE_COLL_RS_SM_SHARE", "0.2");
+  ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "256K");
+  ScopedEnv sm("GPUSTRIPE_COLL_SM_SHARE", "0.3");
+  ScopedEnv sm_from("GPUSTRIPE_COLL_SM_SHARE_MIN", "0");
+  GpuNode node;
+  for (int n : {2, std::min(4, cuda_device_count())}) {
+    auto comm = node.comm(n);
+    uint64_t seed = 9;
+    for (const char* algo : {"ce_twoshot", "rs_copy", "rs_ag_copy", "rounds"}) {
+      ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
+      const bool exchange = std::string(algo) == "rounds";
+      for (CollOp op : exchange ? std::vector<CollOp>{CollOp::AllToAll, CollOp::AllGather}
+                                : std::vector<CollOp>{std::string(algo) == "rs_copy" ? CollOp::ReduceScatter
+                                                                                     : CollOp::AllReduce})
+        for (DataType dt : {GPUSTRIPE_FLOAT32, GPUSTRIPE_BFLOAT16})
+          for (size_t count : {size_t(4099), (size_t(2) << 20) / 4 + 3})
+            for (bool in_place : {false, true})
+              for (bool async : {false, true}) {
+                Case c{op, dt, exchange ? GPUSTRIPE_SUM : GPUSTRIPE_MAX, count, in_place, 0, async, async ? 3 : 1};
+                ASSERT_EQ(run_case(*comm, c, seed++), 0u) << algo << " n=" << n << " " << comm->last_schedule();
+              }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace coll_test

@@ -114,6 +114,13 @@ TEST(CollHazards, EveryScheduleOrdersEveryConflictingAccess) {
           ScopedEnv lanes("GPUSTRIPE_COLL_BCAST_LANES", second ? "0" : "1");
           ScopedEnv local("GPUSTRIPE_COLL_LOCAL_COPY", second ? "engine" : "kernel");
           ScopedEnv round_lanes("GPUSTRIPE_COLL_ROUND_LANES", second ? "1" : "2");
+          // The second pass also: the large-message shares (host path of copy-engine reductions and
+          // of ce_twoshot's gather half, an SM share of exchange blocks) at test sizes.
+          ScopedEnv rs_host("GPUSTRIPE_COLL_RS_HOST_SHARE", second ? "0.2" : "0");
+          ScopedEnv ag_host("GPUSTRIPE_COLL_AG_HOST_SHARE", second ? "0.2" : "0");
+          ScopedEnv sm_share("GPUSTRIPE_COLL_SM_SHARE", second ? "0.3" : "0");
+          ScopedEnv rs_sm_share("GPUSTRIPE_COLL_RS_SM_SHARE", second ? "0.3" : "0");
+          ScopedEnv sm_from("GPUSTRIPE_COLL_SM_SHARE_MIN", "0");
           ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo.c_str());
           for (bool in_place : {false, true}) {
             if (op == CollOp::Bcast && in_place) continue;

@@ -60,6 +60,7 @@ const OpCase kOpCases[] = {
     {CollOp::ReduceScatter, true, "rs_copy"},      {CollOp::ReduceScatter, true, "rs_pull"},
     {CollOp::AllReduce, true, "oneshot"},          {CollOp::AllReduce, true, "rs_ag_copy"},
     {CollOp::AllReduce, true, "rs_ag_pull"},       {CollOp::AllReduce, true, "twoshot"},
+    {CollOp::AllReduce, true, "ce_twoshot"},
     {CollOp::Bcast, false, "direct"},
     {CollOp::Bcast, false, "scatter_ag"},          {CollOp::Bcast, false, "chain"},
     {CollOp::Reduce, true, "reduce_copy"},
@@ -265,6 +266,61 @@ TEST(CollLarge, DefaultSchedulesAtMegabyteSizes) {
     if (op == CollOp::AllReduce) EXPECT_NE(s.find("twoshot"), std::string::npos) << s;
     if (op == CollOp::AllToAll || op == CollOp::AllGather) EXPECT_NE(s.find("rounds"), std::string::npos) << s;
     if (op == CollOp::Bcast) EXPECT_NE(s.find("sm form=pieces"), std::string::npos) << s;  // 40M <= BCAST_SM_MAX
+  }
+}
+
+// Large-message variants (session 3): an SM share of every exchange peer block (copy kernels
+// beside the copy-engine rounds), alone and with a host share, 2-4 ranks, odd counts, in place.
+TEST(CollLargeMessages, SmShareOfExchangesIsExact) {
+  EmuNode node("h200x4");
+  ScopedEnv rounds("GPUSTRIPE_COLL_ALGO", "rounds");
+  ScopedEnv sm("GPUSTRIPE_COLL_SM_SHARE", "0.3");
+  ScopedEnv from("GPUSTRIPE_COLL_SM_SHARE_MIN", "0");
+  for (const char* share : {"0", "0.2"}) {
+    ScopedEnv h("GPUSTRIPE_COLL_HOST_SHARE", share);
+    for (int n : {2, 3, 4}) {
+      auto comm = node.comm(n);
+      for (CollOp op : {CollOp::AllToAll, CollOp::AllGather})
+        for (DataType dt : {GPUSTRIPE_INT32, GPUSTRIPE_FLOAT16, GPUSTRIPE_FLOAT64})
+          for (size_t count : {size_t(1), size_t(3), size_t(5000), size_t(70001)})
+            for (bool in_place : {false, true}) {
+              Case c{op, dt, GPUSTRIPE_SUM, count, in_place};
+              ASSERT_EQ(run_case(*comm, c, count + n), 0u) << share << " " << comm->last_schedule();
+              EXPECT_NE(comm->last_schedule().find("sm=30.0%"), std::string::npos) << comm->last_schedule();
+            }
+    }
+  }
+}
+
+// The copy-engine reductions with a host share of every piece (D2H by the sender, H2D by the
+// owner into its slot; ce_twoshot also for the tail of each result), an SM share of every piece
+// (the sender's copy kernel) and flags for their waits: every type and operator, pieces large enough
+// for a host part, several chunks, 2-4 ranks, in place or not.
+TEST(CollLargeMessages, CopyReductionsWithHostShareAreExact) {
+  EmuNode node("h200x4");
+  ScopedEnv h("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.2");
+  ScopedEnv ag("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.1");
+  ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "16K");
+  ScopedEnv sm("GPUSTRIPE_COLL_RS_SM_SHARE", "0.3");
+  for (int n : {2, 3, 4}) {
+    auto comm = node.comm(n);
+    for (const OpCase& oc : {OpCase{CollOp::ReduceScatter, true, "rs_copy"}, OpCase{CollOp::AllReduce, true, "rs_ag_copy"},
+                             OpCase{CollOp::Reduce, true, "reduce_copy"}, OpCase{CollOp::AllReduce, true, "ce_twoshot"}}) {
+      ScopedEnv algo("GPUSTRIPE_COLL_ALGO", oc.algo);
+      uint64_t seed = 500 * n;
+      for (DataType dt : all_dtypes())
+        for (RedOp ro : all_redops())
+          for (size_t count : {size_t(7), size_t(4099), size_t(70001)})
+            for (bool in_place : {false, true}) {
+              Case c{oc.op, dt, ro, count, in_place, static_cast<int>(count % n)};
+              ASSERT_EQ(run_case(*comm, c, seed++), 0u) << c.describe() << " " << comm->last_schedule();
+              EXPECT_NE(comm->last_schedule().find("host=20.0%"), std::string::npos) << comm->last_schedule();
+              EXPECT_NE(comm->last_schedule().find("sm=30.0%"), std::string::npos) << comm->last_schedule();
+              if (n > 2) EXPECT_NE(comm->last_schedule().find(" flags"), std::string::npos) << comm->last_schedule();
+              if (std::string(oc.algo) == "ce_twoshot")
+                EXPECT_NE(comm->last_schedule().find("ag_host=10.0%"), std::string::npos) << comm->last_schedule();
+            }
+    }
   }
 }
 

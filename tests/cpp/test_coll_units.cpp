@@ -196,6 +196,49 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   }
 }
 
+// The large-message schedules from their thresholds: over more than 2 GPUs that map peers,
+// with the alltoall's host share from 64M blocks and flags; SM shares only where set.
+TEST(CollSelect, LargeMessageSchedulesFromTheirThresholds) {
+  ScopedEnv ar("GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "128M");
+  ScopedEnv rs("GPUSTRIPE_COLL_RS_COPY_MIN", "128M");
+  TeamResources r = h200(4);
+  Choice big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
+  EXPECT_EQ(big.name, "ce_twoshot");
+  EXPECT_TRUE(big.reduce.ag_stores && big.reduce.flags && !big.reduce.pull);
+  EXPECT_DOUBLE_EQ(big.reduce.host_share, 0.05);
+  EXPECT_DOUBLE_EQ(big.reduce.ag_host_share, 0.05);
+  EXPECT_EQ(big.reduce.sm_share, 0);
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4).name, "twoshot");
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 256 << 20, 4).name, "twoshot");
+  Choice rsc = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
+  EXPECT_EQ(rsc.name, "rs_copy");
+  EXPECT_TRUE(rsc.reduce.flags && !rsc.reduce.ag_stores);
+  EXPECT_DOUBLE_EQ(rsc.reduce.host_share, 0.05);
+  EXPECT_EQ(rsc.reduce.ag_host_share, 0);
+  EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 64 << 20, 4).name, "rs_pull");
+  // 128M per rank: 32M blocks, below the host-share threshold.
+  EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 128 << 20, 4).reduce.host_share, 0);
+  {
+    ScopedEnv off("GPUSTRIPE_COLL_COPY_FLAGS", "0");
+    ScopedEnv h("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.1");
+    ScopedEnv sm("GPUSTRIPE_COLL_RS_SM_SHARE", "0.2");
+    Choice c = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
+    EXPECT_FALSE(c.reduce.flags);
+    EXPECT_DOUBLE_EQ(c.reduce.host_share, 0.1);
+    EXPECT_DOUBLE_EQ(c.reduce.sm_share, 0.2);
+    ScopedEnv bad("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.7");
+    EXPECT_THROW(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4), Error);
+  }
+  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 20, 4).exchange.sm_share, 0);
+  ScopedEnv sm("GPUSTRIPE_COLL_SM_SHARE", "0.2");
+  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 20, 4).exchange.sm_share, 0.2);
+  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 16 << 20, 4).exchange.sm_share, 0);  // 4M blocks < 16M
+  TeamResources unmapped = r;
+  unmapped.all_peer = false;
+  EXPECT_EQ(choose_schedule(CollOp::AllToAll, unmapped, 256 << 20, 4).exchange.sm_share, 0);
+  EXPECT_NE(choose_schedule(CollOp::AllReduce, unmapped, 256 << 20, 4).name, "ce_twoshot");
+}
+
 TEST(CollSelect, PlannerShareIsCappedByTheNominalBound) {
   // Nodes the shares were not measured on (here 4 GPUs without NVSwitch): the planner's share
   // for one round, capped by the nominal bound.
@@ -658,6 +701,77 @@ TEST(CollSchedules, PerRankSplitTurnsCrossRankWaitsIntoFlags) {
   EXPECT_FALSE(waits.empty());
   for (auto& [key, count] : waits) EXPECT_EQ(signals[key], 1) << "rank " << key.first << " slot " << key.second;
   EXPECT_EQ(signals.size(), waits.size());
+}
+
+// Large messages: the copy-engine reduce-scatter's pieces split between NVLink (the senders'
+// out lanes, in rounds) and the host path (D2H by the sender, H2D by the owner, each owner's
+// H2D waiting for the sender's D2H), every byte of every piece once; the exchanges' SM share
+// is one copy kernel per peer block (allgather: one per sender, every peer a destination).
+TEST(CollSchedules, LargeMessageSharesCoverEveryByteOnce) {
+  const int n = 4;
+  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
+  auto buf = fake(n, 1 << 30);
+  std::vector<const char*> cbuf(buf.begin(), buf.end());
+  Topology topo = load_topology_file("h200x4");
+  auto backend = make_emulated_backend(topo);
+  Scratch scratch(*backend, {0, 1, 2, 3});
+  ReduceOpts o;
+  o.chunks = 4;
+  o.slots = 4;
+  o.host_share = 0.1;
+  const size_t count = (1 << 20) + 3;  // per block, float32
+  Blocks b = split_blocks(count * n, n, 64);
+  std::vector<char*> out(n);
+  for (int j = 0; j < n; ++j) out[j] = buf[j] + b.off[j] * 4;
+  Program p(n);
+  build_reduce_scatter(p, t, cbuf, out, b, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, o, scratch);
+  size_t nv = 0, d2h = 0, h2d = 0;
+  for (const Op& op : p.ops()) {
+    if (op.kind != Op::Copy) continue;
+    if (op.lane == kLaneOut) {
+      EXPECT_EQ(op.src_dev, op.rank);
+      nv += op.bytes;
+    } else if (op.lane == kLaneD2H) {
+      EXPECT_EQ(op.dst_dev, kHostDevice);
+      EXPECT_EQ(op.src_dev, op.rank);
+      d2h += op.bytes;
+    } else if (op.lane == kLaneH2D) {
+      EXPECT_EQ(op.dst_dev, op.rank);
+      ASSERT_FALSE(op.deps.empty());
+      const Op& from = p.ops()[op.deps.back()];
+      EXPECT_EQ(from.lane, kLaneD2H);
+      EXPECT_EQ(from.dst, op.src);
+      EXPECT_EQ(from.bytes, op.bytes);
+      h2d += op.bytes;
+    }
+  }
+  size_t moved = 0;  // every block from each of its n-1 peers
+  for (size_t cnt : b.cnt) moved += (n - 1) * cnt * 4;
+  EXPECT_EQ(nv + h2d, moved);
+  EXPECT_EQ(d2h, h2d);
+  EXPECT_NEAR(static_cast<double>(h2d), 0.1 * moved, 0.01 * moved);
+
+  for (bool gather : {false, true}) {
+    Program x(n);
+    ExchangeOpts eo;
+    eo.sm_share = 0.25;
+    const size_t block = 1 << 20;
+    if (gather) build_allgather(x, t, cbuf, buf, block, eo, scratch);
+    else build_alltoall(x, t, cbuf, buf, block, eo, scratch);
+    size_t kernels = 0, by_kernel = 0, by_engine = 0;
+    for (const Op& op : x.ops()) {
+      if (op.kind == Op::Reduce) {
+        EXPECT_EQ(op.lane, kLaneSm);
+        EXPECT_EQ(op.srcs.size(), 1u);
+        ++kernels;
+        by_kernel += op.count * 4 * (1 + op.more_dsts.size());
+      }
+      if (op.kind == Op::Copy && op.lane == kLaneOut) by_engine += op.bytes;
+    }
+    EXPECT_EQ(kernels, gather ? size_t(n) : size_t(n) * (n - 1));
+    EXPECT_EQ(by_kernel, size_t(n) * (n - 1) * block / 4);
+    EXPECT_EQ(by_kernel + by_engine, size_t(n) * (n - 1) * block);
+  }
 }
 
 TEST(CollSplit, BlocksCoverCountAligned) {

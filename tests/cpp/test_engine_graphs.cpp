@@ -132,6 +132,42 @@ TEST_F(EngineGraphs, EnqueuedSchedulesAndReplaysShareStagingSafely) {
   backend_->destroy_stream(fresh_s);
 }
 
+TEST_F(EngineGraphs, EnqueueWithPlanNeverReplaysAndStreamsBehindAReplay) {
+  // enqueue_with_plan (a p2p window's queued messages): copies of one plan, each its own
+  // data, on two streams, right behind a replay, nothing synchronized in between, through a
+  // staging area each fills several times over. None is captured or replayed (also a
+  // repeated one), and every copy lands intact.
+  FixedPlanner planner({{PathKind::Direct, -1, 0.7, 1}, {PathKind::HostStaged, 0, 0.3, 5}});
+  Engine engine(*backend_, topo_, &planner);
+  constexpr int kCopies = 6;
+  const size_t n = (1u << 20) + 77;
+  StreamHandle a = backend_->create_stream(0), b = backend_->create_stream(0);
+  std::vector<char*> src, dst;
+  std::vector<std::vector<uint8_t>> data;
+  for (int k = 0; k < kCopies; ++k) {
+    src.push_back(static_cast<char*>(backend_->alloc_device(0, n)));
+    dst.push_back(static_cast<char*>(backend_->alloc_device(1, n)));
+    data.push_back(pattern(n, 91 + k));
+    upload(*backend_, src[k], 0, data[k], a);
+  }
+  const Plan plan = planner.plan(0, 1, n);
+  engine.copy_with_plan(plan, dst[0], src[0], a);
+  engine.copy_with_plan(plan, dst[0], src[0], a);  // seen before: captured and replayed
+  EXPECT_EQ(engine.stats().graph_launches, 1u);
+  for (int again = 0; again < 2; ++again)
+    for (int k = 0; k < kCopies; ++k) engine.enqueue_with_plan(plan, dst[k], src[k], k % 2 ? b : a);
+  backend_->synchronize_stream(a);
+  for (int k = 0; k < kCopies; ++k)
+    EXPECT_EQ(first_mismatch(data[k], download(*backend_, dst[k], 1, n, b).data(), n), -1) << "copy " << k;
+  EXPECT_EQ(engine.stats().graph_captures, 1u);
+  EXPECT_EQ(engine.stats().graph_launches, 1u);
+  EXPECT_EQ(engine.stats().schedules, static_cast<uint64_t>(1 + 2 * kCopies));
+  for (char* p : src) backend_->free_device(p);
+  for (char* p : dst) backend_->free_device(p);
+  backend_->destroy_stream(a);
+  backend_->destroy_stream(b);
+}
+
 TEST_F(EngineGraphs, MarksKeptAcrossTransfersAreNeverRecordedInACapture) {
   // A 0->1 transfer enqueued once leaves marks of the host->1 relay lanes in GPU 0's staging
   // area; then many 2->1 transfers are captured, which use the same relay lanes (through

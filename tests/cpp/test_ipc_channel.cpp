@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -113,6 +114,39 @@ TEST(IpcChannel, RankAttachedTwiceOrOutOfRangeIsRejected) {
   EXPECT_EQ(a.peer_state(1), PeerState::Absent);
   EXPECT_THROW(ShmSegment::open("/gpustripe-test-does-not-exist"), Error);
   EXPECT_THROW(Channel::create_segment(name, 2), Error) << "an existing name must not be reused";
+}
+
+TEST(IpcChannel, RetiredTransfersReadAsRecentUntilTheirSlotIsNeeded) {
+  std::string name = unique_shm_name("board");
+  ShmSegment seg = Channel::create_segment(name, 2);
+  Channel a(ShmSegment::open(name), 0), b(ShmSegment::open(name), 1);
+  const uint64_t kLong = 10ull * 1000 * 1000 * 1000;  // 10 s
+  int s = b.publish_transfer(1, 0, 4096);
+  ASSERT_GE(s, 0);
+  ASSERT_EQ(a.transfers_of_others().size(), 1u);
+  EXPECT_FALSE(a.transfers_of_others()[0].retired);
+  b.retire_transfer(s);
+  EXPECT_TRUE(a.transfers_of_others().empty()) << "retired copies are no longer in flight";
+  auto recent = a.transfers_of_others(kLong);
+  ASSERT_EQ(recent.size(), 1u);
+  EXPECT_TRUE(recent[0].retired);
+  EXPECT_EQ(recent[0].bytes, 4096u);
+  EXPECT_TRUE(b.transfers_of_others(kLong).empty()) << "its own copies are not others'";
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(a.transfers_of_others(1000 * 1000).empty()) << "retired 5 ms ago, asked for 1 ms";
+  // Free slots are taken first: the retired entry stays readable beside a new one.
+  int s2 = b.publish_transfer(2, 3, 8192);
+  EXPECT_NE(s2, s);
+  EXPECT_EQ(a.transfers_of_others(kLong).size(), 2u);
+  // A full board takes the retired slot over, and then refuses.
+  int taken = 0;
+  while (b.publish_transfer(0, 1, 1) >= 0) ++taken;
+  EXPECT_GT(taken, 0);
+  auto all = a.transfers_of_others(kLong);
+  EXPECT_EQ(all.size(), static_cast<size_t>(taken) + 1);
+  EXPECT_TRUE(std::none_of(all.begin(), all.end(), [](const Channel::InFlight& t) { return t.retired; }));
+  b.retire_transfer(s2);
+  EXPECT_EQ(b.publish_transfer(3, 2, 1), s2);
 }
 
 TEST(IpcChannel, TransferBoardShowsOtherRanksCopiesWhileTheyRun) {

@@ -52,8 +52,11 @@ TEST(ModelCalibrate, RunsOnTheEmulatedBackendAndMatchesTheNode) {
   // GPU-staged path, which this engine never replays), its bookkeeping on top of the calls.
   EXPECT_GT(p.params.engine_call_us, 0);
   EXPECT_LT(p.params.engine_call_us, 1e4);
+  // The spread of a lane's finish, with the repetitions' quartiles it comes from.
+  EXPECT_GE(p.params.lane_jitter_us, 0);
+  EXPECT_LT(p.params.lane_jitter_us, 1e4);
   for (const char* key : {"\"host_call_us\"", "\"copy_engine_mixes_gpu0\"", "\"copy_engine_mixes_into_gpu1\"", "\"relay\"",
-                          "\"engine_call\"", "\"join\""})
+                          "\"engine_call\"", "\"join\"", "\"lane_spread_us\"", "\"epsilon_spread_us\""})
     EXPECT_NE(p.measurements_json.find(key), std::string::npos) << key;
   // The profile plans: every capacity names a resource of the node.
   ModelPlanner pl(t, profile_from_json(profile_to_json(p), "mem").params, SearchOptions{});

@@ -32,6 +32,8 @@ Profile sample_profile(const Topology& t) {
   p.params.engine_call_us = 2.25;
   p.params.graph_start_us = 6.5;
   p.params.graph_epsilon_us = 1.25;
+  p.params.lane_jitter_us = 2.75;
+  p.params.graph_lane_jitter_us = 0.75;
   p.params.capacities["nvlink_egress[gpu0]"] = 394.0;
   p.params.capacities["pcie_d2h[gpu0]"] = 55.3;
   return p;
@@ -49,6 +51,8 @@ TEST(ModelProfile, RoundTripsThroughJson) {
   EXPECT_DOUBLE_EQ(q.params.engine_call_us, 2.25);
   EXPECT_DOUBLE_EQ(q.params.graph_start_us, 6.5);
   EXPECT_DOUBLE_EQ(q.params.graph_epsilon_us, 1.25);
+  EXPECT_DOUBLE_EQ(q.params.lane_jitter_us, 2.75);
+  EXPECT_DOUBLE_EQ(q.params.graph_lane_jitter_us, 0.75);
   EXPECT_DOUBLE_EQ(q.params.capacities.at("pcie_d2h[gpu0]"), 55.3);
   EXPECT_EQ(profile_mismatch(q, t), "");
 }
@@ -61,6 +65,8 @@ TEST(ModelProfile, MalformedProfilesNameTheField) {
                           "{\"schema\":1,\"fingerprint\":\"x\",\"hops\":{},\"epsilon_us\":1,\"host_call_us\":-2,"
                           "\"capacities\":{}}",
                           "{\"schema\":1,\"fingerprint\":\"x\",\"hops\":{},\"epsilon_us\":1,\"engine_call_us\":-1,"
+                          "\"capacities\":{}}",
+                          "{\"schema\":1,\"fingerprint\":\"x\",\"hops\":{},\"epsilon_us\":1,\"lane_jitter_us\":-1,"
                           "\"capacities\":{}}"}) {
     try {
       profile_from_json(bad, "p.json");

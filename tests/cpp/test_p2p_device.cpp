@@ -16,6 +16,7 @@
 #include "backend/backend.hpp"
 #include "common/text_file.hpp"
 #include "engine/engine.hpp"
+#include "engine_test_util.hpp"
 #include "model/planner.hpp"
 #include "p2p/endpoint.hpp"
 #include "test_ipc_ranks.hpp"
@@ -243,6 +244,117 @@ TEST(P2pDevice, EngineCopiesPlannedWithOtherRanksInFlight) {
     be->free_device(out);
     be->free_device(in);
   }));
+}
+
+namespace {
+// rank -> (phase -> count) of the stamps in a trace directory; removes it.
+std::map<int, std::map<std::string, int>> trace_phases(const std::string& dir) {
+  std::map<int, std::map<std::string, int>> count;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return count;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.rfind("p2p-trace-", 0) != 0) continue;
+    for (const std::string& line : split(read_text_file(dir + "/" + name), '\n')) {
+      long long ns = 0;
+      int r = 0, sender = 0;
+      char phase[32] = {};
+      unsigned long long a = 0, b = 0, bytes = 0;
+      if (std::sscanf(line.c_str(), "%lld %d %31s %d %llu %llu %llu", &ns, &r, phase, &sender, &a, &b, &bytes) == 7)
+        ++count[r][phase];
+    }
+    std::remove((dir + "/" + name).c_str());
+  }
+  closedir(d);
+  rmdir(dir.c_str());
+  return count;
+}
+}  // namespace
+
+TEST(P2pDevice, WindowCopiesJoinTheQueueOfTheRanksOwnCopies) {
+  // A window of messages to one peer: every copy but the first starts behind the rank's own
+  // copies to that GPU and is planned as part of the queue (GPUSTRIPE_P2P_QUEUE_PLAN, stamped
+  // p_queued), enqueued rather than replayed; the data must land intact in every buffer.
+  // The receiver matches the whole window with no progress in between (the requests to
+  // send are already there), so no copy is seen complete before the last one starts.
+  constexpr int kWindow = 6;
+  char dir[] = "/tmp/gs-p2p-queue-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  {
+    ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
+    EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+      Topology topo = load_topology_file("h200x4");
+      auto be = make_emulated_backend(topo);
+      engine_test::FixedPlanner planner({{PathKind::Direct, -1, 0.9, 1}, {PathKind::HostStaged, 0, 0.1, 4}});
+      Engine engine(*be, topo, &planner);
+      const size_t n = (2u << 20) + 12345;
+      std::vector<void*> bufs;
+      for (int w = 0; w < kWindow; ++w) bufs.push_back(be->alloc_device(rank, n));
+      {
+        Endpoint ep(ch, be.get(), engine_copy(engine, &ch));
+        char go = 1;
+        if (rank == 0) {
+          std::vector<RequestPtr> sends;
+          for (int w = 0; w < kWindow; ++w) {
+            to_device(*be, bufs[w], 0, pattern(40 + w, n));
+            sends.push_back(ep.isend(bufs[w], n, 1, w, kComm));
+          }
+          ep.send(&go, 1, 1, 99, kComm);
+          for (auto& s : sends) ep.wait(s);
+        } else {
+          ep.recv(&go, 1, 0, 99, kComm);  // the window's requests to send are in by now
+          std::vector<RequestPtr> recvs;
+          for (int w = 0; w < kWindow; ++w) recvs.push_back(ep.irecv(bufs[w], n, 0, w, kComm));
+          for (auto& r : recvs) ep.wait(r);
+          for (int w = 0; w < kWindow; ++w) RANK_CHECK(from_device(*be, bufs[w], 1, n) == pattern(40 + w, n));
+        }
+        ep.flush();
+      }
+      for (void* b : bufs) be->free_device(b);
+    }));
+  }
+  std::map<std::string, int> phases = trace_phases(dir)[1];
+  EXPECT_EQ(phases["r_started"], kWindow);
+  EXPECT_EQ(phases["p_queued"], kWindow - 1);
+}
+
+TEST(P2pDevice, CopiesThatFinishedLatelyArePlannedAsInFlight) {
+  // GPUSTRIPE_P2P_RECENT_US: pair 2 -> 3 copies just after pair 0 -> 1 has finished; its plan
+  // counts that copy (stamp p_recent) as if it still ran. Pair 0 -> 1 saw nothing before it.
+  char dir[] = "/tmp/gs-p2p-recent-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  {
+    ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
+    ScopedEnv r("GPUSTRIPE_P2P_RECENT_US", "1000000");
+    EXPECT_RANKS_OK(run_ranks(4, [](int rank, ipc::Channel& ch) {
+      Topology topo = load_topology_file("h200x4");
+      auto be = make_emulated_backend(topo);
+      engine_test::FixedPlanner planner({{PathKind::Direct, -1, 0.9, 1}, {PathKind::HostStaged, 0, 0.1, 2}});
+      Engine engine(*be, topo, &planner);
+      const size_t n = (1u << 20) + 3;
+      void* buf = be->alloc_device(rank, n);
+      {
+        Endpoint ep(ch, be.get(), engine_copy(engine, &ch));
+        char go = 1;
+        if (rank % 2 == 0) {
+          to_device(*be, buf, rank, pattern(60 + rank, n));
+          ep.send(buf, n, rank + 1, 0, kComm);
+        } else {
+          if (rank == 3) ep.recv(&go, 1, 1, 99, kComm);  // pair 0 -> 1 is done
+          ep.recv(buf, n, rank - 1, 0, kComm);
+          RANK_CHECK(from_device(*be, buf, rank, n) == pattern(60 + rank - 1, n));
+          if (rank == 1) ep.send(&go, 1, 3, 99, kComm);
+        }
+        ep.flush();
+      }
+      be->free_device(buf);
+    }));
+  }
+  auto phases = trace_phases(dir);
+  EXPECT_EQ(phases[1]["r_started"], 1);
+  EXPECT_EQ(phases[1]["p_recent"], 0);
+  EXPECT_EQ(phases[3]["r_started"], 1);
+  EXPECT_EQ(phases[3]["p_recent"], 1);
 }
 
 TEST(P2pDevice, ReceiverPullsWhileTheSenderMakesNoProgress) {

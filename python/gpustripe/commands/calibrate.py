@@ -82,6 +82,15 @@ def summarize(doc: dict) -> str:
         g = doc.get("graph_join_us", -1)
         lines.append(f"  the caller's wait on a lane already done: {doc['join_us']:.2f} us"
                      + (f" (replayed: {g:.2f} us)" if g >= 0 else ""))
+    if "lane_jitter_us" in doc:
+        g = doc.get("graph_lane_jitter_us", -1)
+        lines.append(f"  spread of a lane's finish (1 MB relay, interquartile range / 1.349): "
+                     f"{doc['lane_jitter_us']:.2f} us" + (f" (replayed: {g:.2f} us)" if g >= 0 else ""))
+    for key, what in (("lane_spread_us", "relay"), ("graph_lane_spread_us", "relay replayed")):
+        if meas.get(key):
+            q = meas[key]
+            lines.append(f"    {what}: {q['reps']} repetitions, min {q['min']:.1f} p25 {q['p25']:.1f} median "
+                         f"{q['p50']:.1f} p75 {q['p75']:.1f} max {q['max']:.1f} us")
     if meas.get("engine_call", {}).get("calls"):
         e = meas["engine_call"]
         lines.append(f"  engine schedule of {e['plan']}: {e['us']:.1f} us on the host for {e['calls']} calls")

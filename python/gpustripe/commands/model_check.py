@@ -5,12 +5,27 @@ are timed as `gpustripe bench p2p` times its rows (repetitions back to back, dev
 median), so figures compare with bench p2p's at every size. Then, at 16 MB, 256 MB and 1 GB, compares the model's chosen
 plan with the best of an exhaustive search (gpustripe tune's grid). Writes a results
 file (rows op "model") and its plot."""
+import math
 import sys
 
 DEFAULT_SIZES = "1M,4M,16M,64M,256M,1G"
 EMULATED_SIZES = "1M,4M,16M"
 EXHAUSTIVE_SIZES = "16M,256M,1G"
 SET_NAMES = ("direct", "direct+host", "direct+gpu staged", "all paths")
+# Repetitions of a grid point by default: enough to fill POINT_BUDGET_US of GPU time, within
+# MIN_REPS..MAX_REPS. 20 repetitions of a 35-50 us plan gave medians 5-10% apart between
+# processes where the repetitions fall in two groups (4x H200, session 2: 16M direct + host
+# 49-50 / 54-56 us); a few hundred cost milliseconds at those sizes.
+POINT_BUDGET_US = 20000.0
+MIN_REPS, MAX_REPS = 20, 400
+PROBE_BYTES = 4 << 20  # the engine's host-cost probe plan (plan_timing.hpp engine_probe_plan) fits in it
+
+
+def auto_reps(predicted_us: float) -> int:
+    """Timed repetitions of a point predicted to take `predicted_us`: the time budget's worth."""
+    if not predicted_us > 0:
+        return MIN_REPS
+    return max(MIN_REPS, min(MAX_REPS, math.ceil(POINT_BUDGET_US / predicted_us)))
 
 
 def register(sub):
@@ -26,10 +41,16 @@ def register(sub):
     p.add_argument("--points", help="instead of the grid, time these plans: 'SIZE@SPEC;SIZE@SPEC' with the "
                                     "spec syntax of GPUSTRIPE_PLAN (e.g. '16M@direct:0.969,host0:0.031x1'); "
                                     "diagnostics of single points, no exhaustive comparison")
-    p.add_argument("--reps", type=int, default=20, help="timed repeats per point (median; default 20, as bench p2p)")
+    p.add_argument("--reps", type=int, help=f"timed repeats per point, the median reported (default: enough to fill "
+                                            f"{POINT_BUDGET_US / 1000:g} ms per point, {MIN_REPS} to {MAX_REPS}; "
+                                            "the exhaustive search: 20, as bench p2p)")
     p.add_argument("--warmup", type=int, default=5, help="untimed repeats first (default 5, as bench p2p)")
     p.add_argument("--timing", choices=("back-to-back", "isolated"), default="back-to-back",
                    help="repetitions back to back as bench p2p (default), or each from an idle stream")
+    p.add_argument("--host-cost", choices=("measure", "profile"), default="measure",
+                   help="the engine's host cost per call: measured in this process before the grid, as calibrate "
+                        "measures it (default; the host's speed varied up to 1.9x between processes on 4x H200), or "
+                        "the profile's")
     p.add_argument("--quick", action="store_true", help="coarser exhaustive grid, fewer repeats")
     p.add_argument("--profile", help="calibration profile (default: GPUSTRIPE_PROFILE, the cache, else nominal)")
     p.add_argument("--out", default="bench/results", help="results directory (default bench/results)")
@@ -46,7 +67,9 @@ def run(args):
 
     ctx = Context()
     model = Model(profile=args.profile)
-    reps = 3 if args.quick else args.reps
+    if args.reps is not None and args.reps < 1:
+        raise SystemExit("model-check: --reps must be at least 1")
+    search_reps = 3 if args.quick else (args.reps or 20)
     sizes = [parse_size(s) for s in (args.sizes or (EMULATED_SIZES if ctx.emulated else DEFAULT_SIZES)).split(",")]
     ex_text = args.exhaustive_sizes or (EMULATED_SIZES.split(",")[-1] if ctx.emulated else EXHAUSTIVE_SIZES)
     ex_sizes = [] if ex_text == "none" else [parse_size(s) for s in ex_text.split(",")]
@@ -67,38 +90,61 @@ def run(args):
         print(text)
         lines.append(text)
 
+    points = []
+    for item in (args.points or "").split(";"):
+        if not item.strip():
+            continue
+        size_text, _, spec = item.strip().partition("@")
+        if not spec:
+            raise SystemExit(f"model-check: point '{item}' is not SIZE@SPEC")
+        points.append((parse_size(size_text), spec))
+    if args.points:
+        ex_sizes = []
+    timer = PlanTimer(ctx, max(([size for size, _ in points] if args.points else sizes + ex_sizes) + [PROBE_BYTES]))
+    host_line, host_cost = None, {"profile_us": model.hop_params()["engine_call_us"], "used": "profile"}
+    if args.host_cost == "measure":
+        before = host_cost["profile_us"]
+        cost = timer.host_cost()
+        if cost["per_call_us"] > 0:
+            host_cost.update(used="measured", measured_us=cost["per_call_us"])
+            model = model.with_engine_call_us(cost["per_call_us"], "host cost per engine call measured in this process")
+            host_line = (f"host cost per engine call, measured in this process before the grid: "
+                         f"{cost['per_call_us']:.2f} us ({cost['per_plan_us']:.1f} us for {cost['calls']} calls; "
+                         f"the profile's: {before:.2f} us)")
     say(f"node: {ctx.device_label}; model parameters: {model.source}")
+    if host_line:
+        say(host_line)
+    reps_text = (f"{args.reps} repetitions" if args.reps else f"{MIN_REPS}-{MAX_REPS} repetitions ({POINT_BUDGET_US / 1000:g} ms)")
+    say(f"measured: median of {reps_text} per point, {args.timing}, after {args.warmup} untimed; GB/s")
     say(f"{'size':>6} {'path set':<20} {'measured':>9} {'predicted':>9} {'error':>7}  {'bound by':<22} plan"
         + ("" if args.timing == "back-to-back" else f"  (timing: {args.timing})"))
     if args.points:
-        grid = []
-        for item in args.points.split(";"):
-            if not item.strip():
-                continue
-            size_text, _, spec = item.strip().partition("@")
-            if not spec:
-                raise SystemExit(f"model-check: point '{item}' is not SIZE@SPEC")
-            size = parse_size(size_text)
-            grid.append((size, spec, model.fixed(spec, src, dst, size)))
-        ex_sizes = []
+        grid = [(size, spec, model.fixed(spec, src, dst, size)) for size, spec in points]
     else:
         grid = [(size, name, model.plan_paths(src, dst, size, paths)) for size in sizes for name, paths in sets.items()]
-    timer = PlanTimer(ctx, max([size for size, _, _ in grid] + ex_sizes))
     for size, name, plan in grid:
+        reps = args.reps or (3 if args.quick else auto_reps(plan.predicted_us))
         t = timer.time(plan, warmup=args.warmup, reps=reps, mode=args.timing)
         gbps = size / (t["us"] * 1e3)
         err = (plan.predicted_gbps - gbps) / gbps
         rows.append({"op": "model", "method": f"gpustripe {name}", "path_set": name, "bytes": size, "gbps": gbps,
                      "us": t["us"], "min_us": t["min_us"], "max_us": t["max_us"],
-                     "host_us": t["host_us"], "timing": args.timing,
+                     "host_us": t["host_us"], "timing": args.timing, "reps": reps,
+                     "rep_us": [round(x, 2) for x in t["samples_us"]],
                      "predicted_gbps": plan.predicted_gbps, "predicted_us": plan.predicted_us,
                      "paths": plan.spec, "bottleneck": plan.bottleneck, "error": err, "src": src, "dst": dst})
         say(f"{human_bytes(size):>6} {name:<20} {gbps:9.1f} {plan.predicted_gbps:9.1f} {100 * err:6.1f}%  "
             f"{plan.bottleneck:<22} {plan.describe()}")
-        detail.append(f"{human_bytes(size):>6} {name:<20} us median {t['us']:.1f} min {t['min_us']:.1f} "
-                      f"max {t['max_us']:.1f} predicted {plan.predicted_us:.1f}; host per call {t['host_us']:.1f}")
+        q = sorted(t["samples_us"])
+        detail.append(f"{human_bytes(size):>6} {name:<20} us median {t['us']:.1f} of {reps} (min {t['min_us']:.1f} "
+                      f"p10 {q[len(q) // 10]:.1f} p90 {q[(9 * len(q)) // 10]:.1f} max {t['max_us']:.1f}, mean "
+                      f"{sum(q) / len(q):.1f}) predicted {plan.predicted_us:.1f}; host per call {t['host_us']:.1f}")
     for d in detail:  # the spread and the host's side of each point (the log only; the table stays as before)
         print(d)
+    if host_cost["used"] == "measured":  # the same probe after the grid: did the host's speed hold?
+        host_cost["after_grid_us"] = timer.host_cost()["per_call_us"]
+        print(f"host cost per engine call after the grid: {host_cost['after_grid_us']:.2f} us "
+              f"(before: {host_cost['measured_us']:.2f})")
     errs = [abs(r["error"]) for r in rows]
     mean_err, max_err = sum(errs) / len(errs), max(errs)
     say(f"model error over {len(rows)} points: mean {100 * mean_err:.1f}%, max {100 * max_err:.1f}% "
@@ -107,8 +153,8 @@ def run(args):
     exhaustive = []
     for size in ex_sizes:
         chosen = model.plan(src, dst, size)
-        t = timer.time(chosen, warmup=args.warmup, reps=reps)
-        found = search(model, timer, src, dst, size, reps, quick=args.quick)
+        t = timer.time(chosen, warmup=args.warmup, reps=search_reps)
+        found = search(model, timer, src, dst, size, search_reps, quick=args.quick)
         best_us, best_spec, best_pred = found[0]
         ratio = best_us / t["us"]
         exhaustive.append({"bytes": size, "model_plan": chosen.spec, "model_us": t["us"],
@@ -123,7 +169,8 @@ def run(args):
                      (size / (t["us"] * 1e3)), "src": src, "dst": dst})
     path = results.write("model-check", ctx.device_label, ctx.device_count, rows, out_dir=args.out, plot=False,
                          extra={"model_source": model.source, "mean_abs_error": mean_err, "max_abs_error": max_err,
-                                "exhaustive": exhaustive, "emulated": ctx.emulated})
+                                "exhaustive": exhaustive, "emulated": ctx.emulated, "host_cost": host_cost,
+                                "statistic": f"median of {reps_text} per point, {args.timing}"})
     png = plot_model_check(rows, f"{ctx.device_label}: model check {src}->{dst} ({model.source}); |error| mean "
                                  f"{100 * mean_err:.1f}%, max {100 * max_err:.1f}%", path[:-len(".json")] + ".png")
     txt = path[:-len(".json")] + ".txt"
