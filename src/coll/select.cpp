@@ -14,7 +14,7 @@ namespace {
 const StringSetting kAlgo{"GPUSTRIPE_COLL_ALGO", "auto",
                           "Force collective schedules: auto, or a comma list of names, each op taking the first that "
                           "is its own (rounds, all_at_once, rs_copy, rs_pull, oneshot, twoshot, rs_ag_copy, rs_ag_pull, hier, ce_twoshot, "
-                          "direct, scatter_ag, chain, reduce_copy, reduce_pull)"};
+                          "direct, scatter_ag, chain, reduce_copy, reduce_pull, sm)"};
 const SizeSetting kChunk{"GPUSTRIPE_COLL_CHUNK", "32M",
                          "Pipeline chunk of a rank's block in reduce-scatter/allreduce/reduce/bcast schedules "
                          "(blocks of 2M and more get at least 4 chunks)"};
