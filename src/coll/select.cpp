@@ -43,10 +43,12 @@ const IntSetting kRoundLanes{"GPUSTRIPE_COLL_ROUND_LANES", "1",
 // timelines; NCCL's alltoall at 4M per rank takes ~27 us in all). Session 3 r2 (4x H200, busbw
 // GB/s, alltoall sm / copy-engine schedules / NCCL): 1M 58/22/52, 4M 159/79/145, 16M 272/188/257,
 // 64M 328/303, 128M 341/336, 256M 346/369 (rounds with the host share); allgather alike (64M
-// 325/299, 256M 345/382). At 2 ranks 64M: 287/293 (even).
-const SizeSetting kSmMax{"GPUSTRIPE_COLL_SM_MAX", "64M",
+// 325/299, 256M 345/382). At 2 ranks: 16M 262/187, 64M 287/293.
+const SizeSetting kSmMax{"GPUSTRIPE_COLL_SM_MAX", "128M",
                          "Largest alltoall/allgather per rank (the nccl-tests size) done by copy kernels that store "
-                         "into the peers (sm), where every pair maps the other's memory"};
+                         "into the peers (sm) on more than 2 GPUs, where every pair maps the other's memory"};
+const SizeSetting kSmMax2{"GPUSTRIPE_COLL_SM_MAX_2", "32M",
+                          "GPUSTRIPE_COLL_SM_MAX for a team of 2 GPUs"};
 // Session 3 r2 (4x H200, busbw GB/s, bcast sm pieces / chain or scatter-allgather / NCCL): 1M 65/23/38,
 // 4M 177/66/131, 16M 265/134/226, 64M 283/236/309 (NCCL of session 2), 256M 335/303/348, 1G 357/341/360;
 // at 2 ranks sm 86-374 vs NCCL 42-366 at 1M-1G (copy-engine direct 377 at 1G).
@@ -284,7 +286,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     const size_t rounds_min = kRoundsMin.get();
     // Not where a host share is asked for by name: kernels store over NVLink only.
     const std::string asked_share = kHostShare.get();
-    const bool sm = res.all_peer && n > 1 && bytes <= kSmMax.get() &&
+    const bool sm = res.all_peer && n > 1 && bytes <= (n > 2 ? kSmMax.get() : kSmMax2.get()) &&
                     (asked_share == "auto" || parse_double(asked_share, "GPUSTRIPE_COLL_HOST_SHARE") == 0);
     c.name = !force.empty() ? force : sm ? "sm" : block >= rounds_min ? "rounds" : "all_at_once";
     GS_REQUIRE(c.name != "sm" || res.all_peer, GPUSTRIPE_ERR_NOT_SUPPORTED,
@@ -293,9 +295,9 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.exchange.kernel = c.name == "sm";
     c.why = !force.empty() ? why_forced(c.name)
             : c.exchange.kernel
-                ? format("%s <= GPUSTRIPE_COLL_SM_MAX: one copy kernel per rank stores every block into its peer, "
+                ? format("%s <= GPUSTRIPE_COLL_SM_MAX%s: one copy kernel per rank stores every block into its peer, "
                          "the GPUs' barrier inside",
-                         size.c_str())
+                         size.c_str(), n > 2 ? "" : "_2")
             : c.exchange.rounds
                 ? format("%s blocks >= %s: permutation rounds keep one copy per NVLink port and direction",
                          format_size(block).c_str(), format_size(rounds_min).c_str())
