@@ -437,27 +437,37 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
   tick("staged relay epsilon");
   {
     const size_t s = std::min<size_t>(1u << 20, big);
-    // A difference of three medians: one of them off by a few microseconds moves epsilon a
-    // lot (a final-round profile of 4x H200 had 0.64 us against 4.6-4.9 in six others), so
-    // three rounds of the three timings, and the median estimate.
+    // A difference of medians of the relay and its two hops. The relay's repetitions fall in
+    // two groups (4x H200: ~52 and ~59-60 us at 1 MB, its two wake-ups fast or not; the hops
+    // alone stay within 1 us), so a median of a few of them lands in either: profiles had
+    // epsilon 0.64 and 2.56 us against 4.6-5.0 in nine others, and each mispredicted every
+    // staged path. So every relay repetition of three rounds and of the longer run below
+    // (62 at the default 7 per round) is pooled, and epsilon comes from their median: the
+    // rounds' own estimates are recorded beside it.
     double t = 0, d2h = 0, h2d = 0;
-    std::vector<double> eps;
+    std::vector<double> eps, relays, d2hs, h2ds;
     json spread;
     for (int round = 0; round < 3; ++round) {
       t = bench.time_relay(0, 1, s, 1);
+      relays.insert(relays.end(), bench.last_samples().begin(), bench.last_samples().end());
       spread["relay"] = spread_of(bench.last_samples());
       d2h = bench.time_one({bench.host(0), kHostDevice, bench.src(0), 0, s, 0});
+      d2hs.push_back(d2h);
       spread["d2h"] = spread_of(bench.last_samples());
       h2d = bench.time_one({bench.dst(1), 1, bench.host(0), kHostDevice, s, 1});
+      h2ds.push_back(h2d);
       spread["h2d"] = spread_of(bench.last_samples());
       eps.push_back(std::max(0.0, (t - d2h - h2d) / 2));
     }
-    P.epsilon_us = median_of(eps);
     meas["epsilon_rounds_us"] = eps;
     meas["epsilon_spread_us"] = spread;  // the last round's repetitions
     // The spread of a lane's finish (model/straggler.hpp): the same relay, repeated more.
     bench.time_relay(0, 1, s, 1, kSpreadReps);
+    relays.insert(relays.end(), bench.last_samples().begin(), bench.last_samples().end());
     P.lane_jitter_us = spread_sd(bench.last_samples());
+    P.epsilon_us = std::max(0.0, (median_of(relays) - median_of(d2hs) - median_of(h2ds)) / 2);
+    meas["epsilon_pooled"] = {{"relay_reps", relays.size()}, {"relay_median_us", median_of(relays)},
+                              {"d2h_us", median_of(d2hs)}, {"h2d_us", median_of(h2ds)}};
     meas["lane_spread_us"] = spread_of(bench.last_samples());
     // A pipelined relay, recorded to compare with the model in `gpustripe calibrate --show`.
     meas["relay"] = {{"bytes", s}, {"us", t}, {"d2h_us", d2h}, {"h2d_us", h2d}, {"pipelined_bytes", big},

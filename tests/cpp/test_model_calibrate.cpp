@@ -73,7 +73,7 @@ TEST(ModelCalibrate, RunsOnTheEmulatedBackendAndMatchesTheNode) {
   EXPECT_GE(p.params.lane_jitter_us, 0);
   EXPECT_LT(p.params.lane_jitter_us, 1e4);
   for (const char* key : {"\"host_call_us\"", "\"copy_engine_mixes_gpu0\"", "\"copy_engine_mixes_into_gpu1\"", "\"relay\"",
-                          "\"engine_call\"", "\"join\"", "\"lane_spread_us\"", "\"epsilon_spread_us\""})
+                          "\"engine_call\"", "\"join\"", "\"lane_spread_us\"", "\"epsilon_spread_us\"", "\"epsilon_pooled\""})
     EXPECT_NE(p.measurements_json.find(key), std::string::npos) << key;
   // The profile plans: every capacity names a resource of the node.
   ModelPlanner pl(t, profile_from_json(profile_to_json(p), "mem").params, SearchOptions{});

@@ -189,8 +189,11 @@ def test_model_check_states_its_statistic_keeps_every_repetition_and_measures_th
     for r in doc["rows"]:
         assert r["reps"] == 3 and 1 <= r["trials"] <= 20 and len(r["rep_us"]) == r["reps"] * r["trials"]
         assert min(r["rep_us"]) - 0.01 <= r["us"] <= max(r["rep_us"]) + 0.01
-    assert doc["host_cost"]["used"] == "measured" and doc["host_cost"]["measured_us"] > 0
-    assert doc["host_cost"]["after_grid_us"] > 0 and "median of" in doc["statistic"]
+    assert doc["host_cost"]["used"].startswith("measured") and doc["host_cost"]["measured_us"] > 0
+    # measured again before each point, and kept in the row
+    assert len(doc["host_cost"]["points_us"]) == len(doc["rows"]) and "median of" in doc["statistic"]
+    assert [r["host_cost_us"] for r in doc["rows"]] == doc["host_cost"]["points_us"]
+    assert "host cost per engine call before the points" in out
     assert "measured in this process" in doc["model_source"]
     # The profile's figure, where asked for.
     prof = tmp_path / "profile"
@@ -198,6 +201,7 @@ def test_model_check_states_its_statistic_keeps_every_repetition_and_measures_th
         "--trials", "2", "--host-cost", "profile", "--out", str(prof))
     doc = results.load(str(prof / [f for f in os.listdir(prof) if f.endswith(".json")][0]))
     assert doc["host_cost"]["used"] == "profile" and "measured in this process" not in doc["model_source"]
+    assert [r["host_cost_us"] for r in doc["rows"]] == [None]
     assert [len(r["rep_us"]) for r in doc["rows"]] == [4]
 
 

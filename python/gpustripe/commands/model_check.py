@@ -123,15 +123,25 @@ def run(args):
         ex_sizes = []
     timer = PlanTimer(ctx, max(([size for size, _ in points] if args.points else sizes + ex_sizes) + [PROBE_BYTES]))
     host_line, host_cost = None, {"profile_us": model.hop_params()["engine_call_us"], "used": "profile"}
+    profile_model = model
+    why = "host cost per engine call measured in this process before each point"
+
+    def measured_model():
+        """The model with the engine's host cost per call as the host runs now (None: not measured)."""
+        cost = timer.host_cost()
+        if not cost["per_call_us"] > 0:
+            return None, cost
+        return profile_model.with_engine_call_us(cost["per_call_us"], why), cost
+
     if args.host_cost == "measure":
         before = host_cost["profile_us"]
-        cost = timer.host_cost()
-        if cost["per_call_us"] > 0:
-            host_cost.update(used="measured", measured_us=cost["per_call_us"])
-            model = model.with_engine_call_us(cost["per_call_us"], "host cost per engine call measured in this process")
+        m, cost = measured_model()
+        if m is not None:
+            host_cost.update(used="measured before each point", measured_us=cost["per_call_us"], points_us=[])
+            model = m
             host_line = (f"host cost per engine call, measured in this process before the grid: "
                          f"{cost['per_call_us']:.2f} us ({cost['per_plan_us']:.1f} us for {cost['calls']} calls; "
-                         f"the profile's: {before:.2f} us)")
+                         f"the profile's: {before:.2f} us), and again before each point (the row's host_cost_us)")
     say(f"node: {ctx.device_label}; model parameters: {model.source}")
     if host_line:
         say(host_line)
@@ -143,10 +153,20 @@ def run(args):
     say(f"{'size':>6} {'path set':<20} {'measured':>9} {'predicted':>9} {'error':>7}  {'bound by':<22} plan"
         + ("" if args.timing == "back-to-back" else f"  (timing: {args.timing})"))
     if args.points:
-        grid = [(size, spec, model.fixed(spec, src, dst, size)) for size, spec in points]
+        grid = [(size, spec, lambda m, size=size, spec=spec: m.fixed(spec, src, dst, size)) for size, spec in points]
     else:
-        grid = [(size, name, model.plan_paths(src, dst, size, paths)) for size in sizes for name, paths in sets.items()]
-    for size, name, plan in grid:
+        grid = [(size, name, lambda m, size=size, paths=paths: m.plan_paths(src, dst, size, paths))
+                for size in sizes for name, paths in sets.items()]
+    for size, name, make_plan in grid:
+        # The host's speed drifted within one process too (r3: 1.61 us per call before a grid,
+        # 1.94 during its 4 MB points, 1.23 after): the probe runs again just before each point.
+        point_model, point_cost = model, None
+        if "points_us" in host_cost:
+            m, cost = measured_model()
+            if m is not None:
+                point_model, point_cost = m, cost["per_call_us"]
+                host_cost["points_us"].append(point_cost)
+        plan = make_plan(point_model)
         trials = args.trials or (1 if args.quick else auto_trials(plan.predicted_us, reps))
         t = time_trials(timer, plan, args.warmup, reps, trials, args.timing)
         gbps = size / (t["us"] * 1e3)
@@ -156,7 +176,8 @@ def run(args):
                      "host_us": t["host_us"], "timing": args.timing, "reps": reps, "trials": trials,
                      "rep_us": [round(x, 2) for x in t["samples_us"]],
                      "predicted_gbps": plan.predicted_gbps, "predicted_us": plan.predicted_us,
-                     "paths": plan.spec, "bottleneck": plan.bottleneck, "error": err, "src": src, "dst": dst})
+                     "paths": plan.spec, "bottleneck": plan.bottleneck, "error": err, "src": src, "dst": dst,
+                     "host_cost_us": point_cost})
         say(f"{human_bytes(size):>6} {name:<20} {gbps:9.1f} {plan.predicted_gbps:9.1f} {100 * err:6.1f}%  "
             f"{plan.bottleneck:<22} {plan.describe()}")
         q = sorted(t["samples_us"])
@@ -165,10 +186,10 @@ def run(args):
                       f"{sum(q) / len(q):.1f}) predicted {plan.predicted_us:.1f}; host per call {t['host_us']:.1f}")
     for d in detail:  # the spread and the host's side of each point (the log only; the table stays as before)
         print(d)
-    if host_cost["used"] == "measured":  # the same probe after the grid: did the host's speed hold?
-        host_cost["after_grid_us"] = timer.host_cost()["per_call_us"]
-        print(f"host cost per engine call after the grid: {host_cost['after_grid_us']:.2f} us "
-              f"(before: {host_cost['measured_us']:.2f})")
+    if host_cost.get("points_us"):  # how far the host's speed moved during the grid
+        pts = sorted(host_cost["points_us"])
+        say(f"host cost per engine call before the points: {pts[0]:.2f}-{pts[-1]:.2f} us (median "
+            f"{statistics.median(pts):.2f})")
     errs = [abs(r["error"]) for r in rows]
     mean_err, max_err = sum(errs) / len(errs), max(errs)
     say(f"model error over {len(rows)} points: mean {100 * mean_err:.1f}%, max {100 * max_err:.1f}% "
