@@ -161,20 +161,29 @@ const BoolSetting kBidirDirect{
 
 // A window of 16 x 256 MB messages to one peer ran at the rate of one 256 MB transfer alone
 // (433.7 GB/s on 4x H200, session 2): each message replayed its lone plan, and a replay waits
-// for the whole previous transfer that used its staging area.
+// for the whole previous transfer that used its staging area (r2 trace: one message every 618 us).
+// Device rounds r2/r3 (2 ranks, same lease each): from 256 MB the queue gained 0.7-2.4% at windows
+// 16/64 (r3, 256 MB: 427.0 -> 432.9 / 427.3 -> 436.1 GB/s; 512 MB w64 407.8 -> 440.8); below, the
+// engine's enqueue per message (60-70 us, against 33 replayed) and the smaller chunks cost 1-5%
+// (64 MB w64 403 -> 382-393); with other ranks' copies in flight (4 ranks) it lost 1-3%.
 const BoolSetting kQueuePlan{
     "GPUSTRIPE_P2P_QUEUE_PLAN", "yes",
-    "A copy queued behind this rank's own copies to the same GPU takes the host share of the queue planned "
-    "as one transfer and is enqueued, not replayed, so its host-staged pieces stream behind the ones before "
-    "(the host pipeline fills and drains once per queue, not once per message)"};
+    "A copy queued behind this rank's own copies to the same GPU (none of other ranks in flight, at least "
+    "GPUSTRIPE_P2P_QUEUE_MIN) takes the host share of the queue planned as one transfer and is enqueued, not "
+    "replayed, so its host-staged pieces stream behind the ones before (the host pipeline fills and drains "
+    "once per queue, not once per message)"};
+const SizeSetting kQueueMin{"GPUSTRIPE_P2P_QUEUE_MIN", "256M",
+                            "GPUSTRIPE_P2P_QUEUE_PLAN: the smallest copy planned as part of a queue"};
 // Device round r2 (2 ranks, 16 x 256 MB): planned as a queue, messages 3-16 completed every
 // 605 us (443.7 GB/s), but the second one 1180 us after the first: two direct copies from two
-// streams at once beside the host path.
+// streams at once beside the host path. On the lane: r3 w16/w64 256 MB 429.9 / 435.8 GB/s.
 const BoolSetting kQueueLane{"GPUSTRIPE_P2P_QUEUE_LANE", "yes",
                              "GPUSTRIPE_P2P_QUEUE_PLAN: a queued copy's direct path goes on the engine's lane of "
                              "the link, behind the queue's earlier direct copies, not on the stream the copy was "
                              "issued on (the p2p layer issues on GPUSTRIPE_P2P_STREAMS streams in turn)"};
-const BoolSetting kQueueArea{"GPUSTRIPE_P2P_QUEUE_AREA", "no",
+// r3 (2 ranks, 256 MB, w16 / w64): 432.9 / 436.1 GB/s with, 429.9 / 435.8 without; 512 MB w16
+// 439.7 / 437.9. Costs GPUSTRIPE_HOST_STAGING more pinned memory per source GPU, once queues form.
+const BoolSetting kQueueArea{"GPUSTRIPE_P2P_QUEUE_AREA", "yes",
                              "GPUSTRIPE_P2P_QUEUE_PLAN: queued copies stage through host memory of their own, so the "
                              "second copy of a window does not wait for the whole first one (replayed as a graph, "
                              "which holds the shared staging area whole)"};
@@ -218,13 +227,14 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   const bool bidir_direct = kBidirDirect.get();
   const bool queue_plan = kQueuePlan.get();
   const uint64_t queue_max = kQueueMax.get();
+  const uint64_t queue_min = kQueueMin.get();
   const bool queue_lane = kQueueLane.get();
   const bool queue_area = kQueueArea.get();
   const int64_t recent_us = kRecentUs.get();
   GS_REQUIRE(recent_us >= 0 && recent_us <= 1000000, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
   const uint64_t recent_ns = static_cast<uint64_t>(recent_us) * 1000;
-  return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, queue_lane, queue_area, recent_ns](
+  return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, queue_min, queue_lane, queue_area, recent_ns](
              void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) -> std::function<void()> {
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
@@ -285,7 +295,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
                        return x.src == dd && x.dst == sd;
                      });
       const CopyQueues::Queue queued = st->own.queued(sd, dd);
-      const bool behind = queue_plan && queued.copies > 0;
+      const bool behind = queue_plan && queued.copies > 0 && n >= queue_min && specs.empty();
       // Whether this size alone splits into direct + host, kept per size: a plan copy per
       // message is what windows of small messages would notice.
       auto lone_splits = [&] {
@@ -298,25 +308,20 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       if (reverse) {
         trace("p_direct", -1, 0, 0, n);
         engine.copy_with_plan(direct_plan(sd, dd, n), dst, src, s);
-      } else if (specs.empty() && !(behind && lone_splits())) {
-        engine.copy_async(dst, dd, src, sd, n, s);
+      } else if (!specs.empty()) {
+        trace("p_concurrent", -1, 0, 0, n);
+        engine.copy_with_plan(concurrent(specs, n), dst, src, s);
+      } else if (behind && lone_splits()) {
+        // Behind this rank's own copies to the same GPU: the host share of the queue planned as
+        // one transfer (up to GPUSTRIPE_P2P_QUEUE_MAX).
+        const uint64_t total = std::min<uint64_t>(queued.bytes + n, std::max<uint64_t>(n, queue_max));
+        const double share =
+            static_cast<double>(host_staged_bytes(engine.current_plan(sd, dd, total))) / static_cast<double>(total);
+        trace("p_queued", -1, queued.copies, static_cast<uint64_t>(share * 1e6), n);
+        engine.enqueue_with_plan(queued_split(engine.current_plan(sd, dd, n), share), dst, src, s, queue_lane,
+                                 queue_area);
       } else {
-        const Plan alone = specs.empty() ? engine.current_plan(sd, dd, n) : concurrent(specs, n);
-        if (behind && direct_plus_host(alone)) {
-          // Behind this rank's own copies to the same GPU: the host share of the queue planned
-          // as one transfer (up to GPUSTRIPE_P2P_QUEUE_MAX; the others' loads likewise).
-          const uint64_t total = std::min<uint64_t>(queued.bytes + n, std::max<uint64_t>(n, queue_max));
-          for (TransferSpec& t : specs) t.bytes = std::min<uint64_t>(t.bytes, std::max<uint64_t>(n, queue_max));
-          const Plan whole = specs.empty() ? engine.current_plan(sd, dd, total) : concurrent(specs, total);
-          const double share = static_cast<double>(host_staged_bytes(whole)) / static_cast<double>(total);
-          trace("p_queued", -1, queued.copies, static_cast<uint64_t>(share * 1e6), n);
-          engine.enqueue_with_plan(queued_split(alone, share), dst, src, s, queue_lane, queue_area);
-        } else if (specs.empty()) {
-          engine.copy_async(dst, dd, src, sd, n, s);
-        } else {
-          trace("p_concurrent", -1, 0, 0, n);
-          engine.copy_with_plan(alone, dst, src, s);
-        }
+        engine.copy_async(dst, dd, src, sd, n, s);
       }
     } catch (...) {
       if (board) board->retire_transfer(slot);

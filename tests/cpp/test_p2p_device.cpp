@@ -271,17 +271,20 @@ std::map<int, std::map<std::string, int>> trace_phases(const std::string& dir) {
 }
 }  // namespace
 
-TEST(P2pDevice, WindowCopiesJoinTheQueueOfTheRanksOwnCopies) {
-  // A window of messages to one peer: every copy but the first starts behind the rank's own
-  // copies to that GPU and is planned as part of the queue (GPUSTRIPE_P2P_QUEUE_PLAN, stamped
-  // p_queued), enqueued rather than replayed; the data must land intact in every buffer.
-  // The receiver matches the whole window with no progress in between (the requests to
-  // send are already there), so no copy is seen complete before the last one starts.
+namespace {
+// A window of messages to one peer: every copy but the first starts behind the rank's own
+// copies to that GPU and, from GPUSTRIPE_P2P_QUEUE_MIN, is planned as part of the queue
+// (GPUSTRIPE_P2P_QUEUE_PLAN, stamped p_queued), enqueued rather than replayed; the data must
+// land intact in every buffer. The receiver matches the whole window with no progress in
+// between (the requests to send are already there), so no copy is seen complete before the
+// last one starts.
+void window_copies(const char* queue_min, bool queued) {
   constexpr int kWindow = 6;
   char dir[] = "/tmp/gs-p2p-queue-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   {
     ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
+    ScopedEnv m("GPUSTRIPE_P2P_QUEUE_MIN", queue_min);
     EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
       Topology topo = load_topology_file("h200x4");
       auto be = make_emulated_backend(topo);
@@ -315,8 +318,12 @@ TEST(P2pDevice, WindowCopiesJoinTheQueueOfTheRanksOwnCopies) {
   }
   std::map<std::string, int> phases = trace_phases(dir)[1];
   EXPECT_EQ(phases["r_started"], kWindow);
-  EXPECT_EQ(phases["p_queued"], kWindow - 1);
+  EXPECT_EQ(phases["p_queued"], queued ? kWindow - 1 : 0);
 }
+}  // namespace
+
+TEST(P2pDevice, WindowCopiesJoinTheQueueOfTheRanksOwnCopies) { window_copies("1M", true); }
+TEST(P2pDevice, WindowCopiesBelowTheQueueMinimumAreNotQueued) { window_copies("3M", false); }
 
 TEST(P2pDevice, CopiesThatFinishedLatelyArePlannedAsInFlight) {
   // GPUSTRIPE_P2P_RECENT_US: pair 2 -> 3 copies just after pair 0 -> 1 has finished; its plan
