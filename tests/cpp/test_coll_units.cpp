@@ -434,6 +434,7 @@ TEST(CollSchedules, KernelExchangesCopyEveryBlockOnceBySender) {
       std::vector<CopySegment> segs = copy_segments(by_rank[i]);
       ASSERT_EQ(segs.size(), gather ? 1u : size_t(n));
       EXPECT_EQ(segs[0].dsts.size(), gather ? size_t(n) : 1u);
+      EXPECT_EQ(segs[0].src_dev, i);  // pushes: the sender's own memory
     }
   }
 }
