@@ -149,11 +149,14 @@ const DoubleSetting kRsSmShare{"GPUSTRIPE_COLL_RS_SM_SHARE", "0",
                                "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy, ce_twoshot): fraction (0..0.9) "
                                "of every piece that the sender's copy kernel stores into the owner's scratch beside "
                                "the copy engines"};
-const SizeSetting kCeTwoshotMin{"GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "64G",
+// Session 3 r2 probe: the copy engines' rounds run at ~369 GB/s per direction beside a local reduction
+// kernel (364), above the kernels that read or store over NVLink (305-339): large reductions move
+// their inputs by copy engines and reduce locally. (Thresholds: r3 measures 64M-1G.)
+const SizeSetting kCeTwoshotMin{"GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "128M",
                                 "Smallest allreduce per rank over more than 2 GPUs that maps peers done by ce_twoshot "
                                 "(copy engines move the inputs in rounds, kernels store each reduced chunk into every "
                                 "member)"};
-const SizeSetting kRsCopyMin{"GPUSTRIPE_COLL_RS_COPY_MIN", "64G",
+const SizeSetting kRsCopyMin{"GPUSTRIPE_COLL_RS_COPY_MIN", "128M",
                              "Smallest reduce-scatter per rank over more than 2 GPUs that maps peers done by rs_copy "
                              "(copy engines move the inputs in rounds, with a host share and flags)"};
 const BoolSetting kCopyFlags{"GPUSTRIPE_COLL_COPY_FLAGS", "1",

@@ -153,16 +153,22 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   EXPECT_FALSE(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4).why.empty());
   {
     ScopedEnv most("GPUSTRIPE_COLL_TWOSHOT_MAX", "64M");
+    ScopedEnv no_ce("GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "64G");
     EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4).name, "twoshot");
     Choice big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
     EXPECT_EQ(big.name, "rs_ag_copy");
     EXPECT_GT(big.reduce.chunks, 1);
   }
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 20, 4).name, "rs_pull");
-  // Kernels reading the peers beat copy engines for reduce-scatter at every size measured.
-  Choice rs = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
+  // Kernels reading the peers up to 64M per rank; copy engines into scratch from 128M (session 3).
+  Choice rs = choose_schedule(CollOp::ReduceScatter, r, 64 << 20, 4);
   EXPECT_EQ(rs.name, "rs_pull");
   EXPECT_EQ(rs.reduce.chunks, 1);
+  Choice rs_big = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
+  EXPECT_EQ(rs_big.name, "rs_copy");
+  EXPECT_GT(rs_big.reduce.chunks, 1);
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4).name, "ce_twoshot");
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 256 << 20, 4).name, "twoshot");
   // Copy kernels with the barrier inside up to GPUSTRIPE_COLL_SM_MAX where peers are mapped.
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4).name, "sm");
   EXPECT_TRUE(choose_schedule(CollOp::AllGather, r, 16 << 20, 4).exchange.kernel);
@@ -281,7 +287,7 @@ TEST(CollSelect, SettingsForceAndAreChecked) {
     ScopedEnv algo("GPUSTRIPE_COLL_ALGO", "all_at_once,rs_ag_pull");
     EXPECT_EQ(choose_schedule(CollOp::AllGather, r, 1 << 30, 4).name, "all_at_once");
     EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 1 << 30, 4).name, "rs_ag_pull");
-    EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 30, 4).name, "rs_pull");  // not named: auto
+    EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 64 << 20, 4).name, "rs_pull");  // not named: auto
   }
   {
     ScopedEnv algo("GPUSTRIPE_COLL_ALGO", "fastest");
