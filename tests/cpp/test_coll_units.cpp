@@ -191,8 +191,11 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   EXPECT_EQ(b.name, "sm");
   EXPECT_EQ(b.bcast.kernel, "pieces");
   EXPECT_EQ(choose_schedule(CollOp::Bcast, h200(2), 512 << 10, 4).name, "sm");
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, h200(2), size_t(1) << 30, 4).name, "direct");  // GPUSTRIPE_COLL_BCAST_SM_MAX_2
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, r, size_t(1) << 30, 4).name, "sm");
   {
     ScopedEnv most("GPUSTRIPE_COLL_BCAST_SM_MAX", "0");
+    ScopedEnv most2("GPUSTRIPE_COLL_BCAST_SM_MAX_2", "0");
     EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 64 << 20, 4).name, "chain");
     EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 8 << 20, 4).name, "scatter_ag");
     EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 512 << 10, 4).name, "direct");
