@@ -18,6 +18,7 @@ std::vector<CopySegment> copy_segments(const std::vector<const Op*>& copies) {
       seg = &segs.back();
       seg->src = op->src;
       seg->bytes = op->bytes;
+      seg->src_dev = op->src_dev;
     }
     seg->dsts.push_back(op->dst);
   }

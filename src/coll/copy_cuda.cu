@@ -83,6 +83,17 @@ const IntSetting kCopyBlocksPerSm{"GPUSTRIPE_COLL_COPY_BLOCKS_PER_SM", "2",
                                   "Most thread blocks (of 512 threads) per SM of a copy kernel (the exchanges' and "
                                   "broadcasts' sm schedules)"};
 
+// Session 3 r3 (4x H200, bcast sm pieces, busbw GB/s at 16M/32M/64M/256M/1G; each member's kernel reads
+// its piece from the root and stores it into 3 members): 1 block per SM 230/278/313/349/360, 2 blocks
+// 253/234/278/333/354 (NCCL 172/233/307/346/358). Pieces from 32M (10.7M per member) gain from fewer
+// blocks, 16M (5.3M) loses.
+const IntSetting kPullBlocksPerSm{"GPUSTRIPE_COLL_COPY_PULL_BLOCKS_PER_SM", "1",
+                                  "Most thread blocks per SM of a copy kernel whose segment reads a peer and "
+                                  "stores into several destinations, from GPUSTRIPE_COLL_COPY_PULL_MIN bytes"};
+const SizeSetting kPullMin{"GPUSTRIPE_COLL_COPY_PULL_MIN", "8M",
+                           "Smallest segment (read from a peer, several destinations) that takes "
+                           "GPUSTRIPE_COLL_COPY_PULL_BLOCKS_PER_SM"};
+
 int alignment(const CopySegment& c) {
   uintptr_t bits = reinterpret_cast<uintptr_t>(c.src);
   for (void* d : c.dsts) bits |= reinterpret_cast<uintptr_t>(d);
@@ -96,8 +107,10 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream) {
              "copy kernel takes at most %d segments, got %zu", kMaxCopySegments, a.segs.size());
   Segs p{};
   size_t work = 0;  // elements (16, 4 or 1 bytes) of the largest segment
+  bool wide_pull = false;
   for (const CopySegment& c : a.segs) {
     if (c.bytes == 0 || c.dsts.empty()) continue;
+    wide_pull = wide_pull || (c.src_dev >= 0 && c.src_dev != dev && c.dsts.size() > 1 && c.bytes >= kPullMin.get());
     GS_REQUIRE(c.dsts.size() <= static_cast<size_t>(kMaxCopyDests), GPUSTRIPE_ERR_INTERNAL,
                "copy kernel writes at most %d destinations per segment, got %zu", kMaxCopyDests, c.dsts.size());
     Seg& s = p.s[p.n++];
@@ -119,9 +132,9 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream) {
   // large ones a grid that strides.
   const size_t nseg = std::max(1, p.n);
   const size_t per_seg = std::max<size_t>(1, (work + kThreads - 1) / kThreads);
+  const int64_t per_sm = wide_pull ? kPullBlocksPerSm.get() : kCopyBlocksPerSm.get();
   const size_t cap = std::max<size_t>(
-      nseg, static_cast<size_t>(sm_count(dev)) * static_cast<size_t>(std::max<int64_t>(1, kCopyBlocksPerSm.get())) /
-                nseg * nseg);
+      nseg, static_cast<size_t>(sm_count(dev)) * static_cast<size_t>(std::max<int64_t>(1, per_sm)) / nseg * nseg);
   const unsigned grid = static_cast<unsigned>(std::min(cap, per_seg * nseg));
   copy_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(cuda_stream)>>>(p, bar);
   e = cudaGetLastError();

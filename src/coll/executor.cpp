@@ -403,8 +403,7 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog) {
     try {
       backend_.begin_capture(origin.stream());
       try {
-        if (capture_fused_copies(sub, r, origin.stream(), out.trace != nullptr) ||
-            capture_fused(sub, r, origin.stream(), out.trace != nullptr)) {
+        if (capture_fused(sub, r, origin.stream(), out.trace != nullptr)) {
           graphs.push_back(backend_.end_capture(origin.stream()));
           continue;
         }
@@ -445,37 +444,29 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog) {
 
 bool Executor::capture_fused(const Program& sub, int rank, StreamHandle s, bool tracing) {
 #if GPUSTRIPE_HAVE_CUDA
-  if (!kFusedBarrier.get() || tracing || sub.size() != 1 || sub.ops()[0].kind != Op::Reduce) return false;
-  FusedBarrier fb;
-  if (!barrier_->fused_args(rank, &fb)) return false;
-  ReduceArgs a = reduce_args(sub.ops()[0]);
-  a.barrier = &fb;  // the kernel's parameters are copied at capture: fb need not outlive it
-  if (!reducer_.can_fuse_barrier(a)) return false;
-  reducer_.reduce_async(a, devices_[rank], s);
-  return true;
-#else
-  (void)sub;
-  (void)rank;
-  (void)s;
-  (void)tracing;
-  return false;
-#endif
-}
-
-bool Executor::capture_fused_copies(const Program& sub, int rank, StreamHandle s, bool tracing) {
-#if GPUSTRIPE_HAVE_CUDA
-  if (!kFusedCopies.get() || tracing || sub.size() == 0) return false;
+  if (tracing || sub.size() == 0) return false;
+  // One reduction (GPUSTRIPE_COLL_FUSED_BARRIER), or kernel copies only, none waiting for
+  // another (GPUSTRIPE_COLL_FUSED_COPIES): one kernel with the barriers inside.
+  const bool reduction = sub.size() == 1 && sub.ops()[0].kind == Op::Reduce;
   std::vector<const Op*> copies;
-  for (const Op& op : sub.ops()) {
-    if (op.kind != Op::Copy || !op.by_kernel || !op.deps.empty()) return false;
-    copies.push_back(&op);
-  }
-  if (!independent_copies(copies)) return false;  // copies on one lane that rely on their order
+  for (const Op& op : sub.ops())
+    if (op.kind == Op::Copy && op.by_kernel && op.deps.empty()) copies.push_back(&op);
+  if (reduction ? !kFusedBarrier.get()
+                : !kFusedCopies.get() || copies.size() != sub.size() || !independent_copies(copies))
+    return false;
   FusedBarrier fb;
   if (!barrier_->fused_args(rank, &fb)) return false;
+  // The kernels' parameters are copied at capture: fb need not outlive it.
+  if (reduction) {
+    ReduceArgs a = reduce_args(sub.ops()[0]);
+    a.barrier = &fb;
+    if (!reducer_.can_fuse_barrier(a)) return false;
+    reducer_.reduce_async(a, devices_[rank], s);
+    return true;
+  }
   CopyArgs a;
   a.segs = copy_segments(copies);
-  a.barrier = &fb;  // the kernel's parameters are copied at capture: fb need not outlive it
+  a.barrier = &fb;
   if (!reducer_.can_fuse_copy(a)) return false;
   reducer_.copy_async(a, devices_[rank], s);
   return true;

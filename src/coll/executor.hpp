@@ -89,11 +89,9 @@ class Executor {
   };
   PerRank capture_per_rank(const Program& prog);
   // Under capture on rank's origin stream s: a rank part that is one reduction, with the
-  // GPUs' barriers inside its kernel (GPUSTRIPE_COLL_FUSED_BARRIER); false where it cannot.
+  // GPUs' barriers inside its kernel (GPUSTRIPE_COLL_FUSED_BARRIER), or kernel copies only
+  // (Op::by_kernel, no deps: one copy kernel, GPUSTRIPE_COLL_FUSED_COPIES); false where it cannot.
   bool capture_fused(const Program& sub, int rank, StreamHandle s, bool tracing);
-  // The same for a rank part of kernel copies only (Op::by_kernel, no deps): one copy kernel
-  // with the barriers inside (GPUSTRIPE_COLL_FUSED_COPIES).
-  bool capture_fused_copies(const Program& sub, int rank, StreamHandle s, bool tracing);
   void launch_per_rank(const PerRank& g, const std::vector<StreamHandle>& user_streams);
   void forget_per_rank_graphs();
 

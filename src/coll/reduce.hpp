@@ -39,6 +39,7 @@ struct CopySegment {
   const void* src = nullptr;
   std::vector<void*> dsts;
   size_t bytes = 0;
+  int src_dev = -1;  // the source's device (-1: not known); another than the running one: loads over NVLink
 };
 struct CopyArgs {
   const FusedBarrier* barrier = nullptr;  // as ReduceArgs::barrier

@@ -53,7 +53,11 @@ const SizeSetting kSmMax2{"GPUSTRIPE_COLL_SM_MAX_2", "32M",
 // 4M 177/66/131, 16M 265/134/226, 64M 283/236/309 (NCCL of session 2), 256M 335/303/348, 1G 357/341/360;
 // at 2 ranks sm 86-374 vs NCCL 42-366 at 1M-1G (copy-engine direct 377 at 1G).
 const SizeSetting kBcastSmMax{"GPUSTRIPE_COLL_BCAST_SM_MAX", "64G",
-                              "Largest broadcast done by copy kernels (sm), where every pair maps the other's memory"};
+                              "Largest broadcast done by copy kernels (sm) on more than 2 GPUs, where every pair maps "
+                              "the other's memory"};
+// 2 GPUs, r2/r3 (busbw GB/s, sm / copy-engine direct): 256M 369/337-338, 1G 373-374/376-377.
+const SizeSetting kBcastSmMax2{"GPUSTRIPE_COLL_BCAST_SM_MAX_2", "256M",
+                               "GPUSTRIPE_COLL_BCAST_SM_MAX for a team of 2 GPUs"};
 // r2, 4 ranks: pull 54/76/94/107 and push 55/76/92/104 at 1M/2M/4M/8M (the root's egress carries the
 // message 3 times), pieces 65/121/177/209.
 const ChoiceSetting kBcastSmForm{"GPUSTRIPE_COLL_BCAST_SM_FORM", "pieces",
@@ -348,7 +352,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
 
   if (op == CollOp::Bcast) {
     c.name = !force.empty()                                 ? force
-             : res.all_peer && n > 1 && bytes <= kBcastSmMax.get() ? "sm"
+             : res.all_peer && n > 1 && bytes <= (n > 2 ? kBcastSmMax.get() : kBcastSmMax2.get()) ? "sm"
              : n > 2 && bytes >= kChainMin.get()             ? "chain"
              : n > 2 && bytes >= kRoundsMin.get()            ? "scatter_ag"
                                                              : "direct";
@@ -369,8 +373,8 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
                                    : chunks_for(bytes / std::max(1, n - 1), kBcastChunk.get(), 32);
     c.why = !force.empty() ? why_forced(c.name)
             : !c.bcast.kernel.empty()
-                ? size + " <= GPUSTRIPE_COLL_BCAST_SM_MAX: copy kernels, the GPUs' barrier inside (" + c.bcast.kernel +
-                      ")"
+                ? size + " <= GPUSTRIPE_COLL_BCAST_SM_MAX" + (n > 2 ? "" : "_2") +
+                      ": copy kernels, the GPUs' barrier inside (" + c.bcast.kernel + ")"
             : c.bcast.chain
                 ? size + " >= GPUSTRIPE_COLL_CHAIN_MIN over " + std::to_string(n) +
                       " ranks: chunks pass along the ranks, every GPU sends and receives the message once"

@@ -191,8 +191,11 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   EXPECT_EQ(b.name, "sm");
   EXPECT_EQ(b.bcast.kernel, "pieces");
   EXPECT_EQ(choose_schedule(CollOp::Bcast, h200(2), 512 << 10, 4).name, "sm");
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, h200(2), size_t(1) << 30, 4).name, "direct");  // GPUSTRIPE_COLL_BCAST_SM_MAX_2
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, r, size_t(1) << 30, 4).name, "sm");
   {
     ScopedEnv most("GPUSTRIPE_COLL_BCAST_SM_MAX", "0");
+    ScopedEnv most2("GPUSTRIPE_COLL_BCAST_SM_MAX_2", "0");
     EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 64 << 20, 4).name, "chain");
     EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 8 << 20, 4).name, "scatter_ag");
     EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 512 << 10, 4).name, "direct");
@@ -326,6 +329,18 @@ std::vector<char*> fake(int n, uintptr_t base) {
   return v;
 }
 
+// Four members of the h200x4 emulation with fake buffers: what the exchange builders take.
+struct Exchange4 {
+  static constexpr int n = 4;
+  Topology topo = load_topology_file("h200x4");
+  std::unique_ptr<Backend> backend = make_emulated_backend(topo);
+  Scratch scratch{*backend, {0, 1, 2, 3}};
+  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
+  std::vector<char*> send = fake(n, 1 << 30);
+  std::vector<const char*> csend = std::vector<const char*>(send.begin(), send.end());
+  std::vector<char*> recv = fake(n, 1ull << 40);
+};
+
 TEST(CollSchedules, PermutationRoundsSendAndReceiveOneBlockPerRound) {
   const int n = 4;
   Topology topo = load_topology_file("h200x4");
@@ -354,14 +369,12 @@ TEST(CollSchedules, PermutationRoundsSendAndReceiveOneBlockPerRound) {
 }
 
 TEST(CollSchedules, RoundLanesSplitEveryPeerBlockAndTheKernelCopiesTheOwnBlock) {
-  const int n = 4;
-  Topology topo = load_topology_file("h200x4");
-  auto backend = make_emulated_backend(topo);
-  Scratch scratch(*backend, {0, 1, 2, 3});
-  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
-  auto send = fake(n, 1 << 30);
-  std::vector<const char*> csend(send.begin(), send.end());
-  auto recv = fake(n, 1ull << 40);
+  Exchange4 x;
+  const int n = Exchange4::n;
+  Scratch& scratch = x.scratch;
+  const Team& t = x.t;
+  const std::vector<const char*>& csend = x.csend;
+  const std::vector<char*>& recv = x.recv;
   const size_t block = (1 << 20) + 4 * 1000;  // not a multiple of the lanes' 256-byte pieces
   ExchangeOpts o;
   o.round_lanes = 3;
@@ -405,14 +418,12 @@ TEST(CollSchedules, RoundLanesSplitEveryPeerBlockAndTheKernelCopiesTheOwnBlock) 
 // The sm exchanges: every block (own and peers') one kernel copy by its sender, no deps, no
 // host path; per rank the copies form one segment per source (allgather: one, read once).
 TEST(CollSchedules, KernelExchangesCopyEveryBlockOnceBySender) {
-  const int n = 4;
-  Topology topo = load_topology_file("h200x4");
-  auto backend = make_emulated_backend(topo);
-  Scratch scratch(*backend, {0, 1, 2, 3});
-  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
-  auto send = fake(n, 1 << 30);
-  std::vector<const char*> csend(send.begin(), send.end());
-  auto recv = fake(n, 1ull << 40);
+  Exchange4 x;
+  const int n = Exchange4::n;
+  Scratch& scratch = x.scratch;
+  const Team& t = x.t;
+  const std::vector<const char*>& csend = x.csend;
+  const std::vector<char*>& recv = x.recv;
   const size_t block = 1000 * 4 + 3;
   ExchangeOpts o;
   o.kernel = true;
@@ -440,6 +451,7 @@ TEST(CollSchedules, KernelExchangesCopyEveryBlockOnceBySender) {
       std::vector<CopySegment> segs = copy_segments(by_rank[i]);
       ASSERT_EQ(segs.size(), gather ? 1u : size_t(n));
       EXPECT_EQ(segs[0].dsts.size(), gather ? size_t(n) : 1u);
+      EXPECT_EQ(segs[0].src_dev, i);  // pushes: the sender's own memory
     }
   }
 }
