@@ -713,7 +713,7 @@ TEST(CollSchedules, PerRankSplitTurnsCrossRankWaitsIntoFlags) {
 // Large messages: the copy-engine reduce-scatter's pieces split between NVLink (the senders'
 // out lanes, in rounds) and the host path (D2H by the sender, H2D by the owner, each owner's
 // H2D waiting for the sender's D2H), every byte of every piece once; the exchanges' SM share
-// is one copy kernel per peer block (allgather: one per sender, every peer a destination).
+// is one kernel copy per peer block by its sender.
 TEST(CollSchedules, LargeMessageSharesCoverEveryByteOnce) {
   const int n = 4;
   Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
@@ -757,6 +757,25 @@ TEST(CollSchedules, LargeMessageSharesCoverEveryByteOnce) {
   EXPECT_EQ(nv + h2d, moved);
   EXPECT_EQ(d2h, h2d);
   EXPECT_NEAR(static_cast<double>(h2d), 0.1 * moved, 0.01 * moved);
+  {
+    // With an SM share too: the sender's kernel copies the head of every piece into the slot.
+    ReduceOpts so = o;
+    so.sm_share = 0.2;
+    Program q(n);
+    build_reduce_scatter(q, t, cbuf, out, b, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, so, scratch);
+    size_t all = 0, kernel = 0;
+    for (const Op& op : q.ops()) {
+      if (op.kind != Op::Copy || op.dst_dev == kHostDevice) continue;  // count each host byte once (H2D)
+      all += op.bytes;
+      if (op.by_kernel) {
+        EXPECT_EQ(op.lane, kLaneSm);
+        EXPECT_EQ(op.src_dev, op.rank);
+        kernel += op.bytes;
+      }
+    }
+    EXPECT_EQ(all, moved);
+    EXPECT_NEAR(static_cast<double>(kernel), 0.2 * 0.9 * moved, 0.01 * moved);
+  }
 
   for (bool gather : {false, true}) {
     Program x(n);
@@ -767,15 +786,17 @@ TEST(CollSchedules, LargeMessageSharesCoverEveryByteOnce) {
     else build_alltoall(x, t, cbuf, buf, block, eo, scratch);
     size_t kernels = 0, by_kernel = 0, by_engine = 0;
     for (const Op& op : x.ops()) {
-      if (op.kind == Op::Reduce) {
+      EXPECT_NE(op.kind, Op::Reduce);
+      if (op.kind == Op::Copy && op.by_kernel) {
         EXPECT_EQ(op.lane, kLaneSm);
-        EXPECT_EQ(op.srcs.size(), 1u);
+        EXPECT_EQ(op.src_dev, op.rank);  // the sender's kernel stores into the peer
+        EXPECT_NE(op.dst_dev, op.rank);
         ++kernels;
-        by_kernel += op.count * 4 * (1 + op.more_dsts.size());
+        by_kernel += op.bytes;
       }
       if (op.kind == Op::Copy && op.lane == kLaneOut) by_engine += op.bytes;
     }
-    EXPECT_EQ(kernels, gather ? size_t(n) : size_t(n) * (n - 1));
+    EXPECT_EQ(kernels, size_t(n) * (n - 1));
     EXPECT_EQ(by_kernel, size_t(n) * (n - 1) * block / 4);
     EXPECT_EQ(by_kernel + by_engine, size_t(n) * (n - 1) * block);
   }
