@@ -197,6 +197,8 @@ Choice Comm::pick(CollOp op, size_t bytes, DataType dt) {
   flags_preferred_ = ((op == CollOp::AllToAll || op == CollOp::AllGather) && size() > 2) || it->second.first.reduce.push ||
                      it->second.first.reduce.flags;
   last_ = it->second.second;
+  // A broadcast's host path waits for the root's D2H: flags in per-rank graphs, as the exchanges'.
+  if (it->second.first.bcast.host_share > 0) flags_preferred_ = true;
   GS_LOG_DEBUG(Subsys::Coll, "%s", last_.c_str());
   return it->second.first;
 }
@@ -354,7 +356,9 @@ void Comm::bcast(const std::vector<void*>& bufs, size_t count, DataType dt, int 
   if (count == 0) return;
   Choice c = pick(CollOp::Bcast, bytes, dt);
   run(key_of({}, bufs, count, dt, 0, root), [&](Program& prog) {
-    build_bcast(prog, whole(devices_), bytes_of(bufs), bytes, root, c.bcast);
+    BcastOpts o = c.bcast;
+    if (o.host_share > 0) o.host_stage = scratch_->host(bytes);
+    build_bcast(prog, whole(devices_), bytes_of(bufs), bytes, root, o);
   }, streams);
 }
 

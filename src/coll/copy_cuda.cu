@@ -77,6 +77,8 @@ __global__ void __launch_bounds__(kThreads) copy_kernel(Segs p, FusedBarrier bar
   if (fused) fused_exit(bar, e);
 }
 
+// Session 3 r2 (4 ranks, 1M-32M): 4 blocks per SM within noise of 2 (54 registers a thread: two
+// blocks of 512 threads fill an SM's registers; more only queue).
 const IntSetting kCopyBlocksPerSm{"GPUSTRIPE_COLL_COPY_BLOCKS_PER_SM", "2",
                                   "Most thread blocks (of 512 threads) per SM of a copy kernel (the exchanges' and "
                                   "broadcasts' sm schedules)"};

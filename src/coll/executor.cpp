@@ -65,6 +65,22 @@ std::string step_label(const Op& op) {
   }
 }
 
+// Kernel copies that may run as one kernel: none reads or writes what another writes.
+bool independent_copies(const std::vector<const Op*>& copies) {
+  auto overlap = [](const void* a, const void* b, size_t n) {
+    auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+    return x < y + n && y < x + n;
+  };
+  for (size_t i = 0; i < copies.size(); ++i)
+    for (size_t j = 0; j < i; ++j) {
+      const Op& a = *copies[i];
+      const Op& b = *copies[j];
+      const size_t n = std::max(a.bytes, b.bytes);  // bounds both ranges (over-cautious at most)
+      if (overlap(a.dst, b.dst, n) || overlap(a.dst, b.src, n) || overlap(a.src, b.dst, n)) return false;
+    }
+  return true;
+}
+
 bool has_barrier(const Program& prog) {
   for (const Op& op : prog.ops())
     if (op.kind == Op::Barrier) return true;
@@ -199,6 +215,7 @@ std::vector<Executor::LaneRef> Executor::enqueue_ops(const Program& prog, LaneSe
   std::vector<LaneRef> used;  // every lane of this run, in first-use order
   std::vector<LaneMark> barrier_marks;
   std::vector<LaneMark> marks(ops.size());
+  std::vector<uint8_t> in_batch(ops.size(), 0);  // kernel copies launched with an earlier one
 
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
@@ -221,9 +238,24 @@ std::vector<Executor::LaneRef> Executor::enqueue_ops(const Program& prog, LaneSe
     for (int d : op.deps)
       if (marks[d].event && marks[d].stream != l.stream()) l.wait(marks[d]);
     if (op.kind == Op::Copy && op.by_kernel) {
-      CopyArgs a;
-      a.segs = copy_segments({&op});
-      reducer_.copy_async(a, devices_[op.rank], l.stream());
+      // The kernel copies that follow on this lane with the same dependencies, none touching
+      // what another writes, go in the same launch (one segment per source).
+      if (!in_batch[i]) {
+        std::vector<const Op*> batch{&op};
+        for (size_t j = i + 1; j < ops.size(); ++j) {
+          const Op& o = ops[j];
+          if (o.kind != Op::Copy || !o.by_kernel || o.rank != op.rank || o.lane != op.lane || o.deps != op.deps) break;
+          batch.push_back(&o);
+          if (!independent_copies(batch)) {
+            batch.pop_back();
+            break;
+          }
+          in_batch[j] = 1;
+        }
+        CopyArgs a;
+        a.segs = copy_segments(batch);
+        reducer_.copy_async(a, devices_[op.rank], l.stream());
+      }
     } else if (op.kind == Op::Copy) {
       backend_.copy_async(op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, l.stream());
     } else if (op.kind == Op::Signal || op.kind == Op::Wait) {
@@ -438,6 +470,7 @@ bool Executor::capture_fused_copies(const Program& sub, int rank, StreamHandle s
     if (op.kind != Op::Copy || !op.by_kernel || !op.deps.empty()) return false;
     copies.push_back(&op);
   }
+  if (!independent_copies(copies)) return false;  // copies on one lane that rely on their order
   FusedBarrier fb;
   if (!barrier_->fused_args(rank, &fb)) return false;
   CopyArgs a;

@@ -23,14 +23,14 @@ void exchange(Program& p, const Team& t, size_t block, const ExchangeOpts& o, Sc
               bool stage_once_per_sender) {
   const int n = t.size();
   if (o.kernel) {
-    // Member i's kernel copies every block it sends, its own first, then peers from i+1 on
-    // (one lane per peer offset: where the copies are not fused into one kernel they still
-    // run side by side). Allgather's blocks share a source: one segment, read once.
+    // Member i's kernel copies every block it sends, its own first, then peers from i+1 on,
+    // all on one lane: one copy kernel where they are not fused with the barrier (the executor
+    // runs a lane's kernel copies in a row as one). Allgather's blocks share a source: one
+    // segment, read once.
     for (int i = 0; i < n; ++i)
       for (int r = 0; r < n; ++r) {
         const int j = (i + r) % n;
-        p.kernel_copy(t.rank[i], r == 0 ? kLaneLocal : kLanePeer0 + (r - 1), dst(i, j), t.dev[j], src(i, j), t.dev[i],
-                      block);
+        p.kernel_copy(t.rank[i], kLaneOut, dst(i, j), t.dev[j], src(i, j), t.dev[i], block);
       }
     return;
   }

@@ -145,6 +145,12 @@ struct BcastOpts {
   // two steps); "pull": every member reads the whole message from the root; "push": the
   // root's kernel stores it into every member. Empty: copy engines (the forms above).
   std::string kernel;
+  // Kernel forms: the tail of the message also goes root -> pinned host -> members (D2H by the
+  // root, H2D by every member, in host_chunks pieces) beside NVLink; needs host_stage (pinned,
+  // `bytes` large, the caller's), else none.
+  double host_share = 0;
+  int host_chunks = 4;
+  char* host_stage = nullptr;
 };
 void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size_t bytes, int root,
                  const BcastOpts& o);

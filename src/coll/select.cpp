@@ -14,7 +14,7 @@ namespace {
 const StringSetting kAlgo{"GPUSTRIPE_COLL_ALGO", "auto",
                           "Force collective schedules: auto, or a comma list of names, each op taking the first that "
                           "is its own (rounds, all_at_once, rs_copy, rs_pull, oneshot, twoshot, rs_ag_copy, rs_ag_pull, hier, ce_twoshot, "
-                          "direct, scatter_ag, chain, reduce_copy, reduce_pull)"};
+                          "direct, scatter_ag, chain, reduce_copy, reduce_pull, sm)"};
 const SizeSetting kChunk{"GPUSTRIPE_COLL_CHUNK", "32M",
                          "Pipeline chunk of a rank's block in reduce-scatter/allreduce/reduce/bcast schedules "
                          "(blocks of 2M and more get at least 4 chunks)"};
@@ -40,17 +40,34 @@ const IntSetting kRoundLanes{"GPUSTRIPE_COLL_ROUND_LANES", "1",
                              "side by side (1-4)"};
 // Copy kernels with the GPUs' barrier inside: one kernel per rank and call, where the copy
 // engines' schedules pay ~30 us per call of copy-node, graph and barrier latency (session 2
-// timelines; NCCL's alltoall at 4M per rank takes ~27 us in all).
-const SizeSetting kSmMax{"GPUSTRIPE_COLL_SM_MAX", "32M",
+// timelines; NCCL's alltoall at 4M per rank takes ~27 us in all). Session 3 r2 (4x H200, busbw
+// GB/s, alltoall sm / copy-engine schedules / NCCL): 1M 58/22/52, 4M 159/79/145, 16M 272/188/257,
+// 64M 328/303, 128M 341/336, 256M 346/369 (rounds with the host share); allgather alike (64M
+// 325/299, 256M 345/382). At 2 ranks: 16M 262/187, 64M 287/293.
+const SizeSetting kSmMax{"GPUSTRIPE_COLL_SM_MAX", "128M",
                          "Largest alltoall/allgather per rank (the nccl-tests size) done by copy kernels that store "
-                         "into the peers (sm), where every pair maps the other's memory"};
+                         "into the peers (sm) on more than 2 GPUs, where every pair maps the other's memory"};
+const SizeSetting kSmMax2{"GPUSTRIPE_COLL_SM_MAX_2", "32M",
+                          "GPUSTRIPE_COLL_SM_MAX for a team of 2 GPUs"};
+// Session 3 r2 (4x H200, busbw GB/s, bcast sm pieces / chain or scatter-allgather / NCCL): 1M 65/23/38,
+// 4M 177/66/131, 16M 265/134/226, 64M 283/236/309 (NCCL of session 2), 256M 335/303/348, 1G 357/341/360;
+// at 2 ranks sm 86-374 vs NCCL 42-366 at 1M-1G (copy-engine direct 377 at 1G).
 const SizeSetting kBcastSmMax{"GPUSTRIPE_COLL_BCAST_SM_MAX", "64G",
                               "Largest broadcast done by copy kernels (sm), where every pair maps the other's memory"};
+// r2, 4 ranks: pull 54/76/94/107 and push 55/76/92/104 at 1M/2M/4M/8M (the root's egress carries the
+// message 3 times), pieces 65/121/177/209.
 const ChoiceSetting kBcastSmForm{"GPUSTRIPE_COLL_BCAST_SM_FORM", "pieces",
                                  "Broadcast by copy kernels: pieces (member q reads piece q from the root and stores "
                                  "it into every member), pull (every member reads the whole message from the root) or "
                                  "push (the root stores it into every member)",
                                  {"pieces", "pull", "push"}};
+const DoubleSetting kBcastHostShare{"GPUSTRIPE_COLL_BCAST_HOST_SHARE", "0",
+                                    "Broadcast by copy kernels from GPUSTRIPE_COLL_BCAST_HOST_MIN: the fraction "
+                                    "(0..0.5) of the message sent root -> pinned host -> members beside NVLink"};
+const SizeSetting kBcastHostMin{"GPUSTRIPE_COLL_BCAST_HOST_MIN", "64M",
+                                "Smallest broadcast by copy kernels that gets GPUSTRIPE_COLL_BCAST_HOST_SHARE"};
+const IntSetting kBcastHostChunks{"GPUSTRIPE_COLL_BCAST_HOST_CHUNKS", "4",
+                                  "Pipeline chunks of a broadcast's host part (D2H of chunk c+1 beside H2D of c)"};
 const SizeSetting kRoundsMin{"GPUSTRIPE_COLL_ROUNDS_MIN", "1M",
                              "Smallest peer block for which exchanges run in permutation rounds (below: all at once)"};
 // Round 2 on 4x H200 (busbw GB/s, 16M/64M/256M): reduce-scatter with kernels reading the peers
@@ -239,7 +256,10 @@ std::string Choice::describe() const {
     if (exchange.sm_share > 0) s += " sm=" + pct(exchange.sm_share);
   }
   else if (name == "direct" || name == "scatter_ag" || name == "chain") s += format(" chunks=%d", bcast.chunks);
-  else if (name == "sm") s += bcast.kernel.empty() ? "" : " form=" + bcast.kernel;
+  else if (name == "sm") {
+    s += bcast.kernel.empty() ? "" : " form=" + bcast.kernel;
+    if (bcast.host_share > 0) s += " host=" + pct(bcast.host_share) + format(" chunks=%d", bcast.host_chunks);
+  }
   else if (name != "oneshot" && name != "twoshot")
     s += format(" chunks=%d slots=%d%s", reduce.chunks, reduce.slots,
                 reduce.pull ? "" : reduce.receiver_copies ? " copies=receiver" : " copies=sender");
@@ -273,7 +293,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     const size_t rounds_min = kRoundsMin.get();
     // Not where a host share is asked for by name: kernels store over NVLink only.
     const std::string asked_share = kHostShare.get();
-    const bool sm = res.all_peer && n > 1 && bytes <= kSmMax.get() &&
+    const bool sm = res.all_peer && n > 1 && bytes <= (n > 2 ? kSmMax.get() : kSmMax2.get()) &&
                     (asked_share == "auto" || parse_double(asked_share, "GPUSTRIPE_COLL_HOST_SHARE") == 0);
     c.name = !force.empty() ? force : sm ? "sm" : block >= rounds_min ? "rounds" : "all_at_once";
     GS_REQUIRE(c.name != "sm" || res.all_peer, GPUSTRIPE_ERR_NOT_SUPPORTED,
@@ -282,9 +302,9 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.exchange.kernel = c.name == "sm";
     c.why = !force.empty() ? why_forced(c.name)
             : c.exchange.kernel
-                ? format("%s <= GPUSTRIPE_COLL_SM_MAX: one copy kernel per rank stores every block into its peer, "
+                ? format("%s <= GPUSTRIPE_COLL_SM_MAX%s: one copy kernel per rank stores every block into its peer, "
                          "the GPUs' barrier inside",
-                         size.c_str())
+                         size.c_str(), n > 2 ? "" : "_2")
             : c.exchange.rounds
                 ? format("%s blocks >= %s: permutation rounds keep one copy per NVLink port and direction",
                          format_size(block).c_str(), format_size(rounds_min).c_str())
@@ -338,7 +358,14 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
                                                              : "direct";
     GS_REQUIRE(c.name != "sm" || res.all_peer, GPUSTRIPE_ERR_NOT_SUPPORTED,
                "schedule sm stores into peers' memory, but not every pair of these GPUs can");
-    if (c.name == "sm") c.bcast.kernel = kBcastSmForm.get();
+    if (c.name == "sm") {
+      c.bcast.kernel = kBcastSmForm.get();
+      const double share = kBcastHostShare.get();
+      GS_REQUIRE(share >= 0 && share <= 0.5, GPUSTRIPE_ERR_CONFIG,
+                 "GPUSTRIPE_COLL_BCAST_HOST_SHARE=%g: expected 0..0.5", share);
+      if (bytes >= kBcastHostMin.get()) c.bcast.host_share = share;
+      c.bcast.host_chunks = static_cast<int>(std::clamp<int64_t>(kBcastHostChunks.get(), 1, 64));
+    }
     c.bcast.scatter_allgather = c.name == "scatter_ag";
     c.bcast.chain = c.name == "chain";
     c.bcast.lane_per_peer = kBcastLanes.get();

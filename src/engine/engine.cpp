@@ -96,7 +96,7 @@ Engine::Engine(Backend& backend, const Topology& topo, Planner* planner)
   sockets_ = std::max(1, static_cast<int>(topo_.sockets.size()));
   // One host area per source GPU: transfers from different GPUs (both directions of a
   // pair, say) never wait for each other's staging space, also when replayed as graphs.
-  host_areas_.resize(static_cast<size_t>(sockets_) * ndev_);
+  host_areas_.resize(2 * static_cast<size_t>(sockets_) * ndev_);
   gpu_areas_.resize(ndev_);
   caller_events_.assign(ndev_, nullptr);
   capture_streams_.assign(ndev_, nullptr);
@@ -176,7 +176,7 @@ void Engine::copy_async(void* dst, int dst_dev, const void* src, int src_dev, ui
     ++plain_copies_;
     return;
   }
-  execute(*cached_plan(src_dev, dst_dev, bytes), dst, src, stream, true);
+  execute(*cached_plan(src_dev, dst_dev, bytes), dst, src, stream, true, RunMode{});
 }
 
 // The planner's answer costs about a microsecond, which small copies notice (the added
@@ -210,14 +210,15 @@ void Engine::copy(void* dst, int dst_dev, const void* src, int src_dev, uint64_t
 }
 
 void Engine::copy_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
-  run_given(plan, dst, src, stream, true);
+  run_given(plan, dst, src, stream, RunMode{});
 }
 
-void Engine::enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
-  run_given(plan, dst, src, stream, false);
+void Engine::enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool direct_on_lane,
+                               bool own_area) {
+  run_given(plan, dst, src, stream, RunMode{false, direct_on_lane, own_area});
 }
 
-void Engine::run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool replay) {
+void Engine::run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode) {
   check_copy(backend_, dst, plan.dst, src, plan.src, plan.bytes);
   if (plan.bytes == 0) return;
   if (plan.src == plan.dst) {
@@ -225,7 +226,7 @@ void Engine::run_given(const Plan& plan, void* dst, const void* src, StreamHandl
     ++plain_copies_;
     return;
   }
-  execute(plan, dst, src, stream, false, replay);
+  execute(plan, dst, src, stream, false, mode);
 }
 
 void Engine::check_plan(const Plan& plan) const {
@@ -248,8 +249,8 @@ void Engine::ensure_peer(int a, int b) {
   done.store(true, std::memory_order_release);
 }
 
-void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer, bool replay) {
-  if (plan.single_path() && plan.paths[0].kind == PathKind::Direct) {
+void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer, RunMode mode) {
+  if (plan.single_path() && plan.paths[0].kind == PathKind::Direct && !mode.direct_on_lane) {
     ensure_peer(plan.src, plan.dst);
     backend_.copy_async_prechecked(dst, plan.dst, src, plan.src, plan.bytes, stream);
     ++plain_copies_;
@@ -275,12 +276,12 @@ void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle 
     }
   }
   const Plan& plan_run = steered.paths.empty() ? plan : steered;
-  run_schedule(plan_run, dst, src, stream, replay);
+  run_schedule(plan_run, dst, src, stream, mode);
 }
 
-bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool replay) {
+bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode) {
   const bool replayable =
-      replay && (graphs_gpu_staged_ || std::none_of(plan.paths.begin(), plan.paths.end(), [](const PathPlan& p) {
+      mode.replay && (graphs_gpu_staged_ || std::none_of(plan.paths.begin(), plan.paths.end(), [](const PathPlan& p) {
                    return p.kind == PathKind::GpuStaged;
                  }));
   if (graphs_ && replayable) {
@@ -294,7 +295,7 @@ bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHa
       graphs_ = false;
     }
   }
-  enqueue_schedule(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream, false);
+  enqueue_schedule(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream, false, mode);
   ++schedules_;
   return false;
 }
@@ -314,7 +315,7 @@ void Engine::execute_balanced(const Plan& plan, char* dst, const char* src, Stre
   StreamHandle lane = lanes_->get(plan.src, kBalanceLane).stream();
   backend_.wait_event(lane, probe.start);
   backend_.record_event(probe.staged_start, lane);
-  const bool replayed = run_schedule(staged, dst, src, lane);
+  const bool replayed = run_schedule(staged, dst, src, lane, RunMode{});
   // An enqueued staged path starts as the host issues it, late against the direct copy:
   // only replays measure the split where graphs are on.
   probe.counts = replayed || !graphs_;
@@ -322,8 +323,8 @@ void Engine::execute_balanced(const Plan& plan, char* dst, const char* src, Stre
   backend_.wait_event(caller, probe.staged_done);
 }
 
-StagingArea& Engine::host_area(int socket, int src) {
-  auto& a = host_areas_.at(static_cast<size_t>(socket) * ndev_ + src);
+StagingArea& Engine::host_area(int socket, int src, bool queues) {
+  auto& a = host_areas_.at((queues ? static_cast<size_t>(sockets_) * ndev_ : 0) + static_cast<size_t>(socket) * ndev_ + src);
   if (!a) {
     a = std::make_unique<StagingArea>(backend_, kHostDevice, kHostStaging.get());
     staging_bytes_ += a->capacity();
@@ -355,9 +356,12 @@ EventHandle Engine::caller_event(int dev) {
 // arrived (one event per piece). A first hop into staging waits for the relay that last
 // read those bytes. At the end the caller's stream waits for the relay lanes only: every
 // first hop is followed by a relay that waited for it.
-void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing) {
+void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing,
+                              RunMode mode) {
   const int S = plan.src, D = plan.dst;
-  auto on_caller = [&](const PathPlan& p) { return p.kind == PathKind::Direct && direct_on_caller_; };
+  auto on_caller = [&](const PathPlan& p) {
+    return p.kind == PathKind::Direct && direct_on_caller_ && !mode.direct_on_lane;
+  };
   // The caller's earlier work, for the lanes to wait on; recorded before the direct copy
   // goes on the caller's stream, so that the other paths do not wait for it.
   EventHandle start = nullptr;
@@ -430,7 +434,7 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
       continue;
     }
     const bool host = path.kind == PathKind::HostStaged;
-    StagingArea& area = host ? host_area(path.via, S) : gpu_area(path.via);
+    StagingArea& area = host ? host_area(path.via, S, mode.own_area) : gpu_area(path.via);
     const int mid = host ? kHostDevice : path.via;
     const int first_lanes = host ? host_first_lanes_ : 1, relay_lanes = host ? host_lanes_ : 1;
     StagingUses& uses = capturing ? local_uses : area.uses();
@@ -505,7 +509,7 @@ bool Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHa
     prepare(plan);
     backend_.begin_capture(cs);
     try {
-      enqueue_schedule(plan, dst, src, cs, true);
+      enqueue_schedule(plan, dst, src, cs, true, RunMode{});
     } catch (...) {
       try {
         backend_.destroy_graph(backend_.end_capture(cs));

@@ -65,8 +65,13 @@ class Engine {
   // the same lanes at once. A replay uses its area from the start and so waits for the whole
   // of every earlier transfer that staged there: a queue of transfers to one peer (a window
   // of messages) then runs one transfer after the other, each filling and draining its
-  // staged path alone.
-  void enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream);
+  // staged path alone. `direct_on_lane`: the direct path goes on the engine's lane of the
+  // link direction too (not the caller's stream), so the direct copies of a queue issued on
+  // several streams run one after the other there, as the staged pieces do on theirs.
+  // `own_area`: its host-staged pieces use staging memory of the queues' own (allocated on
+  // first use), so they never wait for replays of other transfers, which hold their area whole.
+  void enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream,
+                         bool direct_on_lane = false, bool own_area = false);
 
   Backend& backend() { return backend_; }
   const Topology& topology() const { return topo_; }
@@ -82,27 +87,33 @@ class Engine {
 
  private:
   std::shared_ptr<const Plan> cached_plan(int src, int dst, uint64_t bytes);
-  // copy_with_plan (replay true) and enqueue_with_plan (false).
-  void run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool replay);
+  // How a schedule is run: replayed as a graph where it can be (else enqueued), its direct
+  // path on the caller's stream (GPUSTRIPE_DIRECT_ON_CALLER) or on the lane of its link.
+  struct RunMode {
+    bool replay = true;
+    bool direct_on_lane = false;
+    bool own_area = false;  // host staging in the queues' areas (enqueue_with_plan)
+  };
+  // copy_with_plan and enqueue_with_plan.
+  void run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode);
   // `steer`: a planner's plan, which GPUSTRIPE_BALANCE may shift (forced plans run as given).
-  // `replay`: a repeated schedule may be replayed as a graph (enqueue_with_plan: never).
-  void execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer = false,
-               bool replay = true);
+  void execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer, RunMode mode);
   // A direct + staged plan with both paths timed (GPUSTRIPE_BALANCE, balancer.hpp): the direct
   // path on the caller's stream, the staged one (replayed as a graph of its own) on a lane of
   // the source GPU forked from the caller and joined back.
   void execute_balanced(const Plan& plan, char* dst, const char* src, StreamHandle caller);
   // The schedule of a checked plan: replayed as a graph where it can be (true), else enqueued (under mu_).
-  bool run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool replay = true);
+  bool run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode);
   void check_plan(const Plan& plan) const;
   void ensure_peer(int a, int b);
-  void enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing);
+  void enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing,
+                        RunMode mode);
   // Creates the lanes, staging areas and events `plan` uses (never during a capture).
   void prepare(const Plan& plan);
   // Replays the captured schedule of this transfer on `caller`, capturing it first when the
   // transfer was seen before; false (nothing enqueued) the first time a transfer is seen.
   bool launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller);
-  StagingArea& host_area(int socket, int src);
+  StagingArea& host_area(int socket, int src, bool queues = false);
   StagingArea& gpu_area(int gpu);
   EventHandle caller_event(int dev);
 
@@ -121,7 +132,7 @@ class Engine {
 
   mutable std::mutex mu_;  // guards everything below and the enqueue of one schedule
   std::unique_ptr<LaneSet> lanes_;
-  std::vector<std::unique_ptr<StagingArea>> host_areas_;  // per (socket, source GPU)
+  std::vector<std::unique_ptr<StagingArea>> host_areas_;  // per (socket, source GPU), then the queues' own
   int sockets_ = 1;
   std::vector<std::unique_ptr<StagingArea>> gpu_areas_;   // per GPU
   std::vector<EventHandle> caller_events_;                // per device: "the caller's earlier work"

@@ -239,15 +239,6 @@ json spread_of(std::vector<double> v) {
           {"p90", q(0.9)}, {"max", q(1)}};
 }
 
-// Robust standard deviation of repetitions: interquartile range / 1.349 (a normal's), so
-// that one repetition far out does not set it.
-double robust_sd_of(std::vector<double> v) {
-  if (v.size() < 4) return 0;
-  std::sort(v.begin(), v.end());
-  auto q = [&](double f) { return v[static_cast<size_t>(f * static_cast<double>(v.size() - 1) + 0.5)]; };
-  return (q(0.75) - q(0.25)) / 1.349;
-}
-
 // Repetitions of the timings whose spread is kept (lane jitter): enough for quartiles.
 constexpr int kSpreadReps = 41;
 
@@ -276,6 +267,18 @@ double engine_call_us(Backend& b, const Topology& topo, Bench& bench, json& meas
 }
 
 }  // namespace
+
+double spread_sd(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t cut = v.size() / 20;
+  if (v.size() < 2 * cut + 3) return 0;
+  double sum = 0, sq = 0;
+  const double n = static_cast<double>(v.size() - 2 * cut);
+  for (size_t i = cut; i + cut < v.size(); ++i) sum += v[i];
+  const double mean = sum / n;
+  for (size_t i = cut; i + cut < v.size(); ++i) sq += (v[i] - mean) * (v[i] - mean);
+  return std::sqrt(sq / (n - 1));
+}
 
 std::pair<double, double> fit_hockney(const std::vector<double>& n, const std::vector<double>& t) {
   GS_REQUIRE(n.size() == t.size() && n.size() >= 2, GPUSTRIPE_ERR_INVALID_ARGUMENT, "fit_hockney: need 2+ points");
@@ -454,7 +457,7 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
     meas["epsilon_spread_us"] = spread;  // the last round's repetitions
     // The spread of a lane's finish (model/straggler.hpp): the same relay, repeated more.
     bench.time_relay(0, 1, s, 1, kSpreadReps);
-    P.lane_jitter_us = robust_sd_of(bench.last_samples());
+    P.lane_jitter_us = spread_sd(bench.last_samples());
     meas["lane_spread_us"] = spread_of(bench.last_samples());
     // A pipelined relay, recorded to compare with the model in `gpustripe calibrate --show`.
     meas["relay"] = {{"bytes", s}, {"us", t}, {"d2h_us", d2h}, {"h2d_us", h2d}, {"pipelined_bytes", big},
@@ -492,7 +495,7 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
       double peer_graph = bench.time_graph(0, [&] { backend.copy_async(bench.dst(1), 1, bench.src(0), 0, m, bench.stream(0, 0)); });
       double one = bench.time_graph(0, [&] { backend.copy_async(bench.host(0), kHostDevice, bench.src(0), 0, m, bench.stream(0, 0)); });
       double relay = bench.time_graph(0, [&] { bench.relay_chain(0, 1, 1, m); }, kSpreadReps);
-      P.graph_lane_jitter_us = robust_sd_of(bench.last_samples());
+      P.graph_lane_jitter_us = spread_sd(bench.last_samples());
       meas["graph_lane_spread_us"] = spread_of(bench.last_samples());
       P.graph_start_us = std::max(0.0, peer_graph - peer_us);
       P.graph_epsilon_us = std::max(0.0, (relay - one - h2d) / 2);

@@ -11,6 +11,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "model/profile.hpp"
 
@@ -35,5 +36,12 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
 // Least squares of t = alpha + n / beta weighted by 1/t. Returns {alpha_us, beta_gbps};
 // alpha is clamped at 0. Needs two distinct sizes.
 std::pair<double, double> fit_hockney(const std::vector<double>& bytes, const std::vector<double>& us);
+
+// Standard deviation of repetitions, the highest and lowest 5% left out (a far repetition
+// does not set it); 0 for fewer than 3 left. Not the interquartile range: a relay's
+// repetitions fall in two groups (4x H200, s3 r2: ~52 and ~59-60 us, its wake-ups fast or
+// not), and quartiles jump between them from one calibration to the next (3.5 us enqueued,
+// 0.3 us replayed in one profile).
+double spread_sd(std::vector<double> us);
 
 }  // namespace gpustripe

@@ -55,8 +55,8 @@ struct ModelParams {
   double graph_join_us = -1.0;
   // Spread (standard deviation, us) of a lane's finish from one repetition to the next: a
   // 1 MB chunk relayed GPU 0 -> host -> GPU 1 with its fork and join (three cross-stream
-  // wake-ups, as an engine lane has), repeated back to back; robust (interquartile range /
-  // 1.349). Plans wait for their last lane (model/straggler.hpp). In a replayed graph, the
+  // wake-ups, as an engine lane has), repeated back to back; the standard deviation of the
+  // middle 90% of the repetitions. Plans wait for their last lane (model/straggler.hpp). In a replayed graph, the
   // same relay replayed (< 0: lane_jitter_us). Measured by calibration; nominal: none.
   double lane_jitter_us = 0.0;
   double graph_lane_jitter_us = -1.0;

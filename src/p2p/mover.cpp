@@ -167,6 +167,17 @@ const BoolSetting kQueuePlan{
     "A copy queued behind this rank's own copies to the same GPU takes the host share of the queue planned "
     "as one transfer and is enqueued, not replayed, so its host-staged pieces stream behind the ones before "
     "(the host pipeline fills and drains once per queue, not once per message)"};
+// Device round r2 (2 ranks, 16 x 256 MB): planned as a queue, messages 3-16 completed every
+// 605 us (443.7 GB/s), but the second one 1180 us after the first: two direct copies from two
+// streams at once beside the host path.
+const BoolSetting kQueueLane{"GPUSTRIPE_P2P_QUEUE_LANE", "yes",
+                             "GPUSTRIPE_P2P_QUEUE_PLAN: a queued copy's direct path goes on the engine's lane of "
+                             "the link, behind the queue's earlier direct copies, not on the stream the copy was "
+                             "issued on (the p2p layer issues on GPUSTRIPE_P2P_STREAMS streams in turn)"};
+const BoolSetting kQueueArea{"GPUSTRIPE_P2P_QUEUE_AREA", "no",
+                             "GPUSTRIPE_P2P_QUEUE_PLAN: queued copies stage through host memory of their own, so the "
+                             "second copy of a window does not wait for the whole first one (replayed as a graph, "
+                             "which holds the shared staging area whole)"};
 const SizeSetting kQueueMax{"GPUSTRIPE_P2P_QUEUE_MAX", "4G",
                             "GPUSTRIPE_P2P_QUEUE_PLAN: the largest queue (bytes per GPU pair, this copy included) "
                             "planned as one transfer"};
@@ -207,11 +218,13 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   const bool bidir_direct = kBidirDirect.get();
   const bool queue_plan = kQueuePlan.get();
   const uint64_t queue_max = kQueueMax.get();
+  const bool queue_lane = kQueueLane.get();
+  const bool queue_area = kQueueArea.get();
   const int64_t recent_us = kRecentUs.get();
   GS_REQUIRE(recent_us >= 0 && recent_us <= 1000000, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
   const uint64_t recent_ns = static_cast<uint64_t>(recent_us) * 1000;
-  return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, recent_ns](
+  return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, queue_lane, queue_area, recent_ns](
              void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) -> std::function<void()> {
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
@@ -297,7 +310,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
           const Plan whole = specs.empty() ? engine.current_plan(sd, dd, total) : concurrent(specs, total);
           const double share = static_cast<double>(host_staged_bytes(whole)) / static_cast<double>(total);
           trace("p_queued", -1, queued.copies, static_cast<uint64_t>(share * 1e6), n);
-          engine.enqueue_with_plan(queued_split(alone, share), dst, src, s);
+          engine.enqueue_with_plan(queued_split(alone, share), dst, src, s, queue_lane, queue_area);
         } else if (specs.empty()) {
           engine.copy_async(dst, dd, src, sd, n, s);
         } else {

@@ -169,6 +169,29 @@ TEST(CollGpu, KernelCopiesWithTheBarrierInside) {
   }
 }
 
+// Broadcast by copy kernels with a host-path share (root D2H, members H2D, waits between GPUs as
+// flags in per-rank graphs), every form, blocking and replayed on streams.
+TEST(CollGpu, KernelBroadcastWithHostShare) {
+  GS_REQUIRE_GPU(2);
+  ScopedEnv a("GPUSTRIPE_COLL_ALGO", "sm");
+  ScopedEnv share("GPUSTRIPE_COLL_BCAST_HOST_SHARE", "0.2");
+  ScopedEnv from("GPUSTRIPE_COLL_BCAST_HOST_MIN", "0");
+  GpuNode node;
+  for (int n : {2, std::min(4, cuda_device_count())}) {
+    auto comm = node.comm(n);
+    uint64_t seed = 21;
+    for (const char* form : {"pieces", "pull", "push"}) {
+      ScopedEnv bf("GPUSTRIPE_COLL_BCAST_SM_FORM", form);
+      for (size_t count : {size_t(4099), size_t(1 << 20) / 4 + 7})
+        for (bool async : {true, false}) {
+          Case c{CollOp::Bcast, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, count, false, 1 % n, async, /*repeats*/ 3};
+          ASSERT_EQ(run_case(*comm, c, seed++), 0u) << form << " n=" << n << " " << comm->last_schedule();
+          EXPECT_NE(comm->last_schedule().find("host=20.0%"), std::string::npos) << comm->last_schedule();
+        }
+    }
+  }
+}
+
 // Kernels and copy engines on parts of each block at once (GPUSTRIPE_COLL_CE_SHARE), the
 // copies by the owners or by the senders, blocking and replayed on streams, in place or not.
 TEST(CollGpu, CopyEngineShareOfPulledReductions) {

@@ -198,13 +198,17 @@ TEST(CollExchangeVariants, LocalKernelAndRoundLanesAreExact) {
     }
 }
 
-// Broadcast by copy kernels in each form (pieces, pull, push), every root, 2-4 ranks, odd sizes,
-// blocking and on streams, repeated on the same buffers.
+// Broadcast by copy kernels in each form (pieces, pull, push), with and without a host-path
+// share, every root, 2-4 ranks, odd sizes, blocking and on streams, repeated on the same buffers.
 TEST(CollKernelCopies, EveryBroadcastFormIsExact) {
   ScopedEnv algo("GPUSTRIPE_COLL_ALGO", "sm");
+  ScopedEnv host_min("GPUSTRIPE_COLL_BCAST_HOST_MIN", "0");
+  ScopedEnv host_chunks("GPUSTRIPE_COLL_BCAST_HOST_CHUNKS", "3");
   EmuNode node("h200x4");
-  for (const char* form : {"pieces", "pull", "push"}) {
+  for (const char* form : {"pieces", "pull", "push"})
+  for (const char* share : {"0", "0.3"}) {
     ScopedEnv f("GPUSTRIPE_COLL_BCAST_SM_FORM", form);
+    ScopedEnv h("GPUSTRIPE_COLL_BCAST_HOST_SHARE", share);
     for (int n : {2, 3, 4}) {
       auto comm = node.comm(n);
       for (int root = 0; root < n; ++root)
@@ -213,6 +217,8 @@ TEST(CollKernelCopies, EveryBroadcastFormIsExact) {
             Case c{CollOp::Bcast, dt, GPUSTRIPE_SUM, count, false, root, /*async*/ count == 5, /*repeats*/ 2};
             ASSERT_EQ(run_case(*comm, c, count + root), 0u) << form << " n=" << n;
             EXPECT_NE(comm->last_schedule().find(std::string("sm form=") + form), std::string::npos)
+                << comm->last_schedule();
+            EXPECT_EQ(comm->last_schedule().find("host=30.0%") != std::string::npos, std::string(share) != "0")
                 << comm->last_schedule();
           }
     }

@@ -174,7 +174,10 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   // Copy kernels with the barrier inside up to GPUSTRIPE_COLL_SM_MAX where peers are mapped.
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4).name, "sm");
   EXPECT_TRUE(choose_schedule(CollOp::AllGather, r, 16 << 20, 4).exchange.kernel);
-  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 64 << 20, 4).name, "rounds");
+  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 128 << 20, 4).name, "sm");
+  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 20, 4).name, "rounds");
+  EXPECT_EQ(choose_schedule(CollOp::AllGather, h200(2), 32 << 20, 4).name, "sm");  // 2 GPUs: GPUSTRIPE_COLL_SM_MAX_2
+  EXPECT_EQ(choose_schedule(CollOp::AllGather, h200(2), 64 << 20, 4).name, "rounds");
   Choice a2a = choose_schedule(CollOp::AllToAll, r, size_t(1) << 30, 4);
   EXPECT_EQ(a2a.name, "rounds");
   // Host share on a 4-GPU NVSwitch node: the measured shares from 64M blocks (256M per rank)

@@ -135,8 +135,9 @@ TEST_F(EngineGraphs, EnqueuedSchedulesAndReplaysShareStagingSafely) {
 TEST_F(EngineGraphs, EnqueueWithPlanNeverReplaysAndStreamsBehindAReplay) {
   // enqueue_with_plan (a p2p window's queued messages): copies of one plan, each its own
   // data, on two streams, right behind a replay, nothing synchronized in between, through a
-  // staging area each fills several times over. None is captured or replayed (also a
-  // repeated one), and every copy lands intact.
+  // staging area each fills several times over, then with the direct paths on the link's lane
+  // and staging of their own. None is captured or replayed (also a repeated one), and every copy
+  // lands intact.
   FixedPlanner planner({{PathKind::Direct, -1, 0.7, 1}, {PathKind::HostStaged, 0, 0.3, 5}});
   Engine engine(*backend_, topo_, &planner);
   constexpr int kCopies = 6;
@@ -154,8 +155,15 @@ TEST_F(EngineGraphs, EnqueueWithPlanNeverReplaysAndStreamsBehindAReplay) {
   engine.copy_with_plan(plan, dst[0], src[0], a);
   engine.copy_with_plan(plan, dst[0], src[0], a);  // seen before: captured and replayed
   EXPECT_EQ(engine.stats().graph_launches, 1u);
-  for (int again = 0; again < 2; ++again)
-    for (int k = 0; k < kCopies; ++k) engine.enqueue_with_plan(plan, dst[k], src[k], k % 2 ? b : a);
+  // The second time the direct paths go on the link's lane and the staged pieces through the
+  // queues' own staging area.
+  uint64_t staging = 0;
+  for (int again = 0; again < 2; ++again) {
+    if (again) staging = engine.stats().staging_bytes;
+    for (int k = 0; k < kCopies; ++k)
+      engine.enqueue_with_plan(plan, dst[k], src[k], k % 2 ? b : a, again == 1, again == 1);
+  }
+  EXPECT_GT(engine.stats().staging_bytes, staging) << "the queues' own host staging area";
   backend_->synchronize_stream(a);
   for (int k = 0; k < kCopies; ++k)
     EXPECT_EQ(first_mismatch(data[k], download(*backend_, dst[k], 1, n, b).data(), n), -1) << "copy " << k;

@@ -31,6 +31,23 @@ TEST(ModelCalibrate, FitRecoversAlphaAndBeta) {
   EXPECT_THROW(fit_hockney({1.0}, {1.0}), Error);
 }
 
+TEST(ModelCalibrate, SpreadOfRepetitionsIsStableForTwoGroupsAndIgnoresAFarOne) {
+  // 41 repetitions, a quarter near 52 us and the rest near 59.5 (a relay's two groups): the
+  // spread is the two groups' (~3.3 us) wherever the quartiles fall.
+  std::vector<double> v;
+  for (int i = 0; i < 41; ++i) v.push_back(i < 10 ? 52.0 + 0.01 * i : 59.5 + 0.01 * i);
+  const double two = spread_sd(v);
+  EXPECT_NEAR(two, 3.3, 0.4);
+  std::vector<double> w = v;
+  for (int i = 0; i < 6; ++i) w[static_cast<size_t>(10 + i)] = 52.0;  // a third near 52: about the same
+  EXPECT_NEAR(spread_sd(w), two, 0.6);
+  // One repetition far out (a 500 us stall) does not set it.
+  v.back() = 500;
+  EXPECT_NEAR(spread_sd(v), two, 0.3);
+  EXPECT_DOUBLE_EQ(spread_sd({5.0, 5.0, 5.0, 5.0}), 0.0);
+  EXPECT_DOUBLE_EQ(spread_sd({1.0, 2.0}), 0.0);  // too few
+}
+
 TEST(ModelCalibrate, RunsOnTheEmulatedBackendAndMatchesTheNode) {
   Topology t = load_topology_file("h200x4");
   auto backend = make_emulated_backend(t);

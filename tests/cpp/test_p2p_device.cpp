@@ -343,7 +343,10 @@ TEST(P2pDevice, CopiesThatFinishedLatelyArePlannedAsInFlight) {
           if (rank == 3) ep.recv(&go, 1, 1, 99, kComm);  // pair 0 -> 1 is done
           ep.recv(buf, n, rank - 1, 0, kComm);
           RANK_CHECK(from_device(*be, buf, rank, n) == pattern(60 + rank - 1, n));
+          // Rank 1 stays until rank 3 has planned: the copies of ranks that left are not traffic.
           if (rank == 1) ep.send(&go, 1, 3, 99, kComm);
+          if (rank == 1) ep.recv(&go, 1, 3, 98, kComm);
+          if (rank == 3) ep.send(&go, 1, 1, 98, kComm);
         }
         ep.flush();
       }

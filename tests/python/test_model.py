@@ -167,26 +167,27 @@ def test_model_check_times_fixed_points_isolated_with_the_hosts_time(cache, cli,
     assert bad.returncode != 0 and "SIZE@SPEC" in (bad.stderr + bad.stdout)
 
 
-def test_model_check_repeats_short_points_more():
-    from gpustripe.commands.model_check import MAX_REPS, MIN_REPS, auto_reps
+def test_model_check_times_short_points_in_more_trials():
+    from gpustripe.commands.model_check import MAX_TRIALS, REPS, auto_trials
 
-    assert auto_reps(35.0) == MAX_REPS  # a 4 MB plan: capped
-    assert auto_reps(200.0) == 100  # 20 ms of it
-    assert auto_reps(2500.0) == MIN_REPS  # 1 GB: never fewer than bench p2p's 20
-    assert auto_reps(0.0) == MIN_REPS
+    assert REPS == 20  # a trial is timed as bench p2p times a row
+    assert auto_trials(35.0) == MAX_TRIALS  # a 4 MB plan: capped
+    assert auto_trials(200.0) == 5  # 20 ms of it
+    assert auto_trials(2500.0) == 1  # 1 GB: one trial, as bench p2p
+    assert auto_trials(0.0) == 1
 
 
 def test_model_check_states_its_statistic_keeps_every_repetition_and_measures_the_host(cache, cli, tmp_path):
     from gpustripe import results
 
     out = cli("model-check", "--sizes", "1M", "--sets", "direct,all paths", "--exhaustive-sizes", "none",
-              "--warmup", "1", "--out", str(tmp_path)).stdout
-    assert "median of 20-400 repetitions" in out
+              "--warmup", "1", "--reps", "3", "--out", str(tmp_path)).stdout
+    assert "median of all repetitions of 1-20" in out and "from a drained stream" in out
     assert "host cost per engine call, measured in this process" in out
     files = [f for f in os.listdir(tmp_path) if f.endswith(".json")]
     doc = results.load(str(tmp_path / files[0]))
     for r in doc["rows"]:
-        assert 20 <= r["reps"] <= 400 and len(r["rep_us"]) == r["reps"]
+        assert r["reps"] == 3 and 1 <= r["trials"] <= 20 and len(r["rep_us"]) == r["reps"] * r["trials"]
         assert min(r["rep_us"]) - 0.01 <= r["us"] <= max(r["rep_us"]) + 0.01
     assert doc["host_cost"]["used"] == "measured" and doc["host_cost"]["measured_us"] > 0
     assert doc["host_cost"]["after_grid_us"] > 0 and "median of" in doc["statistic"]
@@ -194,10 +195,10 @@ def test_model_check_states_its_statistic_keeps_every_repetition_and_measures_th
     # The profile's figure, where asked for.
     prof = tmp_path / "profile"
     cli("model-check", "--sizes", "1M", "--sets", "direct", "--exhaustive-sizes", "none", "--reps", "2",
-        "--host-cost", "profile", "--out", str(prof))
+        "--trials", "2", "--host-cost", "profile", "--out", str(prof))
     doc = results.load(str(prof / [f for f in os.listdir(prof) if f.endswith(".json")][0]))
     assert doc["host_cost"]["used"] == "profile" and "measured in this process" not in doc["model_source"]
-    assert [len(r["rep_us"]) for r in doc["rows"]] == [2]
+    assert [len(r["rep_us"]) for r in doc["rows"]] == [4]
 
 
 def test_tune_writes_a_table_the_planner_uses(cache, cli, monkeypatch):

@@ -84,7 +84,7 @@ def summarize(doc: dict) -> str:
                      + (f" (replayed: {g:.2f} us)" if g >= 0 else ""))
     if "lane_jitter_us" in doc:
         g = doc.get("graph_lane_jitter_us", -1)
-        lines.append(f"  spread of a lane's finish (1 MB relay, interquartile range / 1.349): "
+        lines.append(f"  spread of a lane's finish (1 MB relay, standard deviation of the middle 90%): "
                      f"{doc['lane_jitter_us']:.2f} us" + (f" (replayed: {g:.2f} us)" if g >= 0 else ""))
     for key, what in (("lane_spread_us", "relay"), ("graph_lane_spread_us", "relay replayed")):
         if meas.get(key):

@@ -6,26 +6,45 @@ median), so figures compare with bench p2p's at every size. Then, at 16 MB, 256 
 plan with the best of an exhaustive search (gpustripe tune's grid). Writes a results
 file (rows op "model") and its plot."""
 import math
+import statistics
 import sys
 
 DEFAULT_SIZES = "1M,4M,16M,64M,256M,1G"
 EMULATED_SIZES = "1M,4M,16M"
 EXHAUSTIVE_SIZES = "16M,256M,1G"
 SET_NAMES = ("direct", "direct+host", "direct+gpu staged", "all paths")
-# Repetitions of a grid point by default: enough to fill POINT_BUDGET_US of GPU time, within
-# MIN_REPS..MAX_REPS. 20 repetitions of a 35-50 us plan gave medians 5-10% apart between
-# processes where the repetitions fall in two groups (4x H200, session 2: 16M direct + host
-# 49-50 / 54-56 us); a few hundred cost milliseconds at those sizes.
+# How a grid point is timed: trials of REPS repetitions back to back, each trial from a
+# drained stream after its warm-ups, exactly as `gpustripe bench p2p` times one row; by
+# default as many trials as fill POINT_BUDGET_US of GPU time, 1 to MAX_TRIALS, and the median
+# of all their repetitions. One trial of 20 repetitions of a 35-50 us plan gave medians 5-10%
+# apart between processes on 4x H200, and ONE run of 400 back to back measured another regime:
+# after ~5-10 ms of the host enqueueing far ahead of the GPUs, plans with staged paths ran 5-9%
+# slower for the rest of the run (session 3, r2: 64M all paths 212 -> 230 us, 16M direct + GPU
+# staged 76 -> 81), which no bench row (20 repetitions) ever sees.
+REPS = 20
 POINT_BUDGET_US = 20000.0
-MIN_REPS, MAX_REPS = 20, 400
-PROBE_BYTES = 4 << 20  # the engine's host-cost probe plan (plan_timing.hpp engine_probe_plan) fits in it
+MAX_TRIALS = 20
 
 
-def auto_reps(predicted_us: float) -> int:
-    """Timed repetitions of a point predicted to take `predicted_us`: the time budget's worth."""
+def auto_trials(predicted_us: float, reps: int = REPS) -> int:
+    """Trials of `reps` repetitions of a point predicted to take `predicted_us`: the time budget's worth."""
     if not predicted_us > 0:
-        return MIN_REPS
-    return max(MIN_REPS, min(MAX_REPS, math.ceil(POINT_BUDGET_US / predicted_us)))
+        return 1
+    return max(1, min(MAX_TRIALS, math.ceil(POINT_BUDGET_US / (reps * predicted_us))))
+
+
+def time_trials(timer, plan, warmup: int, reps: int, trials: int, mode: str) -> dict:
+    """`trials` timings of `reps` repetitions (each from a drained stream); the median of them all."""
+    samples, host = [], []
+    for _ in range(trials):
+        t = timer.time(plan, warmup=warmup, reps=reps, mode=mode)
+        samples += t["samples_us"]
+        host.append(t["host_us"])
+    return {"us": statistics.median(samples), "min_us": min(samples), "max_us": max(samples),
+            "host_us": statistics.median(host), "samples_us": samples}
+
+
+PROBE_BYTES = 4 << 20  # the engine's host-cost probe plan (plan_timing.hpp engine_probe_plan) fits in it
 
 
 def register(sub):
@@ -41,9 +60,11 @@ def register(sub):
     p.add_argument("--points", help="instead of the grid, time these plans: 'SIZE@SPEC;SIZE@SPEC' with the "
                                     "spec syntax of GPUSTRIPE_PLAN (e.g. '16M@direct:0.969,host0:0.031x1'); "
                                     "diagnostics of single points, no exhaustive comparison")
-    p.add_argument("--reps", type=int, help=f"timed repeats per point, the median reported (default: enough to fill "
-                                            f"{POINT_BUDGET_US / 1000:g} ms per point, {MIN_REPS} to {MAX_REPS}; "
-                                            "the exhaustive search: 20, as bench p2p)")
+    p.add_argument("--reps", type=int, default=REPS,
+                   help=f"timed repeats per trial (default {REPS}, as bench p2p; also the exhaustive search's)")
+    p.add_argument("--trials", type=int, help=f"trials per point, each from a drained stream; the median of all their "
+                                              f"repeats is reported (default: enough to fill {POINT_BUDGET_US / 1000:g} "
+                                              f"ms per point, 1 to {MAX_TRIALS})")
     p.add_argument("--warmup", type=int, default=5, help="untimed repeats first (default 5, as bench p2p)")
     p.add_argument("--timing", choices=("back-to-back", "isolated"), default="back-to-back",
                    help="repetitions back to back as bench p2p (default), or each from an idle stream")
@@ -67,9 +88,9 @@ def run(args):
 
     ctx = Context()
     model = Model(profile=args.profile)
-    if args.reps is not None and args.reps < 1:
-        raise SystemExit("model-check: --reps must be at least 1")
-    search_reps = 3 if args.quick else (args.reps or 20)
+    if args.reps < 1 or (args.trials is not None and args.trials < 1):
+        raise SystemExit("model-check: --reps and --trials must be at least 1")
+    reps = 3 if args.quick else args.reps
     sizes = [parse_size(s) for s in (args.sizes or (EMULATED_SIZES if ctx.emulated else DEFAULT_SIZES)).split(",")]
     ex_text = args.exhaustive_sizes or (EMULATED_SIZES.split(",")[-1] if ctx.emulated else EXHAUSTIVE_SIZES)
     ex_sizes = [] if ex_text == "none" else [parse_size(s) for s in ex_text.split(",")]
@@ -114,8 +135,11 @@ def run(args):
     say(f"node: {ctx.device_label}; model parameters: {model.source}")
     if host_line:
         say(host_line)
-    reps_text = (f"{args.reps} repetitions" if args.reps else f"{MIN_REPS}-{MAX_REPS} repetitions ({POINT_BUDGET_US / 1000:g} ms)")
-    say(f"measured: median of {reps_text} per point, {args.timing}, after {args.warmup} untimed; GB/s")
+    trials_text = (f"{args.trials}" if args.trials else ("1" if args.quick else
+                   f"1-{MAX_TRIALS} (as many as fill {POINT_BUDGET_US / 1000:g} ms)"))
+    statistic = (f"median of all repetitions of {trials_text} trials per point, each trial {args.warmup} untimed then "
+                 f"{reps} {args.timing} from a drained stream")
+    say(f"measured: {statistic}; GB/s")
     say(f"{'size':>6} {'path set':<20} {'measured':>9} {'predicted':>9} {'error':>7}  {'bound by':<22} plan"
         + ("" if args.timing == "back-to-back" else f"  (timing: {args.timing})"))
     if args.points:
@@ -123,20 +147,20 @@ def run(args):
     else:
         grid = [(size, name, model.plan_paths(src, dst, size, paths)) for size in sizes for name, paths in sets.items()]
     for size, name, plan in grid:
-        reps = args.reps or (3 if args.quick else auto_reps(plan.predicted_us))
-        t = timer.time(plan, warmup=args.warmup, reps=reps, mode=args.timing)
+        trials = args.trials or (1 if args.quick else auto_trials(plan.predicted_us, reps))
+        t = time_trials(timer, plan, args.warmup, reps, trials, args.timing)
         gbps = size / (t["us"] * 1e3)
         err = (plan.predicted_gbps - gbps) / gbps
         rows.append({"op": "model", "method": f"gpustripe {name}", "path_set": name, "bytes": size, "gbps": gbps,
                      "us": t["us"], "min_us": t["min_us"], "max_us": t["max_us"],
-                     "host_us": t["host_us"], "timing": args.timing, "reps": reps,
+                     "host_us": t["host_us"], "timing": args.timing, "reps": reps, "trials": trials,
                      "rep_us": [round(x, 2) for x in t["samples_us"]],
                      "predicted_gbps": plan.predicted_gbps, "predicted_us": plan.predicted_us,
                      "paths": plan.spec, "bottleneck": plan.bottleneck, "error": err, "src": src, "dst": dst})
         say(f"{human_bytes(size):>6} {name:<20} {gbps:9.1f} {plan.predicted_gbps:9.1f} {100 * err:6.1f}%  "
             f"{plan.bottleneck:<22} {plan.describe()}")
         q = sorted(t["samples_us"])
-        detail.append(f"{human_bytes(size):>6} {name:<20} us median {t['us']:.1f} of {reps} (min {t['min_us']:.1f} "
+        detail.append(f"{human_bytes(size):>6} {name:<20} us median {t['us']:.1f} of {trials}x{reps} (min {t['min_us']:.1f} "
                       f"p10 {q[len(q) // 10]:.1f} p90 {q[(9 * len(q)) // 10]:.1f} max {t['max_us']:.1f}, mean "
                       f"{sum(q) / len(q):.1f}) predicted {plan.predicted_us:.1f}; host per call {t['host_us']:.1f}")
     for d in detail:  # the spread and the host's side of each point (the log only; the table stays as before)
@@ -153,8 +177,8 @@ def run(args):
     exhaustive = []
     for size in ex_sizes:
         chosen = model.plan(src, dst, size)
-        t = timer.time(chosen, warmup=args.warmup, reps=search_reps)
-        found = search(model, timer, src, dst, size, search_reps, quick=args.quick)
+        t = timer.time(chosen, warmup=args.warmup, reps=reps)
+        found = search(model, timer, src, dst, size, reps, quick=args.quick)
         best_us, best_spec, best_pred = found[0]
         ratio = best_us / t["us"]
         exhaustive.append({"bytes": size, "model_plan": chosen.spec, "model_us": t["us"],
@@ -170,7 +194,7 @@ def run(args):
     path = results.write("model-check", ctx.device_label, ctx.device_count, rows, out_dir=args.out, plot=False,
                          extra={"model_source": model.source, "mean_abs_error": mean_err, "max_abs_error": max_err,
                                 "exhaustive": exhaustive, "emulated": ctx.emulated, "host_cost": host_cost,
-                                "statistic": f"median of {reps_text} per point, {args.timing}"})
+                                "statistic": statistic})
     png = plot_model_check(rows, f"{ctx.device_label}: model check {src}->{dst} ({model.source}); |error| mean "
                                  f"{100 * mean_err:.1f}%, max {100 * max_err:.1f}%", path[:-len(".json")] + ".png")
     txt = path[:-len(".json")] + ".txt"
