@@ -40,8 +40,7 @@ void exchange(Program& p, const Team& t, size_t block, const ExchangeOpts& o, Sc
   const size_t nv_bytes = block - host_bytes;
   // SM share: bytes [0, sm_bytes) of every peer block by copy kernels, the copy engines from there.
   size_t sm_bytes = 0;
-  if (o.sm_share > 0 && n > 1 && block % 4 == 0)
-    sm_bytes = std::min(nv_bytes, align_down(static_cast<size_t>(block * o.sm_share), kAlign));
+  if (o.sm_share > 0 && n > 1) sm_bytes = std::min(nv_bytes, align_down(static_cast<size_t>(block * o.sm_share), kAlign));
   const size_t ce_bytes = nv_bytes - sm_bytes;
 
   // Local block first, on its own lane: device-local copies are fast and overlap the rest.
@@ -65,23 +64,14 @@ void exchange(Program& p, const Team& t, size_t block, const ExchangeOpts& o, Sc
       }
     }
 
-  // The SM share: copy kernels (1-source reductions of 4-byte words) storing into the peers,
-  // in round order on a lane of their own. An allgather sends one source to every peer: one
-  // kernel with every peer's block as a destination.
+  // The SM share: the sender's copy kernels store into the peers, in round order on a lane of
+  // their own (beside the copy engines' rounds).
   if (sm_bytes > 0)
-    for (int i = 0; i < n; ++i) {
-      if (stage_once_per_sender) {
-        std::vector<void*> more;
-        for (int r = 2; r < n; ++r) more.push_back(dst(i, (i + r) % n));
-        p.reduce(t.rank[i], kLaneSm, dst(i, (i + 1) % n), {src(i, (i + 1) % n)}, sm_bytes / 4, GPUSTRIPE_INT32,
-                 GPUSTRIPE_SUM, {}, std::move(more));
-        continue;
-      }
-      for (int r = 1; r < n; ++r) {
+    for (int r = 1; r < n; ++r)
+      for (int i = 0; i < n; ++i) {
         const int j = (i + r) % n;
-        p.reduce(t.rank[i], kLaneSm, dst(i, j), {src(i, j)}, sm_bytes / 4, GPUSTRIPE_INT32, GPUSTRIPE_SUM);
+        p.kernel_copy(t.rank[i], kLaneSm, dst(i, j), t.dev[j], src(i, j), t.dev[i], sm_bytes);
       }
-    }
 
   if (host_bytes == 0) return;
   const int chunks = std::max(1, o.host_chunks);

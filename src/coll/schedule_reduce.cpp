@@ -129,23 +129,17 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
   // Slot s, peer index q (0..n-2) of member j.
   auto slot = [&](int j, int s, int q) { return scr[j] + (static_cast<size_t>(s) * (n - 1) + q) * slot_bytes; };
   auto peer_index = [&](int i, int j) { return (i - j - 1 + n) % n; };
-  // Host share (copy mode): the tail of each piece of `len` elements, staged in a region of its
-  // own per (chunk, sender, owner), so no staging region is reused within a call.
-  auto host_elems = [&](size_t len) {
-    return !o.pull && n > 1 && o.host_share > 0 ? static_cast<size_t>(static_cast<double>(len) * o.host_share) / align * align
-                                                : 0;
+  // Copy mode's shares of `len` elements (aligned down): of each piece through the host or by the
+  // sender's kernel; of each result (more_out) through the host.
+  auto part = [&](size_t len, double share) {
+    return !o.pull && n > 1 && share > 0 ? static_cast<size_t>(static_cast<double>(len) * share) / align * align : 0;
   };
+  auto host_elems = [&](size_t len) { return part(len, o.host_share); };
+  auto sm_elems = [&](size_t len) { return part(len, o.sm_share); };
+  auto ag_host_elems = [&](size_t len) { return part(len, more_out.empty() ? 0 : o.ag_host_share); };
+  // Host staging: a region per (chunk, sender, owner) for the pieces, then one per (chunk, owner)
+  // for the results, so no region is reused within a call.
   const size_t stage_bytes = ceil_div(host_elems(max_chunk) * esz, kAlignBytes) * kAlignBytes;
-  auto sm_elems = [&](size_t len) {
-    return !o.pull && n > 1 && o.sm_share > 0 ? static_cast<size_t>(static_cast<double>(len) * o.sm_share) / align * align
-                                              : 0;
-  };
-  // The gather half's host share (more_out): one staging region per (chunk, owner), after the above.
-  auto ag_host_elems = [&](size_t len) {
-    return !o.pull && n > 1 && !more_out.empty() && o.ag_host_share > 0
-               ? static_cast<size_t>(static_cast<double>(len) * o.ag_host_share) / align * align
-               : 0;
-  };
   const size_t ag_stage_bytes = ceil_div(ag_host_elems(max_chunk) * esz, kAlignBytes) * kAlignBytes;
   const size_t rs_stages = stage_bytes * chunks * n * n;
   char* host = stage_bytes || ag_stage_bytes ? scratch.host(rs_stages + ag_stage_bytes * chunks * n) : nullptr;
@@ -168,8 +162,8 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
           const size_t h = host_elems(len), k = sm_elems(len - h), nv = len - h - k;
           char* to = slot(j, s, peer_index(i, j));
           const char* from = send[i] + (b.off[j] + off) * esz;
-          if (k > 0) {  // [0, k) by the sender's kernel: a one-source reduction is a copy
-            arrived[j].push_back(p.reduce(t.rank[i], kLaneSm, to, {from}, k, dt, op, deps));
+          if (k > 0) {  // [0, k) by the sender's copy kernel
+            arrived[j].push_back(p.kernel_copy(t.rank[i], kLaneSm, to, t.dev[j], from, t.dev[i], k * esz, deps));
             to += k * esz;
             from += k * esz;
           }

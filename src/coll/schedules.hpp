@@ -40,10 +40,9 @@ struct ExchangeOpts {
   // Rounds: each peer block split over this many lanes that run side by side, so one
   // lane's gap between two copies is covered by the other's.
   int round_lanes = 1;
-  // The head of each peer block stored into the receiver by a copy kernel on the sender's SMs
-  // (one kernel per round on a lane of its own; an allgather's one kernel writes every peer),
-  // beside the copy engines' rounds over the rest: both kinds of NVLink traffic at once.
-  // Needs peer access and 4-byte multiples; 0: copy engines only.
+  // The head of each peer block stored into the receiver by the sender's copy kernels (a lane
+  // of their own, round order), beside the copy engines' rounds over the rest: both kinds of
+  // NVLink traffic at once. Needs peer access; 0: copy engines only (session 3 probe: no gain).
   double sm_share = 0;
 };
 

@@ -140,29 +140,33 @@ const DoubleSetting kSmShare{"GPUSTRIPE_COLL_SM_SHARE", "0",
                              "that copy kernels store into the peers beside the copy engines' rounds"};
 const SizeSetting kSmShareMin{"GPUSTRIPE_COLL_SM_SHARE_MIN", "16M",
                               "Smallest alltoall/allgather peer block that gets GPUSTRIPE_COLL_SM_SHARE"};
-const StringSetting kRsHostShare{"GPUSTRIPE_COLL_RS_HOST_SHARE", "auto",
-                                 "Fraction of each piece of the copy-engine reductions (rs_copy, rs_ag_copy, "
-                                 "reduce_copy) sent through pinned host memory: auto (the alltoall's measured share on "
-                                 "NVSwitch nodes of more than 2 GPUs, from GPUSTRIPE_COLL_HOST_MIN blocks; else none) "
-                                 "or 0..0.5"};
-const StringSetting kAgHostShare{"GPUSTRIPE_COLL_AG_HOST_SHARE", "auto",
-                                 "ce_twoshot allreduce: fraction of each reduced chunk that reaches the other members "
-                                 "through pinned host memory instead of the kernel's stores: auto (as "
-                                 "GPUSTRIPE_COLL_RS_HOST_SHARE's auto) or 0..0.5"};
+// Session 3 r3 (4x H200, busbw GB/s at 256M / 1G per rank): rs_copy with 5% of every piece through
+// the host 287 / 308, without 311 / 336 (8%: 252 / 271); ce_twoshot with 5% + 5% 100 / 110, without
+// 289 / 329. Unlike the exchanges' few large host chunks, a reduction's many host pieces slowed its
+// NVLink copies: no host share by default.
+const DoubleSetting kRsHostShare{"GPUSTRIPE_COLL_RS_HOST_SHARE", "0",
+                                 "Fraction (0..0.5) of each piece of the copy-engine reductions (rs_copy, rs_ag_copy, "
+                                 "reduce_copy, ce_twoshot) sent through pinned host memory"};
+const DoubleSetting kAgHostShare{"GPUSTRIPE_COLL_AG_HOST_SHARE", "0",
+                                 "ce_twoshot allreduce: fraction (0..0.5) of each reduced chunk that reaches the other "
+                                 "members through pinned host memory instead of the kernel's stores"};
 const DoubleSetting kRsSmShare{"GPUSTRIPE_COLL_RS_SM_SHARE", "0",
                                "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy, ce_twoshot): fraction (0..0.9) "
                                "of every piece that the sender's copy kernel stores into the owner's scratch beside "
                                "the copy engines"};
 // Session 3 r2 probe: the copy engines' rounds run at ~369 GB/s per direction beside a local reduction
-// kernel (364), above the kernels that read or store over NVLink (305-339): large reductions move
-// their inputs by copy engines and reduce locally. (Thresholds: r3 measures 64M-1G.)
-const SizeSetting kCeTwoshotMin{"GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "128M",
+// kernel (364), above kernels that read or store over NVLink (305-339). But r3 (busbw GB/s at
+// 64M/128M/256M/1G, no host share): ce_twoshot 247/278/289/329 vs two-shot 322/305/320/324, so it
+// stays forced-only; rs_copy 238/280/311/336 vs rs_pull 302/313/320/324, so from 1G. What the copy
+// engines gain on the link the schedule loses in its per-chunk waits and copies (traces: ~60 us per
+// 16M piece while the host path and the flags run beside them).
+const SizeSetting kCeTwoshotMin{"GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "64G",
                                 "Smallest allreduce per rank over more than 2 GPUs that maps peers done by ce_twoshot "
                                 "(copy engines move the inputs in rounds, kernels store each reduced chunk into every "
                                 "member)"};
-const SizeSetting kRsCopyMin{"GPUSTRIPE_COLL_RS_COPY_MIN", "128M",
+const SizeSetting kRsCopyMin{"GPUSTRIPE_COLL_RS_COPY_MIN", "1G",
                              "Smallest reduce-scatter per rank over more than 2 GPUs that maps peers done by rs_copy "
-                             "(copy engines move the inputs in rounds, with a host share and flags)"};
+                             "(copy engines move the inputs in rounds, flags for the waits between GPUs)"};
 const BoolSetting kCopyFlags{"GPUSTRIPE_COLL_COPY_FLAGS", "1",
                              "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy) over more than 2 GPUs: their "
                              "waits between GPUs become flags in per-rank graphs (GPUSTRIPE_COLL_GPU_FLAGS=auto)"};
@@ -452,12 +456,9 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   c.reduce.ag_stores = c.name == "ce_twoshot";
   if (c.name == "rs_copy" || c.name == "rs_ag_copy" || c.name == "reduce_copy" || c.name == "ce_twoshot") {
     c.reduce.flags = kCopyFlags.get() && n > 2;
-    auto share = [&](const StringSetting& setting) {
-      const std::string hs = setting.get();
-      if (hs == "auto")
-        return res.nvswitch && n > 2 && block >= kHostMin.get() ? measured_host_share(CollOp::AllToAll, block) : 0.0;
-      const double f = parse_double(hs, setting.name());
-      GS_REQUIRE(f >= 0 && f <= 0.5, GPUSTRIPE_ERR_CONFIG, "%s=%s: expected auto or 0..0.5", setting.name(), hs.c_str());
+    auto share = [&](const DoubleSetting& setting) {
+      const double f = setting.get();
+      GS_REQUIRE(f >= 0 && f <= 0.5, GPUSTRIPE_ERR_CONFIG, "%s=%g: expected 0..0.5", setting.name(), f);
       return f;
     };
     c.reduce.host_share = share(kRsHostShare);

@@ -160,15 +160,17 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
     EXPECT_GT(big.reduce.chunks, 1);
   }
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 20, 4).name, "rs_pull");
-  // Kernels reading the peers up to 64M per rank; copy engines into scratch from 128M (session 3).
-  Choice rs = choose_schedule(CollOp::ReduceScatter, r, 64 << 20, 4);
+  // Kernels reading the peers up to 512M per rank; copy engines into scratch from 1G (session 3 r3).
+  Choice rs = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
   EXPECT_EQ(rs.name, "rs_pull");
   EXPECT_EQ(rs.reduce.chunks, 1);
-  Choice rs_big = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
+  Choice rs_big = choose_schedule(CollOp::ReduceScatter, r, size_t(1) << 30, 4);
   EXPECT_EQ(rs_big.name, "rs_copy");
   EXPECT_GT(rs_big.reduce.chunks, 1);
-  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4).name, "ce_twoshot");
-  EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 256 << 20, 4).name, "twoshot");
+  EXPECT_TRUE(rs_big.reduce.flags);
+  EXPECT_EQ(rs_big.reduce.host_share, 0);  // r3: host pieces slowed the copy engines
+  EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, h200(2), size_t(1) << 30, 4).name, "rs_pull");
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, size_t(1) << 30, 4).name, "twoshot");
   // Copy kernels with the barrier inside up to GPUSTRIPE_COLL_SM_MAX where peers are mapped.
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4).name, "sm");
   EXPECT_TRUE(choose_schedule(CollOp::AllGather, r, 16 << 20, 4).exchange.kernel);
@@ -207,8 +209,8 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   }
 }
 
-// The large-message schedules from their thresholds: over more than 2 GPUs that map peers,
-// with the alltoall's host share from 64M blocks and flags; SM shares only where set.
+// The large-message schedules from their thresholds: over more than 2 GPUs that map peers, with
+// flags; host and SM shares only where set.
 TEST(CollSelect, LargeMessageSchedulesFromTheirThresholds) {
   ScopedEnv ar("GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "128M");
   ScopedEnv rs("GPUSTRIPE_COLL_RS_COPY_MIN", "128M");
@@ -216,19 +218,16 @@ TEST(CollSelect, LargeMessageSchedulesFromTheirThresholds) {
   Choice big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
   EXPECT_EQ(big.name, "ce_twoshot");
   EXPECT_TRUE(big.reduce.ag_stores && big.reduce.flags && !big.reduce.pull);
-  EXPECT_DOUBLE_EQ(big.reduce.host_share, 0.05);
-  EXPECT_DOUBLE_EQ(big.reduce.ag_host_share, 0.05);
+  EXPECT_EQ(big.reduce.host_share, 0);
+  EXPECT_EQ(big.reduce.ag_host_share, 0);
   EXPECT_EQ(big.reduce.sm_share, 0);
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4).name, "twoshot");
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 256 << 20, 4).name, "twoshot");
   Choice rsc = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
   EXPECT_EQ(rsc.name, "rs_copy");
   EXPECT_TRUE(rsc.reduce.flags && !rsc.reduce.ag_stores);
-  EXPECT_DOUBLE_EQ(rsc.reduce.host_share, 0.05);
-  EXPECT_EQ(rsc.reduce.ag_host_share, 0);
+  EXPECT_EQ(rsc.reduce.host_share, 0);
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 64 << 20, 4).name, "rs_pull");
-  // 128M per rank: 32M blocks, below the host-share threshold.
-  EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 128 << 20, 4).reduce.host_share, 0);
   {
     ScopedEnv off("GPUSTRIPE_COLL_COPY_FLAGS", "0");
     ScopedEnv h("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.1");
@@ -237,6 +236,9 @@ TEST(CollSelect, LargeMessageSchedulesFromTheirThresholds) {
     EXPECT_FALSE(c.reduce.flags);
     EXPECT_DOUBLE_EQ(c.reduce.host_share, 0.1);
     EXPECT_DOUBLE_EQ(c.reduce.sm_share, 0.2);
+    ScopedEnv ag("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.05");
+    EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4).reduce.ag_host_share, 0.05);
+    EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4).reduce.ag_host_share, 0);  // allreduce only
     ScopedEnv bad("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.7");
     EXPECT_THROW(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4), Error);
   }
@@ -726,7 +728,7 @@ TEST(CollSchedules, PerRankSplitTurnsCrossRankWaitsIntoFlags) {
 // Large messages: the copy-engine reduce-scatter's pieces split between NVLink (the senders'
 // out lanes, in rounds) and the host path (D2H by the sender, H2D by the owner, each owner's
 // H2D waiting for the sender's D2H), every byte of every piece once; the exchanges' SM share
-// is one copy kernel per peer block (allgather: one per sender, every peer a destination).
+// is one kernel copy per peer block by its sender.
 TEST(CollSchedules, LargeMessageSharesCoverEveryByteOnce) {
   const int n = 4;
   Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
@@ -770,6 +772,25 @@ TEST(CollSchedules, LargeMessageSharesCoverEveryByteOnce) {
   EXPECT_EQ(nv + h2d, moved);
   EXPECT_EQ(d2h, h2d);
   EXPECT_NEAR(static_cast<double>(h2d), 0.1 * moved, 0.01 * moved);
+  {
+    // With an SM share too: the sender's kernel copies the head of every piece into the slot.
+    ReduceOpts so = o;
+    so.sm_share = 0.2;
+    Program q(n);
+    build_reduce_scatter(q, t, cbuf, out, b, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, so, scratch);
+    size_t all = 0, kernel = 0;
+    for (const Op& op : q.ops()) {
+      if (op.kind != Op::Copy || op.dst_dev == kHostDevice) continue;  // count each host byte once (H2D)
+      all += op.bytes;
+      if (op.by_kernel) {
+        EXPECT_EQ(op.lane, kLaneSm);
+        EXPECT_EQ(op.src_dev, op.rank);
+        kernel += op.bytes;
+      }
+    }
+    EXPECT_EQ(all, moved);
+    EXPECT_NEAR(static_cast<double>(kernel), 0.2 * 0.9 * moved, 0.01 * moved);
+  }
 
   for (bool gather : {false, true}) {
     Program x(n);
@@ -780,15 +801,17 @@ TEST(CollSchedules, LargeMessageSharesCoverEveryByteOnce) {
     else build_alltoall(x, t, cbuf, buf, block, eo, scratch);
     size_t kernels = 0, by_kernel = 0, by_engine = 0;
     for (const Op& op : x.ops()) {
-      if (op.kind == Op::Reduce) {
+      EXPECT_NE(op.kind, Op::Reduce);
+      if (op.kind == Op::Copy && op.by_kernel) {
         EXPECT_EQ(op.lane, kLaneSm);
-        EXPECT_EQ(op.srcs.size(), 1u);
+        EXPECT_EQ(op.src_dev, op.rank);  // the sender's kernel stores into the peer
+        EXPECT_NE(op.dst_dev, op.rank);
         ++kernels;
-        by_kernel += op.count * 4 * (1 + op.more_dsts.size());
+        by_kernel += op.bytes;
       }
       if (op.kind == Op::Copy && op.lane == kLaneOut) by_engine += op.bytes;
     }
-    EXPECT_EQ(kernels, gather ? size_t(n) : size_t(n) * (n - 1));
+    EXPECT_EQ(kernels, size_t(n) * (n - 1));
     EXPECT_EQ(by_kernel, size_t(n) * (n - 1) * block / 4);
     EXPECT_EQ(by_kernel + by_engine, size_t(n) * (n - 1) * block);
   }
