@@ -166,8 +166,11 @@ const BoolSetting kBidirDirect{
 // 16/64 (r3, 256 MB: 427.0 -> 432.9 / 427.3 -> 436.1 GB/s; 512 MB w64 407.8 -> 440.8); below, the
 // engine's enqueue per message (60-70 us, against 33 replayed) and the smaller chunks cost 1-5%
 // (64 MB w64 403 -> 382-393); with other ranks' copies in flight (4 ranks) it lost 1-3%.
+// Off by default after session 3's final round (r4): with it on, the receiving rank of the 2-rank
+// window-64 1 GB row crashed inside local_recv (the bench's own row, not reproduced in the tests),
+// and the 256 MB windows came out no better than the replayed lone plans of session 2 (416-420 GB/s).
 const BoolSetting kQueuePlan{
-    "GPUSTRIPE_P2P_QUEUE_PLAN", "yes",
+    "GPUSTRIPE_P2P_QUEUE_PLAN", "no",
     "A copy queued behind this rank's own copies to the same GPU (none of other ranks in flight, at least "
     "GPUSTRIPE_P2P_QUEUE_MIN) takes the host share of the queue planned as one transfer and is enqueued, not "
     "replayed, so its host-staged pieces stream behind the ones before (the host pipeline fills and drains "

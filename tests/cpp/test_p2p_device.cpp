@@ -285,6 +285,7 @@ void window_copies(const char* queue_min, bool queued) {
   {
     ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
     ScopedEnv m("GPUSTRIPE_P2P_QUEUE_MIN", queue_min);
+    ScopedEnv q("GPUSTRIPE_P2P_QUEUE_PLAN", "yes");
     EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
       Topology topo = load_topology_file("h200x4");
       auto be = make_emulated_backend(topo);
