@@ -5,16 +5,11 @@
 
 #include "backend/cuda/driver_api.hpp"
 #include "coll/barrier.hpp"
+#include "coll/fused_barrier.cuh"
 #include "common/error.hpp"
 
 namespace gpustripe::coll {
 namespace {
-
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 __global__ void barrier_kernel(BarrierKernelArgs a) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
@@ -23,20 +18,8 @@ __global__ void barrier_kernel(BarrierKernelArgs a) {
   // Everything this rank's stream did before is complete (stream order); make the flag
   // stores visible only after it.
   __threadfence_system();
-  for (int q = 0; q < a.n; ++q)
-    if (q != a.me) *reinterpret_cast<volatile unsigned long long*>(a.peer_slot[q]) = e;
-  const unsigned long long start = global_ns();
-  for (int q = 0; q < a.n; ++q) {
-    if (q == a.me) continue;
-    const volatile unsigned long long* f = a.own_flags + q;
-    while (*f < e) {
-      if (global_ns() - start > a.timeout_ns) {
-        *reinterpret_cast<volatile int*>(a.error) = 1;
-        __threadfence_system();
-        return;
-      }
-    }
-  }
+  set_flags(a, e);
+  wait_peers(a, e);
   __threadfence_system();
 }
 

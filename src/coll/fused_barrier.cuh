@@ -1,7 +1,8 @@
 // The GPUs' entry and exit barrier run inside a kernel (a per-rank graph whose part on a
 // rank is that one kernel: the reductions of reduce_cuda.cu, the copies of copy_cuda.cu),
 // with the same numbers as the barrier kernels of barrier_cuda.cu, so fused and unfused
-// calls mix on one communicator. Device code only; each including .cu file gets its own copy.
+// calls mix on one communicator; barrier_cuda.cu's barrier kernel sets and waits on the flags
+// with the same set_flags / wait_peers. Device code only; each including .cu file gets its own copy.
 #pragma once
 #include "coll/reduce.hpp"
 
