@@ -36,6 +36,9 @@ class ForwardingBackend : public Backend {
     in_->copy_async(dst, dd, src, sd, n, s);
   }
   void memset_async(void* dst, int dev, int v, size_t n, StreamHandle s) override { in_->memset_async(dst, dev, v, n, s); }
+  IpcMemHandle ipc_export(const void* p) override { return in_->ipc_export(p); }
+  void* ipc_open(const IpcMemHandle& h) override { return in_->ipc_open(h); }
+  void ipc_close(void* base) override { in_->ipc_close(base); }
 
  protected:
   std::unique_ptr<Backend> in_;
