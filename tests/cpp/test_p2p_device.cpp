@@ -6,6 +6,8 @@
 
 #include <dirent.h>
 
+#include <algorithm>
+
 #include <cstdio>
 #include <cstring>
 #include <chrono>
@@ -334,9 +336,12 @@ namespace {
 // window is seen, then captured, then replayed), then windows checked; buffers freed before the
 // next size. Every message must land intact, and no wait may name an event recorded inside a
 // capture (CUDA refuses those).
-void bench_windows(int window, const std::vector<size_t>& sizes) {
+void bench_windows(int window, const std::vector<size_t>& sizes, const char* mode = "GPUSTRIPE_P2P_QUEUE_PLAN") {
+  char dir[] = "/tmp/gs-p2p-windows-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
   ScopedEnv m("GPUSTRIPE_P2P_QUEUE_MIN", "1M");
-  ScopedEnv q("GPUSTRIPE_P2P_QUEUE_PLAN", "yes");
+  ScopedEnv q(mode, "yes");
   ScopedEnv g("GPUSTRIPE_GRAPHS", "1");
   ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
   ScopedEnv h("GPUSTRIPE_HOST_STAGING", "1M");  // the staging rings wrap many times per window
@@ -377,6 +382,13 @@ void bench_windows(int window, const std::vector<size_t>& sizes) {
     RANK_CHECK(rec->waits_on_captured_events == 0);
     if (rank == 1) RANK_CHECK(rec->launches > 0);
   }));
+  // Copies from 1M joined the queue: at most all of a window's but the first (4 windows a size;
+  // fewer where a copy had finished before the next one's request arrived).
+  const int from_1m = static_cast<int>(std::count_if(sizes.begin(), sizes.end(), [](size_t n) { return n >= (1u << 20); }));
+  std::map<std::string, int> phases = trace_phases(dir)[1];
+  const int joined = phases[std::string(mode) == "GPUSTRIPE_P2P_WINDOW_REPLAY" ? "p_window" : "p_queued"];
+  EXPECT_GT(joined, 0);
+  EXPECT_LE(joined, from_1m * 4 * (window - 1));
 }
 }  // namespace
 
@@ -385,6 +397,10 @@ TEST(P2pDevice, BenchWindowsOf16WithGraphsAndTheQueue) {
 }
 TEST(P2pDevice, BenchWindowsOf64WithGraphsAndTheQueue) {
   bench_windows(64, {512u << 10, 1u << 20, 2u << 20, (4u << 20) + 12345, 1u << 20});
+}
+// GPUSTRIPE_P2P_WINDOW_REPLAY: the queued copies replayed, alternating between two staging areas.
+TEST(P2pDevice, BenchWindowsOf16ReplayedInTwoStagingAreas) {
+  bench_windows(16, {512u << 10, 1u << 20, 2u << 20, (4u << 20) + 12345, 1u << 20}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
 }
 
 TEST(P2pDevice, CopiesThatFinishedLatelyArePlannedAsInFlight) {
