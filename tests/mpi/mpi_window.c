@@ -5,7 +5,9 @@
  * does, else one per slot); windows 1, 16 and 64, one-way and both ways, sizes on both
  * sides of GPUSTRIPE_P2P_QUEUE_MIN (the tests run it with the queue plan on), repeated.
  * Every received message is checked. Exit 0 when every check holds.
- * Arguments: [reps] [max bytes] (defaults 3, 8M). */
+ * Arguments: [reps] [max bytes] [min bytes] [windows] [gpu] (defaults 3, 8M, 64K, "1,16,64", both ways;
+ * "gpu" as the fifth: one way only, and skipped (exit 77) unless the backend is CUDA: sizes such as the
+ * bench's 512M windows of 64 take too long on emulated GPUs). */
 #include "mpi_test_util.h"
 
 static int rank, size, ndev;
@@ -91,12 +93,23 @@ int main(int argc, char** argv) {
   CHECK(ndev >= 1);
   int reps = argc > 1 ? atoi(argv[1]) : 3;
   size_t max = argc > 2 ? (size_t)strtoull(argv[2], NULL, 0) : (8u << 20);
-  CHECK(reps >= 1 && max >= (64u << 10));
-  const int windows[] = {1, 16, 64};
+  size_t min = argc > 3 ? (size_t)strtoull(argv[3], NULL, 0) : (64u << 10);
+  const char* wins = argc > 4 ? argv[4] : "1,16,64";
+  int gpu_only = argc > 5 && strcmp(argv[5], "gpu") == 0;
+  CHECK(reps >= 1 && min >= (64u << 10) && max >= min);
+  if (gpu_only && strcmp(hk.backend(), "cuda") != 0) {
+    if (rank == 0) printf("mpi_window: skipped (large sizes need GPUs; backend %s)\n", hk.backend());
+    MPI_Finalize();
+    return 77;
+  }
+  if (gpu_only) share_limit = (size_t)2 << 30; /* the bench's limit */
+  int windows[16], nwin = 0;
+  for (const char* c = wins; *c && nwin < 16; c = strchr(c, ',') ? strchr(c, ',') + 1 : c + strlen(c)) windows[nwin++] = atoi(c);
   int seq = 0;
-  for (int bidir = 0; bidir < 2; ++bidir)
-    for (int k = 0; k < 3; ++k) {
-      for (size_t n = 64u << 10; n <= max; n *= 2, seq += reps) one_size(n, windows[k], bidir, reps, seq);
+  for (int bidir = 0; bidir < (gpu_only ? 1 : 2); ++bidir)
+    for (int k = 0; k < nwin; ++k) {
+      CHECK(windows[k] >= 1);
+      for (size_t n = min; n <= max; n *= 2, seq += reps) one_size(n, windows[k], bidir, reps, seq);
       /* An odd size: chunks and pieces that do not divide evenly. */
       one_size(max / 2 + 4099, windows[k], bidir, reps, seq);
       seq += reps;
