@@ -170,6 +170,19 @@ const SizeSetting kRsCopyMin{"GPUSTRIPE_COLL_RS_COPY_MIN", "1G",
 const BoolSetting kCopyFlags{"GPUSTRIPE_COLL_COPY_FLAGS", "1",
                              "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy) over more than 2 GPUs: their "
                              "waits between GPUs become flags in per-rank graphs (GPUSTRIPE_COLL_GPU_FLAGS=auto)"};
+// Session 4 (collred4): rs_copy's s3 timelines lost ~7-11 us per copy beyond the copy engines'
+// rate (12 copies of 16M per GPU at 256M, 24 of 32M at 1G) plus the last chunk's 4-input
+// reduction; the exchanges' rounds (3 copies of 64M) lost ~12 us in all. Round-major: whole
+// blocks per round, each folded in while the next moves, the last round in halving pieces.
+const ChoiceSetting kRsOrder{"GPUSTRIPE_COLL_RS_ORDER", "chunks",
+                             "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy, ce_twoshot): chunks (every "
+                             "chunk in all rounds, then the next) or rounds (whole blocks per round, folded in as "
+                             "they land; the last round in pieces halving down to GPUSTRIPE_COLL_RS_TAIL; no host "
+                             "or SM share)",
+                             {"chunks", "rounds"}};
+const SizeSetting kRsTail{"GPUSTRIPE_COLL_RS_TAIL", "4M",
+                          "GPUSTRIPE_COLL_RS_ORDER=rounds: the last round's smallest (last) piece per block "
+                          "(0: the last round in one piece)"};
 
 // Measured on the 4x H200 node (shared/HARDWARE.md): copy engines reach ~82% of the
 // nominal NVLink figure, PCIe ~85% one way; with every GPU on the host path at once the
@@ -272,6 +285,7 @@ std::string Choice::describe() const {
   if (reduce.ag_host_share > 0) s += " ag_host=" + pct(reduce.ag_host_share);
   if (reduce.sm_share > 0) s += " sm=" + pct(reduce.sm_share);
   if (reduce.flags) s += " flags";
+  if (reduce.by_round) s += " by_round tail=" + format_size(reduce.tail);
   if (reduce.copy_share > 0)
     s += format(" ce=%s%s", pct(reduce.copy_share).c_str(), reduce.receiver_copies ? " copies=receiver" : " copies=sender");
   return s + ": " + why;
@@ -464,6 +478,13 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.reduce.host_share = share(kRsHostShare);
     if (res.all_peer) c.reduce.sm_share = std::clamp(kRsSmShare.get(), 0.0, 0.9);
     if (c.reduce.ag_stores) c.reduce.ag_host_share = share(kAgHostShare);
+  }
+  // Round-major: a whole block per peer in scratch (else chunks), no host or SM share.
+  if ((c.name == "rs_copy" || c.name == "rs_ag_copy" || c.name == "reduce_copy" || c.name == "ce_twoshot") &&
+      kRsOrder.get() == "rounds" && block * static_cast<uint64_t>(std::max(1, n - 1)) <= kScratchMax.get()) {
+    c.reduce.by_round = true;
+    c.reduce.tail = kRsTail.get();
+    c.reduce.host_share = c.reduce.sm_share = c.reduce.ag_host_share = 0;
   }
   // Slots: as many as chunks when the scratch allows (no copy ever waits for a reduction).
   const uint64_t chunk_bytes = std::max<uint64_t>(1, (block + c.reduce.chunks - 1) / c.reduce.chunks);
