@@ -310,14 +310,16 @@ TEST(CollGpu, RoundMajorReductions) {
       const CollOp op = std::string(algo) == "rs_copy"      ? CollOp::ReduceScatter
                         : std::string(algo) == "rs_ag_copy" ? CollOp::AllReduce
                                                             : CollOp::Reduce;
-      for (DataType dt : {GPUSTRIPE_FLOAT32, GPUSTRIPE_BFLOAT16})
-        for (size_t count : {size_t(4099), (size_t(2) << 20) / 4 + 3})
-          for (bool in_place : {false, true})
-            for (bool async : {false, true}) {
-              Case c{op, dt, GPUSTRIPE_SUM, count, in_place, 1 % n, async, async ? 3 : 1};
-              ASSERT_EQ(run_case(*comm, c, seed++), 0u) << algo << " n=" << n << " " << comm->last_schedule();
-              EXPECT_NE(comm->last_schedule().find("by_round"), std::string::npos) << comm->last_schedule();
-            }
+      // Kept short (the GPU suite's long tests take ~100 s each): bfloat16 on reduce-scatter only.
+      for (DataType dt : op == CollOp::ReduceScatter ? std::vector<DataType>{GPUSTRIPE_FLOAT32, GPUSTRIPE_BFLOAT16}
+                                                     : std::vector<DataType>{GPUSTRIPE_FLOAT32})
+        for (bool in_place : {false, true})
+          for (bool async : {false, true}) {
+            const size_t count = (size_t(2) << 20) / 4 + 3;  // several pieces of the last round
+            Case c{op, dt, GPUSTRIPE_SUM, count, in_place, 1 % n, async, async ? 3 : 1};
+            ASSERT_EQ(run_case(*comm, c, seed++), 0u) << algo << " n=" << n << " " << comm->last_schedule();
+            EXPECT_NE(comm->last_schedule().find("by_round"), std::string::npos) << comm->last_schedule();
+          }
     }
   }
 }
