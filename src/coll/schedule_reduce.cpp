@@ -122,30 +122,63 @@ std::vector<std::vector<int>> reduce_scatter_by_round(Program& p, const Team& t,
         if (d) m.push_back(d + off * esz);
     return m;
   };
+  // Host share: the end of every round's block, [cnt - h, cnt), goes sender -> pinned host ->
+  // owner's slot, all rounds' parts queued at once on lanes of their own (the host path is a
+  // resource of its own: a few large copies beside NVLink, as the exchanges' share). Round r's
+  // fold waits for its part; in the last round, the pieces that reach into it.
+  auto host_elems = [&](size_t cnt) {
+    const size_t align = std::max<size_t>(1, kAlignBytes / esz);
+    return n > 1 && o.host_share > 0 ? static_cast<size_t>(static_cast<double>(cnt) * o.host_share) / align * align : 0;
+  };
+  size_t most = 0;
+  for (size_t c : b.cnt) most = std::max(most, c);
+  const size_t stage_bytes = ceil_div(host_elems(most) * esz, kAlignBytes) * kAlignBytes;
+  char* host = stage_bytes ? scratch.host(stage_bytes * n * (n - 1)) : nullptr;
   std::vector<int> folded(n, -1);  // member j's last fold so far
   for (int r = 1; r < n; ++r) {
     const bool last = r == n - 1;
+    // Round r's host parts first: per-rank graphs wait for flags on one lane in program order,
+    // and each H2D's wait comes due before this round's folds' (its D2H started at the call's start).
+    std::vector<int> by_host(n, -1);  // round r's host part of block j landed
+    for (int i = 0; i < n && host; ++i) {
+      const int j = (i + r) % n;
+      const size_t h = host_elems(b.cnt[j]), from = b.cnt[j] - h;
+      char* stage = host + (static_cast<size_t>(r - 1) * n + i) * stage_bytes;
+      const int d2h = p.copy(t.rank[i], kLaneD2H, stage, kHostDevice, send[i] + (b.off[j] + from) * esz, t.dev[i], h * esz);
+      by_host[j] = p.copy(t.rank[j], kLaneH2D, slot(j, r) + from * esz, t.dev[j], stage, kHostDevice, h * esz, {d2h});
+    }
     // arrived[c][j]: the copy of piece c (the whole block before the last round) into j's slot r.
     std::vector<std::vector<int>> arrived(last ? pieces : 1, std::vector<int>(n, -1));
+    auto range = [&](int j, size_t c) {
+      return last ? pc.of(b.cnt[j], static_cast<int>(c)) : std::pair<size_t, size_t>{0, b.cnt[j]};
+    };
     for (int i = 0; i < n; ++i) {
       const int j = (i + r) % n;
+      const size_t nv_end = b.cnt[j] - host_elems(b.cnt[j]);
       for (size_t c = 0; c < arrived.size(); ++c) {
-        auto [off, len] = last ? pc.of(b.cnt[j], static_cast<int>(c)) : std::pair<size_t, size_t>{0, b.cnt[j]};
+        auto [off, len] = range(j, c);
+        const size_t nv = off >= nv_end ? 0 : std::min(len, nv_end - off);
         arrived[c][j] = p.copy(t.rank[i], kLaneOut, slot(j, r) + off * esz, t.dev[j],
-                               send[i] + (b.off[j] + off) * esz, t.dev[i], len * esz);
+                               send[i] + (b.off[j] + off) * esz, t.dev[i], nv * esz);
       }
     }
     for (int j = 0; j < n; ++j) {
       const char* acc = r == 1 ? own(j) : out[j];
+      const size_t nv_end = b.cnt[j] - host_elems(b.cnt[j]);
+      auto deps = [&](size_t c) {
+        auto [off, len] = range(j, c);
+        std::vector<int> d{arrived[c][j], folded[j]};
+        if (off + len > nv_end) d.push_back(by_host[j]);
+        return d;
+      };
       if (!last) {
-        folded[j] = p.reduce(t.rank[j], o.reduce_lane, out[j], {acc, slot(j, r)}, b.cnt[j], dt, op,
-                             {arrived[0][j], folded[j]});
+        folded[j] = p.reduce(t.rank[j], o.reduce_lane, out[j], {acc, slot(j, r)}, b.cnt[j], dt, op, deps(0));
         continue;
       }
       for (int c = 0; c < pieces; ++c) {
         auto [off, len] = pc.of(b.cnt[j], c);
         done[c][j] = p.reduce(t.rank[j], o.reduce_lane, out[j] + off * esz, {acc + off * esz, slot(j, r) + off * esz},
-                              len, dt, op, {arrived[c][j], folded[j]}, more(j, off));
+                              len, dt, op, deps(c), more(j, off));
       }
     }
   }

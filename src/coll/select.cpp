@@ -177,12 +177,16 @@ const BoolSetting kCopyFlags{"GPUSTRIPE_COLL_COPY_FLAGS", "1",
 const ChoiceSetting kRsOrder{"GPUSTRIPE_COLL_RS_ORDER", "chunks",
                              "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy, ce_twoshot): chunks (every "
                              "chunk in all rounds, then the next) or rounds (whole blocks per round, folded in as "
-                             "they land; the last round in pieces halving down to GPUSTRIPE_COLL_RS_TAIL; no host "
-                             "or SM share)",
+                             "they land; the last round in pieces halving down to GPUSTRIPE_COLL_RS_TAIL; no SM "
+                             "share; host share: GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE)",
                              {"chunks", "rounds"}};
 const SizeSetting kRsTail{"GPUSTRIPE_COLL_RS_TAIL", "4M",
                           "GPUSTRIPE_COLL_RS_ORDER=rounds: the last round's smallest (last) piece per block "
                           "(0: the last round in one piece)"};
+const DoubleSetting kRsRoundsHostShare{"GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE", "0",
+                                       "GPUSTRIPE_COLL_RS_ORDER=rounds: fraction (0..0.5) of every round's block sent "
+                                       "through pinned host memory (one D2H by the sender, one H2D by the owner, "
+                                       "beside NVLink)"};
 
 // Measured on the 4x H200 node (shared/HARDWARE.md): copy engines reach ~82% of the
 // nominal NVLink figure, PCIe ~85% one way; with every GPU on the host path at once the
@@ -479,12 +483,15 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     if (res.all_peer) c.reduce.sm_share = std::clamp(kRsSmShare.get(), 0.0, 0.9);
     if (c.reduce.ag_stores) c.reduce.ag_host_share = share(kAgHostShare);
   }
-  // Round-major: a whole block per peer in scratch (else chunks), no host or SM share.
+  // Round-major: a whole block per peer in scratch (else chunks), no SM share, a host share of its own.
   if ((c.name == "rs_copy" || c.name == "rs_ag_copy" || c.name == "reduce_copy" || c.name == "ce_twoshot") &&
       kRsOrder.get() == "rounds" && block * static_cast<uint64_t>(std::max(1, n - 1)) <= kScratchMax.get()) {
     c.reduce.by_round = true;
     c.reduce.tail = kRsTail.get();
-    c.reduce.host_share = c.reduce.sm_share = c.reduce.ag_host_share = 0;
+    c.reduce.sm_share = c.reduce.ag_host_share = 0;
+    c.reduce.host_share = kRsRoundsHostShare.get();
+    GS_REQUIRE(c.reduce.host_share >= 0 && c.reduce.host_share <= 0.5, GPUSTRIPE_ERR_CONFIG,
+               "GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE=%g: expected 0..0.5", c.reduce.host_share);
   }
   // Slots: as many as chunks when the scratch allows (no copy ever waits for a reduction).
   const uint64_t chunk_bytes = std::max<uint64_t>(1, (block + c.reduce.chunks - 1) / c.reduce.chunks);
