@@ -135,6 +135,7 @@ std::vector<std::vector<int>> reduce_scatter_by_round(Program& p, const Team& t,
   const size_t stage_bytes = ceil_div(host_elems(most) * esz, kAlignBytes) * kAlignBytes;
   char* host = stage_bytes ? scratch.host(stage_bytes * n * (n - 1)) : nullptr;
   std::vector<int> folded(n, -1);  // member j's last fold so far
+  std::vector<int> sent(n, 0);     // member i's copies so far
   for (int r = 1; r < n; ++r) {
     const bool last = r == n - 1;
     // Round r's host parts first: per-rank graphs wait for flags on one lane in program order,
@@ -158,7 +159,10 @@ std::vector<std::vector<int>> reduce_scatter_by_round(Program& p, const Team& t,
       for (size_t c = 0; c < arrived.size(); ++c) {
         auto [off, len] = range(j, c);
         const size_t nv = off >= nv_end ? 0 : std::min(len, nv_end - off);
-        arrived[c][j] = p.copy(t.rank[i], kLaneOut, slot(j, r) + off * esz, t.dev[j],
+        // The sender's k-th copy on lane k % copy_lanes: with 2, consecutive copies overlap (one's
+        // start and end beside the other's middle) instead of running back to back on one engine.
+        const int k = sent[i]++ % std::max(1, o.copy_lanes);
+        arrived[c][j] = p.copy(t.rank[i], k == 0 ? kLaneOut : kLanePeer0 + k - 1, slot(j, r) + off * esz, t.dev[j],
                                send[i] + (b.off[j] + off) * esz, t.dev[i], nv * esz);
       }
     }

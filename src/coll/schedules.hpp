@@ -95,6 +95,7 @@ struct ReduceOpts {
   // two-input reduction of the tail piece. Scratch: a whole block per peer.
   bool by_round = false;
   size_t tail = 0;  // bytes of the last piece (0: the last round in one piece)
+  int copy_lanes = 1;  // round-major: lanes the sender's copies take in turn (1: one after another)
 };
 
 // The pipeline's pieces of every block: piece c of a block of cnt elements is

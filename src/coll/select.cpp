@@ -183,6 +183,9 @@ const ChoiceSetting kRsOrder{"GPUSTRIPE_COLL_RS_ORDER", "chunks",
 const SizeSetting kRsTail{"GPUSTRIPE_COLL_RS_TAIL", "4M",
                           "GPUSTRIPE_COLL_RS_ORDER=rounds: the last round's smallest (last) piece per block "
                           "(0: the last round in one piece)"};
+const IntSetting kRsRoundsLanes{"GPUSTRIPE_COLL_RS_ROUNDS_LANES", "1",
+                                "GPUSTRIPE_COLL_RS_ORDER=rounds: lanes (copy engines) the sender's copies take in turn "
+                                "(1-3; 2: each copy overlaps the next instead of running back to back)"};
 const DoubleSetting kRsRoundsHostShare{"GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE", "0",
                                        "GPUSTRIPE_COLL_RS_ORDER=rounds: fraction (0..0.5) of every round's block sent "
                                        "through pinned host memory (one D2H by the sender, one H2D by the owner, "
@@ -290,6 +293,7 @@ std::string Choice::describe() const {
   if (reduce.sm_share > 0) s += " sm=" + pct(reduce.sm_share);
   if (reduce.flags) s += " flags";
   if (reduce.by_round) s += " by_round tail=" + format_size(reduce.tail);
+  if (reduce.by_round && reduce.copy_lanes > 1) s += format(" copy_lanes=%d", reduce.copy_lanes);
   if (reduce.copy_share > 0)
     s += format(" ce=%s%s", pct(reduce.copy_share).c_str(), reduce.receiver_copies ? " copies=receiver" : " copies=sender");
   return s + ": " + why;
@@ -490,6 +494,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.reduce.tail = kRsTail.get();
     c.reduce.sm_share = c.reduce.ag_host_share = 0;
     c.reduce.host_share = kRsRoundsHostShare.get();
+    c.reduce.copy_lanes = static_cast<int>(std::clamp<int64_t>(kRsRoundsLanes.get(), 1, 3));
     GS_REQUIRE(c.reduce.host_share >= 0 && c.reduce.host_share <= 0.5, GPUSTRIPE_ERR_CONFIG,
                "GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE=%g: expected 0..0.5", c.reduce.host_share);
   }

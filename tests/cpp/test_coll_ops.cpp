@@ -335,6 +335,7 @@ TEST(CollLargeMessages, RoundMajorReductionsAreExact) {
   for (int n : {2, 3, 4}) {
     // 3 ranks: every round's block also through pinned host memory (its end, which the last pieces hold).
     ScopedEnv host("GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE", n == 3 ? "0.15" : "0");
+    ScopedEnv lanes("GPUSTRIPE_COLL_RS_ROUNDS_LANES", n == 4 ? "2" : "1");  // 4 ranks: copies on two lanes in turn
     auto comm = node.comm(n);
     for (const OpCase& oc : {OpCase{CollOp::ReduceScatter, true, "rs_copy"}, OpCase{CollOp::AllReduce, true, "rs_ag_copy"},
                              OpCase{CollOp::Reduce, true, "reduce_copy"}, OpCase{CollOp::AllReduce, true, "ce_twoshot"}}) {
@@ -348,6 +349,7 @@ TEST(CollLargeMessages, RoundMajorReductionsAreExact) {
               ASSERT_EQ(run_case(*comm, c, seed++), 0u) << c.describe() << " " << comm->last_schedule();
               EXPECT_NE(comm->last_schedule().find("by_round tail=2K"), std::string::npos) << comm->last_schedule();
               if (n == 3) EXPECT_NE(comm->last_schedule().find("host=15.0%"), std::string::npos) << comm->last_schedule();
+              if (n == 4) EXPECT_NE(comm->last_schedule().find("copy_lanes=2"), std::string::npos) << comm->last_schedule();
             }
     }
   }
