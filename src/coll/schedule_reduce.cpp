@@ -96,6 +96,18 @@ size_t slot_bytes_of(const Blocks& b, const ReduceOpts& o, size_t esz, int n) {
   return slot * slots * (n - 1);
 }
 
+// `share` of cnt elements, aligned down.
+size_t share_of(size_t cnt, double share, size_t esz) {
+  const size_t align = std::max<size_t>(1, kAlignBytes / esz);
+  return share > 0 ? static_cast<size_t>(static_cast<double>(cnt) * share) / align * align : 0;
+}
+// Pinned staging per block for a share of the largest block.
+size_t stage_bytes_of(const Blocks& b, double share, size_t esz) {
+  size_t most = 0;
+  for (size_t c : b.cnt) most = std::max(most, c);
+  return ceil_div(share_of(most, share, esz) * esz, kAlignBytes) * kAlignBytes;
+}
+
 // Round-major copy-mode reduce-scatter (ReduceOpts::by_round). Round r: member i's part of
 // block j = i + r goes into j's slot r (a permutation, as the exchanges' rounds), whole in
 // rounds 1..n-2, in the pieces of pieces_of in round n-1; member j folds each round into its
@@ -126,14 +138,9 @@ std::vector<std::vector<int>> reduce_scatter_by_round(Program& p, const Team& t,
   // owner's slot, all rounds' parts queued at once on lanes of their own (the host path is a
   // resource of its own: a few large copies beside NVLink, as the exchanges' share). Round r's
   // fold waits for its part; in the last round, the pieces that reach into it.
-  auto host_elems = [&](size_t cnt) {
-    const size_t align = std::max<size_t>(1, kAlignBytes / esz);
-    return n > 1 && o.host_share > 0 ? static_cast<size_t>(static_cast<double>(cnt) * o.host_share) / align * align : 0;
-  };
-  size_t most = 0;
-  for (size_t c : b.cnt) most = std::max(most, c);
-  const size_t stage_bytes = ceil_div(host_elems(most) * esz, kAlignBytes) * kAlignBytes;
-  char* host = stage_bytes ? scratch.host(stage_bytes * n * (n - 1)) : nullptr;
+  auto host_elems = [&](size_t cnt) { return n > 1 ? share_of(cnt, o.host_share, esz) : 0; };
+  const size_t stage_bytes = stage_bytes_of(b, o.host_share, esz);
+  char* host = stage_bytes && n > 1 ? scratch.host(stage_bytes * n * (n - 1)) : nullptr;
   std::vector<int> folded(n, -1);  // member j's last fold so far
   std::vector<int> sent(n, 0);     // member i's copies so far
   for (int r = 1; r < n; ++r) {
@@ -377,6 +384,32 @@ void build_allreduce_rs_ag(Program& p, const Team& t, const std::vector<const ch
     return;
   }
   auto done = build_reduce_scatter(p, t, send, out, b, dt, op, whole, scratch);
+  if (o.by_round && o.gather_whole && !o.pull && n > 1) {
+    // Round-major: every block gathered whole once its last piece is folded, one copy per round
+    // (as the allgather's rounds), its end through pinned host memory (one D2H by its owner, an
+    // H2D by every other member) when gather_host_share asks. In place, the writes into recv[k]
+    // come after the folds that waited for k's copies out of send[k].
+    const size_t stage = stage_bytes_of(b, o.gather_host_share, esz);
+    const size_t rs_host = o.host_share > 0 ? stage_bytes_of(b, o.host_share, esz) * n * (n - 1) : 0;
+    char* host = stage ? scratch.host(rs_host + stage * n) + rs_host : nullptr;
+    std::vector<int> staged(n, -1);
+    for (int r = 1; r < n; ++r)
+      for (int j = 0; j < n; ++j) {
+        const int k = (j + r) % n;
+        std::vector<int> final;
+        for (const auto& piece : done) final.push_back(piece[j]);
+        const size_t h = host ? share_of(b.cnt[j], o.gather_host_share, esz) : 0, nv = b.cnt[j] - h;
+        const size_t at = b.off[j] * esz;
+        if (h > 0 && r == 1)
+          staged[j] = p.copy(t.rank[j], kLaneAgD2H, host + j * stage, kHostDevice, recv[j] + at + nv * esz, t.dev[j],
+                             h * esz, final);
+        p.copy(t.rank[j], kLaneOut2, recv[k] + at, t.dev[k], recv[j] + at, t.dev[j], nv * esz, final);
+        if (h > 0)
+          p.copy(t.rank[k], kLaneAgH2D, recv[k] + at + nv * esz, t.dev[k], host + j * stage, kHostDevice, h * esz,
+                 {staged[j]});
+      }
+    return;
+  }
   // Allgather of each reduced chunk, on a lane beside the reduce-scatter copies. In place,
   // the write into recv[k] (== send[k]) comes after the reduction that read send[k]'s chunk.
   const Pieces pc = pieces_of(b, whole, esz);

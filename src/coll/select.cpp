@@ -186,6 +186,13 @@ const SizeSetting kRsTail{"GPUSTRIPE_COLL_RS_TAIL", "4M",
 const IntSetting kRsRoundsLanes{"GPUSTRIPE_COLL_RS_ROUNDS_LANES", "1",
                                 "GPUSTRIPE_COLL_RS_ORDER=rounds: lanes (copy engines) the sender's copies take in turn "
                                 "(1-3; 2: each copy overlaps the next instead of running back to back)"};
+const ChoiceSetting kArGather{"GPUSTRIPE_COLL_AR_GATHER", "pieces",
+                              "Round-major allreduce (rs_ag_copy with GPUSTRIPE_COLL_RS_ORDER=rounds): gather each "
+                              "block piece by piece as its pieces are folded, or whole (one copy per round) after the "
+                              "last", {"pieces", "whole"}};
+const DoubleSetting kArGatherHostShare{"GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE", "0",
+                                       "GPUSTRIPE_COLL_AR_GATHER=whole: fraction (0..0.5) of every block gathered "
+                                       "through pinned host memory (one D2H by its owner, an H2D by every member)"};
 const DoubleSetting kRsRoundsHostShare{"GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE", "0",
                                        "GPUSTRIPE_COLL_RS_ORDER=rounds: fraction (0..0.5) of every round's block sent "
                                        "through pinned host memory (one D2H by the sender, one H2D by the owner, "
@@ -294,6 +301,8 @@ std::string Choice::describe() const {
   if (reduce.flags) s += " flags";
   if (reduce.by_round) s += " by_round tail=" + format_size(reduce.tail);
   if (reduce.by_round && reduce.copy_lanes > 1) s += format(" copy_lanes=%d", reduce.copy_lanes);
+  if (reduce.gather_whole) s += " gather=whole";
+  if (reduce.gather_host_share > 0) s += " gather_host=" + pct(reduce.gather_host_share);
   if (reduce.copy_share > 0)
     s += format(" ce=%s%s", pct(reduce.copy_share).c_str(), reduce.receiver_copies ? " copies=receiver" : " copies=sender");
   return s + ": " + why;
@@ -495,6 +504,12 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.reduce.sm_share = c.reduce.ag_host_share = 0;
     c.reduce.host_share = kRsRoundsHostShare.get();
     c.reduce.copy_lanes = static_cast<int>(std::clamp<int64_t>(kRsRoundsLanes.get(), 1, 3));
+    if (c.name == "rs_ag_copy" && kArGather.get() == "whole") {
+      c.reduce.gather_whole = true;
+      c.reduce.gather_host_share = kArGatherHostShare.get();
+      GS_REQUIRE(c.reduce.gather_host_share >= 0 && c.reduce.gather_host_share <= 0.5, GPUSTRIPE_ERR_CONFIG,
+                 "GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE=%g: expected 0..0.5", c.reduce.gather_host_share);
+    }
     GS_REQUIRE(c.reduce.host_share >= 0 && c.reduce.host_share <= 0.5, GPUSTRIPE_ERR_CONFIG,
                "GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE=%g: expected 0..0.5", c.reduce.host_share);
   }

@@ -336,6 +336,9 @@ TEST(CollLargeMessages, RoundMajorReductionsAreExact) {
     // 3 ranks: every round's block also through pinned host memory (its end, which the last pieces hold).
     ScopedEnv host("GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE", n == 3 ? "0.15" : "0");
     ScopedEnv lanes("GPUSTRIPE_COLL_RS_ROUNDS_LANES", n == 4 ? "2" : "1");  // 4 ranks: copies on two lanes in turn
+    // Allreduce: blocks gathered whole after their last fold (2 and 3 ranks; at 3 with a host share).
+    ScopedEnv gather("GPUSTRIPE_COLL_AR_GATHER", n < 4 ? "whole" : "pieces");
+    ScopedEnv gather_host("GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE", n == 3 ? "0.1" : "0");
     auto comm = node.comm(n);
     for (const OpCase& oc : {OpCase{CollOp::ReduceScatter, true, "rs_copy"}, OpCase{CollOp::AllReduce, true, "rs_ag_copy"},
                              OpCase{CollOp::Reduce, true, "reduce_copy"}, OpCase{CollOp::AllReduce, true, "ce_twoshot"}}) {
@@ -350,6 +353,9 @@ TEST(CollLargeMessages, RoundMajorReductionsAreExact) {
               EXPECT_NE(comm->last_schedule().find("by_round tail=2K"), std::string::npos) << comm->last_schedule();
               if (n == 3) EXPECT_NE(comm->last_schedule().find("host=15.0%"), std::string::npos) << comm->last_schedule();
               if (n == 4) EXPECT_NE(comm->last_schedule().find("copy_lanes=2"), std::string::npos) << comm->last_schedule();
+              if (n == 3 && std::string(oc.algo) == "rs_ag_copy")
+                EXPECT_NE(comm->last_schedule().find("gather=whole gather_host=10.0%"), std::string::npos)
+                    << comm->last_schedule();
             }
     }
   }
