@@ -193,6 +193,9 @@ const ChoiceSetting kArGather{"GPUSTRIPE_COLL_AR_GATHER", "pieces",
 const DoubleSetting kArGatherHostShare{"GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE", "0",
                                        "GPUSTRIPE_COLL_AR_GATHER=whole: fraction (0..0.5) of every block gathered "
                                        "through pinned host memory (one D2H by its owner, an H2D by every member)"};
+const SizeSetting kArCopyMin{"GPUSTRIPE_COLL_AR_COPY_MIN", "64G",
+                             "Smallest allreduce per rank over more than 2 GPUs that maps peers done by rs_ag_copy "
+                             "(copy-engine reduce-scatter, then the blocks gathered by copy engines)"};
 const DoubleSetting kRsRoundsHostShare{"GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE", "0",
                                        "GPUSTRIPE_COLL_RS_ORDER=rounds: fraction (0..0.5) of every round's block sent "
                                        "through pinned host memory (one D2H by the sender, one H2D by the owner, "
@@ -444,6 +447,10 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.name = "rs_copy";
     c.why = size + " >= GPUSTRIPE_COLL_RS_COPY_MIN: copy engines move the inputs in rounds, kernels reduce chunk c "
                    "while chunk c+1 moves";
+  } else if (op == CollOp::AllReduce && pull_ok && n > 2 && bytes >= kArCopyMin.get()) {
+    c.name = "rs_ag_copy";
+    c.why = size + " >= GPUSTRIPE_COLL_AR_COPY_MIN: copy engines move the inputs in rounds and gather the reduced "
+                   "blocks";
   } else if (op == CollOp::AllReduce && pull_ok && bytes <= kOneshotMax.get()) {
     c.name = "oneshot";
     c.why = size + " <= GPUSTRIPE_COLL_ONESHOT_MAX: one kernel per rank reads every input (latency path)";

@@ -159,6 +159,15 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
     EXPECT_EQ(big.name, "rs_ag_copy");
     EXPECT_GT(big.reduce.chunks, 1);
   }
+  {
+    // The copy-engine allreduce from GPUSTRIPE_COLL_AR_COPY_MIN, over more than 2 GPUs, with flags.
+    ScopedEnv copy_min("GPUSTRIPE_COLL_AR_COPY_MIN", "128M");
+    EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4).name, "twoshot");
+    Choice ar = choose_schedule(CollOp::AllReduce, r, 128 << 20, 4);
+    EXPECT_EQ(ar.name, "rs_ag_copy");
+    EXPECT_TRUE(ar.reduce.flags);
+    EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 256 << 20, 4).name, "twoshot");
+  }
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 20, 4).name, "rs_pull");
   // Kernels reading the peers up to 512M per rank; copy engines into scratch from 1G (session 3 r3).
   Choice rs = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
