@@ -20,6 +20,8 @@
 //   mix_a2a / mix_ag     copy-engine rounds over (1 - h) of every block beside the host part
 //   hostk_a2a, mixk_a2a / mixk_ag   the same with the host part moved by SM kernels (stores into
 //                        and loads from mapped pinned memory): copy engines then serve NVLink only
+//   ce_overlap h         copy-engine rounds on two streams taking turns, round r+1 starting when
+//                        round r has its last h of the block to go (hides a copy's start/finish?)
 // Host rows add ce_us / d2h_us / h2d_us (each path's finish, the slowest GPU, medians) and
 // their rates per GPU (ce_gbps per direction, d2h_gbps, h2d_gbps).
 // Prints one JSON object per line: mode, mb (per rank), f, bp, us (median), busbw (GB/s per
@@ -265,6 +267,25 @@ static void host_part(size_t blk, size_t piece, int d2h_n, int h2d_n, int chunks
   }
 }
 
+// Copy-engine rounds on two streams per GPU taking turns: round r+1's copy starts once round r's
+// first (1 - tail) of the block is through, beside round r's tail (each 64M round copy pays ~16 us
+// of start and finish in the alltoall pattern, s2 timelines: does the next copy hide it?).
+static void ce_rounds_overlap(size_t blk, double tail) {
+  std::vector<cudaEvent_t> bulk_done(ng);
+  for (int r = 1; r < ng; ++r) {
+    const int k = (r - 1) % 2;
+    for (int i = 0; i < ng; ++i) {
+      const int j = (i + r) % ng;
+      const size_t bulk = static_cast<size_t>(blk * (1 - tail)) / 4096 * 4096;
+      if (r > 1) waitfor(i, st[i][k], bulk_done[i]);
+      CK(cudaSetDevice(i));
+      CK(cudaMemcpyPeerAsync(recvb[j] + i * blk, j, sendb[i] + j * blk, i, bulk, st[i][k]));
+      bulk_done[i] = mark(i, st[i][k]);
+      CK(cudaMemcpyPeerAsync(recvb[j] + i * blk + bulk, j, sendb[i] + j * blk + bulk, i, blk - bulk, st[i][k]));
+    }
+  }
+}
+
 // The same host part moved by SM kernels (bp blocks per direction per GPU: stores into mapped
 // pinned memory, loads from it) instead of copy engines, which then serve NVLink alone.
 static void host_part_kernels(size_t blk, size_t piece, int d2h_n, int h2d_n, int bp) {
@@ -348,6 +369,10 @@ static int host_main(int reps) {
       host_row(mode, mb, h, bp, t, blk, ce ? ce_bytes : 0, outs * piece, p * piece);
     };
     a2a("ce_rounds", 0, true, false, false);
+    for (double tail : {0.03, 0.06, 0.12, 0.25}) {
+      Parts t = time_parts([&] { ce_rounds_overlap(blk, tail); }, reps);
+      host_row("ce_overlap", mb, tail, 2, t, blk, blk, 0, 0);
+    }
     if (mb == 1024) {  // the library's 1G shares only
       for (double h : {0.04, 0.05, 0.06}) a2a("mix_a2a", h, true, true, true);
       for (double h : {0.06, 0.07, 0.09}) ag("mix_ag", h, true);
