@@ -261,7 +261,7 @@ TEST(CollGpu, HostShareExchanges) {
       auto comm = node.comm(std::min(4, cuda_device_count()));
       for (CollOp op : {CollOp::AllToAll, CollOp::AllGather})
         for (bool in_place : {false, true}) {
-          Case c{op, GPUSTRIPE_INT32, GPUSTRIPE_SUM, (size_t(16) << 20) / 4 + 3, in_place, 0, in_place, 3};
+          Case c{op, GPUSTRIPE_INT32, GPUSTRIPE_SUM, (size_t(2) << 20) / 4 + 3, in_place, 0, in_place, 3};
           ASSERT_EQ(run_case(*comm, c, 3), 0u) << copies << " gpu barrier " << gpu_barrier << " "
                                                << comm->last_schedule();
         }
