@@ -2,7 +2,9 @@
 // everything above the backend interface runs (and is tested) without a GPU.
 //   memory   each device allocation is its own POSIX shared-memory segment
 //            (shm_segment.hpp), recorded in a pointer table with its device and
-//            buffer id; IPC handles name the segment.
+//            buffer id; IPC handles name the segment. alloc_device_as VmmFd / PoolFd
+//            memory is a memfd shared by file descriptor (VmmFd handles), NotShareable
+//            memory is private (no handle): the kinds the CUDA backend meets in programs.
 //   streams  worker threads with in-order queues; events mark queue positions
 //            (emu_stream.hpp); copies are memmove on the stream's worker.
 //   checks   every pointer handed to a copy is checked against the table and the
@@ -57,8 +59,10 @@ class EmulatedBackend final : public Backend {
   void copy_async(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s) override;
   void memset_async(void* dst, int dev, int value, size_t bytes, StreamHandle s) override;
 
+  void* alloc_device_as(int dev, size_t bytes, DeviceAlloc how) override;
   IpcMemHandle ipc_export(const void* p) override;
-  void* ipc_open(const IpcMemHandle& h) override;
+  int ipc_export_fd(const IpcMemHandle& h) override;
+  void* ipc_open(const IpcMemHandle& h, int fd = -1) override;
   void ipc_close(void* base) override;
 
   const InjectedDelay& delay() const { return delay_; }

@@ -1,7 +1,10 @@
 // Memory of the emulated backend: device allocations in shared-memory segments,
-// pinned host memory, the pointer table behind pointer_info, and IPC by segment name.
+// pinned host memory, the pointer table behind pointer_info, and IPC by segment name
+// (Legacy handles) or by file descriptor (memfd memory: the emulated VMM, VmmFd handles).
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -28,10 +31,13 @@ void EmulatedBackend::release(const Allocation& a) noexcept {
     return;
   }
   unmap_segment(reinterpret_cast<void*>(a.base), a.size);
-  if (!a.imported) unlink_segment(a.segment);
+  if (a.fd >= 0) close(a.fd);
+  if (!a.imported && !a.vmm && !a.unshared) unlink_segment(a.segment);
 }
 
-void* EmulatedBackend::alloc_device(int dev, size_t bytes) {
+void* EmulatedBackend::alloc_device(int dev, size_t bytes) { return alloc_device_as(dev, bytes, DeviceAlloc::Plain); }
+
+void* EmulatedBackend::alloc_device_as(int dev, size_t bytes, DeviceAlloc how) {
   check_device("alloc_device", "dev", dev);
   GS_REQUIRE(bytes > 0, GPUSTRIPE_ERR_INVALID_SIZE, "alloc_device: 0 bytes on GPU %d", dev);
   {
@@ -46,9 +52,22 @@ void* EmulatedBackend::alloc_device(int dev, size_t bytes) {
   a.size = bytes;
   a.kind = MemoryKind::Device;
   a.device = dev;
-  a.segment = new_segment_name();
   try {
-    a.base = reinterpret_cast<uintptr_t>(create_segment(a.segment, bytes, dev));
+    switch (how) {
+      case DeviceAlloc::Plain:
+        a.segment = new_segment_name();
+        a.base = reinterpret_cast<uintptr_t>(create_segment(a.segment, bytes, dev));
+        break;
+      case DeviceAlloc::VmmFd:
+      case DeviceAlloc::PoolFd:  // emulated pools are VMM memory too: one fd per allocation
+        a.vmm = true;
+        a.base = reinterpret_cast<uintptr_t>(create_memfd(bytes, dev, &a.fd));
+        break;
+      case DeviceAlloc::NotShareable:
+        a.unshared = true;
+        a.base = reinterpret_cast<uintptr_t>(create_private(bytes, dev));
+        break;
+    }
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     memory_used_[dev] -= bytes;
@@ -112,34 +131,58 @@ PointerInfo EmulatedBackend::pointer_info(const void* p) {
 
 Backend::IpcMemHandle EmulatedBackend::ipc_export(const void* p) {
   std::optional<Allocation> a = table_.find(p);
-  GS_REQUIRE(a && a->kind == MemoryKind::Device, GPUSTRIPE_ERR_INVALID_POINTER,
-             "ipc_export: %p is not emulated device memory", p);
+  GS_REQUIRE(a && a->kind == MemoryKind::Device && !a->imported, GPUSTRIPE_ERR_INVALID_POINTER,
+             "ipc_export: %p is not emulated device memory of this process", p);
+  GS_REQUIRE(!a->unshared, GPUSTRIPE_ERR_NOT_SUPPORTED,
+             "ipc_export: %p is private memory (the emulated default pool): no IPC handle", p);
   GS_REQUIRE(a->segment.size() <= kIpcNameMax, GPUSTRIPE_ERR_INTERNAL, "ipc_export: segment name %s too long",
              a->segment.c_str());
   IpcMemHandle h;
   std::memcpy(h.bytes, kIpcMagic, sizeof kIpcMagic);
   int32_t pid = static_cast<int32_t>(getpid());
   std::memcpy(h.bytes + kIpcPidOffset, &pid, sizeof pid);
-  std::memcpy(h.bytes + kIpcNameOffset, a->segment.c_str(), a->segment.size() + 1);
+  if (a->vmm) {
+    h.kind = IpcKind::VmmFd;
+    h.share_id = a->buffer_id;
+  } else {
+    std::memcpy(h.bytes + kIpcNameOffset, a->segment.c_str(), a->segment.size() + 1);
+  }
   h.device = a->device;
+  h.base = a->base;
   h.size = a->size;
   h.buffer_id = a->buffer_id;
   return h;
 }
 
-void* EmulatedBackend::ipc_open(const IpcMemHandle& h) {
+int EmulatedBackend::ipc_export_fd(const IpcMemHandle& h) {
+  GS_REQUIRE(h.kind == IpcKind::VmmFd, GPUSTRIPE_ERR_INVALID_ARGUMENT, "ipc_export_fd: a %s handle has no descriptor",
+             ipc_kind_name(h.kind));
+  std::optional<Allocation> a = table_.find_base(reinterpret_cast<const void*>(h.base));
+  GS_REQUIRE(a && a->vmm && !a->imported && a->buffer_id == h.buffer_id, GPUSTRIPE_ERR_INVALID_POINTER,
+             "ipc_export_fd: buffer %llu at 0x%llx is gone (freed since it was exported)",
+             static_cast<unsigned long long>(h.buffer_id), static_cast<unsigned long long>(h.base));
+  int fd = dup(a->fd);
+  GS_REQUIRE(fd >= 0, GPUSTRIPE_ERR_IO, "ipc_export_fd: dup: %s", strerror(errno));
+  return fd;
+}
+
+void* EmulatedBackend::ipc_open(const IpcMemHandle& h, int fd) {
   GS_REQUIRE(std::memcmp(h.bytes, kIpcMagic, sizeof kIpcMagic) == 0, GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "ipc_open: not a handle of emulated memory (made by another backend?)");
   check_device("ipc_open", "the handle's device", h.device);
   GS_REQUIRE(h.size > 0, GPUSTRIPE_ERR_INVALID_SIZE, "ipc_open: the handle's size is 0");
+  GS_REQUIRE(h.kind == IpcKind::Legacy || h.kind == IpcKind::VmmFd, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "ipc_open: the emulated backend has no %s handles", ipc_kind_name(h.kind));
   int32_t pid;
   std::memcpy(&pid, h.bytes + kIpcPidOffset, sizeof pid);
   // cudaIpcOpenMemHandle refuses a handle of the calling process; refusing it here too
   // keeps code that passes CI from failing on GPUs.
   GS_REQUIRE(pid != static_cast<int32_t>(getpid()), GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "ipc_open: the handle was exported by this process (CUDA cannot open its own IPC handles)");
+  const bool vmm = h.kind == IpcKind::VmmFd;
   char name[kIpcNameMax + 1] = {};
-  std::memcpy(name, h.bytes + kIpcNameOffset, kIpcNameMax);
+  if (vmm) std::snprintf(name, sizeof name, "memfd:%d:%llu", static_cast<int>(pid), static_cast<unsigned long long>(h.share_id));
+  else std::memcpy(name, h.bytes + kIpcNameOffset, kIpcNameMax);
 
   std::lock_guard<std::mutex> lock(mu_);
   auto it = imported_.find(name);
@@ -147,13 +190,17 @@ void* EmulatedBackend::ipc_open(const IpcMemHandle& h) {
     table_.add_open(it->second, +1);
     return it->second;
   }
+  GS_REQUIRE(!vmm || fd >= 0, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "ipc_open: a vmm-fd handle (buffer %llu of pid %d) needs the exporter's file descriptor",
+             static_cast<unsigned long long>(h.buffer_id), static_cast<int>(pid));
   Allocation a;
-  a.base = reinterpret_cast<uintptr_t>(open_segment(name, h.size));
+  a.base = reinterpret_cast<uintptr_t>(vmm ? map_memfd(fd, h.size) : open_segment(name, h.size));
   a.size = h.size;
   a.kind = MemoryKind::Device;
   a.device = h.device;
   a.buffer_id = h.buffer_id;
-  a.segment = name;
+  a.segment = name;  // the key of imported_ (ipc_close), for memfd memory too
+  a.vmm = vmm;
   a.imported = true;
   a.open_count = 1;
   table_.insert(a);

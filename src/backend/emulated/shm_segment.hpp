@@ -22,6 +22,15 @@ void* create_segment(const std::string& name, size_t bytes, int device);
 // (its owner freed it) or is smaller than `bytes`.
 void* open_segment(const std::string& name, size_t bytes);
 void unmap_segment(void* base, size_t bytes) noexcept;
+
+// Memory without a name, shared by file descriptor: the emulated VMM (cuMemCreate with
+// POSIX-fd handles). Creates a memfd of `bytes` (reserved up front, as segments are),
+// maps it and returns the mapping; *fd keeps the descriptor (the exporter's, for ipc_export_fd).
+void* create_memfd(size_t bytes, int device, int* fd);
+// Maps `bytes` of a memfd another process created (ERR_INVALID_ARGUMENT when it is smaller).
+void* map_memfd(int fd, size_t bytes);
+// Memory no other process can map: the emulated default pool (cudaMallocAsync without handles).
+void* create_private(size_t bytes, int device);
 void unlink_segment(const std::string& name) noexcept;
 
 }  // namespace gpustripe::emu
