@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <functional>
 
@@ -19,6 +20,9 @@ constexpr uint32_t kMagic = 0x67736664;  // "gsfd"
 enum : uint32_t { kFd = 1, kRequest = 2, kGone = 3 };
 constexpr size_t kInboxMax = 64;     // descriptors received and not taken yet (each holds the peer's memory)
 constexpr size_t kSentMax = 1 << 14;  // offers remembered; past it they are sent again (harmless)
+// How long a peer's socket may be missing before we stop waiting for it: a peer just
+// starting binds within milliseconds; one without a backend (host memory only) never does.
+constexpr double kNotBoundGraceS = 2.0;
 
 sockaddr_un address(const std::string& name, socklen_t* len) {
   sockaddr_un a{};
@@ -80,7 +84,7 @@ FdExchangeStats FdExchange::stats() const {
   return stats_;
 }
 
-void FdExchange::send_locked(int dst, const Wire& w, int fd) {
+bool FdExchange::send_locked(int dst, const Wire& w, int fd) {
   socklen_t len = 0;
   sockaddr_un a = address(socket_name(ch_.name(), dst), &len);
   iovec io{const_cast<Wire*>(&w), sizeof w};
@@ -99,12 +103,16 @@ void FdExchange::send_locked(int dst, const Wire& w, int fd) {
     c->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
   }
-  Waiter wait(format("rank %d: passing a file descriptor to rank %d (its socket %s is not there or full)", ch_.rank(),
-                     dst, socket_name(ch_.name(), dst).c_str()),
+  Waiter wait(format("rank %d: passing a file descriptor to rank %d (its socket %s is full)", ch_.rank(), dst,
+                     socket_name(ch_.name(), dst).c_str()),
               [&] { ch_.check_peer(dst, true); });
+  const auto start = std::chrono::steady_clock::now();
   for (;;) {
-    if (sendmsg(sock_, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof w)) return;
+    if (sendmsg(sock_, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof w)) return true;
     int err = errno;
+    if ((err == ECONNREFUSED || err == ENOENT) &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > kNotBoundGraceS)
+      return false;
     // Not bound yet (the peer has not made its endpoint), or its queue is full: wait, and
     // answer our own peers meanwhile (they may be the ones filling queues).
     if (err != ECONNREFUSED && err != ENOENT && err != EAGAIN && err != EWOULDBLOCK && err != ENOBUFS && err != EINTR)
@@ -200,14 +208,15 @@ void FdExchange::serve_locked() {
                   static_cast<unsigned long long>(h.buffer_id), kind_word(static_cast<uint32_t>(h.kind)), e.what());
       w.type = kGone;
     }
+    bool sent = false;
     try {
-      send_locked(to, w, fd);
+      sent = send_locked(to, w, fd);
     } catch (...) {
       if (fd >= 0) close(fd);
       throw;
     }
     if (fd >= 0) close(fd);
-    if (w.type == kFd) {
+    if (sent && w.type == kFd) {
       ++stats_.served;
       sent_.insert(Key{to, static_cast<uint32_t>(h.kind), h.share_id});
     }
@@ -231,13 +240,19 @@ bool FdExchange::offer(int dst, const Backend::IpcMemHandle& h) {
   w.from = ch_.rank();
   w.handle = h;
   int fd = backend_.ipc_export_fd(h);
+  bool sent = false;
   try {
-    send_locked(dst, w, fd);
+    sent = send_locked(dst, w, fd);
   } catch (...) {
     close(fd);
     throw;
   }
   close(fd);
+  if (!sent) {
+    GS_LOG_INFO(Subsys::Ipc, "rank %d: rank %d has no descriptor socket (%s): its %s buffers stream", ch_.rank(), dst,
+                socket_name(ch_.name(), dst).c_str(), kind_word(static_cast<uint32_t>(h.kind)));
+    return false;
+  }
   if (sent_.size() >= kSentMax) sent_.clear();
   sent_.insert(k);
   ++stats_.offered;
@@ -280,7 +295,9 @@ int FdExchange::take(int src, const Backend::IpcMemHandle& h) {
       w.type = kRequest;
       w.from = ch_.rank();
       w.handle = h;
-      send_locked(src, w, -1);
+      GS_REQUIRE(send_locked(src, w, -1), GPUSTRIPE_ERR_PEER_FAILED,
+                 "rank %d: rank %d exported a %s buffer but has no descriptor socket to ask", ch_.rank(), src,
+                 kind_word(static_cast<uint32_t>(h.kind)));
       ch_.ask_for_fds(src);
       ++stats_.requested;
       asked = true;

@@ -51,8 +51,9 @@ class FdExchange {
 
   bool enabled() const { return sock_ >= 0; }
   // Exporter: makes sure rank `dst` can open `h` (no-op for Legacy handles and for what
-  // `dst` was sent before). False when it cannot (exchange disabled): do not announce h.
-  // Waits (bounded) when dst has not bound its socket yet or its queue is full.
+  // `dst` was sent before). False when it cannot (this exchange is disabled, or dst has bound
+  // no socket within 2 s: a peer without a backend): do not announce h then.
+  // Waits (bounded) while dst's queue is full.
   bool offer(int dst, const Backend::IpcMemHandle& h);
   // Importer: the descriptor for `h` from rank `src`, owned by the caller. Asks src for it
   // when it is not here. Throws ERR_PEER_FAILED (src died or left), ERR_TIMEOUT, or
@@ -69,8 +70,9 @@ class FdExchange {
   struct Wire;
   void drain_locked();
   void serve_locked();
-  // Sends one datagram (with `fd` unless -1) to `dst`, waiting while it cannot be delivered yet.
-  void send_locked(int dst, const Wire& w, int fd);
+  // Sends one datagram (with `fd` unless -1) to `dst`, waiting while its queue is full or
+  // (for a short grace) while its socket is not bound yet; false when it never was.
+  bool send_locked(int dst, const Wire& w, int fd);
   void keep_locked(const Key& k, int fd);
 
   Channel& ch_;

@@ -355,3 +355,26 @@ TEST(IpcFd, AnEvictedMappingIsMappedAgainByAskingTheExporter) {
     for (auto& b : buf) be->free_device(b);
   }));
 }
+
+TEST(IpcFd, PeerWithoutADescriptorSocketGetsTheDataStreamed) {
+  // Rank 1's endpoint has no backend (host memory only), so no socket: rank 0's offer of its
+  // VMM buffer gives up after the short grace and the message streams, intact.
+  EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+    const size_t n = (1 << 20) + 5;
+    if (rank == 0) {
+      auto be = emulated();
+      Endpoint ep(ch, be.get());
+      void* buf = be->alloc_device_as(0, n, DeviceAlloc::VmmFd);
+      put(*be, buf, 0, pattern(77, n));
+      ep.send(buf, n, 1, 0, kComm);
+      RANK_CHECK(ep.fd_exchange()->stats().offered == 0);
+      ep.flush();
+      be->free_device(buf);
+    } else {
+      Endpoint ep(ch, nullptr);
+      std::vector<unsigned char> host(n);
+      RANK_CHECK(ep.recv(host.data(), n, 0, 0, kComm).bytes == n);
+      RANK_CHECK(host == pattern(77, n));
+    }
+  }));
+}
