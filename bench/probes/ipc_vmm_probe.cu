@@ -262,6 +262,45 @@ static int exporter() {
   fill<<<264, 512>>>(reinterpret_cast<unsigned*>(v.va), v.size / 4, 11);
   CK(cudaDeviceSynchronize());
 
+  // A reservation holding two allocations (expandable segments): what the range attributes
+  // and cuMemGetAddressRange say for a pointer in the second one, and its buffer id.
+  {
+    Vmm a1 = vmm_alloc(0, 2 << 20, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    DK(cuMemUnmap(a1.va, a1.size));
+    DK(cuMemAddressFree(a1.va, a1.size));
+    CUdeviceptr res = 0;
+    DK(cuMemAddressReserve(&res, 3 * a1.size, 0, 0, 0));
+    DK(cuMemMap(res, a1.size, 0, a1.h, 0));
+    Vmm a2 = vmm_alloc(0, 2 << 20, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, res + a1.size);
+    CUmemAccessDesc acc{};
+    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    acc.location.id = 0;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    DK(cuMemSetAccess(res, a1.size, &acc, 1));
+    attrs("vmm_reservation_first", reinterpret_cast<void*>(res));
+    attrs("vmm_reservation_second", reinterpret_cast<void*>(res + a1.size));
+    std::printf("PROBE {\"who\":\"exporter\",\"q\":\"reservation\",\"ids_differ\":%d}\n",
+                buffer_id(reinterpret_cast<void*>(res)) != buffer_id(reinterpret_cast<void*>(res + a1.size)));
+    DK(cuMemUnmap(res + a1.size, a2.size));
+    DK(cuMemRelease(a2.h));
+    Vmm a3 = vmm_alloc(0, 2 << 20, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, res + a1.size);
+    std::printf("PROBE {\"who\":\"exporter\",\"q\":\"realloc\",\"kind\":\"vmm_in_reservation\",\"new_id\":%d}\n",
+                buffer_id(reinterpret_cast<void*>(res + a1.size)) != buffer_id(reinterpret_cast<void*>(res)) &&
+                    a3.h != 0);
+    unsigned long long id_before = buffer_id(reinterpret_cast<void*>(res + a1.size));
+    DK(cuMemUnmap(res + a1.size, a3.size));
+    DK(cuMemRelease(a3.h));
+    Vmm a4 = vmm_alloc(0, 2 << 20, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, res + a1.size);
+    std::printf("PROBE {\"who\":\"exporter\",\"q\":\"realloc\",\"kind\":\"vmm_in_reservation_again\",\"id1\":%llu,"
+                "\"id2\":%llu,\"new_id\":%d}\n", id_before, buffer_id(reinterpret_cast<void*>(res + a1.size)),
+                id_before != buffer_id(reinterpret_cast<void*>(res + a1.size)));
+    DK(cuMemUnmap(res + a1.size, a4.size));
+    DK(cuMemRelease(a4.h));
+    DK(cuMemUnmap(res, a1.size));
+    DK(cuMemRelease(a1.h));
+    DK(cuMemAddressFree(res, 3 * a1.size));
+  }
+
   // Non-exportable VMM (no handle types): what export says.
   Vmm vn = vmm_alloc(0, 2 << 20, CU_MEM_HANDLE_TYPE_NONE);
   attrs("vmm_no_handle", reinterpret_cast<void*>(vn.va));
