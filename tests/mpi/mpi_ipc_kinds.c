@@ -6,7 +6,8 @@
  * the receiver's), and a send buffer freed and reallocated between messages (typically at the
  * same address: never served from the old mapping). Random data, checked. The IPC counters
  * of the mapping side show which path carried the data: a mapping opened with a file
- * descriptor (vmm, pool), a legacy mapping (plain), or none at all (async: streamed).
+ * descriptor (vmm, pool), a legacy mapping (plain), or none at all (async: streamed). Then
+ * an MPI_Allreduce per kind: the collectives' mapping of every rank's buffers.
  * Prints one "KIND ..." line per kind, and "mpi_ipc_kinds: all checks passed on N ranks". */
 #include <time.h>
 
@@ -16,6 +17,7 @@ static int rank, size, ndev;
 static hooks_t hk;
 static void* (*alloc_as)(int, size_t, const char*);
 static long long (*counter)(const char*);
+static long (*coll_served)(void);
 
 static int dev_of(int r) { return r % ndev; }
 
@@ -134,6 +136,36 @@ static void run_kind(const char* kind, size_t n, int rounds, int reallocs, int s
   free(host);
 }
 
+/* MPI_Allreduce over buffers of one kind: the collectives map every rank's buffers
+ * (descriptors offered to all ranks first); buffers without a handle make every rank take
+ * the MPI's way (staged through host memory). The sums are checked either way. */
+static void allreduce_kind(const char* kind, int count) {
+  size_t n = (size_t)count * sizeof(float);
+  float* h = (float*)malloc(n);
+  float* sbuf = (float*)dev_buf(kind, n);
+  float* rbuf = (float*)dev_buf(kind, n);
+  for (int i = 0; i < count; ++i) h[i] = (float)((rank + 1) * (i % 13));
+  CHECK(hk.copy(sbuf, h, n) == 0);
+  long served = coll_served();
+  long long offered = counter("fd_offered");
+  CHECK(MPI_Allreduce(sbuf, rbuf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
+  CHECK(hk.copy(h, rbuf, n) == 0);
+  float ranks_sum = (float)(size * (size + 1) / 2);
+  for (int i = 0; i < count; ++i) CHECK(h[i] == ranks_sum * (float)(i % 13));
+  int gs = coll_served() > served;
+  long long off = counter("fd_offered") - offered;
+  if (strcmp(kind, "async") == 0) CHECK(!gs && off == 0);  /* no handle: the MPI's way, on every rank */
+  else CHECK(gs);                                            /* mapped by every rank */
+  if (strcmp(kind, "vmm") == 0) CHECK(off >= size - 1);      /* to every other rank */
+  if (rank == 0) {
+    printf("ALLREDUCE %s bytes=%zu path=%s fd_offered=%lld\n", kind, n, gs ? "gpustripe" : "mpi-staged", off);
+    fflush(stdout);
+  }
+  hk.free_(sbuf);
+  hk.free_(rbuf);
+  free(h);
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -141,7 +173,8 @@ int main(int argc, char** argv) {
   hk = hooks();
   alloc_as = (void* (*)(int, size_t, const char*))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_alloc_as");
   counter = (long long (*)(const char*))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_ipc_counter");
-  CHECK(alloc_as && counter);
+  coll_served = (long (*)(void))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_coll_served");
+  CHECK(alloc_as && counter && coll_served);
   ndev = hk.device_count();
   CHECK(ndev > 0);
   int cuda = strcmp(hk.backend(), "cuda") == 0;
@@ -153,6 +186,7 @@ int main(int argc, char** argv) {
       run_kind(kinds[k], sizes[s], 3, 2, seq);
       seq += 10;
     }
+  for (int k = 0; k < 4; ++k) allreduce_kind(kinds[k], (1 << 18) + 3);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) printf("mpi_ipc_kinds: all checks passed on %d ranks\n", size);
   MPI_Finalize();
