@@ -3,11 +3,19 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/config.hpp"
 #include "mpi/ops.hpp"
 #include "mpi/runtime.hpp"
 
 using namespace gpustripe;
 using namespace gpustripe::mpi;
+
+namespace {
+const ChoiceSetting kTestAlloc{"GPUSTRIPE_TEST_ALLOC", "plain",
+                               "Test only: the allocator behind gpustripe_mpi_test_alloc (the MPI test programs' "
+                               "device buffers): plain, vmm, pool or async (Backend::alloc_device_as)",
+                               {"plain", "vmm", "pool", "async"}};
+}  // namespace
 
 extern "C" {
 
@@ -24,7 +32,7 @@ int gpustripe_mpi_test_device_count(void) {
 void* gpustripe_mpi_test_alloc(int dev, size_t bytes) {
   if (!Runtime::get()) return nullptr;
   try {
-    return Runtime::get()->context().backend().alloc_device(dev, bytes);
+    return Runtime::get()->context().backend().alloc_device_as(dev, bytes, parse_device_alloc(kTestAlloc.get()));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpustripe_mpi_test_alloc: %s\n", e.what());
     return nullptr;
