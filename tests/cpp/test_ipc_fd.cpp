@@ -378,3 +378,40 @@ TEST(IpcFd, PeerWithoutADescriptorSocketGetsTheDataStreamed) {
     }
   }));
 }
+
+TEST(IpcFd, PoolDescriptorIsPassedOnceAndReallocatedPoolBuffersAreNeverStale) {
+  // Pool memory (PoolFd): the pool's descriptor goes to the peer once; every buffer after
+  // that maps by its offset alone. A freed buffer's range comes back for the next buffer of
+  // that size (typically at the same address too): a new buffer id, so a new mapping.
+  send_rounds(DeviceAlloc::PoolFd, DeviceAlloc::Plain, false, 5, true, [](int rank, Endpoint& ep, int reused) {
+    auto c = ep.handle_cache()->stats();
+    auto f = ep.fd_exchange()->stats();
+    if (rank == 0) {
+      RANK_CHECK(f.offered == 1);
+      return;
+    }
+    std::fprintf(stderr, "[rank 1] pool buffer address came back in %d of 4 rounds\n", reused);
+    RANK_CHECK(c.fd_opens == 1 && f.taken == 1);
+    RANK_CHECK(c.hits == 0 && c.misses + c.stale_evictions == 5 && c.stale_evictions == static_cast<uint64_t>(reused));
+  });
+}
+
+TEST(IpcFd, EmulatedPoolExportsByOffsetInOneDescriptor) {
+  auto be = emulated();
+  void* a = be->alloc_device_as(2, 100000, DeviceAlloc::PoolFd);
+  void* b = be->alloc_device_as(2, 100000, DeviceAlloc::PoolFd);
+  Backend::IpcMemHandle ha = be->ipc_export(a), hb = be->ipc_export(static_cast<char*>(b) + 10);
+  EXPECT_EQ(ha.kind, IpcKind::PoolFd);
+  EXPECT_EQ(ha.share_id, hb.share_id);  // one pool
+  EXPECT_NE(ha.buffer_id, hb.buffer_id);
+  EXPECT_EQ(hb.base, reinterpret_cast<uintptr_t>(b));
+  int fa = be->ipc_export_fd(ha), fb = be->ipc_export_fd(hb);
+  EXPECT_TRUE(same_file(fa, fb));
+  close(fa);
+  close(fb);
+  be->free_device(a);
+  void* c = be->alloc_device_as(2, 100000, DeviceAlloc::PoolFd);  // a's range again
+  EXPECT_NE(be->pointer_info(c).buffer_id, ha.buffer_id);
+  be->free_device(b);
+  be->free_device(c);
+}

@@ -97,14 +97,16 @@ void* create_memfd(size_t bytes, int device, int* fd) {
   return p;
 }
 
-void* map_memfd(int fd, size_t bytes) {
+void* map_memfd(int fd, size_t bytes) { return map_memfd_range(fd, 0, bytes); }
+
+void* map_memfd_range(int fd, uint64_t offset, size_t bytes) {
   struct stat st {};
   GS_REQUIRE(fd >= 0 && fstat(fd, &st) == 0, GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "emulated VMM import: file descriptor %d is not open", fd);
-  GS_REQUIRE(static_cast<size_t>(st.st_size) >= bytes, GPUSTRIPE_ERR_INVALID_ARGUMENT,
-             "emulated VMM import: the allocation holds %lld bytes, the handle says %zu", static_cast<long long>(st.st_size),
-             bytes);
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  GS_REQUIRE(static_cast<uint64_t>(st.st_size) >= offset + bytes, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "emulated VMM import: the memory holds %lld bytes, the handle says %zu at %llu",
+             static_cast<long long>(st.st_size), bytes, static_cast<unsigned long long>(offset));
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
   GS_REQUIRE(p != MAP_FAILED, GPUSTRIPE_ERR_NO_MEMORY, "emulated VMM import: mmap of %zu bytes failed: %s", bytes,
              strerror(errno));
   return p;

@@ -3,6 +3,7 @@
 // (the emulated IPC handles carry the name), like cudaIpc handles name a cudaMalloc.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace gpustripe::emu {
@@ -29,6 +30,8 @@ void unmap_segment(void* base, size_t bytes) noexcept;
 void* create_memfd(size_t bytes, int device, int* fd);
 // Maps `bytes` of a memfd another process created (ERR_INVALID_ARGUMENT when it is smaller).
 void* map_memfd(int fd, size_t bytes);
+// Maps `bytes` at `offset` (page aligned) of a memfd: the emulated pools' allocations.
+void* map_memfd_range(int fd, uint64_t offset, size_t bytes);
 // Memory no other process can map: the emulated default pool (cudaMallocAsync without handles).
 void* create_private(size_t bytes, int device);
 void unlink_segment(const std::string& name) noexcept;
