@@ -90,6 +90,7 @@ class CudaBackend final : public Backend {
   // Grants every GPU that can reach `owner` access to [va, va + size) (VMM mappings).
   void vmm_grant_access(uintptr_t va, size_t size, int owner);
   void* fd_pool(int dev);  // this device's pool with POSIX-fd handles (alloc_device_as PoolFd)
+  bool pool_exportable(void* pool, int dev);  // whether a pool exports to POSIX fds (asked once)
 
   const bool check_pointers_;  // GPUSTRIPE_CUDA_CHECK_POINTERS
   int device_count_ = 0;
@@ -100,6 +101,7 @@ class CudaBackend final : public Backend {
   std::map<std::pair<int32_t, uint64_t>, void*> imported_pools_;  // (exporter pid, its pool) -> cudaMemPool_t
   std::set<uintptr_t> pool_imports_;                    // pointers ipc_open imported from pools
   std::map<int, void*> fd_pools_;                       // device -> its POSIX-fd pool
+  std::map<void*, bool> pool_exportable_;               // pool -> exports to POSIX fds
 };
 
 }  // namespace gpustripe

@@ -170,6 +170,23 @@ void* CudaBackend::fd_pool(int dev) {
   return pool;
 }
 
+bool CudaBackend::pool_exportable(void* pool, int dev) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pool_exportable_.find(pool);
+    if (it != pool_exportable_.end()) return it->second;
+  }
+  // The pointer attributes may not list a pool's handle types: ask the pool itself, once.
+  int fd = -1;
+  DeviceGuard guard(dev);
+  cudaError_t err = cudaMemPoolExportToShareableHandle(&fd, static_cast<cudaMemPool_t>(pool),
+                                                       cudaMemHandleTypePosixFileDescriptor, 0);
+  if (err != cudaSuccess) cudaGetLastError();
+  if (fd >= 0) close(fd);
+  std::lock_guard<std::mutex> lock(mu_);
+  return pool_exportable_[pool] = err == cudaSuccess;
+}
+
 void* CudaBackend::alloc_device_as(int dev, size_t bytes, DeviceAlloc how) {
   check_device("alloc_device_as", "dev", dev);
   GS_REQUIRE(bytes > 0, GPUSTRIPE_ERR_INVALID_SIZE, "alloc_device_as: 0 bytes on GPU %d", dev);
@@ -223,7 +240,7 @@ Backend::IpcMemHandle CudaBackend::ipc_export(const void* p) {
   const int32_t pid = static_cast<int32_t>(getpid());
   const bool posix_fd = (a.allowed_handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
   if (a.ipc_attributes_known && !a.legacy_ipc && a.mempool) {
-    GS_REQUIRE(posix_fd, GPUSTRIPE_ERR_NOT_SUPPORTED,
+    GS_REQUIRE(posix_fd || pool_exportable(a.mempool, dev), GPUSTRIPE_ERR_NOT_SUPPORTED,
                "ipc_export: %p is memory of a cudaMallocAsync pool without POSIX-fd handles (the device's default "
                "pool?): no IPC handle", p);
     h.kind = IpcKind::PoolFd;
