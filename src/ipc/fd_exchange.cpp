@@ -70,7 +70,7 @@ FdExchange::FdExchange(Channel& channel, Backend& backend) : ch_(channel), backe
     return;
   }
   sock_ = s;
-  requests_seen_ = ch_.fd_requests();
+  requests_seen_.store(ch_.fd_requests(), std::memory_order_relaxed);
 }
 
 FdExchange::~FdExchange() {
@@ -177,6 +177,7 @@ void FdExchange::drain_locked() {
       case kRequest:
         pending_.push_back(w.handle);
         pending_from_.push_back(w.from);
+        has_pending_.store(true, std::memory_order_relaxed);
         break;
       case kGone: gone_.insert(k); break;
       default: break;
@@ -188,8 +189,8 @@ void FdExchange::drain_locked() {
 void FdExchange::serve_locked() {
   if (sock_ < 0) return;
   uint32_t asked = ch_.fd_requests();
-  if (asked == requests_seen_ && pending_.empty()) return;
-  requests_seen_ = asked;
+  if (asked == requests_seen_.load(std::memory_order_relaxed) && pending_.empty()) return;
+  requests_seen_.store(asked, std::memory_order_relaxed);
   drain_locked();
   while (!pending_.empty()) {
     Backend::IpcMemHandle h = pending_.front();
@@ -221,10 +222,14 @@ void FdExchange::serve_locked() {
       sent_.insert(Key{to, static_cast<uint32_t>(h.kind), h.share_id});
     }
   }
+  has_pending_.store(false, std::memory_order_relaxed);
 }
 
 void FdExchange::serve() {
-  if (sock_ < 0 || (ch_.fd_requests() == requests_seen_ && pending_.empty())) return;  // racy peek; checked again
+  // A peek without the lock (atomics only); serve_locked looks again.
+  if (sock_ < 0 || (ch_.fd_requests() == requests_seen_.load(std::memory_order_relaxed) &&
+                    !has_pending_.load(std::memory_order_relaxed)))
+    return;
   std::lock_guard<std::mutex> lock(mu_);
   serve_locked();
 }

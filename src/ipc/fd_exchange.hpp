@@ -19,6 +19,7 @@
 // ERR_PEER_FAILED when the exporter dies; a waiting rank answers the requests of others
 // meanwhile, so two ranks mapping each other's buffers cannot deadlock.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -79,7 +80,8 @@ class FdExchange {
   Backend& backend_;
   int sock_ = -1;
   mutable std::mutex mu_;
-  uint32_t requests_seen_ = 0;
+  std::atomic<uint32_t> requests_seen_{0};  // the channel counter when last served
+  std::atomic<bool> has_pending_{false};    // requests read from the socket, not answered yet
   std::set<Key> sent_;                    // (dst, kind, share) offered already
   std::map<Key, int> inbox_;              // (src, kind, share) -> descriptor not taken yet
   std::deque<Key> inbox_order_;           // oldest first (the inbox is bounded)
