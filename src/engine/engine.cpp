@@ -163,7 +163,7 @@ Plan Engine::current_plan(int src, int dst, uint64_t bytes) {
 }
 
 void Engine::copy_async(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, StreamHandle stream) {
-  check_copy(backend_, dst, dst_dev, src, src_dev, bytes);
+  const CopyAllocations allocs = check_copy(backend_, dst, dst_dev, src, src_dev, bytes);
   if (bytes == 0) return;
   if (src_dev == dst_dev) {  // device-local: the copy engine of that GPU, nothing to split
     backend_.copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, stream);
@@ -176,7 +176,10 @@ void Engine::copy_async(void* dst, int dst_dev, const void* src, int src_dev, ui
     ++plain_copies_;
     return;
   }
-  execute(*cached_plan(src_dev, dst_dev, bytes), dst, src, stream, true, RunMode{});
+  RunMode mode;
+  mode.src_alloc = allocs.src;
+  mode.dst_alloc = allocs.dst;
+  execute(*cached_plan(src_dev, dst_dev, bytes), dst, src, stream, true, mode);
 }
 
 // The planner's answer costs about a microsecond, which small copies notice (the added
@@ -223,7 +226,9 @@ void Engine::enqueue_with_plan(const Plan& plan, void* dst, const void* src, Str
 }
 
 void Engine::run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode) {
-  check_copy(backend_, dst, plan.dst, src, plan.src, plan.bytes);
+  const CopyAllocations allocs = check_copy(backend_, dst, plan.dst, src, plan.src, plan.bytes);
+  mode.src_alloc = allocs.src;
+  mode.dst_alloc = allocs.dst;
   if (plan.bytes == 0) return;
   if (plan.src == plan.dst) {
     backend_.copy_async_prechecked(dst, plan.dst, src, plan.src, plan.bytes, stream);
@@ -275,7 +280,7 @@ void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle 
   if (steer && balancer_ && direct_on_caller_ && Balancer::eligible(plan)) {
     steered = balancer_->steer(plan);
     if (balancer_->measuring(plan)) {
-      execute_balanced(steered, static_cast<char*>(dst), static_cast<const char*>(src), stream);
+      execute_balanced(steered, static_cast<char*>(dst), static_cast<const char*>(src), stream, mode);
       return;
     }
   }
@@ -290,7 +295,7 @@ bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHa
                  }));
   if (graphs_ && replayable) {
     try {
-      if (launch_graph(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream, mode.own_area)) return true;
+      if (launch_graph(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream, mode)) return true;
     } catch (const Error& e) {
       // Capture is an optimisation: where it fails (a driver that refuses a node, say) the
       // schedule is enqueued directly from now on. Nothing was launched for this copy.
@@ -304,7 +309,7 @@ bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHa
   return false;
 }
 
-void Engine::execute_balanced(const Plan& plan, char* dst, const char* src, StreamHandle caller) {
+void Engine::execute_balanced(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode) {
   BalanceProbe& probe = balancer_->probe(plan);
   backend_.record_event(probe.start, caller);
   const PathPlan& direct = plan.paths[0];
@@ -319,7 +324,10 @@ void Engine::execute_balanced(const Plan& plan, char* dst, const char* src, Stre
   StreamHandle lane = lanes_->get(plan.src, kBalanceLane).stream();
   backend_.wait_event(lane, probe.start);
   backend_.record_event(probe.staged_start, lane);
-  const bool replayed = run_schedule(staged, dst, src, lane, RunMode{});
+  RunMode staged_mode;
+  staged_mode.src_alloc = mode.src_alloc;
+  staged_mode.dst_alloc = mode.dst_alloc;
+  const bool replayed = run_schedule(staged, dst, src, lane, staged_mode);
   // An enqueued staged path starts as the host issues it, late against the direct copy:
   // only replays measure the split where graphs are on.
   probe.counts = replayed || !graphs_;
@@ -491,8 +499,20 @@ void Engine::prepare(const Plan& plan, bool second_area) {
   }
 }
 
-bool Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool second_area) {
-  std::string key = plan_key(plan, dst, src) + (second_area ? " area2" : "");
+bool Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode) {
+  const bool second_area = mode.own_area;
+  // The allocations, not only the pointers: a graph's copies refer to the allocations they were
+  // captured over. A buffer freed and reallocated at the same address (a peer's buffer unmapped
+  // and a new one mapped at the same address, say) is another allocation, and replaying the old
+  // graph over it crashed inside cuGraphLaunch (device round s4 r3: the 2-rank bench's window-64
+  // 512 MB row, whose buffers came back at the addresses of the window-16 row's).
+  std::string key = plan_key(plan, dst, src) + (second_area ? " area2" : "") +
+                    format(" alloc %llx+%llx#%llx %llx+%llx#%llx", static_cast<unsigned long long>(mode.src_alloc.base),
+                           static_cast<unsigned long long>(mode.src_alloc.size),
+                           static_cast<unsigned long long>(mode.src_alloc.buffer_id),
+                           static_cast<unsigned long long>(mode.dst_alloc.base),
+                           static_cast<unsigned long long>(mode.dst_alloc.size),
+                           static_cast<unsigned long long>(mode.dst_alloc.buffer_id));
   GraphExecHandle g = graphs_cache_->find(key);
   if (!g) {
     // A transfer seen once is enqueued directly: capturing costs more than that, and pays

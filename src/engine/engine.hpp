@@ -99,6 +99,9 @@ class Engine {
     bool replay = true;
     bool direct_on_lane = false;
     bool own_area = false;  // host staging in the queues' areas (enqueue_with_plan)
+    // The allocations the copy reads and writes (check_copy's queries): a captured graph refers
+    // to the allocations behind its pointers, so its key names them (base, size, buffer id).
+    PointerInfo src_alloc, dst_alloc;
   };
   // copy_with_plan and enqueue_with_plan.
   void run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode);
@@ -107,7 +110,7 @@ class Engine {
   // A direct + staged plan with both paths timed (GPUSTRIPE_BALANCE, balancer.hpp): the direct
   // path on the caller's stream, the staged one (replayed as a graph of its own) on a lane of
   // the source GPU forked from the caller and joined back.
-  void execute_balanced(const Plan& plan, char* dst, const char* src, StreamHandle caller);
+  void execute_balanced(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode);
   // The schedule of a checked plan: replayed as a graph where it can be (true), else enqueued (under mu_).
   bool run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode);
   void check_plan(const Plan& plan) const;
@@ -118,7 +121,7 @@ class Engine {
   void prepare(const Plan& plan, bool second_area = false);
   // Replays the captured schedule of this transfer on `caller`, capturing it first when the
   // transfer was seen before; false (nothing enqueued) the first time a transfer is seen.
-  bool launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool second_area);
+  bool launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode);
   StagingArea& host_area(int socket, int src, bool queues = false);
   StagingArea& gpu_area(int gpu);
   EventHandle caller_event(int dev);

@@ -9,7 +9,7 @@ void check_device(const char* what, int dev, int device_count) {
              what, dev, device_count - 1);
 }
 
-void check_device_range(Backend& backend, const char* what, const void* p, int dev, uint64_t bytes) {
+PointerInfo check_device_range(Backend& backend, const char* what, const void* p, int dev, uint64_t bytes) {
   GS_REQUIRE(p != nullptr, GPUSTRIPE_ERR_INVALID_POINTER, "%s is NULL", what);
   PointerInfo info = backend.pointer_info(p);
   GS_REQUIRE(info.kind == MemoryKind::Device, GPUSTRIPE_ERR_INVALID_POINTER,
@@ -24,18 +24,21 @@ void check_device_range(Backend& backend, const char* what, const void* p, int d
                static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(offset),
                static_cast<unsigned long long>(info.size));
   }
+  return info;
 }
 
-void check_copy(Backend& backend, void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes) {
+CopyAllocations check_copy(Backend& backend, void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes) {
   int n = backend.device_count();
   check_device("src", src_dev, n);
   check_device("dst", dst_dev, n);
-  if (bytes == 0) return;
-  check_device_range(backend, "src", src, src_dev, bytes);
-  check_device_range(backend, "dst", dst, dst_dev, bytes);
+  CopyAllocations a;
+  if (bytes == 0) return a;
+  a.src = check_device_range(backend, "src", src, src_dev, bytes);
+  a.dst = check_device_range(backend, "dst", dst, dst_dev, bytes);
   auto s = reinterpret_cast<uintptr_t>(src), d = reinterpret_cast<uintptr_t>(dst);
   GS_REQUIRE(src_dev != dst_dev || s + bytes <= d || d + bytes <= s, GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "src and dst ranges of %llu bytes overlap on GPU %d", static_cast<unsigned long long>(bytes), src_dev);
+  return a;
 }
 
 }  // namespace gpustripe

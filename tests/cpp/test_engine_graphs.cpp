@@ -64,6 +64,53 @@ TEST_F(EngineGraphs, CapturedOnceReplayedWithCurrentData) {
   backend_->destroy_stream(s);
 }
 
+// A graph's copies refer to the allocations they were captured over: a buffer freed and
+// reallocated at the same address (an IPC mapping closed and a new one opened at the same
+// address: the 2-rank bench's window-64 512 MB row on the H200s) must be captured again, never
+// served the old graph (which crashed inside cuGraphLaunch). Here the backend reports new buffer
+// ids for the same pointers, as CUDA does for a new allocation at a freed address.
+class ReallocatingBackend : public RecordingGraphBackend {
+ public:
+  using RecordingGraphBackend::RecordingGraphBackend;
+  PointerInfo pointer_info(const void* p) override {
+    PointerInfo i = in_->pointer_info(p);
+    if (i.buffer_id) i.buffer_id += generation;
+    return i;
+  }
+  uint64_t generation = 0;
+};
+
+TEST(EngineGraphKeys, ABufferReallocatedAtTheSameAddressIsCapturedAgain) {
+  ScopedEnv graphs("GPUSTRIPE_GRAPHS", "1");
+  Topology topo = small_node(2);
+  auto* rec = new ReallocatingBackend(make_emulated_backend(topo));
+  std::unique_ptr<Backend> be(rec);
+  FixedPlanner planner({{PathKind::Direct, -1, 0.8, 1}, {PathKind::HostStaged, 0, 0.2, 4}});
+  Engine engine(*be, topo, &planner);
+  ASSERT_TRUE(engine.uses_graphs());
+  const size_t n = (2u << 20) + 4099;
+  StreamHandle s = be->create_stream(0);
+  char* src = static_cast<char*>(be->alloc_device(0, n));
+  char* dst = static_cast<char*>(be->alloc_device(1, n));
+  auto copy_checked = [&](uint32_t seed) {
+    std::vector<uint8_t> data = pattern(n, seed);
+    upload(*be, src, 0, data, s);
+    engine.copy_async(dst, 1, src, 0, n, s);
+    EXPECT_EQ(first_mismatch(data, download(*be, dst, 1, n, s).data(), n), -1) << "copy " << seed;
+  };
+  for (uint32_t k = 0; k < 3; ++k) copy_checked(k);  // enqueued, captured, replayed
+  EXPECT_EQ(engine.stats().graph_captures, 1u);
+  EXPECT_EQ(engine.stats().graph_launches, 2u);
+  rec->generation = 1000;  // both buffers "freed and reallocated" at the same addresses
+  for (uint32_t k = 3; k < 6; ++k) copy_checked(k);  // a new transfer: enqueued, captured, replayed
+  EXPECT_EQ(engine.stats().schedules, 2u);
+  EXPECT_EQ(engine.stats().graph_captures, 2u);
+  EXPECT_EQ(engine.stats().graph_launches, 4u);
+  be->free_device(src);
+  be->free_device(dst);
+  be->destroy_stream(s);
+}
+
 TEST_F(EngineGraphs, ReplaysOnManyStreamsShareStagingSafely) {
   // Replays from several threads and streams through the same host staging area: each must
   // wait for the previous user of the area, or the bytes of one would land in another.
