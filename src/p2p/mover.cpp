@@ -200,14 +200,22 @@ const SizeSetting kQueueMax{"GPUSTRIPE_P2P_QUEUE_MAX", "4G",
 // before it: consecutive messages of a window then overlap (a replay holds its area whole),
 // one's host pipeline filling while the other's drains, so the host path can carry the share of
 // a long transfer; one replay costs the host about half an enqueue.
-const BoolSetting kWindowReplay{"GPUSTRIPE_P2P_WINDOW_REPLAY", "no",
+// Device rounds s4 r2/r3 (2 ranks through the interposer, same lease each; NCCL 256M w16/w64 363.6/365.1 and
+// 365.4/366.2): 256M w16/w64 432.4/432.7 -> 435.7/440.0 (r2) and 431.1/432.8 -> 436.2/439.2 (r3) at share
+// 0.110; 128M 421.1/421.8 -> 428.4/433.8; 512M w16 438.7 -> 441.1; 1G even; 64M lost (404.6 -> 396.9 w16):
+// hence GPUSTRIPE_P2P_WINDOW_MIN. Shares: the model's (for 4G) 425.7/428.0, 0.115 435.3/440.4, 0.120
+// 425.3/427.6 at 256M. 4 ranks (the other pair's copies in flight: not queued) unchanged: 418.9/429.2 vs
+// 417.6/429.6.
+const BoolSetting kWindowReplay{"GPUSTRIPE_P2P_WINDOW_REPLAY", "yes",
                                 "A copy queued behind this rank's own copies to the same GPU (at least "
-                                "GPUSTRIPE_P2P_QUEUE_MIN, none of other ranks in flight) is replayed with the host share "
+                                "GPUSTRIPE_P2P_WINDOW_MIN, none of other ranks in flight) is replayed with the host share "
                                 "GPUSTRIPE_P2P_WINDOW_SHARE through the staging area the copy before it did not use, "
                                 "so the messages of a window overlap two at a time"};
-const DoubleSetting kWindowShare{"GPUSTRIPE_P2P_WINDOW_SHARE", "0",
+const DoubleSetting kWindowShare{"GPUSTRIPE_P2P_WINDOW_SHARE", "0.110",
                                  "GPUSTRIPE_P2P_WINDOW_REPLAY: host share of a window's queued copies (0: the model's "
                                  "share of one transfer of GPUSTRIPE_P2P_QUEUE_MAX bytes)"};
+const SizeSetting kWindowMin{"GPUSTRIPE_P2P_WINDOW_MIN", "128M",
+                             "GPUSTRIPE_P2P_WINDOW_REPLAY: the smallest copy replayed as part of a window"};
 
 const IntSetting kRecentUs{
     "GPUSTRIPE_P2P_RECENT_US", "0",
@@ -251,6 +259,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   const bool queue_lane = kQueueLane.get();
   const bool queue_area = kQueueArea.get();
   const bool window_replay = kWindowReplay.get();
+  const uint64_t window_min = kWindowMin.get();
   const double window_share = kWindowShare.get();
   GS_REQUIRE(window_share >= 0 && window_share < 0.5, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_P2P_WINDOW_SHARE=%g: 0 (the model's) or a fraction below 0.5", window_share);
@@ -259,7 +268,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
              "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
   const uint64_t recent_ns = static_cast<uint64_t>(recent_us) * 1000;
   return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, queue_min, queue_lane, queue_area,
-          window_replay, window_share, recent_ns](
+          window_replay, window_share, window_min, recent_ns](
              void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) -> std::function<void()> {
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
@@ -320,7 +329,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
                        return x.src == dd && x.dst == sd;
                      });
       const CopyQueues::Queue queued = st->own.queued(sd, dd);
-      const bool behind = (queue_plan || window_replay) && queued.copies > 0 && n >= queue_min && specs.empty();
+      const bool behind = queued.copies > 0 && specs.empty();
       // Whether this size alone splits into direct + host, kept per size: a plan copy per
       // message is what windows of small messages would notice.
       auto lone_splits = [&] {
@@ -336,7 +345,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       } else if (!specs.empty()) {
         trace("p_concurrent", -1, 0, 0, n);
         engine.copy_with_plan(concurrent(specs, n), dst, src, s);
-      } else if (behind && window_replay && lone_splits()) {
+      } else if (behind && window_replay && n >= window_min && lone_splits()) {
         // The same plan for every queued copy of this size (its graph is captured once), in the
         // area the copy before it did not use.
         auto key = std::make_tuple(sd, dd, uint64_t{n});
@@ -354,7 +363,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         trace("p_window", -1, queued.copies, host_staged_bytes(it->second) * 1000000 / n, n);
         if (second) engine.copy_with_plan_in_second_area(it->second, dst, src, s);
         else engine.copy_with_plan(it->second, dst, src, s);
-      } else if (behind && queue_plan && lone_splits()) {
+      } else if (behind && queue_plan && n >= queue_min && lone_splits()) {
         // Behind this rank's own copies to the same GPU: the host share of the queue planned as
         // one transfer (up to GPUSTRIPE_P2P_QUEUE_MAX).
         const uint64_t total = std::min<uint64_t>(queued.bytes + n, std::max<uint64_t>(n, queue_max));

@@ -341,7 +341,11 @@ void bench_windows(int window, const std::vector<size_t>& sizes, const char* mod
   ASSERT_NE(mkdtemp(dir), nullptr);
   ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
   ScopedEnv m("GPUSTRIPE_P2P_QUEUE_MIN", "1M");
+  ScopedEnv wm("GPUSTRIPE_P2P_WINDOW_MIN", "1M");
   ScopedEnv q(mode, "yes");
+  // Only the mode under test (a window's copy is replayed before the queue plan is tried).
+  const bool queue_mode = std::string(mode) == "GPUSTRIPE_P2P_QUEUE_PLAN";
+  ScopedEnv other(queue_mode ? "GPUSTRIPE_P2P_WINDOW_REPLAY" : "GPUSTRIPE_P2P_QUEUE_PLAN", "no");
   ScopedEnv g("GPUSTRIPE_GRAPHS", "1");
   ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
   ScopedEnv h("GPUSTRIPE_HOST_STAGING", "1M");  // the staging rings wrap many times per window
