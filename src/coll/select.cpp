@@ -193,6 +193,12 @@ const ChoiceSetting kArGather{"GPUSTRIPE_COLL_AR_GATHER", "pieces",
 const DoubleSetting kArGatherHostShare{"GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE", "0",
                                        "GPUSTRIPE_COLL_AR_GATHER=whole: fraction (0..0.5) of every block gathered "
                                        "through pinned host memory (one D2H by its owner, an H2D by every member)"};
+// r2 (4x H200, busbw GB/s at 256M): round-major reduce-scatter 352 with 1 block per SM vs 343 with the
+// reducer's 4; allreduce (gathered whole) 358 vs 355. The folds are local and short; with fewer blocks
+// the flags' one-thread wait and signal kernels find room beside them.
+const IntSetting kRsFoldBlocks{"GPUSTRIPE_COLL_RS_FOLD_BLOCKS_PER_SM", "1",
+                               "GPUSTRIPE_COLL_RS_ORDER=rounds: most thread blocks per SM of the folds' kernels "
+                               "(0: GPUSTRIPE_COLL_REDUCE_BLOCKS_PER_SM)"};
 const SizeSetting kArCopyMin{"GPUSTRIPE_COLL_AR_COPY_MIN", "64G",
                              "Smallest allreduce per rank over more than 2 GPUs that maps peers done by rs_ag_copy "
                              "(copy-engine reduce-scatter, then the blocks gathered by copy engines)"};
@@ -511,6 +517,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.reduce.sm_share = c.reduce.ag_host_share = 0;
     c.reduce.host_share = kRsRoundsHostShare.get();
     c.reduce.copy_lanes = static_cast<int>(std::clamp<int64_t>(kRsRoundsLanes.get(), 1, 3));
+    c.reduce.fold_blocks_per_sm = static_cast<int>(std::clamp<int64_t>(kRsFoldBlocks.get(), 0, 64));
     if (c.name == "rs_ag_copy" && kArGather.get() == "whole") {
       c.reduce.gather_whole = true;
       c.reduce.gather_host_share = kArGatherHostShare.get();
