@@ -51,25 +51,10 @@ void exchange(Program& p, const Team& t, size_t block, const ExchangeOpts& o, Sc
       p.copy(t.rank[i], kLaneLocal, dst(i, i), t.dev[i], src(i, i), t.dev[i], block);
   }
 
-  // Rounds taking turns on two lanes: round r+1's copy starts once round r's copy has only its
-  // tail to go, so one copy's start overlaps the previous one's finish.
-  const bool overlap = o.rounds && o.round_overlap > 0 && o.round_lanes <= 1;
-  const size_t bulk = overlap ? align_down(static_cast<size_t>(ce_bytes * (1 - o.round_overlap)), kAlign) : 0;
-  std::vector<int> bulk_done(n, -1);
-  for (int r = 1; overlap && r < n; ++r)
-    for (int i = 0; i < n; ++i) {
-      const int j = (i + r) % n, lane = r % 2 ? kLaneOut : kLaneOut2;
-      const int b = p.copy(t.rank[i], lane, dst(i, j) + sm_bytes, t.dev[j], src(i, j) + sm_bytes, t.dev[i], bulk,
-                           {bulk_done[i]});
-      p.copy(t.rank[i], lane, dst(i, j) + sm_bytes + bulk, t.dev[j], src(i, j) + sm_bytes + bulk, t.dev[i],
-             ce_bytes - bulk);
-      bulk_done[i] = b;
-    }
-
   // Rounds on round_lanes lanes side by side: piece l of every peer block on lane l.
   const int pieces = o.rounds ? std::max(1, o.round_lanes) : 1;
   const size_t piece = (ce_bytes / pieces + kAlign - 1) / kAlign * kAlign;
-  for (int r = 1; !overlap && r < n; ++r)
+  for (int r = 1; r < n; ++r)
     for (int i = 0; i < n; ++i) {
       int j = (i + r) % n;
       for (int l = 0; l < pieces; ++l) {

@@ -43,9 +43,6 @@ struct ExchangeOpts {
   // Rounds: each peer block split over this many lanes that run side by side, so one
   // lane's gap between two copies is covered by the other's.
   int round_lanes = 1;
-  // Rounds on two lanes taking turns (with round_lanes 1): round r+1's copy waits only for the
-  // first (1 - round_overlap) of round r's, so it starts beside round r's tail. 0: one lane.
-  double round_overlap = 0;
   // The head of each peer block stored into the receiver by the sender's copy kernels (a lane
   // of their own, round order), beside the copy engines' rounds over the rest: both kinds of
   // NVLink traffic at once. Needs peer access; 0: copy engines only (session 3 probe: no gain).

@@ -245,8 +245,7 @@ TEST(CollGpu, PushedInputsOfTwoshot) {
   }
 }
 
-// The host path by copy engines and by copy kernels (GPUSTRIPE_COLL_HOST_COPIES), 4 chunks; with
-// the kernels also the rounds taking turns on two lanes (GPUSTRIPE_COLL_ROUND_OVERLAP).
+// The host path by copy engines and by copy kernels (GPUSTRIPE_COLL_HOST_COPIES), 4 chunks.
 TEST(CollGpu, HostShareExchanges) {
   GS_REQUIRE_GPU(2);
   ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0.1");
@@ -255,7 +254,6 @@ TEST(CollGpu, HostShareExchanges) {
   for (const char* copies : {"engine", "kernel"})
     for (const char* gpu_barrier : {"0", "1"}) {  // 1 (with flags): the host path's waits in per-rank graphs
       ScopedEnv h("GPUSTRIPE_COLL_HOST_COPIES", copies);
-      ScopedEnv o("GPUSTRIPE_COLL_ROUND_OVERLAP", std::string(copies) == "kernel" ? "0.1" : "0");
       ScopedEnv b("GPUSTRIPE_COLL_GPU_BARRIER", gpu_barrier);
       ScopedEnv f("GPUSTRIPE_COLL_GPU_FLAGS", gpu_barrier);
       auto comm = node.comm(std::min(4, cuda_device_count()));

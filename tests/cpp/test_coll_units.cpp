@@ -417,38 +417,6 @@ TEST(CollSchedules, RoundLanesSplitEveryPeerBlockAndTheKernelCopiesTheOwnBlock) 
   }
 }
 
-// Overlapped rounds: each peer block in two copies (bulk, tail) tiling it, rounds alternating
-// between two lanes, round r+1's bulk waiting for round r's bulk only (not its tail).
-TEST(CollSchedules, OverlappedRoundsTakeTurnsOnTwoLanes) {
-  Exchange4 x;
-  const int n = Exchange4::n;
-  const size_t block = size_t(1) << 20;
-  ExchangeOpts o;
-  o.round_overlap = 0.1;
-  Program p(n);
-  build_alltoall(p, x.t, x.csend, x.recv, block, o, x.scratch);
-  std::map<int, std::vector<int>> peer_copies;  // rank -> its peer copies in order
-  for (size_t i = 0; i < p.size(); ++i)
-    if (p.ops()[i].dst_dev != p.ops()[i].rank) peer_copies[p.ops()[i].rank].push_back(static_cast<int>(i));
-  const size_t bulk = size_t(block * 0.9) / 256 * 256;
-  for (int r = 0; r < n; ++r) {
-    const auto& c = peer_copies[r];
-    ASSERT_EQ(c.size(), 6u);
-    for (int k = 0; k < 3; ++k) {
-      const Op& b = p.ops()[c[2 * k]];
-      const Op& tail = p.ops()[c[2 * k + 1]];
-      EXPECT_EQ(b.dst_dev, (r + k + 1) % n);
-      EXPECT_EQ(tail.dst_dev, b.dst_dev);
-      EXPECT_EQ(b.bytes, bulk);
-      EXPECT_EQ(tail.bytes, block - bulk);
-      EXPECT_EQ(static_cast<const char*>(tail.src), static_cast<const char*>(b.src) + bulk);
-      EXPECT_EQ(b.lane, k % 2 ? kLaneOut2 : kLaneOut);
-      EXPECT_EQ(tail.lane, b.lane);
-      EXPECT_EQ(b.deps, k ? std::vector<int>{c[2 * k - 2]} : std::vector<int>{});
-    }
-  }
-}
-
 // The host path by copy kernels: each sender's D2H kernel copies wait for its previous one (so
 // the executor launches, and signals, every chunk on its own), each H2D kernel copy reads what
 // exactly one D2H of its sender staged; an allgather stages each chunk once for all receivers.
