@@ -34,9 +34,6 @@ struct ExchangeOpts {
   bool kernel = false;
   double host_share = 0;     // fraction of each peer block sent through pinned host memory
   int host_chunks = 4;       // pipeline depth of the host path (D2H of chunk c+1 beside H2D of chunk c)
-  // The host path's copies by copy kernels on the ranks' SMs (stores into / loads from pinned
-  // host memory) instead of copy engines, which then serve the NVLink rounds alone.
-  bool host_kernel = false;
   // The own block by a copy kernel (SMs) instead of a copy engine, so that the local copy
   // takes nothing from the copy engines pushing peer blocks (sizes of 4-byte multiples).
   bool local_kernel = false;

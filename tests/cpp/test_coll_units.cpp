@@ -417,48 +417,6 @@ TEST(CollSchedules, RoundLanesSplitEveryPeerBlockAndTheKernelCopiesTheOwnBlock) 
   }
 }
 
-// The host path by copy kernels: each sender's D2H kernel copies wait for its previous one (so
-// the executor launches, and signals, every chunk on its own), each H2D kernel copy reads what
-// exactly one D2H of its sender staged; an allgather stages each chunk once for all receivers.
-TEST(CollSchedules, HostPathByKernelsStagesEveryChunkOnItsOwn) {
-  Exchange4 x;
-  const int n = Exchange4::n;
-  const size_t block = size_t(1) << 20;
-  ExchangeOpts o;
-  o.host_share = 0.1;
-  o.host_chunks = 3;
-  o.host_kernel = true;
-  for (bool gather : {false, true}) {
-    Program p(n);
-    if (gather) build_allgather(p, x.t, x.csend, x.recv, block, o, x.scratch);
-    else build_alltoall(p, x.t, x.csend, x.recv, block, o, x.scratch);
-    std::map<int, std::vector<int>> d2h;  // rank -> its D2H ops in order
-    size_t h2d_bytes = 0;
-    for (size_t i = 0; i < p.size(); ++i) {
-      const Op& op = p.ops()[i];
-      if (op.lane == kLaneD2H) {
-        EXPECT_TRUE(op.by_kernel);
-        EXPECT_EQ(op.dst_dev, kHostDevice);
-        auto& mine = d2h[op.rank];
-        EXPECT_EQ(op.deps, mine.empty() ? std::vector<int>{} : std::vector<int>{mine.back()});
-        mine.push_back(static_cast<int>(i));
-      } else if (op.lane == kLaneH2D) {
-        EXPECT_TRUE(op.by_kernel);
-        ASSERT_EQ(op.deps.size(), 1u);
-        const Op& staged = p.ops()[op.deps[0]];
-        EXPECT_EQ(staged.lane, kLaneD2H);
-        EXPECT_NE(staged.rank, op.rank);
-        EXPECT_EQ(staged.dst, op.src);
-        EXPECT_EQ(staged.bytes, op.bytes);
-        h2d_bytes += op.bytes;
-      }
-    }
-    const size_t host_block = block / 10 / 256 * 256;
-    for (int r = 0; r < n; ++r) EXPECT_EQ(d2h[r].size(), gather ? 3u : 9u) << "rank " << r;
-    EXPECT_EQ(h2d_bytes, size_t(n) * (n - 1) * host_block);
-  }
-}
-
 // The sm exchanges: every block (own and peers') one kernel copy by its sender, no deps, no
 // host path; per rank the copies form one segment per source (allgather: one, read once).
 TEST(CollSchedules, KernelExchangesCopyEveryBlockOnceBySender) {
