@@ -7,8 +7,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
+
+#include <map>
+#include <string>
 
 #ifdef BENCH_HAVE_CUDA
+#include <cuda.h>
 #include <cuda_runtime.h>
 #define CUDA_OK(call)                                                                              \
   do {                                                                                             \
@@ -44,15 +49,105 @@ inline int select_gpu(bool need_gpu, const char* prog) {
   return ndev;
 }
 
-// Device (or host) memory filled with a pattern, so nothing reads uninitialised bytes.
-inline char* alloc(size_t n, bool device) {
 #ifdef BENCH_HAVE_CUDA
-  if (device) {
-    char* p = nullptr;
-    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&p), n));
-    CUDA_OK(cudaMemset(p, 0x5a, n));
-    return p;
+// Device memory the way other programs allocate it (--alloc): "vmm" is cuMemCreate with
+// POSIX-fd handles mapped for every GPU (PyTorch's expandable segments, NCCL's cuMem
+// buffers), "pool" a cudaMallocAsync pool made with POSIX-fd handles, "async" the device's
+// default pool (no IPC handle). Driver calls through cudaGetDriverEntryPoint: no -lcuda.
+template <typename Fn>
+inline Fn driver_fn(const char* name) {
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  CUDA_OK(cudaGetDriverEntryPointByVersion(name, &f, 12000, cudaEnableDefault, &q));
+  if (q != cudaDriverEntryPointSuccess || !f) {
+    std::fprintf(stderr, "driver call %s not found\n", name);
+    MPI_Abort(MPI_COMM_WORLD, 4);
   }
+  return reinterpret_cast<Fn>(f);
+}
+#define CU_OK(call)                                                          \
+  do {                                                                       \
+    CUresult r_ = (call);                                                    \
+    if (r_ != CUDA_SUCCESS) {                                                \
+      std::fprintf(stderr, "%s:%d: %s: CUresult %d\n", __FILE__, __LINE__, #call, (int)r_); \
+      MPI_Abort(MPI_COMM_WORLD, 4);                                          \
+    }                                                                        \
+  } while (0)
+
+struct VmmBuf {
+  size_t size;
+  CUmemGenericAllocationHandle h;
+};
+inline std::map<char*, VmmBuf>& vmm_bufs() {
+  static std::map<char*, VmmBuf> m;
+  return m;
+}
+
+inline char* alloc_kind(size_t n, const std::string& kind) {
+  int dev = 0;
+  CUDA_OK(cudaGetDevice(&dev));
+  char* p = nullptr;
+  if (kind == "vmm") {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    size_t gran = 0;
+    CU_OK(driver_fn<decltype(&cuMemGetAllocationGranularity)>("cuMemGetAllocationGranularity")(
+        &gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+    size_t size = (n + gran - 1) / gran * gran;
+    CUmemGenericAllocationHandle h;
+    CU_OK(driver_fn<decltype(&cuMemCreate)>("cuMemCreate")(&h, size, &prop, 0));
+    CUdeviceptr va = 0;
+    CU_OK(driver_fn<decltype(&cuMemAddressReserve)>("cuMemAddressReserve")(&va, size, gran, 0, 0));
+    CU_OK(driver_fn<decltype(&cuMemMap)>("cuMemMap")(va, size, 0, h, 0));
+    int ndev = 0;
+    CUDA_OK(cudaGetDeviceCount(&ndev));
+    std::vector<CUmemAccessDesc> acc;
+    for (int d = 0; d < ndev; ++d) {
+      int ok = d == dev;
+      if (!ok) CUDA_OK(cudaDeviceCanAccessPeer(&ok, d, dev));
+      if (!ok) continue;
+      CUmemAccessDesc a{};
+      a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      a.location.id = d;
+      a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+      acc.push_back(a);
+    }
+    CU_OK(driver_fn<decltype(&cuMemSetAccess)>("cuMemSetAccess")(va, size, acc.data(), acc.size()));
+    p = reinterpret_cast<char*>(va);
+    vmm_bufs()[p] = VmmBuf{size, h};
+  } else if (kind == "pool") {
+    static std::map<int, cudaMemPool_t> pools;
+    if (!pools.count(dev)) {
+      cudaMemPoolProps pp{};
+      pp.allocType = cudaMemAllocationTypePinned;
+      pp.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+      pp.location.type = cudaMemLocationTypeDevice;
+      pp.location.id = dev;
+      CUDA_OK(cudaMemPoolCreate(&pools[dev], &pp));
+    }
+    CUDA_OK(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&p), n, pools[dev], cudaStreamLegacy));
+    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+  } else if (kind == "async") {
+    CUDA_OK(cudaMallocAsync(reinterpret_cast<void**>(&p), n, cudaStreamLegacy));
+    CUDA_OK(cudaStreamSynchronize(cudaStreamLegacy));
+  } else {
+    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&p), n));
+  }
+  CUDA_OK(cudaMemset(p, 0x5a, n));
+  return p;
+}
+#endif
+
+// Device (or host) memory filled with a pattern, so nothing reads uninitialised bytes.
+// `kind`: the allocator of device memory (alloc_kind), plain cudaMalloc by default.
+inline char* alloc(size_t n, bool device, const std::string& kind = "plain") {
+#ifdef BENCH_HAVE_CUDA
+  if (device) return alloc_kind(n, kind);
+#else
+  (void)kind;
 #endif
   char* p = static_cast<char*>(std::malloc(n));
   std::memset(p, 0x5a, n);
@@ -62,7 +157,17 @@ inline char* alloc(size_t n, bool device) {
 inline void free_buf(char* p, bool device) {
 #ifdef BENCH_HAVE_CUDA
   if (device) {
-    cudaFree(p);
+    auto it = vmm_bufs().find(p);
+    if (it == vmm_bufs().end()) {
+      cudaFree(p);  // cudaMalloc and pool memory alike
+      return;
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    auto va = reinterpret_cast<CUdeviceptr>(p);
+    CU_OK(driver_fn<decltype(&cuMemUnmap)>("cuMemUnmap")(va, it->second.size));
+    CU_OK(driver_fn<decltype(&cuMemAddressFree)>("cuMemAddressFree")(va, it->second.size));
+    CU_OK(driver_fn<decltype(&cuMemRelease)>("cuMemRelease")(it->second.h));
+    vmm_bufs().erase(it);
     return;
   }
 #endif

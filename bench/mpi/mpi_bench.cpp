@@ -27,9 +27,9 @@ class MpiTransport {
     n_ = n;
     if (o_.staged) {
       mpi_.make(o_, slots, n, bench::alloc_pinned);
-      dev_.make(o_, slots, n, [](size_t b) { return bench::alloc(b, true); });
+      dev_.make(o_, slots, n, [this](size_t b) { return bench::alloc(b, true, o_.alloc); });
     } else {
-      mpi_.make(o_, slots, n, [this](size_t b) { return bench::alloc(b, o_.device); });
+      mpi_.make(o_, slots, n, [this](size_t b) { return bench::alloc(b, o_.device, o_.alloc); });
     }
   }
 

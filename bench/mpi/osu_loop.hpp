@@ -43,6 +43,9 @@ struct Options {
   std::vector<Sweep> sweeps;  // --sweep, or the one of --test/--window/--min/--max
   bool device = true;   // device buffers (else host)
   bool staged = false;  // device buffers, MPI on pinned host copies (the GPU-unaware pattern)
+  // Where device buffers come from: plain (cudaMalloc), vmm (cuMemCreate with POSIX-fd
+  // handles), pool (a cudaMallocAsync pool with POSIX-fd handles), async (the default pool).
+  std::string alloc = "plain";
   int iters = 0;        // 0: by size
   std::string method;   // label override
 };
@@ -50,7 +53,7 @@ struct Options {
 [[noreturn]] inline void usage(const char* why) {
   std::fprintf(stderr,
                "%s\nusage: --test latency|bw|bibw [--window W] [--min B] [--max B] [--mem device|host] [--staged] "
-               "[--iters N] [--method NAME]\n       or instead of --test..--max: --sweep TEST:WINDOW:MIN:MAX, "
+               "[--iters N] [--method NAME] [--alloc plain|vmm|pool|async]\n       or instead of --test..--max: --sweep TEST:WINDOW:MIN:MAX, "
                "repeated (one launch, several sweeps)\n",
                why);
   MPI_Abort(MPI_COMM_WORLD, 2);
@@ -73,6 +76,11 @@ inline Options parse_options(int argc, char** argv) {
     else if (a == "--staged") o.staged = true;
     else if (a == "--iters") o.iters = std::atoi(next());
     else if (a == "--method") o.method = next();
+    else if (a == "--alloc") {
+      o.alloc = next();
+      if (o.alloc != "plain" && o.alloc != "vmm" && o.alloc != "pool" && o.alloc != "async")
+        usage(("--alloc " + o.alloc + ": plain, vmm, pool or async").c_str());
+    }
     else if (a == "--sweep") {
       std::string v = next();
       size_t c1 = v.find(':'), c2 = v.find(':', c1 + 1), c3 = v.find(':', c2 + 1);
@@ -210,8 +218,9 @@ void run_sweep(const Options& o, T& t) {
       const char* op = o.test == "latency" ? "latency" : o.test == "bibw" ? "bibw" : "p2p";
       std::printf(
           "ROW {\"op\": \"%s\", \"method\": \"%s\", \"bytes\": %zu, \"gbps\": %.6g, \"us\": %.3f, \"window\": %d, "
-          "\"ranks\": %d, \"agg_gbps\": %.6g, \"mem\": \"%s\", \"iters\": %d}\n",
-          op, t.method().c_str(), n, gbps, us, o.window, size, agg, o.device ? "device" : "host", iters);
+          "\"ranks\": %d, \"agg_gbps\": %.6g, \"mem\": \"%s\", \"iters\": %d, \"alloc\": \"%s\"}\n",
+          op, t.method().c_str(), n, gbps, us, o.window, size, agg, o.device ? "device" : "host", iters,
+          o.device ? o.alloc.c_str() : "host");
       std::fflush(stdout);
     }
   }

@@ -84,18 +84,50 @@ class Backend {
 
   // Cross-process memory (the ipc layer builds on these). A handle names the whole
   // allocation containing `p`; open maps it in another process of the same node and
-  // returns the allocation's base there. CUDA: cudaIpc handles. Emulated: POSIX shared
-  // memory segments (emulated device memory is allocated in them for this reason).
+  // returns the allocation's base there. Kinds:
+  //   Legacy   the bytes are enough: cudaIpc handles (cudaMalloc memory); emulated: the
+  //            POSIX shared-memory segment's name.
+  //   VmmFd    VMM memory (cuMemCreate with POSIX-fd handles; emulated: memfd memory):
+  //            open needs a file descriptor of the allocation, made by ipc_export_fd in the
+  //            exporter and passed over a Unix socket (ipc/fd_exchange.hpp).
+  //   PoolFd   cudaMallocAsync memory of a pool made with POSIX-fd handles: the bytes carry
+  //            the pointer's export data; open needs the pool's file descriptor the first
+  //            time a process opens memory of that pool (ipc_open_needs_fd).
+  // Memory without any handle (the default pool, VMM memory without handle types) throws
+  // ERR_NOT_SUPPORTED from ipc_export: its data takes the p2p stream path.
   static constexpr size_t kIpcHandleBytes = 128;
+  enum class IpcKind : uint32_t { Legacy = 0, VmmFd = 1, PoolFd = 2 };
   struct IpcMemHandle {
     unsigned char bytes[kIpcHandleBytes] = {};
     int device = kHostDevice;
-    size_t size = 0;         // allocation size
+    IpcKind kind = IpcKind::Legacy;
+    uint64_t base = 0;       // the exporter's address of what the handle maps (offsets count from it)
+    size_t size = 0;         // bytes the handle maps from `base`
     uint64_t buffer_id = 0;  // the exporter's buffer id: a freed and reused address gets a new one
+    uint64_t share_id = 0;   // fd kinds: what the fd stands for (allocation / pool), unique in the exporter
   };
   virtual IpcMemHandle ipc_export(const void* p);
-  virtual void* ipc_open(const IpcMemHandle& h);
+  // Fd kinds: a new file descriptor for the allocation (VmmFd) or pool (PoolFd) of `h`, as
+  // exported by this process; the caller sends it on and closes it. Throws ERR_INVALID_POINTER
+  // when that memory is gone (freed since the export).
+  virtual int ipc_export_fd(const IpcMemHandle& h);
+  // Whether ipc_open needs the file descriptor for `h` (false for Legacy handles, and for
+  // a PoolFd handle whose pool this process has imported already).
+  virtual bool ipc_open_needs_fd(const IpcMemHandle& h) { return h.kind != IpcKind::Legacy; }
+  // `fd`: the descriptor from the exporter's ipc_export_fd where ipc_open_needs_fd; the
+  // caller keeps it (and closes it). Returns this process's address of h.base.
+  virtual void* ipc_open(const IpcMemHandle& h, int fd = -1);
   virtual void ipc_close(void* base);
+
+  // Device memory as programs bring it, other than alloc_device's plain allocations (tests
+  // and benchmarks of the IPC kinds above). free_device releases all of them.
+  enum class DeviceAlloc {
+    Plain,        // alloc_device (cudaMalloc; emulated: a named shared-memory segment)
+    VmmFd,        // cuMemCreate with POSIX-fd handles, mapped for every GPU (emulated: memfd)
+    PoolFd,       // cudaMallocFromPoolAsync from a pool with POSIX-fd handles (emulated: memfd)
+    NotShareable  // the device's default pool (cudaMallocAsync; emulated: private memory)
+  };
+  virtual void* alloc_device_as(int dev, size_t bytes, DeviceAlloc how);
 
   // CUDA graphs: capture the work enqueued on `s` (and streams it forks to) and replay it.
   virtual bool supports_graphs() const { return false; }
@@ -104,6 +136,11 @@ class Backend {
   virtual void launch_graph(GraphExecHandle g, StreamHandle s);
   virtual void destroy_graph(GraphExecHandle g);
 };
+
+// "plain", "vmm", "pool", "async" (the DeviceAlloc kinds; command-line options and tests).
+const char* device_alloc_name(Backend::DeviceAlloc how);
+Backend::DeviceAlloc parse_device_alloc(const std::string& word);  // ERR_INVALID_ARGUMENT for others
+const char* ipc_kind_name(Backend::IpcKind kind);                   // "legacy", "vmm-fd", "pool-fd"
 
 // GPUSTRIPE_BACKEND=auto|cuda|emulated. auto: CUDA when built with it and a GPU is
 // visible, else emulated devices over `topo` (logged at info level, and the CLI says so).

@@ -8,12 +8,47 @@ namespace gpustripe {
 Backend::IpcMemHandle Backend::ipc_export(const void*) {
   GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "ipc_export: the %s backend has no cross-process memory", name());
 }
-void* Backend::ipc_open(const IpcMemHandle&) {
+int Backend::ipc_export_fd(const IpcMemHandle&) {
+  GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "ipc_export_fd: the %s backend has no file-descriptor IPC", name());
+}
+void* Backend::ipc_open(const IpcMemHandle&, int) {
   GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "ipc_open: the %s backend has no cross-process memory", name());
 }
 void Backend::ipc_close(void*) {
   GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "ipc_close: the %s backend has no cross-process memory", name());
 }
+void* Backend::alloc_device_as(int dev, size_t bytes, DeviceAlloc how) {
+  GS_REQUIRE(how == DeviceAlloc::Plain, GPUSTRIPE_ERR_NOT_SUPPORTED, "alloc_device_as: the %s backend makes no %s memory",
+             name(), device_alloc_name(how));
+  return alloc_device(dev, bytes);
+}
+
+const char* device_alloc_name(Backend::DeviceAlloc how) {
+  switch (how) {
+    case Backend::DeviceAlloc::Plain: return "plain";
+    case Backend::DeviceAlloc::VmmFd: return "vmm";
+    case Backend::DeviceAlloc::PoolFd: return "pool";
+    case Backend::DeviceAlloc::NotShareable: return "async";
+  }
+  return "?";
+}
+
+Backend::DeviceAlloc parse_device_alloc(const std::string& word) {
+  for (auto how : {Backend::DeviceAlloc::Plain, Backend::DeviceAlloc::VmmFd, Backend::DeviceAlloc::PoolFd,
+                   Backend::DeviceAlloc::NotShareable})
+    if (word == device_alloc_name(how)) return how;
+  GS_THROW(GPUSTRIPE_ERR_INVALID_ARGUMENT, "device memory kind '%s': plain, vmm, pool or async", word.c_str());
+}
+
+const char* ipc_kind_name(Backend::IpcKind kind) {
+  switch (kind) {
+    case Backend::IpcKind::Legacy: return "legacy";
+    case Backend::IpcKind::VmmFd: return "vmm-fd";
+    case Backend::IpcKind::PoolFd: return "pool-fd";
+  }
+  return "?";
+}
+
 void Backend::begin_capture(StreamHandle) {
   GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "begin_capture: the %s backend has no graphs", name());
 }

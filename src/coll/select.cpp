@@ -170,6 +170,36 @@ const SizeSetting kRsCopyMin{"GPUSTRIPE_COLL_RS_COPY_MIN", "1G",
 const BoolSetting kCopyFlags{"GPUSTRIPE_COLL_COPY_FLAGS", "1",
                              "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy) over more than 2 GPUs: their "
                              "waits between GPUs become flags in per-rank graphs (GPUSTRIPE_COLL_GPU_FLAGS=auto)"};
+// Session 4 (collred4): rs_copy's s3 timelines lost ~7-11 us per copy beyond the copy engines'
+// rate (12 copies of 16M per GPU at 256M, 24 of 32M at 1G) plus the last chunk's 4-input
+// reduction; the exchanges' rounds (3 copies of 64M) lost ~12 us in all. Round-major: whole
+// blocks per round, each folded in while the next moves, the last round in halving pieces.
+const ChoiceSetting kRsOrder{"GPUSTRIPE_COLL_RS_ORDER", "chunks",
+                             "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy, ce_twoshot): chunks (every "
+                             "chunk in all rounds, then the next) or rounds (whole blocks per round, folded in as "
+                             "they land; the last round in pieces halving down to GPUSTRIPE_COLL_RS_TAIL; no SM "
+                             "share; host share: GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE)",
+                             {"chunks", "rounds"}};
+const SizeSetting kRsTail{"GPUSTRIPE_COLL_RS_TAIL", "4M",
+                          "GPUSTRIPE_COLL_RS_ORDER=rounds: the last round's smallest (last) piece per block "
+                          "(0: the last round in one piece)"};
+const IntSetting kRsRoundsLanes{"GPUSTRIPE_COLL_RS_ROUNDS_LANES", "1",
+                                "GPUSTRIPE_COLL_RS_ORDER=rounds: lanes (copy engines) the sender's copies take in turn "
+                                "(1-3; 2: each copy overlaps the next instead of running back to back)"};
+const ChoiceSetting kArGather{"GPUSTRIPE_COLL_AR_GATHER", "pieces",
+                              "Round-major allreduce (rs_ag_copy with GPUSTRIPE_COLL_RS_ORDER=rounds): gather each "
+                              "block piece by piece as its pieces are folded, or whole (one copy per round) after the "
+                              "last", {"pieces", "whole"}};
+const DoubleSetting kArGatherHostShare{"GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE", "0",
+                                       "GPUSTRIPE_COLL_AR_GATHER=whole: fraction (0..0.5) of every block gathered "
+                                       "through pinned host memory (one D2H by its owner, an H2D by every member)"};
+const SizeSetting kArCopyMin{"GPUSTRIPE_COLL_AR_COPY_MIN", "64G",
+                             "Smallest allreduce per rank over more than 2 GPUs that maps peers done by rs_ag_copy "
+                             "(copy-engine reduce-scatter, then the blocks gathered by copy engines)"};
+const DoubleSetting kRsRoundsHostShare{"GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE", "0",
+                                       "GPUSTRIPE_COLL_RS_ORDER=rounds: fraction (0..0.5) of every round's block sent "
+                                       "through pinned host memory (one D2H by the sender, one H2D by the owner, "
+                                       "beside NVLink)"};
 
 // Measured on the 4x H200 node (shared/HARDWARE.md): copy engines reach ~82% of the
 // nominal NVLink figure, PCIe ~85% one way; with every GPU on the host path at once the
@@ -273,6 +303,10 @@ std::string Choice::describe() const {
   if (reduce.ag_host_share > 0) s += " ag_host=" + pct(reduce.ag_host_share);
   if (reduce.sm_share > 0) s += " sm=" + pct(reduce.sm_share);
   if (reduce.flags) s += " flags";
+  if (reduce.by_round) s += " by_round tail=" + format_size(reduce.tail);
+  if (reduce.by_round && reduce.copy_lanes > 1) s += format(" copy_lanes=%d", reduce.copy_lanes);
+  if (reduce.gather_whole) s += " gather=whole";
+  if (reduce.gather_host_share > 0) s += " gather_host=" + pct(reduce.gather_host_share);
   if (reduce.copy_share > 0)
     s += format(" ce=%s%s", pct(reduce.copy_share).c_str(), reduce.receiver_copies ? " copies=receiver" : " copies=sender");
   return s + ": " + why;
@@ -414,6 +448,10 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.name = "rs_copy";
     c.why = size + " >= GPUSTRIPE_COLL_RS_COPY_MIN: copy engines move the inputs in rounds, kernels reduce chunk c "
                    "while chunk c+1 moves";
+  } else if (op == CollOp::AllReduce && pull_ok && n > 2 && bytes >= kArCopyMin.get()) {
+    c.name = "rs_ag_copy";
+    c.why = size + " >= GPUSTRIPE_COLL_AR_COPY_MIN: copy engines move the inputs in rounds and gather the reduced "
+                   "blocks";
   } else if (op == CollOp::AllReduce && pull_ok && bytes <= kOneshotMax.get()) {
     c.name = "oneshot";
     c.why = size + " <= GPUSTRIPE_COLL_ONESHOT_MAX: one kernel per rank reads every input (latency path)";
@@ -465,6 +503,23 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.reduce.host_share = share(kRsHostShare);
     if (res.all_peer) c.reduce.sm_share = std::clamp(kRsSmShare.get(), 0.0, 0.9);
     if (c.reduce.ag_stores) c.reduce.ag_host_share = share(kAgHostShare);
+  }
+  // Round-major: a whole block per peer in scratch (else chunks), no SM share, a host share of its own.
+  if ((c.name == "rs_copy" || c.name == "rs_ag_copy" || c.name == "reduce_copy" || c.name == "ce_twoshot") &&
+      kRsOrder.get() == "rounds" && block * static_cast<uint64_t>(std::max(1, n - 1)) <= kScratchMax.get()) {
+    c.reduce.by_round = true;
+    c.reduce.tail = kRsTail.get();
+    c.reduce.sm_share = c.reduce.ag_host_share = 0;
+    c.reduce.host_share = kRsRoundsHostShare.get();
+    c.reduce.copy_lanes = static_cast<int>(std::clamp<int64_t>(kRsRoundsLanes.get(), 1, 3));
+    if (c.name == "rs_ag_copy" && kArGather.get() == "whole") {
+      c.reduce.gather_whole = true;
+      c.reduce.gather_host_share = kArGatherHostShare.get();
+      GS_REQUIRE(c.reduce.gather_host_share >= 0 && c.reduce.gather_host_share <= 0.5, GPUSTRIPE_ERR_CONFIG,
+                 "GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE=%g: expected 0..0.5", c.reduce.gather_host_share);
+    }
+    GS_REQUIRE(c.reduce.host_share >= 0 && c.reduce.host_share <= 0.5, GPUSTRIPE_ERR_CONFIG,
+               "GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE=%g: expected 0..0.5", c.reduce.host_share);
   }
   // Slots: as many as chunks when the scratch allows (no copy ever waits for a reduction).
   const uint64_t chunk_bytes = std::max<uint64_t>(1, (block + c.reduce.chunks - 1) / c.reduce.chunks);

@@ -21,7 +21,7 @@ const SizeSetting kRingBytes{"GPUSTRIPE_IPC_RING", "256K",
                              "records; a record may use a quarter of it)"};
 
 constexpr uint64_t kMagic = 0x6770737472697065ull;  // "gpstripe"
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;  // 4: fd_requests in the rank slots
 constexpr int kBoardSlots = 1024;
 constexpr uint64_t kSkip = ~0ull;  // record length marking "continue at the ring's start"
 constexpr size_t kAlign = 64;
@@ -47,6 +47,7 @@ size_t pow2_at_least(size_t v) {
 struct alignas(kAlign) RankSlot {
   std::atomic<int32_t> pid;
   std::atomic<uint32_t> state;
+  std::atomic<uint32_t> fd_requests;  // bumped by a rank that asked this one for a file descriptor
 };
 
 struct Channel::BoardSlot {
@@ -259,6 +260,13 @@ std::vector<Channel::InFlight> Channel::transfers_of_others(uint64_t recent_ns) 
   }
   return out;
 }
+
+void Channel::ask_for_fds(int r) {
+  GS_REQUIRE(r >= 0 && r < nranks_, GPUSTRIPE_ERR_INVALID_ARGUMENT, "channel: rank %d of %d ranks", r, nranks_);
+  header()->ranks[r].fd_requests.fetch_add(1, std::memory_order_release);
+}
+
+uint32_t Channel::fd_requests() const { return header()->ranks[rank_].fd_requests.load(std::memory_order_acquire); }
 
 PeerState Channel::peer_state(int r) const {
   const RankSlot& s = header()->ranks[r];

@@ -76,6 +76,12 @@ class Channel {
   // that long ago (a retired slot stays readable until the board runs out of free ones).
   std::vector<InFlight> transfers_of_others(uint64_t recent_ns = 0) const;
 
+  // File-descriptor requests (ipc/fd_exchange.hpp): a rank that asked rank `r` for a
+  // descriptor over its socket bumps r's counter, so r's progress loop learns of it with one
+  // load of shared memory instead of a system call per pass.
+  void ask_for_fds(int r);
+  uint32_t fd_requests() const;  // this rank's counter
+
   PeerState peer_state(int r) const;
   // Throws ERR_PEER_FAILED naming the rank when it died, or when it has left and
   // `left_is_error` (we still wait for something from it).

@@ -1,8 +1,11 @@
 #include "ipc/handle_cache.hpp"
 
+#include <unistd.h>
+
 #include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "ipc/fd_exchange.hpp"
 
 namespace gpustripe::ipc {
 namespace {
@@ -10,7 +13,8 @@ const IntSetting kCacheEntries{"GPUSTRIPE_IPC_CACHE_ENTRIES", "256",
                                "Peer buffers kept mapped per process (least recently used are closed first)"};
 }
 
-HandleCache::HandleCache(Backend& backend, size_t max_entries) : backend_(backend), max_entries_(max_entries) {
+HandleCache::HandleCache(Backend& backend, size_t max_entries, FdExchange* fds)
+    : backend_(backend), max_entries_(max_entries), fds_(fds) {
   if (max_entries_ == 0) {
     int64_t n = kCacheEntries.get();
     GS_REQUIRE(n >= 1, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_IPC_CACHE_ENTRIES: %lld must be at least 1",
@@ -43,7 +47,8 @@ void* HandleCache::map(int peer, uint64_t peer_base, const Backend::IpcMemHandle
   Key key{peer, peer_base};
   auto it = entries_.find(key);
   if (it != entries_.end()) {
-    if (it->second.buffer_id == h.buffer_id && it->second.size == h.size) {
+    const Entry& e = it->second;
+    if (e.buffer_id == h.buffer_id && e.size == h.size && e.kind == h.kind && e.share_id == h.share_id) {
       ++stats_.hits;
       lru_.splice(lru_.begin(), lru_, it->second.lru);
       return it->second.local_base;
@@ -60,9 +65,25 @@ void* HandleCache::map(int peer, uint64_t peer_base, const Backend::IpcMemHandle
     ++stats_.capacity_evictions;
     close_entry(entries_.find(lru_.back()));
   }
-  void* local = backend_.ipc_open(h);
+  int fd = -1;
+  if (h.kind != Backend::IpcKind::Legacy && backend_.ipc_open_needs_fd(h)) {
+    GS_REQUIRE(fds_, GPUSTRIPE_ERR_NOT_SUPPORTED, "rank %d's %s buffer needs a file descriptor: no exchange for them here",
+               peer, ipc_kind_name(h.kind));
+    fd = fds_->take(peer, h);
+  }
+  void* local = nullptr;
+  try {
+    local = backend_.ipc_open(h, fd);
+  } catch (...) {
+    if (fd >= 0) close(fd);
+    throw;
+  }
+  if (fd >= 0) {
+    close(fd);  // the mapping holds the memory now
+    ++stats_.fd_opens;
+  }
   lru_.push_front(key);
-  entries_.emplace(key, Entry{h.buffer_id, h.size, local, lru_.begin()});
+  entries_.emplace(key, Entry{h.buffer_id, h.size, h.kind, h.share_id, local, lru_.begin()});
   return local;
 }
 

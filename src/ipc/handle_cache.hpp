@@ -6,7 +6,10 @@
 // a new one at the same address. Entries are therefore keyed by (peer, the
 // exporter's base address) and remember the exporter's buffer_id; a handle with
 // the same key but another buffer_id evicts the old mapping (closed) and maps the
-// new one, so a reused address is never served from the old allocation.
+// new one, so a reused address is never served from the old allocation. The handle's
+// kind and share id are part of the match too: a VMM allocation or pool buffer that
+// replaced a cudaMalloc one at the same address (or the other way) is a new mapping.
+// Fd kinds (VMM, pools) get their file descriptor from the FdExchange on a miss.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -24,12 +27,16 @@ struct HandleCacheStats {
   uint64_t misses = 0;            // first mapping of a key
   uint64_t stale_evictions = 0;   // same (peer, base), new buffer_id
   uint64_t capacity_evictions = 0;
+  uint64_t fd_opens = 0;          // mappings opened with a file descriptor (VMM, a pool's first)
 };
+
+class FdExchange;
 
 class HandleCache {
  public:
-  // `max_entries` 0: GPUSTRIPE_IPC_CACHE_ENTRIES.
-  explicit HandleCache(Backend& backend, size_t max_entries = 0);
+  // `max_entries` 0: GPUSTRIPE_IPC_CACHE_ENTRIES. `fds`: where the descriptors of fd-kind
+  // handles come from (null: such handles are refused with ERR_NOT_SUPPORTED).
+  explicit HandleCache(Backend& backend, size_t max_entries = 0, FdExchange* fds = nullptr);
   ~HandleCache();  // closes every mapping
   HandleCache(const HandleCache&) = delete;
   HandleCache& operator=(const HandleCache&) = delete;
@@ -46,6 +53,8 @@ class HandleCache {
   struct Entry {
     uint64_t buffer_id;
     size_t size;
+    Backend::IpcKind kind;
+    uint64_t share_id;
     void* local_base;
     std::list<std::pair<int, uint64_t>>::iterator lru;
   };
@@ -54,6 +63,7 @@ class HandleCache {
 
   Backend& backend_;
   size_t max_entries_;
+  FdExchange* fds_;
   mutable std::mutex mu_;
   std::map<Key, Entry> entries_;
   std::list<Key> lru_;  // front: most recently used

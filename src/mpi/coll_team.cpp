@@ -82,6 +82,7 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
   p2p::Endpoint* ep = &rt.endpoint();
   runner_ = std::make_unique<SliceRunner>(backend_, *reducer_, rank_, n_, *flags_, [ep, peers] {
     for (int p : peers) ep->check_source(p);
+    if (ipc::FdExchange* fds = ep->fd_exchange()) fds->serve();  // a peer re-mapping our VMM / pool buffers
   });
   GS_LOG_DEBUG(Subsys::Mpi, "collectives of a %d-rank communicator: rank %d", n_, rank_);
 }
@@ -121,15 +122,26 @@ CollTeam::Desc CollTeam::describe(const void* p, size_t bytes) {
   PointerInfo info = backend_.pointer_info(p);
   // Exporting asks the driver each time; the same allocation (same buffer id) keeps its handle.
   auto it = exports_.find(info.base);
-  if (it != exports_.end() && info.buffer_id != 0 && it->second.buffer_id == info.buffer_id) {
+  const uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  if (it != exports_.end() && info.buffer_id != 0 && it->second.buffer_id == info.buffer_id && u >= it->second.base &&
+      u - it->second.base + bytes <= it->second.size) {
     d.handle = it->second;
   } else {
     d.handle = backend_.ipc_export(p);
     if (exports_.size() >= kExportsKept) exports_.clear();
     exports_[info.base] = d.handle;
   }
-  d.base = info.base;
-  d.offset = reinterpret_cast<uintptr_t>(p) - info.base;
+  d.base = d.handle.base;  // VMM: the allocation in the reservation, not the reservation
+  d.offset = reinterpret_cast<uintptr_t>(p) - d.handle.base;
+  GS_REQUIRE(d.offset + bytes <= d.handle.size, GPUSTRIPE_ERR_NOT_SUPPORTED,
+             "a buffer spanning two VMM allocations has no one IPC handle");
+  // Fd kinds (VMM, pools): every peer may map it, so every peer gets the descriptor before
+  // the allgather that names the buffer (once per peer and allocation or pool).
+  ipc::FdExchange* fds = rt_.endpoint().fd_exchange();
+  for (int r = 0; r < n_; ++r)
+    if (r != rank_)
+      GS_REQUIRE(fds && fds->offer(channel_rank_[r], d.handle), GPUSTRIPE_ERR_NOT_SUPPORTED,
+                 "no descriptor exchange for a %s buffer", ipc_kind_name(d.handle.kind));
   d.present = 1;
   return d;
 }
@@ -217,9 +229,20 @@ bool CollTeam::run(const CollCall& call) {
     coll::Program sizing_prog(n_);
     call.build(sizing_prog, team, send, recv, sizing, choice);
     if (sizing.wanted(rank_)) grow(scratch_, call.device, sizing.wanted(rank_));
-    mine.send = describe(call.send, call.send_bytes);
-    mine.recv = describe(call.recv, call.recv_bytes);
-    if (sizing.wanted(rank_)) mine.scratch = describe(scratch_.p, scratch_.bytes);
+    try {
+      mine.send = describe(call.send, call.send_bytes);
+      mine.recv = describe(call.recv, call.recv_bytes);
+    } catch (const Error& e) {
+      // Buffers without an IPC handle (the default pool of cudaMallocAsync): every rank
+      // takes the MPI's way for this call (the allgather tells them).
+      if (e.status() != GPUSTRIPE_ERR_NOT_SUPPORTED) throw;
+      static bool said = false;
+      if (!said) GS_LOG_INFO(Subsys::Mpi, "%s: a buffer cannot be shared with the other ranks (%s): such calls take the "
+                             "MPI's way", call.name, e.what());
+      said = true;
+      mine.eligible = 0;
+    }
+    if (mine.eligible && sizing.wanted(rank_)) mine.scratch = describe(scratch_.p, scratch_.bytes);
   }
 
   // 2. Every rank's handles and eligibility (the entry barrier of the call).

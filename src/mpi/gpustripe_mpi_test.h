@@ -17,9 +17,19 @@ int gpustripe_mpi_active(void);
 const char* gpustripe_mpi_test_backend(void);
 /* Number of GPUs of the interposer's backend. */
 int gpustripe_mpi_test_device_count(void);
-/* Device memory of GPU `dev`; NULL (message on stderr) on failure. */
+/* Device memory of GPU `dev` (from the allocator GPUSTRIPE_TEST_ALLOC names: plain by
+ * default, see gpustripe_mpi_test_alloc_as); NULL (message on stderr) on failure. */
 void* gpustripe_mpi_test_alloc(int dev, size_t bytes);
 void gpustripe_mpi_test_free(void* p);
+/* Device memory of another allocator: "plain" (as above), "vmm" (cuMemCreate with POSIX-fd
+ * handles), "pool" (a cudaMallocAsync pool with POSIX-fd handles), "async" (the device's
+ * default pool: no IPC handle). Emulated: vmm and pool are memfd memory, async private memory.
+ * Freed with gpustripe_mpi_test_free. NULL (message on stderr) on failure. */
+void* gpustripe_mpi_test_alloc_as(int dev, size_t bytes, const char* how);
+/* A counter of this rank's IPC layer: "map_hits", "map_misses", "map_stale", "fd_opens"
+ * (mappings opened with a file descriptor), "fd_offered", "fd_taken", "fd_requested",
+ * "fd_served"; -1 for an unknown name or no runtime. */
+long long gpustripe_mpi_test_ipc_counter(const char* name);
 /* Copies between any two of host and device memory; 0 on success. */
 int gpustripe_mpi_test_copy(void* dst, const void* src, size_t bytes);
 

@@ -1,12 +1,21 @@
 #include "mpi/gpustripe_mpi_test.h"
 
 #include <cstdio>
+#include <cstring>
 
+#include "common/config.hpp"
 #include "mpi/ops.hpp"
 #include "mpi/runtime.hpp"
 
 using namespace gpustripe;
 using namespace gpustripe::mpi;
+
+namespace {
+const ChoiceSetting kTestAlloc{"GPUSTRIPE_TEST_ALLOC", "plain",
+                               "Test only: the allocator behind gpustripe_mpi_test_alloc (the MPI test programs' "
+                               "device buffers): plain, vmm, pool or async (Backend::alloc_device_as)",
+                               {"plain", "vmm", "pool", "async"}};
+}  // namespace
 
 extern "C" {
 
@@ -23,11 +32,39 @@ int gpustripe_mpi_test_device_count(void) {
 void* gpustripe_mpi_test_alloc(int dev, size_t bytes) {
   if (!Runtime::get()) return nullptr;
   try {
-    return Runtime::get()->context().backend().alloc_device(dev, bytes);
+    return Runtime::get()->context().backend().alloc_device_as(dev, bytes, parse_device_alloc(kTestAlloc.get()));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpustripe_mpi_test_alloc: %s\n", e.what());
     return nullptr;
   }
+}
+
+void* gpustripe_mpi_test_alloc_as(int dev, size_t bytes, const char* how) {
+  if (!Runtime::get() || !how) return nullptr;
+  try {
+    return Runtime::get()->context().backend().alloc_device_as(dev, bytes, parse_device_alloc(how));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpustripe_mpi_test_alloc_as(%s): %s\n", how, e.what());
+    return nullptr;
+  }
+}
+
+long long gpustripe_mpi_test_ipc_counter(const char* name) {
+  Runtime* rt = Runtime::get();
+  if (!rt || !name) return -1;
+  std::lock_guard<std::recursive_mutex> l(lock());
+  ipc::HandleCache* cache = rt->endpoint().handle_cache();
+  ipc::FdExchange* fds = rt->endpoint().fd_exchange();
+  if (!cache || !fds) return -1;
+  ipc::HandleCacheStats c = cache->stats();
+  ipc::FdExchangeStats f = fds->stats();
+  const std::pair<const char*, uint64_t> all[] = {
+      {"map_hits", c.hits},        {"map_misses", c.misses},   {"map_stale", c.stale_evictions},
+      {"fd_opens", c.fd_opens},    {"fd_offered", f.offered}, {"fd_taken", f.taken},
+      {"fd_requested", f.requested}, {"fd_served", f.served}};
+  for (const auto& kv : all)
+    if (std::strcmp(kv.first, name) == 0) return static_cast<long long>(kv.second);
+  return -1;
 }
 
 void gpustripe_mpi_test_free(void* p) {

@@ -28,7 +28,10 @@ uint64_t eager_limit() { return kEagerLimit.get(); }
 
 Endpoint::Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy)
     : ch_(channel), backend_(backend), mover_(backend, std::move(copy)), outgoing_(channel.size()) {
-  if (backend_) cache_ = std::make_unique<ipc::HandleCache>(*backend_);
+  if (backend_) {
+    fds_ = std::make_unique<ipc::FdExchange>(ch_, *backend_);
+    cache_ = std::make_unique<ipc::HandleCache>(*backend_, 0, fds_.get());
+  }
   fragment_bytes_ = (ch_.max_record() - sizeof(Frame) - 64) / 64 * 64;
   // Read once: a setting's get() scans the environment, which is long under mpirun.
   eager_max_ = std::min<uint64_t>(eager_limit(), fragment_bytes_);
@@ -162,7 +165,7 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
     r->state_ = Request::State::Posted;
     active_sends_.push_back(r);
     Exported e;
-    if (dst != ch_.rank() && r->loc_.device && try_export(buf, r->loc_, &e)) {
+    if (dst != ch_.rank() && r->loc_.device && try_export(buf, bytes, r->loc_, dst, &e)) {
       f.flags = kRtsExported;  // pull: the receiver copies out of our buffer
       post(dst, f, &e, sizeof e, r);
     } else {
@@ -318,7 +321,7 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
   cts.recv_id = r->id_;
   cts.bytes = n;
   Exported m;
-  if (n > 0 && r->loc_.device && try_export(r->rbuf_, r->loc_, &m)) {
+  if (n > 0 && r->loc_.device && try_export(r->rbuf_, n, r->loc_, src, &m)) {
     cts.flags = kCtsMapped;
     r->state_ = Request::State::WaitFin;
     post(src, cts, &m, sizeof m, r);
@@ -329,35 +332,46 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
   }
 }
 
-bool Endpoint::try_export(const void* p, const MemLoc& loc, Exported* e) {
+bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int dst, Exported* e) {
   if (!backend_) return false;
   const uintptr_t u = reinterpret_cast<uintptr_t>(p);
   const bool known = loc.device && loc.base != 0 && loc.buffer_id != 0 && u >= loc.base;
-  if (known) {
-    auto it = exports_.find({loc.base, loc.buffer_id});
-    if (it != exports_.end()) {
-      *e = it->second;
-      e->offset = u - loc.base;
-      return true;
-    }
-  }
   try {
-    PointerInfo info = backend_->pointer_info(p);
-    if (info.kind != MemoryKind::Device || info.base == 0) return false;
-    e->handle = backend_->ipc_export(p);
-    e->exporter_base = info.base;
-    e->offset = reinterpret_cast<uintptr_t>(p) - info.base;
-    if (known && info.base == loc.base && e->handle.buffer_id == loc.buffer_id) {
-      // Bounded: a program that allocates without end must not grow this without end.
-      if (exports_.size() >= 4096) exports_.clear();
-      Exported kept = *e;
-      kept.offset = 0;
-      exports_[{loc.base, loc.buffer_id}] = kept;
+    auto it = known ? exports_.find({loc.base, loc.buffer_id}) : exports_.end();
+    // A kept handle covers the buffer unless it is VMM memory of another allocation in the
+    // same reservation (the handle maps one allocation of it).
+    if (it != exports_.end() && u >= it->second.exporter_base && u - it->second.exporter_base + bytes <= it->second.handle.size) {
+      *e = it->second;
+    } else {
+      PointerInfo info = backend_->pointer_info(p);
+      if (info.kind != MemoryKind::Device || info.base == 0) return false;
+      e->handle = backend_->ipc_export(p);
+      e->exporter_base = e->handle.base;
+      if (u < e->exporter_base || u - e->exporter_base + bytes > e->handle.size) {
+        GS_LOG_DEBUG(Subsys::P2p, "rank %d: [%p, +%llu) spans more than the %s allocation it starts in: streaming it",
+                     ch_.rank(), p, static_cast<unsigned long long>(bytes), ipc_kind_name(e->handle.kind));
+        return false;
+      }
+      if (known && info.base == loc.base && e->handle.buffer_id == loc.buffer_id) {
+        // Bounded: a program that allocates without end must not grow this without end.
+        if (exports_.size() >= 4096) exports_.clear();
+        exports_[{loc.base, loc.buffer_id}] = *e;
+      }
     }
-    return true;
+    e->offset = u - e->exporter_base;
+    return fds_->offer(dst, e->handle);  // fd kinds: the descriptor goes before the record naming it
   } catch (const Error& err) {
-    // Memory without IPC handles (some pool allocations): the data takes the stream path.
-    GS_LOG_DEBUG(Subsys::P2p, "rank %d: %p cannot be exported (%s): streaming it", ch_.rank(), p, err.what());
+    if (err.status() == GPUSTRIPE_ERR_PEER_FAILED || err.status() == GPUSTRIPE_ERR_TIMEOUT) throw;
+    // Memory without IPC handles (the default pool of cudaMallocAsync): the data takes the
+    // stream path. Said once at info level, then at debug level.
+    static bool said = false;
+    if (!said && err.status() == GPUSTRIPE_ERR_NOT_SUPPORTED) {
+      said = true;
+      GS_LOG_INFO(Subsys::P2p, "rank %d: %p cannot be exported (%s): messages from or into such buffers stream "
+                  "through the channel (slower)", ch_.rank(), p, err.what());
+    } else {
+      GS_LOG_DEBUG(Subsys::P2p, "rank %d: %p cannot be exported (%s): streaming it", ch_.rank(), p, err.what());
+    }
     return false;
   }
 }
@@ -455,6 +469,7 @@ void Endpoint::advance_sends() {
 // ---------------------------------------------------------------- progress
 
 void Endpoint::progress_locked() {
+  if (fds_) fds_->serve();  // peers asking for descriptors of our buffers (one load when none)
   for (int p = 0; p < ch_.size(); ++p) {
     if (p == ch_.rank()) continue;
     flush_outgoing(p);

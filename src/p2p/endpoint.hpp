@@ -29,6 +29,7 @@
 
 #include "backend/backend.hpp"
 #include "ipc/channel.hpp"
+#include "ipc/fd_exchange.hpp"
 #include "ipc/handle_cache.hpp"
 #include "p2p/frame.hpp"
 #include "p2p/mover.hpp"
@@ -88,6 +89,8 @@ class Endpoint {
   void check_source(int src) const;
 
   ipc::HandleCache* handle_cache() { return cache_.get(); }
+  // Passes the file descriptors of VMM / pool buffers (null without a backend).
+  ipc::FdExchange* fd_exchange() { return fds_.get(); }
   Mover& mover() { return mover_; }
 
  private:
@@ -115,10 +118,12 @@ class Endpoint {
                uint64_t send_id, const char* payload);
   // This process's address of a buffer `peer` exported (mapping cache).
   char* map_exported(int peer, const Exported& e, uint64_t bytes);
-  // The Exported form of a device buffer (`loc`: where it lives); false when it cannot
-  // be exported. Handles are kept per (allocation base, buffer id): exporting costs three
-  // driver calls (two pointer queries and the handle), a few microseconds per message.
-  bool try_export(const void* p, const MemLoc& loc, Exported* e);
+  // The Exported form of the device buffer [p, p + bytes) for rank `dst` (`loc`: where it
+  // lives); false when it cannot be exported (no handle for that memory, or the buffer spans
+  // two VMM allocations): the data then streams. Handles are kept per (allocation base,
+  // buffer id): exporting costs three driver calls (two pointer queries and the handle), a
+  // few microseconds per message. Fd kinds have their descriptor offered to `dst` here.
+  bool try_export(const void* p, uint64_t bytes, const MemLoc& loc, int dst, Exported* e);
   // Device data of eager messages and stream fragments passes through one pinned host
   // buffer (copies to pageable memory take the driver's slower, staged path). One user
   // at a time: these copies finish before the call returns, under the mutex.
@@ -136,6 +141,7 @@ class Endpoint {
   ipc::Channel& ch_;
   Backend* backend_;
   Mover mover_;
+  std::unique_ptr<ipc::FdExchange> fds_;  // before cache_: the cache's mappings close first
   std::unique_ptr<ipc::HandleCache> cache_;
   mutable std::recursive_mutex mu_;
   uint64_t next_id_ = 1;

@@ -344,6 +344,121 @@ TEST_F(Cuda, IpcAcrossProcesses) {
   be->free_device(d);
 }
 
+// Each allocator kind exports as it should: cudaMalloc by cudaIpc handle, VMM and pool memory
+// by file descriptor, the default pool not at all; a pool allocation freed and made again at
+// the same address has a new buffer id (the mapping cache's stale check relies on it).
+TEST_F(Cuda, AllocatorKindsExportAsTheyShould) {
+  GS_REQUIRE_GPU(1);
+  const size_t bytes = 6 << 20;
+  using DA = Backend::DeviceAlloc;
+  using K = Backend::IpcKind;
+  void* plain = be->alloc_device_as(0, bytes, DA::Plain);
+  void* vmm = be->alloc_device_as(0, bytes, DA::VmmFd);
+  void* pool = be->alloc_device_as(0, bytes, DA::PoolFd);
+  void* async = be->alloc_device_as(0, bytes, DA::NotShareable);
+  EXPECT_EQ(be->ipc_export(plain).kind, K::Legacy);
+  Backend::IpcMemHandle hv = be->ipc_export(static_cast<char*>(vmm) + 4096);
+  EXPECT_EQ(hv.kind, K::VmmFd);
+  EXPECT_EQ(hv.base, reinterpret_cast<uintptr_t>(vmm));
+  EXPECT_GE(hv.size, bytes);
+  EXPECT_NE(hv.buffer_id, 0u);
+  Backend::IpcMemHandle hp = be->ipc_export(pool);
+  EXPECT_EQ(hp.kind, K::PoolFd);
+  EXPECT_EQ(hp.base, reinterpret_cast<uintptr_t>(pool));
+  EXPECT_GE(hp.size, bytes);
+  EXPECT_EQ(status_of([&] { be->ipc_export(async); }), GPUSTRIPE_ERR_NOT_SUPPORTED);
+  for (const auto* h : {&hv, &hp}) {
+    int fd = be->ipc_export_fd(*h);
+    EXPECT_GE(fd, 0);
+    if (fd >= 0) close(fd);
+  }
+  uint64_t pool_id = be->pointer_info(pool).buffer_id;
+  be->free_device(pool);
+  void* pool2 = be->alloc_device_as(0, bytes, DA::PoolFd);
+  std::printf("pool reallocation at the same address: %s\n", pool2 == pool ? "yes" : "no");
+  EXPECT_NE(be->pointer_info(pool2).buffer_id, pool_id);
+  if (pool2 == pool) EXPECT_EQ(status_of([&] { close(be->ipc_export_fd(hp)); }), GPUSTRIPE_SUCCESS);  // same pool
+  for (void* p : {plain, vmm, pool2, async}) be->free_device(p);
+  EXPECT_EQ(status_of([&] { be->ipc_export_fd(hv); }), GPUSTRIPE_ERR_INVALID_POINTER);  // freed: no descriptor
+}
+
+// VMM and pool memory opened in a second process with the descriptor it inherits (the p2p
+// layer passes it over a Unix socket instead; tests/cpp/test_ipc_fd.cpp, tests/mpi/mpi_ipc_kinds.c).
+void fd_kind_across_processes(Backend& be, Backend::DeviceAlloc how, const char* word) {
+  const size_t bytes = 8 << 20;
+  int dev = be.device_count() - 1;
+  int peer_dev = 0;
+  StreamHandle s = be.create_stream(dev);
+  auto rd = [&](const void* p, int d, size_t n) {
+    std::vector<unsigned char> out(n);
+    StreamHandle st = be.create_stream(d);
+    be.copy_async(out.data(), kHostDevice, p, d, n, st);
+    be.synchronize_stream(st);
+    be.destroy_stream(st);
+    return out;
+  };
+  auto wr = [&](void* p, int d, const std::vector<unsigned char>& v) {
+    StreamHandle st = be.create_stream(d);
+    be.copy_async(p, d, v.data(), kHostDevice, v.size(), st);
+    be.synchronize_stream(st);
+    be.destroy_stream(st);
+  };
+  if (const char* child = std::getenv("GS_TEST_IPC_FD_HANDLE")) {
+    Backend::IpcMemHandle h;
+    unhex(child, &h, sizeof h);
+    ASSERT_TRUE(be.ipc_open_needs_fd(h));
+    char* p = static_cast<char*>(be.ipc_open(h, 100));
+    close(100);
+    EXPECT_EQ(rd(p, h.device, bytes), random_bytes(bytes, 41));
+    // A copy into the mapping from another GPU of this process (peer access to the owner).
+    void* mine = be.alloc_device(peer_dev, bytes);
+    wr(mine, peer_dev, random_bytes(bytes, 42));
+    StreamHandle ps = be.create_stream(peer_dev);
+    be.copy_async(p, h.device, mine, peer_dev, bytes, ps);
+    be.synchronize_stream(ps);
+    be.destroy_stream(ps);
+    be.free_device(mine);
+    be.ipc_close(p);
+    return;
+  }
+  void* d = be.alloc_device_as(dev, bytes, how);
+  wr(d, dev, random_bytes(bytes, 41));
+  Backend::IpcMemHandle h = be.ipc_export(d);
+  int fd = be.ipc_export_fd(h);
+  ASSERT_GE(fd, 0);
+  std::string env = "GS_TEST_IPC_FD_HANDLE=" + hex(&h, sizeof h);
+  std::vector<char*> envp;
+  for (char** e = environ; *e; ++e) envp.push_back(*e);
+  envp.push_back(env.data());
+  envp.push_back(nullptr);
+  std::string filter = std::string("--gtest_filter=Cuda.") + word;
+  char exe[] = "/proc/self/exe";
+  char* argv[] = {exe, filter.data(), nullptr};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fd, 100);  // the descriptor, at a number the child knows
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv, envp.data()), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fd);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child process failed (its output is above)";
+  EXPECT_EQ(rd(d, dev, bytes), random_bytes(bytes, 42));
+  be.destroy_stream(s);
+  be.free_device(d);
+}
+
+TEST_F(Cuda, VmmIpcAcrossProcesses) {
+  GS_REQUIRE_GPU(1);
+  fd_kind_across_processes(*be, Backend::DeviceAlloc::VmmFd, "VmmIpcAcrossProcesses");
+}
+
+TEST_F(Cuda, PoolIpcAcrossProcesses) {
+  GS_REQUIRE_GPU(1);
+  fd_kind_across_processes(*be, Backend::DeviceAlloc::PoolFd, "PoolIpcAcrossProcesses");
+}
+
 TEST(CudaFactory, AutoPicksCudaWhenAGpuIsVisible) {
   GS_REQUIRE_GPU(1);
   ScopedEnv env("GPUSTRIPE_BACKEND", nullptr);

@@ -294,5 +294,36 @@ TEST(CollGpu, LargeMessageSchedules) {
   }
 }
 
+// Round-major copy-engine reductions (GPUSTRIPE_COLL_RS_ORDER=rounds) on the GPUs: whole-block
+// rounds folded in by kernels behind flags, the last round in halving pieces (a small tail so
+// that test sizes get several), in place or not, blocking and replayed on streams; reduce-scatter,
+// allreduce (pieces gathered by copy engines) and reduce.
+TEST(CollGpu, RoundMajorReductions) {
+  GS_REQUIRE_GPU(2);
+  ScopedEnv order("GPUSTRIPE_COLL_RS_ORDER", "rounds");
+  ScopedEnv tail("GPUSTRIPE_COLL_RS_TAIL", "64K");
+  GpuNode node;
+  for (int n : {2, std::min(4, cuda_device_count())}) {
+    auto comm = node.comm(n);
+    uint64_t seed = 31;
+    for (const char* algo : {"rs_copy", "rs_ag_copy", "reduce_copy"}) {
+      ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
+      const CollOp op = std::string(algo) == "rs_copy"      ? CollOp::ReduceScatter
+                        : std::string(algo) == "rs_ag_copy" ? CollOp::AllReduce
+                                                            : CollOp::Reduce;
+      // Kept short (the GPU suite's long tests take ~100 s each): bfloat16 on reduce-scatter only.
+      for (DataType dt : op == CollOp::ReduceScatter ? std::vector<DataType>{GPUSTRIPE_FLOAT32, GPUSTRIPE_BFLOAT16}
+                                                     : std::vector<DataType>{GPUSTRIPE_FLOAT32})
+        for (bool in_place : {false, true})
+          for (bool async : {false, true}) {
+            const size_t count = (size_t(2) << 20) / 4 + 3;  // several pieces of the last round
+            Case c{op, dt, GPUSTRIPE_SUM, count, in_place, 1 % n, async, async ? 3 : 1};
+            ASSERT_EQ(run_case(*comm, c, seed++), 0u) << algo << " n=" << n << " " << comm->last_schedule();
+            EXPECT_NE(comm->last_schedule().find("by_round"), std::string::npos) << comm->last_schedule();
+          }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace coll_test

@@ -3,7 +3,8 @@
 // open the node's channel. The interposer's figures (mpi_bench with
 // libgpustripe_mpi.so, method mpi_gpustripe) are compared against these (method
 // gpustripe). Run WITHOUT the interposer preloaded. Buffers come from the gpustripe
-// context's backend: real GPUs, or emulated ones where there is none.
+// context's backend: real GPUs, or emulated ones where there is none; --alloc picks the
+// allocator (Backend::alloc_device_as: VMM, POSIX-fd pool, default pool).
 #include <mpi.h>
 
 #include <cstdio>
@@ -26,7 +27,8 @@ class NativeTransport {
 
   void prepare(int slots, size_t n) {
     bufs_.make(o_, slots, n, [this](size_t b) {
-      return static_cast<char*>(o_.device ? ctx_.backend().alloc_device(dev_, b) : std::malloc(b));
+      return static_cast<char*>(o_.device ? ctx_.backend().alloc_device_as(dev_, b, gpustripe::parse_device_alloc(o_.alloc))
+                                          : std::malloc(b));
     });
   }
   void release() {

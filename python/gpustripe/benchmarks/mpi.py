@@ -45,6 +45,11 @@ def add_arguments(p):
     p.add_argument("--bibw-window", type=int, default=64, help="window of the bidirectional runs (default 64)")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
     p.add_argument("--iters", type=int, default=0, help="timed iterations per size (0: by size)")
+    p.add_argument("--alloc", default="plain", choices=["plain", "vmm", "pool", "async"],
+                   help="allocator of the device buffers of mpi_gpustripe, mpi_host_staged and gpustripe: plain "
+                        "(cudaMalloc), vmm (cuMemCreate, POSIX-fd handles), pool (cudaMallocAsync pool with POSIX-fd "
+                        "handles), async (the default pool: no IPC handle); results file mpi-np*-w*-<alloc> "
+                        "unless plain")
     p.add_argument("--timeout", type=int, default=900, help="seconds one mpirun may take")
     p.add_argument("--build", default=os.environ.get("GPUSTRIPE_BUILD_DIR", "build/dev"),
                    help="build directory holding bench/mpi/ and src/mpi/ (default $GPUSTRIPE_BUILD_DIR or build/dev)")
@@ -214,6 +219,8 @@ def run(args) -> int:
 
     def client(method: str, n: int) -> list[str] | None:
         common = sweeps(method) + (["--iters", str(iters)] if iters else [])
+        if args.alloc != "plain" and method in ("mpi_gpustripe", "mpi_host_staged", "gpustripe"):
+            common += ["--alloc", args.alloc]
         if method == "mpi_gpustripe":
             return _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [paths["mpi_bench"], *common, *mem,
                                                                             "--method", method]
@@ -271,7 +278,10 @@ def run(args) -> int:
                          "without_interposer": [u for u in unaware if u["ranks"] == n], "methods_absent": absent}
                 if stopped:
                     extra["stopped_before"] = [m for m in methods if m not in done]
-                path = results.write(f"mpi-np{n}-w{w}", device, gpus, rows, out_dir=args.out, extra=extra,
+                what = f"mpi-np{n}-w{w}" + ("" if args.alloc == "plain" else f"-{args.alloc}")
+                if args.alloc != "plain":
+                    extra["alloc"] = args.alloc
+                path = results.write(what, device, gpus, rows, out_dir=args.out, extra=extra,
                                      command=" ".join(["gpustripe", "bench", "mpi", *sys.argv[3:]]))
                 written.append(path)
                 print(f"wrote {path} and its plot")

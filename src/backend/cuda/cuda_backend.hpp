@@ -7,9 +7,14 @@
 //            each; GPUSTRIPE_CUDA_CHECK_POINTERS=no skips it where the caller has
 //            checked), so a wrong pointer is ERR_INVALID_POINTER and nothing is written
 //   graphs   thread-local stream capture, instantiate, launch
-//   ipc      cudaIpc handles of the allocation base; open caches nothing (the ipc layer does)
+//   ipc      cudaIpc handles of the allocation base (cudaMalloc memory); VMM memory with
+//            POSIX-fd handles: the allocation's descriptor, imported and mapped for every
+//            GPU that can reach it; pool memory: the pool's descriptor (imported once per
+//            exporter and pool) and the pointer's export data (cuda_ipc.cpp). Open caches
+//            nothing beyond imported pools (the ipc layer caches mappings).
 // Each call makes the owning device current and restores the caller's afterwards.
 #pragma once
+#include <map>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -52,8 +57,11 @@ class CudaBackend final : public Backend {
                              StreamHandle s) override;
   void memset_async(void* dst, int dev, int value, size_t bytes, StreamHandle s) override;
 
+  void* alloc_device_as(int dev, size_t bytes, DeviceAlloc how) override;
   IpcMemHandle ipc_export(const void* p) override;
-  void* ipc_open(const IpcMemHandle& h) override;
+  int ipc_export_fd(const IpcMemHandle& h) override;
+  bool ipc_open_needs_fd(const IpcMemHandle& h) override;
+  void* ipc_open(const IpcMemHandle& h, int fd = -1) override;
   void ipc_close(void* base) override;
 
   bool supports_graphs() const override { return true; }
@@ -69,11 +77,31 @@ class CudaBackend final : public Backend {
   int stream_device(StreamHandle s, const char* call) const;
   void enqueue_copy(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s);
 
+  // VMM memory mapped here: made by alloc_device_as (freed by free_device) or imported by
+  // ipc_open (closed by ipc_close). `handle` is the CUmemGenericAllocationHandle.
+  struct VmmMapping {
+    size_t size = 0;
+    unsigned long long handle = 0;
+    int device = -1;
+    bool imported = false;
+  };
+  void* vmm_map(int dev, size_t size, unsigned long long handle, bool imported);
+  void vmm_unmap(uintptr_t va, const VmmMapping& m);
+  // Grants every GPU that can reach `owner` access to [va, va + size) (VMM mappings).
+  void vmm_grant_access(uintptr_t va, size_t size, int owner);
+  void* fd_pool(int dev);  // this device's pool with POSIX-fd handles (alloc_device_as PoolFd)
+  bool pool_exportable(void* pool, int dev);  // whether a pool exports to POSIX fds (asked once)
+
   const bool check_pointers_;  // GPUSTRIPE_CUDA_CHECK_POINTERS
   int device_count_ = 0;
   mutable std::mutex mu_;
   std::set<std::pair<int, int>> peers_enabled_;
   std::unordered_map<StreamHandle, int> own_streams_;  // streams create_stream made, and their device
+  std::map<uintptr_t, VmmMapping> vmm_;                 // by mapped address
+  std::map<std::pair<int32_t, uint64_t>, void*> imported_pools_;  // (exporter pid, its pool) -> cudaMemPool_t
+  std::set<uintptr_t> pool_imports_;                    // pointers ipc_open imported from pools
+  std::map<int, void*> fd_pools_;                       // device -> its POSIX-fd pool
+  std::map<void*, bool> pool_exportable_;               // pool -> exports to POSIX fds
 };
 
 }  // namespace gpustripe

@@ -1,4 +1,4 @@
-// Memory, pointer attributes and IPC of the CUDA backend.
+// Memory and pointer attributes of the CUDA backend (IPC and the other allocators: cuda_ipc.cpp).
 #include <cstring>
 
 #include "backend/cuda/cuda_backend.hpp"
@@ -6,8 +6,6 @@
 #include "backend/cuda/driver_api.hpp"
 
 namespace gpustripe {
-
-static_assert(sizeof(cudaIpcMemHandle_t) <= Backend::kIpcHandleBytes, "a cudaIpcMemHandle_t must fit the handle");
 
 void* CudaBackend::alloc_device(int dev, size_t bytes) {
   check_device("alloc_device", "dev", dev);
@@ -21,6 +19,19 @@ void* CudaBackend::alloc_device(int dev, size_t bytes) {
 
 void CudaBackend::free_device(void* p) {
   if (p == nullptr) return;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto it = vmm_.find(reinterpret_cast<uintptr_t>(p));
+    if (it != vmm_.end()) {
+      GS_REQUIRE(!it->second.imported, GPUSTRIPE_ERR_INVALID_POINTER,
+                 "free_device: %p was mapped by ipc_open; release it with ipc_close", p);
+      VmmMapping m = it->second;
+      vmm_.erase(it);
+      lock.unlock();
+      vmm_unmap(reinterpret_cast<uintptr_t>(p), m);
+      return;
+    }
+  }
   PointerInfo i = pointer_info(p);
   GS_REQUIRE(i.kind == MemoryKind::Device, GPUSTRIPE_ERR_INVALID_POINTER, "free_device: %p is not device memory", p);
   GS_REQUIRE(i.base == 0 || i.base == reinterpret_cast<uintptr_t>(p), GPUSTRIPE_ERR_INVALID_POINTER,
@@ -59,43 +70,6 @@ PointerInfo CudaBackend::pointer_info(const void* p) {
   out.size = a.size;
   out.buffer_id = a.buffer_id;
   return out;
-}
-
-Backend::IpcMemHandle CudaBackend::ipc_export(const void* p) {
-  PointerInfo i = pointer_info(p);
-  GS_REQUIRE(i.kind == MemoryKind::Device && i.base != 0, GPUSTRIPE_ERR_INVALID_POINTER,
-             "ipc_export: %p is not device memory of a cudaMalloc allocation", p);
-  DeviceGuard guard(i.device);
-  cudaIpcMemHandle_t ch;
-  GS_CUDA(cudaIpcGetMemHandle(&ch, reinterpret_cast<void*>(i.base)), i.device);
-  IpcMemHandle h;
-  std::memcpy(h.bytes, &ch, sizeof ch);
-  h.device = i.device;
-  h.size = i.size;
-  h.buffer_id = i.buffer_id;
-  return h;
-}
-
-void* CudaBackend::ipc_open(const IpcMemHandle& h) {
-  check_device("ipc_open", "the handle's device", h.device);
-  cudaIpcMemHandle_t ch;
-  std::memcpy(&ch, h.bytes, sizeof ch);
-  DeviceGuard guard(h.device);
-  void* p = nullptr;
-  GS_CUDA(cudaIpcOpenMemHandle(&p, ch, cudaIpcMemLazyEnablePeerAccess), h.device);
-  return p;
-}
-
-void CudaBackend::ipc_close(void* base) {
-  GS_REQUIRE(base != nullptr, GPUSTRIPE_ERR_INVALID_POINTER, "ipc_close: NULL");
-  PointerInfo i = pointer_info(base);
-  int dev = i.kind == MemoryKind::Device ? i.device : -1;
-  if (dev >= 0) {
-    DeviceGuard guard(dev);
-    GS_CUDA(cudaIpcCloseMemHandle(base), dev);
-  } else {
-    GS_CUDA(cudaIpcCloseMemHandle(base), -1);
-  }
 }
 
 }  // namespace gpustripe

@@ -1,6 +1,8 @@
 // Streams, events and copies of the emulated backend (memory: emulated_memory.cpp).
 #include "backend/emulated/emulated_backend.hpp"
 
+#include <unistd.h>
+
 #include "backend/emulated/shm_segment.hpp"
 #include "backend/pointer_check.hpp"
 #include "common/log.hpp"
@@ -32,6 +34,8 @@ EmulatedBackend::~EmulatedBackend() {
   streams_.clear();
   events_.clear();
   for (const Allocation& a : table_.take_all()) release(a);
+  for (auto& kv : pools_) close(kv.second.fd);
+  for (auto& kv : imported_pools_) close(kv.second);
 }
 
 void EmulatedBackend::check_device(const char* call, const char* what, int dev) const {

@@ -2,7 +2,11 @@
 // everything above the backend interface runs (and is tested) without a GPU.
 //   memory   each device allocation is its own POSIX shared-memory segment
 //            (shm_segment.hpp), recorded in a pointer table with its device and
-//            buffer id; IPC handles name the segment.
+//            buffer id; IPC handles name the segment. alloc_device_as VmmFd memory is a
+//            memfd per allocation (VmmFd handles), PoolFd memory a range of the device's
+//            pool memfd (PoolFd handles: the pool's descriptor once per importer, then
+//            offsets), NotShareable memory private (no handle): the kinds the CUDA backend
+//            meets in programs.
 //   streams  worker threads with in-order queues; events mark queue positions
 //            (emu_stream.hpp); copies are memmove on the stream's worker.
 //   checks   every pointer handed to a copy is checked against the table and the
@@ -11,6 +15,7 @@
 // Any thread may enqueue on any stream. Streams have no default (null) stream.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -57,8 +62,11 @@ class EmulatedBackend final : public Backend {
   void copy_async(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s) override;
   void memset_async(void* dst, int dev, int value, size_t bytes, StreamHandle s) override;
 
+  void* alloc_device_as(int dev, size_t bytes, DeviceAlloc how) override;
   IpcMemHandle ipc_export(const void* p) override;
-  void* ipc_open(const IpcMemHandle& h) override;
+  int ipc_export_fd(const IpcMemHandle& h) override;
+  bool ipc_open_needs_fd(const IpcMemHandle& h) override;
+  void* ipc_open(const IpcMemHandle& h, int fd = -1) override;
   void ipc_close(void* base) override;
 
   const InjectedDelay& delay() const { return delay_; }
@@ -92,6 +100,15 @@ class EmulatedBackend final : public Backend {
   std::vector<uint64_t> memory_used_;
   std::set<std::pair<int, int>> peers_enabled_;
   std::unordered_map<std::string, void*> imported_;  // segment name -> local base
+  // Emulated cudaMallocAsync pools with POSIX-fd handles: one growing memfd per device, freed
+  // ranges reused for the same size (as a pool hands an address back).
+  struct Pool {
+    int fd = -1;
+    uint64_t length = 0;
+    std::multimap<size_t, uint64_t> free;  // size -> offset
+  };
+  std::map<int, Pool> pools_;                                     // by device
+  std::map<std::pair<int32_t, uint64_t>, int> imported_pools_;   // (exporter pid, pool) -> its memfd
 };
 
 }  // namespace gpustripe::emu

@@ -1,7 +1,12 @@
 // Memory of the emulated backend: device allocations in shared-memory segments,
-// pinned host memory, the pointer table behind pointer_info, and IPC by segment name.
+// pinned host memory, the pointer table behind pointer_info, and IPC by segment name
+// (Legacy handles) or by file descriptor (memfd memory: the emulated VMM, VmmFd handles).
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -28,10 +33,13 @@ void EmulatedBackend::release(const Allocation& a) noexcept {
     return;
   }
   unmap_segment(reinterpret_cast<void*>(a.base), a.size);
-  if (!a.imported) unlink_segment(a.segment);
+  if (a.fd >= 0) close(a.fd);
+  if (!a.imported && !a.vmm && !a.unshared && a.pool_offset < 0) unlink_segment(a.segment);
 }
 
-void* EmulatedBackend::alloc_device(int dev, size_t bytes) {
+void* EmulatedBackend::alloc_device(int dev, size_t bytes) { return alloc_device_as(dev, bytes, DeviceAlloc::Plain); }
+
+void* EmulatedBackend::alloc_device_as(int dev, size_t bytes, DeviceAlloc how) {
   check_device("alloc_device", "dev", dev);
   GS_REQUIRE(bytes > 0, GPUSTRIPE_ERR_INVALID_SIZE, "alloc_device: 0 bytes on GPU %d", dev);
   {
@@ -46,9 +54,45 @@ void* EmulatedBackend::alloc_device(int dev, size_t bytes) {
   a.size = bytes;
   a.kind = MemoryKind::Device;
   a.device = dev;
-  a.segment = new_segment_name();
   try {
-    a.base = reinterpret_cast<uintptr_t>(create_segment(a.segment, bytes, dev));
+    switch (how) {
+      case DeviceAlloc::Plain:
+        a.segment = new_segment_name();
+        a.base = reinterpret_cast<uintptr_t>(create_segment(a.segment, bytes, dev));
+        break;
+      case DeviceAlloc::VmmFd:
+        a.vmm = true;
+        a.base = reinterpret_cast<uintptr_t>(create_memfd(bytes, dev, &a.fd));
+        break;
+      case DeviceAlloc::PoolFd: {
+        std::lock_guard<std::mutex> lock(mu_);
+        Pool& pool = pools_[dev];
+        if (pool.fd < 0) {
+          pool.fd = memfd_create("gpustripe-emu-pool", MFD_CLOEXEC);
+          GS_REQUIRE(pool.fd >= 0, GPUSTRIPE_ERR_NO_MEMORY, "emulated GPU %d: memfd_create: %s", dev, strerror(errno));
+        }
+        const size_t len = (bytes + kPinnedAlign - 1) / kPinnedAlign * kPinnedAlign;
+        auto it = pool.free.find(len);
+        uint64_t off;
+        if (it != pool.free.end()) {
+          off = it->second;
+          pool.free.erase(it);
+        } else {
+          off = pool.length;
+          int rc = posix_fallocate(pool.fd, static_cast<off_t>(off), static_cast<off_t>(len));
+          GS_REQUIRE(rc == 0, GPUSTRIPE_ERR_NO_MEMORY, "emulated GPU %d: pool of %llu bytes cannot grow by %zu: %s", dev,
+                     static_cast<unsigned long long>(off), len, strerror(rc));
+          pool.length += len;
+        }
+        a.pool_offset = static_cast<int64_t>(off);
+        a.base = reinterpret_cast<uintptr_t>(map_memfd_range(pool.fd, off, bytes));
+        break;
+      }
+      case DeviceAlloc::NotShareable:
+        a.unshared = true;
+        a.base = reinterpret_cast<uintptr_t>(create_private(bytes, dev));
+        break;
+    }
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     memory_used_[dev] -= bytes;
@@ -79,6 +123,9 @@ void EmulatedBackend::free_device(void* p) {
   release(*a);
   std::lock_guard<std::mutex> lock(mu_);
   memory_used_[a->device] -= a->size;
+  if (a->pool_offset >= 0)
+    pools_[a->device].free.emplace((a->size + kPinnedAlign - 1) / kPinnedAlign * kPinnedAlign,
+                                   static_cast<uint64_t>(a->pool_offset));
 }
 
 void* EmulatedBackend::alloc_pinned(size_t bytes) {
@@ -112,22 +159,63 @@ PointerInfo EmulatedBackend::pointer_info(const void* p) {
 
 Backend::IpcMemHandle EmulatedBackend::ipc_export(const void* p) {
   std::optional<Allocation> a = table_.find(p);
-  GS_REQUIRE(a && a->kind == MemoryKind::Device, GPUSTRIPE_ERR_INVALID_POINTER,
-             "ipc_export: %p is not emulated device memory", p);
+  GS_REQUIRE(a && a->kind == MemoryKind::Device && !a->imported, GPUSTRIPE_ERR_INVALID_POINTER,
+             "ipc_export: %p is not emulated device memory of this process", p);
+  GS_REQUIRE(!a->unshared, GPUSTRIPE_ERR_NOT_SUPPORTED,
+             "ipc_export: %p is private memory (the emulated default pool): no IPC handle", p);
   GS_REQUIRE(a->segment.size() <= kIpcNameMax, GPUSTRIPE_ERR_INTERNAL, "ipc_export: segment name %s too long",
              a->segment.c_str());
   IpcMemHandle h;
   std::memcpy(h.bytes, kIpcMagic, sizeof kIpcMagic);
   int32_t pid = static_cast<int32_t>(getpid());
   std::memcpy(h.bytes + kIpcPidOffset, &pid, sizeof pid);
-  std::memcpy(h.bytes + kIpcNameOffset, a->segment.c_str(), a->segment.size() + 1);
+  if (a->vmm) {
+    h.kind = IpcKind::VmmFd;
+    h.share_id = a->buffer_id;
+  } else if (a->pool_offset >= 0) {
+    h.kind = IpcKind::PoolFd;
+    h.share_id = static_cast<uint64_t>(a->device) + 1;  // the device's pool
+    std::memcpy(h.bytes + kIpcNameOffset, &a->pool_offset, sizeof a->pool_offset);
+  } else {
+    std::memcpy(h.bytes + kIpcNameOffset, a->segment.c_str(), a->segment.size() + 1);
+  }
   h.device = a->device;
+  h.base = a->base;
   h.size = a->size;
   h.buffer_id = a->buffer_id;
   return h;
 }
 
-void* EmulatedBackend::ipc_open(const IpcMemHandle& h) {
+int EmulatedBackend::ipc_export_fd(const IpcMemHandle& h) {
+  GS_REQUIRE(h.kind != IpcKind::Legacy, GPUSTRIPE_ERR_INVALID_ARGUMENT, "ipc_export_fd: a %s handle has no descriptor",
+             ipc_kind_name(h.kind));
+  if (h.kind == IpcKind::PoolFd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pools_.find(static_cast<int>(h.share_id) - 1);
+    GS_REQUIRE(it != pools_.end(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "ipc_export_fd: no pool %llu here",
+               static_cast<unsigned long long>(h.share_id));
+    int fd = dup(it->second.fd);
+    GS_REQUIRE(fd >= 0, GPUSTRIPE_ERR_IO, "ipc_export_fd: dup: %s", strerror(errno));
+    return fd;
+  }
+  std::optional<Allocation> a = table_.find_base(reinterpret_cast<const void*>(h.base));
+  GS_REQUIRE(a && a->vmm && !a->imported && a->buffer_id == h.buffer_id, GPUSTRIPE_ERR_INVALID_POINTER,
+             "ipc_export_fd: buffer %llu at 0x%llx is gone (freed since it was exported)",
+             static_cast<unsigned long long>(h.buffer_id), static_cast<unsigned long long>(h.base));
+  int fd = dup(a->fd);
+  GS_REQUIRE(fd >= 0, GPUSTRIPE_ERR_IO, "ipc_export_fd: dup: %s", strerror(errno));
+  return fd;
+}
+
+bool EmulatedBackend::ipc_open_needs_fd(const IpcMemHandle& h) {
+  if (h.kind != IpcKind::PoolFd) return h.kind == IpcKind::VmmFd;
+  int32_t pid;
+  std::memcpy(&pid, h.bytes + kIpcPidOffset, sizeof pid);
+  std::lock_guard<std::mutex> lock(mu_);
+  return imported_pools_.count({pid, h.share_id}) == 0;
+}
+
+void* EmulatedBackend::ipc_open(const IpcMemHandle& h, int fd) {
   GS_REQUIRE(std::memcmp(h.bytes, kIpcMagic, sizeof kIpcMagic) == 0, GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "ipc_open: not a handle of emulated memory (made by another backend?)");
   check_device("ipc_open", "the handle's device", h.device);
@@ -138,8 +226,16 @@ void* EmulatedBackend::ipc_open(const IpcMemHandle& h) {
   // keeps code that passes CI from failing on GPUs.
   GS_REQUIRE(pid != static_cast<int32_t>(getpid()), GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "ipc_open: the handle was exported by this process (CUDA cannot open its own IPC handles)");
+  const bool vmm = h.kind == IpcKind::VmmFd, pool = h.kind == IpcKind::PoolFd;
+  int64_t pool_offset = -1;
+  if (pool) std::memcpy(&pool_offset, h.bytes + kIpcNameOffset, sizeof pool_offset);
   char name[kIpcNameMax + 1] = {};
-  std::memcpy(name, h.bytes + kIpcNameOffset, kIpcNameMax);
+  if (vmm) std::snprintf(name, sizeof name, "memfd:%d:%llu", static_cast<int>(pid), static_cast<unsigned long long>(h.share_id));
+  else if (pool)
+    std::snprintf(name, sizeof name, "pool:%d:%llu:%lld:%llu", static_cast<int>(pid),
+                  static_cast<unsigned long long>(h.share_id), static_cast<long long>(pool_offset),
+                  static_cast<unsigned long long>(h.buffer_id));
+  else std::memcpy(name, h.bytes + kIpcNameOffset, kIpcNameMax);
 
   std::lock_guard<std::mutex> lock(mu_);
   auto it = imported_.find(name);
@@ -147,13 +243,30 @@ void* EmulatedBackend::ipc_open(const IpcMemHandle& h) {
     table_.add_open(it->second, +1);
     return it->second;
   }
+  GS_REQUIRE(!vmm || fd >= 0, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "ipc_open: a vmm-fd handle (buffer %llu of pid %d) needs the exporter's file descriptor",
+             static_cast<unsigned long long>(h.buffer_id), static_cast<int>(pid));
+  if (pool) {  // the pool's descriptor the first time, kept (as the CUDA backend keeps imported pools)
+    auto ip = imported_pools_.find({pid, h.share_id});
+    if (ip == imported_pools_.end()) {
+      GS_REQUIRE(fd >= 0, GPUSTRIPE_ERR_INVALID_ARGUMENT, "ipc_open: the first pool-fd handle of a pool needs its descriptor");
+      int own = dup(fd);
+      GS_REQUIRE(own >= 0, GPUSTRIPE_ERR_IO, "ipc_open: dup: %s", strerror(errno));
+      ip = imported_pools_.emplace(std::make_pair(pid, h.share_id), own).first;
+    }
+    fd = ip->second;
+  }
   Allocation a;
-  a.base = reinterpret_cast<uintptr_t>(open_segment(name, h.size));
+  a.base = reinterpret_cast<uintptr_t>(pool  ? map_memfd_range(fd, static_cast<uint64_t>(pool_offset), h.size)
+                                       : vmm ? map_memfd(fd, h.size)
+                                             : open_segment(name, h.size));
+  a.pool_offset = pool_offset;
   a.size = h.size;
   a.kind = MemoryKind::Device;
   a.device = h.device;
   a.buffer_id = h.buffer_id;
-  a.segment = name;
+  a.segment = name;  // the key of imported_ (ipc_close), for memfd memory too
+  a.vmm = vmm;
   a.imported = true;
   a.open_count = 1;
   table_.insert(a);

@@ -19,7 +19,11 @@ struct Allocation {
   MemoryKind kind = MemoryKind::Unknown;
   int device = kHostDevice;
   uint64_t buffer_id = 0;
-  std::string segment;  // shared-memory segment name (device memory)
+  std::string segment;  // shared-memory segment name (device memory of alloc_device)
+  int fd = -1;          // memfd of VMM-like device memory this process made (alloc_device_as VmmFd)
+  bool vmm = false;     // memfd memory (made here, or imported by ipc_open with a descriptor)
+  bool unshared = false;  // private memory: no IPC handle (alloc_device_as NotShareable)
+  int64_t pool_offset = -1;  // pool memory (alloc_device_as PoolFd, or imported): offset in the pool's memfd
   bool imported = false;  // mapped by ipc_open, released by ipc_close
   int open_count = 0;     // ipc_open calls not yet closed (imported only)
 

@@ -3,6 +3,7 @@
 // (the emulated IPC handles carry the name), like cudaIpc handles name a cudaMalloc.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace gpustripe::emu {
@@ -22,6 +23,17 @@ void* create_segment(const std::string& name, size_t bytes, int device);
 // (its owner freed it) or is smaller than `bytes`.
 void* open_segment(const std::string& name, size_t bytes);
 void unmap_segment(void* base, size_t bytes) noexcept;
+
+// Memory without a name, shared by file descriptor: the emulated VMM (cuMemCreate with
+// POSIX-fd handles). Creates a memfd of `bytes` (reserved up front, as segments are),
+// maps it and returns the mapping; *fd keeps the descriptor (the exporter's, for ipc_export_fd).
+void* create_memfd(size_t bytes, int device, int* fd);
+// Maps `bytes` of a memfd another process created (ERR_INVALID_ARGUMENT when it is smaller).
+void* map_memfd(int fd, size_t bytes);
+// Maps `bytes` at `offset` (page aligned) of a memfd: the emulated pools' allocations.
+void* map_memfd_range(int fd, uint64_t offset, size_t bytes);
+// Memory no other process can map: the emulated default pool (cudaMallocAsync without handles).
+void* create_private(size_t bytes, int device);
 void unlink_segment(const std::string& name) noexcept;
 
 }  // namespace gpustripe::emu

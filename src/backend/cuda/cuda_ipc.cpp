@@ -1,0 +1,426 @@
+// IPC of the CUDA backend, for each kind of device memory programs bring:
+//   cudaMalloc                  cudaIpcGetMemHandle / cudaIpcOpenMemHandle (Legacy handles)
+//   cuMemCreate, POSIX-fd types cuMemRetainAllocationHandle -> cuMemExportToShareableHandle (fd);
+//                               the importer: cuMemImportFromShareableHandle, cuMemAddressReserve,
+//                               cuMemMap, cuMemSetAccess (VmmFd handles)
+//   pool with POSIX-fd handles  cudaMemPoolExportToShareableHandle (fd, once per importer and
+//                               pool) + cudaMemPoolExportPointer (64 bytes in the handle);
+//                               the importer: cudaMemPoolImportFromShareableHandle (kept per
+//                               exporter and pool), cudaMemPoolImportPointer (PoolFd handles)
+//   the default pool, VMM without handle types, fabric-only VMM: no handle (ERR_NOT_SUPPORTED;
+//                               the p2p layer streams such buffers). Fabric handles need an IMEX
+//                               channel, which single-node machines do not run: not used.
+// The VMM calls come through driver entry points (driver_api.hpp), not by linking libcuda.
+#include <cuda.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.hpp"
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/driver_api.hpp"
+#include "common/log.hpp"
+
+namespace gpustripe {
+namespace {
+
+static_assert(sizeof(cudaIpcMemHandle_t) <= Backend::kIpcHandleBytes, "a cudaIpcMemHandle_t must fit the handle");
+
+// Layout of IpcMemHandle::bytes for the fd kinds: magic, exporter pid, pool export data.
+constexpr char kVmmMagic[8] = "gscuvmm";
+constexpr char kPoolMagic[8] = "gscupol";
+constexpr size_t kPidOffset = 8;
+constexpr size_t kPoolDataOffset = 16;
+static_assert(kPoolDataOffset + sizeof(cudaMemPoolPtrExportData) <= Backend::kIpcHandleBytes,
+              "pool export data must fit the handle");
+
+using MemCreateFn = CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long);
+using MemReleaseFn = CUresult (*)(CUmemGenericAllocationHandle);
+using AddressReserveFn = CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
+using AddressFreeFn = CUresult (*)(CUdeviceptr, size_t);
+using MapFn = CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+using UnmapFn = CUresult (*)(CUdeviceptr, size_t);
+using SetAccessFn = CUresult (*)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
+using GranularityFn = CUresult (*)(size_t*, const CUmemAllocationProp*, CUmemAllocationGranularity_flags);
+using RetainFn = CUresult (*)(CUmemGenericAllocationHandle*, void*);
+using ExportFn = CUresult (*)(void*, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long);
+using ImportFn = CUresult (*)(CUmemGenericAllocationHandle*, void*, CUmemAllocationHandleType);
+using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+using PropsFn = CUresult (*)(CUmemAllocationProp*, CUmemGenericAllocationHandle);
+using ErrorNameFn = CUresult (*)(CUresult, const char**);
+
+template <typename Fn>
+Fn fn(void* p) {
+  return reinterpret_cast<Fn>(p);
+}
+
+const DriverVmm& vmm_api(const char* call) {
+  const DriverVmm& v = driver_vmm();
+  GS_REQUIRE(v.complete(), GPUSTRIPE_ERR_NOT_SUPPORTED, "%s: the driver lacks the VMM calls (cuMem*)", call);
+  return v;
+}
+
+[[noreturn]] void throw_driver_error(CUresult r, const char* call, int dev) {
+  static ErrorNameFn name_fn = reinterpret_cast<ErrorNameFn>(driver_entry_point("cuGetErrorName"));
+  const char* name = nullptr;
+  if (name_fn) name_fn(r, &name);
+  GS_THROW(r == CUDA_ERROR_OUT_OF_MEMORY ? GPUSTRIPE_ERR_NO_MEMORY : GPUSTRIPE_ERR_CUDA, "%s on GPU %d: %s (%d)", call,
+           dev, name ? name : "CUDA driver error", static_cast<int>(r));
+}
+
+#define GS_CU(call, dev)                                                     \
+  do {                                                                       \
+    CUresult gs_r_ = (call);                                                 \
+    if (gs_r_ != CUDA_SUCCESS) throw_driver_error(gs_r_, #call, (dev));      \
+  } while (0)
+
+CUmemAllocationProp vmm_prop(int dev) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return prop;
+}
+
+int32_t handle_pid(const Backend::IpcMemHandle& h) {
+  int32_t pid = 0;
+  std::memcpy(&pid, h.bytes + kPidOffset, sizeof pid);
+  return pid;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- VMM mappings
+
+void CudaBackend::vmm_grant_access(uintptr_t va, size_t size, int owner) {
+  const DriverVmm& v = vmm_api("cuMemSetAccess");
+  std::vector<CUmemAccessDesc> acc;
+  for (int d = 0; d < device_count_; ++d) {
+    if (d != owner && !can_access_peer(d, owner)) continue;
+    CUmemAccessDesc a{};
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = d;
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    acc.push_back(a);
+  }
+  GS_CU(fn<SetAccessFn>(v.mem_set_access)(static_cast<CUdeviceptr>(va), size, acc.data(), acc.size()), owner);
+}
+
+void* CudaBackend::vmm_map(int dev, size_t size, unsigned long long handle, bool imported) {
+  const DriverVmm& v = vmm_api("VMM map");
+  CUmemAllocationProp prop = vmm_prop(dev);
+  size_t gran = 0;
+  GS_CU(fn<GranularityFn>(v.mem_get_granularity)(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), dev);
+  CUdeviceptr va = 0;
+  GS_CU(fn<AddressReserveFn>(v.mem_address_reserve)(&va, size, gran, 0, 0), dev);
+  CUresult r = fn<MapFn>(v.mem_map)(va, size, 0, static_cast<CUmemGenericAllocationHandle>(handle), 0);
+  if (r != CUDA_SUCCESS) {
+    fn<AddressFreeFn>(v.mem_address_free)(va, size);
+    throw_driver_error(r, "cuMemMap", dev);
+  }
+  try {
+    vmm_grant_access(static_cast<uintptr_t>(va), size, dev);
+  } catch (...) {
+    fn<UnmapFn>(v.mem_unmap)(va, size);
+    fn<AddressFreeFn>(v.mem_address_free)(va, size);
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  vmm_[static_cast<uintptr_t>(va)] = VmmMapping{size, handle, dev, imported};
+  return reinterpret_cast<void*>(va);
+}
+
+void CudaBackend::vmm_unmap(uintptr_t va, const VmmMapping& m) {
+  const DriverVmm& v = vmm_api("VMM unmap");
+  // As cudaFree does: no copy still in flight may touch the memory (any GPU may have one).
+  for (int d = 0; d < device_count_; ++d) {
+    DeviceGuard guard(d);
+    GS_CUDA(cudaDeviceSynchronize(), d);
+  }
+  CUdeviceptr p = static_cast<CUdeviceptr>(va);
+  GS_CU(fn<UnmapFn>(v.mem_unmap)(p, m.size), m.device);
+  GS_CU(fn<AddressFreeFn>(v.mem_address_free)(p, m.size), m.device);
+  GS_CU(fn<MemReleaseFn>(v.mem_release)(static_cast<CUmemGenericAllocationHandle>(m.handle)), m.device);
+}
+
+void* CudaBackend::fd_pool(int dev) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = fd_pools_.find(dev);
+  if (it != fd_pools_.end()) return it->second;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = dev;
+  cudaMemPool_t pool = nullptr;
+  GS_CUDA(cudaMemPoolCreate(&pool, &props), dev);
+  // Peers' copy engines and kernels in this process may use it too, as with cudaMalloc memory.
+  for (int d = 0; d < device_count_; ++d) {
+    int ok = 0;
+    if (d == dev || cudaDeviceCanAccessPeer(&ok, d, dev) != cudaSuccess || !ok) continue;
+    cudaMemAccessDesc a{};
+    a.location.type = cudaMemLocationTypeDevice;
+    a.location.id = d;
+    a.flags = cudaMemAccessFlagsProtReadWrite;
+    GS_CUDA(cudaMemPoolSetAccess(pool, &a, 1), dev);
+  }
+  fd_pools_[dev] = pool;
+  return pool;
+}
+
+bool CudaBackend::pool_exportable(void* pool, int dev) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pool_exportable_.find(pool);
+    if (it != pool_exportable_.end()) return it->second;
+  }
+  // The pointer attributes may not list a pool's handle types: ask the pool itself, once.
+  int fd = -1;
+  DeviceGuard guard(dev);
+  cudaError_t err = cudaMemPoolExportToShareableHandle(&fd, static_cast<cudaMemPool_t>(pool),
+                                                       cudaMemHandleTypePosixFileDescriptor, 0);
+  if (err != cudaSuccess) cudaGetLastError();
+  if (fd >= 0) close(fd);
+  std::lock_guard<std::mutex> lock(mu_);
+  return pool_exportable_[pool] = err == cudaSuccess;
+}
+
+void* CudaBackend::alloc_device_as(int dev, size_t bytes, DeviceAlloc how) {
+  check_device("alloc_device_as", "dev", dev);
+  GS_REQUIRE(bytes > 0, GPUSTRIPE_ERR_INVALID_SIZE, "alloc_device_as: 0 bytes on GPU %d", dev);
+  switch (how) {
+    case DeviceAlloc::Plain: return alloc_device(dev, bytes);
+    case DeviceAlloc::VmmFd: {
+      const DriverVmm& v = vmm_api("alloc_device_as(vmm)");
+      CUmemAllocationProp prop = vmm_prop(dev);
+      size_t gran = 0;
+      GS_CU(fn<GranularityFn>(v.mem_get_granularity)(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), dev);
+      size_t size = (bytes + gran - 1) / gran * gran;
+      DeviceGuard guard(dev);
+      CUmemGenericAllocationHandle h = 0;
+      GS_CU(fn<MemCreateFn>(v.mem_create)(&h, size, &prop, 0), dev);
+      try {
+        return vmm_map(dev, size, static_cast<unsigned long long>(h), false);
+      } catch (...) {
+        fn<MemReleaseFn>(v.mem_release)(h);
+        throw;
+      }
+    }
+    case DeviceAlloc::PoolFd: {
+      cudaMemPool_t pool = static_cast<cudaMemPool_t>(fd_pool(dev));
+      DeviceGuard guard(dev);
+      void* p = nullptr;
+      GS_CUDA(cudaMallocFromPoolAsync(&p, bytes, pool, cudaStreamLegacy), dev);
+      GS_CUDA(cudaStreamSynchronize(cudaStreamLegacy), dev);
+      return p;
+    }
+    case DeviceAlloc::NotShareable: {
+      DeviceGuard guard(dev);
+      void* p = nullptr;
+      GS_CUDA(cudaMallocAsync(&p, bytes, cudaStreamLegacy), dev);  // the device's default pool
+      GS_CUDA(cudaStreamSynchronize(cudaStreamLegacy), dev);
+      return p;
+    }
+  }
+  GS_THROW(GPUSTRIPE_ERR_INVALID_ARGUMENT, "alloc_device_as: unknown kind");
+}
+
+// ---------------------------------------------------------------- export
+
+Backend::IpcMemHandle CudaBackend::ipc_export(const void* p) {
+  DriverPointerAttributes a = driver_pointer_attributes(p);
+  GS_REQUIRE(a.known && (a.device || a.managed) && a.base != 0, GPUSTRIPE_ERR_INVALID_POINTER,
+             "ipc_export: %p is not device memory", p);
+  const int dev = a.device_ordinal;
+  IpcMemHandle h;
+  h.device = dev;
+  h.buffer_id = a.buffer_id;
+  const int32_t pid = static_cast<int32_t>(getpid());
+  const bool posix_fd = (a.allowed_handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
+  if (a.ipc_attributes_known && !a.legacy_ipc && a.mempool) {
+    GS_REQUIRE(posix_fd || pool_exportable(a.mempool, dev), GPUSTRIPE_ERR_NOT_SUPPORTED,
+               "ipc_export: %p is memory of a cudaMallocAsync pool without POSIX-fd handles (the device's default "
+               "pool?): no IPC handle", p);
+    h.kind = IpcKind::PoolFd;
+    h.base = a.base;
+    h.size = a.size;
+    h.share_id = reinterpret_cast<uintptr_t>(a.mempool);
+    std::memcpy(h.bytes, kPoolMagic, sizeof kPoolMagic);
+    std::memcpy(h.bytes + kPidOffset, &pid, sizeof pid);
+    cudaMemPoolPtrExportData data;
+    DeviceGuard guard(dev);
+    GS_CUDA(cudaMemPoolExportPointer(&data, reinterpret_cast<void*>(a.base)), dev);
+    std::memcpy(h.bytes + kPoolDataOffset, &data, sizeof data);
+    return h;
+  }
+  if (a.ipc_attributes_known && !a.legacy_ipc) {  // VMM memory (cuMemCreate + cuMemMap)
+    GS_REQUIRE(posix_fd, GPUSTRIPE_ERR_NOT_SUPPORTED,
+               "ipc_export: %p is VMM memory created without POSIX-fd handles (%s): no IPC handle", p,
+               (a.allowed_handle_types & CU_MEM_HANDLE_TYPE_FABRIC)
+                   ? "fabric handles only, which need an IMEX channel this node does not run"
+                   : "no shareable handle type");
+    const DriverVmm& v = vmm_api("ipc_export");
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    // The allocation mapped at p, not the reservation around it (pointer attributes give that).
+    GS_CU(fn<AddressRangeFn>(v.mem_get_address_range)(&base, &size, reinterpret_cast<CUdeviceptr>(p)), dev);
+    h.kind = IpcKind::VmmFd;
+    h.base = static_cast<uint64_t>(base);
+    h.size = size;
+    h.share_id = a.buffer_id;
+    std::memcpy(h.bytes, kVmmMagic, sizeof kVmmMagic);
+    std::memcpy(h.bytes + kPidOffset, &pid, sizeof pid);
+    return h;
+  }
+  DeviceGuard guard(dev);
+  cudaIpcMemHandle_t ch;
+  cudaError_t err = cudaIpcGetMemHandle(&ch, reinterpret_cast<void*>(a.base));
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "ipc_export: cudaIpcGetMemHandle(%p) on GPU %d: %s: no IPC handle", p, dev,
+             cudaGetErrorName(err));
+  }
+  std::memcpy(h.bytes, &ch, sizeof ch);
+  h.base = a.base;
+  h.size = a.size;
+  return h;
+}
+
+int CudaBackend::ipc_export_fd(const IpcMemHandle& h) {
+  GS_REQUIRE(h.kind != IpcKind::Legacy, GPUSTRIPE_ERR_INVALID_ARGUMENT, "ipc_export_fd: a legacy handle has no descriptor");
+  GS_REQUIRE(handle_pid(h) == static_cast<int32_t>(getpid()), GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "ipc_export_fd: the handle was exported by another process");
+  if (h.kind == IpcKind::PoolFd) {
+    int fd = -1;
+    DeviceGuard guard(h.device);
+    GS_CUDA(cudaMemPoolExportToShareableHandle(&fd, reinterpret_cast<cudaMemPool_t>(static_cast<uintptr_t>(h.share_id)),
+                                               cudaMemHandleTypePosixFileDescriptor, 0),
+            h.device);
+    return fd;
+  }
+  // The memory at h.base must still be the allocation exported (a freed and reallocated
+  // address has a new buffer id): never hand out a descriptor of other memory.
+  DriverPointerAttributes a = driver_pointer_attributes(reinterpret_cast<const void*>(h.base));
+  GS_REQUIRE(a.known && a.buffer_id == h.buffer_id, GPUSTRIPE_ERR_INVALID_POINTER,
+             "ipc_export_fd: buffer %llu at 0x%llx is gone (freed since it was exported)",
+             static_cast<unsigned long long>(h.buffer_id), static_cast<unsigned long long>(h.base));
+  const DriverVmm& v = vmm_api("ipc_export_fd");
+  CUmemGenericAllocationHandle ah = 0;
+  GS_CU(fn<RetainFn>(v.mem_retain_handle)(&ah, reinterpret_cast<void*>(h.base)), h.device);
+  int fd = -1;
+  CUresult r = fn<ExportFn>(v.mem_export)(&fd, ah, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  fn<MemReleaseFn>(v.mem_release)(ah);  // the retain's reference; the descriptor holds its own
+  if (r != CUDA_SUCCESS) throw_driver_error(r, "cuMemExportToShareableHandle", h.device);
+  return fd;
+}
+
+// ---------------------------------------------------------------- import
+
+bool CudaBackend::ipc_open_needs_fd(const IpcMemHandle& h) {
+  if (h.kind != IpcKind::PoolFd) return h.kind == IpcKind::VmmFd;
+  std::lock_guard<std::mutex> lock(mu_);
+  return imported_pools_.count({handle_pid(h), h.share_id}) == 0;
+}
+
+void* CudaBackend::ipc_open(const IpcMemHandle& h, int fd) {
+  check_device("ipc_open", "the handle's device", h.device);
+  if (h.kind == IpcKind::Legacy) {
+    cudaIpcMemHandle_t ch;
+    std::memcpy(&ch, h.bytes, sizeof ch);
+    DeviceGuard guard(h.device);
+    void* p = nullptr;
+    GS_CUDA(cudaIpcOpenMemHandle(&p, ch, cudaIpcMemLazyEnablePeerAccess), h.device);
+    return p;
+  }
+  GS_REQUIRE(std::memcmp(h.bytes, h.kind == IpcKind::VmmFd ? kVmmMagic : kPoolMagic, sizeof kVmmMagic) == 0,
+             GPUSTRIPE_ERR_INVALID_ARGUMENT, "ipc_open: not a CUDA %s handle", ipc_kind_name(h.kind));
+  GS_REQUIRE(handle_pid(h) != static_cast<int32_t>(getpid()), GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "ipc_open: the handle was exported by this process");
+  if (h.kind == IpcKind::VmmFd) {
+    GS_REQUIRE(fd >= 0, GPUSTRIPE_ERR_INVALID_ARGUMENT, "ipc_open: a vmm-fd handle needs the exporter's descriptor");
+    const DriverVmm& v = vmm_api("ipc_open");
+    DeviceGuard guard(h.device);
+    CUmemGenericAllocationHandle ah = 0;
+    GS_CU(fn<ImportFn>(v.mem_import)(&ah, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+          h.device);
+    try {
+      return vmm_map(h.device, h.size, static_cast<unsigned long long>(ah), true);
+    } catch (...) {
+      fn<MemReleaseFn>(v.mem_release)(ah);
+      throw;
+    }
+  }
+  // PoolFd: the pool once per exporter, then the pointer.
+  const std::pair<int32_t, uint64_t> key{handle_pid(h), h.share_id};
+  cudaMemPool_t pool = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = imported_pools_.find(key);
+    if (it != imported_pools_.end()) pool = static_cast<cudaMemPool_t>(it->second);
+  }
+  DeviceGuard guard(h.device);
+  if (!pool) {
+    GS_REQUIRE(fd >= 0, GPUSTRIPE_ERR_INVALID_ARGUMENT, "ipc_open: the first pool-fd handle of a pool needs its descriptor");
+    GS_CUDA(cudaMemPoolImportFromShareableHandle(&pool, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                                 cudaMemHandleTypePosixFileDescriptor, 0),
+            h.device);
+    for (int d = 0; d < device_count_; ++d) {
+      if (d != h.device && !can_access_peer(d, h.device)) continue;
+      cudaMemAccessDesc a{};
+      a.location.type = cudaMemLocationTypeDevice;
+      a.location.id = d;
+      a.flags = cudaMemAccessFlagsProtReadWrite;
+      cudaError_t err = cudaMemPoolSetAccess(pool, &a, 1);
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        GS_LOG_DEBUG(Subsys::Backend, "imported pool of pid %d: access for GPU %d: %s", key.first, d,
+                     cudaGetErrorName(err));
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    imported_pools_[key] = pool;
+  }
+  cudaMemPoolPtrExportData data;
+  std::memcpy(&data, h.bytes + kPoolDataOffset, sizeof data);
+  void* p = nullptr;
+  GS_CUDA(cudaMemPoolImportPointer(&p, pool, &data), h.device);
+  std::lock_guard<std::mutex> lock(mu_);
+  pool_imports_.insert(reinterpret_cast<uintptr_t>(p));
+  return p;
+}
+
+void CudaBackend::ipc_close(void* base) {
+  GS_REQUIRE(base != nullptr, GPUSTRIPE_ERR_INVALID_POINTER, "ipc_close: NULL");
+  const uintptr_t u = reinterpret_cast<uintptr_t>(base);
+  std::unique_lock<std::mutex> lock(mu_);
+  auto v = vmm_.find(u);
+  if (v != vmm_.end()) {
+    GS_REQUIRE(v->second.imported, GPUSTRIPE_ERR_INVALID_POINTER, "ipc_close: %p is VMM memory of this process", base);
+    VmmMapping m = v->second;
+    vmm_.erase(v);
+    lock.unlock();
+    vmm_unmap(u, m);
+    return;
+  }
+  if (pool_imports_.erase(u)) {
+    lock.unlock();
+    int dev = driver_pointer_attributes(base).device_ordinal;
+    DeviceGuard guard(dev >= 0 ? dev : 0);
+    GS_CUDA(cudaFree(base), dev);  // an imported pool pointer is released with cudaFree
+    return;
+  }
+  lock.unlock();
+  PointerInfo i = pointer_info(base);
+  int dev = i.kind == MemoryKind::Device ? i.device : -1;
+  if (dev >= 0) {
+    DeviceGuard guard(dev);
+    GS_CUDA(cudaIpcCloseMemHandle(base), dev);
+  } else {
+    GS_CUDA(cudaIpcCloseMemHandle(base), -1);
+  }
+}
+
+}  // namespace gpustripe

@@ -1,0 +1,94 @@
+// File descriptors of IPC handles, passed between the ranks of one channel.
+//
+// VMM memory (cuMemCreate) and cudaMallocAsync pools are shared by POSIX file
+// descriptors (Backend::IpcKind VmmFd / PoolFd), and a descriptor cannot travel in the
+// bytes of a channel record: the kernel must install it in the receiving process. Each
+// rank therefore binds one Unix datagram socket in the abstract namespace, named from
+// the channel's name and its rank (as NCCL's ipc socket does), and descriptors go over
+// it with SCM_RIGHTS; nothing is left in the file system, and a dead process's socket
+// goes with it.
+//
+// Protocol: the exporter offers the descriptor with the announcement of the buffer
+// (before the channel record that names it goes out, so it is there when the importer
+// looks), once per (importer, allocation or pool). The importer takes it when it maps
+// the buffer; the mapping then holds the memory and the descriptor is closed. An
+// importer that needs a descriptor again (its mapping was evicted, or it never got one)
+// asks the exporter over the socket and bumps the exporter's counter in the channel
+// (Channel::ask_for_fds), which the exporter's progress loop checks with one load
+// (serve). Waiting for a descriptor is bounded by GPUSTRIPE_TIMEOUT and ends at once in
+// ERR_PEER_FAILED when the exporter dies; a waiting rank answers the requests of others
+// meanwhile, so two ranks mapping each other's buffers cannot deadlock.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "backend/backend.hpp"
+#include "ipc/channel.hpp"
+
+namespace gpustripe::ipc {
+
+struct FdExchangeStats {
+  uint64_t offered = 0;    // descriptors sent with an announcement
+  uint64_t received = 0;   // descriptors that arrived
+  uint64_t taken = 0;      // descriptors handed to ipc_open
+  uint64_t requested = 0;  // descriptors this rank asked a peer for (it had none)
+  uint64_t served = 0;     // requests of peers answered with a descriptor
+};
+
+class FdExchange {
+ public:
+  // Binds this rank's socket. A failure (no Unix sockets, name taken) leaves the exchange
+  // disabled, logged once: fd-kind buffers then take the p2p stream path.
+  FdExchange(Channel& channel, Backend& backend);
+  ~FdExchange();  // closes the socket and the descriptors nobody took
+  FdExchange(const FdExchange&) = delete;
+  FdExchange& operator=(const FdExchange&) = delete;
+
+  bool enabled() const { return sock_ >= 0; }
+  // Exporter: makes sure rank `dst` can open `h` (no-op for Legacy handles and for what
+  // `dst` was sent before). False when it cannot (this exchange is disabled, or dst has bound
+  // no socket within 2 s: a peer without a backend): do not announce h then.
+  // Waits (bounded) while dst's queue is full.
+  bool offer(int dst, const Backend::IpcMemHandle& h);
+  // Importer: the descriptor for `h` from rank `src`, owned by the caller. Asks src for it
+  // when it is not here. Throws ERR_PEER_FAILED (src died or left), ERR_TIMEOUT, or
+  // ERR_INVALID_POINTER (src says the memory is gone: freed while a message named it).
+  int take(int src, const Backend::IpcMemHandle& h);
+  // Exporter: answers peers' requests; one atomic load when there are none.
+  void serve();
+  FdExchangeStats stats() const;
+  // The socket's name in the abstract namespace (without the leading NUL), for messages.
+  static std::string socket_name(const std::string& channel, int rank);
+
+ private:
+  using Key = std::tuple<int, uint32_t, uint64_t>;  // (peer, kind, share id)
+  struct Wire;
+  void drain_locked();
+  void serve_locked();
+  // Sends one datagram (with `fd` unless -1) to `dst`, waiting while its queue is full or
+  // (for a short grace) while its socket is not bound yet; false when it never was.
+  bool send_locked(int dst, const Wire& w, int fd);
+  void keep_locked(const Key& k, int fd);
+
+  Channel& ch_;
+  Backend& backend_;
+  int sock_ = -1;
+  mutable std::mutex mu_;
+  std::atomic<uint32_t> requests_seen_{0};  // the channel counter when last served
+  std::atomic<bool> has_pending_{false};    // requests read from the socket, not answered yet
+  std::set<Key> sent_;                    // (dst, kind, share) offered already
+  std::map<Key, int> inbox_;              // (src, kind, share) -> descriptor not taken yet
+  std::deque<Key> inbox_order_;           // oldest first (the inbox is bounded)
+  std::set<Key> gone_;                    // the exporter answered: freed
+  std::deque<Backend::IpcMemHandle> pending_;  // peers' requests to answer
+  std::deque<int> pending_from_;
+  FdExchangeStats stats_;
+};
+
+}  // namespace gpustripe::ipc
