@@ -45,9 +45,6 @@ struct CopySegment {
 struct CopyArgs {
   const FusedBarrier* barrier = nullptr;  // as ReduceArgs::barrier
   std::vector<CopySegment> segs;
-  // Most thread blocks of the launch (0: the SM-count cap). Copies to or from pinned host memory
-  // need few: PCIe carries ~55 GB/s, and the copy engines' NVLink rounds run beside them.
-  int max_blocks = 0;
 };
 
 class Reducer {

@@ -35,13 +35,6 @@ const ChoiceSetting kLocalCopy{"GPUSTRIPE_COLL_LOCAL_COPY", "engine",
 const IntSetting kHostChunks{"GPUSTRIPE_COLL_HOST_CHUNKS", "0",
                              "Alltoall/allgather host share: pipeline chunks of each peer block's host part "
                              "(0: from GPUSTRIPE_COLL_CHUNK, 2-16)"};
-const ChoiceSetting kHostCopies{"GPUSTRIPE_COLL_HOST_COPIES", "engine",
-                                "Alltoall/allgather host share: its D2H and H2D copies by copy engines or by copy "
-                                "kernels on the SMs (which leave the copy engines to the NVLink rounds)",
-                                {"engine", "kernel"}};
-const DoubleSetting kRoundOverlap{"GPUSTRIPE_COLL_ROUND_OVERLAP", "0",
-                                  "Alltoall/allgather in rounds: the tail fraction (0..0.5) of each round's copy "
-                                  "beside which the next round's copy starts (two lanes taking turns); 0: one lane"};
 const IntSetting kRoundLanes{"GPUSTRIPE_COLL_ROUND_LANES", "1",
                              "Alltoall/allgather in rounds: lanes that each carry a piece of every peer block, "
                              "side by side (1-4)"};
@@ -306,11 +299,9 @@ std::string Choice::describe() const {
   std::string s = name;
   if (name == "rounds" || name == "all_at_once") {
     s += " host=" + pct(exchange.host_share);
-    if (exchange.host_share > 0) s += format(" chunks=%d", exchange.host_chunks) + (exchange.host_kernel ? " by=kernel" : "");
+    if (exchange.host_share > 0) s += format(" chunks=%d", exchange.host_chunks);
     if (exchange.local_kernel) s += " local=kernel";
     if (name == "rounds" && exchange.round_lanes > 1) s += format(" lanes=%d", exchange.round_lanes);
-    if (name == "rounds" && exchange.round_overlap > 0 && exchange.round_lanes <= 1)
-      s += " overlap=" + pct(exchange.round_overlap);
     if (exchange.sm_share > 0) s += " sm=" + pct(exchange.sm_share);
   }
   else if (name == "direct" || name == "scatter_ag" || name == "chain") s += format(" chunks=%d", bcast.chunks);
@@ -407,8 +398,6 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
                              : measured                ? 2
                                                        : std::clamp(chunks_for(block), 2, 16);
     c.exchange.local_kernel = kLocalCopy.get() == "kernel";
-    c.exchange.host_kernel = c.exchange.host_share > 0 && kHostCopies.get() == "kernel";
-    c.exchange.round_overlap = std::clamp(kRoundOverlap.get(), 0.0, 0.5);
     c.exchange.round_lanes = static_cast<int>(std::clamp<int64_t>(kRoundLanes.get(), 1, 4));
     if (res.all_peer && block >= kSmShareMin.get()) c.exchange.sm_share = std::clamp(kSmShare.get(), 0.0, 0.9);
     return c;
