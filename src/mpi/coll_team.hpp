@@ -2,12 +2,13 @@
 //
 // A call goes: every rank sizes the schedule's scratch (a build over placeholders),
 // grows its own scratch buffer, and exports its send, receive and scratch buffers;
-// one PMPI_Allgather over the communicator hands every rank the others' handles and
+// an exchange through the team's shared segment (GPUSTRIPE_MPI_COLL_EXCHANGE=mpi: a
+// PMPI_Allgather) hands every rank the others' handles and
 // whether they can take this path at all (all device buffers, a supported type and
 // op); each rank maps the others' buffers through the p2p layer's mapping cache
 // (keyed by buffer id: a buffer freed and reallocated at the same address is mapped
 // anew, never served stale), builds the same Program with the coll builders over its
-// own view of the pointers, and runs its part (coll_slice.hpp). The allgather is the
+// own view of the pointers, and runs its part (coll_slice.hpp). The exchange is the
 // entry barrier (no rank writes into a buffer its owner may still be using), the
 // slice runner's end is the exit barrier.
 //
@@ -53,6 +54,10 @@ struct CollCall {
                      coll::Scratch&, const coll::Choice&)>
       build;
 };
+
+// Test only: this process kills itself (SIGKILL) inside its next collective on the
+// gpustripe path, right after the entry exchange.
+void test_die_in_next_collective();
 
 class CollTeam {
  public:

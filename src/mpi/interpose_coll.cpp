@@ -139,6 +139,9 @@ extern "C" {
 // Test hook (tests/mpi/mpi_coll.c): how many collectives gpustripe served in this process.
 long gpustripe_mpi_test_coll_served(void) { return g_served.load(); }
 
+// Test hook (tests/mpi/mpi_coll_kill.c): die inside the next collective, after its entry exchange.
+void gpustripe_mpi_test_coll_die_in_next(void) { test_die_in_next_collective(); }
+
 int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                  MPI_Datatype recvtype, MPI_Comm comm) {
   const bool in_place = sendbuf == MPI_IN_PLACE;
