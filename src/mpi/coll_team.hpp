@@ -53,6 +53,10 @@ struct CollCall {
   std::function<void(coll::Program&, const coll::Team&, const std::vector<char*>& send, const std::vector<char*>& recv,
                      coll::Scratch&, const coll::Choice&)>
       build;
+  // Everything `build` captures (counts, type, op, root, in place), so that a repeated call
+  // reuses its schedule choice, scratch size and, over the same pointers, its Program.
+  // Empty: nothing is reused.
+  std::string shape;
 };
 
 // Test only: this process kills itself (SIGKILL) inside its next collective on the
@@ -106,6 +110,15 @@ class CollTeam {
   std::map<uintptr_t, Backend::IpcMemHandle> exports_;
   std::map<std::pair<int, int>, bool> peer_ok_;  // this rank's buffers exported, by allocation base
   uint64_t calls_ = 0;
+  // Repeated calls (CollCall::shape): the choice and this rank's scratch size by shape; the
+  // Program by shape and every rank's pointers as this process sees them (pointers, not
+  // buffer ids: a Program holds nothing else, so equal pointers give an equal Program).
+  struct Shape {
+    coll::Choice choice;
+    size_t scratch = 0;
+  };
+  std::map<std::string, Shape> shapes_;
+  std::map<std::string, coll::Program> programs_;
 };
 
 }  // namespace gpustripe::mpi
