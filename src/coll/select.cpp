@@ -166,6 +166,7 @@ const SizeSetting kCeTwoshotMin{"GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "64G",
                                 "member)"};
 // Session 4 r2 (4x H200, busbw GB/s at 64M/128M/256M/1G, one run): round-major rs_copy (below) with
 // 1 block per SM per fold 283/321/352/377 vs rs_pull 302/317/325/333 (chunked rs_copy 236/279/319/325).
+// r3 at 64M/128M/256M/512M/1G: 278/318/348/366/377 vs rs_pull 294/311/320/322/325; NCCL 262/290/301.
 const SizeSetting kRsCopyMin{"GPUSTRIPE_COLL_RS_COPY_MIN", "256M",
                              "Smallest reduce-scatter per rank over more than 2 GPUs that maps peers done by rs_copy "
                              "(copy engines move the inputs in rounds, flags for the waits between GPUs)"};
@@ -177,7 +178,8 @@ const BoolSetting kCopyFlags{"GPUSTRIPE_COLL_COPY_FLAGS", "1",
 // us each, 802 us per call traced vs 691 round-major). Round-major: whole blocks per round (as the
 // exchanges' rounds), each folded in while the next moves, the last round in halving pieces.
 // r2 at 256M: tail 2M/4M/8M 342/343/350, the last round whole (tail 0) 324; 2 lanes 227; a host
-// share of every round 3%/5% 340/339.
+// share of every round 3%/5% 340/339. r3 at 256M/512M/1G: tail 4M/8M/16M 351/351/343, 365/366/361,
+// 375/376/376; folds with 2 blocks per SM 349/365/372.
 const ChoiceSetting kRsOrder{"GPUSTRIPE_COLL_RS_ORDER", "auto",
                              "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy, ce_twoshot): chunks (every "
                              "chunk in all rounds, then the next), rounds (whole blocks per round, folded in as "
@@ -194,6 +196,8 @@ const IntSetting kRsRoundsLanes{"GPUSTRIPE_COLL_RS_ROUNDS_LANES", "1",
 // r2, allreduce busbw at 64M/128M/256M/1G: round-major reduce-scatter then each block gathered whole
 // 301/330/355/379 (with 5% of it through the host 298/336/363/387, 8% 277/330/364/379; 1 block per SM
 // per fold 306/336/358/381) vs gathered piece by piece 278/298/316/354 and two-shot 309/315/319/325.
+// r3 at 256M/512M/1G: 5% 369/383/390, 8% 374/389/390, none 359/372/380 (5%: the margin before the
+// host path's cliff; r2 at 1G 387 vs 8% 379).
 const ChoiceSetting kArGather{"GPUSTRIPE_COLL_AR_GATHER", "whole",
                               "Round-major allreduce (rs_ag_copy with GPUSTRIPE_COLL_RS_ORDER=rounds): gather each "
                               "block piece by piece as its pieces are folded, or whole (one copy per round) after the "
@@ -207,7 +211,9 @@ const DoubleSetting kArGatherHostShare{"GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE", "0
 const IntSetting kRsFoldBlocks{"GPUSTRIPE_COLL_RS_FOLD_BLOCKS_PER_SM", "1",
                                "GPUSTRIPE_COLL_RS_ORDER=rounds: most thread blocks per SM of the folds' kernels "
                                "(0: GPUSTRIPE_COLL_REDUCE_BLOCKS_PER_SM)"};
-const SizeSetting kArCopyMin{"GPUSTRIPE_COLL_AR_COPY_MIN", "256M",
+// r3 (busbw GB/s, 64M/128M/256M, NCCL of the same run 306/326/337): rs_ag_copy 307/344/366, two-shot
+// (push to 64M) 326/316/320; r2 at 128M: 336 vs 315. Two-shot with pushed inputs at 128M: 338 in r2, 291 in r3.
+const SizeSetting kArCopyMin{"GPUSTRIPE_COLL_AR_COPY_MIN", "128M",
                              "Smallest allreduce per rank over more than 2 GPUs that maps peers done by rs_ag_copy "
                              "(copy-engine reduce-scatter, then the blocks gathered by copy engines)"};
 const DoubleSetting kRsRoundsHostShare{"GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE", "0",

@@ -182,9 +182,10 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   EXPECT_TRUE(rs_big.reduce.flags);
   EXPECT_EQ(rs_big.reduce.host_share, 0);  // r2: 3%/5% lost
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, h200(2), size_t(1) << 30, 4).name, "rs_pull");
-  // Allreduce: two-shot kernels up to 128M, then the round-major reduce-scatter and each block
-  // gathered whole by copy engines with 5% of it through the host (r2).
-  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 128 << 20, 4).name, "twoshot");
+  // Allreduce: two-shot kernels below 128M, then the round-major reduce-scatter and each block
+  // gathered whole by copy engines with 5% of it through the host (r2, r3).
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4).name, "twoshot");
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 128 << 20, 4).name, "rs_ag_copy");
   Choice ar_big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
   EXPECT_EQ(ar_big.name, "rs_ag_copy");
   EXPECT_TRUE(ar_big.reduce.by_round && ar_big.reduce.gather_whole && ar_big.reduce.flags);
