@@ -96,6 +96,7 @@ struct ReduceOpts {
   bool by_round = false;
   size_t tail = 0;  // bytes of the last piece (0: the last round in one piece)
   int copy_lanes = 1;  // round-major: lanes the sender's copies take in turn (1: one after another)
+  int fold_blocks_per_sm = 0;  // round-major: the folds' kernels' most blocks per SM (0: the reducer's setting)
   // Round-major allreduce (rs_ag_copy): each block gathered whole after its last fold (one copy
   // per round) instead of piece by piece; and the share of it sent through pinned host memory.
   bool gather_whole = false;

@@ -41,6 +41,10 @@ class ForwardingBackend : public Backend {
   bool ipc_open_needs_fd(const IpcMemHandle& h) override { return in_->ipc_open_needs_fd(h); }
   void* ipc_open(const IpcMemHandle& h, int fd = -1) override { return in_->ipc_open(h, fd); }
   void ipc_close(void* base) override { in_->ipc_close(base); }
+  uint32_t* register_host(void* p, size_t b) override { return in_->register_host(p, b); }
+  void unregister_host(void* p) override { in_->unregister_host(p); }
+  void stream_write_flag(StreamHandle s, uint32_t* f, uint32_t v) override { in_->stream_write_flag(s, f, v); }
+  void stream_wait_flag(StreamHandle s, const uint32_t* f, uint32_t v) override { in_->stream_wait_flag(s, f, v); }
 
  protected:
   std::unique_ptr<Backend> in_;

@@ -267,6 +267,7 @@ TEST(CollGpu, HostShareExchanges) {
 // member, and exchanges with an SM share beside the copy engines; in place or not.
 TEST(CollGpu, LargeMessageSchedules) {
   GS_REQUIRE_GPU(2);
+  ScopedEnv chunks("GPUSTRIPE_COLL_RS_ORDER", "chunks");  // the chunked form's shares (round-major: its own test)
   ScopedEnv host("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.1");
   ScopedEnv ag_host("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.1");
   ScopedEnv rs_sm("GPUSTRIPE_COLL_RS_SM_SHARE", "0.2");

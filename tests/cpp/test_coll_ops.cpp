@@ -298,6 +298,7 @@ TEST(CollLargeMessages, SmShareOfExchangesIsExact) {
 // for a host part, several chunks, 2-4 ranks, in place or not.
 TEST(CollLargeMessages, CopyReductionsWithHostShareAreExact) {
   EmuNode node("h200x4");
+  ScopedEnv chunks("GPUSTRIPE_COLL_RS_ORDER", "chunks");  // the chunked form (round-major: its own test)
   ScopedEnv h("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.2");
   ScopedEnv ag("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.1");
   ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "16K");

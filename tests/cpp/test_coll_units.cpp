@@ -169,17 +169,37 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
     EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 256 << 20, 4).name, "twoshot");
   }
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 20, 4).name, "rs_pull");
-  // Kernels reading the peers up to 512M per rank; copy engines into scratch from 1G (session 3 r3).
-  Choice rs = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
+  // Kernels reading the peers up to 128M per rank; round-major copy engines into scratch from 256M
+  // (session 4 r2), with 1 block per SM per fold and an 8M tail, no host share of the inputs.
+  Choice rs = choose_schedule(CollOp::ReduceScatter, r, 128 << 20, 4);
   EXPECT_EQ(rs.name, "rs_pull");
   EXPECT_EQ(rs.reduce.chunks, 1);
-  Choice rs_big = choose_schedule(CollOp::ReduceScatter, r, size_t(1) << 30, 4);
+  Choice rs_big = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
   EXPECT_EQ(rs_big.name, "rs_copy");
-  EXPECT_GT(rs_big.reduce.chunks, 1);
+  EXPECT_TRUE(rs_big.reduce.by_round);
+  EXPECT_EQ(rs_big.reduce.tail, size_t(8) << 20);
+  EXPECT_EQ(rs_big.reduce.fold_blocks_per_sm, 1);
   EXPECT_TRUE(rs_big.reduce.flags);
-  EXPECT_EQ(rs_big.reduce.host_share, 0);  // r3: host pieces slowed the copy engines
+  EXPECT_EQ(rs_big.reduce.host_share, 0);  // r2: 3%/5% lost
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, h200(2), size_t(1) << 30, 4).name, "rs_pull");
-  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, size_t(1) << 30, 4).name, "twoshot");
+  // Allreduce: two-shot kernels up to 128M, then the round-major reduce-scatter and each block
+  // gathered whole by copy engines with 5% of it through the host (r2).
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 128 << 20, 4).name, "twoshot");
+  Choice ar_big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
+  EXPECT_EQ(ar_big.name, "rs_ag_copy");
+  EXPECT_TRUE(ar_big.reduce.by_round && ar_big.reduce.gather_whole && ar_big.reduce.flags);
+  EXPECT_DOUBLE_EQ(ar_big.reduce.gather_host_share, 0.05);
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), size_t(1) << 30, 4).name, "twoshot");
+  {
+    // Not where peers are unmapped (the MPI interposer's teams): chunks there, as before.
+    TeamResources unmapped = r;
+    unmapped.all_peer = false;
+    Choice c = choose_schedule(CollOp::ReduceScatter, unmapped, 256 << 20, 4);
+    EXPECT_EQ(c.name, "rs_copy");
+    EXPECT_FALSE(c.reduce.by_round);
+    ScopedEnv chunks("GPUSTRIPE_COLL_RS_ORDER", "chunks");
+    EXPECT_FALSE(choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4).reduce.by_round);
+  }
   // Copy kernels with the barrier inside up to GPUSTRIPE_COLL_SM_MAX where peers are mapped.
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4).name, "sm");
   EXPECT_TRUE(choose_schedule(CollOp::AllGather, r, 16 << 20, 4).exchange.kernel);
@@ -238,6 +258,7 @@ TEST(CollSelect, LargeMessageSchedulesFromTheirThresholds) {
   EXPECT_EQ(rsc.reduce.host_share, 0);
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 64 << 20, 4).name, "rs_pull");
   {
+    ScopedEnv chunks("GPUSTRIPE_COLL_RS_ORDER", "chunks");  // the chunked form's shares
     ScopedEnv off("GPUSTRIPE_COLL_COPY_FLAGS", "0");
     ScopedEnv h("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.1");
     ScopedEnv sm("GPUSTRIPE_COLL_RS_SM_SHARE", "0.2");

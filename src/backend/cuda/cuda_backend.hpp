@@ -63,6 +63,10 @@ class CudaBackend final : public Backend {
   bool ipc_open_needs_fd(const IpcMemHandle& h) override;
   void* ipc_open(const IpcMemHandle& h, int fd = -1) override;
   void ipc_close(void* base) override;
+  uint32_t* register_host(void* p, size_t bytes) override;
+  void unregister_host(void* p) override;
+  void stream_write_flag(StreamHandle s, uint32_t* flag, uint32_t value) override;
+  void stream_wait_flag(StreamHandle s, const uint32_t* flag, uint32_t value) override;
 
   bool supports_graphs() const override { return true; }
   void begin_capture(StreamHandle s) override;
@@ -91,6 +95,7 @@ class CudaBackend final : public Backend {
   void vmm_grant_access(uintptr_t va, size_t size, int owner);
   void* fd_pool(int dev);  // this device's pool with POSIX-fd handles (alloc_device_as PoolFd)
   bool pool_exportable(void* pool, int dev);  // whether a pool exports to POSIX fds (asked once)
+  void enable_peer_access_to(int owner);      // every GPU that can reach `owner` (idempotent)
 
   const bool check_pointers_;  // GPUSTRIPE_CUDA_CHECK_POINTERS
   int device_count_ = 0;
