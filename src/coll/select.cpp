@@ -233,7 +233,9 @@ constexpr double kNvlinkEff = 0.82, kPcieEff = 0.85, kHostConcurrency = 0.65, kS
 // chunks; no share: 361/390): alltoall 5% 368/393, 7% 342/293 (past the cliff); allgather 5%
 // 371/399, 7% 374/405, 9% 381/360. In rounds every GPU sends and receives at once, and with
 // all GPUs on the host path both ways each gets ~26 GB/s per direction; an alltoall crosses
-// PCIe twice per host byte on every GPU, an allgather stages each sender's block once.
+// PCIe twice per host byte on every GPU, an allgather stages each sender's block once. Session 4
+// (r2 probe, r3 shares +-0.5-1 point and 1 vs 2 chunks): host traffic slows the rounds beside it, and
+// these shares sit at the measured ceiling; nothing beat them beyond the run's ~3% noise (docs/coll.md).
 double measured_host_share(CollOp op, size_t block) {
   if (op == CollOp::AllToAll) return 0.05;
   return block < (size_t(128) << 20) ? 0.08 : 0.07;
