@@ -129,6 +129,18 @@ class Backend {
   };
   virtual void* alloc_device_as(int dev, size_t bytes, DeviceAlloc how);
 
+  // Flags that streams of different processes set and wait on, with no host in between
+  // (the MPI collectives' dependencies between ranks): 32-bit words in host memory that the
+  // processes share (a POSIX shared-memory segment), registered for every GPU here.
+  // register_host returns the address streams use (nullptr where the backend cannot: the
+  // caller then orders with the host). Values compare cyclically, as CUDA's GEQ does.
+  virtual uint32_t* register_host(void* p, size_t bytes);
+  virtual void unregister_host(void* p);
+  // After the work enqueued on s so far: *flag = value (flag from register_host).
+  virtual void stream_write_flag(StreamHandle s, uint32_t* flag, uint32_t value);
+  // Later work on s waits until (int32_t)(*flag - value) >= 0.
+  virtual void stream_wait_flag(StreamHandle s, const uint32_t* flag, uint32_t value);
+
   // CUDA graphs: capture the work enqueued on `s` (and streams it forks to) and replay it.
   virtual bool supports_graphs() const { return false; }
   virtual void begin_capture(StreamHandle s);

@@ -49,6 +49,15 @@ const char* ipc_kind_name(Backend::IpcKind kind) {
   return "?";
 }
 
+uint32_t* Backend::register_host(void*, size_t) { return nullptr; }
+void Backend::unregister_host(void*) {}
+void Backend::stream_write_flag(StreamHandle, uint32_t*, uint32_t) {
+  GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "stream_write_flag: the %s backend has no stream flags", name());
+}
+void Backend::stream_wait_flag(StreamHandle, const uint32_t*, uint32_t) {
+  GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "stream_wait_flag: the %s backend has no stream flags", name());
+}
+
 void Backend::begin_capture(StreamHandle) {
   GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "begin_capture: the %s backend has no graphs", name());
 }

@@ -130,7 +130,8 @@ Program only_rank(const Program& prog, int rank, const CrossSlots& slots, bool f
                    ? sub.kernel_copy(op.rank, op.lane, op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, deps)
                : op.kind == Op::Copy
                    ? sub.copy(op.rank, op.lane, op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, deps)
-                   : sub.reduce(op.rank, op.lane, op.dst, op.srcs, op.count, op.dtype, op.redop, deps, op.more_dsts);
+                   : sub.reduce(op.rank, op.lane, op.dst, op.srcs, op.count, op.dtype, op.redop, deps, op.more_dsts,
+                                op.blocks_per_sm);
     for (auto it = slots.lower_bound({static_cast<int>(i), -1});
          it != slots.end() && it->first.first == static_cast<int>(i); ++it)
       sub.signal(rank, flag_lanes ? kLaneSignal : op.lane, it->first.second, it->second, {index[i]});

@@ -83,7 +83,159 @@ Pushed push_inputs(Program& p, const Team& t, const std::vector<const char*>& se
   return out;
 }
 
+// Scratch bytes of a copy-mode reduce-scatter's slots on every member (build_reduce puts its
+// partial results past them).
+size_t slot_bytes_of(const Blocks& b, const ReduceOpts& o, size_t esz, int n) {
+  if (o.pull || n < 2) return 0;
+  const Pieces pc = pieces_of(b, o, esz);
+  size_t most = 0;
+  for (size_t j = 0; j < b.cnt.size(); ++j)
+    most = std::max(most, o.by_round ? b.cnt[j] : pc.of(b.cnt[j], 0).second);
+  const size_t slot = ceil_div(most * esz, kAlignBytes) * kAlignBytes;
+  const int slots = o.by_round ? 1 : std::max(1, std::min(o.slots, pc.count()));
+  return slot * slots * (n - 1);
+}
+
+// `share` of cnt elements, aligned down.
+size_t share_of(size_t cnt, double share, size_t esz) {
+  const size_t align = std::max<size_t>(1, kAlignBytes / esz);
+  return share > 0 ? static_cast<size_t>(static_cast<double>(cnt) * share) / align * align : 0;
+}
+// Pinned staging per block for a share of the largest block.
+size_t stage_bytes_of(const Blocks& b, double share, size_t esz) {
+  size_t most = 0;
+  for (size_t c : b.cnt) most = std::max(most, c);
+  return ceil_div(share_of(most, share, esz) * esz, kAlignBytes) * kAlignBytes;
+}
+
+// Round-major copy-mode reduce-scatter (ReduceOpts::by_round). Round r: member i's part of
+// block j = i + r goes into j's slot r (a permutation, as the exchanges' rounds), whole in
+// rounds 1..n-2, in the pieces of pieces_of in round n-1; member j folds each round into its
+// output as it lands (the first fold reads j's own input), so at the end only the tail piece's
+// two-input fold is left. done[c][j]: the fold that finishes piece c of block j.
+std::vector<std::vector<int>> reduce_scatter_by_round(Program& p, const Team& t, const std::vector<const char*>& send,
+                                                      const std::vector<char*>& out, const Blocks& b, DataType dt,
+                                                      RedOp op, const ReduceOpts& o, Scratch& scratch,
+                                                      const std::vector<std::vector<char*>>& more_out) {
+  const int n = t.size();
+  const size_t esz = dtype_size(dt);
+  const Pieces pc = pieces_of(b, o, esz);
+  const int pieces = pc.count();
+  std::vector<std::vector<int>> done(pieces, std::vector<int>(n, -1));
+  const size_t slot_bytes = n > 1 ? slot_bytes_of(b, o, esz, n) / (n - 1) : 0;
+  std::vector<char*> scr(n, nullptr);
+  for (int j = 0; j < n && n > 1; ++j) scr[j] = scratch.device(t.rank[j], slot_bytes * (n - 1));
+  auto slot = [&](int j, int r) { return scr[j] + static_cast<size_t>(r - 1) * slot_bytes; };
+  auto own = [&](int j) { return send[j] + b.off[j] * esz; };
+  auto more = [&](int j, size_t off) {
+    std::vector<void*> m;
+    if (!more_out.empty())
+      for (char* d : more_out[j])
+        if (d) m.push_back(d + off * esz);
+    return m;
+  };
+  // Host share: the end of every round's block, [cnt - h, cnt), goes sender -> pinned host ->
+  // owner's slot, all rounds' parts queued at once on lanes of their own (the host path is a
+  // resource of its own: a few large copies beside NVLink, as the exchanges' share). Round r's
+  // fold waits for its part; in the last round, the pieces that reach into it.
+  auto host_elems = [&](size_t cnt) { return n > 1 ? share_of(cnt, o.host_share, esz) : 0; };
+  const size_t stage_bytes = stage_bytes_of(b, o.host_share, esz);
+  char* host = stage_bytes && n > 1 ? scratch.host(stage_bytes * n * (n - 1)) : nullptr;
+  std::vector<int> folded(n, -1);  // member j's last fold so far
+  std::vector<int> sent(n, 0);     // member i's copies so far
+  for (int r = 1; r < n; ++r) {
+    const bool last = r == n - 1;
+    // Round r's host parts first: per-rank graphs wait for flags on one lane in program order,
+    // and each H2D's wait comes due before this round's folds' (its D2H started at the call's start).
+    std::vector<int> by_host(n, -1);  // round r's host part of block j landed
+    for (int i = 0; i < n && host; ++i) {
+      const int j = (i + r) % n;
+      const size_t h = host_elems(b.cnt[j]), from = b.cnt[j] - h;
+      char* stage = host + (static_cast<size_t>(r - 1) * n + i) * stage_bytes;
+      const int d2h = p.copy(t.rank[i], kLaneD2H, stage, kHostDevice, send[i] + (b.off[j] + from) * esz, t.dev[i], h * esz);
+      by_host[j] = p.copy(t.rank[j], kLaneH2D, slot(j, r) + from * esz, t.dev[j], stage, kHostDevice, h * esz, {d2h});
+    }
+    // arrived[c][j]: the copy of piece c (the whole block before the last round) into j's slot r.
+    std::vector<std::vector<int>> arrived(last ? pieces : 1, std::vector<int>(n, -1));
+    auto range = [&](int j, size_t c) {
+      return last ? pc.of(b.cnt[j], static_cast<int>(c)) : std::pair<size_t, size_t>{0, b.cnt[j]};
+    };
+    for (int i = 0; i < n; ++i) {
+      const int j = (i + r) % n;
+      const size_t nv_end = b.cnt[j] - host_elems(b.cnt[j]);
+      for (size_t c = 0; c < arrived.size(); ++c) {
+        auto [off, len] = range(j, c);
+        const size_t nv = off >= nv_end ? 0 : std::min(len, nv_end - off);
+        // The sender's k-th copy on lane k % copy_lanes: with 2, consecutive copies overlap (one's
+        // start and end beside the other's middle) instead of running back to back on one engine.
+        const int k = sent[i]++ % std::max(1, o.copy_lanes);
+        arrived[c][j] = p.copy(t.rank[i], k == 0 ? kLaneOut : kLanePeer0 + k - 1, slot(j, r) + off * esz, t.dev[j],
+                               send[i] + (b.off[j] + off) * esz, t.dev[i], nv * esz);
+      }
+    }
+    for (int j = 0; j < n; ++j) {
+      const char* acc = r == 1 ? own(j) : out[j];
+      const size_t nv_end = b.cnt[j] - host_elems(b.cnt[j]);
+      auto deps = [&](size_t c) {
+        auto [off, len] = range(j, c);
+        std::vector<int> d{arrived[c][j], folded[j]};
+        if (off + len > nv_end) d.push_back(by_host[j]);
+        return d;
+      };
+      if (!last) {
+        folded[j] = p.reduce(t.rank[j], o.reduce_lane, out[j], {acc, slot(j, r)}, b.cnt[j], dt, op, deps(0), {},
+                             o.fold_blocks_per_sm);
+        continue;
+      }
+      for (int c = 0; c < pieces; ++c) {
+        auto [off, len] = pc.of(b.cnt[j], c);
+        done[c][j] = p.reduce(t.rank[j], o.reduce_lane, out[j] + off * esz, {acc + off * esz, slot(j, r) + off * esz},
+                              len, dt, op, deps(c), more(j, off), o.fold_blocks_per_sm);
+      }
+    }
+  }
+  if (n == 1)
+    for (int c = 0; c < pieces; ++c) {
+      auto [off, len] = pc.of(b.cnt[0], c);
+      done[c][0] = p.reduce(t.rank[0], o.reduce_lane, out[0] + off * esz, {own(0) + off * esz}, len, dt, op, {},
+                            more(0, off));
+    }
+  return done;
+}
+
 }  // namespace
+
+std::pair<size_t, size_t> Pieces::of(size_t cnt, int c) const {
+  if (start.empty()) return chunk_of(cnt, chunks, c, align);
+  const size_t off = std::min(cnt, start[c]);
+  return {off, std::min(cnt, start[c + 1]) - off};
+}
+
+Pieces pieces_of(const Blocks& b, const ReduceOpts& o, size_t esz) {
+  Pieces pc;
+  pc.align = std::max<size_t>(1, kAlignBytes / esz);
+  pc.chunks = std::max(1, o.chunks);
+  if (!o.by_round || o.pull) return pc;
+  size_t most = 0;
+  for (size_t c : b.cnt) most = std::max(most, c);
+  // From the last piece back: tail, 2 tail, 4 tail, ... while the first piece stays larger than
+  // the one after it. Each fold (two inputs, local) then runs in less time than the next piece's
+  // copy over NVLink (HBM ~3 TB/s for 3 bytes per byte moved vs ~0.39 TB/s).
+  std::vector<size_t> sizes;
+  size_t rest = most;
+  if (o.tail > 0) {
+    size_t s = ceil_div(std::max<size_t>(1, o.tail / esz), pc.align) * pc.align;
+    while (rest > 2 * s && sizes.size() < 15) {
+      sizes.push_back(s);
+      rest -= s;
+      s *= 2;
+    }
+  }
+  sizes.push_back(rest);
+  pc.start.push_back(0);
+  for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) pc.start.push_back(pc.start.back() + *it);
+  return pc;
+}
 
 Blocks split_blocks(size_t count, int parts, size_t align) {
   Blocks b;
@@ -116,6 +268,7 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
     build_reduce_scatter(p, t, send, out_c, cb, dt, op, copy_part(o), scratch);
     return done;
   }
+  if (o.by_round && !o.pull) return reduce_scatter_by_round(p, t, send, out, b, dt, op, o, scratch, more_out);
   const int chunks = std::max(1, o.chunks);
   const int slots = std::max(1, std::min(o.slots, chunks));
   std::vector<std::vector<int>> done(chunks, std::vector<int>(n, -1));
@@ -232,14 +385,41 @@ void build_allreduce_rs_ag(Program& p, const Team& t, const std::vector<const ch
     return;
   }
   auto done = build_reduce_scatter(p, t, send, out, b, dt, op, whole, scratch);
+  if (o.by_round && o.gather_whole && !o.pull && n > 1) {
+    // Round-major: every block gathered whole once its last piece is folded, one copy per round
+    // (as the allgather's rounds), its end through pinned host memory (one D2H by its owner, an
+    // H2D by every other member) when gather_host_share asks. In place, the writes into recv[k]
+    // come after the folds that waited for k's copies out of send[k].
+    const size_t stage = stage_bytes_of(b, o.gather_host_share, esz);
+    const size_t rs_host = o.host_share > 0 ? stage_bytes_of(b, o.host_share, esz) * n * (n - 1) : 0;
+    char* host = stage ? scratch.host(rs_host + stage * n) + rs_host : nullptr;
+    std::vector<int> staged(n, -1);
+    for (int r = 1; r < n; ++r)
+      for (int j = 0; j < n; ++j) {
+        const int k = (j + r) % n;
+        std::vector<int> final;
+        for (const auto& piece : done) final.push_back(piece[j]);
+        const size_t h = host ? share_of(b.cnt[j], o.gather_host_share, esz) : 0, nv = b.cnt[j] - h;
+        const size_t at = b.off[j] * esz;
+        if (h > 0 && r == 1)
+          staged[j] = p.copy(t.rank[j], kLaneAgD2H, host + j * stage, kHostDevice, recv[j] + at + nv * esz, t.dev[j],
+                             h * esz, final);
+        p.copy(t.rank[j], kLaneOut2, recv[k] + at, t.dev[k], recv[j] + at, t.dev[j], nv * esz, final);
+        if (h > 0)
+          p.copy(t.rank[k], kLaneAgH2D, recv[k] + at + nv * esz, t.dev[k], host + j * stage, kHostDevice, h * esz,
+                 {staged[j]});
+      }
+    return;
+  }
   // Allgather of each reduced chunk, on a lane beside the reduce-scatter copies. In place,
   // the write into recv[k] (== send[k]) comes after the reduction that read send[k]'s chunk.
+  const Pieces pc = pieces_of(b, whole, esz);
   const int chunks = static_cast<int>(done.size());
   for (int c = 0; c < chunks; ++c)
     for (int r = 1; r < n; ++r)
       for (int j = 0; j < n; ++j) {
         int k = (j + r) % n;
-        auto [off, len] = chunk_of(b.cnt[j], chunks, c, align);
+        auto [off, len] = pc.of(b.cnt[j], c);
         size_t at = (b.off[j] + off) * esz;
         p.copy(t.rank[j], kLaneOut2, recv[k] + at, t.dev[k], recv[j] + at, t.dev[j], len * esz, {done[c][j]});
       }
@@ -398,26 +578,21 @@ void build_reduce(Program& p, const Team& t, const std::vector<const char*>& sen
   Blocks b = split_blocks(count, n, align);
   // Non-root members reduce their block into scratch past the reduce-scatter slots
   // (build_reduce_scatter asks for its slots first; asking again for more keeps them).
-  size_t slots_bytes = 0;
-  if (!o.pull && n > 1) {
-    const int chunks = std::max(1, o.chunks);
-    size_t max_chunk = ceil_div(ceil_div(b.cnt[0], chunks), align) * align;
-    size_t slot = ceil_div(max_chunk * esz, kAlignBytes) * kAlignBytes;
-    slots_bytes = slot * std::max(1, std::min(o.slots, chunks)) * (n - 1);
-  }
+  ReduceOpts whole = o;
+  whole.copy_share = 0;  // the copies to the root wait for each block's reduction
+  const size_t slots_bytes = slot_bytes_of(b, whole, esz, n);
   std::vector<char*> out(n);
   for (int j = 0; j < n; ++j) {
     if (j == root) out[j] = recv_root + b.off[j] * esz;
     else out[j] = scratch.device(t.rank[j], slots_bytes + b.cnt[j] * esz) + slots_bytes;
   }
-  ReduceOpts whole = o;
-  whole.copy_share = 0;  // the copies to the root wait for each block's reduction
   auto done = build_reduce_scatter(p, t, send, out, b, dt, op, whole, scratch);
+  const Pieces pc = pieces_of(b, whole, esz);
   const int chunks = static_cast<int>(done.size());
   for (int c = 0; c < chunks; ++c)
     for (int j = 0; j < n; ++j) {
       if (j == root) continue;
-      auto [off, len] = chunk_of(b.cnt[j], chunks, c, align);
+      auto [off, len] = pc.of(b.cnt[j], c);
       p.copy(t.rank[j], kLaneOut2, recv_root + (b.off[j] + off) * esz, t.dev[root], out[j] + off * esz, t.dev[j],
              len * esz, {done[c][j]});
     }

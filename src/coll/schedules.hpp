@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coll/program.hpp"
@@ -87,7 +88,33 @@ struct ReduceOpts {
   // Copy mode: the head of every piece stored into the owner's slot by a copy kernel on the
   // sender's SMs (a lane of its own), beside the copy engines' part.
   double sm_share = 0;
+  // Copy mode, round-major (no host or SM share; chunks/slots unused): rounds 1..n-2 each move
+  // whole blocks, one copy per sender (as the exchanges' rounds), and the owner folds each round
+  // into its output while the next one moves; the last round's block goes in pieces that halve
+  // down to `tail` bytes, each folded in as it lands, so the only work after the last copy is a
+  // two-input reduction of the tail piece. Scratch: a whole block per peer.
+  bool by_round = false;
+  size_t tail = 0;  // bytes of the last piece (0: the last round in one piece)
+  int copy_lanes = 1;  // round-major: lanes the sender's copies take in turn (1: one after another)
+  int fold_blocks_per_sm = 0;  // round-major: the folds' kernels' most blocks per SM (0: the reducer's setting)
+  // Round-major allreduce (rs_ag_copy): each block gathered whole after its last fold (one copy
+  // per round) instead of piece by piece; and the share of it sent through pinned host memory.
+  bool gather_whole = false;
+  double gather_host_share = 0;
 };
+
+// The pipeline's pieces of every block: piece c of a block of cnt elements is
+// [start[c], start[c+1]) clipped to cnt (round-major: the last round's pieces), or chunk c of
+// `chunks` even chunks (start empty). Callers that follow a reduce-scatter piece by piece
+// (allgather, reduce to a root) take the ranges from here.
+struct Pieces {
+  std::vector<size_t> start;
+  int chunks = 1;
+  size_t align = 1;
+  int count() const { return start.empty() ? chunks : static_cast<int>(start.size()) - 1; }
+  std::pair<size_t, size_t> of(size_t cnt, int c) const;  // (offset, length) in elements
+};
+Pieces pieces_of(const Blocks& b, const ReduceOpts& o, size_t esz);
 
 // Reduce-scatter over blocks b (elements): out[j] (block j's result at member j) =
 // op over i of send[i] + b.off[j]. Returns, per chunk c and member j, the op that

@@ -164,12 +164,56 @@ const SizeSetting kCeTwoshotMin{"GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "64G",
                                 "Smallest allreduce per rank over more than 2 GPUs that maps peers done by ce_twoshot "
                                 "(copy engines move the inputs in rounds, kernels store each reduced chunk into every "
                                 "member)"};
-const SizeSetting kRsCopyMin{"GPUSTRIPE_COLL_RS_COPY_MIN", "1G",
+// Session 4 r2 (4x H200, busbw GB/s at 64M/128M/256M/1G, one run): round-major rs_copy (below) with
+// 1 block per SM per fold 283/321/352/377 vs rs_pull 302/317/325/333 (chunked rs_copy 236/279/319/325).
+const SizeSetting kRsCopyMin{"GPUSTRIPE_COLL_RS_COPY_MIN", "256M",
                              "Smallest reduce-scatter per rank over more than 2 GPUs that maps peers done by rs_copy "
                              "(copy engines move the inputs in rounds, flags for the waits between GPUs)"};
 const BoolSetting kCopyFlags{"GPUSTRIPE_COLL_COPY_FLAGS", "1",
                              "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy) over more than 2 GPUs: their "
                              "waits between GPUs become flags in per-rank graphs (GPUSTRIPE_COLL_GPU_FLAGS=auto)"};
+// Session 4: s3's chunked rs_copy lost ~7-11 us per copy beyond the copy engines' rate (12 copies
+// of 16M per GPU at 256M) plus the last chunk's 4-input reduction (r2 timeline: 16M copies 55-70
+// us each, 802 us per call traced vs 691 round-major). Round-major: whole blocks per round (as the
+// exchanges' rounds), each folded in while the next moves, the last round in halving pieces.
+// r2 at 256M: tail 2M/4M/8M 342/343/350, the last round whole (tail 0) 324; 2 lanes 227; a host
+// share of every round 3%/5% 340/339.
+const ChoiceSetting kRsOrder{"GPUSTRIPE_COLL_RS_ORDER", "auto",
+                             "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy, ce_twoshot): chunks (every "
+                             "chunk in all rounds, then the next), rounds (whole blocks per round, folded in as "
+                             "they land; the last round in pieces halving down to GPUSTRIPE_COLL_RS_TAIL; no SM "
+                             "share; host share: GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE), or auto (rounds over more "
+                             "than 2 GPUs that map each other's memory, as measured; else chunks)",
+                             {"auto", "chunks", "rounds"}};
+const SizeSetting kRsTail{"GPUSTRIPE_COLL_RS_TAIL", "8M",
+                          "GPUSTRIPE_COLL_RS_ORDER=rounds: the last round's smallest (last) piece per block "
+                          "(0: the last round in one piece)"};
+const IntSetting kRsRoundsLanes{"GPUSTRIPE_COLL_RS_ROUNDS_LANES", "1",
+                                "GPUSTRIPE_COLL_RS_ORDER=rounds: lanes (copy engines) the sender's copies take in turn "
+                                "(1-3; 2: every copy at once beside the next: r2 227 vs 343 at 256M)"};
+// r2, allreduce busbw at 64M/128M/256M/1G: round-major reduce-scatter then each block gathered whole
+// 301/330/355/379 (with 5% of it through the host 298/336/363/387, 8% 277/330/364/379; 1 block per SM
+// per fold 306/336/358/381) vs gathered piece by piece 278/298/316/354 and two-shot 309/315/319/325.
+const ChoiceSetting kArGather{"GPUSTRIPE_COLL_AR_GATHER", "whole",
+                              "Round-major allreduce (rs_ag_copy with GPUSTRIPE_COLL_RS_ORDER=rounds): gather each "
+                              "block piece by piece as its pieces are folded, or whole (one copy per round) after the "
+                              "last", {"pieces", "whole"}};
+const DoubleSetting kArGatherHostShare{"GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE", "0.05",
+                                       "GPUSTRIPE_COLL_AR_GATHER=whole: fraction (0..0.5) of every block gathered "
+                                       "through pinned host memory (one D2H by its owner, an H2D by every member)"};
+// r2 (4x H200, busbw GB/s at 256M): round-major reduce-scatter 352 with 1 block per SM vs 343 with the
+// reducer's 4; allreduce (gathered whole) 358 vs 355. The folds are local and short; with fewer blocks
+// the flags' one-thread wait and signal kernels find room beside them.
+const IntSetting kRsFoldBlocks{"GPUSTRIPE_COLL_RS_FOLD_BLOCKS_PER_SM", "1",
+                               "GPUSTRIPE_COLL_RS_ORDER=rounds: most thread blocks per SM of the folds' kernels "
+                               "(0: GPUSTRIPE_COLL_REDUCE_BLOCKS_PER_SM)"};
+const SizeSetting kArCopyMin{"GPUSTRIPE_COLL_AR_COPY_MIN", "256M",
+                             "Smallest allreduce per rank over more than 2 GPUs that maps peers done by rs_ag_copy "
+                             "(copy-engine reduce-scatter, then the blocks gathered by copy engines)"};
+const DoubleSetting kRsRoundsHostShare{"GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE", "0",
+                                       "GPUSTRIPE_COLL_RS_ORDER=rounds: fraction (0..0.5) of every round's block sent "
+                                       "through pinned host memory (one D2H by the sender, one H2D by the owner, "
+                                       "beside NVLink)"};
 
 // Measured on the 4x H200 node (shared/HARDWARE.md): copy engines reach ~82% of the
 // nominal NVLink figure, PCIe ~85% one way; with every GPU on the host path at once the
@@ -255,6 +299,7 @@ std::string Choice::describe() const {
   std::string s = name;
   if (name == "rounds" || name == "all_at_once") {
     s += " host=" + pct(exchange.host_share);
+    if (exchange.host_share > 0) s += format(" chunks=%d", exchange.host_chunks);
     if (exchange.local_kernel) s += " local=kernel";
     if (name == "rounds" && exchange.round_lanes > 1) s += format(" lanes=%d", exchange.round_lanes);
     if (exchange.sm_share > 0) s += " sm=" + pct(exchange.sm_share);
@@ -272,6 +317,10 @@ std::string Choice::describe() const {
   if (reduce.ag_host_share > 0) s += " ag_host=" + pct(reduce.ag_host_share);
   if (reduce.sm_share > 0) s += " sm=" + pct(reduce.sm_share);
   if (reduce.flags) s += " flags";
+  if (reduce.by_round) s += " by_round tail=" + format_size(reduce.tail);
+  if (reduce.by_round && reduce.copy_lanes > 1) s += format(" copy_lanes=%d", reduce.copy_lanes);
+  if (reduce.gather_whole) s += " gather=whole";
+  if (reduce.gather_host_share > 0) s += " gather_host=" + pct(reduce.gather_host_share);
   if (reduce.copy_share > 0)
     s += format(" ce=%s%s", pct(reduce.copy_share).c_str(), reduce.receiver_copies ? " copies=receiver" : " copies=sender");
   return s + ": " + why;
@@ -413,6 +462,10 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.name = "rs_copy";
     c.why = size + " >= GPUSTRIPE_COLL_RS_COPY_MIN: copy engines move the inputs in rounds, kernels reduce chunk c "
                    "while chunk c+1 moves";
+  } else if (op == CollOp::AllReduce && pull_ok && n > 2 && bytes >= kArCopyMin.get()) {
+    c.name = "rs_ag_copy";
+    c.why = size + " >= GPUSTRIPE_COLL_AR_COPY_MIN: copy engines move the inputs in rounds and gather the reduced "
+                   "blocks";
   } else if (op == CollOp::AllReduce && pull_ok && bytes <= kOneshotMax.get()) {
     c.name = "oneshot";
     c.why = size + " <= GPUSTRIPE_COLL_ONESHOT_MAX: one kernel per rank reads every input (latency path)";
@@ -464,6 +517,25 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.reduce.host_share = share(kRsHostShare);
     if (res.all_peer) c.reduce.sm_share = std::clamp(kRsSmShare.get(), 0.0, 0.9);
     if (c.reduce.ag_stores) c.reduce.ag_host_share = share(kAgHostShare);
+  }
+  // Round-major: a whole block per peer in scratch (else chunks), no SM share, a host share of its own.
+  if ((c.name == "rs_copy" || c.name == "rs_ag_copy" || c.name == "reduce_copy" || c.name == "ce_twoshot") &&
+      (kRsOrder.get() == "rounds" || (kRsOrder.get() == "auto" && res.all_peer && n > 2)) &&
+      block * static_cast<uint64_t>(std::max(1, n - 1)) <= kScratchMax.get()) {
+    c.reduce.by_round = true;
+    c.reduce.tail = kRsTail.get();
+    c.reduce.sm_share = c.reduce.ag_host_share = 0;
+    c.reduce.host_share = kRsRoundsHostShare.get();
+    c.reduce.copy_lanes = static_cast<int>(std::clamp<int64_t>(kRsRoundsLanes.get(), 1, 3));
+    c.reduce.fold_blocks_per_sm = static_cast<int>(std::clamp<int64_t>(kRsFoldBlocks.get(), 0, 64));
+    if (c.name == "rs_ag_copy" && kArGather.get() == "whole") {
+      c.reduce.gather_whole = true;
+      c.reduce.gather_host_share = kArGatherHostShare.get();
+      GS_REQUIRE(c.reduce.gather_host_share >= 0 && c.reduce.gather_host_share <= 0.5, GPUSTRIPE_ERR_CONFIG,
+                 "GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE=%g: expected 0..0.5", c.reduce.gather_host_share);
+    }
+    GS_REQUIRE(c.reduce.host_share >= 0 && c.reduce.host_share <= 0.5, GPUSTRIPE_ERR_CONFIG,
+               "GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE=%g: expected 0..0.5", c.reduce.host_share);
   }
   // Slots: as many as chunks when the scratch allows (no copy ever waits for a reduction).
   const uint64_t chunk_bytes = std::max<uint64_t>(1, (block + c.reduce.chunks - 1) / c.reduce.chunks);

@@ -213,6 +213,10 @@ void Engine::copy_with_plan(const Plan& plan, void* dst, const void* src, Stream
   run_given(plan, dst, src, stream, RunMode{});
 }
 
+void Engine::copy_with_plan_in_second_area(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
+  run_given(plan, dst, src, stream, RunMode{true, false, true});
+}
+
 void Engine::enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool direct_on_lane,
                                bool own_area) {
   run_given(plan, dst, src, stream, RunMode{false, direct_on_lane, own_area});
@@ -286,7 +290,7 @@ bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHa
                  }));
   if (graphs_ && replayable) {
     try {
-      if (launch_graph(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream)) return true;
+      if (launch_graph(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream, mode.own_area)) return true;
     } catch (const Error& e) {
       // Capture is an optimisation: where it fails (a driver that refuses a node, say) the
       // schedule is enqueued directly from now on. Nothing was launched for this copy.
@@ -470,13 +474,13 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
       if (std::find(finals.begin(), finals.end(), lane) == finals.end()) backend_.wait_event(caller, lane->mark(true).event);
 }
 
-void Engine::prepare(const Plan& plan) {
+void Engine::prepare(const Plan& plan, bool second_area) {
   caller_event(plan.src);
   for (const PathPlan& p : plan.paths) {
     if (p.kind == PathKind::Direct) {
       if (!direct_on_caller_) lanes_->get(plan.src, plan.dst);
     } else if (p.kind == PathKind::HostStaged) {
-      host_area(p.via, plan.src);
+      host_area(p.via, plan.src, second_area);
       for (int k = 0; k < host_first_lanes_; ++k) lanes_->get(plan.src, kHostDevice, k);
       for (int k = 0; k < host_lanes_; ++k) lanes_->get(kHostDevice, plan.dst, k);
     } else {
@@ -487,8 +491,8 @@ void Engine::prepare(const Plan& plan) {
   }
 }
 
-bool Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller) {
-  std::string key = plan_key(plan, dst, src);
+bool Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool second_area) {
+  std::string key = plan_key(plan, dst, src) + (second_area ? " area2" : "");
   GraphExecHandle g = graphs_cache_->find(key);
   if (!g) {
     // A transfer seen once is enqueued directly: capturing costs more than that, and pays
@@ -506,10 +510,10 @@ bool Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHa
     // may enqueue on it meanwhile); the graph is then launched on the caller's stream.
     StreamHandle& cs = capture_streams_.at(plan.src);
     if (!cs) cs = backend_.create_stream(plan.src);
-    prepare(plan);
+    prepare(plan, second_area);
     backend_.begin_capture(cs);
     try {
-      enqueue_schedule(plan, dst, src, cs, true, RunMode{});
+      enqueue_schedule(plan, dst, src, cs, true, RunMode{true, false, second_area});
     } catch (...) {
       try {
         backend_.destroy_graph(backend_.end_capture(cs));
@@ -527,7 +531,8 @@ bool Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHa
   std::vector<std::pair<StagingArea*, int>> areas;
   for (const PathPlan& p : plan.paths) {
     if (p.kind == PathKind::HostStaged)
-      areas.push_back({&host_area(p.via, plan.src), ResourceTails::host_area(p.via * ndev_ + plan.src)});
+      areas.push_back({&host_area(p.via, plan.src, second_area),
+                       ResourceTails::host_area((second_area ? sockets_ * ndev_ : 0) + p.via * ndev_ + plan.src)});
     if (p.kind == PathKind::GpuStaged) areas.push_back({&gpu_area(p.via), ResourceTails::gpu_area(p.via)});
   }
   for (auto& [area, id] : areas)

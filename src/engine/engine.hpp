@@ -60,6 +60,12 @@ class Engine {
   // Executes a given plan (forced plans of the model's accuracy check and the tuner).
   // The plan's src/dst/bytes name the devices and size; pointers are checked like copy_async's.
   void copy_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream);
+  // copy_with_plan with its host-staged pieces in the second staging area of the source GPU
+  // (the one enqueue_with_plan's `own_area` uses), replayed as a graph of its own where graphs
+  // are on. A replay holds its area whole until it ends: two transfers from one GPU that
+  // alternate between the two areas overlap, the next one's host pipeline filling while the
+  // previous one's drains (a window of messages to one peer).
+  void copy_with_plan_in_second_area(const Plan& plan, void* dst, const void* src, StreamHandle stream);
   // copy_with_plan, never replayed as a graph: the schedule is enqueued, so its staged pieces
   // take the next free range of the staging ring and follow the pieces queued before them on
   // the same lanes at once. A replay uses its area from the start and so waits for the whole
@@ -109,10 +115,10 @@ class Engine {
   void enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing,
                         RunMode mode);
   // Creates the lanes, staging areas and events `plan` uses (never during a capture).
-  void prepare(const Plan& plan);
+  void prepare(const Plan& plan, bool second_area = false);
   // Replays the captured schedule of this transfer on `caller`, capturing it first when the
   // transfer was seen before; false (nothing enqueued) the first time a transfer is seen.
-  bool launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller);
+  bool launch_graph(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool second_area);
   StagingArea& host_area(int socket, int src, bool queues = false);
   StagingArea& gpu_area(int gpu);
   EventHandle caller_event(int dev);

@@ -1,6 +1,7 @@
 #include "mpi/coll_slice.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
 #include <utility>
@@ -15,6 +16,13 @@ namespace gpustripe::mpi {
 using coll::Op;
 
 namespace {
+const ChoiceSetting kFlags{
+    "GPUSTRIPE_MPI_COLL_FLAGS", "stream",
+    "MPI collectives across processes: a step waiting for another rank's step waits on its GPU stream for a flag in "
+    "shared host memory that the other rank's stream writes (stream: everything enqueued at once, no host in between) "
+    "or on the host, which polls events and flags and enqueues each step when its inputs are done (host)",
+    {"stream", "host"}};
+
 const ChoiceSetting kCopyStreams{
     "GPUSTRIPE_MPI_COLL_COPY_STREAMS", "mapping",
     "MPI collectives across processes: a copy to or from another rank's buffer runs on a stream of the GPU that "
@@ -31,7 +39,17 @@ int copy_stream_device(const coll::Op& op, int device) {
   return device;
 }
 
-size_t TeamFlags::segment_bytes() { return (kMaxRanks + kMaxOps) * sizeof(uint64_t); }
+// Segment layout: host counters, the exchange's messages, then the op words on their own
+// pages (registered for the GPUs).
+constexpr size_t kPage = 4096;
+size_t counters_bytes() { return 2 * TeamFlags::kMaxRanks * sizeof(uint64_t); }
+size_t info_offset() { return counters_bytes(); }
+size_t ops_offset() {
+  size_t end = info_offset() + 2 * TeamFlags::kMaxRanks * TeamFlags::kInfoBytes;
+  return (end + kPage - 1) / kPage * kPage;
+}
+
+size_t TeamFlags::segment_bytes() { return ops_offset() + kMaxOps * sizeof(uint32_t); }
 
 TeamFlags::TeamFlags(ipc::ShmSegment seg) : seg_(std::move(seg)) {
   GS_REQUIRE(seg_.size() >= segment_bytes(), GPUSTRIPE_ERR_INTERNAL, "collective flags segment %s: %zu bytes of %zu",
@@ -42,8 +60,20 @@ std::atomic<uint64_t>& TeamFlags::arrived(int r) const {
   return reinterpret_cast<std::atomic<uint64_t>*>(seg_.data())[r];
 }
 
-std::atomic<uint64_t>& TeamFlags::op(size_t i) const {
-  return reinterpret_cast<std::atomic<uint64_t>*>(seg_.data())[kMaxRanks + i];
+std::atomic<uint64_t>& TeamFlags::posted(int r) const {
+  return reinterpret_cast<std::atomic<uint64_t>*>(seg_.data())[kMaxRanks + r];
+}
+
+void* TeamFlags::info(int parity, int r) const {
+  return static_cast<char*>(seg_.data()) + info_offset() + (static_cast<size_t>(parity) * kMaxRanks + r) * kInfoBytes;
+}
+
+uint32_t* TeamFlags::op_words() const {
+  return reinterpret_cast<uint32_t*>(static_cast<char*>(seg_.data()) + ops_offset());
+}
+
+std::atomic<uint32_t>& TeamFlags::op(size_t i) const {
+  return reinterpret_cast<std::atomic<uint32_t>*>(op_words())[i];
 }
 
 SliceRunner::SliceRunner(Backend& backend, coll::Reducer& reducer, int rank, int nranks, TeamFlags& flags,
@@ -51,7 +81,10 @@ SliceRunner::SliceRunner(Backend& backend, coll::Reducer& reducer, int rank, int
     : backend_(backend), reducer_(reducer), rank_(rank), nranks_(nranks), flags_(flags),
       check_peers_(std::move(check_peers)), lanes_(backend) {
   GS_REQUIRE(nranks <= TeamFlags::kMaxRanks, GPUSTRIPE_ERR_NOT_SUPPORTED,
-             "collectives over %d ranks of a node: at most %d", nranks, TeamFlags::kMaxRanks);
+             "collective over %d ranks of a node: at most %d", nranks, TeamFlags::kMaxRanks);
+  if (kFlags.get() == "stream") dev_flags_ = backend_.register_host(flags_.op_words(), flags_.op_words_bytes());
+  GS_LOG_DEBUG(Subsys::Mpi, "collective dependencies between ranks wait %s",
+               dev_flags_ ? "on the GPUs (stream flags)" : "on the hosts");
 }
 
 SliceRunner::~SliceRunner() {
@@ -62,6 +95,18 @@ SliceRunner::~SliceRunner() {
       } catch (...) {
       }
     }
+  for (auto& kv : end_events_) {
+    try {
+      backend_.destroy_event(kv.second);
+    } catch (...) {
+    }
+  }
+  if (dev_flags_) {
+    try {
+      backend_.unregister_host(flags_.op_words());
+    } catch (...) {
+    }
+  }
 }
 
 // Keyed apart from other lanes of the device by a negative index, as the coll executor does.
@@ -81,23 +126,141 @@ void SliceRunner::barrier(const char* what) {
     while (flags_.arrived(r).load(std::memory_order_acquire) < n) w.pause();
 }
 
+void SliceRunner::exchange(const void* mine, size_t bytes, void* all) {
+  GS_REQUIRE(bytes <= TeamFlags::kInfoBytes, GPUSTRIPE_ERR_INTERNAL, "collective exchange of %zu bytes", bytes);
+  // Two slots per rank: a rank posting call k+2 reuses call k's slot, and it got past call
+  // k+1's exchange only after every rank posted k+1, i.e. had finished reading call k's.
+  const uint64_t n = ++exchanges_;
+  const int parity = static_cast<int>(n & 1);
+  std::memcpy(flags_.info(parity, rank_), mine, bytes);
+  flags_.posted(rank_).store(n, std::memory_order_release);
+  ipc::Waiter w(format("collective entry: rank %d waiting for the other ranks to call it", rank_), check_peers_);
+  for (int r = 0; r < nranks_; ++r) {
+    while (flags_.posted(r).load(std::memory_order_acquire) < n) w.pause();
+    std::memcpy(static_cast<char*>(all) + r * bytes, flags_.info(parity, r), bytes);
+  }
+}
+
+namespace {
+bool reached(const std::atomic<uint32_t>& f, uint32_t run_id) {
+  return static_cast<int32_t>(f.load(std::memory_order_acquire) - run_id) >= 0;
+}
+}  // namespace
+
 void SliceRunner::run(const coll::Program& prog, int device) {
   const auto& ops = prog.ops();
   GS_REQUIRE(ops.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
              "a collective schedule of %zu ops: the cross-process flags hold %zu", ops.size(), TeamFlags::kMaxOps);
   GS_REQUIRE(prog.nranks() == nranks_, GPUSTRIPE_ERR_INTERNAL, "program for %d ranks on a team of %d", prog.nranks(),
              nranks_);
-  const uint64_t run_id = ++runs_;
+  const uint32_t run_id = static_cast<uint32_t>(++runs_);
+  // Segments between Barrier ops: everything before a barrier, on every rank, is complete
+  // after it (streams drained, then a barrier of the hosts), and so is the program at its end.
+  size_t begin = 0;
+  while (begin <= ops.size()) {
+    size_t end = begin;
+    while (end < ops.size() && ops[end].kind != Op::Barrier) ++end;
+    if (dev_flags_) run_segment_streams(prog, begin, end, device, run_id);
+    else run_segment_host(prog, begin, end, device, run_id);
+    barrier(end < ops.size() ? "collective schedule barrier" : "collective end");
+    begin = end + 1;
+  }
+}
 
-  // Which of this rank's ops another rank waits for (flag), or another lane here (mark).
-  std::vector<uint8_t> remote(ops.size(), 0), marked(ops.size(), 0), enqueued(ops.size(), 0);
-  for (const Op& op : ops)
-    for (int d : op.deps) {
-      if (ops[d].rank != rank_) continue;
-      if (op.rank != rank_) remote[d] = 1;
-      else if (op.lane != ops[d].lane) marked[d] = 1;
+// Which of this rank's ops in [begin, end) another rank waits for (remote), or another lane
+// here (marked).
+static void dependents(const std::vector<Op>& ops, size_t begin, size_t end, int rank, std::vector<uint8_t>& remote,
+                       std::vector<uint8_t>& marked) {
+  for (size_t i = begin; i < end; ++i)
+    for (int d : ops[i].deps) {
+      if (ops[d].rank != rank) continue;
+      if (ops[i].rank != rank) remote[d] = 1;
+      else if (ops[i].lane != ops[d].lane) marked[d] = 1;
     }
+}
 
+// Waits until the streams have run everything enqueued on them. A step of a dead rank that
+// this rank's streams wait for would hold them forever: on an error the flags they wait on
+// are set here (the GPUs then run on and the call reports the error).
+void SliceRunner::drain(const std::vector<Lane*>& used, uint32_t run_id, size_t nops) {
+  std::vector<EventHandle> ends;
+  for (Lane* l : used) {
+    EventHandle& e = end_events_[l->stream()];
+    if (!e) e = backend_.create_event(l->device(), false);
+    backend_.record_event(e, l->stream());
+    ends.push_back(e);
+  }
+  try {
+    ipc::Waiter w(format("collective: rank %d waiting for its GPU work (and the other ranks' steps it needs)", rank_),
+                  check_peers_);
+    for (EventHandle e : ends)
+      while (!backend_.query_event(e)) w.pause();
+  } catch (...) {
+    for (size_t i = 0; i < nops; ++i)
+      if (!reached(flags_.op(i), run_id)) flags_.op(i).store(run_id, std::memory_order_release);
+    for (Lane* l : used) {
+      try {
+        backend_.synchronize_stream(l->stream());
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+}
+
+// Stream flags: every op of this rank in the segment is enqueued at once. A dependency on
+// another rank's op is a wait of the dependent's stream for that op's flag, which the
+// owner's stream writes right after the op (cuStreamWaitValue32 / cuStreamWriteValue32 on
+// the shared segment): no host takes part until the segment's end.
+void SliceRunner::run_segment_streams(const coll::Program& prog, size_t begin, size_t end, int device,
+                                      uint32_t run_id) {
+  const auto& ops = prog.ops();
+  std::vector<uint8_t> remote(ops.size(), 0), marked(ops.size(), 0);
+  dependents(ops, begin, end, rank_, remote, marked);
+  const bool on_mapping = mapping_streams();
+  std::vector<LaneMark> marks(ops.size());
+  std::map<int, size_t> last_on_lane;
+  std::vector<Lane*> used;
+  for (size_t i = begin; i < end; ++i) {
+    const Op& op = ops[i];
+    if (op.rank != rank_) continue;
+    const int sd = op.kind == Op::Copy && on_mapping ? copy_stream_device(op, device) : device;
+    Lane& l = lane(sd, op.lane);
+    if (std::find(used.begin(), used.end(), &l) == used.end()) used.push_back(&l);
+    for (int d : op.deps) {
+      if (ops[d].rank == rank_) {
+        if (marks[d].event && marks[d].stream != l.stream()) l.wait(marks[d]);
+      } else {
+        backend_.stream_wait_flag(l.stream(), dev_flags_ + d, run_id);
+      }
+    }
+    auto prev = last_on_lane.find(op.lane);
+    if (prev != last_on_lane.end() && marks[prev->second].event && marks[prev->second].stream != l.stream())
+      l.wait(marks[prev->second]);
+    last_on_lane[op.lane] = i;
+    if (op.kind == Op::Copy) {
+      backend_.copy_async_prechecked(op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, l.stream());
+    } else {
+      GS_REQUIRE(op.kind == Op::Reduce, GPUSTRIPE_ERR_INTERNAL, "collective step %zu of kind %d across processes", i,
+                 static_cast<int>(op.kind));
+      reducer_.reduce_async(coll::reduce_args(op), sd, l.stream());
+    }
+    if (marked[i] || on_mapping) marks[i] = l.mark();
+    if (remote[i]) backend_.stream_write_flag(l.stream(), dev_flags_ + i, run_id);
+  }
+  drain(used, run_id, ops.size());
+}
+
+// Host flags: this rank's ops wait in one queue per lane (program order: a lane's ops rely
+// on running in that order) and each queue's head goes as soon as it is ready, so a step
+// waiting for another rank holds back its own lane only: later chunks' copies on other
+// lanes are already queued on the GPU. The owner's host sets an op's flag once the op's
+// event has completed.
+void SliceRunner::run_segment_host(const coll::Program& prog, size_t begin, size_t end, int device,
+                                   uint32_t run_id) {
+  const auto& ops = prog.ops();
+  std::vector<uint8_t> remote(ops.size(), 0), marked(ops.size(), 0), enqueued(ops.size(), 0);
+  dependents(ops, begin, end, rank_, remote, marked);
   std::vector<LaneMark> marks(ops.size());
   std::vector<std::pair<size_t, EventHandle>> pending;  // this rank's ops others wait for, not yet flagged
   std::vector<Lane*> used;
@@ -116,7 +279,7 @@ void SliceRunner::run(const coll::Program& prog, int device) {
     for (int d : ops[i].deps) {
       if (ops[d].rank == rank_) {
         if (!enqueued[d]) return false;
-      } else if (flags_.op(d).load(std::memory_order_acquire) < run_id) {
+      } else if (!reached(flags_.op(d), run_id)) {
         return false;
       }
     }
@@ -139,7 +302,7 @@ void SliceRunner::run(const coll::Program& prog, int device) {
       l.wait(marks[prev->second]);
     last_on_lane[op.lane] = i;
     if (op.kind == Op::Copy) {
-      backend_.copy_async(op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, l.stream());
+      backend_.copy_async_prechecked(op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, l.stream());
     } else {
       // Schedule builders make copies, reductions and barriers only (other kinds are the
       // coll executor's own).
@@ -156,45 +319,29 @@ void SliceRunner::run(const coll::Program& prog, int device) {
     enqueued[i] = 1;
   };
 
-  // Segments between Barrier ops. Inside one, this rank's ops wait in one queue per lane
-  // (program order: a lane's ops rely on running in that order) and each queue's head goes
-  // as soon as it is ready, so a step waiting for another rank holds back its own lane
-  // only: later chunks' copies on other lanes are already queued on the GPU.
-  size_t begin = 0;
-  while (begin <= ops.size()) {
-    size_t end = begin;
-    while (end < ops.size() && ops[end].kind != Op::Barrier) ++end;
-    std::map<int, std::vector<size_t>> queues;
-    for (size_t i = begin; i < end; ++i)
-      if (ops[i].rank == rank_) queues[ops[i].lane].push_back(i);
-    std::map<int, size_t> head;
-    size_t left = 0;
-    for (auto& q : queues) left += q.second.size();
-    ipc::Waiter w(format("collective: rank %d waiting for the other ranks' steps", rank_), check_peers_);
-    while (left > 0) {
-      bool progressed = false;
-      for (auto& [ln, q] : queues) {
-        size_t& h = head[ln];
-        while (h < q.size() && ready(q[h])) {
-          enqueue(q[h++]);
-          --left;
-          progressed = true;
-        }
+  std::map<int, std::vector<size_t>> queues;
+  for (size_t i = begin; i < end; ++i)
+    if (ops[i].rank == rank_) queues[ops[i].lane].push_back(i);
+  std::map<int, size_t> head;
+  size_t left = 0;
+  for (auto& q : queues) left += q.second.size();
+  ipc::Waiter w(format("collective: rank %d waiting for the other ranks' steps", rank_), check_peers_);
+  while (left > 0) {
+    bool progressed = false;
+    for (auto& [ln, q] : queues) {
+      size_t& h = head[ln];
+      while (h < q.size() && ready(q[h])) {
+        enqueue(q[h++]);
+        --left;
+        progressed = true;
       }
-      publish_done();  // what the other ranks may be waiting for
-      if (progressed) w.progressed();
-      else w.pause();
     }
-    // The end of a segment: everything before it, on every rank, is complete after this.
-    for (Lane* l : used) backend_.synchronize_stream(l->stream());
-    for (auto& p : pending) flags_.op(p.first).store(run_id, std::memory_order_release);
-    pending.clear();
-    used.clear();
-    next_event = 0;
-    std::fill(marks.begin(), marks.end(), LaneMark{});
-    barrier(end < ops.size() ? "collective schedule barrier" : "collective end");
-    begin = end + 1;
+    publish_done();  // what the other ranks may be waiting for
+    if (progressed) w.progressed();
+    else w.pause();
   }
+  for (Lane* l : used) backend_.synchronize_stream(l->stream());
+  for (auto& p : pending) flags_.op(p.first).store(run_id, std::memory_order_release);
 }
 
 }  // namespace gpustripe::mpi

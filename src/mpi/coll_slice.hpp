@@ -5,9 +5,11 @@
 // and enqueues only the ops placed on its rank, on its own GPU. Ordering inside the
 // rank is the coll executor's (lanes are streams, a dependency on another lane is an
 // event). A dependency on another rank's op crosses processes through shared memory:
-// the owner's host sets the op's flag once the op's event has completed (it polls its
-// pending ops while it works through its part), and the dependent's host waits for
-// the flag before it enqueues the dependent op. A Barrier op, and the end of the
+// by default the owner's stream writes the op's flag right after the op and the
+// dependent's stream waits for it (stream memory operations on the shared segment,
+// registered for the GPUs: everything is enqueued at once); with
+// GPUSTRIPE_MPI_COLL_FLAGS=host the owner's host sets the flag once the op's event has
+// completed and the dependent's host waits for it before it enqueues the dependent op. A Barrier op, and the end of the
 // program, is a barrier of the ranks' hosts after each has drained its streams, so a
 // collective returns only when every rank's copies into this rank's buffers are done.
 // Waits are bounded by GPUSTRIPE_TIMEOUT and fail early when a rank dies.
@@ -31,12 +33,19 @@ class TeamFlags {
  public:
   static constexpr size_t kMaxOps = size_t(1) << 16;
   static constexpr int kMaxRanks = 256;
+  static constexpr size_t kInfoBytes = 1024;  // one rank's message of a call's exchange
   static size_t segment_bytes();
   explicit TeamFlags(ipc::ShmSegment seg);
-  // The run number in which op i last completed (written by its rank only).
-  std::atomic<uint64_t>& op(size_t i) const;
+  // The run number (mod 2^32) in which op i last completed (written by its rank only, by
+  // its host or its streams: the words are page-aligned for register_host).
+  std::atomic<uint32_t>& op(size_t i) const;
+  uint32_t* op_words() const;
+  size_t op_words_bytes() const { return kMaxOps * sizeof(uint32_t); }
   // How many barriers rank r has reached.
   std::atomic<uint64_t>& arrived(int r) const;
+  // Exchange: how many messages rank r has posted; message slot (parity, r).
+  std::atomic<uint64_t>& posted(int r) const;
+  void* info(int parity, int r) const;
 
  private:
   ipc::ShmSegment seg_;
@@ -65,6 +74,11 @@ class SliceRunner {
   void run(const coll::Program& prog, int device);
   // A barrier of the team's hosts.
   void barrier(const char* what);
+  // Every rank's `bytes` (<= TeamFlags::kInfoBytes) into all[r * bytes]; a barrier too (no
+  // rank returns before every rank has posted). Replaces an MPI allgather per call.
+  void exchange(const void* mine, size_t bytes, void* all);
+  // Whether cross-rank dependencies wait on the GPUs (stream flags) or on the hosts.
+  bool stream_flags() const { return dev_flags_ != nullptr; }
 
  private:
   Lane& lane(int device, int role);
@@ -77,8 +91,14 @@ class SliceRunner {
   std::function<void()> check_peers_;
   LaneSet lanes_;
   std::map<int, std::vector<EventHandle>> events_;  // by device
+  std::map<StreamHandle, EventHandle> end_events_;  // drain: one per stream
   uint64_t runs_ = 0;      // the value this run's flags carry
   uint64_t barriers_ = 0;  // barriers this rank has reached
+  uint64_t exchanges_ = 0;
+  uint32_t* dev_flags_ = nullptr;  // the op words as streams address them (register_host)
+  void run_segment_host(const coll::Program& prog, size_t begin, size_t end, int device, uint32_t run_id);
+  void run_segment_streams(const coll::Program& prog, size_t begin, size_t end, int device, uint32_t run_id);
+  void drain(const std::vector<Lane*>& used, uint32_t run_id, size_t nops);
 };
 
 }  // namespace gpustripe::mpi

@@ -1,6 +1,9 @@
 #include "mpi/coll_team.hpp"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "common/config.hpp"
@@ -12,6 +15,8 @@ namespace gpustripe::mpi {
 namespace {
 
 constexpr size_t kExportsKept = 64;
+constexpr size_t kShapesKept = 256;
+constexpr size_t kProgramsKept = 32;
 
 const ChoiceSetting kPeerKernels{"GPUSTRIPE_MPI_COLL_PEER_KERNELS", "auto",
                                  "MPI collectives across processes: reduction kernels may read other ranks' buffers "
@@ -19,10 +24,24 @@ const ChoiceSetting kPeerKernels{"GPUSTRIPE_MPI_COLL_PEER_KERNELS", "auto",
                                  "mappings are not readable by this GPU's kernels yet: copy-engine schedules)",
                                  {"auto", "yes", "no"}};
 
+const ChoiceSetting kExchange{"GPUSTRIPE_MPI_COLL_EXCHANGE", "shm",
+                              "MPI collectives across processes: how the ranks hand each other their buffers' "
+                              "handles at every call (also the call's entry barrier): the team's shared-memory "
+                              "segment (shm) or an MPI allgather (mpi)",
+                              {"shm", "mpi"}};
+std::atomic<bool> g_die_in_next{false};  // test hook: SIGKILL inside the next call
+
+bool exchange_shm() {
+  static const bool shm = kExchange.get() == "shm";
+  return shm;
+}
+
 // Where the sizing build puts the buffers of every rank: addresses never dereferenced.
 char* placeholder(size_t k) { return reinterpret_cast<char*>((k + 1) << 40); }
 
 }  // namespace
+
+void test_die_in_next_collective() { g_die_in_next.store(true); }
 
 // A buffer as another process maps it: the allocation's handle and the offset in it.
 struct CollTeam::Desc {
@@ -200,12 +219,32 @@ coll::Choice CollTeam::choose(const CollCall& call) const {
 
 bool CollTeam::run(const CollCall& call) {
   ++calls_;
-  coll::Choice choice = choose(call);
   coll::Team team;
   for (int r = 0; r < n_; ++r) {
     team.rank.push_back(r);
     team.dev.push_back(call.device);
   }
+  // Where the send buffer lies in the receive buffer (or the other way round): in-place
+  // rules of the builders look at it, so it is part of the shape.
+  const char* cs = static_cast<const char*>(call.send);
+  const char* cr = static_cast<const char*>(call.recv);
+  const bool send_in_recv = cs && cr && cs >= cr && cs < cr + call.recv_bytes;
+  const bool recv_in_send = cs && cr && cr > cs && cr < cs + call.send_bytes;
+  std::string shape_key;
+  if (!call.shape.empty()) {
+    shape_key = call.shape;
+    auto put = [&](const auto& v) { shape_key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    put(call.device);
+    put(call.bytes);
+    put(call.elem_size);
+    put(call.send_bytes);
+    put(call.recv_bytes);
+    const ptrdiff_t rel = send_in_recv ? cs - cr : recv_in_send ? -(cr - cs) : PTRDIFF_MIN;
+    put(rel);
+    put(cs != nullptr);
+    put(cr != nullptr);
+  }
+  coll::Choice choice;
 
   // 1. Size this rank's scratch: a build over placeholders (every rank's buffers laid
   //    out as this rank's are, which is what in-place rules look at).
@@ -213,22 +252,31 @@ bool CollTeam::run(const CollCall& call) {
   mine.eligible = call.eligible ? 1 : 0;
   mine.device = call.device;
   if (call.eligible) {
-    coll::Scratch sizing(backend_, team.dev);
-    std::vector<char*> send(n_), recv(n_);
-    for (int r = 0; r < n_; ++r) {
-      sizing.set_external(r, placeholder(3 * r + 2), 0);
-      send[r] = call.send ? placeholder(3 * r) : nullptr;
-      recv[r] = call.recv ? placeholder(3 * r + 1) : nullptr;
-      if (call.send && call.recv && call.send >= call.recv &&
-          static_cast<const char*>(call.send) < static_cast<const char*>(call.recv) + call.recv_bytes)
-        send[r] = recv[r] + (static_cast<const char*>(call.send) - static_cast<const char*>(call.recv));
-      if (call.send && call.recv && call.recv > call.send &&
-          static_cast<const char*>(call.recv) < static_cast<const char*>(call.send) + call.send_bytes)
-        recv[r] = send[r] + (static_cast<const char*>(call.recv) - static_cast<const char*>(call.send));
+    auto known = shape_key.empty() ? shapes_.end() : shapes_.find(shape_key);
+    size_t wanted = 0;
+    if (known != shapes_.end()) {
+      choice = known->second.choice;
+      wanted = known->second.scratch;
+    } else {
+      choice = choose(call);
+      coll::Scratch sizing(backend_, team.dev);
+      std::vector<char*> send(n_), recv(n_);
+      for (int r = 0; r < n_; ++r) {
+        sizing.set_external(r, placeholder(3 * r + 2), 0);
+        send[r] = call.send ? placeholder(3 * r) : nullptr;
+        recv[r] = call.recv ? placeholder(3 * r + 1) : nullptr;
+        if (send_in_recv) send[r] = recv[r] + (cs - cr);
+        if (recv_in_send) recv[r] = send[r] + (cr - cs);
+      }
+      coll::Program sizing_prog(n_);
+      call.build(sizing_prog, team, send, recv, sizing, choice);
+      wanted = sizing.wanted(rank_);
+      if (!shape_key.empty()) {
+        if (shapes_.size() >= kShapesKept) shapes_.clear();
+        shapes_[shape_key] = Shape{choice, wanted};
+      }
     }
-    coll::Program sizing_prog(n_);
-    call.build(sizing_prog, team, send, recv, sizing, choice);
-    if (sizing.wanted(rank_)) grow(scratch_, call.device, sizing.wanted(rank_));
+    if (wanted) grow(scratch_, call.device, wanted);
     try {
       mine.send = describe(call.send, call.send_bytes);
       mine.recv = describe(call.recv, call.recv_bytes);
@@ -242,18 +290,26 @@ bool CollTeam::run(const CollCall& call) {
       said = true;
       mine.eligible = 0;
     }
-    if (mine.eligible && sizing.wanted(rank_)) mine.scratch = describe(scratch_.p, scratch_.bytes);
+    if (mine.eligible && wanted) mine.scratch = describe(scratch_.p, scratch_.bytes);
   }
 
   // 2. Every rank's handles and eligibility (the entry barrier of the call).
+  //    Through the team's shared segment: a few microseconds less than the MPI's allgather.
+  static_assert(sizeof(RankInfo) <= TeamFlags::kInfoBytes, "a rank's message outgrew its exchange slot");
   std::vector<RankInfo> all(n_);
-  check_mpi(PMPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm_),
-            "MPI_Allgather (collective buffers)");
+  if (exchange_shm()) {
+    runner_->exchange(&mine, sizeof mine, all.data());
+  } else {
+    check_mpi(PMPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm_),
+              "MPI_Allgather (collective buffers)");
+  }
   for (const RankInfo& ri : all)
     if (!ri.eligible) return false;
+  // Test hook (tests/mpi/mpi_coll_kill.c): die where the others already run the call.
+  if (g_die_in_next.load()) raise(SIGKILL);
 
   // 3. This process's view of every rank's buffers, the program, this rank's part.
-  std::vector<char*> send(n_), recv(n_);
+  std::vector<char*> send(n_), recv(n_), scr(n_);
   coll::Scratch scratch(backend_, team.dev);
   for (int r = 0; r < n_; ++r) {
     team.dev[r] = all[r].device;
@@ -269,25 +325,47 @@ bool CollTeam::run(const CollCall& call) {
     if (r == rank_) {
       send[r] = static_cast<char*>(const_cast<void*>(call.send));
       recv[r] = static_cast<char*>(call.recv);
+      scr[r] = scratch_.p;
       scratch.set_external(r, scratch_.p, scratch_.bytes);
     } else {
-      char* scr = nullptr;
-      map_all(r, {&all[r].send, &all[r].recv, &all[r].scratch}, {&send[r], &recv[r], &scr});
-      scratch.set_external(r, scr, all[r].scratch.present ? all[r].scratch.handle.size : 0);
+      map_all(r, {&all[r].send, &all[r].recv, &all[r].scratch}, {&send[r], &recv[r], &scr[r]});
+      scratch.set_external(r, scr[r], all[r].scratch.present ? all[r].scratch.handle.size : 0);
     }
   }
-  coll::Program prog(n_);
-  call.build(prog, team, send, recv, scratch, choice);
-  for (int r = 0; r < n_; ++r)
-    GS_REQUIRE(scratch.wanted(r) == 0 || scratch.wanted(r) <= all[r].scratch.handle.size - all[r].scratch.offset,
-               GPUSTRIPE_ERR_INTERNAL, "%s: rank %d's scratch (%zu bytes) is smaller than the schedule needs (%zu)",
-               call.name, r, static_cast<size_t>(all[r].scratch.handle.size), scratch.wanted(r));
-  for (const coll::Op& op : prog.ops())
-    GS_REQUIRE(op.kind != coll::Op::Copy || (op.src_dev != kHostDevice && op.dst_dev != kHostDevice),
-               GPUSTRIPE_ERR_INTERNAL, "%s: a schedule with host staging across processes", call.name);
-  GS_LOG_DEBUG(Subsys::Mpi, "%s %zu bytes on %d ranks: %s; rank %d runs its part of %s", call.name, call.bytes, n_,
-               choice.describe().c_str(), rank_, prog.summary().c_str());
-  runner_->run(prog, call.device);
+  // The same shape over the same pointers: the same Program (built and checked before).
+  std::string prog_key;
+  if (!shape_key.empty()) {
+    prog_key = shape_key;
+    auto put = [&](const auto& v) { prog_key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    for (int r = 0; r < n_; ++r) {
+      put(team.dev[r]);
+      put(send[r]);
+      put(recv[r]);
+      put(scr[r]);
+      put(r == rank_ ? scratch_.bytes : all[r].scratch.present ? all[r].scratch.handle.size : size_t(0));
+    }
+  }
+  auto cached = prog_key.empty() ? programs_.end() : programs_.find(prog_key);
+  if (cached == programs_.end()) {
+    coll::Program prog(n_);
+    call.build(prog, team, send, recv, scratch, choice);
+    for (int r = 0; r < n_; ++r)
+      GS_REQUIRE(scratch.wanted(r) == 0 || scratch.wanted(r) <= all[r].scratch.handle.size - all[r].scratch.offset,
+                 GPUSTRIPE_ERR_INTERNAL, "%s: rank %d's scratch (%zu bytes) is smaller than the schedule needs (%zu)",
+                 call.name, r, static_cast<size_t>(all[r].scratch.handle.size), scratch.wanted(r));
+    for (const coll::Op& op : prog.ops())
+      GS_REQUIRE(op.kind != coll::Op::Copy || (op.src_dev != kHostDevice && op.dst_dev != kHostDevice),
+                 GPUSTRIPE_ERR_INTERNAL, "%s: a schedule with host staging across processes", call.name);
+    GS_LOG_DEBUG(Subsys::Mpi, "%s %zu bytes on %d ranks: %s; rank %d runs its part of %s", call.name, call.bytes, n_,
+                 choice.describe().c_str(), rank_, prog.summary().c_str());
+    if (prog_key.empty()) {
+      runner_->run(prog, call.device);
+      return true;
+    }
+    if (programs_.size() >= kProgramsKept) programs_.clear();
+    cached = programs_.emplace(prog_key, std::move(prog)).first;
+  }
+  runner_->run(cached->second, call.device);
   return true;
 }
 

@@ -2,12 +2,13 @@
 //
 // A call goes: every rank sizes the schedule's scratch (a build over placeholders),
 // grows its own scratch buffer, and exports its send, receive and scratch buffers;
-// one PMPI_Allgather over the communicator hands every rank the others' handles and
+// an exchange through the team's shared segment (GPUSTRIPE_MPI_COLL_EXCHANGE=mpi: a
+// PMPI_Allgather) hands every rank the others' handles and
 // whether they can take this path at all (all device buffers, a supported type and
 // op); each rank maps the others' buffers through the p2p layer's mapping cache
 // (keyed by buffer id: a buffer freed and reallocated at the same address is mapped
 // anew, never served stale), builds the same Program with the coll builders over its
-// own view of the pointers, and runs its part (coll_slice.hpp). The allgather is the
+// own view of the pointers, and runs its part (coll_slice.hpp). The exchange is the
 // entry barrier (no rank writes into a buffer its owner may still be using), the
 // slice runner's end is the exit barrier.
 //
@@ -52,7 +53,15 @@ struct CollCall {
   std::function<void(coll::Program&, const coll::Team&, const std::vector<char*>& send, const std::vector<char*>& recv,
                      coll::Scratch&, const coll::Choice&)>
       build;
+  // Everything `build` captures (counts, type, op, root, in place), so that a repeated call
+  // reuses its schedule choice, scratch size and, over the same pointers, its Program.
+  // Empty: nothing is reused.
+  std::string shape;
 };
+
+// Test only: this process kills itself (SIGKILL) inside its next collective on the
+// gpustripe path, right after the entry exchange.
+void test_die_in_next_collective();
 
 class CollTeam {
  public:
@@ -101,6 +110,15 @@ class CollTeam {
   std::map<uintptr_t, Backend::IpcMemHandle> exports_;
   std::map<std::pair<int, int>, bool> peer_ok_;  // this rank's buffers exported, by allocation base
   uint64_t calls_ = 0;
+  // Repeated calls (CollCall::shape): the choice and this rank's scratch size by shape; the
+  // Program by shape and every rank's pointers as this process sees them (pointers, not
+  // buffer ids: a Program holds nothing else, so equal pointers give an equal Program).
+  struct Shape {
+    coll::Choice choice;
+    size_t scratch = 0;
+  };
+  std::map<std::string, Shape> shapes_;
+  std::map<std::string, coll::Program> programs_;
 };
 
 }  // namespace gpustripe::mpi

@@ -82,6 +82,13 @@ size_t type_size(MPI_Datatype t) {
 
 std::vector<const char*> in(const std::vector<char*>& v) { return {v.begin(), v.end()}; }
 
+// CollCall::shape: the function and what its build closure captures.
+std::string shape_of(const char* name, std::initializer_list<long long> captured) {
+  std::string s(name);
+  for (long long v : captured) s.append(reinterpret_cast<const char*>(&v), sizeof v);
+  return s;
+}
+
 // One collective: the gpustripe way when every rank can (`prepare` fills this rank's
 // side of the call; `after` finishes it), else `mpi` over staged buffers.
 int collective(MPI_Comm comm, const char* name, const std::function<void(Runtime&, CollTeam&, CollCall&)>& prepare,
@@ -139,6 +146,9 @@ extern "C" {
 // Test hook (tests/mpi/mpi_coll.c): how many collectives gpustripe served in this process.
 long gpustripe_mpi_test_coll_served(void) { return g_served.load(); }
 
+// Test hook (tests/mpi/mpi_coll_kill.c): die inside the next collective, after its entry exchange.
+void gpustripe_mpi_test_coll_die_in_next(void) { test_die_in_next_collective(); }
+
 int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                  MPI_Datatype recvtype, MPI_Comm comm) {
   const bool in_place = sendbuf == MPI_IN_PLACE;
@@ -158,6 +168,7 @@ int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void
         }
         c.send_bytes = c.recv_bytes = total;
         c.recv = recvbuf;
+        c.shape = shape_of("alltoall", {static_cast<long long>(block)});
         c.build = [block](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
                           const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
           coll::build_alltoall(p, t, in(s), r, block, ch.exchange, sc);
@@ -187,6 +198,7 @@ int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, voi
         c.send_bytes = block;
         c.recv = recvbuf;
         c.recv_bytes = total;
+        c.shape = shape_of("allgather", {static_cast<long long>(block)});
         c.build = [block](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
                           const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
           coll::build_allgather(p, t, in(s), r, block, ch.exchange, sc);
@@ -223,6 +235,7 @@ int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, 
         c.send_bytes = block * n;
         c.recv = in_place ? static_cast<char*>(recvbuf) + team.rank() * block : recvbuf;
         c.recv_bytes = block;
+        c.shape = shape_of("reduce_scatter", {static_cast<long long>(count), n, dt, op});
         c.build = [count, n, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
                                      const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
           coll::Blocks b;
@@ -261,6 +274,7 @@ int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype ty
         c.elem_size = coll::dtype_size(dt);
         c.send = in_place ? recvbuf : sendbuf;
         c.recv = recvbuf;
+        c.shape = shape_of("allreduce", {static_cast<long long>(n), dt, op});
         c.build = [n, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
                               const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
           // No socket groups across processes (coll_team.cpp): never "hier".
@@ -288,6 +302,7 @@ int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm com
         if (!c.eligible) return;
         c.recv = buffer;
         const size_t bytes = l.bytes;
+        c.shape = shape_of("bcast", {static_cast<long long>(bytes), root});
         c.build = [bytes, root](coll::Program& p, const coll::Team& t, const std::vector<char*>&,
                                 const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
           coll::build_bcast(p, t, r, bytes, root, ch.bcast);
@@ -324,6 +339,7 @@ int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type,
           c.recv = recvbuf;
           c.recv_bytes = bytes;
         }
+        c.shape = shape_of("reduce", {static_cast<long long>(n), dt, op, root});
         c.build = [n, dt, op, root](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
                                     const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
           coll::build_reduce(p, t, in(s), r[root], n, dt, op, root, ch.reduce, sc);

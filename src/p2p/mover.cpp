@@ -194,6 +194,21 @@ const SizeSetting kQueueMax{"GPUSTRIPE_P2P_QUEUE_MAX", "4G",
                             "GPUSTRIPE_P2P_QUEUE_PLAN: the largest queue (bytes per GPU pair, this copy included) "
                             "planned as one transfer"};
 
+// Replayed windows: a copy queued behind this rank's own copies to the same GPU (as for
+// GPUSTRIPE_P2P_QUEUE_PLAN) is replayed as a graph, not enqueued, with the window's host share,
+// its host-staged pieces in the other of the source GPU's two staging areas than the copy
+// before it: consecutive messages of a window then overlap (a replay holds its area whole),
+// one's host pipeline filling while the other's drains, so the host path can carry the share of
+// a long transfer; one replay costs the host about half an enqueue.
+const BoolSetting kWindowReplay{"GPUSTRIPE_P2P_WINDOW_REPLAY", "no",
+                                "A copy queued behind this rank's own copies to the same GPU (at least "
+                                "GPUSTRIPE_P2P_QUEUE_MIN, none of other ranks in flight) is replayed with the host share "
+                                "GPUSTRIPE_P2P_WINDOW_SHARE through the staging area the copy before it did not use, "
+                                "so the messages of a window overlap two at a time"};
+const DoubleSetting kWindowShare{"GPUSTRIPE_P2P_WINDOW_SHARE", "0",
+                                 "GPUSTRIPE_P2P_WINDOW_REPLAY: host share of a window's queued copies (0: the model's "
+                                 "share of one transfer of GPUSTRIPE_P2P_QUEUE_MAX bytes)"};
+
 const IntSetting kRecentUs{
     "GPUSTRIPE_P2P_RECENT_US", "0",
     "Other ranks' copies that finished at most this many microseconds ago count as in flight when a copy is "
@@ -224,6 +239,8 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
     std::map<std::vector<uint64_t>, Plan> plans;
     CopyQueues own;  // this rank's copies in flight, per GPU pair
     std::map<std::tuple<int, int, uint64_t>, bool> splits;  // (src, dst, bytes): planned alone, direct + host
+    std::map<std::tuple<int, int, uint64_t>, Plan> window_plans;  // GPUSTRIPE_P2P_WINDOW_REPLAY, per size
+    std::map<std::pair<int, int>, bool> second_area;  // per GPU pair: the area the last copy staged in
   };
   auto st = std::make_shared<State>();
   const bool announce_first = kAnnounceFirst.get();
@@ -233,11 +250,16 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   const uint64_t queue_min = kQueueMin.get();
   const bool queue_lane = kQueueLane.get();
   const bool queue_area = kQueueArea.get();
+  const bool window_replay = kWindowReplay.get();
+  const double window_share = kWindowShare.get();
+  GS_REQUIRE(window_share >= 0 && window_share < 0.5, GPUSTRIPE_ERR_CONFIG,
+             "GPUSTRIPE_P2P_WINDOW_SHARE=%g: 0 (the model's) or a fraction below 0.5", window_share);
   const int64_t recent_us = kRecentUs.get();
   GS_REQUIRE(recent_us >= 0 && recent_us <= 1000000, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
   const uint64_t recent_ns = static_cast<uint64_t>(recent_us) * 1000;
-  return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, queue_min, queue_lane, queue_area, recent_ns](
+  return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, queue_min, queue_lane, queue_area,
+          window_replay, window_share, recent_ns](
              void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) -> std::function<void()> {
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
@@ -298,7 +320,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
                        return x.src == dd && x.dst == sd;
                      });
       const CopyQueues::Queue queued = st->own.queued(sd, dd);
-      const bool behind = queue_plan && queued.copies > 0 && n >= queue_min && specs.empty();
+      const bool behind = (queue_plan || window_replay) && queued.copies > 0 && n >= queue_min && specs.empty();
       // Whether this size alone splits into direct + host, kept per size: a plan copy per
       // message is what windows of small messages would notice.
       auto lone_splits = [&] {
@@ -314,7 +336,25 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       } else if (!specs.empty()) {
         trace("p_concurrent", -1, 0, 0, n);
         engine.copy_with_plan(concurrent(specs, n), dst, src, s);
-      } else if (behind && lone_splits()) {
+      } else if (behind && window_replay && lone_splits()) {
+        // The same plan for every queued copy of this size (its graph is captured once), in the
+        // area the copy before it did not use.
+        auto key = std::make_tuple(sd, dd, uint64_t{n});
+        auto it = st->window_plans.find(key);
+        if (it == st->window_plans.end()) {
+          if (st->window_plans.size() >= kMaxPlans) st->window_plans.clear();
+          const uint64_t total = std::max<uint64_t>(n, queue_max);
+          const double share = window_share > 0 ? window_share
+                                                : static_cast<double>(host_staged_bytes(engine.current_plan(sd, dd, total))) /
+                                                      static_cast<double>(total);
+          it = st->window_plans.emplace(key, queued_split(engine.current_plan(sd, dd, n), share)).first;
+        }
+        bool& second = st->second_area[{sd, dd}];
+        second = !second;
+        trace("p_window", -1, queued.copies, host_staged_bytes(it->second) * 1000000 / n, n);
+        if (second) engine.copy_with_plan_in_second_area(it->second, dst, src, s);
+        else engine.copy_with_plan(it->second, dst, src, s);
+      } else if (behind && queue_plan && lone_splits()) {
         // Behind this rank's own copies to the same GPU: the host share of the queue planned as
         // one transfer (up to GPUSTRIPE_P2P_QUEUE_MAX).
         const uint64_t total = std::min<uint64_t>(queued.bytes + n, std::max<uint64_t>(n, queue_max));
@@ -325,6 +365,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
                                  queue_area);
       } else {
         engine.copy_async(dst, dd, src, sd, n, s);
+        if (window_replay) st->second_area[{sd, dd}] = false;  // a planner's plan stages in the first area
       }
     } catch (...) {
       if (board) board->retire_transfer(slot);

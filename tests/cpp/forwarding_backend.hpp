@@ -36,6 +36,15 @@ class ForwardingBackend : public Backend {
     in_->copy_async(dst, dd, src, sd, n, s);
   }
   void memset_async(void* dst, int dev, int v, size_t n, StreamHandle s) override { in_->memset_async(dst, dev, v, n, s); }
+  IpcMemHandle ipc_export(const void* p) override { return in_->ipc_export(p); }
+  int ipc_export_fd(const IpcMemHandle& h) override { return in_->ipc_export_fd(h); }
+  bool ipc_open_needs_fd(const IpcMemHandle& h) override { return in_->ipc_open_needs_fd(h); }
+  void* ipc_open(const IpcMemHandle& h, int fd = -1) override { return in_->ipc_open(h, fd); }
+  void ipc_close(void* base) override { in_->ipc_close(base); }
+  uint32_t* register_host(void* p, size_t b) override { return in_->register_host(p, b); }
+  void unregister_host(void* p) override { in_->unregister_host(p); }
+  void stream_write_flag(StreamHandle s, uint32_t* f, uint32_t v) override { in_->stream_write_flag(s, f, v); }
+  void stream_wait_flag(StreamHandle s, const uint32_t* f, uint32_t v) override { in_->stream_wait_flag(s, f, v); }
 
  protected:
   std::unique_ptr<Backend> in_;

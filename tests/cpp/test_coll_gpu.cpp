@@ -248,6 +248,7 @@ TEST(CollGpu, PushedInputsOfTwoshot) {
 TEST(CollGpu, HostShareExchanges) {
   GS_REQUIRE_GPU(2);
   ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0.1");
+  ScopedEnv chunks("GPUSTRIPE_COLL_HOST_CHUNKS", "4");
   GpuNode node;
   for (const char* gpu_barrier : {"0", "1"}) {  // 1 (with flags): the host path's waits in per-rank graphs
     ScopedEnv b("GPUSTRIPE_COLL_GPU_BARRIER", gpu_barrier);
@@ -255,8 +256,8 @@ TEST(CollGpu, HostShareExchanges) {
     auto comm = node.comm(std::min(4, cuda_device_count()));
     for (CollOp op : {CollOp::AllToAll, CollOp::AllGather})
       for (bool in_place : {false, true}) {
-        Case c{op, GPUSTRIPE_INT32, GPUSTRIPE_SUM, (size_t(16) << 20) / 4 + 3, in_place, 0, in_place, 3};
-        ASSERT_EQ(run_case(*comm, c, 3), 0u) << "gpu barrier " << gpu_barrier;
+        Case c{op, GPUSTRIPE_INT32, GPUSTRIPE_SUM, (size_t(2) << 20) / 4 + 3, in_place, 0, in_place, 3};
+        ASSERT_EQ(run_case(*comm, c, 3), 0u) << "gpu barrier " << gpu_barrier << " " << comm->last_schedule();
       }
   }
 }
@@ -266,6 +267,7 @@ TEST(CollGpu, HostShareExchanges) {
 // member, and exchanges with an SM share beside the copy engines; in place or not.
 TEST(CollGpu, LargeMessageSchedules) {
   GS_REQUIRE_GPU(2);
+  ScopedEnv chunks("GPUSTRIPE_COLL_RS_ORDER", "chunks");  // the chunked form's shares (round-major: its own test)
   ScopedEnv host("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.1");
   ScopedEnv ag_host("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.1");
   ScopedEnv rs_sm("GPUSTRIPE_COLL_RS_SM_SHARE", "0.2");
@@ -289,6 +291,37 @@ TEST(CollGpu, LargeMessageSchedules) {
                 Case c{op, dt, exchange ? GPUSTRIPE_SUM : GPUSTRIPE_MAX, count, in_place, 0, async, async ? 3 : 1};
                 ASSERT_EQ(run_case(*comm, c, seed++), 0u) << algo << " n=" << n << " " << comm->last_schedule();
               }
+    }
+  }
+}
+
+// Round-major copy-engine reductions (GPUSTRIPE_COLL_RS_ORDER=rounds) on the GPUs: whole-block
+// rounds folded in by kernels behind flags, the last round in halving pieces (a small tail so
+// that test sizes get several), in place or not, blocking and replayed on streams; reduce-scatter,
+// allreduce (pieces gathered by copy engines) and reduce.
+TEST(CollGpu, RoundMajorReductions) {
+  GS_REQUIRE_GPU(2);
+  ScopedEnv order("GPUSTRIPE_COLL_RS_ORDER", "rounds");
+  ScopedEnv tail("GPUSTRIPE_COLL_RS_TAIL", "64K");
+  GpuNode node;
+  for (int n : {2, std::min(4, cuda_device_count())}) {
+    auto comm = node.comm(n);
+    uint64_t seed = 31;
+    for (const char* algo : {"rs_copy", "rs_ag_copy", "reduce_copy"}) {
+      ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
+      const CollOp op = std::string(algo) == "rs_copy"      ? CollOp::ReduceScatter
+                        : std::string(algo) == "rs_ag_copy" ? CollOp::AllReduce
+                                                            : CollOp::Reduce;
+      // Kept short (the GPU suite's long tests take ~100 s each): bfloat16 on reduce-scatter only.
+      for (DataType dt : op == CollOp::ReduceScatter ? std::vector<DataType>{GPUSTRIPE_FLOAT32, GPUSTRIPE_BFLOAT16}
+                                                     : std::vector<DataType>{GPUSTRIPE_FLOAT32})
+        for (bool in_place : {false, true})
+          for (bool async : {false, true}) {
+            const size_t count = (size_t(2) << 20) / 4 + 3;  // several pieces of the last round
+            Case c{op, dt, GPUSTRIPE_SUM, count, in_place, 1 % n, async, async ? 3 : 1};
+            ASSERT_EQ(run_case(*comm, c, seed++), 0u) << algo << " n=" << n << " " << comm->last_schedule();
+            EXPECT_NE(comm->last_schedule().find("by_round"), std::string::npos) << comm->last_schedule();
+          }
     }
   }
 }

@@ -101,7 +101,7 @@ TEST(CollHazards, EveryScheduleOrdersEveryConflictingAccess) {
         ++programs;
         if (race.empty()) race = find_race(p);
       });
-      for (const char* variant : {"receiver", "sender"})
+      for (const char* variant : {"receiver", "sender", "rounds"})
       for (CollOp op : {CollOp::AllToAll, CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllReduce,
                         CollOp::Bcast, CollOp::Reduce})
         for (const std::string& algo : schedule_names(op)) {
@@ -109,8 +109,16 @@ TEST(CollHazards, EveryScheduleOrdersEveryConflictingAccess) {
           // The second pass: senders' copy engines move reduction inputs, one lane per broadcaster;
           // exchanges with the own block on a copy engine and one lane per round (the first: a
           // kernel, two lanes).
-          const bool second = std::string(variant) == "sender";
-          ScopedEnv copies("GPUSTRIPE_COLL_RS_COPIES", variant);
+          // The third: the second's with round-major copy-engine reductions (GPUSTRIPE_COLL_RS_ORDER).
+          const bool second = std::string(variant) != "receiver";
+          const bool rounds = std::string(variant) == "rounds";
+          ScopedEnv copies("GPUSTRIPE_COLL_RS_COPIES", second ? "sender" : "receiver");
+          ScopedEnv order("GPUSTRIPE_COLL_RS_ORDER", rounds ? "rounds" : "chunks");
+          ScopedEnv tail("GPUSTRIPE_COLL_RS_TAIL", "1K");
+          ScopedEnv rounds_host("GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE", "0.2");
+          ScopedEnv rounds_lanes("GPUSTRIPE_COLL_RS_ROUNDS_LANES", "2");
+          ScopedEnv gather("GPUSTRIPE_COLL_AR_GATHER", "whole");
+          ScopedEnv gather_host("GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE", "0.2");
           ScopedEnv lanes("GPUSTRIPE_COLL_BCAST_LANES", second ? "0" : "1");
           ScopedEnv local("GPUSTRIPE_COLL_LOCAL_COPY", second ? "engine" : "kernel");
           ScopedEnv round_lanes("GPUSTRIPE_COLL_ROUND_LANES", second ? "1" : "2");
@@ -128,6 +136,8 @@ TEST(CollHazards, EveryScheduleOrdersEveryConflictingAccess) {
             race.clear();
             ASSERT_EQ(run_case(*comm, c, 9), 0u);
             EXPECT_EQ(race, "") << topo_name << " " << c.describe() << " " << comm->last_schedule();
+            if (rounds && (algo == "rs_copy" || algo == "rs_ag_copy" || algo == "reduce_copy" || algo == "ce_twoshot"))
+              EXPECT_NE(comm->last_schedule().find("by_round"), std::string::npos) << comm->last_schedule();
           }
         }
       EXPECT_GT(programs, 0u);

@@ -298,6 +298,7 @@ TEST(CollLargeMessages, SmShareOfExchangesIsExact) {
 // for a host part, several chunks, 2-4 ranks, in place or not.
 TEST(CollLargeMessages, CopyReductionsWithHostShareAreExact) {
   EmuNode node("h200x4");
+  ScopedEnv chunks("GPUSTRIPE_COLL_RS_ORDER", "chunks");  // the chunked form (round-major: its own test)
   ScopedEnv h("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.2");
   ScopedEnv ag("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.1");
   ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "16K");
@@ -319,6 +320,43 @@ TEST(CollLargeMessages, CopyReductionsWithHostShareAreExact) {
               if (n > 2) EXPECT_NE(comm->last_schedule().find(" flags"), std::string::npos) << comm->last_schedule();
               if (std::string(oc.algo) == "ce_twoshot")
                 EXPECT_NE(comm->last_schedule().find("ag_host=10.0%"), std::string::npos) << comm->last_schedule();
+            }
+    }
+  }
+}
+
+// Round-major copy-engine reductions (GPUSTRIPE_COLL_RS_ORDER=rounds): whole blocks per round
+// folded into the output as they land, the last round in halving pieces down to a tail small
+// enough that test-sized blocks get several: every type and operator, counts from one element
+// to several pieces, 2-4 ranks, in place or not.
+TEST(CollLargeMessages, RoundMajorReductionsAreExact) {
+  EmuNode node("h200x4");
+  ScopedEnv order("GPUSTRIPE_COLL_RS_ORDER", "rounds");
+  ScopedEnv tail("GPUSTRIPE_COLL_RS_TAIL", "2K");
+  for (int n : {2, 3, 4}) {
+    // 3 ranks: every round's block also through pinned host memory (its end, which the last pieces hold).
+    ScopedEnv host("GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE", n == 3 ? "0.15" : "0");
+    ScopedEnv lanes("GPUSTRIPE_COLL_RS_ROUNDS_LANES", n == 4 ? "2" : "1");  // 4 ranks: copies on two lanes in turn
+    // Allreduce: blocks gathered whole after their last fold (2 and 3 ranks; at 3 with a host share).
+    ScopedEnv gather("GPUSTRIPE_COLL_AR_GATHER", n < 4 ? "whole" : "pieces");
+    ScopedEnv gather_host("GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE", n == 3 ? "0.1" : "0");
+    auto comm = node.comm(n);
+    for (const OpCase& oc : {OpCase{CollOp::ReduceScatter, true, "rs_copy"}, OpCase{CollOp::AllReduce, true, "rs_ag_copy"},
+                             OpCase{CollOp::Reduce, true, "reduce_copy"}, OpCase{CollOp::AllReduce, true, "ce_twoshot"}}) {
+      ScopedEnv algo("GPUSTRIPE_COLL_ALGO", oc.algo);
+      uint64_t seed = 700 * n;
+      for (DataType dt : all_dtypes())
+        for (RedOp ro : all_redops())
+          for (size_t count : {size_t(1), size_t(7), size_t(4099), size_t(70001)})
+            for (bool in_place : {false, true}) {
+              Case c{oc.op, dt, ro, count, in_place, static_cast<int>(count % n)};
+              ASSERT_EQ(run_case(*comm, c, seed++), 0u) << c.describe() << " " << comm->last_schedule();
+              EXPECT_NE(comm->last_schedule().find("by_round tail=2K"), std::string::npos) << comm->last_schedule();
+              if (n == 3) EXPECT_NE(comm->last_schedule().find("host=15.0%"), std::string::npos) << comm->last_schedule();
+              if (n == 4) EXPECT_NE(comm->last_schedule().find("copy_lanes=2"), std::string::npos) << comm->last_schedule();
+              if (n == 3 && std::string(oc.algo) == "rs_ag_copy")
+                EXPECT_NE(comm->last_schedule().find("gather=whole gather_host=10.0%"), std::string::npos)
+                    << comm->last_schedule();
             }
     }
   }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -71,9 +72,17 @@ std::string run_ranks(Node& node, const Program& prog, int runs = 1) {
 
 }  // namespace
 
+// Both ways of ordering steps of different ranks: flags the streams write and wait on
+// (GPUSTRIPE_MPI_COLL_FLAGS=stream) and flags the hosts set and poll (host).
+class CollSliceFlags : public ::testing::TestWithParam<const char*> {
+ protected:
+  ScopedEnv env_{"GPUSTRIPE_MPI_COLL_FLAGS", GetParam()};
+};
+INSTANTIATE_TEST_SUITE_P(Ways, CollSliceFlags, ::testing::Values("stream", "host"));
+
 // A relay 0 -> 1 -> 2 -> 0 of large copies, each driven by another rank and waiting for the
 // previous one, then a reduction on rank 0 over all three ranks' buffers.
-TEST(CollSlice, CrossRankDependenciesHoldAcrossThreads) {
+TEST_P(CollSliceFlags, CrossRankDependenciesHoldAcrossThreads) {
   Node node;
   Backend& b = *node.backend;
   const size_t n = 4 << 20;  // 16 MB per copy: long enough that an early start reads stale data
@@ -106,7 +115,7 @@ TEST(CollSlice, CrossRankDependenciesHoldAcrossThreads) {
 }
 
 // A rank waiting for a step of a rank that never runs ends with the peer check's error.
-TEST(CollSlice, MissingRankEndsInThePeerCheck) {
+TEST_P(CollSliceFlags, MissingRankEndsInThePeerCheck) {
   Node node;
   Backend& b = *node.backend;
   float* x = static_cast<float*>(b.alloc_device(0, 4096));
@@ -121,6 +130,7 @@ TEST(CollSlice, MissingRankEndsInThePeerCheck) {
   mpi::SliceRunner runner(b, *reducer, 1, 2, flags, [&] {
     if (++checks > 3) GS_THROW(GPUSTRIPE_ERR_PEER_FAILED, "rank 0 is gone");
   });
+  EXPECT_EQ(runner.stream_flags(), std::string(GetParam()) == "stream");
   try {
     runner.run(p, 1);
     FAIL() << "returned although rank 0 never ran";
@@ -129,4 +139,36 @@ TEST(CollSlice, MissingRankEndsInThePeerCheck) {
   }
   b.free_device(x);
   b.free_device(y);
+}
+
+// The entry exchange hands every rank every other rank's message of the same call, call
+// after call, although ranks run ahead of each other by up to one call (two slots per rank).
+TEST(CollSlice, ExchangeGivesEveryRankTheSameCallsMessages) {
+  Node node;
+  const int n = 4, calls = 200;
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto reducer = coll::make_reducer(*node.backend);
+        mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+        mpi::SliceRunner runner(*node.backend, *reducer, r, n, flags, [] {});
+        for (int c = 0; c < calls; ++c) {
+          uint64_t mine[3] = {static_cast<uint64_t>(c), static_cast<uint64_t>(r), static_cast<uint64_t>(c * 31 + r)};
+          uint64_t all[n][3];
+          if ((c + r) % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+          runner.exchange(mine, sizeof mine, all);
+          for (int q = 0; q < n; ++q)
+            if (all[q][0] != static_cast<uint64_t>(c) || all[q][1] != static_cast<uint64_t>(q) ||
+                all[q][2] != static_cast<uint64_t>(c * 31 + q))
+              GS_THROW(GPUSTRIPE_ERR_INTERNAL, "call %d: rank %d got rank %d's message of call %d", c, r, q,
+                       static_cast<int>(all[q][0]));
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }

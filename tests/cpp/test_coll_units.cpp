@@ -159,18 +159,47 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
     EXPECT_EQ(big.name, "rs_ag_copy");
     EXPECT_GT(big.reduce.chunks, 1);
   }
+  {
+    // The copy-engine allreduce from GPUSTRIPE_COLL_AR_COPY_MIN, over more than 2 GPUs, with flags.
+    ScopedEnv copy_min("GPUSTRIPE_COLL_AR_COPY_MIN", "128M");
+    EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4).name, "twoshot");
+    Choice ar = choose_schedule(CollOp::AllReduce, r, 128 << 20, 4);
+    EXPECT_EQ(ar.name, "rs_ag_copy");
+    EXPECT_TRUE(ar.reduce.flags);
+    EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 256 << 20, 4).name, "twoshot");
+  }
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 20, 4).name, "rs_pull");
-  // Kernels reading the peers up to 512M per rank; copy engines into scratch from 1G (session 3 r3).
-  Choice rs = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
+  // Kernels reading the peers up to 128M per rank; round-major copy engines into scratch from 256M
+  // (session 4 r2), with 1 block per SM per fold and an 8M tail, no host share of the inputs.
+  Choice rs = choose_schedule(CollOp::ReduceScatter, r, 128 << 20, 4);
   EXPECT_EQ(rs.name, "rs_pull");
   EXPECT_EQ(rs.reduce.chunks, 1);
-  Choice rs_big = choose_schedule(CollOp::ReduceScatter, r, size_t(1) << 30, 4);
+  Choice rs_big = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
   EXPECT_EQ(rs_big.name, "rs_copy");
-  EXPECT_GT(rs_big.reduce.chunks, 1);
+  EXPECT_TRUE(rs_big.reduce.by_round);
+  EXPECT_EQ(rs_big.reduce.tail, size_t(8) << 20);
+  EXPECT_EQ(rs_big.reduce.fold_blocks_per_sm, 1);
   EXPECT_TRUE(rs_big.reduce.flags);
-  EXPECT_EQ(rs_big.reduce.host_share, 0);  // r3: host pieces slowed the copy engines
+  EXPECT_EQ(rs_big.reduce.host_share, 0);  // r2: 3%/5% lost
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, h200(2), size_t(1) << 30, 4).name, "rs_pull");
-  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, size_t(1) << 30, 4).name, "twoshot");
+  // Allreduce: two-shot kernels up to 128M, then the round-major reduce-scatter and each block
+  // gathered whole by copy engines with 5% of it through the host (r2).
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 128 << 20, 4).name, "twoshot");
+  Choice ar_big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
+  EXPECT_EQ(ar_big.name, "rs_ag_copy");
+  EXPECT_TRUE(ar_big.reduce.by_round && ar_big.reduce.gather_whole && ar_big.reduce.flags);
+  EXPECT_DOUBLE_EQ(ar_big.reduce.gather_host_share, 0.05);
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), size_t(1) << 30, 4).name, "twoshot");
+  {
+    // Not where peers are unmapped (the MPI interposer's teams): chunks there, as before.
+    TeamResources unmapped = r;
+    unmapped.all_peer = false;
+    Choice c = choose_schedule(CollOp::ReduceScatter, unmapped, 256 << 20, 4);
+    EXPECT_EQ(c.name, "rs_copy");
+    EXPECT_FALSE(c.reduce.by_round);
+    ScopedEnv chunks("GPUSTRIPE_COLL_RS_ORDER", "chunks");
+    EXPECT_FALSE(choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4).reduce.by_round);
+  }
   // Copy kernels with the barrier inside up to GPUSTRIPE_COLL_SM_MAX where peers are mapped.
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4).name, "sm");
   EXPECT_TRUE(choose_schedule(CollOp::AllGather, r, 16 << 20, 4).exchange.kernel);
@@ -229,6 +258,7 @@ TEST(CollSelect, LargeMessageSchedulesFromTheirThresholds) {
   EXPECT_EQ(rsc.reduce.host_share, 0);
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 64 << 20, 4).name, "rs_pull");
   {
+    ScopedEnv chunks("GPUSTRIPE_COLL_RS_ORDER", "chunks");  // the chunked form's shares
     ScopedEnv off("GPUSTRIPE_COLL_COPY_FLAGS", "0");
     ScopedEnv h("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.1");
     ScopedEnv sm("GPUSTRIPE_COLL_RS_SM_SHARE", "0.2");
@@ -814,6 +844,76 @@ TEST(CollSchedules, LargeMessageSharesCoverEveryByteOnce) {
     EXPECT_EQ(kernels, size_t(n) * (n - 1));
     EXPECT_EQ(by_kernel, size_t(n) * (n - 1) * block / 4);
     EXPECT_EQ(by_kernel + by_engine, size_t(n) * (n - 1) * block);
+  }
+}
+
+// Round-major copy-engine reduce-scatter: one whole-block copy per sender and round but the last,
+// whose block goes in pieces that halve down to the tail; every byte of every block moved once,
+// by its sender; each fold waits for its copy (on another GPU) and reads two sources.
+TEST(CollSchedules, RoundMajorReduceScatterMovesWholeBlocksThenHalvingPieces) {
+  ReduceOpts o;
+  o.by_round = true;
+  o.tail = 4 << 10;
+  Blocks one;
+  one.off = {0};
+  one.cnt = {(64u << 10) / 4};
+  Pieces pc = pieces_of(one, o, 4);
+  ASSERT_EQ(pc.count(), 4);  // 36K, 16K, 8K, 4K of a 64K block (float32)
+  const size_t mb = (1 << 10) / 4;
+  EXPECT_EQ(pc.of(one.cnt[0], 0), std::make_pair(size_t(0), 36 * mb));
+  EXPECT_EQ(pc.of(one.cnt[0], 1), std::make_pair(36 * mb, 16 * mb));
+  EXPECT_EQ(pc.of(one.cnt[0], 3), std::make_pair(60 * mb, 4 * mb));
+  EXPECT_EQ(pc.of(30 * mb, 1), std::make_pair(30 * mb, size_t(0)));  // a shorter block: clipped
+  o.tail = 0;
+  EXPECT_EQ(pieces_of(one, o, 4).count(), 1);
+  o.tail = 4 << 10;
+
+  Topology topo = load_topology_file("h200x4");
+  auto backend = make_emulated_backend(topo);
+  for (int n : {2, 3, 4}) {
+    Team t;
+    for (int i = 0; i < n; ++i) {
+      t.rank.push_back(i);
+      t.dev.push_back(i);
+    }
+    std::vector<int> devs(t.dev);
+    Scratch scratch(*backend, devs);
+    auto buf = fake(n, 1 << 30);
+    std::vector<const char*> cbuf(buf.begin(), buf.end());
+    Blocks b = split_blocks(n * one.cnt[0] - 5, n, 64);  // the last block a little shorter
+    std::vector<char*> out(n);
+    for (int j = 0; j < n; ++j) out[j] = buf[j] + b.off[j] * 4;
+    Program p(n);
+    auto done = build_reduce_scatter(p, t, cbuf, out, b, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, o, scratch);
+    ASSERT_EQ(done.size(), 4u);
+    size_t moved = 0, folded = 0;
+    std::vector<int> copies(n, 0), folds(n, 0);
+    for (const Op& op : p.ops()) {
+      if (op.kind == Op::Copy) {
+        EXPECT_EQ(op.lane, kLaneOut);
+        EXPECT_EQ(op.src_dev, op.rank);  // pushed by the sender
+        moved += op.bytes;
+        ++copies[op.rank];
+      } else if (op.kind == Op::Reduce) {
+        EXPECT_EQ(op.srcs.size(), 2u);
+        bool waits_for_peer = false;
+        for (int d : op.deps) waits_for_peer = waits_for_peer || p.ops()[d].rank != op.rank;
+        EXPECT_TRUE(waits_for_peer);
+        if (op.dst >= out[op.rank] && op.dst < out[op.rank] + b.cnt[op.rank] * 4) folded += op.count;
+        ++folds[op.rank];
+      }
+    }
+    size_t all = 0;
+    for (size_t cnt : b.cnt) all += cnt;
+    EXPECT_EQ(moved, (n - 1) * all * 4);
+    EXPECT_EQ(folded, (n - 1) * all);  // every element folded once per peer
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(copies[i], (n - 2) + 4) << "rank " << i;
+      EXPECT_EQ(folds[i], (n - 2) + 4) << "rank " << i;
+    }
+    for (int c = 0; c < 4; ++c)
+      for (int j = 0; j < n; ++j)
+        if (pc.of(b.cnt[j], c).second > 0) EXPECT_GE(done[c][j], 0);
   }
 }
 

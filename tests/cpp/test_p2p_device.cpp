@@ -6,6 +6,8 @@
 
 #include <dirent.h>
 
+#include <algorithm>
+
 #include <cstdio>
 #include <cstring>
 #include <chrono>
@@ -18,6 +20,7 @@
 #include "engine/engine.hpp"
 #include "engine_test_util.hpp"
 #include "model/planner.hpp"
+#include "recording_graph_backend.hpp"
 #include "p2p/endpoint.hpp"
 #include "test_ipc_ranks.hpp"
 #include "test_util.hpp"
@@ -325,6 +328,80 @@ void window_copies(const char* queue_min, bool queued) {
 
 TEST(P2pDevice, WindowCopiesJoinTheQueueOfTheRanksOwnCopies) { window_copies("1M", true); }
 TEST(P2pDevice, WindowCopiesBelowTheQueueMinimumAreNotQueued) { window_copies("3M", false); }
+
+namespace {
+// `gpustripe bench mpi`'s window loop on one pair, with graphs (replays recorded and run in
+// order) and the queued plan on: per size, buffers allocated, one per direction shared by the
+// whole window (as osu_bw does for large windows), two warm-up windows (the first message of a
+// window is seen, then captured, then replayed), then windows checked; buffers freed before the
+// next size. Every message must land intact, and no wait may name an event recorded inside a
+// capture (CUDA refuses those).
+void bench_windows(int window, const std::vector<size_t>& sizes, const char* mode = "GPUSTRIPE_P2P_QUEUE_PLAN") {
+  char dir[] = "/tmp/gs-p2p-windows-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
+  ScopedEnv m("GPUSTRIPE_P2P_QUEUE_MIN", "1M");
+  ScopedEnv q(mode, "yes");
+  ScopedEnv g("GPUSTRIPE_GRAPHS", "1");
+  ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
+  ScopedEnv h("GPUSTRIPE_HOST_STAGING", "1M");  // the staging rings wrap many times per window
+  EXPECT_RANKS_OK(run_ranks(2, [window, sizes](int rank, ipc::Channel& ch) {
+    Topology topo = load_topology_file("h200x4");
+    auto* rec = new RecordingGraphBackend(make_emulated_backend(topo));
+    std::unique_ptr<Backend> be(rec);
+    engine_test::FixedPlanner planner({{PathKind::Direct, -1, 0.88, 1}, {PathKind::HostStaged, 0, 0.12, 6}});
+    Engine engine(*be, topo, &planner);
+    {
+      Endpoint ep(ch, be.get(), engine_copy(engine, &ch));
+      int seq = 0;
+      for (size_t n : sizes) {
+        void* buf = be->alloc_device(rank, n);
+        for (int it = 0; it < 4; ++it, ++seq) {
+          char go = 1;
+          if (rank == 0) {
+            to_device(*be, buf, 0, pattern(1000 + seq, n));
+            ep.recv(&go, 1, 1, 98, kComm);  // the receives are posted
+            std::vector<RequestPtr> sends;
+            for (int w = 0; w < window; ++w) sends.push_back(ep.isend(buf, n, 1, 7, kComm));
+            for (auto& s : sends) ep.wait(s);
+            ep.recv(&go, 1, 1, 99, kComm);
+          } else {
+            std::vector<RequestPtr> recvs;
+            for (int w = 0; w < window; ++w) recvs.push_back(ep.irecv(buf, n, 0, 7, kComm));
+            ep.send(&go, 1, 0, 98, kComm);
+            for (auto& r : recvs) ep.wait(r);
+            for (auto& r : recvs) RANK_CHECK(r->status().error == GPUSTRIPE_SUCCESS && r->status().bytes == n);
+            RANK_CHECK(from_device(*be, buf, 1, n) == pattern(1000 + seq, n));
+            ep.send(&go, 1, 0, 99, kComm);
+          }
+        }
+        be->free_device(buf);
+      }
+      ep.flush();
+    }
+    RANK_CHECK(rec->waits_on_captured_events == 0);
+    if (rank == 1) RANK_CHECK(rec->launches > 0);
+  }));
+  // Copies from 1M joined the queue: at most all of a window's but the first (4 windows a size;
+  // fewer where a copy had finished before the next one's request arrived).
+  const int from_1m = static_cast<int>(std::count_if(sizes.begin(), sizes.end(), [](size_t n) { return n >= (1u << 20); }));
+  std::map<std::string, int> phases = trace_phases(dir)[1];
+  const int joined = phases[std::string(mode) == "GPUSTRIPE_P2P_WINDOW_REPLAY" ? "p_window" : "p_queued"];
+  EXPECT_GT(joined, 0);
+  EXPECT_LE(joined, from_1m * 4 * (window - 1));
+}
+}  // namespace
+
+TEST(P2pDevice, BenchWindowsOf16WithGraphsAndTheQueue) {
+  bench_windows(16, {512u << 10, 1u << 20, 2u << 20, (4u << 20) + 12345, 1u << 20});
+}
+TEST(P2pDevice, BenchWindowsOf64WithGraphsAndTheQueue) {
+  bench_windows(64, {512u << 10, 1u << 20, 2u << 20, (4u << 20) + 12345, 1u << 20});
+}
+// GPUSTRIPE_P2P_WINDOW_REPLAY: the queued copies replayed, alternating between two staging areas.
+TEST(P2pDevice, BenchWindowsOf16ReplayedInTwoStagingAreas) {
+  bench_windows(16, {512u << 10, 1u << 20, 2u << 20, (4u << 20) + 12345, 1u << 20}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
+}
 
 TEST(P2pDevice, CopiesThatFinishedLatelyArePlannedAsInFlight) {
   // GPUSTRIPE_P2P_RECENT_US: pair 2 -> 3 copies just after pair 0 -> 1 has finished; its plan

@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/driver_api.hpp"
+#include "common/log.hpp"
 
 namespace gpustripe {
 
@@ -70,6 +71,57 @@ PointerInfo CudaBackend::pointer_info(const void* p) {
   out.size = a.size;
   out.buffer_id = a.buffer_id;
   return out;
+}
+
+// Stream flags (the MPI collectives' dependencies between processes): shared host memory
+// registered for every context (portable, mapped), written and waited on by the streams
+// with the driver's stream memory operations (cuStreamWriteValue32 / cuStreamWaitValue32).
+uint32_t* CudaBackend::register_host(void* p, size_t bytes) {
+  GS_REQUIRE(p != nullptr && bytes > 0, GPUSTRIPE_ERR_INVALID_ARGUMENT, "register_host: no memory");
+  if (driver_entry_point("cuStreamWaitValue32") == nullptr || driver_entry_point("cuStreamWriteValue32") == nullptr)
+    return nullptr;
+  cudaError_t err = cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    GS_LOG_WARN(Subsys::Backend, "cudaHostRegister(%zu bytes of shared memory): %s: flags stay on the host", bytes,
+                cudaGetErrorString(err));
+    return nullptr;
+  }
+  void* d = nullptr;
+  GS_CUDA(cudaHostGetDevicePointer(&d, p, 0), -1);
+  return static_cast<uint32_t*>(d);
+}
+
+void CudaBackend::unregister_host(void* p) {
+  if (p) GS_CUDA(cudaHostUnregister(p), -1);
+}
+
+namespace {
+// CUresult f(CUstream, CUdeviceptr, cuuint32_t, unsigned int) of cuda.h, without cuda.h.
+using StreamValue32Fn = int (*)(void*, unsigned long long, uint32_t, unsigned);
+constexpr unsigned kWaitGeq = 0x0;       // CU_STREAM_WAIT_VALUE_GEQ: (int32_t)(*addr - value) >= 0
+constexpr unsigned kWriteDefault = 0x0;  // CU_STREAM_WRITE_VALUE_DEFAULT: fenced after earlier work
+StreamValue32Fn stream_value_fn(const char* name) {
+  auto fn = reinterpret_cast<StreamValue32Fn>(driver_entry_point(name));
+  GS_REQUIRE(fn != nullptr, GPUSTRIPE_ERR_NOT_SUPPORTED, "the CUDA driver has no %s", name);
+  return fn;
+}
+}  // namespace
+
+void CudaBackend::stream_write_flag(StreamHandle s, uint32_t* flag, uint32_t value) {
+  static StreamValue32Fn fn = stream_value_fn("cuStreamWriteValue32");
+  const int dev = stream_device(s, "stream_write_flag");
+  DeviceGuard guard(dev);
+  const int r = fn(s, reinterpret_cast<uintptr_t>(flag), value, kWriteDefault);
+  GS_REQUIRE(r == 0, GPUSTRIPE_ERR_CUDA, "cuStreamWriteValue32 on GPU %d: CUDA driver error %d", dev, r);
+}
+
+void CudaBackend::stream_wait_flag(StreamHandle s, const uint32_t* flag, uint32_t value) {
+  static StreamValue32Fn fn = stream_value_fn("cuStreamWaitValue32");
+  const int dev = stream_device(s, "stream_wait_flag");
+  DeviceGuard guard(dev);
+  const int r = fn(s, reinterpret_cast<uintptr_t>(flag), value, kWaitGeq);
+  GS_REQUIRE(r == 0, GPUSTRIPE_ERR_CUDA, "cuStreamWaitValue32 on GPU %d: CUDA driver error %d", dev, r);
 }
 
 }  // namespace gpustripe

@@ -3,6 +3,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <initializer_list>
 #include <mutex>
 
 namespace gpustripe {

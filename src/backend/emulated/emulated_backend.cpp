@@ -3,6 +3,9 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <thread>
+
 #include "backend/emulated/shm_segment.hpp"
 #include "backend/pointer_check.hpp"
 #include "common/log.hpp"
@@ -194,6 +197,31 @@ void EmulatedBackend::memset_async(void* dst, int dev, int value, size_t bytes, 
   const InjectedDelay* delay = &delay_;
   st.enqueue(format("memset_async(%zu bytes on %s)", bytes, where(dev).c_str()),
              [=] { delay->fill(dst, value, bytes); });
+}
+
+// Host memory is what the emulated GPUs work in: flags need no registration. A stream
+// waiting on a flag holds its worker, as a CUDA stream waiting on a value holds its queue.
+uint32_t* EmulatedBackend::register_host(void* p, size_t) { return static_cast<uint32_t*>(p); }
+
+void EmulatedBackend::stream_write_flag(StreamHandle s, uint32_t* flag, uint32_t value) {
+  stream(s, "stream_write_flag").enqueue(format("write flag %p = %u", static_cast<void*>(flag), value), [=] {
+    reinterpret_cast<std::atomic<uint32_t>*>(flag)->store(value, std::memory_order_release);
+  });
+}
+
+void EmulatedBackend::stream_wait_flag(StreamHandle s, const uint32_t* flag, uint32_t value) {
+  stream(s, "stream_wait_flag").enqueue(format("wait flag %p >= %u", static_cast<const void*>(flag), value), [=] {
+    // Whoever waits for this stream on the host bounds the wait (and releases the flag
+    // when it gives up); this cap only keeps a forgotten worker from spinning forever.
+    const auto deadline = Clock::now() + std::chrono::minutes(10);
+    const auto* f = reinterpret_cast<const std::atomic<uint32_t>*>(flag);
+    for (unsigned spins = 0; static_cast<int32_t>(f->load(std::memory_order_acquire) - value) < 0; ++spins) {
+      if (spins < 64) continue;
+      std::this_thread::sleep_for(std::chrono::microseconds(spins < 1024 ? 1 : 50));
+      GS_REQUIRE(Clock::now() < deadline, GPUSTRIPE_ERR_TIMEOUT, "stream waited 10 minutes for flag %p to reach %u",
+                 static_cast<const void*>(flag), value);
+    }
+  });
 }
 
 void EmulatedBackend::enqueue_host_call(StreamHandle s, std::function<void()> fn) {

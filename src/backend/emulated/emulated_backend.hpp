@@ -68,6 +68,9 @@ class EmulatedBackend final : public Backend {
   bool ipc_open_needs_fd(const IpcMemHandle& h) override;
   void* ipc_open(const IpcMemHandle& h, int fd = -1) override;
   void ipc_close(void* base) override;
+  uint32_t* register_host(void* p, size_t bytes) override;
+  void stream_write_flag(StreamHandle s, uint32_t* flag, uint32_t value) override;
+  void stream_wait_flag(StreamHandle s, const uint32_t* flag, uint32_t value) override;
 
   const InjectedDelay& delay() const { return delay_; }
   // Runs fn on the stream's worker, in order with the stream's other work (the
