@@ -95,6 +95,7 @@ class CudaBackend final : public Backend {
   void vmm_grant_access(uintptr_t va, size_t size, int owner);
   void* fd_pool(int dev);  // this device's pool with POSIX-fd handles (alloc_device_as PoolFd)
   bool pool_exportable(void* pool, int dev);  // whether a pool exports to POSIX fds (asked once)
+  int pool_fd(void* pool, int dev);           // its descriptor, exported once and kept; -1 when it does not
   void enable_peer_access_to(int owner);      // every GPU that can reach `owner` (idempotent)
 
   const bool check_pointers_;  // GPUSTRIPE_CUDA_CHECK_POINTERS
@@ -106,7 +107,7 @@ class CudaBackend final : public Backend {
   std::map<std::pair<int32_t, uint64_t>, void*> imported_pools_;  // (exporter pid, its pool) -> cudaMemPool_t
   std::set<uintptr_t> pool_imports_;                    // pointers ipc_open imported from pools
   std::map<int, void*> fd_pools_;                       // device -> its POSIX-fd pool
-  std::map<void*, bool> pool_exportable_;               // pool -> exports to POSIX fds
+  std::map<void*, int> pool_fds_;                       // pool -> its exported descriptor (-1: none)
 };
 
 }  // namespace gpustripe

@@ -14,6 +14,7 @@
 #include <cuda.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <vector>
 
@@ -96,6 +97,7 @@ int32_t handle_pid(const Backend::IpcMemHandle& h) {
 
 void CudaBackend::vmm_grant_access(uintptr_t va, size_t size, int owner) {
   const DriverVmm& v = vmm_api("cuMemSetAccess");
+  DeviceGuard guard(owner);
   std::vector<CUmemAccessDesc> acc;
   for (int d = 0; d < device_count_; ++d) {
     if (d != owner && !can_access_peer(d, owner)) continue;
@@ -110,6 +112,7 @@ void CudaBackend::vmm_grant_access(uintptr_t va, size_t size, int owner) {
 
 void* CudaBackend::vmm_map(int dev, size_t size, unsigned long long handle, bool imported) {
   const DriverVmm& v = vmm_api("VMM map");
+  DeviceGuard guard(dev);
   CUmemAllocationProp prop = vmm_prop(dev);
   size_t gran = 0;
   GS_CU(fn<GranularityFn>(v.mem_get_granularity)(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), dev);
@@ -140,6 +143,7 @@ void CudaBackend::vmm_unmap(uintptr_t va, const VmmMapping& m) {
     GS_CUDA(cudaDeviceSynchronize(), d);
   }
   CUdeviceptr p = static_cast<CUdeviceptr>(va);
+  DeviceGuard guard(m.device);
   GS_CU(fn<UnmapFn>(v.mem_unmap)(p, m.size), m.device);
   GS_CU(fn<AddressFreeFn>(v.mem_address_free)(p, m.size), m.device);
   GS_CU(fn<MemReleaseFn>(v.mem_release)(static_cast<CUmemGenericAllocationHandle>(m.handle)), m.device);
@@ -161,20 +165,34 @@ void* CudaBackend::fd_pool(int dev) {
 }
 
 bool CudaBackend::pool_exportable(void* pool, int dev) {
+  return pool_fd(pool, dev) >= 0;
+}
+
+int CudaBackend::pool_fd(void* pool, int dev) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = pool_exportable_.find(pool);
-    if (it != pool_exportable_.end()) return it->second;
+    auto it = pool_fds_.find(pool);
+    if (it != pool_fds_.end()) return it->second;
   }
-  // The pointer attributes may not list a pool's handle types: ask the pool itself, once.
+  // Exported once per pool and kept open, as in the sequence that worked in device round 2
+  // (the pool shared first, its pointers after): the pointer attributes need not list a pool's
+  // handle types, and the pool is asked itself.
   int fd = -1;
   DeviceGuard guard(dev);
   cudaError_t err = cudaMemPoolExportToShareableHandle(&fd, static_cast<cudaMemPool_t>(pool),
                                                        cudaMemHandleTypePosixFileDescriptor, 0);
-  if (err != cudaSuccess) cudaGetLastError();
-  if (fd >= 0) close(fd);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fd = -1;
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  return pool_exportable_[pool] = err == cudaSuccess;
+  auto it = pool_fds_.find(pool);
+  if (it != pool_fds_.end()) {  // another thread was first
+    if (fd >= 0) close(fd);
+    return it->second;
+  }
+  pool_fds_[pool] = fd;
+  return fd;
 }
 
 void* CudaBackend::alloc_device_as(int dev, size_t bytes, DeviceAlloc how) {
@@ -234,7 +252,10 @@ Backend::IpcMemHandle CudaBackend::ipc_export(const void* p) {
   const int32_t pid = static_cast<int32_t>(getpid());
   const bool posix_fd = (a.allowed_handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
   if (a.ipc_attributes_known && !a.legacy_ipc && a.mempool) {
-    GS_REQUIRE(posix_fd || pool_exportable(a.mempool, dev), GPUSTRIPE_ERR_NOT_SUPPORTED,
+    // cudaMemPoolExportPointer shares an allocation of an "already shared" pool: the pool
+    // must have been exported once (device round 3: every pointer export failed with
+    // cudaErrorInvalidValue before it, and worked after it in round 2's probe).
+    GS_REQUIRE(pool_exportable(a.mempool, dev), GPUSTRIPE_ERR_NOT_SUPPORTED,
                "ipc_export: %p is memory of a cudaMallocAsync pool without POSIX-fd handles (the device's default "
                "pool?): no IPC handle", p);
     h.kind = IpcKind::PoolFd;
@@ -271,6 +292,7 @@ Backend::IpcMemHandle CudaBackend::ipc_export(const void* p) {
                    ? "fabric handles only, which need an IMEX channel this node does not run"
                    : "no shareable handle type");
     const DriverVmm& v = vmm_api("ipc_export");
+    DeviceGuard guard(dev);  // the driver calls need a current context
     CUdeviceptr base = 0;
     size_t size = 0;
     // The allocation mapped at p, not the reservation around it (pointer attributes give that).
@@ -302,11 +324,11 @@ int CudaBackend::ipc_export_fd(const IpcMemHandle& h) {
   GS_REQUIRE(handle_pid(h) == static_cast<int32_t>(getpid()), GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "ipc_export_fd: the handle was exported by another process");
   if (h.kind == IpcKind::PoolFd) {
-    int fd = -1;
-    DeviceGuard guard(h.device);
-    GS_CUDA(cudaMemPoolExportToShareableHandle(&fd, reinterpret_cast<cudaMemPool_t>(static_cast<uintptr_t>(h.share_id)),
-                                               cudaMemHandleTypePosixFileDescriptor, 0),
-            h.device);
+    int kept = pool_fd(reinterpret_cast<void*>(static_cast<uintptr_t>(h.share_id)), h.device);
+    GS_REQUIRE(kept >= 0, GPUSTRIPE_ERR_NOT_SUPPORTED, "ipc_export_fd: the pool of buffer %llu does not export",
+               static_cast<unsigned long long>(h.buffer_id));
+    int fd = dup(kept);
+    GS_REQUIRE(fd >= 0, GPUSTRIPE_ERR_IO, "ipc_export_fd: dup: %s", strerror(errno));
     return fd;
   }
   // The memory at h.base must still be the allocation exported (a freed and reallocated
@@ -316,6 +338,7 @@ int CudaBackend::ipc_export_fd(const IpcMemHandle& h) {
              "ipc_export_fd: buffer %llu at 0x%llx is gone (freed since it was exported)",
              static_cast<unsigned long long>(h.buffer_id), static_cast<unsigned long long>(h.base));
   const DriverVmm& v = vmm_api("ipc_export_fd");
+  DeviceGuard guard(h.device);
   CUmemGenericAllocationHandle ah = 0;
   GS_CU(fn<RetainFn>(v.mem_retain_handle)(&ah, reinterpret_cast<void*>(h.base)), h.device);
   int fd = -1;
