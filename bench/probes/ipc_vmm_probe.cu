@@ -340,6 +340,33 @@ static int exporter() {
   fill<<<264, 512>>>(static_cast<unsigned*>(pa), kBytes / 4, 13);
   CK(cudaDeviceSynchronize());
 
+  // What cudaMemPoolExportPointer accepts (device round 2: gpustripe's pool, with peer access
+  // set and the allocation on the legacy stream, 6 MB, got cudaErrorInvalidValue).
+  for (int variant = 0; variant < 4; ++variant) {
+    cudaMemPool_t vp;
+    CK(cudaMemPoolCreate(&vp, &pp));
+    if (variant & 1) {
+      cudaMemAccessDesc acc{};
+      acc.location.type = cudaMemLocationTypeDevice;
+      acc.location.id = 1;
+      acc.flags = cudaMemAccessFlagsProtReadWrite;
+      CK(cudaMemPoolSetAccess(vp, &acc, 1));
+    }
+    cudaStream_t vs = (variant & 2) ? cudaStreamLegacy : s;
+    void* vpa = nullptr;
+    CK(cudaMallocFromPoolAsync(&vpa, 6 << 20, vp, vs));
+    CK(cudaStreamSynchronize(vs));
+    cudaMemPoolPtrExportData vd;
+    cudaError_t ve = cudaMemPoolExportPointer(&vd, vpa);
+    cudaGetLastError();
+    std::printf("PROBE {\"who\":\"exporter\",\"q\":\"export_pointer\",\"peer_access_set\":%d,\"legacy_stream\":%d,"
+                "\"result\":\"%s\"}\n", variant & 1, (variant >> 1) & 1, cudaGetErrorName(ve));
+    attrs("pool_6M", vpa);
+    CK(cudaFreeAsync(vpa, vs));
+    CK(cudaStreamSynchronize(vs));
+    CK(cudaMemPoolDestroy(vp));
+  }
+
   // Default pool.
   void* da = nullptr;
   CK(cudaMallocAsync(&da, 4 << 20, s));
@@ -452,17 +479,11 @@ static int importer() {
   CK(cudaMalloc(&local, kBytes));
   int fd = -1;
 
-  Msg m = recv_msg(&fd);  // legacy
-  cudaIpcMemHandle_t ih;
-  std::memcpy(&ih, m.data, sizeof ih);
-  void* lp = nullptr;
-  CK(cudaIpcOpenMemHandle(&lp, ih, cudaIpcMemLazyEnablePeerAccess));
-  unsigned long long bad = bad_words(lp, m.size, m.seed);
-  double g = copy_gbps(local, lp, m.size, s);
-  std::printf("PROBE {\"who\":\"importer\",\"q\":\"import\",\"kind\":\"legacy\",\"bad_words\":%llu,\"copy_gbps\":%.1f}\n", bad, g);
-  attrs("legacy_imported", lp);
+  Msg legacy = recv_msg(&fd);  // opened after the VMM part: it enables peer access (lazily)
+  unsigned long long bad = 0;
+  double g = 0;
 
-  m = recv_msg(&fd);  // vmm
+  Msg m = recv_msg(&fd);  // vmm
   auto t0 = std::chrono::steady_clock::now();
   CUmemGenericAllocationHandle h = 0;
   CUresult r = cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
@@ -487,12 +508,43 @@ static int importer() {
     std::printf("PROBE {\"who\":\"importer\",\"q\":\"import\",\"kind\":\"vmm\",\"owner_location\":%d,\"map_us\":%.1f,"
                 "\"bad_words\":%llu,\"copy_gbps\":%.1f}\n", prop.location.id, us, bad, g);
     attrs("vmm_imported", reinterpret_cast<void*>(va));
+    // cudaMemcpyPeerAsync (what the backend uses between two GPUs) out of the mapping, 64 MB,
+    // without and with peer access between the contexts.
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 1) {
+        cudaError_t pe = cudaDeviceEnablePeerAccess(0, 0);
+        if (pe != cudaSuccess) cudaGetLastError();
+      }
+      cudaEvent_t a, b;
+      CK(cudaEventCreate(&a));
+      CK(cudaEventCreate(&b));
+      CK(cudaMemcpyPeerAsync(local, 1, reinterpret_cast<void*>(va), 0, 64 << 20, s));
+      CK(cudaEventRecord(a, s));
+      for (int i = 0; i < 5; ++i) CK(cudaMemcpyPeerAsync(local, 1, reinterpret_cast<void*>(va), 0, 64 << 20, s));
+      CK(cudaEventRecord(b, s));
+      CK(cudaEventSynchronize(b));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, a, b));
+      std::printf("PROBE {\"who\":\"importer\",\"q\":\"peer_copy\",\"kind\":\"vmm\",\"peer_access\":%d,\"gbps\":%.1f}\n",
+                  pass, 5.0 * (64 << 20) / (ms * 1e-3) / 1e9);
+    }
     // Access for GPU 1 only: a copy on a stream of GPU 0 (the owner) through this mapping?
     DK(cuMemUnmap(va, m.size));
     DK(cuMemAddressFree(va, m.size));
     DK(cuMemRelease(h));
   } else {
     std::printf("PROBE {\"who\":\"importer\",\"q\":\"import\",\"kind\":\"vmm\",\"result\":\"%s\"}\n", cu_name(r));
+  }
+
+  {
+    cudaIpcMemHandle_t ih;
+    std::memcpy(&ih, legacy.data, sizeof ih);
+    void* lp = nullptr;
+    CK(cudaIpcOpenMemHandle(&lp, ih, cudaIpcMemLazyEnablePeerAccess));
+    bad = bad_words(lp, legacy.size, legacy.seed);
+    g = copy_gbps(local, lp, legacy.size, s);
+    std::printf("PROBE {\"who\":\"importer\",\"q\":\"import\",\"kind\":\"legacy\",\"bad_words\":%llu,\"copy_gbps\":%.1f}\n", bad, g);
+    attrs("legacy_imported", lp);
   }
 
   m = recv_msg(&fd);  // pool

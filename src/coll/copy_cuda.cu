@@ -135,8 +135,7 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream) {
   const int64_t per_sm = wide_pull ? kPullBlocksPerSm.get() : kCopyBlocksPerSm.get();
   const size_t cap = std::max<size_t>(
       nseg, static_cast<size_t>(sm_count(dev)) * static_cast<size_t>(std::max<int64_t>(1, per_sm)) / nseg * nseg);
-  const size_t most = a.max_blocks > 0 ? std::max<size_t>(nseg, static_cast<size_t>(a.max_blocks)) : cap;
-  const unsigned grid = static_cast<unsigned>(std::min({cap, most, per_seg * nseg}));
+  const unsigned grid = static_cast<unsigned>(std::min(cap, per_seg * nseg));
   copy_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(cuda_stream)>>>(p, bar);
   e = cudaGetLastError();
   cudaSetDevice(prev);

@@ -45,11 +45,6 @@ const BoolSetting kFusedCopies{"GPUSTRIPE_COLL_FUSED_COPIES", "1",
 const BoolSetting kFlagLanes{"GPUSTRIPE_COLL_FLAG_LANES", "1",
                              "Per-rank graphs with flags between GPUs: waits and signals on lanes of their own "
                              "(each copy depends on its wait), not between the copies of a copy lane"};
-// The exchanges' host path by copy kernels (GPUSTRIPE_COLL_HOST_COPIES=kernel): PCIe needs few
-// blocks, and the rest of the SMs stay free for the flags' wait kernels beside them.
-const IntSetting kHostKernelBlocks{"GPUSTRIPE_COLL_HOST_KERNEL_BLOCKS", "16",
-                                   "Thread blocks of a copy kernel that reads or writes pinned host memory (the "
-                                   "exchanges' host path by kernels)"};
 const StringSetting kTrace{"GPUSTRIPE_COLL_TRACE", "",
                            "File to which `gpustripe bench coll` appends a device-side timeline of each timed "
                            "collective's last call: per-rank graphs get a GPU timer stamp after every step (this "
@@ -135,7 +130,8 @@ Program only_rank(const Program& prog, int rank, const CrossSlots& slots, bool f
                    ? sub.kernel_copy(op.rank, op.lane, op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, deps)
                : op.kind == Op::Copy
                    ? sub.copy(op.rank, op.lane, op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, deps)
-                   : sub.reduce(op.rank, op.lane, op.dst, op.srcs, op.count, op.dtype, op.redop, deps, op.more_dsts);
+                   : sub.reduce(op.rank, op.lane, op.dst, op.srcs, op.count, op.dtype, op.redop, deps, op.more_dsts,
+                                op.blocks_per_sm);
     for (auto it = slots.lower_bound({static_cast<int>(i), -1});
          it != slots.end() && it->first.first == static_cast<int>(i); ++it)
       sub.signal(rank, flag_lanes ? kLaneSignal : op.lane, it->first.second, it->second, {index[i]});
@@ -259,8 +255,6 @@ std::vector<Executor::LaneRef> Executor::enqueue_ops(const Program& prog, LaneSe
         }
         CopyArgs a;
         a.segs = copy_segments(batch);
-        if (op.src_dev == kHostDevice || op.dst_dev == kHostDevice)
-          a.max_blocks = static_cast<int>(std::clamp<int64_t>(kHostKernelBlocks.get(), 1, 1 << 16));
         reducer_.copy_async(a, devices_[op.rank], l.stream());
       }
     } else if (op.kind == Op::Copy) {

@@ -45,7 +45,7 @@ int Program::kernel_copy(int rank, int lane, void* dst, int dst_dev, const void*
 }
 
 int Program::reduce(int rank, int lane, void* dst, std::vector<const void*> srcs, size_t count, DataType dt,
-                    RedOp redop, std::vector<int> deps, std::vector<void*> more_dsts) {
+                    RedOp redop, std::vector<int> deps, std::vector<void*> more_dsts, int blocks_per_sm) {
   if (count == 0) return -1;
   Op op;
   op.kind = Op::Reduce;
@@ -57,6 +57,7 @@ int Program::reduce(int rank, int lane, void* dst, std::vector<const void*> srcs
   op.dtype = dt;
   op.redop = redop;
   op.more_dsts = std::move(more_dsts);
+  op.blocks_per_sm = blocks_per_sm;
   op.deps = std::move(deps);
   return add(std::move(op));
 }

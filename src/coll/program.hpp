@@ -50,6 +50,7 @@ struct Op {
   DataType dtype = GPUSTRIPE_FLOAT32;
   RedOp redop = GPUSTRIPE_SUM;
   std::vector<void*> more_dsts;  // Reduce: further destinations of the same result (two-shot allreduce)
+  int blocks_per_sm = 0;         // Reduce: the kernel's most blocks per SM (0: the reducer's setting)
   // Copy: by a copy kernel on the rank's SMs (loads and stores over NVLink) instead of a copy
   // engine. Per-rank graphs run a rank's kernel copies as one kernel with the GPUs' barrier
   // inside (executor.cpp): no copy-node or barrier-kernel latency per call.
@@ -66,7 +67,7 @@ class Program {
   int copy(int rank, int lane, void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
            std::vector<int> deps = {});
   int reduce(int rank, int lane, void* dst, std::vector<const void*> srcs, size_t count, DataType dt, RedOp op,
-             std::vector<int> deps = {}, std::vector<void*> more_dsts = {});
+             std::vector<int> deps = {}, std::vector<void*> more_dsts = {}, int blocks_per_sm = 0);
   // A copy by the rank's SMs (Op::by_kernel); the rank's device must map dst's and src's memory.
   int kernel_copy(int rank, int lane, void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
                   std::vector<int> deps = {});

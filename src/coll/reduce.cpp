@@ -26,6 +26,7 @@ ReduceArgs reduce_args(const Op& op) {
   a.count = op.count;
   a.dtype = op.dtype;
   a.op = op.redop;
+  a.blocks_per_sm = op.blocks_per_sm;
   return a;
 }
 

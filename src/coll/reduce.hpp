@@ -30,6 +30,7 @@ struct ReduceArgs {
   size_t count = 0;
   DataType dtype = GPUSTRIPE_FLOAT32;
   RedOp op = GPUSTRIPE_SUM;
+  int blocks_per_sm = 0;  // most thread blocks per SM of the kernel; 0: GPUSTRIPE_COLL_REDUCE_BLOCKS_PER_SM
 };
 
 // Copies by the SMs of one device, several in one launch: each segment's bytes from src to
@@ -44,9 +45,6 @@ struct CopySegment {
 struct CopyArgs {
   const FusedBarrier* barrier = nullptr;  // as ReduceArgs::barrier
   std::vector<CopySegment> segs;
-  // Most thread blocks of the launch (0: the SM-count cap). Copies to or from pinned host memory
-  // need few: PCIe carries ~55 GB/s, and the copy engines' NVLink rounds run beside them.
-  int max_blocks = 0;
 };
 
 class Reducer {

@@ -206,7 +206,8 @@ void launch(const ReduceArgs& a, int dev, cudaStream_t s) {
   const unsigned threads = work < most * sms ? 128 : most;
   size_t blocks = (work + threads - 1) / threads;
   // Enough to keep NVLink reads in flight, few enough that every thread strides.
-  size_t cap = sms * static_cast<size_t>(std::max<int64_t>(1, kBlocksPerSm.get())) * (kThreads / threads);
+  const int64_t per_sm = a.blocks_per_sm > 0 ? a.blocks_per_sm : kBlocksPerSm.get();
+  size_t cap = sms * static_cast<size_t>(std::max<int64_t>(1, per_sm)) * (kThreads / threads);
   const bool u4 = kUnroll.get() >= 4;
   if (blocks > cap) blocks = cap;
   if (blocks == 0) blocks = 1;

@@ -51,25 +51,10 @@ void exchange(Program& p, const Team& t, size_t block, const ExchangeOpts& o, Sc
       p.copy(t.rank[i], kLaneLocal, dst(i, i), t.dev[i], src(i, i), t.dev[i], block);
   }
 
-  // Rounds taking turns on two lanes: round r+1's copy starts once round r's copy has only its
-  // tail to go, so one copy's start overlaps the previous one's finish.
-  const bool overlap = o.rounds && o.round_overlap > 0 && o.round_lanes <= 1;
-  const size_t bulk = overlap ? align_down(static_cast<size_t>(ce_bytes * (1 - o.round_overlap)), kAlign) : 0;
-  std::vector<int> bulk_done(n, -1);
-  for (int r = 1; overlap && r < n; ++r)
-    for (int i = 0; i < n; ++i) {
-      const int j = (i + r) % n, lane = r % 2 ? kLaneOut : kLaneOut2;
-      const int b = p.copy(t.rank[i], lane, dst(i, j) + sm_bytes, t.dev[j], src(i, j) + sm_bytes, t.dev[i], bulk,
-                           {bulk_done[i]});
-      p.copy(t.rank[i], lane, dst(i, j) + sm_bytes + bulk, t.dev[j], src(i, j) + sm_bytes + bulk, t.dev[i],
-             ce_bytes - bulk);
-      bulk_done[i] = b;
-    }
-
   // Rounds on round_lanes lanes side by side: piece l of every peer block on lane l.
   const int pieces = o.rounds ? std::max(1, o.round_lanes) : 1;
   const size_t piece = (ce_bytes / pieces + kAlign - 1) / kAlign * kAlign;
-  for (int r = 1; !overlap && r < n; ++r)
+  for (int r = 1; r < n; ++r)
     for (int i = 0; i < n; ++i) {
       int j = (i + r) % n;
       for (int l = 0; l < pieces; ++l) {
@@ -94,13 +79,6 @@ void exchange(Program& p, const Team& t, size_t block, const ExchangeOpts& o, Sc
   char* host = scratch.host(per_sender * n);
   const size_t step = (host_bytes + chunks - 1) / chunks;
   std::vector<int> staged(n, -1);  // allgather: the one D2H of sender i's current chunk
-  // By copy kernels: each D2H waits for the sender's previous one (on its lane anyway), so the
-  // executor launches every chunk on its own and signals it as soon as it is out.
-  std::vector<int> last_d2h(n, -1);
-  auto to_host = [&](int i, char* stage, const char* from, size_t len) {
-    if (!o.host_kernel) return p.copy(t.rank[i], kLaneD2H, stage, kHostDevice, from, t.dev[i], len);
-    return last_d2h[i] = p.kernel_copy(t.rank[i], kLaneD2H, stage, kHostDevice, from, t.dev[i], len, {last_d2h[i]});
-  };
   for (int c = 0; c < chunks; ++c) {
     size_t off = c * step;
     if (off >= host_bytes) break;
@@ -111,15 +89,14 @@ void exchange(Program& p, const Team& t, size_t block, const ExchangeOpts& o, Sc
         char* stage = host + i * per_sender + (stage_once_per_sender ? 0 : j * host_bytes) + off;
         int d2h;
         if (stage_once_per_sender) {
-          if (r == 1) staged[i] = to_host(i, stage, src(i, j) + nv_bytes + off, len);
+          if (r == 1) {
+            staged[i] = p.copy(t.rank[i], kLaneD2H, stage, kHostDevice, src(i, j) + nv_bytes + off, t.dev[i], len);
+          }
           d2h = staged[i];
         } else {
-          d2h = to_host(i, stage, src(i, j) + nv_bytes + off, len);
+          d2h = p.copy(t.rank[i], kLaneD2H, stage, kHostDevice, src(i, j) + nv_bytes + off, t.dev[i], len);
         }
-        if (o.host_kernel)
-          p.kernel_copy(t.rank[j], kLaneH2D, dst(i, j) + nv_bytes + off, t.dev[j], stage, kHostDevice, len, {d2h});
-        else
-          p.copy(t.rank[j], kLaneH2D, dst(i, j) + nv_bytes + off, t.dev[j], stage, kHostDevice, len, {d2h});
+        p.copy(t.rank[j], kLaneH2D, dst(i, j) + nv_bytes + off, t.dev[j], stage, kHostDevice, len, {d2h});
       }
   }
 }

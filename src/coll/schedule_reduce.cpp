@@ -183,13 +183,14 @@ std::vector<std::vector<int>> reduce_scatter_by_round(Program& p, const Team& t,
         return d;
       };
       if (!last) {
-        folded[j] = p.reduce(t.rank[j], o.reduce_lane, out[j], {acc, slot(j, r)}, b.cnt[j], dt, op, deps(0));
+        folded[j] = p.reduce(t.rank[j], o.reduce_lane, out[j], {acc, slot(j, r)}, b.cnt[j], dt, op, deps(0), {},
+                             o.fold_blocks_per_sm);
         continue;
       }
       for (int c = 0; c < pieces; ++c) {
         auto [off, len] = pc.of(b.cnt[j], c);
         done[c][j] = p.reduce(t.rank[j], o.reduce_lane, out[j] + off * esz, {acc + off * esz, slot(j, r) + off * esz},
-                              len, dt, op, deps(c), more(j, off));
+                              len, dt, op, deps(c), more(j, off), o.fold_blocks_per_sm);
       }
     }
   }

@@ -35,18 +35,12 @@ struct ExchangeOpts {
   bool kernel = false;
   double host_share = 0;     // fraction of each peer block sent through pinned host memory
   int host_chunks = 4;       // pipeline depth of the host path (D2H of chunk c+1 beside H2D of chunk c)
-  // The host path's copies by copy kernels on the ranks' SMs (stores into / loads from pinned
-  // host memory) instead of copy engines, which then serve the NVLink rounds alone.
-  bool host_kernel = false;
   // The own block by a copy kernel (SMs) instead of a copy engine, so that the local copy
   // takes nothing from the copy engines pushing peer blocks (sizes of 4-byte multiples).
   bool local_kernel = false;
   // Rounds: each peer block split over this many lanes that run side by side, so one
   // lane's gap between two copies is covered by the other's.
   int round_lanes = 1;
-  // Rounds on two lanes taking turns (with round_lanes 1): round r+1's copy waits only for the
-  // first (1 - round_overlap) of round r's, so it starts beside round r's tail. 0: one lane.
-  double round_overlap = 0;
   // The head of each peer block stored into the receiver by the sender's copy kernels (a lane
   // of their own, round order), beside the copy engines' rounds over the rest: both kinds of
   // NVLink traffic at once. Needs peer access; 0: copy engines only (session 3 probe: no gain).
@@ -102,6 +96,7 @@ struct ReduceOpts {
   bool by_round = false;
   size_t tail = 0;  // bytes of the last piece (0: the last round in one piece)
   int copy_lanes = 1;  // round-major: lanes the sender's copies take in turn (1: one after another)
+  int fold_blocks_per_sm = 0;  // round-major: the folds' kernels' most blocks per SM (0: the reducer's setting)
   // Round-major allreduce (rs_ag_copy): each block gathered whole after its last fold (one copy
   // per round) instead of piece by piece; and the share of it sent through pinned host memory.
   bool gather_whole = false;

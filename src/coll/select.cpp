@@ -35,13 +35,6 @@ const ChoiceSetting kLocalCopy{"GPUSTRIPE_COLL_LOCAL_COPY", "engine",
 const IntSetting kHostChunks{"GPUSTRIPE_COLL_HOST_CHUNKS", "0",
                              "Alltoall/allgather host share: pipeline chunks of each peer block's host part "
                              "(0: from GPUSTRIPE_COLL_CHUNK, 2-16)"};
-const ChoiceSetting kHostCopies{"GPUSTRIPE_COLL_HOST_COPIES", "engine",
-                                "Alltoall/allgather host share: its D2H and H2D copies by copy engines or by copy "
-                                "kernels on the SMs (which leave the copy engines to the NVLink rounds)",
-                                {"engine", "kernel"}};
-const DoubleSetting kRoundOverlap{"GPUSTRIPE_COLL_ROUND_OVERLAP", "0",
-                                  "Alltoall/allgather in rounds: the tail fraction (0..0.5) of each round's copy "
-                                  "beside which the next round's copy starts (two lanes taking turns); 0: one lane"};
 const IntSetting kRoundLanes{"GPUSTRIPE_COLL_ROUND_LANES", "1",
                              "Alltoall/allgather in rounds: lanes that each carry a piece of every peer block, "
                              "side by side (1-4)"};
@@ -171,36 +164,50 @@ const SizeSetting kCeTwoshotMin{"GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "64G",
                                 "Smallest allreduce per rank over more than 2 GPUs that maps peers done by ce_twoshot "
                                 "(copy engines move the inputs in rounds, kernels store each reduced chunk into every "
                                 "member)"};
-const SizeSetting kRsCopyMin{"GPUSTRIPE_COLL_RS_COPY_MIN", "1G",
+// Session 4 r2 (4x H200, busbw GB/s at 64M/128M/256M/1G, one run): round-major rs_copy (below) with
+// 1 block per SM per fold 283/321/352/377 vs rs_pull 302/317/325/333 (chunked rs_copy 236/279/319/325).
+const SizeSetting kRsCopyMin{"GPUSTRIPE_COLL_RS_COPY_MIN", "256M",
                              "Smallest reduce-scatter per rank over more than 2 GPUs that maps peers done by rs_copy "
                              "(copy engines move the inputs in rounds, flags for the waits between GPUs)"};
 const BoolSetting kCopyFlags{"GPUSTRIPE_COLL_COPY_FLAGS", "1",
                              "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy) over more than 2 GPUs: their "
                              "waits between GPUs become flags in per-rank graphs (GPUSTRIPE_COLL_GPU_FLAGS=auto)"};
-// Session 4 (collred4): rs_copy's s3 timelines lost ~7-11 us per copy beyond the copy engines'
-// rate (12 copies of 16M per GPU at 256M, 24 of 32M at 1G) plus the last chunk's 4-input
-// reduction; the exchanges' rounds (3 copies of 64M) lost ~12 us in all. Round-major: whole
-// blocks per round, each folded in while the next moves, the last round in halving pieces.
-const ChoiceSetting kRsOrder{"GPUSTRIPE_COLL_RS_ORDER", "chunks",
+// Session 4: s3's chunked rs_copy lost ~7-11 us per copy beyond the copy engines' rate (12 copies
+// of 16M per GPU at 256M) plus the last chunk's 4-input reduction (r2 timeline: 16M copies 55-70
+// us each, 802 us per call traced vs 691 round-major). Round-major: whole blocks per round (as the
+// exchanges' rounds), each folded in while the next moves, the last round in halving pieces.
+// r2 at 256M: tail 2M/4M/8M 342/343/350, the last round whole (tail 0) 324; 2 lanes 227; a host
+// share of every round 3%/5% 340/339.
+const ChoiceSetting kRsOrder{"GPUSTRIPE_COLL_RS_ORDER", "auto",
                              "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy, ce_twoshot): chunks (every "
-                             "chunk in all rounds, then the next) or rounds (whole blocks per round, folded in as "
+                             "chunk in all rounds, then the next), rounds (whole blocks per round, folded in as "
                              "they land; the last round in pieces halving down to GPUSTRIPE_COLL_RS_TAIL; no SM "
-                             "share; host share: GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE)",
-                             {"chunks", "rounds"}};
-const SizeSetting kRsTail{"GPUSTRIPE_COLL_RS_TAIL", "4M",
+                             "share; host share: GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE), or auto (rounds over more "
+                             "than 2 GPUs that map each other's memory, as measured; else chunks)",
+                             {"auto", "chunks", "rounds"}};
+const SizeSetting kRsTail{"GPUSTRIPE_COLL_RS_TAIL", "8M",
                           "GPUSTRIPE_COLL_RS_ORDER=rounds: the last round's smallest (last) piece per block "
                           "(0: the last round in one piece)"};
 const IntSetting kRsRoundsLanes{"GPUSTRIPE_COLL_RS_ROUNDS_LANES", "1",
                                 "GPUSTRIPE_COLL_RS_ORDER=rounds: lanes (copy engines) the sender's copies take in turn "
-                                "(1-3; 2: each copy overlaps the next instead of running back to back)"};
-const ChoiceSetting kArGather{"GPUSTRIPE_COLL_AR_GATHER", "pieces",
+                                "(1-3; 2: every copy at once beside the next: r2 227 vs 343 at 256M)"};
+// r2, allreduce busbw at 64M/128M/256M/1G: round-major reduce-scatter then each block gathered whole
+// 301/330/355/379 (with 5% of it through the host 298/336/363/387, 8% 277/330/364/379; 1 block per SM
+// per fold 306/336/358/381) vs gathered piece by piece 278/298/316/354 and two-shot 309/315/319/325.
+const ChoiceSetting kArGather{"GPUSTRIPE_COLL_AR_GATHER", "whole",
                               "Round-major allreduce (rs_ag_copy with GPUSTRIPE_COLL_RS_ORDER=rounds): gather each "
                               "block piece by piece as its pieces are folded, or whole (one copy per round) after the "
                               "last", {"pieces", "whole"}};
-const DoubleSetting kArGatherHostShare{"GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE", "0",
+const DoubleSetting kArGatherHostShare{"GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE", "0.05",
                                        "GPUSTRIPE_COLL_AR_GATHER=whole: fraction (0..0.5) of every block gathered "
                                        "through pinned host memory (one D2H by its owner, an H2D by every member)"};
-const SizeSetting kArCopyMin{"GPUSTRIPE_COLL_AR_COPY_MIN", "64G",
+// r2 (4x H200, busbw GB/s at 256M): round-major reduce-scatter 352 with 1 block per SM vs 343 with the
+// reducer's 4; allreduce (gathered whole) 358 vs 355. The folds are local and short; with fewer blocks
+// the flags' one-thread wait and signal kernels find room beside them.
+const IntSetting kRsFoldBlocks{"GPUSTRIPE_COLL_RS_FOLD_BLOCKS_PER_SM", "1",
+                               "GPUSTRIPE_COLL_RS_ORDER=rounds: most thread blocks per SM of the folds' kernels "
+                               "(0: GPUSTRIPE_COLL_REDUCE_BLOCKS_PER_SM)"};
+const SizeSetting kArCopyMin{"GPUSTRIPE_COLL_AR_COPY_MIN", "256M",
                              "Smallest allreduce per rank over more than 2 GPUs that maps peers done by rs_ag_copy "
                              "(copy-engine reduce-scatter, then the blocks gathered by copy engines)"};
 const DoubleSetting kRsRoundsHostShare{"GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE", "0",
@@ -292,11 +299,9 @@ std::string Choice::describe() const {
   std::string s = name;
   if (name == "rounds" || name == "all_at_once") {
     s += " host=" + pct(exchange.host_share);
-    if (exchange.host_share > 0) s += format(" chunks=%d", exchange.host_chunks) + (exchange.host_kernel ? " by=kernel" : "");
+    if (exchange.host_share > 0) s += format(" chunks=%d", exchange.host_chunks);
     if (exchange.local_kernel) s += " local=kernel";
     if (name == "rounds" && exchange.round_lanes > 1) s += format(" lanes=%d", exchange.round_lanes);
-    if (name == "rounds" && exchange.round_overlap > 0 && exchange.round_lanes <= 1)
-      s += " overlap=" + pct(exchange.round_overlap);
     if (exchange.sm_share > 0) s += " sm=" + pct(exchange.sm_share);
   }
   else if (name == "direct" || name == "scatter_ag" || name == "chain") s += format(" chunks=%d", bcast.chunks);
@@ -393,8 +398,6 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
                              : measured                ? 2
                                                        : std::clamp(chunks_for(block), 2, 16);
     c.exchange.local_kernel = kLocalCopy.get() == "kernel";
-    c.exchange.host_kernel = c.exchange.host_share > 0 && kHostCopies.get() == "kernel";
-    c.exchange.round_overlap = std::clamp(kRoundOverlap.get(), 0.0, 0.5);
     c.exchange.round_lanes = static_cast<int>(std::clamp<int64_t>(kRoundLanes.get(), 1, 4));
     if (res.all_peer && block >= kSmShareMin.get()) c.exchange.sm_share = std::clamp(kSmShare.get(), 0.0, 0.9);
     return c;
@@ -517,12 +520,14 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   }
   // Round-major: a whole block per peer in scratch (else chunks), no SM share, a host share of its own.
   if ((c.name == "rs_copy" || c.name == "rs_ag_copy" || c.name == "reduce_copy" || c.name == "ce_twoshot") &&
-      kRsOrder.get() == "rounds" && block * static_cast<uint64_t>(std::max(1, n - 1)) <= kScratchMax.get()) {
+      (kRsOrder.get() == "rounds" || (kRsOrder.get() == "auto" && res.all_peer && n > 2)) &&
+      block * static_cast<uint64_t>(std::max(1, n - 1)) <= kScratchMax.get()) {
     c.reduce.by_round = true;
     c.reduce.tail = kRsTail.get();
     c.reduce.sm_share = c.reduce.ag_host_share = 0;
     c.reduce.host_share = kRsRoundsHostShare.get();
     c.reduce.copy_lanes = static_cast<int>(std::clamp<int64_t>(kRsRoundsLanes.get(), 1, 3));
+    c.reduce.fold_blocks_per_sm = static_cast<int>(std::clamp<int64_t>(kRsFoldBlocks.get(), 0, 64));
     if (c.name == "rs_ag_copy" && kArGather.get() == "whole") {
       c.reduce.gather_whole = true;
       c.reduce.gather_host_share = kArGatherHostShare.get();

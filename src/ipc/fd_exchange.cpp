@@ -84,7 +84,7 @@ FdExchangeStats FdExchange::stats() const {
   return stats_;
 }
 
-bool FdExchange::send_locked(int dst, const Wire& w, int fd) {
+FdExchange::Sent FdExchange::send_locked(int dst, const Wire& w, int fd, bool wait_if_full) {
   socklen_t len = 0;
   sockaddr_un a = address(socket_name(ch_.name(), dst), &len);
   iovec io{const_cast<Wire*>(&w), sizeof w};
@@ -108,11 +108,12 @@ bool FdExchange::send_locked(int dst, const Wire& w, int fd) {
               [&] { ch_.check_peer(dst, true); });
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
-    if (sendmsg(sock_, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof w)) return true;
+    if (sendmsg(sock_, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof w)) return Sent::Yes;
     int err = errno;
     if ((err == ECONNREFUSED || err == ENOENT) &&
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > kNotBoundGraceS)
-      return false;
+      return Sent::NotBound;
+    if ((err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS) && !wait_if_full) return Sent::Full;
     // Not bound yet (the peer has not made its endpoint), or its queue is full: wait, and
     // answer our own peers meanwhile (they may be the ones filling queues).
     if (err != ECONNREFUSED && err != ENOENT && err != EAGAIN && err != EWOULDBLOCK && err != ENOBUFS && err != EINTR)
@@ -211,7 +212,7 @@ void FdExchange::serve_locked() {
     }
     bool sent = false;
     try {
-      sent = send_locked(to, w, fd);
+      sent = send_locked(to, w, fd, true) == Sent::Yes;
     } catch (...) {
       if (fd >= 0) close(fd);
       throw;
@@ -245,18 +246,26 @@ bool FdExchange::offer(int dst, const Backend::IpcMemHandle& h) {
   w.from = ch_.rank();
   w.handle = h;
   int fd = backend_.ipc_export_fd(h);
-  bool sent = false;
+  Sent sent = Sent::No;
   try {
-    sent = send_locked(dst, w, fd);
+    // Never blocks on a full queue: an MPI_Isend must not wait for a peer that may be in
+    // another call. The importer then asks for the descriptor when it maps the buffer.
+    sent = send_locked(dst, w, fd, false);
   } catch (...) {
     close(fd);
     throw;
   }
   close(fd);
-  if (!sent) {
+  if (sent == Sent::NotBound) {
     GS_LOG_INFO(Subsys::Ipc, "rank %d: rank %d has no descriptor socket (%s): its %s buffers stream", ch_.rank(), dst,
                 socket_name(ch_.name(), dst).c_str(), kind_word(static_cast<uint32_t>(h.kind)));
     return false;
+  }
+  if (sent == Sent::Full) {
+    ++stats_.deferred;
+    GS_LOG_DEBUG(Subsys::Ipc, "rank %d: rank %d's descriptor queue is full: it will ask for buffer %llu's", ch_.rank(),
+                 dst, static_cast<unsigned long long>(h.buffer_id));
+    return true;
   }
   if (sent_.size() >= kSentMax) sent_.clear();
   sent_.insert(k);
@@ -300,7 +309,10 @@ int FdExchange::take(int src, const Backend::IpcMemHandle& h) {
       w.type = kRequest;
       w.from = ch_.rank();
       w.handle = h;
-      GS_REQUIRE(send_locked(src, w, -1), GPUSTRIPE_ERR_PEER_FAILED,
+      // Bumped before sending too: src drains its queue (which may be full of our own offers)
+      // when it sees the counter move; and after, so that it reads the request itself.
+      ch_.ask_for_fds(src);
+      GS_REQUIRE(send_locked(src, w, -1, true) == Sent::Yes, GPUSTRIPE_ERR_PEER_FAILED,
                  "rank %d: rank %d exported a %s buffer but has no descriptor socket to ask", ch_.rank(), src,
                  kind_word(static_cast<uint32_t>(h.kind)));
       ch_.ask_for_fds(src);

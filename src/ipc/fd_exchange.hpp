@@ -35,6 +35,7 @@ namespace gpustripe::ipc {
 
 struct FdExchangeStats {
   uint64_t offered = 0;    // descriptors sent with an announcement
+  uint64_t deferred = 0;   // offers the peer's full queue refused (it asks when it maps)
   uint64_t received = 0;   // descriptors that arrived
   uint64_t taken = 0;      // descriptors handed to ipc_open
   uint64_t requested = 0;  // descriptors this rank asked a peer for (it had none)
@@ -53,8 +54,8 @@ class FdExchange {
   bool enabled() const { return sock_ >= 0; }
   // Exporter: makes sure rank `dst` can open `h` (no-op for Legacy handles and for what
   // `dst` was sent before). False when it cannot (this exchange is disabled, or dst has bound
-  // no socket within 2 s: a peer without a backend): do not announce h then.
-  // Waits (bounded) while dst's queue is full.
+  // no socket within 2 s: a peer without a backend): do not announce h then. Never waits for
+  // a full queue (a peer busy elsewhere): the offer is dropped and dst asks when it maps h.
   bool offer(int dst, const Backend::IpcMemHandle& h);
   // Importer: the descriptor for `h` from rank `src`, owned by the caller. Asks src for it
   // when it is not here. Throws ERR_PEER_FAILED (src died or left), ERR_TIMEOUT, or
@@ -71,9 +72,10 @@ class FdExchange {
   struct Wire;
   void drain_locked();
   void serve_locked();
-  // Sends one datagram (with `fd` unless -1) to `dst`, waiting while its queue is full or
-  // (for a short grace) while its socket is not bound yet; false when it never was.
-  bool send_locked(int dst, const Wire& w, int fd);
+  // Sends one datagram (with `fd` unless -1) to `dst`, waiting (for a short grace) while its
+  // socket is not bound yet, and while its queue is full when `wait_if_full`.
+  enum class Sent { Yes, No, NotBound, Full };
+  Sent send_locked(int dst, const Wire& w, int fd, bool wait_if_full);
   void keep_locked(const Key& k, int fd);
 
   Channel& ch_;

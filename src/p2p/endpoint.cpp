@@ -340,7 +340,8 @@ bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int 
     auto it = known ? exports_.find({loc.base, loc.buffer_id}) : exports_.end();
     // A kept handle covers the buffer unless it is VMM memory of another allocation in the
     // same reservation (the handle maps one allocation of it).
-    if (it != exports_.end() && u >= it->second.exporter_base && u - it->second.exporter_base + bytes <= it->second.handle.size) {
+    if (it != exports_.end() && u >= it->second.exporter_base &&
+        u - it->second.exporter_base + bytes <= it->second.handle.size) {
       *e = it->second;
     } else {
       PointerInfo info = backend_->pointer_info(p);

@@ -18,7 +18,10 @@
 #include "test_util.hpp"
 
 #if GPUSTRIPE_HAVE_CUDA
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+
+#include "backend/cuda/driver_api.hpp"
 #endif
 
 extern char** environ;
@@ -458,6 +461,57 @@ TEST_F(Cuda, PoolIpcAcrossProcesses) {
   GS_REQUIRE_GPU(1);
   fd_kind_across_processes(*be, Backend::DeviceAlloc::PoolFd, "PoolIpcAcrossProcesses");
 }
+
+#if GPUSTRIPE_HAVE_CUDA
+// Two VMM allocations in one reservation (PyTorch's expandable segments): a pointer into the
+// second exports that allocation (base and size from cuMemGetAddressRange), not the reservation
+// the range attributes report; each has its own buffer id.
+TEST_F(Cuda, VmmAllocationInAReservationExportsItself) {
+  GS_REQUIRE_GPU(1);
+  const DriverVmm& v = driver_vmm();
+  ASSERT_TRUE(v.complete());
+  using Create = CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long);
+  using Reserve = CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
+  using Map = CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+  using Access = CUresult (*)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
+  using Unmap = CUresult (*)(CUdeviceptr, size_t);
+  using Release = CUresult (*)(CUmemGenericAllocationHandle);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  const size_t piece = 2 << 20;
+  CUmemGenericAllocationHandle h[2];
+  CUdeviceptr res = 0;
+  ASSERT_EQ(reinterpret_cast<Reserve>(v.mem_address_reserve)(&res, 3 * piece, 0, 0, 0), CUDA_SUCCESS);
+  CUmemAccessDesc acc{};
+  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc.location.id = 0;
+  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(reinterpret_cast<Create>(v.mem_create)(&h[i], piece, &prop, 0), CUDA_SUCCESS);
+    ASSERT_EQ(reinterpret_cast<Map>(v.mem_map)(res + i * piece, piece, 0, h[i], 0), CUDA_SUCCESS);
+    ASSERT_EQ(reinterpret_cast<Access>(v.mem_set_access)(res + i * piece, piece, &acc, 1), CUDA_SUCCESS);
+  }
+  void* second = reinterpret_cast<void*>(res + piece + 4096);
+  Backend::IpcMemHandle a = be->ipc_export(reinterpret_cast<void*>(res));
+  Backend::IpcMemHandle b = be->ipc_export(second);
+  EXPECT_EQ(b.kind, Backend::IpcKind::VmmFd);
+  EXPECT_EQ(b.base, res + piece);
+  EXPECT_EQ(b.size, piece);
+  EXPECT_EQ(a.base, res);
+  EXPECT_NE(a.buffer_id, b.buffer_id);
+  int fd = be->ipc_export_fd(b);
+  EXPECT_GE(fd, 0);
+  if (fd >= 0) close(fd);
+  for (int i = 0; i < 2; ++i) {
+    reinterpret_cast<Unmap>(v.mem_unmap)(res + i * piece, piece);
+    reinterpret_cast<Release>(v.mem_release)(h[i]);
+  }
+  reinterpret_cast<Unmap>(v.mem_address_free)(res, 3 * piece);
+}
+#endif
 
 TEST(CudaFactory, AutoPicksCudaWhenAGpuIsVisible) {
   GS_REQUIRE_GPU(1);

@@ -245,27 +245,21 @@ TEST(CollGpu, PushedInputsOfTwoshot) {
   }
 }
 
-// The host path by copy engines and by copy kernels (GPUSTRIPE_COLL_HOST_COPIES), 4 chunks; with
-// the kernels also the rounds taking turns on two lanes (GPUSTRIPE_COLL_ROUND_OVERLAP).
 TEST(CollGpu, HostShareExchanges) {
   GS_REQUIRE_GPU(2);
   ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0.1");
   ScopedEnv chunks("GPUSTRIPE_COLL_HOST_CHUNKS", "4");
   GpuNode node;
-  for (const char* copies : {"engine", "kernel"})
-    for (const char* gpu_barrier : {"0", "1"}) {  // 1 (with flags): the host path's waits in per-rank graphs
-      ScopedEnv h("GPUSTRIPE_COLL_HOST_COPIES", copies);
-      ScopedEnv o("GPUSTRIPE_COLL_ROUND_OVERLAP", std::string(copies) == "kernel" ? "0.1" : "0");
-      ScopedEnv b("GPUSTRIPE_COLL_GPU_BARRIER", gpu_barrier);
-      ScopedEnv f("GPUSTRIPE_COLL_GPU_FLAGS", gpu_barrier);
-      auto comm = node.comm(std::min(4, cuda_device_count()));
-      for (CollOp op : {CollOp::AllToAll, CollOp::AllGather})
-        for (bool in_place : {false, true}) {
-          Case c{op, GPUSTRIPE_INT32, GPUSTRIPE_SUM, (size_t(2) << 20) / 4 + 3, in_place, 0, in_place, 3};
-          ASSERT_EQ(run_case(*comm, c, 3), 0u) << copies << " gpu barrier " << gpu_barrier << " "
-                                               << comm->last_schedule();
-        }
-    }
+  for (const char* gpu_barrier : {"0", "1"}) {  // 1 (with flags): the host path's waits in per-rank graphs
+    ScopedEnv b("GPUSTRIPE_COLL_GPU_BARRIER", gpu_barrier);
+    ScopedEnv f("GPUSTRIPE_COLL_GPU_FLAGS", gpu_barrier);
+    auto comm = node.comm(std::min(4, cuda_device_count()));
+    for (CollOp op : {CollOp::AllToAll, CollOp::AllGather})
+      for (bool in_place : {false, true}) {
+        Case c{op, GPUSTRIPE_INT32, GPUSTRIPE_SUM, (size_t(2) << 20) / 4 + 3, in_place, 0, in_place, 3};
+        ASSERT_EQ(run_case(*comm, c, 3), 0u) << "gpu barrier " << gpu_barrier << " " << comm->last_schedule();
+      }
+  }
 }
 
 // Large-message schedules (session 3): copy-engine reductions with a host share and flags in
@@ -273,6 +267,7 @@ TEST(CollGpu, HostShareExchanges) {
 // member, and exchanges with an SM share beside the copy engines; in place or not.
 TEST(CollGpu, LargeMessageSchedules) {
   GS_REQUIRE_GPU(2);
+  ScopedEnv chunks("GPUSTRIPE_COLL_RS_ORDER", "chunks");  // the chunked form's shares (round-major: its own test)
   ScopedEnv host("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.1");
   ScopedEnv ag_host("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.1");
   ScopedEnv rs_sm("GPUSTRIPE_COLL_RS_SM_SHARE", "0.2");

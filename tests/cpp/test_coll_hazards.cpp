@@ -122,8 +122,6 @@ TEST(CollHazards, EveryScheduleOrdersEveryConflictingAccess) {
           ScopedEnv lanes("GPUSTRIPE_COLL_BCAST_LANES", second ? "0" : "1");
           ScopedEnv local("GPUSTRIPE_COLL_LOCAL_COPY", second ? "engine" : "kernel");
           ScopedEnv round_lanes("GPUSTRIPE_COLL_ROUND_LANES", second ? "1" : "2");
-          ScopedEnv host_copies("GPUSTRIPE_COLL_HOST_COPIES", second ? "engine" : "kernel");
-          ScopedEnv overlap("GPUSTRIPE_COLL_ROUND_OVERLAP", second ? "0.1" : "0");
           // The second pass also: the large-message shares (host path of copy-engine reductions and
           // of ce_twoshot's gather half, an SM share of exchange blocks) at test sizes.
           ScopedEnv rs_host("GPUSTRIPE_COLL_RS_HOST_SHARE", second ? "0.2" : "0");

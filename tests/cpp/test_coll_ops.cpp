@@ -172,47 +172,6 @@ TEST(CollHostShare, ExchangesThroughPinnedHostAreExact) {
   }
 }
 
-// The host path by copy kernels (stores into and loads from pinned host memory), several chunks,
-// blocking and on streams, repeated on the same buffers.
-TEST(CollHostShare, HostPathByCopyKernelsIsExact) {
-  ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0.25");
-  ScopedEnv copies("GPUSTRIPE_COLL_HOST_COPIES", "kernel");
-  ScopedEnv chunks("GPUSTRIPE_COLL_HOST_CHUNKS", "3");
-  EmuNode node("h200x4");
-  for (int n : {2, 3, 4}) {
-    auto comm = node.comm(n);
-    for (CollOp op : {CollOp::AllToAll, CollOp::AllGather})
-      for (size_t count : {size_t(5), size_t(5000), size_t(70001)})
-        for (bool in_place : {false, true}) {
-          Case c{op, GPUSTRIPE_INT32, GPUSTRIPE_SUM, count, in_place, 0, /*async*/ in_place, /*repeats*/ 2};
-          ASSERT_EQ(run_case(*comm, c, count + n), 0u) << comm->last_schedule();
-          if (count * 4 >= 4096) EXPECT_NE(comm->last_schedule().find("host=25.0% chunks=3 by=kernel"), std::string::npos)
-              << comm->last_schedule();
-        }
-  }
-}
-
-// Rounds taking turns on two lanes (the next round's copy beside the previous one's tail), with
-// and without a host share, 2-4 ranks, in place or not, on streams and repeated.
-TEST(CollExchangeVariants, OverlappedRoundsAreExact) {
-  EmuNode node("h200x4");
-  ScopedEnv rounds("GPUSTRIPE_COLL_ALGO", "rounds");
-  ScopedEnv overlap("GPUSTRIPE_COLL_ROUND_OVERLAP", "0.1");
-  for (const char* share : {"0", "0.2"}) {
-    ScopedEnv h("GPUSTRIPE_COLL_HOST_SHARE", share);
-    for (int n : {2, 3, 4}) {
-      auto comm = node.comm(n);
-      for (CollOp op : {CollOp::AllToAll, CollOp::AllGather})
-        for (size_t count : {size_t(1), size_t(3), size_t(9000)})
-          for (bool in_place : {false, true}) {
-            Case c{op, GPUSTRIPE_INT32, GPUSTRIPE_SUM, count, in_place, 0, /*async*/ in_place, /*repeats*/ 2};
-            ASSERT_EQ(run_case(*comm, c, count + n), 0u) << share << " " << comm->last_schedule();
-            EXPECT_NE(comm->last_schedule().find("overlap=10.0%"), std::string::npos) << comm->last_schedule();
-          }
-    }
-  }
-}
-
 // The exchange variants: the own block by a copy kernel (a one-source reduction), each peer
 // block split over several lanes per round, with and without a host share.
 TEST(CollExchangeVariants, LocalKernelAndRoundLanesAreExact) {
@@ -339,6 +298,7 @@ TEST(CollLargeMessages, SmShareOfExchangesIsExact) {
 // for a host part, several chunks, 2-4 ranks, in place or not.
 TEST(CollLargeMessages, CopyReductionsWithHostShareAreExact) {
   EmuNode node("h200x4");
+  ScopedEnv chunks("GPUSTRIPE_COLL_RS_ORDER", "chunks");  // the chunked form (round-major: its own test)
   ScopedEnv h("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.2");
   ScopedEnv ag("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.1");
   ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "16K");

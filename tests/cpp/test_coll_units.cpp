@@ -169,17 +169,37 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
     EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 256 << 20, 4).name, "twoshot");
   }
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 20, 4).name, "rs_pull");
-  // Kernels reading the peers up to 512M per rank; copy engines into scratch from 1G (session 3 r3).
-  Choice rs = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
+  // Kernels reading the peers up to 128M per rank; round-major copy engines into scratch from 256M
+  // (session 4 r2), with 1 block per SM per fold and an 8M tail, no host share of the inputs.
+  Choice rs = choose_schedule(CollOp::ReduceScatter, r, 128 << 20, 4);
   EXPECT_EQ(rs.name, "rs_pull");
   EXPECT_EQ(rs.reduce.chunks, 1);
-  Choice rs_big = choose_schedule(CollOp::ReduceScatter, r, size_t(1) << 30, 4);
+  Choice rs_big = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
   EXPECT_EQ(rs_big.name, "rs_copy");
-  EXPECT_GT(rs_big.reduce.chunks, 1);
+  EXPECT_TRUE(rs_big.reduce.by_round);
+  EXPECT_EQ(rs_big.reduce.tail, size_t(8) << 20);
+  EXPECT_EQ(rs_big.reduce.fold_blocks_per_sm, 1);
   EXPECT_TRUE(rs_big.reduce.flags);
-  EXPECT_EQ(rs_big.reduce.host_share, 0);  // r3: host pieces slowed the copy engines
+  EXPECT_EQ(rs_big.reduce.host_share, 0);  // r2: 3%/5% lost
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, h200(2), size_t(1) << 30, 4).name, "rs_pull");
-  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, size_t(1) << 30, 4).name, "twoshot");
+  // Allreduce: two-shot kernels up to 128M, then the round-major reduce-scatter and each block
+  // gathered whole by copy engines with 5% of it through the host (r2).
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 128 << 20, 4).name, "twoshot");
+  Choice ar_big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
+  EXPECT_EQ(ar_big.name, "rs_ag_copy");
+  EXPECT_TRUE(ar_big.reduce.by_round && ar_big.reduce.gather_whole && ar_big.reduce.flags);
+  EXPECT_DOUBLE_EQ(ar_big.reduce.gather_host_share, 0.05);
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), size_t(1) << 30, 4).name, "twoshot");
+  {
+    // Not where peers are unmapped (the MPI interposer's teams): chunks there, as before.
+    TeamResources unmapped = r;
+    unmapped.all_peer = false;
+    Choice c = choose_schedule(CollOp::ReduceScatter, unmapped, 256 << 20, 4);
+    EXPECT_EQ(c.name, "rs_copy");
+    EXPECT_FALSE(c.reduce.by_round);
+    ScopedEnv chunks("GPUSTRIPE_COLL_RS_ORDER", "chunks");
+    EXPECT_FALSE(choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4).reduce.by_round);
+  }
   // Copy kernels with the barrier inside up to GPUSTRIPE_COLL_SM_MAX where peers are mapped.
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4).name, "sm");
   EXPECT_TRUE(choose_schedule(CollOp::AllGather, r, 16 << 20, 4).exchange.kernel);
@@ -238,6 +258,7 @@ TEST(CollSelect, LargeMessageSchedulesFromTheirThresholds) {
   EXPECT_EQ(rsc.reduce.host_share, 0);
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 64 << 20, 4).name, "rs_pull");
   {
+    ScopedEnv chunks("GPUSTRIPE_COLL_RS_ORDER", "chunks");  // the chunked form's shares
     ScopedEnv off("GPUSTRIPE_COLL_COPY_FLAGS", "0");
     ScopedEnv h("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.1");
     ScopedEnv sm("GPUSTRIPE_COLL_RS_SM_SHARE", "0.2");
@@ -423,80 +444,6 @@ TEST(CollSchedules, RoundLanesSplitEveryPeerBlockAndTheKernelCopiesTheOwnBlock) 
   for (auto& [il, d] : lane_dests) {
     ASSERT_EQ(d.size(), 3u);
     for (int r = 0; r < 3; ++r) EXPECT_EQ(d[r], (il.first + r + 1) % n);
-  }
-}
-
-// Overlapped rounds: each peer block in two copies (bulk, tail) tiling it, rounds alternating
-// between two lanes, round r+1's bulk waiting for round r's bulk only (not its tail).
-TEST(CollSchedules, OverlappedRoundsTakeTurnsOnTwoLanes) {
-  Exchange4 x;
-  const int n = Exchange4::n;
-  const size_t block = size_t(1) << 20;
-  ExchangeOpts o;
-  o.round_overlap = 0.1;
-  Program p(n);
-  build_alltoall(p, x.t, x.csend, x.recv, block, o, x.scratch);
-  std::map<int, std::vector<int>> peer_copies;  // rank -> its peer copies in order
-  for (size_t i = 0; i < p.size(); ++i)
-    if (p.ops()[i].dst_dev != p.ops()[i].rank) peer_copies[p.ops()[i].rank].push_back(static_cast<int>(i));
-  const size_t bulk = size_t(block * 0.9) / 256 * 256;
-  for (int r = 0; r < n; ++r) {
-    const auto& c = peer_copies[r];
-    ASSERT_EQ(c.size(), 6u);
-    for (int k = 0; k < 3; ++k) {
-      const Op& b = p.ops()[c[2 * k]];
-      const Op& tail = p.ops()[c[2 * k + 1]];
-      EXPECT_EQ(b.dst_dev, (r + k + 1) % n);
-      EXPECT_EQ(tail.dst_dev, b.dst_dev);
-      EXPECT_EQ(b.bytes, bulk);
-      EXPECT_EQ(tail.bytes, block - bulk);
-      EXPECT_EQ(static_cast<const char*>(tail.src), static_cast<const char*>(b.src) + bulk);
-      EXPECT_EQ(b.lane, k % 2 ? kLaneOut2 : kLaneOut);
-      EXPECT_EQ(tail.lane, b.lane);
-      EXPECT_EQ(b.deps, k ? std::vector<int>{c[2 * k - 2]} : std::vector<int>{});
-    }
-  }
-}
-
-// The host path by copy kernels: each sender's D2H kernel copies wait for its previous one (so
-// the executor launches, and signals, every chunk on its own), each H2D kernel copy reads what
-// exactly one D2H of its sender staged; an allgather stages each chunk once for all receivers.
-TEST(CollSchedules, HostPathByKernelsStagesEveryChunkOnItsOwn) {
-  Exchange4 x;
-  const int n = Exchange4::n;
-  const size_t block = size_t(1) << 20;
-  ExchangeOpts o;
-  o.host_share = 0.1;
-  o.host_chunks = 3;
-  o.host_kernel = true;
-  for (bool gather : {false, true}) {
-    Program p(n);
-    if (gather) build_allgather(p, x.t, x.csend, x.recv, block, o, x.scratch);
-    else build_alltoall(p, x.t, x.csend, x.recv, block, o, x.scratch);
-    std::map<int, std::vector<int>> d2h;  // rank -> its D2H ops in order
-    size_t h2d_bytes = 0;
-    for (size_t i = 0; i < p.size(); ++i) {
-      const Op& op = p.ops()[i];
-      if (op.lane == kLaneD2H) {
-        EXPECT_TRUE(op.by_kernel);
-        EXPECT_EQ(op.dst_dev, kHostDevice);
-        auto& mine = d2h[op.rank];
-        EXPECT_EQ(op.deps, mine.empty() ? std::vector<int>{} : std::vector<int>{mine.back()});
-        mine.push_back(static_cast<int>(i));
-      } else if (op.lane == kLaneH2D) {
-        EXPECT_TRUE(op.by_kernel);
-        ASSERT_EQ(op.deps.size(), 1u);
-        const Op& staged = p.ops()[op.deps[0]];
-        EXPECT_EQ(staged.lane, kLaneD2H);
-        EXPECT_NE(staged.rank, op.rank);
-        EXPECT_EQ(staged.dst, op.src);
-        EXPECT_EQ(staged.bytes, op.bytes);
-        h2d_bytes += op.bytes;
-      }
-    }
-    const size_t host_block = block / 10 / 256 * 256;
-    for (int r = 0; r < n; ++r) EXPECT_EQ(d2h[r].size(), gather ? 3u : 9u) << "rank " << r;
-    EXPECT_EQ(h2d_bytes, size_t(n) * (n - 1) * host_block);
   }
 }
 

@@ -415,3 +415,47 @@ TEST(IpcFd, EmulatedPoolExportsByOffsetInOneDescriptor) {
   be->free_device(b);
   be->free_device(c);
 }
+
+TEST(IpcFd, SendsNeverWaitForAPeersFullDescriptorQueue) {
+  // Rank 0 posts more sends of fresh VMM buffers than a Unix datagram queue holds
+  // (net.unix.max_dgram_qlen, 10 by default) while rank 1 is busy elsewhere (waiting for a
+  // file, outside gpustripe). The isends must all return; the offers that did not fit are
+  // dropped, and rank 1 asks for those descriptors when it maps the buffers.
+  char flag[] = "/tmp/gs-ipc-fd-flag-XXXXXX";
+  int ffd = mkstemp(flag);
+  ASSERT_GE(ffd, 0);
+  close(ffd);
+  std::remove(flag);
+  const std::string path = flag;
+  EXPECT_RANKS_OK(run_ranks(2, [&path](int rank, ipc::Channel& ch) {
+    auto be = emulated();
+    Endpoint ep(ch, be.get());
+    constexpr int kSends = 40;
+    const size_t n = 64 << 10;
+    std::vector<void*> bufs;
+    for (int i = 0; i < kSends; ++i) bufs.push_back(be->alloc_device_as(rank, n, DeviceAlloc::VmmFd));
+    if (rank == 0) {
+      std::vector<RequestPtr> sends;
+      for (int i = 0; i < kSends; ++i) {
+        put(*be, bufs[i], 0, pattern(500 + i, n));
+        sends.push_back(ep.isend(bufs[i], n, 1, i, kComm));
+      }
+      FILE* f = std::fopen(path.c_str(), "w");  // all posted: rank 1 may start
+      RANK_CHECK(f);
+      std::fclose(f);
+      for (auto& s : sends) ep.wait(s);
+      RANK_CHECK(ep.fd_exchange()->stats().deferred > 0);
+    } else {
+      ipc::Waiter w("rank 1 waiting for rank 0's sends to be posted");
+      while (access(path.c_str(), F_OK) != 0) w.pause();
+      std::vector<RequestPtr> recvs;
+      for (int i = 0; i < kSends; ++i) recvs.push_back(ep.irecv(bufs[i], n, 0, i, kComm));
+      for (auto& r : recvs) ep.wait(r);
+      for (int i = 0; i < kSends; ++i) RANK_CHECK(get(*be, bufs[i], 1, n) == pattern(500 + i, n));
+      RANK_CHECK(ep.fd_exchange()->stats().requested > 0);
+      std::remove(path.c_str());
+    }
+    ep.flush();
+    for (void* b : bufs) be->free_device(b);
+  }));
+}

@@ -15,6 +15,7 @@ Sizes are per rank as nccl-tests reports them; busbw uses nccl-tests' factors.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -407,6 +408,16 @@ def _run_mpi(ranks, ops, sizes, args, rows, absent):
 
 # ---------------------------------------------------------------- the run
 
+@contextlib.contextmanager
+def _took(method, ranks):
+    """Prints how long a method's runs took: device time is budgeted per request (--timeout per worker)."""
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        print(f"  ({method} on {ranks} ranks: {time.monotonic() - t0:.1f} s)", flush=True)
+
+
 def run(args):
     from .. import Context, results
 
@@ -434,20 +445,23 @@ def run(args):
             continue
         print(f"== {ranks} ranks", flush=True)
         if "gpustripe" in methods:
-            _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent)
-            _variant_sweep(ctx, ranks, ops, sizes, args, rows, absent)
+            with _took("gpustripe", ranks):
+                _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent)
+                _variant_sweep(ctx, ranks, ops, sizes, args, rows, absent)
         for m, fn in (("nccl", _run_nccl), ("nccl_ce", _run_nccl_ce)):
             if m not in methods:
                 continue
             if ctx.emulated:
                 absent[m] = "emulated devices: no GPU for NCCL"
                 continue
-            fn(ranks, ops, sizes, args, rows, absent)
+            with _took(m, ranks):
+                fn(ranks, ops, sizes, args, rows, absent)
         if "mpi_host_staged" in methods:
             if ctx.emulated:
                 absent["mpi_host_staged"] = "emulated devices: no GPU buffers to stage"
             else:
-                _run_mpi(ranks, ops, sizes, args, rows, absent)
+                with _took("mpi_host_staged", ranks):
+                    _run_mpi(ranks, ops, sizes, args, rows, absent)
 
     for ranks in rank_counts:
         sub = [r for r in rows if r["ranks"] == ranks]

@@ -95,6 +95,7 @@ class CudaBackend final : public Backend {
   void vmm_grant_access(uintptr_t va, size_t size, int owner);
   void* fd_pool(int dev);  // this device's pool with POSIX-fd handles (alloc_device_as PoolFd)
   bool pool_exportable(void* pool, int dev);  // whether a pool exports to POSIX fds (asked once)
+  void enable_peer_access_to(int owner);      // every GPU that can reach `owner` (idempotent)
 
   const bool check_pointers_;  // GPUSTRIPE_CUDA_CHECK_POINTERS
   int device_count_ = 0;

@@ -156,16 +156,6 @@ void* CudaBackend::fd_pool(int dev) {
   props.location.id = dev;
   cudaMemPool_t pool = nullptr;
   GS_CUDA(cudaMemPoolCreate(&pool, &props), dev);
-  // Peers' copy engines and kernels in this process may use it too, as with cudaMalloc memory.
-  for (int d = 0; d < device_count_; ++d) {
-    int ok = 0;
-    if (d == dev || cudaDeviceCanAccessPeer(&ok, d, dev) != cudaSuccess || !ok) continue;
-    cudaMemAccessDesc a{};
-    a.location.type = cudaMemLocationTypeDevice;
-    a.location.id = d;
-    a.flags = cudaMemAccessFlagsProtReadWrite;
-    GS_CUDA(cudaMemPoolSetAccess(pool, &a, 1), dev);
-  }
   fd_pools_[dev] = pool;
   return pool;
 }
@@ -211,9 +201,13 @@ void* CudaBackend::alloc_device_as(int dev, size_t bytes, DeviceAlloc how) {
     case DeviceAlloc::PoolFd: {
       cudaMemPool_t pool = static_cast<cudaMemPool_t>(fd_pool(dev));
       DeviceGuard guard(dev);
+      cudaStream_t s = nullptr;
+      GS_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), dev);
       void* p = nullptr;
-      GS_CUDA(cudaMallocFromPoolAsync(&p, bytes, pool, cudaStreamLegacy), dev);
-      GS_CUDA(cudaStreamSynchronize(cudaStreamLegacy), dev);
+      cudaError_t err = cudaMallocFromPoolAsync(&p, bytes, pool, s);
+      if (err == cudaSuccess) err = cudaStreamSynchronize(s);
+      cudaStreamDestroy(s);
+      if (err != cudaSuccess) throw_cuda_error(err, "cudaMallocFromPoolAsync", dev);
       return p;
     }
     case DeviceAlloc::NotShareable: {
@@ -251,7 +245,22 @@ Backend::IpcMemHandle CudaBackend::ipc_export(const void* p) {
     std::memcpy(h.bytes + kPidOffset, &pid, sizeof pid);
     cudaMemPoolPtrExportData data;
     DeviceGuard guard(dev);
-    GS_CUDA(cudaMemPoolExportPointer(&data, reinterpret_cast<void*>(a.base)), dev);
+    // The export names an allocation by its start. The range attributes may give the pool's
+    // range rather than the allocation's: then the buffer's own pointer is tried as the start.
+    cudaError_t err = cudaMemPoolExportPointer(&data, reinterpret_cast<void*>(a.base));
+    if (err != cudaSuccess && reinterpret_cast<uintptr_t>(p) != a.base) {
+      cudaGetLastError();
+      err = cudaMemPoolExportPointer(&data, const_cast<void*>(p));
+      if (err == cudaSuccess) {
+        h.size = a.base + a.size - reinterpret_cast<uintptr_t>(p);  // at most this much follows it
+        h.base = reinterpret_cast<uintptr_t>(p);
+      }
+    }
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "ipc_export: cudaMemPoolExportPointer(%p) on GPU %d: %s: no IPC handle for "
+               "this pool buffer (not the start of its allocation?)", p, dev, cudaGetErrorName(err));
+    }
     std::memcpy(h.bytes + kPoolDataOffset, &data, sizeof data);
     return h;
   }
@@ -318,6 +327,15 @@ int CudaBackend::ipc_export_fd(const IpcMemHandle& h) {
 
 // ---------------------------------------------------------------- import
 
+void CudaBackend::enable_peer_access_to(int owner) {
+  // What cudaIpcMemLazyEnablePeerAccess does for legacy handles: cudaMemcpyPeerAsync between
+  // two GPUs whose contexts have no peer access stages the copy through host memory (VMM
+  // memory read from GPU 1 at 5 GB/s instead of ~390 in device round 2), whatever
+  // cuMemSetAccess granted.
+  for (int d = 0; d < device_count_; ++d)
+    if (d != owner && can_access_peer(d, owner)) enable_peer_access(d, owner);
+}
+
 bool CudaBackend::ipc_open_needs_fd(const IpcMemHandle& h) {
   if (h.kind != IpcKind::PoolFd) return h.kind == IpcKind::VmmFd;
   std::lock_guard<std::mutex> lock(mu_);
@@ -346,12 +364,15 @@ void* CudaBackend::ipc_open(const IpcMemHandle& h, int fd) {
     GS_CU(fn<ImportFn>(v.mem_import)(&ah, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
           h.device);
+    void* p = nullptr;
     try {
-      return vmm_map(h.device, h.size, static_cast<unsigned long long>(ah), true);
+      p = vmm_map(h.device, h.size, static_cast<unsigned long long>(ah), true);
     } catch (...) {
       fn<MemReleaseFn>(v.mem_release)(ah);
       throw;
     }
+    enable_peer_access_to(h.device);
+    return p;
   }
   // PoolFd: the pool once per exporter, then the pointer.
   const std::pair<int32_t, uint64_t> key{handle_pid(h), h.share_id};
@@ -387,8 +408,11 @@ void* CudaBackend::ipc_open(const IpcMemHandle& h, int fd) {
   std::memcpy(&data, h.bytes + kPoolDataOffset, sizeof data);
   void* p = nullptr;
   GS_CUDA(cudaMemPoolImportPointer(&p, pool, &data), h.device);
-  std::lock_guard<std::mutex> lock(mu_);
-  pool_imports_.insert(reinterpret_cast<uintptr_t>(p));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pool_imports_.insert(reinterpret_cast<uintptr_t>(p));
+  }
+  enable_peer_access_to(h.device);
   return p;
 }
 
