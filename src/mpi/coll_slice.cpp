@@ -218,14 +218,32 @@ void SliceRunner::run_segment_streams(const coll::Program& prog, size_t begin, s
   std::vector<uint8_t> remote(ops.size(), 0), marked(ops.size(), 0);
   dependents(ops, begin, end, rank_, remote, marked);
   const bool on_mapping = mapping_streams();
+  // Each op's stream first: an op needs a mark (an event record: a driver call, which a
+  // rank's host pays per op while its GPUs wait for the rest of its part) only where a
+  // later op of this rank on another stream waits for it, as a dependency or as the next
+  // op of its program lane.
+  std::vector<Lane*> stream_of(ops.size(), nullptr);
+  std::vector<uint8_t> needs_mark(ops.size(), 0);
+  std::map<int, size_t> prev_on_lane;
+  for (size_t i = begin; i < end; ++i) {
+    const Op& op = ops[i];
+    if (op.rank != rank_) continue;
+    const int sd = op.kind == Op::Copy && on_mapping ? copy_stream_device(op, device) : device;
+    stream_of[i] = &lane(sd, op.lane);
+    for (int d : op.deps)
+      if (ops[d].rank == rank_ && stream_of[d] != stream_of[i]) needs_mark[d] = 1;
+    auto prev = prev_on_lane.find(op.lane);
+    if (prev != prev_on_lane.end() && stream_of[prev->second] != stream_of[i]) needs_mark[prev->second] = 1;
+    prev_on_lane[op.lane] = i;
+  }
   std::vector<LaneMark> marks(ops.size());
   std::map<int, size_t> last_on_lane;
   std::vector<Lane*> used;
   for (size_t i = begin; i < end; ++i) {
     const Op& op = ops[i];
     if (op.rank != rank_) continue;
-    const int sd = op.kind == Op::Copy && on_mapping ? copy_stream_device(op, device) : device;
-    Lane& l = lane(sd, op.lane);
+    const int sd = stream_of[i]->device();
+    Lane& l = *stream_of[i];
     if (std::find(used.begin(), used.end(), &l) == used.end()) used.push_back(&l);
     for (int d : op.deps) {
       if (ops[d].rank == rank_) {
@@ -245,7 +263,7 @@ void SliceRunner::run_segment_streams(const coll::Program& prog, size_t begin, s
                  static_cast<int>(op.kind));
       reducer_.reduce_async(coll::reduce_args(op), sd, l.stream());
     }
-    if (marked[i] || on_mapping) marks[i] = l.mark();
+    if (needs_mark[i]) marks[i] = l.mark();
     if (remote[i]) backend_.stream_write_flag(l.stream(), dev_flags_ + i, run_id);
   }
   drain(used, run_id, ops.size());
