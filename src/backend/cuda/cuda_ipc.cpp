@@ -51,6 +51,12 @@ using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 using PropsFn = CUresult (*)(CUmemAllocationProp*, CUmemGenericAllocationHandle);
 using ErrorNameFn = CUresult (*)(CUresult, const char**);
 
+// The driver calls (cuMem*) need a current context. DeviceGuard leaves the device alone when it
+// is current already, and in a process whose runtime has not started, device 0 is "current"
+// with no context: cuMemGetAddressRange then failed with CUDA_ERROR_INVALID_CONTEXT (device
+// round 4). cudaSetDevice starts the primary context and makes it current (CUDA 12+).
+void context_current(int dev) { GS_CUDA(cudaSetDevice(dev), dev); }
+
 template <typename Fn>
 Fn fn(void* p) {
   return reinterpret_cast<Fn>(p);
@@ -98,6 +104,7 @@ int32_t handle_pid(const Backend::IpcMemHandle& h) {
 void CudaBackend::vmm_grant_access(uintptr_t va, size_t size, int owner) {
   const DriverVmm& v = vmm_api("cuMemSetAccess");
   DeviceGuard guard(owner);
+  context_current(owner);
   std::vector<CUmemAccessDesc> acc;
   for (int d = 0; d < device_count_; ++d) {
     if (d != owner && !can_access_peer(d, owner)) continue;
@@ -113,6 +120,7 @@ void CudaBackend::vmm_grant_access(uintptr_t va, size_t size, int owner) {
 void* CudaBackend::vmm_map(int dev, size_t size, unsigned long long handle, bool imported) {
   const DriverVmm& v = vmm_api("VMM map");
   DeviceGuard guard(dev);
+  context_current(dev);
   CUmemAllocationProp prop = vmm_prop(dev);
   size_t gran = 0;
   GS_CU(fn<GranularityFn>(v.mem_get_granularity)(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), dev);
@@ -144,6 +152,7 @@ void CudaBackend::vmm_unmap(uintptr_t va, const VmmMapping& m) {
   }
   CUdeviceptr p = static_cast<CUdeviceptr>(va);
   DeviceGuard guard(m.device);
+  context_current(m.device);
   GS_CU(fn<UnmapFn>(v.mem_unmap)(p, m.size), m.device);
   GS_CU(fn<AddressFreeFn>(v.mem_address_free)(p, m.size), m.device);
   GS_CU(fn<MemReleaseFn>(v.mem_release)(static_cast<CUmemGenericAllocationHandle>(m.handle)), m.device);
@@ -292,7 +301,8 @@ Backend::IpcMemHandle CudaBackend::ipc_export(const void* p) {
                    ? "fabric handles only, which need an IMEX channel this node does not run"
                    : "no shareable handle type");
     const DriverVmm& v = vmm_api("ipc_export");
-    DeviceGuard guard(dev);  // the driver calls need a current context
+    DeviceGuard guard(dev);
+    context_current(dev);
     CUdeviceptr base = 0;
     size_t size = 0;
     // The allocation mapped at p, not the reservation around it (pointer attributes give that).
@@ -339,6 +349,7 @@ int CudaBackend::ipc_export_fd(const IpcMemHandle& h) {
              static_cast<unsigned long long>(h.buffer_id), static_cast<unsigned long long>(h.base));
   const DriverVmm& v = vmm_api("ipc_export_fd");
   DeviceGuard guard(h.device);
+  context_current(h.device);
   CUmemGenericAllocationHandle ah = 0;
   GS_CU(fn<RetainFn>(v.mem_retain_handle)(&ah, reinterpret_cast<void*>(h.base)), h.device);
   int fd = -1;
