@@ -212,6 +212,27 @@ void SliceRunner::drain(const std::vector<Lane*>& used, uint32_t run_id, size_t 
 // another rank's op is a wait of the dependent's stream for that op's flag, which the
 // owner's stream writes right after the op (cuStreamWaitValue32 / cuStreamWriteValue32 on
 // the shared segment): no host takes part until the segment's end.
+void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int device, const std::vector<LaneMark>& marks,
+                        std::map<int, size_t>& last_on_lane) {
+  const Op& op = ops[i];
+  for (int d : op.deps)
+    if (ops[d].rank == rank_ && marks[d].event && marks[d].stream != l.stream()) l.wait(marks[d]);
+  // A program lane's ops run in order even when they land on streams of different GPUs.
+  auto prev = last_on_lane.find(op.lane);
+  if (prev != last_on_lane.end() && marks[prev->second].event && marks[prev->second].stream != l.stream())
+    l.wait(marks[prev->second]);
+  last_on_lane[op.lane] = i;
+  if (op.kind == Op::Copy) {
+    backend_.copy_async_prechecked(op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, l.stream());
+  } else {
+    // Schedule builders make copies, reductions and barriers only (other kinds are the
+    // coll executor's own).
+    GS_REQUIRE(op.kind == Op::Reduce, GPUSTRIPE_ERR_INTERNAL, "collective step %zu of kind %d across processes", i,
+               static_cast<int>(op.kind));
+    reducer_.reduce_async(coll::reduce_args(op), device, l.stream());
+  }
+}
+
 void SliceRunner::run_segment_streams(const coll::Program& prog, size_t begin, size_t end, int device,
                                       uint32_t run_id) {
   const auto& ops = prog.ops();
@@ -245,24 +266,9 @@ void SliceRunner::run_segment_streams(const coll::Program& prog, size_t begin, s
     const int sd = stream_of[i]->device();
     Lane& l = *stream_of[i];
     if (std::find(used.begin(), used.end(), &l) == used.end()) used.push_back(&l);
-    for (int d : op.deps) {
-      if (ops[d].rank == rank_) {
-        if (marks[d].event && marks[d].stream != l.stream()) l.wait(marks[d]);
-      } else {
-        backend_.stream_wait_flag(l.stream(), dev_flags_ + d, run_id);
-      }
-    }
-    auto prev = last_on_lane.find(op.lane);
-    if (prev != last_on_lane.end() && marks[prev->second].event && marks[prev->second].stream != l.stream())
-      l.wait(marks[prev->second]);
-    last_on_lane[op.lane] = i;
-    if (op.kind == Op::Copy) {
-      backend_.copy_async_prechecked(op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, l.stream());
-    } else {
-      GS_REQUIRE(op.kind == Op::Reduce, GPUSTRIPE_ERR_INTERNAL, "collective step %zu of kind %d across processes", i,
-                 static_cast<int>(op.kind));
-      reducer_.reduce_async(coll::reduce_args(op), sd, l.stream());
-    }
+    for (int d : op.deps)
+      if (ops[d].rank != rank_) backend_.stream_wait_flag(l.stream(), dev_flags_ + d, run_id);
+    issue(ops, i, l, sd, marks, last_on_lane);
     if (needs_mark[i]) marks[i] = l.mark();
     if (remote[i]) backend_.stream_write_flag(l.stream(), dev_flags_ + i, run_id);
   }
@@ -312,22 +318,7 @@ void SliceRunner::run_segment_host(const coll::Program& prog, size_t begin, size
     const int sd = op.kind == Op::Copy && on_mapping ? copy_stream_device(op, device) : device;
     Lane& l = lane(sd, op.lane);
     if (std::find(used.begin(), used.end(), &l) == used.end()) used.push_back(&l);
-    for (int d : op.deps)
-      if (ops[d].rank == rank_ && marks[d].event && marks[d].stream != l.stream()) l.wait(marks[d]);
-    // A program lane's ops run in order even when they land on streams of different GPUs.
-    auto prev = last_on_lane.find(op.lane);
-    if (prev != last_on_lane.end() && marks[prev->second].event && marks[prev->second].stream != l.stream())
-      l.wait(marks[prev->second]);
-    last_on_lane[op.lane] = i;
-    if (op.kind == Op::Copy) {
-      backend_.copy_async_prechecked(op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, l.stream());
-    } else {
-      // Schedule builders make copies, reductions and barriers only (other kinds are the
-      // coll executor's own).
-      GS_REQUIRE(op.kind == Op::Reduce, GPUSTRIPE_ERR_INTERNAL, "collective step %zu of kind %d across processes", i,
-                 static_cast<int>(op.kind));
-      reducer_.reduce_async(coll::reduce_args(op), sd, l.stream());
-    }
+    issue(ops, i, l, sd, marks, last_on_lane);
     if (marked[i] || on_mapping) marks[i] = l.mark();
     if (remote[i]) {
       EventHandle e = event(sd, next_event++);

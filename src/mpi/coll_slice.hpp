@@ -96,6 +96,10 @@ class SliceRunner {
   uint64_t barriers_ = 0;  // barriers this rank has reached
   uint64_t exchanges_ = 0;
   uint32_t* dev_flags_ = nullptr;  // the op words as streams address them (register_host)
+  // Enqueues this rank's op i on `l` after its same-rank dependencies and its program lane's
+  // previous op (waits on their marks where they ran on other streams).
+  void issue(const std::vector<coll::Op>& ops, size_t i, Lane& l, int device, const std::vector<LaneMark>& marks,
+             std::map<int, size_t>& last_on_lane);
   void run_segment_host(const coll::Program& prog, size_t begin, size_t end, int device, uint32_t run_id);
   void run_segment_streams(const coll::Program& prog, size_t begin, size_t end, int device, uint32_t run_id);
   void drain(const std::vector<Lane*>& used, uint32_t run_id, size_t nops);

@@ -32,13 +32,6 @@ namespace {
 
 constexpr uint64_t kComm = 5;
 
-std::vector<unsigned char> pattern(int seed, size_t n) {
-  std::vector<unsigned char> v(n);
-  std::mt19937 rng(static_cast<unsigned>(seed));
-  for (auto& b : v) b = static_cast<unsigned char>(rng());
-  return v;
-}
-
 std::unique_ptr<Backend> emulated() { return make_emulated_backend(load_topology_file("h200x4")); }
 
 void put(Backend& b, void* dst, int dev, const std::vector<unsigned char>& v) {
@@ -110,8 +103,8 @@ TEST(IpcFd, OfferedDescriptorMapsInThePeerAndRequestsAreServed) {
     if (rank == 0) {
       void* a = be->alloc_device_as(0, n, DeviceAlloc::VmmFd);
       void* b = be->alloc_device_as(0, n, DeviceAlloc::VmmFd);
-      put(*be, a, 0, pattern(1, n));
-      put(*be, b, 0, pattern(2, n));
+      put(*be, a, 0, seeded_bytes(1, n));
+      put(*be, b, 0, seeded_bytes(2, n));
       Backend::IpcMemHandle ha = be->ipc_export(a), hb = be->ipc_export(b);
       RANK_CHECK(fx.offer(1, ha));
       RANK_CHECK(fx.offer(1, ha));  // once per peer and allocation
@@ -145,7 +138,7 @@ TEST(IpcFd, OfferedDescriptorMapsInThePeerAndRequestsAreServed) {
         int fd = fx.take(0, h[i]);
         void* p = be->ipc_open(h[i], fd);
         close(fd);
-        RANK_CHECK(get(*be, p, 0, n) == pattern(1 + i, n));
+        RANK_CHECK(get(*be, p, 0, n) == seeded_bytes(1 + i, n));
         be->ipc_close(p);
       }
       auto s = fx.stats();
@@ -250,7 +243,7 @@ void send_rounds(DeviceAlloc send_how, DeviceAlloc recv_how, bool send_on_host, 
       void* prev = nullptr;
       std::vector<unsigned char> host(n);
       for (int i = 0; i < rounds; ++i) {
-        auto data = pattern(300 + i, n);
+        auto data = seeded_bytes(300 + i, n);
         if (!buf || realloc_exporter) {
           if (buf) be->free_device(buf);
           buf = (rank == 0 && send_on_host) ? nullptr : be->alloc_device_as(rank, n, rank == 0 ? send_how : recv_how);
@@ -341,11 +334,11 @@ TEST(IpcFd, AnEvictedMappingIsMappedAgainByAskingTheExporter) {
     for (auto& b : buf) b = be->alloc_device_as(rank, n, DeviceAlloc::VmmFd);
     for (int i = 0; i < 6; ++i) {
       if (rank == 0) {
-        put(*be, buf[i % 2], 0, pattern(i, n));
+        put(*be, buf[i % 2], 0, seeded_bytes(i, n));
         ep.send(buf[i % 2], n, 1, i, kComm);
       } else {
         ep.recv(buf[0], n, 0, i, kComm);
-        RANK_CHECK(get(*be, buf[0], 1, n) == pattern(i, n));
+        RANK_CHECK(get(*be, buf[0], 1, n) == seeded_bytes(i, n));
       }
     }
     auto f = ep.fd_exchange()->stats();
@@ -365,7 +358,7 @@ TEST(IpcFd, PeerWithoutADescriptorSocketGetsTheDataStreamed) {
       auto be = emulated();
       Endpoint ep(ch, be.get());
       void* buf = be->alloc_device_as(0, n, DeviceAlloc::VmmFd);
-      put(*be, buf, 0, pattern(77, n));
+      put(*be, buf, 0, seeded_bytes(77, n));
       ep.send(buf, n, 1, 0, kComm);
       RANK_CHECK(ep.fd_exchange()->stats().offered == 0);
       ep.flush();
@@ -374,7 +367,7 @@ TEST(IpcFd, PeerWithoutADescriptorSocketGetsTheDataStreamed) {
       Endpoint ep(ch, nullptr);
       std::vector<unsigned char> host(n);
       RANK_CHECK(ep.recv(host.data(), n, 0, 0, kComm).bytes == n);
-      RANK_CHECK(host == pattern(77, n));
+      RANK_CHECK(host == seeded_bytes(77, n));
     }
   }));
 }
@@ -437,7 +430,7 @@ TEST(IpcFd, SendsNeverWaitForAPeersFullDescriptorQueue) {
     if (rank == 0) {
       std::vector<RequestPtr> sends;
       for (int i = 0; i < kSends; ++i) {
-        put(*be, bufs[i], 0, pattern(500 + i, n));
+        put(*be, bufs[i], 0, seeded_bytes(500 + i, n));
         sends.push_back(ep.isend(bufs[i], n, 1, i, kComm));
       }
       FILE* f = std::fopen(path.c_str(), "w");  // all posted: rank 1 may start
@@ -451,7 +444,7 @@ TEST(IpcFd, SendsNeverWaitForAPeersFullDescriptorQueue) {
       std::vector<RequestPtr> recvs;
       for (int i = 0; i < kSends; ++i) recvs.push_back(ep.irecv(bufs[i], n, 0, i, kComm));
       for (auto& r : recvs) ep.wait(r);
-      for (int i = 0; i < kSends; ++i) RANK_CHECK(get(*be, bufs[i], 1, n) == pattern(500 + i, n));
+      for (int i = 0; i < kSends; ++i) RANK_CHECK(get(*be, bufs[i], 1, n) == seeded_bytes(500 + i, n));
       RANK_CHECK(ep.fd_exchange()->stats().requested > 0);
       std::remove(path.c_str());
     }

@@ -33,13 +33,6 @@ namespace {
 
 constexpr uint64_t kComm = 3;
 
-std::vector<unsigned char> pattern(int seed, size_t n) {
-  std::vector<unsigned char> v(n);
-  std::mt19937 rng(static_cast<unsigned>(seed));
-  for (auto& b : v) b = static_cast<unsigned char>(rng());
-  return v;
-}
-
 std::unique_ptr<Backend> emulated() { return make_emulated_backend(load_topology_file("h200x4")); }
 
 void to_device(Backend& b, void* dst, int dev, const std::vector<unsigned char>& v) {
@@ -72,7 +65,7 @@ TEST(P2pDevice, DeviceAndHostEndsAllSizes) {
     for (int mix = 0; mix < 4; ++mix) {
       bool send_dev = mix & 1, recv_dev = mix & 2;
       for (size_t n : {size_t{0}, size_t{1}, e, e + 1, size_t{3 << 20} + 5}) {
-        auto data = pattern(seq++, n);
+        auto data = seeded_bytes(seq++, n);
         if (rank == 0) {
           void* dbuf = send_dev ? be->alloc_device(0, std::max<size_t>(n, 1)) : nullptr;
           if (send_dev) to_device(*be, dbuf, 0, data);
@@ -111,10 +104,10 @@ TEST(P2pDevice, BufferRunningPastItsAllocationIsRefusedBeforeAnythingMoves) {
     int peer = 1 - rank;
     RANK_CHECK(refused([&] { ep.isend(d + 4000, 200, peer, 1, kComm); }));  // eager size, 104 bytes too far
     RANK_CHECK(refused([&] { ep.irecv(d + 8, 4096, peer, 1, kComm); }));
-    auto data = pattern(rank, 96);
+    auto data = seeded_bytes(rank, 96);
     to_device(*be, d + 4000, rank, data);
     if (rank == 0) ep.send(d + 4000, 96, 1, 2, kComm);  // the last bytes of the allocation: fine
-    else RANK_CHECK(ep.recv(d, 96, 0, 2, kComm).bytes == 96 && from_device(*be, d, 1, 96) == pattern(0, 96));
+    else RANK_CHECK(ep.recv(d, 96, 0, 2, kComm).bytes == 96 && from_device(*be, d, 1, 96) == seeded_bytes(0, 96));
     be->free_device(d);
   }));
 }
@@ -128,7 +121,7 @@ TEST(P2pDevice, MappingCacheReusesAndTruncationHolds) {
     if (rank == 0) {
       void* src = be->alloc_device(0, n);
       for (int i = 0; i < 3; ++i) {
-        to_device(*be, src, 0, pattern(i, n));
+        to_device(*be, src, 0, seeded_bytes(i, n));
         ep.send(src, n, 1, 0, kComm);
       }
       ep.send(src, n, 1, 1, kComm);  // into a smaller buffer
@@ -138,14 +131,14 @@ TEST(P2pDevice, MappingCacheReusesAndTruncationHolds) {
       void* dst = be->alloc_device(1, n);
       for (int i = 0; i < 3; ++i) {
         ep.recv(dst, n, 0, 0, kComm);
-        RANK_CHECK(from_device(*be, dst, 1, n) == pattern(i, n));
+        RANK_CHECK(from_device(*be, dst, 1, n) == seeded_bytes(i, n));
       }
       auto s = ep.handle_cache()->stats();
       RANK_CHECK(s.misses == 1 && s.hits == 2 && s.stale_evictions == 0);
       P2pStatus st = ep.recv(static_cast<char*>(dst) + 4096, n / 2, 0, 1, kComm);
       RANK_CHECK(st.error == GPUSTRIPE_ERR_TRUNCATE && st.bytes == n / 2);
       auto got = from_device(*be, static_cast<char*>(dst) + 4096, 1, n / 2);
-      auto want = pattern(2, n);  // the 4th message was the 3rd pattern again
+      auto want = seeded_bytes(2, n);  // the 4th message was the 3rd pattern again
       RANK_CHECK(std::equal(got.begin(), got.end(), want.begin()));
       be->free_device(dst);
     }
@@ -167,7 +160,7 @@ void freed_and_reallocated(bool pull) {
     void* prev = nullptr;
     int reused = 0;
     for (int i = 0; i < kRounds; ++i) {
-      auto data = pattern(100 + i, n);
+      auto data = seeded_bytes(100 + i, n);
       void* buf = nullptr;
       if (exporter || rank == 1) buf = be->alloc_device(rank, n);
       if (exporter && buf == prev) ++reused;
@@ -207,7 +200,7 @@ TEST(P2pDevice, FourRanksAnySourceDeviceRendezvous) {
     size_t n = 600000;
     void* buf = be->alloc_device(rank, n);
     if (rank != 0) {
-      to_device(*be, buf, rank, pattern(rank, n));
+      to_device(*be, buf, rank, seeded_bytes(rank, n));
       ep.send(buf, n, 0, rank, kComm);
     } else {
       std::vector<bool> seen(4, false);
@@ -215,7 +208,7 @@ TEST(P2pDevice, FourRanksAnySourceDeviceRendezvous) {
         P2pStatus st = ep.recv(buf, n, kAnySource, kAnyTag, kComm);
         RANK_CHECK(st.source == st.tag && !seen[st.source]);
         seen[st.source] = true;
-        RANK_CHECK(from_device(*be, buf, 0, n) == pattern(st.source, n));
+        RANK_CHECK(from_device(*be, buf, 0, n) == seeded_bytes(st.source, n));
       }
     }
     be->free_device(buf);
@@ -236,12 +229,12 @@ TEST(P2pDevice, EngineCopiesPlannedWithOtherRanksInFlight) {
     void* out = be->alloc_device(rank, n);
     void* in = be->alloc_device(rank, n);
     for (int round = 0; round < 3; ++round) {
-      to_device(*be, out, rank, pattern(rank * 10 + round, n));
+      to_device(*be, out, rank, seeded_bytes(rank * 10 + round, n));
       auto r = ep.irecv(in, n, peer, round, kComm);
       auto s = ep.isend(out, n, peer, round, kComm);
       ep.wait(s);
       ep.wait(r);
-      RANK_CHECK(from_device(*be, in, rank, n) == pattern(peer * 10 + round, n));
+      RANK_CHECK(from_device(*be, in, rank, n) == seeded_bytes(peer * 10 + round, n));
     }
     RANK_CHECK(ch.transfers_of_others().size() <= 3);
     be->free_device(out);
@@ -303,7 +296,7 @@ void window_copies(const char* queue_min, bool queued) {
         if (rank == 0) {
           std::vector<RequestPtr> sends;
           for (int w = 0; w < kWindow; ++w) {
-            to_device(*be, bufs[w], 0, pattern(40 + w, n));
+            to_device(*be, bufs[w], 0, seeded_bytes(40 + w, n));
             sends.push_back(ep.isend(bufs[w], n, 1, w, kComm));
           }
           ep.send(&go, 1, 1, 99, kComm);
@@ -313,7 +306,7 @@ void window_copies(const char* queue_min, bool queued) {
           std::vector<RequestPtr> recvs;
           for (int w = 0; w < kWindow; ++w) recvs.push_back(ep.irecv(bufs[w], n, 0, w, kComm));
           for (auto& r : recvs) ep.wait(r);
-          for (int w = 0; w < kWindow; ++w) RANK_CHECK(from_device(*be, bufs[w], 1, n) == pattern(40 + w, n));
+          for (int w = 0; w < kWindow; ++w) RANK_CHECK(from_device(*be, bufs[w], 1, n) == seeded_bytes(40 + w, n));
         }
         ep.flush();
       }
@@ -363,7 +356,7 @@ void bench_windows(int window, const std::vector<size_t>& sizes, const char* mod
         for (int it = 0; it < 4; ++it, ++seq) {
           char go = 1;
           if (rank == 0) {
-            to_device(*be, buf, 0, pattern(1000 + seq, n));
+            to_device(*be, buf, 0, seeded_bytes(1000 + seq, n));
             ep.recv(&go, 1, 1, 98, kComm);  // the receives are posted
             std::vector<RequestPtr> sends;
             for (int w = 0; w < window; ++w) sends.push_back(ep.isend(buf, n, 1, 7, kComm));
@@ -375,7 +368,7 @@ void bench_windows(int window, const std::vector<size_t>& sizes, const char* mod
             ep.send(&go, 1, 0, 98, kComm);
             for (auto& r : recvs) ep.wait(r);
             for (auto& r : recvs) RANK_CHECK(r->status().error == GPUSTRIPE_SUCCESS && r->status().bytes == n);
-            RANK_CHECK(from_device(*be, buf, 1, n) == pattern(1000 + seq, n));
+            RANK_CHECK(from_device(*be, buf, 1, n) == seeded_bytes(1000 + seq, n));
             ep.send(&go, 1, 0, 99, kComm);
           }
         }
@@ -426,12 +419,12 @@ TEST(P2pDevice, CopiesThatFinishedLatelyArePlannedAsInFlight) {
         Endpoint ep(ch, be.get(), engine_copy(engine, &ch));
         char go = 1;
         if (rank % 2 == 0) {
-          to_device(*be, buf, rank, pattern(60 + rank, n));
+          to_device(*be, buf, rank, seeded_bytes(60 + rank, n));
           ep.send(buf, n, rank + 1, 0, kComm);
         } else {
           if (rank == 3) ep.recv(&go, 1, 1, 99, kComm);  // pair 0 -> 1 is done
           ep.recv(buf, n, rank - 1, 0, kComm);
-          RANK_CHECK(from_device(*be, buf, rank, n) == pattern(60 + rank - 1, n));
+          RANK_CHECK(from_device(*be, buf, rank, n) == seeded_bytes(60 + rank - 1, n));
           // Rank 1 stays until rank 3 has planned: the copies of ranks that left are not traffic.
           if (rank == 1) ep.send(&go, 1, 3, 99, kComm);
           if (rank == 1) ep.recv(&go, 1, 3, 98, kComm);
@@ -458,7 +451,7 @@ TEST(P2pDevice, ReceiverPullsWhileTheSenderMakesNoProgress) {
     size_t n = 4 << 20;
     void* buf = be->alloc_device(rank, n);
     if (rank == 0) {
-      to_device(*be, buf, 0, pattern(5, n));
+      to_device(*be, buf, 0, seeded_bytes(5, n));
       auto s = ep.isend(buf, n, 1, 0, kComm);
       std::this_thread::sleep_for(std::chrono::seconds(4));  // no progress meanwhile
       ep.wait(s);
@@ -467,7 +460,7 @@ TEST(P2pDevice, ReceiverPullsWhileTheSenderMakesNoProgress) {
       ep.recv(buf, n, 0, 0, kComm);
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       RANK_CHECK(s < 3.0);  // well before the sender wakes up
-      RANK_CHECK(from_device(*be, buf, 1, n) == pattern(5, n));
+      RANK_CHECK(from_device(*be, buf, 1, n) == seeded_bytes(5, n));
     }
     be->free_device(buf);
   }));
@@ -488,11 +481,11 @@ TEST(P2pDevice, PhaseTraceJoinsTheSendersAndTheReceiversStamps) {
       {
         Endpoint ep(ch, be.get());
         if (rank == 0) {
-          to_device(*be, buf, 0, pattern(9, n));
+          to_device(*be, buf, 0, seeded_bytes(9, n));
           ep.send(buf, n, 1, 4, kComm);
         } else {
           ep.recv(buf, n, 0, 4, kComm);
-          RANK_CHECK(from_device(*be, buf, 1, n) == pattern(9, n));
+          RANK_CHECK(from_device(*be, buf, 1, n) == seeded_bytes(9, n));
         }
         ep.flush();
       }

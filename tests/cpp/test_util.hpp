@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "backend/backend.hpp"
 
@@ -35,3 +37,12 @@ class ScopedEnv {
   } while (0)
 
 inline std::string source_path(const std::string& rel) { return std::string(GPUSTRIPE_SOURCE_DIR) + "/" + rel; }
+
+// n bytes from a generator seeded with `seed`: data that differs per message and is known to
+// the receiver without sending it.
+inline std::vector<unsigned char> seeded_bytes(int seed, size_t n) {
+  std::vector<unsigned char> v(n);
+  std::mt19937 rng(static_cast<unsigned>(seed));
+  for (auto& b : v) b = static_cast<unsigned char>(rng());
+  return v;
+}

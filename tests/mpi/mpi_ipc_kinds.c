@@ -43,12 +43,6 @@ static counts_t counts(void) {
   return c;
 }
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* One kind: `rounds` messages of n bytes from the even rank to the odd one, then `reallocs`
  * with a new send buffer each, then one host -> device message; checks the data and which
  * path carried it (the receiver's counters for the pulls, the sender's for the push). */

@@ -11,12 +11,6 @@
 
 #include "mpi_test_util.h"
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank, size;

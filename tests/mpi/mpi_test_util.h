@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CHECK(cond)                                                                       \
   do {                                                                                    \
@@ -54,6 +55,13 @@ static hooks_t hooks(void) {
 }
 
 /* Byte i of message (from, tag, seq). */
+/* Monotonic seconds: how long a call took to fail (the kill tests), or a message (bandwidth rows). */
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
 static unsigned char pat(int from, int tag, int seq, size_t i) {
   uint64_t x = (uint64_t)from * 1000003u + (uint64_t)tag * 7919u + (uint64_t)seq * 104729u + i * 2654435761u;
   x ^= x >> 13;
