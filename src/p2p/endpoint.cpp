@@ -310,7 +310,8 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
     trace("r_match", src, send_id, r->id_, n);
     char* from = map_exported(src, e, n);
     trace("r_mapped", src, send_id, r->id_, n);
-    r->ticket_ = mover_.start(r->rbuf_, r->loc_.device ? r->loc_.dev : kHostDevice, from, e.handle.device, n);
+    r->ticket_ = mover_.start(r->rbuf_, r->loc_.device ? r->loc_.dev : kHostDevice, from, e.handle.device, n,
+                              receives_ahead(src, r->comm_));
     trace("r_started", src, send_id, r->id_, n);
     r->state_ = Request::State::Copying;
     return;
@@ -330,6 +331,15 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
     r->state_ = n ? Request::State::Streaming : Request::State::WaitFin;
     post(src, cts, nullptr, 0, r);
   }
+}
+
+int Endpoint::receives_ahead(int src, uint64_t comm) const {
+  int n = 0;
+  for (const RequestPtr& p : posted_)
+    if (p->comm_ == comm && (p->peer_ == src || p->peer_ == kAnySource)) ++n;
+  for (const Unexpected& u : unexpected_)
+    if (u.comm == comm && u.src == src && u.rendezvous) ++n;
+  return n;
 }
 
 bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int dst, Exported* e) {

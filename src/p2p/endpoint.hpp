@@ -116,6 +116,9 @@ class Endpoint {
   // A matched receive takes the message (eager payload or a rendezvous start).
   void deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bool rendezvous, uint32_t flags,
                uint64_t send_id, const char* payload);
+  // Receives posted (and rendezvous messages arrived unmatched) that the next messages of
+  // `src` on `comm` may meet: more copies from that peer soon (a window), for the copy's plan.
+  int receives_ahead(int src, uint64_t comm) const;
   // This process's address of a buffer `peer` exported (mapping cache).
   char* map_exported(int peer, const Exported& e, uint64_t bytes);
   // The Exported form of the device buffer [p, p + bytes) for rank `dst` (`loc`: where it

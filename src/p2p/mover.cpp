@@ -26,7 +26,7 @@ const IntSetting kStreams{"GPUSTRIPE_P2P_STREAMS", "2",
 
 Mover::Mover(Backend* backend, CopyFn copy) : backend_(backend), copy_(std::move(copy)) {
   if (backend_ && !copy_)
-    copy_ = [b = backend_](void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) {
+    copy_ = [b = backend_](void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s, int) {
       b->copy_async(dst, dd, src, sd, n, s);
       return std::function<void()>();
     };
@@ -82,7 +82,7 @@ StreamHandle Mover::stream_for(int dev) {
   return s;
 }
 
-uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
+uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, int ahead) {
   uint64_t ticket = next_ticket_++;
   if (bytes == 0) return ticket;
   if (dst_dev == kHostDevice && src_dev == kHostDevice) {
@@ -92,7 +92,7 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
   GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
   int dev = src_dev != kHostDevice ? src_dev : dst_dev;
   StreamHandle s = stream_for(dev);
-  std::function<void()> after = copy_(dst, dst_dev, src, src_dev, bytes, s);
+  std::function<void()> after = copy_(dst, dst_dev, src, src_dev, bytes, s, ahead);
   EventHandle e = nullptr;
   for (auto it = free_events_.begin(); it != free_events_.end(); ++it)
     if (event_dev_[*it] == dev) {
@@ -217,6 +217,24 @@ const DoubleSetting kWindowShare{"GPUSTRIPE_P2P_WINDOW_SHARE", "0.110",
 const SizeSetting kWindowMin{"GPUSTRIPE_P2P_WINDOW_MIN", "128M",
                              "GPUSTRIPE_P2P_WINDOW_REPLAY: the smallest copy replayed as part of a window"};
 
+// Window starts and ends (measured in device round s5 r2; off until then).
+const BoolSetting kWindowAhead{"GPUSTRIPE_P2P_WINDOW_AHEAD", "no",
+                               "GPUSTRIPE_P2P_WINDOW_REPLAY: a copy with none of this rank's copies in flight but "
+                               "more receives from the same peer posted behind it (a window starting) is replayed as "
+                               "a window's copy too, instead of with its lone plan"};
+const DoubleSetting kWindowLastShare{"GPUSTRIPE_P2P_WINDOW_LAST_SHARE", "0",
+                                     "GPUSTRIPE_P2P_WINDOW_REPLAY: host share of a window's last copy (queued, no "
+                                     "receive from that peer posted behind it); 0: GPUSTRIPE_P2P_WINDOW_SHARE"};
+const BoolSetting kDirectApart{"GPUSTRIPE_P2P_DIRECT_APART", "no",
+                               "Copies of at least GPUSTRIPE_P2P_WINDOW_MIN planned as a direct plus a host-staged path "
+                               "that start with none of this rank's copies to that GPU in flight (alone, or the first "
+                               "of a window) issue the direct path as "
+                               "plain copies before launching the staged part, so it starts without waiting for the "
+                               "launch of one graph of both (~30 us on 4x H200)"};
+const SizeSetting kApartShift{"GPUSTRIPE_P2P_APART_SHIFT", "0",
+                              "GPUSTRIPE_P2P_DIRECT_APART: bytes a lone copy moves from its host-staged path to its "
+                              "direct path (the staged part starts one launch later than the direct path)"};
+
 const IntSetting kRecentUs{
     "GPUSTRIPE_P2P_RECENT_US", "0",
     "Other ranks' copies that finished at most this many microseconds ago count as in flight when a copy is "
@@ -247,8 +265,9 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
     std::map<std::vector<uint64_t>, Plan> plans;
     CopyQueues own;  // this rank's copies in flight, per GPU pair
     std::map<std::tuple<int, int, uint64_t>, bool> splits;  // (src, dst, bytes): planned alone, direct + host
-    std::map<std::tuple<int, int, uint64_t>, Plan> window_plans;  // GPUSTRIPE_P2P_WINDOW_REPLAY, per size
+    std::map<std::tuple<int, int, uint64_t, double>, Plan> window_plans;  // GPUSTRIPE_P2P_WINDOW_REPLAY, per size, share
     std::map<std::pair<int, int>, bool> second_area;  // per GPU pair: the area the last copy staged in
+    std::map<std::tuple<int, int, uint64_t>, Plan> apart_plans;  // GPUSTRIPE_P2P_DIRECT_APART, lone copies per size
   };
   auto st = std::make_shared<State>();
   const bool announce_first = kAnnounceFirst.get();
@@ -263,13 +282,19 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   const double window_share = kWindowShare.get();
   GS_REQUIRE(window_share >= 0 && window_share < 0.5, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_P2P_WINDOW_SHARE=%g: 0 (the model's) or a fraction below 0.5", window_share);
+  const bool window_ahead = kWindowAhead.get();
+  const double last_share = kWindowLastShare.get();
+  GS_REQUIRE(last_share >= 0 && last_share < 0.5, GPUSTRIPE_ERR_CONFIG,
+             "GPUSTRIPE_P2P_WINDOW_LAST_SHARE=%g: 0 (GPUSTRIPE_P2P_WINDOW_SHARE) or a fraction below 0.5", last_share);
+  const bool apart = kDirectApart.get();
+  const uint64_t apart_shift = kApartShift.get();
   const int64_t recent_us = kRecentUs.get();
   GS_REQUIRE(recent_us >= 0 && recent_us <= 1000000, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
   const uint64_t recent_ns = static_cast<uint64_t>(recent_us) * 1000;
   return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, queue_min, queue_lane, queue_area,
-          window_replay, window_share, window_min, recent_ns](
-             void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) -> std::function<void()> {
+          window_replay, window_share, window_min, window_ahead, last_share, apart, apart_shift, recent_ns](
+             void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s, int ahead) -> std::function<void()> {
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
       return {};
@@ -345,23 +370,29 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       } else if (!specs.empty()) {
         trace("p_concurrent", -1, 0, 0, n);
         engine.copy_with_plan(concurrent(specs, n), dst, src, s);
-      } else if (behind && window_replay && n >= window_min && lone_splits()) {
-        // The same plan for every queued copy of this size (its graph is captured once), in the
-        // area the copy before it did not use.
-        auto key = std::make_tuple(sd, dd, uint64_t{n});
+      } else if ((behind || (window_ahead && ahead > 0 && queued.copies == 0 && specs.empty())) && window_replay &&
+                 n >= window_min && lone_splits()) {
+        // The same plan for every queued copy of this size and share (its graph is captured
+        // once), in the area the copy before it did not use.
+        const bool last = behind && ahead == 0 && last_share > 0;
+        const uint64_t total = std::max<uint64_t>(n, queue_max);
+        const double share = last ? last_share
+                             : window_share > 0
+                                 ? window_share
+                                 : static_cast<double>(host_staged_bytes(engine.current_plan(sd, dd, total))) /
+                                       static_cast<double>(total);
+        auto key = std::make_tuple(sd, dd, uint64_t{n}, share);
         auto it = st->window_plans.find(key);
         if (it == st->window_plans.end()) {
           if (st->window_plans.size() >= kMaxPlans) st->window_plans.clear();
-          const uint64_t total = std::max<uint64_t>(n, queue_max);
-          const double share = window_share > 0 ? window_share
-                                                : static_cast<double>(host_staged_bytes(engine.current_plan(sd, dd, total))) /
-                                                      static_cast<double>(total);
           it = st->window_plans.emplace(key, queued_split(engine.current_plan(sd, dd, n), share)).first;
         }
         bool& second = st->second_area[{sd, dd}];
         second = !second;
-        trace("p_window", -1, queued.copies, host_staged_bytes(it->second) * 1000000 / n, n);
-        if (second) engine.copy_with_plan_in_second_area(it->second, dst, src, s);
+        trace(last ? "p_window_last" : behind ? "p_window" : "p_window_first", -1, queued.copies,
+              host_staged_bytes(it->second) * 1000000 / n, n);
+        if (apart && !behind) engine.copy_with_plan_direct_apart(it->second, dst, src, s, second);
+        else if (second) engine.copy_with_plan_in_second_area(it->second, dst, src, s);
         else engine.copy_with_plan(it->second, dst, src, s);
       } else if (behind && queue_plan && n >= queue_min && lone_splits()) {
         // Behind this rank's own copies to the same GPU: the host share of the queue planned as
@@ -373,7 +404,22 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         engine.enqueue_with_plan(queued_split(engine.current_plan(sd, dd, n), share), dst, src, s, queue_lane,
                                  queue_area);
       } else {
-        engine.copy_async(dst, dd, src, sd, n, s);
+        if (apart && n >= window_min && lone_splits()) {
+          auto key = std::make_tuple(sd, dd, uint64_t{n});
+          auto it = st->apart_plans.find(key);
+          if (it == st->apart_plans.end()) {
+            if (st->apart_plans.size() >= kMaxPlans) st->apart_plans.clear();
+            Plan lone = engine.current_plan(sd, dd, n);
+            const uint64_t host = host_staged_bytes(lone);
+            if (apart_shift > 0)
+              lone = queued_split(lone, static_cast<double>(host - std::min(host, apart_shift)) / static_cast<double>(n));
+            it = st->apart_plans.emplace(key, std::move(lone)).first;
+          }
+          trace("p_apart", -1, 0, host_staged_bytes(it->second) * 1000000 / n, n);
+          engine.copy_with_plan_direct_apart(it->second, dst, src, s);
+        } else {
+          engine.copy_async(dst, dd, src, sd, n, s);
+        }
         if (window_replay) st->second_area[{sd, dd}] = false;  // a planner's plan stages in the first area
       }
     } catch (...) {
