@@ -225,6 +225,8 @@ const BoolSetting kWindowAhead{"GPUSTRIPE_P2P_WINDOW_AHEAD", "no",
 const DoubleSetting kWindowLastShare{"GPUSTRIPE_P2P_WINDOW_LAST_SHARE", "0",
                                      "GPUSTRIPE_P2P_WINDOW_REPLAY: host share of a window's last copy (queued, no "
                                      "receive from that peer posted behind it); 0: GPUSTRIPE_P2P_WINDOW_SHARE"};
+const SizeSetting kWindowChunk{"GPUSTRIPE_P2P_WINDOW_CHUNK", "0",
+                                "GPUSTRIPE_P2P_WINDOW_REPLAY: host chunk size of a window's copies (0: the lone plan's)"};
 const BoolSetting kDirectApart{"GPUSTRIPE_P2P_DIRECT_APART", "no",
                                "Copies of at least GPUSTRIPE_P2P_WINDOW_MIN planned as a direct plus a host-staged path "
                                "that start with none of this rank's copies to that GPU in flight (alone, or the first "
@@ -287,13 +289,14 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   GS_REQUIRE(last_share >= 0 && last_share < 0.5, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_P2P_WINDOW_LAST_SHARE=%g: 0 (GPUSTRIPE_P2P_WINDOW_SHARE) or a fraction below 0.5", last_share);
   const bool apart = kDirectApart.get();
+  const uint64_t window_chunk = kWindowChunk.get();
   const uint64_t apart_shift = kApartShift.get();
   const int64_t recent_us = kRecentUs.get();
   GS_REQUIRE(recent_us >= 0 && recent_us <= 1000000, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
   const uint64_t recent_ns = static_cast<uint64_t>(recent_us) * 1000;
   return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, queue_min, queue_lane, queue_area,
-          window_replay, window_share, window_min, window_ahead, last_share, apart, apart_shift, recent_ns](
+          window_replay, window_share, window_min, window_ahead, last_share, window_chunk, apart, apart_shift, recent_ns](
              void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s, int ahead) -> std::function<void()> {
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
@@ -385,7 +388,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         auto it = st->window_plans.find(key);
         if (it == st->window_plans.end()) {
           if (st->window_plans.size() >= kMaxPlans) st->window_plans.clear();
-          it = st->window_plans.emplace(key, queued_split(engine.current_plan(sd, dd, n), share)).first;
+          it = st->window_plans.emplace(key, queued_split(engine.current_plan(sd, dd, n), share, window_chunk)).first;
         }
         bool& second = st->second_area[{sd, dd}];
         second = !second;
