@@ -69,6 +69,7 @@ const DoubleSetting kBalanceMargin{"GPUSTRIPE_BALANCE_MARGIN", "-0.015",
 constexpr uint64_t kChunkAlign = 4096;
 constexpr int kBalanceLane = -3;  // lane key: the staged part of a balanced transfer, forked from the caller
 constexpr int kApartLane = -4;    // lane key: the staged part of copy_with_plan_direct_apart, one per area
+constexpr int kDetachedLane = -5;  // lane key (from, kDetachedLane, to): direct paths of detached copies
 constexpr int kAnyStagingGpu = -2;  // lane key: first hops to any staging GPU (GPUSTRIPE_STAGED_SHARED_LANE)
 
 std::string plan_key(const Plan& plan, const void* dst, const void* src) {
@@ -229,6 +230,15 @@ void Engine::copy_with_plan_direct_apart(const Plan& plan, void* dst, const void
   run_given(plan, dst, src, stream, mode);
 }
 
+void Engine::copy_with_plan_detached(const Plan& plan, void* dst, const void* src, StreamHandle stream,
+                                     bool second_area) {
+  RunMode mode;
+  mode.own_area = second_area;
+  mode.apart = true;
+  mode.detached = true;
+  run_given(plan, dst, src, stream, mode);
+}
+
 void Engine::enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool direct_on_lane,
                                bool own_area) {
   run_given(plan, dst, src, stream, RunMode{false, direct_on_lane, own_area});
@@ -336,26 +346,34 @@ void Engine::execute_balanced(const Plan& plan, char* dst, const char* src, Stre
 
 bool Engine::run_apart(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode,
                        int lane_key, int lane_index, BalanceProbe* probe) {
-  EventHandle start = probe ? probe->start : caller_event(plan.src);
-  backend_.record_event(start, caller);
+  // Detached: neither path waits for the caller's earlier work; the direct path queues on the
+  // link's lane of detached copies instead of the caller's stream.
+  EventHandle start = nullptr;
+  if (!mode.detached) {
+    start = probe ? probe->start : caller_event(plan.src);
+    backend_.record_event(start, caller);
+  }
+  Lane* direct_lane = mode.detached ? &lanes_->get(plan.src, kDetachedLane, plan.dst) : nullptr;
+  StreamHandle ds = direct_lane ? direct_lane->stream() : caller;
   const PathPlan& direct = plan.paths[0];
   const std::vector<uint64_t> edge = chunk_edges(direct);
   for (int c = 0; c < direct.chunks; ++c)
     backend_.copy_async_prechecked(dst + direct.offset + edge[c], plan.dst, src + direct.offset + edge[c], plan.src,
-                                   edge[c + 1] - edge[c], caller);
+                                   edge[c + 1] - edge[c], ds);
   if (probe) backend_.record_event(probe->direct_done, caller);
   // The staged path alone, at its offset: a schedule (and a graph) of its own.
   Plan staged = plan;
   staged.paths.erase(staged.paths.begin());
   Lane& lane = lanes_->get(plan.src, lane_key, lane_index);
-  backend_.wait_event(lane.stream(), start);
+  if (start) backend_.wait_event(lane.stream(), start);
   if (probe) backend_.record_event(probe->staged_start, lane.stream());
   RunMode staged_mode = mode;
-  staged_mode.apart = false;
+  staged_mode.apart = staged_mode.detached = false;
   const bool replayed = run_schedule(staged, dst, src, lane.stream(), staged_mode);
   EventHandle done = probe ? probe->staged_done : lane.mark().event;
   if (probe) backend_.record_event(done, lane.stream());
   backend_.wait_event(caller, done);
+  if (direct_lane) backend_.wait_event(caller, direct_lane->mark().event);
   return replayed;
 }
 

@@ -76,6 +76,14 @@ class Engine {
   // transfers in different areas overlap). Other plan shapes run as copy_with_plan would.
   void copy_with_plan_direct_apart(const Plan& plan, void* dst, const void* src, StreamHandle stream,
                                    bool second_area = false);
+  // copy_with_plan_direct_apart whose paths do NOT wait for the work enqueued on `stream` before
+  // the call (the caller knows none of it touches these buffers: a p2p window's messages, each
+  // into its own receive): the direct path goes behind the earlier detached copies' direct paths
+  // on a lane of the link, so the link never idles between them, and the staged part behind the
+  // earlier user of its staging area only. Work enqueued on `stream` after the call still waits
+  // for both paths. Other plan shapes run as copy_with_plan would (stream-ordered).
+  void copy_with_plan_detached(const Plan& plan, void* dst, const void* src, StreamHandle stream,
+                               bool second_area = false);
   // copy_with_plan, never replayed as a graph: the schedule is enqueued, so its staged pieces
   // take the next free range of the staging ring and follow the pieces queued before them on
   // the same lanes at once. A replay uses its area from the start and so waits for the whole
@@ -110,6 +118,7 @@ class Engine {
     bool direct_on_lane = false;
     bool own_area = false;  // host staging in the queues' areas (enqueue_with_plan)
     bool apart = false;     // copy_with_plan_direct_apart
+    bool detached = false;  // copy_with_plan_detached (with apart)
     // The allocations the copy reads and writes (check_copy's queries): a captured graph refers
     // to the allocations behind its pointers, so its key names them (base, size, buffer id).
     PointerInfo src_alloc, dst_alloc;

@@ -227,6 +227,11 @@ const DoubleSetting kWindowLastShare{"GPUSTRIPE_P2P_WINDOW_LAST_SHARE", "0",
                                      "receive from that peer posted behind it); 0: GPUSTRIPE_P2P_WINDOW_SHARE"};
 const SizeSetting kWindowChunk{"GPUSTRIPE_P2P_WINDOW_CHUNK", "0",
                                 "GPUSTRIPE_P2P_WINDOW_REPLAY: host chunk size of a window's copies (0: the lone plan's)"};
+const BoolSetting kWindowDetached{"GPUSTRIPE_P2P_WINDOW_DETACHED", "no",
+                                   "GPUSTRIPE_P2P_WINDOW_REPLAY: a window's copies run detached from the p2p streams' "
+                                   "earlier work (Engine::copy_with_plan_detached): their direct paths back to back on "
+                                   "a lane of the link, their staged parts behind the previous user of their staging "
+                                   "area only, so neither path waits for the other's lag"};
 const BoolSetting kDirectApart{"GPUSTRIPE_P2P_DIRECT_APART", "no",
                                "Copies of at least GPUSTRIPE_P2P_WINDOW_MIN planned as a direct plus a host-staged path "
                                "that start with none of this rank's copies to that GPU in flight (alone, or the first "
@@ -290,13 +295,14 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
              "GPUSTRIPE_P2P_WINDOW_LAST_SHARE=%g: 0 (GPUSTRIPE_P2P_WINDOW_SHARE) or a fraction below 0.5", last_share);
   const bool apart = kDirectApart.get();
   const uint64_t window_chunk = kWindowChunk.get();
+  const bool detached = kWindowDetached.get();
   const uint64_t apart_shift = kApartShift.get();
   const int64_t recent_us = kRecentUs.get();
   GS_REQUIRE(recent_us >= 0 && recent_us <= 1000000, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
   const uint64_t recent_ns = static_cast<uint64_t>(recent_us) * 1000;
   return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, queue_min, queue_lane, queue_area,
-          window_replay, window_share, window_min, window_ahead, last_share, window_chunk, apart, apart_shift, recent_ns](
+          window_replay, window_share, window_min, window_ahead, last_share, window_chunk, detached, apart, apart_shift, recent_ns](
              void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s, int ahead) -> std::function<void()> {
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
@@ -394,7 +400,8 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         second = !second;
         trace(last ? "p_window_last" : behind ? "p_window" : "p_window_first", -1, queued.copies,
               host_staged_bytes(it->second) * 1000000 / n, n);
-        if (apart && !behind) engine.copy_with_plan_direct_apart(it->second, dst, src, s, second);
+        if (detached) engine.copy_with_plan_detached(it->second, dst, src, s, second);
+        else if (apart && !behind) engine.copy_with_plan_direct_apart(it->second, dst, src, s, second);
         else if (second) engine.copy_with_plan_in_second_area(it->second, dst, src, s);
         else engine.copy_with_plan(it->second, dst, src, s);
       } else if (behind && queue_plan && n >= queue_min && lone_splits()) {

@@ -223,12 +223,13 @@ TEST_F(EngineGraphs, EnqueueWithPlanNeverReplaysAndStreamsBehindAReplay) {
   backend_->destroy_stream(b);
 }
 
-TEST_F(EngineGraphs, DirectApartReplaysTheStagedPartInEitherArea) {
-  // copy_with_plan_direct_apart (a p2p window's copies, alternating areas): each copy its own
-  // data, on two streams, nothing synchronized in between, through staging areas each copy
-  // fills several times over. The staged part alone is captured once per area and replayed
-  // after that; the direct path is never part of a graph; every copy lands intact, and no
-  // wait names an event recorded inside a capture.
+namespace {
+// copy_with_plan_direct_apart or _detached (a p2p window's copies, alternating areas): each copy
+// its own data, on two streams, nothing synchronized in between, through staging areas each copy
+// fills several times over. The staged part alone is captured once per area and replayed after
+// that; the direct path is never part of a graph; every copy lands intact, and no wait names an
+// event recorded inside a capture.
+void copies_apart(RecordingGraphBackend* rec_, Backend* backend_, const Topology& topo_, bool detached) {
   ScopedEnv cache("GPUSTRIPE_GRAPH_CACHE", "64");
   FixedPlanner planner({{PathKind::Direct, -1, 0.75, 2}, {PathKind::HostStaged, 0, 0.25, 5}});
   Engine engine(*backend_, topo_, &planner);
@@ -248,7 +249,8 @@ TEST_F(EngineGraphs, DirectApartReplaysTheStagedPartInEitherArea) {
       backend_->synchronize_stream(a);
       backend_->synchronize_stream(b);
       upload(*backend_, src, 0, data[k], a);
-      engine.copy_with_plan_direct_apart(plan, dst[k], src, k % 2 ? b : a, k % 2 == 1);
+      if (detached) engine.copy_with_plan_detached(plan, dst[k], src, k % 2 ? b : a, k % 2 == 1);
+      else engine.copy_with_plan_direct_apart(plan, dst[k], src, k % 2 ? b : a, k % 2 == 1);
     }
     backend_->synchronize_stream(a);
     backend_->synchronize_stream(b);
@@ -267,6 +269,14 @@ TEST_F(EngineGraphs, DirectApartReplaysTheStagedPartInEitherArea) {
   for (char* p : dst) backend_->free_device(p);
   backend_->destroy_stream(a);
   backend_->destroy_stream(b);
+}
+}  // namespace
+
+TEST_F(EngineGraphs, DirectApartReplaysTheStagedPartInEitherArea) {
+  copies_apart(rec_, backend_.get(), topo_, false);
+}
+TEST_F(EngineGraphs, DetachedCopiesReplayTheStagedPartInEitherArea) {
+  copies_apart(rec_, backend_.get(), topo_, true);
 }
 
 TEST_F(EngineGraphs, MarksKeptAcrossTransfersAreNeverRecordedInACapture) {

@@ -274,7 +274,9 @@ namespace {
 // land intact in every buffer. The receiver matches the whole window with no progress in
 // between (the requests to send are already there), so no copy is seen complete before the
 // last one starts.
-void window_copies(const char* queue_min, bool queued) {
+// `detached`: the window replayed (GPUSTRIPE_P2P_WINDOW_REPLAY from 1M) detached from the
+// streams' earlier work, its first copy too (stamped p_window_first, the rest p_window).
+void window_copies(const char* queue_min, bool queued, bool detached = false) {
   constexpr int kWindow = 6;
   char dir[] = "/tmp/gs-p2p-queue-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
@@ -282,6 +284,10 @@ void window_copies(const char* queue_min, bool queued) {
     ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
     ScopedEnv m("GPUSTRIPE_P2P_QUEUE_MIN", queue_min);
     ScopedEnv q("GPUSTRIPE_P2P_QUEUE_PLAN", "yes");
+    ScopedEnv wm("GPUSTRIPE_P2P_WINDOW_MIN", detached ? "1M" : "128M");
+    ScopedEnv wd("GPUSTRIPE_P2P_WINDOW_DETACHED", detached ? "yes" : "no");
+    ScopedEnv wa("GPUSTRIPE_P2P_WINDOW_AHEAD", detached ? "yes" : "no");
+    ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
     EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
       Topology topo = load_topology_file("h200x4");
       auto be = make_emulated_backend(topo);
@@ -315,12 +321,18 @@ void window_copies(const char* queue_min, bool queued) {
   }
   std::map<std::string, int> phases = trace_phases(dir)[1];
   EXPECT_EQ(phases["r_started"], kWindow);
-  EXPECT_EQ(phases["p_queued"], queued ? kWindow - 1 : 0);
+  if (detached) {
+    EXPECT_EQ(phases["p_window_first"], 1);
+    EXPECT_EQ(phases["p_window"], kWindow - 1);
+  } else {
+    EXPECT_EQ(phases["p_queued"], queued ? kWindow - 1 : 0);
+  }
 }
 }  // namespace
 
 TEST(P2pDevice, WindowCopiesJoinTheQueueOfTheRanksOwnCopies) { window_copies("1M", true); }
 TEST(P2pDevice, WindowCopiesBelowTheQueueMinimumAreNotQueued) { window_copies("3M", false); }
+TEST(P2pDevice, WindowCopiesDetachedEachLandInTheirOwnBuffer) { window_copies("1M", false, true); }
 
 namespace {
 // `gpustripe bench mpi`'s window loop on one pair, with graphs (replays recorded and run in
@@ -489,6 +501,17 @@ TEST(P2pDevice, LoneCopiesWithTheDirectPathApartShiftBytesToIt) {
   ASSERT_EQ(shares.size(), static_cast<size_t>(kCopies));
   const double expect = (0.1 * n - (128 << 10)) / n;
   for (unsigned long long sh : shares) EXPECT_NEAR(sh / 1e6, expect, 0.002);
+}
+
+// GPUSTRIPE_P2P_WINDOW_DETACHED: a window's copies (its first one too) run detached from the p2p
+// streams' earlier work, direct paths back to back on the link's lane; every message still lands
+// intact and completes only once both of its paths have.
+TEST(P2pDevice, BenchWindowsDetachedFromTheStreamsEarlierWork) {
+  ScopedEnv a("GPUSTRIPE_P2P_WINDOW_AHEAD", "yes");
+  ScopedEnv d("GPUSTRIPE_P2P_WINDOW_DETACHED", "yes");
+  std::map<std::string, int> phases =
+      bench_windows(16, {512u << 10, 1u << 20, (2u << 20) + 4097, (4u << 20) + 12345}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
+  EXPECT_GT(phases["p_window_first"], 0);
 }
 
 // Off (the defaults before they were measured): neither is stamped.
