@@ -10,7 +10,8 @@
 // A pair's two-path ceiling is then direct + min(d2h, h2d), measured with the other pair's
 // flows running, not inferred from single-flow numbers.
 // Modes per pair count: direct only, host only (d2h + h2d), all three.
-// Prints one JSON object per line. Build: nvcc -O2 -arch=sm_90 -o pair_bound pair_bound.cu
+// Prints one JSON object per line (a flow, or a pair's bound); bench/probes/pair_bound.py
+// turns them into a results file and its plot. Build: nvcc -O2 -arch=sm_90 -o pair_bound pair_bound.cu
 // Run: ./pair_bound [reps=5] [ms=20]
 #include <cuda_runtime.h>
 
@@ -160,7 +161,8 @@ int main(int argc, char** argv) {
         auto g = run_once(flows);
         for (size_t k = 0; k < g.size(); ++k) samples[k].push_back(g[k]);
       }
-      // One line per pair: its flows' median rates and its two-path ceiling.
+      // One line per flow (its median rate and time per copy), then one per pair: its two-path
+      // ceiling, direct + min(d2h, h2d).
       const size_t per_pair = flows.size() / npairs;
       for (size_t i = 0; i < npairs; ++i) {
         double direct = 0, d2h = 0, h2d = 0;
@@ -168,11 +170,15 @@ int main(int argc, char** argv) {
           const double g = median(samples[k]);
           const std::string_view kind = flows[k].kind;
           (kind == "direct" ? direct : kind == "d2h" ? d2h : h2d) = g;
+          printf("{\"pairs\": %zu, \"mode\": \"%s\", \"pair\": \"%d->%d\", \"flow\": \"%s\", \"bytes\": %zu, "
+                 "\"copies\": %d, \"us\": %.2f, \"gbps\": %.1f}\n",
+                 npairs, m.name, pairs[i].src, pairs[i].dst, flows[k].kind, flows[k].bytes, flows[k].count,
+                 flows[k].bytes / (g * 1e3), g);
         }
         const double host = m.host ? std::min(d2h, h2d) : 0.0;
-        printf("{\"pairs\": %zu, \"mode\": \"%s\", \"pair\": \"%d->%d\", \"direct\": %.1f, \"d2h\": %.1f, "
-               "\"h2d\": %.1f, \"pair_bound\": %.1f}\n",
-               npairs, m.name, pairs[i].src, pairs[i].dst, direct, d2h, h2d, direct + host);
+        printf("{\"pairs\": %zu, \"mode\": \"%s\", \"pair\": \"%d->%d\", \"flow\": \"pair_bound\", "
+               "\"gbps\": %.1f}\n",
+               npairs, m.name, pairs[i].src, pairs[i].dst, direct + host);
       }
       fflush(stdout);
     }
