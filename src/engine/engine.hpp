@@ -133,8 +133,10 @@ class Engine {
   void execute_balanced(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode);
   // The direct path of `plan` (Balancer::eligible) as plain copies on `caller`, then its staged
   // part as a schedule of its own on lane (src, `lane_key`, `lane_index`) forked from the caller
-  // before the direct copies and joined back. With `probe`, its events are recorded around both
-  // parts (execute_balanced). Returns whether the staged part was replayed.
+  // before the direct copies and joined back. `mode.detached`: nothing forked from the caller,
+  // the direct copies on the link's lane of detached copies, joined back too. With `probe`, its
+  // events are recorded around both parts (execute_balanced). Returns whether the staged part
+  // was replayed.
   bool run_apart(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode, int lane_key,
                  int lane_index, BalanceProbe* probe);
   // The schedule of a checked plan: replayed as a graph where it can be (true), else enqueued (under mu_).
