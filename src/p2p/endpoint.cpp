@@ -79,6 +79,15 @@ bool Endpoint::matches(const Request& r, int src, int tag, uint64_t comm) {
   return r.comm_ == comm && (r.peer_ == kAnySource || r.peer_ == src) && (r.tag_ == kAnyTag || r.tag_ == tag);
 }
 
+int Endpoint::receives_ahead(int src, uint64_t comm) const {
+  int n = 0;
+  for (const RequestPtr& p : posted_)
+    if (p->comm_ == comm && (p->peer_ == src || p->peer_ == kAnySource)) ++n;
+  for (const Unexpected& u : unexpected_)
+    if (u.comm == comm && u.src == src && u.rendezvous) ++n;
+  return n;
+}
+
 RequestPtr Endpoint::find_send(uint64_t id) const {
   for (auto& r : active_sends_)
     if (r->id_ == id) return r;
@@ -331,15 +340,6 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
     r->state_ = n ? Request::State::Streaming : Request::State::WaitFin;
     post(src, cts, nullptr, 0, r);
   }
-}
-
-int Endpoint::receives_ahead(int src, uint64_t comm) const {
-  int n = 0;
-  for (const RequestPtr& p : posted_)
-    if (p->comm_ == comm && (p->peer_ == src || p->peer_ == kAnySource)) ++n;
-  for (const Unexpected& u : unexpected_)
-    if (u.comm == comm && u.src == src && u.rendezvous) ++n;
-  return n;
 }
 
 bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int dst, Exported* e) {
