@@ -38,6 +38,7 @@ also timed on the receiver and the median printed:
 from __future__ import annotations
 
 import argparse
+import bisect
 import glob
 import os
 import statistics
@@ -126,14 +127,14 @@ def windows(msgs: dict, files: list, window: int) -> dict:
         m = msgs[key]
         if all(p in m for p in ("bytes", "s_post", "r_mapped", "r_started", "r_copied", "s_ret")):
             by_size[m["bytes"]].append(m)
-    import bisect
     for size, ms in by_size.items():
         for w in range(len(ms) // window):
             group = ms[w * window:(w + 1) * window]
             first = min(group, key=lambda m: m["r_started"])
-            t0 = first["s_post"] if "m_isend" not in group[0] else group[0]["m_isend"]
-            i = bisect.bisect_right(isends, group[0]["s_post"])
-            if i > 0 and group[0]["s_post"] - isends[i - 1] < 1e6:
+            # The window starts at the MPI_Isend just before its first p2p isend (natively: that isend).
+            t0 = group[0]["s_post"]
+            i = bisect.bisect_right(isends, t0)
+            if i > 0 and t0 - isends[i - 1] < 1e6:
                 t0 = isends[i - 1]
             last = max(m["r_copied"] for m in group)
             end = max(m.get("m_ret", m["s_ret"]) for m in group)
