@@ -65,6 +65,27 @@ void* HandleCache::map(int peer, uint64_t peer_base, const Backend::IpcMemHandle
     ++stats_.capacity_evictions;
     close_entry(entries_.find(lru_.back()));
   }
+  if (h.kind == Backend::IpcKind::VmmMulti) {
+    // Every piece's descriptor and the layout came in one message; the mapping holds the
+    // memory once open, so the descriptors are closed either way.
+    GS_REQUIRE(fds_, GPUSTRIPE_ERR_NOT_SUPPORTED, "rank %d's vmm-multi buffer needs file descriptors: no exchange for "
+               "them here", peer);
+    ReceivedFds got = fds_->take_all(peer, h);
+    void* local = nullptr;
+    try {
+      local = backend_.ipc_open_pieces(h, got.pieces, got.fds);
+    } catch (...) {
+      for (int fd : got.fds) close(fd);
+      throw;
+    }
+    for (int fd : got.fds) close(fd);
+    ++stats_.fd_opens;
+    ++stats_.multi_opens;
+    stats_.pieces_mapped += got.pieces.size();
+    lru_.push_front(key);
+    entries_.emplace(key, Entry{h.buffer_id, h.size, h.kind, h.share_id, local, lru_.begin()});
+    return local;
+  }
   int fd = -1;
   if (h.kind != Backend::IpcKind::Legacy && backend_.ipc_open_needs_fd(h)) {
     GS_REQUIRE(fds_, GPUSTRIPE_ERR_NOT_SUPPORTED, "rank %d's %s buffer needs a file descriptor: no exchange for them here",

@@ -346,14 +346,18 @@ bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int 
     } else {
       PointerInfo info = backend_->pointer_info(p);
       if (info.kind != MemoryKind::Device || info.base == 0) return false;
-      e->handle = backend_->ipc_export(p);
+      // VMM memory spanning several allocations (expandable segments) gets a vmm-multi handle.
+      e->handle = backend_->ipc_export_range(p, bytes);
       e->exporter_base = e->handle.base;
       if (u < e->exporter_base || u - e->exporter_base + bytes > e->handle.size) {
         GS_LOG_DEBUG(Subsys::P2p, "rank %d: [%p, +%llu) spans more than the %s allocation it starts in: streaming it",
                      ch_.rank(), p, static_cast<unsigned long long>(bytes), ipc_kind_name(e->handle.kind));
         return false;
       }
-      if (known && info.base == loc.base && e->handle.buffer_id == loc.buffer_id) {
+      // Not kept for vmm-multi handles: the key names the piece at p only, and a later piece
+      // freed and reallocated must give a new handle (the walk is made again per message).
+      if (known && info.base == loc.base && e->handle.buffer_id == loc.buffer_id &&
+          e->handle.kind != Backend::IpcKind::VmmMulti) {
         // Bounded: a program that allocates without end must not grow this without end.
         if (exports_.size() >= 4096) exports_.clear();
         exports_[{loc.base, loc.buffer_id}] = *e;

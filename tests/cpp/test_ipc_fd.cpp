@@ -452,3 +452,183 @@ TEST(IpcFd, SendsNeverWaitForAPeersFullDescriptorQueue) {
     for (void* b : bufs) be->free_device(b);
   }));
 }
+
+// ---------------------------------------------------------------- buffers over several VMM allocations
+// (PyTorch's expandable segments: one reservation mapped with several allocations). The emulated
+// vmm_multi memory tiles a reserved range with 64 KiB memfd pieces (20 MiB past 20 MiB).
+
+TEST(IpcFd, VmmMultiRangeExportsOneHandleOverItsPieces) {
+  auto be = emulated();
+  const size_t piece = 64 << 10, n = 1 << 20;
+  EXPECT_EQ(vmm_multi_piece(n, piece), piece);
+  EXPECT_EQ(vmm_multi_piece(size_t(256) << 20, size_t(2) << 20), size_t(20) << 20);  // PyTorch's page
+  char* p = static_cast<char*>(be->alloc_device_as(1, n, DeviceAlloc::VmmMulti));
+  Backend::IpcMemHandle one = be->ipc_export(p + 5);
+  EXPECT_EQ(one.kind, IpcKind::VmmFd);  // each piece is an allocation of its own
+  EXPECT_EQ(one.size, piece);
+  EXPECT_EQ(be->ipc_export_range(p + 5, 100).kind, IpcKind::VmmFd);  // inside one piece: its handle
+  Backend::IpcMemHandle h = be->ipc_export_range(p + piece + 7, n - piece - 7);
+  EXPECT_EQ(h.kind, IpcKind::VmmMulti);
+  EXPECT_EQ(h.base, reinterpret_cast<uintptr_t>(p + piece));  // from the piece holding the start
+  EXPECT_EQ(h.size, n - piece);
+  EXPECT_EQ(h.device, 1);
+  std::vector<Backend::IpcPiece> ps = be->ipc_pieces(h);
+  ASSERT_EQ(ps.size(), 15u);
+  EXPECT_EQ(ps[3].offset, 3 * piece);
+  EXPECT_EQ(ps[3].buffer_id, be->pointer_info(p + 4 * piece).buffer_id);
+  EXPECT_NO_THROW(ipc_check_pieces(h, ps));
+  std::vector<Backend::IpcPiece> tampered = ps;
+  tampered[2].buffer_id ^= 1;
+  EXPECT_EQ(status_of([&] { ipc_check_pieces(h, tampered); }), GPUSTRIPE_ERR_INVALID_ARGUMENT);
+  tampered = ps;
+  tampered.pop_back();
+  EXPECT_EQ(status_of([&] { ipc_check_pieces(h, tampered); }), GPUSTRIPE_ERR_INVALID_ARGUMENT);
+  std::vector<Backend::IpcPiece> got;
+  std::vector<int> fds = be->ipc_export_fds(h, &got);
+  EXPECT_EQ(fds.size(), 15u);
+  EXPECT_EQ(got.size(), 15u);
+  for (int fd : fds) close(fd);
+  // A piece replaced at its address: the exported handle is gone, a new export differs.
+  be->remap_piece(p + 6 * piece);
+  EXPECT_EQ(status_of([&] { be->ipc_pieces(h); }), GPUSTRIPE_ERR_INVALID_POINTER);
+  EXPECT_EQ(status_of([&] { be->ipc_export_fds(h, &got); }), GPUSTRIPE_ERR_INVALID_POINTER);
+  Backend::IpcMemHandle h2 = be->ipc_export_range(p + piece + 7, n - piece - 7);
+  EXPECT_EQ(h2.base, h.base);
+  EXPECT_NE(h2.share_id, h.share_id);
+  EXPECT_EQ(status_of([&] { be->free_device(p + piece); }), GPUSTRIPE_ERR_INVALID_POINTER);  // not its start
+  be->free_device(p);
+  EXPECT_EQ(be->pointer_info(p + 3 * piece).kind, MemoryKind::Unknown);  // every piece released
+}
+
+TEST(IpcFd, VmmMultiBeyondThePieceCapHasNoHandle) {
+  auto be = emulated();
+  const size_t piece = 64 << 10;
+  char* p = static_cast<char*>(be->alloc_device_as(0, (Backend::kMaxIpcPieces + 4) * piece, DeviceAlloc::VmmMulti));
+  EXPECT_EQ(be->ipc_export_range(p, Backend::kMaxIpcPieces * piece).kind, IpcKind::VmmMulti);  // the cap itself
+  EXPECT_EQ(status_of([&] { be->ipc_export_range(p, (Backend::kMaxIpcPieces + 1) * piece); }),
+            GPUSTRIPE_ERR_NOT_SUPPORTED);
+  be->free_device(p);
+  // A range that runs past a VMM allocation into other memory has no one handle either.
+  void* v = be->alloc_device_as(0, piece, DeviceAlloc::VmmFd);
+  EXPECT_EQ(status_of([&] { be->ipc_export_range(v, 2 * piece); }), GPUSTRIPE_ERR_NOT_SUPPORTED);
+  be->free_device(v);
+}
+
+TEST(IpcFd, PullFromAVmmMultiBufferMapsAllItsPiecesFromOneMessage) {
+  send_rounds(DeviceAlloc::VmmMulti, DeviceAlloc::Plain, false, 3, false, [](int rank, Endpoint& ep, int) {
+    auto c = ep.handle_cache()->stats();
+    auto f = ep.fd_exchange()->stats();
+    if (rank == 1) {  // (2 MiB + 4093) bytes = 33 pieces of 64 KiB, one datagram, one mapping
+      RANK_CHECK(c.misses == 1 && c.hits == 2 && c.multi_opens == 1 && c.pieces_mapped == 33);
+      RANK_CHECK(f.received == 1 && f.taken == 1 && f.requested == 0);
+    } else {
+      RANK_CHECK(f.offered == 1 && c.misses == 0);
+    }
+  });
+}
+
+TEST(IpcFd, PushIntoAVmmMultiBufferFromHost) {
+  send_rounds(DeviceAlloc::Plain, DeviceAlloc::VmmMulti, true, 2, false, [](int rank, Endpoint& ep, int) {
+    auto c = ep.handle_cache()->stats();
+    if (rank == 0) RANK_CHECK(c.misses == 1 && c.hits == 1 && c.multi_opens == 1);  // the sender mapped the receiver's
+    else RANK_CHECK(ep.fd_exchange()->stats().offered == 1);
+  });
+}
+
+TEST(IpcFd, VmmMultiSendBufferFreedAndReallocatedIsNeverStale) {
+  send_rounds(DeviceAlloc::VmmMulti, DeviceAlloc::Plain, false, 4, true, [](int rank, Endpoint& ep, int reused) {
+    if (rank != 1) return;
+    auto c = ep.handle_cache()->stats();
+    std::fprintf(stderr, "[rank 1] exporter's address came back in %d of 3 rounds\n", reused);
+    RANK_CHECK(c.hits == 0 && c.stale_evictions == static_cast<uint64_t>(reused));
+    RANK_CHECK(c.misses + c.stale_evictions == 4 && c.multi_opens == 4);
+  });
+}
+
+TEST(IpcFd, APieceReallocatedAtItsAddressIsNeverServedStale) {
+  // Rank 0 sends one vmm_multi buffer three times; before the second message one piece in the
+  // middle is replaced at its address (an expandable segment unmapping a page and mapping a new
+  // one), and written again. Rank 1 must see the new bytes: its mapping is stale (the layout's
+  // digest changed) and is mapped anew; the third message hits the new mapping.
+  EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+    auto be = emulated();
+    Endpoint ep(ch, be.get());
+    const size_t piece = 64 << 10, n = 20 * piece + 333;
+    void* buf = be->alloc_device_as(rank, n, rank == 0 ? DeviceAlloc::VmmMulti : DeviceAlloc::Plain);
+    for (int i = 0; i < 3; ++i) {
+      auto data = seeded_bytes(900 + i, n);
+      if (rank == 0) {
+        if (i == 1) be->remap_piece(static_cast<char*>(buf) + 7 * piece);
+        put(*be, buf, 0, data);
+        ep.send(buf, n, 1, i, kComm);
+      } else {
+        put(*be, buf, 1, std::vector<unsigned char>(n, 0));
+        RANK_CHECK(ep.recv(buf, n, 0, i, kComm).bytes == n);
+        RANK_CHECK(get(*be, buf, 1, n) == data);
+      }
+    }
+    if (rank == 1) {
+      auto c = ep.handle_cache()->stats();
+      RANK_CHECK(c.misses == 1 && c.stale_evictions == 1 && c.hits == 1 && c.multi_opens == 2);
+    }
+    ep.flush();
+    be->free_device(buf);
+  }));
+}
+
+TEST(IpcFd, AVmmMultiBufferOverMorePiecesThanTheCapStreams) {
+  EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+    auto be = emulated();
+    Endpoint ep(ch, be.get());
+    const size_t n = (Backend::kMaxIpcPieces + 8) * (64 << 10) - 99;  // 72 pieces
+    void* buf = be->alloc_device_as(rank, n, DeviceAlloc::VmmMulti);
+    auto data = seeded_bytes(31, n);
+    if (rank == 0) {
+      put(*be, buf, 0, data);
+      ep.send(buf, n, 1, 0, kComm);
+    } else {
+      RANK_CHECK(ep.recv(buf, n, 0, 0, kComm).bytes == n);
+      RANK_CHECK(get(*be, buf, 1, n) == data);
+    }
+    // Neither side could export its buffer: nothing mapped, nothing offered, the data streamed.
+    RANK_CHECK(ep.handle_cache()->stats().misses == 0 && ep.fd_exchange()->stats().offered == 0);
+    ep.flush();
+    be->free_device(buf);
+  }));
+}
+
+TEST(IpcFd, ExporterDyingWhileAPeerWaitsForItsPiecesEndsTheWaitAtOnce) {
+  // As for one descriptor: rank 1 asks for a vmm-multi buffer's descriptors and rank 0 dies
+  // instead of answering; the wait ends in ERR_PEER_FAILED, not in the 60 s timeout, and
+  // nothing is left mapped.
+  ScopedEnv timeout("GPUSTRIPE_TIMEOUT", "60");
+  auto res = run_ranks(2, [](int rank, ipc::Channel& ch) {
+    auto be = emulated();
+    ipc::FdExchange fx(ch, *be);
+    ipc::HandleCache cache(*be, 4, &fx);
+    if (rank == 0) {
+      void* a = be->alloc_device_as(0, 1 << 20, DeviceAlloc::VmmMulti);
+      Backend::IpcMemHandle h = be->ipc_export_range(a, 1 << 20);
+      RANK_CHECK(h.kind == IpcKind::VmmMulti);
+      while (!ch.try_send(1, &h, sizeof h, nullptr, 0)) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 1 is waiting now; no serve()
+      raise(SIGKILL);
+    }
+    Backend::IpcMemHandle h;
+    size_t bytes = 0;
+    const void* rec;
+    ipc::Waiter w("rank 1 waiting for the handle");
+    while (!(rec = ch.peek(0, &bytes))) w.pause();
+    std::memcpy(&h, rec, sizeof h);
+    ch.consume(0);
+    auto t0 = std::chrono::steady_clock::now();
+    gpustripe_status_t st = status_of([&] { cache.map(0, h.base, h); });
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    RANK_CHECK(st == GPUSTRIPE_ERR_PEER_FAILED);
+    RANK_CHECK(s < 30);  // the dead peer is seen, not the timeout
+    RANK_CHECK(cache.size() == 0 && cache.stats().multi_opens == 0);
+  }, 90);
+  EXPECT_EQ(res[0].code, 128 + SIGKILL);
+  EXPECT_EQ(res[1].code, 0);
+  EXPECT_FALSE(res[1].timed_out);
+}
