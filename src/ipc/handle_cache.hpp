@@ -65,6 +65,7 @@ class HandleCache {
   };
   using Key = std::pair<int, uint64_t>;  // (peer, peer_base)
   void close_entry(std::map<Key, Entry>::iterator it);
+  void evict_overlapping_pool_imports(int peer, uint64_t peer_base, const Backend::IpcMemHandle& h);
 
   Backend& backend_;
   size_t max_entries_;

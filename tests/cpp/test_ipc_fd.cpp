@@ -17,6 +17,7 @@
 
 #include "backend/backend.hpp"
 #include "ipc/fd_exchange.hpp"
+#include "ipc/handle_cache.hpp"
 #include "ipc/wait.hpp"
 #include "p2p/endpoint.hpp"
 #include "test_ipc_ranks.hpp"
@@ -631,4 +632,54 @@ TEST(IpcFd, ExporterDyingWhileAPeerWaitsForItsPiecesEndsTheWaitAtOnce) {
   EXPECT_EQ(res[0].code, 128 + SIGKILL);
   EXPECT_EQ(res[1].code, 0);
   EXPECT_FALSE(res[1].timed_out);
+}
+
+TEST(IpcFd, APoolImportOverlappingAnOlderOneOfThatPoolClosesTheOlderFirst) {
+  // A pool hands a freed range to a new buffer that need not start where the old one did; the
+  // importer's older import then overlaps the new buffer and names freed memory. It must be
+  // closed before the new import (imports of one pool share its address range here). The
+  // emulated pool reuses ranges of equal size only, so the overlap is stated through the base
+  // the cache is given: buffer c "lives" half way into buffer a.
+  EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+    auto be = emulated();
+    ipc::FdExchange fx(ch, *be);
+    const size_t n = 128 << 10;
+    if (rank == 0) {
+      void* a = be->alloc_device_as(0, n, DeviceAlloc::PoolFd);
+      void* b = be->alloc_device_as(0, n, DeviceAlloc::PoolFd);
+      void* c = be->alloc_device_as(0, n / 2, DeviceAlloc::PoolFd);
+      Backend::IpcMemHandle h[3] = {be->ipc_export(a), be->ipc_export(b), be->ipc_export(c)};
+      RANK_CHECK(fx.offer(1, h[0]));
+      for (auto& x : h) while (!ch.try_send(1, &x, sizeof x, nullptr, 0)) std::this_thread::yield();
+      size_t bytes = 0;
+      ipc::Waiter w("rank 0 waiting for rank 1");
+      while (!ch.peek(1, &bytes)) {
+        fx.serve();
+        w.pause();
+      }
+      ch.consume(1);
+      for (void* p : {a, b, c}) be->free_device(p);
+    } else {
+      ipc::HandleCache cache(*be, 8, &fx);
+      Backend::IpcMemHandle h[3];
+      for (auto& x : h) {
+        size_t bytes = 0;
+        const void* rec;
+        ipc::Waiter w("rank 1 waiting for a handle");
+        while (!(rec = ch.peek(0, &bytes))) w.pause();
+        std::memcpy(&x, rec, sizeof x);
+        ch.consume(0);
+      }
+      cache.map(0, h[0].base, h[0]);
+      cache.map(0, h[1].base, h[1]);  // beside a: both stay
+      RANK_CHECK(cache.size() == 2 && cache.stats().stale_evictions == 0);
+      cache.map(0, h[0].base + n / 2, h[2]);  // overlaps a's second half (and not b)
+      auto s = cache.stats();
+      RANK_CHECK(cache.size() == 2 && s.stale_evictions == 1 && s.misses == 3);
+      cache.map(0, h[1].base, h[1]);
+      RANK_CHECK(cache.stats().hits == 1);  // b was kept
+      const char done = 1;
+      while (!ch.try_send(0, &done, 1, nullptr, 0)) std::this_thread::yield();
+    }
+  }));
 }
