@@ -366,7 +366,9 @@ bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int 
     e->offset = u - e->exporter_base;
     return fds_->offer(dst, e->handle);  // fd kinds: the descriptor goes before the record naming it
   } catch (const Error& err) {
-    if (err.status() == GPUSTRIPE_ERR_PEER_FAILED || err.status() == GPUSTRIPE_ERR_TIMEOUT) throw;
+    if (err.status() == GPUSTRIPE_ERR_PEER_FAILED || err.status() == GPUSTRIPE_ERR_TIMEOUT ||
+        err.status() == GPUSTRIPE_ERR_CONFIG)
+      throw;
     // Memory without IPC handles (the default pool of cudaMallocAsync): the data takes the
     // stream path. Said once at info level, then at debug level.
     static bool said = false;
