@@ -4,6 +4,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -36,6 +37,10 @@ sockaddr_un address(const std::string& name, socklen_t* len) {
 }
 
 const char* kind_word(uint32_t kind) { return ipc_kind_name(static_cast<Backend::IpcKind>(kind)); }
+template <typename K>
+uint32_t k_kind(const K& k) {
+  return std::get<1>(k);
+}
 
 void close_all(const std::vector<int>& fds) {
   for (int fd : fds)
@@ -195,6 +200,18 @@ void FdExchange::drain_locked() {
         }
       }
     const bool whole = !(m.msg_flags & (MSG_CTRUNC | MSG_TRUNC));
+    if (!whole && !(m.msg_flags & MSG_TRUNC) && n >= static_cast<ssize_t>(sizeof w) && w.magic == kMagic &&
+        w.type == kFd && w.from >= 0 && w.from < ch_.size()) {
+      // The descriptors did not all fit (the kernel installs what the open-file limit allows and
+      // drops the rest): the importer's wait for them ends in a clear error, not the timeout.
+      close_all(fds);
+      Key k{w.from, static_cast<uint32_t>(w.handle.kind), w.handle.share_id};
+      truncated_.insert(k);
+      GS_LOG_WARN(Subsys::Ipc, "rank %d: rank %d's descriptors of its %s buffer %llu did not fit in this process (%u "
+                  "expected; open-file limit, ulimit -n?)", ch_.rank(), w.from, kind_word(k_kind(k)),
+                  static_cast<unsigned long long>(w.handle.buffer_id), std::max<uint32_t>(w.pieces, 1));
+      continue;
+    }
     if (!whole || n < static_cast<ssize_t>(sizeof w) || w.magic != kMagic || w.from < 0 || w.from >= ch_.size() ||
         w.pieces > Backend::kMaxIpcPieces ||
         static_cast<size_t>(n) != sizeof w + w.pieces * sizeof(Backend::IpcPiece)) {
@@ -352,6 +369,11 @@ ReceivedFds FdExchange::take_all(int src, const Backend::IpcMemHandle& h) {
         }
       }
       return got;
+    }
+    if (truncated_.erase(k)) {
+      GS_THROW(GPUSTRIPE_ERR_IO, "rank %d: rank %d's file descriptors of its %s buffer %llu did not fit in this process "
+               "(the open-file limit, ulimit -n): cannot map it", ch_.rank(), src,
+               kind_word(static_cast<uint32_t>(h.kind)), static_cast<unsigned long long>(h.buffer_id));
     }
     if (gone_.count(k)) {
       gone_.erase(k);

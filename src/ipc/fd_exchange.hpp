@@ -70,7 +70,8 @@ class FdExchange {
   bool offer(int dst, const Backend::IpcMemHandle& h);
   // Importer: the descriptor for `h` from rank `src`, owned by the caller. Asks src for it
   // when it is not here. Throws ERR_PEER_FAILED (src died or left), ERR_TIMEOUT, or
-  // ERR_INVALID_POINTER (src says the memory is gone: freed while a message named it).
+  // ERR_INVALID_POINTER (src says the memory is gone: freed while a message named it), or
+  // ERR_IO (the descriptors did not fit in this process: its open-file limit).
   int take(int src, const Backend::IpcMemHandle& h);
   // The same for any fd kind: every descriptor of `h`, with the layout for VmmMulti (checked
   // against h: ERR_INVALID_ARGUMENT when the exporter sent another).
@@ -104,6 +105,7 @@ class FdExchange {
   size_t inbox_fds_ = 0;                  // descriptors held in inbox_
   std::deque<Key> inbox_order_;           // oldest first (the inbox is bounded)
   std::set<Key> gone_;                    // the exporter answered: freed
+  std::set<Key> truncated_;               // descriptors that arrived cut short (open-file limit)
   std::deque<Backend::IpcMemHandle> pending_;  // peers' requests to answer
   std::deque<int> pending_from_;
   FdExchangeStats stats_;

@@ -7,6 +7,8 @@
 // and the stream path of memory without a handle.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -703,4 +705,61 @@ TEST(IpcFd, FewerPiecesPerMappingCanBeSet) {
     EXPECT_EQ(status_of([&] { be->ipc_export_range(p, 2 * piece); }), GPUSTRIPE_ERR_CONFIG);
   }
   be->free_device(p);
+}
+
+TEST(IpcFd, DescriptorsBeyondTheOpenFileLimitAreAClearErrorNotATimeout) {
+  // Rank 1 can open only a few more files than it has open; rank 0 offers a 16-piece buffer.
+  // The kernel installs what fits and cuts the rest: rank 1's wait for the descriptors ends at
+  // once in ERR_IO naming the open-file limit (GPUSTRIPE_TIMEOUT would be 60 s).
+  ScopedEnv timeout("GPUSTRIPE_TIMEOUT", "60");
+  EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+    auto be = emulated();
+    ipc::FdExchange fx(ch, *be);
+    const char done = 1;
+    if (rank == 0) {
+      void* a = be->alloc_device_as(0, 1 << 20, DeviceAlloc::VmmMulti);
+      Backend::IpcMemHandle h = be->ipc_export_range(a, 1 << 20);
+      RANK_CHECK(h.kind == IpcKind::VmmMulti && fx.offer(1, h));
+      while (!ch.try_send(1, &h, sizeof h, nullptr, 0)) std::this_thread::yield();
+      size_t bytes = 0;
+      ipc::Waiter w("rank 0 waiting for rank 1");
+      while (!ch.peek(1, &bytes)) {
+        fx.serve();
+        w.pause();
+      }
+      ch.consume(1);
+      be->free_device(a);
+      return;
+    }
+    int limit = 0;  // the lowest limit that leaves 4 free descriptor numbers (new ones take the lowest)
+    for (int fd = 0, free = 0; free < 4; ++fd) {
+      if (fcntl(fd, F_GETFD) == -1) ++free;
+      limit = fd + 1;
+    }
+    rlimit lim{};
+    getrlimit(RLIMIT_NOFILE, &lim);
+    lim.rlim_cur = static_cast<rlim_t>(limit);
+    RANK_CHECK(setrlimit(RLIMIT_NOFILE, &lim) == 0);
+    Backend::IpcMemHandle h;
+    size_t bytes = 0;
+    const void* rec;
+    ipc::Waiter w("rank 1 waiting for the handle");
+    while (!(rec = ch.peek(0, &bytes))) w.pause();
+    std::memcpy(&h, rec, sizeof h);
+    ch.consume(0);
+    auto t0 = std::chrono::steady_clock::now();
+    std::string msg;
+    gpustripe_status_t st = GPUSTRIPE_SUCCESS;
+    try {
+      fx.take_all(0, h);
+    } catch (const Error& e) {
+      st = e.status();
+      msg = e.what();
+    }
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "[rank 1] as expected: %s: %s\n", status_name(st), msg.c_str());
+    while (!ch.try_send(0, &done, 1, nullptr, 0)) std::this_thread::yield();
+    RANK_CHECK(st == GPUSTRIPE_ERR_IO && msg.find("open-file limit") != std::string::npos);
+    RANK_CHECK(s < 30);
+  }));
 }
