@@ -4,6 +4,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 
 #ifdef BENCH_HAVE_CUDA
 #include <cuda.h>
@@ -51,9 +53,11 @@ inline int select_gpu(bool need_gpu, const char* prog) {
 
 #ifdef BENCH_HAVE_CUDA
 // Device memory the way other programs allocate it (--alloc): "vmm" is cuMemCreate with
-// POSIX-fd handles mapped for every GPU (PyTorch's expandable segments, NCCL's cuMem
-// buffers), "pool" a cudaMallocAsync pool made with POSIX-fd handles, "async" the device's
-// default pool (no IPC handle). Driver calls through cudaGetDriverEntryPoint: no -lcuda.
+// POSIX-fd handles mapped for every GPU (NCCL's cuMem buffers), "vmm_multi" one reservation
+// mapped with several such allocations (PyTorch's expandable segments: 20 MiB pieces past
+// 20 MiB, else the granularity, as gpustripe's vmm_multi_piece; restated here because these
+// clients use plain MPI + CUDA only), "pool" a cudaMallocAsync pool made with POSIX-fd
+// handles, "async" the device's default pool (no IPC handle). Driver calls through cudaGetDriverEntryPoint: no -lcuda.
 template <typename Fn>
 inline Fn driver_fn(const char* name) {
   void* f = nullptr;
@@ -76,7 +80,7 @@ inline Fn driver_fn(const char* name) {
 
 struct VmmBuf {
   size_t size;
-  CUmemGenericAllocationHandle h;
+  std::vector<std::pair<size_t, CUmemGenericAllocationHandle>> pieces;  // (size, handle), back to back
 };
 inline std::map<char*, VmmBuf>& vmm_bufs() {
   static std::map<char*, VmmBuf> m;
@@ -87,7 +91,7 @@ inline char* alloc_kind(size_t n, const std::string& kind) {
   int dev = 0;
   CUDA_OK(cudaGetDevice(&dev));
   char* p = nullptr;
-  if (kind == "vmm") {
+  if (kind == "vmm" || kind == "vmm_multi") {
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -97,11 +101,18 @@ inline char* alloc_kind(size_t n, const std::string& kind) {
     CU_OK(driver_fn<decltype(&cuMemGetAllocationGranularity)>("cuMemGetAllocationGranularity")(
         &gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
     size_t size = (n + gran - 1) / gran * gran;
-    CUmemGenericAllocationHandle h;
-    CU_OK(driver_fn<decltype(&cuMemCreate)>("cuMemCreate")(&h, size, &prop, 0));
+    const size_t page = size_t(20) << 20;
+    size_t piece = kind == "vmm" ? size : n > page ? (page + gran - 1) / gran * gran : gran;
     CUdeviceptr va = 0;
     CU_OK(driver_fn<decltype(&cuMemAddressReserve)>("cuMemAddressReserve")(&va, size, gran, 0, 0));
-    CU_OK(driver_fn<decltype(&cuMemMap)>("cuMemMap")(va, size, 0, h, 0));
+    VmmBuf buf{size, {}};
+    for (size_t off = 0; off < size; off += piece) {
+      size_t len = std::min(piece, size - off);
+      CUmemGenericAllocationHandle h;
+      CU_OK(driver_fn<decltype(&cuMemCreate)>("cuMemCreate")(&h, len, &prop, 0));
+      CU_OK(driver_fn<decltype(&cuMemMap)>("cuMemMap")(va + off, len, 0, h, 0));
+      buf.pieces.emplace_back(len, h);
+    }
     int ndev = 0;
     CUDA_OK(cudaGetDeviceCount(&ndev));
     std::vector<CUmemAccessDesc> acc;
@@ -115,9 +126,13 @@ inline char* alloc_kind(size_t n, const std::string& kind) {
       a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
       acc.push_back(a);
     }
-    CU_OK(driver_fn<decltype(&cuMemSetAccess)>("cuMemSetAccess")(va, size, acc.data(), acc.size()));
+    size_t off = 0;
+    for (const auto& pc : buf.pieces) {
+      CU_OK(driver_fn<decltype(&cuMemSetAccess)>("cuMemSetAccess")(va + off, pc.first, acc.data(), acc.size()));
+      off += pc.first;
+    }
     p = reinterpret_cast<char*>(va);
-    vmm_bufs()[p] = VmmBuf{size, h};
+    vmm_bufs()[p] = buf;
   } else if (kind == "pool") {
     static std::map<int, cudaMemPool_t> pools;
     if (!pools.count(dev)) {
@@ -164,9 +179,13 @@ inline void free_buf(char* p, bool device) {
     }
     CUDA_OK(cudaDeviceSynchronize());
     auto va = reinterpret_cast<CUdeviceptr>(p);
-    CU_OK(driver_fn<decltype(&cuMemUnmap)>("cuMemUnmap")(va, it->second.size));
+    size_t off = 0;
+    for (const auto& pc : it->second.pieces) {
+      CU_OK(driver_fn<decltype(&cuMemUnmap)>("cuMemUnmap")(va + off, pc.first));
+      off += pc.first;
+    }
     CU_OK(driver_fn<decltype(&cuMemAddressFree)>("cuMemAddressFree")(va, it->second.size));
-    CU_OK(driver_fn<decltype(&cuMemRelease)>("cuMemRelease")(it->second.h));
+    for (const auto& pc : it->second.pieces) CU_OK(driver_fn<decltype(&cuMemRelease)>("cuMemRelease")(pc.second));
     vmm_bufs().erase(it);
     return;
   }

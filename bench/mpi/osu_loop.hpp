@@ -53,7 +53,7 @@ struct Options {
 [[noreturn]] inline void usage(const char* why) {
   std::fprintf(stderr,
                "%s\nusage: --test latency|bw|bibw [--window W] [--min B] [--max B] [--mem device|host] [--staged] "
-               "[--iters N] [--method NAME] [--alloc plain|vmm|pool|async]\n       or instead of --test..--max: --sweep TEST:WINDOW:MIN:MAX, "
+               "[--iters N] [--method NAME] [--alloc plain|vmm|pool|async|vmm_multi]\n       or instead of --test..--max: --sweep TEST:WINDOW:MIN:MAX, "
                "repeated (one launch, several sweeps)\n",
                why);
   MPI_Abort(MPI_COMM_WORLD, 2);
@@ -78,8 +78,8 @@ inline Options parse_options(int argc, char** argv) {
     else if (a == "--method") o.method = next();
     else if (a == "--alloc") {
       o.alloc = next();
-      if (o.alloc != "plain" && o.alloc != "vmm" && o.alloc != "pool" && o.alloc != "async")
-        usage(("--alloc " + o.alloc + ": plain, vmm, pool or async").c_str());
+      if (o.alloc != "plain" && o.alloc != "vmm" && o.alloc != "pool" && o.alloc != "async" && o.alloc != "vmm_multi")
+        usage(("--alloc " + o.alloc + ": plain, vmm, pool, async or vmm_multi").c_str());
     }
     else if (a == "--sweep") {
       std::string v = next();

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace gpustripe {
 
@@ -93,10 +94,24 @@ class Backend {
   //   PoolFd   cudaMallocAsync memory of a pool made with POSIX-fd handles: the bytes carry
   //            the pointer's export data; open needs the pool's file descriptor the first
   //            time a process opens memory of that pool (ipc_open_needs_fd).
+  //   VmmMulti a range spanning several VMM allocations mapped back to back in one
+  //            reservation (PyTorch's expandable segments: 20 MiB pages): one descriptor per
+  //            allocation ("piece"), all sent in one message with the layout (IpcPiece each);
+  //            open maps every piece at its offset in one reserved range (ipc_open_pieces).
+  //            share_id is a digest of the layout (offsets, sizes, buffer ids), so a piece freed
+  //            and reallocated makes another handle (buffer ids are never reused).
   // Memory without any handle (the default pool, VMM memory without handle types) throws
   // ERR_NOT_SUPPORTED from ipc_export: its data takes the p2p stream path.
   static constexpr size_t kIpcHandleBytes = 128;
-  enum class IpcKind : uint32_t { Legacy = 0, VmmFd = 1, PoolFd = 2 };
+  enum class IpcKind : uint32_t { Legacy = 0, VmmFd = 1, PoolFd = 2, VmmMulti = 3 };
+  // Most pieces one VmmMulti handle maps (the wire format's limit; GPUSTRIPE_IPC_MAX_PIECES may
+  // set fewer); a range over more streams (said once at info level).
+  static constexpr size_t kMaxIpcPieces = 64;
+  struct IpcPiece {
+    uint64_t offset = 0;     // from the handle's base
+    uint64_t size = 0;
+    uint64_t buffer_id = 0;  // the exporter's buffer id of that allocation
+  };
   struct IpcMemHandle {
     unsigned char bytes[kIpcHandleBytes] = {};
     int device = kHostDevice;
@@ -107,6 +122,18 @@ class Backend {
     uint64_t share_id = 0;   // fd kinds: what the fd stands for (allocation / pool), unique in the exporter
   };
   virtual IpcMemHandle ipc_export(const void* p);
+  // The handle of the memory holding [p, p + bytes): ipc_export(p) when it covers the range (or
+  // is no VMM handle: the caller checks the range), else a VmmMulti handle of the VMM allocations
+  // mapped back to back from the one at p (ERR_NOT_SUPPORTED past kMaxIpcPieces, or when the
+  // range meets memory of another kind or device, or unmapped addresses). Built on ipc_export.
+  IpcMemHandle ipc_export_range(const void* p, size_t bytes);
+  // The pieces of a VmmMulti handle as they are now in this (the exporting) process; throws
+  // ERR_INVALID_POINTER when they are not the ones exported (a piece freed or replaced).
+  std::vector<IpcPiece> ipc_pieces(const IpcMemHandle& h);
+  // The descriptors ipc_open / ipc_open_pieces need for `h`, in piece order (one for VmmFd and
+  // PoolFd handles), with the layout for VmmMulti (`pieces`, else left empty); the caller sends
+  // them on and closes them.
+  std::vector<int> ipc_export_fds(const IpcMemHandle& h, std::vector<IpcPiece>* pieces);
   // Fd kinds: a new file descriptor for the allocation (VmmFd) or pool (PoolFd) of `h`, as
   // exported by this process; the caller sends it on and closes it. Throws ERR_INVALID_POINTER
   // when that memory is gone (freed since the export).
@@ -117,6 +144,12 @@ class Backend {
   // `fd`: the descriptor from the exporter's ipc_export_fd where ipc_open_needs_fd; the
   // caller keeps it (and closes it). Returns this process's address of h.base.
   virtual void* ipc_open(const IpcMemHandle& h, int fd = -1);
+  // VmmMulti: maps every piece (fds[i] the exporter's descriptor of pieces[i], kept by the
+  // caller) at its offset of one reserved range; returns this process's address of h.base.
+  // `pieces` must be the layout h was made from (ipc_check_pieces).
+  virtual void* ipc_open_pieces(const IpcMemHandle& h, const std::vector<IpcPiece>& pieces,
+                                const std::vector<int>& fds);
+  // Closes what ipc_open or ipc_open_pieces returned.
   virtual void ipc_close(void* base);
 
   // Device memory as programs bring it, other than alloc_device's plain allocations (tests
@@ -125,9 +158,15 @@ class Backend {
     Plain,        // alloc_device (cudaMalloc; emulated: a named shared-memory segment)
     VmmFd,        // cuMemCreate with POSIX-fd handles, mapped for every GPU (emulated: memfd)
     PoolFd,       // cudaMallocFromPoolAsync from a pool with POSIX-fd handles (emulated: memfd)
-    NotShareable  // the device's default pool (cudaMallocAsync; emulated: private memory)
+    NotShareable,  // the device's default pool (cudaMallocAsync; emulated: private memory)
+    VmmMulti       // as PyTorch's expandable segments: one reservation mapped with several
+                   // cuMemCreate POSIX-fd allocations (vmm_multi_piece bytes each; emulated: memfds)
   };
   virtual void* alloc_device_as(int dev, size_t bytes, DeviceAlloc how);
+  // Tests: replaces the allocation mapped at `p` (a piece of VmmMulti memory made here) with a
+  // new one at the same address, as an expandable segment that unmapped a page and mapped it
+  // again; the new piece has a new buffer id, its bytes are undefined.
+  virtual void remap_piece(void* p);
 
   // Flags that streams of different processes set and wait on, with no host in between
   // (the MPI collectives' dependencies between ranks): 32-bit words in host memory that the
@@ -152,7 +191,15 @@ class Backend {
 // "plain", "vmm", "pool", "async" (the DeviceAlloc kinds; command-line options and tests).
 const char* device_alloc_name(Backend::DeviceAlloc how);
 Backend::DeviceAlloc parse_device_alloc(const std::string& word);  // ERR_INVALID_ARGUMENT for others
-const char* ipc_kind_name(Backend::IpcKind kind);                   // "legacy", "vmm-fd", "pool-fd"
+const char* ipc_kind_name(Backend::IpcKind kind);                   // "legacy", "vmm-fd", "pool-fd", "vmm-multi"
+// The pieces of VmmMulti memory of `bytes` (alloc_device_as): 20 MiB (PyTorch's expandable
+// segments map pages of that size for large blocks) for buffers past 20 MiB, else `granularity`;
+// a multiple of `granularity` either way.
+size_t vmm_multi_piece(size_t bytes, size_t granularity);
+// The digest a VmmMulti handle carries as share_id; ipc_check_pieces throws ERR_INVALID_ARGUMENT
+// unless `pieces` tile [0, h.size) in order, are at most kMaxIpcPieces and match h's digest.
+uint64_t ipc_pieces_digest(const std::vector<Backend::IpcPiece>& pieces);
+void ipc_check_pieces(const Backend::IpcMemHandle& h, const std::vector<Backend::IpcPiece>& pieces);
 
 // GPUSTRIPE_BACKEND=auto|cuda|emulated. auto: CUDA when built with it and a GPU is
 // visible, else emulated devices over `topo` (logged at info level, and the CLI says so).

@@ -14,6 +14,12 @@ int Backend::ipc_export_fd(const IpcMemHandle&) {
 void* Backend::ipc_open(const IpcMemHandle&, int) {
   GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "ipc_open: the %s backend has no cross-process memory", name());
 }
+void* Backend::ipc_open_pieces(const IpcMemHandle&, const std::vector<IpcPiece>&, const std::vector<int>&) {
+  GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "ipc_open_pieces: the %s backend maps no multi-allocation handles", name());
+}
+void Backend::remap_piece(void*) {
+  GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "remap_piece: the %s backend makes no vmm_multi memory", name());
+}
 void Backend::ipc_close(void*) {
   GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "ipc_close: the %s backend has no cross-process memory", name());
 }
@@ -29,15 +35,16 @@ const char* device_alloc_name(Backend::DeviceAlloc how) {
     case Backend::DeviceAlloc::VmmFd: return "vmm";
     case Backend::DeviceAlloc::PoolFd: return "pool";
     case Backend::DeviceAlloc::NotShareable: return "async";
+    case Backend::DeviceAlloc::VmmMulti: return "vmm_multi";
   }
   return "?";
 }
 
 Backend::DeviceAlloc parse_device_alloc(const std::string& word) {
   for (auto how : {Backend::DeviceAlloc::Plain, Backend::DeviceAlloc::VmmFd, Backend::DeviceAlloc::PoolFd,
-                   Backend::DeviceAlloc::NotShareable})
+                   Backend::DeviceAlloc::NotShareable, Backend::DeviceAlloc::VmmMulti})
     if (word == device_alloc_name(how)) return how;
-  GS_THROW(GPUSTRIPE_ERR_INVALID_ARGUMENT, "device memory kind '%s': plain, vmm, pool or async", word.c_str());
+  GS_THROW(GPUSTRIPE_ERR_INVALID_ARGUMENT, "device memory kind '%s': plain, vmm, pool, async or vmm_multi", word.c_str());
 }
 
 const char* ipc_kind_name(Backend::IpcKind kind) {
@@ -45,6 +52,7 @@ const char* ipc_kind_name(Backend::IpcKind kind) {
     case Backend::IpcKind::Legacy: return "legacy";
     case Backend::IpcKind::VmmFd: return "vmm-fd";
     case Backend::IpcKind::PoolFd: return "pool-fd";
+    case Backend::IpcKind::VmmMulti: return "vmm-multi";
   }
   return "?";
 }

@@ -4,6 +4,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -18,7 +19,8 @@ namespace {
 
 constexpr uint32_t kMagic = 0x67736664;  // "gsfd"
 enum : uint32_t { kFd = 1, kRequest = 2, kGone = 3 };
-constexpr size_t kInboxMax = 64;     // descriptors received and not taken yet (each holds the peer's memory)
+constexpr size_t kInboxMax = 64;     // handles received and not taken yet (each holds the peer's memory)
+constexpr size_t kInboxFdsMax = 256;  // their descriptors (a vmm-multi handle brings up to kMaxIpcPieces)
 constexpr size_t kSentMax = 1 << 14;  // offers remembered; past it they are sent again (harmless)
 // How long a peer's socket may be missing before we stop waiting for it: a peer just
 // starting binds within milliseconds; one without a backend (host memory only) never does.
@@ -35,6 +37,15 @@ sockaddr_un address(const std::string& name, socklen_t* len) {
 }
 
 const char* kind_word(uint32_t kind) { return ipc_kind_name(static_cast<Backend::IpcKind>(kind)); }
+template <typename K>
+uint32_t k_kind(const K& k) {
+  return std::get<1>(k);
+}
+
+void close_all(const std::vector<int>& fds) {
+  for (int fd : fds)
+    if (fd >= 0) close(fd);
+}
 
 }  // namespace
 
@@ -42,7 +53,7 @@ struct FdExchange::Wire {
   uint32_t magic = kMagic;
   uint32_t type = 0;
   int32_t from = -1;
-  uint32_t reserved = 0;
+  uint32_t pieces = 0;           // IpcPiece records after this header (a vmm-multi handle's layout)
   Backend::IpcMemHandle handle;  // what the descriptor, request or answer is about
 };
 
@@ -75,7 +86,7 @@ FdExchange::FdExchange(Channel& channel, Backend& backend) : ch_(channel), backe
 
 FdExchange::~FdExchange() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& kv : inbox_) close(kv.second);
+  for (auto& kv : inbox_) close_all(kv.second.fds);
   if (sock_ >= 0) close(sock_);
 }
 
@@ -84,31 +95,37 @@ FdExchangeStats FdExchange::stats() const {
   return stats_;
 }
 
-FdExchange::Sent FdExchange::send_locked(int dst, const Wire& w, int fd, bool wait_if_full) {
+FdExchange::Sent FdExchange::send_locked(int dst, const Wire& w0, const ReceivedFds& what, bool wait_if_full) {
   socklen_t len = 0;
   sockaddr_un a = address(socket_name(ch_.name(), dst), &len);
-  iovec io{const_cast<Wire*>(&w), sizeof w};
+  Wire w = w0;
+  w.pieces = static_cast<uint32_t>(what.pieces.size());
+  GS_REQUIRE(what.pieces.size() <= Backend::kMaxIpcPieces && what.fds.size() <= Backend::kMaxIpcPieces,
+             GPUSTRIPE_ERR_INTERNAL, "rank %d: %zu descriptors in one message", ch_.rank(), what.fds.size());
+  iovec io[2] = {{&w, sizeof w},
+                 {const_cast<Backend::IpcPiece*>(what.pieces.data()), what.pieces.size() * sizeof(Backend::IpcPiece)}};
+  const size_t total = sizeof w + io[1].iov_len;
   msghdr m{};
   m.msg_name = &a;
   m.msg_namelen = len;
-  m.msg_iov = &io;
-  m.msg_iovlen = 1;
-  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
-  if (fd >= 0) {
+  m.msg_iov = io;
+  m.msg_iovlen = what.pieces.empty() ? 1 : 2;
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * Backend::kMaxIpcPieces)] = {};
+  if (!what.fds.empty()) {
     m.msg_control = ctl;
-    m.msg_controllen = sizeof ctl;
+    m.msg_controllen = CMSG_SPACE(sizeof(int) * what.fds.size());
     cmsghdr* c = CMSG_FIRSTHDR(&m);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    c->cmsg_len = CMSG_LEN(sizeof(int) * what.fds.size());
+    std::memcpy(CMSG_DATA(c), what.fds.data(), sizeof(int) * what.fds.size());
   }
   Waiter wait(format("rank %d: passing a file descriptor to rank %d (its socket %s is full)", ch_.rank(), dst,
                      socket_name(ch_.name(), dst).c_str()),
               [&] { ch_.check_peer(dst, true); });
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
-    if (sendmsg(sock_, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof w)) return Sent::Yes;
+    if (sendmsg(sock_, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(total)) return Sent::Yes;
     int err = errno;
     if ((err == ECONNREFUSED || err == ENOENT) &&
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > kNotBoundGraceS)
@@ -124,34 +141,47 @@ FdExchange::Sent FdExchange::send_locked(int dst, const Wire& w, int fd, bool wa
   }
 }
 
-void FdExchange::keep_locked(const Key& k, int fd) {
+void FdExchange::drop_oldest_locked() {
+  auto old = inbox_.find(inbox_order_.front());
+  inbox_order_.pop_front();
+  if (old == inbox_.end()) return;
+  close_all(old->second.fds);
+  inbox_fds_ -= old->second.fds.size();
+  inbox_.erase(old);
+}
+
+void FdExchange::keep_locked(const Key& k, ReceivedFds got) {
   auto it = inbox_.find(k);
-  if (it != inbox_.end()) {
-    close(it->second);  // a second offer of the same memory: keep the newer one
-    it->second = fd;
+  if (it != inbox_.end()) {  // a second offer of the same memory: keep the newer one
+    close_all(it->second.fds);
+    inbox_fds_ -= it->second.fds.size();
+    inbox_fds_ += got.fds.size();
+    it->second = std::move(got);
     return;
   }
-  while (inbox_.size() >= kInboxMax && !inbox_order_.empty()) {
-    auto old = inbox_.find(inbox_order_.front());
-    inbox_order_.pop_front();
-    if (old != inbox_.end()) {
-      close(old->second);
-      inbox_.erase(old);
-    }
-  }
-  inbox_[k] = fd;
+  // Bounded in handles and in descriptors (each holds the peer's memory, and a process has a
+  // limited number of descriptors): the oldest go; their importer asks again if it needs them.
+  while (!inbox_order_.empty() && (inbox_.size() >= kInboxMax || inbox_fds_ + got.fds.size() > kInboxFdsMax))
+    drop_oldest_locked();
+  inbox_fds_ += got.fds.size();
+  inbox_[k] = std::move(got);
   inbox_order_.push_back(k);
   gone_.erase(k);
 }
 
 void FdExchange::drain_locked() {
-  for (;;) {
+  struct {
     Wire w;
-    iovec io{&w, sizeof w};
+    Backend::IpcPiece pieces[Backend::kMaxIpcPieces];
+  } in;
+  for (;;) {
+    Wire& w = in.w;
+    w = Wire{};
+    iovec io{&in, sizeof in};
     msghdr m{};
     m.msg_iov = &io;
     m.msg_iovlen = 1;
-    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * Backend::kMaxIpcPieces)] = {};
     m.msg_control = ctl;
     m.msg_controllen = sizeof ctl;
     ssize_t n = recvmsg(sock_, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
@@ -159,22 +189,47 @@ void FdExchange::drain_locked() {
       if (errno == EINTR) continue;
       return;  // EAGAIN: nothing more
     }
-    int fd = -1;
+    std::vector<int> fds;
     for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-    if (n != static_cast<ssize_t>(sizeof w) || w.magic != kMagic || w.from < 0 || w.from >= ch_.size()) {
-      if (fd >= 0) close(fd);
-      GS_LOG_WARN(Subsys::Ipc, "rank %d: dropped a malformed datagram on the descriptor socket", ch_.rank());
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; ++i) {
+          int fd;
+          std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+          fds.push_back(fd);
+        }
+      }
+    const bool whole = !(m.msg_flags & (MSG_CTRUNC | MSG_TRUNC));
+    if (!whole && !(m.msg_flags & MSG_TRUNC) && n >= static_cast<ssize_t>(sizeof w) && w.magic == kMagic &&
+        w.type == kFd && w.from >= 0 && w.from < ch_.size()) {
+      // The descriptors did not all fit (the kernel installs what the open-file limit allows and
+      // drops the rest): the importer's wait for them ends in a clear error, not the timeout.
+      close_all(fds);
+      Key k{w.from, static_cast<uint32_t>(w.handle.kind), w.handle.share_id};
+      truncated_.insert(k);
+      GS_LOG_WARN(Subsys::Ipc, "rank %d: rank %d's descriptors of its %s buffer %llu did not fit in this process (%u "
+                  "expected; open-file limit, ulimit -n?)", ch_.rank(), w.from, kind_word(k_kind(k)),
+                  static_cast<unsigned long long>(w.handle.buffer_id), std::max<uint32_t>(w.pieces, 1));
+      continue;
+    }
+    if (!whole || n < static_cast<ssize_t>(sizeof w) || w.magic != kMagic || w.from < 0 || w.from >= ch_.size() ||
+        w.pieces > Backend::kMaxIpcPieces ||
+        static_cast<size_t>(n) != sizeof w + w.pieces * sizeof(Backend::IpcPiece)) {
+      close_all(fds);
+      GS_LOG_WARN(Subsys::Ipc, "rank %d: dropped a %s datagram on the descriptor socket", ch_.rank(),
+                  whole ? "malformed" : "truncated (descriptor limit reached?)");
       continue;
     }
     Key k{w.from, static_cast<uint32_t>(w.handle.kind), w.handle.share_id};
     switch (w.type) {
-      case kFd:
-        if (fd < 0) break;
+      case kFd: {
+        const size_t want = w.handle.kind == Backend::IpcKind::VmmMulti ? w.pieces : 1;
+        if (fds.size() != want || want == 0) break;
         ++stats_.received;
-        keep_locked(k, fd);
-        fd = -1;
+        keep_locked(k, ReceivedFds{std::move(fds), std::vector<Backend::IpcPiece>(in.pieces, in.pieces + w.pieces)});
+        fds.clear();
         break;
+      }
       case kRequest:
         pending_.push_back(w.handle);
         pending_from_.push_back(w.from);
@@ -183,7 +238,7 @@ void FdExchange::drain_locked() {
       case kGone: gone_.insert(k); break;
       default: break;
     }
-    if (fd >= 0) close(fd);
+    close_all(fds);
   }
 }
 
@@ -201,9 +256,9 @@ void FdExchange::serve_locked() {
     Wire w;
     w.from = ch_.rank();
     w.handle = h;
-    int fd = -1;
+    ReceivedFds what;
     try {
-      fd = backend_.ipc_export_fd(h);
+      what.fds = backend_.ipc_export_fds(h, &what.pieces);
       w.type = kFd;
     } catch (const Error& e) {
       GS_LOG_WARN(Subsys::Ipc, "rank %d: rank %d asked for the descriptor of buffer %llu (%s): %s", ch_.rank(), to,
@@ -212,12 +267,12 @@ void FdExchange::serve_locked() {
     }
     bool sent = false;
     try {
-      sent = send_locked(to, w, fd, true) == Sent::Yes;
+      sent = send_locked(to, w, what, true) == Sent::Yes;
     } catch (...) {
-      if (fd >= 0) close(fd);
+      close_all(what.fds);
       throw;
     }
-    if (fd >= 0) close(fd);
+    close_all(what.fds);
     if (sent && w.type == kFd) {
       ++stats_.served;
       sent_.insert(Key{to, static_cast<uint32_t>(h.kind), h.share_id});
@@ -245,17 +300,18 @@ bool FdExchange::offer(int dst, const Backend::IpcMemHandle& h) {
   w.type = kFd;
   w.from = ch_.rank();
   w.handle = h;
-  int fd = backend_.ipc_export_fd(h);
+  ReceivedFds what;
+  what.fds = backend_.ipc_export_fds(h, &what.pieces);
   Sent sent = Sent::No;
   try {
     // Never blocks on a full queue: an MPI_Isend must not wait for a peer that may be in
     // another call. The importer then asks for the descriptor when it maps the buffer.
-    sent = send_locked(dst, w, fd, false);
+    sent = send_locked(dst, w, what, false);
   } catch (...) {
-    close(fd);
+    close_all(what.fds);
     throw;
   }
-  close(fd);
+  close_all(what.fds);
   if (sent == Sent::NotBound) {
     GS_LOG_INFO(Subsys::Ipc, "rank %d: rank %d has no descriptor socket (%s): its %s buffers stream", ch_.rank(), dst,
                 socket_name(ch_.name(), dst).c_str(), kind_word(static_cast<uint32_t>(h.kind)));
@@ -274,6 +330,14 @@ bool FdExchange::offer(int dst, const Backend::IpcMemHandle& h) {
 }
 
 int FdExchange::take(int src, const Backend::IpcMemHandle& h) {
+  ReceivedFds got = take_all(src, h);
+  if (got.fds.size() == 1) return got.fds[0];
+  close_all(got.fds);
+  GS_THROW(GPUSTRIPE_ERR_INVALID_ARGUMENT, "rank %d: a %s handle of rank %d came with %zu descriptors, not one", ch_.rank(),
+           kind_word(static_cast<uint32_t>(h.kind)), src, got.fds.size());
+}
+
+ReceivedFds FdExchange::take_all(int src, const Backend::IpcMemHandle& h) {
   GS_REQUIRE(sock_ >= 0, GPUSTRIPE_ERR_NOT_SUPPORTED,
              "rank %d: a %s buffer of rank %d needs its file descriptor, and this rank has no descriptor socket",
              ch_.rank(), kind_word(static_cast<uint32_t>(h.kind)), src);
@@ -287,7 +351,8 @@ int FdExchange::take(int src, const Backend::IpcMemHandle& h) {
     drain_locked();
     auto it = inbox_.find(k);
     if (it != inbox_.end()) {
-      int fd = it->second;
+      ReceivedFds got = std::move(it->second);
+      inbox_fds_ -= got.fds.size();
       inbox_.erase(it);
       for (auto o = inbox_order_.begin(); o != inbox_order_.end(); ++o)
         if (*o == k) {
@@ -295,7 +360,20 @@ int FdExchange::take(int src, const Backend::IpcMemHandle& h) {
           break;
         }
       ++stats_.taken;
-      return fd;
+      if (h.kind == Backend::IpcKind::VmmMulti) {
+        try {
+          ipc_check_pieces(h, got.pieces);
+        } catch (...) {
+          close_all(got.fds);
+          throw;
+        }
+      }
+      return got;
+    }
+    if (truncated_.erase(k)) {
+      GS_THROW(GPUSTRIPE_ERR_IO, "rank %d: rank %d's file descriptors of its %s buffer %llu did not fit in this process "
+               "(the open-file limit, ulimit -n): cannot map it", ch_.rank(), src,
+               kind_word(static_cast<uint32_t>(h.kind)), static_cast<unsigned long long>(h.buffer_id));
     }
     if (gone_.count(k)) {
       gone_.erase(k);
@@ -312,7 +390,7 @@ int FdExchange::take(int src, const Backend::IpcMemHandle& h) {
       // Bumped before sending too: src drains its queue (which may be full of our own offers)
       // when it sees the counter move; and after, so that it reads the request itself.
       ch_.ask_for_fds(src);
-      GS_REQUIRE(send_locked(src, w, -1, true) == Sent::Yes, GPUSTRIPE_ERR_PEER_FAILED,
+      GS_REQUIRE(send_locked(src, w, ReceivedFds{}, true) == Sent::Yes, GPUSTRIPE_ERR_PEER_FAILED,
                  "rank %d: rank %d exported a %s buffer but has no descriptor socket to ask", ch_.rank(), src,
                  kind_word(static_cast<uint32_t>(h.kind)));
       ch_.ask_for_fds(src);

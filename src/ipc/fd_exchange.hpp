@@ -8,6 +8,9 @@
 // it with SCM_RIGHTS; nothing is left in the file system, and a dead process's socket
 // goes with it.
 //
+// A VmmMulti handle (a buffer spanning several VMM allocations) travels as one datagram with
+// every piece's descriptor (one SCM_RIGHTS message) and the layout.
+//
 // Protocol: the exporter offers the descriptor with the announcement of the buffer
 // (before the channel record that names it goes out, so it is there when the importer
 // looks), once per (importer, allocation or pool). The importer takes it when it maps
@@ -27,6 +30,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "ipc/channel.hpp"
@@ -40,6 +44,13 @@ struct FdExchangeStats {
   uint64_t taken = 0;      // descriptors handed to ipc_open
   uint64_t requested = 0;  // descriptors this rank asked a peer for (it had none)
   uint64_t served = 0;     // requests of peers answered with a descriptor
+};
+
+// What the importer gets for a handle: one descriptor (VmmFd, PoolFd), or one per piece and
+// the layout (VmmMulti). The caller owns and closes the descriptors.
+struct ReceivedFds {
+  std::vector<int> fds;
+  std::vector<Backend::IpcPiece> pieces;
 };
 
 class FdExchange {
@@ -59,8 +70,12 @@ class FdExchange {
   bool offer(int dst, const Backend::IpcMemHandle& h);
   // Importer: the descriptor for `h` from rank `src`, owned by the caller. Asks src for it
   // when it is not here. Throws ERR_PEER_FAILED (src died or left), ERR_TIMEOUT, or
-  // ERR_INVALID_POINTER (src says the memory is gone: freed while a message named it).
+  // ERR_INVALID_POINTER (src says the memory is gone: freed while a message named it), or
+  // ERR_IO (the descriptors did not fit in this process: its open-file limit).
   int take(int src, const Backend::IpcMemHandle& h);
+  // The same for any fd kind: every descriptor of `h`, with the layout for VmmMulti (checked
+  // against h: ERR_INVALID_ARGUMENT when the exporter sent another).
+  ReceivedFds take_all(int src, const Backend::IpcMemHandle& h);
   // Exporter: answers peers' requests; one atomic load when there are none.
   void serve();
   FdExchangeStats stats() const;
@@ -75,8 +90,9 @@ class FdExchange {
   // Sends one datagram (with `fd` unless -1) to `dst`, waiting (for a short grace) while its
   // socket is not bound yet, and while its queue is full when `wait_if_full`.
   enum class Sent { Yes, No, NotBound, Full };
-  Sent send_locked(int dst, const Wire& w, int fd, bool wait_if_full);
-  void keep_locked(const Key& k, int fd);
+  Sent send_locked(int dst, const Wire& w, const ReceivedFds& what, bool wait_if_full);
+  void keep_locked(const Key& k, ReceivedFds got);
+  void drop_oldest_locked();
 
   Channel& ch_;
   Backend& backend_;
@@ -85,9 +101,11 @@ class FdExchange {
   std::atomic<uint32_t> requests_seen_{0};  // the channel counter when last served
   std::atomic<bool> has_pending_{false};    // requests read from the socket, not answered yet
   std::set<Key> sent_;                    // (dst, kind, share) offered already
-  std::map<Key, int> inbox_;              // (src, kind, share) -> descriptor not taken yet
+  std::map<Key, ReceivedFds> inbox_;      // (src, kind, share) -> descriptors not taken yet
+  size_t inbox_fds_ = 0;                  // descriptors held in inbox_
   std::deque<Key> inbox_order_;           // oldest first (the inbox is bounded)
   std::set<Key> gone_;                    // the exporter answered: freed
+  std::set<Key> truncated_;               // descriptors that arrived cut short (open-file limit)
   std::deque<Backend::IpcMemHandle> pending_;  // peers' requests to answer
   std::deque<int> pending_from_;
   FdExchangeStats stats_;

@@ -61,9 +61,31 @@ void* HandleCache::map(int peer, uint64_t peer_base, const Backend::IpcMemHandle
   } else {
     ++stats_.misses;
   }
+  if (h.kind == Backend::IpcKind::PoolFd) evict_overlapping_pool_imports(peer, peer_base, h);
   while (entries_.size() >= max_entries_) {
     ++stats_.capacity_evictions;
     close_entry(entries_.find(lru_.back()));
+  }
+  if (h.kind == Backend::IpcKind::VmmMulti) {
+    // Every piece's descriptor and the layout came in one message; the mapping holds the
+    // memory once open, so the descriptors are closed either way.
+    GS_REQUIRE(fds_, GPUSTRIPE_ERR_NOT_SUPPORTED, "rank %d's vmm-multi buffer needs file descriptors: no exchange for "
+               "them here", peer);
+    ReceivedFds got = fds_->take_all(peer, h);
+    void* local = nullptr;
+    try {
+      local = backend_.ipc_open_pieces(h, got.pieces, got.fds);
+    } catch (...) {
+      for (int fd : got.fds) close(fd);
+      throw;
+    }
+    for (int fd : got.fds) close(fd);
+    ++stats_.fd_opens;
+    ++stats_.multi_opens;
+    stats_.pieces_mapped += got.pieces.size();
+    lru_.push_front(key);
+    entries_.emplace(key, Entry{h.buffer_id, h.size, h.kind, h.share_id, local, lru_.begin()});
+    return local;
   }
   int fd = -1;
   if (h.kind != Backend::IpcKind::Legacy && backend_.ipc_open_needs_fd(h)) {
@@ -85,6 +107,31 @@ void* HandleCache::map(int peer, uint64_t peer_base, const Backend::IpcMemHandle
   lru_.push_front(key);
   entries_.emplace(key, Entry{h.buffer_id, h.size, h.kind, h.share_id, local, lru_.begin()});
   return local;
+}
+
+void HandleCache::evict_overlapping_pool_imports(int peer, uint64_t peer_base, const Backend::IpcMemHandle& h) {
+  // An exporter's live allocations never overlap, so an older import of the same pool that
+  // overlaps this buffer names memory the exporter freed (the pool gave the range to a new,
+  // larger or shifted buffer). Imports of one pool share the pool's address range in this
+  // process as well: closing the old one after the new one is open would unmap part of the new
+  // one (device round s5 r1: mpi_p2p_np3_alloc_pool crashed in cuMemcpyAsync reading such an
+  // address). So it is closed first. (Imports held past the exporter's free are outside
+  // CUDA's contract for pool pointers either way: docs/ipc.md.)
+  const uint64_t end = peer_base + h.size;
+  for (auto it = entries_.lower_bound(Key{peer, 0}); it != entries_.end() && it->first.first == peer;) {
+    auto next = std::next(it);
+    const Entry& e = it->second;
+    const uint64_t b = it->first.second;
+    if (e.kind == Backend::IpcKind::PoolFd && e.share_id == h.share_id && b < end && peer_base < b + e.size) {
+      GS_LOG_DEBUG(Subsys::Ipc, "rank %d's pool buffer %llu at 0x%llx overlaps the older import of buffer %llu at 0x%llx: "
+                   "closing that one", peer, static_cast<unsigned long long>(h.buffer_id),
+                   static_cast<unsigned long long>(peer_base), static_cast<unsigned long long>(e.buffer_id),
+                   static_cast<unsigned long long>(b));
+      ++stats_.stale_evictions;
+      close_entry(it);
+    }
+    it = next;
+  }
 }
 
 void HandleCache::evict_peer(int peer) {

@@ -9,7 +9,10 @@
 // new one, so a reused address is never served from the old allocation. The handle's
 // kind and share id are part of the match too: a VMM allocation or pool buffer that
 // replaced a cudaMalloc one at the same address (or the other way) is a new mapping.
-// Fd kinds (VMM, pools) get their file descriptor from the FdExchange on a miss.
+// Fd kinds (VMM, pools) get their file descriptor from the FdExchange on a miss. A vmm-multi
+// handle (a buffer over several VMM allocations) is one entry: its share id digests every
+// piece's buffer id, so a piece freed and reallocated at its address makes a stale eviction
+// (the whole mapping closed: every piece unmapped and released) and a new mapping.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +31,8 @@ struct HandleCacheStats {
   uint64_t stale_evictions = 0;   // same (peer, base), new buffer_id
   uint64_t capacity_evictions = 0;
   uint64_t fd_opens = 0;          // mappings opened with a file descriptor (VMM, a pool's first)
+  uint64_t multi_opens = 0;       // of those: buffers spanning several VMM allocations (vmm-multi)
+  uint64_t pieces_mapped = 0;     // the allocations those mapped
 };
 
 class FdExchange;
@@ -60,6 +65,7 @@ class HandleCache {
   };
   using Key = std::pair<int, uint64_t>;  // (peer, peer_base)
   void close_entry(std::map<Key, Entry>::iterator it);
+  void evict_overlapping_pool_imports(int peer, uint64_t peer_base, const Backend::IpcMemHandle& h);
 
   Backend& backend_;
   size_t max_entries_;

@@ -146,14 +146,16 @@ CollTeam::Desc CollTeam::describe(const void* p, size_t bytes) {
       u - it->second.base + bytes <= it->second.size) {
     d.handle = it->second;
   } else {
-    d.handle = backend_.ipc_export(p);
+    // VMM memory spanning several allocations gets a vmm-multi handle; it is not kept (the key
+    // names one piece, and a later piece freed and reallocated must give a new handle).
+    d.handle = backend_.ipc_export_range(p, bytes);
     if (exports_.size() >= kExportsKept) exports_.clear();
-    exports_[info.base] = d.handle;
+    if (d.handle.kind != Backend::IpcKind::VmmMulti) exports_[info.base] = d.handle;
   }
   d.base = d.handle.base;  // VMM: the allocation in the reservation, not the reservation
   d.offset = reinterpret_cast<uintptr_t>(p) - d.handle.base;
   GS_REQUIRE(d.offset + bytes <= d.handle.size, GPUSTRIPE_ERR_NOT_SUPPORTED,
-             "a buffer spanning two VMM allocations has no one IPC handle");
+             "a buffer spanning memory of several kinds has no one IPC handle");
   // Fd kinds (VMM, pools): every peer may map it, so every peer gets the descriptor before
   // the allgather that names the buffer (once per peer and allocation or pool).
   ipc::FdExchange* fds = rt_.endpoint().fd_exchange();

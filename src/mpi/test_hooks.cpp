@@ -13,8 +13,8 @@ using namespace gpustripe::mpi;
 namespace {
 const ChoiceSetting kTestAlloc{"GPUSTRIPE_TEST_ALLOC", "plain",
                                "Test only: the allocator behind gpustripe_mpi_test_alloc (the MPI test programs' "
-                               "device buffers): plain, vmm, pool or async (Backend::alloc_device_as)",
-                               {"plain", "vmm", "pool", "async"}};
+                               "device buffers): plain, vmm, pool, async or vmm_multi (Backend::alloc_device_as)",
+                               {"plain", "vmm", "pool", "async", "vmm_multi"}};
 }  // namespace
 
 extern "C" {
@@ -61,6 +61,7 @@ long long gpustripe_mpi_test_ipc_counter(const char* name) {
   const std::pair<const char*, uint64_t> all[] = {
       {"map_hits", c.hits},        {"map_misses", c.misses},   {"map_stale", c.stale_evictions},
       {"fd_opens", c.fd_opens},    {"fd_offered", f.offered}, {"fd_taken", f.taken},
+      {"multi_opens", c.multi_opens}, {"pieces_mapped", c.pieces_mapped},
       {"fd_requested", f.requested}, {"fd_served", f.served}};
   for (const auto& kv : all)
     if (std::strcmp(kv.first, name) == 0) return static_cast<long long>(kv.second);

@@ -356,14 +356,18 @@ bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int 
     } else {
       PointerInfo info = backend_->pointer_info(p);
       if (info.kind != MemoryKind::Device || info.base == 0) return false;
-      e->handle = backend_->ipc_export(p);
+      // VMM memory spanning several allocations (expandable segments) gets a vmm-multi handle.
+      e->handle = backend_->ipc_export_range(p, bytes);
       e->exporter_base = e->handle.base;
       if (u < e->exporter_base || u - e->exporter_base + bytes > e->handle.size) {
         GS_LOG_DEBUG(Subsys::P2p, "rank %d: [%p, +%llu) spans more than the %s allocation it starts in: streaming it",
                      ch_.rank(), p, static_cast<unsigned long long>(bytes), ipc_kind_name(e->handle.kind));
         return false;
       }
-      if (known && info.base == loc.base && e->handle.buffer_id == loc.buffer_id) {
+      // Not kept for vmm-multi handles: the key names the piece at p only, and a later piece
+      // freed and reallocated must give a new handle (the walk is made again per message).
+      if (known && info.base == loc.base && e->handle.buffer_id == loc.buffer_id &&
+          e->handle.kind != Backend::IpcKind::VmmMulti) {
         // Bounded: a program that allocates without end must not grow this without end.
         if (exports_.size() >= 4096) exports_.clear();
         exports_[{loc.base, loc.buffer_id}] = *e;
@@ -372,7 +376,9 @@ bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int 
     e->offset = u - e->exporter_base;
     return fds_->offer(dst, e->handle);  // fd kinds: the descriptor goes before the record naming it
   } catch (const Error& err) {
-    if (err.status() == GPUSTRIPE_ERR_PEER_FAILED || err.status() == GPUSTRIPE_ERR_TIMEOUT) throw;
+    if (err.status() == GPUSTRIPE_ERR_PEER_FAILED || err.status() == GPUSTRIPE_ERR_TIMEOUT ||
+        err.status() == GPUSTRIPE_ERR_CONFIG)
+      throw;
     // Memory without IPC handles (the default pool of cudaMallocAsync): the data takes the
     // stream path. Said once at info level, then at debug level.
     static bool said = false;

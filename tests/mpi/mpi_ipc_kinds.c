@@ -1,7 +1,9 @@
 /* Device buffers of every allocator kind through the interposer: "plain" (cudaMalloc),
  * "vmm" (cuMemCreate with POSIX-fd handles), "pool" (a cudaMallocAsync pool with POSIX-fd
- * handles) and "async" (the device's default pool, which has no IPC handle). Emulated in CI:
- * vmm and pool are memfd memory, async private memory. Even ranks send to the next odd rank:
+ * handles), "async" (the device's default pool, which has no IPC handle) and "vmm_multi" (one
+ * reservation mapped with several cuMemCreate allocations, as PyTorch's expandable segments:
+ * one vmm-multi handle, every piece's descriptor in one message). Emulated in CI: vmm, pool and
+ * vmm_multi are memfd memory, async private memory. Even ranks send to the next odd rank:
  * device to device (the receiver maps the sender's buffer), host to device (the sender maps
  * the receiver's), and a send buffer freed and reallocated between messages (typically at the
  * same address: never served from the old mapping). Random data, checked. The IPC counters
@@ -28,7 +30,7 @@ static unsigned char* dev_buf(const char* kind, size_t n) {
 }
 
 typedef struct {
-  long long hits, misses, stale, fd_opens, offered, requested;
+  long long hits, misses, stale, fd_opens, offered, requested, multi;
 } counts_t;
 
 static counts_t counts(void) {
@@ -39,6 +41,7 @@ static counts_t counts(void) {
   c.fd_opens = counter("fd_opens");
   c.offered = counter("fd_offered");
   c.requested = counter("fd_requested");
+  c.multi = counter("multi_opens");
   CHECK(c.hits >= 0 && c.misses >= 0 && c.stale >= 0 && c.fd_opens >= 0);
   return c;
 }
@@ -104,27 +107,33 @@ static void run_kind(const char* kind, size_t n, int rounds, int reallocs, int s
   long long fd = pulled.fd_opens - before.fd_opens;
   long long push_maps = after.misses + after.stale + after.hits - (pulled.misses + pulled.stale + pulled.hits);
   long long push_fd = after.fd_opens - pulled.fd_opens;
+  long long multi = pulled.multi - before.multi, push_multi = after.multi - pulled.multi;
   int mapped_kind = strcmp(kind, "async") != 0;
-  int fd_kind = strcmp(kind, "vmm") == 0 || strcmp(kind, "pool") == 0;
+  int is_multi = strcmp(kind, "vmm_multi") == 0;
+  int one_fd_per_buffer = strcmp(kind, "vmm") == 0 || is_multi;
+  int fd_kind = one_fd_per_buffer || strcmp(kind, "pool") == 0;
   if (!sender) {
     if (mapped_kind) {
       CHECK(maps == rounds + reallocs);        /* every message went through a mapping */
       CHECK(fresh == 1 + reallocs);            /* each new send buffer mapped anew, never a stale hit */
       /* By descriptor: one per VMM allocation; a pool's only the first time this process met
        * the pool on CUDA (emulated pools are memfd memory, one descriptor per buffer). */
-      if (strcmp(kind, "vmm") == 0) CHECK(fd == 1 + reallocs);
+      if (one_fd_per_buffer) CHECK(fd == 1 + reallocs);
       else if (fd_kind) CHECK(fd <= 1 + reallocs);
       else CHECK(fd == 0);
+      /* A buffer over several VMM allocations: every mapping of it is one vmm-multi mapping. */
+      CHECK(multi == (is_multi ? 1 + reallocs : 0));
     } else {
       CHECK(maps == 0 && fd == 0);             /* no handle: streamed */
     }
-    printf("KIND %s bytes=%zu path=%s maps=%lld fresh=%lld fd_opens=%lld best_us=%.1f gbps=%.2f\n", kind, n,
-           mapped_kind ? (fd_kind ? "mapped-fd" : "mapped-legacy") : "stream", maps, fresh, fd, t_best * 1e6,
-           n / t_best / 1e9);
+    printf("KIND %s bytes=%zu path=%s maps=%lld fresh=%lld fd_opens=%lld multi_opens=%lld best_us=%.1f gbps=%.2f\n",
+           kind, n, mapped_kind ? (is_multi ? "mapped-multi" : fd_kind ? "mapped-fd" : "mapped-legacy") : "stream",
+           maps, fresh, fd, multi, t_best * 1e6, n / t_best / 1e9);
     fflush(stdout);
   } else {
     CHECK(push_maps == (mapped_kind ? 1 : 0));
-    CHECK(strcmp(kind, "vmm") == 0 ? push_fd == 1 : fd_kind ? push_fd <= 1 : push_fd == 0);
+    CHECK(one_fd_per_buffer ? push_fd == 1 : fd_kind ? push_fd <= 1 : push_fd == 0);
+    CHECK(push_multi == is_multi);
   }
   hk.free_(buf);
   free(host);
@@ -150,7 +159,7 @@ static void allreduce_kind(const char* kind, int count) {
   long long off = counter("fd_offered") - offered;
   if (strcmp(kind, "async") == 0) CHECK(!gs && off == 0);  /* no handle: the MPI's way, on every rank */
   else CHECK(gs);                                            /* mapped by every rank */
-  if (strcmp(kind, "vmm") == 0) CHECK(off >= size - 1);      /* to every other rank */
+  if (strcmp(kind, "vmm") == 0 || strcmp(kind, "vmm_multi") == 0) CHECK(off >= size - 1); /* to every other rank */
   if (rank == 0) {
     printf("ALLREDUCE %s bytes=%zu path=%s fd_offered=%lld\n", kind, n, gs ? "gpustripe" : "mpi-staged", off);
     fflush(stdout);
@@ -172,15 +181,19 @@ int main(int argc, char** argv) {
   ndev = hk.device_count();
   CHECK(ndev > 0);
   int cuda = strcmp(hk.backend(), "cuda") == 0;
-  const char* kinds[] = {"plain", "vmm", "pool", "async"};
+  const char* kinds[] = {"plain", "vmm", "pool", "async", "vmm_multi"};
   size_t sizes[] = {(1u << 20) + 3, cuda ? (64u << 20) : (8u << 20) + 5};
+  /* vmm_multi: several pieces at both sizes (CUDA: 2 MiB pieces up to 20 MiB, then 20 MiB;
+   * emulated: 64 KiB pieces, at most 64 per handle). */
+  size_t multi_sizes[] = {cuda ? (4u << 20) + 3 : (1u << 20) + 3, cuda ? (64u << 20) : (3u << 20) + 5};
   int seq = 0;
   for (int s = 0; s < 2; ++s)
-    for (int k = 0; k < 4; ++k) {
-      run_kind(kinds[k], sizes[s], 3, 2, seq);
+    for (int k = 0; k < 5; ++k) {
+      run_kind(kinds[k], k == 4 ? multi_sizes[s] : sizes[s], 3, 2, seq);
       seq += 10;
     }
   for (int k = 0; k < 4; ++k) allreduce_kind(kinds[k], (1 << 18) + 3);
+  allreduce_kind("vmm_multi", cuda ? (1 << 22) + 3 : (1 << 18) + 3);  /* 9 pieces / 17 pieces */
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) printf("mpi_ipc_kinds: all checks passed on %d ranks\n", size);
   MPI_Finalize();

@@ -72,6 +72,13 @@ int main(int argc, char** argv) {
       NativeTransport t(o, ctx, ep, local % ctx.device_count());
       osu::run_sweeps(o, t);
       ep.flush();
+      if (o.alloc != "plain" && ep.handle_cache()) {  // which IPC path the buffers took (mapped or streamed)
+        gpustripe::ipc::HandleCacheStats c = ep.handle_cache()->stats();
+        std::fprintf(stderr, "IPC rank %d alloc=%s map_misses=%llu map_hits=%llu fd_opens=%llu multi_opens=%llu "
+                     "pieces_mapped=%llu\n", local, o.alloc.c_str(), static_cast<unsigned long long>(c.misses),
+                     static_cast<unsigned long long>(c.hits), static_cast<unsigned long long>(c.fd_opens),
+                     static_cast<unsigned long long>(c.multi_opens), static_cast<unsigned long long>(c.pieces_mapped));
+      }
       MPI_Barrier(node);
     }
     MPI_Comm_free(&node);

@@ -45,10 +45,11 @@ def add_arguments(p):
     p.add_argument("--bibw-window", type=int, default=64, help="window of the bidirectional runs (default 64)")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
     p.add_argument("--iters", type=int, default=0, help="timed iterations per size (0: by size)")
-    p.add_argument("--alloc", default="plain", choices=["plain", "vmm", "pool", "async"],
+    p.add_argument("--alloc", default="plain", choices=["plain", "vmm", "pool", "async", "vmm_multi"],
                    help="allocator of the device buffers of mpi_gpustripe, mpi_host_staged and gpustripe: plain "
                         "(cudaMalloc), vmm (cuMemCreate, POSIX-fd handles), pool (cudaMallocAsync pool with POSIX-fd "
-                        "handles), async (the default pool: no IPC handle); results file mpi-np*-w*-<alloc> "
+                        "handles), async (the default pool: no IPC handle), vmm_multi (several cuMemCreate "
+                        "allocations in one reservation, as PyTorch's expandable segments); results file mpi-np*-w*-<alloc> "
                         "unless plain")
     p.add_argument("--timeout", type=int, default=900, help="seconds one mpirun may take")
     p.add_argument("--build", default=os.environ.get("GPUSTRIPE_BUILD_DIR", "build/dev"),

@@ -19,6 +19,7 @@
 #include <set>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "backend/backend.hpp"
 
@@ -62,7 +63,10 @@ class CudaBackend final : public Backend {
   int ipc_export_fd(const IpcMemHandle& h) override;
   bool ipc_open_needs_fd(const IpcMemHandle& h) override;
   void* ipc_open(const IpcMemHandle& h, int fd = -1) override;
+  void* ipc_open_pieces(const IpcMemHandle& h, const std::vector<IpcPiece>& pieces,
+                        const std::vector<int>& fds) override;
   void ipc_close(void* base) override;
+  void remap_piece(void* p) override;
   uint32_t* register_host(void* p, size_t bytes) override;
   void unregister_host(void* p) override;
   void stream_write_flag(StreamHandle s, uint32_t* flag, uint32_t value) override;
@@ -83,13 +87,22 @@ class CudaBackend final : public Backend {
 
   // VMM memory mapped here: made by alloc_device_as (freed by free_device) or imported by
   // ipc_open (closed by ipc_close). `handle` is the CUmemGenericAllocationHandle.
-  struct VmmMapping {
+  // A range holds one allocation, or several back to back (vmm_multi memory, VmmMulti imports).
+  struct VmmPiece {
+    size_t offset = 0;
     size_t size = 0;
     unsigned long long handle = 0;
+  };
+  struct VmmMapping {
+    size_t size = 0;
+    std::vector<VmmPiece> pieces;
     int device = -1;
     bool imported = false;
   };
-  void* vmm_map(int dev, size_t size, unsigned long long handle, bool imported);
+  // Reserves `size` bytes and maps every piece at its offset, accessible from every GPU that
+  // can reach `dev`; the mapping owns the handles then. On failure nothing stays mapped and the
+  // caller still owns (and releases) the handles.
+  void* vmm_map(int dev, size_t size, const std::vector<VmmPiece>& pieces, bool imported);
   void vmm_unmap(uintptr_t va, const VmmMapping& m);
   // Grants every GPU that can reach `owner` access to [va, va + size) (VMM mappings).
   void vmm_grant_access(uintptr_t va, size_t size, int owner);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -117,7 +118,7 @@ void CudaBackend::vmm_grant_access(uintptr_t va, size_t size, int owner) {
   GS_CU(fn<SetAccessFn>(v.mem_set_access)(static_cast<CUdeviceptr>(va), size, acc.data(), acc.size()), owner);
 }
 
-void* CudaBackend::vmm_map(int dev, size_t size, unsigned long long handle, bool imported) {
+void* CudaBackend::vmm_map(int dev, size_t size, const std::vector<VmmPiece>& pieces, bool imported) {
   const DriverVmm& v = vmm_api("VMM map");
   DeviceGuard guard(dev);
   context_current(dev);
@@ -126,20 +127,22 @@ void* CudaBackend::vmm_map(int dev, size_t size, unsigned long long handle, bool
   GS_CU(fn<GranularityFn>(v.mem_get_granularity)(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), dev);
   CUdeviceptr va = 0;
   GS_CU(fn<AddressReserveFn>(v.mem_address_reserve)(&va, size, gran, 0, 0), dev);
-  CUresult r = fn<MapFn>(v.mem_map)(va, size, 0, static_cast<CUmemGenericAllocationHandle>(handle), 0);
-  if (r != CUDA_SUCCESS) {
-    fn<AddressFreeFn>(v.mem_address_free)(va, size);
-    throw_driver_error(r, "cuMemMap", dev);
-  }
+  size_t mapped = 0;
   try {
-    vmm_grant_access(static_cast<uintptr_t>(va), size, dev);
+    for (const VmmPiece& pc : pieces) {
+      CUresult r = fn<MapFn>(v.mem_map)(va + pc.offset, pc.size, 0, static_cast<CUmemGenericAllocationHandle>(pc.handle), 0);
+      if (r != CUDA_SUCCESS) throw_driver_error(r, "cuMemMap", dev);
+      ++mapped;
+      // Per allocation: an access descriptor covers mapped allocations, one each here.
+      vmm_grant_access(static_cast<uintptr_t>(va + pc.offset), pc.size, dev);
+    }
   } catch (...) {
-    fn<UnmapFn>(v.mem_unmap)(va, size);
+    for (size_t i = 0; i < mapped; ++i) fn<UnmapFn>(v.mem_unmap)(va + pieces[i].offset, pieces[i].size);
     fn<AddressFreeFn>(v.mem_address_free)(va, size);
     throw;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  vmm_[static_cast<uintptr_t>(va)] = VmmMapping{size, handle, dev, imported};
+  vmm_[static_cast<uintptr_t>(va)] = VmmMapping{size, pieces, dev, imported};
   return reinterpret_cast<void*>(va);
 }
 
@@ -153,9 +156,41 @@ void CudaBackend::vmm_unmap(uintptr_t va, const VmmMapping& m) {
   CUdeviceptr p = static_cast<CUdeviceptr>(va);
   DeviceGuard guard(m.device);
   context_current(m.device);
-  GS_CU(fn<UnmapFn>(v.mem_unmap)(p, m.size), m.device);
+  for (const VmmPiece& pc : m.pieces) GS_CU(fn<UnmapFn>(v.mem_unmap)(p + pc.offset, pc.size), m.device);
   GS_CU(fn<AddressFreeFn>(v.mem_address_free)(p, m.size), m.device);
-  GS_CU(fn<MemReleaseFn>(v.mem_release)(static_cast<CUmemGenericAllocationHandle>(m.handle)), m.device);
+  for (const VmmPiece& pc : m.pieces)
+    GS_CU(fn<MemReleaseFn>(v.mem_release)(static_cast<CUmemGenericAllocationHandle>(pc.handle)), m.device);
+}
+
+void CudaBackend::remap_piece(void* p) {
+  const DriverVmm& v = vmm_api("remap_piece");
+  const uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = vmm_.upper_bound(u);
+  GS_REQUIRE(it != vmm_.begin(), GPUSTRIPE_ERR_INVALID_POINTER, "remap_piece: %p is not VMM memory made here", p);
+  --it;
+  VmmMapping& m = it->second;
+  VmmPiece* piece = nullptr;
+  for (VmmPiece& pc : m.pieces)
+    if (it->first + pc.offset == u) piece = &pc;
+  GS_REQUIRE(piece && !m.imported && m.pieces.size() > 1, GPUSTRIPE_ERR_INVALID_POINTER,
+             "remap_piece: %p is not the start of a piece of vmm_multi memory made here", p);
+  const int dev = m.device;
+  lock.unlock();
+  for (int d = 0; d < device_count_; ++d) {  // nothing in flight may touch the old piece
+    DeviceGuard guard(d);
+    GS_CUDA(cudaDeviceSynchronize(), d);
+  }
+  DeviceGuard guard(dev);
+  context_current(dev);
+  CUmemAllocationProp prop = vmm_prop(dev);
+  CUmemGenericAllocationHandle h = 0;
+  GS_CU(fn<MemCreateFn>(v.mem_create)(&h, piece->size, &prop, 0), dev);
+  GS_CU(fn<UnmapFn>(v.mem_unmap)(static_cast<CUdeviceptr>(u), piece->size), dev);
+  GS_CU(fn<MemReleaseFn>(v.mem_release)(static_cast<CUmemGenericAllocationHandle>(piece->handle)), dev);
+  piece->handle = static_cast<unsigned long long>(h);  // held by the mapping from here on, mapped or not
+  GS_CU(fn<MapFn>(v.mem_map)(static_cast<CUdeviceptr>(u), piece->size, 0, h, 0), dev);
+  vmm_grant_access(u, piece->size, dev);
 }
 
 void* CudaBackend::fd_pool(int dev) {
@@ -209,19 +244,28 @@ void* CudaBackend::alloc_device_as(int dev, size_t bytes, DeviceAlloc how) {
   GS_REQUIRE(bytes > 0, GPUSTRIPE_ERR_INVALID_SIZE, "alloc_device_as: 0 bytes on GPU %d", dev);
   switch (how) {
     case DeviceAlloc::Plain: return alloc_device(dev, bytes);
-    case DeviceAlloc::VmmFd: {
+    case DeviceAlloc::VmmFd:
+    case DeviceAlloc::VmmMulti: {
       const DriverVmm& v = vmm_api("alloc_device_as(vmm)");
       CUmemAllocationProp prop = vmm_prop(dev);
       size_t gran = 0;
       GS_CU(fn<GranularityFn>(v.mem_get_granularity)(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), dev);
-      size_t size = (bytes + gran - 1) / gran * gran;
+      const size_t size = (bytes + gran - 1) / gran * gran;
+      const size_t piece = how == DeviceAlloc::VmmMulti ? vmm_multi_piece(bytes, gran) : size;
       DeviceGuard guard(dev);
-      CUmemGenericAllocationHandle h = 0;
-      GS_CU(fn<MemCreateFn>(v.mem_create)(&h, size, &prop, 0), dev);
+      context_current(dev);
+      std::vector<VmmPiece> pieces;
       try {
-        return vmm_map(dev, size, static_cast<unsigned long long>(h), false);
+        for (size_t off = 0; off < size; off += piece) {
+          VmmPiece pc{off, std::min(piece, size - off), 0};
+          CUmemGenericAllocationHandle h = 0;
+          GS_CU(fn<MemCreateFn>(v.mem_create)(&h, pc.size, &prop, 0), dev);
+          pc.handle = static_cast<unsigned long long>(h);
+          pieces.push_back(pc);
+        }
+        return vmm_map(dev, size, pieces, false);
       } catch (...) {
-        fn<MemReleaseFn>(v.mem_release)(h);
+        for (const VmmPiece& pc : pieces) fn<MemReleaseFn>(v.mem_release)(static_cast<CUmemGenericAllocationHandle>(pc.handle));
         throw;
       }
     }
@@ -394,13 +438,14 @@ void* CudaBackend::ipc_open(const IpcMemHandle& h, int fd) {
     GS_REQUIRE(fd >= 0, GPUSTRIPE_ERR_INVALID_ARGUMENT, "ipc_open: a vmm-fd handle needs the exporter's descriptor");
     const DriverVmm& v = vmm_api("ipc_open");
     DeviceGuard guard(h.device);
+    context_current(h.device);
     CUmemGenericAllocationHandle ah = 0;
     GS_CU(fn<ImportFn>(v.mem_import)(&ah, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
           h.device);
     void* p = nullptr;
     try {
-      p = vmm_map(h.device, h.size, static_cast<unsigned long long>(ah), true);
+      p = vmm_map(h.device, h.size, {VmmPiece{0, h.size, static_cast<unsigned long long>(ah)}}, true);
     } catch (...) {
       fn<MemReleaseFn>(v.mem_release)(ah);
       throw;
@@ -445,6 +490,38 @@ void* CudaBackend::ipc_open(const IpcMemHandle& h, int fd) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     pool_imports_.insert(reinterpret_cast<uintptr_t>(p));
+  }
+  enable_peer_access_to(h.device);
+  return p;
+}
+
+void* CudaBackend::ipc_open_pieces(const IpcMemHandle& h, const std::vector<IpcPiece>& pieces,
+                                   const std::vector<int>& fds) {
+  check_device("ipc_open_pieces", "the handle's device", h.device);
+  GS_REQUIRE(std::memcmp(h.bytes, kVmmMagic, sizeof kVmmMagic) == 0, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "ipc_open_pieces: not a CUDA vmm handle");
+  GS_REQUIRE(handle_pid(h) != static_cast<int32_t>(getpid()), GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "ipc_open_pieces: the handle was exported by this process");
+  ipc_check_pieces(h, pieces);
+  GS_REQUIRE(fds.size() == pieces.size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "ipc_open_pieces: %zu descriptors for %zu pieces",
+             fds.size(), pieces.size());
+  const DriverVmm& v = vmm_api("ipc_open_pieces");
+  DeviceGuard guard(h.device);
+  context_current(h.device);
+  std::vector<VmmPiece> mine;
+  void* p = nullptr;
+  try {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      CUmemGenericAllocationHandle ah = 0;
+      GS_CU(fn<ImportFn>(v.mem_import)(&ah, reinterpret_cast<void*>(static_cast<uintptr_t>(fds[i])),
+                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+            h.device);
+      mine.push_back(VmmPiece{pieces[i].offset, pieces[i].size, static_cast<unsigned long long>(ah)});
+    }
+    p = vmm_map(h.device, h.size, mine, true);
+  } catch (...) {
+    for (const VmmPiece& pc : mine) fn<MemReleaseFn>(v.mem_release)(static_cast<CUmemGenericAllocationHandle>(pc.handle));
+    throw;
   }
   enable_peer_access_to(h.device);
   return p;

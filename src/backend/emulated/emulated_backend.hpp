@@ -67,7 +67,10 @@ class EmulatedBackend final : public Backend {
   int ipc_export_fd(const IpcMemHandle& h) override;
   bool ipc_open_needs_fd(const IpcMemHandle& h) override;
   void* ipc_open(const IpcMemHandle& h, int fd = -1) override;
+  void* ipc_open_pieces(const IpcMemHandle& h, const std::vector<IpcPiece>& pieces,
+                        const std::vector<int>& fds) override;
   void ipc_close(void* base) override;
+  void remap_piece(void* p) override;
   uint32_t* register_host(void* p, size_t bytes) override;
   void stream_write_flag(StreamHandle s, uint32_t* flag, uint32_t value) override;
   void stream_wait_flag(StreamHandle s, const uint32_t* flag, uint32_t value) override;
@@ -89,6 +92,9 @@ class EmulatedBackend final : public Backend {
   void drain_all_streams();
   // Unmaps / unlinks / frees one allocation's storage (already out of the table).
   static void release(const Allocation& a) noexcept;
+  // VmmMulti: a reserved range tiled with memfd pieces, one table entry each.
+  void* alloc_vmm_multi(int dev, size_t bytes);
+  void free_vmm_multi(const Allocation& first);
 
   const int device_count_;
   std::vector<std::vector<uint8_t>> peer_access_;

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
+#include <algorithm>
 
 #include "backend/emulated/emulated_backend.hpp"
 #include "backend/emulated/shm_segment.hpp"
@@ -24,6 +26,8 @@ constexpr size_t kIpcNameOffset = 16;
 constexpr size_t kIpcNameMax = Backend::kIpcHandleBytes - kIpcNameOffset - 1;
 
 constexpr size_t kPinnedAlign = 4096;
+// The emulated VMM granularity: small, so CI's megabyte buffers span many pieces.
+constexpr size_t kVmmGranularity = 64 << 10;
 
 }  // namespace
 
@@ -42,6 +46,7 @@ void* EmulatedBackend::alloc_device(int dev, size_t bytes) { return alloc_device
 void* EmulatedBackend::alloc_device_as(int dev, size_t bytes, DeviceAlloc how) {
   check_device("alloc_device", "dev", dev);
   GS_REQUIRE(bytes > 0, GPUSTRIPE_ERR_INVALID_SIZE, "alloc_device: 0 bytes on GPU %d", dev);
+  if (how == DeviceAlloc::VmmMulti) return alloc_vmm_multi(dev, bytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t limit = memory_limit_[dev];
@@ -92,6 +97,7 @@ void* EmulatedBackend::alloc_device_as(int dev, size_t bytes, DeviceAlloc how) {
         a.unshared = true;
         a.base = reinterpret_cast<uintptr_t>(create_private(bytes, dev));
         break;
+      case DeviceAlloc::VmmMulti: break;  // alloc_vmm_multi
     }
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -105,9 +111,78 @@ void* EmulatedBackend::alloc_device_as(int dev, size_t bytes, DeviceAlloc how) {
   return reinterpret_cast<void*>(a.base);
 }
 
+void* EmulatedBackend::alloc_vmm_multi(int dev, size_t bytes) {
+  const size_t total = (bytes + kVmmGranularity - 1) / kVmmGranularity * kVmmGranularity;
+  const size_t piece = vmm_multi_piece(bytes, kVmmGranularity);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t limit = memory_limit_[dev];
+    GS_REQUIRE(limit == 0 || memory_used_[dev] + total <= limit, GPUSTRIPE_ERR_NO_MEMORY,
+               "alloc_device: emulated GPU %d has %llu of %llu bytes in use, %zu more do not fit", dev,
+               static_cast<unsigned long long>(memory_used_[dev]), static_cast<unsigned long long>(limit), total);
+    memory_used_[dev] += total;
+  }
+  char* base = static_cast<char*>(reserve_range(total, dev));
+  std::vector<Allocation> made;
+  try {
+    for (size_t off = 0; off < total; off += piece) {
+      Allocation a;
+      a.size = std::min(piece, total - off);
+      a.kind = MemoryKind::Device;
+      a.device = dev;
+      a.vmm = true;
+      a.reservation = reinterpret_cast<uintptr_t>(base);
+      a.reservation_size = total;
+      a.base = reinterpret_cast<uintptr_t>(create_memfd(a.size, dev, &a.fd, base + off));
+      a.buffer_id = next_buffer_id();
+      made.push_back(a);
+    }
+  } catch (...) {
+    for (const Allocation& a : made) close(a.fd);
+    unmap_segment(base, total);
+    std::lock_guard<std::mutex> lock(mu_);
+    memory_used_[dev] -= total;
+    throw;
+  }
+  for (const Allocation& a : made) table_.insert(a);
+  GS_LOG_TRACE(Subsys::Backend, "alloc_device_as(GPU %d, %zu, vmm_multi) -> %p (%zu pieces)", dev, bytes,
+               static_cast<void*>(base), made.size());
+  return base;
+}
+
+void EmulatedBackend::free_vmm_multi(const Allocation& first) {
+  GS_REQUIRE(first.base == first.reservation, GPUSTRIPE_ERR_INVALID_POINTER,
+             "free_device: 0x%zx is a piece inside the vmm_multi allocation at 0x%zx, not its start",
+             static_cast<size_t>(first.base), static_cast<size_t>(first.reservation));
+  drain_all_streams();
+  for (uintptr_t at = first.base; at < first.reservation + first.reservation_size;) {
+    std::optional<Allocation> a = table_.find_base(reinterpret_cast<void*>(at));
+    if (!a) break;  // cannot happen: the pieces tile the range
+    table_.erase(reinterpret_cast<void*>(at));
+    release(*a);
+    at += a->size;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  memory_used_[first.device] -= first.reservation_size;
+}
+
+void EmulatedBackend::remap_piece(void* p) {
+  std::optional<Allocation> a = table_.find_base(p);
+  GS_REQUIRE(a && a->reservation != 0 && !a->imported, GPUSTRIPE_ERR_INVALID_POINTER,
+             "remap_piece: %p is not the start of a piece of vmm_multi memory made here", p);
+  drain_all_streams();
+  Allocation n = *a;
+  n.base = reinterpret_cast<uintptr_t>(create_memfd(a->size, a->device, &n.fd, p));  // replaces the old mapping
+  n.buffer_id = next_buffer_id();
+  close(a->fd);
+  table_.erase(p);
+  table_.insert(n);
+}
+
 void EmulatedBackend::free_device(void* p) {
   if (p == nullptr) return;  // as cudaFree(NULL)
   std::optional<Allocation> a = table_.find_base(p);
+  if (a && a->reservation != 0 && !a->imported) return free_vmm_multi(*a);
   if (!a || a->kind != MemoryKind::Device || a->imported) {
     std::optional<Allocation> inner = table_.find(p);
     if (a && a->imported)
@@ -274,6 +349,50 @@ void* EmulatedBackend::ipc_open(const IpcMemHandle& h, int fd) {
   GS_LOG_DEBUG(Subsys::Backend, "ipc_open(%s of pid %d, GPU %d, %zu bytes) -> %p", name, pid, h.device, h.size,
                reinterpret_cast<void*>(a.base));
   return reinterpret_cast<void*>(a.base);
+}
+
+void* EmulatedBackend::ipc_open_pieces(const IpcMemHandle& h, const std::vector<IpcPiece>& pieces,
+                                       const std::vector<int>& fds) {
+  GS_REQUIRE(std::memcmp(h.bytes, kIpcMagic, sizeof kIpcMagic) == 0, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "ipc_open_pieces: not a handle of emulated memory (made by another backend?)");
+  check_device("ipc_open_pieces", "the handle's device", h.device);
+  ipc_check_pieces(h, pieces);
+  GS_REQUIRE(fds.size() == pieces.size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "ipc_open_pieces: %zu descriptors for %zu pieces",
+             fds.size(), pieces.size());
+  int32_t pid;
+  std::memcpy(&pid, h.bytes + kIpcPidOffset, sizeof pid);
+  GS_REQUIRE(pid != static_cast<int32_t>(getpid()), GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "ipc_open_pieces: the handle was exported by this process (CUDA cannot open its own IPC handles)");
+  char name[kIpcNameMax + 1] = {};
+  std::snprintf(name, sizeof name, "memfds:%d:%llu", static_cast<int>(pid), static_cast<unsigned long long>(h.share_id));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = imported_.find(name);
+  if (it != imported_.end()) {
+    table_.add_open(it->second, +1);
+    return it->second;
+  }
+  char* base = static_cast<char*>(reserve_range(h.size, h.device));
+  try {
+    for (size_t i = 0; i < pieces.size(); ++i) map_memfd_range(fds[i], 0, pieces[i].size, base + pieces[i].offset);
+  } catch (...) {
+    unmap_segment(base, h.size);
+    throw;
+  }
+  Allocation a;
+  a.base = reinterpret_cast<uintptr_t>(base);
+  a.size = h.size;
+  a.kind = MemoryKind::Device;
+  a.device = h.device;
+  a.buffer_id = h.buffer_id;
+  a.segment = name;
+  a.vmm = true;
+  a.imported = true;
+  a.open_count = 1;
+  table_.insert(a);
+  imported_[name] = base;
+  GS_LOG_DEBUG(Subsys::Backend, "ipc_open_pieces(%zu pieces of pid %d, GPU %d, %zu bytes) -> %p", pieces.size(), pid,
+               h.device, h.size, static_cast<void*>(base));
+  return base;
 }
 
 void EmulatedBackend::ipc_close(void* base) {

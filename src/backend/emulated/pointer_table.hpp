@@ -24,10 +24,17 @@ struct Allocation {
   bool vmm = false;     // memfd memory (made here, or imported by ipc_open with a descriptor)
   bool unshared = false;  // private memory: no IPC handle (alloc_device_as NotShareable)
   int64_t pool_offset = -1;  // pool memory (alloc_device_as PoolFd, or imported): offset in the pool's memfd
+  uintptr_t reservation = 0;    // VmmMulti pieces made here: the range they tile (its first piece's base)
+  size_t reservation_size = 0;
   bool imported = false;  // mapped by ipc_open, released by ipc_close
   int open_count = 0;     // ipc_open calls not yet closed (imported only)
 
-  PointerInfo info() const { return PointerInfo{kind, device, base, size, buffer_id}; }
+  // A VmmMulti piece reports the whole range (as CUDA's range attributes give the reservation
+  // of VMM memory) with its own buffer id; ipc_export names the piece itself.
+  PointerInfo info() const {
+    return reservation ? PointerInfo{kind, device, reservation, reservation_size, buffer_id}
+                       : PointerInfo{kind, device, base, size, buffer_id};
+  }
   bool contains(uintptr_t p, size_t bytes) const { return p >= base && p - base <= size && bytes <= size - (p - base); }
 };
 

@@ -77,7 +77,14 @@ void unmap_segment(void* base, size_t bytes) noexcept { munmap(base, bytes); }
 
 void unlink_segment(const std::string& name) noexcept { shm_unlink(name.c_str()); }
 
-void* create_memfd(size_t bytes, int device, int* fd) {
+void* reserve_range(size_t bytes, int device) {
+  void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  GS_REQUIRE(p != MAP_FAILED, GPUSTRIPE_ERR_NO_MEMORY, "emulated GPU %d: cannot reserve %zu bytes of addresses: %s",
+             device, bytes, strerror(errno));
+  return p;
+}
+
+void* create_memfd(size_t bytes, int device, int* fd, void* at) {
   int f = memfd_create("gpustripe-emu-vmm", MFD_CLOEXEC);
   GS_REQUIRE(f >= 0, GPUSTRIPE_ERR_NO_MEMORY, "emulated GPU %d: memfd_create failed: %s", device, strerror(errno));
   int rc = posix_fallocate(f, 0, static_cast<off_t>(bytes));
@@ -86,7 +93,7 @@ void* create_memfd(size_t bytes, int device, int* fd) {
     GS_THROW(GPUSTRIPE_ERR_NO_MEMORY, "emulated GPU %d: cannot reserve %zu bytes of memfd memory (%s; %s free in /dev/shm)",
              device, bytes, strerror(rc), shm_free_text().c_str());
   }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+  void* p = mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0), f, 0);
   if (p == MAP_FAILED) {
     int err = errno;
     close(f);
@@ -99,14 +106,14 @@ void* create_memfd(size_t bytes, int device, int* fd) {
 
 void* map_memfd(int fd, size_t bytes) { return map_memfd_range(fd, 0, bytes); }
 
-void* map_memfd_range(int fd, uint64_t offset, size_t bytes) {
+void* map_memfd_range(int fd, uint64_t offset, size_t bytes, void* at) {
   struct stat st {};
   GS_REQUIRE(fd >= 0 && fstat(fd, &st) == 0, GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "emulated VMM import: file descriptor %d is not open", fd);
   GS_REQUIRE(static_cast<uint64_t>(st.st_size) >= offset + bytes, GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "emulated VMM import: the memory holds %lld bytes, the handle says %zu at %llu",
              static_cast<long long>(st.st_size), bytes, static_cast<unsigned long long>(offset));
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
+  void* p = mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0), fd, static_cast<off_t>(offset));
   GS_REQUIRE(p != MAP_FAILED, GPUSTRIPE_ERR_NO_MEMORY, "emulated VMM import: mmap of %zu bytes failed: %s", bytes,
              strerror(errno));
   return p;
