@@ -29,6 +29,10 @@ const ChoiceSetting kExchange{"GPUSTRIPE_MPI_COLL_EXCHANGE", "shm",
                               "handles at every call (also the call's entry barrier): the team's shared-memory "
                               "segment (shm) or an MPI allgather (mpi)",
                               {"shm", "mpi"}};
+const SizeSetting kRoundsMin{"GPUSTRIPE_MPI_COLL_ROUNDS_MIN", "0",
+                            "MPI collectives across processes: smallest reduction (size per rank) whose copy-engine "
+                            "schedule moves whole blocks per round, folded in as they land (GPUSTRIPE_COLL_RS_ORDER="
+                            "auto); below, chunk by chunk"};
 std::atomic<bool> g_die_in_next{false};  // test hook: SIGKILL inside the next call
 
 bool exchange_shm() {
@@ -78,7 +82,12 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
   // and out of the mappings work, so reductions across processes take the copy-engine
   // schedules there: senders push blocks into the reducer's scratch, kernels read local memory.
   const std::string kernels = kPeerKernels.get();
-  if (kernels == "no" || (kernels == "auto" && !backend_.emulated())) res_.all_peer = false;
+  if (kernels == "no" || (kernels == "auto" && !backend_.emulated())) {
+    // Copy engines still reach every peer: the round-major copy reductions (native's schedules
+    // from 256M) apply.
+    res_.copy_peers = res_.all_peer;
+    res_.all_peer = false;
+  }
 
   // The flags the ranks' hosts order cross-rank steps with.
   char name[128] = {};
@@ -193,13 +202,23 @@ void CollTeam::map_all(int r, std::initializer_list<const Desc*> descs, std::ini
     GS_LOG_INFO(Subsys::Mpi, "rank %d's buffer is mapped here already (%s): closing the cached mappings of its "
                 "buffers and mapping again", r, e.what());
     rt_.endpoint().handle_cache()->evict_peer(channel_rank_[r]);
+    ++evictions_;
     auto o = out.begin();
     for (const Desc* d : descs) **o++ = map(r, *d);
   }
 }
 
+uint64_t CollTeam::mapping_epoch() const {
+  ipc::HandleCache* cache = rt_.endpoint().handle_cache();
+  if (!cache) return evictions_;
+  const ipc::HandleCacheStats st = cache->stats();
+  return evictions_ + st.stale_evictions + st.capacity_evictions;
+}
+
 coll::Choice CollTeam::choose(const CollCall& call) const {
-  coll::Choice c = coll::choose_schedule(call.op, res_, call.bytes, call.elem_size);
+  coll::TeamResources res = res_;
+  if (call.bytes < kRoundsMin.get()) res.copy_peers = false;
+  coll::Choice c = coll::choose_schedule(call.op, res, call.bytes, call.elem_size);
   // The host path needs pinned host memory shared by the ranks' processes: not yet (it
   // gained ~1% at 256M per rank in one process, HARDWARE.md's 5-10% being for one pair).
   if (c.exchange.host_share > 0) {
@@ -210,6 +229,10 @@ coll::Choice CollTeam::choose(const CollCall& call) const {
   // measured in one process only.
   if (c.reduce.host_share > 0) {
     c.reduce.host_share = 0;
+    c.why += " (no host share across processes)";
+  }
+  if (c.reduce.gather_host_share > 0 || c.reduce.ag_host_share > 0) {
+    c.reduce.gather_host_share = c.reduce.ag_host_share = 0;
     c.why += " (no host share across processes)";
   }
   c.exchange.sm_share = 0;
@@ -345,6 +368,26 @@ bool CollTeam::run(const CollCall& call) {
       put(r == rank_ ? scratch_.bytes : all[r].scratch.present ? all[r].scratch.handle.size : size_t(0));
     }
   }
+  // A graph of this rank's part names, beyond the Program, every allocation it touches (a
+  // graph must never be replayed on memory freed since and allocated again at the same
+  // address: the exporters' buffer ids); mappings closed since it was captured drop it.
+  std::string graph_key;
+  if (!prog_key.empty()) {
+    graph_key = prog_key;
+    bool known = true;
+    for (const RankInfo& ri : all)
+      for (const Desc* d : {&ri.send, &ri.recv, &ri.scratch}) {
+        if (!d->present) continue;
+        known = known && d->handle.buffer_id != 0;
+        graph_key.append(reinterpret_cast<const char*>(&d->handle.buffer_id), sizeof d->handle.buffer_id);
+      }
+    if (!known) graph_key.clear();
+    const uint64_t epoch = mapping_epoch();
+    if (epoch != graphs_epoch_) {
+      runner_->forget_graphs();
+      graphs_epoch_ = epoch;
+    }
+  }
   auto cached = prog_key.empty() ? programs_.end() : programs_.find(prog_key);
   if (cached == programs_.end()) {
     coll::Program prog(n_);
@@ -365,7 +408,7 @@ bool CollTeam::run(const CollCall& call) {
     if (programs_.size() >= kProgramsKept) programs_.clear();
     cached = programs_.emplace(prog_key, std::move(prog)).first;
   }
-  runner_->run(cached->second, call.device);
+  runner_->run(cached->second, call.device, graph_key);
   return true;
 }
 

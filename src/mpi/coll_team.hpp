@@ -96,6 +96,9 @@ class CollTeam {
   void grow(Owned& b, int dev, size_t bytes);
   coll::Choice choose(const CollCall& call) const;
   bool peer_ok(int dev, int peer);  // can_access_peer, asked once per pair
+  // Changes whenever this process closed a mapping of a peer's buffer (captured graphs may
+  // hold its address).
+  uint64_t mapping_epoch() const;
 
   Runtime& rt_;
   Backend& backend_;
@@ -119,6 +122,8 @@ class CollTeam {
   };
   std::map<std::string, Shape> shapes_;
   std::map<std::string, coll::Program> programs_;
+  uint64_t evictions_ = 0;     // map_all's evictions of a rank's mappings
+  uint64_t graphs_epoch_ = 0;  // mapping_epoch() when the runner's graphs were made
 };
 
 }  // namespace gpustripe::mpi
