@@ -1,6 +1,7 @@
 #include "mpi/coll_slice.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -133,7 +134,19 @@ EventHandle SliceRunner::event(int device, size_t i) {
   return ev[i];
 }
 
+namespace {
+double us_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
 void SliceRunner::barrier(const char* what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Add {
+    double& to;
+    std::chrono::steady_clock::time_point t0;
+    ~Add() { to += us_since(t0); }
+  } add{barrier_us_, t0};
   const uint64_t n = ++barriers_;
   flags_.arrived(rank_).store(n, std::memory_order_release);
   ipc::Waiter w(format("%s: rank %d waiting for the other ranks of the collective", what, rank_), check_peers_);
@@ -220,6 +233,7 @@ static void dependents(const std::vector<Op>& ops, size_t begin, size_t end, int
 }
 
 void SliceRunner::drain(const std::vector<Lane*>& used, const std::function<void()>& release) {
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<EventHandle> ends;
   for (Lane* l : used) {
     EventHandle& e = end_events_[l->stream()];
@@ -232,6 +246,7 @@ void SliceRunner::drain(const std::vector<Lane*>& used, const std::function<void
                   check_peers_);
     for (EventHandle e : ends)
       while (!backend_.query_event(e)) w.pause();
+    drain_us_ += us_since(t0);
   } catch (...) {
     release();
     for (Lane* l : used) {

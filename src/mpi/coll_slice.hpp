@@ -88,6 +88,9 @@ class SliceRunner {
   // Graphs launched and captured so far (tests, logs).
   uint64_t graph_launches() const { return graph_launches_; }
   uint64_t graph_captures() const { return graph_captures_; }
+  // Host time spent so far waiting for this rank's streams, and in the hosts' barriers (us).
+  double drain_us() const { return drain_us_; }
+  double barrier_us() const { return barrier_us_; }
   // A barrier of the team's hosts.
   void barrier(const char* what);
   // Every rank's `bytes` (<= TeamFlags::kInfoBytes) into all[r * bytes]; a barrier too (no
@@ -118,6 +121,7 @@ class SliceRunner {
   std::map<std::string, std::vector<uint32_t>> graph_waits_;  // by graph key: the edge slots it waits on
   std::set<std::string> uncapturable_;
   uint64_t graph_launches_ = 0, graph_captures_ = 0;
+  double drain_us_ = 0, barrier_us_ = 0;
 
   // Enqueues this rank's op i on `l` after its same-rank dependencies and its program lane's
   // previous op (waits on their marks where they ran on other streams).

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 
 #include "common/config.hpp"
@@ -33,6 +34,9 @@ const SizeSetting kRoundsMin{"GPUSTRIPE_MPI_COLL_ROUNDS_MIN", "0",
                             "MPI collectives across processes: smallest reduction (size per rank) whose copy-engine "
                             "schedule moves whole blocks per round, folded in as they land (GPUSTRIPE_COLL_RS_ORDER="
                             "auto); below, chunk by chunk"};
+const BoolSetting kTimes{"GPUSTRIPE_MPI_COLL_TIMES", "0",
+                        "MPI collectives across processes: log (info, subsystem mpi) each rank's host time per call by "
+                        "phase when its communicator's collectives end (diagnosis)"};
 std::atomic<bool> g_die_in_next{false};  // test hook: SIGKILL inside the next call
 
 bool exchange_shm() {
@@ -116,6 +120,17 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
 }
 
 CollTeam::~CollTeam() {
+  if (times_.calls && kTimes.get()) {
+    const double c = static_cast<double>(times_.calls);
+    const double run = times_.run - runner_->drain_us() - runner_->barrier_us();
+    GS_LOG_INFO(Subsys::Mpi, "collectives of rank %d (%llu calls on gpustripe, %llu graph launches, %llu captures): us "
+                "per call: prepare %.1f, exchange %.1f, map+program %.1f, enqueue %.1f, wait for GPUs %.1f, end "
+                "barrier %.1f",
+                rank_, static_cast<unsigned long long>(times_.calls),
+                static_cast<unsigned long long>(runner_->graph_launches()),
+                static_cast<unsigned long long>(runner_->graph_captures()), times_.prepare / c, times_.exchange / c,
+                times_.map / c, run / c, runner_->drain_us() / c, runner_->barrier_us() / c);
+  }
   runner_.reset();
   for (Owned* b : {&scratch_, &temp_}) {
     if (!b->p) continue;
@@ -242,6 +257,9 @@ coll::Choice CollTeam::choose(const CollCall& call) const {
 
 bool CollTeam::run(const CollCall& call) {
   ++calls_;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now();
+  auto us = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
   coll::Team team;
   for (int r = 0; r < n_; ++r) {
     team.rank.push_back(r);
@@ -320,12 +338,14 @@ bool CollTeam::run(const CollCall& call) {
   //    Through the team's shared segment: a few microseconds less than the MPI's allgather.
   static_assert(sizeof(RankInfo) <= TeamFlags::kInfoBytes, "a rank's message outgrew its exchange slot");
   std::vector<RankInfo> all(n_);
+  const Clock::time_point t1 = Clock::now();
   if (exchange_shm()) {
     runner_->exchange(&mine, sizeof mine, all.data());
   } else {
     check_mpi(PMPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm_),
               "MPI_Allgather (collective buffers)");
   }
+  const Clock::time_point t2 = Clock::now();
   for (const RankInfo& ri : all)
     if (!ri.eligible) return false;
   // Test hook (tests/mpi/mpi_coll_kill.c): die where the others already run the call.
@@ -408,7 +428,13 @@ bool CollTeam::run(const CollCall& call) {
     if (programs_.size() >= kProgramsKept) programs_.clear();
     cached = programs_.emplace(prog_key, std::move(prog)).first;
   }
+  const Clock::time_point t3 = Clock::now();
   runner_->run(cached->second, call.device, graph_key);
+  ++times_.calls;
+  times_.prepare += us(t0, t1);
+  times_.exchange += us(t1, t2);
+  times_.map += us(t2, t3);
+  times_.run += us(t3, Clock::now());
   return true;
 }
 

@@ -122,6 +122,10 @@ class CollTeam {
   };
   std::map<std::string, Shape> shapes_;
   std::map<std::string, coll::Program> programs_;
+  struct Times {  // host time of the calls served with a cached Program (us, summed)
+    uint64_t calls = 0;
+    double prepare = 0, exchange = 0, map = 0, run = 0;
+  } times_;
   uint64_t evictions_ = 0;     // map_all's evictions of a rank's mappings
   uint64_t graphs_epoch_ = 0;  // mapping_epoch() when the runner's graphs were made
 };
