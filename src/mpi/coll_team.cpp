@@ -147,6 +147,7 @@ void CollTeam::grow(Owned& b, int dev, size_t bytes) {
   size_t n = b.bytes && b.dev == dev ? b.bytes : (size_t(1) << 20);
   while (n < bytes) n *= 2;
   // Every earlier call has completed on every rank: nobody uses the old buffer.
+  if (&b == &scratch_) scratch_desc_.reset();
   if (b.p) backend_.free_device(b.p);
   b = Owned{};
   b.p = static_cast<char*>(backend_.alloc_device(dev, n));
@@ -159,10 +160,21 @@ char* CollTeam::temp(int dev, size_t bytes) {
   return temp_.p;
 }
 
-CollTeam::Desc CollTeam::describe(const void* p, size_t bytes) {
+CollTeam::Desc CollTeam::describe(const void* p, size_t bytes, const std::vector<p2p::MemLoc>& located) {
   Desc d;
   if (!p || bytes == 0) return d;
-  PointerInfo info = backend_.pointer_info(p);
+  PointerInfo info;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  const p2p::MemLoc* loc = nullptr;
+  for (const p2p::MemLoc& l : located)
+    if (l.device && l.buffer_id != 0 && l.size != 0 && at >= l.base && at - l.base < l.size) loc = &l;
+  if (loc) {
+    info.base = loc->base;
+    info.size = loc->size;
+    info.buffer_id = loc->buffer_id;
+  } else {
+    info = backend_.pointer_info(p);
+  }
   // Exporting asks the driver each time; the same allocation (same buffer id) keeps its handle.
   auto it = exports_.find(info.base);
   const uintptr_t u = reinterpret_cast<uintptr_t>(p);
@@ -319,8 +331,8 @@ bool CollTeam::run(const CollCall& call) {
     }
     if (wanted) grow(scratch_, call.device, wanted);
     try {
-      mine.send = describe(call.send, call.send_bytes);
-      mine.recv = describe(call.recv, call.recv_bytes);
+      mine.send = describe(call.send, call.send_bytes, call.located);
+      mine.recv = describe(call.recv, call.recv_bytes, call.located);
     } catch (const Error& e) {
       // Buffers without an IPC handle (the default pool of cudaMallocAsync): every rank
       // takes the MPI's way for this call (the allgather tells them).
@@ -331,7 +343,11 @@ bool CollTeam::run(const CollCall& call) {
       said = true;
       mine.eligible = 0;
     }
-    if (mine.eligible && wanted) mine.scratch = describe(scratch_.p, scratch_.bytes);
+    if (mine.eligible && wanted) {
+      // This rank's own allocation, until grow() replaces it: described once.
+      if (!scratch_desc_) scratch_desc_ = std::make_unique<Desc>(describe(scratch_.p, scratch_.bytes, {}));
+      mine.scratch = *scratch_desc_;
+    }
   }
 
   // 2. Every rank's handles and eligibility (the entry barrier of the call).
