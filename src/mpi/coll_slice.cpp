@@ -345,9 +345,11 @@ bool SliceRunner::run_graph(const coll::Program& prog, int device, const std::st
   if (kGraphs.get() != "yes" || !backend_.supports_graphs() || uncapturable_.count(key)) return false;
   for (const Op& op : prog.ops())
     if (op.kind == Op::Barrier) return false;
+  // graph_waits_ outlives graphs the cache evicted (a key's waits are the same each time),
+  // so a graph found always has its waits.
   GraphExecHandle g = graphs_->find(key);
   auto waits = graph_waits_.find(key);
-  if (!g || waits == graph_waits_.end()) {
+  if (!g) {
     // First sight runs directly (its lanes and events made outside any capture); the
     // second captures.
     if (!graphs_->seen_before(key)) return false;
@@ -358,11 +360,12 @@ bool SliceRunner::run_graph(const coll::Program& prog, int device, const std::st
       uncapturable_.insert(key);
       return false;
     }
+    if (graph_waits_.size() >= 4 * kGraphsKept) forget_graphs();
     graphs_->insert(key, g);
-    if (graph_waits_.size() >= 4 * kGraphsKept) graph_waits_.clear();
     waits = graph_waits_.insert_or_assign(key, std::move(w)).first;
     ++graph_captures_;
   }
+  GS_REQUIRE(waits != graph_waits_.end(), GPUSTRIPE_ERR_INTERNAL, "a collective's graph without its flag waits");
   const std::vector<uint32_t>& w = waits->second;
   Lane& origin = lane(device, kOriginRole);
   backend_.launch_graph(g, origin.stream());
