@@ -231,8 +231,9 @@ void Engine::copy_with_plan_direct_apart(const Plan& plan, void* dst, const void
 }
 
 void Engine::copy_with_plan_detached(const Plan& plan, void* dst, const void* src, StreamHandle stream,
-                                     bool second_area) {
+                                     bool second_area, bool replay) {
   RunMode mode;
+  mode.replay = replay;
   mode.own_area = second_area;
   mode.apart = true;
   mode.detached = true;
@@ -368,7 +369,7 @@ bool Engine::run_apart(const Plan& plan, char* dst, const char* src, StreamHandl
   if (start) backend_.wait_event(lane.stream(), start);
   if (probe) backend_.record_event(probe->staged_start, lane.stream());
   RunMode staged_mode = mode;
-  staged_mode.apart = staged_mode.detached = false;
+  staged_mode.apart = false;  // detached stays: an enqueued staged part then forks nothing from the lane
   const bool replayed = run_schedule(staged, dst, src, lane.stream(), staged_mode);
   EventHandle done = probe ? probe->staged_done : lane.mark().event;
   if (probe) backend_.record_event(done, lane.stream());
@@ -417,16 +418,18 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
     return p.kind == PathKind::Direct && direct_on_caller_ && !mode.direct_on_lane;
   };
   // The caller's earlier work, for the lanes to wait on; recorded before the direct copy
-  // goes on the caller's stream, so that the other paths do not wait for it.
+  // goes on the caller's stream, so that the other paths do not wait for it. Detached (the
+  // staged part of copy_with_plan_detached, enqueued): the lanes wait for nothing of the
+  // caller's, only for the earlier readers of the staging ranges they reuse.
   EventHandle start = nullptr;
-  if (!std::all_of(plan.paths.begin(), plan.paths.end(), on_caller)) {
+  if (!mode.detached && !std::all_of(plan.paths.begin(), plan.paths.end(), on_caller)) {
     start = caller_event(S);
     backend_.record_event(start, caller);
   }
   std::vector<Lane*> forked, finals;
   auto fork = [&](Lane& lane) -> Lane& {
     if (std::find(forked.begin(), forked.end(), &lane) == forked.end()) {
-      backend_.wait_event(lane.stream(), start);
+      if (start) backend_.wait_event(lane.stream(), start);
       forked.push_back(&lane);
     }
     return lane;

@@ -82,8 +82,11 @@ class Engine {
   // on a lane of the link, so the link never idles between them, and the staged part behind the
   // earlier user of its staging area only. Work enqueued on `stream` after the call still waits
   // for both paths. Other plan shapes run as copy_with_plan would (stream-ordered).
+  // `replay` false: the staged part is enqueued, never replayed: its pieces take the next free
+  // range of the area's ring and go behind the earlier enqueued pieces on the same lanes, so the
+  // staged parts of consecutive copies stream into each other (a replay holds its area whole).
   void copy_with_plan_detached(const Plan& plan, void* dst, const void* src, StreamHandle stream,
-                               bool second_area = false);
+                               bool second_area = false, bool replay = true);
   // copy_with_plan, never replayed as a graph: the schedule is enqueued, so its staged pieces
   // take the next free range of the staging ring and follow the pieces queued before them on
   // the same lanes at once. A replay uses its area from the start and so waits for the whole

@@ -237,6 +237,10 @@ const SizeSetting kWindowChunk{"GPUSTRIPE_P2P_WINDOW_CHUNK", "0",
 // 441.0/441.9, 441.6/442.0, 441.0/441.8, 441.6/442.2; 128M 429.0/434.4 -> 433.9/435.6, 512M 442.1/443.5 ->
 // 443.6/444.2, 1G 444.3/444.8 -> 444.8/445.1. Shares, detached, 256M w16/w64: 0.110 above, 0.113
 // 440.7/443.5, 0.116 430.4/433.1, 0.119 420.4/424.1: past ~0.113 the host chain (~50 GB/s) sets the rate.
+const BoolSetting kWindowEnqueue{"GPUSTRIPE_P2P_WINDOW_ENQUEUE", "no",
+                                 "GPUSTRIPE_P2P_WINDOW_DETACHED: a window's staged parts are enqueued, not replayed, "
+                                 "through one staging ring (the queues' area), so they stream into each other as one "
+                                 "transfer's would (a replay holds its staging area whole: two overlap at most)"};
 const BoolSetting kWindowDetached{"GPUSTRIPE_P2P_WINDOW_DETACHED", "yes",
                                    "GPUSTRIPE_P2P_WINDOW_REPLAY: a window's copies run detached from the p2p streams' "
                                    "earlier work (Engine::copy_with_plan_detached): their direct paths back to back on "
@@ -306,13 +310,14 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   const bool apart = kDirectApart.get();
   const uint64_t window_chunk = kWindowChunk.get();
   const bool detached = kWindowDetached.get();
+  const bool window_enqueue = kWindowEnqueue.get();
   const uint64_t apart_shift = kApartShift.get();
   const int64_t recent_us = kRecentUs.get();
   GS_REQUIRE(recent_us >= 0 && recent_us <= 1000000, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
   const uint64_t recent_ns = static_cast<uint64_t>(recent_us) * 1000;
   return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, queue_min, queue_lane, queue_area,
-          window_replay, window_share, window_min, window_ahead, window_chunk, detached, apart, apart_shift, recent_ns](
+          window_replay, window_share, window_min, window_ahead, window_chunk, detached, window_enqueue, apart, apart_shift, recent_ns](
              void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s, int ahead) -> std::function<void()> {
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
@@ -407,7 +412,8 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         second = !second;
         trace(behind ? "p_window" : "p_window_first", -1, queued.copies,
               host_staged_bytes(it->second) * 1000000 / n, n);
-        if (detached) engine.copy_with_plan_detached(it->second, dst, src, s, second);
+        if (detached && window_enqueue) engine.copy_with_plan_detached(it->second, dst, src, s, true, false);
+        else if (detached) engine.copy_with_plan_detached(it->second, dst, src, s, second);
         else if (apart && !behind) engine.copy_with_plan_direct_apart(it->second, dst, src, s, second);
         else if (second) engine.copy_with_plan_in_second_area(it->second, dst, src, s);
         else engine.copy_with_plan(it->second, dst, src, s);

@@ -229,7 +229,9 @@ namespace {
 // fills several times over. The staged part alone is captured once per area and replayed after
 // that; the direct path is never part of a graph; every copy lands intact, and no wait names an
 // event recorded inside a capture.
-void copies_apart(RecordingGraphBackend* rec_, Backend* backend_, const Topology& topo_, bool detached) {
+// `replay` false (detached only): the staged parts enqueued through one staging ring, never captured.
+void copies_apart(RecordingGraphBackend* rec_, Backend* backend_, const Topology& topo_, bool detached,
+                  bool replay = true) {
   ScopedEnv cache("GPUSTRIPE_GRAPH_CACHE", "64");
   FixedPlanner planner({{PathKind::Direct, -1, 0.75, 2}, {PathKind::HostStaged, 0, 0.25, 5}});
   Engine engine(*backend_, topo_, &planner);
@@ -249,7 +251,7 @@ void copies_apart(RecordingGraphBackend* rec_, Backend* backend_, const Topology
       backend_->synchronize_stream(a);
       backend_->synchronize_stream(b);
       upload(*backend_, src, 0, data[k], a);
-      if (detached) engine.copy_with_plan_detached(plan, dst[k], src, k % 2 ? b : a, k % 2 == 1);
+      if (detached) engine.copy_with_plan_detached(plan, dst[k], src, k % 2 ? b : a, !replay || k % 2 == 1, replay);
       else engine.copy_with_plan_direct_apart(plan, dst[k], src, k % 2 ? b : a, k % 2 == 1);
     }
     backend_->synchronize_stream(a);
@@ -257,6 +259,16 @@ void copies_apart(RecordingGraphBackend* rec_, Backend* backend_, const Topology
     for (int k = 0; k < kCopies; ++k)
       EXPECT_EQ(first_mismatch(data[k], download(*backend_, dst[k], 1, n, a).data(), n), -1)
           << "round " << round << " copy " << k;
+  }
+  if (!replay) {
+    EXPECT_EQ(engine.stats().schedules, 3u * kCopies);
+    EXPECT_EQ(engine.stats().graph_captures, 0u);
+    EXPECT_EQ(engine.stats().graph_launches, 0u);
+    backend_->free_device(src);
+    for (char* p : dst) backend_->free_device(p);
+    backend_->destroy_stream(a);
+    backend_->destroy_stream(b);
+    return;
   }
   // Eight destinations, so eight keys of the staged part alone: each enqueued in round 0,
   // captured in round 1, replayed in rounds 1 and 2.
@@ -277,6 +289,9 @@ TEST_F(EngineGraphs, DirectApartReplaysTheStagedPartInEitherArea) {
 }
 TEST_F(EngineGraphs, DetachedCopiesReplayTheStagedPartInEitherArea) {
   copies_apart(rec_, backend_.get(), topo_, true);
+}
+TEST_F(EngineGraphs, DetachedCopiesEnqueueTheStagedPartThroughOneRing) {
+  copies_apart(rec_, backend_.get(), topo_, true, false);
 }
 
 TEST_F(EngineGraphs, MarksKeptAcrossTransfersAreNeverRecordedInACapture) {

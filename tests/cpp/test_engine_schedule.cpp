@@ -179,8 +179,11 @@ TEST_F(EngineSchedule, DetachedCopiesWaitForNothingOnTheCallersStreamAndJoinItAt
   EXPECT_EQ(count(ops, Op::Wait, caller_), 2u);
   EXPECT_EQ(ops[ops.size() - 1].kind, Op::Wait);
   EXPECT_EQ(ops[ops.size() - 1].stream, caller_);
-  // The lanes never wait for the caller: the only waits on them are the staged part's own.
+  // Nothing waits for the caller: the direct lane not at all, the staged part's lanes only for
+  // each other (4 relays on their pieces, its lane on the 2 relay lanes), then the caller on the
+  // staged part's lane and the direct lane. Forked from a start mark, it would be 3 waits more.
   EXPECT_EQ(count(ops, Op::Wait, direct_lane), 0u);
+  EXPECT_EQ(count(ops, Op::Wait), 4u + 2 + 2);
 }
 
 TEST_F(EngineSchedule, TaperedChunksAreCutAsThePlanSays) {

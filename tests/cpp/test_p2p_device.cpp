@@ -276,7 +276,7 @@ namespace {
 // last one starts.
 // `detached`: the window replayed (GPUSTRIPE_P2P_WINDOW_REPLAY from 1M) detached from the
 // streams' earlier work, its first copy too (stamped p_window_first, the rest p_window).
-void window_copies(const char* queue_min, bool queued, bool detached = false) {
+void window_copies(const char* queue_min, bool queued, bool detached = false, bool enqueue = false) {
   constexpr int kWindow = 6;
   char dir[] = "/tmp/gs-p2p-queue-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
@@ -287,6 +287,7 @@ void window_copies(const char* queue_min, bool queued, bool detached = false) {
     ScopedEnv wm("GPUSTRIPE_P2P_WINDOW_MIN", detached ? "1M" : "128M");
     ScopedEnv wd("GPUSTRIPE_P2P_WINDOW_DETACHED", detached ? "yes" : "no");
     ScopedEnv wa("GPUSTRIPE_P2P_WINDOW_AHEAD", detached ? "yes" : "no");
+    ScopedEnv we("GPUSTRIPE_P2P_WINDOW_ENQUEUE", enqueue ? "yes" : "no");
     ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
     EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
       Topology topo = load_topology_file("h200x4");
@@ -333,6 +334,7 @@ void window_copies(const char* queue_min, bool queued, bool detached = false) {
 TEST(P2pDevice, WindowCopiesJoinTheQueueOfTheRanksOwnCopies) { window_copies("1M", true); }
 TEST(P2pDevice, WindowCopiesBelowTheQueueMinimumAreNotQueued) { window_copies("3M", false); }
 TEST(P2pDevice, WindowCopiesDetachedEachLandInTheirOwnBuffer) { window_copies("1M", false, true); }
+TEST(P2pDevice, WindowCopiesDetachedAndEnqueuedEachLandInTheirOwnBuffer) { window_copies("1M", false, true, true); }
 
 namespace {
 // `gpustripe bench mpi`'s window loop on one pair, with graphs (replays recorded and run in
@@ -506,6 +508,15 @@ TEST(P2pDevice, LoneCopiesWithTheDirectPathApartShiftBytesToIt) {
 TEST(P2pDevice, BenchWindowsDetachedFromTheStreamsEarlierWork) {
   ScopedEnv a("GPUSTRIPE_P2P_WINDOW_AHEAD", "yes");
   ScopedEnv d("GPUSTRIPE_P2P_WINDOW_DETACHED", "yes");
+  std::map<std::string, int> phases =
+      bench_windows(16, {512u << 10, 1u << 20, (2u << 20) + 4097, (4u << 20) + 12345}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
+  EXPECT_GT(phases["p_window_first"], 0);
+}
+// The same with the staged parts enqueued through one ring (GPUSTRIPE_P2P_WINDOW_ENQUEUE).
+TEST(P2pDevice, BenchWindowsDetachedAndEnqueued) {
+  ScopedEnv a("GPUSTRIPE_P2P_WINDOW_AHEAD", "yes");
+  ScopedEnv d("GPUSTRIPE_P2P_WINDOW_DETACHED", "yes");
+  ScopedEnv e("GPUSTRIPE_P2P_WINDOW_ENQUEUE", "yes");
   std::map<std::string, int> phases =
       bench_windows(16, {512u << 10, 1u << 20, (2u << 20) + 4097, (4u << 20) + 12345}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
   EXPECT_GT(phases["p_window_first"], 0);
