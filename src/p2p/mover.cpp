@@ -205,13 +205,13 @@ const SizeSetting kQueueMax{"GPUSTRIPE_P2P_QUEUE_MAX", "4G",
 // 0.110; 128M 421.1/421.8 -> 428.4/433.8; 512M w16 438.7 -> 441.1; 1G even; 64M lost (404.6 -> 396.9 w16):
 // hence GPUSTRIPE_P2P_WINDOW_MIN. Shares: the model's (for 4G) 425.7/428.0, 0.115 435.3/440.4, 0.120
 // 425.3/427.6 at 256M. 4 ranks (the other pair's copies in flight: not queued) unchanged: 418.9/429.2 vs
-// 417.6/429.6.
+// 417.6/429.6. Session 5 (detached windows, 8M window chunks: see below): 0.113.
 const BoolSetting kWindowReplay{"GPUSTRIPE_P2P_WINDOW_REPLAY", "yes",
                                 "A copy queued behind this rank's own copies to the same GPU (at least "
                                 "GPUSTRIPE_P2P_WINDOW_MIN, none of other ranks in flight) is replayed with the host share "
                                 "GPUSTRIPE_P2P_WINDOW_SHARE through the staging area the copy before it did not use, "
                                 "so the messages of a window overlap two at a time"};
-const DoubleSetting kWindowShare{"GPUSTRIPE_P2P_WINDOW_SHARE", "0.110",
+const DoubleSetting kWindowShare{"GPUSTRIPE_P2P_WINDOW_SHARE", "0.113",
                                  "GPUSTRIPE_P2P_WINDOW_REPLAY: host share of a window's queued copies (0: the model's "
                                  "share of one transfer of GPUSTRIPE_P2P_QUEUE_MAX bytes)"};
 const SizeSetting kWindowMin{"GPUSTRIPE_P2P_WINDOW_MIN", "128M",
@@ -219,16 +219,25 @@ const SizeSetting kWindowMin{"GPUSTRIPE_P2P_WINDOW_MIN", "128M",
 
 // Window starts (device round s5 r2, 2 ranks through the interposer, one lease, NCCL 256M w1/w16/w64
 // 347.6/364.7/365.8): alone it changed nothing (256M w16/w64 437.2/440.2 vs 437.0/440.1 and 436.6/440.0);
-// it is on for GPUSTRIPE_P2P_WINDOW_DETACHED, measured with it: the first copy of a window is detached too,
+// with GPUSTRIPE_P2P_WINDOW_DETACHED it gains (s5 r2b: detached without it 440.8/442.3, with it 442.0/442.6
+// and 441.8/442.9): the first copy of a window is detached too,
 // its direct path starting at once (r1 trace: a window's first copy took 80-90 us to enqueue as a lone
 // graph, the others 31-45; s5 r2 trace, detached: MPI_Isend -> first copy enqueued 105 -> 60 us).
 const BoolSetting kWindowAhead{"GPUSTRIPE_P2P_WINDOW_AHEAD", "yes",
                                "GPUSTRIPE_P2P_WINDOW_REPLAY: a copy with none of this rank's copies in flight but "
                                "more receives from the same peer posted behind it (a window starting) is replayed as "
                                "a window's copy too, instead of with its lone plan"};
-// s5 r2 (detached windows, 256M w16/w64): 2M chunks 421.7/424.3 against 441.0/441.9 with the lone plan's.
-const SizeSetting kWindowChunk{"GPUSTRIPE_P2P_WINDOW_CHUNK", "0",
-                                "GPUSTRIPE_P2P_WINDOW_REPLAY: host chunk size of a window's copies (0: the lone plan's)"};
+// Chunks of a window's staged parts. Detached windows run at the slower chain's rate, and the host chain
+// carried ~50 GB/s in chunks of the lone plan's size (256M: ~3.6 MB): s5 r2, 256M w16/w64, share 0.110
+// 441.0/441.9, 0.113 440.7/443.5, 0.116 430.4/433.1 (host-bound past 0.113); 2M chunks 421.7/424.3. With 8M
+// chunks it carries more (s5 r2b, one lease, NCCL 365.0/366.1): 0.110 442.0/442.5 (lone-size chunks
+// 442.0/442.6 and 441.8/442.9), 0.113 443.0/444.1, 0.116 443.3/445.5 (no cliff yet); 0.112 with lone-size
+// chunks 442.7/443.4. 8M at 0.113 over 128M-1G (w16/w64): 128M 438.9/441.6 (r2 lone-size 0.110: 433.9/435.6),
+// 256M 443.1/444.2, 512M 445.5/446.3 (443.6/444.2), 1G 446.8/446.9 (444.8/445.1). 0.113 rather than 0.116:
+// measured at every size, and ~3% of host-rate margin (0.116 was measured at 256M only).
+const SizeSetting kWindowChunk{"GPUSTRIPE_P2P_WINDOW_CHUNK", "8M",
+                                "GPUSTRIPE_P2P_WINDOW_REPLAY: host chunk size of a window's copies (0: the lone plan's; "
+                                "a copy's host part keeps at least one chunk)"};
 // Replayed (two areas) but stream-ordered, message k waited for the whole of message k-2 (its stream and
 // its area), so the link idled whenever a message's host part ran late (s5 r1: one message every 607 us;
 // the direct path alone of a 0.110 split needs 605). Detached, the direct paths run back to back and the
