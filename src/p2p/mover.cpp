@@ -246,15 +246,16 @@ const SizeSetting kWindowChunk{"GPUSTRIPE_P2P_WINDOW_CHUNK", "8M",
 // 441.0/441.9, 441.6/442.0, 441.0/441.8, 441.6/442.2; 128M 429.0/434.4 -> 433.9/435.6, 512M 442.1/443.5 ->
 // 443.6/444.2, 1G 444.3/444.8 -> 444.8/445.1. Shares, detached, 256M w16/w64: 0.110 above, 0.113
 // 440.7/443.5, 0.116 430.4/433.1, 0.119 420.4/424.1: past ~0.113 the host chain (~50 GB/s) sets the rate.
-const BoolSetting kWindowEnqueue{"GPUSTRIPE_P2P_WINDOW_ENQUEUE", "no",
-                                 "GPUSTRIPE_P2P_WINDOW_DETACHED: a window's staged parts are enqueued, not replayed, "
-                                 "through one staging ring (the queues' area), so they stream into each other as one "
-                                 "transfer's would (a replay holds its staging area whole: two overlap at most)"};
 const BoolSetting kWindowDetached{"GPUSTRIPE_P2P_WINDOW_DETACHED", "yes",
                                    "GPUSTRIPE_P2P_WINDOW_REPLAY: a window's copies run detached from the p2p streams' "
                                    "earlier work (Engine::copy_with_plan_detached): their direct paths back to back on "
                                    "a lane of the link, their staged parts behind the previous user of their staging "
                                    "area only, so neither path waits for the other's lag"};
+// Not measured (added after the last experiment round): off.
+const BoolSetting kWindowEnqueue{"GPUSTRIPE_P2P_WINDOW_ENQUEUE", "no",
+                                 "GPUSTRIPE_P2P_WINDOW_DETACHED: a window's staged parts are enqueued, not replayed, "
+                                 "through one staging ring (the queues' area), so they stream into each other as one "
+                                 "transfer's would (a replay holds its staging area whole: two overlap at most)"};
 // s5 r2, 256M w1 (other rows' noise +-2 GB/s): 424.5 / 422.2 / 422.1 / 422.5 with it (shift 1M), 423.0 /
 // 421.9 / 421.2 / 413.8 without; its trace: 636.6 us per message against r1's 634.2 (the launch of one graph
 // of both paths does not hold the direct path back measurably). Off.
