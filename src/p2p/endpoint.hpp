@@ -117,6 +117,8 @@ class Endpoint {
   void deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bool rendezvous, uint32_t flags,
                uint64_t send_id, const char* payload);
   // This process's address of a buffer `peer` exported (mapping cache).
+  // Returns the pool import lease a finished copy of `r` held (HandleCache::release).
+  void return_lease(Request& r);
   char* map_exported(int peer, const Exported& e, uint64_t bytes);
   // The Exported form of the device buffer [p, p + bytes) for rank `dst` (`loc`: where it
   // lives); false when it cannot be exported (no handle for that memory, or the buffer spans
