@@ -130,6 +130,11 @@ long check_call(const Call& c, int rank, char* x, char* y, std::vector<float>& h
   if (c.op != "bcast" || rank == 0)
     for (size_t i = 0; i < in; ++i) h[i] = pattern(rank, i);
   to_device(x, reinterpret_cast<const char*>(h.data()), in * sizeof(float));
+#ifdef BENCH_HAVE_CUDA
+  // A pageable cudaMemcpy may return before its last DMA has landed (CUDA's "API
+  // synchronization behavior"): the check tests the collective, not that race.
+  CUDA_OK(cudaDeviceSynchronize());
+#endif
   MPI_Barrier(MPI_COMM_WORLD);
   once();
   const bool into_x = c.op == "bcast";

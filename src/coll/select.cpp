@@ -415,7 +415,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   if (op == CollOp::Bcast) {
     c.name = !force.empty()                                 ? force
              : res.all_peer && n > 1 && bytes <= (n > 2 ? kBcastSmMax.get() : kBcastSmMax2.get()) ? "sm"
-             : n > 2 && bytes >= kChainMin.get()             ? "chain"
+             : (n > 2 || res.chain_pairs) && bytes >= kChainMin.get() ? "chain"
              : n > 2 && bytes >= kRoundsMin.get()            ? "scatter_ag"
                                                              : "direct";
     GS_REQUIRE(c.name != "sm" || res.all_peer, GPUSTRIPE_ERR_NOT_SUPPORTED,

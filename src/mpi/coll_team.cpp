@@ -30,10 +30,18 @@ const ChoiceSetting kExchange{"GPUSTRIPE_MPI_COLL_EXCHANGE", "shm",
                               "handles at every call (also the call's entry barrier): the team's shared-memory "
                               "segment (shm) or an MPI allgather (mpi)",
                               {"shm", "mpi"}};
-const SizeSetting kRoundsMin{"GPUSTRIPE_MPI_COLL_ROUNDS_MIN", "0",
-                            "MPI collectives across processes: smallest reduction (size per rank) whose copy-engine "
-                            "schedule moves whole blocks per round, folded in as they land (GPUSTRIPE_COLL_RS_ORDER="
-                            "auto); below, chunk by chunk"};
+// Round-major copy reductions across processes: not measured there yet (session 5's r2 had
+// 2 GPUs, where every schedule has one round); the native path measured them from 256M.
+const SizeSetting kRoundsMin{"GPUSTRIPE_MPI_COLL_ROUNDS_MIN", "64G",
+                            "MPI collectives across processes on more than 2 GPUs: smallest reduction (size per rank) "
+                            "whose copy-engine schedule moves whole blocks per round, folded in as they land "
+                            "(GPUSTRIPE_COLL_RS_ORDER=auto); below, chunk by chunk"};
+// Session 5 r2 (2x H200, 2 ranks, busbw GB/s at 16M/32M/64M/128M/256M): bcast as a chain (8M chunks
+// alternating between 2 lanes) 176.9/246.6/282.6/313.8/321.4 vs direct (2M chunks on one lane)
+// 200.9/212.9/226.3/282.9/320.2.
+const BoolSetting kChainPairs{"GPUSTRIPE_MPI_COLL_CHAIN_PAIRS", "1",
+                              "MPI collectives across processes: a 2-rank broadcast from GPUSTRIPE_COLL_CHAIN_MIN "
+                              "goes as a chain (chunks alternating between two copy lanes) instead of direct"};
 const BoolSetting kTimes{"GPUSTRIPE_MPI_COLL_TIMES", "0",
                         "MPI collectives across processes: log (info, subsystem mpi) each rank's host time per call by "
                         "phase when its communicator's collectives end (diagnosis)"};
@@ -80,6 +88,7 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
   res_ = coll::describe_team(backend_, topo, gpus);
   res_.n = n_;
   res_.socket_groups.clear();  // groups of the node's GPUs, not of the ranks: no "hier" across processes
+  res_.chain_pairs = kChainPairs.get();
   // Kernels reading peers' buffers (pull, one-shot) need the IPC mappings readable from this
   // GPU's kernels: not so on the H200s (rounds 2 and 2b: illegal addresses, peer access
   // enabled or not: the ipc layer opens a mapping in the owner GPU's context). Copies into
@@ -188,6 +197,12 @@ CollTeam::Desc CollTeam::describe(const void* p, size_t bytes, const std::vector
     if (exports_.size() >= kExportsKept) exports_.clear();
     if (d.handle.kind != Backend::IpcKind::VmmMulti) exports_[info.base] = d.handle;
   }
+  // Pool pointers: CUDA wants every importer's import freed before the exporter frees the
+  // buffer, and a collective's ranks return (and may free) independently while the mappings and
+  // programs here are kept for the next call: such buffers take the MPI's way (p2p leases them
+  // per message instead: ipc/handle_cache.hpp).
+  GS_REQUIRE(!ipc::HandleCache::leased(d.handle), GPUSTRIPE_ERR_NOT_SUPPORTED,
+             "%p is memory of a cudaMallocAsync pool: its imports cannot outlive the call", p);
   d.base = d.handle.base;  // VMM: the allocation in the reservation, not the reservation
   d.offset = reinterpret_cast<uintptr_t>(p) - d.handle.base;
   GS_REQUIRE(d.offset + bytes <= d.handle.size, GPUSTRIPE_ERR_NOT_SUPPORTED,

@@ -333,6 +333,20 @@ TEST(CollSelect, CopyPeersTakeRoundMajorCopyReductions) {
   EXPECT_FALSE(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4).reduce.by_round);
 }
 
+// Two members broadcast directly, or as a chain from GPUSTRIPE_COLL_CHAIN_MIN where the team asks
+// for it (the MPI collectives: measured faster there from 32M).
+TEST(CollSelect, ChainPairsBroadcastLargeMessagesAsAChain) {
+  TeamResources r = h200(2);
+  r.all_peer = false;
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 64 << 20, 4).name, "direct");
+  r.chain_pairs = true;
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 16 << 20, 4).name, "direct");
+  Choice c = choose_schedule(CollOp::Bcast, r, 64 << 20, 4);
+  EXPECT_EQ(c.name, "chain");
+  EXPECT_TRUE(c.bcast.chain);
+  EXPECT_EQ(c.bcast.chunks, 8);
+}
+
 TEST(CollSelect, SettingsForceAndAreChecked) {
   TeamResources r = h200(4);
   {
