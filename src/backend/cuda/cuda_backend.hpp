@@ -118,8 +118,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<StreamHandle, int> own_streams_;  // streams create_stream made, and their device
   std::map<uintptr_t, VmmMapping> vmm_;                 // by mapped address
   std::map<std::pair<int32_t, uint64_t>, void*> imported_pools_;  // (exporter pid, its pool) -> cudaMemPool_t
-  std::map<uintptr_t, int> pool_imports_;               // pointers ipc_open imported from pools -> their GPU
-  std::map<int, void*> free_streams_;                   // per GPU: the stream imported pool pointers are freed on
+  std::set<uintptr_t> pool_imports_;                    // pointers ipc_open imported from pools
   std::map<int, void*> fd_pools_;                       // device -> its POSIX-fd pool
   std::map<void*, int> pool_fds_;                       // pool -> its exported descriptor (-1: none)
 };

@@ -489,7 +489,7 @@ void* CudaBackend::ipc_open(const IpcMemHandle& h, int fd) {
   GS_CUDA(cudaMemPoolImportPointer(&p, pool, &data), h.device);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pool_imports_[reinterpret_cast<uintptr_t>(p)] = h.device;
+    pool_imports_.insert(reinterpret_cast<uintptr_t>(p));
   }
   enable_peer_access_to(h.device);
   return p;
@@ -540,26 +540,11 @@ void CudaBackend::ipc_close(void* base) {
     vmm_unmap(u, m);
     return;
   }
-  auto pi = pool_imports_.find(u);
-  if (pi != pool_imports_.end()) {
-    // Pool imports are closed after every message (the p2p layer leases them), while copies of
-    // other messages may be in flight on the device: cudaFree would wait for all of them. The
-    // copies through this import are complete (the lease rule), so a free ordered on a stream of
-    // its own, waited for, is enough, and it is done before the exporter hears of the copy (as
-    // CUDA requires of cudaFreeAsync on imported pool memory).
-    const int dev = pi->second;
-    pool_imports_.erase(pi);
-    auto fs = free_streams_.find(dev);
-    DeviceGuard guard(dev);
-    if (fs == free_streams_.end()) {
-      cudaStream_t s = nullptr;
-      GS_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), dev);
-      fs = free_streams_.emplace(dev, s).first;
-    }
-    cudaStream_t s = static_cast<cudaStream_t>(fs->second);
+  if (pool_imports_.erase(u)) {
     lock.unlock();
-    GS_CUDA(cudaFreeAsync(base, s), dev);
-    GS_CUDA(cudaStreamSynchronize(s), dev);
+    int dev = driver_pointer_attributes(base).device_ordinal;
+    DeviceGuard guard(dev >= 0 ? dev : 0);
+    GS_CUDA(cudaFree(base), dev);  // an imported pool pointer is released with cudaFree
     return;
   }
   lock.unlock();
