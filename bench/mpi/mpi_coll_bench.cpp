@@ -8,13 +8,16 @@
 // reduce_scatter: the send buffer, allgather: the receive buffer), float32, MPI_SUM.
 //
 //   mpirun -np 4 -x LD_PRELOAD=.../libgpustripe_mpi.so mpi_coll_bench --min 1M --max 1G
-// Prints one "ROW {json}" line per (op, size) on rank 0.
+// Prints one "ROW {json}" line per (op, size) on rank 0. --check: after the timed calls, one
+// more call on known data (the same buffers: a repeated call), its result compared with the
+// exact one on every rank ("bad": wrong elements of a sample, all ranks together).
 #include <mpi.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,7 +29,7 @@ namespace {
 struct Options {
   std::vector<std::string> ops{"alltoall", "allgather", "reduce_scatter", "allreduce", "bcast"};
   size_t min_bytes = size_t(1) << 20, max_bytes = size_t(1) << 30;
-  bool device = true, staged = false;
+  bool device = true, staged = false, check = false;
   int iters = 0, trials = 5, warmup = 2;  // iters 0: by size
   std::string method;
 };
@@ -34,7 +37,7 @@ struct Options {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "%s\nusage: mpi_coll_bench [--ops a,b,...] [--min B] [--max B] [--mem device|host] [--staged] "
-               "[--iters N] [--trials N] [--warmup N] [--method NAME]\n",
+               "[--iters N] [--trials N] [--warmup N] [--method NAME] [--check]\n",
                why);
   MPI_Abort(MPI_COMM_WORLD, 2);
   std::exit(2);
@@ -65,6 +68,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--trials") o.trials = std::max(1, std::atoi(next()));
     else if (a == "--warmup") o.warmup = std::max(0, std::atoi(next()));
     else if (a == "--method") o.method = next();
+    else if (a == "--check") o.check = true;
     else usage(("unknown option " + a).c_str());
   }
   for (const std::string& op : o.ops)
@@ -114,6 +118,44 @@ struct Call {
   }
 };
 
+// Rank q's input element i in --check: small integers, so float sums are exact in any order.
+float pattern(int q, size_t i) { return static_cast<float>(q + 1 + static_cast<int>(i % 13)); }
+
+// Fills this rank's input of `c` with the pattern, runs `once`, and counts wrong elements of
+// a sample of its output.
+long check_call(const Call& c, int rank, char* x, char* y, std::vector<float>& h, const std::function<void()>& once) {
+  const int n = c.n;
+  const size_t in = c.in_bytes() / sizeof(float), blk = c.bytes / sizeof(float) / n;
+  h.assign(in, 0.0f);
+  if (c.op != "bcast" || rank == 0)
+    for (size_t i = 0; i < in; ++i) h[i] = pattern(rank, i);
+  to_device(x, reinterpret_cast<const char*>(h.data()), in * sizeof(float));
+#ifdef BENCH_HAVE_CUDA
+  // A pageable cudaMemcpy may return before its last DMA has landed (CUDA's "API
+  // synchronization behavior"): the check tests the collective, not that race.
+  CUDA_OK(cudaDeviceSynchronize());
+#endif
+  MPI_Barrier(MPI_COMM_WORLD);
+  once();
+  const bool into_x = c.op == "bcast";
+  const size_t out = c.out_bytes() / sizeof(float);
+  h.assign(out, 0.0f);
+  to_host(reinterpret_cast<char*>(h.data()), into_x ? x : y, out * sizeof(float));
+  auto want = [&](size_t i) {
+    if (c.op == "alltoall") return pattern(static_cast<int>(i / blk), rank * blk + i % blk);
+    if (c.op == "allgather") return pattern(static_cast<int>(i / blk), i % blk);
+    if (c.op == "bcast") return pattern(0, i);
+    float sum = 0;
+    for (int q = 0; q < n; ++q) sum += pattern(q, (c.op == "reduce_scatter" ? rank * blk : 0) + i);
+    return sum;
+  };
+  long bad = h[out - 1] != want(out - 1);
+  for (size_t i = 0; i < out; i += 1021) bad += h[i] != want(i);
+  long all = 0;
+  MPI_Allreduce(&bad, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  return all;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -137,6 +179,7 @@ int main(int argc, char** argv) {
     hx = bench::alloc_pinned(std::max(top, unit));
     hy = bench::alloc_pinned(std::max(top, unit));
   }
+  std::vector<float> check_host;
   for (size_t size = o.min_bytes; size <= o.max_bytes; size *= 2) {
     if (size % unit) continue;
     for (const std::string& op : o.ops) {
@@ -173,13 +216,15 @@ int main(int argc, char** argv) {
       std::sort(times.begin(), times.end());
       double us = times[times.size() / 2], slowest = 0;
       MPI_Allreduce(&us, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      const long bad = o.check ? check_call(c, rank, x, y, check_host, once) : -1;
       if (rank == 0) {
         double gbps = size / (slowest * 1e3);
+        std::string checked = bad >= 0 ? ", \"bad\": " + std::to_string(bad) : "";
         std::printf(
             "ROW {\"op\": \"%s\", \"method\": \"%s\", \"bytes\": %zu, \"gbps\": %.4f, \"busbw_gbps\": %.4f, "
-            "\"us\": %.3f, \"min_us\": %.3f, \"max_us\": %.3f, \"ranks\": %d, \"iters\": %d, \"trials\": %d}\n",
+            "\"us\": %.3f, \"min_us\": %.3f, \"max_us\": %.3f, \"ranks\": %d, \"iters\": %d, \"trials\": %d%s}\n",
             op.c_str(), method.c_str(), size, gbps, gbps * busbw_factor(op, n), slowest, times.front(), times.back(),
-            n, iters, o.trials);
+            n, iters, o.trials, checked.c_str());
         std::fflush(stdout);
       }
     }

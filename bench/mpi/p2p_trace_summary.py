@@ -18,20 +18,34 @@ receiver's files by (sender, send_id):
   direct     share of the copies put on the direct path alone (a copy in the opposite
              direction beside them, GPUSTRIPE_P2P_BIDIR_DIRECT)
   queued     share of the copies planned behind the rank's own copies to the same GPU
-             (GPUSTRIPE_P2P_QUEUE_PLAN), and the median host share they took (%)
+             (GPUSTRIPE_P2P_QUEUE_PLAN, or replayed as a window's: GPUSTRIPE_P2P_WINDOW_REPLAY,
+             the first of a window included) or issued with the direct path apart
+             (GPUSTRIPE_P2P_DIRECT_APART), and the median host share they took (%)
   gap        median microseconds between one copy seen complete and the next of that size
              on the same receiver: the time per message of a window, where copies queue
 
-  python3 bench/mpi/p2p_trace_summary.py DIR [--label NAME]
+With --window W (the run's window), each window of W consecutive messages of one size is
+also timed on the receiver and the median printed:
+  start      the sender's first MPI_Isend (or isend) -> the first copy enqueued
+  enq1       the first copy's enqueue (mapped -> enqueued)
+  first      the first copy enqueued -> seen complete
+  per_msg    the first copy enqueued -> the last seen complete, over W
+  end        the last copy seen complete -> the sender's last wait returned
+  window     the sender's first MPI_Isend -> its last wait returned
+
+  python3 bench/mpi/p2p_trace_summary.py DIR [--label NAME] [--window W]
 """
 from __future__ import annotations
 
 import argparse
+import bisect
 import glob
 import os
 import statistics
 from collections import defaultdict
 
+# Stamps of a copy's plan whose recv_id field is the host share it took (millionths).
+SHARED = ("p_queued", "p_window", "p_window_first", "p_apart")
 PHASES = ("mpi_in", "post", "to_match", "map", "enqueue", "copy", "to_done", "s_ret", "mpi_out", "total")
 
 
@@ -49,7 +63,7 @@ def read(dirname: str):
                     continue
                 ns, rank, phase, sender, send_id, recv_id, nbytes = p
                 events.append((int(ns), int(rank), phase, int(sender), int(send_id), int(nbytes)))
-                if phase == "p_queued":  # recv_id: the host share in millionths
+                if phase in SHARED:  # recv_id: the host share in millionths
                     shares.append(int(recv_id) / 1e4)
         files.append(events)
         for ns, rank, phase, sender, send_id, nbytes in events:
@@ -70,7 +84,7 @@ def read(dirname: str):
             elif phase == "p_direct" and last is not None:
                 msgs[last]["direct"] = 1
                 last = None
-            elif phase == "p_queued" and last is not None:
+            elif phase in SHARED and last is not None:
                 msgs[last]["queued"] = shares.pop(0) if shares else 0.0
                 last = None
     # The interposer's unkeyed stamps: the MPI_Isend entered just before a p2p isend,
@@ -100,7 +114,38 @@ def read(dirname: str):
                 if nbytes in prev:
                     msgs[(sender, send_id)]["gap"] = (ns - prev[nbytes]) / 1e3
                 prev[nbytes] = ns
-    return msgs
+    return msgs, files
+
+
+def windows(msgs: dict, files: list, window: int) -> dict:
+    """Median microseconds of each window phase, per size (see --window)."""
+    # The sender's MPI_Isend stamps (unkeyed) and wait returns, in time order.
+    isends = sorted(ns for events in files for ns, rank, phase, *_ in events if phase == "m_isend")
+    out = defaultdict(lambda: defaultdict(list))
+    by_size = defaultdict(list)
+    for key in sorted(msgs, key=lambda k: msgs[k].get("s_post", 0)):
+        m = msgs[key]
+        if all(p in m for p in ("bytes", "s_post", "r_mapped", "r_started", "r_copied", "s_ret")):
+            by_size[m["bytes"]].append(m)
+    for size, ms in by_size.items():
+        for w in range(len(ms) // window):
+            group = ms[w * window:(w + 1) * window]
+            first = min(group, key=lambda m: m["r_started"])
+            # The window starts at the MPI_Isend just before its first p2p isend (natively: that isend).
+            t0 = group[0]["s_post"]
+            i = bisect.bisect_right(isends, t0)
+            if i > 0 and t0 - isends[i - 1] < 1e6:
+                t0 = isends[i - 1]
+            last = max(m["r_copied"] for m in group)
+            end = max(m.get("m_ret", m["s_ret"]) for m in group)
+            o = out[size]
+            o["start"].append((first["r_started"] - t0) / 1e3)
+            o["enq1"].append((first["r_started"] - first["r_mapped"]) / 1e3)
+            o["first"].append((first["r_copied"] - first["r_started"]) / 1e3)
+            o["per_msg"].append((last - first["r_started"]) / 1e3 / window)
+            o["end"].append((end - last) / 1e3)
+            o["window"].append((end - t0) / 1e3)
+    return out
 
 
 def phases(m: dict) -> dict:
@@ -131,8 +176,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir")
     ap.add_argument("--label", default="")
+    ap.add_argument("--window", type=int, default=0, help="time each window of this many messages")
     a = ap.parse_args()
-    msgs = read(a.dir)
+    msgs, files = read(a.dir)
     by_size = defaultdict(list)
     for m in msgs.values():
         if "bytes" in m and "s_post" in m and "r_copied" in m:
@@ -153,6 +199,12 @@ def main():
         direct = sum(r["direct"] for r in rows) / len(rows)
         print(f"{size:>11} {len(rows):>4} " + " ".join(cells)
               + f"  {conc:10.2f} {direct:6.2f} {len(q) / len(rows):6.2f} {share} {gap}")
+    if a.window > 0:
+        cols = ("start", "enq1", "first", "per_msg", "end", "window")
+        print(f"# windows of {a.window}: median us (warm-up windows included)")
+        print(f"{'bytes':>11} {'n':>4} " + " ".join(f"{c:>9}" for c in cols))
+        for size, o in sorted(windows(msgs, files, a.window).items()):
+            print(f"{size:>11} {len(o['start']):>4} " + " ".join(f"{statistics.median(o[c]):9.2f}" for c in cols))
 
 
 if __name__ == "__main__":

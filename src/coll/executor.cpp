@@ -87,18 +87,6 @@ bool has_barrier(const Program& prog) {
   return false;
 }
 
-// A flag slot for every (op, other rank waiting for it) pair: the dependencies that cross
-// ranks, which per-rank graphs turn into signal/wait pairs.
-using CrossSlots = std::map<std::pair<int, int>, int>;
-CrossSlots cross_slots(const Program& prog) {
-  CrossSlots slots;
-  const auto& ops = prog.ops();
-  for (const Op& op : ops)
-    for (int d : op.deps)
-      if (ops[d].rank != op.rank) slots.emplace(std::make_pair(d, op.rank), static_cast<int>(slots.size()));
-  return slots;
-}
-
 // The ops of one rank, in order, with their dependencies renumbered; a dependency on
 // another rank's op becomes a wait on the flag that op's signal sets, on the waiting op's lane,
 // or (flag_lanes) on a lane of waits that the op depends on, with signals on a lane of their own.
@@ -140,6 +128,16 @@ Program only_rank(const Program& prog, int rank, const CrossSlots& slots, bool f
 }
 
 }  // namespace
+
+// Per-rank graphs turn these into signal/wait pairs; the MPI collectives into flags in shared memory.
+CrossSlots cross_slots(const Program& prog) {
+  CrossSlots slots;
+  const auto& ops = prog.ops();
+  for (const Op& op : ops)
+    for (int d : op.deps)
+      if (ops[d].rank != op.rank) slots.emplace(std::make_pair(d, op.rank), static_cast<int>(slots.size()));
+  return slots;
+}
 
 std::vector<Program> split_per_rank(const Program& prog, bool flag_lanes) {
   const CrossSlots slots = cross_slots(prog);

@@ -35,6 +35,11 @@ namespace gpustripe::coll {
 // flag_lanes: waits on a lane of their own that the waiting op depends on, signals on another.
 std::vector<Program> split_per_rank(const Program& prog, bool flag_lanes = false);
 
+// A flag slot for every (op, other rank waiting for it) pair: the dependencies that cross
+// ranks, numbered in program order (the same on every rank that builds the same program).
+using CrossSlots = std::map<std::pair<int, int>, int>;
+CrossSlots cross_slots(const Program& prog);
+
 class Executor {
  public:
   // barrier (optional): the GPUs' own barrier for per-rank graphs (GPUSTRIPE_COLL_GPU_BARRIER).

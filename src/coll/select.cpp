@@ -185,7 +185,8 @@ const ChoiceSetting kRsOrder{"GPUSTRIPE_COLL_RS_ORDER", "auto",
                              "chunk in all rounds, then the next), rounds (whole blocks per round, folded in as "
                              "they land; the last round in pieces halving down to GPUSTRIPE_COLL_RS_TAIL; no SM "
                              "share; host share: GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE), or auto (rounds over more "
-                             "than 2 GPUs that map each other's memory, as measured; else chunks)",
+                             "than 2 GPUs that map each other's memory or reach it by copy engines, as measured; "
+                             "else chunks)",
                              {"auto", "chunks", "rounds"}};
 const SizeSetting kRsTail{"GPUSTRIPE_COLL_RS_TAIL", "8M",
                           "GPUSTRIPE_COLL_RS_ORDER=rounds: the last round's smallest (last) piece per block "
@@ -414,7 +415,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   if (op == CollOp::Bcast) {
     c.name = !force.empty()                                 ? force
              : res.all_peer && n > 1 && bytes <= (n > 2 ? kBcastSmMax.get() : kBcastSmMax2.get()) ? "sm"
-             : n > 2 && bytes >= kChainMin.get()             ? "chain"
+             : (n > 2 || res.chain_pairs) && bytes >= kChainMin.get() ? "chain"
              : n > 2 && bytes >= kRoundsMin.get()            ? "scatter_ag"
                                                              : "direct";
     GS_REQUIRE(c.name != "sm" || res.all_peer, GPUSTRIPE_ERR_NOT_SUPPORTED,
@@ -528,7 +529,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   }
   // Round-major: a whole block per peer in scratch (else chunks), no SM share, a host share of its own.
   if ((c.name == "rs_copy" || c.name == "rs_ag_copy" || c.name == "reduce_copy" || c.name == "ce_twoshot") &&
-      (kRsOrder.get() == "rounds" || (kRsOrder.get() == "auto" && res.all_peer && n > 2)) &&
+      (kRsOrder.get() == "rounds" || (kRsOrder.get() == "auto" && (res.all_peer || res.copy_peers) && n > 2)) &&
       block * static_cast<uint64_t>(std::max(1, n - 1)) <= kScratchMax.get()) {
     c.reduce.by_round = true;
     c.reduce.tail = kRsTail.get();

@@ -20,6 +20,8 @@ namespace gpustripe::coll {
 struct TeamResources {
   int n = 0;
   bool all_peer = true;        // every pair maps the other's memory: kernels may read peers
+  bool copy_peers = false;     // not all_peer, but copy engines reach every pair (IPC mappings across processes)
+  bool chain_pairs = false;    // 2 members: broadcasts from GPUSTRIPE_COLL_CHAIN_MIN as a chain (2-lane chunks)
   bool nvswitch = false;       // every GPU's NVLinks go into a switch
   std::vector<std::vector<int>> socket_groups;  // members by CPU socket; >1 group of equal size enables hier
   double nvlink_gbps = 0;      // smallest NVLink egress of a member, nominal

@@ -68,6 +68,8 @@ const DoubleSetting kBalanceMargin{"GPUSTRIPE_BALANCE_MARGIN", "-0.015",
 
 constexpr uint64_t kChunkAlign = 4096;
 constexpr int kBalanceLane = -3;  // lane key: the staged part of a balanced transfer, forked from the caller
+constexpr int kApartLane = -4;    // lane key: the staged part of copy_with_plan_direct_apart, one per area
+constexpr int kDetachedLane = -5;  // lane key (from, kDetachedLane, to): direct paths of detached copies
 constexpr int kAnyStagingGpu = -2;  // lane key: first hops to any staging GPU (GPUSTRIPE_STAGED_SHARED_LANE)
 
 std::string plan_key(const Plan& plan, const void* dst, const void* src) {
@@ -220,6 +222,23 @@ void Engine::copy_with_plan_in_second_area(const Plan& plan, void* dst, const vo
   run_given(plan, dst, src, stream, RunMode{true, false, true});
 }
 
+void Engine::copy_with_plan_direct_apart(const Plan& plan, void* dst, const void* src, StreamHandle stream,
+                                         bool second_area) {
+  RunMode mode;
+  mode.own_area = second_area;
+  mode.apart = true;
+  run_given(plan, dst, src, stream, mode);
+}
+
+void Engine::copy_with_plan_detached(const Plan& plan, void* dst, const void* src, StreamHandle stream,
+                                     bool second_area) {
+  RunMode mode;
+  mode.own_area = second_area;
+  mode.apart = true;
+  mode.detached = true;
+  run_given(plan, dst, src, stream, mode);
+}
+
 void Engine::enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool direct_on_lane,
                                bool own_area) {
   run_given(plan, dst, src, stream, RunMode{false, direct_on_lane, own_area});
@@ -285,6 +304,11 @@ void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle 
     }
   }
   const Plan& plan_run = steered.paths.empty() ? plan : steered;
+  if (mode.apart && direct_on_caller_ && !mode.direct_on_lane && Balancer::eligible(plan_run)) {
+    run_apart(plan_run, static_cast<char*>(dst), static_cast<const char*>(src), stream, mode, kApartLane,
+              mode.own_area ? 1 : 0, nullptr);
+    return;
+  }
   run_schedule(plan_run, dst, src, stream, mode);
 }
 
@@ -311,28 +335,46 @@ bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHa
 
 void Engine::execute_balanced(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode) {
   BalanceProbe& probe = balancer_->probe(plan);
-  backend_.record_event(probe.start, caller);
+  RunMode staged_mode;
+  staged_mode.src_alloc = mode.src_alloc;
+  staged_mode.dst_alloc = mode.dst_alloc;
+  const bool replayed = run_apart(plan, dst, src, caller, staged_mode, kBalanceLane, 0, &probe);
+  // An enqueued staged path starts as the host issues it, late against the direct copy:
+  // only replays measure the split where graphs are on.
+  probe.counts = replayed || !graphs_;
+}
+
+bool Engine::run_apart(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode,
+                       int lane_key, int lane_index, BalanceProbe* probe) {
+  // Detached: neither path waits for the caller's earlier work; the direct path queues on the
+  // link's lane of detached copies instead of the caller's stream.
+  EventHandle start = nullptr;
+  if (!mode.detached) {
+    start = probe ? probe->start : caller_event(plan.src);
+    backend_.record_event(start, caller);
+  }
+  Lane* direct_lane = mode.detached ? &lanes_->get(plan.src, kDetachedLane, plan.dst) : nullptr;
+  StreamHandle ds = direct_lane ? direct_lane->stream() : caller;
   const PathPlan& direct = plan.paths[0];
   const std::vector<uint64_t> edge = chunk_edges(direct);
   for (int c = 0; c < direct.chunks; ++c)
     backend_.copy_async_prechecked(dst + direct.offset + edge[c], plan.dst, src + direct.offset + edge[c], plan.src,
-                                   edge[c + 1] - edge[c], caller);
-  backend_.record_event(probe.direct_done, caller);
+                                   edge[c + 1] - edge[c], ds);
+  if (probe) backend_.record_event(probe->direct_done, caller);
   // The staged path alone, at its offset: a schedule (and a graph) of its own.
   Plan staged = plan;
   staged.paths.erase(staged.paths.begin());
-  StreamHandle lane = lanes_->get(plan.src, kBalanceLane).stream();
-  backend_.wait_event(lane, probe.start);
-  backend_.record_event(probe.staged_start, lane);
-  RunMode staged_mode;
-  staged_mode.src_alloc = mode.src_alloc;
-  staged_mode.dst_alloc = mode.dst_alloc;
-  const bool replayed = run_schedule(staged, dst, src, lane, staged_mode);
-  // An enqueued staged path starts as the host issues it, late against the direct copy:
-  // only replays measure the split where graphs are on.
-  probe.counts = replayed || !graphs_;
-  backend_.record_event(probe.staged_done, lane);
-  backend_.wait_event(caller, probe.staged_done);
+  Lane& lane = lanes_->get(plan.src, lane_key, lane_index);
+  if (start) backend_.wait_event(lane.stream(), start);
+  if (probe) backend_.record_event(probe->staged_start, lane.stream());
+  RunMode staged_mode = mode;
+  staged_mode.apart = staged_mode.detached = false;
+  const bool replayed = run_schedule(staged, dst, src, lane.stream(), staged_mode);
+  EventHandle done = probe ? probe->staged_done : lane.mark().event;
+  if (probe) backend_.record_event(done, lane.stream());
+  backend_.wait_event(caller, done);
+  if (direct_lane) backend_.wait_event(caller, direct_lane->mark().event);
+  return replayed;
 }
 
 StagingArea& Engine::host_area(int socket, int src, bool queues) {

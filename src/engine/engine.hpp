@@ -35,6 +35,7 @@ class StagingArea;
 class GraphCache;
 class ResourceTails;
 class Balancer;
+struct BalanceProbe;
 
 struct EngineStats {
   uint64_t plain_copies = 0;     // single-path copies issued as one backend copy
@@ -66,6 +67,23 @@ class Engine {
   // alternate between the two areas overlap, the next one's host pipeline filling while the
   // previous one's drains (a window of messages to one peer).
   void copy_with_plan_in_second_area(const Plan& plan, void* dst, const void* src, StreamHandle stream);
+  // copy_with_plan for a plan of a direct path and one staged path, the direct path issued as
+  // plain copies on `stream` before the staged part is launched (a graph of its own where
+  // graphs are on) on a lane forked from `stream` and joined back: the direct path starts as
+  // soon as it is issued, not after the launch of one graph of both paths (tens of
+  // microseconds with a host-staged pipeline), and the staged part starts that much later.
+  // `second_area`: as copy_with_plan_in_second_area (each area has a lane of its own, so two
+  // transfers in different areas overlap). Other plan shapes run as copy_with_plan would.
+  void copy_with_plan_direct_apart(const Plan& plan, void* dst, const void* src, StreamHandle stream,
+                                   bool second_area = false);
+  // copy_with_plan_direct_apart whose paths do NOT wait for the work enqueued on `stream` before
+  // the call (the caller knows none of it touches these buffers: a p2p window's messages, each
+  // into its own receive): the direct path goes behind the earlier detached copies' direct paths
+  // on a lane of the link, so the link never idles between them, and the staged part behind the
+  // earlier user of its staging area only. Work enqueued on `stream` after the call still waits
+  // for both paths. Other plan shapes run as copy_with_plan would (stream-ordered).
+  void copy_with_plan_detached(const Plan& plan, void* dst, const void* src, StreamHandle stream,
+                               bool second_area = false);
   // copy_with_plan, never replayed as a graph: the schedule is enqueued, so its staged pieces
   // take the next free range of the staging ring and follow the pieces queued before them on
   // the same lanes at once. A replay uses its area from the start and so waits for the whole
@@ -99,6 +117,8 @@ class Engine {
     bool replay = true;
     bool direct_on_lane = false;
     bool own_area = false;  // host staging in the queues' areas (enqueue_with_plan)
+    bool apart = false;     // copy_with_plan_direct_apart
+    bool detached = false;  // copy_with_plan_detached (with apart)
     // The allocations the copy reads and writes (check_copy's queries): a captured graph refers
     // to the allocations behind its pointers, so its key names them (base, size, buffer id).
     PointerInfo src_alloc, dst_alloc;
@@ -111,6 +131,14 @@ class Engine {
   // path on the caller's stream, the staged one (replayed as a graph of its own) on a lane of
   // the source GPU forked from the caller and joined back.
   void execute_balanced(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode);
+  // The direct path of `plan` (Balancer::eligible) as plain copies on `caller`, then its staged
+  // part as a schedule of its own on lane (src, `lane_key`, `lane_index`) forked from the caller
+  // before the direct copies and joined back. `mode.detached`: nothing forked from the caller,
+  // the direct copies on the link's lane of detached copies, joined back too. With `probe`, its
+  // events are recorded around both parts (execute_balanced). Returns whether the staged part
+  // was replayed.
+  bool run_apart(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode, int lane_key,
+                 int lane_index, BalanceProbe* probe);
   // The schedule of a checked plan: replayed as a graph where it can be (true), else enqueued (under mu_).
   bool run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode);
   void check_plan(const Plan& plan) const;

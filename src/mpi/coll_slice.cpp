@@ -1,8 +1,10 @@
 #include "mpi/coll_slice.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <utility>
 
@@ -29,6 +31,16 @@ const ChoiceSetting kCopyStreams{
     "buffer lives on (mapping: the IPC mapping's own context; 4x H200, 4 ranks, 256M: alltoall 299 GB/s busbw vs 32 "
     "with own) or of this rank's GPU (own)",
     {"own", "mapping"}};
+
+// Graphs need the flags' values to be the same in every call: stream flags only.
+const ChoiceSetting kGraphs{
+    "GPUSTRIPE_MPI_COLL_GRAPHS", "no",
+    "MPI collectives across processes with stream flags: a call repeated on the same buffers (same allocations) "
+    "replays a CUDA graph of this rank's part, captured at its second sight, instead of enqueueing every copy, "
+    "reduction and flag one driver call at a time (yes), or always enqueues them (no)",
+    {"yes", "no"}};
+constexpr size_t kGraphsKept = 32;
+constexpr int kOriginRole = -1000;  // the lane graphs are captured and launched on
 }  // namespace
 
 bool mapping_streams() { return kCopyStreams.get() == "mapping"; }
@@ -79,7 +91,8 @@ std::atomic<uint32_t>& TeamFlags::op(size_t i) const {
 SliceRunner::SliceRunner(Backend& backend, coll::Reducer& reducer, int rank, int nranks, TeamFlags& flags,
                          std::function<void()> check_peers)
     : backend_(backend), reducer_(reducer), rank_(rank), nranks_(nranks), flags_(flags),
-      check_peers_(std::move(check_peers)), lanes_(backend) {
+      check_peers_(std::move(check_peers)), lanes_(backend), capture_lanes_(backend),
+      graphs_(std::make_unique<GraphCache>(backend, kGraphsKept)) {
   GS_REQUIRE(nranks <= TeamFlags::kMaxRanks, GPUSTRIPE_ERR_NOT_SUPPORTED,
              "collective over %d ranks of a node: at most %d", nranks, TeamFlags::kMaxRanks);
   if (kFlags.get() == "stream") dev_flags_ = backend_.register_host(flags_.op_words(), flags_.op_words_bytes());
@@ -95,9 +108,12 @@ SliceRunner::~SliceRunner() {
       } catch (...) {
       }
     }
-  for (auto& kv : end_events_) {
+  std::vector<EventHandle> mine;
+  for (auto& kv : end_events_) mine.push_back(kv.second);
+  for (auto& kv : forks_) mine.push_back(kv.second);
+  for (EventHandle e : mine) {
     try {
-      backend_.destroy_event(kv.second);
+      backend_.destroy_event(e);
     } catch (...) {
     }
   }
@@ -118,7 +134,19 @@ EventHandle SliceRunner::event(int device, size_t i) {
   return ev[i];
 }
 
+namespace {
+double us_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
 void SliceRunner::barrier(const char* what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Add {
+    double& to;
+    std::chrono::steady_clock::time_point t0;
+    ~Add() { to += us_since(t0); }
+  } add{barrier_us_, t0};
   const uint64_t n = ++barriers_;
   flags_.arrived(rank_).store(n, std::memory_order_release);
   ipc::Waiter w(format("%s: rank %d waiting for the other ranks of the collective", what, rank_), check_peers_);
@@ -147,21 +175,46 @@ bool reached(const std::atomic<uint32_t>& f, uint32_t run_id) {
 }
 }  // namespace
 
-void SliceRunner::run(const coll::Program& prog, int device) {
+void SliceRunner::forget_graphs() {
+  graphs_ = std::make_unique<GraphCache>(backend_, kGraphsKept);  // destroys every graph (a launched one finishes first)
+  graph_waits_.clear();
+  uncapturable_.clear();
+}
+
+void SliceRunner::run(const coll::Program& prog, int device, const std::string& graph_key) {
   const auto& ops = prog.ops();
   GS_REQUIRE(ops.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
              "a collective schedule of %zu ops: the cross-process flags hold %zu", ops.size(), TeamFlags::kMaxOps);
   GS_REQUIRE(prog.nranks() == nranks_, GPUSTRIPE_ERR_INTERNAL, "program for %d ranks on a team of %d", prog.nranks(),
              nranks_);
   const uint32_t run_id = static_cast<uint32_t>(++runs_);
+  if (dev_flags_ && !graph_key.empty() && run_graph(prog, device, graph_key)) {
+    barrier("collective end");
+    return;
+  }
+  coll::CrossSlots slots;
+  if (dev_flags_) {
+    slots = coll::cross_slots(prog);
+    GS_REQUIRE(slots.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
+               "a collective schedule with %zu dependencies between ranks: the cross-process flags hold %zu",
+               slots.size(), TeamFlags::kMaxOps);
+  }
   // Segments between Barrier ops: everything before a barrier, on every rank, is complete
   // after it (streams drained, then a barrier of the hosts), and so is the program at its end.
   size_t begin = 0;
   while (begin <= ops.size()) {
     size_t end = begin;
     while (end < ops.size() && ops[end].kind != Op::Barrier) ++end;
-    if (dev_flags_) run_segment_streams(prog, begin, end, device, run_id);
-    else run_segment_host(prog, begin, end, device, run_id);
+    if (dev_flags_) {
+      std::vector<uint32_t> waits;
+      std::vector<Lane*> used = enqueue_streams(prog, slots, begin, end, device, lanes_, nullptr, waits);
+      drain(used, [&] {
+        for (uint32_t w : waits) flags_.op(w).store(1, std::memory_order_release);
+      });
+      reset_edges(waits);
+    } else {
+      run_segment_host(prog, begin, end, device, run_id);
+    }
     barrier(end < ops.size() ? "collective schedule barrier" : "collective end");
     begin = end + 1;
   }
@@ -179,10 +232,8 @@ static void dependents(const std::vector<Op>& ops, size_t begin, size_t end, int
     }
 }
 
-// Waits until the streams have run everything enqueued on them. A step of a dead rank that
-// this rank's streams wait for would hold them forever: on an error the flags they wait on
-// are set here (the GPUs then run on and the call reports the error).
-void SliceRunner::drain(const std::vector<Lane*>& used, uint32_t run_id, size_t nops) {
+void SliceRunner::drain(const std::vector<Lane*>& used, const std::function<void()>& release) {
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<EventHandle> ends;
   for (Lane* l : used) {
     EventHandle& e = end_events_[l->stream()];
@@ -195,9 +246,9 @@ void SliceRunner::drain(const std::vector<Lane*>& used, uint32_t run_id, size_t 
                   check_peers_);
     for (EventHandle e : ends)
       while (!backend_.query_event(e)) w.pause();
+    drain_us_ += us_since(t0);
   } catch (...) {
-    for (size_t i = 0; i < nops; ++i)
-      if (!reached(flags_.op(i), run_id)) flags_.op(i).store(run_id, std::memory_order_release);
+    release();
     for (Lane* l : used) {
       try {
         backend_.synchronize_stream(l->stream());
@@ -208,10 +259,10 @@ void SliceRunner::drain(const std::vector<Lane*>& used, uint32_t run_id, size_t 
   }
 }
 
-// Stream flags: every op of this rank in the segment is enqueued at once. A dependency on
-// another rank's op is a wait of the dependent's stream for that op's flag, which the
-// owner's stream writes right after the op (cuStreamWaitValue32 / cuStreamWriteValue32 on
-// the shared segment): no host takes part until the segment's end.
+void SliceRunner::reset_edges(const std::vector<uint32_t>& waits) {
+  for (uint32_t w : waits) flags_.op(w).store(0, std::memory_order_release);
+}
+
 void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int device, const std::vector<LaneMark>& marks,
                         std::map<int, size_t>& last_on_lane) {
   const Op& op = ops[i];
@@ -233,12 +284,16 @@ void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int devic
   }
 }
 
-void SliceRunner::run_segment_streams(const coll::Program& prog, size_t begin, size_t end, int device,
-                                      uint32_t run_id) {
+// Stream flags: every op of this rank in the segment is enqueued at once. A dependency on
+// another rank's op is a wait of the dependent's stream for its edge's flag, which the
+// owner's stream sets right after the op (cuStreamWaitValue32 / cuStreamWriteValue32 on
+// the shared segment): no host takes part until the segment's end.
+std::vector<Lane*> SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSlots& slots,
+                                                size_t begin, size_t end, int device, LaneSet& set, EventHandle fork,
+                                                std::vector<uint32_t>& waits) {
   const auto& ops = prog.ops();
-  std::vector<uint8_t> remote(ops.size(), 0), marked(ops.size(), 0);
-  dependents(ops, begin, end, rank_, remote, marked);
   const bool on_mapping = mapping_streams();
+  const bool capturing = fork != nullptr;
   // Each op's stream first: an op needs a mark (an event record: a driver call, which a
   // rank's host pays per op while its GPUs wait for the rest of its part) only where a
   // later op of this rank on another stream waits for it, as a dependency or as the next
@@ -250,7 +305,7 @@ void SliceRunner::run_segment_streams(const coll::Program& prog, size_t begin, s
     const Op& op = ops[i];
     if (op.rank != rank_) continue;
     const int sd = op.kind == Op::Copy && on_mapping ? copy_stream_device(op, device) : device;
-    stream_of[i] = &lane(sd, op.lane);
+    stream_of[i] = &set.get(sd, sd, -1 - op.lane);
     for (int d : op.deps)
       if (ops[d].rank == rank_ && stream_of[d] != stream_of[i]) needs_mark[d] = 1;
     auto prev = prev_on_lane.find(op.lane);
@@ -260,19 +315,99 @@ void SliceRunner::run_segment_streams(const coll::Program& prog, size_t begin, s
   std::vector<LaneMark> marks(ops.size());
   std::map<int, size_t> last_on_lane;
   std::vector<Lane*> used;
+  std::set<std::pair<Lane*, int>> waited;  // (stream, slot): one wait is enough
   for (size_t i = begin; i < end; ++i) {
     const Op& op = ops[i];
     if (op.rank != rank_) continue;
-    const int sd = stream_of[i]->device();
     Lane& l = *stream_of[i];
-    if (std::find(used.begin(), used.end(), &l) == used.end()) used.push_back(&l);
-    for (int d : op.deps)
-      if (ops[d].rank != rank_) backend_.stream_wait_flag(l.stream(), dev_flags_ + d, run_id);
-    issue(ops, i, l, sd, marks, last_on_lane);
-    if (needs_mark[i]) marks[i] = l.mark();
-    if (remote[i]) backend_.stream_write_flag(l.stream(), dev_flags_ + i, run_id);
+    if (std::find(used.begin(), used.end(), &l) == used.end()) {
+      used.push_back(&l);
+      if (fork) backend_.wait_event(l.stream(), fork);
+    }
+    for (int d : op.deps) {
+      if (ops[d].rank == rank_) continue;
+      const int slot = slots.at({d, rank_});
+      if (!waited.insert({&l, slot}).second) continue;
+      backend_.stream_wait_flag(l.stream(), dev_flags_ + slot, 1);
+      if (std::find(waits.begin(), waits.end(), static_cast<uint32_t>(slot)) == waits.end())
+        waits.push_back(static_cast<uint32_t>(slot));
+    }
+    issue(ops, i, l, l.device(), marks, last_on_lane);
+    if (needs_mark[i]) marks[i] = l.mark(capturing);
+    for (auto it = slots.lower_bound({static_cast<int>(i), -1});
+         it != slots.end() && it->first.first == static_cast<int>(i); ++it)
+      backend_.stream_write_flag(l.stream(), dev_flags_ + it->second, 1);
   }
-  drain(used, run_id, ops.size());
+  return used;
+}
+
+bool SliceRunner::run_graph(const coll::Program& prog, int device, const std::string& key) {
+  if (kGraphs.get() != "yes" || !backend_.supports_graphs() || uncapturable_.count(key)) return false;
+  for (const Op& op : prog.ops())
+    if (op.kind == Op::Barrier) return false;
+  // graph_waits_ outlives graphs the cache evicted (a key's waits are the same each time),
+  // so a graph found always has its waits.
+  GraphExecHandle g = graphs_->find(key);
+  auto waits = graph_waits_.find(key);
+  if (!g) {
+    // First sight runs directly (its lanes and events made outside any capture); the
+    // second captures.
+    if (!graphs_->seen_before(key)) return false;
+    std::vector<uint32_t> w;
+    g = capture(prog, device, w);
+    if (!g) {
+      if (uncapturable_.size() >= 4 * kGraphsKept) uncapturable_.clear();
+      uncapturable_.insert(key);
+      return false;
+    }
+    if (graph_waits_.size() >= 4 * kGraphsKept) forget_graphs();
+    graphs_->insert(key, g);
+    waits = graph_waits_.insert_or_assign(key, std::move(w)).first;
+    ++graph_captures_;
+  }
+  GS_REQUIRE(waits != graph_waits_.end(), GPUSTRIPE_ERR_INTERNAL, "a collective's graph without its flag waits");
+  const std::vector<uint32_t>& w = waits->second;
+  Lane& origin = lane(device, kOriginRole);
+  backend_.launch_graph(g, origin.stream());
+  ++graph_launches_;
+  drain({&origin}, [&] {
+    for (uint32_t slot : w) flags_.op(slot).store(1, std::memory_order_release);
+  });
+  reset_edges(w);
+  return true;
+}
+
+GraphExecHandle SliceRunner::capture(const coll::Program& prog, int device, std::vector<uint32_t>& waits) {
+  coll::CrossSlots slots = coll::cross_slots(prog);
+  if (slots.size() > TeamFlags::kMaxOps) return nullptr;
+  Lane& origin = lane(device, kOriginRole);
+  EventHandle& fork = forks_[device];
+  if (!fork) fork = backend_.create_event(device, false);
+  try {
+    backend_.begin_capture(origin.stream());
+    try {
+      backend_.record_event(fork, origin.stream());
+      std::vector<Lane*> used =
+          enqueue_streams(prog, slots, 0, prog.ops().size(), device, capture_lanes_, fork, waits);
+      for (Lane* l : used) backend_.wait_event(origin.stream(), l->mark(true).event);
+    } catch (...) {
+      try {
+        backend_.destroy_graph(backend_.end_capture(origin.stream()));
+      } catch (...) {
+      }
+      throw;
+    }
+    GraphExecHandle g = backend_.end_capture(origin.stream());
+    GS_LOG_DEBUG(Subsys::Mpi, "rank %d captured its part of a collective (%zu ops in all) into a graph", rank_,
+                 prog.ops().size());
+    return g;
+  } catch (const Error& e) {
+    // The call still runs, directly (and so does this program from now on).
+    GS_LOG_WARN(Subsys::Mpi, "capturing rank %d's part of a collective into a graph failed, issuing calls directly: %s",
+                rank_, e.what());
+    waits.clear();
+    return nullptr;
+  }
 }
 
 // Host flags: this rank's ops wait in one queue per lane (program order: a lane's ops rely

@@ -5,24 +5,33 @@
 // and enqueues only the ops placed on its rank, on its own GPU. Ordering inside the
 // rank is the coll executor's (lanes are streams, a dependency on another lane is an
 // event). A dependency on another rank's op crosses processes through shared memory:
-// by default the owner's stream writes the op's flag right after the op and the
-// dependent's stream waits for it (stream memory operations on the shared segment,
-// registered for the GPUs: everything is enqueued at once); with
-// GPUSTRIPE_MPI_COLL_FLAGS=host the owner's host sets the flag once the op's event has
-// completed and the dependent's host waits for it before it enqueues the dependent op. A Barrier op, and the end of the
-// program, is a barrier of the ranks' hosts after each has drained its streams, so a
-// collective returns only when every rank's copies into this rank's buffers are done.
-// Waits are bounded by GPUSTRIPE_TIMEOUT and fail early when a rank dies.
+// by default each such edge (op, waiting rank) has a flag word that the owner's stream
+// sets to 1 right after the op and the dependent's stream waits for (stream memory
+// operations on the shared segment, registered for the GPUs: everything is enqueued at
+// once); the waiting rank's host sets it back to 0 once its streams are done (before the
+// call's end barrier, so before the owner can set it again). The values being the same
+// in every call, a rank's part can be captured once into a CUDA graph and replayed
+// (GPUSTRIPE_MPI_COLL_GRAPHS). With GPUSTRIPE_MPI_COLL_FLAGS=host the owner's host sets
+// the op's flag (the call's number) once the op's event has completed and the
+// dependent's host waits for it before it enqueues the dependent op. A Barrier op, and
+// the end of the program, is a barrier of the ranks' hosts after each has drained its
+// streams, so a collective returns only when every rank's copies into this rank's
+// buffers are done. Waits are bounded by GPUSTRIPE_TIMEOUT and fail early when a rank dies.
 #pragma once
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "coll/executor.hpp"
 #include "coll/program.hpp"
 #include "coll/reduce.hpp"
+#include "engine/graph_cache.hpp"
 #include "engine/lanes.hpp"
 #include "ipc/shm_segment.hpp"
 
@@ -36,8 +45,8 @@ class TeamFlags {
   static constexpr size_t kInfoBytes = 1024;  // one rank's message of a call's exchange
   static size_t segment_bytes();
   explicit TeamFlags(ipc::ShmSegment seg);
-  // The run number (mod 2^32) in which op i last completed (written by its rank only, by
-  // its host or its streams: the words are page-aligned for register_host).
+  // Host flags: the run number (mod 2^32) in which op i last completed (written by its rank
+  // only). Stream flags: edge slot i, 1 while set (the words are page-aligned for register_host).
   std::atomic<uint32_t>& op(size_t i) const;
   uint32_t* op_words() const;
   size_t op_words_bytes() const { return kMaxOps * sizeof(uint32_t); }
@@ -70,8 +79,18 @@ class SliceRunner {
 
   // Runs this rank's ops of `prog` (program rank == team rank) on streams of `device`
   // and returns once every rank has finished its part. Every rank runs the same program
-  // at the same point.
-  void run(const coll::Program& prog, int device);
+  // at the same point. `graph_key` (stream flags, a program without Barrier ops): names the
+  // program and every allocation it touches, so that a repeated call replays the CUDA graph
+  // of this rank's part captured at its second sight (GPUSTRIPE_MPI_COLL_GRAPHS); empty: never.
+  void run(const coll::Program& prog, int device, const std::string& graph_key = "");
+  // Drops every captured graph (a mapping they may use was closed).
+  void forget_graphs();
+  // Graphs launched and captured so far (tests, logs).
+  uint64_t graph_launches() const { return graph_launches_; }
+  uint64_t graph_captures() const { return graph_captures_; }
+  // Host time spent so far waiting for this rank's streams, and in the hosts' barriers (us).
+  double drain_us() const { return drain_us_; }
+  double barrier_us() const { return barrier_us_; }
   // A barrier of the team's hosts.
   void barrier(const char* what);
   // Every rank's `bytes` (<= TeamFlags::kInfoBytes) into all[r * bytes]; a barrier too (no
@@ -90,19 +109,40 @@ class SliceRunner {
   TeamFlags& flags_;
   std::function<void()> check_peers_;
   LaneSet lanes_;
+  LaneSet capture_lanes_;  // graphs' own streams: events recorded in a capture never mark work outside it
   std::map<int, std::vector<EventHandle>> events_;  // by device
   std::map<StreamHandle, EventHandle> end_events_;  // drain: one per stream
-  uint64_t runs_ = 0;      // the value this run's flags carry
+  std::map<int, EventHandle> forks_;                // capture: the origin's fork, by device
+  uint64_t runs_ = 0;      // the value this run's host flags carry
   uint64_t barriers_ = 0;  // barriers this rank has reached
   uint64_t exchanges_ = 0;
-  uint32_t* dev_flags_ = nullptr;  // the op words as streams address them (register_host)
+  uint32_t* dev_flags_ = nullptr;  // the flag words as streams address them (register_host)
+  std::unique_ptr<GraphCache> graphs_;
+  std::map<std::string, std::vector<uint32_t>> graph_waits_;  // by graph key: the edge slots it waits on
+  std::set<std::string> uncapturable_;
+  uint64_t graph_launches_ = 0, graph_captures_ = 0;
+  double drain_us_ = 0, barrier_us_ = 0;
+
   // Enqueues this rank's op i on `l` after its same-rank dependencies and its program lane's
   // previous op (waits on their marks where they ran on other streams).
   void issue(const std::vector<coll::Op>& ops, size_t i, Lane& l, int device, const std::vector<LaneMark>& marks,
              std::map<int, size_t>& last_on_lane);
   void run_segment_host(const coll::Program& prog, size_t begin, size_t end, int device, uint32_t run_id);
-  void run_segment_streams(const coll::Program& prog, size_t begin, size_t end, int device, uint32_t run_id);
-  void drain(const std::vector<Lane*>& used, uint32_t run_id, size_t nops);
+  // Stream flags: enqueues this rank's ops of [begin, end) on lanes of `set` (each lane first
+  // waits for `fork` where given: a capture) and returns the lanes used; `waits` gets the
+  // edge slots they wait on.
+  std::vector<Lane*> enqueue_streams(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin,
+                                     size_t end, int device, LaneSet& set, EventHandle fork,
+                                     std::vector<uint32_t>& waits);
+  // Replays (or captures, at the key's second sight) the graph of this rank's part; false
+  // when the call runs directly instead.
+  bool run_graph(const coll::Program& prog, int device, const std::string& key);
+  GraphExecHandle capture(const coll::Program& prog, int device, std::vector<uint32_t>& waits);
+  // Waits until `streams` have run everything enqueued on them. On an error the flags in
+  // `release` are set here (so that no GPU of this rank waits forever on a dead one).
+  void drain(const std::vector<Lane*>& used, const std::function<void()>& release);
+  // Stream flags: the edge slots this rank waited on go back to 0 (its streams are done).
+  void reset_edges(const std::vector<uint32_t>& waits);
 };
 
 }  // namespace gpustripe::mpi

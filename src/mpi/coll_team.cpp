@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 
 #include "common/config.hpp"
@@ -29,6 +30,21 @@ const ChoiceSetting kExchange{"GPUSTRIPE_MPI_COLL_EXCHANGE", "shm",
                               "handles at every call (also the call's entry barrier): the team's shared-memory "
                               "segment (shm) or an MPI allgather (mpi)",
                               {"shm", "mpi"}};
+// Round-major copy reductions across processes: not measured there yet (session 5's r2 had
+// 2 GPUs, where every schedule has one round); the native path measured them from 256M.
+const SizeSetting kRoundsMin{"GPUSTRIPE_MPI_COLL_ROUNDS_MIN", "64G",
+                            "MPI collectives across processes on more than 2 GPUs: smallest reduction (size per rank) "
+                            "whose copy-engine schedule moves whole blocks per round, folded in as they land "
+                            "(GPUSTRIPE_COLL_RS_ORDER=auto); below, chunk by chunk"};
+// Session 5 r2 (2x H200, 2 ranks, busbw GB/s at 16M/32M/64M/128M/256M): bcast as a chain (8M chunks
+// alternating between 2 lanes) 176.9/246.6/282.6/313.8/321.4 vs direct (2M chunks on one lane)
+// 200.9/212.9/226.3/282.9/320.2.
+const BoolSetting kChainPairs{"GPUSTRIPE_MPI_COLL_CHAIN_PAIRS", "1",
+                              "MPI collectives across processes: a 2-rank broadcast from GPUSTRIPE_COLL_CHAIN_MIN "
+                              "goes as a chain (chunks alternating between two copy lanes) instead of direct"};
+const BoolSetting kTimes{"GPUSTRIPE_MPI_COLL_TIMES", "0",
+                        "MPI collectives across processes: log (info, subsystem mpi) each rank's host time per call by "
+                        "phase when its communicator's collectives end (diagnosis)"};
 std::atomic<bool> g_die_in_next{false};  // test hook: SIGKILL inside the next call
 
 bool exchange_shm() {
@@ -72,13 +88,19 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
   res_ = coll::describe_team(backend_, topo, gpus);
   res_.n = n_;
   res_.socket_groups.clear();  // groups of the node's GPUs, not of the ranks: no "hier" across processes
+  res_.chain_pairs = kChainPairs.get();
   // Kernels reading peers' buffers (pull, one-shot) need the IPC mappings readable from this
   // GPU's kernels: not so on the H200s (rounds 2 and 2b: illegal addresses, peer access
   // enabled or not: the ipc layer opens a mapping in the owner GPU's context). Copies into
   // and out of the mappings work, so reductions across processes take the copy-engine
   // schedules there: senders push blocks into the reducer's scratch, kernels read local memory.
   const std::string kernels = kPeerKernels.get();
-  if (kernels == "no" || (kernels == "auto" && !backend_.emulated())) res_.all_peer = false;
+  if (kernels == "no" || (kernels == "auto" && !backend_.emulated())) {
+    // Copy engines still reach every peer: the round-major copy reductions (native's schedules
+    // from 256M) apply.
+    res_.copy_peers = res_.all_peer;
+    res_.all_peer = false;
+  }
 
   // The flags the ranks' hosts order cross-rank steps with.
   char name[128] = {};
@@ -107,6 +129,17 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
 }
 
 CollTeam::~CollTeam() {
+  if (times_.calls && kTimes.get()) {
+    const double c = static_cast<double>(times_.calls);
+    const double run = times_.run - runner_->drain_us() - runner_->barrier_us();
+    GS_LOG_INFO(Subsys::Mpi, "collectives of rank %d (%llu calls on gpustripe, %llu graph launches, %llu captures): us "
+                "per call: prepare %.1f, exchange %.1f, map+program %.1f, enqueue %.1f, wait for GPUs %.1f, end "
+                "barrier %.1f",
+                rank_, static_cast<unsigned long long>(times_.calls),
+                static_cast<unsigned long long>(runner_->graph_launches()),
+                static_cast<unsigned long long>(runner_->graph_captures()), times_.prepare / c, times_.exchange / c,
+                times_.map / c, run / c, runner_->drain_us() / c, runner_->barrier_us() / c);
+  }
   runner_.reset();
   for (Owned* b : {&scratch_, &temp_}) {
     if (!b->p) continue;
@@ -123,6 +156,7 @@ void CollTeam::grow(Owned& b, int dev, size_t bytes) {
   size_t n = b.bytes && b.dev == dev ? b.bytes : (size_t(1) << 20);
   while (n < bytes) n *= 2;
   // Every earlier call has completed on every rank: nobody uses the old buffer.
+  if (&b == &scratch_) scratch_desc_.reset();
   if (b.p) backend_.free_device(b.p);
   b = Owned{};
   b.p = static_cast<char*>(backend_.alloc_device(dev, n));
@@ -135,10 +169,21 @@ char* CollTeam::temp(int dev, size_t bytes) {
   return temp_.p;
 }
 
-CollTeam::Desc CollTeam::describe(const void* p, size_t bytes) {
+CollTeam::Desc CollTeam::describe(const void* p, size_t bytes, const std::vector<p2p::MemLoc>& located) {
   Desc d;
   if (!p || bytes == 0) return d;
-  PointerInfo info = backend_.pointer_info(p);
+  PointerInfo info;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  const p2p::MemLoc* loc = nullptr;
+  for (const p2p::MemLoc& l : located)
+    if (l.device && l.buffer_id != 0 && l.size != 0 && at >= l.base && at - l.base < l.size) loc = &l;
+  if (loc) {
+    info.base = loc->base;
+    info.size = loc->size;
+    info.buffer_id = loc->buffer_id;
+  } else {
+    info = backend_.pointer_info(p);
+  }
   // Exporting asks the driver each time; the same allocation (same buffer id) keeps its handle.
   auto it = exports_.find(info.base);
   const uintptr_t u = reinterpret_cast<uintptr_t>(p);
@@ -201,13 +246,23 @@ void CollTeam::map_all(int r, std::initializer_list<const Desc*> descs, std::ini
     GS_LOG_INFO(Subsys::Mpi, "rank %d's buffer is mapped here already (%s): closing the cached mappings of its "
                 "buffers and mapping again", r, e.what());
     rt_.endpoint().handle_cache()->evict_peer(channel_rank_[r]);
+    ++evictions_;
     auto o = out.begin();
     for (const Desc* d : descs) **o++ = map(r, *d);
   }
 }
 
+uint64_t CollTeam::mapping_epoch() const {
+  ipc::HandleCache* cache = rt_.endpoint().handle_cache();
+  if (!cache) return evictions_;
+  const ipc::HandleCacheStats st = cache->stats();
+  return evictions_ + st.stale_evictions + st.capacity_evictions;
+}
+
 coll::Choice CollTeam::choose(const CollCall& call) const {
-  coll::Choice c = coll::choose_schedule(call.op, res_, call.bytes, call.elem_size);
+  coll::TeamResources res = res_;
+  if (call.bytes < kRoundsMin.get()) res.copy_peers = false;
+  coll::Choice c = coll::choose_schedule(call.op, res, call.bytes, call.elem_size);
   // The host path needs pinned host memory shared by the ranks' processes: not yet (it
   // gained ~1% at 256M per rank in one process, HARDWARE.md's 5-10% being for one pair).
   if (c.exchange.host_share > 0) {
@@ -220,6 +275,10 @@ coll::Choice CollTeam::choose(const CollCall& call) const {
     c.reduce.host_share = 0;
     c.why += " (no host share across processes)";
   }
+  if (c.reduce.gather_host_share > 0 || c.reduce.ag_host_share > 0) {
+    c.reduce.gather_host_share = c.reduce.ag_host_share = 0;
+    c.why += " (no host share across processes)";
+  }
   c.exchange.sm_share = 0;
   c.reduce.sm_share = 0;
   return c;
@@ -227,6 +286,9 @@ coll::Choice CollTeam::choose(const CollCall& call) const {
 
 bool CollTeam::run(const CollCall& call) {
   ++calls_;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now();
+  auto us = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
   coll::Team team;
   for (int r = 0; r < n_; ++r) {
     team.rank.push_back(r);
@@ -286,8 +348,8 @@ bool CollTeam::run(const CollCall& call) {
     }
     if (wanted) grow(scratch_, call.device, wanted);
     try {
-      mine.send = describe(call.send, call.send_bytes);
-      mine.recv = describe(call.recv, call.recv_bytes);
+      mine.send = describe(call.send, call.send_bytes, call.located);
+      mine.recv = describe(call.recv, call.recv_bytes, call.located);
     } catch (const Error& e) {
       // Buffers without an IPC handle (the default pool of cudaMallocAsync): every rank
       // takes the MPI's way for this call (the allgather tells them).
@@ -298,19 +360,25 @@ bool CollTeam::run(const CollCall& call) {
       said = true;
       mine.eligible = 0;
     }
-    if (mine.eligible && wanted) mine.scratch = describe(scratch_.p, scratch_.bytes);
+    if (mine.eligible && wanted) {
+      // This rank's own allocation, until grow() replaces it: described once.
+      if (!scratch_desc_) scratch_desc_ = std::make_unique<Desc>(describe(scratch_.p, scratch_.bytes, {}));
+      mine.scratch = *scratch_desc_;
+    }
   }
 
   // 2. Every rank's handles and eligibility (the entry barrier of the call).
   //    Through the team's shared segment: a few microseconds less than the MPI's allgather.
   static_assert(sizeof(RankInfo) <= TeamFlags::kInfoBytes, "a rank's message outgrew its exchange slot");
   std::vector<RankInfo> all(n_);
+  const Clock::time_point t1 = Clock::now();
   if (exchange_shm()) {
     runner_->exchange(&mine, sizeof mine, all.data());
   } else {
     check_mpi(PMPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm_),
               "MPI_Allgather (collective buffers)");
   }
+  const Clock::time_point t2 = Clock::now();
   for (const RankInfo& ri : all)
     if (!ri.eligible) return false;
   // Test hook (tests/mpi/mpi_coll_kill.c): die where the others already run the call.
@@ -353,6 +421,26 @@ bool CollTeam::run(const CollCall& call) {
       put(r == rank_ ? scratch_.bytes : all[r].scratch.present ? all[r].scratch.handle.size : size_t(0));
     }
   }
+  // A graph of this rank's part names, beyond the Program, every allocation it touches (a
+  // graph must never be replayed on memory freed since and allocated again at the same
+  // address: the exporters' buffer ids); mappings closed since it was captured drop it.
+  std::string graph_key;
+  if (!prog_key.empty()) {
+    graph_key = prog_key;
+    bool known = true;
+    for (const RankInfo& ri : all)
+      for (const Desc* d : {&ri.send, &ri.recv, &ri.scratch}) {
+        if (!d->present) continue;
+        known = known && d->handle.buffer_id != 0;
+        graph_key.append(reinterpret_cast<const char*>(&d->handle.buffer_id), sizeof d->handle.buffer_id);
+      }
+    if (!known) graph_key.clear();
+    const uint64_t epoch = mapping_epoch();
+    if (epoch != graphs_epoch_) {
+      runner_->forget_graphs();
+      graphs_epoch_ = epoch;
+    }
+  }
   auto cached = prog_key.empty() ? programs_.end() : programs_.find(prog_key);
   if (cached == programs_.end()) {
     coll::Program prog(n_);
@@ -373,7 +461,13 @@ bool CollTeam::run(const CollCall& call) {
     if (programs_.size() >= kProgramsKept) programs_.clear();
     cached = programs_.emplace(prog_key, std::move(prog)).first;
   }
-  runner_->run(cached->second, call.device);
+  const Clock::time_point t3 = Clock::now();
+  runner_->run(cached->second, call.device, graph_key);
+  ++times_.calls;
+  times_.prepare += us(t0, t1);
+  times_.exchange += us(t1, t2);
+  times_.map += us(t2, t3);
+  times_.run += us(t3, Clock::now());
   return true;
 }
 

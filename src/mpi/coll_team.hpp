@@ -57,6 +57,9 @@ struct CollCall {
   // reuses its schedule choice, scratch size and, over the same pointers, its Program.
   // Empty: nothing is reused.
   std::string shape;
+  // The allocations of this rank's buffers as the caller found them (one pointer query per
+  // buffer and call: describe() takes them from here).
+  std::vector<p2p::MemLoc> located;
 };
 
 // Test only: this process kills itself (SIGKILL) inside its next collective on the
@@ -83,7 +86,7 @@ class CollTeam {
  private:
   struct Desc;
   struct RankInfo;
-  Desc describe(const void* p, size_t bytes);
+  Desc describe(const void* p, size_t bytes, const std::vector<p2p::MemLoc>& located);
   char* map(int r, const Desc& d);
   // Maps rank r's buffers (descs) into out; retries once after dropping r's cached mappings
   // when the driver says the memory is mapped here already.
@@ -96,6 +99,9 @@ class CollTeam {
   void grow(Owned& b, int dev, size_t bytes);
   coll::Choice choose(const CollCall& call) const;
   bool peer_ok(int dev, int peer);  // can_access_peer, asked once per pair
+  // Changes whenever this process closed a mapping of a peer's buffer (captured graphs may
+  // hold its address).
+  uint64_t mapping_epoch() const;
 
   Runtime& rt_;
   Backend& backend_;
@@ -107,6 +113,7 @@ class CollTeam {
   std::unique_ptr<coll::Reducer> reducer_;
   std::unique_ptr<SliceRunner> runner_;
   Owned scratch_, temp_;
+  std::unique_ptr<Desc> scratch_desc_;  // scratch_ as the other ranks map it (reset by grow)
   std::map<uintptr_t, Backend::IpcMemHandle> exports_;
   std::map<std::pair<int, int>, bool> peer_ok_;  // this rank's buffers exported, by allocation base
   uint64_t calls_ = 0;
@@ -119,6 +126,12 @@ class CollTeam {
   };
   std::map<std::string, Shape> shapes_;
   std::map<std::string, coll::Program> programs_;
+  struct Times {  // host time of the calls served with a cached Program (us, summed)
+    uint64_t calls = 0;
+    double prepare = 0, exchange = 0, map = 0, run = 0;
+  } times_;
+  uint64_t evictions_ = 0;     // map_all's evictions of a rank's mappings
+  uint64_t graphs_epoch_ = 0;  // mapping_epoch() when the runner's graphs were made
 };
 
 }  // namespace gpustripe::mpi

@@ -45,13 +45,15 @@ CollTeam* team_for(Runtime& rt, MPI_Comm comm) {
   return t.get();
 }
 
-// The GPU all the buffers live on; -1 when one is not device memory or they differ.
-int device_of(Runtime& rt, std::initializer_list<const void*> bufs) {
+// The GPU all the buffers live on; -1 when one is not device memory or they differ. The
+// allocations found go into c.located.
+int device_of(Runtime& rt, CollCall& c, std::initializer_list<const void*> bufs) {
   int dev = -1;
   for (const void* b : bufs) {
     p2p::MemLoc loc = rt.locate(b);
     if (!loc.device || (dev >= 0 && loc.dev != dev)) return -1;
     dev = loc.dev;
+    c.located.push_back(loc);
   }
   return dev;
 }
@@ -134,7 +136,7 @@ size_t exchange_call(Runtime& rt, CollTeam& team, CollCall& c, coll::CollOp op, 
   c.op = op;
   c.bytes = block * static_cast<size_t>(team.size());
   c.elem_size = type_size(recvtype);
-  c.device = device_of(rt, {in_place ? recvbuf : sendbuf, recvbuf});
+  c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
   c.eligible = c.device >= 0 && rl.contiguous && sl.contiguous && sl.bytes == block && block > 0;
   return block;
 }
@@ -223,7 +225,7 @@ int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, 
         coll::DataType dt;
         coll::RedOp op;
         c.op = coll::CollOp::ReduceScatter;
-        c.device = device_of(rt, {in_place ? recvbuf : sendbuf, recvbuf});
+        c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
         c.eligible = c.device >= 0 && recvcount > 0 && reduce_type(type, &dt) && reduce_op(mop, &op);
         if (!c.eligible) return;
         const size_t count = static_cast<size_t>(recvcount), esz = coll::dtype_size(dt), block = count * esz;
@@ -266,7 +268,7 @@ int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype ty
         coll::DataType dt;
         coll::RedOp op;
         c.op = coll::CollOp::AllReduce;
-        c.device = device_of(rt, {in_place ? recvbuf : sendbuf, recvbuf});
+        c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
         c.eligible = c.device >= 0 && count > 0 && reduce_type(type, &dt) && reduce_op(mop, &op);
         if (!c.eligible) return;
         const size_t n = static_cast<size_t>(count), bytes = n * coll::dtype_size(dt);
@@ -297,7 +299,7 @@ int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm com
         c.op = coll::CollOp::Bcast;
         c.bytes = c.recv_bytes = l.bytes;
         c.elem_size = type_size(type);
-        c.device = device_of(rt, {buffer});
+        c.device = device_of(rt, c, {buffer});
         c.eligible = c.device >= 0 && l.contiguous && l.bytes > 0 && root >= 0 && root < team.size();
         if (!c.eligible) return;
         c.recv = buffer;
@@ -327,7 +329,7 @@ int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type,
         const bool is_root = team.rank() == root;
         c.op = coll::CollOp::Reduce;
         // The receive buffer counts at the root only.
-        c.device = is_root ? device_of(rt, {in_place ? recvbuf : sendbuf, recvbuf}) : device_of(rt, {sendbuf});
+        c.device = is_root ? device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf}) : device_of(rt, c, {sendbuf});
         c.eligible = c.device >= 0 && count > 0 && root >= 0 && root < team.size() && reduce_type(type, &dt) &&
                      reduce_op(mop, &op);
         if (!c.eligible) return;

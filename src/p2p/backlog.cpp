@@ -42,12 +42,13 @@ bool direct_plus_host(const Plan& plan) {
          plan.paths[1].kind == PathKind::HostStaged;
 }
 
-Plan queued_split(const Plan& alone, double host_share) {
+Plan queued_split(const Plan& alone, double host_share, uint64_t chunk_bytes) {
   GS_REQUIRE(direct_plus_host(alone), GPUSTRIPE_ERR_INTERNAL, "queued_split: plan %s is not a direct plus a host path",
              alone.describe().c_str());
   const PathPlan& d = alone.paths[0];
   const PathPlan& h = alone.paths[1];
-  const uint64_t chunk = std::max<uint64_t>(kPage, h.bytes / static_cast<uint64_t>(std::max(1, h.chunks)));
+  const uint64_t chunk = std::max<uint64_t>(
+      kPage, chunk_bytes > 0 ? chunk_bytes : h.bytes / static_cast<uint64_t>(std::max(1, h.chunks)));
   const uint64_t d_min = static_cast<uint64_t>(std::max(1, d.chunks)) * kPage;
   if (alone.bytes < d_min + kPage || !(host_share > 0)) return alone;
   uint64_t host = static_cast<uint64_t>(std::min(host_share, 1.0) * static_cast<double>(alone.bytes)) / kPage * kPage;

@@ -40,6 +40,7 @@ bool direct_plus_host(const Plan& plan);
 // chunks of about the size `alone`'s host path has (the engine's per-chunk cost and the
 // queue's final drain stay as planned), untapered (the pipeline is already full), page
 // aligned, each path keeping a page per chunk. Throws ERR_INTERNAL for another plan shape.
-Plan queued_split(const Plan& alone, double host_share);
+// `chunk` > 0: host chunks of about that size instead.
+Plan queued_split(const Plan& alone, double host_share, uint64_t chunk = 0);
 
 }  // namespace gpustripe::p2p

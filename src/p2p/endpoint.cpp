@@ -79,6 +79,15 @@ bool Endpoint::matches(const Request& r, int src, int tag, uint64_t comm) {
   return r.comm_ == comm && (r.peer_ == kAnySource || r.peer_ == src) && (r.tag_ == kAnyTag || r.tag_ == tag);
 }
 
+int Endpoint::receives_ahead(int src, uint64_t comm) const {
+  int n = 0;
+  for (const RequestPtr& p : posted_)
+    if (p->comm_ == comm && (p->peer_ == src || p->peer_ == kAnySource)) ++n;
+  for (const Unexpected& u : unexpected_)
+    if (u.comm == comm && u.src == src && u.rendezvous) ++n;
+  return n;
+}
+
 RequestPtr Endpoint::find_send(uint64_t id) const {
   for (auto& r : active_sends_)
     if (r->id_ == id) return r;
@@ -315,7 +324,8 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
       r->lease_buffer_ = e.handle.buffer_id;
     }
     trace("r_mapped", src, send_id, r->id_, n);
-    r->ticket_ = mover_.start(r->rbuf_, r->loc_.device ? r->loc_.dev : kHostDevice, from, e.handle.device, n);
+    r->ticket_ = mover_.start(r->rbuf_, r->loc_.device ? r->loc_.dev : kHostDevice, from, e.handle.device, n,
+                              receives_ahead(src, r->comm_));
     trace("r_started", src, send_id, r->id_, n);
     r->state_ = Request::State::Copying;
     return;

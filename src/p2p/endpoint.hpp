@@ -116,6 +116,9 @@ class Endpoint {
   // A matched receive takes the message (eager payload or a rendezvous start).
   void deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bool rendezvous, uint32_t flags,
                uint64_t send_id, const char* payload);
+  // Receives posted (and rendezvous messages arrived unmatched) that the next messages of
+  // `src` on `comm` may meet: more copies from that peer soon (a window), for the copy's plan.
+  int receives_ahead(int src, uint64_t comm) const;
   // This process's address of a buffer `peer` exported (mapping cache).
   // Returns the pool import lease a finished copy of `r` held (HandleCache::release).
   void return_lease(Request& r);

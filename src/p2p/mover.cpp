@@ -26,7 +26,7 @@ const IntSetting kStreams{"GPUSTRIPE_P2P_STREAMS", "2",
 
 Mover::Mover(Backend* backend, CopyFn copy) : backend_(backend), copy_(std::move(copy)) {
   if (backend_ && !copy_)
-    copy_ = [b = backend_](void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) {
+    copy_ = [b = backend_](void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s, int) {
       b->copy_async(dst, dd, src, sd, n, s);
       return std::function<void()>();
     };
@@ -82,7 +82,7 @@ StreamHandle Mover::stream_for(int dev) {
   return s;
 }
 
-uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
+uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, int ahead) {
   uint64_t ticket = next_ticket_++;
   if (bytes == 0) return ticket;
   if (dst_dev == kHostDevice && src_dev == kHostDevice) {
@@ -92,7 +92,7 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
   GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
   int dev = src_dev != kHostDevice ? src_dev : dst_dev;
   StreamHandle s = stream_for(dev);
-  std::function<void()> after = copy_(dst, dst_dev, src, src_dev, bytes, s);
+  std::function<void()> after = copy_(dst, dst_dev, src, src_dev, bytes, s, ahead);
   EventHandle e = nullptr;
   for (auto it = free_events_.begin(); it != free_events_.end(); ++it)
     if (event_dev_[*it] == dev) {
@@ -217,6 +217,44 @@ const DoubleSetting kWindowShare{"GPUSTRIPE_P2P_WINDOW_SHARE", "0.110",
 const SizeSetting kWindowMin{"GPUSTRIPE_P2P_WINDOW_MIN", "128M",
                              "GPUSTRIPE_P2P_WINDOW_REPLAY: the smallest copy replayed as part of a window"};
 
+// Window starts (device round s5 r2, 2 ranks through the interposer, one lease, NCCL 256M w1/w16/w64
+// 347.6/364.7/365.8): alone it changed nothing (256M w16/w64 437.2/440.2 vs 437.0/440.1 and 436.6/440.0);
+// it is on for GPUSTRIPE_P2P_WINDOW_DETACHED, measured with it: the first copy of a window is detached too,
+// its direct path starting at once (r1 trace: a window's first copy took 80-90 us to enqueue as a lone
+// graph, the others 31-45; s5 r2 trace, detached: MPI_Isend -> first copy enqueued 105 -> 60 us).
+const BoolSetting kWindowAhead{"GPUSTRIPE_P2P_WINDOW_AHEAD", "yes",
+                               "GPUSTRIPE_P2P_WINDOW_REPLAY: a copy with none of this rank's copies in flight but "
+                               "more receives from the same peer posted behind it (a window starting) is replayed as "
+                               "a window's copy too, instead of with its lone plan"};
+// s5 r2 (detached windows, 256M w16/w64): 2M chunks 421.7/424.3 against 441.0/441.9 with the lone plan's.
+const SizeSetting kWindowChunk{"GPUSTRIPE_P2P_WINDOW_CHUNK", "0",
+                                "GPUSTRIPE_P2P_WINDOW_REPLAY: host chunk size of a window's copies (0: the lone plan's)"};
+// Replayed (two areas) but stream-ordered, message k waited for the whole of message k-2 (its stream and
+// its area), so the link idled whenever a message's host part ran late (s5 r1: one message every 607 us;
+// the direct path alone of a 0.110 split needs 605). Detached, the direct paths run back to back and the
+// window runs at the rate of whichever chain is slower. s5 r2 (one lease, NCCL above), 2 ranks, 256M
+// w16/w64: stream-ordered 437.0/440.1, 436.6/440.0, 436.4/440.3, 436.4/440.1 (four runs); detached
+// 441.0/441.9, 441.6/442.0, 441.0/441.8, 441.6/442.2; 128M 429.0/434.4 -> 433.9/435.6, 512M 442.1/443.5 ->
+// 443.6/444.2, 1G 444.3/444.8 -> 444.8/445.1. Shares, detached, 256M w16/w64: 0.110 above, 0.113
+// 440.7/443.5, 0.116 430.4/433.1, 0.119 420.4/424.1: past ~0.113 the host chain (~50 GB/s) sets the rate.
+const BoolSetting kWindowDetached{"GPUSTRIPE_P2P_WINDOW_DETACHED", "yes",
+                                   "GPUSTRIPE_P2P_WINDOW_REPLAY: a window's copies run detached from the p2p streams' "
+                                   "earlier work (Engine::copy_with_plan_detached): their direct paths back to back on "
+                                   "a lane of the link, their staged parts behind the previous user of their staging "
+                                   "area only, so neither path waits for the other's lag"};
+// s5 r2, 256M w1 (other rows' noise +-2 GB/s): 424.5 / 422.2 / 422.1 / 422.5 with it (shift 1M), 423.0 /
+// 421.9 / 421.2 / 413.8 without; its trace: 636.6 us per message against r1's 634.2 (the launch of one graph
+// of both paths does not hold the direct path back measurably). Off.
+const BoolSetting kDirectApart{"GPUSTRIPE_P2P_DIRECT_APART", "no",
+                               "Copies of at least GPUSTRIPE_P2P_WINDOW_MIN planned as a direct plus a host-staged path "
+                               "that start with none of this rank's copies to that GPU in flight (alone, or the first "
+                               "of a window) issue the direct path as "
+                               "plain copies before launching the staged part, so it starts without waiting for the "
+                               "launch of one graph of both (~30 us on 4x H200)"};
+const SizeSetting kApartShift{"GPUSTRIPE_P2P_APART_SHIFT", "0",
+                              "GPUSTRIPE_P2P_DIRECT_APART: bytes a lone copy moves from its host-staged path to its "
+                              "direct path (the staged part starts one launch later than the direct path)"};
+
 const IntSetting kRecentUs{
     "GPUSTRIPE_P2P_RECENT_US", "0",
     "Other ranks' copies that finished at most this many microseconds ago count as in flight when a copy is "
@@ -249,6 +287,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
     std::map<std::tuple<int, int, uint64_t>, bool> splits;  // (src, dst, bytes): planned alone, direct + host
     std::map<std::tuple<int, int, uint64_t>, Plan> window_plans;  // GPUSTRIPE_P2P_WINDOW_REPLAY, per size
     std::map<std::pair<int, int>, bool> second_area;  // per GPU pair: the area the last copy staged in
+    std::map<std::tuple<int, int, uint64_t>, Plan> apart_plans;  // GPUSTRIPE_P2P_DIRECT_APART, lone copies per size
   };
   auto st = std::make_shared<State>();
   const bool announce_first = kAnnounceFirst.get();
@@ -263,13 +302,18 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   const double window_share = kWindowShare.get();
   GS_REQUIRE(window_share >= 0 && window_share < 0.5, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_P2P_WINDOW_SHARE=%g: 0 (the model's) or a fraction below 0.5", window_share);
+  const bool window_ahead = kWindowAhead.get();
+  const bool apart = kDirectApart.get();
+  const uint64_t window_chunk = kWindowChunk.get();
+  const bool detached = kWindowDetached.get();
+  const uint64_t apart_shift = kApartShift.get();
   const int64_t recent_us = kRecentUs.get();
   GS_REQUIRE(recent_us >= 0 && recent_us <= 1000000, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
   const uint64_t recent_ns = static_cast<uint64_t>(recent_us) * 1000;
   return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, queue_min, queue_lane, queue_area,
-          window_replay, window_share, window_min, recent_ns](
-             void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) -> std::function<void()> {
+          window_replay, window_share, window_min, window_ahead, window_chunk, detached, apart, apart_shift, recent_ns](
+             void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s, int ahead) -> std::function<void()> {
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
       return {};
@@ -345,9 +389,10 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       } else if (!specs.empty()) {
         trace("p_concurrent", -1, 0, 0, n);
         engine.copy_with_plan(concurrent(specs, n), dst, src, s);
-      } else if (behind && window_replay && n >= window_min && lone_splits()) {
-        // The same plan for every queued copy of this size (its graph is captured once), in the
-        // area the copy before it did not use.
+      } else if ((behind || (window_ahead && ahead > 0 && queued.copies == 0 && specs.empty())) && window_replay &&
+                 n >= window_min && lone_splits()) {
+        // The same plan for every copy of a window of this size (its graph is captured once), in
+        // the area the copy before it did not use.
         auto key = std::make_tuple(sd, dd, uint64_t{n});
         auto it = st->window_plans.find(key);
         if (it == st->window_plans.end()) {
@@ -356,12 +401,15 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
           const double share = window_share > 0 ? window_share
                                                 : static_cast<double>(host_staged_bytes(engine.current_plan(sd, dd, total))) /
                                                       static_cast<double>(total);
-          it = st->window_plans.emplace(key, queued_split(engine.current_plan(sd, dd, n), share)).first;
+          it = st->window_plans.emplace(key, queued_split(engine.current_plan(sd, dd, n), share, window_chunk)).first;
         }
         bool& second = st->second_area[{sd, dd}];
         second = !second;
-        trace("p_window", -1, queued.copies, host_staged_bytes(it->second) * 1000000 / n, n);
-        if (second) engine.copy_with_plan_in_second_area(it->second, dst, src, s);
+        trace(behind ? "p_window" : "p_window_first", -1, queued.copies,
+              host_staged_bytes(it->second) * 1000000 / n, n);
+        if (detached) engine.copy_with_plan_detached(it->second, dst, src, s, second);
+        else if (apart && !behind) engine.copy_with_plan_direct_apart(it->second, dst, src, s, second);
+        else if (second) engine.copy_with_plan_in_second_area(it->second, dst, src, s);
         else engine.copy_with_plan(it->second, dst, src, s);
       } else if (behind && queue_plan && n >= queue_min && lone_splits()) {
         // Behind this rank's own copies to the same GPU: the host share of the queue planned as
@@ -373,7 +421,22 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         engine.enqueue_with_plan(queued_split(engine.current_plan(sd, dd, n), share), dst, src, s, queue_lane,
                                  queue_area);
       } else {
-        engine.copy_async(dst, dd, src, sd, n, s);
+        if (apart && n >= window_min && lone_splits()) {
+          auto key = std::make_tuple(sd, dd, uint64_t{n});
+          auto it = st->apart_plans.find(key);
+          if (it == st->apart_plans.end()) {
+            if (st->apart_plans.size() >= kMaxPlans) st->apart_plans.clear();
+            Plan lone = engine.current_plan(sd, dd, n);
+            const uint64_t host = host_staged_bytes(lone);
+            if (apart_shift > 0)
+              lone = queued_split(lone, static_cast<double>(host - std::min(host, apart_shift)) / static_cast<double>(n));
+            it = st->apart_plans.emplace(key, std::move(lone)).first;
+          }
+          trace("p_apart", -1, 0, host_staged_bytes(it->second) * 1000000 / n, n);
+          engine.copy_with_plan_direct_apart(it->second, dst, src, s);
+        } else {
+          engine.copy_async(dst, dd, src, sd, n, s);
+        }
         if (window_replay) st->second_area[{sd, dd}] = false;  // a planner's plan stages in the first area
       }
     } catch (...) {

@@ -33,8 +33,10 @@ struct MemLoc {
 class Mover {
  public:
   // Enqueues the copy on `stream`; returns what to run once it has completed (may be empty).
+  // `ahead`: how many more copies the caller knows will follow this one between the same
+  // buffers' GPUs soon (a receiver's receives posted behind the one it matched: a window).
   using CopyFn = std::function<std::function<void()>(void* dst, int dst_dev, const void* src, int src_dev,
-                                                     size_t bytes, StreamHandle stream)>;
+                                                     size_t bytes, StreamHandle stream, int ahead)>;
   // `backend` null: host memory only. `copy` empty: backend->copy_async.
   explicit Mover(Backend* backend, CopyFn copy = {});
   ~Mover();
@@ -48,8 +50,8 @@ class Mover {
   MemLoc locate(const void* p) const;
 
   // Starts a copy; the ticket polls as done() once the data is in place. Zero bytes
-  // and host-to-host copies complete before start() returns.
-  uint64_t start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes);
+  // and host-to-host copies complete before start() returns. `ahead`: as CopyFn's.
+  uint64_t start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, int ahead = 0);
   bool done(uint64_t ticket);
   // A copy that has finished when it returns.
   void copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes);

@@ -317,6 +317,36 @@ TEST(CollSelect, NoPeerAccessMeansCopyEngines) {
   EXPECT_THROW(choose_schedule(CollOp::ReduceScatter, r, 64 << 10, 4), Error);
 }
 
+// Copy engines reaching every peer though kernels cannot (the MPI collectives' IPC mappings):
+// the copy reductions move whole blocks per round, as on a node whose kernels read peers.
+TEST(CollSelect, CopyPeersTakeRoundMajorCopyReductions) {
+  TeamResources r = h200(4);
+  r.all_peer = false;
+  EXPECT_FALSE(choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4).reduce.by_round);
+  r.copy_peers = true;
+  for (CollOp op : {CollOp::ReduceScatter, CollOp::AllReduce, CollOp::Reduce}) {
+    Choice c = choose_schedule(op, r, 16 << 20, 4);
+    EXPECT_TRUE(c.reduce.by_round) << c.describe();
+    EXPECT_NE(c.name.find("copy"), std::string::npos) << c.describe();
+  }
+  ScopedEnv order("GPUSTRIPE_COLL_RS_ORDER", "chunks");
+  EXPECT_FALSE(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4).reduce.by_round);
+}
+
+// Two members broadcast directly, or as a chain from GPUSTRIPE_COLL_CHAIN_MIN where the team asks
+// for it (the MPI collectives: measured faster there from 32M).
+TEST(CollSelect, ChainPairsBroadcastLargeMessagesAsAChain) {
+  TeamResources r = h200(2);
+  r.all_peer = false;
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 64 << 20, 4).name, "direct");
+  r.chain_pairs = true;
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 16 << 20, 4).name, "direct");
+  Choice c = choose_schedule(CollOp::Bcast, r, 64 << 20, 4);
+  EXPECT_EQ(c.name, "chain");
+  EXPECT_TRUE(c.bcast.chain);
+  EXPECT_EQ(c.bcast.chunks, 8);
+}
+
 TEST(CollSelect, SettingsForceAndAreChecked) {
   TeamResources r = h200(4);
   {

@@ -223,6 +223,62 @@ TEST_F(EngineGraphs, EnqueueWithPlanNeverReplaysAndStreamsBehindAReplay) {
   backend_->destroy_stream(b);
 }
 
+namespace {
+// copy_with_plan_direct_apart or _detached (a p2p window's copies, alternating areas): each copy
+// its own data, on two streams, nothing synchronized in between, through staging areas each copy
+// fills several times over. The staged part alone is captured once per area and replayed after
+// that; the direct path is never part of a graph; every copy lands intact, and no wait names an
+// event recorded inside a capture.
+void copies_apart(RecordingGraphBackend* rec_, Backend* backend_, const Topology& topo_, bool detached) {
+  ScopedEnv cache("GPUSTRIPE_GRAPH_CACHE", "64");
+  FixedPlanner planner({{PathKind::Direct, -1, 0.75, 2}, {PathKind::HostStaged, 0, 0.25, 5}});
+  Engine engine(*backend_, topo_, &planner);
+  constexpr int kCopies = 8;
+  const size_t n = (1u << 20) + 4097;
+  StreamHandle a = backend_->create_stream(0), b = backend_->create_stream(0);
+  char* src = static_cast<char*>(backend_->alloc_device(0, n));
+  std::vector<char*> dst;
+  for (int k = 0; k < kCopies; ++k) dst.push_back(static_cast<char*>(backend_->alloc_device(1, n)));
+  const Plan plan = planner.plan(0, 1, n);
+  std::vector<std::vector<uint8_t>> data;
+  for (int round = 0; round < 3; ++round) {
+    data.clear();
+    for (int k = 0; k < kCopies; ++k) {
+      // One source buffer rewritten between copies: the copies must run in stream order.
+      data.push_back(pattern(n, 500 + 10 * round + k));
+      backend_->synchronize_stream(a);
+      backend_->synchronize_stream(b);
+      upload(*backend_, src, 0, data[k], a);
+      if (detached) engine.copy_with_plan_detached(plan, dst[k], src, k % 2 ? b : a, k % 2 == 1);
+      else engine.copy_with_plan_direct_apart(plan, dst[k], src, k % 2 ? b : a, k % 2 == 1);
+    }
+    backend_->synchronize_stream(a);
+    backend_->synchronize_stream(b);
+    for (int k = 0; k < kCopies; ++k)
+      EXPECT_EQ(first_mismatch(data[k], download(*backend_, dst[k], 1, n, a).data(), n), -1)
+          << "round " << round << " copy " << k;
+  }
+  // Eight destinations, so eight keys of the staged part alone: each enqueued in round 0,
+  // captured in round 1, replayed in rounds 1 and 2.
+  EXPECT_EQ(engine.stats().schedules, static_cast<uint64_t>(kCopies));
+  EXPECT_EQ(engine.stats().graph_captures, static_cast<uint64_t>(kCopies));
+  EXPECT_EQ(engine.stats().graph_launches, 2u * kCopies);
+  EXPECT_EQ(rec_->waits_on_captured_events, 0);
+  EXPECT_GE(engine.stats().staging_bytes, 2u * (256u << 10)) << "both host staging areas";
+  backend_->free_device(src);
+  for (char* p : dst) backend_->free_device(p);
+  backend_->destroy_stream(a);
+  backend_->destroy_stream(b);
+}
+}  // namespace
+
+TEST_F(EngineGraphs, DirectApartReplaysTheStagedPartInEitherArea) {
+  copies_apart(rec_, backend_.get(), topo_, false);
+}
+TEST_F(EngineGraphs, DetachedCopiesReplayTheStagedPartInEitherArea) {
+  copies_apart(rec_, backend_.get(), topo_, true);
+}
+
 TEST_F(EngineGraphs, MarksKeptAcrossTransfersAreNeverRecordedInACapture) {
   // A 0->1 transfer enqueued once leaves marks of the host->1 relay lanes in GPU 0's staging
   // area; then many 2->1 transfers are captured, which use the same relay lanes (through

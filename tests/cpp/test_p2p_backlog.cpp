@@ -81,6 +81,11 @@ TEST(P2pBacklog, QueuedSplitTakesTheQueuesShareInChunksOfTheLonePlan) {
   EXPECT_EQ(q.paths[1].taper_head, 0);
   EXPECT_EQ(q.paths[1].taper_tail, 0);
   EXPECT_EQ(q.paths[0].chunks, alone.paths[0].chunks);
+  // Chunks of a given size instead (GPUSTRIPE_P2P_WINDOW_CHUNK).
+  const Plan fine = queued_split(alone, 0.11, chunk / 2);
+  EXPECT_NO_THROW(fine.check());
+  EXPECT_EQ(fine.paths[1].bytes, q.paths[1].bytes);
+  EXPECT_NEAR(static_cast<double>(fine.paths[1].chunks) / q.paths[1].chunks, 2.0, 0.2);
   // A smaller share than planned alone works the same way.
   const Plan less = queued_split(alone, 0.05);
   EXPECT_NO_THROW(less.check());

@@ -274,7 +274,9 @@ namespace {
 // land intact in every buffer. The receiver matches the whole window with no progress in
 // between (the requests to send are already there), so no copy is seen complete before the
 // last one starts.
-void window_copies(const char* queue_min, bool queued) {
+// `detached`: the window replayed (GPUSTRIPE_P2P_WINDOW_REPLAY from 1M) detached from the
+// streams' earlier work, its first copy too (stamped p_window_first, the rest p_window).
+void window_copies(const char* queue_min, bool queued, bool detached = false) {
   constexpr int kWindow = 6;
   char dir[] = "/tmp/gs-p2p-queue-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
@@ -282,6 +284,10 @@ void window_copies(const char* queue_min, bool queued) {
     ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
     ScopedEnv m("GPUSTRIPE_P2P_QUEUE_MIN", queue_min);
     ScopedEnv q("GPUSTRIPE_P2P_QUEUE_PLAN", "yes");
+    ScopedEnv wm("GPUSTRIPE_P2P_WINDOW_MIN", detached ? "1M" : "128M");
+    ScopedEnv wd("GPUSTRIPE_P2P_WINDOW_DETACHED", detached ? "yes" : "no");
+    ScopedEnv wa("GPUSTRIPE_P2P_WINDOW_AHEAD", detached ? "yes" : "no");
+    ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
     EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
       Topology topo = load_topology_file("h200x4");
       auto be = make_emulated_backend(topo);
@@ -315,12 +321,18 @@ void window_copies(const char* queue_min, bool queued) {
   }
   std::map<std::string, int> phases = trace_phases(dir)[1];
   EXPECT_EQ(phases["r_started"], kWindow);
-  EXPECT_EQ(phases["p_queued"], queued ? kWindow - 1 : 0);
+  if (detached) {
+    EXPECT_EQ(phases["p_window_first"], 1);
+    EXPECT_EQ(phases["p_window"], kWindow - 1);
+  } else {
+    EXPECT_EQ(phases["p_queued"], queued ? kWindow - 1 : 0);
+  }
 }
 }  // namespace
 
 TEST(P2pDevice, WindowCopiesJoinTheQueueOfTheRanksOwnCopies) { window_copies("1M", true); }
 TEST(P2pDevice, WindowCopiesBelowTheQueueMinimumAreNotQueued) { window_copies("3M", false); }
+TEST(P2pDevice, WindowCopiesDetachedEachLandInTheirOwnBuffer) { window_copies("1M", false, true); }
 
 namespace {
 // `gpustripe bench mpi`'s window loop on one pair, with graphs (replays recorded and run in
@@ -329,9 +341,14 @@ namespace {
 // window is seen, then captured, then replayed), then windows checked; buffers freed before the
 // next size. Every message must land intact, and no wait may name an event recorded inside a
 // capture (CUDA refuses those).
-void bench_windows(int window, const std::vector<size_t>& sizes, const char* mode = "GPUSTRIPE_P2P_QUEUE_PLAN") {
+// Returns the receiver's trace stamps.
+std::map<std::string, int> bench_windows(int window, const std::vector<size_t>& sizes,
+                                         const char* mode = "GPUSTRIPE_P2P_QUEUE_PLAN") {
   char dir[] = "/tmp/gs-p2p-windows-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
+  if (!mkdtemp(dir)) {
+    ADD_FAILURE() << "mkdtemp";
+    return {};
+  }
   ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
   ScopedEnv m("GPUSTRIPE_P2P_QUEUE_MIN", "1M");
   ScopedEnv wm("GPUSTRIPE_P2P_WINDOW_MIN", "1M");
@@ -386,6 +403,7 @@ void bench_windows(int window, const std::vector<size_t>& sizes, const char* mod
   const int joined = phases[std::string(mode) == "GPUSTRIPE_P2P_WINDOW_REPLAY" ? "p_window" : "p_queued"];
   EXPECT_GT(joined, 0);
   EXPECT_LE(joined, from_1m * 4 * (window - 1));
+  return phases;
 }
 }  // namespace
 
@@ -398,6 +416,107 @@ TEST(P2pDevice, BenchWindowsOf64WithGraphsAndTheQueue) {
 // GPUSTRIPE_P2P_WINDOW_REPLAY: the queued copies replayed, alternating between two staging areas.
 TEST(P2pDevice, BenchWindowsOf16ReplayedInTwoStagingAreas) {
   bench_windows(16, {512u << 10, 1u << 20, 2u << 20, (4u << 20) + 12345, 1u << 20}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
+}
+
+// A window's first copy (more receives from the peer posted behind it): with
+// GPUSTRIPE_P2P_WINDOW_AHEAD it is replayed as a window's copy (p_window_first), at most once a
+// window; with GPUSTRIPE_P2P_DIRECT_APART (and the windows not detached) its direct path goes
+// before the staged part's launch. Data checked as above.
+TEST(P2pDevice, BenchWindowsFirstCopyToldApartWithTheDirectPathApart) {
+  ScopedEnv a("GPUSTRIPE_P2P_WINDOW_AHEAD", "yes");
+  ScopedEnv d("GPUSTRIPE_P2P_DIRECT_APART", "yes");
+  ScopedEnv t("GPUSTRIPE_P2P_WINDOW_DETACHED", "no");
+  std::map<std::string, int> phases =
+      bench_windows(16, {512u << 10, 1u << 20, (2u << 20) + 4097, 1u << 20}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
+  // 3 sizes from 1M, 4 windows each: at most one first copy per window.
+  EXPECT_GT(phases["p_window_first"], 0);
+  EXPECT_LE(phases["p_window_first"], 3 * 4);
+}
+
+// GPUSTRIPE_P2P_DIRECT_APART on lone copies (window 1) with GPUSTRIPE_P2P_APART_SHIFT: each
+// copy stamped p_apart with the host share less the shift, replayed (recording graphs), intact.
+TEST(P2pDevice, LoneCopiesWithTheDirectPathApartShiftBytesToIt) {
+  char dir[] = "/tmp/gs-p2p-apart-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  constexpr int kCopies = 5;
+  const size_t n = (4u << 20) + 8192;
+  {
+    ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
+    ScopedEnv d("GPUSTRIPE_P2P_DIRECT_APART", "yes");
+    ScopedEnv sh("GPUSTRIPE_P2P_APART_SHIFT", "128K");
+    ScopedEnv wm("GPUSTRIPE_P2P_WINDOW_MIN", "1M");
+    ScopedEnv g("GPUSTRIPE_GRAPHS", "1");
+    ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
+    EXPECT_RANKS_OK(run_ranks(2, [n](int rank, ipc::Channel& ch) {
+      Topology topo = load_topology_file("h200x4");
+      auto* rec = new RecordingGraphBackend(make_emulated_backend(topo));
+      std::unique_ptr<Backend> be(rec);
+      engine_test::FixedPlanner planner({{PathKind::Direct, -1, 0.9, 1}, {PathKind::HostStaged, 0, 0.1, 4}});
+      Engine engine(*be, topo, &planner);
+      void* buf = be->alloc_device(rank, n);
+      {
+        Endpoint ep(ch, be.get(), engine_copy(engine, &ch));
+        for (int k = 0; k < kCopies; ++k) {
+          if (rank == 0) {
+            to_device(*be, buf, 0, seeded_bytes(700 + k, n));
+            ep.send(buf, n, 1, k, kComm);
+            char go;
+            ep.recv(&go, 1, 1, 99, kComm);
+          } else {
+            ep.recv(buf, n, 0, k, kComm);
+            RANK_CHECK(from_device(*be, buf, 1, n) == seeded_bytes(700 + k, n));
+            char go = 1;
+            ep.send(&go, 1, 0, 99, kComm);
+          }
+        }
+        ep.flush();
+      }
+      RANK_CHECK(rec->waits_on_captured_events == 0);
+      if (rank == 1) RANK_CHECK(rec->launches > 0);
+      be->free_device(buf);
+    }));
+  }
+  // The stamp's recv_id field: the host share in millionths.
+  std::vector<unsigned long long> shares;
+  DIR* d = opendir(dir);
+  ASSERT_NE(d, nullptr);
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.rfind("p2p-trace-", 0) != 0) continue;
+    for (const std::string& line : split(read_text_file(std::string(dir) + "/" + name), '\n')) {
+      long long ns = 0;
+      int r = 0, sender = 0;
+      char phase[32] = {};
+      unsigned long long a = 0, b = 0, bytes = 0;
+      if (std::sscanf(line.c_str(), "%lld %d %31s %d %llu %llu %llu", &ns, &r, phase, &sender, &a, &b, &bytes) == 7 &&
+          std::string(phase) == "p_apart")
+        shares.push_back(b);
+    }
+  }
+  closedir(d);
+  trace_phases(dir);  // removes the directory
+  ASSERT_EQ(shares.size(), static_cast<size_t>(kCopies));
+  const double expect = (0.1 * n - (128 << 10)) / n;
+  for (unsigned long long sh : shares) EXPECT_NEAR(sh / 1e6, expect, 0.002);
+}
+
+// GPUSTRIPE_P2P_WINDOW_DETACHED: a window's copies (its first one too) run detached from the p2p
+// streams' earlier work, direct paths back to back on the link's lane; every message still lands
+// intact and completes only once both of its paths have.
+TEST(P2pDevice, BenchWindowsDetachedFromTheStreamsEarlierWork) {
+  ScopedEnv a("GPUSTRIPE_P2P_WINDOW_AHEAD", "yes");
+  ScopedEnv d("GPUSTRIPE_P2P_WINDOW_DETACHED", "yes");
+  std::map<std::string, int> phases =
+      bench_windows(16, {512u << 10, 1u << 20, (2u << 20) + 4097, (4u << 20) + 12345}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
+  EXPECT_GT(phases["p_window_first"], 0);
+}
+
+// GPUSTRIPE_P2P_WINDOW_AHEAD off: a window's first copy takes its lone plan (no p_window_first).
+TEST(P2pDevice, BenchWindowsFirstCopyAloneWithoutWindowAhead) {
+  ScopedEnv a("GPUSTRIPE_P2P_WINDOW_AHEAD", "no");
+  std::map<std::string, int> phases =
+      bench_windows(16, {1u << 20, (2u << 20) + 4097}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
+  EXPECT_EQ(phases["p_window_first"], 0);
 }
 
 TEST(P2pDevice, CopiesThatFinishedLatelyArePlannedAsInFlight) {
