@@ -326,6 +326,8 @@ bool FdExchange::offer(int dst, const Backend::IpcMemHandle& h) {
   if (sent_.size() >= kSentMax) sent_.clear();
   sent_.insert(k);
   ++stats_.offered;
+  GS_LOG_DEBUG(Subsys::Ipc, "rank %d: offered rank %d %zu descriptor(s) of its %s buffer %llu", ch_.rank(), dst,
+               what.fds.size(), kind_word(static_cast<uint32_t>(h.kind)), static_cast<unsigned long long>(h.buffer_id));
   return true;
 }
 

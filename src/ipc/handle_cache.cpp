@@ -92,6 +92,8 @@ void* HandleCache::map(int peer, uint64_t peer_base, const Backend::IpcMemHandle
     ++stats_.fd_opens;
     ++stats_.multi_opens;
     stats_.pieces_mapped += got.pieces.size();
+    GS_LOG_DEBUG(Subsys::Ipc, "mapped rank %d's vmm-multi buffer %llu (%zu bytes in %zu pieces, GPU %d) at %p", peer,
+                 static_cast<unsigned long long>(h.buffer_id), h.size, got.pieces.size(), h.device, local);
     lru_.push_front(key);
     entries_.emplace(key, Entry{h.buffer_id, h.size, h.kind, h.share_id, local, lru_.begin()});
     return local;
@@ -115,6 +117,8 @@ void* HandleCache::map(int peer, uint64_t peer_base, const Backend::IpcMemHandle
   }
   lru_.push_front(key);
   entries_.emplace(key, Entry{h.buffer_id, h.size, h.kind, h.share_id, local, lru_.begin(), leased(h) ? 1 : 0});
+  GS_LOG_DEBUG(Subsys::Ipc, "mapped rank %d's %s buffer %llu (%zu bytes, GPU %d) at %p", peer, ipc_kind_name(h.kind),
+               static_cast<unsigned long long>(h.buffer_id), h.size, h.device, local);
   return local;
 }
 

@@ -16,11 +16,14 @@ BUILD = os.environ.get("GPUSTRIPE_BUILD_DIR", "build/dev")
 SCRIPT = os.path.join(os.path.dirname(__file__), "torch_expandable_mpi.py")
 
 
-def run_torch_mpi(alloc_conf: str, sizes: str, iters: int, timeout: int = 120) -> tuple[int, str, list[dict]]:
+def run_torch_mpi(alloc_conf: str, sizes: str, iters: int, timeout: int = 90) -> tuple[int, str, list[dict]]:
     lib = os.path.abspath(os.path.join(BUILD, "src/mpi/libgpustripe_mpi.so"))
+    # A wait inside gpustripe ends with a message naming what it waited for well before the
+    # subprocess timeout (GPUSTRIPE_TIMEOUT, 300 s by default, shortened here).
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", f"LD_PRELOAD={lib}",
-           "-x", f"PYTORCH_CUDA_ALLOC_CONF={alloc_conf}", "-x", "NCCL_NVLS_ENABLE=0"]
-    for k in ("PYTHONPATH", "GPUSTRIPE_TOPOLOGY_DIR", "GPUSTRIPE_TIMEOUT", "CUDA_VISIBLE_DEVICES"):
+           "-x", f"PYTORCH_CUDA_ALLOC_CONF={alloc_conf}", "-x", "NCCL_NVLS_ENABLE=0", "-x", "PYTHONUNBUFFERED=1",
+           "-x", f"GPUSTRIPE_TIMEOUT={os.environ.get('GPUSTRIPE_TIMEOUT', '30')}"]
+    for k in ("PYTHONPATH", "GPUSTRIPE_TOPOLOGY_DIR", "GPUSTRIPE_LOG_LEVEL", "CUDA_VISIBLE_DEVICES"):
         if k in os.environ:
             cmd += ["-x", k]
     cmd += [sys.executable, SCRIPT, "--sizes", sizes, "--iters", str(iters)]

@@ -1,0 +1,120 @@
+// Interposed matched probes: MPI_Mprobe/Improbe and MPI_Mrecv/Imrecv. mpi4py's pickled recv
+// (comm.recv, its default API) uses them. A message between two ranks of one node travels by
+// gpustripe, which the MPI's own matched probe never sees: it waited forever (found in device
+// rounds s5 r2/r2b, a torch program hanging at its first comm.recv). Here a probe of such a
+// route asks gpustripe (MPI_Iprobe, interposed) and names the message it found by a handle of
+// ours: its communicator, source and tag. Mrecv receives it as a receive of that source and
+// tag, which matches the earliest such message: the one probed (messages of one source and
+// tag keep their order). Messages the MPI carries keep the MPI's handles. One limit: a
+// wildcard receive posted between the probe and Mrecv may take the probed message first (the
+// MPI standard forbids that; programs do not do it between their own probe and receive).
+#include <mutex>
+#include <set>
+
+#include "common/error.hpp"
+#include "ipc/wait.hpp"
+#include "mpi/interpose.hpp"
+#include "mpi/ops.hpp"
+#include "mpi/runtime.hpp"
+
+namespace gpustripe::mpi {
+namespace {
+
+struct OwnMessage {
+  MPI_Comm comm;
+  int source;  // rank in comm
+  int tag;
+};
+
+std::set<OwnMessage*>& own_messages() {
+  static std::set<OwnMessage*> s;
+  return s;
+}
+
+// The message `m` names if it is ours (removed from the set: a message is received once).
+OwnMessage* take_own(MPI_Message m) {
+  std::lock_guard<std::recursive_mutex> l(lock());
+  auto it = own_messages().find(reinterpret_cast<OwnMessage*>(m));
+  if (it == own_messages().end()) return nullptr;
+  OwnMessage* o = *it;
+  own_messages().erase(it);
+  return o;
+}
+
+int improbe_impl(int source, int tag, MPI_Comm comm, int* flag, MPI_Message* msg, MPI_Status* st) {
+  std::lock_guard<std::recursive_mutex> l(lock());
+  Target t = route(comm, source, false);
+  if (t.route == Route::Mpi || t.route == Route::Staged) return PMPI_Improbe(source, tag, comm, flag, msg, st);
+  MPI_Status s;
+  int rc = MPI_Iprobe(source, tag, comm, flag, &s);  // gpustripe first, then (any source over nodes) the MPI
+  if (rc != MPI_SUCCESS || !*flag) return rc;
+  Runtime& rt = *Runtime::get();
+  if (s.MPI_SOURCE < 0 || s.MPI_SOURCE >= static_cast<int>(t.ci->world_of.size()) ||
+      !rt.same_node(t.ci->world_of[s.MPI_SOURCE]))
+    return PMPI_Improbe(s.MPI_SOURCE, s.MPI_TAG, comm, flag, msg, st);  // the MPI carries it: its handle
+  auto* o = new OwnMessage{comm, s.MPI_SOURCE, s.MPI_TAG};
+  own_messages().insert(o);
+  *msg = reinterpret_cast<MPI_Message>(o);
+  if (st != MPI_STATUS_IGNORE) *st = s;
+  return MPI_SUCCESS;
+}
+
+}  // namespace
+}  // namespace gpustripe::mpi
+
+using namespace gpustripe;
+using namespace gpustripe::mpi;
+
+extern "C" {
+
+int MPI_Improbe(int source, int tag, MPI_Comm comm, int* flag, MPI_Message* msg, MPI_Status* st) {
+  try {
+    return improbe_impl(source, tag, comm, flag, msg, st);
+  } catch (const std::exception& e) {
+    return report(comm, "MPI_Improbe", e);
+  }
+}
+
+int MPI_Mprobe(int source, int tag, MPI_Comm comm, MPI_Message* msg, MPI_Status* st) {
+  try {
+    Target t;
+    {
+      std::lock_guard<std::recursive_mutex> l(lock());
+      t = route(comm, source, false);
+    }
+    if (t.route == Route::Mpi || t.route == Route::Staged) return PMPI_Mprobe(source, tag, comm, msg, st);
+    Runtime& rt = *Runtime::get();
+    ipc::Waiter w(format("MPI_Mprobe(source %d, tag %d) on rank %d", source, tag, rt.world_rank()), [&] {
+      std::lock_guard<std::recursive_mutex> l(lock());
+      if (t.route == Route::Local) rt.endpoint().check_source(t.local);
+    });
+    for (;;) {
+      int flag = 0;
+      int rc = improbe_impl(source, tag, comm, &flag, msg, st);
+      if (rc != MPI_SUCCESS || flag) return rc;
+      w.pause();
+    }
+  } catch (const std::exception& e) {
+    return report(comm, "MPI_Mprobe", e);
+  }
+}
+
+int MPI_Mrecv(void* buf, int count, MPI_Datatype type, MPI_Message* msg, MPI_Status* st) {
+  OwnMessage* o = msg ? take_own(*msg) : nullptr;
+  if (!o) return PMPI_Mrecv(buf, count, type, msg, st);
+  *msg = MPI_MESSAGE_NULL;
+  OwnMessage m = *o;
+  delete o;
+  return MPI_Recv(buf, count, type, m.source, m.tag, m.comm, st);
+}
+
+int MPI_Imrecv(void* buf, int count, MPI_Datatype type, MPI_Message* msg, MPI_Request* req) {
+  OwnMessage* o = msg ? take_own(*msg) : nullptr;
+  if (!o) return PMPI_Imrecv(buf, count, type, msg, req);
+  *msg = MPI_MESSAGE_NULL;
+  OwnMessage m = *o;
+  delete o;
+  return MPI_Irecv(buf, count, type, m.source, m.tag, m.comm, req);
+}
+
+}  // extern "C"
