@@ -33,12 +33,15 @@ const ChoiceSetting kCopyStreams{
     {"own", "mapping"}};
 
 // Graphs need the flags' values to be the same in every call: stream flags only.
+// Session 5 r2 (2x H200, 2 ranks): no gain (a part of 2-4 ops enqueues as fast as its graph
+// launches, and the graph starts later on the GPUs: 1M alltoall 19.3 vs 21.9 GB/s busbw direct).
 const ChoiceSetting kGraphs{
     "GPUSTRIPE_MPI_COLL_GRAPHS", "no",
     "MPI collectives across processes with stream flags: a call repeated on the same buffers (same allocations) "
     "replays a CUDA graph of this rank's part, captured at its second sight, instead of enqueueing every copy, "
-    "reduction and flag one driver call at a time (yes), or always enqueues them (no)",
-    {"yes", "no"}};
+    "reduction and flag one driver call at a time (yes; auto: on teams of more than 2 ranks), or always enqueues "
+    "them (no)",
+    {"yes", "auto", "no"}};
 constexpr size_t kGraphsKept = 32;
 constexpr int kOriginRole = -1000;  // the lane graphs are captured and launched on
 }  // namespace
@@ -342,7 +345,9 @@ std::vector<Lane*> SliceRunner::enqueue_streams(const coll::Program& prog, const
 }
 
 bool SliceRunner::run_graph(const coll::Program& prog, int device, const std::string& key) {
-  if (kGraphs.get() != "yes" || !backend_.supports_graphs() || uncapturable_.count(key)) return false;
+  const std::string graphs = kGraphs.get();
+  if (graphs == "no" || (graphs == "auto" && nranks_ <= 2) || !backend_.supports_graphs() || uncapturable_.count(key))
+    return false;
   for (const Op& op : prog.ops())
     if (op.kind == Op::Barrier) return false;
   // graph_waits_ outlives graphs the cache evicted (a key's waits are the same each time),
