@@ -184,23 +184,25 @@ void SliceRunner::forget_graphs() {
   uncapturable_.clear();
 }
 
-void SliceRunner::run(const coll::Program& prog, int device, const std::string& graph_key) {
+void SliceRunner::run(const coll::Program& prog, int device, const std::string& graph_key,
+                      const coll::CrossSlots* given) {
   const auto& ops = prog.ops();
   GS_REQUIRE(ops.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
              "a collective schedule of %zu ops: the cross-process flags hold %zu", ops.size(), TeamFlags::kMaxOps);
   GS_REQUIRE(prog.nranks() == nranks_, GPUSTRIPE_ERR_INTERNAL, "program for %d ranks on a team of %d", prog.nranks(),
              nranks_);
   const uint32_t run_id = static_cast<uint32_t>(++runs_);
-  if (dev_flags_ && !graph_key.empty() && run_graph(prog, device, graph_key)) {
-    barrier("collective end");
-    return;
-  }
-  coll::CrossSlots slots;
+  coll::CrossSlots computed;
+  if (dev_flags_ && !given) computed = coll::cross_slots(prog);
+  const coll::CrossSlots& slots = given ? *given : computed;
   if (dev_flags_) {
-    slots = coll::cross_slots(prog);
     GS_REQUIRE(slots.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
                "a collective schedule with %zu dependencies between ranks: the cross-process flags hold %zu",
                slots.size(), TeamFlags::kMaxOps);
+    if (!graph_key.empty() && run_graph(prog, slots, device, graph_key)) {
+      barrier("collective end");
+      return;
+    }
   }
   // Segments between Barrier ops: everything before a barrier, on every rank, is complete
   // after it (streams drained, then a barrier of the hosts), and so is the program at its end.
@@ -344,7 +346,8 @@ std::vector<Lane*> SliceRunner::enqueue_streams(const coll::Program& prog, const
   return used;
 }
 
-bool SliceRunner::run_graph(const coll::Program& prog, int device, const std::string& key) {
+bool SliceRunner::run_graph(const coll::Program& prog, const coll::CrossSlots& slots, int device,
+                            const std::string& key) {
   const std::string graphs = kGraphs.get();
   if (graphs == "no" || (graphs == "auto" && nranks_ <= 2) || !backend_.supports_graphs() || uncapturable_.count(key))
     return false;
@@ -359,7 +362,7 @@ bool SliceRunner::run_graph(const coll::Program& prog, int device, const std::st
     // second captures.
     if (!graphs_->seen_before(key)) return false;
     std::vector<uint32_t> w;
-    g = capture(prog, device, w);
+    g = capture(prog, slots, device, w);
     if (!g) {
       if (uncapturable_.size() >= 4 * kGraphsKept) uncapturable_.clear();
       uncapturable_.insert(key);
@@ -382,9 +385,8 @@ bool SliceRunner::run_graph(const coll::Program& prog, int device, const std::st
   return true;
 }
 
-GraphExecHandle SliceRunner::capture(const coll::Program& prog, int device, std::vector<uint32_t>& waits) {
-  coll::CrossSlots slots = coll::cross_slots(prog);
-  if (slots.size() > TeamFlags::kMaxOps) return nullptr;
+GraphExecHandle SliceRunner::capture(const coll::Program& prog, const coll::CrossSlots& slots, int device,
+                                     std::vector<uint32_t>& waits) {
   Lane& origin = lane(device, kOriginRole);
   EventHandle& fork = forks_[device];
   if (!fork) fork = backend_.create_event(device, false);
