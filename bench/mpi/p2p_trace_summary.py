@@ -45,7 +45,7 @@ import statistics
 from collections import defaultdict
 
 # Stamps of a copy's plan whose recv_id field is the host share it took (millionths).
-SHARED = ("p_queued", "p_window", "p_window_first", "p_window_last", "p_apart")
+SHARED = ("p_queued", "p_window", "p_window_first", "p_apart")
 PHASES = ("mpi_in", "post", "to_match", "map", "enqueue", "copy", "to_done", "s_ret", "mpi_out", "total")
 
 

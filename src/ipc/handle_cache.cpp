@@ -51,6 +51,7 @@ void* HandleCache::map(int peer, uint64_t peer_base, const Backend::IpcMemHandle
     if (e.buffer_id == h.buffer_id && e.size == h.size && e.kind == h.kind && e.share_id == h.share_id) {
       ++stats_.hits;
       lru_.splice(lru_.begin(), lru_, it->second.lru);
+      if (leased(h)) ++it->second.leases;
       return it->second.local_base;
     }
     GS_LOG_DEBUG(Subsys::Ipc, "rank %d reused address 0x%llx: buffer %llu -> %llu, remapping", peer,
@@ -62,9 +63,17 @@ void* HandleCache::map(int peer, uint64_t peer_base, const Backend::IpcMemHandle
     ++stats_.misses;
   }
   if (h.kind == Backend::IpcKind::PoolFd) evict_overlapping_pool_imports(peer, peer_base, h);
-  while (entries_.size() >= max_entries_) {
+  // The least recently used go first; a leased pool import is in use by a copy: never closed
+  // here (the cache may then hold more than its bound for a while).
+  for (auto l = lru_.end(); entries_.size() >= max_entries_ && l != lru_.begin();) {
+    auto cur = std::prev(l);
+    auto e = entries_.find(*cur);
+    if (e->second.leases > 0) {
+      l = cur;
+      continue;
+    }
     ++stats_.capacity_evictions;
-    close_entry(entries_.find(lru_.back()));
+    close_entry(e);  // erases cur only: l stays valid
   }
   if (h.kind == Backend::IpcKind::VmmMulti) {
     // Every piece's descriptor and the layout came in one message; the mapping holds the
@@ -105,8 +114,17 @@ void* HandleCache::map(int peer, uint64_t peer_base, const Backend::IpcMemHandle
     ++stats_.fd_opens;
   }
   lru_.push_front(key);
-  entries_.emplace(key, Entry{h.buffer_id, h.size, h.kind, h.share_id, local, lru_.begin()});
+  entries_.emplace(key, Entry{h.buffer_id, h.size, h.kind, h.share_id, local, lru_.begin(), leased(h) ? 1 : 0});
   return local;
+}
+
+void HandleCache::release(int peer, uint64_t peer_base, uint64_t buffer_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(Key{peer, peer_base});
+  if (it == entries_.end() || it->second.buffer_id != buffer_id || it->second.leases <= 0) return;  // closed already
+  if (--it->second.leases > 0) return;
+  ++stats_.leases_closed;
+  close_entry(it);
 }
 
 void HandleCache::evict_overlapping_pool_imports(int peer, uint64_t peer_base, const Backend::IpcMemHandle& h) {

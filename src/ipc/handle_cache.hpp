@@ -13,6 +13,15 @@
 // handle (a buffer over several VMM allocations) is one entry: its share id digests every
 // piece's buffer id, so a piece freed and reallocated at its address makes a stale eviction
 // (the whole mapping closed: every piece unmapped and released) and a new mapping.
+//
+// Pool pointers (PoolFd) are leased, not kept: CUDA requires the importers of a pool
+// allocation to free their imports before the exporter frees it, and the exporter (the
+// user's program) frees whenever its request is complete. So the caller returns the lease
+// (release) once the copy through it is done and before it tells the exporter so; the import
+// is closed when its last lease comes back. Imports held past the exporter's free broke on
+// the GPUs (device round s5 r2: closing them failed and a later import of the pool was not
+// device memory; s5 r1: a crash in cuMemcpyAsync). The pool itself stays imported (the
+// backend keeps it), so only the first buffer of a pool needs its descriptor.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +42,7 @@ struct HandleCacheStats {
   uint64_t fd_opens = 0;          // mappings opened with a file descriptor (VMM, a pool's first)
   uint64_t multi_opens = 0;       // of those: buffers spanning several VMM allocations (vmm-multi)
   uint64_t pieces_mapped = 0;     // the allocations those mapped
+  uint64_t leases_closed = 0;     // pool imports closed when their last lease came back
 };
 
 class FdExchange;
@@ -49,6 +59,11 @@ class HandleCache {
   // This process's address of the base of the allocation that `peer` exported as
   // `h` (its base there was `peer_base`). Thread-safe.
   void* map(int peer, uint64_t peer_base, const Backend::IpcMemHandle& h);
+  // Whether map() of `h` takes a lease the caller must return with release() (pool pointers).
+  static bool leased(const Backend::IpcMemHandle& h) { return h.kind == Backend::IpcKind::PoolFd; }
+  // Returns a lease map() took for (peer, peer_base) and buffer `buffer_id`; the last one closes
+  // the import. The copy through it must be complete.
+  void release(int peer, uint64_t peer_base, uint64_t buffer_id);
   // Closes every mapping of `peer` (it left or died).
   void evict_peer(int peer);
   size_t size() const;
@@ -62,6 +77,7 @@ class HandleCache {
     uint64_t share_id;
     void* local_base;
     std::list<std::pair<int, uint64_t>>::iterator lru;
+    int leases = 0;  // pool imports: maps not released yet (never closed while > 0)
   };
   using Key = std::pair<int, uint64_t>;  // (peer, peer_base)
   void close_entry(std::map<Key, Entry>::iterator it);

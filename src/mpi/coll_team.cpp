@@ -197,6 +197,12 @@ CollTeam::Desc CollTeam::describe(const void* p, size_t bytes, const std::vector
     if (exports_.size() >= kExportsKept) exports_.clear();
     if (d.handle.kind != Backend::IpcKind::VmmMulti) exports_[info.base] = d.handle;
   }
+  // Pool pointers: CUDA wants every importer's import freed before the exporter frees the
+  // buffer, and a collective's ranks return (and may free) independently while the mappings and
+  // programs here are kept for the next call: such buffers take the MPI's way (p2p leases them
+  // per message instead: ipc/handle_cache.hpp).
+  GS_REQUIRE(!ipc::HandleCache::leased(d.handle), GPUSTRIPE_ERR_NOT_SUPPORTED,
+             "%p is memory of a cudaMallocAsync pool: its imports cannot outlive the call", p);
   d.base = d.handle.base;  // VMM: the allocation in the reservation, not the reservation
   d.offset = reinterpret_cast<uintptr_t>(p) - d.handle.base;
   GS_REQUIRE(d.offset + bytes <= d.handle.size, GPUSTRIPE_ERR_NOT_SUPPORTED,

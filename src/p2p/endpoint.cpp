@@ -318,6 +318,11 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
     }
     trace("r_match", src, send_id, r->id_, n);
     char* from = map_exported(src, e, n);
+    if (ipc::HandleCache::leased(e.handle)) {
+      r->lease_peer_ = src;
+      r->lease_base_ = e.exporter_base;
+      r->lease_buffer_ = e.handle.buffer_id;
+    }
     trace("r_mapped", src, send_id, r->id_, n);
     r->ticket_ = mover_.start(r->rbuf_, r->loc_.device ? r->loc_.dev : kHostDevice, from, e.handle.device, n,
                               receives_ahead(src, r->comm_));
@@ -393,6 +398,12 @@ bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int 
   }
 }
 
+void Endpoint::return_lease(Request& r) {
+  if (r.lease_peer_ < 0) return;
+  if (cache_) cache_->release(r.lease_peer_, r.lease_base_, r.lease_buffer_);
+  r.lease_peer_ = -1;
+}
+
 char* Endpoint::map_exported(int peer, const Exported& e, uint64_t bytes) {
   GS_REQUIRE(cache_, GPUSTRIPE_ERR_INTERNAL, "rank %d: mapped rendezvous without a backend", ch_.rank());
   GS_REQUIRE(e.offset + bytes <= e.handle.size, GPUSTRIPE_ERR_INTERNAL,
@@ -409,6 +420,7 @@ void Endpoint::advance_recvs() {
       continue;
     }
     trace("r_copied", r.status_.source, r.peer_id_, r.id_, r.granted_);
+    return_lease(r);  // before the sender may free its buffer
     Frame done{};
     done.kind = FrameKind::Done;
     done.send_id = r.peer_id_;
@@ -443,6 +455,11 @@ void Endpoint::on_cts(int src, const Frame& f, const char* payload) {
     Exported m;
     std::memcpy(&m, payload, sizeof m);
     char* to = map_exported(src, m, f.bytes);
+    if (ipc::HandleCache::leased(m.handle)) {
+      s->lease_peer_ = src;
+      s->lease_base_ = m.exporter_base;
+      s->lease_buffer_ = m.handle.buffer_id;
+    }
     s->ticket_ = mover_.start(to, m.handle.device, s->sbuf_, s->loc_.device ? s->loc_.dev : kHostDevice, f.bytes);
     s->state_ = Request::State::Copying;
   } else {
@@ -454,6 +471,7 @@ void Endpoint::advance_sends() {
   for (auto it = active_sends_.begin(); it != active_sends_.end();) {
     Request& s = **it;
     if (s.state_ == Request::State::Copying && mover_.done(s.ticket_)) {
+      return_lease(s);  // before the receiver may free its buffer
       Frame fin{};
       fin.kind = FrameKind::Fin;
       fin.recv_id = s.peer_id_;

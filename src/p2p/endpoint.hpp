@@ -120,6 +120,8 @@ class Endpoint {
   // `src` on `comm` may meet: more copies from that peer soon (a window), for the copy's plan.
   int receives_ahead(int src, uint64_t comm) const;
   // This process's address of a buffer `peer` exported (mapping cache).
+  // Returns the pool import lease a finished copy of `r` held (HandleCache::release).
+  void return_lease(Request& r);
   char* map_exported(int peer, const Exported& e, uint64_t bytes);
   // The Exported form of the device buffer [p, p + bytes) for rank `dst` (`loc`: where it
   // lives); false when it cannot be exported (no handle for that memory, or the buffer spans

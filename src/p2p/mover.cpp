@@ -217,21 +217,34 @@ const DoubleSetting kWindowShare{"GPUSTRIPE_P2P_WINDOW_SHARE", "0.110",
 const SizeSetting kWindowMin{"GPUSTRIPE_P2P_WINDOW_MIN", "128M",
                              "GPUSTRIPE_P2P_WINDOW_REPLAY: the smallest copy replayed as part of a window"};
 
-// Window starts and ends (measured in device round s5 r2; off until then).
-const BoolSetting kWindowAhead{"GPUSTRIPE_P2P_WINDOW_AHEAD", "no",
+// Window starts (device round s5 r2, 2 ranks through the interposer, one lease, NCCL 256M w1/w16/w64
+// 347.6/364.7/365.8): alone it changed nothing (256M w16/w64 437.2/440.2 vs 437.0/440.1 and 436.6/440.0);
+// it is on for GPUSTRIPE_P2P_WINDOW_DETACHED, measured with it: the first copy of a window is detached too,
+// its direct path starting at once (r1 trace: a window's first copy took 80-90 us to enqueue as a lone
+// graph, the others 31-45; s5 r2 trace, detached: MPI_Isend -> first copy enqueued 105 -> 60 us).
+const BoolSetting kWindowAhead{"GPUSTRIPE_P2P_WINDOW_AHEAD", "yes",
                                "GPUSTRIPE_P2P_WINDOW_REPLAY: a copy with none of this rank's copies in flight but "
                                "more receives from the same peer posted behind it (a window starting) is replayed as "
                                "a window's copy too, instead of with its lone plan"};
-const DoubleSetting kWindowLastShare{"GPUSTRIPE_P2P_WINDOW_LAST_SHARE", "0",
-                                     "GPUSTRIPE_P2P_WINDOW_REPLAY: host share of a window's last copy (queued, no "
-                                     "receive from that peer posted behind it); 0: GPUSTRIPE_P2P_WINDOW_SHARE"};
+// s5 r2 (detached windows, 256M w16/w64): 2M chunks 421.7/424.3 against 441.0/441.9 with the lone plan's.
 const SizeSetting kWindowChunk{"GPUSTRIPE_P2P_WINDOW_CHUNK", "0",
                                 "GPUSTRIPE_P2P_WINDOW_REPLAY: host chunk size of a window's copies (0: the lone plan's)"};
-const BoolSetting kWindowDetached{"GPUSTRIPE_P2P_WINDOW_DETACHED", "no",
+// Replayed (two areas) but stream-ordered, message k waited for the whole of message k-2 (its stream and
+// its area), so the link idled whenever a message's host part ran late (s5 r1: one message every 607 us;
+// the direct path alone of a 0.110 split needs 605). Detached, the direct paths run back to back and the
+// window runs at the rate of whichever chain is slower. s5 r2 (one lease, NCCL above), 2 ranks, 256M
+// w16/w64: stream-ordered 437.0/440.1, 436.6/440.0, 436.4/440.3, 436.4/440.1 (four runs); detached
+// 441.0/441.9, 441.6/442.0, 441.0/441.8, 441.6/442.2; 128M 429.0/434.4 -> 433.9/435.6, 512M 442.1/443.5 ->
+// 443.6/444.2, 1G 444.3/444.8 -> 444.8/445.1. Shares, detached, 256M w16/w64: 0.110 above, 0.113
+// 440.7/443.5, 0.116 430.4/433.1, 0.119 420.4/424.1: past ~0.113 the host chain (~50 GB/s) sets the rate.
+const BoolSetting kWindowDetached{"GPUSTRIPE_P2P_WINDOW_DETACHED", "yes",
                                    "GPUSTRIPE_P2P_WINDOW_REPLAY: a window's copies run detached from the p2p streams' "
                                    "earlier work (Engine::copy_with_plan_detached): their direct paths back to back on "
                                    "a lane of the link, their staged parts behind the previous user of their staging "
                                    "area only, so neither path waits for the other's lag"};
+// s5 r2, 256M w1 (other rows' noise +-2 GB/s): 424.5 / 422.2 / 422.1 / 422.5 with it (shift 1M), 423.0 /
+// 421.9 / 421.2 / 413.8 without; its trace: 636.6 us per message against r1's 634.2 (the launch of one graph
+// of both paths does not hold the direct path back measurably). Off.
 const BoolSetting kDirectApart{"GPUSTRIPE_P2P_DIRECT_APART", "no",
                                "Copies of at least GPUSTRIPE_P2P_WINDOW_MIN planned as a direct plus a host-staged path "
                                "that start with none of this rank's copies to that GPU in flight (alone, or the first "
@@ -272,7 +285,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
     std::map<std::vector<uint64_t>, Plan> plans;
     CopyQueues own;  // this rank's copies in flight, per GPU pair
     std::map<std::tuple<int, int, uint64_t>, bool> splits;  // (src, dst, bytes): planned alone, direct + host
-    std::map<std::tuple<int, int, uint64_t, double>, Plan> window_plans;  // GPUSTRIPE_P2P_WINDOW_REPLAY, per size, share
+    std::map<std::tuple<int, int, uint64_t>, Plan> window_plans;  // GPUSTRIPE_P2P_WINDOW_REPLAY, per size
     std::map<std::pair<int, int>, bool> second_area;  // per GPU pair: the area the last copy staged in
     std::map<std::tuple<int, int, uint64_t>, Plan> apart_plans;  // GPUSTRIPE_P2P_DIRECT_APART, lone copies per size
   };
@@ -290,9 +303,6 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   GS_REQUIRE(window_share >= 0 && window_share < 0.5, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_P2P_WINDOW_SHARE=%g: 0 (the model's) or a fraction below 0.5", window_share);
   const bool window_ahead = kWindowAhead.get();
-  const double last_share = kWindowLastShare.get();
-  GS_REQUIRE(last_share >= 0 && last_share < 0.5, GPUSTRIPE_ERR_CONFIG,
-             "GPUSTRIPE_P2P_WINDOW_LAST_SHARE=%g: 0 (GPUSTRIPE_P2P_WINDOW_SHARE) or a fraction below 0.5", last_share);
   const bool apart = kDirectApart.get();
   const uint64_t window_chunk = kWindowChunk.get();
   const bool detached = kWindowDetached.get();
@@ -302,7 +312,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
              "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
   const uint64_t recent_ns = static_cast<uint64_t>(recent_us) * 1000;
   return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, queue_min, queue_lane, queue_area,
-          window_replay, window_share, window_min, window_ahead, last_share, window_chunk, detached, apart, apart_shift, recent_ns](
+          window_replay, window_share, window_min, window_ahead, window_chunk, detached, apart, apart_shift, recent_ns](
              void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s, int ahead) -> std::function<void()> {
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
@@ -381,24 +391,21 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         engine.copy_with_plan(concurrent(specs, n), dst, src, s);
       } else if ((behind || (window_ahead && ahead > 0 && queued.copies == 0 && specs.empty())) && window_replay &&
                  n >= window_min && lone_splits()) {
-        // The same plan for every queued copy of this size and share (its graph is captured
-        // once), in the area the copy before it did not use.
-        const bool last = behind && ahead == 0 && last_share > 0;
-        const uint64_t total = std::max<uint64_t>(n, queue_max);
-        const double share = last ? last_share
-                             : window_share > 0
-                                 ? window_share
-                                 : static_cast<double>(host_staged_bytes(engine.current_plan(sd, dd, total))) /
-                                       static_cast<double>(total);
-        auto key = std::make_tuple(sd, dd, uint64_t{n}, share);
+        // The same plan for every copy of a window of this size (its graph is captured once), in
+        // the area the copy before it did not use.
+        auto key = std::make_tuple(sd, dd, uint64_t{n});
         auto it = st->window_plans.find(key);
         if (it == st->window_plans.end()) {
           if (st->window_plans.size() >= kMaxPlans) st->window_plans.clear();
+          const uint64_t total = std::max<uint64_t>(n, queue_max);
+          const double share = window_share > 0 ? window_share
+                                                : static_cast<double>(host_staged_bytes(engine.current_plan(sd, dd, total))) /
+                                                      static_cast<double>(total);
           it = st->window_plans.emplace(key, queued_split(engine.current_plan(sd, dd, n), share, window_chunk)).first;
         }
         bool& second = st->second_area[{sd, dd}];
         second = !second;
-        trace(last ? "p_window_last" : behind ? "p_window" : "p_window_first", -1, queued.copies,
+        trace(behind ? "p_window" : "p_window_first", -1, queued.copies,
               host_staged_bytes(it->second) * 1000000 / n, n);
         if (detached) engine.copy_with_plan_detached(it->second, dst, src, s, second);
         else if (apart && !behind) engine.copy_with_plan_direct_apart(it->second, dst, src, s, second);

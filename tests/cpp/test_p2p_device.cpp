@@ -418,22 +418,19 @@ TEST(P2pDevice, BenchWindowsOf16ReplayedInTwoStagingAreas) {
   bench_windows(16, {512u << 10, 1u << 20, 2u << 20, (4u << 20) + 12345, 1u << 20}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
 }
 
-// A window's first copy (more receives from the peer posted behind it) and its last one (none)
-// are told apart: with GPUSTRIPE_P2P_WINDOW_AHEAD the first is replayed as a window's copy
-// (p_window_first), with GPUSTRIPE_P2P_WINDOW_LAST_SHARE the last takes that share
-// (p_window_last); with GPUSTRIPE_P2P_DIRECT_APART their direct paths go before the staged
-// parts' launches. Data checked as above.
-TEST(P2pDevice, BenchWindowsStartAndEndToldApartWithTheDirectPathApart) {
+// A window's first copy (more receives from the peer posted behind it): with
+// GPUSTRIPE_P2P_WINDOW_AHEAD it is replayed as a window's copy (p_window_first), at most once a
+// window; with GPUSTRIPE_P2P_DIRECT_APART (and the windows not detached) its direct path goes
+// before the staged part's launch. Data checked as above.
+TEST(P2pDevice, BenchWindowsFirstCopyToldApartWithTheDirectPathApart) {
   ScopedEnv a("GPUSTRIPE_P2P_WINDOW_AHEAD", "yes");
-  ScopedEnv l("GPUSTRIPE_P2P_WINDOW_LAST_SHARE", "0.05");
   ScopedEnv d("GPUSTRIPE_P2P_DIRECT_APART", "yes");
+  ScopedEnv t("GPUSTRIPE_P2P_WINDOW_DETACHED", "no");
   std::map<std::string, int> phases =
       bench_windows(16, {512u << 10, 1u << 20, (2u << 20) + 4097, 1u << 20}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
-  // 3 sizes from 1M, 4 windows each: at most one first and one last copy per window.
+  // 3 sizes from 1M, 4 windows each: at most one first copy per window.
   EXPECT_GT(phases["p_window_first"], 0);
   EXPECT_LE(phases["p_window_first"], 3 * 4);
-  EXPECT_GT(phases["p_window_last"], 0);
-  EXPECT_LE(phases["p_window_last"], 3 * 4);
 }
 
 // GPUSTRIPE_P2P_DIRECT_APART on lone copies (window 1) with GPUSTRIPE_P2P_APART_SHIFT: each
@@ -514,14 +511,12 @@ TEST(P2pDevice, BenchWindowsDetachedFromTheStreamsEarlierWork) {
   EXPECT_GT(phases["p_window_first"], 0);
 }
 
-// Off (the defaults before they were measured): neither is stamped.
-TEST(P2pDevice, BenchWindowsStartAndEndAlikeByDefault) {
+// GPUSTRIPE_P2P_WINDOW_AHEAD off: a window's first copy takes its lone plan (no p_window_first).
+TEST(P2pDevice, BenchWindowsFirstCopyAloneWithoutWindowAhead) {
   ScopedEnv a("GPUSTRIPE_P2P_WINDOW_AHEAD", "no");
-  ScopedEnv l("GPUSTRIPE_P2P_WINDOW_LAST_SHARE", "0");
   std::map<std::string, int> phases =
       bench_windows(16, {1u << 20, (2u << 20) + 4097}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
   EXPECT_EQ(phases["p_window_first"], 0);
-  EXPECT_EQ(phases["p_window_last"], 0);
 }
 
 TEST(P2pDevice, CopiesThatFinishedLatelyArePlannedAsInFlight) {

@@ -16,8 +16,22 @@ import re
 import sys
 import time
 
-import torch
-from mpi4py import MPI
+T0 = time.perf_counter()
+
+
+def say(what: str) -> None:
+    """A progress line with the time since start (stderr, flushed: a timeout shows where it was)."""
+    print(f"[{os.environ.get('OMPI_COMM_WORLD_RANK', '?')} +{time.perf_counter() - T0:.1f}s] {what}", file=sys.stderr,
+          flush=True)
+
+
+say("importing torch")
+import torch  # noqa: E402
+
+say("importing mpi4py (MPI_Init)")
+from mpi4py import MPI  # noqa: E402
+
+say("ready")
 
 MAX_PIECES = 64  # Backend::kMaxIpcPieces
 POSIX_FD = 1     # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
@@ -125,6 +139,7 @@ def main() -> int:
     drv = Driver()
     ok = True
     for k, n in enumerate(parse_size(s) for s in a.sizes.split(",")):
+        say(f"{n} bytes: allocating")
         torch.cuda.empty_cache()
         g = torch.Generator(device=dev).manual_seed(1234 + k)
         t = torch.randint(0, 256, (n,), dtype=torch.uint8, device=dev, generator=g) if rank == 0 else \
@@ -141,9 +156,11 @@ def main() -> int:
                         for x in pieces) and all("error" not in x for x in pieces)
             facts["expect"] = ("stream" if not fd_ok or len(pieces) > MAX_PIECES else
                                "mapped-multi" if len(pieces) > 1 else "mapped-one")
+        say(f"{n} bytes: tensor at 0x{ptr:x}, facts {json.dumps(facts)[:400]}")
         before = counters()
         buf = address_buffer(ptr, n)
         comm.Barrier()
+        say(f"{n} bytes: first message")
         if rank == 0:
             comm.Send([buf, MPI.BYTE], dest=1, tag=k)
             digest = hashlib.sha256(t.cpu().numpy().tobytes()).hexdigest()
@@ -154,6 +171,7 @@ def main() -> int:
             digest = comm.recv(source=0, tag=100 + k)
             same = hashlib.sha256(t.cpu().numpy().tobytes()).hexdigest() == digest
         comm.Barrier()
+        say(f"{n} bytes: checked, timing {a.iters} messages")
         t0 = time.perf_counter()
         for i in range(a.iters):
             if rank == 0:

@@ -75,9 +75,10 @@ int main(int argc, char** argv) {
       if (o.alloc != "plain" && ep.handle_cache()) {  // which IPC path the buffers took (mapped or streamed)
         gpustripe::ipc::HandleCacheStats c = ep.handle_cache()->stats();
         std::fprintf(stderr, "IPC rank %d alloc=%s map_misses=%llu map_hits=%llu fd_opens=%llu multi_opens=%llu "
-                     "pieces_mapped=%llu\n", local, o.alloc.c_str(), static_cast<unsigned long long>(c.misses),
+                     "pieces_mapped=%llu leases_closed=%llu\n", local, o.alloc.c_str(), static_cast<unsigned long long>(c.misses),
                      static_cast<unsigned long long>(c.hits), static_cast<unsigned long long>(c.fd_opens),
-                     static_cast<unsigned long long>(c.multi_opens), static_cast<unsigned long long>(c.pieces_mapped));
+                     static_cast<unsigned long long>(c.multi_opens), static_cast<unsigned long long>(c.pieces_mapped),
+                     static_cast<unsigned long long>(c.leases_closed));
       }
       MPI_Barrier(node);
     }
