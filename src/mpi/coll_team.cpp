@@ -433,6 +433,8 @@ bool CollTeam::run(const CollCall& call) {
         if (!d->present) continue;
         known = known && d->handle.buffer_id != 0;
         graph_key.append(reinterpret_cast<const char*>(&d->handle.buffer_id), sizeof d->handle.buffer_id);
+        // VMM memory of several allocations: a piece replaced changes the share id only.
+        graph_key.append(reinterpret_cast<const char*>(&d->handle.share_id), sizeof d->handle.share_id);
       }
     if (!known) graph_key.clear();
     const uint64_t epoch = mapping_epoch();
