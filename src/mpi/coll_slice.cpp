@@ -33,12 +33,15 @@ const ChoiceSetting kCopyStreams{
     {"own", "mapping"}};
 
 // Graphs need the flags' values to be the same in every call: stream flags only.
+// Session 5 r2 (2x H200, 2 ranks): no gain (a part of 2-4 ops enqueues as fast as its graph
+// launches, and the graph starts later on the GPUs: 1M alltoall 19.3 vs 21.9 GB/s busbw direct).
 const ChoiceSetting kGraphs{
     "GPUSTRIPE_MPI_COLL_GRAPHS", "no",
     "MPI collectives across processes with stream flags: a call repeated on the same buffers (same allocations) "
     "replays a CUDA graph of this rank's part, captured at its second sight, instead of enqueueing every copy, "
-    "reduction and flag one driver call at a time (yes), or always enqueues them (no)",
-    {"yes", "no"}};
+    "reduction and flag one driver call at a time (yes; auto: on teams of more than 2 ranks), or always enqueues "
+    "them (no)",
+    {"yes", "auto", "no"}};
 constexpr size_t kGraphsKept = 32;
 constexpr int kOriginRole = -1000;  // the lane graphs are captured and launched on
 }  // namespace
@@ -181,23 +184,25 @@ void SliceRunner::forget_graphs() {
   uncapturable_.clear();
 }
 
-void SliceRunner::run(const coll::Program& prog, int device, const std::string& graph_key) {
+void SliceRunner::run(const coll::Program& prog, int device, const std::string& graph_key,
+                      const coll::CrossSlots* given) {
   const auto& ops = prog.ops();
   GS_REQUIRE(ops.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
              "a collective schedule of %zu ops: the cross-process flags hold %zu", ops.size(), TeamFlags::kMaxOps);
   GS_REQUIRE(prog.nranks() == nranks_, GPUSTRIPE_ERR_INTERNAL, "program for %d ranks on a team of %d", prog.nranks(),
              nranks_);
   const uint32_t run_id = static_cast<uint32_t>(++runs_);
-  if (dev_flags_ && !graph_key.empty() && run_graph(prog, device, graph_key)) {
-    barrier("collective end");
-    return;
-  }
-  coll::CrossSlots slots;
+  coll::CrossSlots computed;
+  if (dev_flags_ && !given) computed = coll::cross_slots(prog);
+  const coll::CrossSlots& slots = given ? *given : computed;
   if (dev_flags_) {
-    slots = coll::cross_slots(prog);
     GS_REQUIRE(slots.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
                "a collective schedule with %zu dependencies between ranks: the cross-process flags hold %zu",
                slots.size(), TeamFlags::kMaxOps);
+    if (!graph_key.empty() && run_graph(prog, slots, device, graph_key)) {
+      barrier("collective end");
+      return;
+    }
   }
   // Segments between Barrier ops: everything before a barrier, on every rank, is complete
   // after it (streams drained, then a barrier of the hosts), and so is the program at its end.
@@ -341,8 +346,11 @@ std::vector<Lane*> SliceRunner::enqueue_streams(const coll::Program& prog, const
   return used;
 }
 
-bool SliceRunner::run_graph(const coll::Program& prog, int device, const std::string& key) {
-  if (kGraphs.get() != "yes" || !backend_.supports_graphs() || uncapturable_.count(key)) return false;
+bool SliceRunner::run_graph(const coll::Program& prog, const coll::CrossSlots& slots, int device,
+                            const std::string& key) {
+  const std::string graphs = kGraphs.get();
+  if (graphs == "no" || (graphs == "auto" && nranks_ <= 2) || !backend_.supports_graphs() || uncapturable_.count(key))
+    return false;
   for (const Op& op : prog.ops())
     if (op.kind == Op::Barrier) return false;
   // graph_waits_ outlives graphs the cache evicted (a key's waits are the same each time),
@@ -354,7 +362,7 @@ bool SliceRunner::run_graph(const coll::Program& prog, int device, const std::st
     // second captures.
     if (!graphs_->seen_before(key)) return false;
     std::vector<uint32_t> w;
-    g = capture(prog, device, w);
+    g = capture(prog, slots, device, w);
     if (!g) {
       if (uncapturable_.size() >= 4 * kGraphsKept) uncapturable_.clear();
       uncapturable_.insert(key);
@@ -377,9 +385,8 @@ bool SliceRunner::run_graph(const coll::Program& prog, int device, const std::st
   return true;
 }
 
-GraphExecHandle SliceRunner::capture(const coll::Program& prog, int device, std::vector<uint32_t>& waits) {
-  coll::CrossSlots slots = coll::cross_slots(prog);
-  if (slots.size() > TeamFlags::kMaxOps) return nullptr;
+GraphExecHandle SliceRunner::capture(const coll::Program& prog, const coll::CrossSlots& slots, int device,
+                                     std::vector<uint32_t>& waits) {
   Lane& origin = lane(device, kOriginRole);
   EventHandle& fork = forks_[device];
   if (!fork) fork = backend_.create_event(device, false);

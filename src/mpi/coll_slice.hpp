@@ -82,7 +82,10 @@ class SliceRunner {
   // at the same point. `graph_key` (stream flags, a program without Barrier ops): names the
   // program and every allocation it touches, so that a repeated call replays the CUDA graph
   // of this rank's part captured at its second sight (GPUSTRIPE_MPI_COLL_GRAPHS); empty: never.
-  void run(const coll::Program& prog, int device, const std::string& graph_key = "");
+  // `slots`: coll::cross_slots(prog) where the caller keeps it with a cached program (null:
+  // computed here).
+  void run(const coll::Program& prog, int device, const std::string& graph_key = "",
+           const coll::CrossSlots* slots = nullptr);
   // Drops every captured graph (a mapping they may use was closed).
   void forget_graphs();
   // Graphs launched and captured so far (tests, logs).
@@ -136,8 +139,9 @@ class SliceRunner {
                                      std::vector<uint32_t>& waits);
   // Replays (or captures, at the key's second sight) the graph of this rank's part; false
   // when the call runs directly instead.
-  bool run_graph(const coll::Program& prog, int device, const std::string& key);
-  GraphExecHandle capture(const coll::Program& prog, int device, std::vector<uint32_t>& waits);
+  bool run_graph(const coll::Program& prog, const coll::CrossSlots& slots, int device, const std::string& key);
+  GraphExecHandle capture(const coll::Program& prog, const coll::CrossSlots& slots, int device,
+                          std::vector<uint32_t>& waits);
   // Waits until `streams` have run everything enqueued on them. On an error the flags in
   // `release` are set here (so that no GPU of this rank waits forever on a dead one).
   void drain(const std::vector<Lane*>& used, const std::function<void()>& release);

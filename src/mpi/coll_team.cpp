@@ -433,6 +433,8 @@ bool CollTeam::run(const CollCall& call) {
         if (!d->present) continue;
         known = known && d->handle.buffer_id != 0;
         graph_key.append(reinterpret_cast<const char*>(&d->handle.buffer_id), sizeof d->handle.buffer_id);
+        // VMM memory of several allocations: a piece replaced changes the share id only.
+        graph_key.append(reinterpret_cast<const char*>(&d->handle.share_id), sizeof d->handle.share_id);
       }
     if (!known) graph_key.clear();
     const uint64_t epoch = mapping_epoch();
@@ -459,10 +461,11 @@ bool CollTeam::run(const CollCall& call) {
       return true;
     }
     if (programs_.size() >= kProgramsKept) programs_.clear();
-    cached = programs_.emplace(prog_key, std::move(prog)).first;
+    coll::CrossSlots slots = coll::cross_slots(prog);
+    cached = programs_.emplace(prog_key, Cached{std::move(prog), std::move(slots)}).first;
   }
   const Clock::time_point t3 = Clock::now();
-  runner_->run(cached->second, call.device, graph_key);
+  runner_->run(cached->second.prog, call.device, graph_key, &cached->second.slots);
   ++times_.calls;
   times_.prepare += us(t0, t1);
   times_.exchange += us(t1, t2);

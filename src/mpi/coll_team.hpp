@@ -125,7 +125,11 @@ class CollTeam {
     size_t scratch = 0;
   };
   std::map<std::string, Shape> shapes_;
-  std::map<std::string, coll::Program> programs_;
+  struct Cached {
+    coll::Program prog;
+    coll::CrossSlots slots;  // its dependencies between ranks (the flags' numbering)
+  };
+  std::map<std::string, Cached> programs_;
   struct Times {  // host time of the calls served with a cached Program (us, summed)
     uint64_t calls = 0;
     double prepare = 0, exchange = 0, map = 0, run = 0;

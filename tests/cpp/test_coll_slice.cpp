@@ -346,3 +346,48 @@ TEST(CollSlice, UncapturablePartRunsDirectly) {
   for (float* p2 : x) b.free_device(p2);
   b.free_device(scratch);
 }
+
+// GPUSTRIPE_MPI_COLL_GRAPHS=auto: graphs for teams of more than 2 ranks only (2 ranks measured no gain).
+TEST(CollSlice, AutoGraphsSkipTwoRankTeams) {
+  ScopedEnv flags_env("GPUSTRIPE_MPI_COLL_FLAGS", "stream");
+  ScopedEnv graphs_env("GPUSTRIPE_MPI_COLL_GRAPHS", "auto");
+  Node node;
+  auto rec = std::make_unique<RecordingBackend>(std::move(node.backend));
+  RecordingBackend& b = *rec;
+  const size_t n = 1 << 16;
+  float* x = static_cast<float*>(b.alloc_device(0, n * sizeof(float)));
+  float* y = static_cast<float*>(b.alloc_device(1, n * sizeof(float)));
+  fill(b, x, 0, n, 3.0f);
+  Program p(2);
+  p.copy(0, coll::kLaneOut, y, 1, x, 0, n * sizeof(float));
+  std::atomic<bool> failed{false};
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto reducer = coll::make_reducer(b);
+        mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+        mpi::SliceRunner runner(b, *reducer, r, 2, flags, [&] {
+          if (failed) GS_THROW(GPUSTRIPE_ERR_PEER_FAILED, "another rank failed");
+        });
+        for (int c = 0; c < 4; ++c) {
+          int dummy = c, all[2];
+          runner.exchange(&dummy, sizeof dummy, all);
+          runner.run(p, r, "copy");
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        failed = true;
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  EXPECT_EQ(b.captures.load(), 0);
+  EXPECT_EQ(b.launches.load(), 0);
+  std::vector<float> got = read(b, y, 1, n);
+  EXPECT_EQ(got[0], 3.0f);
+  EXPECT_EQ(got[n - 1], 3.0f);
+  b.free_device(x);
+  b.free_device(y);
+}
