@@ -21,6 +21,15 @@ def requires_gpu():
 
 
 @pytest.fixture
+def four_devices():
+    """For tests that name devices 0-3: the emulated node (no GPU) has 4; a machine with 1-3 GPUs
+    skips them, loudly (the 4-GPU machine runs them)."""
+    n = _gpu_count()
+    if 0 < n < 4:
+        pytest.skip(f"needs 4 devices: {n} CUDA GPUs visible (run it on the emulated node or a 4-GPU machine)")
+
+
+@pytest.fixture
 def cli():
     """Runs the gpustripe command line in a subprocess; returns CompletedProcess."""
 

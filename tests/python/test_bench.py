@@ -33,7 +33,7 @@ def test_quick_p2p_writes_results(cli, tmp_path):
     assert big and all("plan" in r for r in big)
 
 
-def test_quick_bibw_counts_both_directions(cli, tmp_path):
+def test_quick_bibw_counts_both_directions(cli, tmp_path, four_devices):
     cli("bench", "bibw", "--quick", "--sizes", "1M,16M", "--pairs", "1-2", "--out", str(tmp_path))
     doc = json.load(open(glob.glob(str(tmp_path / "*-bibw-*.json"))[0]))
     rows = doc["rows"]

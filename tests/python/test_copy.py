@@ -72,7 +72,7 @@ class FakeArray:
                                          "strides": strides, "version": 3}
 
 
-def test_copy_on_array_interfaces():
+def test_copy_on_array_interfaces(four_devices):
     ctx = _ctx()
     n = 1 << 20
     data = os.urandom(4 * n)

@@ -119,7 +119,7 @@ def test_calibrate_shows_progress_and_a_summary(cache, cli):
     assert "alpha_us" in shown
 
 
-def test_model_check_writes_results_rows(cache, cli, tmp_path):
+def test_model_check_writes_results_rows(cache, cli, tmp_path, four_devices):
     from gpustripe import results
 
     out = cli("model-check", "--sizes", "1M,4M", "--exhaustive-sizes", "4M", "--reps", "2", "--quick",
@@ -177,7 +177,7 @@ def test_model_check_times_short_points_in_more_trials():
     assert auto_trials(0.0) == 1
 
 
-def test_model_check_states_its_statistic_keeps_every_repetition_and_measures_the_host(cache, cli, tmp_path):
+def test_model_check_states_its_statistic_keeps_every_repetition_and_measures_the_host(cache, cli, tmp_path, four_devices):
     from gpustripe import results
 
     out = cli("model-check", "--sizes", "1M", "--sets", "direct,all paths", "--exhaustive-sizes", "none",
