@@ -21,7 +21,9 @@ fi
 py_missing=$(python3 - <<'PY'
 import importlib.util
 mods = {"nanobind": "nanobind", "scikit_build_core": "scikit-build-core", "pytest": "pytest",
-        "numpy": "numpy", "matplotlib": "matplotlib"}
+        "numpy": "numpy", "matplotlib": "matplotlib",
+        # built against the system MPI above: the mpi4py programs through the interposer are tests
+        "mpi4py": "mpi4py"}
 print(" ".join(pkg for mod, pkg in mods.items() if importlib.util.find_spec(mod) is None))
 PY
 )
