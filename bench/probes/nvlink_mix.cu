@@ -28,6 +28,8 @@
 // GPU per direction = (n-1) blocks / time). Build: nvcc -O2 -arch=sm_90 -o nvlink_mix nvlink_mix.cu
 #include <cuda_runtime.h>
 
+#include "probe_check.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -35,15 +37,6 @@
 #include <string>
 #include <functional>
 #include <vector>
-
-#define CK(x)                                                                                          \
-  do {                                                                                                 \
-    cudaError_t ck_e = (x);                                                                            \
-    if (ck_e != cudaSuccess) {                                                                         \
-      fprintf(stderr, "CUDA %s at %s:%d: %s\n", cudaGetErrorString(ck_e), __FILE__, __LINE__, #x);     \
-      exit(1);                                                                                         \
-    }                                                                                                  \
-  } while (0)
 
 constexpr int kMaxG = 8;
 static int ng;

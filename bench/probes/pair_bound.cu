@@ -15,21 +15,14 @@
 // Run: ./pair_bound [reps=5] [ms=20]
 #include <cuda_runtime.h>
 
+#include "probe_check.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
 #include <vector>
-
-#define CK(x)                                                                                      \
-  do {                                                                                             \
-    cudaError_t ck_e = (x);                                                                        \
-    if (ck_e != cudaSuccess) {                                                                     \
-      fprintf(stderr, "CUDA %s at %s:%d: %s\n", cudaGetErrorString(ck_e), __FILE__, __LINE__, #x); \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
 
 namespace {
 
