@@ -275,6 +275,43 @@ const IntSetting kRecentUs{
     "planned, in the directions with none in flight: an exchange that repeats (pairs that start together "
     "rarely list in time to see each other, and the first one plans alone); 0: off"};
 
+// The settings engine_copy's copies read, once per mover (not per message).
+struct CopyOptions {
+  bool announce_first, bidir_direct;
+  bool queue_plan, queue_lane, queue_area;
+  uint64_t queue_max, queue_min;
+  bool window_replay, window_ahead, detached, window_enqueue, apart;
+  uint64_t window_min, window_chunk, apart_shift, recent_ns;
+  double window_share;
+};
+
+CopyOptions read_copy_options() {
+  CopyOptions o{};
+  o.announce_first = kAnnounceFirst.get();
+  o.bidir_direct = kBidirDirect.get();
+  o.queue_plan = kQueuePlan.get();
+  o.queue_max = kQueueMax.get();
+  o.queue_min = kQueueMin.get();
+  o.queue_lane = kQueueLane.get();
+  o.queue_area = kQueueArea.get();
+  o.window_replay = kWindowReplay.get();
+  o.window_min = kWindowMin.get();
+  o.window_share = kWindowShare.get();
+  GS_REQUIRE(o.window_share >= 0 && o.window_share < 0.5, GPUSTRIPE_ERR_CONFIG,
+             "GPUSTRIPE_P2P_WINDOW_SHARE=%g: 0 (the model's) or a fraction below 0.5", o.window_share);
+  o.window_ahead = kWindowAhead.get();
+  o.apart = kDirectApart.get();
+  o.window_chunk = kWindowChunk.get();
+  o.detached = kWindowDetached.get();
+  o.window_enqueue = kWindowEnqueue.get();
+  o.apart_shift = kApartShift.get();
+  const int64_t recent_us = kRecentUs.get();
+  GS_REQUIRE(recent_us >= 0 && recent_us <= 1000000, GPUSTRIPE_ERR_CONFIG,
+             "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
+  o.recent_ns = static_cast<uint64_t>(recent_us) * 1000;
+  return o;
+}
+
 // The whole transfer on the direct path, as a plan the engine executes as one copy.
 Plan direct_plan(int src, int dst, uint64_t bytes) {
   Plan p;
@@ -304,31 +341,8 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
     std::map<std::tuple<int, int, uint64_t>, Plan> apart_plans;  // GPUSTRIPE_P2P_DIRECT_APART, lone copies per size
   };
   auto st = std::make_shared<State>();
-  const bool announce_first = kAnnounceFirst.get();
-  const bool bidir_direct = kBidirDirect.get();
-  const bool queue_plan = kQueuePlan.get();
-  const uint64_t queue_max = kQueueMax.get();
-  const uint64_t queue_min = kQueueMin.get();
-  const bool queue_lane = kQueueLane.get();
-  const bool queue_area = kQueueArea.get();
-  const bool window_replay = kWindowReplay.get();
-  const uint64_t window_min = kWindowMin.get();
-  const double window_share = kWindowShare.get();
-  GS_REQUIRE(window_share >= 0 && window_share < 0.5, GPUSTRIPE_ERR_CONFIG,
-             "GPUSTRIPE_P2P_WINDOW_SHARE=%g: 0 (the model's) or a fraction below 0.5", window_share);
-  const bool window_ahead = kWindowAhead.get();
-  const bool apart = kDirectApart.get();
-  const uint64_t window_chunk = kWindowChunk.get();
-  const bool detached = kWindowDetached.get();
-  const bool window_enqueue = kWindowEnqueue.get();
-  const uint64_t apart_shift = kApartShift.get();
-  const int64_t recent_us = kRecentUs.get();
-  GS_REQUIRE(recent_us >= 0 && recent_us <= 1000000, GPUSTRIPE_ERR_CONFIG,
-             "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
-  const uint64_t recent_ns = static_cast<uint64_t>(recent_us) * 1000;
-  return [&engine, board, st, announce_first, bidir_direct, queue_plan, queue_max, queue_min, queue_lane, queue_area,
-          window_replay, window_share, window_min, window_ahead, window_chunk, detached, window_enqueue, apart, apart_shift, recent_ns](
-             void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s, int ahead) -> std::function<void()> {
+  return [&engine, board, st, o = read_copy_options()](void* dst, int dd, const void* src, int sd, size_t n,
+                                                        StreamHandle s, int ahead) -> std::function<void()> {
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
       return {};
@@ -357,7 +371,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       return it->second;
     };
     int slot = -1;
-    if (board && announce_first) {
+    if (board && o.announce_first) {
       slot = board->publish_transfer(sd, dd, n);
       // Store-then-load between ranks (Dekker): without a full fence both ranks could
       // read the board before the other's entry is visible, and neither see the other.
@@ -370,7 +384,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       // Copies retired lately count where their direction has none in flight (the largest).
       std::vector<TransferSpec> specs, recent;
       if (board) {
-        for (const ipc::Channel::InFlight& t : board->transfers_of_others(recent_ns)) {
+        for (const ipc::Channel::InFlight& t : board->transfers_of_others(o.recent_ns)) {
           if (t.src_dev == t.dst_dev) continue;
           std::vector<TransferSpec>& list = t.retired ? recent : specs;
           auto same = std::find_if(list.begin(), list.end(),
@@ -384,7 +398,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
             trace("p_recent", -1, 0, 0, r.bytes);
           }
       }
-      bool reverse = bidir_direct && std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& x) {
+      bool reverse = o.bidir_direct && std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& x) {
                        return x.src == dd && x.dst == sd;
                      });
       const CopyQueues::Queue queued = st->own.queued(sd, dd);
@@ -404,48 +418,48 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       } else if (!specs.empty()) {
         trace("p_concurrent", -1, 0, 0, n);
         engine.copy_with_plan(concurrent(specs, n), dst, src, s);
-      } else if ((behind || (window_ahead && ahead > 0 && queued.copies == 0 && specs.empty())) && window_replay &&
-                 n >= window_min && lone_splits()) {
+      } else if ((behind || (o.window_ahead && ahead > 0 && queued.copies == 0 && specs.empty())) && o.window_replay &&
+                 n >= o.window_min && lone_splits()) {
         // The same plan for every copy of a window of this size (its graph is captured once), in
         // the area the copy before it did not use.
         auto key = std::make_tuple(sd, dd, uint64_t{n});
         auto it = st->window_plans.find(key);
         if (it == st->window_plans.end()) {
           if (st->window_plans.size() >= kMaxPlans) st->window_plans.clear();
-          const uint64_t total = std::max<uint64_t>(n, queue_max);
-          const double share = window_share > 0 ? window_share
+          const uint64_t total = std::max<uint64_t>(n, o.queue_max);
+          const double share = o.window_share > 0 ? o.window_share
                                                 : static_cast<double>(host_staged_bytes(engine.current_plan(sd, dd, total))) /
                                                       static_cast<double>(total);
-          it = st->window_plans.emplace(key, queued_split(engine.current_plan(sd, dd, n), share, window_chunk)).first;
+          it = st->window_plans.emplace(key, queued_split(engine.current_plan(sd, dd, n), share, o.window_chunk)).first;
         }
         bool& second = st->second_area[{sd, dd}];
         second = !second;
         trace(behind ? "p_window" : "p_window_first", -1, queued.copies,
               host_staged_bytes(it->second) * 1000000 / n, n);
-        if (detached && window_enqueue) engine.copy_with_plan_detached(it->second, dst, src, s, true, false);
-        else if (detached) engine.copy_with_plan_detached(it->second, dst, src, s, second);
-        else if (apart && !behind) engine.copy_with_plan_direct_apart(it->second, dst, src, s, second);
+        if (o.detached && o.window_enqueue) engine.copy_with_plan_detached(it->second, dst, src, s, true, false);
+        else if (o.detached) engine.copy_with_plan_detached(it->second, dst, src, s, second);
+        else if (o.apart && !behind) engine.copy_with_plan_direct_apart(it->second, dst, src, s, second);
         else if (second) engine.copy_with_plan_in_second_area(it->second, dst, src, s);
         else engine.copy_with_plan(it->second, dst, src, s);
-      } else if (behind && queue_plan && n >= queue_min && lone_splits()) {
+      } else if (behind && o.queue_plan && n >= o.queue_min && lone_splits()) {
         // Behind this rank's own copies to the same GPU: the host share of the queue planned as
         // one transfer (up to GPUSTRIPE_P2P_QUEUE_MAX).
-        const uint64_t total = std::min<uint64_t>(queued.bytes + n, std::max<uint64_t>(n, queue_max));
+        const uint64_t total = std::min<uint64_t>(queued.bytes + n, std::max<uint64_t>(n, o.queue_max));
         const double share =
             static_cast<double>(host_staged_bytes(engine.current_plan(sd, dd, total))) / static_cast<double>(total);
         trace("p_queued", -1, queued.copies, static_cast<uint64_t>(share * 1e6), n);
-        engine.enqueue_with_plan(queued_split(engine.current_plan(sd, dd, n), share), dst, src, s, queue_lane,
-                                 queue_area);
+        engine.enqueue_with_plan(queued_split(engine.current_plan(sd, dd, n), share), dst, src, s, o.queue_lane,
+                                 o.queue_area);
       } else {
-        if (apart && n >= window_min && lone_splits()) {
+        if (o.apart && n >= o.window_min && lone_splits()) {
           auto key = std::make_tuple(sd, dd, uint64_t{n});
           auto it = st->apart_plans.find(key);
           if (it == st->apart_plans.end()) {
             if (st->apart_plans.size() >= kMaxPlans) st->apart_plans.clear();
             Plan lone = engine.current_plan(sd, dd, n);
             const uint64_t host = host_staged_bytes(lone);
-            if (apart_shift > 0)
-              lone = queued_split(lone, static_cast<double>(host - std::min(host, apart_shift)) / static_cast<double>(n));
+            if (o.apart_shift > 0)
+              lone = queued_split(lone, static_cast<double>(host - std::min(host, o.apart_shift)) / static_cast<double>(n));
             it = st->apart_plans.emplace(key, std::move(lone)).first;
           }
           trace("p_apart", -1, 0, host_staged_bytes(it->second) * 1000000 / n, n);
@@ -453,13 +467,13 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         } else {
           engine.copy_async(dst, dd, src, sd, n, s);
         }
-        if (window_replay) st->second_area[{sd, dd}] = false;  // a planner's plan stages in the first area
+        if (o.window_replay) st->second_area[{sd, dd}] = false;  // a planner's plan stages in the first area
       }
     } catch (...) {
       if (board) board->retire_transfer(slot);
       throw;
     }
-    if (board && !announce_first) slot = board->publish_transfer(sd, dd, n);
+    if (board && !o.announce_first) slot = board->publish_transfer(sd, dd, n);
     st->own.add(sd, dd, n);
     return [board, slot, st, sd, dd, n] {
       if (board) board->retire_transfer(slot);
