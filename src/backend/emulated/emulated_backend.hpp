@@ -94,6 +94,7 @@ class EmulatedBackend final : public Backend {
   static void release(const Allocation& a) noexcept;
   // VmmMulti: a reserved range tiled with memfd pieces, one table entry each.
   void* alloc_vmm_multi(int dev, size_t bytes);
+  void charge_memory(int dev, size_t bytes);
   void free_vmm_multi(const Allocation& first);
 
   const int device_count_;

@@ -43,18 +43,21 @@ void EmulatedBackend::release(const Allocation& a) noexcept {
 
 void* EmulatedBackend::alloc_device(int dev, size_t bytes) { return alloc_device_as(dev, bytes, DeviceAlloc::Plain); }
 
+// Counts `bytes` against the emulated GPU's memory (the topology's memory_bytes; 0: no limit), or refuses them.
+void EmulatedBackend::charge_memory(int dev, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t limit = memory_limit_[dev];
+  GS_REQUIRE(limit == 0 || memory_used_[dev] + bytes <= limit, GPUSTRIPE_ERR_NO_MEMORY,
+             "alloc_device: emulated GPU %d has %llu of %llu bytes in use, %zu more do not fit", dev,
+             static_cast<unsigned long long>(memory_used_[dev]), static_cast<unsigned long long>(limit), bytes);
+  memory_used_[dev] += bytes;
+}
+
 void* EmulatedBackend::alloc_device_as(int dev, size_t bytes, DeviceAlloc how) {
   check_device("alloc_device", "dev", dev);
   GS_REQUIRE(bytes > 0, GPUSTRIPE_ERR_INVALID_SIZE, "alloc_device: 0 bytes on GPU %d", dev);
   if (how == DeviceAlloc::VmmMulti) return alloc_vmm_multi(dev, bytes);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    uint64_t limit = memory_limit_[dev];
-    GS_REQUIRE(limit == 0 || memory_used_[dev] + bytes <= limit, GPUSTRIPE_ERR_NO_MEMORY,
-               "alloc_device: emulated GPU %d has %llu of %llu bytes in use, %zu more do not fit", dev,
-               static_cast<unsigned long long>(memory_used_[dev]), static_cast<unsigned long long>(limit), bytes);
-    memory_used_[dev] += bytes;
-  }
+  charge_memory(dev, bytes);
   Allocation a;
   a.size = bytes;
   a.kind = MemoryKind::Device;
@@ -114,14 +117,7 @@ void* EmulatedBackend::alloc_device_as(int dev, size_t bytes, DeviceAlloc how) {
 void* EmulatedBackend::alloc_vmm_multi(int dev, size_t bytes) {
   const size_t total = (bytes + kVmmGranularity - 1) / kVmmGranularity * kVmmGranularity;
   const size_t piece = vmm_multi_piece(bytes, kVmmGranularity);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    uint64_t limit = memory_limit_[dev];
-    GS_REQUIRE(limit == 0 || memory_used_[dev] + total <= limit, GPUSTRIPE_ERR_NO_MEMORY,
-               "alloc_device: emulated GPU %d has %llu of %llu bytes in use, %zu more do not fit", dev,
-               static_cast<unsigned long long>(memory_used_[dev]), static_cast<unsigned long long>(limit), total);
-    memory_used_[dev] += total;
-  }
+  charge_memory(dev, total);
   char* base = static_cast<char*>(reserve_range(total, dev));
   std::vector<Allocation> made;
   try {
