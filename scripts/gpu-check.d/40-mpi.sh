@@ -5,7 +5,8 @@
 #                           GPUSTRIPE_TEST_REQUIRE_BACKEND=cuda: they fail unless their
 #                           "device" buffers are real GPU memory
 #   gpustripe bench mpi     osu-style latency / bw (windows 1,16,64) / bibw at 2 and 4 ranks:
-#                           mpi_gpustripe (interposer), mpi_host_staged (copy to host, MPI,
+#                           mpi_gpustripe (interposer), mpi_cuda_aware (Open MPI pml ucx over
+#                           .deps/ucx: the baseline every table compares with), mpi_host_staged (copy to host, MPI,
 #                           copy back), gpustripe (native p2p), nccl (send/recv between the
 #                           ranks), ucx (ucp tag over cuda_ipc, when .deps/ucx was staged);
 #                           plus one run WITHOUT the interposer, expected to fail   -> $OUT/bench
