@@ -9,13 +9,14 @@
 // The global domain is `rows` x `cols` doubles split into row slabs, one per rank (rank
 // r owns rows [r0, r0 + lr)); each iteration sends its first owned row up and its last
 // down (the halo: one row, cols x 8 bytes) and then takes a Jacobi step. `--exchange`
-// picks MPI_Sendrecv (up, then down) or Isend/Irecv of both with one Waitall.
+// picks MPI_Sendrecv (up, then down) or Isend/Irecv of both with one Waitall; a comma
+// list runs each, and `--shape RxC`, repeated, each domain, in one launch.
 //
 // Timed: `--iters` iterations (exchange + step) after `--warmup`, and the same count of
 // exchanges alone; both the slowest rank's. `--check` runs the same iterations on the
 // whole domain in one process (the same kernel on this rank's GPU, or the host code) and
 // compares every owned value: the max abs error, failing above --tol. Rank 0 prints one
-// "ROW {json}" line and "halo: check passed|FAILED".
+// "ROW {json}" line per shape and variant, and "halo: check passed|FAILED".
 //
 // Without a GPU (CI): --compute host steps on the host, on --mem host (malloc) or --mem
 // hook: "device" memory of the gpustripe interposer's backend (its test hook, found with
@@ -29,7 +30,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "jacobi.hpp"
@@ -50,7 +53,9 @@
 namespace {
 
 struct Options {
-  long rows = 1024, cols = 1024;
+  long rows = 1024, cols = 1024;  // the shape being run
+  std::vector<std::pair<long, long>> shapes;
+  std::vector<std::string> exchanges;
   int iters = 20, warmup = 3;
   std::string way = "aware", exchange = "sendrecv", compute = "device", mem = "device";
   std::string nccl_lib, method;
@@ -63,8 +68,8 @@ struct Options {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank == 0)
     std::fprintf(stderr,
-                 "halo: %s\nusage: halo --rows R --cols C [--iters N] [--warmup W] [--way aware|unaware|nccl] "
-                 "[--exchange sendrecv|isend] [--compute device|host] [--mem device|host|hook] [--check] [--tol T] "
+                 "halo: %s\nusage: halo --shape RxC [--shape ...] [--iters N] [--warmup W] [--way aware|unaware|nccl] "
+                 "[--exchange sendrecv,isend] [--compute device|host] [--mem device|host|hook] [--check] [--tol T] "
                  "[--nccl-lib PATH] [--method LABEL]\n",
                  why.c_str());
   MPI_Finalize();
@@ -79,8 +84,12 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) fail(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--rows") o.rows = std::atol(next().c_str());
-    else if (a == "--cols") o.cols = std::atol(next().c_str());
+    if (a == "--shape") {
+      std::string v = next();
+      size_t x = v.find('x');
+      if (x == std::string::npos) fail("--shape " + v + ": ROWSxCOLS, e.g. 8x4194304");
+      o.shapes.emplace_back(std::atol(v.substr(0, x).c_str()), std::atol(v.substr(x + 1).c_str()));
+    }
     else if (a == "--iters") o.iters = std::atoi(next().c_str());
     else if (a == "--warmup") o.warmup = std::atoi(next().c_str());
     else if (a == "--way") o.way = next();
@@ -93,10 +102,18 @@ Options parse(int argc, char** argv) {
     else if (a == "--check") o.check = true;
     else fail("unknown argument " + a);
   }
-  if (o.rows < 1 || o.cols < 3) fail("--rows must be at least 1 and --cols at least 3");
+  if (o.shapes.empty()) fail("--shape ROWSxCOLS is needed");
+  for (auto [r, c] : o.shapes)
+    if (r < 1 || c < 3) fail("--shape: at least 1 row and 3 columns");
+  for (size_t at = 0; at <= o.exchange.size();) {
+    size_t comma = std::min(o.exchange.find(',', at), o.exchange.size());
+    o.exchanges.push_back(o.exchange.substr(at, comma - at));
+    at = comma + 1;
+  }
+  for (const std::string& e : o.exchanges)
+    if (e != "sendrecv" && e != "isend") fail("--exchange: sendrecv or isend, or both: sendrecv,isend");
   if (o.iters < 1 || o.warmup < 0) fail("--iters must be at least 1, --warmup at least 0");
   if (o.way != "aware" && o.way != "unaware" && o.way != "nccl") fail("--way: aware, unaware or nccl");
-  if (o.exchange != "sendrecv" && o.exchange != "isend") fail("--exchange: sendrecv or isend");
   if (o.compute != "device" && o.compute != "host") fail("--compute: device or host");
   if (o.mem != "device" && o.mem != "host" && o.mem != "hook") fail("--mem: device, host or hook");
   if (o.compute == "host" && o.mem == "device") fail("--compute host needs --mem host or hook (memory the host can step on)");
@@ -228,29 +245,38 @@ class Memory {
 #endif
 };
 
+// NCCL's communicator of all ranks (--way nccl), made once for every shape.
+struct NcclComm {
+  NcclComm(const std::string& lib, int rank, int size) : nccl(lib) {
+    if (!nccl.error().empty()) fail("NCCL: " + nccl.error());
+    halo::NcclId id{};
+    if (rank == 0) nccl.ok(nccl.get_id(&id), "ncclGetUniqueId");
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    nccl.ok(nccl.init_rank(&comm, size, id, rank), "ncclCommInitRank");
+  }
+  ~NcclComm() {
+    if (comm) nccl.destroy(comm);
+  }
+  halo::Nccl nccl;
+  void* comm = nullptr;
+};
+
 // The halo exchange of one slab: rows 1 and lr go to the ranks above and below, rows 0
 // and lr+1 come from them.
 class Exchange {
  public:
-  Exchange(const Options& o, Memory& m, int rank, int size, long lr)
-      : o_(o), m_(m), up_(rank > 0 ? rank - 1 : MPI_PROC_NULL), down_(rank + 1 < size ? rank + 1 : MPI_PROC_NULL),
-        lr_(lr), n_(static_cast<size_t>(o.cols)), nccl_(o.way == "nccl" ? new halo::Nccl(o.nccl_lib) : nullptr) {
+  Exchange(const Options& o, Memory& m, NcclComm* nccl, int rank, int size, long lr)
+      : o_(o), m_(m), nccl_(nccl), up_(rank > 0 ? rank - 1 : MPI_PROC_NULL),
+        down_(rank + 1 < size ? rank + 1 : MPI_PROC_NULL), lr_(lr), n_(static_cast<size_t>(o.cols)) {
     if (o.way == "unaware")
       for (double*& p : host_) p = m_.alloc_pinned(n_);
-    if (nccl_) {
-      if (!nccl_->error().empty()) fail("NCCL: " + nccl_->error());
-      halo::NcclId id{};
-      if (rank == 0) nccl_ok(nccl_->get_id(&id), "ncclGetUniqueId");
-      MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-      nccl_ok(nccl_->init_rank(&comm_, size, id, rank), "ncclCommInitRank");
-    }
   }
   ~Exchange() {
     for (double* p : host_)
       if (p) m_.free_pinned(p);
-    if (comm_) nccl_->destroy(comm_);
-    delete nccl_;
   }
+  Exchange(const Exchange&) = delete;
+  Exchange& operator=(const Exchange&) = delete;
   int neighbours() const { return (up_ != MPI_PROC_NULL) + (down_ != MPI_PROC_NULL); }
 
   // Fills the ghost rows of `a` from the neighbours. MPI ways return with the rows in
@@ -261,16 +287,18 @@ class Exchange {
     double* recv_up = a;
     double* recv_down = a + (lr_ + 1) * n_;
     if (nccl_) {
-      nccl_ok(nccl_->group_start(), "ncclGroupStart");
+      const halo::Nccl& n = nccl_->nccl;
+      void* c = nccl_->comm;
+      n.ok(n.group_start(), "ncclGroupStart");
       if (up_ != MPI_PROC_NULL) {
-        nccl_ok(nccl_->send(send_up, n_, halo::Nccl::kFloat64, up_, comm_, m_.stream()), "ncclSend");
-        nccl_ok(nccl_->recv(recv_up, n_, halo::Nccl::kFloat64, up_, comm_, m_.stream()), "ncclRecv");
+        n.ok(n.send(send_up, n_, halo::Nccl::kFloat64, up_, c, m_.stream()), "ncclSend");
+        n.ok(n.recv(recv_up, n_, halo::Nccl::kFloat64, up_, c, m_.stream()), "ncclRecv");
       }
       if (down_ != MPI_PROC_NULL) {
-        nccl_ok(nccl_->send(send_down, n_, halo::Nccl::kFloat64, down_, comm_, m_.stream()), "ncclSend");
-        nccl_ok(nccl_->recv(recv_down, n_, halo::Nccl::kFloat64, down_, comm_, m_.stream()), "ncclRecv");
+        n.ok(n.send(send_down, n_, halo::Nccl::kFloat64, down_, c, m_.stream()), "ncclSend");
+        n.ok(n.recv(recv_down, n_, halo::Nccl::kFloat64, down_, c, m_.stream()), "ncclRecv");
       }
-      nccl_ok(nccl_->group_end(), "ncclGroupEnd");
+      n.ok(n.group_end(), "ncclGroupEnd");
       return;
     }
     m_.sync();  // the step that wrote rows 1 and lr has finished
@@ -301,19 +329,13 @@ class Exchange {
     MPI_Isend(send_down, n, MPI_DOUBLE, down_, 1, MPI_COMM_WORLD, &r[3]);
     MPI_Waitall(4, r, MPI_STATUSES_IGNORE);
   }
-  void nccl_ok(int rc, const char* call) {
-    if (rc == 0) return;
-    std::fprintf(stderr, "halo: %s: %s\n", call, nccl_->error_string(rc));
-    MPI_Abort(MPI_COMM_WORLD, 4);
-  }
 
   const Options& o_;
   Memory& m_;
+  NcclComm* nccl_;
   int up_, down_;
   long lr_;
   size_t n_;
-  halo::Nccl* nccl_;
-  void* comm_ = nullptr;
   double* host_[4] = {nullptr, nullptr, nullptr, nullptr};  // unaware: send up, send down, recv up, recv down
 };
 
@@ -342,6 +364,66 @@ double check(const Options& o, Memory& m, const double* a, long lr, long r0, int
   return err;
 }
 
+// One shape and exchange variant: times it, checks it when asked, rank 0 prints its row.
+// False when the check failed.
+bool run_one(const Options& o, Memory& m, NcclComm* nccl, int rank, int size) {
+  const long lr = o.rows / size + (rank < o.rows % size ? 1 : 0);
+  const long r0 = rank * (o.rows / size) + std::min<long>(rank, o.rows % size);
+  const size_t cells = static_cast<size_t>(lr + 2) * static_cast<size_t>(o.cols);
+  double* a = m.alloc(cells);
+  double* b = m.alloc(cells);
+  m.init(a, lr, r0);
+  m.init(b, lr, r0);
+  Exchange ex(o, m, nccl, rank, size, lr);
+  auto iterate = [&] {
+    ex.run(a);
+    m.step(a, b, lr);
+    std::swap(a, b);
+  };
+  for (int i = 0; i < o.warmup; ++i) iterate();
+  m.sync();
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
+  for (int i = 0; i < o.iters; ++i) iterate();
+  m.sync();
+  double iter_s = (MPI_Wtime() - t0) / o.iters;
+  // The exchange alone (the ghost rows it rewrites hold the values they already have).
+  MPI_Barrier(MPI_COMM_WORLD);
+  t0 = MPI_Wtime();
+  for (int i = 0; i < o.iters; ++i) ex.run(a);
+  m.sync();
+  double exchange_s = (MPI_Wtime() - t0) / o.iters;
+  double local_t[2] = {iter_s, exchange_s}, t[2];
+  MPI_Allreduce(local_t, t, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  int sent = ex.neighbours(), most = 0;
+  MPI_Allreduce(&sent, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+
+  double err = -1;
+  if (o.check) {
+    double mine = check(o, m, a, lr, r0, o.warmup + o.iters);
+    MPI_Allreduce(&mine, &err, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  }
+  if (rank == 0) {
+    const double halo_bytes = static_cast<double>(o.cols) * sizeof(double);
+    char errs[32];
+    std::snprintf(errs, sizeof errs, err < 0 ? "null" : "%.3g", err);
+    std::printf(
+        "ROW {\"op\": \"halo\", \"method\": \"%s\", \"variant\": \"%s\", \"way\": \"%s\", \"rows\": %ld, "
+        "\"cols\": %ld, \"shape\": \"%ldx%ld\", \"ranks\": %d, \"bytes\": %.0f, \"us\": %.3f, "
+        "\"us_exchange\": %.3f, \"gbps\": %.6g, \"iters\": %d, \"compute\": \"%s\", \"max_abs_err\": %s}\n",
+        o.method.c_str(), o.exchange.c_str(), o.way.c_str(), o.rows, o.cols, o.rows, o.cols, size, halo_bytes,
+        t[0] * 1e6, t[1] * 1e6, most * halo_bytes / (t[1] * 1e9), o.iters, o.compute.c_str(), errs);
+    if (o.check)
+      std::printf("halo: check %s (%ldx%ld %s: max abs error %.3g, tolerance %.3g, %d iterations)\n",
+                  err <= o.tol ? "passed" : "FAILED", o.rows, o.cols, o.exchange.c_str(), err, o.tol,
+                  o.warmup + o.iters);
+    std::fflush(stdout);
+  }
+  m.free(a);
+  m.free(b);
+  return !(o.check && err > o.tol);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -350,73 +432,26 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   Options o = parse(argc, argv);
-  if (o.rows < size) fail("--rows " + std::to_string(o.rows) + ": fewer rows than ranks");
+  for (auto [rows, cols] : o.shapes)
+    if (rows < size) fail("--shape " + std::to_string(rows) + "x" + std::to_string(cols) + ": fewer rows than ranks");
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
   int local = 0;
   MPI_Comm_rank(node, &local);
   MPI_Comm_free(&node);
 
-  const long lr = o.rows / size + (rank < o.rows % size ? 1 : 0);
-  const long r0 = rank * (o.rows / size) + std::min<long>(rank, o.rows % size);
-  const size_t cells = static_cast<size_t>(lr + 2) * static_cast<size_t>(o.cols);
-  {
-    Memory m(o, local);
-    double* a = m.alloc(cells);
-    double* b = m.alloc(cells);
-    m.init(a, lr, r0);
-    m.init(b, lr, r0);
-    Exchange ex(o, m, rank, size, lr);
-    auto iterate = [&] {
-      ex.run(a);
-      m.step(a, b, lr);
-      std::swap(a, b);
-    };
-    for (int i = 0; i < o.warmup; ++i) iterate();
-    m.sync();
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = MPI_Wtime();
-    for (int i = 0; i < o.iters; ++i) iterate();
-    m.sync();
-    double iter_s = (MPI_Wtime() - t0) / o.iters;
-    // The exchange alone (the ghost rows it rewrites hold the values they already have).
-    MPI_Barrier(MPI_COMM_WORLD);
-    t0 = MPI_Wtime();
-    for (int i = 0; i < o.iters; ++i) ex.run(a);
-    m.sync();
-    double exchange_s = (MPI_Wtime() - t0) / o.iters;
-    double local_t[2] = {iter_s, exchange_s}, t[2];
-    MPI_Allreduce(local_t, t, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    int sent = ex.neighbours(), most = 0;
-    MPI_Allreduce(&sent, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-
-    double err = -1;
-    if (o.check) {
-      double mine = check(o, m, a, lr, r0, o.warmup + o.iters);
-      MPI_Allreduce(&mine, &err, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    }
-    if (rank == 0) {
-      const double halo_bytes = static_cast<double>(o.cols) * sizeof(double);
-      char errs[32];
-      std::snprintf(errs, sizeof errs, err < 0 ? "null" : "%.3g", err);
-      std::printf(
-          "ROW {\"op\": \"halo\", \"method\": \"%s\", \"variant\": \"%s\", \"way\": \"%s\", \"rows\": %ld, "
-          "\"cols\": %ld, \"shape\": \"%ldx%ld\", \"ranks\": %d, \"bytes\": %.0f, \"us\": %.3f, "
-          "\"us_exchange\": %.3f, \"gbps\": %.6g, \"iters\": %d, \"compute\": \"%s\", \"max_abs_err\": %s}\n",
-          o.method.c_str(), o.exchange.c_str(), o.way.c_str(), o.rows, o.cols, o.rows, o.cols, size, halo_bytes,
-          t[0] * 1e6, t[1] * 1e6, most * halo_bytes / (t[1] * 1e9), o.iters, o.compute.c_str(), errs);
-      if (o.check)
-        std::printf("halo: check %s (max abs error %.3g, tolerance %.3g, %d iterations)\n",
-                    err <= o.tol ? "passed" : "FAILED", err, o.tol, o.warmup + o.iters);
-      std::fflush(stdout);
-    }
-    m.free(a);
-    m.free(b);
-    if (o.check && err > o.tol) {
-      MPI_Finalize();
-      return 1;
+  Memory m(o, local);
+  std::unique_ptr<NcclComm> nccl(o.way == "nccl" ? new NcclComm(o.nccl_lib, rank, size) : nullptr);
+  bool failed = false;
+  for (auto [rows, cols] : o.shapes) {
+    o.rows = rows;
+    o.cols = cols;
+    for (const std::string& variant : o.exchanges) {
+      o.exchange = variant;
+      failed |= !run_one(o, m, nccl.get(), rank, size);
     }
   }
+  nccl.reset();
   MPI_Finalize();
-  return 0;
+  return failed ? 1 : 0;
 }

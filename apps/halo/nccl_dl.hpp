@@ -3,8 +3,10 @@
 // runs without NCCL. Only the calls the halo exchange uses, with nccl.h's prototypes.
 #pragma once
 #include <dlfcn.h>
+#include <mpi.h>
 
 #include <cstddef>
+#include <cstdio>
 #include <string>
 
 namespace halo {
@@ -33,6 +35,12 @@ class Nccl {
     bind(error_string, "ncclGetErrorString");
   }
   const std::string& error() const { return error_; }
+  // Aborts the job on an NCCL error (a rank cannot go on alone).
+  void ok(int rc, const char* call) const {
+    if (rc == 0) return;
+    std::fprintf(stderr, "halo: %s: %s\n", call, error_string(rc));
+    MPI_Abort(MPI_COMM_WORLD, 4);
+  }
 
   static constexpr int kFloat64 = 8;  // ncclFloat64
   int (*get_id)(NcclId*) = nullptr;
