@@ -21,7 +21,8 @@ from collections import defaultdict
 from typing import Iterable
 
 REQUIRED = ("op", "method", "bytes", "gbps", "us")
-OPS = {"p2p", "bibw", "latency", "alltoall", "allgather", "reduce_scatter", "allreduce", "bcast", "reduce", "model"}
+OPS = {"p2p", "bibw", "latency", "alltoall", "allgather", "reduce_scatter", "allreduce", "bcast", "reduce", "model",
+       "halo"}
 
 
 def check_row(row: dict) -> None:
