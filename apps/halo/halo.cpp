@@ -40,6 +40,7 @@
 
 #ifdef HALO_HAVE_CUDA
 #include <cuda_runtime.h>
+// As bench/mpi's clients check CUDA calls; restated, since the application stands alone.
 #define CUDA_OK(call)                                                                              \
   do {                                                                                             \
     cudaError_t e_ = (call);                                                                       \
