@@ -55,6 +55,8 @@ class TeamFlags {
   // Exchange: how many messages rank r has posted; message slot (parity, r).
   std::atomic<uint64_t>& posted(int r) const;
   void* info(int parity, int r) const;
+  // Removes the segment's name once every rank has mapped it (ipc::ShmSegment::unlink).
+  void unlink() { seg_.unlink(); }
 
  private:
   ipc::ShmSegment seg_;

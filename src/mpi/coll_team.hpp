@@ -65,6 +65,9 @@ struct CollCall {
 // Test only: this process kills itself (SIGKILL) inside its next collective on the
 // gpustripe path, right after the entry exchange.
 void test_die_in_next_collective();
+// Test only: the next collective team this process sets up fails here (as when out of
+// memory), which every rank of its communicator must report.
+void test_fail_next_team_setup();
 
 class CollTeam {
  public:
