@@ -133,6 +133,11 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
     for (int p : peers) ep->check_source(p);
     if (ipc::FdExchange* fds = ep->fd_exchange()) fds->serve();  // a peer re-mapping our VMM / pool buffers
   };
+  // The watchdog's check (coll_watchdog.hpp), on its own thread: the peers' liveness only
+  // (the channel's pid slots), nothing of the endpoint's state.
+  std::function<void()> check_alive = [ep, peers] {
+    for (int p : peers) ep->check_source(p);
+  };
   char name[128] = {};
   ipc::ShmSegment seg;
   Status failed = GPUSTRIPE_SUCCESS;
@@ -168,7 +173,7 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
   attempt([&] {
     flags_ = std::make_unique<TeamFlags>(std::move(seg));
     reducer_ = coll::make_reducer(backend_);
-    runner_ = std::make_unique<SliceRunner>(backend_, *reducer_, rank_, n_, *flags_, check_peers);
+    runner_ = std::make_unique<SliceRunner>(backend_, *reducer_, rank_, n_, *flags_, check_peers, check_alive);
   });
   // Every rank has opened the segment (or given up): its name can go.
   int out[2] = {static_cast<int>(failed), failed != GPUSTRIPE_SUCCESS ? rank_ : -1};
@@ -349,6 +354,21 @@ coll::Choice CollTeam::choose(const CollCall& call) const {
 }
 
 bool CollTeam::run(const CollCall& call) {
+  // A call that failed half way leaves the team's flags and peers in no known state (a
+  // peer died, or flags were released for streams that waited on it): every later call
+  // fails the same way instead of reading flags set for another call.
+  if (failed_ != GPUSTRIPE_SUCCESS)
+    GS_THROW(failed_, "%s: an earlier collective on this communicator failed (%s)", call.name, failure_.c_str());
+  try {
+    return run_unchecked(call);
+  } catch (const Error& e) {
+    failed_ = e.status();
+    failure_ = e.what();
+    throw;
+  }
+}
+
+bool CollTeam::run_unchecked(const CollCall& call) {
   ++calls_;
   using Clock = std::chrono::steady_clock;
   const Clock::time_point t0 = Clock::now();
