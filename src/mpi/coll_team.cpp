@@ -124,7 +124,8 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
   // The flags the ranks' hosts order cross-rank steps with, and this rank's runner. A step
   // failing on one rank (no memory, no shared memory left) must fail the team on every
   // rank, never leave the others waiting for it: each rank sets up what it can, then
-  // the ranks agree on the outcome (agree_setup) before anyone relies on a peer's part.
+  // the ranks agree on the outcome (an all-reduction of the statuses) before anyone relies
+  // on a peer's part.
   std::vector<int> peers;
   for (int r = 0; r < n_; ++r)
     if (r != rank_) peers.push_back(channel_rank_[r]);
@@ -138,7 +139,15 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
   std::function<void()> check_alive = [ep, peers] {
     for (int p : peers) ep->check_source(p);
   };
-  char name[128] = {};
+  // What the nonblocking MPI calls read and write: on the heap, and left there when a wait
+  // gives up (the MPI may still write into it for a request that never completes).
+  struct Messages {
+    char name[128] = {};
+    int out[2] = {0, -1};  // this rank's status and, when it failed, its rank
+    int all[2] = {0, -1};  // the largest of every rank's
+  };
+  auto msgs = std::make_unique<Messages>();
+  char* name = msgs->name;
   ipc::ShmSegment seg;
   Status failed = GPUSTRIPE_SUCCESS;
   std::string why;
@@ -159,28 +168,33 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
     attempt([&] {
       std::string nm = ipc::unique_shm_name("coll");
       seg = ipc::ShmSegment::create(nm, TeamFlags::segment_bytes());
-      std::strncpy(name, nm.c_str(), sizeof name - 1);
+      std::strncpy(name, nm.c_str(), sizeof msgs->name - 1);
     });
   }
-  bounded_collective("MPI_Ibcast (collective flags)", check_peers, [&](MPI_Request* req) {
-    return PMPI_Ibcast(name, sizeof name, MPI_CHAR, 0, comm, req);
-  });
-  if (rank_ != 0 && name[0]) attempt([&] { seg = ipc::ShmSegment::open(name); });
-  if (!name[0] && failed == GPUSTRIPE_SUCCESS) {
-    failed = GPUSTRIPE_ERR_PEER_FAILED;  // rank 0 could not make the segment: its reason is on its stderr
-    why = "rank 0 could not create the team's shared segment";
+  try {
+    bounded_collective("MPI_Ibcast (collective flags)", check_peers, [&](MPI_Request* req) {
+      return PMPI_Ibcast(name, sizeof msgs->name, MPI_CHAR, 0, comm, req);
+    });
+    // No name: rank 0 failed, and says so in the agreement below.
+    if (rank_ != 0 && name[0]) attempt([&] { seg = ipc::ShmSegment::open(name); });
+    if (name[0]) {
+      attempt([&] {
+        flags_ = std::make_unique<TeamFlags>(std::move(seg));
+        reducer_ = coll::make_reducer(backend_);
+        runner_ = std::make_unique<SliceRunner>(backend_, *reducer_, rank_, n_, *flags_, check_peers, check_alive);
+      });
+    }
+    // Every rank has opened the segment (or given up): after this its name can go.
+    msgs->out[0] = static_cast<int>(failed);
+    msgs->out[1] = failed != GPUSTRIPE_SUCCESS ? rank_ : -1;
+    bounded_collective("MPI_Iallreduce (collective setup)", check_peers, [&](MPI_Request* req) {
+      return PMPI_Iallreduce(msgs->out, msgs->all, 2, MPI_INT, MPI_MAX, comm, req);
+    });
+  } catch (...) {
+    (void)msgs.release();  // a request still pending may write into it
+    throw;
   }
-  attempt([&] {
-    flags_ = std::make_unique<TeamFlags>(std::move(seg));
-    reducer_ = coll::make_reducer(backend_);
-    runner_ = std::make_unique<SliceRunner>(backend_, *reducer_, rank_, n_, *flags_, check_peers, check_alive);
-  });
-  // Every rank has opened the segment (or given up): its name can go.
-  int out[2] = {static_cast<int>(failed), failed != GPUSTRIPE_SUCCESS ? rank_ : -1};
-  int all[2] = {0, -1};
-  bounded_collective("MPI_Iallreduce (collective setup)", check_peers, [&](MPI_Request* req) {
-    return PMPI_Iallreduce(out, all, 2, MPI_INT, MPI_MAX, comm, req);
-  });
+  const int* all = msgs->all;
   if (rank_ == 0) {
     if (flags_) flags_->unlink();
     else seg.unlink();
