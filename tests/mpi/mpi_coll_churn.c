@@ -3,9 +3,9 @@
  * segment, scratch, streams, events) must go with it: the job's /dev/shm entries, this
  * process's open file descriptors, threads and mappings (/proc/self/maps lines) after the
  * last cycle must match those after cycle 50 within a small tolerance (caches that fill up
- * in the first cycles are not leaks). Then a team whose setup fails on one rank
- * (gpustripe_mpi_test_coll_fail_next_setup, as when out of memory there): every rank's
- * MPI_Allreduce must return an error, none may hang, and the next communicator works. */
+ * in the first cycles are not leaks). Then teams whose setup fails on one rank (rank 1, then
+ * rank 0; gpustripe_mpi_test_coll_fail_next_setup, as when out of memory there): every
+ * rank's MPI_Allreduce must return an error, none may hang, and the next communicator works. */
 #include <dirent.h>
 #include <unistd.h>
 
@@ -124,20 +124,23 @@ int main(int argc, char** argv) {
   CHECK(last.threads <= first.threads + 2);
   CHECK(last.maps <= first.maps + 32);
 
-  /* A setup failing on rank 1 fails the call on every rank, in time. */
-  MPI_Comm c;
-  CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c) == MPI_SUCCESS);
-  MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
-  if (rank == 1) fail_setup();
-  const int count = (int)(b.n / sizeof(float));
-  int rc = MPI_Allreduce(MPI_IN_PLACE, b.p, count, MPI_FLOAT, MPI_SUM, c);
-  CHECK(rc != MPI_SUCCESS);
-  char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, msg, &len);
-  printf("[rank %d] setup failing on rank 1: MPI_Allreduce returned: %s\n", rank, msg);
-  CHECK(MPI_Comm_free(&c) == MPI_SUCCESS);
-  cycle(&hk, &b, size, 1); /* the next communicator's team is set up as usual */
+  /* A setup failing on one rank (rank 1: it opens the segment; rank 0: it creates it) fails
+   * the call on every rank; the next communicator's team is set up as usual. */
+  for (int failing = 1; failing >= 0; --failing) {
+    MPI_Comm c;
+    CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c) == MPI_SUCCESS);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    if (rank == failing) fail_setup();
+    const int count = (int)(b.n / sizeof(float));
+    int rc = MPI_Allreduce(MPI_IN_PLACE, b.p, count, MPI_FLOAT, MPI_SUM, c);
+    CHECK(rc != MPI_SUCCESS);
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    printf("[rank %d] setup failing on rank %d: MPI_Allreduce returned: %s\n", rank, failing, msg);
+    CHECK(MPI_Comm_free(&c) == MPI_SUCCESS);
+    cycle(&hk, &b, size, 1);
+  }
 
   buf_free(&hk, &b);
   free(pids);
