@@ -1,5 +1,7 @@
 #include "mpi/coll_watchdog.hpp"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -33,8 +35,20 @@ namespace {
 class Watchdog {
  public:
   static Watchdog& get() {
-    static Watchdog* w = new Watchdog;  // never destroyed: its thread may outlive static destructors
-    return *w;
+    // Never destroyed: its thread may outlive static destructors. A forked child has no
+    // thread of its parent's: it starts its own.
+    static std::atomic<Watchdog*> w{nullptr};
+    Watchdog* cur = w.load(std::memory_order_acquire);
+    if (!cur || cur->pid_ != getpid()) {
+      static std::mutex start;
+      std::lock_guard<std::mutex> l(start);
+      cur = w.load(std::memory_order_acquire);
+      if (!cur || cur->pid_ != getpid()) {
+        cur = new Watchdog;
+        w.store(cur, std::memory_order_release);
+      }
+    }
+    return *cur;
   }
   void arm(WaitWatch::State* s) {
     std::lock_guard<std::mutex> l(mu_);
@@ -81,6 +95,7 @@ class Watchdog {
     }
   }
 
+  const pid_t pid_ = getpid();
   std::mutex mu_;
   std::condition_variable cv_;
   std::list<WaitWatch::State*> armed_;
