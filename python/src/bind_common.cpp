@@ -6,6 +6,7 @@
 #include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/shm_reclaim.hpp"
 
 namespace gpustripe::py {
 namespace {
@@ -51,6 +52,26 @@ void bind_common(nb::module_& m) {
   m.def("parse_size", [](const std::string& t) { return parse_size(t, "size"); });
   m.def("format_size", &format_size);
   m.def("log_reconfigure", &log_reconfigure, "Re-read GPUSTRIPE_LOG_* after changing os.environ.");
+
+  auto segments = [](const std::vector<LeftSegment>& v) {
+    nb::list out;
+    for (const LeftSegment& s : v) {
+      nb::dict d;
+      d["name"] = s.name;
+      d["bytes"] = s.bytes;
+      d["pid"] = s.pid;
+      out.append(d);
+    }
+    return out;
+  };
+  m.def(
+      "dead_segments", [segments](const std::string& dir) { return segments(dead_segments(dir)); },
+      nb::arg("dir") = kShmDir,
+      "gpustripe's shared-memory segments (files in `dir`) of this user whose creating process died: name, bytes, "
+      "pid.");
+  m.def(
+      "reclaim_dead_segments", [segments](const std::string& dir) { return segments(reclaim_dead_segments(dir)); },
+      nb::arg("dir") = kShmDir, "Removes dead_segments(dir); returns those removed.");
 }
 
 BindingRegistrar reg(0, bind_common);

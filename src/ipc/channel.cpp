@@ -10,6 +10,7 @@
 #include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/shm_reclaim.hpp"
 #include "ipc/liveness.hpp"
 #include "ipc/wait.hpp"
 
@@ -293,6 +294,7 @@ void Channel::check_all_peers() const {
 
 std::unique_ptr<Channel> join_channel(int rank, int nranks, const std::function<void(char* name128)>& bcast,
                                       const std::function<void()>& barrier) {
+  reclaim_dead_segments_once();  // what a killed job of this user left behind
   char name[128] = {};
   ShmSegment seg;
   if (rank == 0) {

@@ -12,6 +12,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "ipc/wait.hpp"
+#include "mpi/coll_watchdog.hpp"
 
 namespace gpustripe::mpi {
 
@@ -92,9 +93,9 @@ std::atomic<uint32_t>& TeamFlags::op(size_t i) const {
 }
 
 SliceRunner::SliceRunner(Backend& backend, coll::Reducer& reducer, int rank, int nranks, TeamFlags& flags,
-                         std::function<void()> check_peers)
+                         std::function<void()> check_peers, std::function<void()> check_alive)
     : backend_(backend), reducer_(reducer), rank_(rank), nranks_(nranks), flags_(flags),
-      check_peers_(std::move(check_peers)), lanes_(backend), capture_lanes_(backend),
+      check_peers_(std::move(check_peers)), check_alive_(std::move(check_alive)), lanes_(backend), capture_lanes_(backend),
       graphs_(std::make_unique<GraphCache>(backend, kGraphsKept)) {
   GS_REQUIRE(nranks <= TeamFlags::kMaxRanks, GPUSTRIPE_ERR_NOT_SUPPORTED,
              "collective over %d ranks of a node: at most %d", nranks, TeamFlags::kMaxRanks);
@@ -211,12 +212,8 @@ void SliceRunner::run(const coll::Program& prog, int device, const std::string& 
     size_t end = begin;
     while (end < ops.size() && ops[end].kind != Op::Barrier) ++end;
     if (dev_flags_) {
-      std::vector<uint32_t> waits;
-      std::vector<Lane*> used = enqueue_streams(prog, slots, begin, end, device, lanes_, nullptr, waits);
-      drain(used, [&] {
-        for (uint32_t w : waits) flags_.op(w).store(1, std::memory_order_release);
-      });
-      reset_edges(waits);
+      run_watched(cross_waits(prog, slots, begin, end),
+                  [&](std::vector<Lane*>& used) { enqueue_streams(prog, slots, begin, end, device, lanes_, nullptr, used); });
     } else {
       run_segment_host(prog, begin, end, device, run_id);
     }
@@ -237,7 +234,34 @@ static void dependents(const std::vector<Op>& ops, size_t begin, size_t end, int
     }
 }
 
-void SliceRunner::drain(const std::vector<Lane*>& used, const std::function<void()>& release) {
+void SliceRunner::run_watched(const std::vector<uint32_t>& waits,
+                              const std::function<void(std::vector<Lane*>&)>& enqueue) {
+  auto release = [this, &waits] {
+    for (uint32_t w : waits) flags_.op(w).store(1, std::memory_order_release);
+  };
+  WaitWatch watch(format("collective: rank %d's GPU work waiting for the other ranks' steps", rank_), check_alive_,
+                  release);
+  std::vector<Lane*> used;
+  try {
+    enqueue(used);
+  } catch (...) {
+    // What was enqueued may wait on the peers: let it run out before the error leaves.
+    release();
+    for (Lane* l : used) {
+      try {
+        backend_.synchronize_stream(l->stream());
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+  drain(used, release, [&] { watch.rethrow(); });
+  watch.rethrow();  // released by the watch: the streams ran past waits nobody satisfied
+  reset_edges(waits);
+}
+
+void SliceRunner::drain(const std::vector<Lane*>& used, const std::function<void()>& release,
+                        const std::function<void()>& fired) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<EventHandle> ends;
   for (Lane* l : used) {
@@ -248,7 +272,10 @@ void SliceRunner::drain(const std::vector<Lane*>& used, const std::function<void
   }
   try {
     ipc::Waiter w(format("collective: rank %d waiting for its GPU work (and the other ranks' steps it needs)", rank_),
-                  check_peers_);
+                  [&] {
+                    if (fired) fired();
+                    if (check_peers_) check_peers_();
+                  });
     for (EventHandle e : ends)
       while (!backend_.query_event(e)) w.pause();
     drain_us_ += us_since(t0);
@@ -293,9 +320,23 @@ void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int devic
 // another rank's op is a wait of the dependent's stream for its edge's flag, which the
 // owner's stream sets right after the op (cuStreamWaitValue32 / cuStreamWriteValue32 on
 // the shared segment): no host takes part until the segment's end.
-std::vector<Lane*> SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSlots& slots,
-                                                size_t begin, size_t end, int device, LaneSet& set, EventHandle fork,
-                                                std::vector<uint32_t>& waits) {
+std::vector<uint32_t> SliceRunner::cross_waits(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin,
+                                               size_t end) const {
+  const auto& ops = prog.ops();
+  std::vector<uint32_t> waits;
+  for (size_t i = begin; i < end; ++i) {
+    if (ops[i].rank != rank_) continue;
+    for (int d : ops[i].deps) {
+      if (ops[d].rank == rank_) continue;
+      const uint32_t slot = static_cast<uint32_t>(slots.at({d, rank_}));
+      if (std::find(waits.begin(), waits.end(), slot) == waits.end()) waits.push_back(slot);
+    }
+  }
+  return waits;
+}
+
+void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin, size_t end,
+                                  int device, LaneSet& set, EventHandle fork, std::vector<Lane*>& used) {
   const auto& ops = prog.ops();
   const bool on_mapping = mapping_streams();
   const bool capturing = fork != nullptr;
@@ -319,7 +360,6 @@ std::vector<Lane*> SliceRunner::enqueue_streams(const coll::Program& prog, const
   }
   std::vector<LaneMark> marks(ops.size());
   std::map<int, size_t> last_on_lane;
-  std::vector<Lane*> used;
   std::set<std::pair<Lane*, int>> waited;  // (stream, slot): one wait is enough
   for (size_t i = begin; i < end; ++i) {
     const Op& op = ops[i];
@@ -334,8 +374,6 @@ std::vector<Lane*> SliceRunner::enqueue_streams(const coll::Program& prog, const
       const int slot = slots.at({d, rank_});
       if (!waited.insert({&l, slot}).second) continue;
       backend_.stream_wait_flag(l.stream(), dev_flags_ + slot, 1);
-      if (std::find(waits.begin(), waits.end(), static_cast<uint32_t>(slot)) == waits.end())
-        waits.push_back(static_cast<uint32_t>(slot));
     }
     issue(ops, i, l, l.device(), marks, last_on_lane);
     if (needs_mark[i]) marks[i] = l.mark(capturing);
@@ -343,7 +381,6 @@ std::vector<Lane*> SliceRunner::enqueue_streams(const coll::Program& prog, const
          it != slots.end() && it->first.first == static_cast<int>(i); ++it)
       backend_.stream_write_flag(l.stream(), dev_flags_ + it->second, 1);
   }
-  return used;
 }
 
 bool SliceRunner::run_graph(const coll::Program& prog, const coll::CrossSlots& slots, int device,
@@ -376,12 +413,11 @@ bool SliceRunner::run_graph(const coll::Program& prog, const coll::CrossSlots& s
   GS_REQUIRE(waits != graph_waits_.end(), GPUSTRIPE_ERR_INTERNAL, "a collective's graph without its flag waits");
   const std::vector<uint32_t>& w = waits->second;
   Lane& origin = lane(device, kOriginRole);
-  backend_.launch_graph(g, origin.stream());
-  ++graph_launches_;
-  drain({&origin}, [&] {
-    for (uint32_t slot : w) flags_.op(slot).store(1, std::memory_order_release);
+  run_watched(w, [&](std::vector<Lane*>& used) {
+    used.push_back(&origin);
+    backend_.launch_graph(g, origin.stream());
+    ++graph_launches_;
   });
-  reset_edges(w);
   return true;
 }
 
@@ -394,8 +430,9 @@ GraphExecHandle SliceRunner::capture(const coll::Program& prog, const coll::Cros
     backend_.begin_capture(origin.stream());
     try {
       backend_.record_event(fork, origin.stream());
-      std::vector<Lane*> used =
-          enqueue_streams(prog, slots, 0, prog.ops().size(), device, capture_lanes_, fork, waits);
+      waits = cross_waits(prog, slots, 0, prog.ops().size());
+      std::vector<Lane*> used;
+      enqueue_streams(prog, slots, 0, prog.ops().size(), device, capture_lanes_, fork, used);
       for (Lane* l : used) backend_.wait_event(origin.stream(), l->mark(true).event);
     } catch (...) {
       try {

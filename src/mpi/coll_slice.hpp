@@ -55,6 +55,8 @@ class TeamFlags {
   // Exchange: how many messages rank r has posted; message slot (parity, r).
   std::atomic<uint64_t>& posted(int r) const;
   void* info(int parity, int r) const;
+  // Removes the segment's name once every rank has mapped it (ipc::ShmSegment::unlink).
+  void unlink() { seg_.unlink(); }
 
  private:
   ipc::ShmSegment seg_;
@@ -70,9 +72,11 @@ int copy_stream_device(const coll::Op& op, int device);
 
 class SliceRunner {
  public:
-  // check_peers throws when a rank of the team is gone (called while waiting).
+  // check_peers throws when a rank of the team is gone (called while waiting). check_alive
+  // does the same from another thread (coll_watchdog.hpp: it must touch only thread-safe
+  // state); empty: the streams' waits are bounded by GPUSTRIPE_TIMEOUT alone.
   SliceRunner(Backend& backend, coll::Reducer& reducer, int rank, int nranks, TeamFlags& flags,
-              std::function<void()> check_peers);
+              std::function<void()> check_peers, std::function<void()> check_alive = {});
   ~SliceRunner();
   SliceRunner(const SliceRunner&) = delete;
   SliceRunner& operator=(const SliceRunner&) = delete;
@@ -110,7 +114,7 @@ class SliceRunner {
   coll::Reducer& reducer_;
   int rank_, nranks_;
   TeamFlags& flags_;
-  std::function<void()> check_peers_;
+  std::function<void()> check_peers_, check_alive_;
   LaneSet lanes_;
   LaneSet capture_lanes_;  // graphs' own streams: events recorded in a capture never mark work outside it
   std::map<int, std::vector<EventHandle>> events_;  // by device
@@ -131,20 +135,27 @@ class SliceRunner {
   void issue(const std::vector<coll::Op>& ops, size_t i, Lane& l, int device, const std::vector<LaneMark>& marks,
              std::map<int, size_t>& last_on_lane);
   void run_segment_host(const coll::Program& prog, size_t begin, size_t end, int device, uint32_t run_id);
+  // Stream flags: the edge slots this rank's ops of [begin, end) wait on.
+  std::vector<uint32_t> cross_waits(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin,
+                                    size_t end) const;
   // Stream flags: enqueues this rank's ops of [begin, end) on lanes of `set` (each lane first
-  // waits for `fork` where given: a capture) and returns the lanes used; `waits` gets the
-  // edge slots they wait on.
-  std::vector<Lane*> enqueue_streams(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin,
-                                     size_t end, int device, LaneSet& set, EventHandle fork,
-                                     std::vector<uint32_t>& waits);
+  // waits for `fork` where given: a capture); `used` gets the lanes as they are first used.
+  void enqueue_streams(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin, size_t end, int device,
+                       LaneSet& set, EventHandle fork, std::vector<Lane*>& used);
+  // Stream flags: enqueues (`enqueue` adds the lanes it uses) and drains one part of this
+  // rank's work waiting on the edge slots `waits`, watched (coll_watchdog.hpp) from before
+  // the first enqueue: a host stuck in a driver call behind a dead peer's flag is released.
+  void run_watched(const std::vector<uint32_t>& waits, const std::function<void(std::vector<Lane*>&)>& enqueue);
   // Replays (or captures, at the key's second sight) the graph of this rank's part; false
   // when the call runs directly instead.
   bool run_graph(const coll::Program& prog, const coll::CrossSlots& slots, int device, const std::string& key);
   GraphExecHandle capture(const coll::Program& prog, const coll::CrossSlots& slots, int device,
                           std::vector<uint32_t>& waits);
-  // Waits until `streams` have run everything enqueued on them. On an error the flags in
-  // `release` are set here (so that no GPU of this rank waits forever on a dead one).
-  void drain(const std::vector<Lane*>& used, const std::function<void()>& release);
+  // Waits until `streams` have run everything enqueued on them (`fired` throws when the
+  // watch of the call has fired). On an error the flags in `release` are set here (so that
+  // no GPU of this rank waits forever on a dead one).
+  void drain(const std::vector<Lane*>& used, const std::function<void()>& release,
+             const std::function<void()>& fired = {});
   // Stream flags: the edge slots this rank waited on go back to 0 (its streams are done).
   void reset_edges(const std::vector<uint32_t>& waits);
 };

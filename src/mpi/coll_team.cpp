@@ -10,6 +10,7 @@
 #include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "ipc/wait.hpp"
 #include "topology/topology.hpp"
 
 namespace gpustripe::mpi {
@@ -45,7 +46,24 @@ const BoolSetting kChainPairs{"GPUSTRIPE_MPI_COLL_CHAIN_PAIRS", "1",
 const BoolSetting kTimes{"GPUSTRIPE_MPI_COLL_TIMES", "0",
                         "MPI collectives across processes: log (info, subsystem mpi) each rank's host time per call by "
                         "phase when its communicator's collectives end (diagnosis)"};
-std::atomic<bool> g_die_in_next{false};  // test hook: SIGKILL inside the next call
+std::atomic<bool> g_die_in_next{false};      // test hook: SIGKILL inside the next call
+std::atomic<bool> g_fail_next_setup{false};  // test hook: the next team's setup fails here
+
+// Runs a nonblocking MPI collective that `start` begins and waits for it like every other
+// wait on the peers: bounded by GPUSTRIPE_TIMEOUT, failing early when a peer dies (a
+// blocking PMPI call would wait forever for a dead rank).
+void bounded_collective(const char* what, const std::function<void()>& check_peers,
+                        const std::function<int(MPI_Request*)>& start) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  check_mpi(start(&req), what);
+  ipc::Waiter w(format("%s: waiting for the other ranks", what), check_peers);
+  for (;;) {
+    int done = 0;
+    check_mpi(PMPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
+    if (done) return;
+    w.pause();
+  }
+}
 
 bool exchange_shm() {
   static const bool shm = kExchange.get() == "shm";
@@ -58,6 +76,7 @@ char* placeholder(size_t k) { return reinterpret_cast<char*>((k + 1) << 40); }
 }  // namespace
 
 void test_die_in_next_collective() { g_die_in_next.store(true); }
+void test_fail_next_team_setup() { g_fail_next_setup.store(true); }
 
 // A buffer as another process maps it: the allocation's handle and the offset in it.
 struct CollTeam::Desc {
@@ -102,29 +121,93 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
     res_.all_peer = false;
   }
 
-  // The flags the ranks' hosts order cross-rank steps with.
-  char name[128] = {};
-  ipc::ShmSegment seg;
-  if (rank_ == 0) {
-    std::string nm = ipc::unique_shm_name("coll");
-    seg = ipc::ShmSegment::create(nm, TeamFlags::segment_bytes());
-    std::strncpy(name, nm.c_str(), sizeof name - 1);
-  }
-  check_mpi(PMPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm), "MPI_Bcast (collective flags)");
-  if (rank_ != 0) seg = ipc::ShmSegment::open(name);
-  check_mpi(PMPI_Barrier(comm), "MPI_Barrier (collective flags)");
-  if (rank_ == 0) seg.unlink();
-  flags_ = std::make_unique<TeamFlags>(std::move(seg));
-
-  reducer_ = coll::make_reducer(backend_);
+  // The flags the ranks' hosts order cross-rank steps with, and this rank's runner. A step
+  // failing on one rank (no memory, no shared memory left) must fail the team on every
+  // rank, never leave the others waiting for it: each rank sets up what it can, then
+  // the ranks agree on the outcome (an all-reduction of the statuses) before anyone relies
+  // on a peer's part.
   std::vector<int> peers;
   for (int r = 0; r < n_; ++r)
     if (r != rank_) peers.push_back(channel_rank_[r]);
   p2p::Endpoint* ep = &rt.endpoint();
-  runner_ = std::make_unique<SliceRunner>(backend_, *reducer_, rank_, n_, *flags_, [ep, peers] {
+  std::function<void()> check_peers = [ep, peers] {
     for (int p : peers) ep->check_source(p);
     if (ipc::FdExchange* fds = ep->fd_exchange()) fds->serve();  // a peer re-mapping our VMM / pool buffers
-  });
+  };
+  // The watchdog's check (coll_watchdog.hpp), on its own thread: the peers' liveness only
+  // (the channel's pid slots), nothing of the endpoint's state.
+  std::function<void()> check_alive = [ep, peers] {
+    for (int p : peers) ep->check_source(p);
+  };
+  // What the nonblocking MPI calls read and write: on the heap, and left there when a wait
+  // gives up (the MPI may still write into it for a request that never completes).
+  struct Messages {
+    char name[128] = {};
+    int out[2] = {0, -1};  // this rank's status and, when it failed, its rank
+    int all[2] = {0, -1};  // the largest of every rank's
+  };
+  auto msgs = std::make_unique<Messages>();
+  char* name = msgs->name;
+  ipc::ShmSegment seg;
+  Status failed = GPUSTRIPE_SUCCESS;
+  std::string why;
+  auto attempt = [&](const std::function<void()>& step) {
+    if (failed != GPUSTRIPE_SUCCESS) return;
+    try {
+      if (g_fail_next_setup.exchange(false)) GS_THROW(GPUSTRIPE_ERR_NO_MEMORY, "test hook: this rank's setup fails");
+      step();
+    } catch (const Error& e) {
+      failed = e.status();
+      why = e.what();
+    } catch (const std::exception& e) {
+      failed = GPUSTRIPE_ERR_INTERNAL;
+      why = e.what();
+    }
+  };
+  if (rank_ == 0) {
+    attempt([&] {
+      std::string nm = ipc::unique_shm_name("coll");
+      seg = ipc::ShmSegment::create(nm, TeamFlags::segment_bytes());
+      std::strncpy(name, nm.c_str(), sizeof msgs->name - 1);
+    });
+  }
+  try {
+    bounded_collective("MPI_Ibcast (collective flags)", check_peers, [&](MPI_Request* req) {
+      return PMPI_Ibcast(name, sizeof msgs->name, MPI_CHAR, 0, comm, req);
+    });
+    // No name: rank 0 failed, and says so in the agreement below.
+    if (rank_ != 0 && name[0]) attempt([&] { seg = ipc::ShmSegment::open(name); });
+    if (name[0]) {
+      attempt([&] {
+        flags_ = std::make_unique<TeamFlags>(std::move(seg));
+        reducer_ = coll::make_reducer(backend_);
+        runner_ = std::make_unique<SliceRunner>(backend_, *reducer_, rank_, n_, *flags_, check_peers, check_alive);
+      });
+    }
+    // Every rank has opened the segment (or given up): after this its name can go.
+    msgs->out[0] = static_cast<int>(failed);
+    msgs->out[1] = failed != GPUSTRIPE_SUCCESS ? rank_ : -1;
+    bounded_collective("MPI_Iallreduce (collective setup)", check_peers, [&](MPI_Request* req) {
+      return PMPI_Iallreduce(msgs->out, msgs->all, 2, MPI_INT, MPI_MAX, comm, req);
+    });
+  } catch (...) {
+    (void)msgs.release();  // a request still pending may write into it
+    throw;
+  }
+  const int* all = msgs->all;
+  if (rank_ == 0) {
+    if (flags_) flags_->unlink();
+    else seg.unlink();
+  }
+  if (all[0] != GPUSTRIPE_SUCCESS) {
+    runner_.reset();
+    reducer_.reset();
+    flags_.reset();
+    if (failed != GPUSTRIPE_SUCCESS)
+      GS_THROW(failed, "setting up the collectives of a %d-rank communicator on rank %d: %s", n_, rank_, why.c_str());
+    GS_THROW(static_cast<Status>(all[0]), "setting up the collectives of a %d-rank communicator failed on rank %d (%s; "
+             "its reason is on its stderr)", n_, all[1], status_name(static_cast<Status>(all[0])));
+  }
   GS_LOG_DEBUG(Subsys::Mpi, "collectives of a %d-rank communicator: rank %d", n_, rank_);
 }
 
@@ -285,6 +368,21 @@ coll::Choice CollTeam::choose(const CollCall& call) const {
 }
 
 bool CollTeam::run(const CollCall& call) {
+  // A call that failed half way leaves the team's flags and peers in no known state (a
+  // peer died, or flags were released for streams that waited on it): every later call
+  // fails the same way instead of reading flags set for another call.
+  if (failed_ != GPUSTRIPE_SUCCESS)
+    GS_THROW(failed_, "%s: an earlier collective on this communicator failed (%s)", call.name, failure_.c_str());
+  try {
+    return run_unchecked(call);
+  } catch (const Error& e) {
+    failed_ = e.status();
+    failure_ = e.what();
+    throw;
+  }
+}
+
+bool CollTeam::run_unchecked(const CollCall& call) {
   ++calls_;
   using Clock = std::chrono::steady_clock;
   const Clock::time_point t0 = Clock::now();

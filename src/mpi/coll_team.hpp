@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "common/error.hpp"
 #include "coll/program.hpp"
 #include "coll/reduce.hpp"
 #include "coll/schedules.hpp"
@@ -65,6 +66,9 @@ struct CollCall {
 // Test only: this process kills itself (SIGKILL) inside its next collective on the
 // gpustripe path, right after the entry exchange.
 void test_die_in_next_collective();
+// Test only: the next collective team this process sets up fails here (as when out of
+// memory), which every rank of its communicator must report.
+void test_fail_next_team_setup();
 
 class CollTeam {
  public:
@@ -78,7 +82,8 @@ class CollTeam {
   int rank() const { return rank_; }
   int size() const { return n_; }
   // Runs the call on every rank when every rank's side is eligible and returns true;
-  // returns false on every rank otherwise (the caller then takes the MPI's way).
+  // returns false on every rank otherwise (the caller then takes the MPI's way). After a
+  // call failed (a peer died, a wait timed out) every later call throws the same status.
   bool run(const CollCall& call);
   // This rank's temporary device buffer on `dev` (in-place inputs), at least `bytes`.
   char* temp(int dev, size_t bytes);
@@ -102,6 +107,7 @@ class CollTeam {
   // Changes whenever this process closed a mapping of a peer's buffer (captured graphs may
   // hold its address).
   uint64_t mapping_epoch() const;
+  bool run_unchecked(const CollCall& call);
 
   Runtime& rt_;
   Backend& backend_;
@@ -117,6 +123,8 @@ class CollTeam {
   std::map<uintptr_t, Backend::IpcMemHandle> exports_;
   std::map<std::pair<int, int>, bool> peer_ok_;  // this rank's buffers exported, by allocation base
   uint64_t calls_ = 0;
+  Status failed_ = GPUSTRIPE_SUCCESS;  // the status of the call that broke the team
+  std::string failure_;
   // Repeated calls (CollCall::shape): the choice and this rank's scratch size by shape; the
   // Program by shape and every rank's pointers as this process sees them (pointers, not
   // buffer ids: a Program holds nothing else, so equal pointers give an equal Program).

@@ -32,6 +32,9 @@ void* gpustripe_mpi_test_alloc_as(int dev, size_t bytes, const char* how);
 long long gpustripe_mpi_test_ipc_counter(const char* name);
 /* Copies between any two of host and device memory; 0 on success. */
 int gpustripe_mpi_test_copy(void* dst, const void* src, size_t bytes);
+/* The next collective team this process sets up (a communicator's first collective on
+ * gpustripe) fails here as when out of memory: every rank's call must fail, none hang. */
+void gpustripe_mpi_test_coll_fail_next_setup(void);
 
 #ifdef __cplusplus
 }

@@ -34,4 +34,8 @@ int irecv_impl(void* buf, int count, MPI_Datatype type, int source, int tag, MPI
 int wait_impl(MPI_Request* req, MPI_Status* st);
 int waitall_impl(int n, MPI_Request* reqs, MPI_Status* sts);
 
+// Releases the collective team of the communicator with p2p id `ctx` (its shared
+// segment, scratch, streams, events), if it has one: called as the communicator is freed.
+void release_collective_team(Runtime& rt, uint64_t ctx);
+
 }  // namespace gpustripe::mpi

@@ -45,6 +45,14 @@ CollTeam* team_for(Runtime& rt, MPI_Comm comm) {
   return t.get();
 }
 
+}  // namespace
+
+void release_collective_team(Runtime& rt, uint64_t ctx) {
+  if (rt.coll_state) static_cast<CollState*>(rt.coll_state.get())->teams.erase(ctx);
+}
+
+namespace {
+
 // The GPU all the buffers live on; -1 when one is not device memory or they differ. The
 // allocations found go into c.located.
 int device_of(Runtime& rt, CollCall& c, std::initializer_list<const void*> bufs) {

@@ -34,6 +34,16 @@ int after_comm_made(int rc, MPI_Comm parent, MPI_Comm* made, const char* call) {
   }
 }
 
+// A communicator going away takes its collective team with it (shared segment, scratch,
+// streams): a program making and freeing communicators keeps its resources flat.
+void forget(MPI_Comm* comm) {
+  std::lock_guard<std::recursive_mutex> l(lock());
+  Runtime* rt = Runtime::get();
+  if (!rt || !comm) return;
+  if (std::shared_ptr<const CommInfo> ci = rt->comm(*comm)) release_collective_team(*rt, ci->ctx);
+  rt->forget_comm(*comm);
+}
+
 }  // namespace
 
 extern "C" {
@@ -80,11 +90,13 @@ int MPI_Comm_create(MPI_Comm comm, MPI_Group group, MPI_Comm* newcomm) {
 }
 
 int MPI_Comm_free(MPI_Comm* comm) {
-  {
-    std::lock_guard<std::recursive_mutex> l(lock());
-    if (Runtime::get() && comm) Runtime::get()->forget_comm(*comm);
-  }
+  forget(comm);
   return PMPI_Comm_free(comm);
+}
+
+int MPI_Comm_disconnect(MPI_Comm* comm) {
+  forget(comm);
+  return PMPI_Comm_disconnect(comm);
 }
 
 int MPI_Get_count(const MPI_Status* status, MPI_Datatype type, int* count) {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/config.hpp"
+#include "mpi/coll_team.hpp"
 #include "mpi/ops.hpp"
 #include "mpi/runtime.hpp"
 
@@ -67,6 +68,9 @@ long long gpustripe_mpi_test_ipc_counter(const char* name) {
     if (std::strcmp(kv.first, name) == 0) return static_cast<long long>(kv.second);
   return -1;
 }
+
+// The next collective team set up in this process fails here (tests/mpi/mpi_coll_churn.c).
+void gpustripe_mpi_test_coll_fail_next_setup(void) { test_fail_next_team_setup(); }
 
 void gpustripe_mpi_test_free(void* p) {
   if (!Runtime::get() || !p) return;

@@ -17,6 +17,7 @@
 #include "backend/emulated/emulated_backend.hpp"
 #include "backend/emulated/shm_segment.hpp"
 #include "common/error.hpp"
+#include "common/shm_reclaim.hpp"
 #include "test_util.hpp"
 #include "topology/topology.hpp"
 
@@ -618,10 +619,10 @@ TEST_F(Emulated, SegmentsOfDeadProcessesAreRemoved) {
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_EQ(segments_of(pid), 1);
-  emu::remove_stale_segments();
+  reclaim_dead_segments();
   EXPECT_EQ(segments_of(pid), 0);
   void* mine = be->alloc_device(0, 4096);  // a live process's segments stay
-  emu::remove_stale_segments();
+  reclaim_dead_segments();
   EXPECT_EQ(be->pointer_info(mine).kind, MemoryKind::Device);
   EXPECT_EQ(segments_of(getpid()), 1);
   be->free_device(mine);

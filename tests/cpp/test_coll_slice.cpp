@@ -205,6 +205,50 @@ TEST_P(CollSliceFlags, MissingRankEndsInThePeerCheck) {
   b.free_device(y);
 }
 
+// Stream flags: a host stuck inside an enqueue behind a flag that a dead rank will never set
+// (here the emulated reduction, which synchronizes its stream before reading; on CUDA a full
+// stream queue) is released by the call's watchdog, and the call ends with the watchdog's
+// error: the peer's death (check_alive) or, with no liveness check, GPUSTRIPE_TIMEOUT.
+void expect_blocked_enqueue_released(const std::function<void()>& check_alive, Status want) {
+  ScopedEnv env("GPUSTRIPE_MPI_COLL_FLAGS", "stream");
+  Node node;
+  Backend& b = *node.backend;
+  const size_t n = 1024;
+  float* x = static_cast<float*>(b.alloc_device(0, n * sizeof(float)));
+  float* y = static_cast<float*>(b.alloc_device(1, n * sizeof(float)));
+  Program p(2);
+  int s = p.copy(0, coll::kLaneOut, y, 1, x, 0, n * sizeof(float));
+  p.reduce(1, coll::kLaneLocal, y, {y, y}, n, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, {s});
+  auto reducer = coll::make_reducer(b);
+  mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+  // The host's own polls never see the peer's death: only the watchdog can end this call.
+  mpi::SliceRunner runner(b, *reducer, 1, 2, flags, [] {}, check_alive);
+  ASSERT_TRUE(runner.stream_flags());
+  try {
+    runner.run(p, 1);
+    FAIL() << "returned although rank 0 never ran";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), want) << e.what();
+  }
+  b.free_device(x);
+  b.free_device(y);
+}
+
+TEST(CollSlice, EnqueueBlockedBehindADeadRankIsReleasedByTheWatchdog) {
+  std::atomic<int> checks{0};
+  expect_blocked_enqueue_released(
+      [&] {
+        if (++checks > 3) GS_THROW(GPUSTRIPE_ERR_PEER_FAILED, "rank 0 (pid 1) died");
+      },
+      GPUSTRIPE_ERR_PEER_FAILED);
+  EXPECT_GT(checks.load(), 3);
+}
+
+TEST(CollSlice, EnqueueBlockedBehindASilentRankEndsAtTheTimeout) {
+  ScopedEnv timeout("GPUSTRIPE_TIMEOUT", "0.5");
+  expect_blocked_enqueue_released({}, GPUSTRIPE_ERR_TIMEOUT);
+}
+
 // The entry exchange hands every rank every other rank's message of the same call, call
 // after call, although ranks run ahead of each other by up to one call (two slots per rank).
 TEST(CollSlice, ExchangeGivesEveryRankTheSameCallsMessages) {

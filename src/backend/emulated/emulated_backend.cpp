@@ -9,6 +9,7 @@
 #include "backend/emulated/shm_segment.hpp"
 #include "backend/pointer_check.hpp"
 #include "common/log.hpp"
+#include "common/shm_reclaim.hpp"
 #include "topology/topology.hpp"
 
 namespace gpustripe::emu {
@@ -23,8 +24,7 @@ EmulatedBackend::EmulatedBackend(const Topology& topo)
       peer_access_(topo.peer_access),
       delay_(InjectedDelay::from_settings()),
       memory_used_(topo.gpus.size(), 0) {
-  static std::once_flag swept;
-  std::call_once(swept, remove_stale_segments);
+  reclaim_dead_segments_once();
   // Uses the topology's fields only, so it does not depend on how the topology was made.
   for (const GpuInfo& g : topo.gpus) memory_limit_.push_back(g.memory_bytes);
   GS_LOG_INFO(Subsys::Backend, "emulated backend: %d GPUs of '%s' in host memory (jitter %lld us, %s)", device_count_,

@@ -1,7 +1,5 @@
 #include "backend/emulated/shm_segment.hpp"
 
-#include <dirent.h>
-#include <signal.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -14,11 +12,13 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/shm_map.hpp"
+#include "common/shm_reclaim.hpp"
 
 namespace gpustripe::emu {
 namespace {
 
-// Segment names: "/gpustripe.<pid>.<n>"; the pid tells whether the owner still lives.
+// Segment names: "/gpustripe.<pid>.<n>"; the pid tells whether the owner still lives
+// (common/shm_reclaim.hpp).
 constexpr const char* kSegmentPrefix = "gpustripe.";
 
 }  // namespace
@@ -29,28 +29,11 @@ std::string new_segment_name() {
                 static_cast<unsigned long long>(counter.fetch_add(1) + 1));
 }
 
-void remove_stale_segments() noexcept {
-  DIR* dir = opendir("/dev/shm");
-  if (!dir) return;
-  const size_t prefix_len = strlen(kSegmentPrefix);
-  int removed = 0;
-  while (struct dirent* e = readdir(dir)) {
-    if (strncmp(e->d_name, kSegmentPrefix, prefix_len) != 0) continue;
-    char* end = nullptr;
-    long pid = strtol(e->d_name + prefix_len, &end, 10);
-    if (pid <= 0 || !end || *end != '.') continue;
-    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // owner alive (or not ours to judge)
-    if (shm_unlink((std::string("/") + e->d_name).c_str()) == 0) ++removed;
-  }
-  closedir(dir);
-  if (removed) GS_LOG_INFO(Subsys::Backend, "removed %d emulated memory segments left by processes that died", removed);
-}
-
 void* create_segment(const std::string& name, size_t bytes, int device) {
   ShmMapping m = shm_create_map(name, bytes);
   if (!m.ok() && m.error == EEXIST) {
     // Left by a dead process whose pid this one reuses (a killed process frees nothing).
-    remove_stale_segments();
+    reclaim_dead_segments();
     m = shm_create_map(name, bytes);
   }
   if (m.ok()) return m.data;

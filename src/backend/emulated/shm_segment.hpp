@@ -11,11 +11,6 @@ namespace gpustripe::emu {
 // A unique segment name for this process: "/gpustripe.<pid>.<n>".
 std::string new_segment_name();
 
-// Unlinks the segments of processes that no longer exist: a killed process frees
-// nothing, and its names could collide with a later process that gets its pid.
-// Mappings other processes hold stay valid. Run once per process by the backend.
-void remove_stale_segments() noexcept;
-
 // Creates, sizes (space reserved up front, so a full /dev/shm fails here with
 // ERR_NO_MEMORY instead of SIGBUS on first touch) and maps a segment read-write.
 void* create_segment(const std::string& name, size_t bytes, int device);
