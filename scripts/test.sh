@@ -7,6 +7,9 @@ bash scripts/setup.sh
 BUILD=${GPUSTRIPE_BUILD_DIR:-build/dev}
 GPUSTRIPE_BUILD_DIR=$BUILD bash scripts/build-dev.sh "$@"
 
+echo "== Layers (no include climbs)"
+python3 scripts/check-layers.py
+
 echo "== C++ tests (ctest)"
 ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" | tee "$BUILD/ctest.log"
 skipped=$(grep -c "Skipped" "$BUILD/ctest.log" || true)

@@ -15,9 +15,9 @@
 #include "common/text_file.hpp"
 #include "common/error.hpp"
 #include "core/context.hpp"
-#include "model/calibrate.hpp"
+#include "bench/calibrate.hpp"
 #include "model/node_model.hpp"
-#include "model/plan_timing.hpp"
+#include "bench/plan_timing.hpp"
 #include "model/profile.hpp"
 #include "model/model_planner.hpp"
 

@@ -7,7 +7,7 @@
 
 #include "backend/backend.hpp"
 #include "common/error.hpp"
-#include "model/calibrate.hpp"
+#include "bench/calibrate.hpp"
 #include "test_model_util.hpp"
 #include "test_util.hpp"
 

@@ -1,4 +1,4 @@
-#include "model/calibrate.hpp"
+#include "bench/calibrate.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -9,11 +9,11 @@
 
 #include "backend/backend.hpp"
 #include "bench/bench.hpp"
+#include "bench/plan_timing.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "engine/engine.hpp"
 #include "model/multipath_model.hpp"
-#include "model/plan_timing.hpp"
 #include "model/schedule_cost.hpp"
 #include "topology/topology.hpp"
 
