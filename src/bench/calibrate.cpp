@@ -321,7 +321,7 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
   Bench bench(backend, n, big, reps);
   json meas = json::object();
   Profile prof;
-  prof.fingerprint = topo.fingerprint();
+  prof.fingerprint = profile_fingerprint(topo, backend.emulated());
   prof.driver = topo.driver_version;
   prof.backend = backend.name();
   prof.topology = topo.name;
