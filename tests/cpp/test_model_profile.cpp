@@ -79,7 +79,7 @@ TEST(ModelProfile, MalformedProfilesNameTheField) {
 }
 
 TEST(ModelProfile, MeasuredFiguresChangeThePlan) {
-  // With the measured rates of HARDWARE.md (394 NVLink, 55 PCIe) instead of the nominal
+  // With the rates measured on 4x H200 (394 NVLink, 55 PCIe) instead of the nominal
   // 479 / 63, the host share stays in the measured 8-11% band.
   Topology t = load_topology_file("h200x4");
   Profile p = sample_profile(t);

@@ -280,7 +280,7 @@ def _nccl_ce_worker(cfg_path):
     with open(cfg["out"], "w") as f:
         json.dump({"rows": rows, "note": bench.describe()}, f)
     # NCCL 2.28 crashed tearing down several communicators of one process whose buffers were
-    # registered (round 2: SIGSEGV in the IPC deregistration after Destroy of the first):
+    # registered (SIGSEGV in the IPC deregistration after Destroy of the first):
     # the rows are written, the process ends here without it.
     sys.stdout.flush()
     os._exit(0)
