@@ -148,9 +148,6 @@ TEST(ModelProfile, ResolveOrderExplicitCacheNominal) {
   EXPECT_NE(profile_mismatch(drv, t2).find("driver"), std::string::npos);
 }
 
-}  // namespace
-}  // namespace gpustripe
-
 // A calibration of emulated devices (a host's memcpy speeds) is kept apart from the node it
 // emulates: used by a context on the emulated backend, never for the real node or the file.
 TEST(ModelProfile, EmulatedCalibrationNeverServesARealOrFileTopology) {
@@ -182,3 +179,6 @@ TEST(ModelProfile, EmulatedCalibrationNeverServesARealOrFileTopology) {
     EXPECT_EQ(e.status(), GPUSTRIPE_ERR_PROFILE);
   }
 }
+
+}  // namespace
+}  // namespace gpustripe
