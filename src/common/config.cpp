@@ -63,7 +63,8 @@ const char* env_value(const std::string& name) {
 // Printed to stderr directly, not through the log, whose own setup reads settings.
 void warn_unknown_once() {
   static std::atomic<bool> done{false};
-  if (done.exchange(true)) return;
+  // A plain load first: settings are read on hot paths, and from many threads.
+  if (done.load(std::memory_order_relaxed) || done.exchange(true)) return;
   std::vector<std::string> unknown = unknown_setting_names();
   if (unknown.empty()) return;
   std::string list;
