@@ -7,9 +7,14 @@ bash scripts/setup.sh
 BUILD=${GPUSTRIPE_BUILD_DIR:-build/dev}
 GPUSTRIPE_BUILD_DIR=$BUILD bash scripts/build-dev.sh "$@"
 
+echo "== Layers (no include climbs)"
+python3 scripts/check-layers.py
+
 echo "== C++ tests (ctest)"
 ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" | tee "$BUILD/ctest.log"
-skipped=$(grep -c "Skipped" "$BUILD/ctest.log" || true)
+# ctest's own summary lists each test that did not run once, as "  N - name (Skipped)"; the
+# per-test progress lines name each a second time, so they are not counted.
+skipped=$(grep -cE '^[[:space:]]+[0-9]+ - .* \(Skipped\)$' "$BUILD/ctest.log" || true)
 [ "$skipped" -gt 0 ] && echo "NOTE: $skipped C++ tests skipped (GPU tests without a GPU: run scripts/gpu-check.sh on a GPU machine)"
 
 echo "== Python tests (pytest)"

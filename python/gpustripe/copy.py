@@ -39,6 +39,8 @@ def _interface(x, what: str) -> dict:
         raise _error(f"copy_: {what} ({type(x).__name__}) is not a CUDA device array: "
                      "pass a torch CUDA tensor or a cupy array (anything with __cuda_array_interface__)")
     shape = tuple(cai["shape"])
+    if any(int(n) < 0 for n in shape):
+        raise _error(f"copy_: {what} has a negative size in its shape {shape}")
     itemsize = int(cai["typestr"][2:])
     strides = cai.get("strides")
     if strides is not None:

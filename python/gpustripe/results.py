@@ -2,7 +2,8 @@
 
 A run writes ``bench/results/<date>-<what>-<device>.json``::
 
-    {"schema": 1, "device": "...", "gpus": N, "command": "...", "date": "...", "rows": [...]}
+    {"schema": 1, "device": "...", "gpus": N, "command": "...", "date": "...",
+     "version": "0.1.0", "commit": "...", "rows": [...]}
 
 Each row has at least ``op``, ``method``, ``bytes`` (as nccl-tests reports size), ``gbps``
 (algbw) and ``us`` (median time); collectives add ``busbw_gbps``; model rows add
@@ -16,6 +17,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import sys
 from collections import defaultdict
 from typing import Iterable
@@ -37,6 +39,36 @@ def check_row(row: dict) -> None:
         raise ValueError(f"model row lacks predicted_gbps/paths: {row}")
 
 
+def _git(folder: str, *args: str) -> str | None:
+    try:
+        r = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    out = r.stdout.strip()
+    return out if r.returncode == 0 and out else None
+
+
+def _git_commit(folder: str) -> str | None:
+    """`git describe` of gpustripe's checkout holding `folder` ("-dirty" with uncommitted
+    changes), or None: not in a checkout, or in one of another project (a virtualenv inside
+    some other repository)."""
+    top = _git(folder, "rev-parse", "--show-toplevel")
+    if not top or not os.path.isfile(os.path.join(top, "python", "gpustripe", "results.py")):
+        return None
+    return _git(folder, "describe", "--always", "--dirty", "--abbrev=12")
+
+
+def provenance() -> dict:
+    """What made a result: the package version and the commit of its source. The commit is the
+    checkout's when the package runs from one (a dev build), else the one recorded when the
+    library was built (an installed wheel), else "unknown"."""
+    from . import _core
+
+    version = ".".join(str(v) for v in _core.VERSION)
+    commit = _git_commit(os.path.dirname(os.path.abspath(__file__))) or getattr(_core, "BUILD_COMMIT", "") or "unknown"
+    return {"version": version, "commit": commit}
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "unknown"
 
@@ -54,6 +86,7 @@ def write(what: str, device: str, gpus: int, rows: Iterable[dict], out_dir: str 
         "gpus": gpus,
         "command": command or " ".join(shlex.quote(a) for a in ["gpustripe", *sys.argv[1:]]),
         "date": now.isoformat(timespec="seconds"),
+        **provenance(),
         "rows": rows,
     }
     if extra:

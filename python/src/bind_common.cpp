@@ -13,6 +13,9 @@ namespace {
 
 void bind_common(nb::module_& m) {
   m.attr("VERSION") = nb::make_tuple(GPUSTRIPE_VERSION_MAJOR, GPUSTRIPE_VERSION_MINOR, GPUSTRIPE_VERSION_PATCH);
+  // The source's commit when the build was configured (python/CMakeLists.txt): what results
+  // record where the package runs outside a checkout (results.provenance).
+  m.attr("BUILD_COMMIT") = GPUSTRIPE_BUILD_COMMIT;
 
   // gpustripe.Error carries .status (the C status name) and the message.
   nb::exception<Error> exc(m, "Error", PyExc_RuntimeError);

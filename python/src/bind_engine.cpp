@@ -16,6 +16,14 @@ namespace {
 
 void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 
+// Sizes arrive as Python ints: taken signed, so that a negative one is a gpustripe.Error
+// naming the call (ERR_INVALID_SIZE), not nanobind's "incompatible function arguments".
+uint64_t byte_count(int64_t bytes, const char* call) {
+  GS_REQUIRE(bytes >= 0, GPUSTRIPE_ERR_INVALID_SIZE, "%s: bytes is %lld: a size cannot be negative", call,
+             static_cast<long long>(bytes));
+  return static_cast<uint64_t>(bytes);
+}
+
 // A stream argument: 0 means the context's default for the source device (see copy.h).
 StreamHandle stream_for(Context& ctx, uintptr_t stream, int dev) {
   return stream ? reinterpret_cast<StreamHandle>(stream) : ctx.default_stream(dev);
@@ -50,7 +58,8 @@ void bind_engine(nb::module_& m) {
       .def_prop_ro("topology_name", [](Context& c) { return c.topology().name; })
       .def(
           "copy_async",
-          [](Context& c, uintptr_t dst, int dst_dev, uintptr_t src, int src_dev, uint64_t bytes, uintptr_t stream) {
+          [](Context& c, uintptr_t dst, int dst_dev, uintptr_t src, int src_dev, int64_t n, uintptr_t stream) {
+            const uint64_t bytes = byte_count(n, "copy_async");
             without_gil([&] {
               StreamHandle s = bytes ? stream_for(c, stream, src_dev) : nullptr;
               c.engine().copy_async(as_ptr(dst), dst_dev, as_ptr(src), src_dev, bytes, s);
@@ -60,7 +69,8 @@ void bind_engine(nb::module_& m) {
           nb::arg("stream") = 0, "Raw-pointer copy ordered on `stream` (a cudaStream_t of src_dev as int; 0: default)")
       .def(
           "copy",
-          [](Context& c, uintptr_t dst, int dst_dev, uintptr_t src, int src_dev, uint64_t bytes, uintptr_t stream) {
+          [](Context& c, uintptr_t dst, int dst_dev, uintptr_t src, int src_dev, int64_t n, uintptr_t stream) {
+            const uint64_t bytes = byte_count(n, "copy");
             without_gil([&] {
               StreamHandle s = bytes ? stream_for(c, stream, src_dev) : nullptr;
               if (bytes) c.engine().copy(as_ptr(dst), dst_dev, as_ptr(src), src_dev, bytes, s);
@@ -76,9 +86,9 @@ void bind_engine(nb::module_& m) {
             return info.kind == MemoryKind::Device ? info.device : -1;
           },
           "The GPU owning device memory at `p`, or -1 for host memory")
-      .def("plan", [](Context& c, int src, int dst, uint64_t bytes) {
+      .def("plan", [](Context& c, int src, int dst, int64_t bytes) {
         GS_REQUIRE(c.planner(), GPUSTRIPE_ERR_NOT_SUPPORTED, "this context has no planner");
-        return c.planner()->plan(src, dst, bytes).describe();
+        return c.planner()->plan(src, dst, byte_count(bytes, "plan")).describe();
       }, "The planner's split of a transfer, in short form")
       .def("stats", [](Context& c) {
         EngineStats s = c.engine().stats();
@@ -94,8 +104,8 @@ void bind_engine(nb::module_& m) {
         return d;
       }, "Counters of the engine (plain copies, schedules, graph captures and launches, staging bytes)")
       // Raw device buffers: for tests and tools that have no torch/cupy (emulated devices).
-      .def("alloc_device", [](Context& c, int dev, uint64_t bytes) {
-        return reinterpret_cast<uintptr_t>(c.backend().alloc_device(dev, bytes));
+      .def("alloc_device", [](Context& c, int dev, int64_t bytes) {
+        return reinterpret_cast<uintptr_t>(c.backend().alloc_device(dev, byte_count(bytes, "alloc_device")));
       })
       .def("free_device", [](Context& c, uintptr_t p) { c.backend().free_device(as_ptr(p)); })
       .def("upload", [](Context& c, uintptr_t dst, int dev, nb::bytes data) {
@@ -108,7 +118,8 @@ void bind_engine(nb::module_& m) {
         b.destroy_stream(s);
         b.free_pinned(pinned);
       }, "Writes bytes to device memory (synchronous)")
-      .def("download", [](Context& c, uintptr_t src, int dev, uint64_t bytes) {
+      .def("download", [](Context& c, uintptr_t src, int dev, int64_t n) {
+        const uint64_t bytes = byte_count(n, "download");
         Backend& b = c.backend();
         void* pinned = b.alloc_pinned(bytes);
         StreamHandle s = b.create_stream(dev);

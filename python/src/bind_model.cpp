@@ -15,9 +15,9 @@
 #include "common/text_file.hpp"
 #include "common/error.hpp"
 #include "core/context.hpp"
-#include "model/calibrate.hpp"
+#include "bench/calibrate.hpp"
 #include "model/node_model.hpp"
-#include "model/plan_timing.hpp"
+#include "bench/plan_timing.hpp"
 #include "model/profile.hpp"
 #include "model/model_planner.hpp"
 
@@ -189,10 +189,11 @@ void bind_model(nb::module_& m) {
       "Writes a tuned table [(src, dst, bytes, spec, measured_gbps), ...] that GPUSTRIPE_PLAN=table reads");
   m.def("model_cache_dir", &cache_dir, "where calibrate writes profiles by default");
   m.def("default_profile_path",
-        [](std::optional<std::string> topology) {
-          return default_profile_path(topology ? load_topology_file(*topology) : node_topology());
+        [](std::optional<std::string> topology, bool emulated) {
+          return default_profile_path(topology ? load_topology_file(*topology) : node_topology(), emulated);
         },
-        nb::arg("topology") = nb::none(), "GPUSTRIPE_PROFILE, else the cache path for the node");
+        nb::arg("topology") = nb::none(), nb::arg("emulated") = false,
+        "GPUSTRIPE_PROFILE, else the cache path for the node (emulated: for emulated devices of it)");
 
   m.def(
       "calibrate",
@@ -207,7 +208,7 @@ void bind_model(nb::module_& m) {
             progress(f, step);
           };
         Profile p = without_gil([&] { return calibrate(ctx.backend(), ctx.topology(), o, cb); });
-        std::string path = out.value_or(default_profile_path(ctx.topology()));
+        std::string path = out.value_or(default_profile_path(ctx.topology(), ctx.emulated()));
         save_profile(p, path);
         return std::make_pair(path, profile_to_json(p));
       },

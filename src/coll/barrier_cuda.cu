@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "backend/cuda/driver_api.hpp"
+#include "backend/driver_entry.hpp"
 #include "coll/barrier.hpp"
 #include "coll/fused_barrier.cuh"
 #include "common/error.hpp"

@@ -77,13 +77,13 @@ __global__ void __launch_bounds__(kThreads) copy_kernel(Segs p, FusedBarrier bar
   if (fused) fused_exit(bar, e);
 }
 
-// Session 3 r2 (4 ranks, 1M-32M): 4 blocks per SM within noise of 2 (54 registers a thread: two
+// 4 ranks, 1M-32M: 4 blocks per SM within noise of 2 (54 registers a thread: two
 // blocks of 512 threads fill an SM's registers; more only queue).
 const IntSetting kCopyBlocksPerSm{"GPUSTRIPE_COLL_COPY_BLOCKS_PER_SM", "2",
                                   "Most thread blocks (of 512 threads) per SM of a copy kernel (the exchanges' and "
                                   "broadcasts' sm schedules)"};
 
-// Session 3 r3 (4x H200, bcast sm pieces, busbw GB/s at 16M/32M/64M/256M/1G; each member's kernel reads
+// On 4x H200 (bcast sm pieces, busbw GB/s at 16M/32M/64M/256M/1G; each member's kernel reads
 // its piece from the root and stores it into 3 members): 1 block per SM 230/278/313/349/360, 2 blocks
 // 253/234/278/333/354 (NCCL 172/233/307/346/358). Pieces from 32M (10.7M per member) gain from fewer
 // blocks, 16M (5.3M) loses.

@@ -16,7 +16,7 @@ constexpr size_t kGraphCacheSize = 64;
 constexpr size_t kSeenMax = 1024;
 constexpr int kOriginLane = -1000;  // the stream graphs are captured and launched on (rank 0's device;
                                     // each rank's for per-rank graphs)
-// Round 2 (4x H200, busbw GB/s at 1M/16M/64M/256M, alltoall): one graph over all GPUs 9/149/267/346
+// On 4x H200 (busbw GB/s at 1M/16M/64M/256M, alltoall): one graph over all GPUs 9/149/267/346
 // (host 82 us per call); per-rank graphs entered and left through events 7/120/259/341 (host
 // 105 us: 4 launches and 24 cross-GPU waits); per-rank graphs between the GPUs' own barriers
 // 19/182/292/359 (host 30 us). So per-rank graphs come with the barrier or not at all.
@@ -24,7 +24,7 @@ const BoolSetting kGpuBarrier{"GPUSTRIPE_COLL_GPU_BARRIER", "1",
                               "Replay schedules without waits between GPUs as one graph per GPU on its caller's "
                               "stream, entered and left through a barrier the GPUs run themselves (flags in peer "
                               "memory); else as one graph over all GPUs, launched from the first one's stream"};
-// Session 2 r2 (4x H200, busbw GB/s at 256M): with these flags (on flag lanes) the exchanges'
+// On 4x H200 (busbw GB/s at 256M): with these flags (on flag lanes) the exchanges'
 // host share runs in per-rank graphs (alltoall 5%: 368 vs 361 without a share), while the chain
 // broadcast lost with them (169 vs 302 as one graph) and reductions did not change.
 const ChoiceSetting kGpuFlags{"GPUSTRIPE_COLL_GPU_FLAGS", "auto",
@@ -37,8 +37,8 @@ const ChoiceSetting kGpuFlags{"GPUSTRIPE_COLL_GPU_FLAGS", "auto",
 const BoolSetting kFusedBarrier{"GPUSTRIPE_COLL_FUSED_BARRIER", "1",
                                 "Per-rank graphs whose part on a rank is one reduction run the GPUs' entry and exit "
                                 "barrier inside that reduction kernel (one kernel per call instead of three; the "
-                                "reducer takes it up to GPUSTRIPE_COLL_FUSED_MAX: session 2 r2, gains at 1-2M only, "
-                                "reduce-scatter 1M 53 vs 48 GB/s; 0 bad elements on random data in r1b)"};
+                                "reducer takes it up to GPUSTRIPE_COLL_FUSED_MAX: on 4x H200 it gains at 1-2M only, "
+                                "reduce-scatter 1M 53 vs 48 GB/s)"};
 const BoolSetting kFusedCopies{"GPUSTRIPE_COLL_FUSED_COPIES", "1",
                                "Per-rank graphs whose part on a rank is kernel copies only (the sm schedules) run "
                                "them as one copy kernel with the GPUs' entry and exit barrier inside"};

@@ -62,7 +62,7 @@ void more_dsts_from(ReduceArgs& part, const ReduceArgs& args, size_t from) {
     part.more_dsts.push_back(args.more_dsts[i]);
 }
 
-// r1b and r2 of session 2 (4x H200, busbw GB/s): the barrier inside the kernel gains at 1-2M
+// On 4x H200 (busbw GB/s, two runs): the barrier inside the kernel gains at 1-2M
 // per rank (reduce-scatter 53/84 vs 48/81 at 1M/2M; allreduce 92/139 vs 81-85/128-132), is
 // even at 4-8M and loses for larger reduce-scatters (16M/32M: 206-209/248-251 vs 230/270).
 const SizeSetting kFusedMax{"GPUSTRIPE_COLL_FUSED_MAX", "512K",

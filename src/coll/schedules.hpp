@@ -43,7 +43,7 @@ struct ExchangeOpts {
   int round_lanes = 1;
   // The head of each peer block stored into the receiver by the sender's copy kernels (a lane
   // of their own, round order), beside the copy engines' rounds over the rest: both kinds of
-  // NVLink traffic at once. Needs peer access; 0: copy engines only (session 3 probe: no gain).
+  // NVLink traffic at once. Needs peer access; 0: copy engines only (bench/probes/nvlink_mix.cu: no gain).
   double sm_share = 0;
 };
 
@@ -62,7 +62,7 @@ struct ReduceOpts {
   // Copy mode: each block's inputs are copied by the copy engines of the member that owns
   // the block (reading its peers) instead of pushed by the senders. Then a reduction waits
   // only for copies on its own GPU and the schedule holds no dependency between GPUs; but
-  // copy engines reading a peer ran at a third of the speed of pushes on H200 (round 2).
+  // copy engines reading a peer ran at a third of the speed of pushes on H200.
   bool receiver_copies = false;
   // Pull mode (rs_pull, twoshot): the fraction of each block whose inputs copy engines move
   // into scratch (and, for twoshot, whose result they push to the peers) while the kernel
@@ -164,7 +164,7 @@ struct BcastOpts {
   // Scatter-allgather: the root sends its pieces to all members at once, and each member
   // forwards to all others at once (a lane per destination), meant to share every member's
   // ingress evenly between the root and the forwarders. Measured slower than one lane per
-  // rank (round 2, 16M/64M/256M: 119/156/186 vs 146/205/208 GB/s busbw): off by default.
+  // rank (16M/64M/256M: 119/156/186 vs 146/205/208 GB/s busbw): off by default.
   bool lane_per_peer = false;
   // Copy kernels (needs peer mappings), one per non-root member: "pieces": member q reads
   // piece q of the root's buffer and stores it into every non-root member's buffer (the

@@ -1,10 +1,15 @@
 #include "common/config.hpp"
 
+#include <unistd.h>  // environ
+
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -35,9 +40,39 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
+// Names with the prefix that no setting of this library declares but that are still
+// meant: read by the build and test scripts rather than the library, or declared by a
+// library loaded into some processes only (the MPI interposer: GPUSTRIPE_MPI*, checked
+// where it is loaded, i.e. where one of its settings is registered).
+const char* const kReadOutside[] = {"GPUSTRIPE_BUILD_DIR", "GPUSTRIPE_BENCH_EMULATED_DEVICE"};
+const char* const kReadOutsidePrefixes[] = {"GPUSTRIPE_TEST_"};
+const char* const kLoadedLaterPrefixes[] = {"GPUSTRIPE_MPI"};
+
+bool starts_with(const std::string& s, const char* prefix) { return s.compare(0, std::strlen(prefix), prefix) == 0; }
+
+void warn_unknown_once();
+
 const char* env_value(const std::string& name) {
+  warn_unknown_once();
   const char* v = std::getenv(name.c_str());
   return (v && *v) ? v : nullptr;
+}
+
+// Once per process, at the first read of a setting (when every library loaded so far has
+// registered its settings): a misspelled name would otherwise be ignored without a word.
+// Printed to stderr directly, not through the log, whose own setup reads settings.
+void warn_unknown_once() {
+  static std::atomic<bool> done{false};
+  // A plain load first: settings are read on hot paths, and from many threads.
+  if (done.load(std::memory_order_relaxed) || done.exchange(true)) return;
+  std::vector<std::string> unknown = unknown_setting_names();
+  if (unknown.empty()) return;
+  std::string list;
+  for (const std::string& n : unknown) list += (list.empty() ? "" : ", ") + n;
+  std::fprintf(stderr,
+               "gpustripe: warning: %s set in the environment but not a gpustripe setting (misspelled?); "
+               "`gpustripe config` lists the settings\n",
+               list.c_str());
 }
 
 }  // namespace
@@ -60,6 +95,32 @@ std::string SettingInfo::current_value() const {
 }
 
 bool SettingInfo::is_set() const { return env_value(name) != nullptr; }
+
+std::vector<std::string> unknown_setting_names() {
+  std::vector<std::string> names;
+  for (char** e = environ; e && *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    std::string name(*e, eq ? static_cast<size_t>(eq - *e) : std::strlen(*e));
+    if (starts_with(name, "GPUSTRIPE_")) names.push_back(name);
+  }
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> out;
+  for (const std::string& name : names) {
+    if (r.settings.count(name)) continue;
+    bool meant = false;
+    for (const char* n : kReadOutside) meant = meant || name == n;
+    for (const char* p : kReadOutsidePrefixes) meant = meant || starts_with(name, p);
+    for (const char* p : kLoadedLaterPrefixes) {
+      if (!starts_with(name, p)) continue;
+      auto it = r.settings.lower_bound(p);
+      meant = meant || it == r.settings.end() || !starts_with(it->first, p);  // its library is not loaded
+    }
+    if (!meant) out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 std::vector<SettingInfo> all_settings() {
   Registry& r = registry();

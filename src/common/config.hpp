@@ -29,6 +29,9 @@ struct SettingInfo {
 
 // All declared settings, sorted by name.
 std::vector<SettingInfo> all_settings();
+// GPUSTRIPE_* names of the environment that no loaded library declares (misspellings),
+// sorted. The first read of any setting prints them once per process as a warning.
+std::vector<std::string> unknown_setting_names();
 const char* setting_type_name(SettingType type);
 
 // Parsers shared by settings, CLI arguments and files. Each throws

@@ -12,7 +12,7 @@ Context::Context() {
   if (backend_->emulated())
     GS_LOG_INFO(Subsys::Api, "no GPU visible: running on %d emulated devices of %s", backend_->device_count(),
                 topo_.name.c_str());
-  planner_ = make_planner(topo_);
+  planner_ = make_planner(topo_, backend_->emulated());
   start();
 }
 

@@ -18,11 +18,11 @@ namespace gpustripe {
 namespace {
 
 // On by default: enqueueing a schedule costs the host tens of microseconds per staged chunk,
-// as long as the copy itself at 256 MB (round 1 on 4x H200: 423 GB/s enqueued, 434 replayed).
+// as long as the copy itself at 256 MB (4x H200: 423 GB/s enqueued, 434 replayed).
 const BoolSetting kGraphs{"GPUSTRIPE_GRAPHS", "1",
                           "Replay a captured CUDA graph of multi-path transfers seen before (same pointers, "
                           "size and plan; CUDA backend only)"};
-// Round 2b on 4x H200 (model-check, same process and profile): replayed as graphs, plans with
+// On 4x H200 (model-check, same process and profile): replayed as graphs, plans with
 // GPU-staged paths ran at 50-95% of their enqueued speed ("all paths" 190 vs 364 GB/s at 256M,
 // direct + GPU staging 324 vs 339), while direct + host plans gain from replay.
 const BoolSetting kGraphsGpuStaged{"GPUSTRIPE_GRAPHS_GPU_STAGED", "0",
@@ -37,8 +37,8 @@ const SizeSetting kGpuStaging{"GPUSTRIPE_GPU_STAGING", "256M",
 const BoolSetting kDirectOnCaller{"GPUSTRIPE_DIRECT_ON_CALLER", "1",
                                   "Multi-path copies put their direct path on the caller's stream (no fork or join "
                                   "for it); 0: on the engine's lane of the link direction"};
-// One stream per hop: round 2 on 4x H200 (graphs on) measured 1+1 and 1+2 lanes 0.3-0.5% ahead
-// of 2+2 at 256M and 1G in both passes, bidirectional alike; fewer copy streams per GPU
+// One stream per hop: on 4x H200 (graphs on) 1+1 and 1+2 lanes measured 0.3-0.5% ahead of
+// 2+2 at 256M and 1G in two passes, bidirectional alike; fewer copy streams per GPU
 // also leave its copy engines to the other paths.
 const IntSetting kHostLanes{"GPUSTRIPE_HOST_LANES", "1",
                             "Streams for the host-to-GPU hop of a host-staged path; its chunks alternate between them"};
@@ -50,9 +50,8 @@ const IntSetting kHostFirstLanes{"GPUSTRIPE_HOST_FIRST_LANES", "0",
                                  "GPUSTRIPE_HOST_LANES); one keeps the chunks leaving the GPU in order, one at a time"};
 
 // Off by default. On 4x H200 the best host share sits at a cliff (0.1 pp past the point where the
-// host path finishes last costs ~0.8% at 256 MB). Measured in session 2: with a model 0.7 pp past
-// it (r1b: 256 MB 10.5% x13, 1.039x) balancing gave 1.092x; with a model near it (r2: 9.5% x6,
-// 1.100x) balancing cost 1-2% (1.078x at 256 MB, 1.113x at 1 GB): it settles a few tenths of a
+// host path finishes last costs ~0.8% at 256 MB). Measured: with a model 0.7 pp past it (256 MB
+// 10.5% x13, 1.039x) balancing gave 1.092x; with a model near it (9.5% x6, 1.100x) balancing cost 1-2% (1.078x at 256 MB, 1.113x at 1 GB): it settles a few tenths of a
 // point off, and the calls it measures run a slower form.
 const BoolSetting kBalance{"GPUSTRIPE_BALANCE", "0",
                            "Time both paths of repeated direct + staged transfers on the GPU and shift bytes "
@@ -549,8 +548,8 @@ bool Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHa
   // The allocations, not only the pointers: a graph's copies refer to the allocations they were
   // captured over. A buffer freed and reallocated at the same address (a peer's buffer unmapped
   // and a new one mapped at the same address, say) is another allocation, and replaying the old
-  // graph over it crashed inside cuGraphLaunch (device round s4 r3: the 2-rank bench's window-64
-  // 512 MB row, whose buffers came back at the addresses of the window-16 row's).
+  // graph over it crashed inside cuGraphLaunch (the 2-rank `bench mpi`'s window-64 512 MB row,
+  // whose buffers came back at the addresses of the window-16 row's).
   std::string key = plan_key(plan, dst, src) + (second_area ? " area2" : "") +
                     format(" alloc %llx+%llx#%llx %llx+%llx#%llx", static_cast<unsigned long long>(mode.src_alloc.base),
                            static_cast<unsigned long long>(mode.src_alloc.size),

@@ -136,8 +136,7 @@ void HandleCache::evict_overlapping_pool_imports(int peer, uint64_t peer_base, c
   // overlaps this buffer names memory the exporter freed (the pool gave the range to a new,
   // larger or shifted buffer). Imports of one pool share the pool's address range in this
   // process as well: closing the old one after the new one is open would unmap part of the new
-  // one (device round s5 r1: mpi_p2p_np3_alloc_pool crashed in cuMemcpyAsync reading such an
-  // address). So it is closed first. (Imports held past the exporter's free are outside
+  // one (mpi_p2p_np3_alloc_pool crashed in cuMemcpyAsync reading such an address). So it is closed first. (Imports held past the exporter's free are outside
   // CUDA's contract for pool pointers either way: docs/ipc.md.)
   const uint64_t end = peer_base + h.size;
   for (auto it = entries_.lower_bound(Key{peer, 0}); it != entries_.end() && it->first.first == peer;) {

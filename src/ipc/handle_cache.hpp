@@ -19,8 +19,8 @@
 // user's program) frees whenever its request is complete. So the caller returns the lease
 // (release) once the copy through it is done and before it tells the exporter so; the import
 // is closed when its last lease comes back. Imports held past the exporter's free broke on
-// the GPUs (device round s5 r2: closing them failed and a later import of the pool was not
-// device memory; s5 r1: a crash in cuMemcpyAsync). The pool itself stays imported (the
+// the GPUs (closing them failed and a later import of the pool was not device memory; or a
+// crash in cuMemcpyAsync). The pool itself stays imported (the
 // backend keeps it), so only the first buffer of a pool needs its descriptor.
 #pragma once
 #include <cstddef>

@@ -34,8 +34,8 @@ std::unique_ptr<Planner> make_planner_with(const Topology& topo, ModelParams par
   return std::make_unique<FixedPlanner>(topo, std::move(params), kind);
 }
 
-std::unique_ptr<Planner> make_planner(const Topology& topo) {
-  return make_planner_with(topo, resolve_params(topo), kPlan.get());
+std::unique_ptr<Planner> make_planner(const Topology& topo, bool emulated) {
+  return make_planner_with(topo, resolve_params(topo, "", emulated), kPlan.get());
 }
 
 }  // namespace gpustripe

@@ -19,17 +19,17 @@ const IntSetting kChunks{"GPUSTRIPE_CHUNKS", "0", "Fixed pipeline chunks per sta
 // host shares 0.5 pp past the point where the host path finishes last cost 1-8% (the direct
 // path then waits for the slower one), 0.5 pp short of it ~0.5%. Positive: staged paths are
 // planned slower than modelled, so a model off by a few percent errs short.
-// Default -0.015 (planned 1.5% faster): in session 2 two calibrations (r1, r2) gave the same
+// Default -0.015 (planned 1.5% faster): without a margin two calibrations gave the same
 // splits, 0.2-0.25 pp short of the best fixed ones (256M 9.5% x6 1.100x vs 9.75% 1.103x; 512M
 // 10.3% x9 1.111x vs 10.5% 1.115x; 1G 10.85% x14 1.120x vs 11.0% 1.122x; 11.25% 1.106x);
-// -0.015 plans 9.6%, 10.4% x10 and 11.0% on r2's profile, and 7.1% x3 at 64M (best 7-7.5%).
+// -0.015 plans 9.6%, 10.4% x10 and 11.0% on the second one's profile, and 7.1% x3 at 64M (best 7-7.5%).
 const DoubleSetting kStagedMargin{"GPUSTRIPE_STAGED_MARGIN", "-0.015",
                                   "Plan host-staged paths this fraction below their modelled rate (negative: above), "
                                   "-0.2 to 0.5; the loss past the balance point is many times the loss short of it"};
 // Tapered chunks (PathPlan::taper_head/tail): a small first chunk lets the relay hop of a
 // staged path start early, a small last one shortens its drain. Off: on 4x H200 the two hops
 // of the host path run at the same rate, so only the largest chunk sets the pipeline's fill
-// (session 2, r1: host path 32M x8 46.2 GB/s, x8h3 44.6, x8t3 44.5; 256M 9.75% x8 1.104x, x8h3 1.078x).
+// (host path 32M x8 46.2 GB/s, x8h3 44.6, x8t3 44.5; 256M 9.75% x8 1.104x, x8h3 1.078x).
 const IntSetting kTaperHead{"GPUSTRIPE_TAPER_HEAD", "0",
                             "Leading chunks of a staged path that grow x2 each up to the steady chunk (0-16; cut "
                             "back where the smallest chunk would fall under 64 KB)"};

@@ -5,8 +5,11 @@
 namespace gpustripe {
 
 std::unique_ptr<NodeModel> NodeModel::open(const std::string& topology, const std::string& profile) {
-  Topology topo = topology.empty() ? node_topology() : load_topology_file(topology);
-  ModelParams params = resolve_params(topo, profile);
+  // This node's model takes the profile a context here would: that of emulated devices
+  // where they stand in for missing GPUs. A topology file's never does (model/profile.hpp).
+  bool emulated = false;
+  Topology topo = topology.empty() ? node_topology(&emulated) : load_topology_file(topology);
+  ModelParams params = resolve_params(topo, profile, emulated);
   return with(std::move(topo), std::move(params));
 }
 

@@ -32,6 +32,7 @@ class Planner {
 
 // The planner GPUSTRIPE_PLAN asks for, over the calibration profile for this node
 // (GPUSTRIPE_PROFILE or the user's cache), else the topology's nominal figures (logged).
-std::unique_ptr<Planner> make_planner(const Topology& topo);
+// `emulated`: the planner is for emulated devices of `topo` (model/profile.hpp).
+std::unique_ptr<Planner> make_planner(const Topology& topo, bool emulated = false);
 
 }  // namespace gpustripe

@@ -132,8 +132,17 @@ Profile load_profile(const std::string& path) {
 
 void save_profile(const Profile& p, const std::string& path) { write_text_file(path, profile_to_json(p)); }
 
-std::string profile_mismatch(const Profile& p, const Topology& topo) {
-  std::string fp = topo.fingerprint();
+std::string profile_fingerprint(const Topology& topo, bool emulated) {
+  return topo.fingerprint() + (emulated ? "-emulated" : "");
+}
+
+std::string profile_mismatch(const Profile& p, const Topology& topo, bool emulated) {
+  // Checked before the fingerprint: profiles of emulated devices written under the plain
+  // fingerprint of the node they emulate must not pass for that node's.
+  if (p.backend == "emulated" && !emulated)
+    return format("it was measured on emulated devices (this host's memcpy speeds), not on the GPUs of '%s'",
+                  topo.name.c_str());
+  std::string fp = profile_fingerprint(topo, emulated);
   if (p.fingerprint != fp)
     return format("it was measured on node '%s' (fingerprint %s), this node is %s", p.topology.c_str(),
                   p.fingerprint.c_str(), fp.c_str());
@@ -149,28 +158,30 @@ std::string cache_dir() {
   return std::string(home && *home ? home : "/tmp") + "/.cache/gpustripe";
 }
 
-std::string cached_profile_path(const Topology& topo) { return cache_dir() + "/profile-" + topo.fingerprint() + ".json"; }
-
-std::string default_profile_path(const Topology& topo) {
-  std::string p = kProfile.get();
-  return p.empty() ? cached_profile_path(topo) : p;
+std::string cached_profile_path(const Topology& topo, bool emulated) {
+  return cache_dir() + "/profile-" + profile_fingerprint(topo, emulated) + ".json";
 }
 
-ModelParams resolve_params(const Topology& topo, const std::string& explicit_path) {
+std::string default_profile_path(const Topology& topo, bool emulated) {
+  std::string p = kProfile.get();
+  return p.empty() ? cached_profile_path(topo, emulated) : p;
+}
+
+ModelParams resolve_params(const Topology& topo, const std::string& explicit_path, bool emulated) {
   std::string named = explicit_path.empty() ? kProfile.get() : explicit_path;
   if (!named.empty()) {
     Profile p = load_profile(named);
-    std::string why = profile_mismatch(p, topo);
+    std::string why = profile_mismatch(p, topo, emulated);
     GS_REQUIRE(why.empty(), GPUSTRIPE_ERR_PROFILE, "profile %s does not belong to this node: %s", named.c_str(),
                why.c_str());
     GS_LOG_INFO(Subsys::Model, "model parameters from profile %s", named.c_str());
     return p.params;
   }
-  std::string cached = cached_profile_path(topo);
+  std::string cached = cached_profile_path(topo, emulated);
   if (file_exists(cached)) {
     try {
       Profile p = load_profile(cached);
-      std::string why = profile_mismatch(p, topo);
+      std::string why = profile_mismatch(p, topo, emulated);
       if (why.empty()) {
         GS_LOG_INFO(Subsys::Model, "model parameters from cached profile %s", cached.c_str());
         return p.params;

@@ -34,7 +34,7 @@ const ChoiceSetting kCopyStreams{
     {"own", "mapping"}};
 
 // Graphs need the flags' values to be the same in every call: stream flags only.
-// Session 5 r2 (2x H200, 2 ranks): no gain (a part of 2-4 ops enqueues as fast as its graph
+// 2x H200, 2 ranks: no gain (a part of 2-4 ops enqueues as fast as its graph
 // launches, and the graph starts later on the GPUs: 1M alltoall 19.3 vs 21.9 GB/s busbw direct).
 const ChoiceSetting kGraphs{
     "GPUSTRIPE_MPI_COLL_GRAPHS", "no",

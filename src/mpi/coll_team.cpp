@@ -31,13 +31,13 @@ const ChoiceSetting kExchange{"GPUSTRIPE_MPI_COLL_EXCHANGE", "shm",
                               "handles at every call (also the call's entry barrier): the team's shared-memory "
                               "segment (shm) or an MPI allgather (mpi)",
                               {"shm", "mpi"}};
-// Round-major copy reductions across processes: not measured there yet (session 5's r2 had
-// 2 GPUs, where every schedule has one round); the native path measured them from 256M.
+// Round-major copy reductions across processes: not measured there yet (on 2 GPUs every
+// schedule has one round); the native path measured them from 256M.
 const SizeSetting kRoundsMin{"GPUSTRIPE_MPI_COLL_ROUNDS_MIN", "64G",
                             "MPI collectives across processes on more than 2 GPUs: smallest reduction (size per rank) "
                             "whose copy-engine schedule moves whole blocks per round, folded in as they land "
                             "(GPUSTRIPE_COLL_RS_ORDER=auto); below, chunk by chunk"};
-// Session 5 r2 (2x H200, 2 ranks, busbw GB/s at 16M/32M/64M/128M/256M): bcast as a chain (8M chunks
+// 2x H200, 2 ranks, busbw GB/s at 16M/32M/64M/128M/256M: bcast as a chain (8M chunks
 // alternating between 2 lanes) 176.9/246.6/282.6/313.8/321.4 vs direct (2M chunks on one lane)
 // 200.9/212.9/226.3/282.9/320.2.
 const BoolSetting kChainPairs{"GPUSTRIPE_MPI_COLL_CHAIN_PAIRS", "1",
@@ -347,7 +347,7 @@ coll::Choice CollTeam::choose(const CollCall& call) const {
   if (call.bytes < kRoundsMin.get()) res.copy_peers = false;
   coll::Choice c = coll::choose_schedule(call.op, res, call.bytes, call.elem_size);
   // The host path needs pinned host memory shared by the ranks' processes: not yet (it
-  // gained ~1% at 256M per rank in one process, HARDWARE.md's 5-10% being for one pair).
+  // gained ~1% at 256M per rank in one process, against 5-10% for one pair's copy).
   if (c.exchange.host_share > 0) {
     c.exchange.host_share = 0;
     c.why += " (no host share across processes)";

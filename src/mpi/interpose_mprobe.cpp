@@ -1,7 +1,7 @@
 // Interposed matched probes: MPI_Mprobe/Improbe and MPI_Mrecv/Imrecv. mpi4py's pickled recv
 // (comm.recv, its default API) uses them. A message between two ranks of one node travels by
-// gpustripe, which the MPI's own matched probe never sees: it waited forever (found in device
-// rounds s5 r2/r2b, a torch program hanging at its first comm.recv). Here a probe of such a
+// gpustripe, which the MPI's own matched probe never sees: it waited forever (a torch program
+// hung at its first comm.recv). Here a probe of such a
 // route asks gpustripe (MPI_Iprobe, interposed) and names the message it found by a handle of
 // ours: its communicator, source and tag. Mrecv receives it as a receive of that source and
 // tag, which matches the earliest such message: the one probed (messages of one source and
@@ -62,8 +62,8 @@ int improbe_impl(int source, int tag, MPI_Comm comm, int* flag, MPI_Message* msg
 }
 
 // An MPI-carried message into device memory when the MPI cannot read device memory (a rank
-// of another node): received into host memory and unpacked there (device round s5 r3: the
-// MPI's Mrecv wrote the device buffer itself and crashed). -1: not such a case.
+// of another node): received into host memory and unpacked there (the MPI's Mrecv writing the
+// device buffer itself crashes). -1: not such a case.
 int staged_mrecv(void* buf, int count, MPI_Datatype type, MPI_Message* msg, MPI_Status* st) {
   std::lock_guard<std::recursive_mutex> l(lock());
   Runtime* rt = Runtime::get();

@@ -16,8 +16,8 @@ const SizeSetting kEagerLimit{"GPUSTRIPE_P2P_EAGER_LIMIT", "16K",
                               "rendezvous (the sender copies into the receiver's mapped buffer)"};
 // A device send above this is pulled by the receiver (one GPU-to-GPU copy) instead of
 // going eagerly (two copies through host memory): on the H200s 4-16 KB took 17-21 us
-// eagerly and 12-13 us pulled (bench/results/2026-11-21-mpi-np2-w64: latency rows; device
-// round 2 with GPUSTRIPE_P2P_EAGER_LIMIT=0). 4K is also Open MPI's shared-memory eager
+// eagerly and 12-13 us pulled (bench/results/2026-11-21-mpi-np2-w64: latency rows; and
+// with GPUSTRIPE_P2P_EAGER_LIMIT=0). 4K is also Open MPI's shared-memory eager
 // limit, so programs that run on Open MPI meet no new rendezvous (no new deadlock) here.
 const SizeSetting kDeviceEagerLimit{"GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT", "4K",
                                     "Largest message from a device buffer sent eagerly (at most "

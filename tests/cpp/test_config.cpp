@@ -73,3 +73,14 @@ TEST(Config, RegistryListsEveryDeclaredSetting) {
   EXPECT_TRUE(std::is_sorted(all.begin(), all.end(), [](auto& a, auto& b) { return a.name < b.name; }));
   for (auto& s : all) EXPECT_FALSE(s.description.empty()) << s.name;
 }
+
+TEST(Config, UnknownNamesAreListed) {
+  ScopedEnv typo("GPUSTRIPE_CHUNK_MINN", "1M");   // no such setting
+  ScopedEnv known("GPUSTRIPE_TEST_SIZE", "1M");   // declared above
+  ScopedEnv script("GPUSTRIPE_BUILD_DIR", "/x");  // read by the scripts, not the library
+  ScopedEnv mpi("GPUSTRIPE_MPI_NO_SUCH", "1");     // the MPI interposer's: not loaded in this test
+  std::vector<std::string> unknown = unknown_setting_names();
+  EXPECT_NE(std::find(unknown.begin(), unknown.end(), "GPUSTRIPE_CHUNK_MINN"), unknown.end());
+  for (const char* meant : {"GPUSTRIPE_TEST_SIZE", "GPUSTRIPE_BUILD_DIR", "GPUSTRIPE_MPI_NO_SUCH"})
+    EXPECT_EQ(std::find(unknown.begin(), unknown.end(), meant), unknown.end()) << meant;
+}

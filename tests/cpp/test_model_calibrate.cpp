@@ -7,7 +7,7 @@
 
 #include "backend/backend.hpp"
 #include "common/error.hpp"
-#include "model/calibrate.hpp"
+#include "bench/calibrate.hpp"
 #include "test_model_util.hpp"
 #include "test_util.hpp"
 
@@ -53,7 +53,9 @@ TEST(ModelCalibrate, RunsOnTheEmulatedBackendAndMatchesTheNode) {
   auto backend = make_emulated_backend(t);
   std::vector<double> seen;
   Profile p = calibrate(*backend, t, CalibrationOptions{true, 2}, [&](double f, const std::string&) { seen.push_back(f); });
-  EXPECT_EQ(profile_mismatch(p, t), "");
+  EXPECT_EQ(profile_mismatch(p, t, /*emulated=*/true), "");
+  EXPECT_NE(profile_mismatch(p, t), "");  // never the node's own profile
+  EXPECT_EQ(p.fingerprint, profile_fingerprint(t, true));
   EXPECT_EQ(p.backend, std::string("emulated"));
   ASSERT_FALSE(seen.empty());
   EXPECT_DOUBLE_EQ(seen.back(), 1.0);

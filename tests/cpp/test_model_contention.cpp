@@ -1,4 +1,4 @@
-// Shared resources: what HARDWARE.md measured on the H200 node, reproduced from
+// Shared resources: what was measured on the 4x H200 node, reproduced from
 // nominal figures; and the property that more bandwidth never gives a slower plan.
 #include <gtest/gtest.h>
 
@@ -33,7 +33,7 @@ TEST(ModelContention, TwoCopiesFromOneGpuShareItsEgress) {
   double alone = time_of(m, {fixed(m, "direct", 0, 1, n)});
   std::vector<Plan> both{fixed(m, "direct", 0, 1, n), fixed(m, "direct", 0, 2, n)};
   m.predict(both);
-  // 0->1 plus 0->2: aggregate equals one copy alone (HARDWARE.md: 394 vs 394).
+  // 0->1 plus 0->2: aggregate equals one copy alone (measured on 4x H200: 394 vs 394).
   EXPECT_NEAR(both[0].predicted_us, 2 * alone, 0.02 * alone);
   EXPECT_EQ(both[0].bottleneck, "nvlink_egress[gpu0]");
   // 0->1 plus 2->1: the destination's ingress.
@@ -76,7 +76,7 @@ TEST(ModelContention, GpuStagingOnNvswitchIsNoFasterThanDirect) {
 
 TEST(ModelContention, HostShareCliff) {
   // Past the share where the host path finishes last, time grows at the host path's
-  // slope: 20% on the host is far slower than 10% (HARDWARE.md: 430 -> 232 GB/s).
+  // slope: 20% on the host is far slower than 10% (measured on 4x H200: 430 -> 232 GB/s).
   MultipathModel m(h200(), nominal_params(h200()));
   const uint64_t n = 256 << 20;
   double t10 = time_of(m, {fixed(m, "direct,host0:0.10x8", 0, 1, n)});

@@ -23,7 +23,7 @@ Profile sample_profile(const Topology& t) {
   Profile p;
   p.fingerprint = t.fingerprint();
   p.topology = t.name;
-  p.backend = "emulated";
+  p.backend = "cuda";
   p.params = nominal_params(t);
   p.params.hop(HopKind::Peer) = {7.5, 380.0};
   p.params.hop(HopKind::D2H) = {9.0, 55.3};
@@ -79,7 +79,7 @@ TEST(ModelProfile, MalformedProfilesNameTheField) {
 }
 
 TEST(ModelProfile, MeasuredFiguresChangeThePlan) {
-  // With the measured rates of HARDWARE.md (394 NVLink, 55 PCIe) instead of the nominal
+  // With the rates measured on 4x H200 (394 NVLink, 55 PCIe) instead of the nominal
   // 479 / 63, the host share stays in the measured 8-11% band.
   Topology t = load_topology_file("h200x4");
   Profile p = sample_profile(t);
@@ -146,6 +146,38 @@ TEST(ModelProfile, ResolveOrderExplicitCacheNominal) {
   Topology t2 = t;
   t2.driver_version = "580.2";
   EXPECT_NE(profile_mismatch(drv, t2).find("driver"), std::string::npos);
+}
+
+// A calibration of emulated devices (a host's memcpy speeds) is kept apart from the node it
+// emulates: used by a context on the emulated backend, never for the real node or the file.
+TEST(ModelProfile, EmulatedCalibrationNeverServesARealOrFileTopology) {
+  Topology t = load_topology_file("h200x4");
+  std::string dir = temp_dir();
+  ScopedEnv cache("XDG_CACHE_HOME", dir.c_str());
+  ScopedEnv named("GPUSTRIPE_PROFILE", nullptr);
+  Profile emu = sample_profile(t);
+  emu.backend = "emulated";
+  emu.fingerprint = profile_fingerprint(t, true);
+  EXPECT_NE(cached_profile_path(t, true), cached_profile_path(t));
+  save_profile(emu, cached_profile_path(t, true));
+  EXPECT_NE(resolve_params(t, "", true).source.find("profile"), std::string::npos);  // the emulated context
+  EXPECT_NE(resolve_params(t).source.find("nominal"), std::string::npos);            // the node, the file
+
+  // One written under the node's own fingerprint (as calibrations of emulated devices once
+  // were) is still not the node's.
+  Profile old = emu;
+  old.fingerprint = t.fingerprint();
+  save_profile(old, cached_profile_path(t));
+  EXPECT_NE(resolve_params(t).source.find("nominal"), std::string::npos);
+  EXPECT_NE(profile_mismatch(old, t).find("emulated devices"), std::string::npos);
+  std::string path = dir + "/emu.json";
+  save_profile(emu, path);
+  try {
+    resolve_params(t, path);
+    ADD_FAILURE() << "a profile of emulated devices was accepted for the node";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), GPUSTRIPE_ERR_PROFILE);
+  }
 }
 
 }  // namespace

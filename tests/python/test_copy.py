@@ -104,6 +104,8 @@ def test_copy_rejects_mismatches_clearly():
             copy_(FakeArray(dst, (16,), readonly=True), FakeArray(src, (16,)))
         with pytest.raises(gpustripe.Error, match="not a CUDA device array"):
             copy_(bytearray(16), FakeArray(src, (4,)))
+        with pytest.raises(gpustripe.Error, match="negative size"):
+            copy_(FakeArray(dst, (-4,)), FakeArray(src, (-4,)))
     finally:
         ctx.free_device(src)
         ctx.free_device(dst)
@@ -122,3 +124,18 @@ def test_copy_torch_tensors(requires_gpu):
         assert torch.equal(a.cpu(), b.cpu())
     with pytest.raises(gpustripe.Error):
         gpustripe.copy_(torch.zeros(4, device="cuda:1"), torch.zeros(5, device="cuda:0"))
+
+
+def test_negative_sizes_are_gpustripe_errors():
+    """A negative byte count names the call and the size (not nanobind's argument-type error)."""
+    ctx = _ctx()
+    src, dst = ctx.alloc_device(0, 4096), ctx.alloc_device(1, 4096)
+    try:
+        for call in (lambda: ctx.copy_async(dst, 1, src, 0, -1), lambda: ctx.copy(dst, 1, src, 0, -4096),
+                     lambda: ctx.download(src, 0, -1), lambda: ctx.alloc_device(0, -1)):
+            with pytest.raises(gpustripe.Error, match="cannot be negative") as e:
+                call()
+            assert e.value.status == "GPUSTRIPE_ERR_INVALID_SIZE"
+    finally:
+        ctx.free_device(src)
+        ctx.free_device(dst)

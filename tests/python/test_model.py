@@ -81,7 +81,11 @@ def test_profile_of_another_node_is_an_error_when_named(cache, cli):
     cli("calibrate", "--quick", "--out", out, env=EMULATED_H200X4)  # the emulated h200x4 node, also on a GPU machine
     doc = json.load(open(out))
     assert doc["fingerprint"] and doc["backend"] == "emulated"
-    assert gpustripe.Model("h200x4", profile=out).source.startswith("profile")
+    # The emulated node takes it; the topology it emulates never does (memcpy speeds, not GPUs').
+    assert "profile" in cli("plan", "--profile", out, env=EMULATED_H200X4).stdout
+    with pytest.raises(gpustripe.Error, match="emulated devices") as e:
+        gpustripe.Model("h200x4", profile=out)
+    assert e.value.status == "GPUSTRIPE_ERR_PROFILE"
     with pytest.raises(gpustripe.Error) as e:
         gpustripe.Model("h200x8", profile=out)
     assert e.value.status == "GPUSTRIPE_ERR_PROFILE"
@@ -249,3 +253,12 @@ def test_tune_writes_a_table_the_planner_uses(cache, cli, monkeypatch):
     monkeypatch.setenv("GPUSTRIPE_PLAN_TABLE", table)
     ctx = gpustripe.Context()
     assert ctx.plan(0, 1, 1 << 20) == gpustripe.Model().fixed(spec, 0, 1, 1 << 20).describe()
+
+
+def test_calibration_of_emulated_devices_stays_with_them(cache, cli):
+    """`gpustripe calibrate` without a GPU caches memcpy figures under an emulated key: the node
+    it emulates, planned from its topology file, keeps its nominal figures."""
+    wrote = cli("calibrate", "--quick", env=EMULATED_H200X4).stdout
+    assert "-emulated.json" in wrote
+    assert "nominal figures" in cli("plan", "--topology", "h200x4").stdout
+    assert "profile" in cli("plan", env=EMULATED_H200X4).stdout.split("model parameters:")[1].splitlines()[0]

@@ -38,7 +38,8 @@ TORCH_DTYPES = {"float32": "float32", "float64": "float64", "float16": "float16"
 
 
 def add_arguments(p):
-    p.add_argument("--sizes", default="1M:1G", help="sizes per rank: LO:HI (powers of two) or a list (default 1M:1G)")
+    p.add_argument("--sizes", help="sizes per rank: LO:HI (powers of two) or a list (default 1M:1G; --quick: "
+                                   "1M,16M,64M,256M)")
     p.add_argument("--gpus", default="2,4", help="rank counts, comma separated (default 2,4)")
     p.add_argument("--ops", default=",".join(OPS), help=f"comma list (default {','.join(OPS)})")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma list (default {','.join(METHODS)})")
@@ -46,7 +47,7 @@ def add_arguments(p):
     p.add_argument("--iters", type=int, default=10, help="calls per timed batch (default 10)")
     p.add_argument("--trials", type=int, default=5, help="timed batches per size; the median is reported")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls first")
-    p.add_argument("--quick", action="store_true", help="1M,16M,64M,256M and fewer repetitions")
+    p.add_argument("--quick", action="store_true", help="fewer repetitions, and sizes 1M,16M,64M,256M unless --sizes")
     p.add_argument("--out", default="bench/results", help="directory of the JSON + PNG results")
     p.add_argument("--no-write", action="store_true", help="print the tables only")
     p.add_argument("--timeout", type=int, default=900, help="seconds allowed to each NCCL/MPI worker run")
@@ -63,7 +64,7 @@ def add_arguments(p):
 def _sizes(args) -> list[int]:
     from ._p2p_common import parse_sizes
 
-    return parse_sizes("1M,16M,64M,256M" if args.quick else args.sizes)
+    return parse_sizes(args.sizes or ("1M,16M,64M,256M" if args.quick else "1M:1G"))
 
 
 def _row(op, method, nbytes, us, ranks, **extra) -> dict:
@@ -279,7 +280,7 @@ def _nccl_ce_worker(cfg_path):
     with open(cfg["out"], "w") as f:
         json.dump({"rows": rows, "note": bench.describe()}, f)
     # NCCL 2.28 crashed tearing down several communicators of one process whose buffers were
-    # registered (round 2: SIGSEGV in the IPC deregistration after Destroy of the first):
+    # registered (SIGSEGV in the IPC deregistration after Destroy of the first):
     # the rows are written, the process ends here without it.
     sys.stdout.flush()
     os._exit(0)

@@ -104,7 +104,7 @@ def run(args):
     from .. import Context, calibrate, default_profile_path
 
     if args.show is not None:
-        path = args.show or default_profile_path()
+        path = args.show or default_profile_path(emulated=Context().emulated)
         with open(path) as f:
             print(summarize(json.load(f)))
         return 0

@@ -23,8 +23,8 @@ SET_NAMES = ("direct", "direct+host", "direct+gpu staged", "all paths")
 # of all their repetitions. One trial of 20 repetitions of a 35-50 us plan gave medians 5-10%
 # apart between processes on 4x H200, and ONE run of 400 back to back measured another regime:
 # after ~5-10 ms of the host enqueueing far ahead of the GPUs, plans with staged paths ran 5-9%
-# slower for the rest of the run (session 3, r2: 64M all paths 212 -> 230 us, 16M direct + GPU
-# staged 76 -> 81), which no bench row (20 repetitions) ever sees.
+# slower for the rest of the run (64M all paths 212 -> 230 us, 16M direct + GPU staged
+# 76 -> 81), which no bench row (20 repetitions) ever sees.
 REPS = 20
 POINT_BUDGET_US = 20000.0
 MAX_TRIALS = 20
@@ -169,7 +169,7 @@ def run(args):
         grid = [(size, name, lambda m, size=size, paths=paths: m.plan_paths(src, dst, size, paths))
                 for size in sizes for name, paths in sets.items()]
     for size, name, make_plan in grid:
-        # The host's speed drifted within one process too (r3: 1.61 us per call before a grid,
+        # The host's speed drifted within one process too (1.61 us per call before a grid,
         # 1.94 during its 4 MB points, 1.23 after): the probe runs again just before each point.
         point_model, point_cost = model, None
         if "points_us" in host_cost:

@@ -7,14 +7,16 @@ model is fitted to them):
     2 NVLinks per pair) and 2.75x on Narval (4x A100, 4 NVLinks per pair) with 2 GPU
     paths + the host path over the direct copy.
   ExaMPI'25 (multi-path performance model): up to 2.9x point-to-point, model error <6%.
-  HARDWARE.md (4x H200, NVSwitch): GPU staging does not pay; direct + host 1.08-1.12x.
+  4x H200, NVSwitch (bench/results/2026-11-21-p2p-nvidia-h200.json): GPU staging does not pay;
+    direct + host 1.05x (64 MB) to 1.12x (1 GB).
 """
 import os
 
 PAPERS = {
     "beluga": "ExHET'24 measured up to 2.85x (UCX put, 2 GPU paths + host); ExaMPI'25 up to 2.9x p2p",
     "narval": "ExHET'24 measured up to 2.75x (UCX put, 2 GPU paths + host)",
-    "h200": "HARDWARE.md measured direct + host 1.03x (64 MB) to 1.12x (1 GB); GPU staging slower than direct",
+    "h200": "bench/results/2026-11-21-p2p-nvidia-h200.json measured direct + host 1.05x (64 MB) to 1.12x (1 GB); "
+            "GPU staging slower than direct",
 }
 
 

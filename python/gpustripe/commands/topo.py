@@ -33,6 +33,10 @@ def run(args):
     if args.draw and not args.draw.lower().endswith((".png", ".svg")):
         print("gpustripe topo: error: --draw needs a .png or .svg file name", file=sys.stderr)
         return 2
+    folder = os.path.dirname(os.path.abspath(args.draw)) if args.draw else None
+    if folder and not os.path.isdir(folder):
+        print(f"gpustripe topo: error: --draw {args.draw}: the folder {folder} does not exist", file=sys.stderr)
+        return 2
     topo, note = choose(args.topology)
     if args.json:
         if note:

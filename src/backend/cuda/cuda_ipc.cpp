@@ -54,8 +54,8 @@ using ErrorNameFn = CUresult (*)(CUresult, const char**);
 
 // The driver calls (cuMem*) need a current context. DeviceGuard leaves the device alone when it
 // is current already, and in a process whose runtime has not started, device 0 is "current"
-// with no context: cuMemGetAddressRange then failed with CUDA_ERROR_INVALID_CONTEXT (device
-// round 4). cudaSetDevice starts the primary context and makes it current (CUDA 12+).
+// with no context: cuMemGetAddressRange then fails with CUDA_ERROR_INVALID_CONTEXT.
+// cudaSetDevice starts the primary context and makes it current (CUDA 12+).
 void context_current(int dev) { GS_CUDA(cudaSetDevice(dev), dev); }
 
 template <typename Fn>
@@ -218,8 +218,8 @@ int CudaBackend::pool_fd(void* pool, int dev) {
     auto it = pool_fds_.find(pool);
     if (it != pool_fds_.end()) return it->second;
   }
-  // Exported once per pool and kept open, as in the sequence that worked in device round 2
-  // (the pool shared first, its pointers after): the pointer attributes need not list a pool's
+  // Exported once per pool and kept open, the sequence the driver accepts (the pool shared
+  // first, its pointers after: bench/probes/ipc_vmm_probe.cu): the pointer attributes need not list a pool's
   // handle types, and the pool is asked itself.
   int fd = -1;
   DeviceGuard guard(dev);
@@ -306,8 +306,8 @@ Backend::IpcMemHandle CudaBackend::ipc_export(const void* p) {
   const bool posix_fd = (a.allowed_handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
   if (a.ipc_attributes_known && !a.legacy_ipc && a.mempool) {
     // cudaMemPoolExportPointer shares an allocation of an "already shared" pool: the pool
-    // must have been exported once (device round 3: every pointer export failed with
-    // cudaErrorInvalidValue before it, and worked after it in round 2's probe).
+    // must have been exported once (every pointer export fails with cudaErrorInvalidValue
+    // before it, and works after it).
     GS_REQUIRE(pool_exportable(a.mempool, dev), GPUSTRIPE_ERR_NOT_SUPPORTED,
                "ipc_export: %p is memory of a cudaMallocAsync pool without POSIX-fd handles (the device's default "
                "pool?): no IPC handle", p);
@@ -408,7 +408,7 @@ int CudaBackend::ipc_export_fd(const IpcMemHandle& h) {
 void CudaBackend::enable_peer_access_to(int owner) {
   // What cudaIpcMemLazyEnablePeerAccess does for legacy handles: cudaMemcpyPeerAsync between
   // two GPUs whose contexts have no peer access stages the copy through host memory (VMM
-  // memory read from GPU 1 at 5 GB/s instead of ~390 in device round 2), whatever
+  // memory read from GPU 1 at 5 GB/s instead of ~390 on H200), whatever
   // cuMemSetAccess granted.
   for (int d = 0; d < device_count_; ++d)
     if (d != owner && can_access_peer(d, owner)) enable_peer_access(d, owner);

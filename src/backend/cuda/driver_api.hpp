@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/driver_entry.hpp"
+
 namespace gpustripe {
 
 struct DriverPointerAttributes {
@@ -50,8 +52,7 @@ struct DriverVmm {
 };
 const DriverVmm& driver_vmm() noexcept;
 
-// The driver function `name` of the CUDA 12.0 ABI (which every CUDA 12+ driver serves), or
-// nullptr where the driver lacks it; never throws, leaves no CUDA error behind.
-void* driver_entry_point(const char* name) noexcept;
+// driver_entry_point(name): declared in backend/driver_entry.hpp, the part of this file the
+// layers above the backend may use.
 
 }  // namespace gpustripe

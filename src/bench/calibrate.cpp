@@ -1,4 +1,4 @@
-#include "model/calibrate.hpp"
+#include "bench/calibrate.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -9,11 +9,11 @@
 
 #include "backend/backend.hpp"
 #include "bench/bench.hpp"
+#include "bench/plan_timing.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "engine/engine.hpp"
 #include "model/multipath_model.hpp"
-#include "model/plan_timing.hpp"
 #include "model/schedule_cost.hpp"
 #include "topology/topology.hpp"
 
@@ -283,22 +283,22 @@ double spread_sd(std::vector<double> v) {
 std::pair<double, double> fit_hockney(const std::vector<double>& n, const std::vector<double>& t) {
   GS_REQUIRE(n.size() == t.size() && n.size() >= 2, GPUSTRIPE_ERR_INVALID_ARGUMENT, "fit_hockney: need 2+ points");
   // Weighted normal equations for t = a + g n with weights 1/t^2.
-  double s00 = 0, s01 = 0, s11 = 0, r0 = 0, r1 = 0;
+  double s00 = 0, s01 = 0, s11 = 0, rhs0 = 0, rhs1 = 0;
   for (size_t i = 0; i < n.size(); ++i) {
     double w = 1.0 / (t[i] * t[i]);
     s00 += w;
     s01 += w * n[i];
     s11 += w * n[i] * n[i];
-    r0 += w * t[i];
-    r1 += w * n[i] * t[i];
+    rhs0 += w * t[i];
+    rhs1 += w * n[i] * t[i];
   }
   double det = s00 * s11 - s01 * s01;
   GS_REQUIRE(det > 0, GPUSTRIPE_ERR_INVALID_ARGUMENT, "fit_hockney: sizes must differ");
-  double a = (r0 * s11 - r1 * s01) / det;
-  double g = (s00 * r1 - s01 * r0) / det;
+  double a = (rhs0 * s11 - rhs1 * s01) / det;
+  double g = (s00 * rhs1 - s01 * rhs0) / det;
   if (a < 0) {  // refit through the origin
     a = 0;
-    g = r1 / s11;
+    g = rhs1 / s11;
   }
   return {a, g > 0 ? 1.0 / (g * 1e3) : 0.0};
 }
@@ -321,7 +321,7 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
   Bench bench(backend, n, big, reps);
   json meas = json::object();
   Profile prof;
-  prof.fingerprint = topo.fingerprint();
+  prof.fingerprint = profile_fingerprint(topo, backend.emulated());
   prof.driver = topo.driver_version;
   prof.backend = backend.name();
   prof.topology = topo.name;

@@ -68,8 +68,8 @@ class PlanTimer {
   PlanTiming time_concurrent(const std::vector<Plan>& plans, int warmup, int reps);
   // The engine's host cost per call in this process (engine_call_cost of engine_probe_plan
   // with the context's engine): what calibrate measured as engine_call_us, again now. The
-  // host's speed varied up to 1.9x between processes on one 4x H200 lease (session 3, r1:
-  // 1.69 us per call in calibrate's process, 0.9-1.0 in others; a plain copy's call 3.8 us
+  // host's speed varied up to 1.9x between processes on one 4x H200 machine
+  // (1.69 us per call in calibrate's process, 0.9-1.0 in others; a plain copy's call 3.8 us
   // against 2.0). Per call 0 when the engine would replay the probe as a graph.
   EngineCallCost host_cost();
   uint64_t max_bytes() const { return max_; }

@@ -1,4 +1,4 @@
-#include "model/plan_timing.hpp"
+#include "bench/plan_timing.hpp"
 
 #include <algorithm>
 #include <chrono>

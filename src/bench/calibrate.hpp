@@ -39,7 +39,7 @@ std::pair<double, double> fit_hockney(const std::vector<double>& bytes, const st
 
 // Standard deviation of repetitions, the highest and lowest 5% left out (a far repetition
 // does not set it); 0 for fewer than 3 left. Not the interquartile range: a relay's
-// repetitions fall in two groups (4x H200, s3 r2: ~52 and ~59-60 us, its wake-ups fast or
+// repetitions fall in two groups (4x H200: ~52 and ~59-60 us, its wake-ups fast or
 // not), and quartiles jump between them from one calibration to the next (3.5 us enqueued,
 // 0.3 us replayed in one profile).
 double spread_sd(std::vector<double> us);
