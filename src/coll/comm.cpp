@@ -131,9 +131,10 @@ void Comm::check_buffer(int rank, const void* p, size_t bytes, const char* what)
   PointerInfo info = backend_.pointer_info(p);
   GS_REQUIRE(info.kind == MemoryKind::Device && info.device == devices_[rank], GPUSTRIPE_ERR_INVALID_POINTER,
              "%s of rank %d (%p) is not memory of device %d", what, rank, p, devices_[rank]);
+  GS_REQUIRE(!range_wraps(p, bytes), GPUSTRIPE_ERR_INVALID_SIZE, "%s of rank %d: %zu bytes at %p wrap around the "
+             "address space", what, rank, bytes, p);
   if (info.base && info.size) {
-    uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
-    GS_REQUIRE(end <= info.base + info.size, GPUSTRIPE_ERR_INVALID_SIZE,
+    GS_REQUIRE(info.holds(p, bytes), GPUSTRIPE_ERR_INVALID_SIZE,
                "%s of rank %d: %zu bytes at %p run past its allocation (%zu bytes at %p)", what, rank, bytes, p,
                info.size, reinterpret_cast<void*>(info.base));
   }

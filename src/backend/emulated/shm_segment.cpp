@@ -40,6 +40,9 @@ void remove_stale_segments() noexcept {
     long pid = strtol(e->d_name + prefix_len, &end, 10);
     if (pid <= 0 || !end || *end != '.') continue;
     if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // owner alive (or not ours to judge)
+    // Only our own user's: another user's segments are not ours to remove (root could).
+    struct stat st {};
+    if (fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != geteuid()) continue;
     if (shm_unlink((std::string("/") + e->d_name).c_str()) == 0) ++removed;
   }
   closedir(dir);
@@ -67,6 +70,9 @@ void* open_segment(const std::string& name, size_t bytes) {
   if (std::strcmp(m.step, "shm_open") == 0)
     GS_THROW(GPUSTRIPE_ERR_INVALID_ARGUMENT, "cannot open emulated memory segment %s: %s (was it freed by its owner?)",
              name.c_str(), strerror(m.error));
+  if (std::strcmp(m.step, "owner") == 0)
+    GS_THROW(GPUSTRIPE_ERR_INVALID_ARGUMENT, "emulated memory segment %s belongs to uid %ld, not to this user: refused",
+             name.c_str(), m.owner);
   if (std::strcmp(m.step, "size") == 0)
     GS_THROW(GPUSTRIPE_ERR_INVALID_ARGUMENT, "emulated memory segment %s holds %zu bytes, the handle says %zu",
              name.c_str(), m.size, bytes);
