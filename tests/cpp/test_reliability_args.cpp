@@ -77,32 +77,34 @@ INSTANTIATE_TEST_SUITE_P(Plans, WrappingSizes, ::testing::Values("host0:1x8", "g
                            return s;
                          });
 
-TEST(WrappingSizesP2p, SendsAndReceivesRefuseThem) {
+// A one-rank job's endpoint through the C API.
+class OneRankEndpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string job = "reliab-" + std::to_string(getpid());
+    ASSERT_EQ(gpustripe_channel_join(job.c_str(), 0, 1, &ch), GPUSTRIPE_SUCCESS) << gpustripe_last_error();
+    ASSERT_EQ(gpustripe_context_create(&ctx), GPUSTRIPE_SUCCESS) << gpustripe_last_error();
+    ASSERT_EQ(gpustripe_p2p_create(ctx, ch, &ep), GPUSTRIPE_SUCCESS) << gpustripe_last_error();
+  }
+  void TearDown() override {
+    gpustripe_p2p_destroy(ep);
+    gpustripe_channel_destroy(ch);
+    gpustripe_context_destroy(ctx);
+  }
   gpustripe_channel_t ch = nullptr;
-  std::string job = "reliab-wrap-" + std::to_string(getpid());
-  ASSERT_EQ(gpustripe_channel_join(job.c_str(), 0, 1, &ch), GPUSTRIPE_SUCCESS) << gpustripe_last_error();
   gpustripe_context_t ctx = nullptr;
-  ASSERT_EQ(gpustripe_context_create(&ctx), GPUSTRIPE_SUCCESS) << gpustripe_last_error();
   gpustripe_endpoint_t ep = nullptr;
-  ASSERT_EQ(gpustripe_p2p_create(ctx, ch, &ep), GPUSTRIPE_SUCCESS);
+};
+
+TEST_F(OneRankEndpoint, WrappingSizesOfSendsAndReceivesAreRefused) {
   std::vector<char> host(4096, 1);
   gpustripe_request_t r = nullptr;
   EXPECT_EQ(gpustripe_p2p_isend(ep, host.data() + 16, UINT64_MAX - 8, 0, 1, 0, 0, &r), GPUSTRIPE_ERR_INVALID_SIZE);
   EXPECT_EQ(gpustripe_p2p_irecv(ep, host.data() + 16, UINT64_MAX - 8, 0, 1, 0, &r), GPUSTRIPE_ERR_INVALID_SIZE);
   EXPECT_EQ(r, nullptr);
-  gpustripe_p2p_destroy(ep);
-  gpustripe_channel_destroy(ch);
-  gpustripe_context_destroy(ctx);
 }
 
-TEST(BadArguments, ProbeRefusesWhatAReceiveRefuses) {
-  gpustripe_channel_t ch = nullptr;
-  std::string job = "reliab-probe-" + std::to_string(getpid());
-  ASSERT_EQ(gpustripe_channel_join(job.c_str(), 0, 1, &ch), GPUSTRIPE_SUCCESS) << gpustripe_last_error();
-  gpustripe_context_t ctx = nullptr;
-  ASSERT_EQ(gpustripe_context_create(&ctx), GPUSTRIPE_SUCCESS) << gpustripe_last_error();
-  gpustripe_endpoint_t ep = nullptr;
-  ASSERT_EQ(gpustripe_p2p_create(ctx, ch, &ep), GPUSTRIPE_SUCCESS);
+TEST_F(OneRankEndpoint, ProbeRefusesWhatAReceiveRefuses) {
   int found = 7;
   gpustripe_p2p_status_t st{};
   for (int src : {1, 5, -2, 1 << 20}) {
@@ -119,9 +121,6 @@ TEST(BadArguments, ProbeRefusesWhatAReceiveRefuses) {
   EXPECT_EQ(gpustripe_p2p_iprobe(ep, GPUSTRIPE_ANY_SOURCE, GPUSTRIPE_ANY_TAG, 0, &found, &st), GPUSTRIPE_SUCCESS);
   EXPECT_EQ(found, 0);
   EXPECT_EQ(gpustripe_p2p_iprobe(ep, 0, 3, 0, &found, &st), GPUSTRIPE_SUCCESS);
-  gpustripe_p2p_destroy(ep);
-  gpustripe_channel_destroy(ch);
-  gpustripe_context_destroy(ctx);
 }
 
 // A staging area no staged path can use is a configuration error when the context is made,

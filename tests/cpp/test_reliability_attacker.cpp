@@ -167,22 +167,6 @@ int inject(const Backend::IpcMemHandle& h, int from, int memfd) {
   return reached;
 }
 
-std::vector<unsigned char> read_device(Backend& b, const void* src, int dev, size_t n) {
-  std::vector<unsigned char> v(n);
-  StreamHandle s = b.create_stream(dev);
-  b.copy_async(v.data(), kHostDevice, src, dev, n, s);
-  b.synchronize_stream(s);
-  b.destroy_stream(s);
-  return v;
-}
-
-void write_device(Backend& b, void* dst, int dev, const std::vector<unsigned char>& v) {
-  StreamHandle s = b.create_stream(dev);
-  b.copy_async(dst, dev, v.data(), kHostDevice, v.size(), s);
-  b.synchronize_stream(s);
-  b.destroy_stream(s);
-}
-
 // Rank 0's side of a transfer of one VMM-like buffer to rank 1: names it to rank 1 over the
 // channel (after offering its descriptor when `offer`), serves rank 1's requests until rank 1
 // says it is done.
@@ -214,7 +198,7 @@ void import_from_rank0(ipc::Channel& ch, ipc::FdExchange& fx, Backend& be, size_
   int fd = fx.take(0, h);
   void* mapped = be.ipc_open(h, fd);
   close(fd);
-  std::vector<unsigned char> got = read_device(be, mapped, h.device, n);
+  std::vector<unsigned char> got = device_get(be, mapped, h.device, n);
   be.ipc_close(mapped);
   const char done = 1;
   while (!ch.try_send(0, &done, 1, nullptr, 0)) std::this_thread::yield();
@@ -257,11 +241,11 @@ TEST(Attacker, ForgedDescriptorIsRefusedAndTheReceiveGetsTheSendersData) {
     if (who == 0) {
       bound0.signal();
       void* buf = be->alloc_device_as(0, n, DeviceAlloc::VmmFd);
-      write_device(*be, buf, 0, seeded_bytes(7, n));
+      device_put(*be, buf, 0, seeded_bytes(7, n));
       // Not offered: rank 1 asks for the descriptor when it maps (as after a dropped offer),
       // so the attacker's datagram is the first one there.
       export_to_rank1(ch, fx, *be, buf, false, &handle);
-      RANK_CHECK(read_device(*be, buf, 0, n) == seeded_bytes(7, n));
+      RANK_CHECK(device_get(*be, buf, 0, n) == seeded_bytes(7, n));
       be->free_device(buf);
     } else {
       bound1.signal();
@@ -328,7 +312,7 @@ TEST(Attacker, CannotTakeARanksSocketNameAndReceiveItsDescriptors) {
     RANK_CHECK(fx.enabled());  // its name was not taken
     if (who == 0) {
       void* buf = be->alloc_device_as(0, n, DeviceAlloc::VmmFd);
-      write_device(*be, buf, 0, seeded_bytes(9, n));
+      device_put(*be, buf, 0, seeded_bytes(9, n));
       export_to_rank1(ch, fx, *be, buf, true, nullptr, &offered);
       be->free_device(buf);
     } else {
@@ -349,7 +333,7 @@ TEST(Attacker, CannotOpenTheJobsSegmentsNorPlantOne) {
   ipc::ShmSegment seg = ipc::Channel::create_segment(name, 2);
   auto be = emulated();
   void* dev = be->alloc_device_as(1, 1 << 20, DeviceAlloc::Plain);  // a named segment
-  write_device(*be, dev, 1, seeded_bytes(3, 1 << 20));
+  device_put(*be, dev, 1, seeded_bytes(3, 1 << 20));
   const std::string word = "attack-plant-" + std::to_string(getpid());
   Pipe planted, tried;
   auto res = run_processes(2, [&](int who) {
@@ -396,6 +380,6 @@ TEST(Attacker, CannotOpenTheJobsSegmentsNorPlantOne) {
   }, 60);
   shm_unlink(("/gpustripe-" + word).c_str());
   EXPECT_RANKS_OK(res);
-  EXPECT_EQ(read_device(*be, dev, 1, 1 << 20), seeded_bytes(3, 1 << 20));
+  EXPECT_EQ(device_get(*be, dev, 1, 1 << 20), seeded_bytes(3, 1 << 20));
   be->free_device(dev);
 }
