@@ -77,6 +77,51 @@ INSTANTIATE_TEST_SUITE_P(Plans, WrappingSizes, ::testing::Values("host0:1x8", "g
                            return s;
                          });
 
+// Element counts whose byte count (count x element size, x ranks for the gathered buffers)
+// does not fit in 64 bits: the wrapped product passed the buffer checks with a few bytes while
+// the schedule ran over `count` elements. Refused, every buffer as it was.
+TEST(WrappingCounts, CollectivesRefuseThemBeforeAnythingIsWritten) {
+  gpustripe_context_t ctx = nullptr;
+  ASSERT_EQ(gpustripe_context_create(&ctx), GPUSTRIPE_SUCCESS) << gpustripe_last_error();
+  int devs[2] = {0, 1};
+  gpustripe_comm_t comm = nullptr;
+  ASSERT_EQ(gpustripe_comm_create(&comm, ctx, devs, 2), GPUSTRIPE_SUCCESS) << gpustripe_last_error();
+  Backend& b = context_of(ctx).backend();
+  const size_t n = 64 << 10;
+  const std::vector<unsigned char> before(n, kUntouched);
+  void* in[2];
+  void* out[2];
+  for (int r = 0; r < 2; ++r) {
+    in[r] = b.alloc_device(r, n);
+    out[r] = b.alloc_device(r, n);
+    device_put(b, in[r], r, before);
+    device_put(b, out[r], r, before);
+  }
+  // 8-byte elements: the first wraps to 8 bytes, the second to 0 bytes per rank x 2 ranks.
+  for (size_t count : {(SIZE_MAX / 8) + 2, (SIZE_MAX / 16) + 1, SIZE_MAX}) {
+    const auto* send = const_cast<const void* const*>(in);
+    EXPECT_EQ(gpustripe_allreduce(comm, send, out, count, GPUSTRIPE_INT64, GPUSTRIPE_SUM, nullptr),
+              GPUSTRIPE_ERR_INVALID_SIZE) << count << ": " << gpustripe_last_error();
+    EXPECT_EQ(gpustripe_reduce(comm, send, out, count, GPUSTRIPE_INT64, GPUSTRIPE_SUM, 0, nullptr),
+              GPUSTRIPE_ERR_INVALID_SIZE) << count;
+    EXPECT_EQ(gpustripe_bcast(comm, out, count, GPUSTRIPE_INT64, 0, nullptr), GPUSTRIPE_ERR_INVALID_SIZE) << count;
+    EXPECT_EQ(gpustripe_allgather(comm, send, out, count, GPUSTRIPE_INT64, nullptr), GPUSTRIPE_ERR_INVALID_SIZE)
+        << count;
+    EXPECT_EQ(gpustripe_alltoall(comm, send, out, count, GPUSTRIPE_INT64, nullptr), GPUSTRIPE_ERR_INVALID_SIZE)
+        << count;
+    EXPECT_EQ(gpustripe_reduce_scatter(comm, send, out, count, GPUSTRIPE_INT64, GPUSTRIPE_SUM, nullptr),
+              GPUSTRIPE_ERR_INVALID_SIZE) << count;
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(device_get(b, in[r], r, n), before) << "rank " << r;
+    EXPECT_EQ(device_get(b, out[r], r, n), before) << "rank " << r;
+    b.free_device(in[r]);
+    b.free_device(out[r]);
+  }
+  EXPECT_EQ(gpustripe_comm_destroy(comm), GPUSTRIPE_SUCCESS);
+  gpustripe_context_destroy(ctx);
+}
+
 // A one-rank job's endpoint through the C API.
 class OneRankEndpoint : public ::testing::Test {
  protected:
