@@ -27,7 +27,7 @@ extern "C" {
  * Errors (nothing is enqueued and nothing written): ERR_INVALID_DEVICE for a device the
  * context does not have; ERR_INVALID_POINTER for NULL, host memory (also pinned) or memory
  * of another GPU than the one named; ERR_INVALID_SIZE for a range past the end of its
- * allocation; ERR_INVALID_ARGUMENT for overlapping ranges or a NULL context. */
+ * allocation or a byte count that wraps around the address space; ERR_INVALID_ARGUMENT for overlapping ranges or a NULL context. */
 gpustripe_status_t gpustripe_copy_async(gpustripe_context_t ctx, void* dst, int dst_dev, const void* src, int src_dev,
                                         size_t bytes, void* stream);
 

@@ -59,7 +59,8 @@ gpustripe_status_t gpustripe_p2p_wait(gpustripe_endpoint_t endpoint, gpustripe_r
 gpustripe_status_t gpustripe_p2p_request_free(gpustripe_request_t* request);
 
 /* *found = 1 when a matching message has arrived (not received); fills source, tag
- * and message_bytes. */
+ * and message_bytes. src and tag as for gpustripe_p2p_irecv: GPUSTRIPE_ERR_INVALID_ARGUMENT
+ * for a rank outside the channel or a negative tag other than any. */
 gpustripe_status_t gpustripe_p2p_iprobe(gpustripe_endpoint_t endpoint, int src, int tag, uint64_t comm, int* found,
                                         gpustripe_p2p_status_t* status);
 

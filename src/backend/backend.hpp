@@ -30,7 +30,19 @@ struct PointerInfo {
   uintptr_t base = 0;        // start of the allocation containing the pointer (0: unknown)
   size_t size = 0;           // size of that allocation (0: unknown)
   uint64_t buffer_id = 0;    // unique per allocation, also for a new allocation at a freed address (0: unknown)
+  // Whether [p, p + bytes) lies within the allocation (true when its bounds are unknown).
+  // Overflow-safe: a byte count near 2^64 never wraps into range.
+  bool holds(const void* p, uint64_t bytes) const {
+    const uintptr_t u = reinterpret_cast<uintptr_t>(p);
+    return size == 0 || (u >= base && u - base <= size && bytes <= size - (u - base));
+  }
 };
+
+// Whether [p, p + bytes) wraps past the end of the address space (a byte count that cannot
+// be a buffer's: ERR_INVALID_SIZE at every entry, before anything is enqueued).
+inline bool range_wraps(const void* p, uint64_t bytes) {
+  return bytes > UINTPTR_MAX - reinterpret_cast<uintptr_t>(p);
+}
 
 using StreamHandle = void*;  // cudaStream_t on CUDA
 using EventHandle = void*;   // cudaEvent_t on CUDA

@@ -5,10 +5,9 @@
 namespace gpustripe {
 
 void check_pointer_not_null(const char* call, const char* what, const void* p, size_t bytes) {
-  uintptr_t u = reinterpret_cast<uintptr_t>(p);
   GS_REQUIRE(p != nullptr, GPUSTRIPE_ERR_INVALID_POINTER, "%s: %s is NULL (%zu bytes)", call, what, bytes);
-  GS_REQUIRE(u + bytes >= u, GPUSTRIPE_ERR_INVALID_POINTER, "%s: %s %p + %zu bytes wraps around the address space", call,
-             what, p, bytes);
+  GS_REQUIRE(!range_wraps(p, bytes), GPUSTRIPE_ERR_INVALID_SIZE, "%s: %s %p + %zu bytes wraps around the address space",
+             call, what, p, bytes);
 }
 
 void check_pointer_range(const char* call, const char* what, const void* p, int dev, size_t bytes,
@@ -16,7 +15,7 @@ void check_pointer_range(const char* call, const char* what, const void* p, int 
   uintptr_t u = reinterpret_cast<uintptr_t>(p);
   size_t base = static_cast<size_t>(info.base), end = static_cast<size_t>(info.base + info.size);
   // size 0: the backend does not know the bounds (a driver that does not report them).
-  bool in_range = info.size == 0 || (u >= info.base && bytes <= info.size - (u - info.base));
+  bool in_range = info.holds(p, bytes);
   if (dev == kHostDevice) {
     if (info.kind == MemoryKind::Device)
       GS_THROW(GPUSTRIPE_ERR_INVALID_POINTER,

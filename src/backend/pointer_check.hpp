@@ -10,7 +10,7 @@
 
 namespace gpustripe {
 
-// Null, or a range that wraps around the address space: ERR_INVALID_POINTER.
+// Null: ERR_INVALID_POINTER; a range that wraps around the address space: ERR_INVALID_SIZE.
 void check_pointer_not_null(const char* call, const char* what, const void* p, size_t bytes);
 void check_pointer_range(const char* call, const char* what, const void* p, int dev, size_t bytes,
                          const PointerInfo& info);

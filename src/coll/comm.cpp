@@ -48,6 +48,17 @@ bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
   return an && bn && x < y + bn && y < x + an;
 }
 
+// Bytes of `blocks` blocks of `count` elements of `dt`: ERR_INVALID_SIZE when that does not
+// fit in 64 bits (a product that wrapped would pass the buffer checks with a small size while
+// the schedule runs over `count` elements).
+size_t count_bytes(const char* call, size_t count, DataType dt, size_t blocks = 1) {
+  const size_t esz = dtype_size(dt);
+  GS_REQUIRE(esz == 0 || count <= SIZE_MAX / esz / blocks, GPUSTRIPE_ERR_INVALID_SIZE,
+             "%s: %zu elements of %zu bytes%s overflow a 64-bit byte count", call, count, esz,
+             blocks > 1 ? " per rank" : "");
+  return count * esz * blocks;
+}
+
 Team whole(const std::vector<int>& devices) {
   Team t;
   for (int r = 0; r < static_cast<int>(devices.size()); ++r) {
@@ -253,7 +264,7 @@ void Comm::alltoall(const std::vector<const void*>& send, const std::vector<void
                     const Streams& streams) {
   check_count(send, recv, "alltoall");
   const int n = size();
-  const size_t block = count * dtype_size(dt), total = block * n;
+  const size_t block = count_bytes("alltoall", count, dt), total = count_bytes("alltoall", count, dt, n);
   bool in_place = false;
   for (int r = 0; r < n; ++r) {
     check_buffer(r, send[r], total, "alltoall send buffer");
@@ -284,7 +295,7 @@ void Comm::allgather(const std::vector<const void*>& send, const std::vector<voi
                      const Streams& streams) {
   check_count(send, recv, "allgather");
   const int n = size();
-  const size_t block = count * dtype_size(dt), total = block * n;
+  const size_t block = count_bytes("allgather", count, dt), total = count_bytes("allgather", count, dt, n);
   for (int r = 0; r < n; ++r) {
     check_buffer(r, send[r], block, "allgather send buffer");
     check_buffer(r, recv[r], total, "allgather receive buffer");
@@ -305,7 +316,8 @@ void Comm::reduce_scatter(const std::vector<const void*>& send, const std::vecto
   check_count(send, recv, "reduce_scatter");
   check_redop(op);
   const int n = size();
-  const size_t esz = dtype_size(dt), block = count * esz, total = block * n;
+  const size_t block = count_bytes("reduce_scatter", count, dt),
+               total = count_bytes("reduce_scatter", count, dt, n);
   for (int r = 0; r < n; ++r) {
     check_buffer(r, send[r], total, "reduce_scatter send buffer");
     check_buffer(r, recv[r], block, "reduce_scatter receive buffer");
@@ -330,7 +342,7 @@ void Comm::allreduce(const std::vector<const void*>& send, const std::vector<voi
   check_count(send, recv, "allreduce");
   check_redop(op);
   const int n = size();
-  const size_t bytes = count * dtype_size(dt);
+  const size_t bytes = count_bytes("allreduce", count, dt);
   for (int r = 0; r < n; ++r) {
     check_buffer(r, send[r], bytes, "allreduce send buffer");
     check_buffer(r, recv[r], bytes, "allreduce receive buffer");
@@ -351,7 +363,7 @@ void Comm::bcast(const std::vector<void*>& bufs, size_t count, DataType dt, int 
   GS_REQUIRE(static_cast<int>(bufs.size()) == n, GPUSTRIPE_ERR_INVALID_ARGUMENT, "bcast: %zu buffers for %d ranks",
              bufs.size(), n);
   check_root(root);
-  const size_t bytes = count * dtype_size(dt);
+  const size_t bytes = count_bytes("bcast", count, dt);
   for (int r = 0; r < n; ++r) check_buffer(r, bufs[r], bytes, "bcast buffer");
   if (count == 0) return;
   Choice c = pick(CollOp::Bcast, bytes, dt);
@@ -368,7 +380,7 @@ void Comm::reduce(const std::vector<const void*>& send, const std::vector<void*>
   check_redop(op);
   check_root(root);
   const int n = size();
-  const size_t bytes = count * dtype_size(dt);
+  const size_t bytes = count_bytes("reduce", count, dt);
   for (int r = 0; r < n; ++r) check_buffer(r, send[r], bytes, "reduce send buffer");
   check_buffer(root, recv[root], bytes, "reduce receive buffer of the root");
   GS_REQUIRE(send[root] == recv[root] || !overlaps(send[root], bytes, recv[root], bytes),

@@ -57,6 +57,14 @@ ShmMapping shm_open_map(const std::string& name, size_t bytes) {
     close(fd);
     return failed("fstat", err);
   }
+  // Segments are made owner-only (0600) by their creator; one of another user here is not
+  // ours, whatever its mode: another user may have made it under the name we expect.
+  if (st.st_uid != geteuid()) {
+    close(fd);
+    ShmMapping m = failed("owner", EPERM);
+    m.owner = static_cast<long>(st.st_uid);
+    return m;
+  }
   size_t have = static_cast<size_t>(st.st_size);
   if (have == 0 || have < bytes) {
     close(fd);

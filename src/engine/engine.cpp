@@ -34,6 +34,7 @@ const SizeSetting kHostStaging{"GPUSTRIPE_HOST_STAGING", "128M",
                                "Pinned host staging memory per CPU socket and source GPU, allocated on first use and reused"};
 const SizeSetting kGpuStaging{"GPUSTRIPE_GPU_STAGING", "256M",
                               "Scratch memory per staging GPU, allocated on first use and reused"};
+constexpr uint64_t kMinStagingBytes = 4096;
 const BoolSetting kDirectOnCaller{"GPUSTRIPE_DIRECT_ON_CALLER", "1",
                                   "Multi-path copies put their direct path on the caller's stream (no fork or join "
                                   "for it); 0: on the engine's lane of the link direction"};
@@ -86,6 +87,12 @@ Engine::Engine(Backend& backend, const Topology& topo, Planner* planner)
   static std::atomic<uint64_t> next_id{1};
   id_ = next_id++;  // never reused, unlike the address: keys of the per-thread plan caches
   ndev_ = backend_.device_count();
+  // Checked here, at context creation, not at the first staged copy: a staged path cuts its
+  // data into pieces of at most half an area, and an area under a page holds none.
+  for (const SizeSetting* area : {&kHostStaging, &kGpuStaging})
+    GS_REQUIRE(area->get() >= kMinStagingBytes, GPUSTRIPE_ERR_CONFIG,
+               "%s=%s: a staging area needs at least %llu bytes", area->name(), area->text().c_str(),
+               static_cast<unsigned long long>(kMinStagingBytes));
   graphs_ = backend_.supports_graphs() && kGraphs.get();
   graphs_gpu_staged_ = kGraphsGpuStaged.get();
   host_lanes_ = static_cast<int>(std::clamp<int64_t>(kHostLanes.get(), 1, 8));

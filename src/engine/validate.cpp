@@ -11,18 +11,20 @@ void check_device(const char* what, int dev, int device_count) {
 
 PointerInfo check_device_range(Backend& backend, const char* what, const void* p, int dev, uint64_t bytes) {
   GS_REQUIRE(p != nullptr, GPUSTRIPE_ERR_INVALID_POINTER, "%s is NULL", what);
+  GS_REQUIRE(!range_wraps(p, bytes), GPUSTRIPE_ERR_INVALID_SIZE,
+             "%s: %llu bytes at %p wrap around the address space (a negative size converted to unsigned?)", what,
+             static_cast<unsigned long long>(bytes), p);
   PointerInfo info = backend.pointer_info(p);
   GS_REQUIRE(info.kind == MemoryKind::Device, GPUSTRIPE_ERR_INVALID_POINTER,
              "%s %p is %s memory; a copy needs device memory of GPU %d", what, p,
              info.kind == MemoryKind::PinnedHost ? "pinned host" : "host", dev);
   GS_REQUIRE(info.device == dev, GPUSTRIPE_ERR_INVALID_POINTER, "%s %p is memory of GPU %d, not of GPU %d", what, p,
              info.device, dev);
-  if (info.size) {
+  if (!info.holds(p, bytes)) {
     uint64_t offset = reinterpret_cast<uintptr_t>(p) - info.base;
-    GS_REQUIRE(offset + bytes <= info.size, GPUSTRIPE_ERR_INVALID_SIZE,
-               "%s range of %llu bytes at offset %llu runs past its allocation of %llu bytes", what,
-               static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(offset),
-               static_cast<unsigned long long>(info.size));
+    GS_THROW(GPUSTRIPE_ERR_INVALID_SIZE, "%s range of %llu bytes at offset %llu runs past its allocation of %llu bytes",
+             what, static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(offset),
+             static_cast<unsigned long long>(info.size));
   }
   return info;
 }

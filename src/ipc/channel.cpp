@@ -1,9 +1,11 @@
 #include "ipc/channel.hpp"
 
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <ctime>
 
@@ -22,7 +24,7 @@ const SizeSetting kRingBytes{"GPUSTRIPE_IPC_RING", "256K",
                              "records; a record may use a quarter of it)"};
 
 constexpr uint64_t kMagic = 0x6770737472697065ull;  // "gpstripe"
-constexpr uint32_t kVersion = 4;  // 4: fd_requests in the rank slots
+constexpr uint32_t kVersion = 5;  // 4: fd_requests in the rank slots; 5: socket tokens
 constexpr int kBoardSlots = 1024;
 constexpr uint64_t kSkip = ~0ull;  // record length marking "continue at the ring's start"
 constexpr size_t kAlign = 64;
@@ -49,6 +51,7 @@ struct alignas(kAlign) RankSlot {
   std::atomic<int32_t> pid;
   std::atomic<uint32_t> state;
   std::atomic<uint32_t> fd_requests;  // bumped by a rank that asked this one for a file descriptor
+  uint8_t socket_token[Channel::kSocketTokenBytes];  // random, written before state turns alive
 };
 
 struct Channel::BoardSlot {
@@ -125,6 +128,16 @@ Channel::Channel(ShmSegment segment, int rank) : seg_(std::move(segment)), rank_
   uint32_t was = slot.state.load(std::memory_order_acquire);
   GS_REQUIRE(was == kAbsent, GPUSTRIPE_ERR_INVALID_ARGUMENT, "channel '%s': rank %d is already attached (pid %d)",
              seg_.name().c_str(), rank, slot.pid.load());
+  // The token names this rank's descriptor socket (ipc/fd_exchange.hpp). It must be
+  // unguessable: only processes that can read this (owner-only) segment learn it before the
+  // socket is bound, so no other user can bind the name first and receive our descriptors.
+  size_t got = 0;
+  while (got < sizeof slot.socket_token) {
+    ssize_t n = getrandom(slot.socket_token + got, sizeof slot.socket_token - got, 0);
+    GS_REQUIRE(n > 0 || errno == EINTR, GPUSTRIPE_ERR_IO, "channel '%s': getrandom failed: %s", seg_.name().c_str(),
+               strerror(errno));
+    if (n > 0) got += static_cast<size_t>(n);
+  }
   slot.pid.store(static_cast<int32_t>(getpid()), std::memory_order_relaxed);
   slot.state.store(kAlive, std::memory_order_release);
 }
@@ -268,6 +281,26 @@ void Channel::ask_for_fds(int r) {
 }
 
 uint32_t Channel::fd_requests() const { return header()->ranks[rank_].fd_requests.load(std::memory_order_acquire); }
+
+int Channel::pid_of(int r) const {
+  GS_REQUIRE(r >= 0 && r < nranks_, GPUSTRIPE_ERR_INVALID_ARGUMENT, "channel: rank %d of %d ranks", r, nranks_);
+  const RankSlot& s = header()->ranks[r];
+  if (s.state.load(std::memory_order_acquire) == kAbsent) return 0;
+  return s.pid.load(std::memory_order_relaxed);
+}
+
+std::string Channel::socket_token(int r) const {
+  GS_REQUIRE(r >= 0 && r < nranks_, GPUSTRIPE_ERR_INVALID_ARGUMENT, "channel: rank %d of %d ranks", r, nranks_);
+  const RankSlot& s = header()->ranks[r];
+  if (s.state.load(std::memory_order_acquire) == kAbsent) return {};
+  static const char* hex = "0123456789abcdef";
+  std::string t;
+  for (uint8_t b : s.socket_token) {
+    t += hex[b >> 4];
+    t += hex[b & 15];
+  }
+  return t;
+}
 
 PeerState Channel::peer_state(int r) const {
   const RankSlot& s = header()->ranks[r];

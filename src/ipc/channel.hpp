@@ -30,6 +30,7 @@ const char* peer_state_name(PeerState s);
 class Channel {
  public:
   static constexpr int kMaxRanks = 256;
+  static constexpr size_t kSocketTokenBytes = 16;
 
   // Creates the job's segment for `nranks` ranks with rings of `ring_bytes` (rounded
   // up to a power of two; 0: GPUSTRIPE_IPC_RING). The creator may be a rank or not
@@ -81,6 +82,13 @@ class Channel {
   // load of shared memory instead of a system call per pass.
   void ask_for_fds(int r);
   uint32_t fd_requests() const;  // this rank's counter
+
+  // The pid rank `r` attached with (0 while it has not attached). The descriptor exchange
+  // accepts a datagram claiming to come from `r` only from this process.
+  int pid_of(int r) const;
+  // Rank `r`'s random token (hex; empty while it has not attached), drawn when it attached:
+  // the name of its descriptor socket. Only processes that can read this segment know it.
+  std::string socket_token(int r) const;
 
   PeerState peer_state(int r) const;
   // Throws ERR_PEER_FAILED naming the rank when it died, or when it has left and

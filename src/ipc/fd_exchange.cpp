@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <functional>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -57,12 +56,22 @@ struct FdExchange::Wire {
   Backend::IpcMemHandle handle;  // what the descriptor, request or answer is about
 };
 
-std::string FdExchange::socket_name(const std::string& channel, int rank) {
-  std::string c = channel;
-  if (!c.empty() && c[0] == '/') c.erase(0, 1);
-  std::string name = "gpustripe-fd:" + c + ":" + std::to_string(rank);
-  if (name.size() > 100) name = "gpustripe-fd:" + std::to_string(std::hash<std::string>{}(c)) + ":" + std::to_string(rank);
-  return name;
+std::string FdExchange::socket_name(int rank) const {
+  std::string token = ch_.socket_token(rank);
+  return token.empty() ? std::string() : "gpustripe-fd:" + token;
+}
+
+bool FdExchange::authentic(const msghdr& m, int from) const {
+  if (from < 0 || from >= ch_.size() || from == ch_.rank()) return false;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&m), c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len >= CMSG_LEN(sizeof(ucred))) {
+      ucred cr{};
+      std::memcpy(&cr, CMSG_DATA(c), sizeof cr);
+      // The kernel vouches for both: a process can claim only its own pid and uids.
+      const int pid = ch_.pid_of(from);
+      return cr.uid == getuid() && pid > 0 && cr.pid == pid;
+    }
+  return false;  // SO_PASSCRED makes the kernel attach them to every datagram: none is a bug
 }
 
 FdExchange::FdExchange(Channel& channel, Backend& backend) : ch_(channel), backend_(backend) {
@@ -72,11 +81,19 @@ FdExchange::FdExchange(Channel& channel, Backend& backend) : ch_(channel), backe
                 ch_.rank(), strerror(errno));
     return;
   }
+  // Before bind, so that no datagram arrives without its sender's credentials.
+  const int on = 1;
+  if (setsockopt(s, SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0) {
+    GS_LOG_INFO(Subsys::Ipc, "rank %d: the descriptor socket cannot check senders (SO_PASSCRED: %s): VMM and pool "
+                "buffers take the stream path", ch_.rank(), strerror(errno));
+    close(s);
+    return;
+  }
   socklen_t len = 0;
-  sockaddr_un a = address(socket_name(ch_.name(), ch_.rank()), &len);
+  sockaddr_un a = address(socket_name(ch_.rank()), &len);
   if (bind(s, reinterpret_cast<sockaddr*>(&a), len) != 0) {
-    GS_LOG_INFO(Subsys::Ipc, "rank %d: cannot bind the descriptor socket %s (%s): VMM and pool buffers take the "
-                "stream path", ch_.rank(), socket_name(ch_.name(), ch_.rank()).c_str(), strerror(errno));
+    GS_LOG_INFO(Subsys::Ipc, "rank %d: cannot bind the descriptor socket (%s): VMM and pool buffers take the "
+                "stream path", ch_.rank(), strerror(errno));
     close(s);
     return;
   }
@@ -96,8 +113,8 @@ FdExchangeStats FdExchange::stats() const {
 }
 
 FdExchange::Sent FdExchange::send_locked(int dst, const Wire& w0, const ReceivedFds& what, bool wait_if_full) {
+  sockaddr_un a{};
   socklen_t len = 0;
-  sockaddr_un a = address(socket_name(ch_.name(), dst), &len);
   Wire w = w0;
   w.pieces = static_cast<uint32_t>(what.pieces.size());
   GS_REQUIRE(what.pieces.size() <= Backend::kMaxIpcPieces && what.fds.size() <= Backend::kMaxIpcPieces,
@@ -106,8 +123,6 @@ FdExchange::Sent FdExchange::send_locked(int dst, const Wire& w0, const Received
                  {const_cast<Backend::IpcPiece*>(what.pieces.data()), what.pieces.size() * sizeof(Backend::IpcPiece)}};
   const size_t total = sizeof w + io[1].iov_len;
   msghdr m{};
-  m.msg_name = &a;
-  m.msg_namelen = len;
   m.msg_iov = io;
   m.msg_iovlen = what.pieces.empty() ? 1 : 2;
   alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * Backend::kMaxIpcPieces)] = {};
@@ -120,13 +135,24 @@ FdExchange::Sent FdExchange::send_locked(int dst, const Wire& w0, const Received
     c->cmsg_len = CMSG_LEN(sizeof(int) * what.fds.size());
     std::memcpy(CMSG_DATA(c), what.fds.data(), sizeof(int) * what.fds.size());
   }
-  Waiter wait(format("rank %d: passing a file descriptor to rank %d (its socket %s is full)", ch_.rank(), dst,
-                     socket_name(ch_.name(), dst).c_str()),
+  Waiter wait(format("rank %d: passing a file descriptor to rank %d (its socket is full)", ch_.rank(), dst),
               [&] { ch_.check_peer(dst, true); });
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
-    if (sendmsg(sock_, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(total)) return Sent::Yes;
-    int err = errno;
+    // A rank that left or died no longer owns its socket's name, and another process may
+    // have bound it since: nothing goes there.
+    const PeerState st = ch_.peer_state(dst);
+    if (st == PeerState::Left || st == PeerState::Dead) return Sent::NotBound;
+    // The name is known once dst has attached (its token); until then it is "not bound".
+    const std::string name = socket_name(dst);
+    int err = ENOENT;
+    if (!name.empty()) {
+      a = address(name, &len);
+      m.msg_name = &a;
+      m.msg_namelen = len;
+      if (sendmsg(sock_, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(total)) return Sent::Yes;
+      err = errno;
+    }
     if ((err == ECONNREFUSED || err == ENOENT) &&
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > kNotBoundGraceS)
       return Sent::NotBound;
@@ -181,7 +207,7 @@ void FdExchange::drain_locked() {
     msghdr m{};
     m.msg_iov = &io;
     m.msg_iovlen = 1;
-    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * Backend::kMaxIpcPieces)] = {};
+    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(sizeof(int) * Backend::kMaxIpcPieces)] = {};
     m.msg_control = ctl;
     m.msg_controllen = sizeof ctl;
     ssize_t n = recvmsg(sock_, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
@@ -199,6 +225,18 @@ void FdExchange::drain_locked() {
           fds.push_back(fd);
         }
       }
+    // Only the processes of this job's ranks may speak here: the sender must run as our user
+    // and be the process registered for the rank it claims to be. The abstract namespace has
+    // no permissions, and anyone on the node can see the socket's name in /proc/net/unix;
+    // without this check another user could hand us its own memory as a peer's buffer
+    // (injecting data into a receive, or receiving what a push sends) or ask for ours.
+    if (n >= static_cast<ssize_t>(sizeof w) && !authentic(m, w.from)) {
+      close_all(fds);
+      if (stats_.refused++ < 8)
+        GS_LOG_WARN(Subsys::Ipc, "rank %d: refused a datagram on the descriptor socket from a process that is not "
+                    "the rank it names (another user, or not a rank of this job)", ch_.rank());
+      continue;
+    }
     const bool whole = !(m.msg_flags & (MSG_CTRUNC | MSG_TRUNC));
     if (!whole && !(m.msg_flags & MSG_TRUNC) && n >= static_cast<ssize_t>(sizeof w) && w.magic == kMagic &&
         w.type == kFd && w.from >= 0 && w.from < ch_.size()) {
@@ -313,8 +351,8 @@ bool FdExchange::offer(int dst, const Backend::IpcMemHandle& h) {
   }
   close_all(what.fds);
   if (sent == Sent::NotBound) {
-    GS_LOG_INFO(Subsys::Ipc, "rank %d: rank %d has no descriptor socket (%s): its %s buffers stream", ch_.rank(), dst,
-                socket_name(ch_.name(), dst).c_str(), kind_word(static_cast<uint32_t>(h.kind)));
+    GS_LOG_INFO(Subsys::Ipc, "rank %d: rank %d has no descriptor socket: its %s buffers stream", ch_.rank(), dst,
+                kind_word(static_cast<uint32_t>(h.kind)));
     return false;
   }
   if (sent == Sent::Full) {

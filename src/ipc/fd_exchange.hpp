@@ -3,10 +3,18 @@
 // VMM memory (cuMemCreate) and cudaMallocAsync pools are shared by POSIX file
 // descriptors (Backend::IpcKind VmmFd / PoolFd), and a descriptor cannot travel in the
 // bytes of a channel record: the kernel must install it in the receiving process. Each
-// rank therefore binds one Unix datagram socket in the abstract namespace, named from
-// the channel's name and its rank (as NCCL's ipc socket does), and descriptors go over
-// it with SCM_RIGHTS; nothing is left in the file system, and a dead process's socket
-// goes with it.
+// rank therefore binds one Unix datagram socket in the abstract namespace, named by a
+// random token it drew when it attached to the channel (Channel::socket_token), and
+// descriptors go over it with SCM_RIGHTS; nothing is left in the file system, and a dead
+// process's socket goes with it.
+//
+// Who may speak: the abstract namespace has no permissions and its names are listed in
+// /proc/net/unix, so every datagram is checked against the kernel's credentials of its
+// sender (SO_PASSCRED): our uid, and the pid the channel registered for the rank the
+// datagram names; anything else is dropped with its descriptors (FdExchangeStats::refused).
+// Who may listen: a name is unguessable (128 random bits, readable only in the owner-only
+// channel segment) until its rank binds it, so no other process can take it first, and
+// nothing is sent to a rank that left or died (its name may have been taken since).
 //
 // A VmmMulti handle (a buffer spanning several VMM allocations) travels as one datagram with
 // every piece's descriptor (one SCM_RIGHTS message) and the layout.
@@ -22,6 +30,8 @@
 // ERR_PEER_FAILED when the exporter dies; a waiting rank answers the requests of others
 // meanwhile, so two ranks mapping each other's buffers cannot deadlock.
 #pragma once
+#include <sys/socket.h>
+
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -44,6 +54,7 @@ struct FdExchangeStats {
   uint64_t taken = 0;      // descriptors handed to ipc_open
   uint64_t requested = 0;  // descriptors this rank asked a peer for (it had none)
   uint64_t served = 0;     // requests of peers answered with a descriptor
+  uint64_t refused = 0;    // datagrams from a process that is not the rank they name (dropped)
 };
 
 // What the importer gets for a handle: one descriptor (VmmFd, PoolFd), or one per piece and
@@ -79,12 +90,15 @@ class FdExchange {
   // Exporter: answers peers' requests; one atomic load when there are none.
   void serve();
   FdExchangeStats stats() const;
-  // The socket's name in the abstract namespace (without the leading NUL), for messages.
-  static std::string socket_name(const std::string& channel, int rank);
 
  private:
   using Key = std::tuple<int, uint32_t, uint64_t>;  // (peer, kind, share id)
   struct Wire;
+  // The name of rank's socket in the abstract namespace (without the leading NUL), from its
+  // random token in the channel; empty while it has not attached.
+  std::string socket_name(int rank) const;
+  // Whether a received datagram (its SCM_CREDENTIALS) comes from the process of rank `from`.
+  bool authentic(const msghdr& m, int from) const;
   void drain_locked();
   void serve_locked();
   // Sends one datagram (with `fd` unless -1) to `dst`, waiting (for a short grace) while its

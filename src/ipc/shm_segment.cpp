@@ -28,6 +28,9 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
 
 ShmSegment ShmSegment::open(const std::string& name) {
   ShmMapping m = shm_open_map(name);
+  if (!m.ok() && std::strcmp(m.step, "owner") == 0)
+    GS_THROW(GPUSTRIPE_ERR_INVALID_ARGUMENT, "shared memory '%s' belongs to uid %ld, not to this user (uid %d): refused "
+             "(another user made a segment under this job's name)", name.c_str(), m.owner, static_cast<int>(geteuid()));
   if (!m.ok())
     GS_THROW(GPUSTRIPE_ERR_IO, "shared memory '%s': %s failed: %s", name.c_str(), m.step,
              std::strcmp(m.step, "size") == 0 ? "it has no size" : strerror(m.error));

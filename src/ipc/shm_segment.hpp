@@ -9,9 +9,11 @@ namespace gpustripe::ipc {
 class ShmSegment {
  public:
   ShmSegment() = default;
-  // Creates `name` ("/gpustripe-...") of `bytes`, zero-filled; fails if it exists.
+  // Creates `name` ("/gpustripe-...") of `bytes`, zero-filled, readable and writable by this
+  // user only; fails if it exists.
   static ShmSegment create(const std::string& name, size_t bytes);
-  // Maps an existing segment; its size is read from the segment.
+  // Maps an existing segment; its size is read from the segment. ERR_INVALID_ARGUMENT when
+  // another user owns it (ERR_IO for the other failures: not there, or no size yet).
   static ShmSegment open(const std::string& name);
   ~ShmSegment();
   ShmSegment(ShmSegment&& o) noexcept { *this = std::move(o); }

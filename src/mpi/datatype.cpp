@@ -8,11 +8,15 @@ namespace gpustripe::mpi {
 
 Layout layout_of(int count, MPI_Datatype type) {
   GS_REQUIRE(count >= 0, GPUSTRIPE_ERR_INVALID_ARGUMENT, "count %d is negative", count);
+  // Checked before asking the MPI about it: MPI_DATATYPE_NULL is a send's or receive's
+  // MPI_ERR_TYPE (as the MPI itself returns), not a 0-byte message.
+  GS_REQUIRE(type != MPI_DATATYPE_NULL, GPUSTRIPE_ERR_INVALID_TYPE, "MPI_DATATYPE_NULL is not a datatype");
   int size = 0;
   MPI_Aint lb = 0, extent = 0, tlb = 0, textent = 0;
-  PMPI_Type_size(type, &size);
-  PMPI_Type_get_extent(type, &lb, &extent);
-  PMPI_Type_get_true_extent(type, &tlb, &textent);
+  GS_REQUIRE(PMPI_Type_size(type, &size) == MPI_SUCCESS && size != MPI_UNDEFINED &&
+                 PMPI_Type_get_extent(type, &lb, &extent) == MPI_SUCCESS &&
+                 PMPI_Type_get_true_extent(type, &tlb, &textent) == MPI_SUCCESS,
+             GPUSTRIPE_ERR_INVALID_TYPE, "the datatype is not valid (the MPI could not size it)");
   Layout l;
   l.bytes = static_cast<uint64_t>(size) * static_cast<uint64_t>(count);
   l.span_lb = tlb;

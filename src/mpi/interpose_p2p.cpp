@@ -13,7 +13,8 @@ namespace gpustripe::mpi {
 Target route(MPI_Comm comm, int peer, bool device) {
   Target t;
   Runtime* rt = Runtime::get();
-  if (!rt || peer == MPI_PROC_NULL) return t;
+  // No communicator: the MPI reports it (MPI_ERR_COMM), as without the interposer.
+  if (!rt || peer == MPI_PROC_NULL || comm == MPI_COMM_NULL) return t;
   t.ci = rt->comm(comm);
   bool stage = device && !rt->cuda_aware();
   if (!t.ci) {
@@ -84,7 +85,8 @@ namespace {
 int iprobe_impl(int source, int tag, MPI_Comm comm, int* flag, MPI_Status* st) {
   std::lock_guard<std::recursive_mutex> l(lock());
   Target t = route(comm, source, false);
-  if (t.route == Route::Mpi || t.route == Route::Staged) return PMPI_Iprobe(source, tag, comm, flag, st);
+  if (t.route == Route::Mpi || t.route == Route::Staged || (tag < 0 && tag != MPI_ANY_TAG))
+    return PMPI_Iprobe(source, tag, comm, flag, st);  // a bad tag: the MPI reports it
   Runtime& rt = *Runtime::get();
   progress_detached();
   p2p::P2pStatus ps;
@@ -251,7 +253,8 @@ int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status* st) {
       std::lock_guard<std::recursive_mutex> l(lock());
       t = route(comm, source, false);
     }
-    if (t.route == Route::Mpi || t.route == Route::Staged) return PMPI_Probe(source, tag, comm, st);
+    if (t.route == Route::Mpi || t.route == Route::Staged || (tag < 0 && tag != MPI_ANY_TAG))
+      return PMPI_Probe(source, tag, comm, st);
     Runtime& rt = *Runtime::get();
     ipc::Waiter w(format("MPI_Probe(source %d, tag %d) on rank %d", source, tag, rt.world_rank()), [&] {
       std::lock_guard<std::recursive_mutex> l(lock());

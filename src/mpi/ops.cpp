@@ -306,6 +306,7 @@ int report(MPI_Comm comm, const char* call, const std::exception& e) {
   if (auto* ge = dynamic_cast<const Error*>(&e)) {
     if (ge->status() == GPUSTRIPE_ERR_TRUNCATE) code = MPI_ERR_TRUNCATE;
     else if (ge->status() == GPUSTRIPE_ERR_INVALID_ARGUMENT) code = MPI_ERR_ARG;
+    else if (ge->status() == GPUSTRIPE_ERR_INVALID_TYPE) code = MPI_ERR_TYPE;
     else code = error_code_for(ge->status());
     std::fprintf(stderr, "gpustripe_mpi: rank %d: %s: %s: %s\n", Runtime::get() ? Runtime::get()->world_rank() : -1,
                  call, status_name(ge->status()), e.what());

@@ -135,6 +135,8 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
   GS_REQUIRE(tag >= 0, GPUSTRIPE_ERR_INVALID_ARGUMENT, "send with tag %d: tags are >= 0", tag);
   GS_REQUIRE(buf || bytes == 0, GPUSTRIPE_ERR_INVALID_POINTER, "send of %llu bytes from a NULL buffer",
              static_cast<unsigned long long>(bytes));
+  GS_REQUIRE(!range_wraps(buf, bytes), GPUSTRIPE_ERR_INVALID_SIZE, "send of %llu bytes at %p: wraps around the address "
+             "space", static_cast<unsigned long long>(bytes), buf);
   std::lock_guard<std::recursive_mutex> lock(mu_);
   auto r = std::make_shared<Request>();
   r->send_ = true;
@@ -192,6 +194,8 @@ RequestPtr Endpoint::irecv(void* buf, uint64_t capacity, int src, int tag, uint6
   GS_REQUIRE(tag >= kAnyTag, GPUSTRIPE_ERR_INVALID_ARGUMENT, "receive with tag %d: tags are >= 0 or any (-1)", tag);
   GS_REQUIRE(buf || capacity == 0, GPUSTRIPE_ERR_INVALID_POINTER, "receive of %llu bytes into a NULL buffer",
              static_cast<unsigned long long>(capacity));
+  GS_REQUIRE(!range_wraps(buf, capacity), GPUSTRIPE_ERR_INVALID_SIZE, "receive of %llu bytes at %p: wraps around the "
+             "address space", static_cast<unsigned long long>(capacity), buf);
   std::lock_guard<std::recursive_mutex> lock(mu_);
   progress_locked();  // take in what has arrived, so the unexpected queue is current
   auto r = std::make_shared<Request>();
@@ -600,6 +604,10 @@ P2pStatus Endpoint::recv(void* buf, uint64_t capacity, int src, int tag, uint64_
 }
 
 bool Endpoint::iprobe(int src, int tag, uint64_t comm, P2pStatus* status) {
+  // The same arguments a receive accepts: a probe that could never match is a caller's bug.
+  GS_REQUIRE(src == kAnySource || (src >= 0 && src < ch_.size()), GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "probe for rank %d: ranks are 0..%d or any (-1)", src, ch_.size() - 1);
+  GS_REQUIRE(tag >= kAnyTag, GPUSTRIPE_ERR_INVALID_ARGUMENT, "probe with tag %d: tags are >= 0 or any (-1)", tag);
   std::lock_guard<std::recursive_mutex> lock(mu_);
   progress_locked();
   Request probe;

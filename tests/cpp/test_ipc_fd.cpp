@@ -37,22 +37,6 @@ constexpr uint64_t kComm = 5;
 
 std::unique_ptr<Backend> emulated() { return make_emulated_backend(load_topology_file("h200x4")); }
 
-void put(Backend& b, void* dst, int dev, const std::vector<unsigned char>& v) {
-  StreamHandle s = b.create_stream(dev);
-  b.copy_async(dst, dev, v.data(), kHostDevice, v.size(), s);
-  b.synchronize_stream(s);
-  b.destroy_stream(s);
-}
-
-std::vector<unsigned char> get(Backend& b, const void* src, int dev, size_t n) {
-  std::vector<unsigned char> v(n);
-  StreamHandle s = b.create_stream(dev);
-  b.copy_async(v.data(), kHostDevice, src, dev, n, s);
-  b.synchronize_stream(s);
-  b.destroy_stream(s);
-  return v;
-}
-
 template <typename F>
 gpustripe_status_t status_of(F&& f) {
   try {
@@ -106,8 +90,8 @@ TEST(IpcFd, OfferedDescriptorMapsInThePeerAndRequestsAreServed) {
     if (rank == 0) {
       void* a = be->alloc_device_as(0, n, DeviceAlloc::VmmFd);
       void* b = be->alloc_device_as(0, n, DeviceAlloc::VmmFd);
-      put(*be, a, 0, seeded_bytes(1, n));
-      put(*be, b, 0, seeded_bytes(2, n));
+      device_put(*be, a, 0, seeded_bytes(1, n));
+      device_put(*be, b, 0, seeded_bytes(2, n));
       Backend::IpcMemHandle ha = be->ipc_export(a), hb = be->ipc_export(b);
       RANK_CHECK(fx.offer(1, ha));
       RANK_CHECK(fx.offer(1, ha));  // once per peer and allocation
@@ -141,7 +125,7 @@ TEST(IpcFd, OfferedDescriptorMapsInThePeerAndRequestsAreServed) {
         int fd = fx.take(0, h[i]);
         void* p = be->ipc_open(h[i], fd);
         close(fd);
-        RANK_CHECK(get(*be, p, 0, n) == seeded_bytes(1 + i, n));
+        RANK_CHECK(device_get(*be, p, 0, n) == seeded_bytes(1 + i, n));
         be->ipc_close(p);
       }
       auto s = fx.stats();
@@ -254,14 +238,14 @@ void send_rounds(DeviceAlloc send_how, DeviceAlloc recv_how, bool send_on_host, 
           if (buf) prev = buf;
         }
         if (rank == 0) {
-          if (buf) put(*be, buf, 0, data);
+          if (buf) device_put(*be, buf, 0, data);
           else host = data;
           ep.send(buf ? buf : host.data(), n, 1, i, kComm);
         } else {
-          put(*be, buf, 1, std::vector<unsigned char>(n, 0));
+          device_put(*be, buf, 1, std::vector<unsigned char>(n, 0));
           P2pStatus st = ep.recv(buf, n, 0, i, kComm);
           RANK_CHECK(st.error == GPUSTRIPE_SUCCESS && st.bytes == n);
-          RANK_CHECK(get(*be, buf, 1, n) == data);
+          RANK_CHECK(device_get(*be, buf, 1, n) == data);
         }
       }
       // The exporter tells the other side how often its address came back.
@@ -337,11 +321,11 @@ TEST(IpcFd, AnEvictedMappingIsMappedAgainByAskingTheExporter) {
     for (auto& b : buf) b = be->alloc_device_as(rank, n, DeviceAlloc::VmmFd);
     for (int i = 0; i < 6; ++i) {
       if (rank == 0) {
-        put(*be, buf[i % 2], 0, seeded_bytes(i, n));
+        device_put(*be, buf[i % 2], 0, seeded_bytes(i, n));
         ep.send(buf[i % 2], n, 1, i, kComm);
       } else {
         ep.recv(buf[0], n, 0, i, kComm);
-        RANK_CHECK(get(*be, buf[0], 1, n) == seeded_bytes(i, n));
+        RANK_CHECK(device_get(*be, buf[0], 1, n) == seeded_bytes(i, n));
       }
     }
     auto f = ep.fd_exchange()->stats();
@@ -361,7 +345,7 @@ TEST(IpcFd, PeerWithoutADescriptorSocketGetsTheDataStreamed) {
       auto be = emulated();
       Endpoint ep(ch, be.get());
       void* buf = be->alloc_device_as(0, n, DeviceAlloc::VmmFd);
-      put(*be, buf, 0, seeded_bytes(77, n));
+      device_put(*be, buf, 0, seeded_bytes(77, n));
       ep.send(buf, n, 1, 0, kComm);
       RANK_CHECK(ep.fd_exchange()->stats().offered == 0);
       ep.flush();
@@ -436,7 +420,7 @@ TEST(IpcFd, SendsNeverWaitForAPeersFullDescriptorQueue) {
     if (rank == 0) {
       std::vector<RequestPtr> sends;
       for (int i = 0; i < kSends; ++i) {
-        put(*be, bufs[i], 0, seeded_bytes(500 + i, n));
+        device_put(*be, bufs[i], 0, seeded_bytes(500 + i, n));
         sends.push_back(ep.isend(bufs[i], n, 1, i, kComm));
       }
       FILE* f = std::fopen(path.c_str(), "w");  // all posted: rank 1 may start
@@ -450,7 +434,7 @@ TEST(IpcFd, SendsNeverWaitForAPeersFullDescriptorQueue) {
       std::vector<RequestPtr> recvs;
       for (int i = 0; i < kSends; ++i) recvs.push_back(ep.irecv(bufs[i], n, 0, i, kComm));
       for (auto& r : recvs) ep.wait(r);
-      for (int i = 0; i < kSends; ++i) RANK_CHECK(get(*be, bufs[i], 1, n) == seeded_bytes(500 + i, n));
+      for (int i = 0; i < kSends; ++i) RANK_CHECK(device_get(*be, bufs[i], 1, n) == seeded_bytes(500 + i, n));
       RANK_CHECK(ep.fd_exchange()->stats().requested > 0);
       std::remove(path.c_str());
     }
@@ -565,12 +549,12 @@ TEST(IpcFd, APieceReallocatedAtItsAddressIsNeverServedStale) {
       auto data = seeded_bytes(900 + i, n);
       if (rank == 0) {
         if (i == 1) be->remap_piece(static_cast<char*>(buf) + 7 * piece);
-        put(*be, buf, 0, data);
+        device_put(*be, buf, 0, data);
         ep.send(buf, n, 1, i, kComm);
       } else {
-        put(*be, buf, 1, std::vector<unsigned char>(n, 0));
+        device_put(*be, buf, 1, std::vector<unsigned char>(n, 0));
         RANK_CHECK(ep.recv(buf, n, 0, i, kComm).bytes == n);
-        RANK_CHECK(get(*be, buf, 1, n) == data);
+        RANK_CHECK(device_get(*be, buf, 1, n) == data);
       }
     }
     if (rank == 1) {
@@ -590,11 +574,11 @@ TEST(IpcFd, AVmmMultiBufferOverMorePiecesThanTheCapStreams) {
     void* buf = be->alloc_device_as(rank, n, DeviceAlloc::VmmMulti);
     auto data = seeded_bytes(31, n);
     if (rank == 0) {
-      put(*be, buf, 0, data);
+      device_put(*be, buf, 0, data);
       ep.send(buf, n, 1, 0, kComm);
     } else {
       RANK_CHECK(ep.recv(buf, n, 0, 0, kComm).bytes == n);
-      RANK_CHECK(get(*be, buf, 1, n) == data);
+      RANK_CHECK(device_get(*be, buf, 1, n) == data);
     }
     // Neither side could export its buffer: nothing mapped, nothing offered, the data streamed.
     RANK_CHECK(ep.handle_cache()->stats().misses == 0 && ep.fd_exchange()->stats().offered == 0);
@@ -777,7 +761,7 @@ TEST(IpcFd, APoolBufferInTwoMessagesAtOnceIsClosedWhenBothAreDone) {
     void* buf = be->alloc_device_as(rank, n, DeviceAlloc::PoolFd);
     void* second = rank == 1 ? be->alloc_device_as(1, n, DeviceAlloc::Plain) : nullptr;
     if (rank == 0) {
-      put(*be, buf, 0, seeded_bytes(61, n));
+      device_put(*be, buf, 0, seeded_bytes(61, n));
       RequestPtr a = ep.isend(buf, n, 1, 0, kComm), b = ep.isend(buf, n, 1, 1, kComm);
       ep.wait(a);
       ep.wait(b);
@@ -785,7 +769,7 @@ TEST(IpcFd, APoolBufferInTwoMessagesAtOnceIsClosedWhenBothAreDone) {
       RequestPtr a = ep.irecv(buf, n, 0, 0, kComm), b = ep.irecv(second, n, 0, 1, kComm);
       ep.wait(a);
       ep.wait(b);
-      RANK_CHECK(get(*be, buf, 1, n) == seeded_bytes(61, n) && get(*be, second, 1, n) == seeded_bytes(61, n));
+      RANK_CHECK(device_get(*be, buf, 1, n) == seeded_bytes(61, n) && device_get(*be, second, 1, n) == seeded_bytes(61, n));
       auto c = ep.handle_cache()->stats();
       RANK_CHECK(c.misses + c.hits == 2 && c.leases_closed == c.misses && ep.handle_cache()->size() == 0);
     }

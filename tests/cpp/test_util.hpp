@@ -46,3 +46,19 @@ inline std::vector<unsigned char> seeded_bytes(int seed, size_t n) {
   for (auto& b : v) b = static_cast<unsigned char>(rng());
   return v;
 }
+
+// Blocking copies between host bytes and memory of device `dev` (a stream of its own).
+inline void device_put(gpustripe::Backend& b, void* dst, int dev, const std::vector<unsigned char>& v) {
+  gpustripe::StreamHandle s = b.create_stream(dev);
+  b.copy_async(dst, dev, v.data(), gpustripe::kHostDevice, v.size(), s);
+  b.synchronize_stream(s);
+  b.destroy_stream(s);
+}
+inline std::vector<unsigned char> device_get(gpustripe::Backend& b, const void* src, int dev, size_t n) {
+  std::vector<unsigned char> v(n);
+  gpustripe::StreamHandle s = b.create_stream(dev);
+  b.copy_async(v.data(), gpustripe::kHostDevice, src, dev, n, s);
+  b.synchronize_stream(s);
+  b.destroy_stream(s);
+  return v;
+}

@@ -64,6 +64,25 @@ def test_bad_raw_copies_raise_with_status():
         ctx.free_device(src)
 
 
+@pytest.mark.parametrize("bytes_", [2**64 - 1, 2**64 - 4096, 2**63])
+def test_wrapping_sizes_raise_invalid_size_and_write_nothing(bytes_):
+    """A byte count that wraps past 2**64 from an offset into the buffers (a negative size
+    made unsigned): refused before anything is enqueued, the destination as it was."""
+    ctx = _ctx()
+    n, at = 1 << 20, 4096
+    src, dst = ctx.alloc_device(0, n), ctx.alloc_device(1, n)
+    try:
+        ctx.upload(src, 0, os.urandom(n))
+        ctx.upload(dst, 1, b"\xee" * n)
+        with pytest.raises(gpustripe.Error) as e:
+            ctx.copy(dst + at, 1, src + at, 0, bytes_)
+        assert e.value.status == "GPUSTRIPE_ERR_INVALID_SIZE"
+        assert ctx.download(dst, 1, n) == b"\xee" * n
+    finally:
+        ctx.free_device(src)
+        ctx.free_device(dst)
+
+
 class FakeArray:
     """Anything with __cuda_array_interface__ (what cupy and torch expose)."""
 

@@ -1,5 +1,6 @@
 #include "backend/emulated/pointer_table.hpp"
 
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -7,9 +8,23 @@
 
 namespace gpustripe::emu {
 
+namespace {
+
+// The high half of this process's buffer ids, random: an id is not to be guessed from the
+// pid by another process (as CUDA's are not meant to be relied on for that either).
+uint32_t random_id_prefix() {
+  uint32_t r = 0;
+  while (r == 0)
+    if (getrandom(&r, sizeof r, 0) != static_cast<ssize_t>(sizeof r)) r = static_cast<uint32_t>(getpid());
+  return r;
+}
+
+}  // namespace
+
 uint64_t next_buffer_id() {
+  static const uint64_t prefix = static_cast<uint64_t>(random_id_prefix()) << 32;
   static std::atomic<uint64_t> counter{0};
-  return (static_cast<uint64_t>(getpid()) << 32) | ((counter.fetch_add(1) + 1) & 0xffffffffull);
+  return prefix | ((counter.fetch_add(1) + 1) & 0xffffffffull);
 }
 
 void PointerTable::insert(const Allocation& a) {

@@ -38,9 +38,10 @@ struct Allocation {
   bool contains(uintptr_t p, size_t bytes) const { return p >= base && p - base <= size && bytes <= size - (p - base); }
 };
 
-// A buffer id unique on the node: the process id in the high half, a process-wide
-// counter in the low half, so a buffer imported from another process never shares
-// an id with a local one, and a freed and reallocated address gets a new id.
+// A buffer id unique in this process (a freed and reallocated address gets a new id), as
+// CUDA's CU_POINTER_ATTRIBUTE_BUFFER_ID is: a process-wide counter in the low half, and in
+// the high half a random number drawn once per process, so that another process cannot
+// predict ids (with 2^32 values, ids of two processes practically never meet either).
 uint64_t next_buffer_id();
 
 class PointerTable {

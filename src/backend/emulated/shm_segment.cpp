@@ -50,6 +50,9 @@ void* open_segment(const std::string& name, size_t bytes) {
   if (std::strcmp(m.step, "shm_open") == 0)
     GS_THROW(GPUSTRIPE_ERR_INVALID_ARGUMENT, "cannot open emulated memory segment %s: %s (was it freed by its owner?)",
              name.c_str(), strerror(m.error));
+  if (std::strcmp(m.step, "owner") == 0)
+    GS_THROW(GPUSTRIPE_ERR_INVALID_ARGUMENT, "emulated memory segment %s belongs to uid %ld, not to this user: refused",
+             name.c_str(), m.owner);
   if (std::strcmp(m.step, "size") == 0)
     GS_THROW(GPUSTRIPE_ERR_INVALID_ARGUMENT, "emulated memory segment %s holds %zu bytes, the handle says %zu",
              name.c_str(), m.size, bytes);
