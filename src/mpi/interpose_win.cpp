@@ -28,8 +28,8 @@ constexpr const char* kInfoKey = "gpustripe_device";
 int win_report(MPI_Win win, const char* call, const std::exception& e) {
   int code = MPI_ERR_OTHER;
   if (auto* we = dynamic_cast<const WinError*>(&e)) code = we->code();
-  else if (auto* ge = dynamic_cast<const Error*>(&e); ge && ge->status() == GPUSTRIPE_ERR_INVALID_ARGUMENT)
-    code = MPI_ERR_ARG;
+  else if (auto* ge = dynamic_cast<const Error*>(&e))
+    code = ge->status() == GPUSTRIPE_ERR_INVALID_ARGUMENT ? MPI_ERR_ARG : error_code_for(ge->status());
   std::fprintf(stderr, "gpustripe_mpi: rank %d: %s: %s\n", Runtime::get() ? Runtime::get()->world_rank() : -1, call,
                e.what());
   std::fflush(stderr);
