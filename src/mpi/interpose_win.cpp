@@ -221,20 +221,25 @@ int MPI_Get(void* oaddr, int ocount, MPI_Datatype otype, int target, MPI_Aint di
 namespace {
 
 // The request of MPI_Rput / MPI_Rget (and of the request-based accumulates, complete
-// when made): complete once its copy is.
+// when made: id 0): complete once its operation is, or once its window is gone (MPI_Win_free
+// completes every operation first).
 class RmaOp : public Op {
  public:
-  explicit RmaOp(uint64_t ticket) : Op(MPI_COMM_WORLD), ticket_(ticket) {}
+  RmaOp(MPI_Win win, uint64_t id) : Op(MPI_COMM_WORLD), win_(win), id_(id) {}
   bool test(MPI_Status* st, int* err) override {
     if (!ready()) return false;
     set_empty_status(st);
     *err = MPI_SUCCESS;
     return true;
   }
-  bool ready() override { return ticket_ == 0 || Runtime::get()->mover().done(ticket_); }
+  bool ready() override {
+    DeviceWindow* w = id_ ? find_window(win_) : nullptr;
+    return !w || w->op_done(id_);
+  }
 
  private:
-  uint64_t ticket_;
+  MPI_Win win_;
+  uint64_t id_;
 };
 
 }  // namespace
@@ -246,7 +251,7 @@ int MPI_Rput(const void* oaddr, int ocount, MPI_Datatype otype, int target, MPI_
   return on_window(
       win, "MPI_Rput",
       [&](DeviceWindow& w) {
-        *req = add_request(std::make_unique<RmaOp>(w.put(oaddr, ocount, otype, target, disp, tcount, ttype)));
+        *req = add_request(std::make_unique<RmaOp>(win, w.put(oaddr, ocount, otype, target, disp, tcount, ttype)));
       },
       [&] { return PMPI_Rput(oaddr, ocount, otype, target, disp, tcount, ttype, win, req); });
 }
@@ -256,7 +261,7 @@ int MPI_Rget(void* oaddr, int ocount, MPI_Datatype otype, int target, MPI_Aint d
   return on_window(
       win, "MPI_Rget",
       [&](DeviceWindow& w) {
-        *req = add_request(std::make_unique<RmaOp>(w.get(oaddr, ocount, otype, target, disp, tcount, ttype)));
+        *req = add_request(std::make_unique<RmaOp>(win, w.get(oaddr, ocount, otype, target, disp, tcount, ttype)));
       },
       [&] { return PMPI_Rget(oaddr, ocount, otype, target, disp, tcount, ttype, win, req); });
 }
@@ -277,7 +282,7 @@ int MPI_Raccumulate(const void* oaddr, int ocount, MPI_Datatype otype, int targe
       win, "MPI_Raccumulate",
       [&](DeviceWindow& w) {
         w.accumulate(oaddr, ocount, otype, nullptr, 0, MPI_BYTE, target, disp, tcount, ttype, op);
-        *req = add_request(std::make_unique<RmaOp>(0));
+        *req = add_request(std::make_unique<RmaOp>(win, 0));
       },
       [&] { return PMPI_Raccumulate(oaddr, ocount, otype, target, disp, tcount, ttype, op, win, req); });
 }
@@ -300,7 +305,7 @@ int MPI_Rget_accumulate(const void* oaddr, int ocount, MPI_Datatype otype, void*
       win, "MPI_Rget_accumulate",
       [&](DeviceWindow& w) {
         w.accumulate(oaddr, ocount, otype, raddr, rcount, rtype, target, disp, tcount, ttype, op);
-        *req = add_request(std::make_unique<RmaOp>(0));
+        *req = add_request(std::make_unique<RmaOp>(win, 0));
       },
       [&] {
         return PMPI_Rget_accumulate(oaddr, ocount, otype, raddr, rcount, rtype, target, disp, tcount, ttype, op, win,

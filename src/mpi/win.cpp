@@ -91,6 +91,18 @@ DeviceWindow::~DeviceWindow() {
   };
   for (int r = 0; r < static_cast<int>(static_.size()); ++r) release(r, static_[r]);
   for (auto& kv : dynamic_) release(kv.first.first, kv.second);
+  try {
+    for (Pending& p : pending_) {
+      if (!p.event) continue;
+      backend_.synchronize_event(p.event);
+      free_events_[p.event_dev].push_back(p.event);
+    }
+    for (auto& kv : free_events_)
+      for (EventHandle e : kv.second) backend_.destroy_event(e);
+    for (auto& kv : put_streams_) backend_.destroy_stream(kv.second);
+  } catch (const Error& e) {
+    GS_LOG_WARN(Subsys::Mpi, "releasing a window's streams: %s", e.what());
+  }
   if (win_ != MPI_WIN_NULL) PMPI_Win_free(&win_);
   if (comm_ != MPI_COMM_NULL) PMPI_Comm_free(&comm_);
   if (owned_ && base_) {
@@ -274,9 +286,47 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
   p2p::MemLoc loc = rt_.locate(o);
   p2p::Mover::check_within(loc, o, ob, "origin buffer");
   const int odev = loc.device ? loc.dev : kHostDevice;
-  const uint64_t ticket = put ? rt_.mover().start(t, tdev, o, odev, tb) : rt_.mover().start(o, odev, t, tdev, tb);
-  pending_.push_back(Pending{target, ticket});
-  return ticket;
+  Pending p{target, next_id_++};
+  if (put && target != rank_ && tdev != kHostDevice) {
+    // Into another rank's memory: on a stream of the target's GPU, where its mapping lives in
+    // this process (copies into a mapping issued from another GPU's context take a slow path
+    // near PCIe speed, docs/mpi-coll.md); the origin's GPU lets that GPU read its memory.
+    if (odev != kHostDevice && odev != tdev && backend_.can_access_peer(tdev, odev))
+      backend_.enable_peer_access(tdev, odev);
+    StreamHandle s = put_stream(tdev);
+    backend_.copy_async(t, tdev, o, odev, tb, s);
+    std::vector<EventHandle>& pool = free_events_[tdev];
+    if (pool.empty()) {
+      p.event = backend_.create_event(tdev, false);
+    } else {
+      p.event = pool.back();
+      pool.pop_back();
+    }
+    p.event_dev = tdev;
+    backend_.record_event(p.event, s);
+  } else {
+    // Gets read the mapping on a stream of its GPU (the mover's choice for a mapped source),
+    // through the engine: multi-path where the plan says so.
+    p.ticket = put ? rt_.mover().start(t, tdev, o, odev, tb) : rt_.mover().start(o, odev, t, tdev, tb);
+  }
+  pending_.push_back(p);
+  return p.id;
+}
+
+StreamHandle DeviceWindow::put_stream(int dev) {
+  auto it = put_streams_.find(dev);
+  if (it == put_streams_.end()) it = put_streams_.emplace(dev, backend_.create_stream(dev)).first;
+  return it->second;
+}
+
+bool DeviceWindow::finished(Pending& p) {
+  if (p.event) {
+    if (!backend_.query_event(p.event)) return false;
+    free_events_[p.event_dev].push_back(p.event);
+    p.event = nullptr;
+    return true;
+  }
+  return rt_.mover().done(p.ticket);
 }
 
 uint64_t DeviceWindow::put(const void* origin, int ocount, MPI_Datatype otype, int target, MPI_Aint disp, int tcount,
@@ -289,7 +339,15 @@ uint64_t DeviceWindow::get(void* origin, int ocount, MPI_Datatype otype, int tar
   return transfer(origin, ocount, otype, target, disp, tcount, ttype, false, "MPI_Get");
 }
 
-bool DeviceWindow::copy_done(uint64_t ticket) { return rt_.mover().done(ticket); }
+bool DeviceWindow::op_done(uint64_t id) {
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if (it->id != id) continue;
+    if (!finished(*it)) return false;
+    pending_.erase(it);
+    return true;
+  }
+  return true;  // completed by a synchronization call already
+}
 
 void DeviceWindow::complete_ops(int target) {
   if (pending_.empty()) return;
@@ -297,7 +355,7 @@ void DeviceWindow::complete_ops(int target) {
   for (;;) {
     bool all = true;
     for (auto it = pending_.begin(); it != pending_.end();) {
-      if ((target < 0 || it->target == target) && rt_.mover().done(it->ticket)) {
+      if ((target < 0 || it->target == target) && finished(*it)) {
         it = pending_.erase(it);
         continue;
       }

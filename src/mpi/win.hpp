@@ -90,12 +90,13 @@ class DeviceWindow {
   void detach(const void* base);
 
   // Puts and gets: started here, complete at the next flush / unlock / complete / fence.
-  // Returns the copy's ticket (for MPI_Rput / MPI_Rget requests).
+  // Returns the operation's id (for MPI_Rput / MPI_Rget requests: op_done).
   uint64_t put(const void* origin, int ocount, MPI_Datatype otype, int target, MPI_Aint disp, int tcount,
                MPI_Datatype ttype);
   uint64_t get(void* origin, int ocount, MPI_Datatype otype, int target, MPI_Aint disp, int tcount,
                MPI_Datatype ttype);
-  bool copy_done(uint64_t ticket);
+  // Whether operation `id` has completed (its data at the target, or in the origin buffer).
+  bool op_done(uint64_t id);
   // Accumulates, complete (at the target) when they return. `result` null: no fetch.
   // `origin` is ignored for MPI_NO_OP.
   void accumulate(const void* origin, int ocount, MPI_Datatype otype, void* result, int rcount, MPI_Datatype rtype,
@@ -129,8 +130,13 @@ class DeviceWindow {
   };
   struct Pending {
     int target;
-    uint64_t ticket;
+    uint64_t id;
+    uint64_t ticket = 0;             // a copy of the mover (gets, puts to this rank)
+    EventHandle event = nullptr;     // recorded after a put on put_streams_
+    int event_dev = kHostDevice;
   };
+  bool finished(Pending& p);  // true once complete (its event goes back to the pool)
+  StreamHandle put_stream(int dev);
   WinShared& shm() const;
   void publish_region(int slot, void* base, uint64_t bytes);
   Region map_region(int target, int slot);
@@ -168,6 +174,9 @@ class DeviceWindow {
   std::vector<Region> static_;                        // Create/Allocate: every member's memory
   std::map<std::pair<int, uint64_t>, Region> dynamic_;  // Dynamic: (target, base) -> mapped region
   std::vector<Pending> pending_;
+  uint64_t next_id_ = 1;
+  std::map<int, StreamHandle> put_streams_;  // per target GPU
+  std::map<int, std::vector<EventHandle>> free_events_;  // per GPU
   // Epochs this rank has open.
   bool fence_epoch_ = false;
   std::map<int, int> locked_;  // target -> MPI_LOCK_SHARED / EXCLUSIVE
