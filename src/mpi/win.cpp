@@ -18,9 +18,10 @@
 namespace gpustripe::mpi {
 namespace {
 
+// Never destroyed: a window the program did not free must not call the MPI after MPI_Finalize.
 std::map<MPI_Win, std::unique_ptr<DeviceWindow>>& windows() {
-  static std::map<MPI_Win, std::unique_ptr<DeviceWindow>> w;
-  return w;
+  static auto* w = new std::map<MPI_Win, std::unique_ptr<DeviceWindow>>();
+  return *w;
 }
 
 char g_no_memory;  // the base of the MPI's window underneath (it holds no memory)
@@ -85,12 +86,7 @@ DeviceWindow::DeviceWindow(Runtime& rt, MPI_Comm comm, const CommInfo& ci, Flavo
 }
 
 DeviceWindow::~DeviceWindow() {
-  ipc::HandleCache* cache = rt_.endpoint().handle_cache();
-  auto release = [&](int r, const Region& reg) {
-    if (reg.leased && cache) cache->release(channel_rank_[r], reg.handle.base, reg.handle.buffer_id);
-  };
-  for (int r = 0; r < static_cast<int>(static_.size()); ++r) release(r, static_[r]);
-  for (auto& kv : dynamic_) release(kv.first.first, kv.second);
+  release_leases();
   try {
     for (Pending& p : pending_) {
       if (!p.event) continue;
@@ -112,6 +108,16 @@ DeviceWindow::~DeviceWindow() {
       GS_LOG_WARN(Subsys::Mpi, "freeing a window's memory: %s", e.what());
     }
   }
+}
+
+void DeviceWindow::release_leases() {
+  ipc::HandleCache* cache = rt_.endpoint().handle_cache();
+  auto release = [&](int r, Region& reg) {
+    if (reg.leased && cache) cache->release(channel_rank_[r], reg.handle.base, reg.handle.buffer_id);
+    reg.leased = false;
+  };
+  for (int r = 0; r < static_cast<int>(static_.size()); ++r) release(r, static_[r]);
+  for (auto& kv : dynamic_) release(kv.first.first, kv.second);
 }
 
 void DeviceWindow::publish_region(int slot, void* base, uint64_t bytes) {
@@ -380,6 +386,9 @@ void DeviceWindow::free() {
                                             : !access_.empty()  ? "MPI_Win_start"
                                                                 : "MPI_Win_post"));
   complete_ops(-1);
+  // Pool memory: every importer closes its import before the owner may free the buffer, i.e.
+  // before the owner leaves MPI_Win_free.
+  release_leases();
   // Nobody still reads or writes this rank's memory once every member is here.
   barrier("MPI_Win_free");
 }

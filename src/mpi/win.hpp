@@ -140,6 +140,7 @@ class DeviceWindow {
   WinShared& shm() const;
   void publish_region(int slot, void* base, uint64_t bytes);
   Region map_region(int target, int slot);
+  void release_leases();  // pool memory's imports (HandleCache::leased), closed
   // Where (target, disp) .. + bytes lies in this process; throws MPI_ERR_RMA_RANGE.
   char* resolve(int target, MPI_Aint disp, uint64_t bytes, int* dev, const char* call);
   void require_epoch(int target, const char* call) const;

@@ -41,11 +41,16 @@ static void open_epoch(int mode, MPI_Win win) {
   if (mode >= LOCK_ALL_FLUSH) CHECK(MPI_Win_lock_all(0, win) == MPI_SUCCESS);
 }
 
-static void close_epoch(int mode, MPI_Win win) {
+static void close_epoch(int mode, MPI_Win win, int round) {
   if (mode == FENCE) CHECK(MPI_Win_fence(0, win) == MPI_SUCCESS);
   if (mode == PSCW) {
     CHECK(MPI_Win_complete(win) == MPI_SUCCESS);
-    CHECK(MPI_Win_wait(win) == MPI_SUCCESS);
+    if (round % 2) {
+      int flag = 0;
+      while (!flag) CHECK(MPI_Win_test(win, &flag) == MPI_SUCCESS);
+    } else {
+      CHECK(MPI_Win_wait(win) == MPI_SUCCESS);
+    }
   }
   if (mode == LOCK_ALL_FLUSH) {
     for (int t = 0; t < size; ++t) CHECK(MPI_Win_flush(t, win) == MPI_SUCCESS);
@@ -114,7 +119,7 @@ static void puts_and_gets(MPI_Win win, buf_t* mem, unsigned char** model) {
           fill(model[t] + disp, len, o, t * 2 + k, round);
         }
     if (nreq) CHECK(MPI_Waitall(nreq, reqs, MPI_STATUSES_IGNORE) == MPI_SUCCESS);
-    close_epoch(mode, win);
+    close_epoch(mode, win, round);
     char what[128];
     snprintf(what, sizeof what, "puts (%s, %s origin)", mode_name[mode], host_origin ? "host" : "device");
     check_own(mem, model, what);
@@ -132,7 +137,7 @@ static void puts_and_gets(MPI_Win win, buf_t* mem, unsigned char** model) {
       if (mode == REQUESTS) ++nreq;
     }
     if (nreq) CHECK(MPI_Waitall(nreq, reqs, MPI_STATUSES_IGNORE) == MPI_SUCCESS);
-    close_epoch(mode, win);
+    close_epoch(mode, win, round);
     for (int t = 0; t < size; ++t) {
       size_t n = dst[t].n;
       dst[t].n = glen[t];
@@ -391,6 +396,13 @@ static void dynamic(void) {
     buf_t mem = buf_new(&hk, rank % ndev, 4096 + rep * 1000);
     memset(mem.h, 0, mem.n);
     buf_push(&hk, &mem);
+    const char* alloc = getenv("GPUSTRIPE_TEST_ALLOC");
+    if (alloc && !strcmp(alloc, "pool")) {
+      /* Pool memory: refused (its imports cannot outlive a detach the others do not see). */
+      CHECK(MPI_Win_attach(win, mem.p, (MPI_Aint)mem.n) != MPI_SUCCESS);
+      buf_free(&hk, &mem);
+      break;
+    }
     CHECK(MPI_Win_attach(win, mem.p, (MPI_Aint)mem.n) == MPI_SUCCESS);
     MPI_Aint mine, *addr = malloc(sizeof(MPI_Aint) * size);
     MPI_Get_address(mem.p, &mine);
