@@ -11,10 +11,10 @@
 // every other member's memory once, at creation (MPI_Win_attach for dynamic
 // windows: on first access to a region, through the p2p layer's mapping cache,
 // whose buffer id check never serves a freed and reallocated buffer). An origin
-// then moves data itself: a put is a copy from its buffer straight into the
-// target's memory through the mapping, a get the other way, both through the
-// engine (multi-path for large ones). The target takes no part: passive target
-// needs no progress on its side.
+// then moves data itself, on a stream of the target's GPU (where the mapping lives
+// in this process): a put is one copy from its buffer straight into the target's
+// memory, a get an engine copy the other way (multi-path where the plan says so).
+// The target takes no part: passive target needs no progress on its side.
 //
 // Synchronization lives in the same segment, so it needs no target progress either
 // and every wait is bounded (GPUSTRIPE_TIMEOUT) and ends at once with a clear error
