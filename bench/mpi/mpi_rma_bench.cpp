@@ -11,12 +11,17 @@
 //   --test fop_lat         one MPI_Fetch_and_op (MPI_SUM, long long) per epoch
 //   --sync fence|pscw|lock the epoch: fence pairs; post/start/complete/wait; for lock one
 //                          MPI_Win_lock for the whole run and MPI_Win_flush per epoch
+//   --busy-ms N            lock only: the target spends N ms outside MPI (a sleep) while the
+//                          origin runs its epochs (the "target busy" pattern: an origin whose
+//                          operations need the target's progress waits for it)
 //   --min/--max bytes, --mem device|host, --iters N (0: by size), --method NAME (label)
 // Prints "ROW {json}" per size: op, method, sync, bytes, gbps (per pair), us (per epoch),
 // mops (operations per second, millions), window, ranks, agg_gbps (sum over pairs), mem, iters.
 //
 //   mpirun -np 2 [-x LD_PRELOAD=.../libgpustripe_mpi.so] mpi_rma_bench --test put_bw --sync lock
 #include <mpi.h>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -32,7 +37,7 @@ namespace {
 struct Options {
   std::string test = "put_bw", sync = "lock", method = "mpi";
   size_t min_bytes = 8, max_bytes = size_t(64) << 20;
-  int window = 64, iters = 0;
+  int window = 64, iters = 0, busy_ms = 0;
   bool device = true;
 };
 
@@ -40,7 +45,7 @@ struct Options {
   std::fprintf(stderr,
                "%s\nusage: mpi_rma_bench --test put_bw|get_bw|put_lat|get_lat|acc_rate|fop_lat "
                "[--sync fence|pscw|lock] [--window W] [--min B] [--max B] [--mem device|host] [--iters N] "
-               "[--method NAME]\n",
+               "[--method NAME] [--busy-ms N]\n",
                why);
   MPI_Abort(MPI_COMM_WORLD, 2);
   std::exit(2);
@@ -60,12 +65,14 @@ Options parse(int argc, char** argv) {
     else if (a == "--mem") o.device = std::string(v) == "device";
     else if (a == "--iters") o.iters = std::atoi(v);
     else if (a == "--method") o.method = v;
+    else if (a == "--busy-ms") o.busy_ms = std::atoi(v);
     else usage(("unknown option " + a).c_str());
   }
   const std::vector<std::string> tests = {"put_bw", "get_bw", "put_lat", "get_lat", "acc_rate", "fop_lat"};
   if (std::find(tests.begin(), tests.end(), o.test) == tests.end()) usage("unknown --test");
   if (o.sync != "fence" && o.sync != "pscw" && o.sync != "lock") usage("unknown --sync");
   if (o.window < 1) usage("--window must be >= 1");
+  if (o.busy_ms > 0 && o.sync != "lock") usage("--busy-ms needs --sync lock (the target takes part in the others)");
   if (o.test == "acc_rate" || o.test == "fop_lat") o.min_bytes = o.max_bytes = 8;
   return o;
 }
@@ -117,6 +124,8 @@ double run(const Options& o, MPI_Win win, MPI_Group peer_group, bool origin, int
     } else if (origin) {
       epoch_ops();
       MPI_Win_flush(peer, win);
+    } else if (o.busy_ms > 0 && it == 0) {
+      usleep(static_cast<useconds_t>(o.busy_ms) * 1000);
     }
   }
   const double s = MPI_Wtime() - t0;
@@ -162,9 +171,10 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::printf(
           "ROW {\"op\": \"%s\", \"method\": \"%s\", \"sync\": \"%s\", \"bytes\": %zu, \"gbps\": %.6g, \"us\": %.3f, "
-          "\"mops\": %.6g, \"window\": %d, \"ranks\": %d, \"agg_gbps\": %.6g, \"mem\": \"%s\", \"iters\": %d}\n",
+          "\"mops\": %.6g, \"window\": %d, \"ranks\": %d, \"agg_gbps\": %.6g, \"mem\": \"%s\", \"iters\": %d, "
+          "\"busy_ms\": %d}\n",
           o.test.c_str(), o.method.c_str(), o.sync.c_str(), n, gbps, us, mops, ops, size, agg,
-          o.device ? "device" : "host", iters);
+          o.device ? "device" : "host", iters, o.busy_ms);
       std::fflush(stdout);
     }
   }

@@ -66,19 +66,40 @@ DeviceWindow::DeviceWindow(Runtime& rt, MPI_Comm comm, const CommInfo& ci, Flavo
   }
   check_mpi(PMPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm_), "MPI_Bcast (window segment)");
   if (rank_ != 0) seg_ = ipc::ShmSegment::open(name);
-  if (flavor != Flavor::Dynamic && bytes > 0) {
-    PointerInfo pi = backend_.pointer_info(base);
-    my_dev_ = pi.device;
-    publish_region(0, base, bytes);
+  // A member that cannot share its memory (no IPC handle: the default pool) or map another's
+  // fails the creation on every member (agreed), instead of leaving them in a collective.
+  std::string failure;
+  auto agree = [&](const char* step) {
+    int ok = failure.empty() ? 1 : 0, all = 0;
+    check_mpi(PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm_), step);
+    if (all) return;
+    if (rank_ == 0) seg_.unlink();  // every member has it open (they reached the reduction)
+    PMPI_Comm_free(&comm_);
+    GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "a window over device memory: %s",
+             failure.empty() ? "another rank's memory cannot be shared (its message is on its stderr)" : failure.c_str());
+  };
+  try {
+    if (flavor != Flavor::Dynamic && bytes > 0) {
+      PointerInfo pi = backend_.pointer_info(base);
+      my_dev_ = pi.device;
+      publish_region(0, base, bytes);
+    }
+  } catch (const std::exception& e) {
+    failure = e.what();
   }
-  check_mpi(PMPI_Barrier(comm_), "MPI_Barrier (window segment)");
+  agree("MPI_Allreduce (window memory published)");
   if (rank_ == 0) seg_.unlink();
 
   // Every member's memory, mapped once.
-  if (flavor != Flavor::Dynamic) {
-    static_.resize(n_);
-    for (int r = 0; r < n_; ++r) static_[r] = map_region(r, 0);
+  try {
+    if (flavor != Flavor::Dynamic) {
+      static_.resize(n_);
+      for (int r = 0; r < n_; ++r) static_[r] = map_region(r, 0);
+    }
+  } catch (const std::exception& e) {
+    failure = e.what();
   }
+  agree("MPI_Allreduce (window memory mapped)");
   // The MPI's window: handle, group, attributes and error handler; no memory.
   check_mpi(PMPI_Win_create(&g_no_memory, 0, 1, info, comm_, &win_), "MPI_Win_create (window underneath)");
   GS_LOG_DEBUG(Subsys::Mpi, "device window of %d ranks: rank %d exposes %llu bytes of GPU %d", n_, rank_,
@@ -297,7 +318,8 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
     // Into another rank's memory: on a stream of the target's GPU, where its mapping lives in
     // this process (copies into a mapping issued from another GPU's context take a slow path
     // near PCIe speed, docs/mpi-coll.md); the origin's GPU lets that GPU read its memory.
-    if (odev != kHostDevice && odev != tdev && backend_.can_access_peer(tdev, odev))
+    if (odev != kHostDevice && odev != tdev && peer_enabled_.insert({tdev, odev}).second &&
+        backend_.can_access_peer(tdev, odev))
       backend_.enable_peer_access(tdev, odev);
     StreamHandle s = put_stream(tdev);
     backend_.copy_async(t, tdev, o, odev, tb, s);

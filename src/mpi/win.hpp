@@ -177,6 +177,7 @@ class DeviceWindow {
   std::vector<Pending> pending_;
   uint64_t next_id_ = 1;
   std::map<int, StreamHandle> put_streams_;  // per target GPU
+  std::set<std::pair<int, int>> peer_enabled_;  // (target GPU, origin GPU) pairs asked already
   std::map<int, std::vector<EventHandle>> free_events_;  // per GPU
   // Epochs this rank has open.
   bool fence_epoch_ = false;

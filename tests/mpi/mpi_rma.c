@@ -455,6 +455,19 @@ int main(int argc, char** argv) {
   buf_t mem = buf_new(&hk, rank % ndev, W);
   memset(mem.h, 0, W);
   buf_push(&hk, &mem);
+  const char* alloc = getenv("GPUSTRIPE_TEST_ALLOC");
+  if (alloc && !strcmp(alloc, "async")) {
+    /* The default pool's memory has no IPC handle: the creation fails on every rank, none hangs. */
+    MPI_Win win;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    CHECK(MPI_Win_create(mem.p, (MPI_Aint)W, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win) != MPI_SUCCESS);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    buf_free(&hk, &mem);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) printf("mpi_rma: all checks passed on %d ranks (memory without IPC handle refused)\n", size);
+    MPI_Finalize();
+    return 0;
+  }
   unsigned char** model = malloc(sizeof(unsigned char*) * size);
   for (int r = 0; r < size; ++r) model[r] = calloc(W, 1);
   MPI_Win win;
