@@ -322,7 +322,8 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
         backend_.can_access_peer(tdev, odev))
       backend_.enable_peer_access(tdev, odev);
     StreamHandle s = put_stream(tdev);
-    backend_.copy_async(t, tdev, o, odev, tb, s);
+    // Both ranges are checked: the origin by check_within, the target by resolve.
+    backend_.copy_async_prechecked(t, tdev, o, odev, tb, s);
     std::vector<EventHandle>& pool = free_events_[tdev];
     if (pool.empty()) {
       p.event = backend_.create_event(tdev, false);

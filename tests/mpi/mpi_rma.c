@@ -456,6 +456,26 @@ int main(int argc, char** argv) {
   memset(mem.h, 0, W);
   buf_push(&hk, &mem);
   const char* alloc = getenv("GPUSTRIPE_TEST_ALLOC");
+  const char* fake = getenv("GPUSTRIPE_TEST_FAKE_NODES");
+  if (fake && atoi(fake) > 1) {
+    /* Ranks on several nodes: device windows refused on every rank (MPI_ERR_WIN), host windows the MPI's. */
+    MPI_Win win;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    CHECK(err_class(MPI_Win_create(mem.p, (MPI_Aint)W, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win)) == MPI_ERR_WIN);
+    MPI_Info info;
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "gpustripe_device", "true");
+    void* base = NULL;
+    CHECK(MPI_Win_allocate(64, 1, info, MPI_COMM_WORLD, &base, &win) != MPI_SUCCESS);
+    MPI_Info_free(&info);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    host_window();
+    buf_free(&hk, &mem);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) printf("mpi_rma: all checks passed on %d ranks (%s nodes: device windows refused)\n", size, fake);
+    MPI_Finalize();
+    return 0;
+  }
   if (alloc && !strcmp(alloc, "async")) {
     /* The default pool's memory has no IPC handle: the creation fails on every rank, none hangs. */
     MPI_Win win;
