@@ -129,8 +129,9 @@ int MPI_Win_allocate(MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm,
     const int want = rt ? info_device(info) : -2;
     std::shared_ptr<const CommInfo> ci = local_comm(rt, comm);
     if (want == -2 || !ci) {
-      if (want != -2 && rt && rt->comm(comm))
-        GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "info %s: windows of device memory across nodes", kInfoKey);
+      if (want != -2)
+        GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "info %s: windows of device memory %s", kInfoKey,
+                 rt->comm(comm) ? "across nodes" : "on a communicator the interposer did not see made");
       l.unlock();
       return PMPI_Win_allocate(size, disp_unit, info, comm, baseptr, win);
     }
@@ -157,11 +158,14 @@ int MPI_Win_create_dynamic(MPI_Info info, MPI_Comm comm, MPI_Win* win) {
   std::unique_lock<std::recursive_mutex> l(lock());
   Runtime* rt = Runtime::get();
   try {
-    std::shared_ptr<const CommInfo> ci = local_comm(rt, comm);
-    if (!rt || info_device(info) == -2 || !ci) {
+    if (!rt || info_device(info) == -2) {
       l.unlock();
       return PMPI_Win_create_dynamic(info, comm, win);
     }
+    std::shared_ptr<const CommInfo> ci = local_comm(rt, comm);
+    if (!ci)
+      GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "info %s: windows of device memory %s", kInfoKey,
+               rt->comm(comm) ? "across nodes" : "on a communicator the interposer did not see made");
     return make_window(comm, *ci, DeviceWindow::Flavor::Dynamic, nullptr, 0, 1, false, info, win);
   } catch (const std::exception& e) {
     return report(comm, "MPI_Win_create_dynamic", e);

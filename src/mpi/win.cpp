@@ -380,7 +380,7 @@ bool DeviceWindow::op_done(uint64_t id) {
 
 void DeviceWindow::complete_ops(int target) {
   if (pending_.empty()) return;
-  ipc::Waiter w(format("window: rank %d waiting for its puts and gets to complete", rank_));
+  ipc::Waiter w(format("window: rank %d waiting for its puts and gets to complete", rank_), [this] { idle(); });
   for (;;) {
     bool all = true;
     for (auto it = pending_.begin(); it != pending_.end();) {

@@ -152,6 +152,7 @@ class DeviceWindow {
   void complete_ops(int target);  // -1: all
   void barrier(const char* what);
   void check_members() const;
+  void idle();  // what a wait does every few milliseconds: members alive, p2p progress
   std::vector<int> group_ranks(MPI_Group g) const;
   static constexpr int kNoCheck = 0x100;  // locked_: taken with MPI_MODE_NOCHECK (nothing to release)
   void release_lock(int target, int how);

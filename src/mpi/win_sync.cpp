@@ -17,12 +17,17 @@ void DeviceWindow::require_epoch(int target, const char* call) const {
                                           "open)", call, target));
 }
 
+void DeviceWindow::idle() {
+  check_members();
+  // Messages of this rank's other requests move on meanwhile: a peer may wait in a receive
+  // for this rank's send before it comes to the window's synchronization.
+  rt_.endpoint().progress();
+}
+
 void DeviceWindow::barrier(const char* what) {
   const uint64_t seq = ++barrier_seq_;
   shm().slot(rank_).barrier.store(seq, std::memory_order_release);
-  ipc::Waiter w(format("%s: rank %d waiting for the other ranks of the window", what, rank_), [this] {
-    check_members();
-  });
+  ipc::Waiter w(format("%s: rank %d waiting for the other ranks of the window", what, rank_), [this] { idle(); });
   for (int r = 0; r < n_; ++r)
     while (shm().slot(r).barrier.load(std::memory_order_acquire) < seq) w.pause();
 }
@@ -50,7 +55,7 @@ void DeviceWindow::lock(int type, int target, int assert_) {
     std::atomic<uint64_t>& word = shm().slot(target).lock;
     ipc::Waiter w(format("MPI_Win_lock(%s) of rank %d by rank %d", type == MPI_LOCK_SHARED ? "shared" : "exclusive",
                          target, rank_),
-                  [this] { check_members(); });
+                  [this] { idle(); });
     for (;;) {
       uint64_t v = word.load(std::memory_order_acquire);
       if (type == MPI_LOCK_EXCLUSIVE) {
@@ -148,7 +153,7 @@ void DeviceWindow::start(MPI_Group group, int assert_) {
   fence_epoch_ = false;
   std::vector<int> targets = group_ranks(group);
   ipc::Waiter w(format("MPI_Win_start: rank %d waiting for its targets' MPI_Win_post", rank_),
-                [this] { check_members(); });
+                [this] { idle(); });
   for (int t : targets) {
     // Each post of t to this rank opens one access epoch here.
     while (shm().posted(n_, t, rank_).load(std::memory_order_acquire) <= started_[t]) w.pause();
@@ -180,13 +185,13 @@ bool DeviceWindow::test() {
 void DeviceWindow::wait() {
   if (exposure_.empty()) throw WinError(MPI_ERR_RMA_SYNC, "MPI_Win_wait without MPI_Win_post");
   ipc::Waiter w(format("MPI_Win_wait: rank %d waiting for its origins' MPI_Win_complete", rank_),
-                [this] { check_members(); });
+                [this] { idle(); });
   while (!test()) w.pause();
 }
 
 void DeviceWindow::acc_lock(int target) {
   std::atomic<uint32_t>& word = shm().slot(target).acc_lock;
-  ipc::Waiter w(format("accumulate into rank %d by rank %d", target, rank_), [this] { check_members(); });
+  ipc::Waiter w(format("accumulate into rank %d by rank %d", target, rank_), [this] { idle(); });
   for (;;) {
     uint32_t v = 0;
     if (word.compare_exchange_weak(v, static_cast<uint32_t>(rank_ + 1), std::memory_order_acq_rel)) return;

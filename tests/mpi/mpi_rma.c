@@ -157,6 +157,26 @@ static void puts_and_gets(MPI_Win win, buf_t* mem, unsigned char** model) {
   if (rank == 0) printf("puts and gets: every mode checked\n");
 }
 
+/* A rank in MPI_Win_fence keeps its other messages moving: rank 0's large host-memory send to
+ * rank 1, which rank 1 receives before it comes to the fence, completes. */
+static void progress_in_fence(MPI_Win win) {
+  const int n = 4 << 20;
+  unsigned char* b = malloc(n);
+  MPI_Request req;
+  if (rank == 0) {
+    fill(b, n, 0, 9, 1);
+    CHECK(MPI_Isend(b, n, MPI_BYTE, 1, 9, MPI_COMM_WORLD, &req) == MPI_SUCCESS);
+  } else if (rank == 1) {
+    CHECK(MPI_Recv(b, n, MPI_BYTE, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+    CHECK(same(b, n, 0, 9, 1));
+  }
+  CHECK(MPI_Win_fence(0, win) == MPI_SUCCESS);
+  if (rank == 0) CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+  CHECK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win) == MPI_SUCCESS);
+  free(b);
+  if (rank == 0) printf("a send completes while its sender waits in MPI_Win_fence\n");
+}
+
 static int err_class(int rc) {
   int cls = -1;
   MPI_Error_class(rc, &cls);
@@ -496,6 +516,7 @@ int main(int argc, char** argv) {
   attributes(win, mem.p, (MPI_Aint)W, 1, MPI_WIN_FLAVOR_CREATE);
 
   puts_and_gets(win, &mem, model);
+  progress_in_fence(win);
   errors(win, &mem, model);
   accumulates(win, &mem);
   atomics(win, &mem);
