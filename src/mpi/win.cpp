@@ -24,8 +24,6 @@ std::map<MPI_Win, std::unique_ptr<DeviceWindow>>& windows() {
   return *w;
 }
 
-char g_no_memory;  // the base of the MPI's window underneath (it holds no memory)
-
 }  // namespace
 
 DeviceWindow* find_window(MPI_Win w) {
@@ -100,8 +98,10 @@ DeviceWindow::DeviceWindow(Runtime& rt, MPI_Comm comm, const CommInfo& ci, Flavo
     failure = e.what();
   }
   agree("MPI_Allreduce (window memory mapped)");
-  // The MPI's window: handle, group, attributes and error handler; no memory.
-  check_mpi(PMPI_Win_create(&g_no_memory, 0, 1, info, comm_, &win_), "MPI_Win_create (window underneath)");
+  // The MPI's window: handle, group, attributes and error handler, over a few bytes of host
+  // memory nobody touches (not none: zero-size regions have failed to register in UCX).
+  dummy_.reset(new char[kDummyBytes]());
+  check_mpi(PMPI_Win_create(dummy_.get(), kDummyBytes, 1, info, comm_, &win_), "MPI_Win_create (window underneath)");
   GS_LOG_DEBUG(Subsys::Mpi, "device window of %d ranks: rank %d exposes %llu bytes of GPU %d", n_, rank_,
                static_cast<unsigned long long>(bytes), my_dev_);
 }

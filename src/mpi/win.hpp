@@ -2,7 +2,7 @@
 //
 // A window whose members all sit on this node and expose device memory is served
 // here; every other window is the MPI's, untouched (host memory, members on other
-// nodes). A real MPI window still exists underneath (over no memory), so the
+// nodes). A real MPI window still exists underneath (over a few unused bytes), so the
 // handle, its group, name, error handler and attributes stay the MPI's; only the
 // memory and the synchronization are ours.
 //
@@ -161,6 +161,8 @@ class DeviceWindow {
 
   Runtime& rt_;
   Backend& backend_;
+  static constexpr int kDummyBytes = 64;
+  std::unique_ptr<char[]> dummy_;  // the memory of the MPI's window underneath (freed after it)
   MPI_Win win_ = MPI_WIN_NULL;
   MPI_Comm comm_ = MPI_COMM_NULL;
   Flavor flavor_;
