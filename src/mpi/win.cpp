@@ -117,6 +117,8 @@ DeviceWindow::~DeviceWindow() {
     for (auto& kv : free_events_)
       for (EventHandle e : kv.second) backend_.destroy_event(e);
     for (auto& kv : put_streams_) backend_.destroy_stream(kv.second);
+    for (auto& kv : scratch_)
+      if (kv.second.p) backend_.free_device(kv.second.p);
   } catch (const Error& e) {
     GS_LOG_WARN(Subsys::Mpi, "releasing a window's streams: %s", e.what());
   }

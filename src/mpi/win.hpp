@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "coll/reduce.hpp"
 #include "ipc/shm_segment.hpp"
 #include "mpi/runtime.hpp"
 
@@ -156,6 +157,9 @@ class DeviceWindow {
   std::vector<int> group_ranks(MPI_Group g) const;
   static constexpr int kNoCheck = 0x100;  // locked_: taken with MPI_MODE_NOCHECK (nothing to release)
   void release_lock(int target, int how);
+  // The read-modify-write of an accumulate the coll kernels have, on the target's GPU.
+  void accumulate_on_gpu(char* t, int tdev, const char* o, int odev, char* res, int rdev, uint64_t bytes,
+                         coll::DataType dt, coll::RedOp op);
   void acc_lock(int target);
   void acc_unlock(int target);
 
@@ -181,6 +185,12 @@ class DeviceWindow {
   uint64_t next_id_ = 1;
   std::map<int, StreamHandle> put_streams_;  // per target GPU
   std::set<std::pair<int, int>> peer_enabled_;  // (target GPU, origin GPU) pairs asked already
+  struct Scratch {
+    char* p = nullptr;
+    uint64_t bytes = 0;
+  };
+  std::map<int, Scratch> scratch_;  // accumulates on a target's GPU, per GPU
+  std::unique_ptr<coll::Reducer> reducer_;
   std::map<int, std::vector<EventHandle>> free_events_;  // per GPU
   // Epochs this rank has open.
   bool fence_epoch_ = false;
