@@ -60,13 +60,13 @@ class WinError : public std::runtime_error {
   int code_;
 };
 
-struct WinShared;  // the segment's layout (win.cpp)
+struct WinShared;  // the segment's layout (win_shared.hpp)
 
 class DeviceWindow {
  public:
   enum class Flavor { Create, Allocate, Dynamic };
-  // Collective over `comm`: every member calls it after deciding (decide_window) that the
-  // window is ours. `base`/`bytes`: this rank's memory (device memory of `dev`; none for
+  // Collective over `comm`: every member calls it once the members agreed that the window is
+  // ours (interpose_win.cpp). Throws on every member when one cannot share or map memory. `base`/`bytes`: this rank's memory (device memory of `dev`; none for
   // Dynamic). `owned`: the memory was allocated for the window (freed with it).
   DeviceWindow(Runtime& rt, MPI_Comm comm, const CommInfo& ci, Flavor flavor, void* base, uint64_t bytes,
                int disp_unit, bool owned, MPI_Info info);
@@ -183,7 +183,7 @@ class DeviceWindow {
   std::map<std::pair<int, uint64_t>, Region> dynamic_;  // Dynamic: (target, base) -> mapped region
   std::vector<Pending> pending_;
   uint64_t next_id_ = 1;
-  std::map<int, StreamHandle> put_streams_;  // per target GPU
+  std::map<int, StreamHandle> put_streams_;  // per target GPU: puts and accumulates there
   std::set<std::pair<int, int>> peer_enabled_;  // (target GPU, origin GPU) pairs asked already
   struct Scratch {
     char* p = nullptr;
