@@ -24,7 +24,9 @@ from typing import Iterable
 
 REQUIRED = ("op", "method", "bytes", "gbps", "us")
 OPS = {"p2p", "bibw", "latency", "alltoall", "allgather", "reduce_scatter", "allreduce", "bcast", "reduce", "model",
-       "halo"}
+       "halo", "put", "get", "put_latency", "get_latency", "accumulate", "fetch_and_op"}
+# Ops read in microseconds per call (lower is better); the others in GB/s.
+LATENCY_OPS = {"latency", "put_latency", "get_latency", "fetch_and_op", "accumulate"}
 
 
 def check_row(row: dict) -> None:
@@ -130,7 +132,7 @@ def plot_file(path: str, png: str | None = None) -> str:
     by_op: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for r in doc["rows"]:
         # Latency is read in microseconds (lower is better); bandwidths in GB/s.
-        y = r["us"] if r["op"] == "latency" else r.get("busbw_gbps", r["gbps"])
+        y = r["us"] if r["op"] in LATENCY_OPS else r.get("busbw_gbps", r["gbps"])
         by_op[r["op"]][r["method"]].append((r["bytes"], y))
         if r["op"] == "model":
             by_op[r["op"]][r["method"] + " (predicted)"].append((r["bytes"], r["predicted_gbps"]))
@@ -143,8 +145,8 @@ def plot_file(path: str, png: str | None = None) -> str:
                     ls="--" if "predicted" in method else "-", label=method)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("bytes")
-        ax.set_ylabel("us per call" if op == "latency" else
-                      "bus GB/s" if op not in {"p2p", "bibw", "model"} else "GB/s")
+        ax.set_ylabel("us per call" if op in LATENCY_OPS else
+                      "bus GB/s" if op not in {"p2p", "bibw", "model", "put", "get"} else "GB/s")
         ax.set_title(op)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

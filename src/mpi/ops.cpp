@@ -281,8 +281,6 @@ void set_status(MPI_Status* st, int source, int tag, int error, uint64_t bytes) 
 
 void set_empty_status(MPI_Status* st) { set_status(st, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_SUCCESS, 0); }
 
-namespace {
-
 // A gpustripe failure that no MPI error class names (a dead peer, a timeout) gets an
 // error code of its own, made once (MPI_Add_error_* are local calls), so that
 // MPI_Error_string tells the program what happened instead of "MPI_ERR_OTHER".
@@ -298,8 +296,6 @@ int error_code_for(Status s) {
   codes[static_cast<int>(s)] = code;
   return code;
 }
-
-}  // namespace
 
 int report(MPI_Comm comm, const char* call, const std::exception& e) {
   int code = MPI_ERR_OTHER;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "mpi/datatype.hpp"
 #include "mpi/runtime.hpp"
 #include "p2p/request.hpp"
@@ -79,6 +80,10 @@ class ProgressPass {
 // Fills an MPI status the way PMPI_Get_count/Get_elements read it.
 void set_status(MPI_Status* st, int source, int tag, int error, uint64_t bytes);
 void set_empty_status(MPI_Status* st);
+
+// The MPI error code of a gpustripe status no MPI error class names (made once per status:
+// MPI_Error_string then names it).
+int error_code_for(Status s);
 
 // Reports a gpustripe failure on `comm` (its error handler decides: fatal by default)
 // and returns the MPI error code.

@@ -1,0 +1,185 @@
+// OSU-style one-sided (MPI RMA) benchmark written against plain MPI (and the CUDA
+// runtime for device buffers): nothing of gpustripe in it, so one binary measures the
+// MPI alone and the MPI with libgpustripe_mpi.so preloaded.
+//
+// Ranks pair up (r <-> r^1); the even rank of a pair is the origin, the odd one the
+// target, all pairs at once, one window (MPI_Win_create over each rank's buffer) per size.
+//   --test put_bw|get_bw   --window W operations per epoch (each at its own displacement
+//                          while W x size fits in 1 GiB, else all at 0), bandwidth per pair
+//   --test put_lat|get_lat one operation per epoch, time per epoch
+//   --test acc_rate        --window W MPI_Accumulate (MPI_SUM of one double) per epoch: ops/s
+//   --test fop_lat         one MPI_Fetch_and_op (MPI_SUM, long long) per epoch
+//   --sync fence|pscw|lock the epoch: fence pairs; post/start/complete/wait; for lock one
+//                          MPI_Win_lock for the whole run and MPI_Win_flush per epoch
+//   --busy-ms N            lock only: the target spends N ms outside MPI (a sleep) while the
+//                          origin runs its epochs (the "target busy" pattern: an origin whose
+//                          operations need the target's progress waits for it)
+//   --min/--max bytes, --mem device|host, --iters N (0: by size), --method NAME (label)
+// Prints "ROW {json}" per size: op, method, sync, bytes, gbps (per pair), us (per epoch),
+// mops (operations per second, millions), window, ranks, agg_gbps (sum over pairs), mem, iters.
+//
+//   mpirun -np 2 [-x LD_PRELOAD=.../libgpustripe_mpi.so] mpi_rma_bench --test put_bw --sync lock
+#include <mpi.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench_args.hpp"
+#include "bench_buffers.hpp"
+
+namespace {
+
+struct Options {
+  std::string test = "put_bw", sync = "lock", method = "mpi";
+  size_t min_bytes = 8, max_bytes = size_t(64) << 20;
+  int window = 64, iters = 0, busy_ms = 0;
+  bool device = true;
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "%s\nusage: mpi_rma_bench --test put_bw|get_bw|put_lat|get_lat|acc_rate|fop_lat "
+               "[--sync fence|pscw|lock] [--window W] [--min B] [--max B] [--mem device|host] [--iters N] "
+               "[--method NAME] [--busy-ms N]\n",
+               why);
+  MPI_Abort(MPI_COMM_WORLD, 2);
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i + 1 >= argc) usage(("missing value of " + a).c_str());
+    const char* v = argv[++i];
+    if (a == "--test") o.test = v;
+    else if (a == "--sync") o.sync = v;
+    else if (a == "--window") o.window = std::atoi(v);
+    else if (a == "--min") o.min_bytes = parse_bytes(v);
+    else if (a == "--max") o.max_bytes = parse_bytes(v);
+    else if (a == "--mem") o.device = std::string(v) == "device";
+    else if (a == "--iters") o.iters = std::atoi(v);
+    else if (a == "--method") o.method = v;
+    else if (a == "--busy-ms") o.busy_ms = std::atoi(v);
+    else usage(("unknown option " + a).c_str());
+  }
+  const std::vector<std::string> tests = {"put_bw", "get_bw", "put_lat", "get_lat", "acc_rate", "fop_lat"};
+  if (std::find(tests.begin(), tests.end(), o.test) == tests.end()) usage("unknown --test");
+  if (o.sync != "fence" && o.sync != "pscw" && o.sync != "lock") usage("unknown --sync");
+  if (o.window < 1) usage("--window must be >= 1");
+  if (o.busy_ms > 0 && o.sync != "lock") usage("--busy-ms needs --sync lock (the target takes part in the others)");
+  if (o.test == "acc_rate" || o.test == "fop_lat") o.min_bytes = o.max_bytes = 8;
+  return o;
+}
+
+bool is_bw(const Options& o) { return o.test == "put_bw" || o.test == "get_bw" || o.test == "acc_rate"; }
+
+int iterations(const Options& o, size_t n) {
+  if (o.iters > 0) return o.iters;
+  const size_t per_epoch = n * (is_bw(o) ? o.window : 1);
+  return static_cast<int>(std::clamp<size_t>((size_t(1) << 30) / std::max<size_t>(per_epoch, 1), 10, 1000));
+}
+
+// One run of `iters` epochs; returns seconds (on the origin; the target's time is its wait).
+double run(const Options& o, MPI_Win win, MPI_Group peer_group, bool origin, int peer, char* buf, size_t n,
+           int iters, size_t stride) {
+  const int ops = is_bw(o) ? o.window : 1;
+  double one = 1;
+  long long add = 1, fetched = 0;
+  auto epoch_ops = [&] {
+    for (int i = 0; i < ops; ++i) {
+      const MPI_Aint disp = static_cast<MPI_Aint>(i * stride);
+      if (o.test == "put_bw" || o.test == "put_lat")
+        MPI_Put(buf + i * stride, static_cast<int>(n), MPI_BYTE, peer, disp, static_cast<int>(n), MPI_BYTE, win);
+      else if (o.test == "get_bw" || o.test == "get_lat")
+        MPI_Get(buf + i * stride, static_cast<int>(n), MPI_BYTE, peer, disp, static_cast<int>(n), MPI_BYTE, win);
+      else if (o.test == "acc_rate")
+        MPI_Accumulate(&one, 1, MPI_DOUBLE, peer, 0, 1, MPI_DOUBLE, MPI_SUM, win);
+      else
+        MPI_Fetch_and_op(&add, &fetched, MPI_LONG_LONG, peer, 8, MPI_SUM, win);
+    }
+  };
+  if (o.sync == "lock" && origin) MPI_Win_lock(MPI_LOCK_SHARED, peer, 0, win);
+  if (o.sync == "fence") MPI_Win_fence(MPI_MODE_NOPRECEDE, win);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double t0 = MPI_Wtime();
+  for (int it = 0; it < iters; ++it) {
+    if (o.sync == "fence") {
+      if (origin) epoch_ops();
+      MPI_Win_fence(0, win);
+    } else if (o.sync == "pscw") {
+      if (origin) {
+        MPI_Win_start(peer_group, 0, win);
+        epoch_ops();
+        MPI_Win_complete(win);
+      } else {
+        MPI_Win_post(peer_group, 0, win);
+        MPI_Win_wait(win);
+      }
+    } else if (origin) {
+      epoch_ops();
+      MPI_Win_flush(peer, win);
+    } else if (o.busy_ms > 0 && it == 0) {
+      usleep(static_cast<useconds_t>(o.busy_ms) * 1000);
+    }
+  }
+  const double s = MPI_Wtime() - t0;
+  if (o.sync == "lock" && origin) MPI_Win_unlock(peer, win);
+  if (o.sync == "fence") MPI_Win_fence(MPI_MODE_NOSUCCEED, win);
+  MPI_Barrier(MPI_COMM_WORLD);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  Options o = parse(argc, argv);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size % 2) usage("an even number of ranks (pairs)");
+  bench::select_gpu(o.device, "mpi_rma_bench");
+  const int peer = rank ^ 1;
+  const bool origin = rank % 2 == 0;
+  MPI_Group world, peer_group;
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  MPI_Group_incl(world, 1, &peer, &peer_group);
+  for (size_t n = o.min_bytes; n <= o.max_bytes; n *= 2) {
+    const int ops = is_bw(o) ? o.window : 1;
+    // Every operation of an epoch at its own displacement while that fits in 1 GiB.
+    const size_t stride = n * ops <= (size_t(1) << 30) ? n : 0;
+    const size_t bytes = std::max<size_t>(stride * (ops - 1) + n, 16);
+    char* buf = bench::alloc(bytes, o.device);
+    MPI_Win win;
+    MPI_Win_create(buf, static_cast<MPI_Aint>(bytes), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    const int iters = iterations(o, n);
+    run(o, win, peer_group, origin, peer, buf, n, std::max(2, iters / 10), stride);  // warm-up
+    double s = run(o, win, peer_group, origin, peer, buf, n, iters, stride);
+    MPI_Win_free(&win);
+    bench::free_buf(buf, o.device);
+    const double us = s * 1e6 / iters;  // per epoch
+    const double gbps = is_bw(o) || o.test == "put_lat" || o.test == "get_lat" ? n * ops * iters / (s * 1e9) : 0;
+    const double mops = ops * iters / s / 1e6;
+    double mine = origin ? gbps : 0, agg = 0;
+    MPI_Reduce(&mine, &agg, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+      std::printf(
+          "ROW {\"op\": \"%s\", \"method\": \"%s\", \"sync\": \"%s\", \"bytes\": %zu, \"gbps\": %.6g, \"us\": %.3f, "
+          "\"mops\": %.6g, \"window\": %d, \"ranks\": %d, \"agg_gbps\": %.6g, \"mem\": \"%s\", \"iters\": %d, "
+          "\"busy_ms\": %d}\n",
+          o.test.c_str(), o.method.c_str(), o.sync.c_str(), n, gbps, us, mops, ops, size, agg,
+          o.device ? "device" : "host", iters, o.busy_ms);
+      std::fflush(stdout);
+    }
+  }
+  MPI_Group_free(&peer_group);
+  MPI_Group_free(&world);
+  MPI_Finalize();
+  return 0;
+}

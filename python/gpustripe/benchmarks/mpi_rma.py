@@ -1,0 +1,133 @@
+"""gpustripe bench mpi_rma: one-sided MPI (puts, gets, accumulates) on device windows, unmodified program.
+
+Runs bench/mpi's mpi_rma_bench (plain MPI + the CUDA runtime, nothing of gpustripe in it) under
+mpirun on 2 ranks (one GPU each) with libgpustripe_mpi.so preloaded (docs/mpi.md, one-sided
+communication), and in the same run mpi_bench (send/recv through the interposer) over the same
+sizes, so one results file compares, per size:
+  put / get              bandwidth of a window of --window operations per epoch, one method per
+                         synchronization: mpi_gpustripe_lock (lock once, MPI_Win_flush per epoch),
+                         _fence, _pscw; mpi_gpustripe_sendrecv: a window of as many Isend/Irecv
+  put_latency / get_latency  one operation per epoch (us), same methods; sendrecv: half a round trip
+  accumulate / fetch_and_op  MPI_Accumulate rate (mops) and MPI_Fetch_and_op latency, lock/flush
+Emulated devices (no GPU) run host windows, which the MPI serves: a smoke run, not a GPU figure.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+NAME = "mpi_rma"
+HELP = "One-sided MPI on device windows from an unmodified program: puts, gets, accumulates vs send/recv"
+SYNCS = ("lock", "fence", "pscw")
+
+
+def add_arguments(p):
+    p.add_argument("--sizes", default="1M:256M", help="bandwidth sizes LO:HI (powers of two; default 1M:256M)")
+    p.add_argument("--latency-sizes", default="8:64K", help="latency sizes LO:HI (default 8:64K; '' for none)")
+    p.add_argument("--window", type=int, default=16, help="operations per epoch of the bandwidth runs (default 16)")
+    p.add_argument("--syncs", default=",".join(SYNCS), help=f"comma list of {', '.join(SYNCS)}")
+    p.add_argument("--iters", type=int, default=0, help="epochs per size (0: by size)")
+    p.add_argument("--timeout", type=int, default=600, help="seconds one mpirun may take")
+    p.add_argument("--build", default=os.environ.get("GPUSTRIPE_BUILD_DIR", "build/dev"),
+                   help="build directory holding bench/mpi/ and src/mpi/ (default $GPUSTRIPE_BUILD_DIR or build/dev)")
+    p.add_argument("--mpirun", default=os.environ.get("MPIRUN", "mpirun"), help="mpirun command")
+    p.add_argument("--out", default="bench/results", help="directory of the JSON + PNG results")
+    p.add_argument("--no-write", action="store_true", help="print the tables only")
+
+
+def _paths(build: str) -> dict:
+    paths = {"rma": os.path.join(build, "bench/mpi/mpi_rma_bench"), "p2p": os.path.join(build, "bench/mpi/mpi_bench"),
+             "interposer": os.path.join(build, "src/mpi/libgpustripe_mpi.so")}
+    missing = [p for p in paths.values() if not os.path.exists(p)]
+    if missing:
+        raise SystemExit(f"gpustripe bench mpi_rma: not built: {', '.join(missing)} (build the tree with MPI found)")
+    return {k: os.path.abspath(v) for k, v in paths.items()}
+
+
+# The client's test -> the results' op
+_OPS = {"put_bw": "put", "get_bw": "get", "put_lat": "put_latency", "get_lat": "get_latency",
+        "acc_rate": "accumulate", "fop_lat": "fetch_and_op"}
+
+
+def run(args) -> int:
+    from .. import results
+    from ..copy import default_context
+    from .mpi import _mpirun, _size_arg
+
+    paths = _paths(args.build)
+    ctx = default_context()
+    device, emulated = ctx.device_label, ctx.emulated
+    syncs = [s for s in args.syncs.split(",") if s]
+    if any(s not in SYNCS for s in syncs):
+        raise SystemExit(f"gpustripe bench mpi_rma: --syncs from {SYNCS}")
+    mem = ["--mem", "host"] if emulated else ["--mem", "device"]
+    if not emulated and ctx.device_count < 2:
+        raise SystemExit("gpustripe bench mpi_rma: needs 2 GPUs")
+    lo, hi = _size_arg(args.sizes)
+    llo, lhi = _size_arg(args.latency_sizes) if args.latency_sizes else ("", "")
+    iters = ["--iters", str(args.iters)] if args.iters else []
+    env = {"LD_PRELOAD": paths["interposer"]}
+    print(f"gpustripe bench mpi_rma: {device}, 2 ranks, syncs {syncs}", flush=True)
+    if emulated:
+        print("  NOTE: no GPU visible: host windows (the MPI's); figures are not GPU figures.")
+    rows, absent = [], {}
+
+    def client(test: str, sync: str, extra: list[str]):
+        cmd = _mpirun(args, 2, env) + [paths["rma"], "--test", test, "--sync", sync, *mem, *iters, *extra,
+                                       "--method", f"mpi_gpustripe_{sync}"]
+        for r in _rows(cmd, args.timeout, absent, f"{test}/{sync}"):
+            r["op"] = _OPS[test]
+            rows.append(r)
+
+    def _rows(cmd, timeout, absent_, key):
+        from .mpi import _run_bounded
+        import json
+
+        print("  $ " + " ".join(cmd), flush=True)
+        out, rc = _run_bounded(cmd, timeout)
+        got = [json.loads(line[4:]) for line in out.splitlines() if line.startswith("ROW ")]
+        for r in got:
+            print(f"  {r['op']:>8} {r['method']:>22} {r['bytes']:>11} B {r['us']:>10.2f} us {r['gbps']:8.2f} GB/s "
+                  f"{r.get('mops', 0):8.3f} Mops", flush=True)
+        if rc != 0:
+            absent_[key] = f"exit {rc}: " + " | ".join(out.strip().splitlines()[-3:])[:400]
+            print(f"    FAILED ({absent_[key]})", flush=True)
+        return got
+
+    for sync in syncs:
+        client("put_bw", sync, ["--window", str(args.window), "--min", lo, "--max", hi])
+        client("get_bw", sync, ["--window", str(args.window), "--min", lo, "--max", hi])
+        if llo:
+            client("put_lat", sync, ["--min", llo, "--max", lhi])
+            client("get_lat", sync, ["--min", llo, "--max", lhi])
+    if "lock" in syncs:
+        client("acc_rate", "lock", ["--window", "64"])
+        client("fop_lat", "lock", [])
+    # Send/recv through the interposer over the same sizes: the same data moved two-sided.
+    p2p_mem = ["--mem", "host"] if emulated else []
+    for test, ops, a, b in (("bw", ("put", "get"), lo, hi), ("latency", ("put_latency", "get_latency"), llo, lhi)):
+        if not a:
+            continue
+        cmd = _mpirun(args, 2, env) + [paths["p2p"], "--test", test, "--window", str(args.window), "--min", a,
+                                       "--max", b, *p2p_mem, "--method", "mpi_gpustripe_sendrecv"]
+        for r in _rows(cmd, args.timeout, absent, f"sendrecv/{test}"):
+            for op in ops:
+                rows.append(dict(r, op=op))
+    for r in rows:
+        r["emulated"] = emulated
+    for op in ("put", "get", "put_latency", "get_latency"):
+        if any(r["op"] == op for r in rows):
+            value = "us" if op.endswith("latency") else "gbps"
+            print(f"\n[{op}, {value}] " + results.ratio_table(rows, op, ours="mpi_gpustripe_lock", value=value))
+    if absent:
+        print("\nabsent:")
+        for k, v in sorted(absent.items()):
+            print(f"  {k}: {v}")
+    if args.no_write or not rows:
+        return 0 if rows else 1
+    path = results.write("mpi-rma-2gpu", device, 2, rows, out_dir=args.out,
+                         extra={"absent": absent, "backend": ctx.backend_name, "emulated": emulated,
+                                "window": args.window},
+                         command=" ".join(["gpustripe", "bench", "mpi_rma", *sys.argv[3:]]))
+    print(f"wrote {path} (+ .png)")
+    return 0

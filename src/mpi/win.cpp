@@ -1,0 +1,421 @@
+// A device window's memory: the shared segment, publishing and mapping the members'
+// memory, puts and gets, creation and free. Synchronization: win_sync.cpp;
+// accumulates: win_accumulate.cpp.
+#include "mpi/win.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "ipc/fd_exchange.hpp"
+#include "ipc/handle_cache.hpp"
+#include "ipc/wait.hpp"
+#include "mpi/datatype.hpp"
+#include "mpi/win_shared.hpp"
+
+namespace gpustripe::mpi {
+namespace {
+
+// Never destroyed: a window the program did not free must not call the MPI after MPI_Finalize.
+std::map<MPI_Win, std::unique_ptr<DeviceWindow>>& windows() {
+  static auto* w = new std::map<MPI_Win, std::unique_ptr<DeviceWindow>>();
+  return *w;
+}
+
+}  // namespace
+
+DeviceWindow* find_window(MPI_Win w) {
+  auto it = windows().find(w);
+  return it == windows().end() ? nullptr : it->second.get();
+}
+
+void add_window(std::unique_ptr<DeviceWindow> w) {
+  MPI_Win h = w->handle();
+  windows()[h] = std::move(w);
+}
+
+void drop_window(MPI_Win w) { windows().erase(w); }
+
+WinShared& DeviceWindow::shm() const { return *static_cast<WinShared*>(seg_.data()); }
+
+DeviceWindow::DeviceWindow(Runtime& rt, MPI_Comm comm, const CommInfo& ci, Flavor flavor, void* base, uint64_t bytes,
+                           int disp_unit, bool owned, MPI_Info info)
+    : rt_(rt), backend_(rt.context().backend()), flavor_(flavor), base_(base), disp_unit_(disp_unit), owned_(owned) {
+  check_mpi(PMPI_Comm_dup(comm, &comm_), "MPI_Comm_dup (window)");
+  PMPI_Comm_rank(comm_, &rank_);
+  PMPI_Comm_size(comm_, &n_);
+  for (int r = 0; r < n_; ++r) channel_rank_.push_back(rt.local_of(ci.world_of[r]));
+  started_.assign(n_, 0);
+  waited_.assign(n_, 0);
+  size_attr_ = static_cast<MPI_Aint>(bytes);
+  flavor_attr_ = flavor == Flavor::Create     ? MPI_WIN_FLAVOR_CREATE
+                 : flavor == Flavor::Allocate ? MPI_WIN_FLAVOR_ALLOCATE
+                                              : MPI_WIN_FLAVOR_DYNAMIC;
+  if (flavor == Flavor::Dynamic) base_ = MPI_BOTTOM;
+
+  // The segment: rank 0 makes it, the others open it by name, the name goes once all have.
+  char name[128] = {};
+  if (rank_ == 0) {
+    std::string nm = ipc::unique_shm_name("win");
+    seg_ = ipc::ShmSegment::create(nm, WinShared::bytes_for(n_));
+    std::strncpy(name, nm.c_str(), sizeof name - 1);
+  }
+  check_mpi(PMPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm_), "MPI_Bcast (window segment)");
+  if (rank_ != 0) seg_ = ipc::ShmSegment::open(name);
+  // A member that cannot share its memory (no IPC handle: the default pool) or map another's
+  // fails the creation on every member (agreed), instead of leaving them in a collective.
+  std::string failure;
+  auto agree = [&](const char* step) {
+    int ok = failure.empty() ? 1 : 0, all = 0;
+    check_mpi(PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm_), step);
+    if (all) return;
+    if (rank_ == 0) seg_.unlink();  // every member has it open (they reached the reduction)
+    PMPI_Comm_free(&comm_);
+    GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "a window over device memory: %s",
+             failure.empty() ? "another rank's memory cannot be shared (its message is on its stderr)" : failure.c_str());
+  };
+  try {
+    if (flavor != Flavor::Dynamic && bytes > 0) {
+      PointerInfo pi = backend_.pointer_info(base);
+      my_dev_ = pi.device;
+      publish_region(0, base, bytes);
+    }
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  agree("MPI_Allreduce (window memory published)");
+  if (rank_ == 0) seg_.unlink();
+
+  // Every member's memory, mapped once.
+  try {
+    if (flavor != Flavor::Dynamic) {
+      static_.resize(n_);
+      for (int r = 0; r < n_; ++r) static_[r] = map_region(r, 0);
+    }
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  agree("MPI_Allreduce (window memory mapped)");
+  // The MPI's window: handle, group, attributes and error handler, over a few bytes of host
+  // memory nobody touches (not none: zero-size regions have failed to register in UCX).
+  dummy_.reset(new char[kDummyBytes]());
+  check_mpi(PMPI_Win_create(dummy_.get(), kDummyBytes, 1, info, comm_, &win_), "MPI_Win_create (window underneath)");
+  GS_LOG_DEBUG(Subsys::Mpi, "device window of %d ranks: rank %d exposes %llu bytes of GPU %d", n_, rank_,
+               static_cast<unsigned long long>(bytes), my_dev_);
+}
+
+DeviceWindow::~DeviceWindow() {
+  release_leases();
+  try {
+    for (Pending& p : pending_) {
+      if (!p.event) continue;
+      backend_.synchronize_event(p.event);
+      free_events_[p.event_dev].push_back(p.event);
+    }
+    for (auto& kv : free_events_)
+      for (EventHandle e : kv.second) backend_.destroy_event(e);
+    for (auto& kv : put_streams_) backend_.destroy_stream(kv.second);
+    for (auto& kv : scratch_)
+      if (kv.second.p) backend_.free_device(kv.second.p);
+  } catch (const Error& e) {
+    GS_LOG_WARN(Subsys::Mpi, "releasing a window's streams: %s", e.what());
+  }
+  if (win_ != MPI_WIN_NULL) PMPI_Win_free(&win_);
+  if (comm_ != MPI_COMM_NULL) PMPI_Comm_free(&comm_);
+  if (owned_ && base_) {
+    try {
+      backend_.free_device(base_);
+    } catch (const Error& e) {
+      GS_LOG_WARN(Subsys::Mpi, "freeing a window's memory: %s", e.what());
+    }
+  }
+}
+
+void DeviceWindow::release_leases() {
+  ipc::HandleCache* cache = rt_.endpoint().handle_cache();
+  auto release = [&](int r, Region& reg) {
+    if (reg.leased && cache) cache->release(channel_rank_[r], reg.handle.base, reg.handle.buffer_id);
+    reg.leased = false;
+  };
+  for (int r = 0; r < static_cast<int>(static_.size()); ++r) release(r, static_[r]);
+  for (auto& kv : dynamic_) release(kv.first.first, kv.second);
+}
+
+void DeviceWindow::publish_region(int slot, void* base, uint64_t bytes) {
+  WinRegionDesc d;
+  d.handle = backend_.ipc_export_range(base, bytes);
+  GS_REQUIRE(!ipc::HandleCache::leased(d.handle) || flavor_ != Flavor::Dynamic, GPUSTRIPE_ERR_NOT_SUPPORTED,
+             "%p is memory of a cudaMallocAsync pool: it cannot be attached to a dynamic window (its imports must be "
+             "closed before it is freed, and a detach does not wait for the other ranks)", base);
+  const uintptr_t at = reinterpret_cast<uintptr_t>(base);
+  GS_REQUIRE(at >= d.handle.base && at - d.handle.base + bytes <= d.handle.size, GPUSTRIPE_ERR_NOT_SUPPORTED,
+             "window memory at %p (%llu bytes) spans memory of several kinds: no one IPC handle covers it", base,
+             static_cast<unsigned long long>(bytes));
+  d.base = at;
+  d.bytes = bytes;
+  d.disp_unit = disp_unit_;
+  d.dev = d.handle.device;
+  d.present = 1;
+  // Fd kinds (VMM, pools): every member gets the descriptor before it can see the region.
+  if (d.handle.kind != Backend::IpcKind::Legacy) {
+    ipc::FdExchange* fds = rt_.endpoint().fd_exchange();
+    GS_REQUIRE(fds, GPUSTRIPE_ERR_NOT_SUPPORTED, "no descriptor exchange for a %s buffer",
+               ipc_kind_name(d.handle.kind));
+    for (int r = 0; r < n_; ++r)
+      if (r != rank_) fds->offer(channel_rank_[r], d.handle);  // refused: the member asks when it maps
+  }
+  WinRankSlot& s = shm().slot(rank_);
+  s.version.fetch_add(1, std::memory_order_acq_rel);  // odd: being written
+  s.regions[slot] = d;
+  s.version.fetch_add(1, std::memory_order_release);
+}
+
+DeviceWindow::Region DeviceWindow::map_region(int target, int slot) {
+  WinRegionDesc d = shm().read_region(target, slot);
+  Region reg;
+  if (!d.present || d.bytes == 0) return reg;
+  reg.base = d.base;
+  reg.bytes = d.bytes;
+  reg.dev = d.dev;
+  reg.disp_unit = d.disp_unit;
+  reg.buffer_id = d.handle.buffer_id;
+  reg.handle = d.handle;
+  if (target == rank_) {
+    reg.local = reinterpret_cast<char*>(d.base);
+    return reg;
+  }
+  ipc::HandleCache* cache = rt_.endpoint().handle_cache();
+  GS_REQUIRE(cache, GPUSTRIPE_ERR_NOT_SUPPORTED, "device windows need the IPC mapping cache of the p2p layer");
+  reg.local = static_cast<char*>(cache->map(channel_rank_[target], d.handle.base, d.handle)) + (d.base - d.handle.base);
+  reg.leased = ipc::HandleCache::leased(d.handle);
+  // Copies between two GPUs go straight over their link where this process may.
+  if (my_dev_ >= 0 && reg.dev >= 0 && reg.dev != my_dev_ && backend_.can_access_peer(my_dev_, reg.dev))
+    backend_.enable_peer_access(my_dev_, reg.dev);
+  return reg;
+}
+
+void DeviceWindow::attach(void* base, MPI_Aint bytes) {
+  GS_REQUIRE(flavor_ == Flavor::Dynamic, GPUSTRIPE_ERR_INVALID_ARGUMENT, "MPI_Win_attach on a window not made by "
+             "MPI_Win_create_dynamic");
+  if (bytes == 0) return;
+  GS_REQUIRE(bytes > 0, GPUSTRIPE_ERR_INVALID_SIZE, "MPI_Win_attach of %lld bytes", static_cast<long long>(bytes));
+  PointerInfo pi = backend_.pointer_info(base);
+  if (pi.kind != MemoryKind::Device)
+    throw WinError(MPI_ERR_ARG, format("MPI_Win_attach: %p is not device memory; a window made with the info key "
+                                       "gpustripe_device holds device memory only", base));
+  if (my_dev_ == kHostDevice) my_dev_ = pi.device;
+  WinRankSlot& s = shm().slot(rank_);
+  int free_slot = -1;
+  for (int i = 0; i < kWinMaxRegions; ++i) {
+    const WinRegionDesc& d = s.regions[i];
+    if (!d.present) {
+      if (free_slot < 0) free_slot = i;
+      continue;
+    }
+    const uintptr_t at = reinterpret_cast<uintptr_t>(base);
+    if (at < d.base + d.bytes && d.base < at + static_cast<uint64_t>(bytes))
+      throw WinError(MPI_ERR_ARG, format("MPI_Win_attach: [%p, +%lld) overlaps a region attached already", base,
+                                         static_cast<long long>(bytes)));
+  }
+  if (free_slot < 0)
+    throw WinError(MPI_ERR_NO_MEM, format("MPI_Win_attach: %d regions attached already (the most a rank may have)",
+                                          kWinMaxRegions));
+  publish_region(free_slot, base, static_cast<uint64_t>(bytes));
+}
+
+void DeviceWindow::detach(const void* base) {
+  WinRankSlot& s = shm().slot(rank_);
+  for (int i = 0; i < kWinMaxRegions; ++i) {
+    if (!s.regions[i].present || s.regions[i].base != reinterpret_cast<uintptr_t>(base)) continue;
+    // Operations of this rank into it land first; other ranks' are theirs to synchronize.
+    complete_ops(rank_);
+    s.version.fetch_add(1, std::memory_order_acq_rel);
+    s.regions[i].present = 0;
+    s.version.fetch_add(1, std::memory_order_release);
+    return;
+  }
+  throw WinError(MPI_ERR_ARG, format("MPI_Win_detach: nothing is attached at %p", base));
+}
+
+void DeviceWindow::require_target(int target, const char* call) const {
+  if (target == MPI_PROC_NULL) return;
+  if (target < 0 || target >= n_)
+    throw WinError(MPI_ERR_RANK, format("%s: target rank %d of a window of %d ranks", call, target, n_));
+}
+
+char* DeviceWindow::resolve(int target, MPI_Aint disp, uint64_t bytes, int* dev, const char* call) {
+  if (flavor_ != Flavor::Dynamic) {
+    const Region& r = static_[target];
+    const __int128 off = static_cast<__int128>(disp) * r.disp_unit;
+    if (disp < 0 || off + bytes > r.bytes)
+      throw WinError(MPI_ERR_RMA_RANGE,
+                     format("%s: displacement %lld (unit %d) and %llu bytes lie outside rank %d's %llu bytes of window",
+                            call, static_cast<long long>(disp), r.disp_unit, static_cast<unsigned long long>(bytes),
+                            target, static_cast<unsigned long long>(r.bytes)));
+    *dev = r.dev;
+    return r.local + static_cast<uint64_t>(off);
+  }
+  // Dynamic windows: the displacement is the target's address. The regions seen last are
+  // reused while the target's table has not changed (its version).
+  const uint64_t at = static_cast<uint64_t>(disp);
+  const uint32_t version = shm().slot(target).version.load(std::memory_order_acquire);
+  for (auto it = dynamic_.lower_bound({target, 0}); it != dynamic_.end() && it->first.first == target; ++it) {
+    const Region& r = it->second;
+    if (at >= r.base && at - r.base + bytes <= r.bytes && r.seen_version == version) {
+      *dev = r.dev;
+      return r.local + (at - r.base);
+    }
+  }
+  for (int i = 0; i < kWinMaxRegions; ++i) {
+    WinRegionDesc d = shm().read_region(target, i);
+    if (!d.present || at < d.base || at - d.base + bytes > d.bytes) continue;
+    auto key = std::make_pair(target, d.base);
+    auto old = dynamic_.find(key);
+    if (old != dynamic_.end() && old->second.buffer_id == d.handle.buffer_id) {
+      old->second.seen_version = version;
+    } else {
+      if (old != dynamic_.end()) dynamic_.erase(old);
+      Region r = map_region(target, i);
+      r.seen_version = version;
+      old = dynamic_.emplace(key, r).first;
+    }
+    *dev = old->second.dev;
+    return old->second.local + (at - d.base);
+  }
+  throw WinError(MPI_ERR_RMA_RANGE, format("%s: rank %d has nothing attached at %#llx (+%llu bytes)", call, target,
+                                           static_cast<unsigned long long>(at), static_cast<unsigned long long>(bytes)));
+}
+
+uint64_t DeviceWindow::contiguous_bytes(int count, MPI_Datatype type, MPI_Aint* lb, const char* call) const {
+  if (count < 0) throw WinError(MPI_ERR_COUNT, format("%s: count %d", call, count));
+  Layout l = layout_of(count, type);
+  if (!l.contiguous)
+    throw WinError(MPI_ERR_TYPE, format("%s: a non-contiguous datatype on a device window is not supported", call));
+  *lb = l.span_lb;
+  return l.bytes;
+}
+
+uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, int target, MPI_Aint disp, int tcount,
+                                MPI_Datatype ttype, bool put, const char* call) {
+  require_target(target, call);
+  if (target == MPI_PROC_NULL) return 0;
+  require_epoch(target, call);
+  MPI_Aint olb = 0, tlb = 0;
+  const uint64_t ob = contiguous_bytes(ocount, otype, &olb, call);
+  const uint64_t tb = contiguous_bytes(tcount, ttype, &tlb, call);
+  if (ob != tb)
+    throw WinError(MPI_ERR_TYPE, format("%s: %llu origin bytes for %llu target bytes", call,
+                                        static_cast<unsigned long long>(ob), static_cast<unsigned long long>(tb)));
+  int tdev = kHostDevice;
+  char* t = resolve(target, disp, tb + tlb, &tdev, call) + tlb;
+  if (tb == 0) return 0;
+  char* o = static_cast<char*>(origin) + olb;
+  p2p::MemLoc loc = rt_.locate(o);
+  p2p::Mover::check_within(loc, o, ob, "origin buffer");
+  const int odev = loc.device ? loc.dev : kHostDevice;
+  Pending p{target, next_id_++};
+  if (put && target != rank_ && tdev != kHostDevice) {
+    // Into another rank's memory: on a stream of the target's GPU, where its mapping lives in
+    // this process (copies into a mapping issued from another GPU's context take a slow path
+    // near PCIe speed, docs/mpi-coll.md); the origin's GPU lets that GPU read its memory.
+    if (odev != kHostDevice && odev != tdev && peer_enabled_.insert({tdev, odev}).second &&
+        backend_.can_access_peer(tdev, odev))
+      backend_.enable_peer_access(tdev, odev);
+    StreamHandle s = put_stream(tdev);
+    // Both ranges are checked: the origin by check_within, the target by resolve.
+    backend_.copy_async_prechecked(t, tdev, o, odev, tb, s);
+    std::vector<EventHandle>& pool = free_events_[tdev];
+    if (pool.empty()) {
+      p.event = backend_.create_event(tdev, false);
+    } else {
+      p.event = pool.back();
+      pool.pop_back();
+    }
+    p.event_dev = tdev;
+    backend_.record_event(p.event, s);
+  } else {
+    // Gets read the mapping on a stream of its GPU (the mover's choice for a mapped source),
+    // through the engine: multi-path where the plan says so.
+    p.ticket = put ? rt_.mover().start(t, tdev, o, odev, tb) : rt_.mover().start(o, odev, t, tdev, tb);
+  }
+  pending_.push_back(p);
+  return p.id;
+}
+
+StreamHandle DeviceWindow::put_stream(int dev) {
+  auto it = put_streams_.find(dev);
+  if (it == put_streams_.end()) it = put_streams_.emplace(dev, backend_.create_stream(dev)).first;
+  return it->second;
+}
+
+bool DeviceWindow::finished(Pending& p) {
+  if (p.event) {
+    if (!backend_.query_event(p.event)) return false;
+    free_events_[p.event_dev].push_back(p.event);
+    p.event = nullptr;
+    return true;
+  }
+  return rt_.mover().done(p.ticket);
+}
+
+uint64_t DeviceWindow::put(const void* origin, int ocount, MPI_Datatype otype, int target, MPI_Aint disp, int tcount,
+                           MPI_Datatype ttype) {
+  return transfer(const_cast<void*>(origin), ocount, otype, target, disp, tcount, ttype, true, "MPI_Put");
+}
+
+uint64_t DeviceWindow::get(void* origin, int ocount, MPI_Datatype otype, int target, MPI_Aint disp, int tcount,
+                           MPI_Datatype ttype) {
+  return transfer(origin, ocount, otype, target, disp, tcount, ttype, false, "MPI_Get");
+}
+
+bool DeviceWindow::op_done(uint64_t id) {
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if (it->id != id) continue;
+    if (!finished(*it)) return false;
+    pending_.erase(it);
+    return true;
+  }
+  return true;  // completed by a synchronization call already
+}
+
+void DeviceWindow::complete_ops(int target) {
+  if (pending_.empty()) return;
+  ipc::Waiter w(format("window: rank %d waiting for its puts and gets to complete", rank_), [this] { idle(); });
+  for (;;) {
+    bool all = true;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if ((target < 0 || it->target == target) && finished(*it)) {
+        it = pending_.erase(it);
+        continue;
+      }
+      if (target < 0 || it->target == target) all = false;
+      ++it;
+    }
+    if (all) return;
+    w.pause();
+  }
+}
+
+void DeviceWindow::check_members() const {
+  for (int r = 0; r < n_; ++r)
+    if (r != rank_) rt_.endpoint().check_source(channel_rank_[r]);
+}
+
+void DeviceWindow::free() {
+  if (!locked_.empty() || lock_all_ || !access_.empty() || !exposure_.empty())
+    throw WinError(MPI_ERR_RMA_SYNC, format("MPI_Win_free while an epoch is open (%s): close it first",
+                                            lock_all_           ? "MPI_Win_lock_all"
+                                            : !locked_.empty()  ? "MPI_Win_lock"
+                                            : !access_.empty()  ? "MPI_Win_start"
+                                                                : "MPI_Win_post"));
+  complete_ops(-1);
+  // Pool memory: every importer closes its import before the owner may free the buffer, i.e.
+  // before the owner leaves MPI_Win_free.
+  release_leases();
+  // Nobody still reads or writes this rank's memory once every member is here.
+  barrier("MPI_Win_free");
+}
+
+}  // namespace gpustripe::mpi

@@ -1,0 +1,209 @@
+// One-sided communication (MPI RMA) on device memory of one node's ranks.
+//
+// A window whose members all sit on this node and expose device memory is served
+// here; every other window is the MPI's, untouched (host memory, members on other
+// nodes). A real MPI window still exists underneath (over a few unused bytes), so the
+// handle, its group, name, error handler and attributes stay the MPI's; only the
+// memory and the synchronization are ours.
+//
+// Memory: every member describes its memory (an IPC handle, its base, size and
+// displacement unit) in the window's shared-memory segment, and each member maps
+// every other member's memory once, at creation (MPI_Win_attach for dynamic
+// windows: on first access to a region, through the p2p layer's mapping cache,
+// whose buffer id check never serves a freed and reallocated buffer). An origin
+// then moves data itself, on a stream of the target's GPU (where the mapping lives
+// in this process): a put is one copy from its buffer straight into the target's
+// memory, a get an engine copy the other way (multi-path where the plan says so).
+// The target takes no part: passive target needs no progress on its side.
+//
+// Synchronization lives in the same segment, so it needs no target progress either
+// and every wait is bounded (GPUSTRIPE_TIMEOUT) and ends at once with a clear error
+// when a member died: a reader/writer lock word per target (MPI_Win_lock/unlock,
+// lock_all), counters per (target, origin) for post/start/complete/wait, one
+// sequence number per member for fence and free (a barrier). Completion: flush,
+// unlock, complete and fence wait until the origin's copies have completed, i.e.
+// the data is in the target's memory.
+//
+// Accumulates (accumulate, get_accumulate, fetch_and_op, compare_and_swap) hold
+// the target's accumulate lock (in the segment) around a read-modify-write through
+// pinned host memory: element-wise atomic with respect to every other accumulate,
+// for every predefined op and type (the MPI's own MPI_Reduce_local applies the op).
+//
+// Errors: a displacement out of the target's memory is MPI_ERR_RMA_RANGE with
+// nothing moved; an operation outside an access epoch, or MPI_Win_free while one is
+// open, MPI_ERR_RMA_SYNC; non-contiguous datatypes MPI_ERR_TYPE.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "coll/reduce.hpp"
+#include "ipc/shm_segment.hpp"
+#include "mpi/runtime.hpp"
+
+namespace gpustripe::mpi {
+
+// An RMA error with the MPI error class the standard names for it.
+class WinError : public std::runtime_error {
+ public:
+  WinError(int mpi_code, const std::string& what) : std::runtime_error(what), code_(mpi_code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
+
+struct WinShared;  // the segment's layout (win_shared.hpp)
+
+class DeviceWindow {
+ public:
+  enum class Flavor { Create, Allocate, Dynamic };
+  // Collective over `comm`: every member calls it once the members agreed that the window is
+  // ours (interpose_win.cpp). Throws on every member when one cannot share or map memory. `base`/`bytes`: this rank's memory (device memory of `dev`; none for
+  // Dynamic). `owned`: the memory was allocated for the window (freed with it).
+  DeviceWindow(Runtime& rt, MPI_Comm comm, const CommInfo& ci, Flavor flavor, void* base, uint64_t bytes,
+               int disp_unit, bool owned, MPI_Info info);
+  ~DeviceWindow();
+  DeviceWindow(const DeviceWindow&) = delete;
+  DeviceWindow& operator=(const DeviceWindow&) = delete;
+
+  MPI_Win handle() const { return win_; }
+  // Attributes MPI_Win_get_attr returns pointers to.
+  void* base_attr() { return base_; }
+  MPI_Aint* size_attr() { return &size_attr_; }
+  int* disp_unit_attr() { return &disp_unit_; }
+  int* flavor_attr() { return &flavor_attr_; }
+
+  // MPI_Win_free: completes this rank's operations, waits for every member (no member
+  // still reads or writes this rank's memory) and releases everything. Throws
+  // WinError(MPI_ERR_RMA_SYNC), keeping the window, while an epoch is open.
+  void free();
+
+  // Dynamic windows.
+  void attach(void* base, MPI_Aint bytes);
+  void detach(const void* base);
+
+  // Puts and gets: started here, complete at the next flush / unlock / complete / fence.
+  // Returns the operation's id (for MPI_Rput / MPI_Rget requests: op_done).
+  uint64_t put(const void* origin, int ocount, MPI_Datatype otype, int target, MPI_Aint disp, int tcount,
+               MPI_Datatype ttype);
+  uint64_t get(void* origin, int ocount, MPI_Datatype otype, int target, MPI_Aint disp, int tcount,
+               MPI_Datatype ttype);
+  // Whether operation `id` has completed (its data at the target, or in the origin buffer).
+  bool op_done(uint64_t id);
+  // Accumulates, complete (at the target) when they return. `result` null: no fetch.
+  // `origin` is ignored for MPI_NO_OP.
+  void accumulate(const void* origin, int ocount, MPI_Datatype otype, void* result, int rcount, MPI_Datatype rtype,
+                  int target, MPI_Aint disp, int tcount, MPI_Datatype ttype, MPI_Op op);
+  void compare_and_swap(const void* origin, const void* compare, void* result, MPI_Datatype type, int target,
+                        MPI_Aint disp);
+
+  // Synchronization (the MPI functions of the same names).
+  void fence(int assert_);
+  void lock(int type, int target, int assert_);
+  void unlock(int target);
+  void lock_all(int assert_);
+  void unlock_all();
+  void flush(int target);  // target -1: every target
+  void post(MPI_Group group, int assert_);
+  void start(MPI_Group group, int assert_);
+  void complete();
+  void wait();
+  bool test();
+
+ private:
+  struct Region {  // a member's memory as this process reaches it
+    char* local = nullptr;  // mapped (or this rank's own) address of `base`
+    uint64_t base = 0, bytes = 0;
+    int dev = kHostDevice;
+    int disp_unit = 1;
+    uint64_t buffer_id = 0;
+    Backend::IpcMemHandle handle;
+    bool leased = false;
+    uint32_t seen_version = 0;  // dynamic windows: the target's table version it was found in
+  };
+  struct Pending {
+    int target;
+    uint64_t id;
+    uint64_t ticket = 0;             // a copy of the mover (gets, puts to this rank)
+    EventHandle event = nullptr;     // recorded after a put on put_streams_
+    int event_dev = kHostDevice;
+  };
+  bool finished(Pending& p);  // true once complete (its event goes back to the pool)
+  StreamHandle put_stream(int dev);
+  WinShared& shm() const;
+  void publish_region(int slot, void* base, uint64_t bytes);
+  Region map_region(int target, int slot);
+  void release_leases();  // pool memory's imports (HandleCache::leased), closed
+  // Where (target, disp) .. + bytes lies in this process; throws MPI_ERR_RMA_RANGE.
+  char* resolve(int target, MPI_Aint disp, uint64_t bytes, int* dev, const char* call);
+  void require_epoch(int target, const char* call) const;
+  void require_target(int target, const char* call) const;
+  // (count, type)'s bytes and first byte; throws MPI_ERR_TYPE unless contiguous.
+  uint64_t contiguous_bytes(int count, MPI_Datatype type, MPI_Aint* lb, const char* call) const;
+  uint64_t transfer(void* origin, int ocount, MPI_Datatype otype, int target, MPI_Aint disp, int tcount,
+                    MPI_Datatype ttype, bool put, const char* call);
+  void complete_ops(int target);  // -1: all
+  void barrier(const char* what);
+  void check_members() const;
+  void idle();  // what a wait does every few milliseconds: members alive, p2p progress
+  std::vector<int> group_ranks(MPI_Group g) const;
+  static constexpr int kNoCheck = 0x100;  // locked_: taken with MPI_MODE_NOCHECK (nothing to release)
+  void release_lock(int target, int how);
+  // The read-modify-write of an accumulate the coll kernels have, on the target's GPU.
+  void accumulate_on_gpu(char* t, int tdev, const char* o, int odev, char* res, int rdev, uint64_t bytes,
+                         coll::DataType dt, coll::RedOp op);
+  void acc_lock(int target);
+  void acc_unlock(int target);
+
+  Runtime& rt_;
+  Backend& backend_;
+  static constexpr int kDummyBytes = 64;
+  std::unique_ptr<char[]> dummy_;  // the memory of the MPI's window underneath (freed after it)
+  MPI_Win win_ = MPI_WIN_NULL;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  Flavor flavor_;
+  int rank_ = 0, n_ = 0;
+  std::vector<int> channel_rank_;
+  ipc::ShmSegment seg_;
+  void* base_ = nullptr;
+  MPI_Aint size_attr_ = 0;
+  int disp_unit_ = 1;
+  int flavor_attr_ = MPI_WIN_FLAVOR_CREATE;
+  int my_dev_ = kHostDevice;
+  bool owned_ = false;
+  std::vector<Region> static_;                        // Create/Allocate: every member's memory
+  std::map<std::pair<int, uint64_t>, Region> dynamic_;  // Dynamic: (target, base) -> mapped region
+  std::vector<Pending> pending_;
+  uint64_t next_id_ = 1;
+  std::map<int, StreamHandle> put_streams_;  // per target GPU: puts and accumulates there
+  std::set<std::pair<int, int>> peer_enabled_;  // (target GPU, origin GPU) pairs asked already
+  struct Scratch {
+    char* p = nullptr;
+    uint64_t bytes = 0;
+  };
+  std::map<int, Scratch> scratch_;  // accumulates on a target's GPU, per GPU
+  std::unique_ptr<coll::Reducer> reducer_;
+  std::map<int, std::vector<EventHandle>> free_events_;  // per GPU
+  // Epochs this rank has open.
+  bool fence_epoch_ = false;
+  std::map<int, int> locked_;  // target -> MPI_LOCK_SHARED / EXCLUSIVE
+  bool lock_all_ = false;
+  std::set<int> access_, exposure_;  // PSCW groups (ranks of the window)
+  std::vector<uint64_t> started_, waited_;
+  uint64_t barrier_seq_ = 0;
+};
+
+// The window behind an MPI handle, or null (the MPI's own window).
+DeviceWindow* find_window(MPI_Win w);
+void add_window(std::unique_ptr<DeviceWindow> w);
+void drop_window(MPI_Win w);
+
+}  // namespace gpustripe::mpi
