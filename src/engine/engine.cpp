@@ -209,6 +209,16 @@ std::shared_ptr<const Plan> Engine::cached_plan(int src, int dst, uint64_t bytes
   return plan;
 }
 
+void Engine::copy_direct_prechecked(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes,
+                                    StreamHandle stream) {
+  check_device("src", src_dev, ndev_);
+  check_device("dst", dst_dev, ndev_);
+  if (bytes == 0) return;
+  if (src_dev != dst_dev) ensure_peer(src_dev, dst_dev);
+  backend_.copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, stream);
+  ++plain_copies_;
+}
+
 void Engine::copy(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, StreamHandle stream) {
   copy_async(dst, dst_dev, src, src_dev, bytes, stream);
   backend_.synchronize_stream(stream);

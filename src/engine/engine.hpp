@@ -58,6 +58,13 @@ class Engine {
   void copy_async(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, StreamHandle stream);
   // copy_async, then waits for `stream` to drain.
   void copy(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, StreamHandle stream);
+  // One plain copy on `stream` (the direct path alone between two GPUs, peer access enabled
+  // once), with no pointer queries and no plan: for callers that checked both ranges already
+  // and know the direct path alone is the plan (the p2p layer's messages below the size where
+  // the planner splits: its per-message host cost is what their latency is made of).
+  // Devices and null pointers are still checked.
+  void copy_direct_prechecked(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes,
+                              StreamHandle stream);
   // Executes a given plan (forced plans of the model's accuracy check and the tuner).
   // The plan's src/dst/bytes name the devices and size; pointers are checked like copy_async's.
   void copy_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream);

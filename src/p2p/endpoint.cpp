@@ -504,6 +504,7 @@ void Endpoint::advance_sends() {
 // ---------------------------------------------------------------- progress
 
 void Endpoint::progress_locked() {
+  mover_.new_pass();
   if (fds_) fds_->serve();  // peers asking for descriptors of our buffers (one load when none)
   for (int p = 0; p < ch_.size(); ++p) {
     if (p == ch_.rank()) continue;
