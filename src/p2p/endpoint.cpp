@@ -88,6 +88,14 @@ int Endpoint::receives_ahead(int src, uint64_t comm) const {
   return n;
 }
 
+bool Endpoint::sends_in_flight_to(int peer) const {
+  for (const RequestPtr& s : active_sends_)
+    if (s->peer_ == peer && s->loc_.device && s->bytes_ > device_eager_max_ &&
+        (s->state_ == Request::State::Posted || s->state_ == Request::State::Copying))
+      return true;
+  return false;
+}
+
 RequestPtr Endpoint::find_send(uint64_t id) const {
   for (auto& r : active_sends_)
     if (r->id_ == id) return r;
@@ -155,7 +163,19 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
   f.bytes = bytes;
   f.send_id = r->id_;
   uint64_t eager_max = r->loc_.device && dst != ch_.rank() ? device_eager_max_ : eager_max_;
-  if (bytes <= eager_max) {
+  Exported small;
+  if (bytes > 0 && bytes <= eager_max && !synchronous && r->loc_.device && dst != ch_.rank() &&
+      try_export(buf, bytes, r->loc_, dst, &small)) {
+    // A small device message: pulled by the receiver (one GPU copy, where eager costs a copy to
+    // the host here and one from it there), and buffered by it when unexpected (kRtsBuffered).
+    trace("s_post", ch_.rank(), r->id_, 0, bytes);
+    f.kind = FrameKind::Rts;
+    f.flags = kRtsExported | kRtsBuffered;
+    r->state_ = Request::State::Posted;
+    active_sends_.push_back(r);
+    post(dst, f, &small, sizeof small, r);
+    trace("s_rts", ch_.rank(), r->id_, 0, bytes);
+  } else if (bytes <= eager_max) {
     f.kind = FrameKind::Eager;
     f.flags = synchronous ? static_cast<uint32_t>(kSync) : 0u;
     const void* payload = r->loc_.device && bytes ? from_device(buf, r->loc_.dev, bytes) : buf;
@@ -261,8 +281,27 @@ void Endpoint::on_message(int src, const Frame& f, const char* payload) {
     return;
   }
   Unexpected u{src, f.tag, f.comm, f.bytes, rendezvous, f.flags, f.send_id, {}};
-  if (!rendezvous) u.payload.assign(payload, payload + f.bytes);
-  else if (f.flags & kRtsExported) u.payload.assign(payload, payload + sizeof(Exported));
+  if (rendezvous && (f.flags & kRtsBuffered)) {
+    // Unexpected small device message: copied out now and the sender told it may go on, so a
+    // blocking send completes without this rank's receive (as an eager one); kept as eager data.
+    Exported e;
+    std::memcpy(&e, payload, sizeof e);
+    const char* from = map_exported(src, e, f.bytes);
+    const char* host = from_device(from, e.handle.device, f.bytes);
+    u.payload.assign(host, host + f.bytes);
+    if (ipc::HandleCache::leased(e.handle)) cache_->release(src, e.exporter_base, e.handle.buffer_id);
+    u.rendezvous = false;
+    u.flags = 0;
+    Frame done{};
+    done.kind = FrameKind::Done;
+    done.send_id = f.send_id;
+    done.bytes = f.bytes;
+    post(src, done);
+  } else if (!rendezvous) {
+    u.payload.assign(payload, payload + f.bytes);
+  } else if (f.flags & kRtsExported) {
+    u.payload.assign(payload, payload + sizeof(Exported));
+  }
   unexpected_.push_back(std::move(u));
 }
 
@@ -325,7 +364,7 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
     }
     trace("r_mapped", src, send_id, r->id_, n);
     r->ticket_ = mover_.start(r->rbuf_, r->loc_.device ? r->loc_.dev : kHostDevice, from, e.handle.device, n,
-                              receives_ahead(src, r->comm_));
+                              Mover::Hints{receives_ahead(src, r->comm_), sends_in_flight_to(src)});
     trace("r_started", src, send_id, r->id_, n);
     r->state_ = Request::State::Copying;
     return;

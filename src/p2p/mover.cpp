@@ -26,7 +26,7 @@ const IntSetting kStreams{"GPUSTRIPE_P2P_STREAMS", "2",
 
 Mover::Mover(Backend* backend, CopyFn copy) : backend_(backend), copy_(std::move(copy)) {
   if (backend_ && !copy_)
-    copy_ = [b = backend_](void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s, int) {
+    copy_ = [b = backend_](void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s, const Hints&) {
       b->copy_async(dst, dd, src, sd, n, s);
       return std::function<void()>();
     };
@@ -82,7 +82,7 @@ StreamHandle Mover::stream_for(int dev) {
   return s;
 }
 
-uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, int ahead) {
+uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, const Hints& hints) {
   uint64_t ticket = next_ticket_++;
   if (bytes == 0) return ticket;
   if (dst_dev == kHostDevice && src_dev == kHostDevice) {
@@ -92,7 +92,7 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
   GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
   int dev = src_dev != kHostDevice ? src_dev : dst_dev;
   StreamHandle s = stream_for(dev);
-  std::function<void()> after = copy_(dst, dst_dev, src, src_dev, bytes, s, ahead);
+  std::function<void()> after = copy_(dst, dst_dev, src, src_dev, bytes, s, hints);
   trace("c_enq", -1, 0, 0, bytes);
   EventHandle e = nullptr;
   for (auto it = free_events_.begin(); it != free_events_.end(); ++it)
@@ -325,7 +325,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   // their allocations (Mover::check_within, the mapping cache's bounds), so the copies below
   // that skip the engine's pointer queries write nothing they were not meant to.
   return [&engine, board, st, o = read_copy_options()](void* dst, int dd, const void* src, int sd, size_t n,
-                                                        StreamHandle s, int ahead) -> std::function<void()> {
+                                                        StreamHandle s, const Mover::Hints& hints) -> std::function<void()> {
     // Regime: a copy to or from host memory (eager bounces, stream fragments, push from host).
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
@@ -393,12 +393,15 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
             trace("p_recent", -1, 0, 0, r.bytes);
           }
       }
-      const bool reverse = o.bidir_direct && std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& x) {
-                             return x.src == dd && x.dst == sd;
-                           });
+      // The other way: listed on the board, or known to the caller before the peer lists it
+      // (this rank's own messages to the peer are in flight: both directions start together,
+      // and the first copies would otherwise plan alone and put staged pieces on both GPUs).
+      const bool reverse = o.bidir_direct && (hints.both_ways || std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& x) {
+                                                return x.src == dd && x.dst == sd;
+                                              }));
       const CopyQueues::Queue queued = st->own.queued(sd, dd);
       const bool behind = queued.copies > 0 && specs.empty();
-      const bool window = o.window_replay && n >= o.window_min && (behind || (o.window_ahead && ahead > 0 && queued.copies == 0 && specs.empty()));
+      const bool window = o.window_replay && n >= o.window_min && (behind || (o.window_ahead && hints.ahead > 0 && queued.copies == 0 && specs.empty()));
       // Whether this size alone splits into direct + host, kept per size: a plan copy per
       // message is what windows of small messages would notice.
       auto lone_splits = [&] {
@@ -424,7 +427,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         auto it = st->window_plans.find(key);
         if (it == st->window_plans.end()) {
           if (st->window_plans.size() >= kMaxPlans) st->window_plans.clear();
-          const uint64_t total = n * static_cast<uint64_t>(1 + std::max(queued.copies, ahead));
+          const uint64_t total = n * static_cast<uint64_t>(1 + std::max(queued.copies, hints.ahead));
           const double share = o.window_share > 0 ? o.window_share
                                                 : static_cast<double>(host_staged_bytes(engine.current_plan(sd, dd, total))) /
                                                       static_cast<double>(total);

@@ -31,13 +31,22 @@ struct MemLoc {
   uint64_t buffer_id = 0; // device memory: the allocation's id (0: unknown), new for a reused address
 };
 
+// What the caller of a copy knows of the traffic around it, for its plan.
+struct CopyHints {
+  // How many more copies will follow this one between the same buffers' GPUs soon (a
+  // receiver's receives posted behind the one it matched: a window).
+  int ahead = 0;
+  // The peer copies a message of this rank at the same time, the other way (this rank's own
+  // sends to it in flight: a Sendrecv, a two-way window), whether or not it is listed yet.
+  bool both_ways = false;
+};
+
 class Mover {
  public:
+  using Hints = CopyHints;
   // Enqueues the copy on `stream`; returns what to run once it has completed (may be empty).
-  // `ahead`: how many more copies the caller knows will follow this one between the same
-  // buffers' GPUs soon (a receiver's receives posted behind the one it matched: a window).
   using CopyFn = std::function<std::function<void()>(void* dst, int dst_dev, const void* src, int src_dev,
-                                                     size_t bytes, StreamHandle stream, int ahead)>;
+                                                     size_t bytes, StreamHandle stream, const Hints& hints)>;
   // `backend` null: host memory only. `copy` empty: backend->copy_async.
   explicit Mover(Backend* backend, CopyFn copy = {});
   ~Mover();
@@ -51,10 +60,10 @@ class Mover {
   MemLoc locate(const void* p) const;
 
   // Starts a copy; the ticket polls as done() once the data is in place. Zero bytes
-  // and host-to-host copies complete before start() returns. `ahead`: as CopyFn's.
+  // and host-to-host copies complete before start() returns. `hints`: as CopyFn's.
   // Device copies: the caller has checked both ranges (check_within, the mapping cache's
   // bounds); the copies of small messages skip the pointer queries.
-  uint64_t start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, int ahead = 0);
+  uint64_t start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, const Hints& hints = {});
   // Whether the copy has completed. The copies of one stream complete in the order they were
   // started, so each stream's are asked in that order and, within one poll pass (new_pass),
   // a stream whose oldest copy was seen running is not asked again: an event query costs

@@ -688,3 +688,64 @@ TEST(P2pDevice, MoverPollsEachStreamInOrderOncePerPass) {
   be->free_device(src);
   be->free_device(dst);
 }
+
+// Small device messages are pulled by the receiver, and buffered by it when no receive is posted
+// yet, so a blocking send completes without the peer's receive, as an eager one does: two ranks
+// that both send first and receive after (MPI_Send then MPI_Recv both ways) must not deadlock, at
+// every small size, with the receive posted before (pulled into the buffer) or after (buffered)
+// the message arrives, into device and host buffers; truncation still holds.
+TEST(P2pDevice, SmallDeviceSendsBothWaysFirstCompleteWithoutTheReceive) {
+  char dir[] = "/tmp/gs-p2p-small-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  {
+  ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
+  ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");  // a deadlock fails the wait instead of hanging
+  ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
+  EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+    Topology topo = load_topology_file("h200x4");
+    auto be = make_emulated_backend(topo);
+    const int peer = 1 - rank;
+    Endpoint ep(ch, be.get());
+    int tag = 0;
+    for (size_t n : {size_t(1), size_t(8), size_t(1000), size_t(4096)}) {
+      for (bool into_device : {true, false}) {
+        void* out = be->alloc_device(rank, n);
+        void* in = be->alloc_device(rank, n);
+        std::vector<uint8_t> host(n);
+        to_device(*be, out, rank, seeded_bytes(500 + 2 * tag + rank, n));
+        ep.send(out, n, peer, tag, kComm);  // the peer is in its own send: nothing posted there
+        P2pStatus st = ep.recv(into_device ? in : static_cast<void*>(host.data()), n, peer, tag, kComm);
+        RANK_CHECK(st.error == GPUSTRIPE_SUCCESS && st.bytes == n);
+        std::vector<uint8_t> got = into_device ? from_device(*be, in, rank, n) : host;
+        RANK_CHECK(got == seeded_bytes(500 + 2 * tag + peer, n));
+        // Posted first, then sent: pulled straight into the buffer.
+        RequestPtr r = ep.irecv(in, n, peer, tag + 1000, kComm);
+        char token = 1;
+        ep.send(&token, 1, peer, tag + 2000, kComm);  // host, eager: "my receive is posted"
+        ep.recv(&token, 1, peer, tag + 2000, kComm);
+        ep.send(out, n, peer, tag + 1000, kComm);
+        ep.wait(r);
+        RANK_CHECK(from_device(*be, in, rank, n) == seeded_bytes(500 + 2 * tag + peer, n));
+        be->free_device(out);
+        be->free_device(in);
+        ++tag;
+      }
+    }
+    // Truncated: a buffered 4 KB message into a 100-byte receive.
+    void* out = be->alloc_device(rank, 4096);
+    void* in = be->alloc_device(rank, 4096);
+    to_device(*be, out, rank, seeded_bytes(900 + rank, 4096));
+    ep.send(out, 4096, peer, 7777, kComm);
+    P2pStatus st = ep.recv(in, 100, peer, 7777, kComm);
+    RANK_CHECK(st.error == GPUSTRIPE_ERR_TRUNCATE && st.bytes == 100);
+    std::vector<uint8_t> want = seeded_bytes(900 + peer, 4096);
+    want.resize(100);
+    RANK_CHECK(from_device(*be, in, rank, 100) == want);
+    be->free_device(out);
+    be->free_device(in);
+    ep.flush();
+  }));
+  }
+  // The receives posted first pulled their message (4 sizes x 2 buffer kinds a rank).
+  for (auto& [rank, phases] : trace_phases(dir)) EXPECT_EQ(phases["r_match"], 8) << "rank " << rank;
+}
