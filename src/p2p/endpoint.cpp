@@ -163,19 +163,7 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
   f.bytes = bytes;
   f.send_id = r->id_;
   uint64_t eager_max = r->loc_.device && dst != ch_.rank() ? device_eager_max_ : eager_max_;
-  Exported small;
-  if (bytes > 0 && bytes <= eager_max && !synchronous && r->loc_.device && dst != ch_.rank() &&
-      try_export(buf, bytes, r->loc_, dst, &small)) {
-    // A small device message: pulled by the receiver (one GPU copy, where eager costs a copy to
-    // the host here and one from it there), and buffered by it when unexpected (kRtsBuffered).
-    trace("s_post", ch_.rank(), r->id_, 0, bytes);
-    f.kind = FrameKind::Rts;
-    f.flags = kRtsExported | kRtsBuffered;
-    r->state_ = Request::State::Posted;
-    active_sends_.push_back(r);
-    post(dst, f, &small, sizeof small, r);
-    trace("s_rts", ch_.rank(), r->id_, 0, bytes);
-  } else if (bytes <= eager_max) {
+  if (bytes <= eager_max) {
     f.kind = FrameKind::Eager;
     f.flags = synchronous ? static_cast<uint32_t>(kSync) : 0u;
     const void* payload = r->loc_.device && bytes ? from_device(buf, r->loc_.dev, bytes) : buf;
@@ -281,23 +269,7 @@ void Endpoint::on_message(int src, const Frame& f, const char* payload) {
     return;
   }
   Unexpected u{src, f.tag, f.comm, f.bytes, rendezvous, f.flags, f.send_id, {}};
-  if (rendezvous && (f.flags & kRtsBuffered)) {
-    // Unexpected small device message: copied out now and the sender told it may go on, so a
-    // blocking send completes without this rank's receive (as an eager one); kept as eager data.
-    Exported e;
-    std::memcpy(&e, payload, sizeof e);
-    const char* from = map_exported(src, e, f.bytes);
-    const char* host = from_device(from, e.handle.device, f.bytes);
-    u.payload.assign(host, host + f.bytes);
-    if (ipc::HandleCache::leased(e.handle)) cache_->release(src, e.exporter_base, e.handle.buffer_id);
-    u.rendezvous = false;
-    u.flags = 0;
-    Frame done{};
-    done.kind = FrameKind::Done;
-    done.send_id = f.send_id;
-    done.bytes = f.bytes;
-    post(src, done);
-  } else if (!rendezvous) {
+  if (!rendezvous) {
     u.payload.assign(payload, payload + f.bytes);
   } else if (f.flags & kRtsExported) {
     u.payload.assign(payload, payload + sizeof(Exported));

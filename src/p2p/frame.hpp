@@ -10,8 +10,6 @@
 //               (not exportable) and the receiver's is device memory; the sender copies
 //               into it and sends Fin.
 //     stream    Rts -> Cts{stream}: neither end is exportable; Data fragments follow.
-//   small device message: Rts{exported send buffer, kRtsBuffered}: pulled by a matching
-//               receive, else copied out by the receiver at once (eager completion); Done.
 //   Ssend       Eager with kSync: the receiver answers SyncAck once it matched.
 #pragma once
 #include <cstdint>
@@ -27,11 +25,6 @@ enum FrameFlags : uint32_t {
   kCtsMapped = 2u,   // Cts: payload is an Exported receive buffer (push)
   kCtsStream = 4u,   // Cts: send Data fragments
   kRtsExported = 8u, // Rts: payload is the Exported send buffer (pull)
-  // Rts of a small device message (up to GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT): a receiver with no
-  // matching receive posted copies it out at once into host memory of its own and answers Done,
-  // so the send completes without the receive being posted, as an eager send does (blocking
-  // sends both ways do not deadlock); a matching receive pulls it straight into its buffer.
-  kRtsBuffered = 16u,
 };
 
 struct Frame {
