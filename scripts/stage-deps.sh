@@ -4,7 +4,10 @@
 # sources, both from this machine's Debian packages. CMake falls back to them.
 # Also UCX with CUDA (the libucx-cu13 wheel, ~6 MB once unpacked: headers, the
 # core libraries stripped of debug info, the cuda/cma modules) for the MPI
-# benchmark's `ucx` method (bench/mpi/ucx); skipped, with a note, without network.
+# benchmark's `ucx` method (bench/mpi/ucx) and its `mpi_cuda_aware` baseline: Open
+# MPI's mca_pml_ucx links libucp/libucs (and, through them, libuct/libucm), found here
+# first on LD_LIBRARY_PATH, and UCX loads the cuda/cma modules from UCX_MODULE_DIR;
+# skipped, with a note, without network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh >/dev/null

@@ -2,7 +2,8 @@
 // runtime for device buffers): nothing of gpustripe in it, so the same binary
 // measures the MPI alone, the MPI with libgpustripe_mpi.so preloaded (method
 // mpi_gpustripe), and the GPU-unaware pattern: copy to host, MPI, copy back
-// (--staged, method mpi_host_staged). The loop and options: osu_loop.hpp.
+// (--staged, method mpi_host_staged), and a CUDA-aware MPI (Open MPI's pml ucx over
+// the libucx-cu13 wheel's UCX: method mpi_cuda_aware). The loop and options: osu_loop.hpp.
 //
 //   mpirun -np 2 [-x LD_PRELOAD=.../libgpustripe_mpi.so] mpi_bench --test bw --window 64
 #include <mpi.h>
@@ -55,6 +56,21 @@ class MpiTransport {
     reqs_.emplace_back();
     MPI_Irecv(mpi_[slot], static_cast<int>(n), MPI_BYTE, peer, tag, MPI_COMM_WORLD, &reqs_.back());
     recv_slot_.push_back(slot);
+  }
+
+  // Blocking calls, as osu_latency uses them (MPI_Send may take another path than MPI_Isend).
+  void send(int slot, size_t n, int peer, int tag) {
+#ifdef BENCH_HAVE_CUDA
+    if (o_.staged) CUDA_OK(cudaMemcpy(mpi_[slot], dev_[slot], n, cudaMemcpyDeviceToHost));
+#endif
+    MPI_Send(mpi_[slot], static_cast<int>(n), MPI_BYTE, peer, tag, MPI_COMM_WORLD);
+  }
+
+  void recv(int slot, size_t n, int peer, int tag) {
+    MPI_Recv(mpi_[slot], static_cast<int>(n), MPI_BYTE, peer, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+#ifdef BENCH_HAVE_CUDA
+    if (o_.staged) CUDA_OK(cudaMemcpy(dev_[slot], mpi_[slot], n, cudaMemcpyHostToDevice));
+#endif
   }
 
   void waitall() {

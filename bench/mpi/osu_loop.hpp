@@ -8,11 +8,24 @@
 //   void irecv(int slot, size_t bytes, int peer, int tag);
 //   void waitall();                          completes what isend/irecv started
 //   std::string method() const;
-// (Slots below holds a window's buffers.)
+// and, where the transport has blocking calls (MPI_Send/MPI_Recv), optionally
+//   void send(int slot, size_t bytes, int peer, int tag);
+//   void recv(int slot, size_t bytes, int peer, int tag);
+// (else latency uses isend/irecv + waitall). Slots below holds a window's buffers.
+//
+// The three tests are the OSU micro-benchmarks' definitions, so figures compare with
+// osu_latency / osu_bw / osu_bibw run on another MPI:
+//   latency  ping-pong of blocking send/recv; one-way time = round trip / 2
+//   bw       the sender posts a window of isends, waits, and the receiver's ack
+//            (after its window of irecvs completed) closes the iteration
+//   bibw     both ranks post a window of irecvs and a window of isends, then waitall
+// Each is timed over its iterations back to back after a few untimed ones (no
+// barrier between iterations), on the first rank of each pair; time per message is
+// that total over the messages.
 //
 // Ranks pair up (r <-> r^1) and all pairs run at once; rank 0 prints one line
 // "ROW {json}" per size: op (latency|p2p|bibw), method, bytes, gbps (one pair,
-// algbw), us (median time per message: half a round trip for latency), window,
+// algbw), us (time per message: half a round trip for latency), window,
 // ranks, agg_gbps (sum over pairs).
 #pragma once
 #include <mpi.h>
@@ -21,6 +34,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "bench_args.hpp"
@@ -136,30 +151,52 @@ inline int iterations(const Options& o, size_t n) {
   if (n <= (64u << 10)) return o.test == "latency" ? 1000 : 100;
   if (n <= (16u << 20)) return 40;
   // A window of 16-64 messages of 512 MB-1 GB is 8-64 GB per iteration: 3 of them give a
-  // median as steady as 5 (the run must fit one device call with every method).
+  // figure as steady as 5 (the run must fit one device call with every method).
   if (o.window >= 16 && n > (256u << 20)) return 3;
   return n <= (256u << 20) ? 10 : 5;
 }
 
-// Seconds of one iteration on this rank.
+// Whether the transport has blocking send/recv (detected, so transports without them
+// need no stubs).
+template <class T, class = void>
+struct has_blocking : std::false_type {};
 template <class T>
-double run_once(const Options& o, T& t, size_t n, int peer, bool first) {
+struct has_blocking<T, std::void_t<decltype(std::declval<T&>().send(0, size_t(0), 0, 0)),
+                                   decltype(std::declval<T&>().recv(0, size_t(0), 0, 0))>> : std::true_type {};
+
+template <class T>
+void blocking_send(T& t, size_t n, int peer, int tag) {
+  if constexpr (has_blocking<T>::value) {
+    t.send(0, n, peer, tag);
+  } else {
+    t.isend(0, n, peer, tag);
+    t.waitall();
+  }
+}
+
+template <class T>
+void blocking_recv(T& t, size_t n, int peer, int tag) {
+  if constexpr (has_blocking<T>::value) {
+    t.recv(0, n, peer, tag);
+  } else {
+    t.irecv(0, n, peer, tag);
+    t.waitall();
+  }
+}
+
+// One iteration of the test on this rank (untimed here: the caller times a run of them).
+template <class T>
+void run_once(const Options& o, T& t, size_t n, int peer, bool first) {
   const int tag = 100;
-  MPI_Barrier(MPI_COMM_WORLD);
-  double t0 = MPI_Wtime();
   if (o.test == "latency") {
     if (first) {
-      t.isend(0, n, peer, tag);
-      t.waitall();
-      t.irecv(0, n, peer, tag);
-      t.waitall();
+      blocking_send(t, n, peer, tag);
+      blocking_recv(t, n, peer, tag);
     } else {
-      t.irecv(0, n, peer, tag);
-      t.waitall();
-      t.isend(0, n, peer, tag);
-      t.waitall();
+      blocking_recv(t, n, peer, tag);
+      blocking_send(t, n, peer, tag);
     }
-    return (MPI_Wtime() - t0) / 2;
+    return;
   }
   bool bidir = o.test == "bibw";
   if (bidir || !first)
@@ -167,12 +204,16 @@ double run_once(const Options& o, T& t, size_t n, int peer, bool first) {
   if (bidir || first)
     for (int w = 0; w < o.window; ++w) t.isend(bidir ? o.window + w : w, n, peer, tag);
   t.waitall();
+  if (bidir) return;
   // The receiver's acknowledgement closes the window (as osu_bw does).
   char ack = 0;
   if (first) MPI_Recv(&ack, 1, MPI_BYTE, peer, tag + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   else MPI_Send(&ack, 1, MPI_BYTE, peer, tag + 1, MPI_COMM_WORLD);
-  return MPI_Wtime() - t0;
 }
+
+// Untimed iterations first (OSU's skip: more for small messages, whose first calls
+// set up connections and caches).
+inline int warmups(size_t n) { return n <= (64u << 10) ? 10 : 2; }
 
 template <class T>
 void run_sweep(const Options& o, T& t);
@@ -201,14 +242,13 @@ void run_sweep(const Options& o, T& t) {
   for (size_t n = o.min_bytes; n <= o.max_bytes; n *= 2) {
     t.prepare(slots, n);
     int iters = iterations(o, n);
-    std::vector<double> times;
-    for (int it = -2; it < iters; ++it) {  // two warm-up rounds
-      double s = run_once(o, t, n, peer, first);
-      if (it >= 0) times.push_back(s);
-    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int it = 0; it < warmups(n); ++it) run_once(o, t, n, peer, first);
+    double t0 = MPI_Wtime();
+    for (int it = 0; it < iters; ++it) run_once(o, t, n, peer, first);
+    double s = (MPI_Wtime() - t0) / iters;  // one iteration: a round trip, or a window
+    if (o.test == "latency") s /= 2;
     t.release();
-    std::sort(times.begin(), times.end());
-    double s = times[times.size() / 2];
     double us = o.test == "latency" ? s * 1e6 : s * 1e6 / o.window;
     double dirs = o.test == "bibw" ? 2 : 1;
     double gbps = o.test == "latency" ? n / (s * 1e9) : dirs * n * o.window / (s * 1e9);

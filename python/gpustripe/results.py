@@ -21,7 +21,8 @@ from collections import defaultdict
 from typing import Iterable
 
 REQUIRED = ("op", "method", "bytes", "gbps", "us")
-OPS = {"p2p", "bibw", "latency", "alltoall", "allgather", "reduce_scatter", "allreduce", "bcast", "reduce", "model"}
+OPS = {"p2p", "bibw", "latency", "alltoall", "allgather", "reduce_scatter", "allreduce", "bcast", "reduce", "model",
+       "halo"}
 
 
 def check_row(row: dict) -> None:
@@ -126,20 +127,38 @@ def plot_file(path: str, png: str | None = None) -> str:
     return png
 
 
-def ratio_table(rows: list[dict], op: str, ours: str = "gpustripe", value: str = "gbps") -> str:
-    """Side-by-side table of one op: a line per size, GB/s per method, then ours/method ratios."""
+def ratio_table(rows: list[dict], op: str, ours: str = "gpustripe", value: str = "gbps",
+                base: str | None = None) -> str:
+    """Side-by-side table of one op: a line per size, GB/s per method, then ours/method ratios,
+    and with `base` every method's ratio to that one too (method/base: in time for `us`)."""
     by_size: dict[int, dict[str, float]] = defaultdict(dict)
     for r in rows:
         if r["op"] == op:
             by_size[r["bytes"]][r["method"]] = r.get(value, r["gbps"])
     methods = sorted({m for d in by_size.values() for m in d}, key=lambda m: (m != ours, m))
     others = [m for m in methods if m != ours]
-    lines = [f"{op}: {value} per method, and {ours}/method"]
+    vs_base = [m for m in methods if m != base] if base in methods else []
+    lines = [f"{op}: {value} per method, and {ours}/method" + (f", and method/{base}" if vs_base else "")]
     lines.append(f"{'size':>8} " + " ".join(f"{m[:20]:>20}" for m in methods) + "   "
-                 + " ".join(f"{('/' + m)[:20]:>20}" for m in others))
+                 + " ".join(f"{('/' + m)[:20]:>20}" for m in others)
+                 + ("   " + " ".join(f"{(m + '/')[:20]:>20}" for m in vs_base) if vs_base else ""))
     for size in sorted(by_size):
         d = by_size[size]
         cells = " ".join(f"{d[m]:20.2f}" if m in d else f"{'-':>20}" for m in methods)
         ratios = " ".join(f"{d[ours] / d[m]:20.3f}" if ours in d and d.get(m) else f"{'-':>20}" for m in others)
+        if vs_base:
+            ratios += "   " + " ".join(f"{d[m] / d[base]:20.3f}" if m in d and d.get(base) else f"{'-':>20}"
+                                       for m in vs_base)
         lines.append(f"{human_bytes(size):>8} {cells}   {ratios}")
     return "\n".join(lines)
+
+
+def add_ratios(rows: list[dict], base: str, keys: tuple = ("op", "window", "ranks", "bytes")) -> None:
+    """Adds to each row `vs_<base>`: its value over the `base` method's row of the same `keys`
+    (gbps, or us for latency: a time ratio, lower is better). Rows without such a row get none."""
+    ref = {tuple(r.get(k) for k in keys): r for r in rows if r["method"] == base}
+    for r in rows:
+        b = ref.get(tuple(r.get(k) for k in keys))
+        value = "us" if r["op"] == "latency" else "gbps"
+        if b is not None and b.get(value):
+            r[f"vs_{base}"] = round(r[value] / b[value], 4)

@@ -216,29 +216,41 @@ void bind_model(nb::module_& m) {
       "Measures the node's model parameters through the backend, writes the profile to `out` (default: "
       "GPUSTRIPE_PROFILE or the cache) and returns (path, profile JSON text). progress(fraction, step).");
 
+  auto timing_dict = [](const PlanTiming& r) {
+    nb::dict d;
+    d["us"] = r.median_us;
+    d["min_us"] = r.min_us;
+    d["max_us"] = r.max_us;
+    d["reps"] = r.reps;
+    d["host_us"] = r.host_us;
+    d["samples_us"] = r.samples_us;
+    return d;
+  };
   nb::class_<PlanTimer>(m, "PlanTimer", "Times forced plans with the engine; buffers of max_bytes on every GPU")
       .def(nb::init<Context&, uint64_t>(), nb::arg("context"), nb::arg("max_bytes"), nb::keep_alive<1, 2>())
       .def(
           "time",
-          [](PlanTimer& t, const Plan& p, int warmup, int reps, const std::string& mode) {
+          [timing_dict](PlanTimer& t, const Plan& p, int warmup, int reps, const std::string& mode) {
             GS_REQUIRE(mode == "back-to-back" || mode == "isolated", GPUSTRIPE_ERR_INVALID_ARGUMENT,
                        "timing mode '%s': back-to-back or isolated", mode.c_str());
             const PlanTimingMode m = mode == "isolated" ? PlanTimingMode::Isolated : PlanTimingMode::BackToBack;
             PlanTiming r = without_gil([&] { return t.time(p, warmup, reps, m); });
-            nb::dict d;
-            d["us"] = r.median_us;
-            d["min_us"] = r.min_us;
-            d["max_us"] = r.max_us;
-            d["reps"] = r.reps;
-            d["host_us"] = r.host_us;
-            d["samples_us"] = r.samples_us;
-            return d;
+            return timing_dict(r);
           },
           nb::arg("plan"), nb::arg("warmup") = 5, nb::arg("reps") = 20, nb::arg("mode") = "back-to-back",
           "{'us': median, 'min_us', 'max_us', 'reps', 'host_us': median host time of one call, 'samples_us': every "
           "repetition in order} of copy_with_plan, "
           "timed as gpustripe bench times its rows (mode 'back-to-back': repetitions back to back, device events "
           "on the source's stream) or from an idle stream ('isolated': drained before each repetition)")
+      .def(
+          "time_concurrent",
+          [timing_dict](PlanTimer& t, const std::vector<Plan>& plans, int warmup, int reps) {
+            PlanTiming r = without_gil([&] { return t.time_concurrent(plans, warmup, reps); });
+            return timing_dict(r);
+          },
+          nb::arg("plans"), nb::arg("warmup") = 5, nb::arg("reps") = 20,
+          "the same dict as time() for `plans` run at once, each on its own stream of its source GPU, until "
+          "the last one ends (back to back); each transfer has its own range of the buffers")
       .def(
           "host_cost",
           [](PlanTimer& t) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 #include <vector>
 
 #include "bench/bench.hpp"
@@ -45,6 +46,24 @@ EngineCallCost engine_call_cost(Engine& engine, Backend& b, const Plan& plan, vo
   out.per_call_us = out.per_plan_us / out.calls;
   return out;
 }
+
+namespace {
+
+// The timing of `t` (each repetition's us) and of `host` (each call's, warm-ups first).
+PlanTiming summarize(std::vector<double> t, std::vector<double> host, int warmup, int reps) {
+  host.erase(host.begin(), host.begin() + std::min<size_t>(host.size(), static_cast<size_t>(warmup)));
+  PlanTiming out;
+  out.samples_us = t;
+  std::sort(t.begin(), t.end());
+  out.median_us = median_of(t);
+  out.min_us = t.front();
+  out.max_us = t.back();
+  out.reps = reps;
+  out.host_us = host.empty() ? 0.0 : median_of(host);
+  return out;
+}
+
+}  // namespace
 
 PlanTimer::PlanTimer(Context& ctx, uint64_t max_bytes) : ctx_(ctx), max_(max_bytes) {
   Backend& b = ctx_.backend();
@@ -120,16 +139,71 @@ PlanTiming PlanTimer::time(const Plan& plan, int warmup, int reps, PlanTimingMod
     b.destroy_event(e0);
     b.destroy_event(e1);
   }
-  host.erase(host.begin(), host.begin() + std::min<size_t>(host.size(), static_cast<size_t>(warmup)));
-  PlanTiming out;
-  out.samples_us = t;
-  std::sort(t.begin(), t.end());
-  out.median_us = median_of(t);
-  out.min_us = t.front();
-  out.max_us = t.back();
-  out.reps = reps;
-  out.host_us = host.empty() ? 0.0 : median_of(host);
-  return out;
+  return summarize(std::move(t), std::move(host), warmup, reps);
+}
+
+PlanTiming PlanTimer::time_concurrent(const std::vector<Plan>& plans, int warmup, int reps) {
+  GS_REQUIRE(!plans.empty(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "no plans to time");
+  GS_REQUIRE(reps >= 1, GPUSTRIPE_ERR_INVALID_ARGUMENT, "reps must be at least 1");
+  const int n = ctx_.device_count();
+  std::vector<uint64_t> sent(static_cast<size_t>(n), 0), received(static_cast<size_t>(n), 0);
+  std::vector<char*> from, to;
+  for (const Plan& p : plans) {
+    GS_REQUIRE(p.src >= 0 && p.src < n && p.dst >= 0 && p.dst < n, GPUSTRIPE_ERR_INVALID_DEVICE,
+               "plan %d->%d: the context has %d devices", p.src, p.dst, n);
+    uint64_t& s = sent[static_cast<size_t>(p.src)];
+    uint64_t& r = received[static_cast<size_t>(p.dst)];
+    from.push_back(static_cast<char*>(src_[static_cast<size_t>(p.src)]) + s);
+    to.push_back(static_cast<char*>(dst_[static_cast<size_t>(p.dst)]) + r);
+    s += p.bytes;
+    r += p.bytes;
+    GS_REQUIRE(s <= max_ && r <= max_, GPUSTRIPE_ERR_INVALID_SIZE,
+               "transfers at once from GPU %d or into GPU %d exceed the timer's %llu bytes", p.src, p.dst,
+               static_cast<unsigned long long>(max_));
+  }
+  Backend& b = ctx_.backend();
+  const int lead = plans[0].src;
+  StreamHandle main = streams_[static_cast<size_t>(lead)];
+  // A stream per transfer (the lead GPU's first one is `main`) and an event per stream.
+  std::vector<StreamHandle> own(plans.size(), nullptr);
+  std::vector<EventHandle> done(plans.size(), nullptr);
+  EventHandle start = nullptr;
+  auto release = [&] {
+    b.synchronize_stream(main);
+    for (size_t i = 0; i < plans.size(); ++i) {
+      if (own[i] && own[i] != main) {
+        b.synchronize_stream(own[i]);
+        b.destroy_stream(own[i]);
+      }
+      if (done[i]) b.destroy_event(done[i]);
+    }
+    if (start) b.destroy_event(start);
+  };
+  std::vector<double> host, t;
+  try {
+    start = b.create_event(lead, false);
+    for (size_t i = 0; i < plans.size(); ++i) {
+      own[i] = i == 0 ? main : b.create_stream(plans[i].src);
+      done[i] = b.create_event(plans[i].src, false);
+    }
+    auto post = [&] {
+      auto t0 = std::chrono::steady_clock::now();
+      b.record_event(start, main);
+      for (size_t i = 1; i < plans.size(); ++i) b.wait_event(own[i], start);
+      for (size_t i = 0; i < plans.size(); ++i) ctx_.engine().copy_with_plan(plans[i], to[i], from[i], own[i]);
+      for (size_t i = 1; i < plans.size(); ++i) {
+        b.record_event(done[i], own[i]);
+        b.wait_event(main, done[i]);
+      }
+      host.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    };
+    t = time_back_to_back(b, lead, main, post, warmup, reps);
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
+  return summarize(std::move(t), std::move(host), warmup, reps);
 }
 
 }  // namespace gpustripe

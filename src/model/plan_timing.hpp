@@ -59,6 +59,13 @@ class PlanTimer {
   // model-check's figures compare with bench p2p's. Throws ERR_INVALID_SIZE when the plan is
   // larger than max_bytes.
   PlanTiming time(const Plan& plan, int warmup, int reps, PlanTimingMode mode = PlanTimingMode::BackToBack);
+  // Runs `plans` at once, each on its own stream of its source GPU (two transfers from one
+  // GPU do not queue behind each other), forked from and joined back into the first plan's
+  // source stream, and times the whole as time() times one plan (back to back): a
+  // repetition ends when the last transfer does. Each transfer reads and writes its own
+  // range of its GPUs' buffers, so the sends of one GPU together, and its receives
+  // together, must fit max_bytes (ERR_INVALID_SIZE otherwise). host_us: one repetition's.
+  PlanTiming time_concurrent(const std::vector<Plan>& plans, int warmup, int reps);
   // The engine's host cost per call in this process (engine_call_cost of engine_probe_plan
   // with the context's engine): what calibrate measured as engine_call_us, again now. The
   // host's speed varied up to 1.9x between processes on one 4x H200 lease (session 3, r1:

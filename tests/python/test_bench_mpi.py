@@ -19,7 +19,7 @@ def mpi_build():
 
 
 def test_quick_mpi_bench_files_per_window(cli, tmp_path, mpi_build):
-    methods = "mpi_gpustripe,gpustripe,nccl,ucx,mpi_host_staged"
+    methods = "mpi_gpustripe,mpi_cuda_aware,gpustripe,nccl,ucx,mpi_host_staged"
     p = cli("bench", "mpi", "--build", mpi_build, "--ranks", "2", "--windows", "1,4", "--bibw-window", "4",
             "--sizes", "1K:64K", "--latency-sizes", "8:64", "--iters", "2", "--methods", methods,
             "--out", str(tmp_path), "--timeout", "120")
@@ -49,6 +49,30 @@ def test_quick_mpi_bench_files_per_window(cli, tmp_path, mpi_build):
             assert r["gbps"] >= 0 and r["us"] > 0 and r["bytes"] <= 64 << 10
     if docs[1]["emulated"]:
         assert "nccl" in docs[1]["methods_absent"] and "mpi_host_staged" in docs[1]["methods_absent"]
+    # every row against the CUDA-aware MPI of the same run, where it ran
+    if "mpi_cuda_aware" not in docs[4]["methods_absent"]:
+        aware = [x for x in launches if "--method mpi_cuda_aware" in x]
+        assert len(aware) == 1 and "--mca pml ucx" in aware[0] and "LD_PRELOAD" not in aware[0]
+        assert "/libucx/lib" in aware[0] and "UCX_MODULE_DIR=" in aware[0]
+        for doc in docs.values():
+            assert doc["baseline"] == "mpi_cuda_aware"
+            for r in doc["rows"]:
+                if r["method"] == "mpi_cuda_aware":
+                    assert r["vs_mpi_cuda_aware"] == 1.0
+                else:
+                    assert r["vs_mpi_cuda_aware"] > 0
+        assert "mpi_gpustripe/" in p.stdout  # the tables' method/baseline columns
+
+
+def test_cuda_aware_method_absent_without_ucx(cli, tmp_path, mpi_build):
+    p = cli("bench", "mpi", "--build", mpi_build, "--ranks", "2", "--windows", "1", "--sizes", "1K:1K",
+            "--latency-sizes", "", "--iters", "1", "--methods", "mpi_gpustripe,mpi_cuda_aware",
+            "--ucx-dir", str(tmp_path / "no-ucx"), "--out", str(tmp_path), "--timeout", "60")
+    (f,) = glob.glob(str(tmp_path / "*-mpi-np2-w1*.json"))
+    doc = json.load(open(f))
+    assert "no CUDA-enabled UCX" in doc["methods_absent"]["mpi_cuda_aware"]
+    assert {r["method"] for r in doc["rows"]} == {"mpi_gpustripe"}
+    assert "--mca pml ucx" not in p.stdout
 
 
 def test_unknown_method_fails_clearly(cli, tmp_path, mpi_build):

@@ -141,13 +141,48 @@ def test_model_check_restricts_sets_and_rejects_unknown_ones(cache, cli, tmp_pat
     from gpustripe import results
 
     cli("model-check", "--sizes", "1M", "--sets", "direct,direct+host", "--exhaustive-sizes", "none", "--reps", "2",
-        "--warmup", "1", "--out", str(tmp_path))
+        "--warmup", "1", "--concurrent-sizes", "none", "--out", str(tmp_path))
     files = [f for f in os.listdir(tmp_path) if f.endswith(".json")]
     doc = results.load(str(tmp_path / files[0]))
     assert {r["path_set"] for r in doc["rows"]} == {"direct", "direct+host"}
     bad = cli("model-check", "--sizes", "1M", "--sets", "direct,teleport", "--exhaustive-sizes", "none",
               "--out", str(tmp_path), check=False)
     assert bad.returncode != 0 and "teleport" in (bad.stderr + bad.stdout)
+
+
+def test_model_check_concurrent_cases_predicted_and_measured(cache, cli, tmp_path, four_devices):
+    from gpustripe import results
+
+    out = cli("model-check", "--sizes", "1M", "--sets", "direct", "--exhaustive-sizes", "none", "--reps", "2",
+              "--trials", "1", "--warmup", "1", "--concurrent-sizes", "256K,1M", "--out", str(tmp_path)).stdout
+    assert "concurrent transfers" in out and "model error over 12 concurrent points" in out
+    files = [f for f in os.listdir(tmp_path) if f.endswith(".json")]
+    doc = results.load(str(tmp_path / files[0]))
+    conc = [r for r in doc["rows"] if r["path_set"].startswith("concurrent")]
+    # one pair both ways (on GPUs 0 and 1 also the 2-GPU ring), the 4-GPU ring, and the ring both ways
+    cases = {r["case"]: r["transfers"] for r in conc}
+    assert cases == {"both ways (ring 2)": [[0, 1], [1, 0]], "ring 4": [[0, 1], [1, 2], [2, 3], [3, 0]],
+                     "ring 4 both ways": [[0, 1], [1, 2], [2, 3], [3, 0], [0, 3], [1, 0], [2, 1], [3, 2]]}
+    assert {(r["case"], r["path_set"], r["bytes"]) for r in conc} == {
+        (c, k, b) for c in cases for k in ("concurrent planned", "concurrent direct") for b in (256 << 10, 1 << 20)}
+    for r in conc:
+        assert r["us"] > 0 and r["predicted_us"] > 0 and r["paths"].count("|") == len(r["transfers"]) - 1
+        assert abs(r["aggregate_gbps"] - r["gbps"] * len(r["transfers"])) < 1e-6 * r["aggregate_gbps"]
+        assert r["error"] == pytest.approx((r["predicted_gbps"] - r["gbps"]) / r["gbps"])
+    assert all(r["vs_direct"] > 0 for r in conc if r["path_set"] == "concurrent planned")
+    assert doc["concurrent_max_abs_error"] >= doc["concurrent_mean_abs_error"] > 0
+    assert doc["concurrent_skipped"] == {}
+
+
+def test_concurrent_cases_of_a_two_gpu_node():
+    from gpustripe.commands.model_check_concurrent import cases, timer_bytes
+
+    todo, skipped = cases(2, 0, 1)
+    assert todo == [("both ways (ring 2)", [(0, 1), (1, 0)])] and "4 GPUs" in skipped["ring 4"]
+    todo, _ = cases(4, 2, 3)
+    assert [n for n, _ in todo] == ["both ways", "ring 2", "ring 4", "ring 4 both ways"]
+    assert timer_bytes([1 << 20], 4, 0, 1) == 2 << 20  # ring both ways: two sends from each GPU
+    assert timer_bytes([1 << 20], 2, 0, 1) == 1 << 20
 
 
 def test_model_check_times_fixed_points_isolated_with_the_hosts_time(cache, cli, tmp_path):
@@ -181,7 +216,7 @@ def test_model_check_states_its_statistic_keeps_every_repetition_and_measures_th
     from gpustripe import results
 
     out = cli("model-check", "--sizes", "1M", "--sets", "direct,all paths", "--exhaustive-sizes", "none",
-              "--warmup", "1", "--reps", "3", "--out", str(tmp_path)).stdout
+              "--warmup", "1", "--reps", "3", "--concurrent-sizes", "64K", "--out", str(tmp_path)).stdout
     assert "median of all repetitions of 1-20" in out and "from a drained stream" in out
     assert "host cost per engine call, measured in this process" in out
     files = [f for f in os.listdir(tmp_path) if f.endswith(".json")]
@@ -198,7 +233,7 @@ def test_model_check_states_its_statistic_keeps_every_repetition_and_measures_th
     # The profile's figure, where asked for.
     prof = tmp_path / "profile"
     cli("model-check", "--sizes", "1M", "--sets", "direct", "--exhaustive-sizes", "none", "--reps", "2",
-        "--trials", "2", "--host-cost", "profile", "--out", str(prof))
+        "--trials", "2", "--host-cost", "profile", "--concurrent-sizes", "none", "--out", str(prof))
     doc = results.load(str(prof / [f for f in os.listdir(prof) if f.endswith(".json")][0]))
     assert doc["host_cost"]["used"] == "profile" and "measured in this process" not in doc["model_source"]
     assert [r["host_cost_us"] for r in doc["rows"]] == [None]

@@ -3,11 +3,16 @@
 Runs the OSU-style clients of bench/mpi under mpirun at each rank count (pairs r <-> r^1,
 all pairs at once; one GPU per rank) and compares, in one results file per (ranks, window):
   mpi_gpustripe    mpi_bench with libgpustripe_mpi.so preloaded (the interposer)
+  mpi_cuda_aware   mpi_bench through the same Open MPI made CUDA-aware by the libucx-cu13
+                   wheel's UCX (pml ucx, the wheel's libraries first on LD_LIBRARY_PATH;
+                   no rebuild): what a user of the node runs instead of us. Every table
+                   and row gets the ratio to it.
   mpi_host_staged  mpi_bench in the GPU-unaware pattern: copy to host, MPI, copy back
   gpustripe        gs_p2p_bench: the same loop over gpustripe's native p2p layer
   nccl             nccl_bench: NCCL send/recv between the ranks (a window = one group)
   ucx              ucx_bench: UCX ucp tag send/recv, UCX_TLS=cuda_ipc,cuda_copy,sm,self
                    (the libucx-cu13 wheel staged by scripts/stage-deps.sh)
+The tests are OSU's (osu_latency, osu_bw, osu_bibw: see bench/mpi/osu_loop.hpp).
 A method that cannot run here is skipped and its reason kept in the results
 ("methods_absent"). It also runs mpi_bench with device buffers WITHOUT the interposer, to
 show what a non-CUDA-aware MPI does with them (expected: a crash or an error; recorded,
@@ -23,10 +28,14 @@ import subprocess
 import sys
 import time
 
+from . import _cuda_aware_mpi
+
 NAME = "mpi"
 HELP = "MPI point-to-point with device buffers: the PMPI interposer vs host staging, native p2p, NCCL and UCX"
 
-METHODS = ("mpi_gpustripe", "mpi_host_staged", "gpustripe", "nccl", "ucx")
+METHODS = ("mpi_gpustripe", "mpi_cuda_aware", "mpi_host_staged", "gpustripe", "nccl", "ucx")
+# The method every other is compared with.
+BASELINE = "mpi_cuda_aware"
 # UCX over CUDA IPC within the node; Open MPI's own UCX components stay off, as the
 # system MPI may be linked against another libucp than the client's.
 UCX_TLS_DEVICE = "cuda_ipc,cuda_copy,sm,self"
@@ -46,7 +55,7 @@ def add_arguments(p):
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
     p.add_argument("--iters", type=int, default=0, help="timed iterations per size (0: by size)")
     p.add_argument("--alloc", default="plain", choices=["plain", "vmm", "pool", "async", "vmm_multi"],
-                   help="allocator of the device buffers of mpi_gpustripe, mpi_host_staged and gpustripe: plain "
+                   help="allocator of the device buffers of mpi_gpustripe, mpi_cuda_aware, mpi_host_staged and gpustripe: plain "
                         "(cudaMalloc), vmm (cuMemCreate, POSIX-fd handles), pool (cudaMallocAsync pool with POSIX-fd "
                         "handles), async (the default pool: no IPC handle), vmm_multi (several cuMemCreate "
                         "allocations in one reservation, as PyTorch's expandable segments); results file mpi-np*-w*-<alloc> "
@@ -55,6 +64,9 @@ def add_arguments(p):
     p.add_argument("--build", default=os.environ.get("GPUSTRIPE_BUILD_DIR", "build/dev"),
                    help="build directory holding bench/mpi/ and src/mpi/ (default $GPUSTRIPE_BUILD_DIR or build/dev)")
     p.add_argument("--mpirun", default=os.environ.get("MPIRUN", "mpirun"), help="mpirun command")
+    p.add_argument("--ucx-dir", default="",
+                   help="the unpacked libucx-cu13 wheel of mpi_cuda_aware (default: .deps/ucx of the source "
+                        "tree the build came from, as scripts/stage-deps.sh stages it)")
     p.add_argument("--quick", action="store_true", help="few sizes and iterations (a smoke run)")
     p.add_argument("--out", default="bench/results", help="directory of the JSON + PNG results")
     p.add_argument("--no-write", action="store_true", help="print the tables only")
@@ -78,8 +90,10 @@ def _paths(build: str) -> dict:
     return paths
 
 
-def _absent(method: str, paths: dict, emulated: bool) -> str:
+def _absent(method: str, paths: dict, emulated: bool, ucx: str) -> str:
     """Why a method cannot run here ('' when it can)."""
+    if method == "mpi_cuda_aware":
+        return _cuda_aware_mpi.absent(ucx)
     if method == "mpi_host_staged" and emulated:
         return "needs a GPU (copy to host, MPI, copy back)"
     if method == "nccl":
@@ -190,7 +204,8 @@ def run(args) -> int:
     if bad:
         raise SystemExit(f"gpustripe bench mpi: unknown methods {bad}; known: {', '.join(METHODS)}")
     emulated = ctx.emulated
-    absent = {m: why for m in methods if (why := _absent(m, paths, emulated))}
+    ucx = _cuda_aware_mpi.ucx_dir(args.build, args.ucx_dir)
+    absent = {m: why for m in methods if (why := _absent(m, paths, emulated, ucx))}
     methods = [m for m in methods if m not in absent]
     ranks = [int(r) for r in args.ranks.split(",") if r]
     windows = [int(w) for w in args.windows.split(",") if w]
@@ -220,11 +235,14 @@ def run(args) -> int:
 
     def client(method: str, n: int) -> list[str] | None:
         common = sweeps(method) + (["--iters", str(iters)] if iters else [])
-        if args.alloc != "plain" and method in ("mpi_gpustripe", "mpi_host_staged", "gpustripe"):
+        if args.alloc != "plain" and method in ("mpi_gpustripe", "mpi_cuda_aware", "mpi_host_staged", "gpustripe"):
             common += ["--alloc", args.alloc]
         if method == "mpi_gpustripe":
             return _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [paths["mpi_bench"], *common, *mem,
                                                                             "--method", method]
+        if method == "mpi_cuda_aware":
+            return _mpirun(args, n, _cuda_aware_mpi.env(ucx), _cuda_aware_mpi.MCA_ARGS) + [
+                paths["mpi_bench"], *common, *mem, "--method", method]
         if method == "mpi_host_staged":
             return _mpirun(args, n, {}) + [paths["mpi_bench"], *common, "--staged"]
         if method == "gpustripe":
@@ -267,15 +285,18 @@ def run(args) -> int:
                 continue
             print()
             print(f"{n} ranks, window {w}")
-            print(results.ratio_table(rows, "p2p", ours="mpi_gpustripe"))
+            results.add_ratios(rows, BASELINE)
+            print(results.ratio_table(rows, "p2p", ours="mpi_gpustripe", base=BASELINE))
             if any(r["op"] == "bibw" for r in rows):
-                print(results.ratio_table(rows, "bibw", ours="mpi_gpustripe"))
+                print(results.ratio_table(rows, "bibw", ours="mpi_gpustripe", base=BASELINE))
             if any(r["op"] == "latency" for r in rows):
-                print(results.ratio_table(rows, "latency", ours="mpi_gpustripe", value="us"))
-                print("(latency: microseconds, lower is better; ratio = mpi_gpustripe/method)")
+                print(results.ratio_table(rows, "latency", ours="mpi_gpustripe", value="us", base=BASELINE))
+                print(f"(latency: microseconds, lower is better; ratios = mpi_gpustripe/method and "
+                      f"method/{BASELINE}, in time)")
             print()
             if not args.no_write:
                 extra = {"ranks": n, "window": w, "emulated": emulated, "backend": ctx.backend_name,
+                         "baseline": BASELINE,
                          "without_interposer": [u for u in unaware if u["ranks"] == n], "methods_absent": absent}
                 if stopped:
                     extra["stopped_before"] = [m for m in methods if m not in done]

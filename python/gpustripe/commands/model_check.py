@@ -3,11 +3,15 @@ path sets {direct}, {direct+host}, {direct+GPU staged}, {all}, runs the model's 
 each set with the engine and prints predicted against measured with the error. Transfers
 are timed as `gpustripe bench p2p` times its rows (repetitions back to back, device events,
 median), so figures compare with bench p2p's at every size. Then, at 16 MB, 256 MB and 1 GB, compares the model's chosen
-plan with the best of an exhaustive search (gpustripe tune's grid). Writes a results
-file (rows op "model") and its plot."""
+plan with the best of an exhaustive search (gpustripe tune's grid). Then the concurrent
+cases (model_check_concurrent.py): one pair both ways and rings of 2 and 4 GPUs, planned
+together against measured, beside the direct copies at once. Writes a results file (rows
+op "model") and its plot."""
 import math
 import statistics
 import sys
+
+from . import model_check_concurrent
 
 DEFAULT_SIZES = "1M,4M,16M,64M,256M,1G"
 EMULATED_SIZES = "1M,4M,16M"
@@ -57,6 +61,9 @@ def register(sub):
                                               "'none' to skip)")
     p.add_argument("--sets", help="comma list of path sets to check (default all of: "
                                   f"{', '.join(SET_NAMES)})")
+    p.add_argument("--concurrent-sizes",
+                   help=f"sizes of the concurrent cases, each transfer's (default {model_check_concurrent.DEFAULT_SIZES}; "
+                        f"{model_check_concurrent.EMULATED_SIZES} when emulated; 'none' to skip)")
     p.add_argument("--points", help="instead of the grid, time these plans: 'SIZE@SPEC;SIZE@SPEC' with the "
                                     "spec syntax of GPUSTRIPE_PLAN (e.g. '16M@direct:0.969,host0:0.031x1'); "
                                     "diagnostics of single points, no exhaustive comparison")
@@ -119,9 +126,13 @@ def run(args):
         if not spec:
             raise SystemExit(f"model-check: point '{item}' is not SIZE@SPEC")
         points.append((parse_size(size_text), spec))
+    conc_text = args.concurrent_sizes or (model_check_concurrent.EMULATED_SIZES if ctx.emulated
+                                          else model_check_concurrent.DEFAULT_SIZES)
+    conc_sizes = [] if conc_text == "none" else [parse_size(s) for s in conc_text.split(",")]
     if args.points:
-        ex_sizes = []
-    timer = PlanTimer(ctx, max(([size for size, _ in points] if args.points else sizes + ex_sizes) + [PROBE_BYTES]))
+        ex_sizes, conc_sizes = [], []
+    timer = PlanTimer(ctx, max(([size for size, _ in points] if args.points else sizes + ex_sizes) + [PROBE_BYTES]
+                               + [model_check_concurrent.timer_bytes(conc_sizes, ctx.device_count, src, dst)]))
     host_line, host_cost = None, {"profile_us": model.hop_params()["engine_call_us"], "used": "profile"}
     profile_model = model
     why = "host cost per engine call measured in this process before each point"
@@ -212,10 +223,30 @@ def run(args):
                      "gbps": size / (t["us"] * 1e3), "us": t["us"], "predicted_gbps": chosen.predicted_gbps,
                      "paths": chosen.spec, "bottleneck": chosen.bottleneck, "error": (chosen.predicted_gbps - size / (t["us"] * 1e3)) /
                      (size / (t["us"] * 1e3)), "src": src, "dst": dst})
+    concurrent = {}
+    if conc_sizes:
+        def model_at_point():
+            """The model to predict a concurrent point with, the host's cost measured just before it."""
+            if "points_us" in host_cost:
+                m, cost = measured_model()
+                if m is not None:
+                    host_cost["points_us"].append(cost["per_call_us"])
+                    return m, cost["per_call_us"]
+            return model, None
+
+        conc_rows, skipped = model_check_concurrent.run(
+            ctx, model_at_point, timer, conc_sizes, src, dst, args.warmup, reps,
+            lambda us: args.trials or (1 if args.quick else auto_trials(us, reps)), say)
+        rows += conc_rows
+        errs = [abs(r["error"]) for r in conc_rows]
+        concurrent = {"concurrent_skipped": skipped, "concurrent_mean_abs_error": sum(errs) / len(errs),
+                      "concurrent_max_abs_error": max(errs)}
+        say(f"model error over {len(conc_rows)} concurrent points: mean {100 * sum(errs) / len(errs):.1f}%, "
+            f"max {100 * max(errs):.1f}%")
     path = results.write("model-check", ctx.device_label, ctx.device_count, rows, out_dir=args.out, plot=False,
                          extra={"model_source": model.source, "mean_abs_error": mean_err, "max_abs_error": max_err,
                                 "exhaustive": exhaustive, "emulated": ctx.emulated, "host_cost": host_cost,
-                                "statistic": statistic})
+                                "statistic": statistic, **concurrent})
     png = plot_model_check(rows, f"{ctx.device_label}: model check {src}->{dst} ({model.source}); |error| mean "
                                  f"{100 * mean_err:.1f}%, max {100 * max_err:.1f}%", path[:-len(".json")] + ".png")
     txt = path[:-len(".json")] + ".txt"

@@ -1,0 +1,101 @@
+"""gpustripe bench halo: the halo application (apps/halo) run every way that can run here,
+checked against one process, one results file per variant with the ratios to the
+CUDA-aware MPI and NCCL. On the emulated backend the host steps and the interposer's
+halos are its emulated devices' memory; NCCL is absent (needs GPUs)."""
+import glob
+import json
+import os
+import shutil
+from types import SimpleNamespace
+
+import pytest
+
+BUILD = os.environ.get("GPUSTRIPE_BUILD_DIR", "build/dev")
+
+
+@pytest.fixture
+def halo_build():
+    if not shutil.which("mpirun") or not os.path.exists(os.path.join(BUILD, "apps/halo/halo")):
+        pytest.skip("no mpirun or the halo application not built")
+    return BUILD
+
+
+def test_halo_every_way_checked_with_ratios(cli, tmp_path, halo_build):
+    p = cli("bench", "halo", "--build", halo_build, "--ranks", "2", "--shapes", "8x4K,16x1K", "--iters", "2",
+            "--warmup", "1", "--out", str(tmp_path), "--timeout", "120")
+    docs = {}
+    for f in glob.glob(str(tmp_path / "*-halo-np2-*.json")):
+        doc = json.load(open(f))
+        docs[doc["variant"]] = doc
+        assert os.path.exists(f[:-5] + ".png")
+    assert set(docs) == {"sendrecv", "isend"}
+    for v, doc in docs.items():
+        assert doc["schema"] == 1 and doc["ranks"] == 2
+        present = {r["method"] for r in doc["rows"]}
+        for m in ("mpi_host_staged", "mpi_cuda_aware", "mpi_gpustripe", "nccl"):
+            assert (m in present) != (m in doc["methods_absent"]), m
+        assert {"mpi_host_staged", "mpi_gpustripe"} <= present
+        for r in doc["rows"]:
+            assert r["op"] == "halo" and r["variant"] == v and r["max_abs_err"] == 0
+            assert r["shape"] in {"8x4096", "16x1024"} and r["bytes"] == r["cols"] * 8
+            assert r["us"] > 0 and r["us_exchange"] > 0 and r["gbps"] > 0
+            if "mpi_cuda_aware" in present:
+                assert r["vs_mpi_cuda_aware"] > 0
+        if doc["emulated"]:
+            assert "nccl" in doc["methods_absent"]
+    # one launch per method, every shape and variant in it
+    launches = [x for x in p.stdout.splitlines() if x.strip().startswith("$ ")]
+    ours = [x for x in launches if "--method mpi_gpustripe" in x]
+    assert len(ours) == 1 and "LD_PRELOAD=" in ours[0] and ours[0].count("--shape") == 2
+    assert "--exchange sendrecv,isend" in ours[0] and "--check" in ours[0]
+    assert "gpustripe vs cuda_aware" in p.stdout or "mpi_cuda_aware" in docs["isend"]["methods_absent"]
+
+
+def test_halo_rejects_bad_shapes_and_methods(cli, tmp_path, halo_build):
+    bad = cli("bench", "halo", "--build", halo_build, "--shapes", "8by4M", "--out", str(tmp_path), check=False)
+    assert bad.returncode != 0 and "ROWSxCOLS" in bad.stderr
+    bad = cli("bench", "halo", "--build", halo_build, "--methods", "mpi_gpustripe,telegraph", "--out",
+              str(tmp_path), check=False)
+    assert bad.returncode != 0 and "telegraph" in bad.stderr
+
+
+def _row(method, shape, us, variant="sendrecv"):
+    return {"op": "halo", "method": method, "variant": variant, "shape": shape, "ranks": 2, "bytes": 8, "us": us,
+            "us_exchange": us / 2, "gbps": 1.0}
+
+
+def test_halo_ratios_and_table_on_a_fake_run(tmp_path):
+    from gpustripe import results
+    from gpustripe.benchmarks import halo
+
+    rows = [_row("mpi_cuda_aware", "8x4M", 200.0), _row("nccl", "8x4M", 100.0), _row("mpi_gpustripe", "8x4M", 160.0),
+            _row("mpi_gpustripe", "8x16M", 50.0)]  # no base at this shape
+    halo.add_ratios(rows)
+    assert rows[2]["vs_mpi_cuda_aware"] == 1.25 and rows[2]["vs_nccl"] == 0.625
+    assert rows[0]["vs_mpi_cuda_aware"] == 1.0 and "vs_nccl" not in rows[3]
+    text = halo.table(rows, "us")
+    assert "gpustripe vs cuda_aware" in text and "gpustripe vs nccl" in text
+    line = next(x for x in text.splitlines() if x.strip().startswith("8x4M"))
+    assert "1.250" in line and "0.625" in line
+    path = results.write("halo-np2-sendrecv", "fake", 2, rows, out_dir=str(tmp_path), plot=False)
+    assert results.load(path)["rows"][2]["vs_nccl"] == 0.625  # op "halo" is a known op
+    assert os.path.exists(halo.plot(rows, "fake", str(tmp_path / "p.png")))
+
+
+def test_halo_command_lines(monkeypatch, tmp_path):
+    from gpustripe.benchmarks import halo
+
+    args = SimpleNamespace(mpirun="mpirun", iters=4, warmup=1, no_check=False)
+    monkeypatch.setenv("GPUSTRIPE_NCCL_LIBRARY", "/x/libnccl.so.2")
+    shapes, variants = [(8, 1 << 22)], ["isend"]
+    gpu = {m: halo.command(args, m, 2, "/b/halo", "/b/libgpustripe_mpi.so", str(tmp_path), shapes, variants, False)
+           for m in halo.METHODS}
+    assert "--way unaware" in " ".join(gpu["mpi_host_staged"]) and "LD_PRELOAD" not in " ".join(gpu["mpi_host_staged"])
+    aware = " ".join(gpu["mpi_cuda_aware"])
+    assert "--mca pml ucx" in aware and f"UCX_MODULE_DIR={tmp_path}/libucx/lib/ucx" in aware and "--way aware" in aware
+    assert "LD_PRELOAD=/b/libgpustripe_mpi.so" in " ".join(gpu["mpi_gpustripe"])
+    assert "--way nccl" in " ".join(gpu["nccl"]) and "--nccl-lib /x/libnccl.so.2" in " ".join(gpu["nccl"])
+    assert all("--shape 8x4194304" in " ".join(c) and "--compute" not in c for c in gpu.values())
+    emu = halo.command(args, "mpi_gpustripe", 2, "/b/halo", "/b/i.so", str(tmp_path), shapes, variants, True)
+    assert emu[-4:] == ["--compute", "host", "--mem", "hook"]
+    assert halo.parse_shapes("8x4M, 16384x16K") == [(8, 4 << 20), (16384, 16 << 10)]
