@@ -8,7 +8,9 @@ receiver's files by (sender, send_id):
   post       p2p isend -> its Rts is in the ring
   to_match   Rts in the ring -> the receiver matched it (its polling, its irecv)
   map        matched -> the sender's buffer is mapped (mapping cache)
-  enqueue    mapped -> the copy is enqueued (planning, engine, graph replay)
+  enqueue    mapped -> the copy is enqueued (planning, engine, graph replay), in two parts:
+  copyfn     mapped -> the copy function returned (board, plan, the engine's enqueue)
+  event      that -> its completion event recorded (the mover's stream and event)
   copy       enqueued -> the receiver saw the copy complete (the GPU, event polling)
   to_done    copy seen complete -> the sender read Done
   s_ret      Done read -> the sender's wait saw its request complete
@@ -17,10 +19,10 @@ receiver's files by (sender, send_id):
   concurrent share of the copies planned with other ranks' copies in flight
   direct     share of the copies put on the direct path alone (a copy in the opposite
              direction beside them, GPUSTRIPE_P2P_BIDIR_DIRECT)
-  queued     share of the copies planned behind the rank's own copies to the same GPU
-             (GPUSTRIPE_P2P_QUEUE_PLAN, or replayed as a window's: GPUSTRIPE_P2P_WINDOW_REPLAY,
-             the first of a window included) or issued with the direct path apart
-             (GPUSTRIPE_P2P_DIRECT_APART), and the median host share they took (%)
+  lean       share of the copies below the size where the lone plan splits: one plain copy,
+             no board, no plan, no pointer queries
+  queued     share of the copies replayed as a window's (GPUSTRIPE_P2P_WINDOW_REPLAY, the
+             first of a window included), and the median host share they took (%)
   gap        median microseconds between one copy seen complete and the next of that size
              on the same receiver: the time per message of a window, where copies queue
 
@@ -45,8 +47,9 @@ import statistics
 from collections import defaultdict
 
 # Stamps of a copy's plan whose recv_id field is the host share it took (millionths).
-SHARED = ("p_queued", "p_window", "p_window_first", "p_apart")
-PHASES = ("mpi_in", "post", "to_match", "map", "enqueue", "copy", "to_done", "s_ret", "mpi_out", "total")
+SHARED = ("p_window", "p_window_first")
+PHASES = ("mpi_in", "post", "to_match", "map", "enqueue", "copyfn", "event", "copy", "to_done", "s_ret", "mpi_out",
+          "total")
 
 
 def read(dirname: str):
@@ -84,8 +87,18 @@ def read(dirname: str):
             elif phase == "p_direct" and last is not None:
                 msgs[last]["direct"] = 1
                 last = None
+            elif phase == "p_lean" and last is not None:
+                msgs[last]["lean"] = 1
             elif phase in SHARED and last is not None:
                 msgs[last]["queued"] = shares.pop(0) if shares else 0.0
+                last = None
+    for events in files:
+        last = None
+        for ns, rank, phase, sender, send_id, nbytes in events:
+            if phase == "r_mapped":
+                last = (sender, send_id)
+            elif phase == "c_enq" and last is not None:
+                msgs[last]["c_enq"] = ns
                 last = None
     # The interposer's unkeyed stamps: the MPI_Isend entered just before a p2p isend,
     # and the first MPI wait return after the sender saw the request complete.
@@ -160,6 +173,8 @@ def phases(m: dict) -> dict:
         "to_match": d("s_rts", "r_match"),
         "map": d("r_match", "r_mapped"),
         "enqueue": d("r_mapped", "r_started"),
+        "copyfn": d("r_mapped", "c_enq"),
+        "event": d("c_enq", "r_started"),
         "copy": d("r_started", "r_copied"),
         "to_done": d("r_copied", "s_done"),
         "s_ret": d("s_done", "s_ret"),
@@ -168,6 +183,7 @@ def phases(m: dict) -> dict:
         "conc": m.get("conc", 0),
         "queued": m.get("queued"),
         "direct": m.get("direct", 0),
+        "lean": m.get("lean", 0),
         "gap": m.get("gap"),
     }
 
@@ -184,7 +200,7 @@ def main():
         if "bytes" in m and "s_post" in m and "r_copied" in m:
             by_size[m["bytes"]].append(phases(m))
     print(f"# {a.label or a.dir}: median us per phase ({len(msgs)} messages)")
-    print(f"{'bytes':>11} {'n':>4} " + " ".join(f"{p:>9}" for p in PHASES) + "  concurrent direct queued host% gap")
+    print(f"{'bytes':>11} {'n':>4} " + " ".join(f"{p:>9}" for p in PHASES) + "  concurrent direct lean queued host% gap")
     for size in sorted(by_size):
         rows = by_size[size]
         cells = []
@@ -197,8 +213,9 @@ def main():
         share = f"{statistics.median(q):5.2f}" if q else f"{'-':>5}"
         gap = f"{statistics.median(gaps):9.2f}" if gaps else f"{'-':>9}"
         direct = sum(r["direct"] for r in rows) / len(rows)
+        lean = sum(r["lean"] for r in rows) / len(rows)
         print(f"{size:>11} {len(rows):>4} " + " ".join(cells)
-              + f"  {conc:10.2f} {direct:6.2f} {len(q) / len(rows):6.2f} {share} {gap}")
+              + f"  {conc:10.2f} {direct:6.2f} {lean:4.2f} {len(q) / len(rows):6.2f} {share} {gap}")
     if a.window > 0:
         cols = ("start", "enq1", "first", "per_msg", "end", "window")
         print(f"# windows of {a.window}: median us (warm-up windows included)")

@@ -68,7 +68,7 @@ const DoubleSetting kBalanceMargin{"GPUSTRIPE_BALANCE_MARGIN", "-0.015",
 
 constexpr uint64_t kChunkAlign = 4096;
 constexpr int kBalanceLane = -3;  // lane key: the staged part of a balanced transfer, forked from the caller
-constexpr int kApartLane = -4;    // lane key: the staged part of copy_with_plan_direct_apart, one per area
+constexpr int kApartLane = -4;    // lane key: the staged part of a copy issued apart (detached), one per area
 constexpr int kDetachedLane = -5;  // lane key (from, kDetachedLane, to): direct paths of detached copies
 constexpr int kAnyStagingGpu = -2;  // lane key: first hops to any staging GPU (GPUSTRIPE_STAGED_SHARED_LANE)
 
@@ -215,6 +215,16 @@ std::shared_ptr<const Plan> Engine::cached_plan(int src, int dst, uint64_t bytes
   return plan;
 }
 
+void Engine::copy_direct_prechecked(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes,
+                                    StreamHandle stream) {
+  check_device("src", src_dev, ndev_);
+  check_device("dst", dst_dev, ndev_);
+  if (bytes == 0) return;
+  if (src_dev != dst_dev) ensure_peer(src_dev, dst_dev);
+  backend_.copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, stream);
+  ++plain_copies_;
+}
+
 void Engine::copy(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, StreamHandle stream) {
   copy_async(dst, dst_dev, src, src_dev, bytes, stream);
   backend_.synchronize_stream(stream);
@@ -225,14 +235,8 @@ void Engine::copy_with_plan(const Plan& plan, void* dst, const void* src, Stream
 }
 
 void Engine::copy_with_plan_in_second_area(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
-  run_given(plan, dst, src, stream, RunMode{true, false, true});
-}
-
-void Engine::copy_with_plan_direct_apart(const Plan& plan, void* dst, const void* src, StreamHandle stream,
-                                         bool second_area) {
   RunMode mode;
-  mode.own_area = second_area;
-  mode.apart = true;
+  mode.own_area = true;
   run_given(plan, dst, src, stream, mode);
 }
 
@@ -244,11 +248,6 @@ void Engine::copy_with_plan_detached(const Plan& plan, void* dst, const void* sr
   mode.apart = true;
   mode.detached = true;
   run_given(plan, dst, src, stream, mode);
-}
-
-void Engine::enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool direct_on_lane,
-                               bool own_area) {
-  run_given(plan, dst, src, stream, RunMode{false, direct_on_lane, own_area});
 }
 
 void Engine::run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode) {
@@ -285,7 +284,7 @@ void Engine::ensure_peer(int a, int b) {
 }
 
 void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer, RunMode mode) {
-  if (plan.single_path() && plan.paths[0].kind == PathKind::Direct && !mode.direct_on_lane) {
+  if (plan.single_path() && plan.paths[0].kind == PathKind::Direct) {
     ensure_peer(plan.src, plan.dst);
     backend_.copy_async_prechecked(dst, plan.dst, src, plan.src, plan.bytes, stream);
     ++plain_copies_;
@@ -311,7 +310,7 @@ void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle 
     }
   }
   const Plan& plan_run = steered.paths.empty() ? plan : steered;
-  if (mode.apart && direct_on_caller_ && !mode.direct_on_lane && Balancer::eligible(plan_run)) {
+  if (mode.apart && direct_on_caller_ && Balancer::eligible(plan_run)) {
     run_apart(plan_run, static_cast<char*>(dst), static_cast<const char*>(src), stream, mode, kApartLane,
               mode.own_area ? 1 : 0, nullptr);
     return;
@@ -421,7 +420,7 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
                               RunMode mode) {
   const int S = plan.src, D = plan.dst;
   auto on_caller = [&](const PathPlan& p) {
-    return p.kind == PathKind::Direct && direct_on_caller_ && !mode.direct_on_lane;
+    return p.kind == PathKind::Direct && direct_on_caller_;
   };
   // The caller's earlier work, for the lanes to wait on; recorded before the direct copy
   // goes on the caller's stream, so that the other paths do not wait for it. Detached (the

@@ -58,47 +58,37 @@ class Engine {
   void copy_async(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, StreamHandle stream);
   // copy_async, then waits for `stream` to drain.
   void copy(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, StreamHandle stream);
+  // One plain copy on `stream` (the direct path alone between two GPUs, peer access enabled
+  // once), with no pointer queries and no plan: for callers that checked both ranges already
+  // and know the direct path alone is the plan (the p2p layer's messages below the size where
+  // the planner splits: its per-message host cost is what their latency is made of).
+  // Devices and null pointers are still checked.
+  void copy_direct_prechecked(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes,
+                              StreamHandle stream);
   // Executes a given plan (forced plans of the model's accuracy check and the tuner).
   // The plan's src/dst/bytes name the devices and size; pointers are checked like copy_async's.
   void copy_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream);
   // copy_with_plan with its host-staged pieces in the second staging area of the source GPU
-  // (the one enqueue_with_plan's `own_area` uses), replayed as a graph of its own where graphs
+  // (a lane and staging memory of its own), replayed as a graph of its own where graphs
   // are on. A replay holds its area whole until it ends: two transfers from one GPU that
   // alternate between the two areas overlap, the next one's host pipeline filling while the
   // previous one's drains (a window of messages to one peer).
   void copy_with_plan_in_second_area(const Plan& plan, void* dst, const void* src, StreamHandle stream);
-  // copy_with_plan for a plan of a direct path and one staged path, the direct path issued as
-  // plain copies on `stream` before the staged part is launched (a graph of its own where
-  // graphs are on) on a lane forked from `stream` and joined back: the direct path starts as
-  // soon as it is issued, not after the launch of one graph of both paths (tens of
-  // microseconds with a host-staged pipeline), and the staged part starts that much later.
-  // `second_area`: as copy_with_plan_in_second_area (each area has a lane of its own, so two
-  // transfers in different areas overlap). Other plan shapes run as copy_with_plan would.
-  void copy_with_plan_direct_apart(const Plan& plan, void* dst, const void* src, StreamHandle stream,
-                                   bool second_area = false);
-  // copy_with_plan_direct_apart whose paths do NOT wait for the work enqueued on `stream` before
-  // the call (the caller knows none of it touches these buffers: a p2p window's messages, each
-  // into its own receive): the direct path goes behind the earlier detached copies' direct paths
+  // copy_with_plan for a plan of a direct path and one staged path whose paths do NOT wait for
+  // the work enqueued on `stream` before the call (the caller knows none of it touches these
+  // buffers: a p2p window's messages, each into its own receive): the direct path, issued as
+  // plain copies before the staged part is launched (a graph of its own where graphs are on),
+  // goes behind the earlier detached copies' direct paths
   // on a lane of the link, so the link never idles between them, and the staged part behind the
   // earlier user of its staging area only. Work enqueued on `stream` after the call still waits
   // for both paths. Other plan shapes run as copy_with_plan would (stream-ordered).
-  // `replay` false: the staged part is enqueued, never replayed: its pieces take the next free
-  // range of the area's ring and go behind the earlier enqueued pieces on the same lanes, so the
-  // staged parts of consecutive copies stream into each other (a replay holds its area whole).
+  // `second_area`: as copy_with_plan_in_second_area (each area has a lane of its own, so two
+  // transfers in different areas overlap). `replay` false: the staged part is enqueued, never
+  // replayed: its pieces take the next free range of the area's ring and go behind the earlier
+  // enqueued pieces on the same lanes, so the staged parts of consecutive copies stream into
+  // each other (a replay holds its area whole).
   void copy_with_plan_detached(const Plan& plan, void* dst, const void* src, StreamHandle stream,
                                bool second_area = false, bool replay = true);
-  // copy_with_plan, never replayed as a graph: the schedule is enqueued, so its staged pieces
-  // take the next free range of the staging ring and follow the pieces queued before them on
-  // the same lanes at once. A replay uses its area from the start and so waits for the whole
-  // of every earlier transfer that staged there: a queue of transfers to one peer (a window
-  // of messages) then runs one transfer after the other, each filling and draining its
-  // staged path alone. `direct_on_lane`: the direct path goes on the engine's lane of the
-  // link direction too (not the caller's stream), so the direct copies of a queue issued on
-  // several streams run one after the other there, as the staged pieces do on theirs.
-  // `own_area`: its host-staged pieces use staging memory of the queues' own (allocated on
-  // first use), so they never wait for replays of other transfers, which hold their area whole.
-  void enqueue_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream,
-                         bool direct_on_lane = false, bool own_area = false);
 
   Backend& backend() { return backend_; }
   const Topology& topology() const { return topo_; }
@@ -118,15 +108,14 @@ class Engine {
   // path on the caller's stream (GPUSTRIPE_DIRECT_ON_CALLER) or on the lane of its link.
   struct RunMode {
     bool replay = true;
-    bool direct_on_lane = false;
-    bool own_area = false;  // host staging in the queues' areas (enqueue_with_plan)
-    bool apart = false;     // copy_with_plan_direct_apart
+    bool own_area = false;  // host staging in the source GPU's second area
+    bool apart = false;     // the direct path issued before the staged part's launch
     bool detached = false;  // copy_with_plan_detached (with apart)
     // The allocations the copy reads and writes (check_copy's queries): a captured graph refers
     // to the allocations behind its pointers, so its key names them (base, size, buffer id).
     PointerInfo src_alloc, dst_alloc;
   };
-  // copy_with_plan and enqueue_with_plan.
+  // copy_with_plan and its variants.
   void run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode);
   // `steer`: a planner's plan, which GPUSTRIPE_BALANCE may shift (forced plans run as given).
   void execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer, RunMode mode);

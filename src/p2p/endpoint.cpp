@@ -88,6 +88,14 @@ int Endpoint::receives_ahead(int src, uint64_t comm) const {
   return n;
 }
 
+bool Endpoint::sends_in_flight_to(int peer) const {
+  for (const RequestPtr& s : active_sends_)
+    if (s->peer_ == peer && s->loc_.device && s->bytes_ > device_eager_max_ &&
+        (s->state_ == Request::State::Posted || s->state_ == Request::State::Copying))
+      return true;
+  return false;
+}
+
 RequestPtr Endpoint::find_send(uint64_t id) const {
   for (auto& r : active_sends_)
     if (r->id_ == id) return r;
@@ -265,8 +273,11 @@ void Endpoint::on_message(int src, const Frame& f, const char* payload) {
     return;
   }
   Unexpected u{src, f.tag, f.comm, f.bytes, rendezvous, f.flags, f.send_id, {}};
-  if (!rendezvous) u.payload.assign(payload, payload + f.bytes);
-  else if (f.flags & kRtsExported) u.payload.assign(payload, payload + sizeof(Exported));
+  if (!rendezvous) {
+    u.payload.assign(payload, payload + f.bytes);
+  } else if (f.flags & kRtsExported) {
+    u.payload.assign(payload, payload + sizeof(Exported));
+  }
   unexpected_.push_back(std::move(u));
 }
 
@@ -329,7 +340,7 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
     }
     trace("r_mapped", src, send_id, r->id_, n);
     r->ticket_ = mover_.start(r->rbuf_, r->loc_.device ? r->loc_.dev : kHostDevice, from, e.handle.device, n,
-                              receives_ahead(src, r->comm_));
+                              Mover::Hints{receives_ahead(src, r->comm_), sends_in_flight_to(src)});
     trace("r_started", src, send_id, r->id_, n);
     r->state_ = Request::State::Copying;
     return;
@@ -508,6 +519,7 @@ void Endpoint::advance_sends() {
 // ---------------------------------------------------------------- progress
 
 void Endpoint::progress_locked() {
+  mover_.new_pass();
   if (fds_) fds_->serve();  // peers asking for descriptors of our buffers (one load when none)
   for (int p = 0; p < ch_.size(); ++p) {
     if (p == ch_.rank()) continue;

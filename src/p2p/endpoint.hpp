@@ -119,6 +119,9 @@ class Endpoint {
   // Receives posted (and rendezvous messages arrived unmatched) that the next messages of
   // `src` on `comm` may meet: more copies from that peer soon (a window), for the copy's plan.
   int receives_ahead(int src, uint64_t comm) const;
+  // Whether this rank has a message to `peer` in flight that the peer copies (pull or push):
+  // a copy from `peer` now runs beside it, the other way.
+  bool sends_in_flight_to(int peer) const;
   // This process's address of a buffer `peer` exported (mapping cache).
   // Returns the pool import lease a finished copy of `r` held (HandleCache::release).
   void return_lease(Request& r);

@@ -26,7 +26,7 @@ const IntSetting kStreams{"GPUSTRIPE_P2P_STREAMS", "2",
 
 Mover::Mover(Backend* backend, CopyFn copy) : backend_(backend), copy_(std::move(copy)) {
   if (backend_ && !copy_)
-    copy_ = [b = backend_](void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s, int) {
+    copy_ = [b = backend_](void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s, const Hints&) {
       b->copy_async(dst, dd, src, sd, n, s);
       return std::function<void()>();
     };
@@ -82,7 +82,7 @@ StreamHandle Mover::stream_for(int dev) {
   return s;
 }
 
-uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, int ahead) {
+uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, const Hints& hints) {
   uint64_t ticket = next_ticket_++;
   if (bytes == 0) return ticket;
   if (dst_dev == kHostDevice && src_dev == kHostDevice) {
@@ -92,7 +92,8 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
   GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
   int dev = src_dev != kHostDevice ? src_dev : dst_dev;
   StreamHandle s = stream_for(dev);
-  std::function<void()> after = copy_(dst, dst_dev, src, src_dev, bytes, s, ahead);
+  std::function<void()> after = copy_(dst, dst_dev, src, src_dev, bytes, s, hints);
+  trace("c_enq", -1, 0, 0, bytes);
   EventHandle e = nullptr;
   for (auto it = free_events_.begin(); it != free_events_.end(); ++it)
     if (event_dev_[*it] == dev) {
@@ -105,23 +106,52 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
     event_dev_[e] = dev;
   }
   backend_->record_event(e, s);
-  pending_[ticket] = Pending{e, std::move(after)};
+  pending_[ticket] = Pending{e, std::move(after), s};
+  order_[s].tickets.push_back(ticket);
   return ticket;
 }
 
 void Mover::finish(std::map<uint64_t, Pending>::iterator it) {
+  Order& o = order_[it->second.stream];
+  auto pos = std::find(o.tickets.begin(), o.tickets.end(), it->first);
+  if (pos != o.tickets.end()) o.tickets.erase(pos);
   free_events_.push_back(it->second.event);
   std::function<void()> after = std::move(it->second.after);
   pending_.erase(it);
   if (after) after();
 }
 
+void Mover::finish_through(StreamHandle stream, uint64_t ticket) {
+  Order& o = order_[stream];
+  while (!o.tickets.empty()) {
+    const uint64_t t = o.tickets.front();
+    auto it = pending_.find(t);
+    if (it != pending_.end()) finish(it);
+    else o.tickets.pop_front();
+    if (t == ticket) return;
+  }
+}
+
 bool Mover::done(uint64_t ticket) {
   auto it = pending_.find(ticket);
   if (it == pending_.end()) return true;
-  if (!backend_->query_event(it->second.event)) return false;
-  finish(it);
-  return true;
+  const StreamHandle s = it->second.stream;
+  Order& o = order_[s];
+  while (!o.tickets.empty() && o.busy_pass != pass_) {
+    const uint64_t oldest = o.tickets.front();
+    auto p = pending_.find(oldest);
+    if (p == pending_.end()) {
+      o.tickets.pop_front();
+      continue;
+    }
+    if (!backend_->query_event(p->second.event)) {
+      o.busy_pass = pass_;
+      break;
+    }
+    finish(p);
+    if (oldest == ticket) return true;
+  }
+  return pending_.find(ticket) == pending_.end();
 }
 
 void Mover::copy_now_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
@@ -142,8 +172,9 @@ void Mover::copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_
   uint64_t t = start(dst, dst_dev, src, src_dev, bytes);
   auto it = pending_.find(t);
   if (it == pending_.end()) return;
+  const StreamHandle s = it->second.stream;
   backend_->synchronize_event(it->second.event);
-  finish(it);
+  finish_through(s, t);
 }
 
 namespace {
@@ -159,43 +190,9 @@ const BoolSetting kBidirDirect{
     "A copy that another rank's copy in the opposite direction runs beside takes the direct path alone "
     "(across processes each rank's staged pieces run on the other GPU too)"};
 
-// A window of 16 x 256 MB messages to one peer ran at the rate of one 256 MB transfer alone
-// (433.7 GB/s on 4x H200, session 2): each message replayed its lone plan, and a replay waits
-// for the whole previous transfer that used its staging area (r2 trace: one message every 618 us).
-// Device rounds r2/r3 (2 ranks, same lease each): from 256 MB the queue gained 0.7-2.4% at windows
-// 16/64 (r3, 256 MB: 427.0 -> 432.9 / 427.3 -> 436.1 GB/s; 512 MB w64 407.8 -> 440.8); below, the
-// engine's enqueue per message (60-70 us, against 33 replayed) and the smaller chunks cost 1-5%
-// (64 MB w64 403 -> 382-393); with other ranks' copies in flight (4 ranks) it lost 1-3%.
-// Off by default after session 3's final round (r4): with it on, the receiving rank of the 2-rank
-// window-64 1 GB row crashed inside local_recv (the bench's own row, not reproduced in the tests),
-// and the 256 MB windows came out no better than the replayed lone plans of session 2 (416-420 GB/s).
-const BoolSetting kQueuePlan{
-    "GPUSTRIPE_P2P_QUEUE_PLAN", "no",
-    "A copy queued behind this rank's own copies to the same GPU (none of other ranks in flight, at least "
-    "GPUSTRIPE_P2P_QUEUE_MIN) takes the host share of the queue planned as one transfer and is enqueued, not "
-    "replayed, so its host-staged pieces stream behind the ones before (the host pipeline fills and drains "
-    "once per queue, not once per message)"};
-const SizeSetting kQueueMin{"GPUSTRIPE_P2P_QUEUE_MIN", "256M",
-                            "GPUSTRIPE_P2P_QUEUE_PLAN: the smallest copy planned as part of a queue"};
-// Device round r2 (2 ranks, 16 x 256 MB): planned as a queue, messages 3-16 completed every
-// 605 us (443.7 GB/s), but the second one 1180 us after the first: two direct copies from two
-// streams at once beside the host path. On the lane: r3 w16/w64 256 MB 429.9 / 435.8 GB/s.
-const BoolSetting kQueueLane{"GPUSTRIPE_P2P_QUEUE_LANE", "yes",
-                             "GPUSTRIPE_P2P_QUEUE_PLAN: a queued copy's direct path goes on the engine's lane of "
-                             "the link, behind the queue's earlier direct copies, not on the stream the copy was "
-                             "issued on (the p2p layer issues on GPUSTRIPE_P2P_STREAMS streams in turn)"};
-// r3 (2 ranks, 256 MB, w16 / w64): 432.9 / 436.1 GB/s with, 429.9 / 435.8 without; 512 MB w16
-// 439.7 / 437.9. Costs GPUSTRIPE_HOST_STAGING more pinned memory per source GPU, once queues form.
-const BoolSetting kQueueArea{"GPUSTRIPE_P2P_QUEUE_AREA", "yes",
-                             "GPUSTRIPE_P2P_QUEUE_PLAN: queued copies stage through host memory of their own, so the "
-                             "second copy of a window does not wait for the whole first one (replayed as a graph, "
-                             "which holds the shared staging area whole)"};
-const SizeSetting kQueueMax{"GPUSTRIPE_P2P_QUEUE_MAX", "4G",
-                            "GPUSTRIPE_P2P_QUEUE_PLAN: the largest queue (bytes per GPU pair, this copy included) "
-                            "planned as one transfer"};
 
-// Replayed windows: a copy queued behind this rank's own copies to the same GPU (as for
-// GPUSTRIPE_P2P_QUEUE_PLAN) is replayed as a graph, not enqueued, with the window's host share,
+// Replayed windows: a copy queued behind this rank's own copies to the same GPU (none of other
+// ranks in flight) is replayed as a graph, not enqueued, with the window's host share,
 // its host-staged pieces in the other of the source GPU's two staging areas than the copy
 // before it: consecutive messages of a window then overlap (a replay holds its area whole),
 // one's host pipeline filling while the other's drains, so the host path can carry the share of
@@ -213,7 +210,7 @@ const BoolSetting kWindowReplay{"GPUSTRIPE_P2P_WINDOW_REPLAY", "yes",
                                 "so the messages of a window overlap two at a time"};
 const DoubleSetting kWindowShare{"GPUSTRIPE_P2P_WINDOW_SHARE", "0.113",
                                  "GPUSTRIPE_P2P_WINDOW_REPLAY: host share of a window's queued copies (0: the model's "
-                                 "share of one transfer of GPUSTRIPE_P2P_QUEUE_MAX bytes)"};
+                                 "share of one transfer of the window's bytes in flight)"};
 const SizeSetting kWindowMin{"GPUSTRIPE_P2P_WINDOW_MIN", "128M",
                              "GPUSTRIPE_P2P_WINDOW_REPLAY: the smallest copy replayed as part of a window"};
 
@@ -251,23 +248,6 @@ const BoolSetting kWindowDetached{"GPUSTRIPE_P2P_WINDOW_DETACHED", "yes",
                                    "earlier work (Engine::copy_with_plan_detached): their direct paths back to back on "
                                    "a lane of the link, their staged parts behind the previous user of their staging "
                                    "area only, so neither path waits for the other's lag"};
-// Not measured (added after the last experiment round): off.
-const BoolSetting kWindowEnqueue{"GPUSTRIPE_P2P_WINDOW_ENQUEUE", "no",
-                                 "GPUSTRIPE_P2P_WINDOW_DETACHED: a window's staged parts are enqueued, not replayed, "
-                                 "through one staging ring (the queues' area), so they stream into each other as one "
-                                 "transfer's would (a replay holds its staging area whole: two overlap at most)"};
-// s5 r2, 256M w1 (other rows' noise +-2 GB/s): 424.5 / 422.2 / 422.1 / 422.5 with it (shift 1M), 423.0 /
-// 421.9 / 421.2 / 413.8 without; its trace: 636.6 us per message against r1's 634.2 (the launch of one graph
-// of both paths does not hold the direct path back measurably). Off.
-const BoolSetting kDirectApart{"GPUSTRIPE_P2P_DIRECT_APART", "no",
-                               "Copies of at least GPUSTRIPE_P2P_WINDOW_MIN planned as a direct plus a host-staged path "
-                               "that start with none of this rank's copies to that GPU in flight (alone, or the first "
-                               "of a window) issue the direct path as "
-                               "plain copies before launching the staged part, so it starts without waiting for the "
-                               "launch of one graph of both (~30 us on 4x H200)"};
-const SizeSetting kApartShift{"GPUSTRIPE_P2P_APART_SHIFT", "0",
-                              "GPUSTRIPE_P2P_DIRECT_APART: bytes a lone copy moves from its host-staged path to its "
-                              "direct path (the staged part starts one launch later than the direct path)"};
 
 const IntSetting kRecentUs{
     "GPUSTRIPE_P2P_RECENT_US", "0",
@@ -275,13 +255,12 @@ const IntSetting kRecentUs{
     "planned, in the directions with none in flight: an exchange that repeats (pairs that start together "
     "rarely list in time to see each other, and the first one plans alone); 0: off"};
 
+
 // The settings engine_copy's copies read, once per mover (not per message).
 struct CopyOptions {
   bool announce_first, bidir_direct;
-  bool queue_plan, queue_lane, queue_area;
-  uint64_t queue_max, queue_min;
-  bool window_replay, window_ahead, detached, window_enqueue, apart;
-  uint64_t window_min, window_chunk, apart_shift, recent_ns;
+  bool window_replay, window_ahead, detached;
+  uint64_t window_min, window_chunk, recent_ns;
   double window_share;
 };
 
@@ -289,22 +268,14 @@ CopyOptions read_copy_options() {
   CopyOptions o{};
   o.announce_first = kAnnounceFirst.get();
   o.bidir_direct = kBidirDirect.get();
-  o.queue_plan = kQueuePlan.get();
-  o.queue_max = kQueueMax.get();
-  o.queue_min = kQueueMin.get();
-  o.queue_lane = kQueueLane.get();
-  o.queue_area = kQueueArea.get();
   o.window_replay = kWindowReplay.get();
   o.window_min = kWindowMin.get();
   o.window_share = kWindowShare.get();
   GS_REQUIRE(o.window_share >= 0 && o.window_share < 0.5, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_P2P_WINDOW_SHARE=%g: 0 (the model's) or a fraction below 0.5", o.window_share);
   o.window_ahead = kWindowAhead.get();
-  o.apart = kDirectApart.get();
   o.window_chunk = kWindowChunk.get();
   o.detached = kWindowDetached.get();
-  o.window_enqueue = kWindowEnqueue.get();
-  o.apart_shift = kApartShift.get();
   const int64_t recent_us = kRecentUs.get();
   GS_REQUIRE(recent_us >= 0 && recent_us <= 1000000, GPUSTRIPE_ERR_CONFIG,
              "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
@@ -312,18 +283,27 @@ CopyOptions read_copy_options() {
   return o;
 }
 
-// The whole transfer on the direct path, as a plan the engine executes as one copy.
-Plan direct_plan(int src, int dst, uint64_t bytes) {
-  Plan p;
-  p.src = src;
-  p.dst = dst;
-  p.bytes = bytes;
-  PathPlan d;
-  d.kind = PathKind::Direct;
-  d.bytes = bytes;
-  p.paths.push_back(d);
-  p.source = "single";
-  return p;
+bool direct_alone(const Plan& p) { return p.single_path() && p.paths[0].kind == PathKind::Direct; }
+
+// The size (to 4 KB) up to which the engine's lone plan between two GPUs is the direct path
+// alone (0: not even 4 KB): messages up to it take one plain copy and none of the planning,
+// listing or pointer queries larger ones need. The model decides where splitting starts to pay
+// on this node (its calibration), so the bound is asked of it, once per pair: doubling, then
+// halving the interval where the plan changes.
+uint64_t direct_limit(Engine& engine, int src, int dst) {
+  constexpr uint64_t kStep = 4096, kMax = uint64_t{1} << 40;
+  uint64_t lo = 0, hi = kStep;  // the plan is direct alone at lo (0: vacuously), not at hi
+  while (hi <= kMax && direct_alone(engine.current_plan(src, dst, hi))) {
+    lo = hi;
+    hi *= 2;
+  }
+  if (hi > kMax) return lo;
+  while (hi - lo > kStep) {
+    const uint64_t mid = lo + (hi - lo) / 2 / kStep * kStep;
+    if (direct_alone(engine.current_plan(src, dst, mid))) lo = mid;
+    else hi = mid;
+  }
+  return lo;
 }
 }  // namespace
 
@@ -335,20 +315,35 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   struct State {
     std::map<std::vector<uint64_t>, Plan> plans;
     CopyQueues own;  // this rank's copies in flight, per GPU pair
+    std::map<std::pair<int, int>, uint64_t> direct_limits;  // direct_limit per GPU pair
     std::map<std::tuple<int, int, uint64_t>, bool> splits;  // (src, dst, bytes): planned alone, direct + host
     std::map<std::tuple<int, int, uint64_t>, Plan> window_plans;  // GPUSTRIPE_P2P_WINDOW_REPLAY, per size
     std::map<std::pair<int, int>, bool> second_area;  // per GPU pair: the area the last copy staged in
-    std::map<std::tuple<int, int, uint64_t>, Plan> apart_plans;  // GPUSTRIPE_P2P_DIRECT_APART, lone copies per size
   };
   auto st = std::make_shared<State>();
+  // The callers (the endpoint's pull and push, copy_now) pass ranges they have checked against
+  // their allocations (Mover::check_within, the mapping cache's bounds), so the copies below
+  // that skip the engine's pointer queries write nothing they were not meant to.
   return [&engine, board, st, o = read_copy_options()](void* dst, int dd, const void* src, int sd, size_t n,
-                                                        StreamHandle s, int ahead) -> std::function<void()> {
+                                                        StreamHandle s, const Mover::Hints& hints) -> std::function<void()> {
+    // Regime: a copy to or from host memory (eager bounces, stream fragments, push from host).
     if (dd == kHostDevice || sd == kHostDevice) {
       engine.backend().copy_async(dst, dd, src, sd, n, s);
       return {};
     }
+    // Regime: within one GPU, or an engine without a planner: one checked copy.
     if (!engine.planner() || sd == dd) {
       engine.copy_async(dst, dd, src, sd, n, s);
+      return {};
+    }
+    // Regime: small and mid-size messages, whose lone plan is the direct path alone. With others'
+    // copies beside them the plan stays that (transfers on one path alone stay there), so they
+    // need neither the board nor the planner: one plain copy, the cost UCX's cuda_ipc pays.
+    auto lim = st->direct_limits.find({sd, dd});
+    if (lim == st->direct_limits.end()) lim = st->direct_limits.emplace(std::make_pair(sd, dd), direct_limit(engine, sd, dd)).first;
+    if (n <= lim->second) {
+      engine.copy_direct_prechecked(dst, dd, src, sd, n, s);
+      trace("p_lean", -1, 0, 0, n);
       return {};
     }
     // Planned for a set of transfers running at once (the concurrent plan of the last one).
@@ -398,11 +393,15 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
             trace("p_recent", -1, 0, 0, r.bytes);
           }
       }
-      bool reverse = o.bidir_direct && std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& x) {
-                       return x.src == dd && x.dst == sd;
-                     });
+      // The other way: listed on the board, or known to the caller before the peer lists it
+      // (this rank's own messages to the peer are in flight: both directions start together,
+      // and the first copies would otherwise plan alone and put staged pieces on both GPUs).
+      const bool reverse = o.bidir_direct && (hints.both_ways || std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& x) {
+                                                return x.src == dd && x.dst == sd;
+                                              }));
       const CopyQueues::Queue queued = st->own.queued(sd, dd);
       const bool behind = queued.copies > 0 && specs.empty();
+      const bool window = o.window_replay && n >= o.window_min && (behind || (o.window_ahead && hints.ahead > 0 && queued.copies == 0 && specs.empty()));
       // Whether this size alone splits into direct + host, kept per size: a plan copy per
       // message is what windows of small messages would notice.
       auto lone_splits = [&] {
@@ -413,20 +412,22 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         return st->splits[key] = direct_plus_host(engine.current_plan(sd, dd, n));
       };
       if (reverse) {
+        // Regime: another rank's copy runs the other way (Sendrecv, bibw): the direct path alone
+        // (across processes each rank's staged pieces would run on the other rank's GPU too).
         trace("p_direct", -1, 0, 0, n);
-        engine.copy_with_plan(direct_plan(sd, dd, n), dst, src, s);
+        engine.copy_direct_prechecked(dst, dd, src, sd, n, s);
       } else if (!specs.empty()) {
+        // Regime: other ranks' copies in flight: planned with them.
         trace("p_concurrent", -1, 0, 0, n);
         engine.copy_with_plan(concurrent(specs, n), dst, src, s);
-      } else if ((behind || (o.window_ahead && ahead > 0 && queued.copies == 0 && specs.empty())) && o.window_replay &&
-                 n >= o.window_min && lone_splits()) {
-        // The same plan for every copy of a window of this size (its graph is captured once), in
-        // the area the copy before it did not use.
+      } else if (window && lone_splits()) {
+        // Regime: a window of large messages to one peer: the same plan for every copy of this
+        // size (its graph captured once), in the staging area the copy before it did not use.
         auto key = std::make_tuple(sd, dd, uint64_t{n});
         auto it = st->window_plans.find(key);
         if (it == st->window_plans.end()) {
           if (st->window_plans.size() >= kMaxPlans) st->window_plans.clear();
-          const uint64_t total = std::max<uint64_t>(n, o.queue_max);
+          const uint64_t total = n * static_cast<uint64_t>(1 + std::max(queued.copies, hints.ahead));
           const double share = o.window_share > 0 ? o.window_share
                                                 : static_cast<double>(host_staged_bytes(engine.current_plan(sd, dd, total))) /
                                                       static_cast<double>(total);
@@ -436,37 +437,12 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         second = !second;
         trace(behind ? "p_window" : "p_window_first", -1, queued.copies,
               host_staged_bytes(it->second) * 1000000 / n, n);
-        if (o.detached && o.window_enqueue) engine.copy_with_plan_detached(it->second, dst, src, s, true, false);
-        else if (o.detached) engine.copy_with_plan_detached(it->second, dst, src, s, second);
-        else if (o.apart && !behind) engine.copy_with_plan_direct_apart(it->second, dst, src, s, second);
+        if (o.detached) engine.copy_with_plan_detached(it->second, dst, src, s, second);
         else if (second) engine.copy_with_plan_in_second_area(it->second, dst, src, s);
         else engine.copy_with_plan(it->second, dst, src, s);
-      } else if (behind && o.queue_plan && n >= o.queue_min && lone_splits()) {
-        // Behind this rank's own copies to the same GPU: the host share of the queue planned as
-        // one transfer (up to GPUSTRIPE_P2P_QUEUE_MAX).
-        const uint64_t total = std::min<uint64_t>(queued.bytes + n, std::max<uint64_t>(n, o.queue_max));
-        const double share =
-            static_cast<double>(host_staged_bytes(engine.current_plan(sd, dd, total))) / static_cast<double>(total);
-        trace("p_queued", -1, queued.copies, static_cast<uint64_t>(share * 1e6), n);
-        engine.enqueue_with_plan(queued_split(engine.current_plan(sd, dd, n), share), dst, src, s, o.queue_lane,
-                                 o.queue_area);
       } else {
-        if (o.apart && n >= o.window_min && lone_splits()) {
-          auto key = std::make_tuple(sd, dd, uint64_t{n});
-          auto it = st->apart_plans.find(key);
-          if (it == st->apart_plans.end()) {
-            if (st->apart_plans.size() >= kMaxPlans) st->apart_plans.clear();
-            Plan lone = engine.current_plan(sd, dd, n);
-            const uint64_t host = host_staged_bytes(lone);
-            if (o.apart_shift > 0)
-              lone = queued_split(lone, static_cast<double>(host - std::min(host, o.apart_shift)) / static_cast<double>(n));
-            it = st->apart_plans.emplace(key, std::move(lone)).first;
-          }
-          trace("p_apart", -1, 0, host_staged_bytes(it->second) * 1000000 / n, n);
-          engine.copy_with_plan_direct_apart(it->second, dst, src, s);
-        } else {
-          engine.copy_async(dst, dd, src, sd, n, s);
-        }
+        // Regime: a large message alone: the engine's lone plan.
+        engine.copy_async(dst, dd, src, sd, n, s);
         if (o.window_replay) st->second_area[{sd, dd}] = false;  // a planner's plan stages in the first area
       }
     } catch (...) {

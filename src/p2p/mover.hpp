@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <vector>
@@ -30,13 +31,22 @@ struct MemLoc {
   uint64_t buffer_id = 0; // device memory: the allocation's id (0: unknown), new for a reused address
 };
 
+// What the caller of a copy knows of the traffic around it, for its plan.
+struct CopyHints {
+  // How many more copies will follow this one between the same buffers' GPUs soon (a
+  // receiver's receives posted behind the one it matched: a window).
+  int ahead = 0;
+  // The peer copies a message of this rank at the same time, the other way (this rank's own
+  // sends to it in flight: a Sendrecv, a two-way window), whether or not it is listed yet.
+  bool both_ways = false;
+};
+
 class Mover {
  public:
+  using Hints = CopyHints;
   // Enqueues the copy on `stream`; returns what to run once it has completed (may be empty).
-  // `ahead`: how many more copies the caller knows will follow this one between the same
-  // buffers' GPUs soon (a receiver's receives posted behind the one it matched: a window).
   using CopyFn = std::function<std::function<void()>(void* dst, int dst_dev, const void* src, int src_dev,
-                                                     size_t bytes, StreamHandle stream, int ahead)>;
+                                                     size_t bytes, StreamHandle stream, const Hints& hints)>;
   // `backend` null: host memory only. `copy` empty: backend->copy_async.
   explicit Mover(Backend* backend, CopyFn copy = {});
   ~Mover();
@@ -50,9 +60,18 @@ class Mover {
   MemLoc locate(const void* p) const;
 
   // Starts a copy; the ticket polls as done() once the data is in place. Zero bytes
-  // and host-to-host copies complete before start() returns. `ahead`: as CopyFn's.
-  uint64_t start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, int ahead = 0);
+  // and host-to-host copies complete before start() returns. `hints`: as CopyFn's.
+  // Device copies: the caller has checked both ranges (check_within, the mapping cache's
+  // bounds); the copies of small messages skip the pointer queries.
+  uint64_t start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, const Hints& hints = {});
+  // Whether the copy has completed. The copies of one stream complete in the order they were
+  // started, so each stream's are asked in that order and, within one poll pass (new_pass),
+  // a stream whose oldest copy was seen running is not asked again: an event query costs
+  // about 1.5 us of host time, and a window of 64 receives in flight asked all of them on
+  // every pass.
   bool done(uint64_t ticket);
+  // Starts a new poll pass (the endpoint's progress calls it once per pass).
+  void new_pass() { ++pass_; }
   // A copy that has finished when it returns.
   void copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes);
   // The same between host and device memory whose ranges the caller has checked
@@ -73,8 +92,17 @@ class Mover {
   struct Pending {
     EventHandle event;            // recorded after the copy
     std::function<void()> after;  // the copy function's completion step
+    StreamHandle stream;
   };
   std::map<uint64_t, Pending> pending_;
+  struct Order {
+    std::deque<uint64_t> tickets;  // in flight on the stream, oldest first
+    uint64_t busy_pass = 0;        // the pass in which its oldest was seen running
+  };
+  std::map<StreamHandle, Order> order_;
+  uint64_t pass_ = 1;
+  // Finishes the copies of `stream` up to and including `ticket` (all complete: stream order).
+  void finish_through(StreamHandle stream, uint64_t ticket);
   void finish(std::map<uint64_t, Pending>::iterator it);
   std::vector<EventHandle> free_events_;
   std::map<EventHandle, int> event_dev_;

@@ -179,59 +179,14 @@ TEST_F(EngineGraphs, EnqueuedSchedulesAndReplaysShareStagingSafely) {
   backend_->destroy_stream(fresh_s);
 }
 
-TEST_F(EngineGraphs, EnqueueWithPlanNeverReplaysAndStreamsBehindAReplay) {
-  // enqueue_with_plan (a p2p window's queued messages): copies of one plan, each its own
-  // data, on two streams, right behind a replay, nothing synchronized in between, through a
-  // staging area each fills several times over, then with the direct paths on the link's lane
-  // and staging of their own. None is captured or replayed (also a repeated one), and every copy
-  // lands intact.
-  FixedPlanner planner({{PathKind::Direct, -1, 0.7, 1}, {PathKind::HostStaged, 0, 0.3, 5}});
-  Engine engine(*backend_, topo_, &planner);
-  constexpr int kCopies = 6;
-  const size_t n = (1u << 20) + 77;
-  StreamHandle a = backend_->create_stream(0), b = backend_->create_stream(0);
-  std::vector<char*> src, dst;
-  std::vector<std::vector<uint8_t>> data;
-  for (int k = 0; k < kCopies; ++k) {
-    src.push_back(static_cast<char*>(backend_->alloc_device(0, n)));
-    dst.push_back(static_cast<char*>(backend_->alloc_device(1, n)));
-    data.push_back(pattern(n, 91 + k));
-    upload(*backend_, src[k], 0, data[k], a);
-  }
-  const Plan plan = planner.plan(0, 1, n);
-  engine.copy_with_plan(plan, dst[0], src[0], a);
-  engine.copy_with_plan(plan, dst[0], src[0], a);  // seen before: captured and replayed
-  EXPECT_EQ(engine.stats().graph_launches, 1u);
-  // The second time the direct paths go on the link's lane and the staged pieces through the
-  // queues' own staging area.
-  uint64_t staging = 0;
-  for (int again = 0; again < 2; ++again) {
-    if (again) staging = engine.stats().staging_bytes;
-    for (int k = 0; k < kCopies; ++k)
-      engine.enqueue_with_plan(plan, dst[k], src[k], k % 2 ? b : a, again == 1, again == 1);
-  }
-  EXPECT_GT(engine.stats().staging_bytes, staging) << "the queues' own host staging area";
-  backend_->synchronize_stream(a);
-  for (int k = 0; k < kCopies; ++k)
-    EXPECT_EQ(first_mismatch(data[k], download(*backend_, dst[k], 1, n, b).data(), n), -1) << "copy " << k;
-  EXPECT_EQ(engine.stats().graph_captures, 1u);
-  EXPECT_EQ(engine.stats().graph_launches, 1u);
-  EXPECT_EQ(engine.stats().schedules, static_cast<uint64_t>(1 + 2 * kCopies));
-  for (char* p : src) backend_->free_device(p);
-  for (char* p : dst) backend_->free_device(p);
-  backend_->destroy_stream(a);
-  backend_->destroy_stream(b);
-}
-
 namespace {
-// copy_with_plan_direct_apart or _detached (a p2p window's copies, alternating areas): each copy
+// copy_with_plan_detached (a p2p window's copies, alternating areas): each copy
 // its own data, on two streams, nothing synchronized in between, through staging areas each copy
 // fills several times over. The staged part alone is captured once per area and replayed after
 // that; the direct path is never part of a graph; every copy lands intact, and no wait names an
 // event recorded inside a capture.
-// `replay` false (detached only): the staged parts enqueued through one staging ring, never captured.
-void copies_apart(RecordingGraphBackend* rec_, Backend* backend_, const Topology& topo_, bool detached,
-                  bool replay = true) {
+// `replay` false: the staged parts enqueued through one staging ring, never captured.
+void copies_apart(RecordingGraphBackend* rec_, Backend* backend_, const Topology& topo_, bool replay = true) {
   ScopedEnv cache("GPUSTRIPE_GRAPH_CACHE", "64");
   FixedPlanner planner({{PathKind::Direct, -1, 0.75, 2}, {PathKind::HostStaged, 0, 0.25, 5}});
   Engine engine(*backend_, topo_, &planner);
@@ -251,8 +206,7 @@ void copies_apart(RecordingGraphBackend* rec_, Backend* backend_, const Topology
       backend_->synchronize_stream(a);
       backend_->synchronize_stream(b);
       upload(*backend_, src, 0, data[k], a);
-      if (detached) engine.copy_with_plan_detached(plan, dst[k], src, k % 2 ? b : a, !replay || k % 2 == 1, replay);
-      else engine.copy_with_plan_direct_apart(plan, dst[k], src, k % 2 ? b : a, k % 2 == 1);
+      engine.copy_with_plan_detached(plan, dst[k], src, k % 2 ? b : a, !replay || k % 2 == 1, replay);
     }
     backend_->synchronize_stream(a);
     backend_->synchronize_stream(b);
@@ -284,14 +238,11 @@ void copies_apart(RecordingGraphBackend* rec_, Backend* backend_, const Topology
 }
 }  // namespace
 
-TEST_F(EngineGraphs, DirectApartReplaysTheStagedPartInEitherArea) {
-  copies_apart(rec_, backend_.get(), topo_, false);
-}
 TEST_F(EngineGraphs, DetachedCopiesReplayTheStagedPartInEitherArea) {
-  copies_apart(rec_, backend_.get(), topo_, true);
+  copies_apart(rec_, backend_.get(), topo_);
 }
 TEST_F(EngineGraphs, DetachedCopiesEnqueueTheStagedPartThroughOneRing) {
-  copies_apart(rec_, backend_.get(), topo_, true, false);
+  copies_apart(rec_, backend_.get(), topo_, false);
 }
 
 TEST_F(EngineGraphs, MarksKeptAcrossTransfersAreNeverRecordedInACapture) {

@@ -76,13 +76,12 @@ class EngineSchedule : public ::testing::Test {
     backend_->destroy_stream(caller_);
   }
   // Runs `plan` once on a fresh engine, checks every byte, returns the operations it enqueued.
-  enum class Run { Plain, Apart, Detached };
+  enum class Run { Plain, Detached };
   std::vector<Op> run(const Plan& plan, Run how = Run::Plain) {
     std::vector<Op> ops;
     {
       Engine engine(*backend_, topo_, nullptr);
-      if (how == Run::Apart) engine.copy_with_plan_direct_apart(plan, dst_, src_, caller_);
-      else if (how == Run::Detached) engine.copy_with_plan_detached(plan, dst_, src_, caller_);
+      if (how == Run::Detached) engine.copy_with_plan_detached(plan, dst_, src_, caller_);
       else engine.copy_with_plan(plan, dst_, src_, caller_);
       ops = trace_->take();
       backend_->synchronize_stream(caller_);
@@ -127,36 +126,6 @@ TEST_F(EngineSchedule, DirectPathGoesFirstOnTheCallersStream) {
   EXPECT_EQ(count(ops, Op::Record), 1u + 4 + 2);
   // Waits: 2 forks, 4 relays on their piece, 2 joins (a fresh staging area has no readers).
   EXPECT_EQ(count(ops, Op::Wait), 2u + 4 + 2);
-}
-
-TEST_F(EngineSchedule, DirectApartIssuesTheDirectPathBeforeTheStagedPartsFork) {
-  // copy_with_plan_direct_apart: the caller's mark, the direct chunks on the caller's stream,
-  // then one lane forked from that mark runs the staged part (its own fork of the D2H and
-  // relay lanes) and the caller joins that lane last, so later work waits for both paths.
-  Plan p = make_plan(0, 1, kBytes, {{PathKind::Direct, -1, 0.9, 2}, {PathKind::HostStaged, 0, 0.1, 4}});
-  std::vector<Op> ops = run(p, Run::Apart);
-  ASSERT_GE(ops.size(), 5u);
-  EXPECT_EQ(ops[0].kind, Op::Record);
-  EXPECT_EQ(ops[0].stream, caller_);
-  EXPECT_EQ(ops[1].kind, Op::Copy);
-  EXPECT_EQ(ops[1].stream, caller_);
-  EXPECT_EQ(ops[2].kind, Op::Copy);
-  EXPECT_EQ(ops[2].stream, caller_);
-  EXPECT_EQ(ops[1].bytes + ops[2].bytes, p.paths[0].bytes);
-  EXPECT_EQ(ops[3].kind, Op::Wait);
-  StreamHandle lane = ops[3].stream;
-  EXPECT_NE(lane, caller_);
-  EXPECT_EQ(count(ops, Op::Copy, caller_), 2u);
-  EXPECT_EQ(count(ops, Op::Copy), 2u + 2 * 4);
-  // The staged part joins its relay lanes into the forked lane; only that lane into the caller.
-  EXPECT_EQ(count(ops, Op::Wait, caller_), 1u);
-  EXPECT_EQ(ops.back().kind, Op::Wait);
-  EXPECT_EQ(ops.back().stream, caller_);
-  EXPECT_EQ(count(ops, Op::Wait, lane), 1u + 2);
-  // A plan of the direct path alone has nothing to fork: one plain copy.
-  std::vector<Op> plain = run(make_plan(0, 1, kBytes, {{PathKind::Direct, -1, 1.0, 1}}), Run::Apart);
-  EXPECT_EQ(count(plain, Op::Copy, caller_), 1u);
-  EXPECT_EQ(count(plain, Op::Wait), 0u);
 }
 
 TEST_F(EngineSchedule, DetachedCopiesWaitForNothingOnTheCallersStreamAndJoinItAtTheEnd) {

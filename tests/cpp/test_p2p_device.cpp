@@ -268,26 +268,20 @@ std::map<int, std::map<std::string, int>> trace_phases(const std::string& dir) {
 }  // namespace
 
 namespace {
-// A window of messages to one peer: every copy but the first starts behind the rank's own
-// copies to that GPU and, from GPUSTRIPE_P2P_QUEUE_MIN, is planned as part of the queue
-// (GPUSTRIPE_P2P_QUEUE_PLAN, stamped p_queued), enqueued rather than replayed; the data must
-// land intact in every buffer. The receiver matches the whole window with no progress in
-// between (the requests to send are already there), so no copy is seen complete before the
+// A window of messages to one peer, replayed (GPUSTRIPE_P2P_WINDOW_REPLAY from 1M) detached from
+// the streams' earlier work, its first copy too (stamped p_window_first, the rest p_window); the
+// data must land intact in every buffer. The receiver matches the whole window with no progress
+// in between (the requests to send are already there), so no copy is seen complete before the
 // last one starts.
-// `detached`: the window replayed (GPUSTRIPE_P2P_WINDOW_REPLAY from 1M) detached from the
-// streams' earlier work, its first copy too (stamped p_window_first, the rest p_window).
-void window_copies(const char* queue_min, bool queued, bool detached = false, bool enqueue = false) {
+void window_copies() {
   constexpr int kWindow = 6;
   char dir[] = "/tmp/gs-p2p-queue-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   {
     ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
-    ScopedEnv m("GPUSTRIPE_P2P_QUEUE_MIN", queue_min);
-    ScopedEnv q("GPUSTRIPE_P2P_QUEUE_PLAN", "yes");
-    ScopedEnv wm("GPUSTRIPE_P2P_WINDOW_MIN", detached ? "1M" : "128M");
-    ScopedEnv wd("GPUSTRIPE_P2P_WINDOW_DETACHED", detached ? "yes" : "no");
-    ScopedEnv wa("GPUSTRIPE_P2P_WINDOW_AHEAD", detached ? "yes" : "no");
-    ScopedEnv we("GPUSTRIPE_P2P_WINDOW_ENQUEUE", enqueue ? "yes" : "no");
+    ScopedEnv wm("GPUSTRIPE_P2P_WINDOW_MIN", "1M");
+    ScopedEnv wd("GPUSTRIPE_P2P_WINDOW_DETACHED", "yes");
+    ScopedEnv wa("GPUSTRIPE_P2P_WINDOW_AHEAD", "yes");
     ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
     EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
       Topology topo = load_topology_file("h200x4");
@@ -322,42 +316,31 @@ void window_copies(const char* queue_min, bool queued, bool detached = false, bo
   }
   std::map<std::string, int> phases = trace_phases(dir)[1];
   EXPECT_EQ(phases["r_started"], kWindow);
-  if (detached) {
-    EXPECT_EQ(phases["p_window_first"], 1);
-    EXPECT_EQ(phases["p_window"], kWindow - 1);
-  } else {
-    EXPECT_EQ(phases["p_queued"], queued ? kWindow - 1 : 0);
-  }
+  EXPECT_EQ(phases["p_window_first"], 1);
+  EXPECT_EQ(phases["p_window"], kWindow - 1);
+  EXPECT_EQ(phases["p_lean"], 0);  // every size splits under this planner
 }
 }  // namespace
 
-TEST(P2pDevice, WindowCopiesJoinTheQueueOfTheRanksOwnCopies) { window_copies("1M", true); }
-TEST(P2pDevice, WindowCopiesBelowTheQueueMinimumAreNotQueued) { window_copies("3M", false); }
-TEST(P2pDevice, WindowCopiesDetachedEachLandInTheirOwnBuffer) { window_copies("1M", false, true); }
-TEST(P2pDevice, WindowCopiesDetachedAndEnqueuedEachLandInTheirOwnBuffer) { window_copies("1M", false, true, true); }
+TEST(P2pDevice, WindowCopiesDetachedEachLandInTheirOwnBuffer) { window_copies(); }
 
 namespace {
 // `gpustripe bench mpi`'s window loop on one pair, with graphs (replays recorded and run in
-// order) and the queued plan on: per size, buffers allocated, one per direction shared by the
-// whole window (as osu_bw does for large windows), two warm-up windows (the first message of a
-// window is seen, then captured, then replayed), then windows checked; buffers freed before the
-// next size. Every message must land intact, and no wait may name an event recorded inside a
+// order) and windows replayed from 1M: per size, buffers allocated, one per direction shared by
+// the whole window (as osu_bw does for large windows), two warm-up windows (the first message
+// of a window is seen, then captured, then replayed), then windows checked; buffers freed before
+// the next size. Every message must land intact, and no wait may name an event recorded inside a
 // capture (CUDA refuses those).
 // Returns the receiver's trace stamps.
-std::map<std::string, int> bench_windows(int window, const std::vector<size_t>& sizes,
-                                         const char* mode = "GPUSTRIPE_P2P_QUEUE_PLAN") {
+std::map<std::string, int> bench_windows(int window, const std::vector<size_t>& sizes) {
   char dir[] = "/tmp/gs-p2p-windows-XXXXXX";
   if (!mkdtemp(dir)) {
     ADD_FAILURE() << "mkdtemp";
     return {};
   }
   ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
-  ScopedEnv m("GPUSTRIPE_P2P_QUEUE_MIN", "1M");
   ScopedEnv wm("GPUSTRIPE_P2P_WINDOW_MIN", "1M");
-  ScopedEnv q(mode, "yes");
-  // Only the mode under test (a window's copy is replayed before the queue plan is tried).
-  const bool queue_mode = std::string(mode) == "GPUSTRIPE_P2P_QUEUE_PLAN";
-  ScopedEnv other(queue_mode ? "GPUSTRIPE_P2P_WINDOW_REPLAY" : "GPUSTRIPE_P2P_QUEUE_PLAN", "no");
+  ScopedEnv q("GPUSTRIPE_P2P_WINDOW_REPLAY", "yes");
   ScopedEnv g("GPUSTRIPE_GRAPHS", "1");
   ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
   ScopedEnv h("GPUSTRIPE_HOST_STAGING", "1M");  // the staging rings wrap many times per window
@@ -398,108 +381,34 @@ std::map<std::string, int> bench_windows(int window, const std::vector<size_t>& 
     RANK_CHECK(rec->waits_on_captured_events == 0);
     if (rank == 1) RANK_CHECK(rec->launches > 0);
   }));
-  // Copies from 1M joined the queue: at most all of a window's but the first (4 windows a size;
+  // Copies from 1M joined the window: at most all of a window's but the first (4 windows a size;
   // fewer where a copy had finished before the next one's request arrived).
   const int from_1m = static_cast<int>(std::count_if(sizes.begin(), sizes.end(), [](size_t n) { return n >= (1u << 20); }));
   std::map<std::string, int> phases = trace_phases(dir)[1];
-  const int joined = phases[std::string(mode) == "GPUSTRIPE_P2P_WINDOW_REPLAY" ? "p_window" : "p_queued"];
-  EXPECT_GT(joined, 0);
-  EXPECT_LE(joined, from_1m * 4 * (window - 1));
+  EXPECT_GT(phases["p_window"], 0);
+  EXPECT_LE(phases["p_window"], from_1m * 4 * (window - 1));
   return phases;
 }
 }  // namespace
 
-TEST(P2pDevice, BenchWindowsOf16WithGraphsAndTheQueue) {
+// The queued copies replayed, alternating between two staging areas.
+TEST(P2pDevice, BenchWindowsOf16ReplayedInTwoStagingAreas) {
   bench_windows(16, {512u << 10, 1u << 20, 2u << 20, (4u << 20) + 12345, 1u << 20});
 }
-TEST(P2pDevice, BenchWindowsOf64WithGraphsAndTheQueue) {
+TEST(P2pDevice, BenchWindowsOf64ReplayedInTwoStagingAreas) {
   bench_windows(64, {512u << 10, 1u << 20, 2u << 20, (4u << 20) + 12345, 1u << 20});
-}
-// GPUSTRIPE_P2P_WINDOW_REPLAY: the queued copies replayed, alternating between two staging areas.
-TEST(P2pDevice, BenchWindowsOf16ReplayedInTwoStagingAreas) {
-  bench_windows(16, {512u << 10, 1u << 20, 2u << 20, (4u << 20) + 12345, 1u << 20}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
 }
 
 // A window's first copy (more receives from the peer posted behind it): with
 // GPUSTRIPE_P2P_WINDOW_AHEAD it is replayed as a window's copy (p_window_first), at most once a
-// window; with GPUSTRIPE_P2P_DIRECT_APART (and the windows not detached) its direct path goes
-// before the staged part's launch. Data checked as above.
-TEST(P2pDevice, BenchWindowsFirstCopyToldApartWithTheDirectPathApart) {
+// window, also with the windows stream-ordered (not detached). Data checked as above.
+TEST(P2pDevice, BenchWindowsFirstCopyToldApart) {
   ScopedEnv a("GPUSTRIPE_P2P_WINDOW_AHEAD", "yes");
-  ScopedEnv d("GPUSTRIPE_P2P_DIRECT_APART", "yes");
   ScopedEnv t("GPUSTRIPE_P2P_WINDOW_DETACHED", "no");
-  std::map<std::string, int> phases =
-      bench_windows(16, {512u << 10, 1u << 20, (2u << 20) + 4097, 1u << 20}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
+  std::map<std::string, int> phases = bench_windows(16, {512u << 10, 1u << 20, (2u << 20) + 4097, 1u << 20});
   // 3 sizes from 1M, 4 windows each: at most one first copy per window.
   EXPECT_GT(phases["p_window_first"], 0);
   EXPECT_LE(phases["p_window_first"], 3 * 4);
-}
-
-// GPUSTRIPE_P2P_DIRECT_APART on lone copies (window 1) with GPUSTRIPE_P2P_APART_SHIFT: each
-// copy stamped p_apart with the host share less the shift, replayed (recording graphs), intact.
-TEST(P2pDevice, LoneCopiesWithTheDirectPathApartShiftBytesToIt) {
-  char dir[] = "/tmp/gs-p2p-apart-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  constexpr int kCopies = 5;
-  const size_t n = (4u << 20) + 8192;
-  {
-    ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
-    ScopedEnv d("GPUSTRIPE_P2P_DIRECT_APART", "yes");
-    ScopedEnv sh("GPUSTRIPE_P2P_APART_SHIFT", "128K");
-    ScopedEnv wm("GPUSTRIPE_P2P_WINDOW_MIN", "1M");
-    ScopedEnv g("GPUSTRIPE_GRAPHS", "1");
-    ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
-    EXPECT_RANKS_OK(run_ranks(2, [n](int rank, ipc::Channel& ch) {
-      Topology topo = load_topology_file("h200x4");
-      auto* rec = new RecordingGraphBackend(make_emulated_backend(topo));
-      std::unique_ptr<Backend> be(rec);
-      engine_test::FixedPlanner planner({{PathKind::Direct, -1, 0.9, 1}, {PathKind::HostStaged, 0, 0.1, 4}});
-      Engine engine(*be, topo, &planner);
-      void* buf = be->alloc_device(rank, n);
-      {
-        Endpoint ep(ch, be.get(), engine_copy(engine, &ch));
-        for (int k = 0; k < kCopies; ++k) {
-          if (rank == 0) {
-            to_device(*be, buf, 0, seeded_bytes(700 + k, n));
-            ep.send(buf, n, 1, k, kComm);
-            char go;
-            ep.recv(&go, 1, 1, 99, kComm);
-          } else {
-            ep.recv(buf, n, 0, k, kComm);
-            RANK_CHECK(from_device(*be, buf, 1, n) == seeded_bytes(700 + k, n));
-            char go = 1;
-            ep.send(&go, 1, 0, 99, kComm);
-          }
-        }
-        ep.flush();
-      }
-      RANK_CHECK(rec->waits_on_captured_events == 0);
-      if (rank == 1) RANK_CHECK(rec->launches > 0);
-      be->free_device(buf);
-    }));
-  }
-  // The stamp's recv_id field: the host share in millionths.
-  std::vector<unsigned long long> shares;
-  DIR* d = opendir(dir);
-  ASSERT_NE(d, nullptr);
-  while (dirent* e = readdir(d)) {
-    std::string name = e->d_name;
-    if (name.rfind("p2p-trace-", 0) != 0) continue;
-    for (const std::string& line : split(read_text_file(std::string(dir) + "/" + name), '\n')) {
-      long long ns = 0;
-      int r = 0, sender = 0;
-      char phase[32] = {};
-      unsigned long long a = 0, b = 0, bytes = 0;
-      if (std::sscanf(line.c_str(), "%lld %d %31s %d %llu %llu %llu", &ns, &r, phase, &sender, &a, &b, &bytes) == 7 &&
-          std::string(phase) == "p_apart")
-        shares.push_back(b);
-    }
-  }
-  closedir(d);
-  trace_phases(dir);  // removes the directory
-  ASSERT_EQ(shares.size(), static_cast<size_t>(kCopies));
-  const double expect = (0.1 * n - (128 << 10)) / n;
-  for (unsigned long long sh : shares) EXPECT_NEAR(sh / 1e6, expect, 0.002);
 }
 
 // GPUSTRIPE_P2P_WINDOW_DETACHED: a window's copies (its first one too) run detached from the p2p
@@ -508,26 +417,85 @@ TEST(P2pDevice, LoneCopiesWithTheDirectPathApartShiftBytesToIt) {
 TEST(P2pDevice, BenchWindowsDetachedFromTheStreamsEarlierWork) {
   ScopedEnv a("GPUSTRIPE_P2P_WINDOW_AHEAD", "yes");
   ScopedEnv d("GPUSTRIPE_P2P_WINDOW_DETACHED", "yes");
-  std::map<std::string, int> phases =
-      bench_windows(16, {512u << 10, 1u << 20, (2u << 20) + 4097, (4u << 20) + 12345}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
-  EXPECT_GT(phases["p_window_first"], 0);
-}
-// The same with the staged parts enqueued through one ring (GPUSTRIPE_P2P_WINDOW_ENQUEUE).
-TEST(P2pDevice, BenchWindowsDetachedAndEnqueued) {
-  ScopedEnv a("GPUSTRIPE_P2P_WINDOW_AHEAD", "yes");
-  ScopedEnv d("GPUSTRIPE_P2P_WINDOW_DETACHED", "yes");
-  ScopedEnv e("GPUSTRIPE_P2P_WINDOW_ENQUEUE", "yes");
-  std::map<std::string, int> phases =
-      bench_windows(16, {512u << 10, 1u << 20, (2u << 20) + 4097, (4u << 20) + 12345}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
+  std::map<std::string, int> phases = bench_windows(16, {512u << 10, 1u << 20, (2u << 20) + 4097, (4u << 20) + 12345});
   EXPECT_GT(phases["p_window_first"], 0);
 }
 
 // GPUSTRIPE_P2P_WINDOW_AHEAD off: a window's first copy takes its lone plan (no p_window_first).
 TEST(P2pDevice, BenchWindowsFirstCopyAloneWithoutWindowAhead) {
   ScopedEnv a("GPUSTRIPE_P2P_WINDOW_AHEAD", "no");
-  std::map<std::string, int> phases =
-      bench_windows(16, {1u << 20, (2u << 20) + 4097}, "GPUSTRIPE_P2P_WINDOW_REPLAY");
+  std::map<std::string, int> phases = bench_windows(16, {1u << 20, (2u << 20) + 4097});
   EXPECT_EQ(phases["p_window_first"], 0);
+}
+
+namespace {
+// A planner whose lone plan is the direct path alone below `split` bytes and direct + host from
+// there (as the model's plans are: splitting pays only for large transfers).
+class SplitFromPlanner : public engine_test::FixedPlanner {
+ public:
+  explicit SplitFromPlanner(uint64_t split)
+      : FixedPlanner({{PathKind::Direct, -1, 0.9, 1}, {PathKind::HostStaged, 0, 0.1, 4}}),
+        alone_({{PathKind::Direct, -1, 1.0, 1}}),
+        split_(split) {}
+  Plan plan(int src, int dst, uint64_t bytes) override {
+    return bytes < split_ ? alone_.plan(src, dst, bytes) : FixedPlanner::plan(src, dst, bytes);
+  }
+  std::vector<Plan> plan_concurrent(const std::vector<TransferSpec>& t) override {
+    std::vector<Plan> out;
+    for (const auto& x : t) out.push_back(plan(x.src, x.dst, x.bytes));
+    return out;
+  }
+
+ private:
+  engine_test::FixedPlanner alone_;
+  uint64_t split_;
+};
+}  // namespace
+
+// Messages whose lone plan is the direct path alone take one plain copy: stamped p_lean, none of
+// them listed on the node's board or planned (no p_concurrent / p_direct / window stamps), every
+// byte intact in both directions at once; messages from the size where the plan splits are
+// planned as before (never p_lean). The threshold is the planner's, found per GPU pair.
+TEST(P2pDevice, MessagesTheModelKeepsDirectTakeOnePlainCopy) {
+  char dir[] = "/tmp/gs-p2p-lean-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::vector<size_t> lean = {4097, 64u << 10, (1u << 20) + 3};
+  const std::vector<size_t> split = {(2u << 20) + 5, 3u << 20};
+  {
+    ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
+    ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
+    EXPECT_RANKS_OK(run_ranks(2, [&](int rank, ipc::Channel& ch) {
+      Topology topo = load_topology_file("h200x4");
+      auto be = make_emulated_backend(topo);
+      SplitFromPlanner planner(2u << 20);
+      Engine engine(*be, topo, &planner);
+      const int peer = 1 - rank;
+      {
+        Endpoint ep(ch, be.get(), engine_copy(engine, &ch));
+        int tag = 0;
+        for (const auto* sizes : {&lean, &split})
+          for (size_t n : *sizes) {
+            void* out = be->alloc_device(rank, n);
+            void* in = be->alloc_device(rank, n);
+            to_device(*be, out, rank, seeded_bytes(300 + 2 * tag + rank, n));
+            RequestPtr r = ep.irecv(in, n, peer, tag, kComm);
+            RequestPtr s = ep.isend(out, n, peer, tag, kComm);
+            ep.wait(r);
+            ep.wait(s);
+            RANK_CHECK(r->status().error == GPUSTRIPE_SUCCESS && r->status().bytes == n);
+            RANK_CHECK(from_device(*be, in, rank, n) == seeded_bytes(300 + 2 * tag + peer, n));
+            be->free_device(out);
+            be->free_device(in);
+            ++tag;
+          }
+        ep.flush();
+      }
+    }));
+  }
+  for (auto& [rank, phases] : trace_phases(dir)) {
+    EXPECT_EQ(phases["p_lean"], static_cast<int>(lean.size())) << "rank " << rank;
+    EXPECT_EQ(phases["r_started"], static_cast<int>(lean.size() + split.size())) << "rank " << rank;
+  }
 }
 
 TEST(P2pDevice, CopiesThatFinishedLatelyArePlannedAsInFlight) {
@@ -656,4 +624,124 @@ TEST(P2pDevice, PhaseTraceJoinsTheSendersAndTheReceiversStamps) {
   EXPECT_LE(at["r_started"], at["r_copied"]);
   EXPECT_LE(at["r_copied"], at["s_done"]);
   EXPECT_LE(at["s_done"], at["s_ret"]);
+}
+
+namespace {
+// Counts the event queries the mover makes.
+class QueryCountingBackend : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  const char* name() const override { return "query-counting"; }
+  bool query_event(EventHandle e) override {
+    ++queries;
+    return ForwardingBackend::query_event(e);
+  }
+  int queries = 0;
+};
+}  // namespace
+
+// A window of copies in flight is polled in stream order: within one pass, a stream whose oldest
+// copy is still running is not asked again, so a pass costs at most one query per stream plus one
+// per copy it finds complete (not one per copy in flight). copy_now finishes the earlier copies of
+// its stream with it. Every copy lands intact.
+TEST(P2pDevice, MoverPollsEachStreamInOrderOncePerPass) {
+  ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "200");
+  ScopedEnv st("GPUSTRIPE_P2P_STREAMS", "2");
+  Topology topo = load_topology_file("h200x4");
+  auto* counting = new QueryCountingBackend(make_emulated_backend(topo));
+  std::unique_ptr<Backend> be(counting);
+  constexpr int kCopies = 24;
+  const size_t n = (256u << 10) + 7;
+  void* src = be->alloc_device(0, n * kCopies);
+  void* dst = be->alloc_device(1, n * kCopies);
+  to_device(*be, src, 0, seeded_bytes(77, n * kCopies));
+  {
+    Mover mover(be.get());
+    std::vector<uint64_t> tickets;
+    for (int k = 0; k < kCopies; ++k)
+      tickets.push_back(mover.start(static_cast<char*>(dst) + k * n, 1, static_cast<char*>(src) + k * n, 0, n));
+    std::vector<bool> done(kCopies, false);
+    int left = kCopies, passes = 0;
+    while (left > 0) {
+      ASSERT_LT(++passes, 1000000);
+      mover.new_pass();
+      const int before = counting->queries;
+      int finished = 0;
+      for (int k = 0; k < kCopies; ++k)
+        if (!done[k] && mover.done(tickets[k])) {
+          done[k] = true;
+          ++finished;
+          --left;
+        }
+      EXPECT_LE(counting->queries - before, 2 + finished) << "pass " << passes;
+    }
+    // copy_now behind copies still in flight on its stream finishes them with it: the streams are
+    // taken in turn (an even number of copies so far), so copies 0 and 2 went on copy_now's stream.
+    std::vector<uint64_t> more;
+    for (int k = 0; k < 4; ++k)
+      more.push_back(mover.start(static_cast<char*>(dst) + k * n, 1, static_cast<char*>(src) + k * n, 0, n));
+    mover.copy_now(dst, 1, src, 0, n);
+    const int before = counting->queries;
+    EXPECT_TRUE(mover.done(more[0]));
+    EXPECT_TRUE(mover.done(more[2]));
+    EXPECT_EQ(counting->queries, before);  // finished already: nothing to ask
+    for (int k : {1, 3})
+      while (!mover.done(more[k])) mover.new_pass();
+  }
+  EXPECT_EQ(from_device(*be, dst, 1, n * kCopies), seeded_bytes(77, n * kCopies));
+  be->free_device(src);
+  be->free_device(dst);
+}
+
+// Small device messages go eager, so a blocking send completes without the peer's receive: two
+// ranks that both send first and receive after (MPI_Send then MPI_Recv both ways) must not
+// deadlock, at every small size, with the receive posted after or before the message arrives,
+// into device and host buffers; truncation still holds.
+TEST(P2pDevice, SmallDeviceSendsBothWaysFirstCompleteWithoutTheReceive) {
+  ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");  // a deadlock fails the wait instead of hanging
+  ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
+  EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+    Topology topo = load_topology_file("h200x4");
+    auto be = make_emulated_backend(topo);
+    const int peer = 1 - rank;
+    Endpoint ep(ch, be.get());
+    int tag = 0;
+    for (size_t n : {size_t(1), size_t(8), size_t(1000), size_t(4096)}) {
+      for (bool into_device : {true, false}) {
+        void* out = be->alloc_device(rank, n);
+        void* in = be->alloc_device(rank, n);
+        std::vector<uint8_t> host(n);
+        to_device(*be, out, rank, seeded_bytes(500 + 2 * tag + rank, n));
+        ep.send(out, n, peer, tag, kComm);  // the peer is in its own send: nothing posted there
+        P2pStatus st = ep.recv(into_device ? in : static_cast<void*>(host.data()), n, peer, tag, kComm);
+        RANK_CHECK(st.error == GPUSTRIPE_SUCCESS && st.bytes == n);
+        std::vector<uint8_t> got = into_device ? from_device(*be, in, rank, n) : host;
+        RANK_CHECK(got == seeded_bytes(500 + 2 * tag + peer, n));
+        // Posted first, then sent.
+        RequestPtr r = ep.irecv(in, n, peer, tag + 1000, kComm);
+        char token = 1;
+        ep.send(&token, 1, peer, tag + 2000, kComm);  // host, eager: "my receive is posted"
+        ep.recv(&token, 1, peer, tag + 2000, kComm);
+        ep.send(out, n, peer, tag + 1000, kComm);
+        ep.wait(r);
+        RANK_CHECK(from_device(*be, in, rank, n) == seeded_bytes(500 + 2 * tag + peer, n));
+        be->free_device(out);
+        be->free_device(in);
+        ++tag;
+      }
+    }
+    // Truncated: a buffered 4 KB message into a 100-byte receive.
+    void* out = be->alloc_device(rank, 4096);
+    void* in = be->alloc_device(rank, 4096);
+    to_device(*be, out, rank, seeded_bytes(900 + rank, 4096));
+    ep.send(out, 4096, peer, 7777, kComm);
+    P2pStatus st = ep.recv(in, 100, peer, 7777, kComm);
+    RANK_CHECK(st.error == GPUSTRIPE_ERR_TRUNCATE && st.bytes == 100);
+    std::vector<uint8_t> want = seeded_bytes(900 + peer, 4096);
+    want.resize(100);
+    RANK_CHECK(from_device(*be, in, rank, 100) == want);
+    be->free_device(out);
+    be->free_device(in);
+    ep.flush();
+  }));
 }

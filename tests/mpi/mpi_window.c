@@ -2,8 +2,8 @@
  * `gpustripe bench mpi`'s osu_bw loop: for each size a window of W receives, then W
  * sends, Waitall, then the receiver's acknowledgement; buffers allocated per size and
  * freed after it (a window of large messages shares one buffer per direction, as osu_bw
- * does, else one per slot); windows 1, 16 and 64, one-way and both ways, sizes on both
- * sides of GPUSTRIPE_P2P_QUEUE_MIN (the tests run it with the queue plan on), repeated.
+ * does, else one per slot); windows 1, 16 and 64, one-way and both ways, sizes from 64K
+ * (copies of one plain copy and split ones, as the tests' plans make them), repeated.
  * Every received message is checked. Exit 0 when every check holds.
  * Arguments: [reps] [max bytes] [min bytes] [windows] [gpu] (defaults 3, 8M, 64K, "1,16,64", both ways;
  * "gpu" as the fifth: one way only, and skipped (exit 77) unless the backend is CUDA: sizes such as the

@@ -30,10 +30,12 @@ def _write(tmp_path):
         r(t0 + 6, "r_match", a, 10 + a)
         r(t0 + 7, "r_mapped", a, 10 + a)
         r(t0 + 7.5, "p_window_first", -1, 110000, who=-1)
+        r(t0 + 39, "c_enq", who=-1)
         r(t0 + 40, "r_started", a, 10 + a)
         r(t0 + 41, "r_match", b, 10 + b)
         r(t0 + 42, "r_mapped", b, 10 + b)
         r(t0 + 42.5, "p_window", -1, 115000, who=-1)
+        r(t0 + 68, "c_enq", who=-1)
         r(t0 + 70, "r_started", b, 10 + b)
         r(t0 + 640, "r_copied", a, 10 + a)
         r(t0 + 1240, "r_copied", b, 10 + b)
@@ -62,14 +64,17 @@ def test_phases_and_window_shares(tmp_path):
     lines = _run(tmp_path)
     row = _row(lines, "enqueue")
     assert row[0] == N and row[1] == 4
-    # mpi_in post to_match map enqueue copy to_done s_ret mpi_out total, medians of 4 messages.
-    mpi_in, enqueue, copy = row[2], row[2 + 4], row[2 + 5]
+    # mpi_in post to_match map enqueue copyfn event copy to_done s_ret mpi_out total, medians of 4
+    # messages.
+    mpi_in, enqueue, copyfn, event, copy = row[2], row[6], row[7], row[8], row[9]
     assert abs(mpi_in - 1) < 0.01
     assert abs(enqueue - 30.5) < 0.01  # 33 and 28 us, twice each
+    assert abs(copyfn - 29) < 0.01     # mapped -> copy function returned: 32 and 26 us
+    assert abs(event - 1.5) < 0.01     # -> event recorded: 1 and 2 us
     assert abs(copy - 885) < 0.01      # 600 and 1170 us, twice each
-    # concurrent, direct, queued (window copies, the first one included), host share %, gap.
-    conc, direct, queued, share = row[12:16]
-    assert (conc, direct, queued) == (0, 0, 1)
+    # concurrent, direct, lean, queued (window copies, the first one included), host share %, gap.
+    conc, direct, lean, queued, share = row[14:19]
+    assert (conc, direct, lean, queued) == (0, 0, 0, 1)
     assert abs(share - 11.25) < 0.01
 
 
