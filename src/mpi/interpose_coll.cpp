@@ -1,12 +1,12 @@
 // Interposed collectives: MPI_Alltoall, MPI_Allgather, MPI_Reduce_scatter_block,
-// MPI_Allreduce, MPI_Bcast, MPI_Reduce.
+// MPI_Reduce_scatter, MPI_Allreduce, MPI_Bcast, MPI_Reduce.
 //
 // On a communicator whose ranks all sit on this node, the ranks agree in every call
 // (coll_team.hpp) whether each of them has device buffers of a contiguous type, and for
-// reductions a type and an op the coll kernels have (float, double, int32, int64; SUM,
-// PROD, MAX, MIN); then the coll layer's schedules run across the processes. In every
+// reductions a type and an op the coll kernels have (every predefined pair the MPI accepts,
+// reduce_type.hpp); then the coll layer's schedules run across the processes. In every
 // other case the MPI runs the collective: host buffers untouched, device buffers
-// staged through host memory (coll_staged.hpp) -- other nodes, derived or other types,
+// staged through host memory (coll_staged.hpp) -- other nodes, non-contiguous types,
 // user ops, mixed host/device ranks.
 //   GPUSTRIPE_MPI_COLL  yes|no: collectives of node-local communicators on gpustripe
 #include <atomic>
@@ -18,6 +18,7 @@
 #include "mpi/coll_team.hpp"
 #include "mpi/datatype.hpp"
 #include "mpi/interpose.hpp"
+#include "mpi/reduce_type.hpp"
 
 namespace gpustripe::mpi {
 namespace {
@@ -58,22 +59,13 @@ int device_of(Runtime& rt, CollCall& c, std::initializer_list<const void*> bufs)
   return dev;
 }
 
-bool reduce_type(MPI_Datatype t, coll::DataType* dt) {
-  if (t == MPI_FLOAT) *dt = GPUSTRIPE_FLOAT32;
-  else if (t == MPI_DOUBLE) *dt = GPUSTRIPE_FLOAT64;
-  else if (t == MPI_INT || t == MPI_INT32_T) *dt = GPUSTRIPE_INT32;
-  else if (t == MPI_INT64_T || t == MPI_LONG_LONG || (t == MPI_LONG && sizeof(long) == 8)) *dt = GPUSTRIPE_INT64;
-  else return false;
-  return true;
-}
-
-bool reduce_op(MPI_Op o, coll::RedOp* op) {
-  if (o == MPI_SUM) *op = GPUSTRIPE_SUM;
-  else if (o == MPI_PROD) *op = GPUSTRIPE_PROD;
-  else if (o == MPI_MAX) *op = GPUSTRIPE_MAX;
-  else if (o == MPI_MIN) *op = GPUSTRIPE_MIN;
-  else return false;
-  return true;
+// This rank's reduction as the kernels take it; false otherwise, and then, where its buffers
+// are on a device and the MPI's way is slow rather than an error, a note (once) saying why.
+bool kernel_reduction(const CollCall& c, MPI_Datatype t, MPI_Op o, ReduceType* r) {
+  std::string why;
+  if (reduce_type(t, o, r, &why)) return true;
+  if (c.device >= 0 && !why.empty()) note_host_path(c.name, why);
+  return false;
 }
 
 size_t type_size(MPI_Datatype t) {
@@ -222,13 +214,15 @@ int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, 
       comm, "MPI_Reduce_scatter_block",
       [&](Runtime& rt, CollTeam& team, CollCall& c) {
         const int n = team.size();
-        coll::DataType dt;
-        coll::RedOp op;
+        ReduceType k;
         c.op = coll::CollOp::ReduceScatter;
         c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
-        c.eligible = c.device >= 0 && recvcount > 0 && reduce_type(type, &dt) && reduce_op(mop, &op);
+        c.eligible = c.device >= 0 && recvcount > 0 && kernel_reduction(c, type, mop, &k);
         if (!c.eligible) return;
-        const size_t count = static_cast<size_t>(recvcount), esz = coll::dtype_size(dt), block = count * esz;
+        const coll::DataType dt = k.dt;
+        const coll::RedOp op = k.op;
+        const size_t count = static_cast<size_t>(recvcount) * k.per_elem, esz = coll::dtype_size(dt),
+                     block = count * esz;
         c.bytes = block * n;
         c.elem_size = esz;
         // In place the input is the receive buffer; the schedule leaves this rank's result
@@ -260,18 +254,84 @@ int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, 
       });
 }
 
+int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcounts, MPI_Datatype type, MPI_Op mop,
+                       MPI_Comm comm) {
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  char* bounce = nullptr;  // in place, a result that overlaps the front moves through here
+  return collective(
+      comm, "MPI_Reduce_scatter",
+      [&](Runtime& rt, CollTeam& team, CollCall& c) {
+        const int n = team.size();
+        ReduceType k;
+        c.op = coll::CollOp::ReduceScatter;
+        c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
+        long long total = 0;
+        bool counts_ok = true;
+        for (int j = 0; j < n; ++j) {
+          counts_ok = counts_ok && recvcounts[j] >= 0;
+          total += recvcounts[j];
+        }
+        c.eligible = c.device >= 0 && counts_ok && total > 0 && kernel_reduction(c, type, mop, &k);
+        if (!c.eligible) return;
+        const coll::DataType dt = k.dt;
+        const coll::RedOp op = k.op;
+        const size_t esz = coll::dtype_size(dt);
+        coll::Blocks b;
+        std::string shape = shape_of("reduce_scatter_v", {n, dt, op});
+        for (int j = 0, off = 0; j < n; off += recvcounts[j], ++j) {
+          b.off.push_back(static_cast<size_t>(off) * k.per_elem);
+          b.cnt.push_back(static_cast<size_t>(recvcounts[j]) * k.per_elem);
+          shape.append(reinterpret_cast<const char*>(&recvcounts[j]), sizeof(int));
+        }
+        const size_t mine = b.cnt[team.rank()] * esz, all = static_cast<size_t>(total) * k.per_elem * esz;
+        c.bytes = all;
+        c.elem_size = esz;
+        // In place the input is the receive buffer and this rank's result lands at its block's
+        // offset in it (the coll in-place form), moved to the front afterwards.
+        c.send = in_place ? recvbuf : sendbuf;
+        c.send_bytes = all;
+        c.recv = in_place ? static_cast<char*>(recvbuf) + b.off[team.rank()] * esz : recvbuf;
+        c.recv_bytes = mine;
+        if (in_place && b.off[team.rank()] * esz < mine) bounce = team.temp(c.device, mine);
+        c.shape = std::move(shape);
+        c.build = [b, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                              const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
+          coll::build_reduce_scatter(p, t, in(s), r, b, dt, op, ch.reduce, sc);
+        };
+      },
+      [&](Runtime& rt, const CollCall& c) {
+        // Every rank has finished reading this buffer (the call ended in a barrier).
+        if (!in_place || c.recv == recvbuf || c.recv_bytes == 0) return;
+        if (bounce) {
+          rt.mover().copy_now(bounce, c.device, c.recv, c.device, c.recv_bytes);
+          rt.mover().copy_now(recvbuf, c.device, bounce, c.device, c.recv_bytes);
+        } else {
+          rt.mover().copy_now(recvbuf, c.device, c.recv, c.device, c.recv_bytes);
+        }
+      },
+      [&](StagedBuffers* sb) {
+        const int n = comm_size(comm);
+        int total = 0;
+        for (int j = 0; j < n; ++j) total += recvcounts[j];
+        void* s = stage(sb, sendbuf, total, type, true, false);
+        void* r = stage(sb, recvbuf, in_place ? total : recvcounts[comm_rank(comm)], type, in_place, true);
+        return PMPI_Reduce_scatter(s, r, recvcounts, type, mop, comm);
+      });
+}
+
 int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op mop, MPI_Comm comm) {
   const bool in_place = sendbuf == MPI_IN_PLACE;
   return collective(
       comm, "MPI_Allreduce",
       [&](Runtime& rt, CollTeam&, CollCall& c) {
-        coll::DataType dt;
-        coll::RedOp op;
+        ReduceType k;
         c.op = coll::CollOp::AllReduce;
         c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
-        c.eligible = c.device >= 0 && count > 0 && reduce_type(type, &dt) && reduce_op(mop, &op);
+        c.eligible = c.device >= 0 && count > 0 && kernel_reduction(c, type, mop, &k);
         if (!c.eligible) return;
-        const size_t n = static_cast<size_t>(count), bytes = n * coll::dtype_size(dt);
+        const coll::DataType dt = k.dt;
+        const coll::RedOp op = k.op;
+        const size_t n = static_cast<size_t>(count) * k.per_elem, bytes = n * coll::dtype_size(dt);
         c.bytes = c.send_bytes = c.recv_bytes = bytes;
         c.elem_size = coll::dtype_size(dt);
         c.send = in_place ? recvbuf : sendbuf;
@@ -324,16 +384,17 @@ int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type,
   return collective(
       comm, "MPI_Reduce",
       [&](Runtime& rt, CollTeam& team, CollCall& c) {
-        coll::DataType dt;
-        coll::RedOp op;
+        ReduceType k;
         const bool is_root = team.rank() == root;
         c.op = coll::CollOp::Reduce;
         // The receive buffer counts at the root only.
         c.device = is_root ? device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf}) : device_of(rt, c, {sendbuf});
-        c.eligible = c.device >= 0 && count > 0 && root >= 0 && root < team.size() && reduce_type(type, &dt) &&
-                     reduce_op(mop, &op);
+        c.eligible = c.device >= 0 && count > 0 && root >= 0 && root < team.size() &&
+                     kernel_reduction(c, type, mop, &k);
         if (!c.eligible) return;
-        const size_t n = static_cast<size_t>(count), bytes = n * coll::dtype_size(dt);
+        const coll::DataType dt = k.dt;
+        const coll::RedOp op = k.op;
+        const size_t n = static_cast<size_t>(count) * k.per_elem, bytes = n * coll::dtype_size(dt);
         c.bytes = c.send_bytes = bytes;
         c.elem_size = coll::dtype_size(dt);
         c.send = in_place ? recvbuf : sendbuf;

@@ -1,5 +1,5 @@
 // Collectives the interposer has no gpustripe schedule for: MPI_Gather(v), MPI_Scatter(v),
-// MPI_Allgatherv, MPI_Alltoallv, MPI_Reduce_scatter, MPI_Scan, MPI_Exscan. The MPI runs
+// MPI_Allgatherv, MPI_Alltoallv, MPI_Scan, MPI_Exscan. The MPI runs
 // them; device buffers are staged through pinned host memory when it cannot read them
 // (coll_staged.hpp), so an unmodified program using them does not crash a MPI that is
 // not CUDA-aware. Buffers of the "v" forms span their largest displacement + count, and
@@ -19,12 +19,6 @@ int span_of(const int* counts, const int* displs, int n) {
     if (counts[i] > 0) most = std::max(most, displs[i] + counts[i]);
   return most;
 }
-int sum_of(const int* counts, int n) {
-  int s = 0;
-  for (int i = 0; i < n; ++i) s += counts[i];
-  return s;
-}
-
 }  // namespace
 }  // namespace gpustripe::mpi
 
@@ -93,17 +87,6 @@ int MPI_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls
                                       : stage(sb, sendbuf, span_of(sendcounts, sdispls, n), sendtype, true, false);
     void* r = stage(sb, recvbuf, span_of(recvcounts, rdispls, n), recvtype, true, true);
     return PMPI_Alltoallv(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls, recvtype, comm);
-  });
-}
-
-int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcounts, MPI_Datatype type, MPI_Op op,
-                       MPI_Comm comm) {
-  return staged_collective(comm, "MPI_Reduce_scatter", [&](StagedBuffers* sb) {
-    const int n = comm_size(comm), total = sum_of(recvcounts, n);
-    const bool in_place = sendbuf == MPI_IN_PLACE;
-    void* s = stage(sb, sendbuf, total, type, true, false);
-    void* r = stage(sb, recvbuf, in_place ? total : recvcounts[comm_rank(comm)], type, in_place, true);
-    return PMPI_Reduce_scatter(s, r, recvcounts, type, op, comm);
   });
 }
 
