@@ -54,6 +54,15 @@ void build_alltoall(Program& p, const Team& t, const std::vector<const char*>& s
 // Allgather: send[i] (block bytes) -> block i of every recv[j]. In place when send[i] == recv[i] + i*block.
 void build_allgather(Program& p, const Team& t, const std::vector<const char*>& send, const std::vector<char*>& recv,
                      size_t block, const ExchangeOpts& o, Scratch& scratch);
+// Allgather of blocks of different sizes, as member `me` sees it: member i's send[i]
+// (bytes[i] bytes) -> recv[me] + at[i], copied by me's copy engines (each member pulls what
+// it receives, so it needs no other member's layout: MPI_Allgatherv's displacements are the
+// receiver's own). Only member me's ops are right; the program has no waits between members.
+// In place when send[me] == recv[me] + at[me]. o.rounds: one copy at a time in round order,
+// else one lane per peer.
+void build_allgatherv_pull(Program& p, const Team& t, int me, const std::vector<const char*>& send,
+                           const std::vector<char*>& recv, const std::vector<size_t>& bytes,
+                           const std::vector<size_t>& at, const ExchangeOpts& o);
 
 struct ReduceOpts {
   bool pull = false;  // kernels read peers' memory; else copy engines copy into scratch first

@@ -1,4 +1,4 @@
-// Interposed collectives: MPI_Alltoall, MPI_Allgather, MPI_Reduce_scatter_block,
+// Interposed collectives: MPI_Alltoall, MPI_Allgather, MPI_Allgatherv, MPI_Reduce_scatter_block,
 // MPI_Reduce_scatter, MPI_Allreduce, MPI_Bcast, MPI_Reduce.
 //
 // On a communicator whose ranks all sit on this node, the ranks agree in every call
@@ -9,6 +9,7 @@
 // staged through host memory (coll_staged.hpp) -- other nodes, non-contiguous types,
 // user ops, mixed host/device ranks.
 //   GPUSTRIPE_MPI_COLL  yes|no: collectives of node-local communicators on gpustripe
+#include <algorithm>
 #include <atomic>
 #include <map>
 
@@ -204,6 +205,58 @@ int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, voi
         void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
         void* r = stage(sb, recvbuf, recvcount * n, recvtype, in_place, true);
         return PMPI_Allgather(s, sendcount, sendtype, r, recvcount, recvtype, comm);
+      });
+}
+
+int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
+                   const int* displs, MPI_Datatype recvtype, MPI_Comm comm) {
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  return collective(
+      comm, "MPI_Allgatherv",
+      [&](Runtime& rt, CollTeam& team, CollCall& c) {
+        const int n = team.size(), me = team.rank();
+        const Layout rl = layout_of(1, recvtype);
+        const size_t esz = rl.bytes;
+        std::vector<size_t> bytes(n), at(n);
+        size_t span = 0, total = 0;
+        bool counts_ok = true;
+        for (int i = 0; i < n; ++i) {
+          counts_ok = counts_ok && recvcounts[i] >= 0 && displs[i] >= 0;
+          bytes[i] = static_cast<size_t>(std::max(0, recvcounts[i])) * esz;
+          at[i] = static_cast<size_t>(std::max(0, displs[i])) * esz;
+          total += bytes[i];
+          if (bytes[i]) span = std::max(span, at[i] + bytes[i]);
+        }
+        const Layout sl = in_place ? layout_of(recvcounts[me], recvtype) : layout_of(sendcount, sendtype);
+        c.op = coll::CollOp::AllGather;
+        c.bytes = total;
+        c.elem_size = std::max<size_t>(1, esz);
+        c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
+        c.eligible = c.device >= 0 && counts_ok && rl.contiguous && sl.contiguous && sl.bytes == bytes[me] &&
+                     total > 0;
+        if (!c.eligible) return;
+        c.send = in_place ? static_cast<const char*>(recvbuf) + at[me] : sendbuf;
+        c.send_bytes = bytes[me];
+        c.recv = recvbuf;
+        c.recv_bytes = span;
+        std::string shape = shape_of("allgatherv", {n, me});
+        shape.append(reinterpret_cast<const char*>(bytes.data()), bytes.size() * sizeof(size_t));
+        shape.append(reinterpret_cast<const char*>(at.data()), at.size() * sizeof(size_t));
+        c.shape = std::move(shape);
+        c.build = [me, bytes, at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                                  const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
+          coll::build_allgatherv_pull(p, t, me, in(s), r, bytes, at, ch.exchange);
+        };
+      },
+      nullptr,
+      [&](StagedBuffers* sb) {
+        const int n = comm_size(comm);
+        int span = 0;
+        for (int i = 0; i < n; ++i)
+          if (recvcounts[i] > 0) span = std::max(span, displs[i] + recvcounts[i]);
+        void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
+        void* r = stage(sb, recvbuf, span, recvtype, true, true);
+        return PMPI_Allgatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, comm);
       });
 }
 

@@ -1,5 +1,5 @@
 // Collectives the interposer has no gpustripe schedule for: MPI_Gather(v), MPI_Scatter(v),
-// MPI_Allgatherv, MPI_Alltoallv, MPI_Scan, MPI_Exscan. The MPI runs
+// MPI_Alltoallv, MPI_Scan, MPI_Exscan. The MPI runs
 // them; device buffers are staged through pinned host memory when it cannot read them
 // (coll_staged.hpp), so an unmodified program using them does not crash a MPI that is
 // not CUDA-aware. Buffers of the "v" forms span their largest displacement + count, and
@@ -67,15 +67,6 @@ int MPI_Scatterv(const void* sendbuf, const int* sendcounts, const int* displs, 
                       : const_cast<void*>(sendbuf);
     void* r = stage(sb, recvbuf, recvcount, recvtype, false, true);
     return PMPI_Scatterv(s, sendcounts, displs, sendtype, r, recvcount, recvtype, root, comm);
-  });
-}
-
-int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
-                   const int* displs, MPI_Datatype recvtype, MPI_Comm comm) {
-  return staged_collective(comm, "MPI_Allgatherv", [&](StagedBuffers* sb) {
-    void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
-    void* r = stage(sb, recvbuf, span_of(recvcounts, displs, comm_size(comm)), recvtype, true, true);
-    return PMPI_Allgatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, comm);
   });
 }
 

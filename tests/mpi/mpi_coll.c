@@ -371,8 +371,9 @@ static void fallbacks(void) {
   }
 }
 
-/* Collectives without a gpustripe schedule: the MPI runs them on device buffers staged
- * through the host (a non-CUDA-aware MPI would crash on the device pointers). */
+/* Collectives without a gpustripe schedule (gather, scatter, alltoallv, scan): the MPI runs
+ * them on device buffers staged through the host (a non-CUDA-aware MPI would crash on the
+ * device pointers); allgatherv and reduce_scatter with per-rank counts run on gpustripe. */
 static void staged_only(void) {
   const int n = 1001;
   int* counts = malloc(sizeof(int) * size);
@@ -397,7 +398,9 @@ static void staged_only(void) {
     buf_free(&hk, &s);
     buf_free(&hk, &r);
   }
-  /* Allgatherv with gaps: the gaps keep what they held. */
+  check_served(before, 0, "gather");
+  /* Allgatherv with gaps: the gaps keep what they held (gpustripe: each rank pulls its blocks). */
+  before = served();
   {
     int seq = ++seq_no;
     buf_t s = make(1, counts[rank]), r = make(1, total);
@@ -414,6 +417,30 @@ static void staged_only(void) {
     buf_free(&hk, &s);
     buf_free(&hk, &r);
   }
+  check_served(before, expect_served(1), "allgatherv");
+  /* The same in place, with another layout on every rank (displacements are the receiver's own). */
+  before = served();
+  {
+    int seq = ++seq_no;
+    int* mine = malloc(sizeof(int) * size);
+    int span = 0;
+    for (int i = 0; i < size; ++i) {
+      mine[i] = (size - 1 - i) * (n + size + 5) + rank;  /* blocks in reverse order, shifted by rank */
+      if (mine[i] + counts[i] > span) span = mine[i] + counts[i];
+    }
+    buf_t r = make(1, (size_t)span);
+    memset(r.h, 0xee, (size_t)span);
+    fill(r.h + mine[rank], counts[rank], rank, 3, seq);
+    buf_push(&hk, &r);
+    CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, r.p, counts, mine, MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS);
+    buf_pull(&hk, &r);
+    for (int i = 0; i < size; ++i) CHECK(same(r.h + mine[i], counts[i], i, 3, seq));
+    if (rank > 0) CHECK(r.h[rank - 1] == 0xee);
+    buf_free(&hk, &r);
+    free(mine);
+  }
+  check_served(before, expect_served(1), "allgatherv in place");
+  before = served();
   /* Inclusive scan of ints. */
   {
     buf_t s = make(1, n * 4), r = make(1, n * 4);
