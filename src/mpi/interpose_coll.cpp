@@ -131,6 +131,7 @@ size_t exchange_call(Runtime& rt, CollTeam& team, CollCall& c, coll::CollOp op, 
   c.elem_size = type_size(recvtype);
   c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
   c.eligible = c.device >= 0 && rl.contiguous && sl.contiguous && sl.bytes == block && block > 0;
+  if (c.device >= 0 && !(rl.contiguous && sl.contiguous)) note_host_path(c.name, "a datatype with holes");
   return block;
 }
 
@@ -234,6 +235,7 @@ int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
         c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
         c.eligible = c.device >= 0 && counts_ok && rl.contiguous && sl.contiguous && sl.bytes == bytes[me] &&
                      total > 0;
+        if (c.device >= 0 && !(rl.contiguous && sl.contiguous)) note_host_path(c.name, "a datatype with holes");
         if (!c.eligible) return;
         c.send = in_place ? static_cast<const char*>(recvbuf) + at[me] : sendbuf;
         c.send_bytes = bytes[me];
@@ -414,6 +416,7 @@ int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm com
         c.elem_size = type_size(type);
         c.device = device_of(rt, c, {buffer});
         c.eligible = c.device >= 0 && l.contiguous && l.bytes > 0 && root >= 0 && root < team.size();
+        if (c.device >= 0 && !l.contiguous) note_host_path(c.name, "a datatype with holes");
         if (!c.eligible) return;
         c.recv = buffer;
         const size_t bytes = l.bytes;
