@@ -133,4 +133,16 @@ void build_allgatherv_pull(Program& p, const Team& t, int me, const std::vector<
   }
 }
 
+void build_scatterv_push(Program& p, const Team& t, int me, const std::vector<const char*>& send,
+                         const std::vector<char*>& recv, const std::vector<size_t>& bytes,
+                         const std::vector<size_t>& at, const ExchangeOpts& o) {
+  const int n = t.size();
+  for (int r = 0; r < n; ++r) {
+    const int j = (me + r) % n;
+    if (bytes[j] == 0 || !recv[j] || recv[j] == send[me] + at[j]) continue;
+    const int lane = r == 0 ? kLaneLocal : o.rounds ? kLaneOut : kLanePeer0 + (r - 1);
+    p.copy(t.rank[me], lane, recv[j], t.dev[j], send[me] + at[j], t.dev[me], bytes[j]);
+  }
+}
+
 }  // namespace gpustripe::coll

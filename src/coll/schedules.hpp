@@ -63,6 +63,12 @@ void build_allgather(Program& p, const Team& t, const std::vector<const char*>& 
 void build_allgatherv_pull(Program& p, const Team& t, int me, const std::vector<const char*>& send,
                            const std::vector<char*>& recv, const std::vector<size_t>& bytes,
                            const std::vector<size_t>& at, const ExchangeOpts& o);
+// Scatter of blocks of different sizes by member `me` (the root): send[me] + at[j] (bytes[j]
+// bytes) -> recv[j], pushed by me's copy engines; no copy where recv[j] is null (the root in
+// place). Only me's ops; the program has no waits between members.
+void build_scatterv_push(Program& p, const Team& t, int me, const std::vector<const char*>& send,
+                         const std::vector<char*>& recv, const std::vector<size_t>& bytes,
+                         const std::vector<size_t>& at, const ExchangeOpts& o);
 
 struct ReduceOpts {
   bool pull = false;  // kernels read peers' memory; else copy engines copy into scratch first

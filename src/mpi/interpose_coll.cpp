@@ -1,5 +1,6 @@
-// Interposed collectives: MPI_Alltoall, MPI_Allgather, MPI_Allgatherv, MPI_Reduce_scatter_block,
-// MPI_Reduce_scatter, MPI_Allreduce, MPI_Bcast, MPI_Reduce.
+// Interposed collectives: MPI_Alltoall, MPI_Allgather, MPI_Allgatherv, MPI_Gather(v),
+// MPI_Scatter(v), MPI_Reduce_scatter_block, MPI_Reduce_scatter, MPI_Allreduce, MPI_Bcast,
+// MPI_Reduce.
 //
 // On a communicator whose ranks all sit on this node, the ranks agree in every call
 // (coll_team.hpp) whether each of them has device buffers of a contiguous type, and for
@@ -135,6 +136,118 @@ size_t exchange_call(Runtime& rt, CollTeam& team, CollCall& c, coll::CollOp op, 
   return block;
 }
 
+// Blocks of a "v" collective at the rank that has their layout: bytes and byte offsets of
+// counts[i] and displs[i] elements of `esz` bytes; *span is the bytes from the buffer's start
+// past the last block. False when a count or displacement is negative.
+bool v_blocks(int n, const int* counts, const int* displs, size_t esz, std::vector<size_t>* bytes,
+              std::vector<size_t>* at, size_t* span) {
+  bytes->assign(n, 0);
+  at->assign(n, 0);
+  *span = 0;
+  for (int i = 0; i < n; ++i) {
+    if (counts[i] < 0 || displs[i] < 0) return false;
+    (*bytes)[i] = static_cast<size_t>(counts[i]) * esz;
+    (*at)[i] = static_cast<size_t>(displs[i]) * esz;
+    if ((*bytes)[i]) *span = std::max(*span, (*at)[i] + (*bytes)[i]);
+  }
+  return true;
+}
+
+std::string v_shape(const char* name, int n, int me, int root, const std::vector<size_t>& bytes,
+                    const std::vector<size_t>& at) {
+  std::string shape = shape_of(name, {n, me, root});
+  shape.append(reinterpret_cast<const char*>(bytes.data()), bytes.size() * sizeof(size_t));
+  shape.append(reinterpret_cast<const char*>(at.data()), at.size() * sizeof(size_t));
+  return shape;
+}
+
+// MPI_Gather(v): the root's copy engines pull every rank's block to its displacement (counts
+// and displs matter at the root only); `mpi` is the MPI's own call.
+int gather_v(MPI_Comm comm, const char* name, const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+             void* recvbuf, const int* counts, const int* displs, MPI_Datatype recvtype, int root,
+             const std::function<int(StagedBuffers*)>& mpi) {
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  return collective(
+      comm, name,
+      [&](Runtime& rt, CollTeam& team, CollCall& c) {
+        const int n = team.size(), me = team.rank();
+        const bool is_root = me == root;
+        std::vector<size_t> bytes, at;
+        size_t span = 0;
+        c.op = coll::CollOp::AllGather;
+        if (root < 0 || root >= n) return;
+        if (!is_root) {
+          const Layout sl = layout_of(sendcount, sendtype);
+          c.device = device_of(rt, c, {sendbuf});
+          c.eligible = c.device >= 0 && sl.contiguous;
+          c.send = sendbuf;
+          c.send_bytes = c.bytes = sl.bytes;
+        } else {
+          const Layout rl = layout_of(1, recvtype);
+          const bool blocks_ok = v_blocks(n, counts, displs, rl.bytes, &bytes, &at, &span);
+          const Layout sl = in_place ? layout_of(counts[me], recvtype) : layout_of(sendcount, sendtype);
+          c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
+          c.eligible = c.device >= 0 && blocks_ok && rl.contiguous && sl.contiguous && sl.bytes == bytes[me] && span > 0;
+          c.send = in_place ? static_cast<const char*>(recvbuf) + at[me] : sendbuf;
+          c.send_bytes = bytes[me];
+          c.recv = recvbuf;
+          c.recv_bytes = c.bytes = span;
+        }
+        if (c.device >= 0 && !c.eligible) note_host_path(name, "a datatype with holes or mismatched blocks");
+        if (!c.eligible) return;
+        c.shape = v_shape("gatherv", n, me, root, bytes, at);
+        c.build = [me, root, bytes, at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                                        const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
+          if (me == root) coll::build_allgatherv_pull(p, t, me, in(s), r, bytes, at, ch.exchange);
+        };
+      },
+      nullptr, mpi);
+}
+
+// MPI_Scatter(v): the root's copy engines push every rank's block from its displacement.
+int scatter_v(MPI_Comm comm, const char* name, const void* sendbuf, const int* counts, const int* displs,
+              MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype, int root,
+              const std::function<int(StagedBuffers*)>& mpi) {
+  const bool in_place = recvbuf == MPI_IN_PLACE;
+  return collective(
+      comm, name,
+      [&](Runtime& rt, CollTeam& team, CollCall& c) {
+        const int n = team.size(), me = team.rank();
+        const bool is_root = me == root;
+        std::vector<size_t> bytes, at;
+        size_t span = 0;
+        c.op = coll::CollOp::AllGather;
+        if (root < 0 || root >= n) return;
+        const Layout rl = is_root && in_place ? Layout{} : layout_of(recvcount, recvtype);  // in place: not given
+        if (!is_root) {
+          c.device = device_of(rt, c, {recvbuf});
+          c.eligible = c.device >= 0 && rl.contiguous;
+          c.recv = recvbuf;
+          c.recv_bytes = c.bytes = rl.bytes;
+        } else {
+          const Layout el = layout_of(1, sendtype);
+          const bool blocks_ok = v_blocks(n, counts, displs, el.bytes, &bytes, &at, &span);
+          c.device = in_place ? device_of(rt, c, {sendbuf}) : device_of(rt, c, {sendbuf, recvbuf});
+          c.eligible = c.device >= 0 && blocks_ok && el.contiguous && (in_place || (rl.contiguous && rl.bytes == bytes[me])) &&
+                       span > 0;
+          c.send = sendbuf;
+          c.send_bytes = c.bytes = span;
+          if (!in_place) {
+            c.recv = recvbuf;
+            c.recv_bytes = bytes[me];
+          }
+        }
+        if (c.device >= 0 && !c.eligible) note_host_path(name, "a datatype with holes or mismatched blocks");
+        if (!c.eligible) return;
+        c.shape = v_shape("scatterv", n, me, root, bytes, at);
+        c.build = [me, root, bytes, at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                                        const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
+          if (me == root) coll::build_scatterv_push(p, t, me, in(s), r, bytes, at, ch.exchange);
+        };
+      },
+      nullptr, mpi);
+}
+
 }  // namespace
 
 extern "C" {
@@ -252,14 +365,73 @@ int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
       },
       nullptr,
       [&](StagedBuffers* sb) {
-        const int n = comm_size(comm);
-        int span = 0;
-        for (int i = 0; i < n; ++i)
-          if (recvcounts[i] > 0) span = std::max(span, displs[i] + recvcounts[i]);
         void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
-        void* r = stage(sb, recvbuf, span, recvtype, true, true);
+        void* r = stage(sb, recvbuf, span_of(recvcounts, displs, comm_size(comm)), recvtype, true, true);
         return PMPI_Allgatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, comm);
       });
+}
+
+int MPI_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+               MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  std::vector<int> counts, displs;
+  if (comm_rank(comm) == root) {
+    const int n = comm_size(comm);
+    counts.assign(n, recvcount);
+    for (int i = 0; i < n; ++i) displs.push_back(i * recvcount);
+  }
+  return gather_v(comm, "MPI_Gather", sendbuf, sendcount, sendtype, recvbuf, counts.data(), displs.data(), recvtype,
+                  root, [&](StagedBuffers* sb) {
+                    const bool is_root = comm_rank(comm) == root;
+                    void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
+                    void* r = is_root ? stage(sb, recvbuf, recvcount * comm_size(comm), recvtype,
+                                              sendbuf == MPI_IN_PLACE, true)
+                                      : recvbuf;
+                    return PMPI_Gather(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
+                  });
+}
+
+int MPI_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
+                const int* displs, MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  return gather_v(comm, "MPI_Gatherv", sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root,
+                  [&](StagedBuffers* sb) {
+                    const bool is_root = comm_rank(comm) == root;
+                    void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
+                    void* r = is_root ? stage(sb, recvbuf, span_of(recvcounts, displs, comm_size(comm)), recvtype,
+                                              true, true)
+                                      : recvbuf;
+                    return PMPI_Gatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, root, comm);
+                  });
+}
+
+int MPI_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  std::vector<int> counts, displs;
+  if (comm_rank(comm) == root) {
+    const int n = comm_size(comm);
+    counts.assign(n, sendcount);
+    for (int i = 0; i < n; ++i) displs.push_back(i * sendcount);
+  }
+  return scatter_v(comm, "MPI_Scatter", sendbuf, counts.data(), displs.data(), sendtype, recvbuf, recvcount, recvtype,
+                   root, [&](StagedBuffers* sb) {
+                     const bool is_root = comm_rank(comm) == root;
+                     void* s = is_root ? stage(sb, sendbuf, sendcount * comm_size(comm), sendtype, true, false)
+                                       : const_cast<void*>(sendbuf);
+                     void* r = stage(sb, recvbuf, recvcount, recvtype, false, true);
+                     return PMPI_Scatter(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
+                   });
+}
+
+int MPI_Scatterv(const void* sendbuf, const int* sendcounts, const int* displs, MPI_Datatype sendtype, void* recvbuf,
+                 int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  return scatter_v(comm, "MPI_Scatterv", sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root,
+                   [&](StagedBuffers* sb) {
+                     const bool is_root = comm_rank(comm) == root;
+                     void* s = is_root ? stage(sb, sendbuf, span_of(sendcounts, displs, comm_size(comm)), sendtype,
+                                               true, false)
+                                       : const_cast<void*>(sendbuf);
+                     void* r = stage(sb, recvbuf, recvcount, recvtype, false, true);
+                     return PMPI_Scatterv(s, sendcounts, displs, sendtype, r, recvcount, recvtype, root, comm);
+                   });
 }
 
 int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype type, MPI_Op mop,

@@ -1,74 +1,15 @@
-// Collectives the interposer has no gpustripe schedule for: MPI_Gather(v), MPI_Scatter(v),
-// MPI_Alltoallv, MPI_Scan, MPI_Exscan. The MPI runs
+// Collectives the interposer has no gpustripe schedule for: MPI_Alltoallv, MPI_Scan,
+// MPI_Exscan. The MPI runs
 // them; device buffers are staged through pinned host memory when it cannot read them
 // (coll_staged.hpp), so an unmodified program using them does not crash a MPI that is
 // not CUDA-aware. Buffers of the "v" forms span their largest displacement + count, and
 // their receive buffers are copied in too: what lies between the blocks comes back as it was.
-#include <algorithm>
-
 #include "mpi/coll_staged.hpp"
 #include "mpi/interpose.hpp"
-
-namespace gpustripe::mpi {
-namespace {
-
-// Elements a "v" buffer spans: the largest displacement + count.
-int span_of(const int* counts, const int* displs, int n) {
-  int most = 0;
-  for (int i = 0; i < n; ++i)
-    if (counts[i] > 0) most = std::max(most, displs[i] + counts[i]);
-  return most;
-}
-}  // namespace
-}  // namespace gpustripe::mpi
 
 using namespace gpustripe::mpi;
 
 extern "C" {
-
-int MPI_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
-               MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  return staged_collective(comm, "MPI_Gather", [&](StagedBuffers* sb) {
-    const bool is_root = comm_rank(comm) == root;
-    void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
-    void* r = is_root ? stage(sb, recvbuf, recvcount * comm_size(comm), recvtype, sendbuf == MPI_IN_PLACE, true)
-                      : recvbuf;
-    return PMPI_Gather(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
-  });
-}
-
-int MPI_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
-                const int* displs, MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  return staged_collective(comm, "MPI_Gatherv", [&](StagedBuffers* sb) {
-    const bool is_root = comm_rank(comm) == root;
-    void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
-    void* r = is_root ? stage(sb, recvbuf, span_of(recvcounts, displs, comm_size(comm)), recvtype, true, true)
-                      : recvbuf;
-    return PMPI_Gatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, root, comm);
-  });
-}
-
-int MPI_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
-                MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  return staged_collective(comm, "MPI_Scatter", [&](StagedBuffers* sb) {
-    const bool is_root = comm_rank(comm) == root;
-    void* s = is_root ? stage(sb, sendbuf, sendcount * comm_size(comm), sendtype, true, false)
-                      : const_cast<void*>(sendbuf);
-    void* r = stage(sb, recvbuf, recvcount, recvtype, false, true);
-    return PMPI_Scatter(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
-  });
-}
-
-int MPI_Scatterv(const void* sendbuf, const int* sendcounts, const int* displs, MPI_Datatype sendtype, void* recvbuf,
-                 int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  return staged_collective(comm, "MPI_Scatterv", [&](StagedBuffers* sb) {
-    const bool is_root = comm_rank(comm) == root;
-    void* s = is_root ? stage(sb, sendbuf, span_of(sendcounts, displs, comm_size(comm)), sendtype, true, false)
-                      : const_cast<void*>(sendbuf);
-    void* r = stage(sb, recvbuf, recvcount, recvtype, false, true);
-    return PMPI_Scatterv(s, sendcounts, displs, sendtype, r, recvcount, recvtype, root, comm);
-  });
-}
 
 int MPI_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
                   void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype, MPI_Comm comm) {

@@ -371,9 +371,9 @@ static void fallbacks(void) {
   }
 }
 
-/* Collectives without a gpustripe schedule (gather, scatter, alltoallv, scan): the MPI runs
- * them on device buffers staged through the host (a non-CUDA-aware MPI would crash on the
- * device pointers); allgatherv and reduce_scatter with per-rank counts run on gpustripe. */
+/* The "v" and rooted forms: gather(v), scatterv, allgatherv and reduce_scatter with per-rank
+ * counts run on gpustripe; alltoallv and scan have no schedule: the MPI runs them on device
+ * buffers staged through the host (a non-CUDA-aware MPI would crash on the device pointers). */
 static void staged_only(void) {
   const int n = 1001;
   int* counts = malloc(sizeof(int) * size);
@@ -398,7 +398,34 @@ static void staged_only(void) {
     buf_free(&hk, &s);
     buf_free(&hk, &r);
   }
-  check_served(before, 0, "gather");
+  check_served(before, expect_served(1), "gather");
+  /* Scatterv from rank 0 with gaps, and gatherv of it back to the last rank in place there. */
+  before = served();
+  {
+    int seq = ++seq_no, last = size - 1;
+    buf_t s = make(1, total), r = make(1, (size_t)counts[rank]);
+    for (int i = 0; i < size; ++i) fill(s.h + displs[i], counts[i], i, 4, seq);
+    buf_push(&hk, &s);
+    CHECK(MPI_Scatterv(s.p, counts, displs, MPI_BYTE, r.p, counts[rank], MPI_BYTE, 0, MPI_COMM_WORLD) == MPI_SUCCESS);
+    buf_pull(&hk, &r);
+    CHECK(same(r.h, counts[rank], rank, 4, seq));
+    buf_t g = make(1, total);
+    memset(g.h, 0xee, total);
+    if (rank == last) memcpy(g.h + displs[last], r.h, counts[last]);
+    buf_push(&hk, &g);
+    const void* in = rank == last ? MPI_IN_PLACE : (const void*)r.p;
+    CHECK(MPI_Gatherv(in, counts[rank], MPI_BYTE, g.p, counts, displs, MPI_BYTE, last, MPI_COMM_WORLD) == MPI_SUCCESS);
+    buf_pull(&hk, &g);
+    if (rank == last)
+      for (int i = 0; i < size; ++i) {
+        CHECK(same(g.h + displs[i], counts[i], i, 4, seq));
+        CHECK(g.h[displs[i] - 1] == 0xee);
+      }
+    buf_free(&hk, &s);
+    buf_free(&hk, &r);
+    buf_free(&hk, &g);
+  }
+  check_served(before, 2 * expect_served(1), "scatterv and gatherv");
   /* Allgatherv with gaps: the gaps keep what they held (gpustripe: each rank pulls its blocks). */
   before = served();
   {
