@@ -200,5 +200,12 @@ void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size
 // Reduce to root: reduce-scatter, then each member sends its block to root's recv.
 void build_reduce(Program& p, const Team& t, const std::vector<const char*>& send, char* recv_root, size_t count,
                   DataType dt, RedOp op, int root, const ReduceOpts& o, Scratch& scratch);
+// Inclusive scan (exclusive: without member me's own input) as member `me` sees it:
+// recv[me] = op over send[0..me] in member order, the earlier members' inputs pulled into me's
+// scratch by its copy engines, then one reduction. Only me's ops; the program has no waits
+// between members, so no member may write a buffer another reads (no in place). Member 0 of
+// an exclusive scan gets nothing.
+void build_scan_pull(Program& p, const Team& t, int me, bool exclusive, const std::vector<const char*>& send,
+                     const std::vector<char*>& recv, size_t count, DataType dt, RedOp op, Scratch& scratch);
 
 }  // namespace gpustripe::coll

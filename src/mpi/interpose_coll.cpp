@@ -1,6 +1,6 @@
 // Interposed collectives: MPI_Alltoall, MPI_Allgather, MPI_Allgatherv, MPI_Gather(v),
 // MPI_Scatter(v), MPI_Reduce_scatter_block, MPI_Reduce_scatter, MPI_Allreduce, MPI_Bcast,
-// MPI_Reduce.
+// MPI_Reduce, MPI_Scan, MPI_Exscan.
 //
 // On a communicator whose ranks all sit on this node, the ranks agree in every call
 // (coll_team.hpp) whether each of them has device buffers of a contiguous type, and for
@@ -248,6 +248,36 @@ int scatter_v(MPI_Comm comm, const char* name, const void* sendbuf, const int* c
       nullptr, mpi);
 }
 
+// MPI_Scan / MPI_Exscan: each rank pulls the earlier ranks' inputs and reduces them with its
+// own (coll::build_scan_pull). Not in place: a rank's result would overwrite an input the
+// later ranks still read.
+int scan(MPI_Comm comm, const char* name, bool exclusive, const void* sendbuf, void* recvbuf, int count,
+         MPI_Datatype type, MPI_Op mop, const std::function<int(StagedBuffers*)>& mpi) {
+  return collective(
+      comm, name,
+      [&](Runtime& rt, CollTeam& team, CollCall& c) {
+        ReduceType k;
+        const int me = team.rank();
+        c.op = coll::CollOp::AllReduce;
+        c.device = sendbuf == MPI_IN_PLACE ? -1 : device_of(rt, c, {sendbuf, recvbuf});
+        c.eligible = c.device >= 0 && count > 0 && kernel_reduction(c, type, mop, &k);
+        if (!c.eligible) return;
+        const coll::DataType dt = k.dt;
+        const coll::RedOp op = k.op;
+        const size_t n = static_cast<size_t>(count) * k.per_elem, bytes = n * coll::dtype_size(dt);
+        c.bytes = c.send_bytes = c.recv_bytes = bytes;
+        c.elem_size = coll::dtype_size(dt);
+        c.send = sendbuf;
+        c.recv = recvbuf;
+        c.shape = shape_of(exclusive ? "exscan" : "scan", {static_cast<long long>(n), dt, op, me});
+        c.build = [me, exclusive, n, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                                             const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice&) {
+          coll::build_scan_pull(p, t, me, exclusive, in(s), r, n, dt, op, sc);
+        };
+      },
+      nullptr, mpi);
+}
+
 }  // namespace
 
 extern "C" {
@@ -432,6 +462,23 @@ int MPI_Scatterv(const void* sendbuf, const int* sendcounts, const int* displs, 
                      void* r = stage(sb, recvbuf, recvcount, recvtype, false, true);
                      return PMPI_Scatterv(s, sendcounts, displs, sendtype, r, recvcount, recvtype, root, comm);
                    });
+}
+
+int MPI_Scan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+  return scan(comm, "MPI_Scan", false, sendbuf, recvbuf, count, type, op, [&](StagedBuffers* sb) {
+    void* s = stage(sb, sendbuf, count, type, true, false);
+    void* r = stage(sb, recvbuf, count, type, sendbuf == MPI_IN_PLACE, true);
+    return PMPI_Scan(s, r, count, type, op, comm);
+  });
+}
+
+int MPI_Exscan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+  return scan(comm, "MPI_Exscan", true, sendbuf, recvbuf, count, type, op, [&](StagedBuffers* sb) {
+    void* s = stage(sb, sendbuf, count, type, true, false);
+    // Rank 0's receive buffer is left undefined by the MPI: copy it in so it comes back unchanged.
+    void* r = stage(sb, recvbuf, count, type, true, true);
+    return PMPI_Exscan(s, r, count, type, op, comm);
+  });
 }
 
 int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype type, MPI_Op mop,

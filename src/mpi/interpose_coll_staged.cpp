@@ -1,6 +1,5 @@
-// Collectives the interposer has no gpustripe schedule for: MPI_Alltoallv, MPI_Scan,
-// MPI_Exscan. The MPI runs
-// them; device buffers are staged through pinned host memory when it cannot read them
+// The collective the interposer has no gpustripe schedule for: MPI_Alltoallv. The MPI runs
+// it; device buffers are staged through pinned host memory when it cannot read them
 // (coll_staged.hpp), so an unmodified program using them does not crash a MPI that is
 // not CUDA-aware. Buffers of the "v" forms span their largest displacement + count, and
 // their receive buffers are copied in too: what lies between the blocks comes back as it was.
@@ -19,23 +18,6 @@ int MPI_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls
                                       : stage(sb, sendbuf, span_of(sendcounts, sdispls, n), sendtype, true, false);
     void* r = stage(sb, recvbuf, span_of(recvcounts, rdispls, n), recvtype, true, true);
     return PMPI_Alltoallv(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls, recvtype, comm);
-  });
-}
-
-int MPI_Scan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
-  return staged_collective(comm, "MPI_Scan", [&](StagedBuffers* sb) {
-    void* s = stage(sb, sendbuf, count, type, true, false);
-    void* r = stage(sb, recvbuf, count, type, sendbuf == MPI_IN_PLACE, true);
-    return PMPI_Scan(s, r, count, type, op, comm);
-  });
-}
-
-int MPI_Exscan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
-  return staged_collective(comm, "MPI_Exscan", [&](StagedBuffers* sb) {
-    void* s = stage(sb, sendbuf, count, type, true, false);
-    // Rank 0's receive buffer is left undefined by the MPI: copy it in so it comes back unchanged.
-    void* r = stage(sb, recvbuf, count, type, true, true);
-    return PMPI_Exscan(s, r, count, type, op, comm);
   });
 }
 

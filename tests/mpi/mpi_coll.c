@@ -371,8 +371,8 @@ static void fallbacks(void) {
   }
 }
 
-/* The "v" and rooted forms: gather(v), scatterv, allgatherv and reduce_scatter with per-rank
- * counts run on gpustripe; alltoallv and scan have no schedule: the MPI runs them on device
+/* The "v", rooted and scan forms: gather(v), scatterv, allgatherv, scan, exscan and
+ * reduce_scatter with per-rank counts run on gpustripe; a scan in place runs on the MPI, device
  * buffers staged through the host (a non-CUDA-aware MPI would crash on the device pointers). */
 static void staged_only(void) {
   const int n = 1001;
@@ -479,7 +479,36 @@ static void staged_only(void) {
     buf_free(&hk, &s);
     buf_free(&hk, &r);
   }
-  check_served(before, 0, "collectives without a gpustripe schedule");
+  check_served(before, expect_served(1), "scan");
+  /* Exclusive scan of doubles (MAX); rank 0's receive buffer keeps what it held. */
+  before = served();
+  {
+    buf_t s = make(1, n * 8), r = make(1, n * 8);
+    for (int i = 0; i < n; ++i) {
+      ((double*)s.h)[i] = 0.5 * (rank + i);
+      ((double*)r.h)[i] = -7;
+    }
+    buf_push(&hk, &s);
+    buf_push(&hk, &r);
+    CHECK(MPI_Exscan(s.p, r.p, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD) == MPI_SUCCESS);
+    buf_pull(&hk, &r);
+    for (int i = 0; i < n; ++i) CHECK(((double*)r.h)[i] == (rank == 0 ? -7 : 0.5 * (rank - 1 + i)));
+    buf_free(&hk, &s);
+    buf_free(&hk, &r);
+  }
+  check_served(before, expect_served(1), "exscan");
+  /* Scan in place: the MPI's (a rank's result would overwrite an input the later ranks read). */
+  before = served();
+  {
+    buf_t r = make(1, n * 4);
+    for (int i = 0; i < n; ++i) ((int*)r.h)[i] = rank + i;
+    buf_push(&hk, &r);
+    CHECK(MPI_Scan(MPI_IN_PLACE, r.p, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
+    buf_pull(&hk, &r);
+    for (int i = 0; i < n; ++i) CHECK(((int*)r.h)[i] == rank * (rank + 1) / 2 + (rank + 1) * i);
+    buf_free(&hk, &r);
+  }
+  check_served(before, 0, "scan in place");
   /* Reduce_scatter with a count per rank: gpustripe's reduce-scatter over those blocks. */
   before = served();
   {

@@ -1,6 +1,6 @@
 /* Every reduction form x predefined op x type through the interposer, on device buffers:
  * MPI_Allreduce, MPI_Reduce, MPI_Reduce_scatter_block and MPI_Reduce_scatter (per-rank
- * counts, one of them 0), in place and not; the signed and unsigned integer types of every
+ * counts, one of them 0), in place and not, MPI_Scan and MPI_Exscan; the signed and unsigned integer types of every
  * width (MPI_CHAR and MPI_BYTE included), float, double, C bool, the MINLOC/MAXLOC pair
  * types, a complex type (SUM) and a contiguous derived type. Each result is compared exactly
  * with a host reference computed here from every rank's input (the data make float sums and
@@ -253,14 +253,18 @@ static long served(void) { return served_fn(); }
 static int seq_no;
 static int failures;
 
-/* The reduction over every rank of input element `at` into out. */
-static void reference(const type_t* t, int o, int seq, size_t at, unsigned char* out) {
+/* The reduction over ranks 0..last of input element `at` into out. */
+static void reference_upto(const type_t* t, int o, int seq, size_t at, int last, unsigned char* out) {
   unsigned char x[64];
   input(t, o, 0, seq, at, out);
-  for (int r = 1; r < size; ++r) {
+  for (int r = 1; r <= last; ++r) {
     input(t, o, r, seq, at, x);
     fold(t, o, out, x);
   }
+}
+static int ref_last; /* the last rank the reference reduces (every rank but in a scan) */
+static void reference(const type_t* t, int o, int seq, size_t at, unsigned char* out) {
+  reference_upto(t, o, seq, at, ref_last, out);
 }
 
 static void fill_input(const type_t* t, int o, int seq, unsigned char* p, size_t n) {
@@ -361,6 +365,26 @@ static void reduce_scatter(const type_t* t, int o, size_t block, const int* coun
   check_served(before, on_gpu(t, o), what, t, o);
   buf_pull(&hk, &r);
   compare(t, o, seq, r.h, off, mine, what);
+  buf_free(&hk, &s);
+  buf_free(&hk, &r);
+}
+
+/* MPI_Scan, or MPI_Exscan (rank 0 gets nothing). */
+static void scan_form(const type_t* t, int o, size_t n, int exclusive) {
+  int seq = ++seq_no;
+  buf_t s = dev_buf(n * t->extent), r = dev_buf(n * t->extent);
+  fill_input(t, o, seq, s.h, n);
+  buf_push(&hk, &s);
+  long before = served();
+  int rc = exclusive ? MPI_Exscan(s.p, r.p, (int)n, t->t, mpi_op(o), MPI_COMM_WORLD)
+                     : MPI_Scan(s.p, r.p, (int)n, t->t, mpi_op(o), MPI_COMM_WORLD);
+  CHECK(rc == MPI_SUCCESS);
+  const char* what = exclusive ? "exscan" : "scan";
+  check_served(before, on_gpu(t, o), what, t, o);
+  buf_pull(&hk, &r);
+  ref_last = exclusive ? rank - 1 : rank;
+  if (ref_last >= 0) compare(t, o, seq, r.h, 0, n, what);
+  ref_last = size - 1;
   buf_free(&hk, &s);
   buf_free(&hk, &r);
 }
@@ -524,6 +548,7 @@ int main(int argc, char** argv) {
   const char* fake = getenv("GPUSTRIPE_TEST_FAKE_NODES");
   fake_nodes = fake && atoi(fake) > 1;
   init_types();
+  ref_last = size - 1;
 
   char* counts_s[32];
   char* type_list[64];
@@ -572,6 +597,8 @@ int main(int argc, char** argv) {
         for (int j = 0; j < size && j < 64; ++j) counts[j] = j == 1 ? 0 : (int)(block + j);
         reduce_scatter(t, o, 0, counts, 0);
         reduce_scatter(t, o, 0, counts, 1);
+        scan_form(t, o, n, 0);
+        scan_form(t, o, n, 1);
         int bad = failures - before, all_bad = 0;
         MPI_Allreduce(&bad, &all_bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
         if (rank == 0)
