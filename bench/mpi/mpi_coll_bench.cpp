@@ -5,7 +5,9 @@
 // MPI collective there, copy back (mpi_host_staged). Timing is nccl-tests': a batch of
 // back-to-back calls between barriers, time per call, the median of several batches,
 // the slowest rank's; sizes per rank as nccl-tests reports them (alltoall and
-// reduce_scatter: the send buffer, allgather: the receive buffer), float32, MPI_SUM.
+// reduce_scatter: the send buffer, allgather: the receive buffer), MPI_SUM over --dtype
+// (float32 by default; int8 is MPI_CHAR, what OSU's suite sums). reduce_scatter_v is
+// MPI_Reduce_scatter with every rank's count equal (the same data as reduce_scatter).
 //
 //   mpirun -np 4 -x LD_PRELOAD=.../libgpustripe_mpi.so mpi_coll_bench --min 1M --max 1G
 // Prints one "ROW {json}" line per (op, size) on rank 0. --check: after the timed calls, one
@@ -14,6 +16,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +31,7 @@ namespace {
 
 struct Options {
   std::vector<std::string> ops{"alltoall", "allgather", "reduce_scatter", "allreduce", "bcast"};
+  std::string dtype = "float32";
   size_t min_bytes = size_t(1) << 20, max_bytes = size_t(1) << 30;
   bool device = true, staged = false, check = false;
   int iters = 0, trials = 5, warmup = 2;  // iters 0: by size
@@ -37,7 +41,8 @@ struct Options {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "%s\nusage: mpi_coll_bench [--ops a,b,...] [--min B] [--max B] [--mem device|host] [--staged] "
-               "[--iters N] [--trials N] [--warmup N] [--method NAME] [--check]\n",
+               "[--iters N] [--trials N] [--warmup N] [--method NAME] [--check] "
+               "[--dtype float32|float64|int32|int64|int8|uint8]\n",
                why);
   MPI_Abort(MPI_COMM_WORLD, 2);
   std::exit(2);
@@ -69,20 +74,59 @@ Options parse(int argc, char** argv) {
     else if (a == "--warmup") o.warmup = std::max(0, std::atoi(next()));
     else if (a == "--method") o.method = next();
     else if (a == "--check") o.check = true;
+    else if (a == "--dtype") o.dtype = next();
     else usage(("unknown option " + a).c_str());
   }
   for (const std::string& op : o.ops)
-    if (op != "alltoall" && op != "allgather" && op != "reduce_scatter" && op != "allreduce" && op != "bcast")
+    if (op != "alltoall" && op != "allgather" && op != "reduce_scatter" && op != "reduce_scatter_v" &&
+        op != "allreduce" && op != "bcast")
       usage(("unknown op " + op).c_str());
   if (o.staged) o.device = true;
   return o;
+}
+
+// The element type: its MPI datatype and how a value is stored (the check's values are small
+// integers, exact in every type; char sums wrap as the MPI's do).
+struct Elem {
+  MPI_Datatype type = MPI_FLOAT;
+  size_t size = 4;
+  std::string name;
+  void put(char* p, size_t i, long v) const {
+    if (name == "float32") reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
+    else if (name == "float64") reinterpret_cast<double*>(p)[i] = static_cast<double>(v);
+    else if (name == "int32") reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+    else if (name == "int64") reinterpret_cast<int64_t*>(p)[i] = v;
+    else reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+  }
+  // The value stored at i, as its bits say (8-bit types compared modulo 256).
+  long get(const char* p, size_t i) const {
+    if (name == "float32") return static_cast<long>(reinterpret_cast<const float*>(p)[i]);
+    if (name == "float64") return static_cast<long>(reinterpret_cast<const double*>(p)[i]);
+    if (name == "int32") return reinterpret_cast<const int32_t*>(p)[i];
+    if (name == "int64") return static_cast<long>(reinterpret_cast<const int64_t*>(p)[i]);
+    return reinterpret_cast<const uint8_t*>(p)[i];
+  }
+  long wrap(long v) const { return size == 1 ? static_cast<uint8_t>(v) : v; }
+};
+
+Elem elem_of(const std::string& name) {
+  Elem e;
+  e.name = name;
+  if (name == "float32") e = {MPI_FLOAT, 4, name};
+  else if (name == "float64") e = {MPI_DOUBLE, 8, name};
+  else if (name == "int32") e = {MPI_INT, 4, name};
+  else if (name == "int64") e = {MPI_INT64_T, 8, name};
+  else if (name == "int8") e = {MPI_CHAR, 1, name};
+  else if (name == "uint8") e = {MPI_UNSIGNED_CHAR, 1, name};
+  else usage(("unknown --dtype " + name).c_str());
+  return e;
 }
 
 // nccl-tests' bus bandwidth factors.
 double busbw_factor(const std::string& op, int n) {
   if (op == "allreduce") return 2.0 * (n - 1) / n;
   if (op == "bcast") return 1.0;
-  return double(n - 1) / n;
+  return double(n - 1) / n;  // alltoall, allgather, reduce_scatter(_v)
 }
 
 void to_host(char* h, const char* d, size_t n) {
@@ -105,31 +149,39 @@ struct Call {
   std::string op;
   size_t bytes;
   int n;
+  const Elem* e;
+  std::vector<int> counts;  // reduce_scatter_v: every rank's count
+  bool reduces_blocks() const { return op == "reduce_scatter" || op == "reduce_scatter_v"; }
   // Bytes each buffer of the call holds: the input and the output.
   size_t in_bytes() const { return op == "allgather" ? bytes / n : bytes; }
-  size_t out_bytes() const { return op == "reduce_scatter" ? bytes / n : bytes; }
-  void mpi(const char* in, char* out) const {
-    const int count = static_cast<int>(bytes / sizeof(float));
-    if (op == "alltoall") MPI_Alltoall(in, count / n, MPI_FLOAT, out, count / n, MPI_FLOAT, MPI_COMM_WORLD);
-    else if (op == "allgather") MPI_Allgather(in, count / n, MPI_FLOAT, out, count / n, MPI_FLOAT, MPI_COMM_WORLD);
-    else if (op == "reduce_scatter") MPI_Reduce_scatter_block(in, out, count / n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    else if (op == "allreduce") MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    else MPI_Bcast(out, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  size_t out_bytes() const { return reduces_blocks() ? bytes / n : bytes; }
+  void mpi(const char* in, char* out) {
+    const int count = static_cast<int>(bytes / e->size);
+    const MPI_Datatype t = e->type;
+    if (op == "alltoall") MPI_Alltoall(in, count / n, t, out, count / n, t, MPI_COMM_WORLD);
+    else if (op == "allgather") MPI_Allgather(in, count / n, t, out, count / n, t, MPI_COMM_WORLD);
+    else if (op == "reduce_scatter") MPI_Reduce_scatter_block(in, out, count / n, t, MPI_SUM, MPI_COMM_WORLD);
+    else if (op == "reduce_scatter_v") {
+      counts.assign(n, count / n);
+      MPI_Reduce_scatter(in, out, counts.data(), t, MPI_SUM, MPI_COMM_WORLD);
+    } else if (op == "allreduce") MPI_Allreduce(in, out, count, t, MPI_SUM, MPI_COMM_WORLD);
+    else MPI_Bcast(out, count, t, 0, MPI_COMM_WORLD);
   }
 };
 
 // Rank q's input element i in --check: small integers, so float sums are exact in any order.
-float pattern(int q, size_t i) { return static_cast<float>(q + 1 + static_cast<int>(i % 13)); }
+long pattern(int q, size_t i) { return q + 1 + static_cast<long>(i % 13); }
 
 // Fills this rank's input of `c` with the pattern, runs `once`, and counts wrong elements of
 // a sample of its output.
-long check_call(const Call& c, int rank, char* x, char* y, std::vector<float>& h, const std::function<void()>& once) {
+long check_call(const Call& c, int rank, char* x, char* y, std::vector<char>& h, const std::function<void()>& once) {
   const int n = c.n;
-  const size_t in = c.in_bytes() / sizeof(float), blk = c.bytes / sizeof(float) / n;
-  h.assign(in, 0.0f);
+  const Elem& e = *c.e;
+  const size_t in = c.in_bytes() / e.size, blk = c.bytes / e.size / n;
+  h.assign(in * e.size, 0);
   if (c.op != "bcast" || rank == 0)
-    for (size_t i = 0; i < in; ++i) h[i] = pattern(rank, i);
-  to_device(x, reinterpret_cast<const char*>(h.data()), in * sizeof(float));
+    for (size_t i = 0; i < in; ++i) e.put(h.data(), i, pattern(rank, i));
+  to_device(x, h.data(), in * e.size);
 #ifdef BENCH_HAVE_CUDA
   // A pageable cudaMemcpy may return before its last DMA has landed (CUDA's "API
   // synchronization behavior"): the check tests the collective, not that race.
@@ -138,19 +190,19 @@ long check_call(const Call& c, int rank, char* x, char* y, std::vector<float>& h
   MPI_Barrier(MPI_COMM_WORLD);
   once();
   const bool into_x = c.op == "bcast";
-  const size_t out = c.out_bytes() / sizeof(float);
-  h.assign(out, 0.0f);
-  to_host(reinterpret_cast<char*>(h.data()), into_x ? x : y, out * sizeof(float));
+  const size_t out = c.out_bytes() / e.size;
+  h.assign(out * e.size, 0);
+  to_host(h.data(), into_x ? x : y, out * e.size);
   auto want = [&](size_t i) {
-    if (c.op == "alltoall") return pattern(static_cast<int>(i / blk), rank * blk + i % blk);
-    if (c.op == "allgather") return pattern(static_cast<int>(i / blk), i % blk);
-    if (c.op == "bcast") return pattern(0, i);
-    float sum = 0;
-    for (int q = 0; q < n; ++q) sum += pattern(q, (c.op == "reduce_scatter" ? rank * blk : 0) + i);
-    return sum;
+    if (c.op == "alltoall") return e.wrap(pattern(static_cast<int>(i / blk), rank * blk + i % blk));
+    if (c.op == "allgather") return e.wrap(pattern(static_cast<int>(i / blk), i % blk));
+    if (c.op == "bcast") return e.wrap(pattern(0, i));
+    long sum = 0;
+    for (int q = 0; q < n; ++q) sum += pattern(q, (c.reduces_blocks() ? rank * blk : 0) + i);
+    return e.wrap(sum);
   };
-  long bad = h[out - 1] != want(out - 1);
-  for (size_t i = 0; i < out; i += 1021) bad += h[i] != want(i);
+  long bad = e.get(h.data(), out - 1) != want(out - 1);
+  for (size_t i = 0; i < out; i += 1021) bad += e.get(h.data(), i) != want(i);
   long all = 0;
   MPI_Allreduce(&bad, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
   return all;
@@ -169,7 +221,8 @@ int main(int argc, char** argv) {
 #endif
   bench::select_gpu(o.device, "mpi_coll_bench");
   const std::string method = !o.method.empty() ? o.method : o.staged ? "mpi_host_staged" : "mpi";
-  const size_t unit = sizeof(float) * n;
+  const Elem elem = elem_of(o.dtype);
+  const size_t unit = elem.size * n;
   // The largest buffers once; each size uses their leading part.
   const size_t top = o.max_bytes / unit * unit;
   char* x = bench::alloc(std::max(top, unit), o.device);
@@ -179,11 +232,11 @@ int main(int argc, char** argv) {
     hx = bench::alloc_pinned(std::max(top, unit));
     hy = bench::alloc_pinned(std::max(top, unit));
   }
-  std::vector<float> check_host;
+  std::vector<char> check_host;
   for (size_t size = o.min_bytes; size <= o.max_bytes; size *= 2) {
     if (size % unit) continue;
     for (const std::string& op : o.ops) {
-      Call c{op, size, n};
+      Call c{op, size, n, &elem};
       auto once = [&] {
         if (!o.staged) {
           c.mpi(x, op == "bcast" ? x : y);
@@ -222,9 +275,10 @@ int main(int argc, char** argv) {
         std::string checked = bad >= 0 ? ", \"bad\": " + std::to_string(bad) : "";
         std::printf(
             "ROW {\"op\": \"%s\", \"method\": \"%s\", \"bytes\": %zu, \"gbps\": %.4f, \"busbw_gbps\": %.4f, "
-            "\"us\": %.3f, \"min_us\": %.3f, \"max_us\": %.3f, \"ranks\": %d, \"iters\": %d, \"trials\": %d%s}\n",
+            "\"us\": %.3f, \"min_us\": %.3f, \"max_us\": %.3f, \"ranks\": %d, \"iters\": %d, \"trials\": %d, "
+            "\"dtype\": \"%s\"%s}\n",
             op.c_str(), method.c_str(), size, gbps, gbps * busbw_factor(op, n), slowest, times.front(), times.back(),
-            n, iters, o.trials, checked.c_str());
+            n, iters, o.trials, elem.name.c_str(), checked.c_str());
         std::fflush(stdout);
       }
     }

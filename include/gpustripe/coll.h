@@ -46,17 +46,41 @@ typedef enum gpustripe_dtype {
   GPUSTRIPE_BFLOAT16 = 3,
   GPUSTRIPE_INT32 = 4,
   GPUSTRIPE_INT64 = 5,
-  GPUSTRIPE_DTYPE_COUNT = 6
+  GPUSTRIPE_INT8 = 6,
+  GPUSTRIPE_UINT8 = 7,
+  GPUSTRIPE_INT16 = 8,
+  GPUSTRIPE_UINT16 = 9,
+  GPUSTRIPE_UINT32 = 10,
+  GPUSTRIPE_UINT64 = 11,
+  /* (value, index) pairs of MINLOC/MAXLOC, laid out as the C structs {value; int index}
+   * (MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_LONG_INT, MPI_2INT, MPI_SHORT_INT); the size is the
+   * struct's, padding included. */
+  GPUSTRIPE_FLOAT_INT = 12,
+  GPUSTRIPE_DOUBLE_INT = 13,
+  GPUSTRIPE_INT64_INT = 14,
+  GPUSTRIPE_INT_INT = 15,
+  GPUSTRIPE_INT16_INT = 16,
+  GPUSTRIPE_DTYPE_COUNT = 17
 } gpustripe_dtype_t;
 
 /* Integer SUM and PROD wrap around (two's complement); half and bfloat16 accumulate in float
- * and round once per element. */
+ * and round once per element. Logical ops (LAND, LOR, LXOR) give 1 or 0 and bitwise ops
+ * (BAND, BOR, BXOR) work on the bits, both on integer types only; MINLOC/MAXLOC only on the
+ * pair types (ties take the smaller index), which take no other op. */
 typedef enum gpustripe_redop {
   GPUSTRIPE_SUM = 0,
   GPUSTRIPE_PROD = 1,
   GPUSTRIPE_MAX = 2,
   GPUSTRIPE_MIN = 3,
-  GPUSTRIPE_REDOP_COUNT = 4
+  GPUSTRIPE_LAND = 4,
+  GPUSTRIPE_LOR = 5,
+  GPUSTRIPE_LXOR = 6,
+  GPUSTRIPE_BAND = 7,
+  GPUSTRIPE_BOR = 8,
+  GPUSTRIPE_BXOR = 9,
+  GPUSTRIPE_MINLOC = 10,
+  GPUSTRIPE_MAXLOC = 11,
+  GPUSTRIPE_REDOP_COUNT = 12
 } gpustripe_redop_t;
 
 typedef struct gpustripe_comm* gpustripe_comm_t;

@@ -38,8 +38,14 @@ DataType dtype_of(const nb::dlpack::dtype& d) {
   if (is(code::Bfloat, 16)) return GPUSTRIPE_BFLOAT16;
   if (is(code::Int, 32)) return GPUSTRIPE_INT32;
   if (is(code::Int, 64)) return GPUSTRIPE_INT64;
+  if (is(code::Int, 8)) return GPUSTRIPE_INT8;
+  if (is(code::Int, 16)) return GPUSTRIPE_INT16;
+  if (is(code::UInt, 8)) return GPUSTRIPE_UINT8;
+  if (is(code::UInt, 16)) return GPUSTRIPE_UINT16;
+  if (is(code::UInt, 32)) return GPUSTRIPE_UINT32;
+  if (is(code::UInt, 64)) return GPUSTRIPE_UINT64;
   GS_THROW(GPUSTRIPE_ERR_INVALID_TYPE, "array dtype (code %d, %d bits) is none of float32, float64, float16, "
-           "bfloat16, int32, int64", d.code, d.bits);
+           "bfloat16, int8/16/32/64, uint8/16/32/64", d.code, d.bits);
 }
 
 // Arrays without DLPack (numba's): the CUDA array interface's pointer, shape and type.

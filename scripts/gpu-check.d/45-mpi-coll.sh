@@ -2,6 +2,8 @@
 # GPU step of scripts/gpu-check.sh: MPI collectives with device buffers through the
 # PMPI interposer (Debian Open MPI, not CUDA-aware).
 #   ctest -R '^mpi_coll'      the collective test programs on the GPUs (2-4 ranks)
+#   mpi_coll_types            every reduction form x op x type at 2 ranks, 1 element to 1M
+#                             (64M and 256M for a few types)                     -> $OUT/mpi-coll/types-*.txt
 #   gpustripe bench mpi_coll  mpi_coll_bench (plain MPI) through the interposer vs the
 #                             host-staged pattern, native gpustripe and NCCL   -> $OUT/mpi-coll
 # MPI_COLL_TESTS=0 skips the tests; BENCH_MPI_COLL_ARGS adds benchmark arguments
@@ -21,6 +23,18 @@ if [ "${MPI_COLL_TESTS:-1}" != 0 ]; then
     --output-on-failure > "$OUT/mpi-coll/ctest.log" 2>&1 || rc=1
   tail -12 "$OUT/mpi-coll/ctest.log"
 fi
+
+echo "== every reduction form x op x type (2 ranks; mpi_coll_types)"
+types() {
+  timeout "${MPI_COLL_TYPES_TIMEOUT:-600}" mpirun --allow-run-as-root --oversubscribe -np 2 \
+    -x LD_PRELOAD="$BUILD/src/mpi/libgpustripe_mpi.so" -x GPUSTRIPE_TOPOLOGY_DIR -x GPUSTRIPE_TEST_REQUIRE_BACKEND=cuda \
+    "$BUILD/src/mpi/mpi_coll_types" "$@"
+}
+types --bytes 1,4K,1M > "$OUT/mpi-coll/types-small.txt" 2>&1 || rc=1
+types --bytes 64M --types char,unsigned_char,int,float,double,c_bool,2int,double_int --ops sum,max,land,band,minloc \
+  > "$OUT/mpi-coll/types-64M.txt" 2>&1 || rc=1
+types --bytes 256M --types char,float --ops sum > "$OUT/mpi-coll/types-256M.txt" 2>&1 || rc=1
+tail -n 1 "$OUT"/mpi-coll/types-*.txt
 
 echo "== schedules the interposer picks (4 ranks, 1M / 16M / 256M)"
 timeout "${SCHEDULES_TIMEOUT:-60}" mpirun --allow-run-as-root --oversubscribe -np 4 -x LD_PRELOAD="$BUILD/src/mpi/libgpustripe_mpi.so" \

@@ -29,7 +29,13 @@ int nccl_type(coll::DataType dt) {
     case GPUSTRIPE_BFLOAT16: return kNcclBfloat16;
     case GPUSTRIPE_INT32: return kNcclInt32;
     case GPUSTRIPE_INT64: return kNcclInt64;
-    default: coll::check_dtype(dt); return kNcclInt8;
+    case GPUSTRIPE_INT8: return kNcclInt8;
+    case GPUSTRIPE_UINT8: return kNcclUint8;
+    case GPUSTRIPE_UINT32: return kNcclUint32;
+    case GPUSTRIPE_UINT64: return kNcclUint64;
+    default:
+      GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "NCCL has no %s (it has float32/64/16, bfloat16, int8/32/64, uint8/32/64)",
+               coll::dtype_name(dt));
   }
 }
 

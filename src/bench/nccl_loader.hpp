@@ -15,8 +15,8 @@ struct NcclUniqueId {  // ncclUniqueId: passed by value, as nccl.h does
 };
 
 // ncclDataType_t and ncclRedOp_t values of nccl.h.
-enum NcclType : int { kNcclInt8 = 0, kNcclInt32 = 2, kNcclInt64 = 4, kNcclFloat16 = 6, kNcclFloat32 = 7,
-                      kNcclFloat64 = 8, kNcclBfloat16 = 9 };
+enum NcclType : int { kNcclInt8 = 0, kNcclUint8 = 1, kNcclInt32 = 2, kNcclUint32 = 3, kNcclInt64 = 4, kNcclUint64 = 5,
+                      kNcclFloat16 = 6, kNcclFloat32 = 7, kNcclFloat64 = 8, kNcclBfloat16 = 9 };
 enum NcclRedOp : int { kNcclSum = 0, kNcclProd = 1, kNcclMax = 2, kNcclMin = 3 };
 constexpr int kNcclWinCollSymmetric = 0x01;  // NCCL_WIN_COLL_SYMMETRIC
 

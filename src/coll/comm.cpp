@@ -314,7 +314,7 @@ void Comm::allgather(const std::vector<const void*>& send, const std::vector<voi
 void Comm::reduce_scatter(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count,
                           DataType dt, RedOp op, const Streams& streams) {
   check_count(send, recv, "reduce_scatter");
-  check_redop(op);
+  check_reduction(dt, op);
   const int n = size();
   const size_t block = count_bytes("reduce_scatter", count, dt),
                total = count_bytes("reduce_scatter", count, dt, n);
@@ -340,7 +340,7 @@ void Comm::reduce_scatter(const std::vector<const void*>& send, const std::vecto
 void Comm::allreduce(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count, DataType dt,
                      RedOp op, const Streams& streams) {
   check_count(send, recv, "allreduce");
-  check_redop(op);
+  check_reduction(dt, op);
   const int n = size();
   const size_t bytes = count_bytes("allreduce", count, dt);
   for (int r = 0; r < n; ++r) {
@@ -377,7 +377,7 @@ void Comm::bcast(const std::vector<void*>& bufs, size_t count, DataType dt, int 
 void Comm::reduce(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count, DataType dt,
                   RedOp op, int root, const Streams& streams) {
   check_count(send, recv, "reduce");
-  check_redop(op);
+  check_reduction(dt, op);
   check_root(root);
   const int n = size();
   const size_t bytes = count_bytes("reduce", count, dt);

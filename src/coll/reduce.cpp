@@ -7,8 +7,7 @@
 namespace gpustripe::coll {
 
 void check_reduce_args(const ReduceArgs& a) {
-  check_dtype(a.dtype);
-  check_redop(a.op);
+  check_reduction(a.dtype, a.op);
   GS_REQUIRE(!a.srcs.empty(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "reduction without sources");
   if (a.count == 0) return;
   GS_REQUIRE(a.dst != nullptr, GPUSTRIPE_ERR_INVALID_POINTER, "reduction destination is NULL");

@@ -117,4 +117,32 @@ void build_allgather(Program& p, const Team& t, const std::vector<const char*>& 
       true);
 }
 
+void build_allgatherv_pull(Program& p, const Team& t, int me, const std::vector<const char*>& send,
+                           const std::vector<char*>& recv, const std::vector<size_t>& bytes,
+                           const std::vector<size_t>& at, const ExchangeOpts& o) {
+  const int n = t.size();
+  char* mine = recv[me];
+  if (bytes[me] && mine + at[me] != send[me])
+    p.copy(t.rank[me], kLaneLocal, mine + at[me], t.dev[me], send[me], t.dev[me], bytes[me]);
+  // Round r: from member me - r, so that members pull from different peers at a time.
+  for (int r = 1; r < n; ++r) {
+    const int i = (me - r + n) % n;
+    if (bytes[i] == 0) continue;
+    p.copy(t.rank[me], o.rounds ? kLaneOut : kLanePeer0 + (r - 1), mine + at[i], t.dev[me], send[i], t.dev[i],
+           bytes[i]);
+  }
+}
+
+void build_scatterv_push(Program& p, const Team& t, int me, const std::vector<const char*>& send,
+                         const std::vector<char*>& recv, const std::vector<size_t>& bytes,
+                         const std::vector<size_t>& at, const ExchangeOpts& o) {
+  const int n = t.size();
+  for (int r = 0; r < n; ++r) {
+    const int j = (me + r) % n;
+    if (bytes[j] == 0 || !recv[j] || recv[j] == send[me] + at[j]) continue;
+    const int lane = r == 0 ? kLaneLocal : o.rounds ? kLaneOut : kLanePeer0 + (r - 1);
+    p.copy(t.rank[me], lane, recv[j], t.dev[j], send[me] + at[j], t.dev[me], bytes[j]);
+  }
+}
+
 }  // namespace gpustripe::coll

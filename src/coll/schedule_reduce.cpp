@@ -598,4 +598,20 @@ void build_reduce(Program& p, const Team& t, const std::vector<const char*>& sen
     }
 }
 
+void build_scan_pull(Program& p, const Team& t, int me, bool exclusive, const std::vector<const char*>& send,
+                     const std::vector<char*>& recv, size_t count, DataType dt, RedOp op, Scratch& scratch) {
+  if (count == 0 || (exclusive && me == 0)) return;
+  const size_t bytes = count * dtype_size(dt), slot = ceil_div(bytes, kAlignBytes) * kAlignBytes;
+  char* scr = me > 0 ? scratch.device(t.rank[me], slot * me) : nullptr;
+  std::vector<const void*> srcs;
+  std::vector<int> landed;
+  for (int i = 0; i < me; ++i) {
+    char* at = scr + i * slot;
+    landed.push_back(p.copy(t.rank[me], kLanePeer0 + (me - 1 - i), at, t.dev[me], send[i], t.dev[i], bytes));
+    srcs.push_back(at);
+  }
+  if (!exclusive) srcs.push_back(send[me]);
+  p.reduce(t.rank[me], kLaneLocal, recv[me], srcs, count, dt, op, landed);
+}
+
 }  // namespace gpustripe::coll

@@ -54,6 +54,21 @@ void build_alltoall(Program& p, const Team& t, const std::vector<const char*>& s
 // Allgather: send[i] (block bytes) -> block i of every recv[j]. In place when send[i] == recv[i] + i*block.
 void build_allgather(Program& p, const Team& t, const std::vector<const char*>& send, const std::vector<char*>& recv,
                      size_t block, const ExchangeOpts& o, Scratch& scratch);
+// Allgather of blocks of different sizes, as member `me` sees it: member i's send[i]
+// (bytes[i] bytes) -> recv[me] + at[i], copied by me's copy engines (each member pulls what
+// it receives, so it needs no other member's layout: MPI_Allgatherv's displacements are the
+// receiver's own). Only member me's ops are right; the program has no waits between members.
+// In place when send[me] == recv[me] + at[me]. o.rounds: one copy at a time in round order,
+// else one lane per peer.
+void build_allgatherv_pull(Program& p, const Team& t, int me, const std::vector<const char*>& send,
+                           const std::vector<char*>& recv, const std::vector<size_t>& bytes,
+                           const std::vector<size_t>& at, const ExchangeOpts& o);
+// Scatter of blocks of different sizes by member `me` (the root): send[me] + at[j] (bytes[j]
+// bytes) -> recv[j], pushed by me's copy engines; no copy where recv[j] is null (the root in
+// place). Only me's ops; the program has no waits between members.
+void build_scatterv_push(Program& p, const Team& t, int me, const std::vector<const char*>& send,
+                         const std::vector<char*>& recv, const std::vector<size_t>& bytes,
+                         const std::vector<size_t>& at, const ExchangeOpts& o);
 
 struct ReduceOpts {
   bool pull = false;  // kernels read peers' memory; else copy engines copy into scratch first
@@ -185,5 +200,12 @@ void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size
 // Reduce to root: reduce-scatter, then each member sends its block to root's recv.
 void build_reduce(Program& p, const Team& t, const std::vector<const char*>& send, char* recv_root, size_t count,
                   DataType dt, RedOp op, int root, const ReduceOpts& o, Scratch& scratch);
+// Inclusive scan (exclusive: without member me's own input) as member `me` sees it:
+// recv[me] = op over send[0..me] in member order, the earlier members' inputs pulled into me's
+// scratch by its copy engines, then one reduction. Only me's ops; the program has no waits
+// between members, so no member may write a buffer another reads (no in place). Member 0 of
+// an exclusive scan gets nothing.
+void build_scan_pull(Program& p, const Team& t, int me, bool exclusive, const std::vector<const char*>& send,
+                     const std::vector<char*>& recv, size_t count, DataType dt, RedOp op, Scratch& scratch);
 
 }  // namespace gpustripe::coll

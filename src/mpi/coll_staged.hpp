@@ -48,6 +48,15 @@ inline void* stage(StagedBuffers* sb, const void* buf, int count, MPI_Datatype t
   return sb ? sb->add(buf, count, type, in, out) : const_cast<void*>(buf);
 }
 
+// Elements a "v" buffer spans: the largest displacement + count (what lies between the
+// blocks is staged too, and comes back as it was).
+inline int span_of(const int* counts, const int* displs, int n) {
+  int most = 0;
+  for (int i = 0; i < n; ++i)
+    if (counts[i] > 0 && displs[i] + counts[i] > most) most = displs[i] + counts[i];
+  return most;
+}
+
 inline int comm_size(MPI_Comm comm) {
   int n = 0;
   PMPI_Comm_size(comm, &n);

@@ -1,14 +1,16 @@
-// Interposed collectives: MPI_Alltoall, MPI_Allgather, MPI_Reduce_scatter_block,
-// MPI_Allreduce, MPI_Bcast, MPI_Reduce.
+// Interposed collectives: MPI_Alltoall, MPI_Allgather, MPI_Allgatherv, MPI_Gather(v),
+// MPI_Scatter(v), MPI_Reduce_scatter_block, MPI_Reduce_scatter, MPI_Allreduce, MPI_Bcast,
+// MPI_Reduce, MPI_Scan, MPI_Exscan.
 //
 // On a communicator whose ranks all sit on this node, the ranks agree in every call
 // (coll_team.hpp) whether each of them has device buffers of a contiguous type, and for
-// reductions a type and an op the coll kernels have (float, double, int32, int64; SUM,
-// PROD, MAX, MIN); then the coll layer's schedules run across the processes. In every
+// reductions a type and an op the coll kernels have (every predefined pair the MPI accepts,
+// reduce_type.hpp); then the coll layer's schedules run across the processes. In every
 // other case the MPI runs the collective: host buffers untouched, device buffers
-// staged through host memory (coll_staged.hpp) -- other nodes, derived or other types,
+// staged through host memory (coll_staged.hpp) -- other nodes, non-contiguous types,
 // user ops, mixed host/device ranks.
 //   GPUSTRIPE_MPI_COLL  yes|no: collectives of node-local communicators on gpustripe
+#include <algorithm>
 #include <atomic>
 #include <map>
 
@@ -18,6 +20,7 @@
 #include "mpi/coll_team.hpp"
 #include "mpi/datatype.hpp"
 #include "mpi/interpose.hpp"
+#include "mpi/reduce_type.hpp"
 
 namespace gpustripe::mpi {
 namespace {
@@ -66,22 +69,13 @@ int device_of(Runtime& rt, CollCall& c, std::initializer_list<const void*> bufs)
   return dev;
 }
 
-bool reduce_type(MPI_Datatype t, coll::DataType* dt) {
-  if (t == MPI_FLOAT) *dt = GPUSTRIPE_FLOAT32;
-  else if (t == MPI_DOUBLE) *dt = GPUSTRIPE_FLOAT64;
-  else if (t == MPI_INT || t == MPI_INT32_T) *dt = GPUSTRIPE_INT32;
-  else if (t == MPI_INT64_T || t == MPI_LONG_LONG || (t == MPI_LONG && sizeof(long) == 8)) *dt = GPUSTRIPE_INT64;
-  else return false;
-  return true;
-}
-
-bool reduce_op(MPI_Op o, coll::RedOp* op) {
-  if (o == MPI_SUM) *op = GPUSTRIPE_SUM;
-  else if (o == MPI_PROD) *op = GPUSTRIPE_PROD;
-  else if (o == MPI_MAX) *op = GPUSTRIPE_MAX;
-  else if (o == MPI_MIN) *op = GPUSTRIPE_MIN;
-  else return false;
-  return true;
+// This rank's reduction as the kernels take it; false otherwise, and then, where its buffers
+// are on a device and the MPI's way is slow rather than an error, a note (once) saying why.
+bool kernel_reduction(const CollCall& c, MPI_Datatype t, MPI_Op o, ReduceType* r) {
+  std::string why;
+  if (reduce_type(t, o, r, &why)) return true;
+  if (c.device >= 0 && !why.empty()) note_host_path(c.name, why);
+  return false;
 }
 
 size_t type_size(MPI_Datatype t) {
@@ -146,7 +140,150 @@ size_t exchange_call(Runtime& rt, CollTeam& team, CollCall& c, coll::CollOp op, 
   c.elem_size = type_size(recvtype);
   c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
   c.eligible = c.device >= 0 && rl.contiguous && sl.contiguous && sl.bytes == block && block > 0;
+  if (c.device >= 0 && !(rl.contiguous && sl.contiguous)) note_host_path(c.name, "a datatype with holes");
   return block;
+}
+
+// Blocks of a "v" collective at the rank that has their layout: bytes and byte offsets of
+// counts[i] and displs[i] elements of `esz` bytes; *span is the bytes from the buffer's start
+// past the last block. False when a count or displacement is negative.
+bool v_blocks(int n, const int* counts, const int* displs, size_t esz, std::vector<size_t>* bytes,
+              std::vector<size_t>* at, size_t* span) {
+  bytes->assign(n, 0);
+  at->assign(n, 0);
+  *span = 0;
+  for (int i = 0; i < n; ++i) {
+    if (counts[i] < 0 || displs[i] < 0) return false;
+    (*bytes)[i] = static_cast<size_t>(counts[i]) * esz;
+    (*at)[i] = static_cast<size_t>(displs[i]) * esz;
+    if ((*bytes)[i]) *span = std::max(*span, (*at)[i] + (*bytes)[i]);
+  }
+  return true;
+}
+
+std::string v_shape(const char* name, int n, int me, int root, const std::vector<size_t>& bytes,
+                    const std::vector<size_t>& at) {
+  std::string shape = shape_of(name, {n, me, root});
+  shape.append(reinterpret_cast<const char*>(bytes.data()), bytes.size() * sizeof(size_t));
+  shape.append(reinterpret_cast<const char*>(at.data()), at.size() * sizeof(size_t));
+  return shape;
+}
+
+// MPI_Gather(v): the root's copy engines pull every rank's block to its displacement (counts
+// and displs matter at the root only); `mpi` is the MPI's own call.
+int gather_v(MPI_Comm comm, const char* name, const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+             void* recvbuf, const int* counts, const int* displs, MPI_Datatype recvtype, int root,
+             const std::function<int(StagedBuffers*)>& mpi) {
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  return collective(
+      comm, name,
+      [&](Runtime& rt, CollTeam& team, CollCall& c) {
+        const int n = team.size(), me = team.rank();
+        const bool is_root = me == root;
+        std::vector<size_t> bytes, at;
+        size_t span = 0;
+        c.op = coll::CollOp::AllGather;
+        if (root < 0 || root >= n) return;
+        if (!is_root) {
+          const Layout sl = layout_of(sendcount, sendtype);
+          c.device = device_of(rt, c, {sendbuf});
+          c.eligible = c.device >= 0 && sl.contiguous;
+          c.send = sendbuf;
+          c.send_bytes = c.bytes = sl.bytes;
+        } else {
+          const Layout rl = layout_of(1, recvtype);
+          const bool blocks_ok = v_blocks(n, counts, displs, rl.bytes, &bytes, &at, &span);
+          const Layout sl = in_place ? layout_of(counts[me], recvtype) : layout_of(sendcount, sendtype);
+          c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
+          c.eligible = c.device >= 0 && blocks_ok && rl.contiguous && sl.contiguous && sl.bytes == bytes[me] && span > 0;
+          c.send = in_place ? static_cast<const char*>(recvbuf) + at[me] : sendbuf;
+          c.send_bytes = bytes[me];
+          c.recv = recvbuf;
+          c.recv_bytes = c.bytes = span;
+        }
+        if (c.device >= 0 && !c.eligible) note_host_path(name, "a datatype with holes or mismatched blocks");
+        if (!c.eligible) return;
+        c.shape = v_shape("gatherv", n, me, root, bytes, at);
+        c.build = [me, root, bytes, at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                                        const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
+          if (me == root) coll::build_allgatherv_pull(p, t, me, in(s), r, bytes, at, ch.exchange);
+        };
+      },
+      nullptr, mpi);
+}
+
+// MPI_Scatter(v): the root's copy engines push every rank's block from its displacement.
+int scatter_v(MPI_Comm comm, const char* name, const void* sendbuf, const int* counts, const int* displs,
+              MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype, int root,
+              const std::function<int(StagedBuffers*)>& mpi) {
+  const bool in_place = recvbuf == MPI_IN_PLACE;
+  return collective(
+      comm, name,
+      [&](Runtime& rt, CollTeam& team, CollCall& c) {
+        const int n = team.size(), me = team.rank();
+        const bool is_root = me == root;
+        std::vector<size_t> bytes, at;
+        size_t span = 0;
+        c.op = coll::CollOp::AllGather;
+        if (root < 0 || root >= n) return;
+        const Layout rl = is_root && in_place ? Layout{} : layout_of(recvcount, recvtype);  // in place: not given
+        if (!is_root) {
+          c.device = device_of(rt, c, {recvbuf});
+          c.eligible = c.device >= 0 && rl.contiguous;
+          c.recv = recvbuf;
+          c.recv_bytes = c.bytes = rl.bytes;
+        } else {
+          const Layout el = layout_of(1, sendtype);
+          const bool blocks_ok = v_blocks(n, counts, displs, el.bytes, &bytes, &at, &span);
+          c.device = in_place ? device_of(rt, c, {sendbuf}) : device_of(rt, c, {sendbuf, recvbuf});
+          c.eligible = c.device >= 0 && blocks_ok && el.contiguous && (in_place || (rl.contiguous && rl.bytes == bytes[me])) &&
+                       span > 0;
+          c.send = sendbuf;
+          c.send_bytes = c.bytes = span;
+          if (!in_place) {
+            c.recv = recvbuf;
+            c.recv_bytes = bytes[me];
+          }
+        }
+        if (c.device >= 0 && !c.eligible) note_host_path(name, "a datatype with holes or mismatched blocks");
+        if (!c.eligible) return;
+        c.shape = v_shape("scatterv", n, me, root, bytes, at);
+        c.build = [me, root, bytes, at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                                        const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
+          if (me == root) coll::build_scatterv_push(p, t, me, in(s), r, bytes, at, ch.exchange);
+        };
+      },
+      nullptr, mpi);
+}
+
+// MPI_Scan / MPI_Exscan: each rank pulls the earlier ranks' inputs and reduces them with its
+// own (coll::build_scan_pull). Not in place: a rank's result would overwrite an input the
+// later ranks still read.
+int scan(MPI_Comm comm, const char* name, bool exclusive, const void* sendbuf, void* recvbuf, int count,
+         MPI_Datatype type, MPI_Op mop, const std::function<int(StagedBuffers*)>& mpi) {
+  return collective(
+      comm, name,
+      [&](Runtime& rt, CollTeam& team, CollCall& c) {
+        ReduceType k;
+        const int me = team.rank();
+        c.op = coll::CollOp::AllReduce;
+        c.device = sendbuf == MPI_IN_PLACE ? -1 : device_of(rt, c, {sendbuf, recvbuf});
+        c.eligible = c.device >= 0 && count > 0 && kernel_reduction(c, type, mop, &k);
+        if (!c.eligible) return;
+        const coll::DataType dt = k.dt;
+        const coll::RedOp op = k.op;
+        const size_t n = static_cast<size_t>(count) * k.per_elem, bytes = n * coll::dtype_size(dt);
+        c.bytes = c.send_bytes = c.recv_bytes = bytes;
+        c.elem_size = coll::dtype_size(dt);
+        c.send = sendbuf;
+        c.recv = recvbuf;
+        c.shape = shape_of(exclusive ? "exscan" : "scan", {static_cast<long long>(n), dt, op, me});
+        c.build = [me, exclusive, n, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                                             const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice&) {
+          coll::build_scan_pull(p, t, me, exclusive, in(s), r, n, dt, op, sc);
+        };
+      },
+      nullptr, mpi);
 }
 
 }  // namespace
@@ -223,6 +360,135 @@ int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, voi
       });
 }
 
+int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
+                   const int* displs, MPI_Datatype recvtype, MPI_Comm comm) {
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  return collective(
+      comm, "MPI_Allgatherv",
+      [&](Runtime& rt, CollTeam& team, CollCall& c) {
+        const int n = team.size(), me = team.rank();
+        const Layout rl = layout_of(1, recvtype);
+        const size_t esz = rl.bytes;
+        std::vector<size_t> bytes(n), at(n);
+        size_t span = 0, total = 0;
+        bool counts_ok = true;
+        for (int i = 0; i < n; ++i) {
+          counts_ok = counts_ok && recvcounts[i] >= 0 && displs[i] >= 0;
+          bytes[i] = static_cast<size_t>(std::max(0, recvcounts[i])) * esz;
+          at[i] = static_cast<size_t>(std::max(0, displs[i])) * esz;
+          total += bytes[i];
+          if (bytes[i]) span = std::max(span, at[i] + bytes[i]);
+        }
+        const Layout sl = in_place ? layout_of(recvcounts[me], recvtype) : layout_of(sendcount, sendtype);
+        c.op = coll::CollOp::AllGather;
+        c.bytes = total;
+        c.elem_size = std::max<size_t>(1, esz);
+        c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
+        c.eligible = c.device >= 0 && counts_ok && rl.contiguous && sl.contiguous && sl.bytes == bytes[me] &&
+                     total > 0;
+        if (c.device >= 0 && !(rl.contiguous && sl.contiguous)) note_host_path(c.name, "a datatype with holes");
+        if (!c.eligible) return;
+        c.send = in_place ? static_cast<const char*>(recvbuf) + at[me] : sendbuf;
+        c.send_bytes = bytes[me];
+        c.recv = recvbuf;
+        c.recv_bytes = span;
+        std::string shape = shape_of("allgatherv", {n, me});
+        shape.append(reinterpret_cast<const char*>(bytes.data()), bytes.size() * sizeof(size_t));
+        shape.append(reinterpret_cast<const char*>(at.data()), at.size() * sizeof(size_t));
+        c.shape = std::move(shape);
+        c.build = [me, bytes, at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                                  const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
+          coll::build_allgatherv_pull(p, t, me, in(s), r, bytes, at, ch.exchange);
+        };
+      },
+      nullptr,
+      [&](StagedBuffers* sb) {
+        void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
+        void* r = stage(sb, recvbuf, span_of(recvcounts, displs, comm_size(comm)), recvtype, true, true);
+        return PMPI_Allgatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, comm);
+      });
+}
+
+int MPI_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+               MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  std::vector<int> counts, displs;
+  if (comm_rank(comm) == root) {
+    const int n = comm_size(comm);
+    counts.assign(n, recvcount);
+    for (int i = 0; i < n; ++i) displs.push_back(i * recvcount);
+  }
+  return gather_v(comm, "MPI_Gather", sendbuf, sendcount, sendtype, recvbuf, counts.data(), displs.data(), recvtype,
+                  root, [&](StagedBuffers* sb) {
+                    const bool is_root = comm_rank(comm) == root;
+                    void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
+                    void* r = is_root ? stage(sb, recvbuf, recvcount * comm_size(comm), recvtype,
+                                              sendbuf == MPI_IN_PLACE, true)
+                                      : recvbuf;
+                    return PMPI_Gather(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
+                  });
+}
+
+int MPI_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
+                const int* displs, MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  return gather_v(comm, "MPI_Gatherv", sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root,
+                  [&](StagedBuffers* sb) {
+                    const bool is_root = comm_rank(comm) == root;
+                    void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
+                    void* r = is_root ? stage(sb, recvbuf, span_of(recvcounts, displs, comm_size(comm)), recvtype,
+                                              true, true)
+                                      : recvbuf;
+                    return PMPI_Gatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, root, comm);
+                  });
+}
+
+int MPI_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  std::vector<int> counts, displs;
+  if (comm_rank(comm) == root) {
+    const int n = comm_size(comm);
+    counts.assign(n, sendcount);
+    for (int i = 0; i < n; ++i) displs.push_back(i * sendcount);
+  }
+  return scatter_v(comm, "MPI_Scatter", sendbuf, counts.data(), displs.data(), sendtype, recvbuf, recvcount, recvtype,
+                   root, [&](StagedBuffers* sb) {
+                     const bool is_root = comm_rank(comm) == root;
+                     void* s = is_root ? stage(sb, sendbuf, sendcount * comm_size(comm), sendtype, true, false)
+                                       : const_cast<void*>(sendbuf);
+                     void* r = stage(sb, recvbuf, recvcount, recvtype, false, true);
+                     return PMPI_Scatter(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
+                   });
+}
+
+int MPI_Scatterv(const void* sendbuf, const int* sendcounts, const int* displs, MPI_Datatype sendtype, void* recvbuf,
+                 int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  return scatter_v(comm, "MPI_Scatterv", sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root,
+                   [&](StagedBuffers* sb) {
+                     const bool is_root = comm_rank(comm) == root;
+                     void* s = is_root ? stage(sb, sendbuf, span_of(sendcounts, displs, comm_size(comm)), sendtype,
+                                               true, false)
+                                       : const_cast<void*>(sendbuf);
+                     void* r = stage(sb, recvbuf, recvcount, recvtype, false, true);
+                     return PMPI_Scatterv(s, sendcounts, displs, sendtype, r, recvcount, recvtype, root, comm);
+                   });
+}
+
+int MPI_Scan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+  return scan(comm, "MPI_Scan", false, sendbuf, recvbuf, count, type, op, [&](StagedBuffers* sb) {
+    void* s = stage(sb, sendbuf, count, type, true, false);
+    void* r = stage(sb, recvbuf, count, type, sendbuf == MPI_IN_PLACE, true);
+    return PMPI_Scan(s, r, count, type, op, comm);
+  });
+}
+
+int MPI_Exscan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+  return scan(comm, "MPI_Exscan", true, sendbuf, recvbuf, count, type, op, [&](StagedBuffers* sb) {
+    void* s = stage(sb, sendbuf, count, type, true, false);
+    // Rank 0's receive buffer is left undefined by the MPI: copy it in so it comes back unchanged.
+    void* r = stage(sb, recvbuf, count, type, true, true);
+    return PMPI_Exscan(s, r, count, type, op, comm);
+  });
+}
+
 int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype type, MPI_Op mop,
                              MPI_Comm comm) {
   const bool in_place = sendbuf == MPI_IN_PLACE;
@@ -230,13 +496,15 @@ int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, 
       comm, "MPI_Reduce_scatter_block",
       [&](Runtime& rt, CollTeam& team, CollCall& c) {
         const int n = team.size();
-        coll::DataType dt;
-        coll::RedOp op;
+        ReduceType k;
         c.op = coll::CollOp::ReduceScatter;
         c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
-        c.eligible = c.device >= 0 && recvcount > 0 && reduce_type(type, &dt) && reduce_op(mop, &op);
+        c.eligible = c.device >= 0 && recvcount > 0 && kernel_reduction(c, type, mop, &k);
         if (!c.eligible) return;
-        const size_t count = static_cast<size_t>(recvcount), esz = coll::dtype_size(dt), block = count * esz;
+        const coll::DataType dt = k.dt;
+        const coll::RedOp op = k.op;
+        const size_t count = static_cast<size_t>(recvcount) * k.per_elem, esz = coll::dtype_size(dt),
+                     block = count * esz;
         c.bytes = block * n;
         c.elem_size = esz;
         // In place the input is the receive buffer; the schedule leaves this rank's result
@@ -268,18 +536,84 @@ int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, 
       });
 }
 
+int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcounts, MPI_Datatype type, MPI_Op mop,
+                       MPI_Comm comm) {
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  char* bounce = nullptr;  // in place, a result that overlaps the front moves through here
+  return collective(
+      comm, "MPI_Reduce_scatter",
+      [&](Runtime& rt, CollTeam& team, CollCall& c) {
+        const int n = team.size();
+        ReduceType k;
+        c.op = coll::CollOp::ReduceScatter;
+        c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
+        long long total = 0;
+        bool counts_ok = true;
+        for (int j = 0; j < n; ++j) {
+          counts_ok = counts_ok && recvcounts[j] >= 0;
+          total += recvcounts[j];
+        }
+        c.eligible = c.device >= 0 && counts_ok && total > 0 && kernel_reduction(c, type, mop, &k);
+        if (!c.eligible) return;
+        const coll::DataType dt = k.dt;
+        const coll::RedOp op = k.op;
+        const size_t esz = coll::dtype_size(dt);
+        coll::Blocks b;
+        std::string shape = shape_of("reduce_scatter_v", {n, dt, op});
+        for (int j = 0, off = 0; j < n; off += recvcounts[j], ++j) {
+          b.off.push_back(static_cast<size_t>(off) * k.per_elem);
+          b.cnt.push_back(static_cast<size_t>(recvcounts[j]) * k.per_elem);
+          shape.append(reinterpret_cast<const char*>(&recvcounts[j]), sizeof(int));
+        }
+        const size_t mine = b.cnt[team.rank()] * esz, all = static_cast<size_t>(total) * k.per_elem * esz;
+        c.bytes = all;
+        c.elem_size = esz;
+        // In place the input is the receive buffer and this rank's result lands at its block's
+        // offset in it (the coll in-place form), moved to the front afterwards.
+        c.send = in_place ? recvbuf : sendbuf;
+        c.send_bytes = all;
+        c.recv = in_place ? static_cast<char*>(recvbuf) + b.off[team.rank()] * esz : recvbuf;
+        c.recv_bytes = mine;
+        if (in_place && b.off[team.rank()] * esz < mine) bounce = team.temp(c.device, mine);
+        c.shape = std::move(shape);
+        c.build = [b, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                              const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
+          coll::build_reduce_scatter(p, t, in(s), r, b, dt, op, ch.reduce, sc);
+        };
+      },
+      [&](Runtime& rt, const CollCall& c) {
+        // Every rank has finished reading this buffer (the call ended in a barrier).
+        if (!in_place || c.recv == recvbuf || c.recv_bytes == 0) return;
+        if (bounce) {
+          rt.mover().copy_now(bounce, c.device, c.recv, c.device, c.recv_bytes);
+          rt.mover().copy_now(recvbuf, c.device, bounce, c.device, c.recv_bytes);
+        } else {
+          rt.mover().copy_now(recvbuf, c.device, c.recv, c.device, c.recv_bytes);
+        }
+      },
+      [&](StagedBuffers* sb) {
+        const int n = comm_size(comm);
+        int total = 0;
+        for (int j = 0; j < n; ++j) total += recvcounts[j];
+        void* s = stage(sb, sendbuf, total, type, true, false);
+        void* r = stage(sb, recvbuf, in_place ? total : recvcounts[comm_rank(comm)], type, in_place, true);
+        return PMPI_Reduce_scatter(s, r, recvcounts, type, mop, comm);
+      });
+}
+
 int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op mop, MPI_Comm comm) {
   const bool in_place = sendbuf == MPI_IN_PLACE;
   return collective(
       comm, "MPI_Allreduce",
       [&](Runtime& rt, CollTeam&, CollCall& c) {
-        coll::DataType dt;
-        coll::RedOp op;
+        ReduceType k;
         c.op = coll::CollOp::AllReduce;
         c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
-        c.eligible = c.device >= 0 && count > 0 && reduce_type(type, &dt) && reduce_op(mop, &op);
+        c.eligible = c.device >= 0 && count > 0 && kernel_reduction(c, type, mop, &k);
         if (!c.eligible) return;
-        const size_t n = static_cast<size_t>(count), bytes = n * coll::dtype_size(dt);
+        const coll::DataType dt = k.dt;
+        const coll::RedOp op = k.op;
+        const size_t n = static_cast<size_t>(count) * k.per_elem, bytes = n * coll::dtype_size(dt);
         c.bytes = c.send_bytes = c.recv_bytes = bytes;
         c.elem_size = coll::dtype_size(dt);
         c.send = in_place ? recvbuf : sendbuf;
@@ -309,6 +643,7 @@ int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm com
         c.elem_size = type_size(type);
         c.device = device_of(rt, c, {buffer});
         c.eligible = c.device >= 0 && l.contiguous && l.bytes > 0 && root >= 0 && root < team.size();
+        if (c.device >= 0 && !l.contiguous) note_host_path(c.name, "a datatype with holes");
         if (!c.eligible) return;
         c.recv = buffer;
         const size_t bytes = l.bytes;
@@ -332,16 +667,17 @@ int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type,
   return collective(
       comm, "MPI_Reduce",
       [&](Runtime& rt, CollTeam& team, CollCall& c) {
-        coll::DataType dt;
-        coll::RedOp op;
+        ReduceType k;
         const bool is_root = team.rank() == root;
         c.op = coll::CollOp::Reduce;
         // The receive buffer counts at the root only.
         c.device = is_root ? device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf}) : device_of(rt, c, {sendbuf});
-        c.eligible = c.device >= 0 && count > 0 && root >= 0 && root < team.size() && reduce_type(type, &dt) &&
-                     reduce_op(mop, &op);
+        c.eligible = c.device >= 0 && count > 0 && root >= 0 && root < team.size() &&
+                     kernel_reduction(c, type, mop, &k);
         if (!c.eligible) return;
-        const size_t n = static_cast<size_t>(count), bytes = n * coll::dtype_size(dt);
+        const coll::DataType dt = k.dt;
+        const coll::RedOp op = k.op;
+        const size_t n = static_cast<size_t>(count) * k.per_elem, bytes = n * coll::dtype_size(dt);
         c.bytes = c.send_bytes = bytes;
         c.elem_size = coll::dtype_size(dt);
         c.send = in_place ? recvbuf : sendbuf;

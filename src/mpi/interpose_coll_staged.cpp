@@ -1,89 +1,14 @@
-// Collectives the interposer has no gpustripe schedule for: MPI_Gather(v), MPI_Scatter(v),
-// MPI_Allgatherv, MPI_Alltoallv, MPI_Reduce_scatter, MPI_Scan, MPI_Exscan. The MPI runs
-// them; device buffers are staged through pinned host memory when it cannot read them
+// The collective the interposer has no gpustripe schedule for: MPI_Alltoallv. The MPI runs
+// it; device buffers are staged through pinned host memory when it cannot read them
 // (coll_staged.hpp), so an unmodified program using them does not crash a MPI that is
 // not CUDA-aware. Buffers of the "v" forms span their largest displacement + count, and
 // their receive buffers are copied in too: what lies between the blocks comes back as it was.
-#include <algorithm>
-
 #include "mpi/coll_staged.hpp"
 #include "mpi/interpose.hpp"
-
-namespace gpustripe::mpi {
-namespace {
-
-// Elements a "v" buffer spans: the largest displacement + count.
-int span_of(const int* counts, const int* displs, int n) {
-  int most = 0;
-  for (int i = 0; i < n; ++i)
-    if (counts[i] > 0) most = std::max(most, displs[i] + counts[i]);
-  return most;
-}
-int sum_of(const int* counts, int n) {
-  int s = 0;
-  for (int i = 0; i < n; ++i) s += counts[i];
-  return s;
-}
-
-}  // namespace
-}  // namespace gpustripe::mpi
 
 using namespace gpustripe::mpi;
 
 extern "C" {
-
-int MPI_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
-               MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  return staged_collective(comm, "MPI_Gather", [&](StagedBuffers* sb) {
-    const bool is_root = comm_rank(comm) == root;
-    void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
-    void* r = is_root ? stage(sb, recvbuf, recvcount * comm_size(comm), recvtype, sendbuf == MPI_IN_PLACE, true)
-                      : recvbuf;
-    return PMPI_Gather(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
-  });
-}
-
-int MPI_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
-                const int* displs, MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  return staged_collective(comm, "MPI_Gatherv", [&](StagedBuffers* sb) {
-    const bool is_root = comm_rank(comm) == root;
-    void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
-    void* r = is_root ? stage(sb, recvbuf, span_of(recvcounts, displs, comm_size(comm)), recvtype, true, true)
-                      : recvbuf;
-    return PMPI_Gatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, root, comm);
-  });
-}
-
-int MPI_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
-                MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  return staged_collective(comm, "MPI_Scatter", [&](StagedBuffers* sb) {
-    const bool is_root = comm_rank(comm) == root;
-    void* s = is_root ? stage(sb, sendbuf, sendcount * comm_size(comm), sendtype, true, false)
-                      : const_cast<void*>(sendbuf);
-    void* r = stage(sb, recvbuf, recvcount, recvtype, false, true);
-    return PMPI_Scatter(s, sendcount, sendtype, r, recvcount, recvtype, root, comm);
-  });
-}
-
-int MPI_Scatterv(const void* sendbuf, const int* sendcounts, const int* displs, MPI_Datatype sendtype, void* recvbuf,
-                 int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  return staged_collective(comm, "MPI_Scatterv", [&](StagedBuffers* sb) {
-    const bool is_root = comm_rank(comm) == root;
-    void* s = is_root ? stage(sb, sendbuf, span_of(sendcounts, displs, comm_size(comm)), sendtype, true, false)
-                      : const_cast<void*>(sendbuf);
-    void* r = stage(sb, recvbuf, recvcount, recvtype, false, true);
-    return PMPI_Scatterv(s, sendcounts, displs, sendtype, r, recvcount, recvtype, root, comm);
-  });
-}
-
-int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
-                   const int* displs, MPI_Datatype recvtype, MPI_Comm comm) {
-  return staged_collective(comm, "MPI_Allgatherv", [&](StagedBuffers* sb) {
-    void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
-    void* r = stage(sb, recvbuf, span_of(recvcounts, displs, comm_size(comm)), recvtype, true, true);
-    return PMPI_Allgatherv(s, sendcount, sendtype, r, recvcounts, displs, recvtype, comm);
-  });
-}
 
 int MPI_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
                   void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype, MPI_Comm comm) {
@@ -93,34 +18,6 @@ int MPI_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls
                                       : stage(sb, sendbuf, span_of(sendcounts, sdispls, n), sendtype, true, false);
     void* r = stage(sb, recvbuf, span_of(recvcounts, rdispls, n), recvtype, true, true);
     return PMPI_Alltoallv(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls, recvtype, comm);
-  });
-}
-
-int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcounts, MPI_Datatype type, MPI_Op op,
-                       MPI_Comm comm) {
-  return staged_collective(comm, "MPI_Reduce_scatter", [&](StagedBuffers* sb) {
-    const int n = comm_size(comm), total = sum_of(recvcounts, n);
-    const bool in_place = sendbuf == MPI_IN_PLACE;
-    void* s = stage(sb, sendbuf, total, type, true, false);
-    void* r = stage(sb, recvbuf, in_place ? total : recvcounts[comm_rank(comm)], type, in_place, true);
-    return PMPI_Reduce_scatter(s, r, recvcounts, type, op, comm);
-  });
-}
-
-int MPI_Scan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
-  return staged_collective(comm, "MPI_Scan", [&](StagedBuffers* sb) {
-    void* s = stage(sb, sendbuf, count, type, true, false);
-    void* r = stage(sb, recvbuf, count, type, sendbuf == MPI_IN_PLACE, true);
-    return PMPI_Scan(s, r, count, type, op, comm);
-  });
-}
-
-int MPI_Exscan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
-  return staged_collective(comm, "MPI_Exscan", [&](StagedBuffers* sb) {
-    void* s = stage(sb, sendbuf, count, type, true, false);
-    // Rank 0's receive buffer is left undefined by the MPI: copy it in so it comes back unchanged.
-    void* r = stage(sb, recvbuf, count, type, true, true);
-    return PMPI_Exscan(s, r, count, type, op, comm);
   });
 }
 

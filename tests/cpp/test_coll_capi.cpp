@@ -103,7 +103,7 @@ TEST_F(CollCapi, BadCallsReturnStatusAndMessage) {
   EXPECT_EQ(gpustripe_allreduce(comm, nullptr, out, 4, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, nullptr),
             GPUSTRIPE_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(gpustripe_last_error()).find("sendbufs"), std::string::npos) << gpustripe_last_error();
-  EXPECT_EQ(gpustripe_allreduce(comm, send, out, 4, static_cast<gpustripe_dtype_t>(9), GPUSTRIPE_SUM, nullptr),
+  EXPECT_EQ(gpustripe_allreduce(comm, send, out, 4, GPUSTRIPE_DTYPE_COUNT, GPUSTRIPE_SUM, nullptr),
             GPUSTRIPE_ERR_INVALID_TYPE);
   EXPECT_NE(std::string(gpustripe_last_error()).find("gpustripe_allreduce"), std::string::npos);
   EXPECT_EQ(gpustripe_bcast(comm, buf, 4, GPUSTRIPE_FLOAT32, -1, nullptr), GPUSTRIPE_ERR_INVALID_ARGUMENT);

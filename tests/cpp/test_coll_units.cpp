@@ -6,11 +6,13 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "coll/half.hpp"
 #include "coll/executor.hpp"
 #include "coll/program.hpp"
 #include "coll/reduce.hpp"
+#include "coll/reduce_ops.hpp"
 #include "coll/schedules.hpp"
 #include "coll/select.hpp"
 #include "test_coll_harness.hpp"
@@ -124,8 +126,93 @@ TEST(CollTypes, NamesAndBadValues) {
     EXPECT_EQ(e.status(), GPUSTRIPE_ERR_INVALID_TYPE);
     EXPECT_NE(std::string(e.what()).find("float8"), std::string::npos);
   }
-  EXPECT_THROW(dtype_size(static_cast<DataType>(9)), Error);
+  EXPECT_THROW(dtype_size(static_cast<DataType>(GPUSTRIPE_DTYPE_COUNT)), Error);
   EXPECT_THROW(check_redop(static_cast<RedOp>(-1)), Error);
+  EXPECT_EQ(parse_dtype("double_int"), GPUSTRIPE_DOUBLE_INT);
+  EXPECT_EQ(dtype_size(GPUSTRIPE_DOUBLE_INT), 16u);  // the C struct {double; int}, padding included
+  EXPECT_EQ(dtype_size(GPUSTRIPE_INT16_INT), 8u);
+  EXPECT_EQ(parse_redop("maxloc"), GPUSTRIPE_MAXLOC);
+}
+
+TEST(CollTypes, WhichOpsApplyToWhichTypes) {
+  EXPECT_TRUE(redop_applies(GPUSTRIPE_INT8, GPUSTRIPE_BXOR));
+  EXPECT_TRUE(redop_applies(GPUSTRIPE_UINT64, GPUSTRIPE_LAND));
+  EXPECT_TRUE(redop_applies(GPUSTRIPE_FLOAT16, GPUSTRIPE_MIN));
+  EXPECT_TRUE(redop_applies(GPUSTRIPE_INT_INT, GPUSTRIPE_MINLOC));
+  EXPECT_FALSE(redop_applies(GPUSTRIPE_FLOAT32, GPUSTRIPE_BAND));
+  EXPECT_FALSE(redop_applies(GPUSTRIPE_FLOAT64, GPUSTRIPE_LOR));
+  EXPECT_FALSE(redop_applies(GPUSTRIPE_INT32, GPUSTRIPE_MAXLOC));
+  EXPECT_FALSE(redop_applies(GPUSTRIPE_FLOAT_INT, GPUSTRIPE_SUM));
+  EXPECT_THROW(check_reduction(GPUSTRIPE_FLOAT32, GPUSTRIPE_BXOR), Error);
+  // Sign-blind ops share the unsigned kernel; bitwise ones run on bytes; MIN keeps the sign.
+  KernelKey k = kernel_key(GPUSTRIPE_INT32, GPUSTRIPE_SUM, 10, 4);
+  EXPECT_EQ(k.dtype, GPUSTRIPE_UINT32);
+  k = kernel_key(GPUSTRIPE_INT64, GPUSTRIPE_BOR, 10, 8);
+  EXPECT_EQ(k.dtype, GPUSTRIPE_UINT8);
+  EXPECT_EQ(k.count, 80u);
+  EXPECT_EQ(kernel_key(GPUSTRIPE_INT16, GPUSTRIPE_MIN, 10, 2).dtype, GPUSTRIPE_INT16);
+}
+
+// The CPU loops of the integer, logical, bitwise and MINLOC/MAXLOC operators (the CUDA kernels
+// share reduce_apply; the MPI tests run them across processes on every type).
+TEST(CollReduceHost, IntegerLogicalBitwiseAndLocOps) {
+  auto run = [](DataType dt, RedOp op, const void* a, const void* b, void* out, size_t n) {
+    ReduceArgs r;
+    r.dst = out;
+    r.srcs = {a, b};
+    r.count = n;
+    r.dtype = dt;
+    r.op = op;
+    reduce_host(r);
+  };
+  const int8_t a8[3] = {100, -5, -128}, b8[3] = {100, 7, 1};
+  int8_t o8[3];
+  run(GPUSTRIPE_INT8, GPUSTRIPE_SUM, a8, b8, o8, 3);
+  EXPECT_EQ(o8[0], static_cast<int8_t>(-56));  // wraps
+  EXPECT_EQ(o8[1], 2);
+  run(GPUSTRIPE_INT8, GPUSTRIPE_MIN, a8, b8, o8, 3);
+  EXPECT_EQ(o8[2], -128);
+  const uint8_t ua[2] = {200, 3}, ub[2] = {100, 250};
+  uint8_t uo[2];
+  run(GPUSTRIPE_UINT8, GPUSTRIPE_MAX, ua, ub, uo, 2);
+  EXPECT_EQ(uo[0], 200);
+  EXPECT_EQ(uo[1], 250);
+  const int32_t la[4] = {0, 5, 0, -3}, lb[4] = {0, 0, 9, 2};
+  int32_t lo[4];
+  run(GPUSTRIPE_INT32, GPUSTRIPE_LAND, la, lb, lo, 4);
+  EXPECT_EQ(std::vector<int32_t>(lo, lo + 4), (std::vector<int32_t>{0, 0, 0, 1}));
+  run(GPUSTRIPE_INT32, GPUSTRIPE_LOR, la, lb, lo, 4);
+  EXPECT_EQ(std::vector<int32_t>(lo, lo + 4), (std::vector<int32_t>{0, 1, 1, 1}));
+  run(GPUSTRIPE_INT32, GPUSTRIPE_LXOR, la, lb, lo, 4);
+  EXPECT_EQ(std::vector<int32_t>(lo, lo + 4), (std::vector<int32_t>{0, 1, 1, 0}));
+  const uint16_t ba[1] = {0xF0F0}, bb[1] = {0xFF00};
+  uint16_t bo[1];
+  run(GPUSTRIPE_UINT16, GPUSTRIPE_BAND, ba, bb, bo, 1);
+  EXPECT_EQ(bo[0], 0xF000);
+  run(GPUSTRIPE_UINT16, GPUSTRIPE_BXOR, ba, bb, bo, 1);
+  EXPECT_EQ(bo[0], 0x0FF0);
+  struct FI {
+    float v;
+    int32_t i;
+  };
+  const FI pa[3] = {{1.0f, 4}, {2.0f, 9}, {5.0f, 1}}, pb[3] = {{1.0f, 2}, {3.0f, 0}, {-1.0f, 7}};
+  FI po[3];
+  run(GPUSTRIPE_FLOAT_INT, GPUSTRIPE_MINLOC, pa, pb, po, 3);
+  EXPECT_EQ(po[0].i, 2);  // a tie takes the smaller index
+  EXPECT_EQ(po[1].v, 2.0f);
+  EXPECT_EQ(po[1].i, 9);
+  EXPECT_EQ(po[2].i, 7);
+  run(GPUSTRIPE_FLOAT_INT, GPUSTRIPE_MAXLOC, pa, pb, po, 3);
+  EXPECT_EQ(po[0].i, 2);
+  EXPECT_EQ(po[1].v, 3.0f);
+  EXPECT_EQ(po[2].v, 5.0f);
+  ReduceArgs bad;
+  bad.dst = po;
+  bad.srcs = {pa};
+  bad.count = 1;
+  bad.dtype = GPUSTRIPE_FLOAT_INT;
+  bad.op = GPUSTRIPE_SUM;
+  EXPECT_THROW(reduce_host(bad), Error);
 }
 
 TeamResources h200(int n) {
@@ -1005,9 +1092,11 @@ TEST_F(CollArgs, BadArgumentsAreRejectedBeforeAnythingRuns) {
             GPUSTRIPE_ERR_INVALID_POINTER);
   // Past the allocation: 2 * 1024 floats of 4096 bytes.
   EXPECT_EQ(status_of([&] { comm->allgather(send, recv, 1024, GPUSTRIPE_FLOAT32); }), GPUSTRIPE_ERR_INVALID_SIZE);
-  EXPECT_EQ(status_of([&] { comm->allreduce(send, recv, 16, static_cast<DataType>(17), GPUSTRIPE_SUM); }),
+  EXPECT_EQ(status_of([&] { comm->allreduce(send, recv, 16, GPUSTRIPE_DTYPE_COUNT, GPUSTRIPE_SUM); }),
             GPUSTRIPE_ERR_INVALID_TYPE);
-  EXPECT_EQ(status_of([&] { comm->allreduce(send, recv, 16, GPUSTRIPE_FLOAT32, static_cast<RedOp>(8)); }),
+  EXPECT_EQ(status_of([&] { comm->allreduce(send, recv, 16, GPUSTRIPE_FLOAT32, GPUSTRIPE_REDOP_COUNT); }),
+            GPUSTRIPE_ERR_INVALID_TYPE);
+  EXPECT_EQ(status_of([&] { comm->allreduce(send, recv, 16, GPUSTRIPE_FLOAT32, GPUSTRIPE_BAND); }),
             GPUSTRIPE_ERR_INVALID_TYPE);
   EXPECT_EQ(status_of([&] { comm->bcast(recv, 16, GPUSTRIPE_FLOAT32, 2); }), GPUSTRIPE_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(status_of([&] { comm->allreduce({a[0]}, recv, 16, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM); }),

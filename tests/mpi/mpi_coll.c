@@ -6,7 +6,7 @@
  * sums and products are exact in any order). The interposer's counter of collectives it
  * served itself must grow where the gpustripe path applies (device buffers, a
  * node-local communicator, a supported type and op) and stay put where the MPI must
- * run them: user ops, unsupported and non-contiguous types, host buffers, ranks mixing
+ * run them: user ops, a type without a kernel (long double), non-contiguous types, host buffers, ranks mixing
  * host and device buffers, other nodes (GPUSTRIPE_TEST_FAKE_NODES=2). Also: a
  * sub-communicator, zero counts, a buffer freed and reallocated at the same address. */
 #include "mpi_test_util.h"
@@ -322,16 +322,18 @@ static void fallbacks(void) {
     MPI_Op_free(&mine);
     buf_free(&hk, &b);
   }
-  /* A type the kernels do not have. */
+  /* A type the kernels do not have (long double: no GPU arithmetic). */
   {
-    buf_t s = make(1, n * 2), r = make(1, n * 2);
-    for (size_t i = 0; i < n; ++i) ((short*)s.h)[i] = (short)(rank + i % 100);
+    const size_t ld = sizeof(long double);
+    buf_t s = make(1, n * ld), r = make(1, n * ld);
+    for (size_t i = 0; i < n; ++i) ((long double*)s.h)[i] = (long double)(rank + i % 100);
     buf_push(&hk, &s);
     long before = served();
-    CHECK(MPI_Allreduce(s.p, r.p, (int)n, MPI_SHORT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
-    check_served(before, 0, "allreduce of MPI_SHORT");
+    CHECK(MPI_Allreduce(s.p, r.p, (int)n, MPI_LONG_DOUBLE, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
+    check_served(before, 0, "allreduce of MPI_LONG_DOUBLE");
     buf_pull(&hk, &r);
-    for (size_t i = 0; i < n; ++i) CHECK(((short*)r.h)[i] == (short)(size * (size - 1) / 2 + size * (int)(i % 100)));
+    for (size_t i = 0; i < n; ++i)
+      CHECK(((long double*)r.h)[i] == (long double)(size * (size - 1) / 2 + size * (int)(i % 100)));
     buf_free(&hk, &s);
     buf_free(&hk, &r);
   }
@@ -369,8 +371,9 @@ static void fallbacks(void) {
   }
 }
 
-/* Collectives without a gpustripe schedule: the MPI runs them on device buffers staged
- * through the host (a non-CUDA-aware MPI would crash on the device pointers). */
+/* The "v", rooted and scan forms: gather(v), scatterv, allgatherv, scan, exscan and
+ * reduce_scatter with per-rank counts run on gpustripe; a scan in place runs on the MPI, device
+ * buffers staged through the host (a non-CUDA-aware MPI would crash on the device pointers). */
 static void staged_only(void) {
   const int n = 1001;
   int* counts = malloc(sizeof(int) * size);
@@ -395,7 +398,36 @@ static void staged_only(void) {
     buf_free(&hk, &s);
     buf_free(&hk, &r);
   }
-  /* Allgatherv with gaps: the gaps keep what they held. */
+  check_served(before, expect_served(1), "gather");
+  /* Scatterv from rank 0 with gaps, and gatherv of it back to the last rank in place there. */
+  before = served();
+  {
+    int seq = ++seq_no, last = size - 1;
+    buf_t s = make(1, total), r = make(1, (size_t)counts[rank]);
+    for (int i = 0; i < size; ++i) fill(s.h + displs[i], counts[i], i, 4, seq);
+    buf_push(&hk, &s);
+    CHECK(MPI_Scatterv(s.p, counts, displs, MPI_BYTE, r.p, counts[rank], MPI_BYTE, 0, MPI_COMM_WORLD) == MPI_SUCCESS);
+    buf_pull(&hk, &r);
+    CHECK(same(r.h, counts[rank], rank, 4, seq));
+    buf_t g = make(1, total);
+    memset(g.h, 0xee, total);
+    if (rank == last) memcpy(g.h + displs[last], r.h, counts[last]);
+    buf_push(&hk, &g);
+    const void* in = rank == last ? MPI_IN_PLACE : (const void*)r.p;
+    CHECK(MPI_Gatherv(in, counts[rank], MPI_BYTE, g.p, counts, displs, MPI_BYTE, last, MPI_COMM_WORLD) == MPI_SUCCESS);
+    buf_pull(&hk, &g);
+    if (rank == last)
+      for (int i = 0; i < size; ++i) {
+        CHECK(same(g.h + displs[i], counts[i], i, 4, seq));
+        CHECK(g.h[displs[i] - 1] == 0xee);
+      }
+    buf_free(&hk, &s);
+    buf_free(&hk, &r);
+    buf_free(&hk, &g);
+  }
+  check_served(before, 2 * expect_served(1), "scatterv and gatherv");
+  /* Allgatherv with gaps: the gaps keep what they held (gpustripe: each rank pulls its blocks). */
+  before = served();
   {
     int seq = ++seq_no;
     buf_t s = make(1, counts[rank]), r = make(1, total);
@@ -412,6 +444,30 @@ static void staged_only(void) {
     buf_free(&hk, &s);
     buf_free(&hk, &r);
   }
+  check_served(before, expect_served(1), "allgatherv");
+  /* The same in place, with another layout on every rank (displacements are the receiver's own). */
+  before = served();
+  {
+    int seq = ++seq_no;
+    int* mine = malloc(sizeof(int) * size);
+    int span = 0;
+    for (int i = 0; i < size; ++i) {
+      mine[i] = (size - 1 - i) * (n + size + 5) + rank;  /* blocks in reverse order, shifted by rank */
+      if (mine[i] + counts[i] > span) span = mine[i] + counts[i];
+    }
+    buf_t r = make(1, (size_t)span);
+    memset(r.h, 0xee, (size_t)span);
+    fill(r.h + mine[rank], counts[rank], rank, 3, seq);
+    buf_push(&hk, &r);
+    CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, r.p, counts, mine, MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS);
+    buf_pull(&hk, &r);
+    for (int i = 0; i < size; ++i) CHECK(same(r.h + mine[i], counts[i], i, 3, seq));
+    if (rank > 0) CHECK(r.h[rank - 1] == 0xee);
+    buf_free(&hk, &r);
+    free(mine);
+  }
+  check_served(before, expect_served(1), "allgatherv in place");
+  before = served();
   /* Inclusive scan of ints. */
   {
     buf_t s = make(1, n * 4), r = make(1, n * 4);
@@ -423,7 +479,38 @@ static void staged_only(void) {
     buf_free(&hk, &s);
     buf_free(&hk, &r);
   }
-  /* Reduce_scatter with a count per rank. */
+  check_served(before, expect_served(1), "scan");
+  /* Exclusive scan of doubles (MAX); rank 0's receive buffer keeps what it held. */
+  before = served();
+  {
+    buf_t s = make(1, n * 8), r = make(1, n * 8);
+    for (int i = 0; i < n; ++i) {
+      ((double*)s.h)[i] = 0.5 * (rank + i);
+      ((double*)r.h)[i] = -7;
+    }
+    buf_push(&hk, &s);
+    buf_push(&hk, &r);
+    CHECK(MPI_Exscan(s.p, r.p, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD) == MPI_SUCCESS);
+    buf_pull(&hk, &r);
+    for (int i = 0; i < n; ++i) CHECK(((double*)r.h)[i] == (rank == 0 ? -7 : 0.5 * (rank - 1 + i)));
+    buf_free(&hk, &s);
+    buf_free(&hk, &r);
+  }
+  check_served(before, expect_served(1), "exscan");
+  /* Scan in place: the MPI's (a rank's result would overwrite an input the later ranks read). */
+  before = served();
+  {
+    buf_t r = make(1, n * 4);
+    for (int i = 0; i < n; ++i) ((int*)r.h)[i] = rank + i;
+    buf_push(&hk, &r);
+    CHECK(MPI_Scan(MPI_IN_PLACE, r.p, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
+    buf_pull(&hk, &r);
+    for (int i = 0; i < n; ++i) CHECK(((int*)r.h)[i] == rank * (rank + 1) / 2 + (rank + 1) * i);
+    buf_free(&hk, &r);
+  }
+  check_served(before, 0, "scan in place");
+  /* Reduce_scatter with a count per rank: gpustripe's reduce-scatter over those blocks. */
+  before = served();
   {
     int sum = 0;
     for (int r = 0; r < size; ++r) sum += counts[r];
@@ -439,7 +526,7 @@ static void staged_only(void) {
     buf_free(&hk, &s);
     buf_free(&hk, &r);
   }
-  check_served(before, 0, "collectives without a gpustripe schedule");
+  check_served(before, expect_served(1), "reduce_scatter with a count per rank");
   free(counts);
   free(displs);
 }

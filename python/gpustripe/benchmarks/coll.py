@@ -85,10 +85,10 @@ def _progress(row):
 # ---------------------------------------------------------------- gpustripe
 
 def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent, method="gpustripe"):
-    from .. import Comm, Error, coll_time
+    from .. import Comm, Error, coll_time, dtype_size
 
     comm = Comm(ctx, list(range(ranks)))
-    esz = {"float64": 8, "int64": 8, "float16": 2, "bfloat16": 2}.get(args.dtype, 4)
+    esz = dtype_size(args.dtype)
     for op in ops:
         for size in sizes:
             unit = esz * (ranks if op in ("alltoall", "allgather", "reduce_scatter") else 1)
@@ -292,7 +292,9 @@ def _run_nccl_ce(ranks, ops, sizes, args, rows, absent):
     method = "nccl_ce"
     _locate_nccl()
     ce_ops = [o for o in ops if o != "reduce"]
-    esz = {"float64": 8, "int64": 8, "float16": 2, "bfloat16": 2}.get(args.dtype, 4)
+    from .. import dtype_size
+
+    esz = dtype_size(args.dtype)
     cfg = {"ranks": ranks, "sizes": sizes, "ops": ce_ops, "dtype": args.dtype, "esz": esz, "iters": args.iters,
            "trials": args.trials, "warmup": args.warmup}
     cmd = [sys.executable, "-m", "gpustripe.benchmarks.coll", "--nccl-ce-worker"]

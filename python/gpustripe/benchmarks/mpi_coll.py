@@ -2,8 +2,8 @@
 
 Runs bench/mpi's mpi_coll_bench (plain MPI + the CUDA runtime, nothing of gpustripe in it)
 under mpirun at each rank count, timing MPI_Alltoall, MPI_Allgather, MPI_Reduce_scatter_block,
-MPI_Allreduce and MPI_Bcast (float32, MPI_SUM) as nccl-tests does, and compares in one results
-file per rank count:
+MPI_Allreduce and MPI_Bcast (MPI_SUM over --dtype: float32 by default; int8 is MPI_CHAR) as
+nccl-tests does, and compares in one results file per rank count (and type, other than float32):
   mpi_gpustripe    mpi_coll_bench with libgpustripe_mpi.so preloaded: the interposer runs the
                    coll schedules across the ranks' processes (src/mpi/coll_team.hpp)
   mpi_host_staged  mpi_coll_bench --staged: copy to pinned host memory, the MPI collective, copy
@@ -11,6 +11,8 @@ file per rank count:
   gpustripe        the native single-process communicator (gpustripe bench coll's method)
   nccl             NCCL through torch.distributed (gpustripe bench coll's method)
 busbw uses nccl-tests' factors. A method that cannot run is reported absent with why.
+reduce_scatter_v (MPI_Reduce_scatter, equal counts) is the MPI methods' only: the native and
+NCCL figures beside it are their reduce_scatter's, the same operation.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ NAME = "mpi_coll"
 HELP = ("MPI collectives on device buffers from an unmodified MPI program: the PMPI interposer vs host staging, "
         "native gpustripe and NCCL (busbw)")
 OPS = ("alltoall", "allgather", "reduce_scatter", "allreduce", "bcast")
+MPI_ONLY_OPS = {"reduce_scatter_v": "reduce_scatter"}  # op -> the native / NCCL op it is
+DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8")
 METHODS = ("mpi_gpustripe", "mpi_host_staged", "gpustripe", "nccl")
 
 
@@ -34,6 +38,7 @@ def add_arguments(p):
     p.add_argument("--staged-max", default="1G", help="largest size of the host-staged method (default 1G)")
     p.add_argument("--ops", default=",".join(OPS), help=f"comma list (default {','.join(OPS)})")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
+    p.add_argument("--dtype", default="float32", help=f"element type, one of {', '.join(DTYPES)} (default float32)")
     p.add_argument("--iters", type=int, default=0, help="calls per timed batch (0: by size, 2-20)")
     p.add_argument("--trials", type=int, default=5, help="timed batches per size; the median is reported")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls first")
@@ -86,13 +91,17 @@ def run(args) -> int:
     device, gpus, emulated = ctx.device_label, ctx.device_count, ctx.emulated
     ops = [o for o in args.ops.split(",") if o]
     methods = [m for m in args.methods.split(",") if m]
-    bad = [m for m in methods if m not in METHODS] + [o for o in ops if o not in OPS]
+    bad = [m for m in methods if m not in METHODS] + [o for o in ops if o not in OPS and o not in MPI_ONLY_OPS]
+    if args.dtype not in DTYPES:
+        bad.append(args.dtype)
     if bad:
-        raise SystemExit(f"gpustripe bench mpi_coll: unknown {bad}; methods {METHODS}, ops {OPS}")
+        raise SystemExit(f"gpustripe bench mpi_coll: unknown {bad}; methods {METHODS}, ops {OPS + tuple(MPI_ONLY_OPS)}, "
+                         f"dtypes {DTYPES}")
+    native_ops = list(dict.fromkeys(MPI_ONLY_OPS.get(o, o) for o in ops))  # what gpustripe / NCCL time
     lo, hi = _size_arg(args.sizes)
     sizes = parse_sizes(f"{lo}:{hi}")
     staged_hi = min(parse_sizes(args.staged_max)[-1], sizes[-1])
-    common = ["--ops", ",".join(ops), "--trials", str(args.trials), "--warmup", str(args.warmup)]
+    common = ["--ops", ",".join(ops), "--trials", str(args.trials), "--warmup", str(args.warmup), "--dtype", args.dtype]
     if args.iters:
         common += ["--iters", str(args.iters)]
     # Emulated devices are not CUDA memory the client could allocate: host buffers then
@@ -117,8 +126,9 @@ def run(args) -> int:
                 r["emulated"] = emulated
             if not rows or args.no_write:
                 return None
-            path = results.write(f"mpi-coll-{n}gpu", device, n, rows, out_dir=args.out, plot=final,
-                                 extra={"absent": absent, "dtype": "float32", "backend": ctx.backend_name,
+            name = f"mpi-coll-{n}gpu" if args.dtype == "float32" else f"mpi-coll-{args.dtype}-{n}gpu"
+            path = results.write(name, device, n, rows, out_dir=args.out, plot=final,
+                                 extra={"absent": absent, "dtype": args.dtype, "backend": ctx.backend_name,
                                         "emulated": emulated, "complete": final},
                                  command=" ".join(["gpustripe", "bench", "mpi_coll", *sys.argv[3:]]))
             return path
@@ -137,10 +147,10 @@ def run(args) -> int:
                                               str(staged_hi), *common]
                 rows += _run_rows(cmd, args.timeout, absent, f"mpi_host_staged/{n}")
                 save()
-        cargs = SimpleNamespace(dtype="float32", iters=args.iters or 10, trials=args.trials, warmup=args.warmup,
+        cargs = SimpleNamespace(dtype=args.dtype, iters=args.iters or 10, trials=args.trials, warmup=args.warmup,
                                 timeout=args.timeout)
         if "gpustripe" in methods and n <= gpus:
-            coll._run_gpustripe(ctx, n, ops, sizes, cargs, rows, absent)
+            coll._run_gpustripe(ctx, n, native_ops, sizes, cargs, rows, absent)
             save()
         if "nccl" in methods:
             if emulated:
@@ -148,9 +158,13 @@ def run(args) -> int:
             else:
                 # gpustripe bench coll's worker (its signature changed once: take either).
                 if "method" in inspect.signature(coll._run_nccl).parameters:
-                    coll._run_nccl("nccl", n, ops, sizes, cargs, rows, absent)
+                    coll._run_nccl("nccl", n, native_ops, sizes, cargs, rows, absent)
                 else:
-                    coll._run_nccl(n, ops, sizes, cargs, rows, absent)
+                    coll._run_nccl(n, native_ops, sizes, cargs, rows, absent)
+        for op, same in MPI_ONLY_OPS.items():
+            if op in ops:
+                rows += [dict(r, op=op, same_as=same) for r in rows
+                         if r["op"] == same and r.get("method") in ("gpustripe", "nccl")]
         if not rows:
             continue
         for op in ops:

@@ -1,0 +1,31 @@
+// What an MPI reduction's (datatype, op) is for the coll layer's kernels: every predefined
+// type and op the MPI accepts together, and contiguous derived types of one such type
+// (MPI_Type_contiguous / MPI_Type_dup, resolved through the type's envelope), run on the
+// GPU; the rest (user ops, types without a kernel, non-contiguous types) is the MPI's, on
+// host memory, and says why.
+#pragma once
+#include <mpi.h>
+
+#include <cstddef>
+#include <string>
+
+#include "coll/types.hpp"
+
+namespace gpustripe::mpi {
+
+struct ReduceType {
+  coll::DataType dt = GPUSTRIPE_FLOAT32;
+  coll::RedOp op = GPUSTRIPE_SUM;
+  size_t per_elem = 1;  // coll elements per element of the MPI type (derived types, complex numbers)
+};
+
+// The kernels' (type, op, elements per MPI element) for (t, o); false with *why set when the
+// GPU kernels do not take them: an op the MPI rejects for t ("" then: the MPI reports its
+// error, nothing is slow), or a correct but slow case the caller reports.
+bool reduce_type(MPI_Datatype t, MPI_Op o, ReduceType* out, std::string* why);
+
+// Logs once per process and (call, why), at info level, that `call` runs through host memory
+// and why (a user op, a type without a GPU kernel, a non-contiguous type).
+void note_host_path(const char* call, const std::string& why);
+
+}  // namespace gpustripe::mpi
