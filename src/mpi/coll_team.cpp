@@ -28,7 +28,7 @@ const ChoiceSetting kPeerKernels{"GPUSTRIPE_MPI_COLL_PEER_KERNELS", "auto",
 const ChoiceSetting kExchange{"GPUSTRIPE_MPI_COLL_EXCHANGE", "shm",
                               "MPI collectives across processes: how the ranks hand each other their buffers' "
                               "handles at every call (also the call's entry barrier): the team's shared-memory "
-                              "segment (shm) or an MPI allgather (mpi)",
+                              "segment (shm) or the bootstrap's allgather (mpi: PMPI_Allgather in the interposer)",
                               {"shm", "mpi"}};
 // Round-major copy reductions across processes: not measured there yet (session 5's r2 had
 // 2 GPUs, where every schedule has one round); the native path measured them from 256M.
@@ -73,16 +73,18 @@ struct CollTeam::RankInfo {
   Desc send, recv, scratch;
 };
 
-CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
-    : rt_(rt), backend_(rt.context().backend()), comm_(comm) {
-  check_mpi(PMPI_Comm_rank(comm, &rank_), "MPI_Comm_rank");
-  check_mpi(PMPI_Comm_size(comm, &n_), "MPI_Comm_size");
-  for (int r = 0; r < n_; ++r) channel_rank_.push_back(rt.local_of(ci.world_of[r]));
+CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::Bootstrap> boot,
+                   std::vector<int> channel_rank)
+    : ctx_(ctx), ep_(endpoint), backend_(ctx.backend()), boot_(std::move(boot)), channel_rank_(std::move(channel_rank)) {
+  rank_ = boot_->rank();
+  n_ = boot_->size();
+  GS_REQUIRE(static_cast<int>(channel_rank_.size()) == n_, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "collective team: %zu channel ranks for %d members", channel_rank_.size(), n_);
 
   // What the schedule choice depends on. Every rank must build the same program, and a
   // rank does not know the others' GPUs before the call, so this looks at every GPU of
   // the node: the same answer on every rank.
-  const Topology& topo = rt.context().topology();
+  const Topology& topo = ctx_.topology();
   std::vector<int> gpus(std::min(topo.gpu_count(), backend_.device_count()));
   for (size_t i = 0; i < gpus.size(); ++i) gpus[i] = static_cast<int>(i);
   res_ = coll::describe_team(backend_, topo, gpus);
@@ -110,9 +112,9 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
     seg = ipc::ShmSegment::create(nm, TeamFlags::segment_bytes());
     std::strncpy(name, nm.c_str(), sizeof name - 1);
   }
-  check_mpi(PMPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm), "MPI_Bcast (collective flags)");
+  boot_->bcast(name, sizeof name, 0);
   if (rank_ != 0) seg = ipc::ShmSegment::open(name);
-  check_mpi(PMPI_Barrier(comm), "MPI_Barrier (collective flags)");
+  boot_->barrier();
   if (rank_ == 0) seg.unlink();
   flags_ = std::make_unique<TeamFlags>(std::move(seg));
 
@@ -120,7 +122,7 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
   std::vector<int> peers;
   for (int r = 0; r < n_; ++r)
     if (r != rank_) peers.push_back(channel_rank_[r]);
-  p2p::Endpoint* ep = &rt.endpoint();
+  p2p::Endpoint* ep = &ep_;
   runner_ = std::make_unique<SliceRunner>(backend_, *reducer_, rank_, n_, *flags_, [ep, peers] {
     for (int p : peers) ep->check_source(p);
     if (ipc::FdExchange* fds = ep->fd_exchange()) fds->serve();  // a peer re-mapping our VMM / pool buffers
@@ -209,7 +211,7 @@ CollTeam::Desc CollTeam::describe(const void* p, size_t bytes, const std::vector
              "a buffer spanning memory of several kinds has no one IPC handle");
   // Fd kinds (VMM, pools): every peer may map it, so every peer gets the descriptor before
   // the allgather that names the buffer (once per peer and allocation or pool).
-  ipc::FdExchange* fds = rt_.endpoint().fd_exchange();
+  ipc::FdExchange* fds = ep_.fd_exchange();
   for (int r = 0; r < n_; ++r)
     if (r != rank_)
       GS_REQUIRE(fds && fds->offer(channel_rank_[r], d.handle), GPUSTRIPE_ERR_NOT_SUPPORTED,
@@ -220,7 +222,7 @@ CollTeam::Desc CollTeam::describe(const void* p, size_t bytes, const std::vector
 
 char* CollTeam::map(int r, const Desc& d) {
   if (!d.present) return nullptr;
-  ipc::HandleCache* cache = rt_.endpoint().handle_cache();
+  ipc::HandleCache* cache = ep_.handle_cache();
   GS_REQUIRE(cache, GPUSTRIPE_ERR_NOT_SUPPORTED, "collectives need the IPC mapping cache of the p2p layer");
   GS_REQUIRE(d.offset < d.handle.size, GPUSTRIPE_ERR_INTERNAL, "rank %d's buffer lies past its allocation", r);
   return static_cast<char*>(cache->map(channel_rank_[r], d.base, d.handle)) + d.offset;
@@ -245,7 +247,7 @@ void CollTeam::map_all(int r, std::initializer_list<const Desc*> descs, std::ini
     if (e.status() != GPUSTRIPE_ERR_CUDA || std::strstr(e.what(), "AlreadyMapped") == nullptr) throw;
     GS_LOG_INFO(Subsys::Mpi, "rank %d's buffer is mapped here already (%s): closing the cached mappings of its "
                 "buffers and mapping again", r, e.what());
-    rt_.endpoint().handle_cache()->evict_peer(channel_rank_[r]);
+    ep_.handle_cache()->evict_peer(channel_rank_[r]);
     ++evictions_;
     auto o = out.begin();
     for (const Desc* d : descs) **o++ = map(r, *d);
@@ -253,7 +255,7 @@ void CollTeam::map_all(int r, std::initializer_list<const Desc*> descs, std::ini
 }
 
 uint64_t CollTeam::mapping_epoch() const {
-  ipc::HandleCache* cache = rt_.endpoint().handle_cache();
+  ipc::HandleCache* cache = ep_.handle_cache();
   if (!cache) return evictions_;
   const ipc::HandleCacheStats st = cache->stats();
   return evictions_ + st.stale_evictions + st.capacity_evictions;
@@ -375,8 +377,7 @@ bool CollTeam::run(const CollCall& call) {
   if (exchange_shm()) {
     runner_->exchange(&mine, sizeof mine, all.data());
   } else {
-    check_mpi(PMPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm_),
-              "MPI_Allgather (collective buffers)");
+    boot_->allgather(&mine, sizeof mine, all.data());
   }
   const Clock::time_point t2 = Clock::now();
   for (const RankInfo& ri : all)
