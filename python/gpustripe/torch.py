@@ -14,10 +14,12 @@ non-contiguous tensors, send/recv, CUDA graph capture, and the operations this b
 not define (gather, scatter, alltoall of lists: the NCCL backend registered for CUDA serves
 them through c10d's dispatch).
 
-Stream ordering: a native collective first waits for the tensor's current stream, then runs
-on gpustripe's own streams and returns once every rank's part is done, so work queued later
-on any stream sees its result; ``async_op=True`` returns a completed work whose ``wait()``
-has nothing left to order. Buffers are exported and mapped once per allocation (PyTorch's
+Stream ordering: a native collective runs on a worker thread of the group (one, so every
+rank runs them in call order): it waits for an event recorded on the tensor's current stream
+at the call, runs on gpustripe's own streams and completes the work once every rank's part
+is done; ``wait()`` (and the work's future, which DDP uses) returns then, so anything queued
+afterwards sees the result. The caller does not block: DDP's backward pass goes on while
+its buckets are reduced. Buffers are exported and mapped once per allocation (PyTorch's
 caching allocator hands back the same segments; expandable segments included).
 
 The backend is a Python ``torch.distributed.ProcessGroup`` (as torch's own test backends):
@@ -25,9 +27,11 @@ c10d hands it every collective of the group, and it dispatches by device and sup
 """
 from __future__ import annotations
 
-import os
+import contextlib
+import queue
 import socket
 import sys
+import threading
 from datetime import timedelta
 
 import torch
@@ -61,6 +65,15 @@ _R = dist.ReduceOp.RedOpType if hasattr(dist.ReduceOp, "RedOpType") else dist.Re
 _OPS = {_R.SUM: "sum", _R.PRODUCT: "prod", _R.MIN: "min", _R.MAX: "max", _R.AVG: "sum"}
 
 _said: set[str] = set()
+_emulate_cpu = False
+
+
+def _test_emulate_cpu(on: bool = True) -> None:
+    """Test only: CPU tensors take the native path (staged through the emulated backend's
+    device memory, which is what the team can map without GPUs) instead of gloo, so the
+    backend's logic runs on a machine without GPUs. Call before init_process_group."""
+    global _emulate_cpu
+    _emulate_cpu = on
 
 
 def _redop(opts) -> tuple:
@@ -74,6 +87,95 @@ def _done(result) -> dist.Work:
     fut = Future()
     fut.set_result(result)
     return _create_work_from_future(fut)
+
+
+class _Worker:
+    """One thread running a group's native collectives in call order (every rank calls them in
+    the same order, so every rank runs them in the same order)."""
+
+    def __init__(self):
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = None
+
+    def submit(self, job, result) -> Future:
+        fut = Future()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="gpustripe-collectives", daemon=True)
+            self._thread.start()
+        self._q.put((job, fut, result))
+        return fut
+
+    def drain(self) -> None:
+        """Returns once every job submitted so far has finished."""
+        if self._thread is not None:
+            self.submit(lambda: None, None).wait()
+
+    def _loop(self) -> None:
+        while True:
+            job, fut, result = self._q.get()
+            try:
+                job()
+            except BaseException as e:  # noqa: BLE001  (handed to whoever waits for the work)
+                fut.set_exception(e)
+            else:
+                fut.set_result(result)
+
+
+class _CudaMem:
+    """CUDA tensors: their own memory, ordered after the caller's current stream."""
+
+    @staticmethod
+    def ready(t: torch.Tensor):
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream(t.device))
+        return ev.synchronize
+
+    @staticmethod
+    def ptrs(ts) -> list:
+        return [t.data_ptr() for t in ts]
+
+    @staticmethod
+    def finish(ts) -> None:
+        pass
+
+    @staticmethod
+    def sync(t: torch.Tensor) -> None:
+        torch.cuda.current_stream(t.device).synchronize()
+
+
+class _EmulatedMem:
+    """Test only (_test_emulate_cpu): CPU tensors staged through the emulated devices' memory."""
+
+    def __init__(self, team, dev: int):
+        self.ctx, self.dev, self.held = team.context, dev, {}
+
+    @staticmethod
+    def ready(t: torch.Tensor):
+        return lambda: None
+
+    def ptrs(self, ts) -> list:
+        out = []
+        for i, t in enumerate(ts):
+            n = max(t.numel() * t.element_size(), 1)
+            key = (i, n)
+            if key not in self.held:
+                self.held[key] = self.ctx.alloc_device(self.dev, n)
+            p = self.held[key]
+            if t.numel():
+                self.ctx.upload(p, self.dev, t.contiguous().view(torch.uint8).numpy().tobytes())
+            out.append(p)
+        return out
+
+    def finish(self, ts) -> None:
+        for i, t in enumerate(ts):
+            n = t.numel() * t.element_size()
+            if n:
+                got = bytearray(self.ctx.download(self.held[(i, max(n, 1))], self.dev, n))
+                t.view(torch.uint8).view(-1).copy_(torch.frombuffer(got, dtype=torch.uint8))
+
+    @staticmethod
+    def sync(t: torch.Tensor) -> None:
+        pass
 
 
 class ProcessGroupGpustripe(dist.ProcessGroup):
@@ -97,6 +199,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         store.set(f"gpustripe/host/{rank}", me)
         self._local = all(store.get(f"gpustripe/host/{r}") == me for r in range(size)) and size > 1
         self._team_obj = None
+        self._emulated = _emulate_cpu
+        self._mem = None
+        self._worker = _Worker()
         self.native_calls = 0  # collectives served by gpustripe (tests, benchmarks)
         if not self._local:
             self._say("ranks on other nodes (or one rank): every CUDA collective goes to NCCL")
@@ -111,11 +216,12 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
     def __repr__(self) -> str:
         return f"ProcessGroupGpustripe(rank {self._rank} of {self._size}, native={self._local})"
 
-    # -- the team and the fallbacks -----------------------------------------------------
+    # -- the native path ------------------------------------------------------------------
     def _team(self):
-        # Made at the first CUDA collective, on every rank at the same call.
+        # Made at the first native collective (on the worker thread), on every rank at the same call.
         if self._team_obj is None:
             self._team_obj = node_team(self._store, self._rank, self._size, prefix="gpustripe/team")
+            self._mem = _EmulatedMem(self._team_obj, self._rank) if self._emulated else _CudaMem()
         return self._team_obj
 
     def _say(self, reason: str) -> None:
@@ -124,11 +230,15 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             if self._rank == 0:
                 print(f"gpustripe.torch: {reason}", file=sys.stderr, flush=True)
 
+    def _native_side(self, t: torch.Tensor) -> bool:
+        """Whether t is memory of the native path's kind (CUDA; CPU in the emulated test mode)."""
+        return t.is_cuda or (self._emulated and t.device.type == "cpu")
+
     def _native_ok(self, tensors, what: str) -> bool:
-        """Whether these CUDA tensors may go the native way (the same answer on every rank)."""
+        """Whether these tensors may go the native way (the same answer on every rank)."""
         if not self._local:
             return False
-        if torch.cuda.is_current_stream_capturing():
+        if tensors[0].is_cuda and torch.cuda.is_current_stream_capturing():
             self._say(f"{what} during CUDA graph capture goes to NCCL")
             return False
         for t in tensors:
@@ -137,18 +247,45 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                 return False
         return True
 
-    def _nccl_or_fail(self, what: str):
+    def _other(self, t: torch.Tensor, what: str):
+        """The backend serving what the native path does not (_other_backend), once the jobs
+        still queued have run (a call's inputs may be a queued call's outputs)."""
+        self._worker.drain()
+        return self._other_backend(t, what)
+
+    def _other_backend(self, t: torch.Tensor, what: str):
+        """NCCL for CUDA tensors, gloo for CPU ones."""
+        if not t.is_cuda:
+            return self._gloo
         if self._nccl is None:
             raise RuntimeError(f"gpustripe backend: {what} needs NCCL, which this torch does not have")
         return self._nccl
 
-    def _served(self, result) -> dist.Work:
-        self.native_calls += 1
-        return _done(result)
+    def _run(self, what: str, tensors, native, fallback, after=None, result=None) -> dist.Work:
+        """Queues a native collective: `native(team, ptrs)` (ptrs: of `tensors`) returns whether
+        every rank took it; then `after()` (divisions, copies) runs; declined, `fallback()` runs
+        the call on the other backend instead (on the worker thread: `fallback` must not drain it).
+        The work completes once it is all done."""
+        t0 = tensors[0]
+        ready = (_EmulatedMem if self._emulated else _CudaMem).ready(t0)
+        dev = t0.device
 
-    @staticmethod
-    def _wait_for_producers(t: torch.Tensor) -> None:
-        torch.cuda.current_stream(t.device).synchronize()
+        def job():
+            ready()
+            team = self._team()
+            with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
+                if native(team, self._mem.ptrs(tensors)):
+                    self._mem.finish(tensors)
+                    self.native_calls += 1
+                    if after is not None:
+                        after()
+                else:
+                    self._say(f"{what}: a rank's buffer cannot be shared (gpustripe declined): such calls go to "
+                              "NCCL")
+                    fallback().wait()
+                self._mem.sync(t0)
+
+        return _create_work_from_future(self._worker.submit(job, list(tensors) if result is None else result))
 
     def _dtype(self, t: torch.Tensor, what: str):
         dt = _DTYPES.get(t.dtype)
@@ -172,168 +309,155 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
 
     # -- collectives --------------------------------------------------------------------
     def allreduce(self, tensors, opts=AllreduceOptions()):
-        if not tensors[0].is_cuda:
-            return self._gloo.allreduce(tensors, opts)
-        fallback = []
-        if self._native_ok(tensors, "all_reduce"):
-            for t in tensors:
-                red = self._reduction(opts, t, "all_reduce")
-                if red is None:
-                    fallback.append(t)
-                    continue
-                dt, op, avg = red
-                self._wait_for_producers(t)
-                p = t.data_ptr()
-                if not self._team().allreduce(p, p, t.numel(), dt, op):
-                    fallback.append(t)
-                elif avg:
-                    t.div_(self._size)
-        else:
-            fallback = list(tensors)
-        if fallback:
-            return self._nccl_or_fail("all_reduce").allreduce(fallback, opts)
-        return self._served(list(tensors))
+        t = tensors[0]
+        red = None
+        if len(tensors) == 1 and self._native_side(t) and self._native_ok(tensors, "all_reduce"):
+            red = self._reduction(opts, t, "all_reduce")
+        if red is None:
+            return self._other(t, "all_reduce").allreduce(tensors, opts)
+        dt, op, avg = red
+        return self._run("all_reduce", [t], lambda team, p: team.allreduce(p[0], p[0], t.numel(), dt, op),
+                         lambda: self._other_backend(t, "all_reduce").allreduce([t], opts),
+                         after=(lambda: t.div_(self._size)) if avg else None)
 
     def allreduce_coalesced(self, tensors, opts=AllreduceCoalescedOptions()):
-        if not tensors[0].is_cuda:
-            return self._gloo.allreduce_coalesced(tensors, opts)
+        if not self._native_side(tensors[0]):
+            return self._other(tensors[0], "all_reduce_coalesced").allreduce_coalesced(tensors, opts)
         ar = AllreduceOptions()
         ar.reduceOp = opts.reduceOp
-        for t in tensors:
-            self.allreduce([t], ar).wait()
-        return _done(list(tensors))
+        works = [self.allreduce([t], ar) for t in tensors]
+        for w in works[:-1]:
+            w.wait()
+        return works[-1]
 
     def broadcast(self, tensors, opts=BroadcastOptions()):
-        if not tensors[0].is_cuda:
-            return self._gloo.broadcast(tensors, opts)
-        if not self._native_ok(tensors, "broadcast"):
-            return self._nccl_or_fail("broadcast").broadcast(tensors, opts)
-        for i, t in enumerate(tensors):
-            self._wait_for_producers(t)
-            if not self._team().bcast(t.data_ptr(), t.numel() * t.element_size(), opts.rootRank):
-                return self._nccl_or_fail("broadcast").broadcast(tensors[i:], opts)
-        return self._served(list(tensors))
+        t = tensors[0]
+        if len(tensors) != 1 or not self._native_side(t) or not self._native_ok(tensors, "broadcast"):
+            return self._other(t, "broadcast").broadcast(tensors, opts)
+        root = opts.rootRank
+        return self._run("broadcast", [t], lambda team, p: team.bcast(p[0], t.numel() * t.element_size(), root),
+                         lambda: self._other_backend(t, "broadcast").broadcast([t], opts))
 
     def reduce(self, tensors, opts=ReduceOptions()):
         t = tensors[0]
-        if not t.is_cuda:
-            return self._gloo.reduce(tensors, opts)
-        red = self._reduction(opts, t, "reduce") if len(tensors) == 1 and self._native_ok(tensors, "reduce") else None
-        if red is not None:
-            dt, op, avg = red
-            self._wait_for_producers(t)
-            root = opts.rootRank
-            p = t.data_ptr()
-            if self._team().reduce(p, p if self._rank == root else 0, t.numel(), dt, op, root):
-                if avg and self._rank == root:
-                    t.div_(self._size)
-                return self._served(list(tensors))
-        return self._nccl_or_fail("reduce").reduce(tensors, opts)
+        red = None
+        if len(tensors) == 1 and self._native_side(t) and self._native_ok(tensors, "reduce"):
+            red = self._reduction(opts, t, "reduce")
+        if red is None:
+            return self._other(t, "reduce").reduce(tensors, opts)
+        dt, op, avg = red
+        root = opts.rootRank
+        is_root = self._rank == root
+        return self._run("reduce", [t],
+                         lambda team, p: team.reduce(p[0], p[0] if is_root else 0, t.numel(), dt, op, root),
+                         lambda: self._other_backend(t, "reduce").reduce([t], opts),
+                         after=(lambda: t.div_(self._size)) if avg and is_root else None)
 
     def _allgather_base(self, output, input, opts=AllgatherOptions()):
-        if not input.is_cuda:
-            return self._gloo._allgather_base(output, input, opts)
         if output.numel() != input.numel() * self._size or output.dtype != input.dtype:
             raise ValueError(f"all_gather_into_tensor: output of {output.numel()} {output.dtype} for {self._size} "
                              f"inputs of {input.numel()} {input.dtype}")
-        if self._native_ok([output, input], "all_gather_into_tensor"):
-            self._wait_for_producers(input)
-            if self._team().allgather(input.data_ptr(), output.data_ptr(), input.numel() * input.element_size()):
-                return self._served([output])
-        return self._nccl_or_fail("all_gather_into_tensor")._allgather_base(output, input, opts)
+        if not self._native_side(input) or not self._native_ok([output, input], "all_gather_into_tensor"):
+            return self._other(input, "all_gather_into_tensor")._allgather_base(output, input, opts)
+        block = input.numel() * input.element_size()
+        # input first: the emulated test mode copies results back in this order, the output last
+        return self._run("all_gather_into_tensor", [input, output],
+                         lambda team, p: team.allgather(p[0], p[1], block),
+                         lambda: self._other_backend(input, "all_gather_into_tensor")._allgather_base(
+                             output, input, opts),
+                         result=[output])
 
     all_gather_single = _allgather_base  # newer torch's name for it
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=AllgatherOptions()):
-        for o, i in zip(outputs, inputs, strict=True):
-            self._allgather_base(o, i, opts).wait()
-        return _done(list(outputs))
+        works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
+        for w in works[:-1]:
+            w.wait()
+        return works[-1]
 
     def allgather(self, output_lists, inputs, opts=AllgatherOptions()):
-        if not inputs[0].is_cuda:
-            return self._gloo.allgather(output_lists, inputs, opts)
-        if len(inputs) == 1 and self._native_ok(inputs, "all_gather"):
-            x = inputs[0]
-            flat = torch.empty(self._size * x.numel(), dtype=x.dtype, device=x.device)
-            self._wait_for_producers(x)
-            if self._team().allgather(x.data_ptr(), flat.data_ptr(), x.numel() * x.element_size()):
-                for o, piece in zip(output_lists[0], flat.view(self._size, -1), strict=True):
-                    o.copy_(piece.view_as(o))
-                return self._served(output_lists)
-        return self._nccl_or_fail("all_gather").allgather(output_lists, inputs, opts)
+        x = inputs[0]
+        if len(inputs) != 1 or not self._native_side(x) or not self._native_ok(inputs, "all_gather"):
+            return self._other(x, "all_gather").allgather(output_lists, inputs, opts)
+        flat = torch.empty(self._size * x.numel(), dtype=x.dtype, device=x.device)
+        outs = output_lists[0]
+
+        def scatter_flat():
+            for o, piece in zip(outs, flat.view(self._size, -1), strict=True):
+                o.copy_(piece.view_as(o))
+
+        block = x.numel() * x.element_size()
+        return self._run("all_gather", [x, flat], lambda team, p: team.allgather(p[0], p[1], block),
+                         lambda: self._other_backend(x, "all_gather").allgather(output_lists, inputs, opts),
+                         after=scatter_flat, result=output_lists)
 
     def _reduce_scatter_base(self, output, input, opts=ReduceScatterOptions()):
-        if not input.is_cuda:
-            return self._gloo._reduce_scatter_base(output, input, opts)
         if input.numel() != output.numel() * self._size:
             raise ValueError(f"reduce_scatter_tensor: input of {input.numel()} for {self._size} outputs of "
                              f"{output.numel()}")
-        red = self._reduction(opts, input, "reduce_scatter_tensor") if self._native_ok(
-            [output, input], "reduce_scatter_tensor") else None
-        if red is not None and output.dtype == input.dtype:
-            dt, op, avg = red
-            self._wait_for_producers(input)
-            if self._team().reduce_scatter(input.data_ptr(), output.data_ptr(), output.numel(), dt, op):
-                if avg:
-                    output.div_(self._size)
-                return self._served([output])
-        return self._nccl_or_fail("reduce_scatter_tensor")._reduce_scatter_base(output, input, opts)
+        red = None
+        if self._native_side(input) and output.dtype == input.dtype and self._native_ok(
+                [output, input], "reduce_scatter_tensor"):
+            red = self._reduction(opts, input, "reduce_scatter_tensor")
+        if red is None:
+            return self._other(input, "reduce_scatter_tensor")._reduce_scatter_base(output, input, opts)
+        dt, op, avg = red
+        return self._run("reduce_scatter_tensor", [input, output],
+                         lambda team, p: team.reduce_scatter(p[0], p[1], output.numel(), dt, op),
+                         lambda: self._other_backend(input, "reduce_scatter_tensor")._reduce_scatter_base(
+                             output, input, opts),
+                         after=(lambda: output.div_(self._size)) if avg else None, result=[output])
 
     reduce_scatter_single = _reduce_scatter_base  # newer torch's name for it
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=ReduceScatterOptions()):
-        for o, i in zip(outputs, inputs, strict=True):
-            self._reduce_scatter_base(o, i, opts).wait()
-        return _done(list(outputs))
+        works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
+        for w in works[:-1]:
+            w.wait()
+        return works[-1]
 
     def reduce_scatter(self, outputs, input_lists, opts=ReduceScatterOptions()):
-        if not outputs[0].is_cuda:
-            return self._gloo.reduce_scatter(outputs, input_lists, opts)
-        if len(outputs) == 1:
-            flat = torch.cat([x.reshape(-1) for x in input_lists[0]])
-            out = outputs[0]
-            if out.is_contiguous():
-                return self._reduce_scatter_base(out, flat, opts)
-        return self._nccl_or_fail("reduce_scatter").reduce_scatter(outputs, input_lists, opts)
+        out = outputs[0]
+        if len(outputs) != 1 or not self._native_side(out) or not out.is_contiguous():
+            return self._other(out, "reduce_scatter").reduce_scatter(outputs, input_lists, opts)
+        flat = torch.cat([x.reshape(-1) for x in input_lists[0]])
+        return self._reduce_scatter_base(out, flat, opts)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=AllToAllOptions()):
-        if not input.is_cuda:
-            return self._gloo.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
         n = self._size
         rows = input.size(0) if input.dim() else 0
         even = rows % n == 0 and all(
             not s or all(v == rows // n for v in s) for s in (output_split_sizes, input_split_sizes))
         if not even:
             self._say("all_to_all_single with uneven splits goes to NCCL")
-        elif output.numel() == input.numel() and self._native_ok([output, input], "all_to_all_single"):
-            self._wait_for_producers(input)
-            block = input.numel() * input.element_size() // n
-            if self._team().alltoall(input.data_ptr(), output.data_ptr(), block):
-                return self._served([output])
-        return self._nccl_or_fail("all_to_all_single").alltoall_base(
-            output, input, output_split_sizes, input_split_sizes, opts)
+        if (not even or output.numel() != input.numel() or not self._native_side(input)
+                or not self._native_ok([output, input], "all_to_all_single")):
+            return self._other(input, "all_to_all_single").alltoall_base(
+                output, input, output_split_sizes, input_split_sizes, opts)
+        block = input.numel() * input.element_size() // n
+        return self._run("all_to_all_single", [input, output], lambda team, p: team.alltoall(p[0], p[1], block),
+                         lambda: self._other_backend(input, "all_to_all_single").alltoall_base(
+                             output, input, output_split_sizes, input_split_sizes, opts),
+                         result=[output])
 
     all_to_all_single = alltoall_base  # newer torch's name for it
 
     def send(self, tensors, dst: int, tag: int = 0):
-        if not tensors[0].is_cuda:
-            return self._gloo.send(tensors, dst, tag)
-        self._say("send/recv go to NCCL")
-        return self._nccl_or_fail("send").send(tensors, dst, tag)
+        if tensors[0].is_cuda:
+            self._say("send/recv go to NCCL")
+        return self._other(tensors[0], "send").send(tensors, dst, tag)
 
     def recv(self, tensors, src: int, tag: int = 0):
-        if not tensors[0].is_cuda:
-            return self._gloo.recv(tensors, src, tag)
-        self._say("send/recv go to NCCL")
-        return self._nccl_or_fail("recv").recv(tensors, src, tag)
+        if tensors[0].is_cuda:
+            self._say("send/recv go to NCCL")
+        return self._other(tensors[0], "recv").recv(tensors, src, tag)
 
     def recv_anysource(self, tensors, tag: int = 0):
-        if not tensors[0].is_cuda:
-            return self._gloo.recv_anysource(tensors, tag)
-        return self._nccl_or_fail("recv").recv_anysource(tensors, tag)
+        return self._other(tensors[0], "recv").recv_anysource(tensors, tag)
 
     def barrier(self, opts=BarrierOptions()):
         # NCCL's barrier also waits for this rank's GPU work: so does this one.
+        self._worker.drain()
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
         self._gloo.barrier(BarrierOptions()).wait()  # opts may name a CUDA device: not gloo's

@@ -1,5 +1,6 @@
-"""The torch.distributed backend `gpustripe` (gpustripe.torch). With torch: its plumbing on CPU
-tensors (gloo inside the backend, DDP through it: torch_backend_cpu.py). With torch and 2 GPUs:
+"""The torch.distributed backend `gpustripe` (gpustripe.torch). With torch: CPU tensors through
+it (torch_backend_cpu.py), to gloo inside the backend, and on the native path staged through
+the emulated devices (every op, the worker thread, the fallbacks, DDP). With torch and 2 GPUs:
 under torchrun, every collective equal to NCCL's result on the same inputs
 (torch_backend_ops.py). Skipped (with the reason) elsewhere: CI installs no torch (the wheel
 with the CUDA libraries it pulls is 2.8 GB: docs/torch.md)."""
@@ -14,16 +15,26 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "torch_backend_ops.py")
 CPU_SCRIPT = os.path.join(os.path.dirname(__file__), "torch_backend_cpu.py")
 
 
-def test_backend_plumbing_on_cpu_tensors():
+@pytest.mark.parametrize("mode", ["gloo", "emulated"])
+def test_backend_on_cpu_tensors(mode):
     pytest.importorskip("torch", reason="torch is not installed (CI runs without it)")
-    p = subprocess.run([sys.executable, CPU_SCRIPT, str(29800 + os.getpid() % 100)], capture_output=True, text=True,
-                       timeout=180, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    import gpustripe
+
+    if mode == "emulated" and gpustripe.cuda_device_count() > 0:
+        pytest.skip("the emulated mode needs the emulated backend (no GPU visible)")
+    port = 29800 + os.getpid() % 100 + (50 if mode == "emulated" else 0)
+    p = subprocess.run([sys.executable, CPU_SCRIPT, str(port), mode], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]
     reports = [json.loads(ln[len("TORCHCPU "):]) for ln in p.stdout.splitlines() if ln.startswith("TORCHCPU ")]
     assert sorted(r["rank"] for r in reports) == [0, 1], out[-4000:]
     for r in reports:
+        assert r["mode"] == mode
         assert all(r["checks"].values()), r
+        assert len(r["checks"]) > 25
+        # emulated: every call but int8's (no kernel: gloo) ran natively; gloo: none did
+        assert (r["native_calls"] > 25) if mode == "emulated" else (r["native_calls"] == 0), r["native_calls"]
 
 
 @pytest.fixture
