@@ -96,9 +96,17 @@ class _Worker:
     def __init__(self):
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = None
+        self._pending = 0  # jobs submitted and not finished
+        self._lock = threading.Lock()
+
+    def idle(self) -> bool:
+        with self._lock:
+            return self._pending == 0
 
     def submit(self, job, result) -> Future:
         fut = Future()
+        with self._lock:
+            self._pending += 1
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="gpustripe-collectives", daemon=True)
             self._thread.start()
@@ -116,9 +124,15 @@ class _Worker:
             try:
                 job()
             except BaseException as e:  # noqa: BLE001  (handed to whoever waits for the work)
-                fut.set_exception(e)
+                error = e
             else:
+                error = None
+            with self._lock:
+                self._pending -= 1
+            if error is None:
                 fut.set_result(result)
+            else:
+                fut.set_exception(error)
 
 
 class _CudaMem:
@@ -261,11 +275,12 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             raise RuntimeError(f"gpustripe backend: {what} needs NCCL, which this torch does not have")
         return self._nccl
 
-    def _run(self, what: str, tensors, native, fallback, after=None, result=None) -> dist.Work:
+    def _run(self, what: str, opts, tensors, native, fallback, after=None, result=None) -> dist.Work:
         """Queues a native collective: `native(team, ptrs)` (ptrs: of `tensors`) returns whether
         every rank took it; then `after()` (divisions, copies) runs; declined, `fallback()` runs
         the call on the other backend instead (on the worker thread: `fallback` must not drain it).
-        The work completes once it is all done."""
+        The work completes once it is all done. A blocking call (async_op=False) with nothing
+        queued runs here, without the hop to the worker thread."""
         t0 = tensors[0]
         ready = (_EmulatedMem if self._emulated else _CudaMem).ready(t0)
         dev = t0.device
@@ -285,7 +300,11 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                     fallback().wait()
                 self._mem.sync(t0)
 
-        return _create_work_from_future(self._worker.submit(job, list(tensors) if result is None else result))
+        result = list(tensors) if result is None else result
+        if not getattr(opts, "asyncOp", True) and self._worker.idle():
+            job()
+            return _done(result)
+        return _create_work_from_future(self._worker.submit(job, result))
 
     def _dtype(self, t: torch.Tensor, what: str):
         dt = _DTYPES.get(t.dtype)
@@ -316,7 +335,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if red is None:
             return self._other(t, "all_reduce").allreduce(tensors, opts)
         dt, op, avg = red
-        return self._run("all_reduce", [t], lambda team, p: team.allreduce(p[0], p[0], t.numel(), dt, op),
+        return self._run("all_reduce", opts, [t], lambda team, p: team.allreduce(p[0], p[0], t.numel(), dt, op),
                          lambda: self._other_backend(t, "all_reduce").allreduce([t], opts),
                          after=(lambda: t.div_(self._size)) if avg else None)
 
@@ -335,7 +354,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if len(tensors) != 1 or not self._native_side(t) or not self._native_ok(tensors, "broadcast"):
             return self._other(t, "broadcast").broadcast(tensors, opts)
         root = opts.rootRank
-        return self._run("broadcast", [t], lambda team, p: team.bcast(p[0], t.numel() * t.element_size(), root),
+        return self._run("broadcast", opts, [t], lambda team, p: team.bcast(p[0], t.numel() * t.element_size(), root),
                          lambda: self._other_backend(t, "broadcast").broadcast([t], opts))
 
     def reduce(self, tensors, opts=ReduceOptions()):
@@ -348,7 +367,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         dt, op, avg = red
         root = opts.rootRank
         is_root = self._rank == root
-        return self._run("reduce", [t],
+        return self._run("reduce", opts, [t],
                          lambda team, p: team.reduce(p[0], p[0] if is_root else 0, t.numel(), dt, op, root),
                          lambda: self._other_backend(t, "reduce").reduce([t], opts),
                          after=(lambda: t.div_(self._size)) if avg and is_root else None)
@@ -361,7 +380,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(input, "all_gather_into_tensor")._allgather_base(output, input, opts)
         block = input.numel() * input.element_size()
         # input first: the emulated test mode copies results back in this order, the output last
-        return self._run("all_gather_into_tensor", [input, output],
+        return self._run("all_gather_into_tensor", opts, [input, output],
                          lambda team, p: team.allgather(p[0], p[1], block),
                          lambda: self._other_backend(input, "all_gather_into_tensor")._allgather_base(
                              output, input, opts),
@@ -387,7 +406,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                 o.copy_(piece.view_as(o))
 
         block = x.numel() * x.element_size()
-        return self._run("all_gather", [x, flat], lambda team, p: team.allgather(p[0], p[1], block),
+        return self._run("all_gather", opts, [x, flat], lambda team, p: team.allgather(p[0], p[1], block),
                          lambda: self._other_backend(x, "all_gather").allgather(output_lists, inputs, opts),
                          after=scatter_flat, result=output_lists)
 
@@ -402,7 +421,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if red is None:
             return self._other(input, "reduce_scatter_tensor")._reduce_scatter_base(output, input, opts)
         dt, op, avg = red
-        return self._run("reduce_scatter_tensor", [input, output],
+        return self._run("reduce_scatter_tensor", opts, [input, output],
                          lambda team, p: team.reduce_scatter(p[0], p[1], output.numel(), dt, op),
                          lambda: self._other_backend(input, "reduce_scatter_tensor")._reduce_scatter_base(
                              output, input, opts),
@@ -435,7 +454,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(input, "all_to_all_single").alltoall_base(
                 output, input, output_split_sizes, input_split_sizes, opts)
         block = input.numel() * input.element_size() // n
-        return self._run("all_to_all_single", [input, output], lambda team, p: team.alltoall(p[0], p[1], block),
+        return self._run("all_to_all_single", opts, [input, output], lambda team, p: team.alltoall(p[0], p[1], block),
                          lambda: self._other_backend(input, "all_to_all_single").alltoall_base(
                              output, input, output_split_sizes, input_split_sizes, opts),
                          result=[output])
