@@ -38,7 +38,8 @@ def main() -> None:
         g = torch.Generator(device=dev).manual_seed(1000 * salt + rank)
         if dtype.is_floating_point:
             return (torch.rand(shape, generator=g, device=dev) + 0.5).to(dtype)
-        return torch.randint(-3, 4, shape, generator=g, device=dev, dtype=dtype)
+        low = 0 if dtype == torch.uint8 else -3
+        return torch.randint(low, 4, shape, generator=g, device=dev, dtype=dtype)
 
     tol = {torch.float32: 1e-5, torch.float64: 1e-9, torch.float16: 1e-2, torch.bfloat16: 3e-2}
     salt = 0
@@ -117,8 +118,8 @@ def main() -> None:
     # send/recv around a ring
     x = data((1000,), torch.float32, 99)
     got = torch.empty_like(x)
-    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, (rank + 1) % n),
-                                   dist.P2POp(dist.irecv, got, (rank - 1) % n)])
+    ops = [dist.P2POp(dist.isend, x, (rank + 1) % n), dist.P2POp(dist.irecv, got, (rank - 1) % n)]
+    reqs = dist.batch_isend_irecv(ops if rank % 2 == 0 else ops[::-1])  # a send meets a posted receive
     for q in reqs:
         q.wait()
     g = torch.Generator(device=dev).manual_seed(1000 * 99 + (rank - 1) % n)
