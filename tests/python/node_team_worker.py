@@ -11,7 +11,8 @@ from file_store import FileStore  # noqa: E402
 
 from gpustripe.team import node_team  # noqa: E402
 
-NP = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64}
+NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int32": np.int32, "int64": np.int64}
+RTOL = {"float32": 1e-5, "float64": 1e-12, "float16": 2e-3}
 REDUCE = {"sum": np.add.reduce, "prod": np.multiply.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce}
 
 
@@ -47,15 +48,16 @@ def main() -> None:
         """served: the call's answer; got: reads the result (after the call, hence a function)."""
         got = got()
         ok = served and got.shape == want.shape and (
-            np.array_equal(got, want) if got.dtype.kind == "i" else np.allclose(got, want, rtol=1e-5))
+            np.array_equal(got, want) if got.dtype.kind == "i" else np.allclose(got, want, rtol=RTOL[got.dtype.name]))
         checks.append({"op": name, "ok": bool(ok), "served": bool(served)})
 
-    for dtype in ("float32", "int32", "float64", "int64"):
+    for dtype in ("float32", "int32", "float64", "int64", "float16"):
         for op in ("sum", "prod", "max", "min"):
             for n in (1, 1000, 4099):
                 salt += 1
                 ins = [data(r, n, dtype, salt) for r in range(size)]
-                want = REDUCE[op](np.stack(ins), axis=0)
+                want = REDUCE[op](np.stack(ins).astype(np.float64 if dtype == "float16" else NP[dtype]), axis=0)
+                want = want.astype(NP[dtype])
                 s = put(ins[rank])
                 r = dbuf(ins[rank].nbytes)
                 check(f"allreduce {dtype} {op} {n}", team.allreduce(s, r, n, dtype, op), lambda: get(r, n, dtype),
