@@ -91,7 +91,7 @@ def main() -> None:
     p.add_argument("--model", default="gpt2", choices=["gpt2", "resnet50"])
     p.add_argument("--wrap", default="ddp", choices=["ddp", "fsdp"])
     p.add_argument("--steps", type=int, default=50)
-    p.add_argument("--batch", type=int, default=4, help="per GPU")
+    p.add_argument("--batch", type=int, default=0, help="per GPU (default: gpt2 4, resnet50 32)")
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--embd", type=int, default=768)
@@ -99,6 +99,7 @@ def main() -> None:
     p.add_argument("--bucket-mb", type=int, default=25)
     p.add_argument("--rtol", type=float, default=1e-3, help="largest relative loss difference accepted")
     args = p.parse_args()
+    args.batch = args.batch or (32 if args.model == "resnet50" else 4)
 
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
