@@ -389,7 +389,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
     all_gather_single = _allgather_base  # newer torch's name for it
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=AllgatherOptions()):
-        works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
+        works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
         for w in works[:-1]:
             w.wait()
         return works[-1]
@@ -402,7 +402,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         outs = output_lists[0]
 
         def scatter_flat():
-            for o, piece in zip(outs, flat.view(self._size, -1), strict=True):
+            for o, piece in zip(outs, flat.view(self._size, -1)):
                 o.copy_(piece.view_as(o))
 
         block = x.numel() * x.element_size()
@@ -430,7 +430,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
     reduce_scatter_single = _reduce_scatter_base  # newer torch's name for it
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=ReduceScatterOptions()):
-        works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
+        works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)]
         for w in works[:-1]:
             w.wait()
         return works[-1]
