@@ -1,6 +1,7 @@
 """The torch.distributed backend `gpustripe` (gpustripe.torch). With torch: CPU tensors through
 it (torch_backend_cpu.py), to gloo inside the backend, and on the native path staged through
-the emulated devices (every op, the worker thread, the fallbacks, DDP). With torch and 2 GPUs:
+the emulated devices (every op, the worker thread, the fallbacks, DDP and FSDP training). With
+torch and 2 GPUs:
 under torchrun, every collective equal to NCCL's result on the same inputs
 (torch_backend_ops.py). Skipped (with the reason) elsewhere: CI installs no torch (the wheel
 with the CUDA libraries it pulls is 2.8 GB: docs/torch.md)."""
@@ -31,8 +32,8 @@ def test_backend_on_cpu_tensors(mode):
     assert sorted(r["rank"] for r in reports) == [0, 1], out[-4000:]
     for r in reports:
         assert r["mode"] == mode
-        assert all(r["checks"].values()), r
-        assert len(r["checks"]) > 25
+        assert not r["failed"], r
+        assert r["checks"] > 25
         # emulated: every call but int8's (no kernel: gloo) ran natively; gloo: none did
         assert (r["native_calls"] > 25) if mode == "emulated" else (r["native_calls"] == 0), r["native_calls"]
 
@@ -57,7 +58,6 @@ def test_backend_matches_nccl_on_every_collective(torch_2gpus):
     assert sorted(r["rank"] for r in reports) == [0, 1], out[-6000:]
     for r in reports:
         assert "gpustripe" in r["backend"]
-        bad = [c["check"] for c in r["checks"] if not c["ok"]]
-        assert not bad, (r["rank"], bad)
-        assert len(r["checks"]) > 80
+        assert not r["failed"], (r["rank"], r["failed"])
+        assert r["checks"] > 80
         assert r["native_calls"] > 100, r["native_calls"]  # most calls ran on gpustripe, not its NCCL fallback

@@ -4,7 +4,7 @@ collectives called through torch.distributed, and DDP, reach it. Mode `gloo`: CP
 to gloo inside the backend. Mode `emulated` (gpustripe.torch._test_emulate_cpu): they take the
 native path instead (the store-met team, the worker thread, the fallbacks), staged through the
 emulated devices' memory, and the results are checked against local references. Prints
-`TORCHCPU {json}` per rank. Run by test_torch_backend.py where torch is installed."""
+`TORCHCPU {json}` per rank (the number of checks and the failed ones). Run by test_torch_backend.py where torch is installed."""
 import json
 import os
 import sys
@@ -87,9 +87,30 @@ def worker(rank: int, world: int, port: int, mode: str) -> None:
     ws = [torch.empty_like(model.module.weight) for _ in range(world)]
     dist.all_gather(ws, model.module.weight.detach())
     checks["ddp weights equal on every rank"] = all(torch.equal(ws[0], v) for v in ws)
+    # FSDP (fully_shard over the group) against one process training on every rank's batch
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(1)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    ref.load_state_dict(m.state_dict())
+    fully_shard(m, mesh=DeviceMesh.from_group(pg, "cpu"))
+    opt, ropt = torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(3):
+        xs = [torch.randn(4, 8, generator=torch.Generator().manual_seed(10 * step + r)) for r in range(world)]
+        opt.zero_grad()
+        m(xs[rank]).sum().backward()
+        opt.step()
+        ropt.zero_grad()
+        (sum(ref(x).sum() for x in xs) / world).backward()
+        ropt.step()
+    checks["fsdp matches one process"] = all(
+        torch.allclose(m[i].weight.full_tensor(), ref[i].weight, atol=1e-6) for i in (0, 2))
     dist.barrier()
-    print("TORCHCPU " + json.dumps({"rank": rank, "mode": mode, "native_calls": pg.native_calls,
-                                    "checks": checks}), flush=True)
+    failed = [k for k, ok in checks.items() if not ok]
+    report = {"rank": rank, "mode": mode, "native_calls": pg.native_calls, "checks": len(checks), "failed": failed}
+    os.write(1, ("TORCHCPU " + json.dumps(report) + "\n").encode())  # one write: the ranks share the pipe
     dist.destroy_process_group()
 
 
