@@ -1,7 +1,8 @@
 """Trains a model with DDP (or FSDP) on backend nccl and on backend gpustripe, in one run,
 and compares the losses step by step and the step times. Random data, models built from
 code (nothing downloaded): torchvision's ResNet-50 and a GPT-2-style transformer from a
-transformers GPT2Config. One process per GPU:
+transformers GPT2Config; FSDP is fully_shard over the group (per transformer block for GPT-2).
+One process per GPU:
 
     torchrun --nproc-per-node 2 examples/train_ddp.py --model gpt2 --steps 50
     torchrun --nproc-per-node 2 examples/train_ddp.py --model resnet50 --wrap fsdp
@@ -62,9 +63,13 @@ def train(group, args, rank, dev) -> tuple[list[float], list[float]]:
 
         model = DDP(model, device_ids=[dev.index], process_group=group, bucket_cap_mb=args.bucket_mb)
     else:
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.device_mesh import DeviceMesh
+        from torch.distributed.fsdp import fully_shard
 
-        model = FSDP(model, process_group=group, device_id=dev, use_orig_params=True)
+        mesh = DeviceMesh.from_group(group, "cuda")
+        for block in getattr(getattr(model, "transformer", None), "h", []):  # GPT-2: a shard unit per block
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     losses, times = [], []
     for step in range(args.steps):
