@@ -230,6 +230,10 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
     def __repr__(self) -> str:
         return f"ProcessGroupGpustripe(rank {self._rank} of {self._size}, native={self._local})"
 
+    def mapping_stats(self) -> dict:
+        """The team's mappings of the other ranks' buffers (misses: mapped anew, hits: reused)."""
+        return self._team_obj.mapping_stats() if self._team_obj is not None else {}
+
     # -- the native path ------------------------------------------------------------------
     def _team(self):
         # Made at the first native collective (on the worker thread), on every rank at the same call.

@@ -47,6 +47,18 @@ void bind_team(nb::module_& m) {
       .def_prop_ro("context", &NodeTeam::context, nb::rv_policy::reference_internal,
                    "The team's gpustripe.Context (its devices; alloc_device/upload/download in tests)")
       .def(
+          "mapping_stats",
+          [](const NodeTeam& t) {
+            ipc::HandleCacheStats st = t.mapping_stats();
+            nb::dict d;
+            d["hits"] = st.hits;
+            d["misses"] = st.misses;
+            d["stale_evictions"] = st.stale_evictions;
+            d["capacity_evictions"] = st.capacity_evictions;
+            return d;
+          },
+          "Mappings of other members' buffers: misses (mapped anew), hits (reused), evictions")
+      .def(
           "allreduce",
           [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,
              const std::string& op) {

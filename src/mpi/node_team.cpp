@@ -60,6 +60,11 @@ NodeTeam::~NodeTeam() {
   ctx_.reset();
 }
 
+ipc::HandleCacheStats NodeTeam::mapping_stats() const {
+  const ipc::HandleCache* cache = ep_->handle_cache();
+  return cache ? cache->stats() : ipc::HandleCacheStats{};
+}
+
 int NodeTeam::device_of(CollCall& c, std::initializer_list<const void*> bufs) {
   int dev = -1;
   for (const void* b : bufs) {

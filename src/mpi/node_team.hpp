@@ -19,6 +19,7 @@
 #include "core/context.hpp"
 #include "ipc/bootstrap.hpp"
 #include "ipc/channel.hpp"
+#include "ipc/handle_cache.hpp"
 #include "mpi/coll_team.hpp"
 #include "p2p/endpoint.hpp"
 
@@ -35,6 +36,9 @@ class NodeTeam {
   int rank() const { return team_->rank(); }
   int size() const { return team_->size(); }
   Context& context() { return *ctx_; }
+  // The mapping cache of other members' buffers: a repeated call on the same allocations
+  // maps nothing new (misses stay, hits grow).
+  ipc::HandleCacheStats mapping_stats() const;
 
   // recv[i] = op over members of send[i], count elements of dt (send == recv: in place).
   bool allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op);

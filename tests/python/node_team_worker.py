@@ -99,6 +99,16 @@ def main() -> None:
                       np.maximum.reduce(np.stack(ins)))
             else:
                 checks.append({"op": f"reduce root {root} {n}", "ok": bool(served), "served": bool(served)})
+    # The same buffers again and again: nothing is mapped anew (the mapping cache serves them).
+    x = put(data(rank, 4096, "float32", 99))
+    y = dbuf(4096 * 4)
+    team.allreduce(x, y, 4096, "float32", "sum")
+    before = team.mapping_stats()
+    for _ in range(5):
+        team.allreduce(x, y, 4096, "float32", "sum")
+    after = team.mapping_stats()
+    checks.append({"op": "repeated calls map nothing new", "served": True,
+                   "ok": after["misses"] == before["misses"] and after["hits"] > before["hits"]})
     # A host buffer on one rank: every rank is told to run it another way, nothing done.
     salt += 1
     host = np.ones(16, np.float32)
