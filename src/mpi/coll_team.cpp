@@ -29,7 +29,7 @@ const ChoiceSetting kPeerKernels{"GPUSTRIPE_MPI_COLL_PEER_KERNELS", "auto",
 const ChoiceSetting kExchange{"GPUSTRIPE_MPI_COLL_EXCHANGE", "shm",
                               "MPI collectives across processes: how the ranks hand each other their buffers' "
                               "handles at every call (also the call's entry barrier): the team's shared-memory "
-                              "segment (shm) or an MPI allgather (mpi)",
+                              "segment (shm) or the bootstrap's allgather (mpi: PMPI_Iallgather in the interposer)",
                               {"shm", "mpi"}};
 // Round-major copy reductions across processes: not measured there yet (on 2 GPUs every
 // schedule has one round); the native path measured them from 256M.
@@ -48,22 +48,6 @@ const BoolSetting kTimes{"GPUSTRIPE_MPI_COLL_TIMES", "0",
                         "phase when its communicator's collectives end (diagnosis)"};
 std::atomic<bool> g_die_in_next{false};      // test hook: SIGKILL inside the next call
 std::atomic<bool> g_fail_next_setup{false};  // test hook: the next team's setup fails here
-
-// Runs a nonblocking MPI collective that `start` begins and waits for it like every other
-// wait on the peers: bounded by GPUSTRIPE_TIMEOUT, failing early when a peer dies (a
-// blocking PMPI call would wait forever for a dead rank).
-void bounded_collective(const char* what, const std::function<void()>& check_peers,
-                        const std::function<int(MPI_Request*)>& start) {
-  MPI_Request req = MPI_REQUEST_NULL;
-  check_mpi(start(&req), what);
-  ipc::Waiter w(format("%s: waiting for the other ranks", what), check_peers);
-  for (;;) {
-    int done = 0;
-    check_mpi(PMPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
-    if (done) return;
-    w.pause();
-  }
-}
 
 bool exchange_shm() {
   static const bool shm = kExchange.get() == "shm";
@@ -92,16 +76,18 @@ struct CollTeam::RankInfo {
   Desc send, recv, scratch;
 };
 
-CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
-    : rt_(rt), backend_(rt.context().backend()), comm_(comm) {
-  check_mpi(PMPI_Comm_rank(comm, &rank_), "MPI_Comm_rank");
-  check_mpi(PMPI_Comm_size(comm, &n_), "MPI_Comm_size");
-  for (int r = 0; r < n_; ++r) channel_rank_.push_back(rt.local_of(ci.world_of[r]));
+CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::Bootstrap> boot,
+                   std::vector<int> channel_rank)
+    : ctx_(ctx), ep_(endpoint), backend_(ctx.backend()), boot_(std::move(boot)), channel_rank_(std::move(channel_rank)) {
+  rank_ = boot_->rank();
+  n_ = boot_->size();
+  GS_REQUIRE(static_cast<int>(channel_rank_.size()) == n_, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "collective team: %zu channel ranks for %d members", channel_rank_.size(), n_);
 
   // What the schedule choice depends on. Every rank must build the same program, and a
   // rank does not know the others' GPUs before the call, so this looks at every GPU of
   // the node: the same answer on every rank.
-  const Topology& topo = rt.context().topology();
+  const Topology& topo = ctx_.topology();
   std::vector<int> gpus(std::min(topo.gpu_count(), backend_.device_count()));
   for (size_t i = 0; i < gpus.size(); ++i) gpus[i] = static_cast<int>(i);
   res_ = coll::describe_team(backend_, topo, gpus);
@@ -124,12 +110,12 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
   // The flags the ranks' hosts order cross-rank steps with, and this rank's runner. A step
   // failing on one rank (no memory, no shared memory left) must fail the team on every
   // rank, never leave the others waiting for it: each rank sets up what it can, then
-  // the ranks agree on the outcome (an all-reduction of the statuses) before anyone relies
-  // on a peer's part.
+  // the ranks agree on the outcome (the bootstrap's all-reduction of the statuses) before
+  // anyone relies on a peer's part. The bootstrap's waits end on a dead peer.
   std::vector<int> peers;
   for (int r = 0; r < n_; ++r)
     if (r != rank_) peers.push_back(channel_rank_[r]);
-  p2p::Endpoint* ep = &rt.endpoint();
+  p2p::Endpoint* ep = &ep_;
   std::function<void()> check_peers = [ep, peers] {
     for (int p : peers) ep->check_source(p);
     if (ipc::FdExchange* fds = ep->fd_exchange()) fds->serve();  // a peer re-mapping our VMM / pool buffers
@@ -139,15 +125,8 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
   std::function<void()> check_alive = [ep, peers] {
     for (int p : peers) ep->check_source(p);
   };
-  // What the nonblocking MPI calls read and write: on the heap, and left there when a wait
-  // gives up (the MPI may still write into it for a request that never completes).
-  struct Messages {
-    char name[128] = {};
-    int out[2] = {0, -1};  // this rank's status and, when it failed, its rank
-    int all[2] = {0, -1};  // the largest of every rank's
-  };
-  auto msgs = std::make_unique<Messages>();
-  char* name = msgs->name;
+  boot_->watch_peers(check_peers);
+  char name[128] = {};
   ipc::ShmSegment seg;
   Status failed = GPUSTRIPE_SUCCESS;
   std::string why;
@@ -168,33 +147,22 @@ CollTeam::CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci)
     attempt([&] {
       std::string nm = ipc::unique_shm_name("coll");
       seg = ipc::ShmSegment::create(nm, TeamFlags::segment_bytes());
-      std::strncpy(name, nm.c_str(), sizeof msgs->name - 1);
+      std::strncpy(name, nm.c_str(), sizeof name - 1);
     });
   }
-  try {
-    bounded_collective("MPI_Ibcast (collective flags)", check_peers, [&](MPI_Request* req) {
-      return PMPI_Ibcast(name, sizeof msgs->name, MPI_CHAR, 0, comm, req);
+  boot_->bcast(name, sizeof name, 0);
+  // No name: rank 0 failed, and says so in the agreement below.
+  if (rank_ != 0 && name[0]) attempt([&] { seg = ipc::ShmSegment::open(name); });
+  if (name[0]) {
+    attempt([&] {
+      flags_ = std::make_unique<TeamFlags>(std::move(seg));
+      reducer_ = coll::make_reducer(backend_);
+      runner_ = std::make_unique<SliceRunner>(backend_, *reducer_, rank_, n_, *flags_, check_peers, check_alive);
     });
-    // No name: rank 0 failed, and says so in the agreement below.
-    if (rank_ != 0 && name[0]) attempt([&] { seg = ipc::ShmSegment::open(name); });
-    if (name[0]) {
-      attempt([&] {
-        flags_ = std::make_unique<TeamFlags>(std::move(seg));
-        reducer_ = coll::make_reducer(backend_);
-        runner_ = std::make_unique<SliceRunner>(backend_, *reducer_, rank_, n_, *flags_, check_peers, check_alive);
-      });
-    }
-    // Every rank has opened the segment (or given up): after this its name can go.
-    msgs->out[0] = static_cast<int>(failed);
-    msgs->out[1] = failed != GPUSTRIPE_SUCCESS ? rank_ : -1;
-    bounded_collective("MPI_Iallreduce (collective setup)", check_peers, [&](MPI_Request* req) {
-      return PMPI_Iallreduce(msgs->out, msgs->all, 2, MPI_INT, MPI_MAX, comm, req);
-    });
-  } catch (...) {
-    (void)msgs.release();  // a request still pending may write into it
-    throw;
   }
-  const int* all = msgs->all;
+  // Every rank has opened the segment (or given up): after this its name can go.
+  int all[2] = {static_cast<int>(failed), failed != GPUSTRIPE_SUCCESS ? rank_ : -1};  // the worst status, its rank
+  boot_->allreduce_max(all, 2);
   if (rank_ == 0) {
     if (flags_) flags_->unlink();
     else seg.unlink();
@@ -292,7 +260,7 @@ CollTeam::Desc CollTeam::describe(const void* p, size_t bytes, const std::vector
              "a buffer spanning memory of several kinds has no one IPC handle");
   // Fd kinds (VMM, pools): every peer may map it, so every peer gets the descriptor before
   // the allgather that names the buffer (once per peer and allocation or pool).
-  ipc::FdExchange* fds = rt_.endpoint().fd_exchange();
+  ipc::FdExchange* fds = ep_.fd_exchange();
   for (int r = 0; r < n_; ++r)
     if (r != rank_)
       GS_REQUIRE(fds && fds->offer(channel_rank_[r], d.handle), GPUSTRIPE_ERR_NOT_SUPPORTED,
@@ -303,7 +271,7 @@ CollTeam::Desc CollTeam::describe(const void* p, size_t bytes, const std::vector
 
 char* CollTeam::map(int r, const Desc& d) {
   if (!d.present) return nullptr;
-  ipc::HandleCache* cache = rt_.endpoint().handle_cache();
+  ipc::HandleCache* cache = ep_.handle_cache();
   GS_REQUIRE(cache, GPUSTRIPE_ERR_NOT_SUPPORTED, "collectives need the IPC mapping cache of the p2p layer");
   GS_REQUIRE(d.offset < d.handle.size, GPUSTRIPE_ERR_INTERNAL, "rank %d's buffer lies past its allocation", r);
   return static_cast<char*>(cache->map(channel_rank_[r], d.base, d.handle)) + d.offset;
@@ -328,7 +296,7 @@ void CollTeam::map_all(int r, std::initializer_list<const Desc*> descs, std::ini
     if (e.status() != GPUSTRIPE_ERR_CUDA || std::strstr(e.what(), "AlreadyMapped") == nullptr) throw;
     GS_LOG_INFO(Subsys::Mpi, "rank %d's buffer is mapped here already (%s): closing the cached mappings of its "
                 "buffers and mapping again", r, e.what());
-    rt_.endpoint().handle_cache()->evict_peer(channel_rank_[r]);
+    ep_.handle_cache()->evict_peer(channel_rank_[r]);
     ++evictions_;
     auto o = out.begin();
     for (const Desc* d : descs) **o++ = map(r, *d);
@@ -336,7 +304,7 @@ void CollTeam::map_all(int r, std::initializer_list<const Desc*> descs, std::ini
 }
 
 uint64_t CollTeam::mapping_epoch() const {
-  ipc::HandleCache* cache = rt_.endpoint().handle_cache();
+  ipc::HandleCache* cache = ep_.handle_cache();
   if (!cache) return evictions_;
   const ipc::HandleCacheStats st = cache->stats();
   return evictions_ + st.stale_evictions + st.capacity_evictions;
@@ -473,8 +441,7 @@ bool CollTeam::run_unchecked(const CollCall& call) {
   if (exchange_shm()) {
     runner_->exchange(&mine, sizeof mine, all.data());
   } else {
-    check_mpi(PMPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm_),
-              "MPI_Allgather (collective buffers)");
+    boot_->allgather(&mine, sizeof mine, all.data());
   }
   const Clock::time_point t2 = Clock::now();
   for (const RankInfo& ri : all)

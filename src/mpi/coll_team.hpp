@@ -2,8 +2,8 @@
 //
 // A call goes: every rank sizes the schedule's scratch (a build over placeholders),
 // grows its own scratch buffer, and exports its send, receive and scratch buffers;
-// an exchange through the team's shared segment (GPUSTRIPE_MPI_COLL_EXCHANGE=mpi: a
-// PMPI_Allgather) hands every rank the others' handles and
+// an exchange through the team's shared segment (GPUSTRIPE_MPI_COLL_EXCHANGE=mpi: the
+// bootstrap's allgather) hands every rank the others' handles and
 // whether they can take this path at all (all device buffers, a supported type and
 // op); each rank maps the others' buffers through the p2p layer's mapping cache
 // (keyed by buffer id: a buffer freed and reallocated at the same address is mapped
@@ -14,9 +14,10 @@
 //
 // Not yet across processes: the host-path share of exchanges (it needs pinned host
 // memory shared by the ranks; forced to 0) and the hierarchical allreduce.
+//
+// The team needs no MPI: the processes find each other through an ipc::Bootstrap (the
+// interposer's over PMPI, mpi_bootstrap.hpp; the PyTorch backend's over its store).
 #pragma once
-#include <mpi.h>
-
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -32,8 +33,10 @@
 #include "coll/schedules.hpp"
 #include "coll/scratch.hpp"
 #include "coll/select.hpp"
+#include "core/context.hpp"
+#include "ipc/bootstrap.hpp"
 #include "mpi/coll_slice.hpp"
-#include "mpi/runtime.hpp"
+#include "p2p/endpoint.hpp"
 
 namespace gpustripe::mpi {
 
@@ -72,9 +75,10 @@ void test_fail_next_team_setup();
 
 class CollTeam {
  public:
-  // Collective over `comm` (a node-local communicator the runtime knows): every rank
-  // makes it at the same call, whatever its buffers.
-  CollTeam(Runtime& rt, MPI_Comm comm, const CommInfo& ci);
+  // Collective over the bootstrap's members (processes of this node): every member makes
+  // it at the same call, whatever its buffers. channel_rank[r]: member r's rank in the
+  // endpoint's channel.
+  CollTeam(Context& ctx, p2p::Endpoint& ep, std::unique_ptr<ipc::Bootstrap> boot, std::vector<int> channel_rank);
   ~CollTeam();
   CollTeam(const CollTeam&) = delete;
   CollTeam& operator=(const CollTeam&) = delete;
@@ -109,9 +113,10 @@ class CollTeam {
   uint64_t mapping_epoch() const;
   bool run_unchecked(const CollCall& call);
 
-  Runtime& rt_;
+  Context& ctx_;
+  p2p::Endpoint& ep_;
   Backend& backend_;
-  MPI_Comm comm_;
+  std::unique_ptr<ipc::Bootstrap> boot_;
   int rank_ = 0, n_ = 0;
   std::vector<int> channel_rank_;  // comm rank -> rank of the node channel (mapping cache key)
   coll::TeamResources res_;

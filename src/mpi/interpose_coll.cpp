@@ -20,6 +20,7 @@
 #include "mpi/coll_team.hpp"
 #include "mpi/datatype.hpp"
 #include "mpi/interpose.hpp"
+#include "mpi/mpi_bootstrap.hpp"
 #include "mpi/reduce_type.hpp"
 
 namespace gpustripe::mpi {
@@ -44,7 +45,7 @@ CollTeam* team_for(Runtime& rt, MPI_Comm comm) {
   if (!rt.coll_state) rt.coll_state = std::make_shared<CollState>();
   auto& teams = static_cast<CollState*>(rt.coll_state.get())->teams;
   std::unique_ptr<CollTeam>& t = teams[ci->ctx];
-  if (!t) t = std::make_unique<CollTeam>(rt, comm, *ci);
+  if (!t) t = make_coll_team(rt, comm, *ci);
   return t.get();
 }
 

@@ -1,0 +1,135 @@
+"""Trains a model with DDP (or FSDP) on backend nccl and on backend gpustripe, in one run,
+and compares the losses step by step and the step times. Random data, models built from
+code (nothing downloaded): torchvision's ResNet-50 and a GPT-2-style transformer from a
+transformers GPT2Config; FSDP is fully_shard over the group (per transformer block for GPT-2).
+One process per GPU:
+
+    torchrun --nproc-per-node 2 examples/train_ddp.py --model gpt2 --steps 50
+    torchrun --nproc-per-node 2 examples/train_ddp.py --model resnet50 --wrap fsdp
+
+The default process group runs on gpustripe ("cuda:gpustripe,cpu:gloo"); a second group of
+the same ranks runs on nccl. Each backend trains the same model from the same initial
+weights on the same batches. Rank 0 prints one line per step and a summary line
+`TRAIN {json}` (losses of both, the largest relative difference, median step times).
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import gpustripe.torch  # noqa: F401  (registers the backend)
+
+
+def build(name: str, args) -> torch.nn.Module:
+    torch.manual_seed(0)
+    if name == "resnet50":
+        import torchvision
+
+        return torchvision.models.resnet50(weights=None)
+    if name == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cfg = GPT2Config(n_layer=args.layers, n_embd=args.embd, n_head=args.heads, n_positions=args.seq,
+                         vocab_size=50257, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        return GPT2LMHeadModel(cfg)
+    raise SystemExit(f"unknown model {name}")
+
+
+def batch(name: str, args, step: int, rank: int, dev):
+    g = torch.Generator(device=dev).manual_seed(100000 * step + rank)
+    if name == "resnet50":
+        x = torch.randn(args.batch, 3, 224, 224, generator=g, device=dev)
+        y = torch.randint(0, 1000, (args.batch,), generator=g, device=dev)
+        return x, y
+    ids = torch.randint(0, 50257, (args.batch, args.seq), generator=g, device=dev)
+    return ids, ids
+
+
+def loss_of(name: str, model, x, y):
+    if name == "resnet50":
+        return F.cross_entropy(model(x), y)
+    return model(input_ids=x, labels=y).loss
+
+
+def train(group, args, rank, dev) -> tuple[list[float], list[float]]:
+    model = build(args.model, args).to(dev)
+    if args.wrap == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        model = DDP(model, device_ids=[dev.index], process_group=group, bucket_cap_mb=args.bucket_mb)
+    else:
+        from torch.distributed.device_mesh import DeviceMesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = DeviceMesh.from_group(group, "cuda")
+        for block in getattr(getattr(model, "transformer", None), "h", []):  # GPT-2: a shard unit per block
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    losses, times = [], []
+    for step in range(args.steps):
+        x, y = batch(args.model, args, step, rank, dev)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_of(args.model, model, x, y)
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        # the mean loss over ranks (on nccl for both runs: the comparison is the training's, not this)
+        lv = loss.detach().clone()
+        dist.all_reduce(lv, group=args.nccl_group)
+        losses.append(lv.item() / dist.get_world_size())
+    del model, opt
+    torch.cuda.empty_cache()
+    return losses, times
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="gpt2", choices=["gpt2", "resnet50"])
+    p.add_argument("--wrap", default="ddp", choices=["ddp", "fsdp"])
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--batch", type=int, default=0, help="per GPU (default: gpt2 4, resnet50 32)")
+    p.add_argument("--seq", type=int, default=512)
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--embd", type=int, default=768)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--bucket-mb", type=int, default=25)
+    p.add_argument("--rtol", type=float, default=1e-3, help="largest relative loss difference accepted")
+    args = p.parse_args()
+    args.batch = args.batch or (32 if args.model == "resnet50" else 4)
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    dev = torch.device("cuda", local)
+    dist.init_process_group("cuda:gpustripe,cpu:gloo")
+    rank = dist.get_rank()
+    args.nccl_group = dist.new_group(backend="nccl")
+    runs = {}
+    for name, group in (("nccl", args.nccl_group), ("gpustripe", dist.group.WORLD)):
+        runs[name] = train(group, args, rank, dev)
+    ln, lg = runs["nccl"][0], runs["gpustripe"][0]
+    diff = max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(ln, lg))
+    skip = min(5, args.steps // 2)  # the first steps include allocation and autotuning
+    step_ms = {k: 1e3 * statistics.median(v[1][skip:]) for k, v in runs.items()}
+    if rank == 0:
+        for i, (a, b) in enumerate(zip(ln, lg)):
+            print(f"step {i:3d}  loss nccl {a:.6f}  gpustripe {b:.6f}", flush=True)
+        native = getattr(dist.group.WORLD, "native_calls", -1)
+        print("TRAIN " + json.dumps({
+            "model": args.model, "wrap": args.wrap, "ranks": dist.get_world_size(), "steps": args.steps,
+            "batch": args.batch, "max_rel_loss_diff": diff, "losses_match": diff <= args.rtol,
+            "step_ms": step_ms, "speedup": step_ms["nccl"] / step_ms["gpustripe"], "native_calls": native,
+            "loss_nccl": ln, "loss_gpustripe": lg}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

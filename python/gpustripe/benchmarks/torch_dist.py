@@ -1,0 +1,153 @@
+"""gpustripe bench torch: collectives through torch.distributed, backend gpustripe vs nccl.
+
+One process per GPU (torch.multiprocessing.spawn); the default group runs on backend
+``gpustripe`` (gpustripe.torch), a second group of the same ranks on ``nccl``, and each
+size times both, one after the other, as nccl-tests does (a batch of back-to-back calls
+with async_op=False, one synchronisation, time / calls; the median of several batches; the
+slowest rank's median). Methods ``torch_gpustripe`` and ``torch_nccl``; busbw uses
+nccl-tests' factors; sizes per rank. The results file's rows also say how many of the
+gpustripe calls the backend served natively (not its NCCL fallback).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+NAME = "torch"
+HELP = ("collectives through torch.distributed (all_reduce, all_gather_into_tensor, reduce_scatter_tensor, "
+        "all_to_all_single, broadcast): backend gpustripe vs nccl, busbw, 1M-1G")
+OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "bcast")
+METHODS = ("torch_gpustripe", "torch_nccl")
+
+
+def add_arguments(p):
+    p.add_argument("--sizes", default="1M:1G", help="sizes per rank: LO:HI (powers of two) or a list (default 1M:1G)")
+    p.add_argument("--gpus", type=int, default=2, help="processes, one per GPU (default 2)")
+    p.add_argument("--ops", default=",".join(OPS), help=f"comma list (default {','.join(OPS)})")
+    p.add_argument("--dtype", default="float32", help="element type (default float32)")
+    p.add_argument("--iters", type=int, default=10, help="calls per timed batch (default 10)")
+    p.add_argument("--trials", type=int, default=5, help="timed batches per size; the median is reported")
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls first")
+    p.add_argument("--timeout", type=int, default=900, help="seconds the workers may take")
+    p.add_argument("--out", default="bench/results", help="directory of the JSON + PNG results")
+    p.add_argument("--no-write", action="store_true", help="print the tables only")
+
+
+def _worker(rank, world, cfg, out_path):
+    """One process per GPU. Rank 0 writes the rows."""
+    import torch
+    import torch.distributed as dist
+
+    import gpustripe.torch  # noqa: F401  (registers the backend)
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(cfg["port"])
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    dist.init_process_group("cuda:gpustripe,cpu:gloo", rank=rank, world_size=world)
+    groups = {"torch_gpustripe": dist.group.WORLD, "torch_nccl": dist.new_group(backend="nccl")}
+    dtype = getattr(torch, cfg["dtype"])
+    esz = torch.tensor([], dtype=dtype).element_size()
+
+    def bench(fn, group):
+        for _ in range(cfg["warmup"]):
+            fn(group)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(cfg["trials"]):
+            dist.barrier(group=groups["torch_nccl"])
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(cfg["iters"]):
+                fn(group)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) / cfg["iters"] * 1e6)
+        t = torch.tensor([sorted(times)[len(times) // 2]], device=dev, dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=groups["torch_nccl"])
+        return float(t.item())
+
+    top = max(cfg["sizes"]) // esz
+    xf = torch.ones(top, dtype=dtype, device=dev)
+    yf = torch.empty_like(xf)
+    rows = []
+    for size in cfg["sizes"]:
+        per = size // esz
+        if per % world:
+            continue
+        x, y, s = xf[:per], yf[:per], yf[:per // world]
+        fns = {"allreduce": lambda g: dist.all_reduce(x, group=g),
+               "alltoall": lambda g: dist.all_to_all_single(y, x, group=g),
+               "allgather": lambda g: dist.all_gather_into_tensor(y, x[:per // world], group=g),
+               "reduce_scatter": lambda g: dist.reduce_scatter_tensor(s, x, group=g),
+               "bcast": lambda g: dist.broadcast(x, 0, group=g)}
+        for op in cfg["ops"]:
+            for method, g in groups.items():
+                before = getattr(groups["torch_gpustripe"], "native_calls", 0)
+                us = bench(fns[op], g)
+                native = getattr(groups["torch_gpustripe"], "native_calls", 0) - before
+                if rank == 0:
+                    rows.append({"op": op, "method": method, "bytes": size, "us": us,
+                                 **({"native_calls": native} if method == "torch_gpustripe" else {})})
+                    print(f"  {op:>14} {method:>16} {size:>11} B {us:10.1f} us", flush=True)
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump({"rows": rows, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+                       "torch": torch.__version__}, f)
+    dist.destroy_process_group()
+
+
+def run(args) -> int:
+    from .. import results
+    from ..copy import default_context
+    from ._p2p_common import parse_sizes
+    from .coll import _row
+
+    try:
+        import torch
+        import torch.multiprocessing as mp
+    except ImportError as e:
+        raise SystemExit(f"gpustripe bench torch: needs torch ({e})")
+    ctx = default_context()
+    ops = [o for o in args.ops.split(",") if o]
+    bad = [o for o in ops if o not in OPS]
+    if bad:
+        raise SystemExit(f"gpustripe bench torch: unknown ops {bad} ({', '.join(OPS)})")
+    n = args.gpus
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have < n:
+        raise SystemExit(f"gpustripe bench torch: {n} processes need {n} GPUs; torch sees {have}")
+    sizes = parse_sizes(args.sizes)
+    cfg = {"sizes": sizes, "ops": ops, "dtype": args.dtype, "iters": args.iters, "trials": args.trials,
+           "warmup": args.warmup, "port": 29700 + n}
+    print(f"gpustripe bench torch on {ctx.device_label}: {n} processes, ops {','.join(ops)}, sizes "
+          f"{sizes[0]}..{sizes[-1]} B per rank", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rows.json")
+        procs = mp.spawn(_worker, args=(n, cfg, out), nprocs=n, join=False)
+        deadline = time.monotonic() + args.timeout
+        while not procs.join(timeout=5):
+            if time.monotonic() > deadline:
+                for proc in procs.processes:  # the workers this run started
+                    proc.kill()
+                raise SystemExit(f"gpustripe bench torch: workers did not finish in {args.timeout} s")
+        with open(out) as f:
+            got = json.load(f)
+    rows = []
+    for r in got["rows"]:
+        extra = {k: r[k] for k in ("native_calls",) if k in r}
+        rows.append(_row(r["op"], r["method"], r["bytes"], r["us"], n, nccl_version=got["nccl"],
+                         torch_version=got["torch"], **extra))
+    for op in ops:
+        if any(r["op"] == op for r in rows):
+            print(f"\n[{n} ranks] " + results.ratio_table(rows, op, ours="torch_gpustripe", value="busbw_gbps"))
+    if args.no_write or not rows:
+        return 0 if rows else 1
+    path = results.write(f"torch-dist-{n}gpu", ctx.device_label, n, rows, out_dir=args.out,
+                         extra={"dtype": args.dtype, "iters": args.iters, "trials": args.trials},
+                         command=" ".join(["gpustripe", "bench", "torch", *sys.argv[3:]]))
+    print(f"wrote {path} (+ .png)")
+    return 0

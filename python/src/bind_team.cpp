@@ -1,0 +1,115 @@
+// gpustripe._core.NodeTeam: the cross-process collective team (src/mpi/node_team.hpp)
+// for processes that meet through a key-value store instead of MPI (the PyTorch backend,
+// gpustripe/torch.py). Buffers are raw device pointers (ints); a call returns False on
+// every member, having done nothing, when some member's side cannot take it.
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/string.h>
+
+#include <cstring>
+
+#include "bindings.hpp"
+#include "coll/types.hpp"
+#include "common/error.hpp"
+#include "ipc/wait.hpp"
+#include "mpi/node_team.hpp"
+
+namespace gpustripe::py {
+namespace {
+
+using mpi::NodeTeam;
+
+void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
+
+// The members meet through `allgather(bytes, timeout) -> bytes`: every member's message,
+// concatenated in rank order, waiting at most `timeout` seconds (GPUSTRIPE_TIMEOUT; 0: no
+// limit). It may be called from a call that released the GIL.
+std::unique_ptr<ipc::Bootstrap> bootstrap_of(int rank, int size, nb::callable allgather) {
+  auto fn = [allgather, size](const void* mine, size_t bytes, void* all) {
+    nb::gil_scoped_acquire gil;
+    nb::object got = allgather(nb::bytes(static_cast<const char*>(mine), bytes), ipc::timeout_seconds());
+    nb::bytes b = nb::cast<nb::bytes>(got);
+    GS_REQUIRE(b.size() == bytes * static_cast<size_t>(size), GPUSTRIPE_ERR_INVALID_ARGUMENT,
+               "bootstrap allgather returned %zu bytes for %d members of %zu bytes", b.size(), size, bytes);
+    std::memcpy(all, b.c_str(), b.size());
+  };
+  return std::make_unique<ipc::FunctionBootstrap>(rank, size, fn);
+}
+
+void bind_team(nb::module_& m) {
+  nb::class_<NodeTeam>(m, "NodeTeam",
+                       "Collectives across the processes of this node (one GPU each), which meet through "
+                       "allgather(bytes, timeout) -> bytes (every member's message in rank order, waiting at most "
+                       "timeout seconds: GPUSTRIPE_TIMEOUT, 0 for no limit)")
+      .def("__init__",
+           [](NodeTeam* t, int rank, int size, nb::callable allgather) {
+             new (t) NodeTeam(bootstrap_of(rank, size, std::move(allgather)));
+           },
+           nb::arg("rank"), nb::arg("size"), nb::arg("allgather"))
+      .def_prop_ro("rank", &NodeTeam::rank)
+      .def_prop_ro("size", &NodeTeam::size)
+      .def_prop_ro("context", &NodeTeam::context, nb::rv_policy::reference_internal,
+                   "The team's gpustripe.Context (its devices; alloc_device/upload/download in tests)")
+      .def(
+          "mapping_stats",
+          [](const NodeTeam& t) {
+            ipc::HandleCacheStats st = t.mapping_stats();
+            nb::dict d;
+            d["hits"] = st.hits;
+            d["misses"] = st.misses;
+            d["stale_evictions"] = st.stale_evictions;
+            d["capacity_evictions"] = st.capacity_evictions;
+            return d;
+          },
+          "Mappings of other members' buffers: misses (mapped anew), hits (reused), evictions")
+      .def(
+          "allreduce",
+          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,
+             const std::string& op) {
+            coll::DataType dt = coll::parse_dtype(dtype);
+            coll::RedOp o = coll::parse_redop(op);
+            return without_gil([&] { return t.allreduce(as_ptr(send), as_ptr(recv), count, dt, o); });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op") = "sum")
+      .def(
+          "reduce_scatter",
+          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,
+             const std::string& op) {
+            coll::DataType dt = coll::parse_dtype(dtype);
+            coll::RedOp o = coll::parse_redop(op);
+            return without_gil([&] { return t.reduce_scatter(as_ptr(send), as_ptr(recv), count, dt, o); });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op") = "sum",
+          "count: elements of each member's block (recv)")
+      .def(
+          "allgather",
+          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block) {
+            return without_gil([&] { return t.allgather(as_ptr(send), as_ptr(recv), block); });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"))
+      .def(
+          "alltoall",
+          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block) {
+            return without_gil([&] { return t.alltoall(as_ptr(send), as_ptr(recv), block); });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"))
+      .def(
+          "bcast",
+          [](NodeTeam& t, uintptr_t buf, size_t bytes, int root) {
+            return without_gil([&] { return t.bcast(as_ptr(buf), bytes, root); });
+          },
+          nb::arg("buf"), nb::arg("bytes"), nb::arg("root"))
+      .def(
+          "reduce",
+          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,
+             const std::string& op, int root) {
+            coll::DataType dt = coll::parse_dtype(dtype);
+            coll::RedOp o = coll::parse_redop(op);
+            return without_gil([&] { return t.reduce(as_ptr(send), as_ptr(recv), count, dt, o, root); });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"), nb::arg("root"));
+}
+
+BindingRegistrar reg(55, bind_team);
+
+}  // namespace
+}  // namespace gpustripe::py

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# GPU step of scripts/gpu-check.sh: the torch.distributed backend gpustripe (docs/torch.md), 2 GPUs.
+#   pytest test_node_team.py, test_torch_backend.py  the store-met team on the GPUs; every op through
+#                                                    torchrun against the same call on NCCL
+#   gpustripe bench torch   busbw per op and size, backend gpustripe vs nccl          -> $OUT/torch
+#   examples/train_ddp.py   a GPT-2-style model (DDP), nccl then gpustripe: losses and step times
+# BENCH_TORCH_ARGS replaces the benchmark's sizes and repetitions; TRAIN_ARGS the training's.
+# Needs about 8 minutes: run with STEP_TIMEOUT=900.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export GPUSTRIPE_TIMEOUT=${GPUSTRIPE_TIMEOUT:-60}
+mkdir -p "$OUT/torch"
+rc=0
+echo "== backend tests"
+timeout 420 python3 -m pytest -q -rs tests/python/test_node_team.py tests/python/test_torch_backend.py \
+  > "$OUT/torch/pytest.log" 2>&1 || rc=1
+tail -15 "$OUT/torch/pytest.log"
+echo "== gpustripe bench torch"
+# shellcheck disable=SC2086
+timeout 600 python3 -m gpustripe.cli bench torch --gpus 2 --out "$OUT/torch" \
+  ${BENCH_TORCH_ARGS:---sizes 1M,16M,64M,256M,1G --iters 10 --trials 3} || rc=1
+echo "== examples/train_ddp.py"
+# shellcheck disable=SC2086
+timeout 600 python3 -m torch.distributed.run --nproc-per-node 2 examples/train_ddp.py \
+  ${TRAIN_ARGS:---model gpt2 --steps 50} > "$OUT/torch/train.log" 2>&1 || rc=1
+grep -E "^(TRAIN|gpustripe.torch)|Error" "$OUT/torch/train.log" | cut -c1-600
+exit $rc

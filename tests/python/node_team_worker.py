@@ -1,0 +1,125 @@
+"""One member of a gpustripe.team.node_team met through a FileStore (no MPI, no torch): runs
+every collective on device buffers of device `rank` and checks the results against numpy.
+Prints one line `NODETEAM {json}`. Run by test_node_team.py, one process per rank."""
+import json
+import sys
+
+import numpy as np
+
+sys.path.insert(0, __import__("os").path.dirname(__file__))
+from file_store import FileStore  # noqa: E402
+
+from gpustripe.team import node_team  # noqa: E402
+
+NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int32": np.int32, "int64": np.int64}
+RTOL = {"float32": 1e-5, "float64": 1e-12, "float16": 2e-3}
+REDUCE = {"sum": np.add.reduce, "prod": np.multiply.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce}
+
+
+def data(r: int, n: int, dtype: str, salt: int) -> np.ndarray:
+    rng = np.random.default_rng(1000 * salt + r)
+    if dtype.startswith("int"):
+        return rng.integers(-3, 4, n).astype(NP[dtype])
+    return rng.uniform(0.5, 1.5, n).astype(NP[dtype])
+
+
+def main() -> None:
+    store_dir, rank, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    team = node_team(FileStore(store_dir), rank, size)
+    ctx, dev = team.context, rank
+    held = []
+
+    def dbuf(nbytes: int) -> int:
+        p = ctx.alloc_device(dev, nbytes)
+        held.append(p)
+        return p
+
+    def put(a: np.ndarray) -> int:
+        p = dbuf(a.nbytes)
+        ctx.upload(p, dev, a.tobytes())
+        return p
+
+    def get(p: int, n: int, dtype: str) -> np.ndarray:
+        return np.frombuffer(ctx.download(p, dev, n * np.dtype(NP[dtype]).itemsize), dtype=NP[dtype])
+
+    checks, salt = [], 0
+
+    def check(name: str, served: bool, got, want: np.ndarray) -> None:
+        """served: the call's answer; got: reads the result (after the call, hence a function)."""
+        got = got()
+        ok = served and got.shape == want.shape and (
+            np.array_equal(got, want) if got.dtype.kind == "i" else np.allclose(got, want, rtol=RTOL[got.dtype.name]))
+        checks.append({"op": name, "ok": bool(ok), "served": bool(served)})
+
+    for dtype in ("float32", "int32", "float64", "int64", "float16"):
+        for op in ("sum", "prod", "max", "min"):
+            for n in (1, 1000, 4099):
+                salt += 1
+                ins = [data(r, n, dtype, salt) for r in range(size)]
+                want = REDUCE[op](np.stack(ins).astype(np.float64 if dtype == "float16" else NP[dtype]), axis=0)
+                want = want.astype(NP[dtype])
+                s = put(ins[rank])
+                r = dbuf(ins[rank].nbytes)
+                check(f"allreduce {dtype} {op} {n}", team.allreduce(s, r, n, dtype, op), lambda: get(r, n, dtype),
+                      want)
+                # in place, and the same buffers again (the mappings and program are reused)
+                for _ in range(2):
+                    ctx.upload(s, dev, ins[rank].tobytes())
+                    served = team.allreduce(s, s, n, dtype, op)
+                    check(f"allreduce in place {dtype} {op} {n}", served, lambda: get(s, n, dtype), want)
+    for n in (1, 777):
+        salt += 1
+        ins = [data(r, n * size, "float32", salt) for r in range(size)]
+        want = np.add.reduce(np.stack(ins), axis=0)[rank * n:(rank + 1) * n]
+        s, r = put(ins[rank]), dbuf(n * 4)
+        check(f"reduce_scatter {n}", team.reduce_scatter(s, r, n, "float32", "sum"), lambda: get(r, n, "float32"),
+              want)
+        blocks = [data(r, n, "int32", salt) for r in range(size)]
+        s, r = put(blocks[rank]), dbuf(n * 4 * size)
+        check(f"allgather {n}", team.allgather(s, r, n * 4), lambda: get(r, n * size, "int32"), np.concatenate(blocks))
+        # in place: this rank's block already in the output
+        r = put(np.zeros(n * size, np.int32))
+        ctx.upload(r + rank * n * 4, dev, blocks[rank].tobytes())
+        check(f"allgather in place {n}", team.allgather(r + rank * n * 4, r, n * 4),
+              lambda: get(r, n * size, "int32"), np.concatenate(blocks))
+        sends = [data(r, n * size, "int64", salt) for r in range(size)]
+        s, r = put(sends[rank]), dbuf(n * 8 * size)
+        want = np.concatenate([sends[j][rank * n:(rank + 1) * n] for j in range(size)])
+        check(f"alltoall {n}", team.alltoall(s, r, n * 8), lambda: get(r, n * size, "int64"), want)
+        for root in range(size):
+            b = put(data(rank, n, "float32", salt + root))
+            check(f"bcast root {root} {n}", team.bcast(b, n * 4, root), lambda: get(b, n, "float32"),
+                  data(root, n, "float32", salt + root))
+            ins = [data(r, n, "float32", salt + 7) for r in range(size)]
+            s = put(ins[rank])
+            r = dbuf(n * 4) if rank == root else 0
+            served = team.reduce(s, r, n, "float32", "max", root)
+            if rank == root:
+                check(f"reduce root {root} {n}", served, lambda: get(r, n, "float32"),
+                      np.maximum.reduce(np.stack(ins)))
+            else:
+                checks.append({"op": f"reduce root {root} {n}", "ok": bool(served), "served": bool(served)})
+    # The same buffers again and again: nothing is mapped anew (the mapping cache serves them).
+    x = put(data(rank, 4096, "float32", 99))
+    y = dbuf(4096 * 4)
+    team.allreduce(x, y, 4096, "float32", "sum")
+    before = team.mapping_stats()
+    for _ in range(5):
+        team.allreduce(x, y, 4096, "float32", "sum")
+    after = team.mapping_stats()
+    checks.append({"op": "repeated calls map nothing new", "served": True,
+                   "ok": after["misses"] == before["misses"] and after["hits"] > before["hits"]})
+    # A host buffer on one rank: every rank is told to run it another way, nothing done.
+    salt += 1
+    host = np.ones(16, np.float32)
+    s = put(host) if rank != 0 else host.ctypes.data
+    r = dbuf(64)
+    served = team.allreduce(s, r, 16, "float32", "sum")
+    checks.append({"op": "host buffer declined", "ok": not served, "served": bool(served)})
+    for p in held:
+        ctx.free_device(p)
+    print("NODETEAM " + json.dumps({"rank": rank, "checks": checks}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""The cross-process collective team driven by a key-value store instead of MPI (what the
+PyTorch backend runs on): 2 and 3 processes, every collective checked against numpy, on the
+emulated node here (on GPUs where there are enough). Needs no torch and no MPI."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+WORKER = os.path.join(os.path.dirname(__file__), "node_team_worker.py")
+
+
+def run_team(tmp_path, size: int, timeout: int = 120) -> list[dict]:
+    env = dict(os.environ, GPUSTRIPE_TIMEOUT=os.environ.get("GPUSTRIPE_TIMEOUT", "30"), PYTHONUNBUFFERED="1")
+    procs = [subprocess.Popen([sys.executable, WORKER, str(tmp_path / "store"), str(r), str(size)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+             for r in range(size)]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    reports = []
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out
+        lines = [ln for ln in out.splitlines() if ln.startswith("NODETEAM ")]
+        assert len(lines) == 1, out
+        reports.append(json.loads(lines[0][len("NODETEAM "):]))
+    return reports
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_store_team_runs_every_collective(tmp_path, size):
+    import gpustripe
+
+    if 0 < gpustripe.cuda_device_count() < size:
+        pytest.skip(f"needs {size} GPUs")
+    reports = run_team(tmp_path, size)
+    assert sorted(r["rank"] for r in reports) == list(range(size))
+    for r in reports:
+        bad = [c for c in r["checks"] if not c["ok"]]
+        assert not bad, (r["rank"], bad[:5])
+        assert len(r["checks"]) > 100
+        # every call but the declined one ran on gpustripe's schedules
+        assert sum(c["served"] for c in r["checks"]) == len(r["checks"]) - 1
+
+
+def test_store_team_setup_without_a_member_ends_at_the_timeout(tmp_path):
+    # Member 1 never comes: member 0's wait for it ends after GPUSTRIPE_TIMEOUT (the store's
+    # own get would wait its 60 s), with an error naming the setting.
+    env = dict(os.environ, GPUSTRIPE_TIMEOUT="1", PYTHONUNBUFFERED="1")
+    p = subprocess.Popen([sys.executable, WORKER, str(tmp_path / "store"), "0", "2"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        out = p.communicate(timeout=30)[0]
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode != 0, out
+    assert "GPUSTRIPE_TIMEOUT" in out and "NODETEAM" not in out, out

@@ -1,0 +1,120 @@
+"""The backend with CPU tensors, 2 processes through torch.multiprocessing, on a machine
+without GPUs too: init_process_group("cuda:gpustripe,cpu:gloo") gives a gpustripe group, and
+collectives called through torch.distributed, and DDP, reach it. Mode `gloo`: CPU tensors go
+to gloo inside the backend. Mode `emulated` (gpustripe.torch._test_emulate_cpu): they take the
+native path instead (the store-met team, the worker thread, the fallbacks), staged through the
+emulated devices' memory, and the results are checked against local references. Prints
+`TORCHCPU {json}` per rank (the number of checks and the failed ones). Run by test_torch_backend.py where torch is installed."""
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+R = dist.ReduceOp
+
+
+def worker(rank: int, world: int, port: int, mode: str) -> None:
+    import gpustripe.torch as gt
+
+    if mode == "emulated":
+        gt._test_emulate_cpu()
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("cuda:gpustripe,cpu:gloo", rank=rank, world_size=world)
+    checks = {}
+    pg = dist.group.WORLD
+    checks["group is gpustripe"] = isinstance(pg, gt.ProcessGroupGpustripe) and "gpustripe" in dist.get_backend()
+
+    def data(n, dtype, salt, r=rank):
+        g = torch.Generator().manual_seed(1000 * salt + r)
+        if dtype.is_floating_point:
+            return (torch.rand(n, generator=g) + 0.5).to(dtype)
+        return torch.randint(-3, 4, (n,), generator=g, dtype=dtype)
+
+    ref = {R.SUM: lambda xs: torch.stack(xs).sum(0), R.AVG: lambda xs: torch.stack(xs).sum(0) / world,
+           R.MAX: lambda xs: torch.stack(xs).amax(0), R.MIN: lambda xs: torch.stack(xs).amin(0),
+           R.PRODUCT: lambda xs: torch.stack(xs).prod(0)}
+    salt = 0
+    for dtype in (torch.float32, torch.float64, torch.int32, torch.int64, torch.int8):
+        for op in ref:
+            if op == R.AVG and not dtype.is_floating_point:
+                continue
+            salt += 1
+            x = data(1003, dtype, salt)
+            want = ref[op]([data(1003, dtype, salt, r) for r in range(world)]).to(dtype)
+            dist.all_reduce(x, op=op)
+            checks[f"all_reduce {dtype} {op}"] = torch.allclose(x.double(), want.double(), rtol=1e-5)
+    x = data(8 * world, torch.float32, 50)
+    out = torch.empty(8)
+    dist.reduce_scatter_tensor(out, x, op=R.AVG)
+    want = torch.stack([data(8 * world, torch.float32, 50, r) for r in range(world)]).sum(0)[rank * 8:rank * 8 + 8]
+    checks["reduce_scatter_tensor avg"] = torch.allclose(out, want / world)
+    out = torch.empty(2 * world)
+    dist.all_gather_into_tensor(out, torch.full((2,), float(rank)))
+    checks["all_gather_into_tensor"] = torch.equal(out, torch.arange(world).repeat_interleave(2).float())
+    out = torch.zeros(3 * world)
+    out[3 * rank:3 * rank + 3] = rank + 7
+    dist.all_gather_into_tensor(out, out[3 * rank:3 * rank + 3])
+    checks["all_gather_into_tensor in place"] = torch.equal(out, (torch.arange(world) + 7).repeat_interleave(3).float())
+    outs = [torch.empty(4, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(outs, torch.full((4,), rank, dtype=torch.int64))
+    checks["all_gather list"] = all(torch.equal(o, torch.full((4,), r, dtype=torch.int64)) for r, o in enumerate(outs))
+    src = torch.arange(world * 3, dtype=torch.float32) + 100 * rank
+    got = torch.empty_like(src)
+    dist.all_to_all_single(got, src)
+    checks["all_to_all_single"] = torch.equal(
+        got, torch.cat([torch.arange(rank * 3, rank * 3 + 3, dtype=torch.float32) + 100 * r for r in range(world)]))
+    for root in range(world):
+        b = torch.full((3,), float(rank))
+        dist.broadcast(b, src=root)
+        checks[f"broadcast root {root}"] = torch.equal(b, torch.full((3,), float(root)))
+        v = torch.full((5,), float(rank + 1))
+        dist.reduce(v, dst=root, op=R.MAX)
+        if rank == root:
+            checks[f"reduce root {root}"] = torch.equal(v, torch.full((5,), float(world)))
+    w = dist.all_reduce(a := torch.ones(6), async_op=True)
+    w.wait()
+    checks["async work"] = torch.equal(a, torch.full((6,), float(world)))
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(4, 8) + rank).sum().backward()
+        opt.step()
+    ws = [torch.empty_like(model.module.weight) for _ in range(world)]
+    dist.all_gather(ws, model.module.weight.detach())
+    checks["ddp weights equal on every rank"] = all(torch.equal(ws[0], v) for v in ws)
+    # FSDP (fully_shard over the group) against one process training on every rank's batch
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(1)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    ref.load_state_dict(m.state_dict())
+    fully_shard(m, mesh=DeviceMesh.from_group(pg, "cpu"))
+    opt, ropt = torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(3):
+        xs = [torch.randn(4, 8, generator=torch.Generator().manual_seed(10 * step + r)) for r in range(world)]
+        opt.zero_grad()
+        m(xs[rank]).sum().backward()
+        opt.step()
+        ropt.zero_grad()
+        (sum(ref(x).sum() for x in xs) / world).backward()
+        ropt.step()
+    checks["fsdp matches one process"] = all(
+        torch.allclose(m[i].weight.full_tensor(), ref[i].weight, atol=1e-6) for i in (0, 2))
+    dist.barrier()
+    failed = [k for k, ok in checks.items() if not ok]
+    report = {"rank": rank, "mode": mode, "native_calls": pg.native_calls, "checks": len(checks), "failed": failed}
+    os.write(1, ("TORCHCPU " + json.dumps(report) + "\n").encode())  # one write: the ranks share the pipe
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    port = int(sys.argv[1]) if len(sys.argv) > 1 else 29811
+    mode = sys.argv[2] if len(sys.argv) > 2 else "gloo"
+    mp.spawn(worker, args=(2, port, mode), nprocs=2)

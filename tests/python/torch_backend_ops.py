@@ -1,0 +1,153 @@
+"""Every collective through torch.distributed on backend gpustripe, checked against the
+same call on an NCCL group (gloo for CPU tensors), one process per GPU under torchrun:
+
+    torchrun --nproc-per-node 2 tests/python/torch_backend_ops.py
+
+Prints `TORCHOPS {json}` per rank: the number of checks, the failed ones, and how many
+calls the backend served natively. Run by test_torch_backend.py on a machine with 2+ GPUs."""
+import json
+import os
+
+import torch
+import torch.distributed as dist
+
+import gpustripe.torch  # noqa: F401  (registers the backend)
+
+R = dist.ReduceOp
+
+
+def main() -> None:
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    dist.init_process_group("cuda:gpustripe,cpu:gloo")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    nccl = dist.new_group(backend="nccl")
+    dev = torch.device("cuda", local)
+    checks = []
+
+    def check(name, got, want, tol=0.0):
+        got, want = [got] if torch.is_tensor(got) else got, [want] if torch.is_tensor(want) else want
+        ok = len(got) == len(want) and all(
+            g.shape == w.shape and g.dtype == w.dtype and (
+                torch.equal(g, w) if tol == 0 else torch.allclose(g.float(), w.float(), rtol=tol, atol=tol))
+            for g, w in zip(got, want))
+        checks.append({"check": name, "ok": bool(ok)})
+
+    def data(shape, dtype, salt):
+        g = torch.Generator(device=dev).manual_seed(1000 * salt + rank)
+        if dtype.is_floating_point:
+            return (torch.rand(shape, generator=g, device=dev) + 0.5).to(dtype)
+        low = 0 if dtype == torch.uint8 else -3
+        return torch.randint(low, 4, shape, generator=g, device=dev, dtype=dtype)
+
+    tol = {torch.float32: 1e-5, torch.float64: 1e-9, torch.float16: 1e-2, torch.bfloat16: 3e-2}
+    salt = 0
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64,
+                  torch.int8, torch.uint8):
+        for op in (R.SUM, R.AVG, R.MIN, R.MAX, R.PRODUCT):
+            if op == R.AVG and not dtype.is_floating_point:
+                continue
+            for count in (7, 1 << 20):
+                salt += 1
+                x = data((count,), dtype, salt)
+                a, b = x.clone(), x.clone()
+                dist.all_reduce(a, op=op)
+                dist.all_reduce(b, op=op, group=nccl)
+                check(f"all_reduce {dtype} {op} {count}", a, b, tol.get(dtype, 0.0))
+    for dtype in (torch.float32, torch.bfloat16):
+        for count in (3, 1 << 18):
+            salt += 1
+            x = data((count * n,), dtype, salt)
+            a, b = torch.empty(count, dtype=dtype, device=dev), torch.empty(count, dtype=dtype, device=dev)
+            dist.reduce_scatter_tensor(a, x)
+            dist.reduce_scatter_tensor(b, x, group=nccl)
+            check(f"reduce_scatter_tensor {dtype} {count}", a, b, tol[dtype])
+            a2 = torch.empty_like(a)
+            dist.reduce_scatter_tensor(a2, x, op=R.AVG)
+            dist.reduce_scatter_tensor(b, x, op=R.AVG, group=nccl)
+            check(f"reduce_scatter_tensor avg {dtype} {count}", a2, b, tol[dtype])
+            y = data((count,), dtype, salt)
+            a, b = torch.empty(count * n, dtype=dtype, device=dev), torch.empty(count * n, dtype=dtype, device=dev)
+            dist.all_gather_into_tensor(a, y)
+            dist.all_gather_into_tensor(b, y, group=nccl)
+            check(f"all_gather_into_tensor {dtype} {count}", a, b)
+            # in place (FSDP's form): the input is this rank's slice of the output
+            a = torch.zeros(count * n, dtype=dtype, device=dev)
+            a[rank * count:(rank + 1) * count].copy_(y)
+            dist.all_gather_into_tensor(a, a[rank * count:(rank + 1) * count])
+            check(f"all_gather_into_tensor in place {dtype} {count}", a, b)
+            la = [torch.empty(count, dtype=dtype, device=dev) for _ in range(n)]
+            lb = [torch.empty(count, dtype=dtype, device=dev) for _ in range(n)]
+            dist.all_gather(la, y)
+            dist.all_gather(lb, y, group=nccl)
+            check(f"all_gather list {dtype} {count}", la, lb)
+            z = data((count * n, 2), dtype, salt)
+            a, b = torch.empty_like(z), torch.empty_like(z)
+            dist.all_to_all_single(a, z)
+            dist.all_to_all_single(b, z, group=nccl)
+            check(f"all_to_all_single {dtype} {count}", a, b)
+            for root in range(n):
+                a = data((count,), dtype, salt + root)
+                b = a.clone()
+                dist.broadcast(a, src=root)
+                dist.broadcast(b, src=root, group=nccl)
+                check(f"broadcast root {root} {dtype} {count}", a, b)
+                a = data((count,), dtype, salt + 9)
+                b = a.clone()
+                dist.reduce(a, dst=root, op=R.MAX)
+                dist.reduce(b, dst=root, op=R.MAX, group=nccl)
+                if rank == root:
+                    check(f"reduce root {root} {dtype} {count}", a, b)
+    # uneven splits (NCCL inside the backend)
+    ins = [r + 1 for r in range(n)]
+    outs = [rank + 1] * n
+    z = data((sum(ins),), torch.float32, 77)
+    a, b = torch.empty(sum(outs), device=dev), torch.empty(sum(outs), device=dev)
+    dist.all_to_all_single(a, z, outs, ins)
+    dist.all_to_all_single(b, z, outs, ins, group=nccl)
+    check("all_to_all_single uneven splits", a, b)
+    # async: the work's wait orders the current stream
+    x = data((1 << 22,), torch.float32, 88)
+    a, b = x.clone(), x.clone()
+    w = dist.all_reduce(a, async_op=True)
+    w.wait()
+    c = a * 2
+    dist.all_reduce(b, group=nccl)
+    check("all_reduce async_op then use", c, b * 2, 1e-5)
+    # send/recv around a ring
+    x = data((1000,), torch.float32, 99)
+    got = torch.empty_like(x)
+    ops = [dist.P2POp(dist.isend, x, (rank + 1) % n), dist.P2POp(dist.irecv, got, (rank - 1) % n)]
+    reqs = dist.batch_isend_irecv(ops if rank % 2 == 0 else ops[::-1])  # a send meets a posted receive
+    for q in reqs:
+        q.wait()
+    g = torch.Generator(device=dev).manual_seed(1000 * 99 + (rank - 1) % n)
+    check("send/recv ring", got, torch.rand((1000,), generator=g, device=dev) + 0.5)
+    # CPU tensors go to gloo
+    c = torch.full((5,), float(rank + 1))
+    dist.all_reduce(c)
+    check("cpu all_reduce (gloo)", c, torch.full((5,), float(n * (n + 1) // 2)))
+    dist.barrier()
+    # the same buffers again and again: mapped once, the program reused
+    x = data((1 << 20,), torch.float32, 5)
+    for i in range(20):
+        if i == 3:  # the allocator's blocks for these clones exist by now
+            before = pg.mapping_stats()
+        a = x.clone()
+        dist.all_reduce(a)
+    after = pg.mapping_stats()
+    checks.append({"check": "repeated all_reduce maps nothing new",
+                   "ok": after["misses"] == before["misses"] and after["hits"] > before["hits"]})
+    b = x.clone()
+    dist.all_reduce(b, group=nccl)
+    check("all_reduce repeated on cached segments", a, b, 1e-5)
+    torch.cuda.synchronize()
+    report = {"rank": rank, "backend": dist.get_backend(), "native_calls": getattr(pg, "native_calls", -1),
+              "checks": len(checks), "failed": [c["check"] for c in checks if not c["ok"]]}
+    os.write(1, ("TORCHOPS " + json.dumps(report) + "\n").encode())  # one write: the ranks share the pipe
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
