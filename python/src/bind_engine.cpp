@@ -16,12 +16,22 @@ namespace {
 
 void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 
-// Sizes arrive as Python ints: taken signed, so that a negative one is a gpustripe.Error
-// naming the call (ERR_INVALID_SIZE), not nanobind's "incompatible function arguments".
-uint64_t byte_count(int64_t bytes, const char* call) {
-  GS_REQUIRE(bytes >= 0, GPUSTRIPE_ERR_INVALID_SIZE, "%s: bytes is %lld: a size cannot be negative", call,
-             static_cast<long long>(bytes));
-  return static_cast<uint64_t>(bytes);
+// Sizes arrive as Python ints of any size, so that a negative one, or one past 2**64 (a
+// wrapped size), is a gpustripe.Error naming the call (ERR_INVALID_SIZE), not nanobind's
+// "incompatible function arguments"; what fits in 64 bits goes on to the engine's own range checks.
+uint64_t byte_count(const nb::int_& bytes, const char* call) {
+  PyObject* o = bytes.ptr();
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+  GS_REQUIRE(overflow >= 0 && (overflow > 0 || v >= 0), GPUSTRIPE_ERR_INVALID_SIZE,
+             "%s: bytes is negative: a size cannot be negative", call);
+  if (overflow == 0) return static_cast<uint64_t>(v);
+  const unsigned long long u = PyLong_AsUnsignedLongLong(o);
+  if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();
+    GS_THROW(GPUSTRIPE_ERR_INVALID_SIZE, "%s: bytes is 2**64 or more", call);
+  }
+  return u;
 }
 
 // A stream argument: 0 means the context's default for the source device (see copy.h).
@@ -58,7 +68,7 @@ void bind_engine(nb::module_& m) {
       .def_prop_ro("topology_name", [](Context& c) { return c.topology().name; })
       .def(
           "copy_async",
-          [](Context& c, uintptr_t dst, int dst_dev, uintptr_t src, int src_dev, int64_t n, uintptr_t stream) {
+          [](Context& c, uintptr_t dst, int dst_dev, uintptr_t src, int src_dev, const nb::int_& n, uintptr_t stream) {
             const uint64_t bytes = byte_count(n, "copy_async");
             without_gil([&] {
               StreamHandle s = bytes ? stream_for(c, stream, src_dev) : nullptr;
@@ -69,7 +79,7 @@ void bind_engine(nb::module_& m) {
           nb::arg("stream") = 0, "Raw-pointer copy ordered on `stream` (a cudaStream_t of src_dev as int; 0: default)")
       .def(
           "copy",
-          [](Context& c, uintptr_t dst, int dst_dev, uintptr_t src, int src_dev, int64_t n, uintptr_t stream) {
+          [](Context& c, uintptr_t dst, int dst_dev, uintptr_t src, int src_dev, const nb::int_& n, uintptr_t stream) {
             const uint64_t bytes = byte_count(n, "copy");
             without_gil([&] {
               StreamHandle s = bytes ? stream_for(c, stream, src_dev) : nullptr;
@@ -86,7 +96,7 @@ void bind_engine(nb::module_& m) {
             return info.kind == MemoryKind::Device ? info.device : -1;
           },
           "The GPU owning device memory at `p`, or -1 for host memory")
-      .def("plan", [](Context& c, int src, int dst, int64_t bytes) {
+      .def("plan", [](Context& c, int src, int dst, const nb::int_& bytes) {
         GS_REQUIRE(c.planner(), GPUSTRIPE_ERR_NOT_SUPPORTED, "this context has no planner");
         return c.planner()->plan(src, dst, byte_count(bytes, "plan")).describe();
       }, "The planner's split of a transfer, in short form")
@@ -104,7 +114,7 @@ void bind_engine(nb::module_& m) {
         return d;
       }, "Counters of the engine (plain copies, schedules, graph captures and launches, staging bytes)")
       // Raw device buffers: for tests and tools that have no torch/cupy (emulated devices).
-      .def("alloc_device", [](Context& c, int dev, int64_t bytes) {
+      .def("alloc_device", [](Context& c, int dev, const nb::int_& bytes) {
         return reinterpret_cast<uintptr_t>(c.backend().alloc_device(dev, byte_count(bytes, "alloc_device")));
       })
       .def("free_device", [](Context& c, uintptr_t p) { c.backend().free_device(as_ptr(p)); })
@@ -118,7 +128,7 @@ void bind_engine(nb::module_& m) {
         b.destroy_stream(s);
         b.free_pinned(pinned);
       }, "Writes bytes to device memory (synchronous)")
-      .def("download", [](Context& c, uintptr_t src, int dev, int64_t n) {
+      .def("download", [](Context& c, uintptr_t src, int dev, const nb::int_& n) {
         const uint64_t bytes = byte_count(n, "download");
         Backend& b = c.backend();
         void* pinned = b.alloc_pinned(bytes);
