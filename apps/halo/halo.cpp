@@ -441,6 +441,18 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(node, &local);
   MPI_Comm_free(&node);
 
+#ifdef HALO_HAVE_CUDA
+  // The interposer's test memory on real GPUs is CUDA memory the host cannot step: the same
+  // check then runs as a user's program would, on device memory stepped by the kernels.
+  if (o.mem == "hook") {
+    auto backend = reinterpret_cast<const char* (*)()>(dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_backend"));
+    if (backend && std::strcmp(backend(), "emulated") != 0) {
+      o.mem = "device";
+      o.compute = "device";
+      if (rank == 0) std::printf("halo: --mem hook on %s devices: device memory, stepped on the GPU\n", backend());
+    }
+  }
+#endif
   Memory m(o, local);
   std::unique_ptr<NcclComm> nccl(o.way == "nccl" ? new NcclComm(o.nccl_lib, rank, size) : nullptr);
   bool failed = false;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,10 @@ TEST_P(WrappingSizes, FailBeforeAnythingIsWrittenWithInvalidSize) {
   ScopedEnv plan("GPUSTRIPE_PLAN", GetParam());
   gpustripe_context_t ctx = nullptr;
   ASSERT_EQ(gpustripe_context_create(&ctx), GPUSTRIPE_SUCCESS) << gpustripe_last_error();
+  if (std::strstr(GetParam(), "gpu2") && context_of(ctx).device_count() < 3) {
+    gpustripe_context_destroy(ctx);
+    GTEST_SKIP() << GetParam() << " stages through a third GPU; this node has fewer";
+  }
   Backend& b = context_of(ctx).backend();
   const size_t n = 4 << 20, at = 4096;
   char* src = static_cast<char*>(b.alloc_device(0, n));
@@ -189,6 +194,10 @@ TEST(BadArguments, SmallestStagingSizesCarryStagedCopies) {
     ScopedEnv plan("GPUSTRIPE_PLAN", p);
     gpustripe_context_t ctx = nullptr;
     ASSERT_EQ(gpustripe_context_create(&ctx), GPUSTRIPE_SUCCESS) << gpustripe_last_error();
+    if (std::strstr(p, "gpu2") && context_of(ctx).device_count() < 3) {  // a node of fewer GPUs
+      gpustripe_context_destroy(ctx);
+      continue;
+    }
     Backend& b = context_of(ctx).backend();
     const size_t n = (1 << 20) + 3;
     char* src = static_cast<char*>(b.alloc_device(0, n));
