@@ -43,10 +43,15 @@ std::string trim(const std::string& s) {
 // Names with the prefix that no setting of this library declares but that are still
 // meant: read by the build and test scripts rather than the library, or declared by a
 // library loaded into some processes only (the MPI interposer: GPUSTRIPE_MPI*, checked
-// where it is loaded, i.e. where one of its settings is registered).
+// where it is loaded, i.e. where a setting only it declares is registered; the core library
+// declares some GPUSTRIPE_MPI_COLL_* settings of its own, for the teams it shares with Python).
 const char* const kReadOutside[] = {"GPUSTRIPE_BUILD_DIR", "GPUSTRIPE_BENCH_EMULATED_DEVICE"};
 const char* const kReadOutsidePrefixes[] = {"GPUSTRIPE_TEST_"};
-const char* const kLoadedLaterPrefixes[] = {"GPUSTRIPE_MPI"};
+struct LoadedLater {
+  const char* prefix;
+  const char* marker;  // a setting its library alone declares
+};
+const LoadedLater kLoadedLater[] = {{"GPUSTRIPE_MPI", "GPUSTRIPE_MPI"}};
 
 bool starts_with(const std::string& s, const char* prefix) { return s.compare(0, std::strlen(prefix), prefix) == 0; }
 
@@ -111,11 +116,8 @@ std::vector<std::string> unknown_setting_names() {
     bool meant = false;
     for (const char* n : kReadOutside) meant = meant || name == n;
     for (const char* p : kReadOutsidePrefixes) meant = meant || starts_with(name, p);
-    for (const char* p : kLoadedLaterPrefixes) {
-      if (!starts_with(name, p)) continue;
-      auto it = r.settings.lower_bound(p);
-      meant = meant || it == r.settings.end() || !starts_with(it->first, p);  // its library is not loaded
-    }
+    for (const LoadedLater& l : kLoadedLater)
+      meant = meant || (starts_with(name, l.prefix) && !r.settings.count(l.marker));  // its library is not loaded
     if (!meant) out.push_back(name);
   }
   std::sort(out.begin(), out.end());
