@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 #include "mpi/interpose.hpp"
 #include "mpi/win.hpp"
 
@@ -76,6 +77,18 @@ std::shared_ptr<const CommInfo> local_comm(Runtime* rt, MPI_Comm comm) {
   return ci && !ci->has_remote ? ci : nullptr;
 }
 
+// A window creation's failure, raised on `comm`: WinError's own MPI error class (the MPI's
+// window underneath could not be made: MPI_ERR_WIN), else the interposer's mapping.
+int create_report(MPI_Comm comm, const char* call, const std::exception& e) {
+  auto* we = dynamic_cast<const WinError*>(&e);
+  if (!we) return report(comm, call, e);
+  std::fprintf(stderr, "gpustripe_mpi: rank %d: %s: %s\n", Runtime::get() ? Runtime::get()->world_rank() : -1, call,
+               e.what());
+  std::fflush(stderr);
+  PMPI_Comm_call_errhandler(comm, we->code());
+  return we->code();
+}
+
 int make_window(MPI_Comm comm, const CommInfo& ci, DeviceWindow::Flavor flavor, void* base, MPI_Aint size,
                 int disp_unit, bool owned, MPI_Info info, MPI_Win* win) {
   auto w = std::make_unique<DeviceWindow>(*Runtime::get(), comm, ci, flavor, base, static_cast<uint64_t>(size),
@@ -104,6 +117,7 @@ int MPI_Win_create(void* base, MPI_Aint size, int disp_unit, MPI_Info info, MPI_
     int host = mine == 1, dev = mine == 2;
     check_mpi(PMPI_Allreduce(&dev, &any_device, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce (window memory)");
     if (!any_device) {
+      GS_LOG_DEBUG(Subsys::Mpi, "MPI_Win_create: no rank exposes device memory: the MPI's window");
       l.unlock();
       return PMPI_Win_create(base, size, disp_unit, info, comm, win);
     }
@@ -118,7 +132,7 @@ int MPI_Win_create(void* base, MPI_Aint size, int disp_unit, MPI_Info info, MPI_
     }
     return make_window(comm, *ci, DeviceWindow::Flavor::Create, base, size, disp_unit, false, info, win);
   } catch (const std::exception& e) {
-    return report(comm, "MPI_Win_create", e);
+    return create_report(comm, "MPI_Win_create", e);
   }
 }
 
@@ -150,7 +164,7 @@ int MPI_Win_allocate(MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm,
     *static_cast<void**>(baseptr) = p;
     return MPI_SUCCESS;
   } catch (const std::exception& e) {
-    return report(comm, "MPI_Win_allocate", e);
+    return create_report(comm, "MPI_Win_allocate", e);
   }
 }
 
@@ -168,7 +182,7 @@ int MPI_Win_create_dynamic(MPI_Info info, MPI_Comm comm, MPI_Win* win) {
                rt->comm(comm) ? "across nodes" : "on a communicator the interposer did not see made");
     return make_window(comm, *ci, DeviceWindow::Flavor::Dynamic, nullptr, 0, 1, false, info, win);
   } catch (const std::exception& e) {
-    return report(comm, "MPI_Win_create_dynamic", e);
+    return create_report(comm, "MPI_Win_create_dynamic", e);
   }
 }
 
@@ -206,6 +220,16 @@ int MPI_Win_get_attr(MPI_Win win, int keyval, void* value, int* flag) {
         else check_mpi(PMPI_Win_get_attr(win, keyval, value, flag), "MPI_Win_get_attr");
       },
       [&] { return PMPI_Win_get_attr(win, keyval, value, flag); });
+}
+
+// A device window's memory is not the host's: nothing to load or store through.
+int MPI_Win_shared_query(MPI_Win win, int rank, MPI_Aint* size, int* disp_unit, void* baseptr) {
+  return on_window(
+      win, "MPI_Win_shared_query",
+      [&](DeviceWindow&) {
+        throw WinError(MPI_ERR_RMA_FLAVOR, "a window of device memory has no memory the ranks share by load and store");
+      },
+      [&] { return PMPI_Win_shared_query(win, rank, size, disp_unit, baseptr); });
 }
 
 int MPI_Put(const void* oaddr, int ocount, MPI_Datatype otype, int target, MPI_Aint disp, int tcount,

@@ -44,6 +44,10 @@ DeviceWindow::DeviceWindow(Runtime& rt, MPI_Comm comm, const CommInfo& ci, Flavo
                            int disp_unit, bool owned, MPI_Info info)
     : rt_(rt), backend_(rt.context().backend()), flavor_(flavor), base_(base), disp_unit_(disp_unit), owned_(owned) {
   check_mpi(PMPI_Comm_dup(comm, &comm_), "MPI_Comm_dup (window)");
+  // A failing call on the window's own communicator returns here, to be reported with its
+  // reason and raised on the caller's communicator, instead of aborting inside the MPI
+  // (a duplicate inherits the caller's handler: fatal by default).
+  PMPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   PMPI_Comm_rank(comm_, &rank_);
   PMPI_Comm_size(comm_, &n_);
   for (int r = 0; r < n_; ++r) channel_rank_.push_back(rt.local_of(ci.world_of[r]));
@@ -99,9 +103,24 @@ DeviceWindow::DeviceWindow(Runtime& rt, MPI_Comm comm, const CommInfo& ci, Flavo
   }
   agree("MPI_Allreduce (window memory mapped)");
   // The MPI's window: handle, group, attributes and error handler, over a few bytes of host
-  // memory nobody touches (not none: zero-size regions have failed to register in UCX).
-  dummy_.reset(new char[kDummyBytes]());
-  check_mpi(PMPI_Win_create(dummy_.get(), kDummyBytes, 1, info, comm_, &win_), "MPI_Win_create (window underneath)");
+  // memory nobody touches (not none: zero-size regions have failed to register in UCX). Made
+  // by MPI_Win_allocate_shared: every member is on this node, and shared memory is the one
+  // kind of window an MPI makes there without a one-sided transport (Open MPI's osc sm),
+  // where MPI_Win_create needs one (osc rdma over a single-copy mechanism, osc ucx or
+  // osc pt2pt) that a node may lack: Debian's Open MPI turns off pt2pt and ucx, and osc rdma
+  // fails without CMA (ptrace restrictions, containers).
+  void* underneath = nullptr;
+  const int rc = PMPI_Win_allocate_shared(kUnderneathBytes, 1, info, comm_, &underneath, &win_);
+  if (rc != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING] = {};
+    int len = 0;
+    PMPI_Error_string(rc, msg, &len);
+    release_leases();
+    PMPI_Comm_free(&comm_);
+    throw WinError(MPI_ERR_WIN, format("the MPI could not make the window underneath (MPI_Win_allocate_shared of %d "
+                                       "bytes on this node's %d ranks): %s",
+                                       kUnderneathBytes, n_, msg));
+  }
   GS_LOG_DEBUG(Subsys::Mpi, "device window of %d ranks: rank %d exposes %llu bytes of GPU %d", n_, rank_,
                static_cast<unsigned long long>(bytes), my_dev_);
 }

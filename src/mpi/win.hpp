@@ -2,9 +2,9 @@
 //
 // A window whose members all sit on this node and expose device memory is served
 // here; every other window is the MPI's, untouched (host memory, members on other
-// nodes). A real MPI window still exists underneath (over a few unused bytes), so the
-// handle, its group, name, error handler and attributes stay the MPI's; only the
-// memory and the synchronization are ours.
+// nodes). A real MPI window still exists underneath (a shared-memory window of a few
+// unused bytes), so the handle, its group, name, error handler and attributes stay the
+// MPI's; only the memory and the synchronization are ours.
 //
 // Memory: every member describes its memory (an IPC handle, its base, size and
 // displacement unit) in the window's shared-memory segment, and each member maps
@@ -165,8 +165,7 @@ class DeviceWindow {
 
   Runtime& rt_;
   Backend& backend_;
-  static constexpr int kDummyBytes = 64;
-  std::unique_ptr<char[]> dummy_;  // the memory of the MPI's window underneath (freed after it)
+  static constexpr int kUnderneathBytes = 64;  // per rank, in the MPI's window underneath (its memory)
   MPI_Win win_ = MPI_WIN_NULL;
   MPI_Comm comm_ = MPI_COMM_NULL;
   Flavor flavor_;
