@@ -581,9 +581,14 @@ bool Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHa
     StreamHandle& cs = capture_streams_.at(plan.src);
     if (!cs) cs = backend_.create_stream(plan.src);
     prepare(plan, second_area);
+    // Named fields, never positional: the capture must stage in the area whose users the
+    // replay below waits for and marks (an area mixed up here lets two replays fill one
+    // host range at once).
+    RunMode capture_mode;
+    capture_mode.own_area = second_area;
     backend_.begin_capture(cs);
     try {
-      enqueue_schedule(plan, dst, src, cs, true, RunMode{true, false, second_area});
+      enqueue_schedule(plan, dst, src, cs, true, capture_mode);
     } catch (...) {
       try {
         backend_.destroy_graph(backend_.end_capture(cs));

@@ -5,6 +5,7 @@
 // capture on an event last recorded inside one. Used by the engine's and the collectives'
 // graph-mode tests.
 #pragma once
+#include <cstdint>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -59,6 +60,12 @@ class RecordingGraphBackend : public ForwardingBackend {
   GraphExecHandle end_capture(StreamHandle) override {
     std::lock_guard<std::mutex> lock(mu_);
     capturer_ = std::thread::id();
+    std::vector<HostRange> host;
+    for (const Op& op : *graph_) {
+      if (op.dd == kHostDevice) host.push_back({reinterpret_cast<uintptr_t>(op.dst), op.n});
+      if (op.sd == kHostDevice) host.push_back({reinterpret_cast<uintptr_t>(op.src), op.n});
+    }
+    captured_host_ranges.push_back(std::move(host));
     return std::exchange(graph_, nullptr);
   }
   void launch_graph(GraphExecHandle g, StreamHandle s) override {
@@ -70,6 +77,12 @@ class RecordingGraphBackend : public ForwardingBackend {
     ++destroyed;
   }
   int captures = 0, launches = 0, destroyed = 0, waits_on_captured_events = 0;
+  // Per capture, in order: the host memory its copies read or write (the staging it baked in).
+  struct HostRange {
+    uintptr_t begin;
+    size_t bytes;
+  };
+  std::vector<std::vector<HostRange>> captured_host_ranges;
 
  private:
   struct Op {

@@ -245,6 +245,43 @@ TEST_F(EngineGraphs, DetachedCopiesEnqueueTheStagedPartThroughOneRing) {
   copies_apart(rec_, backend_.get(), topo_, false);
 }
 
+TEST_F(EngineGraphs, ASecondAreaReplayStagesInTheSecondArea) {
+  // A replay waits for the earlier users of the area its key names and then stands for them:
+  // the captured copies must stage in that same area. Captured in the other one, the replays of
+  // a window's copies, which alternate between the two areas on lanes of their own, fill one
+  // host range at once (corrupt data on GPUs, where the copies run concurrently).
+  FixedPlanner planner({{PathKind::Direct, -1, 0.75, 1}, {PathKind::HostStaged, 0, 0.25, 4}});
+  Engine engine(*backend_, topo_, &planner);
+  const size_t n = (1u << 20) + 4097;
+  StreamHandle s = backend_->create_stream(0);
+  char* src = static_cast<char*>(backend_->alloc_device(0, n));
+  char* dst = static_cast<char*>(backend_->alloc_device(1, n));
+  const Plan plan = planner.plan(0, 1, n);
+  std::vector<uint8_t> data = pattern(n, 77);
+  upload(*backend_, src, 0, data, s);
+  for (int k = 0; k < 2; ++k) engine.copy_with_plan(plan, dst, src, s);  // enqueued, captured (first area)
+  for (int k = 0; k < 2; ++k) engine.copy_with_plan_in_second_area(plan, dst, src, s);  // the same, second area
+  for (int k = 0; k < 2; ++k) engine.copy_with_plan_detached(plan, dst, src, s, true);  // staged part, second area
+  EXPECT_EQ(first_mismatch(data, download(*backend_, dst, 1, n, s).data(), n), -1);
+  ASSERT_EQ(rec_->captured_host_ranges.size(), 3u);
+  auto overlap = [](const std::vector<RecordingGraphBackend::HostRange>& a,
+                    const std::vector<RecordingGraphBackend::HostRange>& b) {
+    for (const auto& x : a)
+      for (const auto& y : b)
+        if (x.begin < y.begin + y.bytes && y.begin < x.begin + x.bytes) return true;
+    return false;
+  };
+  const auto& first = rec_->captured_host_ranges[0];
+  ASSERT_FALSE(first.empty());
+  for (size_t g = 1; g < 3; ++g) {
+    ASSERT_FALSE(rec_->captured_host_ranges[g].empty()) << "capture " << g;
+    EXPECT_FALSE(overlap(first, rec_->captured_host_ranges[g])) << "capture " << g << " staged in the first area";
+  }
+  backend_->free_device(src);
+  backend_->free_device(dst);
+  backend_->destroy_stream(s);
+}
+
 TEST_F(EngineGraphs, MarksKeptAcrossTransfersAreNeverRecordedInACapture) {
   // A 0->1 transfer enqueued once leaves marks of the host->1 relay lanes in GPU 0's staging
   // area; then many 2->1 transfers are captured, which use the same relay lanes (through
