@@ -39,27 +39,27 @@ const IntSetting kRoundLanes{"GPUSTRIPE_COLL_ROUND_LANES", "1",
                              "Alltoall/allgather in rounds: lanes that each carry a piece of every peer block, "
                              "side by side (1-4)"};
 // Copy kernels with the GPUs' barrier inside: one kernel per rank and call, where the copy
-// engines' schedules pay ~30 us per call of copy-node, graph and barrier latency (session 2
-// timelines; NCCL's alltoall at 4M per rank takes ~27 us in all). Session 3 r2 (4x H200, busbw
-// GB/s, alltoall sm / copy-engine schedules / NCCL): 1M 58/22/52, 4M 159/79/145, 16M 272/188/257,
-// 64M 328/303, 128M 341/336, 256M 346/369 (rounds with the host share); allgather alike (64M
-// 325/299, 256M 345/382). At 2 ranks: 16M 262/187, 64M 287/293.
+// engines' schedules pay ~30 us per call of copy-node, graph and barrier latency (NCCL's alltoall
+// at 4M per rank takes ~27 us in all). The kernels win while that latency dominates; the copy
+// engines' rounds (with the host share) overtake them above 128M per rank on 4 GPUs and above 32M
+// on 2, where the kernels' NVLink stores run below the copy engines' rate. The defaults' results
+// against NCCL: bench/results/2026-11-22-coll-{4,2}gpu-nvidia-h200.json.
 const SizeSetting kSmMax{"GPUSTRIPE_COLL_SM_MAX", "128M",
                          "Largest alltoall/allgather per rank (the nccl-tests size) done by copy kernels that store "
                          "into the peers (sm) on more than 2 GPUs, where every pair maps the other's memory"};
 const SizeSetting kSmMax2{"GPUSTRIPE_COLL_SM_MAX_2", "32M",
                           "GPUSTRIPE_COLL_SM_MAX for a team of 2 GPUs"};
-// Session 3 r2 (4x H200, busbw GB/s, bcast sm pieces / chain or scatter-allgather / NCCL): 1M 65/23/38,
-// 4M 177/66/131, 16M 265/134/226, 64M 283/236/309 (NCCL of session 2), 256M 335/303/348, 1G 357/341/360;
-// at 2 ranks sm 86-374 vs NCCL 42-366 at 1M-1G (copy-engine direct 377 at 1G).
+// Broadcast by copy kernels in pieces beats the copy engines' chain and scatter-allgather at every
+// size on 4 GPUs (no per-copy latency, and every member's egress carries a piece).
 const SizeSetting kBcastSmMax{"GPUSTRIPE_COLL_BCAST_SM_MAX", "64G",
                               "Largest broadcast done by copy kernels (sm) on more than 2 GPUs, where every pair maps "
                               "the other's memory"};
-// 2 GPUs, r2/r3 (busbw GB/s, sm / copy-engine direct): 256M 369/337-338, 1G 373-374/376-377.
+// 2 GPUs: the kernel leads the copy engines' direct copy to 256M; at 1G they are even.
 const SizeSetting kBcastSmMax2{"GPUSTRIPE_COLL_BCAST_SM_MAX_2", "256M",
                                "GPUSTRIPE_COLL_BCAST_SM_MAX for a team of 2 GPUs"};
-// r2, 4 ranks: pull 54/76/94/107 and push 55/76/92/104 at 1M/2M/4M/8M (the root's egress carries the
-// message 3 times), pieces 65/121/177/209.
+// Pieces: every member's egress carries a share of the message; in pull and push the root's egress
+// carries the whole message once per member, which holds them near half the pieces' rate at 2-8M
+// on 4 ranks.
 const ChoiceSetting kBcastSmForm{"GPUSTRIPE_COLL_BCAST_SM_FORM", "pieces",
                                  "Broadcast by copy kernels: pieces (member q reads piece q from the root and stores "
                                  "it into every member), pull (every member reads the whole message from the root) or "
@@ -74,25 +74,25 @@ const IntSetting kBcastHostChunks{"GPUSTRIPE_COLL_BCAST_HOST_CHUNKS", "4",
                                   "Pipeline chunks of a broadcast's host part (D2H of chunk c+1 beside H2D of c)"};
 const SizeSetting kRoundsMin{"GPUSTRIPE_COLL_ROUNDS_MIN", "1M",
                              "Smallest peer block for which exchanges run in permutation rounds (below: all at once)"};
-// Round 2 on 4x H200 (busbw GB/s, 16M/64M/256M): reduce-scatter with kernels reading the peers
-// 144/203/251 vs copy engines into scratch 58-86/185/225-258; allreduce 150/192/200 vs
-// 80/204/230-297 (32M chunks). Reduce-scatter reads with kernels at every size; allreduce
-// up to 32M, then copies.
+// Kernels reading the peers skip the copy engines' per-copy latency and the scratch round trip:
+// reduce-scatter reads with kernels at every size (rs_copy takes over from GPUSTRIPE_COLL_RS_COPY_MIN
+// where it maps peers); allreduce up to 32M, above which copies into scratch run faster.
 const SizeSetting kPullMax{"GPUSTRIPE_COLL_PULL_MAX", "64G",
                            "Largest size per rank for which reduce-scatter and reduce read peers with kernels "
                            "instead of copy engines"};
 const SizeSetting kArPullMax{"GPUSTRIPE_COLL_AR_PULL_MAX", "32M",
                              "Largest allreduce per rank whose reduce-scatter reads peers with kernels"};
-// Copies driven by the receiver (its copy engine reading a peer) ran at a third of the
-// senders' speed in round 2 (reduce-scatter 256M: 105 vs 225 GB/s) and stalled per-rank
-// graphs; the MPI interposer's processes map peers' scratch, not their send buffers.
+// Copies driven by the receiver (its copy engine reading a peer) run at about half the senders'
+// speed and stall per-rank graphs; the MPI interposer's processes map peers' scratch, not their
+// send buffers.
 const StringSetting kRsCopies{"GPUSTRIPE_COLL_RS_COPIES", "sender",
                               "Whose copy engines move reduce-scatter/allreduce/reduce inputs into scratch: "
                               "sender (pushes into the owner's scratch) or receiver (the owner reads its peers)"};
 const SizeSetting kScratchMax{"GPUSTRIPE_COLL_SCRATCH_MAX", "1G",
                               "Most scratch per rank for the pipeline slots of reductions (up to it, every chunk "
                               "gets its own slot and no copy waits for a reduction)"};
-// Round 1 of session 2 (4x H200, busbw GB/s at 64M/256M): chain 239/302, scatter_ag 196/207.
+// A chain pipelines chunks through every rank, each link carrying the message once; scatter-allgather
+// pays two phases of per-copy latency and falls behind the chain from tens of MB.
 const SizeSetting kChainMin{"GPUSTRIPE_COLL_CHAIN_MIN", "32M",
                             "Smallest broadcast over more than 2 ranks sent as a chain (below: scatter-allgather "
                             "from GPUSTRIPE_COLL_ROUNDS_MIN, else direct)"};
@@ -102,15 +102,15 @@ const BoolSetting kBcastLanes{"GPUSTRIPE_COLL_BCAST_LANES", "0",
                               "Scatter-allgather broadcast: a lane per destination (the root and every "
                               "forwarder send to all at once), else one lane per rank"};
 // Two-shot in one kernel per rank: no copies (whose graph nodes cost rs_ag_pull ~75 us of
-// host time per call at 4-32M in round 3) and no waits between GPUs inside the call. r1 of
-// session 2 (busbw GB/s, 4M/16M/64M/256M): two-shot 189/273/312/319; rs_ag_pull 99/164 and
-// rs_ag_copy 197/292 (64M/256M).
+// host time per call at 4-32M) and no waits between GPUs inside the call, so it leads rs_ag_pull
+// and the chunked rs_ag_copy at every size (the round-major rs_ag_copy takes over from
+// GPUSTRIPE_COLL_AR_COPY_MIN).
 const SizeSetting kTwoshotMax{"GPUSTRIPE_COLL_TWOSHOT_MAX", "64G",
                               "Largest allreduce per rank done by two-shot kernels (each rank reduces its block "
                               "from every input and writes it into every output); above: reduce-scatter and "
                               "allgather by copy engines"};
-// Round r1 of session 2 (4x H200): the kernels alone move ~320 GB/s per GPU at 256M (rs_pull,
-// twoshot), below the copy engines' ~360 in the alltoall pattern.
+// The kernels alone (rs_pull, twoshot) move less per GPU than the copy engines do in the alltoall
+// pattern; a copy-engine share is the way to add the copy engines' rate beside them.
 const DoubleSetting kCeShare{"GPUSTRIPE_COLL_CE_SHARE", "0",
                              "Fraction (0..0.9) of each block of rs_pull and twoshot whose inputs copy engines move "
                              "into scratch (twoshot: and whose result they push) while the kernels read the rest"};
@@ -119,12 +119,13 @@ const SizeSetting kCeShareMin{"GPUSTRIPE_COLL_CE_SHARE_MIN", "64M",
 const StringSetting kCeCopies{"GPUSTRIPE_COLL_CE_SHARE_COPIES", "receiver",
                               "Whose copy engines move the GPUSTRIPE_COLL_CE_SHARE part: receiver (each owner reads "
                               "its peers: no waits between GPUs) or sender"};
-// r1 of session 2 (busbw GB/s, 1M/2M): one-shot 60/90, two-shot 78/130.
+// Two-shot leads one-shot from 1M: one-shot reads every input on every rank, n times the NVLink
+// traffic, which costs more than two-shot's second step once the message fills the link.
 const BoolSetting kCeLanes{"GPUSTRIPE_COLL_CE_SHARE_LANES", "0",
                            "The GPUSTRIPE_COLL_CE_SHARE copies on a stream per peer (all at once) instead of one"};
-// r2 of session 2 (allreduce busbw GB/s, 32M/64M/128M/256M): inputs pushed, per-rank graphs with
-// GPU flags 296/321/314/265, loaded by the kernels 279-291/307-311/306-317/318-320. Pushed
-// reduce-scatters lost at every size (256M: 205-284 vs 320).
+// Pushed inputs (only stores over NVLink) pay off for allreduce at 32-64M per rank; above, the
+// per-rank graphs with the pushes' GPU flags fall behind the kernels' loads (~15% at 256M).
+// Pushed reduce-scatters lose at every size.
 const SizeSetting kPushMin{"GPUSTRIPE_COLL_PUSH_MIN", "32M",
                            "Smallest allreduce per rank whose two-shot has its inputs pushed by their owners' kernels "
                            "into scratch first (only stores over NVLink, not loads)"};
@@ -132,18 +133,16 @@ const SizeSetting kPushMax{"GPUSTRIPE_COLL_PUSH_MAX", "64M",
                            "Largest allreduce per rank with pushed inputs (see GPUSTRIPE_COLL_PUSH_MIN)"};
 const SizeSetting kOneshotMax{"GPUSTRIPE_COLL_ONESHOT_MAX", "256K",
                               "Largest allreduce per rank done in one step (every rank reduces all inputs)"};
-// Large messages (session 3). In exchange rounds every GPU sends and receives at once and a
-// copy-engine round runs at ~363 GB/s per direction (session 2 timelines); an SM share asks
-// whether stores from the SMs add to that (bench/probes/nvlink_mix.cu measures it alone).
+// Large messages. In exchange rounds every GPU sends and receives at once and a copy-engine round
+// runs near the link's rate per direction; an SM share asks whether stores from the SMs add to that
+// (bench/probes/nvlink_mix.cu measures it alone).
 const DoubleSetting kSmShare{"GPUSTRIPE_COLL_SM_SHARE", "0",
                              "Fraction (0..0.9) of each alltoall/allgather peer block (from GPUSTRIPE_COLL_SM_SHARE_MIN) "
                              "that copy kernels store into the peers beside the copy engines' rounds"};
 const SizeSetting kSmShareMin{"GPUSTRIPE_COLL_SM_SHARE_MIN", "16M",
                               "Smallest alltoall/allgather peer block that gets GPUSTRIPE_COLL_SM_SHARE"};
-// Session 3 r3 (4x H200, busbw GB/s at 256M / 1G per rank): rs_copy with 5% of every piece through
-// the host 287 / 308, without 311 / 336 (8%: 252 / 271); ce_twoshot with 5% + 5% 100 / 110, without
-// 289 / 329. Unlike the exchanges' few large host chunks, a reduction's many host pieces slowed its
-// NVLink copies: no host share by default.
+// Unlike the exchanges' few large host chunks, a reduction's many host pieces slow its NVLink copies
+// by more than the host path adds (ce_twoshot to a third of its rate): no host share by default.
 const DoubleSetting kRsHostShare{"GPUSTRIPE_COLL_RS_HOST_SHARE", "0",
                                  "Fraction (0..0.5) of each piece of the copy-engine reductions (rs_copy, rs_ag_copy, "
                                  "reduce_copy, ce_twoshot) sent through pinned host memory"};
@@ -154,32 +153,29 @@ const DoubleSetting kRsSmShare{"GPUSTRIPE_COLL_RS_SM_SHARE", "0",
                                "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy, ce_twoshot): fraction (0..0.9) "
                                "of every piece that the sender's copy kernel stores into the owner's scratch beside "
                                "the copy engines"};
-// Session 3 r2 probe: the copy engines' rounds run at ~369 GB/s per direction beside a local reduction
-// kernel (364), above kernels that read or store over NVLink (305-339). But r3 (busbw GB/s at
-// 64M/128M/256M/1G, no host share): ce_twoshot 247/278/289/329 vs two-shot 322/305/320/324, so it
-// stays forced-only; rs_copy 238/280/311/336 vs rs_pull 302/313/320/324, so from 1G. What the copy
-// engines gain on the link the schedule loses in its per-chunk waits and copies (traces: ~60 us per
-// 16M piece while the host path and the flags run beside them).
+// The copy engines' rounds keep their rate beside a local reduction kernel, above kernels that read
+// or store over NVLink (bench/probes/nvlink_mix.cu). But what the copy engines gain on the link the
+// chunked schedule loses in its per-chunk waits and copies (~60 us per 16M piece while the host path
+// and the flags run beside them): ce_twoshot trails two-shot up to 256M and is even at 1G, so it
+// stays forced-only.
 const SizeSetting kCeTwoshotMin{"GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "64G",
                                 "Smallest allreduce per rank over more than 2 GPUs that maps peers done by ce_twoshot "
                                 "(copy engines move the inputs in rounds, kernels store each reduced chunk into every "
                                 "member)"};
-// Session 4 r2 (4x H200, busbw GB/s at 64M/128M/256M/1G, one run): round-major rs_copy (below) with
-// 1 block per SM per fold 283/321/352/377 vs rs_pull 302/317/325/333 (chunked rs_copy 236/279/319/325).
-// r3 at 64M/128M/256M/512M/1G: 278/318/348/366/377 vs rs_pull 294/311/320/322/325; NCCL 262/290/301.
+// Round-major rs_copy (below) draws level with rs_pull near 128M per rank and leads from 256M: the copy engines'
+// rate beats the kernels' loads once whole blocks per round hide the per-copy latency (the
+// defaults' results: bench/results/2026-11-22-coll-4gpu-nvidia-h200.json).
 const SizeSetting kRsCopyMin{"GPUSTRIPE_COLL_RS_COPY_MIN", "256M",
                              "Smallest reduce-scatter per rank over more than 2 GPUs that maps peers done by rs_copy "
                              "(copy engines move the inputs in rounds, flags for the waits between GPUs)"};
 const BoolSetting kCopyFlags{"GPUSTRIPE_COLL_COPY_FLAGS", "1",
                              "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy) over more than 2 GPUs: their "
                              "waits between GPUs become flags in per-rank graphs (GPUSTRIPE_COLL_GPU_FLAGS=auto)"};
-// Session 4: s3's chunked rs_copy lost ~7-11 us per copy beyond the copy engines' rate (12 copies
-// of 16M per GPU at 256M) plus the last chunk's 4-input reduction (r2 timeline: 16M copies 55-70
-// us each, 802 us per call traced vs 691 round-major). Round-major: whole blocks per round (as the
-// exchanges' rounds), each folded in while the next moves, the last round in halving pieces.
-// r2 at 256M: tail 2M/4M/8M 342/343/350, the last round whole (tail 0) 324; 2 lanes 227; a host
-// share of every round 3%/5% 340/339. r3 at 256M/512M/1G: tail 4M/8M/16M 351/351/343, 365/366/361,
-// 375/376/376; folds with 2 blocks per SM 349/365/372.
+// Chunked rs_copy loses ~7-11 us per copy beyond the copy engines' rate (12 copies of 16M per GPU
+// at 256M) plus the last chunk's 4-input reduction after the last copy. Round-major: whole blocks
+// per round (as the exchanges' rounds), each folded in while the next moves, the last round in
+// halving pieces so the final fold is short. A tail of 4-8M balances the pieces' latency against
+// the last fold; a host share of every round costs a little here.
 const ChoiceSetting kRsOrder{"GPUSTRIPE_COLL_RS_ORDER", "auto",
                              "Copy-engine reductions (rs_copy, rs_ag_copy, reduce_copy, ce_twoshot): chunks (every "
                              "chunk in all rounds, then the next), rounds (whole blocks per round, folded in as "
@@ -193,12 +189,11 @@ const SizeSetting kRsTail{"GPUSTRIPE_COLL_RS_TAIL", "8M",
                           "(0: the last round in one piece)"};
 const IntSetting kRsRoundsLanes{"GPUSTRIPE_COLL_RS_ROUNDS_LANES", "1",
                                 "GPUSTRIPE_COLL_RS_ORDER=rounds: lanes (copy engines) the sender's copies take in turn "
-                                "(1-3; 2: every copy at once beside the next: r2 227 vs 343 at 256M)"};
-// r2, allreduce busbw at 64M/128M/256M/1G: round-major reduce-scatter then each block gathered whole
-// 301/330/355/379 (with 5% of it through the host 298/336/363/387, 8% 277/330/364/379; 1 block per SM
-// per fold 306/336/358/381) vs gathered piece by piece 278/298/316/354 and two-shot 309/315/319/325.
-// r3 at 256M/512M/1G: 5% 369/383/390, 8% 374/389/390, none 359/372/380 (5%: the margin before the
-// host path's cliff; r2 at 1G 387 vs 8% 379).
+                                "(1-3; 2: every copy at once beside the next, much slower than 1)"};
+// Gathering each block whole after the last round costs one copy per round instead of one per
+// piece, and the piece-by-piece gather's extra copies cost more than its overlap gains. A host
+// share of the gather adds the PCIe path beside NVLink (~3% at 256M-1G); 5% keeps a margin before
+// the host path's cliff, where a larger share gains little and sometimes loses.
 const ChoiceSetting kArGather{"GPUSTRIPE_COLL_AR_GATHER", "whole",
                               "Round-major allreduce (rs_ag_copy with GPUSTRIPE_COLL_RS_ORDER=rounds): gather each "
                               "block piece by piece as its pieces are folded, or whole (one copy per round) after the "
@@ -206,14 +201,13 @@ const ChoiceSetting kArGather{"GPUSTRIPE_COLL_AR_GATHER", "whole",
 const DoubleSetting kArGatherHostShare{"GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE", "0.05",
                                        "GPUSTRIPE_COLL_AR_GATHER=whole: fraction (0..0.5) of every block gathered "
                                        "through pinned host memory (one D2H by its owner, an H2D by every member)"};
-// r2 (4x H200, busbw GB/s at 256M): round-major reduce-scatter 352 with 1 block per SM vs 343 with the
-// reducer's 4; allreduce (gathered whole) 358 vs 355. The folds are local and short; with fewer blocks
-// the flags' one-thread wait and signal kernels find room beside them.
+// The folds are local and short; with fewer blocks the flags' one-thread wait and signal kernels
+// find room beside them, which outweighs the folds' own speed.
 const IntSetting kRsFoldBlocks{"GPUSTRIPE_COLL_RS_FOLD_BLOCKS_PER_SM", "1",
                                "GPUSTRIPE_COLL_RS_ORDER=rounds: most thread blocks per SM of the folds' kernels "
                                "(0: GPUSTRIPE_COLL_REDUCE_BLOCKS_PER_SM)"};
-// r3 (busbw GB/s, 64M/128M/256M, NCCL of the same run 306/326/337): rs_ag_copy 307/344/366, two-shot
-// (push to 64M) 326/316/320; r2 at 128M: 336 vs 315. Two-shot with pushed inputs at 128M: 338 in r2, 291 in r3.
+// rs_ag_copy overtakes two-shot between 64M and 128M per rank; two-shot with pushed inputs at 128M
+// varies between runs by more than the gap, so pushes stop at GPUSTRIPE_COLL_PUSH_MAX.
 const SizeSetting kArCopyMin{"GPUSTRIPE_COLL_AR_COPY_MIN", "128M",
                              "Smallest allreduce per rank over more than 2 GPUs that maps peers done by rs_ag_copy "
                              "(copy-engine reduce-scatter, then the blocks gathered by copy engines)"};
@@ -229,14 +223,13 @@ const DoubleSetting kRsRoundsHostShare{"GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE", "0
 // with both directions busy on every GPU the host side gives less than measured one way.
 constexpr double kNvlinkEff = 0.82, kPcieEff = 0.85, kHostConcurrency = 0.65, kShareMargin = 0.5;
 
-// Host share of alltoall/allgather peer blocks on an NVSwitch node with more than 2 GPUs, from
-// session 2 r2 (4x H200, busbw GB/s at 256M / 1G per rank, flags in per-rank graphs, 2 host
-// chunks; no share: 361/390): alltoall 5% 368/393, 7% 342/293 (past the cliff); allgather 5%
-// 371/399, 7% 374/405, 9% 381/360. In rounds every GPU sends and receives at once, and with
-// all GPUs on the host path both ways each gets ~26 GB/s per direction; an alltoall crosses
-// PCIe twice per host byte on every GPU, an allgather stages each sender's block once. Session 4
-// (r2 probe, r3 shares +-0.5-1 point and 1 vs 2 chunks): host traffic slows the rounds beside it, and
-// these shares sit at the measured ceiling; nothing beat them beyond the run's ~3% noise (docs/coll.md).
+// Host share of alltoall/allgather peer blocks on an NVSwitch node with more than 2 GPUs, measured
+// on 4x H200 (flags in per-rank graphs, 2 host chunks): an alltoall falls off the cliff past 5%, an
+// allgather gains to 7-8% and falls past it at large blocks. In rounds every GPU sends and receives
+// at once, and with all GPUs on the host path both ways each gets ~26 GB/s per direction; an
+// alltoall crosses PCIe twice per host byte on every GPU, an allgather stages each sender's block
+// once. Host traffic slows the rounds beside it, and these shares sit at the measured ceiling;
+// nearby shares and chunk counts were within noise (docs/coll.md).
 double measured_host_share(CollOp op, size_t block) {
   if (op == CollOp::AllToAll) return 0.05;
   return block < (size_t(128) << 20) ? 0.08 : 0.07;
@@ -373,7 +366,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
                 : format("%s blocks < %s: all peers at once, per-copy latency dominates", format_size(block).c_str(),
                          format_size(rounds_min).c_str());
     std::string hs = kHostShare.get();
-    const bool measured = res.nvswitch && n > 2;  // the node kind session 2 measured (4x H200)
+    const bool measured = res.nvswitch && n > 2;  // the node kind measured_host_share was measured on (4x H200)
     if (c.exchange.kernel) {
       hs = "0";  // kernels store over NVLink only
     }

@@ -59,8 +59,8 @@ const BoolSetting kBalance{"GPUSTRIPE_BALANCE", "0",
                            "between them until the staged path finishes with the direct one, then run the "
                            "settled split as one graph (the planner's split rests on calibrated rates; the best "
                            "split sits at a cliff)"};
-// Measured apart (the staged part a graph of its own), the staged path read 10-40 us later than
-// it runs inside the one graph of the settled split (4x H200, r1b: settled 0.2-0.4 pp short of
+// Measured apart (the staged part a graph of its own), the staged path reads 10-40 us later than
+// it runs inside the one graph of the settled split (which lands a few tenths of a point short of
 // the best fixed split at 256M-1G): the target lets it read 1.5% of the direct path's time late.
 const DoubleSetting kBalanceMargin{"GPUSTRIPE_BALANCE_MARGIN", "-0.015",
                                    "GPUSTRIPE_BALANCE: the staged path, timed apart, aims to finish this fraction of "

@@ -17,8 +17,9 @@
 
 namespace gpustripe::p2p {
 namespace {
-// 2: windows of 64 messages of 1-2 MB went from 90/179 to 129/259 GB/s through the interposer
-// (device round r1b, 2 ranks; larger sizes and two-way runs the same within 3%).
+// 2: in windows of messages of 1-2 MB, a message's copy no longer queues behind the previous one's,
+// which lifts the rate through the interposer by about 40%; larger messages, which fill the link
+// alone, and two-way runs change within noise.
 const IntSetting kStreams{"GPUSTRIPE_P2P_STREAMS", "2",
                           "Streams per GPU that the p2p layer's copies take in turn: with more than one, a "
                           "message's copy does not wait behind the previous message's (windows of messages)"};
@@ -183,8 +184,9 @@ const BoolSetting kAnnounceFirst{
     "A rank lists its copy on the node's board before it reads the others' and plans, so copies that "
     "start together are planned with each other (listed after enqueueing, two pairs starting at once "
     "never saw each other: both took the lone plan's host share, and the host path was overloaded)"};
-// yes: two-way windows of 64 (2 ranks) at 512 MB / 1 GB went from 733 / 675 to 782 / 714 GB/s, 256 MB
-// 755 -> 727 (device round r2; the direct path alone, GPUSTRIPE_HOST_PATH=off: 772 / 773 / 782).
+// yes: with both directions busy, each rank's staged pieces run on the other GPU too, beside that
+// GPU's own copy and host traffic; the direct path alone gains ~6% in two-way windows at
+// 512 MB-1 GB (at 256 MB it loses ~4%).
 const BoolSetting kBidirDirect{
     "GPUSTRIPE_P2P_BIDIR_DIRECT", "yes",
     "A copy that another rank's copy in the opposite direction runs beside takes the direct path alone "
@@ -197,12 +199,11 @@ const BoolSetting kBidirDirect{
 // before it: consecutive messages of a window then overlap (a replay holds its area whole),
 // one's host pipeline filling while the other's drains, so the host path can carry the share of
 // a long transfer; one replay costs the host about half an enqueue.
-// Device rounds s4 r2/r3 (2 ranks through the interposer, same lease each; NCCL 256M w16/w64 363.6/365.1 and
-// 365.4/366.2): 256M w16/w64 432.4/432.7 -> 435.7/440.0 (r2) and 431.1/432.8 -> 436.2/439.2 (r3) at share
-// 0.110; 128M 421.1/421.8 -> 428.4/433.8; 512M w16 438.7 -> 441.1; 1G even; 64M lost (404.6 -> 396.9 w16):
-// hence GPUSTRIPE_P2P_WINDOW_MIN. Shares: the model's (for 4G) 425.7/428.0, 0.115 435.3/440.4, 0.120
-// 425.3/427.6 at 256M. 4 ranks (the other pair's copies in flight: not queued) unchanged: 418.9/429.2 vs
-// 417.6/429.6. Session 5 (detached windows, 8M window chunks: see below): 0.113.
+// Replays gain 1-3% from 128M to 512M; at 1G they are even and at 64M they lose (the overlap
+// does not cover the replay's cost), hence GPUSTRIPE_P2P_WINDOW_MIN. The share is the one measured
+// best with detached windows and 8M window chunks (see below); the model's share (planned for one
+// transfer) does worse. At 4 ranks the other pair's copies are in flight, so nothing is replayed.
+// The defaults' results: bench/results/2026-11-22-mpi-np2-w{16,64}-nvidia-h200.json.
 const BoolSetting kWindowReplay{"GPUSTRIPE_P2P_WINDOW_REPLAY", "yes",
                                 "A copy queued behind this rank's own copies to the same GPU (at least "
                                 "GPUSTRIPE_P2P_WINDOW_MIN, none of other ranks in flight) is replayed with the host share "
@@ -214,35 +215,27 @@ const DoubleSetting kWindowShare{"GPUSTRIPE_P2P_WINDOW_SHARE", "0.113",
 const SizeSetting kWindowMin{"GPUSTRIPE_P2P_WINDOW_MIN", "128M",
                              "GPUSTRIPE_P2P_WINDOW_REPLAY: the smallest copy replayed as part of a window"};
 
-// Window starts (device round s5 r2, 2 ranks through the interposer, one lease, NCCL 256M w1/w16/w64
-// 347.6/364.7/365.8): alone it changed nothing (256M w16/w64 437.2/440.2 vs 437.0/440.1 and 436.6/440.0);
-// with GPUSTRIPE_P2P_WINDOW_DETACHED it gains (s5 r2b: detached without it 440.8/442.3, with it 442.0/442.6
-// and 441.8/442.9): the first copy of a window is detached too,
-// its direct path starting at once (r1 trace: a window's first copy took 80-90 us to enqueue as a lone
-// graph, the others 31-45; s5 r2 trace, detached: MPI_Isend -> first copy enqueued 105 -> 60 us).
+// Window starts: alone this changes little; with GPUSTRIPE_P2P_WINDOW_DETACHED the first copy of a
+// window is detached too, its direct path starting at once (a window's first copy takes 80-90 us
+// to enqueue as a lone graph, the others 31-45; detached, MPI_Isend -> first copy enqueued drops
+// from ~105 to ~60 us).
 const BoolSetting kWindowAhead{"GPUSTRIPE_P2P_WINDOW_AHEAD", "yes",
                                "GPUSTRIPE_P2P_WINDOW_REPLAY: a copy with none of this rank's copies in flight but "
                                "more receives from the same peer posted behind it (a window starting) is replayed as "
                                "a window's copy too, instead of with its lone plan"};
-// Chunks of a window's staged parts. Detached windows run at the slower chain's rate, and the host chain
-// carried ~50 GB/s in chunks of the lone plan's size (256M: ~3.6 MB): s5 r2, 256M w16/w64, share 0.110
-// 441.0/441.9, 0.113 440.7/443.5, 0.116 430.4/433.1 (host-bound past 0.113); 2M chunks 421.7/424.3. With 8M
-// chunks it carries more (s5 r2b, one lease, NCCL 365.0/366.1): 0.110 442.0/442.5 (lone-size chunks
-// 442.0/442.6 and 441.8/442.9), 0.113 443.0/444.1, 0.116 443.3/445.5 (no cliff yet); 0.112 with lone-size
-// chunks 442.7/443.4. 8M at 0.113 over 128M-1G (w16/w64): 128M 438.9/441.6 (r2 lone-size 0.110: 433.9/435.6),
-// 256M 443.1/444.2, 512M 445.5/446.3 (443.6/444.2), 1G 446.8/446.9 (444.8/445.1). 0.113 rather than 0.116:
-// measured at every size, and ~3% of host-rate margin (0.116 was measured at 256M only).
+// Chunks of a window's staged parts. Detached windows run at the slower chain's rate, and the host
+// chain carries only ~50 GB/s in chunks of the lone plan's size (256M: ~3.6 MB), host-bound past a
+// share of ~0.113; smaller chunks carry less. 8M chunks carry more (no cliff at 0.116) and gain at
+// every size from 128M to 1G. The share stays at 0.113 rather than 0.116: it keeps ~3% of
+// host-rate margin, and it held at every size.
 const SizeSetting kWindowChunk{"GPUSTRIPE_P2P_WINDOW_CHUNK", "8M",
                                 "GPUSTRIPE_P2P_WINDOW_REPLAY: host chunk size of a window's copies (0: the lone plan's; "
                                 "a copy's host part keeps at least one chunk)"};
-// Replayed (two areas) but stream-ordered, message k waited for the whole of message k-2 (its stream and
-// its area), so the link idled whenever a message's host part ran late (s5 r1: one message every 607 us;
-// the direct path alone of a 0.110 split needs 605). Detached, the direct paths run back to back and the
-// window runs at the rate of whichever chain is slower. s5 r2 (one lease, NCCL above), 2 ranks, 256M
-// w16/w64: stream-ordered 437.0/440.1, 436.6/440.0, 436.4/440.3, 436.4/440.1 (four runs); detached
-// 441.0/441.9, 441.6/442.0, 441.0/441.8, 441.6/442.2; 128M 429.0/434.4 -> 433.9/435.6, 512M 442.1/443.5 ->
-// 443.6/444.2, 1G 444.3/444.8 -> 444.8/445.1. Shares, detached, 256M w16/w64: 0.110 above, 0.113
-// 440.7/443.5, 0.116 430.4/433.1, 0.119 420.4/424.1: past ~0.113 the host chain (~50 GB/s) sets the rate.
+// Replayed (two areas) but stream-ordered, message k waits for the whole of message k-2 (its stream and
+// its area), so the link idles whenever a message's host part runs late (a window then delivers one
+// message per direct-path time plus the lag). Detached, the direct paths run back to back and the
+// window runs at the rate of whichever chain is slower, a gain of ~1% at 128M-256M (less above); past a share of
+// ~0.113 the host chain (~50 GB/s) sets the rate.
 const BoolSetting kWindowDetached{"GPUSTRIPE_P2P_WINDOW_DETACHED", "yes",
                                    "GPUSTRIPE_P2P_WINDOW_REPLAY: a window's copies run detached from the p2p streams' "
                                    "earlier work (Engine::copy_with_plan_detached): their direct paths back to back on "
