@@ -328,12 +328,7 @@ void Comm::reduce_scatter(const std::vector<const void*>& send, const std::vecto
   if (count == 0) return;
   Choice c = pick(CollOp::ReduceScatter, total, dt);
   run(key_of(send, recv, count, dt, op, 0), [&](Program& prog) {
-    Blocks b;
-    for (int j = 0; j < n; ++j) {
-      b.off.push_back(j * count);
-      b.cnt.push_back(count);
-    }
-    build_reduce_scatter(prog, whole(devices_), cbytes(send), bytes_of(recv), b, dt, op, c.reduce, *scratch_);
+    build_reduce_scatter(prog, whole(devices_), cbytes(send), bytes_of(recv), equal_blocks(count, n), dt, op, c.reduce, *scratch_);
   }, streams);
 }
 

@@ -248,6 +248,15 @@ Blocks split_blocks(size_t count, int parts, size_t align) {
   return b;
 }
 
+Blocks equal_blocks(size_t count, int parts) {
+  Blocks b;
+  for (int j = 0; j < parts; ++j) {
+    b.off.push_back(j * count);
+    b.cnt.push_back(count);
+  }
+  return b;
+}
+
 std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, const std::vector<const char*>& send,
                                                    const std::vector<char*>& out, const Blocks& b, DataType dt,
                                                    RedOp op, const ReduceOpts& o, Scratch& scratch,

@@ -26,6 +26,8 @@ struct Blocks {
   std::vector<size_t> off, cnt;
 };
 Blocks split_blocks(size_t count, int parts, size_t align_elems);
+// `parts` blocks of `count` elements each, back to back (reduce-scatter's per-rank blocks).
+Blocks equal_blocks(size_t count, int parts);
 
 struct ExchangeOpts {
   bool rounds = true;        // permutation rounds on one lane per rank; else one lane per peer, all at once

@@ -119,12 +119,7 @@ bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::
     c.shape = shape_of("reduce_scatter", {static_cast<long long>(count), n, dt, op});
     c.build = [count, n, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
                                  const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
-      coll::Blocks b;
-      for (int j = 0; j < n; ++j) {
-        b.off.push_back(j * count);
-        b.cnt.push_back(count);
-      }
-      coll::build_reduce_scatter(p, t, in(s), r, b, dt, op, ch.reduce, sc);
+      coll::build_reduce_scatter(p, t, in(s), r, coll::equal_blocks(count, n), dt, op, ch.reduce, sc);
     };
   }
   return run(c);
