@@ -411,21 +411,26 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         // beside the reverse traffic, the plan, and in a window of such copies (more of this
         // rank's to the same GPU in flight or posted) detached, alternating staging areas, so that
         // one message's host pipeline drains while the next one's fills, as one-way windows do.
+        // What the plan needs of the other way is whether it runs for the whole of this copy: its
+        // bytes past this copy's change nothing here, and summed over a window's messages in flight
+        // they would make a new plan (tens of microseconds) for nearly every copy.
+        for (TransferSpec& x : specs)
+          if (x.src == dd && x.dst == sd) x.bytes = std::min<uint64_t>(x.bytes, n);
         if (!reverse_listed) specs.push_back(TransferSpec{dd, sd, n});
-        const Plan& plan = concurrent(specs, n);
-        if (o.bidir_direct || direct_alone(plan)) {
+        const Plan* plan = o.bidir_direct ? nullptr : &concurrent(specs, n);
+        if (!plan || direct_alone(*plan)) {
           trace("p_direct", -1, 0, 0, n);
           engine.copy_direct_prechecked(dst, dd, src, sd, n, s);
         } else {
-          const bool in_window = o.window_replay && o.detached && n >= o.window_min && direct_plus_host(plan) &&
+          const bool in_window = o.window_replay && o.detached && n >= o.window_min && direct_plus_host(*plan) &&
                                  (queued.copies > 0 || hints.ahead > 0);
-          trace(in_window ? "p_twoway_window" : "p_twoway", -1, queued.copies, host_staged_bytes(plan) * 1000000 / n, n);
+          trace(in_window ? "p_twoway_window" : "p_twoway", -1, queued.copies, host_staged_bytes(*plan) * 1000000 / n, n);
           if (in_window) {
             bool& second = st->second_area[{sd, dd}];
             second = !second;
-            engine.copy_with_plan_detached(plan, dst, src, s, second);
+            engine.copy_with_plan_detached(*plan, dst, src, s, second);
           } else {
-            engine.copy_with_plan(plan, dst, src, s);
+            engine.copy_with_plan(*plan, dst, src, s);
             if (o.window_replay) st->second_area[{sd, dd}] = false;
           }
         }
