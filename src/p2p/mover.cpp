@@ -184,14 +184,6 @@ const BoolSetting kAnnounceFirst{
     "A rank lists its copy on the node's board before it reads the others' and plans, so copies that "
     "start together are planned with each other (listed after enqueueing, two pairs starting at once "
     "never saw each other: both took the lone plan's host share, and the host path was overloaded)"};
-// The other way (a Sendrecv, a two-way window) a copy is planned with the reverse traffic in flight
-// (Planner::plan_concurrent): the model gives the host path a share only where it pays with both
-// directions loading NVLink, PCIe and host memory, and keeps the direct path alone elsewhere.
-const BoolSetting kBidirDirect{
-    "GPUSTRIPE_P2P_BIDIR_DIRECT", "no",
-    "A copy with traffic the other way in flight takes the direct path alone instead of the model's plan "
-    "with that traffic"};
-
 // Replayed windows: a copy queued behind this rank's own copies to the same GPU (none of other
 // ranks in flight) is replayed as a graph, not enqueued, with the window's host share,
 // its host-staged pieces in the other of the source GPU's two staging areas than the copy
@@ -250,7 +242,7 @@ const IntSetting kRecentUs{
 
 // The settings engine_copy's copies read, once per mover (not per message).
 struct CopyOptions {
-  bool announce_first, bidir_direct;
+  bool announce_first;
   bool window_replay, window_ahead, detached;
   uint64_t window_min, window_chunk, recent_ns;
   double window_share;
@@ -259,7 +251,6 @@ struct CopyOptions {
 CopyOptions read_copy_options() {
   CopyOptions o{};
   o.announce_first = kAnnounceFirst.get();
-  o.bidir_direct = kBidirDirect.get();
   o.window_replay = kWindowReplay.get();
   o.window_min = kWindowMin.get();
   o.window_share = kWindowShare.get();
@@ -417,20 +408,20 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         for (TransferSpec& x : specs)
           if (x.src == dd && x.dst == sd) x.bytes = std::min<uint64_t>(x.bytes, n);
         if (!reverse_listed) specs.push_back(TransferSpec{dd, sd, n});
-        const Plan* plan = o.bidir_direct ? nullptr : &concurrent(specs, n);
-        if (!plan || direct_alone(*plan)) {
+        const Plan& plan = concurrent(specs, n);
+        if (direct_alone(plan)) {
           trace("p_direct", -1, 0, 0, n);
           engine.copy_direct_prechecked(dst, dd, src, sd, n, s);
         } else {
-          const bool in_window = o.window_replay && o.detached && n >= o.window_min && direct_plus_host(*plan) &&
+          const bool in_window = o.window_replay && o.detached && n >= o.window_min && direct_plus_host(plan) &&
                                  (queued.copies > 0 || hints.ahead > 0);
-          trace(in_window ? "p_twoway_window" : "p_twoway", -1, queued.copies, host_staged_bytes(*plan) * 1000000 / n, n);
+          trace(in_window ? "p_twoway_window" : "p_twoway", -1, queued.copies, host_staged_bytes(plan) * 1000000 / n, n);
           if (in_window) {
             bool& second = st->second_area[{sd, dd}];
             second = !second;
-            engine.copy_with_plan_detached(*plan, dst, src, s, second);
+            engine.copy_with_plan_detached(plan, dst, src, s, second);
           } else {
-            engine.copy_with_plan(*plan, dst, src, s);
+            engine.copy_with_plan(plan, dst, src, s);
             if (o.window_replay) st->second_area[{sd, dd}] = false;
           }
         }
