@@ -446,8 +446,10 @@ class SplitFromPlanner : public engine_test::FixedPlanner {
     return out;
   }
 
- private:
+ protected:
   engine_test::FixedPlanner alone_;
+
+ private:
   uint64_t split_;
 };
 }  // namespace
@@ -502,12 +504,9 @@ namespace {
 // A planner that, as the model does, plans a copy with traffic the other way in flight by that
 // traffic: the direct path alone for a pair busy both ways below `split` bytes, direct + host
 // from there and for every copy alone.
-class TwoWayPlanner : public engine_test::FixedPlanner {
+class TwoWayPlanner : public SplitFromPlanner {
  public:
-  explicit TwoWayPlanner(uint64_t split)
-      : FixedPlanner({{PathKind::Direct, -1, 0.9, 1}, {PathKind::HostStaged, 0, 0.1, 3}}),
-        alone_({{PathKind::Direct, -1, 1.0, 1}}),
-        split_(split) {}
+  explicit TwoWayPlanner(uint64_t split) : SplitFromPlanner(0), split_(split) {}
   std::vector<Plan> plan_concurrent(const std::vector<TransferSpec>& t) override {
     std::vector<Plan> out;
     for (const auto& x : t) {
@@ -518,7 +517,6 @@ class TwoWayPlanner : public engine_test::FixedPlanner {
   }
 
  private:
-  engine_test::FixedPlanner alone_;
   uint64_t split_;
 };
 
