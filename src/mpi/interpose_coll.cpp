@@ -33,6 +33,14 @@ const BoolSetting kColl{"GPUSTRIPE_MPI_COLL", "yes",
 
 std::atomic<long> g_served{0};  // collectives run on gpustripe (a test hook reads it)
 
+// Set while a nonblocking collective starts (interpose_icoll.cpp): the call is left
+// pending on its team instead of run here.
+thread_local NonblockingStart* g_starting = nullptr;
+// Set while a nonblocking collective that some rank could not take on gpustripe's way runs
+// the MPI's way: straight to the MPI, every rank has agreed on it already.
+thread_local bool g_mpi_only = false;
+
+
 struct CollState {
   std::map<uint64_t, std::unique_ptr<CollTeam>> teams;  // by the communicator's p2p id
 };
@@ -53,6 +61,47 @@ CollTeam* team_for(Runtime& rt, MPI_Comm comm) {
 
 void release_collective_team(Runtime& rt, uint64_t ctx) {
   if (rt.coll_state) static_cast<CollState*>(rt.coll_state.get())->teams.erase(ctx);
+}
+
+void progress_collectives() {
+  // A team's progress may run the MPI's way of a call, whose staging may progress again.
+  static thread_local bool inside = false;
+  Runtime* rt = Runtime::get();
+  if (inside || !rt || !rt->coll_state) return;
+  inside = true;
+  struct Leave {
+    ~Leave() { inside = false; }
+  } leave;
+  for (auto& [ctx, team] : static_cast<CollState*>(rt->coll_state.get())->teams)
+    if (team && team->pending()) team->progress();
+}
+
+bool collective_team_check(MPI_Comm comm) {
+  Runtime* rt = Runtime::get();
+  if (!rt || !rt->coll_state) return false;
+  std::shared_ptr<const CommInfo> ci = rt->comm(comm);
+  if (!ci) return false;
+  auto& teams = static_cast<CollState*>(rt->coll_state.get())->teams;
+  auto it = teams.find(ci->ctx);
+  if (it == teams.end() || !it->second) return false;
+  it->second->check_peers();
+  return true;
+}
+
+int start_collective(NonblockingStart& s, const std::function<int()>& call) {
+  g_starting = &s;
+  struct Reset {
+    ~Reset() { g_starting = nullptr; }
+  } reset;
+  return call();
+}
+
+int mpi_collective(const std::function<int()>& call) {
+  g_mpi_only = true;
+  struct Reset {
+    ~Reset() { g_mpi_only = false; }
+  } reset;
+  return call();
 }
 
 namespace {
@@ -95,22 +144,29 @@ std::string shape_of(const char* name, std::initializer_list<long long> captured
 }
 
 // One collective: the gpustripe way when every rank can (`prepare` fills this rank's
-// side of the call; `after` finishes it), else `mpi` over staged buffers.
+// side of the call, its `after` finishing it), else `mpi` over staged buffers.
 int collective(MPI_Comm comm, const char* name, const std::function<void(Runtime&, CollTeam&, CollCall&)>& prepare,
-               const std::function<void(Runtime&, const CollCall&)>& after,
                const std::function<int(StagedBuffers*)>& mpi) {
   std::unique_lock<std::recursive_mutex> l(lock());
-  if (Runtime* rt = Runtime::get()) {
+  Runtime* rt = g_mpi_only ? nullptr : Runtime::get();
+  if (rt) {
     try {
       if (CollTeam* team = team_for(*rt, comm)) {
+        // A call still pending on the team ends first: its buffers (the team's temporary one
+        // among them) are in use until then.
+        team->finish();
         CollCall call;
         call.name = name;
         prepare(*rt, *team, call);
-        if (team->run(call)) {
-          if (after) after(*rt, call);
+        call.after = [after = std::move(call.after)] {
+          if (after) after();
           ++g_served;
+        };
+        if (NonblockingStart* s = g_starting) {
+          s->pending = team->start(std::move(call), std::move(s->mpi));
           return MPI_SUCCESS;
         }
+        if (team->run(call)) return MPI_SUCCESS;
       }
     } catch (const std::exception& e) {
       return report(comm, name, e);
@@ -210,7 +266,7 @@ int gather_v(MPI_Comm comm, const char* name, const void* sendbuf, int sendcount
           if (me == root) coll::build_allgatherv_pull(p, t, me, in(s), r, bytes, at, ch.exchange);
         };
       },
-      nullptr, mpi);
+      mpi);
 }
 
 // MPI_Scatter(v): the root's copy engines push every rank's block from its displacement.
@@ -254,7 +310,7 @@ int scatter_v(MPI_Comm comm, const char* name, const void* sendbuf, const int* c
           if (me == root) coll::build_scatterv_push(p, t, me, in(s), r, bytes, at, ch.exchange);
         };
       },
-      nullptr, mpi);
+      mpi);
 }
 
 // MPI_Scan / MPI_Exscan: each rank pulls the earlier ranks' inputs and reduces them with its
@@ -284,7 +340,7 @@ int scan(MPI_Comm comm, const char* name, bool exclusive, const void* sendbuf, v
           coll::build_scan_pull(p, t, me, exclusive, in(s), r, n, dt, op, sc);
         };
       },
-      nullptr, mpi);
+      mpi);
 }
 
 }  // namespace
@@ -322,7 +378,6 @@ int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void
           coll::build_alltoall(p, t, in(s), r, block, ch.exchange, sc);
         };
       },
-      nullptr,
       [&](StagedBuffers* sb) {
         const int n = comm_size(comm);
         void* s = stage(sb, sendbuf, sendcount * n, sendtype, true, false);
@@ -352,7 +407,6 @@ int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, voi
           coll::build_allgather(p, t, in(s), r, block, ch.exchange, sc);
         };
       },
-      nullptr,
       [&](StagedBuffers* sb) {
         const int n = comm_size(comm);
         void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
@@ -402,7 +456,6 @@ int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
           coll::build_allgatherv_pull(p, t, me, in(s), r, bytes, at, ch.exchange);
         };
       },
-      nullptr,
       [&](StagedBuffers* sb) {
         void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
         void* r = stage(sb, recvbuf, span_of(recvcounts, displs, comm_size(comm)), recvtype, true, true);
@@ -519,10 +572,12 @@ int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, 
                                      const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
           coll::build_reduce_scatter(p, t, in(s), r, coll::equal_blocks(count, n), dt, op, ch.reduce, sc);
         };
-      },
-      [&](Runtime& rt, const CollCall& c) {
-        // Every rank has finished reading this buffer (the call ended in a barrier).
-        if (in_place && c.recv != recvbuf) rt.mover().copy_now(recvbuf, c.device, c.recv, c.device, c.recv_bytes);
+        if (in_place && c.recv != recvbuf) {
+          // Every rank has finished reading this buffer (the call ended in a barrier).
+          c.after = [mover = &rt.mover(), recvbuf, from = c.recv, dev = c.device, bytes = c.recv_bytes] {
+            mover->copy_now(recvbuf, dev, from, dev, bytes);
+          };
+        }
       },
       [&](StagedBuffers* sb) {
         const int n = comm_size(comm);
@@ -535,7 +590,6 @@ int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, 
 int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcounts, MPI_Datatype type, MPI_Op mop,
                        MPI_Comm comm) {
   const bool in_place = sendbuf == MPI_IN_PLACE;
-  char* bounce = nullptr;  // in place, a result that overlaps the front moves through here
   return collective(
       comm, "MPI_Reduce_scatter",
       [&](Runtime& rt, CollTeam& team, CollCall& c) {
@@ -570,21 +624,23 @@ int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcounts
         c.send_bytes = all;
         c.recv = in_place ? static_cast<char*>(recvbuf) + b.off[team.rank()] * esz : recvbuf;
         c.recv_bytes = mine;
-        if (in_place && b.off[team.rank()] * esz < mine) bounce = team.temp(c.device, mine);
         c.shape = std::move(shape);
         c.build = [b, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
                               const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
           coll::build_reduce_scatter(p, t, in(s), r, b, dt, op, ch.reduce, sc);
         };
-      },
-      [&](Runtime& rt, const CollCall& c) {
-        // Every rank has finished reading this buffer (the call ended in a barrier).
-        if (!in_place || c.recv == recvbuf || c.recv_bytes == 0) return;
-        if (bounce) {
-          rt.mover().copy_now(bounce, c.device, c.recv, c.device, c.recv_bytes);
-          rt.mover().copy_now(recvbuf, c.device, bounce, c.device, c.recv_bytes);
-        } else {
-          rt.mover().copy_now(recvbuf, c.device, c.recv, c.device, c.recv_bytes);
+        if (in_place && c.recv != recvbuf && mine > 0) {
+          // Every rank has finished reading this buffer (the call ended in a barrier). A result
+          // overlapping the front moves through a temporary buffer.
+          char* bounce = b.off[team.rank()] * esz < mine ? team.temp(c.device, mine) : nullptr;
+          c.after = [mover = &rt.mover(), recvbuf, from = c.recv, dev = c.device, mine, bounce] {
+            if (bounce) {
+              mover->copy_now(bounce, dev, from, dev, mine);
+              mover->copy_now(recvbuf, dev, bounce, dev, mine);
+            } else {
+              mover->copy_now(recvbuf, dev, from, dev, mine);
+            }
+          };
         }
       },
       [&](StagedBuffers* sb) {
@@ -621,7 +677,6 @@ int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype ty
           coll::build_allreduce(p, t, ch.name, {}, in(s), r, n, dt, op, ch.reduce, sc);
         };
       },
-      nullptr,
       [&](StagedBuffers* sb) {
         void* s = stage(sb, sendbuf, count, type, true, false);
         void* r = stage(sb, recvbuf, count, type, in_place, true);
@@ -649,7 +704,6 @@ int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm com
           coll::build_bcast(p, t, r, bytes, root, ch.bcast);
         };
       },
-      nullptr,
       [&](StagedBuffers* sb) {
         const bool is_root = sb && comm_rank(comm) == root;
         void* b = stage(sb, buffer, count, type, is_root, !is_root);
@@ -687,7 +741,6 @@ int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type,
           coll::build_reduce(p, t, in(s), r[root], n, dt, op, root, ch.reduce, sc);
         };
       },
-      nullptr,
       [&](StagedBuffers* sb) {
         const bool is_root = comm_rank(comm) == root;
         void* s = stage(sb, sendbuf, count, type, true, false);

@@ -62,6 +62,7 @@ Op* find_request(MPI_Request r);
 void drop_request(MPI_Request r);
 // MPI_Request_free of an op still running: it completes in later calls, unseen.
 void detach_request(MPI_Request r);
+// Advances the detached ops, and the pending nonblocking collectives (progress_collectives).
 void progress_detached();
 
 // One progress pass of the node's endpoint for a whole array of requests (Waitall, Testall,
