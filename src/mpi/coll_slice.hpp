@@ -42,7 +42,7 @@ class TeamFlags {
  public:
   static constexpr size_t kMaxOps = size_t(1) << 16;
   static constexpr int kMaxRanks = 256;
-  static constexpr size_t kInfoBytes = 1024;  // one rank's message of a call's exchange
+  static constexpr size_t kInfoBytes = 2048;  // one rank's message of a call's exchange
   static size_t segment_bytes();
   explicit TeamFlags(ipc::ShmSegment seg);
   // Host flags: the run number (mod 2^32) in which op i last completed (written by its rank

@@ -74,6 +74,8 @@ struct CollTeam::RankInfo {
   int32_t eligible = 0;
   int32_t device = -1;
   Desc send, recv, scratch;
+  uint32_t blocks = 0;  // CollCall::send_at and the rest, where the call has them
+  uint64_t send_at[CollCall::kMaxBlocks] = {}, send_len[CollCall::kMaxBlocks] = {}, recv_len[CollCall::kMaxBlocks] = {};
 };
 
 CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::Bootstrap> boot,
@@ -552,6 +554,18 @@ void CollTeam::enter(const CollCall& call, Entry& e) {
     }
   }
 
+  if (!call.send_at.empty()) {
+    const size_t n = call.send_at.size();
+    if (n > CollCall::kMaxBlocks || call.send_len.size() != n || call.recv_len.size() != n) {
+      mine.eligible = 0;
+    } else {
+      mine.blocks = static_cast<uint32_t>(n);
+      std::copy(call.send_at.begin(), call.send_at.end(), mine.send_at);
+      std::copy(call.send_len.begin(), call.send_len.end(), mine.send_len);
+      std::copy(call.recv_len.begin(), call.recv_len.end(), mine.recv_len);
+    }
+  }
+
   // 2. Every rank's handles and eligibility (the entry barrier of the call). Through the
   //    team's shared segment, posted here and collected without waiting (a few microseconds
   //    less than the MPI's allgather, which is a blocking exchange right here).
@@ -569,6 +583,14 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   coll::Team& team = e.team;
   for (const RankInfo& ri : all)
     if (!ri.eligible) return false;
+  // Senders' layouts: every rank checks every pair alike, so all agree.
+  if (!call.send_at.empty()) {
+    for (int i = 0; i < n_; ++i) {
+      if (all[i].blocks != static_cast<uint32_t>(n_)) return false;
+      for (int j = 0; j < n_; ++j)
+        if (all[i].send_len[j] != all[j].recv_len[i]) return false;
+    }
+  }
   // Test hook (tests/mpi/mpi_coll_kill.c): die where the others already run the call.
   if (g_die_in_next.load()) raise(SIGKILL);
 
@@ -596,6 +618,9 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
       scratch.set_external(r, scr[r], all[r].scratch.present ? all[r].scratch.handle.size : 0);
     }
   }
+  if (!call.send_at.empty())
+    for (int r = 0; r < n_; ++r)
+      if (send[r]) send[r] += all[r].send_at[rank_];
   // The same shape over the same pointers: the same Program (built and checked before).
   std::string prog_key;
   if (!e.shape_key.empty()) {

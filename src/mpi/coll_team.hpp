@@ -69,6 +69,13 @@ struct CollCall {
   // to the front of the buffer, a counter); captures by value: a nonblocking call ends
   // after the function that started it has returned.
   std::function<void()> after;
+  // The v forms whose layout only the sender knows (MPI_Alltoallv/w), at most kMaxBlocks
+  // ranks: where this rank's block for each rank starts in its send buffer and its bytes, and
+  // the bytes it receives from each. They travel with the entry exchange; every rank's send
+  // pointer reaches `build` at its block for this rank. Where some sender's and receiver's
+  // sizes differ, every rank takes the MPI's way (which reports the mismatch).
+  static constexpr size_t kMaxBlocks = 32;
+  std::vector<uint64_t> send_at, send_len, recv_len;
 };
 
 // A nonblocking call as its request sees it (CollTeam::start): done once it completed on

@@ -1,4 +1,4 @@
-// Interposed collectives: MPI_Alltoall, MPI_Allgather, MPI_Allgatherv, MPI_Gather(v),
+// Interposed collectives: MPI_Alltoall, MPI_Alltoallv, MPI_Alltoallw, MPI_Allgather, MPI_Allgatherv, MPI_Gather(v),
 // MPI_Scatter(v), MPI_Reduce_scatter_block, MPI_Reduce_scatter, MPI_Allreduce, MPI_Bcast,
 // MPI_Reduce, MPI_Scan, MPI_Exscan.
 //
@@ -313,6 +313,87 @@ int scatter_v(MPI_Comm comm, const char* name, const void* sendbuf, const int* c
       mpi);
 }
 
+// Blocks of MPI_Alltoallv/w at one side of a rank: bytes and byte offsets per peer, the span
+// they cover; ok when the counts and displacements are valid and every type is contiguous.
+struct VSide {
+  std::vector<size_t> bytes, at;
+  size_t span = 0;
+  bool ok = true;
+};
+
+// Alltoallv's side: counts and displacements in elements of one type.
+VSide v_side(int n, const int* counts, const int* displs, MPI_Datatype type) {
+  VSide v;
+  const Layout el = layout_of(1, type);
+  v.ok = el.contiguous && v_blocks(n, counts, displs, el.bytes, &v.bytes, &v.at, &v.span);
+  return v;
+}
+
+// Alltoallw's side: displacements in bytes, a type per peer.
+VSide w_side(int n, const int* counts, const int* displs, const MPI_Datatype* types) {
+  VSide v;
+  v.bytes.assign(n, 0);
+  v.at.assign(n, 0);
+  for (int i = 0; i < n && v.ok; ++i) {
+    if (counts[i] < 0 || displs[i] < 0) {
+      v.ok = false;
+      break;
+    }
+    const Layout l = layout_of(counts[i], types[i]);
+    v.ok = l.contiguous;
+    v.bytes[i] = l.bytes;
+    v.at[i] = static_cast<size_t>(displs[i]);
+    if (l.bytes) v.span = std::max(v.span, v.at[i] + v.bytes[i]);
+  }
+  return v;
+}
+
+// MPI_Alltoallv / MPI_Alltoallw on contiguous types: each rank's copy engines pull the blocks
+// it receives into its own displacements, from where each sender's layout says: the senders'
+// block offsets and sizes travel with the entry exchange (CollCall::send_at). In place the
+// receive layout is the send layout, sent from a copy (every block is read by one rank and
+// overwritten by another).
+int alltoall_v(MPI_Comm comm, const char* name, const void* sendbuf, const std::function<VSide(int)>& send_side,
+               void* recvbuf, const std::function<VSide(int)>& recv_side, size_t elem_size,
+               const std::function<int(StagedBuffers*)>& mpi) {
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  return collective(
+      comm, name,
+      [&](Runtime& rt, CollTeam& team, CollCall& c) {
+        const int n = team.size(), me = team.rank();
+        const VSide r = recv_side(n), sd = in_place ? r : send_side(n);
+        size_t total = 0;
+        for (size_t b : r.bytes) total += b;
+        c.op = coll::CollOp::AllToAll;
+        c.bytes = total;
+        c.elem_size = std::max<size_t>(1, elem_size);
+        c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
+        c.eligible = c.device >= 0 && r.ok && sd.ok && static_cast<size_t>(n) <= CollCall::kMaxBlocks &&
+                     (total > 0 || sd.span > 0);
+        if (c.device >= 0 && !(r.ok && sd.ok)) note_host_path(name, "a datatype with holes or bad counts");
+        if (!c.eligible) return;
+        c.send = sendbuf;
+        if (in_place && r.span > 0) {
+          char* copy = team.temp(c.device, r.span);
+          rt.mover().copy_now(copy, c.device, recvbuf, c.device, r.span);
+          c.send = copy;
+        }
+        c.send_bytes = sd.span;
+        c.recv = recvbuf;
+        c.recv_bytes = r.span;
+        c.send_at.assign(sd.at.begin(), sd.at.end());
+        c.send_len.assign(sd.bytes.begin(), sd.bytes.end());
+        c.recv_len.assign(r.bytes.begin(), r.bytes.end());
+        c.shape = v_shape("alltoallv", n, me, 0, r.bytes, r.at);
+        c.build = [me, bytes = r.bytes, at = r.at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                                                   const std::vector<char*>& rv, coll::Scratch&,
+                                                   const coll::Choice& ch) {
+          coll::build_allgatherv_pull(p, t, me, in(s), rv, bytes, at, ch.exchange);
+        };
+      },
+      mpi);
+}
+
 // MPI_Scan / MPI_Exscan: each rank pulls the earlier ranks' inputs and reduces them with its
 // own (coll::build_scan_pull). Not in place: a rank's result would overwrite an input the
 // later ranks still read.
@@ -383,6 +464,45 @@ int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void
         void* s = stage(sb, sendbuf, sendcount * n, sendtype, true, false);
         void* r = stage(sb, recvbuf, recvcount * n, recvtype, in_place, true);
         return PMPI_Alltoall(s, sendcount, sendtype, r, recvcount, recvtype, comm);
+      });
+}
+
+int MPI_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
+                  void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype, MPI_Comm comm) {
+  return alltoall_v(
+      comm, "MPI_Alltoallv", sendbuf, [&](int n) { return v_side(n, sendcounts, sdispls, sendtype); }, recvbuf,
+      [&](int n) { return v_side(n, recvcounts, rdispls, recvtype); }, type_size(recvtype),
+      [&](StagedBuffers* sb) {
+        const int n = comm_size(comm);
+        void* s = sendbuf == MPI_IN_PLACE ? const_cast<void*>(sendbuf)
+                                          : stage(sb, sendbuf, span_of(sendcounts, sdispls, n), sendtype, true, false);
+        void* r = stage(sb, recvbuf, span_of(recvcounts, rdispls, n), recvtype, true, true);
+        return PMPI_Alltoallv(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls, recvtype, comm);
+      });
+}
+
+int MPI_Alltoallw(const void* sendbuf, const int* sendcounts, const int* sdispls, const MPI_Datatype* sendtypes,
+                  void* recvbuf, const int* recvcounts, const int* rdispls, const MPI_Datatype* recvtypes,
+                  MPI_Comm comm) {
+  return alltoall_v(
+      comm, "MPI_Alltoallw", sendbuf, [&](int n) { return w_side(n, sendcounts, sdispls, sendtypes); }, recvbuf,
+      [&](int n) { return w_side(n, recvcounts, rdispls, recvtypes); }, 1,
+      [&](StagedBuffers* sb) {
+        // Displacements in bytes: the staged span is the bytes of the farthest block.
+        const int n = comm_size(comm);
+        auto span = [n](const int* counts, const int* displs, const MPI_Datatype* types) {
+          int end = 0;
+          for (int i = 0; i < n; ++i) {
+            const Layout l = layout_of(counts[i], types[i]);
+            if (counts[i] > 0) end = std::max<int>(end, displs[i] + static_cast<int>(l.span_lb + l.span_bytes));
+          }
+          return end;
+        };
+        void* s = sendbuf == MPI_IN_PLACE ? const_cast<void*>(sendbuf)
+                                          : stage(sb, sendbuf, span(sendcounts, sdispls, sendtypes), MPI_BYTE, true,
+                                                  false);
+        void* r = stage(sb, recvbuf, span(recvcounts, rdispls, recvtypes), MPI_BYTE, true, true);
+        return PMPI_Alltoallw(s, sendcounts, sdispls, sendtypes, r, recvcounts, rdispls, recvtypes, comm);
       });
 }
 

@@ -1,5 +1,5 @@
 // Nonblocking collectives (MPI_Iallreduce, MPI_Ireduce_scatter(_block), MPI_Iallgather(v),
-// MPI_Ialltoall(v), MPI_Ibcast, MPI_Ireduce, MPI_Igather(v), MPI_Iscatter(v), MPI_Iscan,
+// MPI_Ialltoall(v/w), MPI_Ibcast, MPI_Ireduce, MPI_Igather(v), MPI_Iscatter(v), MPI_Iscan,
 // MPI_Iexscan) on device buffers. The MPI is not CUDA-aware: handed device pointers it
 // would read them as host memory. So a call with a device buffer is the blocking interposed
 // collective started without waiting (start_collective): on gpustripe's path the call is
@@ -153,6 +153,16 @@ int MPI_Ialltoallv(const void* sendbuf, const int* sendcounts, const int* sdispl
   if (!on_device({sendbuf, recvbuf}))
     return PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, req);
   return start(comm, "MPI_Ialltoallv", req, [=] { return MPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm); });
+}
+
+int MPI_Ialltoallw(const void* sendbuf, const int* sendcounts, const int* sdispls, const MPI_Datatype* sendtypes,
+                   void* recvbuf, const int* recvcounts, const int* rdispls, const MPI_Datatype* recvtypes,
+                   MPI_Comm comm, MPI_Request* req) {
+  if (!on_device({sendbuf, recvbuf}))
+    return PMPI_Ialltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, req);
+  return start(comm, "MPI_Ialltoallw", req, [=] {
+    return MPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm);
+  });
 }
 
 int MPI_Ibcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm, MPI_Request* req) {
