@@ -266,12 +266,7 @@ void SliceRunner::run_watched(const std::vector<uint32_t>& waits,
   } catch (...) {
     // What was enqueued may wait on the peers: let it run out before the error leaves.
     release();
-    for (Lane* l : used) {
-      try {
-        backend_.synchronize_stream(l->stream());
-      } catch (...) {
-      }
-    }
+    sync_streams(used);
     throw;
   }
   drain(used, release, [&] { watch.rethrow(); });
@@ -300,12 +295,7 @@ void SliceRunner::drain(const std::vector<Lane*>& used, const std::function<void
     drain_us_ += us_since(t0);
   } catch (...) {
     release();
-    for (Lane* l : used) {
-      try {
-        backend_.synchronize_stream(l->stream());
-      } catch (...) {
-      }
-    }
+    sync_streams(used);
     throw;
   }
 }

@@ -16,6 +16,7 @@
 
 #include "common/config.hpp"
 #include "common/error.hpp"
+#include "mpi/coll_calls.hpp"
 #include "mpi/coll_staged.hpp"
 #include "mpi/coll_team.hpp"
 #include "mpi/datatype.hpp"
@@ -106,17 +107,8 @@ int mpi_collective(const std::function<int()>& call) {
 
 namespace {
 
-// The GPU all the buffers live on; -1 when one is not device memory or they differ. The
-// allocations found go into c.located.
 int device_of(Runtime& rt, CollCall& c, std::initializer_list<const void*> bufs) {
-  int dev = -1;
-  for (const void* b : bufs) {
-    p2p::MemLoc loc = rt.locate(b);
-    if (!loc.device || (dev >= 0 && loc.dev != dev)) return -1;
-    dev = loc.dev;
-    c.located.push_back(loc);
-  }
-  return dev;
+  return device_of(rt.mover(), c, bufs);
 }
 
 // This rank's reduction as the kernels take it; false otherwise, and then, where its buffers
@@ -132,15 +124,6 @@ size_t type_size(MPI_Datatype t) {
   int s = 0;
   PMPI_Type_size(t, &s);
   return s > 0 ? static_cast<size_t>(s) : 1;
-}
-
-std::vector<const char*> in(const std::vector<char*>& v) { return {v.begin(), v.end()}; }
-
-// CollCall::shape: the function and what its build closure captures.
-std::string shape_of(const char* name, std::initializer_list<long long> captured) {
-  std::string s(name);
-  for (long long v : captured) s.append(reinterpret_cast<const char*>(&v), sizeof v);
-  return s;
 }
 
 // One collective: the gpustripe way when every rank can (`prepare` fills this rank's
@@ -226,88 +209,63 @@ std::string v_shape(const char* name, int n, int me, int root, const std::vector
   return shape;
 }
 
-// MPI_Gather(v): the root's copy engines pull every rank's block to its displacement (counts
-// and displs matter at the root only); `mpi` is the MPI's own call.
-int gather_v(MPI_Comm comm, const char* name, const void* sendbuf, int sendcount, MPI_Datatype sendtype,
-             void* recvbuf, const int* counts, const int* displs, MPI_Datatype recvtype, int root,
+// MPI_Gather(v) and MPI_Scatter(v), one the mirror of the other: every rank's one block
+// (`one`: gather's send buffer, scatter's receive buffer; MPI_IN_PLACE at the root) and the
+// root's buffer of every rank's block at its displacement (`many`: counts and displacements
+// matter at the root only). Gather: the root's copy engines pull every block into place;
+// scatter: they push every block out. The other ranks only take part in the entry exchange
+// and the end barrier.
+int rooted_v(MPI_Comm comm, const char* name, bool gather, const void* one, int one_count, MPI_Datatype one_type,
+             const void* many, const int* counts, const int* displs, MPI_Datatype many_type, int root,
              const std::function<int(StagedBuffers*)>& mpi) {
-  const bool in_place = sendbuf == MPI_IN_PLACE;
+  const bool in_place = one == MPI_IN_PLACE;
   return collective(
       comm, name,
       [&](Runtime& rt, CollTeam& team, CollCall& c) {
         const int n = team.size(), me = team.rank();
-        const bool is_root = me == root;
         std::vector<size_t> bytes, at;
         size_t span = 0;
         c.op = coll::CollOp::AllGather;
         if (root < 0 || root >= n) return;
-        if (!is_root) {
-          const Layout sl = layout_of(sendcount, sendtype);
-          c.device = device_of(rt, c, {sendbuf});
-          c.eligible = c.device >= 0 && sl.contiguous;
-          c.send = sendbuf;
-          c.send_bytes = c.bytes = sl.bytes;
+        if (me != root) {
+          const Layout l = layout_of(one_count, one_type);
+          c.device = device_of(rt, c, {one});
+          c.eligible = c.device >= 0 && l.contiguous;
+          c.bytes = l.bytes;
+          (gather ? c.send_bytes : c.recv_bytes) = l.bytes;
+          if (gather) c.send = one;
+          else c.recv = const_cast<void*>(one);
         } else {
-          const Layout rl = layout_of(1, recvtype);
-          const bool blocks_ok = v_blocks(n, counts, displs, rl.bytes, &bytes, &at, &span);
-          const Layout sl = in_place ? layout_of(counts[me], recvtype) : layout_of(sendcount, sendtype);
-          c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
-          c.eligible = c.device >= 0 && blocks_ok && rl.contiguous && sl.contiguous && sl.bytes == bytes[me] && span > 0;
-          c.send = in_place ? static_cast<const char*>(recvbuf) + at[me] : sendbuf;
-          c.send_bytes = bytes[me];
-          c.recv = recvbuf;
-          c.recv_bytes = c.bytes = span;
-        }
-        if (c.device >= 0 && !c.eligible) note_host_path(name, "a datatype with holes or mismatched blocks");
-        if (!c.eligible) return;
-        c.shape = v_shape("gatherv", n, me, root, bytes, at);
-        c.build = [me, root, bytes, at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                                        const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
-          if (me == root) coll::build_allgatherv_pull(p, t, me, in(s), r, bytes, at, ch.exchange);
-        };
-      },
-      mpi);
-}
-
-// MPI_Scatter(v): the root's copy engines push every rank's block from its displacement.
-int scatter_v(MPI_Comm comm, const char* name, const void* sendbuf, const int* counts, const int* displs,
-              MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype, int root,
-              const std::function<int(StagedBuffers*)>& mpi) {
-  const bool in_place = recvbuf == MPI_IN_PLACE;
-  return collective(
-      comm, name,
-      [&](Runtime& rt, CollTeam& team, CollCall& c) {
-        const int n = team.size(), me = team.rank();
-        const bool is_root = me == root;
-        std::vector<size_t> bytes, at;
-        size_t span = 0;
-        c.op = coll::CollOp::AllGather;
-        if (root < 0 || root >= n) return;
-        const Layout rl = is_root && in_place ? Layout{} : layout_of(recvcount, recvtype);  // in place: not given
-        if (!is_root) {
-          c.device = device_of(rt, c, {recvbuf});
-          c.eligible = c.device >= 0 && rl.contiguous;
-          c.recv = recvbuf;
-          c.recv_bytes = c.bytes = rl.bytes;
-        } else {
-          const Layout el = layout_of(1, sendtype);
+          const Layout el = layout_of(1, many_type);
           const bool blocks_ok = v_blocks(n, counts, displs, el.bytes, &bytes, &at, &span);
-          c.device = in_place ? device_of(rt, c, {sendbuf}) : device_of(rt, c, {sendbuf, recvbuf});
-          c.eligible = c.device >= 0 && blocks_ok && el.contiguous && (in_place || (rl.contiguous && rl.bytes == bytes[me])) &&
-                       span > 0;
-          c.send = sendbuf;
-          c.send_bytes = c.bytes = span;
-          if (!in_place) {
-            c.recv = recvbuf;
-            c.recv_bytes = bytes[me];
+          const Layout l = in_place ? Layout{} : layout_of(one_count, one_type);
+          c.device = in_place ? device_of(rt, c, {many}) : device_of(rt, c, {one, many});
+          c.eligible = c.device >= 0 && blocks_ok && el.contiguous && span > 0 &&
+                       (in_place || (l.contiguous && l.bytes == bytes[me]));
+          c.bytes = span;
+          const char* own = in_place ? static_cast<const char*>(many) + at[me] : static_cast<const char*>(one);
+          if (gather) {
+            c.send = own;
+            c.send_bytes = blocks_ok ? bytes[me] : 0;
+            c.recv = const_cast<void*>(many);
+            c.recv_bytes = span;
+          } else {
+            c.send = many;
+            c.send_bytes = span;
+            if (!in_place) {
+              c.recv = const_cast<void*>(one);
+              c.recv_bytes = blocks_ok ? bytes[me] : 0;
+            }
           }
         }
         if (c.device >= 0 && !c.eligible) note_host_path(name, "a datatype with holes or mismatched blocks");
         if (!c.eligible) return;
-        c.shape = v_shape("scatterv", n, me, root, bytes, at);
-        c.build = [me, root, bytes, at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                                        const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
-          if (me == root) coll::build_scatterv_push(p, t, me, in(s), r, bytes, at, ch.exchange);
+        c.shape = v_shape(gather ? "gatherv" : "scatterv", n, me, root, bytes, at);
+        c.build = [gather, me, root, bytes, at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                                                const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
+          if (me != root) return;
+          if (gather) coll::build_allgatherv_pull(p, t, me, in(s), r, bytes, at, ch.exchange);
+          else coll::build_scatterv_push(p, t, me, in(s), r, bytes, at, ch.exchange);
         };
       },
       mpi);
@@ -443,21 +401,14 @@ int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void
         const size_t block = exchange_call(rt, team, c, coll::CollOp::AllToAll, sendbuf, sendcount, sendtype, recvbuf,
                                            recvcount, recvtype);
         if (!c.eligible) return;
-        const size_t total = c.bytes;
-        c.send = sendbuf;
+        const void* from = sendbuf;
         if (in_place) {
           // Every block is read by one rank and overwritten by another: send from a copy.
-          char* copy = team.temp(c.device, total);
-          rt.mover().copy_now(copy, c.device, recvbuf, c.device, total);
-          c.send = copy;
+          char* copy = team.temp(c.device, c.bytes);
+          rt.mover().copy_now(copy, c.device, recvbuf, c.device, c.bytes);
+          from = copy;
         }
-        c.send_bytes = c.recv_bytes = total;
-        c.recv = recvbuf;
-        c.shape = shape_of("alltoall", {static_cast<long long>(block)});
-        c.build = [block](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                          const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
-          coll::build_alltoall(p, t, in(s), r, block, ch.exchange, sc);
-        };
+        alltoall_call(c, team.size(), from, recvbuf, block);
       },
       [&](StagedBuffers* sb) {
         const int n = comm_size(comm);
@@ -515,17 +466,9 @@ int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, voi
         const size_t block = exchange_call(rt, team, c, coll::CollOp::AllGather, sendbuf, sendcount, sendtype, recvbuf,
                                            recvcount, recvtype);
         if (!c.eligible) return;
-        const size_t total = c.bytes;
         // In place: this rank's block already sits at its place in the receive buffer.
-        c.send = in_place ? static_cast<const char*>(recvbuf) + team.rank() * block : sendbuf;
-        c.send_bytes = block;
-        c.recv = recvbuf;
-        c.recv_bytes = total;
-        c.shape = shape_of("allgather", {static_cast<long long>(block)});
-        c.build = [block](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                          const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
-          coll::build_allgather(p, t, in(s), r, block, ch.exchange, sc);
-        };
+        allgather_call(c, team.size(), in_place ? static_cast<const char*>(recvbuf) + team.rank() * block : sendbuf,
+                       recvbuf, block);
       },
       [&](StagedBuffers* sb) {
         const int n = comm_size(comm);
@@ -544,16 +487,10 @@ int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
         const int n = team.size(), me = team.rank();
         const Layout rl = layout_of(1, recvtype);
         const size_t esz = rl.bytes;
-        std::vector<size_t> bytes(n), at(n);
+        std::vector<size_t> bytes, at;
         size_t span = 0, total = 0;
-        bool counts_ok = true;
-        for (int i = 0; i < n; ++i) {
-          counts_ok = counts_ok && recvcounts[i] >= 0 && displs[i] >= 0;
-          bytes[i] = static_cast<size_t>(std::max(0, recvcounts[i])) * esz;
-          at[i] = static_cast<size_t>(std::max(0, displs[i])) * esz;
-          total += bytes[i];
-          if (bytes[i]) span = std::max(span, at[i] + bytes[i]);
-        }
+        const bool counts_ok = v_blocks(n, recvcounts, displs, esz, &bytes, &at, &span);
+        for (size_t b : bytes) total += b;
         const Layout sl = in_place ? layout_of(recvcounts[me], recvtype) : layout_of(sendcount, sendtype);
         c.op = coll::CollOp::AllGather;
         c.bytes = total;
@@ -567,10 +504,7 @@ int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
         c.send_bytes = bytes[me];
         c.recv = recvbuf;
         c.recv_bytes = span;
-        std::string shape = shape_of("allgatherv", {n, me});
-        shape.append(reinterpret_cast<const char*>(bytes.data()), bytes.size() * sizeof(size_t));
-        shape.append(reinterpret_cast<const char*>(at.data()), at.size() * sizeof(size_t));
-        c.shape = std::move(shape);
+        c.shape = v_shape("allgatherv", n, me, 0, bytes, at);
         c.build = [me, bytes, at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
                                   const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
           coll::build_allgatherv_pull(p, t, me, in(s), r, bytes, at, ch.exchange);
@@ -591,8 +525,8 @@ int MPI_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* 
     counts.assign(n, recvcount);
     for (int i = 0; i < n; ++i) displs.push_back(i * recvcount);
   }
-  return gather_v(comm, "MPI_Gather", sendbuf, sendcount, sendtype, recvbuf, counts.data(), displs.data(), recvtype,
-                  root, [&](StagedBuffers* sb) {
+  return rooted_v(comm, "MPI_Gather", true, sendbuf, sendcount, sendtype, recvbuf, counts.data(), displs.data(),
+                  recvtype, root, [&](StagedBuffers* sb) {
                     const bool is_root = comm_rank(comm) == root;
                     void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
                     void* r = is_root ? stage(sb, recvbuf, recvcount * comm_size(comm), recvtype,
@@ -604,8 +538,8 @@ int MPI_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* 
 
 int MPI_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
                 const int* displs, MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  return gather_v(comm, "MPI_Gatherv", sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root,
-                  [&](StagedBuffers* sb) {
+  return rooted_v(comm, "MPI_Gatherv", true, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
+                  root, [&](StagedBuffers* sb) {
                     const bool is_root = comm_rank(comm) == root;
                     void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
                     void* r = is_root ? stage(sb, recvbuf, span_of(recvcounts, displs, comm_size(comm)), recvtype,
@@ -623,8 +557,8 @@ int MPI_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void*
     counts.assign(n, sendcount);
     for (int i = 0; i < n; ++i) displs.push_back(i * sendcount);
   }
-  return scatter_v(comm, "MPI_Scatter", sendbuf, counts.data(), displs.data(), sendtype, recvbuf, recvcount, recvtype,
-                   root, [&](StagedBuffers* sb) {
+  return rooted_v(comm, "MPI_Scatter", false, recvbuf, recvcount, recvtype, sendbuf, counts.data(), displs.data(),
+                   sendtype, root, [&](StagedBuffers* sb) {
                      const bool is_root = comm_rank(comm) == root;
                      void* s = is_root ? stage(sb, sendbuf, sendcount * comm_size(comm), sendtype, true, false)
                                        : const_cast<void*>(sendbuf);
@@ -635,8 +569,8 @@ int MPI_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void*
 
 int MPI_Scatterv(const void* sendbuf, const int* sendcounts, const int* displs, MPI_Datatype sendtype, void* recvbuf,
                  int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  return scatter_v(comm, "MPI_Scatterv", sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root,
-                   [&](StagedBuffers* sb) {
+  return rooted_v(comm, "MPI_Scatterv", false, recvbuf, recvcount, recvtype, sendbuf, sendcounts, displs, sendtype,
+                   root, [&](StagedBuffers* sb) {
                      const bool is_root = comm_rank(comm) == root;
                      void* s = is_root ? stage(sb, sendbuf, span_of(sendcounts, displs, comm_size(comm)), sendtype,
                                                true, false)
@@ -675,23 +609,11 @@ int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, 
         c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
         c.eligible = c.device >= 0 && recvcount > 0 && kernel_reduction(c, type, mop, &k);
         if (!c.eligible) return;
-        const coll::DataType dt = k.dt;
-        const coll::RedOp op = k.op;
-        const size_t count = static_cast<size_t>(recvcount) * k.per_elem, esz = coll::dtype_size(dt),
-                     block = count * esz;
-        c.bytes = block * n;
-        c.elem_size = esz;
+        const size_t count = static_cast<size_t>(recvcount) * k.per_elem, block = count * coll::dtype_size(k.dt);
         // In place the input is the receive buffer; the schedule leaves this rank's result
         // in its own block of it (the coll in-place form), moved to the front afterwards.
-        c.send = in_place ? recvbuf : sendbuf;
-        c.send_bytes = block * n;
-        c.recv = in_place ? static_cast<char*>(recvbuf) + team.rank() * block : recvbuf;
-        c.recv_bytes = block;
-        c.shape = shape_of("reduce_scatter", {static_cast<long long>(count), n, dt, op});
-        c.build = [count, n, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                                     const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
-          coll::build_reduce_scatter(p, t, in(s), r, coll::equal_blocks(count, n), dt, op, ch.reduce, sc);
-        };
+        reduce_scatter_call(c, n, in_place ? recvbuf : sendbuf,
+                            in_place ? static_cast<char*>(recvbuf) + team.rank() * block : recvbuf, count, k.dt, k.op);
         if (in_place && c.recv != recvbuf) {
           // Every rank has finished reading this buffer (the call ended in a barrier).
           c.after = [mover = &rt.mover(), recvbuf, from = c.recv, dev = c.device, bytes = c.recv_bytes] {
@@ -783,19 +705,7 @@ int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype ty
         c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
         c.eligible = c.device >= 0 && count > 0 && kernel_reduction(c, type, mop, &k);
         if (!c.eligible) return;
-        const coll::DataType dt = k.dt;
-        const coll::RedOp op = k.op;
-        const size_t n = static_cast<size_t>(count) * k.per_elem, bytes = n * coll::dtype_size(dt);
-        c.bytes = c.send_bytes = c.recv_bytes = bytes;
-        c.elem_size = coll::dtype_size(dt);
-        c.send = in_place ? recvbuf : sendbuf;
-        c.recv = recvbuf;
-        c.shape = shape_of("allreduce", {static_cast<long long>(n), dt, op});
-        c.build = [n, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                              const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
-          // No socket groups across processes (coll_team.cpp): never "hier".
-          coll::build_allreduce(p, t, ch.name, {}, in(s), r, n, dt, op, ch.reduce, sc);
-        };
+        allreduce_call(c, in_place ? recvbuf : sendbuf, recvbuf, static_cast<size_t>(count) * k.per_elem, k.dt, k.op);
       },
       [&](StagedBuffers* sb) {
         void* s = stage(sb, sendbuf, count, type, true, false);
@@ -810,19 +720,11 @@ int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm com
       [&](Runtime& rt, CollTeam& team, CollCall& c) {
         Layout l = layout_of(count, type);
         c.op = coll::CollOp::Bcast;
-        c.bytes = c.recv_bytes = l.bytes;
         c.elem_size = type_size(type);
         c.device = device_of(rt, c, {buffer});
         c.eligible = c.device >= 0 && l.contiguous && l.bytes > 0 && root >= 0 && root < team.size();
         if (c.device >= 0 && !l.contiguous) note_host_path(c.name, "a datatype with holes");
-        if (!c.eligible) return;
-        c.recv = buffer;
-        const size_t bytes = l.bytes;
-        c.shape = shape_of("bcast", {static_cast<long long>(bytes), root});
-        c.build = [bytes, root](coll::Program& p, const coll::Team& t, const std::vector<char*>&,
-                                const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
-          coll::build_bcast(p, t, r, bytes, root, ch.bcast);
-        };
+        if (c.eligible) bcast_call(c, buffer, l.bytes, root);
       },
       [&](StagedBuffers* sb) {
         const bool is_root = sb && comm_rank(comm) == root;
@@ -845,21 +747,8 @@ int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type,
         c.eligible = c.device >= 0 && count > 0 && root >= 0 && root < team.size() &&
                      kernel_reduction(c, type, mop, &k);
         if (!c.eligible) return;
-        const coll::DataType dt = k.dt;
-        const coll::RedOp op = k.op;
-        const size_t n = static_cast<size_t>(count) * k.per_elem, bytes = n * coll::dtype_size(dt);
-        c.bytes = c.send_bytes = bytes;
-        c.elem_size = coll::dtype_size(dt);
-        c.send = in_place ? recvbuf : sendbuf;
-        if (is_root) {
-          c.recv = recvbuf;
-          c.recv_bytes = bytes;
-        }
-        c.shape = shape_of("reduce", {static_cast<long long>(n), dt, op, root});
-        c.build = [n, dt, op, root](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                                    const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
-          coll::build_reduce(p, t, in(s), r[root], n, dt, op, root, ch.reduce, sc);
-        };
+        reduce_call(c, is_root, in_place ? recvbuf : sendbuf, recvbuf, static_cast<size_t>(count) * k.per_elem, k.dt,
+                    k.op, root);
       },
       [&](StagedBuffers* sb) {
         const bool is_root = comm_rank(comm) == root;
