@@ -42,7 +42,8 @@ class DoneOp : public Op {
 // A collective pending on its team: complete once the team has ended it.
 class PendingOp : public Op {
  public:
-  PendingOp(MPI_Comm comm, const char* name, std::shared_ptr<CollPending> p) : Op(comm), name_(name), p_(std::move(p)) {}
+  PendingOp(MPI_Comm comm, const char* name, std::shared_ptr<CollPending> p)
+      : Op(comm), name_(name), p_(std::move(p)) {}
   bool ready() override {
     // Inside a pass over many requests the pass has progressed everything already.
     if (!p_->done && !ProgressPass::active()) progress_collectives();
@@ -117,34 +118,44 @@ int MPI_Ireduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
                               MPI_Comm comm, MPI_Request* req) {
   if (!on_device({sendbuf, recvbuf}))
     return PMPI_Ireduce_scatter_block(sendbuf, recvbuf, recvcount, type, op, comm, req);
-  return start(comm, "MPI_Ireduce_scatter_block", req, [=] { return MPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, type, op, comm); });
+  return start(comm, "MPI_Ireduce_scatter_block", req, [=] {
+    return MPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, type, op, comm);
+  });
 }
 
 int MPI_Ireduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcounts, MPI_Datatype type, MPI_Op op,
                         MPI_Comm comm, MPI_Request* req) {
   if (!on_device({sendbuf, recvbuf})) return PMPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, type, op, comm, req);
-  return start(comm, "MPI_Ireduce_scatter", req, [=] { return MPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, type, op, comm); });
+  return start(comm, "MPI_Ireduce_scatter", req, [=] {
+    return MPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, type, op, comm);
+  });
 }
 
 int MPI_Iallgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                    MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* req) {
   if (!on_device({sendbuf, recvbuf}))
     return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, req);
-  return start(comm, "MPI_Iallgather", req, [=] { return MPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm); });
+  return start(comm, "MPI_Iallgather", req, [=] {
+    return MPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  });
 }
 
 int MPI_Iallgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
                     const int* displs, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* req) {
   if (!on_device({sendbuf, recvbuf}))
     return PMPI_Iallgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, req);
-  return start(comm, "MPI_Iallgatherv", req, [=] { return MPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm); });
+  return start(comm, "MPI_Iallgatherv", req, [=] {
+    return MPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
+  });
 }
 
 int MPI_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                   MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* req) {
   if (!on_device({sendbuf, recvbuf}))
     return PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, req);
-  return start(comm, "MPI_Ialltoall", req, [=] { return MPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm); });
+  return start(comm, "MPI_Ialltoall", req, [=] {
+    return MPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  });
 }
 
 int MPI_Ialltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
@@ -152,7 +163,9 @@ int MPI_Ialltoallv(const void* sendbuf, const int* sendcounts, const int* sdispl
                    MPI_Request* req) {
   if (!on_device({sendbuf, recvbuf}))
     return PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, req);
-  return start(comm, "MPI_Ialltoallv", req, [=] { return MPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm); });
+  return start(comm, "MPI_Ialltoallv", req, [=] {
+    return MPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm);
+  });
 }
 
 int MPI_Ialltoallw(const void* sendbuf, const int* sendcounts, const int* sdispls, const MPI_Datatype* sendtypes,
@@ -175,7 +188,9 @@ int MPI_Igather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void*
   const bool is_root = comm_rank(comm) == root;
   if (!on_device({sendbuf, is_root ? recvbuf : nullptr}))
     return PMPI_Igather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, req);
-  return start(comm, "MPI_Igather", req, [=] { return MPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm); });
+  return start(comm, "MPI_Igather", req, [=] {
+    return MPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+  });
 }
 
 int MPI_Igatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
@@ -183,7 +198,9 @@ int MPI_Igatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void
   const bool is_root = comm_rank(comm) == root;
   if (!on_device({sendbuf, is_root ? recvbuf : nullptr}))
     return PMPI_Igatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, req);
-  return start(comm, "MPI_Igatherv", req, [=] { return MPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm); });
+  return start(comm, "MPI_Igatherv", req, [=] {
+    return MPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm);
+  });
 }
 
 int MPI_Iscatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
@@ -191,7 +208,9 @@ int MPI_Iscatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void
   const bool is_root = comm_rank(comm) == root;
   if (!on_device({is_root ? sendbuf : nullptr, recvbuf}))
     return PMPI_Iscatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, req);
-  return start(comm, "MPI_Iscatter", req, [=] { return MPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm); });
+  return start(comm, "MPI_Iscatter", req, [=] {
+    return MPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+  });
 }
 
 int MPI_Iscatterv(const void* sendbuf, const int* sendcounts, const int* displs, MPI_Datatype sendtype, void* recvbuf,
@@ -199,7 +218,9 @@ int MPI_Iscatterv(const void* sendbuf, const int* sendcounts, const int* displs,
   const bool is_root = comm_rank(comm) == root;
   if (!on_device({is_root ? sendbuf : nullptr, recvbuf}))
     return PMPI_Iscatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, req);
-  return start(comm, "MPI_Iscatterv", req, [=] { return MPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm); });
+  return start(comm, "MPI_Iscatterv", req, [=] {
+    return MPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm);
+  });
 }
 
 int MPI_Iscan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,

@@ -573,7 +573,8 @@ static void alltoallv_forms(void) {
     }
     buf_push(&hk, &r);
     long before = served();
-    const char* what = form == 0 ? "alltoallv" : form == 1 ? "alltoallv in place" : form == 2 ? "alltoallw" : "ialltoallv";
+    static const char* names[] = {"alltoallv", "alltoallv in place", "alltoallw", "ialltoallv"};
+    const char* what = names[form];
     if (form == 0) {
       CHECK(MPI_Alltoallv(s.p, sc, sd, MPI_BYTE, r.p, rc, rd, MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS);
     } else if (form == 1) {
