@@ -17,6 +17,11 @@
 #include <initializer_list>
 #include <memory>
 
+#include <mpi.h>
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI: the MPIX_*_init persistent collectives (after mpi.h)
+#endif
+
 #include "mpi/coll_staged.hpp"
 #include "mpi/coll_team.hpp"
 #include "mpi/interpose.hpp"
@@ -82,15 +87,63 @@ bool on_device(std::initializer_list<const void*> bufs) {
 }
 
 // Starts `call` (the blocking interposed collective, capturing its arguments by value: the
-// MPI's way may run after this function has returned) and hands back its request.
-int start(MPI_Comm comm, const char* name, MPI_Request* req, const std::function<int()>& call) {
+// MPI's way may run after this function has returned); *rc is the start's result.
+std::unique_ptr<Op> started(MPI_Comm comm, const char* name, const std::function<int()>& call, int* rc) {
   NonblockingStart s;
   s.mpi = [call] { return mpi_collective(call); };
-  const int rc = start_collective(s, call);  // takes lock() itself, and leaves it for the MPI
+  *rc = start_collective(s, call);  // takes lock() itself, and leaves it for the MPI
+  if (s.pending) return std::make_unique<PendingOp>(comm, name, std::move(s.pending));
+  return std::make_unique<DoneOp>(comm, *rc);
+}
+
+int start(MPI_Comm comm, const char* name, MPI_Request* req, const std::function<int()>& call) {
+  int rc = MPI_SUCCESS;
+  std::unique_ptr<Op> op = started(comm, name, call, &rc);
   std::lock_guard<std::recursive_mutex> l(lock());
-  if (s.pending) *req = add_request(std::make_unique<PendingOp>(comm, name, std::move(s.pending)));
-  else *req = add_request(std::make_unique<DoneOp>(comm, rc));
+  *req = add_request(std::move(op));
   return rc;
+}
+
+// A persistent collective (MPIX_*_init, Open MPI's form of MPI-4's MPI_*_init): every
+// MPI_Start starts the call as its MPI_I* form does; between its completion and the next
+// start the request is inactive.
+class PersistentOp : public Op {
+ public:
+  PersistentOp(MPI_Comm comm, const char* name, std::function<int()> call)
+      : Op(comm), name_(name), call_(std::move(call)) {}
+  bool persistent() const override { return true; }
+  bool active() const override { return current_ != nullptr; }
+  int start() override {
+    if (current_) return MPI_ERR_REQUEST;  // started again before it completed
+    int rc = MPI_SUCCESS;
+    current_ = started(comm_, name_, call_, &rc);
+    return rc;
+  }
+  bool ready() override { return !current_ || current_->ready(); }
+  bool test(MPI_Status* st, int* err) override {
+    if (!current_) {
+      set_empty_status(st);
+      *err = MPI_SUCCESS;
+      return true;
+    }
+    if (!current_->test(st, err)) return false;
+    current_.reset();
+    return true;
+  }
+  void check_peers() override {
+    if (current_) current_->check_peers();
+  }
+
+ private:
+  const char* name_;
+  std::function<int()> call_;
+  std::unique_ptr<Op> current_;
+};
+
+int persistent(MPI_Comm comm, const char* name, MPI_Request* req, std::function<int()> call) {
+  std::lock_guard<std::recursive_mutex> l(lock());
+  *req = add_request(std::make_unique<PersistentOp>(comm, name, std::move(call)));
+  return MPI_SUCCESS;
 }
 
 }  // namespace
@@ -234,5 +287,157 @@ int MPI_Iexscan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type
   if (!on_device({sendbuf, recvbuf})) return PMPI_Iexscan(sendbuf, recvbuf, count, type, op, comm, req);
   return start(comm, "MPI_Iexscan", req, [=] { return MPI_Exscan(sendbuf, recvbuf, count, type, op, comm); });
 }
+
+// Persistent collectives: Open MPI's MPIX_*_init (mpi-ext.h). Device buffers: a request
+// of ours, started by MPI_Start/MPI_Startall (interpose_wait.cpp); host buffers: the MPI's.
+#ifdef OMPI_HAVE_MPI_EXT_PCOLLREQ
+
+int MPIX_Allreduce_init(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                        MPI_Info info, MPI_Request* req) {
+  if (!on_device({sendbuf, recvbuf})) return PMPIX_Allreduce_init(sendbuf, recvbuf, count, type, op, comm, info, req);
+  return persistent(comm, "MPIX_Allreduce_init", req,
+                    [=] { return MPI_Allreduce(sendbuf, recvbuf, count, type, op, comm); });
+}
+
+int MPIX_Reduce_init(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
+                     MPI_Comm comm, MPI_Info info, MPI_Request* req) {
+  const bool is_root = comm_rank(comm) == root;
+  if (!on_device({sendbuf, is_root ? recvbuf : nullptr}))
+    return PMPIX_Reduce_init(sendbuf, recvbuf, count, type, op, root, comm, info, req);
+  return persistent(comm, "MPIX_Reduce_init", req,
+                    [=] { return MPI_Reduce(sendbuf, recvbuf, count, type, op, root, comm); });
+}
+
+int MPIX_Reduce_scatter_block_init(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype type, MPI_Op op,
+                                   MPI_Comm comm, MPI_Info info, MPI_Request* req) {
+  if (!on_device({sendbuf, recvbuf}))
+    return PMPIX_Reduce_scatter_block_init(sendbuf, recvbuf, recvcount, type, op, comm, info, req);
+  return persistent(comm, "MPIX_Reduce_scatter_block_init", req,
+                    [=] { return MPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, type, op, comm); });
+}
+
+int MPIX_Reduce_scatter_init(const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype type, MPI_Op op,
+                             MPI_Comm comm, MPI_Info info, MPI_Request* req) {
+  if (!on_device({sendbuf, recvbuf}))
+    return PMPIX_Reduce_scatter_init(sendbuf, recvbuf, recvcounts, type, op, comm, info, req);
+  return persistent(comm, "MPIX_Reduce_scatter_init", req,
+                    [=] { return MPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, type, op, comm); });
+}
+
+int MPIX_Allgather_init(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                        MPI_Datatype recvtype, MPI_Comm comm, MPI_Info info, MPI_Request* req) {
+  if (!on_device({sendbuf, recvbuf}))
+    return PMPIX_Allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, req);
+  return persistent(comm, "MPIX_Allgather_init", req, [=] {
+    return MPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  });
+}
+
+int MPIX_Allgatherv_init(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                         const int recvcounts[], const int displs[], MPI_Datatype recvtype, MPI_Comm comm,
+                         MPI_Info info, MPI_Request* req) {
+  if (!on_device({sendbuf, recvbuf}))
+    return PMPIX_Allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info,
+                                 req);
+  return persistent(comm, "MPIX_Allgatherv_init", req, [=] {
+    return MPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
+  });
+}
+
+int MPIX_Alltoall_init(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                       MPI_Datatype recvtype, MPI_Comm comm, MPI_Info info, MPI_Request* req) {
+  if (!on_device({sendbuf, recvbuf}))
+    return PMPIX_Alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, req);
+  return persistent(comm, "MPIX_Alltoall_init", req, [=] {
+    return MPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  });
+}
+
+int MPIX_Alltoallv_init(const void* sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype,
+                        void* recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype,
+                        MPI_Comm comm, MPI_Info info, MPI_Request* req) {
+  if (!on_device({sendbuf, recvbuf}))
+    return PMPIX_Alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
+                                info, req);
+  return persistent(comm, "MPIX_Alltoallv_init", req, [=] {
+    return MPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm);
+  });
+}
+
+int MPIX_Bcast_init(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm, MPI_Info info,
+                    MPI_Request* req) {
+  if (!on_device({buffer})) return PMPIX_Bcast_init(buffer, count, type, root, comm, info, req);
+  return persistent(comm, "MPIX_Bcast_init", req, [=] { return MPI_Bcast(buffer, count, type, root, comm); });
+}
+
+int MPIX_Scan_init(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                   MPI_Info info, MPI_Request* req) {
+  if (!on_device({sendbuf, recvbuf})) return PMPIX_Scan_init(sendbuf, recvbuf, count, type, op, comm, info, req);
+  return persistent(comm, "MPIX_Scan_init", req, [=] { return MPI_Scan(sendbuf, recvbuf, count, type, op, comm); });
+}
+
+int MPIX_Exscan_init(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                     MPI_Info info, MPI_Request* req) {
+  if (!on_device({sendbuf, recvbuf})) return PMPIX_Exscan_init(sendbuf, recvbuf, count, type, op, comm, info, req);
+  return persistent(comm, "MPIX_Exscan_init", req,
+                    [=] { return MPI_Exscan(sendbuf, recvbuf, count, type, op, comm); });
+}
+
+int MPIX_Alltoallw_init(const void* sendbuf, const int sendcounts[], const int sdispls[], const MPI_Datatype sendtypes[],
+                        void* recvbuf, const int recvcounts[], const int rdispls[], const MPI_Datatype recvtypes[],
+                        MPI_Comm comm, MPI_Info info, MPI_Request* req) {
+  if (!on_device({sendbuf, recvbuf}))
+    return PMPIX_Alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm,
+                                info, req);
+  return persistent(comm, "MPIX_Alltoallw_init", req, [=] {
+    return MPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm);
+  });
+}
+
+int MPIX_Gather_init(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                     MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Info info, MPI_Request* req) {
+  const bool is_root = comm_rank(comm) == root;
+  if (!on_device({sendbuf, is_root ? recvbuf : nullptr}))
+    return PMPIX_Gather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, req);
+  return persistent(comm, "MPIX_Gather_init", req, [=] {
+    return MPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+  });
+}
+
+int MPIX_Gatherv_init(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],
+                      const int displs[], MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Info info,
+                      MPI_Request* req) {
+  const bool is_root = comm_rank(comm) == root;
+  if (!on_device({sendbuf, is_root ? recvbuf : nullptr}))
+    return PMPIX_Gatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, info,
+                              req);
+  return persistent(comm, "MPIX_Gatherv_init", req, [=] {
+    return MPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm);
+  });
+}
+
+int MPIX_Scatter_init(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                      MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Info info, MPI_Request* req) {
+  const bool is_root = comm_rank(comm) == root;
+  if (!on_device({is_root ? sendbuf : nullptr, recvbuf}))
+    return PMPIX_Scatter_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, req);
+  return persistent(comm, "MPIX_Scatter_init", req, [=] {
+    return MPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+  });
+}
+
+int MPIX_Scatterv_init(const void* sendbuf, const int sendcounts[], const int displs[], MPI_Datatype sendtype,
+                       void* recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Info info,
+                       MPI_Request* req) {
+  const bool is_root = comm_rank(comm) == root;
+  if (!on_device({is_root ? sendbuf : nullptr, recvbuf}))
+    return PMPIX_Scatterv_init(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, info,
+                               req);
+  return persistent(comm, "MPIX_Scatterv_init", req, [=] {
+    return MPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm);
+  });
+}
+
+#endif  // OMPI_HAVE_MPI_EXT_PCOLLREQ
 
 }  // extern "C"

@@ -31,6 +31,11 @@ class Op {
   virtual bool ready() = 0;
   // Throws when a peer the op waits for is gone.
   virtual void check_peers() {}
+  // Persistent requests (MPI_Start): a completed one stays in the table, inactive, until
+  // MPI_Request_free; start() makes it active again.
+  virtual bool persistent() const { return false; }
+  virtual bool active() const { return true; }
+  virtual int start() { return MPI_ERR_REQUEST; }
   MPI_Comm comm() const { return comm_; }
 
  protected:

@@ -11,12 +11,16 @@
  * 3. Pending calls on two communicators complete whatever order the ranks wait for them in
  *    (every wait progresses every pending collective): rank 0 waits for the one on a
  *    duplicate of the world first, the others for the world's.
+ * 4. Persistent collectives (MPIX_*_init, where the MPI has them) started again and again.
  * Results are exact (integer sums), and the interposer's counter shows gpustripe ran them.
  * A communicator's first collective on device buffers sets up its team with every rank, so
  * each part runs one blocking call first. */
 #include <sched.h>
 
 #include "mpi_test_util.h"
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
 
 static int rank, size, ndev;
 static hooks_t hk;
@@ -133,6 +137,56 @@ static void two_comms(size_t n) {
   CHECK(MPI_Comm_free(&dup) == MPI_SUCCESS);
 }
 
+#ifdef OMPI_HAVE_MPI_EXT_PCOLLREQ
+/* 4. Persistent collectives (Open MPI's MPIX_*_init): one request started again and again on
+ * new data, an inactive one completing at once, MPI_Startall of two, MPI_Request_free. */
+static void persistent(size_t n) {
+  const int dev = rank % ndev;
+  int32_t* h = (int32_t*)malloc(n * sizeof(int32_t));
+  int32_t* s = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
+  int32_t* r = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
+  int32_t* b = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
+  CHECK(h && s && r && b);
+  MPI_Request req[2];
+  CHECK(MPIX_Allreduce_init(s, r, (int)n, MPI_INT32_T, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, &req[0]) ==
+        MPI_SUCCESS);
+  CHECK(MPIX_Bcast_init(b, (int)n, MPI_INT32_T, size - 1, MPI_COMM_WORLD, MPI_INFO_NULL, &req[1]) == MPI_SUCCESS);
+  CHECK(MPI_Wait(&req[0], MPI_STATUS_IGNORE) == MPI_SUCCESS); /* inactive: at once */
+  CHECK(req[0] != MPI_REQUEST_NULL);
+  for (int round = 0; round < 3; ++round) {
+    const long before = served();
+    fill_send(h, s, n, 20 + round);
+    clear(h, r, n);
+    for (size_t i = 0; i < n; ++i) h[i] = rank == size - 1 ? (int32_t)(i * 3 + round) : -1;
+    CHECK(hk.copy(b, h, n * sizeof(int32_t)) == 0);
+    if (round == 0) {
+      CHECK(MPI_Start(&req[0]) == MPI_SUCCESS);
+      CHECK(MPI_Wait(&req[0], MPI_STATUS_IGNORE) == MPI_SUCCESS);
+      CHECK(MPI_Start(&req[1]) == MPI_SUCCESS);
+      int flag = 0;
+      while (!flag) CHECK(MPI_Test(&req[1], &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+    } else {
+      CHECK(MPI_Startall(2, req) == MPI_SUCCESS);
+      CHECK(MPI_Waitall(2, req, MPI_STATUSES_IGNORE) == MPI_SUCCESS);
+    }
+    CHECK(req[0] != MPI_REQUEST_NULL && req[1] != MPI_REQUEST_NULL);
+    CHECK(right(h, r, n, 20 + round) == n);
+    CHECK(hk.copy(h, b, n * sizeof(int32_t)) == 0);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += h[i] != (int32_t)(i * 3 + round);
+    CHECK(bad == 0);
+    CHECK(served() - before == 2);
+  }
+  CHECK(MPI_Request_free(&req[0]) == MPI_SUCCESS);
+  CHECK(MPI_Request_free(&req[1]) == MPI_SUCCESS);
+  CHECK(req[0] == MPI_REQUEST_NULL && req[1] == MPI_REQUEST_NULL);
+  hk.free_(s);
+  hk.free_(r);
+  hk.free_(b);
+  free(h);
+}
+#endif
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -147,6 +201,9 @@ int main(int argc, char** argv) {
   for (int k = 0; k < 3; ++k) {
     overlap(sizes[k]);
     two_comms(sizes[k]);
+#ifdef OMPI_HAVE_MPI_EXT_PCOLLREQ
+    persistent(sizes[k]);
+#endif
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) printf("mpi_coll_overlap: all checks passed on %d ranks\n", size);
