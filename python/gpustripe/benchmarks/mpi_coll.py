@@ -6,6 +6,8 @@ MPI_Allreduce and MPI_Bcast (MPI_SUM over --dtype: float32 by default; int8 is M
 nccl-tests does, and compares in one results file per rank count (and type, other than float32):
   mpi_gpustripe    mpi_coll_bench with libgpustripe_mpi.so preloaded: the interposer runs the
                    coll schedules across the ranks' processes (src/mpi/coll_team.hpp)
+  mpi_gpustripe_nb the same with the nonblocking forms (MPI_I* then MPI_Wait), and how much of a
+                   call hides behind a host computation as long as the call (overlap_pct)
   mpi_host_staged  mpi_coll_bench --staged: copy to pinned host memory, the MPI collective, copy
                    back (the GPU-unaware pattern; sizes up to --staged-max, it is slow)
   gpustripe        the native single-process communicator (gpustripe bench coll's method)
@@ -32,7 +34,7 @@ HELP = ("MPI collectives on device buffers from an unmodified MPI program: the P
 OPS = ("alltoall", "allgather", "reduce_scatter", "allreduce", "bcast")
 MPI_ONLY_OPS = {"reduce_scatter_v": "reduce_scatter"}  # op -> the native / NCCL op it is
 DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8")
-METHODS = ("mpi_gpustripe", "mpi_host_staged", "gpustripe", "nccl")
+METHODS = ("mpi_gpustripe", "mpi_gpustripe_nb", "mpi_host_staged", "gpustripe", "nccl")
 
 
 def add_arguments(p):
@@ -172,6 +174,12 @@ def run(args) -> int:
                 "--method", "mpi_gpustripe"]
             rows += _run_rows(cmd, args.timeout, absent, f"mpi_gpustripe/{n}")
             save()
+        if "mpi_gpustripe_nb" in methods:
+            cmd = _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [
+                paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *common, *mem,
+                "--overlap", "--method", "mpi_gpustripe_nb"]
+            rows += _run_rows(cmd, args.timeout, absent, f"mpi_gpustripe_nb/{n}")
+            save()
         if "mpi_host_staged" in methods:
             if emulated:
                 absent["mpi_host_staged"] = "emulated devices: no GPU buffers to stage"
@@ -206,6 +214,11 @@ def run(args) -> int:
         for op in [*ops, *(f"allreduce_{dt}" for dt in per_type)]:
             if any(r["op"] == op for r in rows):
                 print(f"\n[{n} ranks] " + results.ratio_table(rows, op, ours="mpi_gpustripe", value="busbw_gbps"))
+        nb = [r for r in rows if r.get("method") == "mpi_gpustripe_nb" and "overlap_pct" in r]
+        if nb:
+            print(f"\n[{n} ranks] nonblocking: the call hidden behind as long a computation (overlap_pct)")
+            for r in sorted(nb, key=lambda r: (r["op"], r["bytes"])):
+                print(f"  {r['op']:>16} {results.human_bytes(r['bytes']):>8} {r['overlap_pct']:6.1f} %")
         path = save(final=True)
         if path:
             written.append(path)
