@@ -292,39 +292,37 @@ int main(int argc, char** argv) {
       // Batches of about 256 MB moved, 2 to 20 calls.
       const int iters = o.iters > 0 ? o.iters : static_cast<int>(std::clamp<size_t>((size_t(256) << 20) / size, 2, 20));
       for (int i = 0; i < o.warmup; ++i) once();
-      std::vector<double> times;
-      for (int t = 0; t < o.trials; ++t) {
-        MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = MPI_Wtime();
-        for (int i = 0; i < iters; ++i) once();
-#ifdef BENCH_HAVE_CUDA
-        if (o.device) CUDA_OK(cudaDeviceSynchronize());
-#endif
-        times.push_back((MPI_Wtime() - t0) / iters * 1e6);
-      }
-      std::sort(times.begin(), times.end());
-      double us = times[times.size() / 2], slowest = 0;
-      MPI_Allreduce(&us, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-      std::string overlap;
-      if (o.overlap) {
-        // Every rank computes as long as the slowest rank's call took.
-        std::vector<double> totals;
+      // Times per call of `trials` batches of `iters` calls, sorted; *slowest: the slowest
+      // rank's median.
+      auto batches = [&](const std::function<void()>& call, double* slowest) {
+        std::vector<double> times;
         for (int t = 0; t < o.trials; ++t) {
           MPI_Barrier(MPI_COMM_WORLD);
           double t0 = MPI_Wtime();
-          for (int i = 0; i < iters; ++i) {
-            MPI_Request r = c.start(x, op == "bcast" ? x : y);
-            compute(slowest);
-            MPI_Wait(&r, MPI_STATUS_IGNORE);
-          }
+          for (int i = 0; i < iters; ++i) call();
 #ifdef BENCH_HAVE_CUDA
           if (o.device) CUDA_OK(cudaDeviceSynchronize());
 #endif
-          totals.push_back((MPI_Wtime() - t0) / iters * 1e6);
+          times.push_back((MPI_Wtime() - t0) / iters * 1e6);
         }
-        std::sort(totals.begin(), totals.end());
-        double total = totals[totals.size() / 2], worst = 0;
-        MPI_Allreduce(&total, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        std::sort(times.begin(), times.end());
+        double us = times[times.size() / 2];
+        MPI_Allreduce(&us, slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        return times;
+      };
+      double slowest = 0;
+      const std::vector<double> times = batches(once, &slowest);
+      std::string overlap;
+      if (o.overlap) {
+        // Every rank computes as long as the slowest rank's call took.
+        double worst = 0;
+        batches(
+            [&] {
+              MPI_Request r = c.start(x, op == "bcast" ? x : y);
+              compute(slowest);
+              MPI_Wait(&r, MPI_STATUS_IGNORE);
+            },
+            &worst);
         const double pct = std::clamp(100.0 * (2 * slowest - worst) / slowest, 0.0, 100.0);
         char buf[96];
         std::snprintf(buf, sizeof buf, ", \"overlap_pct\": %.1f, \"overlap_total_us\": %.3f", pct, worst);
