@@ -513,7 +513,21 @@ char* Endpoint::map_exported(int peer, const Exported& e, uint64_t bytes) {
   GS_REQUIRE(e.offset + bytes <= e.handle.size, GPUSTRIPE_ERR_INTERNAL,
              "rank %d's buffer [%llu, +%llu) exceeds its allocation of %zu bytes", peer,
              static_cast<unsigned long long>(e.offset), static_cast<unsigned long long>(bytes), e.handle.size);
-  return static_cast<char*>(cache_->map(peer, e.exporter_base, e.handle)) + e.offset;
+  try {
+    return static_cast<char*>(cache_->map(peer, e.exporter_base, e.handle)) + e.offset;
+  } catch (const Error& err) {
+    // The driver refuses a second mapping of memory this process has mapped already: with the
+    // legacy IPC API that happens when the peer freed a buffer we still have mapped (the cache
+    // keeps mappings) and a new buffer of its reuses that memory (small cudaMalloc buffers
+    // share the driver's larger blocks). Close the peer's mappings, once no copy reads through
+    // them, and map again, once (the collectives' team and Open MPI's CUDA IPC cache do the same).
+    if (err.status() != GPUSTRIPE_ERR_CUDA || std::strstr(err.what(), "AlreadyMapped") == nullptr) throw;
+    GS_LOG_INFO(Subsys::P2p, "rank %d: rank %d's buffer is mapped here already (%s): closing the cached mappings "
+                "of its buffers and mapping again", ch_.rank(), peer, err.what());
+    mover_.drain();
+    cache_->evict_peer(peer);
+    return static_cast<char*>(cache_->map(peer, e.exporter_base, e.handle)) + e.offset;
+  }
 }
 
 void Endpoint::advance_recvs() {

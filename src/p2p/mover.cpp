@@ -244,6 +244,11 @@ void Mover::wait(uint64_t t) {
   finish_through(s, t);
 }
 
+void Mover::drain() {
+  launch_batch();
+  while (!pending_.empty()) wait(pending_.begin()->first);
+}
+
 void Mover::copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
   wait(start(dst, dst_dev, src, src_dev, bytes));
 }

@@ -84,6 +84,8 @@ class Mover {
   void new_pass() { ++pass_; }
   // Until the copy of `ticket` has completed (launching its batch if gathered).
   void wait(uint64_t ticket);
+  // Until every copy started so far has completed (before mappings they read are closed).
+  void drain();
   // A copy that has finished when it returns.
   void copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes);
   // The same between host and device memory whose ranges the caller has checked
