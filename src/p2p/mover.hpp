@@ -1,8 +1,9 @@
 // The copies of the p2p layer: started asynchronously, polled for completion, so
 // one rank can have many rendezvous transfers in flight (bandwidth windows, both
-// directions at once) without a thread. Device copies run on one stream per device
-// through `copy` (the engine's multi-path copy_async when the p2p layer has an
-// engine, else the backend's single-path copy); host-to-host copies are memcpy.
+// directions at once) without a thread of their own. Device copies run on streams of the
+// source GPU: small ones gathered into one batch per progress pass (one kernel), larger ones
+// through `copy` (the engine's multi-path copy_async when the p2p layer has an engine, else
+// the backend's single-path copy); host-to-host copies are memcpy.
 #pragma once
 #include <cstddef>
 #include <cstdint>
