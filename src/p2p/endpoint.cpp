@@ -674,7 +674,8 @@ bool Endpoint::done_now(const RequestPtr& r) {
   GS_REQUIRE(r, GPUSTRIPE_ERR_INVALID_ARGUMENT, "test of a NULL request");
   std::lock_guard<std::recursive_mutex> lock(mu_);
   if (!r->done()) return false;
-  if (trace_on() && !r->traced_ && r->bytes_ > fragment_bytes_) {
+  // Rendezvous and pulled messages (device buffers: every size) have their return stamped.
+  if (trace_on() && !r->traced_ && (r->bytes_ > fragment_bytes_ || r->loc_.device)) {
     r->traced_ = true;
     if (r->is_send()) trace("s_ret", ch_.rank(), r->id_, 0, r->status_.bytes);
     else trace("r_ret", r->status_.source, r->peer_id_, r->id_, r->status_.bytes);
