@@ -259,15 +259,6 @@ const BoolSetting kAnnounceFirst{
     "A rank lists its copy on the node's board before it reads the others' and plans, so copies that "
     "start together are planned with each other (listed after enqueueing, two pairs starting at once "
     "never saw each other: both took the lone plan's host share, and the host path was overloaded)"};
-// yes: with both directions busy, each rank's staged pieces run on the other GPU too, beside that
-// GPU's own copy and host traffic; the direct path alone gains ~6% in two-way windows at
-// 512 MB-1 GB (at 256 MB it loses ~4%).
-const BoolSetting kBidirDirect{
-    "GPUSTRIPE_P2P_BIDIR_DIRECT", "yes",
-    "A copy that another rank's copy in the opposite direction runs beside takes the direct path alone "
-    "(across processes each rank's staged pieces run on the other GPU too)"};
-
-
 // Replayed windows: a copy queued behind this rank's own copies to the same GPU (none of other
 // ranks in flight) is replayed as a graph, not enqueued, with the window's host share,
 // its host-staged pieces in the other of the source GPU's two staging areas than the copy
@@ -326,7 +317,7 @@ const IntSetting kRecentUs{
 
 // The settings engine_copy's copies read, once per mover (not per message).
 struct CopyOptions {
-  bool announce_first, bidir_direct;
+  bool announce_first;
   bool window_replay, window_ahead, detached;
   uint64_t window_min, window_chunk, recent_ns;
   double window_share;
@@ -335,7 +326,6 @@ struct CopyOptions {
 CopyOptions read_copy_options() {
   CopyOptions o{};
   o.announce_first = kAnnounceFirst.get();
-  o.bidir_direct = kBidirDirect.get();
   o.window_replay = kWindowReplay.get();
   o.window_min = kWindowMin.get();
   o.window_share = kWindowShare.get();
@@ -471,10 +461,12 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       }
       // The other way: listed on the board, or known to the caller before the peer lists it
       // (this rank's own messages to the peer are in flight: both directions start together,
-      // and the first copies would otherwise plan alone and put staged pieces on both GPUs).
-      const bool reverse = o.bidir_direct && (hints.both_ways || std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& x) {
-                                                return x.src == dd && x.dst == sd;
-                                              }));
+      // and the first copies would otherwise plan alone). Not yet listed, the peer's copy is
+      // taken to be of this one's size (a Sendrecv's halves, a two-way window's messages).
+      const bool reverse_listed = std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& x) {
+        return x.src == dd && x.dst == sd;
+      });
+      const bool reverse = hints.both_ways || reverse_listed;
       const CopyQueues::Queue queued = st->own.queued(sd, dd);
       const bool behind = queued.copies > 0 && specs.empty();
       const bool window = o.window_replay && n >= o.window_min && (behind || (o.window_ahead && hints.ahead > 0 && queued.copies == 0 && specs.empty()));
@@ -488,10 +480,34 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         return st->splits[key] = direct_plus_host(engine.current_plan(sd, dd, n));
       };
       if (reverse) {
-        // Regime: another rank's copy runs the other way (Sendrecv, bibw): the direct path alone
-        // (across processes each rank's staged pieces would run on the other rank's GPU too).
-        trace("p_direct", -1, 0, 0, n);
-        engine.copy_direct_prechecked(dst, dd, src, sd, n, s);
+        // Regime: traffic the other way (Sendrecv, two-way windows): the model's plan with it in
+        // flight. Where that is the direct path alone, one plain copy; where the host path pays
+        // beside the reverse traffic, the plan, and in a window of such copies (more of this
+        // rank's to the same GPU in flight or posted) detached, alternating staging areas, so that
+        // one message's host pipeline drains while the next one's fills, as one-way windows do.
+        // What the plan needs of the other way is whether it runs for the whole of this copy: its
+        // bytes past this copy's change nothing here, and summed over a window's messages in flight
+        // they would make a new plan (tens of microseconds) for nearly every copy.
+        for (TransferSpec& x : specs)
+          if (x.src == dd && x.dst == sd) x.bytes = std::min<uint64_t>(x.bytes, n);
+        if (!reverse_listed) specs.push_back(TransferSpec{dd, sd, n});
+        const Plan& plan = concurrent(specs, n);
+        if (direct_alone(plan)) {
+          trace("p_direct", -1, 0, 0, n);
+          engine.copy_direct_prechecked(dst, dd, src, sd, n, s);
+        } else {
+          const bool in_window = o.window_replay && o.detached && n >= o.window_min && direct_plus_host(plan) &&
+                                 (queued.copies > 0 || hints.ahead > 0);
+          trace(in_window ? "p_twoway_window" : "p_twoway", -1, queued.copies, host_staged_bytes(plan) * 1000000 / n, n);
+          if (in_window) {
+            bool& second = st->second_area[{sd, dd}];
+            second = !second;
+            engine.copy_with_plan_detached(plan, dst, src, s, second);
+          } else {
+            engine.copy_with_plan(plan, dst, src, s);
+            if (o.window_replay) st->second_area[{sd, dd}] = false;
+          }
+        }
       } else if (!specs.empty()) {
         // Regime: other ranks' copies in flight: planned with them.
         trace("p_concurrent", -1, 0, 0, n);

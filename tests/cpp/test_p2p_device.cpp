@@ -447,8 +447,10 @@ class SplitFromPlanner : public engine_test::FixedPlanner {
     return out;
   }
 
- private:
+ protected:
   engine_test::FixedPlanner alone_;
+
+ private:
   uint64_t split_;
 };
 }  // namespace
@@ -499,6 +501,107 @@ TEST(P2pDevice, MessagesTheModelKeepsDirectTakeOnePlainCopy) {
     EXPECT_EQ(phases["p_lean"], static_cast<int>(lean.size())) << "rank " << rank;
     EXPECT_EQ(phases["r_started"], static_cast<int>(lean.size() + split.size())) << "rank " << rank;
   }
+}
+
+namespace {
+// A planner that, as the model does, plans a copy with traffic the other way in flight by that
+// traffic: the direct path alone for a pair busy both ways below `split` bytes, direct + host
+// from there and for every copy alone.
+class TwoWayPlanner : public SplitFromPlanner {
+ public:
+  explicit TwoWayPlanner(uint64_t split) : SplitFromPlanner(0), split_(split) {}
+  std::vector<Plan> plan_concurrent(const std::vector<TransferSpec>& t) override {
+    std::vector<Plan> out;
+    for (const auto& x : t) {
+      const bool both_ways = std::any_of(t.begin(), t.end(), [&](const TransferSpec& y) { return y.src == x.dst && y.dst == x.src; });
+      out.push_back(both_ways && x.bytes < split_ ? alone_.plan(x.src, x.dst, x.bytes) : plan(x.src, x.dst, x.bytes));
+    }
+    return out;
+  }
+
+ private:
+  uint64_t split_;
+};
+
+// Two ranks exchange windows of `window` messages of each size both ways; every message is
+// checked. Returns each rank's trace stamps. Sends are posted before the receives: the first copy
+// of a size to start, on either rank, then has that rank's own send in flight the other way (a
+// rank that finds its peer's copies done, its own send already completed, copies alone).
+std::map<int, std::map<std::string, int>> two_way_windows(int window, const std::vector<size_t>& sizes) {
+  char dir[] = "/tmp/gs-p2p-twoway-XXXXXX";
+  if (!mkdtemp(dir)) {
+    ADD_FAILURE() << "mkdtemp";
+    return {};
+  }
+  ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
+  ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
+  EXPECT_RANKS_OK(run_ranks(2, [window, sizes](int rank, ipc::Channel& ch) {
+    Topology topo = load_topology_file("h200x4");
+    auto be = make_emulated_backend(topo);
+    TwoWayPlanner planner(4u << 20);
+    Engine engine(*be, topo, &planner);
+    const int peer = 1 - rank;
+    {
+      Endpoint ep(ch, be.get(), engine_copy(engine, &ch));
+      int tag = 0;
+      for (size_t n : sizes) {
+        std::vector<void*> out, in;
+        std::vector<RequestPtr> reqs;
+        for (int w = 0; w < window; ++w) {
+          in.push_back(be->alloc_device(rank, n));
+          out.push_back(be->alloc_device(rank, n));
+          to_device(*be, out[w], rank, seeded_bytes(500 + 4 * (tag + w) + rank, n));
+        }
+        for (int w = 0; w < window; ++w) reqs.push_back(ep.isend(out[w], n, peer, tag + w, kComm));
+        for (int w = 0; w < window; ++w) reqs.push_back(ep.irecv(in[w], n, peer, tag + w, kComm));
+        for (auto& r : reqs) ep.wait(r);
+        for (int w = 0; w < window; ++w) {
+          const RequestPtr& r = reqs[window + w];
+          RANK_CHECK(r->status().error == GPUSTRIPE_SUCCESS && r->status().bytes == n);
+          RANK_CHECK(from_device(*be, in[w], rank, n) == seeded_bytes(500 + 4 * (tag + w) + peer, n));
+          be->free_device(in[w]);
+          be->free_device(out[w]);
+        }
+        tag += window;
+      }
+      ep.flush();
+    }
+  }));
+  return trace_phases(dir);
+}
+}  // namespace
+
+// A copy with traffic the other way in flight takes the plan the model makes with that traffic:
+// the direct path alone where it keeps that (stamp p_direct), its split where the host path pays
+// beside the reverse traffic (p_twoway), never the lone plan's split nor the direct path regardless.
+TEST(P2pDevice, TwoWayCopiesTakeThePlanMadeWithTheReverseTraffic) {
+  // Each size apart, so that each has a first copy with the reverse traffic in flight.
+  for (size_t n : {(1u << 20) + 3, 3u << 20, (4u << 20) + 5, 6u << 20}) {
+    auto phases = two_way_windows(1, {n});
+    const bool split = n >= (4u << 20);
+    int direct = 0, twoway = 0;
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_EQ(phases[rank]["r_started"], 1) << "rank " << rank << ", " << n << " bytes";
+      direct += phases[rank]["p_direct"];
+      twoway += phases[rank]["p_twoway"] + phases[rank]["p_twoway_window"];
+    }
+    EXPECT_EQ(direct > 0, !split) << n << " bytes";
+    EXPECT_EQ(twoway > 0, split) << n << " bytes";
+    EXPECT_EQ(direct + twoway > 0, true) << n << " bytes";
+  }
+}
+
+// Two-way windows whose plan splits run as windows (detached, alternating staging areas) from
+// GPUSTRIPE_P2P_WINDOW_MIN; every message lands intact.
+TEST(P2pDevice, TwoWayWindowsOfSplitCopiesRunDetached) {
+  ScopedEnv wm("GPUSTRIPE_P2P_WINDOW_MIN", "1M");
+  auto phases = two_way_windows(6, {(4u << 20) + 5, (6u << 20) + 7});
+  int windowed = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(phases[rank]["r_started"], 12) << "rank " << rank;
+    windowed += phases[rank]["p_twoway_window"];
+  }
+  EXPECT_GT(windowed, 0);
 }
 
 TEST(P2pDevice, CopiesThatFinishedLatelyArePlannedAsInFlight) {
