@@ -181,15 +181,19 @@ CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::B
 
 CollTeam::~CollTeam() {
   if (times_.calls && kTimes.get()) {
-    const double c = static_cast<double>(times_.calls);
-    const double run = times_.run - runner_->drain_us() - runner_->barrier_us();
-    GS_LOG_INFO(Subsys::Mpi, "collectives of rank %d (%llu calls on gpustripe, %llu graph launches, %llu captures): us "
-                "per call: prepare %.1f, exchange %.1f, map+program %.1f, enqueue %.1f, wait for GPUs %.1f, end "
-                "barrier %.1f",
-                rank_, static_cast<unsigned long long>(times_.calls),
-                static_cast<unsigned long long>(runner_->graph_launches()),
-                static_cast<unsigned long long>(runner_->graph_captures()), times_.prepare / c, times_.exchange / c,
-                times_.map / c, run / c, runner_->drain_us() / c, runner_->barrier_us() / c);
+    const uint64_t launches = runner_->graph_launches(), captures = runner_->graph_captures();
+    const PhaseTimes t = phase_times(false);
+    GS_LOG_INFO(Subsys::Mpi, "collectives of rank %d (%llu calls on gpustripe, %llu stream-ordered, %llu graph "
+                "launches, %llu captures): us per call: prepare %.1f, exchange %.1f, map+program %.1f, enqueue %.1f, "
+                "wait for GPUs %.1f, end barrier %.1f",
+                rank_, static_cast<unsigned long long>(t.calls), static_cast<unsigned long long>(t.ordered),
+                static_cast<unsigned long long>(launches), static_cast<unsigned long long>(captures), t.prepare,
+                t.exchange, t.map, t.enqueue, t.drain, t.barrier);
+  }
+  try {
+    settle();
+  } catch (const Error& e) {
+    GS_LOG_WARN(Subsys::Mpi, "closing the collectives of rank %d: %s", rank_, e.what());
   }
   runner_.reset();
   for (Owned* b : {&scratch_, &temp_}) {
@@ -202,8 +206,35 @@ CollTeam::~CollTeam() {
   }
 }
 
+CollTeam::PhaseTimes CollTeam::phase_times(bool reset) {
+  PhaseTimes t;
+  t.calls = times_.calls;
+  t.ordered = times_.ordered;
+  if (times_.calls) {
+    const double c = static_cast<double>(times_.calls);
+    const double drain = runner_->drain_us() - times_.drain0, barrier = runner_->barrier_us() - times_.barrier0;
+    t.prepare = times_.prepare / c;
+    t.exchange = times_.exchange / c;
+    t.map = times_.map / c;
+    t.enqueue = (times_.run - drain - barrier) / c;
+    t.drain = drain / c;
+    t.barrier = barrier / c;
+  }
+  if (reset) {
+    times_ = Times{};
+    times_.drain0 = runner_->drain_us();
+    times_.barrier0 = runner_->barrier_us();
+  }
+  return t;
+}
+
+void CollTeam::settle() {
+  if (runner_) runner_->settle();
+}
+
 void CollTeam::grow(Owned& b, int dev, size_t bytes) {
   if (b.bytes >= bytes && b.dev == dev) return;
+  runner_->settle();  // a stream-ordered call may still use the old buffer
   size_t n = b.bytes && b.dev == dev ? b.bytes : (size_t(1) << 20);
   while (n < bytes) n *= 2;
   // Every earlier call has completed on every rank: nobody uses the old buffer.
@@ -350,6 +381,22 @@ bool CollTeam::run(const CollCall& call) {
   }
 }
 
+bool CollTeam::run_part(const CollCall& call, bool ordered, const coll::Program& prog, const coll::CrossSlots& slots,
+                        const std::string& graph_key) {
+  if (ordered && runner_->can_order(prog, slots)) {
+    runner_->run_ordered(prog, call.device, call.stream, &slots);
+    return true;
+  }
+  if (ordered) {
+    // The same program on every rank, so every rank comes here: the hosts order it after all.
+    runner_->settle();
+    backend_.synchronize_stream(call.stream);
+    runner_->barrier("collective entry");
+  }
+  runner_->run(prog, call.device, graph_key, &slots);
+  return false;
+}
+
 bool CollTeam::run_unchecked(const CollCall& call) {
   ++calls_;
   using Clock = std::chrono::steady_clock;
@@ -433,6 +480,14 @@ bool CollTeam::run_unchecked(const CollCall& call) {
     }
   }
 
+  // A call that the hosts order (no stream flags, or no stream) starts once this rank's
+  // buffers are ready and no stream-ordered call is still running.
+  const bool ordered = call.stream != nullptr && runner_->stream_flags();
+  if (!ordered && mine.eligible) {
+    runner_->settle();
+    if (call.stream) backend_.synchronize_stream(call.stream);
+  }
+
   // 2. Every rank's handles and eligibility (the entry barrier of the call).
   //    Through the team's shared segment: a few microseconds less than the MPI's allgather.
   static_assert(sizeof(RankInfo) <= TeamFlags::kInfoBytes, "a rank's message outgrew its exchange slot");
@@ -449,7 +504,23 @@ bool CollTeam::run_unchecked(const CollCall& call) {
   // Test hook (tests/mpi/mpi_coll_kill.c): die where the others already run the call.
   if (g_die_in_next.load()) raise(SIGKILL);
 
-  // 3. This process's view of every rank's buffers, the program, this rank's part.
+  // 3. This process's view of every rank's buffers, the program, this rank's part. Mapping
+  //    another allocation may close an older mapping (the cache's capacity, a stale entry): no
+  //    stream-ordered call may be using it then.
+  {
+    std::string names;
+    for (int r = 0; r < n_; ++r)
+      for (const Desc* d : {&all[r].send, &all[r].recv, &all[r].scratch}) {
+        if (r == rank_ || !d->present) continue;
+        for (uint64_t v : {uint64_t(r), d->base, d->handle.buffer_id, d->handle.share_id, uint64_t(d->handle.size)})
+          names.append(reinterpret_cast<const char*>(&v), sizeof v);
+      }
+    if (!mapped_sets_.count(names)) {
+      runner_->settle();
+      if (mapped_sets_.size() >= kShapesKept) mapped_sets_.clear();
+      mapped_sets_.insert(std::move(names));
+    }
+  }
   std::vector<char*> send(n_), recv(n_), scr(n_);
   coll::Scratch scratch(backend_, team.dev);
   for (int r = 0; r < n_; ++r) {
@@ -522,7 +593,7 @@ bool CollTeam::run_unchecked(const CollCall& call) {
     GS_LOG_DEBUG(Subsys::Mpi, "%s %zu bytes on %d ranks: %s; rank %d runs its part of %s", call.name, call.bytes, n_,
                  choice.describe().c_str(), rank_, prog.summary().c_str());
     if (prog_key.empty()) {
-      runner_->run(prog, call.device);
+      run_part(call, ordered, prog, coll::cross_slots(prog), "");
       return true;
     }
     if (programs_.size() >= kProgramsKept) programs_.clear();
@@ -530,7 +601,7 @@ bool CollTeam::run_unchecked(const CollCall& call) {
     cached = programs_.emplace(prog_key, Cached{std::move(prog), std::move(slots)}).first;
   }
   const Clock::time_point t3 = Clock::now();
-  runner_->run(cached->second.prog, call.device, graph_key, &cached->second.slots);
+  if (run_part(call, ordered, cached->second.prog, cached->second.slots, graph_key)) ++times_.ordered;
   ++times_.calls;
   times_.prepare += us(t0, t1);
   times_.exchange += us(t1, t2);

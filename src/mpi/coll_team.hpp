@@ -22,6 +22,7 @@
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,12 @@ struct CollCall {
   // The allocations of this rank's buffers as the caller found them (one pointer query per
   // buffer and call: describe() takes them from here).
   std::vector<p2p::MemLoc> located;
+  // The caller's stream (of `device`), or null. Set: the buffers are ready once the work
+  // enqueued on it so far has run, and its later work sees the results; the call is enqueued
+  // stream-ordered behind it and returns without waiting (SliceRunner::run_ordered) when the
+  // runner has stream flags, else it waits for the stream first and returns when done. Null:
+  // the buffers are ready now and the call returns when done (the MPI interposer's calls).
+  StreamHandle stream = nullptr;
 };
 
 // Test only: this process kills itself (SIGKILL) inside its next collective on the
@@ -89,6 +96,15 @@ class CollTeam {
   // returns false on every rank otherwise (the caller then takes the MPI's way). After a
   // call failed (a peer died, a wait timed out) every later call throws the same status.
   bool run(const CollCall& call);
+  // Returns once every stream-ordered call made so far is done on this rank's GPUs.
+  void settle();
+  // Host time per call served with a cached Program, by phase (us, means over the calls since
+  // the last reset; `calls`: how many): the phases of GPUSTRIPE_MPI_COLL_TIMES.
+  struct PhaseTimes {
+    uint64_t calls = 0, ordered = 0;  // ordered: of them, enqueued stream-ordered
+    double prepare = 0, exchange = 0, map = 0, enqueue = 0, drain = 0, barrier = 0;
+  };
+  PhaseTimes phase_times(bool reset);
   // This rank's temporary device buffer on `dev` (in-place inputs), at least `bytes`.
   char* temp(int dev, size_t bytes);
 
@@ -112,6 +128,10 @@ class CollTeam {
   // hold its address).
   uint64_t mapping_epoch() const;
   bool run_unchecked(const CollCall& call);
+  // Runs this rank's part: stream-ordered behind call.stream where `ordered` and the program
+  // allows (returns true), else ordered by the hosts (false).
+  bool run_part(const CollCall& call, bool ordered, const coll::Program& prog, const coll::CrossSlots& slots,
+                const std::string& graph_key);
 
   Context& ctx_;
   p2p::Endpoint& ep_;
@@ -144,9 +164,13 @@ class CollTeam {
   };
   std::map<std::string, Cached> programs_;
   struct Times {  // host time of the calls served with a cached Program (us, summed)
-    uint64_t calls = 0;
+    uint64_t calls = 0, ordered = 0;
     double prepare = 0, exchange = 0, map = 0, run = 0;
+    double drain0 = 0, barrier0 = 0;  // the runner's totals when these were last reset
   } times_;
+  // The other ranks' allocations (handles) mapped here by earlier calls: a call naming only
+  // these maps nothing new, so no mapping a stream-ordered call may still use is closed.
+  std::set<std::string> mapped_sets_;
   uint64_t evictions_ = 0;     // map_all's evictions of a rank's mappings
   uint64_t graphs_epoch_ = 0;  // mapping_epoch() when the runner's graphs were made
 };
