@@ -70,6 +70,12 @@ _said: set[str] = set()
 _emulate_cpu = False
 
 
+def _test_always_native(pg, on: bool = True) -> None:
+    """Tests and benchmarks only: the group `pg` serves every call it can natively, without
+    the calibration against NCCL (to check, or time, the native path itself)."""
+    pg._calibrate = not on
+
+
 def _test_emulate_cpu(on: bool = True) -> None:
     """Test only: CPU tensors take the native path (staged through the emulated backend's
     device memory, which is what the team can map without GPUs) instead of gloo, so the
@@ -108,7 +114,7 @@ class _Calibration:
         self.us = {}        # the medians the answer came from (the slowest rank's)
 
     def method(self) -> str:
-        """This call's way while calibrating (decided(): the answer instead)."""
+        """This call's way while calibrating."""
         return self.ORDER[self.calls]
 
     def calibrating(self) -> bool:
@@ -223,6 +229,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         self._mem = None
         self._lock = threading.Lock()  # one native call at a time (every rank runs them in call order)
         self._calibrations: dict = {}   # (op, size class) -> _Calibration
+        self._calibrate = True           # off: native wherever it can (_test_always_native)
         self._host_us: dict = {}        # op -> [calls, host time in the backend, us]
         self.native_calls = 0  # collectives served by gpustripe (tests, benchmarks)
         if not self._local:
@@ -297,7 +304,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
     def _calibration(self, what: str, tensors):
         """The calibration of this kind of call, or None where there is nothing to choose (no NCCL,
         the emulated test mode)."""
-        if self._emulated or self._nccl is None:
+        if self._emulated or self._nccl is None or not self._calibrate:
             return None
         nbytes = max(t.numel() * t.element_size() for t in tensors)
         key = (what, nbytes.bit_length())
@@ -321,12 +328,12 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         timed = cal is not None and cal.calibrating()
         if timed:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+            start.record(torch.cuda.current_stream(dev))
         if way == "nccl":
             work = fallback()
             if timed:
                 work.wait()  # the caller's stream after NCCL's: the end of the call there
-                end.record()
+                end.record(torch.cuda.current_stream(dev))
                 cal.record(way, start, end)
             return work
         t_host = time.perf_counter()
@@ -348,7 +355,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         h[0] += 1
         h[1] += (time.perf_counter() - t_host) * 1e6
         if timed:
-            end.record()
+            end.record(torch.cuda.current_stream(dev))
             cal.record(way, start, end)
         return work
 
