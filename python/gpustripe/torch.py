@@ -147,7 +147,9 @@ class _CudaMem:
 
     @staticmethod
     def stream(t: torch.Tensor) -> int:
-        return torch.cuda.current_stream(t.device).cuda_stream
+        # torch's default stream is handle 0, the legacy default stream; to the team 0 means no
+        # stream at all: name it as the CUDA runtime's constant for it (cudaStreamLegacy).
+        return torch.cuda.current_stream(t.device).cuda_stream or 1
 
     @staticmethod
     def ptrs(ts) -> list:
