@@ -30,6 +30,7 @@ c10d hands it every collective of the group, and it dispatches by device and sup
 """
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
 import threading
@@ -339,7 +340,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                 cal.record(way, start, end)
             return work
         t_host = time.perf_counter()
-        with self._lock:
+        # The default stream's handle names the current device's: make it the tensor's.
+        other_dev = dev.type == "cuda" and torch.cuda.current_device() != dev.index
+        with self._lock, torch.cuda.device(dev) if other_dev else contextlib.nullcontext():
             team = self._team()
             served = native(team, self._mem.ptrs(tensors), self._mem.stream(t0))
         if served:
