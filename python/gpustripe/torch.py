@@ -171,12 +171,12 @@ class _CudaMem:
 
 class _EmulatedMem:
     """Test only (_test_emulate_cpu): CPU tensors staged through the emulated devices' memory,
-    the call ordered on the team context's default stream and settled before the results are
+    the call ordered on a stream of the team's own and settled before the results are
     read back."""
 
     def __init__(self, team, dev: int):
         self.team, self.ctx, self.dev, self.held = team, team.context, dev, {}
-        self._stream = team.default_stream(dev)
+        self._stream = team.stream(dev)
 
     def stream(self, t: torch.Tensor) -> int:
         return self._stream
@@ -333,9 +333,10 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record(torch.cuda.current_stream(dev))
         if way == "nccl":
-            work = fallback()
+            work = fallback()  # None: a blocking call NCCL ran on the caller's stream
             if timed:
-                work.wait()  # the caller's stream after NCCL's: the end of the call there
+                if work is not None:
+                    work.wait()  # the caller's stream after NCCL's: the end of the call there
                 end.record(torch.cuda.current_stream(dev))
                 cal.record(way, start, end)
             return work
@@ -354,7 +355,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         else:
             self._say(f"{what}: a rank's buffer cannot be shared (gpustripe declined): such calls go to NCCL")
             work = fallback()
-            if timed:
+            if timed and work is not None:
                 work.wait()
         h = self._host_us.setdefault(what, [0, 0.0])
         h[0] += 1

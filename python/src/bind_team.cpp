@@ -85,9 +85,9 @@ void bind_team(nb::module_& m) {
           "prepare, exchange (handles; the entry barrier), map (+program), enqueue, drain (waiting for the GPUs), "
           "barrier (the hosts' end barrier); calls, and of them ordered (enqueued stream-ordered)")
       .def(
-          "default_stream",
-          [](NodeTeam& t, int dev) { return reinterpret_cast<uintptr_t>(t.context().default_stream(dev)); },
-          nb::arg("device"), "The team context's default stream of `device` (tests on the emulated backend)")
+          "stream", [](NodeTeam& t, int dev) { return reinterpret_cast<uintptr_t>(t.stream(dev)); },
+          nb::arg("device"),
+          "A stream of the team's own on `device` (int), to order calls on where no framework's stream is at hand")
       .def(
           "allreduce",
           [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,

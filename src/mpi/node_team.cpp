@@ -49,7 +49,15 @@ NodeTeam::NodeTeam(std::unique_ptr<ipc::Bootstrap> boot) {
 }
 
 NodeTeam::~NodeTeam() {
-  team_.reset();
+  team_.reset();  // settles the stream-ordered calls first
+  for (auto& [dev, s] : streams_) {
+    try {
+      ctx_->backend().synchronize_stream(s);
+      ctx_->backend().destroy_stream(s);
+    } catch (const Error& e) {
+      GS_LOG_WARN(Subsys::Mpi, "node team: closing its stream on GPU %d: %s", dev, e.what());
+    }
+  }
   try {
     ep_->flush();
   } catch (const Error& e) {
@@ -58,6 +66,12 @@ NodeTeam::~NodeTeam() {
   ep_.reset();
   ch_.reset();
   ctx_.reset();
+}
+
+StreamHandle NodeTeam::stream(int dev) {
+  auto it = streams_.find(dev);
+  if (it == streams_.end()) it = streams_.emplace(dev, ctx_->backend().create_stream(dev)).first;
+  return it->second;
 }
 
 ipc::HandleCacheStats NodeTeam::mapping_stats() const {

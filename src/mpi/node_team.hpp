@@ -12,6 +12,7 @@
 // (the p2p layer's mapping cache): a framework's caching allocator, which hands back the
 // same segments, pays no handle exchange after the first calls.
 #pragma once
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -41,6 +42,9 @@ class NodeTeam {
   ipc::HandleCacheStats mapping_stats() const;
   // Returns once every stream-ordered call made so far is done on this member's GPUs.
   void settle() { team_->settle(); }
+  // A stream of this member's own on `dev` to order calls on (callers without a framework's
+  // streams: tests); made at the first ask, kept until the team ends.
+  StreamHandle stream(int dev);
   // Host time per call by phase (CollTeam::phase_times).
   CollTeam::PhaseTimes phase_times(bool reset) { return team_->phase_times(reset); }
 
@@ -71,6 +75,7 @@ class NodeTeam {
   std::unique_ptr<ipc::Channel> ch_;
   std::unique_ptr<p2p::Endpoint> ep_;
   std::unique_ptr<CollTeam> team_;
+  std::map<int, StreamHandle> streams_;
 };
 
 }  // namespace gpustripe::mpi

@@ -46,7 +46,7 @@ def main() -> None:
     team = node_team(FileStore(store_dir), rank, size)
     ctx, dev = team.context, rank
     if ordered:
-        team = StreamOrdered(team, team.default_stream(dev))
+        team = StreamOrdered(team, team.stream(dev))
     held = []
 
     def dbuf(nbytes: int) -> int:
