@@ -143,8 +143,26 @@ class _Calibration:
         return self.native
 
 
+def _tensors_of(value) -> list:
+    """The tensors in a result (a tensor, or lists of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return [t for v in value for t in _tensors_of(v)] if isinstance(value, (list, tuple)) else []
+
+
 class _CudaMem:
-    """CUDA tensors: their own memory, ordered on the caller's current stream."""
+    """CUDA tensors: their own memory. A call starts after the caller's current stream's work
+    and ends on the team's stream of the device (calls_stream), where what finishes it (after())
+    runs too; the caller's stream goes on, and the work's wait() joins it, as NCCL's does."""
+
+    def __init__(self, team):
+        self.team, self._ends = team, {}
+
+    def end_stream(self, dev: torch.device):
+        s = self._ends.get(dev.index)
+        if s is None:
+            s = self._ends[dev.index] = torch.cuda.ExternalStream(self.team.calls_stream(dev.index), device=dev)
+        return s
 
     @staticmethod
     def stream(t: torch.Tensor) -> int:
@@ -160,12 +178,21 @@ class _CudaMem:
     def finish(ts) -> None:
         pass
 
-    @staticmethod
-    def done(result, dev) -> dist.Work:
-        # CUDA-aware: marks the current stream now (it waits for the collective already);
-        # wait() makes the waiter's current stream wait for that mark.
-        fut = Future(devices=[dev])
-        fut.set_result(result)
+    def done(self, tensors, result, dev, after, end) -> dist.Work:
+        o = self.end_stream(dev)
+        with torch.cuda.stream(o):
+            # The caching allocator hands these blocks out again only once the team's stream
+            # is past this point (the caller may free them before the collective ends).
+            for t in {id(t): t for t in list(tensors) + _tensors_of(result)}.values():
+                t.record_stream(o)
+            if after is not None:
+                after()
+            if end is not None:
+                end.record(o)
+            # CUDA-aware: marks the team's stream here; wait() makes the waiter's current
+            # stream (and the callbacks DDP chains on the future) wait for that mark.
+            fut = Future(devices=[dev])
+            fut.set_result(result)
         return _create_work_from_future(fut)
 
 
@@ -203,7 +230,9 @@ class _EmulatedMem:
                 t.view(torch.uint8).view(-1).copy_(torch.frombuffer(got, dtype=torch.uint8))
 
     @staticmethod
-    def done(result, dev) -> dist.Work:
+    def done(tensors, result, dev, after, end) -> dist.Work:
+        if after is not None:
+            after()
         return _done(result)
 
 
@@ -231,6 +260,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         self._emulated = _emulate_cpu
         self._mem = None
         self._lock = threading.Lock()  # one native call at a time (every rank runs them in call order)
+        self._unjoined: set = set()     # devices whose caller's stream has not joined the latest native call
         self._calibrations: dict = {}   # (op, size class) -> _Calibration
         self._calibrate = True           # off: native wherever it can (_test_always_native)
         self._host_us: dict = {}        # op -> [calls, host time in the backend, us]
@@ -269,7 +299,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         # Made at the first native collective, on every rank at the same call.
         if self._team_obj is None:
             self._team_obj = node_team(self._store, self._rank, self._size, prefix="gpustripe/team")
-            self._mem = _EmulatedMem(self._team_obj, self._rank) if self._emulated else _CudaMem()
+            self._mem = _EmulatedMem(self._team_obj, self._rank) if self._emulated else _CudaMem(self._team_obj)
         return self._team_obj
 
     def _say(self, reason: str) -> None:
@@ -296,12 +326,16 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         return True
 
     def _other(self, t: torch.Tensor, what: str):
-        """NCCL for CUDA tensors, gloo for CPU ones (what the native path does not serve). Every
-        native call is ordered on the caller's stream already, as NCCL and gloo order theirs."""
+        """NCCL for CUDA tensors, gloo for CPU ones (what the native path does not serve). NCCL
+        runs a group's collectives in call order on its stream: so it starts after the native
+        calls before it (the caller's stream joins the team's), whose results it may read."""
         if not t.is_cuda:
             return self._gloo
         if self._nccl is None:
             raise RuntimeError(f"gpustripe backend: {what} needs NCCL, which this torch does not have")
+        if t.device.index in self._unjoined:
+            self._unjoined.discard(t.device.index)
+            torch.cuda.current_stream(t.device).wait_stream(self._mem.end_stream(t.device))
         return self._nccl
 
     def _calibration(self, what: str, tensors):
@@ -349,19 +383,20 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if served:
             self._mem.finish(tensors)
             self.native_calls += 1
-            if after is not None:
-                after()
-            work = self._mem.done(result, dev)
+            self._unjoined.add(dev.index)
+            # its end: on the team's stream, where the call ends
+            work = self._mem.done(tensors, result, dev, after, end if timed else None)
         else:
             self._say(f"{what}: a rank's buffer cannot be shared (gpustripe declined): such calls go to NCCL")
             work = fallback()
-            if timed and work is not None:
-                work.wait()
+            if timed:
+                if work is not None:
+                    work.wait()
+                end.record(torch.cuda.current_stream(dev))
         h = self._host_us.setdefault(what, [0, 0.0])
         h[0] += 1
         h[1] += (time.perf_counter() - t_host) * 1e6
         if timed:
-            end.record(torch.cuda.current_stream(dev))
             cal.record(way, start, end)
         return work
 

@@ -2,7 +2,8 @@
 // for processes that meet through a key-value store instead of MPI (the PyTorch backend,
 // gpustripe/torch.py). Buffers are raw device pointers (ints); a call returns False on
 // every member, having done nothing, when some member's side cannot take it. `stream`: the
-// caller's cudaStream_t (int): the call is ordered on it (node_team.hpp); 0: it returns when done.
+// caller's cudaStream_t (int): the call is ordered after it, its results are there for work
+// enqueued on calls_stream(device) afterwards (node_team.hpp); 0: it returns when done.
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/string.h>
 
@@ -65,6 +66,11 @@ void bind_team(nb::module_& m) {
           "Mappings of other members' buffers: misses (mapped anew), hits (reused), evictions")
       .def("settle", [](NodeTeam& t) { without_gil([&] { t.settle(); }); },
            "Returns once every stream-ordered call made so far is done on this member's GPUs")
+      .def(
+          "calls_stream", [](NodeTeam& t, int dev) { return reinterpret_cast<uintptr_t>(t.calls_stream(dev)); },
+          nb::arg("device"),
+          "The stream (int) that stream-ordered calls on `device` end on: work enqueued on it after a call sees "
+          "its results")
       .def(
           "phase_times",
           [](NodeTeam& t, bool reset) {

@@ -6,8 +6,8 @@
 // touches a buffer its owner's GPU may still be producing); fork to the lanes the program
 // uses, which run this rank's ops, edges between ranks set and awaited as the run's number;
 // join the lanes, another GPU barrier (the exit: no rank's buffers are still read or written
-// by a peer; a Barrier op of the program is one too), record the end, which the caller's
-// stream waits for. The origin stream runs the calls one after the other, so a run's words
+// by a peer; a Barrier op of the program is one too), record the end. The caller's stream
+// does not wait for it: a caller that needs the results joins the origin stream. The origin stream runs the calls one after the other, so a run's words
 // are written only once the run before it has ended on every rank: a wait for run k cannot
 // be met by run k-1's write, and a later run's write (k+1) meets it only once k has ended.
 #include <chrono>
@@ -21,6 +21,8 @@ namespace gpustripe::mpi {
 namespace {
 constexpr int kOrderedRole = -2000;  // the origin lane of stream-ordered runs
 }  // namespace
+
+StreamHandle SliceRunner::ordered_stream(int device) { return lane(device, kOrderedRole).stream(); }
 
 bool SliceRunner::can_order(const coll::Program& prog, const coll::CrossSlots& slots) const {
   return dev_flags_ && slots.size() <= TeamFlags::kOrderedEdges && prog.nranks() == nranks_;
@@ -67,7 +69,6 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
     begin = end + 1;
   }
   backend_.record_event(ev.done, o);
-  backend_.wait_event(after, ev.done);
   // Runs on one GPU follow each other on its origin stream: the latest one's end covers all.
   ordered_pending_ = ev.done;
 }

@@ -99,13 +99,16 @@ class SliceRunner {
            const coll::CrossSlots* slots = nullptr);
   // Stream-ordered (stream flags only; can_order(prog)): this rank's part starts on the GPUs
   // once `after` (a stream of `device`, e.g. a framework's current stream) has run what was
-  // enqueued on it so far and every rank's part has started there, and `after`'s later work
-  // waits, on the GPU, until every rank's part is done; a Barrier op is a barrier of the
-  // ranks' GPUs. Returns once enqueued: no host waits for the GPUs or for the other hosts.
+  // enqueued on it so far and every rank's part has started there; work enqueued on
+  // ordered_stream(device) afterwards runs once every rank's part is done (`after` itself goes
+  // on: a caller joins when it needs the results, as with NCCL's work); a Barrier op is a
+  // barrier of the ranks' GPUs. Returns once enqueued: no host waits for the GPUs or the hosts.
   // Successive runs on a rank are ordered (one origin stream), and so are the ranks' (a run's
   // edges carry its number, barriers their count, both only grow): a run's waits cannot be met
   // by an earlier run's writes.
   void run_ordered(const coll::Program& prog, int device, StreamHandle after, const coll::CrossSlots* slots = nullptr);
+  // The stream of `device` that the stream-ordered runs end on.
+  StreamHandle ordered_stream(int device);
   // Whether run_ordered takes prog: stream flags, its edges fit the words.
   bool can_order(const coll::Program& prog, const coll::CrossSlots& slots) const;
   // Returns once every stream-ordered run enqueued so far is done on this rank's GPUs (before

@@ -66,10 +66,11 @@ struct CollCall {
   // buffer and call: describe() takes them from here).
   std::vector<p2p::MemLoc> located;
   // The caller's stream (of `device`), or null. Set: the buffers are ready once the work
-  // enqueued on it so far has run, and its later work sees the results; the call is enqueued
-  // stream-ordered behind it and returns without waiting (SliceRunner::run_ordered) when the
-  // runner has stream flags, else it waits for the stream first and returns when done. Null:
-  // the buffers are ready now and the call returns when done (the MPI interposer's calls).
+  // enqueued on it so far has run; the call is enqueued stream-ordered behind it and returns
+  // without waiting (SliceRunner::run_ordered) when the runner has stream flags (the results
+  // are there for work enqueued on CollTeam::ordered_stream(device) afterwards), else it waits
+  // for the stream first and returns when done. Null: the buffers are ready now and the call
+  // returns when done (the MPI interposer's calls).
   StreamHandle stream = nullptr;
 };
 
@@ -98,6 +99,9 @@ class CollTeam {
   bool run(const CollCall& call);
   // Returns once every stream-ordered call made so far is done on this rank's GPUs.
   void settle();
+  // The stream of `device` that stream-ordered calls end on: work enqueued on it after a call
+  // sees its results (and a buffer's user that waits for it may reuse the buffer).
+  StreamHandle ordered_stream(int device) { return runner_->ordered_stream(device); }
   // Host time per call served with a cached Program, by phase (us, means over the calls since
   // the last reset; `calls`: how many): the phases of GPUSTRIPE_MPI_COLL_TIMES.
   struct PhaseTimes {

@@ -42,6 +42,8 @@ class NodeTeam {
   ipc::HandleCacheStats mapping_stats() const;
   // Returns once every stream-ordered call made so far is done on this member's GPUs.
   void settle() { team_->settle(); }
+  // The stream of `device` that stream-ordered calls end on (CollTeam::ordered_stream).
+  StreamHandle calls_stream(int device) { return team_->ordered_stream(device); }
   // A stream of this member's own on `dev` to order calls on (callers without a framework's
   // streams: tests); made at the first ask, kept until the team ends.
   StreamHandle stream(int dev);
@@ -49,8 +51,9 @@ class NodeTeam {
   CollTeam::PhaseTimes phase_times(bool reset) { return team_->phase_times(reset); }
 
   // Every call takes the caller's stream (CollCall::stream): given, the buffers are ready once
-  // its work so far has run, its later work sees the results, and the call is enqueued on the
-  // GPUs behind it without a host wait (stream flags); null, the call returns when done.
+  // its work so far has run, and the call is enqueued on the GPUs behind it without a host
+  // wait (stream flags): work enqueued on calls_stream(device) afterwards sees the results;
+  // null, the call returns when done.
 
   // recv[i] = op over members of send[i], count elements of dt (send == recv: in place).
   bool allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr);
