@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-import gpustripe.torch  # noqa: F401  (registers the backend)
+import gpustripe.torch  # registers the backend
 
 
 def build(name: str, args) -> torch.nn.Module:
@@ -102,6 +102,8 @@ def main() -> None:
     p.add_argument("--embd", type=int, default=768)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--bucket-mb", type=int, default=25)
+    p.add_argument("--always-native", action="store_true",
+                   help="gpustripe serves every call it can, without its calibration against NCCL (to time it)")
     p.add_argument("--rtol", type=float, default=1e-3, help="largest relative loss difference accepted")
     args = p.parse_args()
     args.batch = args.batch or (32 if args.model == "resnet50" else 4)
@@ -112,6 +114,8 @@ def main() -> None:
     dist.init_process_group("cuda:gpustripe,cpu:gloo")
     rank = dist.get_rank()
     args.nccl_group = dist.new_group(backend="nccl")
+    if args.always_native:
+        gpustripe.torch._test_always_native(dist.group.WORLD)
     runs = {}
     for name, group in (("nccl", args.nccl_group), ("gpustripe", dist.group.WORLD)):
         runs[name] = train(group, args, rank, dev)
@@ -127,7 +131,7 @@ def main() -> None:
             "model": args.model, "wrap": args.wrap, "ranks": dist.get_world_size(), "steps": args.steps,
             "batch": args.batch, "max_rel_loss_diff": diff, "losses_match": diff <= args.rtol,
             "step_ms": step_ms, "speedup": step_ms["nccl"] / step_ms["gpustripe"], "native_calls": native,
-            "loss_nccl": ln, "loss_gpustripe": lg}), flush=True)
+            "trace": dist.group.WORLD.trace() if hasattr(dist.group.WORLD, "trace") else {}, "loss_nccl": ln, "loss_gpustripe": lg}), flush=True)
     dist.destroy_process_group()
 
 

@@ -14,13 +14,16 @@ non-contiguous tensors, send/recv, CUDA graph capture, and the operations this b
 not define (gather, scatter, alltoall of lists: the NCCL backend registered for CUDA serves
 them through c10d's dispatch).
 
-Stream ordering: a native collective runs on a worker thread of the group (one, so every
-rank runs them in call order): it waits for an event recorded on the tensor's current stream
-at the call, runs on gpustripe's own streams and completes the work once every rank's part
-is done; ``wait()`` (and the work's future, which DDP uses) returns then, so anything queued
-afterwards sees the result. The caller does not block: DDP's backward pass goes on while
-its buckets are reduced. Buffers are exported and mapped once per allocation (PyTorch's
-caching allocator hands back the same segments; expandable segments included).
+Stream ordering: a native collective is enqueued behind the tensor's current stream and
+ahead of its later work, from C++ with the GIL released and no host wait (the team's
+stream-ordered calls: src/mpi/coll_ordered.cpp); the work's future is CUDA-aware, so
+``wait()`` orders the caller's current stream after it, as NCCL's does. Buffers are exported
+and mapped once per allocation (PyTorch's caching allocator hands back the same segments;
+expandable segments included).
+
+Where NCCL is faster: the first calls of each op and size class (sizes within a power of
+two) are timed on both, alternately, and every rank then takes the one whose slowest rank
+was faster (``_Calibration``); what was chosen and why is in ``trace()``.
 
 The backend is a Python ``torch.distributed.ProcessGroup`` (as torch's own test backends):
 c10d hands it every collective of the group, and it dispatches by device and support.
@@ -28,10 +31,10 @@ c10d hands it every collective of the group, and it dispatches by device and sup
 from __future__ import annotations
 
 import contextlib
-import queue
 import socket
 import sys
 import threading
+import time
 from datetime import timedelta
 
 import torch
@@ -68,6 +71,12 @@ _said: set[str] = set()
 _emulate_cpu = False
 
 
+def _test_always_native(pg, on: bool = True) -> None:
+    """Tests and benchmarks only: the group `pg` serves every call it can natively, without
+    the calibration against NCCL (to check, or time, the native path itself)."""
+    pg._calibrate = not on
+
+
 def _test_emulate_cpu(on: bool = True) -> None:
     """Test only: CPU tensors take the native path (staged through the emulated backend's
     device memory, which is what the team can map without GPUs) instead of gloo, so the
@@ -89,60 +98,77 @@ def _done(result) -> dist.Work:
     return _create_work_from_future(fut)
 
 
-class _Worker:
-    """One thread running a group's native collectives in call order (every rank calls them in
-    the same order, so every rank runs them in the same order)."""
+class _Calibration:
+    """Which of gpustripe and NCCL serves one kind of call (an op, sizes within a power of two):
+    its first calls alternate between them, timed on the caller's stream (CUDA events: the
+    call's start to its end there, the wait for the other ranks included), the first of each
+    left out (mapping, NCCL's setup); then every rank takes the same answer: the faster of the
+    two as the slowest rank measured it (the medians, through gloo)."""
+
+    SAMPLES = 3  # timed calls of each
+    ORDER = ("gpustripe", "nccl") * (SAMPLES + 1)
 
     def __init__(self):
-        self._q: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = None
-        self._pending = 0  # jobs submitted and not finished
-        self._lock = threading.Lock()
+        self.calls = 0
+        self.timed = {"gpustripe": [], "nccl": []}  # (start, end) events
+        self.native = None  # the answer, once decided
+        self.us = {}        # the medians the answer came from (the slowest rank's)
 
-    def idle(self) -> bool:
-        with self._lock:
-            return self._pending == 0
+    def method(self) -> str:
+        """This call's way while calibrating."""
+        return self.ORDER[self.calls]
 
-    def submit(self, job, result) -> Future:
-        fut = Future()
-        with self._lock:
-            self._pending += 1
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="gpustripe-collectives", daemon=True)
-            self._thread.start()
-        self._q.put((job, fut, result))
-        return fut
+    def calibrating(self) -> bool:
+        return self.native is None and self.calls < len(self.ORDER)
 
-    def drain(self) -> None:
-        """Returns once every job submitted so far has finished."""
-        if self._thread is not None:
-            self.submit(lambda: None, None).wait()
+    def record(self, method: str, start, end) -> None:
+        if self.calls >= 2:  # the first call of each is left out
+            self.timed[method].append((start, end))
+        self.calls += 1
 
-    def _loop(self) -> None:
-        while True:
-            job, fut, result = self._q.get()
-            try:
-                job()
-            except BaseException as e:  # noqa: BLE001  (handed to whoever waits for the work)
-                error = e
-            else:
-                error = None
-            with self._lock:
-                self._pending -= 1
-            if error is None:
-                fut.set_result(result)
-            else:
-                fut.set_exception(error)
+    def decide(self, gloo) -> bool:
+        """Collective over the group (every rank decides at the same call)."""
+        med = []
+        for m in ("gpustripe", "nccl"):
+            self.timed[m][-1][1].synchronize()
+            t = sorted(a.elapsed_time(b) * 1e3 for a, b in self.timed[m])
+            med.append(t[len(t) // 2])
+        worst = torch.tensor(med, dtype=torch.float64)
+        opts = AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.MAX
+        gloo.allreduce([worst], opts).wait()
+        self.us = {"gpustripe": worst[0].item(), "nccl": worst[1].item()}
+        self.native = self.us["gpustripe"] <= self.us["nccl"]
+        self.timed = {}
+        return self.native
+
+
+def _tensors_of(value) -> list:
+    """The tensors in a result (a tensor, or lists of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return [t for v in value for t in _tensors_of(v)] if isinstance(value, (list, tuple)) else []
 
 
 class _CudaMem:
-    """CUDA tensors: their own memory, ordered after the caller's current stream."""
+    """CUDA tensors: their own memory. A call starts after the caller's current stream's work
+    and ends on the team's stream of the device (calls_stream), where what finishes it (after())
+    runs too; the caller's stream goes on, and the work's wait() joins it, as NCCL's does."""
+
+    def __init__(self, team):
+        self.team, self._ends = team, {}
+
+    def end_stream(self, dev: torch.device):
+        s = self._ends.get(dev.index)
+        if s is None:
+            s = self._ends[dev.index] = torch.cuda.ExternalStream(self.team.calls_stream(dev.index), device=dev)
+        return s
 
     @staticmethod
-    def ready(t: torch.Tensor):
-        ev = torch.cuda.Event()
-        ev.record(torch.cuda.current_stream(t.device))
-        return ev.synchronize
+    def stream(t: torch.Tensor) -> int:
+        # torch's default stream is handle 0, the legacy default stream; to the team 0 means no
+        # stream at all: name it as the CUDA runtime's constant for it (cudaStreamLegacy).
+        return torch.cuda.current_stream(t.device).cuda_stream or 1
 
     @staticmethod
     def ptrs(ts) -> list:
@@ -152,20 +178,35 @@ class _CudaMem:
     def finish(ts) -> None:
         pass
 
-    @staticmethod
-    def sync(t: torch.Tensor) -> None:
-        torch.cuda.current_stream(t.device).synchronize()
+    def done(self, tensors, result, dev, after, end) -> dist.Work:
+        o = self.end_stream(dev)
+        with torch.cuda.stream(o):
+            # The caching allocator hands these blocks out again only once the team's stream
+            # is past this point (the caller may free them before the collective ends).
+            for t in {id(t): t for t in list(tensors) + _tensors_of(result)}.values():
+                t.record_stream(o)
+            if after is not None:
+                after()
+            if end is not None:
+                end.record(o)
+            # CUDA-aware: marks the team's stream here; wait() makes the waiter's current
+            # stream (and the callbacks DDP chains on the future) wait for that mark.
+            fut = Future(devices=[dev])
+            fut.set_result(result)
+        return _create_work_from_future(fut)
 
 
 class _EmulatedMem:
-    """Test only (_test_emulate_cpu): CPU tensors staged through the emulated devices' memory."""
+    """Test only (_test_emulate_cpu): CPU tensors staged through the emulated devices' memory,
+    the call ordered on a stream of the team's own and settled before the results are
+    read back."""
 
     def __init__(self, team, dev: int):
-        self.ctx, self.dev, self.held = team.context, dev, {}
+        self.team, self.ctx, self.dev, self.held = team, team.context, dev, {}
+        self._stream = team.stream(dev)
 
-    @staticmethod
-    def ready(t: torch.Tensor):
-        return lambda: None
+    def stream(self, t: torch.Tensor) -> int:
+        return self._stream
 
     def ptrs(self, ts) -> list:
         out = []
@@ -181,6 +222,7 @@ class _EmulatedMem:
         return out
 
     def finish(self, ts) -> None:
+        self.team.settle()
         for i, t in enumerate(ts):
             n = t.numel() * t.element_size()
             if n:
@@ -188,8 +230,10 @@ class _EmulatedMem:
                 t.view(torch.uint8).view(-1).copy_(torch.frombuffer(got, dtype=torch.uint8))
 
     @staticmethod
-    def sync(t: torch.Tensor) -> None:
-        pass
+    def done(tensors, result, dev, after, end) -> dist.Work:
+        if after is not None:
+            after()
+        return _done(result)
 
 
 class ProcessGroupGpustripe(dist.ProcessGroup):
@@ -215,7 +259,11 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         self._team_obj = None
         self._emulated = _emulate_cpu
         self._mem = None
-        self._worker = _Worker()
+        self._lock = threading.Lock()  # one native call at a time (every rank runs them in call order)
+        self._unjoined: set = set()     # devices whose caller's stream has not joined the latest native call
+        self._calibrations: dict = {}   # (op, size class) -> _Calibration
+        self._calibrate = True           # off: native wherever it can (_test_always_native)
+        self._host_us: dict = {}        # op -> [calls, host time in the backend, us]
         self.native_calls = 0  # collectives served by gpustripe (tests, benchmarks)
         if not self._local:
             self._say("ranks on other nodes (or one rank): every CUDA collective goes to NCCL")
@@ -234,12 +282,24 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         """The team's mappings of the other ranks' buffers (misses: mapped anew, hits: reused)."""
         return self._team_obj.mapping_stats() if self._team_obj is not None else {}
 
+    def trace(self, reset: bool = False) -> dict:
+        """Where the native calls' time goes: `host_us` (per op: calls, mean host time of the
+        backend's call, us), `team` (the team's phases per call: NodeTeam.phase_times) and
+        `choices` (per op and size class: gpustripe or NCCL, and the calibration's medians)."""
+        out = {"host_us": {k: {"calls": v[0], "us": v[1] / v[0]} for k, v in self._host_us.items() if v[0]},
+               "team": self._team_obj.phase_times(reset) if self._team_obj is not None else {},
+               "choices": {f"{op} <{1 << b}B": {"use": "gpustripe" if c.native else "nccl", **c.us}
+                           for (op, b), c in self._calibrations.items() if c.native is not None}}
+        if reset:
+            self._host_us = {}
+        return out
+
     # -- the native path ------------------------------------------------------------------
     def _team(self):
-        # Made at the first native collective (on the worker thread), on every rank at the same call.
+        # Made at the first native collective, on every rank at the same call.
         if self._team_obj is None:
             self._team_obj = node_team(self._store, self._rank, self._size, prefix="gpustripe/team")
-            self._mem = _EmulatedMem(self._team_obj, self._rank) if self._emulated else _CudaMem()
+            self._mem = _EmulatedMem(self._team_obj, self._rank) if self._emulated else _CudaMem(self._team_obj)
         return self._team_obj
 
     def _say(self, reason: str) -> None:
@@ -266,49 +326,79 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         return True
 
     def _other(self, t: torch.Tensor, what: str):
-        """The backend serving what the native path does not (_other_backend), once the jobs
-        still queued have run (a call's inputs may be a queued call's outputs)."""
-        self._worker.drain()
-        return self._other_backend(t, what)
-
-    def _other_backend(self, t: torch.Tensor, what: str):
-        """NCCL for CUDA tensors, gloo for CPU ones."""
+        """NCCL for CUDA tensors, gloo for CPU ones (what the native path does not serve). NCCL
+        runs a group's collectives in call order on its stream: so it starts after the native
+        calls before it (the caller's stream joins the team's), whose results it may read."""
         if not t.is_cuda:
             return self._gloo
         if self._nccl is None:
             raise RuntimeError(f"gpustripe backend: {what} needs NCCL, which this torch does not have")
+        if t.device.index in self._unjoined:
+            self._unjoined.discard(t.device.index)
+            torch.cuda.current_stream(t.device).wait_stream(self._mem.end_stream(t.device))
         return self._nccl
 
+    def _calibration(self, what: str, tensors):
+        """The calibration of this kind of call, or None where there is nothing to choose (no NCCL,
+        the emulated test mode)."""
+        if self._emulated or self._nccl is None or not self._calibrate:
+            return None
+        nbytes = max(t.numel() * t.element_size() for t in tensors)
+        key = (what, nbytes.bit_length())
+        cal = self._calibrations.get(key)
+        if cal is None:
+            cal = self._calibrations[key] = _Calibration()
+        return cal
+
     def _run(self, what: str, opts, tensors, native, fallback, after=None, result=None) -> dist.Work:
-        """Queues a native collective: `native(team, ptrs)` (ptrs: of `tensors`) returns whether
-        every rank took it; then `after()` (divisions, copies) runs; declined, `fallback()` runs
-        the call on the other backend instead (on the worker thread: `fallback` must not drain it).
-        The work completes once it is all done. A blocking call (async_op=False) with nothing
-        queued runs here, without the hop to the worker thread."""
+        """A collective on the native path: `native(team, ptrs, stream)` (ptrs: of `tensors`;
+        stream: the caller's) enqueues it and returns whether every rank took it; then `after()`
+        (divisions, copies) is enqueued on the caller's stream. Declined, or where NCCL is faster
+        for this kind of call (_Calibration), `fallback()` runs it on the other backend instead."""
         t0 = tensors[0]
-        ready = (_EmulatedMem if self._emulated else _CudaMem).ready(t0)
         dev = t0.device
-
-        def job():
-            ready()
-            team = self._team()
-            with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
-                if native(team, self._mem.ptrs(tensors)):
-                    self._mem.finish(tensors)
-                    self.native_calls += 1
-                    if after is not None:
-                        after()
-                else:
-                    self._say(f"{what}: a rank's buffer cannot be shared (gpustripe declined): such calls go to "
-                              "NCCL")
-                    fallback().wait()
-                self._mem.sync(t0)
-
         result = list(tensors) if result is None else result
-        if not getattr(opts, "asyncOp", True) and self._worker.idle():
-            job()
-            return _done(result)
-        return _create_work_from_future(self._worker.submit(job, result))
+        cal = self._calibration(what, tensors)
+        if cal is not None and not cal.calibrating() and cal.native is None:
+            cal.decide(self._gloo)
+        way = "gpustripe" if cal is None or cal.native else "nccl" if cal.native is False else cal.method()
+        timed = cal is not None and cal.calibrating()
+        if timed:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(torch.cuda.current_stream(dev))
+        if way == "nccl":
+            work = fallback()  # None: a blocking call NCCL ran on the caller's stream
+            if timed:
+                if work is not None:
+                    work.wait()  # the caller's stream after NCCL's: the end of the call there
+                end.record(torch.cuda.current_stream(dev))
+                cal.record(way, start, end)
+            return work
+        t_host = time.perf_counter()
+        # The default stream's handle names the current device's: make it the tensor's.
+        other_dev = dev.type == "cuda" and torch.cuda.current_device() != dev.index
+        with self._lock, torch.cuda.device(dev) if other_dev else contextlib.nullcontext():
+            team = self._team()
+            served = native(team, self._mem.ptrs(tensors), self._mem.stream(t0))
+        if served:
+            self._mem.finish(tensors)
+            self.native_calls += 1
+            self._unjoined.add(dev.index)
+            # its end: on the team's stream, where the call ends
+            work = self._mem.done(tensors, result, dev, after, end if timed else None)
+        else:
+            self._say(f"{what}: a rank's buffer cannot be shared (gpustripe declined): such calls go to NCCL")
+            work = fallback()
+            if timed:
+                if work is not None:
+                    work.wait()
+                end.record(torch.cuda.current_stream(dev))
+        h = self._host_us.setdefault(what, [0, 0.0])
+        h[0] += 1
+        h[1] += (time.perf_counter() - t_host) * 1e6
+        if timed:
+            cal.record(way, start, end)
+        return work
 
     def _dtype(self, t: torch.Tensor, what: str):
         dt = _DTYPES.get(t.dtype)
@@ -339,8 +429,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if red is None:
             return self._other(t, "all_reduce").allreduce(tensors, opts)
         dt, op, avg = red
-        return self._run("all_reduce", opts, [t], lambda team, p: team.allreduce(p[0], p[0], t.numel(), dt, op),
-                         lambda: self._other_backend(t, "all_reduce").allreduce([t], opts),
+        return self._run("all_reduce", opts, [t],
+                         lambda team, p, st: team.allreduce(p[0], p[0], t.numel(), dt, op, stream=st),
+                         lambda: self._other(t, "all_reduce").allreduce([t], opts),
                          after=(lambda: t.div_(self._size)) if avg else None)
 
     def allreduce_coalesced(self, tensors, opts=AllreduceCoalescedOptions()):
@@ -358,8 +449,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if len(tensors) != 1 or not self._native_side(t) or not self._native_ok(tensors, "broadcast"):
             return self._other(t, "broadcast").broadcast(tensors, opts)
         root = opts.rootRank
-        return self._run("broadcast", opts, [t], lambda team, p: team.bcast(p[0], t.numel() * t.element_size(), root),
-                         lambda: self._other_backend(t, "broadcast").broadcast([t], opts))
+        return self._run("broadcast", opts, [t],
+                         lambda team, p, st: team.bcast(p[0], t.numel() * t.element_size(), root, stream=st),
+                         lambda: self._other(t, "broadcast").broadcast([t], opts))
 
     def reduce(self, tensors, opts=ReduceOptions()):
         t = tensors[0]
@@ -372,8 +464,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         root = opts.rootRank
         is_root = self._rank == root
         return self._run("reduce", opts, [t],
-                         lambda team, p: team.reduce(p[0], p[0] if is_root else 0, t.numel(), dt, op, root),
-                         lambda: self._other_backend(t, "reduce").reduce([t], opts),
+                         lambda team, p, st: team.reduce(p[0], p[0] if is_root else 0, t.numel(), dt, op, root,
+                                                         stream=st),
+                         lambda: self._other(t, "reduce").reduce([t], opts),
                          after=(lambda: t.div_(self._size)) if avg and is_root else None)
 
     def _allgather_base(self, output, input, opts=AllgatherOptions()):
@@ -385,8 +478,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         block = input.numel() * input.element_size()
         # input first: the emulated test mode copies results back in this order, the output last
         return self._run("all_gather_into_tensor", opts, [input, output],
-                         lambda team, p: team.allgather(p[0], p[1], block),
-                         lambda: self._other_backend(input, "all_gather_into_tensor")._allgather_base(
+                         lambda team, p, st: team.allgather(p[0], p[1], block, stream=st),
+                         lambda: self._other(input, "all_gather_into_tensor")._allgather_base(
                              output, input, opts),
                          result=[output])
 
@@ -410,8 +503,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                 o.copy_(piece.view_as(o))
 
         block = x.numel() * x.element_size()
-        return self._run("all_gather", opts, [x, flat], lambda team, p: team.allgather(p[0], p[1], block),
-                         lambda: self._other_backend(x, "all_gather").allgather(output_lists, inputs, opts),
+        return self._run("all_gather", opts, [x, flat],
+                         lambda team, p, st: team.allgather(p[0], p[1], block, stream=st),
+                         lambda: self._other(x, "all_gather").allgather(output_lists, inputs, opts),
                          after=scatter_flat, result=output_lists)
 
     def _reduce_scatter_base(self, output, input, opts=ReduceScatterOptions()):
@@ -426,8 +520,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(input, "reduce_scatter_tensor")._reduce_scatter_base(output, input, opts)
         dt, op, avg = red
         return self._run("reduce_scatter_tensor", opts, [input, output],
-                         lambda team, p: team.reduce_scatter(p[0], p[1], output.numel(), dt, op),
-                         lambda: self._other_backend(input, "reduce_scatter_tensor")._reduce_scatter_base(
+                         lambda team, p, st: team.reduce_scatter(p[0], p[1], output.numel(), dt, op, stream=st),
+                         lambda: self._other(input, "reduce_scatter_tensor")._reduce_scatter_base(
                              output, input, opts),
                          after=(lambda: output.div_(self._size)) if avg else None, result=[output])
 
@@ -458,8 +552,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(input, "all_to_all_single").alltoall_base(
                 output, input, output_split_sizes, input_split_sizes, opts)
         block = input.numel() * input.element_size() // n
-        return self._run("all_to_all_single", opts, [input, output], lambda team, p: team.alltoall(p[0], p[1], block),
-                         lambda: self._other_backend(input, "all_to_all_single").alltoall_base(
+        return self._run("all_to_all_single", opts, [input, output],
+                         lambda team, p, st: team.alltoall(p[0], p[1], block, stream=st),
+                         lambda: self._other(input, "all_to_all_single").alltoall_base(
                              output, input, output_split_sizes, input_split_sizes, opts),
                          result=[output])
 
@@ -480,7 +575,6 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
 
     def barrier(self, opts=BarrierOptions()):
         # NCCL's barrier also waits for this rank's GPU work: so does this one.
-        self._worker.drain()
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
         self._gloo.barrier(BarrierOptions()).wait()  # opts may name a CUDA device: not gloo's

@@ -1,7 +1,9 @@
 // gpustripe._core.NodeTeam: the cross-process collective team (src/mpi/node_team.hpp)
 // for processes that meet through a key-value store instead of MPI (the PyTorch backend,
 // gpustripe/torch.py). Buffers are raw device pointers (ints); a call returns False on
-// every member, having done nothing, when some member's side cannot take it.
+// every member, having done nothing, when some member's side cannot take it. `stream`: the
+// caller's cudaStream_t (int): the call is ordered after it, its results are there for work
+// enqueued on calls_stream(device) afterwards (node_team.hpp); 0: it returns when done.
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/string.h>
 
@@ -16,6 +18,7 @@
 namespace gpustripe::py {
 namespace {
 
+using mpi::CollTeam;
 using mpi::NodeTeam;
 
 void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
@@ -61,52 +64,86 @@ void bind_team(nb::module_& m) {
             return d;
           },
           "Mappings of other members' buffers: misses (mapped anew), hits (reused), evictions")
+      .def("settle", [](NodeTeam& t) { without_gil([&] { t.settle(); }); },
+           "Returns once every stream-ordered call made so far is done on this member's GPUs")
+      .def(
+          "calls_stream", [](NodeTeam& t, int dev) { return reinterpret_cast<uintptr_t>(t.calls_stream(dev)); },
+          nb::arg("device"),
+          "The stream (int) that stream-ordered calls on `device` end on: work enqueued on it after a call sees "
+          "its results")
+      .def(
+          "phase_times",
+          [](NodeTeam& t, bool reset) {
+            CollTeam::PhaseTimes p = t.phase_times(reset);
+            nb::dict d;
+            d["calls"] = p.calls;
+            d["ordered"] = p.ordered;
+            d["prepare"] = p.prepare;
+            d["exchange"] = p.exchange;
+            d["map"] = p.map;
+            d["enqueue"] = p.enqueue;
+            d["drain"] = p.drain;
+            d["barrier"] = p.barrier;
+            return d;
+          },
+          nb::arg("reset") = false,
+          "Host time per call by phase, us (means over the calls with a known program since the last reset): "
+          "prepare, exchange (handles; the entry barrier), map (+program), enqueue, drain (waiting for the GPUs), "
+          "barrier (the hosts' end barrier); calls, and of them ordered (enqueued stream-ordered)")
+      .def(
+          "stream", [](NodeTeam& t, int dev) { return reinterpret_cast<uintptr_t>(t.stream(dev)); },
+          nb::arg("device"),
+          "A stream of the team's own on `device` (int), to order calls on where no framework's stream is at hand")
       .def(
           "allreduce",
           [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,
-             const std::string& op) {
+             const std::string& op, uintptr_t stream) {
             coll::DataType dt = coll::parse_dtype(dtype);
             coll::RedOp o = coll::parse_redop(op);
-            return without_gil([&] { return t.allreduce(as_ptr(send), as_ptr(recv), count, dt, o); });
+            return without_gil([&] { return t.allreduce(as_ptr(send), as_ptr(recv), count, dt, o, as_ptr(stream)); });
           },
-          nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op") = "sum")
+          nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op") = "sum",
+          nb::arg("stream") = 0)
       .def(
           "reduce_scatter",
           [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,
-             const std::string& op) {
+             const std::string& op, uintptr_t stream) {
             coll::DataType dt = coll::parse_dtype(dtype);
             coll::RedOp o = coll::parse_redop(op);
-            return without_gil([&] { return t.reduce_scatter(as_ptr(send), as_ptr(recv), count, dt, o); });
+            return without_gil(
+                [&] { return t.reduce_scatter(as_ptr(send), as_ptr(recv), count, dt, o, as_ptr(stream)); });
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op") = "sum",
-          "count: elements of each member's block (recv)")
+          nb::arg("stream") = 0, "count: elements of each member's block (recv)")
       .def(
           "allgather",
-          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block) {
-            return without_gil([&] { return t.allgather(as_ptr(send), as_ptr(recv), block); });
+          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block, uintptr_t stream) {
+            return without_gil([&] { return t.allgather(as_ptr(send), as_ptr(recv), block, as_ptr(stream)); });
           },
-          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"))
+          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"), nb::arg("stream") = 0)
       .def(
           "alltoall",
-          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block) {
-            return without_gil([&] { return t.alltoall(as_ptr(send), as_ptr(recv), block); });
+          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block, uintptr_t stream) {
+            return without_gil([&] { return t.alltoall(as_ptr(send), as_ptr(recv), block, as_ptr(stream)); });
           },
-          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"))
+          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"), nb::arg("stream") = 0)
       .def(
           "bcast",
-          [](NodeTeam& t, uintptr_t buf, size_t bytes, int root) {
-            return without_gil([&] { return t.bcast(as_ptr(buf), bytes, root); });
+          [](NodeTeam& t, uintptr_t buf, size_t bytes, int root, uintptr_t stream) {
+            return without_gil([&] { return t.bcast(as_ptr(buf), bytes, root, as_ptr(stream)); });
           },
-          nb::arg("buf"), nb::arg("bytes"), nb::arg("root"))
+          nb::arg("buf"), nb::arg("bytes"), nb::arg("root"), nb::arg("stream") = 0)
       .def(
           "reduce",
           [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,
-             const std::string& op, int root) {
+             const std::string& op, int root, uintptr_t stream) {
             coll::DataType dt = coll::parse_dtype(dtype);
             coll::RedOp o = coll::parse_redop(op);
-            return without_gil([&] { return t.reduce(as_ptr(send), as_ptr(recv), count, dt, o, root); });
+            return without_gil(
+                [&] { return t.reduce(as_ptr(send), as_ptr(recv), count, dt, o, root, as_ptr(stream)); });
           },
-          nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"), nb::arg("root"));
+          nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"), nb::arg("root"),
+          nb::arg("stream") = 0);
 }
 
 BindingRegistrar reg(55, bind_team);

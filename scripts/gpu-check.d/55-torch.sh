@@ -3,8 +3,10 @@
 #   pytest test_node_team.py, test_torch_backend.py  the store-met team on the GPUs; every op through
 #                                                    torchrun against the same call on NCCL
 #   gpustripe bench torch   busbw per op and size, backend gpustripe vs nccl          -> $OUT/torch
-#   examples/train_ddp.py   a GPT-2-style model (DDP), nccl then gpustripe: losses and step times
-# BENCH_TORCH_ARGS replaces the benchmark's sizes and repetitions; TRAIN_ARGS the training's.
+#   examples/train_ddp.py   a GPT-2-style model (DDP, then FSDP), nccl then gpustripe: losses and step
+#                           times, the backend's trace (its calibration's choices)
+# BENCH_TORCH_ARGS replaces the benchmark's sizes and repetitions (add --trace: where a native call's
+# time goes); TRAIN_ARGS the training's (both runs).
 # Needs about 8 minutes: run with STEP_TIMEOUT=900.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,5 +27,9 @@ echo "== examples/train_ddp.py"
 # shellcheck disable=SC2086
 timeout 600 python3 -m torch.distributed.run --nproc-per-node 2 examples/train_ddp.py \
   ${TRAIN_ARGS:---model gpt2 --steps 50} > "$OUT/torch/train.log" 2>&1 || rc=1
-grep -E "^(TRAIN|gpustripe.torch)|Error" "$OUT/torch/train.log" | cut -c1-600
+echo "== examples/train_ddp.py --wrap fsdp"
+# shellcheck disable=SC2086
+timeout 600 python3 -m torch.distributed.run --nproc-per-node 2 examples/train_ddp.py --wrap fsdp \
+  ${TRAIN_ARGS:---model gpt2 --steps 50} > "$OUT/torch/train-fsdp.log" 2>&1 || rc=1
+grep -hE "^(TRAIN|gpustripe.torch)|Error" "$OUT/torch/train.log" "$OUT/torch/train-fsdp.log" | cut -c1-900
 exit $rc

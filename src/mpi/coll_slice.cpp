@@ -65,7 +65,7 @@ size_t ops_offset() {
   return (end + kPage - 1) / kPage * kPage;
 }
 
-size_t TeamFlags::segment_bytes() { return ops_offset() + kMaxOps * sizeof(uint32_t); }
+size_t TeamFlags::segment_bytes() { return ops_offset() + kWords * sizeof(uint32_t); }
 
 TeamFlags::TeamFlags(ipc::ShmSegment seg) : seg_(std::move(seg)) {
   GS_REQUIRE(seg_.size() >= segment_bytes(), GPUSTRIPE_ERR_INTERNAL, "collective flags segment %s: %zu bytes of %zu",
@@ -105,6 +105,19 @@ SliceRunner::SliceRunner(Backend& backend, coll::Reducer& reducer, int rank, int
 }
 
 SliceRunner::~SliceRunner() {
+  try {
+    settle();  // no stream of this process may still wait on the segment's words
+  } catch (const Error& e) {
+    GS_LOG_WARN(Subsys::Mpi, "closing the collectives of rank %d: %s", rank_, e.what());
+  }
+  for (auto& kv : ordered_events_)
+    for (EventHandle e : {kv.second.in, kv.second.fork, kv.second.done})
+      if (e) {
+        try {
+          backend_.destroy_event(e);
+        } catch (...) {
+        }
+      }
   for (auto& kv : events_)
     for (EventHandle e : kv.second) {
       try {
@@ -232,7 +245,8 @@ void SliceRunner::run(const coll::Program& prog, int device, const std::string& 
     while (end < ops.size() && ops[end].kind != Op::Barrier) ++end;
     if (dev_flags_) {
       run_watched(cross_waits(prog, slots, begin, end),
-                  [&](std::vector<Lane*>& used) { enqueue_streams(prog, slots, begin, end, device, lanes_, nullptr, used); });
+                  [&](std::vector<Lane*>& used) { enqueue_streams(prog, slots, begin, end, device, lanes_, nullptr, false, dev_flags_, 1, used);
+                  });
     } else {
       run_segment_host(prog, begin, end, device, run_id);
     }
@@ -349,7 +363,7 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
     // sets. Later the host polls (poll()), and whoever waits for the call checks the peers.
     WaitWatch watch(format("collective: rank %d enqueueing its part", rank_), check_alive_, release);
     try {
-      enqueue_streams(prog, slots, 0, ops.size(), device, lanes_, nullptr, f->used);
+      enqueue_streams(prog, slots, 0, ops.size(), device, lanes_, nullptr, false, dev_flags_, 1, f->used);
       for (Lane* l : f->used) {
         EventHandle& e = end_events_[l->stream()];
         if (!e) e = backend_.create_event(l->device(), false);
@@ -431,10 +445,10 @@ std::vector<uint32_t> SliceRunner::cross_waits(const coll::Program& prog, const 
 }
 
 void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin, size_t end,
-                                  int device, LaneSet& set, EventHandle fork, std::vector<Lane*>& used) {
+                                  int device, LaneSet& set, EventHandle fork, bool capturing, uint32_t* words,
+                                  uint32_t value, std::vector<Lane*>& used) {
   const auto& ops = prog.ops();
   const bool on_mapping = mapping_streams();
-  const bool capturing = fork != nullptr;
   // Each op's stream first: an op needs a mark (an event record: a driver call, which a
   // rank's host pays per op while its GPUs wait for the rest of its part) only where a
   // later op of this rank on another stream waits for it, as a dependency or as the next
@@ -468,13 +482,13 @@ void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
       if (ops[d].rank == rank_) continue;
       const int slot = slots.at({d, rank_});
       if (!waited.insert({&l, slot}).second) continue;
-      backend_.stream_wait_flag(l.stream(), dev_flags_ + slot, 1);
+      backend_.stream_wait_flag(l.stream(), words + slot, value);
     }
     issue(ops, i, l, l.device(), marks, last_on_lane);
     if (needs_mark[i]) marks[i] = l.mark(capturing);
     for (auto it = slots.lower_bound({static_cast<int>(i), -1});
          it != slots.end() && it->first.first == static_cast<int>(i); ++it)
-      backend_.stream_write_flag(l.stream(), dev_flags_ + it->second, 1);
+      backend_.stream_write_flag(l.stream(), words + it->second, value);
   }
 }
 
@@ -527,7 +541,7 @@ GraphExecHandle SliceRunner::capture(const coll::Program& prog, const coll::Cros
       backend_.record_event(fork, origin.stream());
       waits = cross_waits(prog, slots, 0, prog.ops().size());
       std::vector<Lane*> used;
-      enqueue_streams(prog, slots, 0, prog.ops().size(), device, capture_lanes_, fork, used);
+      enqueue_streams(prog, slots, 0, prog.ops().size(), device, capture_lanes_, fork, true, dev_flags_, 1, used);
       for (Lane* l : used) backend_.wait_event(origin.stream(), l->mark(true).event);
     } catch (...) {
       try {

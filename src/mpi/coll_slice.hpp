@@ -43,13 +43,20 @@ class TeamFlags {
   static constexpr size_t kMaxOps = size_t(1) << 16;
   static constexpr int kMaxRanks = 256;
   static constexpr size_t kInfoBytes = 2048;  // one rank's message of a call's exchange
+  // Words of the stream-ordered runs (SliceRunner::run_ordered), after the op words: edge
+  // slots (the run's number), then each rank's barrier word (how many GPU barriers its
+  // streams have reached). Both only grow.
+  static constexpr size_t kOrderedEdges = kMaxOps;
+  static constexpr size_t kBarrierWord = kMaxOps + kOrderedEdges;
+  static constexpr size_t kWords = kBarrierWord + kMaxRanks;
   static size_t segment_bytes();
   explicit TeamFlags(ipc::ShmSegment seg);
   // Host flags: the run number (mod 2^32) in which op i last completed (written by its rank
   // only). Stream flags: edge slot i, 1 while set (the words are page-aligned for register_host).
+  // Word i from kMaxOps on: the stream-ordered runs' words (kOrderedEdges, kBarrierWord).
   std::atomic<uint32_t>& op(size_t i) const;
   uint32_t* op_words() const;
-  size_t op_words_bytes() const { return kMaxOps * sizeof(uint32_t); }
+  size_t op_words_bytes() const { return kWords * sizeof(uint32_t); }
   // How many barriers rank r has reached.
   std::atomic<uint64_t>& arrived(int r) const;
   // Exchange: how many messages rank r has posted; message slot (parity, r).
@@ -90,6 +97,27 @@ class SliceRunner {
   // computed here).
   void run(const coll::Program& prog, int device, const std::string& graph_key = "",
            const coll::CrossSlots* slots = nullptr);
+  // Stream-ordered (stream flags only; can_order(prog)): this rank's part starts on the GPUs
+  // once `after` (a stream of `device`, e.g. a framework's current stream) has run what was
+  // enqueued on it so far and every rank's part has started there; work enqueued on
+  // ordered_stream(device) afterwards runs once every rank's part is done (`after` itself goes
+  // on: a caller joins when it needs the results, as with NCCL's work); a Barrier op is a
+  // barrier of the ranks' GPUs. Returns once enqueued: no host waits for the GPUs or the hosts.
+  // Successive runs on a rank are ordered (one origin stream), and so are the ranks' (a run's
+  // edges carry its number, barriers their count, both only grow): a run's waits cannot be met
+  // by an earlier run's writes.
+  void run_ordered(const coll::Program& prog, int device, StreamHandle after, const coll::CrossSlots* slots = nullptr);
+  // The stream of `device` that the stream-ordered runs end on.
+  StreamHandle ordered_stream(int device);
+  // Whether run_ordered takes prog: stream flags, its edges fit the words.
+  bool can_order(const coll::Program& prog, const coll::CrossSlots& slots) const;
+  // Returns once every stream-ordered run enqueued so far is done on this rank's GPUs (before
+  // anything frees or remaps memory they use, and before a host-ordered run). Bounded by
+  // GPUSTRIPE_TIMEOUT; a dead peer fails it sooner, and lets this rank's streams past their
+  // waits on it.
+  void settle();
+  // Whether a stream-ordered run may still be running.
+  bool unsettled() const { return ordered_pending_ != nullptr; }
   // Drops every captured graph (a mapping they may use was closed).
   void forget_graphs();
   // Graphs launched and captured so far (tests, logs).
@@ -160,6 +188,19 @@ class SliceRunner {
   uint64_t arrive();
   bool arrived(uint64_t n) const;
   void sync_streams(const std::vector<Lane*>& used);
+  // Stream-ordered runs: their number (the value of their words), and per device the origin
+  // stream's events (the caller's stream at the call, the fork to the lanes, the end).
+  uint64_t ordered_runs_ = 0, gpu_barriers_ = 0;
+  struct OrderedEvents {
+    EventHandle in = nullptr, fork = nullptr, done = nullptr;
+  };
+  std::map<int, OrderedEvents> ordered_events_;
+  EventHandle ordered_pending_ = nullptr;  // the latest run's end, until settle() saw it done
+  // Lets every stream of this rank past the ordered runs' waits on the peers (a peer died).
+  void release_ordered();
+  // Enqueues on `s` a barrier of the ranks' GPUs: later work on s waits until every rank's
+  // stream has reached its barrier of the same count.
+  void gpu_barrier(StreamHandle s);
 
   // Enqueues this rank's op i on `l` after its same-rank dependencies and its program lane's
   // previous op (waits on their marks where they ran on other streams).
@@ -171,8 +212,11 @@ class SliceRunner {
                                     size_t end) const;
   // Stream flags: enqueues this rank's ops of [begin, end) on lanes of `set` (each lane first
   // waits for `fork` where given: a capture); `used` gets the lanes as they are first used.
+  // `words`: the edge slots' words as streams address them; an edge is set by writing `value`
+  // and waited for as reaching it. `capturing`: inside a graph capture.
   void enqueue_streams(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin, size_t end, int device,
-                       LaneSet& set, EventHandle fork, std::vector<Lane*>& used);
+                       LaneSet& set, EventHandle fork, bool capturing, uint32_t* words, uint32_t value,
+                       std::vector<Lane*>& used);
   // Stream flags: enqueues (`enqueue` adds the lanes it uses) and drains one part of this
   // rank's work waiting on the edge slots `waits`, watched (coll_watchdog.hpp) from before
   // the first enqueue: a host stuck in a driver call behind a dead peer's flag is released.

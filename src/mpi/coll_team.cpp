@@ -189,15 +189,19 @@ CollTeam::~CollTeam() {
   } catch (...) {
   }
   if (times_.calls && kTimes.get()) {
-    const double c = static_cast<double>(times_.calls);
-    const double run = times_.run - runner_->drain_us() - runner_->barrier_us();
-    GS_LOG_INFO(Subsys::Mpi, "collectives of rank %d (%llu calls on gpustripe, %llu graph launches, %llu captures): us "
-                "per call: prepare %.1f, exchange %.1f, map+program %.1f, enqueue %.1f, wait for GPUs %.1f, end "
-                "barrier %.1f",
-                rank_, static_cast<unsigned long long>(times_.calls),
-                static_cast<unsigned long long>(runner_->graph_launches()),
-                static_cast<unsigned long long>(runner_->graph_captures()), times_.prepare / c, times_.exchange / c,
-                times_.map / c, run / c, runner_->drain_us() / c, runner_->barrier_us() / c);
+    const uint64_t launches = runner_->graph_launches(), captures = runner_->graph_captures();
+    const PhaseTimes t = phase_times(false);
+    GS_LOG_INFO(Subsys::Mpi, "collectives of rank %d (%llu calls on gpustripe, %llu stream-ordered, %llu graph "
+                "launches, %llu captures): us per call: prepare %.1f, exchange %.1f, map+program %.1f, enqueue %.1f, "
+                "wait for GPUs %.1f, end barrier %.1f",
+                rank_, static_cast<unsigned long long>(t.calls), static_cast<unsigned long long>(t.ordered),
+                static_cast<unsigned long long>(launches), static_cast<unsigned long long>(captures), t.prepare,
+                t.exchange, t.map, t.enqueue, t.drain, t.barrier);
+  }
+  try {
+    settle();
+  } catch (const Error& e) {
+    GS_LOG_WARN(Subsys::Mpi, "closing the collectives of rank %d: %s", rank_, e.what());
   }
   runner_.reset();
   for (Owned* b : {&scratch_, &temp_}) {
@@ -210,8 +214,35 @@ CollTeam::~CollTeam() {
   }
 }
 
+CollTeam::PhaseTimes CollTeam::phase_times(bool reset) {
+  PhaseTimes t;
+  t.calls = times_.calls;
+  t.ordered = times_.ordered;
+  if (times_.calls) {
+    const double c = static_cast<double>(times_.calls);
+    const double drain = runner_->drain_us() - times_.drain0, barrier = runner_->barrier_us() - times_.barrier0;
+    t.prepare = times_.prepare / c;
+    t.exchange = times_.exchange / c;
+    t.map = times_.map / c;
+    t.enqueue = (times_.run - drain - barrier) / c;
+    t.drain = drain / c;
+    t.barrier = barrier / c;
+  }
+  if (reset) {
+    times_ = Times{};
+    times_.drain0 = runner_->drain_us();
+    times_.barrier0 = runner_->barrier_us();
+  }
+  return t;
+}
+
+void CollTeam::settle() {
+  if (runner_) runner_->settle();
+}
+
 void CollTeam::grow(Owned& b, int dev, size_t bytes) {
   if (b.bytes >= bytes && b.dev == dev) return;
+  runner_->settle();  // a stream-ordered call may still use the old buffer
   size_t n = b.bytes && b.dev == dev ? b.bytes : (size_t(1) << 20);
   while (n < bytes) n *= 2;
   // Every earlier call has completed on every rank: nobody uses the old buffer.
@@ -352,6 +383,7 @@ struct CollTeam::Entry {
   RankInfo mine;
   const char* cs = nullptr;  // the send buffer, and where it lies in the receive buffer
   bool send_in_recv = false, recv_in_send = false;
+  bool ordered = false;        // stream-ordered behind call.stream (stream flags)
   uint64_t posted = 0;         // the shared-memory exchange's call number
   std::vector<RankInfo> all;   // every rank's message (the MPI's exchange: from the start)
   std::chrono::steady_clock::time_point t0, t1, t2;
@@ -394,6 +426,10 @@ bool CollTeam::run(const CollCall& call) {
 
 std::shared_ptr<CollPending> CollTeam::start(CollCall call, std::function<int()> mpi) {
   GS_REQUIRE(mpi != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "%s: a nonblocking collective without the MPI's way",
+             call.name);
+  // Its part starts on the team's streams as soon as every rank has posted, not behind a
+  // caller's stream (CollCall::stream is for the blocking, stream-ordered calls).
+  GS_REQUIRE(call.stream == nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "%s: a nonblocking collective on a stream",
              call.name);
   finish();
   if (failed_ != GPUSTRIPE_SUCCESS)
@@ -469,6 +505,22 @@ void CollTeam::finish() {
   } catch (const Error& e) {
     abandon(std::current_exception(), e.status(), e.what());
   }
+}
+
+bool CollTeam::run_part(const CollCall& call, bool ordered, const coll::Program& prog, const coll::CrossSlots& slots,
+                        const std::string& graph_key) {
+  if (ordered && runner_->can_order(prog, slots)) {
+    runner_->run_ordered(prog, call.device, call.stream, &slots);
+    return true;
+  }
+  if (ordered) {
+    // The same program on every rank, so every rank comes here: the hosts order it after all.
+    runner_->settle();
+    backend_.synchronize_stream(call.stream);
+    runner_->barrier("collective entry");
+  }
+  runner_->run(prog, call.device, graph_key, &slots);
+  return false;
 }
 
 void CollTeam::enter(const CollCall& call, Entry& e) {
@@ -566,6 +618,14 @@ void CollTeam::enter(const CollCall& call, Entry& e) {
     }
   }
 
+  // A call that the hosts order (no stream flags, or no stream) starts once this rank's
+  // buffers are ready and no stream-ordered call is still running.
+  e.ordered = call.stream != nullptr && runner_->stream_flags();
+  if (!e.ordered && mine.eligible) {
+    runner_->settle();
+    if (call.stream) backend_.synchronize_stream(call.stream);
+  }
+
   // 2. Every rank's handles and eligibility (the entry barrier of the call). Through the
   //    team's shared segment, posted here and collected without waiting (a few microseconds
   //    less than the MPI's allgather, which is a blocking exchange right here).
@@ -594,7 +654,23 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   // Test hook (tests/mpi/mpi_coll_kill.c): die where the others already run the call.
   if (g_die_in_next.load()) raise(SIGKILL);
 
-  // 3. This process's view of every rank's buffers, the program, this rank's part.
+  // 3. This process's view of every rank's buffers, the program, this rank's part. Mapping
+  //    another allocation may close an older mapping (the cache's capacity, a stale entry): no
+  //    stream-ordered call may be using it then.
+  {
+    std::string names;
+    for (int r = 0; r < n_; ++r)
+      for (const Desc* d : {&all[r].send, &all[r].recv, &all[r].scratch}) {
+        if (r == rank_ || !d->present) continue;
+        for (uint64_t v : {uint64_t(r), d->base, d->handle.buffer_id, d->handle.share_id, uint64_t(d->handle.size)})
+          names.append(reinterpret_cast<const char*>(&v), sizeof v);
+      }
+    if (!mapped_sets_.count(names)) {
+      runner_->settle();
+      if (mapped_sets_.size() >= kShapesKept) mapped_sets_.clear();
+      mapped_sets_.insert(std::move(names));
+    }
+  }
   std::vector<char*> send(n_), recv(n_), scr(n_);
   coll::Scratch scratch(backend_, team.dev);
   for (int r = 0; r < n_; ++r) {
@@ -687,10 +763,10 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   // runner cannot start so (host flags, Barrier ops) runs here, to its end.
   if (async && runner_->start(*prog, call.device, slots)) return true;
   if (prog_key.empty()) {
-    runner_->run(*prog, call.device);
+    run_part(call, e.ordered, *prog, coll::cross_slots(*prog), "");
     return true;
   }
-  runner_->run(*prog, call.device, graph_key, slots);
+  if (run_part(call, e.ordered, *prog, *slots, graph_key)) ++times_.ordered;
   ++times_.calls;
   times_.prepare += us(e.t0, e.t1);
   times_.exchange += us(e.t1, e.t2);

@@ -23,6 +23,7 @@
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +77,13 @@ struct CollCall {
   // sizes differ, every rank takes the MPI's way (which reports the mismatch).
   static constexpr size_t kMaxBlocks = 32;
   std::vector<uint64_t> send_at, send_len, recv_len;
+  // The caller's stream (of `device`), or null. Set: the buffers are ready once the work
+  // enqueued on it so far has run; the call is enqueued stream-ordered behind it and returns
+  // without waiting (SliceRunner::run_ordered) when the runner has stream flags (the results
+  // are there for work enqueued on CollTeam::ordered_stream(device) afterwards), else it waits
+  // for the stream first and returns when done. Null: the buffers are ready now and the call
+  // returns when done (the MPI interposer's calls).
+  StreamHandle stream = nullptr;
 };
 
 // A nonblocking call as its request sees it (CollTeam::start): done once it completed on
@@ -110,6 +118,18 @@ class CollTeam {
   // returns false on every rank otherwise (the caller then takes the MPI's way). After a
   // call failed (a peer died, a wait timed out) every later call throws the same status.
   bool run(const CollCall& call);
+  // Returns once every stream-ordered call made so far is done on this rank's GPUs.
+  void settle();
+  // The stream of `device` that stream-ordered calls end on: work enqueued on it after a call
+  // sees its results (and a buffer's user that waits for it may reuse the buffer).
+  StreamHandle ordered_stream(int device) { return runner_->ordered_stream(device); }
+  // Host time per call served with a cached Program, by phase (us, means over the calls since
+  // the last reset; `calls`: how many): the phases of GPUSTRIPE_MPI_COLL_TIMES.
+  struct PhaseTimes {
+    uint64_t calls = 0, ordered = 0;  // ordered: of them, enqueued stream-ordered
+    double prepare = 0, exchange = 0, map = 0, enqueue = 0, drain = 0, barrier = 0;
+  };
+  PhaseTimes phase_times(bool reset);
   // This rank's temporary device buffer on `dev` (in-place inputs), at least `bytes`.
   char* temp(int dev, size_t bytes);
 
@@ -159,6 +179,10 @@ class CollTeam {
   // Ends the pending call with an error and fails the team.
   void abandon(std::exception_ptr why, Status status, const std::string& what);
   std::unique_ptr<Pending> pending_;
+  // Runs this rank's part: stream-ordered behind call.stream where `ordered` and the program
+  // allows (returns true), else ordered by the hosts (false).
+  bool run_part(const CollCall& call, bool ordered, const coll::Program& prog, const coll::CrossSlots& slots,
+                const std::string& graph_key);
 
   Context& ctx_;
   p2p::Endpoint& ep_;
@@ -191,9 +215,13 @@ class CollTeam {
   };
   std::map<std::string, Cached> programs_;
   struct Times {  // host time of the calls served with a cached Program (us, summed)
-    uint64_t calls = 0;
+    uint64_t calls = 0, ordered = 0;
     double prepare = 0, exchange = 0, map = 0, run = 0;
+    double drain0 = 0, barrier0 = 0;  // the runner's totals when these were last reset
   } times_;
+  // The other ranks' allocations (handles) mapped here by earlier calls: a call naming only
+  // these maps nothing new, so no mapping a stream-ordered call may still use is closed.
+  std::set<std::string> mapped_sets_;
   uint64_t evictions_ = 0;     // map_all's evictions of a rank's mappings
   uint64_t graphs_epoch_ = 0;  // mapping_epoch() when the runner's graphs were made
 };

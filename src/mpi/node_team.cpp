@@ -40,7 +40,15 @@ NodeTeam::NodeTeam(std::unique_ptr<ipc::Bootstrap> boot) {
 }
 
 NodeTeam::~NodeTeam() {
-  team_.reset();
+  team_.reset();  // settles the stream-ordered calls first
+  for (auto& [dev, s] : streams_) {
+    try {
+      ctx_->backend().synchronize_stream(s);
+      ctx_->backend().destroy_stream(s);
+    } catch (const Error& e) {
+      GS_LOG_WARN(Subsys::Mpi, "node team: closing its stream on GPU %d: %s", dev, e.what());
+    }
+  }
   try {
     ep_->flush();
   } catch (const Error& e) {
@@ -49,6 +57,12 @@ NodeTeam::~NodeTeam() {
   ep_.reset();
   ch_.reset();
   ctx_.reset();
+}
+
+StreamHandle NodeTeam::stream(int dev) {
+  auto it = streams_.find(dev);
+  if (it == streams_.end()) it = streams_.emplace(dev, ctx_->backend().create_stream(dev)).first;
+  return it->second;
 }
 
 ipc::HandleCacheStats NodeTeam::mapping_stats() const {
@@ -62,8 +76,9 @@ int NodeTeam::device_of(CollCall& c, std::initializer_list<const void*> bufs) {
 
 bool NodeTeam::run(CollCall& c) { return team_->run(c); }
 
-bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op) {
+bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream) {
   CollCall c;
+  c.stream = stream;
   c.name = "allreduce";
   c.op = coll::CollOp::AllReduce;
   const bool ok_types = reducible(dt, op);
@@ -74,8 +89,9 @@ bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataT
   return run(c);
 }
 
-bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op) {
+bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream) {
   CollCall c;
+  c.stream = stream;
   c.name = "reduce_scatter";
   c.op = coll::CollOp::ReduceScatter;
   const int n = size();
@@ -88,8 +104,9 @@ bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::
   return run(c);
 }
 
-bool NodeTeam::allgather(const void* send, void* recv, size_t block) {
+bool NodeTeam::allgather(const void* send, void* recv, size_t block, StreamHandle stream) {
   CollCall c;
+  c.stream = stream;
   c.name = "allgather";
   c.op = coll::CollOp::AllGather;
   const size_t total = block * size();
@@ -100,8 +117,9 @@ bool NodeTeam::allgather(const void* send, void* recv, size_t block) {
   return run(c);
 }
 
-bool NodeTeam::alltoall(const void* send, void* recv, size_t block) {
+bool NodeTeam::alltoall(const void* send, void* recv, size_t block, StreamHandle stream) {
   CollCall c;
+  c.stream = stream;
   c.name = "alltoall";
   c.op = coll::CollOp::AllToAll;
   const size_t total = block * size();
@@ -111,9 +129,10 @@ bool NodeTeam::alltoall(const void* send, void* recv, size_t block) {
   return run(c);
 }
 
-bool NodeTeam::bcast(void* buf, size_t bytes, int root) {
+bool NodeTeam::bcast(void* buf, size_t bytes, int root, StreamHandle stream) {
   GS_REQUIRE(root >= 0 && root < size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "bcast: root %d of %d ranks", root, size());
   CollCall c;
+  c.stream = stream;
   c.name = "bcast";
   c.op = coll::CollOp::Bcast;
   c.device = device_of(c, {buf});
@@ -122,9 +141,10 @@ bool NodeTeam::bcast(void* buf, size_t bytes, int root) {
   return run(c);
 }
 
-bool NodeTeam::reduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, int root) {
+bool NodeTeam::reduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, int root, StreamHandle stream) {
   GS_REQUIRE(root >= 0 && root < size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "reduce: root %d of %d ranks", root, size());
   CollCall c;
+  c.stream = stream;
   c.name = "reduce";
   c.op = coll::CollOp::Reduce;
   const bool is_root = rank() == root;

@@ -12,6 +12,7 @@
 // (the p2p layer's mapping cache): a framework's caching allocator, which hands back the
 // same segments, pays no handle exchange after the first calls.
 #pragma once
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -39,20 +40,34 @@ class NodeTeam {
   // The mapping cache of other members' buffers: a repeated call on the same allocations
   // maps nothing new (misses stay, hits grow).
   ipc::HandleCacheStats mapping_stats() const;
+  // Returns once every stream-ordered call made so far is done on this member's GPUs.
+  void settle() { team_->settle(); }
+  // The stream of `device` that stream-ordered calls end on (CollTeam::ordered_stream).
+  StreamHandle calls_stream(int device) { return team_->ordered_stream(device); }
+  // A stream of this member's own on `dev` to order calls on (callers without a framework's
+  // streams: tests); made at the first ask, kept until the team ends.
+  StreamHandle stream(int dev);
+  // Host time per call by phase (CollTeam::phase_times).
+  CollTeam::PhaseTimes phase_times(bool reset) { return team_->phase_times(reset); }
+
+  // Every call takes the caller's stream (CollCall::stream): given, the buffers are ready once
+  // its work so far has run, and the call is enqueued on the GPUs behind it without a host
+  // wait (stream flags): work enqueued on calls_stream(device) afterwards sees the results;
+  // null, the call returns when done.
 
   // recv[i] = op over members of send[i], count elements of dt (send == recv: in place).
-  bool allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op);
+  bool allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr);
   // recv = op over members of block `rank` of send (size() blocks of count elements);
   // recv == send + rank * block: in place.
-  bool reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op);
+  bool reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr);
   // recv = every member's block of `block` bytes in rank order (send == recv + rank * block: in place).
-  bool allgather(const void* send, void* recv, size_t block);
+  bool allgather(const void* send, void* recv, size_t block, StreamHandle stream = nullptr);
   // Block j of send to member j, block i of recv from member i (`block` bytes each; no overlap).
-  bool alltoall(const void* send, void* recv, size_t block);
+  bool alltoall(const void* send, void* recv, size_t block, StreamHandle stream = nullptr);
   // root's `bytes` at buf into every member's buf.
-  bool bcast(void* buf, size_t bytes, int root);
+  bool bcast(void* buf, size_t bytes, int root, StreamHandle stream = nullptr);
   // recv (root only: null elsewhere) = op over members of send (send == recv at the root: in place).
-  bool reduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, int root);
+  bool reduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, int root, StreamHandle stream = nullptr);
 
  private:
   // Fills the call's device from its buffers (all device memory of one GPU, else -1).
@@ -63,6 +78,7 @@ class NodeTeam {
   std::unique_ptr<ipc::Channel> ch_;
   std::unique_ptr<p2p::Endpoint> ep_;
   std::unique_ptr<CollTeam> team_;
+  std::map<int, StreamHandle> streams_;
 };
 
 }  // namespace gpustripe::mpi

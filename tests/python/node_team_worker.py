@@ -1,6 +1,7 @@
 """One member of a gpustripe.team.node_team met through a FileStore (no MPI, no torch): runs
 every collective on device buffers of device `rank` and checks the results against numpy.
-Prints one line `NODETEAM {json}`. Run by test_node_team.py, one process per rank."""
+Prints one line `NODETEAM {json}`. Run by test_node_team.py, one process per rank; a 4th
+argument `ordered` gives every call a stream (stream-ordered calls)."""
 import json
 import sys
 
@@ -23,10 +24,29 @@ def data(r: int, n: int, dtype: str, salt: int) -> np.ndarray:
     return rng.uniform(0.5, 1.5, n).astype(NP[dtype])
 
 
+class StreamOrdered:
+    """The team with every collective given a stream: enqueued behind it, not waited for (the
+    results are read after team.settle())."""
+
+    COLLECTIVES = {"allreduce", "reduce_scatter", "allgather", "alltoall", "bcast", "reduce"}
+
+    def __init__(self, team, stream: int):
+        self._team, self._stream = team, stream
+
+    def __getattr__(self, name):
+        f = getattr(self._team, name)
+        if name in self.COLLECTIVES:
+            return lambda *a: f(*a, stream=self._stream)
+        return f
+
+
 def main() -> None:
     store_dir, rank, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    ordered = len(sys.argv) > 4 and sys.argv[4] == "ordered"
     team = node_team(FileStore(store_dir), rank, size)
     ctx, dev = team.context, rank
+    if ordered:
+        team = StreamOrdered(team, team.stream(dev))
     held = []
 
     def dbuf(nbytes: int) -> int:
@@ -40,6 +60,7 @@ def main() -> None:
         return p
 
     def get(p: int, n: int, dtype: str) -> np.ndarray:
+        team.settle()
         return np.frombuffer(ctx.download(p, dev, n * np.dtype(NP[dtype]).itemsize), dtype=NP[dtype])
 
     checks, salt = [], 0
@@ -109,6 +130,22 @@ def main() -> None:
     after = team.mapping_stats()
     checks.append({"op": "repeated calls map nothing new", "served": True,
                    "ok": after["misses"] == before["misses"] and after["hits"] > before["hits"]})
+    # Calls one after the other with nothing read in between: each sees the one before's result
+    # (stream-ordered: the GPUs order them, and a call's flags cannot be met by another's).
+    for dtype in ("float32", "int64"):
+        for n in (3, 5000):
+            ins = [data(r, n, dtype, 50) for r in range(size)]
+            s = put(ins[rank])
+            t = dbuf(n * np.dtype(NP[dtype]).itemsize)
+            for _ in range(3):
+                team.allreduce(s, s, n, dtype, "sum")
+                team.allreduce(s, t, n, dtype, "max")
+                team.bcast(t, n * np.dtype(NP[dtype]).itemsize, size - 1)
+            want = np.add.reduce(np.stack(ins).astype(NP[dtype]), axis=0) * size * size
+            check(f"pipelined allreduce {dtype} {n}", True, lambda: get(s, n, dtype), want)
+    times = team.phase_times()
+    checks.append({"op": "calls stream-ordered as asked", "served": True,
+                   "ok": (times["ordered"] == times["calls"] > 0) if ordered else times["ordered"] == 0, "times": times})
     # A host buffer on one rank: every rank is told to run it another way, nothing done.
     salt += 1
     host = np.ones(16, np.float32)

@@ -11,9 +11,9 @@ import pytest
 WORKER = os.path.join(os.path.dirname(__file__), "node_team_worker.py")
 
 
-def run_team(tmp_path, size: int, timeout: int = 120) -> list[dict]:
+def run_team(tmp_path, size: int, timeout: int = 120, mode: str = "host") -> list[dict]:
     env = dict(os.environ, GPUSTRIPE_TIMEOUT=os.environ.get("GPUSTRIPE_TIMEOUT", "30"), PYTHONUNBUFFERED="1")
-    procs = [subprocess.Popen([sys.executable, WORKER, str(tmp_path / "store"), str(r), str(size)],
+    procs = [subprocess.Popen([sys.executable, WORKER, str(tmp_path / "store"), str(r), str(size), mode],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
              for r in range(size)]
     outs = []
@@ -33,13 +33,15 @@ def run_team(tmp_path, size: int, timeout: int = 120) -> list[dict]:
     return reports
 
 
+@pytest.mark.parametrize("mode", ["host", "ordered"])
 @pytest.mark.parametrize("size", [2, 3])
-def test_store_team_runs_every_collective(tmp_path, size):
+def test_store_team_runs_every_collective(tmp_path, size, mode):
+    """host: each call returns when done; ordered: each is enqueued behind a stream."""
     import gpustripe
 
     if 0 < gpustripe.cuda_device_count() < size:
         pytest.skip(f"needs {size} GPUs")
-    reports = run_team(tmp_path, size)
+    reports = run_team(tmp_path, size, mode=mode)
     assert sorted(r["rank"] for r in reports) == list(range(size))
     for r in reports:
         bad = [c for c in r["checks"] if not c["ok"]]

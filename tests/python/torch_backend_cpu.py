@@ -2,8 +2,8 @@
 without GPUs too: init_process_group("cuda:gpustripe,cpu:gloo") gives a gpustripe group, and
 collectives called through torch.distributed, and DDP, reach it. Mode `gloo`: CPU tensors go
 to gloo inside the backend. Mode `emulated` (gpustripe.torch._test_emulate_cpu): they take the
-native path instead (the store-met team, the worker thread, the fallbacks), staged through the
-emulated devices' memory, and the results are checked against local references. Prints
+native path instead (the store-met team, its stream-ordered calls, the fallbacks), staged through
+the emulated devices' memory, and the results are checked against local references. Prints
 `TORCHCPU {json}` per rank (the number of checks and the failed ones). Run by test_torch_backend.py where torch is installed."""
 import json
 import os
@@ -108,6 +108,9 @@ def worker(rank: int, world: int, port: int, mode: str) -> None:
     checks["fsdp matches one process"] = all(
         torch.allclose(m[i].weight.full_tensor(), ref[i].weight, atol=1e-6) for i in (0, 2))
     dist.barrier()
+    if mode == "emulated":
+        team = pg.trace()["team"]
+        checks["native calls stream-ordered"] = team["ordered"] == team["calls"] > 0
     failed = [k for k, ok in checks.items() if not ok]
     report = {"rank": rank, "mode": mode, "native_calls": pg.native_calls, "checks": len(checks), "failed": failed}
     os.write(1, ("TORCHCPU " + json.dumps(report) + "\n").encode())  # one write: the ranks share the pipe

@@ -11,7 +11,7 @@ import os
 import torch
 import torch.distributed as dist
 
-import gpustripe.torch  # noqa: F401  (registers the backend)
+import gpustripe.torch  # registers the backend
 
 R = dist.ReduceOp
 
@@ -22,6 +22,7 @@ def main() -> None:
     dist.init_process_group("cuda:gpustripe,cpu:gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
     pg = dist.group.WORLD
+    gpustripe.torch._test_always_native(pg)  # this checks the native path (not which way is faster)
     nccl = dist.new_group(backend="nccl")
     dev = torch.device("cuda", local)
     checks = []

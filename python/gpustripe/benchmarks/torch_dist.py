@@ -4,9 +4,13 @@ One process per GPU (torch.multiprocessing.spawn); the default group runs on bac
 ``gpustripe`` (gpustripe.torch), a second group of the same ranks on ``nccl``, and each
 size times both, one after the other, as nccl-tests does (a batch of back-to-back calls
 with async_op=False, one synchronisation, time / calls; the median of several batches; the
-slowest rank's median). Methods ``torch_gpustripe`` and ``torch_nccl``; busbw uses
-nccl-tests' factors; sizes per rank. The results file's rows also say how many of the
-gpustripe calls the backend served natively (not its NCCL fallback).
+slowest rank's median). Methods ``torch_gpustripe`` (the backend as a training job gets
+it: each op and size class served by gpustripe or NCCL as its calibration found faster),
+``torch_gpustripe_native`` (a third group whose every call is native: the native path's own
+time) and ``torch_nccl``; busbw uses nccl-tests' factors; sizes per rank. The results
+file's rows also say how many of the gpustripe calls the backend served natively. --trace
+prints, per op and size, where a native call's host time goes (the backend's call, the
+team's phases) and what the calibration chose, from what medians.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ NAME = "torch"
 HELP = ("collectives through torch.distributed (all_reduce, all_gather_into_tensor, reduce_scatter_tensor, "
         "all_to_all_single, broadcast): backend gpustripe vs nccl, busbw, 1M-1G")
 OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "bcast")
-METHODS = ("torch_gpustripe", "torch_nccl")
+METHODS = ("torch_gpustripe", "torch_gpustripe_native", "torch_nccl")
 
 
 def add_arguments(p):
@@ -32,6 +36,8 @@ def add_arguments(p):
     p.add_argument("--trials", type=int, default=5, help="timed batches per size; the median is reported")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls first")
     p.add_argument("--timeout", type=int, default=900, help="seconds the workers may take")
+    p.add_argument("--trace", action="store_true",
+                   help="print where each native call's host time goes and the calibration's choices")
     p.add_argument("--out", default="bench/results", help="directory of the JSON + PNG results")
     p.add_argument("--no-write", action="store_true", help="print the tables only")
 
@@ -41,7 +47,7 @@ def _worker(rank, world, cfg, out_path):
     import torch
     import torch.distributed as dist
 
-    import gpustripe.torch  # noqa: F401  (registers the backend)
+    import gpustripe.torch  # registers the backend
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(cfg["port"])
@@ -49,12 +55,16 @@ def _worker(rank, world, cfg, out_path):
     torch.cuda.set_device(rank)
     dev = torch.device("cuda", rank)
     dist.init_process_group("cuda:gpustripe,cpu:gloo", rank=rank, world_size=world)
-    groups = {"torch_gpustripe": dist.group.WORLD, "torch_nccl": dist.new_group(backend="nccl")}
+    groups = {"torch_gpustripe": dist.group.WORLD, "torch_gpustripe_native": dist.new_group(backend="gpustripe"),
+              "torch_nccl": dist.new_group(backend="nccl")}
+    gpustripe.torch._test_always_native(groups["torch_gpustripe_native"])
+    # The calibration's calls (both ways, timed) come before the timed batches.
+    calibration = len(gpustripe.torch._Calibration.ORDER) + 1
     dtype = getattr(torch, cfg["dtype"])
     esz = torch.tensor([], dtype=dtype).element_size()
 
     def bench(fn, group):
-        for _ in range(cfg["warmup"]):
+        for _ in range(cfg["warmup"] + (calibration if group is groups["torch_gpustripe"] else 0)):
             fn(group)
         torch.cuda.synchronize()
         times = []
@@ -86,18 +96,38 @@ def _worker(rank, world, cfg, out_path):
                "bcast": lambda g: dist.broadcast(x, 0, group=g)}
         for op in cfg["ops"]:
             for method, g in groups.items():
-                before = getattr(groups["torch_gpustripe"], "native_calls", 0)
+                ours = method != "torch_nccl"
+                before = getattr(g, "native_calls", 0)
+                if ours:
+                    g.trace(reset=True)
                 us = bench(fns[op], g)
-                native = getattr(groups["torch_gpustripe"], "native_calls", 0) - before
+                native = getattr(g, "native_calls", 0) - before
                 if rank == 0:
                     rows.append({"op": op, "method": method, "bytes": size, "us": us,
-                                 **({"native_calls": native} if method == "torch_gpustripe" else {})})
-                    print(f"  {op:>14} {method:>16} {size:>11} B {us:10.1f} us", flush=True)
+                                 **({"native_calls": native} if ours else {})})
+                    print(f"  {op:>14} {method:>22} {size:>11} B {us:10.1f} us", flush=True)
+                    if ours and cfg["trace"]:
+                        _print_trace(g.trace(reset=True))
+                elif ours:
+                    g.trace(reset=True)
     if rank == 0:
         with open(out_path, "w") as f:
             json.dump({"rows": rows, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
                        "torch": torch.__version__}, f)
     dist.destroy_process_group()
+
+
+def _print_trace(t: dict) -> None:
+    """One native call's host time by phase (us per call), and the calibration's choices."""
+    host = ", ".join(f"{op} {v['us']:.1f} ({v['calls']} calls)" for op, v in t["host_us"].items())
+    team = t["team"]
+    phases = ", ".join(f"{k} {team[k]:.1f}" for k in ("prepare", "exchange", "map", "enqueue", "drain", "barrier")
+                       if k in team)
+    print(f"{'':>18}trace: backend call {host or '-'}; team ({team.get('calls', 0)} calls, "
+          f"{team.get('ordered', 0)} stream-ordered): {phases or '-'}", flush=True)
+    for kind, c in t["choices"].items():
+        print(f"{'':>18}chose {c['use']} for {kind}: gpustripe {c['gpustripe']:.1f} us, nccl {c['nccl']:.1f} us "
+              "(calibration medians, slowest rank)", flush=True)
 
 
 def run(args) -> int:
@@ -122,7 +152,7 @@ def run(args) -> int:
         raise SystemExit(f"gpustripe bench torch: {n} processes need {n} GPUs; torch sees {have}")
     sizes = parse_sizes(args.sizes)
     cfg = {"sizes": sizes, "ops": ops, "dtype": args.dtype, "iters": args.iters, "trials": args.trials,
-           "warmup": args.warmup, "port": 29700 + n}
+           "warmup": args.warmup, "port": 29700 + n, "trace": args.trace}
     print(f"gpustripe bench torch on {ctx.device_label}: {n} processes, ops {','.join(ops)}, sizes "
           f"{sizes[0]}..{sizes[-1]} B per rank", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -143,7 +173,8 @@ def run(args) -> int:
                          torch_version=got["torch"], **extra))
     for op in ops:
         if any(r["op"] == op for r in rows):
-            print(f"\n[{n} ranks] " + results.ratio_table(rows, op, ours="torch_gpustripe", value="busbw_gbps"))
+            print(f"\n[{n} ranks] " + results.ratio_table(rows, op, ours="torch_gpustripe", value="busbw_gbps",
+                                                                 base="torch_nccl"))
     if args.no_write or not rows:
         return 0 if rows else 1
     path = results.write(f"torch-dist-{n}gpu", ctx.device_label, n, rows, out_dir=args.out,

@@ -41,6 +41,11 @@ int CudaBackend::stream_device(StreamHandle s, const char* call) const {
     if (it != own_streams_.end()) return it->second;
   }
   int dev = -1;
+  // The implicit streams' handles (a framework's default stream) name the current device's.
+  if (cu_stream(s) == cudaStreamLegacy || cu_stream(s) == cudaStreamPerThread) {
+    GS_CUDA(cudaGetDevice(&dev), -1);
+    return dev;
+  }
   cudaError_t err = cudaStreamGetDevice(cu_stream(s), &dev);
   if (err != cudaSuccess) throw_cuda_error(err, call, -1);
   return dev;

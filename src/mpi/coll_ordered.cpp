@@ -1,0 +1,106 @@
+// SliceRunner's stream-ordered runs (coll_slice.hpp): a rank's part of a collective enqueued
+// behind the caller's stream and ahead of its later work, with no host waiting.
+//
+// Per call, on one origin stream per GPU: wait for the caller's stream (an event), then a
+// barrier of the ranks' GPUs (each writes its barrier word, waits for the others': nobody
+// touches a buffer its owner's GPU may still be producing); fork to the lanes the program
+// uses, which run this rank's ops, edges between ranks set and awaited as the run's number;
+// join the lanes, another GPU barrier (the exit: no rank's buffers are still read or written
+// by a peer; a Barrier op of the program is one too), record the end. The caller's stream
+// does not wait for it: a caller that needs the results joins the origin stream. The origin stream runs the calls one after the other, so a run's words
+// are written only once the run before it has ended on every rank: a wait for run k cannot
+// be met by run k-1's write, and a later run's write (k+1) meets it only once k has ended.
+#include <chrono>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "ipc/wait.hpp"
+#include "mpi/coll_slice.hpp"
+
+namespace gpustripe::mpi {
+namespace {
+constexpr int kOrderedRole = -2000;  // the origin lane of stream-ordered runs
+}  // namespace
+
+StreamHandle SliceRunner::ordered_stream(int device) { return lane(device, kOrderedRole).stream(); }
+
+bool SliceRunner::can_order(const coll::Program& prog, const coll::CrossSlots& slots) const {
+  return dev_flags_ && slots.size() <= TeamFlags::kOrderedEdges && prog.nranks() == nranks_;
+}
+
+void SliceRunner::gpu_barrier(StreamHandle s) {
+  uint32_t* word = dev_flags_ + TeamFlags::kBarrierWord;
+  const uint32_t count = static_cast<uint32_t>(++gpu_barriers_);
+  backend_.stream_write_flag(s, word + rank_, count);
+  for (int r = 0; r < nranks_; ++r)
+    if (r != rank_) backend_.stream_wait_flag(s, word + r, count);
+}
+
+void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandle after,
+                              const coll::CrossSlots* given) {
+  coll::CrossSlots computed;
+  if (!given) computed = coll::cross_slots(prog);
+  const coll::CrossSlots& slots = given ? *given : computed;
+  GS_REQUIRE(can_order(prog, slots), GPUSTRIPE_ERR_INTERNAL, "a collective schedule that cannot run stream-ordered");
+  GS_REQUIRE(after != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "a stream-ordered collective without a stream");
+  const uint32_t run = static_cast<uint32_t>(++ordered_runs_);
+  OrderedEvents& ev = ordered_events_[device];
+  for (EventHandle* e : {&ev.in, &ev.fork, &ev.done})
+    if (!*e) *e = backend_.create_event(device, false);
+  Lane& origin = lane(device, kOrderedRole);
+  const StreamHandle o = origin.stream();
+
+  backend_.record_event(ev.in, after);
+  backend_.wait_event(o, ev.in);
+  gpu_barrier(o);  // entry: every rank's buffers are ready
+  // Segments between Barrier ops, as run() does, with the GPUs' barrier for the hosts'.
+  const auto& ops = prog.ops();
+  size_t begin = 0;
+  while (begin <= ops.size()) {
+    size_t end = begin;
+    while (end < ops.size() && ops[end].kind != coll::Op::Barrier) ++end;
+    backend_.record_event(ev.fork, o);
+    std::vector<Lane*> used;
+    enqueue_streams(prog, slots, begin, end, device, lanes_, ev.fork, false, dev_flags_ + TeamFlags::kOrderedEdges,
+                    run, used);
+    for (Lane* l : used)
+      if (l != &origin) backend_.wait_event(o, l->mark().event);
+    gpu_barrier(o);  // the last one is the exit: no rank's buffers are still in a peer's use
+    begin = end + 1;
+  }
+  backend_.record_event(ev.done, o);
+  // Runs on one GPU follow each other on its origin stream: the latest one's end covers all.
+  ordered_pending_ = ev.done;
+}
+
+void SliceRunner::release_ordered() {
+  // Far ahead of every run's number (waits compare cyclically): every wait on a peer passes.
+  const uint32_t past = static_cast<uint32_t>(ordered_runs_) + (uint32_t(1) << 30);
+  for (size_t w = TeamFlags::kMaxOps; w < TeamFlags::kWords; ++w) flags_.op(w).store(past, std::memory_order_release);
+}
+
+void SliceRunner::settle() {
+  if (!ordered_pending_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    ipc::Waiter w(format("collective: rank %d waiting for its stream-ordered collectives (and the other ranks' parts)",
+                         rank_),
+                  check_peers_);
+    while (!backend_.query_event(ordered_pending_)) w.pause();
+  } catch (...) {
+    // A peer is gone or stuck: the team is broken (CollTeam fails every later call). Let this
+    // rank's streams run out rather than wait forever on it.
+    GS_LOG_WARN(Subsys::Mpi, "rank %d: releasing its GPUs' waits on the other ranks' collectives", rank_);
+    release_ordered();
+    try {
+      backend_.synchronize_event(ordered_pending_);
+    } catch (...) {
+    }
+    ordered_pending_ = nullptr;
+    throw;
+  }
+  drain_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  ordered_pending_ = nullptr;
+}
+
+}  // namespace gpustripe::mpi
