@@ -304,9 +304,9 @@ void Endpoint::hold(Unexpected& u, const char* payload) {
     u.lease_base = e.exporter_base;
     u.lease_buffer = e.handle.buffer_id;
   }
-  // Scratch on this rank's GPU: the batch kernels run on their destination GPU, and a kernel on
-  // the sender's GPU would share it by time slices with the sender's own kernels.
-  u.scratch_dev = backend_->current_device();
+  // Scratch on the sender's GPU: the copy into it stays on that GPU; the one out of it, once the
+  // receive is posted, is the one a pull would have made.
+  u.scratch_dev = e.handle.device;
   u.scratch = scratch_take(u.scratch_dev);
   Mover::Hints h;
   h.batchable = e.handle.kind == Backend::IpcKind::Legacy;  // the scratch is ours (plain)

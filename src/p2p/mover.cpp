@@ -124,10 +124,7 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
   GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
   int dev = src_dev != kHostDevice ? src_dev : dst_dev;
   if (hints.batchable && batched(src_dev, dst_dev, bytes)) {
-    // The batch's kernel runs on the destination GPU, the receiver's own: a kernel this process
-    // launched on a peer process's GPU would share that GPU by time slices with the peer's own
-    // kernels (its compute), which a copy engine's copy does not.
-    Batch& b = batch_[dst_dev];
+    Batch& b = batch_[dev];
     b.ranges.push_back(Backend::CopyRange{dst, dst_dev, src, src_dev, bytes});
     b.tickets.push_back(ticket);
     pending_[ticket] = Pending{nullptr, {}, nullptr};  // event and stream come with the launch
