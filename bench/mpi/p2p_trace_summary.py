@@ -17,12 +17,13 @@ receiver's files by (sender, send_id):
   mpi_out    that -> MPI_Wait/Waitall returned on the sender ('-' natively)
   total      MPI_Isend (or p2p isend) entered -> the sender's wait returned
   concurrent share of the copies planned with other ranks' copies in flight
-  direct     share of the copies put on the direct path alone (a copy in the opposite
-             direction beside them, GPUSTRIPE_P2P_BIDIR_DIRECT)
+  direct     share of the copies put on the direct path alone by the plan made with the
+             traffic the other way in flight
   lean       share of the copies below the size where the lone plan splits: one plain copy,
              no board, no plan, no pointer queries
   queued     share of the copies replayed as a window's (GPUSTRIPE_P2P_WINDOW_REPLAY, the
-             first of a window included), and the median host share they took (%)
+             first of a window included) or split beside the traffic the other way, and
+             the median host share they took (%)
   gap        median microseconds between one copy seen complete and the next of that size
              on the same receiver: the time per message of a window, where copies queue
 
@@ -47,7 +48,7 @@ import statistics
 from collections import defaultdict
 
 # Stamps of a copy's plan whose recv_id field is the host share it took (millionths).
-SHARED = ("p_window", "p_window_first")
+SHARED = ("p_window", "p_window_first", "p_twoway", "p_twoway_window")
 PHASES = ("mpi_in", "post", "to_match", "map", "enqueue", "copyfn", "event", "copy", "to_done", "s_ret", "mpi_out",
           "total")
 

@@ -234,6 +234,10 @@ int Channel::publish_transfer(int src_dev, int dst_dev, uint64_t bytes) {
   for (uint32_t from : {0u, 3u})
     for (int i = 0; i < kBoardSlots; ++i) {
       BoardSlot& b = header()->board[i];
+      // Looked at before the compare-exchange: a failed one still takes the slot's cache line
+      // from every other process reading the board, and a board of retired slots made each
+      // publish ~1000 of them (tens of microseconds per copy, both ranks' scans missing too).
+      if (b.state.load(std::memory_order_relaxed) != from) continue;
       uint32_t expect = from;
       if (!b.state.compare_exchange_strong(expect, 1, std::memory_order_acquire)) continue;
       b.owner = rank_;

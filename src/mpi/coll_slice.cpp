@@ -144,6 +144,18 @@ double us_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
+uint64_t SliceRunner::arrive() {
+  const uint64_t n = ++barriers_;
+  flags_.arrived(rank_).store(n, std::memory_order_release);
+  return n;
+}
+
+bool SliceRunner::arrived(uint64_t n) const {
+  for (int r = 0; r < nranks_; ++r)
+    if (flags_.arrived(r).load(std::memory_order_acquire) < n) return false;
+  return true;
+}
+
 void SliceRunner::barrier(const char* what) {
   const auto t0 = std::chrono::steady_clock::now();
   struct Add {
@@ -151,26 +163,33 @@ void SliceRunner::barrier(const char* what) {
     std::chrono::steady_clock::time_point t0;
     ~Add() { to += us_since(t0); }
   } add{barrier_us_, t0};
-  const uint64_t n = ++barriers_;
-  flags_.arrived(rank_).store(n, std::memory_order_release);
+  const uint64_t n = arrive();
   ipc::Waiter w(format("%s: rank %d waiting for the other ranks of the collective", what, rank_), check_peers_);
-  for (int r = 0; r < nranks_; ++r)
-    while (flags_.arrived(r).load(std::memory_order_acquire) < n) w.pause();
+  while (!arrived(n)) w.pause();
 }
 
-void SliceRunner::exchange(const void* mine, size_t bytes, void* all) {
+uint64_t SliceRunner::post(const void* mine, size_t bytes) {
   GS_REQUIRE(bytes <= TeamFlags::kInfoBytes, GPUSTRIPE_ERR_INTERNAL, "collective exchange of %zu bytes", bytes);
   // Two slots per rank: a rank posting call k+2 reuses call k's slot, and it got past call
   // k+1's exchange only after every rank posted k+1, i.e. had finished reading call k's.
   const uint64_t n = ++exchanges_;
-  const int parity = static_cast<int>(n & 1);
-  std::memcpy(flags_.info(parity, rank_), mine, bytes);
+  std::memcpy(flags_.info(static_cast<int>(n & 1), rank_), mine, bytes);
   flags_.posted(rank_).store(n, std::memory_order_release);
+  return n;
+}
+
+bool SliceRunner::collect(uint64_t n, size_t bytes, void* all) const {
+  for (int r = 0; r < nranks_; ++r)
+    if (flags_.posted(r).load(std::memory_order_acquire) < n) return false;
+  for (int r = 0; r < nranks_; ++r)
+    std::memcpy(static_cast<char*>(all) + r * bytes, flags_.info(static_cast<int>(n & 1), r), bytes);
+  return true;
+}
+
+void SliceRunner::exchange(const void* mine, size_t bytes, void* all) {
+  const uint64_t n = post(mine, bytes);
   ipc::Waiter w(format("collective entry: rank %d waiting for the other ranks to call it", rank_), check_peers_);
-  for (int r = 0; r < nranks_; ++r) {
-    while (flags_.posted(r).load(std::memory_order_acquire) < n) w.pause();
-    std::memcpy(static_cast<char*>(all) + r * bytes, flags_.info(parity, r), bytes);
-  }
+  while (!collect(n, bytes, all)) w.pause();
 }
 
 namespace {
@@ -247,12 +266,7 @@ void SliceRunner::run_watched(const std::vector<uint32_t>& waits,
   } catch (...) {
     // What was enqueued may wait on the peers: let it run out before the error leaves.
     release();
-    for (Lane* l : used) {
-      try {
-        backend_.synchronize_stream(l->stream());
-      } catch (...) {
-      }
-    }
+    sync_streams(used);
     throw;
   }
   drain(used, release, [&] { watch.rethrow(); });
@@ -281,18 +295,99 @@ void SliceRunner::drain(const std::vector<Lane*>& used, const std::function<void
     drain_us_ += us_since(t0);
   } catch (...) {
     release();
-    for (Lane* l : used) {
-      try {
-        backend_.synchronize_stream(l->stream());
-      } catch (...) {
-      }
-    }
+    sync_streams(used);
     throw;
   }
 }
 
 void SliceRunner::reset_edges(const std::vector<uint32_t>& waits) {
   for (uint32_t w : waits) flags_.op(w).store(0, std::memory_order_release);
+}
+
+// A run between start() and its end: what this rank enqueued, the edge flags its streams wait
+// on, one event per stream marking its end; then the end barrier's number.
+struct SliceRunner::Inflight {
+  std::vector<Lane*> used;
+  std::vector<uint32_t> waits;
+  std::vector<EventHandle> ends;
+  uint64_t barrier = 0;  // 0 until this rank's streams are done
+};
+
+void SliceRunner::sync_streams(const std::vector<Lane*>& used) {
+  for (Lane* l : used) {
+    try {
+      backend_.synchronize_stream(l->stream());
+    } catch (...) {
+    }
+  }
+}
+
+bool SliceRunner::start(const coll::Program& prog, int device, const coll::CrossSlots* given) {
+  GS_REQUIRE(!inflight_, GPUSTRIPE_ERR_INTERNAL, "a collective started before the previous one ended");
+  const auto& ops = prog.ops();
+  if (!dev_flags_) return false;  // host flags: the host takes part in every step
+  for (const Op& op : ops)
+    if (op.kind == Op::Barrier) return false;
+  GS_REQUIRE(ops.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
+             "a collective schedule of %zu ops: the cross-process flags hold %zu", ops.size(), TeamFlags::kMaxOps);
+  GS_REQUIRE(prog.nranks() == nranks_, GPUSTRIPE_ERR_INTERNAL, "program for %d ranks on a team of %d", prog.nranks(),
+             nranks_);
+  ++runs_;
+  coll::CrossSlots computed;
+  if (!given) computed = coll::cross_slots(prog);
+  const coll::CrossSlots& slots = given ? *given : computed;
+  GS_REQUIRE(slots.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
+             "a collective schedule with %zu dependencies between ranks: the cross-process flags hold %zu",
+             slots.size(), TeamFlags::kMaxOps);
+  auto f = std::make_unique<Inflight>();
+  f->waits = cross_waits(prog, slots, 0, ops.size());
+  auto release = [this, waits = f->waits] {
+    for (uint32_t w : waits) flags_.op(w).store(1, std::memory_order_release);
+  };
+  {
+    // Only the enqueueing is watched: a driver call may block behind a flag a dead rank never
+    // sets. Later the host polls (poll()), and whoever waits for the call checks the peers.
+    WaitWatch watch(format("collective: rank %d enqueueing its part", rank_), check_alive_, release);
+    try {
+      enqueue_streams(prog, slots, 0, ops.size(), device, lanes_, nullptr, f->used);
+      for (Lane* l : f->used) {
+        EventHandle& e = end_events_[l->stream()];
+        if (!e) e = backend_.create_event(l->device(), false);
+        backend_.record_event(e, l->stream());
+        f->ends.push_back(e);
+      }
+      watch.rethrow();
+    } catch (...) {
+      release();
+      sync_streams(f->used);
+      throw;
+    }
+  }
+  inflight_ = std::move(f);
+  return true;
+}
+
+bool SliceRunner::poll() {
+  GS_REQUIRE(inflight_ != nullptr, GPUSTRIPE_ERR_INTERNAL, "no collective started");
+  Inflight& f = *inflight_;
+  if (f.barrier == 0) {
+    for (EventHandle e : f.ends)
+      if (!backend_.query_event(e)) return false;
+    reset_edges(f.waits);
+    f.barrier = arrive();
+  }
+  if (!arrived(f.barrier)) return false;
+  inflight_.reset();
+  return true;
+}
+
+void SliceRunner::abandon() {
+  if (!inflight_) return;
+  if (inflight_->barrier == 0) {
+    for (uint32_t w : inflight_->waits) flags_.op(w).store(1, std::memory_order_release);
+    sync_streams(inflight_->used);
+  }
+  inflight_.reset();
 }
 
 void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int device, const std::vector<LaneMark>& marks,

@@ -42,7 +42,7 @@ class TeamFlags {
  public:
   static constexpr size_t kMaxOps = size_t(1) << 16;
   static constexpr int kMaxRanks = 256;
-  static constexpr size_t kInfoBytes = 1024;  // one rank's message of a call's exchange
+  static constexpr size_t kInfoBytes = 2048;  // one rank's message of a call's exchange
   static size_t segment_bytes();
   explicit TeamFlags(ipc::ShmSegment seg);
   // Host flags: the run number (mod 2^32) in which op i last completed (written by its rank
@@ -106,6 +106,29 @@ class SliceRunner {
   // Whether cross-rank dependencies wait on the GPUs (stream flags) or on the hosts.
   bool stream_flags() const { return dev_flags_ != nullptr; }
 
+  // The exchange in two halves, for calls that must not wait for the other ranks
+  // (nonblocking collectives): post() writes this rank's message and returns the call's
+  // number; collect() copies every rank's message once all have posted that call (false
+  // until then, waiting for nothing). exchange() is post() and a bounded wait on collect().
+  uint64_t post(const void* mine, size_t bytes);
+  bool collect(uint64_t call, size_t bytes, void* all) const;
+
+  // run() without waiting (stream flags, a program without Barrier ops): start() enqueues
+  // this rank's part and returns; poll() advances it as far as it goes without waiting
+  // (streams done, then this rank's edge flags reset, then the hosts' end barrier) and is
+  // true once every rank has finished its part. One started run at a time. start() is false,
+  // enqueueing nothing, for a program that cannot run so: run() it instead.
+  bool start(const coll::Program& prog, int device, const coll::CrossSlots* slots = nullptr);
+  bool poll();
+  bool started() const { return inflight_ != nullptr; }
+  // Ends a started run that will not complete (a peer died, a wait timed out): lets this
+  // rank's streams past every wait on the other ranks and waits for them.
+  void abandon();
+  // Throws when a rank of the team is gone (check_peers given at construction).
+  void check_peers() const {
+    if (check_peers_) check_peers_();
+  }
+
  private:
   Lane& lane(int device, int role);
   EventHandle event(int device, size_t i);
@@ -129,6 +152,14 @@ class SliceRunner {
   std::set<std::string> uncapturable_;
   uint64_t graph_launches_ = 0, graph_captures_ = 0;
   double drain_us_ = 0, barrier_us_ = 0;
+  struct Inflight;  // the started run (start/poll)
+  std::unique_ptr<Inflight> inflight_;
+
+  // The hosts' barrier in two halves: arrive() returns the barrier's number, arrived() is
+  // true once every rank has reached it.
+  uint64_t arrive();
+  bool arrived(uint64_t n) const;
+  void sync_streams(const std::vector<Lane*>& used);
 
   // Enqueues this rank's op i on `l` after its same-rank dependencies and its program lane's
   // previous op (waits on their marks where they ran on other streams).

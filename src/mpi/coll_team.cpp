@@ -74,6 +74,8 @@ struct CollTeam::RankInfo {
   int32_t eligible = 0;
   int32_t device = -1;
   Desc send, recv, scratch;
+  uint32_t blocks = 0;  // CollCall::send_at and the rest, where the call has them
+  uint64_t send_at[CollCall::kMaxBlocks] = {}, send_len[CollCall::kMaxBlocks] = {}, recv_len[CollCall::kMaxBlocks] = {};
 };
 
 CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::Bootstrap> boot,
@@ -180,6 +182,12 @@ CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::B
 }
 
 CollTeam::~CollTeam() {
+  // A nonblocking call still pending (the communicator freed before its wait): it ends
+  // first, on every rank, as the MPI lets it.
+  try {
+    finish();
+  } catch (...) {
+  }
   if (times_.calls && kTimes.get()) {
     const double c = static_cast<double>(times_.calls);
     const double run = times_.run - runner_->drain_us() - runner_->barrier_us();
@@ -307,7 +315,7 @@ uint64_t CollTeam::mapping_epoch() const {
   ipc::HandleCache* cache = ep_.handle_cache();
   if (!cache) return evictions_;
   const ipc::HandleCacheStats st = cache->stats();
-  return evictions_ + st.stale_evictions + st.capacity_evictions;
+  return evictions_ + st.stale_evictions + st.capacity_evictions + st.peer_evictions;
 }
 
 coll::Choice CollTeam::choose(const CollCall& call) const {
@@ -335,14 +343,48 @@ coll::Choice CollTeam::choose(const CollCall& call) const {
   return c;
 }
 
+// A call from its start to the launch of this rank's part: what the exchange carries and
+// what the launch needs of step 1.
+struct CollTeam::Entry {
+  coll::Team team;
+  std::string shape_key;
+  coll::Choice choice;
+  RankInfo mine;
+  const char* cs = nullptr;  // the send buffer, and where it lies in the receive buffer
+  bool send_in_recv = false, recv_in_send = false;
+  uint64_t posted = 0;         // the shared-memory exchange's call number
+  std::vector<RankInfo> all;   // every rank's message (the MPI's exchange: from the start)
+  std::chrono::steady_clock::time_point t0, t1, t2;
+};
+
+// The nonblocking call in flight.
+struct CollTeam::Pending {
+  CollCall call;
+  std::function<int()> mpi;
+  Entry entry;
+  std::shared_ptr<CollPending> state;
+  bool launched = false;  // this rank's part started on the runner
+};
+
 bool CollTeam::run(const CollCall& call) {
   // A call that failed half way leaves the team's flags and peers in no known state (a
   // peer died, or flags were released for streams that waited on it): every later call
   // fails the same way instead of reading flags set for another call.
+  finish();
   if (failed_ != GPUSTRIPE_SUCCESS)
     GS_THROW(failed_, "%s: an earlier collective on this communicator failed (%s)", call.name, failure_.c_str());
   try {
-    return run_unchecked(call);
+    Entry e;
+    enter(call, e);
+    if (exchange_shm()) {
+      ipc::Waiter w(format("collective entry: rank %d waiting for the other ranks to call it", rank_),
+                    [this] { runner_->check_peers(); });
+      while (!runner_->collect(e.posted, sizeof(RankInfo), e.all.data())) w.pause();
+    }
+    e.t2 = std::chrono::steady_clock::now();
+    if (!launch(call, e, false)) return false;
+    if (call.after) call.after();
+    return true;
   } catch (const Error& e) {
     failed_ = e.status();
     failure_ = e.what();
@@ -350,12 +392,89 @@ bool CollTeam::run(const CollCall& call) {
   }
 }
 
-bool CollTeam::run_unchecked(const CollCall& call) {
+std::shared_ptr<CollPending> CollTeam::start(CollCall call, std::function<int()> mpi) {
+  GS_REQUIRE(mpi != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "%s: a nonblocking collective without the MPI's way",
+             call.name);
+  finish();
+  if (failed_ != GPUSTRIPE_SUCCESS)
+    GS_THROW(failed_, "%s: an earlier collective on this communicator failed (%s)", call.name, failure_.c_str());
+  auto p = std::make_unique<Pending>();
+  p->call = std::move(call);
+  p->mpi = std::move(mpi);
+  p->state = std::make_shared<CollPending>();
+  try {
+    enter(p->call, p->entry);
+  } catch (const Error& e) {
+    failed_ = e.status();
+    failure_ = e.what();
+    throw;
+  }
+  std::shared_ptr<CollPending> state = p->state;
+  pending_ = std::move(p);
+  progress();  // the last rank to start finds every handle there: its part goes to the GPUs now
+  return state;
+}
+
+bool CollTeam::pending() const { return pending_ != nullptr; }
+
+void CollTeam::check_peers() const { runner_->check_peers(); }
+
+void CollTeam::progress() {
+  if (!pending_) return;
+  Pending& p = *pending_;
+  try {
+    if (!p.launched) {
+      if (exchange_shm() && !runner_->collect(p.entry.posted, sizeof(RankInfo), p.entry.all.data())) return;
+      p.entry.t2 = std::chrono::steady_clock::now();
+      if (!launch(p.call, p.entry, true)) {
+        // Some rank cannot take this path: every rank learns it at this call's exchange and
+        // runs the MPI's way, blocking, here.
+        std::unique_ptr<Pending> done = std::move(pending_);
+        done->state->mpi_rc = done->mpi();
+        done->state->done = true;
+        return;
+      }
+      p.launched = true;
+    }
+    if (runner_->started() && !runner_->poll()) return;
+    std::unique_ptr<Pending> done = std::move(pending_);
+    if (done->call.after) done->call.after();
+    done->state->served = true;
+    done->state->done = true;
+  } catch (const Error& e) {
+    abandon(std::current_exception(), e.status(), e.what());
+  } catch (const std::exception& e) {
+    abandon(std::current_exception(), GPUSTRIPE_ERR_INTERNAL, e.what());
+  }
+}
+
+void CollTeam::abandon(std::exception_ptr why, Status status, const std::string& what) {
+  runner_->abandon();
+  failed_ = status;
+  failure_ = what;
+  if (!pending_) return;
+  std::unique_ptr<Pending> done = std::move(pending_);
+  done->state->error = why;
+  done->state->done = true;
+}
+
+void CollTeam::finish() {
+  if (!pending_) return;
+  std::shared_ptr<CollPending> state = pending_->state;
+  const char* name = pending_->call.name;
+  try {
+    ipc::Waiter w(format("%s: rank %d waiting for the other ranks to complete it", name, rank_),
+                  [this] { runner_->check_peers(); });
+    for (progress(); pending_; progress()) w.pause();
+  } catch (const Error& e) {
+    abandon(std::current_exception(), e.status(), e.what());
+  }
+}
+
+void CollTeam::enter(const CollCall& call, Entry& e) {
   ++calls_;
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point t0 = Clock::now();
-  auto us = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
-  coll::Team team;
+  e.t0 = std::chrono::steady_clock::now();
+  coll::Team& team = e.team;
   for (int r = 0; r < n_; ++r) {
     team.rank.push_back(r);
     team.dev.push_back(call.device);
@@ -366,7 +485,10 @@ bool CollTeam::run_unchecked(const CollCall& call) {
   const char* cr = static_cast<const char*>(call.recv);
   const bool send_in_recv = cs && cr && cs >= cr && cs < cr + call.recv_bytes;
   const bool recv_in_send = cs && cr && cr > cs && cr < cs + call.send_bytes;
-  std::string shape_key;
+  e.cs = cs;
+  e.send_in_recv = send_in_recv;
+  e.recv_in_send = recv_in_send;
+  std::string& shape_key = e.shape_key;
   if (!call.shape.empty()) {
     shape_key = call.shape;
     auto put = [&](const auto& v) { shape_key.append(reinterpret_cast<const char*>(&v), sizeof v); };
@@ -380,21 +502,20 @@ bool CollTeam::run_unchecked(const CollCall& call) {
     put(cs != nullptr);
     put(cr != nullptr);
   }
-  coll::Choice choice;
 
   // 1. Size this rank's scratch: a build over placeholders (every rank's buffers laid
   //    out as this rank's are, which is what in-place rules look at).
-  RankInfo mine;
+  RankInfo& mine = e.mine;
   mine.eligible = call.eligible ? 1 : 0;
   mine.device = call.device;
   if (call.eligible) {
     auto known = shape_key.empty() ? shapes_.end() : shapes_.find(shape_key);
     size_t wanted = 0;
     if (known != shapes_.end()) {
-      choice = known->second.choice;
+      e.choice = known->second.choice;
       wanted = known->second.scratch;
     } else {
-      choice = choose(call);
+      e.choice = choose(call);
       coll::Scratch sizing(backend_, team.dev);
       std::vector<char*> send(n_), recv(n_);
       for (int r = 0; r < n_; ++r) {
@@ -405,24 +526,24 @@ bool CollTeam::run_unchecked(const CollCall& call) {
         if (recv_in_send) recv[r] = send[r] + (cr - cs);
       }
       coll::Program sizing_prog(n_);
-      call.build(sizing_prog, team, send, recv, sizing, choice);
+      call.build(sizing_prog, team, send, recv, sizing, e.choice);
       wanted = sizing.wanted(rank_);
       if (!shape_key.empty()) {
         if (shapes_.size() >= kShapesKept) shapes_.clear();
-        shapes_[shape_key] = Shape{choice, wanted};
+        shapes_[shape_key] = Shape{e.choice, wanted};
       }
     }
     if (wanted) grow(scratch_, call.device, wanted);
     try {
       mine.send = describe(call.send, call.send_bytes, call.located);
       mine.recv = describe(call.recv, call.recv_bytes, call.located);
-    } catch (const Error& e) {
+    } catch (const Error& err) {
       // Buffers without an IPC handle (the default pool of cudaMallocAsync): every rank
       // takes the MPI's way for this call (the allgather tells them).
-      if (e.status() != GPUSTRIPE_ERR_NOT_SUPPORTED) throw;
+      if (err.status() != GPUSTRIPE_ERR_NOT_SUPPORTED) throw;
       static bool said = false;
       if (!said) GS_LOG_INFO(Subsys::Mpi, "%s: a buffer cannot be shared with the other ranks (%s): such calls take the "
-                             "MPI's way", call.name, e.what());
+                             "MPI's way", call.name, err.what());
       said = true;
       mine.eligible = 0;
     }
@@ -433,19 +554,43 @@ bool CollTeam::run_unchecked(const CollCall& call) {
     }
   }
 
-  // 2. Every rank's handles and eligibility (the entry barrier of the call).
-  //    Through the team's shared segment: a few microseconds less than the MPI's allgather.
-  static_assert(sizeof(RankInfo) <= TeamFlags::kInfoBytes, "a rank's message outgrew its exchange slot");
-  std::vector<RankInfo> all(n_);
-  const Clock::time_point t1 = Clock::now();
-  if (exchange_shm()) {
-    runner_->exchange(&mine, sizeof mine, all.data());
-  } else {
-    boot_->allgather(&mine, sizeof mine, all.data());
+  if (!call.send_at.empty()) {
+    const size_t n = call.send_at.size();
+    if (n > CollCall::kMaxBlocks || call.send_len.size() != n || call.recv_len.size() != n) {
+      mine.eligible = 0;
+    } else {
+      mine.blocks = static_cast<uint32_t>(n);
+      std::copy(call.send_at.begin(), call.send_at.end(), mine.send_at);
+      std::copy(call.send_len.begin(), call.send_len.end(), mine.send_len);
+      std::copy(call.recv_len.begin(), call.recv_len.end(), mine.recv_len);
+    }
   }
-  const Clock::time_point t2 = Clock::now();
+
+  // 2. Every rank's handles and eligibility (the entry barrier of the call). Through the
+  //    team's shared segment, posted here and collected without waiting (a few microseconds
+  //    less than the MPI's allgather, which is a blocking exchange right here).
+  static_assert(sizeof(RankInfo) <= TeamFlags::kInfoBytes, "a rank's message outgrew its exchange slot");
+  e.all.resize(n_);
+  e.t1 = std::chrono::steady_clock::now();
+  if (exchange_shm()) e.posted = runner_->post(&mine, sizeof mine);
+  else boot_->allgather(&mine, sizeof mine, e.all.data());
+}
+
+bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
+  using Clock = std::chrono::steady_clock;
+  auto us = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
+  const std::vector<RankInfo>& all = e.all;
+  coll::Team& team = e.team;
   for (const RankInfo& ri : all)
     if (!ri.eligible) return false;
+  // Senders' layouts: every rank checks every pair alike, so all agree.
+  if (!call.send_at.empty()) {
+    for (int i = 0; i < n_; ++i) {
+      if (all[i].blocks != static_cast<uint32_t>(n_)) return false;
+      for (int j = 0; j < n_; ++j)
+        if (all[i].send_len[j] != all[j].recv_len[i]) return false;
+    }
+  }
   // Test hook (tests/mpi/mpi_coll_kill.c): die where the others already run the call.
   if (g_die_in_next.load()) raise(SIGKILL);
 
@@ -473,10 +618,13 @@ bool CollTeam::run_unchecked(const CollCall& call) {
       scratch.set_external(r, scr[r], all[r].scratch.present ? all[r].scratch.handle.size : 0);
     }
   }
+  if (!call.send_at.empty())
+    for (int r = 0; r < n_; ++r)
+      if (send[r]) send[r] += all[r].send_at[rank_];
   // The same shape over the same pointers: the same Program (built and checked before).
   std::string prog_key;
-  if (!shape_key.empty()) {
-    prog_key = shape_key;
+  if (!e.shape_key.empty()) {
+    prog_key = e.shape_key;
     auto put = [&](const auto& v) { prog_key.append(reinterpret_cast<const char*>(&v), sizeof v); };
     for (int r = 0; r < n_; ++r) {
       put(team.dev[r]);
@@ -509,32 +657,44 @@ bool CollTeam::run_unchecked(const CollCall& call) {
     }
   }
   auto cached = prog_key.empty() ? programs_.end() : programs_.find(prog_key);
+  coll::Program built(n_);
+  const coll::Program* prog = nullptr;
+  const coll::CrossSlots* slots = nullptr;
   if (cached == programs_.end()) {
-    coll::Program prog(n_);
-    call.build(prog, team, send, recv, scratch, choice);
+    call.build(built, team, send, recv, scratch, e.choice);
     for (int r = 0; r < n_; ++r)
       GS_REQUIRE(scratch.wanted(r) == 0 || scratch.wanted(r) <= all[r].scratch.handle.size - all[r].scratch.offset,
                  GPUSTRIPE_ERR_INTERNAL, "%s: rank %d's scratch (%zu bytes) is smaller than the schedule needs (%zu)",
                  call.name, r, static_cast<size_t>(all[r].scratch.handle.size), scratch.wanted(r));
-    for (const coll::Op& op : prog.ops())
+    for (const coll::Op& op : built.ops())
       GS_REQUIRE(op.kind != coll::Op::Copy || (op.src_dev != kHostDevice && op.dst_dev != kHostDevice),
                  GPUSTRIPE_ERR_INTERNAL, "%s: a schedule with host staging across processes", call.name);
     GS_LOG_DEBUG(Subsys::Mpi, "%s %zu bytes on %d ranks: %s; rank %d runs its part of %s", call.name, call.bytes, n_,
-                 choice.describe().c_str(), rank_, prog.summary().c_str());
-    if (prog_key.empty()) {
-      runner_->run(prog, call.device);
-      return true;
+                 e.choice.describe().c_str(), rank_, built.summary().c_str());
+    prog = &built;
+    if (!prog_key.empty()) {
+      if (programs_.size() >= kProgramsKept) programs_.clear();
+      coll::CrossSlots cs = coll::cross_slots(built);
+      cached = programs_.emplace(prog_key, Cached{std::move(built), std::move(cs)}).first;
     }
-    if (programs_.size() >= kProgramsKept) programs_.clear();
-    coll::CrossSlots slots = coll::cross_slots(prog);
-    cached = programs_.emplace(prog_key, Cached{std::move(prog), std::move(slots)}).first;
+  }
+  if (cached != programs_.end()) {
+    prog = &cached->second.prog;
+    slots = &cached->second.slots;
   }
   const Clock::time_point t3 = Clock::now();
-  runner_->run(cached->second.prog, call.device, graph_key, &cached->second.slots);
+  // Nonblocking: this rank's part goes to its streams and the call returns; a program the
+  // runner cannot start so (host flags, Barrier ops) runs here, to its end.
+  if (async && runner_->start(*prog, call.device, slots)) return true;
+  if (prog_key.empty()) {
+    runner_->run(*prog, call.device);
+    return true;
+  }
+  runner_->run(*prog, call.device, graph_key, slots);
   ++times_.calls;
-  times_.prepare += us(t0, t1);
-  times_.exchange += us(t1, t2);
-  times_.map += us(t2, t3);
+  times_.prepare += us(e.t0, e.t1);
+  times_.exchange += us(e.t1, e.t2);
+  times_.map += us(e.t2, t3);
   times_.run += us(t3, Clock::now());
   return true;
 }

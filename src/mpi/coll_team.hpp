@@ -19,6 +19,7 @@
 // interposer's over PMPI, mpi_bootstrap.hpp; the PyTorch backend's over its store).
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -64,6 +65,26 @@ struct CollCall {
   // The allocations of this rank's buffers as the caller found them (one pointer query per
   // buffer and call: describe() takes them from here).
   std::vector<p2p::MemLoc> located;
+  // Runs once the call has completed on every rank on this path (an in-place result moved
+  // to the front of the buffer, a counter); captures by value: a nonblocking call ends
+  // after the function that started it has returned.
+  std::function<void()> after;
+  // The v forms whose layout only the sender knows (MPI_Alltoallv/w), at most kMaxBlocks
+  // ranks: where this rank's block for each rank starts in its send buffer and its bytes, and
+  // the bytes it receives from each. They travel with the entry exchange; every rank's send
+  // pointer reaches `build` at its block for this rank. Where some sender's and receiver's
+  // sizes differ, every rank takes the MPI's way (which reports the mismatch).
+  static constexpr size_t kMaxBlocks = 32;
+  std::vector<uint64_t> send_at, send_len, recv_len;
+};
+
+// A nonblocking call as its request sees it (CollTeam::start): done once it completed on
+// gpustripe's path (served), or the MPI's way (mpi_rc), or failed (error).
+struct CollPending {
+  bool done = false;
+  bool served = false;
+  int mpi_rc = 0;
+  std::exception_ptr error;
 };
 
 // Test only: this process kills itself (SIGKILL) inside its next collective on the
@@ -92,6 +113,23 @@ class CollTeam {
   // This rank's temporary device buffer on `dev` (in-place inputs), at least `bytes`.
   char* temp(int dev, size_t bytes);
 
+  // Nonblocking collectives. start() enters the call (step 1 and this rank's message of the
+  // exchange) and returns; progress() advances it as far as it goes without waiting: once
+  // every rank has posted, this rank's part goes to its GPU streams (the last rank to start
+  // does that inside start()), and the call completes when the streams are done and every
+  // rank has reached the end. Where some rank cannot take this path, every rank learns it at
+  // the exchange and runs `mpi` (the MPI's way, blocking) inside progress(). One call at a
+  // time per team: a call made while one is pending (start() or run()) first finishes it, as
+  // the ranks start a communicator's collectives in the same order. Errors go into the
+  // call's CollPending (and fail the team, as run()'s do).
+  std::shared_ptr<CollPending> start(CollCall call, std::function<int()> mpi);
+  void progress();
+  bool pending() const;
+  // Waits (bounded by GPUSTRIPE_TIMEOUT, failing when a peer dies) until no call is pending.
+  void finish();
+  // Throws when a rank of the team is gone.
+  void check_peers() const;
+
  private:
   struct Desc;
   struct RankInfo;
@@ -111,7 +149,16 @@ class CollTeam {
   // Changes whenever this process closed a mapping of a peer's buffer (captured graphs may
   // hold its address).
   uint64_t mapping_epoch() const;
-  bool run_unchecked(const CollCall& call);
+  struct Entry;
+  struct Pending;
+  // Step 1 of a call and this rank's message into the exchange (MPI exchange: the whole
+  // allgather); launch() maps, builds and runs this rank's part (async: starts it where the
+  // runner can), false when some rank cannot take this path.
+  void enter(const CollCall& call, Entry& e);
+  bool launch(const CollCall& call, Entry& e, bool async);
+  // Ends the pending call with an error and fails the team.
+  void abandon(std::exception_ptr why, Status status, const std::string& what);
+  std::unique_ptr<Pending> pending_;
 
   Context& ctx_;
   p2p::Endpoint& ep_;

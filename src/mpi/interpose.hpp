@@ -3,9 +3,14 @@
 #pragma once
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 
 #include "mpi/ops.hpp"
+
+namespace gpustripe::mpi {
+struct CollPending;  // coll_team.hpp
+}
 
 namespace gpustripe::mpi {
 
@@ -33,6 +38,25 @@ int irecv_impl(void* buf, int count, MPI_Datatype type, int source, int tag, MPI
                bool blocking = false, MPI_Status* st = MPI_STATUS_IGNORE);
 int wait_impl(MPI_Request* req, MPI_Status* st);
 int waitall_impl(int n, MPI_Request* reqs, MPI_Status* sts);
+
+// Nonblocking collectives (interpose_icoll.cpp). start_collective() runs `call` (the
+// blocking interposed collective) so that, on gpustripe's path, it only starts: s.pending is
+// then its state on the team, advanced by progress_collectives(); otherwise (the MPI's way)
+// it ran to its end and returns its result. s.mpi is the call the MPI's way, for the case
+// that some rank cannot take gpustripe's (run through mpi_collective()).
+struct NonblockingStart {
+  std::function<int()> mpi;
+  std::shared_ptr<CollPending> pending;
+};
+int start_collective(NonblockingStart& s, const std::function<int()>& call);
+// Runs `call` (an interposed collective) straight on the MPI (device buffers staged).
+int mpi_collective(const std::function<int()>& call);
+// Advances every pending nonblocking collective of this process as far as it goes without
+// waiting (errors go into their requests). Called with lock() held by every wait, test and
+// nonblocking start (progress_detached), and by anything else that progresses the interposer.
+void progress_collectives();
+// The peer check of `comm`'s collective team (throws when a member is gone); false when it has none.
+bool collective_team_check(MPI_Comm comm);
 
 // Releases the collective team of the communicator with p2p id `ctx` (its shared
 // segment, scratch, streams, events), if it has one: called as the communicator is freed.

@@ -1,4 +1,4 @@
-// Interposed collectives: MPI_Alltoall, MPI_Allgather, MPI_Allgatherv, MPI_Gather(v),
+// Interposed collectives: MPI_Alltoall, MPI_Alltoallv, MPI_Alltoallw, MPI_Allgather, MPI_Allgatherv, MPI_Gather(v),
 // MPI_Scatter(v), MPI_Reduce_scatter_block, MPI_Reduce_scatter, MPI_Allreduce, MPI_Bcast,
 // MPI_Reduce, MPI_Scan, MPI_Exscan.
 //
@@ -16,6 +16,7 @@
 
 #include "common/config.hpp"
 #include "common/error.hpp"
+#include "mpi/coll_calls.hpp"
 #include "mpi/coll_staged.hpp"
 #include "mpi/coll_team.hpp"
 #include "mpi/datatype.hpp"
@@ -32,6 +33,14 @@ const BoolSetting kColl{"GPUSTRIPE_MPI_COLL", "yes",
                         "the MPI runs them (device buffers staged through host memory)"};
 
 std::atomic<long> g_served{0};  // collectives run on gpustripe (a test hook reads it)
+
+// Set while a nonblocking collective starts (interpose_icoll.cpp): the call is left
+// pending on its team instead of run here.
+thread_local NonblockingStart* g_starting = nullptr;
+// Set while a nonblocking collective that some rank could not take on gpustripe's way runs
+// the MPI's way: straight to the MPI, every rank has agreed on it already.
+thread_local bool g_mpi_only = false;
+
 
 struct CollState {
   std::map<uint64_t, std::unique_ptr<CollTeam>> teams;  // by the communicator's p2p id
@@ -55,19 +64,51 @@ void release_collective_team(Runtime& rt, uint64_t ctx) {
   if (rt.coll_state) static_cast<CollState*>(rt.coll_state.get())->teams.erase(ctx);
 }
 
+void progress_collectives() {
+  // A team's progress may run the MPI's way of a call, whose staging may progress again.
+  static thread_local bool inside = false;
+  Runtime* rt = Runtime::get();
+  if (inside || !rt || !rt->coll_state) return;
+  inside = true;
+  struct Leave {
+    ~Leave() { inside = false; }
+  } leave;
+  for (auto& [ctx, team] : static_cast<CollState*>(rt->coll_state.get())->teams)
+    if (team && team->pending()) team->progress();
+}
+
+bool collective_team_check(MPI_Comm comm) {
+  Runtime* rt = Runtime::get();
+  if (!rt || !rt->coll_state) return false;
+  std::shared_ptr<const CommInfo> ci = rt->comm(comm);
+  if (!ci) return false;
+  auto& teams = static_cast<CollState*>(rt->coll_state.get())->teams;
+  auto it = teams.find(ci->ctx);
+  if (it == teams.end() || !it->second) return false;
+  it->second->check_peers();
+  return true;
+}
+
+int start_collective(NonblockingStart& s, const std::function<int()>& call) {
+  g_starting = &s;
+  struct Reset {
+    ~Reset() { g_starting = nullptr; }
+  } reset;
+  return call();
+}
+
+int mpi_collective(const std::function<int()>& call) {
+  g_mpi_only = true;
+  struct Reset {
+    ~Reset() { g_mpi_only = false; }
+  } reset;
+  return call();
+}
+
 namespace {
 
-// The GPU all the buffers live on; -1 when one is not device memory or they differ. The
-// allocations found go into c.located.
 int device_of(Runtime& rt, CollCall& c, std::initializer_list<const void*> bufs) {
-  int dev = -1;
-  for (const void* b : bufs) {
-    p2p::MemLoc loc = rt.locate(b);
-    if (!loc.device || (dev >= 0 && loc.dev != dev)) return -1;
-    dev = loc.dev;
-    c.located.push_back(loc);
-  }
-  return dev;
+  return device_of(rt.mover(), c, bufs);
 }
 
 // This rank's reduction as the kernels take it; false otherwise, and then, where its buffers
@@ -85,32 +126,30 @@ size_t type_size(MPI_Datatype t) {
   return s > 0 ? static_cast<size_t>(s) : 1;
 }
 
-std::vector<const char*> in(const std::vector<char*>& v) { return {v.begin(), v.end()}; }
-
-// CollCall::shape: the function and what its build closure captures.
-std::string shape_of(const char* name, std::initializer_list<long long> captured) {
-  std::string s(name);
-  for (long long v : captured) s.append(reinterpret_cast<const char*>(&v), sizeof v);
-  return s;
-}
-
 // One collective: the gpustripe way when every rank can (`prepare` fills this rank's
-// side of the call; `after` finishes it), else `mpi` over staged buffers.
+// side of the call, its `after` finishing it), else `mpi` over staged buffers.
 int collective(MPI_Comm comm, const char* name, const std::function<void(Runtime&, CollTeam&, CollCall&)>& prepare,
-               const std::function<void(Runtime&, const CollCall&)>& after,
                const std::function<int(StagedBuffers*)>& mpi) {
   std::unique_lock<std::recursive_mutex> l(lock());
-  if (Runtime* rt = Runtime::get()) {
+  Runtime* rt = g_mpi_only ? nullptr : Runtime::get();
+  if (rt) {
     try {
       if (CollTeam* team = team_for(*rt, comm)) {
+        // A call still pending on the team ends first: its buffers (the team's temporary one
+        // among them) are in use until then.
+        team->finish();
         CollCall call;
         call.name = name;
         prepare(*rt, *team, call);
-        if (team->run(call)) {
-          if (after) after(*rt, call);
+        call.after = [after = std::move(call.after)] {
+          if (after) after();
           ++g_served;
+        };
+        if (NonblockingStart* s = g_starting) {
+          s->pending = team->start(std::move(call), std::move(s->mpi));
           return MPI_SUCCESS;
         }
+        if (team->run(call)) return MPI_SUCCESS;
       }
     } catch (const std::exception& e) {
       return report(comm, name, e);
@@ -170,91 +209,147 @@ std::string v_shape(const char* name, int n, int me, int root, const std::vector
   return shape;
 }
 
-// MPI_Gather(v): the root's copy engines pull every rank's block to its displacement (counts
-// and displs matter at the root only); `mpi` is the MPI's own call.
-int gather_v(MPI_Comm comm, const char* name, const void* sendbuf, int sendcount, MPI_Datatype sendtype,
-             void* recvbuf, const int* counts, const int* displs, MPI_Datatype recvtype, int root,
+// MPI_Gather(v) and MPI_Scatter(v), one the mirror of the other: every rank's one block
+// (`one`: gather's send buffer, scatter's receive buffer; MPI_IN_PLACE at the root) and the
+// root's buffer of every rank's block at its displacement (`many`: counts and displacements
+// matter at the root only). Gather: the root's copy engines pull every block into place;
+// scatter: they push every block out. The other ranks only take part in the entry exchange
+// and the end barrier.
+int rooted_v(MPI_Comm comm, const char* name, bool gather, const void* one, int one_count, MPI_Datatype one_type,
+             const void* many, const int* counts, const int* displs, MPI_Datatype many_type, int root,
              const std::function<int(StagedBuffers*)>& mpi) {
+  const bool in_place = one == MPI_IN_PLACE;
+  return collective(
+      comm, name,
+      [&](Runtime& rt, CollTeam& team, CollCall& c) {
+        const int n = team.size(), me = team.rank();
+        std::vector<size_t> bytes, at;
+        size_t span = 0;
+        c.op = coll::CollOp::AllGather;
+        if (root < 0 || root >= n) return;
+        if (me != root) {
+          const Layout l = layout_of(one_count, one_type);
+          c.device = device_of(rt, c, {one});
+          c.eligible = c.device >= 0 && l.contiguous;
+          c.bytes = l.bytes;
+          (gather ? c.send_bytes : c.recv_bytes) = l.bytes;
+          if (gather) c.send = one;
+          else c.recv = const_cast<void*>(one);
+        } else {
+          const Layout el = layout_of(1, many_type);
+          const bool blocks_ok = v_blocks(n, counts, displs, el.bytes, &bytes, &at, &span);
+          const Layout l = in_place ? Layout{} : layout_of(one_count, one_type);
+          c.device = in_place ? device_of(rt, c, {many}) : device_of(rt, c, {one, many});
+          c.eligible = c.device >= 0 && blocks_ok && el.contiguous && span > 0 &&
+                       (in_place || (l.contiguous && l.bytes == bytes[me]));
+          c.bytes = span;
+          const char* own = in_place ? static_cast<const char*>(many) + at[me] : static_cast<const char*>(one);
+          if (gather) {
+            c.send = own;
+            c.send_bytes = blocks_ok ? bytes[me] : 0;
+            c.recv = const_cast<void*>(many);
+            c.recv_bytes = span;
+          } else {
+            c.send = many;
+            c.send_bytes = span;
+            if (!in_place) {
+              c.recv = const_cast<void*>(one);
+              c.recv_bytes = blocks_ok ? bytes[me] : 0;
+            }
+          }
+        }
+        if (c.device >= 0 && !c.eligible) note_host_path(name, "a datatype with holes or mismatched blocks");
+        if (!c.eligible) return;
+        c.shape = v_shape(gather ? "gatherv" : "scatterv", n, me, root, bytes, at);
+        c.build = [gather, me, root, bytes, at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                                                const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
+          if (me != root) return;
+          if (gather) coll::build_allgatherv_pull(p, t, me, in(s), r, bytes, at, ch.exchange);
+          else coll::build_scatterv_push(p, t, me, in(s), r, bytes, at, ch.exchange);
+        };
+      },
+      mpi);
+}
+
+// Blocks of MPI_Alltoallv/w at one side of a rank: bytes and byte offsets per peer, the span
+// they cover; ok when the counts and displacements are valid and every type is contiguous.
+struct VSide {
+  std::vector<size_t> bytes, at;
+  size_t span = 0;
+  bool ok = true;
+};
+
+// Alltoallv's side: counts and displacements in elements of one type.
+VSide v_side(int n, const int* counts, const int* displs, MPI_Datatype type) {
+  VSide v;
+  const Layout el = layout_of(1, type);
+  v.ok = el.contiguous && v_blocks(n, counts, displs, el.bytes, &v.bytes, &v.at, &v.span);
+  return v;
+}
+
+// Alltoallw's side: displacements in bytes, a type per peer.
+VSide w_side(int n, const int* counts, const int* displs, const MPI_Datatype* types) {
+  VSide v;
+  v.bytes.assign(n, 0);
+  v.at.assign(n, 0);
+  for (int i = 0; i < n && v.ok; ++i) {
+    if (counts[i] < 0 || displs[i] < 0) {
+      v.ok = false;
+      break;
+    }
+    const Layout l = layout_of(counts[i], types[i]);
+    v.ok = l.contiguous;
+    v.bytes[i] = l.bytes;
+    v.at[i] = static_cast<size_t>(displs[i]);
+    if (l.bytes) v.span = std::max(v.span, v.at[i] + v.bytes[i]);
+  }
+  return v;
+}
+
+// MPI_Alltoallv / MPI_Alltoallw on contiguous types: each rank's copy engines pull the blocks
+// it receives into its own displacements, from where each sender's layout says: the senders'
+// block offsets and sizes travel with the entry exchange (CollCall::send_at). In place the
+// receive layout is the send layout, sent from a copy (every block is read by one rank and
+// overwritten by another).
+int alltoall_v(MPI_Comm comm, const char* name, const void* sendbuf, const std::function<VSide(int)>& send_side,
+               void* recvbuf, const std::function<VSide(int)>& recv_side, size_t elem_size,
+               const std::function<int(StagedBuffers*)>& mpi) {
   const bool in_place = sendbuf == MPI_IN_PLACE;
   return collective(
       comm, name,
       [&](Runtime& rt, CollTeam& team, CollCall& c) {
         const int n = team.size(), me = team.rank();
-        const bool is_root = me == root;
-        std::vector<size_t> bytes, at;
-        size_t span = 0;
-        c.op = coll::CollOp::AllGather;
-        if (root < 0 || root >= n) return;
-        if (!is_root) {
-          const Layout sl = layout_of(sendcount, sendtype);
-          c.device = device_of(rt, c, {sendbuf});
-          c.eligible = c.device >= 0 && sl.contiguous;
-          c.send = sendbuf;
-          c.send_bytes = c.bytes = sl.bytes;
-        } else {
-          const Layout rl = layout_of(1, recvtype);
-          const bool blocks_ok = v_blocks(n, counts, displs, rl.bytes, &bytes, &at, &span);
-          const Layout sl = in_place ? layout_of(counts[me], recvtype) : layout_of(sendcount, sendtype);
-          c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
-          c.eligible = c.device >= 0 && blocks_ok && rl.contiguous && sl.contiguous && sl.bytes == bytes[me] && span > 0;
-          c.send = in_place ? static_cast<const char*>(recvbuf) + at[me] : sendbuf;
-          c.send_bytes = bytes[me];
-          c.recv = recvbuf;
-          c.recv_bytes = c.bytes = span;
-        }
-        if (c.device >= 0 && !c.eligible) note_host_path(name, "a datatype with holes or mismatched blocks");
+        const VSide r = recv_side(n), sd = in_place ? r : send_side(n);
+        size_t total = 0;
+        for (size_t b : r.bytes) total += b;
+        c.op = coll::CollOp::AllToAll;
+        c.bytes = total;
+        c.elem_size = std::max<size_t>(1, elem_size);
+        c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
+        c.eligible = c.device >= 0 && r.ok && sd.ok && static_cast<size_t>(n) <= CollCall::kMaxBlocks &&
+                     (total > 0 || sd.span > 0);
+        if (c.device >= 0 && !(r.ok && sd.ok)) note_host_path(name, "a datatype with holes or bad counts");
         if (!c.eligible) return;
-        c.shape = v_shape("gatherv", n, me, root, bytes, at);
-        c.build = [me, root, bytes, at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                                        const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
-          if (me == root) coll::build_allgatherv_pull(p, t, me, in(s), r, bytes, at, ch.exchange);
+        c.send = sendbuf;
+        if (in_place && r.span > 0) {
+          char* copy = team.temp(c.device, r.span);
+          rt.mover().copy_now(copy, c.device, recvbuf, c.device, r.span);
+          c.send = copy;
+        }
+        c.send_bytes = sd.span;
+        c.recv = recvbuf;
+        c.recv_bytes = r.span;
+        c.send_at.assign(sd.at.begin(), sd.at.end());
+        c.send_len.assign(sd.bytes.begin(), sd.bytes.end());
+        c.recv_len.assign(r.bytes.begin(), r.bytes.end());
+        c.shape = v_shape("alltoallv", n, me, 0, r.bytes, r.at);
+        c.build = [me, bytes = r.bytes, at = r.at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                                                   const std::vector<char*>& rv, coll::Scratch&,
+                                                   const coll::Choice& ch) {
+          coll::build_allgatherv_pull(p, t, me, in(s), rv, bytes, at, ch.exchange);
         };
       },
-      nullptr, mpi);
-}
-
-// MPI_Scatter(v): the root's copy engines push every rank's block from its displacement.
-int scatter_v(MPI_Comm comm, const char* name, const void* sendbuf, const int* counts, const int* displs,
-              MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype, int root,
-              const std::function<int(StagedBuffers*)>& mpi) {
-  const bool in_place = recvbuf == MPI_IN_PLACE;
-  return collective(
-      comm, name,
-      [&](Runtime& rt, CollTeam& team, CollCall& c) {
-        const int n = team.size(), me = team.rank();
-        const bool is_root = me == root;
-        std::vector<size_t> bytes, at;
-        size_t span = 0;
-        c.op = coll::CollOp::AllGather;
-        if (root < 0 || root >= n) return;
-        const Layout rl = is_root && in_place ? Layout{} : layout_of(recvcount, recvtype);  // in place: not given
-        if (!is_root) {
-          c.device = device_of(rt, c, {recvbuf});
-          c.eligible = c.device >= 0 && rl.contiguous;
-          c.recv = recvbuf;
-          c.recv_bytes = c.bytes = rl.bytes;
-        } else {
-          const Layout el = layout_of(1, sendtype);
-          const bool blocks_ok = v_blocks(n, counts, displs, el.bytes, &bytes, &at, &span);
-          c.device = in_place ? device_of(rt, c, {sendbuf}) : device_of(rt, c, {sendbuf, recvbuf});
-          c.eligible = c.device >= 0 && blocks_ok && el.contiguous && (in_place || (rl.contiguous && rl.bytes == bytes[me])) &&
-                       span > 0;
-          c.send = sendbuf;
-          c.send_bytes = c.bytes = span;
-          if (!in_place) {
-            c.recv = recvbuf;
-            c.recv_bytes = bytes[me];
-          }
-        }
-        if (c.device >= 0 && !c.eligible) note_host_path(name, "a datatype with holes or mismatched blocks");
-        if (!c.eligible) return;
-        c.shape = v_shape("scatterv", n, me, root, bytes, at);
-        c.build = [me, root, bytes, at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                                        const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
-          if (me == root) coll::build_scatterv_push(p, t, me, in(s), r, bytes, at, ch.exchange);
-        };
-      },
-      nullptr, mpi);
+      mpi);
 }
 
 // MPI_Scan / MPI_Exscan: each rank pulls the earlier ranks' inputs and reduces them with its
@@ -284,7 +379,7 @@ int scan(MPI_Comm comm, const char* name, bool exclusive, const void* sendbuf, v
           coll::build_scan_pull(p, t, me, exclusive, in(s), r, n, dt, op, sc);
         };
       },
-      nullptr, mpi);
+      mpi);
 }
 
 }  // namespace
@@ -306,28 +401,59 @@ int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void
         const size_t block = exchange_call(rt, team, c, coll::CollOp::AllToAll, sendbuf, sendcount, sendtype, recvbuf,
                                            recvcount, recvtype);
         if (!c.eligible) return;
-        const size_t total = c.bytes;
-        c.send = sendbuf;
+        const void* from = sendbuf;
         if (in_place) {
           // Every block is read by one rank and overwritten by another: send from a copy.
-          char* copy = team.temp(c.device, total);
-          rt.mover().copy_now(copy, c.device, recvbuf, c.device, total);
-          c.send = copy;
+          char* copy = team.temp(c.device, c.bytes);
+          rt.mover().copy_now(copy, c.device, recvbuf, c.device, c.bytes);
+          from = copy;
         }
-        c.send_bytes = c.recv_bytes = total;
-        c.recv = recvbuf;
-        c.shape = shape_of("alltoall", {static_cast<long long>(block)});
-        c.build = [block](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                          const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
-          coll::build_alltoall(p, t, in(s), r, block, ch.exchange, sc);
-        };
+        alltoall_call(c, team.size(), from, recvbuf, block);
       },
-      nullptr,
       [&](StagedBuffers* sb) {
         const int n = comm_size(comm);
         void* s = stage(sb, sendbuf, sendcount * n, sendtype, true, false);
         void* r = stage(sb, recvbuf, recvcount * n, recvtype, in_place, true);
         return PMPI_Alltoall(s, sendcount, sendtype, r, recvcount, recvtype, comm);
+      });
+}
+
+int MPI_Alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
+                  void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype, MPI_Comm comm) {
+  return alltoall_v(
+      comm, "MPI_Alltoallv", sendbuf, [&](int n) { return v_side(n, sendcounts, sdispls, sendtype); }, recvbuf,
+      [&](int n) { return v_side(n, recvcounts, rdispls, recvtype); }, type_size(recvtype),
+      [&](StagedBuffers* sb) {
+        const int n = comm_size(comm);
+        void* s = sendbuf == MPI_IN_PLACE ? const_cast<void*>(sendbuf)
+                                          : stage(sb, sendbuf, span_of(sendcounts, sdispls, n), sendtype, true, false);
+        void* r = stage(sb, recvbuf, span_of(recvcounts, rdispls, n), recvtype, true, true);
+        return PMPI_Alltoallv(s, sendcounts, sdispls, sendtype, r, recvcounts, rdispls, recvtype, comm);
+      });
+}
+
+int MPI_Alltoallw(const void* sendbuf, const int* sendcounts, const int* sdispls, const MPI_Datatype* sendtypes,
+                  void* recvbuf, const int* recvcounts, const int* rdispls, const MPI_Datatype* recvtypes,
+                  MPI_Comm comm) {
+  return alltoall_v(
+      comm, "MPI_Alltoallw", sendbuf, [&](int n) { return w_side(n, sendcounts, sdispls, sendtypes); }, recvbuf,
+      [&](int n) { return w_side(n, recvcounts, rdispls, recvtypes); }, 1,
+      [&](StagedBuffers* sb) {
+        // Displacements in bytes: the staged span is the bytes of the farthest block.
+        const int n = comm_size(comm);
+        auto span = [n](const int* counts, const int* displs, const MPI_Datatype* types) {
+          int end = 0;
+          for (int i = 0; i < n; ++i) {
+            const Layout l = layout_of(counts[i], types[i]);
+            if (counts[i] > 0) end = std::max<int>(end, displs[i] + static_cast<int>(l.span_lb + l.span_bytes));
+          }
+          return end;
+        };
+        void* s = sendbuf == MPI_IN_PLACE ? const_cast<void*>(sendbuf)
+                                          : stage(sb, sendbuf, span(sendcounts, sdispls, sendtypes), MPI_BYTE, true,
+                                                  false);
+        void* r = stage(sb, recvbuf, span(recvcounts, rdispls, recvtypes), MPI_BYTE, true, true);
+        return PMPI_Alltoallw(s, sendcounts, sdispls, sendtypes, r, recvcounts, rdispls, recvtypes, comm);
       });
 }
 
@@ -340,19 +466,10 @@ int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, voi
         const size_t block = exchange_call(rt, team, c, coll::CollOp::AllGather, sendbuf, sendcount, sendtype, recvbuf,
                                            recvcount, recvtype);
         if (!c.eligible) return;
-        const size_t total = c.bytes;
         // In place: this rank's block already sits at its place in the receive buffer.
-        c.send = in_place ? static_cast<const char*>(recvbuf) + team.rank() * block : sendbuf;
-        c.send_bytes = block;
-        c.recv = recvbuf;
-        c.recv_bytes = total;
-        c.shape = shape_of("allgather", {static_cast<long long>(block)});
-        c.build = [block](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                          const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
-          coll::build_allgather(p, t, in(s), r, block, ch.exchange, sc);
-        };
+        allgather_call(c, team.size(), in_place ? static_cast<const char*>(recvbuf) + team.rank() * block : sendbuf,
+                       recvbuf, block);
       },
-      nullptr,
       [&](StagedBuffers* sb) {
         const int n = comm_size(comm);
         void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
@@ -370,16 +487,10 @@ int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
         const int n = team.size(), me = team.rank();
         const Layout rl = layout_of(1, recvtype);
         const size_t esz = rl.bytes;
-        std::vector<size_t> bytes(n), at(n);
+        std::vector<size_t> bytes, at;
         size_t span = 0, total = 0;
-        bool counts_ok = true;
-        for (int i = 0; i < n; ++i) {
-          counts_ok = counts_ok && recvcounts[i] >= 0 && displs[i] >= 0;
-          bytes[i] = static_cast<size_t>(std::max(0, recvcounts[i])) * esz;
-          at[i] = static_cast<size_t>(std::max(0, displs[i])) * esz;
-          total += bytes[i];
-          if (bytes[i]) span = std::max(span, at[i] + bytes[i]);
-        }
+        const bool counts_ok = v_blocks(n, recvcounts, displs, esz, &bytes, &at, &span);
+        for (size_t b : bytes) total += b;
         const Layout sl = in_place ? layout_of(recvcounts[me], recvtype) : layout_of(sendcount, sendtype);
         c.op = coll::CollOp::AllGather;
         c.bytes = total;
@@ -393,16 +504,12 @@ int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
         c.send_bytes = bytes[me];
         c.recv = recvbuf;
         c.recv_bytes = span;
-        std::string shape = shape_of("allgatherv", {n, me});
-        shape.append(reinterpret_cast<const char*>(bytes.data()), bytes.size() * sizeof(size_t));
-        shape.append(reinterpret_cast<const char*>(at.data()), at.size() * sizeof(size_t));
-        c.shape = std::move(shape);
+        c.shape = v_shape("allgatherv", n, me, 0, bytes, at);
         c.build = [me, bytes, at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
                                   const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
           coll::build_allgatherv_pull(p, t, me, in(s), r, bytes, at, ch.exchange);
         };
       },
-      nullptr,
       [&](StagedBuffers* sb) {
         void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
         void* r = stage(sb, recvbuf, span_of(recvcounts, displs, comm_size(comm)), recvtype, true, true);
@@ -418,8 +525,8 @@ int MPI_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* 
     counts.assign(n, recvcount);
     for (int i = 0; i < n; ++i) displs.push_back(i * recvcount);
   }
-  return gather_v(comm, "MPI_Gather", sendbuf, sendcount, sendtype, recvbuf, counts.data(), displs.data(), recvtype,
-                  root, [&](StagedBuffers* sb) {
+  return rooted_v(comm, "MPI_Gather", true, sendbuf, sendcount, sendtype, recvbuf, counts.data(), displs.data(),
+                  recvtype, root, [&](StagedBuffers* sb) {
                     const bool is_root = comm_rank(comm) == root;
                     void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
                     void* r = is_root ? stage(sb, recvbuf, recvcount * comm_size(comm), recvtype,
@@ -431,8 +538,8 @@ int MPI_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* 
 
 int MPI_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
                 const int* displs, MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  return gather_v(comm, "MPI_Gatherv", sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root,
-                  [&](StagedBuffers* sb) {
+  return rooted_v(comm, "MPI_Gatherv", true, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
+                  root, [&](StagedBuffers* sb) {
                     const bool is_root = comm_rank(comm) == root;
                     void* s = stage(sb, sendbuf, sendcount, sendtype, true, false);
                     void* r = is_root ? stage(sb, recvbuf, span_of(recvcounts, displs, comm_size(comm)), recvtype,
@@ -450,8 +557,8 @@ int MPI_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void*
     counts.assign(n, sendcount);
     for (int i = 0; i < n; ++i) displs.push_back(i * sendcount);
   }
-  return scatter_v(comm, "MPI_Scatter", sendbuf, counts.data(), displs.data(), sendtype, recvbuf, recvcount, recvtype,
-                   root, [&](StagedBuffers* sb) {
+  return rooted_v(comm, "MPI_Scatter", false, recvbuf, recvcount, recvtype, sendbuf, counts.data(), displs.data(),
+                   sendtype, root, [&](StagedBuffers* sb) {
                      const bool is_root = comm_rank(comm) == root;
                      void* s = is_root ? stage(sb, sendbuf, sendcount * comm_size(comm), sendtype, true, false)
                                        : const_cast<void*>(sendbuf);
@@ -462,8 +569,8 @@ int MPI_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void*
 
 int MPI_Scatterv(const void* sendbuf, const int* sendcounts, const int* displs, MPI_Datatype sendtype, void* recvbuf,
                  int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
-  return scatter_v(comm, "MPI_Scatterv", sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root,
-                   [&](StagedBuffers* sb) {
+  return rooted_v(comm, "MPI_Scatterv", false, recvbuf, recvcount, recvtype, sendbuf, sendcounts, displs, sendtype,
+                   root, [&](StagedBuffers* sb) {
                      const bool is_root = comm_rank(comm) == root;
                      void* s = is_root ? stage(sb, sendbuf, span_of(sendcounts, displs, comm_size(comm)), sendtype,
                                                true, false)
@@ -502,27 +609,17 @@ int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, 
         c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
         c.eligible = c.device >= 0 && recvcount > 0 && kernel_reduction(c, type, mop, &k);
         if (!c.eligible) return;
-        const coll::DataType dt = k.dt;
-        const coll::RedOp op = k.op;
-        const size_t count = static_cast<size_t>(recvcount) * k.per_elem, esz = coll::dtype_size(dt),
-                     block = count * esz;
-        c.bytes = block * n;
-        c.elem_size = esz;
+        const size_t count = static_cast<size_t>(recvcount) * k.per_elem, block = count * coll::dtype_size(k.dt);
         // In place the input is the receive buffer; the schedule leaves this rank's result
         // in its own block of it (the coll in-place form), moved to the front afterwards.
-        c.send = in_place ? recvbuf : sendbuf;
-        c.send_bytes = block * n;
-        c.recv = in_place ? static_cast<char*>(recvbuf) + team.rank() * block : recvbuf;
-        c.recv_bytes = block;
-        c.shape = shape_of("reduce_scatter", {static_cast<long long>(count), n, dt, op});
-        c.build = [count, n, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                                     const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
-          coll::build_reduce_scatter(p, t, in(s), r, coll::equal_blocks(count, n), dt, op, ch.reduce, sc);
-        };
-      },
-      [&](Runtime& rt, const CollCall& c) {
-        // Every rank has finished reading this buffer (the call ended in a barrier).
-        if (in_place && c.recv != recvbuf) rt.mover().copy_now(recvbuf, c.device, c.recv, c.device, c.recv_bytes);
+        reduce_scatter_call(c, n, in_place ? recvbuf : sendbuf,
+                            in_place ? static_cast<char*>(recvbuf) + team.rank() * block : recvbuf, count, k.dt, k.op);
+        if (in_place && c.recv != recvbuf) {
+          // Every rank has finished reading this buffer (the call ended in a barrier).
+          c.after = [mover = &rt.mover(), recvbuf, from = c.recv, dev = c.device, bytes = c.recv_bytes] {
+            mover->copy_now(recvbuf, dev, from, dev, bytes);
+          };
+        }
       },
       [&](StagedBuffers* sb) {
         const int n = comm_size(comm);
@@ -535,7 +632,6 @@ int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, 
 int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcounts, MPI_Datatype type, MPI_Op mop,
                        MPI_Comm comm) {
   const bool in_place = sendbuf == MPI_IN_PLACE;
-  char* bounce = nullptr;  // in place, a result that overlaps the front moves through here
   return collective(
       comm, "MPI_Reduce_scatter",
       [&](Runtime& rt, CollTeam& team, CollCall& c) {
@@ -570,21 +666,23 @@ int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcounts
         c.send_bytes = all;
         c.recv = in_place ? static_cast<char*>(recvbuf) + b.off[team.rank()] * esz : recvbuf;
         c.recv_bytes = mine;
-        if (in_place && b.off[team.rank()] * esz < mine) bounce = team.temp(c.device, mine);
         c.shape = std::move(shape);
         c.build = [b, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
                               const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
           coll::build_reduce_scatter(p, t, in(s), r, b, dt, op, ch.reduce, sc);
         };
-      },
-      [&](Runtime& rt, const CollCall& c) {
-        // Every rank has finished reading this buffer (the call ended in a barrier).
-        if (!in_place || c.recv == recvbuf || c.recv_bytes == 0) return;
-        if (bounce) {
-          rt.mover().copy_now(bounce, c.device, c.recv, c.device, c.recv_bytes);
-          rt.mover().copy_now(recvbuf, c.device, bounce, c.device, c.recv_bytes);
-        } else {
-          rt.mover().copy_now(recvbuf, c.device, c.recv, c.device, c.recv_bytes);
+        if (in_place && c.recv != recvbuf && mine > 0) {
+          // Every rank has finished reading this buffer (the call ended in a barrier). A result
+          // overlapping the front moves through a temporary buffer.
+          char* bounce = b.off[team.rank()] * esz < mine ? team.temp(c.device, mine) : nullptr;
+          c.after = [mover = &rt.mover(), recvbuf, from = c.recv, dev = c.device, mine, bounce] {
+            if (bounce) {
+              mover->copy_now(bounce, dev, from, dev, mine);
+              mover->copy_now(recvbuf, dev, bounce, dev, mine);
+            } else {
+              mover->copy_now(recvbuf, dev, from, dev, mine);
+            }
+          };
         }
       },
       [&](StagedBuffers* sb) {
@@ -607,21 +705,8 @@ int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype ty
         c.device = device_of(rt, c, {in_place ? recvbuf : sendbuf, recvbuf});
         c.eligible = c.device >= 0 && count > 0 && kernel_reduction(c, type, mop, &k);
         if (!c.eligible) return;
-        const coll::DataType dt = k.dt;
-        const coll::RedOp op = k.op;
-        const size_t n = static_cast<size_t>(count) * k.per_elem, bytes = n * coll::dtype_size(dt);
-        c.bytes = c.send_bytes = c.recv_bytes = bytes;
-        c.elem_size = coll::dtype_size(dt);
-        c.send = in_place ? recvbuf : sendbuf;
-        c.recv = recvbuf;
-        c.shape = shape_of("allreduce", {static_cast<long long>(n), dt, op});
-        c.build = [n, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                              const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
-          // No socket groups across processes (coll_team.cpp): never "hier".
-          coll::build_allreduce(p, t, ch.name, {}, in(s), r, n, dt, op, ch.reduce, sc);
-        };
+        allreduce_call(c, in_place ? recvbuf : sendbuf, recvbuf, static_cast<size_t>(count) * k.per_elem, k.dt, k.op);
       },
-      nullptr,
       [&](StagedBuffers* sb) {
         void* s = stage(sb, sendbuf, count, type, true, false);
         void* r = stage(sb, recvbuf, count, type, in_place, true);
@@ -635,21 +720,12 @@ int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm com
       [&](Runtime& rt, CollTeam& team, CollCall& c) {
         Layout l = layout_of(count, type);
         c.op = coll::CollOp::Bcast;
-        c.bytes = c.recv_bytes = l.bytes;
         c.elem_size = type_size(type);
         c.device = device_of(rt, c, {buffer});
         c.eligible = c.device >= 0 && l.contiguous && l.bytes > 0 && root >= 0 && root < team.size();
         if (c.device >= 0 && !l.contiguous) note_host_path(c.name, "a datatype with holes");
-        if (!c.eligible) return;
-        c.recv = buffer;
-        const size_t bytes = l.bytes;
-        c.shape = shape_of("bcast", {static_cast<long long>(bytes), root});
-        c.build = [bytes, root](coll::Program& p, const coll::Team& t, const std::vector<char*>&,
-                                const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
-          coll::build_bcast(p, t, r, bytes, root, ch.bcast);
-        };
+        if (c.eligible) bcast_call(c, buffer, l.bytes, root);
       },
-      nullptr,
       [&](StagedBuffers* sb) {
         const bool is_root = sb && comm_rank(comm) == root;
         void* b = stage(sb, buffer, count, type, is_root, !is_root);
@@ -671,23 +747,9 @@ int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type,
         c.eligible = c.device >= 0 && count > 0 && root >= 0 && root < team.size() &&
                      kernel_reduction(c, type, mop, &k);
         if (!c.eligible) return;
-        const coll::DataType dt = k.dt;
-        const coll::RedOp op = k.op;
-        const size_t n = static_cast<size_t>(count) * k.per_elem, bytes = n * coll::dtype_size(dt);
-        c.bytes = c.send_bytes = bytes;
-        c.elem_size = coll::dtype_size(dt);
-        c.send = in_place ? recvbuf : sendbuf;
-        if (is_root) {
-          c.recv = recvbuf;
-          c.recv_bytes = bytes;
-        }
-        c.shape = shape_of("reduce", {static_cast<long long>(n), dt, op, root});
-        c.build = [n, dt, op, root](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                                    const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
-          coll::build_reduce(p, t, in(s), r[root], n, dt, op, root, ch.reduce, sc);
-        };
+        reduce_call(c, is_root, in_place ? recvbuf : sendbuf, recvbuf, static_cast<size_t>(count) * k.per_elem, k.dt,
+                    k.op, root);
       },
-      nullptr,
       [&](StagedBuffers* sb) {
         const bool is_root = comm_rank(comm) == root;
         void* s = stage(sb, sendbuf, count, type, true, false);

@@ -1,5 +1,5 @@
-// Interposed completion calls: Wait/Waitall/Waitany/Waitsome/Test/Testall/Testany
-// and Request_free. Arrays holding only the MPI's requests go to PMPI unchanged;
+// Interposed completion calls: Wait/Waitall/Waitany/Waitsome/Test/Testall/Testany,
+// Request_free, and Start/Startall (persistent requests). Arrays holding only the MPI's requests go to PMPI unchanged;
 // arrays with the interposer's requests are polled (PMPI_Test for the MPI's),
 // bounded by GPUSTRIPE_TIMEOUT and failing at once when a peer dies.
 #include <optional>
@@ -30,13 +30,22 @@ bool test_one(MPI_Request* req, MPI_Status* st, int* err) {
   }
   if (Op* op = find_request(*req)) {
     if (!op->test(st, err)) return false;
-    drop_request(*req);
-    *req = MPI_REQUEST_NULL;
+    if (!op->persistent()) {
+      drop_request(*req);
+      *req = MPI_REQUEST_NULL;
+    }
     return true;
   }
   int flag = 0;
   *err = PMPI_Test(req, &flag, st);
   return flag || *err != MPI_SUCCESS;
+}
+
+// Null, or a persistent request of ours not started (Waitany and Waitsome skip them).
+bool inactive(MPI_Request req) {
+  if (req == MPI_REQUEST_NULL) return true;
+  Op* op = find_request(req);
+  return op && !op->active();
 }
 
 // Complete or not, finishing nothing.
@@ -157,7 +166,7 @@ static bool any_once(int n, MPI_Request reqs[], int* index, MPI_Status* st, int*
   ProgressPass pass;
   bool active = false;
   for (int i = 0; i < n; ++i) {
-    if (reqs[i] == MPI_REQUEST_NULL) continue;
+    if (inactive(reqs[i])) continue;
     active = true;
     if (test_one(&reqs[i], st, err)) {
       *index = i;
@@ -192,7 +201,7 @@ static int some_impl(int n, MPI_Request reqs[], int* outcount, int indices[], MP
       bool active = false, failed = false;
       int k = 0;
       for (int i = 0; i < n; ++i) {
-        if (reqs[i] == MPI_REQUEST_NULL) continue;
+        if (inactive(reqs[i])) continue;
         active = true;
         MPI_Status s;
         int err;
@@ -283,13 +292,34 @@ int MPI_Testany(int n, MPI_Request reqs[], int* index, int* flag, MPI_Status* st
 int MPI_Request_free(MPI_Request* req) {
   {
     std::lock_guard<std::recursive_mutex> l(lock());
-    if (find_request(*req)) {
-      detach_request(*req);
+    if (Op* op = find_request(*req)) {
+      if (op->persistent() && !op->active()) drop_request(*req);
+      else detach_request(*req);
       *req = MPI_REQUEST_NULL;
       return MPI_SUCCESS;
     }
   }
   return PMPI_Request_free(req);
+}
+
+static int start_one(MPI_Request* req) {
+  Op* op = nullptr;
+  {
+    std::lock_guard<std::recursive_mutex> l(lock());
+    op = find_request(*req);
+  }
+  // Unlocked: a start may run the MPI's collective, which the lock must not be held across.
+  return op ? op->start() : PMPI_Start(req);
+}
+
+int MPI_Start(MPI_Request* req) { return start_one(req); }
+
+int MPI_Startall(int n, MPI_Request reqs[]) {
+  for (int i = 0; i < n; ++i) {
+    const int rc = start_one(&reqs[i]);
+    if (rc != MPI_SUCCESS) return rc;
+  }
+  return MPI_SUCCESS;
 }
 
 }  // extern "C"

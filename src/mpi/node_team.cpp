@@ -2,21 +2,12 @@
 
 #include <string>
 
-#include "coll/schedules.hpp"
+#include "mpi/coll_calls.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 
 namespace gpustripe::mpi {
 namespace {
-
-std::vector<const char*> in(const std::vector<char*>& v) { return {v.begin(), v.end()}; }
-
-// CollCall::shape: the collective and what its build closure captures.
-std::string shape_of(const char* name, std::initializer_list<long long> captured) {
-  std::string s(name);
-  for (long long v : captured) s.append(reinterpret_cast<const char*>(&v), sizeof v);
-  return s;
-}
 
 bool disjoint(const void* a, size_t an, const void* b, size_t bn) {
   const char* x = static_cast<const char*>(a);
@@ -66,14 +57,7 @@ ipc::HandleCacheStats NodeTeam::mapping_stats() const {
 }
 
 int NodeTeam::device_of(CollCall& c, std::initializer_list<const void*> bufs) {
-  int dev = -1;
-  for (const void* b : bufs) {
-    p2p::MemLoc loc = ep_->mover().locate(b);
-    if (!loc.device || (dev >= 0 && loc.dev != dev)) return -1;
-    dev = loc.dev;
-    c.located.push_back(loc);
-  }
-  return dev;
+  return mpi::device_of(ep_->mover(), c, bufs);
 }
 
 bool NodeTeam::run(CollCall& c) { return team_->run(c); }
@@ -83,20 +67,10 @@ bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataT
   c.name = "allreduce";
   c.op = coll::CollOp::AllReduce;
   const bool ok_types = reducible(dt, op);
-  const size_t esz = ok_types ? coll::dtype_size(dt) : 1, bytes = count * esz;
+  const size_t bytes = ok_types ? count * coll::dtype_size(dt) : 0;
   c.device = ok_types ? device_of(c, {send, recv}) : -1;
   c.eligible = c.device >= 0 && count > 0 && (send == recv || disjoint(send, bytes, recv, bytes));
-  if (c.eligible) {
-    c.bytes = c.send_bytes = c.recv_bytes = bytes;
-    c.elem_size = esz;
-    c.send = send;
-    c.recv = recv;
-    c.shape = shape_of("allreduce", {static_cast<long long>(count), dt, op});
-    c.build = [count, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                              const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
-      coll::build_allreduce(p, t, ch.name, {}, in(s), r, count, dt, op, ch.reduce, sc);
-    };
-  }
+  if (c.eligible) allreduce_call(c, send, recv, count, dt, op);
   return run(c);
 }
 
@@ -106,22 +80,11 @@ bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::
   c.op = coll::CollOp::ReduceScatter;
   const int n = size();
   const bool ok_types = reducible(dt, op);
-  const size_t esz = ok_types ? coll::dtype_size(dt) : 1, block = count * esz;
+  const size_t block = ok_types ? count * coll::dtype_size(dt) : 0;
   const bool in_place = static_cast<const char*>(send) + rank() * block == recv;
   c.device = ok_types ? device_of(c, {send, recv}) : -1;
   c.eligible = c.device >= 0 && count > 0 && (in_place || disjoint(send, block * n, recv, block));
-  if (c.eligible) {
-    c.bytes = c.send_bytes = block * n;
-    c.recv_bytes = block;
-    c.elem_size = esz;
-    c.send = send;
-    c.recv = recv;
-    c.shape = shape_of("reduce_scatter", {static_cast<long long>(count), n, dt, op});
-    c.build = [count, n, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                                 const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
-      coll::build_reduce_scatter(p, t, in(s), r, coll::equal_blocks(count, n), dt, op, ch.reduce, sc);
-    };
-  }
+  if (c.eligible) reduce_scatter_call(c, n, send, recv, count, dt, op);
   return run(c);
 }
 
@@ -133,17 +96,7 @@ bool NodeTeam::allgather(const void* send, void* recv, size_t block) {
   const bool in_place = static_cast<char*>(recv) + rank() * block == send;
   c.device = device_of(c, {send, recv});
   c.eligible = c.device >= 0 && block > 0 && (in_place || disjoint(send, block, recv, total));
-  if (c.eligible) {
-    c.bytes = c.recv_bytes = total;
-    c.send_bytes = block;
-    c.send = send;
-    c.recv = recv;
-    c.shape = shape_of("allgather", {static_cast<long long>(block)});
-    c.build = [block](coll::Program& p, const coll::Team& t, const std::vector<char*>& s, const std::vector<char*>& r,
-                      coll::Scratch& sc, const coll::Choice& ch) {
-      coll::build_allgather(p, t, in(s), r, block, ch.exchange, sc);
-    };
-  }
+  if (c.eligible) allgather_call(c, size(), send, recv, block);
   return run(c);
 }
 
@@ -154,16 +107,7 @@ bool NodeTeam::alltoall(const void* send, void* recv, size_t block) {
   const size_t total = block * size();
   c.device = device_of(c, {send, recv});
   c.eligible = c.device >= 0 && block > 0 && disjoint(send, total, recv, total);
-  if (c.eligible) {
-    c.bytes = c.send_bytes = c.recv_bytes = total;
-    c.send = send;
-    c.recv = recv;
-    c.shape = shape_of("alltoall", {static_cast<long long>(block)});
-    c.build = [block](coll::Program& p, const coll::Team& t, const std::vector<char*>& s, const std::vector<char*>& r,
-                      coll::Scratch& sc, const coll::Choice& ch) {
-      coll::build_alltoall(p, t, in(s), r, block, ch.exchange, sc);
-    };
-  }
+  if (c.eligible) alltoall_call(c, size(), send, recv, block);
   return run(c);
 }
 
@@ -174,15 +118,7 @@ bool NodeTeam::bcast(void* buf, size_t bytes, int root) {
   c.op = coll::CollOp::Bcast;
   c.device = device_of(c, {buf});
   c.eligible = c.device >= 0 && bytes > 0;
-  if (c.eligible) {
-    c.bytes = c.recv_bytes = bytes;
-    c.recv = buf;
-    c.shape = shape_of("bcast", {static_cast<long long>(bytes), root});
-    c.build = [bytes, root](coll::Program& p, const coll::Team& t, const std::vector<char*>&,
-                            const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
-      coll::build_bcast(p, t, r, bytes, root, ch.bcast);
-    };
-  }
+  if (c.eligible) bcast_call(c, buf, bytes, root);
   return run(c);
 }
 
@@ -193,23 +129,10 @@ bool NodeTeam::reduce(const void* send, void* recv, size_t count, coll::DataType
   c.op = coll::CollOp::Reduce;
   const bool is_root = rank() == root;
   const bool ok_types = reducible(dt, op);
-  const size_t esz = ok_types ? coll::dtype_size(dt) : 1, bytes = count * esz;
+  const size_t bytes = ok_types ? count * coll::dtype_size(dt) : 0;
   c.device = !ok_types ? -1 : is_root ? device_of(c, {send, recv}) : device_of(c, {send});
   c.eligible = c.device >= 0 && count > 0 && (!is_root || send == recv || disjoint(send, bytes, recv, bytes));
-  if (c.eligible) {
-    c.bytes = c.send_bytes = bytes;
-    c.elem_size = esz;
-    c.send = send;
-    if (is_root) {
-      c.recv = recv;
-      c.recv_bytes = bytes;
-    }
-    c.shape = shape_of("reduce", {static_cast<long long>(count), dt, op, root});
-    c.build = [count, dt, op, root](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                                    const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
-      coll::build_reduce(p, t, in(s), r[root], count, dt, op, root, ch.reduce, sc);
-    };
-  }
+  if (c.eligible) reduce_call(c, is_root, send, recv, count, dt, op, root);
   return run(c);
 }
 

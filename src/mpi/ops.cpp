@@ -6,6 +6,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "mpi/interpose.hpp"
 
 namespace gpustripe::mpi {
 namespace {
@@ -249,6 +250,7 @@ void detach_request(MPI_Request r) {
 }
 
 void progress_detached() {
+  progress_collectives();
   auto& d = detached();
   for (auto it = d.begin(); it != d.end();) {
     int err = MPI_SUCCESS;

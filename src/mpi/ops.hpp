@@ -31,6 +31,11 @@ class Op {
   virtual bool ready() = 0;
   // Throws when a peer the op waits for is gone.
   virtual void check_peers() {}
+  // Persistent requests (MPI_Start): a completed one stays in the table, inactive, until
+  // MPI_Request_free; start() makes it active again.
+  virtual bool persistent() const { return false; }
+  virtual bool active() const { return true; }
+  virtual int start() { return MPI_ERR_REQUEST; }
   MPI_Comm comm() const { return comm_; }
 
  protected:
@@ -62,6 +67,7 @@ Op* find_request(MPI_Request r);
 void drop_request(MPI_Request r);
 // MPI_Request_free of an op still running: it completes in later calls, unseen.
 void detach_request(MPI_Request r);
+// Advances the detached ops, and the pending nonblocking collectives (progress_collectives).
 void progress_detached();
 
 // One progress pass of the node's endpoint for a whole array of requests (Waitall, Testall,

@@ -25,18 +25,29 @@ const IntSetting kStreams{"GPUSTRIPE_P2P_STREAMS", "2",
                           "message's copy does not wait behind the previous message's (windows of messages)"};
 }  // namespace
 
-Mover::Mover(Backend* backend, CopyFn copy) : backend_(backend), copy_(std::move(copy)) {
-  if (backend_ && !copy_)
+Mover::Mover(Backend* backend, CopyFn copy, LimitFn direct)
+    : backend_(backend), copy_(std::move(copy)), direct_(std::move(direct)) {
+  if (backend_ && !copy_) {
     copy_ = [b = backend_](void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s, const Hints&) {
       b->copy_async(dst, dd, src, sd, n, s);
       return std::function<void()>();
     };
+    if (!direct_) direct_ = [](int, int) { return UINT64_MAX; };
+  }
 }
 
 Mover::~Mover() {
   if (!backend_) return;
+  try {
+    launch_batch();
+  } catch (...) {
+  }
   // Copies still in flight write into peers' buffers: let them land first.
   while (!pending_.empty()) {
+    if (!pending_.begin()->second.event) {  // a batch that never launched: nothing to wait for
+      pending_.erase(pending_.begin());
+      continue;
+    }
     try {
       backend_->synchronize_event(pending_.begin()->second.event);
     } catch (...) {
@@ -83,6 +94,25 @@ StreamHandle Mover::stream_for(int dev) {
   return s;
 }
 
+EventHandle Mover::take_event(int dev) {
+  for (auto it = free_events_.begin(); it != free_events_.end(); ++it)
+    if (event_dev_[*it] == dev) {
+      EventHandle e = *it;
+      free_events_.erase(it);
+      return e;
+    }
+  EventHandle e = backend_->create_event(dev, false);
+  event_dev_[e] = dev;
+  return e;
+}
+
+bool Mover::batched(int src_dev, int dst_dev, size_t bytes) {
+  if (!direct_ || src_dev == kHostDevice || dst_dev == kHostDevice) return false;
+  auto it = limits_.find({src_dev, dst_dev});
+  if (it == limits_.end()) it = limits_.emplace(std::make_pair(src_dev, dst_dev), direct_(src_dev, dst_dev)).first;
+  return bytes <= it->second;
+}
+
 uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, const Hints& hints) {
   uint64_t ticket = next_ticket_++;
   if (bytes == 0) return ticket;
@@ -92,31 +122,60 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
   }
   GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
   int dev = src_dev != kHostDevice ? src_dev : dst_dev;
+  if (batched(src_dev, dst_dev, bytes)) {
+    Batch& b = batch_[dev];
+    b.ranges.push_back(Backend::CopyRange{dst, dst_dev, src, src_dev, bytes});
+    b.tickets.push_back(ticket);
+    pending_[ticket] = Pending{nullptr, {}, nullptr};  // event and stream come with the launch
+    return ticket;
+  }
   StreamHandle s = stream_for(dev);
   std::function<void()> after = copy_(dst, dst_dev, src, src_dev, bytes, s, hints);
   trace("c_enq", -1, 0, 0, bytes);
-  EventHandle e = nullptr;
-  for (auto it = free_events_.begin(); it != free_events_.end(); ++it)
-    if (event_dev_[*it] == dev) {
-      e = *it;
-      free_events_.erase(it);
-      break;
-    }
-  if (!e) {
-    e = backend_->create_event(dev, false);
-    event_dev_[e] = dev;
-  }
+  EventHandle e = take_event(dev);
   backend_->record_event(e, s);
+  event_users_[e] = 1;
   pending_[ticket] = Pending{e, std::move(after), s};
   order_[s].tickets.push_back(ticket);
   return ticket;
+}
+
+void Mover::launch_batch() {
+  for (auto& kv : batch_) {
+    Batch& b = kv.second;
+    if (b.tickets.empty()) continue;
+    const int dev = kv.first;
+    StreamHandle s = stream_for(dev);
+    // On failure the batch stays gathered: its tickets never read as done, and the next
+    // launch (or poll) reports the error again.
+    backend_->copy_batch_async(b.ranges.data(), b.ranges.size(), s);
+    uint64_t total = 0;
+    for (const Backend::CopyRange& r : b.ranges) total += r.bytes;
+    trace("c_batch", -1, b.ranges.size(), 0, total);
+    EventHandle e = take_event(dev);
+    backend_->record_event(e, s);
+    event_users_[e] = static_cast<int>(b.tickets.size());
+    Order& o = order_[s];
+    for (uint64_t t : b.tickets) {
+      Pending& p = pending_[t];
+      p.event = e;
+      p.stream = s;
+      o.tickets.push_back(t);
+    }
+    b.ranges.clear();
+    b.tickets.clear();
+  }
 }
 
 void Mover::finish(std::map<uint64_t, Pending>::iterator it) {
   Order& o = order_[it->second.stream];
   auto pos = std::find(o.tickets.begin(), o.tickets.end(), it->first);
   if (pos != o.tickets.end()) o.tickets.erase(pos);
-  free_events_.push_back(it->second.event);
+  auto users = event_users_.find(it->second.event);
+  if (users == event_users_.end() || --users->second <= 0) {
+    if (users != event_users_.end()) event_users_.erase(users);
+    free_events_.push_back(it->second.event);
+  }
   std::function<void()> after = std::move(it->second.after);
   pending_.erase(it);
   if (after) after();
@@ -136,6 +195,10 @@ void Mover::finish_through(StreamHandle stream, uint64_t ticket) {
 bool Mover::done(uint64_t ticket) {
   auto it = pending_.find(ticket);
   if (it == pending_.end()) return true;
+  if (!it->second.event) {  // gathered, not launched yet
+    launch_batch();
+    it = pending_.find(ticket);
+  }
   const StreamHandle s = it->second.stream;
   Order& o = order_[s];
   while (!o.tickets.empty() && o.busy_pass != pass_) {
@@ -169,13 +232,25 @@ void Mover::copy_now_prechecked(void* dst, int dst_dev, const void* src, int src
   backend_->synchronize_stream(s);
 }
 
-void Mover::copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
-  uint64_t t = start(dst, dst_dev, src, src_dev, bytes);
+void Mover::wait(uint64_t t) {
   auto it = pending_.find(t);
   if (it == pending_.end()) return;
+  if (!it->second.event) {
+    launch_batch();
+    it = pending_.find(t);
+  }
   const StreamHandle s = it->second.stream;
   backend_->synchronize_event(it->second.event);
   finish_through(s, t);
+}
+
+void Mover::drain() {
+  launch_batch();
+  while (!pending_.empty()) wait(pending_.begin()->first);
+}
+
+void Mover::copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
+  wait(start(dst, dst_dev, src, src_dev, bytes));
 }
 
 namespace {
@@ -184,15 +259,6 @@ const BoolSetting kAnnounceFirst{
     "A rank lists its copy on the node's board before it reads the others' and plans, so copies that "
     "start together are planned with each other (listed after enqueueing, two pairs starting at once "
     "never saw each other: both took the lone plan's host share, and the host path was overloaded)"};
-// yes: with both directions busy, each rank's staged pieces run on the other GPU too, beside that
-// GPU's own copy and host traffic; the direct path alone gains ~6% in two-way windows at
-// 512 MB-1 GB (at 256 MB it loses ~4%).
-const BoolSetting kBidirDirect{
-    "GPUSTRIPE_P2P_BIDIR_DIRECT", "yes",
-    "A copy that another rank's copy in the opposite direction runs beside takes the direct path alone "
-    "(across processes each rank's staged pieces run on the other GPU too)"};
-
-
 // Replayed windows: a copy queued behind this rank's own copies to the same GPU (none of other
 // ranks in flight) is replayed as a graph, not enqueued, with the window's host share,
 // its host-staged pieces in the other of the source GPU's two staging areas than the copy
@@ -251,7 +317,7 @@ const IntSetting kRecentUs{
 
 // The settings engine_copy's copies read, once per mover (not per message).
 struct CopyOptions {
-  bool announce_first, bidir_direct;
+  bool announce_first;
   bool window_replay, window_ahead, detached;
   uint64_t window_min, window_chunk, recent_ns;
   double window_share;
@@ -260,7 +326,6 @@ struct CopyOptions {
 CopyOptions read_copy_options() {
   CopyOptions o{};
   o.announce_first = kAnnounceFirst.get();
-  o.bidir_direct = kBidirDirect.get();
   o.window_replay = kWindowReplay.get();
   o.window_min = kWindowMin.get();
   o.window_share = kWindowShare.get();
@@ -299,6 +364,14 @@ uint64_t direct_limit(Engine& engine, int src, int dst) {
   return lo;
 }
 }  // namespace
+
+Mover::LimitFn engine_direct_limit(Engine& engine) {
+  return [&engine](int src, int dst) -> uint64_t {
+    // engine_copy's regimes: without a planner, or within one GPU, every copy is one copy.
+    if (!engine.planner() || src == dst) return UINT64_MAX;
+    return direct_limit(engine, src, dst);
+  };
+}
 
 Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   // Concurrent plans by the loads they were made for: planning costs tens of
@@ -388,10 +461,12 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       }
       // The other way: listed on the board, or known to the caller before the peer lists it
       // (this rank's own messages to the peer are in flight: both directions start together,
-      // and the first copies would otherwise plan alone and put staged pieces on both GPUs).
-      const bool reverse = o.bidir_direct && (hints.both_ways || std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& x) {
-                                                return x.src == dd && x.dst == sd;
-                                              }));
+      // and the first copies would otherwise plan alone). Not yet listed, the peer's copy is
+      // taken to be of this one's size (a Sendrecv's halves, a two-way window's messages).
+      const bool reverse_listed = std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& x) {
+        return x.src == dd && x.dst == sd;
+      });
+      const bool reverse = hints.both_ways || reverse_listed;
       const CopyQueues::Queue queued = st->own.queued(sd, dd);
       const bool behind = queued.copies > 0 && specs.empty();
       const bool window = o.window_replay && n >= o.window_min && (behind || (o.window_ahead && hints.ahead > 0 && queued.copies == 0 && specs.empty()));
@@ -405,10 +480,34 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         return st->splits[key] = direct_plus_host(engine.current_plan(sd, dd, n));
       };
       if (reverse) {
-        // Regime: another rank's copy runs the other way (Sendrecv, bibw): the direct path alone
-        // (across processes each rank's staged pieces would run on the other rank's GPU too).
-        trace("p_direct", -1, 0, 0, n);
-        engine.copy_direct_prechecked(dst, dd, src, sd, n, s);
+        // Regime: traffic the other way (Sendrecv, two-way windows): the model's plan with it in
+        // flight. Where that is the direct path alone, one plain copy; where the host path pays
+        // beside the reverse traffic, the plan, and in a window of such copies (more of this
+        // rank's to the same GPU in flight or posted) detached, alternating staging areas, so that
+        // one message's host pipeline drains while the next one's fills, as one-way windows do.
+        // What the plan needs of the other way is whether it runs for the whole of this copy: its
+        // bytes past this copy's change nothing here, and summed over a window's messages in flight
+        // they would make a new plan (tens of microseconds) for nearly every copy.
+        for (TransferSpec& x : specs)
+          if (x.src == dd && x.dst == sd) x.bytes = std::min<uint64_t>(x.bytes, n);
+        if (!reverse_listed) specs.push_back(TransferSpec{dd, sd, n});
+        const Plan& plan = concurrent(specs, n);
+        if (direct_alone(plan)) {
+          trace("p_direct", -1, 0, 0, n);
+          engine.copy_direct_prechecked(dst, dd, src, sd, n, s);
+        } else {
+          const bool in_window = o.window_replay && o.detached && n >= o.window_min && direct_plus_host(plan) &&
+                                 (queued.copies > 0 || hints.ahead > 0);
+          trace(in_window ? "p_twoway_window" : "p_twoway", -1, queued.copies, host_staged_bytes(plan) * 1000000 / n, n);
+          if (in_window) {
+            bool& second = st->second_area[{sd, dd}];
+            second = !second;
+            engine.copy_with_plan_detached(plan, dst, src, s, second);
+          } else {
+            engine.copy_with_plan(plan, dst, src, s);
+            if (o.window_replay) st->second_area[{sd, dd}] = false;
+          }
+        }
       } else if (!specs.empty()) {
         // Regime: other ranks' copies in flight: planned with them.
         trace("p_concurrent", -1, 0, 0, n);

@@ -19,6 +19,7 @@
 #include "common/text_file.hpp"
 #include "engine/engine.hpp"
 #include "engine_test_util.hpp"
+#include "forwarding_backend.hpp"
 #include "model/planner.hpp"
 #include "recording_graph_backend.hpp"
 #include "p2p/endpoint.hpp"
@@ -446,8 +447,10 @@ class SplitFromPlanner : public engine_test::FixedPlanner {
     return out;
   }
 
- private:
+ protected:
   engine_test::FixedPlanner alone_;
+
+ private:
   uint64_t split_;
 };
 }  // namespace
@@ -459,7 +462,9 @@ class SplitFromPlanner : public engine_test::FixedPlanner {
 TEST(P2pDevice, MessagesTheModelKeepsDirectTakeOnePlainCopy) {
   char dir[] = "/tmp/gs-p2p-lean-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::vector<size_t> lean = {4097, 64u << 10, (1u << 20) + 3};
+  // Above the eager limit: a smaller message arriving before its receive is posted is copied into
+  // the receiver's scratch (held), not pulled by a matched receive.
+  const std::vector<size_t> lean = {(32u << 10) + 1, 64u << 10, (1u << 20) + 3};
   const std::vector<size_t> split = {(2u << 20) + 5, 3u << 20};
   {
     ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
@@ -496,6 +501,107 @@ TEST(P2pDevice, MessagesTheModelKeepsDirectTakeOnePlainCopy) {
     EXPECT_EQ(phases["p_lean"], static_cast<int>(lean.size())) << "rank " << rank;
     EXPECT_EQ(phases["r_started"], static_cast<int>(lean.size() + split.size())) << "rank " << rank;
   }
+}
+
+namespace {
+// A planner that, as the model does, plans a copy with traffic the other way in flight by that
+// traffic: the direct path alone for a pair busy both ways below `split` bytes, direct + host
+// from there and for every copy alone.
+class TwoWayPlanner : public SplitFromPlanner {
+ public:
+  explicit TwoWayPlanner(uint64_t split) : SplitFromPlanner(0), split_(split) {}
+  std::vector<Plan> plan_concurrent(const std::vector<TransferSpec>& t) override {
+    std::vector<Plan> out;
+    for (const auto& x : t) {
+      const bool both_ways = std::any_of(t.begin(), t.end(), [&](const TransferSpec& y) { return y.src == x.dst && y.dst == x.src; });
+      out.push_back(both_ways && x.bytes < split_ ? alone_.plan(x.src, x.dst, x.bytes) : plan(x.src, x.dst, x.bytes));
+    }
+    return out;
+  }
+
+ private:
+  uint64_t split_;
+};
+
+// Two ranks exchange windows of `window` messages of each size both ways; every message is
+// checked. Returns each rank's trace stamps. Sends are posted before the receives: the first copy
+// of a size to start, on either rank, then has that rank's own send in flight the other way (a
+// rank that finds its peer's copies done, its own send already completed, copies alone).
+std::map<int, std::map<std::string, int>> two_way_windows(int window, const std::vector<size_t>& sizes) {
+  char dir[] = "/tmp/gs-p2p-twoway-XXXXXX";
+  if (!mkdtemp(dir)) {
+    ADD_FAILURE() << "mkdtemp";
+    return {};
+  }
+  ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
+  ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
+  EXPECT_RANKS_OK(run_ranks(2, [window, sizes](int rank, ipc::Channel& ch) {
+    Topology topo = load_topology_file("h200x4");
+    auto be = make_emulated_backend(topo);
+    TwoWayPlanner planner(4u << 20);
+    Engine engine(*be, topo, &planner);
+    const int peer = 1 - rank;
+    {
+      Endpoint ep(ch, be.get(), engine_copy(engine, &ch));
+      int tag = 0;
+      for (size_t n : sizes) {
+        std::vector<void*> out, in;
+        std::vector<RequestPtr> reqs;
+        for (int w = 0; w < window; ++w) {
+          in.push_back(be->alloc_device(rank, n));
+          out.push_back(be->alloc_device(rank, n));
+          to_device(*be, out[w], rank, seeded_bytes(500 + 4 * (tag + w) + rank, n));
+        }
+        for (int w = 0; w < window; ++w) reqs.push_back(ep.isend(out[w], n, peer, tag + w, kComm));
+        for (int w = 0; w < window; ++w) reqs.push_back(ep.irecv(in[w], n, peer, tag + w, kComm));
+        for (auto& r : reqs) ep.wait(r);
+        for (int w = 0; w < window; ++w) {
+          const RequestPtr& r = reqs[window + w];
+          RANK_CHECK(r->status().error == GPUSTRIPE_SUCCESS && r->status().bytes == n);
+          RANK_CHECK(from_device(*be, in[w], rank, n) == seeded_bytes(500 + 4 * (tag + w) + peer, n));
+          be->free_device(in[w]);
+          be->free_device(out[w]);
+        }
+        tag += window;
+      }
+      ep.flush();
+    }
+  }));
+  return trace_phases(dir);
+}
+}  // namespace
+
+// A copy with traffic the other way in flight takes the plan the model makes with that traffic:
+// the direct path alone where it keeps that (stamp p_direct), its split where the host path pays
+// beside the reverse traffic (p_twoway), never the lone plan's split nor the direct path regardless.
+TEST(P2pDevice, TwoWayCopiesTakeThePlanMadeWithTheReverseTraffic) {
+  // Each size apart, so that each has a first copy with the reverse traffic in flight.
+  for (size_t n : {(1u << 20) + 3, 3u << 20, (4u << 20) + 5, 6u << 20}) {
+    auto phases = two_way_windows(1, {n});
+    const bool split = n >= (4u << 20);
+    int direct = 0, twoway = 0;
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_EQ(phases[rank]["r_started"], 1) << "rank " << rank << ", " << n << " bytes";
+      direct += phases[rank]["p_direct"];
+      twoway += phases[rank]["p_twoway"] + phases[rank]["p_twoway_window"];
+    }
+    EXPECT_EQ(direct > 0, !split) << n << " bytes";
+    EXPECT_EQ(twoway > 0, split) << n << " bytes";
+    EXPECT_EQ(direct + twoway > 0, true) << n << " bytes";
+  }
+}
+
+// Two-way windows whose plan splits run as windows (detached, alternating staging areas) from
+// GPUSTRIPE_P2P_WINDOW_MIN; every message lands intact.
+TEST(P2pDevice, TwoWayWindowsOfSplitCopiesRunDetached) {
+  ScopedEnv wm("GPUSTRIPE_P2P_WINDOW_MIN", "1M");
+  auto phases = two_way_windows(6, {(4u << 20) + 5, (6u << 20) + 7});
+  int windowed = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(phases[rank]["r_started"], 12) << "rank " << rank;
+    windowed += phases[rank]["p_twoway_window"];
+  }
+  EXPECT_GT(windowed, 0);
 }
 
 TEST(P2pDevice, CopiesThatFinishedLatelyArePlannedAsInFlight) {
@@ -638,7 +744,85 @@ class QueryCountingBackend : public ForwardingBackend {
   }
   int queries = 0;
 };
+
+// Counts batches and single copies.
+class BatchCountingBackend : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  const char* name() const override { return "batch-counting"; }
+  void copy_async(void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) override {
+    ++copies;
+    ForwardingBackend::copy_async(dst, dd, src, sd, n, s);
+  }
+  void copy_batch_async(const CopyRange* ranges, size_t n, StreamHandle s) override {
+    ++batches;
+    batched_ranges += static_cast<int>(n);
+    for (size_t i = 0; i < n; ++i) ForwardingBackend::copy_async(ranges[i].dst, ranges[i].dst_dev, ranges[i].src,
+                                                                  ranges[i].src_dev, ranges[i].bytes, s);
+  }
+  int copies = 0, batches = 0, batched_ranges = 0;
+};
 }  // namespace
+
+// Copies up to the direct limit started in one pass go in one batch (one launch, one event),
+// when the pass ends or when one of them is polled; larger ones take the copy function; copies
+// to host memory are never batched. Every copy lands where it should.
+TEST(P2pDevice, MoverBatchesTheCopiesOfOnePassUpToTheDirectLimit) {
+  ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "50");
+  Topology topo = load_topology_file("h200x4");
+  auto* counting = new BatchCountingBackend(make_emulated_backend(topo));
+  std::unique_ptr<Backend> be(counting);
+  constexpr size_t kLimit = 8192, kSmall = 3000, kLarge = 20000;
+  constexpr int kSmallCopies = 6;
+  const size_t total = kSmallCopies * kSmall + kLarge;
+  char* src = static_cast<char*>(be->alloc_device(0, total));
+  char* dst = static_cast<char*>(be->alloc_device(1, total));
+  std::vector<unsigned char> host(kSmall);
+  to_device(*be, src, 0, seeded_bytes(91, total));
+  {
+    int copy_fn_calls = 0;
+    Mover::CopyFn copy = [&](void* d, int dd, const void* s, int sd, size_t n, StreamHandle st, const Mover::Hints&) {
+      ++copy_fn_calls;
+      be->copy_async(d, dd, s, sd, n, st);
+      return std::function<void()>();
+    };
+    std::vector<std::pair<int, int>> asked;
+    Mover mover(be.get(), copy, [&](int a, int b) {
+      asked.emplace_back(a, b);
+      return uint64_t{kLimit};
+    });
+    const int copies_before = counting->copies;
+    std::vector<uint64_t> tickets;
+    for (int k = 0; k < kSmallCopies; ++k)
+      tickets.push_back(mover.start(dst + k * kSmall, 1, src + k * kSmall, 0, kSmall));
+    EXPECT_EQ(counting->batches, 0);  // gathered, nothing enqueued yet
+    EXPECT_EQ(counting->copies, copies_before);
+    const uint64_t large = mover.start(dst + kSmallCopies * kSmall, 1, src + kSmallCopies * kSmall, 0, kLarge);
+    EXPECT_EQ(copy_fn_calls, 1);
+    const uint64_t to_host = mover.start(host.data(), kHostDevice, src, 0, kSmall);
+    EXPECT_EQ(copy_fn_calls, 2);
+    mover.launch_batch();
+    EXPECT_EQ(counting->batches, 1);
+    EXPECT_EQ(counting->batched_ranges, kSmallCopies);
+    EXPECT_EQ(asked.size(), 1u);  // the limit is asked once per GPU pair
+    // A copy polled before the pass ends launches its batch.
+    const uint64_t late = mover.start(dst, 1, src, 0, kSmall);
+    EXPECT_EQ(counting->batches, 1);
+    tickets.push_back(large);
+    tickets.push_back(to_host);
+    tickets.push_back(late);
+    for (uint64_t t : tickets)
+      while (!mover.done(t)) mover.new_pass();
+    EXPECT_EQ(counting->batches, 2);
+    EXPECT_EQ(counting->batched_ranges, kSmallCopies + 1);
+  }
+  EXPECT_EQ(from_device(*be, dst, 1, total), seeded_bytes(91, total));
+  std::vector<unsigned char> want = seeded_bytes(91, total);
+  want.resize(kSmall);
+  EXPECT_EQ(host, want);
+  be->free_device(src);
+  be->free_device(dst);
+}
 
 // A window of copies in flight is polled in stream order: within one pass, a stream whose oldest
 // copy is still running is not asked again, so a pass costs at most one query per stream plus one

@@ -4,7 +4,9 @@
  * inside it ("inside", a test hook: after the exchange, so the others' GPUs already wait
  * on flags that rank 1's streams would have written). Run under `mpirun --enable-recovery`
  * with MPI_ERRORS_RETURN: each survivor's MPI_Allreduce must return an error naming the
- * dead peer well within GPUSTRIPE_TIMEOUT, not hang. run_kill.sh counts the reports. */
+ * dead peer well within GPUSTRIPE_TIMEOUT, not hang. run_kill.sh counts the reports.
+ * A second argument "nonblocking": the call is an MPI_Iallreduce completed by MPI_Wait (the
+ * survivors wait in MPI_Wait, the pending call's peer check must end it). */
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   const int inside = argc > 1 && strcmp(argv[1], "inside") == 0;
+  const int nonblocking = argc > 2 && strcmp(argv[2], "nonblocking") == 0;
   hooks_t hk = hooks();
   void (*die_inside)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_coll_die_in_next");
   CHECK(die_inside != NULL);
@@ -35,7 +38,14 @@ int main(int argc, char** argv) {
     die_inside();
   }
   double t0 = now();
-  int rc = MPI_Allreduce(MPI_IN_PLACE, b.p, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  int rc;
+  if (nonblocking) {
+    MPI_Request req;
+    rc = MPI_Iallreduce(MPI_IN_PLACE, b.p, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+    if (rc == MPI_SUCCESS) rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+  } else {
+    rc = MPI_Allreduce(MPI_IN_PLACE, b.p, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  }
   double took = now() - t0;
   if (rc == MPI_SUCCESS) {
     fprintf(stderr, "[rank %d] MPI_Allreduce returned although rank 1 died (returned although its sender died)\n",

@@ -6,11 +6,16 @@ MPI_Allreduce and MPI_Bcast (MPI_SUM over --dtype: float32 by default; int8 is M
 nccl-tests does, and compares in one results file per rank count (and type, other than float32):
   mpi_gpustripe    mpi_coll_bench with libgpustripe_mpi.so preloaded: the interposer runs the
                    coll schedules across the ranks' processes (src/mpi/coll_team.hpp)
+  mpi_gpustripe_nb the same with the nonblocking forms (MPI_I* then MPI_Wait), and how much of a
+                   call hides behind a host computation as long as the call (overlap_pct)
   mpi_host_staged  mpi_coll_bench --staged: copy to pinned host memory, the MPI collective, copy
                    back (the GPU-unaware pattern; sizes up to --staged-max, it is slow)
   gpustripe        the native single-process communicator (gpustripe bench coll's method)
   nccl             NCCL through torch.distributed (gpustripe bench coll's method)
 busbw uses nccl-tests' factors. A method that cannot run is reported absent with why.
+--allreduce-dtypes adds MPI_Allreduce rows for each further element type (op "allreduce_<dtype>":
+int8 is MPI_CHAR, the type an OSU-style suite sums by default) by every method but the host-staged
+one, in the same file: the interposer's speed per type beside native gpustripe's and NCCL's.
 reduce_scatter_v (MPI_Reduce_scatter, equal counts) is the MPI methods' only: the native and
 NCCL figures beside it are their reduce_scatter's, the same operation.
 """
@@ -30,7 +35,7 @@ HELP = ("MPI collectives on device buffers from an unmodified MPI program: the P
 OPS = ("alltoall", "allgather", "reduce_scatter", "allreduce", "bcast")
 MPI_ONLY_OPS = {"reduce_scatter_v": "reduce_scatter"}  # op -> the native / NCCL op it is
 DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8")
-METHODS = ("mpi_gpustripe", "mpi_host_staged", "gpustripe", "nccl")
+METHODS = ("mpi_gpustripe", "mpi_gpustripe_nb", "mpi_host_staged", "gpustripe", "nccl")
 
 
 def add_arguments(p):
@@ -40,6 +45,9 @@ def add_arguments(p):
     p.add_argument("--ops", default=",".join(OPS), help=f"comma list (default {','.join(OPS)})")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
     p.add_argument("--dtype", default="float32", help=f"element type, one of {', '.join(DTYPES)} (default float32)")
+    p.add_argument("--allreduce-dtypes", default="float32,float64,int64,int8",
+                   help="element types that get allreduce rows of their own (op allreduce_<dtype>), beside --dtype's; "
+                        "empty: none (default float32,float64,int64,int8)")
     p.add_argument("--iters", type=int, default=0, help="calls per timed batch (0: by size, 2-20)")
     p.add_argument("--trials", type=int, default=5, help="timed batches per size; the median is reported")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls first")
@@ -71,6 +79,33 @@ def _run_rows(cmd: list[str], timeout: int, absent: dict, key: str) -> list[dict
     return rows
 
 
+def _allreduce_rows(args, paths, ctx, n, dtype, sizes, common, mem, methods, emulated, gpus, rows, absent):
+    """MPI_Allreduce of `dtype` by each method but the host-staged one, as op allreduce_<dtype>."""
+    from . import coll
+    from .mpi import _mpirun
+
+    op = f"allreduce_{dtype}"
+    mine: list[dict] = []
+    if "mpi_gpustripe" in methods:
+        bench_args = list(common)
+        bench_args[bench_args.index("--ops") + 1] = "allreduce"
+        bench_args[bench_args.index("--dtype") + 1] = dtype
+        cmd = _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [
+            paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *bench_args, *mem,
+            "--method", "mpi_gpustripe"]
+        mine += _run_rows(cmd, args.timeout, absent, f"mpi_gpustripe/{op}/{n}")
+    cargs = SimpleNamespace(dtype=dtype, iters=args.iters or 10, trials=args.trials, warmup=args.warmup,
+                            timeout=args.timeout)
+    if "gpustripe" in methods and n <= gpus:
+        coll._run_gpustripe(ctx, n, ["allreduce"], sizes, cargs, mine, absent)
+    if "nccl" in methods and not emulated:
+        if "method" in inspect.signature(coll._run_nccl).parameters:
+            coll._run_nccl("nccl", n, ["allreduce"], sizes, cargs, mine, absent)
+        else:
+            coll._run_nccl(n, ["allreduce"], sizes, cargs, mine, absent)
+    rows += [dict(r, op=op, dtype=dtype) for r in mine if r["op"] == "allreduce"]
+
+
 def run(args) -> int:
     from .. import results
     from ..copy import default_context
@@ -84,8 +119,8 @@ def run(args) -> int:
     ops = [o for o in args.ops.split(",") if o]
     methods = [m for m in args.methods.split(",") if m]
     bad = [m for m in methods if m not in METHODS] + [o for o in ops if o not in OPS and o not in MPI_ONLY_OPS]
-    if args.dtype not in DTYPES:
-        bad.append(args.dtype)
+    per_type = [d for d in args.allreduce_dtypes.split(",") if d and d != args.dtype and "allreduce" in ops]
+    bad += [d for d in [args.dtype, *per_type] if d not in DTYPES]
     if bad:
         raise SystemExit(f"gpustripe bench mpi_coll: unknown {bad}; methods {METHODS}, ops {OPS + tuple(MPI_ONLY_OPS)}, "
                          f"dtypes {DTYPES}")
@@ -131,6 +166,12 @@ def run(args) -> int:
                 "--method", "mpi_gpustripe"]
             rows += _run_rows(cmd, args.timeout, absent, f"mpi_gpustripe/{n}")
             save()
+        if "mpi_gpustripe_nb" in methods:
+            cmd = _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [
+                paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *common, *mem,
+                "--overlap", "--method", "mpi_gpustripe_nb"]
+            rows += _run_rows(cmd, args.timeout, absent, f"mpi_gpustripe_nb/{n}")
+            save()
         if "mpi_host_staged" in methods:
             if emulated:
                 absent["mpi_host_staged"] = "emulated devices: no GPU buffers to stage"
@@ -153,15 +194,23 @@ def run(args) -> int:
                     coll._run_nccl("nccl", n, native_ops, sizes, cargs, rows, absent)
                 else:
                     coll._run_nccl(n, native_ops, sizes, cargs, rows, absent)
+        for dt in per_type:
+            _allreduce_rows(args, paths, ctx, n, dt, sizes, common, mem, methods, emulated, gpus, rows, absent)
+            save()
         for op, same in MPI_ONLY_OPS.items():
             if op in ops:
                 rows += [dict(r, op=op, same_as=same) for r in rows
                          if r["op"] == same and r.get("method") in ("gpustripe", "nccl")]
         if not rows:
             continue
-        for op in ops:
+        for op in [*ops, *(f"allreduce_{dt}" for dt in per_type)]:
             if any(r["op"] == op for r in rows):
                 print(f"\n[{n} ranks] " + results.ratio_table(rows, op, ours="mpi_gpustripe", value="busbw_gbps"))
+        nb = [r for r in rows if r.get("method") == "mpi_gpustripe_nb" and "overlap_pct" in r]
+        if nb:
+            print(f"\n[{n} ranks] nonblocking: the call hidden behind as long a computation (overlap_pct)")
+            for r in sorted(nb, key=lambda r: (r["op"], r["bytes"])):
+                print(f"  {r['op']:>16} {results.human_bytes(r['bytes']):>8} {r['overlap_pct']:6.1f} %")
         path = save(final=True)
         if path:
             written.append(path)

@@ -1,0 +1,103 @@
+#include "mpi/coll_calls.hpp"
+
+#include "coll/schedules.hpp"
+
+namespace gpustripe::mpi {
+
+int device_of(p2p::Mover& mover, CollCall& c, std::initializer_list<const void*> bufs) {
+  int dev = -1;
+  for (const void* b : bufs) {
+    p2p::MemLoc loc = mover.locate(b);
+    if (!loc.device || (dev >= 0 && loc.dev != dev)) return -1;
+    dev = loc.dev;
+    c.located.push_back(loc);
+  }
+  return dev;
+}
+
+std::string shape_of(const char* name, std::initializer_list<long long> captured) {
+  std::string s(name);
+  for (long long v : captured) s.append(reinterpret_cast<const char*>(&v), sizeof v);
+  return s;
+}
+
+std::vector<const char*> in(const std::vector<char*>& v) { return {v.begin(), v.end()}; }
+
+void allreduce_call(CollCall& c, const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op) {
+  c.bytes = c.send_bytes = c.recv_bytes = count * coll::dtype_size(dt);
+  c.elem_size = coll::dtype_size(dt);
+  c.send = send;
+  c.recv = recv;
+  c.shape = shape_of("allreduce", {static_cast<long long>(count), dt, op});
+  c.build = [count, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                            const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
+    // No socket groups across processes (coll_team.cpp): never "hier".
+    coll::build_allreduce(p, t, ch.name, {}, in(s), r, count, dt, op, ch.reduce, sc);
+  };
+}
+
+void reduce_scatter_call(CollCall& c, int n, const void* send, void* recv, size_t count, coll::DataType dt,
+                         coll::RedOp op) {
+  const size_t block = count * coll::dtype_size(dt);
+  c.bytes = c.send_bytes = block * n;
+  c.recv_bytes = block;
+  c.elem_size = coll::dtype_size(dt);
+  c.send = send;
+  c.recv = recv;
+  c.shape = shape_of("reduce_scatter", {static_cast<long long>(count), n, dt, op});
+  c.build = [count, n, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                               const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
+    coll::build_reduce_scatter(p, t, in(s), r, coll::equal_blocks(count, n), dt, op, ch.reduce, sc);
+  };
+}
+
+void reduce_call(CollCall& c, bool is_root, const void* send, void* recv, size_t count, coll::DataType dt,
+                 coll::RedOp op, int root) {
+  c.bytes = c.send_bytes = count * coll::dtype_size(dt);
+  c.elem_size = coll::dtype_size(dt);
+  c.send = send;
+  if (is_root) {
+    c.recv = recv;
+    c.recv_bytes = c.bytes;
+  }
+  c.shape = shape_of("reduce", {static_cast<long long>(count), dt, op, root});
+  c.build = [count, dt, op, root](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                                  const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
+    coll::build_reduce(p, t, in(s), r[root], count, dt, op, root, ch.reduce, sc);
+  };
+}
+
+void allgather_call(CollCall& c, int n, const void* send, void* recv, size_t block) {
+  c.bytes = c.recv_bytes = block * n;
+  c.send_bytes = block;
+  c.send = send;
+  c.recv = recv;
+  c.shape = shape_of("allgather", {static_cast<long long>(block)});
+  c.build = [block](coll::Program& p, const coll::Team& t, const std::vector<char*>& s, const std::vector<char*>& r,
+                    coll::Scratch& sc, const coll::Choice& ch) {
+    coll::build_allgather(p, t, in(s), r, block, ch.exchange, sc);
+  };
+}
+
+void alltoall_call(CollCall& c, int n, const void* send, void* recv, size_t block) {
+  c.bytes = c.send_bytes = c.recv_bytes = block * n;
+  c.send = send;
+  c.recv = recv;
+  c.shape = shape_of("alltoall", {static_cast<long long>(block)});
+  c.build = [block](coll::Program& p, const coll::Team& t, const std::vector<char*>& s, const std::vector<char*>& r,
+                    coll::Scratch& sc, const coll::Choice& ch) {
+    coll::build_alltoall(p, t, in(s), r, block, ch.exchange, sc);
+  };
+}
+
+void bcast_call(CollCall& c, void* buf, size_t bytes, int root) {
+  c.bytes = c.recv_bytes = bytes;
+  c.recv = buf;
+  c.shape = shape_of("bcast", {static_cast<long long>(bytes), root});
+  c.build = [bytes, root](coll::Program& p, const coll::Team& t, const std::vector<char*>&,
+                          const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
+    coll::build_bcast(p, t, r, bytes, root, ch.bcast);
+  };
+}
+
+}  // namespace gpustripe::mpi
