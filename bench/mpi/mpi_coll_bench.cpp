@@ -55,34 +55,21 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> const char* {
-      if (i + 1 >= argc) usage(("missing value after " + a).c_str());
-      return argv[++i];
-    };
-    if (a == "--ops") {
-      o.ops.clear();
-      std::string s = next();
-      for (size_t p = 0; p <= s.size();) {
-        size_t q = s.find(',', p);
-        if (q == std::string::npos) q = s.size();
-        if (q > p) o.ops.push_back(s.substr(p, q - p));
-        p = q + 1;
-      }
-    } else if (a == "--min") o.min_bytes = parse_bytes(next());
-    else if (a == "--max") o.max_bytes = parse_bytes(next());
-    else if (a == "--mem") o.device = std::string(next()) == "device";
-    else if (a == "--staged") o.staged = true;
-    else if (a == "--iters") o.iters = std::atoi(next());
-    else if (a == "--trials") o.trials = std::max(1, std::atoi(next()));
-    else if (a == "--warmup") o.warmup = std::max(0, std::atoi(next()));
-    else if (a == "--method") o.method = next();
-    else if (a == "--check") o.check = true;
-    else if (a == "--nonblocking") o.nonblocking = true;
-    else if (a == "--overlap") o.overlap = o.nonblocking = true;
-    else if (a == "--dtype") o.dtype = next();
-    else usage(("unknown option " + a).c_str());
+  for (ArgWalk a(argc, argv, usage); a.next();) {
+    if (a.is("--ops")) o.ops = a.list();
+    else if (a.is("--min")) o.min_bytes = a.bytes();
+    else if (a.is("--max")) o.max_bytes = a.bytes();
+    else if (a.is("--mem")) o.device = a.choice({"device", "host"}) == "device";
+    else if (a.is("--staged")) o.staged = true;
+    else if (a.is("--iters")) o.iters = static_cast<int>(a.integer(0));
+    else if (a.is("--trials")) o.trials = static_cast<int>(a.integer(1));
+    else if (a.is("--warmup")) o.warmup = static_cast<int>(a.integer(0));
+    else if (a.is("--method")) o.method = a.text();
+    else if (a.is("--check")) o.check = true;
+    else if (a.is("--nonblocking")) o.nonblocking = true;
+    else if (a.is("--overlap")) o.overlap = o.nonblocking = true;
+    else if (a.is("--dtype")) o.dtype = a.text();
+    else a.unknown();
   }
   for (const std::string& op : o.ops)
     if (op != "alltoall" && op != "allgather" && op != "reduce_scatter" && op != "reduce_scatter_v" &&

@@ -53,25 +53,18 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (i + 1 >= argc) usage(("missing value of " + a).c_str());
-    const char* v = argv[++i];
-    if (a == "--test") o.test = v;
-    else if (a == "--sync") o.sync = v;
-    else if (a == "--window") o.window = std::atoi(v);
-    else if (a == "--min") o.min_bytes = parse_bytes(v);
-    else if (a == "--max") o.max_bytes = parse_bytes(v);
-    else if (a == "--mem") o.device = std::string(v) == "device";
-    else if (a == "--iters") o.iters = std::atoi(v);
-    else if (a == "--method") o.method = v;
-    else if (a == "--busy-ms") o.busy_ms = std::atoi(v);
-    else usage(("unknown option " + a).c_str());
+  for (ArgWalk a(argc, argv, usage); a.next();) {
+    if (a.is("--test")) o.test = a.choice({"put_bw", "get_bw", "put_lat", "get_lat", "acc_rate", "fop_lat"});
+    else if (a.is("--sync")) o.sync = a.choice({"fence", "pscw", "lock"});
+    else if (a.is("--window")) o.window = static_cast<int>(a.integer(1));
+    else if (a.is("--min")) o.min_bytes = a.bytes();
+    else if (a.is("--max")) o.max_bytes = a.bytes();
+    else if (a.is("--mem")) o.device = a.choice({"device", "host"}) == "device";
+    else if (a.is("--iters")) o.iters = static_cast<int>(a.integer(0));
+    else if (a.is("--method")) o.method = a.text();
+    else if (a.is("--busy-ms")) o.busy_ms = static_cast<int>(a.integer(0));
+    else a.unknown();
   }
-  const std::vector<std::string> tests = {"put_bw", "get_bw", "put_lat", "get_lat", "acc_rate", "fop_lat"};
-  if (std::find(tests.begin(), tests.end(), o.test) == tests.end()) usage("unknown --test");
-  if (o.sync != "fence" && o.sync != "pscw" && o.sync != "lock") usage("unknown --sync");
-  if (o.window < 1) usage("--window must be >= 1");
   if (o.busy_ms > 0 && o.sync != "lock") usage("--busy-ms needs --sync lock (the target takes part in the others)");
   if (o.test == "acc_rate" || o.test == "fop_lat") o.min_bytes = o.max_bytes = 8;
   return o;

@@ -77,33 +77,27 @@ struct Options {
 
 inline Options parse_options(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> const char* {
-      if (i + 1 >= argc) usage((a + " needs a value").c_str());
-      return argv[++i];
-    };
-    if (a == "--test") o.test = next();
-    else if (a == "--window") o.window = std::atoi(next());
-    else if (a == "--min") o.min_bytes = parse_bytes(next());
-    else if (a == "--max") o.max_bytes = parse_bytes(next());
-    else if (a == "--mem") o.device = std::string(next()) == "device";
-    else if (a == "--staged") o.staged = true;
-    else if (a == "--iters") o.iters = std::atoi(next());
-    else if (a == "--method") o.method = next();
-    else if (a == "--alloc") {
-      o.alloc = next();
-      if (o.alloc != "plain" && o.alloc != "vmm" && o.alloc != "pool" && o.alloc != "async" && o.alloc != "vmm_multi")
-        usage(("--alloc " + o.alloc + ": plain, vmm, pool, async or vmm_multi").c_str());
-    }
-    else if (a == "--sweep") {
-      std::string v = next();
-      size_t c1 = v.find(':'), c2 = v.find(':', c1 + 1), c3 = v.find(':', c2 + 1);
-      if (c1 == std::string::npos || c2 == std::string::npos || c3 == std::string::npos)
-        usage(("--sweep " + v + ": TEST:WINDOW:MIN:MAX").c_str());
-      o.sweeps.push_back({v.substr(0, c1), std::atoi(v.substr(c1 + 1, c2 - c1 - 1).c_str()),
-                          parse_bytes(v.substr(c2 + 1, c3 - c2 - 1).c_str()), parse_bytes(v.substr(c3 + 1).c_str())});
-    } else usage(("unknown argument " + a).c_str());
+  for (ArgWalk a(argc, argv, usage); a.next();) {
+    if (a.is("--test")) o.test = a.text();
+    else if (a.is("--window")) o.window = static_cast<int>(a.integer(1));
+    else if (a.is("--min")) o.min_bytes = a.bytes();
+    else if (a.is("--max")) o.max_bytes = a.bytes();
+    else if (a.is("--mem")) o.device = a.choice({"device", "host"}) == "device";
+    else if (a.is("--staged")) o.staged = true;
+    else if (a.is("--iters")) o.iters = static_cast<int>(a.integer(0));
+    else if (a.is("--method")) o.method = a.text();
+    else if (a.is("--alloc")) o.alloc = a.choice({"plain", "vmm", "pool", "async", "vmm_multi"});
+    else if (a.is("--sweep")) {
+      std::vector<std::string> f = split_list(a.text(), ':');
+      long window = 0;
+      Sweep w;
+      if (f.size() != 4 || !parse_long(f[1], &window) || !parse_bytes(f[2], &w.min_bytes) ||
+          !parse_bytes(f[3], &w.max_bytes))
+        a.fail("expected TEST:WINDOW:MIN:MAX, e.g. bw:64:1M:64M");
+      w.test = f[0];
+      w.window = static_cast<int>(window);
+      o.sweeps.push_back(w);
+    } else a.unknown();
   }
   if (o.sweeps.empty()) o.sweeps.push_back({o.test, o.window, o.min_bytes, o.max_bytes});
   for (Sweep& w : o.sweeps) {

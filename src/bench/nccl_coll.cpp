@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bench/nccl_loader.hpp"
+#include "common/config.hpp"
 #include "common/error.hpp"
 
 #if GPUSTRIPE_HAVE_CUDA
@@ -181,11 +182,11 @@ NcclCollBench::NcclCollBench(int ranks, size_t max_bytes, bool symmetric) : impl
 NcclCollBench::~NcclCollBench() { impl_->release(); }
 
 std::string NcclCollBench::describe() const {
-  const char* policy = std::getenv("NCCL_CTA_POLICY");
+  std::string policy = environment_variable("NCCL_CTA_POLICY");
   return format("NCCL %s, ncclCommInitAll over %d GPUs in one process, %s, NCCL_CTA_POLICY=%s",
                 impl_->lib.version().c_str(), impl_->n,
                 impl_->symmetric ? "buffers from ncclMemAlloc in symmetric windows" : "cudaMalloc buffers",
-                policy ? policy : "unset");
+                policy.empty() ? "unset" : policy.c_str());
 }
 
 NcclCollTiming NcclCollBench::time(coll::CollOp op, size_t bytes, coll::DataType dt, int warmup, int iters,

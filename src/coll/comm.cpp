@@ -1,12 +1,9 @@
 #include "coll/comm.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <tuple>
 #include <utility>
 #include <functional>
-
-#include <unistd.h>  // environ
 
 #include "coll/barrier.hpp"
 #include "coll/executor.hpp"
@@ -31,17 +28,6 @@ const SizeSetting kGraphMax{"GPUSTRIPE_COLL_GRAPH_MAX", "64G",
                             "schedule's hundreds of calls costs about as long as the transfer up to ~1G)"};
 
 constexpr size_t kChoicesMax = 256;   // schedule choices remembered
-
-// Every GPUSTRIPE_ variable of the environment, as one string (the settings a choice read).
-std::string settings_fingerprint() {
-  std::string out;
-  for (char** e = environ; e && *e; ++e)
-    if (std::strncmp(*e, "GPUSTRIPE_", 10) == 0) {
-      out += *e;
-      out += '\n';
-    }
-  return out;
-}
 
 bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
   auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
@@ -187,7 +173,7 @@ double Comm::planned_host_share(size_t block) {
 Choice Comm::pick(CollOp op, size_t bytes, DataType dt) {
   // The choice depends on the call's op, size and type and on the GPUSTRIPE_ settings: a
   // repeated call with the same of all reuses it (choosing formats its reasons: microseconds).
-  std::string key = settings_fingerprint();
+  std::string key = settings_environment();
   fingerprint_ = key;
   auto put = [&](const auto& v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
   put(op);

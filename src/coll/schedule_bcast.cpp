@@ -90,12 +90,10 @@ void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size
       const size_t off = coff + std::min(clen, q * piece), len = std::min(piece, coff + clen - off);
       if (len == 0) continue;
       const int k = others[q];
-      const int root_lane = o.lane_per_peer ? kLanePeer0 + q : kLaneOut;
-      int got = p.copy(t.rank[root], root_lane, bufs[k] + off, t.dev[k], bufs[root] + off, t.dev[root], len);
+      int got = p.copy(t.rank[root], kLaneOut, bufs[k] + off, t.dev[k], bufs[root] + off, t.dev[root], len);
       for (int s = 1; s < m; ++s) {
         int d = others[(q + s) % m];
-        const int lane = o.lane_per_peer ? kLanePeer0 + (s - 1) : kLaneOut;
-        p.copy(t.rank[k], lane, bufs[d] + off, t.dev[d], bufs[k] + off, t.dev[k], len, {got});
+        p.copy(t.rank[k], kLaneOut, bufs[d] + off, t.dev[d], bufs[k] + off, t.dev[k], len, {got});
       }
     }
   }

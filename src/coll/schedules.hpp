@@ -178,11 +178,6 @@ struct BcastOpts {
   // overlaps the copy of the one before. Takes precedence over scatter_allgather.
   bool chain = false;
   int chunks = 1;
-  // Scatter-allgather: the root sends its pieces to all members at once, and each member
-  // forwards to all others at once (a lane per destination), meant to share every member's
-  // ingress evenly between the root and the forwarders. Measured slower than one lane per
-  // rank (16M/64M/256M: 119/156/186 vs 146/205/208 GB/s busbw): off by default.
-  bool lane_per_peer = false;
   // Copy kernels (needs peer mappings), one per non-root member: "pieces": member q reads
   // piece q of the root's buffer and stores it into every non-root member's buffer (the
   // root's egress carries the message once, as scatter-allgather, with no wait between the

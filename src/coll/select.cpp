@@ -98,9 +98,6 @@ const SizeSetting kChainMin{"GPUSTRIPE_COLL_CHAIN_MIN", "32M",
                             "from GPUSTRIPE_COLL_ROUNDS_MIN, else direct)"};
 const SizeSetting kChainChunk{"GPUSTRIPE_COLL_CHAIN_CHUNK", "8M",
                               "Pipeline chunk of chain broadcasts (up to 64 chunks)"};
-const BoolSetting kBcastLanes{"GPUSTRIPE_COLL_BCAST_LANES", "0",
-                              "Scatter-allgather broadcast: a lane per destination (the root and every "
-                              "forwarder send to all at once), else one lane per rank"};
 // Two-shot in one kernel per rank: no copies (whose graph nodes cost rs_ag_pull ~75 us of
 // host time per call at 4-32M) and no waits between GPUs inside the call, so it leads rs_ag_pull
 // and the chunked rs_ag_copy at every size (the round-major rs_ag_copy takes over from
@@ -423,7 +420,6 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     }
     c.bcast.scatter_allgather = c.name == "scatter_ag";
     c.bcast.chain = c.name == "chain";
-    c.bcast.lane_per_peer = kBcastLanes.get();
     c.bcast.chunks = c.bcast.chain ? chunks_for(bytes, kChainChunk.get(), 64, 8)
                                    : chunks_for(bytes / std::max(1, n - 1), kBcastChunk.get(), 32);
     c.why = !force.empty() ? why_forced(c.name)

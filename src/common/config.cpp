@@ -124,6 +124,21 @@ std::vector<std::string> unknown_setting_names() {
   return out;
 }
 
+std::string settings_environment() {
+  std::string out;
+  for (char** e = environ; e && *e; ++e)
+    if (starts_with(*e, "GPUSTRIPE_")) {
+      out += *e;
+      out += '\n';
+    }
+  return out;
+}
+
+std::string environment_variable(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
 std::vector<SettingInfo> all_settings() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);

@@ -34,6 +34,14 @@ std::vector<SettingInfo> all_settings();
 std::vector<std::string> unknown_setting_names();
 const char* setting_type_name(SettingType type);
 
+// Every read of the process environment is in this module; beside the settings, two more:
+// Every GPUSTRIPE_* variable of the environment, one "NAME=value" a line: a key that changes
+// whenever the value of any setting does (for caches of choices that read settings).
+std::string settings_environment();
+// A variable that is not a gpustripe setting (HOME, XDG_CACHE_HOME, another library's variable
+// a report names): its value, or "" when unset.
+std::string environment_variable(const char* name);
+
 // Parsers shared by settings, CLI arguments and files. Each throws
 // Error(ERR_CONFIG) naming `what` when the text does not parse.
 bool parse_bool(const std::string& text, const std::string& what);

@@ -152,10 +152,10 @@ std::string profile_mismatch(const Profile& p, const Topology& topo, bool emulat
 }
 
 std::string cache_dir() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  if (xdg && *xdg) return std::string(xdg) + "/gpustripe";
-  const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : "/tmp") + "/.cache/gpustripe";
+  std::string xdg = environment_variable("XDG_CACHE_HOME");
+  if (!xdg.empty()) return xdg + "/gpustripe";
+  std::string home = environment_variable("HOME");
+  return (home.empty() ? std::string("/tmp") : home) + "/.cache/gpustripe";
 }
 
 std::string cached_profile_path(const Topology& topo, bool emulated) {

@@ -119,7 +119,6 @@ TEST(CollHazards, EveryScheduleOrdersEveryConflictingAccess) {
           ScopedEnv rounds_lanes("GPUSTRIPE_COLL_RS_ROUNDS_LANES", "2");
           ScopedEnv gather("GPUSTRIPE_COLL_AR_GATHER", "whole");
           ScopedEnv gather_host("GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE", "0.2");
-          ScopedEnv lanes("GPUSTRIPE_COLL_BCAST_LANES", second ? "0" : "1");
           ScopedEnv local("GPUSTRIPE_COLL_LOCAL_COPY", second ? "engine" : "kernel");
           ScopedEnv round_lanes("GPUSTRIPE_COLL_ROUND_LANES", second ? "1" : "2");
           // The second pass also: the large-message shares (host path of copy-engine reductions and

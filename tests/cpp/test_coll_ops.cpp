@@ -142,9 +142,8 @@ TEST(CollRepeat, SameBuffersFreshDataEverySchedule) {
   EmuNode node("h200x4");
   auto comm = node.comm(3);
   for (const char* variant : {"receiver", "sender"}) {
-    // Also the senders' copy engines for reduction inputs and one lane per broadcaster.
+    // Also the senders' copy engines for reduction inputs.
     ScopedEnv copies("GPUSTRIPE_COLL_RS_COPIES", variant);
-    ScopedEnv lanes("GPUSTRIPE_COLL_BCAST_LANES", std::string(variant) == "sender" ? "0" : "1");
     for (const OpCase& oc : kOpCases) {
       ScopedEnv algo("GPUSTRIPE_COLL_ALGO", oc.algo);
       for (bool in_place : {false, true}) {

@@ -24,6 +24,7 @@ import sys
 import time
 
 from . import _cuda_aware_mpi
+from ._mpi_launch import add_launch_arguments
 
 NAME = "halo"
 HELP = "a 2-D Jacobi halo exchange on device buffers: GPU-unaware MPI, CUDA-aware MPI, the interposer and NCCL"
@@ -50,14 +51,9 @@ def add_arguments(p):
     p.add_argument("--warmup", type=int, default=3, help="untimed iterations first (default 3)")
     p.add_argument("--no-check", action="store_true", help="skip the check against one process")
     p.add_argument("--quick", action="store_true", help=f"shapes {QUICK_SHAPES}, 5 iterations")
-    p.add_argument("--timeout", type=int, default=600, help="seconds one mpirun may take")
-    p.add_argument("--build", default=os.environ.get("GPUSTRIPE_BUILD_DIR", "build/dev"),
-                   help="build directory holding apps/halo/ and src/mpi/ (default $GPUSTRIPE_BUILD_DIR or build/dev)")
-    p.add_argument("--mpirun", default=os.environ.get("MPIRUN", "mpirun"), help="mpirun command")
+    add_launch_arguments(p, "apps/halo/ and src/mpi/")
     p.add_argument("--ucx-dir", default="", help="the unpacked libucx-cu13 wheel of mpi_cuda_aware (default: "
                                                  ".deps/ucx of the build's source tree)")
-    p.add_argument("--out", default="bench/results", help="directory of the JSON + PNG results")
-    p.add_argument("--no-write", action="store_true", help="print the tables only")
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:

@@ -29,6 +29,7 @@ import sys
 import time
 
 from . import _cuda_aware_mpi
+from ._mpi_launch import add_launch_arguments, built_programs
 
 NAME = "mpi"
 HELP = "MPI point-to-point with device buffers: the PMPI interposer vs host staging, native p2p, NCCL and UCX"
@@ -60,34 +61,18 @@ def add_arguments(p):
                         "handles), async (the default pool: no IPC handle), vmm_multi (several cuMemCreate "
                         "allocations in one reservation, as PyTorch's expandable segments); results file mpi-np*-w*-<alloc> "
                         "unless plain")
-    p.add_argument("--timeout", type=int, default=900, help="seconds one mpirun may take")
-    p.add_argument("--build", default=os.environ.get("GPUSTRIPE_BUILD_DIR", "build/dev"),
-                   help="build directory holding bench/mpi/ and src/mpi/ (default $GPUSTRIPE_BUILD_DIR or build/dev)")
-    p.add_argument("--mpirun", default=os.environ.get("MPIRUN", "mpirun"), help="mpirun command")
+    add_launch_arguments(p, "bench/mpi/ and src/mpi/", timeout=900)
     p.add_argument("--ucx-dir", default="",
                    help="the unpacked libucx-cu13 wheel of mpi_cuda_aware (default: .deps/ucx of the source "
                         "tree the build came from, as scripts/stage-deps.sh stages it)")
     p.add_argument("--quick", action="store_true", help="few sizes and iterations (a smoke run)")
-    p.add_argument("--out", default="bench/results", help="directory of the JSON + PNG results")
-    p.add_argument("--no-write", action="store_true", help="print the tables only")
 
 
 def _paths(build: str) -> dict:
-    paths = {
-        "mpi_bench": os.path.join(build, "bench/mpi/mpi_bench"),
-        "gs_p2p_bench": os.path.join(build, "bench/mpi/gs_p2p_bench"),
-        "interposer": os.path.join(build, "src/mpi/libgpustripe_mpi.so"),
-    }
-    missing = [p for p in paths.values() if not os.path.exists(p)]
-    if missing:
-        raise SystemExit(f"gpustripe bench mpi: not built: {', '.join(missing)} (build the tree with MPI found)")
-    paths = {k: os.path.abspath(v) for k, v in paths.items()}
-    # Optional clients: absent when their library was not found at build time.
-    for name in ("nccl_bench", "ucx_bench"):
-        p = os.path.join(build, "bench/mpi", name)
-        if os.path.exists(p):
-            paths[name] = os.path.abspath(p)
-    return paths
+    return built_programs("mpi", build,
+                          {"mpi_bench": "bench/mpi/mpi_bench", "gs_p2p_bench": "bench/mpi/gs_p2p_bench",
+                           "interposer": "src/mpi/libgpustripe_mpi.so"},
+                          {"nccl_bench": "bench/mpi/nccl_bench", "ucx_bench": "bench/mpi/ucx_bench"})
 
 
 def _absent(method: str, paths: dict, emulated: bool, ucx: str) -> str:

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import sys
 import time
 from types import SimpleNamespace
+
+from ._mpi_launch import add_launch_arguments, built_programs
 
 NAME = "mpi_coll"
 HELP = ("MPI collectives on device buffers from an unmodified MPI program: the PMPI interposer vs host staging, "
@@ -50,21 +51,12 @@ def add_arguments(p):
     p.add_argument("--iters", type=int, default=0, help="calls per timed batch (0: by size, 2-20)")
     p.add_argument("--trials", type=int, default=5, help="timed batches per size; the median is reported")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls first")
-    p.add_argument("--timeout", type=int, default=600, help="seconds one mpirun may take")
-    p.add_argument("--build", default=os.environ.get("GPUSTRIPE_BUILD_DIR", "build/dev"),
-                   help="build directory holding bench/mpi/ and src/mpi/ (default $GPUSTRIPE_BUILD_DIR or build/dev)")
-    p.add_argument("--mpirun", default=os.environ.get("MPIRUN", "mpirun"), help="mpirun command")
-    p.add_argument("--out", default="bench/results", help="directory of the JSON + PNG results")
-    p.add_argument("--no-write", action="store_true", help="print the tables only")
+    add_launch_arguments(p, "bench/mpi/ and src/mpi/")
 
 
 def _paths(build: str) -> dict:
-    paths = {"bench": os.path.join(build, "bench/mpi/mpi_coll_bench"),
-             "interposer": os.path.join(build, "src/mpi/libgpustripe_mpi.so")}
-    missing = [p for p in paths.values() if not os.path.exists(p)]
-    if missing:
-        raise SystemExit(f"gpustripe bench mpi_coll: not built: {', '.join(missing)} (build the tree with MPI found)")
-    return {k: os.path.abspath(v) for k, v in paths.items()}
+    return built_programs("mpi_coll", build,
+                          {"bench": "bench/mpi/mpi_coll_bench", "interposer": "src/mpi/libgpustripe_mpi.so"})
 
 
 def _run_rows(cmd: list[str], timeout: int, absent: dict, key: str) -> list[dict]:

@@ -13,8 +13,9 @@ Emulated devices (no GPU) run host windows, which the MPI serves: a smoke run, n
 """
 from __future__ import annotations
 
-import os
 import sys
+
+from ._mpi_launch import add_launch_arguments, built_programs
 
 NAME = "mpi_rma"
 HELP = "One-sided MPI on device windows from an unmodified program: puts, gets, accumulates vs send/recv"
@@ -27,21 +28,12 @@ def add_arguments(p):
     p.add_argument("--window", type=int, default=16, help="operations per epoch of the bandwidth runs (default 16)")
     p.add_argument("--syncs", default=",".join(SYNCS), help=f"comma list of {', '.join(SYNCS)}")
     p.add_argument("--iters", type=int, default=0, help="epochs per size (0: by size)")
-    p.add_argument("--timeout", type=int, default=600, help="seconds one mpirun may take")
-    p.add_argument("--build", default=os.environ.get("GPUSTRIPE_BUILD_DIR", "build/dev"),
-                   help="build directory holding bench/mpi/ and src/mpi/ (default $GPUSTRIPE_BUILD_DIR or build/dev)")
-    p.add_argument("--mpirun", default=os.environ.get("MPIRUN", "mpirun"), help="mpirun command")
-    p.add_argument("--out", default="bench/results", help="directory of the JSON + PNG results")
-    p.add_argument("--no-write", action="store_true", help="print the tables only")
+    add_launch_arguments(p, "bench/mpi/ and src/mpi/")
 
 
 def _paths(build: str) -> dict:
-    paths = {"rma": os.path.join(build, "bench/mpi/mpi_rma_bench"), "p2p": os.path.join(build, "bench/mpi/mpi_bench"),
-             "interposer": os.path.join(build, "src/mpi/libgpustripe_mpi.so")}
-    missing = [p for p in paths.values() if not os.path.exists(p)]
-    if missing:
-        raise SystemExit(f"gpustripe bench mpi_rma: not built: {', '.join(missing)} (build the tree with MPI found)")
-    return {k: os.path.abspath(v) for k, v in paths.items()}
+    return built_programs("mpi_rma", build, {"rma": "bench/mpi/mpi_rma_bench", "p2p": "bench/mpi/mpi_bench",
+                                             "interposer": "src/mpi/libgpustripe_mpi.so"})
 
 
 # The client's test -> the results' op
