@@ -30,10 +30,6 @@ struct PointerInfo {
   uintptr_t base = 0;        // start of the allocation containing the pointer (0: unknown)
   size_t size = 0;           // size of that allocation (0: unknown)
   uint64_t buffer_id = 0;    // unique per allocation, also for a new allocation at a freed address (0: unknown)
-  // Plain device memory (cudaMalloc's: legacy IPC capable): a kernel on another GPU with peer
-  // access reaches it. Pool and VMM memory only where access was granted to that GPU, which a
-  // copy engine's copy does not need.
-  bool plain = false;
   // Whether [p, p + bytes) lies within the allocation (true when its bounds are unknown).
   // Overflow-safe: a byte count near 2^64 never wraps into range.
   bool holds(const void* p, uint64_t bytes) const {

@@ -229,7 +229,7 @@ RequestPtr Endpoint::irecv(void* buf, uint64_t capacity, int src, int tag, uint6
     Unexpected u = std::move(*it);
     unexpected_.erase(it);
     if (u.scratch) {
-      take_held(r, u);
+      take_held(*r, u);
       return r;
     }
     deliver(r, u.src, u.tag, u.bytes, u.rendezvous, u.flags, u.send_id, u.payload.data());
@@ -308,9 +308,7 @@ void Endpoint::hold(Unexpected& u, const char* payload) {
   // receive is posted, is the one a pull would have made.
   u.scratch_dev = e.handle.device;
   u.scratch = scratch_take(u.scratch_dev);
-  Mover::Hints h;
-  h.batchable = e.handle.kind == Backend::IpcKind::Legacy;  // the scratch is ours (plain)
-  u.ticket = mover_.start(u.scratch, u.scratch_dev, from, e.handle.device, u.bytes, h);
+  u.ticket = mover_.start(u.scratch, u.scratch_dev, from, e.handle.device, u.bytes);
   trace("r_held", u.src, u.send_id, 0, u.bytes);
 }
 
@@ -400,9 +398,8 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
       r->lease_buffer_ = e.handle.buffer_id;
     }
     trace("r_mapped", src, send_id, r->id_, n);
-    Mover::Hints h{receives_ahead(src, r->comm_), sends_in_flight_to(src)};
-    h.batchable = r->loc_.plain && e.handle.kind == Backend::IpcKind::Legacy;
-    r->ticket_ = mover_.start(r->rbuf_, r->loc_.device ? r->loc_.dev : kHostDevice, from, e.handle.device, n, h);
+    r->ticket_ = mover_.start(r->rbuf_, r->loc_.device ? r->loc_.dev : kHostDevice, from, e.handle.device, n,
+                              Mover::Hints{receives_ahead(src, r->comm_), sends_in_flight_to(src)});
     trace("r_started", src, send_id, r->id_, n);
     r->state_ = Request::State::Copying;
     return;
@@ -424,8 +421,7 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
   }
 }
 
-void Endpoint::take_held(const RequestPtr& rp, Unexpected& u) {
-  Request& r = *rp;
+void Endpoint::take_held(Request& r, Unexpected& u) {
   const uint64_t n = std::min(u.bytes, r.bytes_);
   r.status_.source = u.src;
   r.status_.tag = u.tag;
@@ -438,45 +434,21 @@ void Endpoint::take_held(const RequestPtr& rp, Unexpected& u) {
                                static_cast<unsigned long long>(u.bytes), u.src, u.tag,
                                static_cast<unsigned long long>(r.bytes_));
   }
-  // Nothing waits here: a window of receives taking held messages shares the batches of the
-  // progress passes (a synchronous copy per receive cost a kernel's round trip each).
-  r.held_ = u.scratch;
-  r.held_dev_ = u.scratch_dev;
-  r.held_ticket_ = u.ticket;
-  r.held_done_sent_ = u.done_sent;
-  r.held_out_started_ = false;
-  r.lease_peer_ = u.lease_peer;  // released when the copy into scratch has completed
-  r.lease_base_ = u.lease_base;
-  r.lease_buffer_ = u.lease_buffer;
-  r.state_ = Request::State::Unholding;
-  active_recvs_.push_back(rp);
-  advance_unholding(r);
-}
-
-bool Endpoint::advance_unholding(Request& r) {
-  if (!r.held_out_started_) {
-    if (!mover_.done(r.held_ticket_)) return false;
-    if (!r.held_done_sent_) {
-      return_lease(r);  // before the sender may free its buffer
-      Frame done{};
-      done.kind = FrameKind::Done;
-      done.send_id = r.peer_id_;
-      done.bytes = r.status_.message_bytes;
-      post(r.status_.source, done);
-      r.held_done_sent_ = true;
-    }
-    Mover::Hints h;
-    h.batchable = r.loc_.plain;
-    r.ticket_ = mover_.start(r.rbuf_, r.loc_.device ? r.loc_.dev : kHostDevice, r.held_, r.held_dev_, r.granted_, h);
-    r.held_out_started_ = true;
+  // Held copies are small: the receive completes here, its data in place when it returns.
+  mover_.wait(u.ticket);
+  if (!u.done_sent) {
+    if (u.lease_peer >= 0 && cache_) cache_->release(u.lease_peer, u.lease_base, u.lease_buffer);
+    Frame done{};
+    done.kind = FrameKind::Done;
+    done.send_id = u.send_id;
+    done.bytes = u.bytes;
+    post(u.src, done);
   }
-  if (!mover_.done(r.ticket_)) return false;
-  scratch_give(r.held_dev_, r.held_);
-  r.held_ = nullptr;
-  trace("r_unheld", r.status_.source, r.peer_id_, r.id_, r.granted_);
-  r.status_.bytes = r.granted_;
+  mover_.copy_now(r.rbuf_, r.loc_.device ? r.loc_.dev : kHostDevice, u.scratch, u.scratch_dev, n);
+  scratch_give(u.scratch_dev, u.scratch);
+  trace("r_unheld", u.src, u.send_id, r.id_, n);
+  r.status_.bytes = n;
   r.state_ = Request::State::Done;
-  return true;
 }
 
 bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int dst, Exported* e) {
@@ -561,11 +533,6 @@ char* Endpoint::map_exported(int peer, const Exported& e, uint64_t bytes) {
 void Endpoint::advance_recvs() {
   for (auto it = active_recvs_.begin(); it != active_recvs_.end();) {
     Request& r = **it;
-    if (r.state_ == Request::State::Unholding) {
-      if (advance_unholding(r)) it = active_recvs_.erase(it);
-      else ++it;
-      continue;
-    }
     if (r.state_ != Request::State::Copying || !mover_.done(r.ticket_)) {
       ++it;
       continue;
@@ -611,9 +578,7 @@ void Endpoint::on_cts(int src, const Frame& f, const char* payload) {
       s->lease_base_ = m.exporter_base;
       s->lease_buffer_ = m.handle.buffer_id;
     }
-    Mover::Hints h;
-    h.batchable = s->loc_.plain && m.handle.kind == Backend::IpcKind::Legacy;
-    s->ticket_ = mover_.start(to, m.handle.device, s->sbuf_, s->loc_.device ? s->loc_.dev : kHostDevice, f.bytes, h);
+    s->ticket_ = mover_.start(to, m.handle.device, s->sbuf_, s->loc_.device ? s->loc_.dev : kHostDevice, f.bytes);
     s->state_ = Request::State::Copying;
   } else {
     s->state_ = Request::State::Streaming;

@@ -130,11 +130,8 @@ class Endpoint {
   void hold(Unexpected& u, const char* payload);
   // Sends Done for held messages whose copy has completed.
   void advance_held();
-  // A receive takes a held message: out of scratch into its buffer, once the copy into scratch
-  // has completed (advance_unholding, from each progress pass).
-  void take_held(const RequestPtr& r, Unexpected& u);
-  // Moves a receive taking a held message on; true once its data is in place.
-  bool advance_unholding(Request& r);
+  // A receive takes a held message: out of scratch into its buffer, complete on return.
+  void take_held(Request& r, Unexpected& u);
   // Scratch slots of eager_max_ bytes in device memory of `dev` (slabs allocated as needed, kept).
   char* scratch_take(int dev);
   void scratch_give(int dev, char* slot);

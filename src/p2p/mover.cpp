@@ -69,7 +69,6 @@ MemLoc Mover::locate(const void* p) const {
     loc.base = info.base;
     loc.size = info.size;
     loc.buffer_id = info.buffer_id;
-    loc.plain = info.plain;
   }
   return loc;
 }
@@ -123,7 +122,7 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
   }
   GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
   int dev = src_dev != kHostDevice ? src_dev : dst_dev;
-  if (hints.batchable && batched(src_dev, dst_dev, bytes)) {
+  if (batched(src_dev, dst_dev, bytes)) {
     Batch& b = batch_[dev];
     b.ranges.push_back(Backend::CopyRange{dst, dst_dev, src, src_dev, bytes});
     b.tickets.push_back(ticket);

@@ -30,7 +30,6 @@ struct MemLoc {
   uintptr_t base = 0;     // device memory: its allocation (size 0: bounds unknown)
   size_t size = 0;
   uint64_t buffer_id = 0; // device memory: the allocation's id (0: unknown), new for a reused address
-  bool plain = false;     // PointerInfo::plain
 };
 
 // What the caller of a copy knows of the traffic around it, for its plan.
@@ -41,9 +40,6 @@ struct CopyHints {
   // The peer copies a message of this rank at the same time, the other way (this rank's own
   // sends to it in flight: a Sendrecv, a two-way window), whether or not it is listed yet.
   bool both_ways = false;
-  // False where either side is pool or VMM memory (PointerInfo::plain): a batch's kernel runs on
-  // the source GPU, which may lack access to it; such copies take the copy engines.
-  bool batchable = true;
 };
 
 class Mover {

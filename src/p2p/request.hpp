@@ -37,7 +37,6 @@ class Request {
     Streaming,  // send: Data fragments left to push; receive: fragments arriving
     Copying,    // send (push) / receive (pull): the copy between the buffers is in flight
     WaitFin,    // receive: the sender copies into our buffer
-    Unholding,  // receive of a held message: out of scratch into our buffer (held_ below)
     Done,
   };
   bool send_ = false;
@@ -61,14 +60,6 @@ class Request {
   int lease_peer_ = -1;
   uint64_t lease_base_ = 0;
   uint64_t lease_buffer_ = 0;
-  // A held message this receive took (Endpoint::take_held): its scratch slot, the copy into it
-  // (held_ticket_, which must complete before the copy out starts: they may run on different
-  // GPUs' streams), whether the sender has its Done, and whether the copy out (ticket_) started.
-  char* held_ = nullptr;
-  int held_dev_ = kHostDevice;
-  uint64_t held_ticket_ = 0;
-  bool held_done_sent_ = false;
-  bool held_out_started_ = false;
   P2pStatus status_;
 };
 

@@ -70,7 +70,6 @@ PointerInfo CudaBackend::pointer_info(const void* p) {
   out.base = a.base;
   out.size = a.size;
   out.buffer_id = a.buffer_id;
-  out.plain = out.kind == MemoryKind::Device && a.ipc_attributes_known && a.legacy_ipc && !a.managed;
   return out;
 }
 

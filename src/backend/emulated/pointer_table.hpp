@@ -32,10 +32,8 @@ struct Allocation {
   // A VmmMulti piece reports the whole range (as CUDA's range attributes give the reservation
   // of VMM memory) with its own buffer id; ipc_export names the piece itself.
   PointerInfo info() const {
-    PointerInfo i = reservation ? PointerInfo{kind, device, reservation, reservation_size, buffer_id}
-                                : PointerInfo{kind, device, base, size, buffer_id};
-    i.plain = kind == MemoryKind::Device && !vmm && !unshared && pool_offset < 0;  // as cudaMalloc's
-    return i;
+    return reservation ? PointerInfo{kind, device, reservation, reservation_size, buffer_id}
+                       : PointerInfo{kind, device, base, size, buffer_id};
   }
   bool contains(uintptr_t p, size_t bytes) const { return p >= base && p - base <= size && bytes <= size - (p - base); }
 };
