@@ -63,13 +63,6 @@ class Backend {
   // What a pointer is. Never throws for unknown pointers: returns kind Unknown (plain host memory).
   virtual PointerInfo pointer_info(const void* p) = 0;
 
-  // The calling thread's current device, and making one current for it (CUDA's; the emulated
-  // backend has none: 0, and nothing to do). A helper thread takes the device of the thread it
-  // helps: calls switch to their device and back to the current one, which on a new thread
-  // would be device 0 (a context there).
-  virtual int current_device() { return 0; }
-  virtual void set_current_device(int) {}
-
   virtual bool can_access_peer(int dev, int peer) = 0;
   // Idempotent; the first call per pair maps peer memory.
   virtual void enable_peer_access(int dev, int peer) = 0;
@@ -101,19 +94,6 @@ class Backend {
     copy_async(dst, dst_dev, src, src_dev, bytes, s);
   }
   virtual void memset_async(void* dst, int dev, int value, size_t bytes, StreamHandle s) = 0;
-  // Many copies between device memories (peers' IPC-mapped buffers included), ordered on `s`
-  // as one piece of work: CUDA runs them as one kernel launch (one enqueue for all, where a
-  // copy-engine copy costs an enqueue each: windows of small messages); the emulated backend
-  // copies them in turn. As copy_async_prechecked, the caller has checked every range;
-  // ERR_INVALID_ARGUMENT for a range with host memory (the kernel reaches device memory only).
-  struct CopyRange {
-    void* dst = nullptr;
-    int dst_dev = kHostDevice;
-    const void* src = nullptr;
-    int src_dev = kHostDevice;
-    size_t bytes = 0;
-  };
-  virtual void copy_batch_async(const CopyRange* ranges, size_t n, StreamHandle s);
 
   // Cross-process memory (the ipc layer builds on these). A handle names the whole
   // allocation containing `p`; open maps it in another process of the same node and

@@ -29,16 +29,6 @@ void* Backend::alloc_device_as(int dev, size_t bytes, DeviceAlloc how) {
   return alloc_device(dev, bytes);
 }
 
-void Backend::copy_batch_async(const CopyRange* ranges, size_t n, StreamHandle s) {
-  for (size_t i = 0; i < n; ++i)
-    GS_REQUIRE(ranges[i].dst_dev != kHostDevice && ranges[i].src_dev != kHostDevice, GPUSTRIPE_ERR_INVALID_ARGUMENT,
-               "copy_batch_async: range %zu is host memory (device-to-device copies only)", i);
-  for (size_t i = 0; i < n; ++i) {
-    const CopyRange& r = ranges[i];
-    copy_async_prechecked(r.dst, r.dst_dev, r.src, r.src_dev, r.bytes, s);
-  }
-}
-
 const char* device_alloc_name(Backend::DeviceAlloc how) {
   switch (how) {
     case Backend::DeviceAlloc::Plain: return "plain";

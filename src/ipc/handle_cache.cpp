@@ -157,7 +157,6 @@ void HandleCache::evict_overlapping_pool_imports(int peer, uint64_t peer_base, c
 
 void HandleCache::evict_peer(int peer) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.peer_evictions;
   for (auto it = entries_.begin(); it != entries_.end();) {
     auto next = std::next(it);
     if (it->first.first == peer) close_entry(it);

@@ -43,7 +43,6 @@ struct HandleCacheStats {
   uint64_t multi_opens = 0;       // of those: buffers spanning several VMM allocations (vmm-multi)
   uint64_t pieces_mapped = 0;     // the allocations those mapped
   uint64_t leases_closed = 0;     // pool imports closed when their last lease came back
-  uint64_t peer_evictions = 0;    // evict_peer calls (every mapping of a peer closed)
 };
 
 class FdExchange;

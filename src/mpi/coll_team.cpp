@@ -346,7 +346,7 @@ uint64_t CollTeam::mapping_epoch() const {
   ipc::HandleCache* cache = ep_.handle_cache();
   if (!cache) return evictions_;
   const ipc::HandleCacheStats st = cache->stats();
-  return evictions_ + st.stale_evictions + st.capacity_evictions + st.peer_evictions;
+  return evictions_ + st.stale_evictions + st.capacity_evictions;
 }
 
 coll::Choice CollTeam::choose(const CollCall& call) const {

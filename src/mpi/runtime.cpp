@@ -90,26 +90,14 @@ Runtime::Runtime() {
       local, nlocal, [this](char* name) { check_mpi(PMPI_Bcast(name, 128, MPI_CHAR, 0, node_comm_), "MPI_Bcast"); },
       [this] { check_mpi(PMPI_Barrier(node_comm_), "MPI_Barrier"); });
 
-  ep_ = std::make_unique<p2p::Endpoint>(*ch_, &ctx_->backend(), p2p::engine_copy(ctx_->engine(), ch_.get()),
-                                        p2p::engine_direct_limit(ctx_->engine()));
+  ep_ = std::make_unique<p2p::Endpoint>(*ch_, &ctx_->backend(), p2p::engine_copy(ctx_->engine(), ch_.get()));
   add_comm(MPI_COMM_WORLD, kCtxWorld);
   add_comm(MPI_COMM_SELF, kCtxSelf);
-  // Runs under the interposer's lock (IdleProgress takes it): nothing else touches the
-  // endpoint, the engine or the backend's streams meanwhile.
-  const int device = ctx_->backend().current_device();
-  idle_ = std::make_unique<IdleProgress>(
-      [ep = ep_.get()] {
-        ep->progress();
-        return ep->busy();
-      },
-      [ep = ep_.get()] { return ep->last_progress_ns(); },
-      [this, device] { ctx_->backend().set_current_device(device); });
   GS_LOG_INFO(Subsys::Mpi, "rank %d: node %d (local rank %d of %d), %s backend, MPI %sCUDA-aware", world_rank_, node,
               local, nlocal, ctx_->backend_name(), cuda_aware_ ? "" : "not ");
 }
 
 Runtime::~Runtime() {
-  idle_.reset();  // its passes use everything below
   coll_state.reset();
   try {
     ep_->flush();

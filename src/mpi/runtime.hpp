@@ -26,7 +26,6 @@
 
 #include "core/context.hpp"
 #include "ipc/channel.hpp"
-#include "mpi/idle_progress.hpp"
 #include "p2p/endpoint.hpp"
 
 namespace gpustripe::mpi {
@@ -94,7 +93,6 @@ class Runtime {
   std::map<MPI_Comm, std::shared_ptr<const CommInfo>> comms_;
   uint64_t next_ctx_ = 16;
   std::multimap<size_t, void*> staging_free_;
-  std::unique_ptr<IdleProgress> idle_;  // stopped first (~Runtime)
 };
 
 }  // namespace gpustripe::mpi

@@ -1,7 +1,6 @@
 #include "p2p/endpoint.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include "common/config.hpp"
@@ -13,17 +12,22 @@
 namespace gpustripe::p2p {
 namespace {
 const SizeSetting kEagerLimit{"GPUSTRIPE_P2P_EAGER_LIMIT", "16K",
-                              "Largest message with eager semantics: from host memory it rides in the node-local "
-                              "channel; from device memory the receiver copies it into its scratch on arrival when "
-                              "no receive is posted yet. Larger ones wait for their receive (rendezvous)"};
-// Scratch slots per slab: one allocation serves a window of early small messages.
-constexpr size_t kScratchSlots = 64;
+                              "Largest message sent eagerly through the node-local channel; larger ones use "
+                              "rendezvous (the sender copies into the receiver's mapped buffer)"};
+// A device send above this is pulled by the receiver (one GPU-to-GPU copy) instead of
+// going eagerly (two copies through host memory): on the H200s 4-16 KB took 17-21 us
+// eagerly and 12-13 us pulled (bench/results/2026-11-21-mpi-np2-w64: latency rows; and
+// with GPUSTRIPE_P2P_EAGER_LIMIT=0). 4K is also Open MPI's shared-memory eager
+// limit, so programs that run on Open MPI meet no new rendezvous (no new deadlock) here.
+const SizeSetting kDeviceEagerLimit{"GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT", "4K",
+                                    "Largest message from a device buffer sent eagerly (at most "
+                                    "GPUSTRIPE_P2P_EAGER_LIMIT); larger ones are pulled by the receiver"};
 }
 
 uint64_t eager_limit() { return kEagerLimit.get(); }
 
-Endpoint::Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy, Mover::LimitFn direct)
-    : ch_(channel), backend_(backend), mover_(backend, std::move(copy), std::move(direct)), outgoing_(channel.size()) {
+Endpoint::Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy)
+    : ch_(channel), backend_(backend), mover_(backend, std::move(copy)), outgoing_(channel.size()) {
   if (backend_) {
     fds_ = std::make_unique<ipc::FdExchange>(ch_, *backend_);
     cache_ = std::make_unique<ipc::HandleCache>(*backend_, 0, fds_.get());
@@ -31,6 +35,7 @@ Endpoint::Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy, 
   fragment_bytes_ = (ch_.max_record() - sizeof(Frame) - 64) / 64 * 64;
   // Read once: a setting's get() scans the environment, which is long under mpirun.
   eager_max_ = std::min<uint64_t>(eager_limit(), fragment_bytes_);
+  device_eager_max_ = std::min<uint64_t>(eager_max_, kDeviceEagerLimit.get());
 }
 
 Endpoint::~Endpoint() {
@@ -40,17 +45,6 @@ Endpoint::~Endpoint() {
     GS_LOG_WARN(Subsys::P2p, "rank %d: leaving with undelivered records: %s", ch_.rank(), e.what());
   }
   if (bounce_) backend_->free_pinned(bounce_);
-  if (!scratch_slabs_.empty()) {
-    // Copies into scratch may still run (held messages never received): let them land first.
-    for (Unexpected& u : unexpected_)
-      if (u.scratch) {
-        try {
-          mover_.wait(u.ticket);
-        } catch (const Error&) {
-        }
-      }
-    for (void* slab : scratch_slabs_) backend_->free_device(slab);
-  }
   try {
     trace_write(ch_.rank());
   } catch (const Error& e) {
@@ -96,7 +90,7 @@ int Endpoint::receives_ahead(int src, uint64_t comm) const {
 
 bool Endpoint::sends_in_flight_to(int peer) const {
   for (const RequestPtr& s : active_sends_)
-    if (s->peer_ == peer && s->loc_.device && s->bytes_ > eager_max_ &&
+    if (s->peer_ == peer && s->loc_.device && s->bytes_ > device_eager_max_ &&
         (s->state_ == Request::State::Posted || s->state_ == Request::State::Copying))
       return true;
   return false;
@@ -170,11 +164,8 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
   f.comm = comm;
   f.bytes = bytes;
   f.send_id = r->id_;
-  // Device buffers to another rank are pulled (exported with the announcement) at every size;
-  // eager only where they cannot be exported.
-  Exported e;
-  const bool pull = bytes > 0 && dst != ch_.rank() && r->loc_.device && try_export(buf, bytes, r->loc_, dst, &e);
-  if (!pull && bytes <= eager_max_) {
+  uint64_t eager_max = r->loc_.device && dst != ch_.rank() ? device_eager_max_ : eager_max_;
+  if (bytes <= eager_max) {
     f.kind = FrameKind::Eager;
     f.flags = synchronous ? static_cast<uint32_t>(kSync) : 0u;
     const void* payload = r->loc_.device && bytes ? from_device(buf, r->loc_.dev, bytes) : buf;
@@ -192,9 +183,9 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
     f.kind = FrameKind::Rts;
     r->state_ = Request::State::Posted;
     active_sends_.push_back(r);
-    if (pull) {
-      // The receiver copies out of our buffer; kSync: not into its scratch before it matched.
-      f.flags = kRtsExported | (synchronous ? static_cast<uint32_t>(kSync) : 0u);
+    Exported e;
+    if (dst != ch_.rank() && r->loc_.device && try_export(buf, bytes, r->loc_, dst, &e)) {
+      f.flags = kRtsExported;  // pull: the receiver copies out of our buffer
       post(dst, f, &e, sizeof e, r);
     } else {
       post(dst, f, nullptr, 0, r);
@@ -228,10 +219,6 @@ RequestPtr Endpoint::irecv(void* buf, uint64_t capacity, int src, int tag, uint6
     if (!matches(*r, it->src, it->tag, it->comm)) continue;
     Unexpected u = std::move(*it);
     unexpected_.erase(it);
-    if (u.scratch) {
-      take_held(*r, u);
-      return r;
-    }
     deliver(r, u.src, u.tag, u.bytes, u.rendezvous, u.flags, u.send_id, u.payload.data());
     return r;
   }
@@ -290,55 +277,9 @@ void Endpoint::on_message(int src, const Frame& f, const char* payload) {
     u.payload.assign(payload, payload + f.bytes);
   } else if (f.flags & kRtsExported) {
     u.payload.assign(payload, payload + sizeof(Exported));
-    if (f.bytes > 0 && f.bytes <= eager_max_ && !(f.flags & kSync)) hold(u, payload);
   }
   unexpected_.push_back(std::move(u));
 }
-
-void Endpoint::hold(Unexpected& u, const char* payload) {
-  Exported e;
-  std::memcpy(&e, payload, sizeof e);
-  char* from = map_exported(u.src, e, u.bytes);
-  if (ipc::HandleCache::leased(e.handle)) {
-    u.lease_peer = u.src;
-    u.lease_base = e.exporter_base;
-    u.lease_buffer = e.handle.buffer_id;
-  }
-  // Scratch on the sender's GPU: the copy into it stays on that GPU; the one out of it, once the
-  // receive is posted, is the one a pull would have made.
-  u.scratch_dev = e.handle.device;
-  u.scratch = scratch_take(u.scratch_dev);
-  u.ticket = mover_.start(u.scratch, u.scratch_dev, from, e.handle.device, u.bytes);
-  trace("r_held", u.src, u.send_id, 0, u.bytes);
-}
-
-void Endpoint::advance_held() {
-  for (Unexpected& u : unexpected_) {
-    if (!u.scratch || u.done_sent || !mover_.done(u.ticket)) continue;
-    if (u.lease_peer >= 0 && cache_) cache_->release(u.lease_peer, u.lease_base, u.lease_buffer);
-    u.lease_peer = -1;
-    Frame done{};
-    done.kind = FrameKind::Done;
-    done.send_id = u.send_id;
-    done.bytes = u.bytes;
-    post(u.src, done);
-    u.done_sent = true;
-  }
-}
-
-char* Endpoint::scratch_take(int dev) {
-  std::vector<char*>& free = scratch_free_[dev];
-  if (free.empty()) {
-    char* slab = static_cast<char*>(backend_->alloc_device(dev, kScratchSlots * eager_max_));
-    scratch_slabs_.push_back(slab);
-    for (size_t i = kScratchSlots; i-- > 0;) free.push_back(slab + i * eager_max_);
-  }
-  char* slot = free.back();
-  free.pop_back();
-  return slot;
-}
-
-void Endpoint::scratch_give(int dev, char* slot) { scratch_free_[dev].push_back(slot); }
 
 void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bool rendezvous, uint32_t flags,
                        uint64_t send_id, const char* payload) {
@@ -421,36 +362,6 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
   }
 }
 
-void Endpoint::take_held(Request& r, Unexpected& u) {
-  const uint64_t n = std::min(u.bytes, r.bytes_);
-  r.status_.source = u.src;
-  r.status_.tag = u.tag;
-  r.status_.message_bytes = u.bytes;
-  r.granted_ = n;
-  r.peer_id_ = u.send_id;
-  if (u.bytes > r.bytes_) {
-    r.status_.error = GPUSTRIPE_ERR_TRUNCATE;
-    r.status_.message = format("message of %llu bytes from rank %d (tag %d) truncated to the %llu-byte buffer",
-                               static_cast<unsigned long long>(u.bytes), u.src, u.tag,
-                               static_cast<unsigned long long>(r.bytes_));
-  }
-  // Held copies are small: the receive completes here, its data in place when it returns.
-  mover_.wait(u.ticket);
-  if (!u.done_sent) {
-    if (u.lease_peer >= 0 && cache_) cache_->release(u.lease_peer, u.lease_base, u.lease_buffer);
-    Frame done{};
-    done.kind = FrameKind::Done;
-    done.send_id = u.send_id;
-    done.bytes = u.bytes;
-    post(u.src, done);
-  }
-  mover_.copy_now(r.rbuf_, r.loc_.device ? r.loc_.dev : kHostDevice, u.scratch, u.scratch_dev, n);
-  scratch_give(u.scratch_dev, u.scratch);
-  trace("r_unheld", u.src, u.send_id, r.id_, n);
-  r.status_.bytes = n;
-  r.state_ = Request::State::Done;
-}
-
 bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int dst, Exported* e) {
   if (!backend_) return false;
   const uintptr_t u = reinterpret_cast<uintptr_t>(p);
@@ -513,21 +424,7 @@ char* Endpoint::map_exported(int peer, const Exported& e, uint64_t bytes) {
   GS_REQUIRE(e.offset + bytes <= e.handle.size, GPUSTRIPE_ERR_INTERNAL,
              "rank %d's buffer [%llu, +%llu) exceeds its allocation of %zu bytes", peer,
              static_cast<unsigned long long>(e.offset), static_cast<unsigned long long>(bytes), e.handle.size);
-  try {
-    return static_cast<char*>(cache_->map(peer, e.exporter_base, e.handle)) + e.offset;
-  } catch (const Error& err) {
-    // The driver refuses a second mapping of memory this process has mapped already: with the
-    // legacy IPC API that happens when the peer freed a buffer we still have mapped (the cache
-    // keeps mappings) and a new buffer of its reuses that memory (small cudaMalloc buffers
-    // share the driver's larger blocks). Close the peer's mappings, once no copy reads through
-    // them, and map again, once (the collectives' team and Open MPI's CUDA IPC cache do the same).
-    if (err.status() != GPUSTRIPE_ERR_CUDA || std::strstr(err.what(), "AlreadyMapped") == nullptr) throw;
-    GS_LOG_INFO(Subsys::P2p, "rank %d: rank %d's buffer is mapped here already (%s): closing the cached mappings "
-                "of its buffers and mapping again", ch_.rank(), peer, err.what());
-    mover_.drain();
-    cache_->evict_peer(peer);
-    return static_cast<char*>(cache_->map(peer, e.exporter_base, e.handle)) + e.offset;
-  }
+  return static_cast<char*>(cache_->map(peer, e.exporter_base, e.handle)) + e.offset;
 }
 
 void Endpoint::advance_recvs() {
@@ -622,10 +519,6 @@ void Endpoint::advance_sends() {
 // ---------------------------------------------------------------- progress
 
 void Endpoint::progress_locked() {
-  last_progress_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now().time_since_epoch())
-                              .count(),
-                          std::memory_order_relaxed);
   mover_.new_pass();
   if (fds_) fds_->serve();  // peers asking for descriptors of our buffers (one load when none)
   for (int p = 0; p < ch_.size(); ++p) {
@@ -639,11 +532,8 @@ void Endpoint::progress_locked() {
       ch_.consume(p);
     }
   }
-  // The copies the records read in this pass started, in one batch, before any is polled.
-  mover_.launch_batch();
   advance_sends();
   advance_recvs();
-  advance_held();
   for (int p = 0; p < ch_.size(); ++p)
     if (p != ch_.rank()) flush_outgoing(p);
 }
@@ -651,16 +541,6 @@ void Endpoint::progress_locked() {
 void Endpoint::progress() {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   progress_locked();
-}
-
-bool Endpoint::busy() const {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  if (!active_sends_.empty() || !active_recvs_.empty()) return true;
-  for (const auto& q : outgoing_)
-    if (!q.empty()) return true;
-  for (const Unexpected& u : unexpected_)
-    if (u.scratch && !u.done_sent) return true;
-  return false;
 }
 
 bool Endpoint::test(const RequestPtr& r) {
@@ -674,8 +554,7 @@ bool Endpoint::done_now(const RequestPtr& r) {
   GS_REQUIRE(r, GPUSTRIPE_ERR_INVALID_ARGUMENT, "test of a NULL request");
   std::lock_guard<std::recursive_mutex> lock(mu_);
   if (!r->done()) return false;
-  // Rendezvous and pulled messages (device buffers: every size) have their return stamped.
-  if (trace_on() && !r->traced_ && (r->bytes_ > fragment_bytes_ || r->loc_.device)) {
+  if (trace_on() && !r->traced_ && r->bytes_ > fragment_bytes_) {
     r->traced_ = true;
     if (r->is_send()) trace("s_ret", ch_.rank(), r->id_, 0, r->status_.bytes);
     else trace("r_ret", r->status_.source, r->peer_id_, r->id_, r->status_.bytes);

@@ -6,27 +6,19 @@
 // channel's rings are FIFO and unexpected messages queue in arrival order); a
 // receive is matched against unexpected messages first, in arrival order.
 //
-// Host send buffers below GPUSTRIPE_P2P_EAGER_LIMIT go eagerly: the data rides in the
-// channel and the send completes once it is buffered. Device send buffers are pulled at
-// every size (frame.hpp): the buffer is exported with the announcement and the receiver
-// copies out of it (small copies batched into one kernel per progress pass, large ones the
-// engine's multi-path copy), so the data moves without the sender's progress and never
-// through host memory. A small one (up to the eager limit) that arrives before its receive
-// is posted is copied at once into receiver-owned device scratch and answered Done, so it
-// keeps eager semantics (MPI_Send returns without the receive posted) as long as the
-// receiver progresses (the MPI layer's idle-progress thread progresses for a receiver that
-// computes or blocks in the MPI). Device buffers that cannot be exported go eagerly through
-// host memory when small, else as fragments. Other rendezvous: a host send buffer goes into
-// an exported device receive buffer (push) or as fragments through the channel (stream). A
-// message longer than the receive buffer delivers what fits and completes the receive with
-// GPUSTRIPE_ERR_TRUNCATE.
+// Eager below GPUSTRIPE_P2P_EAGER_LIMIT: the data rides in the channel (device
+// sources are copied out first) and the send completes once it is buffered.
+// Rendezvous above it (frame.hpp): a device send buffer is exported with the
+// announcement and the matched receiver copies out of it (pull: the engine's
+// multi-path copy when there is one), so the data moves without the sender's
+// progress; a host send buffer goes into an exported device receive buffer (push)
+// or as fragments through the channel (stream). A message longer than the receive
+// buffer delivers what fits and completes the receive with GPUSTRIPE_ERR_TRUNCATE.
 //
-// Progress happens inside the calls (test, wait, probe, progress) and in whoever calls
-// progress() (the MPI layer's idle-progress thread).
+// Progress happens inside the calls (test, wait, probe, progress): no thread.
 // Thread-safe (one mutex). A dead peer fails the waits that need it with
 // ERR_PEER_FAILED; a silent one with ERR_TIMEOUT after GPUSTRIPE_TIMEOUT.
 #pragma once
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <list>
@@ -55,8 +47,7 @@ class Endpoint {
  public:
   // `backend` null: host memory only (no device buffers, no mapped rendezvous).
   // `copy` empty: backend copies (single path); the MPI layer passes the engine's.
-  // `direct`: as Mover's (which copies it batches).
-  Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy = {}, Mover::LimitFn direct = {});
+  Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy = {});
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -89,11 +80,6 @@ class Endpoint {
 
   // Moves messages: reads every ring, pushes queued records, finishes copies.
   void progress();
-  // steady_clock nanoseconds of the latest progress pass (any thread's).
-  int64_t last_progress_ns() const { return last_progress_ns_.load(std::memory_order_relaxed); }
-  // Whether anything is in flight that needs progress: sends and receives under way, records
-  // queued, held messages not answered yet.
-  bool busy() const;
   // Before the channel goes away: pushes what is buffered for live peers (bounded).
   void flush();
 
@@ -117,24 +103,7 @@ class Endpoint {
     uint32_t flags;
     uint64_t send_id;
     std::vector<char> payload;  // eager data, or the Exported send buffer of a pull
-    // A small pull copied into scratch on arrival (held): the data is ours, the sender has its Done
-    // once the copy completes.
-    char* scratch = nullptr;
-    int scratch_dev = kHostDevice;
-    uint64_t ticket = 0;     // the copy into scratch
-    bool done_sent = false;  // the sender has its Done
-    int lease_peer = -1;     // a pool import the copy maps through (returned once it completes)
-    uint64_t lease_base = 0, lease_buffer = 0;
   };
-  // A small pull arriving unmatched: copies it into scratch (held).
-  void hold(Unexpected& u, const char* payload);
-  // Sends Done for held messages whose copy has completed.
-  void advance_held();
-  // A receive takes a held message: out of scratch into its buffer, complete on return.
-  void take_held(Request& r, Unexpected& u);
-  // Scratch slots of eager_max_ bytes in device memory of `dev` (slabs allocated as needed, kept).
-  char* scratch_take(int dev);
-  void scratch_give(int dev, char* slot);
 
   void progress_locked();
   // Writes a record to the ring to `dst`, or queues it when the ring is full; `owner`
@@ -195,10 +164,8 @@ class Endpoint {
   std::vector<std::deque<Queued>> outgoing_;  // per peer: records the ring had no room for
   size_t fragment_bytes_;
   uint64_t eager_max_ = 0;         // GPUSTRIPE_P2P_EAGER_LIMIT, at most a fragment
-  std::map<int, std::vector<char*>> scratch_free_;  // per device: free slots
-  std::vector<void*> scratch_slabs_;
+  uint64_t device_eager_max_ = 0;  // the same for device buffers (GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT)
   std::map<std::pair<uintptr_t, uint64_t>, Exported> exports_;  // (base, buffer_id) -> handle, offset 0
-  std::atomic<int64_t> last_progress_ns_{0};
   char* bounce_ = nullptr;
   size_t bounce_bytes_ = 0;
 };

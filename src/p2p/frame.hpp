@@ -1,14 +1,11 @@
 // The records p2p ranks exchange over the node-local channel (ipc/channel.hpp).
 //
-//   eager       Eager{tag, comm, bytes, payload}            small host messages, data inline
-//   rendezvous  three ways:
-//     pull      Rts{exported send buffer} (every device send buffer) -> the receiver, once
-//               matched, maps the sender's device buffer and copies out of it (batched when
-//               small, multi-path when large), then sends Done. A small one arriving
-//               unmatched is copied into the receiver's scratch at once and answered Done
-//               (eager semantics; not with kSync). The sender needs no progress of its own
-//               for the data to move, so a sender blocked in some other MPI call cannot
-//               stall the receiver.
+//   eager       Eager{tag, comm, bytes, payload}            small messages, data inline
+//   rendezvous  large messages, three ways:
+//     pull      Rts{exported send buffer} -> the receiver, once matched, maps the
+//               sender's device buffer and copies out of it (multi-path), then sends
+//               Done. The sender needs no progress of its own for the data to move, so
+//               a sender blocked in some other MPI call cannot stall the receiver.
 //     push      Rts -> Cts{exported receive buffer}: the sender's buffer is host memory
 //               (not exportable) and the receiver's is device memory; the sender copies
 //               into it and sends Fin.
@@ -24,7 +21,7 @@ namespace gpustripe::p2p {
 enum class FrameKind : uint32_t { Eager = 1, Rts = 2, Cts = 3, Data = 4, Fin = 5, SyncAck = 6, Done = 7 };
 
 enum FrameFlags : uint32_t {
-  kSync = 1u,        // Eager: the sender waits for SyncAck (synchronous send); Rts: never held in scratch
+  kSync = 1u,        // Eager: the sender waits for SyncAck (synchronous send)
   kCtsMapped = 2u,   // Cts: payload is an Exported receive buffer (push)
   kCtsStream = 4u,   // Cts: send Data fragments
   kRtsExported = 8u, // Rts: payload is the Exported send buffer (pull)

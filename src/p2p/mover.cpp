@@ -25,29 +25,18 @@ const IntSetting kStreams{"GPUSTRIPE_P2P_STREAMS", "2",
                           "message's copy does not wait behind the previous message's (windows of messages)"};
 }  // namespace
 
-Mover::Mover(Backend* backend, CopyFn copy, LimitFn direct)
-    : backend_(backend), copy_(std::move(copy)), direct_(std::move(direct)) {
-  if (backend_ && !copy_) {
+Mover::Mover(Backend* backend, CopyFn copy) : backend_(backend), copy_(std::move(copy)) {
+  if (backend_ && !copy_)
     copy_ = [b = backend_](void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s, const Hints&) {
       b->copy_async(dst, dd, src, sd, n, s);
       return std::function<void()>();
     };
-    if (!direct_) direct_ = [](int, int) { return UINT64_MAX; };
-  }
 }
 
 Mover::~Mover() {
   if (!backend_) return;
-  try {
-    launch_batch();
-  } catch (...) {
-  }
   // Copies still in flight write into peers' buffers: let them land first.
   while (!pending_.empty()) {
-    if (!pending_.begin()->second.event) {  // a batch that never launched: nothing to wait for
-      pending_.erase(pending_.begin());
-      continue;
-    }
     try {
       backend_->synchronize_event(pending_.begin()->second.event);
     } catch (...) {
@@ -94,25 +83,6 @@ StreamHandle Mover::stream_for(int dev) {
   return s;
 }
 
-EventHandle Mover::take_event(int dev) {
-  for (auto it = free_events_.begin(); it != free_events_.end(); ++it)
-    if (event_dev_[*it] == dev) {
-      EventHandle e = *it;
-      free_events_.erase(it);
-      return e;
-    }
-  EventHandle e = backend_->create_event(dev, false);
-  event_dev_[e] = dev;
-  return e;
-}
-
-bool Mover::batched(int src_dev, int dst_dev, size_t bytes) {
-  if (!direct_ || src_dev == kHostDevice || dst_dev == kHostDevice) return false;
-  auto it = limits_.find({src_dev, dst_dev});
-  if (it == limits_.end()) it = limits_.emplace(std::make_pair(src_dev, dst_dev), direct_(src_dev, dst_dev)).first;
-  return bytes <= it->second;
-}
-
 uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, const Hints& hints) {
   uint64_t ticket = next_ticket_++;
   if (bytes == 0) return ticket;
@@ -122,60 +92,31 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
   }
   GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
   int dev = src_dev != kHostDevice ? src_dev : dst_dev;
-  if (batched(src_dev, dst_dev, bytes)) {
-    Batch& b = batch_[dev];
-    b.ranges.push_back(Backend::CopyRange{dst, dst_dev, src, src_dev, bytes});
-    b.tickets.push_back(ticket);
-    pending_[ticket] = Pending{nullptr, {}, nullptr};  // event and stream come with the launch
-    return ticket;
-  }
   StreamHandle s = stream_for(dev);
   std::function<void()> after = copy_(dst, dst_dev, src, src_dev, bytes, s, hints);
   trace("c_enq", -1, 0, 0, bytes);
-  EventHandle e = take_event(dev);
+  EventHandle e = nullptr;
+  for (auto it = free_events_.begin(); it != free_events_.end(); ++it)
+    if (event_dev_[*it] == dev) {
+      e = *it;
+      free_events_.erase(it);
+      break;
+    }
+  if (!e) {
+    e = backend_->create_event(dev, false);
+    event_dev_[e] = dev;
+  }
   backend_->record_event(e, s);
-  event_users_[e] = 1;
   pending_[ticket] = Pending{e, std::move(after), s};
   order_[s].tickets.push_back(ticket);
   return ticket;
-}
-
-void Mover::launch_batch() {
-  for (auto& kv : batch_) {
-    Batch& b = kv.second;
-    if (b.tickets.empty()) continue;
-    const int dev = kv.first;
-    StreamHandle s = stream_for(dev);
-    // On failure the batch stays gathered: its tickets never read as done, and the next
-    // launch (or poll) reports the error again.
-    backend_->copy_batch_async(b.ranges.data(), b.ranges.size(), s);
-    uint64_t total = 0;
-    for (const Backend::CopyRange& r : b.ranges) total += r.bytes;
-    trace("c_batch", -1, b.ranges.size(), 0, total);
-    EventHandle e = take_event(dev);
-    backend_->record_event(e, s);
-    event_users_[e] = static_cast<int>(b.tickets.size());
-    Order& o = order_[s];
-    for (uint64_t t : b.tickets) {
-      Pending& p = pending_[t];
-      p.event = e;
-      p.stream = s;
-      o.tickets.push_back(t);
-    }
-    b.ranges.clear();
-    b.tickets.clear();
-  }
 }
 
 void Mover::finish(std::map<uint64_t, Pending>::iterator it) {
   Order& o = order_[it->second.stream];
   auto pos = std::find(o.tickets.begin(), o.tickets.end(), it->first);
   if (pos != o.tickets.end()) o.tickets.erase(pos);
-  auto users = event_users_.find(it->second.event);
-  if (users == event_users_.end() || --users->second <= 0) {
-    if (users != event_users_.end()) event_users_.erase(users);
-    free_events_.push_back(it->second.event);
-  }
+  free_events_.push_back(it->second.event);
   std::function<void()> after = std::move(it->second.after);
   pending_.erase(it);
   if (after) after();
@@ -195,10 +136,6 @@ void Mover::finish_through(StreamHandle stream, uint64_t ticket) {
 bool Mover::done(uint64_t ticket) {
   auto it = pending_.find(ticket);
   if (it == pending_.end()) return true;
-  if (!it->second.event) {  // gathered, not launched yet
-    launch_batch();
-    it = pending_.find(ticket);
-  }
   const StreamHandle s = it->second.stream;
   Order& o = order_[s];
   while (!o.tickets.empty() && o.busy_pass != pass_) {
@@ -232,25 +169,13 @@ void Mover::copy_now_prechecked(void* dst, int dst_dev, const void* src, int src
   backend_->synchronize_stream(s);
 }
 
-void Mover::wait(uint64_t t) {
+void Mover::copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
+  uint64_t t = start(dst, dst_dev, src, src_dev, bytes);
   auto it = pending_.find(t);
   if (it == pending_.end()) return;
-  if (!it->second.event) {
-    launch_batch();
-    it = pending_.find(t);
-  }
   const StreamHandle s = it->second.stream;
   backend_->synchronize_event(it->second.event);
   finish_through(s, t);
-}
-
-void Mover::drain() {
-  launch_batch();
-  while (!pending_.empty()) wait(pending_.begin()->first);
-}
-
-void Mover::copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
-  wait(start(dst, dst_dev, src, src_dev, bytes));
 }
 
 namespace {
@@ -364,14 +289,6 @@ uint64_t direct_limit(Engine& engine, int src, int dst) {
   return lo;
 }
 }  // namespace
-
-Mover::LimitFn engine_direct_limit(Engine& engine) {
-  return [&engine](int src, int dst) -> uint64_t {
-    // engine_copy's regimes: without a planner, or within one GPU, every copy is one copy.
-    if (!engine.planner() || src == dst) return UINT64_MAX;
-    return direct_limit(engine, src, dst);
-  };
-}
 
 Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   // Concurrent plans by the loads they were made for: planning costs tens of

@@ -1,9 +1,8 @@
 // The copies of the p2p layer: started asynchronously, polled for completion, so
 // one rank can have many rendezvous transfers in flight (bandwidth windows, both
-// directions at once) without a thread of their own. Device copies run on streams of the
-// source GPU: small ones gathered into one batch per progress pass (one kernel), larger ones
-// through `copy` (the engine's multi-path copy_async when the p2p layer has an engine, else
-// the backend's single-path copy); host-to-host copies are memcpy.
+// directions at once) without a thread. Device copies run on one stream per device
+// through `copy` (the engine's multi-path copy_async when the p2p layer has an
+// engine, else the backend's single-path copy); host-to-host copies are memcpy.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -48,12 +47,8 @@ class Mover {
   // Enqueues the copy on `stream`; returns what to run once it has completed (may be empty).
   using CopyFn = std::function<std::function<void()>(void* dst, int dst_dev, const void* src, int src_dev,
                                                      size_t bytes, StreamHandle stream, const Hints& hints)>;
-  // The largest copy from GPU `src` to GPU `dst` that `copy` runs as one direct copy (0: none).
-  using LimitFn = std::function<uint64_t(int src, int dst)>;
-  // `backend` null: host memory only. `copy` empty: backend->copy_async. `direct`: where
-  // device-to-device copies are batched (below); empty: every one when `copy` is empty (the
-  // backend's copy is one direct copy at every size), else none.
-  explicit Mover(Backend* backend, CopyFn copy = {}, LimitFn direct = {});
+  // `backend` null: host memory only. `copy` empty: backend->copy_async.
+  explicit Mover(Backend* backend, CopyFn copy = {});
   ~Mover();
   Mover(const Mover&) = delete;
   Mover& operator=(const Mover&) = delete;
@@ -68,13 +63,7 @@ class Mover {
   // and host-to-host copies complete before start() returns. `hints`: as CopyFn's.
   // Device copies: the caller has checked both ranges (check_within, the mapping cache's
   // bounds); the copies of small messages skip the pointer queries.
-  // A device-to-device copy the copy function would run as one direct copy (up to the
-  // LimitFn's bound) is gathered instead: the gathered copies go in one batch
-  // (Backend::copy_batch_async, one kernel launch, one event) at launch_batch(), or when one of
-  // their tickets is polled. Larger copies keep the copy function (multi-path).
   uint64_t start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, const Hints& hints = {});
-  // Enqueues the gathered copies (the endpoint calls it at the end of every progress pass).
-  void launch_batch();
   // Whether the copy has completed. The copies of one stream complete in the order they were
   // started, so each stream's are asked in that order and, within one poll pass (new_pass),
   // a stream whose oldest copy was seen running is not asked again: an event query costs
@@ -83,10 +72,6 @@ class Mover {
   bool done(uint64_t ticket);
   // Starts a new poll pass (the endpoint's progress calls it once per pass).
   void new_pass() { ++pass_; }
-  // Until the copy of `ticket` has completed (launching its batch if gathered).
-  void wait(uint64_t ticket);
-  // Until every copy started so far has completed (before mappings they read are closed).
-  void drain();
   // A copy that has finished when it returns.
   void copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes);
   // The same between host and device memory whose ranges the caller has checked
@@ -99,15 +84,6 @@ class Mover {
 
   Backend* backend_;
   CopyFn copy_;
-  LimitFn direct_;
-  // Per source GPU (the stream's device, as start() picks it): the copies gathered in this
-  // pass and their tickets, in start order.
-  struct Batch {
-    std::vector<Backend::CopyRange> ranges;
-    std::vector<uint64_t> tickets;
-  };
-  std::map<int, Batch> batch_;
-  std::map<std::pair<int, int>, uint64_t> limits_;  // direct_ per GPU pair, asked once
   struct Streams {
     std::vector<StreamHandle> all;  // GPUSTRIPE_P2P_STREAMS of them, taken in turn
     size_t next = 0;
@@ -130,9 +106,6 @@ class Mover {
   void finish(std::map<uint64_t, Pending>::iterator it);
   std::vector<EventHandle> free_events_;
   std::map<EventHandle, int> event_dev_;
-  std::map<EventHandle, int> event_users_;  // the tickets an event stands for (a batch: all of its copies)
-  EventHandle take_event(int dev);
-  bool batched(int src_dev, int dst_dev, size_t bytes);
   uint64_t next_ticket_ = 1;
 };
 
@@ -142,8 +115,5 @@ class Mover {
 // a copy is listed on the node's board while it runs, and planned together with the
 // other ranks' copies in flight (Planner::plan_concurrent), which share the links.
 Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board = nullptr);
-// engine_copy's bound of one direct copy per GPU pair (its "lean" regime: the size up to which
-// the engine's lone plan is the direct path alone), for Mover's batches.
-Mover::LimitFn engine_direct_limit(Engine& engine);
 
 }  // namespace gpustripe::p2p

@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -118,45 +117,6 @@ TEST_F(Cuda, PeerCopiesBetweenEveryPairAreByteExact) {
       }
     }
   }
-}
-
-// The batch-copy kernel: more ranges than one launch takes (70), odd sizes and offsets (byte,
-// word and vector paths), a MB-sized range among them, to a peer GPU and within one; nothing
-// outside the ranges is written.
-TEST_F(Cuda, CopyBatchKernelLandsEveryRangeByteExact) {
-  const int peer = n > 1 ? 1 : 0;
-  if (peer != 0 && be->can_access_peer(0, peer)) be->enable_peer_access(0, peer);
-  std::vector<size_t> sizes;
-  for (int k = 0; k < 70; ++k) sizes.push_back(k == 5 ? (size_t(4) << 20) + 3 : size_t(1) + 977 * k);
-  size_t total = 0;
-  for (size_t b : sizes) total += b + 64;
-  char* src = static_cast<char*>(be->alloc_device(0, total));
-  char* dst = static_cast<char*>(be->alloc_device(peer, total));
-  char* local = static_cast<char*>(be->alloc_device(0, total));
-  StreamHandle s = be->create_stream(0);
-  auto data = random_bytes(total, 21);
-  std::vector<unsigned char> poison(total, 0xEE);
-  write(src, 0, data, s);
-  write(dst, peer, poison, s);
-  write(local, 0, poison, s);
-  std::vector<Backend::CopyRange> ranges;
-  std::vector<unsigned char> want_peer = poison, want_local = poison;
-  size_t at = 0;
-  for (size_t k = 0; k < sizes.size(); ++k) {
-    const size_t so = at + (k % 2 ? 16 : k % 5), d = k % 4 == 3 ? 0 : (k % 3 ? 16 : 1);
-    const bool to_peer = k % 2 == 0;
-    ranges.push_back(Backend::CopyRange{(to_peer ? dst : local) + so + d, to_peer ? peer : 0, src + so, 0, sizes[k]});
-    std::vector<unsigned char>& want = to_peer ? want_peer : want_local;
-    std::copy(data.begin() + so, data.begin() + so + sizes[k], want.begin() + so + d);
-    at += sizes[k] + 64;
-  }
-  be->copy_batch_async(ranges.data(), ranges.size(), s);
-  EXPECT_EQ(read(dst, peer, total, s), want_peer);
-  EXPECT_EQ(read(local, 0, total, s), want_local);
-  be->destroy_stream(s);
-  be->free_device(src);
-  be->free_device(dst);
-  be->free_device(local);
 }
 
 TEST_F(Cuda, EventChainAcrossStreamsAndDevicesIsByteExact) {

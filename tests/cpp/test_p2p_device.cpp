@@ -19,7 +19,6 @@
 #include "common/text_file.hpp"
 #include "engine/engine.hpp"
 #include "engine_test_util.hpp"
-#include "forwarding_backend.hpp"
 #include "model/planner.hpp"
 #include "recording_graph_backend.hpp"
 #include "p2p/endpoint.hpp"
@@ -462,9 +461,7 @@ class SplitFromPlanner : public engine_test::FixedPlanner {
 TEST(P2pDevice, MessagesTheModelKeepsDirectTakeOnePlainCopy) {
   char dir[] = "/tmp/gs-p2p-lean-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
-  // Above the eager limit: a smaller message arriving before its receive is posted is copied into
-  // the receiver's scratch (held), not pulled by a matched receive.
-  const std::vector<size_t> lean = {(32u << 10) + 1, 64u << 10, (1u << 20) + 3};
+  const std::vector<size_t> lean = {4097, 64u << 10, (1u << 20) + 3};
   const std::vector<size_t> split = {(2u << 20) + 5, 3u << 20};
   {
     ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
@@ -744,85 +741,7 @@ class QueryCountingBackend : public ForwardingBackend {
   }
   int queries = 0;
 };
-
-// Counts batches and single copies.
-class BatchCountingBackend : public ForwardingBackend {
- public:
-  using ForwardingBackend::ForwardingBackend;
-  const char* name() const override { return "batch-counting"; }
-  void copy_async(void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) override {
-    ++copies;
-    ForwardingBackend::copy_async(dst, dd, src, sd, n, s);
-  }
-  void copy_batch_async(const CopyRange* ranges, size_t n, StreamHandle s) override {
-    ++batches;
-    batched_ranges += static_cast<int>(n);
-    for (size_t i = 0; i < n; ++i) ForwardingBackend::copy_async(ranges[i].dst, ranges[i].dst_dev, ranges[i].src,
-                                                                  ranges[i].src_dev, ranges[i].bytes, s);
-  }
-  int copies = 0, batches = 0, batched_ranges = 0;
-};
 }  // namespace
-
-// Copies up to the direct limit started in one pass go in one batch (one launch, one event),
-// when the pass ends or when one of them is polled; larger ones take the copy function; copies
-// to host memory are never batched. Every copy lands where it should.
-TEST(P2pDevice, MoverBatchesTheCopiesOfOnePassUpToTheDirectLimit) {
-  ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "50");
-  Topology topo = load_topology_file("h200x4");
-  auto* counting = new BatchCountingBackend(make_emulated_backend(topo));
-  std::unique_ptr<Backend> be(counting);
-  constexpr size_t kLimit = 8192, kSmall = 3000, kLarge = 20000;
-  constexpr int kSmallCopies = 6;
-  const size_t total = kSmallCopies * kSmall + kLarge;
-  char* src = static_cast<char*>(be->alloc_device(0, total));
-  char* dst = static_cast<char*>(be->alloc_device(1, total));
-  std::vector<unsigned char> host(kSmall);
-  to_device(*be, src, 0, seeded_bytes(91, total));
-  {
-    int copy_fn_calls = 0;
-    Mover::CopyFn copy = [&](void* d, int dd, const void* s, int sd, size_t n, StreamHandle st, const Mover::Hints&) {
-      ++copy_fn_calls;
-      be->copy_async(d, dd, s, sd, n, st);
-      return std::function<void()>();
-    };
-    std::vector<std::pair<int, int>> asked;
-    Mover mover(be.get(), copy, [&](int a, int b) {
-      asked.emplace_back(a, b);
-      return uint64_t{kLimit};
-    });
-    const int copies_before = counting->copies;
-    std::vector<uint64_t> tickets;
-    for (int k = 0; k < kSmallCopies; ++k)
-      tickets.push_back(mover.start(dst + k * kSmall, 1, src + k * kSmall, 0, kSmall));
-    EXPECT_EQ(counting->batches, 0);  // gathered, nothing enqueued yet
-    EXPECT_EQ(counting->copies, copies_before);
-    const uint64_t large = mover.start(dst + kSmallCopies * kSmall, 1, src + kSmallCopies * kSmall, 0, kLarge);
-    EXPECT_EQ(copy_fn_calls, 1);
-    const uint64_t to_host = mover.start(host.data(), kHostDevice, src, 0, kSmall);
-    EXPECT_EQ(copy_fn_calls, 2);
-    mover.launch_batch();
-    EXPECT_EQ(counting->batches, 1);
-    EXPECT_EQ(counting->batched_ranges, kSmallCopies);
-    EXPECT_EQ(asked.size(), 1u);  // the limit is asked once per GPU pair
-    // A copy polled before the pass ends launches its batch.
-    const uint64_t late = mover.start(dst, 1, src, 0, kSmall);
-    EXPECT_EQ(counting->batches, 1);
-    tickets.push_back(large);
-    tickets.push_back(to_host);
-    tickets.push_back(late);
-    for (uint64_t t : tickets)
-      while (!mover.done(t)) mover.new_pass();
-    EXPECT_EQ(counting->batches, 2);
-    EXPECT_EQ(counting->batched_ranges, kSmallCopies + 1);
-  }
-  EXPECT_EQ(from_device(*be, dst, 1, total), seeded_bytes(91, total));
-  std::vector<unsigned char> want = seeded_bytes(91, total);
-  want.resize(kSmall);
-  EXPECT_EQ(host, want);
-  be->free_device(src);
-  be->free_device(dst);
-}
 
 // A window of copies in flight is polled in stream order: within one pass, a stream whose oldest
 // copy is still running is not asked again, so a pass costs at most one query per stream plus one

@@ -1,8 +1,6 @@
 /* A rank killed in the middle of a transfer: rank 1 announces a large message from
  * host memory to rank 0's device buffer (the protocol where the sender copies, after
- * the receiver's reply) and dies (SIGKILL) before its data moves: at once, since its
- * idle-progress thread would answer the receiver's reply and copy while it lingered; rank
- * 0 posts its receive later, so the reply goes to a dead rank. Ranks >= 2 wait on
+ * the receiver's reply) and dies (SIGKILL) before its data moves; ranks >= 2 wait on
  * any source. Run under `mpirun --enable-recovery` (the job outlives the dead rank)
  * with MPI_ERRORS_RETURN: every survivor's receive must return an error that names
  * the dead peer (MPI_Error_string: GPUSTRIPE_ERR_PEER_FAILED), well within
@@ -28,9 +26,9 @@ int main(int argc, char** argv) {
     MPI_Isend(b.h, (int)n, MPI_BYTE, 0, 0, MPI_COMM_WORLD, &r);
     int flag;
     MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+    usleep(100000);
     raise(SIGKILL);
   }
-  if (rank == 0) usleep(300000); /* the announcement is in; its sender is gone */
   double t0 = now();
   int rc = rank == 0 ? MPI_Recv(b.p, (int)n, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE)
                      : MPI_Recv(b.p, (int)n, MPI_BYTE, MPI_ANY_SOURCE, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);

@@ -1,7 +1,6 @@
 // Streams, events, peer access and copies of the CUDA backend
 // (memory and IPC: cuda_memory.cpp; graphs: cuda_graphs.cpp).
 #include "backend/cuda/cuda_backend.hpp"
-#include "backend/cuda/copy_batch.hpp"
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/pointer_check.hpp"
@@ -49,17 +48,6 @@ int CudaBackend::stream_device(StreamHandle s, const char* call) const {
   cudaError_t err = cudaStreamGetDevice(cu_stream(s), &dev);
   if (err != cudaSuccess) throw_cuda_error(err, call, -1);
   return dev;
-}
-
-int CudaBackend::current_device() {
-  int dev = 0;
-  GS_CUDA(cudaGetDevice(&dev), -1);
-  return dev;
-}
-
-void CudaBackend::set_current_device(int dev) {
-  check_device("set_current_device", "dev", dev);
-  GS_CUDA(cudaSetDevice(dev), dev);
 }
 
 bool CudaBackend::can_access_peer(int dev, int peer) {
@@ -201,27 +189,6 @@ void CudaBackend::enqueue_copy(void* dst, int dst_dev, const void* src, int src_
     cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cu_stream(s));
     if (err != cudaSuccess) throw_cuda_error(err, format("cudaMemcpyAsync(%zu bytes)", bytes).c_str(), dev);
   }
-}
-
-void CudaBackend::copy_batch_async(const CopyRange* ranges, size_t n, StreamHandle s) {
-  if (n == 0) return;
-  const int dev = stream_device(s, "copy_batch_async");
-  for (size_t i = 0; i < n; ++i) {
-    const CopyRange& r = ranges[i];
-    GS_REQUIRE(r.dst_dev != kHostDevice && r.src_dev != kHostDevice, GPUSTRIPE_ERR_INVALID_ARGUMENT,
-               "copy_batch_async: range %zu is host memory (device-to-device copies only)", i);
-    check_device("copy_batch_async", "dst_dev", r.dst_dev);
-    check_device("copy_batch_async", "src_dev", r.src_dev);
-    if (r.bytes == 0) continue;
-    check_pointer_not_null("copy_batch_async", "dst", r.dst, r.bytes);
-    check_pointer_not_null("copy_batch_async", "src", r.src, r.bytes);
-    // The kernel runs on the stream's GPU and reaches the other ends through peer access
-    // (IPC mappings of peers' buffers included). Idempotent, a set lookup once enabled.
-    if (r.dst_dev != dev) enable_peer_access(dev, r.dst_dev);
-    if (r.src_dev != dev) enable_peer_access(dev, r.src_dev);
-  }
-  DeviceGuard guard(dev);
-  launch_copy_batch(ranges, n, dev, cu_stream(s));
 }
 
 void CudaBackend::memset_async(void* dst, int dev, int value, size_t bytes, StreamHandle s) {

@@ -39,8 +39,6 @@ class CudaBackend final : public Backend {
   void free_pinned(void* p) override;
   PointerInfo pointer_info(const void* p) override;
 
-  int current_device() override;
-  void set_current_device(int dev) override;
   bool can_access_peer(int dev, int peer) override;
   void enable_peer_access(int dev, int peer) override;
 
@@ -59,7 +57,6 @@ class CudaBackend final : public Backend {
   void copy_async_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
                              StreamHandle s) override;
   void memset_async(void* dst, int dev, int value, size_t bytes, StreamHandle s) override;
-  void copy_batch_async(const CopyRange* ranges, size_t n, StreamHandle s) override;
 
   void* alloc_device_as(int dev, size_t bytes, DeviceAlloc how) override;
   IpcMemHandle ipc_export(const void* p) override;
