@@ -33,9 +33,10 @@ def check_row(row: dict) -> None:
     missing = [k for k in REQUIRED if k not in row]
     if missing:
         raise ValueError(f"result row lacks {missing}: {row}")
-    if row["op"] not in OPS:
+    # Per-type rows of a reduction (allreduce_float64, ...) are that reduction's rows.
+    if row["op"] not in OPS and row["op"].split("_")[0] not in OPS:
         raise ValueError(f"result row has unknown op {row['op']!r}")
-    if row["op"] in {"alltoall", "allgather", "reduce_scatter", "allreduce", "bcast", "reduce"} and "busbw_gbps" not in row:
+    if row["op"].split("_")[0] in {"alltoall", "allgather", "reduce", "allreduce", "bcast"} and "busbw_gbps" not in row:
         raise ValueError(f"collective row lacks busbw_gbps: {row}")
     if row["op"] == "model" and not {"predicted_gbps", "paths"} <= row.keys():
         raise ValueError(f"model row lacks predicted_gbps/paths: {row}")
