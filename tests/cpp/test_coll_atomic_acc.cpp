@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <random>
 #include <set>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "coll/atomic_acc.hpp"
 #include "coll/reduce.hpp"
 #include "common/error.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -26,7 +28,12 @@ std::vector<unsigned char> random_bytes(size_t n, unsigned seed) {
   return v;
 }
 
-TEST(AtomicAcc, EveryTypeAndOpMatchesTheReductionLoop) {
+// Runs `a` (host pointers) where the test wants it: the CPU loop, or the kernel on a GPU.
+using Runner = std::function<void(const AtomicAccArgs& a, size_t bytes)>;
+
+// Every (type, op) of units of 1 and 2 values against the reduction loop; the values before
+// the update come back as the result.
+int check_every_type_and_op(const Runner& run) {
   const DataType types[] = {GPUSTRIPE_FLOAT32, GPUSTRIPE_FLOAT64, GPUSTRIPE_INT8,   GPUSTRIPE_UINT8,
                             GPUSTRIPE_INT16,   GPUSTRIPE_UINT16,  GPUSTRIPE_INT32,  GPUSTRIPE_UINT32,
                             GPUSTRIPE_INT64,   GPUSTRIPE_UINT64,  GPUSTRIPE_FLOAT_INT, GPUSTRIPE_INT_INT,
@@ -59,8 +66,8 @@ TEST(AtomicAcc, EveryTypeAndOpMatchesTheReductionLoop) {
         a.dtype = dt;
         a.per_unit = per;
         a.op = op;
-        ASSERT_TRUE(atomic_acc_supported(a)) << dtype_name(dt) << " " << redop_name(op);
-        atomic_acc_host(a);
+        EXPECT_TRUE(atomic_acc_supported(a)) << dtype_name(dt) << " " << redop_name(op);
+        run(a, bytes);
         if (dt == GPUSTRIPE_INT16_INT) {  // {int16; pad[2]; int32}: the padding is nobody's
           auto* ref = reinterpret_cast<unsigned char*>(ref_store.data());
           for (size_t u = 0; u < units; ++u) ref[8 * u + 2] = tgt[8 * u + 2], ref[8 * u + 3] = tgt[8 * u + 3];
@@ -72,7 +79,11 @@ TEST(AtomicAcc, EveryTypeAndOpMatchesTheReductionLoop) {
       }
     }
   }
-  EXPECT_GT(checked, 60);
+  return checked;
+}
+
+TEST(AtomicAcc, EveryTypeAndOpMatchesTheReductionLoop) {
+  EXPECT_GT(check_every_type_and_op([](const AtomicAccArgs& a, size_t) { atomic_acc_host(a); }), 60);
 }
 
 TEST(AtomicAcc, ReplaceFetchAndCompareSwapMoveBits) {
@@ -172,6 +183,74 @@ TEST(AtomicAcc, ConcurrentUpdatesOfOneElementLoseNothing) {
   }
   EXPECT_EQ(all_b.size(), size_t(kThreads * kRounds));
   EXPECT_EQ(all_w.size(), size_t(kThreads * kRounds));
+}
+
+// The kernel on a GPU: the same cases, and two streams fetch-adding into the same counters
+// at once (1-byte ones sharing a 4-byte word, and an 8-byte one) lose no update.
+TEST(AtomicAccGpu, KernelMatchesTheCpuLoopAndLosesNoUpdate) {
+  GS_REQUIRE_GPU(1);
+  std::unique_ptr<Backend> b = make_cuda_backend();
+  StreamHandle s1 = b->create_stream(0), s2 = b->create_stream(0);
+  char* mem = static_cast<char*>(b->alloc_device(0, 4096));
+  const int checked = check_every_type_and_op([&](const AtomicAccArgs& host, size_t bytes) {
+    AtomicAccArgs d = host;
+    d.target = mem;
+    d.origin = mem + 1024;
+    d.result = mem + 2048;
+    b->copy_async(mem, 0, host.target, kHostDevice, bytes, s1);
+    b->copy_async(mem + 1024, 0, host.origin, kHostDevice, bytes, s1);
+    atomic_acc_async(*b, d, 0, s1);
+    b->copy_async(host.target, kHostDevice, mem, 0, bytes, s1);
+    b->copy_async(host.result, kHostDevice, mem + 2048, 0, bytes, s1);
+    b->synchronize_stream(s1);
+  });
+  EXPECT_GT(checked, 60);
+
+  constexpr int kRounds = 100;  // per stream: 200 < 256, the byte counters do not wrap
+  const uint8_t ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  const int64_t one = 1;
+  b->memset_async(mem, 0, 0, 4096, s1);
+  b->copy_async(mem + 16, 0, ones, kHostDevice, sizeof ones, s1);
+  b->copy_async(mem + 24, 0, &one, kHostDevice, sizeof one, s1);
+  b->synchronize_stream(s1);
+  for (int r = 0; r < kRounds; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      AtomicAccArgs a;
+      a.target = mem;  // 6 counters of 1 byte
+      a.origin = mem + 16;
+      a.result = mem + 64 + (2 * r + k) * 8;
+      a.units = 6;
+      a.dtype = GPUSTRIPE_UINT8;
+      atomic_acc_async(*b, a, 0, k ? s2 : s1);
+      AtomicAccArgs w;
+      w.target = mem + 8;  // one counter of 8 bytes
+      w.origin = mem + 24;
+      w.result = mem + 2048 + (2 * r + k) * 8;
+      w.units = 1;
+      w.dtype = GPUSTRIPE_INT64;
+      atomic_acc_async(*b, w, 0, k ? s2 : s1);
+    }
+  }
+  b->synchronize_stream(s1);
+  b->synchronize_stream(s2);
+  uint8_t counters[16];
+  std::vector<uint8_t> fetched_b(2 * kRounds * 8);
+  std::vector<int64_t> fetched_w(2 * kRounds);
+  b->copy_async(counters, kHostDevice, mem, 0, sizeof counters, s1);
+  b->copy_async(fetched_b.data(), kHostDevice, mem + 64, 0, fetched_b.size(), s1);
+  b->copy_async(fetched_w.data(), kHostDevice, mem + 2048, 0, fetched_w.size() * 8, s1);
+  b->synchronize_stream(s1);
+  for (int k = 0; k < 6; ++k) EXPECT_EQ(counters[k], 2 * kRounds) << "byte " << k;
+  int64_t wide;
+  std::memcpy(&wide, counters + 8, 8);
+  EXPECT_EQ(wide, 2 * kRounds);
+  std::set<int> seen_b;
+  for (int i = 0; i < 2 * kRounds; ++i) seen_b.insert(fetched_b[i * 8 + 3]);
+  EXPECT_EQ(seen_b.size(), size_t(2 * kRounds));
+  EXPECT_EQ(std::set<int64_t>(fetched_w.begin(), fetched_w.end()).size(), size_t(2 * kRounds));
+  b->free_device(mem);
+  b->destroy_stream(s1);
+  b->destroy_stream(s2);
 }
 
 }  // namespace
