@@ -5,7 +5,8 @@
 #                         accumulates, errors, a rank killed in an epoch)
 #   gpustripe bench mpi_rma  mpi_rma_bench (plain MPI) through the interposer, 2 ranks: put/get
 #                         bandwidth and latency with lock/flush, fence and PSCW, accumulate rate,
-#                         fetch-and-op latency, send/recv alongside -> $OUT/mpi-rma/*.json + .png
+#                         fetch-and-op latency, send/recv and the CUDA-aware MPI's osc ucx (over the
+#                         libucx-cu13 wheel in .deps/ucx) alongside -> $OUT/mpi-rma/*.json + .png
 #   lock + 8 gets of 128 KB per epoch with the target busy (200 ms outside MPI) -> busy.log
 # MPI_RMA_TESTS=0 skips the tests; MPI_RMA_MAX bounds the bandwidth sweep (default 256M).
 set -uo pipefail
@@ -21,7 +22,7 @@ if [ "${MPI_RMA_TESTS:-1}" != 0 ]; then
     > "$OUT/mpi-rma/ctest.log" 2>&1 || rc=1
   tail -16 "$OUT/mpi-rma/ctest.log"
 fi
-echo "== gpustripe bench mpi_rma (2 ranks, device windows, vs send/recv through the interposer)"
+echo "== gpustripe bench mpi_rma (2 ranks, device windows, vs send/recv through the interposer and mpi_cuda_aware)"
 timeout "${BENCH_MPI_RMA_TIMEOUT:-900}" python3 -m gpustripe.cli bench mpi_rma --build "$BUILD" --out "$OUT/mpi-rma" \
   --sizes "1M:${MPI_RMA_MAX:-256M}" ${BENCH_MPI_RMA_ARGS:-} || rc=1
 echo "== lock + 8 gets of 128 KB + flush, the target busy (200 ms outside MPI)"

@@ -143,6 +143,34 @@ std::string type_name(MPI_Datatype t) {
 
 }  // namespace
 
+namespace {
+
+// The table's entry for the predefined type t is a run of (count of them in *count), or
+// null with *why set.
+const Base* base_of(MPI_Datatype t, size_t* count, std::string* why) {
+  MPI_Datatype base = MPI_DATATYPE_NULL;
+  if (!resolve(t, &base, count)) {
+    *why = "datatype " + type_name(t) + " is not a contiguous run of one predefined type";
+    return nullptr;
+  }
+  for (const Entry& e : predefined())
+    if (e.t == base) return &e.base;
+  *why = "no GPU kernel for datatype " + type_name(base);
+  return nullptr;
+}
+
+// Whether t is count elements of b laid end to end (pairs: padding included).
+bool end_to_end(MPI_Datatype t, const Base& b, size_t count, std::string* why) {
+  MPI_Aint lb = 0, extent = 0, tlb = 0, textent = 0;
+  PMPI_Type_get_extent(t, &lb, &extent);
+  PMPI_Type_get_true_extent(t, &tlb, &textent);
+  if (lb == 0 && tlb == 0 && static_cast<size_t>(extent) == count * b.per_elem * coll::dtype_size(b.dt)) return true;
+  *why = "datatype " + type_name(t) + " has holes or a moved lower bound";
+  return false;
+}
+
+}  // namespace
+
 bool reduce_type(MPI_Datatype t, MPI_Op o, ReduceType* out, std::string* why) {
   why->clear();
   coll::RedOp op;
@@ -150,36 +178,30 @@ bool reduce_type(MPI_Datatype t, MPI_Op o, ReduceType* out, std::string* why) {
     *why = "a user-defined op (MPI_Op_create): the MPI applies it on host memory";
     return false;
   }
-  MPI_Datatype base = MPI_DATATYPE_NULL;
   size_t count = 0;
-  if (!resolve(t, &base, &count)) {
-    *why = "datatype " + type_name(t) + " is not a contiguous run of one predefined type";
-    return false;
-  }
-  const Base* b = nullptr;
-  for (const Entry& e : predefined())
-    if (e.t == base) b = &e.base;
-  if (!b) {
-    *why = "no GPU kernel for datatype " + type_name(base);
-    return false;
-  }
+  const Base* b = base_of(t, &count, why);
+  if (!b) return false;
   if (!accepted(b->kind, op)) return false;  // the MPI's error
   if (b->kind == Kind::Complex && op != GPUSTRIPE_SUM) {
-    *why = "no GPU kernel for complex products (" + type_name(base) + ")";
+    *why = "no GPU kernel for complex products (" + type_name(t) + ")";
     return false;
   }
-  // The type must be count elements laid end to end (pairs: padding included).
-  MPI_Aint lb = 0, extent = 0, tlb = 0, textent = 0;
-  PMPI_Type_get_extent(t, &lb, &extent);
-  PMPI_Type_get_true_extent(t, &tlb, &textent);
-  const size_t esz = coll::dtype_size(b->dt);
-  if (lb != 0 || tlb != 0 || static_cast<size_t>(extent) != count * b->per_elem * esz) {
-    *why = "datatype " + type_name(t) + " has holes or a moved lower bound";
-    return false;
-  }
+  if (!end_to_end(t, *b, count, why)) return false;
   out->dt = b->dt;
   out->op = op;
   out->per_elem = count * b->per_elem;
+  out->per_base = b->per_elem;
+  return true;
+}
+
+bool element_type(MPI_Datatype t, ReduceType* out) {
+  std::string why;
+  size_t count = 0;
+  const Base* b = base_of(t, &count, &why);
+  if (!b || !end_to_end(t, *b, count, &why)) return false;
+  out->dt = b->dt;
+  out->per_elem = count * b->per_elem;
+  out->per_base = b->per_elem;
   return true;
 }
 

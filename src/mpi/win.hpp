@@ -24,10 +24,11 @@
 // unlock, complete and fence wait until the origin's copies have completed, i.e.
 // the data is in the target's memory.
 //
-// Accumulates (accumulate, get_accumulate, fetch_and_op, compare_and_swap) hold
-// the target's accumulate lock (in the segment) around a read-modify-write through
-// pinned host memory: element-wise atomic with respect to every other accumulate,
-// for every predefined op and type (the MPI's own MPI_Reduce_local applies the op).
+// Accumulates (accumulate, get_accumulate, fetch_and_op, compare_and_swap) are
+// element-wise atomic for every predefined op and type: elements of up to 8 bytes by a
+// kernel on the target's GPU, one compare-and-swap per element (no lock); larger or
+// unaligned ones under the target's accumulate lock (in the segment) through pinned
+// host memory, the MPI's MPI_Reduce_local applying the op (win_accumulate.cpp).
 //
 // Errors: a displacement out of the target's memory is MPI_ERR_RMA_RANGE with
 // nothing moved; an operation outside an access epoch, or MPI_Win_free while one is
@@ -44,7 +45,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
-#include "coll/reduce.hpp"
+#include "coll/atomic_acc.hpp"
 #include "ipc/shm_segment.hpp"
 #include "mpi/runtime.hpp"
 
@@ -157,9 +158,11 @@ class DeviceWindow {
   std::vector<int> group_ranks(MPI_Group g) const;
   static constexpr int kNoCheck = 0x100;  // locked_: taken with MPI_MODE_NOCHECK (nothing to release)
   void release_lock(int target, int how);
-  // The read-modify-write of an accumulate the coll kernels have, on the target's GPU.
-  void accumulate_on_gpu(char* t, int tdev, const char* o, int odev, char* res, int rdev, uint64_t bytes,
-                         coll::DataType dt, coll::RedOp op);
+  // An accumulate's element-wise atomic updates `a` (target and type set) by a kernel on the
+  // target's GPU, with origin `o`, compare `cmp` and result `res` (each null where unused),
+  // complete when it returns.
+  void accumulate_atomic(coll::AtomicAccArgs a, int tdev, const char* o, int odev, const char* cmp, int cdev,
+                         char* res, int rdev, uint64_t bytes);
   void acc_lock(int target);
   void acc_unlock(int target);
 
@@ -189,7 +192,6 @@ class DeviceWindow {
     uint64_t bytes = 0;
   };
   std::map<int, Scratch> scratch_;  // accumulates on a target's GPU, per GPU
-  std::unique_ptr<coll::Reducer> reducer_;
   std::map<int, std::vector<EventHandle>> free_events_;  // per GPU
   // Epochs this rank has open.
   bool fence_epoch_ = false;

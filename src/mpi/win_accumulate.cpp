@@ -1,37 +1,43 @@
-// A device window's accumulates (win.hpp): a read-modify-write of the target's
-// elements under the target's accumulate lock. The lock makes the whole operation
-// atomic with respect to every other accumulate into that target, which is more than
-// the standard's element-wise atomicity for the same op and type.
-//   on the target's GPU  the ops and types the coll layer's reduction kernels have (sum,
-//                        prod, max, min of float, double, int32, int64): the target's
-//                        elements and the origin's are copied into scratch memory of that
-//                        GPU, reduced there by a kernel and copied back, on one stream
-//   through host memory  every other predefined op and type (the pair types of MAXLOC /
-//                        MINLOC included): the MPI's own MPI_Reduce_local applies the op
+// A device window's accumulates (win.hpp). Two ways, chosen by the target's type alone,
+// so every accumulate into one element of one type goes the same way:
+//   atomic     an element of 1, 2, 4 or 8 bytes of a type the coll layer has (every predefined
+//              integer, floating, logical, byte and complex-float type, and the 8-byte pair
+//              types of MINLOC/MAXLOC), at an address aligned to its size: a kernel on the
+//              target's GPU updates each element with one compare-and-swap (coll/atomic_acc.hpp);
+//              origin, compare and result go through scratch memory of that GPU. No lock: the
+//              standard's element-wise atomicity, with concurrent origins in parallel.
+//   locked     every other element (16-byte ones: MPI_DOUBLE_INT, MPI_LONG_INT, double complex;
+//              types without a coll type; complex products; unaligned elements): the target's
+//              accumulate lock around a read-modify-write through pinned host memory, the MPI's
+//              own MPI_Reduce_local applying the op.
 #include <cstring>
 
-#include "coll/reduce.hpp"
+#include "coll/atomic_acc.hpp"
 #include "common/error.hpp"
+#include "mpi/reduce_type.hpp"
 #include "mpi/win.hpp"
 
 namespace gpustripe::mpi {
 namespace {
 
-// The coll reduction of (type, op) where its kernels have one. MPI_LONG is int64 only where
-// long is 8 bytes; unsigned types are left to the host (max/min differ from the signed ones).
-bool kernel_reduction(MPI_Datatype t, MPI_Op o, coll::DataType* dt, coll::RedOp* op) {
-  static const std::pair<MPI_Datatype, coll::DataType> types[] = {
-      {MPI_FLOAT, GPUSTRIPE_FLOAT32}, {MPI_DOUBLE, GPUSTRIPE_FLOAT64}, {MPI_INT, GPUSTRIPE_INT32},
-      {MPI_INT32_T, GPUSTRIPE_INT32}, {MPI_INT64_T, GPUSTRIPE_INT64}, {MPI_LONG_LONG, GPUSTRIPE_INT64},
-      {MPI_LONG, sizeof(long) == 8 ? GPUSTRIPE_INT64 : GPUSTRIPE_INT32}};
-  static const std::pair<MPI_Op, coll::RedOp> ops[] = {
-      {MPI_SUM, GPUSTRIPE_SUM}, {MPI_PROD, GPUSTRIPE_PROD}, {MPI_MAX, GPUSTRIPE_MAX}, {MPI_MIN, GPUSTRIPE_MIN}};
-  bool found_type = false, found_op = false;
-  for (const auto& kv : types)
-    if (kv.first == t) *dt = kv.second, found_type = true;
-  for (const auto& kv : ops)
-    if (kv.first == o) *op = kv.second, found_op = true;
-  return found_type && found_op;
+// The atomic way's updates of (ttype, op) at t, or false: the locked way serves them.
+bool atomic_way(MPI_Datatype ttype, MPI_Datatype otype, MPI_Op op, coll::AccKind kind, char* t, uint64_t bytes,
+                coll::AtomicAccArgs* a) {
+  ReduceType tt;
+  std::string why;
+  if (kind == coll::AccKind::Reduce ? !reduce_type(ttype, op, &tt, &why) : !element_type(ttype, &tt)) return false;
+  if (kind != coll::AccKind::Fetch && otype != ttype) {
+    ReduceType ot;
+    if (!element_type(otype, &ot) || ot.dt != tt.dt || ot.per_base != tt.per_base) return false;
+  }
+  a->kind = kind;
+  a->op = tt.op;
+  a->dtype = tt.dt;
+  a->per_unit = tt.per_base;
+  a->target = t;
+  if (!coll::atomic_acc_supported(*a)) return false;
+  a->units = bytes / coll::acc_unit_bytes(*a);
+  return true;
 }
 
 // Where a user buffer lives, checked to hold `bytes` from `p`.
@@ -67,17 +73,10 @@ void DeviceWindow::accumulate(const void* origin, int ocount, MPI_Datatype otype
   const int rdev = res ? device_of(rt_, res, bytes, "result buffer") : kHostDevice;
   // This origin's earlier puts and gets to the target land first.
   complete_ops(target);
-  coll::DataType dt;
-  coll::RedOp rop;
-  if (tdev != kHostDevice && !replace && !noop && otype == ttype && kernel_reduction(ttype, op, &dt, &rop)) {
-    acc_lock(target);
-    try {
-      accumulate_on_gpu(t, tdev, o, odev, res, rdev, bytes, dt, rop);
-    } catch (...) {
-      acc_unlock(target);
-      throw;
-    }
-    acc_unlock(target);
+  coll::AtomicAccArgs a;
+  const coll::AccKind kind = noop ? coll::AccKind::Fetch : replace ? coll::AccKind::Replace : coll::AccKind::Reduce;
+  if (atomic_way(ttype, otype, op, kind, t, bytes, &a)) {
+    accumulate_atomic(a, tdev, o, odev, nullptr, kHostDevice, res, rdev, bytes);
     return;
   }
   p2p::Mover& mv = rt_.mover();
@@ -104,36 +103,34 @@ void DeviceWindow::accumulate(const void* origin, int ocount, MPI_Datatype otype
   rt_.staging_free(tmp);
 }
 
-void DeviceWindow::accumulate_on_gpu(char* t, int tdev, const char* o, int odev, char* res, int rdev, uint64_t bytes,
-                                     coll::DataType dt, coll::RedOp op) {
-  // Scratch of the target's GPU in this process: its elements, then the origin's.
-  const uint64_t half = (bytes + 255) / 256 * 256;
+void DeviceWindow::accumulate_atomic(coll::AtomicAccArgs a, int tdev, const char* o, int odev, const char* cmp,
+                                     int cdev, char* res, int rdev, uint64_t bytes) {
+  // Scratch of the target's GPU in this process: origin, compare, result.
+  const uint64_t slot = (bytes + 255) / 256 * 256;
   Scratch& sc = scratch_[tdev];
-  if (sc.bytes < 2 * half) {
+  if (sc.bytes < 3 * slot) {
     if (sc.p) backend_.free_device(sc.p);
     sc.p = nullptr;
     sc.bytes = 0;
-    sc.p = static_cast<char*>(backend_.alloc_device(tdev, 2 * half));
-    sc.bytes = 2 * half;
+    sc.p = static_cast<char*>(backend_.alloc_device(tdev, 3 * slot));
+    sc.bytes = 3 * slot;
   }
-  if (!reducer_) reducer_ = coll::make_reducer(backend_);
-  if (odev != kHostDevice && odev != tdev && peer_enabled_.insert({tdev, odev}).second &&
-      backend_.can_access_peer(tdev, odev))
-    backend_.enable_peer_access(tdev, odev);
+  for (int from : {odev, cdev})
+    if (from != kHostDevice && from != tdev && peer_enabled_.insert({tdev, from}).second &&
+        backend_.can_access_peer(tdev, from))
+      backend_.enable_peer_access(tdev, from);
   StreamHandle s = put_stream(tdev);
-  char* mine = sc.p;
-  char* in = sc.p + half;
-  backend_.copy_async(mine, tdev, t, tdev, bytes, s);
-  backend_.copy_async(in, tdev, o, odev, bytes, s);
-  if (res) backend_.copy_async(res, rdev, mine, tdev, bytes, s);
-  coll::ReduceArgs a;
-  a.dst = mine;
-  a.srcs = {mine, in};
-  a.count = bytes / coll::dtype_size(dt);
-  a.dtype = dt;
-  a.op = op;
-  reducer_->reduce_async(a, tdev, s);
-  backend_.copy_async(t, tdev, mine, tdev, bytes, s);
+  if (o) {
+    backend_.copy_async(sc.p, tdev, o, odev, bytes, s);
+    a.origin = sc.p;
+  }
+  if (cmp) {
+    backend_.copy_async(sc.p + slot, tdev, cmp, cdev, bytes, s);
+    a.compare = sc.p + slot;
+  }
+  a.result = res ? sc.p + 2 * slot : nullptr;
+  coll::atomic_acc_async(backend_, a, tdev, s);
+  if (res) backend_.copy_async(res, rdev, a.result, tdev, bytes, s);
   backend_.synchronize_stream(s);
 }
 
@@ -151,6 +148,12 @@ void DeviceWindow::compare_and_swap(const void* origin, const void* compare, voi
   const int cdev = device_of(rt_, compare, bytes, "compare buffer");
   const int rdev = device_of(rt_, result, bytes, "result buffer");
   complete_ops(target);
+  coll::AtomicAccArgs a;
+  if (atomic_way(type, type, MPI_REPLACE, coll::AccKind::CompareSwap, t, bytes, &a)) {
+    accumulate_atomic(a, tdev, static_cast<const char*>(origin), odev, static_cast<const char*>(compare), cdev,
+                      static_cast<char*>(result), rdev, bytes);
+    return;
+  }
   p2p::Mover& mv = rt_.mover();
   Runtime::Pinned tmp = rt_.staging_alloc(2 * bytes);
   acc_lock(target);

@@ -356,7 +356,50 @@ static void atomics(MPI_Win win, buf_t* mem) {
   MPI_Allreduce(&winner, &w_all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   CHECK(slot == w_all);
   MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) printf("atomics: %d fetch-and-adds distinct, one compare-and-swap winner\n", R * size);
+  /* Fetch-and-add on 4 neighbouring 1-byte counters (one 4-byte word) from every rank at once:
+   * each counter's fetched values distinct, none lost. */
+  unsigned char zeros[4] = {0}, b_one = 1, b_got[R];
+  if (rank == last) CHECK(hk.copy((char*)mem->p + 128, zeros, sizeof zeros) == 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK(MPI_Win_lock_all(0, win) == MPI_SUCCESS);
+  for (int i = 0; i < R; ++i)
+    CHECK(MPI_Fetch_and_op(&b_one, &b_got[i], MPI_UNSIGNED_CHAR, last, 128 + (i + rank) % 4, MPI_SUM, win) ==
+          MPI_SUCCESS);
+  CHECK(MPI_Win_unlock_all(win) == MPI_SUCCESS);
+  unsigned char* b_all = malloc((size_t)R * size);
+  MPI_Allgather(b_got, R, MPI_UNSIGNED_CHAR, b_all, R, MPI_UNSIGNED_CHAR, MPI_COMM_WORLD);
+  char* b_seen = calloc((size_t)4 * 256, 1);
+  for (int r = 0; r < size; ++r)
+    for (int i = 0; i < R; ++i) {
+      const int c = (i + r) % 4, v = b_all[r * R + i];
+      CHECK(v < R * size / 4 && !b_seen[c * 256 + v]);
+      b_seen[c * 256 + v] = 1;
+    }
+  unsigned char counters[4];
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == last) {
+    CHECK(hk.copy(counters, (char*)mem->p + 128, sizeof counters) == 0);
+    for (int c = 0; c < 4; ++c) CHECK(counters[c] == R * size / 4);
+  }
+  free(b_all);
+  free(b_seen);
+  /* Sums of double complex numbers (16-byte elements: the locked way) from every rank at once. */
+  double z_init[2] = {1.0, 2.0}, z_mine[2] = {(double)rank, 1.0}, z_got[2];
+  if (rank == last) CHECK(hk.copy((char*)mem->p + 192, z_init, sizeof z_init) == 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK(MPI_Win_lock(MPI_LOCK_SHARED, last, 0, win) == MPI_SUCCESS);
+  CHECK(MPI_Accumulate(z_mine, 1, MPI_C_DOUBLE_COMPLEX, last, 192, 1, MPI_C_DOUBLE_COMPLEX, MPI_SUM, win) ==
+        MPI_SUCCESS);
+  CHECK(MPI_Win_unlock(last, win) == MPI_SUCCESS);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == last) {
+    CHECK(hk.copy(z_got, (char*)mem->p + 192, sizeof z_got) == 0);
+    CHECK(z_got[0] == 1.0 + size * (size - 1) / 2 && z_got[1] == 2.0 + size);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0)
+    printf("atomics: %d fetch-and-adds distinct (8-byte and 1-byte counters), one compare-and-swap winner, "
+           "double complex sums\n", R * size);
 }
 
 static void attributes(MPI_Win win, void* base, MPI_Aint bytes, int unit, int flavor) {

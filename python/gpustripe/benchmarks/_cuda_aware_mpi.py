@@ -18,6 +18,10 @@ import re
 MCA_ARGS = ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any",
             "--mca", "btl", "^uct", "--mca", "osc", "^ucx"]
 
+# One-sided communication (gpustripe bench mpi_rma): the same, with Open MPI's osc ucx, which
+# drives UCX through its ucp API as pml ucx does (the ABI concern above is btl uct's alone).
+RMA_MCA_ARGS = MCA_ARGS[:-3] + ["--mca", "osc", "ucx"]
+
 
 def source_dir(build: str) -> str:
     """The source tree a CMake build folder was configured from ('' when unknown)."""

@@ -9,6 +9,10 @@ sizes, so one results file compares, per size:
                          _fence, _pscw; mpi_gpustripe_sendrecv: a window of as many Isend/Irecv
   put_latency / get_latency  one operation per epoch (us), same methods; sendrecv: half a round trip
   accumulate / fetch_and_op  MPI_Accumulate rate (mops) and MPI_Fetch_and_op latency, lock/flush
+  mpi_cuda_aware         the same client's puts and gets (lock/flush) without the interposer, through
+                         Open MPI made CUDA-aware by the libucx-cu13 wheel (osc ucx), what a user of
+                         the node would run instead; where that MPI cannot make the window, the
+                         results' `absent` says so with the MPI's reason, and the tables show "-"
 Emulated devices (no GPU) run host windows, which the MPI serves: a smoke run, not a GPU figure.
 """
 from __future__ import annotations
@@ -29,6 +33,8 @@ def add_arguments(p):
     p.add_argument("--syncs", default=",".join(SYNCS), help=f"comma list of {', '.join(SYNCS)}")
     p.add_argument("--iters", type=int, default=0, help="epochs per size (0: by size)")
     add_launch_arguments(p, "bench/mpi/ and src/mpi/")
+    p.add_argument("--ucx-dir", default="", help="the unpacked libucx-cu13 wheel of mpi_cuda_aware (default: "
+                   ".deps/ucx of the source tree)")
 
 
 def _paths(build: str) -> dict:
@@ -44,6 +50,7 @@ _OPS = {"put_bw": "put", "get_bw": "get", "put_lat": "put_latency", "get_lat": "
 def run(args) -> int:
     from .. import results
     from ..copy import default_context
+    from . import _cuda_aware_mpi
     from .mpi import _mpirun, _size_arg
 
     paths = _paths(args.build)
@@ -92,6 +99,25 @@ def run(args) -> int:
         if llo:
             client("put_lat", sync, ["--min", llo, "--max", lhi])
             client("get_lat", sync, ["--min", llo, "--max", lhi])
+    # The CUDA-aware MPI's own one-sided path over the same sizes (device windows only).
+    ucx = _cuda_aware_mpi.ucx_dir(args.build, args.ucx_dir)
+    why_not = "no GPU: host windows are the MPI's either way" if emulated else _cuda_aware_mpi.absent(ucx)
+    if why_not:
+        print(f"  mpi_cuda_aware: not run ({why_not})", flush=True)
+        if not emulated:
+            absent["mpi_cuda_aware"] = why_not
+    else:
+        ca = _mpirun(args, 2, _cuda_aware_mpi.env(ucx), _cuda_aware_mpi.RMA_MCA_ARGS)
+        for test, a, b, extra in (("put_bw", lo, hi, ["--window", str(args.window)]),
+                                  ("get_bw", lo, hi, ["--window", str(args.window)]),
+                                  ("put_lat", llo, lhi, []), ("get_lat", llo, lhi, [])):
+            if not a:
+                continue
+            cmd = ca + [paths["rma"], "--test", test, "--sync", "lock", *mem, *iters, "--min", a, "--max", b, *extra,
+                        "--method", "mpi_cuda_aware"]
+            for r in _rows(cmd, args.timeout, absent, f"mpi_cuda_aware/{test}"):
+                r["op"] = _OPS[test]
+                rows.append(r)
     if "lock" in syncs:
         client("acc_rate", "lock", ["--window", "64"])
         client("fop_lat", "lock", [])
