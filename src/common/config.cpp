@@ -45,7 +45,7 @@ std::string trim(const std::string& s) {
 // library loaded into some processes only (the MPI interposer: GPUSTRIPE_MPI*, checked
 // where it is loaded, i.e. where a setting only it declares is registered; the core library
 // declares some GPUSTRIPE_MPI_COLL_* settings of its own, for the teams it shares with Python).
-const char* const kReadOutside[] = {"GPUSTRIPE_BUILD_DIR", "GPUSTRIPE_BENCH_EMULATED_DEVICE"};
+const char* const kReadOutside[] = {"GPUSTRIPE_BUILD_DIR"};
 const char* const kReadOutsidePrefixes[] = {"GPUSTRIPE_TEST_"};
 struct LoadedLater {
   const char* prefix;
