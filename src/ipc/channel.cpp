@@ -9,7 +9,6 @@
 #include <cstring>
 #include <ctime>
 
-#include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/shm_reclaim.hpp"
@@ -19,9 +18,9 @@
 namespace gpustripe::ipc {
 namespace {
 
-const SizeSetting kRingBytes{"GPUSTRIPE_IPC_RING", "256K",
-                             "Bytes of each per-pair ring of the node-local channel (eager messages and control "
-                             "records; a record may use a quarter of it)"};
+// Bytes of each per-pair ring (eager messages and control records; a record may use a quarter
+// of it): a 16 KB eager message fits with room for the records queued beside it.
+constexpr uint64_t kRingBytes = 256 << 10;
 
 constexpr uint64_t kMagic = 0x6770737472697065ull;  // "gpstripe"
 constexpr uint32_t kVersion = 5;  // 4: fd_requests in the rank slots; 5: socket tokens
@@ -93,7 +92,7 @@ const char* peer_state_name(PeerState s) {
 ShmSegment Channel::create_segment(const std::string& name, int nranks, size_t ring_bytes) {
   GS_REQUIRE(nranks >= 1 && nranks <= kMaxRanks, GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "channel '%s': %d ranks (1..%d supported)", name.c_str(), nranks, kMaxRanks);
-  if (ring_bytes == 0) ring_bytes = kRingBytes.get();
+  if (ring_bytes == 0) ring_bytes = kRingBytes;
   ring_bytes = pow2_at_least(ring_bytes);
   size_t pairs = static_cast<size_t>(nranks) * nranks;
   size_t rings_off = round_up(sizeof(Header), 4096);

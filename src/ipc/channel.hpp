@@ -33,7 +33,7 @@ class Channel {
   static constexpr size_t kSocketTokenBytes = 16;
 
   // Creates the job's segment for `nranks` ranks with rings of `ring_bytes` (rounded
-  // up to a power of two; 0: GPUSTRIPE_IPC_RING). The creator may be a rank or not
+  // up to a power of two; 0: 256 KB). The creator may be a rank or not
   // (a test's parent process). Attach the ranks with Channel(open(name), rank).
   static ShmSegment create_segment(const std::string& name, int nranks, size_t ring_bytes = 0);
 
