@@ -10,10 +10,12 @@ namespace gpustripe {
 namespace {
 
 const ChoiceSetting kHostPath{"GPUSTRIPE_HOST_PATH", "auto",
-                              "Host-staged path: auto (the model decides), on (always add one), off (never)",
+                              "Host-staged path: auto (the model decides), on (always add one), off (never: leaves "
+                              "host memory bandwidth and the PCIe links to the application)",
                               {"auto", "on", "off"}};
 const IntSetting kGpuPaths{"GPUSTRIPE_GPU_PATHS", "-1",
-                           "Most staging GPUs one transfer may use (-1: as many as pay, 0: none)"};
+                           "Most staging GPUs one transfer may use (-1: as many as pay, 0: none: leaves the other "
+                           "GPUs' links and copy engines to the application)"};
 // The loss around the equal-finish split is lopsided (4x H200, direct + host, fixed plans):
 // host shares 0.5 pp past the point where the host path finishes last cost 1-8% (the direct
 // path then waits for the slower one), 0.5 pp short of it ~0.5%. Planned 1.5% faster than
