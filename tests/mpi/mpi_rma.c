@@ -559,7 +559,7 @@ int main(int argc, char** argv) {
     host_window();
     buf_free(&hk, &mem);
     MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) printf("mpi_rma: all checks passed on %d ranks (%s nodes: device windows refused)\n", size, fake);
+    if (rank == 0) printf("mpi_rma: all checks passed on %d ranks (%d nodes: device windows refused)\n", size, test_fake_nodes());
     MPI_Finalize();
     return 0;
   }
