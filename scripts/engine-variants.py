@@ -6,7 +6,7 @@ order and then again in reverse, so drift of the machine shows as a difference b
 two passes. Prints one line per (variant, size) and writes the rows as JSON (--json).
 
   scripts/engine-variants.py --sizes 64M,256M,1G \\
-      --variant default= --variant nographs=GPUSTRIPE_GRAPHS=0 \\
+      --variant default= --variant staging64=GPUSTRIPE_HOST_STAGING=64M \\
       --variant plan10x8=GPUSTRIPE_PLAN=direct,host0:0.10x8
 A variant is NAME=VAR=VALUE[;VAR=VALUE...] (empty after NAME= keeps the defaults).
 This is a tuning tool for the lead's device rounds; results files come from `gpustripe bench`."""

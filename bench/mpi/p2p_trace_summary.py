@@ -21,7 +21,7 @@ receiver's files by (sender, send_id):
              traffic the other way in flight
   lean       share of the copies below the size where the lone plan splits: one plain copy,
              no board, no plan, no pointer queries
-  queued     share of the copies replayed as a window's (GPUSTRIPE_P2P_WINDOW_REPLAY, the
+  queued     share of the copies run as a window's (detached, alternating areas; the
              first of a window included) or split beside the traffic the other way, and
              the median host share they took (%)
   gap        median microseconds between one copy seen complete and the next of that size

@@ -108,8 +108,6 @@ void bind_engine(nb::module_& m) {
         d["graph_captures"] = s.graph_captures;
         d["graph_launches"] = s.graph_launches;
         d["staging_bytes"] = s.staging_bytes;
-        d["balance_steps"] = s.balance_steps;
-        d["balance_samples"] = s.balance_samples;
         d["graphs"] = c.engine().uses_graphs();
         return d;
       }, "Counters of the engine (plain copies, schedules, graph captures and launches, staging bytes)")

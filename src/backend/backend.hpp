@@ -116,8 +116,8 @@ class Backend {
   // ERR_NOT_SUPPORTED from ipc_export: its data takes the p2p stream path.
   static constexpr size_t kIpcHandleBytes = 128;
   enum class IpcKind : uint32_t { Legacy = 0, VmmFd = 1, PoolFd = 2, VmmMulti = 3 };
-  // Most pieces one VmmMulti handle maps (the wire format's limit; GPUSTRIPE_IPC_MAX_PIECES may
-  // set fewer); a range over more streams (said once at info level).
+  // Most pieces one VmmMulti handle maps (the wire format's limit); a range over more streams
+  // (said once at info level).
   static constexpr size_t kMaxIpcPieces = 64;
   struct IpcPiece {
     uint64_t offset = 0;     // from the handle's base

@@ -11,37 +11,23 @@
 #include <cstring>
 
 #include "backend/backend.hpp"
-#include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 
 namespace gpustripe {
 namespace {
 
-const IntSetting kMaxPieces{"GPUSTRIPE_IPC_MAX_PIECES", "64",
-                            "Most VMM allocations one IPC mapping of a buffer may span (PyTorch's expandable "
-                            "segments: 20 MiB each); a buffer over more streams. 1 to 64 (64: the wire format's limit; "
-                            "1: such buffers always stream)"};
-
-size_t max_pieces() {
-  int64_t n = kMaxPieces.get();
-  GS_REQUIRE(n >= 1 && n <= static_cast<int64_t>(Backend::kMaxIpcPieces), GPUSTRIPE_ERR_CONFIG,
-             "GPUSTRIPE_IPC_MAX_PIECES: %lld is not between 1 and %zu", static_cast<long long>(n),
-             Backend::kMaxIpcPieces);
-  return static_cast<size_t>(n);
-}
-
 // The allocations covering [base, base + bytes), the first starting at `base`'s allocation.
 std::vector<Backend::IpcMemHandle> walk(Backend& b, const Backend::IpcMemHandle& first, uint64_t end) {
   std::vector<Backend::IpcMemHandle> out{first};
   uint64_t at = first.base + first.size;
-  const size_t cap = at < end ? max_pieces() : 1;
+  const size_t cap = at < end ? Backend::kMaxIpcPieces : 1;
   while (at < end) {
     if (out.size() >= cap) {
       static std::atomic<bool> said{false};
       if (!said.exchange(true))
-        GS_LOG_INFO(Subsys::Backend, "a device buffer spans more than %zu VMM allocations (from 0x%llx; "
-                    "GPUSTRIPE_IPC_MAX_PIECES): no IPC handle maps it; such buffers stream (slower)", cap,
+        GS_LOG_INFO(Subsys::Backend, "a device buffer spans more than %zu VMM allocations (from 0x%llx): "
+                    "no IPC handle maps it; such buffers stream (slower)", cap,
                     static_cast<unsigned long long>(first.base));
       GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "the range [0x%llx, 0x%llx) spans more than %zu VMM allocations",
                static_cast<unsigned long long>(first.base), static_cast<unsigned long long>(end), cap);

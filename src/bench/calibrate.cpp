@@ -484,7 +484,7 @@ Profile calibrate(Backend& backend, const Topology& topo, const CalibrationOptio
     meas["engine_call"] = {{"error", e.what()}};
     GS_LOG_WARN(Subsys::Model, "calibration: the engine's host cost not measured: %s", e.what());
   }
-  // 8. Replaying a captured schedule (GPUSTRIPE_GRAPHS), where the backend has graphs: the
+  // 8. Replaying a captured schedule, where the backend has graphs: the
   // host time of one launch, and its growth with the graph's copy nodes (4 and 64 copies);
   // on the GPUs, a replay's start and its cross-device dependencies.
   tick("host cost of a graph launch");

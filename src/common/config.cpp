@@ -46,6 +46,7 @@ std::string trim(const std::string& s) {
 // where it is loaded, i.e. where a setting only it declares is registered; the core library
 // declares some GPUSTRIPE_MPI_COLL_* settings of its own, for the teams it shares with Python).
 const char* const kReadOutside[] = {"GPUSTRIPE_BUILD_DIR"};
+// GPUSTRIPE_TEST_* variables are read by test programs and scripts alone.
 const char* const kReadOutsidePrefixes[] = {"GPUSTRIPE_TEST_"};
 struct LoadedLater {
   const char* prefix;
@@ -224,6 +225,39 @@ SettingBase::SettingBase(const char* name, SettingType type, const char* default
 std::string SettingBase::text() const {
   const char* v = env_value(name_);
   return v ? std::string(v) : std::string(default_);
+}
+
+namespace {
+const StringSetting kTest{"GPUSTRIPE_TEST", "",
+                          "Test hooks of the project's own tests, as key=value items separated by commas: "
+                          "fake_nodes=N (the MPI interposer pretends the ranks sit on N nodes), alloc=plain|vmm|pool|"
+                          "async|vmm_multi (the MPI test programs' device buffers), emu_jitter_us=N and emu_gbps=X "
+                          "(emulated streams: random delays, copy bandwidth), window_min=SIZE (p2p windows of messages "
+                          "from this size); empty: none"};
+const char* const kTestKeys[] = {"fake_nodes", "alloc", "emu_jitter_us", "emu_gbps", "window_min"};
+}  // namespace
+
+std::string test_hook(const char* key, const char* fallback) {
+  const std::string text = kTest.get();
+  std::string value = fallback;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = trim(text.substr(at, end - at));
+    at = end + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    const std::string k = trim(item.substr(0, eq));
+    bool known = false;
+    for (const char* t : kTestKeys) known = known || k == t;
+    std::string keys;
+    for (const char* t : kTestKeys) keys += (keys.empty() ? "" : ", ") + std::string(t);
+    GS_REQUIRE(eq != std::string::npos && known, GPUSTRIPE_ERR_CONFIG,
+               "GPUSTRIPE_TEST: '%s' is not key=value with a key of: %s", item.c_str(), keys.c_str());
+    if (k == key) value = trim(item.substr(eq + 1));
+  }
+  return value;
 }
 
 ChoiceSetting::ChoiceSetting(const char* name, const char* def, const char* desc, std::vector<std::string> choices)

@@ -42,6 +42,21 @@ std::string settings_environment();
 // a report names): its value, or "" when unset.
 std::string environment_variable(const char* name);
 
+// GPUSTRIPE_TEST: the hooks of the project's own tests, in one setting of "key=value" items
+// separated by commas ("fake_nodes=2,alloc=vmm"):
+//   fake_nodes=N     the MPI interposer pretends the ranks sit on N nodes (contiguous blocks),
+//                    so the inter-node path runs on one machine (0: the real nodes)
+//   alloc=KIND       the allocator of the MPI test programs' device buffers (gpustripe_mpi_test_alloc):
+//                    plain, vmm, pool, async or vmm_multi
+//   emu_jitter_us=N  emulated backend: a random 0..N us sleep before each stream operation, so
+//                    completions reorder across streams
+//   emu_gbps=X       emulated backend: one copy's bandwidth in GB/s (0: memcpy speed)
+//   window_min=SIZE  the p2p layer runs windows of messages from this size on (128M), so
+//                    tests reach them with small messages
+// The value of `key`, or `fallback` where the setting does not name it. Throws Error(ERR_CONFIG)
+// for an item that is not key=value or names another key.
+std::string test_hook(const char* key, const char* fallback);
+
 // Parsers shared by settings, CLI arguments and files. Each throws
 // Error(ERR_CONFIG) naming `what` when the text does not parse.
 bool parse_bool(const std::string& text, const std::string& what);

@@ -3,74 +3,30 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
-#include "engine/balancer.hpp"
 #include "engine/graph_cache.hpp"
 #include "engine/lanes.hpp"
 #include "engine/staging.hpp"
 #include "engine/validate.hpp"
 #include "model/planner.hpp"
+#include "model/schedule_cost.hpp"
 #include "topology/topology.hpp"
 
 namespace gpustripe {
 namespace {
 
-// On by default: enqueueing a schedule costs the host tens of microseconds per staged chunk,
-// as long as the copy itself at 256 MB (4x H200: 423 GB/s enqueued, 434 replayed).
-const BoolSetting kGraphs{"GPUSTRIPE_GRAPHS", "1",
-                          "Replay a captured CUDA graph of multi-path transfers seen before (same pointers, "
-                          "size and plan; CUDA backend only)"};
-// On 4x H200 (model-check, same process and profile): replayed as graphs, plans with
-// GPU-staged paths ran at 50-95% of their enqueued speed ("all paths" 190 vs 364 GB/s at 256M,
-// direct + GPU staging 324 vs 339), while direct + host plans gain from replay.
-const BoolSetting kGraphsGpuStaged{"GPUSTRIPE_GRAPHS_GPU_STAGED", "0",
-                                   "Replay plans with GPU-staged paths as graphs too (off: on 4x H200 replays ran "
-                                   "them at 50-95% of their enqueued speed)"};
-const IntSetting kGraphCache{"GPUSTRIPE_GRAPH_CACHE", "256",
-                            "Captured transfer schedules kept by the engine (LRU; a graph is a few KB)"};
-const SizeSetting kHostStaging{"GPUSTRIPE_HOST_STAGING", "128M",
-                               "Pinned host staging memory per CPU socket and source GPU, allocated on first use and reused"};
-const SizeSetting kGpuStaging{"GPUSTRIPE_GPU_STAGING", "256M",
-                              "Scratch memory per staging GPU, allocated on first use and reused"};
 constexpr uint64_t kMinStagingBytes = 4096;
-const BoolSetting kDirectOnCaller{"GPUSTRIPE_DIRECT_ON_CALLER", "1",
-                                  "Multi-path copies put their direct path on the caller's stream (no fork or join "
-                                  "for it); 0: on the engine's lane of the link direction"};
-// One stream per hop: on 4x H200 (graphs on) 1+1 and 1+2 lanes measured 0.3-0.5% ahead of
-// 2+2 at 256M and 1G in two passes, bidirectional alike; fewer copy streams per GPU
-// also leave its copy engines to the other paths.
-const IntSetting kHostLanes{"GPUSTRIPE_HOST_LANES", "1",
-                            "Streams for the host-to-GPU hop of a host-staged path; its chunks alternate between them"};
-const BoolSetting kStagedSharedLane{"GPUSTRIPE_STAGED_SHARED_LANE", "0",
-                                    "The first hops of every GPU-staged path of a transfer share one stream of the "
-                                    "source GPU (fewer copy streams than its copy engines)"};
-const IntSetting kHostFirstLanes{"GPUSTRIPE_HOST_FIRST_LANES", "0",
-                                 "Streams for the GPU-to-host hop of a host-staged path (0: as many as "
-                                 "GPUSTRIPE_HOST_LANES); one keeps the chunks leaving the GPU in order, one at a time"};
-
-// Off by default. On 4x H200 the best host share sits at a cliff (0.1 pp past the point where the
-// host path finishes last costs ~0.8% at 256 MB). Measured: with a model 0.7 pp past it (256 MB
-// 10.5% x13, 1.039x) balancing gave 1.092x; with a model near it (9.5% x6, 1.100x) balancing cost 1-2% (1.078x at 256 MB, 1.113x at 1 GB): it settles a few tenths of a
-// point off, and the calls it measures run a slower form.
-const BoolSetting kBalance{"GPUSTRIPE_BALANCE", "0",
-                           "Time both paths of repeated direct + staged transfers on the GPU and shift bytes "
-                           "between them until the staged path finishes with the direct one, then run the "
-                           "settled split as one graph (the planner's split rests on calibrated rates; the best "
-                           "split sits at a cliff)"};
-// Measured apart (the staged part a graph of its own), the staged path reads 10-40 us later than
-// it runs inside the one graph of the settled split (which lands a few tenths of a point short of
-// the best fixed split at 256M-1G): the target lets it read 1.5% of the direct path's time late.
-const DoubleSetting kBalanceMargin{"GPUSTRIPE_BALANCE_MARGIN", "-0.015",
-                                   "GPUSTRIPE_BALANCE: the staged path, timed apart, aims to finish this fraction of "
-                                   "the direct path's time before it (negative: after it; -0.1 to 0.2)"};
-
 constexpr uint64_t kChunkAlign = 4096;
-constexpr int kBalanceLane = -3;  // lane key: the staged part of a balanced transfer, forked from the caller
 constexpr int kApartLane = -4;    // lane key: the staged part of a copy issued apart (detached), one per area
 constexpr int kDetachedLane = -5;  // lane key (from, kDetachedLane, to): direct paths of detached copies
-constexpr int kAnyStagingGpu = -2;  // lane key: first hops to any staging GPU (GPUSTRIPE_STAGED_SHARED_LANE)
+
+// A direct path at the start of the transfer and one staged path after it: the shape whose
+// staged part a detached copy runs apart from its direct path.
+bool direct_plus_one_staged(const Plan& plan) {
+  return plan.paths.size() == 2 && plan.paths[0].kind == PathKind::Direct && plan.paths[1].kind != PathKind::Direct &&
+         plan.paths[0].offset == 0 && plan.paths[1].offset == plan.paths[0].bytes;
+}
 
 std::string plan_key(const Plan& plan, const void* dst, const void* src) {
   std::string key = format("%p %p %d %d %llu:", src, dst, plan.src, plan.dst, static_cast<unsigned long long>(plan.bytes));
@@ -82,24 +38,28 @@ std::string plan_key(const Plan& plan, const void* dst, const void* src) {
 
 }  // namespace
 
-Engine::Engine(Backend& backend, const Topology& topo, Planner* planner)
-    : backend_(backend), topo_(topo), planner_(planner) {
+EngineOptions EngineOptions::from_settings() {
+  const EngineShape shape = EngineShape::from_settings();
+  EngineOptions o;
+  o.host_staging = shape.host_staging;
+  o.gpu_staging = shape.gpu_staging;
+  return o;
+}
+
+Engine::Engine(Backend& backend, const Topology& topo, Planner* planner, EngineOptions options)
+    : backend_(backend), topo_(topo), planner_(planner), opt_(options) {
   static std::atomic<uint64_t> next_id{1};
   id_ = next_id++;  // never reused, unlike the address: keys of the per-thread plan caches
   ndev_ = backend_.device_count();
   // Checked here, at context creation, not at the first staged copy: a staged path cuts its
   // data into pieces of at most half an area, and an area under a page holds none.
-  for (const SizeSetting* area : {&kHostStaging, &kGpuStaging})
-    GS_REQUIRE(area->get() >= kMinStagingBytes, GPUSTRIPE_ERR_CONFIG,
-               "%s=%s: a staging area needs at least %llu bytes", area->name(), area->text().c_str(),
-               static_cast<unsigned long long>(kMinStagingBytes));
-  graphs_ = backend_.supports_graphs() && kGraphs.get();
-  graphs_gpu_staged_ = kGraphsGpuStaged.get();
-  host_lanes_ = static_cast<int>(std::clamp<int64_t>(kHostLanes.get(), 1, 8));
-  const int64_t first = kHostFirstLanes.get();
-  host_first_lanes_ = first <= 0 ? host_lanes_ : static_cast<int>(std::min<int64_t>(first, 8));
-  staged_shared_lane_ = kStagedSharedLane.get();
-  direct_on_caller_ = kDirectOnCaller.get();
+  const std::pair<const char*, uint64_t> areas[] = {{"GPUSTRIPE_HOST_STAGING", opt_.host_staging},
+                                                     {"GPUSTRIPE_GPU_STAGING", opt_.gpu_staging}};
+  for (const auto& [name, bytes] : areas)
+    GS_REQUIRE(bytes >= kMinStagingBytes, GPUSTRIPE_ERR_CONFIG, "%s=%llu: a staging area needs at least %llu bytes",
+               name, static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(kMinStagingBytes));
+  opt_.host_lanes = std::clamp(opt_.host_lanes, 1, 8);
+  graphs_ = backend_.supports_graphs() && opt_.graphs;
   lanes_ = std::make_unique<LaneSet>(backend_);
   sockets_ = std::max(1, static_cast<int>(topo_.sockets.size()));
   // One host area per source GPU: transfers from different GPUs (both directions of a
@@ -108,26 +68,18 @@ Engine::Engine(Backend& backend, const Topology& topo, Planner* planner)
   gpu_areas_.resize(ndev_);
   caller_events_.assign(ndev_, nullptr);
   capture_streams_.assign(ndev_, nullptr);
-  graphs_cache_ = std::make_unique<GraphCache>(backend_, static_cast<size_t>(std::max<int64_t>(1, kGraphCache.get())));
+  graphs_cache_ = std::make_unique<GraphCache>(backend_, std::max<size_t>(1, opt_.graph_cache));
   tails_ = std::make_unique<ResourceTails>(backend_);
-  if (kBalance.get()) {
-    BalanceOptions bo;
-    bo.margin = kBalanceMargin.get();
-    GS_REQUIRE(bo.margin >= -0.1 && bo.margin <= 0.2, GPUSTRIPE_ERR_CONFIG,
-               "GPUSTRIPE_BALANCE_MARGIN=%g: expected -0.1 to 0.2", bo.margin);
-    balancer_ = std::make_unique<Balancer>(backend_, bo);
-  }
   peer_enabled_.reset(new std::atomic<bool>[static_cast<size_t>(ndev_) * ndev_]);
   for (int i = 0; i < ndev_ * ndev_; ++i) peer_enabled_[i] = false;
-  GS_LOG_DEBUG(Subsys::Engine, "engine on %s backend, %d devices, graphs %s, host lanes %d+%d", backend_.name(), ndev_,
-               graphs_ ? "on" : "off", host_first_lanes_, host_lanes_);
+  GS_LOG_DEBUG(Subsys::Engine, "engine on %s backend, %d devices, graphs %s, host relay lanes %d", backend_.name(),
+               ndev_, graphs_ ? "on" : "off", opt_.host_lanes);
 }
 
 Engine::~Engine() {
   // Staging memory and lanes may still be in use by enqueued work: drain it first.
   try {
     std::lock_guard<std::mutex> lock(mu_);
-    balancer_.reset();  // waits for its probes
     tails_->synchronize_all();
     graphs_cache_.reset();
     tails_.reset();
@@ -150,24 +102,12 @@ EngineStats Engine::stats() const {
   s.graph_captures = graph_captures_;
   s.graph_launches = graph_launches_;
   s.staging_bytes = staging_bytes_;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (balancer_) {
-    s.balance_steps = balancer_->steps();
-    s.balance_samples = balancer_->samples();
-  }
   return s;
-}
-
-int64_t Engine::balance_shift(int src, int dst, uint64_t bytes) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return balancer_ ? balancer_->shift(src, dst, bytes) : 0;
 }
 
 Plan Engine::current_plan(int src, int dst, uint64_t bytes) {
   GS_REQUIRE(planner_, GPUSTRIPE_ERR_NOT_SUPPORTED, "this engine has no planner: every copy is one plain copy");
-  Plan plan = *cached_plan(src, dst, bytes);
-  std::lock_guard<std::mutex> lock(mu_);
-  return balancer_ && direct_on_caller_ ? balancer_->peek(plan) : plan;
+  return *cached_plan(src, dst, bytes);
 }
 
 void Engine::copy_async(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, StreamHandle stream) {
@@ -187,7 +127,7 @@ void Engine::copy_async(void* dst, int dst_dev, const void* src, int src_dev, ui
   RunMode mode;
   mode.src_alloc = allocs.src;
   mode.dst_alloc = allocs.dst;
-  execute(*cached_plan(src_dev, dst_dev, bytes), dst, src, stream, true, mode);
+  execute(*cached_plan(src_dev, dst_dev, bytes), dst, src, stream, mode);
 }
 
 // The planner's answer costs about a microsecond, which small copies notice (the added
@@ -234,12 +174,6 @@ void Engine::copy_with_plan(const Plan& plan, void* dst, const void* src, Stream
   run_given(plan, dst, src, stream, RunMode{});
 }
 
-void Engine::copy_with_plan_in_second_area(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
-  RunMode mode;
-  mode.own_area = true;
-  run_given(plan, dst, src, stream, mode);
-}
-
 void Engine::copy_with_plan_detached(const Plan& plan, void* dst, const void* src, StreamHandle stream,
                                      bool second_area, bool replay) {
   RunMode mode;
@@ -260,7 +194,7 @@ void Engine::run_given(const Plan& plan, void* dst, const void* src, StreamHandl
     ++plain_copies_;
     return;
   }
-  execute(plan, dst, src, stream, false, mode);
+  execute(plan, dst, src, stream, mode);
 }
 
 void Engine::check_plan(const Plan& plan) const {
@@ -283,7 +217,7 @@ void Engine::ensure_peer(int a, int b) {
   done.store(true, std::memory_order_release);
 }
 
-void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer, RunMode mode) {
+void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode) {
   if (plan.single_path() && plan.paths[0].kind == PathKind::Direct) {
     ensure_peer(plan.src, plan.dst);
     backend_.copy_async_prechecked(dst, plan.dst, src, plan.src, plan.bytes, stream);
@@ -301,26 +235,17 @@ void Engine::execute(const Plan& plan, void* dst, const void* src, StreamHandle 
   GS_LOG_TRACE(Subsys::Engine, "copy %d->%d %llu bytes: %s", plan.src, plan.dst,
                static_cast<unsigned long long>(plan.bytes), plan.describe().c_str());
   std::lock_guard<std::mutex> lock(mu_);
-  Plan steered;
-  if (steer && balancer_ && direct_on_caller_ && Balancer::eligible(plan)) {
-    steered = balancer_->steer(plan);
-    if (balancer_->measuring(plan)) {
-      execute_balanced(steered, static_cast<char*>(dst), static_cast<const char*>(src), stream, mode);
-      return;
-    }
-  }
-  const Plan& plan_run = steered.paths.empty() ? plan : steered;
-  if (mode.apart && direct_on_caller_ && Balancer::eligible(plan_run)) {
-    run_apart(plan_run, static_cast<char*>(dst), static_cast<const char*>(src), stream, mode, kApartLane,
-              mode.own_area ? 1 : 0, nullptr);
+  if (mode.apart && direct_plus_one_staged(plan)) {
+    run_apart(plan, static_cast<char*>(dst), static_cast<const char*>(src), stream, mode, kApartLane,
+              mode.own_area ? 1 : 0);
     return;
   }
-  run_schedule(plan_run, dst, src, stream, mode);
+  run_schedule(plan, dst, src, stream, mode);
 }
 
 bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode) {
   const bool replayable =
-      mode.replay && (graphs_gpu_staged_ || std::none_of(plan.paths.begin(), plan.paths.end(), [](const PathPlan& p) {
+      mode.replay && (opt_.replay_gpu_staged || std::none_of(plan.paths.begin(), plan.paths.end(), [](const PathPlan& p) {
                    return p.kind == PathKind::GpuStaged;
                  }));
   if (graphs_ && replayable) {
@@ -339,24 +264,13 @@ bool Engine::run_schedule(const Plan& plan, void* dst, const void* src, StreamHa
   return false;
 }
 
-void Engine::execute_balanced(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode) {
-  BalanceProbe& probe = balancer_->probe(plan);
-  RunMode staged_mode;
-  staged_mode.src_alloc = mode.src_alloc;
-  staged_mode.dst_alloc = mode.dst_alloc;
-  const bool replayed = run_apart(plan, dst, src, caller, staged_mode, kBalanceLane, 0, &probe);
-  // An enqueued staged path starts as the host issues it, late against the direct copy:
-  // only replays measure the split where graphs are on.
-  probe.counts = replayed || !graphs_;
-}
-
-bool Engine::run_apart(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode,
-                       int lane_key, int lane_index, BalanceProbe* probe) {
+void Engine::run_apart(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode,
+                       int lane_key, int lane_index) {
   // Detached: neither path waits for the caller's earlier work; the direct path queues on the
   // link's lane of detached copies instead of the caller's stream.
   EventHandle start = nullptr;
   if (!mode.detached) {
-    start = probe ? probe->start : caller_event(plan.src);
+    start = caller_event(plan.src);
     backend_.record_event(start, caller);
   }
   Lane* direct_lane = mode.detached ? &lanes_->get(plan.src, kDetachedLane, plan.dst) : nullptr;
@@ -366,27 +280,22 @@ bool Engine::run_apart(const Plan& plan, char* dst, const char* src, StreamHandl
   for (int c = 0; c < direct.chunks; ++c)
     backend_.copy_async_prechecked(dst + direct.offset + edge[c], plan.dst, src + direct.offset + edge[c], plan.src,
                                    edge[c + 1] - edge[c], ds);
-  if (probe) backend_.record_event(probe->direct_done, caller);
   // The staged path alone, at its offset: a schedule (and a graph) of its own.
   Plan staged = plan;
   staged.paths.erase(staged.paths.begin());
   Lane& lane = lanes_->get(plan.src, lane_key, lane_index);
   if (start) backend_.wait_event(lane.stream(), start);
-  if (probe) backend_.record_event(probe->staged_start, lane.stream());
   RunMode staged_mode = mode;
   staged_mode.apart = false;  // detached stays: an enqueued staged part then forks nothing from the lane
-  const bool replayed = run_schedule(staged, dst, src, lane.stream(), staged_mode);
-  EventHandle done = probe ? probe->staged_done : lane.mark().event;
-  if (probe) backend_.record_event(done, lane.stream());
-  backend_.wait_event(caller, done);
+  run_schedule(staged, dst, src, lane.stream(), staged_mode);
+  backend_.wait_event(caller, lane.mark().event);
   if (direct_lane) backend_.wait_event(caller, direct_lane->mark().event);
-  return replayed;
 }
 
 StagingArea& Engine::host_area(int socket, int src, bool queues) {
   auto& a = host_areas_.at((queues ? static_cast<size_t>(sockets_) * ndev_ : 0) + static_cast<size_t>(socket) * ndev_ + src);
   if (!a) {
-    a = std::make_unique<StagingArea>(backend_, kHostDevice, kHostStaging.get());
+    a = std::make_unique<StagingArea>(backend_, kHostDevice, opt_.host_staging);
     staging_bytes_ += a->capacity();
   }
   return *a;
@@ -395,7 +304,7 @@ StagingArea& Engine::host_area(int socket, int src, bool queues) {
 StagingArea& Engine::gpu_area(int gpu) {
   auto& a = gpu_areas_.at(gpu);
   if (!a) {
-    a = std::make_unique<StagingArea>(backend_, gpu, kGpuStaging.get());
+    a = std::make_unique<StagingArea>(backend_, gpu, opt_.gpu_staging);
     staging_bytes_ += a->capacity();
   }
   return *a;
@@ -419,9 +328,7 @@ EventHandle Engine::caller_event(int dev) {
 void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, StreamHandle caller, bool capturing,
                               RunMode mode) {
   const int S = plan.src, D = plan.dst;
-  auto on_caller = [&](const PathPlan& p) {
-    return p.kind == PathKind::Direct && direct_on_caller_;
-  };
+  auto on_caller = [&](const PathPlan& p) { return p.kind == PathKind::Direct; };
   // The caller's earlier work, for the lanes to wait on; recorded before the direct copy
   // goes on the caller's stream, so that the other paths do not wait for it. Detached (the
   // staged part of copy_with_plan_detached, enqueued): the lanes wait for nothing of the
@@ -487,7 +394,7 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
   for (const PathPlan* pp : order) {
     const PathPlan& path = *pp;
     if (path.kind == PathKind::Direct) {
-      StreamHandle s = on_caller(path) ? caller : final_lane(fork(lanes_->get(S, D))).stream();
+      StreamHandle s = caller;
       const std::vector<uint64_t> edge = chunk_edges(path);
       for (int c = 0; c < path.chunks; ++c) {
         uint64_t b = edge[c], e = edge[c + 1];
@@ -498,7 +405,8 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
     const bool host = path.kind == PathKind::HostStaged;
     StagingArea& area = host ? host_area(path.via, S, mode.own_area) : gpu_area(path.via);
     const int mid = host ? kHostDevice : path.via;
-    const int first_lanes = host ? host_first_lanes_ : 1, relay_lanes = host ? host_lanes_ : 1;
+    // One first-hop stream keeps the chunks leaving the source GPU in order, one at a time.
+    const int relay_lanes = host ? opt_.host_lanes : 1;
     StagingUses& uses = capturing ? local_uses : area.uses();
     uint64_t local_cursor = 0;
     uint64_t& cursor = capturing ? local_cursor : area.cursor();
@@ -509,7 +417,7 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
       uint64_t cb = edge[c], ce = edge[c + 1];
       for (uint64_t b = cb; b < ce; ++q) {
         uint64_t n = std::min(max_piece, ce - b);
-        Lane& first = fork(lanes_->get(S, host || !staged_shared_lane_ ? mid : kAnyStagingGpu, q % first_lanes));
+        Lane& first = fork(lanes_->get(S, mid, 0));
         Lane& relay = final_lane(lanes_->get(mid, D, q % relay_lanes));
         uint64_t at = area.take(n, cursor);
         settle_overlapping(&uses, at, at + n);
@@ -535,15 +443,13 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
 void Engine::prepare(const Plan& plan, bool second_area) {
   caller_event(plan.src);
   for (const PathPlan& p : plan.paths) {
-    if (p.kind == PathKind::Direct) {
-      if (!direct_on_caller_) lanes_->get(plan.src, plan.dst);
-    } else if (p.kind == PathKind::HostStaged) {
+    if (p.kind == PathKind::HostStaged) {
       host_area(p.via, plan.src, second_area);
-      for (int k = 0; k < host_first_lanes_; ++k) lanes_->get(plan.src, kHostDevice, k);
-      for (int k = 0; k < host_lanes_; ++k) lanes_->get(kHostDevice, plan.dst, k);
-    } else {
+      lanes_->get(plan.src, kHostDevice, 0);
+      for (int k = 0; k < opt_.host_lanes; ++k) lanes_->get(kHostDevice, plan.dst, k);
+    } else if (p.kind == PathKind::GpuStaged) {
       gpu_area(p.via);
-      lanes_->get(plan.src, staged_shared_lane_ ? kAnyStagingGpu : p.via);
+      lanes_->get(plan.src, p.via);
       lanes_->get(p.via, plan.dst);
     }
   }
@@ -571,7 +477,7 @@ bool Engine::launch_graph(const Plan& plan, char* dst, const char* src, StreamHa
     // Cached graphs are still replayed; new ones are not captured once the cache thrashes.
     if (graphs_cache_->thrashing()) {
       if (!thrash_logged_)
-        GS_LOG_INFO(Subsys::Engine, "transfers repeat over more keys than GPUSTRIPE_GRAPH_CACHE holds (%zu): "
+        GS_LOG_INFO(Subsys::Engine, "transfers repeat over more keys than the graph cache holds (%zu): "
                     "new transfers are enqueued, not captured", graphs_cache_->size());
       thrash_logged_ = true;
       return false;

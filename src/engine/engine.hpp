@@ -8,8 +8,7 @@
 //   - Safe to call from many threads on many streams at once: the schedule of one copy is
 //     enqueued as a unit (engine mutex). Its direct path runs on the caller's stream, like a
 //     plain copy; its staged paths run on the engine's per-direction lanes, so their chunks
-//     of one message go before the next message's (GPUSTRIPE_DIRECT_ON_CALLER=0 puts the
-//     direct path on a lane too).
+//     of one message go before the next message's.
 //   - Below the size where splitting pays (single direct path), one plain backend copy on
 //     the caller's stream and nothing else.
 //   - src_dev == dst_dev: one device-local copy on the caller's stream.
@@ -34,8 +33,21 @@ class LaneSet;
 class StagingArea;
 class GraphCache;
 class ResourceTails;
-class Balancer;
-struct BalanceProbe;
+
+// How the engine runs schedules. The defaults are the engine's behaviour; tests construct other
+// values (a small graph cache, two relay lanes, GPU-staged replays) to reach corner cases.
+struct EngineOptions {
+  bool graphs = true;  // replay a captured graph of a multi-path transfer seen before (where the backend can)
+  // Replay plans with GPU-staged paths too. Off: on 4x H200 replays of such plans ran at 50-95%
+  // of their enqueued speed, while direct + host plans gain from replay.
+  bool replay_gpu_staged = false;
+  size_t graph_cache = 256;  // captured schedules kept (LRU; a graph is a few KB)
+  int host_lanes = 1;        // streams of the host-to-GPU hop of a host-staged path (1 to 8)
+  uint64_t host_staging = 128ull << 20;  // pinned host staging per CPU socket and source GPU
+  uint64_t gpu_staging = 256ull << 20;   // scratch per staging GPU
+  // The defaults, with the staging sizes of GPUSTRIPE_HOST_STAGING and GPUSTRIPE_GPU_STAGING.
+  static EngineOptions from_settings();
+};
 
 struct EngineStats {
   uint64_t plain_copies = 0;     // single-path copies issued as one backend copy
@@ -43,14 +55,14 @@ struct EngineStats {
   uint64_t graph_captures = 0;   // schedules captured into a CUDA graph
   uint64_t graph_launches = 0;   // replays of captured schedules
   uint64_t staging_bytes = 0;    // staging memory allocated (host + GPU)
-  uint64_t balance_steps = 0;    // GPUSTRIPE_BALANCE: shifts of a split after measuring it
-  uint64_t balance_samples = 0;  // GPUSTRIPE_BALANCE: calls whose two paths were timed and used
 };
 
 class Engine {
  public:
   // `planner` may be null: copy_async then always makes one plain copy.
-  Engine(Backend& backend, const Topology& topo, Planner* planner);
+  // Throws Error(ERR_CONFIG) for a staging area under a page.
+  Engine(Backend& backend, const Topology& topo, Planner* planner,
+         EngineOptions options = EngineOptions::from_settings());
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -68,12 +80,6 @@ class Engine {
   // Executes a given plan (forced plans of the model's accuracy check and the tuner).
   // The plan's src/dst/bytes name the devices and size; pointers are checked like copy_async's.
   void copy_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream);
-  // copy_with_plan with its host-staged pieces in the second staging area of the source GPU
-  // (a lane and staging memory of its own), replayed as a graph of its own where graphs
-  // are on. A replay holds its area whole until it ends: two transfers from one GPU that
-  // alternate between the two areas overlap, the next one's host pipeline filling while the
-  // previous one's drains (a window of messages to one peer).
-  void copy_with_plan_in_second_area(const Plan& plan, void* dst, const void* src, StreamHandle stream);
   // copy_with_plan for a plan of a direct path and one staged path whose paths do NOT wait for
   // the work enqueued on `stream` before the call (the caller knows none of it touches these
   // buffers: a p2p window's messages, each into its own receive): the direct path, issued as
@@ -82,8 +88,10 @@ class Engine {
   // on a lane of the link, so the link never idles between them, and the staged part behind the
   // earlier user of its staging area only. Work enqueued on `stream` after the call still waits
   // for both paths. Other plan shapes run as copy_with_plan would (stream-ordered).
-  // `second_area`: as copy_with_plan_in_second_area (each area has a lane of its own, so two
-  // transfers in different areas overlap). `replay` false: the staged part is enqueued, never
+  // `second_area`: the host-staged pieces go through the second staging area of the source GPU
+  // (a lane and staging memory of its own, replayed as a graph of its own): two transfers
+  // from one GPU that alternate between the two areas overlap, the next one's host pipeline
+  // filling while the previous one's drains (a window of messages to one peer). `replay` false: the staged part is enqueued, never
   // replayed: its pieces take the next free range of the area's ring and go behind the earlier
   // enqueued pieces on the same lanes, so the staged parts of consecutive copies stream into
   // each other (a replay holds its area whole).
@@ -95,17 +103,14 @@ class Engine {
   Planner* planner() { return planner_; }
   bool uses_graphs() const { return graphs_; }
   EngineStats stats() const;
-  // GPUSTRIPE_BALANCE: bytes moved so far from the direct path to the staged one of the
-  // planned split of this transfer (negative: the other way); 0 when off or never seen.
-  int64_t balance_shift(int src, int dst, uint64_t bytes) const;
-  // The split copy_async runs for this transfer now: the planner's plan, shifted by
-  // GPUSTRIPE_BALANCE where that is on. Throws like copy_async for a bad pair.
+  // The split copy_async runs for this transfer now: the planner's plan. Throws like
+  // copy_async for a bad pair.
   Plan current_plan(int src, int dst, uint64_t bytes);
 
  private:
   std::shared_ptr<const Plan> cached_plan(int src, int dst, uint64_t bytes);
-  // How a schedule is run: replayed as a graph where it can be (else enqueued), its direct
-  // path on the caller's stream (GPUSTRIPE_DIRECT_ON_CALLER) or on the lane of its link.
+  // How a schedule is run: replayed as a graph where it can be (else enqueued); its direct
+  // path always goes on the caller's stream (no fork or join for it).
   struct RunMode {
     bool replay = true;
     bool own_area = false;  // host staging in the source GPU's second area
@@ -117,20 +122,13 @@ class Engine {
   };
   // copy_with_plan and its variants.
   void run_given(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode);
-  // `steer`: a planner's plan, which GPUSTRIPE_BALANCE may shift (forced plans run as given).
-  void execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, bool steer, RunMode mode);
-  // A direct + staged plan with both paths timed (GPUSTRIPE_BALANCE, balancer.hpp): the direct
-  // path on the caller's stream, the staged one (replayed as a graph of its own) on a lane of
-  // the source GPU forked from the caller and joined back.
-  void execute_balanced(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode);
-  // The direct path of `plan` (Balancer::eligible) as plain copies on `caller`, then its staged
-  // part as a schedule of its own on lane (src, `lane_key`, `lane_index`) forked from the caller
-  // before the direct copies and joined back. `mode.detached`: nothing forked from the caller,
-  // the direct copies on the link's lane of detached copies, joined back too. With `probe`, its
-  // events are recorded around both parts (execute_balanced). Returns whether the staged part
-  // was replayed.
-  bool run_apart(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode, int lane_key,
-                 int lane_index, BalanceProbe* probe);
+  void execute(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode);
+  // The direct path of `plan` (direct_plus_one_staged) as plain copies on `caller`, then its
+  // staged part as a schedule of its own on lane (src, `lane_key`, `lane_index`) forked from
+  // the caller before the direct copies and joined back. `mode.detached`: nothing forked from
+  // the caller, the direct copies on the link's lane of detached copies, joined back too.
+  void run_apart(const Plan& plan, char* dst, const char* src, StreamHandle caller, const RunMode& mode, int lane_key,
+                 int lane_index);
   // The schedule of a checked plan: replayed as a graph where it can be (true), else enqueued (under mu_).
   bool run_schedule(const Plan& plan, void* dst, const void* src, StreamHandle stream, RunMode mode);
   void check_plan(const Plan& plan) const;
@@ -149,13 +147,9 @@ class Engine {
   Backend& backend_;
   const Topology& topo_;
   Planner* planner_;
-  bool graphs_ = false;
-  int host_lanes_ = 1;        // relay (host-to-GPU) lanes of a host-staged path
-  int host_first_lanes_ = 1;  // first-hop (GPU-to-host) lanes
-  bool staged_shared_lane_ = false;
+  EngineOptions opt_;
+  bool graphs_ = false;       // opt_.graphs where the backend replays graphs; off after a failed capture
   bool thrash_logged_ = false;
-  bool graphs_gpu_staged_ = false;  // GPUSTRIPE_GRAPHS_GPU_STAGED
-  bool direct_on_caller_ = true;
   int ndev_ = 0;
   uint64_t id_ = 0;
 
@@ -168,7 +162,6 @@ class Engine {
   std::vector<StreamHandle> capture_streams_;             // per device, graph mode
   std::unique_ptr<GraphCache> graphs_cache_;
   std::unique_ptr<ResourceTails> tails_;
-  std::unique_ptr<Balancer> balancer_;  // GPUSTRIPE_BALANCE; null when off
   std::unique_ptr<std::atomic<bool>[]> peer_enabled_;    // ndev x ndev, set once per pair
   std::atomic<uint64_t> plain_copies_{0}, schedules_{0}, graph_captures_{0}, graph_launches_{0}, staging_bytes_{0};
 };

@@ -1,4 +1,4 @@
-// Graph mode (CUDA backend, GPUSTRIPE_GRAPHS=1): the schedule of a transfer is captured
+// Graph mode (backends that replay graphs, EngineOptions::graphs): the schedule of a transfer is captured
 // once into a CUDA graph and replayed for repeated transfers with the same key
 // (pointers, devices, size, plan), instead of issuing dozens of async calls.
 //   GraphCache     bounded LRU of captured schedules; evicted graphs are destroyed. It also

@@ -7,9 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <ctime>
 
-#include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/shm_reclaim.hpp"
@@ -19,12 +17,12 @@
 namespace gpustripe::ipc {
 namespace {
 
-const SizeSetting kRingBytes{"GPUSTRIPE_IPC_RING", "256K",
-                             "Bytes of each per-pair ring of the node-local channel (eager messages and control "
-                             "records; a record may use a quarter of it)"};
+// Bytes of each per-pair ring (eager messages and control records; a record may use a quarter
+// of it): a 16 KB eager message fits with room for the records queued beside it.
+constexpr uint64_t kRingBytes = 256 << 10;
 
 constexpr uint64_t kMagic = 0x6770737472697065ull;  // "gpstripe"
-constexpr uint32_t kVersion = 5;  // 4: fd_requests in the rank slots; 5: socket tokens
+constexpr uint32_t kVersion = 6;  // 4: fd_requests in the rank slots; 5: socket tokens; 6: board slots without retire times
 constexpr int kBoardSlots = 1024;
 constexpr uint64_t kSkip = ~0ull;  // record length marking "continue at the ring's start"
 constexpr size_t kAlign = 64;
@@ -33,12 +31,6 @@ enum : uint32_t { kAbsent = 0, kAlive = 1, kLeft = 2 };
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
-// CLOCK_MONOTONIC: the same clock in every process of the node.
-uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 size_t pow2_at_least(size_t v) {
   size_t p = 4096;
   while (p < v) p <<= 1;
@@ -55,11 +47,10 @@ struct alignas(kAlign) RankSlot {
 };
 
 struct Channel::BoardSlot {
-  std::atomic<uint32_t> state;  // 0 free, 1 being written, 2 published, 3 retired (free, read as recent)
+  std::atomic<uint32_t> state;  // 0 free, 1 being written, 2 published
   int32_t owner;                // rank
   int32_t src_dev, dst_dev;
   uint64_t bytes;
-  std::atomic<uint64_t> retired_ns;  // monotonic_ns() when retired (state 3)
 };
 
 struct Channel::Header {
@@ -93,7 +84,7 @@ const char* peer_state_name(PeerState s) {
 ShmSegment Channel::create_segment(const std::string& name, int nranks, size_t ring_bytes) {
   GS_REQUIRE(nranks >= 1 && nranks <= kMaxRanks, GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "channel '%s': %d ranks (1..%d supported)", name.c_str(), nranks, kMaxRanks);
-  if (ring_bytes == 0) ring_bytes = kRingBytes.get();
+  if (ring_bytes == 0) ring_bytes = kRingBytes;
   ring_bytes = pow2_at_least(ring_bytes);
   size_t pairs = static_cast<size_t>(nranks) * nranks;
   size_t rings_off = round_up(sizeof(Header), 4096);
@@ -229,49 +220,39 @@ void Channel::consume(int src) {
 }
 
 int Channel::publish_transfer(int src_dev, int dst_dev, uint64_t bytes) {
-  // Free slots first; retired ones (kept for transfers_of_others' `recent_ns`) only when no
-  // slot is free.
-  for (uint32_t from : {0u, 3u})
-    for (int i = 0; i < kBoardSlots; ++i) {
-      BoardSlot& b = header()->board[i];
-      // Looked at before the compare-exchange: a failed one still takes the slot's cache line
-      // from every other process reading the board, and a board of retired slots made each
-      // publish ~1000 of them (tens of microseconds per copy, both ranks' scans missing too).
-      if (b.state.load(std::memory_order_relaxed) != from) continue;
-      uint32_t expect = from;
-      if (!b.state.compare_exchange_strong(expect, 1, std::memory_order_acquire)) continue;
-      b.owner = rank_;
-      b.src_dev = src_dev;
-      b.dst_dev = dst_dev;
-      b.bytes = bytes;
-      b.retired_ns.store(0, std::memory_order_relaxed);
-      b.state.store(2, std::memory_order_release);
-      return i;
-    }
+  for (int i = 0; i < kBoardSlots; ++i) {
+    BoardSlot& b = header()->board[i];
+    // Looked at before the compare-exchange: a failed one still takes the slot's cache line
+    // from every other process reading the board, and a board of taken slots made each
+    // publish ~1000 of them (tens of microseconds per copy, both ranks' scans missing too).
+    if (b.state.load(std::memory_order_relaxed) != 0) continue;
+    uint32_t expect = 0;
+    if (!b.state.compare_exchange_strong(expect, 1, std::memory_order_acquire)) continue;
+    b.owner = rank_;
+    b.src_dev = src_dev;
+    b.dst_dev = dst_dev;
+    b.bytes = bytes;
+    b.state.store(2, std::memory_order_release);
+    return i;
+  }
   return -1;
 }
 
 void Channel::retire_transfer(int slot) {
   if (slot < 0 || slot >= kBoardSlots) return;
   BoardSlot& b = header()->board[slot];
-  b.retired_ns.store(monotonic_ns(), std::memory_order_relaxed);
-  b.state.store(3, std::memory_order_release);
+  b.state.store(0, std::memory_order_release);
 }
 
-std::vector<Channel::InFlight> Channel::transfers_of_others(uint64_t recent_ns) const {
+std::vector<Channel::InFlight> Channel::transfers_of_others() const {
   std::vector<InFlight> out;
-  const uint64_t now = recent_ns ? monotonic_ns() : 0;
   for (int i = 0; i < kBoardSlots; ++i) {
     const BoardSlot& b = header()->board[i];
-    const uint32_t state = b.state.load(std::memory_order_acquire);
-    if (state != 2 && !(state == 3 && recent_ns)) continue;
-    const uint64_t retired = b.retired_ns.load(std::memory_order_relaxed);
-    if (state == 3 && (retired == 0 || now - std::min(now, retired) > recent_ns)) continue;
-    InFlight t{b.src_dev, b.dst_dev, b.bytes, state == 3};
+    if (b.state.load(std::memory_order_acquire) != 2) continue;
+    InFlight t{b.src_dev, b.dst_dev, b.bytes};
     int owner = b.owner;
     // Read again: a slot taken over meanwhile is skipped, not read half old, half new.
-    if (b.state.load(std::memory_order_acquire) != state || owner == rank_ || owner < 0 || owner >= nranks_) continue;
-    if (state == 3 && b.retired_ns.load(std::memory_order_relaxed) != retired) continue;
+    if (b.state.load(std::memory_order_acquire) != 2 || owner == rank_ || owner < 0 || owner >= nranks_) continue;
     // Entries of a rank that died or left are stale, not traffic.
     if (header()->ranks[owner].state.load(std::memory_order_acquire) != kAlive) continue;
     out.push_back(t);

@@ -33,7 +33,7 @@ class Channel {
   static constexpr size_t kSocketTokenBytes = 16;
 
   // Creates the job's segment for `nranks` ranks with rings of `ring_bytes` (rounded
-  // up to a power of two; 0: GPUSTRIPE_IPC_RING). The creator may be a rank or not
+  // up to a power of two; 0: 256 KB). The creator may be a rank or not
   // (a test's parent process). Attach the ranks with Channel(open(name), rank).
   static ShmSegment create_segment(const std::string& name, int nranks, size_t ring_bytes = 0);
 
@@ -69,13 +69,11 @@ class Channel {
   struct InFlight {
     int src_dev, dst_dev;
     uint64_t bytes;
-    bool retired = false;  // finished within the `recent_ns` asked for, no longer in flight
   };
   int publish_transfer(int src_dev, int dst_dev, uint64_t bytes);
   void retire_transfer(int slot);
-  // Copies in flight of the other live ranks; with `recent_ns`, also those retired at most
-  // that long ago (a retired slot stays readable until the board runs out of free ones).
-  std::vector<InFlight> transfers_of_others(uint64_t recent_ns = 0) const;
+  // Copies in flight of the other live ranks.
+  std::vector<InFlight> transfers_of_others() const;
 
   // File-descriptor requests (ipc/fd_exchange.hpp): a rank that asked rank `r` for a
   // descriptor over its socket bumps r's counter, so r's progress loop learns of it with one

@@ -10,7 +10,9 @@
 namespace gpustripe::ipc {
 namespace {
 const IntSetting kCacheEntries{"GPUSTRIPE_IPC_CACHE_ENTRIES", "256",
-                               "Peer buffers kept mapped per process (least recently used are closed first)"};
+                               "Peer buffers kept mapped per process (least recently used are closed first): raise it "
+                               "where a program sends from more buffers than that, lower it where the mappings "
+                               "hold too much peer memory alive"};
 }
 
 HandleCache::HandleCache(Backend& backend, size_t max_entries, FdExchange* fds)

@@ -15,10 +15,10 @@ const DoubleSetting kTimeout{"GPUSTRIPE_TIMEOUT", "300",
                              "Seconds a wait on another process (message, reply, copy) may last without progress "
                              "before it fails with GPUSTRIPE_ERR_TIMEOUT; 0: no limit. A dead peer is detected "
                              "sooner (process liveness)"};
-const DoubleSetting kPollMs{"GPUSTRIPE_WAIT_POLL_MS", "20",
-                           "Milliseconds a wait on another process polls without sleeping (it spins, then yields "
-                           "the core) before it sleeps between polls. A sleep costs up to ~70 us of wake-up (timer "
-                           "slack): large rendezvous copies take 0.1-3 ms, and their waits must not sleep"};
+// How long a wait polls without sleeping (it spins, then yields the core) before it sleeps
+// between polls. A sleep costs up to ~70 us of wake-up (timer slack): large rendezvous copies
+// take 0.1-3 ms, and their waits must not sleep.
+constexpr double kPollMs = 20;
 constexpr auto kPeerCheckEvery = std::chrono::milliseconds(5);
 }  // namespace
 
@@ -33,7 +33,7 @@ Waiter::Waiter(std::string what, std::function<void()> check_peers)
       check_peers_(std::move(check_peers)),
       timeout_s_(timeout_seconds()),
       poll_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double, std::milli>(std::max(0.0, kPollMs.get())))) {
+          std::chrono::duration<double, std::milli>(kPollMs))) {
   start_ = last_check_ = std::chrono::steady_clock::now();
 }
 
@@ -46,7 +46,7 @@ void Waiter::pause() {
   ++spins_;
   // Short messages are answered within microseconds: spin first, then give the core
   // away (ranks are often oversubscribed in CI), and sleep only once the wait has
-  // lasted GPUSTRIPE_WAIT_POLL_MS. The back-off is by time, not by count: counted
+  // lasted kPollMs. The back-off is by time, not by count: counted
   // polls reached the sleeps after ~0.6 ms, inside a 256 MB copy, whose completion
   // was then seen up to a sleep's wake-up late (window-1 bandwidth 0.925x native).
   auto now = std::chrono::steady_clock::now();

@@ -14,7 +14,7 @@ namespace gpustripe::ipc {
 double timeout_seconds();
 
 // Polls with growing back-off (spin, yield, then short sleeps once the wait has
-// lasted GPUSTRIPE_WAIT_POLL_MS). `check_peers`
+// lasted 20 ms). `check_peers`
 // runs every few milliseconds and throws when a peer is gone.
 class Waiter {
  public:
@@ -30,7 +30,7 @@ class Waiter {
   std::string what_;
   std::function<void()> check_peers_;
   double timeout_s_;
-  std::chrono::steady_clock::duration poll_;  // GPUSTRIPE_WAIT_POLL_MS
+  std::chrono::steady_clock::duration poll_;  // how long it polls before it sleeps
   std::chrono::steady_clock::time_point start_, last_check_;
   unsigned spins_ = 0;
 };

@@ -35,7 +35,7 @@ struct ModelParams {
   // plan, per call schedule_cost.hpp counts): the calls plus the engine's bookkeeping between
   // them (lanes, staging ranges and marks, checks). Measured by calibration; 0: host_call_us.
   double engine_call_us = 0.0;
-  // Host time of replaying a captured schedule (CUDA graphs, GPUSTRIPE_GRAPHS): one launch,
+  // Host time of replaying a captured schedule (CUDA graphs): one launch,
   // plus a share per copy node of the graph. Measured by calibration where the backend has
   // graphs; nominal: the order of a graph launch.
   double graph_launch_us = 3.0;

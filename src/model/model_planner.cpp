@@ -10,33 +10,18 @@ namespace gpustripe {
 namespace {
 
 const ChoiceSetting kHostPath{"GPUSTRIPE_HOST_PATH", "auto",
-                              "Host-staged path: auto (the model decides), on (always add one), off (never)",
+                              "Host-staged path: auto (the model decides), on (always add one), off (never: leaves "
+                              "host memory bandwidth and the PCIe links to the application)",
                               {"auto", "on", "off"}};
 const IntSetting kGpuPaths{"GPUSTRIPE_GPU_PATHS", "-1",
-                           "Most staging GPUs one transfer may use (-1: as many as pay, 0: none)"};
-const IntSetting kChunks{"GPUSTRIPE_CHUNKS", "0", "Fixed pipeline chunks per staged path (0: the model chooses)"};
+                           "Most staging GPUs one transfer may use (-1: as many as pay, 0: none: leaves the other "
+                           "GPUs' links and copy engines to the application)"};
 // The loss around the equal-finish split is lopsided (4x H200, direct + host, fixed plans):
 // host shares 0.5 pp past the point where the host path finishes last cost 1-8% (the direct
-// path then waits for the slower one), 0.5 pp short of it ~0.5%. Positive: staged paths are
-// planned slower than modelled, so a model off by a few percent errs short.
-// Default -0.015 (planned 1.5% faster): without a margin two calibrations gave the same
-// splits, 0.2-0.25 pp short of the best fixed ones (256M 9.5% x6 1.100x vs 9.75% 1.103x; 512M
-// 10.3% x9 1.111x vs 10.5% 1.115x; 1G 10.85% x14 1.120x vs 11.0% 1.122x; 11.25% 1.106x);
-// -0.015 plans 9.6%, 10.4% x10 and 11.0% on the second one's profile, and 7.1% x3 at 64M (best 7-7.5%).
-const DoubleSetting kStagedMargin{"GPUSTRIPE_STAGED_MARGIN", "-0.015",
-                                  "Plan host-staged paths this fraction below their modelled rate (negative: above), "
-                                  "-0.2 to 0.5; the loss past the balance point is many times the loss short of it"};
-// Tapered chunks (PathPlan::taper_head/tail): a small first chunk lets the relay hop of a
-// staged path start early, a small last one shortens its drain. Off: on 4x H200 the two hops
-// of the host path run at the same rate, so only the largest chunk sets the pipeline's fill
-// (host path 32M x8 46.2 GB/s, x8h3 44.6, x8t3 44.5; 256M 9.75% x8 1.104x, x8h3 1.078x).
-const IntSetting kTaperHead{"GPUSTRIPE_TAPER_HEAD", "0",
-                            "Leading chunks of a staged path that grow x2 each up to the steady chunk (0-16; cut "
-                            "back where the smallest chunk would fall under 64 KB)"};
-const IntSetting kTaperTail{"GPUSTRIPE_TAPER_TAIL", "0",
-                            "Trailing chunks of a staged path that shrink /2 each (0-16, as GPUSTRIPE_TAPER_HEAD)"};
-const SizeSetting kMinSplit{"GPUSTRIPE_MIN_SPLIT_SIZE", "1M",
-                            "Transfers smaller than this take the direct path alone, without a plan search"};
+// path then waits for the slower one), 0.5 pp short of it ~0.5%. Planned 1.5% faster than
+// modelled, the splits of two calibrations landed on the best fixed ones (without a margin,
+// 0.2-0.25 pp short of them).
+constexpr double kStagedMargin = -0.015;
 
 // Plans are cached per quarter octave of size.
 constexpr double kClassesPerOctave = 4.0;
@@ -54,20 +39,7 @@ SearchOptions search_options_from_env() {
   std::string host = kHostPath.get();
   o.host = host == "on" ? HostPathMode::On : host == "off" ? HostPathMode::Off : HostPathMode::Auto;
   o.max_gpu_paths = static_cast<int>(kGpuPaths.get());
-  int64_t chunks = kChunks.get();
-  GS_REQUIRE(chunks >= 0 && chunks <= 4096, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_CHUNKS=%lld: expected 0-4096",
-             static_cast<long long>(chunks));
-  o.fixed_chunks = static_cast<int>(chunks);
-  o.min_split = kMinSplit.get();
-  o.staged_margin = kStagedMargin.get();
-  const int64_t head = kTaperHead.get(), tail = kTaperTail.get();
-  GS_REQUIRE(head >= 0 && head <= kMaxTaper && tail >= 0 && tail <= kMaxTaper, GPUSTRIPE_ERR_CONFIG,
-             "GPUSTRIPE_TAPER_HEAD=%lld, GPUSTRIPE_TAPER_TAIL=%lld: expected 0-%d each", static_cast<long long>(head),
-             static_cast<long long>(tail), kMaxTaper);
-  o.taper_head = static_cast<int>(head);
-  o.taper_tail = static_cast<int>(tail);
-  GS_REQUIRE(o.staged_margin >= -0.2 && o.staged_margin <= 0.5, GPUSTRIPE_ERR_CONFIG,
-             "GPUSTRIPE_STAGED_MARGIN=%g: expected -0.2 to 0.5", o.staged_margin);
+  o.staged_margin = kStagedMargin;
   return o;
 }
 

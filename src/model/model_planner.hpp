@@ -15,8 +15,8 @@
 
 namespace gpustripe {
 
-// Search options from GPUSTRIPE_HOST_PATH, GPUSTRIPE_GPU_PATHS, GPUSTRIPE_CHUNKS and
-// GPUSTRIPE_MIN_SPLIT_SIZE (throws ERR_CONFIG on values that do not parse).
+// Search options from GPUSTRIPE_HOST_PATH and GPUSTRIPE_GPU_PATHS, with the planner's staged
+// margin (throws ERR_CONFIG on values that do not parse).
 SearchOptions search_options_from_env();
 
 // Planner over the contention-aware model. One transfer's path set is cached per (src, dst,

@@ -29,25 +29,6 @@ int best_chunks(const MultipathModel& model, const Route& r, double m, double x,
   return cost(lo_c) <= cost(hi_c) ? lo_c : hi_c;
 }
 
-// The options' taper on a staged path, cut back until its smallest chunk (a 2^-taper part of
-// the steady one) is at least min_chunk and one steady chunk remains.
-void taper(PathPlan& p, const SearchOptions& opt) {
-  int head = std::clamp(opt.taper_head, 0, kMaxTaper), tail = std::clamp(opt.taper_tail, 0, kMaxTaper);
-  auto steady = [&] {
-    const double weight = (p.chunks - head - tail) + (1.0 - std::ldexp(1.0, -head)) + (1.0 - std::ldexp(1.0, -tail));
-    return static_cast<double>(p.bytes) / weight;
-  };
-  auto smallest_ok = [&] {
-    return steady() * std::ldexp(1.0, -std::max(head, tail)) >= static_cast<double>(opt.min_chunk);
-  };
-  while ((head || tail) && (head + tail >= p.chunks || !smallest_ok())) {
-    if (head >= tail) --head;
-    else --tail;
-  }
-  p.taper_head = head;
-  p.taper_tail = tail;
-}
-
 struct Candidate {
   std::vector<const Route*> routes;
   Plan plan;
@@ -116,7 +97,6 @@ Candidate evaluate(const MultipathModel& model, int src, int dst, uint64_t bytes
     p.bytes = share_bytes[i];
     p.chunks = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(chunks[i]), std::max<uint64_t>(1, p.bytes / opt.align)));
     if (p.bytes == 0) return out;
-    if (p.kind != PathKind::Direct) taper(p, opt);
     offset += p.bytes;
     plan.paths.push_back(p);
   }

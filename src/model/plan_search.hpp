@@ -24,13 +24,10 @@ struct SearchOptions {
   uint64_t min_host_chunk = 1 << 20;
   int max_chunks = 64;
   double min_gain = 0.03;         // a path is added only if it shortens the finish time by this fraction
-  // Staged paths' rates are planned this fraction below the model's (GPUSTRIPE_STAGED_MARGIN):
-  // they then finish a little before the first path. Measured on 4x H200, a staged share past
-  // the equal-finish point costs 1-8% per 0.5 pp, the same distance short of it ~0.5%.
+  // Staged paths' rates are planned this fraction below the model's (negative: above; the
+  // planner's is search_options_from_env's): a staged share past the equal-finish point costs
+  // many times what the same distance short of it does.
   double staged_margin = 0;
-  // Tapered chunks of staged paths (PathPlan::taper_head/taper_tail; GPUSTRIPE_TAPER_HEAD/_TAIL),
-  // as far as the smallest chunk stays at least min_chunk and a steady chunk remains.
-  int taper_head = 0, taper_tail = 0;
 };
 
 // The best plan for src -> dst of `bytes` with `background` running at the same time.

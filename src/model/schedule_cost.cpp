@@ -7,34 +7,27 @@
 namespace gpustripe {
 namespace {
 
-// The value of a setting another layer declares, by name; `fallback` when this build has none.
-std::string setting_text(const char* name, const std::string& fallback, bool* declared = nullptr) {
-  for (const SettingInfo& s : all_settings())
-    if (s.name == name) {
-      if (declared) *declared = true;
-      return s.current_value();
-    }
-  if (declared) *declared = false;
-  return fallback;
-}
+// Staging memory is the engine's, but the model cuts staged chunks into pieces of at most
+// half of it, so both read these two here (the model sits below the engine).
+const SizeSetting kHostStaging{"GPUSTRIPE_HOST_STAGING", "128M",
+                               "Pinned host memory for staging, per CPU socket and source GPU, allocated on first "
+                               "use and kept (lower it where pinned memory is scarce)"};
+const SizeSetting kGpuStaging{"GPUSTRIPE_GPU_STAGING", "256M",
+                              "GPU memory each GPU lends as scratch to transfers staged through it, allocated on "
+                              "first use and kept (lower it where GPU memory is tight)"};
 
 }  // namespace
 
 EngineShape EngineShape::from_settings() {
   EngineShape e;
-  e.host_lanes = static_cast<int>(std::clamp<int64_t>(
-      parse_int(setting_text("GPUSTRIPE_HOST_LANES", std::to_string(e.host_lanes)), "GPUSTRIPE_HOST_LANES"), 1, 8));
-  const int64_t first = parse_int(setting_text("GPUSTRIPE_HOST_FIRST_LANES", "0"), "GPUSTRIPE_HOST_FIRST_LANES");
-  e.host_first_lanes = first <= 0 ? e.host_lanes : static_cast<int>(std::min<int64_t>(first, 8));
-  e.host_staging = parse_size(setting_text("GPUSTRIPE_HOST_STAGING", "128M"), "GPUSTRIPE_HOST_STAGING");
-  e.gpu_staging = parse_size(setting_text("GPUSTRIPE_GPU_STAGING", "256M"), "GPUSTRIPE_GPU_STAGING");
-  e.graphs = parse_bool(setting_text("GPUSTRIPE_GRAPHS", "0"), "GPUSTRIPE_GRAPHS");
-  bool declared = false;
-  std::string staged = setting_text("GPUSTRIPE_GRAPHS_GPU_STAGED", "1", &declared);
-  e.graphs_gpu_staged = !declared || parse_bool(staged, "GPUSTRIPE_GRAPHS_GPU_STAGED");
-  std::string on_caller = setting_text("GPUSTRIPE_DIRECT_ON_CALLER", "0", &declared);
-  e.direct_on_caller = declared && parse_bool(on_caller, "GPUSTRIPE_DIRECT_ON_CALLER");
-  e.marks_per_piece = !declared;  // the engine that puts direct paths on the caller marks relay lanes once
+  e.direct_on_caller = true;
+  e.marks_per_piece = false;
+  e.host_lanes = 1;
+  e.host_first_lanes = 1;
+  e.host_staging = kHostStaging.get();
+  e.gpu_staging = kGpuStaging.get();
+  e.graphs = true;
+  e.graphs_gpu_staged = false;
   return e;
 }
 

@@ -9,8 +9,9 @@
 //     plan takes max(GPU time, calls x host_call_us) (the host-bound regime of mid-size
 //     multi-path plans; MultipathModel::apply_schedule).
 // The shape of the schedule (host lanes, staging area sizes that cut chunks into pieces,
-// graph replay) comes from the engine's settings, read by name through the settings
-// registry, so the model follows GPUSTRIPE_HOST_LANES & co. without depending on the engine.
+// graph replay) is an EngineShape: from_settings() describes the engine as it runs (its
+// staging sizes are the two settings declared here, which the engine reads through it).
+// Other shapes describe other ways to run a schedule, for the model's tests.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -21,20 +22,19 @@ namespace gpustripe {
 
 struct EngineShape {
   // Where the direct path of a multi-path plan runs: on the caller's stream (no fork or
-  // join for it, one event mark per relay lane at the end: GPUSTRIPE_DIRECT_ON_CALLER=1), or
-  // on a lane of its own like every path (a relay mark per staged piece: engines without
-  // that setting).
+  // join for it, one event mark per relay lane at the end: the engine), or on a lane of its
+  // own like every path (a relay mark per staged piece).
   bool direct_on_caller = false;
   bool marks_per_piece = true;
-  int host_lanes = 2;                     // GPUSTRIPE_HOST_LANES: relay (host-to-GPU) streams of a host path
-  int host_first_lanes = 2;               // GPUSTRIPE_HOST_FIRST_LANES: its GPU-to-host streams (0: host_lanes)
+  int host_lanes = 2;                     // relay (host-to-GPU) streams of a host path
+  int host_first_lanes = 2;               // its GPU-to-host streams
   uint64_t host_staging = 128ull << 20;   // GPUSTRIPE_HOST_STAGING: pieces of at most half of it
   uint64_t gpu_staging = 256ull << 20;    // GPUSTRIPE_GPU_STAGING
-  bool graphs = false;                    // GPUSTRIPE_GRAPHS: a replayed graph is one launch
-  // GPUSTRIPE_GRAPHS_GPU_STAGED: whether plans with GPU-staged paths are replayed too (engines
-  // without that setting replay every multi-path plan).
-  bool graphs_gpu_staged = true;
-  // The engine's current settings (defaults where one is not declared in this build).
+  bool graphs = false;                    // a replayed graph is one launch
+  bool graphs_gpu_staged = true;          // plans with GPU-staged paths are replayed too
+  // The engine as it runs: direct path on the caller's stream, one stream per hop, graphs
+  // replayed except for plans with GPU-staged paths, the staging sizes of the settings.
+  // Throws Error(ERR_CONFIG) for a staging size that does not parse.
   static EngineShape from_settings();
 };
 

@@ -17,7 +17,7 @@ int gpustripe_mpi_active(void);
 const char* gpustripe_mpi_test_backend(void);
 /* Number of GPUs of the interposer's backend. */
 int gpustripe_mpi_test_device_count(void);
-/* Device memory of GPU `dev` (from the allocator GPUSTRIPE_TEST_ALLOC names: plain by
+/* Device memory of GPU `dev` (from the allocator GPUSTRIPE_TEST=alloc=KIND names: plain by
  * default, see gpustripe_mpi_test_alloc_as); NULL (message on stderr) on failure. */
 void* gpustripe_mpi_test_alloc(int dev, size_t bytes);
 void gpustripe_mpi_test_free(void* p);

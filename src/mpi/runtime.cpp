@@ -15,9 +15,6 @@ namespace {
 const BoolSetting kEnable{"GPUSTRIPE_MPI", "yes",
                           "The PMPI interposer (libgpustripe_mpi.so) routes transfers; no: every call goes to the MPI "
                           "unchanged"};
-const IntSetting kFakeNodes{"GPUSTRIPE_TEST_FAKE_NODES", "0",
-                            "Test only: the interposer pretends the ranks sit on this many nodes (contiguous blocks), "
-                            "so the inter-node path runs on one machine; 0: the real nodes"};
 const ChoiceSetting kCudaAware{"GPUSTRIPE_MPI_CUDA_AWARE", "auto",
                                "Whether the MPI reads device memory itself (then device buffers to other nodes pass "
                                "through); auto asks MPIX_Query_cuda_support",
@@ -59,9 +56,9 @@ void Runtime::stop() {
 Runtime::Runtime() {
   check_mpi(PMPI_Comm_rank(MPI_COMM_WORLD, &world_rank_), "MPI_Comm_rank");
   check_mpi(PMPI_Comm_size(MPI_COMM_WORLD, &world_size_), "MPI_Comm_size");
-  int64_t fake = kFakeNodes.get();
+  const int64_t fake = parse_int(test_hook("fake_nodes", "0"), "GPUSTRIPE_TEST fake_nodes");
   GS_REQUIRE(fake >= 0 && fake <= world_size_, GPUSTRIPE_ERR_CONFIG,
-             "GPUSTRIPE_TEST_FAKE_NODES=%lld: between 0 and the %d ranks", static_cast<long long>(fake), world_size_);
+             "GPUSTRIPE_TEST fake_nodes=%lld: between 0 and the %d ranks", static_cast<long long>(fake), world_size_);
   if (fake > 0) {
     int color = static_cast<int>(static_cast<int64_t>(world_rank_) * fake / world_size_);
     check_mpi(PMPI_Comm_split(MPI_COMM_WORLD, color, world_rank_, &node_comm_), "MPI_Comm_split (fake nodes)");

@@ -12,8 +12,8 @@
 // Communicators the interposer did not see created (MPI_Cart_create, ...) are left
 // to the MPI entirely, device buffers staged.
 //
-//   GPUSTRIPE_TEST_FAKE_NODES  test only: pretend the world is split into this many
-//                              nodes (contiguous blocks of ranks)
+//   GPUSTRIPE_TEST=fake_nodes=N  test only: pretend the world is split into N nodes
+//                                (contiguous blocks of ranks)
 //   GPUSTRIPE_MPI_CUDA_AWARE   auto|yes|no: whether the MPI reads device memory itself
 #pragma once
 #include <mpi.h>

@@ -11,13 +11,6 @@
 using namespace gpustripe;
 using namespace gpustripe::mpi;
 
-namespace {
-const ChoiceSetting kTestAlloc{"GPUSTRIPE_TEST_ALLOC", "plain",
-                               "Test only: the allocator behind gpustripe_mpi_test_alloc (the MPI test programs' "
-                               "device buffers): plain, vmm, pool, async or vmm_multi (Backend::alloc_device_as)",
-                               {"plain", "vmm", "pool", "async", "vmm_multi"}};
-}  // namespace
-
 extern "C" {
 
 int gpustripe_mpi_active(void) { return Runtime::get() != nullptr; }
@@ -33,7 +26,7 @@ int gpustripe_mpi_test_device_count(void) {
 void* gpustripe_mpi_test_alloc(int dev, size_t bytes) {
   if (!Runtime::get()) return nullptr;
   try {
-    return Runtime::get()->context().backend().alloc_device_as(dev, bytes, parse_device_alloc(kTestAlloc.get()));
+    return Runtime::get()->context().backend().alloc_device_as(dev, bytes, parse_device_alloc(test_hook("alloc", "plain")));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpustripe_mpi_test_alloc: %s\n", e.what());
     return nullptr;

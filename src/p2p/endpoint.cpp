@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "ipc/wait.hpp"
@@ -11,20 +10,18 @@
 
 namespace gpustripe::p2p {
 namespace {
-const SizeSetting kEagerLimit{"GPUSTRIPE_P2P_EAGER_LIMIT", "16K",
-                              "Largest message sent eagerly through the node-local channel; larger ones use "
-                              "rendezvous (the sender copies into the receiver's mapped buffer)"};
+// Largest message sent eagerly through the node-local channel; larger ones use rendezvous
+// (the sender copies into the receiver's mapped buffer).
+constexpr uint64_t kEagerLimit = 16 << 10;
 // A device send above this is pulled by the receiver (one GPU-to-GPU copy) instead of
 // going eagerly (two copies through host memory): on the H200s 4-16 KB took 17-21 us
 // eagerly and 12-13 us pulled (bench/results/2026-11-21-mpi-np2-w64: latency rows; and
-// with GPUSTRIPE_P2P_EAGER_LIMIT=0). 4K is also Open MPI's shared-memory eager
+// with no eager sends). 4K is also Open MPI's shared-memory eager
 // limit, so programs that run on Open MPI meet no new rendezvous (no new deadlock) here.
-const SizeSetting kDeviceEagerLimit{"GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT", "4K",
-                                    "Largest message from a device buffer sent eagerly (at most "
-                                    "GPUSTRIPE_P2P_EAGER_LIMIT); larger ones are pulled by the receiver"};
+constexpr uint64_t kDeviceEagerLimit = 4 << 10;
 }
 
-uint64_t eager_limit() { return kEagerLimit.get(); }
+uint64_t eager_limit() { return kEagerLimit; }
 
 Endpoint::Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy)
     : ch_(channel), backend_(backend), mover_(backend, std::move(copy)), outgoing_(channel.size()) {
@@ -33,9 +30,8 @@ Endpoint::Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy)
     cache_ = std::make_unique<ipc::HandleCache>(*backend_, 0, fds_.get());
   }
   fragment_bytes_ = (ch_.max_record() - sizeof(Frame) - 64) / 64 * 64;
-  // Read once: a setting's get() scans the environment, which is long under mpirun.
   eager_max_ = std::min<uint64_t>(eager_limit(), fragment_bytes_);
-  device_eager_max_ = std::min<uint64_t>(eager_max_, kDeviceEagerLimit.get());
+  device_eager_max_ = std::min<uint64_t>(eager_max_, kDeviceEagerLimit);
 }
 
 Endpoint::~Endpoint() {

@@ -6,7 +6,7 @@
 // channel's rings are FIFO and unexpected messages queue in arrival order); a
 // receive is matched against unexpected messages first, in arrival order.
 //
-// Eager below GPUSTRIPE_P2P_EAGER_LIMIT: the data rides in the channel (device
+// Eager up to eager_limit(): the data rides in the channel (device
 // sources are copied out first) and the send completes once it is buffered.
 // Rendezvous above it (frame.hpp): a device send buffer is exported with the
 // announcement and the matched receiver copies out of it (pull: the engine's
@@ -40,7 +40,7 @@ namespace gpustripe::p2p {
 constexpr int kAnySource = -1;
 constexpr int kAnyTag = -1;
 
-// GPUSTRIPE_P2P_EAGER_LIMIT: largest message sent eagerly.
+// The largest message sent eagerly (16 KB).
 uint64_t eager_limit();
 
 class Endpoint {
@@ -163,8 +163,8 @@ class Endpoint {
   };
   std::vector<std::deque<Queued>> outgoing_;  // per peer: records the ring had no room for
   size_t fragment_bytes_;
-  uint64_t eager_max_ = 0;         // GPUSTRIPE_P2P_EAGER_LIMIT, at most a fragment
-  uint64_t device_eager_max_ = 0;  // the same for device buffers (GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT)
+  uint64_t eager_max_ = 0;         // eager_limit(), at most a fragment
+  uint64_t device_eager_max_ = 0;  // the same for device buffers (4 KB: pulled above)
   std::map<std::pair<uintptr_t, uint64_t>, Exported> exports_;  // (base, buffer_id) -> handle, offset 0
   char* bounce_ = nullptr;
   size_t bounce_bytes_ = 0;

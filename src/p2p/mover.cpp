@@ -20,9 +20,7 @@ namespace {
 // 2: in windows of messages of 1-2 MB, a message's copy no longer queues behind the previous one's,
 // which lifts the rate through the interposer by about 40%; larger messages, which fill the link
 // alone, and two-way runs change within noise.
-const IntSetting kStreams{"GPUSTRIPE_P2P_STREAMS", "2",
-                          "Streams per GPU that the p2p layer's copies take in turn: with more than one, a "
-                          "message's copy does not wait behind the previous message's (windows of messages)"};
+constexpr int kStreams = 2;  // streams per GPU that the p2p layer's copies take in turn
 }  // namespace
 
 Mover::Mover(Backend* backend, CopyFn copy) : backend_(backend), copy_(std::move(copy)) {
@@ -73,10 +71,7 @@ void Mover::check_within(const MemLoc& loc, const void* p, size_t bytes, const c
 StreamHandle Mover::stream_for(int dev) {
   Streams& ss = streams_[dev];
   if (ss.all.empty()) {
-    int64_t n = kStreams.get();
-    GS_REQUIRE(n >= 1 && n <= 16, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_P2P_STREAMS=%lld: between 1 and 16",
-               static_cast<long long>(n));
-    for (int64_t i = 0; i < n; ++i) ss.all.push_back(backend_->create_stream(dev));
+    for (int i = 0; i < kStreams; ++i) ss.all.push_back(backend_->create_stream(dev));
   }
   StreamHandle s = ss.all[ss.next];
   ss.next = (ss.next + 1) % ss.all.size();
@@ -179,92 +174,23 @@ void Mover::copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_
 }
 
 namespace {
-const BoolSetting kAnnounceFirst{
-    "GPUSTRIPE_P2P_ANNOUNCE_FIRST", "yes",
-    "A rank lists its copy on the node's board before it reads the others' and plans, so copies that "
-    "start together are planned with each other (listed after enqueueing, two pairs starting at once "
-    "never saw each other: both took the lone plan's host share, and the host path was overloaded)"};
-// Replayed windows: a copy queued behind this rank's own copies to the same GPU (none of other
-// ranks in flight) is replayed as a graph, not enqueued, with the window's host share,
-// its host-staged pieces in the other of the source GPU's two staging areas than the copy
-// before it: consecutive messages of a window then overlap (a replay holds its area whole),
-// one's host pipeline filling while the other's drains, so the host path can carry the share of
-// a long transfer; one replay costs the host about half an enqueue.
-// Replays gain 1-3% from 128M to 512M; at 1G they are even and at 64M they lose (the overlap
-// does not cover the replay's cost), hence GPUSTRIPE_P2P_WINDOW_MIN. The share is the one measured
-// best with detached windows and 8M window chunks (see below); the model's share (planned for one
-// transfer) does worse. At 4 ranks the other pair's copies are in flight, so nothing is replayed.
-// The defaults' results: bench/results/2026-11-22-mpi-np2-w{16,64}-nvidia-h200.json.
-const BoolSetting kWindowReplay{"GPUSTRIPE_P2P_WINDOW_REPLAY", "yes",
-                                "A copy queued behind this rank's own copies to the same GPU (at least "
-                                "GPUSTRIPE_P2P_WINDOW_MIN, none of other ranks in flight) is replayed with the host share "
-                                "GPUSTRIPE_P2P_WINDOW_SHARE through the staging area the copy before it did not use, "
-                                "so the messages of a window overlap two at a time"};
-const DoubleSetting kWindowShare{"GPUSTRIPE_P2P_WINDOW_SHARE", "0.113",
-                                 "GPUSTRIPE_P2P_WINDOW_REPLAY: host share of a window's queued copies (0: the model's "
-                                 "share of one transfer of the window's bytes in flight)"};
-const SizeSetting kWindowMin{"GPUSTRIPE_P2P_WINDOW_MIN", "128M",
-                             "GPUSTRIPE_P2P_WINDOW_REPLAY: the smallest copy replayed as part of a window"};
-
-// Window starts: alone this changes little; with GPUSTRIPE_P2P_WINDOW_DETACHED the first copy of a
-// window is detached too, its direct path starting at once (a window's first copy takes 80-90 us
-// to enqueue as a lone graph, the others 31-45; detached, MPI_Isend -> first copy enqueued drops
-// from ~105 to ~60 us).
-const BoolSetting kWindowAhead{"GPUSTRIPE_P2P_WINDOW_AHEAD", "yes",
-                               "GPUSTRIPE_P2P_WINDOW_REPLAY: a copy with none of this rank's copies in flight but "
-                               "more receives from the same peer posted behind it (a window starting) is replayed as "
-                               "a window's copy too, instead of with its lone plan"};
-// Chunks of a window's staged parts. Detached windows run at the slower chain's rate, and the host
-// chain carries only ~50 GB/s in chunks of the lone plan's size (256M: ~3.6 MB), host-bound past a
-// share of ~0.113; smaller chunks carry less. 8M chunks carry more (no cliff at 0.116) and gain at
-// every size from 128M to 1G. The share stays at 0.113 rather than 0.116: it keeps ~3% of
-// host-rate margin, and it held at every size.
-const SizeSetting kWindowChunk{"GPUSTRIPE_P2P_WINDOW_CHUNK", "8M",
-                                "GPUSTRIPE_P2P_WINDOW_REPLAY: host chunk size of a window's copies (0: the lone plan's; "
-                                "a copy's host part keeps at least one chunk)"};
-// Replayed (two areas) but stream-ordered, message k waits for the whole of message k-2 (its stream and
-// its area), so the link idles whenever a message's host part runs late (a window then delivers one
-// message per direct-path time plus the lag). Detached, the direct paths run back to back and the
-// window runs at the rate of whichever chain is slower, a gain of ~1% at 128M-256M (less above); past a share of
-// ~0.113 the host chain (~50 GB/s) sets the rate.
-const BoolSetting kWindowDetached{"GPUSTRIPE_P2P_WINDOW_DETACHED", "yes",
-                                   "GPUSTRIPE_P2P_WINDOW_REPLAY: a window's copies run detached from the p2p streams' "
-                                   "earlier work (Engine::copy_with_plan_detached): their direct paths back to back on "
-                                   "a lane of the link, their staged parts behind the previous user of their staging "
-                                   "area only, so neither path waits for the other's lag"};
-
-const IntSetting kRecentUs{
-    "GPUSTRIPE_P2P_RECENT_US", "0",
-    "Other ranks' copies that finished at most this many microseconds ago count as in flight when a copy is "
-    "planned, in the directions with none in flight: an exchange that repeats (pairs that start together "
-    "rarely list in time to see each other, and the first one plans alone); 0: off"};
-
-
-// The settings engine_copy's copies read, once per mover (not per message).
-struct CopyOptions {
-  bool announce_first;
-  bool window_replay, window_ahead, detached;
-  uint64_t window_min, window_chunk, recent_ns;
-  double window_share;
-};
-
-CopyOptions read_copy_options() {
-  CopyOptions o{};
-  o.announce_first = kAnnounceFirst.get();
-  o.window_replay = kWindowReplay.get();
-  o.window_min = kWindowMin.get();
-  o.window_share = kWindowShare.get();
-  GS_REQUIRE(o.window_share >= 0 && o.window_share < 0.5, GPUSTRIPE_ERR_CONFIG,
-             "GPUSTRIPE_P2P_WINDOW_SHARE=%g: 0 (the model's) or a fraction below 0.5", o.window_share);
-  o.window_ahead = kWindowAhead.get();
-  o.window_chunk = kWindowChunk.get();
-  o.detached = kWindowDetached.get();
-  const int64_t recent_us = kRecentUs.get();
-  GS_REQUIRE(recent_us >= 0 && recent_us <= 1000000, GPUSTRIPE_ERR_CONFIG,
-             "GPUSTRIPE_P2P_RECENT_US=%lld: 0 to 1000000", static_cast<long long>(recent_us));
-  o.recent_ns = static_cast<uint64_t>(recent_us) * 1000;
-  return o;
-}
+// A rank lists its copy on the node's board before it reads the others' and plans, so copies
+// that start together are planned with each other (listed after enqueueing, two pairs starting
+// at once never saw each other: both took the lone plan's host share, overloading the host path).
+//
+// Windows: a copy queued behind this rank's own copies to the same GPU (none of other ranks in
+// flight), or one with more receives from the same peer posted behind it (a window starting), is
+// run detached (Engine::copy_with_plan_detached) with the window's host share, its host-staged
+// pieces in the other of the source GPU's two staging areas than the copy before it: the direct
+// paths run back to back on a lane of the link, and consecutive messages' host pipelines overlap,
+// one filling while the other drains, so the host path can carry the share of a long transfer.
+// Detached, the window runs at the rate of whichever chain is slower; the host chain carries
+// ~50 GB/s in 8 MB chunks (more than in the lone plan's smaller ones), host-bound past a share of
+// ~0.116: the share keeps ~3% of margin below that. Under kWindowMin the replay's cost is not
+// covered by the overlap. Shares and sizes measured on 4x H200 (2 ranks, windows of 16 and 64).
+constexpr double kWindowShare = 0.113;            // host share of a window's copies
+constexpr const char* kWindowMin = "128M";      // the smallest copy run as part of a window
+constexpr uint64_t kWindowChunk = 8ull << 20;     // host chunk size of a window's copies
 
 bool direct_alone(const Plan& p) { return p.single_path() && p.paths[0].kind == PathKind::Direct; }
 
@@ -300,14 +226,16 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
     CopyQueues own;  // this rank's copies in flight, per GPU pair
     std::map<std::pair<int, int>, uint64_t> direct_limits;  // direct_limit per GPU pair
     std::map<std::tuple<int, int, uint64_t>, bool> splits;  // (src, dst, bytes): planned alone, direct + host
-    std::map<std::tuple<int, int, uint64_t>, Plan> window_plans;  // GPUSTRIPE_P2P_WINDOW_REPLAY, per size
+    std::map<std::tuple<int, int, uint64_t>, Plan> window_plans;  // windows' plans, per size
     std::map<std::pair<int, int>, bool> second_area;  // per GPU pair: the area the last copy staged in
   };
   auto st = std::make_shared<State>();
   // The callers (the endpoint's pull and push, copy_now) pass ranges they have checked against
   // their allocations (Mover::check_within, the mapping cache's bounds), so the copies below
   // that skip the engine's pointer queries write nothing they were not meant to.
-  return [&engine, board, st, o = read_copy_options()](void* dst, int dd, const void* src, int sd, size_t n,
+  // Tests reach windows with small messages through GPUSTRIPE_TEST's window_min.
+  const uint64_t window_min = parse_size(test_hook("window_min", kWindowMin), "GPUSTRIPE_TEST window_min");
+  return [&engine, board, st, window_min](void* dst, int dd, const void* src, int sd, size_t n,
                                                         StreamHandle s, const Mover::Hints& hints) -> std::function<void()> {
     // Regime: a copy to or from host memory (eager bounces, stream fragments, push from host).
     if (dd == kHostDevice || sd == kHostDevice) {
@@ -349,7 +277,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       return it->second;
     };
     int slot = -1;
-    if (board && o.announce_first) {
+    if (board) {
       slot = board->publish_transfer(sd, dd, n);
       // Store-then-load between ranks (Dekker): without a full fence both ranks could
       // read the board before the other's entry is visible, and neither see the other.
@@ -359,22 +287,15 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       // Other ranks' copies are merged per direction: what the planner needs is the load on
       // each link, and planning one spec per message of a window (64 in osu_bw) cost
       // milliseconds per message (bandwidth fell from 705 to 22 GB/s at 128 MB, 2 ranks).
-      // Copies retired lately count where their direction has none in flight (the largest).
-      std::vector<TransferSpec> specs, recent;
+      std::vector<TransferSpec> specs;
       if (board) {
-        for (const ipc::Channel::InFlight& t : board->transfers_of_others(o.recent_ns)) {
+        for (const ipc::Channel::InFlight& t : board->transfers_of_others()) {
           if (t.src_dev == t.dst_dev) continue;
-          std::vector<TransferSpec>& list = t.retired ? recent : specs;
-          auto same = std::find_if(list.begin(), list.end(),
+          auto same = std::find_if(specs.begin(), specs.end(),
                                    [&](const TransferSpec& x) { return x.src == t.src_dev && x.dst == t.dst_dev; });
-          if (same == list.end()) list.push_back(TransferSpec{t.src_dev, t.dst_dev, t.bytes});
-          else same->bytes = t.retired ? std::max(same->bytes, t.bytes) : same->bytes + t.bytes;
+          if (same == specs.end()) specs.push_back(TransferSpec{t.src_dev, t.dst_dev, t.bytes});
+          else same->bytes += t.bytes;
         }
-        for (const TransferSpec& r : recent)
-          if (std::none_of(specs.begin(), specs.end(), [&](const TransferSpec& x) { return x.src == r.src && x.dst == r.dst; })) {
-            specs.push_back(r);
-            trace("p_recent", -1, 0, 0, r.bytes);
-          }
       }
       // The other way: listed on the board, or known to the caller before the peer lists it
       // (this rank's own messages to the peer are in flight: both directions start together,
@@ -386,7 +307,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       const bool reverse = hints.both_ways || reverse_listed;
       const CopyQueues::Queue queued = st->own.queued(sd, dd);
       const bool behind = queued.copies > 0 && specs.empty();
-      const bool window = o.window_replay && n >= o.window_min && (behind || (o.window_ahead && hints.ahead > 0 && queued.copies == 0 && specs.empty()));
+      const bool window = n >= window_min && (behind || (hints.ahead > 0 && queued.copies == 0 && specs.empty()));
       // Whether this size alone splits into direct + host, kept per size: a plan copy per
       // message is what windows of small messages would notice.
       auto lone_splits = [&] {
@@ -413,7 +334,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
           trace("p_direct", -1, 0, 0, n);
           engine.copy_direct_prechecked(dst, dd, src, sd, n, s);
         } else {
-          const bool in_window = o.window_replay && o.detached && n >= o.window_min && direct_plus_host(plan) &&
+          const bool in_window = n >= window_min && direct_plus_host(plan) &&
                                  (queued.copies > 0 || hints.ahead > 0);
           trace(in_window ? "p_twoway_window" : "p_twoway", -1, queued.copies, host_staged_bytes(plan) * 1000000 / n, n);
           if (in_window) {
@@ -422,7 +343,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
             engine.copy_with_plan_detached(plan, dst, src, s, second);
           } else {
             engine.copy_with_plan(plan, dst, src, s);
-            if (o.window_replay) st->second_area[{sd, dd}] = false;
+            st->second_area[{sd, dd}] = false;
           }
         }
       } else if (!specs.empty()) {
@@ -436,29 +357,22 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         auto it = st->window_plans.find(key);
         if (it == st->window_plans.end()) {
           if (st->window_plans.size() >= kMaxPlans) st->window_plans.clear();
-          const uint64_t total = n * static_cast<uint64_t>(1 + std::max(queued.copies, hints.ahead));
-          const double share = o.window_share > 0 ? o.window_share
-                                                : static_cast<double>(host_staged_bytes(engine.current_plan(sd, dd, total))) /
-                                                      static_cast<double>(total);
-          it = st->window_plans.emplace(key, queued_split(engine.current_plan(sd, dd, n), share, o.window_chunk)).first;
+          it = st->window_plans.emplace(key, queued_split(engine.current_plan(sd, dd, n), kWindowShare, kWindowChunk)).first;
         }
         bool& second = st->second_area[{sd, dd}];
         second = !second;
         trace(behind ? "p_window" : "p_window_first", -1, queued.copies,
               host_staged_bytes(it->second) * 1000000 / n, n);
-        if (o.detached) engine.copy_with_plan_detached(it->second, dst, src, s, second);
-        else if (second) engine.copy_with_plan_in_second_area(it->second, dst, src, s);
-        else engine.copy_with_plan(it->second, dst, src, s);
+        engine.copy_with_plan_detached(it->second, dst, src, s, second);
       } else {
         // Regime: a large message alone: the engine's lone plan.
         engine.copy_async(dst, dd, src, sd, n, s);
-        if (o.window_replay) st->second_area[{sd, dd}] = false;  // a planner's plan stages in the first area
+        st->second_area[{sd, dd}] = false;  // a planner's plan stages in the first area
       }
     } catch (...) {
       if (board) board->retire_transfer(slot);
       throw;
     }
-    if (board && !o.announce_first) slot = board->publish_transfer(sd, dd, n);
     st->own.add(sd, dd, n);
     return [board, slot, st, sd, dd, n] {
       if (board) board->retire_transfer(slot);

@@ -85,7 +85,7 @@ class Mover {
   Backend* backend_;
   CopyFn copy_;
   struct Streams {
-    std::vector<StreamHandle> all;  // GPUSTRIPE_P2P_STREAMS of them, taken in turn
+    std::vector<StreamHandle> all;  // kStreams (mover.cpp) of them, taken in turn
     size_t next = 0;
   };
   std::map<int, Streams> streams_;

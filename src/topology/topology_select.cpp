@@ -16,7 +16,8 @@ namespace gpustripe {
 namespace {
 
 const StringSetting kTopologyDir{"GPUSTRIPE_TOPOLOGY_DIR", "",
-                                 "Directory of the shipped topology files; empty: next to libgpustripe, else the source tree"};
+                                 "Directory of the shipped topology files, for an installation that moved them; empty: "
+                                 "next to libgpustripe, else the source tree"};
 const StringSetting kTopology{"GPUSTRIPE_TOPOLOGY", "",
                               "Topology to run on: a shipped name (h200x4) or a JSON file; empty: the detected node, "
                               "or h200x4 emulated when no GPU is visible"};

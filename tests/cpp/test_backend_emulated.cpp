@@ -175,7 +175,7 @@ static bool chain_is_exact(Backend& be, bool with_waits) {
 }
 
 TEST_F(Emulated, JitteredChainAcrossFourDevicesIsByteExact) {
-  ScopedEnv jitter("GPUSTRIPE_EMU_JITTER_US", "200");
+  ScopedEnv jitter{"GPUSTRIPE_TEST", "emu_jitter_us=200"};
   make(4);
   ASSERT_EQ(emu->delay().jitter_us(), 200);
   EXPECT_TRUE(chain_is_exact(*be, true));
@@ -185,7 +185,7 @@ TEST_F(Emulated, JitteredChainAcrossFourDevicesIsByteExact) {
 // proves the waits order the work (99 handoffs all landing in order by luck is
 // vanishingly unlikely with 0..200 us of jitter per operation).
 TEST_F(Emulated, JitteredChainWithoutWaitsBreaks) {
-  ScopedEnv jitter("GPUSTRIPE_EMU_JITTER_US", "200");
+  ScopedEnv jitter{"GPUSTRIPE_TEST", "emu_jitter_us=200"};
   make(4);
   EXPECT_FALSE(chain_is_exact(*be, false));
 }
@@ -432,7 +432,7 @@ TEST_F(Emulated, ElapsedTimeIsMonotonic) {
 }
 
 TEST_F(Emulated, BandwidthThrottle) {
-  ScopedEnv gbps("GPUSTRIPE_EMU_GBPS", "1");
+  ScopedEnv gbps{"GPUSTRIPE_TEST", "emu_gbps=1"};
   make(2);
   const size_t n = 16 << 20;  // 16.8 ms at 1 GB/s
   void* a = be->alloc_device(0, n);
@@ -449,12 +449,14 @@ TEST_F(Emulated, BandwidthThrottle) {
 }
 
 TEST_F(Emulated, BadDelaySettingsAreConfigErrors) {
-  ScopedEnv jitter("GPUSTRIPE_EMU_JITTER_US", "lots");
-  EXPECT_EQ(status_of([&] { make_emulated_backend(make_topology(1)); }), GPUSTRIPE_ERR_CONFIG);
+  for (const char* bad : {"emu_jitter_us=lots", "emu_gbps=-1", "emu_jitter=20", "emu_jitter_us"}) {
+    ScopedEnv test{"GPUSTRIPE_TEST", bad};
+    EXPECT_EQ(status_of([&] { make_emulated_backend(make_topology(1)); }), GPUSTRIPE_ERR_CONFIG) << bad;
+  }
 }
 
 TEST_F(Emulated, ManyThreadsOnOneStreamKeepEachThreadsOrder) {
-  ScopedEnv jitter("GPUSTRIPE_EMU_JITTER_US", "20");
+  ScopedEnv jitter{"GPUSTRIPE_TEST", "emu_jitter_us=20"};
   make(2);
   const int threads = 8, rounds = 50;
   const size_t slot = 1024;
@@ -484,7 +486,7 @@ TEST_F(Emulated, ManyThreadsOnOneStreamKeepEachThreadsOrder) {
 }
 
 TEST_F(Emulated, DestroyingAStreamDrainsIt) {
-  ScopedEnv jitter("GPUSTRIPE_EMU_JITTER_US", "100");
+  ScopedEnv jitter{"GPUSTRIPE_TEST", "emu_jitter_us=100"};
   make(2);
   const size_t n = 1 << 16;
   auto data = random_bytes(n, 5);

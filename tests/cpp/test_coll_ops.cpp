@@ -241,7 +241,7 @@ TEST(CollHierarchical, AllreduceOnTwoSocketNodeUsesThreeStages) {
 }
 
 TEST(CollAsync, UserStreamsOrderTheCollective) {
-  ScopedEnv jitter("GPUSTRIPE_EMU_JITTER_US", "50");
+  ScopedEnv jitter{"GPUSTRIPE_TEST", "emu_jitter_us=50"};
   EmuNode jittery("h200x4");  // streams finish in random order
   auto jcomm = jittery.comm(4);
   for (CollOp op : {CollOp::AllToAll, CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllReduce, CollOp::Bcast,

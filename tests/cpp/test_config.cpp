@@ -30,6 +30,29 @@ TEST(Config, ParseSize) {
   }
 }
 
+TEST(Config, TestHooksAreKeyValueItemsOfOneSetting) {
+  {
+    ScopedEnv e("GPUSTRIPE_TEST", nullptr);
+    EXPECT_EQ(test_hook("fake_nodes", "0"), "0");
+  }
+  {
+    ScopedEnv e("GPUSTRIPE_TEST", " fake_nodes=2, alloc = vmm ,");
+    EXPECT_EQ(test_hook("fake_nodes", "0"), "2");
+    EXPECT_EQ(test_hook("alloc", "plain"), "vmm");
+    EXPECT_EQ(test_hook("emu_gbps", "0"), "0") << "a key not named keeps its fallback";
+  }
+  for (const char* bad : {"fake_node=2", "fake_nodes", "alloc=vmm,jitter=3"}) {
+    ScopedEnv e("GPUSTRIPE_TEST", bad);
+    try {
+      test_hook("alloc", "plain");
+      FAIL() << "accepted " << bad;
+    } catch (const Error& err) {
+      EXPECT_EQ(err.status(), GPUSTRIPE_ERR_CONFIG);
+      EXPECT_NE(std::string(err.what()).find("fake_nodes, alloc"), std::string::npos) << err.what();
+    }
+  }
+}
+
 TEST(Config, FormatSizeRoundTrips) {
   for (uint64_t v : {1ull, 1000ull, 1024ull, 3ull << 20, 1ull << 30, 12345678ull})
     EXPECT_EQ(parse_size(format_size(v), "x"), v);

@@ -59,7 +59,7 @@ class EngineTest : public ::testing::Test {
     for (size_t i = 0; i < pad; ++i) ASSERT_EQ(got[dst_off + n + i], 0xEE) << "byte after the destination written";
   }
 
-  ScopedEnv jitter_{"GPUSTRIPE_EMU_JITTER_US", "30"};
+  ScopedEnv jitter_{"GPUSTRIPE_TEST", "emu_jitter_us=30"};
   Topology topo_;
   std::unique_ptr<Backend> backend_;
   std::vector<StreamHandle> streams_;

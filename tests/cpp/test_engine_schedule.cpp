@@ -57,6 +57,14 @@ class TracingBackend : public ForwardingBackend {
   std::vector<Op> ops_;
 };
 
+// Two relay lanes per host path (the engine's default is one), so that tests see pieces
+// alternate between them.
+EngineOptions two_relay_lanes() {
+  EngineOptions o;
+  o.host_lanes = 2;
+  return o;
+}
+
 class EngineSchedule : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -80,7 +88,7 @@ class EngineSchedule : public ::testing::Test {
   std::vector<Op> run(const Plan& plan, Run how = Run::Plain) {
     std::vector<Op> ops;
     {
-      Engine engine(*backend_, topo_, nullptr);
+      Engine engine(*backend_, topo_, nullptr, options_);
       if (how == Run::Detached) engine.copy_with_plan_detached(plan, dst_, src_, caller_);
       else engine.copy_with_plan(plan, dst_, src_, caller_);
       ops = trace_->take();
@@ -96,8 +104,8 @@ class EngineSchedule : public ::testing::Test {
   }
 
   static constexpr size_t kBytes = (4u << 20) + 4096;
-  ScopedEnv jitter_{"GPUSTRIPE_EMU_JITTER_US", "20"};
-  ScopedEnv lanes_{"GPUSTRIPE_HOST_LANES", "2"};
+  ScopedEnv jitter_{"GPUSTRIPE_TEST", "emu_jitter_us=20"};
+  EngineOptions options_ = two_relay_lanes();
   Topology topo_;
   TracingBackend* trace_ = nullptr;
   std::unique_ptr<Backend> backend_;
@@ -118,14 +126,14 @@ TEST_F(EngineSchedule, DirectPathGoesFirstOnTheCallersStream) {
   EXPECT_EQ(ops[1].dst, dst_);
   EXPECT_EQ(ops[1].bytes, p.paths[0].bytes);
   EXPECT_EQ(count(ops, Op::Copy, caller_), 1u);
-  // 4 pieces, 2 copies each; the 2 D2H lanes wait for the caller; the caller waits for
+  // 4 pieces, 2 copies each; the one D2H lane waits for the caller; the caller waits for
   // the 2 relay lanes only.
   EXPECT_EQ(count(ops, Op::Copy), 1u + 2 * 4);
   EXPECT_EQ(count(ops, Op::Wait, caller_), 2u);
   // Events: the caller's mark, one per piece (first hop done), one per relay lane at the end.
   EXPECT_EQ(count(ops, Op::Record), 1u + 4 + 2);
-  // Waits: 2 forks, 4 relays on their piece, 2 joins (a fresh staging area has no readers).
-  EXPECT_EQ(count(ops, Op::Wait), 2u + 4 + 2);
+  // Waits: 1 fork, 4 relays on their piece, 2 joins (a fresh staging area has no readers).
+  EXPECT_EQ(count(ops, Op::Wait), 1u + 4 + 2);
 }
 
 TEST_F(EngineSchedule, DetachedCopiesWaitForNothingOnTheCallersStreamAndJoinItAtTheEnd) {
@@ -186,17 +194,8 @@ TEST_F(EngineSchedule, DirectOnlyMultiChunkPlanNeedsNoEvents) {
   EXPECT_EQ(count(ops, Op::Wait), 0u);
 }
 
-TEST_F(EngineSchedule, DirectOnALaneWhenAskedTo) {
-  ScopedEnv lane("GPUSTRIPE_DIRECT_ON_CALLER", "0");
-  Plan p = make_plan(0, 1, kBytes, {{PathKind::Direct, -1, 0.9, 1}, {PathKind::HostStaged, 0, 0.1, 4}});
-  std::vector<Op> ops = run(p);
-  EXPECT_EQ(count(ops, Op::Copy, caller_), 0u);
-  EXPECT_EQ(count(ops, Op::Wait, caller_), 3u);  // the direct lane and the 2 relay lanes
-}
-
 TEST_F(EngineSchedule, OneFirstHopLaneTwoRelayLanes) {
   // GPU-to-host hops in order on one stream; host-to-GPU hops alternate between two.
-  ScopedEnv first("GPUSTRIPE_HOST_FIRST_LANES", "1");
   Plan p = make_plan(0, 1, kBytes, {{PathKind::Direct, -1, 0.8, 1}, {PathKind::HostStaged, 0, 0.2, 6}});
   std::vector<Op> ops = run(p);
   std::set<StreamHandle> to_host, to_dst;
@@ -209,7 +208,7 @@ TEST_F(EngineSchedule, OneFirstHopLaneTwoRelayLanes) {
   EXPECT_EQ(count(ops, Op::Wait, caller_), 2u);
 }
 
-TEST_F(EngineSchedule, GpuStagedFirstHopsShareALaneWhenAskedTo) {
+TEST_F(EngineSchedule, GpuStagedPathsTakeAFirstHopLaneEach) {
   Plan p = make_plan(0, 1, kBytes, {{PathKind::Direct, -1, 0.4, 1}, {PathKind::GpuStaged, 2, 0.3, 3}, {PathKind::GpuStaged, 3, 0.3, 3}});
   auto first_hop_streams = [&](const std::vector<Op>& ops) {
     std::set<StreamHandle> out;
@@ -218,15 +217,13 @@ TEST_F(EngineSchedule, GpuStagedFirstHopsShareALaneWhenAskedTo) {
     return out.size();
   };
   EXPECT_EQ(first_hop_streams(run(p)), 2u);
-  ScopedEnv shared("GPUSTRIPE_STAGED_SHARED_LANE", "1");
-  EXPECT_EQ(first_hop_streams(run(p)), 1u);
 }
 
 TEST_F(EngineSchedule, RelayMarkedEarlyOnlyWhenItsRangeIsReusedInTheSchedule) {
   // 256 KB of staging, 1 MB through it in 8 chunks: pieces of 128 KB (half the area), so
   // from the third piece on each one reuses a range that a relay of this schedule reads:
   // that relay's lane is marked before the first hop waits for it.
-  ScopedEnv small("GPUSTRIPE_HOST_STAGING", "256K");
+  options_.host_staging = 256 << 10;
   Plan p = make_plan(0, 1, kBytes, {{PathKind::Direct, -1, 0.75, 1}, {PathKind::HostStaged, 0, 0.25, 8}});
   std::vector<Op> ops = run(p);
   const size_t pieces = (count(ops, Op::Copy) - 1) / 2;

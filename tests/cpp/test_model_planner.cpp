@@ -101,11 +101,7 @@ TEST(ModelPlanner, StagedMarginPlansTheHostPathToFinishFirst) {
   Topology t = load_topology_file("h200x4");
   SearchOptions o;
   ModelPlanner even(t, nominal_params(t), o);
-  {
-    ScopedEnv margin("GPUSTRIPE_STAGED_MARGIN", "0.05");
-    o = search_options_from_env();
-  }
-  EXPECT_DOUBLE_EQ(o.staged_margin, 0.05);
+  o.staged_margin = 0.05;
   ModelPlanner careful(t, nominal_params(t), o);
   for (uint64_t size : {256ull << 20, 1ull << 30}) {
     Plan a = even.plan_exact(0, 1, size), b = careful.plan_exact(0, 1, size);
@@ -118,8 +114,8 @@ TEST(ModelPlanner, StagedMarginPlansTheHostPathToFinishFirst) {
     EXPECT_LT(b.paths[1].predicted_us, b.paths[0].predicted_us) << b.describe();
     EXPECT_LT(b.predicted_us, a.predicted_us * 1.01) << a.describe() << " vs " << b.describe();
   }
-  ScopedEnv bad("GPUSTRIPE_STAGED_MARGIN", "0.9");
-  EXPECT_THROW(search_options_from_env(), Error);
+  // The planner's own margin plans the host path a little faster than modelled.
+  EXPECT_LT(search_options_from_env().staged_margin, 0);
 }
 
 TEST(ModelPlanner, StagedMarginLeavesGpuStagedSplitsAlone) {
@@ -135,46 +131,6 @@ TEST(ModelPlanner, StagedMarginLeavesGpuStagedSplitsAlone) {
     ASSERT_GT(count_paths(a, PathKind::GpuStaged), 0) << a.describe();
     EXPECT_EQ(a.describe(), b.describe());
   }
-}
-
-TEST(ModelPlanner, TaperSettingsShapeStagedPathsWhereChunksAllow) {
-  Topology t = load_topology_file("h200x4");
-  SearchOptions o;
-  {
-    ScopedEnv head("GPUSTRIPE_TAPER_HEAD", "3"), tail("GPUSTRIPE_TAPER_TAIL", "1");
-    o = search_options_from_env();
-  }
-  EXPECT_EQ(o.taper_head, 3);
-  EXPECT_EQ(o.taper_tail, 1);
-  o.min_host_chunk = 0;  // chunks as the model chooses them, the taper bounded by min_chunk alone
-  ModelPlanner pl(t, nominal_params(t), o);
-  Plan p = pl.plan_exact(0, 1, 1ull << 30);
-  ASSERT_EQ(count_paths(p, PathKind::HostStaged), 1) << p.describe();
-  for (const PathPlan& path : p.paths) {
-    if (path.kind == PathKind::Direct) {
-      EXPECT_EQ(path.taper_head + path.taper_tail, 0);
-      continue;
-    }
-    EXPECT_EQ(path.taper_head, 3) << p.describe();
-    EXPECT_EQ(path.taper_tail, 1) << p.describe();
-    std::vector<uint64_t> e = chunk_edges(path);
-    EXPECT_GE(e[1], o.min_chunk);
-  }
-  p.check();
-  // Few, small chunks: the taper is cut back so that no chunk falls under min_chunk.
-  o.fixed_chunks = 4;
-  o.min_chunk = 1 << 20;
-  ModelPlanner few(t, nominal_params(t), o);
-  Plan q = few.plan_exact(0, 1, 64 << 20);
-  q.check();
-  for (const PathPlan& path : q.paths)
-    if (path.kind != PathKind::Direct) {
-      EXPECT_LT(path.taper_head + path.taper_tail, 4) << q.describe();
-      std::vector<uint64_t> e = chunk_edges(path);
-      for (size_t i = 0; i + 1 < e.size(); ++i) EXPECT_GE(e[i + 1] - e[i], (1u << 20) - 8192) << q.describe();
-    }
-  ScopedEnv bad("GPUSTRIPE_TAPER_HEAD", "17");
-  EXPECT_THROW(search_options_from_env(), Error);
 }
 
 TEST(ModelPlanner, HostChunksStayAboveTheirSmallestSize) {
@@ -219,7 +175,7 @@ TEST(ModelPlanner, DeclinesSplittingSmallMessages) {
     EXPECT_TRUE(p.single_path()) << size << ": " << p.describe();
     EXPECT_EQ(p.paths[0].kind, PathKind::Direct);
   }
-  // The threshold itself is the model's call above GPUSTRIPE_MIN_SPLIT_SIZE: with none set,
+  // The threshold itself is the model's call above SearchOptions::min_split: with none set,
   // a 64 KB message still takes one path because startups outweigh the bandwidth.
   SearchOptions o;
   o.min_split = 0;
@@ -244,8 +200,9 @@ TEST(ModelPlanner, EnvironmentOverridesForceAndDisablePaths) {
   {
     ScopedEnv host("GPUSTRIPE_HOST_PATH", "off");
     ScopedEnv gpus("GPUSTRIPE_GPU_PATHS", "1");
-    ScopedEnv chunks("GPUSTRIPE_CHUNKS", "5");
-    ModelPlanner pl(t, nominal_params(t), search_options_from_env());
+    SearchOptions o = search_options_from_env();
+    o.fixed_chunks = 5;
+    ModelPlanner pl(t, nominal_params(t), o);
     Plan p = pl.plan(0, 1, 256 << 20);
     EXPECT_EQ(count_paths(p, PathKind::HostStaged), 0) << p.describe();
     EXPECT_EQ(count_paths(p, PathKind::GpuStaged), 1) << p.describe();
@@ -254,8 +211,9 @@ TEST(ModelPlanner, EnvironmentOverridesForceAndDisablePaths) {
   }
   {
     ScopedEnv host("GPUSTRIPE_HOST_PATH", "on");
-    ScopedEnv split("GPUSTRIPE_MIN_SPLIT_SIZE", "64M");
-    ModelPlanner pl(t, nominal_params(t), search_options_from_env());
+    SearchOptions o = search_options_from_env();
+    o.min_split = 64 << 20;
+    ModelPlanner pl(t, nominal_params(t), o);
     EXPECT_TRUE(pl.plan(0, 1, 32 << 20).single_path());
     EXPECT_EQ(count_paths(pl.plan(0, 1, 128 << 20), PathKind::HostStaged), 1);
   }

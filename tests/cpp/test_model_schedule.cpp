@@ -75,21 +75,20 @@ TEST(ModelSchedule, CallsFollowTheEnginesSchedule) {
   EXPECT_EQ(graph_copies(p, g), 1 + 2 * 4);
 }
 
-TEST(ModelSchedule, ShapeFollowsTheEnginesSettings) {
-  {
-    ScopedEnv staged("GPUSTRIPE_GRAPHS_GPU_STAGED", "0");
-    bool declared = false;
-    for (const SettingInfo& s : all_settings()) declared = declared || s.name == "GPUSTRIPE_GRAPHS_GPU_STAGED";
-    EXPECT_EQ(EngineShape::from_settings().graphs_gpu_staged, !declared) << "follows the engine where it has the setting";
-  }
-  ScopedEnv lanes("GPUSTRIPE_HOST_LANES", "3");
-  ScopedEnv first("GPUSTRIPE_HOST_FIRST_LANES", "0");
+TEST(ModelSchedule, ShapeFromSettingsIsTheEngineAsItRuns) {
   ScopedEnv staging("GPUSTRIPE_HOST_STAGING", "64M");
-  EngineShape e = EngineShape::from_settings();
-  EXPECT_EQ(e.host_lanes, 3);
-  EXPECT_EQ(e.host_first_lanes, 3);
+  const EngineShape e = EngineShape::from_settings();
+  const EngineOptions engine = EngineOptions::from_settings();
+  EXPECT_TRUE(e.direct_on_caller);
+  EXPECT_FALSE(e.marks_per_piece);
+  EXPECT_EQ(e.host_lanes, engine.host_lanes);
+  EXPECT_EQ(e.host_first_lanes, 1);
+  EXPECT_EQ(e.graphs, engine.graphs);
+  EXPECT_EQ(e.graphs_gpu_staged, engine.replay_gpu_staged);
   EXPECT_EQ(e.host_staging, 64ull << 20);
-  ScopedEnv bad("GPUSTRIPE_HOST_LANES", "many");
+  EXPECT_EQ(engine.host_staging, 64ull << 20);
+  EXPECT_EQ(e.gpu_staging, engine.gpu_staging);
+  ScopedEnv bad("GPUSTRIPE_GPU_STAGING", "much");
   EXPECT_THROW(EngineShape::from_settings(), Error);
 }
 
@@ -284,16 +283,19 @@ TEST(ModelSchedule, CountsWhatTheEngineEnqueues) {
   // Small staging areas, so that chunks are cut into pieces and the ring wraps.
   ScopedEnv host_staging("GPUSTRIPE_HOST_STAGING", "1M");
   ScopedEnv gpu_staging("GPUSTRIPE_GPU_STAGING", "1M");
-  ScopedEnv graphs("GPUSTRIPE_GRAPHS", "0");
   Topology t = engine_test::small_node(4);
   CountingBackend b(make_emulated_backend(t));
   const uint64_t n = 4 << 20;
   void* src = b.alloc_device(0, n);
   void* dst = b.alloc_device(1, n);
   StreamHandle s = b.create_stream(0);
-  const EngineShape shape = EngineShape::from_settings();
+  // Every schedule enqueued: what the model counts is the enqueued schedule's calls.
+  EngineShape shape = EngineShape::from_settings();
+  shape.graphs = false;
+  EngineOptions options = EngineOptions::from_settings();
+  options.graphs = false;
   {
-    Engine engine(b, t, nullptr);
+    Engine engine(b, t, nullptr, options);
     using engine_test::make_plan;
     std::vector<Plan> plans{
         make_plan(0, 1, n, {{PathKind::Direct, -1, 0.5, 1}}),

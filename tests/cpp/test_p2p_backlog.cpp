@@ -81,7 +81,7 @@ TEST(P2pBacklog, QueuedSplitTakesTheQueuesShareInChunksOfTheLonePlan) {
   EXPECT_EQ(q.paths[1].taper_head, 0);
   EXPECT_EQ(q.paths[1].taper_tail, 0);
   EXPECT_EQ(q.paths[0].chunks, alone.paths[0].chunks);
-  // Chunks of a given size instead (GPUSTRIPE_P2P_WINDOW_CHUNK).
+  // Chunks of a given size instead (the chunks of windows of messages).
   const Plan fine = queued_split(alone, 0.11, chunk / 2);
   EXPECT_NO_THROW(fine.check());
   EXPECT_EQ(fine.paths[1].bytes, q.paths[1].bytes);

@@ -268,7 +268,7 @@ std::map<int, std::map<std::string, int>> trace_phases(const std::string& dir) {
 }  // namespace
 
 namespace {
-// A window of messages to one peer, replayed (GPUSTRIPE_P2P_WINDOW_REPLAY from 1M) detached from
+// A window of messages to one peer, replayed (windows from 1M: GPUSTRIPE_TEST window_min) detached from
 // the streams' earlier work, its first copy too (stamped p_window_first, the rest p_window); the
 // data must land intact in every buffer. The receiver matches the whole window with no progress
 // in between (the requests to send are already there), so no copy is seen complete before the
@@ -279,10 +279,7 @@ void window_copies() {
   ASSERT_NE(mkdtemp(dir), nullptr);
   {
     ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
-    ScopedEnv wm("GPUSTRIPE_P2P_WINDOW_MIN", "1M");
-    ScopedEnv wd("GPUSTRIPE_P2P_WINDOW_DETACHED", "yes");
-    ScopedEnv wa("GPUSTRIPE_P2P_WINDOW_AHEAD", "yes");
-    ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
+    ScopedEnv test{"GPUSTRIPE_TEST", "window_min=1M,emu_jitter_us=5"};
     EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
       Topology topo = load_topology_file("h200x4");
       auto be = make_emulated_backend(topo);
@@ -339,10 +336,7 @@ std::map<std::string, int> bench_windows(int window, const std::vector<size_t>& 
     return {};
   }
   ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
-  ScopedEnv wm("GPUSTRIPE_P2P_WINDOW_MIN", "1M");
-  ScopedEnv q("GPUSTRIPE_P2P_WINDOW_REPLAY", "yes");
-  ScopedEnv g("GPUSTRIPE_GRAPHS", "1");
-  ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
+  ScopedEnv test{"GPUSTRIPE_TEST", "window_min=1M,emu_jitter_us=5"};
   ScopedEnv h("GPUSTRIPE_HOST_STAGING", "1M");  // the staging rings wrap many times per window
   EXPECT_RANKS_OK(run_ranks(2, [window, sizes](int rank, ipc::Channel& ch) {
     Topology topo = load_topology_file("h200x4");
@@ -399,33 +393,12 @@ TEST(P2pDevice, BenchWindowsOf64ReplayedInTwoStagingAreas) {
   bench_windows(64, {512u << 10, 1u << 20, 2u << 20, (4u << 20) + 12345, 1u << 20});
 }
 
-// A window's first copy (more receives from the peer posted behind it): with
-// GPUSTRIPE_P2P_WINDOW_AHEAD it is replayed as a window's copy (p_window_first), at most once a
-// window, also with the windows stream-ordered (not detached). Data checked as above.
-TEST(P2pDevice, BenchWindowsFirstCopyToldApart) {
-  ScopedEnv a("GPUSTRIPE_P2P_WINDOW_AHEAD", "yes");
-  ScopedEnv t("GPUSTRIPE_P2P_WINDOW_DETACHED", "no");
-  std::map<std::string, int> phases = bench_windows(16, {512u << 10, 1u << 20, (2u << 20) + 4097, 1u << 20});
-  // 3 sizes from 1M, 4 windows each: at most one first copy per window.
-  EXPECT_GT(phases["p_window_first"], 0);
-  EXPECT_LE(phases["p_window_first"], 3 * 4);
-}
-
-// GPUSTRIPE_P2P_WINDOW_DETACHED: a window's copies (its first one too) run detached from the p2p
+// A window's copies (its first one too: more receives from the peer posted behind it) run detached from the p2p
 // streams' earlier work, direct paths back to back on the link's lane; every message still lands
 // intact and completes only once both of its paths have.
 TEST(P2pDevice, BenchWindowsDetachedFromTheStreamsEarlierWork) {
-  ScopedEnv a("GPUSTRIPE_P2P_WINDOW_AHEAD", "yes");
-  ScopedEnv d("GPUSTRIPE_P2P_WINDOW_DETACHED", "yes");
   std::map<std::string, int> phases = bench_windows(16, {512u << 10, 1u << 20, (2u << 20) + 4097, (4u << 20) + 12345});
   EXPECT_GT(phases["p_window_first"], 0);
-}
-
-// GPUSTRIPE_P2P_WINDOW_AHEAD off: a window's first copy takes its lone plan (no p_window_first).
-TEST(P2pDevice, BenchWindowsFirstCopyAloneWithoutWindowAhead) {
-  ScopedEnv a("GPUSTRIPE_P2P_WINDOW_AHEAD", "no");
-  std::map<std::string, int> phases = bench_windows(16, {1u << 20, (2u << 20) + 4097});
-  EXPECT_EQ(phases["p_window_first"], 0);
 }
 
 namespace {
@@ -465,7 +438,7 @@ TEST(P2pDevice, MessagesTheModelKeepsDirectTakeOnePlainCopy) {
   const std::vector<size_t> split = {(2u << 20) + 5, 3u << 20};
   {
     ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
-    ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
+    ScopedEnv j{"GPUSTRIPE_TEST", "emu_jitter_us=5"};
     EXPECT_RANKS_OK(run_ranks(2, [&](int rank, ipc::Channel& ch) {
       Topology topo = load_topology_file("h200x4");
       auto be = make_emulated_backend(topo);
@@ -524,14 +497,16 @@ class TwoWayPlanner : public SplitFromPlanner {
 // checked. Returns each rank's trace stamps. Sends are posted before the receives: the first copy
 // of a size to start, on either rank, then has that rank's own send in flight the other way (a
 // rank that finds its peer's copies done, its own send already completed, copies alone).
-std::map<int, std::map<std::string, int>> two_way_windows(int window, const std::vector<size_t>& sizes) {
+// `test_hooks`: GPUSTRIPE_TEST of the run.
+std::map<int, std::map<std::string, int>> two_way_windows(int window, const std::vector<size_t>& sizes,
+                                                          const char* test_hooks = "emu_jitter_us=5") {
   char dir[] = "/tmp/gs-p2p-twoway-XXXXXX";
   if (!mkdtemp(dir)) {
     ADD_FAILURE() << "mkdtemp";
     return {};
   }
   ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
-  ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
+  ScopedEnv j{"GPUSTRIPE_TEST", test_hooks};
   EXPECT_RANKS_OK(run_ranks(2, [window, sizes](int rank, ipc::Channel& ch) {
     Topology topo = load_topology_file("h200x4");
     auto be = make_emulated_backend(topo);
@@ -589,58 +564,15 @@ TEST(P2pDevice, TwoWayCopiesTakeThePlanMadeWithTheReverseTraffic) {
 }
 
 // Two-way windows whose plan splits run as windows (detached, alternating staging areas) from
-// GPUSTRIPE_P2P_WINDOW_MIN; every message lands intact.
+// the smallest size of a window (1M here: GPUSTRIPE_TEST window_min); every message lands intact.
 TEST(P2pDevice, TwoWayWindowsOfSplitCopiesRunDetached) {
-  ScopedEnv wm("GPUSTRIPE_P2P_WINDOW_MIN", "1M");
-  auto phases = two_way_windows(6, {(4u << 20) + 5, (6u << 20) + 7});
+  auto phases = two_way_windows(6, {(4u << 20) + 5, (6u << 20) + 7}, "window_min=1M,emu_jitter_us=5");
   int windowed = 0;
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_EQ(phases[rank]["r_started"], 12) << "rank " << rank;
     windowed += phases[rank]["p_twoway_window"];
   }
   EXPECT_GT(windowed, 0);
-}
-
-TEST(P2pDevice, CopiesThatFinishedLatelyArePlannedAsInFlight) {
-  // GPUSTRIPE_P2P_RECENT_US: pair 2 -> 3 copies just after pair 0 -> 1 has finished; its plan
-  // counts that copy (stamp p_recent) as if it still ran. Pair 0 -> 1 saw nothing before it.
-  char dir[] = "/tmp/gs-p2p-recent-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  {
-    ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
-    ScopedEnv r("GPUSTRIPE_P2P_RECENT_US", "1000000");
-    EXPECT_RANKS_OK(run_ranks(4, [](int rank, ipc::Channel& ch) {
-      Topology topo = load_topology_file("h200x4");
-      auto be = make_emulated_backend(topo);
-      engine_test::FixedPlanner planner({{PathKind::Direct, -1, 0.9, 1}, {PathKind::HostStaged, 0, 0.1, 2}});
-      Engine engine(*be, topo, &planner);
-      const size_t n = (1u << 20) + 3;
-      void* buf = be->alloc_device(rank, n);
-      {
-        Endpoint ep(ch, be.get(), engine_copy(engine, &ch));
-        char go = 1;
-        if (rank % 2 == 0) {
-          to_device(*be, buf, rank, seeded_bytes(60 + rank, n));
-          ep.send(buf, n, rank + 1, 0, kComm);
-        } else {
-          if (rank == 3) ep.recv(&go, 1, 1, 99, kComm);  // pair 0 -> 1 is done
-          ep.recv(buf, n, rank - 1, 0, kComm);
-          RANK_CHECK(from_device(*be, buf, rank, n) == seeded_bytes(60 + rank - 1, n));
-          // Rank 1 stays until rank 3 has planned: the copies of ranks that left are not traffic.
-          if (rank == 1) ep.send(&go, 1, 3, 99, kComm);
-          if (rank == 1) ep.recv(&go, 1, 3, 98, kComm);
-          if (rank == 3) ep.send(&go, 1, 1, 98, kComm);
-        }
-        ep.flush();
-      }
-      be->free_device(buf);
-    }));
-  }
-  auto phases = trace_phases(dir);
-  EXPECT_EQ(phases[1]["r_started"], 1);
-  EXPECT_EQ(phases[1]["p_recent"], 0);
-  EXPECT_EQ(phases[3]["r_started"], 1);
-  EXPECT_EQ(phases[3]["p_recent"], 1);
 }
 
 TEST(P2pDevice, ReceiverPullsWhileTheSenderMakesNoProgress) {
@@ -748,8 +680,7 @@ class QueryCountingBackend : public ForwardingBackend {
 // per copy it finds complete (not one per copy in flight). copy_now finishes the earlier copies of
 // its stream with it. Every copy lands intact.
 TEST(P2pDevice, MoverPollsEachStreamInOrderOncePerPass) {
-  ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "200");
-  ScopedEnv st("GPUSTRIPE_P2P_STREAMS", "2");
+  ScopedEnv j{"GPUSTRIPE_TEST", "emu_jitter_us=200"};
   Topology topo = load_topology_file("h200x4");
   auto* counting = new QueryCountingBackend(make_emulated_backend(topo));
   std::unique_ptr<Backend> be(counting);
@@ -802,7 +733,7 @@ TEST(P2pDevice, MoverPollsEachStreamInOrderOncePerPass) {
 // into device and host buffers; truncation still holds.
 TEST(P2pDevice, SmallDeviceSendsBothWaysFirstCompleteWithoutTheReceive) {
   ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");  // a deadlock fails the wait instead of hanging
-  ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "5");
+  ScopedEnv j{"GPUSTRIPE_TEST", "emu_jitter_us=5"};
   EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
     Topology topo = load_topology_file("h200x4");
     auto be = make_emulated_backend(topo);

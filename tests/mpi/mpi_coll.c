@@ -7,7 +7,7 @@
  * served itself must grow where the gpustripe path applies (device buffers, a
  * node-local communicator, a supported type and op) and stay put where the MPI must
  * run them: user ops, a type without a kernel (long double), non-contiguous types, host buffers, ranks mixing
- * host and device buffers, other nodes (GPUSTRIPE_TEST_FAKE_NODES=2). Also: a
+ * host and device buffers, other nodes (GPUSTRIPE_TEST=fake_nodes=2). Also: a
  * sub-communicator, zero counts, a buffer freed and reallocated at the same address. */
 #include "mpi_test_util.h"
 
@@ -649,8 +649,7 @@ int main(int argc, char** argv) {
   CHECK(ndev >= 1);
   served_fn = (long (*)(void))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_coll_served");
   CHECK(served_fn != NULL);
-  const char* fake = getenv("GPUSTRIPE_TEST_FAKE_NODES");
-  fake_nodes = fake ? atoi(fake) : 0;
+  fake_nodes = test_fake_nodes();
   every_reduction();
   every_exchange();
   fallbacks();

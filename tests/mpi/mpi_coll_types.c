@@ -549,8 +549,7 @@ int main(int argc, char** argv) {
   CHECK(ndev > 0);
   served_fn = (long (*)(void))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_coll_served");
   CHECK(served_fn != NULL);
-  const char* fake = getenv("GPUSTRIPE_TEST_FAKE_NODES");
-  fake_nodes = fake && atoi(fake) > 1;
+  fake_nodes = test_fake_nodes() > 1;
   init_types();
   ref_last = size - 1;
 

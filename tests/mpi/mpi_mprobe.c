@@ -4,7 +4,7 @@
  * rank: host messages of two tags (probed with any tag, received in order), one probed with
  * any source, a device buffer (probed, then received into device memory), and an Improbe loop
  * with Imrecv. Sizes from Get_count on the probe's status; random data checked. Run with
- * GPUSTRIPE_TEST_FAKE_NODES=2 the pairs also cross "nodes" (the MPI's own handles).
+ * GPUSTRIPE_TEST=fake_nodes=2 the pairs also cross "nodes" (the MPI's own handles).
  * Prints "mpi_mprobe: all checks passed on N ranks". */
 #include "mpi_test_util.h"
 

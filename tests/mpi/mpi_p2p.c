@@ -2,7 +2,7 @@
  * buffers, all sizes, tags, any source, out-of-order posts, truncation, zero bytes,
  * a derived non-contiguous type, Sendrecv(_replace), Probe + Get_count, the
  * wait/test family, communicators, and a receive buffer freed and reallocated at
- * the same address between messages. Run with GPUSTRIPE_TEST_FAKE_NODES=2 it takes
+ * the same address between messages. Run with GPUSTRIPE_TEST=fake_nodes=2 it takes
  * the inter-node (staged) path for half of the pairs. Exit 0 when every check holds. */
 #include "mpi_test_util.h"
 
@@ -96,8 +96,7 @@ static void out_of_order_and_any(void) {
  * single-copy receive writes a truncated message's full length past the buffer
  * (found by AddressSanitizer here), which no layer above it can prevent. */
 static void truncation(void) {
-  const char* fake = getenv("GPUSTRIPE_TEST_FAKE_NODES");
-  int k = fake ? atoi(fake) : 0;
+  int k = test_fake_nodes();
   if (k > 0 && (0 * k / size) != (1 * k / size)) return;
   MPI_Comm c;
   MPI_Comm_dup(MPI_COMM_WORLD, &c);

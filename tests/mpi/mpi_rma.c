@@ -459,8 +459,8 @@ static void dynamic(void) {
     buf_t mem = buf_new(&hk, rank % ndev, 4096 + rep * 1000);
     memset(mem.h, 0, mem.n);
     buf_push(&hk, &mem);
-    const char* alloc = getenv("GPUSTRIPE_TEST_ALLOC");
-    if (alloc && !strcmp(alloc, "pool")) {
+    char alloc[16];
+    if (test_hook("alloc", alloc, sizeof alloc) && !strcmp(alloc, "pool")) {
       /* Pool memory: refused (its imports cannot outlive a detach the others do not see). */
       CHECK(MPI_Win_attach(win, mem.p, (MPI_Aint)mem.n) != MPI_SUCCESS);
       buf_free(&hk, &mem);
@@ -542,9 +542,9 @@ int main(int argc, char** argv) {
   buf_t mem = buf_new(&hk, rank % ndev, W);
   memset(mem.h, 0, W);
   buf_push(&hk, &mem);
-  const char* alloc = getenv("GPUSTRIPE_TEST_ALLOC");
-  const char* fake = getenv("GPUSTRIPE_TEST_FAKE_NODES");
-  if (fake && atoi(fake) > 1) {
+  char alloc_word[16];
+  const char* alloc = test_hook("alloc", alloc_word, sizeof alloc_word);
+  if (test_fake_nodes() > 1) {
     /* Ranks on several nodes: device windows refused on every rank (MPI_ERR_WIN), host windows the MPI's. */
     MPI_Win win;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -559,7 +559,7 @@ int main(int argc, char** argv) {
     host_window();
     buf_free(&hk, &mem);
     MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) printf("mpi_rma: all checks passed on %d ranks (%s nodes: device windows refused)\n", size, fake);
+    if (rank == 0) printf("mpi_rma: all checks passed on %d ranks (%d nodes: device windows refused)\n", size, test_fake_nodes());
     MPI_Finalize();
     return 0;
   }

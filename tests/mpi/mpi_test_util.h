@@ -23,6 +23,33 @@
     }                                                                                     \
   } while (0)
 
+/* The value of `key` in GPUSTRIPE_TEST ("fake_nodes=2,alloc=vmm", src/common/config.hpp),
+ * copied into `out` (of `cap` bytes); NULL where the setting does not name the key. */
+static const char* test_hook(const char* key, char* out, size_t cap) {
+  const char* text = getenv("GPUSTRIPE_TEST");
+  const size_t klen = strlen(key);
+  for (const char* at = text; at && *at;) {
+    while (*at == ' ' || *at == ',') ++at;
+    const char* end = strchr(at, ',');
+    if (!end) end = at + strlen(at);
+    if ((size_t)(end - at) > klen && !strncmp(at, key, klen) && at[klen] == '=') {
+      size_t n = (size_t)(end - at) - klen - 1;
+      if (n >= cap) n = cap - 1;
+      memcpy(out, at + klen + 1, n);
+      out[n] = 0;
+      return out;
+    }
+    at = end;
+  }
+  return NULL;
+}
+
+/* GPUSTRIPE_TEST's fake_nodes (0 where not set). */
+static int test_fake_nodes(void) {
+  char v[16];
+  return test_hook("fake_nodes", v, sizeof v) ? atoi(v) : 0;
+}
+
 typedef struct {
   int (*active)(void);
   const char* (*backend)(void);

@@ -19,7 +19,7 @@ def add_arguments(p):
     p.add_argument("--pair", default="0-1", help="SRC-DST")
     p.add_argument("--bidirectional", action="store_true", help="both directions at once")
     p.add_argument("--set", action="append", default=[], metavar="VAR=V1,V2",
-                   help="also sweep an engine setting, e.g. --set GPUSTRIPE_HOST_LANES=1,2,3")
+                   help="also sweep a setting, e.g. --set GPUSTRIPE_HOST_STAGING=64M,128M")
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
 

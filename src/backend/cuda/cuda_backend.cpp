@@ -12,7 +12,8 @@ namespace {
 
 const BoolSetting kCheckPointers{"GPUSTRIPE_CUDA_CHECK_POINTERS", "yes",
                                  "CUDA backend: check each copy's pointers against the devices named (one driver "
-                                 "query per pointer) so a wrong one is refused before anything is written"};
+                                 "query per pointer) so a wrong one is refused before anything is written; no saves "
+                                 "the queries once a program is known to pass correct pointers"};
 
 cudaStream_t cu_stream(StreamHandle s) { return static_cast<cudaStream_t>(s); }
 cudaEvent_t cu_event(EventHandle e) { return static_cast<cudaEvent_t>(e); }

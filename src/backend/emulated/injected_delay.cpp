@@ -11,12 +11,6 @@
 namespace gpustripe::emu {
 namespace {
 
-const IntSetting kJitterUs{"GPUSTRIPE_EMU_JITTER_US", "0",
-                           "Emulated backend: random 0..N us sleep before each stream operation, so completions "
-                           "reorder across streams (tests)"};
-const DoubleSetting kGbps{"GPUSTRIPE_EMU_GBPS", "0",
-                          "Emulated backend: bandwidth of one copy in GB/s; 0 copies at memcpy speed"};
-
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -24,10 +18,11 @@ double now_s() {
 }  // namespace
 
 InjectedDelay InjectedDelay::from_settings() {
-  int64_t jitter = kJitterUs.get();
-  double gbps = kGbps.get();
-  GS_REQUIRE(jitter >= 0, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_EMU_JITTER_US: %lld is negative", static_cast<long long>(jitter));
-  GS_REQUIRE(gbps >= 0, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_EMU_GBPS: %g is negative", gbps);
+  const int64_t jitter = parse_int(test_hook("emu_jitter_us", "0"), "GPUSTRIPE_TEST emu_jitter_us");
+  const double gbps = parse_double(test_hook("emu_gbps", "0"), "GPUSTRIPE_TEST emu_gbps");
+  GS_REQUIRE(jitter >= 0, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_TEST emu_jitter_us: %lld is negative",
+             static_cast<long long>(jitter));
+  GS_REQUIRE(gbps >= 0, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_TEST emu_gbps: %g is negative", gbps);
   return InjectedDelay(jitter, gbps);
 }
 

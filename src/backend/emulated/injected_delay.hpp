@@ -1,7 +1,7 @@
 // Delays injected into emulated streams so tests see what real GPUs do: work on
 // different streams completing in any order, and copies that take time.
-//   GPUSTRIPE_EMU_JITTER_US  random 0..N us sleep before each operation
-//   GPUSTRIPE_EMU_GBPS       bandwidth of one copy in GB/s (0: memcpy speed)
+//   GPUSTRIPE_TEST emu_jitter_us=N  random 0..N us sleep before each operation
+//   GPUSTRIPE_TEST emu_gbps=X       bandwidth of one copy in GB/s (0: memcpy speed)
 // Read when the backend is made.
 #pragma once
 #include <cstddef>
