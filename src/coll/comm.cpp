@@ -166,9 +166,10 @@ double Comm::planned_host_share(size_t block) {
 }
 
 Choice Comm::pick(CollOp op, size_t bytes, DataType dt) {
-  // The choice depends on the call's op, size and type and on GPUSTRIPE_COLL_ALGO: a
-  // repeated call with the same of all reuses it (choosing formats its reasons: microseconds).
-  std::string key = settings_environment();
+  // The choice depends on the call's op, size and type and on GPUSTRIPE_COLL_ALGO (the
+  // tuning is the communicator's own): a repeated call with the same of all reuses it
+  // (choosing formats its reasons: microseconds). The trace setting shapes the program too.
+  std::string key = forced_schedules() + '\n' + Executor::trace_path();
   fingerprint_ = key;
   auto put = [&](const auto& v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
   put(op);

@@ -105,7 +105,7 @@ class Comm {
   std::unique_ptr<Executor> exec_;
   std::string last_;
   std::function<void(const Program&)> observer_;
-  std::string fingerprint_;  // the GPUSTRIPE_ settings of the call being made (set by pick)
+  std::string fingerprint_;  // GPUSTRIPE_COLL_ALGO and GPUSTRIPE_COLL_TRACE of the call being made (set by pick)
   bool flags_preferred_ = false;  // the call's waits between GPUs gain from flags (set by pick)
 };
 

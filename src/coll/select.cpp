@@ -17,7 +17,7 @@ const StringSetting kAlgo{"GPUSTRIPE_COLL_ALGO", "auto",
                           "own (rounds, all_at_once, sm, rs_copy, rs_pull, oneshot, twoshot, rs_ag_copy, "
                           "rs_ag_pull, hier, ce_twoshot, direct, scatter_ag, chain, reduce_copy, reduce_pull)"};
 
-// Measured on the 4x H200 node (shared/HARDWARE.md): copy engines reach ~82% of the
+// Measured on a 4x H200 node: copy engines reach ~82% of the
 // nominal NVLink figure, PCIe ~85% one way; with every GPU on the host path at once the
 // host side gives each ~65% of that. The host share equalises the two paths' finish
 // times, then takes half of that: past the balance point throughput falls off a cliff, and
@@ -75,6 +75,8 @@ std::string pct(double f) {
 }
 
 }  // namespace
+
+std::string forced_schedules() { return kAlgo.get(); }
 
 std::vector<std::string> schedule_names(CollOp op) {
   switch (op) {

@@ -61,6 +61,9 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
 // (so the caller knows when asking the planner is worth it).
 bool wants_host_share(CollOp op, const TeamResources& res, size_t bytes, const Tuning& tuning = Tuning());
 
+// GPUSTRIPE_COLL_ALGO's text, as choose_schedule reads it (a key for caches of its choices).
+std::string forced_schedules();
+
 // The names GPUSTRIPE_COLL_ALGO accepts for an op.
 std::vector<std::string> schedule_names(CollOp op);
 
