@@ -2,10 +2,12 @@
 // as arrays (torch, cupy, jax... through DLPack, bfloat16 included) or raw device
 // pointers (ints; then count and dtype are required). Calls release the GIL.
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <map>
 #include <optional>
 
 #include "bench/nccl_coll.hpp"
@@ -191,10 +193,15 @@ void bind_coll(nb::module_& m) {
                    "A communicator over GPUs of this process (rank r is devices[r]); see gpustripe/coll.h for the "
                    "buffers of each collective and its in-place forms.")
       .def("__init__",
-           [](PyComm* self, Context& ctx, std::vector<int> devices) {
-             new (self) PyComm{Comm::create(ctx, devices)};
+           [](PyComm* self, Context& ctx, std::vector<int> devices, std::map<std::string, std::string> tuning) {
+             gpustripe::coll::Tuning t;
+             for (const auto& [name, value] : tuning) t.set(name, value);
+             new (self) PyComm{Comm::create(ctx, devices, t)};
            },
-           nb::arg("context"), nb::arg("devices"), nb::keep_alive<1, 2>())
+           nb::arg("context"), nb::arg("devices"), nb::arg("tuning") = std::map<std::string, std::string>(),
+           nb::keep_alive<1, 2>(),
+           "tuning: the schedules' chunking and crossovers by field name (coll::Tuning in coll/tuning.hpp; "
+           "values as text, sizes with K/M/G), for benchmarks and tests that reach other schedules")
       .def_prop_ro("size", [](PyComm& p) { return p.impl->size(); })
       .def("device", [](PyComm& p, int rank) { return p.impl->device(rank); }, nb::arg("rank"))
       .def_prop_ro("last_schedule", [](PyComm& p) { return p.impl->last_schedule(); },

@@ -5,7 +5,7 @@
 # (copy them to bench/results/ to commit), and the schedule choices at debug level.
 set -euo pipefail
 : "${OUT:?run from scripts/gpu-check.sh (OUT unset)}"
-unset GPUSTRIPE_TOPOLOGY GPUSTRIPE_COLL_ALGO GPUSTRIPE_COLL_HOST_SHARE
+unset GPUSTRIPE_TOPOLOGY GPUSTRIPE_COLL_ALGO
 export NCCL_NVLS_ENABLE=0  # never NVLink multicast on the shared machines
 mkdir -p "$OUT/coll"
 

@@ -14,32 +14,23 @@ const DoubleSetting kBarrierTimeout{"GPUSTRIPE_COLL_BARRIER_TIMEOUT", "10",
                                     "Seconds a GPU waits in a collective's entry or exit barrier for its peers "
                                     "before it gives up (the call then fails with ERR_TIMEOUT)"};
 
-const ChoiceSetting kBarrierKind{"GPUSTRIPE_COLL_BARRIER_KIND", "kernel",
-                                 "How the GPUs' entry and exit barriers of per-rank graphs are made: kernel (a "
-                                 "one-thread kernel, gives up after GPUSTRIPE_COLL_BARRIER_TIMEOUT), memop (stream "
-                                 "memory operations: no kernel, but no timeout either), memcpy (flags set by "
-                                 "4-byte copies, waits by memory operations, as NCCL's copy-engine collectives)",
-                                 {"kernel", "memop", "memcpy"}};
-
 #if GPUSTRIPE_HAVE_CUDA
 constexpr int kSlots = 4096;  // flags for dependencies between ranks, per rank
 constexpr int kStamps = 1 << 15;  // timeline stamps (GPUSTRIPE_COLL_TRACE), all ranks together
 
-// Per rank: n flags (one per peer), the counter, then kSlots dependency flags, in device
-// memory; one pinned error word.
+// Per rank: n flags (one per peer), the counter, then kSlots dependency flags and the
+// done-count of a fused barrier's blocks, in device memory; one pinned error word. Barriers,
+// signals and waits are one-thread kernels (not stream memory operations): only a kernel can
+// give up after a timeout, so a rank that never arrives fails the call instead of hanging it.
 class CudaBarrier : public DeviceBarrier {
  public:
   CudaBarrier(Backend& b, std::vector<int> devices) : backend_(b), devices_(std::move(devices)) {
     const int n = static_cast<int>(devices_.size());
-    // Then two sets of n flags for memory-op barriers and a word holding 1 (their copies' source).
-    const size_t words = memop_slot_base() + kSlots + 1;
-    const unsigned long long one = 1;
+    const size_t words = blocks_done_index() + 1;
     for (int r = 0; r < n; ++r) {
       void* p = backend_.alloc_device(devices_[r], words * sizeof(unsigned long long));
       StreamHandle s = backend_.create_stream(devices_[r]);
       backend_.memset_async(p, devices_[r], 0, words * sizeof(unsigned long long), s);
-      backend_.copy_async(static_cast<unsigned long long*>(p) + memop_base() + 2 * n, devices_[r], &one,
-                          kHostDevice, sizeof one, s);
       backend_.synchronize_stream(s);
       backend_.destroy_stream(s);
       mem_.push_back(static_cast<unsigned long long*>(p));
@@ -52,20 +43,7 @@ class CudaBarrier : public DeviceBarrier {
     backend_.free_pinned(error_);
     if (stamps_) backend_.free_pinned(stamps_);
   }
-  void release(int rank, const std::vector<int>& slots, StreamHandle s) override {
-    // Kernel flags count up with the barrier number; memory-op flags hold 1 once set and go
-    // back to 0 here, after every wait of this graph and before its exit barrier, so no peer
-    // sets one again (in the next call) before it is reset.
-    if (kBarrierKind.get() == "kernel" || slots.empty()) return;
-    std::vector<void*> addrs;
-    for (int slot : slots) addrs.push_back(mem_[rank] + memop_slot_base() + slot);
-    launch_memop_writes(addrs, 0, devices_[rank], s);
-  }
-  // Layout per rank (64-bit words): n barrier flags, the barrier number, kSlots kernel flags,
-  // 2 x n memory-op barrier flags, a word holding 1, kSlots memory-op flags, the done-count of
-  // a fused barrier's blocks.
-  size_t memop_base() const { return devices_.size() + 1 + kSlots; }
-  size_t memop_slot_base() const { return memop_base() + 2 * devices_.size() + 1; }
+  size_t blocks_done_index() const { return devices_.size() + 1 + kSlots; }
   int stamps() const override { return kStamps; }
   void enable_stamps() override {
     if (stamps_) return;  // only when tracing: most communicators never stamp
@@ -82,9 +60,8 @@ class CudaBarrier : public DeviceBarrier {
     return reinterpret_cast<volatile unsigned long long*>(stamps_)[index];
   }
   bool fused_args(int rank, FusedBarrier* out) override {
-    if (kBarrierKind.get() != "kernel") return false;
     out->args = kernel_args(rank);
-    out->blocks_done = reinterpret_cast<unsigned int*>(mem_[rank] + memop_slot_base() + kSlots);
+    out->blocks_done = reinterpret_cast<unsigned int*>(mem_[rank] + blocks_done_index());
     return true;
   }
   BarrierKernelArgs kernel_args(int rank) const {
@@ -99,37 +76,16 @@ class CudaBarrier : public DeviceBarrier {
     a.error = error_;
     return a;
   }
-  void arrive_and_wait(int rank, StreamHandle s, int phase) override {
-    const int n = static_cast<int>(devices_.size());
-    const std::string kind = kBarrierKind.get();
-    if (kind != "kernel") {
-      const size_t set = memop_base() + static_cast<size_t>(phase & 1) * n;
-      std::vector<void*> remote, own;
-      for (int q = 0; q < n; ++q) {
-        if (q == rank) continue;
-        remote.push_back(mem_[q] + set + rank);
-        own.push_back(mem_[rank] + set + q);
-      }
-      launch_memop_barrier(remote, own, mem_[rank] + memop_base() + 2 * n, kind == "memcpy", devices_[rank], s);
-      return;
-    }
+  void arrive_and_wait(int rank, StreamHandle s) override {
     launch_barrier_kernel(kernel_args(rank), devices_[rank], s);
   }
   int slots() const override { return kSlots; }
   void signal(int rank, int to, int slot, StreamHandle s) override {
     const int n = static_cast<int>(devices_.size());
-    if (kBarrierKind.get() != "kernel") {
-      launch_memop_writes({mem_[to] + memop_slot_base() + slot}, 1, devices_[rank], s);
-      return;
-    }
     launch_signal_kernel(mem_[rank] + n, mem_[to] + n + 1 + slot, devices_[rank], s);
   }
   void wait(int rank, int slot, StreamHandle s) override {
     const int n = static_cast<int>(devices_.size());
-    if (kBarrierKind.get() != "kernel") {
-      launch_memop_waits({mem_[rank] + memop_slot_base() + slot}, devices_[rank], s);
-      return;
-    }
     launch_wait_kernel(mem_[rank] + n, mem_[rank] + n + 1 + slot,
                        static_cast<unsigned long long>(kBarrierTimeout.get() * 1e9), error_, devices_[rank], s);
   }

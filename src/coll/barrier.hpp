@@ -20,19 +20,14 @@ struct FusedBarrier;  // reduce.hpp (CUDA)
 class DeviceBarrier {
  public:
   virtual ~DeviceBarrier() = default;
-  // Enqueues rank's part of the next barrier on s (a stream of rank's device). phase: 0 for
-  // a per-rank graph's entry barrier, 1 for its exit (barriers of stream memory operations
-  // alternate between two flag sets, so a flag is reset before any peer can set it again).
-  virtual void arrive_and_wait(int rank, StreamHandle s, int phase = 0) = 0;
+  // Enqueues rank's part of the next barrier on s (a stream of rank's device).
+  virtual void arrive_and_wait(int rank, StreamHandle s) = 0;
   // A dependency between ranks inside per-rank graphs, between the entry and exit
   // barriers: rank sets its flag `slot` in rank `to`'s memory to the current barrier
   // number; `to` waits on s until that flag reaches its own (equal) number.
   virtual int slots() const = 0;
   virtual void signal(int rank, int to, int slot, StreamHandle s) = 0;
   virtual void wait(int rank, int slot, StreamHandle s) = 0;
-  // After the last wait of a per-rank graph, before its exit barrier: makes rank's flags
-  // `slots` ready for the next graph (flags of memory-op barriers are reset, not counted).
-  virtual void release(int rank, const std::vector<int>& slots, StreamHandle s) = 0;
   // Throws ERR_TIMEOUT when a barrier gave up (call after the work has completed).
   virtual void check() = 0;
   // Device-side timeline (GPUSTRIPE_COLL_TRACE): a one-thread kernel on s stores the GPU's
@@ -73,16 +68,6 @@ void launch_wait_kernel(const unsigned long long* counter, const unsigned long l
                         unsigned long long timeout_ns, int* error, int dev, void* cuda_stream);
 // *slot = %globaltimer (slot in pinned host memory).
 void launch_stamp_kernel(unsigned long long* slot, int dev, void* cuda_stream);
-// A barrier of stream memory operations (no kernel, no SM): set this rank's flag (32-bit
-// value 1) in every peer's memory (`remote`, by memory-op writes, or by 4-byte copy-engine
-// copies of `one` when by_copy), wait until every peer's flag in this rank's memory (`own`)
-// is 1, then reset those to 0. Throws ERR_NOT_SUPPORTED where the driver lacks the calls.
-void launch_memop_barrier(const std::vector<void*>& remote, const std::vector<void*>& own, const void* one,
-                          bool by_copy, int dev, void* cuda_stream);
-// Memory operations of dependencies between ranks: write 32-bit `value` to each of `addrs`
-// (after the stream's earlier work, fenced), or wait until each of `addrs` holds 1.
-void launch_memop_writes(const std::vector<void*>& addrs, unsigned value, int dev, void* cuda_stream);
-void launch_memop_waits(const std::vector<void*>& addrs, int dev, void* cuda_stream);
 #endif
 
 }  // namespace gpustripe::coll

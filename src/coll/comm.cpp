@@ -20,13 +20,6 @@
 namespace gpustripe::coll {
 namespace {
 
-const BoolSetting kGraphs{"GPUSTRIPE_COLL_GRAPHS", "1",
-                          "Replay repeated collectives (same buffers, size, type) as CUDA graphs up to "
-                          "GPUSTRIPE_COLL_GRAPH_MAX (CUDA backend)"};
-const SizeSetting kGraphMax{"GPUSTRIPE_COLL_GRAPH_MAX", "64G",
-                            "Largest collective (size per rank) replayed as a CUDA graph (issuing a pipelined "
-                            "schedule's hundreds of calls costs about as long as the transfer up to ~1G)"};
-
 constexpr size_t kChoicesMax = 256;   // schedule choices remembered
 
 bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
@@ -69,7 +62,8 @@ std::vector<char*> bytes_of(const std::vector<void*>& v) {
 }  // namespace
 
 std::unique_ptr<Comm> Comm::create(Backend& backend, const Topology& topo, const std::vector<int>& devices,
-                                   Planner* planner) {
+                                   Planner* planner, const Tuning& tuning) {
+  tuning.validate();
   GS_REQUIRE(!devices.empty(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "a communicator needs at least one device");
   const int have = backend.device_count();
   for (size_t i = 0; i < devices.size(); ++i) {
@@ -80,15 +74,16 @@ std::unique_ptr<Comm> Comm::create(Backend& backend, const Topology& topo, const
       GS_REQUIRE(devices[i] != devices[j], GPUSTRIPE_ERR_INVALID_DEVICE,
                  "device %d is listed twice (ranks %zu and %zu): one rank per GPU", devices[i], j, i);
   }
-  return std::unique_ptr<Comm>(new Comm(backend, topo, devices, planner));
+  return std::unique_ptr<Comm>(new Comm(backend, topo, devices, planner, tuning));
 }
 
-std::unique_ptr<Comm> Comm::create(Context& ctx, const std::vector<int>& devices) {
-  return create(ctx.backend(), ctx.topology(), devices, ctx.planner());
+std::unique_ptr<Comm> Comm::create(Context& ctx, const std::vector<int>& devices, const Tuning& tuning) {
+  return create(ctx.backend(), ctx.topology(), devices, ctx.planner(), tuning);
 }
 
-Comm::Comm(Backend& backend, const Topology& topo, std::vector<int> devices, Planner* planner)
-    : backend_(backend), planner_(planner), devices_(std::move(devices)) {
+Comm::Comm(Backend& backend, const Topology& topo, std::vector<int> devices, Planner* planner,
+           const Tuning& tuning)
+    : backend_(backend), planner_(planner), devices_(std::move(devices)), tuning_(tuning) {
   res_ = describe_team(backend, topo, devices_);
   // Kernels of the reduction schedules read peers' memory directly where the pair maps it.
   for (int i : devices_)
@@ -171,9 +166,10 @@ double Comm::planned_host_share(size_t block) {
 }
 
 Choice Comm::pick(CollOp op, size_t bytes, DataType dt) {
-  // The choice depends on the call's op, size and type and on the GPUSTRIPE_ settings: a
-  // repeated call with the same of all reuses it (choosing formats its reasons: microseconds).
-  std::string key = settings_environment();
+  // The choice depends on the call's op, size and type and on GPUSTRIPE_COLL_ALGO (the
+  // tuning is the communicator's own): a repeated call with the same of all reuses it
+  // (choosing formats its reasons: microseconds). The trace setting shapes the program too.
+  std::string key = forced_schedules() + '\n' + Executor::trace_path();
   fingerprint_ = key;
   auto put = [&](const auto& v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
   put(op);
@@ -181,21 +177,18 @@ Choice Comm::pick(CollOp op, size_t bytes, DataType dt) {
   put(dt);
   auto it = choices_.find(key);
   if (it == choices_.end()) {
-    double planned = wants_host_share(op, res_, bytes) ? planned_host_share(bytes / size()) : -1;
-    Choice c = choose_schedule(op, res_, bytes, dtype_size(dt), planned);
+    double planned = wants_host_share(op, res_, bytes, tuning_) ? planned_host_share(bytes / size()) : -1;
+    Choice c = choose_schedule(op, res_, bytes, dtype_size(dt), tuning_, planned);
     std::string desc = std::string(coll_op_name(op)) + " " + format_size(bytes) + " " + c.describe();
     if (choices_.size() >= kChoicesMax) choices_.clear();
     it = choices_.emplace(key, std::make_pair(std::move(c), std::move(desc))).first;
   }
-  last_bytes_ = bytes;
   // The exchanges' only waits between GPUs are their host path's, and pushed reduction inputs
-  // wait for their pushes: those gain from flags in per-rank graphs (GPUSTRIPE_COLL_GPU_FLAGS=auto;
-  // a chain broadcast lost with them). Measured with 4 GPUs; 2 keep one graph as before.
+  // wait for their pushes: those gain from flags in per-rank graphs (a chain broadcast lost with
+  // them). Measured with 4 GPUs; 2 keep one graph as before.
   flags_preferred_ = ((op == CollOp::AllToAll || op == CollOp::AllGather) && size() > 2) || it->second.first.reduce.push ||
                      it->second.first.reduce.flags;
   last_ = it->second.second;
-  // A broadcast's host path waits for the root's D2H: flags in per-rank graphs, as the exchanges'.
-  if (it->second.first.bcast.host_share > 0) flags_preferred_ = true;
   GS_LOG_DEBUG(Subsys::Coll, "%s", last_.c_str());
   return it->second.first;
 }
@@ -206,11 +199,10 @@ void Comm::run(const std::string& key, const std::function<void(Program&)>& buil
   std::string k = key;
   uint64_t gen = scratch_->generation();
   k.append(reinterpret_cast<const char*>(&gen), sizeof gen);
-  // And the settings: some shape the program without showing in its description (the
-  // executor's GPUSTRIPE_COLL_GPU_BARRIER, GPUSTRIPE_COLL_TRACE), so a graph captured under
-  // other settings is never replayed.
+  // And the settings: GPUSTRIPE_COLL_TRACE shapes the program without showing in its
+  // description, so a graph captured under other settings is never replayed.
   k += fingerprint_;
-  const bool as_graph = kGraphs.get() && last_bytes_ <= kGraphMax.get();
+  const bool as_graph = tuning_.graphs;
   exec_->enqueue_keyed(
       k,
       [&] {
@@ -349,9 +341,7 @@ void Comm::bcast(const std::vector<void*>& bufs, size_t count, DataType dt, int 
   if (count == 0) return;
   Choice c = pick(CollOp::Bcast, bytes, dt);
   run(key_of({}, bufs, count, dt, 0, root), [&](Program& prog) {
-    BcastOpts o = c.bcast;
-    if (o.host_share > 0) o.host_stage = scratch_->host(bytes);
-    build_bcast(prog, whole(devices_), bytes_of(bufs), bytes, root, o);
+    build_bcast(prog, whole(devices_), bytes_of(bufs), bytes, root, c.bcast);
   }, streams);
 }
 

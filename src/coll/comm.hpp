@@ -35,10 +35,12 @@ class Comm {
   // Throws ERR_INVALID_DEVICE for a device the backend lacks or listed twice,
   // ERR_INVALID_ARGUMENT for an empty list. Enables peer access where possible.
   // `planner` (optional) refines the host-path share of large exchanges (plan_concurrent).
+  // `tuning`: the schedules' chunking and crossovers (ERR_CONFIG when out of range).
   static std::unique_ptr<Comm> create(Backend& backend, const Topology& topo, const std::vector<int>& devices,
-                                      Planner* planner = nullptr);
+                                      Planner* planner = nullptr, const Tuning& tuning = Tuning());
   // Over the context's backend and topology; the context outlives the communicator.
-  static std::unique_ptr<Comm> create(Context& ctx, const std::vector<int>& devices);
+  static std::unique_ptr<Comm> create(Context& ctx, const std::vector<int>& devices,
+                                      const Tuning& tuning = Tuning());
   ~Comm();
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
@@ -47,6 +49,7 @@ class Comm {
   int device(int rank) const;
   Backend& backend() { return backend_; }
   const TeamResources& resources() const { return res_; }
+  const Tuning& tuning() const { return tuning_; }
 
   using Streams = std::vector<StreamHandle>;  // empty: blocking call
   void alltoall(const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count, DataType dt,
@@ -72,7 +75,7 @@ class Comm {
   const std::string& last_schedule() const { return last_; }
 
  private:
-  Comm(Backend& backend, const Topology& topo, std::vector<int> devices, Planner* planner);
+  Comm(Backend& backend, const Topology& topo, std::vector<int> devices, Planner* planner, const Tuning& tuning);
   // Host fraction of the planner's plans for one permutation round of peer blocks, or -1.
   double planned_host_share(size_t block);
   Choice pick(CollOp op, size_t bytes, DataType dt);
@@ -91,6 +94,7 @@ class Comm {
   Backend& backend_;
   Planner* planner_;
   std::vector<int> devices_;
+  Tuning tuning_;
   std::map<size_t, double> planned_share_;  // by peer block size
   std::string buffer_ids_;  // allocation ids of the buffers checked for the call being made
   std::map<std::string, std::pair<Choice, std::string>> choices_;  // by settings + call: choice, description
@@ -101,8 +105,7 @@ class Comm {
   std::unique_ptr<Executor> exec_;
   std::string last_;
   std::function<void(const Program&)> observer_;
-  size_t last_bytes_ = 0;  // size of the call being made (set by pick)
-  std::string fingerprint_;  // the GPUSTRIPE_ settings of the call being made (set by pick)
+  std::string fingerprint_;  // GPUSTRIPE_COLL_ALGO and GPUSTRIPE_COLL_TRACE of the call being made (set by pick)
   bool flags_preferred_ = false;  // the call's waits between GPUs gain from flags (set by pick)
 };
 

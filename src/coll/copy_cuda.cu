@@ -11,7 +11,6 @@
 
 #include "coll/fused_barrier.cuh"
 #include "coll/reduce.hpp"
-#include "common/config.hpp"
 #include "common/error.hpp"
 
 namespace gpustripe::coll {
@@ -77,22 +76,14 @@ __global__ void __launch_bounds__(kThreads) copy_kernel(Segs p, FusedBarrier bar
   if (fused) fused_exit(bar, e);
 }
 
-// 4 ranks, 1M-32M: 4 blocks per SM within noise of 2 (54 registers a thread: two
-// blocks of 512 threads fill an SM's registers; more only queue).
-const IntSetting kCopyBlocksPerSm{"GPUSTRIPE_COLL_COPY_BLOCKS_PER_SM", "2",
-                                  "Most thread blocks (of 512 threads) per SM of a copy kernel (the exchanges' and "
-                                  "broadcasts' sm schedules)"};
-
-// On 4x H200 (bcast sm pieces, busbw GB/s at 16M/32M/64M/256M/1G; each member's kernel reads
-// its piece from the root and stores it into 3 members): 1 block per SM 230/278/313/349/360, 2 blocks
-// 253/234/278/333/354 (NCCL 172/233/307/346/358). Pieces from 32M (10.7M per member) gain from fewer
-// blocks, 16M (5.3M) loses.
-const IntSetting kPullBlocksPerSm{"GPUSTRIPE_COLL_COPY_PULL_BLOCKS_PER_SM", "1",
-                                  "Most thread blocks per SM of a copy kernel whose segment reads a peer and "
-                                  "stores into several destinations, from GPUSTRIPE_COLL_COPY_PULL_MIN bytes"};
-const SizeSetting kPullMin{"GPUSTRIPE_COLL_COPY_PULL_MIN", "8M",
-                           "Smallest segment (read from a peer, several destinations) that takes "
-                           "GPUSTRIPE_COLL_COPY_PULL_BLOCKS_PER_SM"};
+// Most blocks of kThreads threads per SM of a copy kernel. 4 ranks, 1M-32M: 4 blocks per SM
+// within noise of 2 (54 registers a thread: two blocks of 512 threads fill an SM's registers).
+constexpr int64_t kCopyBlocksPerSm = 2;
+// A segment that reads a peer and stores into several destinations (a broadcast's piece) from
+// kPullMin bytes takes one block per SM: its loads from the peer gain from fewer blocks from
+// ~10M per member on, and lose below.
+constexpr int64_t kPullBlocksPerSm = 1;
+constexpr size_t kPullMin = size_t(8) << 20;
 
 int alignment(const CopySegment& c) {
   uintptr_t bits = reinterpret_cast<uintptr_t>(c.src);
@@ -110,7 +101,7 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream) {
   bool wide_pull = false;
   for (const CopySegment& c : a.segs) {
     if (c.bytes == 0 || c.dsts.empty()) continue;
-    wide_pull = wide_pull || (c.src_dev >= 0 && c.src_dev != dev && c.dsts.size() > 1 && c.bytes >= kPullMin.get());
+    wide_pull = wide_pull || (c.src_dev >= 0 && c.src_dev != dev && c.dsts.size() > 1 && c.bytes >= kPullMin);
     GS_REQUIRE(c.dsts.size() <= static_cast<size_t>(kMaxCopyDests), GPUSTRIPE_ERR_INTERNAL,
                "copy kernel writes at most %d destinations per segment, got %zu", kMaxCopyDests, c.dsts.size());
     Seg& s = p.s[p.n++];
@@ -132,7 +123,7 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream) {
   // large ones a grid that strides.
   const size_t nseg = std::max(1, p.n);
   const size_t per_seg = std::max<size_t>(1, (work + kThreads - 1) / kThreads);
-  const int64_t per_sm = wide_pull ? kPullBlocksPerSm.get() : kCopyBlocksPerSm.get();
+  const int64_t per_sm = wide_pull ? kPullBlocksPerSm : kCopyBlocksPerSm;
   const size_t cap = std::max<size_t>(
       nseg, static_cast<size_t>(sm_count(dev)) * static_cast<size_t>(std::max<int64_t>(1, per_sm)) / nseg * nseg);
   const unsigned grid = static_cast<unsigned>(std::min(cap, per_seg * nseg));

@@ -16,35 +16,12 @@ constexpr size_t kGraphCacheSize = 64;
 constexpr size_t kSeenMax = 1024;
 constexpr int kOriginLane = -1000;  // the stream graphs are captured and launched on (rank 0's device;
                                     // each rank's for per-rank graphs)
-// On 4x H200 (busbw GB/s at 1M/16M/64M/256M, alltoall): one graph over all GPUs 9/149/267/346
-// (host 82 us per call); per-rank graphs entered and left through events 7/120/259/341 (host
-// 105 us: 4 launches and 24 cross-GPU waits); per-rank graphs between the GPUs' own barriers
-// 19/182/292/359 (host 30 us). So per-rank graphs come with the barrier or not at all.
-const BoolSetting kGpuBarrier{"GPUSTRIPE_COLL_GPU_BARRIER", "1",
-                              "Replay schedules without waits between GPUs as one graph per GPU on its caller's "
-                              "stream, entered and left through a barrier the GPUs run themselves (flags in peer "
-                              "memory); else as one graph over all GPUs, launched from the first one's stream"};
-// On 4x H200 (busbw GB/s at 256M): with these flags (on flag lanes) the exchanges'
-// host share runs in per-rank graphs (alltoall 5%: 368 vs 361 without a share), while the chain
-// broadcast lost with them (169 vs 302 as one graph) and reductions did not change.
-const ChoiceSetting kGpuFlags{"GPUSTRIPE_COLL_GPU_FLAGS", "auto",
-                              "With GPUSTRIPE_COLL_GPU_BARRIER: schedules with waits between GPUs become per-rank "
-                              "graphs too, each wait a flag the other GPU sets: 1, 0, or auto (the exchanges' host "
-                              "path and pushed reduction inputs only; a broadcast with such waits stays one graph "
-                              "over all GPUs)",
-                              {"auto", "0", "1"}};
-
-const BoolSetting kFusedBarrier{"GPUSTRIPE_COLL_FUSED_BARRIER", "1",
-                                "Per-rank graphs whose part on a rank is one reduction run the GPUs' entry and exit "
-                                "barrier inside that reduction kernel (one kernel per call instead of three; the "
-                                "reducer takes it up to GPUSTRIPE_COLL_FUSED_MAX: on 4x H200 it gains at 1-2M only, "
-                                "reduce-scatter 1M 53 vs 48 GB/s)"};
-const BoolSetting kFusedCopies{"GPUSTRIPE_COLL_FUSED_COPIES", "1",
-                               "Per-rank graphs whose part on a rank is kernel copies only (the sm schedules) run "
-                               "them as one copy kernel with the GPUs' entry and exit barrier inside"};
-const BoolSetting kFlagLanes{"GPUSTRIPE_COLL_FLAG_LANES", "1",
-                             "Per-rank graphs with flags between GPUs: waits and signals on lanes of their own "
-                             "(each copy depends on its wait), not between the copies of a copy lane"};
+// Per-rank graphs come with the GPUs' own barrier or not at all: entered and left through
+// events instead, their launches and cross-GPU waits cost more host time than one graph over
+// all GPUs. Waits between GPUs inside them become flags only where that pays (flags_preferred:
+// the exchanges' host path and pushed reduction inputs); a chain broadcast with flags lost to
+// the one graph. A per-rank part that is one reduction, or kernel copies only, runs with the
+// barrier inside its kernel: one kernel per call instead of three.
 const StringSetting kTrace{"GPUSTRIPE_COLL_TRACE", "",
                            "File to which `gpustripe bench coll` appends a device-side timeline of each timed "
                            "collective's last call: per-rank graphs get a GPU timer stamp after every step (this "
@@ -314,10 +291,8 @@ void Executor::enqueue_keyed(const std::string& key, const std::function<Program
       // programs without barriers whose dependencies stay on their rank (or, with flags,
       // cross ranks in few enough places). Blocking calls keep the one multi-GPU graph.
       const size_t crossing = cross_slots(prog).size();
-      const std::string flag_mode = kGpuFlags.get();
-      const bool flags = flag_mode == "1" || (flag_mode == "auto" && flags_preferred);
-      if (barrier_ && kGpuBarrier.get() && !user_streams.empty() && !has_barrier(prog) &&
-          (crossing == 0 || (flags && crossing <= static_cast<size_t>(barrier_->slots())))) {
+      if (barrier_ && !user_streams.empty() && !has_barrier(prog) &&
+          (crossing == 0 || (flags_preferred && crossing <= static_cast<size_t>(barrier_->slots())))) {
         PerRank pr = capture_per_rank(prog);
         if (!pr.graphs.empty()) {
           if (per_rank_.size() >= kGraphCacheSize) forget_per_rank_graphs();
@@ -382,7 +357,7 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog) {
   std::vector<GraphExecHandle>& graphs = out.graphs;
   const CrossSlots slots = cross_slots(prog);
   std::vector<Program> subs;
-  for (int r = 0; r < n; ++r) subs.push_back(only_rank(prog, r, slots, kFlagLanes.get()));
+  for (int r = 0; r < n; ++r) subs.push_back(only_rank(prog, r, slots, /*flag_lanes*/ true));
   // Tracing: a stamp before and after each barrier and after every op.
   size_t want = 0;
   for (const Program& sub : subs) want += sub.size() + 4;
@@ -407,7 +382,7 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog) {
           continue;
         }
         stamp(origin.stream(), "call");
-        barrier_->arrive_and_wait(r, origin.stream(), 0);
+        barrier_->arrive_and_wait(r, origin.stream());
         stamp(origin.stream(), "entry barrier");
         backend_.record_event(forks_[r], origin.stream());
         std::function<void(size_t, ::gpustripe::Lane&)> after;
@@ -415,12 +390,8 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog) {
           after = [&](size_t i, ::gpustripe::Lane& l) { stamp(l.stream(), step_label(sub.ops()[i])); };
         std::vector<LaneRef> used = enqueue_ops(sub, capture_lanes_, {forks_[r]}, after);
         for (LaneRef u : used) backend_.wait_event(origin.stream(), u->mark().event);
-        std::vector<int> waited;
-        for (const Op& op : sub.ops())
-          if (op.kind == Op::Wait) waited.push_back(static_cast<int>(op.count));
-        barrier_->release(r, waited, origin.stream());
         stamp(origin.stream(), "joined");
-        barrier_->arrive_and_wait(r, origin.stream(), 1);
+        barrier_->arrive_and_wait(r, origin.stream());
         stamp(origin.stream(), "exit barrier");
       } catch (...) {
         try {
@@ -444,15 +415,13 @@ Executor::PerRank Executor::capture_per_rank(const Program& prog) {
 bool Executor::capture_fused(const Program& sub, int rank, StreamHandle s, bool tracing) {
 #if GPUSTRIPE_HAVE_CUDA
   if (tracing || sub.size() == 0) return false;
-  // One reduction (GPUSTRIPE_COLL_FUSED_BARRIER), or kernel copies only, none waiting for
-  // another (GPUSTRIPE_COLL_FUSED_COPIES): one kernel with the barriers inside.
+  // One reduction, or kernel copies only, none waiting for another: one kernel with the
+  // barriers inside.
   const bool reduction = sub.size() == 1 && sub.ops()[0].kind == Op::Reduce;
   std::vector<const Op*> copies;
   for (const Op& op : sub.ops())
     if (op.kind == Op::Copy && op.by_kernel && op.deps.empty()) copies.push_back(&op);
-  if (reduction ? !kFusedBarrier.get()
-                : !kFusedCopies.get() || copies.size() != sub.size() || !independent_copies(copies))
-    return false;
+  if (!reduction && (copies.size() != sub.size() || !independent_copies(copies))) return false;
   FusedBarrier fb;
   if (!barrier_->fused_args(rank, &fb)) return false;
   // The kernels' parameters are copied at capture: fb need not outlive it.

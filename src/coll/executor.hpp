@@ -42,7 +42,7 @@ CrossSlots cross_slots(const Program& prog);
 
 class Executor {
  public:
-  // barrier (optional): the GPUs' own barrier for per-rank graphs (GPUSTRIPE_COLL_GPU_BARRIER).
+  // barrier (optional): the GPUs' own barrier for per-rank graphs.
   Executor(Backend& backend, Reducer& reducer, std::vector<int> devices, DeviceBarrier* barrier = nullptr);
   ~Executor();
   Executor(const Executor&) = delete;
@@ -53,7 +53,7 @@ class Executor {
   // As enqueue, for a program that `key` identifies (every address and size it holds).
   // With as_graph (and a backend with graphs) a key seen before is captured once and then
   // replayed without calling `build` at all, so a repeated call costs one graph launch.
-  // flags_preferred: GPUSTRIPE_COLL_GPU_FLAGS=auto turns this program's waits between GPUs into
+  // flags_preferred: this program's waits between GPUs become
   // flags in per-rank graphs (the caller knows which schedules gain from that).
   void enqueue_keyed(const std::string& key, const std::function<Program()>& build,
                      const std::vector<StreamHandle>& user_streams, bool as_graph, bool flags_preferred = false);
@@ -94,8 +94,8 @@ class Executor {
   };
   PerRank capture_per_rank(const Program& prog);
   // Under capture on rank's origin stream s: a rank part that is one reduction, with the
-  // GPUs' barriers inside its kernel (GPUSTRIPE_COLL_FUSED_BARRIER), or kernel copies only
-  // (Op::by_kernel, no deps: one copy kernel, GPUSTRIPE_COLL_FUSED_COPIES); false where it cannot.
+  // GPUs' barriers inside its kernel, or kernel copies only
+  // (Op::by_kernel, no deps: one copy kernel); false where it cannot.
   bool capture_fused(const Program& sub, int rank, StreamHandle s, bool tracing);
   void launch_per_rank(const PerRank& g, const std::vector<StreamHandle>& user_streams);
   void forget_per_rank_graphs();

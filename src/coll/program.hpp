@@ -21,13 +21,11 @@ enum Lane : int {
   kLaneD2H = 3,     // host path: device to pinned host
   kLaneH2D = 4,     // host path: pinned host to device (on the receiving rank)
   kLanePeer0 = 5,   // all-at-once schedules: one lane per peer offset, kLanePeer0 + (offset - 1)
-  // Per-rank graphs (executor): the flags of dependencies between ranks, off the copy lanes
-  // (GPUSTRIPE_COLL_FLAG_LANES), so a copy lane never runs a wait or signal kernel between copies.
+  // Per-rank graphs (executor): the flags of dependencies between ranks, off the copy lanes,
+  // so a copy lane never runs a wait or signal kernel between copies.
   kLaneWait = 40,
   kLaneSignal = 41,
-  // Large exchanges: the SM share of every peer block (copy kernels beside the copy-engine rounds).
-  kLaneSm = 30,
-  // The gather half's host path of a copy-engine allreduce (ce_twoshot), beside the scatter half's.
+  // The round-major allreduce's gather: its host path, on lanes of its own.
   kLaneAgD2H = 31,
   kLaneAgH2D = 32,
 };

@@ -1,6 +1,5 @@
 #include "coll/reduce.hpp"
 
-#include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 
@@ -64,9 +63,8 @@ void more_dsts_from(ReduceArgs& part, const ReduceArgs& args, size_t from) {
 // On 4x H200 (busbw GB/s, two runs): the barrier inside the kernel gains at 1-2M
 // per rank (reduce-scatter 53/84 vs 48/81 at 1M/2M; allreduce 92/139 vs 81-85/128-132), is
 // even at 4-8M and loses for larger reduce-scatters (16M/32M: 206-209/248-251 vs 230/270).
-const SizeSetting kFusedMax{"GPUSTRIPE_COLL_FUSED_MAX", "512K",
-                            "Largest reduction result (bytes per rank's kernel) that runs the GPUs' barrier "
-                            "inside its kernel (with GPUSTRIPE_COLL_FUSED_BARRIER)"};
+// So the barrier goes inside reductions of results up to 512K per rank's kernel.
+constexpr size_t kFusedMax = size_t(512) << 10;
 
 bool one_launch(const ReduceArgs& a) {
   return a.srcs.size() <= static_cast<size_t>(kMaxKernelSources) &&
@@ -106,7 +104,7 @@ class CudaReducer : public Reducer {
     flush();
   }
   bool can_fuse_barrier(const ReduceArgs& a) const override {
-    return one_launch(a) && a.count * dtype_size(a.dtype) <= kFusedMax.get();
+    return one_launch(a) && a.count * dtype_size(a.dtype) <= kFusedMax;
   }
   void reduce_async(const ReduceArgs& args, int dev, StreamHandle s) override {
     check_reduce_args(args);

@@ -30,7 +30,7 @@ struct ReduceArgs {
   size_t count = 0;
   DataType dtype = GPUSTRIPE_FLOAT32;
   RedOp op = GPUSTRIPE_SUM;
-  int blocks_per_sm = 0;  // most thread blocks per SM of the kernel; 0: GPUSTRIPE_COLL_REDUCE_BLOCKS_PER_SM
+  int blocks_per_sm = 0;  // most thread blocks per SM of the kernel; 0: the reducer's own (reduce_cuda.cu)
 };
 
 // Copies by the SMs of one device, several in one launch: each segment's bytes from src to

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "coll/reduce_kernel.cuh"
-#include "common/config.hpp"
 #include "common/error.hpp"
 
 namespace gpustripe::coll {
@@ -36,10 +35,10 @@ template <class T>
 void float_ops(const ReducePtrs& p, const KernelKey& k, const ReduceLaunch& l, const FusedBarrier& bar,
                cudaStream_t s) {
   switch (k.op) {
-    case GPUSTRIPE_SUM: return launch_reduce<T, GPUSTRIPE_SUM, true>(p, k.count, l, bar, s);
-    case GPUSTRIPE_PROD: return launch_reduce<T, GPUSTRIPE_PROD, true>(p, k.count, l, bar, s);
-    case GPUSTRIPE_MAX: return launch_reduce<T, GPUSTRIPE_MAX, true>(p, k.count, l, bar, s);
-    case GPUSTRIPE_MIN: return launch_reduce<T, GPUSTRIPE_MIN, true>(p, k.count, l, bar, s);
+    case GPUSTRIPE_SUM: return launch_reduce<T, GPUSTRIPE_SUM>(p, k.count, l, bar, s);
+    case GPUSTRIPE_PROD: return launch_reduce<T, GPUSTRIPE_PROD>(p, k.count, l, bar, s);
+    case GPUSTRIPE_MAX: return launch_reduce<T, GPUSTRIPE_MAX>(p, k.count, l, bar, s);
+    case GPUSTRIPE_MIN: return launch_reduce<T, GPUSTRIPE_MIN>(p, k.count, l, bar, s);
     default: GS_THROW(GPUSTRIPE_ERR_INTERNAL, "no reduction kernel for %s on %s", redop_name(k.op), dtype_name(k.dtype));
   }
 }
@@ -74,14 +73,9 @@ int sm_count(int dev) {
 
 namespace {
 
-// On 4x H200, 2, 4 or 8 blocks per SM measured within 1-2% of each other.
-const IntSetting kBlocksPerSm{"GPUSTRIPE_COLL_REDUCE_BLOCKS_PER_SM", "4",
-                              "Most thread blocks (of 512 threads) per SM of a reduction kernel"};
-const IntSetting kBlockThreads{"GPUSTRIPE_COLL_REDUCE_THREADS", "512",
-                               "Threads per block of a reduction kernel (64..512; small reductions take 128)"};
-const IntSetting kUnroll{"GPUSTRIPE_COLL_REDUCE_UNROLL", "2",
-                         "16-byte vectors per thread and step of a reduction kernel of 1-4 sources (2 or 4; 4 "
-                         "exists for floating-point types and unsigned sums): the loads in flight"};
+// Most blocks of kReduceThreads threads per SM of a reduction kernel (a ReduceArgs may ask for
+// fewer): 2, 4 or 8 measured within 1-2% of each other.
+constexpr int64_t kBlocksPerSm = 4;
 
 // The key's kernel for a launch: a single source is a copy whatever the type and op, which
 // the unsigned SUM kernel of the element's width does (16-byte pairs: twice as many 8-byte words).
@@ -105,14 +99,12 @@ ReduceLaunch shape_launch(const ReduceArgs& a, const ReducePtrs& p, size_t count
   size_t work = l.vec ? (count + V - 1) / V : count;
   const size_t sms = static_cast<size_t>(sm_count(dev));
   // Small reductions: smaller blocks over more SMs (each SM's loads in flight are bounded).
-  const unsigned most =
-      static_cast<unsigned>(std::clamp<int64_t>(kBlockThreads.get(), 64, kReduceThreads)) / 32 * 32;
+  const unsigned most = kReduceThreads;
   l.threads = work < most * sms ? 128 : most;
   size_t blocks = (work + l.threads - 1) / l.threads;
   // Enough to keep NVLink reads in flight, few enough that every thread strides.
-  const int64_t per_sm = a.blocks_per_sm > 0 ? a.blocks_per_sm : kBlocksPerSm.get();
+  const int64_t per_sm = a.blocks_per_sm > 0 ? a.blocks_per_sm : kBlocksPerSm;
   size_t cap = sms * static_cast<size_t>(std::max<int64_t>(1, per_sm)) * (kReduceThreads / l.threads);
-  l.u4 = kUnroll.get() >= 4;
   if (blocks > cap) blocks = cap;
   if (blocks == 0) blocks = 1;
   l.grid = static_cast<unsigned>(blocks);

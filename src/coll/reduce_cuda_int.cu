@@ -12,8 +12,8 @@ namespace {
 
 template <class T>
 void min_max(const ReducePtrs& p, const KernelKey& k, const ReduceLaunch& l, const FusedBarrier& bar, cudaStream_t s) {
-  if (k.op == GPUSTRIPE_MAX) return launch_reduce<T, GPUSTRIPE_MAX, false>(p, k.count, l, bar, s);
-  if (k.op == GPUSTRIPE_MIN) return launch_reduce<T, GPUSTRIPE_MIN, false>(p, k.count, l, bar, s);
+  if (k.op == GPUSTRIPE_MAX) return launch_reduce<T, GPUSTRIPE_MAX>(p, k.count, l, bar, s);
+  if (k.op == GPUSTRIPE_MIN) return launch_reduce<T, GPUSTRIPE_MIN>(p, k.count, l, bar, s);
   GS_THROW(GPUSTRIPE_ERR_INTERNAL, "no reduction kernel for %s on %s", redop_name(k.op), dtype_name(k.dtype));
 }
 
@@ -21,11 +21,11 @@ template <class T>
 void unsigned_ops(const ReducePtrs& p, const KernelKey& k, const ReduceLaunch& l, const FusedBarrier& bar,
                   cudaStream_t s) {
   switch (k.op) {
-    case GPUSTRIPE_SUM: return launch_reduce<T, GPUSTRIPE_SUM, true>(p, k.count, l, bar, s);
-    case GPUSTRIPE_PROD: return launch_reduce<T, GPUSTRIPE_PROD, false>(p, k.count, l, bar, s);
-    case GPUSTRIPE_LAND: return launch_reduce<T, GPUSTRIPE_LAND, false>(p, k.count, l, bar, s);
-    case GPUSTRIPE_LOR: return launch_reduce<T, GPUSTRIPE_LOR, false>(p, k.count, l, bar, s);
-    case GPUSTRIPE_LXOR: return launch_reduce<T, GPUSTRIPE_LXOR, false>(p, k.count, l, bar, s);
+    case GPUSTRIPE_SUM: return launch_reduce<T, GPUSTRIPE_SUM>(p, k.count, l, bar, s);
+    case GPUSTRIPE_PROD: return launch_reduce<T, GPUSTRIPE_PROD>(p, k.count, l, bar, s);
+    case GPUSTRIPE_LAND: return launch_reduce<T, GPUSTRIPE_LAND>(p, k.count, l, bar, s);
+    case GPUSTRIPE_LOR: return launch_reduce<T, GPUSTRIPE_LOR>(p, k.count, l, bar, s);
+    case GPUSTRIPE_LXOR: return launch_reduce<T, GPUSTRIPE_LXOR>(p, k.count, l, bar, s);
     default: return min_max<T>(p, k, l, bar, s);
   }
 }
@@ -33,9 +33,9 @@ void unsigned_ops(const ReducePtrs& p, const KernelKey& k, const ReduceLaunch& l
 void bytewise(const ReducePtrs& p, const KernelKey& k, const ReduceLaunch& l, const FusedBarrier& bar, cudaStream_t s) {
   using T = Same<uint8_t>;
   switch (k.op) {
-    case GPUSTRIPE_BAND: return launch_reduce<T, GPUSTRIPE_BAND, false>(p, k.count, l, bar, s);
-    case GPUSTRIPE_BOR: return launch_reduce<T, GPUSTRIPE_BOR, false>(p, k.count, l, bar, s);
-    case GPUSTRIPE_BXOR: return launch_reduce<T, GPUSTRIPE_BXOR, false>(p, k.count, l, bar, s);
+    case GPUSTRIPE_BAND: return launch_reduce<T, GPUSTRIPE_BAND>(p, k.count, l, bar, s);
+    case GPUSTRIPE_BOR: return launch_reduce<T, GPUSTRIPE_BOR>(p, k.count, l, bar, s);
+    case GPUSTRIPE_BXOR: return launch_reduce<T, GPUSTRIPE_BXOR>(p, k.count, l, bar, s);
     default: return unsigned_ops<T>(p, k, l, bar, s);
   }
 }

@@ -10,8 +10,8 @@ namespace {
 template <class V>
 void loc(const ReducePtrs& p, const KernelKey& k, const ReduceLaunch& l, const FusedBarrier& bar, cudaStream_t s) {
   using T = Same<ValIdx<V>>;
-  if (k.op == GPUSTRIPE_MINLOC) return launch_reduce<T, GPUSTRIPE_MINLOC, false>(p, k.count, l, bar, s);
-  if (k.op == GPUSTRIPE_MAXLOC) return launch_reduce<T, GPUSTRIPE_MAXLOC, false>(p, k.count, l, bar, s);
+  if (k.op == GPUSTRIPE_MINLOC) return launch_reduce<T, GPUSTRIPE_MINLOC>(p, k.count, l, bar, s);
+  if (k.op == GPUSTRIPE_MAXLOC) return launch_reduce<T, GPUSTRIPE_MAXLOC>(p, k.count, l, bar, s);
   GS_THROW(GPUSTRIPE_ERR_INTERNAL, "no reduction kernel for %s on %s", redop_name(k.op), dtype_name(k.dtype));
 }
 

@@ -26,7 +26,6 @@ struct ReducePtrs {
 struct ReduceLaunch {
   unsigned grid = 1, threads = 128;
   bool vec = false;  // every pointer 16-byte aligned: vector loads
-  bool u4 = false;   // 4 vectors per thread and step (floating-point kernels; else 2)
 };
 
 // The kernels of one family of types (reduce_cuda*.cu): key.dtype and key.op as kernel_key
@@ -148,34 +147,28 @@ __global__ void __launch_bounds__(kReduceThreads)
   if (fused) fused_exit(bar, e);
 }
 
-template <class T, int OP, int NS, bool WIDE>
+// Two 16-byte vectors per thread and step: the loads each thread keeps in flight.
+template <class T, int OP, int NS>
 void launch_ns(const ReducePtrs& p, size_t count, const ReduceLaunch& l, const FusedBarrier& bar, cudaStream_t s) {
-  if constexpr (WIDE) {
-    if (l.u4) {
-      reduce_kernel<T, OP, NS, 4><<<l.grid, l.threads, 0, s>>>(p, count, l.vec, bar);
-      return;
-    }
-  }
   reduce_kernel<T, OP, NS, 2><<<l.grid, l.threads, 0, s>>>(p, count, l.vec, bar);
 }
 
 // One (type, op). A single source (a copy, whatever the op) has kernels of its own only for
-// the unsigned SUM ones (launch_reduce_kernel sends every copy there); WIDE: also the kernels
-// of 4 vectors per step.
-template <class T, int OP, bool WIDE>
+// the unsigned SUM ones (launch_reduce_kernel sends every copy there).
+template <class T, int OP>
 void launch_reduce(const ReducePtrs& p, size_t count, const ReduceLaunch& l, const FusedBarrier& bar, cudaStream_t s) {
   using A = typename T::A;
   constexpr bool kCopies = OP == GPUSTRIPE_SUM && std::is_integral_v<A> && std::is_unsigned_v<A>;
   switch (p.ns) {
     case 1:
       if constexpr (kCopies) {
-        launch_ns<T, OP, 1, WIDE>(p, count, l, bar, s);
+        launch_ns<T, OP, 1>(p, count, l, bar, s);
         return;
       }
       break;
-    case 2: launch_ns<T, OP, 2, WIDE>(p, count, l, bar, s); return;
-    case 3: launch_ns<T, OP, 3, WIDE>(p, count, l, bar, s); return;
-    case 4: launch_ns<T, OP, 4, WIDE>(p, count, l, bar, s); return;
+    case 2: launch_ns<T, OP, 2>(p, count, l, bar, s); return;
+    case 3: launch_ns<T, OP, 3>(p, count, l, bar, s); return;
+    case 4: launch_ns<T, OP, 4>(p, count, l, bar, s); return;
     default: break;
   }
   reduce_kernel<T, OP, 0, 1><<<l.grid, l.threads, 0, s>>>(p, count, l.vec, bar);

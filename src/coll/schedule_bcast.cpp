@@ -20,40 +20,21 @@ void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size
   const int chunks = std::max(1, o.chunks);
   const size_t step = (bytes + chunks - 1) / chunks;
 
-  if (!o.kernel.empty()) {
-    // A member's kernel copies share one lane (one copy kernel where they are not fused).
-    const size_t host_bytes =
-        o.host_stage && o.host_share > 0 ? static_cast<size_t>(bytes * std::min(o.host_share, 0.5)) / 256 * 256 : 0;
-    const size_t nv = bytes - host_bytes;
-    if (o.kernel == "push") {
-      for (int k : others) p.kernel_copy(t.rank[root], kLaneOut, bufs[k], t.dev[k], bufs[root], t.dev[root], nv);
-    } else {
-      const bool pieces = o.kernel == "pieces";
-      const int m = static_cast<int>(others.size());
-      const size_t piece = pieces ? ((nv + m - 1) / m + 255) / 256 * 256 : nv;
-      for (int q = 0; q < m; ++q) {
-        const int k = others[q];
-        const size_t off = std::min(nv, q * piece), len = std::min(piece, nv - off);
-        if (!pieces) {
-          p.kernel_copy(t.rank[k], kLaneOut, bufs[k], t.dev[k], bufs[root], t.dev[root], nv);
-          continue;
-        }
-        // Member k's own copy first, then the other members from k's position on.
-        for (int s = 0; s < m; ++s) {
-          const int d = others[(q + s) % m];
-          p.kernel_copy(t.rank[k], kLaneOut, bufs[d] + off, t.dev[d], bufs[root] + off, t.dev[root], len);
-        }
+  if (o.kernel) {
+    // Member q reads piece q from the root and stores it into every non-root member: every
+    // member's egress carries a piece (reading the whole message per member, or the root
+    // storing it into every member, holds them near half that rate). A member's kernel copies
+    // share one lane (one copy kernel where they are not fused).
+    const int m = static_cast<int>(others.size());
+    const size_t piece = ((bytes + m - 1) / m + 255) / 256 * 256;
+    for (int q = 0; q < m; ++q) {
+      const int k = others[q];
+      const size_t off = std::min(bytes, q * piece), len = std::min(piece, bytes - off);
+      // Member k's own copy first, then the other members from k's position on.
+      for (int s = 0; s < m; ++s) {
+        const int d = others[(q + s) % m];
+        p.kernel_copy(t.rank[k], kLaneOut, bufs[d] + off, t.dev[d], bufs[root] + off, t.dev[root], len);
       }
-    }
-    // The host path: chunk c goes D2H by the root, then H2D by every member (its copy engine).
-    const int hc = std::max(1, o.host_chunks);
-    const size_t hstep = (host_bytes / hc + 255) / 256 * 256;
-    for (size_t off = 0; host_bytes > 0 && off < host_bytes; off += hstep) {
-      const size_t len = std::min(hstep, host_bytes - off);
-      const int d2h = p.copy(t.rank[root], kLaneD2H, o.host_stage + off, kHostDevice, bufs[root] + nv + off,
-                             t.dev[root], len);
-      for (int k : others)
-        p.copy(t.rank[k], kLaneH2D, bufs[k] + nv + off, t.dev[k], o.host_stage + off, kHostDevice, len, {d2h});
     }
     return;
   }

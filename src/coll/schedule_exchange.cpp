@@ -38,40 +38,17 @@ void exchange(Program& p, const Team& t, size_t block, const ExchangeOpts& o, Sc
   size_t host_bytes = 0;
   if (o.host_share > 0 && n > 1) host_bytes = align_down(static_cast<size_t>(block * o.host_share), kAlign);
   const size_t nv_bytes = block - host_bytes;
-  // SM share: bytes [0, sm_bytes) of every peer block by copy kernels, the copy engines from there.
-  size_t sm_bytes = 0;
-  if (o.sm_share > 0 && n > 1) sm_bytes = std::min(nv_bytes, align_down(static_cast<size_t>(block * o.sm_share), kAlign));
-  const size_t ce_bytes = nv_bytes - sm_bytes;
 
   // Local block first, on its own lane: device-local copies are fast and overlap the rest.
-  for (int i = 0; i < n; ++i) {
-    if (o.local_kernel && block % 4 == 0 && dst(i, i) != src(i, i))
-      p.reduce(t.rank[i], kLaneLocal, dst(i, i), {src(i, i)}, block / 4, GPUSTRIPE_INT32, GPUSTRIPE_SUM);
-    else
-      p.copy(t.rank[i], kLaneLocal, dst(i, i), t.dev[i], src(i, i), t.dev[i], block);
-  }
+  for (int i = 0; i < n; ++i) p.copy(t.rank[i], kLaneLocal, dst(i, i), t.dev[i], src(i, i), t.dev[i], block);
 
-  // Rounds on round_lanes lanes side by side: piece l of every peer block on lane l.
-  const int pieces = o.rounds ? std::max(1, o.round_lanes) : 1;
-  const size_t piece = (ce_bytes / pieces + kAlign - 1) / kAlign * kAlign;
+  // Rounds on one lane per member; all at once on a lane per peer offset.
   for (int r = 1; r < n; ++r)
     for (int i = 0; i < n; ++i) {
-      int j = (i + r) % n;
-      for (int l = 0; l < pieces; ++l) {
-        const size_t off = std::min(ce_bytes, l * piece), len = l + 1 == pieces ? ce_bytes - off : std::min(piece, ce_bytes - off);
-        int lane = !o.rounds ? kLanePeer0 + (r - 1) : l == 0 ? kLaneOut : kLanePeer0 + (l - 1);
-        p.copy(t.rank[i], lane, dst(i, j) + sm_bytes + off, t.dev[j], src(i, j) + sm_bytes + off, t.dev[i], len);
-      }
+      const int j = (i + r) % n;
+      const int lane = o.rounds ? kLaneOut : kLanePeer0 + (r - 1);
+      p.copy(t.rank[i], lane, dst(i, j), t.dev[j], src(i, j), t.dev[i], nv_bytes);
     }
-
-  // The SM share: the sender's copy kernels store into the peers, in round order on a lane of
-  // their own (beside the copy engines' rounds).
-  if (sm_bytes > 0)
-    for (int r = 1; r < n; ++r)
-      for (int i = 0; i < n; ++i) {
-        const int j = (i + r) % n;
-        p.kernel_copy(t.rank[i], kLaneSm, dst(i, j), t.dev[j], src(i, j), t.dev[i], sm_bytes);
-      }
 
   if (host_bytes == 0) return;
   const int chunks = std::max(1, o.host_chunks);

@@ -23,32 +23,6 @@ std::pair<size_t, size_t> chunk_of(size_t cnt, int chunks, int c, size_t align) 
   return {off, std::min(step, cnt - off)};
 }
 
-// Block b cut in two: the kernels' part first, then copy_share of it (aligned) for the copy engines.
-std::pair<Blocks, Blocks> split_share(const Blocks& b, double copy_share, size_t align) {
-  Blocks k, c;
-  for (size_t j = 0; j < b.cnt.size(); ++j) {
-    size_t by_copy = static_cast<size_t>(static_cast<double>(b.cnt[j]) * copy_share) / align * align;
-    k.off.push_back(b.off[j]);
-    k.cnt.push_back(b.cnt[j] - by_copy);
-    c.off.push_back(b.off[j] + k.cnt[j]);
-    c.cnt.push_back(by_copy);
-  }
-  return {k, c};
-}
-
-// The copy engines' options for the copy_share part of a pulled reduction: one chunk, its own
-// slot, reduced on a lane beside the kernels' (so it runs as soon as its inputs are in, not
-// after the kernel that reads the rest).
-ReduceOpts copy_part(const ReduceOpts& o) {
-  ReduceOpts c = o;
-  c.pull = false;
-  c.copy_share = 0;
-  c.chunks = 1;
-  c.slots = 1;
-  c.reduce_lane = kLaneOut2;
-  return c;
-}
-
 // Pushed inputs: member i's kernels store its part of every other member's block j into j's
 // scratch (one copy kernel per peer, on a lane each), so that all NVLink traffic is stores.
 // Returns per member j its reduction's sources (own input first, then the pushed copies) and
@@ -134,54 +108,27 @@ std::vector<std::vector<int>> reduce_scatter_by_round(Program& p, const Team& t,
         if (d) m.push_back(d + off * esz);
     return m;
   };
-  // Host share: the end of every round's block, [cnt - h, cnt), goes sender -> pinned host ->
-  // owner's slot, all rounds' parts queued at once on lanes of their own (the host path is a
-  // resource of its own: a few large copies beside NVLink, as the exchanges' share). Round r's
-  // fold waits for its part; in the last round, the pieces that reach into it.
-  auto host_elems = [&](size_t cnt) { return n > 1 ? share_of(cnt, o.host_share, esz) : 0; };
-  const size_t stage_bytes = stage_bytes_of(b, o.host_share, esz);
-  char* host = stage_bytes && n > 1 ? scratch.host(stage_bytes * n * (n - 1)) : nullptr;
   std::vector<int> folded(n, -1);  // member j's last fold so far
-  std::vector<int> sent(n, 0);     // member i's copies so far
   for (int r = 1; r < n; ++r) {
     const bool last = r == n - 1;
-    // Round r's host parts first: per-rank graphs wait for flags on one lane in program order,
-    // and each H2D's wait comes due before this round's folds' (its D2H started at the call's start).
-    std::vector<int> by_host(n, -1);  // round r's host part of block j landed
-    for (int i = 0; i < n && host; ++i) {
-      const int j = (i + r) % n;
-      const size_t h = host_elems(b.cnt[j]), from = b.cnt[j] - h;
-      char* stage = host + (static_cast<size_t>(r - 1) * n + i) * stage_bytes;
-      const int d2h = p.copy(t.rank[i], kLaneD2H, stage, kHostDevice, send[i] + (b.off[j] + from) * esz, t.dev[i], h * esz);
-      by_host[j] = p.copy(t.rank[j], kLaneH2D, slot(j, r) + from * esz, t.dev[j], stage, kHostDevice, h * esz, {d2h});
-    }
     // arrived[c][j]: the copy of piece c (the whole block before the last round) into j's slot r.
     std::vector<std::vector<int>> arrived(last ? pieces : 1, std::vector<int>(n, -1));
     auto range = [&](int j, size_t c) {
       return last ? pc.of(b.cnt[j], static_cast<int>(c)) : std::pair<size_t, size_t>{0, b.cnt[j]};
     };
+    // The sender's copies one after another on one lane (on two, every copy at once beside
+    // the next ran much slower).
     for (int i = 0; i < n; ++i) {
       const int j = (i + r) % n;
-      const size_t nv_end = b.cnt[j] - host_elems(b.cnt[j]);
       for (size_t c = 0; c < arrived.size(); ++c) {
         auto [off, len] = range(j, c);
-        const size_t nv = off >= nv_end ? 0 : std::min(len, nv_end - off);
-        // The sender's k-th copy on lane k % copy_lanes: with 2, consecutive copies overlap (one's
-        // start and end beside the other's middle) instead of running back to back on one engine.
-        const int k = sent[i]++ % std::max(1, o.copy_lanes);
-        arrived[c][j] = p.copy(t.rank[i], k == 0 ? kLaneOut : kLanePeer0 + k - 1, slot(j, r) + off * esz, t.dev[j],
-                               send[i] + (b.off[j] + off) * esz, t.dev[i], nv * esz);
+        arrived[c][j] = p.copy(t.rank[i], kLaneOut, slot(j, r) + off * esz, t.dev[j],
+                               send[i] + (b.off[j] + off) * esz, t.dev[i], len * esz);
       }
     }
     for (int j = 0; j < n; ++j) {
       const char* acc = r == 1 ? own(j) : out[j];
-      const size_t nv_end = b.cnt[j] - host_elems(b.cnt[j]);
-      auto deps = [&](size_t c) {
-        auto [off, len] = range(j, c);
-        std::vector<int> d{arrived[c][j], folded[j]};
-        if (off + len > nv_end) d.push_back(by_host[j]);
-        return d;
-      };
+      auto deps = [&](size_t c) { return std::vector<int>{arrived[c][j], folded[j]}; };
       if (!last) {
         folded[j] = p.reduce(t.rank[j], o.reduce_lane, out[j], {acc, slot(j, r)}, b.cnt[j], dt, op, deps(0), {},
                              o.fold_blocks_per_sm);
@@ -264,19 +211,6 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
   const int n = t.size();
   const size_t esz = dtype_size(dt);
   const size_t align = std::max<size_t>(1, kAlignBytes / esz);
-  if (o.pull && o.copy_share > 0 && n > 1) {
-    // The kernel's part, then the copy engines' part, reduced on another lane: the block is
-    // done when both are (their lanes join at the end of the call).
-    auto [kb, cb] = split_share(b, o.copy_share, align);
-    ReduceOpts ko = o;
-    ko.copy_share = 0;
-    ko.chunks = 1;
-    auto done = build_reduce_scatter(p, t, send, out, kb, dt, op, ko, scratch);
-    std::vector<char*> out_c(n);
-    for (int j = 0; j < n; ++j) out_c[j] = out[j] + kb.cnt[j] * esz;
-    build_reduce_scatter(p, t, send, out_c, cb, dt, op, copy_part(o), scratch);
-    return done;
-  }
   if (o.by_round && !o.pull) return reduce_scatter_by_round(p, t, send, out, b, dt, op, o, scratch, more_out);
   const int chunks = std::max(1, o.chunks);
   const int slots = std::max(1, std::min(o.slots, chunks));
@@ -291,27 +225,14 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
   // Slot s, peer index q (0..n-2) of member j.
   auto slot = [&](int j, int s, int q) { return scr[j] + (static_cast<size_t>(s) * (n - 1) + q) * slot_bytes; };
   auto peer_index = [&](int i, int j) { return (i - j - 1 + n) % n; };
-  // Copy mode's shares of `len` elements (aligned down): of each piece through the host or by the
-  // sender's kernel; of each result (more_out) through the host.
-  auto part = [&](size_t len, double share) {
-    return !o.pull && n > 1 && share > 0 ? static_cast<size_t>(static_cast<double>(len) * share) / align * align : 0;
-  };
-  auto host_elems = [&](size_t len) { return part(len, o.host_share); };
-  auto sm_elems = [&](size_t len) { return part(len, o.sm_share); };
-  auto ag_host_elems = [&](size_t len) { return part(len, more_out.empty() ? 0 : o.ag_host_share); };
-  // Host staging: a region per (chunk, sender, owner) for the pieces, then one per (chunk, owner)
-  // for the results, so no region is reused within a call.
-  const size_t stage_bytes = ceil_div(host_elems(max_chunk) * esz, kAlignBytes) * kAlignBytes;
-  const size_t ag_stage_bytes = ceil_div(ag_host_elems(max_chunk) * esz, kAlignBytes) * kAlignBytes;
-  const size_t rs_stages = stage_bytes * chunks * n * n;
-  char* host = stage_bytes || ag_stage_bytes ? scratch.host(rs_stages + ag_stage_bytes * chunks * n) : nullptr;
 
   for (int c = 0; c < chunks; ++c) {
     std::vector<std::vector<int>> arrived(n);
     if (!o.pull) {
       const int s = c % slots;
       // Round r: i's piece of block j = i + r, so every GPU sends one piece and receives
-      // one at a time (a permutation), whichever side's copy engine moves it.
+      // one at a time (a permutation), pushed by the sender's copy engine (an owner's engine
+      // reading its peers ran at a third of the speed, and stalls per-rank graphs).
       for (int r = 1; r < n; ++r)
         for (int i = 0; i < n; ++i) {
           int j = (i + r) % n;
@@ -319,22 +240,8 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
           // The slot is free once the reduction of the chunk that used it before has run.
           std::vector<int> deps;
           if (c >= slots) deps.push_back(done[c - slots][j]);
-          const int driver = o.receiver_copies ? j : i;
-          const int lane = o.peer_lanes ? kLanePeer0 + (r - 1) : kLaneOut;
-          const size_t h = host_elems(len), k = sm_elems(len - h), nv = len - h - k;
-          char* to = slot(j, s, peer_index(i, j));
-          const char* from = send[i] + (b.off[j] + off) * esz;
-          if (k > 0) {  // [0, k) by the sender's copy kernel
-            arrived[j].push_back(p.kernel_copy(t.rank[i], kLaneSm, to, t.dev[j], from, t.dev[i], k * esz, deps));
-            to += k * esz;
-            from += k * esz;
-          }
-          arrived[j].push_back(p.copy(t.rank[driver], lane, to, t.dev[j], from, t.dev[i], nv * esz, deps));
-          if (h > 0) {
-            char* stage = host + ((static_cast<size_t>(c) * n + i) * n + j) * stage_bytes;
-            deps.push_back(p.copy(t.rank[i], kLaneD2H, stage, kHostDevice, from + nv * esz, t.dev[i], h * esz));
-            arrived[j].push_back(p.copy(t.rank[j], kLaneH2D, to + nv * esz, t.dev[j], stage, kHostDevice, h * esz, deps));
-          }
+          arrived[j].push_back(p.copy(t.rank[i], kLaneOut, slot(j, s, peer_index(i, j)), t.dev[j],
+                                      send[i] + (b.off[j] + off) * esz, t.dev[i], len * esz, deps));
         }
     }
     for (int j = 0; j < n; ++j) {
@@ -348,25 +255,13 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
         if (i == j || o.pull) srcs.push_back(send[i] + (b.off[j] + off) * esz);
         else srcs.push_back(slot(j, c % slots, peer_index(i, j)));
       }
-      // With more_out, the head [0, kl) goes to every member by the kernel's stores; a tail of
-      // hg elements is reduced into out[j] alone and reaches the others through host memory.
-      const size_t hg = ag_host_elems(len), kl = len - hg;
+      // With more_out, the result goes to every member by the kernel's stores.
       std::vector<void*> more;
       if (!more_out.empty())
         for (char* m : more_out[j])
           if (m) more.push_back(m + off * esz);
-      std::vector<const void*> tail;
-      for (const void* src : srcs) tail.push_back(static_cast<const char*>(src) + kl * esz);
-      done[c][j] = p.reduce(t.rank[j], o.reduce_lane, out[j] + off * esz, std::move(srcs), kl, dt, op, arrived[j],
+      done[c][j] = p.reduce(t.rank[j], o.reduce_lane, out[j] + off * esz, std::move(srcs), len, dt, op, arrived[j],
                             std::move(more));
-      if (hg == 0) continue;
-      char* result = out[j] + (off + kl) * esz;
-      done[c][j] = p.reduce(t.rank[j], o.reduce_lane, result, std::move(tail), hg, dt, op, arrived[j]);
-      char* stage = host + rs_stages + (static_cast<size_t>(c) * n + j) * ag_stage_bytes;
-      const int staged = p.copy(t.rank[j], kLaneAgD2H, stage, kHostDevice, result, t.dev[j], hg * esz, {done[c][j]});
-      for (int k = 0; k < n; ++k)
-        if (char* m = more_out[j][k])
-          p.copy(t.rank[k], kLaneAgH2D, m + (off + kl) * esz, t.dev[k], stage, kHostDevice, hg * esz, {staged});
     }
   }
   return done;
@@ -381,8 +276,7 @@ void build_allreduce_rs_ag(Program& p, const Team& t, const std::vector<const ch
   Blocks b = split_blocks(count, n, align);
   std::vector<char*> out(n);
   for (int j = 0; j < n; ++j) out[j] = recv[j] + b.off[j] * esz;
-  ReduceOpts whole = o;
-  whole.copy_share = 0;  // the allgather waits for each block's reduction
+  const ReduceOpts& whole = o;
   if (o.ag_stores && !o.pull) {
     // Each reduction stores its chunk into every member (only member j writes block j; in
     // place, its inputs from the others were copied into its scratch before it runs).
@@ -400,8 +294,7 @@ void build_allreduce_rs_ag(Program& p, const Team& t, const std::vector<const ch
     // H2D by every other member) when gather_host_share asks. In place, the writes into recv[k]
     // come after the folds that waited for k's copies out of send[k].
     const size_t stage = stage_bytes_of(b, o.gather_host_share, esz);
-    const size_t rs_host = o.host_share > 0 ? stage_bytes_of(b, o.host_share, esz) * n * (n - 1) : 0;
-    char* host = stage ? scratch.host(rs_host + stage * n) + rs_host : nullptr;
+    char* host = stage ? scratch.host(stage * n) : nullptr;
     std::vector<int> staged(n, -1);
     for (int r = 1; r < n; ++r)
       for (int j = 0; j < n; ++j) {
@@ -476,7 +369,7 @@ void build_allreduce_twoshot(Program& p, const Team& t, const std::vector<const 
     }
     return;
   }
-  auto [b, cb] = split_share(all, n > 1 ? o.copy_share : 0, align);
+  const Blocks& b = all;
   // Block j's elements are read (in every member's send) and written (in every member's
   // recv) by member j's kernel only, each element read everywhere before it is written:
   // in place needs no copy aside. The own buffer first: it is the kernel's dst, and with
@@ -493,20 +386,6 @@ void build_allreduce_twoshot(Program& p, const Team& t, const std::vector<const 
     }
     p.reduce(t.rank[j], kLaneLocal, recv[j] + at, std::move(srcs), b.cnt[j], dt, op, {}, std::move(more));
   }
-  // The copy engines' part: reduce-scatter into scratch, then each member pushes its reduced
-  // piece to the others (only member j reads or writes block j's piece, as above).
-  bool any = false;
-  for (size_t c : cb.cnt) any = any || c > 0;
-  if (!any) return;
-  std::vector<char*> out_c(n);
-  for (int j = 0; j < n; ++j) out_c[j] = recv[j] + cb.off[j] * esz;
-  auto done = build_reduce_scatter(p, t, send, out_c, cb, dt, op, copy_part(o), scratch);
-  for (int r = 1; r < n; ++r)
-    for (int j = 0; j < n; ++j) {
-      const int k = (j + r) % n;
-      p.copy(t.rank[j], kLaneOut2, recv[k] + cb.off[j] * esz, t.dev[k], out_c[j], t.dev[j], cb.cnt[j] * esz,
-             {done[0][j]});
-    }
 }
 
 void build_allreduce_hier(Program& p, const Team& t, const std::vector<std::vector<int>>& groups,
@@ -517,11 +396,7 @@ void build_allreduce_hier(Program& p, const Team& t, const std::vector<std::vect
     GS_REQUIRE(grp.size() == g, GPUSTRIPE_ERR_INTERNAL, "hierarchical allreduce needs groups of equal size");
   const size_t esz = dtype_size(dt);
   Blocks b = split_blocks(count, static_cast<int>(g), std::max<size_t>(1, kAlignBytes / esz));
-  // Several reduce-scatters in one program: each would stage its host share in the same
-  // pinned scratch, so none gets one.
-  ReduceOpts flat = o;
-  flat.host_share = 0;
-  flat.sm_share = 0;  // the link between groups may not map peers' memory
+  const ReduceOpts& flat = o;
   auto sub = [&](const std::vector<int>& members) {
     Team s;
     for (int m : members) {
@@ -587,8 +462,7 @@ void build_reduce(Program& p, const Team& t, const std::vector<const char*>& sen
   Blocks b = split_blocks(count, n, align);
   // Non-root members reduce their block into scratch past the reduce-scatter slots
   // (build_reduce_scatter asks for its slots first; asking again for more keeps them).
-  ReduceOpts whole = o;
-  whole.copy_share = 0;  // the copies to the root wait for each block's reduction
+  const ReduceOpts& whole = o;
   const size_t slots_bytes = slot_bytes_of(b, whole, esz, n);
   std::vector<char*> out(n);
   for (int j = 0; j < n; ++j) {

@@ -37,16 +37,6 @@ struct ExchangeOpts {
   bool kernel = false;
   double host_share = 0;     // fraction of each peer block sent through pinned host memory
   int host_chunks = 4;       // pipeline depth of the host path (D2H of chunk c+1 beside H2D of chunk c)
-  // The own block by a copy kernel (SMs) instead of a copy engine, so that the local copy
-  // takes nothing from the copy engines pushing peer blocks (sizes of 4-byte multiples).
-  bool local_kernel = false;
-  // Rounds: each peer block split over this many lanes that run side by side, so one
-  // lane's gap between two copies is covered by the other's.
-  int round_lanes = 1;
-  // The head of each peer block stored into the receiver by the sender's copy kernels (a lane
-  // of their own, round order), beside the copy engines' rounds over the rest: both kinds of
-  // NVLink traffic at once. Needs peer access; 0: copy engines only (bench/probes/nvlink_mix.cu: no gain).
-  double sm_share = 0;
 };
 
 // Alltoall: block j of send[i] -> block i of recv[j]; blocks of `block` bytes. Not in place
@@ -76,44 +66,24 @@ struct ReduceOpts {
   bool pull = false;  // kernels read peers' memory; else copy engines copy into scratch first
   int chunks = 1;     // pipeline depth
   int slots = 4;      // scratch slots per peer (copy mode): bounds scratch to slots chunks
-  // Copy mode: each block's inputs are copied by the copy engines of the member that owns
-  // the block (reading its peers) instead of pushed by the senders. Then a reduction waits
-  // only for copies on its own GPU and the schedule holds no dependency between GPUs; but
-  // copy engines reading a peer ran at a third of the speed of pushes on H200.
-  bool receiver_copies = false;
-  // Pull mode (rs_pull, twoshot): the fraction of each block whose inputs copy engines move
-  // into scratch (and, for twoshot, whose result they push to the peers) while the kernel
-  // reads the rest: both kinds of NVLink traffic at once. 0: kernels only.
-  double copy_share = 0;
   int reduce_lane = kLaneLocal;  // the lane of copy mode's reductions
-  bool peer_lanes = false;       // copy mode: a lane per round (peer offset) instead of one for all
   // twoshot: the inputs are first pushed by their owners' kernels into the reducing member's
   // scratch (only stores cross NVLink, no loads); the reductions wait for other GPUs' pushes.
   bool push = false;
-  // Copy mode: the tail of every piece goes through pinned host memory (D2H by the sender, H2D
-  // by the owner into its slot) beside the copy engines, as the exchanges' host share.
-  double host_share = 0;
   // The waits between GPUs of this schedule become flags in per-rank graphs (the executor's
-  // GPUSTRIPE_COLL_GPU_FLAGS=auto), as for the exchanges' host path.
+  // flags_preferred), as for the exchanges' host path.
   bool flags = false;
   // Allreduce in copy mode (ce_twoshot): each chunk's reduction kernel stores its result into
   // every member's output itself (as two-shot does) instead of copy engines gathering it after.
   bool ag_stores = false;
-  // ce_twoshot: the tail of each reduced chunk reaches the other members through pinned host
-  // memory (one D2H by its owner, an H2D by each member) instead of the kernel's stores.
-  double ag_host_share = 0;
-  // Copy mode: the head of every piece stored into the owner's slot by a copy kernel on the
-  // sender's SMs (a lane of its own), beside the copy engines' part.
-  double sm_share = 0;
-  // Copy mode, round-major (no host or SM share; chunks/slots unused): rounds 1..n-2 each move
+  // Copy mode, round-major (chunks/slots unused): rounds 1..n-2 each move
   // whole blocks, one copy per sender (as the exchanges' rounds), and the owner folds each round
   // into its output while the next one moves; the last round's block goes in pieces that halve
   // down to `tail` bytes, each folded in as it lands, so the only work after the last copy is a
   // two-input reduction of the tail piece. Scratch: a whole block per peer.
   bool by_round = false;
   size_t tail = 0;  // bytes of the last piece (0: the last round in one piece)
-  int copy_lanes = 1;  // round-major: lanes the sender's copies take in turn (1: one after another)
-  int fold_blocks_per_sm = 0;  // round-major: the folds' kernels' most blocks per SM (0: the reducer's setting)
+  int fold_blocks_per_sm = 0;  // round-major: the folds' kernels' most blocks per SM (0: the reducer's own)
   // Round-major allreduce (rs_ag_copy): each block gathered whole after its last fold (one copy
   // per round) instead of piece by piece; and the share of it sent through pinned host memory.
   bool gather_whole = false;
@@ -135,9 +105,7 @@ Pieces pieces_of(const Blocks& b, const ReduceOpts& o, size_t esz);
 
 // Reduce-scatter over blocks b (elements): out[j] (block j's result at member j) =
 // op over i of send[i] + b.off[j]. Returns, per chunk c and member j, the op that
-// finishes that chunk (index into p, or -1): result[c][j]. With a copy_share, that is the
-// kernels' part only (the copy engines' part is reduced on its own lane): callers that wait
-// for a block (allgather, reduce to a root) take no copy_share.
+// finishes that chunk (index into p, or -1): result[c][j].
 // more_out (optional): per member j, member k's output of block j's result (k != j; nullptr
 // at k == j), for an allreduce whose reductions store into every member (copy mode only).
 std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, const std::vector<const char*>& send,
@@ -178,18 +146,11 @@ struct BcastOpts {
   // overlaps the copy of the one before. Takes precedence over scatter_allgather.
   bool chain = false;
   int chunks = 1;
-  // Copy kernels (needs peer mappings), one per non-root member: "pieces": member q reads
-  // piece q of the root's buffer and stores it into every non-root member's buffer (the
-  // root's egress carries the message once, as scatter-allgather, with no wait between the
-  // two steps); "pull": every member reads the whole message from the root; "push": the
-  // root's kernel stores it into every member. Empty: copy engines (the forms above).
-  std::string kernel;
-  // Kernel forms: the tail of the message also goes root -> pinned host -> members (D2H by the
-  // root, H2D by every member, in host_chunks pieces) beside NVLink; needs host_stage (pinned,
-  // `bytes` large, the caller's), else none.
-  double host_share = 0;
-  int host_chunks = 4;
-  char* host_stage = nullptr;
+  // Copy kernels (needs peer mappings), one per non-root member: member q reads piece q of
+  // the root's buffer and stores it into every non-root member's buffer (the root's egress
+  // carries the message once, as scatter-allgather, with no wait between the two steps).
+  // False: copy engines (the forms above).
+  bool kernel = false;
 };
 void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size_t bytes, int root,
                  const BcastOpts& o);

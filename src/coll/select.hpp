@@ -1,12 +1,14 @@
 // Which schedule a collective gets, from the team's resources and the message size,
 // with the reason in words (logged at debug, kept as the communicator's last_schedule).
-// GPUSTRIPE_COLL_ALGO forces a schedule by name; the size thresholds are settings.
+// GPUSTRIPE_COLL_ALGO forces a schedule by name; the size crossovers are the communicator's
+// Tuning (tuning.hpp).
 #pragma once
 #include <cstddef>
 #include <string>
 #include <vector>
 
 #include "coll/schedules.hpp"
+#include "coll/tuning.hpp"
 #include "coll/types.hpp"
 
 namespace gpustripe {
@@ -20,8 +22,7 @@ namespace gpustripe::coll {
 struct TeamResources {
   int n = 0;
   bool all_peer = true;        // every pair maps the other's memory: kernels may read peers
-  bool copy_peers = false;     // not all_peer, but copy engines reach every pair (IPC mappings across processes)
-  bool chain_pairs = false;    // 2 members: broadcasts from GPUSTRIPE_COLL_CHAIN_MIN as a chain (2-lane chunks)
+  bool chain_pairs = false;    // 2 members: broadcasts from Tuning::chain_min as a chain (2-lane chunks)
   bool nvswitch = false;       // every GPU's NVLinks go into a switch
   std::vector<std::vector<int>> socket_groups;  // members by CPU socket; >1 group of equal size enables hier
   double nvlink_gbps = 0;      // smallest NVLink egress of a member, nominal
@@ -52,12 +53,16 @@ struct Choice {
 // planned_host_share: the host fraction the planner gives one round of the exchange
 // (plan_concurrent over the round's transfers), or < 0 when there is no planner; the
 // automatic share takes the smaller of it and the nominal bound auto_host_share().
+// Throws ERR_CONFIG for a tuning out of range or an unknown name in GPUSTRIPE_COLL_ALGO.
 Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t elem_size,
-                       double planned_host_share = -1);
+                       const Tuning& tuning = Tuning(), double planned_host_share = -1);
 
 // Whether choose_schedule would consider an automatic host share for this exchange
 // (so the caller knows when asking the planner is worth it).
-bool wants_host_share(CollOp op, const TeamResources& res, size_t bytes);
+bool wants_host_share(CollOp op, const TeamResources& res, size_t bytes, const Tuning& tuning = Tuning());
+
+// GPUSTRIPE_COLL_ALGO's text, as choose_schedule reads it (a key for caches of its choices).
+std::string forced_schedules();
 
 // The names GPUSTRIPE_COLL_ALGO accepts for an op.
 std::vector<std::string> schedule_names(CollOp op);

@@ -18,36 +18,6 @@ namespace gpustripe::mpi {
 
 using coll::Op;
 
-namespace {
-const ChoiceSetting kFlags{
-    "GPUSTRIPE_MPI_COLL_FLAGS", "stream",
-    "MPI collectives across processes: a step waiting for another rank's step waits on its GPU stream for a flag in "
-    "shared host memory that the other rank's stream writes (stream: everything enqueued at once, no host in between) "
-    "or on the host, which polls events and flags and enqueues each step when its inputs are done (host)",
-    {"stream", "host"}};
-
-const ChoiceSetting kCopyStreams{
-    "GPUSTRIPE_MPI_COLL_COPY_STREAMS", "mapping",
-    "MPI collectives across processes: a copy to or from another rank's buffer runs on a stream of the GPU that "
-    "buffer lives on (mapping: the IPC mapping's own context; 4x H200, 4 ranks, 256M: alltoall 299 GB/s busbw vs 32 "
-    "with own) or of this rank's GPU (own)",
-    {"own", "mapping"}};
-
-// Graphs need the flags' values to be the same in every call: stream flags only.
-// 2x H200, 2 ranks: no gain (a part of 2-4 ops enqueues as fast as its graph
-// launches, and the graph starts later on the GPUs: 1M alltoall 19.3 vs 21.9 GB/s busbw direct).
-const ChoiceSetting kGraphs{
-    "GPUSTRIPE_MPI_COLL_GRAPHS", "no",
-    "MPI collectives across processes with stream flags: a call repeated on the same buffers (same allocations) "
-    "replays a CUDA graph of this rank's part, captured at its second sight, instead of enqueueing every copy, "
-    "reduction and flag one driver call at a time (yes; auto: on teams of more than 2 ranks), or always enqueues "
-    "them (no)",
-    {"yes", "auto", "no"}};
-constexpr size_t kGraphsKept = 32;
-constexpr int kOriginRole = -1000;  // the lane graphs are captured and launched on
-}  // namespace
-
-bool mapping_streams() { return kCopyStreams.get() == "mapping"; }
 
 int copy_stream_device(const coll::Op& op, int device) {
   if (op.src_dev != device && op.src_dev != kHostDevice) return op.src_dev;
@@ -95,13 +65,12 @@ std::atomic<uint32_t>& TeamFlags::op(size_t i) const {
 SliceRunner::SliceRunner(Backend& backend, coll::Reducer& reducer, int rank, int nranks, TeamFlags& flags,
                          std::function<void()> check_peers, std::function<void()> check_alive)
     : backend_(backend), reducer_(reducer), rank_(rank), nranks_(nranks), flags_(flags),
-      check_peers_(std::move(check_peers)), check_alive_(std::move(check_alive)), lanes_(backend), capture_lanes_(backend),
-      graphs_(std::make_unique<GraphCache>(backend, kGraphsKept)) {
+      check_peers_(std::move(check_peers)), check_alive_(std::move(check_alive)), lanes_(backend) {
   GS_REQUIRE(nranks <= TeamFlags::kMaxRanks, GPUSTRIPE_ERR_NOT_SUPPORTED,
              "collective over %d ranks of a node: at most %d", nranks, TeamFlags::kMaxRanks);
-  if (kFlags.get() == "stream") dev_flags_ = backend_.register_host(flags_.op_words(), flags_.op_words_bytes());
-  GS_LOG_DEBUG(Subsys::Mpi, "collective dependencies between ranks wait %s",
-               dev_flags_ ? "on the GPUs (stream flags)" : "on the hosts");
+  // A step waiting for another rank's step waits on its GPU stream for a flag in shared host
+  // memory that the other rank's stream writes: everything is enqueued at once, no host in between.
+  dev_flags_ = backend_.register_host(flags_.op_words(), flags_.op_words_bytes());
 }
 
 SliceRunner::~SliceRunner() {
@@ -118,16 +87,8 @@ SliceRunner::~SliceRunner() {
         } catch (...) {
         }
       }
-  for (auto& kv : events_)
-    for (EventHandle e : kv.second) {
-      try {
-        backend_.destroy_event(e);
-      } catch (...) {
-      }
-    }
   std::vector<EventHandle> mine;
   for (auto& kv : end_events_) mine.push_back(kv.second);
-  for (auto& kv : forks_) mine.push_back(kv.second);
   for (EventHandle e : mine) {
     try {
       backend_.destroy_event(e);
@@ -145,11 +106,6 @@ SliceRunner::~SliceRunner() {
 // Keyed apart from other lanes of the device by a negative index, as the coll executor does.
 Lane& SliceRunner::lane(int device, int role) { return lanes_.get(device, device, -1 - role); }
 
-EventHandle SliceRunner::event(int device, size_t i) {
-  auto& ev = events_[device];
-  while (ev.size() <= i) ev.push_back(backend_.create_event(device, false));
-  return ev[i];
-}
 
 namespace {
 double us_since(std::chrono::steady_clock::time_point t0) {
@@ -205,66 +161,31 @@ void SliceRunner::exchange(const void* mine, size_t bytes, void* all) {
   while (!collect(n, bytes, all)) w.pause();
 }
 
-namespace {
-bool reached(const std::atomic<uint32_t>& f, uint32_t run_id) {
-  return static_cast<int32_t>(f.load(std::memory_order_acquire) - run_id) >= 0;
-}
-}  // namespace
-
-void SliceRunner::forget_graphs() {
-  graphs_ = std::make_unique<GraphCache>(backend_, kGraphsKept);  // destroys every graph (a launched one finishes first)
-  graph_waits_.clear();
-  uncapturable_.clear();
-}
-
-void SliceRunner::run(const coll::Program& prog, int device, const std::string& graph_key,
-                      const coll::CrossSlots* given) {
+void SliceRunner::run(const coll::Program& prog, int device, const coll::CrossSlots* given) {
   const auto& ops = prog.ops();
   GS_REQUIRE(ops.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
              "a collective schedule of %zu ops: the cross-process flags hold %zu", ops.size(), TeamFlags::kMaxOps);
   GS_REQUIRE(prog.nranks() == nranks_, GPUSTRIPE_ERR_INTERNAL, "program for %d ranks on a team of %d", prog.nranks(),
              nranks_);
-  const uint32_t run_id = static_cast<uint32_t>(++runs_);
+  ++runs_;
   coll::CrossSlots computed;
-  if (dev_flags_ && !given) computed = coll::cross_slots(prog);
+  if (!given) computed = coll::cross_slots(prog);
   const coll::CrossSlots& slots = given ? *given : computed;
-  if (dev_flags_) {
-    GS_REQUIRE(slots.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
-               "a collective schedule with %zu dependencies between ranks: the cross-process flags hold %zu",
-               slots.size(), TeamFlags::kMaxOps);
-    if (!graph_key.empty() && run_graph(prog, slots, device, graph_key)) {
-      barrier("collective end");
-      return;
-    }
-  }
+  GS_REQUIRE(slots.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
+             "a collective schedule with %zu dependencies between ranks: the cross-process flags hold %zu",
+             slots.size(), TeamFlags::kMaxOps);
   // Segments between Barrier ops: everything before a barrier, on every rank, is complete
   // after it (streams drained, then a barrier of the hosts), and so is the program at its end.
   size_t begin = 0;
   while (begin <= ops.size()) {
     size_t end = begin;
     while (end < ops.size() && ops[end].kind != Op::Barrier) ++end;
-    if (dev_flags_) {
-      run_watched(cross_waits(prog, slots, begin, end),
-                  [&](std::vector<Lane*>& used) { enqueue_streams(prog, slots, begin, end, device, lanes_, nullptr, false, dev_flags_, 1, used);
-                  });
-    } else {
-      run_segment_host(prog, begin, end, device, run_id);
-    }
+    run_watched(cross_waits(prog, slots, begin, end), [&](std::vector<Lane*>& used) {
+      enqueue_streams(prog, slots, begin, end, device, lanes_, nullptr, false, dev_flags_, 1, used);
+    });
     barrier(end < ops.size() ? "collective schedule barrier" : "collective end");
     begin = end + 1;
   }
-}
-
-// Which of this rank's ops in [begin, end) another rank waits for (remote), or another lane
-// here (marked).
-static void dependents(const std::vector<Op>& ops, size_t begin, size_t end, int rank, std::vector<uint8_t>& remote,
-                       std::vector<uint8_t>& marked) {
-  for (size_t i = begin; i < end; ++i)
-    for (int d : ops[i].deps) {
-      if (ops[d].rank != rank) continue;
-      if (ops[i].rank != rank) remote[d] = 1;
-      else if (ops[i].lane != ops[d].lane) marked[d] = 1;
-    }
 }
 
 void SliceRunner::run_watched(const std::vector<uint32_t>& waits,
@@ -339,7 +260,6 @@ void SliceRunner::sync_streams(const std::vector<Lane*>& used) {
 bool SliceRunner::start(const coll::Program& prog, int device, const coll::CrossSlots* given) {
   GS_REQUIRE(!inflight_, GPUSTRIPE_ERR_INTERNAL, "a collective started before the previous one ended");
   const auto& ops = prog.ops();
-  if (!dev_flags_) return false;  // host flags: the host takes part in every step
   for (const Op& op : ops)
     if (op.kind == Op::Barrier) return false;
   GS_REQUIRE(ops.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
@@ -448,7 +368,6 @@ void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
                                   int device, LaneSet& set, EventHandle fork, bool capturing, uint32_t* words,
                                   uint32_t value, std::vector<Lane*>& used) {
   const auto& ops = prog.ops();
-  const bool on_mapping = mapping_streams();
   // Each op's stream first: an op needs a mark (an event record: a driver call, which a
   // rank's host pays per op while its GPUs wait for the rest of its part) only where a
   // later op of this rank on another stream waits for it, as a dependency or as the next
@@ -459,7 +378,7 @@ void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
   for (size_t i = begin; i < end; ++i) {
     const Op& op = ops[i];
     if (op.rank != rank_) continue;
-    const int sd = op.kind == Op::Copy && on_mapping ? copy_stream_device(op, device) : device;
+    const int sd = op.kind == Op::Copy ? copy_stream_device(op, device) : device;
     stream_of[i] = &set.get(sd, sd, -1 - op.lane);
     for (int d : op.deps)
       if (ops[d].rank == rank_ && stream_of[d] != stream_of[i]) needs_mark[d] = 1;
@@ -490,155 +409,6 @@ void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
          it != slots.end() && it->first.first == static_cast<int>(i); ++it)
       backend_.stream_write_flag(l.stream(), words + it->second, value);
   }
-}
-
-bool SliceRunner::run_graph(const coll::Program& prog, const coll::CrossSlots& slots, int device,
-                            const std::string& key) {
-  const std::string graphs = kGraphs.get();
-  if (graphs == "no" || (graphs == "auto" && nranks_ <= 2) || !backend_.supports_graphs() || uncapturable_.count(key))
-    return false;
-  for (const Op& op : prog.ops())
-    if (op.kind == Op::Barrier) return false;
-  // graph_waits_ outlives graphs the cache evicted (a key's waits are the same each time),
-  // so a graph found always has its waits.
-  GraphExecHandle g = graphs_->find(key);
-  auto waits = graph_waits_.find(key);
-  if (!g) {
-    // First sight runs directly (its lanes and events made outside any capture); the
-    // second captures.
-    if (!graphs_->seen_before(key)) return false;
-    std::vector<uint32_t> w;
-    g = capture(prog, slots, device, w);
-    if (!g) {
-      if (uncapturable_.size() >= 4 * kGraphsKept) uncapturable_.clear();
-      uncapturable_.insert(key);
-      return false;
-    }
-    if (graph_waits_.size() >= 4 * kGraphsKept) forget_graphs();
-    graphs_->insert(key, g);
-    waits = graph_waits_.insert_or_assign(key, std::move(w)).first;
-    ++graph_captures_;
-  }
-  GS_REQUIRE(waits != graph_waits_.end(), GPUSTRIPE_ERR_INTERNAL, "a collective's graph without its flag waits");
-  const std::vector<uint32_t>& w = waits->second;
-  Lane& origin = lane(device, kOriginRole);
-  run_watched(w, [&](std::vector<Lane*>& used) {
-    used.push_back(&origin);
-    backend_.launch_graph(g, origin.stream());
-    ++graph_launches_;
-  });
-  return true;
-}
-
-GraphExecHandle SliceRunner::capture(const coll::Program& prog, const coll::CrossSlots& slots, int device,
-                                     std::vector<uint32_t>& waits) {
-  Lane& origin = lane(device, kOriginRole);
-  EventHandle& fork = forks_[device];
-  if (!fork) fork = backend_.create_event(device, false);
-  try {
-    backend_.begin_capture(origin.stream());
-    try {
-      backend_.record_event(fork, origin.stream());
-      waits = cross_waits(prog, slots, 0, prog.ops().size());
-      std::vector<Lane*> used;
-      enqueue_streams(prog, slots, 0, prog.ops().size(), device, capture_lanes_, fork, true, dev_flags_, 1, used);
-      for (Lane* l : used) backend_.wait_event(origin.stream(), l->mark(true).event);
-    } catch (...) {
-      try {
-        backend_.destroy_graph(backend_.end_capture(origin.stream()));
-      } catch (...) {
-      }
-      throw;
-    }
-    GraphExecHandle g = backend_.end_capture(origin.stream());
-    GS_LOG_DEBUG(Subsys::Mpi, "rank %d captured its part of a collective (%zu ops in all) into a graph", rank_,
-                 prog.ops().size());
-    return g;
-  } catch (const Error& e) {
-    // The call still runs, directly (and so does this program from now on).
-    GS_LOG_WARN(Subsys::Mpi, "capturing rank %d's part of a collective into a graph failed, issuing calls directly: %s",
-                rank_, e.what());
-    waits.clear();
-    return nullptr;
-  }
-}
-
-// Host flags: this rank's ops wait in one queue per lane (program order: a lane's ops rely
-// on running in that order) and each queue's head goes as soon as it is ready, so a step
-// waiting for another rank holds back its own lane only: later chunks' copies on other
-// lanes are already queued on the GPU. The owner's host sets an op's flag once the op's
-// event has completed.
-void SliceRunner::run_segment_host(const coll::Program& prog, size_t begin, size_t end, int device,
-                                   uint32_t run_id) {
-  const auto& ops = prog.ops();
-  std::vector<uint8_t> remote(ops.size(), 0), marked(ops.size(), 0), enqueued(ops.size(), 0);
-  dependents(ops, begin, end, rank_, remote, marked);
-  std::vector<LaneMark> marks(ops.size());
-  std::vector<std::pair<size_t, EventHandle>> pending;  // this rank's ops others wait for, not yet flagged
-  std::vector<Lane*> used;
-  size_t next_event = 0;
-  auto publish_done = [&] {
-    auto done = std::remove_if(pending.begin(), pending.end(), [&](const std::pair<size_t, EventHandle>& p) {
-      if (!backend_.query_event(p.second)) return false;
-      flags_.op(p.first).store(run_id, std::memory_order_release);
-      return true;
-    });
-    pending.erase(done, pending.end());
-  };
-  // An op can go once the other ranks' ops it needs have completed and this rank's
-  // have been enqueued (their marks exist; same-lane ones are earlier in the queue).
-  auto ready = [&](size_t i) {
-    for (int d : ops[i].deps) {
-      if (ops[d].rank == rank_) {
-        if (!enqueued[d]) return false;
-      } else if (!reached(flags_.op(d), run_id)) {
-        return false;
-      }
-    }
-    return true;
-  };
-  const bool on_mapping = mapping_streams();
-  std::map<int, size_t> last_on_lane;  // this rank's latest op per program lane
-  auto enqueue = [&](size_t i) {
-    const Op& op = ops[i];
-    // A copy to or from another rank's buffer may run on a stream of that buffer's GPU:
-    // the IPC mapping lives in that GPU's context here (see copy_stream_device).
-    const int sd = op.kind == Op::Copy && on_mapping ? copy_stream_device(op, device) : device;
-    Lane& l = lane(sd, op.lane);
-    if (std::find(used.begin(), used.end(), &l) == used.end()) used.push_back(&l);
-    issue(ops, i, l, sd, marks, last_on_lane);
-    if (marked[i] || on_mapping) marks[i] = l.mark();
-    if (remote[i]) {
-      EventHandle e = event(sd, next_event++);
-      backend_.record_event(e, l.stream());
-      pending.emplace_back(i, e);
-    }
-    enqueued[i] = 1;
-  };
-
-  std::map<int, std::vector<size_t>> queues;
-  for (size_t i = begin; i < end; ++i)
-    if (ops[i].rank == rank_) queues[ops[i].lane].push_back(i);
-  std::map<int, size_t> head;
-  size_t left = 0;
-  for (auto& q : queues) left += q.second.size();
-  ipc::Waiter w(format("collective: rank %d waiting for the other ranks' steps", rank_), check_peers_);
-  while (left > 0) {
-    bool progressed = false;
-    for (auto& [ln, q] : queues) {
-      size_t& h = head[ln];
-      while (h < q.size() && ready(q[h])) {
-        enqueue(q[h++]);
-        --left;
-        progressed = true;
-      }
-    }
-    publish_done();  // what the other ranks may be waiting for
-    if (progressed) w.progressed();
-    else w.pause();
-  }
-  for (Lane* l : used) backend_.synchronize_stream(l->stream());
-  for (auto& p : pending) flags_.op(p.first).store(run_id, std::memory_order_release);
 }
 
 }  // namespace gpustripe::mpi

@@ -5,15 +5,11 @@
 // and enqueues only the ops placed on its rank, on its own GPU. Ordering inside the
 // rank is the coll executor's (lanes are streams, a dependency on another lane is an
 // event). A dependency on another rank's op crosses processes through shared memory:
-// by default each such edge (op, waiting rank) has a flag word that the owner's stream
-// sets to 1 right after the op and the dependent's stream waits for (stream memory
-// operations on the shared segment, registered for the GPUs: everything is enqueued at
-// once); the waiting rank's host sets it back to 0 once its streams are done (before the
-// call's end barrier, so before the owner can set it again). The values being the same
-// in every call, a rank's part can be captured once into a CUDA graph and replayed
-// (GPUSTRIPE_MPI_COLL_GRAPHS). With GPUSTRIPE_MPI_COLL_FLAGS=host the owner's host sets
-// the op's flag (the call's number) once the op's event has completed and the
-// dependent's host waits for it before it enqueues the dependent op. A Barrier op, and
+// each such edge (op, waiting rank) has a flag word that the owner's stream sets to 1
+// right after the op and the dependent's stream waits for (stream memory operations on
+// the shared segment, registered for the GPUs: everything is enqueued at once, no host in
+// between); the waiting rank's host sets it back to 0 once its streams are done (before
+// the call's end barrier, so before the owner can set it again). A Barrier op, and
 // the end of the program, is a barrier of the ranks' hosts after each has drained its
 // streams, so a collective returns only when every rank's copies into this rank's
 // buffers are done. Waits are bounded by GPUSTRIPE_TIMEOUT and fail early when a rank dies.
@@ -31,7 +27,6 @@
 #include "coll/executor.hpp"
 #include "coll/program.hpp"
 #include "coll/reduce.hpp"
-#include "engine/graph_cache.hpp"
 #include "engine/lanes.hpp"
 #include "ipc/shm_segment.hpp"
 
@@ -69,11 +64,9 @@ class TeamFlags {
   ipc::ShmSegment seg_;
 };
 
-// GPUSTRIPE_MPI_COLL_COPY_STREAMS=mapping: copies touching another rank's buffer run on a
-// stream of that buffer's GPU (where its IPC mapping lives in this process), ordered with
-// the rest of their program lane by events.
-bool mapping_streams();
-// The GPU whose stream runs `op` then: the source's when it is another GPU's, else the
+// Copies touching another rank's buffer run on a stream of that buffer's GPU (where its IPC
+// mapping lives in this process), ordered with the rest of their program lane by events: on
+// a stream of this rank's GPU they ran at a tenth of the rate. The GPU whose stream runs `op`: the source's when it is another GPU's, else the
 // destination's, else this rank's `device`.
 int copy_stream_device(const coll::Op& op, int device);
 
@@ -90,14 +83,10 @@ class SliceRunner {
 
   // Runs this rank's ops of `prog` (program rank == team rank) on streams of `device`
   // and returns once every rank has finished its part. Every rank runs the same program
-  // at the same point. `graph_key` (stream flags, a program without Barrier ops): names the
-  // program and every allocation it touches, so that a repeated call replays the CUDA graph
-  // of this rank's part captured at its second sight (GPUSTRIPE_MPI_COLL_GRAPHS); empty: never.
-  // `slots`: coll::cross_slots(prog) where the caller keeps it with a cached program (null:
-  // computed here).
-  void run(const coll::Program& prog, int device, const std::string& graph_key = "",
-           const coll::CrossSlots* slots = nullptr);
-  // Stream-ordered (stream flags only; can_order(prog)): this rank's part starts on the GPUs
+  // at the same point. `slots`: coll::cross_slots(prog) where the caller keeps it with a
+  // cached program (null: computed here).
+  void run(const coll::Program& prog, int device, const coll::CrossSlots* slots = nullptr);
+  // Stream-ordered (can_order(prog)): this rank's part starts on the GPUs
   // once `after` (a stream of `device`, e.g. a framework's current stream) has run what was
   // enqueued on it so far and every rank's part has started there; work enqueued on
   // ordered_stream(device) afterwards runs once every rank's part is done (`after` itself goes
@@ -109,7 +98,7 @@ class SliceRunner {
   void run_ordered(const coll::Program& prog, int device, StreamHandle after, const coll::CrossSlots* slots = nullptr);
   // The stream of `device` that the stream-ordered runs end on.
   StreamHandle ordered_stream(int device);
-  // Whether run_ordered takes prog: stream flags, its edges fit the words.
+  // Whether run_ordered takes prog: its edges fit the words.
   bool can_order(const coll::Program& prog, const coll::CrossSlots& slots) const;
   // Returns once every stream-ordered run enqueued so far is done on this rank's GPUs (before
   // anything frees or remaps memory they use, and before a host-ordered run). Bounded by
@@ -118,11 +107,6 @@ class SliceRunner {
   void settle();
   // Whether a stream-ordered run may still be running.
   bool unsettled() const { return ordered_pending_ != nullptr; }
-  // Drops every captured graph (a mapping they may use was closed).
-  void forget_graphs();
-  // Graphs launched and captured so far (tests, logs).
-  uint64_t graph_launches() const { return graph_launches_; }
-  uint64_t graph_captures() const { return graph_captures_; }
   // Host time spent so far waiting for this rank's streams, and in the hosts' barriers (us).
   double drain_us() const { return drain_us_; }
   double barrier_us() const { return barrier_us_; }
@@ -131,8 +115,6 @@ class SliceRunner {
   // Every rank's `bytes` (<= TeamFlags::kInfoBytes) into all[r * bytes]; a barrier too (no
   // rank returns before every rank has posted). Replaces an MPI allgather per call.
   void exchange(const void* mine, size_t bytes, void* all);
-  // Whether cross-rank dependencies wait on the GPUs (stream flags) or on the hosts.
-  bool stream_flags() const { return dev_flags_ != nullptr; }
 
   // The exchange in two halves, for calls that must not wait for the other ranks
   // (nonblocking collectives): post() writes this rank's message and returns the call's
@@ -141,7 +123,7 @@ class SliceRunner {
   uint64_t post(const void* mine, size_t bytes);
   bool collect(uint64_t call, size_t bytes, void* all) const;
 
-  // run() without waiting (stream flags, a program without Barrier ops): start() enqueues
+  // run() without waiting (a program without Barrier ops): start() enqueues
   // this rank's part and returns; poll() advances it as far as it goes without waiting
   // (streams done, then this rank's edge flags reset, then the hosts' end barrier) and is
   // true once every rank has finished its part. One started run at a time. start() is false,
@@ -159,7 +141,6 @@ class SliceRunner {
 
  private:
   Lane& lane(int device, int role);
-  EventHandle event(int device, size_t i);
 
   Backend& backend_;
   coll::Reducer& reducer_;
@@ -167,18 +148,11 @@ class SliceRunner {
   TeamFlags& flags_;
   std::function<void()> check_peers_, check_alive_;
   LaneSet lanes_;
-  LaneSet capture_lanes_;  // graphs' own streams: events recorded in a capture never mark work outside it
-  std::map<int, std::vector<EventHandle>> events_;  // by device
   std::map<StreamHandle, EventHandle> end_events_;  // drain: one per stream
-  std::map<int, EventHandle> forks_;                // capture: the origin's fork, by device
-  uint64_t runs_ = 0;      // the value this run's host flags carry
+  uint64_t runs_ = 0;      // runs started
   uint64_t barriers_ = 0;  // barriers this rank has reached
   uint64_t exchanges_ = 0;
   uint32_t* dev_flags_ = nullptr;  // the flag words as streams address them (register_host)
-  std::unique_ptr<GraphCache> graphs_;
-  std::map<std::string, std::vector<uint32_t>> graph_waits_;  // by graph key: the edge slots it waits on
-  std::set<std::string> uncapturable_;
-  uint64_t graph_launches_ = 0, graph_captures_ = 0;
   double drain_us_ = 0, barrier_us_ = 0;
   struct Inflight;  // the started run (start/poll)
   std::unique_ptr<Inflight> inflight_;
@@ -206,7 +180,6 @@ class SliceRunner {
   // previous op (waits on their marks where they ran on other streams).
   void issue(const std::vector<coll::Op>& ops, size_t i, Lane& l, int device, const std::vector<LaneMark>& marks,
              std::map<int, size_t>& last_on_lane);
-  void run_segment_host(const coll::Program& prog, size_t begin, size_t end, int device, uint32_t run_id);
   // Stream flags: the edge slots this rank's ops of [begin, end) wait on.
   std::vector<uint32_t> cross_waits(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin,
                                     size_t end) const;
@@ -221,11 +194,6 @@ class SliceRunner {
   // rank's work waiting on the edge slots `waits`, watched (coll_watchdog.hpp) from before
   // the first enqueue: a host stuck in a driver call behind a dead peer's flag is released.
   void run_watched(const std::vector<uint32_t>& waits, const std::function<void(std::vector<Lane*>&)>& enqueue);
-  // Replays (or captures, at the key's second sight) the graph of this rank's part; false
-  // when the call runs directly instead.
-  bool run_graph(const coll::Program& prog, const coll::CrossSlots& slots, int device, const std::string& key);
-  GraphExecHandle capture(const coll::Program& prog, const coll::CrossSlots& slots, int device,
-                          std::vector<uint32_t>& waits);
   // Waits until `streams` have run everything enqueued on them (`fired` throws when the
   // watch of the call has fired). On an error the flags in `release` are set here (so that
   // no GPU of this rank waits forever on a dead one).

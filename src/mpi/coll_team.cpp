@@ -10,6 +10,7 @@
 #include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/text_file.hpp"
 #include "ipc/wait.hpp"
 #include "topology/topology.hpp"
 
@@ -20,39 +21,14 @@ constexpr size_t kExportsKept = 64;
 constexpr size_t kShapesKept = 256;
 constexpr size_t kProgramsKept = 32;
 
-const ChoiceSetting kPeerKernels{"GPUSTRIPE_MPI_COLL_PEER_KERNELS", "auto",
-                                 "MPI collectives across processes: reduction kernels may read other ranks' buffers "
-                                 "(pull and one-shot schedules); auto: on emulated devices only (on CUDA the IPC "
-                                 "mappings are not readable by this GPU's kernels yet: copy-engine schedules)",
-                                 {"auto", "yes", "no"}};
-
-const ChoiceSetting kExchange{"GPUSTRIPE_MPI_COLL_EXCHANGE", "shm",
-                              "MPI collectives across processes: how the ranks hand each other their buffers' "
-                              "handles at every call (also the call's entry barrier): the team's shared-memory "
-                              "segment (shm) or the bootstrap's allgather (mpi: PMPI_Iallgather in the interposer)",
-                              {"shm", "mpi"}};
-// Round-major copy reductions across processes: not measured there yet (on 2 GPUs every
-// schedule has one round); the native path measured them from 256M.
-const SizeSetting kRoundsMin{"GPUSTRIPE_MPI_COLL_ROUNDS_MIN", "64G",
-                            "MPI collectives across processes on more than 2 GPUs: smallest reduction (size per rank) "
-                            "whose copy-engine schedule moves whole blocks per round, folded in as they land "
-                            "(GPUSTRIPE_COLL_RS_ORDER=auto); below, chunk by chunk"};
-// 2x H200, 2 ranks, busbw GB/s at 16M/32M/64M/128M/256M: bcast as a chain (8M chunks
-// alternating between 2 lanes) 176.9/246.6/282.6/313.8/321.4 vs direct (2M chunks on one lane)
-// 200.9/212.9/226.3/282.9/320.2.
-const BoolSetting kChainPairs{"GPUSTRIPE_MPI_COLL_CHAIN_PAIRS", "1",
-                              "MPI collectives across processes: a 2-rank broadcast from GPUSTRIPE_COLL_CHAIN_MIN "
-                              "goes as a chain (chunks alternating between two copy lanes) instead of direct"};
-const BoolSetting kTimes{"GPUSTRIPE_MPI_COLL_TIMES", "0",
-                        "MPI collectives across processes: log (info, subsystem mpi) each rank's host time per call by "
-                        "phase when its communicator's collectives end (diagnosis)"};
+// Test only: the collective tuning of every team (the MPI test programs reach the schedules'
+// pipelining and corner cases at small sizes through it), as name=value pairs; beside
+// coll::Tuning's fields, peer_kernels=no takes the copy-engine schedules that CUDA takes.
+const StringSetting kTestTuning{"GPUSTRIPE_TEST_COLL_TUNING", "",
+                                "Test only: the collective tuning of the interposer's teams, as name=value pairs "
+                                "separated by commas (coll::Tuning's fields, and peer_kernels=yes|no)"};
 std::atomic<bool> g_die_in_next{false};      // test hook: SIGKILL inside the next call
 std::atomic<bool> g_fail_next_setup{false};  // test hook: the next team's setup fails here
-
-bool exchange_shm() {
-  static const bool shm = kExchange.get() == "shm";
-  return shm;
-}
 
 // Where the sizing build puts the buffers of every rank: addresses never dereferenced.
 char* placeholder(size_t k) { return reinterpret_cast<char*>((k + 1) << 40); }
@@ -95,19 +71,26 @@ CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::B
   res_ = coll::describe_team(backend_, topo, gpus);
   res_.n = n_;
   res_.socket_groups.clear();  // groups of the node's GPUs, not of the ranks: no "hier" across processes
-  res_.chain_pairs = kChainPairs.get();
+  // Two ranks' broadcasts from Tuning::chain_min go as a chain, chunks alternating between two
+  // copy lanes: across processes it leads the direct copy from 32M to 128M.
+  res_.chain_pairs = true;
   // Kernels reading peers' buffers (pull, one-shot) need the IPC mappings readable from this
-  // GPU's kernels: not so on the H200s (rounds 2 and 2b: illegal addresses, peer access
-  // enabled or not: the ipc layer opens a mapping in the owner GPU's context). Copies into
-  // and out of the mappings work, so reductions across processes take the copy-engine
-  // schedules there: senders push blocks into the reducer's scratch, kernels read local memory.
-  const std::string kernels = kPeerKernels.get();
-  if (kernels == "no" || (kernels == "auto" && !backend_.emulated())) {
-    // Copy engines still reach every peer: the round-major copy reductions (native's schedules
-    // from 256M) apply.
-    res_.copy_peers = res_.all_peer;
-    res_.all_peer = false;
+  // GPU's kernels: not so on CUDA (illegal addresses, peer access enabled or not: the ipc
+  // layer opens a mapping in the owner GPU's context). Copies into and out of the mappings
+  // work, so reductions across processes take the copy-engine schedules there: senders push
+  // blocks into the reducer's scratch, kernels read local memory. Emulated devices can read them.
+  bool peer_kernels = backend_.emulated();
+  for (const std::string& pair : split(kTestTuning.get(), ',')) {
+    if (pair.empty()) continue;
+    const size_t eq = pair.find('=');
+    GS_REQUIRE(eq != std::string::npos, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_TEST_COLL_TUNING: '%s' is not name=value",
+               pair.c_str());
+    const std::string name = pair.substr(0, eq), value = pair.substr(eq + 1);
+    if (name == "peer_kernels") peer_kernels = parse_bool(value, "GPUSTRIPE_TEST_COLL_TUNING peer_kernels");
+    else tuning_.set(name, value);
   }
+  tuning_.validate();
+  if (!peer_kernels) res_.all_peer = false;
 
   // The flags the ranks' hosts order cross-rank steps with, and this rank's runner. A step
   // failing on one rank (no memory, no shared memory left) must fail the team on every
@@ -188,15 +171,12 @@ CollTeam::~CollTeam() {
     finish();
   } catch (...) {
   }
-  if (times_.calls && kTimes.get()) {
-    const uint64_t launches = runner_->graph_launches(), captures = runner_->graph_captures();
+  if (times_.calls) {
     const PhaseTimes t = phase_times(false);
-    GS_LOG_INFO(Subsys::Mpi, "collectives of rank %d (%llu calls on gpustripe, %llu stream-ordered, %llu graph "
-                "launches, %llu captures): us per call: prepare %.1f, exchange %.1f, map+program %.1f, enqueue %.1f, "
-                "wait for GPUs %.1f, end barrier %.1f",
-                rank_, static_cast<unsigned long long>(t.calls), static_cast<unsigned long long>(t.ordered),
-                static_cast<unsigned long long>(launches), static_cast<unsigned long long>(captures), t.prepare,
-                t.exchange, t.map, t.enqueue, t.drain, t.barrier);
+    GS_LOG_DEBUG(Subsys::Mpi, "collectives of rank %d (%llu calls on gpustripe, %llu stream-ordered): us per call: "
+                 "prepare %.1f, exchange %.1f, map+program %.1f, enqueue %.1f, wait for GPUs %.1f, end barrier %.1f",
+                 rank_, static_cast<unsigned long long>(t.calls), static_cast<unsigned long long>(t.ordered), t.prepare,
+                 t.exchange, t.map, t.enqueue, t.drain, t.barrier);
   }
   try {
     settle();
@@ -336,41 +316,25 @@ void CollTeam::map_all(int r, std::initializer_list<const Desc*> descs, std::ini
     GS_LOG_INFO(Subsys::Mpi, "rank %d's buffer is mapped here already (%s): closing the cached mappings of its "
                 "buffers and mapping again", r, e.what());
     ep_.handle_cache()->evict_peer(channel_rank_[r]);
-    ++evictions_;
     auto o = out.begin();
     for (const Desc* d : descs) **o++ = map(r, *d);
   }
 }
 
-uint64_t CollTeam::mapping_epoch() const {
-  ipc::HandleCache* cache = ep_.handle_cache();
-  if (!cache) return evictions_;
-  const ipc::HandleCacheStats st = cache->stats();
-  return evictions_ + st.stale_evictions + st.capacity_evictions;
-}
-
 coll::Choice CollTeam::choose(const CollCall& call) const {
   coll::TeamResources res = res_;
-  if (call.bytes < kRoundsMin.get()) res.copy_peers = false;
-  coll::Choice c = coll::choose_schedule(call.op, res, call.bytes, call.elem_size);
+  coll::Choice c = coll::choose_schedule(call.op, res, call.bytes, call.elem_size, tuning_);
   // The host path needs pinned host memory shared by the ranks' processes: not yet (it
   // gained ~1% at 256M per rank in one process, against 5-10% for one pair's copy).
   if (c.exchange.host_share > 0) {
     c.exchange.host_share = 0;
     c.why += " (no host share across processes)";
   }
-  // The same for the copy-engine reductions' host share; and the exchanges' SM share was
-  // measured in one process only.
-  if (c.reduce.host_share > 0) {
-    c.reduce.host_share = 0;
+  // The same for the round-major allreduce's gather.
+  if (c.reduce.gather_host_share > 0) {
+    c.reduce.gather_host_share = 0;
     c.why += " (no host share across processes)";
   }
-  if (c.reduce.gather_host_share > 0 || c.reduce.ag_host_share > 0) {
-    c.reduce.gather_host_share = c.reduce.ag_host_share = 0;
-    c.why += " (no host share across processes)";
-  }
-  c.exchange.sm_share = 0;
-  c.reduce.sm_share = 0;
   return c;
 }
 
@@ -408,7 +372,7 @@ bool CollTeam::run(const CollCall& call) {
   try {
     Entry e;
     enter(call, e);
-    if (exchange_shm()) {
+    {
       ipc::Waiter w(format("collective entry: rank %d waiting for the other ranks to call it", rank_),
                     [this] { runner_->check_peers(); });
       while (!runner_->collect(e.posted, sizeof(RankInfo), e.all.data())) w.pause();
@@ -460,7 +424,7 @@ void CollTeam::progress() {
   Pending& p = *pending_;
   try {
     if (!p.launched) {
-      if (exchange_shm() && !runner_->collect(p.entry.posted, sizeof(RankInfo), p.entry.all.data())) return;
+      if (!runner_->collect(p.entry.posted, sizeof(RankInfo), p.entry.all.data())) return;
       p.entry.t2 = std::chrono::steady_clock::now();
       if (!launch(p.call, p.entry, true)) {
         // Some rank cannot take this path: every rank learns it at this call's exchange and
@@ -507,8 +471,8 @@ void CollTeam::finish() {
   }
 }
 
-bool CollTeam::run_part(const CollCall& call, bool ordered, const coll::Program& prog, const coll::CrossSlots& slots,
-                        const std::string& graph_key) {
+bool CollTeam::run_part(const CollCall& call, bool ordered, const coll::Program& prog,
+                        const coll::CrossSlots& slots) {
   if (ordered && runner_->can_order(prog, slots)) {
     runner_->run_ordered(prog, call.device, call.stream, &slots);
     return true;
@@ -519,7 +483,7 @@ bool CollTeam::run_part(const CollCall& call, bool ordered, const coll::Program&
     backend_.synchronize_stream(call.stream);
     runner_->barrier("collective entry");
   }
-  runner_->run(prog, call.device, graph_key, &slots);
+  runner_->run(prog, call.device, &slots);
   return false;
 }
 
@@ -620,7 +584,7 @@ void CollTeam::enter(const CollCall& call, Entry& e) {
 
   // A call that the hosts order (no stream flags, or no stream) starts once this rank's
   // buffers are ready and no stream-ordered call is still running.
-  e.ordered = call.stream != nullptr && runner_->stream_flags();
+  e.ordered = call.stream != nullptr;
   if (!e.ordered && mine.eligible) {
     runner_->settle();
     if (call.stream) backend_.synchronize_stream(call.stream);
@@ -632,8 +596,7 @@ void CollTeam::enter(const CollCall& call, Entry& e) {
   static_assert(sizeof(RankInfo) <= TeamFlags::kInfoBytes, "a rank's message outgrew its exchange slot");
   e.all.resize(n_);
   e.t1 = std::chrono::steady_clock::now();
-  if (exchange_shm()) e.posted = runner_->post(&mine, sizeof mine);
-  else boot_->allgather(&mine, sizeof mine, e.all.data());
+  e.posted = runner_->post(&mine, sizeof mine);
 }
 
 bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
@@ -680,9 +643,9 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
     // lives in (idempotent).
     if (team.dev[r] != call.device && peer_ok(call.device, team.dev[r]))
       backend_.enable_peer_access(call.device, team.dev[r]);
-    // Copies on a stream of the peer's GPU (GPUSTRIPE_MPI_COLL_COPY_STREAMS=mapping) reach
-    // this rank's buffers through peer access the other way.
-    if (team.dev[r] != call.device && mapping_streams() && peer_ok(team.dev[r], call.device))
+    // Copies on a stream of the peer's GPU (copy_stream_device) reach this rank's buffers
+    // through peer access the other way.
+    if (team.dev[r] != call.device && peer_ok(team.dev[r], call.device))
       backend_.enable_peer_access(team.dev[r], call.device);
     if (r == rank_) {
       send[r] = static_cast<char*>(const_cast<void*>(call.send));
@@ -708,28 +671,6 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
       put(recv[r]);
       put(scr[r]);
       put(r == rank_ ? scratch_.bytes : all[r].scratch.present ? all[r].scratch.handle.size : size_t(0));
-    }
-  }
-  // A graph of this rank's part names, beyond the Program, every allocation it touches (a
-  // graph must never be replayed on memory freed since and allocated again at the same
-  // address: the exporters' buffer ids); mappings closed since it was captured drop it.
-  std::string graph_key;
-  if (!prog_key.empty()) {
-    graph_key = prog_key;
-    bool known = true;
-    for (const RankInfo& ri : all)
-      for (const Desc* d : {&ri.send, &ri.recv, &ri.scratch}) {
-        if (!d->present) continue;
-        known = known && d->handle.buffer_id != 0;
-        graph_key.append(reinterpret_cast<const char*>(&d->handle.buffer_id), sizeof d->handle.buffer_id);
-        // VMM memory of several allocations: a piece replaced changes the share id only.
-        graph_key.append(reinterpret_cast<const char*>(&d->handle.share_id), sizeof d->handle.share_id);
-      }
-    if (!known) graph_key.clear();
-    const uint64_t epoch = mapping_epoch();
-    if (epoch != graphs_epoch_) {
-      runner_->forget_graphs();
-      graphs_epoch_ = epoch;
     }
   }
   auto cached = prog_key.empty() ? programs_.end() : programs_.find(prog_key);
@@ -760,13 +701,13 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   }
   const Clock::time_point t3 = Clock::now();
   // Nonblocking: this rank's part goes to its streams and the call returns; a program the
-  // runner cannot start so (host flags, Barrier ops) runs here, to its end.
+  // runner cannot start so (Barrier ops) runs here, to its end.
   if (async && runner_->start(*prog, call.device, slots)) return true;
   if (prog_key.empty()) {
-    run_part(call, e.ordered, *prog, coll::cross_slots(*prog), "");
+    run_part(call, e.ordered, *prog, coll::cross_slots(*prog));
     return true;
   }
-  if (run_part(call, e.ordered, *prog, *slots, graph_key)) ++times_.ordered;
+  if (run_part(call, e.ordered, *prog, *slots)) ++times_.ordered;
   ++times_.calls;
   times_.prepare += us(e.t0, e.t1);
   times_.exchange += us(e.t1, e.t2);

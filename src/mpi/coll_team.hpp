@@ -2,8 +2,7 @@
 //
 // A call goes: every rank sizes the schedule's scratch (a build over placeholders),
 // grows its own scratch buffer, and exports its send, receive and scratch buffers;
-// an exchange through the team's shared segment (GPUSTRIPE_MPI_COLL_EXCHANGE=mpi: the
-// bootstrap's allgather) hands every rank the others' handles and
+// an exchange through the team's shared segment hands every rank the others' handles and
 // whether they can take this path at all (all device buffers, a supported type and
 // op); each rank maps the others' buffers through the p2p layer's mapping cache
 // (keyed by buffer id: a buffer freed and reallocated at the same address is mapped
@@ -124,7 +123,7 @@ class CollTeam {
   // sees its results (and a buffer's user that waits for it may reuse the buffer).
   StreamHandle ordered_stream(int device) { return runner_->ordered_stream(device); }
   // Host time per call served with a cached Program, by phase (us, means over the calls since
-  // the last reset; `calls`: how many): the phases of GPUSTRIPE_MPI_COLL_TIMES.
+  // the last reset; `calls`: how many): the phases the team logs at debug level when it ends.
   struct PhaseTimes {
     uint64_t calls = 0, ordered = 0;  // ordered: of them, enqueued stream-ordered
     double prepare = 0, exchange = 0, map = 0, enqueue = 0, drain = 0, barrier = 0;
@@ -166,9 +165,6 @@ class CollTeam {
   void grow(Owned& b, int dev, size_t bytes);
   coll::Choice choose(const CollCall& call) const;
   bool peer_ok(int dev, int peer);  // can_access_peer, asked once per pair
-  // Changes whenever this process closed a mapping of a peer's buffer (captured graphs may
-  // hold its address).
-  uint64_t mapping_epoch() const;
   struct Entry;
   struct Pending;
   // Step 1 of a call and this rank's message into the exchange (MPI exchange: the whole
@@ -181,8 +177,7 @@ class CollTeam {
   std::unique_ptr<Pending> pending_;
   // Runs this rank's part: stream-ordered behind call.stream where `ordered` and the program
   // allows (returns true), else ordered by the hosts (false).
-  bool run_part(const CollCall& call, bool ordered, const coll::Program& prog, const coll::CrossSlots& slots,
-                const std::string& graph_key);
+  bool run_part(const CollCall& call, bool ordered, const coll::Program& prog, const coll::CrossSlots& slots);
 
   Context& ctx_;
   p2p::Endpoint& ep_;
@@ -191,6 +186,7 @@ class CollTeam {
   int rank_ = 0, n_ = 0;
   std::vector<int> channel_rank_;  // comm rank -> rank of the node channel (mapping cache key)
   coll::TeamResources res_;
+  coll::Tuning tuning_;  // default, or GPUSTRIPE_TEST_COLL_TUNING's
   std::unique_ptr<TeamFlags> flags_;
   std::unique_ptr<coll::Reducer> reducer_;
   std::unique_ptr<SliceRunner> runner_;
@@ -222,8 +218,6 @@ class CollTeam {
   // The other ranks' allocations (handles) mapped here by earlier calls: a call naming only
   // these maps nothing new, so no mapping a stream-ordered call may still use is closed.
   std::set<std::string> mapped_sets_;
-  uint64_t evictions_ = 0;     // map_all's evictions of a rank's mappings
-  uint64_t graphs_epoch_ = 0;  // mapping_epoch() when the runner's graphs were made
 };
 
 }  // namespace gpustripe::mpi

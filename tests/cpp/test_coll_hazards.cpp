@@ -84,9 +84,6 @@ std::string find_race(const Program& p) {
 }
 
 TEST(CollHazards, EveryScheduleOrdersEveryConflictingAccess) {
-  ScopedEnv chunk("GPUSTRIPE_COLL_CHUNK", "512");
-  ScopedEnv chain_chunk("GPUSTRIPE_COLL_CHAIN_CHUNK", "1K");
-  ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0.2");
   for (const char* topo_name : {"h200x4", "mist-ac922"}) {
     Topology topo = load_topology_file(topo_name);
     auto backend = make_emulated_backend(topo);
@@ -94,52 +91,41 @@ TEST(CollHazards, EveryScheduleOrdersEveryConflictingAccess) {
     for (int n : sockets ? std::vector<int>{4} : std::vector<int>{2, 3, 4}) {
       std::vector<int> devs;
       for (int i = 0; i < n; ++i) devs.push_back(i);
-      auto comm = Comm::create(*backend, topo, devs);
-      size_t programs = 0;
-      std::string race;
-      comm->set_program_observer([&](const Program& p) {
-        ++programs;
-        if (race.empty()) race = find_race(p);
-      });
-      for (const char* variant : {"receiver", "sender", "rounds"})
-      for (CollOp op : {CollOp::AllToAll, CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllReduce,
-                        CollOp::Bcast, CollOp::Reduce})
-        for (const std::string& algo : schedule_names(op)) {
-          if ((algo == "hier") != sockets) continue;
-          // The second pass: senders' copy engines move reduction inputs, one lane per broadcaster;
-          // exchanges with the own block on a copy engine and one lane per round (the first: a
-          // kernel, two lanes).
-          // The third: the second's with round-major copy-engine reductions (GPUSTRIPE_COLL_RS_ORDER).
-          const bool second = std::string(variant) != "receiver";
-          const bool rounds = std::string(variant) == "rounds";
-          ScopedEnv copies("GPUSTRIPE_COLL_RS_COPIES", second ? "sender" : "receiver");
-          ScopedEnv order("GPUSTRIPE_COLL_RS_ORDER", rounds ? "rounds" : "chunks");
-          ScopedEnv tail("GPUSTRIPE_COLL_RS_TAIL", "1K");
-          ScopedEnv rounds_host("GPUSTRIPE_COLL_RS_ROUNDS_HOST_SHARE", "0.2");
-          ScopedEnv rounds_lanes("GPUSTRIPE_COLL_RS_ROUNDS_LANES", "2");
-          ScopedEnv gather("GPUSTRIPE_COLL_AR_GATHER", "whole");
-          ScopedEnv gather_host("GPUSTRIPE_COLL_AR_GATHER_HOST_SHARE", "0.2");
-          ScopedEnv local("GPUSTRIPE_COLL_LOCAL_COPY", second ? "engine" : "kernel");
-          ScopedEnv round_lanes("GPUSTRIPE_COLL_ROUND_LANES", second ? "1" : "2");
-          // The second pass also: the large-message shares (host path of copy-engine reductions and
-          // of ce_twoshot's gather half, an SM share of exchange blocks) at test sizes.
-          ScopedEnv rs_host("GPUSTRIPE_COLL_RS_HOST_SHARE", second ? "0.2" : "0");
-          ScopedEnv ag_host("GPUSTRIPE_COLL_AG_HOST_SHARE", second ? "0.2" : "0");
-          ScopedEnv sm_share("GPUSTRIPE_COLL_SM_SHARE", second ? "0.3" : "0");
-          ScopedEnv rs_sm_share("GPUSTRIPE_COLL_RS_SM_SHARE", second ? "0.3" : "0");
-          ScopedEnv sm_from("GPUSTRIPE_COLL_SM_SHARE_MIN", "0");
-          ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo.c_str());
-          for (bool in_place : {false, true}) {
-            if (op == CollOp::Bcast && in_place) continue;
-            Case c{op, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, 3001, in_place, n - 1};
-            race.clear();
-            ASSERT_EQ(run_case(*comm, c, 9), 0u);
-            EXPECT_EQ(race, "") << topo_name << " " << c.describe() << " " << comm->last_schedule();
-            if (rounds && (algo == "rs_copy" || algo == "rs_ag_copy" || algo == "reduce_copy" || algo == "ce_twoshot"))
-              EXPECT_NE(comm->last_schedule().find("by_round"), std::string::npos) << comm->last_schedule();
+      // Two passes: copy-engine reductions chunk by chunk, then round-major (whole blocks per
+      // round, the last in pieces, each allreduce block gathered whole with a host share);
+      // small chunks, and a host share of every exchange block, at test sizes.
+      for (bool rounds : {false, true}) {
+        Tuning t;
+        t.chunk = 512;
+        t.chain_chunk = 1 << 10;
+        t.host_share = 0.2;
+        t.rs_order = rounds ? Tuning::Order::Rounds : Tuning::Order::Chunks;
+        t.rs_tail = 1 << 10;
+        t.gather_host_share = 0.2;
+        auto comm = Comm::create(*backend, topo, devs, nullptr, t);
+        size_t programs = 0;
+        std::string race;
+        comm->set_program_observer([&](const Program& p) {
+          ++programs;
+          if (race.empty()) race = find_race(p);
+        });
+        for (CollOp op : {CollOp::AllToAll, CollOp::AllGather, CollOp::ReduceScatter, CollOp::AllReduce,
+                          CollOp::Bcast, CollOp::Reduce})
+          for (const std::string& algo : schedule_names(op)) {
+            if ((algo == "hier") != sockets) continue;
+            ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo.c_str());
+            for (bool in_place : {false, true}) {
+              if (op == CollOp::Bcast && in_place) continue;
+              Case c{op, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, 3001, in_place, n - 1};
+              race.clear();
+              ASSERT_EQ(run_case(*comm, c, 9), 0u);
+              EXPECT_EQ(race, "") << topo_name << " " << c.describe() << " " << comm->last_schedule();
+              if (rounds && (algo == "rs_copy" || algo == "rs_ag_copy" || algo == "reduce_copy" || algo == "ce_twoshot"))
+                EXPECT_NE(comm->last_schedule().find("by_round"), std::string::npos) << comm->last_schedule();
+            }
           }
-        }
-      EXPECT_GT(programs, 0u);
+        EXPECT_GT(programs, 0u);
+      }
     }
   }
 }

@@ -13,7 +13,6 @@
 
 #include "backend/backend.hpp"
 #include "coll/reduce.hpp"
-#include "forwarding_backend.hpp"
 #include "common/error.hpp"
 #include "ipc/shm_segment.hpp"
 #include "mpi/coll_slice.hpp"
@@ -24,68 +23,6 @@ using namespace gpustripe;
 using coll::Program;
 
 namespace {
-
-// "Graphs" on the emulated backend: a capture records the stream work this thread enqueues
-// (copies, events, flags) instead of running it, a launch enqueues the record again, as
-// CUDA's stream capture does; waiting on the host in a capture fails, as it does in CUDA.
-class RecordingBackend : public ForwardingBackend {
- public:
-  using Graph = std::vector<std::function<void()>>;
-  using ForwardingBackend::ForwardingBackend;
-  std::atomic<int> captures{0}, launches{0};
-
-  const char* name() const override { return "emulated"; }
-  bool supports_graphs() const override { return true; }
-  void begin_capture(StreamHandle) override { recording() = new Graph; }
-  GraphExecHandle end_capture(StreamHandle) override {
-    Graph* g = recording();
-    recording() = nullptr;
-    ++captures;
-    return g;
-  }
-  void launch_graph(GraphExecHandle g, StreamHandle) override {
-    ++launches;
-    for (auto& f : *static_cast<Graph*>(g)) f();
-  }
-  void destroy_graph(GraphExecHandle g) override { delete static_cast<Graph*>(g); }
-
-  void copy_async(void* d, int dd, const void* src, int sd, size_t n, StreamHandle s) override {
-    put([=] { in_->copy_async(d, dd, src, sd, n, s); });
-  }
-  void record_event(EventHandle e, StreamHandle s) override {
-    put([=] { in_->record_event(e, s); });
-  }
-  void wait_event(StreamHandle s, EventHandle e) override {
-    put([=] { in_->wait_event(s, e); });
-  }
-  void stream_write_flag(StreamHandle s, uint32_t* f, uint32_t v) override {
-    put([=] { in_->stream_write_flag(s, f, v); });
-  }
-  void stream_wait_flag(StreamHandle s, const uint32_t* f, uint32_t v) override {
-    put([=] { in_->stream_wait_flag(s, f, v); });
-  }
-  void synchronize_stream(StreamHandle s) override {
-    no_host_wait("synchronize_stream");
-    in_->synchronize_stream(s);
-  }
-  bool query_event(EventHandle e) override {
-    no_host_wait("query_event");
-    return in_->query_event(e);
-  }
-
- private:
-  static Graph*& recording() {
-    thread_local Graph* g = nullptr;
-    return g;
-  }
-  void put(std::function<void()> f) {
-    if (Graph* g = recording()) g->push_back(std::move(f));
-    else f();
-  }
-  void no_host_wait(const char* what) {
-    if (recording()) GS_THROW(GPUSTRIPE_ERR_CUDA, "%s while capturing (cudaErrorStreamCaptureUnsupported)", what);
-  }
-};
 
 struct Node {
   Topology topo = load_topology_file("h200x4");
@@ -136,17 +73,9 @@ std::string run_ranks(Node& node, const Program& prog, int runs = 1) {
 
 }  // namespace
 
-// Both ways of ordering steps of different ranks: flags the streams write and wait on
-// (GPUSTRIPE_MPI_COLL_FLAGS=stream) and flags the hosts set and poll (host).
-class CollSliceFlags : public ::testing::TestWithParam<const char*> {
- protected:
-  ScopedEnv env_{"GPUSTRIPE_MPI_COLL_FLAGS", GetParam()};
-};
-INSTANTIATE_TEST_SUITE_P(Ways, CollSliceFlags, ::testing::Values("stream", "host"));
-
 // A relay 0 -> 1 -> 2 -> 0 of large copies, each driven by another rank and waiting for the
 // previous one, then a reduction on rank 0 over all three ranks' buffers.
-TEST_P(CollSliceFlags, CrossRankDependenciesHoldAcrossThreads) {
+TEST(CollSlice, CrossRankDependenciesHoldAcrossThreads) {
   Node node;
   Backend& b = *node.backend;
   const size_t n = 4 << 20;  // 16 MB per copy: long enough that an early start reads stale data
@@ -179,7 +108,7 @@ TEST_P(CollSliceFlags, CrossRankDependenciesHoldAcrossThreads) {
 }
 
 // A rank waiting for a step of a rank that never runs ends with the peer check's error.
-TEST_P(CollSliceFlags, MissingRankEndsInThePeerCheck) {
+TEST(CollSlice, MissingRankEndsInThePeerCheck) {
   Node node;
   Backend& b = *node.backend;
   float* x = static_cast<float*>(b.alloc_device(0, 4096));
@@ -194,7 +123,6 @@ TEST_P(CollSliceFlags, MissingRankEndsInThePeerCheck) {
   mpi::SliceRunner runner(b, *reducer, 1, 2, flags, [&] {
     if (++checks > 3) GS_THROW(GPUSTRIPE_ERR_PEER_FAILED, "rank 0 is gone");
   });
-  EXPECT_EQ(runner.stream_flags(), std::string(GetParam()) == "stream");
   try {
     runner.run(p, 1);
     FAIL() << "returned although rank 0 never ran";
@@ -205,12 +133,11 @@ TEST_P(CollSliceFlags, MissingRankEndsInThePeerCheck) {
   b.free_device(y);
 }
 
-// Stream flags: a host stuck inside an enqueue behind a flag that a dead rank will never set
+// A host stuck inside an enqueue behind a flag that a dead rank will never set
 // (here the emulated reduction, which synchronizes its stream before reading; on CUDA a full
 // stream queue) is released by the call's watchdog, and the call ends with the watchdog's
 // error: the peer's death (check_alive) or, with no liveness check, GPUSTRIPE_TIMEOUT.
 void expect_blocked_enqueue_released(const std::function<void()>& check_alive, Status want) {
-  ScopedEnv env("GPUSTRIPE_MPI_COLL_FLAGS", "stream");
   Node node;
   Backend& b = *node.backend;
   const size_t n = 1024;
@@ -223,7 +150,6 @@ void expect_blocked_enqueue_released(const std::function<void()>& check_alive, S
   mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
   // The host's own polls never see the peer's death: only the watchdog can end this call.
   mpi::SliceRunner runner(b, *reducer, 1, 2, flags, [] {}, check_alive);
-  ASSERT_TRUE(runner.stream_flags());
   try {
     runner.run(p, 1);
     FAIL() << "returned although rank 0 never ran";
@@ -279,159 +205,4 @@ TEST(CollSlice, ExchangeGivesEveryRankTheSameCallsMessages) {
     });
   for (auto& t : threads) t.join();
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-}
-
-// Graphs (GPUSTRIPE_MPI_COLL_GRAPHS=yes): each rank's part is captured at the key's second
-// sight and replayed after; the edge flags hold constant values, so they must be back at 0
-// before the next call: a flag left set would let rank 1 copy before rank 0 has written
-// this call's data (the checks then see the previous call's value).
-TEST(CollSlice, GraphsReplayRepeatedCallsAndEdgeFlagsStartAtZero) {
-  ScopedEnv flags_env("GPUSTRIPE_MPI_COLL_FLAGS", "stream");
-  ScopedEnv graphs_env("GPUSTRIPE_MPI_COLL_GRAPHS", "yes");
-  Node node;
-  auto rec = std::make_unique<RecordingBackend>(std::move(node.backend));
-  RecordingBackend& b = *rec;
-  const size_t n = 4 << 20;
-  std::vector<float*> a(3);
-  for (int r = 0; r < 3; ++r) a[r] = static_cast<float*>(b.alloc_device(r, n * sizeof(float)));
-  float* out = static_cast<float*>(b.alloc_device(0, n * sizeof(float)));
-  Program p(3);
-  int s1 = p.copy(0, coll::kLaneOut, a[1], 1, a[0], 0, n * sizeof(float));
-  int s2 = p.copy(1, coll::kLaneOut, a[2], 2, a[1], 1, n * sizeof(float), {s1});
-  p.copy(2, coll::kLaneOut, out, 0, a[2], 2, n * sizeof(float), {s2});
-  const int calls = 6;
-  std::atomic<bool> failed{false};  // a failing rank ends the others' waits
-  std::vector<std::string> errors(3);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto reducer = coll::make_reducer(b);
-        mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
-        mpi::SliceRunner runner(b, *reducer, r, 3, flags, [&] {
-          if (failed) GS_THROW(GPUSTRIPE_ERR_PEER_FAILED, "another rank failed");
-        });
-        for (int c = 0; c < calls; ++c) {
-          // Halfway every graph is dropped (a mapping closed): seen twice more, then captured again.
-          if (c == calls / 2) runner.forget_graphs();
-          if (r == 0) fill(b, a[0], 0, n, static_cast<float>(c + 1));
-          int dummy = c, all[3];
-          runner.exchange(&dummy, sizeof dummy, all);  // the interposer's entry barrier
-          runner.run(p, r, "relay");
-          if (r == 0) {
-            std::vector<float> got = read(b, out, 0, n);
-            for (size_t i = 0; i < n; i += 4099)
-              if (got[i] != static_cast<float>(c + 1))
-                GS_THROW(GPUSTRIPE_ERR_INTERNAL, "call %d: element %zu is %g", c, i, static_cast<double>(got[i]));
-          }
-        }
-        if (runner.graph_captures() != 2 || runner.graph_launches() != static_cast<uint64_t>(calls - 2))
-          GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d: %d captures and %d launches", r,
-                   static_cast<int>(runner.graph_captures()), static_cast<int>(runner.graph_launches()));
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        failed = true;
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-  EXPECT_EQ(b.captures.load(), 3 * 2);
-  EXPECT_EQ(b.launches.load(), 3 * (calls - 2));
-  for (float* x : a) b.free_device(x);
-  b.free_device(out);
-}
-
-// A part that cannot be captured (here the emulated reduction waits on the host) runs
-// directly, correctly, and is not tried again.
-TEST(CollSlice, UncapturablePartRunsDirectly) {
-  ScopedEnv flags_env("GPUSTRIPE_MPI_COLL_FLAGS", "stream");
-  ScopedEnv graphs_env("GPUSTRIPE_MPI_COLL_GRAPHS", "yes");
-  Node node;
-  auto rec = std::make_unique<RecordingBackend>(std::move(node.backend));
-  RecordingBackend& b = *rec;
-  const size_t n = 1 << 20;
-  std::vector<float*> x(2);
-  for (int r = 0; r < 2; ++r) {
-    x[r] = static_cast<float*>(b.alloc_device(r, n * sizeof(float)));
-    fill(b, x[r], r, n, 2.0f);
-  }
-  float* scratch = static_cast<float*>(b.alloc_device(0, n * sizeof(float)));
-  Program p(2);
-  int s = p.copy(1, coll::kLaneOut, scratch, 0, x[1], 1, n * sizeof(float));
-  p.reduce(0, coll::kLaneLocal, x[0], {x[0], scratch}, n, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, {s});
-  std::atomic<bool> failed{false};
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto reducer = coll::make_reducer(b);
-        mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
-        mpi::SliceRunner runner(b, *reducer, r, 2, flags, [&] {
-          if (failed) GS_THROW(GPUSTRIPE_ERR_PEER_FAILED, "another rank failed");
-        });
-        for (int c = 0; c < 4; ++c) {
-          int dummy = c, all[2];
-          runner.exchange(&dummy, sizeof dummy, all);
-          runner.run(p, r, "sum");
-        }
-        if (r == 0 && runner.graph_launches() != 0) GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank 0 launched a graph");
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        failed = true;
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-  // Rank 0 tried to capture once; rank 1's part (a copy) was captured and replayed.
-  EXPECT_EQ(b.captures.load(), 2);
-  std::vector<float> got = read(b, x[0], 0, n);
-  for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(got[i], 2.0f * 5) << "element " << i;  // 2 + 4 x 2
-  for (float* p2 : x) b.free_device(p2);
-  b.free_device(scratch);
-}
-
-// GPUSTRIPE_MPI_COLL_GRAPHS=auto: graphs for teams of more than 2 ranks only (2 ranks measured no gain).
-TEST(CollSlice, AutoGraphsSkipTwoRankTeams) {
-  ScopedEnv flags_env("GPUSTRIPE_MPI_COLL_FLAGS", "stream");
-  ScopedEnv graphs_env("GPUSTRIPE_MPI_COLL_GRAPHS", "auto");
-  Node node;
-  auto rec = std::make_unique<RecordingBackend>(std::move(node.backend));
-  RecordingBackend& b = *rec;
-  const size_t n = 1 << 16;
-  float* x = static_cast<float*>(b.alloc_device(0, n * sizeof(float)));
-  float* y = static_cast<float*>(b.alloc_device(1, n * sizeof(float)));
-  fill(b, x, 0, n, 3.0f);
-  Program p(2);
-  p.copy(0, coll::kLaneOut, y, 1, x, 0, n * sizeof(float));
-  std::atomic<bool> failed{false};
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto reducer = coll::make_reducer(b);
-        mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
-        mpi::SliceRunner runner(b, *reducer, r, 2, flags, [&] {
-          if (failed) GS_THROW(GPUSTRIPE_ERR_PEER_FAILED, "another rank failed");
-        });
-        for (int c = 0; c < 4; ++c) {
-          int dummy = c, all[2];
-          runner.exchange(&dummy, sizeof dummy, all);
-          runner.run(p, r, "copy");
-        }
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        failed = true;
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-  EXPECT_EQ(b.captures.load(), 0);
-  EXPECT_EQ(b.launches.load(), 0);
-  std::vector<float> got = read(b, y, 1, n);
-  EXPECT_EQ(got[0], 3.0f);
-  EXPECT_EQ(got[n - 1], 3.0f);
-  b.free_device(x);
-  b.free_device(y);
 }

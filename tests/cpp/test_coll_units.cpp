@@ -231,7 +231,7 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 256 << 10, 4).name, "oneshot");
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 2 << 20, 4).name, "twoshot");
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 16 << 20, 4).name, "twoshot");
-  // Pushed inputs for two-shot allreduce from 32M to 64M per rank only (r2), never reduce-scatter.
+  // Pushed inputs for two-shot allreduce from 32M to 64M per rank only, never reduce-scatter.
   EXPECT_FALSE(choose_schedule(CollOp::AllReduce, r, 16 << 20, 4).reduce.push);
   EXPECT_TRUE(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4).reduce.push);
   EXPECT_FALSE(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4).reduce.push);
@@ -239,25 +239,20 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   EXPECT_FALSE(choose_schedule(CollOp::AllReduce, h200(2), 64 << 20, 4).reduce.push);
   EXPECT_FALSE(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4).why.empty());
   {
-    ScopedEnv most("GPUSTRIPE_COLL_TWOSHOT_MAX", "64M");
-    ScopedEnv no_ce("GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "64G");
-    EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4).name, "twoshot");
-    Choice big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
-    EXPECT_EQ(big.name, "rs_ag_copy");
-    EXPECT_GT(big.reduce.chunks, 1);
-  }
-  {
-    // The copy-engine allreduce from GPUSTRIPE_COLL_AR_COPY_MIN, over more than 2 GPUs, with flags.
-    ScopedEnv copy_min("GPUSTRIPE_COLL_AR_COPY_MIN", "128M");
-    EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4).name, "twoshot");
-    Choice ar = choose_schedule(CollOp::AllReduce, r, 128 << 20, 4);
+    // The copy-engine allreduce from Tuning::ar_copy_min, over more than 2 GPUs, with flags.
+    Tuning t;
+    t.ar_copy_min = 32 << 20;
+    t.rs_order = Tuning::Order::Chunks;
+    EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 16 << 20, 4, t).name, "twoshot");
+    Choice ar = choose_schedule(CollOp::AllReduce, r, 32 << 20, 4, t);
     EXPECT_EQ(ar.name, "rs_ag_copy");
     EXPECT_TRUE(ar.reduce.flags);
-    EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 256 << 20, 4).name, "twoshot");
+    EXPECT_GT(ar.reduce.chunks, 1);
+    EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 256 << 20, 4, t).name, "twoshot");
   }
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 20, 4).name, "rs_pull");
-  // Kernels reading the peers up to 128M per rank; round-major copy engines into scratch from 256M
-  // (session 4 r2), with 1 block per SM per fold and an 8M tail, no host share of the inputs.
+  // Kernels reading the peers up to 128M per rank; round-major copy engines into scratch from 256M,
+  // with 1 block per SM per fold and an 8M tail, no host share of the inputs.
   Choice rs = choose_schedule(CollOp::ReduceScatter, r, 128 << 20, 4);
   EXPECT_EQ(rs.name, "rs_pull");
   EXPECT_EQ(rs.reduce.chunks, 1);
@@ -267,10 +262,9 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   EXPECT_EQ(rs_big.reduce.tail, size_t(8) << 20);
   EXPECT_EQ(rs_big.reduce.fold_blocks_per_sm, 1);
   EXPECT_TRUE(rs_big.reduce.flags);
-  EXPECT_EQ(rs_big.reduce.host_share, 0);  // r2: 3%/5% lost
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, h200(2), size_t(1) << 30, 4).name, "rs_pull");
   // Allreduce: two-shot kernels below 128M, then the round-major reduce-scatter and each block
-  // gathered whole by copy engines with 5% of it through the host (r2, r3).
+  // gathered whole by copy engines with 5% of it through the host.
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4).name, "twoshot");
   EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 128 << 20, 4).name, "rs_ag_copy");
   Choice ar_big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
@@ -285,15 +279,16 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
     Choice c = choose_schedule(CollOp::ReduceScatter, unmapped, 256 << 20, 4);
     EXPECT_EQ(c.name, "rs_copy");
     EXPECT_FALSE(c.reduce.by_round);
-    ScopedEnv chunks("GPUSTRIPE_COLL_RS_ORDER", "chunks");
-    EXPECT_FALSE(choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4).reduce.by_round);
+    Tuning chunks;
+    chunks.rs_order = Tuning::Order::Chunks;
+    EXPECT_FALSE(choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4, chunks).reduce.by_round);
   }
-  // Copy kernels with the barrier inside up to GPUSTRIPE_COLL_SM_MAX where peers are mapped.
+  // Copy kernels with the barrier inside up to Tuning::sm_max where peers are mapped.
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4).name, "sm");
   EXPECT_TRUE(choose_schedule(CollOp::AllGather, r, 16 << 20, 4).exchange.kernel);
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 128 << 20, 4).name, "sm");
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 20, 4).name, "rounds");
-  EXPECT_EQ(choose_schedule(CollOp::AllGather, h200(2), 32 << 20, 4).name, "sm");  // 2 GPUs: GPUSTRIPE_COLL_SM_MAX_2
+  EXPECT_EQ(choose_schedule(CollOp::AllGather, h200(2), 32 << 20, 4).name, "sm");  // 2 GPUs: Tuning::sm_max_2
   EXPECT_EQ(choose_schedule(CollOp::AllGather, h200(2), 64 << 20, 4).name, "rounds");
   Choice a2a = choose_schedule(CollOp::AllToAll, r, size_t(1) << 30, 4);
   EXPECT_EQ(a2a.name, "rounds");
@@ -308,65 +303,50 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 16 << 20, 4).exchange.host_share, 0);
   Choice b = choose_schedule(CollOp::Bcast, r, 8 << 20, 4);
   EXPECT_EQ(b.name, "sm");
-  EXPECT_EQ(b.bcast.kernel, "pieces");
+  EXPECT_TRUE(b.bcast.kernel);
   EXPECT_EQ(choose_schedule(CollOp::Bcast, h200(2), 512 << 10, 4).name, "sm");
-  EXPECT_EQ(choose_schedule(CollOp::Bcast, h200(2), size_t(1) << 30, 4).name, "direct");  // GPUSTRIPE_COLL_BCAST_SM_MAX_2
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, h200(2), size_t(1) << 30, 4).name, "direct");  // Tuning::bcast_sm_max_2
   EXPECT_EQ(choose_schedule(CollOp::Bcast, r, size_t(1) << 30, 4).name, "sm");
   {
-    ScopedEnv most("GPUSTRIPE_COLL_BCAST_SM_MAX", "0");
-    ScopedEnv most2("GPUSTRIPE_COLL_BCAST_SM_MAX_2", "0");
-    EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 64 << 20, 4).name, "chain");
-    EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 8 << 20, 4).name, "scatter_ag");
-    EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 512 << 10, 4).name, "direct");
-    EXPECT_EQ(choose_schedule(CollOp::Bcast, h200(2), 64 << 20, 4).name, "direct");
+    // Copy engines where peers are not mapped: chain from chain_min, scatter-allgather from rounds_min.
+    TeamResources unmapped = r;
+    unmapped.all_peer = false;
+    EXPECT_EQ(choose_schedule(CollOp::Bcast, unmapped, 64 << 20, 4).name, "chain");
+    EXPECT_EQ(choose_schedule(CollOp::Bcast, unmapped, 8 << 20, 4).name, "scatter_ag");
+    EXPECT_EQ(choose_schedule(CollOp::Bcast, unmapped, 512 << 10, 4).name, "direct");
+    Tuning t;
+    t.bcast_sm_max_2 = 0;
+    EXPECT_EQ(choose_schedule(CollOp::Bcast, h200(2), 64 << 20, 4, t).name, "direct");
   }
   {
-    ScopedEnv most("GPUSTRIPE_COLL_SM_MAX", "0");
-    EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4).name, "all_at_once");
+    Tuning t;
+    t.sm_max = 0;
+    EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4, t).name, "all_at_once");
+    t.rounds_min = 32 << 10;
+    EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 10, 4, t).name, "rounds");
   }
 }
 
-// The large-message schedules from their thresholds: over more than 2 GPUs that map peers, with
-// flags; host and SM shares only where set.
+// The copy-engine reductions from their thresholds: over more than 2 GPUs that map peers, with
+// flags.
 TEST(CollSelect, LargeMessageSchedulesFromTheirThresholds) {
-  ScopedEnv ar("GPUSTRIPE_COLL_CE_TWOSHOT_MIN", "128M");
-  ScopedEnv rs("GPUSTRIPE_COLL_RS_COPY_MIN", "128M");
+  Tuning t;
+  t.rs_copy_min = 128 << 20;
   TeamResources r = h200(4);
-  Choice big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
-  EXPECT_EQ(big.name, "ce_twoshot");
-  EXPECT_TRUE(big.reduce.ag_stores && big.reduce.flags && !big.reduce.pull);
-  EXPECT_EQ(big.reduce.host_share, 0);
-  EXPECT_EQ(big.reduce.ag_host_share, 0);
-  EXPECT_EQ(big.reduce.sm_share, 0);
-  EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4).name, "twoshot");
-  EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 256 << 20, 4).name, "twoshot");
-  Choice rsc = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
+  Choice rsc = choose_schedule(CollOp::ReduceScatter, r, 128 << 20, 4, t);
   EXPECT_EQ(rsc.name, "rs_copy");
   EXPECT_TRUE(rsc.reduce.flags && !rsc.reduce.ag_stores);
-  EXPECT_EQ(rsc.reduce.host_share, 0);
-  EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 64 << 20, 4).name, "rs_pull");
+  EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 64 << 20, 4, t).name, "rs_pull");
+  EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, h200(2), 256 << 20, 4, t).name, "rs_pull");
   {
-    ScopedEnv chunks("GPUSTRIPE_COLL_RS_ORDER", "chunks");  // the chunked form's shares
-    ScopedEnv off("GPUSTRIPE_COLL_COPY_FLAGS", "0");
-    ScopedEnv h("GPUSTRIPE_COLL_RS_HOST_SHARE", "0.1");
-    ScopedEnv sm("GPUSTRIPE_COLL_RS_SM_SHARE", "0.2");
-    Choice c = choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4);
-    EXPECT_FALSE(c.reduce.flags);
-    EXPECT_DOUBLE_EQ(c.reduce.host_share, 0.1);
-    EXPECT_DOUBLE_EQ(c.reduce.sm_share, 0.2);
-    ScopedEnv ag("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.05");
-    EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4).reduce.ag_host_share, 0.05);
-    EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4).reduce.ag_host_share, 0);  // allreduce only
-    ScopedEnv bad("GPUSTRIPE_COLL_AG_HOST_SHARE", "0.7");
-    EXPECT_THROW(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4), Error);
+    // ce_twoshot only by name.
+    ScopedEnv algo("GPUSTRIPE_COLL_ALGO", "ce_twoshot");
+    Choice big = choose_schedule(CollOp::AllReduce, r, 256 << 20, 4);
+    EXPECT_EQ(big.name, "ce_twoshot");
+    EXPECT_TRUE(big.reduce.ag_stores && big.reduce.flags && !big.reduce.pull);
   }
-  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 20, 4).exchange.sm_share, 0);
-  ScopedEnv sm("GPUSTRIPE_COLL_SM_SHARE", "0.2");
-  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 20, 4).exchange.sm_share, 0.2);
-  EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 16 << 20, 4).exchange.sm_share, 0);  // 4M blocks < 16M
   TeamResources unmapped = r;
   unmapped.all_peer = false;
-  EXPECT_EQ(choose_schedule(CollOp::AllToAll, unmapped, 256 << 20, 4).exchange.sm_share, 0);
   EXPECT_NE(choose_schedule(CollOp::AllReduce, unmapped, 256 << 20, 4).name, "ce_twoshot");
 }
 
@@ -380,11 +360,11 @@ TEST(CollSelect, PlannerShareIsCappedByTheNominalBound) {
   EXPECT_TRUE(wants_host_share(CollOp::AllToAll, r, big));
   EXPECT_FALSE(wants_host_share(CollOp::AllReduce, r, big));
   EXPECT_FALSE(wants_host_share(CollOp::AllToAll, r, 16 << 20));
-  Choice low = choose_schedule(CollOp::AllToAll, r, big, 4, 0.01);
+  Choice low = choose_schedule(CollOp::AllToAll, r, big, 4, Tuning(), 0.01);
   EXPECT_DOUBLE_EQ(low.exchange.host_share, 0.01);
   EXPECT_NE(low.why.find("planner"), std::string::npos) << low.why;
-  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllToAll, r, big, 4, 0.2).exchange.host_share, bound);
-  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllGather, r, big, 4, 0.0).exchange.host_share, 0.0);
+  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllToAll, r, big, 4, Tuning(), 0.2).exchange.host_share, bound);
+  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllGather, r, big, 4, Tuning(), 0.0).exchange.host_share, 0.0);
 }
 
 TEST(CollSelect, NoPeerAccessMeansCopyEngines) {
@@ -404,23 +384,24 @@ TEST(CollSelect, NoPeerAccessMeansCopyEngines) {
   EXPECT_THROW(choose_schedule(CollOp::ReduceScatter, r, 64 << 10, 4), Error);
 }
 
-// Copy engines reaching every peer though kernels cannot (the MPI collectives' IPC mappings):
-// the copy reductions move whole blocks per round, as on a node whose kernels read peers.
-TEST(CollSelect, CopyPeersTakeRoundMajorCopyReductions) {
+// Round-major copy reductions where asked for, also on teams whose kernels cannot read peers
+// (the MPI collectives' IPC mappings on CUDA).
+TEST(CollSelect, RoundMajorCopyReductionsWhereAsked) {
   TeamResources r = h200(4);
   r.all_peer = false;
   EXPECT_FALSE(choose_schedule(CollOp::ReduceScatter, r, 256 << 20, 4).reduce.by_round);
-  r.copy_peers = true;
+  Tuning t;
+  t.rs_order = Tuning::Order::Rounds;
   for (CollOp op : {CollOp::ReduceScatter, CollOp::AllReduce, CollOp::Reduce}) {
-    Choice c = choose_schedule(op, r, 16 << 20, 4);
+    Choice c = choose_schedule(op, r, 16 << 20, 4, t);
     EXPECT_TRUE(c.reduce.by_round) << c.describe();
     EXPECT_NE(c.name.find("copy"), std::string::npos) << c.describe();
   }
-  ScopedEnv order("GPUSTRIPE_COLL_RS_ORDER", "chunks");
-  EXPECT_FALSE(choose_schedule(CollOp::AllReduce, r, 256 << 20, 4).reduce.by_round);
+  t.rs_order = Tuning::Order::Chunks;
+  EXPECT_FALSE(choose_schedule(CollOp::AllReduce, h200(4), 256 << 20, 4, t).reduce.by_round);
 }
 
-// Two members broadcast directly, or as a chain from GPUSTRIPE_COLL_CHAIN_MIN where the team asks
+// Two members broadcast directly, or as a chain from Tuning::chain_min where the team asks
 // for it (the MPI collectives: measured faster there from 32M).
 TEST(CollSelect, ChainPairsBroadcastLargeMessagesAsAChain) {
   TeamResources r = h200(2);
@@ -453,13 +434,33 @@ TEST(CollSelect, SettingsForceAndAreChecked) {
     }
   }
   {
-    ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0.9");
-    EXPECT_THROW(choose_schedule(CollOp::AllGather, r, 1 << 30, 4), Error);
+    Tuning t;
+    t.host_share = 0.9;
+    EXPECT_THROW(choose_schedule(CollOp::AllGather, r, 1 << 30, 4, t), Error);
+    t.host_share = 0;
+    EXPECT_EQ(choose_schedule(CollOp::AllGather, r, 1 << 30, 4, t).exchange.host_share, 0);
   }
-  {
-    ScopedEnv share("GPUSTRIPE_COLL_HOST_SHARE", "0");
-    EXPECT_EQ(choose_schedule(CollOp::AllGather, r, 1 << 30, 4).exchange.host_share, 0);
-  }
+}
+
+// Tuning as text (the MPI test programs' processes get it so): every field by name, sizes with
+// suffixes, unknown names and bad values refused.
+TEST(CollSelect, TuningSetsFieldsByName) {
+  Tuning t;
+  t.set("chunk", "8K");
+  t.set("max_chunks", "8");
+  t.set("rs_order", "rounds");
+  t.set("host_share", "0.25");
+  t.set("graphs", "0");
+  EXPECT_EQ(t.chunk, 8u << 10);
+  EXPECT_EQ(t.max_chunks, 8);
+  EXPECT_EQ(t.rs_order, Tuning::Order::Rounds);
+  EXPECT_DOUBLE_EQ(t.host_share, 0.25);
+  EXPECT_FALSE(t.graphs);
+  EXPECT_THROW(t.set("chunks", "8K"), Error);
+  EXPECT_THROW(t.set("rs_order", "sideways"), Error);
+  EXPECT_THROW(t.set("chunk", "lots"), Error);
+  t.chunk = 0;
+  EXPECT_THROW(t.validate(), Error);
 }
 
 TEST(CollSelect, TwoSocketNodeGetsHierarchicalAllreduce) {
@@ -518,53 +519,6 @@ TEST(CollSchedules, PermutationRoundsSendAndReceiveOneBlockPerRound) {
   EXPECT_EQ(p.copy_bytes(), size_t(n) * n << 20);  // n-1 peer blocks + 1 local per rank
 }
 
-TEST(CollSchedules, RoundLanesSplitEveryPeerBlockAndTheKernelCopiesTheOwnBlock) {
-  Exchange4 x;
-  const int n = Exchange4::n;
-  Scratch& scratch = x.scratch;
-  const Team& t = x.t;
-  const std::vector<const char*>& csend = x.csend;
-  const std::vector<char*>& recv = x.recv;
-  const size_t block = (1 << 20) + 4 * 1000;  // not a multiple of the lanes' 256-byte pieces
-  ExchangeOpts o;
-  o.round_lanes = 3;
-  o.local_kernel = true;
-  Program p(n);
-  build_alltoall(p, t, csend, recv, block, o, scratch);
-  // Per sender and destination: 3 pieces on 3 different lanes that tile the block exactly,
-  // each lane visiting the destinations in round order; the own block is one kernel.
-  std::map<std::pair<int, int>, std::map<size_t, size_t>> pieces;  // (i, j) -> offset -> bytes
-  std::map<std::pair<int, int>, std::vector<int>> lane_dests;      // (i, lane) -> dests
-  for (const Op& op : p.ops()) {
-    if (op.kind == Op::Reduce) {
-      EXPECT_EQ(op.srcs.size(), 1u);
-      EXPECT_EQ(op.count, block / 4);
-      EXPECT_EQ(op.srcs[0], csend[op.rank] + op.rank * block);
-      EXPECT_EQ(op.dst, recv[op.rank] + op.rank * block);
-      continue;
-    }
-    ASSERT_EQ(op.kind, Op::Copy);
-    EXPECT_NE(op.dst_dev, op.rank) << "the own block is the kernel's";
-    const size_t off = static_cast<const char*>(op.src) - (csend[op.rank] + op.dst_dev * block);
-    pieces[{op.rank, op.dst_dev}][off] = op.bytes;
-    lane_dests[{op.rank, op.lane}].push_back(op.dst_dev);
-  }
-  EXPECT_EQ(p.reductions(), size_t(n));
-  for (auto& [ij, m] : pieces) {
-    ASSERT_EQ(m.size(), 3u);
-    size_t at = 0;
-    for (auto& [off, bytes] : m) {
-      EXPECT_EQ(off, at);
-      at += bytes;
-    }
-    EXPECT_EQ(at, block);
-  }
-  for (auto& [il, d] : lane_dests) {
-    ASSERT_EQ(d.size(), 3u);
-    for (int r = 0; r < 3; ++r) EXPECT_EQ(d[r], (il.first + r + 1) % n);
-  }
-}
-
 // The sm exchanges: every block (own and peers') one kernel copy by its sender, no deps, no
 // host path; per rank the copies form one segment per source (allgather: one, read once).
 TEST(CollSchedules, KernelExchangesCopyEveryBlockOnceBySender) {
@@ -607,15 +561,15 @@ TEST(CollSchedules, KernelExchangesCopyEveryBlockOnceBySender) {
 }
 
 // Broadcast by copy kernels: pieces tile the message, each read once from the root by its
-// member and stored into every non-root member; pull and push move the whole message.
-TEST(CollSchedules, KernelBroadcastForms) {
+// member and stored into every non-root member.
+TEST(CollSchedules, KernelBroadcastInPieces) {
   Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
   auto bufs = fake(4, 1 << 30);
   const size_t bytes = 10000 + 1;
   const int root = 2;
-  for (const char* form : {"pieces", "pull", "push"}) {
+  {
     BcastOpts o;
-    o.kernel = form;
+    o.kernel = true;
     Program p(4);
     build_bcast(p, t, bufs, bytes, root, o);
     std::map<int, size_t> got;  // bytes each member receives
@@ -630,21 +584,16 @@ TEST(CollSchedules, KernelBroadcastForms) {
       got[op.dst_dev] += op.bytes;
       by_rank[op.rank].push_back(&op);
     }
-    for (int k : {0, 1, 3}) EXPECT_EQ(got[k], bytes) << form << " member " << k;
-    if (std::string(form) == "push") {
-      ASSERT_EQ(by_rank.size(), 1u);
-      EXPECT_EQ(copy_segments(by_rank[root]).size(), 1u);
-      continue;
-    }
-    EXPECT_EQ(by_rank.count(root), 0u) << form;
+    for (int k : {0, 1, 3}) EXPECT_EQ(got[k], bytes) << " member " << k;
+    EXPECT_EQ(by_rank.count(root), 0u);
     size_t read = 0;  // bytes read from the root, over all members
     for (auto& [rank, ops] : by_rank) {
       std::vector<CopySegment> segs = copy_segments(ops);
       ASSERT_EQ(segs.size(), 1u);
-      EXPECT_EQ(segs[0].dsts.size(), std::string(form) == "pieces" ? 3u : 1u);
+      EXPECT_EQ(segs[0].dsts.size(), 3u);
       read += segs[0].bytes;
     }
-    EXPECT_EQ(read, std::string(form) == "pieces" ? bytes : 3 * bytes) << form;
+    EXPECT_EQ(read, bytes);
   }
 }
 
@@ -788,48 +737,6 @@ TEST(CollSchedules, TwoshotIsOneKernelPerRankOverItsBlock) {
 
 // Per-rank graphs under the GPUs' barrier: a broadcast's forwards wait on flags that the
 // root's copies set; every wait has its signal, right after the op it stands for.
-// A copy-engine share: the kernels cover the rest of each block, the copies (the owner's own
-// engines reading its peers) wait for nothing on another GPU, and every element is reduced once.
-TEST(CollSchedules, CopyEngineShareCoversTheBlocksWithoutCrossRankWaits) {
-  const int n = 4;
-  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
-  auto buf = fake(n, 1 << 30);
-  std::vector<const char*> cbuf(buf.begin(), buf.end());
-  Topology topo = load_topology_file("h200x4");
-  auto backend = make_emulated_backend(topo);
-  Scratch scratch(*backend, {0, 1, 2, 3});
-  ReduceOpts o;
-  o.pull = true;
-  o.copy_share = 0.25;
-  o.receiver_copies = true;
-  const size_t count = (1 << 20) + 3;
-  for (bool allreduce : {false, true}) {
-    Program p(n);
-    if (allreduce) {
-      build_allreduce_twoshot(p, t, cbuf, buf, count, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, o, scratch);
-    } else {
-      Blocks b = split_blocks(count, n, 64);
-      std::vector<char*> out(n);
-      for (int j = 0; j < n; ++j) out[j] = buf[j] + b.off[j] * 4;
-      build_reduce_scatter(p, t, cbuf, out, b, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, o, scratch);
-    }
-    size_t reduced = 0, copied = 0, pushed = 0;
-    for (const Op& op : p.ops()) {
-      if (op.kind == Op::Reduce) reduced += op.count;
-      if (op.kind == Op::Copy && op.lane == kLaneOut) {
-        EXPECT_EQ(op.dst_dev, op.rank);  // the owner's engines read the peer
-        copied += op.bytes;
-      }
-      if (op.kind == Op::Copy && op.lane == kLaneOut2) pushed += op.bytes;
-      for (int d : op.deps) EXPECT_EQ(p.ops()[d].rank, op.rank);
-    }
-    EXPECT_EQ(reduced, count);
-    // Each owner reads a quarter of its block from each of n-1 peers (float32; aligned down).
-    EXPECT_NEAR(static_cast<double>(copied), (n - 1) * count * 0.25 * 4, 0.01 * count);
-    EXPECT_EQ(pushed, allreduce ? copied : 0u);
-  }
-}
-
 TEST(CollSchedules, PerRankSplitTurnsCrossRankWaitsIntoFlags) {
   const int n = 4;
   Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
@@ -871,98 +778,6 @@ TEST(CollSchedules, PerRankSplitTurnsCrossRankWaitsIntoFlags) {
   EXPECT_FALSE(waits.empty());
   for (auto& [key, count] : waits) EXPECT_EQ(signals[key], 1) << "rank " << key.first << " slot " << key.second;
   EXPECT_EQ(signals.size(), waits.size());
-}
-
-// Large messages: the copy-engine reduce-scatter's pieces split between NVLink (the senders'
-// out lanes, in rounds) and the host path (D2H by the sender, H2D by the owner, each owner's
-// H2D waiting for the sender's D2H), every byte of every piece once; the exchanges' SM share
-// is one kernel copy per peer block by its sender.
-TEST(CollSchedules, LargeMessageSharesCoverEveryByteOnce) {
-  const int n = 4;
-  Team t{{0, 1, 2, 3}, {0, 1, 2, 3}};
-  auto buf = fake(n, 1 << 30);
-  std::vector<const char*> cbuf(buf.begin(), buf.end());
-  Topology topo = load_topology_file("h200x4");
-  auto backend = make_emulated_backend(topo);
-  Scratch scratch(*backend, {0, 1, 2, 3});
-  ReduceOpts o;
-  o.chunks = 4;
-  o.slots = 4;
-  o.host_share = 0.1;
-  const size_t count = (1 << 20) + 3;  // per block, float32
-  Blocks b = split_blocks(count * n, n, 64);
-  std::vector<char*> out(n);
-  for (int j = 0; j < n; ++j) out[j] = buf[j] + b.off[j] * 4;
-  Program p(n);
-  build_reduce_scatter(p, t, cbuf, out, b, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, o, scratch);
-  size_t nv = 0, d2h = 0, h2d = 0;
-  for (const Op& op : p.ops()) {
-    if (op.kind != Op::Copy) continue;
-    if (op.lane == kLaneOut) {
-      EXPECT_EQ(op.src_dev, op.rank);
-      nv += op.bytes;
-    } else if (op.lane == kLaneD2H) {
-      EXPECT_EQ(op.dst_dev, kHostDevice);
-      EXPECT_EQ(op.src_dev, op.rank);
-      d2h += op.bytes;
-    } else if (op.lane == kLaneH2D) {
-      EXPECT_EQ(op.dst_dev, op.rank);
-      ASSERT_FALSE(op.deps.empty());
-      const Op& from = p.ops()[op.deps.back()];
-      EXPECT_EQ(from.lane, kLaneD2H);
-      EXPECT_EQ(from.dst, op.src);
-      EXPECT_EQ(from.bytes, op.bytes);
-      h2d += op.bytes;
-    }
-  }
-  size_t moved = 0;  // every block from each of its n-1 peers
-  for (size_t cnt : b.cnt) moved += (n - 1) * cnt * 4;
-  EXPECT_EQ(nv + h2d, moved);
-  EXPECT_EQ(d2h, h2d);
-  EXPECT_NEAR(static_cast<double>(h2d), 0.1 * moved, 0.01 * moved);
-  {
-    // With an SM share too: the sender's kernel copies the head of every piece into the slot.
-    ReduceOpts so = o;
-    so.sm_share = 0.2;
-    Program q(n);
-    build_reduce_scatter(q, t, cbuf, out, b, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, so, scratch);
-    size_t all = 0, kernel = 0;
-    for (const Op& op : q.ops()) {
-      if (op.kind != Op::Copy || op.dst_dev == kHostDevice) continue;  // count each host byte once (H2D)
-      all += op.bytes;
-      if (op.by_kernel) {
-        EXPECT_EQ(op.lane, kLaneSm);
-        EXPECT_EQ(op.src_dev, op.rank);
-        kernel += op.bytes;
-      }
-    }
-    EXPECT_EQ(all, moved);
-    EXPECT_NEAR(static_cast<double>(kernel), 0.2 * 0.9 * moved, 0.01 * moved);
-  }
-
-  for (bool gather : {false, true}) {
-    Program x(n);
-    ExchangeOpts eo;
-    eo.sm_share = 0.25;
-    const size_t block = 1 << 20;
-    if (gather) build_allgather(x, t, cbuf, buf, block, eo, scratch);
-    else build_alltoall(x, t, cbuf, buf, block, eo, scratch);
-    size_t kernels = 0, by_kernel = 0, by_engine = 0;
-    for (const Op& op : x.ops()) {
-      EXPECT_NE(op.kind, Op::Reduce);
-      if (op.kind == Op::Copy && op.by_kernel) {
-        EXPECT_EQ(op.lane, kLaneSm);
-        EXPECT_EQ(op.src_dev, op.rank);  // the sender's kernel stores into the peer
-        EXPECT_NE(op.dst_dev, op.rank);
-        ++kernels;
-        by_kernel += op.bytes;
-      }
-      if (op.kind == Op::Copy && op.lane == kLaneOut) by_engine += op.bytes;
-    }
-    EXPECT_EQ(kernels, size_t(n) * (n - 1));
-    EXPECT_EQ(by_kernel, size_t(n) * (n - 1) * block / 4);
-    EXPECT_EQ(by_kernel + by_engine, size_t(n) * (n - 1) * block);
-  }
 }
 
 // Round-major copy-engine reduce-scatter: one whole-block copy per sender and round but the last,

@@ -44,6 +44,23 @@ def test_allreduce_raw_pointers_match_numpy(ctx, ranks):
             ctx.free_device(p)
 
 
+def test_tuning_moves_a_crossover_and_is_checked(ctx):
+    n = 1001
+    data = [np.full(n, r + 1.0) for r in range(2)]
+    send = [_upload(ctx, r, data[r]) for r in range(2)]
+    recv = [ctx.alloc_device(r, n * 8) for r in range(2)]
+    for tuning, schedule in (({}, "oneshot"), ({"oneshot_max": "0"}, "twoshot")):
+        comm = gpustripe.Comm(ctx, [0, 1], tuning=tuning)
+        comm.allreduce(send, recv, count=n, dtype="float64")
+        assert f" {schedule}:" in comm.last_schedule, comm.last_schedule
+        np.testing.assert_array_equal(_download(ctx, recv[1], 1, n, np.float64), np.full(n, 3.0))
+    for bad in ({"chunks": "8K"}, {"chunk": "lots"}, {"chunk": "0"}):
+        with pytest.raises(gpustripe.Error):
+            gpustripe.Comm(ctx, [0, 1], tuning=bad)
+    for p in send + recv:
+        ctx.free_device(p)
+
+
 def test_alltoall_and_inplace_allgather(ctx):
     ranks = 4 if ctx.device_count >= 4 else 2
     comm = gpustripe.Comm(ctx, list(range(ranks)))
@@ -145,16 +162,17 @@ def test_bench_coll_variants_time_other_settings(cli, tmp_path):
 
     assert parse_variants("a:GPUSTRIPE_X=1,GPUSTRIPE_Y=2; b@bcast+allreduce:GPUSTRIPE_X=3") == [
         ("a", {"GPUSTRIPE_X": "1", "GPUSTRIPE_Y": "2"}, []), ("b", {"GPUSTRIPE_X": "3"}, ["bcast", "allreduce"])]
-    for bad in ("a", "a:X=1", ":GPUSTRIPE_X=1", "a:GPUSTRIPE_X", "a@gather:GPUSTRIPE_X=1"):
+    assert parse_variants("t:chunk=8K,GPUSTRIPE_X=1") == [("t", {"chunk": "8K", "GPUSTRIPE_X": "1"}, [])]
+    for bad in ("a", "a:X=1", ":GPUSTRIPE_X=1", "a:GPUSTRIPE_X", "a@gather:GPUSTRIPE_X=1", "a:Chunk=1"):
         with pytest.raises(SystemExit):
             parse_variants(bad)
     p = cli("bench", "coll", "--sizes", "64K", "--gpus", "2", "--ops", "reduce_scatter", "--iters", "1",
             "--trials", "1", "--warmup", "1", "--methods", "gpustripe", "--no-write",
-            "--variants", "sender:GPUSTRIPE_COLL_RS_COPIES=sender,GPUSTRIPE_COLL_PULL_MAX=0;"
-                          "other@alltoall:GPUSTRIPE_COLL_RS_COPIES=sender")
-    # The variant's rows carry its schedule: the senders' copy engines, not the default.
-    lines = [ln for ln in p.stdout.splitlines() if "gpustripe_sender" in ln and "reduce_scatter 64K" in ln]
-    assert lines and all("copies=sender" in ln for ln in lines), p.stdout
+            "--variants", "forced:GPUSTRIPE_COLL_ALGO=rs_copy,chunk=8K;"
+                          "other@alltoall:GPUSTRIPE_COLL_ALGO=all_at_once")
+    # The variant's rows carry its schedule: the copy engines' reduce-scatter in 8K chunks, not the default.
+    lines = [ln for ln in p.stdout.splitlines() if "gpustripe_forced" in ln and "reduce_scatter 64K" in ln]
+    assert lines and all("rs_copy chunks=" in ln for ln in lines), p.stdout
     assert "gpustripe_other" not in p.stdout  # limited to an op this run does not time
 
 

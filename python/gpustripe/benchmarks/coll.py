@@ -53,11 +53,12 @@ def add_arguments(p):
     p.add_argument("--timeout", type=int, default=900, help="seconds allowed to each NCCL/MPI worker run")
     p.add_argument("--host-shares", default="",
                    help="also time gpustripe alltoall/allgather with these host-path shares (comma list, e.g. "
-                        "0,0.03,0.06), as methods gpustripe_host<percent>: for tuning the automatic share")
+                        "0,0.03,0.06), as methods gpustripe_host<percent>: for checking the automatic share")
     p.add_argument("--variants", default="",
-                   help="also time gpustripe under other settings, as methods gpustripe_<name>: "
-                        "'NAME[@OP+OP]:VAR=VALUE,VAR=VALUE;NAME:...' (e.g. "
-                        "'sender@allreduce+reduce_scatter:GPUSTRIPE_COLL_RS_COPIES=sender'; @ limits the ops); "
+                   help="also time gpustripe under other settings or collective tuning, as methods "
+                        "gpustripe_<name>: 'NAME[@OP+OP]:KEY=VALUE,KEY=VALUE;NAME:...', each KEY a GPUSTRIPE_ "
+                        "setting or a field of the communicator's tuning (coll::Tuning, e.g. "
+                        "'copies@allreduce+reduce_scatter:ar_copy_min=0,rs_copy_min=0'; @ limits the ops); "
                         "for tuning, never for results")
 
 
@@ -84,10 +85,10 @@ def _progress(row):
 
 # ---------------------------------------------------------------- gpustripe
 
-def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent, method="gpustripe"):
+def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent, method="gpustripe", tuning=None):
     from .. import Comm, Error, coll_time, dtype_size
 
-    comm = Comm(ctx, list(range(ranks)))
+    comm = Comm(ctx, list(range(ranks)), tuning=tuning or {})
     esz = dtype_size(args.dtype)
     for op in ops:
         for size in sizes:
@@ -107,7 +108,8 @@ def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent, method="gpustripe
 
 
 def parse_variants(text: str) -> list[tuple[str, dict, list]]:
-    """'NAME[@OP+OP]:VAR=VALUE,VAR=VALUE;NAME:...' -> [(NAME, {VAR: VALUE}, [OP...] or [])]."""
+    """'NAME[@OP+OP]:KEY=VALUE,KEY=VALUE;NAME:...' -> [(NAME, {KEY: VALUE}, [OP...] or [])]; a KEY is a
+    GPUSTRIPE_ setting or a tuning field (lower case)."""
     out = []
     for item in (x.strip() for x in text.split(";")):
         if not item:
@@ -121,8 +123,9 @@ def parse_variants(text: str) -> list[tuple[str, dict, list]]:
         env = {}
         for kv in (x.strip() for x in body.split(",")):
             var, eq, val = kv.partition("=")
-            if not eq or not var.startswith("GPUSTRIPE_"):
-                raise SystemExit(f"gpustripe bench coll: --variants: '{kv}' in '{item}' is not GPUSTRIPE_...=VALUE")
+            if not eq or not (var.startswith("GPUSTRIPE_") or (var.isidentifier() and var.islower())):
+                raise SystemExit(f"gpustripe bench coll: --variants: '{kv}' in '{item}' is not "
+                                 "GPUSTRIPE_...=VALUE or tuning_field=VALUE")
             env[var] = val
         if not sep or not name.strip() or not env:
             raise SystemExit(f"gpustripe bench coll: --variants: '{item}' is not NAME:VAR=VALUE[,VAR=VALUE]")
@@ -131,17 +134,19 @@ def parse_variants(text: str) -> list[tuple[str, dict, list]]:
 
 
 def _variant_sweep(ctx, ranks, ops, sizes, args, rows, absent):
-    """The settings are read at every call, so one communicator serves every variant."""
+    """One communicator per variant: its tuning is the communicator's; its settings are read at every call."""
     variants = parse_variants(args.variants)
     shares = [float(x) for x in args.host_shares.split(",") if x.strip()]
     exch = [o for o in ops if o in ("alltoall", "allgather")]
     runs = [(name, env, [o for o in ops if not only or o in only]) for name, env, only in variants]
-    runs += [(f"host{f * 100:g}", {"GPUSTRIPE_COLL_HOST_SHARE": repr(f)}, exch) for f in shares if exch]
-    for name, env, run_ops in runs:
+    runs += [(f"host{f * 100:g}", {"host_share": repr(f)}, exch) for f in shares if exch]
+    for name, keys, run_ops in runs:
         if not run_ops:
             continue
+        env = {k: v for k, v in keys.items() if k.startswith("GPUSTRIPE_")}
+        tuning = {k: v for k, v in keys.items() if not k.startswith("GPUSTRIPE_")}
         with scoped_env(env):
-            _run_gpustripe(ctx, ranks, run_ops, sizes, args, rows, absent, method=f"gpustripe_{name}")
+            _run_gpustripe(ctx, ranks, run_ops, sizes, args, rows, absent, method=f"gpustripe_{name}", tuning=tuning)
 
 
 # ---------------------------------------------------------------- NCCL through torch.distributed
