@@ -24,7 +24,11 @@ std::map<MPI_Win, std::unique_ptr<DeviceWindow>>& windows() {
   return *w;
 }
 
+WinWaitCounts wait_counts;
+
 }  // namespace
+
+WinWaitCounts win_wait_counts() { return wait_counts; }
 
 DeviceWindow* find_window(MPI_Win w) {
   auto it = windows().find(w);
@@ -390,6 +394,7 @@ uint64_t DeviceWindow::get(void* origin, int ocount, MPI_Datatype otype, int tar
 }
 
 bool DeviceWindow::op_done(uint64_t id) {
+  rt_.mover().new_pass();  // each call asks anew (see complete_ops)
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
     if (it->id != id) continue;
     if (!finished(*it)) return false;
@@ -401,8 +406,17 @@ bool DeviceWindow::op_done(uint64_t id) {
 
 void DeviceWindow::complete_ops(int target) {
   if (pending_.empty()) return;
-  ipc::Waiter w(format("window: rank %d waiting for its puts and gets to complete", rank_), [this] { idle(); });
+  bool waited = false, ticked = false;
+  ipc::Waiter w(format("window: rank %d waiting for its puts and gets to complete", rank_), [this, &ticked] {
+    ticked = true;
+    idle();
+  });
   for (;;) {
+    // Every poll is a new pass of the mover: within one pass it does not ask again about a
+    // stream whose oldest copy it saw running, and the endpoint's progress (which starts
+    // passes) runs here only at the Waiter's liveness tick, every 5 ms: without this, a copy
+    // still running at the first poll would be seen complete only at the next tick.
+    rt_.mover().new_pass();
     bool all = true;
     for (auto it = pending_.begin(); it != pending_.end();) {
       if ((target < 0 || it->target == target) && finished(*it)) {
@@ -412,9 +426,13 @@ void DeviceWindow::complete_ops(int target) {
       if (target < 0 || it->target == target) all = false;
       ++it;
     }
-    if (all) return;
+    if (all) break;
+    waited = true;
     w.pause();
   }
+  if (!waited) return;
+  ++wait_counts.waits;
+  if (ticked) ++wait_counts.ticked;
 }
 
 void DeviceWindow::check_members() const {

@@ -202,6 +202,16 @@ class DeviceWindow {
   uint64_t barrier_seq_ = 0;
 };
 
+// This process's waits for its puts and gets to complete (flush, unlock, fence, complete,
+// free): how many had to wait at all, and how many of those lasted until the wait's liveness
+// tick (idle(), every few milliseconds). A copy of a few bytes completes in microseconds, so
+// nearly none should: tests check that completion is seen by polling the copies, not by the
+// tick.
+struct WinWaitCounts {
+  uint64_t waits = 0, ticked = 0;
+};
+WinWaitCounts win_wait_counts();
+
 // The window behind an MPI handle, or null (the MPI's own window).
 DeviceWindow* find_window(MPI_Win w);
 void add_window(std::unique_ptr<DeviceWindow> w);
