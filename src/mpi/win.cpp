@@ -14,6 +14,7 @@
 #include "ipc/wait.hpp"
 #include "mpi/datatype.hpp"
 #include "mpi/win_shared.hpp"
+#include "p2p/mover.hpp"
 
 namespace gpustripe::mpi {
 namespace {
@@ -347,8 +348,14 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
         backend_.can_access_peer(tdev, odev))
       backend_.enable_peer_access(tdev, odev);
     StreamHandle s = put_stream(tdev);
-    // Both ranges are checked: the origin by check_within, the target by resolve.
-    backend_.copy_async_prechecked(t, tdev, o, odev, tb, s);
+    // Both ranges are checked: the origin by check_within, the target by resolve. Larger than
+    // the model's direct-alone size between two GPUs: the engine's plan (direct + host staging
+    // where it pays), with the direct path and the relays into the mapping issued from its GPU.
+    Engine& engine = rt_.context().engine();
+    if (odev != kHostDevice && odev != tdev && engine.planner() && tb > put_direct_limit(odev, tdev))
+      engine.copy_async_from_dst(t, tdev, o, odev, tb, s);
+    else
+      backend_.copy_async_prechecked(t, tdev, o, odev, tb, s);
     std::vector<EventHandle>& pool = free_events_[tdev];
     if (pool.empty()) {
       p.event = backend_.create_event(tdev, false);
@@ -365,6 +372,13 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
   }
   pending_.push_back(p);
   return p.id;
+}
+
+uint64_t DeviceWindow::put_direct_limit(int odev, int tdev) {
+  auto it = put_direct_limits_.find({odev, tdev});
+  if (it == put_direct_limits_.end())
+    it = put_direct_limits_.emplace(std::make_pair(odev, tdev), p2p::direct_limit(rt_.context().engine(), odev, tdev)).first;
+  return it->second;
 }
 
 StreamHandle DeviceWindow::put_stream(int dev) {

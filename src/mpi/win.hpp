@@ -139,6 +139,8 @@ class DeviceWindow {
   };
   bool finished(Pending& p);  // true once complete (its event goes back to the pool)
   StreamHandle put_stream(int dev);
+  // p2p::direct_limit of (origin GPU, target GPU), asked once per pair.
+  uint64_t put_direct_limit(int odev, int tdev);
   WinShared& shm() const;
   void publish_region(int slot, void* base, uint64_t bytes);
   Region map_region(int target, int slot);
@@ -186,6 +188,7 @@ class DeviceWindow {
   std::vector<Pending> pending_;
   uint64_t next_id_ = 1;
   std::map<int, StreamHandle> put_streams_;  // per target GPU: puts and accumulates there
+  std::map<std::pair<int, int>, uint64_t> put_direct_limits_;
   std::set<std::pair<int, int>> peer_enabled_;  // (target GPU, origin GPU) pairs asked already
   struct Scratch {
     char* p = nullptr;

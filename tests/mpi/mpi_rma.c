@@ -11,7 +11,8 @@
  * against a host reference), MPI_MAXLOC on MPI_2INT, fetch-and-add counters (every fetched
  * value distinct), compare-and-swap (one winner), dynamic windows (attach/detach),
  * MPI_Win_allocate of device memory (info gpustripe_device), host windows left to the MPI, and
- * get epochs completing at unlock by polling their copies while the target makes no MPI call.
+ * get epochs completing at unlock by polling their copies while the target makes no MPI call,
+ * and large puts and gets (split across paths where the model says so).
  * Prints "mpi_rma: all checks passed on N ranks". */
 #include "mpi_test_util.h"
 
@@ -230,6 +231,47 @@ static void gets_complete_by_polling(void) {
   buf_free(&hk, &mem);
   buf_free(&hk, &got);
   if (rank == 0) printf("gets complete at unlock by polling, the target outside MPI\n");
+}
+
+/* Large puts and gets (where the model splits a copy direct + host staging: puts then run the
+ * engine's plan from a stream of the target's GPU, gets the mover's copies): every rank puts into
+ * the next rank's window and gets from the previous one, at random offsets, every byte checked. */
+static void large_puts_and_gets(void) {
+  const size_t L = 32u << 20;
+  buf_t mem = buf_new(&hk, rank % ndev, L), src = buf_new(&hk, rank % ndev, L), dst = buf_new(&hk, rank % ndev, L);
+  memset(mem.h, 0, L);
+  buf_push(&hk, &mem);
+  MPI_Win win;
+  CHECK(MPI_Win_create(mem.p, (MPI_Aint)L, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win) == MPI_SUCCESS);
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  for (int round = 0; round < 2; ++round) {
+    /* Offsets from a seed every rank shares: each knows what its origin wrote into it. */
+    size_t off[8];
+    for (int r = 0; r < size; ++r) {
+      rng_state = 0xB16B00B5ull ^ ((uint64_t)round << 24) ^ (uint64_t)r;
+      rnd();
+      off[r] = rnd() % (L / 4);
+    }
+    const size_t n_mine = L - off[rank], n_prev = L - off[prev];
+    fill(src.h, n_mine, rank, 31, round);
+    buf_push(&hk, &src);
+    CHECK(MPI_Win_fence(0, win) == MPI_SUCCESS);
+    CHECK(MPI_Put(src.p, (int)n_mine, MPI_BYTE, next, (MPI_Aint)off[rank], (int)n_mine, MPI_BYTE, win) == MPI_SUCCESS);
+    CHECK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win) == MPI_SUCCESS);
+    buf_pull(&hk, &mem);
+    CHECK(same(mem.h + off[prev], n_prev, prev, 31, round));
+    /* Get back what this rank put, from the next rank's window. */
+    CHECK(MPI_Win_lock(MPI_LOCK_SHARED, next, 0, win) == MPI_SUCCESS);
+    CHECK(MPI_Get(dst.p, (int)n_mine, MPI_BYTE, next, (MPI_Aint)off[rank], (int)n_mine, MPI_BYTE, win) == MPI_SUCCESS);
+    CHECK(MPI_Win_unlock(next, win) == MPI_SUCCESS);
+    buf_pull(&hk, &dst);
+    CHECK(same(dst.h, n_mine, rank, 31, round));
+  }
+  CHECK(MPI_Win_free(&win) == MPI_SUCCESS);
+  buf_free(&hk, &mem);
+  buf_free(&hk, &src);
+  buf_free(&hk, &dst);
+  if (rank == 0) printf("large puts and gets: every byte checked\n");
 }
 
 static int err_class(int rc) {
@@ -640,6 +682,7 @@ int main(int argc, char** argv) {
   puts_and_gets(win, &mem, model);
   progress_in_fence(win);
   gets_complete_by_polling();
+  large_puts_and_gets();
   errors(win, &mem, model);
   accumulates(win, &mem);
   atomics(win, &mem);
