@@ -12,8 +12,9 @@
 // windows: on first access to a region, through the p2p layer's mapping cache,
 // whose buffer id check never serves a freed and reallocated buffer). An origin
 // then moves data itself, on a stream of the target's GPU (where the mapping lives
-// in this process): a put is one copy from its buffer straight into the target's
-// memory, a get an engine copy the other way (multi-path where the plan says so).
+// in this process): a put is a copy from its buffer straight into the target's memory
+// (Engine::copy_async_from_dst above the model's direct-alone size: multi-path where the
+// plan says so), a get the mover's copy the other way (the same, as p2p's pull).
 // The target takes no part: passive target needs no progress on its side.
 //
 // Synchronization lives in the same segment, so it needs no target progress either
