@@ -14,7 +14,8 @@
 //   --busy-ms N            lock only: the target spends N ms outside MPI (a sleep) while the
 //                          origin runs its epochs (the "target busy" pattern: an origin whose
 //                          operations need the target's progress waits for it)
-//   --min/--max bytes, --mem device|host, --iters N (0: by size), --method NAME (label)
+//   --min/--max bytes, --mem device|host, --iters N (0: by size, fewer where a row would
+//                          last more than kRowSeconds at the warm-up's rate), --method NAME (label)
 // Prints "ROW {json}" per size: op, method, sync, bytes, gbps (per pair), us (per epoch),
 // mops (operations per second, millions), window, ranks, agg_gbps (sum over pairs), mem, iters.
 //
@@ -76,6 +77,25 @@ int iterations(const Options& o, size_t n) {
   if (o.iters > 0) return o.iters;
   const size_t per_epoch = n * (is_bw(o) ? o.window : 1);
   return static_cast<int>(std::clamp<size_t>((size_t(1) << 30) / std::max<size_t>(per_epoch, 1), 10, 1000));
+}
+
+// Seconds one row's timed epochs may take (--iters 0): the epochs by size are cut to what fits
+// at the warm-up's rate, so a slow method or size does not hold up the whole comparison.
+constexpr double kRowSeconds = 0.2;
+constexpr int kMinTimed = 5;
+
+// The timed epochs of a row, the same on every rank (fence and PSCW pair them): `by_size`, cut
+// to kRowSeconds at the slowest origin's warm-up rate (`warm` epochs in `warm_s` seconds; 0: not
+// an origin).
+int timed_iterations(const Options& o, int by_size, int warm, double warm_s) {
+  int mine = by_size;
+  if (o.iters == 0 && warm_s > 0) {
+    const double fit = kRowSeconds * warm / warm_s;
+    if (fit < by_size) mine = std::max(kMinTimed, static_cast<int>(fit));
+  }
+  int all = mine;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all;
 }
 
 // One run of `iters` epochs; returns seconds (on the origin; the target's time is its wait).
@@ -183,8 +203,11 @@ int main(int argc, char** argv) {
       rc = kSkipped;
       break;
     }
-    const int iters = iterations(o, n);
-    run(o, win, peer_group, origin, peer, buf, n, std::max(2, iters / 10), stride);  // warm-up
+    const int by_size = iterations(o, n);
+    const int warm = std::clamp(by_size / 10, 2, 10);
+    const double warm_s = run(o, win, peer_group, origin, peer, buf, n, warm, stride);
+    // The origins' rate: a target's loop may include its --busy-ms sleep.
+    const int iters = timed_iterations(o, by_size, warm, origin ? warm_s : 0);
     double s = run(o, win, peer_group, origin, peer, buf, n, iters, stride);
     MPI_Win_free(&win);
     bench::free_buf(buf, o.device);

@@ -170,6 +170,28 @@ void Engine::copy(void* dst, int dst_dev, const void* src, int src_dev, uint64_t
   backend_.synchronize_stream(stream);
 }
 
+void Engine::copy_async_from_dst(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes,
+                                 StreamHandle stream) {
+  const CopyAllocations allocs = check_copy(backend_, dst, dst_dev, src, src_dev, bytes);
+  if (bytes == 0) return;
+  std::shared_ptr<const Plan> plan = planner_ && src_dev != dst_dev ? cached_plan(src_dev, dst_dev, bytes) : nullptr;
+  const bool plain = !plan || (plan->single_path() && plan->paths[0].kind == PathKind::Direct) ||
+                     std::any_of(plan->paths.begin(), plan->paths.end(),
+                                 [](const PathPlan& p) { return p.kind == PathKind::GpuStaged; });
+  if (src_dev != dst_dev) ensure_peer(dst_dev, src_dev);  // dst's context reads src
+  if (plain) {
+    backend_.copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, stream);
+    ++plain_copies_;
+    return;
+  }
+  RunMode mode;
+  mode.replay = false;  // a graph is captured from a stream of the source GPU
+  mode.caller_on_dst = true;
+  mode.src_alloc = allocs.src;
+  mode.dst_alloc = allocs.dst;
+  execute(*plan, dst, src, stream, false, mode);
+}
+
 void Engine::copy_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
   run_given(plan, dst, src, stream, RunMode{});
 }
@@ -335,7 +357,7 @@ void Engine::enqueue_schedule(const Plan& plan, char* dst, const char* src, Stre
   // caller's, only for the earlier readers of the staging ranges they reuse.
   EventHandle start = nullptr;
   if (!mode.detached && !std::all_of(plan.paths.begin(), plan.paths.end(), on_caller)) {
-    start = caller_event(S);
+    start = caller_event(mode.caller_on_dst ? D : S);
     backend_.record_event(start, caller);
   }
   std::vector<Lane*> forked, finals;

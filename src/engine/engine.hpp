@@ -77,6 +77,15 @@ class Engine {
   // Devices and null pointers are still checked.
   void copy_direct_prechecked(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes,
                               StreamHandle stream);
+  // copy_async into memory that must be written from its own GPU's context: another process's
+  // memory mapped into this one lives in the context of the GPU it was opened on, and copies
+  // into it issued from another GPU's context take a slow path (about PCIe speed). `stream`
+  // belongs to dst_dev: the direct path runs on it and the staged paths' relays on lanes of
+  // dst_dev, as always; the first hops read src on lanes of src_dev, forked from `stream`. Where
+  // the plan stages through another GPU (whose relay would write from that GPU) or is the direct
+  // path alone: one plain copy on `stream`. Enqueued, never replayed as a graph.
+  void copy_async_from_dst(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes,
+                           StreamHandle stream);
   // Executes a given plan (forced plans of the model's accuracy check and the tuner).
   // The plan's src/dst/bytes name the devices and size; pointers are checked like copy_async's.
   void copy_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream);
@@ -116,6 +125,7 @@ class Engine {
     bool own_area = false;  // host staging in the source GPU's second area
     bool apart = false;     // the direct path issued before the staged part's launch
     bool detached = false;  // copy_with_plan_detached (with apart)
+    bool caller_on_dst = false;  // the caller's stream belongs to the destination GPU (copy_async_from_dst)
     // The allocations the copy reads and writes (check_copy's queries): a captured graph refers
     // to the allocations behind its pointers, so its key names them (base, size, buffer id).
     PointerInfo src_alloc, dst_alloc;

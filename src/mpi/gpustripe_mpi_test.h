@@ -30,6 +30,11 @@ void* gpustripe_mpi_test_alloc_as(int dev, size_t bytes, const char* how);
  * (mappings opened with a file descriptor), "fd_offered", "fd_taken", "fd_requested",
  * "fd_served"; -1 for an unknown name or no runtime. */
 long long gpustripe_mpi_test_ipc_counter(const char* name);
+/* A counter of this rank's device windows: "completion_waits" (flush, unlock, fence, complete
+ * or free calls that had to wait for their puts and gets), "completion_ticked" (those of them
+ * that lasted until the wait's liveness tick, every few milliseconds); -1 for an unknown name
+ * or no runtime. */
+long long gpustripe_mpi_test_win_counter(const char* name);
 /* Copies between any two of host and device memory; 0 on success. */
 int gpustripe_mpi_test_copy(void* dst, const void* src, size_t bytes);
 /* The next collective team this process sets up (a communicator's first collective on

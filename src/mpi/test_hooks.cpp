@@ -7,6 +7,7 @@
 #include "mpi/coll_team.hpp"
 #include "mpi/ops.hpp"
 #include "mpi/runtime.hpp"
+#include "mpi/win.hpp"
 
 using namespace gpustripe;
 using namespace gpustripe::mpi;
@@ -59,6 +60,15 @@ long long gpustripe_mpi_test_ipc_counter(const char* name) {
       {"fd_requested", f.requested}, {"fd_served", f.served}};
   for (const auto& kv : all)
     if (std::strcmp(kv.first, name) == 0) return static_cast<long long>(kv.second);
+  return -1;
+}
+
+long long gpustripe_mpi_test_win_counter(const char* name) {
+  if (!Runtime::get() || !name) return -1;
+  std::lock_guard<std::recursive_mutex> l(lock());
+  const WinWaitCounts c = win_wait_counts();
+  if (std::strcmp(name, "completion_waits") == 0) return static_cast<long long>(c.waits);
+  if (std::strcmp(name, "completion_ticked") == 0) return static_cast<long long>(c.ticked);
   return -1;
 }
 

@@ -14,6 +14,7 @@
 #include "ipc/wait.hpp"
 #include "mpi/datatype.hpp"
 #include "mpi/win_shared.hpp"
+#include "p2p/mover.hpp"
 
 namespace gpustripe::mpi {
 namespace {
@@ -24,7 +25,11 @@ std::map<MPI_Win, std::unique_ptr<DeviceWindow>>& windows() {
   return *w;
 }
 
+WinWaitCounts wait_counts;
+
 }  // namespace
+
+WinWaitCounts win_wait_counts() { return wait_counts; }
 
 DeviceWindow* find_window(MPI_Win w) {
   auto it = windows().find(w);
@@ -343,8 +348,14 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
         backend_.can_access_peer(tdev, odev))
       backend_.enable_peer_access(tdev, odev);
     StreamHandle s = put_stream(tdev);
-    // Both ranges are checked: the origin by check_within, the target by resolve.
-    backend_.copy_async_prechecked(t, tdev, o, odev, tb, s);
+    // Both ranges are checked: the origin by check_within, the target by resolve. Larger than
+    // the model's direct-alone size between two GPUs: the engine's plan (direct + host staging
+    // where it pays), with the direct path and the relays into the mapping issued from its GPU.
+    Engine& engine = rt_.context().engine();
+    if (odev != kHostDevice && odev != tdev && engine.planner() && tb > put_direct_limit(odev, tdev))
+      engine.copy_async_from_dst(t, tdev, o, odev, tb, s);
+    else
+      backend_.copy_async_prechecked(t, tdev, o, odev, tb, s);
     std::vector<EventHandle>& pool = free_events_[tdev];
     if (pool.empty()) {
       p.event = backend_.create_event(tdev, false);
@@ -361,6 +372,13 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
   }
   pending_.push_back(p);
   return p.id;
+}
+
+uint64_t DeviceWindow::put_direct_limit(int odev, int tdev) {
+  auto it = put_direct_limits_.find({odev, tdev});
+  if (it == put_direct_limits_.end())
+    it = put_direct_limits_.emplace(std::make_pair(odev, tdev), p2p::direct_limit(rt_.context().engine(), odev, tdev)).first;
+  return it->second;
 }
 
 StreamHandle DeviceWindow::put_stream(int dev) {
@@ -390,6 +408,7 @@ uint64_t DeviceWindow::get(void* origin, int ocount, MPI_Datatype otype, int tar
 }
 
 bool DeviceWindow::op_done(uint64_t id) {
+  rt_.mover().new_pass();  // each call asks anew (see complete_ops)
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
     if (it->id != id) continue;
     if (!finished(*it)) return false;
@@ -401,8 +420,17 @@ bool DeviceWindow::op_done(uint64_t id) {
 
 void DeviceWindow::complete_ops(int target) {
   if (pending_.empty()) return;
-  ipc::Waiter w(format("window: rank %d waiting for its puts and gets to complete", rank_), [this] { idle(); });
+  bool waited = false, ticked = false;
+  ipc::Waiter w(format("window: rank %d waiting for its puts and gets to complete", rank_), [this, &ticked] {
+    ticked = true;
+    idle();
+  });
   for (;;) {
+    // Every poll is a new pass of the mover: within one pass it does not ask again about a
+    // stream whose oldest copy it saw running, and the endpoint's progress (which starts
+    // passes) runs here only at the Waiter's liveness tick, every 5 ms: without this, a copy
+    // still running at the first poll would be seen complete only at the next tick.
+    rt_.mover().new_pass();
     bool all = true;
     for (auto it = pending_.begin(); it != pending_.end();) {
       if ((target < 0 || it->target == target) && finished(*it)) {
@@ -412,9 +440,13 @@ void DeviceWindow::complete_ops(int target) {
       if (target < 0 || it->target == target) all = false;
       ++it;
     }
-    if (all) return;
+    if (all) break;
+    waited = true;
     w.pause();
   }
+  if (!waited) return;
+  ++wait_counts.waits;
+  if (ticked) ++wait_counts.ticked;
 }
 
 void DeviceWindow::check_members() const {

@@ -12,8 +12,9 @@
 // windows: on first access to a region, through the p2p layer's mapping cache,
 // whose buffer id check never serves a freed and reallocated buffer). An origin
 // then moves data itself, on a stream of the target's GPU (where the mapping lives
-// in this process): a put is one copy from its buffer straight into the target's
-// memory, a get an engine copy the other way (multi-path where the plan says so).
+// in this process): a put is a copy from its buffer straight into the target's memory
+// (Engine::copy_async_from_dst above the model's direct-alone size: multi-path where the
+// plan says so), a get the mover's copy the other way (the same, as p2p's pull).
 // The target takes no part: passive target needs no progress on its side.
 //
 // Synchronization lives in the same segment, so it needs no target progress either
@@ -139,6 +140,8 @@ class DeviceWindow {
   };
   bool finished(Pending& p);  // true once complete (its event goes back to the pool)
   StreamHandle put_stream(int dev);
+  // p2p::direct_limit of (origin GPU, target GPU), asked once per pair.
+  uint64_t put_direct_limit(int odev, int tdev);
   WinShared& shm() const;
   void publish_region(int slot, void* base, uint64_t bytes);
   Region map_region(int target, int slot);
@@ -186,6 +189,7 @@ class DeviceWindow {
   std::vector<Pending> pending_;
   uint64_t next_id_ = 1;
   std::map<int, StreamHandle> put_streams_;  // per target GPU: puts and accumulates there
+  std::map<std::pair<int, int>, uint64_t> put_direct_limits_;
   std::set<std::pair<int, int>> peer_enabled_;  // (target GPU, origin GPU) pairs asked already
   struct Scratch {
     char* p = nullptr;
@@ -201,6 +205,16 @@ class DeviceWindow {
   std::vector<uint64_t> started_, waited_;
   uint64_t barrier_seq_ = 0;
 };
+
+// This process's waits for its puts and gets to complete (flush, unlock, fence, complete,
+// free): how many had to wait at all, and how many of those lasted until the wait's liveness
+// tick (idle(), every few milliseconds). A copy of a few bytes completes in microseconds, so
+// nearly none should: tests check that completion is seen by polling the copies, not by the
+// tick.
+struct WinWaitCounts {
+  uint64_t waits = 0, ticked = 0;
+};
+WinWaitCounts win_wait_counts();
 
 // The window behind an MPI handle, or null (the MPI's own window).
 DeviceWindow* find_window(MPI_Win w);

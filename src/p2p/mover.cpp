@@ -193,12 +193,8 @@ constexpr const char* kWindowMin = "128M";      // the smallest copy run as part
 constexpr uint64_t kWindowChunk = 8ull << 20;     // host chunk size of a window's copies
 
 bool direct_alone(const Plan& p) { return p.single_path() && p.paths[0].kind == PathKind::Direct; }
+}  // namespace
 
-// The size (to 4 KB) up to which the engine's lone plan between two GPUs is the direct path
-// alone (0: not even 4 KB): messages up to it take one plain copy and none of the planning,
-// listing or pointer queries larger ones need. The model decides where splitting starts to pay
-// on this node (its calibration), so the bound is asked of it, once per pair: doubling, then
-// halving the interval where the plan changes.
 uint64_t direct_limit(Engine& engine, int src, int dst) {
   constexpr uint64_t kStep = 4096, kMax = uint64_t{1} << 40;
   uint64_t lo = 0, hi = kStep;  // the plan is direct alone at lo (0: vacuously), not at hi
@@ -214,7 +210,6 @@ uint64_t direct_limit(Engine& engine, int src, int dst) {
   }
   return lo;
 }
-}  // namespace
 
 Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   // Concurrent plans by the loads they were made for: planning costs tens of

@@ -116,4 +116,11 @@ class Mover {
 // other ranks' copies in flight (Planner::plan_concurrent), which share the links.
 Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board = nullptr);
 
+// The size (to 4 KB) up to which the engine's lone plan between two GPUs is the direct path
+// alone (0: not even 4 KB): copies up to it take one plain copy and none of the planning,
+// listing or pointer queries larger ones need. The model decides where splitting starts to pay
+// on this node (its calibration), so the bound is asked of it (doubling, then halving the
+// interval where the plan changes): callers keep it per GPU pair.
+uint64_t direct_limit(Engine& engine, int src, int dst);
+
 }  // namespace gpustripe::p2p

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <thread>
 
@@ -165,6 +166,47 @@ TEST_F(EngineTest, CopyAsyncPlansThroughThePlanner) {
     }
   EXPECT_EQ(e.stats().schedules, 12u);
   EXPECT_EQ(e.stats().plain_copies, 0u);
+}
+
+// copy_async_from_dst: the caller's stream belongs to the destination GPU (a put into another
+// process's memory mapped on that GPU). Every byte, after the caller's earlier work there and
+// before its later work; plans through another GPU run as one plain copy (their relay would write
+// from that GPU's context).
+TEST_F(EngineTest, CopyFromTheDestinationsStream) {
+  FixedPlanner planner({{PathKind::Direct, -1, 0.8, 2}, {PathKind::HostStaged, 0, 0.2, 4}});
+  Engine& e = engine(&planner);
+  const size_t n = (2u << 20) + 77;
+  for (int s = 0; s < 4; ++s)
+    for (int d = 0; d < 4; ++d) {
+      if (s == d) continue;
+      char* src = alloc(s, n);
+      char* dst = alloc(d, n);
+      char* after = alloc(d, n);
+      std::vector<uint8_t> data = pattern(n, 60 + s * 4 + d);
+      upload(*backend_, src, s, data, streams_[s]);
+      // Earlier work on the destination's stream writes dst: the copy lands after it.
+      void* pinned = backend_->alloc_pinned(n);
+      std::memset(pinned, 0x5A, n);
+      backend_->copy_async(dst, d, pinned, kHostDevice, n, streams_[d]);
+      e.copy_async_from_dst(dst, d, src, s, n, streams_[d]);
+      backend_->copy_async(after, d, dst, d, n, streams_[d]);  // later work sees every path's bytes
+      backend_->synchronize_stream(streams_[d]);
+      backend_->free_pinned(pinned);
+      EXPECT_EQ(first_mismatch(data, download(*backend_, dst, d, n, streams_[d]).data(), n), -1) << s << "->" << d;
+      EXPECT_EQ(first_mismatch(data, download(*backend_, after, d, n, streams_[d]).data(), n), -1) << s << "->" << d;
+    }
+  EXPECT_EQ(e.stats().schedules, 12u);
+  FixedPlanner via_gpu({{PathKind::Direct, -1, 0.5, 1}, {PathKind::GpuStaged, 2, 0.5, 2}});
+  Engine other(*backend_, topo_, &via_gpu);
+  char* src = alloc(0, n);
+  char* dst = alloc(1, n);
+  std::vector<uint8_t> data = pattern(n, 99);
+  upload(*backend_, src, 0, data, streams_[0]);
+  other.copy_async_from_dst(dst, 1, src, 0, n, streams_[1]);
+  backend_->synchronize_stream(streams_[1]);
+  EXPECT_EQ(first_mismatch(data, download(*backend_, dst, 1, n, streams_[1]).data(), n), -1);
+  EXPECT_EQ(other.stats().plain_copies, 1u);
+  EXPECT_EQ(other.stats().schedules, 0u);
 }
 
 TEST_F(EngineTest, SinglePathAndDeviceLocalCopiesArePlain) {

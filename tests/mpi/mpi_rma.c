@@ -10,7 +10,9 @@
  * predefined op on the common types from every rank into one target at once (checked
  * against a host reference), MPI_MAXLOC on MPI_2INT, fetch-and-add counters (every fetched
  * value distinct), compare-and-swap (one winner), dynamic windows (attach/detach),
- * MPI_Win_allocate of device memory (info gpustripe_device), and host windows left to the MPI.
+ * MPI_Win_allocate of device memory (info gpustripe_device), host windows left to the MPI, and
+ * get epochs completing at unlock by polling their copies while the target makes no MPI call,
+ * and large puts and gets (split across paths where the model says so).
  * Prints "mpi_rma: all checks passed on N ranks". */
 #include "mpi_test_util.h"
 
@@ -175,6 +177,103 @@ static void progress_in_fence(MPI_Win win) {
   CHECK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win) == MPI_SUCCESS);
   free(b);
   if (rank == 0) printf("a send completes while its sender waits in MPI_Win_fence\n");
+}
+
+/* Passive target: rank 0's lock + get + unlock epochs on rank 1 complete while rank 1 makes no
+ * MPI call (it polls its own window memory until rank 0 puts a flag there), and each epoch's
+ * unlock sees its get complete by polling the copy: a get of 8 bytes completes in microseconds,
+ * so few of the unlocks that had to wait may last until the wait's liveness tick (every few
+ * milliseconds; a loaded machine may delay some). When completion was seen only at that tick,
+ * every one of them did. (Emulated copies that complete before the unlock leave nothing to
+ * check: no unlock waits.) */
+static void gets_complete_by_polling(void) {
+  if (size < 2) return;
+  long long (*counter)(const char*) =
+      (long long (*)(const char*))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_win_counter");
+  CHECK(counter);
+  const int epochs = 32;
+  buf_t mem = buf_new(&hk, rank % ndev, 64), got = buf_new(&hk, rank % ndev, 8);
+  fill(mem.h, 56, rank, 21, 0);
+  memset(mem.h + 56, 0, 8);
+  buf_push(&hk, &mem);
+  MPI_Win win;
+  CHECK(MPI_Win_create(mem.p, 64, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win) == MPI_SUCCESS);
+  if (rank == 0) {
+    const long long waits0 = counter("completion_waits"), ticked0 = counter("completion_ticked");
+    CHECK(waits0 >= 0 && ticked0 >= 0);
+    unsigned char want[56];
+    fill(want, 56, 1, 21, 0);
+    for (int i = 0; i < epochs; ++i) {
+      const int at = (i % 7) * 8;
+      CHECK(MPI_Win_lock(MPI_LOCK_SHARED, 1, 0, win) == MPI_SUCCESS);
+      CHECK(MPI_Get(got.p, 8, MPI_BYTE, 1, at, 8, MPI_BYTE, win) == MPI_SUCCESS);
+      CHECK(MPI_Win_unlock(1, win) == MPI_SUCCESS);
+      buf_pull(&hk, &got);
+      CHECK(memcmp(got.h, want + at, 8) == 0);
+    }
+    const long long waits = counter("completion_waits") - waits0, ticked = counter("completion_ticked") - ticked0;
+    printf("get epochs with the target outside MPI: %lld of %d unlocks waited, %lld of them until the liveness "
+           "tick\n", waits, epochs, ticked);
+    CHECK(waits == 0 || 4 * ticked < 3 * waits);
+    memset(got.h, 0xA5, 8);
+    buf_push(&hk, &got);
+    CHECK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 1, 0, win) == MPI_SUCCESS);
+    CHECK(MPI_Put(got.p, 8, MPI_BYTE, 1, 56, 8, MPI_BYTE, win) == MPI_SUCCESS);
+    CHECK(MPI_Win_unlock(1, win) == MPI_SUCCESS);
+  } else if (rank == 1) {
+    /* No MPI call until the flag is there; bounded, so a lost flag fails instead of hanging. */
+    const double give_up = now() + 120;
+    for (;;) {
+      buf_pull(&hk, &mem);
+      if (mem.h[56] == 0xA5) break;
+      CHECK(now() < give_up);
+    }
+  }
+  CHECK(MPI_Win_free(&win) == MPI_SUCCESS);
+  buf_free(&hk, &mem);
+  buf_free(&hk, &got);
+  if (rank == 0) printf("gets complete at unlock by polling, the target outside MPI\n");
+}
+
+/* Large puts and gets (where the model splits a copy direct + host staging: puts then run the
+ * engine's plan from a stream of the target's GPU, gets the mover's copies): every rank puts into
+ * the next rank's window and gets from the previous one, at random offsets, every byte checked. */
+static void large_puts_and_gets(void) {
+  const size_t L = 32u << 20;
+  buf_t mem = buf_new(&hk, rank % ndev, L), src = buf_new(&hk, rank % ndev, L), dst = buf_new(&hk, rank % ndev, L);
+  memset(mem.h, 0, L);
+  buf_push(&hk, &mem);
+  MPI_Win win;
+  CHECK(MPI_Win_create(mem.p, (MPI_Aint)L, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win) == MPI_SUCCESS);
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  for (int round = 0; round < 2; ++round) {
+    /* Offsets from a seed every rank shares: each knows what its origin wrote into it. */
+    size_t off[8];
+    for (int r = 0; r < size; ++r) {
+      rng_state = 0xB16B00B5ull ^ ((uint64_t)round << 24) ^ (uint64_t)r;
+      rnd();
+      off[r] = rnd() % (L / 4);
+    }
+    const size_t n_mine = L - off[rank], n_prev = L - off[prev];
+    fill(src.h, n_mine, rank, 31, round);
+    buf_push(&hk, &src);
+    CHECK(MPI_Win_fence(0, win) == MPI_SUCCESS);
+    CHECK(MPI_Put(src.p, (int)n_mine, MPI_BYTE, next, (MPI_Aint)off[rank], (int)n_mine, MPI_BYTE, win) == MPI_SUCCESS);
+    CHECK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win) == MPI_SUCCESS);
+    buf_pull(&hk, &mem);
+    CHECK(same(mem.h + off[prev], n_prev, prev, 31, round));
+    /* Get back what this rank put, from the next rank's window. */
+    CHECK(MPI_Win_lock(MPI_LOCK_SHARED, next, 0, win) == MPI_SUCCESS);
+    CHECK(MPI_Get(dst.p, (int)n_mine, MPI_BYTE, next, (MPI_Aint)off[rank], (int)n_mine, MPI_BYTE, win) == MPI_SUCCESS);
+    CHECK(MPI_Win_unlock(next, win) == MPI_SUCCESS);
+    buf_pull(&hk, &dst);
+    CHECK(same(dst.h, n_mine, rank, 31, round));
+  }
+  CHECK(MPI_Win_free(&win) == MPI_SUCCESS);
+  buf_free(&hk, &mem);
+  buf_free(&hk, &src);
+  buf_free(&hk, &dst);
+  if (rank == 0) printf("large puts and gets: every byte checked\n");
 }
 
 static int err_class(int rc) {
@@ -584,6 +683,8 @@ int main(int argc, char** argv) {
 
   puts_and_gets(win, &mem, model);
   progress_in_fence(win);
+  gets_complete_by_polling();
+  large_puts_and_gets();
   errors(win, &mem, model);
   accumulates(win, &mem);
   atomics(win, &mem);
