@@ -137,7 +137,7 @@ void Mover::end_batch() {
   std::exception_ptr failed;
   for (size_t lane : open_) {
     try {
-      close(lane);
+      close(lane, true);
     } catch (...) {
       if (!failed) failed = std::current_exception();
     }
@@ -146,7 +146,7 @@ void Mover::end_batch() {
   if (failed) std::rethrow_exception(failed);
 }
 
-void Mover::close(size_t lane) {
+void Mover::close(size_t lane, bool batch_end) {
   Lane& l = lanes_[lane];
   l.open = false;
   if (!l.batch.copies.empty()) {
@@ -181,7 +181,7 @@ void Mover::close(size_t lane) {
     d.free_events.push_back(e);
     throw;
   }
-  l.groups.push_back(Group{e, l.next - 1, std::move(l.open_after)});
+  l.groups.push_back(Group{e, l.next - 1, std::move(l.open_after), batch_end ? pass_ : 0});
   l.open_after.clear();
   l.recorded = l.next - 1;
 }
@@ -199,7 +199,9 @@ void Mover::poll(Lane& l, uint64_t upto, bool wait) {
     if (wait) {
       backend_->synchronize_event(l.groups.front().event);
     } else {
-      if (l.busy_pass == pass_) return;
+      // Recorded at the end of this pass's batch, an event is not asked again in the same pass:
+      // a copy enqueued microseconds ago has not finished, and the query costs about as much.
+      if (l.busy_pass == pass_ || l.groups.front().pass == pass_) return;
       if (!backend_->query_event(l.groups.front().event)) {
         l.busy_pass = pass_;
         return;

@@ -106,6 +106,7 @@ class Mover {
     EventHandle event;
     uint64_t last;
     std::vector<std::function<void()>> after;  // the copy function's completion steps
+    uint64_t pass;  // recorded at the end of this pass's batch (0: outside one): not asked in it
   };
   struct Lane {
     StreamHandle stream = nullptr;
@@ -130,7 +131,7 @@ class Mover {
   static constexpr int kLaneBits = 8;
   size_t lane_for(int dev);
   // Enqueues the lane's batched plain copies and records one event after its copies.
-  void close(size_t lane);
+  void close(size_t lane, bool batch_end = false);
   // Finishes the lane's groups whose events have completed (`wait`: through seq `upto`).
   void poll(Lane& l, uint64_t upto, bool wait);
   void finish_front(Lane& l);
