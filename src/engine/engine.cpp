@@ -165,6 +165,19 @@ void Engine::copy_direct_prechecked(void* dst, int dst_dev, const void* src, int
   ++plain_copies_;
 }
 
+void Engine::copy_direct_batch_prechecked(const Backend::BatchCopy* copies, size_t n, StreamHandle stream) {
+  for (size_t i = 0; i < n; ++i) {
+    check_device("src", copies[i].src_dev, ndev_);
+    check_device("dst", copies[i].dst_dev, ndev_);
+    if (copies[i].src_dev != copies[i].dst_dev && (i == 0 || copies[i].src_dev != copies[i - 1].src_dev ||
+                                                   copies[i].dst_dev != copies[i - 1].dst_dev))
+      ensure_peer(copies[i].src_dev, copies[i].dst_dev);
+  }
+  if (n == 0) return;
+  backend_.copy_batch_prechecked(copies, n, stream);
+  plain_copies_ += n;
+}
+
 void Engine::copy(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, StreamHandle stream) {
   copy_async(dst, dst_dev, src, src_dev, bytes, stream);
   backend_.synchronize_stream(stream);

@@ -86,6 +86,9 @@ class Engine {
   // path alone: one plain copy on `stream`. Enqueued, never replayed as a graph.
   void copy_async_from_dst(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes,
                            StreamHandle stream);
+  // copy_direct_prechecked for `n` copies on one stream, in one backend call
+  // (Backend::copy_batch_prechecked): a window of small messages enqueued together.
+  void copy_direct_batch_prechecked(const Backend::BatchCopy* copies, size_t n, StreamHandle stream);
   // Executes a given plan (forced plans of the model's accuracy check and the tuner).
   // The plan's src/dst/bytes name the devices and size; pointers are checked like copy_async's.
   void copy_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream);

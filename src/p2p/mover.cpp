@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <tuple>
 
@@ -34,16 +35,23 @@ Mover::Mover(Backend* backend, CopyFn copy) : backend_(backend), copy_(std::move
 Mover::~Mover() {
   if (!backend_) return;
   // Copies still in flight write into peers' buffers: let them land first.
-  while (!pending_.empty()) {
+  for (size_t i = 0; i < lanes_.size(); ++i) {
     try {
-      backend_->synchronize_event(pending_.begin()->second.event);
+      close(i);
     } catch (...) {
     }
-    finish(pending_.begin());
+    Lane& l = lanes_[i];
+    while (!l.groups.empty()) {
+      try {
+        backend_->synchronize_event(l.groups.front().event);
+      } catch (...) {
+      }
+      finish_front(l);
+    }
   }
-  for (EventHandle e : free_events_) backend_->destroy_event(e);
-  for (auto& kv : streams_)
-    for (StreamHandle st : kv.second.all) backend_->destroy_stream(st);
+  for (auto& kv : devices_)
+    for (EventHandle e : kv.second.free_events) backend_->destroy_event(e);
+  for (Lane& l : lanes_) backend_->destroy_stream(l.stream);
 }
 
 MemLoc Mover::locate(const void* p) const {
@@ -68,86 +76,149 @@ void Mover::check_within(const MemLoc& loc, const void* p, size_t bytes, const c
              static_cast<size_t>(loc.base), loc.size);
 }
 
-StreamHandle Mover::stream_for(int dev) {
-  Streams& ss = streams_[dev];
-  if (ss.all.empty()) {
-    for (int i = 0; i < kStreams; ++i) ss.all.push_back(backend_->create_stream(dev));
+size_t Mover::lane_for(int dev) {
+  Device& d = devices_[dev];
+  if (d.lanes.empty()) {
+    const int64_t n = kStreams;
+    GS_REQUIRE(lanes_.size() + n < (size_t{1} << kLaneBits), GPUSTRIPE_ERR_INTERNAL, "p2p mover: too many streams");
+    for (int64_t i = 0; i < n; ++i) {
+      lanes_.emplace_back();
+      lanes_.back().stream = backend_->create_stream(dev);
+      lanes_.back().dev = dev;
+      d.lanes.push_back(lanes_.size() - 1);
+    }
   }
-  StreamHandle s = ss.all[ss.next];
-  ss.next = (ss.next + 1) % ss.all.size();
-  return s;
+  size_t lane = d.lanes[d.next];
+  d.next = (d.next + 1) % d.lanes.size();
+  return lane;
 }
 
 uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, const Hints& hints) {
-  uint64_t ticket = next_ticket_++;
-  if (bytes == 0) return ticket;
+  if (bytes == 0) return 0;  // ticket 0: nothing in flight
   if (dst_dev == kHostDevice && src_dev == kHostDevice) {
     std::memcpy(dst, src, bytes);
-    return ticket;
+    return 0;
   }
   GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
-  int dev = src_dev != kHostDevice ? src_dev : dst_dev;
-  StreamHandle s = stream_for(dev);
-  std::function<void()> after = copy_(dst, dst_dev, src, src_dev, bytes, s, hints);
-  trace("c_enq", -1, 0, 0, bytes);
-  EventHandle e = nullptr;
-  for (auto it = free_events_.begin(); it != free_events_.end(); ++it)
-    if (event_dev_[*it] == dev) {
-      e = *it;
-      free_events_.erase(it);
-      break;
-    }
-  if (!e) {
-    e = backend_->create_event(dev, false);
-    event_dev_[e] = dev;
+  const size_t lane = lane_for(src_dev != kHostDevice ? src_dev : dst_dev);
+  Lane& l = lanes_[lane];
+  std::function<void()> after;
+  if (batching_) {
+    Hints h = hints;
+    h.batch = &l.batch;
+    after = copy_(dst, dst_dev, src, src_dev, bytes, l.stream, h);
+  } else {
+    after = copy_(dst, dst_dev, src, src_dev, bytes, l.stream, hints);
   }
-  backend_->record_event(e, s);
-  pending_[ticket] = Pending{e, std::move(after), s};
-  order_[s].tickets.push_back(ticket);
-  return ticket;
+  trace("c_enq", -1, 0, 0, bytes);
+  const uint64_t seq = l.next++;
+  if (after) l.open_after.push_back(std::move(after));
+  if (!batching_) {
+    close(lane);
+  } else if (!l.open) {
+    l.open = true;
+    open_.push_back(lane);
+  }
+  return seq << kLaneBits | lane;
 }
 
-void Mover::finish(std::map<uint64_t, Pending>::iterator it) {
-  Order& o = order_[it->second.stream];
-  auto pos = std::find(o.tickets.begin(), o.tickets.end(), it->first);
-  if (pos != o.tickets.end()) o.tickets.erase(pos);
-  free_events_.push_back(it->second.event);
-  std::function<void()> after = std::move(it->second.after);
-  pending_.erase(it);
-  if (after) after();
+void Mover::begin_batch() {
+  end_batch();  // one left open (a pass that threw) closes first
+  batching_ = true;
 }
 
-void Mover::finish_through(StreamHandle stream, uint64_t ticket) {
-  Order& o = order_[stream];
-  while (!o.tickets.empty()) {
-    const uint64_t t = o.tickets.front();
-    auto it = pending_.find(t);
-    if (it != pending_.end()) finish(it);
-    else o.tickets.pop_front();
-    if (t == ticket) return;
+void Mover::end_batch() {
+  batching_ = false;
+  // Each lane is closed even when another's close throws: a copy without an event would never complete.
+  std::exception_ptr failed;
+  for (size_t lane : open_) {
+    try {
+      close(lane, true);
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  open_.clear();
+  if (failed) std::rethrow_exception(failed);
+}
+
+void Mover::close(size_t lane, bool batch_end) {
+  Lane& l = lanes_[lane];
+  l.open = false;
+  if (!l.batch.copies.empty()) {
+    // Cleared before the call: a copy the backend refused is not enqueued twice.
+    std::vector<Backend::BatchCopy> copies;
+    copies.swap(l.batch.copies);
+    trace("c_batch", -1, 0, 0, copies.size());  // bytes: the number of copies
+    try {
+      l.batch.enqueue(l.batch.context, copies.data(), copies.size(), l.stream);
+    } catch (...) {
+      // The copies not recorded yet may not have been enqueued: they fail, never complete unmoved.
+      l.failed_from = l.recorded + 1;
+      l.failed_upto = l.next - 1;
+      l.failure = std::current_exception();
+      throw;
+    }
+    copies.clear();
+    l.batch.copies.swap(copies);  // keeps the capacity for the next pass
+  }
+  if (l.recorded + 1 == l.next) return;
+  Device& d = devices_[l.dev];
+  EventHandle e = nullptr;
+  if (!d.free_events.empty()) {
+    e = d.free_events.back();
+    d.free_events.pop_back();
+  } else {
+    e = backend_->create_event(l.dev, false);
+  }
+  try {
+    backend_->record_event(e, l.stream);
+  } catch (...) {
+    d.free_events.push_back(e);
+    throw;
+  }
+  l.groups.push_back(Group{e, l.next - 1, std::move(l.open_after), batch_end ? pass_ : 0});
+  l.open_after.clear();
+  l.recorded = l.next - 1;
+}
+
+void Mover::finish_front(Lane& l) {
+  Group g = std::move(l.groups.front());
+  l.groups.pop_front();
+  l.done = g.last;
+  devices_[l.dev].free_events.push_back(g.event);
+  for (auto& f : g.after) f();
+}
+
+void Mover::poll(Lane& l, uint64_t upto, bool wait) {
+  while (!l.groups.empty() && l.done < upto) {
+    if (wait) {
+      backend_->synchronize_event(l.groups.front().event);
+    } else {
+      // Recorded at the end of this pass's batch, an event is not asked again in the same pass:
+      // a copy enqueued microseconds ago has not finished, and the query costs about as much.
+      if (l.busy_pass == pass_ || l.groups.front().pass == pass_) return;
+      if (!backend_->query_event(l.groups.front().event)) {
+        l.busy_pass = pass_;
+        return;
+      }
+    }
+    finish_front(l);
   }
 }
 
 bool Mover::done(uint64_t ticket) {
-  auto it = pending_.find(ticket);
-  if (it == pending_.end()) return true;
-  const StreamHandle s = it->second.stream;
-  Order& o = order_[s];
-  while (!o.tickets.empty() && o.busy_pass != pass_) {
-    const uint64_t oldest = o.tickets.front();
-    auto p = pending_.find(oldest);
-    if (p == pending_.end()) {
-      o.tickets.pop_front();
-      continue;
-    }
-    if (!backend_->query_event(p->second.event)) {
-      o.busy_pass = pass_;
-      break;
-    }
-    finish(p);
-    if (oldest == ticket) return true;
-  }
-  return pending_.find(ticket) == pending_.end();
+  if (ticket == 0) return true;
+  const size_t lane = ticket & ((uint64_t{1} << kLaneBits) - 1);
+  const uint64_t seq = ticket >> kLaneBits;
+  GS_REQUIRE(lane < lanes_.size(), GPUSTRIPE_ERR_INTERNAL, "p2p mover: unknown ticket %llu",
+             static_cast<unsigned long long>(ticket));
+  Lane& l = lanes_[lane];
+  if (seq >= l.failed_from && seq <= l.failed_upto) std::rethrow_exception(l.failure);
+  if (seq <= l.done) return true;
+  if (seq > l.recorded) close(lane);
+  poll(l, seq, false);
+  return seq <= l.done;
 }
 
 void Mover::copy_now_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
@@ -158,19 +229,17 @@ void Mover::copy_now_prechecked(void* dst, int dst_dev, const void* src, int src
     return;
   }
   GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
-  int dev = src_dev != kHostDevice ? src_dev : dst_dev;
-  StreamHandle s = stream_for(dev);
+  StreamHandle s = lanes_[lane_for(src_dev != kHostDevice ? src_dev : dst_dev)].stream;
   backend_->copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, s);
   backend_->synchronize_stream(s);
 }
 
 void Mover::copy_now(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
-  uint64_t t = start(dst, dst_dev, src, src_dev, bytes);
-  auto it = pending_.find(t);
-  if (it == pending_.end()) return;
-  const StreamHandle s = it->second.stream;
-  backend_->synchronize_event(it->second.event);
-  finish_through(s, t);
+  const uint64_t t = start(dst, dst_dev, src, src_dev, bytes);
+  if (t == 0) return;
+  Lane& l = lanes_[t & ((uint64_t{1} << kLaneBits) - 1)];
+  if ((t >> kLaneBits) > l.recorded) close(t & ((uint64_t{1} << kLaneBits) - 1));
+  poll(l, t >> kLaneBits, true);
 }
 
 namespace {
@@ -248,7 +317,15 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
     auto lim = st->direct_limits.find({sd, dd});
     if (lim == st->direct_limits.end()) lim = st->direct_limits.emplace(std::make_pair(sd, dd), direct_limit(engine, sd, dd)).first;
     if (n <= lim->second) {
-      engine.copy_direct_prechecked(dst, dd, src, sd, n, s);
+      if (hints.batch) {  // enqueued with the other plain copies of the pass, in one backend call
+        hints.batch->copies.push_back(Backend::BatchCopy{dst, dd, src, sd, n});
+        hints.batch->context = &engine;
+        hints.batch->enqueue = [](void* e, const Backend::BatchCopy* c, size_t k, StreamHandle on) {
+          static_cast<Engine*>(e)->copy_direct_batch_prechecked(c, k, on);
+        };
+      } else {
+        engine.copy_direct_prechecked(dst, dd, src, sd, n, s);
+      }
       trace("p_lean", -1, 0, 0, n);
       return {};
     }

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <vector>
@@ -31,6 +32,16 @@ struct MemLoc {
   uint64_t buffer_id = 0; // device memory: the allocation's id (0: unknown), new for a reused address
 };
 
+// Plain copies a copy function leaves to the mover to enqueue together: the direct copies of
+// small messages matched in one progress pass (a window) go to the backend in one call on the
+// stream the mover chose, before the event that completes them is recorded. `enqueue` (with
+// `context`) is set by the copy function that appended: it enqueues `n` copies on a stream.
+struct PlainBatch {
+  std::vector<Backend::BatchCopy> copies;
+  void (*enqueue)(void* context, const Backend::BatchCopy* copies, size_t n, StreamHandle stream) = nullptr;
+  void* context = nullptr;
+};
+
 // What the caller of a copy knows of the traffic around it, for its plan.
 struct CopyHints {
   // How many more copies will follow this one between the same buffers' GPUs soon (a
@@ -39,6 +50,9 @@ struct CopyHints {
   // The peer copies a message of this rank at the same time, the other way (this rank's own
   // sends to it in flight: a Sendrecv, a two-way window), whether or not it is listed yet.
   bool both_ways = false;
+  // Set by the mover inside a batch (Mover::begin_batch): a copy that is one plain copy may be
+  // appended here instead of enqueued (the mover enqueues the batch before its event).
+  PlainBatch* batch = nullptr;
 };
 
 class Mover {
@@ -64,11 +78,18 @@ class Mover {
   // Device copies: the caller has checked both ranges (check_within, the mapping cache's
   // bounds); the copies of small messages skip the pointer queries.
   uint64_t start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, const Hints& hints = {});
+  // Between begin_batch and end_batch (one progress pass), the copies started share one event
+  // per stream, recorded by end_batch after the last of them (a stream's copies complete in
+  // order, so that one event completes them all), and plain copies are enqueued together
+  // (PlainBatch). Outside a batch every copy records its own event. Asking done() of a copy
+  // whose event is not recorded yet records it (a batch never left open holds a copy back).
+  void begin_batch();
+  void end_batch();
   // Whether the copy has completed. The copies of one stream complete in the order they were
-  // started, so each stream's are asked in that order and, within one poll pass (new_pass),
-  // a stream whose oldest copy was seen running is not asked again: an event query costs
-  // about 1.5 us of host time, and a window of 64 receives in flight asked all of them on
-  // every pass.
+  // started, so each stream's events are asked in that order and, within one poll pass
+  // (new_pass), a stream whose oldest event was seen running is not asked again: an event query
+  // costs about 1.5 us of host time, and a window of 64 receives in flight asked all of them on
+  // every pass. A ticket is its stream and its place there: no lookup per copy.
   bool done(uint64_t ticket);
   // Starts a new poll pass (the endpoint's progress calls it once per pass).
   void new_pass() { ++pass_; }
@@ -80,33 +101,48 @@ class Mover {
   void copy_now_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes);
 
  private:
-  StreamHandle stream_for(int dev);
+  // A stream and its copies: numbered in start order (seq), completed in that order.
+  struct Group {  // copies (prev group's last, last] and the one event recorded after them
+    EventHandle event;
+    uint64_t last;
+    std::vector<std::function<void()>> after;  // the copy function's completion steps
+    uint64_t pass;  // recorded at the end of this pass's batch (0: outside one): not asked in it
+  };
+  struct Lane {
+    StreamHandle stream = nullptr;
+    int dev = kHostDevice;
+    uint64_t next = 1;      // seq of the next copy
+    uint64_t done = 0;      // copies up to this seq have completed
+    uint64_t recorded = 0;  // copies up to this seq have their event
+    bool open = false;      // listed in open_ (copies without an event)
+    PlainBatch batch;       // plain copies not enqueued yet
+    std::vector<std::function<void()>> open_after;
+    std::deque<Group> groups;  // events in flight, oldest first
+    uint64_t busy_pass = 0;    // the pass in which its oldest event was seen running
+    // Copies [failed_from, failed_upto] whose batch the backend refused: done() throws `failure`.
+    uint64_t failed_from = 1, failed_upto = 0;
+    std::exception_ptr failure;
+  };
+  struct Device {
+    std::vector<size_t> lanes;  // GPUSTRIPE_P2P_STREAMS of them, taken in turn
+    size_t next = 0;
+    std::vector<EventHandle> free_events;
+  };
+  static constexpr int kLaneBits = 8;
+  size_t lane_for(int dev);
+  // Enqueues the lane's batched plain copies and records one event after its copies.
+  void close(size_t lane, bool batch_end = false);
+  // Finishes the lane's groups whose events have completed (`wait`: through seq `upto`).
+  void poll(Lane& l, uint64_t upto, bool wait);
+  void finish_front(Lane& l);
 
   Backend* backend_;
   CopyFn copy_;
-  struct Streams {
-    std::vector<StreamHandle> all;  // kStreams (mover.cpp) of them, taken in turn
-    size_t next = 0;
-  };
-  std::map<int, Streams> streams_;
-  struct Pending {
-    EventHandle event;            // recorded after the copy
-    std::function<void()> after;  // the copy function's completion step
-    StreamHandle stream;
-  };
-  std::map<uint64_t, Pending> pending_;
-  struct Order {
-    std::deque<uint64_t> tickets;  // in flight on the stream, oldest first
-    uint64_t busy_pass = 0;        // the pass in which its oldest was seen running
-  };
-  std::map<StreamHandle, Order> order_;
+  std::deque<Lane> lanes_;  // a deque: references stay valid as lanes are added
+  std::map<int, Device> devices_;
+  std::vector<size_t> open_;  // lanes with copies whose event is not recorded yet
+  bool batching_ = false;
   uint64_t pass_ = 1;
-  // Finishes the copies of `stream` up to and including `ticket` (all complete: stream order).
-  void finish_through(StreamHandle stream, uint64_t ticket);
-  void finish(std::map<uint64_t, Pending>::iterator it);
-  std::vector<EventHandle> free_events_;
-  std::map<EventHandle, int> event_dev_;
-  uint64_t next_ticket_ = 1;
 };
 
 // The copy of a p2p layer with an engine: GPU-to-GPU copies (a rendezvous into a

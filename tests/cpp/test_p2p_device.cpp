@@ -779,3 +779,225 @@ TEST(P2pDevice, SmallDeviceSendsBothWaysFirstCompleteWithoutTheReceive) {
     ep.flush();
   }));
 }
+
+namespace {
+// The largest number of copies the receiver's mover enqueued in one batch (trace phase c_batch,
+// whose byte count is the batch's number of copies), per rank; the trace files are removed.
+std::map<int, unsigned long long> largest_batches(const std::string& dir) {
+  std::map<int, unsigned long long> most;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return most;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.rfind("p2p-trace-", 0) != 0) continue;
+    for (const std::string& line : split(read_text_file(dir + "/" + name), '\n')) {
+      long long ns = 0;
+      int r = 0, sender = 0;
+      char phase[32] = {};
+      unsigned long long a = 0, b = 0, n = 0;
+      if (std::sscanf(line.c_str(), "%lld %d %31s %d %llu %llu %llu", &ns, &r, phase, &sender, &a, &b, &n) == 7 &&
+          std::string(phase) == "c_batch")
+        most[r] = std::max(most[r], n);
+    }
+    std::remove((dir + "/" + name).c_str());
+  }
+  closedir(d);
+  rmdir(dir.c_str());
+  return most;
+}
+}  // namespace
+
+// A window of 64 pulled messages of mixed sizes (plain copies and, at 2 MB+, planned ones), one of
+// them truncated by a short receive: the announcements read in one progress pass are enqueued
+// together (one backend call per stream) and complete by one event per stream. Every receive that
+// reports done has its bytes in place at that moment (asked in a shuffled order, checked at once:
+// one event per batch must not complete a copy early), the truncated one delivers its prefix with
+// ERR_TRUNCATE, the others every byte, and the senders learn the bytes granted.
+TEST(P2pDevice, WindowOfPulledMessagesBatchedPerPassCompletesEachWithItsData) {
+  char dir[] = "/tmp/gs-p2p-batch-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  constexpr int kWindow = 64, kTruncated = 37;
+  std::vector<size_t> sizes;
+  for (int k = 0; k < kWindow; ++k) sizes.push_back(k % 16 == 5 ? (2u << 20) + 5 : 4097 + (size_t(k) * 7919 % 300000));
+  {
+    ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
+    ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "50");
+    EXPECT_RANKS_OK(run_ranks(2, [&](int rank, ipc::Channel& ch) {
+      Topology topo = load_topology_file("h200x4");
+      auto be = make_emulated_backend(topo);
+      SplitFromPlanner planner(2u << 20);
+      Engine engine(*be, topo, &planner);
+      {
+        Endpoint ep(ch, be.get(), engine_copy(engine, &ch));
+        std::vector<void*> bufs;
+        for (int k = 0; k < kWindow; ++k) bufs.push_back(be->alloc_device(rank, sizes[k]));
+        char token = 1;
+        if (rank == 0) {
+          for (int k = 0; k < kWindow; ++k) to_device(*be, bufs[k], 0, seeded_bytes(700 + k, sizes[k]));
+          ep.recv(&token, 1, 1, 9999, kComm);  // the receives are posted
+          std::vector<RequestPtr> sends;
+          for (int k = 0; k < kWindow; ++k) sends.push_back(ep.isend(bufs[k], sizes[k], 1, k, kComm));
+          ep.send(&token, 1, 1, 9998, kComm);  // behind every announcement in the ring
+          for (int k = 0; k < kWindow; ++k) {
+            ep.wait(sends[k]);
+            RANK_CHECK(sends[k]->status().bytes == (k == kTruncated ? sizes[k] / 2 : sizes[k]));
+          }
+        } else {
+          std::vector<RequestPtr> recvs;
+          for (int k = 0; k < kWindow; ++k) {
+            to_device(*be, bufs[k], 1, std::vector<unsigned char>(sizes[k], 0));
+            recvs.push_back(ep.irecv(bufs[k], k == kTruncated ? sizes[k] / 2 : sizes[k], 0, k, kComm));
+          }
+          ep.send(&token, 1, 0, 9999, kComm);
+          ep.recv(&token, 1, 0, 9998, kComm);  // one pass reads the whole window's announcements
+          std::vector<int> order(kWindow);
+          for (int k = 0; k < kWindow; ++k) order[k] = k;
+          std::shuffle(order.begin(), order.end(), std::mt19937(5));
+          std::vector<bool> seen(kWindow, false);
+          for (int left = kWindow; left > 0;) {
+            ep.progress();
+            for (int k : order) {
+              if (seen[k] || !ep.done_now(recvs[k])) continue;
+              seen[k] = true;
+              --left;
+              const size_t n = k == kTruncated ? sizes[k] / 2 : sizes[k];
+              std::vector<unsigned char> want = seeded_bytes(700 + k, sizes[k]);
+              want.resize(n);
+              RANK_CHECK(from_device(*be, bufs[k], 1, n) == want);
+              RANK_CHECK(recvs[k]->status().bytes == n);
+              RANK_CHECK(recvs[k]->status().error == (k == kTruncated ? GPUSTRIPE_ERR_TRUNCATE : GPUSTRIPE_SUCCESS));
+            }
+          }
+        }
+        for (void* b : bufs) be->free_device(b);
+        ep.flush();
+      }
+    }));
+  }
+  // The receiver enqueued several plain copies in one call (not one per message).
+  EXPECT_GE(largest_batches(dir)[1], 2u);
+}
+
+// Inside one window, a send buffer completes, is freed and allocated again (typically at the same
+// address, a new buffer id) and sent from again while the window's other messages are in flight
+// and batched: the receiver maps the new buffer, never the stale mapping, and every message of
+// the window lands intact.
+TEST(P2pDevice, BufferFreedAndReallocatedInsideABatchedWindowIsNeverStale) {
+  ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "20");
+  EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+    Topology topo = load_topology_file("h200x4");
+    auto be = make_emulated_backend(topo);
+    SplitFromPlanner planner(2u << 20);
+    Engine engine(*be, topo, &planner);
+    Endpoint ep(ch, be.get(), engine_copy(engine, &ch));
+    constexpr int kOthers = 16, kRounds = 4;
+    const size_t n = 96u << 10, reused_n = 200u << 10;
+    std::vector<void*> others;
+    for (int k = 0; k < kOthers; ++k) others.push_back(be->alloc_device(rank, n));
+    if (rank == 0) {
+      for (int k = 0; k < kOthers; ++k) to_device(*be, others[k], 0, seeded_bytes(800 + k, n));
+      std::vector<RequestPtr> sends;
+      int reused = 0;
+      void* prev = nullptr;
+      for (int i = 0; i < kRounds; ++i) {
+        void* b = be->alloc_device(0, reused_n);
+        if (b == prev) ++reused;
+        prev = b;
+        to_device(*be, b, 0, seeded_bytes(900 + i, reused_n));
+        RequestPtr s = ep.isend(b, reused_n, 1, 100 + i, kComm);
+        for (int k = i * kOthers / kRounds; k < (i + 1) * kOthers / kRounds; ++k)
+          sends.push_back(ep.isend(others[k], n, 1, k, kComm));
+        ep.wait(s);  // the window's other messages still in flight
+        be->free_device(b);
+      }
+      for (auto& s : sends) ep.wait(s);
+      ep.send(&reused, sizeof reused, 1, 999, kComm);
+    } else {
+      std::vector<void*> into;
+      std::vector<RequestPtr> recvs;
+      for (int i = 0; i < kRounds; ++i) {
+        into.push_back(be->alloc_device(1, reused_n));
+        recvs.push_back(ep.irecv(into.back(), reused_n, 0, 100 + i, kComm));
+      }
+      for (int k = 0; k < kOthers; ++k) recvs.push_back(ep.irecv(others[k], n, 0, k, kComm));
+      for (auto& r : recvs) ep.wait(r);
+      for (int i = 0; i < kRounds; ++i) {
+        RANK_CHECK(from_device(*be, into[i], 1, reused_n) == seeded_bytes(900 + i, reused_n));
+        be->free_device(into[i]);
+      }
+      for (int k = 0; k < kOthers; ++k) RANK_CHECK(from_device(*be, others[k], 1, n) == seeded_bytes(800 + k, n));
+      int reused = 0;
+      ep.recv(&reused, sizeof reused, 0, 999, kComm);
+      auto s = ep.handle_cache()->stats();
+      RANK_CHECK(s.stale_evictions >= static_cast<uint64_t>(reused));  // each reuse remapped
+    }
+    for (void* b : others) be->free_device(b);
+    ep.flush();
+  }));
+}
+
+namespace {
+// Counts the events the mover records.
+class RecordCountingBackend : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  const char* name() const override { return "record-counting"; }
+  void record_event(EventHandle e, StreamHandle s) override {
+    ++records;
+    ForwardingBackend::record_event(e, s);
+  }
+  int records = 0;
+};
+}  // namespace
+
+// Copies started within one batch share one event per stream, recorded at the batch's end; outside
+// a batch each copy records its own. A copy asked about before its batch ends gets its event then
+// (nothing waits on an unrecorded event). Every copy lands intact and none reports done early.
+TEST(P2pDevice, MoverRecordsOneEventPerStreamForABatch) {
+  ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "100");
+  ScopedEnv st("GPUSTRIPE_P2P_STREAMS", "2");
+  Topology topo = load_topology_file("h200x4");
+  auto* counting = new RecordCountingBackend(make_emulated_backend(topo));
+  std::unique_ptr<Backend> be(counting);
+  constexpr int kCopies = 24;
+  const size_t n = (64u << 10) + 3;
+  void* src = be->alloc_device(0, n * kCopies);
+  void* dst = be->alloc_device(1, n * kCopies);
+  to_device(*be, src, 0, seeded_bytes(78, n * kCopies));
+  {
+    Mover mover(be.get());
+    mover.begin_batch();
+    std::vector<uint64_t> tickets;
+    for (int k = 0; k < kCopies; ++k)
+      tickets.push_back(mover.start(static_cast<char*>(dst) + k * n, 1, static_cast<char*>(src) + k * n, 0, n));
+    EXPECT_EQ(counting->records, 0);
+    mover.end_batch();
+    EXPECT_EQ(counting->records, 2);  // one per stream
+    const std::vector<unsigned char> want = seeded_bytes(78, n * kCopies);
+    std::vector<bool> done(kCopies, false);
+    for (int left = kCopies; left > 0;) {
+      mover.new_pass();
+      for (int k = kCopies - 1; k >= 0; --k)
+        if (!done[k] && mover.done(tickets[k])) {
+          done[k] = true;
+          --left;
+          EXPECT_EQ(from_device(*be, static_cast<char*>(dst) + k * n, 1, n),
+                    std::vector<unsigned char>(want.begin() + k * n, want.begin() + (k + 1) * n));
+        }
+    }
+    // Asked before the batch ends: recorded then, and complete in time.
+    mover.begin_batch();
+    uint64_t t = mover.start(dst, 1, src, 0, n);
+    const int before = counting->records;
+    while (!mover.done(t)) mover.new_pass();
+    EXPECT_EQ(counting->records, before + 1);
+    mover.end_batch();
+    EXPECT_EQ(counting->records, before + 1);  // nothing left to record
+    // Outside a batch: one event per copy.
+    for (int k = 0; k < 3; ++k) mover.copy_now(dst, 1, src, 0, n);
+    EXPECT_EQ(counting->records, before + 4);
+  }
+  EXPECT_EQ(from_device(*be, dst, 1, n * kCopies), seeded_bytes(78, n * kCopies));
+  be->free_device(src);
+  be->free_device(dst);
+}

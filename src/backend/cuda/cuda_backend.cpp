@@ -192,6 +192,61 @@ void CudaBackend::enqueue_copy(void* dst, int dst_dev, const void* src, int src_
   }
 }
 
+void CudaBackend::copy_batch_prechecked(const BatchCopy* copies, size_t n, StreamHandle s) {
+  if (n == 0) return;
+  for (size_t i = 0; i < n; ++i) {
+    if (copies[i].dst_dev != kHostDevice) check_device("copy_batch", "dst_dev", copies[i].dst_dev);
+    if (copies[i].src_dev != kHostDevice) check_device("copy_batch", "src_dev", copies[i].src_dev);
+    check_pointer_not_null("copy_batch", "dst", copies[i].dst, copies[i].bytes);
+    check_pointer_not_null("copy_batch", "src", copies[i].src, copies[i].bytes);
+  }
+  if (n == 1) {
+    enqueue_copy(copies[0].dst, copies[0].dst_dev, copies[0].src, copies[0].src_dev, copies[0].bytes, s);
+    return;
+  }
+  int dev = stream_device(s, "copy_batch");
+  DeviceGuard guard(dev);  // once for the batch, not per copy
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  GS_CUDA(cudaStreamIsCapturing(cu_stream(s), &capture), dev);
+#if CUDART_VERSION >= 13000
+  if (capture == cudaStreamCaptureStatusNone && !batch_refused_.load(std::memory_order_relaxed)) {
+    thread_local std::vector<void*> dsts;
+    thread_local std::vector<const void*> srcs;
+    thread_local std::vector<size_t> sizes;
+    dsts.clear();
+    srcs.clear();
+    sizes.clear();
+    for (size_t i = 0; i < n; ++i)
+      if (copies[i].bytes) {
+        dsts.push_back(copies[i].dst);
+        srcs.push_back(copies[i].src);
+        sizes.push_back(copies[i].bytes);
+      }
+    if (dsts.empty()) return;
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;  // sources may be written by earlier work on s
+    size_t attr_index = 0;
+    cudaError_t err = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &attr_index, 1,
+                                           cu_stream(s));
+    if (err == cudaSuccess) return;
+    cudaGetLastError();  // a refused batch enqueued nothing: fall back to one call per copy
+    batch_refused_.store(true, std::memory_order_relaxed);
+    GS_LOG_INFO(Subsys::Backend, "cudaMemcpyBatchAsync refused a batch of %zu copies (%s): copies go one by one",
+                dsts.size(), cudaGetErrorString(err));
+  }
+#endif
+  for (size_t i = 0; i < n; ++i) {
+    const BatchCopy& c = copies[i];
+    if (c.bytes == 0) continue;
+    cudaError_t err = c.dst_dev >= 0 && c.src_dev >= 0 && c.dst_dev != c.src_dev && capture == cudaStreamCaptureStatusNone
+                          ? cudaMemcpyPeerAsync(c.dst, c.dst_dev, c.src, c.src_dev, c.bytes, cu_stream(s))
+                          : cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDefault, cu_stream(s));
+    if (err != cudaSuccess)
+      throw_cuda_error(err, format("batched copy (GPU %d -> GPU %d, %zu bytes)", c.src_dev, c.dst_dev, c.bytes).c_str(),
+                       dev);
+  }
+}
+
 void CudaBackend::memset_async(void* dst, int dev, int value, size_t bytes, StreamHandle s) {
   if (dev != kHostDevice) check_device("memset_async", "dev", dev);
   if (bytes == 0) return;

@@ -14,6 +14,7 @@
 //            nothing beyond imported pools (the ipc layer caches mappings).
 // Each call makes the owning device current and restores the caller's afterwards.
 #pragma once
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <set>
@@ -56,6 +57,7 @@ class CudaBackend final : public Backend {
   void copy_async(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s) override;
   void copy_async_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
                              StreamHandle s) override;
+  void copy_batch_prechecked(const BatchCopy* copies, size_t n, StreamHandle s) override;
   void memset_async(void* dst, int dev, int value, size_t bytes, StreamHandle s) override;
 
   void* alloc_device_as(int dev, size_t bytes, DeviceAlloc how) override;
@@ -84,6 +86,8 @@ class CudaBackend final : public Backend {
   // The device a stream belongs to (the current device for the legacy default stream).
   int stream_device(StreamHandle s, const char* call) const;
   void enqueue_copy(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s);
+  // Set once cudaMemcpyBatchAsync refused a batch (a driver without it): batches then loop.
+  std::atomic<bool> batch_refused_{false};
 
   // VMM memory mapped here: made by alloc_device_as (freed by free_device) or imported by
   // ipc_open (closed by ipc_close). `handle` is the CUmemGenericAllocationHandle.
