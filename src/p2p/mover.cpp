@@ -84,17 +84,32 @@ StreamHandle Mover::stream_for(int dev) {
 }
 
 uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, const Hints& hints) {
-  uint64_t ticket = next_ticket_++;
-  if (bytes == 0) return ticket;
+  if (bytes == 0) return next_ticket_++;
   if (dst_dev == kHostDevice && src_dev == kHostDevice) {
     std::memcpy(dst, src, bytes);
-    return ticket;
+    return next_ticket_++;
   }
   GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
   int dev = src_dev != kHostDevice ? src_dev : dst_dev;
   StreamHandle s = stream_for(dev);
   std::function<void()> after = copy_(dst, dst_dev, src, src_dev, bytes, s, hints);
   trace("c_enq", -1, 0, 0, bytes);
+  return track(dev, s, std::move(after));
+}
+
+uint64_t Mover::start_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
+  GS_REQUIRE((dst_dev == kHostDevice) != (src_dev == kHostDevice), GPUSTRIPE_ERR_INTERNAL,
+             "start_prechecked: host <-> device copies only");
+  if (bytes == 0) return next_ticket_++;
+  GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
+  const int dev = src_dev != kHostDevice ? src_dev : dst_dev;
+  StreamHandle s = stream_for(dev);
+  backend_->copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, s);
+  return track(dev, s, {});
+}
+
+uint64_t Mover::track(int dev, StreamHandle s, std::function<void()> after) {
+  const uint64_t ticket = next_ticket_++;
   EventHandle e = nullptr;
   for (auto it = free_events_.begin(); it != free_events_.end(); ++it)
     if (event_dev_[*it] == dev) {

@@ -64,6 +64,10 @@ class Mover {
   // Device copies: the caller has checked both ranges (check_within, the mapping cache's
   // bounds); the copies of small messages skip the pointer queries.
   uint64_t start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, const Hints& hints = {});
+  // start() for a copy between device memory and host memory whose ranges the caller has
+  // checked (eager slots: small messages, whose latency the pointer queries and the copy
+  // function's planning would show): the backend's copy alone, polled like the others.
+  uint64_t start_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes);
   // Whether the copy has completed. The copies of one stream complete in the order they were
   // started, so each stream's are asked in that order and, within one poll pass (new_pass),
   // a stream whose oldest copy was seen running is not asked again: an event query costs
@@ -81,6 +85,8 @@ class Mover {
 
  private:
   StreamHandle stream_for(int dev);
+  // Records the completion of what `s` (of `dev`) has enqueued; returns its ticket.
+  uint64_t track(int dev, StreamHandle s, std::function<void()> after);
 
   Backend* backend_;
   CopyFn copy_;
