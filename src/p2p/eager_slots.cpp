@@ -42,8 +42,13 @@ EagerSlots::EagerSlots(ipc::Channel& channel, Backend& backend, uint64_t slot_by
 }
 
 EagerSlots::~EagerSlots() {
-  for (auto& a : out_)
-    if (a) drop(*a);
+  for (int p = 0; p < ch_.size(); ++p) {
+    if (!out_[p]) continue;
+    drop(*out_[p]);
+    // A receiver alive may still read our last records and map the area then: the name is
+    // its to remove (it does when it maps, or when it leaves without having mapped it).
+    if (ch_.peer_state(p) == ipc::PeerState::Alive) out_[p]->seg.leave_name();
+  }
   for (int p = 0; p < ch_.size(); ++p) {
     if (in_[p]) {
       drop(*in_[p]);

@@ -12,8 +12,10 @@
 // One area per ordered pair of ranks (sender -> receiver), a POSIX shared-memory
 // segment the sender creates on its first slot to that receiver, named after the
 // channel; the receiver maps it when the first record naming a slot arrives and removes
-// the name then (the sender's destructor removes it otherwise, so nothing stays behind
-// a job; a survivor also removes the names of a dead peer's areas). A slot's state word
+// the name then. A sender may leave before its receiver has read that record, so the
+// sender removes the name on leaving only when the receiver is gone already; a receiver
+// leaving removes the names of the areas it never mapped (so nothing stays behind a job,
+// a killed sender's included). A slot's state word
 // has one writer per transition: the sender takes a free slot (0 -> 1), the receiver
 // frees it (1 -> 0, release) once its copy out of it is complete, so the sender's next
 // copy into it cannot overwrite bytes still being read. The area's header carries its
