@@ -115,6 +115,7 @@ int EagerSlots::acquire(int dst) {
     if (st[s].load(std::memory_order_acquire) == 0) {
       st[s].store(1, std::memory_order_relaxed);
       a.next = (s + 1) % a.count;
+      ++taken_;
       return static_cast<int>(s);
     }
   }

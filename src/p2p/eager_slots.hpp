@@ -55,8 +55,10 @@ class EagerSlots {
   // Receiver: the slot's bytes are consumed; the sender may reuse it.
   void release(int src, int slot);
 
-  // Slots to `dst` held now (the receiver has not released them yet): for tests.
+  // Slots to `dst` held now (the receiver has not released them yet), and slots taken so far
+  // to any receiver: what a test sees of the path its messages took.
   int held(int dst) const;
+  uint64_t taken() const { return taken_; }
 
  private:
   struct Area {
@@ -78,6 +80,7 @@ class EagerSlots {
   std::vector<std::unique_ptr<Area>> out_;  // per receiver, made on first use
   std::vector<std::unique_ptr<Area>> in_;   // per sender, mapped on first use
   std::vector<bool> out_failed_;            // the area to this receiver could not be made
+  uint64_t taken_ = 0;
 };
 
 }  // namespace gpustripe::p2p
