@@ -46,6 +46,7 @@ Mover::~Mover() {
   for (EventHandle e : free_events_) backend_->destroy_event(e);
   for (auto& kv : streams_)
     for (StreamHandle st : kv.second.all) backend_->destroy_stream(st);
+  for (auto& kv : small_streams_) backend_->destroy_stream(kv.second);
 }
 
 MemLoc Mover::locate(const void* p) const {
@@ -103,7 +104,8 @@ uint64_t Mover::start_prechecked(void* dst, int dst_dev, const void* src, int sr
   if (bytes == 0) return next_ticket_++;
   GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
   const int dev = src_dev != kHostDevice ? src_dev : dst_dev;
-  StreamHandle s = stream_for(dev);
+  StreamHandle& s = small_streams_[{dev, dst_dev != kHostDevice}];
+  if (!s) s = backend_->create_stream(dev);
   backend_->copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, s);
   return track(dev, s, {});
 }

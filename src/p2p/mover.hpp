@@ -95,6 +95,9 @@ class Mover {
     size_t next = 0;
   };
   std::map<int, Streams> streams_;
+  // start_prechecked's streams, per (device, toward the device): a small copy does not queue
+  // behind a large one, nor a receiver's copy in behind its own sends' copies out.
+  std::map<std::pair<int, bool>, StreamHandle> small_streams_;
   struct Pending {
     EventHandle event;            // recorded after the copy
     std::function<void()> after;  // the copy function's completion step
