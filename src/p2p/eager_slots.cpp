@@ -28,7 +28,7 @@ std::atomic<uint32_t>* states(void* base) {
 char* slots(void* base) { return static_cast<char*>(base) + kPage; }
 }  // namespace
 
-EagerSlots::EagerSlots(ipc::Channel& channel, Backend& backend, uint64_t slot_bytes, int count)
+EagerSlots::EagerSlots(ipc::Channel& channel, Backend* backend, uint64_t slot_bytes, int count)
     : ch_(channel),
       backend_(backend),
       slot_bytes_((slot_bytes + 63) / 64 * 64),
@@ -63,7 +63,7 @@ EagerSlots::~EagerSlots() {
 void EagerSlots::drop(Area& a) {
   if (a.registered) {
     try {
-      backend_.unregister_host(a.seg.data());
+      backend_->unregister_host(a.seg.data());
     } catch (const Error& e) {
       GS_LOG_WARN(Subsys::P2p, "rank %d: eager slots not unregistered: %s", ch_.rank(), e.what());
     }
@@ -89,7 +89,7 @@ bool EagerSlots::create_outbound(int dst) {
     h->magic = kMagic;  // the receiver maps it only after a record naming a slot, later still
     // Registered, the device's copies into the slots are DMA from and to pinned pages; where
     // the backend cannot register, they still work, through the driver's staged copies.
-    a->registered = backend_.register_host(a->seg.data(), a->seg.size()) != nullptr;
+    a->registered = backend_ && backend_->register_host(a->seg.data(), a->seg.size()) != nullptr;
     out_[dst] = std::move(a);
     return true;
   } catch (const Error& e) {
@@ -139,7 +139,7 @@ void EagerSlots::open_inbound(int src) {
   std::atomic_thread_fence(std::memory_order_acquire);
   a->count = h->count;
   a->slot_bytes = h->slot_bytes;
-  a->registered = backend_.register_host(a->seg.data(), a->seg.size()) != nullptr;
+  a->registered = backend_ && backend_->register_host(a->seg.data(), a->seg.size()) != nullptr;
   in_[src] = std::move(a);
 }
 

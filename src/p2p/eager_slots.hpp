@@ -34,8 +34,9 @@ namespace gpustripe::p2p {
 
 class EagerSlots {
  public:
-  // Slots of `slot_bytes` (> 0), `count` of them per receiver.
-  EagerSlots(ipc::Channel& channel, Backend& backend, uint64_t slot_bytes, int count);
+  // Slots of `slot_bytes` (> 0), `count` of them per receiver. `backend` null: host memory
+  // only (a receiver without GPUs still takes device messages sent to it).
+  EagerSlots(ipc::Channel& channel, Backend* backend, uint64_t slot_bytes, int count);
   // Unregisters and unmaps the areas: the caller has completed the copies into and out of them.
   ~EagerSlots();
   EagerSlots(const EagerSlots&) = delete;
@@ -74,7 +75,7 @@ class EagerSlots {
   void drop(Area& a);
 
   ipc::Channel& ch_;
-  Backend& backend_;
+  Backend* backend_;
   uint64_t slot_bytes_;
   int count_;
   std::vector<std::unique_ptr<Area>> out_;  // per receiver, made on first use

@@ -40,8 +40,8 @@ Endpoint::Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy)
   // Read once: a setting's get() scans the environment, which is long under mpirun.
   eager_max_ = std::min<uint64_t>(eager_limit(), fragment_bytes_);
   device_eager_max_ = std::min<uint64_t>(eager_max_, kDeviceEagerLimit.get());
-  if (backend_ && device_eager_max_ > 0)
-    slots_ = std::make_unique<EagerSlots>(ch_, *backend_, device_eager_max_, kEagerSlots);
+  // Also without a backend or with device messages off here: a peer may still send them.
+  slots_ = std::make_unique<EagerSlots>(ch_, backend_, std::max<uint64_t>(device_eager_max_, 1), kEagerSlots);
 }
 
 Endpoint::~Endpoint() {
@@ -206,7 +206,7 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
 }
 
 bool Endpoint::send_through_slot(const RequestPtr& r, Frame& f) {
-  if (!slots_) return false;
+  if (r->bytes_ > slots_->slot_bytes()) return false;
   const int slot = slots_->acquire(r->peer_);
   if (slot < 0) return false;
   // The range was checked against its allocation (isend), the slot is ours.
@@ -294,8 +294,6 @@ void Endpoint::on_message(int src, const Frame& f, const char* payload) {
   bool rendezvous = f.kind == FrameKind::Rts;
   int slot = -1;
   if (!rendezvous && (f.flags & kEagerSlot)) {
-    GS_REQUIRE(slots_, GPUSTRIPE_ERR_INTERNAL, "rank %d: rank %d sent an eager slot, and this rank has no device",
-               ch_.rank(), src);
     slot = static_cast<int>(std::min<uint64_t>(f.offset, INT32_MAX));
     payload = slots_->inbound(src, slot, f.bytes);
   }

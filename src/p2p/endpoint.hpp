@@ -96,7 +96,7 @@ class Endpoint {
   // Passes the file descriptors of VMM / pool buffers (null without a backend).
   ipc::FdExchange* fd_exchange() { return fds_.get(); }
   Mover& mover() { return mover_; }
-  // The eager slots of small device messages (null without a backend or device eager limit).
+  // The eager slots of small device messages.
   const EagerSlots* eager_slots() const { return slots_.get(); }
 
  private:
