@@ -15,9 +15,9 @@ const SizeSetting kEagerLimit{"GPUSTRIPE_P2P_EAGER_LIMIT", "16K",
                               "Largest message sent eagerly through the node-local channel; larger ones use "
                               "rendezvous (the sender copies into the receiver's mapped buffer)"};
 // A device send above this is pulled by the receiver (one GPU-to-GPU copy) instead of
-// going eagerly (two copies through host memory): on the H200s 4-16 KB took 17-21 us
-// eagerly and 12-13 us pulled (bench/results/2026-11-21-mpi-np2-w64: latency rows; and
-// with GPUSTRIPE_P2P_EAGER_LIMIT=0). 4K is also Open MPI's shared-memory eager
+// going eagerly (two copies through host memory, even through eager slots): on 2x H200
+// 8-32 KB took 16.7-18.6 us eagerly and 9.3-9.5 us pulled, and windows of 64 gained nothing
+// (bench/results/2026-11-26-mpi-np2-w64-eager-slots-*: latency rows). 4K is also Open MPI's shared-memory eager
 // limit, so programs that run on Open MPI meet no new rendezvous (no new deadlock) here.
 const SizeSetting kDeviceEagerLimit{"GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT", "4K",
                                     "Largest message from a device buffer sent eagerly (at most "
