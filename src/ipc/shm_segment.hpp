@@ -24,6 +24,9 @@ class ShmSegment {
   // Removes the name; the mapping stays valid until unmapped. Once every process
   // has mapped the segment, unlinking makes a crashed job leave nothing behind.
   void unlink();
+  // Leaves the name to another process to remove (one that maps the segment later): the
+  // destructor of this one keeps it.
+  void leave_name() { linked_ = false; }
   void* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& name() const { return name_; }

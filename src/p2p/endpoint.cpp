@@ -14,11 +14,15 @@ namespace {
 // (the sender copies into the receiver's mapped buffer).
 constexpr uint64_t kEagerLimit = 16 << 10;
 // A device send above this is pulled by the receiver (one GPU-to-GPU copy) instead of
-// going eagerly (two copies through host memory): on the H200s 4-16 KB took 17-21 us
-// eagerly and 12-13 us pulled (bench/results/2026-11-21-mpi-np2-w64: latency rows; and
-// with no eager sends). 4K is also Open MPI's shared-memory eager
+// going eagerly (two copies through host memory, even through eager slots): on 2x H200
+// 8-32 KB took 16.7-18.6 us eagerly and 9.3-9.5 us pulled, and windows of 64 gained nothing
+// (bench/results/2026-11-26-mpi-np2-w64-eager-slots-*: latency rows). 4K is also Open MPI's shared-memory eager
 // limit, so programs that run on Open MPI meet no new rendezvous (no new deadlock) here.
 constexpr uint64_t kDeviceEagerLimit = 4 << 10;
+// Eager slots per ordered pair of ranks: a window of small device sends as benchmarks and halo
+// exchanges post them (OSU's window is 64) is in flight at once; past that, a send waits for none
+// and goes through the bounce buffer. 64 slots of the 4 KB device eager limit: 256 KB per pair.
+constexpr int kEagerSlots = 64;
 }
 
 uint64_t eager_limit() { return kEagerLimit; }
@@ -32,6 +36,8 @@ Endpoint::Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy)
   fragment_bytes_ = (ch_.max_record() - sizeof(Frame) - 64) / 64 * 64;
   eager_max_ = std::min<uint64_t>(eager_limit(), fragment_bytes_);
   device_eager_max_ = std::min<uint64_t>(eager_max_, kDeviceEagerLimit);
+  // Also without a backend or with device messages off here: a peer may still send them.
+  slots_ = std::make_unique<EagerSlots>(ch_, backend_, std::max<uint64_t>(device_eager_max_, 1), kEagerSlots);
 }
 
 Endpoint::~Endpoint() {
@@ -124,7 +130,8 @@ void Endpoint::post(int dst, const Frame& f, const void* payload, size_t payload
 
 void Endpoint::flush_outgoing(int dst) {
   auto& q = outgoing_[dst];
-  while (!q.empty() && ch_.try_send(dst, q.front().record.data(), q.front().record.size(), nullptr, 0)) {
+  while (!q.empty() && (q.front().gate == 0 || mover_.done(q.front().gate)) &&
+         ch_.try_send(dst, q.front().record.data(), q.front().record.size(), nullptr, 0)) {
     if (q.front().owner) --q.front().owner->unflushed_;
     q.pop_front();
   }
@@ -164,12 +171,14 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
   if (bytes <= eager_max) {
     f.kind = FrameKind::Eager;
     f.flags = synchronous ? static_cast<uint32_t>(kSync) : 0u;
-    const void* payload = r->loc_.device && bytes ? from_device(buf, r->loc_.dev, bytes) : buf;
     if (synchronous) {
       r->state_ = Request::State::SyncWait;
       active_sends_.push_back(r);
     }
-    post(dst, f, payload, bytes, r);
+    if (!(r->loc_.device && bytes && dst != ch_.rank() && send_through_slot(r, f))) {
+      const void* payload = r->loc_.device && bytes ? from_device(buf, r->loc_.dev, bytes) : buf;
+      post(dst, f, payload, bytes, r);
+    }
     if (!synchronous) {
       r->status_.bytes = bytes;
       r->state_ = Request::State::Done;
@@ -193,6 +202,24 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
   }
   progress_locked();
   return r;
+}
+
+bool Endpoint::send_through_slot(const RequestPtr& r, Frame& f) {
+  if (r->bytes_ > slots_->slot_bytes()) return false;
+  const int slot = slots_->acquire(r->peer_);
+  if (slot < 0) return false;
+  // The range was checked against its allocation (isend), the slot is ours.
+  const uint64_t copy = mover_.start_prechecked(slots_->outbound(r->peer_, slot), kHostDevice, r->sbuf_,
+                                                r->loc_.dev, r->bytes_);
+  f.flags |= kEagerSlot;
+  f.offset = static_cast<uint64_t>(slot);
+  // Queued behind whatever waits for this peer already, and everything posted to it later
+  // queues behind this record: the peer sees its records in the order they were posted.
+  Queued e{std::vector<char>(sizeof f), r, copy};
+  std::memcpy(e.record.data(), &f, sizeof f);
+  ++r->unflushed_;
+  outgoing_[r->peer_].push_back(std::move(e));
+  return true;
 }
 
 RequestPtr Endpoint::irecv(void* buf, uint64_t capacity, int src, int tag, uint64_t comm, const MemLoc* where) {
@@ -264,16 +291,23 @@ void Endpoint::handle(int src, const Frame& f, const char* payload) {
 
 void Endpoint::on_message(int src, const Frame& f, const char* payload) {
   bool rendezvous = f.kind == FrameKind::Rts;
+  int slot = -1;
+  if (!rendezvous && (f.flags & kEagerSlot)) {
+    slot = static_cast<int>(std::min<uint64_t>(f.offset, INT32_MAX));
+    payload = slots_->inbound(src, slot, f.bytes);
+  }
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {
     if (!matches(**it, src, f.tag, f.comm)) continue;
     RequestPtr r = *it;
     posted_.erase(it);
-    deliver(r, src, f.tag, f.bytes, rendezvous, f.flags, f.send_id, payload);
+    deliver(r, src, f.tag, f.bytes, rendezvous, f.flags, f.send_id, payload, slot);
     return;
   }
-  Unexpected u{src, f.tag, f.comm, f.bytes, rendezvous, f.flags, f.send_id, {}};
+  Unexpected u{src, f.tag, f.comm, f.bytes, rendezvous, f.flags & ~static_cast<uint32_t>(kEagerSlot), f.send_id, {}};
   if (!rendezvous) {
+    // Out of the slot at once: a receive that may never be posted must not hold it.
     u.payload.assign(payload, payload + f.bytes);
+    if (slot >= 0) slots_->release(src, slot);
   } else if (f.flags & kRtsExported) {
     u.payload.assign(payload, payload + sizeof(Exported));
   }
@@ -281,7 +315,7 @@ void Endpoint::on_message(int src, const Frame& f, const char* payload) {
 }
 
 void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bool rendezvous, uint32_t flags,
-                       uint64_t send_id, const char* payload) {
+                       uint64_t send_id, const char* payload, int slot) {
   bool sync = (flags & kSync) != 0;
   uint64_t n = std::min(bytes, r->bytes_);
   r->status_.source = src;
@@ -296,10 +330,20 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
                                 static_cast<unsigned long long>(r->bytes_));
   }
   if (!rendezvous) {
-    if (r->loc_.device) to_device(r->rbuf_, r->loc_.dev, payload, n);
-    else if (n) std::memcpy(r->rbuf_, payload, n);
-    r->status_.bytes = n;
-    r->state_ = Request::State::Done;
+    if (slot >= 0 && r->loc_.device && n > 0) {
+      // Out of the slot on the device's stream; the slot is freed once that copy completes.
+      r->ticket_ = mover_.start_prechecked(r->rbuf_, r->loc_.dev, payload, kHostDevice, n);
+      r->slot_ = slot;
+      r->slot_peer_ = src;
+      r->state_ = Request::State::Copying;
+      active_recvs_.push_back(r);
+    } else {
+      if (r->loc_.device) to_device(r->rbuf_, r->loc_.dev, payload, n);
+      else if (n) std::memcpy(r->rbuf_, payload, n);
+      if (slot >= 0) slots_->release(src, slot);
+      r->status_.bytes = n;
+      r->state_ = Request::State::Done;
+    }
     if (sync) {
       Frame ack{};
       ack.kind = FrameKind::SyncAck;
@@ -431,6 +475,14 @@ void Endpoint::advance_recvs() {
     Request& r = **it;
     if (r.state_ != Request::State::Copying || !mover_.done(r.ticket_)) {
       ++it;
+      continue;
+    }
+    if (r.slot_ >= 0) {  // out of an eager slot: nothing for the sender to hear
+      slots_->release(r.slot_peer_, r.slot_);
+      r.slot_ = -1;
+      r.status_.bytes = r.granted_;
+      r.state_ = Request::State::Done;
+      it = active_recvs_.erase(it);
       continue;
     }
     trace("r_copied", r.status_.source, r.peer_id_, r.id_, r.granted_);
@@ -566,6 +618,7 @@ bool Endpoint::done_now(const RequestPtr& r) {
 }
 
 void Endpoint::check_peers_for(const Request& r) const {
+  if (r.slot_ >= 0) return;  // the message is here: its copy out of the slot needs no peer
   check_source(r.send_ ? r.peer_ : (r.state_ == Request::State::Posted ? r.peer_ : r.status_.source));
 }
 

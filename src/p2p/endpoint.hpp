@@ -6,8 +6,11 @@
 // channel's rings are FIFO and unexpected messages queue in arrival order); a
 // receive is matched against unexpected messages first, in arrival order.
 //
-// Eager up to eager_limit(): the data rides in the channel (device
-// sources are copied out first) and the send completes once it is buffered.
+// Eager up to eager_limit(): the data rides in the channel and the send
+// completes once it is buffered. A device message (up to the device eager limit) rides
+// in an eager slot (eager_slots.hpp) instead: the send enqueues the copy into the slot
+// and returns; progress posts the record once the copy is complete, in order with every
+// other record to that peer; the receiver copies out of the slot asynchronously.
 // Rendezvous above it (frame.hpp): a device send buffer is exported with the
 // announcement and the matched receiver copies out of it (pull: the engine's
 // multi-path copy when there is one), so the data moves without the sender's
@@ -31,6 +34,7 @@
 #include "ipc/channel.hpp"
 #include "ipc/fd_exchange.hpp"
 #include "ipc/handle_cache.hpp"
+#include "p2p/eager_slots.hpp"
 #include "p2p/frame.hpp"
 #include "p2p/mover.hpp"
 #include "p2p/request.hpp"
@@ -92,6 +96,8 @@ class Endpoint {
   // Passes the file descriptors of VMM / pool buffers (null without a backend).
   ipc::FdExchange* fd_exchange() { return fds_.get(); }
   Mover& mover() { return mover_; }
+  // The eager slots of small device messages.
+  const EagerSlots* eager_slots() const { return slots_.get(); }
 
  private:
   struct Unexpected {
@@ -113,9 +119,13 @@ class Endpoint {
   void flush_outgoing(int dst);
   void handle(int src, const Frame& f, const char* payload);
   void on_message(int src, const Frame& f, const char* payload);
-  // A matched receive takes the message (eager payload or a rendezvous start).
+  // A matched receive takes the message (eager payload or a rendezvous start). `slot` >= 0:
+  // the payload is that eager slot of `src`'s area, freed here or once the copy out completes.
   void deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bool rendezvous, uint32_t flags,
-               uint64_t send_id, const char* payload);
+               uint64_t send_id, const char* payload, int slot = -1);
+  // A small device send through an eager slot: false when no slot is free (the caller sends
+  // the bytes in the record).
+  bool send_through_slot(const RequestPtr& r, Frame& f);
   // Receives posted (and rendezvous messages arrived unmatched) that the next messages of
   // `src` on `comm` may meet: more copies from that peer soon (a window), for the copy's plan.
   int receives_ahead(int src, uint64_t comm) const;
@@ -148,6 +158,8 @@ class Endpoint {
 
   ipc::Channel& ch_;
   Backend* backend_;
+  // Before mover_: the mover's destructor completes the copies into and out of the slots.
+  std::unique_ptr<EagerSlots> slots_;
   Mover mover_;
   std::unique_ptr<ipc::FdExchange> fds_;  // before cache_: the cache's mappings close first
   std::unique_ptr<ipc::HandleCache> cache_;
@@ -160,6 +172,7 @@ class Endpoint {
   struct Queued {
     std::vector<char> record;
     RequestPtr owner;
+    uint64_t gate = 0;  // Mover ticket that completes before the record may go (0: none)
   };
   std::vector<std::deque<Queued>> outgoing_;  // per peer: records the ring had no room for
   size_t fragment_bytes_;

@@ -11,6 +11,9 @@
 //               into it and sends Fin.
 //     stream    Rts -> Cts{stream}: neither end is exportable; Data fragments follow.
 //   Ssend       Eager with kSync: the receiver answers SyncAck once it matched.
+//   eager slot  Eager with kEagerSlot: a device message's bytes are in the sender's
+//               eager slot `offset` (eager_slots.hpp), not in the record; the receiver
+//               copies them out and frees the slot.
 #pragma once
 #include <cstdint>
 
@@ -25,6 +28,7 @@ enum FrameFlags : uint32_t {
   kCtsMapped = 2u,   // Cts: payload is an Exported receive buffer (push)
   kCtsStream = 4u,   // Cts: send Data fragments
   kRtsExported = 8u, // Rts: payload is the Exported send buffer (pull)
+  kEagerSlot = 16u,  // Eager: the data is in eager slot `offset` of the sender's area to us
 };
 
 struct Frame {
@@ -34,7 +38,7 @@ struct Frame {
   uint64_t bytes;    // Eager/Rts: message size; Cts/Done: bytes granted (min of size and capacity); Data: fragment
   uint64_t send_id;  // the sender's request
   uint64_t recv_id;  // the receiver's request (Cts, Data, Fin)
-  uint64_t offset;   // Data: position in the message
+  uint64_t offset;   // Data: position in the message; Eager with kEagerSlot: the slot
   uint32_t flags;
   uint32_t reserved;
 };

@@ -76,18 +76,18 @@ void Mover::check_within(const MemLoc& loc, const void* p, size_t bytes, const c
              static_cast<size_t>(loc.base), loc.size);
 }
 
+size_t Mover::new_lane(int dev) {
+  GS_REQUIRE(lanes_.size() + 1 < (size_t{1} << kLaneBits), GPUSTRIPE_ERR_INTERNAL, "p2p mover: too many streams");
+  lanes_.emplace_back();
+  lanes_.back().stream = backend_->create_stream(dev);
+  lanes_.back().dev = dev;
+  return lanes_.size() - 1;
+}
+
 size_t Mover::lane_for(int dev) {
   Device& d = devices_[dev];
-  if (d.lanes.empty()) {
-    const int64_t n = kStreams;
-    GS_REQUIRE(lanes_.size() + n < (size_t{1} << kLaneBits), GPUSTRIPE_ERR_INTERNAL, "p2p mover: too many streams");
-    for (int64_t i = 0; i < n; ++i) {
-      lanes_.emplace_back();
-      lanes_.back().stream = backend_->create_stream(dev);
-      lanes_.back().dev = dev;
-      d.lanes.push_back(lanes_.size() - 1);
-    }
-  }
+  if (d.lanes.empty())
+    for (int i = 0; i < kStreams; ++i) d.lanes.push_back(new_lane(dev));
   size_t lane = d.lanes[d.next];
   d.next = (d.next + 1) % d.lanes.size();
   return lane;
@@ -113,6 +113,27 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
   trace("c_enq", -1, 0, 0, bytes);
   const uint64_t seq = l.next++;
   if (after) l.open_after.push_back(std::move(after));
+  if (!batching_) {
+    close(lane);
+  } else if (!l.open) {
+    l.open = true;
+    open_.push_back(lane);
+  }
+  return seq << kLaneBits | lane;
+}
+
+uint64_t Mover::start_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
+  GS_REQUIRE((dst_dev == kHostDevice) != (src_dev == kHostDevice), GPUSTRIPE_ERR_INTERNAL,
+             "start_prechecked: host <-> device copies only");
+  if (bytes == 0) return 0;  // ticket 0: nothing in flight
+  GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
+  const int dev = src_dev != kHostDevice ? src_dev : dst_dev;
+  auto it = small_lanes_.find({dev, dst_dev != kHostDevice});
+  if (it == small_lanes_.end()) it = small_lanes_.emplace(std::make_pair(dev, dst_dev != kHostDevice), new_lane(dev)).first;
+  const size_t lane = it->second;
+  Lane& l = lanes_[lane];
+  backend_->copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, l.stream);
+  const uint64_t seq = l.next++;
   if (!batching_) {
     close(lane);
   } else if (!l.open) {

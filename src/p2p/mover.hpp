@@ -85,6 +85,10 @@ class Mover {
   // whose event is not recorded yet records it (a batch never left open holds a copy back).
   void begin_batch();
   void end_batch();
+  // start() for a copy between device memory and host memory whose ranges the caller has
+  // checked (eager slots: small messages, whose latency the pointer queries and the copy
+  // function's planning would show): the backend's copy alone, polled like the others.
+  uint64_t start_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes);
   // Whether the copy has completed. The copies of one stream complete in the order they were
   // started, so each stream's events are asked in that order and, within one poll pass
   // (new_pass), a stream whose oldest event was seen running is not asked again: an event query
@@ -142,6 +146,10 @@ class Mover {
   std::map<int, Device> devices_;
   std::vector<size_t> open_;  // lanes with copies whose event is not recorded yet
   bool batching_ = false;
+  // start_prechecked's lanes, per (device, toward the device): a small copy does not queue
+  // behind a large one, nor a receiver's copy in behind its own sends' copies out.
+  std::map<std::pair<int, bool>, size_t> small_lanes_;
+  size_t new_lane(int dev);
   uint64_t pass_ = 1;
 };
 

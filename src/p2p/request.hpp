@@ -60,6 +60,9 @@ class Request {
   int lease_peer_ = -1;
   uint64_t lease_base_ = 0;
   uint64_t lease_buffer_ = 0;
+  // Receive copying out of an eager slot of rank slot_peer_: freed once the copy completes.
+  int slot_ = -1;
+  int slot_peer_ = -1;
   P2pStatus status_;
 };
 

@@ -179,9 +179,11 @@ void CudaBackend::enqueue_copy(void* dst, int dst_dev, const void* src, int src_
   DeviceGuard guard(dev);
   // cudaMemcpyPeerAsync cannot be captured into a graph; under capture a UVA copy does
   // the same peer copy (the engine enables peer access before it captures).
+  // Asked for peer copies only: a small host copy (eager messages) notices every call.
+  const bool peer = dst_dev >= 0 && src_dev >= 0 && dst_dev != src_dev;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  GS_CUDA(cudaStreamIsCapturing(cu_stream(s), &capture), dev);
-  if (dst_dev >= 0 && src_dev >= 0 && dst_dev != src_dev && capture == cudaStreamCaptureStatusNone) {
+  if (peer) GS_CUDA(cudaStreamIsCapturing(cu_stream(s), &capture), dev);
+  if (peer && capture == cudaStreamCaptureStatusNone) {
     cudaError_t err = cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, cu_stream(s));
     if (err != cudaSuccess)
       throw_cuda_error(err, format("cudaMemcpyPeerAsync(GPU %d -> GPU %d, %zu bytes)", src_dev, dst_dev, bytes).c_str(),

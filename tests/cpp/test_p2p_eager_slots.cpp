@@ -1,0 +1,264 @@
+// Small device messages through eager slots (p2p/eager_slots.hpp), across forked ranks on
+// the emulated backend: windows both ways, any source, unexpected messages, more messages
+// in flight than slots, truncation, and a rank killed while slots are held.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "p2p/endpoint.hpp"
+#include "test_ipc_ranks.hpp"
+#include "test_util.hpp"
+#include "topology/topology.hpp"
+
+using namespace gpustripe;
+using namespace gpustripe::p2p;
+
+namespace {
+
+constexpr uint64_t kComm = 5;
+constexpr size_t kMax = 4096;  // the device eager limit these tests run with
+
+std::unique_ptr<Backend> emulated() { return make_emulated_backend(load_topology_file("h200x4")); }
+
+// Sizes from 1 byte to the limit, both ends included.
+size_t size_of(int i) { return i == 0 ? 1 : i == 1 ? kMax : 1 + (static_cast<size_t>(i) * 977) % kMax; }
+
+bool shm_exists(const std::string& name) { return access(("/dev/shm" + name).c_str(), F_OK) == 0; }
+
+// Blocks the calling rank, without any progress of its endpoint, until the other writes.
+void block_on(int fd) {
+  char c = 0;
+  RANK_CHECK(read(fd, &c, 1) == 1);
+}
+void unblock(int fd) {
+  char c = 1;
+  RANK_CHECK(write(fd, &c, 1) == 1);
+}
+
+void wait_until_dead(ipc::Channel& ch, int peer) {
+  for (int i = 0; i < 5000 && ch.peer_state(peer) != ipc::PeerState::Dead; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  RANK_CHECK(ch.peer_state(peer) == ipc::PeerState::Dead);
+}
+
+}  // namespace
+
+// Both ranks post a window of 64 small device sends, then their 64 receives in the reverse
+// tag order (some into host memory, one shorter than its message); every byte lands where its
+// tag says, and the sends went through slots.
+TEST(P2pEagerSlots, WindowsBothWaysLandByTagInAnyPostOrder) {
+  ScopedEnv limit("GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT", "4K");
+  ScopedEnv jitter("GPUSTRIPE_EMU_JITTER_US", "5");  // copies finish out of step with the posts
+  ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
+  EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+    auto be = emulated();
+    Endpoint ep(ch, be.get());
+    RANK_CHECK(ep.eager_slots() != nullptr);
+    const int peer = 1 - rank;
+    constexpr int kWindow = 64;
+    char* out = static_cast<char*>(be->alloc_device(rank, kWindow * kMax));
+    char* in = static_cast<char*>(be->alloc_device(rank, kWindow * kMax));
+    std::vector<std::vector<unsigned char>> host(kWindow, std::vector<unsigned char>(kMax));
+    for (int round = 0; round < 3; ++round) {
+      std::vector<RequestPtr> sends, recvs(kWindow);
+      for (int i = 0; i < kWindow; ++i) device_put(*be, out + i * kMax, rank, seeded_bytes(round * 1000 + rank * 100 + i, size_of(i)));
+      for (int i = 0; i < kWindow; ++i) sends.push_back(ep.isend(out + i * kMax, size_of(i), peer, i, kComm, i == 20));  // one Ssend
+      for (int i = kWindow - 1; i >= 0; --i) {
+        const size_t cap = i == 9 ? size_of(i) / 2 : kMax;
+        void* dst = i % 8 == 7 ? static_cast<void*>(host[i].data()) : static_cast<void*>(in + i * kMax);
+        recvs[i] = ep.irecv(dst, cap, peer, i, kComm);
+      }
+      for (auto& r : sends) ep.wait(r);
+      for (int i = 0; i < kWindow; ++i) {
+        ep.wait(recvs[i]);
+        const size_t n = size_of(i), got = i == 9 ? n / 2 : n;
+        const P2pStatus& st = recvs[i]->status();
+        RANK_CHECK(st.bytes == got && st.message_bytes == n && st.tag == i && st.source == peer);
+        RANK_CHECK(st.error == (i == 9 ? GPUSTRIPE_ERR_TRUNCATE : GPUSTRIPE_SUCCESS));
+        auto want = seeded_bytes(round * 1000 + peer * 100 + i, n);
+        want.resize(got);
+        auto have = i % 8 == 7 ? std::vector<unsigned char>(host[i].begin(), host[i].begin() + got)
+                               : device_get(*be, in + i * kMax, rank, got);
+        RANK_CHECK(have == want);
+      }
+    }
+    RANK_CHECK(ep.eager_slots()->taken() >= 64);
+    be->free_device(out);
+    be->free_device(in);
+    ep.flush();
+  }));
+}
+
+// Two senders' messages arrive before any receive is posted: each is copied out of its slot
+// at once (the senders see every slot free again while nothing is posted), then received by
+// any-source receives in each sender's order.
+TEST(P2pEagerSlots, UnexpectedMessagesFreeTheirSlotsAtOnceAndMatchAnySource) {
+  ScopedEnv limit("GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT", "4K");
+  ScopedEnv jitter("GPUSTRIPE_EMU_JITTER_US", "5");
+  ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
+  EXPECT_RANKS_OK(run_ranks(3, [](int rank, ipc::Channel& ch) {
+    auto be = emulated();
+    Endpoint ep(ch, be.get());
+    constexpr int kMsgs = 80, kTags = 4;  // more than a pair's slots
+    char token = 0;
+    if (rank != 0) {
+      char* out = static_cast<char*>(be->alloc_device(rank, kMsgs * kMax));
+      std::vector<RequestPtr> sends;
+      for (int i = 0; i < kMsgs; ++i) {
+        device_put(*be, out + i * kMax, rank, seeded_bytes(rank * 100 + i, size_of(i)));
+        sends.push_back(ep.isend(out + i * kMax, size_of(i), 0, i % kTags, kComm));
+      }
+      for (auto& r : sends) ep.wait(r);
+      ep.send(&token, 1, 0, 100, kComm);  // after every record of the messages
+      ep.recv(&token, 1, 0, 101, kComm);  // rank 0 has read them, and posted nothing
+      RANK_CHECK(ep.eager_slots()->held(0) == 0);
+      be->free_device(out);
+    } else {
+      ep.recv(&token, 1, 1, 100, kComm);
+      ep.recv(&token, 1, 2, 100, kComm);
+      ep.send(&token, 1, 1, 101, kComm);
+      ep.send(&token, 1, 2, 101, kComm);
+      char* in = static_cast<char*>(be->alloc_device(0, kMax));
+      int next[3][kTags] = {};
+      for (int t = 0; t < kTags; ++t)
+        for (int k = 0; k < 2 * kMsgs / kTags; ++k) {
+          P2pStatus st = ep.recv(in, kMax, kAnySource, t, kComm);
+          RANK_CHECK(st.error == GPUSTRIPE_SUCCESS && (st.source == 1 || st.source == 2) && st.tag == t);
+          const int i = t + kTags * next[st.source][t]++;  // each sender's messages of a tag, in order
+          RANK_CHECK(st.bytes == size_of(i) && device_get(*be, in, 0, st.bytes) == seeded_bytes(st.source * 100 + i, size_of(i)));
+        }
+      be->free_device(in);
+    }
+    ep.flush();
+  }));
+}
+
+// 200 sends of one tag while the receiver makes no progress: 64 take the slots, the others go
+// through the channel, and the receiver gets all of them in the order they were sent.
+TEST(P2pEagerSlots, MoreSendsThanSlotsKeepTheirOrder) {
+  ScopedEnv limit("GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT", "4K");
+  ScopedEnv jitter("GPUSTRIPE_EMU_JITTER_US", "5");
+  ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  EXPECT_RANKS_OK(run_ranks(2, [&](int rank, ipc::Channel& ch) {
+    auto be = emulated();
+    Endpoint ep(ch, be.get());
+    constexpr int kMsgs = 200;
+    if (rank == 0) {
+      char* out = static_cast<char*>(be->alloc_device(0, kMsgs * kMax));
+      for (int i = 0; i < kMsgs; ++i) device_put(*be, out + i * kMax, 0, seeded_bytes(i, size_of(i)));
+      std::vector<RequestPtr> sends;
+      for (int i = 0; i < kMsgs; ++i) sends.push_back(ep.isend(out + i * kMax, size_of(i), 1, 9, kComm));
+      RANK_CHECK(ep.eager_slots()->taken() == 64 && ep.eager_slots()->held(1) == 64);
+      unblock(fds[1]);
+      for (auto& r : sends) ep.wait(r);
+      be->free_device(out);
+    } else {
+      block_on(fds[0]);
+      char* in = static_cast<char*>(be->alloc_device(1, kMax));
+      for (int i = 0; i < kMsgs; ++i) {
+        P2pStatus st = ep.recv(in, kMax, 0, 9, kComm);
+        RANK_CHECK(st.bytes == size_of(i) && device_get(*be, in, 1, st.bytes) == seeded_bytes(i, size_of(i)));
+      }
+      be->free_device(in);
+    }
+    ep.flush();
+  }));
+  close(fds[0]);
+  close(fds[1]);
+}
+
+// The sender dies while the receiver, which made no progress, holds nothing yet: the messages
+// it sent still arrive whole, the next receive from it fails, and its area leaves no name.
+TEST(P2pEagerSlots, KilledSendersMessagesStillArriveAndItsAreaGoes) {
+  ScopedEnv limit("GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT", "4K");
+  ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  auto res = run_ranks(2, [&](int rank, ipc::Channel& ch) {
+    auto be = emulated();
+    const std::string area = ch.name() + "-eager-0-1";
+    {
+      Endpoint ep(ch, be.get());
+      constexpr int kMsgs = 10;
+      if (rank == 0) {
+        char* out = static_cast<char*>(be->alloc_device(0, kMsgs * kMax));
+        for (int i = 0; i < kMsgs; ++i) {
+          device_put(*be, out + i * kMax, 0, seeded_bytes(300 + i, size_of(i)));
+          ep.send(out + i * kMax, size_of(i), 1, i, kComm);
+        }
+        RANK_CHECK(ep.eager_slots()->held(1) == kMsgs);
+        unblock(fds[1]);
+        raise(SIGKILL);
+      }
+      block_on(fds[0]);
+      wait_until_dead(ch, 0);
+      RANK_CHECK(shm_exists(area));
+      char* in = static_cast<char*>(be->alloc_device(1, kMax));
+      for (int i = 0; i < kMsgs; ++i) {
+        P2pStatus st = ep.recv(in, kMax, 0, i, kComm);
+        RANK_CHECK(st.bytes == size_of(i) && device_get(*be, in, 1, st.bytes) == seeded_bytes(300 + i, size_of(i)));
+      }
+      bool failed = false;
+      try {
+        ep.recv(in, kMax, 0, 99, kComm);
+      } catch (const Error& e) {
+        failed = e.status() == GPUSTRIPE_ERR_PEER_FAILED;
+      }
+      RANK_CHECK(failed);
+      be->free_device(in);
+    }
+    RANK_CHECK(!shm_exists(area));
+  });
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_EQ(res[0].code, 128 + SIGKILL);
+  EXPECT_EQ(res[1].code, 0);
+}
+
+// The receiver dies with every slot to it held: the sender's next sends fail with
+// ERR_PEER_FAILED instead of waiting for a slot, and its area leaves no name when it goes.
+TEST(P2pEagerSlots, KilledReceiverFailsTheSenderAndItsAreaGoes) {
+  ScopedEnv limit("GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT", "4K");
+  ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  auto res = run_ranks(2, [&](int rank, ipc::Channel& ch) {
+    auto be = emulated();
+    const std::string area = ch.name() + "-eager-0-1";
+    if (rank == 1) {
+      Endpoint ep(ch, be.get());
+      block_on(fds[0]);
+      raise(SIGKILL);
+    }
+    {
+      Endpoint ep(ch, be.get());
+      char* out = static_cast<char*>(be->alloc_device(0, kMax));
+      device_put(*be, out, 0, seeded_bytes(7, kMax));
+      for (int i = 0; i < 64; ++i) ep.send(out, kMax, 1, 0, kComm);
+      RANK_CHECK(ep.eager_slots()->held(1) == 64 && shm_exists(area));
+      unblock(fds[1]);
+      wait_until_dead(ch, 1);
+      bool failed = false;
+      try {
+        for (int i = 0; i < 100000; ++i) ep.send(out, kMax, 1, 0, kComm);  // more than its ring holds
+      } catch (const Error& e) {
+        failed = e.status() == GPUSTRIPE_ERR_PEER_FAILED;
+      }
+      RANK_CHECK(failed);
+      be->free_device(out);
+    }
+    RANK_CHECK(!shm_exists(area));
+  });
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_EQ(res[0].code, 0);
+  EXPECT_EQ(res[1].code, 128 + SIGKILL);
+}
