@@ -128,7 +128,7 @@ class Mover {
     std::exception_ptr failure;
   };
   struct Device {
-    std::vector<size_t> lanes;  // GPUSTRIPE_P2P_STREAMS of them, taken in turn
+    std::vector<size_t> lanes;  // kStreams (mover.cpp) of them, taken in turn
     size_t next = 0;
     std::vector<EventHandle> free_events;
   };
