@@ -324,8 +324,52 @@ struct SliceRunner::Inflight {
   std::vector<Lane*> used;
   std::vector<uint32_t> waits;
   std::vector<EventHandle> ends;
+  bool enqueued_all = false;
   uint64_t barrier = 0;  // 0 until this rank's streams are done
+  // host_waits: what advance() enqueues from, one queue per program lane in program order (a
+  // lane's ops rely on that order), each head going once its inputs are there.
+  bool host_waits = false;
+  std::unique_ptr<coll::Program> prog;  // a copy: the caller's may go before the run ends
+  coll::CrossSlots slots;
+  std::vector<Lane*> stream_of;
+  std::vector<uint8_t> needs_mark, enqueued;
+  std::vector<LaneMark> marks;
+  std::map<int, size_t> last_on_lane;
+  std::map<int, std::vector<size_t>> queues;
+  std::map<int, size_t> head;
+  size_t left = 0;
 };
+
+bool SliceRunner::advance() {
+  Inflight& f = *inflight_;
+  const auto& ops = f.prog->ops();
+  auto ready = [&](size_t i) {
+    for (int d : ops[i].deps) {
+      if (ops[d].rank == rank_) {
+        if (!f.enqueued[d]) return false;
+      } else if (flags_.op(f.slots.at({d, rank_})).load(std::memory_order_acquire) == 0) {
+        return false;
+      }
+    }
+    return true;
+  };
+  for (auto& [ln, q] : f.queues) {
+    size_t& h = f.head[ln];
+    for (; h < q.size() && ready(q[h]); ++h) {
+      const size_t i = q[h];
+      Lane& l = *f.stream_of[i];
+      if (std::find(f.used.begin(), f.used.end(), &l) == f.used.end()) f.used.push_back(&l);
+      issue(ops, i, l, l.device(), f.marks, f.last_on_lane);
+      if (f.needs_mark[i]) f.marks[i] = l.mark(false);
+      for (auto it = f.slots.lower_bound({static_cast<int>(i), -1});
+           it != f.slots.end() && it->first.first == static_cast<int>(i); ++it)
+        backend_.stream_write_flag(l.stream(), dev_flags_ + it->second, 1);
+      f.enqueued[i] = 1;
+      --f.left;
+    }
+  }
+  return f.left == 0;
+}
 
 void SliceRunner::sync_streams(const std::vector<Lane*>& used) {
   for (Lane* l : used) {
@@ -336,7 +380,7 @@ void SliceRunner::sync_streams(const std::vector<Lane*>& used) {
   }
 }
 
-bool SliceRunner::start(const coll::Program& prog, int device, const coll::CrossSlots* given) {
+bool SliceRunner::start(const coll::Program& prog, int device, const coll::CrossSlots* given, bool host_waits) {
   GS_REQUIRE(!inflight_, GPUSTRIPE_ERR_INTERNAL, "a collective started before the previous one ended");
   const auto& ops = prog.ops();
   if (!dev_flags_) return false;  // host flags: the host takes part in every step
@@ -355,6 +399,26 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
              slots.size(), TeamFlags::kMaxOps);
   auto f = std::make_unique<Inflight>();
   f->waits = cross_waits(prog, slots, 0, ops.size());
+  if (host_waits) {
+    // Nothing of this rank waits for the other ranks on its streams: no watch either.
+    f->host_waits = true;
+    f->prog = std::make_unique<coll::Program>(prog);
+    f->slots = slots;
+    plan_streams(ops, 0, ops.size(), device, lanes_, f->stream_of, f->needs_mark);
+    f->enqueued.assign(ops.size(), 0);
+    f->marks.resize(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].rank == rank_) f->queues[ops[i].lane].push_back(i);
+    for (auto& q : f->queues) f->left += q.second.size();
+    inflight_ = std::move(f);
+    try {
+      poll();
+    } catch (...) {
+      abandon();
+      throw;
+    }
+    return true;
+  }
   auto release = [this, waits = f->waits] {
     for (uint32_t w : waits) flags_.op(w).store(1, std::memory_order_release);
   };
@@ -377,6 +441,7 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
       throw;
     }
   }
+  f->enqueued_all = true;
   inflight_ = std::move(f);
   return true;
 }
@@ -384,6 +449,16 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
 bool SliceRunner::poll() {
   GS_REQUIRE(inflight_ != nullptr, GPUSTRIPE_ERR_INTERNAL, "no collective started");
   Inflight& f = *inflight_;
+  if (!f.enqueued_all) {
+    if (!advance()) return false;
+    for (Lane* l : f.used) {
+      EventHandle& e = end_events_[l->stream()];
+      if (!e) e = backend_.create_event(l->device(), false);
+      backend_.record_event(e, l->stream());
+      f.ends.push_back(e);
+    }
+    f.enqueued_all = true;
+  }
   if (f.barrier == 0) {
     for (EventHandle e : f.ends)
       if (!backend_.query_event(e)) return false;
@@ -398,7 +473,8 @@ bool SliceRunner::poll() {
 void SliceRunner::abandon() {
   if (!inflight_) return;
   if (inflight_->barrier == 0) {
-    for (uint32_t w : inflight_->waits) flags_.op(w).store(1, std::memory_order_release);
+    if (!inflight_->host_waits)
+      for (uint32_t w : inflight_->waits) flags_.op(w).store(1, std::memory_order_release);
     sync_streams(inflight_->used);
   }
   inflight_.reset();
@@ -448,25 +524,9 @@ void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
                                   int device, LaneSet& set, EventHandle fork, bool capturing, uint32_t* words,
                                   uint32_t value, std::vector<Lane*>& used) {
   const auto& ops = prog.ops();
-  const bool on_mapping = mapping_streams();
-  // Each op's stream first: an op needs a mark (an event record: a driver call, which a
-  // rank's host pays per op while its GPUs wait for the rest of its part) only where a
-  // later op of this rank on another stream waits for it, as a dependency or as the next
-  // op of its program lane.
-  std::vector<Lane*> stream_of(ops.size(), nullptr);
-  std::vector<uint8_t> needs_mark(ops.size(), 0);
-  std::map<int, size_t> prev_on_lane;
-  for (size_t i = begin; i < end; ++i) {
-    const Op& op = ops[i];
-    if (op.rank != rank_) continue;
-    const int sd = op.kind == Op::Copy && on_mapping ? copy_stream_device(op, device) : device;
-    stream_of[i] = &set.get(sd, sd, -1 - op.lane);
-    for (int d : op.deps)
-      if (ops[d].rank == rank_ && stream_of[d] != stream_of[i]) needs_mark[d] = 1;
-    auto prev = prev_on_lane.find(op.lane);
-    if (prev != prev_on_lane.end() && stream_of[prev->second] != stream_of[i]) needs_mark[prev->second] = 1;
-    prev_on_lane[op.lane] = i;
-  }
+  std::vector<Lane*> stream_of;
+  std::vector<uint8_t> needs_mark;
+  plan_streams(ops, begin, end, device, set, stream_of, needs_mark);
   std::vector<LaneMark> marks(ops.size());
   std::map<int, size_t> last_on_lane;
   std::set<std::pair<Lane*, int>> waited;  // (stream, slot): one wait is enough
@@ -489,6 +549,29 @@ void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
     for (auto it = slots.lower_bound({static_cast<int>(i), -1});
          it != slots.end() && it->first.first == static_cast<int>(i); ++it)
       backend_.stream_write_flag(l.stream(), words + it->second, value);
+  }
+}
+
+void SliceRunner::plan_streams(const std::vector<Op>& ops, size_t begin, size_t end, int device, LaneSet& set,
+                               std::vector<Lane*>& stream_of, std::vector<uint8_t>& needs_mark) {
+  const bool on_mapping = mapping_streams();
+  // Each op's stream first: an op needs a mark (an event record: a driver call, which a
+  // rank's host pays per op while its GPUs wait for the rest of its part) only where a
+  // later op of this rank on another stream waits for it, as a dependency or as the next
+  // op of its program lane.
+  stream_of.assign(ops.size(), nullptr);
+  needs_mark.assign(ops.size(), 0);
+  std::map<int, size_t> prev_on_lane;
+  for (size_t i = begin; i < end; ++i) {
+    const Op& op = ops[i];
+    if (op.rank != rank_) continue;
+    const int sd = op.kind == Op::Copy && on_mapping ? copy_stream_device(op, device) : device;
+    stream_of[i] = &set.get(sd, sd, -1 - op.lane);
+    for (int d : op.deps)
+      if (ops[d].rank == rank_ && stream_of[d] != stream_of[i]) needs_mark[d] = 1;
+    auto prev = prev_on_lane.find(op.lane);
+    if (prev != prev_on_lane.end() && stream_of[prev->second] != stream_of[i]) needs_mark[prev->second] = 1;
+    prev_on_lane[op.lane] = i;
   }
 }
 

@@ -46,6 +46,9 @@ const BoolSetting kChainPairs{"GPUSTRIPE_MPI_COLL_CHAIN_PAIRS", "1",
 const BoolSetting kTimes{"GPUSTRIPE_MPI_COLL_TIMES", "0",
                         "MPI collectives across processes: log (info, subsystem mpi) each rank's host time per call by "
                         "phase when its communicator's collectives end (diagnosis)"};
+// Nonblocking calls pending on the teams of this process, and what advances all of them.
+std::atomic<int> g_pending_calls{0};
+std::atomic<void (*)()> g_progress_all{nullptr};
 std::atomic<bool> g_die_in_next{false};      // test hook: SIGKILL inside the next call
 std::atomic<bool> g_fail_next_setup{false};  // test hook: the next team's setup fails here
 
@@ -58,6 +61,8 @@ bool exchange_shm() {
 char* placeholder(size_t k) { return reinterpret_cast<char*>((k + 1) << 40); }
 
 }  // namespace
+
+void set_collective_progress(void (*progress_all)()) { g_progress_all.store(progress_all); }
 
 void test_die_in_next_collective() { g_die_in_next.store(true); }
 void test_fail_next_team_setup() { g_fail_next_setup.store(true); }
@@ -127,7 +132,13 @@ CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::B
   std::function<void()> check_alive = [ep, peers] {
     for (int p : peers) ep->check_source(p);
   };
-  boot_->watch_peers(check_peers);
+  // A team is set up at its communicator's first collective, which may come while calls of
+  // other communicators are pending here: the setup's waits advance them, as every wait does
+  // (a rank they need may be waiting for them before it reaches this setup).
+  boot_->watch_peers([check_peers] {
+    check_peers();
+    if (void (*all)() = g_progress_all.load()) all();
+  });
   char name[128] = {};
   ipc::ShmSegment seg;
   Status failed = GPUSTRIPE_SUCCESS;
@@ -185,7 +196,7 @@ CollTeam::~CollTeam() {
   // A nonblocking call still pending (the communicator freed before its wait): it ends
   // first, on every rank, as the MPI lets it.
   try {
-    finish();
+    finish(false);
   } catch (...) {
   }
   if (times_.calls && kTimes.get()) {
@@ -405,6 +416,19 @@ bool CollTeam::run(const CollCall& call) {
   finish();
   if (failed_ != GPUSTRIPE_SUCCESS)
     GS_THROW(failed_, "%s: an earlier collective on this communicator failed (%s)", call.name, failure_.c_str());
+  if (call.stream == nullptr && g_pending_calls.load() > 0) {
+    // Calls of other communicators are pending here: this one runs as theirs do, its waits
+    // advancing them (a rank may need them done before it gets to this call) and its steps
+    // that wait for other ranks held on the host (SliceRunner::start's host_waits).
+    bool served = true;
+    std::shared_ptr<CollPending> state = start(call, [&served] {
+      served = false;
+      return 0;
+    });
+    finish();
+    if (state->error) std::rethrow_exception(state->error);
+    return served;
+  }
   try {
     Entry e;
     enter(call, e);
@@ -447,8 +471,14 @@ std::shared_ptr<CollPending> CollTeam::start(CollCall call, std::function<int()>
   }
   std::shared_ptr<CollPending> state = p->state;
   pending_ = std::move(p);
+  ++g_pending_calls;
   progress();  // the last rank to start finds every handle there: its part goes to the GPUs now
   return state;
+}
+
+std::unique_ptr<CollTeam::Pending> CollTeam::take_pending() {
+  if (pending_) --g_pending_calls;
+  return std::move(pending_);
 }
 
 bool CollTeam::pending() const { return pending_ != nullptr; }
@@ -465,7 +495,7 @@ void CollTeam::progress() {
       if (!launch(p.call, p.entry, true)) {
         // Some rank cannot take this path: every rank learns it at this call's exchange and
         // runs the MPI's way, blocking, here.
-        std::unique_ptr<Pending> done = std::move(pending_);
+        std::unique_ptr<Pending> done = take_pending();
         done->state->mpi_rc = done->mpi();
         done->state->done = true;
         return;
@@ -473,7 +503,7 @@ void CollTeam::progress() {
       p.launched = true;
     }
     if (runner_->started() && !runner_->poll()) return;
-    std::unique_ptr<Pending> done = std::move(pending_);
+    std::unique_ptr<Pending> done = take_pending();
     if (done->call.after) done->call.after();
     done->state->served = true;
     done->state->done = true;
@@ -489,19 +519,26 @@ void CollTeam::abandon(std::exception_ptr why, Status status, const std::string&
   failed_ = status;
   failure_ = what;
   if (!pending_) return;
-  std::unique_ptr<Pending> done = std::move(pending_);
+  std::unique_ptr<Pending> done = take_pending();
   done->state->error = why;
   done->state->done = true;
 }
 
-void CollTeam::finish() {
+void CollTeam::finish(bool all) {
   if (!pending_) return;
   std::shared_ptr<CollPending> state = pending_->state;
   const char* name = pending_->call.name;
+  // Every pending call of the process advances while this one is waited for: another rank
+  // may wait for those first (they are on other communicators, in any order).
+  void (*progress_all)() = all ? g_progress_all.load() : nullptr;
+  auto step = [&] {
+    if (progress_all) progress_all();
+    progress();
+  };
   try {
     ipc::Waiter w(format("%s: rank %d waiting for the other ranks to complete it", name, rank_),
                   [this] { runner_->check_peers(); });
-    for (progress(); pending_; progress()) w.pause();
+    for (step(); pending_; step()) w.pause();
   } catch (const Error& e) {
     abandon(std::current_exception(), e.status(), e.what());
   }
@@ -761,7 +798,8 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   const Clock::time_point t3 = Clock::now();
   // Nonblocking: this rank's part goes to its streams and the call returns; a program the
   // runner cannot start so (host flags, Barrier ops) runs here, to its end.
-  if (async && runner_->start(*prog, call.device, slots)) return true;
+  // A call with others pending in this process holds its waits for other ranks on the host.
+  if (async && runner_->start(*prog, call.device, slots, g_pending_calls.load() > 1)) return true;
   if (prog_key.empty()) {
     run_part(call, e.ordered, *prog, coll::cross_slots(*prog), "");
     return true;

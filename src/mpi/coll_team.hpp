@@ -95,6 +95,12 @@ struct CollPending {
   std::exception_ptr error;
 };
 
+// What advances every pending nonblocking call of this process, on every team (the MPI
+// interposer's progress_collectives): the waits of a team's calls, and of a team's setup, call
+// it, so that no rank waits inside one communicator's call for a peer that first needs another
+// communicator's call to advance here. Unset: a team advances its own call only.
+void set_collective_progress(void (*progress_all)());
+
 // Test only: this process kills itself (SIGKILL) inside its next collective on the
 // gpustripe path, right after the entry exchange.
 void test_die_in_next_collective();
@@ -145,8 +151,9 @@ class CollTeam {
   std::shared_ptr<CollPending> start(CollCall call, std::function<int()> mpi);
   void progress();
   bool pending() const;
-  // Waits (bounded by GPUSTRIPE_TIMEOUT, failing when a peer dies) until no call is pending.
-  void finish();
+  // Waits (bounded by GPUSTRIPE_TIMEOUT, failing when a peer dies) until no call is pending,
+  // advancing every pending call of the process meanwhile (`all`; false: this team's only).
+  void finish(bool all = true);
   // Throws when a rank of the team is gone.
   void check_peers() const;
 
@@ -178,6 +185,8 @@ class CollTeam {
   bool launch(const CollCall& call, Entry& e, bool async);
   // Ends the pending call with an error and fails the team.
   void abandon(std::exception_ptr why, Status status, const std::string& what);
+  // Ends the pending call's time on the team (the process's count of pending calls).
+  std::unique_ptr<Pending> take_pending();
   std::unique_ptr<Pending> pending_;
   // Runs this rank's part: stream-ordered behind call.stream where `ordered` and the program
   // allows (returns true), else ordered by the hosts (false).

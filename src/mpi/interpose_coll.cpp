@@ -51,7 +51,10 @@ CollTeam* team_for(Runtime& rt, MPI_Comm comm) {
   if (!kColl.get()) return nullptr;
   std::shared_ptr<const CommInfo> ci = rt.comm(comm);
   if (!ci || ci->has_remote) return nullptr;
-  if (!rt.coll_state) rt.coll_state = std::make_shared<CollState>();
+  if (!rt.coll_state) {
+    rt.coll_state = std::make_shared<CollState>();
+    set_collective_progress(&progress_collectives);
+  }
   auto& teams = static_cast<CollState*>(rt.coll_state.get())->teams;
   std::unique_ptr<CollTeam>& t = teams[ci->ctx];
   if (!t) t = make_coll_team(rt, comm, *ci);
