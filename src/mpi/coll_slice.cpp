@@ -96,7 +96,8 @@ SliceRunner::SliceRunner(Backend& backend, coll::Reducer& reducer, int rank, int
                          std::function<void()> check_peers, std::function<void()> check_alive)
     : backend_(backend), reducer_(reducer), rank_(rank), nranks_(nranks), flags_(flags),
       check_peers_(std::move(check_peers)), check_alive_(std::move(check_alive)), lanes_(backend), capture_lanes_(backend),
-      graphs_(std::make_unique<GraphCache>(backend, kGraphsKept)) {
+      graphs_(std::make_unique<GraphCache>(backend, kGraphsKept)), on_mapping_(mapping_streams()),
+      graphs_mode_(kGraphs.get()) {
   GS_REQUIRE(nranks <= TeamFlags::kMaxRanks, GPUSTRIPE_ERR_NOT_SUPPORTED,
              "collective over %d ranks of a node: at most %d", nranks, TeamFlags::kMaxRanks);
   if (kFlags.get() == "stream") dev_flags_ = backend_.register_host(flags_.op_words(), flags_.op_words_bytes());
@@ -554,7 +555,7 @@ void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
 
 void SliceRunner::plan_streams(const std::vector<Op>& ops, size_t begin, size_t end, int device, LaneSet& set,
                                std::vector<Lane*>& stream_of, std::vector<uint8_t>& needs_mark) {
-  const bool on_mapping = mapping_streams();
+  const bool on_mapping = on_mapping_;
   // Each op's stream first: an op needs a mark (an event record: a driver call, which a
   // rank's host pays per op while its GPUs wait for the rest of its part) only where a
   // later op of this rank on another stream waits for it, as a dependency or as the next
@@ -577,7 +578,7 @@ void SliceRunner::plan_streams(const std::vector<Op>& ops, size_t begin, size_t 
 
 bool SliceRunner::run_graph(const coll::Program& prog, const coll::CrossSlots& slots, int device,
                             const std::string& key) {
-  const std::string graphs = kGraphs.get();
+  const std::string& graphs = graphs_mode_;
   if (graphs == "no" || (graphs == "auto" && nranks_ <= 2) || !backend_.supports_graphs() || uncapturable_.count(key))
     return false;
   for (const Op& op : prog.ops())
@@ -680,7 +681,7 @@ void SliceRunner::run_segment_host(const coll::Program& prog, size_t begin, size
     }
     return true;
   };
-  const bool on_mapping = mapping_streams();
+  const bool on_mapping = on_mapping_;
   std::map<int, size_t> last_on_lane;  // this rank's latest op per program lane
   auto enqueue = [&](size_t i) {
     const Op& op = ops[i];

@@ -133,6 +133,9 @@ class SliceRunner {
   void exchange(const void* mine, size_t bytes, void* all);
   // Whether cross-rank dependencies wait on the GPUs (stream flags) or on the hosts.
   bool stream_flags() const { return dev_flags_ != nullptr; }
+  // mapping_streams() as this runner read it when made (settings are read once per team, not
+  // per call).
+  bool copies_on_mapping() const { return on_mapping_; }
 
   // The exchange in two halves, for calls that must not wait for the other ranks
   // (nonblocking collectives): post() writes this rank's message and returns the call's
@@ -189,6 +192,8 @@ class SliceRunner {
   double drain_us_ = 0, barrier_us_ = 0;
   struct Inflight;  // the started run (start/poll)
   std::unique_ptr<Inflight> inflight_;
+  const bool on_mapping_;         // GPUSTRIPE_MPI_COLL_COPY_STREAMS=mapping
+  const std::string graphs_mode_;  // GPUSTRIPE_MPI_COLL_GRAPHS
 
   // The hosts' barrier in two halves: arrive() returns the barrier's number, arrived() is
   // true once every rank has reached it.

@@ -203,10 +203,10 @@ CollTeam::~CollTeam() {
     const uint64_t launches = runner_->graph_launches(), captures = runner_->graph_captures();
     const PhaseTimes t = phase_times(false);
     GS_LOG_INFO(Subsys::Mpi, "collectives of rank %d (%llu calls on gpustripe, %llu stream-ordered, %llu graph "
-                "launches, %llu captures): us per call: prepare %.1f, exchange %.1f, map+program %.1f, enqueue %.1f, "
-                "wait for GPUs %.1f, end barrier %.1f",
+                "launches, %llu captures): us per call: lookup %.1f, prepare %.1f, exchange %.1f, map+program %.1f, "
+                "enqueue %.1f, wait for GPUs %.1f, end barrier %.1f",
                 rank_, static_cast<unsigned long long>(t.calls), static_cast<unsigned long long>(t.ordered),
-                static_cast<unsigned long long>(launches), static_cast<unsigned long long>(captures), t.prepare,
+                static_cast<unsigned long long>(launches), static_cast<unsigned long long>(captures), t.lookup, t.prepare,
                 t.exchange, t.map, t.enqueue, t.drain, t.barrier);
   }
   try {
@@ -232,6 +232,7 @@ CollTeam::PhaseTimes CollTeam::phase_times(bool reset) {
   if (times_.calls) {
     const double c = static_cast<double>(times_.calls);
     const double drain = runner_->drain_us() - times_.drain0, barrier = runner_->barrier_us() - times_.barrier0;
+    t.lookup = times_.lookup / c;
     t.prepare = times_.prepare / c;
     t.exchange = times_.exchange / c;
     t.map = times_.map / c;
@@ -719,7 +720,7 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
       backend_.enable_peer_access(call.device, team.dev[r]);
     // Copies on a stream of the peer's GPU (GPUSTRIPE_MPI_COLL_COPY_STREAMS=mapping) reach
     // this rank's buffers through peer access the other way.
-    if (team.dev[r] != call.device && mapping_streams() && peer_ok(team.dev[r], call.device))
+    if (team.dev[r] != call.device && runner_->copies_on_mapping() && peer_ok(team.dev[r], call.device))
       backend_.enable_peer_access(team.dev[r], call.device);
     if (r == rank_) {
       send[r] = static_cast<char*>(const_cast<void*>(call.send));
@@ -806,6 +807,7 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   }
   if (run_part(call, e.ordered, *prog, *slots, graph_key)) ++times_.ordered;
   ++times_.calls;
+  if (call.entered != Clock::time_point{}) times_.lookup += us(call.entered, e.t0);
   times_.prepare += us(e.t0, e.t1);
   times_.exchange += us(e.t1, e.t2);
   times_.map += us(e.t2, t3);

@@ -18,6 +18,7 @@
 // The team needs no MPI: the processes find each other through an ipc::Bootstrap (the
 // interposer's over PMPI, mpi_bootstrap.hpp; the PyTorch backend's over its store).
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -84,6 +85,9 @@ struct CollCall {
   // for the stream first and returns when done. Null: the buffers are ready now and the call
   // returns when done (the MPI interposer's calls).
   StreamHandle stream = nullptr;
+  // When the caller got the call (GPUSTRIPE_MPI_COLL_TIMES: its own time before the team, the
+  // "lookup" phase); unset: not counted.
+  std::chrono::steady_clock::time_point entered{};
 };
 
 // A nonblocking call as its request sees it (CollTeam::start): done once it completed on
@@ -133,7 +137,7 @@ class CollTeam {
   // the last reset; `calls`: how many): the phases of GPUSTRIPE_MPI_COLL_TIMES.
   struct PhaseTimes {
     uint64_t calls = 0, ordered = 0;  // ordered: of them, enqueued stream-ordered
-    double prepare = 0, exchange = 0, map = 0, enqueue = 0, drain = 0, barrier = 0;
+    double lookup = 0, prepare = 0, exchange = 0, map = 0, enqueue = 0, drain = 0, barrier = 0;
   };
   PhaseTimes phase_times(bool reset);
   // This rank's temporary device buffer on `dev` (in-place inputs), at least `bytes`.
@@ -225,7 +229,7 @@ class CollTeam {
   std::map<std::string, Cached> programs_;
   struct Times {  // host time of the calls served with a cached Program (us, summed)
     uint64_t calls = 0, ordered = 0;
-    double prepare = 0, exchange = 0, map = 0, run = 0;
+    double lookup = 0, prepare = 0, exchange = 0, map = 0, run = 0;
     double drain0 = 0, barrier0 = 0;  // the runner's totals when these were last reset
   } times_;
   // The other ranks' allocations (handles) mapped here by earlier calls: a call naming only

@@ -50,10 +50,14 @@ class Watchdog {
     }
     return *cur;
   }
+  // Arming is on every collective's path: it wakes the thread only where it sleeps for good
+  // (idle a while). A thread woken at every call cost the caller a futex wake-up, and a peer
+  // check run at once under the lock that the disarm then waited for, for waits that mostly
+  // end within microseconds; the first check now comes within one period.
   void arm(WaitWatch::State* s) {
     std::lock_guard<std::mutex> l(mu_);
     armed_.push_back(s);
-    cv_.notify_one();
+    if (asleep_) cv_.notify_one();
   }
   void disarm(WaitWatch::State* s) {
     std::lock_guard<std::mutex> l(mu_);  // a check or release of `s` in progress ends first
@@ -64,10 +68,19 @@ class Watchdog {
   Watchdog() { std::thread([this] { loop(); }).detach(); }
   void loop() {
     std::unique_lock<std::mutex> l(mu_);
+    Clock::time_point last_armed = Clock::now();
     for (;;) {
-      if (armed_.empty()) cv_.wait(l);
-      else cv_.wait_for(l, std::chrono::milliseconds(5));
+      // Between the calls of a busy program the thread keeps its period (no wake-up needed
+      // at the next arm); idle for a second, it sleeps until armed.
+      if (armed_.empty() && Clock::now() - last_armed > kIdleBeforeSleep) {
+        asleep_ = true;
+        cv_.wait(l, [this] { return !armed_.empty(); });
+        asleep_ = false;
+      } else {
+        cv_.wait_for(l, kPeriod);
+      }
       const Clock::time_point now = Clock::now();
+      if (!armed_.empty()) last_armed = now;
       for (WaitWatch::State* s : armed_) {
         if (s->fired.load(std::memory_order_relaxed)) continue;
         try {
@@ -95,7 +108,10 @@ class Watchdog {
     }
   }
 
+  static constexpr auto kPeriod = std::chrono::milliseconds(5);
+  static constexpr auto kIdleBeforeSleep = std::chrono::seconds(1);
   const pid_t pid_ = getpid();
+  bool asleep_ = false;  // waiting for an arm (guarded by mu_)
   std::mutex mu_;
   std::condition_variable cv_;
   std::list<WaitWatch::State*> armed_;

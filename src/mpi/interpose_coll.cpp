@@ -12,6 +12,7 @@
 //   GPUSTRIPE_MPI_COLL  yes|no: collectives of node-local communicators on gpustripe
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 
 #include "common/config.hpp"
@@ -133,6 +134,7 @@ size_t type_size(MPI_Datatype t) {
 // side of the call, its `after` finishing it), else `mpi` over staged buffers.
 int collective(MPI_Comm comm, const char* name, const std::function<void(Runtime&, CollTeam&, CollCall&)>& prepare,
                const std::function<int(StagedBuffers*)>& mpi) {
+  const auto entered = std::chrono::steady_clock::now();
   std::unique_lock<std::recursive_mutex> l(lock());
   Runtime* rt = g_mpi_only ? nullptr : Runtime::get();
   if (rt) {
@@ -143,6 +145,7 @@ int collective(MPI_Comm comm, const char* name, const std::function<void(Runtime
         team->finish();
         CollCall call;
         call.name = name;
+        call.entered = entered;
         prepare(*rt, *team, call);
         call.after = [after = std::move(call.after)] {
           if (after) after();
