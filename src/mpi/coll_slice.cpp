@@ -97,7 +97,9 @@ SliceRunner::SliceRunner(Backend& backend, coll::Reducer& reducer, int rank, int
     : backend_(backend), reducer_(reducer), rank_(rank), nranks_(nranks), flags_(flags),
       check_peers_(std::move(check_peers)), check_alive_(std::move(check_alive)), lanes_(backend), capture_lanes_(backend),
       graphs_(std::make_unique<GraphCache>(backend, kGraphsKept)), on_mapping_(mapping_streams()),
-      graphs_mode_(kGraphs.get()) {
+      graphs_mode_(kGraphs.get()),
+      watch_enqueue_(format("collective: rank %d enqueueing its part", rank)),
+      watch_gpu_(format("collective: rank %d's GPU work waiting for the other ranks' steps", rank)) {
   GS_REQUIRE(nranks <= TeamFlags::kMaxRanks, GPUSTRIPE_ERR_NOT_SUPPORTED,
              "collective over %d ranks of a node: at most %d", nranks, TeamFlags::kMaxRanks);
   if (kFlags.get() == "stream") dev_flags_ = backend_.register_host(flags_.op_words(), flags_.op_words_bytes());
@@ -178,6 +180,7 @@ void SliceRunner::barrier(const char* what) {
     ~Add() { to += us_since(t0); }
   } add{barrier_us_, t0};
   const uint64_t n = arrive();
+  if (arrived(n)) return;  // the others were there first: no waiter (a message to format, settings to read)
   ipc::Waiter w(format("%s: rank %d waiting for the other ranks of the collective", what, rank_), check_peers_);
   while (!arrived(n)) w.pause();
 }
@@ -202,6 +205,7 @@ bool SliceRunner::collect(uint64_t n, size_t bytes, void* all) const {
 
 void SliceRunner::exchange(const void* mine, size_t bytes, void* all) {
   const uint64_t n = post(mine, bytes);
+  if (collect(n, bytes, all)) return;
   ipc::Waiter w(format("collective entry: rank %d waiting for the other ranks to call it", rank_), check_peers_);
   while (!collect(n, bytes, all)) w.pause();
 }
@@ -273,8 +277,7 @@ void SliceRunner::run_watched(const std::vector<uint32_t>& waits,
   auto release = [this, &waits] {
     for (uint32_t w : waits) flags_.op(w).store(1, std::memory_order_release);
   };
-  WaitWatch watch(format("collective: rank %d's GPU work waiting for the other ranks' steps", rank_), check_alive_,
-                  release);
+  WaitWatch watch(watch_gpu_, check_alive_, release);
   std::vector<Lane*> used;
   try {
     enqueue(used);
@@ -426,7 +429,7 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
   {
     // Only the enqueueing is watched: a driver call may block behind a flag a dead rank never
     // sets. Later the host polls (poll()), and whoever waits for the call checks the peers.
-    WaitWatch watch(format("collective: rank %d enqueueing its part", rank_), check_alive_, release);
+    WaitWatch watch(watch_enqueue_, check_alive_, release);
     try {
       enqueue_streams(prog, slots, 0, ops.size(), device, lanes_, nullptr, false, dev_flags_, 1, f->used);
       for (Lane* l : f->used) {

@@ -194,6 +194,7 @@ class SliceRunner {
   std::unique_ptr<Inflight> inflight_;
   const bool on_mapping_;         // GPUSTRIPE_MPI_COLL_COPY_STREAMS=mapping
   const std::string graphs_mode_;  // GPUSTRIPE_MPI_COLL_GRAPHS
+  const std::string watch_enqueue_, watch_gpu_;  // the watches' names, made once
 
   // The hosts' barrier in two halves: arrive() returns the barrier's number, arrived() is
   // true once every rank has reached it.

@@ -433,7 +433,7 @@ bool CollTeam::run(const CollCall& call) {
   try {
     Entry e;
     enter(call, e);
-    if (exchange_shm()) {
+    if (exchange_shm() && !runner_->collect(e.posted, sizeof(RankInfo), e.all.data())) {
       ipc::Waiter w(format("collective entry: rank %d waiting for the other ranks to call it", rank_),
                     [this] { runner_->check_peers(); });
       while (!runner_->collect(e.posted, sizeof(RankInfo), e.all.data())) w.pause();
