@@ -199,6 +199,7 @@ CollTeam::~CollTeam() {
     finish(false);
   } catch (...) {
   }
+  take_pending();  // not ended by finish (an unexpected error): no longer pending in this process
   if (times_.calls && kTimes.get()) {
     const uint64_t launches = runner_->graph_launches(), captures = runner_->graph_captures();
     const PhaseTimes t = phase_times(false);

@@ -57,6 +57,7 @@ class Watchdog {
   void arm(WaitWatch::State* s) {
     std::lock_guard<std::mutex> l(mu_);
     armed_.push_back(s);
+    last_armed_ = s->armed;
     if (asleep_) cv_.notify_one();
   }
   void disarm(WaitWatch::State* s) {
@@ -68,11 +69,10 @@ class Watchdog {
   Watchdog() { std::thread([this] { loop(); }).detach(); }
   void loop() {
     std::unique_lock<std::mutex> l(mu_);
-    Clock::time_point last_armed = Clock::now();
     for (;;) {
       // Between the calls of a busy program the thread keeps its period (no wake-up needed
-      // at the next arm); idle for a second, it sleeps until armed.
-      if (armed_.empty() && Clock::now() - last_armed > kIdleBeforeSleep) {
+      // at the next arm); a second after the last arming, it sleeps until armed.
+      if (armed_.empty() && Clock::now() - last_armed_ > kIdleBeforeSleep) {
         asleep_ = true;
         cv_.wait(l, [this] { return !armed_.empty(); });
         asleep_ = false;
@@ -80,7 +80,6 @@ class Watchdog {
         cv_.wait_for(l, kPeriod);
       }
       const Clock::time_point now = Clock::now();
-      if (!armed_.empty()) last_armed = now;
       for (WaitWatch::State* s : armed_) {
         if (s->fired.load(std::memory_order_relaxed)) continue;
         try {
@@ -111,7 +110,8 @@ class Watchdog {
   static constexpr auto kPeriod = std::chrono::milliseconds(5);
   static constexpr auto kIdleBeforeSleep = std::chrono::seconds(1);
   const pid_t pid_ = getpid();
-  bool asleep_ = false;  // waiting for an arm (guarded by mu_)
+  bool asleep_ = false;                          // waiting for an arm (guarded by mu_)
+  Clock::time_point last_armed_ = Clock::now();  // guarded by mu_
   std::mutex mu_;
   std::condition_variable cv_;
   std::list<WaitWatch::State*> armed_;
