@@ -189,7 +189,7 @@ void Engine::copy_async_from_dst(void* dst, int dst_dev, const void* src, int sr
   mode.caller_on_dst = true;
   mode.src_alloc = allocs.src;
   mode.dst_alloc = allocs.dst;
-  execute(*plan, dst, src, stream, false, mode);
+  execute(*plan, dst, src, stream, mode);
 }
 
 void Engine::copy_with_plan(const Plan& plan, void* dst, const void* src, StreamHandle stream) {
