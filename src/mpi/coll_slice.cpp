@@ -65,7 +65,9 @@ std::atomic<uint32_t>& TeamFlags::op(size_t i) const {
 SliceRunner::SliceRunner(Backend& backend, coll::Reducer& reducer, int rank, int nranks, TeamFlags& flags,
                          std::function<void()> check_peers, std::function<void()> check_alive)
     : backend_(backend), reducer_(reducer), rank_(rank), nranks_(nranks), flags_(flags),
-      check_peers_(std::move(check_peers)), check_alive_(std::move(check_alive)), lanes_(backend) {
+      check_peers_(std::move(check_peers)), check_alive_(std::move(check_alive)), lanes_(backend),
+      watch_enqueue_(format("collective: rank %d enqueueing its part", rank)),
+      watch_gpu_(format("collective: rank %d's GPU work waiting for the other ranks' steps", rank)) {
   GS_REQUIRE(nranks <= TeamFlags::kMaxRanks, GPUSTRIPE_ERR_NOT_SUPPORTED,
              "collective over %d ranks of a node: at most %d", nranks, TeamFlags::kMaxRanks);
   // A step waiting for another rank's step waits on its GPU stream for a flag in shared host
@@ -133,6 +135,7 @@ void SliceRunner::barrier(const char* what) {
     ~Add() { to += us_since(t0); }
   } add{barrier_us_, t0};
   const uint64_t n = arrive();
+  if (arrived(n)) return;  // the others were there first: no waiter (a message to format, settings to read)
   ipc::Waiter w(format("%s: rank %d waiting for the other ranks of the collective", what, rank_), check_peers_);
   while (!arrived(n)) w.pause();
 }
@@ -157,6 +160,7 @@ bool SliceRunner::collect(uint64_t n, size_t bytes, void* all) const {
 
 void SliceRunner::exchange(const void* mine, size_t bytes, void* all) {
   const uint64_t n = post(mine, bytes);
+  if (collect(n, bytes, all)) return;
   ipc::Waiter w(format("collective entry: rank %d waiting for the other ranks to call it", rank_), check_peers_);
   while (!collect(n, bytes, all)) w.pause();
 }
@@ -193,8 +197,7 @@ void SliceRunner::run_watched(const std::vector<uint32_t>& waits,
   auto release = [this, &waits] {
     for (uint32_t w : waits) flags_.op(w).store(1, std::memory_order_release);
   };
-  WaitWatch watch(format("collective: rank %d's GPU work waiting for the other ranks' steps", rank_), check_alive_,
-                  release);
+  WaitWatch watch(watch_gpu_, check_alive_, release);
   std::vector<Lane*> used;
   try {
     enqueue(used);
@@ -245,8 +248,52 @@ struct SliceRunner::Inflight {
   std::vector<Lane*> used;
   std::vector<uint32_t> waits;
   std::vector<EventHandle> ends;
+  bool enqueued_all = false;
   uint64_t barrier = 0;  // 0 until this rank's streams are done
+  // host_waits: what advance() enqueues from, one queue per program lane in program order (a
+  // lane's ops rely on that order), each head going once its inputs are there.
+  bool host_waits = false;
+  std::unique_ptr<coll::Program> prog;  // a copy: the caller's may go before the run ends
+  coll::CrossSlots slots;
+  std::vector<Lane*> stream_of;
+  std::vector<uint8_t> needs_mark, enqueued;
+  std::vector<LaneMark> marks;
+  std::map<int, size_t> last_on_lane;
+  std::map<int, std::vector<size_t>> queues;
+  std::map<int, size_t> head;
+  size_t left = 0;
 };
+
+bool SliceRunner::advance() {
+  Inflight& f = *inflight_;
+  const auto& ops = f.prog->ops();
+  auto ready = [&](size_t i) {
+    for (int d : ops[i].deps) {
+      if (ops[d].rank == rank_) {
+        if (!f.enqueued[d]) return false;
+      } else if (flags_.op(f.slots.at({d, rank_})).load(std::memory_order_acquire) == 0) {
+        return false;
+      }
+    }
+    return true;
+  };
+  for (auto& [ln, q] : f.queues) {
+    size_t& h = f.head[ln];
+    for (; h < q.size() && ready(q[h]); ++h) {
+      const size_t i = q[h];
+      Lane& l = *f.stream_of[i];
+      if (std::find(f.used.begin(), f.used.end(), &l) == f.used.end()) f.used.push_back(&l);
+      issue(ops, i, l, l.device(), f.marks, f.last_on_lane);
+      if (f.needs_mark[i]) f.marks[i] = l.mark(false);
+      for (auto it = f.slots.lower_bound({static_cast<int>(i), -1});
+           it != f.slots.end() && it->first.first == static_cast<int>(i); ++it)
+        backend_.stream_write_flag(l.stream(), dev_flags_ + it->second, 1);
+      f.enqueued[i] = 1;
+      --f.left;
+    }
+  }
+  return f.left == 0;
+}
 
 void SliceRunner::sync_streams(const std::vector<Lane*>& used) {
   for (Lane* l : used) {
@@ -257,7 +304,7 @@ void SliceRunner::sync_streams(const std::vector<Lane*>& used) {
   }
 }
 
-bool SliceRunner::start(const coll::Program& prog, int device, const coll::CrossSlots* given) {
+bool SliceRunner::start(const coll::Program& prog, int device, const coll::CrossSlots* given, bool host_waits) {
   GS_REQUIRE(!inflight_, GPUSTRIPE_ERR_INTERNAL, "a collective started before the previous one ended");
   const auto& ops = prog.ops();
   for (const Op& op : ops)
@@ -275,13 +322,33 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
              slots.size(), TeamFlags::kMaxOps);
   auto f = std::make_unique<Inflight>();
   f->waits = cross_waits(prog, slots, 0, ops.size());
+  if (host_waits) {
+    // Nothing of this rank waits for the other ranks on its streams: no watch either.
+    f->host_waits = true;
+    f->prog = std::make_unique<coll::Program>(prog);
+    f->slots = slots;
+    plan_streams(ops, 0, ops.size(), device, lanes_, f->stream_of, f->needs_mark);
+    f->enqueued.assign(ops.size(), 0);
+    f->marks.resize(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].rank == rank_) f->queues[ops[i].lane].push_back(i);
+    for (auto& q : f->queues) f->left += q.second.size();
+    inflight_ = std::move(f);
+    try {
+      poll();
+    } catch (...) {
+      abandon();
+      throw;
+    }
+    return true;
+  }
   auto release = [this, waits = f->waits] {
     for (uint32_t w : waits) flags_.op(w).store(1, std::memory_order_release);
   };
   {
     // Only the enqueueing is watched: a driver call may block behind a flag a dead rank never
     // sets. Later the host polls (poll()), and whoever waits for the call checks the peers.
-    WaitWatch watch(format("collective: rank %d enqueueing its part", rank_), check_alive_, release);
+    WaitWatch watch(watch_enqueue_, check_alive_, release);
     try {
       enqueue_streams(prog, slots, 0, ops.size(), device, lanes_, nullptr, false, dev_flags_, 1, f->used);
       for (Lane* l : f->used) {
@@ -297,6 +364,7 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
       throw;
     }
   }
+  f->enqueued_all = true;
   inflight_ = std::move(f);
   return true;
 }
@@ -304,6 +372,16 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
 bool SliceRunner::poll() {
   GS_REQUIRE(inflight_ != nullptr, GPUSTRIPE_ERR_INTERNAL, "no collective started");
   Inflight& f = *inflight_;
+  if (!f.enqueued_all) {
+    if (!advance()) return false;
+    for (Lane* l : f.used) {
+      EventHandle& e = end_events_[l->stream()];
+      if (!e) e = backend_.create_event(l->device(), false);
+      backend_.record_event(e, l->stream());
+      f.ends.push_back(e);
+    }
+    f.enqueued_all = true;
+  }
   if (f.barrier == 0) {
     for (EventHandle e : f.ends)
       if (!backend_.query_event(e)) return false;
@@ -318,7 +396,8 @@ bool SliceRunner::poll() {
 void SliceRunner::abandon() {
   if (!inflight_) return;
   if (inflight_->barrier == 0) {
-    for (uint32_t w : inflight_->waits) flags_.op(w).store(1, std::memory_order_release);
+    if (!inflight_->host_waits)
+      for (uint32_t w : inflight_->waits) flags_.op(w).store(1, std::memory_order_release);
     sync_streams(inflight_->used);
   }
   inflight_.reset();
@@ -368,24 +447,9 @@ void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
                                   int device, LaneSet& set, EventHandle fork, bool capturing, uint32_t* words,
                                   uint32_t value, std::vector<Lane*>& used) {
   const auto& ops = prog.ops();
-  // Each op's stream first: an op needs a mark (an event record: a driver call, which a
-  // rank's host pays per op while its GPUs wait for the rest of its part) only where a
-  // later op of this rank on another stream waits for it, as a dependency or as the next
-  // op of its program lane.
-  std::vector<Lane*> stream_of(ops.size(), nullptr);
-  std::vector<uint8_t> needs_mark(ops.size(), 0);
-  std::map<int, size_t> prev_on_lane;
-  for (size_t i = begin; i < end; ++i) {
-    const Op& op = ops[i];
-    if (op.rank != rank_) continue;
-    const int sd = op.kind == Op::Copy ? copy_stream_device(op, device) : device;
-    stream_of[i] = &set.get(sd, sd, -1 - op.lane);
-    for (int d : op.deps)
-      if (ops[d].rank == rank_ && stream_of[d] != stream_of[i]) needs_mark[d] = 1;
-    auto prev = prev_on_lane.find(op.lane);
-    if (prev != prev_on_lane.end() && stream_of[prev->second] != stream_of[i]) needs_mark[prev->second] = 1;
-    prev_on_lane[op.lane] = i;
-  }
+  std::vector<Lane*> stream_of;
+  std::vector<uint8_t> needs_mark;
+  plan_streams(ops, begin, end, device, set, stream_of, needs_mark);
   std::vector<LaneMark> marks(ops.size());
   std::map<int, size_t> last_on_lane;
   std::set<std::pair<Lane*, int>> waited;  // (stream, slot): one wait is enough
@@ -408,6 +472,28 @@ void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
     for (auto it = slots.lower_bound({static_cast<int>(i), -1});
          it != slots.end() && it->first.first == static_cast<int>(i); ++it)
       backend_.stream_write_flag(l.stream(), words + it->second, value);
+  }
+}
+
+void SliceRunner::plan_streams(const std::vector<Op>& ops, size_t begin, size_t end, int device, LaneSet& set,
+                               std::vector<Lane*>& stream_of, std::vector<uint8_t>& needs_mark) {
+  // Each op's stream first: an op needs a mark (an event record: a driver call, which a
+  // rank's host pays per op while its GPUs wait for the rest of its part) only where a
+  // later op of this rank on another stream waits for it, as a dependency or as the next
+  // op of its program lane.
+  stream_of.assign(ops.size(), nullptr);
+  needs_mark.assign(ops.size(), 0);
+  std::map<int, size_t> prev_on_lane;
+  for (size_t i = begin; i < end; ++i) {
+    const Op& op = ops[i];
+    if (op.rank != rank_) continue;
+    const int sd = op.kind == Op::Copy ? copy_stream_device(op, device) : device;
+    stream_of[i] = &set.get(sd, sd, -1 - op.lane);
+    for (int d : op.deps)
+      if (ops[d].rank == rank_ && stream_of[d] != stream_of[i]) needs_mark[d] = 1;
+    auto prev = prev_on_lane.find(op.lane);
+    if (prev != prev_on_lane.end() && stream_of[prev->second] != stream_of[i]) needs_mark[prev->second] = 1;
+    prev_on_lane[op.lane] = i;
   }
 }
 

@@ -128,7 +128,14 @@ class SliceRunner {
   // (streams done, then this rank's edge flags reset, then the hosts' end barrier) and is
   // true once every rank has finished its part. One started run at a time. start() is false,
   // enqueueing nothing, for a program that cannot run so: run() it instead.
-  bool start(const coll::Program& prog, int device, const coll::CrossSlots* slots = nullptr);
+  // `host_waits`: no stream of this rank waits for another rank. A step that needs another
+  // rank's step is enqueued by poll() once this host sees that step's edge flag set (the
+  // owners' streams still set the flags, so the other ranks may wait either way). For a call
+  // started while another collective of this process is in flight: a GPU-side wait is invisible
+  // to CUDA's scheduler, which may queue the other call's work behind it (streams share the
+  // hardware queues), and an enqueue that waits for its stream (the emulated reduction) would
+  // hold this host inside one call while the other ranks need it to progress the other.
+  bool start(const coll::Program& prog, int device, const coll::CrossSlots* slots = nullptr, bool host_waits = false);
   bool poll();
   bool started() const { return inflight_ != nullptr; }
   // Ends a started run that will not complete (a peer died, a wait timed out): lets this
@@ -156,6 +163,7 @@ class SliceRunner {
   double drain_us_ = 0, barrier_us_ = 0;
   struct Inflight;  // the started run (start/poll)
   std::unique_ptr<Inflight> inflight_;
+  const std::string watch_enqueue_, watch_gpu_;  // the watches' names, made once
 
   // The hosts' barrier in two halves: arrive() returns the barrier's number, arrived() is
   // true once every rank has reached it.
@@ -190,6 +198,13 @@ class SliceRunner {
   void enqueue_streams(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin, size_t end, int device,
                        LaneSet& set, EventHandle fork, bool capturing, uint32_t* words, uint32_t value,
                        std::vector<Lane*>& used);
+  // Each of this rank's ops of [begin, end): its stream in `set`, and whether a later op of this
+  // rank on another stream waits for it (it needs a mark).
+  void plan_streams(const std::vector<coll::Op>& ops, size_t begin, size_t end, int device, LaneSet& set,
+                    std::vector<Lane*>& stream_of, std::vector<uint8_t>& needs_mark);
+  // host_waits: enqueues every op of the started run whose inputs are there (the other ranks'
+  // edge flags seen set, this rank's inputs enqueued); true once all are.
+  bool advance();
   // Stream flags: enqueues (`enqueue` adds the lanes it uses) and drains one part of this
   // rank's work waiting on the edge slots `waits`, watched (coll_watchdog.hpp) from before
   // the first enqueue: a host stuck in a driver call behind a dead peer's flag is released.

@@ -27,6 +27,9 @@ constexpr size_t kProgramsKept = 32;
 const StringSetting kTestTuning{"GPUSTRIPE_TEST_COLL_TUNING", "",
                                 "Test only: the collective tuning of the interposer's teams, as name=value pairs "
                                 "separated by commas (coll::Tuning's fields, and peer_kernels=yes|no)"};
+// Nonblocking calls pending on the teams of this process, and what advances all of them.
+std::atomic<int> g_pending_calls{0};
+std::atomic<void (*)()> g_progress_all{nullptr};
 std::atomic<bool> g_die_in_next{false};      // test hook: SIGKILL inside the next call
 std::atomic<bool> g_fail_next_setup{false};  // test hook: the next team's setup fails here
 
@@ -34,6 +37,8 @@ std::atomic<bool> g_fail_next_setup{false};  // test hook: the next team's setup
 char* placeholder(size_t k) { return reinterpret_cast<char*>((k + 1) << 40); }
 
 }  // namespace
+
+void set_collective_progress(void (*progress_all)()) { g_progress_all.store(progress_all); }
 
 void test_die_in_next_collective() { g_die_in_next.store(true); }
 void test_fail_next_team_setup() { g_fail_next_setup.store(true); }
@@ -110,7 +115,13 @@ CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::B
   std::function<void()> check_alive = [ep, peers] {
     for (int p : peers) ep->check_source(p);
   };
-  boot_->watch_peers(check_peers);
+  // A team is set up at its communicator's first collective, which may come while calls of
+  // other communicators are pending here: the setup's waits advance them, as every wait does
+  // (a rank they need may be waiting for them before it reaches this setup).
+  boot_->watch_peers([check_peers] {
+    check_peers();
+    if (void (*all)() = g_progress_all.load()) all();
+  });
   char name[128] = {};
   ipc::ShmSegment seg;
   Status failed = GPUSTRIPE_SUCCESS;
@@ -168,15 +179,17 @@ CollTeam::~CollTeam() {
   // A nonblocking call still pending (the communicator freed before its wait): it ends
   // first, on every rank, as the MPI lets it.
   try {
-    finish();
+    finish(false);
   } catch (...) {
   }
+  take_pending();  // not ended by finish (an unexpected error): no longer pending in this process
   if (times_.calls) {
     const PhaseTimes t = phase_times(false);
     GS_LOG_DEBUG(Subsys::Mpi, "collectives of rank %d (%llu calls on gpustripe, %llu stream-ordered): us per call: "
-                 "prepare %.1f, exchange %.1f, map+program %.1f, enqueue %.1f, wait for GPUs %.1f, end barrier %.1f",
-                 rank_, static_cast<unsigned long long>(t.calls), static_cast<unsigned long long>(t.ordered), t.prepare,
-                 t.exchange, t.map, t.enqueue, t.drain, t.barrier);
+                 "lookup %.1f, prepare %.1f, exchange %.1f, map+program %.1f, enqueue %.1f, wait for GPUs %.1f, "
+                 "end barrier %.1f",
+                 rank_, static_cast<unsigned long long>(t.calls), static_cast<unsigned long long>(t.ordered), t.lookup,
+                 t.prepare, t.exchange, t.map, t.enqueue, t.drain, t.barrier);
   }
   try {
     settle();
@@ -201,6 +214,7 @@ CollTeam::PhaseTimes CollTeam::phase_times(bool reset) {
   if (times_.calls) {
     const double c = static_cast<double>(times_.calls);
     const double drain = runner_->drain_us() - times_.drain0, barrier = runner_->barrier_us() - times_.barrier0;
+    t.lookup = times_.lookup / c;
     t.prepare = times_.prepare / c;
     t.exchange = times_.exchange / c;
     t.map = times_.map / c;
@@ -369,10 +383,23 @@ bool CollTeam::run(const CollCall& call) {
   finish();
   if (failed_ != GPUSTRIPE_SUCCESS)
     GS_THROW(failed_, "%s: an earlier collective on this communicator failed (%s)", call.name, failure_.c_str());
+  if (call.stream == nullptr && g_pending_calls.load() > 0) {
+    // Calls of other communicators are pending here: this one runs as theirs do, its waits
+    // advancing them (a rank may need them done before it gets to this call) and its steps
+    // that wait for other ranks held on the host (SliceRunner::start's host_waits).
+    bool served = true;
+    std::shared_ptr<CollPending> state = start(call, [&served] {
+      served = false;
+      return 0;
+    });
+    finish();
+    if (state->error) std::rethrow_exception(state->error);
+    return served;
+  }
   try {
     Entry e;
     enter(call, e);
-    {
+    if (!runner_->collect(e.posted, sizeof(RankInfo), e.all.data())) {
       ipc::Waiter w(format("collective entry: rank %d waiting for the other ranks to call it", rank_),
                     [this] { runner_->check_peers(); });
       while (!runner_->collect(e.posted, sizeof(RankInfo), e.all.data())) w.pause();
@@ -411,8 +438,14 @@ std::shared_ptr<CollPending> CollTeam::start(CollCall call, std::function<int()>
   }
   std::shared_ptr<CollPending> state = p->state;
   pending_ = std::move(p);
+  ++g_pending_calls;
   progress();  // the last rank to start finds every handle there: its part goes to the GPUs now
   return state;
+}
+
+std::unique_ptr<CollTeam::Pending> CollTeam::take_pending() {
+  if (pending_) --g_pending_calls;
+  return std::move(pending_);
 }
 
 bool CollTeam::pending() const { return pending_ != nullptr; }
@@ -429,7 +462,7 @@ void CollTeam::progress() {
       if (!launch(p.call, p.entry, true)) {
         // Some rank cannot take this path: every rank learns it at this call's exchange and
         // runs the MPI's way, blocking, here.
-        std::unique_ptr<Pending> done = std::move(pending_);
+        std::unique_ptr<Pending> done = take_pending();
         done->state->mpi_rc = done->mpi();
         done->state->done = true;
         return;
@@ -437,7 +470,7 @@ void CollTeam::progress() {
       p.launched = true;
     }
     if (runner_->started() && !runner_->poll()) return;
-    std::unique_ptr<Pending> done = std::move(pending_);
+    std::unique_ptr<Pending> done = take_pending();
     if (done->call.after) done->call.after();
     done->state->served = true;
     done->state->done = true;
@@ -453,19 +486,26 @@ void CollTeam::abandon(std::exception_ptr why, Status status, const std::string&
   failed_ = status;
   failure_ = what;
   if (!pending_) return;
-  std::unique_ptr<Pending> done = std::move(pending_);
+  std::unique_ptr<Pending> done = take_pending();
   done->state->error = why;
   done->state->done = true;
 }
 
-void CollTeam::finish() {
+void CollTeam::finish(bool all) {
   if (!pending_) return;
   std::shared_ptr<CollPending> state = pending_->state;
   const char* name = pending_->call.name;
+  // Every pending call of the process advances while this one is waited for: another rank
+  // may wait for those first (they are on other communicators, in any order).
+  void (*progress_all)() = all ? g_progress_all.load() : nullptr;
+  auto step = [&] {
+    if (progress_all) progress_all();
+    progress();
+  };
   try {
     ipc::Waiter w(format("%s: rank %d waiting for the other ranks to complete it", name, rank_),
                   [this] { runner_->check_peers(); });
-    for (progress(); pending_; progress()) w.pause();
+    for (step(); pending_; step()) w.pause();
   } catch (const Error& e) {
     abandon(std::current_exception(), e.status(), e.what());
   }
@@ -702,13 +742,15 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   const Clock::time_point t3 = Clock::now();
   // Nonblocking: this rank's part goes to its streams and the call returns; a program the
   // runner cannot start so (Barrier ops) runs here, to its end.
-  if (async && runner_->start(*prog, call.device, slots)) return true;
+  // A call with others pending in this process holds its waits for other ranks on the host.
+  if (async && runner_->start(*prog, call.device, slots, g_pending_calls.load() > 1)) return true;
   if (prog_key.empty()) {
     run_part(call, e.ordered, *prog, coll::cross_slots(*prog));
     return true;
   }
   if (run_part(call, e.ordered, *prog, *slots)) ++times_.ordered;
   ++times_.calls;
+  if (call.entered != Clock::time_point{}) times_.lookup += us(call.entered, e.t0);
   times_.prepare += us(e.t0, e.t1);
   times_.exchange += us(e.t1, e.t2);
   times_.map += us(e.t2, t3);

@@ -17,6 +17,7 @@
 // The team needs no MPI: the processes find each other through an ipc::Bootstrap (the
 // interposer's over PMPI, mpi_bootstrap.hpp; the PyTorch backend's over its store).
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -83,6 +84,9 @@ struct CollCall {
   // for the stream first and returns when done. Null: the buffers are ready now and the call
   // returns when done (the MPI interposer's calls).
   StreamHandle stream = nullptr;
+  // When the caller got the call (its own time before the team: the "lookup" phase of the
+  // per-call times a team logs at debug level); unset: not counted.
+  std::chrono::steady_clock::time_point entered{};
 };
 
 // A nonblocking call as its request sees it (CollTeam::start): done once it completed on
@@ -93,6 +97,12 @@ struct CollPending {
   int mpi_rc = 0;
   std::exception_ptr error;
 };
+
+// What advances every pending nonblocking call of this process, on every team (the MPI
+// interposer's progress_collectives): the waits of a team's calls, and of a team's setup, call
+// it, so that no rank waits inside one communicator's call for a peer that first needs another
+// communicator's call to advance here. Unset: a team advances its own call only.
+void set_collective_progress(void (*progress_all)());
 
 // Test only: this process kills itself (SIGKILL) inside its next collective on the
 // gpustripe path, right after the entry exchange.
@@ -126,7 +136,7 @@ class CollTeam {
   // the last reset; `calls`: how many): the phases the team logs at debug level when it ends.
   struct PhaseTimes {
     uint64_t calls = 0, ordered = 0;  // ordered: of them, enqueued stream-ordered
-    double prepare = 0, exchange = 0, map = 0, enqueue = 0, drain = 0, barrier = 0;
+    double lookup = 0, prepare = 0, exchange = 0, map = 0, enqueue = 0, drain = 0, barrier = 0;
   };
   PhaseTimes phase_times(bool reset);
   // This rank's temporary device buffer on `dev` (in-place inputs), at least `bytes`.
@@ -144,8 +154,9 @@ class CollTeam {
   std::shared_ptr<CollPending> start(CollCall call, std::function<int()> mpi);
   void progress();
   bool pending() const;
-  // Waits (bounded by GPUSTRIPE_TIMEOUT, failing when a peer dies) until no call is pending.
-  void finish();
+  // Waits (bounded by GPUSTRIPE_TIMEOUT, failing when a peer dies) until no call is pending,
+  // advancing every pending call of the process meanwhile (`all`; false: this team's only).
+  void finish(bool all = true);
   // Throws when a rank of the team is gone.
   void check_peers() const;
 
@@ -174,6 +185,8 @@ class CollTeam {
   bool launch(const CollCall& call, Entry& e, bool async);
   // Ends the pending call with an error and fails the team.
   void abandon(std::exception_ptr why, Status status, const std::string& what);
+  // Ends the pending call's time on the team (the process's count of pending calls).
+  std::unique_ptr<Pending> take_pending();
   std::unique_ptr<Pending> pending_;
   // Runs this rank's part: stream-ordered behind call.stream where `ordered` and the program
   // allows (returns true), else ordered by the hosts (false).
@@ -212,7 +225,7 @@ class CollTeam {
   std::map<std::string, Cached> programs_;
   struct Times {  // host time of the calls served with a cached Program (us, summed)
     uint64_t calls = 0, ordered = 0;
-    double prepare = 0, exchange = 0, map = 0, run = 0;
+    double lookup = 0, prepare = 0, exchange = 0, map = 0, run = 0;
     double drain0 = 0, barrier0 = 0;  // the runner's totals when these were last reset
   } times_;
   // The other ranks' allocations (handles) mapped here by earlier calls: a call naming only

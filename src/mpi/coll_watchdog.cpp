@@ -50,10 +50,15 @@ class Watchdog {
     }
     return *cur;
   }
+  // Arming is on every collective's path: it wakes the thread only where it sleeps for good
+  // (idle a while). A thread woken at every call cost the caller a futex wake-up, and a peer
+  // check run at once under the lock that the disarm then waited for, for waits that mostly
+  // end within microseconds; the first check now comes within one period.
   void arm(WaitWatch::State* s) {
     std::lock_guard<std::mutex> l(mu_);
     armed_.push_back(s);
-    cv_.notify_one();
+    last_armed_ = s->armed;
+    if (asleep_) cv_.notify_one();
   }
   void disarm(WaitWatch::State* s) {
     std::lock_guard<std::mutex> l(mu_);  // a check or release of `s` in progress ends first
@@ -65,8 +70,15 @@ class Watchdog {
   void loop() {
     std::unique_lock<std::mutex> l(mu_);
     for (;;) {
-      if (armed_.empty()) cv_.wait(l);
-      else cv_.wait_for(l, std::chrono::milliseconds(5));
+      // Between the calls of a busy program the thread keeps its period (no wake-up needed
+      // at the next arm); a second after the last arming, it sleeps until armed.
+      if (armed_.empty() && Clock::now() - last_armed_ > kIdleBeforeSleep) {
+        asleep_ = true;
+        cv_.wait(l, [this] { return !armed_.empty(); });
+        asleep_ = false;
+      } else {
+        cv_.wait_for(l, kPeriod);
+      }
       const Clock::time_point now = Clock::now();
       for (WaitWatch::State* s : armed_) {
         if (s->fired.load(std::memory_order_relaxed)) continue;
@@ -95,7 +107,11 @@ class Watchdog {
     }
   }
 
+  static constexpr auto kPeriod = std::chrono::milliseconds(5);
+  static constexpr auto kIdleBeforeSleep = std::chrono::seconds(1);
   const pid_t pid_ = getpid();
+  bool asleep_ = false;                          // waiting for an arm (guarded by mu_)
+  Clock::time_point last_armed_ = Clock::now();  // guarded by mu_
   std::mutex mu_;
   std::condition_variable cv_;
   std::list<WaitWatch::State*> armed_;

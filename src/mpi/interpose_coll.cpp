@@ -12,6 +12,7 @@
 //   GPUSTRIPE_MPI_COLL  yes|no: collectives of node-local communicators on gpustripe
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 
 #include "common/config.hpp"
@@ -51,7 +52,10 @@ CollTeam* team_for(Runtime& rt, MPI_Comm comm) {
   if (!kColl.get()) return nullptr;
   std::shared_ptr<const CommInfo> ci = rt.comm(comm);
   if (!ci || ci->has_remote) return nullptr;
-  if (!rt.coll_state) rt.coll_state = std::make_shared<CollState>();
+  if (!rt.coll_state) {
+    rt.coll_state = std::make_shared<CollState>();
+    set_collective_progress(&progress_collectives);
+  }
   auto& teams = static_cast<CollState*>(rt.coll_state.get())->teams;
   std::unique_ptr<CollTeam>& t = teams[ci->ctx];
   if (!t) t = make_coll_team(rt, comm, *ci);
@@ -130,6 +134,7 @@ size_t type_size(MPI_Datatype t) {
 // side of the call, its `after` finishing it), else `mpi` over staged buffers.
 int collective(MPI_Comm comm, const char* name, const std::function<void(Runtime&, CollTeam&, CollCall&)>& prepare,
                const std::function<int(StagedBuffers*)>& mpi) {
+  const auto entered = std::chrono::steady_clock::now();
   std::unique_lock<std::recursive_mutex> l(lock());
   Runtime* rt = g_mpi_only ? nullptr : Runtime::get();
   if (rt) {
@@ -140,6 +145,7 @@ int collective(MPI_Comm comm, const char* name, const std::function<void(Runtime
         team->finish();
         CollCall call;
         call.name = name;
+        call.entered = entered;
         prepare(*rt, *team, call);
         call.after = [after = std::move(call.after)] {
           if (after) after();

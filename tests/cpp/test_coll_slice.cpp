@@ -175,6 +175,61 @@ TEST(CollSlice, EnqueueBlockedBehindASilentRankEndsAtTheTimeout) {
   expect_blocked_enqueue_released({}, GPUSTRIPE_ERR_TIMEOUT);
 }
 
+// Started parts that hold their waits for other ranks on the host (host_waits: a call started
+// while another of the process is pending). One thread plays every rank, starting them in the
+// order that would block it otherwise: rank 0 first, whose reduction (on the emulated backend a
+// host reduction that waits for its stream) needs rank 2's copy, which needs rank 1's, which
+// needs rank 0's. With its waits on its streams rank 0's start would wait for ranks that have
+// not started (until the watchdog's timeout fails it); held on the host it returns, and poll()
+// enqueues each step once the flag it needs is set. Rank 1 keeps its waits on its streams: the
+// owners' flags serve both kinds of waiter. The relay's large copies catch a step run early.
+TEST(CollSlice, HostWaitsStartWithoutWaitingAndHoldEveryDependency) {
+  ScopedEnv timeout("GPUSTRIPE_TIMEOUT", "20");
+  Node node;
+  Backend& b = *node.backend;
+  const size_t n = 4 << 20;
+  std::vector<float*> a(3), c(3);
+  for (int r = 0; r < 3; ++r) {
+    a[r] = static_cast<float*>(b.alloc_device(r, n * sizeof(float)));
+    c[r] = static_cast<float*>(b.alloc_device(r, n * sizeof(float)));
+    fill(b, a[r], r, n, -1.0f);
+    fill(b, c[r], r, n, 0.0f);
+  }
+  fill(b, a[0], 0, n, 7.0f);
+  Program p(3);
+  int s1 = p.copy(0, coll::kLaneOut, a[1], 1, a[0], 0, n * sizeof(float));
+  int s2 = p.copy(1, coll::kLaneOut, a[2], 2, a[1], 1, n * sizeof(float), {s1});
+  int s3 = p.copy(2, coll::kLaneOut, c[0], 0, a[2], 2, n * sizeof(float), {s2});
+  p.reduce(0, coll::kLaneLocal, c[0], {c[0], a[1], a[2]}, n, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, {s3, s2});
+  auto reducer = coll::make_reducer(b);
+  std::vector<std::unique_ptr<mpi::TeamFlags>> flags;
+  std::vector<std::unique_ptr<mpi::SliceRunner>> runners;
+  for (int r = 0; r < 3; ++r) {
+    flags.push_back(std::make_unique<mpi::TeamFlags>(ipc::ShmSegment::open(node.name)));
+    runners.push_back(std::make_unique<mpi::SliceRunner>(b, *reducer, r, 3, *flags[r], [] {}));
+  }
+  for (int round = 0; round < 2; ++round) {
+    fill(b, c[0], 0, n, 0.0f);
+    for (int r : {0, 1, 2}) ASSERT_TRUE(runners[r]->start(p, r, nullptr, r != 1)) << "rank " << r;
+    EXPECT_FALSE(runners[0]->poll());  // its reduction waits for rank 2's copy
+    std::vector<bool> done(3, false);
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(60);  // a hang guard
+    while (!(done[0] && done[1] && done[2])) {
+      ASSERT_LT(std::chrono::steady_clock::now(), limit) << "the started parts never completed";
+      for (int r = 0; r < 3; ++r)
+        if (!done[r]) done[r] = runners[r]->poll();
+      std::this_thread::yield();
+    }
+    std::vector<float> got = read(b, c[0], 0, n);
+    for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(got[i], 21.0f) << "round " << round << " element " << i;
+  }
+  runners.clear();
+  for (int r = 0; r < 3; ++r) {
+    b.free_device(a[r]);
+    b.free_device(c[r]);
+  }
+}
+
 // The entry exchange hands every rank every other rank's message of the same call, call
 // after call, although ranks run ahead of each other by up to one call (two slots per rank).
 TEST(CollSlice, ExchangeGivesEveryRankTheSameCallsMessages) {

@@ -10,7 +10,11 @@
  *    wait in MPI_Wait); a bound on the polls ends a run where it never comes, no timing.
  * 3. Pending calls on two communicators complete whatever order the ranks wait for them in
  *    (every wait progresses every pending collective): rank 0 waits for the one on a
- *    duplicate of the world first, the others for the world's.
+ *    duplicate of the world first, the others for the world's. Then rank 0 makes a blocking
+ *    call on the duplicate while its call on the world is pending, which the others wait for
+ *    before they make theirs: the blocking call must progress the pending one. Run also with
+ *    3 ranks on 2 devices (two ranks share one) and the copy-engine schedules, whose steps wait
+ *    for other ranks' steps (mpi_coll_overlap_np3_shared).
  * 4. Persistent collectives (MPIX_*_init, where the MPI has them) started again and again.
  * Results are exact (integer sums), and the interposer's counter shows gpustripe ran them.
  * A communicator's first collective on device buffers sets up its team with every rank, so
@@ -129,6 +133,20 @@ static void two_comms(size_t n) {
   CHECK(right(h, ra, n, salt_a) == n);
   CHECK(right(h, rb, n, salt_b) == n);
   CHECK(served() - before == 2);
+  /* A blocking call while another communicator's is pending, waited for first by the others. */
+  clear(h, ra, n);
+  clear(h, rb, n);
+  CHECK(MPI_Iallreduce(sa, ra, (int)n, MPI_INT32_T, MPI_SUM, MPI_COMM_WORLD, &a) == MPI_SUCCESS);
+  if (rank == 0) {
+    CHECK(MPI_Allreduce(sb, rb, (int)n, MPI_INT32_T, MPI_SUM, dup) == MPI_SUCCESS);
+    CHECK(MPI_Wait(&a, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+  } else {
+    CHECK(MPI_Wait(&a, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+    CHECK(MPI_Allreduce(sb, rb, (int)n, MPI_INT32_T, MPI_SUM, dup) == MPI_SUCCESS);
+  }
+  CHECK(right(h, ra, n, salt_a) == n);
+  CHECK(right(h, rb, n, salt_b) == n);
+  CHECK(served() - before == 4);
   hk.free_(sa);
   hk.free_(ra);
   hk.free_(sb);
