@@ -30,6 +30,7 @@ c10d hands it every collective of the group, and it dispatches by device and sup
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import socket
 import sys
@@ -157,6 +158,8 @@ class _CudaMem:
 
     def __init__(self, team):
         self.team, self._ends = team, {}
+        # (event on the team's stream, tensors it reads or writes), oldest first: see done().
+        self._held: collections.deque = collections.deque()
 
     def end_stream(self, dev: torch.device):
         s = self._ends.get(dev.index)
@@ -180,11 +183,16 @@ class _CudaMem:
 
     def done(self, tensors, result, dev, after, end) -> dist.Work:
         o = self.end_stream(dev)
+        self.release()
         with torch.cuda.stream(o):
-            # The caching allocator hands these blocks out again only once the team's stream
-            # is past this point (the caller may free them before the collective ends).
-            for t in {id(t): t for t in list(tensors) + _tensors_of(result)}.values():
-                t.record_stream(o)
+            # The caller may free these tensors before the collective ends: they are held here
+            # until the team's stream is past this point, so the caching allocator cannot hand
+            # their blocks out early. Not record_stream: the allocator would then record events on
+            # the team's stream whenever such a block is freed, also after the team (and its
+            # streams) closed, at the process's exit (a CUDA error and an abort in the allocator).
+            mark = torch.cuda.Event()
+            mark.record(o)
+            self._held.append((mark, list({id(t): t for t in list(tensors) + _tensors_of(result)}.values())))
             if after is not None:
                 after()
             if end is not None:
@@ -194,6 +202,17 @@ class _CudaMem:
             fut = Future(devices=[dev])
             fut.set_result(result)
         return _create_work_from_future(fut)
+
+    def release(self) -> None:
+        """Lets go of the tensors of the calls the team's streams are past."""
+        while self._held and self._held[0][0].query():
+            self._held.popleft()
+
+    def close(self) -> None:
+        """Waits for every call to end and lets go of their tensors (before the team closes)."""
+        for mark, _ in self._held:
+            mark.synchronize()
+        self._held.clear()
 
 
 class _EmulatedMem:
@@ -228,6 +247,12 @@ class _EmulatedMem:
             if n:
                 got = bytearray(self.ctx.download(self.held[(i, max(n, 1))], self.dev, n))
                 t.view(torch.uint8).view(-1).copy_(torch.frombuffer(got, dtype=torch.uint8))
+
+    def release(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
     @staticmethod
     def done(tensors, result, dev, after, end) -> dist.Work:
@@ -293,6 +318,14 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if reset:
             self._host_us = {}
         return out
+
+    def shutdown(self) -> None:
+        """Ends the native side: waits for the calls in flight and closes the team (its streams,
+        mappings and shared memory). A later native collective sets a new team up."""
+        if self._mem is not None:
+            self._mem.close()
+        self._mem = None
+        self._team_obj = None
 
     # -- the native path ------------------------------------------------------------------
     def _team(self):
