@@ -233,13 +233,15 @@ const StringSetting kTest{"GPUSTRIPE_TEST", "",
                           "fake_nodes=N (the MPI interposer pretends the ranks sit on N nodes), alloc=plain|vmm|pool|"
                           "async|vmm_multi (the MPI test programs' device buffers), emu_jitter_us=N and emu_gbps=X "
                           "(emulated streams: random delays, copy bandwidth), window_min=SIZE (p2p windows of messages "
-                          "from this size); empty: none"};
+                          "from this size), coll.NAME=VALUE (the interposer teams' coll::Tuning field NAME, or "
+                          "coll.peer_kernels=yes|no); empty: none"};
 const char* const kTestKeys[] = {"fake_nodes", "alloc", "emu_jitter_us", "emu_gbps", "window_min"};
-}  // namespace
+constexpr const char* kTestGroups[] = {"coll."};  // keys of a prefix: their owner checks the names
 
-std::string test_hook(const char* key, const char* fallback) {
+// Every item of GPUSTRIPE_TEST as (key, value), each key checked.
+std::vector<std::pair<std::string, std::string>> test_items() {
   const std::string text = kTest.get();
-  std::string value = fallback;
+  std::vector<std::pair<std::string, std::string>> items;
   size_t at = 0;
   while (at <= text.size()) {
     size_t end = text.find(',', at);
@@ -251,13 +253,33 @@ std::string test_hook(const char* key, const char* fallback) {
     const std::string k = trim(item.substr(0, eq));
     bool known = false;
     for (const char* t : kTestKeys) known = known || k == t;
-    std::string keys;
-    for (const char* t : kTestKeys) keys += (keys.empty() ? "" : ", ") + std::string(t);
-    GS_REQUIRE(eq != std::string::npos && known, GPUSTRIPE_ERR_CONFIG,
-               "GPUSTRIPE_TEST: '%s' is not key=value with a key of: %s", item.c_str(), keys.c_str());
-    if (k == key) value = trim(item.substr(eq + 1));
+    for (const char* g : kTestGroups) known = known || (k.size() > std::strlen(g) && k.compare(0, std::strlen(g), g) == 0);
+    if (eq == std::string::npos || !known) {
+      std::string keys;
+      for (const char* t : kTestKeys) keys += (keys.empty() ? "" : ", ") + std::string(t);
+      for (const char* g : kTestGroups) keys += ", " + std::string(g) + "NAME";
+      GS_THROW(GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_TEST: '%s' is not key=value with a key of: %s", item.c_str(),
+               keys.c_str());
+    }
+    items.emplace_back(k, trim(item.substr(eq + 1)));
   }
+  return items;
+}
+}  // namespace
+
+std::string test_hook(const char* key, const char* fallback) {
+  std::string value = fallback;
+  for (const auto& [k, v] : test_items())
+    if (k == key) value = v;
   return value;
+}
+
+std::vector<std::pair<std::string, std::string>> test_hooks(const char* prefix) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const size_t n = std::strlen(prefix);
+  for (const auto& [k, v] : test_items())
+    if (k.compare(0, n, prefix) == 0) out.emplace_back(k.substr(n), v);
+  return out;
 }
 
 ChoiceSetting::ChoiceSetting(const char* name, const char* def, const char* desc, std::vector<std::string> choices)

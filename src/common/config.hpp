@@ -53,9 +53,13 @@ std::string environment_variable(const char* name);
 //   emu_gbps=X       emulated backend: one copy's bandwidth in GB/s (0: memcpy speed)
 //   window_min=SIZE  the p2p layer runs windows of messages from this size on (128M), so
 //                    tests reach them with small messages
+//   coll.NAME=VALUE  the interposer teams' coll::Tuning field NAME (coll.peer_kernels=yes|no:
+//                    kernels that read peers' buffers), so tests reach schedules at small sizes
 // The value of `key`, or `fallback` where the setting does not name it. Throws Error(ERR_CONFIG)
 // for an item that is not key=value or names another key.
 std::string test_hook(const char* key, const char* fallback);
+// The items whose key starts with `prefix` ("coll."), as (key less the prefix, value), in order.
+std::vector<std::pair<std::string, std::string>> test_hooks(const char* prefix);
 
 // Parsers shared by settings, CLI arguments and files. Each throws
 // Error(ERR_CONFIG) naming `what` when the text does not parse.

@@ -21,12 +21,6 @@ constexpr size_t kExportsKept = 64;
 constexpr size_t kShapesKept = 256;
 constexpr size_t kProgramsKept = 32;
 
-// Test only: the collective tuning of every team (the MPI test programs reach the schedules'
-// pipelining and corner cases at small sizes through it), as name=value pairs; beside
-// coll::Tuning's fields, peer_kernels=no takes the copy-engine schedules that CUDA takes.
-const StringSetting kTestTuning{"GPUSTRIPE_TEST_COLL_TUNING", "",
-                                "Test only: the collective tuning of the interposer's teams, as name=value pairs "
-                                "separated by commas (coll::Tuning's fields, and peer_kernels=yes|no)"};
 // Nonblocking calls pending on the teams of this process, and what advances all of them.
 std::atomic<int> g_pending_calls{0};
 std::atomic<void (*)()> g_progress_all{nullptr};
@@ -85,13 +79,11 @@ CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::B
   // work, so reductions across processes take the copy-engine schedules there: senders push
   // blocks into the reducer's scratch, kernels read local memory. Emulated devices can read them.
   bool peer_kernels = backend_.emulated();
-  for (const std::string& pair : split(kTestTuning.get(), ',')) {
-    if (pair.empty()) continue;
-    const size_t eq = pair.find('=');
-    GS_REQUIRE(eq != std::string::npos, GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_TEST_COLL_TUNING: '%s' is not name=value",
-               pair.c_str());
-    const std::string name = pair.substr(0, eq), value = pair.substr(eq + 1);
-    if (name == "peer_kernels") peer_kernels = parse_bool(value, "GPUSTRIPE_TEST_COLL_TUNING peer_kernels");
+  // Test only (GPUSTRIPE_TEST's coll.NAME items): the MPI test programs reach the schedules'
+  // pipelining and corner cases at small sizes, and coll.peer_kernels=no the copy-engine
+  // schedules CUDA takes.
+  for (const auto& [name, value] : test_hooks("coll.")) {
+    if (name == "peer_kernels") peer_kernels = parse_bool(value, "GPUSTRIPE_TEST coll.peer_kernels");
     else tuning_.set(name, value);
   }
   tuning_.validate();

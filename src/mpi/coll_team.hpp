@@ -199,7 +199,7 @@ class CollTeam {
   int rank_ = 0, n_ = 0;
   std::vector<int> channel_rank_;  // comm rank -> rank of the node channel (mapping cache key)
   coll::TeamResources res_;
-  coll::Tuning tuning_;  // default, or GPUSTRIPE_TEST_COLL_TUNING's
+  coll::Tuning tuning_;  // default, or GPUSTRIPE_TEST's coll.NAME items
   std::unique_ptr<TeamFlags> flags_;
   std::unique_ptr<coll::Reducer> reducer_;
   std::unique_ptr<SliceRunner> runner_;

@@ -41,6 +41,14 @@ TEST(Config, TestHooksAreKeyValueItemsOfOneSetting) {
     EXPECT_EQ(test_hook("alloc", "plain"), "vmm");
     EXPECT_EQ(test_hook("emu_gbps", "0"), "0") << "a key not named keeps its fallback";
   }
+  {
+    ScopedEnv e("GPUSTRIPE_TEST", "coll.chunk=8K,fake_nodes=2,coll.peer_kernels=no");
+    const auto coll = test_hooks("coll.");
+    ASSERT_EQ(coll.size(), 2u);
+    EXPECT_EQ(coll[0], std::make_pair(std::string("chunk"), std::string("8K")));
+    EXPECT_EQ(coll[1], std::make_pair(std::string("peer_kernels"), std::string("no")));
+    EXPECT_EQ(test_hook("fake_nodes", "0"), "2");
+  }
   for (const char* bad : {"fake_node=2", "fake_nodes", "alloc=vmm,jitter=3"}) {
     ScopedEnv e("GPUSTRIPE_TEST", bad);
     try {
