@@ -165,19 +165,26 @@ void SliceRunner::exchange(const void* mine, size_t bytes, void* all) {
   while (!collect(n, bytes, all)) w.pause();
 }
 
-void SliceRunner::run(const coll::Program& prog, int device, const coll::CrossSlots* given) {
-  const auto& ops = prog.ops();
-  GS_REQUIRE(ops.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
-             "a collective schedule of %zu ops: the cross-process flags hold %zu", ops.size(), TeamFlags::kMaxOps);
+const coll::CrossSlots& SliceRunner::checked_slots(const coll::Program& prog, const coll::CrossSlots* given,
+                                                   coll::CrossSlots& computed) {
+  GS_REQUIRE(prog.ops().size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
+             "a collective schedule of %zu ops: the cross-process flags hold %zu", prog.ops().size(),
+             TeamFlags::kMaxOps);
   GS_REQUIRE(prog.nranks() == nranks_, GPUSTRIPE_ERR_INTERNAL, "program for %d ranks on a team of %d", prog.nranks(),
              nranks_);
   ++runs_;
-  coll::CrossSlots computed;
   if (!given) computed = coll::cross_slots(prog);
   const coll::CrossSlots& slots = given ? *given : computed;
   GS_REQUIRE(slots.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
              "a collective schedule with %zu dependencies between ranks: the cross-process flags hold %zu",
              slots.size(), TeamFlags::kMaxOps);
+  return slots;
+}
+
+void SliceRunner::run(const coll::Program& prog, int device, const coll::CrossSlots* given) {
+  const auto& ops = prog.ops();
+  coll::CrossSlots computed;
+  const coll::CrossSlots& slots = checked_slots(prog, given, computed);
   // Segments between Barrier ops: everything before a barrier, on every rank, is complete
   // after it (streams drained, then a barrier of the hosts), and so is the program at its end.
   size_t begin = 0;
@@ -309,17 +316,8 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
   const auto& ops = prog.ops();
   for (const Op& op : ops)
     if (op.kind == Op::Barrier) return false;
-  GS_REQUIRE(ops.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
-             "a collective schedule of %zu ops: the cross-process flags hold %zu", ops.size(), TeamFlags::kMaxOps);
-  GS_REQUIRE(prog.nranks() == nranks_, GPUSTRIPE_ERR_INTERNAL, "program for %d ranks on a team of %d", prog.nranks(),
-             nranks_);
-  ++runs_;
   coll::CrossSlots computed;
-  if (!given) computed = coll::cross_slots(prog);
-  const coll::CrossSlots& slots = given ? *given : computed;
-  GS_REQUIRE(slots.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
-             "a collective schedule with %zu dependencies between ranks: the cross-process flags hold %zu",
-             slots.size(), TeamFlags::kMaxOps);
+  const coll::CrossSlots& slots = checked_slots(prog, given, computed);
   auto f = std::make_unique<Inflight>();
   f->waits = cross_waits(prog, slots, 0, ops.size());
   if (host_waits) {

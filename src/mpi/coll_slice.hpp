@@ -147,6 +147,10 @@ class SliceRunner {
   }
 
  private:
+  // Checks `prog` against the team and the flags' capacity, counts the run, and returns its
+  // cross-rank slots: `given`, else computed into `computed`.
+  const coll::CrossSlots& checked_slots(const coll::Program& prog, const coll::CrossSlots* given,
+                                        coll::CrossSlots& computed);
   Lane& lane(int device, int role);
 
   Backend& backend_;
