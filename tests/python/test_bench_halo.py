@@ -43,11 +43,18 @@ def test_halo_every_way_checked_with_ratios(cli, tmp_path, halo_build):
                 assert r["vs_mpi_cuda_aware"] > 0
         if doc["emulated"]:
             assert "nccl" in doc["methods_absent"]
+        # the series bound belongs to sendrecv only: two one-way times, so above either alone
+        bounds = [r.get("bound_us_exchange") for r in doc["rows"]]
+        if v == "sendrecv":
+            assert all(b is not None and b > 0 for b in bounds)
+        else:
+            assert all(b is None for b in bounds)
     # one launch per method, every shape and variant in it
     launches = [x for x in p.stdout.splitlines() if x.strip().startswith("$ ")]
     ours = [x for x in launches if "--method mpi_gpustripe" in x]
     assert len(ours) == 1 and "LD_PRELOAD=" in ours[0] and ours[0].count("--shape") == 2
     assert "--exchange sendrecv,isend" in ours[0] and "--check" in ours[0]
+    assert "the least exchange time of MPI_Sendrecv up then down" in p.stdout
     assert "gpustripe vs cuda_aware" in p.stdout or "mpi_cuda_aware" in docs["isend"]["methods_absent"]
 
 

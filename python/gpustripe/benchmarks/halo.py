@@ -14,7 +14,15 @@ exchange alone per method, with every method's speed relative to mpi_cuda_aware 
 nccl (their time over its: above 1 is faster); writes one schema-1 results file per rank
 count and variant (rows op "halo": bytes = one halo, us per iteration, us_exchange, gbps
 of halo traffic, vs_mpi_cuda_aware and vs_nccl) and its plot. A method that cannot run is
-skipped with its reason ("methods_absent")."""
+skipped with its reason ("methods_absent").
+
+The sendrecv variant carries a bound (`bound_us_exchange` on its rows): MPI_Sendrecv up,
+then down, moves the halos one direction after the other (a rank's second send cannot
+start before its first receive has completed), so no MPI can exchange faster than the best
+one-way time 1->0 plus 0->1. The bench measures those in one process with every copy
+method it has (the engine's multi-path included) and takes the fastest of each direction.
+NCCL's grouped send/recv moves both directions at once, so below that bound it runs a
+different program, not a faster MPI."""
 from __future__ import annotations
 
 import json
@@ -112,6 +120,21 @@ def command(args, method: str, n: int, app: str, interposer: str, ucx: str, shap
     if method == "nccl":
         cmd += ["--nccl-lib", os.environ["GPUSTRIPE_NCCL_LIBRARY"]]
     return cmd
+
+
+def series_bound(ctx, halo_bytes: list[int], reps: int) -> dict[int, float]:
+    """Per halo size: the fastest one-way time 1->0 plus the fastest 0->1 (us), over the
+    copy methods this node has, timed in this process (the module docstring says why)."""
+    if ctx.device_count < 2 or not halo_bytes:
+        return {}
+    have, _ = ctx.bench_methods()
+    rows = ctx.bench_p2p([(1, 0), (0, 1)], sorted(set(halo_bytes)), [], list(have), False, 2, reps, 1)
+    best: dict[tuple[int, int], float] = {}
+    for r in rows:
+        if r["op"] == "p2p" and r["us"] > 0:
+            k = (r["src"], r["bytes"])
+            best[k] = min(best.get(k, float("inf")), r["us"])
+    return {b: best[(1, b)] + best[(0, b)] for b in halo_bytes if (1, b) in best and (0, b) in best}
 
 
 def add_ratios(rows: list[dict]) -> None:
@@ -246,6 +269,11 @@ def run(args) -> int:
             stopped = True
             print(f"STOPPED (SIGTERM) during {n} ranks: writing what was measured")
         add_ratios(rows)
+        if "sendrecv" in variants and rows:
+            bound = series_bound(ctx, [r["bytes"] for r in rows if r["variant"] == "sendrecv"], 5 if args.quick else 10)
+            for r in rows:
+                if r["variant"] == "sendrecv" and r["bytes"] in bound:
+                    r["bound_us_exchange"] = round(bound[r["bytes"]], 3)
         for v in variants:
             sel = [r for r in rows if r["variant"] == v]
             if not sel:
@@ -256,6 +284,10 @@ def run(args) -> int:
             print(table(sel, "us"))
             print(f"{n} ranks, {v}: the exchange alone (us)")
             print(table(sel, "us_exchange"))
+            bounds = {r["shape"]: r["bound_us_exchange"] for r in sel if "bound_us_exchange" in r}
+            if bounds:
+                print("the least exchange time of MPI_Sendrecv up then down (the best one-way time 1->0 plus 0->1, "
+                      "measured in this process): " + ", ".join(f"{s_} {b:.1f} us" for s_, b in bounds.items()))
             if not args.no_write:
                 extra = {"ranks": n, "variant": v, "emulated": emulated, "backend": ctx.backend_name,
                          "methods_absent": absent, "bases": list(BASES), "iters": args.iters, "warmup": args.warmup}
