@@ -21,9 +21,11 @@ stream-ordered calls: src/mpi/coll_ordered.cpp); the work's future is CUDA-aware
 and mapped once per allocation (PyTorch's caching allocator hands back the same segments;
 expandable segments included).
 
-Where NCCL is faster: the first calls of each op and size class (sizes within a power of
-two) are timed on both, alternately, and every rank then takes the one whose slowest rank
-was faster (``_Calibration``); what was chosen and why is in ``trace()``.
+Where NCCL is faster: the first calls of each kind (an op, the memory's side, the element
+type, sizes within a power of two: ``_kind``) are timed on both, alternately, and every rank
+then takes the one whose slowest rank was faster (``_Calibration``); what was chosen and why
+is in ``trace()``. A kind decided for NCCL is then handed to it as it came, after one lookup,
+and its work returned: such a call costs what it costs on a plain NCCL group.
 
 The backend is a Python ``torch.distributed.ProcessGroup`` (as torch's own test backends):
 c10d hands it every collective of the group, and it dispatches by device and support.
