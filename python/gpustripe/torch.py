@@ -607,7 +607,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         return self._run("all_gather", kind, [x, flat],
                          lambda team, p, st: team.allgather(p[0], p[1], block, stream=st),
                          lambda: self._other(x, "all_gather").allgather(output_lists, inputs, opts),
-                         after=scatter_flat, result=output_lists, keep=outs)
+                         after=scatter_flat, result=output_lists, keep=list(outs))
 
     def _reduce_scatter_base(self, output, input, opts=ReduceScatterOptions()):
         if input.numel() != output.numel() * self._size:
