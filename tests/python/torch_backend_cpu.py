@@ -14,6 +14,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from counting_backend import Counting
+
 R = dist.ReduceOp
 
 
@@ -117,21 +119,6 @@ def worker(rank: int, world: int, port: int, mode: str) -> None:
     report = {"rank": rank, "mode": mode, "native_calls": pg.native_calls, "checks": len(checks), "failed": failed}
     os.write(1, ("TORCHCPU " + json.dumps(report) + "\n").encode())  # one write: the ranks share the pipe
     dist.destroy_process_group()
-
-
-class Counting:
-    """A backend whose calls are counted by name (and passed on)."""
-
-    def __init__(self, backend):
-        self.backend, self.calls = backend, collections.Counter()
-
-    def __getattr__(self, name):
-        f = getattr(self.backend, name)
-
-        def call(*args, **kwargs):
-            self.calls[name] += 1
-            return f(*args, **kwargs)
-        return call
 
 
 def delegated(rank: int, world: int, gt) -> dict:

@@ -13,23 +13,9 @@ import torch
 import torch.distributed as dist
 
 import gpustripe.torch  # registers the backend
+from counting_backend import Counting
 
 R = dist.ReduceOp
-
-
-class Counting:
-    """A backend whose calls are counted by name (and passed on)."""
-
-    def __init__(self, backend):
-        self.backend, self.calls = backend, collections.Counter()
-
-    def __getattr__(self, name):
-        f = getattr(self.backend, name)
-
-        def call(*args, **kwargs):
-            self.calls[name] += 1
-            return f(*args, **kwargs)
-        return call
 
 
 def delegated(rank, n, nccl, dev, check, checks) -> None:
