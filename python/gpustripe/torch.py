@@ -447,6 +447,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                 cal.record(way, start, end)
             return work
         t_host = time.perf_counter()
+        # One native call at a time, its end marked (done()) before the next one starts: the
+        # held tensors and the stream context of the team's stream are the group's, not a thread's.
         with self._lock:
             team = self._team()
             if t0.is_cuda and torch.cuda.current_device() != dev.index:
@@ -455,14 +457,14 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                     served = native(team, self._mem.ptrs(tensors), self._mem.stream(t0))
             else:
                 served = native(team, self._mem.ptrs(tensors), self._mem.stream(t0))
-        if served:
-            self._mem.finish(tensors)
-            self.native_calls += 1
-            if t0.is_cuda:
-                self._unjoined.add(dev.index)
-            # its end: on the team's stream, where the call ends
-            work = self._mem.done(tensors, result, dev, after, end if timed else None, keep)
-        else:
+            if served:
+                self._mem.finish(tensors)
+                self.native_calls += 1
+                if t0.is_cuda:
+                    self._unjoined.add(dev.index)
+                # its end: on the team's stream, where the call ends
+                work = self._mem.done(tensors, result, dev, after, end if timed else None, keep)
+        if not served:
             self._say(f"{what}: a rank's buffer cannot be shared (gpustripe declined): such calls go to NCCL")
             work = fallback()
             if timed:
