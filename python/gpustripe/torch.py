@@ -294,6 +294,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         for dev, kind, be in (("cpu", "GLOO", self._gloo), ("cuda", "NCCL", self._nccl)):
             if be is not None:
                 self._register_backend(torch.device(dev), getattr(dist.ProcessGroup.BackendType, kind), be)
+                # What c10d asks the group's default backend (its name, for torch's flight
+                # recorder among others) is the one for CUDA where there is one, else gloo's.
+                self._set_default_backend(getattr(dist.ProcessGroup.BackendType, kind))
         # Served natively only when every rank sits on this node.
         me = f"{socket.gethostname()}/{_boot_id()}".encode()
         store.set(f"gpustripe/host/{rank}", me)
