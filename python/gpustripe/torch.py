@@ -21,9 +21,11 @@ stream-ordered calls: src/mpi/coll_ordered.cpp); the work's future is CUDA-aware
 and mapped once per allocation (PyTorch's caching allocator hands back the same segments;
 expandable segments included).
 
-Where NCCL is faster: the first calls of each op and size class (sizes within a power of
-two) are timed on both, alternately, and every rank then takes the one whose slowest rank
-was faster (``_Calibration``); what was chosen and why is in ``trace()``.
+Where NCCL is faster: the first calls of each kind (an op, the memory's side, the element
+type, sizes within a power of two: ``_kind``) are timed on both, alternately, and every rank
+then takes the one whose slowest rank was faster (``_Calibration``); what was chosen and why
+is in ``trace()``. A kind decided for NCCL is then handed to it as it came, after one lookup,
+and its work returned: such a call costs what it costs on a plain NCCL group.
 
 The backend is a Python ``torch.distributed.ProcessGroup`` (as torch's own test backends):
 c10d hands it every collective of the group, and it dispatches by device and support.
@@ -31,7 +33,6 @@ c10d hands it every collective of the group, and it dispatches by device and sup
 from __future__ import annotations
 
 import collections
-import contextlib
 import socket
 import sys
 import threading
@@ -78,6 +79,14 @@ def _test_always_native(pg, on: bool = True) -> None:
     pg._calibrate = not on
 
 
+def _test_verdict(pg, native) -> None:
+    """Tests only: every kind of call of the group `pg` is decided at its first call, without
+    timing: gpustripe (True) or the other backend (False); None: measured (the default). Also
+    on the emulated test mode, where the other backend is gloo: so the decided path, and the
+    direct hand-over of a call decided for the other backend, run without GPUs."""
+    pg._verdict = native
+
+
 def _test_emulate_cpu(on: bool = True) -> None:
     """Test only: CPU tensors take the native path (staged through the emulated backend's
     device memory, which is what the team can map without GPUs) instead of gloo, so the
@@ -97,6 +106,13 @@ def _done(result) -> dist.Work:
     fut = Future()
     fut.set_result(result)
     return _create_work_from_future(fut)
+
+
+def _kind(op: str, t: torch.Tensor, nbytes: int) -> tuple:
+    """A kind of call, what the calibration decides for: the op, the memory's side (CUDA or
+    not), the element type, and the size class (`nbytes`, the op's largest buffer, within a
+    power of two)."""
+    return op, t.is_cuda, t.dtype, nbytes.bit_length()
 
 
 class _Calibration:
@@ -144,34 +160,34 @@ class _Calibration:
         return self.native
 
 
-def _tensors_of(value) -> list:
-    """The tensors in a result (a tensor, or lists of them)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    return [t for v in value for t in _tensors_of(v)] if isinstance(value, (list, tuple)) else []
-
-
 class _CudaMem:
     """CUDA tensors: their own memory. A call starts after the caller's current stream's work
     and ends on the team's stream of the device (calls_stream), where what finishes it (after())
     runs too; the caller's stream goes on, and the work's wait() joins it, as NCCL's does."""
 
     def __init__(self, team):
-        self.team, self._ends = team, {}
-        # (event on the team's stream, tensors it reads or writes), oldest first: see done().
+        self.team = team
+        self._ends: dict = {}  # device index -> (the team's stream there, a context selecting it)
+        # (event on the team's stream, what the call reads or writes), oldest first: see done().
         self._held: collections.deque = collections.deque()
+        self._marks: list = []  # events of calls already past, recorded again by later calls
+
+    def _end(self, index: int):
+        e = self._ends.get(index)
+        if e is None:
+            s = torch.cuda.ExternalStream(self.team.calls_stream(index), device=torch.device("cuda", index))
+            e = self._ends[index] = (s, torch.cuda.StreamContext(s))
+        return e
 
     def end_stream(self, dev: torch.device):
-        s = self._ends.get(dev.index)
-        if s is None:
-            s = self._ends[dev.index] = torch.cuda.ExternalStream(self.team.calls_stream(dev.index), device=dev)
-        return s
+        return self._end(dev.index)[0]
 
     @staticmethod
     def stream(t: torch.Tensor) -> int:
-        # torch's default stream is handle 0, the legacy default stream; to the team 0 means no
-        # stream at all: name it as the CUDA runtime's constant for it (cudaStreamLegacy).
-        return torch.cuda.current_stream(t.device).cuda_stream or 1
+        # The raw handle, no Stream object. torch's default stream is handle 0, the legacy
+        # default stream; to the team 0 means no stream at all: name it as the CUDA runtime's
+        # constant for it (cudaStreamLegacy).
+        return torch._C._cuda_getCurrentRawStream(t.get_device()) or 1
 
     @staticmethod
     def ptrs(ts) -> list:
@@ -181,18 +197,18 @@ class _CudaMem:
     def finish(ts) -> None:
         pass
 
-    def done(self, tensors, result, dev, after, end) -> dist.Work:
-        o = self.end_stream(dev)
+    def done(self, tensors, result, dev, after, end, keep=()) -> dist.Work:
+        o, on_o = self._end(dev.index)
         self.release()
-        with torch.cuda.stream(o):
+        with on_o:
             # The caller may free these tensors before the collective ends: they are held here
             # until the team's stream is past this point, so the caching allocator cannot hand
             # their blocks out early. Not record_stream: the allocator would then record events on
             # the team's stream whenever such a block is freed, also after the team (and its
             # streams) closed, at the process's exit (a CUDA error and an abort in the allocator).
-            mark = torch.cuda.Event()
+            mark = self._marks.pop() if self._marks else torch.cuda.Event()
             mark.record(o)
-            self._held.append((mark, list({id(t): t for t in list(tensors) + _tensors_of(result)}.values())))
+            self._held.append((mark, tensors, keep))
             if after is not None:
                 after()
             if end is not None:
@@ -206,13 +222,14 @@ class _CudaMem:
     def release(self) -> None:
         """Lets go of the tensors of the calls the team's streams are past."""
         while self._held and self._held[0][0].query():
-            self._held.popleft()
+            self._marks.append(self._held.popleft()[0])
 
     def close(self) -> None:
         """Waits for every call to end and lets go of their tensors (before the team closes)."""
-        for mark, _ in self._held:
+        for mark, _, _ in self._held:
             mark.synchronize()
         self._held.clear()
+        self._marks.clear()
 
 
 class _EmulatedMem:
@@ -255,7 +272,7 @@ class _EmulatedMem:
         pass
 
     @staticmethod
-    def done(tensors, result, dev, after, end) -> dist.Work:
+    def done(tensors, result, dev, after, end, keep=()) -> dist.Work:
         if after is not None:
             after()
         return _done(result)
@@ -277,6 +294,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         for dev, kind, be in (("cpu", "GLOO", self._gloo), ("cuda", "NCCL", self._nccl)):
             if be is not None:
                 self._register_backend(torch.device(dev), getattr(dist.ProcessGroup.BackendType, kind), be)
+                # What c10d asks the group's default backend (its name, for torch's flight
+                # recorder among others) is the one for CUDA where there is one, else gloo's.
+                self._set_default_backend(getattr(dist.ProcessGroup.BackendType, kind))
         # Served natively only when every rank sits on this node.
         me = f"{socket.gethostname()}/{_boot_id()}".encode()
         store.set(f"gpustripe/host/{rank}", me)
@@ -286,8 +306,12 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         self._mem = None
         self._lock = threading.Lock()  # one native call at a time (every rank runs them in call order)
         self._unjoined: set = set()     # devices whose caller's stream has not joined the latest native call
-        self._calibrations: dict = {}   # (op, size class) -> _Calibration
+        self._calibrations: dict = {}   # kind of call (_kind) -> _Calibration
+        # Kinds of call the calibration gave to the other backend -> that backend: such a call is
+        # handed to it as it came, after one lookup (its per-call cost is the other backend's).
+        self._delegated: dict = {}
         self._calibrate = True           # off: native wherever it can (_test_always_native)
+        self._verdict = None             # tests: every kind decided so without timing (_test_verdict)
         self._host_us: dict = {}        # op -> [calls, host time in the backend, us]
         self.native_calls = 0  # collectives served by gpustripe (tests, benchmarks)
         if not self._local:
@@ -313,8 +337,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         `choices` (per op and size class: gpustripe or NCCL, and the calibration's medians)."""
         out = {"host_us": {k: {"calls": v[0], "us": v[1] / v[0]} for k, v in self._host_us.items() if v[0]},
                "team": self._team_obj.phase_times(reset) if self._team_obj is not None else {},
-               "choices": {f"{op} <{1 << b}B": {"use": "gpustripe" if c.native else "nccl", **c.us}
-                           for (op, b), c in self._calibrations.items() if c.native is not None}}
+               "choices": {f"{op} {str(dt).replace('torch.', '')} <{1 << b}B":
+                           {"use": "gpustripe" if c.native else "nccl", **c.us}
+                           for (op, _, dt, b), c in self._calibrations.items() if c.native is not None}}
         if reset:
             self._host_us = {}
         return out
@@ -359,41 +384,58 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         return True
 
     def _other(self, t: torch.Tensor, what: str):
-        """NCCL for CUDA tensors, gloo for CPU ones (what the native path does not serve). NCCL
-        runs a group's collectives in call order on its stream: so it starts after the native
-        calls before it (the caller's stream joins the team's), whose results it may read."""
+        """NCCL for CUDA tensors, gloo for CPU ones (what the native path does not serve)."""
         if not t.is_cuda:
             return self._gloo
         if self._nccl is None:
             raise RuntimeError(f"gpustripe backend: {what} needs NCCL, which this torch does not have")
-        if t.device.index in self._unjoined:
-            self._unjoined.discard(t.device.index)
-            torch.cuda.current_stream(t.device).wait_stream(self._mem.end_stream(t.device))
+        if self._unjoined:
+            self._join(t)
         return self._nccl
 
-    def _calibration(self, what: str, tensors):
-        """The calibration of this kind of call, or None where there is nothing to choose (no NCCL,
-        the emulated test mode)."""
-        if self._emulated or self._nccl is None or not self._calibrate:
+    def _join(self, t: torch.Tensor) -> None:
+        """NCCL runs a group's collectives in call order on its stream: so a call to it starts after
+        the native calls before it (the caller's stream joins the team's), whose results it may read."""
+        i = t.get_device()
+        if i in self._unjoined:
+            self._unjoined.discard(i)
+            torch.cuda.current_stream(t.device).wait_stream(self._mem.end_stream(t.device))
+
+    def _delegated_to(self, kind: tuple, t: torch.Tensor):
+        """The backend the calibration gave this kind of call to; None: the call takes the full path
+        (native, or not decided yet, or not served natively for another reason found there)."""
+        be = self._delegated.get(kind)
+        if be is not None and self._unjoined:
+            self._join(t)
+        return be
+
+    def _calibration(self, kind: tuple, t: torch.Tensor):
+        """The calibration of this kind of call (decided once every rank has timed both ways), or
+        None where there is nothing to choose (no NCCL, the emulated test mode)."""
+        if not self._calibrate or (self._verdict is None and (self._emulated or self._nccl is None)):
             return None
-        nbytes = max(t.numel() * t.element_size() for t in tensors)
-        key = (what, nbytes.bit_length())
-        cal = self._calibrations.get(key)
+        cal = self._calibrations.get(kind)
         if cal is None:
-            cal = self._calibrations[key] = _Calibration()
+            cal = self._calibrations[kind] = _Calibration()
+            cal.native = self._verdict
+        if cal.native is None and not cal.calibrating():
+            cal.decide(self._gloo)
+        if cal.native is False:
+            self._delegated[kind] = self._nccl if t.is_cuda else self._gloo
         return cal
 
-    def _run(self, what: str, opts, tensors, native, fallback, after=None, result=None) -> dist.Work:
+    def _run(self, what: str, kind: tuple, tensors, native, fallback, after=None, result=None,
+             keep=()) -> dist.Work:
         """A collective on the native path: `native(team, ptrs, stream)` (ptrs: of `tensors`;
         stream: the caller's) enqueues it and returns whether every rank took it; then `after()`
-        (divisions, copies) is enqueued on the caller's stream. Declined, or where NCCL is faster
-        for this kind of call (_Calibration), `fallback()` runs it on the other backend instead."""
+        (divisions, copies) is enqueued on the team's stream. `tensors` (and `keep`, what after()
+        writes) are held until the team's stream is past the call; the work's value is `result`
+        (default: `tensors`). Declined, or where NCCL is faster for this kind of call
+        (_Calibration: `kind` is the op's _kind), `fallback()` runs it on the other backend."""
         t0 = tensors[0]
         dev = t0.device
-        result = list(tensors) if result is None else result
-        cal = self._calibration(what, tensors)
-        if cal is not None and not cal.calibrating() and cal.native is None:
-            cal.decide(self._gloo)
+        result = tensors if result is None else result
+        cal = self._calibration(kind, t0)
         way = "gpustripe" if cal is None or cal.native else "nccl" if cal.native is False else cal.method()
         timed = cal is not None and cal.calibrating()
         if timed:
@@ -408,25 +450,33 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                 cal.record(way, start, end)
             return work
         t_host = time.perf_counter()
-        # The default stream's handle names the current device's: make it the tensor's.
-        other_dev = dev.type == "cuda" and torch.cuda.current_device() != dev.index
-        with self._lock, torch.cuda.device(dev) if other_dev else contextlib.nullcontext():
+        # One native call at a time, its end marked (done()) before the next one starts: the
+        # held tensors and the stream context of the team's stream are the group's, not a thread's.
+        with self._lock:
             team = self._team()
-            served = native(team, self._mem.ptrs(tensors), self._mem.stream(t0))
-        if served:
-            self._mem.finish(tensors)
-            self.native_calls += 1
-            self._unjoined.add(dev.index)
-            # its end: on the team's stream, where the call ends
-            work = self._mem.done(tensors, result, dev, after, end if timed else None)
-        else:
+            if t0.is_cuda and torch.cuda.current_device() != dev.index:
+                # The default stream's handle names the current device's: make it the tensor's.
+                with torch.cuda.device(dev):
+                    served = native(team, self._mem.ptrs(tensors), self._mem.stream(t0))
+            else:
+                served = native(team, self._mem.ptrs(tensors), self._mem.stream(t0))
+            if served:
+                self._mem.finish(tensors)
+                self.native_calls += 1
+                if t0.is_cuda:
+                    self._unjoined.add(dev.index)
+                # its end: on the team's stream, where the call ends
+                work = self._mem.done(tensors, result, dev, after, end if timed else None, keep)
+        if not served:
             self._say(f"{what}: a rank's buffer cannot be shared (gpustripe declined): such calls go to NCCL")
             work = fallback()
             if timed:
                 if work is not None:
                     work.wait()
                 end.record(torch.cuda.current_stream(dev))
-        h = self._host_us.setdefault(what, [0, 0.0])
+        h = self._host_us.get(what)
+        if h is None:
+            h = self._host_us[what] = [0, 0.0]
         h[0] += 1
         h[1] += (time.perf_counter() - t_host) * 1e6
         if timed:
@@ -454,15 +504,22 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         return dt, op, avg
 
     # -- collectives --------------------------------------------------------------------
+    # Each op first names its kind of call (_kind) and, where the calibration gave that kind to
+    # the other backend, hands the call to it as it came: no checks, events, stream joins or
+    # bookkeeping of ours (the checks would send it there too).
     def allreduce(self, tensors, opts=AllreduceOptions()):
         t = tensors[0]
+        kind = _kind("all_reduce", t, t.nbytes)
+        be = self._delegated_to(kind, t)
+        if be is not None:
+            return be.allreduce(tensors, opts)
         red = None
         if len(tensors) == 1 and self._native_side(t) and self._native_ok(tensors, "all_reduce"):
             red = self._reduction(opts, t, "all_reduce")
         if red is None:
             return self._other(t, "all_reduce").allreduce(tensors, opts)
         dt, op, avg = red
-        return self._run("all_reduce", opts, [t],
+        return self._run("all_reduce", kind, [t],
                          lambda team, p, st: team.allreduce(p[0], p[0], t.numel(), dt, op, stream=st),
                          lambda: self._other(t, "all_reduce").allreduce([t], opts),
                          after=(lambda: t.div_(self._size)) if avg else None)
@@ -479,15 +536,23 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts=BroadcastOptions()):
         t = tensors[0]
+        kind = _kind("broadcast", t, t.nbytes)
+        be = self._delegated_to(kind, t)
+        if be is not None:
+            return be.broadcast(tensors, opts)
         if len(tensors) != 1 or not self._native_side(t) or not self._native_ok(tensors, "broadcast"):
             return self._other(t, "broadcast").broadcast(tensors, opts)
         root = opts.rootRank
-        return self._run("broadcast", opts, [t],
+        return self._run("broadcast", kind, [t],
                          lambda team, p, st: team.bcast(p[0], t.numel() * t.element_size(), root, stream=st),
                          lambda: self._other(t, "broadcast").broadcast([t], opts))
 
     def reduce(self, tensors, opts=ReduceOptions()):
         t = tensors[0]
+        kind = _kind("reduce", t, t.nbytes)
+        be = self._delegated_to(kind, t)
+        if be is not None:
+            return be.reduce(tensors, opts)
         red = None
         if len(tensors) == 1 and self._native_side(t) and self._native_ok(tensors, "reduce"):
             red = self._reduction(opts, t, "reduce")
@@ -496,7 +561,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         dt, op, avg = red
         root = opts.rootRank
         is_root = self._rank == root
-        return self._run("reduce", opts, [t],
+        return self._run("reduce", kind, [t],
                          lambda team, p, st: team.reduce(p[0], p[0] if is_root else 0, t.numel(), dt, op, root,
                                                          stream=st),
                          lambda: self._other(t, "reduce").reduce([t], opts),
@@ -506,11 +571,15 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if output.numel() != input.numel() * self._size or output.dtype != input.dtype:
             raise ValueError(f"all_gather_into_tensor: output of {output.numel()} {output.dtype} for {self._size} "
                              f"inputs of {input.numel()} {input.dtype}")
+        kind = _kind("all_gather_into_tensor", input, output.nbytes)
+        be = self._delegated_to(kind, input)
+        if be is not None:
+            return be._allgather_base(output, input, opts)
         if not self._native_side(input) or not self._native_ok([output, input], "all_gather_into_tensor"):
             return self._other(input, "all_gather_into_tensor")._allgather_base(output, input, opts)
         block = input.numel() * input.element_size()
         # input first: the emulated test mode copies results back in this order, the output last
-        return self._run("all_gather_into_tensor", opts, [input, output],
+        return self._run("all_gather_into_tensor", kind, [input, output],
                          lambda team, p, st: team.allgather(p[0], p[1], block, stream=st),
                          lambda: self._other(input, "all_gather_into_tensor")._allgather_base(
                              output, input, opts),
@@ -526,6 +595,10 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
 
     def allgather(self, output_lists, inputs, opts=AllgatherOptions()):
         x = inputs[0]
+        kind = _kind("all_gather", x, x.nbytes * self._size)
+        be = self._delegated_to(kind, x)
+        if be is not None:
+            return be.allgather(output_lists, inputs, opts)
         if len(inputs) != 1 or not self._native_side(x) or not self._native_ok(inputs, "all_gather"):
             return self._other(x, "all_gather").allgather(output_lists, inputs, opts)
         flat = torch.empty(self._size * x.numel(), dtype=x.dtype, device=x.device)
@@ -536,15 +609,19 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                 o.copy_(piece.view_as(o))
 
         block = x.numel() * x.element_size()
-        return self._run("all_gather", opts, [x, flat],
+        return self._run("all_gather", kind, [x, flat],
                          lambda team, p, st: team.allgather(p[0], p[1], block, stream=st),
                          lambda: self._other(x, "all_gather").allgather(output_lists, inputs, opts),
-                         after=scatter_flat, result=output_lists)
+                         after=scatter_flat, result=output_lists, keep=list(outs))
 
     def _reduce_scatter_base(self, output, input, opts=ReduceScatterOptions()):
         if input.numel() != output.numel() * self._size:
             raise ValueError(f"reduce_scatter_tensor: input of {input.numel()} for {self._size} outputs of "
                              f"{output.numel()}")
+        kind = _kind("reduce_scatter_tensor", input, input.nbytes)
+        be = self._delegated_to(kind, input)
+        if be is not None:
+            return be._reduce_scatter_base(output, input, opts)
         red = None
         if self._native_side(input) and output.dtype == input.dtype and self._native_ok(
                 [output, input], "reduce_scatter_tensor"):
@@ -552,7 +629,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if red is None:
             return self._other(input, "reduce_scatter_tensor")._reduce_scatter_base(output, input, opts)
         dt, op, avg = red
-        return self._run("reduce_scatter_tensor", opts, [input, output],
+        return self._run("reduce_scatter_tensor", kind, [input, output],
                          lambda team, p, st: team.reduce_scatter(p[0], p[1], output.numel(), dt, op, stream=st),
                          lambda: self._other(input, "reduce_scatter_tensor")._reduce_scatter_base(
                              output, input, opts),
@@ -568,12 +645,20 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
 
     def reduce_scatter(self, outputs, input_lists, opts=ReduceScatterOptions()):
         out = outputs[0]
+        # the kind of the reduce_scatter_tensor it becomes (its flat input)
+        be = self._delegated_to(_kind("reduce_scatter_tensor", out, out.nbytes * self._size), out)
+        if be is not None:
+            return be.reduce_scatter(outputs, input_lists, opts)
         if len(outputs) != 1 or not self._native_side(out) or not out.is_contiguous():
             return self._other(out, "reduce_scatter").reduce_scatter(outputs, input_lists, opts)
         flat = torch.cat([x.reshape(-1) for x in input_lists[0]])
         return self._reduce_scatter_base(out, flat, opts)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=AllToAllOptions()):
+        kind = _kind("all_to_all_single", input, input.nbytes)
+        be = self._delegated_to(kind, input)
+        if be is not None:
+            return be.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
         n = self._size
         rows = input.size(0) if input.dim() else 0
         even = rows % n == 0 and all(
@@ -585,7 +670,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(input, "all_to_all_single").alltoall_base(
                 output, input, output_split_sizes, input_split_sizes, opts)
         block = input.numel() * input.element_size() // n
-        return self._run("all_to_all_single", opts, [input, output],
+        return self._run("all_to_all_single", kind, [input, output],
                          lambda team, p, st: team.alltoall(p[0], p[1], block, stream=st),
                          lambda: self._other(input, "all_to_all_single").alltoall_base(
                              output, input, output_split_sizes, input_split_sizes, opts),

@@ -5,6 +5,7 @@ to gloo inside the backend. Mode `emulated` (gpustripe.torch._test_emulate_cpu):
 native path instead (the store-met team, its stream-ordered calls, the fallbacks), staged through
 the emulated devices' memory, and the results are checked against local references. Prints
 `TORCHCPU {json}` per rank (the number of checks and the failed ones). Run by test_torch_backend.py where torch is installed."""
+import collections
 import json
 import os
 import sys
@@ -12,6 +13,8 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from counting_backend import Counting
 
 R = dist.ReduceOp
 
@@ -111,10 +114,64 @@ def worker(rank: int, world: int, port: int, mode: str) -> None:
     if mode == "emulated":
         team = pg.trace()["team"]
         checks["native calls stream-ordered"] = team["ordered"] == team["calls"] > 0
+        checks.update(delegated(rank, world, gt))
     failed = [k for k, ok in checks.items() if not ok]
     report = {"rank": rank, "mode": mode, "native_calls": pg.native_calls, "checks": len(checks), "failed": failed}
     os.write(1, ("TORCHCPU " + json.dumps(report) + "\n").encode())  # one write: the ranks share the pipe
     dist.destroy_process_group()
+
+
+def delegated(rank: int, world: int, gt) -> dict:
+    """Kinds of call decided for the other backend (gloo here, NCCL on GPUs) are handed to it
+    directly: past each kind's first call (where it is decided), a call reaches the other
+    backend once and nothing of the native path (_run: calibration, events, bookkeeping)."""
+    g = dist.new_group(backend="gpustripe")
+    gt._test_verdict(g, False)
+    other = g._gloo = Counting(g._gloo)
+    runs = collections.Counter()
+    run = g._run
+    g._run = lambda what, *a, **k: (runs.update([what]), run(what, *a, **k))[1]
+    checks = {}
+    for _ in range(3):
+        x = torch.full((100,), float(rank + 1))
+        dist.all_reduce(x, group=g)
+        checks["delegated all_reduce"] = checks.get("delegated all_reduce", True) and torch.equal(
+            x, torch.full((100,), float(world * (world + 1) // 2)))
+        out = torch.empty(4 * world)
+        dist.all_gather_into_tensor(out, torch.full((4,), float(rank)), group=g)
+        checks["delegated all_gather_into_tensor"] = checks.get("delegated all_gather_into_tensor", True) and (
+            torch.equal(out, torch.arange(world).repeat_interleave(4).float()))
+        s = torch.empty(4)
+        dist.reduce_scatter_tensor(s, torch.ones(4 * world), group=g)
+        checks["delegated reduce_scatter_tensor"] = checks.get("delegated reduce_scatter_tensor", True) and (
+            torch.equal(s, torch.full((4,), float(world))))
+        b = torch.full((3,), float(rank))
+        dist.broadcast(b, src=1, group=g)
+        checks["delegated broadcast"] = checks.get("delegated broadcast", True) and torch.equal(
+            b, torch.full((3,), 1.0))
+        src = torch.arange(world * 2, dtype=torch.float32) + 10 * rank
+        got = torch.empty_like(src)
+        dist.all_to_all_single(got, src, group=g)
+        checks["delegated all_to_all_single"] = checks.get("delegated all_to_all_single", True) and torch.equal(
+            got, torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float32) + 10 * r
+                            for r in range(world)]))
+    kinds = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast", "all_to_all_single")
+    checks["delegated: the full path once per kind"] = all(runs[k] == 1 for k in kinds) and len(runs) == len(kinds)
+    checks["delegated: one call of the other backend per call"] = all(
+        other.calls[m] == 3 for m in ("allreduce", "_allgather_base", "_reduce_scatter_base", "broadcast",
+                                      "alltoall_base"))
+    checks["delegated: nothing native"] = g.native_calls == 0
+    # a group with kinds of both ways: a native call, then one handed over, then native again
+    gt._test_verdict(g, True)
+    x = torch.full((1 << 12,), float(rank + 1))
+    dist.all_reduce(x, group=g)
+    y = torch.full((100,), 2.0)
+    dist.all_reduce(y, group=g)  # decided for gloo above
+    dist.all_reduce(x, group=g)
+    checks["native and delegated kinds in one group"] = (
+        g.native_calls == 2 and runs["all_reduce"] == 3 and torch.equal(y, torch.full((100,), 2.0 * world))
+        and torch.equal(x, torch.full((1 << 12,), float(world * world * (world + 1) // 2))))
+    return checks
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ same call on an NCCL group (gloo for CPU tensors), one process per GPU under tor
 
 Prints `TORCHOPS {json}` per rank: the number of checks, the failed ones, and how many
 calls the backend served natively. Run by test_torch_backend.py on a machine with 2+ GPUs."""
+import collections
 import json
 import os
 
@@ -12,8 +13,70 @@ import torch
 import torch.distributed as dist
 
 import gpustripe.torch  # registers the backend
+from counting_backend import Counting
 
 R = dist.ReduceOp
+
+
+def delegated(rank, n, nccl, dev, check, checks) -> None:
+    """Kinds of call decided for NCCL (_test_verdict) are handed to the group's NCCL backend
+    directly: past each kind's first call, one NCCL call per call, no event of ours, nothing
+    of the native path (_run); results as the NCCL group's. Then a group with kinds of both
+    ways: a native call's output read by a call handed to NCCL right after (async, no wait)."""
+    g = dist.new_group(backend="gpustripe")
+    gpustripe.torch._test_verdict(g, False)
+    to = g._nccl = Counting(g._nccl)
+    runs = collections.Counter()
+    run = g._run
+    g._run = lambda what, *a, **k: (runs.update([what]), run(what, *a, **k))[1]
+    events = [0]
+
+    class CountedEvent(torch.cuda.Event):
+        def __new__(cls, *a, **k):
+            events[0] += 1
+            return super().__new__(cls, *a, **k)
+
+    x = torch.arange(1 << 16, dtype=torch.float32, device=dev) + rank
+    y, s = torch.empty(n << 16, device=dev), torch.empty((1 << 16) // n, device=dev)
+
+    def calls(group):
+        a = x.clone()
+        dist.all_reduce(a, group=group)
+        dist.all_gather_into_tensor(y, x, group=group)
+        dist.reduce_scatter_tensor(s, x, group=group)
+        b = x.clone()
+        dist.broadcast(b, 1, group=group)
+        c = torch.empty_like(x)
+        dist.all_to_all_single(c, x, group=group)
+        return [a, y.clone(), s.clone(), b, c]
+
+    calls(g)  # each kind decided here
+    plain = torch.cuda.Event
+    torch.cuda.Event = CountedEvent
+    try:
+        got = [calls(g) for _ in range(3)]
+    finally:
+        torch.cuda.Event = plain
+    want = calls(nccl)
+    for i, name in enumerate(("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast",
+                              "all_to_all_single")):
+        check(f"delegated {name}", [r[i] for r in got], [want[i]] * 3)
+    checks.append({"check": "delegated: the full path once per kind", "ok": sum(runs.values()) == 5})
+    checks.append({"check": "delegated: no event of the backend's", "ok": events[0] == 0})
+    checks.append({"check": "delegated: one NCCL call per call", "ok": all(
+        to.calls[m] == 4 for m in ("allreduce", "_allgather_base", "_reduce_scatter_base", "broadcast",
+                                   "alltoall_base"))})
+    checks.append({"check": "delegated: nothing native", "ok": g.native_calls == 0})
+    # both ways in one group: 64K floats decided for NCCL above, 1M native
+    gpustripe.torch._test_verdict(g, True)
+    big = torch.ones(1 << 20, device=dev)
+    w = dist.all_reduce(big, group=g, async_op=True)  # native, ends on the team's stream; not waited for
+    dist.all_reduce(big[:1 << 16], group=g)  # NCCL: after the native call (the caller's stream joined it)
+    w.wait()
+    want = torch.full((1 << 20,), float(n), device=dev)
+    want[:1 << 16] = n * n
+    check("native then delegated on its output", big, want)
+    checks.append({"check": "native and delegated kinds in one group", "ok": g.native_calls == 1})
 
 
 def main() -> None:
@@ -143,6 +206,7 @@ def main() -> None:
     b = x.clone()
     dist.all_reduce(b, group=nccl)
     check("all_reduce repeated on cached segments", a, b, 1e-5)
+    delegated(rank, n, nccl, dev, check, checks)
     torch.cuda.synchronize()
     report = {"rank": rank, "backend": dist.get_backend(), "native_calls": getattr(pg, "native_calls", -1),
               "checks": len(checks), "failed": [c["check"] for c in checks if not c["ok"]]}
