@@ -19,12 +19,6 @@ namespace gpustripe::mpi {
 using coll::Op;
 
 
-int copy_stream_device(const coll::Op& op, int device) {
-  if (op.src_dev != device && op.src_dev != kHostDevice) return op.src_dev;
-  if (op.dst_dev != device && op.dst_dev != kHostDevice) return op.dst_dev;
-  return device;
-}
-
 // Segment layout: host counters, the exchange's messages, then the op words on their own
 // pages (registered for the GPUs).
 constexpr size_t kPage = 4096;
@@ -187,10 +181,14 @@ void SliceRunner::run(const coll::Program& prog, int device, const coll::CrossSl
   const coll::CrossSlots& slots = checked_slots(prog, given, computed);
   // Segments between Barrier ops: everything before a barrier, on every rank, is complete
   // after it (streams drained, then a barrier of the hosts), and so is the program at its end.
+  // A program that ends with a Barrier op (the kernel schedules, which write into the peers'
+  // buffers) is complete after it: the end's barrier would be a second meeting of the hosts
+  // that orders nothing.
   size_t begin = 0;
   while (begin <= ops.size()) {
     size_t end = begin;
     while (end < ops.size() && ops[end].kind != Op::Barrier) ++end;
+    if (end == begin && begin > 0) break;  // nothing after the last Barrier op
     run_watched(cross_waits(prog, slots, begin, end), [&](std::vector<Lane*>& used) {
       enqueue_streams(prog, slots, begin, end, device, lanes_, nullptr, false, dev_flags_, 1, used);
     });
@@ -411,8 +409,21 @@ void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int devic
   if (prev != last_on_lane.end() && marks[prev->second].event && marks[prev->second].stream != l.stream())
     l.wait(marks[prev->second]);
   last_on_lane[op.lane] = i;
-  if (op.kind == Op::Copy) {
-    backend_.copy_async_prechecked(op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, l.stream());
+  if (op.kind == Op::Copy && op.by_kernel) {
+    // The copy kernel of the native exchanges (loads and stores over NVLink through the
+    // mappings): no copy-engine latency per block at small sizes.
+    coll::CopyArgs a;
+    a.segs = coll::copy_segments({&op});
+    reducer_.copy_async(a, device, l.stream());
+  } else if (op.kind == Op::Copy) {
+    // This rank's GPU drives every copy of its part, from and into the other ranks' buffers
+    // as mapped into its own context (CollTeam::map): for CUDA a copy within that context,
+    // which it runs over NVLink as NCCL's and UCX's IPC copies are (named as a copy between two
+    // GPUs, the driver would look for the mapping in the peer GPU's context). The emulated
+    // backend checks each range against the GPU that owns it.
+    const bool named = backend_.emulated();
+    backend_.copy_async_prechecked(op.dst, named ? op.dst_dev : device, op.src, named ? op.src_dev : device, op.bytes,
+                                   l.stream());
   } else {
     // Schedule builders make copies, reductions and barriers only (other kinds are the
     // coll executor's own).
@@ -485,8 +496,7 @@ void SliceRunner::plan_streams(const std::vector<Op>& ops, size_t begin, size_t 
   for (size_t i = begin; i < end; ++i) {
     const Op& op = ops[i];
     if (op.rank != rank_) continue;
-    const int sd = op.kind == Op::Copy ? copy_stream_device(op, device) : device;
-    stream_of[i] = &set.get(sd, sd, -1 - op.lane);
+    stream_of[i] = &set.get(device, device, -1 - op.lane);
     for (int d : op.deps)
       if (ops[d].rank == rank_ && stream_of[d] != stream_of[i]) needs_mark[d] = 1;
     auto prev = prev_on_lane.find(op.lane);

@@ -64,12 +64,6 @@ class TeamFlags {
   ipc::ShmSegment seg_;
 };
 
-// Copies touching another rank's buffer run on a stream of that buffer's GPU (where its IPC
-// mapping lives in this process), ordered with the rest of their program lane by events: on
-// a stream of this rank's GPU they ran at a tenth of the rate. The GPU whose stream runs `op`: the source's when it is another GPU's, else the
-// destination's, else this rank's `device`.
-int copy_stream_device(const coll::Op& op, int device);
-
 class SliceRunner {
  public:
   // check_peers throws when a rank of the team is gone (called while waiting). check_alive

@@ -50,7 +50,8 @@ std::vector<float> read(Backend& b, const void* dev_buf, int dev, size_t n) {
 }
 
 // Runs `prog` with one thread per rank; returns the first error of any rank ("" if none).
-std::string run_ranks(Node& node, const Program& prog, int runs = 1) {
+// `barriers`: where given, each rank's count of the hosts' barriers it reached.
+std::string run_ranks(Node& node, const Program& prog, int runs = 1, std::vector<uint64_t>* barriers = nullptr) {
   const int n = prog.nranks();
   std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
@@ -61,6 +62,7 @@ std::string run_ranks(Node& node, const Program& prog, int runs = 1) {
         mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
         mpi::SliceRunner runner(*node.backend, *reducer, r, n, flags, [] {});
         for (int i = 0; i < runs; ++i) runner.run(prog, r);
+        if (barriers) (*barriers)[r] = flags.arrived(r).load();
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
@@ -105,6 +107,34 @@ TEST(CollSlice, CrossRankDependenciesHoldAcrossThreads) {
     b.free_device(a[r]);
     b.free_device(c[r]);
   }
+}
+
+// The kernel schedules end with a Barrier op (their kernels write into the peers' buffers).
+// The program's end would then be a second meeting of the hosts that orders nothing: a run of
+// [copy by rank 0, barrier, copy by rank 1 of what rank 0's delivered, barrier] meets twice --
+// and the first meeting still holds (the data checks it).
+TEST(CollSlice, AProgramsClosingBarrierIsItsEnd) {
+  Node node;
+  Backend& b = *node.backend;
+  const size_t n = 1 << 20;
+  float* a0 = static_cast<float*>(b.alloc_device(0, n * sizeof(float)));
+  float* b1 = static_cast<float*>(b.alloc_device(1, n * sizeof(float)));
+  float* c1 = static_cast<float*>(b.alloc_device(1, n * sizeof(float)));
+  fill(b, a0, 0, n, 5.0f);
+  fill(b, b1, 1, n, -1.0f);
+  fill(b, c1, 1, n, -1.0f);
+  Program p(2);
+  p.copy(0, coll::kLaneOut, b1, 1, a0, 0, n * sizeof(float));
+  p.barrier();
+  p.copy(1, coll::kLaneLocal, c1, 1, b1, 1, n * sizeof(float));
+  p.barrier();
+  const int runs = 3;
+  std::vector<uint64_t> met(2);
+  ASSERT_EQ(run_ranks(node, p, runs, &met), "");
+  EXPECT_EQ(met, (std::vector<uint64_t>{2 * runs, 2 * runs}));
+  std::vector<float> got = read(b, c1, 1, n);
+  for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(got[i], 5.0f) << "element " << i;
+  for (void* x : {static_cast<void*>(a0), static_cast<void*>(b1), static_cast<void*>(c1)}) b.free_device(x);
 }
 
 // A rank waiting for a step of a rank that never runs ends with the peer check's error.
