@@ -267,6 +267,7 @@ struct SliceRunner::Inflight {
   std::map<int, std::vector<size_t>> queues;
   std::map<int, size_t> head;
   size_t left = 0;
+  size_t batch_end = 0;  // ops before it belong to a kernel-copy batch already launched
 };
 
 bool SliceRunner::advance() {
@@ -288,7 +289,11 @@ bool SliceRunner::advance() {
       const size_t i = q[h];
       Lane& l = *f.stream_of[i];
       if (std::find(f.used.begin(), f.used.end(), &l) == f.used.end()) f.used.push_back(&l);
-      issue(ops, i, l, l.device(), f.marks, f.last_on_lane);
+      // A kernel-copy batch shares its dependencies: its ops are ready together, in a row.
+      const bool batched = i < f.batch_end;
+      if (ops[i].kind == Op::Copy && ops[i].by_kernel && !batched)
+        f.batch_end = i + coll::kernel_copy_batch(ops, i).size();
+      issue(ops, i, l, l.device(), f.marks, f.last_on_lane, batched);
       if (f.needs_mark[i]) f.marks[i] = l.mark(false);
       for (auto it = f.slots.lower_bound({static_cast<int>(i), -1});
            it != f.slots.end() && it->first.first == static_cast<int>(i); ++it)
@@ -400,7 +405,7 @@ void SliceRunner::abandon() {
 }
 
 void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int device, const std::vector<LaneMark>& marks,
-                        std::map<int, size_t>& last_on_lane) {
+                        std::map<int, size_t>& last_on_lane, bool batched) {
   const Op& op = ops[i];
   for (int d : op.deps)
     if (ops[d].rank == rank_ && marks[d].event && marks[d].stream != l.stream()) l.wait(marks[d]);
@@ -411,9 +416,11 @@ void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int devic
   last_on_lane[op.lane] = i;
   if (op.kind == Op::Copy && op.by_kernel) {
     // The copy kernel of the native exchanges (loads and stores over NVLink through the
-    // mappings): no copy-engine latency per block at small sizes.
+    // mappings): no copy-engine latency per block at small sizes. The batch that op i opens
+    // goes in one launch (its other ops come here with `batched`: nothing to launch).
+    if (batched) return;
     coll::CopyArgs a;
-    a.segs = coll::copy_segments({&op});
+    a.segs = coll::copy_segments(coll::kernel_copy_batch(ops, i));
     reducer_.copy_async(a, device, l.stream());
   } else if (op.kind == Op::Copy) {
     // This rank's GPU drives every copy of its part, from and into the other ranks' buffers
@@ -462,6 +469,7 @@ void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
   std::vector<LaneMark> marks(ops.size());
   std::map<int, size_t> last_on_lane;
   std::set<std::pair<Lane*, int>> waited;  // (stream, slot): one wait is enough
+  size_t batch_end = 0;  // ops before it belong to a kernel-copy batch already launched
   for (size_t i = begin; i < end; ++i) {
     const Op& op = ops[i];
     if (op.rank != rank_) continue;
@@ -476,7 +484,10 @@ void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
       if (!waited.insert({&l, slot}).second) continue;
       backend_.stream_wait_flag(l.stream(), words + slot, value);
     }
-    issue(ops, i, l, l.device(), marks, last_on_lane);
+    const bool batched = i < batch_end;
+    if (op.kind == Op::Copy && op.by_kernel && !batched)
+      batch_end = std::min(end, i + coll::kernel_copy_batch(ops, i).size());
+    issue(ops, i, l, l.device(), marks, last_on_lane, batched);
     if (needs_mark[i]) marks[i] = l.mark(capturing);
     for (auto it = slots.lower_bound({static_cast<int>(i), -1});
          it != slots.end() && it->first.first == static_cast<int>(i); ++it)

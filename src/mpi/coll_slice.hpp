@@ -185,7 +185,7 @@ class SliceRunner {
   // Enqueues this rank's op i on `l` after its same-rank dependencies and its program lane's
   // previous op (waits on their marks where they ran on other streams).
   void issue(const std::vector<coll::Op>& ops, size_t i, Lane& l, int device, const std::vector<LaneMark>& marks,
-             std::map<int, size_t>& last_on_lane);
+             std::map<int, size_t>& last_on_lane, bool batched = false);
   // Stream flags: the edge slots this rank's ops of [begin, end) wait on.
   std::vector<uint32_t> cross_waits(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin,
                                     size_t end) const;

@@ -137,6 +137,67 @@ TEST(CollSlice, AProgramsClosingBarrierIsItsEnd) {
   for (void* x : {static_cast<void*>(a0), static_cast<void*>(b1), static_cast<void*>(c1)}) b.free_device(x);
 }
 
+// Counts the copy kernels' launches of the reducer it wraps.
+class LaunchCounter : public coll::Reducer {
+ public:
+  explicit LaunchCounter(Backend& b) : in_(coll::make_reducer(b)) {}
+  void reduce_async(const coll::ReduceArgs& a, int dev, StreamHandle s) override { in_->reduce_async(a, dev, s); }
+  void copy_async(const coll::CopyArgs& a, int dev, StreamHandle s) override {
+    segments.push_back(a.segs.size());
+    in_->copy_async(a, dev, s);
+  }
+  std::vector<size_t> segments;  // per launch
+
+ private:
+  std::unique_ptr<coll::Reducer> in_;
+};
+
+// The native exchanges' kernel copies (Op::by_kernel) run as the copy kernel, the copies of a
+// lane that share their dependencies in one launch as the single-process executor runs them:
+// rank 0's three independent blocks go in one kernel, the copy that reads one of them after it.
+TEST(CollSlice, KernelCopiesOfALaneGoInOneLaunch) {
+  Node node;
+  Backend& b = *node.backend;
+  const size_t n = 4096;
+  std::vector<float*> src(3), dst(3);
+  for (int k = 0; k < 3; ++k) {
+    src[k] = static_cast<float*>(b.alloc_device(0, n * sizeof(float)));
+    dst[k] = static_cast<float*>(b.alloc_device(1, n * sizeof(float)));
+    fill(b, src[k], 0, n, 1.0f + k);
+    fill(b, dst[k], 1, n, -1.0f);
+  }
+  float* again = static_cast<float*>(b.alloc_device(0, n * sizeof(float)));
+  Program p(2);
+  int last = -1;
+  for (int k = 0; k < 3; ++k) last = p.kernel_copy(0, coll::kLaneOut, dst[k], 1, src[k], 0, n * sizeof(float));
+  p.kernel_copy(0, coll::kLaneOut, again, 0, dst[2], 1, n * sizeof(float), {last});
+  LaunchCounter counter(b);
+  mpi::TeamFlags flags0(ipc::ShmSegment::open(node.name));
+  std::string error;
+  std::thread other([&] {  // rank 1 has no ops: it meets rank 0 at the end
+    try {
+      auto reducer = coll::make_reducer(b);
+      mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+      mpi::SliceRunner runner(b, *reducer, 1, 2, flags, [] {});
+      runner.run(p, 1);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  mpi::SliceRunner runner(b, counter, 0, 2, flags0, [] {});
+  runner.run(p, 0);
+  other.join();
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(counter.segments, (std::vector<size_t>{3, 1}));
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(read(b, dst[k], 1, n)[n - 1], 1.0f + k) << "block " << k;
+  EXPECT_EQ(read(b, again, 0, n)[0], 3.0f);
+  for (int k = 0; k < 3; ++k) {
+    b.free_device(src[k]);
+    b.free_device(dst[k]);
+  }
+  b.free_device(again);
+}
+
 // A rank waiting for a step of a rank that never runs ends with the peer check's error.
 TEST(CollSlice, MissingRankEndsInThePeerCheck) {
   Node node;
