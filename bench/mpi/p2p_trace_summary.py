@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a rendezvous message's time goes: reads the p2p phase traces
+"""Where a p2p message's time goes: reads the p2p phase traces
 (GPUSTRIPE_P2P_TRACE=<dir>, src/p2p/trace.hpp) of one run and prints, per message
 size, the median microseconds of each phase, joined across the sender's and the
 receiver's files by (sender, send_id):
@@ -26,6 +26,16 @@ receiver's files by (sender, send_id):
              the median host share they took (%)
   gap        median microseconds between one copy seen complete and the next of that size
              on the same receiver: the time per message of a window, where copies queue
+
+Small device messages through eager slots (src/p2p/eager_slots.hpp) get a table of their own:
+
+  copy_in    slot taken -> the copy into it enqueued (with its event)
+  post       that -> the record is in the ring (the copy seen complete by a progress pass)
+  to_read    record in the ring -> the receiver read it (its polling, its irecv)
+  copy_out   read -> the copy out of the slot enqueued (with its event)
+  r_done     that -> the receiver's request seen complete (the copy, the event query)
+  s_done     record in the ring -> the sender's request seen complete
+  total      slot taken -> the receiver's request seen complete
 
 With --window W (the run's window), each window of W consecutive messages of one size is
 also timed on the receiver and the median printed:
@@ -74,7 +84,7 @@ def read(dirname: str):
             if sender >= 0:
                 m = msgs[(sender, send_id)]
                 m.setdefault(phase, ns)
-                if phase in ("s_post", "r_match"):
+                if phase in ("s_post", "r_match", "e_take"):
                     m.setdefault("bytes", nbytes)
     # Concurrent plans (p_concurrent, unkeyed) belong to the copy mapped just before.
     for events in files:
@@ -189,6 +199,28 @@ def phases(m: dict) -> dict:
     }
 
 
+EAGER = (("copy_in", "e_take", "e_slot"), ("post", "e_slot", "e_posted"), ("to_read", "e_posted", "e_read"),
+         ("copy_out", "e_read", "e_started"), ("r_done", "e_started", "e_r_ret"), ("s_done", "e_posted", "e_s_ret"),
+         ("total", "e_take", "e_r_ret"))
+
+
+def eager_table(msgs: dict) -> None:
+    by_size = defaultdict(list)
+    for m in msgs.values():
+        if "e_take" in m:
+            by_size[m["bytes"]].append(m)
+    if not by_size:
+        return
+    print("# eager slots: median us per phase")
+    print(f"{'bytes':>11} {'n':>4} " + " ".join(f"{p:>9}" for p, _, _ in EAGER))
+    for size in sorted(by_size):
+        cells = []
+        for _, a, b in EAGER:
+            v = [(m[b] - m[a]) / 1e3 for m in by_size[size] if a in m and b in m]
+            cells.append(f"{statistics.median(v):9.2f}" if v else f"{'-':>9}")
+        print(f"{size:>11} {len(by_size[size]):>4} " + " ".join(cells))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir")
@@ -217,6 +249,7 @@ def main():
         lean = sum(r["lean"] for r in rows) / len(rows)
         print(f"{size:>11} {len(rows):>4} " + " ".join(cells)
               + f"  {conc:10.2f} {direct:6.2f} {lean:4.2f} {len(q) / len(rows):6.2f} {share} {gap}")
+    eager_table(msgs)
     if a.window > 0:
         cols = ("start", "enq1", "first", "per_msg", "end", "window")
         print(f"# windows of {a.window}: median us (warm-up windows included)")

@@ -132,6 +132,7 @@ void Endpoint::flush_outgoing(int dst) {
   auto& q = outgoing_[dst];
   while (!q.empty() && (q.front().gate == 0 || mover_.done(q.front().gate)) &&
          ch_.try_send(dst, q.front().record.data(), q.front().record.size(), nullptr, 0)) {
+    if (q.front().gate && q.front().owner) trace("e_posted", ch_.rank(), q.front().owner->id_, 0, q.front().owner->bytes_);
     if (q.front().owner) --q.front().owner->unflushed_;
     q.pop_front();
   }
@@ -208,9 +209,12 @@ bool Endpoint::send_through_slot(const RequestPtr& r, Frame& f) {
   if (r->bytes_ > slots_->slot_bytes()) return false;
   const int slot = slots_->acquire(r->peer_);
   if (slot < 0) return false;
+  trace("e_take", ch_.rank(), r->id_, 0, r->bytes_);
+  r->eager_slot_ = true;
   // The range was checked against its allocation (isend), the slot is ours.
   const uint64_t copy = mover_.start_prechecked(slots_->outbound(r->peer_, slot), kHostDevice, r->sbuf_,
                                                 r->loc_.dev, r->bytes_);
+  trace("e_slot", ch_.rank(), r->id_, 0, r->bytes_);
   f.flags |= kEagerSlot;
   f.offset = static_cast<uint64_t>(slot);
   // Queued behind whatever waits for this peer already, and everything posted to it later
@@ -295,6 +299,7 @@ void Endpoint::on_message(int src, const Frame& f, const char* payload) {
   if (!rendezvous && (f.flags & kEagerSlot)) {
     slot = static_cast<int>(std::min<uint64_t>(f.offset, INT32_MAX));
     payload = slots_->inbound(src, slot, f.bytes);
+    trace("e_read", src, f.send_id, 0, f.bytes);
   }
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {
     if (!matches(**it, src, f.tag, f.comm)) continue;
@@ -333,6 +338,8 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
     if (slot >= 0 && r->loc_.device && n > 0) {
       // Out of the slot on the device's stream; the slot is freed once that copy completes.
       r->ticket_ = mover_.start_prechecked(r->rbuf_, r->loc_.dev, payload, kHostDevice, n);
+      trace("e_started", src, send_id, r->id_, n);
+      r->eager_slot_ = true;
       r->slot_ = slot;
       r->slot_peer_ = src;
       r->state_ = Request::State::Copying;
@@ -609,7 +616,11 @@ bool Endpoint::done_now(const RequestPtr& r) {
   GS_REQUIRE(r, GPUSTRIPE_ERR_INVALID_ARGUMENT, "test of a NULL request");
   std::lock_guard<std::recursive_mutex> lock(mu_);
   if (!r->done()) return false;
-  if (trace_on() && !r->traced_ && r->bytes_ > fragment_bytes_) {
+  if (trace_on() && !r->traced_ && r->eager_slot_) {
+    r->traced_ = true;
+    if (r->is_send()) trace("e_s_ret", ch_.rank(), r->id_, 0, r->status_.bytes);
+    else trace("e_r_ret", r->status_.source, r->peer_id_, r->id_, r->status_.bytes);
+  } else if (trace_on() && !r->traced_ && r->bytes_ > fragment_bytes_) {
     r->traced_ = true;
     if (r->is_send()) trace("s_ret", ch_.rank(), r->id_, 0, r->status_.bytes);
     else trace("r_ret", r->status_.source, r->peer_id_, r->id_, r->status_.bytes);

@@ -1,6 +1,7 @@
 // Small device messages through eager slots (p2p/eager_slots.hpp), across forked ranks on
 // the emulated backend: windows both ways, any source, unexpected messages, more messages
-// in flight than slots, truncation, and a rank killed while slots are held.
+// in flight than slots, truncation, and a rank killed while slots are held or before its copy
+// into one landed.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -53,8 +54,7 @@ void wait_until_dead(ipc::Channel& ch, int peer) {
 // tag order (some into host memory, one shorter than its message); every byte lands where its
 // tag says, and the sends went through slots.
 TEST(P2pEagerSlots, WindowsBothWaysLandByTagInAnyPostOrder) {
-  ScopedEnv limit("GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT", "4K");
-  ScopedEnv jitter("GPUSTRIPE_EMU_JITTER_US", "5");  // copies finish out of step with the posts
+  ScopedEnv jitter("GPUSTRIPE_TEST", "emu_jitter_us=5");  // copies finish out of step with the posts
   ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
   EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
     auto be = emulated();
@@ -99,8 +99,7 @@ TEST(P2pEagerSlots, WindowsBothWaysLandByTagInAnyPostOrder) {
 // at once (the senders see every slot free again while nothing is posted), then received by
 // any-source receives in each sender's order.
 TEST(P2pEagerSlots, UnexpectedMessagesFreeTheirSlotsAtOnceAndMatchAnySource) {
-  ScopedEnv limit("GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT", "4K");
-  ScopedEnv jitter("GPUSTRIPE_EMU_JITTER_US", "5");
+  ScopedEnv jitter("GPUSTRIPE_TEST", "emu_jitter_us=5");
   ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
   EXPECT_RANKS_OK(run_ranks(3, [](int rank, ipc::Channel& ch) {
     auto be = emulated();
@@ -142,8 +141,7 @@ TEST(P2pEagerSlots, UnexpectedMessagesFreeTheirSlotsAtOnceAndMatchAnySource) {
 // 200 sends of one tag while the receiver makes no progress: 64 take the slots, the others go
 // through the channel, and the receiver gets all of them in the order they were sent.
 TEST(P2pEagerSlots, MoreSendsThanSlotsKeepTheirOrder) {
-  ScopedEnv limit("GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT", "4K");
-  ScopedEnv jitter("GPUSTRIPE_EMU_JITTER_US", "5");
+  ScopedEnv jitter("GPUSTRIPE_TEST", "emu_jitter_us=5");
   ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
@@ -178,7 +176,6 @@ TEST(P2pEagerSlots, MoreSendsThanSlotsKeepTheirOrder) {
 // The sender dies while the receiver, which made no progress, holds nothing yet: the messages
 // it sent still arrive whole, the next receive from it fails, and its area leaves no name.
 TEST(P2pEagerSlots, KilledSendersMessagesStillArriveAndItsAreaGoes) {
-  ScopedEnv limit("GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT", "4K");
   ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
@@ -226,7 +223,6 @@ TEST(P2pEagerSlots, KilledSendersMessagesStillArriveAndItsAreaGoes) {
 // The receiver dies with every slot to it held: the sender's next sends fail with
 // ERR_PEER_FAILED instead of waiting for a slot, and its area leaves no name when it goes.
 TEST(P2pEagerSlots, KilledReceiverFailsTheSenderAndItsAreaGoes) {
-  ScopedEnv limit("GPUSTRIPE_P2P_DEVICE_EAGER_LIMIT", "4K");
   ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
@@ -261,4 +257,41 @@ TEST(P2pEagerSlots, KilledReceiverFailsTheSenderAndItsAreaGoes) {
   close(fds[1]);
   EXPECT_EQ(res[0].code, 0);
   EXPECT_EQ(res[1].code, 128 + SIGKILL);
+}
+
+// The sender is killed while its copy into the slot is still running (its copies take seconds):
+// the receive fails with ERR_PEER_FAILED, and the receiver frees its memory and leaves without
+// waiting for anything of the dead sender.
+TEST(P2pEagerSlots, SenderKilledBeforeItsCopyLandedFailsTheReceiveWithoutAHang) {
+  ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  auto res = run_ranks(2, [&](int rank, ipc::Channel& ch) {
+    if (rank == 0) setenv("GPUSTRIPE_TEST", "emu_gbps=0.000001", 1);  // 1 KB/s
+    auto be = emulated();
+    {
+      Endpoint ep(ch, be.get());
+      if (rank == 0) {
+        char* out = static_cast<char*>(be->alloc_device(0, kMax));
+        block_on(fds[0]);  // the receive is posted
+        RequestPtr s = ep.isend(out, kMax, 1, 0, kComm);
+        raise(SIGKILL);
+      }
+      char* in = static_cast<char*>(be->alloc_device(1, kMax));
+      RequestPtr r = ep.irecv(in, kMax, 0, 0, kComm);
+      unblock(fds[1]);
+      bool failed = false;
+      try {
+        ep.wait(r);
+      } catch (const Error& e) {
+        failed = e.status() == GPUSTRIPE_ERR_PEER_FAILED;
+      }
+      RANK_CHECK(failed);
+      be->free_device(in);
+    }
+  });
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_EQ(res[0].code, 128 + SIGKILL);
+  EXPECT_EQ(res[1].code, 0);
 }
