@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -42,18 +41,10 @@ Mover::~Mover() {
     } catch (...) {
     }
     Lane& l = lanes_[i];
-    if (words_dev_ && !l.groups.empty()) {
-      try {
-        backend_->synchronize_stream(l.stream);
-      } catch (...) {
-      }
-    }
     while (!l.groups.empty()) {
-      if (!words_dev_) {
-        try {
-          backend_->synchronize_event(l.groups.front().event);
-        } catch (...) {
-        }
+      try {
+        backend_->synchronize_event(l.groups.front().event);
+      } catch (...) {
       }
       finish_front(l);
     }
@@ -61,28 +52,6 @@ Mover::~Mover() {
   for (auto& kv : devices_)
     for (EventHandle e : kv.second.free_events) backend_->destroy_event(e);
   for (Lane& l : lanes_) backend_->destroy_stream(l.stream);
-  if (words_) {
-    if (words_dev_) {
-      try {
-        backend_->unregister_host(words_);
-      } catch (...) {
-      }
-    }
-    std::free(words_);
-  }
-}
-
-void Mover::init_words() {
-  words_tried_ = true;
-  words_ = static_cast<uint32_t*>(std::aligned_alloc(kWordsBytes, kWordsBytes));
-  if (!words_) return;
-  std::memset(words_, 0, kWordsBytes);
-  try {
-    words_dev_ = backend_->register_host(words_, kWordsBytes);
-  } catch (const Error& e) {
-    GS_LOG_DEBUG(Subsys::P2p, "p2p mover: no stream flags (%s): copies complete by events", e.what());
-    words_dev_ = nullptr;
-  }
 }
 
 MemLoc Mover::locate(const void* p) const {
@@ -109,16 +78,9 @@ void Mover::check_within(const MemLoc& loc, const void* p, size_t bytes, const c
 
 size_t Mover::new_lane(int dev) {
   GS_REQUIRE(lanes_.size() + 1 < (size_t{1} << kLaneBits), GPUSTRIPE_ERR_INTERNAL, "p2p mover: too many streams");
-  if (!words_tried_) init_words();
   lanes_.emplace_back();
-  Lane& l = lanes_.back();
-  l.stream = backend_->create_stream(dev);
-  l.dev = dev;
-  if (words_dev_) {  // a cache line per lane: the GPUs' writes and the host's loads of other lanes do not meet
-    const size_t at = (lanes_.size() - 1) * kWordStride;
-    l.word = words_ + at;
-    l.word_dev = words_dev_ + at;
-  }
+  lanes_.back().stream = backend_->create_stream(dev);
+  lanes_.back().dev = dev;
   return lanes_.size() - 1;
 }
 
@@ -222,15 +184,6 @@ void Mover::close(size_t lane, bool batch_end) {
     l.batch.copies.swap(copies);  // keeps the capacity for the next pass
   }
   if (l.recorded + 1 == l.next) return;
-  if (l.word_dev) {
-    // The stream writes the seq of its last copy once the copies before it have landed (the
-    // write is fenced after them): seeing it is one load, where an event query is a driver call.
-    backend_->stream_write_flag(l.stream, l.word_dev, static_cast<uint32_t>(l.next - 1));
-    l.groups.push_back(Group{nullptr, l.next - 1, std::move(l.open_after), batch_end ? pass_ : 0});
-    l.open_after.clear();
-    l.recorded = l.next - 1;
-    return;
-  }
   Device& d = devices_[l.dev];
   EventHandle e = nullptr;
   if (!d.free_events.empty()) {
@@ -254,22 +207,11 @@ void Mover::finish_front(Lane& l) {
   Group g = std::move(l.groups.front());
   l.groups.pop_front();
   l.done = g.last;
-  if (g.event) devices_[l.dev].free_events.push_back(g.event);
+  devices_[l.dev].free_events.push_back(g.event);
   for (auto& f : g.after) f();
 }
 
 void Mover::poll(Lane& l, uint64_t upto, bool wait) {
-  if (l.word) {
-    if (l.groups.empty() || l.done >= upto) return;
-    // Waiting: the stream's work is done, its last write included.
-    if (wait) backend_->synchronize_stream(l.stream);
-    const uint32_t seen = __atomic_load_n(l.word, __ATOMIC_ACQUIRE);
-    // Seqs in flight on a lane lie within 2^31 of each other: compared cyclically in 32 bits.
-    while (!l.groups.empty() && l.done < upto &&
-           static_cast<int32_t>(seen - static_cast<uint32_t>(l.groups.front().last)) >= 0)
-      finish_front(l);
-    return;
-  }
   while (!l.groups.empty() && l.done < upto) {
     if (wait) {
       backend_->synchronize_event(l.groups.front().event);

@@ -78,12 +78,11 @@ class Mover {
   // Device copies: the caller has checked both ranges (check_within, the mapping cache's
   // bounds); the copies of small messages skip the pointer queries.
   uint64_t start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, const Hints& hints = {});
-  // Between begin_batch and end_batch (one progress pass), the copies started share one
-  // completion mark per stream (its flag write, or its event), enqueued by end_batch after the
-  // last of them (a stream's copies complete in order, so that one mark completes them all),
-  // and plain copies are enqueued together (PlainBatch). Outside a batch every copy gets its
-  // own mark. Asking done() of a copy whose mark is not enqueued yet enqueues it (a batch never
-  // left open holds a copy back).
+  // Between begin_batch and end_batch (one progress pass), the copies started share one event
+  // per stream, recorded by end_batch after the last of them (a stream's copies complete in
+  // order, so that one event completes them all), and plain copies are enqueued together
+  // (PlainBatch). Outside a batch every copy records its own event. Asking done() of a copy
+  // whose event is not recorded yet records it (a batch never left open holds a copy back).
   void begin_batch();
   void end_batch();
   // start() for a copy between device memory and host memory whose ranges the caller has
@@ -91,13 +90,10 @@ class Mover {
   // function's planning would show): the backend's copy alone, polled like the others.
   uint64_t start_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes);
   // Whether the copy has completed. The copies of one stream complete in the order they were
-  // started, so a stream's completions are seen in that order. Where the backend has stream
-  // flags (register_host), each stream writes the number of its last completed copy into a word
-  // of host memory after the copies (stream_write_flag), and asking is one load: an event query
-  // costs about 1.5 us of host time, and a pass over a window of receives in flight asked one
-  // per stream. Without flags, events: asked in order and, within one poll pass (new_pass), a
-  // stream whose oldest event was seen running is not asked again. A ticket is its stream and
-  // its place there: no lookup per copy.
+  // started, so each stream's events are asked in that order and, within one poll pass
+  // (new_pass), a stream whose oldest event was seen running is not asked again: an event query
+  // costs about 1.5 us of host time, and a window of 64 receives in flight asked all of them on
+  // every pass. A ticket is its stream and its place there: no lookup per copy.
   bool done(uint64_t ticket);
   // Starts a new poll pass (the endpoint's progress calls it once per pass).
   void new_pass() { ++pass_; }
@@ -110,8 +106,8 @@ class Mover {
 
  private:
   // A stream and its copies: numbered in start order (seq), completed in that order.
-  struct Group {  // copies (prev group's last, last] and what completes them
-    EventHandle event;  // recorded after them (null: the lane's word completes them)
+  struct Group {  // copies (prev group's last, last] and the one event recorded after them
+    EventHandle event;
     uint64_t last;
     std::vector<std::function<void()>> after;  // the copy function's completion steps
     uint64_t pass;  // recorded at the end of this pass's batch (0: outside one): not asked in it
@@ -119,11 +115,6 @@ class Mover {
   struct Lane {
     StreamHandle stream = nullptr;
     int dev = kHostDevice;
-    // The lane's completion word (null: events): the stream writes the low 32 bits of a group's
-    // last seq after the group's copies; `word` is where the host reads it, `word_dev` where the
-    // stream writes it (Backend::register_host).
-    uint32_t* word = nullptr;
-    uint32_t* word_dev = nullptr;
     uint64_t next = 1;      // seq of the next copy
     uint64_t done = 0;      // copies up to this seq have completed
     uint64_t recorded = 0;  // copies up to this seq have their event
@@ -142,11 +133,6 @@ class Mover {
     std::vector<EventHandle> free_events;
   };
   static constexpr int kLaneBits = 8;
-  // The lanes' completion words: one cache line (16 words) per lane, for every lane a ticket can name.
-  static constexpr size_t kWordStride = 16;
-  static constexpr size_t kWordsBytes = (size_t{1} << kLaneBits) * kWordStride * sizeof(uint32_t);
-  // Registers the completion words with the backend (on the first lane); none where it cannot.
-  void init_words();
   size_t lane_for(int dev);
   // Enqueues the lane's batched plain copies and records one event after its copies.
   void close(size_t lane, bool batch_end = false);
@@ -165,9 +151,6 @@ class Mover {
   std::map<std::pair<int, bool>, size_t> small_lanes_;
   size_t new_lane(int dev);
   uint64_t pass_ = 1;
-  uint32_t* words_ = nullptr;      // host memory of the completion words
-  uint32_t* words_dev_ = nullptr;  // as streams address them (null: events complete the copies)
-  bool words_tried_ = false;
 };
 
 // The copy of a p2p layer with an engine: GPU-to-GPU copies (a rendezvous into a

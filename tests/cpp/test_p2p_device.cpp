@@ -664,37 +664,27 @@ TEST(P2pDevice, PhaseTraceJoinsTheSendersAndTheReceiversStamps) {
 }
 
 namespace {
-// Counts the event queries the mover makes; `flags` false: a backend without stream flags
-// (register_host answers null), whose copies complete by events.
+// Counts the event queries the mover makes.
 class QueryCountingBackend : public ForwardingBackend {
  public:
-  QueryCountingBackend(std::unique_ptr<Backend> in, bool flags) : ForwardingBackend(std::move(in)), flags_(flags) {}
+  using ForwardingBackend::ForwardingBackend;
   const char* name() const override { return "query-counting"; }
   bool query_event(EventHandle e) override {
     ++queries;
     return ForwardingBackend::query_event(e);
   }
-  uint32_t* register_host(void* p, size_t b) override { return flags_ ? ForwardingBackend::register_host(p, b) : nullptr; }
-  void stream_write_flag(StreamHandle s, uint32_t* f, uint32_t v) override {
-    ++flag_writes;
-    ForwardingBackend::stream_write_flag(s, f, v);
-  }
   int queries = 0;
-  int flag_writes = 0;
-
- private:
-  bool flags_;
 };
 }  // namespace
 
-// Without stream flags, a window of copies in flight is polled in stream order: within one pass, a
-// stream whose oldest copy is still running is not asked again, so a pass costs at most one query
-// per stream plus one per copy it finds complete (not one per copy in flight). copy_now finishes
-// the earlier copies of its stream with it. Every copy lands intact.
+// A window of copies in flight is polled in stream order: within one pass, a stream whose oldest
+// copy is still running is not asked again, so a pass costs at most one query per stream plus one
+// per copy it finds complete (not one per copy in flight). copy_now finishes the earlier copies of
+// its stream with it. Every copy lands intact.
 TEST(P2pDevice, MoverPollsEachStreamInOrderOncePerPass) {
   ScopedEnv j{"GPUSTRIPE_TEST", "emu_jitter_us=200"};
   Topology topo = load_topology_file("h200x4");
-  auto* counting = new QueryCountingBackend(make_emulated_backend(topo), false);
+  auto* counting = new QueryCountingBackend(make_emulated_backend(topo));
   std::unique_ptr<Backend> be(counting);
   constexpr int kCopies = 24;
   const size_t n = (256u << 10) + 7;
@@ -1004,36 +994,27 @@ TEST(P2pDevice, BufferFreedAndReallocatedInsideABatchedWindowIsNeverStale) {
 }
 
 namespace {
-// Counts the completion marks the mover enqueues: events recorded and stream flags written.
-// `flags` false: a backend without stream flags (events).
+// Counts the events the mover records.
 class RecordCountingBackend : public ForwardingBackend {
  public:
-  RecordCountingBackend(std::unique_ptr<Backend> in, bool flags) : ForwardingBackend(std::move(in)), flags_(flags) {}
+  using ForwardingBackend::ForwardingBackend;
   const char* name() const override { return "record-counting"; }
   void record_event(EventHandle e, StreamHandle s) override {
     ++records;
     ForwardingBackend::record_event(e, s);
   }
-  uint32_t* register_host(void* p, size_t b) override { return flags_ ? ForwardingBackend::register_host(p, b) : nullptr; }
-  void stream_write_flag(StreamHandle s, uint32_t* f, uint32_t v) override {
-    ++records;
-    ForwardingBackend::stream_write_flag(s, f, v);
-  }
   int records = 0;
-
- private:
-  bool flags_;
 };
+}  // namespace
 
-// Copies started within one batch share one completion mark per stream, enqueued at the batch's
-// end; outside a batch each copy gets its own. A copy asked about before its batch ends gets its
-// mark then (nothing waits on a mark never enqueued). Every copy lands intact and none reports
-// done early. `flags`: marks are stream flag writes (else events).
-void batch_marks(bool flags) {
+// Copies started within one batch share one event per stream, recorded at the batch's end; outside
+// a batch each copy records its own. A copy asked about before its batch ends gets its event then
+// (nothing waits on an unrecorded event). Every copy lands intact and none reports done early.
+TEST(P2pDevice, MoverRecordsOneEventPerStreamForABatch) {
   ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "100");
   ScopedEnv st("GPUSTRIPE_P2P_STREAMS", "2");
   Topology topo = load_topology_file("h200x4");
-  auto* counting = new RecordCountingBackend(make_emulated_backend(topo), flags);
+  auto* counting = new RecordCountingBackend(make_emulated_backend(topo));
   std::unique_ptr<Backend> be(counting);
   constexpr int kCopies = 24;
   const size_t n = (64u << 10) + 3;
@@ -1074,56 +1055,6 @@ void batch_marks(bool flags) {
     EXPECT_EQ(counting->records, before + 4);
   }
   EXPECT_EQ(from_device(*be, dst, 1, n * kCopies), seeded_bytes(78, n * kCopies));
-  be->free_device(src);
-  be->free_device(dst);
-}
-}  // namespace
-
-TEST(P2pDevice, MoverRecordsOneEventPerStreamForABatch) { batch_marks(false); }
-TEST(P2pDevice, MoverWritesOneFlagPerStreamForABatch) { batch_marks(true); }
-
-// With stream flags, completion is seen by loading the word each stream writes after its copies:
-// no event is recorded or asked, at any pass. A copy reported done has its bytes in place (checked
-// at that moment, against copies slowed at random), later copies on the same stream are not
-// reported done before they land, and copy_now (a wait) completes through the same words.
-TEST(P2pDevice, MoverSeesCompletionFromTheStreamsFlagsWithoutEvents) {
-  ScopedEnv j{"GPUSTRIPE_TEST", "emu_jitter_us=300"};
-  Topology topo = load_topology_file("h200x4");
-  auto* counting = new QueryCountingBackend(make_emulated_backend(topo), true);
-  std::unique_ptr<Backend> be(counting);
-  constexpr int kCopies = 16;
-  const size_t n = (128u << 10) + 5;
-  void* src = be->alloc_device(0, n * kCopies);
-  void* dst = be->alloc_device(1, n * kCopies);
-  const std::vector<unsigned char> want = seeded_bytes(79, n * kCopies);
-  to_device(*be, src, 0, want);
-  {
-    Mover mover(be.get());
-    mover.begin_batch();
-    std::vector<uint64_t> tickets;
-    for (int k = 0; k < kCopies / 2; ++k)
-      tickets.push_back(mover.start(static_cast<char*>(dst) + k * n, 1, static_cast<char*>(src) + k * n, 0, n));
-    mover.end_batch();
-    for (int k = kCopies / 2; k < kCopies; ++k)  // outside a batch: a mark per copy
-      tickets.push_back(mover.start(static_cast<char*>(dst) + k * n, 1, static_cast<char*>(src) + k * n, 0, n));
-    std::vector<bool> done(kCopies, false);
-    for (int left = kCopies, passes = 0; left > 0;) {
-      ASSERT_LT(++passes, 10000000);
-      mover.new_pass();
-      for (int k = kCopies - 1; k >= 0; --k)
-        if (!done[k] && mover.done(tickets[k])) {
-          done[k] = true;
-          --left;
-          EXPECT_EQ(from_device(*be, static_cast<char*>(dst) + k * n, 1, n),
-                    std::vector<unsigned char>(want.begin() + k * n, want.begin() + (k + 1) * n))
-              << "copy " << k << " reported done before its bytes landed";
-        }
-    }
-    EXPECT_EQ(counting->flag_writes, 2 + kCopies / 2);  // a batch's two streams, then one per copy
-    mover.copy_now(dst, 1, src, 0, n);
-    EXPECT_EQ(from_device(*be, dst, 1, n), std::vector<unsigned char>(want.begin(), want.begin() + n));
-    EXPECT_EQ(counting->queries, 0);
-  }
   be->free_device(src);
   be->free_device(dst);
 }
