@@ -232,8 +232,8 @@ RequestPtr Endpoint::irecv(void* buf, uint64_t capacity, int src, int tag, uint6
              "address space", static_cast<unsigned long long>(capacity), buf);
   std::lock_guard<std::recursive_mutex> lock(mu_);
   // No progress pass (as UCX's tag receive): a window of receives posted back to back would start
-  // one pulled copy per receive, each alone on its stream with its own completion mark, where the
-  // next wait's pass starts them together (one batch call, one mark per stream: 64 peer copies of
+  // one pulled copy per receive, each alone on its stream with its own event, where the
+  // next wait's pass starts them together (one batch call, one event per stream: 64 peer copies of
   // 8 KB-1 MB took 1.5-3.4x less time in one batch call than one call each on 2x H200,
   // bench/results/2026-11-26-ipc-batch-copy-nvidia-h200.json). Matching stays MPI's:
   // whatever the rings still hold arrived after everything in the unexpected queue, and is matched
