@@ -235,7 +235,13 @@ RequestPtr Endpoint::irecv(void* buf, uint64_t capacity, int src, int tag, uint6
   GS_REQUIRE(!range_wraps(buf, capacity), GPUSTRIPE_ERR_INVALID_SIZE, "receive of %llu bytes at %p: wraps around the "
              "address space", static_cast<unsigned long long>(capacity), buf);
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  progress_locked();  // take in what has arrived, so the unexpected queue is current
+  // No progress pass (as UCX's tag receive): a window of receives posted back to back would start
+  // one pulled copy per receive, each alone on its stream with its own event, where the
+  // next wait's pass starts them together (one batch call, one event per stream: 64 peer copies of
+  // 8 KB-1 MB took 1.5-3.4x less time in one batch call than one call each on 2x H200,
+  // bench/results/2026-11-26-ipc-batch-copy-nvidia-h200.json). Matching stays MPI's:
+  // whatever the rings still hold arrived after everything in the unexpected queue, and is matched
+  // against the posted receives in post order when a pass reads it.
   auto r = std::make_shared<Request>();
   r->id_ = next_id_++;
   r->peer_ = src;

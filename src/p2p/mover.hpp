@@ -92,8 +92,9 @@ class Mover {
   // Whether the copy has completed. The copies of one stream complete in the order they were
   // started, so each stream's events are asked in that order and, within one poll pass
   // (new_pass), a stream whose oldest event was seen running is not asked again: an event query
-  // costs about 1.5 us of host time, and a window of 64 receives in flight asked all of them on
-  // every pass. A ticket is its stream and its place there: no lookup per copy.
+  // is a driver call (0.17-0.22 us on 2x H200, bench/probes/completion_mark.cu), and a window of
+  // 64 receives in flight asked all of them on every pass. A ticket is its stream and its place
+  // there: no lookup per copy.
   bool done(uint64_t ticket);
   // Starts a new poll pass (the endpoint's progress calls it once per pass).
   void new_pass() { ++pass_; }

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include <cstdio>
 #include <cstring>
@@ -876,6 +878,61 @@ TEST(P2pDevice, WindowOfPulledMessagesBatchedPerPassCompletesEachWithItsData) {
   }
   // The receiver enqueued several plain copies in one call (not one per message).
   EXPECT_GE(largest_batches(dir)[1], 2u);
+}
+
+// Receives posted back to back after their announcements reached the ring (the sender was ahead, as
+// in a bandwidth window): posting runs no progress pass, so the announcements are read and matched
+// by the first wait's pass, and their copies start together, one backend call per stream, instead
+// of one by one as each receive took its message from the unexpected queue. Every receive lands
+// intact.
+TEST(P2pDevice, ReceivesPostedBehindTheirAnnouncementsStartTheirCopiesTogether) {
+  char dir[] = "/tmp/gs-p2p-posted-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  constexpr int kWindow = 16;
+  const size_t n = (64u << 10) + 11;
+  // Set by the sender once every announcement is in the ring (shared by the forked ranks).
+  auto* sent = static_cast<std::atomic<int>*>(
+      mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(static_cast<void*>(sent), MAP_FAILED);
+  new (sent) std::atomic<int>(0);
+  {
+    ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
+    EXPECT_RANKS_OK(run_ranks(2, [&](int rank, ipc::Channel& ch) {
+      Topology topo = load_topology_file("h200x4");
+      auto be = make_emulated_backend(topo);
+      SplitFromPlanner planner(2u << 20);
+      Engine engine(*be, topo, &planner);
+      {
+        Endpoint ep(ch, be.get(), engine_copy(engine, &ch));
+        std::vector<void*> bufs;
+        for (int k = 0; k < kWindow; ++k) bufs.push_back(be->alloc_device(rank, n));
+        if (rank == 0) {
+          for (int k = 0; k < kWindow; ++k) to_device(*be, bufs[k], 0, seeded_bytes(900 + k, n));
+          std::vector<RequestPtr> sends;
+          for (int k = 0; k < kWindow; ++k) sends.push_back(ep.isend(bufs[k], n, 1, k, kComm));
+          sent->store(1);
+          for (auto& s : sends) ep.wait(s);
+        } else {
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+          while (sent->load() == 0) {
+            RANK_CHECK(std::chrono::steady_clock::now() < deadline);
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
+          }
+          std::vector<RequestPtr> recvs;
+          for (int k = 0; k < kWindow; ++k) recvs.push_back(ep.irecv(bufs[k], n, 0, k, kComm));
+          for (int k = 0; k < kWindow; ++k) {
+            ep.wait(recvs[k]);
+            RANK_CHECK(from_device(*be, bufs[k], 1, n) == seeded_bytes(900 + k, n));
+          }
+        }
+        for (void* b : bufs) be->free_device(b);
+        ep.flush();
+      }
+    }));
+  }
+  munmap(sent, sizeof(std::atomic<int>));
+  // Two streams take the copies in turn: half the window in one call each.
+  EXPECT_GE(largest_batches(dir)[1], unsigned(kWindow / 2));
 }
 
 // Inside one window, a send buffer completes, is freed and allocated again (typically at the same
