@@ -172,7 +172,11 @@ class Backend {
   virtual bool ipc_open_needs_fd(const IpcMemHandle& h) { return h.kind != IpcKind::Legacy; }
   // `fd`: the descriptor from the exporter's ipc_export_fd where ipc_open_needs_fd; the
   // caller keeps it (and closes it). Returns this process's address of h.base.
-  virtual void* ipc_open(const IpcMemHandle& h, int fd = -1);
+  // `reader`: the GPU whose kernels and streams will use the mapping (-1: the owner's, h.device).
+  // Legacy CUDA handles map into one GPU's context, and only that GPU's kernels can read the
+  // mapping; its copy engines reach it as peer memory. VMM and pool mappings are granted to
+  // every GPU that can access the owner, whatever `reader` says.
+  virtual void* ipc_open(const IpcMemHandle& h, int fd = -1, int reader = -1);
   // VmmMulti: maps every piece (fds[i] the exporter's descriptor of pieces[i], kept by the
   // caller) at its offset of one reserved range; returns this process's address of h.base.
   // `pieces` must be the layout h was made from (ipc_check_pieces).

@@ -11,7 +11,7 @@ Backend::IpcMemHandle Backend::ipc_export(const void*) {
 int Backend::ipc_export_fd(const IpcMemHandle&) {
   GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "ipc_export_fd: the %s backend has no file-descriptor IPC", name());
 }
-void* Backend::ipc_open(const IpcMemHandle&, int) {
+void* Backend::ipc_open(const IpcMemHandle&, int, int) {
   GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "ipc_open: the %s backend has no cross-process memory", name());
 }
 void* Backend::ipc_open_pieces(const IpcMemHandle&, const std::vector<IpcPiece>&, const std::vector<int>&) {

@@ -217,17 +217,8 @@ std::vector<Executor::LaneRef> Executor::enqueue_ops(const Program& prog, LaneSe
       // The kernel copies that follow on this lane with the same dependencies, none touching
       // what another writes, go in the same launch (one segment per source).
       if (!in_batch[i]) {
-        std::vector<const Op*> batch{&op};
-        for (size_t j = i + 1; j < ops.size(); ++j) {
-          const Op& o = ops[j];
-          if (o.kind != Op::Copy || !o.by_kernel || o.rank != op.rank || o.lane != op.lane || o.deps != op.deps) break;
-          batch.push_back(&o);
-          if (!independent_copies(batch)) {
-            batch.pop_back();
-            break;
-          }
-          in_batch[j] = 1;
-        }
+        std::vector<const Op*> batch = kernel_copy_batch(ops, i);
+        for (size_t k = 1; k < batch.size(); ++k) in_batch[i + k] = 1;
         CopyArgs a;
         a.segs = copy_segments(batch);
         reducer_.copy_async(a, devices_[op.rank], l.stream());
@@ -501,6 +492,21 @@ std::string Executor::trace_text() const {
 void Executor::synchronize() {
   for (const LaneMark& m : last_done_) backend_.synchronize_event(m.event);
   if (barrier_) barrier_->check();
+}
+
+std::vector<const Op*> kernel_copy_batch(const std::vector<Op>& ops, size_t i) {
+  const Op& op = ops[i];
+  std::vector<const Op*> batch{&op};
+  for (size_t j = i + 1; j < ops.size(); ++j) {
+    const Op& o = ops[j];
+    if (o.kind != Op::Copy || !o.by_kernel || o.rank != op.rank || o.lane != op.lane || o.deps != op.deps) break;
+    batch.push_back(&o);
+    if (!independent_copies(batch)) {
+      batch.pop_back();
+      break;
+    }
+  }
+  return batch;
 }
 
 }  // namespace gpustripe::coll

@@ -40,6 +40,11 @@ std::vector<Program> split_per_rank(const Program& prog, bool flag_lanes = false
 using CrossSlots = std::map<std::pair<int, int>, int>;
 CrossSlots cross_slots(const Program& prog);
 
+// The kernel copies that run as one launch beginning with op i (a kernel copy): it and the
+// ones right after it of the same rank, lane and dependencies, none touching what another
+// writes (ops i, i+1, ... in that order).
+std::vector<const Op*> kernel_copy_batch(const std::vector<Op>& ops, size_t i);
+
 class Executor {
  public:
   // barrier (optional): the GPUs' own barrier for per-rank graphs.

@@ -35,18 +35,19 @@ void HandleCache::close_entry(std::map<Key, Entry>::iterator it) {
     backend_.ipc_close(it->second.local_base);
   } catch (const Error& e) {
     // The peer may be gone already; the mapping is dropped either way.
-    GS_LOG_WARN(Subsys::Ipc, "closing the mapping of rank %d's buffer %llu: %s", it->first.first,
+    GS_LOG_WARN(Subsys::Ipc, "closing the mapping of rank %d's buffer %llu: %s", it->first.peer,
                 static_cast<unsigned long long>(it->second.buffer_id), e.what());
   }
   lru_.erase(it->second.lru);
   entries_.erase(it);
 }
 
-void* HandleCache::map(int peer, uint64_t peer_base, const Backend::IpcMemHandle& h) {
+void* HandleCache::map(int peer, uint64_t peer_base, const Backend::IpcMemHandle& h, int reader) {
   GS_REQUIRE(h.buffer_id != 0, GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "IPC handle from rank %d carries no buffer id: cannot tell a reused address from the old buffer", peer);
   std::lock_guard<std::mutex> lock(mu_);
-  Key key{peer, peer_base};
+  if (h.kind != Backend::IpcKind::Legacy) reader = -1;
+  Key key{peer, peer_base, reader};
   auto it = entries_.find(key);
   if (it != entries_.end()) {
     const Entry& e = it->second;
@@ -108,7 +109,7 @@ void* HandleCache::map(int peer, uint64_t peer_base, const Backend::IpcMemHandle
   }
   void* local = nullptr;
   try {
-    local = backend_.ipc_open(h, fd);
+    local = backend_.ipc_open(h, fd, reader);
   } catch (...) {
     if (fd >= 0) close(fd);
     throw;
@@ -126,7 +127,7 @@ void* HandleCache::map(int peer, uint64_t peer_base, const Backend::IpcMemHandle
 
 void HandleCache::release(int peer, uint64_t peer_base, uint64_t buffer_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(Key{peer, peer_base});
+  auto it = entries_.find(Key{peer, peer_base, -1});  // pool imports: one entry for every reader
   if (it == entries_.end() || it->second.buffer_id != buffer_id || it->second.leases <= 0) return;  // closed already
   if (--it->second.leases > 0) return;
   ++stats_.leases_closed;
@@ -141,10 +142,10 @@ void HandleCache::evict_overlapping_pool_imports(int peer, uint64_t peer_base, c
   // one (mpi_p2p_np3_alloc_pool crashed in cuMemcpyAsync reading such an address). So it is closed first. (Imports held past the exporter's free are outside
   // CUDA's contract for pool pointers either way: docs/ipc.md.)
   const uint64_t end = peer_base + h.size;
-  for (auto it = entries_.lower_bound(Key{peer, 0}); it != entries_.end() && it->first.first == peer;) {
+  for (auto it = entries_.lower_bound(Key{peer, 0, -1}); it != entries_.end() && it->first.peer == peer;) {
     auto next = std::next(it);
     const Entry& e = it->second;
-    const uint64_t b = it->first.second;
+    const uint64_t b = it->first.base;
     if (e.kind == Backend::IpcKind::PoolFd && e.share_id == h.share_id && b < end && peer_base < b + e.size) {
       GS_LOG_DEBUG(Subsys::Ipc, "rank %d's pool buffer %llu at 0x%llx overlaps the older import of buffer %llu at 0x%llx: "
                    "closing that one", peer, static_cast<unsigned long long>(h.buffer_id),
@@ -161,7 +162,7 @@ void HandleCache::evict_peer(int peer) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = entries_.begin(); it != entries_.end();) {
     auto next = std::next(it);
-    if (it->first.first == peer) close_entry(it);
+    if (it->first.peer == peer) close_entry(it);
     it = next;
   }
 }

@@ -57,8 +57,10 @@ class HandleCache {
   HandleCache& operator=(const HandleCache&) = delete;
 
   // This process's address of the base of the allocation that `peer` exported as
-  // `h` (its base there was `peer_base`). Thread-safe.
-  void* map(int peer, uint64_t peer_base, const Backend::IpcMemHandle& h);
+  // `h` (its base there was `peer_base`). Thread-safe. `reader`: the GPU whose kernels use
+  // the mapping (Backend::ipc_open); a legacy handle mapped for another reader is another
+  // entry (another context's mapping), other kinds are one entry for every reader.
+  void* map(int peer, uint64_t peer_base, const Backend::IpcMemHandle& h, int reader = -1);
   // Whether map() of `h` takes a lease the caller must return with release() (pool pointers).
   static bool leased(const Backend::IpcMemHandle& h) { return h.kind == Backend::IpcKind::PoolFd; }
   // Returns a lease map() took for (peer, peer_base) and buffer `buffer_id`; the last one closes
@@ -70,16 +72,26 @@ class HandleCache {
   HandleCacheStats stats() const;
 
  private:
+  struct Key {  // ordered by peer first (evict_peer, the pool scan)
+    int peer;
+    uint64_t base;  // peer_base
+    int reader;     // legacy handles: the reader map() was given; else -1
+    bool operator<(const Key& o) const {
+      if (peer != o.peer) return peer < o.peer;
+      if (base != o.base) return base < o.base;
+      return reader < o.reader;
+    }
+    bool operator==(const Key& o) const { return peer == o.peer && base == o.base && reader == o.reader; }
+  };
   struct Entry {
     uint64_t buffer_id;
     size_t size;
     Backend::IpcKind kind;
     uint64_t share_id;
     void* local_base;
-    std::list<std::pair<int, uint64_t>>::iterator lru;
+    std::list<Key>::iterator lru;
     int leases = 0;  // pool imports: maps not released yet (never closed while > 0)
   };
-  using Key = std::pair<int, uint64_t>;  // (peer, peer_base)
   void close_entry(std::map<Key, Entry>::iterator it);
   void evict_overlapping_pool_imports(int peer, uint64_t peer_base, const Backend::IpcMemHandle& h);
 

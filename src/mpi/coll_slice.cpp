@@ -19,12 +19,6 @@ namespace gpustripe::mpi {
 using coll::Op;
 
 
-int copy_stream_device(const coll::Op& op, int device) {
-  if (op.src_dev != device && op.src_dev != kHostDevice) return op.src_dev;
-  if (op.dst_dev != device && op.dst_dev != kHostDevice) return op.dst_dev;
-  return device;
-}
-
 // Segment layout: host counters, the exchange's messages, then the op words on their own
 // pages (registered for the GPUs).
 constexpr size_t kPage = 4096;
@@ -187,10 +181,14 @@ void SliceRunner::run(const coll::Program& prog, int device, const coll::CrossSl
   const coll::CrossSlots& slots = checked_slots(prog, given, computed);
   // Segments between Barrier ops: everything before a barrier, on every rank, is complete
   // after it (streams drained, then a barrier of the hosts), and so is the program at its end.
+  // A program that ends with a Barrier op (the kernel schedules, which write into the peers'
+  // buffers) is complete after it: the end's barrier would be a second meeting of the hosts
+  // that orders nothing.
   size_t begin = 0;
   while (begin <= ops.size()) {
     size_t end = begin;
     while (end < ops.size() && ops[end].kind != Op::Barrier) ++end;
+    if (end == begin && begin > 0) break;  // nothing after the last Barrier op
     run_watched(cross_waits(prog, slots, begin, end), [&](std::vector<Lane*>& used) {
       enqueue_streams(prog, slots, begin, end, device, lanes_, nullptr, false, dev_flags_, 1, used);
     });
@@ -269,6 +267,7 @@ struct SliceRunner::Inflight {
   std::map<int, std::vector<size_t>> queues;
   std::map<int, size_t> head;
   size_t left = 0;
+  size_t batch_end = 0;  // ops before it belong to a kernel-copy batch already launched
 };
 
 bool SliceRunner::advance() {
@@ -290,7 +289,11 @@ bool SliceRunner::advance() {
       const size_t i = q[h];
       Lane& l = *f.stream_of[i];
       if (std::find(f.used.begin(), f.used.end(), &l) == f.used.end()) f.used.push_back(&l);
-      issue(ops, i, l, l.device(), f.marks, f.last_on_lane);
+      // A kernel-copy batch shares its dependencies: its ops are ready together, in a row.
+      const bool batched = i < f.batch_end;
+      if (ops[i].kind == Op::Copy && ops[i].by_kernel && !batched)
+        f.batch_end = i + coll::kernel_copy_batch(ops, i).size();
+      issue(ops, i, l, l.device(), f.marks, f.last_on_lane, batched);
       if (f.needs_mark[i]) f.marks[i] = l.mark(false);
       for (auto it = f.slots.lower_bound({static_cast<int>(i), -1});
            it != f.slots.end() && it->first.first == static_cast<int>(i); ++it)
@@ -402,7 +405,7 @@ void SliceRunner::abandon() {
 }
 
 void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int device, const std::vector<LaneMark>& marks,
-                        std::map<int, size_t>& last_on_lane) {
+                        std::map<int, size_t>& last_on_lane, bool batched) {
   const Op& op = ops[i];
   for (int d : op.deps)
     if (ops[d].rank == rank_ && marks[d].event && marks[d].stream != l.stream()) l.wait(marks[d]);
@@ -411,8 +414,23 @@ void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int devic
   if (prev != last_on_lane.end() && marks[prev->second].event && marks[prev->second].stream != l.stream())
     l.wait(marks[prev->second]);
   last_on_lane[op.lane] = i;
-  if (op.kind == Op::Copy) {
-    backend_.copy_async_prechecked(op.dst, op.dst_dev, op.src, op.src_dev, op.bytes, l.stream());
+  if (op.kind == Op::Copy && op.by_kernel) {
+    // The copy kernel of the native exchanges (loads and stores over NVLink through the
+    // mappings): no copy-engine latency per block at small sizes. The batch that op i opens
+    // goes in one launch (its other ops come here with `batched`: nothing to launch).
+    if (batched) return;
+    coll::CopyArgs a;
+    a.segs = coll::copy_segments(coll::kernel_copy_batch(ops, i));
+    reducer_.copy_async(a, device, l.stream());
+  } else if (op.kind == Op::Copy) {
+    // This rank's GPU drives every copy of its part, from and into the other ranks' buffers
+    // as mapped into its own context (CollTeam::map): for CUDA a copy within that context,
+    // which it runs over NVLink as NCCL's and UCX's IPC copies are (named as a copy between two
+    // GPUs, the driver would look for the mapping in the peer GPU's context). The emulated
+    // backend checks each range against the GPU that owns it.
+    const bool named = backend_.emulated();
+    backend_.copy_async_prechecked(op.dst, named ? op.dst_dev : device, op.src, named ? op.src_dev : device, op.bytes,
+                                   l.stream());
   } else {
     // Schedule builders make copies, reductions and barriers only (other kinds are the
     // coll executor's own).
@@ -451,6 +469,7 @@ void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
   std::vector<LaneMark> marks(ops.size());
   std::map<int, size_t> last_on_lane;
   std::set<std::pair<Lane*, int>> waited;  // (stream, slot): one wait is enough
+  size_t batch_end = 0;  // ops before it belong to a kernel-copy batch already launched
   for (size_t i = begin; i < end; ++i) {
     const Op& op = ops[i];
     if (op.rank != rank_) continue;
@@ -465,7 +484,10 @@ void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
       if (!waited.insert({&l, slot}).second) continue;
       backend_.stream_wait_flag(l.stream(), words + slot, value);
     }
-    issue(ops, i, l, l.device(), marks, last_on_lane);
+    const bool batched = i < batch_end;
+    if (op.kind == Op::Copy && op.by_kernel && !batched)
+      batch_end = std::min(end, i + coll::kernel_copy_batch(ops, i).size());
+    issue(ops, i, l, l.device(), marks, last_on_lane, batched);
     if (needs_mark[i]) marks[i] = l.mark(capturing);
     for (auto it = slots.lower_bound({static_cast<int>(i), -1});
          it != slots.end() && it->first.first == static_cast<int>(i); ++it)
@@ -485,8 +507,7 @@ void SliceRunner::plan_streams(const std::vector<Op>& ops, size_t begin, size_t 
   for (size_t i = begin; i < end; ++i) {
     const Op& op = ops[i];
     if (op.rank != rank_) continue;
-    const int sd = op.kind == Op::Copy ? copy_stream_device(op, device) : device;
-    stream_of[i] = &set.get(sd, sd, -1 - op.lane);
+    stream_of[i] = &set.get(device, device, -1 - op.lane);
     for (int d : op.deps)
       if (ops[d].rank == rank_ && stream_of[d] != stream_of[i]) needs_mark[d] = 1;
     auto prev = prev_on_lane.find(op.lane);

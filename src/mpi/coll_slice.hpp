@@ -64,12 +64,6 @@ class TeamFlags {
   ipc::ShmSegment seg_;
 };
 
-// Copies touching another rank's buffer run on a stream of that buffer's GPU (where its IPC
-// mapping lives in this process), ordered with the rest of their program lane by events: on
-// a stream of this rank's GPU they ran at a tenth of the rate. The GPU whose stream runs `op`: the source's when it is another GPU's, else the
-// destination's, else this rank's `device`.
-int copy_stream_device(const coll::Op& op, int device);
-
 class SliceRunner {
  public:
   // check_peers throws when a rank of the team is gone (called while waiting). check_alive
@@ -191,7 +185,7 @@ class SliceRunner {
   // Enqueues this rank's op i on `l` after its same-rank dependencies and its program lane's
   // previous op (waits on their marks where they ran on other streams).
   void issue(const std::vector<coll::Op>& ops, size_t i, Lane& l, int device, const std::vector<LaneMark>& marks,
-             std::map<int, size_t>& last_on_lane);
+             std::map<int, size_t>& last_on_lane, bool batched = false);
   // Stream flags: the edge slots this rank's ops of [begin, end) wait on.
   std::vector<uint32_t> cross_waits(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin,
                                     size_t end) const;

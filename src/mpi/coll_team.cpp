@@ -73,15 +73,14 @@ CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::B
   // Two ranks' broadcasts from Tuning::chain_min go as a chain, chunks alternating between two
   // copy lanes: across processes it leads the direct copy from 32M to 128M.
   res_.chain_pairs = true;
-  // Kernels reading peers' buffers (pull, one-shot) need the IPC mappings readable from this
-  // GPU's kernels: not so on CUDA (illegal addresses, peer access enabled or not: the ipc
-  // layer opens a mapping in the owner GPU's context). Copies into and out of the mappings
-  // work, so reductions across processes take the copy-engine schedules there: senders push
-  // blocks into the reducer's scratch, kernels read local memory. Emulated devices can read them.
-  bool peer_kernels = backend_.emulated();
+  // The team maps the other ranks' buffers into this rank's GPU's context (map()), so its
+  // kernels read and write them as the single-process communicator's kernels read peers'
+  // buffers: the schedules are the native ones (one-shot, two-shot, pull, the copy kernels'
+  // exchanges) wherever every pair of GPUs maps peers.
+  bool peer_kernels = true;
   // Test only (GPUSTRIPE_TEST's coll.NAME items): the MPI test programs reach the schedules'
   // pipelining and corner cases at small sizes, and coll.peer_kernels=no the copy-engine
-  // schedules CUDA takes.
+  // schedules that nodes without peer access take.
   for (const auto& [name, value] : test_hooks("coll.")) {
     if (name == "peer_kernels") peer_kernels = parse_bool(value, "GPUSTRIPE_TEST coll.peer_kernels");
     else tuning_.set(name, value);
@@ -294,12 +293,12 @@ CollTeam::Desc CollTeam::describe(const void* p, size_t bytes, const std::vector
   return d;
 }
 
-char* CollTeam::map(int r, const Desc& d) {
+char* CollTeam::map(int r, const Desc& d, int reader) {
   if (!d.present) return nullptr;
   ipc::HandleCache* cache = ep_.handle_cache();
   GS_REQUIRE(cache, GPUSTRIPE_ERR_NOT_SUPPORTED, "collectives need the IPC mapping cache of the p2p layer");
   GS_REQUIRE(d.offset < d.handle.size, GPUSTRIPE_ERR_INTERNAL, "rank %d's buffer lies past its allocation", r);
-  return static_cast<char*>(cache->map(channel_rank_[r], d.base, d.handle)) + d.offset;
+  return static_cast<char*>(cache->map(channel_rank_[r], d.base, d.handle, reader)) + d.offset;
 }
 
 bool CollTeam::peer_ok(int dev, int peer) {
@@ -309,10 +308,10 @@ bool CollTeam::peer_ok(int dev, int peer) {
   return it->second;
 }
 
-void CollTeam::map_all(int r, std::initializer_list<const Desc*> descs, std::initializer_list<char**> out) {
+void CollTeam::map_all(int r, int reader, std::initializer_list<const Desc*> descs, std::initializer_list<char**> out) {
   try {
     auto o = out.begin();
-    for (const Desc* d : descs) **o++ = map(r, *d);
+    for (const Desc* d : descs) **o++ = map(r, *d, reader);
   } catch (const Error& e) {
     // The driver refuses a second mapping of memory this process has mapped already. With
     // the legacy IPC API that happens when the owner freed a buffer we still have mapped
@@ -323,7 +322,7 @@ void CollTeam::map_all(int r, std::initializer_list<const Desc*> descs, std::ini
                 "buffers and mapping again", r, e.what());
     ep_.handle_cache()->evict_peer(channel_rank_[r]);
     auto o = out.begin();
-    for (const Desc* d : descs) **o++ = map(r, *d);
+    for (const Desc* d : descs) **o++ = map(r, *d, reader);
   }
 }
 
@@ -670,22 +669,17 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   coll::Scratch scratch(backend_, team.dev);
   for (int r = 0; r < n_; ++r) {
     team.dev[r] = all[r].device;
-    // Kernels of this GPU read peers' buffers (pull schedules), and copies go straight over
-    // NVLink, only where this context has peer access to the GPU whose context the mapping
-    // lives in (idempotent).
+    // Kernels and copies of this GPU reach the peers' buffers over NVLink only where its
+    // context has peer access to their GPUs (idempotent; the legacy mappings' open enables it too).
     if (team.dev[r] != call.device && peer_ok(call.device, team.dev[r]))
       backend_.enable_peer_access(call.device, team.dev[r]);
-    // Copies on a stream of the peer's GPU (copy_stream_device) reach this rank's buffers
-    // through peer access the other way.
-    if (team.dev[r] != call.device && peer_ok(team.dev[r], call.device))
-      backend_.enable_peer_access(team.dev[r], call.device);
     if (r == rank_) {
       send[r] = static_cast<char*>(const_cast<void*>(call.send));
       recv[r] = static_cast<char*>(call.recv);
       scr[r] = scratch_.p;
       scratch.set_external(r, scratch_.p, scratch_.bytes);
     } else {
-      map_all(r, {&all[r].send, &all[r].recv, &all[r].scratch}, {&send[r], &recv[r], &scr[r]});
+      map_all(r, call.device, {&all[r].send, &all[r].recv, &all[r].scratch}, {&send[r], &recv[r], &scr[r]});
       scratch.set_external(r, scr[r], all[r].scratch.present ? all[r].scratch.handle.size : 0);
     }
   }

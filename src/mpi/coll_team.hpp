@@ -164,10 +164,12 @@ class CollTeam {
   struct Desc;
   struct RankInfo;
   Desc describe(const void* p, size_t bytes, const std::vector<p2p::MemLoc>& located);
-  char* map(int r, const Desc& d);
+  // This process's address of rank r's buffer d (null if absent), through the IPC mapping cache,
+  // mapped for `reader` (this rank's GPU, whose kernels and copies use it).
+  char* map(int r, const Desc& d, int reader);
   // Maps rank r's buffers (descs) into out; retries once after dropping r's cached mappings
   // when the driver says the memory is mapped here already.
-  void map_all(int r, std::initializer_list<const Desc*> descs, std::initializer_list<char**> out);
+  void map_all(int r, int reader, std::initializer_list<const Desc*> descs, std::initializer_list<char**> out);
   struct Owned {
     char* p = nullptr;
     size_t bytes = 0;

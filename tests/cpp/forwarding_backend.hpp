@@ -39,7 +39,7 @@ class ForwardingBackend : public Backend {
   IpcMemHandle ipc_export(const void* p) override { return in_->ipc_export(p); }
   int ipc_export_fd(const IpcMemHandle& h) override { return in_->ipc_export_fd(h); }
   bool ipc_open_needs_fd(const IpcMemHandle& h) override { return in_->ipc_open_needs_fd(h); }
-  void* ipc_open(const IpcMemHandle& h, int fd = -1) override { return in_->ipc_open(h, fd); }
+  void* ipc_open(const IpcMemHandle& h, int fd = -1, int reader = -1) override { return in_->ipc_open(h, fd, reader); }
   void ipc_close(void* base) override { in_->ipc_close(base); }
   uint32_t* register_host(void* p, size_t b) override { return in_->register_host(p, b); }
   void unregister_host(void* p) override { in_->unregister_host(p); }

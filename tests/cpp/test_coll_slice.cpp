@@ -50,7 +50,8 @@ std::vector<float> read(Backend& b, const void* dev_buf, int dev, size_t n) {
 }
 
 // Runs `prog` with one thread per rank; returns the first error of any rank ("" if none).
-std::string run_ranks(Node& node, const Program& prog, int runs = 1) {
+// `barriers`: where given, each rank's count of the hosts' barriers it reached.
+std::string run_ranks(Node& node, const Program& prog, int runs = 1, std::vector<uint64_t>* barriers = nullptr) {
   const int n = prog.nranks();
   std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
@@ -61,6 +62,7 @@ std::string run_ranks(Node& node, const Program& prog, int runs = 1) {
         mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
         mpi::SliceRunner runner(*node.backend, *reducer, r, n, flags, [] {});
         for (int i = 0; i < runs; ++i) runner.run(prog, r);
+        if (barriers) (*barriers)[r] = flags.arrived(r).load();
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
@@ -105,6 +107,95 @@ TEST(CollSlice, CrossRankDependenciesHoldAcrossThreads) {
     b.free_device(a[r]);
     b.free_device(c[r]);
   }
+}
+
+// The kernel schedules end with a Barrier op (their kernels write into the peers' buffers).
+// The program's end would then be a second meeting of the hosts that orders nothing: a run of
+// [copy by rank 0, barrier, copy by rank 1 of what rank 0's delivered, barrier] meets twice --
+// and the first meeting still holds (the data checks it).
+TEST(CollSlice, AProgramsClosingBarrierIsItsEnd) {
+  Node node;
+  Backend& b = *node.backend;
+  const size_t n = 1 << 20;
+  float* a0 = static_cast<float*>(b.alloc_device(0, n * sizeof(float)));
+  float* b1 = static_cast<float*>(b.alloc_device(1, n * sizeof(float)));
+  float* c1 = static_cast<float*>(b.alloc_device(1, n * sizeof(float)));
+  fill(b, a0, 0, n, 5.0f);
+  fill(b, b1, 1, n, -1.0f);
+  fill(b, c1, 1, n, -1.0f);
+  Program p(2);
+  p.copy(0, coll::kLaneOut, b1, 1, a0, 0, n * sizeof(float));
+  p.barrier();
+  p.copy(1, coll::kLaneLocal, c1, 1, b1, 1, n * sizeof(float));
+  p.barrier();
+  const int runs = 3;
+  std::vector<uint64_t> met(2);
+  ASSERT_EQ(run_ranks(node, p, runs, &met), "");
+  EXPECT_EQ(met, (std::vector<uint64_t>{2 * runs, 2 * runs}));
+  std::vector<float> got = read(b, c1, 1, n);
+  for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(got[i], 5.0f) << "element " << i;
+  for (void* x : {static_cast<void*>(a0), static_cast<void*>(b1), static_cast<void*>(c1)}) b.free_device(x);
+}
+
+// Counts the copy kernels' launches of the reducer it wraps.
+class LaunchCounter : public coll::Reducer {
+ public:
+  explicit LaunchCounter(Backend& b) : in_(coll::make_reducer(b)) {}
+  void reduce_async(const coll::ReduceArgs& a, int dev, StreamHandle s) override { in_->reduce_async(a, dev, s); }
+  void copy_async(const coll::CopyArgs& a, int dev, StreamHandle s) override {
+    segments.push_back(a.segs.size());
+    in_->copy_async(a, dev, s);
+  }
+  std::vector<size_t> segments;  // per launch
+
+ private:
+  std::unique_ptr<coll::Reducer> in_;
+};
+
+// The native exchanges' kernel copies (Op::by_kernel) run as the copy kernel, the copies of a
+// lane that share their dependencies in one launch as the single-process executor runs them:
+// rank 0's three independent blocks go in one kernel, the copy that reads one of them after it.
+TEST(CollSlice, KernelCopiesOfALaneGoInOneLaunch) {
+  Node node;
+  Backend& b = *node.backend;
+  const size_t n = 4096;
+  std::vector<float*> src(3), dst(3);
+  for (int k = 0; k < 3; ++k) {
+    src[k] = static_cast<float*>(b.alloc_device(0, n * sizeof(float)));
+    dst[k] = static_cast<float*>(b.alloc_device(1, n * sizeof(float)));
+    fill(b, src[k], 0, n, 1.0f + k);
+    fill(b, dst[k], 1, n, -1.0f);
+  }
+  float* again = static_cast<float*>(b.alloc_device(0, n * sizeof(float)));
+  Program p(2);
+  int last = -1;
+  for (int k = 0; k < 3; ++k) last = p.kernel_copy(0, coll::kLaneOut, dst[k], 1, src[k], 0, n * sizeof(float));
+  p.kernel_copy(0, coll::kLaneOut, again, 0, dst[2], 1, n * sizeof(float), {last});
+  LaunchCounter counter(b);
+  mpi::TeamFlags flags0(ipc::ShmSegment::open(node.name));
+  std::string error;
+  std::thread other([&] {  // rank 1 has no ops: it meets rank 0 at the end
+    try {
+      auto reducer = coll::make_reducer(b);
+      mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+      mpi::SliceRunner runner(b, *reducer, 1, 2, flags, [] {});
+      runner.run(p, 1);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  mpi::SliceRunner runner(b, counter, 0, 2, flags0, [] {});
+  runner.run(p, 0);
+  other.join();
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(counter.segments, (std::vector<size_t>{3, 1}));
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(read(b, dst[k], 1, n)[n - 1], 1.0f + k) << "block " << k;
+  EXPECT_EQ(read(b, again, 0, n)[0], 3.0f);
+  for (int k = 0; k < 3; ++k) {
+    b.free_device(src[k]);
+    b.free_device(dst[k]);
+  }
+  b.free_device(again);
 }
 
 // A rank waiting for a step of a rank that never runs ends with the peer check's error.

@@ -169,6 +169,26 @@ static void allreduce_kind(const char* kind, int count) {
     printf("ALLREDUCE %s bytes=%zu path=%s fd_offered=%lld\n", kind, n, gs ? "gpustripe" : "mpi-staged", off);
     fflush(stdout);
   }
+  /* The same buffers through point-to-point, then both again: the p2p layer maps a peer's
+   * buffer for the owner's GPU, the collectives for this rank's own GPU, so a legacy handle is
+   * mapped twice in one process (a mapping per context), and each must keep working. */
+  int peer = rank ^ 1;
+  for (int round = 0; round < 2; ++round) {  /* round 1 sends round 0's sums, the same as the first call's */
+    if (peer < size) {
+      if (rank % 2 == 0) {
+        MPI_Send(rbuf, count, MPI_FLOAT, peer, 9, MPI_COMM_WORLD);
+      } else {
+        CHECK(MPI_Recv(sbuf, count, MPI_FLOAT, peer, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+        CHECK(hk.copy(h, sbuf, n) == 0);
+        for (int i = 0; i < count; ++i) CHECK(h[i] == ranks_sum * (float)(i % 13));
+      }
+    }
+    for (int i = 0; i < count; ++i) h[i] = (float)((rank + 1) * (i % 13) + round);
+    CHECK(hk.copy(sbuf, h, n) == 0);
+    CHECK(MPI_Allreduce(sbuf, rbuf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
+    CHECK(hk.copy(h, rbuf, n) == 0);
+    for (int i = 0; i < count; ++i) CHECK(h[i] == ranks_sum * (float)(i % 13) + (float)(size * round));
+  }
   hk.free_(sbuf);
   hk.free_(rbuf);
   free(h);

@@ -64,7 +64,7 @@ class CudaBackend final : public Backend {
   IpcMemHandle ipc_export(const void* p) override;
   int ipc_export_fd(const IpcMemHandle& h) override;
   bool ipc_open_needs_fd(const IpcMemHandle& h) override;
-  void* ipc_open(const IpcMemHandle& h, int fd = -1) override;
+  void* ipc_open(const IpcMemHandle& h, int fd = -1, int reader = -1) override;
   void* ipc_open_pieces(const IpcMemHandle& h, const std::vector<IpcPiece>& pieces,
                         const std::vector<int>& fds) override;
   void ipc_close(void* base) override;
@@ -123,6 +123,9 @@ class CudaBackend final : public Backend {
   std::map<uintptr_t, VmmMapping> vmm_;                 // by mapped address
   std::map<std::pair<int32_t, uint64_t>, void*> imported_pools_;  // (exporter pid, its pool) -> cudaMemPool_t
   std::set<uintptr_t> pool_imports_;                    // pointers ipc_open imported from pools
+  // Legacy handles ipc_open mapped: the GPU whose context holds each (cudaIpcCloseMemHandle
+  // must run there) and how often it was opened (the driver hands the same pointer back).
+  std::map<uintptr_t, std::pair<int, int>> legacy_opens_;
   std::map<int, void*> fd_pools_;                       // device -> its POSIX-fd pool
   std::map<void*, int> pool_fds_;                       // pool -> its exported descriptor (-1: none)
 };

@@ -420,14 +420,23 @@ bool CudaBackend::ipc_open_needs_fd(const IpcMemHandle& h) {
   return imported_pools_.count({handle_pid(h), h.share_id}) == 0;
 }
 
-void* CudaBackend::ipc_open(const IpcMemHandle& h, int fd) {
+void* CudaBackend::ipc_open(const IpcMemHandle& h, int fd, int reader) {
   check_device("ipc_open", "the handle's device", h.device);
+  if (reader >= 0) check_device("ipc_open", "the reader", reader);
   if (h.kind == IpcKind::Legacy) {
     cudaIpcMemHandle_t ch;
     std::memcpy(&ch, h.bytes, sizeof ch);
-    DeviceGuard guard(h.device);
+    // The mapping lives in the context current here: the reader's, so that its kernels can
+    // load and store through it (the driver enables its peer access to the owner), as NCCL
+    // and UCX open theirs.
+    const int in = reader >= 0 ? reader : h.device;
+    DeviceGuard guard(in);
     void* p = nullptr;
-    GS_CUDA(cudaIpcOpenMemHandle(&p, ch, cudaIpcMemLazyEnablePeerAccess), h.device);
+    GS_CUDA(cudaIpcOpenMemHandle(&p, ch, cudaIpcMemLazyEnablePeerAccess), in);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& o = legacy_opens_[reinterpret_cast<uintptr_t>(p)];
+    o.first = in;
+    ++o.second;
     return p;
   }
   GS_REQUIRE(std::memcmp(h.bytes, h.kind == IpcKind::VmmFd ? kVmmMagic : kPoolMagic, sizeof kVmmMagic) == 0,
@@ -547,9 +556,17 @@ void CudaBackend::ipc_close(void* base) {
     GS_CUDA(cudaFree(base), dev);  // an imported pool pointer is released with cudaFree
     return;
   }
+  int dev = -1;
+  auto l = legacy_opens_.find(u);
+  if (l != legacy_opens_.end()) {
+    dev = l->second.first;
+    if (--l->second.second == 0) legacy_opens_.erase(l);
+  }
   lock.unlock();
-  PointerInfo i = pointer_info(base);
-  int dev = i.kind == MemoryKind::Device ? i.device : -1;
+  if (dev < 0) {
+    PointerInfo i = pointer_info(base);
+    dev = i.kind == MemoryKind::Device ? i.device : -1;
+  }
   if (dev >= 0) {
     DeviceGuard guard(dev);
     GS_CUDA(cudaIpcCloseMemHandle(base), dev);

@@ -66,7 +66,7 @@ class EmulatedBackend final : public Backend {
   IpcMemHandle ipc_export(const void* p) override;
   int ipc_export_fd(const IpcMemHandle& h) override;
   bool ipc_open_needs_fd(const IpcMemHandle& h) override;
-  void* ipc_open(const IpcMemHandle& h, int fd = -1) override;
+  void* ipc_open(const IpcMemHandle& h, int fd = -1, int reader = -1) override;
   void* ipc_open_pieces(const IpcMemHandle& h, const std::vector<IpcPiece>& pieces,
                         const std::vector<int>& fds) override;
   void ipc_close(void* base) override;

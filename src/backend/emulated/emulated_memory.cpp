@@ -286,10 +286,12 @@ bool EmulatedBackend::ipc_open_needs_fd(const IpcMemHandle& h) {
   return imported_pools_.count({pid, h.share_id}) == 0;
 }
 
-void* EmulatedBackend::ipc_open(const IpcMemHandle& h, int fd) {
+void* EmulatedBackend::ipc_open(const IpcMemHandle& h, int fd, int reader) {
   GS_REQUIRE(std::memcmp(h.bytes, kIpcMagic, sizeof kIpcMagic) == 0, GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "ipc_open: not a handle of emulated memory (made by another backend?)");
   check_device("ipc_open", "the handle's device", h.device);
+  // Every emulated GPU reads every mapping (host memory): the reader only has to exist.
+  if (reader >= 0) check_device("ipc_open", "the reader", reader);
   GS_REQUIRE(h.size > 0, GPUSTRIPE_ERR_INVALID_SIZE, "ipc_open: the handle's size is 0");
   int32_t pid;
   std::memcpy(&pid, h.bytes + kIpcPidOffset, sizeof pid);
