@@ -12,7 +12,8 @@
  * value distinct), compare-and-swap (one winner), dynamic windows (attach/detach),
  * MPI_Win_allocate of device memory (info gpustripe_device), host windows left to the MPI, and
  * get epochs completing at unlock by polling their copies while the target makes no MPI call,
- * and large puts and gets (split across paths where the model says so).
+ * which GPU runs a put (the origin's, through a mapping in its context, for plain memory), and
+ * large puts and gets (split across paths where the model says so).
  * Prints "mpi_rma: all checks passed on N ranks". */
 #include "mpi_test_util.h"
 
