@@ -32,8 +32,10 @@ void* gpustripe_mpi_test_alloc_as(int dev, size_t bytes, const char* how);
 long long gpustripe_mpi_test_ipc_counter(const char* name);
 /* A counter of this rank's device windows: "completion_waits" (flush, unlock, fence, complete
  * or free calls that had to wait for their puts and gets), "completion_ticked" (those of them
- * that lasted until the wait's liveness tick, every few milliseconds); -1 for an unknown name
- * or no runtime. */
+ * that lasted until the wait's liveness tick, every few milliseconds), "puts_from_origin" /
+ * "puts_from_target" (puts into another rank's device memory run on a stream of the origin's
+ * GPU, pushed through a mapping in its context, or of the target's); -1 for an unknown name or
+ * no runtime. */
 long long gpustripe_mpi_test_win_counter(const char* name);
 /* Copies between any two of host and device memory; 0 on success. */
 int gpustripe_mpi_test_copy(void* dst, const void* src, size_t bytes);

@@ -69,6 +69,9 @@ long long gpustripe_mpi_test_win_counter(const char* name) {
   const WinWaitCounts c = win_wait_counts();
   if (std::strcmp(name, "completion_waits") == 0) return static_cast<long long>(c.waits);
   if (std::strcmp(name, "completion_ticked") == 0) return static_cast<long long>(c.ticked);
+  const WinPutCounts p = win_put_counts();
+  if (std::strcmp(name, "puts_from_origin") == 0) return static_cast<long long>(p.from_origin);
+  if (std::strcmp(name, "puts_from_target") == 0) return static_cast<long long>(p.from_target);
   return -1;
 }
 

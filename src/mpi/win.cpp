@@ -26,10 +26,12 @@ std::map<MPI_Win, std::unique_ptr<DeviceWindow>>& windows() {
 }
 
 WinWaitCounts wait_counts;
+WinPutCounts put_counts;
 
 }  // namespace
 
 WinWaitCounts win_wait_counts() { return wait_counts; }
+WinPutCounts win_put_counts() { return put_counts; }
 
 DeviceWindow* find_window(MPI_Win w) {
   auto it = windows().find(w);
@@ -138,9 +140,10 @@ DeviceWindow::~DeviceWindow() {
       backend_.synchronize_event(p.event);
       free_events_[p.event_dev].push_back(p.event);
     }
+    close_all_pushed();
     for (auto& kv : free_events_)
       for (EventHandle e : kv.second) backend_.destroy_event(e);
-    for (auto& kv : put_streams_) backend_.destroy_stream(kv.second);
+    for (auto& kv : copy_streams_) backend_.destroy_stream(kv.second);
     for (auto& kv : scratch_)
       if (kv.second.p) backend_.free_device(kv.second.p);
   } catch (const Error& e) {
@@ -269,9 +272,9 @@ void DeviceWindow::require_target(int target, const char* call) const {
     throw WinError(MPI_ERR_RANK, format("%s: target rank %d of a window of %d ranks", call, target, n_));
 }
 
-char* DeviceWindow::resolve(int target, MPI_Aint disp, uint64_t bytes, int* dev, const char* call) {
+char* DeviceWindow::resolve(int target, MPI_Aint disp, uint64_t bytes, int* dev, const char* call, Region** region) {
   if (flavor_ != Flavor::Dynamic) {
-    const Region& r = static_[target];
+    Region& r = static_[target];
     const __int128 off = static_cast<__int128>(disp) * r.disp_unit;
     if (disp < 0 || off + bytes > r.bytes)
       throw WinError(MPI_ERR_RMA_RANGE,
@@ -279,6 +282,7 @@ char* DeviceWindow::resolve(int target, MPI_Aint disp, uint64_t bytes, int* dev,
                             call, static_cast<long long>(disp), r.disp_unit, static_cast<unsigned long long>(bytes),
                             target, static_cast<unsigned long long>(r.bytes)));
     *dev = r.dev;
+    if (region) *region = &r;
     return r.local + static_cast<uint64_t>(off);
   }
   // Dynamic windows: the displacement is the target's address. The regions seen last are
@@ -286,9 +290,10 @@ char* DeviceWindow::resolve(int target, MPI_Aint disp, uint64_t bytes, int* dev,
   const uint64_t at = static_cast<uint64_t>(disp);
   const uint32_t version = shm().slot(target).version.load(std::memory_order_acquire);
   for (auto it = dynamic_.lower_bound({target, 0}); it != dynamic_.end() && it->first.first == target; ++it) {
-    const Region& r = it->second;
+    Region& r = it->second;
     if (at >= r.base && at - r.base + bytes <= r.bytes && r.seen_version == version) {
       *dev = r.dev;
+      if (region) *region = &r;
       return r.local + (at - r.base);
     }
   }
@@ -300,12 +305,19 @@ char* DeviceWindow::resolve(int target, MPI_Aint disp, uint64_t bytes, int* dev,
     if (old != dynamic_.end() && old->second.buffer_id == d.handle.buffer_id) {
       old->second.seen_version = version;
     } else {
-      if (old != dynamic_.end()) dynamic_.erase(old);
+      if (old != dynamic_.end()) {
+        if (!old->second.pushed.empty()) {
+          complete_ops(target);  // puts still in flight into its mappings land first
+          close_pushed(old->second);
+        }
+        dynamic_.erase(old);
+      }
       Region r = map_region(target, i);
       r.seen_version = version;
       old = dynamic_.emplace(key, r).first;
     }
     *dev = old->second.dev;
+    if (region) *region = &old->second;
     return old->second.local + (at - d.base);
   }
   throw WinError(MPI_ERR_RMA_RANGE, format("%s: rank %d has nothing attached at %#llx (+%llu bytes)", call, target,
@@ -333,58 +345,136 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
     throw WinError(MPI_ERR_TYPE, format("%s: %llu origin bytes for %llu target bytes", call,
                                         static_cast<unsigned long long>(ob), static_cast<unsigned long long>(tb)));
   int tdev = kHostDevice;
-  char* t = resolve(target, disp, tb + tlb, &tdev, call) + tlb;
+  Region* region = nullptr;
+  char* t = resolve(target, disp, tb + tlb, &tdev, call, &region) + tlb;
   if (tb == 0) return 0;
   char* o = static_cast<char*>(origin) + olb;
   p2p::MemLoc loc = rt_.locate(o);
   p2p::Mover::check_within(loc, o, ob, "origin buffer");
   const int odev = loc.device ? loc.dev : kHostDevice;
   Pending p{target, next_id_++};
+  // Both ranges are checked: the origin by check_within, the target by resolve.
+  Engine& engine = rt_.context().engine();
+  const bool two_gpus = target != rank_ && odev != kHostDevice && tdev != kHostDevice && odev != tdev;
+  // The model's plan between the two GPUs is the direct path alone: one plain copy, pushed by the
+  // copy engine of the GPU holding the data (docs/mpi.md).
+  const bool direct = two_gpus && (!engine.planner() || tb <= direct_limit_of(put ? odev : tdev, put ? tdev : odev));
   if (put && target != rank_ && tdev != kHostDevice) {
-    // Into another rank's memory: on a stream of the target's GPU, where its mapping lives in
-    // this process (copies into a mapping issued from another GPU's context take a slow path
-    // near PCIe speed, docs/mpi-coll.md); the origin's GPU lets that GPU read its memory.
-    if (odev != kHostDevice && odev != tdev && peer_enabled_.insert({tdev, odev}).second &&
-        backend_.can_access_peer(tdev, odev))
-      backend_.enable_peer_access(tdev, odev);
-    StreamHandle s = put_stream(tdev);
-    // Both ranges are checked: the origin by check_within, the target by resolve. Larger than
-    // the model's direct-alone size between two GPUs: the engine's plan (direct + host staging
-    // where it pays), with the direct path and the relays into the mapping issued from its GPU.
-    Engine& engine = rt_.context().engine();
-    if (odev != kHostDevice && odev != tdev && engine.planner() && tb > put_direct_limit(odev, tdev))
-      engine.copy_async_from_dst(t, tdev, o, odev, tb, s);
-    else
-      backend_.copy_async_prechecked(t, tdev, o, odev, tb, s);
-    std::vector<EventHandle>& pool = free_events_[tdev];
-    if (pool.empty()) {
-      p.event = backend_.create_event(tdev, false);
+    // Into another rank's memory: by the origin's GPU, into the target's memory mapped in its
+    // context, where the kind of memory has such a mapping.
+    char* pushed = direct ? pushed_mapping(*region, odev) : nullptr;
+    if (pushed) {
+      // Named as a copy within the origin GPU's context, whose mapping it writes through (named
+      // as one between two GPUs, CUDA would look for the mapping in the target's context). The
+      // emulated backend's one mapping serves every reader: it checks the range against the
+      // GPU that owns it.
+      const int named = backend_.emulated() ? tdev : odev;
+      copy_plain(pushed + (t - region->local), named, o, odev, tb, odev, p);
+      ++put_counts.from_origin;
     } else {
-      p.event = pool.back();
-      pool.pop_back();
+      // Else on a stream of the target's GPU, where the cache's mapping lives in this process
+      // (copies into a mapping issued from another GPU's context take a slow path near PCIe
+      // speed, docs/mpi-coll.md); the origin's GPU lets that GPU read its memory. Larger than the
+      // direct-alone size: the engine's plan (direct + host staging where it pays), with the
+      // direct path and the relays into the mapping issued from its GPU.
+      if (two_gpus) allow_peer(tdev, odev);
+      if (two_gpus && !direct) {
+        // On the two split streams in turn: a put's plan then waits neither for the previous
+        // one's slower path nor its host pipeline's drain (its stream's earlier work, which the
+        // plan's staged part forks from), so consecutive puts' host pipelines, enqueued on the
+        // engine's lanes, stream into each other, as p2p's windows of copies on two streams do.
+        StreamHandle s = copy_stream(tdev, 1 + static_cast<int>(split_turn_++ % kSplitStreams));
+        engine.copy_async_from_dst(t, tdev, o, odev, tb, s);
+        record(p, tdev, s);
+      } else {
+        copy_plain(t, tdev, o, odev, tb, tdev, p);
+      }
+      ++put_counts.from_target;
     }
-    p.event_dev = tdev;
-    backend_.record_event(p.event, s);
+  } else if (!put && direct) {
+    // A get between two GPUs: by the target's GPU, whose context holds the mapping in this
+    // process, into the origin's memory.
+    allow_peer(tdev, odev);
+    copy_plain(o, odev, t, tdev, tb, tdev, p);
   } else {
-    // Gets read the mapping on a stream of its GPU (the mover's choice for a mapped source),
-    // through the engine: multi-path where the plan says so.
+    // Larger gets (multi-path where the plan says so, as p2p's pull), and copies to or from host
+    // memory or within one GPU: the mover's copies, on a stream of the mapping's GPU.
     p.ticket = put ? rt_.mover().start(t, tdev, o, odev, tb) : rt_.mover().start(o, odev, t, tdev, tb);
   }
   pending_.push_back(p);
   return p.id;
 }
 
-uint64_t DeviceWindow::put_direct_limit(int odev, int tdev) {
-  auto it = put_direct_limits_.find({odev, tdev});
-  if (it == put_direct_limits_.end())
-    it = put_direct_limits_.emplace(std::make_pair(odev, tdev), p2p::direct_limit(rt_.context().engine(), odev, tdev)).first;
+char* DeviceWindow::pushed_mapping(Region& r, int dev) {
+  auto it = r.pushed.find(dev);
+  if (it != r.pushed.end()) return it->second;
+  char* at = nullptr;
+  // Legacy handles alone map per context (Backend::ipc_open's reader); VMM and pool memory is
+  // mapped once for every GPU and stays on its own GPU's streams here.
+  if (r.handle.kind == Backend::IpcKind::Legacy && dev != r.handle.device) {
+    try {
+      at = static_cast<char*>(backend_.ipc_open(r.handle, -1, dev)) + (r.base - r.handle.base);
+    } catch (const Error& e) {
+      // A driver that refuses: puts into it run on its own GPU's streams.
+      GS_LOG_DEBUG(Subsys::Mpi, "window memory of GPU %d not mapped for GPU %d's puts: %s", r.dev, dev, e.what());
+    }
+  }
+  r.pushed.emplace(dev, at);
+  return at;
+}
+
+void DeviceWindow::close_pushed(Region& r) {
+  for (auto& kv : r.pushed) {
+    if (!kv.second) continue;
+    try {
+      backend_.ipc_close(kv.second - (r.base - r.handle.base));
+    } catch (const Error& e) {
+      GS_LOG_WARN(Subsys::Mpi, "closing a window's mapping for GPU %d: %s", kv.first, e.what());
+    }
+  }
+  r.pushed.clear();
+}
+
+void DeviceWindow::close_all_pushed() {
+  for (Region& r : static_) close_pushed(r);
+  for (auto& kv : dynamic_) close_pushed(kv.second);
+}
+
+uint64_t DeviceWindow::direct_limit_of(int src, int dst) {
+  auto it = direct_limits_.find({src, dst});
+  if (it == direct_limits_.end())
+    it = direct_limits_.emplace(std::make_pair(src, dst), p2p::direct_limit(rt_.context().engine(), src, dst)).first;
   return it->second;
 }
 
-StreamHandle DeviceWindow::put_stream(int dev) {
-  auto it = put_streams_.find(dev);
-  if (it == put_streams_.end()) it = put_streams_.emplace(dev, backend_.create_stream(dev)).first;
+StreamHandle DeviceWindow::copy_stream(int dev, int index) {
+  auto it = copy_streams_.find({dev, index});
+  if (it == copy_streams_.end()) it = copy_streams_.emplace(std::make_pair(dev, index), backend_.create_stream(dev)).first;
   return it->second;
+}
+
+void DeviceWindow::allow_peer(int dev, int peer) {
+  if (peer_enabled_.insert({dev, peer}).second && backend_.can_access_peer(dev, peer))
+    backend_.enable_peer_access(dev, peer);
+}
+
+void DeviceWindow::record(Pending& p, int dev, StreamHandle s) {
+  std::vector<EventHandle>& pool = free_events_[dev];
+  if (pool.empty()) {
+    p.event = backend_.create_event(dev, false);
+  } else {
+    p.event = pool.back();
+    pool.pop_back();
+  }
+  p.event_dev = dev;
+  backend_.record_event(p.event, s);
+}
+
+void DeviceWindow::copy_plain(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, int on,
+                              Pending& p) {
+  StreamHandle s = copy_stream(on);
+  backend_.copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, s);
+  record(p, on, s);
 }
 
 bool DeviceWindow::finished(Pending& p) {
@@ -463,8 +553,9 @@ void DeviceWindow::free() {
                                                                 : "MPI_Win_post"));
   complete_ops(-1);
   // Pool memory: every importer closes its import before the owner may free the buffer, i.e.
-  // before the owner leaves MPI_Win_free.
+  // before the owner leaves MPI_Win_free; the mappings of this window's own are closed there too.
   release_leases();
+  close_all_pushed();
   // Nobody still reads or writes this rank's memory once every member is here.
   barrier("MPI_Win_free");
 }

@@ -11,10 +11,14 @@
 // every other member's memory once, at creation (MPI_Win_attach for dynamic
 // windows: on first access to a region, through the p2p layer's mapping cache,
 // whose buffer id check never serves a freed and reallocated buffer). An origin
-// then moves data itself, on a stream of the target's GPU (where the mapping lives
-// in this process): a put is a copy from its buffer straight into the target's memory
-// (Engine::copy_async_from_dst above the model's direct-alone size: multi-path where the
-// plan says so), a get the mover's copy the other way (the same, as p2p's pull).
+// then moves data itself: a copy of the direct path alone (up to the model's direct-alone
+// size) is one plain copy pushed by the copy engine of the GPU that holds the data (NVLink
+// writes outrun reads at medium sizes): a get on a stream of the target's GPU, where the
+// cache's mapping lives in this process, a put on a stream of the origin's GPU into a second
+// mapping of the target's memory opened in that GPU's context (Backend::ipc_open with that
+// GPU as the reader; legacy handles; other memory: on the target's GPU). Larger puts run the engine's plan from
+// a stream of the target's GPU (Engine::copy_async_from_dst: multi-path where the plan says
+// so), larger gets the mover's copies (the same, as p2p's pull).
 // The target takes no part: passive target needs no progress on its side.
 //
 // Synchronization lives in the same segment, so it needs no target progress either
@@ -130,24 +134,41 @@ class DeviceWindow {
     Backend::IpcMemHandle handle;
     bool leased = false;
     uint32_t seen_version = 0;  // dynamic windows: the target's table version it was found in
+    // The same memory mapped in other GPUs' contexts (ipc_open with them as the reader; this
+    // window's own opens, not the cache's, so that no eviction closes one under a put), for puts
+    // their copy engines push: GPU -> address of `base` there, null where it cannot be opened.
+    std::map<int, char*> pushed;
   };
   struct Pending {
     int target;
     uint64_t id;
-    uint64_t ticket = 0;             // a copy of the mover (gets, puts to this rank)
-    EventHandle event = nullptr;     // recorded after a put on put_streams_
+    uint64_t ticket = 0;             // a copy of the mover (larger gets, copies to or from host memory)
+    EventHandle event = nullptr;     // recorded after a copy on copy_streams_
     int event_dev = kHostDevice;
   };
   bool finished(Pending& p);  // true once complete (its event goes back to the pool)
-  StreamHandle put_stream(int dev);
-  // p2p::direct_limit of (origin GPU, target GPU), asked once per pair.
-  uint64_t put_direct_limit(int odev, int tdev);
+  // The window's stream `index` of GPU `dev`: 0 for plain copies and accumulates, 1 ..
+  // kSplitStreams for puts split across paths.
+  StreamHandle copy_stream(int dev, int index = 0);
+  static constexpr int kSplitStreams = 2;
+  // p2p::direct_limit of (source GPU, destination GPU), asked once per pair.
+  uint64_t direct_limit_of(int src, int dst);
+  void allow_peer(int dev, int peer);  // dev's context may reach peer's memory (once per pair)
+  void record(Pending& p, int dev, StreamHandle s);  // p's event (of the pool of dev) after s's work
+  // One plain copy on the window's stream of GPU `on`, `p` completing with it.
+  void copy_plain(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, int on, Pending& p);
   WinShared& shm() const;
   void publish_region(int slot, void* base, uint64_t bytes);
   Region map_region(int target, int slot);
   void release_leases();  // pool memory's imports (HandleCache::leased), closed
-  // Where (target, disp) .. + bytes lies in this process; throws MPI_ERR_RMA_RANGE.
-  char* resolve(int target, MPI_Aint disp, uint64_t bytes, int* dev, const char* call);
+  // Where (target, disp) .. + bytes lies in this process, and the region holding it; throws
+  // MPI_ERR_RMA_RANGE.
+  char* resolve(int target, MPI_Aint disp, uint64_t bytes, int* dev, const char* call, Region** region = nullptr);
+  // `r`'s memory as GPU `dev`'s streams write into it at link speed (opened on first use), or
+  // null: then only its own GPU's streams do.
+  char* pushed_mapping(Region& r, int dev);
+  void close_pushed(Region& r);  // its copies have completed
+  void close_all_pushed();
   void require_epoch(int target, const char* call) const;
   void require_target(int target, const char* call) const;
   // (count, type)'s bytes and first byte; throws MPI_ERR_TYPE unless contiguous.
@@ -188,9 +209,10 @@ class DeviceWindow {
   std::map<std::pair<int, uint64_t>, Region> dynamic_;  // Dynamic: (target, base) -> mapped region
   std::vector<Pending> pending_;
   uint64_t next_id_ = 1;
-  std::map<int, StreamHandle> put_streams_;  // per target GPU: puts and accumulates there
-  std::map<std::pair<int, int>, uint64_t> put_direct_limits_;
-  std::set<std::pair<int, int>> peer_enabled_;  // (target GPU, origin GPU) pairs asked already
+  std::map<std::pair<int, int>, StreamHandle> copy_streams_;  // (GPU, index): the copies it runs
+  uint64_t split_turn_ = 0;  // split puts so far (their streams taken in turn)
+  std::map<std::pair<int, int>, uint64_t> direct_limits_;
+  std::set<std::pair<int, int>> peer_enabled_;  // (GPU, peer GPU) pairs asked already
   struct Scratch {
     char* p = nullptr;
     uint64_t bytes = 0;
@@ -215,6 +237,13 @@ struct WinWaitCounts {
   uint64_t waits = 0, ticked = 0;
 };
 WinWaitCounts win_wait_counts();
+
+// This process's puts into other ranks' device memory, by the GPU whose streams ran them: the
+// origin's (pushed through a mapping in its context) or the target's.
+struct WinPutCounts {
+  uint64_t from_origin = 0, from_target = 0;
+};
+WinPutCounts win_put_counts();
 
 // The window behind an MPI handle, or null (the MPI's own window).
 DeviceWindow* find_window(MPI_Win w);

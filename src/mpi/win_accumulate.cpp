@@ -119,7 +119,7 @@ void DeviceWindow::accumulate_atomic(coll::AtomicAccArgs a, int tdev, const char
     if (from != kHostDevice && from != tdev && peer_enabled_.insert({tdev, from}).second &&
         backend_.can_access_peer(tdev, from))
       backend_.enable_peer_access(tdev, from);
-  StreamHandle s = put_stream(tdev);
+  StreamHandle s = copy_stream(tdev);
   if (o) {
     backend_.copy_async(sc.p, tdev, o, odev, bytes, s);
     a.origin = sc.p;

@@ -318,6 +318,26 @@ TEST_F(Cuda, IpcAcrossProcesses) {
     EXPECT_EQ(i.kind, MemoryKind::Device);
     EXPECT_EQ(i.device, dev);
     EXPECT_EQ(read(p, dev, bytes, s), random_bytes(bytes, 31));
+    if (n >= 2) {
+      // Mapped for another GPU's streams (the reader: a device window's puts pushed by the
+      // origin's GPU): that GPU's context's mapping, shared by a second open there (counted),
+      // closed in that context; its copy engine writes into it from its own memory, as a copy
+      // within its context.
+      const int other = (dev + 1) % n;
+      char* q = static_cast<char*>(be->ipc_open(h, -1, other));
+      ASSERT_NE(q, nullptr);
+      EXPECT_EQ(be->ipc_open(h, -1, other), q);
+      be->ipc_close(q);
+      StreamHandle os = be->create_stream(other);
+      void* b = be->alloc_device(other, bytes);
+      write(b, other, random_bytes(bytes, 33), os);
+      be->copy_async_prechecked(q, other, b, other, bytes, os);
+      be->synchronize_stream(os);
+      EXPECT_EQ(read(p, dev, bytes, s), random_bytes(bytes, 33));
+      be->free_device(b);
+      be->destroy_stream(os);
+      be->ipc_close(q);
+    }
     write(p, dev, random_bytes(bytes, 32), s);
     be->ipc_close(p);
     be->destroy_stream(s);

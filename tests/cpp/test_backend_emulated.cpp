@@ -544,6 +544,13 @@ TEST_F(Emulated, IpcHandleOpensInAForkedChild) {
       auto child = make_emulated_backend(make_topology(4));
       char* p = static_cast<char*>(child->ipc_open(h));
       if (child->ipc_open(h) != p) code = 10;  // the same handle maps once
+      // Opened for another GPU's streams and kernels (the reader, as a device window's pushed
+      // puts and the collectives open it): every emulated GPU reads host memory, so the same
+      // mapping, counted, still memory of the owner's GPU; a reader that is no GPU is refused.
+      char* q = static_cast<char*>(child->ipc_open(h, -1, 2));
+      if (q != p || child->pointer_info(q).device != 1) code = 15;
+      child->ipc_close(q);
+      if (status_of([&] { child->ipc_open(h, -1, 4); }) != GPUSTRIPE_ERR_INVALID_DEVICE) code = 16;
       PointerInfo i = child->pointer_info(p + n - 1);
       if (i.kind != MemoryKind::Device || i.device != 1 || i.buffer_id != h.buffer_id || i.size != n) code = 11;
       StreamHandle cs = child->create_stream(1);

@@ -12,7 +12,8 @@
  * value distinct), compare-and-swap (one winner), dynamic windows (attach/detach),
  * MPI_Win_allocate of device memory (info gpustripe_device), host windows left to the MPI, and
  * get epochs completing at unlock by polling their copies while the target makes no MPI call,
- * and large puts and gets (split across paths where the model says so).
+ * which GPU runs a put (the origin's, through a mapping in its context, for plain memory), and
+ * large puts and gets (split across paths where the model says so).
  * Prints "mpi_rma: all checks passed on N ranks". */
 #include "mpi_test_util.h"
 
@@ -233,6 +234,66 @@ static void gets_complete_by_polling(void) {
   buf_free(&hk, &mem);
   buf_free(&hk, &got);
   if (rank == 0) printf("gets complete at unlock by polling, the target outside MPI\n");
+}
+
+/* Who runs a put into another rank's device memory on another GPU: the origin's GPU, pushing
+ * through a mapping of the target's memory in its own context, for the direct path alone on
+ * memory with legacy (plain) IPC handles; the target's GPU for other kinds of memory and for
+ * puts the plan splits across paths (GPUSTRIPE_PLAN forces that above a few KB). Counted by the
+ * interposer; every byte checked. */
+static void puts_pushed_by_origin(const char* alloc) {
+  if (size < 2) return;
+  long long (*counter)(const char*) =
+      (long long (*)(const char*))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_win_counter");
+  CHECK(counter);
+  const size_t L = 256 * 1024;
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  buf_t mem = buf_new(&hk, rank % ndev, L), src = buf_new(&hk, rank % ndev, L);
+  memset(mem.h, 0, L);
+  buf_push(&hk, &mem);
+  MPI_Win win;
+  CHECK(MPI_Win_create(mem.p, (MPI_Aint)L, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win) == MPI_SUCCESS);
+  const long long origin0 = counter("puts_from_origin"), target0 = counter("puts_from_target");
+  CHECK(origin0 >= 0 && target0 >= 0);
+  const size_t sizes[] = {8, 4096, 65536, 128 * 1024};
+  const int nput = (int)(sizeof sizes / sizeof sizes[0]);
+  size_t at = 0;
+  for (int i = 0; i < nput; ++i) {
+    fill(src.h + at, sizes[i], rank, 41, i);
+    at += sizes[i];
+  }
+  buf_push(&hk, &src);
+  CHECK(MPI_Win_lock(MPI_LOCK_SHARED, next, 0, win) == MPI_SUCCESS);
+  at = 0;
+  for (int i = 0; i < nput; ++i) {
+    CHECK(MPI_Put(src.p + at, (int)sizes[i], MPI_BYTE, next, (MPI_Aint)at, (int)sizes[i], MPI_BYTE, win) ==
+          MPI_SUCCESS);
+    at += sizes[i];
+  }
+  CHECK(MPI_Win_unlock(next, win) == MPI_SUCCESS);
+  const long long from_origin = counter("puts_from_origin") - origin0, from_target = counter("puts_from_target") - target0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  buf_pull(&hk, &mem);
+  at = 0;
+  for (int i = 0; i < nput; ++i) {
+    CHECK(same(mem.h + at, sizes[i], prev, 41, i));
+    at += sizes[i];
+  }
+  const int two_gpus = rank % ndev != next % ndev;
+  const char* plan = getenv("GPUSTRIPE_PLAN");
+  const int split = plan && *plan;
+  const int legacy = !alloc || !*alloc || !strcmp(alloc, "plain");
+  if (rank == 0)
+    printf("puts to a rank on %s GPU (%s memory%s): %lld pushed by the origin's GPU, %lld run by the target's\n",
+           two_gpus ? "another" : "the same", legacy ? "plain" : alloc, split ? ", every copy split" : "", from_origin,
+           from_target);
+  CHECK(from_origin + from_target == nput);
+  if (two_gpus && legacy && !split) CHECK(from_origin == nput);
+  if (!two_gpus || !legacy) CHECK(from_origin == 0);
+  if (split) CHECK(from_target > 0); /* the larger ones at least (the smallest may stay whole) */
+  CHECK(MPI_Win_free(&win) == MPI_SUCCESS);
+  buf_free(&hk, &mem);
+  buf_free(&hk, &src);
 }
 
 /* Large puts and gets (where the model splits a copy direct + host staging: puts then run the
@@ -684,6 +745,7 @@ int main(int argc, char** argv) {
   puts_and_gets(win, &mem, model);
   progress_in_fence(win);
   gets_complete_by_polling();
+  puts_pushed_by_origin(alloc);
   large_puts_and_gets();
   errors(win, &mem, model);
   accumulates(win, &mem);
