@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/cuda_check.hpp"
 #include "coll/fused_barrier.cuh"
 #include "coll/reduce.hpp"
 #include "common/error.hpp"
@@ -114,10 +115,7 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream) {
   }
   const FusedBarrier bar = a.barrier ? *a.barrier : FusedBarrier{};
   if (p.n == 0 && !a.barrier) return;
-  int prev = 0;
-  cudaGetDevice(&prev);
-  cudaError_t e = cudaSetDevice(dev);
-  GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "cudaSetDevice(%d): %s", dev, cudaGetErrorString(e));
+  DeviceGuard guard(dev);  // switches only where `dev` is not current (see launch_reduce_kernel)
   // One thread per vector of the largest segment on each segment's blocks, up to the cap
   // (spread evenly over the segments): small copies get many short threads (latency),
   // large ones a grid that strides.
@@ -128,8 +126,7 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream) {
       nseg, static_cast<size_t>(sm_count(dev)) * static_cast<size_t>(std::max<int64_t>(1, per_sm)) / nseg * nseg);
   const unsigned grid = static_cast<unsigned>(std::min(cap, per_seg * nseg));
   copy_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(cuda_stream)>>>(p, bar);
-  e = cudaGetLastError();
-  cudaSetDevice(prev);
+  const cudaError_t e = cudaGetLastError();
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "copy kernel (%d segments) on device %d: %s", p.n, dev,
              cudaGetErrorString(e));
 }
