@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "backend/cuda/cuda_check.hpp"
 #include "coll/fused_barrier.cuh"
 #include "coll/reduce.hpp"
 #include "common/error.hpp"
@@ -115,7 +114,10 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream) {
   }
   const FusedBarrier bar = a.barrier ? *a.barrier : FusedBarrier{};
   if (p.n == 0 && !a.barrier) return;
-  DeviceGuard guard(dev);  // switches only where `dev` is not current (see launch_reduce_kernel)
+  int prev = dev;
+  cudaGetDevice(&prev);
+  cudaError_t e = prev == dev ? cudaSuccess : cudaSetDevice(dev);  // as launch_reduce_kernel
+  GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "cudaSetDevice(%d): %s", dev, cudaGetErrorString(e));
   // One thread per vector of the largest segment on each segment's blocks, up to the cap
   // (spread evenly over the segments): small copies get many short threads (latency),
   // large ones a grid that strides.
@@ -126,7 +128,8 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream) {
       nseg, static_cast<size_t>(sm_count(dev)) * static_cast<size_t>(std::max<int64_t>(1, per_sm)) / nseg * nseg);
   const unsigned grid = static_cast<unsigned>(std::min(cap, per_seg * nseg));
   copy_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(cuda_stream)>>>(p, bar);
-  const cudaError_t e = cudaGetLastError();
+  e = cudaGetLastError();
+  if (prev != dev) cudaSetDevice(prev);
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "copy kernel (%d segments) on device %d: %s", p.n, dev,
              cudaGetErrorString(e));
 }

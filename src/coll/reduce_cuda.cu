@@ -14,7 +14,6 @@
 #include <mutex>
 #include <vector>
 
-#include "backend/cuda/cuda_check.hpp"
 #include "coll/reduce_kernel.cuh"
 #include "common/error.hpp"
 
@@ -128,14 +127,23 @@ void launch_reduce_kernel(const ReduceArgs& a, int dev, void* cuda_stream) {
   const KernelKey k = key_of(a);
   const ReduceLaunch l = shape_launch(a, p, k.count, dtype_size(k.dtype), dev);
   const FusedBarrier bar = a.barrier ? *a.barrier : FusedBarrier{};
-  // The caller's GPU is mostly current already (a rank's part runs on its own GPU): the
-  // guard switches, and switches back, only where it is not.
-  DeviceGuard guard(dev);
+  // The launch's GPU is mostly current already (a rank's part runs on its own GPU): switch,
+  // and switch back, only where it is not.
+  int prev = dev;
+  cudaGetDevice(&prev);
+  cudaError_t e = prev == dev ? cudaSuccess : cudaSetDevice(dev);
+  GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "cudaSetDevice(%d): %s", dev, cudaGetErrorString(e));
   cudaStream_t s = static_cast<cudaStream_t>(cuda_stream);
-  if (k.dtype >= GPUSTRIPE_FLOAT_INT) launch_loc_reduce(p, k, l, bar, s);
-  else if (k.dtype <= GPUSTRIPE_BFLOAT16) launch_float_reduce(p, k, l, bar, s);
-  else launch_int_reduce(p, k, l, bar, s);
-  const cudaError_t e = cudaGetLastError();
+  try {
+    if (k.dtype >= GPUSTRIPE_FLOAT_INT) launch_loc_reduce(p, k, l, bar, s);
+    else if (k.dtype <= GPUSTRIPE_BFLOAT16) launch_float_reduce(p, k, l, bar, s);
+    else launch_int_reduce(p, k, l, bar, s);
+  } catch (...) {
+    if (prev != dev) cudaSetDevice(prev);
+    throw;
+  }
+  e = cudaGetLastError();
+  if (prev != dev) cudaSetDevice(prev);
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "reduce kernel (%s %s, %zu elements) on device %d: %s",
              dtype_name(a.dtype), redop_name(a.op), a.count, dev, cudaGetErrorString(e));
 }
