@@ -114,9 +114,9 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream) {
   }
   const FusedBarrier bar = a.barrier ? *a.barrier : FusedBarrier{};
   if (p.n == 0 && !a.barrier) return;
-  int prev = 0;
+  int prev = dev;
   cudaGetDevice(&prev);
-  cudaError_t e = cudaSetDevice(dev);
+  cudaError_t e = prev == dev ? cudaSuccess : cudaSetDevice(dev);  // as launch_reduce_kernel
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "cudaSetDevice(%d): %s", dev, cudaGetErrorString(e));
   // One thread per vector of the largest segment on each segment's blocks, up to the cap
   // (spread evenly over the segments): small copies get many short threads (latency),
@@ -129,7 +129,7 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream) {
   const unsigned grid = static_cast<unsigned>(std::min(cap, per_seg * nseg));
   copy_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(cuda_stream)>>>(p, bar);
   e = cudaGetLastError();
-  cudaSetDevice(prev);
+  if (prev != dev) cudaSetDevice(prev);
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "copy kernel (%d segments) on device %d: %s", p.n, dev,
              cudaGetErrorString(e));
 }

@@ -127,9 +127,11 @@ void launch_reduce_kernel(const ReduceArgs& a, int dev, void* cuda_stream) {
   const KernelKey k = key_of(a);
   const ReduceLaunch l = shape_launch(a, p, k.count, dtype_size(k.dtype), dev);
   const FusedBarrier bar = a.barrier ? *a.barrier : FusedBarrier{};
-  int prev = 0;
+  // The launch's GPU is mostly current already (a rank's part runs on its own GPU): switch,
+  // and switch back, only where it is not.
+  int prev = dev;
   cudaGetDevice(&prev);
-  cudaError_t e = cudaSetDevice(dev);
+  cudaError_t e = prev == dev ? cudaSuccess : cudaSetDevice(dev);
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "cudaSetDevice(%d): %s", dev, cudaGetErrorString(e));
   cudaStream_t s = static_cast<cudaStream_t>(cuda_stream);
   try {
@@ -137,11 +139,11 @@ void launch_reduce_kernel(const ReduceArgs& a, int dev, void* cuda_stream) {
     else if (k.dtype <= GPUSTRIPE_BFLOAT16) launch_float_reduce(p, k, l, bar, s);
     else launch_int_reduce(p, k, l, bar, s);
   } catch (...) {
-    cudaSetDevice(prev);
+    if (prev != dev) cudaSetDevice(prev);
     throw;
   }
   e = cudaGetLastError();
-  cudaSetDevice(prev);
+  if (prev != dev) cudaSetDevice(prev);
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "reduce kernel (%s %s, %zu elements) on device %d: %s",
              dtype_name(a.dtype), redop_name(a.op), a.count, dev, cudaGetErrorString(e));
 }

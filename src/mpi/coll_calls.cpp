@@ -1,5 +1,7 @@
 #include "mpi/coll_calls.hpp"
 
+#include <algorithm>
+
 #include "coll/schedules.hpp"
 
 namespace gpustripe::mpi {
@@ -7,6 +9,18 @@ namespace gpustripe::mpi {
 int device_of(p2p::Mover& mover, CollCall& c, std::initializer_list<const void*> bufs) {
   int dev = -1;
   for (const void* b : bufs) {
+    // A buffer inside an allocation this call has located already (in place: the same
+    // pointer twice; send and receive buffers cut from one allocation) is that allocation:
+    // no second pointer query (a driver call on CUDA) for what was just asked.
+    const uintptr_t at = reinterpret_cast<uintptr_t>(b);
+    auto same = std::find_if(c.located.begin(), c.located.end(), [at](const p2p::MemLoc& l) {
+      return l.device && l.size != 0 && at >= l.base && at - l.base < l.size;
+    });
+    if (same != c.located.end()) {
+      if (dev >= 0 && same->dev != dev) return -1;
+      dev = same->dev;
+      continue;
+    }
     p2p::MemLoc loc = mover.locate(b);
     if (!loc.device || (dev >= 0 && loc.dev != dev)) return -1;
     dev = loc.dev;

@@ -14,8 +14,9 @@
 
 namespace gpustripe::mpi {
 
-// The GPU all `bufs` live on, their allocations appended to c.located; -1 when one of them is
-// not device memory or they lie on different GPUs.
+// The GPU all `bufs` live on, their allocations appended to c.located (once per allocation: a
+// buffer inside one located already is not asked about again); -1 when one of them is not device
+// memory or they lie on different GPUs.
 int device_of(p2p::Mover& mover, CollCall& c, std::initializer_list<const void*> bufs);
 
 // CollCall::shape: the collective and what its build closure captures.

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -202,7 +203,15 @@ void SliceRunner::run_watched(const std::vector<uint32_t>& waits,
   auto release = [this, &waits] {
     for (uint32_t w : waits) flags_.op(w).store(1, std::memory_order_release);
   };
-  WaitWatch watch(watch_gpu_, check_alive_, release);
+  // A part whose streams wait for no other rank (the kernel schedules' parts, between the hosts'
+  // barriers) cannot leave a driver call blocked behind a dead peer, and has no flag to release:
+  // the drain's own waiter checks the peers and bounds the time. Only parts with such waits
+  // arm the watchdog (a lock, an allocation and a list entry per part).
+  std::optional<WaitWatch> watch;
+  if (!waits.empty()) watch.emplace(watch_gpu_, check_alive_, release);
+  auto rethrow = [&] {
+    if (watch) watch->rethrow();
+  };
   std::vector<Lane*> used;
   try {
     enqueue(used);
@@ -212,8 +221,8 @@ void SliceRunner::run_watched(const std::vector<uint32_t>& waits,
     sync_streams(used);
     throw;
   }
-  drain(used, release, [&] { watch.rethrow(); });
-  watch.rethrow();  // released by the watch: the streams ran past waits nobody satisfied
+  drain(used, release, rethrow);
+  rethrow();  // released by the watch: the streams ran past waits nobody satisfied
   reset_edges(waits);
 }
 
@@ -227,7 +236,17 @@ void SliceRunner::drain(const std::vector<Lane*>& used, const std::function<void
     backend_.record_event(e, l->stream());
     ends.push_back(e);
   }
+  auto all_done = [&] {
+    for (EventHandle e : ends)
+      if (!backend_.query_event(e)) return false;
+    return true;
+  };
   try {
+    // Streams already done: no waiter (a message to format, settings to read), as in barrier().
+    if (all_done()) {
+      drain_us_ += us_since(t0);
+      return;
+    }
     ipc::Waiter w(format("collective: rank %d waiting for its GPU work (and the other ranks' steps it needs)", rank_),
                   [&] {
                     if (fired) fired();
@@ -349,7 +368,9 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
   {
     // Only the enqueueing is watched: a driver call may block behind a flag a dead rank never
     // sets. Later the host polls (poll()), and whoever waits for the call checks the peers.
-    WaitWatch watch(watch_enqueue_, check_alive_, release);
+    // Without such waits nothing can block (run_watched).
+    std::optional<WaitWatch> watch;
+    if (!f->waits.empty()) watch.emplace(watch_enqueue_, check_alive_, release);
     try {
       enqueue_streams(prog, slots, 0, ops.size(), device, lanes_, nullptr, false, dev_flags_, 1, f->used);
       for (Lane* l : f->used) {
@@ -358,7 +379,7 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
         backend_.record_event(e, l->stream());
         f->ends.push_back(e);
       }
-      watch.rethrow();
+      if (watch) watch->rethrow();
     } catch (...) {
       release();
       sync_streams(f->used);
