@@ -493,6 +493,11 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         timed = cal is not None and cal.calibrating()
         t_host = time.perf_counter()
         if timed:
+            if way == "nccl" and self._unjoined:
+                # The join NCCL's call needs (_other) comes before its start: the native calls
+                # before it are timed as theirs, not again as this one's (an async caller has
+                # not waited for them).
+                self._join(t0)
             start, end = _timing_events(t0)
             start.record(_caller_stream(t0))
         if way == "nccl":
