@@ -22,8 +22,9 @@ and mapped once per allocation (PyTorch's caching allocator hands back the same 
 expandable segments included).
 
 Where NCCL is faster: the first calls of each kind (an op, the memory's side, the element
-type, sizes within a power of two: ``_kind``) are timed on both, alternately, and every rank
-then takes the one whose slowest rank was faster (``_Calibration``); what was chosen and why
+type, sizes within a power of two: ``_kind``) are timed on both, alternately (a call costs the
+longer of its GPU and its host time), and every rank then takes the one whose slowest rank
+was faster (``_Calibration``); what was chosen and why
 is in ``trace()``. A kind decided for NCCL is then handed to it as it came, after one lookup,
 and its work returned: such a call costs what it costs on a plain NCCL group.
 
@@ -87,6 +88,14 @@ def _test_verdict(pg, native) -> None:
     pg._verdict = native
 
 
+def _test_calibrate_emulated(pg, on: bool = True) -> None:
+    """Tests only: on the emulated test mode, the group `pg` calibrates its kinds of call against
+    the other backend there (gloo) instead of serving them all natively. Its calls have no GPU
+    interval there (_UntimedEvent), so the choice rests on the calls' host times: what a host
+    slower on one side costs decides."""
+    pg._measure_emulated = on
+
+
 def _test_emulate_cpu(on: bool = True) -> None:
     """Test only: CPU tensors take the native path (staged through the emulated backend's
     device memory, which is what the team can map without GPUs) instead of gloo, so the
@@ -117,17 +126,22 @@ def _kind(op: str, t: torch.Tensor, nbytes: int) -> tuple:
 
 class _Calibration:
     """Which of gpustripe and NCCL serves one kind of call (an op, sizes within a power of two):
-    its first calls alternate between them, timed on the caller's stream (CUDA events: the
-    call's start to its end there, the wait for the other ranks included), the first of each
-    left out (mapping, NCCL's setup); then every rank takes the same answer: the faster of the
-    two as the slowest rank measured it (the medians, through gloo)."""
+    its first calls alternate between them, each timed twice: on the GPUs (CUDA events from the
+    call's start on the caller's stream to its end, the wait for the other ranks included) and
+    on the host (the call's own work there); the first of each left out (mapping, NCCL's
+    setup). A call costs the longer of the two: calls come back to back, the host enqueueing one
+    while the GPUs run the one before, so whichever side is slower sets the pace. The GPUs'
+    interval alone hides a slow host: alternating, a call's host work overlaps the other
+    backend's GPU work, and its start event fires only once the stream gets there. Then every
+    rank takes the same answer: the cheaper of the two as the slowest rank measured it (the
+    medians, through gloo)."""
 
     SAMPLES = 3  # timed calls of each
     ORDER = ("gpustripe", "nccl") * (SAMPLES + 1)
 
     def __init__(self):
         self.calls = 0
-        self.timed = {"gpustripe": [], "nccl": []}  # (start, end) events
+        self.timed = {"gpustripe": [], "nccl": []}  # (start, end) events, host us
         self.native = None  # the answer, once decided
         self.us = {}        # the medians the answer came from (the slowest rank's)
 
@@ -138,9 +152,11 @@ class _Calibration:
     def calibrating(self) -> bool:
         return self.native is None and self.calls < len(self.ORDER)
 
-    def record(self, method: str, start, end) -> None:
+    def record(self, method: str, start, end, host_us: float) -> None:
+        """One calibration call: its events (start on the caller's stream, end where the call
+        ends) and its host time, us."""
         if self.calls >= 2:  # the first call of each is left out
-            self.timed[method].append((start, end))
+            self.timed[method].append((start, end, host_us))
         self.calls += 1
 
     def decide(self, gloo) -> bool:
@@ -148,16 +164,51 @@ class _Calibration:
         med = []
         for m in ("gpustripe", "nccl"):
             self.timed[m][-1][1].synchronize()
-            t = sorted(a.elapsed_time(b) * 1e3 for a, b in self.timed[m])
-            med.append(t[len(t) // 2])
+            cost = sorted(max(a.elapsed_time(b) * 1e3, h) for a, b, h in self.timed[m])
+            host = sorted(h for _, _, h in self.timed[m])
+            med += [cost[len(cost) // 2], host[len(host) // 2]]
         worst = torch.tensor(med, dtype=torch.float64)
         opts = AllreduceOptions()
         opts.reduceOp = dist.ReduceOp.MAX
         gloo.allreduce([worst], opts).wait()
-        self.us = {"gpustripe": worst[0].item(), "nccl": worst[1].item()}
+        w = worst.tolist()
+        self.us = {"gpustripe": w[0], "nccl": w[2], "gpustripe_host": w[1], "nccl_host": w[3]}
         self.native = self.us["gpustripe"] <= self.us["nccl"]
         self.timed = {}
         return self.native
+
+
+class _UntimedEvent:
+    """In place of a CUDA timing event where a call has no GPU interval of its own (the emulated
+    test mode's CPU tensors: their work is settled before the call returns, so the call's host
+    time covers it)."""
+
+    def record(self, stream=None) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, other) -> float:
+        return 0.0
+
+
+def _timing_events(t: torch.Tensor) -> tuple:
+    """The (start, end) events timing a calibration call on `t` on the GPUs."""
+    if t.is_cuda:
+        return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    return _UntimedEvent(), _UntimedEvent()
+
+
+def _caller_stream(t: torch.Tensor):
+    return torch.cuda.current_stream(t.device) if t.is_cuda else None
+
+
+def _end_on_caller(end, work, t: torch.Tensor) -> None:
+    """Marks a call the other backend ran at its end on the caller's stream (after its work)."""
+    if work is not None:
+        work.wait()  # the caller's stream after the other backend's: the end of the call there
+    end.record(_caller_stream(t))
 
 
 class _CudaMem:
@@ -312,6 +363,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         self._delegated: dict = {}
         self._calibrate = True           # off: native wherever it can (_test_always_native)
         self._verdict = None             # tests: every kind decided so without timing (_test_verdict)
+        self._measure_emulated = False   # tests: calibrated against gloo (_test_calibrate_emulated)
         self._host_us: dict = {}        # op -> [calls, host time in the backend, us]
         self.native_calls = 0  # collectives served by gpustripe (tests, benchmarks)
         if not self._local:
@@ -412,7 +464,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
     def _calibration(self, kind: tuple, t: torch.Tensor):
         """The calibration of this kind of call (decided once every rank has timed both ways), or
         None where there is nothing to choose (no NCCL, the emulated test mode)."""
-        if not self._calibrate or (self._verdict is None and (self._emulated or self._nccl is None)):
+        if not self._calibrate or (self._verdict is None and not self._measure_emulated
+                                   and (self._emulated or self._nccl is None)):
             return None
         cal = self._calibrations.get(kind)
         if cal is None:
@@ -438,18 +491,21 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         cal = self._calibration(kind, t0)
         way = "gpustripe" if cal is None or cal.native else "nccl" if cal.native is False else cal.method()
         timed = cal is not None and cal.calibrating()
+        t_host = time.perf_counter()
         if timed:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record(torch.cuda.current_stream(dev))
+            if way == "nccl" and self._unjoined:
+                # The join NCCL's call needs (_other) comes before its start: the native calls
+                # before it are timed as theirs, not again as this one's (an async caller has
+                # not waited for them).
+                self._join(t0)
+            start, end = _timing_events(t0)
+            start.record(_caller_stream(t0))
         if way == "nccl":
             work = fallback()  # None: a blocking call NCCL ran on the caller's stream
             if timed:
-                if work is not None:
-                    work.wait()  # the caller's stream after NCCL's: the end of the call there
-                end.record(torch.cuda.current_stream(dev))
-                cal.record(way, start, end)
+                _end_on_caller(end, work, t0)
+                cal.record(way, start, end, (time.perf_counter() - t_host) * 1e6)
             return work
-        t_host = time.perf_counter()
         # One native call at a time, its end marked (done()) before the next one starts: the
         # held tensors and the stream context of the team's stream are the group's, not a thread's.
         with self._lock:
@@ -471,16 +527,15 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             self._say(f"{what}: a rank's buffer cannot be shared (gpustripe declined): such calls go to NCCL")
             work = fallback()
             if timed:
-                if work is not None:
-                    work.wait()
-                end.record(torch.cuda.current_stream(dev))
+                _end_on_caller(end, work, t0)
+        us = (time.perf_counter() - t_host) * 1e6
         h = self._host_us.get(what)
         if h is None:
             h = self._host_us[what] = [0, 0.0]
         h[0] += 1
-        h[1] += (time.perf_counter() - t_host) * 1e6
+        h[1] += us
         if timed:
-            cal.record(way, start, end)
+            cal.record(way, start, end, us)
         return work
 
     def _dtype(self, t: torch.Tensor, what: str):

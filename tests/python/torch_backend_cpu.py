@@ -9,6 +9,7 @@ import collections
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -115,6 +116,7 @@ def worker(rank: int, world: int, port: int, mode: str) -> None:
         team = pg.trace()["team"]
         checks["native calls stream-ordered"] = team["ordered"] == team["calls"] > 0
         checks.update(delegated(rank, world, gt))
+        checks.update(calibrated(rank, world, gt))
     failed = [k for k, ok in checks.items() if not ok]
     report = {"rank": rank, "mode": mode, "native_calls": pg.native_calls, "checks": len(checks), "failed": failed}
     os.write(1, ("TORCHCPU " + json.dumps(report) + "\n").encode())  # one write: the ranks share the pipe
@@ -171,6 +173,47 @@ def delegated(rank: int, world: int, gt) -> dict:
     checks["native and delegated kinds in one group"] = (
         g.native_calls == 2 and runs["all_reduce"] == 3 and torch.equal(y, torch.full((100,), 2.0 * world))
         and torch.equal(x, torch.full((1 << 12,), float(world * world * (world + 1) // 2))))
+    return checks
+
+
+def calibrated(rank: int, world: int, gt) -> dict:
+    """The calibration counts a call's host time: on the emulated test mode a call has no GPU
+    interval (its work is settled before it returns), so the side whose host is made slower by a
+    known time per call loses the kind, and the calls after the calibration take the other."""
+    cal = gt._Calibration
+    mine = cal.ORDER.count("gpustripe")  # the calibration's native calls
+    calls = len(cal.ORDER) + 3
+    slow = 0.05  # s per call: far above either side's own host time here
+    want = torch.full((1 << 10,), float(world * (world + 1) // 2))
+
+    def calibrate(slow_native: bool):
+        """A group calibrating all_reduce against gloo, one side slowed: the other backend's
+        stand-in (Counting), whether its calls' results held, the choice."""
+        g = dist.new_group(backend="gpustripe")
+        gt._test_calibrate_emulated(g)
+        other = g._gloo = Counting(g._gloo, delay=0.0 if slow_native else slow)
+        if slow_native:  # the native calls' team lookup delayed
+            team = g._team
+            g._team = lambda: (time.sleep(slow), team())[1]
+        ok = True
+        for _ in range(calls):
+            x = torch.full((1 << 10,), float(rank + 1))
+            dist.all_reduce(x, group=g)
+            ok = ok and torch.equal(x, want)
+        (choice,) = g.trace()["choices"].values()
+        return g, other, ok, choice
+
+    checks = {}
+    g, _, ok, choice = calibrate(slow_native=False)
+    checks["calibration: a slower other backend loses"] = (
+        ok and choice["use"] == "gpustripe" and choice["nccl"] >= slow * 1e6
+        and g.native_calls == mine + calls - len(cal.ORDER))
+    g, other, ok, choice = calibrate(slow_native=True)
+    # the other backend's calls: every one but the calibration's native ones, and the decision's
+    # own maximum over the ranks (through gloo too)
+    checks["calibration: a slower native side loses"] = (
+        ok and choice["use"] == "nccl" and choice["gpustripe_host"] >= slow * 1e6
+        and g.native_calls == mine and other.calls["allreduce"] == calls - mine + 1)
     return checks
 
 

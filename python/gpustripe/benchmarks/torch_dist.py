@@ -126,8 +126,9 @@ def _print_trace(t: dict) -> None:
     print(f"{'':>18}trace: backend call {host or '-'}; team ({team.get('calls', 0)} calls, "
           f"{team.get('ordered', 0)} stream-ordered): {phases or '-'}", flush=True)
     for kind, c in t["choices"].items():
-        print(f"{'':>18}chose {c['use']} for {kind}: gpustripe {c['gpustripe']:.1f} us, nccl {c['nccl']:.1f} us "
-              "(calibration medians, slowest rank)", flush=True)
+        print(f"{'':>18}chose {c['use']} for {kind}: gpustripe {c['gpustripe']:.1f} us (host "
+              f"{c['gpustripe_host']:.1f}), nccl {c['nccl']:.1f} us (host {c['nccl_host']:.1f}) "
+              "(calibration medians of the longer of GPU and host time, slowest rank)", flush=True)
 
 
 def run(args) -> int:
