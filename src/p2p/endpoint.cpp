@@ -176,7 +176,8 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
       r->state_ = Request::State::SyncWait;
       active_sends_.push_back(r);
     }
-    if (!(r->loc_.device && bytes && dst != ch_.rank() && send_through_slot(r, f))) {
+    const bool slot = r->loc_.device && bytes && dst != ch_.rank() && send_through_slot(r, f);
+    if (!slot) {
       const void* payload = r->loc_.device && bytes ? from_device(buf, r->loc_.dev, bytes) : buf;
       post(dst, f, payload, bytes, r);
     }
@@ -184,6 +185,11 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
       r->status_.bytes = bytes;
       r->state_ = Request::State::Done;
     }
+    // Through a slot, the copy waits for the next pass (a wait's, or the next call's): a window of
+    // sends posted back to back has its copies enqueued in one backend call, with one event, where
+    // a pass here would enqueue each alone. The record needed a later pass anyway (it goes once
+    // the copy has landed), so the send waits for nothing it did not wait for before.
+    if (slot) return r;
   } else {
     trace("s_post", ch_.rank(), r->id_, 0, bytes);
     f.kind = FrameKind::Rts;
@@ -213,7 +219,7 @@ bool Endpoint::send_through_slot(const RequestPtr& r, Frame& f) {
   r->eager_slot_ = true;
   // The range was checked against its allocation (isend), the slot is ours.
   const uint64_t copy = mover_.start_prechecked(slots_->outbound(r->peer_, slot), kHostDevice, r->sbuf_,
-                                                r->loc_.dev, r->bytes_);
+                                                r->loc_.dev, r->bytes_, /*defer=*/true);
   trace("e_slot", ch_.rank(), r->id_, 0, r->bytes_);
   f.flags |= kEagerSlot;
   f.offset = static_cast<uint64_t>(slot);
@@ -342,7 +348,8 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
   }
   if (!rendezvous) {
     if (slot >= 0 && r->loc_.device && n > 0) {
-      // Out of the slot on the device's stream; the slot is freed once that copy completes.
+      // Out of the slot on the device's stream; the slot is freed once that copy completes. In a
+      // progress pass, the copies of the records it reads go to the backend in one call.
       r->ticket_ = mover_.start_prechecked(r->rbuf_, r->loc_.dev, payload, kHostDevice, n);
       trace("e_started", src, send_id, r->id_, n);
       r->eager_slot_ = true;

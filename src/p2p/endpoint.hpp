@@ -8,9 +8,10 @@
 //
 // Eager up to eager_limit(): the data rides in the channel and the send
 // completes once it is buffered. A device message (up to the device eager limit) rides
-// in an eager slot (eager_slots.hpp) instead: the send enqueues the copy into the slot
-// and returns; progress posts the record once the copy is complete, in order with every
-// other record to that peer; the receiver copies out of the slot asynchronously.
+// in an eager slot (eager_slots.hpp) instead: the send queues the copy into the slot and
+// returns (the next progress pass enqueues a window's copies together); progress posts the
+// record once the copy is complete, in order with every other record to that peer; the
+// receiver copies out of the slot asynchronously (a pass's copies together).
 // Rendezvous above it (frame.hpp): a device send buffer is exported with the
 // announcement and the matched receiver copies out of it (pull: the engine's
 // multi-path copy when there is one), so the data moves without the sender's

@@ -122,7 +122,7 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
   return seq << kLaneBits | lane;
 }
 
-uint64_t Mover::start_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes) {
+uint64_t Mover::start_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, bool defer) {
   GS_REQUIRE((dst_dev == kHostDevice) != (src_dev == kHostDevice), GPUSTRIPE_ERR_INTERNAL,
              "start_prechecked: host <-> device copies only");
   if (bytes == 0) return 0;  // ticket 0: nothing in flight
@@ -132,9 +132,18 @@ uint64_t Mover::start_prechecked(void* dst, int dst_dev, const void* src, int sr
   if (it == small_lanes_.end()) it = small_lanes_.emplace(std::make_pair(dev, dst_dev != kHostDevice), new_lane(dev)).first;
   const size_t lane = it->second;
   Lane& l = lanes_[lane];
-  backend_->copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, l.stream);
+  const bool together = batching_ || defer;
+  if (together) {  // enqueued by close(), with the lane's other copies of the pass, in one call
+    l.batch.copies.push_back(Backend::BatchCopy{dst, dst_dev, src, src_dev, bytes});
+    l.batch.context = backend_;
+    l.batch.enqueue = [](void* b, const Backend::BatchCopy* c, size_t n, StreamHandle on) {
+      static_cast<Backend*>(b)->copy_batch_prechecked(c, n, on);
+    };
+  } else {
+    backend_->copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, l.stream);
+  }
   const uint64_t seq = l.next++;
-  if (!batching_) {
+  if (!together) {
     close(lane);
   } else if (!l.open) {
     l.open = true;
@@ -144,17 +153,22 @@ uint64_t Mover::start_prechecked(void* dst, int dst_dev, const void* src, int sr
 }
 
 void Mover::begin_batch() {
-  end_batch();  // one left open (a pass that threw) closes first
+  // Deferred copies (and those of a pass that threw) are enqueued first. Not marked as this pass's
+  // batch: a deferred copy may have waited since the last pass, and its sender's record goes out
+  // in this pass if it has landed.
+  close_open(false);
   batching_ = true;
 }
 
-void Mover::end_batch() {
+void Mover::end_batch() { close_open(true); }
+
+void Mover::close_open(bool batch_end) {
   batching_ = false;
   // Each lane is closed even when another's close throws: a copy without an event would never complete.
   std::exception_ptr failed;
   for (size_t lane : open_) {
     try {
-      close(lane, true);
+      close(lane, batch_end);
     } catch (...) {
       if (!failed) failed = std::current_exception();
     }

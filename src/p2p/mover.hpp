@@ -81,14 +81,19 @@ class Mover {
   // Between begin_batch and end_batch (one progress pass), the copies started share one event
   // per stream, recorded by end_batch after the last of them (a stream's copies complete in
   // order, so that one event completes them all), and plain copies are enqueued together
-  // (PlainBatch). Outside a batch every copy records its own event. Asking done() of a copy
-  // whose event is not recorded yet records it (a batch never left open holds a copy back).
+  // (PlainBatch). Outside a batch every copy records its own event, except deferred ones
+  // (start_prechecked), which begin_batch enqueues together. Asking done() of a copy whose event
+  // is not recorded yet records it (a batch never left open holds a copy back).
   void begin_batch();
   void end_batch();
   // start() for a copy between device memory and host memory whose ranges the caller has
   // checked (eager slots: small messages, whose latency the pointer queries and the copy
-  // function's planning would show): the backend's copy alone, polled like the others.
-  uint64_t start_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes);
+  // function's planning would show): the backend's copy alone, polled like the others. Inside a
+  // batch, the copies of one stream go to the backend in one call (Backend::copy_batch_prechecked)
+  // at its end. `defer`: outside a batch too, the copy waits for the next begin_batch or
+  // end_batch (the next progress pass), or for done() asking about it, so that the copies of a
+  // window of sends posted back to back are enqueued together; its ticket works at once.
+  uint64_t start_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, bool defer = false);
   // Whether the copy has completed. The copies of one stream complete in the order they were
   // started, so each stream's events are asked in that order and, within one poll pass
   // (new_pass), a stream whose oldest event was seen running is not asked again: an event query
@@ -137,6 +142,8 @@ class Mover {
   size_t lane_for(int dev);
   // Enqueues the lane's batched plain copies and records one event after its copies.
   void close(size_t lane, bool batch_end = false);
+  // Closes every lane with copies whose event is not recorded yet, and leaves the batch.
+  void close_open(bool batch_end);
   // Finishes the lane's groups whose events have completed (`wait`: through seq `upto`).
   void poll(Lane& l, uint64_t upto, bool wait);
   void finish_front(Lane& l);

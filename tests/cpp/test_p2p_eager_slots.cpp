@@ -1,7 +1,8 @@
 // Small device messages through eager slots (p2p/eager_slots.hpp), across forked ranks on
 // the emulated backend: windows both ways, any source, unexpected messages, more messages
-// in flight than slots, truncation, and a rank killed while slots are held or before its copy
-// into one landed.
+// in flight than slots, truncation, windows mixed with rendezvous messages, the copies of a
+// window enqueued in one backend call per side, and a rank killed while slots are held or before
+// its copy into one landed.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "forwarding_backend.hpp"
 #include "p2p/endpoint.hpp"
 #include "test_ipc_ranks.hpp"
 #include "test_util.hpp"
@@ -48,7 +50,122 @@ void wait_until_dead(ipc::Channel& ch, int peer) {
   RANK_CHECK(ch.peer_state(peer) == ipc::PeerState::Dead);
 }
 
+// Counts the backend calls that enqueue the eager slots' copies: one call per copy, or one per
+// batch of copies, per direction (into host memory: a sender's copy into its slot).
+class CopyCallCountingBackend : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  const char* name() const override { return "copy-call-counting"; }
+  void copy_async_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
+                             StreamHandle s) override {
+    ++(dst_dev == kHostDevice ? single_out : single_in);
+    Backend::copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, s);
+  }
+  void copy_batch_prechecked(const BatchCopy* copies, size_t n, StreamHandle s) override {
+    for (size_t i = 0; i < n; ++i) {
+      const bool out = copies[i].dst_dev == kHostDevice;
+      if (i == 0) ++(out ? batches_out : batches_in);
+      ++(out ? batched_out : batched_in);
+      Backend::copy_async_prechecked(copies[i].dst, copies[i].dst_dev, copies[i].src, copies[i].src_dev,
+                                     copies[i].bytes, s);
+    }
+  }
+  int single_out = 0, single_in = 0;    // copy_async_prechecked calls
+  int batches_out = 0, batches_in = 0;  // copy_batch_prechecked calls
+  int batched_out = 0, batched_in = 0;  // the copies in them
+};
+
 }  // namespace
+
+// A window of 64 small device sends posted back to back has its copies into the slots enqueued
+// in one backend call at the wait's first pass; the receiver, whose receives were posted and who
+// reads all 64 records in one pass, enqueues its 64 copies out of the slots in one call too. Every
+// byte lands, and a blocking send afterwards still enqueues and completes within its call.
+TEST(P2pEagerSlots, AWindowsCopiesGoToTheBackendInOneCallPerSide) {
+  ScopedEnv jitter("GPUSTRIPE_TEST", "emu_jitter_us=5");
+  ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
+  int fds[2], posted[2];  // no progress pass on either side between the posts and the waits
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(pipe(posted), 0);
+  EXPECT_RANKS_OK(run_ranks(2, [&](int rank, ipc::Channel& ch) {
+    auto* counting = new CopyCallCountingBackend(emulated());
+    std::unique_ptr<Backend> be(counting);
+    Endpoint ep(ch, be.get());
+    constexpr int kWindow = 64;
+    char* buf = static_cast<char*>(be->alloc_device(rank, kWindow * kMax));
+    if (rank == 0) {
+      for (int i = 0; i < kWindow; ++i) device_put(*be, buf + i * kMax, rank, seeded_bytes(300 + i, size_of(i)));
+      block_on(posted[0]);  // the receives are posted
+      std::vector<RequestPtr> sends;
+      for (int i = 0; i < kWindow; ++i) sends.push_back(ep.isend(buf + i * kMax, size_of(i), 1, i, kComm));
+      const bool none_yet = counting->single_out == 0 && counting->batches_out == 0;  // nothing enqueued yet
+      for (auto& r : sends) ep.wait(r);  // every record is in the ring
+      unblock(fds[1]);  // before the checks: a failing one must not leave the receiver blocked
+      RANK_CHECK(none_yet);
+      RANK_CHECK(counting->batches_out == 1 && counting->batched_out == kWindow && counting->single_out == 0);
+      device_put(*be, buf, rank, seeded_bytes(400, 7));
+      ep.send(buf, 7, 1, 200, kComm);  // blocking: enqueued and complete within the call
+      RANK_CHECK(counting->batched_out + counting->single_out == kWindow + 1);
+    } else {
+      std::vector<RequestPtr> recvs;
+      for (int i = 0; i < kWindow; ++i) recvs.push_back(ep.irecv(buf + i * kMax, kMax, 0, i, kComm));
+      unblock(posted[1]);
+      block_on(fds[0]);  // no pass until all 64 records wait in the ring
+      for (auto& r : recvs) ep.wait(r);
+      RANK_CHECK(counting->batches_in == 1 && counting->batched_in == kWindow && counting->single_in == 0);
+      for (int i = 0; i < kWindow; ++i) {
+        RANK_CHECK(recvs[i]->status().bytes == size_of(i) && recvs[i]->status().error == GPUSTRIPE_SUCCESS);
+        RANK_CHECK(device_get(*be, buf + i * kMax, rank, size_of(i)) == seeded_bytes(300 + i, size_of(i)));
+      }
+      P2pStatus st = ep.recv(buf, kMax, 0, 200, kComm);
+      RANK_CHECK(st.bytes == 7 && device_get(*be, buf, rank, 7) == seeded_bytes(400, 7));
+    }
+    be->free_device(buf);
+    ep.flush();
+  }));
+  for (int fd : {fds[0], fds[1], posted[0], posted[1]}) close(fd);
+}
+
+// Windows both ways of 64 device messages, small ones (slots) and rendezvous ones interleaved,
+// received by any-source receives in reverse tag order, some truncated: each lands whole (or
+// cut to its buffer) where its tag says, and every send completes.
+TEST(P2pEagerSlots, WindowsMixedWithRendezvousMessagesBothWaysLandByTag) {
+  ScopedEnv jitter("GPUSTRIPE_TEST", "emu_jitter_us=5");
+  ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
+  EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+    auto be = emulated();
+    Endpoint ep(ch, be.get());
+    const int peer = 1 - rank;
+    constexpr int kWindow = 64;
+    constexpr size_t kBig = (64u << 10) + 3, kStride = kBig + 64;
+    auto bytes_of = [](int i) { return i % 4 == 3 ? kBig - static_cast<size_t>(i) : size_of(i); };
+    auto cap_of = [&](int i) { return i % 16 == 5 ? bytes_of(i) / 2 : kStride; };
+    char* out = static_cast<char*>(be->alloc_device(rank, kWindow * kStride));
+    char* in = static_cast<char*>(be->alloc_device(rank, kWindow * kStride));
+    for (int round = 0; round < 2; ++round) {
+      for (int i = 0; i < kWindow; ++i)
+        device_put(*be, out + i * kStride, rank, seeded_bytes(round * 1000 + rank * 100 + i, bytes_of(i)));
+      std::vector<RequestPtr> sends, recvs(kWindow);
+      for (int i = 0; i < kWindow; ++i) sends.push_back(ep.isend(out + i * kStride, bytes_of(i), peer, i, kComm));
+      for (int i = kWindow - 1; i >= 0; --i) recvs[i] = ep.irecv(in + i * kStride, cap_of(i), kAnySource, i, kComm);
+      for (int i = 0; i < kWindow; ++i) {
+        ep.wait(recvs[i]);
+        const size_t n = bytes_of(i), got = std::min(n, cap_of(i));
+        const P2pStatus& st = recvs[i]->status();
+        RANK_CHECK(st.bytes == got && st.message_bytes == n && st.tag == i && st.source == peer);
+        RANK_CHECK(st.error == (got < n ? GPUSTRIPE_ERR_TRUNCATE : GPUSTRIPE_SUCCESS));
+        auto want = seeded_bytes(round * 1000 + peer * 100 + i, n);
+        want.resize(got);
+        RANK_CHECK(device_get(*be, in + i * kStride, rank, got) == want);
+      }
+      for (auto& r : sends) ep.wait(r);
+    }
+    RANK_CHECK(ep.eager_slots()->taken() >= kWindow);
+    be->free_device(out);
+    be->free_device(in);
+    ep.flush();
+  }));
+}
 
 // Both ranks post a window of 64 small device sends, then their 64 receives in the reverse
 // tag order (some into host memory, one shorter than its message); every byte lands where its
