@@ -111,9 +111,14 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
     after = copy_(dst, dst_dev, src, src_dev, bytes, l.stream, hints);
   }
   trace("c_enq", -1, 0, 0, bytes);
-  const uint64_t seq = l.next++;
   if (after) l.open_after.push_back(std::move(after));
-  if (!batching_) {
+  return issue(lane, batching_);
+}
+
+uint64_t Mover::issue(size_t lane, bool together) {
+  Lane& l = lanes_[lane];
+  const uint64_t seq = l.next++;
+  if (!together) {
     close(lane);
   } else if (!l.open) {
     l.open = true;
@@ -142,14 +147,7 @@ uint64_t Mover::start_prechecked(void* dst, int dst_dev, const void* src, int sr
   } else {
     backend_->copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, l.stream);
   }
-  const uint64_t seq = l.next++;
-  if (!together) {
-    close(lane);
-  } else if (!l.open) {
-    l.open = true;
-    open_.push_back(lane);
-  }
-  return seq << kLaneBits | lane;
+  return issue(lane, together);
 }
 
 void Mover::begin_batch() {

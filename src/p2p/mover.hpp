@@ -144,6 +144,9 @@ class Mover {
   void close(size_t lane, bool batch_end = false);
   // Closes every lane with copies whose event is not recorded yet, and leaves the batch.
   void close_open(bool batch_end);
+  // The ticket of the copy just put on `lane`: closed now, or (`together`) left open with the
+  // lane's other copies until the batch ends.
+  uint64_t issue(size_t lane, bool together);
   // Finishes the lane's groups whose events have completed (`wait`: through seq `upto`).
   void poll(Lane& l, uint64_t upto, bool wait);
   void finish_front(Lane& l);

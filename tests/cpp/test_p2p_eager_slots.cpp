@@ -44,6 +44,16 @@ void unblock(int fd) {
   RANK_CHECK(write(fd, &c, 1) == 1);
 }
 
+// Whether `f` throws an Error saying the peer failed.
+template <typename F>
+bool fails_with_peer_failed(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.status() == GPUSTRIPE_ERR_PEER_FAILED;
+  }
+  return false;
+}
 void wait_until_dead(ipc::Channel& ch, int peer) {
   for (int i = 0; i < 5000 && ch.peer_state(peer) != ipc::PeerState::Dead; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -320,13 +330,7 @@ TEST(P2pEagerSlots, KilledSendersMessagesStillArriveAndItsAreaGoes) {
         P2pStatus st = ep.recv(in, kMax, 0, i, kComm);
         RANK_CHECK(st.bytes == size_of(i) && device_get(*be, in, 1, st.bytes) == seeded_bytes(300 + i, size_of(i)));
       }
-      bool failed = false;
-      try {
-        ep.recv(in, kMax, 0, 99, kComm);
-      } catch (const Error& e) {
-        failed = e.status() == GPUSTRIPE_ERR_PEER_FAILED;
-      }
-      RANK_CHECK(failed);
+      RANK_CHECK(fails_with_peer_failed([&] { ep.recv(in, kMax, 0, 99, kComm); }));
       be->free_device(in);
     }
     RANK_CHECK(!shm_exists(area));
@@ -359,13 +363,8 @@ TEST(P2pEagerSlots, KilledReceiverFailsTheSenderAndItsAreaGoes) {
       RANK_CHECK(ep.eager_slots()->held(1) == 64 && shm_exists(area));
       unblock(fds[1]);
       wait_until_dead(ch, 1);
-      bool failed = false;
-      try {
-        for (int i = 0; i < 100000; ++i) ep.send(out, kMax, 1, 0, kComm);  // more than its ring holds
-      } catch (const Error& e) {
-        failed = e.status() == GPUSTRIPE_ERR_PEER_FAILED;
-      }
-      RANK_CHECK(failed);
+      // more sends than its ring holds
+      RANK_CHECK(fails_with_peer_failed([&] { for (int i = 0; i < 100000; ++i) ep.send(out, kMax, 1, 0, kComm); }));
       be->free_device(out);
     }
     RANK_CHECK(!shm_exists(area));
@@ -397,13 +396,7 @@ TEST(P2pEagerSlots, SenderKilledBeforeItsCopyLandedFailsTheReceiveWithoutAHang) 
       char* in = static_cast<char*>(be->alloc_device(1, kMax));
       RequestPtr r = ep.irecv(in, kMax, 0, 0, kComm);
       unblock(fds[1]);
-      bool failed = false;
-      try {
-        ep.wait(r);
-      } catch (const Error& e) {
-        failed = e.status() == GPUSTRIPE_ERR_PEER_FAILED;
-      }
-      RANK_CHECK(failed);
+      RANK_CHECK(fails_with_peer_failed([&] { ep.wait(r); }));
       be->free_device(in);
     }
   });
