@@ -379,11 +379,7 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
       // direct path and the relays into the mapping issued from its GPU.
       if (two_gpus) allow_peer(tdev, odev);
       if (two_gpus && !direct) {
-        // On the two split streams in turn: a put's plan then waits neither for the previous
-        // one's slower path nor its host pipeline's drain (its stream's earlier work, which the
-        // plan's staged part forks from), so consecutive puts' host pipelines, enqueued on the
-        // engine's lanes, stream into each other, as p2p's windows of copies on two streams do.
-        StreamHandle s = copy_stream(tdev, 1 + static_cast<int>(split_turn_++ % kSplitStreams));
+        StreamHandle s = copy_stream(tdev);
         engine.copy_async_from_dst(t, tdev, o, odev, tb, s);
         record(p, tdev, s);
       } else {
@@ -447,9 +443,9 @@ uint64_t DeviceWindow::direct_limit_of(int src, int dst) {
   return it->second;
 }
 
-StreamHandle DeviceWindow::copy_stream(int dev, int index) {
-  auto it = copy_streams_.find({dev, index});
-  if (it == copy_streams_.end()) it = copy_streams_.emplace(std::make_pair(dev, index), backend_.create_stream(dev)).first;
+StreamHandle DeviceWindow::copy_stream(int dev) {
+  auto it = copy_streams_.find(dev);
+  if (it == copy_streams_.end()) it = copy_streams_.emplace(dev, backend_.create_stream(dev)).first;
   return it->second;
 }
 

@@ -147,10 +147,8 @@ class DeviceWindow {
     int event_dev = kHostDevice;
   };
   bool finished(Pending& p);  // true once complete (its event goes back to the pool)
-  // The window's stream `index` of GPU `dev`: 0 for plain copies and accumulates, 1 ..
-  // kSplitStreams for puts split across paths.
-  StreamHandle copy_stream(int dev, int index = 0);
-  static constexpr int kSplitStreams = 2;
+  // The window's stream of GPU `dev`, where its copies and accumulates on that GPU run.
+  StreamHandle copy_stream(int dev);
   // p2p::direct_limit of (source GPU, destination GPU), asked once per pair.
   uint64_t direct_limit_of(int src, int dst);
   void allow_peer(int dev, int peer);  // dev's context may reach peer's memory (once per pair)
@@ -209,8 +207,7 @@ class DeviceWindow {
   std::map<std::pair<int, uint64_t>, Region> dynamic_;  // Dynamic: (target, base) -> mapped region
   std::vector<Pending> pending_;
   uint64_t next_id_ = 1;
-  std::map<std::pair<int, int>, StreamHandle> copy_streams_;  // (GPU, index): the copies it runs
-  uint64_t split_turn_ = 0;  // split puts so far (their streams taken in turn)
+  std::map<int, StreamHandle> copy_streams_;  // per GPU: the copies it runs
   std::map<std::pair<int, int>, uint64_t> direct_limits_;
   std::set<std::pair<int, int>> peer_enabled_;  // (GPU, peer GPU) pairs asked already
   struct Scratch {
