@@ -124,7 +124,8 @@ def _print_trace(t: dict) -> None:
     phases = ", ".join(f"{k} {team[k]:.1f}" for k in ("prepare", "exchange", "map", "enqueue", "drain", "barrier")
                        if k in team)
     print(f"{'':>18}trace: backend call {host or '-'}; team ({team.get('calls', 0)} calls, "
-          f"{team.get('ordered', 0)} stream-ordered): {phases or '-'}", flush=True)
+          f"{team.get('ordered', 0)} stream-ordered, {team.get('built', 0)} built their Program): {phases or '-'}",
+          flush=True)
     for kind, c in t["choices"].items():
         print(f"{'':>18}chose {c['use']} for {kind}: gpustripe {c['gpustripe']:.1f} us (host "
               f"{c['gpustripe_host']:.1f}), nccl {c['nccl']:.1f} us (host {c['nccl_host']:.1f}) "
