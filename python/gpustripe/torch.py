@@ -24,10 +24,10 @@ expandable segments included).
 Where NCCL is faster: the first calls of each kind (an op, the memory's side, the element
 type, sizes within a power of two: ``_kind``) are timed on both, in runs of back-to-back calls
 of each, the first calls of each run left out (a call costs the longer of its GPU and its host
-time), and every rank then takes the one whose slowest rank
-was faster (``_Calibration``); what was chosen and why
-is in ``trace()``. A kind decided for NCCL is then handed to it as it came, after one lookup,
-and its work returned: such a call costs what it costs on a plain NCCL group.
+time), and every rank then takes the one whose slowest rank was faster (``_Calibration``);
+what was chosen and why is in ``trace()``. A kind decided for NCCL is then handed to it as it
+came, after one lookup, and its work returned: such a call costs what it costs on a plain NCCL
+group.
 
 The backend is a Python ``torch.distributed.ProcessGroup`` (as torch's own test backends):
 c10d hands it every collective of the group, and it dispatches by device and support.
@@ -148,7 +148,8 @@ class _Calibration:
 
     def __init__(self):
         self.calls = 0
-        self.timed = {"gpustripe": [], "nccl": []}  # (pace on the GPUs in us or None, host us)
+        # counted calls: (start, end, the run's previous call's end) events, host us
+        self.timed = {"gpustripe": [], "nccl": []}
         self.native = None  # the answer, once decided
         self.us = {}        # the medians the answer came from (the slowest rank's)
         self._last_end = None  # the end event of the run's previous call
