@@ -22,11 +22,12 @@ and mapped once per allocation (PyTorch's caching allocator hands back the same 
 expandable segments included).
 
 Where NCCL is faster: the first calls of each kind (an op, the memory's side, the element
-type, sizes within a power of two: ``_kind``) are timed on both, alternately (a call costs the
-longer of its GPU and its host time), and every rank then takes the one whose slowest rank
-was faster (``_Calibration``); what was chosen and why
-is in ``trace()``. A kind decided for NCCL is then handed to it as it came, after one lookup,
-and its work returned: such a call costs what it costs on a plain NCCL group.
+type, sizes within a power of two: ``_kind``) are timed on both, in runs of back-to-back calls
+of each, the first calls of each run left out (a call costs the longer of its GPU and its host
+time), and every rank then takes the one whose slowest rank was faster (``_Calibration``);
+what was chosen and why is in ``trace()``. A kind decided for NCCL is then handed to it as it
+came, after one lookup, and its work returned: such a call costs what it costs on a plain NCCL
+group.
 
 The backend is a Python ``torch.distributed.ProcessGroup`` (as torch's own test backends):
 c10d hands it every collective of the group, and it dispatches by device and support.
@@ -126,24 +127,32 @@ def _kind(op: str, t: torch.Tensor, nbytes: int) -> tuple:
 
 class _Calibration:
     """Which of gpustripe and NCCL serves one kind of call (an op, sizes within a power of two):
-    its first calls alternate between them, each timed twice: on the GPUs (CUDA events from the
-    call's start on the caller's stream to its end, the wait for the other ranks included) and
-    on the host (the call's own work there); the first of each left out (mapping, NCCL's
-    setup). A call costs the longer of the two: calls come back to back, the host enqueueing one
-    while the GPUs run the one before, so whichever side is slower sets the pace. The GPUs'
-    interval alone hides a slow host: alternating, a call's host work overlaps the other
-    backend's GPU work, and its start event fires only once the stream gets there. Then every
-    rank takes the same answer: the cheaper of the two as the slowest rank measured it (the
-    medians, through gloo)."""
+    its first calls go to each in turn, in runs of back-to-back calls of one side (what a
+    training job's calls of one kind are once decided), each call timed twice: on the GPUs and
+    on the host (the call's own work there). The first calls of each run are left out (the
+    first of a kind maps buffers and sets NCCL up; the first after the other backend's absorbs
+    the switch: the ranks' skew, the join of the streams); the rest are steady-state samples. A
+    call costs the longer of the two: calls come back to back, the host enqueueing one while the
+    GPUs run the one before, so whichever side is slower sets the pace. On the GPUs a call's
+    pace runs from the later of its start (on the caller's stream) and the previous call's end
+    to its own end: a native call ends on the team's stream, so an asynchronous caller's next
+    call may start before it ended, and the overlap would count twice. Then every rank takes the
+    same answer: the cheaper of the two as the slowest rank measured it (the medians, through
+    gloo)."""
 
-    SAMPLES = 3  # timed calls of each
-    ORDER = ("gpustripe", "nccl") * (SAMPLES + 1)
+    WARMUP = 2   # calls at the start of each run, not counted
+    SAMPLES = 3  # counted calls of each run
+    ROUNDS = 2   # runs of each side
+    RUN = WARMUP + SAMPLES
+    ORDER = (("gpustripe",) * RUN + ("nccl",) * RUN) * ROUNDS
 
     def __init__(self):
         self.calls = 0
-        self.timed = {"gpustripe": [], "nccl": []}  # (start, end) events, host us
+        # counted calls: (start, end, the run's previous call's end) events, host us
+        self.timed = {"gpustripe": [], "nccl": []}
         self.native = None  # the answer, once decided
         self.us = {}        # the medians the answer came from (the slowest rank's)
+        self._last_end = None  # the end event of the run's previous call
 
     def method(self) -> str:
         """This call's way while calibrating."""
@@ -155,17 +164,23 @@ class _Calibration:
     def record(self, method: str, start, end, host_us: float) -> None:
         """One calibration call: its events (start on the caller's stream, end where the call
         ends) and its host time, us."""
-        if self.calls >= 2:  # the first call of each is left out
-            self.timed[method].append((start, end, host_us))
+        if self.calls % self.RUN >= self.WARMUP:
+            self.timed[method].append((start, end, self._last_end, host_us))
+        self._last_end = end
         self.calls += 1
+
+    @staticmethod
+    def _gpu_us(start, end, prev) -> float:
+        """A call's pace on the GPUs: from the later of its start and the previous call's end."""
+        return min(start.elapsed_time(end), prev.elapsed_time(end)) * 1e3
 
     def decide(self, gloo) -> bool:
         """Collective over the group (every rank decides at the same call)."""
         med = []
         for m in ("gpustripe", "nccl"):
             self.timed[m][-1][1].synchronize()
-            cost = sorted(max(a.elapsed_time(b) * 1e3, h) for a, b, h in self.timed[m])
-            host = sorted(h for _, _, h in self.timed[m])
+            cost = sorted(max(self._gpu_us(a, b, p), h) for a, b, p, h in self.timed[m])
+            host = sorted(h for _, _, _, h in self.timed[m])
             med += [cost[len(cost) // 2], host[len(host) // 2]]
         worst = torch.tensor(med, dtype=torch.float64)
         opts = AllreduceOptions()
@@ -175,6 +190,7 @@ class _Calibration:
         self.us = {"gpustripe": w[0], "nccl": w[2], "gpustripe_host": w[1], "nccl_host": w[3]}
         self.native = self.us["gpustripe"] <= self.us["nccl"]
         self.timed = {}
+        self._last_end = None
         return self.native
 
 

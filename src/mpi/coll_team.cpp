@@ -19,7 +19,11 @@ namespace {
 
 constexpr size_t kExportsKept = 64;
 constexpr size_t kShapesKept = 256;
-constexpr size_t kProgramsKept = 32;
+// A training step's calls each come with their own buffers, hence their own Program (FSDP: two
+// all-gathers and a reduce-scatter per shard unit; DDP: one all-reduce per bucket): a step's
+// set must fit, or the cache, emptied whenever full, rebuilds every call of a step that
+// cycles through more than it holds.
+constexpr size_t kProgramsKept = 256;
 
 // Nonblocking calls pending on the teams of this process, and what advances all of them.
 std::atomic<int> g_pending_calls{0};
@@ -202,6 +206,7 @@ CollTeam::PhaseTimes CollTeam::phase_times(bool reset) {
   PhaseTimes t;
   t.calls = times_.calls;
   t.ordered = times_.ordered;
+  t.built = times_.built;
   if (times_.calls) {
     const double c = static_cast<double>(times_.calls);
     const double drain = runner_->drain_us() - times_.drain0, barrier = runner_->barrier_us() - times_.barrier0;
@@ -703,7 +708,8 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   coll::Program built(n_);
   const coll::Program* prog = nullptr;
   const coll::CrossSlots* slots = nullptr;
-  if (cached == programs_.end()) {
+  const bool build_now = cached == programs_.end();
+  if (build_now) {
     call.build(built, team, send, recv, scratch, e.choice);
     for (int r = 0; r < n_; ++r)
       GS_REQUIRE(scratch.wanted(r) == 0 || scratch.wanted(r) <= all[r].scratch.handle.size - all[r].scratch.offset,
@@ -736,6 +742,7 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   }
   if (run_part(call, e.ordered, *prog, *slots)) ++times_.ordered;
   ++times_.calls;
+  if (build_now) ++times_.built;
   if (call.entered != Clock::time_point{}) times_.lookup += us(call.entered, e.t0);
   times_.prepare += us(e.t0, e.t1);
   times_.exchange += us(e.t1, e.t2);

@@ -136,6 +136,7 @@ class CollTeam {
   // the last reset; `calls`: how many): the phases the team logs at debug level when it ends.
   struct PhaseTimes {
     uint64_t calls = 0, ordered = 0;  // ordered: of them, enqueued stream-ordered
+    uint64_t built = 0;               // of them, those whose Program was built anew (not cached)
     double lookup = 0, prepare = 0, exchange = 0, map = 0, enqueue = 0, drain = 0, barrier = 0;
   };
   PhaseTimes phase_times(bool reset);
@@ -226,7 +227,7 @@ class CollTeam {
   };
   std::map<std::string, Cached> programs_;
   struct Times {  // host time of the calls served with a cached Program (us, summed)
-    uint64_t calls = 0, ordered = 0;
+    uint64_t calls = 0, ordered = 0, built = 0;
     double lookup = 0, prepare = 0, exchange = 0, map = 0, run = 0;
     double drain0 = 0, barrier0 = 0;  // the runner's totals when these were last reset
   } times_;

@@ -130,6 +130,17 @@ def main() -> None:
     after = team.mapping_stats()
     checks.append({"op": "repeated calls map nothing new", "served": True,
                    "ok": after["misses"] == before["misses"] and after["hits"] > before["hits"]})
+    # A training step's calls, each on its own buffers (FSDP: a gather and a reduce-scatter per
+    # shard unit), cycled: past the first step, every call finds its Program in the team's cache.
+    step = 40
+    xs, ys = put(data(rank, 256 * step, "float32", 98)), dbuf(256 * 4 * step)
+    for _ in range(2):
+        team.phase_times(True)
+        for i in range(step):
+            team.allreduce(xs + i * 1024, ys + i * 1024, 256, "float32", "sum")
+    times = team.phase_times(True)
+    checks.append({"op": "a step's calls on their own buffers reuse their Programs", "served": True,
+                   "ok": times["calls"] == step and times["built"] == 0, "times": times})
     # Calls one after the other with nothing read in between: each sees the one before's result
     # (stream-ordered: the GPUs order them, and a call's flags cannot be met by another's).
     for dtype in ("float32", "int64"):

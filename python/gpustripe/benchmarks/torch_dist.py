@@ -4,10 +4,11 @@ One process per GPU (torch.multiprocessing.spawn); the default group runs on bac
 ``gpustripe`` (gpustripe.torch), a second group of the same ranks on ``nccl``, and each
 size times both, one after the other, as nccl-tests does (a batch of back-to-back calls
 with async_op=False, one synchronisation, time / calls; the median of several batches; the
-slowest rank's median). Methods ``torch_gpustripe`` (the backend as a training job gets
-it: each op and size class served by gpustripe or NCCL as its calibration found faster),
-``torch_gpustripe_native`` (a third group whose every call is native: the native path's own
-time) and ``torch_nccl``; busbw uses nccl-tests' factors; sizes per rank. The results
+slowest rank's median; beside it the host's part, the time to issue the batch per call:
+where it equals the call's time, the host sets the pace). Methods ``torch_gpustripe`` (the
+backend as a training job gets it: each op and size class served by gpustripe or NCCL as
+its calibration found faster), ``torch_gpustripe_native`` (a third group whose every call
+is native: the native path's own time) and ``torch_nccl``; busbw uses nccl-tests' factors; sizes per rank. The results
 file's rows also say how many of the gpustripe calls the backend served natively. --trace
 prints, per op and size, where a native call's host time goes (the backend's call, the
 team's phases) and what the calibration chose, from what medians.
@@ -67,18 +68,23 @@ def _worker(rank, world, cfg, out_path):
         for _ in range(cfg["warmup"] + (calibration if group is groups["torch_gpustripe"] else 0)):
             fn(group)
         torch.cuda.synchronize()
-        times = []
+        times, issued = [], []
         for _ in range(cfg["trials"]):
             dist.barrier(group=groups["torch_nccl"])
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(cfg["iters"]):
                 fn(group)
+            t1 = time.perf_counter()
             torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) / cfg["iters"] * 1e6)
-        t = torch.tensor([sorted(times)[len(times) // 2]], device=dev, dtype=torch.float64)
+            issued.append((t1 - t0) / cfg["iters"] * 1e6)
+        # The time per call, and the host's part of it: issuing the calls (the whole Python
+        # call, torch's wrapper and the work's wait included). Equal: the host sets the pace.
+        t = torch.tensor([sorted(times)[len(times) // 2], sorted(issued)[len(issued) // 2]], device=dev,
+                         dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=groups["torch_nccl"])
-        return float(t.item())
+        return t.tolist()
 
     top = max(cfg["sizes"]) // esz
     xf = torch.ones(top, dtype=dtype, device=dev)
@@ -100,12 +106,12 @@ def _worker(rank, world, cfg, out_path):
                 before = getattr(g, "native_calls", 0)
                 if ours:
                     g.trace(reset=True)
-                us = bench(fns[op], g)
+                us, host = bench(fns[op], g)
                 native = getattr(g, "native_calls", 0) - before
                 if rank == 0:
-                    rows.append({"op": op, "method": method, "bytes": size, "us": us,
+                    rows.append({"op": op, "method": method, "bytes": size, "us": us, "host_us": host,
                                  **({"native_calls": native} if ours else {})})
-                    print(f"  {op:>14} {method:>22} {size:>11} B {us:10.1f} us", flush=True)
+                    print(f"  {op:>14} {method:>22} {size:>11} B {us:10.1f} us (host {host:.1f})", flush=True)
                     if ours and cfg["trace"]:
                         _print_trace(g.trace(reset=True))
                 elif ours:
@@ -124,7 +130,8 @@ def _print_trace(t: dict) -> None:
     phases = ", ".join(f"{k} {team[k]:.1f}" for k in ("prepare", "exchange", "map", "enqueue", "drain", "barrier")
                        if k in team)
     print(f"{'':>18}trace: backend call {host or '-'}; team ({team.get('calls', 0)} calls, "
-          f"{team.get('ordered', 0)} stream-ordered): {phases or '-'}", flush=True)
+          f"{team.get('ordered', 0)} stream-ordered, {team.get('built', 0)} built their Program): {phases or '-'}",
+          flush=True)
     for kind, c in t["choices"].items():
         print(f"{'':>18}chose {c['use']} for {kind}: gpustripe {c['gpustripe']:.1f} us (host "
               f"{c['gpustripe_host']:.1f}), nccl {c['nccl']:.1f} us (host {c['nccl_host']:.1f}) "
@@ -169,7 +176,7 @@ def run(args) -> int:
             got = json.load(f)
     rows = []
     for r in got["rows"]:
-        extra = {k: r[k] for k in ("native_calls",) if k in r}
+        extra = {k: r[k] for k in ("native_calls", "host_us") if k in r}
         rows.append(_row(r["op"], r["method"], r["bytes"], r["us"], n, nccl_version=got["nccl"],
                          torch_version=got["torch"], **extra))
     for op in ops:
