@@ -8,8 +8,8 @@
 // each such edge (op, waiting rank) has a flag word that the owner's stream sets to 1
 // right after the op and the dependent's stream waits for (stream memory operations on
 // the shared segment, registered for the GPUs: everything is enqueued at once, no host in
-// between); the waiting rank's host sets it back to 0 once its streams are done (before it
-// posts the next call's entry exchange, so before the owner can set it again). A Barrier op,
+// between); the waiting rank's host sets it back to 0 once every rank's part is done (before
+// it posts the next call's entry exchange, so before the owner can set it again). A Barrier op,
 // and the end of the program, is where every rank's part so far is done: each rank's stream
 // announces the end of its part in its done word (the part's number), and every host waits
 // until all the done words have reached it -- the hosts do not meet, so a rank returns as soon
@@ -83,8 +83,9 @@ class SliceRunner {
   // Runs this rank's ops of `prog` (program rank == team rank) on streams of `device`
   // and returns once every rank's GPU has finished its part (the done words; the hosts do not
   // meet). Every rank runs the same program at the same point, and the next call's entry
-  // exchange orders what follows it: a rank may return before another's host has seen the end. `slots`: coll::cross_slots(prog) where the caller keeps it with a
-  // cached program (null: computed here).
+  // exchange orders what follows it: a rank may return before another's host has seen the
+  // end. `slots`: coll::cross_slots(prog) where the caller keeps it with a cached program
+  // (null: computed here).
   void run(const coll::Program& prog, int device, const coll::CrossSlots* slots = nullptr);
   // Stream-ordered (can_order(prog)): this rank's part starts on the GPUs
   // once `after` (a stream of `device`, e.g. a framework's current stream) has run what was
