@@ -90,8 +90,8 @@ void bind_team(nb::module_& m) {
           nb::arg("reset") = false,
           "Host time per call by phase, us (means over the calls with a known program since the last reset): "
           "prepare, exchange (handles; the entry barrier), map (+program), enqueue, drain (waiting for the GPUs), "
-          "barrier (the hosts' end barrier); calls, and of them ordered (enqueued stream-ordered) and built (their "
-          "Program built anew, not found in the team's cache)")
+          "barrier (the hosts' barriers: a stream-ordered call the hosts order after all); calls, and of them "
+          "ordered (enqueued stream-ordered) and built (their Program built anew, not found in the team's cache)")
       .def(
           "stream", [](NodeTeam& t, int dev) { return reinterpret_cast<uintptr_t>(t.stream(dev)); },
           nb::arg("device"),

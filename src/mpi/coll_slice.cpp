@@ -84,14 +84,6 @@ SliceRunner::~SliceRunner() {
         } catch (...) {
         }
       }
-  std::vector<EventHandle> mine;
-  for (auto& kv : end_events_) mine.push_back(kv.second);
-  for (EventHandle e : mine) {
-    try {
-      backend_.destroy_event(e);
-    } catch (...) {
-    }
-  }
   if (dev_flags_) {
     try {
       backend_.unregister_host(flags_.op_words());
@@ -181,19 +173,19 @@ void SliceRunner::run(const coll::Program& prog, int device, const coll::CrossSl
   coll::CrossSlots computed;
   const coll::CrossSlots& slots = checked_slots(prog, given, computed);
   // Segments between Barrier ops: everything before a barrier, on every rank, is complete
-  // after it (streams drained, then a barrier of the hosts), and so is the program at its end.
-  // A program that ends with a Barrier op (the kernel schedules, which write into the peers'
-  // buffers) is complete after it: the end's barrier would be a second meeting of the hosts
-  // that orders nothing.
+  // after it (every rank's done word has reached the segment's part), and so is the program
+  // at its end. A program that ends with a Barrier op (the kernel schedules, which write into
+  // the peers' buffers) is complete after it: the end would be a second wait that orders
+  // nothing.
   size_t begin = 0;
   while (begin <= ops.size()) {
     size_t end = begin;
     while (end < ops.size() && ops[end].kind != Op::Barrier) ++end;
     if (end == begin && begin > 0) break;  // nothing after the last Barrier op
+    // Ends once every rank's part of the segment is done (the done words): the barrier.
     run_watched(cross_waits(prog, slots, begin, end), [&](std::vector<Lane*>& used) {
       enqueue_streams(prog, slots, begin, end, device, lanes_, nullptr, false, dev_flags_, 1, used);
     });
-    barrier(end < ops.size() ? "collective schedule barrier" : "collective end");
     begin = end + 1;
   }
 }
@@ -213,47 +205,58 @@ void SliceRunner::run_watched(const std::vector<uint32_t>& waits,
     if (watch) watch->rethrow();
   };
   std::vector<Lane*> used;
+  uint32_t part = 0;
   try {
     enqueue(used);
+    part = announce_done(used);
   } catch (...) {
     // What was enqueued may wait on the peers: let it run out before the error leaves.
     release();
     sync_streams(used);
     throw;
   }
-  drain(used, release, rethrow);
+  wait_done(part, used, release, rethrow);
   rethrow();  // released by the watch: the streams ran past waits nobody satisfied
   reset_edges(waits);
 }
 
-void SliceRunner::drain(const std::vector<Lane*>& used, const std::function<void()>& release,
-                        const std::function<void()>& fired) {
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<EventHandle> ends;
-  for (Lane* l : used) {
-    EventHandle& e = end_events_[l->stream()];
-    if (!e) e = backend_.create_event(l->device(), false);
-    backend_.record_event(e, l->stream());
-    ends.push_back(e);
+uint32_t SliceRunner::announce_done(const std::vector<Lane*>& used) {
+  const uint32_t n = static_cast<uint32_t>(++parts_);
+  const size_t word = TeamFlags::kDoneWord + static_cast<size_t>(rank_);
+  if (used.empty() || !dev_flags_) {
+    // Nothing of this part on a stream here, or streams that cannot write the segment: the
+    // host writes once they are done.
+    for (Lane* l : used) backend_.synchronize_stream(l->stream());
+    flags_.op(word).store(n, std::memory_order_release);
+    return n;
   }
-  auto all_done = [&] {
-    for (EventHandle e : ends)
-      if (!backend_.query_event(e)) return false;
-    return true;
-  };
+  // One write after every stream of the part: the others join the first (an event each; the
+  // kernel schedules' parts are one stream, and then this is the write alone).
+  Lane& last = *used.front();
+  for (size_t i = 1; i < used.size(); ++i) last.wait(used[i]->mark());
+  backend_.stream_write_flag(last.stream(), dev_flags_ + word, n);
+  return n;
+}
+
+bool SliceRunner::all_done(uint32_t n) const {
+  for (int r = 0; r < nranks_; ++r)
+    if (static_cast<int32_t>(flags_.op(TeamFlags::kDoneWord + r).load(std::memory_order_acquire) - n) < 0)
+      return false;
+  return true;
+}
+
+void SliceRunner::wait_done(uint32_t n, const std::vector<Lane*>& used, const std::function<void()>& release,
+                            const std::function<void()>& fired) {
+  const auto t0 = std::chrono::steady_clock::now();
   try {
-    // Streams already done: no waiter (a message to format, settings to read), as in barrier().
-    if (all_done()) {
-      drain_us_ += us_since(t0);
-      return;
+    // Every part done already: no waiter (a message to format, settings to read), as in barrier().
+    if (!all_done(n)) {
+      ipc::Waiter w(format("collective: rank %d waiting for the GPUs of the ranks to finish their parts", rank_), [&] {
+        if (fired) fired();
+        if (check_peers_) check_peers_();
+      });
+      while (!all_done(n)) w.pause();
     }
-    ipc::Waiter w(format("collective: rank %d waiting for its GPU work (and the other ranks' steps it needs)", rank_),
-                  [&] {
-                    if (fired) fired();
-                    if (check_peers_) check_peers_();
-                  });
-    for (EventHandle e : ends)
-      while (!backend_.query_event(e)) w.pause();
     drain_us_ += us_since(t0);
   } catch (...) {
     release();
@@ -267,13 +270,12 @@ void SliceRunner::reset_edges(const std::vector<uint32_t>& waits) {
 }
 
 // A run between start() and its end: what this rank enqueued, the edge flags its streams wait
-// on, one event per stream marking its end; then the end barrier's number.
+// on, the done words' number its streams announce at their end.
 struct SliceRunner::Inflight {
   std::vector<Lane*> used;
   std::vector<uint32_t> waits;
-  std::vector<EventHandle> ends;
   bool enqueued_all = false;
-  uint64_t barrier = 0;  // 0 until this rank's streams are done
+  uint32_t part = 0;  // the done words' number of this part, once enqueued_all
   // host_waits: what advance() enqueues from, one queue per program lane in program order (a
   // lane's ops rely on that order), each head going once its inputs are there.
   bool host_waits = false;
@@ -373,12 +375,7 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
     if (!f->waits.empty()) watch.emplace(watch_enqueue_, check_alive_, release);
     try {
       enqueue_streams(prog, slots, 0, ops.size(), device, lanes_, nullptr, false, dev_flags_, 1, f->used);
-      for (Lane* l : f->used) {
-        EventHandle& e = end_events_[l->stream()];
-        if (!e) e = backend_.create_event(l->device(), false);
-        backend_.record_event(e, l->stream());
-        f->ends.push_back(e);
-      }
+      f->part = announce_done(f->used);
       if (watch) watch->rethrow();
     } catch (...) {
       release();
@@ -396,32 +393,20 @@ bool SliceRunner::poll() {
   Inflight& f = *inflight_;
   if (!f.enqueued_all) {
     if (!advance()) return false;
-    for (Lane* l : f.used) {
-      EventHandle& e = end_events_[l->stream()];
-      if (!e) e = backend_.create_event(l->device(), false);
-      backend_.record_event(e, l->stream());
-      f.ends.push_back(e);
-    }
+    f.part = announce_done(f.used);
     f.enqueued_all = true;
   }
-  if (f.barrier == 0) {
-    for (EventHandle e : f.ends)
-      if (!backend_.query_event(e)) return false;
-    reset_edges(f.waits);
-    f.barrier = arrive();
-  }
-  if (!arrived(f.barrier)) return false;
+  if (!all_done(f.part)) return false;
+  reset_edges(f.waits);
   inflight_.reset();
   return true;
 }
 
 void SliceRunner::abandon() {
   if (!inflight_) return;
-  if (inflight_->barrier == 0) {
-    if (!inflight_->host_waits)
-      for (uint32_t w : inflight_->waits) flags_.op(w).store(1, std::memory_order_release);
-    sync_streams(inflight_->used);
-  }
+  if (!inflight_->host_waits)
+    for (uint32_t w : inflight_->waits) flags_.op(w).store(1, std::memory_order_release);
+  sync_streams(inflight_->used);
   inflight_.reset();
 }
 

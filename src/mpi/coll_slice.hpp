@@ -8,11 +8,14 @@
 // each such edge (op, waiting rank) has a flag word that the owner's stream sets to 1
 // right after the op and the dependent's stream waits for (stream memory operations on
 // the shared segment, registered for the GPUs: everything is enqueued at once, no host in
-// between); the waiting rank's host sets it back to 0 once its streams are done (before
-// the call's end barrier, so before the owner can set it again). A Barrier op, and
-// the end of the program, is a barrier of the ranks' hosts after each has drained its
-// streams, so a collective returns only when every rank's copies into this rank's
-// buffers are done. Waits are bounded by GPUSTRIPE_TIMEOUT and fail early when a rank dies.
+// between); the waiting rank's host sets it back to 0 once every rank's part is done (before
+// it posts the next call's entry exchange, so before the owner can set it again). A Barrier op,
+// and the end of the program, is where every rank's part so far is done: each rank's stream
+// announces the end of its part in its done word (the part's number), and every host waits
+// until all the done words have reached it -- the hosts do not meet, so a rank returns as soon
+// as the GPUs are done, without waiting for the other hosts to see their own streams done. A
+// collective thereby returns only when every rank's copies into this rank's buffers, and every
+// read of them, are done. Waits are bounded by GPUSTRIPE_TIMEOUT and fail early when a rank dies.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -40,10 +43,12 @@ class TeamFlags {
   static constexpr size_t kInfoBytes = 2048;  // one rank's message of a call's exchange
   // Words of the stream-ordered runs (SliceRunner::run_ordered), after the op words: edge
   // slots (the run's number), then each rank's barrier word (how many GPU barriers its
-  // streams have reached). Both only grow.
+  // streams have reached). Both only grow. Then each rank's done word: how many parts of
+  // host-ordered runs (run, start) its streams have finished, written by its last stream.
   static constexpr size_t kOrderedEdges = kMaxOps;
   static constexpr size_t kBarrierWord = kMaxOps + kOrderedEdges;
-  static constexpr size_t kWords = kBarrierWord + kMaxRanks;
+  static constexpr size_t kDoneWord = kBarrierWord + kMaxRanks;
+  static constexpr size_t kWords = kDoneWord + kMaxRanks;
   static size_t segment_bytes();
   explicit TeamFlags(ipc::ShmSegment seg);
   // Host flags: the run number (mod 2^32) in which op i last completed (written by its rank
@@ -76,9 +81,11 @@ class SliceRunner {
   SliceRunner& operator=(const SliceRunner&) = delete;
 
   // Runs this rank's ops of `prog` (program rank == team rank) on streams of `device`
-  // and returns once every rank has finished its part. Every rank runs the same program
-  // at the same point. `slots`: coll::cross_slots(prog) where the caller keeps it with a
-  // cached program (null: computed here).
+  // and returns once every rank's GPU has finished its part (the done words; the hosts do not
+  // meet). Every rank runs the same program at the same point, and the next call's entry
+  // exchange orders what follows it: a rank may return before another's host has seen the
+  // end. `slots`: coll::cross_slots(prog) where the caller keeps it with a cached program
+  // (null: computed here).
   void run(const coll::Program& prog, int device, const coll::CrossSlots* slots = nullptr);
   // Stream-ordered (can_order(prog)): this rank's part starts on the GPUs
   // once `after` (a stream of `device`, e.g. a framework's current stream) has run what was
@@ -101,7 +108,8 @@ class SliceRunner {
   void settle();
   // Whether a stream-ordered run may still be running.
   bool unsettled() const { return ordered_pending_ != nullptr; }
-  // Host time spent so far waiting for this rank's streams, and in the hosts' barriers (us).
+  // Host time spent so far waiting for the GPUs (this rank's streams, and with the done words
+  // every rank's part), and in the hosts' barriers (us).
   double drain_us() const { return drain_us_; }
   double barrier_us() const { return barrier_us_; }
   // A barrier of the team's hosts.
@@ -119,8 +127,8 @@ class SliceRunner {
 
   // run() without waiting (a program without Barrier ops): start() enqueues
   // this rank's part and returns; poll() advances it as far as it goes without waiting
-  // (streams done, then this rank's edge flags reset, then the hosts' end barrier) and is
-  // true once every rank has finished its part. One started run at a time. start() is false,
+  // and is true once every rank's GPU has finished its part (the done words), this rank's
+  // edge flags then reset. One started run at a time. start() is false,
   // enqueueing nothing, for a program that cannot run so: run() it instead.
   // `host_waits`: no stream of this rank waits for another rank. A step that needs another
   // rank's step is enqueued by poll() once this host sees that step's edge flag set (the
@@ -153,7 +161,6 @@ class SliceRunner {
   TeamFlags& flags_;
   std::function<void()> check_peers_, check_alive_;
   LaneSet lanes_;
-  std::map<StreamHandle, EventHandle> end_events_;  // drain: one per stream
   uint64_t runs_ = 0;      // runs started
   uint64_t barriers_ = 0;  // barriers this rank has reached
   uint64_t exchanges_ = 0;
@@ -207,13 +214,20 @@ class SliceRunner {
   // rank's work waiting on the edge slots `waits`, watched (coll_watchdog.hpp) from before
   // the first enqueue: a host stuck in a driver call behind a dead peer's flag is released.
   void run_watched(const std::vector<uint32_t>& waits, const std::function<void(std::vector<Lane*>&)>& enqueue);
-  // Waits until `streams` have run everything enqueued on them (`fired` throws when the
-  // watch of the call has fired). On an error the flags in `release` are set here (so that
-  // no GPU of this rank waits forever on a dead one).
-  void drain(const std::vector<Lane*>& used, const std::function<void()>& release,
-             const std::function<void()>& fired = {});
   // Stream flags: the edge slots this rank waited on go back to 0 (its streams are done).
   void reset_edges(const std::vector<uint32_t>& waits);
+  // The end of this rank's part: after every stream in `used` (joined into the first one),
+  // its stream writes the part's number into this rank's done word (the host does, where the
+  // part has no op here). Returns the number, the same on every rank for the same part.
+  uint32_t announce_done(const std::vector<Lane*>& used);
+  // Whether every rank's done word has reached part n.
+  bool all_done(uint32_t n) const;
+  // Waits until all_done(n) (`fired` throws when the watch of the call has fired). On an
+  // error the flags in `release` are set here (so that no GPU of this rank waits forever on a
+  // dead one) and this rank's streams in `used` run out. Counts the time as the GPUs'.
+  void wait_done(uint32_t n, const std::vector<Lane*>& used, const std::function<void()>& release,
+                 const std::function<void()>& fired = {});
+  uint64_t parts_ = 0;  // parts announced (the done word's value)
 };
 
 }  // namespace gpustripe::mpi

@@ -181,8 +181,8 @@ CollTeam::~CollTeam() {
   if (times_.calls) {
     const PhaseTimes t = phase_times(false);
     GS_LOG_DEBUG(Subsys::Mpi, "collectives of rank %d (%llu calls on gpustripe, %llu stream-ordered): us per call: "
-                 "lookup %.1f, prepare %.1f, exchange %.1f, map+program %.1f, enqueue %.1f, wait for GPUs %.1f, "
-                 "end barrier %.1f",
+                 "lookup %.1f, prepare %.1f, exchange %.1f, map+program %.1f, enqueue %.1f, "
+                 "wait for the ranks' GPUs %.1f, host barriers %.1f",
                  rank_, static_cast<unsigned long long>(t.calls), static_cast<unsigned long long>(t.ordered), t.lookup,
                  t.prepare, t.exchange, t.map, t.enqueue, t.drain, t.barrier);
   }

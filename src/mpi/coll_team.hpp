@@ -9,7 +9,8 @@
 // anew, never served stale), builds the same Program with the coll builders over its
 // own view of the pointers, and runs its part (coll_slice.hpp). The exchange is the
 // entry barrier (no rank writes into a buffer its owner may still be using), the
-// slice runner's end is the exit barrier.
+// slice runner's end is the exit barrier (every rank's GPU announces its part done in the
+// team's shared words; the hosts do not meet again).
 //
 // Not yet across processes: the host-path share of exchanges (it needs pinned host
 // memory shared by the ranks; forced to 0) and the hierarchical allreduce.

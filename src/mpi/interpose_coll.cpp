@@ -220,7 +220,7 @@ std::string v_shape(const char* name, int n, int me, int root, const std::vector
 // root's buffer of every rank's block at its displacement (`many`: counts and displacements
 // matter at the root only). Gather: the root's copy engines pull every block into place;
 // scatter: they push every block out. The other ranks only take part in the entry exchange
-// and the end barrier.
+// and wait for the root's GPU at the end.
 int rooted_v(MPI_Comm comm, const char* name, bool gather, const void* one, int one_count, MPI_Datatype one_type,
              const void* many, const int* counts, const int* displs, MPI_Datatype many_type, int root,
              const std::function<int(StagedBuffers*)>& mpi) {

@@ -14,6 +14,7 @@
 #include "backend/backend.hpp"
 #include "coll/reduce.hpp"
 #include "common/error.hpp"
+#include "forwarding_backend.hpp"
 #include "ipc/shm_segment.hpp"
 #include "mpi/coll_slice.hpp"
 #include "test_util.hpp"
@@ -49,9 +50,17 @@ std::vector<float> read(Backend& b, const void* dev_buf, int dev, size_t n) {
   return h;
 }
 
-// Runs `prog` with one thread per rank; returns the first error of any rank ("" if none).
-// `barriers`: where given, each rank's count of the hosts' barriers it reached.
-std::string run_ranks(Node& node, const Program& prog, int runs = 1, std::vector<uint64_t>* barriers = nullptr) {
+// What a rank's runs left in the shared words: the hosts' barriers it reached, and the parts
+// its streams announced done.
+struct Met {
+  uint64_t host_barriers = 0;
+  uint32_t parts_done = 0;
+};
+
+// Runs `prog` with one thread per rank, each run after an entry exchange as the team's calls
+// are (it orders a run after the previous one's edge resets on every rank); returns the first
+// error of any rank ("" if none). `met`: where given, what each rank left in the words.
+std::string run_ranks(Node& node, const Program& prog, int runs = 1, std::vector<Met>* met = nullptr) {
   const int n = prog.nranks();
   std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
@@ -61,8 +70,12 @@ std::string run_ranks(Node& node, const Program& prog, int runs = 1, std::vector
         auto reducer = coll::make_reducer(*node.backend);
         mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
         mpi::SliceRunner runner(*node.backend, *reducer, r, n, flags, [] {});
-        for (int i = 0; i < runs; ++i) runner.run(prog, r);
-        if (barriers) (*barriers)[r] = flags.arrived(r).load();
+        std::vector<int> all(n);
+        for (int i = 0; i < runs; ++i) {
+          runner.exchange(&i, sizeof i, all.data());
+          runner.run(prog, r);
+        }
+        if (met) (*met)[r] = Met{flags.arrived(r).load(), flags.op(mpi::TeamFlags::kDoneWord + r).load()};
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
@@ -110,9 +123,10 @@ TEST(CollSlice, CrossRankDependenciesHoldAcrossThreads) {
 }
 
 // The kernel schedules end with a Barrier op (their kernels write into the peers' buffers).
-// The program's end would then be a second meeting of the hosts that orders nothing: a run of
-// [copy by rank 0, barrier, copy by rank 1 of what rank 0's delivered, barrier] meets twice --
-// and the first meeting still holds (the data checks it).
+// The program's end would then be a second wait for every rank's part that orders nothing: a
+// run of [copy by rank 0, barrier, copy by rank 1 of what rank 0's delivered, barrier] ends
+// two parts per rank -- and the first still orders the second (the data checks it). The
+// barriers are the GPUs' done words: the hosts never meet inside a run.
 TEST(CollSlice, AProgramsClosingBarrierIsItsEnd) {
   Node node;
   Backend& b = *node.backend;
@@ -129,9 +143,12 @@ TEST(CollSlice, AProgramsClosingBarrierIsItsEnd) {
   p.copy(1, coll::kLaneLocal, c1, 1, b1, 1, n * sizeof(float));
   p.barrier();
   const int runs = 3;
-  std::vector<uint64_t> met(2);
+  std::vector<Met> met(2);
   ASSERT_EQ(run_ranks(node, p, runs, &met), "");
-  EXPECT_EQ(met, (std::vector<uint64_t>{2 * runs, 2 * runs}));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(met[r].parts_done, 2u * runs) << "rank " << r;
+    EXPECT_EQ(met[r].host_barriers, 0u) << "rank " << r;
+  }
   std::vector<float> got = read(b, c1, 1, n);
   for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(got[i], 5.0f) << "element " << i;
   for (void* x : {static_cast<void*>(a0), static_cast<void*>(b1), static_cast<void*>(c1)}) b.free_device(x);
@@ -196,6 +213,88 @@ TEST(CollSlice, KernelCopiesOfALaneGoInOneLaunch) {
     b.free_device(dst[k]);
   }
   b.free_device(again);
+}
+
+// Counts what the end of a rank's part costs the host in driver calls: event records and
+// queries (what a host would poll its streams with) and the streams' flag writes.
+class EndCounter : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  const char* name() const override { return "counting-ends"; }
+  void record_event(EventHandle e, StreamHandle s) override {
+    ++records;
+    in_->record_event(e, s);
+  }
+  bool query_event(EventHandle e) override {
+    ++queries;
+    return in_->query_event(e);
+  }
+  void stream_write_flag(StreamHandle s, uint32_t* f, uint32_t v) override {
+    ++writes;
+    in_->stream_write_flag(s, f, v);
+  }
+  std::atomic<int> records{0}, queries{0}, writes{0};
+};
+
+// A kernel schedule's parts (a kernel per rank on one stream, no waits between ranks) end
+// without the hosts meeting: each rank's stream writes its done word after its kernel, and
+// every host returns once all the words are there -- one flag write per rank and call, no
+// event to record or poll, no host barrier. Rank 1's 16 MB copy into rank 0's buffer is
+// complete whenever rank 0 returns, although rank 0's own part is a tiny copy: rank 0 waits
+// for every rank's GPU, not only its own.
+TEST(CollSlice, ACallEndsOnTheGpusDoneWordsWithoutAHostMeeting) {
+  Node node;
+  auto counted = std::make_unique<EndCounter>(std::move(node.backend));
+  EndCounter& counter = *counted;
+  node.backend = std::move(counted);
+  Backend& b = *node.backend;
+  const size_t n = 4 << 20, small = 1024;
+  float* big1 = static_cast<float*>(b.alloc_device(1, n * sizeof(float)));
+  float* dst0 = static_cast<float*>(b.alloc_device(0, n * sizeof(float)));
+  float* x0 = static_cast<float*>(b.alloc_device(0, small * sizeof(float)));
+  float* y0 = static_cast<float*>(b.alloc_device(0, small * sizeof(float)));
+  fill(b, x0, 0, small, 1.0f);
+  Program p(2);
+  p.kernel_copy(0, coll::kLaneOut, y0, 0, x0, 0, small * sizeof(float));
+  p.kernel_copy(1, coll::kLaneOut, dst0, 0, big1, 1, n * sizeof(float));
+  const int calls = 4;
+  std::vector<std::string> errors(2);
+  std::vector<Met> met(2);
+  auto rank = [&](int r) {
+    try {
+      auto reducer = coll::make_reducer(b);
+      mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+      mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
+      int all[2];
+      for (int i = 0; i < calls; ++i) {
+        if (r == 1) fill(b, big1, 1, n, 10.0f + i);
+        runner.exchange(&i, sizeof i, all);
+        runner.run(p, r);
+        if (r == 0) {
+          std::vector<float> got = read(b, dst0, 0, n);
+          for (size_t k = 0; k < n; k += 4099)
+            if (got[k] != 10.0f + i) GS_THROW(GPUSTRIPE_ERR_INTERNAL, "call %d: element %zu is %g", i, k, got[k]);
+          if (got[n - 1] != 10.0f + i) GS_THROW(GPUSTRIPE_ERR_INTERNAL, "call %d: the last element", i);
+        }
+      }
+      met[r] = Met{flags.arrived(r).load(), flags.op(mpi::TeamFlags::kDoneWord + r).load()};
+    } catch (const std::exception& e) {
+      errors[r] = e.what();
+    }
+  };
+  std::thread other(rank, 1);
+  rank(0);
+  other.join();
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  EXPECT_EQ(counter.writes.load(), 2 * calls);
+  EXPECT_EQ(counter.records.load(), 0);
+  EXPECT_EQ(counter.queries.load(), 0);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(met[r].host_barriers, 0u) << "rank " << r;
+    EXPECT_EQ(met[r].parts_done, static_cast<uint32_t>(calls)) << "rank " << r;
+  }
+  for (void* x : {static_cast<void*>(big1), static_cast<void*>(dst0), static_cast<void*>(x0), static_cast<void*>(y0)})
+    b.free_device(x);
 }
 
 // A rank waiting for a step of a rank that never runs ends with the peer check's error.
