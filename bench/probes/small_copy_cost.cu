@@ -10,9 +10,6 @@
 // Build: nvcc -O2 -arch=sm_90 -o small_copy_cost small_copy_cost.cu -lcuda
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +22,7 @@
 #include <vector>
 
 #include "probe_check.h"
+#include "probe_shm.h"
 
 namespace {
 
@@ -195,24 +193,9 @@ int main() {
   CK(cudaMalloc(&dev, kBytes));
   CK(cudaMemset(dev, 1, kBytes));
 
-  // Shared memory as the eager slots map it: shm_open + mmap + cudaHostRegister(Portable|Mapped).
-  const std::string shm_name = "/small-copy-cost-" + std::to_string(getpid());
-  int fd = shm_open(shm_name.c_str(), O_CREAT | O_RDWR | O_EXCL, 0600);
-  if (fd < 0 || ftruncate(fd, kBytes) != 0) {
-    perror("shm");
-    return 1;
-  }
-  char* shm = static_cast<char*>(mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-  close(fd);
-  shm_unlink(shm_name.c_str());
-  if (shm == MAP_FAILED) {
-    perror("mmap");
-    return 1;
-  }
-  memset(shm, 0, kBytes);
-  CK(cudaHostRegister(shm, kBytes, cudaHostRegisterPortable | cudaHostRegisterMapped));
+  // Shared memory as the eager slots map and register it.
   char* shm_mapped = nullptr;
-  CK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&shm_mapped), shm, 0));
+  char* shm = registered_shm("small-copy-cost", kBytes, &shm_mapped);
   char* pinned = nullptr;
   CK(cudaMallocHost(&pinned, kBytes));
   char* pinned_mapped = nullptr;

@@ -14,9 +14,6 @@
 // Build: nvcc -O2 -arch=sm_90 -o small_copy_paths small_copy_paths.cu -lcuda
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -29,6 +26,7 @@
 #include <vector>
 
 #include "probe_check.h"
+#include "probe_shm.h"
 
 namespace {
 
@@ -104,24 +102,9 @@ int main() {
   char* dev = nullptr;
   CK(cudaMalloc(&dev, kBytes));
   CK(cudaMemset(dev, 1, kBytes));
-  // Shared memory registered as the eager slots are.
-  const std::string shm_name = "/small-copy-paths-" + std::to_string(getpid());
-  int fd = shm_open(shm_name.c_str(), O_CREAT | O_RDWR | O_EXCL, 0600);
-  if (fd < 0 || ftruncate(fd, kBytes) != 0) {
-    perror("shm");
-    return 1;
-  }
-  char* shm = static_cast<char*>(mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-  close(fd);
-  shm_unlink(shm_name.c_str());
-  if (shm == MAP_FAILED) {
-    perror("mmap");
-    return 1;
-  }
-  memset(shm, 0, kBytes);
-  CK(cudaHostRegister(shm, kBytes, cudaHostRegisterPortable | cudaHostRegisterMapped));
+  // Shared memory as the eager slots map and register it.
   char* shm_mapped = nullptr;
-  CK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&shm_mapped), shm, 0));
+  char* shm = registered_shm("small-copy-paths", kBytes, &shm_mapped);
   std::vector<char> pageable(kBytes, 0);
   char* page = pageable.data();
 
