@@ -27,28 +27,11 @@
 
 #include "probe_check.h"
 #include "probe_shm.h"
+#include "probe_time.h"
 
 namespace {
 
 constexpr int kWarm = 200;
-
-double now_us() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-void CU(CUresult r, const char* what) {
-  if (r != CUDA_SUCCESS) {
-    const char* s = nullptr;
-    cuGetErrorString(r, &s);
-    fprintf(stderr, "CUDA driver %s: %s\n", what, s ? s : "?");
-    exit(1);
-  }
-}
 
 void spin(cudaEvent_t e) {
   for (;;) {
