@@ -43,6 +43,8 @@ class EagerSlots {
   EagerSlots& operator=(const EagerSlots&) = delete;
 
   uint64_t slot_bytes() const { return slot_bytes_; }
+  // Slots per receiver (the areas this rank makes; a peer's area has the count in its header).
+  int count() const { return count_; }
 
   // Sender: a free slot to `dst` (held until the receiver releases it), or -1 when every
   // slot is held or the area cannot be made here (logged once; the caller sends another way).

@@ -19,10 +19,15 @@ constexpr uint64_t kEagerLimit = 16 << 10;
 // (bench/results/2026-11-26-mpi-np2-w64-eager-slots-*: latency rows). 4K is also Open MPI's shared-memory eager
 // limit, so programs that run on Open MPI meet no new rendezvous (no new deadlock) here.
 constexpr uint64_t kDeviceEagerLimit = 4 << 10;
-// Eager slots per ordered pair of ranks: a window of small device sends as benchmarks and halo
-// exchanges post them (OSU's window is 64) is in flight at once; past that, a send waits for none
-// and goes through the bounce buffer. 64 slots of the 4 KB device eager limit: 256 KB per pair.
-constexpr int kEagerSlots = 64;
+// Eager slots per ordered pair of ranks: two windows of small device sends as benchmarks and halo
+// exchanges post them (OSU's window is 64); past that, a send waits for none and goes through the
+// bounce buffer (two synchronous copies). Two, because in a two-way exchange (Isend/Irecv both
+// ways, then Waitall) a rank posts its next window as soon as its own Waitall returns, before the
+// peer has finished its receives of the last one and freed their slots; the window before that
+// was freed before the peer sent the messages that Waitall waited for. With one window of slots
+// the next window's sends found them held and took the bounce path. 128 slots of the 4 KB device
+// eager limit: 512 KB per pair.
+constexpr int kEagerSlots = 128;
 }
 
 uint64_t eager_limit() { return kEagerLimit; }

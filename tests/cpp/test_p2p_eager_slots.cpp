@@ -265,8 +265,71 @@ TEST(P2pEagerSlots, UnexpectedMessagesFreeTheirSlotsAtOnceAndMatchAnySource) {
   }));
 }
 
-// 200 sends of one tag while the receiver makes no progress: 64 take the slots, the others go
-// through the channel, and the receiver gets all of them in the order they were sent.
+// Two-way windows of 64 (Isend/Irecv both ways, then Waitall, as bidirectional benchmarks and
+// halo exchanges run them), with the peer slow to finish its receives: rank 1 has posted its
+// window and seen its sends complete, but has not yet read rank 0's messages, so every slot of
+// rank 0's first window is still held when rank 0, whose own Waitall has completed, posts its
+// next window. That window takes slots too (none goes through the bounce buffer, two
+// synchronous copies each), and both windows land whole.
+TEST(P2pEagerSlots, ANextWindowFindsSlotsWhileThePeerStillHoldsThePrevious) {
+  ScopedEnv jitter("GPUSTRIPE_TEST", "emu_jitter_us=5");
+  ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
+  int sent[2], go[2];
+  ASSERT_EQ(pipe(sent), 0);
+  ASSERT_EQ(pipe(go), 0);
+  EXPECT_RANKS_OK(run_ranks(2, [&](int rank, ipc::Channel& ch) {
+    auto be = emulated();
+    Endpoint ep(ch, be.get());
+    const int peer = 1 - rank;
+    constexpr int kWindow = 64, kRounds = 2;
+    char* out = static_cast<char*>(be->alloc_device(rank, kRounds * kWindow * kMax));
+    char* in = static_cast<char*>(be->alloc_device(rank, kRounds * kWindow * kMax));
+    auto seed = [](int from, int round, int i) { return from * 10000 + round * 1000 + i; };
+    for (int round = 0; round < kRounds; ++round)
+      for (int i = 0; i < kWindow; ++i)
+        device_put(*be, out + (round * kWindow + i) * kMax, rank, seeded_bytes(seed(rank, round, i), size_of(i)));
+    std::vector<RequestPtr> recvs, sends;
+    auto post_window = [&](int round) {
+      for (int i = 0; i < kWindow; ++i)
+        recvs.push_back(ep.irecv(in + (round * kWindow + i) * kMax, kMax, peer, round * kWindow + i, kComm));
+      for (int i = 0; i < kWindow; ++i)
+        sends.push_back(ep.isend(out + (round * kWindow + i) * kMax, size_of(i), peer, round * kWindow + i, kComm));
+    };
+    if (rank == 1) {
+      post_window(0);
+      for (auto& r : sends) ep.wait(r);  // its records are in the ring; rank 0's are not sent yet
+      unblock(sent[1]);
+      block_on(go[0]);  // no progress: rank 0's first window stays in its slots
+      for (auto& r : recvs) ep.wait(r);
+      post_window(1);
+    } else {
+      block_on(sent[0]);
+      post_window(0);
+      for (auto& r : sends) ep.wait(r);
+      for (auto& r : recvs) ep.wait(r);  // rank 1's first window is in
+      const bool held = ep.eager_slots()->held(1) == kWindow;
+      post_window(1);
+      const bool took = ep.eager_slots()->taken() == 2u * kWindow;
+      unblock(go[1]);  // before the checks: a failing one must not leave rank 1 blocked
+      RANK_CHECK(held && took);
+    }
+    for (auto& r : sends) ep.wait(r);
+    for (int k = 0; k < kRounds * kWindow; ++k) {
+      ep.wait(recvs[k]);
+      const int round = k / kWindow, i = k % kWindow;
+      RANK_CHECK(recvs[k]->status().bytes == size_of(i) && recvs[k]->status().error == GPUSTRIPE_SUCCESS);
+      RANK_CHECK(device_get(*be, in + k * kMax, rank, size_of(i)) == seeded_bytes(seed(peer, round, i), size_of(i)));
+    }
+    be->free_device(out);
+    be->free_device(in);
+    ep.flush();
+  }));
+  for (int fd : {sent[0], sent[1], go[0], go[1]}) close(fd);
+}
+
+// 200 sends of one tag while the receiver makes no progress: as many as there are slots take
+// them, the others go through the channel, and the receiver gets all of them in the order they
+// were sent.
 TEST(P2pEagerSlots, MoreSendsThanSlotsKeepTheirOrder) {
   ScopedEnv jitter("GPUSTRIPE_TEST", "emu_jitter_us=5");
   ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
@@ -281,7 +344,9 @@ TEST(P2pEagerSlots, MoreSendsThanSlotsKeepTheirOrder) {
       for (int i = 0; i < kMsgs; ++i) device_put(*be, out + i * kMax, 0, seeded_bytes(i, size_of(i)));
       std::vector<RequestPtr> sends;
       for (int i = 0; i < kMsgs; ++i) sends.push_back(ep.isend(out + i * kMax, size_of(i), 1, 9, kComm));
-      RANK_CHECK(ep.eager_slots()->taken() == 64 && ep.eager_slots()->held(1) == 64);
+      const int slots = ep.eager_slots()->count();
+      RANK_CHECK(slots < kMsgs && ep.eager_slots()->taken() == static_cast<uint64_t>(slots) &&
+                 ep.eager_slots()->held(1) == slots);
       unblock(fds[1]);
       for (auto& r : sends) ep.wait(r);
       be->free_device(out);
@@ -359,8 +424,9 @@ TEST(P2pEagerSlots, KilledReceiverFailsTheSenderAndItsAreaGoes) {
       Endpoint ep(ch, be.get());
       char* out = static_cast<char*>(be->alloc_device(0, kMax));
       device_put(*be, out, 0, seeded_bytes(7, kMax));
-      for (int i = 0; i < 64; ++i) ep.send(out, kMax, 1, 0, kComm);
-      RANK_CHECK(ep.eager_slots()->held(1) == 64 && shm_exists(area));
+      const int slots = ep.eager_slots()->count();
+      for (int i = 0; i < slots; ++i) ep.send(out, kMax, 1, 0, kComm);
+      RANK_CHECK(ep.eager_slots()->held(1) == slots && shm_exists(area));
       unblock(fds[1]);
       wait_until_dead(ch, 1);
       // more sends than its ring holds
