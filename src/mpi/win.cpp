@@ -465,24 +465,23 @@ DeviceWindow::Lane& DeviceWindow::lane(int dev) {
 StreamHandle DeviceWindow::copy_stream(int dev) { return lane(dev).stream; }
 
 bool DeviceWindow::own_memory(const char* p, uint64_t bytes, p2p::MemLoc* loc) const {
-  auto inside = [&](const char* base, uint64_t size, int dev) {
-    if (!base || dev == kHostDevice || p < base || static_cast<uint64_t>(p - base) > size ||
-        bytes > size - static_cast<uint64_t>(p - base))
-      return false;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  auto inside = [&](uintptr_t base, uint64_t size, int dev) {
+    if (!base || dev == kHostDevice || at < base || at - base > size || bytes > size - (at - base)) return false;
     loc->device = true;
     loc->dev = dev;
-    loc->base = reinterpret_cast<uintptr_t>(base);
+    loc->base = base;
     loc->size = size;
     return true;
   };
   if (flavor_ != Flavor::Dynamic) {
     const Region& r = static_[rank_];
-    return inside(r.local, r.bytes, r.dev);
+    return inside(reinterpret_cast<uintptr_t>(r.local), r.bytes, r.dev);
   }
   // This rank alone writes its slot: its regions are read without the version check.
   const WinRankSlot& s = shm().slot(rank_);
   for (const WinRegionDesc& d : s.regions)
-    if (d.present && inside(reinterpret_cast<const char*>(d.base), d.bytes, d.dev)) return true;
+    if (d.present && inside(d.base, d.bytes, d.dev)) return true;
   return false;
 }
 

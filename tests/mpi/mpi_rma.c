@@ -696,6 +696,18 @@ static void dynamic(void) {
     MPI_Barrier(MPI_COMM_WORLD);
     buf_pull(&hk, &mem);
     CHECK(same(mem.h + 1000, sizeof msg, from, 7, rep));
+    /* Back into this rank's attached memory: an origin there takes no pointer query. */
+    long long (*counter)(const char*) =
+        (long long (*)(const char*))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_win_counter");
+    CHECK(counter);
+    const long long q0 = counter("origin_queries");
+    CHECK(MPI_Win_lock(MPI_LOCK_SHARED, t, 0, win) == MPI_SUCCESS);
+    CHECK(MPI_Get(mem.p + 2000, sizeof msg, MPI_BYTE, t, addr[t] + 1000, sizeof msg, MPI_BYTE, win) == MPI_SUCCESS);
+    CHECK(MPI_Win_unlock(t, win) == MPI_SUCCESS);
+    CHECK(q0 >= 0 && counter("origin_queries") == q0);
+    buf_pull(&hk, &mem);
+    CHECK(same(mem.h + 2000, sizeof msg, rank, 7, rep));
+    MPI_Barrier(MPI_COMM_WORLD);
     CHECK(MPI_Win_detach(win, mem.p) == MPI_SUCCESS);
     MPI_Barrier(MPI_COMM_WORLD);
     CHECK(MPI_Win_lock(MPI_LOCK_SHARED, t, 0, win) == MPI_SUCCESS);
@@ -706,7 +718,7 @@ static void dynamic(void) {
     buf_free(&hk, &mem); /* freed and allocated again, maybe at the same address: mapped anew */
   }
   CHECK(MPI_Win_free(&win) == MPI_SUCCESS);
-  if (rank == 0) printf("dynamic windows: attach, puts, out of range, detach, reattach checked\n");
+  if (rank == 0) printf("dynamic windows: attach, puts, gets into attached memory, out of range, detach, reattach checked\n");
 }
 
 /* Whether the MPI itself (PMPI, past the interposer) makes a window over host memory on every rank.
