@@ -17,7 +17,9 @@
 //   --min/--max bytes, --mem device|host, --iters N (0: by size, fewer where a row would
 //                          last more than kRowSeconds at the warm-up's rate), --method NAME (label)
 // Prints "ROW {json}" per size: op, method, sync, bytes, gbps (per pair), us (per epoch),
-// mops (operations per second, millions), window, ranks, agg_gbps (sum over pairs), mem, iters.
+// mops (operations per second, millions), window, ranks, agg_gbps (sum over pairs), mem, iters;
+// with --sync lock, op_call_us and flush_us: the origin's time per epoch in the operation calls
+// and in MPI_Win_flush (rank 0's; 0 for the other syncs).
 //
 //   mpirun -np 2 [-x LD_PRELOAD=.../libgpustripe_mpi.so] mpi_rma_bench --test put_bw --sync lock
 #include <mpi.h>
@@ -98,9 +100,16 @@ int timed_iterations(const Options& o, int by_size, int warm, double warm_s) {
   return all;
 }
 
+// Where an origin's lock/flush epochs spend their time: seconds in the operation calls (MPI_Put,
+// MPI_Get, ...) and in MPI_Win_flush, over a run. The operation call is the host's work before the
+// data moves; the flush waits for the copy and sees it complete.
+struct Split {
+  double ops = 0, sync = 0;
+};
+
 // One run of `iters` epochs; returns seconds (on the origin; the target's time is its wait).
 double run(const Options& o, MPI_Win win, MPI_Group peer_group, bool origin, int peer, char* buf, size_t n,
-           int iters, size_t stride) {
+           int iters, size_t stride, Split* split = nullptr) {
   const int ops = is_bw(o) ? o.window : 1;
   double one = 1;
   long long add = 1, fetched = 0;
@@ -135,8 +144,14 @@ double run(const Options& o, MPI_Win win, MPI_Group peer_group, bool origin, int
         MPI_Win_wait(win);
       }
     } else if (origin) {
+      const double a = MPI_Wtime();
       epoch_ops();
+      const double b = MPI_Wtime();
       MPI_Win_flush(peer, win);
+      if (split) {
+        split->ops += b - a;
+        split->sync += MPI_Wtime() - b;
+      }
     } else if (o.busy_ms > 0 && it == 0) {
       usleep(static_cast<useconds_t>(o.busy_ms) * 1000);
     }
@@ -208,7 +223,8 @@ int main(int argc, char** argv) {
     const double warm_s = run(o, win, peer_group, origin, peer, buf, n, warm, stride);
     // The origins' rate: a target's loop may include its --busy-ms sleep.
     const int iters = timed_iterations(o, by_size, warm, origin ? warm_s : 0);
-    double s = run(o, win, peer_group, origin, peer, buf, n, iters, stride);
+    Split split;
+    double s = run(o, win, peer_group, origin, peer, buf, n, iters, stride, &split);
     MPI_Win_free(&win);
     bench::free_buf(buf, o.device);
     const double us = s * 1e6 / iters;  // per epoch
@@ -220,9 +236,9 @@ int main(int argc, char** argv) {
       std::printf(
           "ROW {\"op\": \"%s\", \"method\": \"%s\", \"sync\": \"%s\", \"bytes\": %zu, \"gbps\": %.6g, \"us\": %.3f, "
           "\"mops\": %.6g, \"window\": %d, \"ranks\": %d, \"agg_gbps\": %.6g, \"mem\": \"%s\", \"iters\": %d, "
-          "\"busy_ms\": %d}\n",
+          "\"busy_ms\": %d, \"op_call_us\": %.3f, \"flush_us\": %.3f}\n",
           o.test.c_str(), o.method.c_str(), o.sync.c_str(), n, gbps, us, mops, ops, size, agg,
-          o.device ? "device" : "host", iters, o.busy_ms);
+          o.device ? "device" : "host", iters, o.busy_ms, split.ops * 1e6 / iters, split.sync * 1e6 / iters);
       std::fflush(stdout);
     }
   }

@@ -6,7 +6,8 @@
 #   gpustripe bench mpi_rma  mpi_rma_bench (plain MPI) through the interposer, 2 ranks: put/get
 #                         bandwidth and latency with lock/flush, fence and PSCW, accumulate rate,
 #                         fetch-and-op latency, send/recv and the CUDA-aware MPI's osc ucx (over the
-#                         libucx-cu13 wheel in .deps/ucx) alongside -> $OUT/mpi-rma/*.json + .png
+#                         libucx-cu13 wheel in .deps/ucx) alongside, and the one-pair bound (the engine's
+#                         in-process copy, cudaMemcpyPeerAsync, the model's predictions) -> $OUT/mpi-rma/*.json + .png
 #   lock + 8 gets of 128 KB per epoch with the target busy (200 ms outside MPI) -> busy.log
 # MPI_RMA_TESTS=0 skips the tests; MPI_RMA_MAX bounds the bandwidth sweep (default 256M).
 set -uo pipefail

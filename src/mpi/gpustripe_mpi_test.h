@@ -34,8 +34,10 @@ long long gpustripe_mpi_test_ipc_counter(const char* name);
  * or free calls that had to wait for their puts and gets), "completion_ticked" (those of them
  * that lasted until the wait's liveness tick, every few milliseconds), "puts_from_origin" /
  * "puts_from_target" (puts into another rank's device memory run on a stream of the origin's
- * GPU, pushed through a mapping in its context, or of the target's); -1 for an unknown name or
- * no runtime. */
+ * GPU, pushed through a mapping in its context, or of the target's), "origin_queries" (pointer
+ * queries of puts' and gets' origin buffers: none for an origin in the rank's own window memory),
+ * "completion_marks" (events recorded to see puts and gets complete: one per stream per completion
+ * wait, not one per operation); -1 for an unknown name or no runtime. */
 long long gpustripe_mpi_test_win_counter(const char* name);
 /* Copies between any two of host and device memory; 0 on success. */
 int gpustripe_mpi_test_copy(void* dst, const void* src, size_t bytes);

@@ -72,6 +72,9 @@ long long gpustripe_mpi_test_win_counter(const char* name) {
   const WinPutCounts p = win_put_counts();
   if (std::strcmp(name, "puts_from_origin") == 0) return static_cast<long long>(p.from_origin);
   if (std::strcmp(name, "puts_from_target") == 0) return static_cast<long long>(p.from_target);
+  const WinHostCounts h = win_host_counts();
+  if (std::strcmp(name, "origin_queries") == 0) return static_cast<long long>(h.origin_queries);
+  if (std::strcmp(name, "completion_marks") == 0) return static_cast<long long>(h.completion_marks);
   return -1;
 }
 

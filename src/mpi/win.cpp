@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <optional>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -27,11 +28,13 @@ std::map<MPI_Win, std::unique_ptr<DeviceWindow>>& windows() {
 
 WinWaitCounts wait_counts;
 WinPutCounts put_counts;
+WinHostCounts host_counts;
 
 }  // namespace
 
 WinWaitCounts win_wait_counts() { return wait_counts; }
 WinPutCounts win_put_counts() { return put_counts; }
+WinHostCounts win_host_counts() { return host_counts; }
 
 DeviceWindow* find_window(MPI_Win w) {
   auto it = windows().find(w);
@@ -135,15 +138,14 @@ DeviceWindow::DeviceWindow(Runtime& rt, MPI_Comm comm, const CommInfo& ci, Flavo
 DeviceWindow::~DeviceWindow() {
   release_leases();
   try {
-    for (Pending& p : pending_) {
-      if (!p.event) continue;
-      backend_.synchronize_event(p.event);
-      free_events_[p.event_dev].push_back(p.event);
+    for (auto& kv : lanes_) {
+      backend_.synchronize_stream(kv.second.stream);
+      for (auto& e : kv.second.events) free_events_[kv.first].push_back(e.second);
     }
     close_all_pushed();
     for (auto& kv : free_events_)
       for (EventHandle e : kv.second) backend_.destroy_event(e);
-    for (auto& kv : copy_streams_) backend_.destroy_stream(kv.second);
+    for (auto& kv : lanes_) backend_.destroy_stream(kv.second.stream);
     for (auto& kv : scratch_)
       if (kv.second.p) backend_.free_device(kv.second.p);
   } catch (const Error& e) {
@@ -349,8 +351,12 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
   char* t = resolve(target, disp, tb + tlb, &tdev, call, &region) + tlb;
   if (tb == 0) return 0;
   char* o = static_cast<char*>(origin) + olb;
-  p2p::MemLoc loc = rt_.locate(o);
-  p2p::Mover::check_within(loc, o, ob, "origin buffer");
+  p2p::MemLoc loc;
+  if (!own_memory(o, ob, &loc)) {
+    loc = rt_.locate(o);
+    ++host_counts.origin_queries;
+    p2p::Mover::check_within(loc, o, ob, "origin buffer");
+  }
   const int odev = loc.device ? loc.dev : kHostDevice;
   Pending p{target, next_id_++};
   // Both ranges are checked: the origin by check_within, the target by resolve.
@@ -379,9 +385,8 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
       // direct path and the relays into the mapping issued from its GPU.
       if (two_gpus) allow_peer(tdev, odev);
       if (two_gpus && !direct) {
-        StreamHandle s = copy_stream(tdev);
-        engine.copy_async_from_dst(t, tdev, o, odev, tb, s);
-        record(p, tdev, s);
+        engine.copy_async_from_dst(t, tdev, o, odev, tb, copy_stream(tdev));
+        issued_on(p, tdev);
       } else {
         copy_plain(t, tdev, o, odev, tb, tdev, p);
       }
@@ -389,9 +394,12 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
     }
   } else if (!put && direct) {
     // A get between two GPUs: by the target's GPU, whose context holds the mapping in this
-    // process, into the origin's memory.
+    // process, into the origin's memory. Named as a copy within that GPU's context, as a pushed
+    // put is: its stream's device resolves the origin's address (peer access is on), and a copy
+    // named between two GPUs costs a capture query and the runtime's peer copy call on every get.
+    // The emulated backend checks each range against the GPU named for it.
     allow_peer(tdev, odev);
-    copy_plain(o, odev, t, tdev, tb, tdev, p);
+    copy_plain(o, backend_.emulated() ? odev : tdev, t, tdev, tb, tdev, p);
   } else {
     // Larger gets (multi-path where the plan says so, as p2p's pull), and copies to or from host
     // memory or within one GPU: the mover's copies, on a stream of the mapping's GPU.
@@ -443,10 +451,38 @@ uint64_t DeviceWindow::direct_limit_of(int src, int dst) {
   return it->second;
 }
 
-StreamHandle DeviceWindow::copy_stream(int dev) {
-  auto it = copy_streams_.find(dev);
-  if (it == copy_streams_.end()) it = copy_streams_.emplace(dev, backend_.create_stream(dev)).first;
+DeviceWindow::Lane& DeviceWindow::lane(int dev) {
+  auto it = lanes_.find(dev);
+  if (it == lanes_.end()) {
+    Lane l;
+    l.stream = backend_.create_stream(dev);
+    l.dev = dev;
+    it = lanes_.emplace(dev, std::move(l)).first;
+  }
   return it->second;
+}
+
+StreamHandle DeviceWindow::copy_stream(int dev) { return lane(dev).stream; }
+
+bool DeviceWindow::own_memory(const char* p, uint64_t bytes, p2p::MemLoc* loc) const {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  auto inside = [&](uintptr_t base, uint64_t size, int dev) {
+    if (!base || dev == kHostDevice || at < base || at - base > size || bytes > size - (at - base)) return false;
+    loc->device = true;
+    loc->dev = dev;
+    loc->base = base;
+    loc->size = size;
+    return true;
+  };
+  if (flavor_ != Flavor::Dynamic) {
+    const Region& r = static_[rank_];
+    return inside(reinterpret_cast<uintptr_t>(r.local), r.bytes, r.dev);
+  }
+  // This rank alone writes its slot: its regions are read without the version check.
+  const WinRankSlot& s = shm().slot(rank_);
+  for (const WinRegionDesc& d : s.regions)
+    if (d.present && inside(d.base, d.bytes, d.dev)) return true;
+  return false;
 }
 
 void DeviceWindow::allow_peer(int dev, int peer) {
@@ -454,33 +490,55 @@ void DeviceWindow::allow_peer(int dev, int peer) {
     backend_.enable_peer_access(dev, peer);
 }
 
-void DeviceWindow::record(Pending& p, int dev, StreamHandle s) {
-  std::vector<EventHandle>& pool = free_events_[dev];
-  if (pool.empty()) {
-    p.event = backend_.create_event(dev, false);
-  } else {
-    p.event = pool.back();
-    pool.pop_back();
-  }
-  p.event_dev = dev;
-  backend_.record_event(p.event, s);
+void DeviceWindow::issued_on(Pending& p, int dev) {
+  p.lane = dev;
+  p.seq = ++lane(dev).issued;
 }
 
 void DeviceWindow::copy_plain(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, int on,
                               Pending& p) {
-  StreamHandle s = copy_stream(on);
-  backend_.copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, s);
-  record(p, on, s);
+  backend_.copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, copy_stream(on));
+  issued_on(p, on);
 }
 
 bool DeviceWindow::finished(Pending& p) {
-  if (p.event) {
-    if (!backend_.query_event(p.event)) return false;
-    free_events_[p.event_dev].push_back(p.event);
-    p.event = nullptr;
-    return true;
+  if (p.lane == kHostDevice) return rt_.mover().done(p.ticket);
+  Lane& l = lanes_.at(p.lane);
+  if (l.done >= p.seq) return true;
+  if (l.recorded < p.seq) {
+    // One event after everything on the stream so far: it completes this copy and every
+    // earlier one.
+    std::vector<EventHandle>& pool = free_events_[l.dev];
+    EventHandle e = nullptr;
+    if (pool.empty()) {
+      e = backend_.create_event(l.dev, false);
+    } else {
+      e = pool.back();
+      pool.pop_back();
+    }
+    try {
+      backend_.record_event(e, l.stream);
+    } catch (...) {
+      pool.push_back(e);
+      throw;
+    }
+    l.events.emplace_back(l.issued, e);
+    l.recorded = l.issued;
+    ++host_counts.completion_marks;
   }
-  return rt_.mover().done(p.ticket);
+  // Within one poll pass a lane whose oldest event was seen running is not asked again (an event
+  // query is a driver call, and a window's copies share their lane's events).
+  if (l.busy_pass == pass_) return false;
+  while (!l.events.empty()) {
+    if (!backend_.query_event(l.events.front().second)) {
+      l.busy_pass = pass_;
+      break;
+    }
+    l.done = l.events.front().first;
+    free_events_[l.dev].push_back(l.events.front().second);
+    l.events.pop_front();
+  }
+  return l.done >= p.seq;
 }
 
 uint64_t DeviceWindow::put(const void* origin, int ocount, MPI_Datatype otype, int target, MPI_Aint disp, int tcount,
@@ -495,6 +553,7 @@ uint64_t DeviceWindow::get(void* origin, int ocount, MPI_Datatype otype, int tar
 
 bool DeviceWindow::op_done(uint64_t id) {
   rt_.mover().new_pass();  // each call asks anew (see complete_ops)
+  ++pass_;
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
     if (it->id != id) continue;
     if (!finished(*it)) return false;
@@ -507,16 +566,16 @@ bool DeviceWindow::op_done(uint64_t id) {
 void DeviceWindow::complete_ops(int target) {
   if (pending_.empty()) return;
   bool waited = false, ticked = false;
-  ipc::Waiter w(format("window: rank %d waiting for its puts and gets to complete", rank_), [this, &ticked] {
-    ticked = true;
-    idle();
-  });
+  // Made at the first poll that finds copies still running: most waits are short, and naming
+  // one and reading its timeout cost the host time while the copies run.
+  std::optional<ipc::Waiter> w;
   for (;;) {
     // Every poll is a new pass of the mover: within one pass it does not ask again about a
     // stream whose oldest copy it saw running, and the endpoint's progress (which starts
     // passes) runs here only at the Waiter's liveness tick, every 5 ms: without this, a copy
     // still running at the first poll would be seen complete only at the next tick.
     rt_.mover().new_pass();
+    ++pass_;
     bool all = true;
     for (auto it = pending_.begin(); it != pending_.end();) {
       if ((target < 0 || it->target == target) && finished(*it)) {
@@ -528,7 +587,12 @@ void DeviceWindow::complete_ops(int target) {
     }
     if (all) break;
     waited = true;
-    w.pause();
+    if (!w)
+      w.emplace(format("window: rank %d waiting for its puts and gets to complete", rank_), [this, &ticked] {
+        ticked = true;
+        idle();
+      });
+    w->pause();
   }
   if (!waited) return;
   ++wait_counts.waits;

@@ -42,6 +42,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -53,6 +54,7 @@
 #include "coll/atomic_acc.hpp"
 #include "ipc/shm_segment.hpp"
 #include "mpi/runtime.hpp"
+#include "p2p/mover.hpp"
 
 namespace gpustripe::mpi {
 
@@ -142,19 +144,38 @@ class DeviceWindow {
   struct Pending {
     int target;
     uint64_t id;
-    uint64_t ticket = 0;             // a copy of the mover (larger gets, copies to or from host memory)
-    EventHandle event = nullptr;     // recorded after a copy on copy_streams_
-    int event_dev = kHostDevice;
+    uint64_t ticket = 0;        // a copy of the mover (larger gets, copies to or from host memory)
+    int lane = kHostDevice;     // else: a copy on the window's stream of this GPU (lanes_),
+    uint64_t seq = 0;           // the lane's seq-th
   };
-  bool finished(Pending& p);  // true once complete (its event goes back to the pool)
+  // The window's stream of one GPU and its copies, numbered in issue order. A stream's copies
+  // complete in that order, so one event recorded after the last covers all of them: events are
+  // recorded when a completion is asked (flush, unlock, complete, fence, a request's test), not
+  // per operation. An event record is a driver call on the host's path of every operation, and a
+  // window of puts closed by one flush needs one.
+  struct Lane {
+    StreamHandle stream = nullptr;
+    int dev = kHostDevice;
+    uint64_t issued = 0;    // copies put on the stream
+    uint64_t recorded = 0;  // copies up to this one have an event after them
+    uint64_t done = 0;      // copies up to this one have completed
+    uint64_t busy_pass = 0; // the poll pass in which its oldest event was seen running
+    std::deque<std::pair<uint64_t, EventHandle>> events;  // (last copy it covers, event), oldest first
+  };
+  bool finished(Pending& p);  // true once complete
   // The window's stream of GPU `dev`, where its copies and accumulates on that GPU run.
   StreamHandle copy_stream(int dev);
+  Lane& lane(int dev);
   // p2p::direct_limit of (source GPU, destination GPU), asked once per pair.
   uint64_t direct_limit_of(int src, int dst);
   void allow_peer(int dev, int peer);  // dev's context may reach peer's memory (once per pair)
-  void record(Pending& p, int dev, StreamHandle s);  // p's event (of the pool of dev) after s's work
+  void issued_on(Pending& p, int dev);  // p is the copy just put on GPU dev's lane
   // One plain copy on the window's stream of GPU `on`, `p` completing with it.
   void copy_plain(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, int on, Pending& p);
+  // Where this rank's own window memory (static or attached) holds [p, p + bytes), as the mover
+  // would locate it, or false. Such an origin needs no pointer query: the standard forbids freeing
+  // window memory before MPI_Win_free (or MPI_Win_detach), so what creation or attach found holds.
+  bool own_memory(const char* p, uint64_t bytes, p2p::MemLoc* loc) const;
   WinShared& shm() const;
   void publish_region(int slot, void* base, uint64_t bytes);
   Region map_region(int target, int slot);
@@ -207,7 +228,8 @@ class DeviceWindow {
   std::map<std::pair<int, uint64_t>, Region> dynamic_;  // Dynamic: (target, base) -> mapped region
   std::vector<Pending> pending_;
   uint64_t next_id_ = 1;
-  std::map<int, StreamHandle> copy_streams_;  // per GPU: the copies it runs
+  std::map<int, Lane> lanes_;  // per GPU: the copies it runs
+  uint64_t pass_ = 1;          // poll passes of completion waits (Lane::busy_pass)
   std::map<std::pair<int, int>, uint64_t> direct_limits_;
   std::set<std::pair<int, int>> peer_enabled_;  // (GPU, peer GPU) pairs asked already
   struct Scratch {
@@ -241,6 +263,14 @@ struct WinPutCounts {
   uint64_t from_origin = 0, from_target = 0;
 };
 WinPutCounts win_put_counts();
+
+// This process's host work per put and get that tests check stays off the operation's path:
+// pointer queries of origin buffers (none for an origin in the rank's own window memory) and the
+// events recorded to see copies complete (one per stream per completion wait, not per operation).
+struct WinHostCounts {
+  uint64_t origin_queries = 0, completion_marks = 0;
+};
+WinHostCounts win_host_counts();
 
 // The window behind an MPI handle, or null (the MPI's own window).
 DeviceWindow* find_window(MPI_Win w);

@@ -12,8 +12,9 @@
  * value distinct), compare-and-swap (one winner), dynamic windows (attach/detach),
  * MPI_Win_allocate of device memory (info gpustripe_device), host windows left to the MPI, and
  * get epochs completing at unlock by polling their copies while the target makes no MPI call,
- * which GPU runs a put (the origin's, through a mapping in its context, for plain memory), and
- * large puts and gets (split across paths where the model says so).
+ * which GPU runs a put (the origin's, through a mapping in its context, for plain memory), the
+ * host's work per operation (no pointer query for an origin in window memory, one completion event
+ * per stream per flush), and large puts and gets (split across paths where the model says so).
  * Prints "mpi_rma: all checks passed on N ranks". */
 #include "mpi_test_util.h"
 
@@ -291,6 +292,60 @@ static void puts_pushed_by_origin(const char* alloc) {
   if (two_gpus && legacy && !split) CHECK(from_origin == nput);
   if (!two_gpus || !legacy) CHECK(from_origin == 0);
   if (split) CHECK(from_target > 0); /* the larger ones at least (the smallest may stay whole) */
+  CHECK(MPI_Win_free(&win) == MPI_SUCCESS);
+  buf_free(&hk, &mem);
+  buf_free(&hk, &src);
+}
+
+/* The host's work on an operation's path: puts and gets whose origin lies in the rank's own
+ * window memory take no pointer query (an origin elsewhere one each), and a window of puts closed
+ * by one flush records one event per stream it used (at most two: the origin's GPU and the
+ * target's), not one per put. Counted by the interposer; every byte checked. The window holds four
+ * areas of K: this rank's data, where the previous rank's puts from its window memory land, where
+ * its puts from a separate buffer land, and where this rank's gets from the next rank land. */
+static void host_work_per_operation(void) {
+  if (size < 2) return;
+  long long (*counter)(const char*) =
+      (long long (*)(const char*))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_win_counter");
+  CHECK(counter);
+  enum { nop = 16, n = 64, K = nop * n };
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  buf_t mem = buf_new(&hk, rank % ndev, 4 * K), src = buf_new(&hk, rank % ndev, K);
+  fill(mem.h, K, rank, 51, 0);
+  memset(mem.h + K, 0, 3 * K);
+  fill(src.h, K, rank, 52, 0);
+  buf_push(&hk, &mem);
+  buf_push(&hk, &src);
+  MPI_Win win;
+  CHECK(MPI_Win_create(mem.p, 4 * K, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win) == MPI_SUCCESS);
+  const long long q0 = counter("origin_queries"), m0 = counter("completion_marks");
+  CHECK(q0 >= 0 && m0 >= 0);
+  CHECK(MPI_Win_lock(MPI_LOCK_SHARED, next, 0, win) == MPI_SUCCESS);
+  for (int i = 0; i < nop; ++i)
+    CHECK(MPI_Put(mem.p + i * n, n, MPI_BYTE, next, K + i * n, n, MPI_BYTE, win) == MPI_SUCCESS);
+  CHECK(MPI_Win_flush(next, win) == MPI_SUCCESS);
+  const long long q1 = counter("origin_queries"), m1 = counter("completion_marks");
+  for (int i = 0; i < nop; ++i)
+    CHECK(MPI_Put(src.p + i * n, n, MPI_BYTE, next, 2 * K + i * n, n, MPI_BYTE, win) == MPI_SUCCESS);
+  CHECK(MPI_Win_flush(next, win) == MPI_SUCCESS);
+  const long long q2 = counter("origin_queries");
+  for (int i = 0; i < nop; ++i)
+    CHECK(MPI_Get(mem.p + 3 * K + i * n, n, MPI_BYTE, next, i * n, n, MPI_BYTE, win) == MPI_SUCCESS);
+  CHECK(MPI_Win_unlock(next, win) == MPI_SUCCESS);
+  const long long q3 = counter("origin_queries");
+  if (rank == 0)
+    printf("host work: %d puts from window memory took %lld pointer queries and %lld completion events; "
+           "%d from another buffer %lld queries; %d gets into window memory %lld queries\n",
+           nop, q1 - q0, m1 - m0, nop, q2 - q1, nop, q3 - q2);
+  CHECK(q1 - q0 == 0 && q3 - q2 == 0);
+  CHECK(q2 - q1 == nop);
+  CHECK(m1 - m0 >= 1 && m1 - m0 <= 2);
+  MPI_Barrier(MPI_COMM_WORLD);
+  buf_pull(&hk, &mem);
+  CHECK(same(mem.h, K, rank, 51, 0));
+  CHECK(same(mem.h + K, K, prev, 51, 0));
+  CHECK(same(mem.h + 2 * K, K, prev, 52, 0));
+  CHECK(same(mem.h + 3 * K, K, next, 51, 0));
   CHECK(MPI_Win_free(&win) == MPI_SUCCESS);
   buf_free(&hk, &mem);
   buf_free(&hk, &src);
@@ -641,6 +696,18 @@ static void dynamic(void) {
     MPI_Barrier(MPI_COMM_WORLD);
     buf_pull(&hk, &mem);
     CHECK(same(mem.h + 1000, sizeof msg, from, 7, rep));
+    /* Back into this rank's attached memory: an origin there takes no pointer query. */
+    long long (*counter)(const char*) =
+        (long long (*)(const char*))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_win_counter");
+    CHECK(counter);
+    const long long q0 = counter("origin_queries");
+    CHECK(MPI_Win_lock(MPI_LOCK_SHARED, t, 0, win) == MPI_SUCCESS);
+    CHECK(MPI_Get(mem.p + 2000, sizeof msg, MPI_BYTE, t, addr[t] + 1000, sizeof msg, MPI_BYTE, win) == MPI_SUCCESS);
+    CHECK(MPI_Win_unlock(t, win) == MPI_SUCCESS);
+    CHECK(q0 >= 0 && counter("origin_queries") == q0);
+    buf_pull(&hk, &mem);
+    CHECK(same(mem.h + 2000, sizeof msg, rank, 7, rep));
+    MPI_Barrier(MPI_COMM_WORLD);
     CHECK(MPI_Win_detach(win, mem.p) == MPI_SUCCESS);
     MPI_Barrier(MPI_COMM_WORLD);
     CHECK(MPI_Win_lock(MPI_LOCK_SHARED, t, 0, win) == MPI_SUCCESS);
@@ -651,7 +718,7 @@ static void dynamic(void) {
     buf_free(&hk, &mem); /* freed and allocated again, maybe at the same address: mapped anew */
   }
   CHECK(MPI_Win_free(&win) == MPI_SUCCESS);
-  if (rank == 0) printf("dynamic windows: attach, puts, out of range, detach, reattach checked\n");
+  if (rank == 0) printf("dynamic windows: attach, puts, gets into attached memory, out of range, detach, reattach checked\n");
 }
 
 /* Whether the MPI itself (PMPI, past the interposer) makes a window over host memory on every rank.
@@ -746,6 +813,7 @@ int main(int argc, char** argv) {
   progress_in_fence(win);
   gets_complete_by_polling();
   puts_pushed_by_origin(alloc);
+  host_work_per_operation();
   large_puts_and_gets();
   errors(win, &mem, model);
   accumulates(win, &mem);

@@ -1,5 +1,5 @@
-"""gpustripe bench mpi_rma: every synchronization mode's puts and gets, the accumulate rows and
-send/recv alongside in one results file (emulated devices in CI: host windows, the MPI's).
+"""gpustripe bench mpi_rma: every synchronization mode's puts and gets, the accumulate rows,
+send/recv and the one-pair bound rows alongside in one results file (emulated devices in CI: host windows, the MPI's).
 Needs the MPI clients built (an MPI was found)."""
 import glob
 import json
@@ -37,6 +37,13 @@ def test_quick_mpi_rma_one_file_every_sync(cli, tmp_path, mpi_build):
     assert [r for r in rows if r["op"] == "fetch_and_op"]
     for r in rows:
         assert r["us"] > 0 and r["gbps"] >= 0
+    # The bound at the bandwidth sizes in the same file: measured in this process and predicted, both ways.
+    for op in ("put", "get"):
+        for m in ("bound_engine", "bound_peer_copy", "model_engine", "model_direct"):
+            assert {r["bytes"] for r in rows if r["op"] == op and r["method"] == m} == {1 << 20, 2 << 20}, (op, m)
+    assert "bound: one pair one way" in p.stdout
+    lat = [r for r in rows if r["op"] == "put_latency" and r["method"] == "mpi_gpustripe_lock"]
+    assert lat and all(r["op_call_us"] > 0 and r["flush_us"] >= 0 for r in lat)
 
 
 def test_unknown_sync_fails_clearly(cli, tmp_path, mpi_build):

@@ -13,6 +13,15 @@ sizes, so one results file compares, per size:
                          Open MPI made CUDA-aware by the libucx-cu13 wheel (osc ucx), what a user of
                          the node would run instead; where that MPI cannot make the window, the
                          results' `absent` says so with the MPI's reason, and the tables show "-"
+  bound_engine, bound_peer_copy, model_engine, model_direct
+                         one pair's one-way bound at the bandwidth sizes, in this process and run
+                         (puts GPU 0 -> 1, gets 1 -> 0): the engine's copy (its plan over every path,
+                         the most a split put or get reaches) and one path (cudaMemcpyPeerAsync, what
+                         UCX's cuda_ipc copies are) measured, and the model's predicted times of its
+                         plan and of the direct path alone; the "bound" table sets the RMA rows' ratio
+                         against the ratio these allow
+The latency rows of lock/flush also carry op_call_us and flush_us: the origin's time per epoch in
+MPI_Put/MPI_Get (the host's work before the data moves) and in MPI_Win_flush.
 Emulated devices (no GPU) run host windows, which the MPI serves: a smoke run, not a GPU figure.
 """
 from __future__ import annotations
@@ -32,6 +41,8 @@ def add_arguments(p):
     p.add_argument("--window", type=int, default=16, help="operations per epoch of the bandwidth runs (default 16)")
     p.add_argument("--syncs", default=",".join(SYNCS), help=f"comma list of {', '.join(SYNCS)}")
     p.add_argument("--iters", type=int, default=0, help="epochs per size (0: by size)")
+    p.add_argument("--bound-reps", type=int, default=10, help="timed copies per size of the in-process bound rows "
+                   "(0: none)")
     add_launch_arguments(p, "bench/mpi/ and src/mpi/")
     p.add_argument("--ucx-dir", default="", help="the unpacked libucx-cu13 wheel of mpi_cuda_aware (default: "
                    ".deps/ucx of the source tree)")
@@ -86,8 +97,10 @@ def run(args) -> int:
         out, rc = _run_bounded(cmd, timeout)
         got = [json.loads(line[4:]) for line in out.splitlines() if line.startswith("ROW ")]
         for r in got:
+            split = (f"  (op call {r['op_call_us']:.2f} us, flush {r['flush_us']:.2f} us)"
+                     if r.get("flush_us") and r["op"] in ("put_lat", "get_lat") else "")
             print(f"  {r['op']:>8} {r['method']:>22} {r['bytes']:>11} B {r['us']:>10.2f} us {r['gbps']:8.2f} GB/s "
-                  f"{r.get('mops', 0):8.3f} Mops", flush=True)
+                  f"{r.get('mops', 0):8.3f} Mops{split}", flush=True)
         if rc != 0:
             absent_[key] = f"exit {rc}: " + " | ".join(out.strip().splitlines()[-3:])[:400]
             print(f"    FAILED ({absent_[key]})", flush=True)
@@ -139,12 +152,17 @@ def run(args) -> int:
         for r in _rows(cmd, args.timeout, absent, f"sendrecv/{test}"):
             for op in ops:
                 rows.append(dict(r, op=op))
+    if args.bound_reps > 0 and (emulated or ctx.device_count >= 2):
+        rows += bound_rows(ctx, _sizes(lo, hi), args.bound_reps)
     for r in rows:
         r["emulated"] = emulated
+    mpi_rows = [r for r in rows if not r["method"].startswith(("bound_", "model_"))]
     for op in ("put", "get", "put_latency", "get_latency"):
-        if any(r["op"] == op for r in rows):
+        if any(r["op"] == op for r in mpi_rows):
             value = "us" if op.endswith("latency") else "gbps"
-            print(f"\n[{op}, {value}] " + results.ratio_table(rows, op, ours="mpi_gpustripe_lock", value=value))
+            print(f"\n[{op}, {value}] " + results.ratio_table(mpi_rows, op, ours="mpi_gpustripe_lock", value=value))
+    if any(r["method"] == "bound_engine" for r in rows):
+        print("\n" + bound_table(rows))
     if absent:
         print("\nabsent:")
         for k, v in sorted(absent.items()):
@@ -157,3 +175,67 @@ def run(args) -> int:
                          command=" ".join(["gpustripe", "bench", "mpi_rma", *sys.argv[3:]]))
     print(f"wrote {path} (+ .png)")
     return 0
+
+
+def _sizes(lo: str, hi: str) -> list[int]:
+    from ._p2p_common import parse_sizes
+
+    return parse_sizes(f"{lo}:{hi}")
+
+
+# The bound rows' methods: measured in this process (the p2p benchmark's methods), and predicted.
+_BOUND_METHODS = {"gpustripe": "bound_engine", "cudaMemcpyPeerAsync": "bound_peer_copy"}
+
+
+def bound_rows(ctx, sizes: list[int], reps: int) -> list[dict]:
+    """One pair's one-way copy at `sizes` in this process, the direction of the RMA rows (puts GPU
+    0 -> 1, gets 1 -> 0): the engine's copy and cudaMemcpyPeerAsync measured (median of `reps`),
+    and the model's predictions of its plan and of the direct path alone. A split put or get moves
+    the same bytes over the same paths, so the engine's in-process copy is what it can reach, and
+    one path is what a copy-engine transport (UCX's cuda_ipc) gets."""
+    from .. import _core
+
+    have, _ = ctx.bench_methods()
+    methods = [m for m in _BOUND_METHODS if m in have]
+    model = _core.Model()
+    out = []
+    for op, (src, dst) in (("put", (0, 1)), ("get", (1, 0))):
+        got = ctx.bench_p2p([(src, dst)], sizes, [], methods, False, 2, reps, 1) if methods else []
+        for r in got:
+            if r["op"] != "p2p":
+                continue
+            out.append({"op": op, "method": _BOUND_METHODS[r["method"]], "bytes": r["bytes"], "gbps": r["gbps"],
+                        "us": r["us"], "src": src, "dst": dst, "plan": r.get("plan", "")})
+        for n in sizes:
+            plan, direct = model.plan(src, dst, n), model.fixed("direct", src, dst, n)
+            for method, p in (("model_engine", plan), ("model_direct", direct)):
+                out.append({"op": op, "method": method, "bytes": n, "gbps": p.predicted_gbps, "us": p.predicted_us,
+                            "src": src, "dst": dst, "plan": p.describe(), "model": model.source})
+    for r in out:
+        print(f"  {r['op']:>8} {r['method']:>22} {r['bytes']:>11} B {r['us']:>10.2f} us {r['gbps']:8.2f} GB/s"
+              f"  [{r['plan']}]", flush=True)
+    return out
+
+
+def bound_table(rows: list[dict]) -> str:
+    """Per op and size: what the node allows one pair over one path (the model's plan over its
+    direct path; the engine's copy over cudaMemcpyPeerAsync, measured), and what the lock/flush
+    rows reach against the CUDA-aware MPI and against the in-process single path."""
+    from .. import results
+
+    by = {(r["op"], r["bytes"], r["method"]): r["gbps"] for r in rows}
+    cols = (("model plan/direct", "model_engine", "model_direct"),
+            ("engine/peer copy", "bound_engine", "bound_peer_copy"),
+            ("lock/cuda_aware", "mpi_gpustripe_lock", "mpi_cuda_aware"),
+            ("lock/peer copy", "mpi_gpustripe_lock", "bound_peer_copy"),
+            ("cuda_aware/peer copy", "mpi_cuda_aware", "bound_peer_copy"))
+    lines = ["bound: one pair one way; ratios of GB/s (the first two: what splitting allows)",
+             f"{'op':>4} {'size':>8} " + " ".join(f"{c[0]:>20}" for c in cols)]
+    for op in ("put", "get"):
+        for n in sorted({r["bytes"] for r in rows if r["op"] == op and r["method"] == "model_engine"}):
+            cells = []
+            for _, a, b in cols:
+                x, y = by.get((op, n, a)), by.get((op, n, b))
+                cells.append(f"{x / y:20.3f}" if x and y else f"{'-':>20}")
+            lines.append(f"{op:>4} {results.human_bytes(n):>8} " + " ".join(cells))
+    return "\n".join(lines)
