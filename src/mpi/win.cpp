@@ -394,12 +394,11 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
     }
   } else if (!put && direct) {
     // A get between two GPUs: by the target's GPU, whose context holds the mapping in this
-    // process, into the origin's memory. Named as a copy within that GPU's context, as a pushed
-    // put is: its stream's device resolves the origin's address (peer access is on), and a copy
-    // named between two GPUs costs a capture query and the runtime's peer copy call on every get.
-    // The emulated backend checks each range against the GPU named for it.
+    // process, into the origin's memory. Named between the two GPUs: peer access does not cover
+    // memory of a stream-ordered pool (cudaMallocAsync) that has not granted the target's GPU
+    // access, and the runtime's peer copy reaches it anyway (mpi_rma_np2_pool).
     allow_peer(tdev, odev);
-    copy_plain(o, backend_.emulated() ? odev : tdev, t, tdev, tb, tdev, p);
+    copy_plain(o, odev, t, tdev, tb, tdev, p);
   } else {
     // Larger gets (multi-path where the plan says so, as p2p's pull), and copies to or from host
     // memory or within one GPU: the mover's copies, on a stream of the mapping's GPU.
