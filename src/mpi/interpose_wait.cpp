@@ -68,13 +68,6 @@ ipc::Waiter waiter(const char* call, int n, const MPI_Request* reqs) {
   return ipc::Waiter(format("%s of %d request(s) on rank %d", call, n, rank), [n, reqs] { check_ops(n, reqs); });
 }
 
-// Fruitless polls a wait makes before it builds its Waiter (the message naming the wait, the
-// timeout setting read: about a microsecond). A receive posted just before its message arrives
-// polls again at once instead of spending that time first, on the message's latency. Bounded:
-// the Waiter's own first polls spin without a check either, and a peer check or the timeout
-// starts these few polls later.
-constexpr int kPollsBeforeWaiter = 64;
-
 MPI_Comm comm_of(int n, const MPI_Request* reqs) {
   std::lock_guard<std::recursive_mutex> l(lock());
   for (int i = 0; i < n; ++i)
@@ -86,7 +79,7 @@ MPI_Comm comm_of(int n, const MPI_Request* reqs) {
 
 int wait_impl(MPI_Request* req, MPI_Status* st) {
   if (!any_ours(1, req)) return PMPI_Wait(req, st);
-  // The Waiter (its message, its settings) is made only after kPollsBeforeWaiter polls found
+  // The Waiter (its message, its settings) is made only after ipc::kPollsBeforeWaiter polls found
   // the request incomplete: a request done by then (an eager send, a message that arrives as
   // the receive is posted) returns without that cost.
   std::optional<ipc::Waiter> w;
@@ -100,7 +93,7 @@ int wait_impl(MPI_Request* req, MPI_Status* st) {
         return err;
       }
     }
-    if (polls < kPollsBeforeWaiter) continue;
+    if (polls < ipc::kPollsBeforeWaiter) continue;
     if (!w) w.emplace(waiter("MPI_Wait", 1, req));
     w->pause();
   }
@@ -113,7 +106,7 @@ int waitall_impl(int n, MPI_Request* reqs, MPI_Status* sts) {
   std::vector<char> done(n, 0);
   std::vector<int> errs(n, MPI_SUCCESS);
   int left = n;
-  std::optional<ipc::Waiter> w;  // made after kPollsBeforeWaiter polls, as in wait_impl
+  std::optional<ipc::Waiter> w;  // made after ipc::kPollsBeforeWaiter polls, as in wait_impl
   for (int polls = 0; left > 0; ++polls) {
     bool moved = false;
     {
@@ -130,7 +123,7 @@ int waitall_impl(int n, MPI_Request* reqs, MPI_Status* sts) {
       }
     }
     if (left == 0) break;
-    if (polls < kPollsBeforeWaiter) continue;
+    if (polls < ipc::kPollsBeforeWaiter) continue;
     if (!w) w.emplace(waiter("MPI_Waitall", n, reqs));
     if (moved) w->progressed();
     else w->pause();
