@@ -13,6 +13,13 @@ namespace gpustripe::ipc {
 // GPUSTRIPE_TIMEOUT in seconds; 0 disables the limit.
 double timeout_seconds();
 
+// Fruitless polls a wait on messages makes before it builds its Waiter (the message naming the
+// wait, the timeout setting read: about a microsecond of host time). A receive posted just before
+// its message arrives polls again at once instead, and does not add that time to the message's
+// latency. Bounded: a Waiter's own first polls spin without a check too, so its peer checks and
+// its timeout start only these few polls later.
+constexpr int kPollsBeforeWaiter = 64;
+
 // Polls with growing back-off (spin, yield, then short sleeps once the wait has
 // lasted 20 ms). `check_peers`
 // runs every few milliseconds and throws when a peer is gone.

@@ -39,6 +39,9 @@ long long gpustripe_mpi_test_ipc_counter(const char* name);
  * "completion_marks" (events recorded to see puts and gets complete: one per stream per completion
  * wait, not one per operation); -1 for an unknown name or no runtime. */
 long long gpustripe_mpi_test_win_counter(const char* name);
+/* Pointer queries the interposer has made to find where a buffer lives (one driver call each on
+ * CUDA, on the latency path of the message); -1 without a runtime. */
+long long gpustripe_mpi_test_pointer_queries(void);
 /* Copies between any two of host and device memory; 0 on success. */
 int gpustripe_mpi_test_copy(void* dst, const void* src, size_t bytes);
 /* The next collective team this process sets up (a communicator's first collective on

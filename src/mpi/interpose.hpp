@@ -29,13 +29,21 @@ struct Target {
 
 Target route(MPI_Comm comm, int peer, bool device);
 
+// Where `buf` lives, for a message to or from `peer` (`rt` may be null): nothing is asked for
+// MPI_PROC_NULL, whose message the MPI completes without touching the buffer (a halo exchange's
+// edge ranks call Sendrecv with it on one side), nor without a runtime; otherwise a pointer query.
+p2p::MemLoc locate_for(Runtime* rt, const void* buf, int peer);
+
 // Nonblocking starts; *req is ours (table) or the MPI's. `blocking`: a message the
 // MPI carries untouched is sent/received right here with PMPI_Send/Recv (the status
 // into `st`) and *req is MPI_REQUEST_NULL, so the caller's wait returns at once.
+// `where`: locate_for's answer for the buffer when the caller has it (Sendrecv routes both
+// halves first); null: asked here. A pointer query is a driver call of about a microsecond, on
+// the latency path of every message.
 int isend_impl(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool sync,
-               MPI_Request* req, bool blocking = false);
+               MPI_Request* req, bool blocking = false, const p2p::MemLoc* where = nullptr);
 int irecv_impl(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Request* req,
-               bool blocking = false, MPI_Status* st = MPI_STATUS_IGNORE);
+               bool blocking = false, MPI_Status* st = MPI_STATUS_IGNORE, const p2p::MemLoc* where = nullptr);
 int wait_impl(MPI_Request* req, MPI_Status* st);
 int waitall_impl(int n, MPI_Request* reqs, MPI_Status* sts);
 

@@ -37,12 +37,16 @@ Target route(MPI_Comm comm, int peer, bool device) {
   return t;
 }
 
+p2p::MemLoc locate_for(Runtime* rt, const void* buf, int peer) {
+  return rt && peer != MPI_PROC_NULL ? rt->locate(buf) : p2p::MemLoc{};
+}
+
 int isend_impl(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool sync,
-               MPI_Request* req, bool blocking) {
+               MPI_Request* req, bool blocking, const p2p::MemLoc* where) {
   p2p::trace("m_isend", -1, 0, 0, 0);
   std::unique_lock<std::recursive_mutex> l(lock());
   Runtime* rt = Runtime::get();
-  p2p::MemLoc loc = rt ? rt->locate(buf) : p2p::MemLoc{};
+  const p2p::MemLoc loc = where ? *where : locate_for(rt, buf, dest);
   Target t = route(comm, dest, loc.device);
   if (t.route == Route::Mpi || tag < 0) {  // a bad tag: the MPI reports it
     if (!blocking)
@@ -59,11 +63,11 @@ int isend_impl(const void* buf, int count, MPI_Datatype type, int dest, int tag,
 }
 
 int irecv_impl(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Request* req,
-               bool blocking, MPI_Status* st) {
+               bool blocking, MPI_Status* st, const p2p::MemLoc* where) {
   p2p::trace("m_irecv", -1, 0, 0, 0);
   std::unique_lock<std::recursive_mutex> l(lock());
   Runtime* rt = Runtime::get();
-  p2p::MemLoc loc = rt ? rt->locate(buf) : p2p::MemLoc{};
+  const p2p::MemLoc loc = where ? *where : locate_for(rt, buf, source);
   Target t = route(comm, source, loc.device);
   if (t.route == Route::Mpi || (tag < 0 && tag != MPI_ANY_TAG)) {
     if (!blocking) return PMPI_Irecv(buf, count, type, source, tag, comm, req);
@@ -165,21 +169,25 @@ int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_C
 int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf,
                  int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status* st) {
   try {
+    // Each buffer is located once, for the route and for its half's start.
     bool untouched;
+    p2p::MemLoc sloc, rloc;
     {
       std::lock_guard<std::recursive_mutex> l(lock());
       Runtime* rt = Runtime::get();
-      untouched = route(comm, dest, rt && rt->locate(sendbuf).device).route == Route::Mpi &&
-                  route(comm, source, rt && rt->locate(recvbuf).device).route == Route::Mpi;
+      sloc = locate_for(rt, sendbuf, dest);
+      rloc = locate_for(rt, recvbuf, source);
+      untouched = route(comm, dest, sloc.device).route == Route::Mpi &&
+                  route(comm, source, rloc.device).route == Route::Mpi;
     }
     if (untouched)
       return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
                            comm, st);
     MPI_Request r[2];
     MPI_Status s[2];
-    int rc = irecv_impl(recvbuf, recvcount, recvtype, source, recvtag, comm, &r[1]);
+    int rc = irecv_impl(recvbuf, recvcount, recvtype, source, recvtag, comm, &r[1], false, MPI_STATUS_IGNORE, &rloc);
     if (rc != MPI_SUCCESS) return rc;
-    rc = isend_impl(sendbuf, sendcount, sendtype, dest, sendtag, comm, false, &r[0]);
+    rc = isend_impl(sendbuf, sendcount, sendtype, dest, sendtag, comm, false, &r[0], false, &sloc);
     if (rc != MPI_SUCCESS) return rc;
     rc = waitall_impl(2, r, s);
     if (st != MPI_STATUS_IGNORE) *st = s[1];
@@ -224,7 +232,7 @@ int MPI_Sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int 
     MPI_Request r[2];
     MPI_Status s[2];
     rc = irecv_impl(tmp - l.span_lb, count, type, source, recvtag, comm, &r[1]);
-    if (rc == MPI_SUCCESS) rc = isend_impl(buf, count, type, dest, sendtag, comm, false, &r[0]);
+    if (rc == MPI_SUCCESS) rc = isend_impl(buf, count, type, dest, sendtag, comm, false, &r[0], false, &loc);
     if (rc == MPI_SUCCESS) rc = waitall_impl(2, r, s);
     if (rc == MPI_SUCCESS || s[1].MPI_ERROR == MPI_ERR_TRUNCATE) {
       std::lock_guard<std::recursive_mutex> g(lock());

@@ -79,11 +79,11 @@ MPI_Comm comm_of(int n, const MPI_Request* reqs) {
 
 int wait_impl(MPI_Request* req, MPI_Status* st) {
   if (!any_ours(1, req)) return PMPI_Wait(req, st);
-  // The Waiter (its message, its settings) is made only once the request is found
-  // incomplete: a request that is already done (an eager send, a message that has
-  // arrived) returns without that cost.
+  // The Waiter (its message, its settings) is made only after ipc::kPollsBeforeWaiter polls found
+  // the request incomplete: a request done by then (an eager send, a message that arrives as
+  // the receive is posted) returns without that cost.
   std::optional<ipc::Waiter> w;
-  for (;;) {
+  for (int polls = 0;; ++polls) {
     {
       std::lock_guard<std::recursive_mutex> l(lock());
       progress_detached();
@@ -93,6 +93,7 @@ int wait_impl(MPI_Request* req, MPI_Status* st) {
         return err;
       }
     }
+    if (polls < ipc::kPollsBeforeWaiter) continue;
     if (!w) w.emplace(waiter("MPI_Wait", 1, req));
     w->pause();
   }
@@ -105,8 +106,8 @@ int waitall_impl(int n, MPI_Request* reqs, MPI_Status* sts) {
   std::vector<char> done(n, 0);
   std::vector<int> errs(n, MPI_SUCCESS);
   int left = n;
-  std::optional<ipc::Waiter> w;  // made at the first pause, as in wait_impl
-  while (left > 0) {
+  std::optional<ipc::Waiter> w;  // made after ipc::kPollsBeforeWaiter polls, as in wait_impl
+  for (int polls = 0; left > 0; ++polls) {
     bool moved = false;
     {
       std::lock_guard<std::recursive_mutex> l(lock());
@@ -122,6 +123,7 @@ int waitall_impl(int n, MPI_Request* reqs, MPI_Status* sts) {
       }
     }
     if (left == 0) break;
+    if (polls < ipc::kPollsBeforeWaiter) continue;
     if (!w) w.emplace(waiter("MPI_Waitall", n, reqs));
     if (moved) w->progressed();
     else w->pause();

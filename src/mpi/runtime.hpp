@@ -18,6 +18,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -54,8 +55,13 @@ class Runtime {
   int world_rank() const { return world_rank_; }
   bool cuda_aware() const { return cuda_aware_; }
 
-  // Where a buffer lives.
-  p2p::MemLoc locate(const void* p) { return ep_->mover().locate(p); }
+  // Where a buffer lives: a pointer query (a driver call on CUDA, on the latency path of every
+  // message), counted for the tests that check a call makes no more of them than it needs.
+  p2p::MemLoc locate(const void* p) {
+    pointer_queries_.fetch_add(1, std::memory_order_relaxed);
+    return ep_->mover().locate(p);
+  }
+  uint64_t pointer_queries() const { return pointer_queries_.load(std::memory_order_relaxed); }
   bool same_node(int world) const { return node_of_[world] == node_of_[world_rank_]; }
   int local_of(int world) const { return local_of_[world]; }
   int world_of_local(int local) const { return world_of_local_[local]; }
@@ -90,6 +96,7 @@ class Runtime {
   int world_rank_ = 0, world_size_ = 0;
   std::vector<int> node_of_, local_of_, world_of_local_;
   bool cuda_aware_ = false;
+  std::atomic<uint64_t> pointer_queries_{0};
   std::map<MPI_Comm, std::shared_ptr<const CommInfo>> comms_;
   uint64_t next_ctx_ = 16;
   std::multimap<size_t, void*> staging_free_;

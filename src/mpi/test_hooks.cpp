@@ -78,6 +78,11 @@ long long gpustripe_mpi_test_win_counter(const char* name) {
   return -1;
 }
 
+long long gpustripe_mpi_test_pointer_queries(void) {
+  Runtime* rt = Runtime::get();
+  return rt ? static_cast<long long>(rt->pointer_queries()) : -1;
+}
+
 // The next collective team set up in this process fails here (tests/mpi/mpi_coll_churn.c).
 void gpustripe_mpi_test_coll_fail_next_setup(void) { test_fail_next_team_setup(); }
 

@@ -667,7 +667,8 @@ void Endpoint::check_source(int peer) const {
 
 void Endpoint::wait(const RequestPtr& r) {
   GS_REQUIRE(r, GPUSTRIPE_ERR_INVALID_ARGUMENT, "wait on a NULL request");
-  if (test(r)) return;
+  for (int polls = 0; polls < ipc::kPollsBeforeWaiter; ++polls)
+    if (test(r)) return;
   std::string what = r->is_send() ? format("rank %d: send to rank %d (tag %d, %llu bytes)", ch_.rank(), r->peer_,
                                            r->tag_, static_cast<unsigned long long>(r->bytes_))
                                   : format("rank %d: receive from rank %d (tag %d)", ch_.rank(), r->peer_, r->tag_);

@@ -1,6 +1,7 @@
 /* The interposer under mpirun, on any number of ranks (2-4 in CI): device and host
  * buffers, all sizes, tags, any source, out-of-order posts, truncation, zero bytes,
- * a derived non-contiguous type, Sendrecv(_replace), Probe + Get_count, the
+ * a derived non-contiguous type, Sendrecv(_replace) (with MPI_PROC_NULL on one side, and
+ * the pointer queries it makes), Probe + Get_count, the
  * wait/test family, communicators, and a receive buffer freed and reallocated at
  * the same address between messages. Run with GPUSTRIPE_TEST=fake_nodes=2 it takes
  * the inter-node (staged) path for half of the pairs. Exit 0 when every check holds. */
@@ -245,6 +246,45 @@ static void freed_and_reallocated(void) {
   }
 }
 
+/* MPI_Sendrecv asks where each buffer lives once, and not at all for a side that is
+ * MPI_PROC_NULL (a halo exchange's edge ranks): each pointer query is a driver call on the
+ * message's latency path. One way first (the even rank of each pair receives, the odd one sends,
+ * the other side of each call MPI_PROC_NULL), then both ways; a halo row's size (pulled). */
+static void sendrecv_pointer_queries(void) {
+  long long (*queries)(void) = (long long (*)(void))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_pointer_queries");
+  CHECK(queries != NULL);
+  const int peer = (rank ^ 1) < size ? (rank ^ 1) : MPI_PROC_NULL;
+  const int even = rank % 2 == 0;
+  const size_t n = 32768;
+  buf_t out = buf_new(&hk, dev_of(rank), n), in = buf_new(&hk, dev_of(rank), n);
+  fill(out.h, n, rank, 41, 0);
+  buf_push(&hk, &out);
+  MPI_Status st;
+  int count = -1;
+  long long before = queries();
+  CHECK(MPI_Sendrecv(out.p, (int)n, MPI_BYTE, even ? MPI_PROC_NULL : peer, 41, in.p, (int)n, MPI_BYTE,
+                     even ? peer : MPI_PROC_NULL, 41, MPI_COMM_WORLD, &st) == MPI_SUCCESS);
+  CHECK(queries() - before == (peer == MPI_PROC_NULL ? 0 : 1));
+  MPI_Get_count(&st, MPI_BYTE, &count);
+  if (even && peer != MPI_PROC_NULL) {
+    CHECK(st.MPI_SOURCE == peer && count == (int)n);
+    buf_pull(&hk, &in);
+    CHECK(same(in.h, n, peer, 41, 0));
+  } else {
+    CHECK(st.MPI_SOURCE == MPI_PROC_NULL && count == 0);
+  }
+  before = queries();
+  CHECK(MPI_Sendrecv(out.p, (int)n, MPI_BYTE, peer, 42, in.p, (int)n, MPI_BYTE, peer, 42, MPI_COMM_WORLD, &st) ==
+        MPI_SUCCESS);
+  CHECK(queries() - before == (peer == MPI_PROC_NULL ? 0 : 2));
+  if (peer != MPI_PROC_NULL) {
+    buf_pull(&hk, &in);
+    CHECK(same(in.h, n, peer, 41, 0));
+  }
+  buf_free(&hk, &out);
+  buf_free(&hk, &in);
+}
+
 /* Test/Testall/Testany polling and synchronous sends. */
 static void test_family(void) {
   int peer = rank ^ 1;
@@ -290,6 +330,7 @@ int main(int argc, char** argv) {
   communicators();
   freed_and_reallocated();
   test_family();
+  sendrecv_pointer_queries();
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) printf("mpi_p2p: all checks passed on %d ranks\n", size);
   MPI_Finalize();
