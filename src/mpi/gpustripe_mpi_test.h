@@ -37,7 +37,10 @@ long long gpustripe_mpi_test_ipc_counter(const char* name);
  * GPU, pushed through a mapping in its context, or of the target's), "origin_queries" (pointer
  * queries of puts' and gets' origin buffers: none for an origin in the rank's own window memory),
  * "completion_marks" (events recorded to see puts and gets complete: one per stream per completion
- * wait, not one per operation); -1 for an unknown name or no runtime. */
+ * wait, not one per operation), "type_queries" (datatypes of puts, gets and accumulates asked of
+ * the MPI: one per put or get whose origin and target name the same count and type),
+ * "route_lookups" (how puts into a target's memory from a GPU go, found once per target memory and
+ * origin GPU, not per put); -1 for an unknown name or no runtime. */
 long long gpustripe_mpi_test_win_counter(const char* name);
 /* Pointer queries the interposer has made to find where a buffer lives (one driver call each on
  * CUDA, on the latency path of the message); -1 without a runtime. */

@@ -75,6 +75,8 @@ long long gpustripe_mpi_test_win_counter(const char* name) {
   const WinHostCounts h = win_host_counts();
   if (std::strcmp(name, "origin_queries") == 0) return static_cast<long long>(h.origin_queries);
   if (std::strcmp(name, "completion_marks") == 0) return static_cast<long long>(h.completion_marks);
+  if (std::strcmp(name, "type_queries") == 0) return static_cast<long long>(h.type_queries);
+  if (std::strcmp(name, "route_lookups") == 0) return static_cast<long long>(h.route_lookups);
   return -1;
 }
 

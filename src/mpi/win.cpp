@@ -328,6 +328,7 @@ char* DeviceWindow::resolve(int target, MPI_Aint disp, uint64_t bytes, int* dev,
 
 uint64_t DeviceWindow::contiguous_bytes(int count, MPI_Datatype type, MPI_Aint* lb, const char* call) const {
   if (count < 0) throw WinError(MPI_ERR_COUNT, format("%s: count %d", call, count));
+  ++host_counts.type_queries;
   Layout l = layout_of(count, type);
   if (!l.contiguous)
     throw WinError(MPI_ERR_TYPE, format("%s: a non-contiguous datatype on a device window is not supported", call));
@@ -342,7 +343,8 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
   require_epoch(target, call);
   MPI_Aint olb = 0, tlb = 0;
   const uint64_t ob = contiguous_bytes(ocount, otype, &olb, call);
-  const uint64_t tb = contiguous_bytes(tcount, ttype, &tlb, call);
+  // The same count and type at both ends (the common call) is asked of the MPI once.
+  const uint64_t tb = tcount == ocount && ttype == otype ? (tlb = olb, ob) : contiguous_bytes(tcount, ttype, &tlb, call);
   if (ob != tb)
     throw WinError(MPI_ERR_TYPE, format("%s: %llu origin bytes for %llu target bytes", call,
                                         static_cast<unsigned long long>(ob), static_cast<unsigned long long>(tb)));
@@ -364,18 +366,25 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
   const bool two_gpus = target != rank_ && odev != kHostDevice && tdev != kHostDevice && odev != tdev;
   // The model's plan between the two GPUs is the direct path alone: one plain copy, pushed by the
   // copy engine of the GPU holding the data (docs/mpi.md).
-  const bool direct = two_gpus && (!engine.planner() || tb <= direct_limit_of(put ? odev : tdev, put ? tdev : odev));
+  // A put's route between two GPUs is found once per (target memory, origin GPU): put_route.
+  PutRoute* route = put && two_gpus ? &put_route(*region, odev) : nullptr;
+  const bool direct = two_gpus && (!engine.planner() ||
+                                   tb <= (route ? route->direct_limit : direct_limit_of(tdev, odev)));
   if (put && target != rank_ && tdev != kHostDevice) {
     // Into another rank's memory: by the origin's GPU, into the target's memory mapped in its
     // context, where the kind of memory has such a mapping.
-    char* pushed = direct ? pushed_mapping(*region, odev) : nullptr;
+    if (direct && !route->mapped) {  // opened at the first put that pushes (larger ones need none)
+      route->pushed = pushed_mapping(*region, odev);
+      route->mapped = true;
+    }
+    char* pushed = direct ? route->pushed : nullptr;
     if (pushed) {
       // Named as a copy within the origin GPU's context, whose mapping it writes through (named
-      // as one between two GPUs, CUDA would look for the mapping in the target's context). The
-      // emulated backend's one mapping serves every reader: it checks the range against the
-      // GPU that owns it.
+      // as one between two GPUs, CUDA would look for the mapping in the target's context; named
+      // within one GPU, CUDA issues it with its cheapest copy call). The emulated backend's one
+      // mapping serves every reader: it checks the range against the GPU that owns it.
       const int named = backend_.emulated() ? tdev : odev;
-      copy_plain(pushed + (t - region->local), named, o, odev, tb, odev, p);
+      copy_plain(pushed + (t - region->local), named, o, odev, tb, *route->lane, p);
       ++put_counts.from_origin;
     } else {
       // Else on a stream of the target's GPU, where the cache's mapping lives in this process
@@ -383,10 +392,14 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
       // speed, docs/mpi-coll.md); the origin's GPU lets that GPU read its memory. Larger than the
       // direct-alone size: the engine's plan (direct + host staging where it pays), with the
       // direct path and the relays into the mapping issued from its GPU.
-      if (two_gpus) allow_peer(tdev, odev);
+      if (two_gpus && !route->peer_allowed) {
+        allow_peer(tdev, odev);
+        route->peer_allowed = true;
+      }
       if (two_gpus && !direct) {
-        engine.copy_async_from_dst(t, tdev, o, odev, tb, copy_stream(tdev));
-        issued_on(p, tdev);
+        Lane& l = lane(tdev);
+        engine.copy_async_from_dst(t, tdev, o, odev, tb, l.stream);
+        issued_on(p, l);
       } else {
         copy_plain(t, tdev, o, odev, tb, tdev, p);
       }
@@ -436,6 +449,7 @@ void DeviceWindow::close_pushed(Region& r) {
     }
   }
   r.pushed.clear();
+  r.put_route = PutRoute{};
 }
 
 void DeviceWindow::close_all_pushed() {
@@ -489,15 +503,31 @@ void DeviceWindow::allow_peer(int dev, int peer) {
     backend_.enable_peer_access(dev, peer);
 }
 
-void DeviceWindow::issued_on(Pending& p, int dev) {
-  p.lane = dev;
-  p.seq = ++lane(dev).issued;
+void DeviceWindow::issued_on(Pending& p, Lane& l) {
+  p.lane = l.dev;
+  p.seq = ++l.issued;
 }
 
 void DeviceWindow::copy_plain(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, int on,
                               Pending& p) {
-  backend_.copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, copy_stream(on));
-  issued_on(p, on);
+  copy_plain(dst, dst_dev, src, src_dev, bytes, lane(on), p);
+}
+
+void DeviceWindow::copy_plain(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, Lane& l,
+                              Pending& p) {
+  backend_.copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, l.stream);
+  issued_on(p, l);
+}
+
+DeviceWindow::PutRoute& DeviceWindow::put_route(Region& r, int from) {
+  PutRoute& route = r.put_route;
+  if (route.from == from) return route;
+  ++host_counts.route_lookups;
+  route = PutRoute{};
+  route.from = from;
+  route.direct_limit = direct_limit_of(from, r.dev);
+  route.lane = &lane(from);  // lanes_ is a std::map: its elements stay where they are
+  return route;
 }
 
 bool DeviceWindow::finished(Pending& p) {

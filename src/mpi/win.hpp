@@ -127,6 +127,18 @@ class DeviceWindow {
   bool test();
 
  private:
+  struct Lane;
+  // How this rank's puts into a region from one GPU of its own go, found at the first of them:
+  // every later put from that GPU reads it instead of asking again (a put of a few bytes is
+  // the host's work around one copy call, and each of these lookups is on that path).
+  struct PutRoute {
+    int from = kHostDevice;    // the origin's GPU it was found for (none yet: kHostDevice)
+    uint64_t direct_limit = 0; // p2p::direct_limit from that GPU to the region's
+    bool mapped = false;       // `pushed` asked for (at the first put small enough to push)
+    char* pushed = nullptr;    // the region's memory mapped in that GPU's context (pushed_mapping), or null
+    Lane* lane = nullptr;      // the window's stream of that GPU
+    bool peer_allowed = false; // allow_peer(region's GPU, that GPU) done (puts run from the target's GPU)
+  };
   struct Region {  // a member's memory as this process reaches it
     char* local = nullptr;  // mapped (or this rank's own) address of `base`
     uint64_t base = 0, bytes = 0;
@@ -140,6 +152,7 @@ class DeviceWindow {
     // window's own opens, not the cache's, so that no eviction closes one under a put), for puts
     // their copy engines push: GPU -> address of `base` there, null where it cannot be opened.
     std::map<int, char*> pushed;
+    PutRoute put_route;  // cleared with `pushed`
   };
   struct Pending {
     int target;
@@ -169,9 +182,12 @@ class DeviceWindow {
   // p2p::direct_limit of (source GPU, destination GPU), asked once per pair.
   uint64_t direct_limit_of(int src, int dst);
   void allow_peer(int dev, int peer);  // dev's context may reach peer's memory (once per pair)
-  void issued_on(Pending& p, int dev);  // p is the copy just put on GPU dev's lane
-  // One plain copy on the window's stream of GPU `on`, `p` completing with it.
+  void issued_on(Pending& p, Lane& l);  // p is the copy just put on lane l
+  // One plain copy on the window's stream of GPU `on` (or on lane `l`), `p` completing with it.
   void copy_plain(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, int on, Pending& p);
+  void copy_plain(void* dst, int dst_dev, const void* src, int src_dev, uint64_t bytes, Lane& l, Pending& p);
+  // `r`'s PutRoute for puts from GPU `from`, found on the first.
+  PutRoute& put_route(Region& r, int from);
   // Where this rank's own window memory (static or attached) holds [p, p + bytes), as the mover
   // would locate it, or false. Such an origin needs no pointer query: the standard forbids freeing
   // window memory before MPI_Win_free (or MPI_Win_detach), so what creation or attach found holds.
@@ -265,10 +281,12 @@ struct WinPutCounts {
 WinPutCounts win_put_counts();
 
 // This process's host work per put and get that tests check stays off the operation's path:
-// pointer queries of origin buffers (none for an origin in the rank's own window memory) and the
-// events recorded to see copies complete (one per stream per completion wait, not per operation).
+// pointer queries of origin buffers (none for an origin in the rank's own window memory), the
+// events recorded to see copies complete (one per stream per completion wait, not per operation),
+// the datatypes asked of the MPI (one per operation whose origin and target name the same count
+// and type) and the routes of puts found (once per target memory and origin GPU, not per put).
 struct WinHostCounts {
-  uint64_t origin_queries = 0, completion_marks = 0;
+  uint64_t origin_queries = 0, completion_marks = 0, type_queries = 0, route_lookups = 0;
 };
 WinHostCounts win_host_counts();
 

@@ -119,6 +119,51 @@ TEST_F(Cuda, PeerCopiesBetweenEveryPairAreByteExact) {
   }
 }
 
+#if GPUSTRIPE_HAVE_CUDA
+// Copies named within one GPU go through the driver's device-to-device copy: byte exact, issued
+// while another GPU is current (the caller's device is left as it was), and captured into a graph.
+TEST_F(Cuda, CopiesWithinOneGpuAreByteExact) {
+  GS_REQUIRE_GPU(1);
+  const size_t bytes = 4097;
+  for (int d = 0; d < n; ++d) {
+    char* src = static_cast<char*>(be->alloc_device(d, bytes + 8));
+    char* dst = static_cast<char*>(be->alloc_device(d, bytes + 8));
+    StreamHandle own = be->create_stream(d);
+    for (int way = 0; way < 3; ++way) {  // plain, with another GPU current, captured into a graph
+      auto data = random_bytes(bytes, 10 * d + way);
+      write(src + 3, d, data, own);
+      write(dst, d, std::vector<unsigned char>(bytes + 8, 0xEE), own);
+      if (way == 0) {
+        be->copy_async_prechecked(dst + 5, d, src + 3, d, bytes, own);
+      } else if (way == 1) {
+        const int other = (d + 1) % n;
+        ASSERT_EQ(cudaSetDevice(other), cudaSuccess);
+        be->copy_async_prechecked(dst + 5, d, src + 3, d, bytes, own);
+        int cur = -1;
+        ASSERT_EQ(cudaGetDevice(&cur), cudaSuccess);
+        EXPECT_EQ(cur, other);
+        ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+      } else {
+        be->begin_capture(own);
+        be->copy_async_prechecked(dst + 5, d, src + 3, d, bytes, own);
+        GraphExecHandle g = be->end_capture(own);
+        be->launch_graph(g, own);
+        be->synchronize_stream(own);
+        be->destroy_graph(g);
+      }
+      auto out = read(dst, d, bytes + 8, own);
+      EXPECT_EQ(std::vector<unsigned char>(out.begin() + 5, out.begin() + 5 + bytes), data) << "GPU " << d << " way "
+                                                                                             << way;
+      for (int i : {0, 1, 2, 3, 4}) EXPECT_EQ(out[i], 0xEE) << "byte before the range written";
+      for (size_t i = 5 + bytes; i < bytes + 8; ++i) EXPECT_EQ(out[i], 0xEE) << "byte after the range written";
+    }
+    be->destroy_stream(own);
+    be->free_device(src);
+    be->free_device(dst);
+  }
+}
+#endif
+
 TEST_F(Cuda, EventChainAcrossStreamsAndDevicesIsByteExact) {
   const int devs = std::min(n, 4), steps = 100;
   const size_t slice = 1 << 16, bytes = steps * slice;

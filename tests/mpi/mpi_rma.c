@@ -300,7 +300,10 @@ static void puts_pushed_by_origin(const char* alloc) {
 /* The host's work on an operation's path: puts and gets whose origin lies in the rank's own
  * window memory take no pointer query (an origin elsewhere one each), and a window of puts closed
  * by one flush records one event per stream it used (at most two: the origin's GPU and the
- * target's), not one per put. Counted by the interposer; every byte checked. The window holds four
+ * target's), not one per put. Each put and get with the same count and type at both ends asks the
+ * MPI about the datatype once, and the route of puts into another GPU's memory (the origin GPU's
+ * stream and mapping, the direct-alone size) is found at the first put, not per put. Counted by
+ * the interposer; every byte checked. The window holds four
  * areas of K: this rank's data, where the previous rank's puts from its window memory land, where
  * its puts from a separate buffer land, and where this rank's gets from the next rank land. */
 static void host_work_per_operation(void) {
@@ -319,12 +322,14 @@ static void host_work_per_operation(void) {
   MPI_Win win;
   CHECK(MPI_Win_create(mem.p, 4 * K, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win) == MPI_SUCCESS);
   const long long q0 = counter("origin_queries"), m0 = counter("completion_marks");
-  CHECK(q0 >= 0 && m0 >= 0);
+  const long long t0 = counter("type_queries"), r0 = counter("route_lookups");
+  CHECK(q0 >= 0 && m0 >= 0 && t0 >= 0 && r0 >= 0);
   CHECK(MPI_Win_lock(MPI_LOCK_SHARED, next, 0, win) == MPI_SUCCESS);
   for (int i = 0; i < nop; ++i)
     CHECK(MPI_Put(mem.p + i * n, n, MPI_BYTE, next, K + i * n, n, MPI_BYTE, win) == MPI_SUCCESS);
   CHECK(MPI_Win_flush(next, win) == MPI_SUCCESS);
   const long long q1 = counter("origin_queries"), m1 = counter("completion_marks");
+  const long long t1 = counter("type_queries"), r1 = counter("route_lookups");
   for (int i = 0; i < nop; ++i)
     CHECK(MPI_Put(src.p + i * n, n, MPI_BYTE, next, 2 * K + i * n, n, MPI_BYTE, win) == MPI_SUCCESS);
   CHECK(MPI_Win_flush(next, win) == MPI_SUCCESS);
@@ -333,10 +338,18 @@ static void host_work_per_operation(void) {
     CHECK(MPI_Get(mem.p + 3 * K + i * n, n, MPI_BYTE, next, i * n, n, MPI_BYTE, win) == MPI_SUCCESS);
   CHECK(MPI_Win_unlock(next, win) == MPI_SUCCESS);
   const long long q3 = counter("origin_queries");
+  const long long t3 = counter("type_queries"), r3 = counter("route_lookups");
+  const int two_gpus = rank % ndev != next % ndev;
   if (rank == 0)
     printf("host work: %d puts from window memory took %lld pointer queries and %lld completion events; "
            "%d from another buffer %lld queries; %d gets into window memory %lld queries\n",
            nop, q1 - q0, m1 - m0, nop, q2 - q1, nop, q3 - q2);
+  if (rank == 0)
+    printf("host work: %d puts and gets asked the MPI about %lld datatypes; the puts' route to a rank on %s GPU was "
+           "found %lld times (%lld in the first %d puts)\n",
+           3 * nop, t3 - t0, two_gpus ? "another" : "the same", r3 - r0, r1 - r0, nop);
+  CHECK(t3 - t0 == 3 * nop);
+  CHECK(r1 - r0 == (two_gpus ? 1 : 0) && r3 == r1);
   CHECK(q1 - q0 == 0 && q3 - q2 == 0);
   CHECK(q2 - q1 == nop);
   CHECK(m1 - m0 >= 1 && m1 - m0 <= 2);

@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_backend.hpp"
 
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/driver_api.hpp"
 #include "backend/pointer_check.hpp"
 #include "common/config.hpp"
 #include "common/log.hpp"
@@ -17,6 +18,14 @@ const BoolSetting kCheckPointers{"GPUSTRIPE_CUDA_CHECK_POINTERS", "yes",
 
 cudaStream_t cu_stream(StreamHandle s) { return static_cast<cudaStream_t>(s); }
 cudaEvent_t cu_event(EventHandle e) { return static_cast<cudaEvent_t>(e); }
+
+// cuMemcpyDtoDAsync of cuda.h (CUresult f(CUdeviceptr, CUdeviceptr, size_t, CUstream)), without
+// cuda.h; null where the driver lacks it.
+using CopyDtoDFn = int (*)(unsigned long long, unsigned long long, size_t, void*);
+CopyDtoDFn copy_dtod_fn() {
+  static CopyDtoDFn fn = reinterpret_cast<CopyDtoDFn>(driver_entry_point("cuMemcpyDtoDAsync"));
+  return fn;
+}
 
 }  // namespace
 
@@ -188,6 +197,16 @@ void CudaBackend::enqueue_copy(void* dst, int dst_dev, const void* src, int src_
     if (err != cudaSuccess)
       throw_cuda_error(err, format("cudaMemcpyPeerAsync(GPU %d -> GPU %d, %zu bytes)", src_dev, dst_dev, bytes).c_str(),
                        dev);
+  } else if (dst_dev >= 0 && dst_dev == src_dev && s != nullptr && copy_dtod_fn()) {
+    // Both ends in one GPU's address space (its own memory, or a peer's mapped into its context:
+    // an RMA put pushed by the origin's copy engine): the driver's device-to-device copy, as UCX's
+    // cuda_ipc issues its puts. The driver's copy calls cost the host less per call than the
+    // runtime's cudaMemcpyAsync (bench/results/*small-copy-cost*), which a small copy's latency
+    // is made of. Not on the null stream, which the runtime may take as the per-thread default
+    // stream and the driver as the legacy one.
+    const int r = copy_dtod_fn()(reinterpret_cast<uintptr_t>(dst), reinterpret_cast<uintptr_t>(src), bytes, s);
+    GS_REQUIRE(r == 0, GPUSTRIPE_ERR_CUDA, "cuMemcpyDtoDAsync(%zu bytes) on GPU %d: CUDA driver error %d", bytes, dev,
+               r);
   } else {
     cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cu_stream(s));
     if (err != cudaSuccess) throw_cuda_error(err, format("cudaMemcpyAsync(%zu bytes)", bytes).c_str(), dev);
