@@ -395,10 +395,11 @@ bool CollTeam::run(const CollCall& call) {
   try {
     Entry e;
     enter(call, e);
-    if (!runner_->collect(e.posted, sizeof(RankInfo), e.all.data())) {
+    auto collected = [&] { return runner_->collect(e.posted, sizeof(RankInfo), e.all.data()); };
+    if (!ipc::ready_within_polls(collected)) {
       ipc::Waiter w(format("collective entry: rank %d waiting for the other ranks to call it", rank_),
                     [this] { runner_->check_peers(); });
-      while (!runner_->collect(e.posted, sizeof(RankInfo), e.all.data())) w.pause();
+      while (!collected()) w.pause();
     }
     e.t2 = std::chrono::steady_clock::now();
     if (!launch(call, e, false)) return false;
