@@ -20,6 +20,15 @@ double timeout_seconds();
 // its timeout start only these few polls later.
 constexpr int kPollsBeforeWaiter = 64;
 
+// Polls `ready` up to kPollsBeforeWaiter times, true as soon as it is: what a wait does before it
+// builds its Waiter, so that a peer a few hundred nanoseconds behind costs no Waiter.
+template <class Ready>
+bool ready_within_polls(Ready&& ready) {
+  for (int polls = 0; polls < kPollsBeforeWaiter; ++polls)
+    if (ready()) return true;
+  return false;
+}
+
 // Polls with growing back-off (spin, yield, then short sleeps once the wait has
 // lasted 20 ms). `check_peers`
 // runs every few milliseconds and throws when a peer is gone.

@@ -6,7 +6,8 @@
 
 namespace gpustripe::mpi {
 
-int device_of(p2p::Mover& mover, CollCall& c, std::initializer_list<const void*> bufs) {
+int device_of(const std::function<p2p::MemLoc(const void*)>& locate, CollCall& c,
+              std::initializer_list<const void*> bufs) {
   int dev = -1;
   for (const void* b : bufs) {
     // A buffer inside an allocation this call has located already (in place: the same
@@ -21,12 +22,16 @@ int device_of(p2p::Mover& mover, CollCall& c, std::initializer_list<const void*>
       dev = same->dev;
       continue;
     }
-    p2p::MemLoc loc = mover.locate(b);
+    p2p::MemLoc loc = locate(b);
     if (!loc.device || (dev >= 0 && loc.dev != dev)) return -1;
     dev = loc.dev;
     c.located.push_back(loc);
   }
   return dev;
+}
+
+int device_of(p2p::Mover& mover, CollCall& c, std::initializer_list<const void*> bufs) {
+  return device_of([&mover](const void* b) { return mover.locate(b); }, c, bufs);
 }
 
 std::string shape_of(const char* name, std::initializer_list<long long> captured) {

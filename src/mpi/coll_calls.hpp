@@ -4,6 +4,7 @@
 // of a kernel type), each sets the call's sizes, buffers, shape and the build of its Program;
 // eligibility and the device are the caller's.
 #pragma once
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -15,8 +16,11 @@
 namespace gpustripe::mpi {
 
 // The GPU all `bufs` live on, their allocations appended to c.located (once per allocation: a
-// buffer inside one located already is not asked about again); -1 when one of them is not device
-// memory or they lie on different GPUs.
+// buffer inside one located already -- by this call, or by its caller before, as a nonblocking
+// start does -- is not asked about again); -1 when one of them is not device memory or they lie
+// on different GPUs. `locate` is the pointer query (the MPI runtime's counts its queries).
+int device_of(const std::function<p2p::MemLoc(const void*)>& locate, CollCall& c,
+              std::initializer_list<const void*> bufs);
 int device_of(p2p::Mover& mover, CollCall& c, std::initializer_list<const void*> bufs);
 
 // CollCall::shape: the collective and what its build closure captures.

@@ -122,7 +122,8 @@ void SliceRunner::barrier(const char* what) {
     ~Add() { to += us_since(t0); }
   } add{barrier_us_, t0};
   const uint64_t n = arrive();
-  if (arrived(n)) return;  // the others were there first: no waiter (a message to format, settings to read)
+  // The others there first, or within a few polls: no waiter (a message to format, settings to read).
+  if (ipc::ready_within_polls([&] { return arrived(n); })) return;
   ipc::Waiter w(format("%s: rank %d waiting for the other ranks of the collective", what, rank_), check_peers_);
   while (!arrived(n)) w.pause();
 }
@@ -147,7 +148,7 @@ bool SliceRunner::collect(uint64_t n, size_t bytes, void* all) const {
 
 void SliceRunner::exchange(const void* mine, size_t bytes, void* all) {
   const uint64_t n = post(mine, bytes);
-  if (collect(n, bytes, all)) return;
+  if (ipc::ready_within_polls([&] { return collect(n, bytes, all); })) return;
   ipc::Waiter w(format("collective entry: rank %d waiting for the other ranks to call it", rank_), check_peers_);
   while (!collect(n, bytes, all)) w.pause();
 }
@@ -249,8 +250,8 @@ void SliceRunner::wait_done(uint32_t n, const std::vector<Lane*>& used, const st
                             const std::function<void()>& fired) {
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    // Every part done already: no waiter (a message to format, settings to read), as in barrier().
-    if (!all_done(n)) {
+    // Every part done already, or within a few polls: no waiter, as in barrier().
+    if (!ipc::ready_within_polls([&] { return all_done(n); })) {
       ipc::Waiter w(format("collective: rank %d waiting for the GPUs of the ranks to finish their parts", rank_), [&] {
         if (fired) fired();
         if (check_peers_) check_peers_();

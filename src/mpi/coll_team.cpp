@@ -395,10 +395,11 @@ bool CollTeam::run(const CollCall& call) {
   try {
     Entry e;
     enter(call, e);
-    if (!runner_->collect(e.posted, sizeof(RankInfo), e.all.data())) {
+    auto collected = [&] { return runner_->collect(e.posted, sizeof(RankInfo), e.all.data()); };
+    if (!ipc::ready_within_polls(collected)) {
       ipc::Waiter w(format("collective entry: rank %d waiting for the other ranks to call it", rank_),
                     [this] { runner_->check_peers(); });
-      while (!runner_->collect(e.posted, sizeof(RankInfo), e.all.data())) w.pause();
+      while (!collected()) w.pause();
     }
     e.t2 = std::chrono::steady_clock::now();
     if (!launch(call, e, false)) return false;
@@ -435,7 +436,15 @@ std::shared_ptr<CollPending> CollTeam::start(CollCall call, std::function<int()>
   std::shared_ptr<CollPending> state = p->state;
   pending_ = std::move(p);
   ++g_pending_calls;
-  progress();  // the last rank to start finds every handle there: its part goes to the GPUs now
+  // The last rank to start finds every handle there: its part goes to the GPUs now. So does a
+  // rank whose peers post within a few polls (ranks started together, as a program that starts
+  // and then waits, or computes, has them): its part launches here rather than at its next wait
+  // or test -- a blocking call's host would be spinning for them inside the call. A bounded
+  // look, not a wait: a peer that comes later is met by the progress of a later call.
+  ipc::ready_within_polls([this] {
+    progress();
+    return !pending_ || pending_->launched;
+  });
   return state;
 }
 

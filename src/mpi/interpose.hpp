@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "mpi/ops.hpp"
 
@@ -52,9 +53,13 @@ int waitall_impl(int n, MPI_Request* reqs, MPI_Status* sts);
 // then its state on the team, advanced by progress_collectives(); otherwise (the MPI's way)
 // it ran to its end and returns its result. s.mpi is the call the MPI's way, for the case
 // that some rank cannot take gpustripe's (run through mpi_collective()).
+// s.located: the allocations of the call's buffers that the start has located already (it asked
+// where they live to choose between this path and the MPI's own nonblocking call): the
+// collective takes them as its own (CollCall::located) instead of asking again.
 struct NonblockingStart {
   std::function<int()> mpi;
   std::shared_ptr<CollPending> pending;
+  std::vector<p2p::MemLoc> located;
 };
 int start_collective(NonblockingStart& s, const std::function<int()>& call);
 // Runs `call` (an interposed collective) straight on the MPI (device buffers staged).

@@ -111,8 +111,9 @@ int mpi_collective(const std::function<int()>& call) {
 
 namespace {
 
+// Through the runtime's pointer query, which counts them (gpustripe_mpi_test_pointer_queries).
 int device_of(Runtime& rt, CollCall& c, std::initializer_list<const void*> bufs) {
-  return device_of(rt.mover(), c, bufs);
+  return device_of([&rt](const void* b) { return rt.locate(b); }, c, bufs);
 }
 
 // This rank's reduction as the kernels take it; false otherwise, and then, where its buffers
@@ -146,6 +147,8 @@ int collective(MPI_Comm comm, const char* name, const std::function<void(Runtime
         CollCall call;
         call.name = name;
         call.entered = entered;
+        // A nonblocking start has located some of the buffers already: not asked again.
+        if (NonblockingStart* s = g_starting) call.located = std::move(s->located);
         prepare(*rt, *team, call);
         call.after = [after = std::move(call.after)] {
           if (after) after();

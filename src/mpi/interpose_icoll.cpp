@@ -16,6 +16,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <vector>
 
 #include <mpi.h>
 #if __has_include(<mpi-ext.h>)
@@ -77,28 +78,43 @@ class PendingOp : public Op {
   std::shared_ptr<CollPending> p_;
 };
 
-bool on_device(std::initializer_list<const void*> bufs) {
+// Allocations of a call's buffers, located once (p2p::Mover::locate).
+using Located = std::vector<p2p::MemLoc>;
+
+// Whether one of the call's buffers is device memory (the call is then the interposer's); its
+// allocation goes into *found, where given, for the collective to take instead of asking again
+// (a pointer query is a driver call on CUDA: the blocking form asks once per allocation, and so
+// must the nonblocking one).
+bool on_device(std::initializer_list<const void*> bufs, Located* found = nullptr) {
   std::lock_guard<std::recursive_mutex> l(lock());
   Runtime* rt = Runtime::get();
   if (!rt) return false;
-  for (const void* b : bufs)
-    if (b && b != MPI_IN_PLACE && rt->locate(b).device) return true;
+  for (const void* b : bufs) {
+    if (!b || b == MPI_IN_PLACE) continue;
+    p2p::MemLoc loc = rt->locate(b);
+    if (!loc.device) continue;
+    if (found) found->push_back(loc);
+    return true;
+  }
   return false;
 }
 
 // Starts `call` (the blocking interposed collective, capturing its arguments by value: the
 // MPI's way may run after this function has returned); *rc is the start's result.
-std::unique_ptr<Op> started(MPI_Comm comm, const char* name, const std::function<int()>& call, int* rc) {
+std::unique_ptr<Op> started(MPI_Comm comm, const char* name, const std::function<int()>& call, int* rc,
+                            Located located = {}) {
   NonblockingStart s;
   s.mpi = [call] { return mpi_collective(call); };
+  s.located = std::move(located);
   *rc = start_collective(s, call);  // takes lock() itself, and leaves it for the MPI
   if (s.pending) return std::make_unique<PendingOp>(comm, name, std::move(s.pending));
   return std::make_unique<DoneOp>(comm, *rc);
 }
 
-int start(MPI_Comm comm, const char* name, MPI_Request* req, const std::function<int()>& call) {
+int start(MPI_Comm comm, const char* name, MPI_Request* req, Located located,
+          const std::function<int()>& call) {
   int rc = MPI_SUCCESS;
-  std::unique_ptr<Op> op = started(comm, name, call, &rc);
+  std::unique_ptr<Op> op = started(comm, name, call, &rc, std::move(located));
   std::lock_guard<std::recursive_mutex> l(lock());
   *req = add_request(std::move(op));
   return rc;
@@ -155,58 +171,68 @@ extern "C" {
 
 int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
                    MPI_Request* req) {
-  if (!on_device({sendbuf, recvbuf})) return PMPI_Iallreduce(sendbuf, recvbuf, count, type, op, comm, req);
-  return start(comm, "MPI_Iallreduce", req, [=] { return MPI_Allreduce(sendbuf, recvbuf, count, type, op, comm); });
+  Located at;
+  if (!on_device({sendbuf, recvbuf}, &at)) return PMPI_Iallreduce(sendbuf, recvbuf, count, type, op, comm, req);
+  return start(comm, "MPI_Iallreduce", req, std::move(at),
+               [=] { return MPI_Allreduce(sendbuf, recvbuf, count, type, op, comm); });
 }
 
 int MPI_Ireduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
                 MPI_Comm comm, MPI_Request* req) {
   const bool is_root = comm_rank(comm) == root;
-  if (!on_device({sendbuf, is_root ? recvbuf : nullptr}))
+  Located at;
+  if (!on_device({sendbuf, is_root ? recvbuf : nullptr}, &at))
     return PMPI_Ireduce(sendbuf, recvbuf, count, type, op, root, comm, req);
-  return start(comm, "MPI_Ireduce", req, [=] { return MPI_Reduce(sendbuf, recvbuf, count, type, op, root, comm); });
+  return start(comm, "MPI_Ireduce", req, std::move(at),
+               [=] { return MPI_Reduce(sendbuf, recvbuf, count, type, op, root, comm); });
 }
 
 int MPI_Ireduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype type, MPI_Op op,
                               MPI_Comm comm, MPI_Request* req) {
-  if (!on_device({sendbuf, recvbuf}))
+  Located at;
+  if (!on_device({sendbuf, recvbuf}, &at))
     return PMPI_Ireduce_scatter_block(sendbuf, recvbuf, recvcount, type, op, comm, req);
-  return start(comm, "MPI_Ireduce_scatter_block", req, [=] {
+  return start(comm, "MPI_Ireduce_scatter_block", req, std::move(at), [=] {
     return MPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, type, op, comm);
   });
 }
 
 int MPI_Ireduce_scatter(const void* sendbuf, void* recvbuf, const int* recvcounts, MPI_Datatype type, MPI_Op op,
                         MPI_Comm comm, MPI_Request* req) {
-  if (!on_device({sendbuf, recvbuf})) return PMPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, type, op, comm, req);
-  return start(comm, "MPI_Ireduce_scatter", req, [=] {
+  Located at;
+  if (!on_device({sendbuf, recvbuf}, &at))
+    return PMPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, type, op, comm, req);
+  return start(comm, "MPI_Ireduce_scatter", req, std::move(at), [=] {
     return MPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, type, op, comm);
   });
 }
 
 int MPI_Iallgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                    MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* req) {
-  if (!on_device({sendbuf, recvbuf}))
+  Located at;
+  if (!on_device({sendbuf, recvbuf}, &at))
     return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, req);
-  return start(comm, "MPI_Iallgather", req, [=] {
+  return start(comm, "MPI_Iallgather", req, std::move(at), [=] {
     return MPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   });
 }
 
 int MPI_Iallgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
                     const int* displs, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* req) {
-  if (!on_device({sendbuf, recvbuf}))
+  Located at;
+  if (!on_device({sendbuf, recvbuf}, &at))
     return PMPI_Iallgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, req);
-  return start(comm, "MPI_Iallgatherv", req, [=] {
+  return start(comm, "MPI_Iallgatherv", req, std::move(at), [=] {
     return MPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
   });
 }
 
 int MPI_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                   MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* req) {
-  if (!on_device({sendbuf, recvbuf}))
+  Located at;
+  if (!on_device({sendbuf, recvbuf}, &at))
     return PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, req);
-  return start(comm, "MPI_Ialltoall", req, [=] {
+  return start(comm, "MPI_Ialltoall", req, std::move(at), [=] {
     return MPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   });
 }
@@ -214,9 +240,10 @@ int MPI_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, voi
 int MPI_Ialltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls, MPI_Datatype sendtype,
                    void* recvbuf, const int* recvcounts, const int* rdispls, MPI_Datatype recvtype, MPI_Comm comm,
                    MPI_Request* req) {
-  if (!on_device({sendbuf, recvbuf}))
+  Located at;
+  if (!on_device({sendbuf, recvbuf}, &at))
     return PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, req);
-  return start(comm, "MPI_Ialltoallv", req, [=] {
+  return start(comm, "MPI_Ialltoallv", req, std::move(at), [=] {
     return MPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm);
   });
 }
@@ -224,24 +251,27 @@ int MPI_Ialltoallv(const void* sendbuf, const int* sendcounts, const int* sdispl
 int MPI_Ialltoallw(const void* sendbuf, const int* sendcounts, const int* sdispls, const MPI_Datatype* sendtypes,
                    void* recvbuf, const int* recvcounts, const int* rdispls, const MPI_Datatype* recvtypes,
                    MPI_Comm comm, MPI_Request* req) {
-  if (!on_device({sendbuf, recvbuf}))
+  Located at;
+  if (!on_device({sendbuf, recvbuf}, &at))
     return PMPI_Ialltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, req);
-  return start(comm, "MPI_Ialltoallw", req, [=] {
+  return start(comm, "MPI_Ialltoallw", req, std::move(at), [=] {
     return MPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm);
   });
 }
 
 int MPI_Ibcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm, MPI_Request* req) {
-  if (!on_device({buffer})) return PMPI_Ibcast(buffer, count, type, root, comm, req);
-  return start(comm, "MPI_Ibcast", req, [=] { return MPI_Bcast(buffer, count, type, root, comm); });
+  Located at;
+  if (!on_device({buffer}, &at)) return PMPI_Ibcast(buffer, count, type, root, comm, req);
+  return start(comm, "MPI_Ibcast", req, std::move(at), [=] { return MPI_Bcast(buffer, count, type, root, comm); });
 }
 
 int MPI_Igather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                 MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request* req) {
   const bool is_root = comm_rank(comm) == root;
-  if (!on_device({sendbuf, is_root ? recvbuf : nullptr}))
+  Located at;
+  if (!on_device({sendbuf, is_root ? recvbuf : nullptr}, &at))
     return PMPI_Igather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, req);
-  return start(comm, "MPI_Igather", req, [=] {
+  return start(comm, "MPI_Igather", req, std::move(at), [=] {
     return MPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
   });
 }
@@ -249,9 +279,10 @@ int MPI_Igather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void*
 int MPI_Igatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int* recvcounts,
                  const int* displs, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request* req) {
   const bool is_root = comm_rank(comm) == root;
-  if (!on_device({sendbuf, is_root ? recvbuf : nullptr}))
+  Located at;
+  if (!on_device({sendbuf, is_root ? recvbuf : nullptr}, &at))
     return PMPI_Igatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, req);
-  return start(comm, "MPI_Igatherv", req, [=] {
+  return start(comm, "MPI_Igatherv", req, std::move(at), [=] {
     return MPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm);
   });
 }
@@ -259,9 +290,10 @@ int MPI_Igatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void
 int MPI_Iscatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                  MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request* req) {
   const bool is_root = comm_rank(comm) == root;
-  if (!on_device({is_root ? sendbuf : nullptr, recvbuf}))
+  Located at;
+  if (!on_device({is_root ? sendbuf : nullptr, recvbuf}, &at))
     return PMPI_Iscatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, req);
-  return start(comm, "MPI_Iscatter", req, [=] {
+  return start(comm, "MPI_Iscatter", req, std::move(at), [=] {
     return MPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
   });
 }
@@ -269,23 +301,28 @@ int MPI_Iscatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void
 int MPI_Iscatterv(const void* sendbuf, const int* sendcounts, const int* displs, MPI_Datatype sendtype, void* recvbuf,
                   int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request* req) {
   const bool is_root = comm_rank(comm) == root;
-  if (!on_device({is_root ? sendbuf : nullptr, recvbuf}))
+  Located at;
+  if (!on_device({is_root ? sendbuf : nullptr, recvbuf}, &at))
     return PMPI_Iscatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, req);
-  return start(comm, "MPI_Iscatterv", req, [=] {
+  return start(comm, "MPI_Iscatterv", req, std::move(at), [=] {
     return MPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm);
   });
 }
 
 int MPI_Iscan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
               MPI_Request* req) {
-  if (!on_device({sendbuf, recvbuf})) return PMPI_Iscan(sendbuf, recvbuf, count, type, op, comm, req);
-  return start(comm, "MPI_Iscan", req, [=] { return MPI_Scan(sendbuf, recvbuf, count, type, op, comm); });
+  Located at;
+  if (!on_device({sendbuf, recvbuf}, &at)) return PMPI_Iscan(sendbuf, recvbuf, count, type, op, comm, req);
+  return start(comm, "MPI_Iscan", req, std::move(at),
+               [=] { return MPI_Scan(sendbuf, recvbuf, count, type, op, comm); });
 }
 
 int MPI_Iexscan(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
                 MPI_Request* req) {
-  if (!on_device({sendbuf, recvbuf})) return PMPI_Iexscan(sendbuf, recvbuf, count, type, op, comm, req);
-  return start(comm, "MPI_Iexscan", req, [=] { return MPI_Exscan(sendbuf, recvbuf, count, type, op, comm); });
+  Located at;
+  if (!on_device({sendbuf, recvbuf}, &at)) return PMPI_Iexscan(sendbuf, recvbuf, count, type, op, comm, req);
+  return start(comm, "MPI_Iexscan", req, std::move(at),
+               [=] { return MPI_Exscan(sendbuf, recvbuf, count, type, op, comm); });
 }
 
 // Persistent collectives: Open MPI's MPIX_*_init (mpi-ext.h). Device buffers: a request

@@ -16,6 +16,7 @@
  *    3 ranks on 2 devices (two ranks share one) and the copy-engine schedules, whose steps wait
  *    for other ranks' steps (mpi_coll_overlap_np3_shared).
  * 4. Persistent collectives (MPIX_*_init, where the MPI has them) started again and again.
+ * 5. A nonblocking call makes as many pointer queries as its blocking form (same_host_work).
  * Results are exact (integer sums), and the interposer's counter shows gpustripe ran them.
  * A communicator's first collective on device buffers sets up its team with every rank, so
  * each part runs one blocking call first. */
@@ -205,6 +206,61 @@ static void persistent(size_t n) {
 }
 #endif
 
+/* 5. A nonblocking call does the host work of its blocking form, no more: MPI_Iallreduce +
+ * MPI_Wait asks as many pointer queries (a driver call each on CUDA, on the path between one
+ * call's end and the next one's launch) as MPI_Allreduce of the same buffers, in place and
+ * not; MPI_Ibcast as many as MPI_Bcast. The start asks where a buffer lives to choose its
+ * route, and the collective it starts takes that answer instead of asking again. */
+static void same_host_work(size_t n) {
+  long long (*queries)(void) = (long long (*)(void))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_pointer_queries");
+  CHECK(queries != NULL);
+  const int dev = rank % ndev;
+  int32_t* h = (int32_t*)malloc(n * sizeof(int32_t));
+  int32_t* s = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
+  int32_t* r = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
+  CHECK(h && s && r);
+  for (int in_place = 0; in_place < 2; ++in_place) {
+    const int salt = 30 + in_place;
+    const void* send = in_place ? MPI_IN_PLACE : (const void*)s;
+    long long blocking = 0, nonblocking = 0;
+    for (int form = 0; form < 2; ++form) {
+      if (in_place) fill_send(h, r, n, salt);
+      else fill_send(h, s, n, salt);
+      if (!in_place) clear(h, r, n);
+      const long before = served();
+      const long long q = queries();
+      if (form == 0) {
+        CHECK(MPI_Allreduce(send, r, (int)n, MPI_INT32_T, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
+        blocking = queries() - q;
+      } else {
+        MPI_Request req;
+        CHECK(MPI_Iallreduce(send, r, (int)n, MPI_INT32_T, MPI_SUM, MPI_COMM_WORLD, &req) == MPI_SUCCESS);
+        CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+        nonblocking = queries() - q;
+      }
+      CHECK(served() - before == 1);
+      CHECK(right(h, r, n, salt) == n);
+    }
+    /* The collective's own queries are counted: once per allocation. */
+    CHECK(blocking == (in_place ? 1 : 2));
+    if (nonblocking != blocking)
+      fprintf(stderr, "[rank %d] MPI_Iallreduce%s: %lld pointer queries, MPI_Allreduce %lld\n", rank,
+              in_place ? " in place" : "", nonblocking, blocking);
+    CHECK(nonblocking == blocking);
+  }
+  long long q = queries();
+  CHECK(MPI_Bcast(r, (int)n, MPI_INT32_T, 0, MPI_COMM_WORLD) == MPI_SUCCESS);
+  const long long blocking = queries() - q;
+  MPI_Request req;
+  q = queries();
+  CHECK(MPI_Ibcast(r, (int)n, MPI_INT32_T, 0, MPI_COMM_WORLD, &req) == MPI_SUCCESS);
+  CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+  CHECK(blocking == 1 && queries() - q == blocking);
+  hk.free_(s);
+  hk.free_(r);
+  free(h);
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -222,6 +278,7 @@ int main(int argc, char** argv) {
 #ifdef OMPI_HAVE_MPI_EXT_PCOLLREQ
     persistent(sizes[k]);
 #endif
+    same_host_work(sizes[k]);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) printf("mpi_coll_overlap: all checks passed on %d ranks\n", size);
