@@ -54,7 +54,6 @@ from torch._C._distributed_c10d import (
     ReduceScatterOptions,
     _create_work_from_future,
 )
-from torch.futures import Future
 
 from .team import node_team
 
@@ -105,15 +104,20 @@ def _test_emulate_cpu(on: bool = True) -> None:
     _emulate_cpu = on
 
 
-def _redop(opts) -> tuple:
-    """(op type, gpustripe op name or None) of an options object's reduceOp."""
-    op = opts.reduceOp
-    t = getattr(op, "op", op)
-    return t, _OPS.get(t)
+if hasattr(dist.ReduceOp, "RedOpType"):
+    def _redop(opts) -> tuple:
+        """(op type, gpustripe op name or None) of an options object's reduceOp."""
+        t = opts.reduceOp.op
+        return t, _OPS.get(t)
+else:  # older torch: the reduceOp is the type itself
+    def _redop(opts) -> tuple:
+        t = opts.reduceOp
+        return t, _OPS.get(t)
 
 
 def _done(result) -> dist.Work:
-    fut = Future()
+    # torch._C.Future, not torch.futures.Future: the same future without its Python layer.
+    fut = torch._C.Future([])
     fut.set_result(result)
     return _create_work_from_future(fut)
 
@@ -234,7 +238,7 @@ class _CudaMem:
 
     def __init__(self, team):
         self.team = team
-        self._ends: dict = {}  # device index -> (the team's stream there, a context selecting it)
+        self._ends: dict = {}  # device index -> (the team's stream there, its (id, device, type))
         # (event on the team's stream, what the call reads or writes), oldest first: see done().
         self._held: collections.deque = collections.deque()
         self._marks: list = []  # events of calls already past, recorded again by later calls
@@ -243,7 +247,7 @@ class _CudaMem:
         e = self._ends.get(index)
         if e is None:
             s = torch.cuda.ExternalStream(self.team.calls_stream(index), device=torch.device("cuda", index))
-            e = self._ends[index] = (s, torch.cuda.StreamContext(s))
+            e = self._ends[index] = (s, (s.stream_id, s.device_index, s.device_type))
         return e
 
     def end_stream(self, dev: torch.device):
@@ -265,9 +269,16 @@ class _CudaMem:
         pass
 
     def done(self, tensors, result, dev, after, end, keep=()) -> dist.Work:
-        o, on_o = self._end(dev.index)
+        index = dev.index
+        o, o_ids = self._end(index)
         self.release()
-        with on_o:
+        # The team's stream is the device's current one for what follows (after()'s kernels, the
+        # future's mark): set by its ids, as torch.cuda.StreamContext sets it, without building
+        # Stream objects and device objects on every call.
+        here = torch._C._cuda_getDevice()
+        prev = torch._C._cuda_getCurrentStream(index)
+        torch._C._cuda_setStream(*o_ids)  # also makes `index` the current device
+        try:
             # The caller may free these tensors before the collective ends: they are held here
             # until the team's stream is past this point, so the caching allocator cannot hand
             # their blocks out early. Not record_stream: the allocator would then record events on
@@ -282,8 +293,12 @@ class _CudaMem:
                 end.record(o)
             # CUDA-aware: marks the team's stream here; wait() makes the waiter's current
             # stream (and the callbacks DDP chains on the future) wait for that mark.
-            fut = Future(devices=[dev])
+            fut = torch._C.Future([dev])
             fut.set_result(result)
+        finally:
+            torch._C._cuda_setStream(*prev)
+            if here != index:
+                torch._C._cuda_setDevice(here)
         return _create_work_from_future(fut)
 
     def release(self) -> None:
@@ -526,7 +541,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         # held tensors and the stream context of the team's stream are the group's, not a thread's.
         with self._lock:
             team = self._team()
-            if t0.is_cuda and torch.cuda.current_device() != dev.index:
+            if t0.is_cuda and torch._C._cuda_getDevice() != dev.index:
                 # The default stream's handle names the current device's: make it the tensor's.
                 with torch.cuda.device(dev):
                     served = native(team, self._mem.ptrs(tensors), self._mem.stream(t0))
