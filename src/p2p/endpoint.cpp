@@ -645,7 +645,7 @@ bool Endpoint::done_now(const RequestPtr& r) {
     r->traced_ = true;
     if (r->is_send()) trace("e_s_ret", ch_.rank(), r->id_, 0, r->status_.bytes);
     else trace("e_r_ret", r->status_.source, r->peer_id_, r->id_, r->status_.bytes);
-  } else if (trace_on() && !r->traced_ && r->bytes_ > fragment_bytes_) {
+  } else if (trace_on() && !r->traced_ && (r->bytes_ > fragment_bytes_ || r->loc_.device)) {  // pulled ones
     r->traced_ = true;
     if (r->is_send()) trace("s_ret", ch_.rank(), r->id_, 0, r->status_.bytes);
     else trace("r_ret", r->status_.source, r->peer_id_, r->id_, r->status_.bytes);
