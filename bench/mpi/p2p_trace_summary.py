@@ -45,6 +45,8 @@ also timed on the receiver and the median printed:
   per_msg    the first copy enqueued -> the last seen complete, over W
   end        the last copy seen complete -> the sender's last wait returned
   window     the sender's first MPI_Isend -> its last wait returned
+  next       the sender's last wait returned -> the next window's first MPI_Isend (the
+             receiver's acknowledgement of osu_bw's loop, through the interposer)
 
   python3 bench/mpi/p2p_trace_summary.py DIR [--label NAME] [--window W]
 """
@@ -152,6 +154,7 @@ def windows(msgs: dict, files: list, window: int) -> dict:
         if all(p in m for p in ("bytes", "s_post", "r_mapped", "r_started", "r_copied", "s_ret")):
             by_size[m["bytes"]].append(m)
     for size, ms in by_size.items():
+        prev_end = None
         for w in range(len(ms) // window):
             group = ms[w * window:(w + 1) * window]
             first = min(group, key=lambda m: m["r_started"])
@@ -169,6 +172,9 @@ def windows(msgs: dict, files: list, window: int) -> dict:
             o["per_msg"].append((last - first["r_started"]) / 1e3 / window)
             o["end"].append((end - last) / 1e3)
             o["window"].append((end - t0) / 1e3)
+            if prev_end is not None and t0 > prev_end:
+                o["next"].append((t0 - prev_end) / 1e3)
+            prev_end = end
     return out
 
 
@@ -251,11 +257,12 @@ def main():
               + f"  {conc:10.2f} {direct:6.2f} {lean:4.2f} {len(q) / len(rows):6.2f} {share} {gap}")
     eager_table(msgs)
     if a.window > 0:
-        cols = ("start", "enq1", "first", "per_msg", "end", "window")
+        cols = ("start", "enq1", "first", "per_msg", "end", "window", "next")
         print(f"# windows of {a.window}: median us (warm-up windows included)")
         print(f"{'bytes':>11} {'n':>4} " + " ".join(f"{c:>9}" for c in cols))
         for size, o in sorted(windows(msgs, files, a.window).items()):
-            print(f"{size:>11} {len(o['start']):>4} " + " ".join(f"{statistics.median(o[c]):9.2f}" for c in cols))
+            print(f"{size:>11} {len(o['start']):>4} "
+                  + " ".join(f"{statistics.median(o[c]):9.2f}" if o[c] else f"{'-':>9}" for c in cols))
 
 
 if __name__ == "__main__":

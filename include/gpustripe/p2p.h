@@ -3,9 +3,10 @@
  * An endpoint joins a context (context.h) to a channel (ipc.h). A message matches a
  * receive when `comm` is equal, the source is equal or GPUSTRIPE_ANY_SOURCE, and the
  * tag is equal or GPUSTRIPE_ANY_TAG; messages from one sender match in send order.
- * Buffers may be device or host memory on either side. Small messages go through the
- * channel; large ones are copied straight into the receiver's device buffer with the
- * multi-path engine. Progress happens inside the calls (test, wait, iprobe).
+ * Buffers may be device or host memory on either side. Small host messages go through the
+ * channel; a device send buffer is read by the receiver (one GPU-to-GPU copy, the multi-path
+ * engine's for large ones), so a send of device memory completes once the receiver has matched
+ * and copied it. Progress happens inside the calls (test, wait, iprobe).
  * An endpoint is thread-safe. Details: docs/mpi.md. */
 #ifndef GPUSTRIPE_P2P_H
 #define GPUSTRIPE_P2P_H

@@ -37,7 +37,8 @@ p2p::MemLoc locate_for(Runtime* rt, const void* buf, int peer);
 
 // Nonblocking starts; *req is ours (table) or the MPI's. `blocking`: a message the
 // MPI carries untouched is sent/received right here with PMPI_Send/Recv (the status
-// into `st`) and *req is MPI_REQUEST_NULL, so the caller's wait returns at once.
+// into `st`) and *req is MPI_REQUEST_NULL, so the caller's wait returns at once; a send of
+// ours takes the blocking sends' protocol (local_send).
 // `where`: locate_for's answer for the buffer when the caller has it (Sendrecv routes both
 // halves first); null: asked here. A pointer query is a driver call of about a microsecond, on
 // the latency path of every message.

@@ -57,7 +57,7 @@ int isend_impl(const void* buf, int count, MPI_Datatype type, int dest, int tag,
     return sync ? PMPI_Ssend(buf, count, type, dest, tag, comm) : PMPI_Send(buf, count, type, dest, tag, comm);
   }
   UserBuffer b = user_buffer(buf, count, type, loc);
-  *req = add_request(t.route == Route::Local ? local_send(b, t.local, tag, t.ci, comm, sync)
+  *req = add_request(t.route == Route::Local ? local_send(b, t.local, tag, t.ci, comm, sync, blocking)
                                              : staged_send(b, dest, tag, comm, sync));
   return MPI_SUCCESS;
 }

@@ -25,7 +25,7 @@ class LocalOp : public Op {
   LocalOp(MPI_Comm comm, std::shared_ptr<const CommInfo> ci, UserBuffer b, bool recv)
       : Op(comm), ci_(std::move(ci)), b_(b), recv_(recv) {}
 
-  void start_send(int dst, int tag, bool sync) {
+  void start_send(int dst, int tag, bool sync, bool blocking) {
     const void* data = b_.buf;
     uint64_t bytes = b_.layout.bytes;
     if (!b_.layout.contiguous) {
@@ -33,7 +33,7 @@ class LocalOp : public Op {
       data = packed_.data();
     }
     p2p::MemLoc host;  // packed data is host memory
-    r_ = rt().endpoint().isend(data, bytes, dst, tag, ci_->ctx, sync, b_.layout.contiguous ? &b_.loc : &host);
+    r_ = rt().endpoint().isend(data, bytes, dst, tag, ci_->ctx, sync, b_.layout.contiguous ? &b_.loc : &host, blocking);
   }
   void start_recv(int src, int tag) {
     void* data = b_.buf;
@@ -193,9 +193,9 @@ UserBuffer user_buffer(const void* buf, int count, MPI_Datatype type, p2p::MemLo
 }
 
 std::unique_ptr<Op> local_send(const UserBuffer& b, int local_dst, int tag, std::shared_ptr<const CommInfo> ci,
-                               MPI_Comm comm, bool synchronous) {
+                               MPI_Comm comm, bool synchronous, bool blocking) {
   auto op = std::make_unique<LocalOp>(comm, std::move(ci), b, false);
-  op->start_send(local_dst, tag, synchronous);
+  op->start_send(local_dst, tag, synchronous, blocking);
   return op;
 }
 

@@ -52,8 +52,10 @@ struct UserBuffer {
 };
 UserBuffer user_buffer(const void* buf, int count, MPI_Datatype type, p2p::MemLoc loc);
 
+// `blocking`: MPI_Send/MPI_Ssend, waited for at once (p2p::Endpoint::isend: a small device message
+// then goes eagerly, through an eager slot; a nonblocking one is pulled by the receiver).
 std::unique_ptr<Op> local_send(const UserBuffer& b, int local_dst, int tag, std::shared_ptr<const CommInfo> ci,
-                               MPI_Comm comm, bool synchronous);
+                               MPI_Comm comm, bool synchronous, bool blocking);
 std::unique_ptr<Op> local_recv(const UserBuffer& b, int local_src, int tag, std::shared_ptr<const CommInfo> ci,
                                MPI_Comm comm);
 std::unique_ptr<Op> staged_send(const UserBuffer& b, int dst, int tag, MPI_Comm comm, bool synchronous);

@@ -57,7 +57,8 @@ long long gpustripe_mpi_test_ipc_counter(const char* name) {
       {"map_hits", c.hits},        {"map_misses", c.misses},   {"map_stale", c.stale_evictions},
       {"fd_opens", c.fd_opens},    {"fd_offered", f.offered}, {"fd_taken", f.taken},
       {"multi_opens", c.multi_opens}, {"pieces_mapped", c.pieces_mapped}, {"leases_closed", c.leases_closed},
-      {"fd_requested", f.requested}, {"fd_served", f.served}};
+      {"fd_requested", f.requested}, {"fd_served", f.served},
+      {"eager_slots_taken", rt->endpoint().eager_slots()->taken()}};
   for (const auto& kv : all)
     if (std::strcmp(kv.first, name) == 0) return static_cast<long long>(kv.second);
   return -1;

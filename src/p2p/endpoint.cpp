@@ -13,20 +13,20 @@ namespace {
 // Largest message sent eagerly through the node-local channel; larger ones use rendezvous
 // (the sender copies into the receiver's mapped buffer).
 constexpr uint64_t kEagerLimit = 16 << 10;
-// A device send above this is pulled by the receiver (one GPU-to-GPU copy) instead of
-// going eagerly (two copies through host memory, even through eager slots): on 2x H200
-// 8-32 KB took 16.7-18.6 us eagerly and 9.3-9.5 us pulled, and windows of 64 gained nothing
-// (bench/results/2026-11-26-mpi-np2-w64-eager-slots-*: latency rows). 4K is also Open MPI's shared-memory eager
-// limit, so programs that run on Open MPI meet no new rendezvous (no new deadlock) here.
+// A blocking device send up to this goes eagerly through an eager slot (two copies through host
+// memory) so that it completes without the receiver; above it, and every nonblocking device send,
+// is pulled by the receiver (one GPU-to-GPU copy). UCX makes the same choice for device memory: a
+// blocking send copies in and out through host memory up to about 4 KB, a nonblocking one is a
+// rendezvous read from 1 byte (bench/results/2026-11-26-ucx-protocols-29a9c71-nvidia-h200.txt). 4K
+// is also Open MPI's shared-memory eager limit, so blocking sends that complete on Open MPI without
+// their receiver complete here too (no new deadlock); 8-32 KB blocking took 16.7-18.6 us eagerly
+// and 9.3-9.5 us pulled on 2x H200 (bench/results/2026-11-26-mpi-np2-w64-eager-slots-*).
 constexpr uint64_t kDeviceEagerLimit = 4 << 10;
-// Eager slots per ordered pair of ranks: two windows of small device sends as benchmarks and halo
-// exchanges post them (OSU's window is 64); past that, a send waits for none and goes through the
-// bounce buffer (two synchronous copies). Two, because in a two-way exchange (Isend/Irecv both
-// ways, then Waitall) a rank posts its next window as soon as its own Waitall returns, before the
-// peer has finished its receives of the last one and freed their slots; the window before that
-// was freed before the peer sent the messages that Waitall waited for. With one window of slots
-// the next window's sends found them held and took the bounce path. 128 slots of the 4 KB device
-// eager limit: 512 KB per pair.
+// Eager slots per ordered pair of ranks. A blocking send holds its slot until the receiver has
+// read its record (into a posted receive: until the copy out of it completed), so a sender whose
+// sends run ahead of its receiver holds one per message not read yet; past 128 (512 KB per pair of
+// the 4 KB device eager limit) a send takes the bounce buffer (two synchronous copies) instead of
+// waiting for one.
 constexpr int kEagerSlots = 128;
 }
 
@@ -96,6 +96,8 @@ int Endpoint::receives_ahead(int src, uint64_t comm) const {
 }
 
 bool Endpoint::sends_in_flight_to(int peer) const {
+  // Small pulled messages are left out: their copies are over in microseconds and load no link
+  // for the length of a copy that is planned (those are above the direct limit, kilobytes more).
   for (const RequestPtr& s : active_sends_)
     if (s->peer_ == peer && s->loc_.device && s->bytes_ > device_eager_max_ &&
         (s->state_ == Request::State::Posted || s->state_ == Request::State::Copying))
@@ -146,7 +148,7 @@ void Endpoint::flush_outgoing(int dst) {
 // ---------------------------------------------------------------- posting
 
 RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, uint64_t comm, bool synchronous,
-                           const MemLoc* where) {
+                           const MemLoc* where, bool blocking) {
   GS_REQUIRE(dst >= 0 && dst < ch_.size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "send to rank %d: ranks are 0..%d",
              dst, ch_.size() - 1);
   GS_REQUIRE(tag >= 0, GPUSTRIPE_ERR_INVALID_ARGUMENT, "send with tag %d: tags are >= 0", tag);
@@ -173,8 +175,14 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
   f.comm = comm;
   f.bytes = bytes;
   f.send_id = r->id_;
-  uint64_t eager_max = r->loc_.device && dst != ch_.rank() ? device_eager_max_ : eager_max_;
-  if (bytes <= eager_max) {
+  // A device buffer to another rank is pulled (exported with the announcement) unless it is a
+  // blocking standard send within the device eager limit, which must complete without the
+  // receiver; one that cannot be exported (no IPC handle for its memory) goes eagerly when small.
+  const bool device_peer = r->loc_.device && dst != ch_.rank() && bytes > 0;
+  const bool small = bytes <= (device_peer ? device_eager_max_ : eager_max_);
+  Exported e;
+  const bool pulled = device_peer && !(small && blocking && !synchronous) && try_export(buf, bytes, r->loc_, dst, &e);
+  if (small && !pulled) {
     f.kind = FrameKind::Eager;
     f.flags = synchronous ? static_cast<uint32_t>(kSync) : 0u;
     if (synchronous) {
@@ -190,18 +198,17 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
       r->status_.bytes = bytes;
       r->state_ = Request::State::Done;
     }
-    // Through a slot, the copy waits for the next pass (a wait's, or the next call's): a window of
-    // sends posted back to back has its copies enqueued in one backend call, with one event, where
-    // a pass here would enqueue each alone. The record needed a later pass anyway (it goes once
-    // the copy has landed), so the send waits for nothing it did not wait for before.
+    // Through a slot, the copy waits for the next pass (the caller's wait makes it at once): sends
+    // posted before a pass have their copies enqueued in one backend call, with one event, where a
+    // pass here would enqueue each alone. The record needed a later pass anyway (it goes once the
+    // copy has landed), so the send waits for nothing it did not wait for before.
     if (slot) return r;
   } else {
     trace("s_post", ch_.rank(), r->id_, 0, bytes);
     f.kind = FrameKind::Rts;
     r->state_ = Request::State::Posted;
     active_sends_.push_back(r);
-    Exported e;
-    if (dst != ch_.rank() && r->loc_.device && try_export(buf, bytes, r->loc_, dst, &e)) {
+    if (pulled) {
       f.flags = kRtsExported;  // pull: the receiver copies out of our buffer
       post(dst, f, &e, sizeof e, r);
     } else {
@@ -638,7 +645,7 @@ bool Endpoint::done_now(const RequestPtr& r) {
     r->traced_ = true;
     if (r->is_send()) trace("e_s_ret", ch_.rank(), r->id_, 0, r->status_.bytes);
     else trace("e_r_ret", r->status_.source, r->peer_id_, r->id_, r->status_.bytes);
-  } else if (trace_on() && !r->traced_ && r->bytes_ > fragment_bytes_) {
+  } else if (trace_on() && !r->traced_ && (r->bytes_ > fragment_bytes_ || r->loc_.device)) {  // pulled ones
     r->traced_ = true;
     if (r->is_send()) trace("s_ret", ch_.rank(), r->id_, 0, r->status_.bytes);
     else trace("r_ret", r->status_.source, r->peer_id_, r->id_, r->status_.bytes);
@@ -692,7 +699,7 @@ void Endpoint::wait(const RequestPtr& r) {
 }
 
 void Endpoint::send(const void* buf, uint64_t bytes, int dst, int tag, uint64_t comm, bool synchronous) {
-  wait(isend(buf, bytes, dst, tag, comm, synchronous));
+  wait(isend(buf, bytes, dst, tag, comm, synchronous, nullptr, /*blocking=*/true));
 }
 
 P2pStatus Endpoint::recv(void* buf, uint64_t capacity, int src, int tag, uint64_t comm) {

@@ -7,16 +7,16 @@
 // receive is matched against unexpected messages first, in arrival order.
 //
 // Eager up to eager_limit(): the data rides in the channel and the send
-// completes once it is buffered. A device message (up to the device eager limit) rides
-// in an eager slot (eager_slots.hpp) instead: the send queues the copy into the slot and
-// returns (the next progress pass enqueues a window's copies together); progress posts the
-// record once the copy is complete, in order with every other record to that peer; the
-// receiver copies out of the slot asynchronously (a pass's copies together).
-// Rendezvous above it (frame.hpp): a device send buffer is exported with the
-// announcement and the matched receiver copies out of it (pull: the engine's
-// multi-path copy when there is one), so the data moves without the sender's
-// progress; a host send buffer goes into an exported device receive buffer (push)
-// or as fragments through the channel (stream). A message longer than the receive
+// completes once it is buffered. A device buffer is pulled instead (frame.hpp): exported
+// with the announcement, the matched receiver copies out of it (one GPU-to-GPU copy, the
+// engine's multi-path copy when there is one), so the data moves without the sender's
+// progress; that is every nonblocking send of device memory, as UCX's. A blocking one (the
+// caller waits for it at once: MPI_Send) up to the device eager limit rides in an eager slot
+// (eager_slots.hpp) so that it completes without the receiver: the send queues the copy into
+// the slot, progress posts the record once the copy is complete, in order with every other
+// record to that peer, and the receiver copies out of the slot asynchronously (a pass's copies
+// together). A host send buffer above the eager limit goes into an exported device receive
+// buffer (push) or as fragments through the channel (stream). A message longer than the receive
 // buffer delivers what fits and completes the receive with GPUSTRIPE_ERR_TRUNCATE.
 //
 // Progress happens inside the calls (test, wait, probe, progress): no thread.
@@ -62,9 +62,13 @@ class Endpoint {
 
   // Tags are >= 0 (kAnyTag only on receives); `comm` is any id both sides agree on.
   // `where`: where the buffer lives, when the caller has looked it up already (a
-  // pointer query costs about a microsecond: small-message latency).
+  // pointer query costs about a microsecond: small-message latency). `blocking`: the caller
+  // waits for this send before it does anything else (MPI_Send, send()): a standard-mode device
+  // message up to the device eager limit then goes through an eager slot and completes without
+  // the receiver (what keeps Send/Send exchanges of small messages free of deadlock); otherwise
+  // a device message of any size is pulled by the receiver.
   RequestPtr isend(const void* buf, uint64_t bytes, int dst, int tag, uint64_t comm, bool synchronous = false,
-                   const MemLoc* where = nullptr);
+                   const MemLoc* where = nullptr, bool blocking = false);
   RequestPtr irecv(void* buf, uint64_t capacity, int src, int tag, uint64_t comm, const MemLoc* where = nullptr);
 
   // One progress pass, then whether `r` is complete.
@@ -74,7 +78,7 @@ class Endpoint {
   // Progress until `r` completes. Throws ERR_PEER_FAILED / ERR_TIMEOUT (the request
   // then stays incomplete). A completed request's status carries truncation.
   void wait(const RequestPtr& r);
-  // Blocking send/recv: isend/irecv + wait; recv returns the status.
+  // Blocking send/recv: isend (blocking) / irecv + wait; recv returns the status.
   void send(const void* buf, uint64_t bytes, int dst, int tag, uint64_t comm, bool synchronous = false);
   P2pStatus recv(void* buf, uint64_t capacity, int src, int tag, uint64_t comm);
 
@@ -178,7 +182,7 @@ class Endpoint {
   std::vector<std::deque<Queued>> outgoing_;  // per peer: records the ring had no room for
   size_t fragment_bytes_;
   uint64_t eager_max_ = 0;         // eager_limit(), at most a fragment
-  uint64_t device_eager_max_ = 0;  // the same for device buffers (4 KB: pulled above)
+  uint64_t device_eager_max_ = 0;  // the same for blocking sends of device buffers (pulled above)
   std::map<std::pair<uintptr_t, uint64_t>, Exported> exports_;  // (base, buffer_id) -> handle, offset 0
   char* bounce_ = nullptr;
   size_t bounce_bytes_ = 0;

@@ -1,8 +1,8 @@
 // Small device messages through eager slots (p2p/eager_slots.hpp), across forked ranks on
-// the emulated backend: windows both ways, any source, unexpected messages, more messages
-// in flight than slots, truncation, windows mixed with rendezvous messages, the copies of a
-// window enqueued in one backend call per side, and a rank killed while slots are held or before
-// its copy into one landed.
+// the emulated backend: which sends take them (blocking ones; nonblocking ones are pulled),
+// windows both ways, any source, unexpected messages, more messages in flight than slots,
+// truncation, windows mixed with rendezvous messages, the copies of a window enqueued in one
+// backend call per side, and a rank killed while slots are held or before its copy into one landed.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -31,6 +31,13 @@ std::unique_ptr<Backend> emulated() { return make_emulated_backend(load_topology
 
 // Sizes from 1 byte to the limit, both ends included.
 size_t size_of(int i) { return i == 0 ? 1 : i == 1 ? kMax : 1 + (static_cast<size_t>(i) * 977) % kMax; }
+
+// A send the way a blocking one goes (Endpoint::isend's `blocking`: small device messages take a
+// slot), without its wait: posted back to back, many hold slots at once, as the sends of a sender
+// running ahead of its receiver do.
+RequestPtr slot_send(Endpoint& ep, const void* buf, size_t n, int dst, int tag, bool synchronous = false) {
+  return ep.isend(buf, n, dst, tag, kComm, synchronous, nullptr, /*blocking=*/true);
+}
 
 bool shm_exists(const std::string& name) { return access(("/dev/shm" + name).c_str(), F_OK) == 0; }
 
@@ -87,8 +94,70 @@ class CopyCallCountingBackend : public ForwardingBackend {
 
 }  // namespace
 
-// A window of 64 small device sends posted back to back has its copies into the slots enqueued
-// in one backend call at the wait's first pass; the receiver, whose receives were posted and who
+// Which way a small device message goes. Nonblocking sends are pulled: the receiver maps the
+// sender's buffer, no slot is taken, and they cannot complete while the receiver makes no
+// progress. Blocking ones take a slot, map nothing and complete while the receiver is away; a
+// synchronous blocking one is pulled (it waits for the receiver anyway). Every byte lands.
+TEST(P2pEagerSlots, NonblockingSendsArePulledBlockingOnesTakeASlot) {
+  ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
+  int first[2], second[2];
+  ASSERT_EQ(pipe(first), 0);
+  ASSERT_EQ(pipe(second), 0);
+  EXPECT_RANKS_OK(run_ranks(2, [&](int rank, ipc::Channel& ch) {
+    auto be = emulated();
+    Endpoint ep(ch, be.get());
+    const size_t sizes[] = {1, 100, kMax};
+    char* buf = static_cast<char*>(be->alloc_device(rank, 3 * kMax));
+    auto maps = [&] {
+      const ipc::HandleCacheStats st = ep.handle_cache()->stats();
+      return st.hits + st.misses + st.stale_evictions;
+    };
+    if (rank == 0) {
+      for (int i = 0; i < 3; ++i) device_put(*be, buf + i * kMax, 0, seeded_bytes(10 + i, sizes[i]));
+      std::vector<RequestPtr> sends;
+      for (int i = 0; i < 3; ++i) sends.push_back(ep.isend(buf + i * kMax, sizes[i], 1, i, kComm));
+      bool any_done = false;
+      for (int k = 0; k < 200; ++k)
+        for (auto& r : sends) any_done = ep.test(r) || any_done;
+      unblock(first[1]);  // before the checks: a failing one must not leave the receiver blocked
+      RANK_CHECK(!any_done && ep.eager_slots()->taken() == 0);
+      for (auto& r : sends) ep.wait(r);
+      block_on(second[0]);  // the receiver has them all and makes no progress now
+      for (int i = 0; i < 3; ++i) ep.send(buf + i * kMax, sizes[i], 1, 10 + i, kComm);
+      const uint64_t taken = ep.eager_slots()->taken();
+      unblock(first[1]);
+      RANK_CHECK(taken == 3);
+      device_put(*be, buf, 0, seeded_bytes(20, kMax));
+      ep.send(buf, kMax, 1, 20, kComm, /*synchronous=*/true);
+      RANK_CHECK(ep.eager_slots()->taken() == 3);
+    } else {
+      block_on(first[0]);
+      char* in = static_cast<char*>(be->alloc_device(1, kMax));
+      const uint64_t before = maps();
+      for (int i = 0; i < 3; ++i) {
+        P2pStatus st = ep.recv(in, kMax, 0, i, kComm);
+        RANK_CHECK(st.bytes == sizes[i] && device_get(*be, in, 1, st.bytes) == seeded_bytes(10 + i, sizes[i]));
+      }
+      const uint64_t pulled = maps() - before;
+      unblock(second[1]);
+      block_on(first[0]);  // the blocking sends are complete
+      for (int i = 0; i < 3; ++i) {
+        P2pStatus st = ep.recv(in, kMax, 0, 10 + i, kComm);
+        RANK_CHECK(st.bytes == sizes[i] && device_get(*be, in, 1, st.bytes) == seeded_bytes(10 + i, sizes[i]));
+      }
+      RANK_CHECK(pulled == 3 && maps() - before == 3);
+      P2pStatus st = ep.recv(in, kMax, 0, 20, kComm);
+      RANK_CHECK(st.bytes == kMax && device_get(*be, in, 1, kMax) == seeded_bytes(20, kMax) && maps() - before == 4);
+      be->free_device(in);
+    }
+    be->free_device(buf);
+    ep.flush();
+  }));
+  for (int fd : {first[0], first[1], second[0], second[1]}) close(fd);
+}
+
+// A window of 64 small device sends posted back to back (the blocking way, through slots) has its
+// copies into the slots enqueued in one backend call at the wait's first pass; the receiver, whose receives were posted and who
 // reads all 64 records in one pass, enqueues its 64 copies out of the slots in one call too. Every
 // byte lands, and a blocking send afterwards still enqueues and completes within its call.
 TEST(P2pEagerSlots, AWindowsCopiesGoToTheBackendInOneCallPerSide) {
@@ -107,7 +176,7 @@ TEST(P2pEagerSlots, AWindowsCopiesGoToTheBackendInOneCallPerSide) {
       for (int i = 0; i < kWindow; ++i) device_put(*be, buf + i * kMax, rank, seeded_bytes(300 + i, size_of(i)));
       block_on(posted[0]);  // the receives are posted
       std::vector<RequestPtr> sends;
-      for (int i = 0; i < kWindow; ++i) sends.push_back(ep.isend(buf + i * kMax, size_of(i), 1, i, kComm));
+      for (int i = 0; i < kWindow; ++i) sends.push_back(slot_send(ep, buf + i * kMax, size_of(i), 1, i));
       const bool none_yet = counting->single_out == 0 && counting->batches_out == 0;  // nothing enqueued yet
       for (auto& r : sends) ep.wait(r);  // every record is in the ring
       unblock(fds[1]);  // before the checks: a failing one must not leave the receiver blocked
@@ -156,7 +225,7 @@ TEST(P2pEagerSlots, WindowsMixedWithRendezvousMessagesBothWaysLandByTag) {
       for (int i = 0; i < kWindow; ++i)
         device_put(*be, out + i * kStride, rank, seeded_bytes(round * 1000 + rank * 100 + i, bytes_of(i)));
       std::vector<RequestPtr> sends, recvs(kWindow);
-      for (int i = 0; i < kWindow; ++i) sends.push_back(ep.isend(out + i * kStride, bytes_of(i), peer, i, kComm));
+      for (int i = 0; i < kWindow; ++i) sends.push_back(slot_send(ep, out + i * kStride, bytes_of(i), peer, i));
       for (int i = kWindow - 1; i >= 0; --i) recvs[i] = ep.irecv(in + i * kStride, cap_of(i), kAnySource, i, kComm);
       for (int i = 0; i < kWindow; ++i) {
         ep.wait(recvs[i]);
@@ -195,7 +264,7 @@ TEST(P2pEagerSlots, WindowsBothWaysLandByTagInAnyPostOrder) {
     for (int round = 0; round < 3; ++round) {
       std::vector<RequestPtr> sends, recvs(kWindow);
       for (int i = 0; i < kWindow; ++i) device_put(*be, out + i * kMax, rank, seeded_bytes(round * 1000 + rank * 100 + i, size_of(i)));
-      for (int i = 0; i < kWindow; ++i) sends.push_back(ep.isend(out + i * kMax, size_of(i), peer, i, kComm, i == 20));  // one Ssend
+      for (int i = 0; i < kWindow; ++i) sends.push_back(slot_send(ep, out + i * kMax, size_of(i), peer, i, i == 20));  // one Ssend (pulled)
       for (int i = kWindow - 1; i >= 0; --i) {
         const size_t cap = i == 9 ? size_of(i) / 2 : kMax;
         void* dst = i % 8 == 7 ? static_cast<void*>(host[i].data()) : static_cast<void*>(in + i * kMax);
@@ -238,7 +307,7 @@ TEST(P2pEagerSlots, UnexpectedMessagesFreeTheirSlotsAtOnceAndMatchAnySource) {
       std::vector<RequestPtr> sends;
       for (int i = 0; i < kMsgs; ++i) {
         device_put(*be, out + i * kMax, rank, seeded_bytes(rank * 100 + i, size_of(i)));
-        sends.push_back(ep.isend(out + i * kMax, size_of(i), 0, i % kTags, kComm));
+        sends.push_back(slot_send(ep, out + i * kMax, size_of(i), 0, i % kTags));
       }
       for (auto& r : sends) ep.wait(r);
       ep.send(&token, 1, 0, 100, kComm);  // after every record of the messages
@@ -265,68 +334,6 @@ TEST(P2pEagerSlots, UnexpectedMessagesFreeTheirSlotsAtOnceAndMatchAnySource) {
   }));
 }
 
-// Two-way windows of 64 (Isend/Irecv both ways, then Waitall, as bidirectional benchmarks and
-// halo exchanges run them), with the peer slow to finish its receives: rank 1 has posted its
-// window and seen its sends complete, but has not yet read rank 0's messages, so every slot of
-// rank 0's first window is still held when rank 0, whose own Waitall has completed, posts its
-// next window. That window takes slots too (none goes through the bounce buffer, two
-// synchronous copies each), and both windows land whole.
-TEST(P2pEagerSlots, ANextWindowFindsSlotsWhileThePeerStillHoldsThePrevious) {
-  ScopedEnv jitter("GPUSTRIPE_TEST", "emu_jitter_us=5");
-  ScopedEnv to("GPUSTRIPE_TIMEOUT", "20");
-  int sent[2], go[2];
-  ASSERT_EQ(pipe(sent), 0);
-  ASSERT_EQ(pipe(go), 0);
-  EXPECT_RANKS_OK(run_ranks(2, [&](int rank, ipc::Channel& ch) {
-    auto be = emulated();
-    Endpoint ep(ch, be.get());
-    const int peer = 1 - rank;
-    constexpr int kWindow = 64, kRounds = 2;
-    char* out = static_cast<char*>(be->alloc_device(rank, kRounds * kWindow * kMax));
-    char* in = static_cast<char*>(be->alloc_device(rank, kRounds * kWindow * kMax));
-    auto seed = [](int from, int round, int i) { return from * 10000 + round * 1000 + i; };
-    for (int round = 0; round < kRounds; ++round)
-      for (int i = 0; i < kWindow; ++i)
-        device_put(*be, out + (round * kWindow + i) * kMax, rank, seeded_bytes(seed(rank, round, i), size_of(i)));
-    std::vector<RequestPtr> recvs, sends;
-    auto post_window = [&](int round) {
-      for (int i = 0; i < kWindow; ++i)
-        recvs.push_back(ep.irecv(in + (round * kWindow + i) * kMax, kMax, peer, round * kWindow + i, kComm));
-      for (int i = 0; i < kWindow; ++i)
-        sends.push_back(ep.isend(out + (round * kWindow + i) * kMax, size_of(i), peer, round * kWindow + i, kComm));
-    };
-    if (rank == 1) {
-      post_window(0);
-      for (auto& r : sends) ep.wait(r);  // its records are in the ring; rank 0's are not sent yet
-      unblock(sent[1]);
-      block_on(go[0]);  // no progress: rank 0's first window stays in its slots
-      for (auto& r : recvs) ep.wait(r);
-      post_window(1);
-    } else {
-      block_on(sent[0]);
-      post_window(0);
-      for (auto& r : sends) ep.wait(r);
-      for (auto& r : recvs) ep.wait(r);  // rank 1's first window is in
-      const bool held = ep.eager_slots()->held(1) == kWindow;
-      post_window(1);
-      const bool took = ep.eager_slots()->taken() == 2u * kWindow;
-      unblock(go[1]);  // before the checks: a failing one must not leave rank 1 blocked
-      RANK_CHECK(held && took);
-    }
-    for (auto& r : sends) ep.wait(r);
-    for (int k = 0; k < kRounds * kWindow; ++k) {
-      ep.wait(recvs[k]);
-      const int round = k / kWindow, i = k % kWindow;
-      RANK_CHECK(recvs[k]->status().bytes == size_of(i) && recvs[k]->status().error == GPUSTRIPE_SUCCESS);
-      RANK_CHECK(device_get(*be, in + k * kMax, rank, size_of(i)) == seeded_bytes(seed(peer, round, i), size_of(i)));
-    }
-    be->free_device(out);
-    be->free_device(in);
-    ep.flush();
-  }));
-  for (int fd : {sent[0], sent[1], go[0], go[1]}) close(fd);
-}
-
 // 200 sends of one tag while the receiver makes no progress: as many as there are slots take
 // them, the others go through the channel, and the receiver gets all of them in the order they
 // were sent.
@@ -343,7 +350,7 @@ TEST(P2pEagerSlots, MoreSendsThanSlotsKeepTheirOrder) {
       char* out = static_cast<char*>(be->alloc_device(0, kMsgs * kMax));
       for (int i = 0; i < kMsgs; ++i) device_put(*be, out + i * kMax, 0, seeded_bytes(i, size_of(i)));
       std::vector<RequestPtr> sends;
-      for (int i = 0; i < kMsgs; ++i) sends.push_back(ep.isend(out + i * kMax, size_of(i), 1, 9, kComm));
+      for (int i = 0; i < kMsgs; ++i) sends.push_back(slot_send(ep, out + i * kMax, size_of(i), 1, 9));
       const int slots = ep.eager_slots()->count();
       RANK_CHECK(slots < kMsgs && ep.eager_slots()->taken() == static_cast<uint64_t>(slots) &&
                  ep.eager_slots()->held(1) == slots);
@@ -456,7 +463,7 @@ TEST(P2pEagerSlots, SenderKilledBeforeItsCopyLandedFailsTheReceiveWithoutAHang) 
       if (rank == 0) {
         char* out = static_cast<char*>(be->alloc_device(0, kMax));
         block_on(fds[0]);  // the receive is posted
-        RequestPtr s = ep.isend(out, kMax, 1, 0, kComm);
+        RequestPtr s = slot_send(ep, out, kMax, 1, 0);
         raise(SIGKILL);
       }
       char* in = static_cast<char*>(be->alloc_device(1, kMax));

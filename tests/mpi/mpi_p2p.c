@@ -1,7 +1,7 @@
 /* The interposer under mpirun, on any number of ranks (2-4 in CI): device and host
  * buffers, all sizes, tags, any source, out-of-order posts, truncation, zero bytes,
  * a derived non-contiguous type, Sendrecv(_replace) (with MPI_PROC_NULL on one side, and
- * the pointer queries it makes), Probe + Get_count, the
+ * the pointer queries it makes), Probe + Get_count, which protocol small device messages take, the
  * wait/test family, communicators, and a receive buffer freed and reallocated at
  * the same address between messages. Run with GPUSTRIPE_TEST=fake_nodes=2 it takes
  * the inter-node (staged) path for half of the pairs. Exit 0 when every check holds. */
@@ -285,6 +285,60 @@ static void sendrecv_pointer_queries(void) {
   buf_free(&hk, &in);
 }
 
+/* Which protocol a small device message takes (pairs r <-> r^1 on one node): a nonblocking send
+ * (MPI_Isend, MPI_Issend, a Sendrecv's send) is pulled by the receiver, which maps the sender's
+ * buffer, as UCX's are; a blocking standard send (MPI_Send) goes through an eager slot, completing
+ * without the receiver, and MPI_Ssend is pulled (it waits for the receiver anyway). Memory with no
+ * IPC handle (alloc=async) cannot be pulled: every one of them then takes a slot. */
+static void small_device_protocols(void) {
+  long long (*counter)(const char*) = (long long (*)(const char*))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_ipc_counter");
+  CHECK(counter != NULL);
+  const int peer = rank ^ 1, k = test_fake_nodes();
+  if (peer >= size || (k > 0 && rank * k / size != peer * k / size)) return;
+  char alloc[16];
+  const int pullable = !test_hook("alloc", alloc, sizeof alloc) || strcmp(alloc, "async") != 0;
+  const int sender = rank % 2 == 0;
+  const size_t sizes[] = {1, 100, 4096};
+  for (int i = 0; i < 3; ++i) {
+    const size_t n = sizes[i];
+    buf_t out = buf_new(&hk, dev_of(rank), n), in = buf_new(&hk, dev_of(rank), n);
+    long long slots = counter("eager_slots_taken");
+    long long maps = counter("map_hits") + counter("map_misses") + counter("map_stale");
+    for (int way = 0; way < 3; ++way) { /* MPI_Isend + MPI_Wait, MPI_Send, MPI_Ssend */
+      if (sender) {
+        fill(out.h, n, rank, 50 + way, i);
+        buf_push(&hk, &out);
+        if (way == 0) {
+          MPI_Request r;
+          MPI_Isend(out.p, (int)n, MPI_BYTE, peer, 50, MPI_COMM_WORLD, &r);
+          MPI_Wait(&r, MPI_STATUS_IGNORE);
+        } else if (way == 1) {
+          MPI_Send(out.p, (int)n, MPI_BYTE, peer, 51, MPI_COMM_WORLD);
+        } else {
+          MPI_Ssend(out.p, (int)n, MPI_BYTE, peer, 52, MPI_COMM_WORLD);
+        }
+      } else {
+        MPI_Recv(in.p, (int)n, MPI_BYTE, peer, 50 + way, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        buf_pull(&hk, &in);
+        CHECK(same(in.h, n, peer, 50 + way, i));
+      }
+    }
+    /* both ways at once: each side's send half is nonblocking */
+    fill(out.h, n, rank, 53, i);
+    buf_push(&hk, &out);
+    MPI_Sendrecv(out.p, (int)n, MPI_BYTE, peer, 53, in.p, (int)n, MPI_BYTE, peer, 53, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    buf_pull(&hk, &in);
+    CHECK(same(in.h, n, peer, 53, i));
+    slots = counter("eager_slots_taken") - slots;
+    maps = counter("map_hits") + counter("map_misses") + counter("map_stale") - maps;
+    /* the sender's slots: MPI_Send's (all four without handles); the receiver's maps: Isend's, Ssend's */
+    if (pullable) CHECK(slots == (sender ? 1 : 0) && maps == (sender ? 1 : 3));
+    else CHECK(slots == (sender ? 4 : 1) && maps == 0);
+    buf_free(&hk, &out);
+    buf_free(&hk, &in);
+  }
+}
+
 /* Test/Testall/Testany polling and synchronous sends. */
 static void test_family(void) {
   int peer = rank ^ 1;
@@ -331,6 +385,7 @@ int main(int argc, char** argv) {
   freed_and_reallocated();
   test_family();
   sendrecv_pointer_queries();
+  small_device_protocols();
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) printf("mpi_p2p: all checks passed on %d ranks\n", size);
   MPI_Finalize();

@@ -1,6 +1,6 @@
 """bench/mpi/p2p_trace_summary.py on a hand-written phase trace (two processes' files, the
 format src/p2p/trace.cpp writes): phases joined across the sender's and the receiver's files,
-host shares of window copies, and the per-window timing of --window."""
+host shares of window copies, and the per-window timing of --window (to the next window's start)."""
 import os
 import subprocess
 import sys
@@ -83,10 +83,11 @@ def test_window_timing(tmp_path):
     lines = _run(tmp_path, "--window", "2")
     row = _row(lines, "per_msg")
     assert row[0] == N and row[1] == 2
-    start, enq1, first, per_msg, end, window = row[2:]
+    start, enq1, first, per_msg, end, window, nxt = row[2:]
     assert abs(start - 40) < 0.01      # MPI_Isend -> first copy enqueued
     assert abs(enq1 - 33) < 0.01
     assert abs(first - 600) < 0.01
     assert abs(per_msg - 600) < 0.01   # (1240 - 40) / 2
     assert abs(end - 4) < 0.01         # last copy seen complete -> MPI wait returned
     assert abs(window - 1244) < 0.01
+    assert abs(nxt - 2756) < 0.01      # the first window's wait returned -> the second's MPI_Isend
