@@ -189,7 +189,7 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
       r->state_ = Request::State::SyncWait;
       active_sends_.push_back(r);
     }
-    const bool slot = r->loc_.device && bytes && dst != ch_.rank() && send_through_slot(r, f);
+    const bool slot = device_peer && send_through_slot(r, f);
     if (!slot) {
       const void* payload = r->loc_.device && bytes ? from_device(buf, r->loc_.dev, bytes) : buf;
       post(dst, f, payload, bytes, r);
@@ -674,8 +674,7 @@ void Endpoint::check_source(int peer) const {
 
 void Endpoint::wait(const RequestPtr& r) {
   GS_REQUIRE(r, GPUSTRIPE_ERR_INVALID_ARGUMENT, "wait on a NULL request");
-  for (int polls = 0; polls < ipc::kPollsBeforeWaiter; ++polls)
-    if (test(r)) return;
+  if (ipc::ready_within_polls([&] { return test(r); })) return;
   std::string what = r->is_send() ? format("rank %d: send to rank %d (tag %d, %llu bytes)", ch_.rank(), r->peer_,
                                            r->tag_, static_cast<unsigned long long>(r->bytes_))
                                   : format("rank %d: receive from rank %d (tag %d)", ch_.rank(), r->peer_, r->tag_);
