@@ -141,6 +141,14 @@ bool CudaBackend::query_event(EventHandle e) {
   return true;
 }
 
+bool CudaBackend::query_stream(StreamHandle s) {
+  GS_REQUIRE(s != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "query_stream: null stream");
+  cudaError_t err = cudaStreamQuery(cu_stream(s));
+  if (err == cudaErrorNotReady) return false;
+  if (err != cudaSuccess) throw_cuda_error(err, "cudaStreamQuery", -1);
+  return true;
+}
+
 void CudaBackend::synchronize_event(EventHandle e) {
   GS_REQUIRE(e != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "synchronize_event: null event");
   GS_CUDA(cudaEventSynchronize(cu_event(e)), -1);
