@@ -187,6 +187,7 @@ void Mover::close(size_t lane, bool batch_end) {
     trace("c_batch", -1, 0, 0, copies.size());  // bytes: the number of copies
     try {
       l.batch.enqueue(l.batch.context, copies.data(), copies.size(), l.stream);
+      trace("c_batched", -1, 0, 0, copies.size());
     } catch (...) {
       // The copies not recorded yet may not have been enqueued: they fail, never complete unmoved.
       l.failed_from = l.recorded + 1;
@@ -255,9 +256,11 @@ void Mover::poll(Lane& l, uint64_t upto, bool wait) {
       const Group& g = l.groups.front();
       if (l.busy_pass == pass_ || g.pass == pass_) return;
       if (!(g.event ? backend_->query_event(g.event) : backend_->query_stream(l.stream))) {
+        trace("c_busy", -1, 0, 0, 0);
         l.busy_pass = pass_;
         return;
       }
+      trace("c_seen", -1, 0, 0, 0);
     }
     finish_front(l);
   }
