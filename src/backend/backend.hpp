@@ -75,6 +75,8 @@ class Backend {
   virtual void record_event(EventHandle e, StreamHandle s) = 0;
   virtual void wait_event(StreamHandle s, EventHandle e) = 0;
   virtual bool query_event(EventHandle e) = 0;  // true when complete
+  // True when everything enqueued on `s` so far has completed.
+  virtual bool query_stream(StreamHandle s) = 0;
   virtual void synchronize_event(EventHandle e) = 0;
   virtual void synchronize_stream(StreamHandle s) = 0;
   virtual float elapsed_ms(EventHandle start, EventHandle end) = 0;

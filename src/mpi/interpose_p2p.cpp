@@ -47,6 +47,7 @@ int isend_impl(const void* buf, int count, MPI_Datatype type, int dest, int tag,
   std::unique_lock<std::recursive_mutex> l(lock());
   Runtime* rt = Runtime::get();
   const p2p::MemLoc loc = where ? *where : locate_for(rt, buf, dest);
+  p2p::trace("m_located", -1, 0, 0, 0);
   Target t = route(comm, dest, loc.device);
   if (t.route == Route::Mpi || tag < 0) {  // a bad tag: the MPI reports it
     if (!blocking)
@@ -59,6 +60,7 @@ int isend_impl(const void* buf, int count, MPI_Datatype type, int dest, int tag,
   UserBuffer b = user_buffer(buf, count, type, loc);
   *req = add_request(t.route == Route::Local ? local_send(b, t.local, tag, t.ci, comm, sync, blocking)
                                              : staged_send(b, dest, tag, comm, sync));
+  p2p::trace("m_posted", -1, 0, 0, 0);
   return MPI_SUCCESS;
 }
 

@@ -43,7 +43,7 @@ Mover::~Mover() {
     Lane& l = lanes_[i];
     while (!l.groups.empty()) {
       try {
-        backend_->synchronize_event(l.groups.front().event);
+        wait_front(l);
       } catch (...) {
       }
       finish_front(l);
@@ -102,6 +102,7 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
   GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
   const size_t lane = lane_for(src_dev != kHostDevice ? src_dev : dst_dev);
   Lane& l = lanes_[lane];
+  seal(l);
   std::function<void()> after;
   if (batching_) {
     Hints h = hints;
@@ -137,6 +138,7 @@ uint64_t Mover::start_prechecked(void* dst, int dst_dev, const void* src, int sr
   if (it == small_lanes_.end()) it = small_lanes_.emplace(std::make_pair(dev, dst_dev != kHostDevice), new_lane(dev)).first;
   const size_t lane = it->second;
   Lane& l = lanes_[lane];
+  seal(l);
   const bool together = batching_ || defer;
   if (together) {  // enqueued by close(), with the lane's other copies of the pass, in one call
     l.batch.copies.push_back(Backend::BatchCopy{dst, dst_dev, src, src_dev, bytes});
@@ -185,6 +187,7 @@ void Mover::close(size_t lane, bool batch_end) {
     trace("c_batch", -1, 0, 0, copies.size());  // bytes: the number of copies
     try {
       l.batch.enqueue(l.batch.context, copies.data(), copies.size(), l.stream);
+      trace("c_batched", -1, 0, 0, copies.size());
     } catch (...) {
       // The copies not recorded yet may not have been enqueued: they fail, never complete unmoved.
       l.failed_from = l.recorded + 1;
@@ -196,6 +199,19 @@ void Mover::close(size_t lane, bool batch_end) {
     l.batch.copies.swap(copies);  // keeps the capacity for the next pass
   }
   if (l.recorded + 1 == l.next) return;
+  if (l.groups.empty()) {
+    // Alone on its stream: the stream's own completion marks the group (see seal()).
+    l.groups.push_back(Group{nullptr, l.next - 1, std::move(l.open_after), batch_end ? pass_ : 0});
+    l.open_after.clear();
+    l.recorded = l.next - 1;
+    return;
+  }
+  l.groups.push_back(Group{mark(l), l.next - 1, std::move(l.open_after), batch_end ? pass_ : 0});
+  l.open_after.clear();
+  l.recorded = l.next - 1;
+}
+
+EventHandle Mover::mark(Lane& l) {
   Device& d = devices_[l.dev];
   EventHandle e = nullptr;
   if (!d.free_events.empty()) {
@@ -210,31 +226,41 @@ void Mover::close(size_t lane, bool batch_end) {
     d.free_events.push_back(e);
     throw;
   }
-  l.groups.push_back(Group{e, l.next - 1, std::move(l.open_after), batch_end ? pass_ : 0});
-  l.open_after.clear();
-  l.recorded = l.next - 1;
+  return e;
+}
+
+void Mover::seal(Lane& l) {
+  if (!l.groups.empty() && !l.groups.back().event) l.groups.back().event = mark(l);
 }
 
 void Mover::finish_front(Lane& l) {
   Group g = std::move(l.groups.front());
   l.groups.pop_front();
   l.done = g.last;
-  devices_[l.dev].free_events.push_back(g.event);
+  if (g.event) devices_[l.dev].free_events.push_back(g.event);
   for (auto& f : g.after) f();
+}
+
+void Mover::wait_front(Lane& l) {
+  if (EventHandle e = l.groups.front().event) backend_->synchronize_event(e);
+  else backend_->synchronize_stream(l.stream);
 }
 
 void Mover::poll(Lane& l, uint64_t upto, bool wait) {
   while (!l.groups.empty() && l.done < upto) {
     if (wait) {
-      backend_->synchronize_event(l.groups.front().event);
+      wait_front(l);
     } else {
       // Recorded at the end of this pass's batch, an event is not asked again in the same pass:
       // a copy enqueued microseconds ago has not finished, and the query costs about as much.
-      if (l.busy_pass == pass_ || l.groups.front().pass == pass_) return;
-      if (!backend_->query_event(l.groups.front().event)) {
+      const Group& g = l.groups.front();
+      if (l.busy_pass == pass_ || g.pass == pass_) return;
+      if (!(g.event ? backend_->query_event(g.event) : backend_->query_stream(l.stream))) {
+        trace("c_busy", -1, 0, 0, 0);
         l.busy_pass = pass_;
         return;
       }
+      trace("c_seen", -1, 0, 0, 0);
     }
     finish_front(l);
   }
@@ -262,7 +288,9 @@ void Mover::copy_now_prechecked(void* dst, int dst_dev, const void* src, int src
     return;
   }
   GS_REQUIRE(backend_, GPUSTRIPE_ERR_INTERNAL, "device copy without a backend");
-  StreamHandle s = lanes_[lane_for(src_dev != kHostDevice ? src_dev : dst_dev)].stream;
+  Lane& l = lanes_[lane_for(src_dev != kHostDevice ? src_dev : dst_dev)];
+  seal(l);
+  StreamHandle s = l.stream;
   backend_->copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, s);
   backend_->synchronize_stream(s);
 }

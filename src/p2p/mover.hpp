@@ -81,7 +81,8 @@ class Mover {
   // Between begin_batch and end_batch (one progress pass), the copies started share one event
   // per stream, recorded by end_batch after the last of them (a stream's copies complete in
   // order, so that one event completes them all), and plain copies are enqueued together
-  // (PlainBatch). Outside a batch every copy records its own event, except deferred ones
+  // (PlainBatch). Outside a batch every copy is a group of its own (its event, or none while it
+  // is alone on its stream: Group), except deferred ones
   // (start_prechecked), which begin_batch enqueues together. Asking done() of a copy whose event
   // is not recorded yet records it (a batch never left open holds a copy back).
   void begin_batch();
@@ -112,7 +113,11 @@ class Mover {
 
  private:
   // A stream and its copies: numbered in start order (seq), completed in that order.
-  struct Group {  // copies (prev group's last, last] and the one event recorded after them
+  // Copies (prev group's last, last] and the one event recorded after them. A group alone on its
+  // stream has no event (null): the stream's completion is its own, asked of the stream, which
+  // spares the event's record in the copy's latency (bench/results/*w1-floor*); seal() records
+  // its event before anything else is enqueued behind it.
+  struct Group {
     EventHandle event;
     uint64_t last;
     std::vector<std::function<void()>> after;  // the copy function's completion steps
@@ -150,6 +155,12 @@ class Mover {
   // Finishes the lane's groups whose events have completed (`wait`: through seq `upto`).
   void poll(Lane& l, uint64_t upto, bool wait);
   void finish_front(Lane& l);
+  // Blocks until the lane's oldest group has completed.
+  void wait_front(Lane& l);
+  // An event (pooled per device) recorded on the lane's stream now.
+  EventHandle mark(Lane& l);
+  // Gives the lane's last group its event if it has none: before anything else goes on its stream.
+  void seal(Lane& l);
 
   Backend* backend_;
   CopyFn copy_;

@@ -27,6 +27,7 @@ class ForwardingBackend : public Backend {
   void record_event(EventHandle e, StreamHandle s) override { in_->record_event(e, s); }
   void wait_event(StreamHandle s, EventHandle e) override { in_->wait_event(s, e); }
   bool query_event(EventHandle e) override { return in_->query_event(e); }
+  bool query_stream(StreamHandle s) override { return in_->query_stream(s); }
   void synchronize_event(EventHandle e) override { in_->synchronize_event(e); }
   void synchronize_stream(StreamHandle s) override { in_->synchronize_stream(s); }
   float elapsed_ms(EventHandle a, EventHandle b) override { return in_->elapsed_ms(a, b); }

@@ -664,7 +664,7 @@ TEST(P2pDevice, PhaseTraceJoinsTheSendersAndTheReceiversStamps) {
 }
 
 namespace {
-// Counts the event queries the mover makes.
+// Counts the completion queries (of events and of streams) and the event records the mover makes.
 class QueryCountingBackend : public ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
@@ -673,7 +673,16 @@ class QueryCountingBackend : public ForwardingBackend {
     ++queries;
     return ForwardingBackend::query_event(e);
   }
-  int queries = 0;
+  bool query_stream(StreamHandle s) override {
+    ++queries;
+    ++stream_queries;
+    return ForwardingBackend::query_stream(s);
+  }
+  void record_event(EventHandle e, StreamHandle s) override {
+    ++records;
+    ForwardingBackend::record_event(e, s);
+  }
+  int queries = 0, stream_queries = 0, records = 0;
 };
 }  // namespace
 
@@ -725,6 +734,37 @@ TEST(P2pDevice, MoverPollsEachStreamInOrderOncePerPass) {
       while (!mover.done(more[k])) mover.new_pass();
   }
   EXPECT_EQ(from_device(*be, dst, 1, n * kCopies), seeded_bytes(77, n * kCopies));
+  be->free_device(src);
+  be->free_device(dst);
+}
+
+// A copy alone on its stream records no event (its stream's completion marks it: the record would
+// sit in a small message's latency); one started behind it on the same stream first gives it its
+// event, so each still completes on its own. Every copy lands intact.
+TEST(P2pDevice, MoverMarksALoneCopyByItsStream) {
+  ScopedEnv j{"GPUSTRIPE_TEST", "emu_jitter_us=200"};
+  Topology topo = load_topology_file("h200x4");
+  auto* counting = new QueryCountingBackend(make_emulated_backend(topo));
+  std::unique_ptr<Backend> be(counting);
+  const size_t n = (64u << 10) + 3;
+  void* src = be->alloc_device(0, 4 * n);
+  void* dst = be->alloc_device(1, 4 * n);
+  to_device(*be, src, 0, seeded_bytes(78, 4 * n));
+  {
+    Mover mover(be.get());
+    auto at = [&](int k) { return mover.start(static_cast<char*>(dst) + k * n, 1, static_cast<char*>(src) + k * n, 0, n); };
+    const uint64_t lone = at(0);
+    EXPECT_EQ(counting->records, 0);
+    while (!mover.done(lone)) mover.new_pass();
+    EXPECT_EQ(counting->records, 0);
+    EXPECT_GT(counting->stream_queries, 0);
+    // The streams are taken in turn: copies 1 and 3 share one, copy 2 has the other to itself.
+    const uint64_t first = at(1), alone = at(2), behind = at(3);
+    EXPECT_EQ(counting->records, 2);  // copy 1's event, sealed when copy 3 came, and copy 3's
+    for (uint64_t t : {first, alone, behind})
+      while (!mover.done(t)) mover.new_pass();
+  }
+  EXPECT_EQ(from_device(*be, dst, 1, 4 * n), seeded_bytes(78, 4 * n));
   be->free_device(src);
   be->free_device(dst);
 }
@@ -1007,9 +1047,11 @@ class RecordCountingBackend : public ForwardingBackend {
 };
 }  // namespace
 
-// Copies started within one batch share one event per stream, recorded at the batch's end; outside
-// a batch each copy records its own. A copy asked about before its batch ends gets its event then
-// (nothing waits on an unrecorded event). Every copy lands intact and none reports done early.
+// Copies started within one batch are one group per stream, marked at the batch's end: by the
+// stream itself while the group is alone there, else by one event; a group with copies behind it
+// gets its event before they are enqueued. Outside a batch each copy is a group of its own. A copy
+// asked about before its batch ends is closed then (nothing waits on an unmarked group). Every copy
+// lands intact and none reports done early.
 TEST(P2pDevice, MoverRecordsOneEventPerStreamForABatch) {
   ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "100");
   ScopedEnv st("GPUSTRIPE_P2P_STREAMS", "2");
@@ -1029,30 +1071,44 @@ TEST(P2pDevice, MoverRecordsOneEventPerStreamForABatch) {
       tickets.push_back(mover.start(static_cast<char*>(dst) + k * n, 1, static_cast<char*>(src) + k * n, 0, n));
     EXPECT_EQ(counting->records, 0);
     mover.end_batch();
-    EXPECT_EQ(counting->records, 2);  // one per stream
+    EXPECT_EQ(counting->records, 0);  // each stream's group is alone on it
+    // A second batch behind the first, not polled in between: the first batch's groups get their
+    // events when the second's copies come, and the second's groups one each at its end.
+    mover.begin_batch();
+    for (int k = 0; k < kCopies; ++k)
+      tickets.push_back(mover.start(static_cast<char*>(dst) + k * n, 1, static_cast<char*>(src) + k * n, 0, n));
+    EXPECT_EQ(counting->records, 2);
+    mover.end_batch();
+    EXPECT_EQ(counting->records, 4);
     const std::vector<unsigned char> want = seeded_bytes(78, n * kCopies);
-    std::vector<bool> done(kCopies, false);
-    for (int left = kCopies; left > 0;) {
+    std::vector<bool> done(tickets.size(), false);
+    for (int left = static_cast<int>(tickets.size()); left > 0;) {
       mover.new_pass();
-      for (int k = kCopies - 1; k >= 0; --k)
-        if (!done[k] && mover.done(tickets[k])) {
-          done[k] = true;
+      for (int i = static_cast<int>(tickets.size()) - 1; i >= 0; --i)
+        if (!done[i] && mover.done(tickets[i])) {
+          done[i] = true;
           --left;
+          const int k = i % kCopies;
           EXPECT_EQ(from_device(*be, static_cast<char*>(dst) + k * n, 1, n),
                     std::vector<unsigned char>(want.begin() + k * n, want.begin() + (k + 1) * n));
         }
     }
-    // Asked before the batch ends: recorded then, and complete in time.
+    // Asked before the batch ends: closed then (alone on its stream: no event), complete in time.
     mover.begin_batch();
     uint64_t t = mover.start(dst, 1, src, 0, n);
     const int before = counting->records;
     while (!mover.done(t)) mover.new_pass();
-    EXPECT_EQ(counting->records, before + 1);
     mover.end_batch();
-    EXPECT_EQ(counting->records, before + 1);  // nothing left to record
-    // Outside a batch: one event per copy.
+    EXPECT_EQ(counting->records, before);  // nothing left to mark
+    // Outside a batch: a group per copy, each alone on its stream once the one before completed.
     for (int k = 0; k < 3; ++k) mover.copy_now(dst, 1, src, 0, n);
-    EXPECT_EQ(counting->records, before + 4);
+    EXPECT_EQ(counting->records, before);
+    // Two in flight on one stream (the streams are taken in turn): the first gets an event.
+    const uint64_t a = mover.start(dst, 1, src, 0, n), b = mover.start(dst, 1, src, 0, n),
+                   c = mover.start(dst, 1, src, 0, n);
+    EXPECT_EQ(counting->records, before + 2);
+    for (uint64_t x : {a, b, c})
+      while (!mover.done(x)) mover.new_pass();
   }
   EXPECT_EQ(from_device(*be, dst, 1, n * kCopies), seeded_bytes(78, n * kCopies));
   be->free_device(src);

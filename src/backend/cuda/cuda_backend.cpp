@@ -141,6 +141,14 @@ bool CudaBackend::query_event(EventHandle e) {
   return true;
 }
 
+bool CudaBackend::query_stream(StreamHandle s) {
+  GS_REQUIRE(s != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "query_stream: null stream");
+  cudaError_t err = cudaStreamQuery(cu_stream(s));
+  if (err == cudaErrorNotReady) return false;
+  if (err != cudaSuccess) throw_cuda_error(err, "cudaStreamQuery", -1);
+  return true;
+}
+
 void CudaBackend::synchronize_event(EventHandle e) {
   GS_REQUIRE(e != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "synchronize_event: null event");
   GS_CUDA(cudaEventSynchronize(cu_event(e)), -1);
@@ -185,18 +193,25 @@ void CudaBackend::copy_async_prechecked(void* dst, int dst_dev, const void* src,
 
 void CudaBackend::enqueue_copy(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s) {
   int dev = stream_device(s, "copy_async");
-  DeviceGuard guard(dev);
   // cudaMemcpyPeerAsync cannot be captured into a graph; under capture a UVA copy does
   // the same peer copy (the engine enables peer access before it captures).
   // Asked for peer copies only: a small host copy (eager messages) notices every call.
   const bool peer = dst_dev >= 0 && src_dev >= 0 && dst_dev != src_dev;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (peer) GS_CUDA(cudaStreamIsCapturing(cu_stream(s), &capture), dev);
-  if (peer && capture == cudaStreamCaptureStatusNone) {
+  if (peer && capture == cudaStreamCaptureStatusNone && s != nullptr) {
+    // Names both GPUs and its stream: no current device needed, so none is switched to and back
+    // (two runtime calls in a pulled message's latency: the receiver's GPU is current, the copy
+    // runs on a stream of the sender's). The null stream is the current device's: guarded below.
     cudaError_t err = cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, cu_stream(s));
     if (err != cudaSuccess)
       throw_cuda_error(err, format("cudaMemcpyPeerAsync(GPU %d -> GPU %d, %zu bytes)", src_dev, dst_dev, bytes).c_str(),
                        dev);
+    return;
+  }
+  DeviceGuard guard(dev);
+  if (peer && capture == cudaStreamCaptureStatusNone) {
+    GS_CUDA(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, nullptr), dev);
   } else if (dst_dev >= 0 && dst_dev == src_dev && s != nullptr && copy_dtod_fn()) {
     // Both ends in one GPU's address space (its own memory, or a peer's mapped into its context:
     // an RMA put pushed by the origin's copy engine): the driver's device-to-device copy, as UCX's

@@ -50,6 +50,7 @@ class CudaBackend final : public Backend {
   void record_event(EventHandle e, StreamHandle s) override;
   void wait_event(StreamHandle s, EventHandle e) override;
   bool query_event(EventHandle e) override;
+  bool query_stream(StreamHandle s) override;
   void synchronize_event(EventHandle e) override;
   void synchronize_stream(StreamHandle s) override;
   float elapsed_ms(EventHandle start, EventHandle end) override;

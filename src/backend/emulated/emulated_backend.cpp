@@ -146,6 +146,11 @@ bool EmulatedBackend::query_event(EventHandle e) {
   return !mark || mark->done();
 }
 
+bool EmulatedBackend::query_stream(StreamHandle s) {
+  EmuStream& st = stream(s, "query_stream");
+  return st.is_done(st.last_ticket());
+}
+
 void EmulatedBackend::synchronize_event(EventHandle e) {
   std::shared_ptr<Mark> mark = event(e, "synchronize_event").current();
   if (mark) mark->wait();
