@@ -81,6 +81,7 @@ Runtime::Runtime() {
             "MPI_Allgather");
 
   ctx_ = std::make_unique<Context>();
+  emulated_ = ctx_->backend().emulated();
   cuda_aware_ = mpi_is_cuda_aware();
 
   ch_ = ipc::join_channel(
