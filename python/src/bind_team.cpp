@@ -79,6 +79,7 @@ void bind_team(nb::module_& m) {
             d["calls"] = p.calls;
             d["ordered"] = p.ordered;
             d["built"] = p.built;
+            d["lookup"] = p.lookup;
             d["prepare"] = p.prepare;
             d["exchange"] = p.exchange;
             d["map"] = p.map;
@@ -89,7 +90,7 @@ void bind_team(nb::module_& m) {
           },
           nb::arg("reset") = false,
           "Host time per call by phase, us (means over the calls with a known program since the last reset): "
-          "prepare, exchange (handles; the entry barrier), map (+program), enqueue, drain (waiting for the GPUs), "
+          "lookup (the buffers' devices, the call's description), prepare, exchange (handles; the entry barrier), map (+program), enqueue, drain (waiting for the GPUs), "
           "barrier (the hosts' barriers: a stream-ordered call the hosts order after all); calls, and of them "
           "ordered (enqueued stream-ordered) and built (their Program built anew, not found in the team's cache)")
       .def(

@@ -4,7 +4,8 @@
 // Per call, on one origin stream per GPU: wait for the caller's stream (an event), then a
 // barrier of the ranks' GPUs (each writes its barrier word, waits for the others': nobody
 // touches a buffer its owner's GPU may still be producing); fork to the lanes the program
-// uses, which run this rank's ops, edges between ranks set and awaited as the run's number;
+// uses, which run this rank's ops, edges between ranks set and awaited as the run's number
+// (a rank's part on one lane runs on the origin stream, no fork);
 // join the lanes, another GPU barrier (the exit: no rank's buffers are still read or written
 // by a peer; a Barrier op of the program is one too), record the end. The caller's stream
 // does not wait for it: a caller that needs the results joins the origin stream. The origin stream runs the calls one after the other, so a run's words
@@ -59,10 +60,19 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   while (begin <= ops.size()) {
     size_t end = begin;
     while (end < ops.size() && ops[end].kind != coll::Op::Barrier) ++end;
-    backend_.record_event(ev.fork, o);
+    // A part on one program lane (a kernel per rank, a chain of copies) runs on the origin
+    // stream itself: a fork and a join are four driver calls of host time per call, and nothing
+    // to overlap with there.
+    bool one_lane = true;
+    for (size_t i = begin, first = end; i < end && one_lane; ++i) {
+      if (ops[i].rank != rank_) continue;
+      if (first == end) first = i;
+      one_lane = ops[i].lane == ops[first].lane;
+    }
+    if (!one_lane) backend_.record_event(ev.fork, o);
     std::vector<Lane*> used;
-    enqueue_streams(prog, slots, begin, end, device, lanes_, ev.fork, false, dev_flags_ + TeamFlags::kOrderedEdges,
-                    run, used);
+    enqueue_streams(prog, slots, begin, end, device, lanes_, one_lane ? nullptr : ev.fork, false,
+                    dev_flags_ + TeamFlags::kOrderedEdges, run, used, one_lane ? &origin : nullptr);
     for (Lane* l : used)
       if (l != &origin) backend_.wait_event(o, l->mark().event);
     gpu_barrier(o);  // the last one is the exit: no rank's buffers are still in a peer's use

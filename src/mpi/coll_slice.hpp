@@ -197,16 +197,17 @@ class SliceRunner {
   std::vector<uint32_t> cross_waits(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin,
                                     size_t end) const;
   // Stream flags: enqueues this rank's ops of [begin, end) on lanes of `set` (each lane first
-  // waits for `fork` where given: a capture); `used` gets the lanes as they are first used.
-  // `words`: the edge slots' words as streams address them; an edge is set by writing `value`
-  // and waited for as reaching it. `capturing`: inside a graph capture.
+  // waits for `fork` where given: a capture), or all of them on `single` where given; `used`
+  // gets the lanes as they are first used. `words`: the edge slots' words as streams address
+  // them; an edge is set by writing `value` and waited for as reaching it. `capturing`: inside a
+  // graph capture.
   void enqueue_streams(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin, size_t end, int device,
                        LaneSet& set, EventHandle fork, bool capturing, uint32_t* words, uint32_t value,
-                       std::vector<Lane*>& used);
-  // Each of this rank's ops of [begin, end): its stream in `set`, and whether a later op of this
-  // rank on another stream waits for it (it needs a mark).
+                       std::vector<Lane*>& used, Lane* single = nullptr);
+  // Each of this rank's ops of [begin, end): its stream in `set` (or `single`), and whether a
+  // later op of this rank on another stream waits for it (it needs a mark).
   void plan_streams(const std::vector<coll::Op>& ops, size_t begin, size_t end, int device, LaneSet& set,
-                    std::vector<Lane*>& stream_of, std::vector<uint8_t>& needs_mark);
+                    std::vector<Lane*>& stream_of, std::vector<uint8_t>& needs_mark, Lane* single = nullptr);
   // host_waits: enqueues every op of the started run whose inputs are there (the other ranks'
   // edge flags seen set, this rank's inputs enqueued); true once all are.
   bool advance();

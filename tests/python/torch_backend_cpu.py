@@ -177,18 +177,19 @@ def delegated(rank: int, world: int, gt) -> dict:
 
 
 def calibrated(rank: int, world: int, gt) -> dict:
-    """The calibration counts a call's host time: on the emulated test mode a call has no GPU
-    interval (its work is settled before it returns), so the side whose host is made slower by a
-    known time per call loses the kind, and the calls after the calibration take the other."""
+    """The calibration times batches of back-to-back calls of each side at a kind's first call,
+    on buffers of its own: the side made slower by a known time per call loses the kind, the
+    caller's calls (the first one included) all take the other, with the results of one call
+    each (the calibration's calls leave the caller's tensors alone)."""
     cal = gt._Calibration
-    mine = cal.ORDER.count("gpustripe")  # the calibration's native calls
-    calls = len(cal.ORDER) + 3
-    slow = 0.05  # s per call: far above either side's own host time here
+    mine = cal.ROUNDS * (cal.WARMUP + cal.CALLS)  # the calibration's calls of each side
+    calls = 3
+    slow = 0.02  # s per call: far above either side's own host time here
     want = torch.full((1 << 10,), float(world * (world + 1) // 2))
 
     def calibrate(slow_native: bool, slow_start: int = 0):
         """A group calibrating all_reduce against gloo, one side slowed: the other backend's
-        stand-in (Counting), whether its calls' results held, the choice. slow_start: only the
+        stand-in (Counting), whether the caller's results held, the choice. slow_start: only the
         first native calls are slow (by `slow`), the other backend's all slower (by slow / 2)."""
         g = dist.new_group(backend="gpustripe")
         gt._test_calibrate_emulated(g)
@@ -213,20 +214,19 @@ def calibrated(rank: int, world: int, gt) -> dict:
     checks = {}
     g, _, ok, choice = calibrate(slow_native=False)
     checks["calibration: a slower other backend loses"] = (
-        ok and choice["use"] == "gpustripe" and choice["nccl"] >= slow * 1e6
-        and g.native_calls == mine + calls - len(cal.ORDER))
+        ok and choice["use"] == "gpustripe" and choice["nccl"] >= slow * 1e6 and g.native_calls == mine + calls)
     # Native slow in its first three calls (a kind's first calls set up), faster after them: the
     # steady state decides.
     g, _, ok, choice = calibrate(slow_native=False, slow_start=3)
     checks["calibration: a slow start does not lose"] = (
         ok and choice["use"] == "gpustripe" and choice["nccl"] >= slow / 2 * 1e6
-        and choice["gpustripe"] < slow / 2 * 1e6 and g.native_calls == mine + calls - len(cal.ORDER))
+        and choice["gpustripe"] < slow / 2 * 1e6 and g.native_calls == mine + calls)
     g, other, ok, choice = calibrate(slow_native=True)
-    # the other backend's calls: every one but the calibration's native ones, and the decision's
-    # own maximum over the ranks (through gloo too)
+    # the other backend's calls: the calibration's, the caller's, and the decision's own maximum
+    # over the ranks (through gloo too)
     checks["calibration: a slower native side loses"] = (
-        ok and choice["use"] == "nccl" and choice["gpustripe_host"] >= slow * 1e6
-        and g.native_calls == mine and other.calls["allreduce"] == calls - mine + 1)
+        ok and choice["use"] == "nccl" and choice["gpustripe"] >= slow * 1e6
+        and g.native_calls == mine and other.calls["allreduce"] == mine + calls + 1)
     return checks
 
 
