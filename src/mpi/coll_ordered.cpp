@@ -31,10 +31,11 @@ bool SliceRunner::can_order(const coll::Program& prog, const coll::CrossSlots& s
 
 void SliceRunner::gpu_barrier(StreamHandle s) {
   uint32_t* word = dev_flags_ + TeamFlags::kBarrierWord;
+  if (barrier_peers_.empty())
+    for (int r = 0; r < nranks_; ++r)
+      if (r != rank_) barrier_peers_.push_back(word + r);
   const uint32_t count = static_cast<uint32_t>(++gpu_barriers_);
-  backend_.stream_write_flag(s, word + rank_, count);
-  for (int r = 0; r < nranks_; ++r)
-    if (r != rank_) backend_.stream_wait_flag(s, word + r, count);
+  backend_.stream_flag_barrier(s, word + rank_, barrier_peers_.data(), barrier_peers_.size(), count);
 }
 
 void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandle after,
@@ -48,6 +49,8 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   OrderedEvents& ev = ordered_events_[device];
   for (EventHandle* e : {&ev.in, &ev.fork, &ev.done})
     if (!*e) *e = backend_.create_event(device, false);
+  // A run on another GPU than the unsettled ones: settle() waits on one origin stream.
+  if (ordered_device_ >= 0 && ordered_device_ != device) settle();
   Lane& origin = lane(device, kOrderedRole);
   const StreamHandle o = origin.stream();
 
@@ -78,9 +81,10 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
     gpu_barrier(o);  // the last one is the exit: no rank's buffers are still in a peer's use
     begin = end + 1;
   }
-  backend_.record_event(ev.done, o);
-  // Runs on one GPU follow each other on its origin stream: the latest one's end covers all.
-  ordered_pending_ = ev.done;
+  // Its end is marked only when settle() needs it: runs on one GPU follow each other on its
+  // origin stream, so an event recorded there then covers every run before it (one per run
+  // would be a driver call of every call's host time).
+  ordered_device_ = device;
 }
 
 void SliceRunner::release_ordered() {
@@ -90,27 +94,29 @@ void SliceRunner::release_ordered() {
 }
 
 void SliceRunner::settle() {
-  if (!ordered_pending_) return;
+  if (ordered_device_ < 0) return;
+  const EventHandle done = ordered_events_[ordered_device_].done;
+  backend_.record_event(done, ordered_stream(ordered_device_));
   const auto t0 = std::chrono::steady_clock::now();
   try {
     ipc::Waiter w(format("collective: rank %d waiting for its stream-ordered collectives (and the other ranks' parts)",
                          rank_),
                   check_peers_);
-    while (!backend_.query_event(ordered_pending_)) w.pause();
+    while (!backend_.query_event(done)) w.pause();
   } catch (...) {
     // A peer is gone or stuck: the team is broken (CollTeam fails every later call). Let this
     // rank's streams run out rather than wait forever on it.
     GS_LOG_WARN(Subsys::Mpi, "rank %d: releasing its GPUs' waits on the other ranks' collectives", rank_);
     release_ordered();
     try {
-      backend_.synchronize_event(ordered_pending_);
+      backend_.synchronize_event(done);
     } catch (...) {
     }
-    ordered_pending_ = nullptr;
+    ordered_device_ = -1;
     throw;
   }
   drain_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  ordered_pending_ = nullptr;
+  ordered_device_ = -1;
 }
 
 }  // namespace gpustripe::mpi

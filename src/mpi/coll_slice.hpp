@@ -107,7 +107,7 @@ class SliceRunner {
   // waits on it.
   void settle();
   // Whether a stream-ordered run may still be running.
-  bool unsettled() const { return ordered_pending_ != nullptr; }
+  bool unsettled() const { return ordered_device_ >= 0; }
   // Host time spent so far waiting for the GPUs (this rank's streams, and with the done words
   // every rank's part), and in the hosts' barriers (us).
   double drain_us() const { return drain_us_; }
@@ -176,13 +176,15 @@ class SliceRunner {
   bool arrived(uint64_t n) const;
   void sync_streams(const std::vector<Lane*>& used);
   // Stream-ordered runs: their number (the value of their words), and per device the origin
-  // stream's events (the caller's stream at the call, the fork to the lanes, the end).
+  // stream's events (the caller's stream at the call, the fork to the lanes, the end that
+  // settle() waits for).
   uint64_t ordered_runs_ = 0, gpu_barriers_ = 0;
   struct OrderedEvents {
     EventHandle in = nullptr, fork = nullptr, done = nullptr;
   };
   std::map<int, OrderedEvents> ordered_events_;
-  EventHandle ordered_pending_ = nullptr;  // the latest run's end, until settle() saw it done
+  int ordered_device_ = -1;  // the GPU of the runs not yet seen done by settle() (-1: none)
+  std::vector<const uint32_t*> barrier_peers_;  // the other ranks' barrier words (gpu_barrier)
   // Lets every stream of this rank past the ordered runs' waits on the peers (a peer died).
   void release_ordered();
   // Enqueues on `s` a barrier of the ranks' GPUs: later work on s waits until every rank's

@@ -297,6 +297,100 @@ TEST(CollSlice, ACallEndsOnTheGpusDoneWordsWithoutAHostMeeting) {
     b.free_device(x);
 }
 
+// Counts the host's driver calls of stream-ordered runs: event records and the streams' waits
+// for events, the streams' barriers (one batch of flag operations each) and single flag
+// operations.
+class OrderedCounter : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  const char* name() const override { return "counting-ordered"; }
+  void record_event(EventHandle e, StreamHandle s) override {
+    ++records;
+    in_->record_event(e, s);
+  }
+  void wait_event(StreamHandle s, EventHandle e) override {
+    ++waits;
+    in_->wait_event(s, e);
+  }
+  void stream_flag_barrier(StreamHandle s, uint32_t* mine, const uint32_t* const* others, size_t n,
+                           uint32_t v) override {
+    ++barriers;
+    in_->stream_flag_barrier(s, mine, others, n, v);
+  }
+  void stream_write_flag(StreamHandle s, uint32_t* f, uint32_t v) override {
+    ++flag_ops;
+    in_->stream_write_flag(s, f, v);
+  }
+  void stream_wait_flag(StreamHandle s, const uint32_t* f, uint32_t v) override {
+    ++flag_ops;
+    in_->stream_wait_flag(s, f, v);
+  }
+  std::atomic<int> records{0}, waits{0}, barriers{0}, flag_ops{0};
+};
+
+// A rank's part on one lane (a copy kernel per rank: a kernel schedule's shape) runs on the
+// origin stream itself. Per call the host records one event on the caller's stream, the origin
+// stream waits for it, and the GPUs' entry and exit barriers are one call each: no fork to a
+// lane and join back (two records and two waits more), no end event per call (settle() marks
+// the end of every call before it once). Calls enqueued back to back, each into buffers of its
+// own, all hold once settled.
+TEST(CollSlice, AStreamOrderedOneLanePartRunsOnTheOriginStreamWithoutForkOrJoin) {
+  Node node;
+  auto counted = std::make_unique<OrderedCounter>(std::move(node.backend));
+  OrderedCounter& counter = *counted;
+  node.backend = std::move(counted);
+  Backend& b = *node.backend;
+  const int calls = 3;
+  const size_t n = 4096;
+  // x[r][i]: rank r's input of call i (10 * r + i), copied by rank r's kernel into y[1 - r][i].
+  std::vector<float*> x[2], y[2];
+  std::vector<Program> progs;
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < calls; ++i) {
+      x[r].push_back(static_cast<float*>(b.alloc_device(r, n * sizeof(float))));
+      y[r].push_back(static_cast<float*>(b.alloc_device(r, n * sizeof(float))));
+      fill(b, x[r][i], r, n, 10.0f * r + i);
+    }
+  for (int i = 0; i < calls; ++i) {
+    Program p(2);
+    p.kernel_copy(0, coll::kLaneOut, y[1][i], 1, x[0][i], 0, n * sizeof(float));
+    p.kernel_copy(1, coll::kLaneOut, y[0][i], 0, x[1][i], 1, n * sizeof(float));
+    progs.push_back(std::move(p));
+  }
+  std::vector<std::string> errors(2);
+  auto rank = [&](int r) {
+    try {
+      auto reducer = coll::make_reducer(b);
+      mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+      mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
+      StreamHandle caller = b.create_stream(r);
+      for (int i = 0; i < calls; ++i) runner.run_ordered(progs[i], r, caller);
+      runner.settle();
+      for (int i = 0; i < calls; ++i) {
+        std::vector<float> got = read(b, y[r][i], r, n);
+        if (got[0] != 10.0f * (1 - r) + i || got[n - 1] != got[0])
+          GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, call %d: %g", r, i, got[0]);
+      }
+      b.destroy_stream(caller);
+    } catch (const std::exception& e) {
+      errors[r] = e.what();
+    }
+  };
+  std::thread other(rank, 1);
+  rank(0);
+  other.join();
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  EXPECT_EQ(counter.records.load(), 2 * calls + 2);  // per rank: the caller's stream per call, the end once
+  EXPECT_EQ(counter.waits.load(), 2 * calls);        // the origin stream's wait for the caller's
+  EXPECT_EQ(counter.barriers.load(), 2 * 2 * calls);  // entry and exit
+  EXPECT_EQ(counter.flag_ops.load(), 0);
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < calls; ++i) {
+      b.free_device(x[r][i]);
+      b.free_device(y[r][i]);
+    }
+}
+
 // A rank waiting for a step of a rank that never runs ends with the peer check's error.
 TEST(CollSlice, MissingRankEndsInThePeerCheck) {
   Node node;
