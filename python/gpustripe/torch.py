@@ -120,6 +120,12 @@ def _done(result) -> dist.Work:
     return _create_work_from_future(fut)
 
 
+def _blocking(opts) -> bool:
+    """Whether the caller asked for no work (async_op=False: torch's wrapper would wait for it at
+    once); options of torch without the field are taken as asynchronous."""
+    return not getattr(opts, "asyncOp", True)
+
+
 def _kind(op: str, t: torch.Tensor, nbytes: int) -> tuple:
     """A kind of call, what the calibration decides for: the op, the memory's side (CUDA or
     not), the element type, and the size class (`nbytes`, the op's largest buffer, within a
@@ -214,6 +220,11 @@ class _CudaMem:
         return [t.data_ptr() for t in ts]
 
     @staticmethod
+    def index(t: torch.Tensor) -> int:
+        """The team's device of t."""
+        return t.device.index
+
+    @staticmethod
     def finish(ts) -> None:
         pass
 
@@ -272,6 +283,9 @@ class _EmulatedMem:
 
     def stream(self, t: torch.Tensor) -> int:
         return self._stream
+
+    def index(self, t: torch.Tensor) -> int:
+        return self.dev
 
     def ptrs(self, ts) -> list:
         out = []
@@ -491,14 +505,18 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         cal.decide(self._gloo)
 
     def _run(self, what: str, kind: tuple, tensors, native, fallback, after=None, result=None,
-             keep=(), redo=None) -> dist.Work:
+             keep=(), redo=None, blocking=False):
         """A collective on the native path: `native(team, ptrs, stream)` (ptrs: of `tensors`;
         stream: the caller's) enqueues it and returns whether every rank took it; then `after()`
         (divisions, copies) is enqueued on the team's stream. `tensors` (and `keep`, what after()
         writes) are held until the team's stream is past the call; the work's value is `result`
         (default: `tensors`). Declined, or where NCCL is faster for this kind of call
         (_Calibration: `kind` is the op's _kind), `fallback()` runs it on the other backend.
-        `redo(buffers)`: the same call on other buffers like `tensors` (the calibration's)."""
+        `redo(buffers)`: the same call on other buffers like `tensors` (the calibration's).
+        `blocking` (the caller does not want a work: async_op=False): the caller's stream joins the
+        call's end instead, and the call returns None, which torch's wrappers take as a call that
+        synchronised itself: no future, no event, no stream switch, no tensors held (the caller's
+        stream, where their blocks are reused, is past the call)."""
         t0 = tensors[0]
         dev = t0.device
         result = tensors if result is None else result
@@ -515,16 +533,26 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                 # The default stream's handle names the current device's: make it the tensor's.
                 with torch.cuda.device(dev):
                     served = native(team, ptrs, stream)
+                    if served and blocking:
+                        team.join(dev.index, stream)
             else:
                 served = native(team, ptrs, stream)
+                if served and blocking:
+                    team.join(self._mem.index(t0), stream)
             t_end = time.perf_counter()
             if served:
                 self._mem.finish(tensors)
                 self.native_calls += 1
                 if t0.is_cuda:
                     self._unjoined.add(dev.index)
-                # its end: on the team's stream, where the call ends
-                work = self._mem.done(tensors, result, dev, after, keep)
+                if blocking:
+                    self._mem.release()
+                    if after is not None:
+                        after()  # on the caller's stream, past the call's end
+                    work = None
+                else:
+                    # its end: on the team's stream, where the call ends
+                    work = self._mem.done(tensors, result, dev, after, keep)
         if not served:
             self._say(f"{what}: a rank's buffer cannot be shared (gpustripe declined): such calls go to NCCL")
             work = fallback()
@@ -578,7 +606,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                          lambda team, p, st: team.allreduce(p[0], p[0], t.numel(), dt, op, stream=st),
                          lambda: self._other(t, "all_reduce").allreduce([t], opts),
                          after=(lambda: t.div_(self._size)) if avg else None,
-                         redo=lambda b: self.allreduce(b, opts))
+                         redo=lambda b: self.allreduce(b, opts),
+                         blocking=_blocking(opts))
 
     def allreduce_coalesced(self, tensors, opts=AllreduceCoalescedOptions()):
         if not self._native_side(tensors[0]):
@@ -602,7 +631,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         return self._run("broadcast", kind, [t],
                          lambda team, p, st: team.bcast(p[0], t.numel() * t.element_size(), root, stream=st),
                          lambda: self._other(t, "broadcast").broadcast([t], opts),
-                         redo=lambda b: self.broadcast(b, opts))
+                         redo=lambda b: self.broadcast(b, opts),
+                         blocking=_blocking(opts))
 
     def reduce(self, tensors, opts=ReduceOptions()):
         t = tensors[0]
@@ -623,7 +653,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                                                          stream=st),
                          lambda: self._other(t, "reduce").reduce([t], opts),
                          after=(lambda: t.div_(self._size)) if avg and is_root else None,
-                         redo=lambda b: self.reduce(b, opts))
+                         redo=lambda b: self.reduce(b, opts),
+                         blocking=_blocking(opts))
 
     def _allgather_base(self, output, input, opts=AllgatherOptions()):
         if output.numel() != input.numel() * self._size or output.dtype != input.dtype:
@@ -641,7 +672,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                          lambda team, p, st: team.allgather(p[0], p[1], block, stream=st),
                          lambda: self._other(input, "all_gather_into_tensor")._allgather_base(
                              output, input, opts),
-                         result=[output], redo=lambda b: self._allgather_base(b[1], b[0], opts))
+                         result=[output], redo=lambda b: self._allgather_base(b[1], b[0], opts),
+                         blocking=_blocking(opts))
 
     all_gather_single = _allgather_base  # newer torch's name for it
 
@@ -671,7 +703,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                          lambda team, p, st: team.allgather(p[0], p[1], block, stream=st),
                          lambda: self._other(x, "all_gather").allgather(output_lists, inputs, opts),
                          after=scatter_flat, result=output_lists, keep=list(outs),
-                         redo=lambda b: self.allgather([[torch.empty_like(o) for o in outs]], b[:1], opts))
+                         redo=lambda b: self.allgather([[torch.empty_like(o) for o in outs]], b[:1], opts),
+                         blocking=_blocking(opts))
 
     def _reduce_scatter_base(self, output, input, opts=ReduceScatterOptions()):
         if input.numel() != output.numel() * self._size:
@@ -693,7 +726,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                          lambda: self._other(input, "reduce_scatter_tensor")._reduce_scatter_base(
                              output, input, opts),
                          after=(lambda: output.div_(self._size)) if avg else None, result=[output],
-                         redo=lambda b: self._reduce_scatter_base(b[1], b[0], opts))
+                         redo=lambda b: self._reduce_scatter_base(b[1], b[0], opts),
+                         blocking=_blocking(opts))
 
     reduce_scatter_single = _reduce_scatter_base  # newer torch's name for it
 
@@ -735,7 +769,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                          lambda: self._other(input, "all_to_all_single").alltoall_base(
                              output, input, output_split_sizes, input_split_sizes, opts),
                          result=[output],
-                         redo=lambda b: self.alltoall_base(b[1], b[0], output_split_sizes, input_split_sizes, opts))
+                         redo=lambda b: self.alltoall_base(b[1], b[0], output_split_sizes, input_split_sizes, opts),
+                         blocking=_blocking(opts))
 
     all_to_all_single = alltoall_base  # newer torch's name for it
 

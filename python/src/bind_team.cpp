@@ -72,6 +72,11 @@ void bind_team(nb::module_& m) {
           "The stream (int) that stream-ordered calls on `device` end on: work enqueued on it after a call sees "
           "its results")
       .def(
+          "join", [](NodeTeam& t, int dev, uintptr_t stream) { t.join(dev, as_ptr(stream)); }, nb::arg("device"),
+          nb::arg("stream"),
+          "Work enqueued on `stream` (int, of `device`) from now on sees the results of every call made so far, "
+          "with no host wait: a blocking call's end on the caller's stream")
+      .def(
           "phase_times",
           [](NodeTeam& t, bool reset) {
             CollTeam::PhaseTimes p = t.phase_times(reset);

@@ -87,6 +87,13 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   ordered_device_ = device;
 }
 
+void SliceRunner::join_ordered(int device, StreamHandle s) {
+  EventHandle& e = ordered_events_[device].join;
+  if (!e) e = backend_.create_event(device, false);
+  backend_.record_event(e, ordered_stream(device));
+  backend_.wait_event(s, e);
+}
+
 void SliceRunner::release_ordered() {
   // Far ahead of every run's number (waits compare cyclically): every wait on a peer passes.
   const uint32_t past = static_cast<uint32_t>(ordered_runs_) + (uint32_t(1) << 30);

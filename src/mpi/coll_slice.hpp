@@ -99,6 +99,10 @@ class SliceRunner {
   void run_ordered(const coll::Program& prog, int device, StreamHandle after, const coll::CrossSlots* slots = nullptr);
   // The stream of `device` that the stream-ordered runs end on.
   StreamHandle ordered_stream(int device);
+  // Work enqueued on `s` (a stream of `device`) from now on runs after every stream-ordered run
+  // enqueued on `device` so far: a caller that wants the results on its own stream, with no
+  // event or host wait of its own (an event recorded on the origin stream, waited for by s).
+  void join_ordered(int device, StreamHandle s);
   // Whether run_ordered takes prog: its edges fit the words.
   bool can_order(const coll::Program& prog, const coll::CrossSlots& slots) const;
   // Returns once every stream-ordered run enqueued so far is done on this rank's GPUs (before
@@ -180,7 +184,7 @@ class SliceRunner {
   // settle() waits for).
   uint64_t ordered_runs_ = 0, gpu_barriers_ = 0;
   struct OrderedEvents {
-    EventHandle in = nullptr, fork = nullptr, done = nullptr;
+    EventHandle in = nullptr, fork = nullptr, done = nullptr, join = nullptr;
   };
   std::map<int, OrderedEvents> ordered_events_;
   int ordered_device_ = -1;  // the GPU of the runs not yet seen done by settle() (-1: none)

@@ -117,6 +117,7 @@ def worker(rank: int, world: int, port: int, mode: str) -> None:
         checks["native calls stream-ordered"] = team["ordered"] == team["calls"] > 0
         checks.update(delegated(rank, world, gt))
         checks.update(calibrated(rank, world, gt))
+        checks.update(blocking(rank, world))
     failed = [k for k, ok in checks.items() if not ok]
     report = {"rank": rank, "mode": mode, "native_calls": pg.native_calls, "checks": len(checks), "failed": failed}
     os.write(1, ("TORCHCPU " + json.dumps(report) + "\n").encode())  # one write: the ranks share the pipe
@@ -173,6 +174,56 @@ def delegated(rank: int, world: int, gt) -> dict:
     checks["native and delegated kinds in one group"] = (
         g.native_calls == 2 and runs["all_reduce"] == 3 and torch.equal(y, torch.full((100,), 2.0 * world))
         and torch.equal(x, torch.full((1 << 12,), float(world * world * (world + 1) // 2))))
+    return checks
+
+
+class Joins:
+    """The team, counting its join() calls (a blocking call's end on the caller's stream)."""
+
+    def __init__(self, team):
+        self.team, self.joins = team, 0
+
+    def join(self, *args):
+        self.joins += 1
+        return self.team.join(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.team, name)
+
+
+def blocking(rank: int, world: int) -> dict:
+    """A call whose caller asked for no work (async_op=False: opts.asyncOp) ends with the caller's
+    stream joining it (the team's join), and the group's method returns None, which torch's
+    wrappers take as a call that synchronised itself; an asynchronous one returns a work and
+    does not join."""
+    from torch._C._distributed_c10d import AllreduceOptions
+
+    g = dist.new_group(backend="gpustripe")
+    team = g._team
+    counted = []
+
+    def counting():
+        if not counted:
+            counted.append(Joins(team()))
+        return counted[0]
+    g._team = counting
+    want = torch.full((64,), float(world * (world + 1) // 2))
+    opts = AllreduceOptions()
+    if not hasattr(opts, "asyncOp"):
+        return {}  # a torch without the field: every call is asynchronous
+    opts.asyncOp = False
+    x = torch.full((64,), float(rank + 1))
+    got = g.allreduce([x], opts)
+    checks = {"blocking call: no work, the caller's stream joined": (
+        got is None and counted[0].joins == 1 and torch.equal(x, want))}
+    opts.asyncOp = True
+    y = torch.full((64,), float(rank + 1))
+    work = g.allreduce([y], opts)
+    ok = work is not None and work.wait() is not False
+    checks["asynchronous call: a work, no join"] = ok and counted[0].joins == 1 and torch.equal(y, want)
+    x = torch.full((64,), float(rank + 1))
+    dist.all_reduce(x, group=g)  # torch's wrapper, async_op=False: takes the None
+    checks["blocking call through torch's wrapper"] = counted[0].joins == 2 and torch.equal(x, want)
     return checks
 
 
