@@ -138,7 +138,8 @@ class _Calibration:
     measured as a training job's calls of that kind run once decided: back to back, one side at a
     time. At the kind's first call every rank times batches of calls of each side on buffers of
     the call's sizes of their own (zeros: the caller's tensors are not touched), as nccl-tests
-    and `gpustripe bench torch` do: the first calls of each batch untimed (a kind's setup: the
+    and `gpustripe bench torch` do, each side's calls taking the path they take once decided (the
+    other backend's handed to it directly): the first calls of each batch untimed (a kind's setup: the
     first call maps the peers' buffers and builds its Program, NCCL sets its channels up; the
     switch from the other side), then the ranks meet, and the timed calls run from the host's
     clock to the end of the last one on the GPUs. Their time per call is the pace of whichever
@@ -149,7 +150,7 @@ class _Calibration:
 
     WARMUP = 2   # calls at the start of each batch, not timed
     CALLS = 4    # timed calls of each batch
-    ROUNDS = 3   # batches of each side
+    ROUNDS = 5   # batches of each side: the median holds against two disturbed ones
     SIDES = ("gpustripe", "nccl")
 
     def __init__(self):
@@ -452,8 +453,12 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
 
     def _delegated_to(self, kind: tuple, t: torch.Tensor):
         """The backend the calibration gave this kind of call to; None: the call takes the full path
-        (native, or not decided yet, or not served natively for another reason found there)."""
+        (native, or not decided yet, or not served natively for another reason found there). The
+        calibration's calls of the other side are handed over the same way (_forced): timed as
+        such a kind's calls come once decided."""
         be = self._delegated.get(kind)
+        if be is None and self._forced is False:
+            be = self._nccl if t.is_cuda else self._gloo
         if be is not None and self._unjoined:
             self._join(t)
         return be
