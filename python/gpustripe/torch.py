@@ -17,7 +17,8 @@ them through c10d's dispatch).
 Stream ordering: a native collective is enqueued behind the tensor's current stream and
 ahead of its later work, from C++ with the GIL released and no host wait (the team's
 stream-ordered calls: src/mpi/coll_ordered.cpp); the work's future is CUDA-aware, so
-``wait()`` orders the caller's current stream after it, as NCCL's does. Buffers are exported
+``wait()`` orders the caller's current stream after it, as NCCL's does. A blocking call
+(``async_op=False``) has the caller's stream join its end instead and returns no work. Buffers are exported
 and mapped once per allocation (PyTorch's caching allocator hands back the same segments;
 expandable segments included).
 
