@@ -18,9 +18,9 @@ Stream ordering: a native collective is enqueued behind the tensor's current str
 ahead of its later work, from C++ with the GIL released and no host wait (the team's
 stream-ordered calls: src/mpi/coll_ordered.cpp); the work's future is CUDA-aware, so
 ``wait()`` orders the caller's current stream after it, as NCCL's does. A blocking call
-(``async_op=False``) has the caller's stream join its end instead and returns no work. Buffers are exported
-and mapped once per allocation (PyTorch's caching allocator hands back the same segments;
-expandable segments included).
+(``async_op=False``) has the caller's stream join its end instead and returns no work.
+Buffers are exported and mapped once per allocation (PyTorch's caching allocator hands
+back the same segments; expandable segments included).
 
 Where NCCL is faster: at the first call of each kind (an op, the memory's side, the element
 type, sizes within a power of two: ``_kind``) every rank times batches of back-to-back calls of
@@ -139,10 +139,10 @@ class _Calibration:
     measured as a training job's calls of that kind run once decided: back to back, one side at a
     time. At the kind's first call every rank times batches of calls of each side on buffers of
     the call's sizes of their own (zeros: the caller's tensors are not touched), as nccl-tests
-    and `gpustripe bench torch` do, each side's calls taking the path they take once decided (the
-    other backend's handed to it directly): the first calls of each batch untimed (a kind's setup: the
-    first call maps the peers' buffers and builds its Program, NCCL sets its channels up; the
-    switch from the other side), then the ranks meet, and the timed calls run from the host's
+    and `gpustripe bench torch` do, each side's calls taking the path they take once decided
+    (the other backend's handed to it directly): the first calls of each batch untimed (a
+    kind's setup: the first call maps the peers' buffers and builds its Program, NCCL sets its
+    channels up; the switch from the other side), then the ranks meet, and the timed calls run from the host's
     clock to the end of the last one on the GPUs. Their time per call is the pace of whichever
     is slower, the host issuing them or the GPUs running them, with nothing of the measurement
     inside it (no events per call, no stream joins). Batches of the two sides alternate, the

@@ -3,12 +3,14 @@
 //
 // Per call, on one origin stream per GPU: wait for the caller's stream (an event), then a
 // barrier of the ranks' GPUs (each writes its barrier word, waits for the others': nobody
-// touches a buffer its owner's GPU may still be producing); fork to the lanes the program
-// uses, which run this rank's ops, edges between ranks set and awaited as the run's number
-// (a rank's part on one lane runs on the origin stream, no fork);
-// join the lanes, another GPU barrier (the exit: no rank's buffers are still read or written
-// by a peer; a Barrier op of the program is one too), record the end. The caller's stream
-// does not wait for it: a caller that needs the results joins the origin stream. The origin stream runs the calls one after the other, so a run's words
+// touches a buffer its owner's GPU may still be producing; the write and the waits are one
+// driver call); fork to the lanes the program uses (a part on one lane runs on the origin
+// stream itself, no fork), which run this rank's ops, edges between ranks set and awaited as
+// the run's number; join the lanes, another GPU barrier (the exit: no rank's buffers are still
+// read or written by a peer; a Barrier op of the program is one too). Nothing marks a run's
+// end: settle() records an event on the origin stream when it needs one. The caller's stream
+// does not wait for the run: a caller that needs the results joins the origin stream
+// (join_ordered). The origin stream runs the calls one after the other, so a run's words
 // are written only once the run before it has ended on every rank: a wait for run k cannot
 // be met by run k-1's write, and a later run's write (k+1) meets it only once k has ended.
 #include <chrono>
