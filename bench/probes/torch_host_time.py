@@ -45,6 +45,10 @@ class _StubMem:
         return [t.data_ptr() for t in ts]
 
     @staticmethod
+    def index(t):
+        return 0
+
+    @staticmethod
     def finish(ts):
         pass
 
@@ -57,7 +61,7 @@ class _StubMem:
         pass
 
     @staticmethod
-    def done(tensors, result, dev, after, end, keep=()):
+    def done(tensors, result, dev, after, keep=()):
         import gpustripe.torch as gt
 
         if after is not None:

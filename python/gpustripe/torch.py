@@ -17,17 +17,17 @@ them through c10d's dispatch).
 Stream ordering: a native collective is enqueued behind the tensor's current stream and
 ahead of its later work, from C++ with the GIL released and no host wait (the team's
 stream-ordered calls: src/mpi/coll_ordered.cpp); the work's future is CUDA-aware, so
-``wait()`` orders the caller's current stream after it, as NCCL's does. Buffers are exported
-and mapped once per allocation (PyTorch's caching allocator hands back the same segments;
-expandable segments included).
+``wait()`` orders the caller's current stream after it, as NCCL's does. A blocking call
+(``async_op=False``) has the caller's stream join its end instead and returns no work.
+Buffers are exported and mapped once per allocation (PyTorch's caching allocator hands
+back the same segments; expandable segments included).
 
-Where NCCL is faster: the first calls of each kind (an op, the memory's side, the element
-type, sizes within a power of two: ``_kind``) are timed on both, in runs of back-to-back calls
-of each, the first calls of each run left out (a call costs the longer of its GPU and its host
-time), and every rank then takes the one whose slowest rank was faster (``_Calibration``);
-what was chosen and why is in ``trace()``. A kind decided for NCCL is then handed to it as it
-came, after one lookup, and its work returned: such a call costs what it costs on a plain NCCL
-group.
+Where NCCL is faster: at the first call of each kind (an op, the memory's side, the element
+type, sizes within a power of two: ``_kind``) every rank times batches of back-to-back calls of
+both on zeroed buffers of that call's sizes, as the benchmarks time them, and every rank then
+takes the one whose slowest rank was faster (``_Calibration``); what was chosen and why is in
+``trace()``. A kind decided for NCCL is then handed to it as it came, after one lookup, and its
+work returned: such a call costs what it costs on a plain NCCL group.
 
 The backend is a Python ``torch.distributed.ProcessGroup`` (as torch's own test backends):
 c10d hands it every collective of the group, and it dispatches by device and support.
@@ -90,9 +90,8 @@ def _test_verdict(pg, native) -> None:
 
 def _test_calibrate_emulated(pg, on: bool = True) -> None:
     """Tests only: on the emulated test mode, the group `pg` calibrates its kinds of call against
-    the other backend there (gloo) instead of serving them all natively. Its calls have no GPU
-    interval there (_UntimedEvent), so the choice rests on the calls' host times: what a host
-    slower on one side costs decides."""
+    the other backend there (gloo) instead of serving them all natively: a side whose calls are
+    slower back to back loses."""
     pg._measure_emulated = on
 
 
@@ -122,6 +121,12 @@ def _done(result) -> dist.Work:
     return _create_work_from_future(fut)
 
 
+def _blocking(opts) -> bool:
+    """Whether the caller asked for no work (async_op=False: torch's wrapper would wait for it at
+    once); options of torch without the field are taken as asynchronous."""
+    return not getattr(opts, "asyncOp", True)
+
+
 def _kind(op: str, t: torch.Tensor, nbytes: int) -> tuple:
     """A kind of call, what the calibration decides for: the op, the memory's side (CUDA or
     not), the element type, and the size class (`nbytes`, the op's largest buffer, within a
@@ -130,105 +135,57 @@ def _kind(op: str, t: torch.Tensor, nbytes: int) -> tuple:
 
 
 class _Calibration:
-    """Which of gpustripe and NCCL serves one kind of call (an op, sizes within a power of two):
-    its first calls go to each in turn, in runs of back-to-back calls of one side (what a
-    training job's calls of one kind are once decided), each call timed twice: on the GPUs and
-    on the host (the call's own work there). The first calls of each run are left out (the
-    first of a kind maps buffers and sets NCCL up; the first after the other backend's absorbs
-    the switch: the ranks' skew, the join of the streams); the rest are steady-state samples. A
-    call costs the longer of the two: calls come back to back, the host enqueueing one while the
-    GPUs run the one before, so whichever side is slower sets the pace. On the GPUs a call's
-    pace runs from the later of its start (on the caller's stream) and the previous call's end
-    to its own end: a native call ends on the team's stream, so an asynchronous caller's next
-    call may start before it ended, and the overlap would count twice. Then every rank takes the
-    same answer: the cheaper of the two as the slowest rank measured it (the medians, through
-    gloo)."""
+    """Which of gpustripe and NCCL serves one kind of call (an op, sizes within a power of two),
+    measured as a training job's calls of that kind run once decided: back to back, one side at a
+    time. At the kind's first call every rank times batches of calls of each side on buffers of
+    the call's sizes of their own (zeros: the caller's tensors are not touched), as nccl-tests
+    and `gpustripe bench torch` do, each side's calls taking the path they take once decided
+    (the other backend's handed to it directly): the first calls of each batch untimed (a
+    kind's setup: the first call maps the peers' buffers and builds its Program, NCCL sets its
+    channels up; the switch from the other side), then the ranks meet, and the timed calls run from the host's
+    clock to the end of the last one on the GPUs. Their time per call is the pace of whichever
+    is slower, the host issuing them or the GPUs running them, with nothing of the measurement
+    inside it (no events per call, no stream joins). Batches of the two sides alternate, the
+    median of each side's taken, and every rank takes the one whose slowest rank was faster
+    (the medians, through gloo)."""
 
-    WARMUP = 2   # calls at the start of each run, not counted
-    SAMPLES = 3  # counted calls of each run
-    ROUNDS = 2   # runs of each side
-    RUN = WARMUP + SAMPLES
-    ORDER = (("gpustripe",) * RUN + ("nccl",) * RUN) * ROUNDS
+    WARMUP = 2   # calls at the start of each batch, not timed
+    CALLS = 4    # timed calls of each batch
+    ROUNDS = 5   # batches of each side: the median holds against two disturbed ones
+    SIDES = ("gpustripe", "nccl")
 
     def __init__(self):
-        self.calls = 0
-        # counted calls: (start, end, the run's previous call's end) events, host us
-        self.timed = {"gpustripe": [], "nccl": []}
         self.native = None  # the answer, once decided
-        self.us = {}        # the medians the answer came from (the slowest rank's)
-        self._last_end = None  # the end event of the run's previous call
+        self.us = {}        # the medians the answer came from (the slowest rank's), us per call
+        self.pace = {m: [] for m in self.SIDES}  # us per call of each timed batch
 
-    def method(self) -> str:
-        """This call's way while calibrating."""
-        return self.ORDER[self.calls]
-
-    def calibrating(self) -> bool:
-        return self.native is None and self.calls < len(self.ORDER)
-
-    def record(self, method: str, start, end, host_us: float) -> None:
-        """One calibration call: its events (start on the caller's stream, end where the call
-        ends) and its host time, us."""
-        if self.calls % self.RUN >= self.WARMUP:
-            self.timed[method].append((start, end, self._last_end, host_us))
-        self._last_end = end
-        self.calls += 1
-
-    @staticmethod
-    def _gpu_us(start, end, prev) -> float:
-        """A call's pace on the GPUs: from the later of its start and the previous call's end."""
-        return min(start.elapsed_time(end), prev.elapsed_time(end)) * 1e3
+    def measure(self, issue, sync, meet, clock=time.perf_counter) -> None:
+        """Times the batches: `issue(side)` makes one call of that side and returns its work (or
+        None); `sync(work)` returns once every call made so far is done on this rank (its GPUs
+        included); `meet()` returns once every rank got there."""
+        for _ in range(self.ROUNDS):
+            for side in self.SIDES:
+                work = None
+                for _ in range(self.WARMUP):
+                    work = issue(side)
+                sync(work)
+                meet()
+                t0 = clock()
+                for _ in range(self.CALLS):
+                    work = issue(side)
+                sync(work)
+                self.pace[side].append((clock() - t0) / self.CALLS * 1e6)
 
     def decide(self, gloo) -> bool:
         """Collective over the group (every rank decides at the same call)."""
-        med = []
-        for m in ("gpustripe", "nccl"):
-            self.timed[m][-1][1].synchronize()
-            cost = sorted(max(self._gpu_us(a, b, p), h) for a, b, p, h in self.timed[m])
-            host = sorted(h for _, _, _, h in self.timed[m])
-            med += [cost[len(cost) // 2], host[len(host) // 2]]
+        med = [sorted(self.pace[m])[len(self.pace[m]) // 2] for m in self.SIDES]
         worst = torch.tensor(med, dtype=torch.float64)
         opts = AllreduceOptions()
         opts.reduceOp = dist.ReduceOp.MAX
         gloo.allreduce([worst], opts).wait()
-        w = worst.tolist()
-        self.us = {"gpustripe": w[0], "nccl": w[2], "gpustripe_host": w[1], "nccl_host": w[3]}
+        self.us = dict(zip(self.SIDES, worst.tolist()))
         self.native = self.us["gpustripe"] <= self.us["nccl"]
-        self.timed = {}
-        self._last_end = None
         return self.native
-
-
-class _UntimedEvent:
-    """In place of a CUDA timing event where a call has no GPU interval of its own (the emulated
-    test mode's CPU tensors: their work is settled before the call returns, so the call's host
-    time covers it)."""
-
-    def record(self, stream=None) -> None:
-        pass
-
-    def synchronize(self) -> None:
-        pass
-
-    def elapsed_time(self, other) -> float:
-        return 0.0
-
-
-def _timing_events(t: torch.Tensor) -> tuple:
-    """The (start, end) events timing a calibration call on `t` on the GPUs."""
-    if t.is_cuda:
-        return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    return _UntimedEvent(), _UntimedEvent()
-
-
-def _caller_stream(t: torch.Tensor):
-    return torch.cuda.current_stream(t.device) if t.is_cuda else None
-
-
-def _end_on_caller(end, work, t: torch.Tensor) -> None:
-    """Marks a call the other backend ran at its end on the caller's stream (after its work)."""
-    if work is not None:
-        work.wait()  # the caller's stream after the other backend's: the end of the call there
-    end.record(_caller_stream(t))
 
 
 class _CudaMem:
@@ -265,10 +222,15 @@ class _CudaMem:
         return [t.data_ptr() for t in ts]
 
     @staticmethod
+    def index(t: torch.Tensor) -> int:
+        """The team's device of t."""
+        return t.device.index
+
+    @staticmethod
     def finish(ts) -> None:
         pass
 
-    def done(self, tensors, result, dev, after, end, keep=()) -> dist.Work:
+    def done(self, tensors, result, dev, after, keep=()) -> dist.Work:
         index = dev.index
         o, o_ids = self._end(index)
         self.release()
@@ -289,8 +251,6 @@ class _CudaMem:
             self._held.append((mark, tensors, keep))
             if after is not None:
                 after()
-            if end is not None:
-                end.record(o)
             # CUDA-aware: marks the team's stream here; wait() makes the waiter's current
             # stream (and the callbacks DDP chains on the future) wait for that mark.
             fut = torch._C.Future([dev])
@@ -326,6 +286,9 @@ class _EmulatedMem:
     def stream(self, t: torch.Tensor) -> int:
         return self._stream
 
+    def index(self, t: torch.Tensor) -> int:
+        return self.dev
+
     def ptrs(self, ts) -> list:
         out = []
         for i, t in enumerate(ts):
@@ -354,7 +317,7 @@ class _EmulatedMem:
         pass
 
     @staticmethod
-    def done(tensors, result, dev, after, end, keep=()) -> dist.Work:
+    def done(tensors, result, dev, after, keep=()) -> dist.Work:
         if after is not None:
             after()
         return _done(result)
@@ -395,7 +358,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         self._calibrate = True           # off: native wherever it can (_test_always_native)
         self._verdict = None             # tests: every kind decided so without timing (_test_verdict)
         self._measure_emulated = False   # tests: calibrated against gloo (_test_calibrate_emulated)
-        self._host_us: dict = {}        # op -> [calls, host time in the backend, us]
+        self._forced = None              # the calibration's calls: native (True) or not (False)
+        # op -> [calls, and us summed: the backend's native call, the team's C++ call in it, its end]
+        self._host_us: dict = {}
         self.native_calls = 0  # collectives served by gpustripe (tests, benchmarks)
         if not self._local:
             self._say("ranks on other nodes (or one rank): every CUDA collective goes to NCCL")
@@ -416,9 +381,12 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
 
     def trace(self, reset: bool = False) -> dict:
         """Where the native calls' time goes: `host_us` (per op: calls, mean host time of the
-        backend's call, us), `team` (the team's phases per call: NodeTeam.phase_times) and
-        `choices` (per op and size class: gpustripe or NCCL, and the calibration's medians)."""
-        out = {"host_us": {k: {"calls": v[0], "us": v[1] / v[0]} for k, v in self._host_us.items() if v[0]},
+        backend's call, us; of it `team_us` in the team's C++ call and `end_us` after it: the
+        end on the team's stream, the work), `team` (the team's phases per call:
+        NodeTeam.phase_times) and `choices` (per op and size class: gpustripe or NCCL, and the
+        calibration's medians, us per call back to back)."""
+        out = {"host_us": {k: {"calls": v[0], "us": v[1] / v[0], "team_us": v[2] / v[0], "end_us": v[3] / v[0]}
+                           for k, v in self._host_us.items() if v[0]},
                "team": self._team_obj.phase_times(reset) if self._team_obj is not None else {},
                "choices": {f"{op} {str(dt).replace('torch.', '')} <{1 << b}B":
                            {"use": "gpustripe" if c.native else "nccl", **c.us}
@@ -486,87 +454,122 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
 
     def _delegated_to(self, kind: tuple, t: torch.Tensor):
         """The backend the calibration gave this kind of call to; None: the call takes the full path
-        (native, or not decided yet, or not served natively for another reason found there)."""
+        (native, or not decided yet, or not served natively for another reason found there). The
+        calibration's calls of the other side are handed over the same way (_forced): timed as
+        such a kind's calls come once decided."""
         be = self._delegated.get(kind)
+        if be is None and self._forced is False:
+            be = self._nccl if t.is_cuda else self._gloo
         if be is not None and self._unjoined:
             self._join(t)
         return be
 
-    def _calibration(self, kind: tuple, t: torch.Tensor):
-        """The calibration of this kind of call (decided once every rank has timed both ways), or
-        None where there is nothing to choose (no NCCL, the emulated test mode)."""
+    def _native_way(self, kind: tuple, tensors, redo) -> bool:
+        """Whether this call goes the native way: where the calibration gave its kind to the
+        other backend, no (the kind is then handed over directly from its next call on). A kind's
+        first call decides it (_Calibration), every rank at the same call; not where there is
+        nothing to choose (no NCCL, the emulated test mode) or the call is one of the
+        calibration's own (_forced)."""
+        if self._forced is not None:
+            return self._forced
+        t = tensors[0]
         if not self._calibrate or (self._verdict is None and not self._measure_emulated
                                    and (self._emulated or self._nccl is None)):
-            return None
+            return True
         cal = self._calibrations.get(kind)
         if cal is None:
             cal = self._calibrations[kind] = _Calibration()
             cal.native = self._verdict
-        if cal.native is None and not cal.calibrating():
-            cal.decide(self._gloo)
+            if cal.native is None:
+                self._measure(cal, tensors, redo)
         if cal.native is False:
             self._delegated[kind] = self._nccl if t.is_cuda else self._gloo
-        return cal
+        return cal.native
+
+    def _measure(self, cal: _Calibration, tensors, redo) -> None:
+        """Decides `cal` from batches of calls of each side (_Calibration.measure) made by
+        `redo(buffers)` (the op again, on other buffers of the same sizes) on zeroed buffers like
+        `tensors`: the caller's tensors keep their values, and repeated reductions of zeros stay
+        finite."""
+        scratch = [torch.zeros_like(t) for t in tensors]
+        dev = tensors[0].device
+
+        def issue(side: str):
+            self._forced = side == "gpustripe"
+            try:
+                return redo(scratch)
+            finally:
+                self._forced = None
+
+        def sync(work) -> None:
+            if work is not None:
+                work.wait()  # the other backend's CPU work completes on its own thread
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)  # the native calls end on the team's stream, NCCL's on its own
+
+        cal.measure(issue, sync, lambda: self._gloo.barrier(BarrierOptions()).wait())
+        cal.decide(self._gloo)
 
     def _run(self, what: str, kind: tuple, tensors, native, fallback, after=None, result=None,
-             keep=()) -> dist.Work:
+             keep=(), redo=None, blocking=False):
         """A collective on the native path: `native(team, ptrs, stream)` (ptrs: of `tensors`;
         stream: the caller's) enqueues it and returns whether every rank took it; then `after()`
         (divisions, copies) is enqueued on the team's stream. `tensors` (and `keep`, what after()
         writes) are held until the team's stream is past the call; the work's value is `result`
         (default: `tensors`). Declined, or where NCCL is faster for this kind of call
-        (_Calibration: `kind` is the op's _kind), `fallback()` runs it on the other backend."""
+        (_Calibration: `kind` is the op's _kind), `fallback()` runs it on the other backend.
+        `redo(buffers)`: the same call on other buffers like `tensors` (the calibration's).
+        `blocking` (the caller does not want a work: async_op=False): the caller's stream joins the
+        call's end instead, and the call returns None, which torch's wrappers take as a call that
+        synchronised itself: no future, no event, no stream switch, no tensors held (the caller's
+        stream, where their blocks are reused, is past the call)."""
         t0 = tensors[0]
         dev = t0.device
         result = tensors if result is None else result
-        cal = self._calibration(kind, t0)
-        way = "gpustripe" if cal is None or cal.native else "nccl" if cal.native is False else cal.method()
-        timed = cal is not None and cal.calibrating()
+        if not self._native_way(kind, tensors, redo):
+            return fallback()  # None: a blocking call NCCL ran on the caller's stream
         t_host = time.perf_counter()
-        if timed:
-            if way == "nccl" and self._unjoined:
-                # The join NCCL's call needs (_other) comes before its start: the native calls
-                # before it are timed as theirs, not again as this one's (an async caller has
-                # not waited for them).
-                self._join(t0)
-            start, end = _timing_events(t0)
-            start.record(_caller_stream(t0))
-        if way == "nccl":
-            work = fallback()  # None: a blocking call NCCL ran on the caller's stream
-            if timed:
-                _end_on_caller(end, work, t0)
-                cal.record(way, start, end, (time.perf_counter() - t_host) * 1e6)
-            return work
         # One native call at a time, its end marked (done()) before the next one starts: the
         # held tensors and the stream context of the team's stream are the group's, not a thread's.
         with self._lock:
             team = self._team()
+            ptrs, stream = self._mem.ptrs(tensors), self._mem.stream(t0)
+            t_call = time.perf_counter()
             if t0.is_cuda and torch._C._cuda_getDevice() != dev.index:
                 # The default stream's handle names the current device's: make it the tensor's.
                 with torch.cuda.device(dev):
-                    served = native(team, self._mem.ptrs(tensors), self._mem.stream(t0))
+                    served = native(team, ptrs, stream)
+                    if served and blocking:
+                        team.join(dev.index, stream)
             else:
-                served = native(team, self._mem.ptrs(tensors), self._mem.stream(t0))
+                served = native(team, ptrs, stream)
+                if served and blocking:
+                    team.join(self._mem.index(t0), stream)
+            t_end = time.perf_counter()
             if served:
                 self._mem.finish(tensors)
                 self.native_calls += 1
                 if t0.is_cuda:
                     self._unjoined.add(dev.index)
-                # its end: on the team's stream, where the call ends
-                work = self._mem.done(tensors, result, dev, after, end if timed else None, keep)
+                if blocking:
+                    self._mem.release()
+                    if after is not None:
+                        after()  # on the caller's stream, past the call's end
+                    work = None
+                else:
+                    # its end: on the team's stream, where the call ends
+                    work = self._mem.done(tensors, result, dev, after, keep)
         if not served:
             self._say(f"{what}: a rank's buffer cannot be shared (gpustripe declined): such calls go to NCCL")
             work = fallback()
-            if timed:
-                _end_on_caller(end, work, t0)
-        us = (time.perf_counter() - t_host) * 1e6
+        t_done = time.perf_counter()
         h = self._host_us.get(what)
         if h is None:
-            h = self._host_us[what] = [0, 0.0]
+            h = self._host_us[what] = [0, 0.0, 0.0, 0.0]
         h[0] += 1
-        h[1] += us
-        if timed:
-            cal.record(way, start, end, us)
+        h[1] += (t_done - t_host) * 1e6
+        h[2] += (t_end - t_call) * 1e6
+        h[3] += (t_done - t_end) * 1e6
         return work
 
     def _dtype(self, t: torch.Tensor, what: str):
@@ -608,7 +611,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         return self._run("all_reduce", kind, [t],
                          lambda team, p, st: team.allreduce(p[0], p[0], t.numel(), dt, op, stream=st),
                          lambda: self._other(t, "all_reduce").allreduce([t], opts),
-                         after=(lambda: t.div_(self._size)) if avg else None)
+                         after=(lambda: t.div_(self._size)) if avg else None,
+                         redo=lambda b: self.allreduce(b, opts),
+                         blocking=_blocking(opts))
 
     def allreduce_coalesced(self, tensors, opts=AllreduceCoalescedOptions()):
         if not self._native_side(tensors[0]):
@@ -631,7 +636,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         root = opts.rootRank
         return self._run("broadcast", kind, [t],
                          lambda team, p, st: team.bcast(p[0], t.numel() * t.element_size(), root, stream=st),
-                         lambda: self._other(t, "broadcast").broadcast([t], opts))
+                         lambda: self._other(t, "broadcast").broadcast([t], opts),
+                         redo=lambda b: self.broadcast(b, opts),
+                         blocking=_blocking(opts))
 
     def reduce(self, tensors, opts=ReduceOptions()):
         t = tensors[0]
@@ -651,7 +658,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                          lambda team, p, st: team.reduce(p[0], p[0] if is_root else 0, t.numel(), dt, op, root,
                                                          stream=st),
                          lambda: self._other(t, "reduce").reduce([t], opts),
-                         after=(lambda: t.div_(self._size)) if avg and is_root else None)
+                         after=(lambda: t.div_(self._size)) if avg and is_root else None,
+                         redo=lambda b: self.reduce(b, opts),
+                         blocking=_blocking(opts))
 
     def _allgather_base(self, output, input, opts=AllgatherOptions()):
         if output.numel() != input.numel() * self._size or output.dtype != input.dtype:
@@ -669,7 +678,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                          lambda team, p, st: team.allgather(p[0], p[1], block, stream=st),
                          lambda: self._other(input, "all_gather_into_tensor")._allgather_base(
                              output, input, opts),
-                         result=[output])
+                         result=[output], redo=lambda b: self._allgather_base(b[1], b[0], opts),
+                         blocking=_blocking(opts))
 
     all_gather_single = _allgather_base  # newer torch's name for it
 
@@ -698,7 +708,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         return self._run("all_gather", kind, [x, flat],
                          lambda team, p, st: team.allgather(p[0], p[1], block, stream=st),
                          lambda: self._other(x, "all_gather").allgather(output_lists, inputs, opts),
-                         after=scatter_flat, result=output_lists, keep=list(outs))
+                         after=scatter_flat, result=output_lists, keep=list(outs),
+                         redo=lambda b: self.allgather([[torch.empty_like(o) for o in outs]], b[:1], opts),
+                         blocking=_blocking(opts))
 
     def _reduce_scatter_base(self, output, input, opts=ReduceScatterOptions()):
         if input.numel() != output.numel() * self._size:
@@ -719,7 +731,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                          lambda team, p, st: team.reduce_scatter(p[0], p[1], output.numel(), dt, op, stream=st),
                          lambda: self._other(input, "reduce_scatter_tensor")._reduce_scatter_base(
                              output, input, opts),
-                         after=(lambda: output.div_(self._size)) if avg else None, result=[output])
+                         after=(lambda: output.div_(self._size)) if avg else None, result=[output],
+                         redo=lambda b: self._reduce_scatter_base(b[1], b[0], opts),
+                         blocking=_blocking(opts))
 
     reduce_scatter_single = _reduce_scatter_base  # newer torch's name for it
 
@@ -760,7 +774,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                          lambda team, p, st: team.alltoall(p[0], p[1], block, stream=st),
                          lambda: self._other(input, "all_to_all_single").alltoall_base(
                              output, input, output_split_sizes, input_split_sizes, opts),
-                         result=[output])
+                         result=[output],
+                         redo=lambda b: self.alltoall_base(b[1], b[0], output_split_sizes, input_split_sizes, opts),
+                         blocking=_blocking(opts))
 
     all_to_all_single = alltoall_base  # newer torch's name for it
 

@@ -72,6 +72,11 @@ void bind_team(nb::module_& m) {
           "The stream (int) that stream-ordered calls on `device` end on: work enqueued on it after a call sees "
           "its results")
       .def(
+          "join", [](NodeTeam& t, int dev, uintptr_t stream) { t.join(dev, as_ptr(stream)); }, nb::arg("device"),
+          nb::arg("stream"),
+          "Work enqueued on `stream` (int, of `device`) from now on sees the results of every call made so far, "
+          "with no host wait: a blocking call's end on the caller's stream")
+      .def(
           "phase_times",
           [](NodeTeam& t, bool reset) {
             CollTeam::PhaseTimes p = t.phase_times(reset);
@@ -79,6 +84,7 @@ void bind_team(nb::module_& m) {
             d["calls"] = p.calls;
             d["ordered"] = p.ordered;
             d["built"] = p.built;
+            d["lookup"] = p.lookup;
             d["prepare"] = p.prepare;
             d["exchange"] = p.exchange;
             d["map"] = p.map;
@@ -89,7 +95,7 @@ void bind_team(nb::module_& m) {
           },
           nb::arg("reset") = false,
           "Host time per call by phase, us (means over the calls with a known program since the last reset): "
-          "prepare, exchange (handles; the entry barrier), map (+program), enqueue, drain (waiting for the GPUs), "
+          "lookup (the buffers' devices, the call's description), prepare, exchange (handles; the entry barrier), map (+program), enqueue, drain (waiting for the GPUs), "
           "barrier (the hosts' barriers: a stream-ordered call the hosts order after all); calls, and of them "
           "ordered (enqueued stream-ordered) and built (their Program built anew, not found in the team's cache)")
       .def(

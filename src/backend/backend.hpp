@@ -214,6 +214,11 @@ class Backend {
   virtual void stream_write_flag(StreamHandle s, uint32_t* flag, uint32_t value);
   // Later work on s waits until (int32_t)(*flag - value) >= 0.
   virtual void stream_wait_flag(StreamHandle s, const uint32_t* flag, uint32_t value);
+  // A barrier of streams of several processes on their flags: stream_write_flag(s, mine, value),
+  // then stream_wait_flag(s, f, value) for each of the n flags of `others`, in one driver call
+  // where the backend can (it is paid on the host by every stream-ordered collective, twice).
+  virtual void stream_flag_barrier(StreamHandle s, uint32_t* mine, const uint32_t* const* others, size_t n,
+                                   uint32_t value);
 
   // CUDA graphs: capture the work enqueued on `s` (and streams it forks to) and replay it.
   virtual bool supports_graphs() const { return false; }

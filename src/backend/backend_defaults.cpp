@@ -65,6 +65,11 @@ void Backend::stream_write_flag(StreamHandle, uint32_t*, uint32_t) {
 void Backend::stream_wait_flag(StreamHandle, const uint32_t*, uint32_t) {
   GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "stream_wait_flag: the %s backend has no stream flags", name());
 }
+void Backend::stream_flag_barrier(StreamHandle s, uint32_t* mine, const uint32_t* const* others, size_t n,
+                                  uint32_t value) {
+  stream_write_flag(s, mine, value);
+  for (size_t i = 0; i < n; ++i) stream_wait_flag(s, others[i], value);
+}
 
 void Backend::begin_capture(StreamHandle) {
   GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "begin_capture: the %s backend has no graphs", name());

@@ -3,11 +3,14 @@
 //
 // Per call, on one origin stream per GPU: wait for the caller's stream (an event), then a
 // barrier of the ranks' GPUs (each writes its barrier word, waits for the others': nobody
-// touches a buffer its owner's GPU may still be producing); fork to the lanes the program
-// uses, which run this rank's ops, edges between ranks set and awaited as the run's number;
-// join the lanes, another GPU barrier (the exit: no rank's buffers are still read or written
-// by a peer; a Barrier op of the program is one too), record the end. The caller's stream
-// does not wait for it: a caller that needs the results joins the origin stream. The origin stream runs the calls one after the other, so a run's words
+// touches a buffer its owner's GPU may still be producing; the write and the waits are one
+// driver call); fork to the lanes the program uses (a part on one lane runs on the origin
+// stream itself, no fork), which run this rank's ops, edges between ranks set and awaited as
+// the run's number; join the lanes, another GPU barrier (the exit: no rank's buffers are still
+// read or written by a peer; a Barrier op of the program is one too). Nothing marks a run's
+// end: settle() records an event on the origin stream when it needs one. The caller's stream
+// does not wait for the run: a caller that needs the results joins the origin stream
+// (join_ordered). The origin stream runs the calls one after the other, so a run's words
 // are written only once the run before it has ended on every rank: a wait for run k cannot
 // be met by run k-1's write, and a later run's write (k+1) meets it only once k has ended.
 #include <chrono>
@@ -30,10 +33,11 @@ bool SliceRunner::can_order(const coll::Program& prog, const coll::CrossSlots& s
 
 void SliceRunner::gpu_barrier(StreamHandle s) {
   uint32_t* word = dev_flags_ + TeamFlags::kBarrierWord;
+  if (barrier_peers_.empty())
+    for (int r = 0; r < nranks_; ++r)
+      if (r != rank_) barrier_peers_.push_back(word + r);
   const uint32_t count = static_cast<uint32_t>(++gpu_barriers_);
-  backend_.stream_write_flag(s, word + rank_, count);
-  for (int r = 0; r < nranks_; ++r)
-    if (r != rank_) backend_.stream_wait_flag(s, word + r, count);
+  backend_.stream_flag_barrier(s, word + rank_, barrier_peers_.data(), barrier_peers_.size(), count);
 }
 
 void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandle after,
@@ -47,6 +51,8 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   OrderedEvents& ev = ordered_events_[device];
   for (EventHandle* e : {&ev.in, &ev.fork, &ev.done})
     if (!*e) *e = backend_.create_event(device, false);
+  // A run on another GPU than the unsettled ones: settle() waits on one origin stream.
+  if (ordered_device_ >= 0 && ordered_device_ != device) settle();
   Lane& origin = lane(device, kOrderedRole);
   const StreamHandle o = origin.stream();
 
@@ -59,18 +65,35 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   while (begin <= ops.size()) {
     size_t end = begin;
     while (end < ops.size() && ops[end].kind != coll::Op::Barrier) ++end;
-    backend_.record_event(ev.fork, o);
+    // A part on one program lane (a kernel per rank, a chain of copies) runs on the origin
+    // stream itself: a fork and a join are four driver calls of host time per call, and nothing
+    // to overlap with there.
+    bool one_lane = true;
+    for (size_t i = begin, first = end; i < end && one_lane; ++i) {
+      if (ops[i].rank != rank_) continue;
+      if (first == end) first = i;
+      one_lane = ops[i].lane == ops[first].lane;
+    }
+    if (!one_lane) backend_.record_event(ev.fork, o);
     std::vector<Lane*> used;
-    enqueue_streams(prog, slots, begin, end, device, lanes_, ev.fork, false, dev_flags_ + TeamFlags::kOrderedEdges,
-                    run, used);
+    enqueue_streams(prog, slots, begin, end, device, lanes_, one_lane ? nullptr : ev.fork, false,
+                    dev_flags_ + TeamFlags::kOrderedEdges, run, used, one_lane ? &origin : nullptr);
     for (Lane* l : used)
       if (l != &origin) backend_.wait_event(o, l->mark().event);
     gpu_barrier(o);  // the last one is the exit: no rank's buffers are still in a peer's use
     begin = end + 1;
   }
-  backend_.record_event(ev.done, o);
-  // Runs on one GPU follow each other on its origin stream: the latest one's end covers all.
-  ordered_pending_ = ev.done;
+  // Its end is marked only when settle() needs it: runs on one GPU follow each other on its
+  // origin stream, so an event recorded there then covers every run before it (one per run
+  // would be a driver call of every call's host time).
+  ordered_device_ = device;
+}
+
+void SliceRunner::join_ordered(int device, StreamHandle s) {
+  EventHandle& e = ordered_events_[device].join;
+  if (!e) e = backend_.create_event(device, false);
+  backend_.record_event(e, ordered_stream(device));
+  backend_.wait_event(s, e);
 }
 
 void SliceRunner::release_ordered() {
@@ -80,27 +103,29 @@ void SliceRunner::release_ordered() {
 }
 
 void SliceRunner::settle() {
-  if (!ordered_pending_) return;
+  if (ordered_device_ < 0) return;
+  const EventHandle done = ordered_events_[ordered_device_].done;
+  backend_.record_event(done, ordered_stream(ordered_device_));
   const auto t0 = std::chrono::steady_clock::now();
   try {
     ipc::Waiter w(format("collective: rank %d waiting for its stream-ordered collectives (and the other ranks' parts)",
                          rank_),
                   check_peers_);
-    while (!backend_.query_event(ordered_pending_)) w.pause();
+    while (!backend_.query_event(done)) w.pause();
   } catch (...) {
     // A peer is gone or stuck: the team is broken (CollTeam fails every later call). Let this
     // rank's streams run out rather than wait forever on it.
     GS_LOG_WARN(Subsys::Mpi, "rank %d: releasing its GPUs' waits on the other ranks' collectives", rank_);
     release_ordered();
     try {
-      backend_.synchronize_event(ordered_pending_);
+      backend_.synchronize_event(done);
     } catch (...) {
     }
-    ordered_pending_ = nullptr;
+    ordered_device_ = -1;
     throw;
   }
   drain_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  ordered_pending_ = nullptr;
+  ordered_device_ = -1;
 }
 
 }  // namespace gpustripe::mpi

@@ -468,11 +468,11 @@ std::vector<uint32_t> SliceRunner::cross_waits(const coll::Program& prog, const 
 
 void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin, size_t end,
                                   int device, LaneSet& set, EventHandle fork, bool capturing, uint32_t* words,
-                                  uint32_t value, std::vector<Lane*>& used) {
+                                  uint32_t value, std::vector<Lane*>& used, Lane* single) {
   const auto& ops = prog.ops();
   std::vector<Lane*> stream_of;
   std::vector<uint8_t> needs_mark;
-  plan_streams(ops, begin, end, device, set, stream_of, needs_mark);
+  plan_streams(ops, begin, end, device, set, stream_of, needs_mark, single);
   std::vector<LaneMark> marks(ops.size());
   std::map<int, size_t> last_on_lane;
   std::set<std::pair<Lane*, int>> waited;  // (stream, slot): one wait is enough
@@ -503,7 +503,7 @@ void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
 }
 
 void SliceRunner::plan_streams(const std::vector<Op>& ops, size_t begin, size_t end, int device, LaneSet& set,
-                               std::vector<Lane*>& stream_of, std::vector<uint8_t>& needs_mark) {
+                               std::vector<Lane*>& stream_of, std::vector<uint8_t>& needs_mark, Lane* single) {
   // Each op's stream first: an op needs a mark (an event record: a driver call, which a
   // rank's host pays per op while its GPUs wait for the rest of its part) only where a
   // later op of this rank on another stream waits for it, as a dependency or as the next
@@ -514,7 +514,7 @@ void SliceRunner::plan_streams(const std::vector<Op>& ops, size_t begin, size_t 
   for (size_t i = begin; i < end; ++i) {
     const Op& op = ops[i];
     if (op.rank != rank_) continue;
-    stream_of[i] = &set.get(device, device, -1 - op.lane);
+    stream_of[i] = single ? single : &set.get(device, device, -1 - op.lane);
     for (int d : op.deps)
       if (ops[d].rank == rank_ && stream_of[d] != stream_of[i]) needs_mark[d] = 1;
     auto prev = prev_on_lane.find(op.lane);

@@ -99,6 +99,10 @@ class SliceRunner {
   void run_ordered(const coll::Program& prog, int device, StreamHandle after, const coll::CrossSlots* slots = nullptr);
   // The stream of `device` that the stream-ordered runs end on.
   StreamHandle ordered_stream(int device);
+  // Work enqueued on `s` (a stream of `device`) from now on runs after every stream-ordered run
+  // enqueued on `device` so far: a caller that wants the results on its own stream, with no
+  // event or host wait of its own (an event recorded on the origin stream, waited for by s).
+  void join_ordered(int device, StreamHandle s);
   // Whether run_ordered takes prog: its edges fit the words.
   bool can_order(const coll::Program& prog, const coll::CrossSlots& slots) const;
   // Returns once every stream-ordered run enqueued so far is done on this rank's GPUs (before
@@ -107,7 +111,7 @@ class SliceRunner {
   // waits on it.
   void settle();
   // Whether a stream-ordered run may still be running.
-  bool unsettled() const { return ordered_pending_ != nullptr; }
+  bool unsettled() const { return ordered_device_ >= 0; }
   // Host time spent so far waiting for the GPUs (this rank's streams, and with the done words
   // every rank's part), and in the hosts' barriers (us).
   double drain_us() const { return drain_us_; }
@@ -176,13 +180,15 @@ class SliceRunner {
   bool arrived(uint64_t n) const;
   void sync_streams(const std::vector<Lane*>& used);
   // Stream-ordered runs: their number (the value of their words), and per device the origin
-  // stream's events (the caller's stream at the call, the fork to the lanes, the end).
+  // stream's events (the caller's stream at the call, the fork to the lanes, the end that
+  // settle() waits for).
   uint64_t ordered_runs_ = 0, gpu_barriers_ = 0;
   struct OrderedEvents {
-    EventHandle in = nullptr, fork = nullptr, done = nullptr;
+    EventHandle in = nullptr, fork = nullptr, done = nullptr, join = nullptr;
   };
   std::map<int, OrderedEvents> ordered_events_;
-  EventHandle ordered_pending_ = nullptr;  // the latest run's end, until settle() saw it done
+  int ordered_device_ = -1;  // the GPU of the runs not yet seen done by settle() (-1: none)
+  std::vector<const uint32_t*> barrier_peers_;  // the other ranks' barrier words (gpu_barrier)
   // Lets every stream of this rank past the ordered runs' waits on the peers (a peer died).
   void release_ordered();
   // Enqueues on `s` a barrier of the ranks' GPUs: later work on s waits until every rank's
@@ -197,16 +203,17 @@ class SliceRunner {
   std::vector<uint32_t> cross_waits(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin,
                                     size_t end) const;
   // Stream flags: enqueues this rank's ops of [begin, end) on lanes of `set` (each lane first
-  // waits for `fork` where given: a capture); `used` gets the lanes as they are first used.
-  // `words`: the edge slots' words as streams address them; an edge is set by writing `value`
-  // and waited for as reaching it. `capturing`: inside a graph capture.
+  // waits for `fork` where given: a capture), or all of them on `single` where given; `used`
+  // gets the lanes as they are first used. `words`: the edge slots' words as streams address
+  // them; an edge is set by writing `value` and waited for as reaching it. `capturing`: inside a
+  // graph capture.
   void enqueue_streams(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin, size_t end, int device,
                        LaneSet& set, EventHandle fork, bool capturing, uint32_t* words, uint32_t value,
-                       std::vector<Lane*>& used);
-  // Each of this rank's ops of [begin, end): its stream in `set`, and whether a later op of this
-  // rank on another stream waits for it (it needs a mark).
+                       std::vector<Lane*>& used, Lane* single = nullptr);
+  // Each of this rank's ops of [begin, end): its stream in `set` (or `single`), and whether a
+  // later op of this rank on another stream waits for it (it needs a mark).
   void plan_streams(const std::vector<coll::Op>& ops, size_t begin, size_t end, int device, LaneSet& set,
-                    std::vector<Lane*>& stream_of, std::vector<uint8_t>& needs_mark);
+                    std::vector<Lane*>& stream_of, std::vector<uint8_t>& needs_mark, Lane* single = nullptr);
   // host_waits: enqueues every op of the started run whose inputs are there (the other ranks'
   // edge flags seen set, this rank's inputs enqueued); true once all are.
   bool advance();

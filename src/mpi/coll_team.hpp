@@ -133,6 +133,9 @@ class CollTeam {
   // The stream of `device` that stream-ordered calls end on: work enqueued on it after a call
   // sees its results (and a buffer's user that waits for it may reuse the buffer).
   StreamHandle ordered_stream(int device) { return runner_->ordered_stream(device); }
+  // Work enqueued on `s` (a stream of `device`) from now on sees the results of every call made
+  // so far (SliceRunner::join_ordered): a blocking call's end on the caller's stream.
+  void join_calls(int device, StreamHandle s) { runner_->join_ordered(device, s); }
   // Host time per call served with a cached Program, by phase (us, means over the calls since
   // the last reset; `calls`: how many): the phases the team logs at debug level when it ends.
   struct PhaseTimes {

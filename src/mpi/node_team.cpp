@@ -78,6 +78,7 @@ bool NodeTeam::run(CollCall& c) { return team_->run(c); }
 
 bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream) {
   CollCall c;
+  c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
   c.stream = stream;
   c.name = "allreduce";
   c.op = coll::CollOp::AllReduce;
@@ -91,6 +92,7 @@ bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataT
 
 bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream) {
   CollCall c;
+  c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
   c.stream = stream;
   c.name = "reduce_scatter";
   c.op = coll::CollOp::ReduceScatter;
@@ -106,6 +108,7 @@ bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::
 
 bool NodeTeam::allgather(const void* send, void* recv, size_t block, StreamHandle stream) {
   CollCall c;
+  c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
   c.stream = stream;
   c.name = "allgather";
   c.op = coll::CollOp::AllGather;
@@ -119,6 +122,7 @@ bool NodeTeam::allgather(const void* send, void* recv, size_t block, StreamHandl
 
 bool NodeTeam::alltoall(const void* send, void* recv, size_t block, StreamHandle stream) {
   CollCall c;
+  c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
   c.stream = stream;
   c.name = "alltoall";
   c.op = coll::CollOp::AllToAll;
@@ -132,6 +136,7 @@ bool NodeTeam::alltoall(const void* send, void* recv, size_t block, StreamHandle
 bool NodeTeam::bcast(void* buf, size_t bytes, int root, StreamHandle stream) {
   GS_REQUIRE(root >= 0 && root < size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "bcast: root %d of %d ranks", root, size());
   CollCall c;
+  c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
   c.stream = stream;
   c.name = "bcast";
   c.op = coll::CollOp::Bcast;
@@ -144,6 +149,7 @@ bool NodeTeam::bcast(void* buf, size_t bytes, int root, StreamHandle stream) {
 bool NodeTeam::reduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, int root, StreamHandle stream) {
   GS_REQUIRE(root >= 0 && root < size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "reduce: root %d of %d ranks", root, size());
   CollCall c;
+  c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
   c.stream = stream;
   c.name = "reduce";
   c.op = coll::CollOp::Reduce;

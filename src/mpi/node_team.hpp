@@ -44,6 +44,9 @@ class NodeTeam {
   void settle() { team_->settle(); }
   // The stream of `device` that stream-ordered calls end on (CollTeam::ordered_stream).
   StreamHandle calls_stream(int device) { return team_->ordered_stream(device); }
+  // Work enqueued on `stream` (of `device`) from now on sees the results of every call made so
+  // far, with no host wait (CollTeam::join_calls): a blocking call's end on the caller's stream.
+  void join(int device, StreamHandle stream) { team_->join_calls(device, stream); }
   // A stream of this member's own on `dev` to order calls on (callers without a framework's
   // streams: tests); made at the first ask, kept until the team ends.
   StreamHandle stream(int dev);

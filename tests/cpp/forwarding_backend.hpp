@@ -46,6 +46,10 @@ class ForwardingBackend : public Backend {
   void unregister_host(void* p) override { in_->unregister_host(p); }
   void stream_write_flag(StreamHandle s, uint32_t* f, uint32_t v) override { in_->stream_write_flag(s, f, v); }
   void stream_wait_flag(StreamHandle s, const uint32_t* f, uint32_t v) override { in_->stream_wait_flag(s, f, v); }
+  void stream_flag_barrier(StreamHandle s, uint32_t* mine, const uint32_t* const* others, size_t n,
+                           uint32_t v) override {
+    in_->stream_flag_barrier(s, mine, others, n, v);
+  }
 
  protected:
   std::unique_ptr<Backend> in_;

@@ -215,15 +215,20 @@ TEST(CollSlice, KernelCopiesOfALaneGoInOneLaunch) {
   b.free_device(again);
 }
 
-// Counts what the end of a rank's part costs the host in driver calls: event records and
-// queries (what a host would poll its streams with) and the streams' flag writes.
-class EndCounter : public ForwardingBackend {
+// Counts what a rank's part costs the host in driver calls: event records, the streams' waits
+// for events, event queries (what a host would poll its streams with), the streams' single flag
+// operations and their barriers (one batch of flag operations each).
+class CallCounter : public ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
-  const char* name() const override { return "counting-ends"; }
+  const char* name() const override { return "counting-calls"; }
   void record_event(EventHandle e, StreamHandle s) override {
     ++records;
     in_->record_event(e, s);
+  }
+  void wait_event(StreamHandle s, EventHandle e) override {
+    ++waits;
+    in_->wait_event(s, e);
   }
   bool query_event(EventHandle e) override {
     ++queries;
@@ -233,8 +238,41 @@ class EndCounter : public ForwardingBackend {
     ++writes;
     in_->stream_write_flag(s, f, v);
   }
-  std::atomic<int> records{0}, queries{0}, writes{0};
+  void stream_wait_flag(StreamHandle s, const uint32_t* f, uint32_t v) override {
+    ++flag_waits;
+    in_->stream_wait_flag(s, f, v);
+  }
+  void stream_flag_barrier(StreamHandle s, uint32_t* mine, const uint32_t* const* others, size_t n,
+                           uint32_t v) override {
+    ++barriers;
+    in_->stream_flag_barrier(s, mine, others, n, v);
+  }
+  std::atomic<int> records{0}, waits{0}, queries{0}, writes{0}, flag_waits{0}, barriers{0};
 };
+
+// Puts a CallCounter in front of the node's backend.
+CallCounter& count_calls(Node& node) {
+  auto counted = std::make_unique<CallCounter>(std::move(node.backend));
+  CallCounter& counter = *counted;
+  node.backend = std::move(counted);
+  return counter;
+}
+
+// Runs rank(1) on a thread and rank(0) here; each rank's error ("" if none).
+std::vector<std::string> on_two_ranks(const std::function<void(int)>& rank) {
+  std::vector<std::string> errors(2);
+  auto guarded = [&](int r) {
+    try {
+      rank(r);
+    } catch (const std::exception& e) {
+      errors[r] = e.what();
+    }
+  };
+  std::thread other(guarded, 1);
+  guarded(0);
+  other.join();
+  return errors;
+}
 
 // A kernel schedule's parts (a kernel per rank on one stream, no waits between ranks) end
 // without the hosts meeting: each rank's stream writes its done word after its kernel, and
@@ -244,9 +282,7 @@ class EndCounter : public ForwardingBackend {
 // for every rank's GPU, not only its own.
 TEST(CollSlice, ACallEndsOnTheGpusDoneWordsWithoutAHostMeeting) {
   Node node;
-  auto counted = std::make_unique<EndCounter>(std::move(node.backend));
-  EndCounter& counter = *counted;
-  node.backend = std::move(counted);
+  CallCounter& counter = count_calls(node);
   Backend& b = *node.backend;
   const size_t n = 4 << 20, small = 1024;
   float* big1 = static_cast<float*>(b.alloc_device(1, n * sizeof(float)));
@@ -258,33 +294,25 @@ TEST(CollSlice, ACallEndsOnTheGpusDoneWordsWithoutAHostMeeting) {
   p.kernel_copy(0, coll::kLaneOut, y0, 0, x0, 0, small * sizeof(float));
   p.kernel_copy(1, coll::kLaneOut, dst0, 0, big1, 1, n * sizeof(float));
   const int calls = 4;
-  std::vector<std::string> errors(2);
   std::vector<Met> met(2);
-  auto rank = [&](int r) {
-    try {
-      auto reducer = coll::make_reducer(b);
-      mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
-      mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
-      int all[2];
-      for (int i = 0; i < calls; ++i) {
-        if (r == 1) fill(b, big1, 1, n, 10.0f + i);
-        runner.exchange(&i, sizeof i, all);
-        runner.run(p, r);
-        if (r == 0) {
-          std::vector<float> got = read(b, dst0, 0, n);
-          for (size_t k = 0; k < n; k += 4099)
-            if (got[k] != 10.0f + i) GS_THROW(GPUSTRIPE_ERR_INTERNAL, "call %d: element %zu is %g", i, k, got[k]);
-          if (got[n - 1] != 10.0f + i) GS_THROW(GPUSTRIPE_ERR_INTERNAL, "call %d: the last element", i);
-        }
+  const std::vector<std::string> errors = on_two_ranks([&](int r) {
+    auto reducer = coll::make_reducer(b);
+    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+    mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
+    int all[2];
+    for (int i = 0; i < calls; ++i) {
+      if (r == 1) fill(b, big1, 1, n, 10.0f + i);
+      runner.exchange(&i, sizeof i, all);
+      runner.run(p, r);
+      if (r == 0) {
+        std::vector<float> got = read(b, dst0, 0, n);
+        for (size_t k = 0; k < n; k += 4099)
+          if (got[k] != 10.0f + i) GS_THROW(GPUSTRIPE_ERR_INTERNAL, "call %d: element %zu is %g", i, k, got[k]);
+        if (got[n - 1] != 10.0f + i) GS_THROW(GPUSTRIPE_ERR_INTERNAL, "call %d: the last element", i);
       }
-      met[r] = Met{flags.arrived(r).load(), flags.op(mpi::TeamFlags::kDoneWord + r).load()};
-    } catch (const std::exception& e) {
-      errors[r] = e.what();
     }
-  };
-  std::thread other(rank, 1);
-  rank(0);
-  other.join();
+    met[r] = Met{flags.arrived(r).load(), flags.op(mpi::TeamFlags::kDoneWord + r).load()};
+  });
   EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
   EXPECT_EQ(counter.writes.load(), 2 * calls);
   EXPECT_EQ(counter.records.load(), 0);
@@ -295,6 +323,59 @@ TEST(CollSlice, ACallEndsOnTheGpusDoneWordsWithoutAHostMeeting) {
   }
   for (void* x : {static_cast<void*>(big1), static_cast<void*>(dst0), static_cast<void*>(x0), static_cast<void*>(y0)})
     b.free_device(x);
+}
+
+// A rank's part on one lane (a copy kernel per rank: a kernel schedule's shape) runs on the
+// origin stream itself. Per call the host records one event on the caller's stream, the origin
+// stream waits for it, and the GPUs' entry and exit barriers are one call each: no fork to a
+// lane and join back (two records and two waits more), no end event per call (settle() marks
+// the end of every call before it once). Calls enqueued back to back, each into buffers of its
+// own, all hold once settled.
+TEST(CollSlice, AStreamOrderedOneLanePartRunsOnTheOriginStreamWithoutForkOrJoin) {
+  Node node;
+  CallCounter& counter = count_calls(node);
+  Backend& b = *node.backend;
+  const int calls = 3;
+  const size_t n = 4096;
+  // x[r][i]: rank r's input of call i (10 * r + i), copied by rank r's kernel into y[1 - r][i].
+  std::vector<float*> x[2], y[2];
+  std::vector<Program> progs;
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < calls; ++i) {
+      x[r].push_back(static_cast<float*>(b.alloc_device(r, n * sizeof(float))));
+      y[r].push_back(static_cast<float*>(b.alloc_device(r, n * sizeof(float))));
+      fill(b, x[r][i], r, n, 10.0f * r + i);
+    }
+  for (int i = 0; i < calls; ++i) {
+    Program p(2);
+    p.kernel_copy(0, coll::kLaneOut, y[1][i], 1, x[0][i], 0, n * sizeof(float));
+    p.kernel_copy(1, coll::kLaneOut, y[0][i], 0, x[1][i], 1, n * sizeof(float));
+    progs.push_back(std::move(p));
+  }
+  const std::vector<std::string> errors = on_two_ranks([&](int r) {
+    auto reducer = coll::make_reducer(b);
+    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+    mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
+    StreamHandle caller = b.create_stream(r);
+    for (int i = 0; i < calls; ++i) runner.run_ordered(progs[i], r, caller);
+    runner.settle();
+    for (int i = 0; i < calls; ++i) {
+      std::vector<float> got = read(b, y[r][i], r, n);
+      if (got[0] != 10.0f * (1 - r) + i || got[n - 1] != got[0])
+        GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, call %d: %g", r, i, got[0]);
+    }
+    b.destroy_stream(caller);
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  EXPECT_EQ(counter.records.load(), 2 * calls + 2);  // per rank: the caller's stream per call, the end once
+  EXPECT_EQ(counter.waits.load(), 2 * calls);        // the origin stream's wait for the caller's
+  EXPECT_EQ(counter.barriers.load(), 2 * 2 * calls);  // entry and exit
+  EXPECT_EQ(counter.writes.load() + counter.flag_waits.load(), 0);
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < calls; ++i) {
+      b.free_device(x[r][i]);
+      b.free_device(y[r][i]);
+    }
 }
 
 // A rank waiting for a step of a rank that never runs ends with the peer check's error.

@@ -105,7 +105,7 @@ def test_calls_past_reuse_their_events_and_build_no_streams(cuda):
     ran = []
     for i in range(50):
         t = torch.ones(4)
-        fut = mem.done([t], [t], dev, after=lambda: ran.append(cuda.current[1]), end=None)
+        fut = mem.done([t], [t], dev, after=lambda: ran.append(cuda.current[1]))
         assert fut.result == [t]
         for mark, _, _ in mem._held:  # the team's stream got past every call so far
             mark.passed = True
@@ -121,10 +121,10 @@ def test_held_until_past(cuda):
     mem = gt._CudaMem(Team())
     dev = torch.device("cuda", 1)
     for _ in range(3):
-        mem.done([torch.ones(2)], None, dev, None, None)
+        mem.done([torch.ones(2)], None, dev, None)
     assert len(mem._held) == 3 and cuda.events == 3  # none past: each call holds its own
     mem._held[0][0].passed = True
-    mem.done([torch.ones(2)], None, dev, None, None)
+    mem.done([torch.ones(2)], None, dev, None)
     assert len(mem._held) == 3 and cuda.events == 3  # the first one's event and tensors let go, reused
     mem.close()
     assert not mem._held
@@ -140,7 +140,7 @@ def test_caller_stream_and_device_restored(cuda):
         raise RuntimeError("after() failed")
 
     with pytest.raises(RuntimeError, match="after"):
-        mem.done([torch.ones(2)], None, torch.device("cuda", 1), fails, None)
+        mem.done([torch.ones(2)], None, torch.device("cuda", 1), fails)
     assert cuda.device == 0 and cuda.current == {0: (9, 0, 1), 1: CALLER_STREAM}
-    mem.done([torch.ones(2)], None, torch.device("cuda", 1), None, None)
+    mem.done([torch.ones(2)], None, torch.device("cuda", 1), None)
     assert cuda.device == 0 and cuda.current == {0: (9, 0, 1), 1: CALLER_STREAM}

@@ -117,6 +117,7 @@ def worker(rank: int, world: int, port: int, mode: str) -> None:
         checks["native calls stream-ordered"] = team["ordered"] == team["calls"] > 0
         checks.update(delegated(rank, world, gt))
         checks.update(calibrated(rank, world, gt))
+        checks.update(blocking(rank, world))
     failed = [k for k, ok in checks.items() if not ok]
     report = {"rank": rank, "mode": mode, "native_calls": pg.native_calls, "checks": len(checks), "failed": failed}
     os.write(1, ("TORCHCPU " + json.dumps(report) + "\n").encode())  # one write: the ranks share the pipe
@@ -176,19 +177,70 @@ def delegated(rank: int, world: int, gt) -> dict:
     return checks
 
 
+class Joins:
+    """The team, counting its join() calls (a blocking call's end on the caller's stream)."""
+
+    def __init__(self, team):
+        self.team, self.joins = team, 0
+
+    def join(self, *args):
+        self.joins += 1
+        return self.team.join(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.team, name)
+
+
+def blocking(rank: int, world: int) -> dict:
+    """A call whose caller asked for no work (async_op=False: opts.asyncOp) ends with the caller's
+    stream joining it (the team's join), and the group's method returns None, which torch's
+    wrappers take as a call that synchronised itself; an asynchronous one returns a work and
+    does not join."""
+    from torch._C._distributed_c10d import AllreduceOptions
+
+    g = dist.new_group(backend="gpustripe")
+    team = g._team
+    counted = []
+
+    def counting():
+        if not counted:
+            counted.append(Joins(team()))
+        return counted[0]
+    g._team = counting
+    want = torch.full((64,), float(world * (world + 1) // 2))
+    opts = AllreduceOptions()
+    if not hasattr(opts, "asyncOp"):
+        return {}  # a torch without the field: every call is asynchronous
+    opts.asyncOp = False
+    x = torch.full((64,), float(rank + 1))
+    got = g.allreduce([x], opts)
+    checks = {"blocking call: no work, the caller's stream joined": (
+        got is None and counted[0].joins == 1 and torch.equal(x, want))}
+    opts.asyncOp = True
+    y = torch.full((64,), float(rank + 1))
+    work = g.allreduce([y], opts)
+    ok = work is not None and work.wait() is not False
+    checks["asynchronous call: a work, no join"] = ok and counted[0].joins == 1 and torch.equal(y, want)
+    x = torch.full((64,), float(rank + 1))
+    dist.all_reduce(x, group=g)  # torch's wrapper, async_op=False: takes the None
+    checks["blocking call through torch's wrapper"] = counted[0].joins == 2 and torch.equal(x, want)
+    return checks
+
+
 def calibrated(rank: int, world: int, gt) -> dict:
-    """The calibration counts a call's host time: on the emulated test mode a call has no GPU
-    interval (its work is settled before it returns), so the side whose host is made slower by a
-    known time per call loses the kind, and the calls after the calibration take the other."""
+    """The calibration times batches of back-to-back calls of each side at a kind's first call,
+    on buffers of its own: the side made slower by a known time per call loses the kind, the
+    caller's calls (the first one included) all take the other, with the results of one call
+    each (the calibration's calls leave the caller's tensors alone)."""
     cal = gt._Calibration
-    mine = cal.ORDER.count("gpustripe")  # the calibration's native calls
-    calls = len(cal.ORDER) + 3
-    slow = 0.05  # s per call: far above either side's own host time here
+    mine = cal.ROUNDS * (cal.WARMUP + cal.CALLS)  # the calibration's calls of each side
+    calls = 3
+    slow = 0.02  # s per call: far above either side's own host time here
     want = torch.full((1 << 10,), float(world * (world + 1) // 2))
 
     def calibrate(slow_native: bool, slow_start: int = 0):
         """A group calibrating all_reduce against gloo, one side slowed: the other backend's
-        stand-in (Counting), whether its calls' results held, the choice. slow_start: only the
+        stand-in (Counting), whether the caller's results held, the choice. slow_start: only the
         first native calls are slow (by `slow`), the other backend's all slower (by slow / 2)."""
         g = dist.new_group(backend="gpustripe")
         gt._test_calibrate_emulated(g)
@@ -202,31 +254,37 @@ def calibrated(rank: int, world: int, gt) -> dict:
                     time.sleep(slow)
                 return team()
             g._team = delayed
+        runs = collections.Counter()
+        run = g._run
+        g._run = lambda what, *a, **k: (runs.update([what]), run(what, *a, **k))[1]
         ok = True
         for _ in range(calls):
             x = torch.full((1 << 10,), float(rank + 1))
             dist.all_reduce(x, group=g)
             ok = ok and torch.equal(x, want)
         (choice,) = g.trace()["choices"].values()
+        g.runs = runs
         return g, other, ok, choice
 
     checks = {}
     g, _, ok, choice = calibrate(slow_native=False)
     checks["calibration: a slower other backend loses"] = (
-        ok and choice["use"] == "gpustripe" and choice["nccl"] >= slow * 1e6
-        and g.native_calls == mine + calls - len(cal.ORDER))
+        ok and choice["use"] == "gpustripe" and choice["nccl"] >= slow * 1e6 and g.native_calls == mine + calls)
     # Native slow in its first three calls (a kind's first calls set up), faster after them: the
     # steady state decides.
     g, _, ok, choice = calibrate(slow_native=False, slow_start=3)
     checks["calibration: a slow start does not lose"] = (
         ok and choice["use"] == "gpustripe" and choice["nccl"] >= slow / 2 * 1e6
-        and choice["gpustripe"] < slow / 2 * 1e6 and g.native_calls == mine + calls - len(cal.ORDER))
+        and choice["gpustripe"] < slow / 2 * 1e6 and g.native_calls == mine + calls)
     g, other, ok, choice = calibrate(slow_native=True)
-    # the other backend's calls: every one but the calibration's native ones, and the decision's
-    # own maximum over the ranks (through gloo too)
+    # the other backend's calls: the calibration's, the caller's, and the decision's own maximum
+    # over the ranks (through gloo too); the calibration's calls of the other side are handed to
+    # it directly, as a decided kind's are (none takes the native path's _run), and so are the
+    # caller's from the second on
     checks["calibration: a slower native side loses"] = (
-        ok and choice["use"] == "nccl" and choice["gpustripe_host"] >= slow * 1e6
-        and g.native_calls == mine and other.calls["allreduce"] == calls - mine + 1)
+        ok and choice["use"] == "nccl" and choice["gpustripe"] >= slow * 1e6
+        and g.native_calls == mine and other.calls["allreduce"] == mine + calls + 1
+        and g.runs["all_reduce"] == mine + 1)
     return checks
 
 

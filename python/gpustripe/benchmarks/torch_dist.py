@@ -59,13 +59,11 @@ def _worker(rank, world, cfg, out_path):
     groups = {"torch_gpustripe": dist.group.WORLD, "torch_gpustripe_native": dist.new_group(backend="gpustripe"),
               "torch_nccl": dist.new_group(backend="nccl")}
     gpustripe.torch._test_always_native(groups["torch_gpustripe_native"])
-    # The calibration's calls (both ways, timed) come before the timed batches.
-    calibration = len(gpustripe.torch._Calibration.ORDER) + 1
     dtype = getattr(torch, cfg["dtype"])
     esz = torch.tensor([], dtype=dtype).element_size()
 
     def bench(fn, group):
-        for _ in range(cfg["warmup"] + (calibration if group is groups["torch_gpustripe"] else 0)):
+        for _ in range(cfg["warmup"]):  # the first call of a kind calibrates it (gpustripe.torch)
             fn(group)
         torch.cuda.synchronize()
         times, issued = [], []
@@ -125,17 +123,17 @@ def _worker(rank, world, cfg, out_path):
 
 def _print_trace(t: dict) -> None:
     """One native call's host time by phase (us per call), and the calibration's choices."""
-    host = ", ".join(f"{op} {v['us']:.1f} ({v['calls']} calls)" for op, v in t["host_us"].items())
+    host = ", ".join(f"{op} {v['us']:.1f} (team call {v['team_us']:.1f}, end {v['end_us']:.1f}; {v['calls']} calls)"
+                     for op, v in t["host_us"].items())
     team = t["team"]
-    phases = ", ".join(f"{k} {team[k]:.1f}" for k in ("prepare", "exchange", "map", "enqueue", "drain", "barrier")
-                       if k in team)
+    phases = ", ".join(f"{k} {team[k]:.1f}" for k in ("lookup", "prepare", "exchange", "map", "enqueue", "drain",
+                                                      "barrier") if k in team)
     print(f"{'':>18}trace: backend call {host or '-'}; team ({team.get('calls', 0)} calls, "
           f"{team.get('ordered', 0)} stream-ordered, {team.get('built', 0)} built their Program): {phases or '-'}",
           flush=True)
     for kind, c in t["choices"].items():
-        print(f"{'':>18}chose {c['use']} for {kind}: gpustripe {c['gpustripe']:.1f} us (host "
-              f"{c['gpustripe_host']:.1f}), nccl {c['nccl']:.1f} us (host {c['nccl_host']:.1f}) "
-              "(calibration medians of the longer of GPU and host time, slowest rank)", flush=True)
+        print(f"{'':>18}chose {c['use']} for {kind}: gpustripe {c['gpustripe']:.1f} us, nccl {c['nccl']:.1f} us "
+              "(calibration: medians of back-to-back batches, us per call, slowest rank)", flush=True)
 
 
 def run(args) -> int:

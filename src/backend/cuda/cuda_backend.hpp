@@ -74,6 +74,8 @@ class CudaBackend final : public Backend {
   void unregister_host(void* p) override;
   void stream_write_flag(StreamHandle s, uint32_t* flag, uint32_t value) override;
   void stream_wait_flag(StreamHandle s, const uint32_t* flag, uint32_t value) override;
+  void stream_flag_barrier(StreamHandle s, uint32_t* mine, const uint32_t* const* others, size_t n,
+                           uint32_t value) override;
 
   bool supports_graphs() const override { return true; }
   void begin_capture(StreamHandle s) override;
@@ -89,6 +91,8 @@ class CudaBackend final : public Backend {
   void enqueue_copy(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, StreamHandle s);
   // Set once cudaMemcpyBatchAsync refused a batch (a driver without it): batches then loop.
   std::atomic<bool> batch_refused_{false};
+  // Set once cuStreamBatchMemOp refused a barrier's operations: barriers then make single calls.
+  std::atomic<bool> memop_batch_refused_{false};
 
   // VMM memory mapped here: made by alloc_device_as (freed by free_device) or imported by
   // ipc_open (closed by ipc_close). `handle` is the CUmemGenericAllocationHandle.

@@ -1,5 +1,8 @@
 // Memory and pointer attributes of the CUDA backend (IPC and the other allocators: cuda_ipc.cpp).
+#include <cuda.h>
+
 #include <cstring>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/cuda_check.hpp"
@@ -122,6 +125,36 @@ void CudaBackend::stream_wait_flag(StreamHandle s, const uint32_t* flag, uint32_
   DeviceGuard guard(dev);
   const int r = fn(s, reinterpret_cast<uintptr_t>(flag), value, kWaitGeq);
   GS_REQUIRE(r == 0, GPUSTRIPE_ERR_CUDA, "cuStreamWaitValue32 on GPU %d: CUDA driver error %d", dev, r);
+}
+
+void CudaBackend::stream_flag_barrier(StreamHandle s, uint32_t* mine, const uint32_t* const* others, size_t n,
+                                      uint32_t value) {
+  using BatchMemOpFn = CUresult (*)(CUstream, unsigned int, CUstreamBatchMemOpParams*, unsigned int);
+  static BatchMemOpFn batch = reinterpret_cast<BatchMemOpFn>(driver_entry_point("cuStreamBatchMemOp"));
+  // The driver takes at most 256 operations a batch.
+  if (batch && n < 256 && !memop_batch_refused_.load(std::memory_order_relaxed)) {
+    std::vector<CUstreamBatchMemOpParams> ops(n + 1);  // zeroed: no flags beyond those set here
+    ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    ops[0].writeValue.address = reinterpret_cast<CUdeviceptr>(mine);
+    ops[0].writeValue.value = value;
+    ops[0].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;  // after the stream's earlier work, fenced
+    for (size_t i = 0; i < n; ++i) {
+      CUstreamBatchMemOpParams& w = ops[i + 1];
+      w.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+      w.waitValue.address = reinterpret_cast<CUdeviceptr>(others[i]);
+      w.waitValue.value = value;
+      w.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    }
+    const int dev = stream_device(s, "stream_flag_barrier");
+    DeviceGuard guard(dev);
+    const CUresult r = batch(static_cast<CUstream>(s), static_cast<unsigned>(ops.size()), ops.data(), 0);
+    if (r == CUDA_SUCCESS) return;
+    // Enqueued nothing: the same operations one call each, from now on.
+    memop_batch_refused_.store(true, std::memory_order_relaxed);
+    GS_LOG_INFO(Subsys::Backend, "cuStreamBatchMemOp on GPU %d: CUDA driver error %d: stream barriers make one call "
+                "per flag", dev, static_cast<int>(r));
+  }
+  Backend::stream_flag_barrier(s, mine, others, n, value);
 }
 
 }  // namespace gpustripe
