@@ -210,6 +210,7 @@ void SliceRunner::run_watched(const std::vector<uint32_t>& waits,
   try {
     enqueue(used);
     part = announce_done(used);
+    enqueued_at_ = std::chrono::steady_clock::now();
   } catch (...) {
     // What was enqueued may wait on the peers: let it run out before the error leaves.
     release();
@@ -377,6 +378,7 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
     try {
       enqueue_streams(prog, slots, 0, ops.size(), device, lanes_, nullptr, false, dev_flags_, 1, f->used);
       f->part = announce_done(f->used);
+      enqueued_at_ = std::chrono::steady_clock::now();
       if (watch) watch->rethrow();
     } catch (...) {
       release();
@@ -395,6 +397,7 @@ bool SliceRunner::poll() {
   if (!f.enqueued_all) {
     if (!advance()) return false;
     f.part = announce_done(f.used);
+    enqueued_at_ = std::chrono::steady_clock::now();
     f.enqueued_all = true;
   }
   if (!all_done(f.part)) return false;

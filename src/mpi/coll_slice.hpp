@@ -18,6 +18,7 @@
 // read of them, are done. Waits are bounded by GPUSTRIPE_TIMEOUT and fail early when a rank dies.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -111,6 +112,9 @@ class SliceRunner {
   // Host time spent so far waiting for the GPUs (this rank's streams, and with the done words
   // every rank's part), and in the hosts' barriers (us).
   double drain_us() const { return drain_us_; }
+  // When this rank's latest part was enqueued, the write of its done word included (the phase
+  // trace's "c_enq").
+  std::chrono::steady_clock::time_point enqueued_at() const { return enqueued_at_; }
   double barrier_us() const { return barrier_us_; }
   // A barrier of the team's hosts.
   void barrier(const char* what);
@@ -166,6 +170,7 @@ class SliceRunner {
   uint64_t exchanges_ = 0;
   uint32_t* dev_flags_ = nullptr;  // the flag words as streams address them (register_host)
   double drain_us_ = 0, barrier_us_ = 0;
+  std::chrono::steady_clock::time_point enqueued_at_{};
   struct Inflight;  // the started run (start/poll)
   std::unique_ptr<Inflight> inflight_;
   const std::string watch_enqueue_, watch_gpu_;  // the watches' names, made once

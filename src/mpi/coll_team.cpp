@@ -12,6 +12,7 @@
 #include "common/log.hpp"
 #include "common/text_file.hpp"
 #include "ipc/wait.hpp"
+#include "p2p/trace.hpp"
 #include "topology/topology.hpp"
 
 namespace gpustripe::mpi {
@@ -372,6 +373,26 @@ struct CollTeam::Pending {
   bool launched = false;  // this rank's part started on the runner
 };
 
+// The phase trace (GPUSTRIPE_P2P_TRACE, p2p/trace.hpp) of a call up to its part's enqueue: keyed
+// by (rank, the exchange's call number, form: 0 blocking, 1 nonblocking), as every rank numbers
+// the calls alike. c_in: the interposer got the call; c_pre: the team got it (lookup done);
+// c_post: its message goes into the exchange; c_all: every rank's message seen; c_prog: the
+// mappings and the Program ready; c_enq: this rank's part enqueued. Then c_done (every rank's
+// done word seen) and, for a blocking call, c_ret (returning to the program; a nonblocking call's
+// wait stamps m_ret).
+void CollTeam::trace_launch(const CollCall& call, const Entry& e, std::chrono::steady_clock::time_point prog,
+                            bool nonblocking) const {
+  if (!p2p::trace_on()) return;
+  const uint64_t form = nonblocking ? 1 : 0;
+  if (call.entered != std::chrono::steady_clock::time_point{})
+    p2p::trace_at(call.entered, "c_in", rank_, e.posted, form, call.bytes);
+  p2p::trace_at(e.t0, "c_pre", rank_, e.posted, form, call.bytes);
+  p2p::trace_at(e.t1, "c_post", rank_, e.posted, form, call.bytes);
+  p2p::trace_at(e.t2, "c_all", rank_, e.posted, form, call.bytes);
+  p2p::trace_at(prog, "c_prog", rank_, e.posted, form, call.bytes);
+  p2p::trace_at(runner_->enqueued_at(), "c_enq", rank_, e.posted, form, call.bytes);
+}
+
 bool CollTeam::run(const CollCall& call) {
   // A call that failed half way leaves the team's flags and peers in no known state (a
   // peer died, or flags were released for streams that waited on it): every later call
@@ -404,6 +425,7 @@ bool CollTeam::run(const CollCall& call) {
     e.t2 = std::chrono::steady_clock::now();
     if (!launch(call, e, false)) return false;
     if (call.after) call.after();
+    p2p::trace("c_ret", rank_, e.posted, 0, call.bytes);
     return true;
   } catch (const Error& e) {
     failed_ = e.status();
@@ -475,6 +497,7 @@ void CollTeam::progress() {
       p.launched = true;
     }
     if (runner_->started() && !runner_->poll()) return;
+    p2p::trace("c_done", rank_, p.entry.posted, 1, p.call.bytes);
     std::unique_ptr<Pending> done = take_pending();
     if (done->call.after) done->call.after();
     done->state->served = true;
@@ -744,12 +767,19 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   // Nonblocking: this rank's part goes to its streams and the call returns; a program the
   // runner cannot start so (Barrier ops) runs here, to its end.
   // A call with others pending in this process holds its waits for other ranks on the host.
-  if (async && runner_->start(*prog, call.device, slots, g_pending_calls.load() > 1)) return true;
+  if (async && runner_->start(*prog, call.device, slots, g_pending_calls.load() > 1)) {
+    trace_launch(call, e, t3, true);
+    return true;
+  }
   if (prog_key.empty()) {
     run_part(call, e.ordered, *prog, coll::cross_slots(*prog));
     return true;
   }
   if (run_part(call, e.ordered, *prog, *slots)) ++times_.ordered;
+  if (p2p::trace_on()) {
+    trace_launch(call, e, t3, false);
+    p2p::trace("c_done", rank_, e.posted, 0, call.bytes);
+  }
   ++times_.calls;
   if (build_now) ++times_.built;
   if (call.entered != Clock::time_point{}) times_.lookup += us(call.entered, e.t0);

@@ -187,6 +187,9 @@ class CollTeam {
   // runner can), false when some rank cannot take this path.
   void enter(const CollCall& call, Entry& e);
   bool launch(const CollCall& call, Entry& e, bool async);
+  // Stamps the call's phases up to its enqueue in the phase trace, where it is on.
+  void trace_launch(const CollCall& call, const Entry& e, std::chrono::steady_clock::time_point prog,
+                    bool nonblocking) const;
   // Ends the pending call with an error and fails the team.
   void abandon(std::exception_ptr why, Status status, const std::string& what);
   // Ends the pending call's time on the team (the process's count of pending calls).
