@@ -230,6 +230,19 @@ class CollTeam {
     coll::CrossSlots slots;  // its dependencies between ranks (the flags' numbering)
   };
   std::map<std::string, Cached> programs_;
+  // The last call's Program (launch's shortcut for a call like it): what it was resolved from.
+  struct Last {
+    const Cached* cached = nullptr;  // in programs_ (reset whenever programs_ is cleared)
+    std::string shape_key;
+    std::vector<RankInfo> all;       // every rank's message
+    uint64_t closed = 0;             // the mapping cache's closed() then
+    const char* scratch = nullptr;   // this rank's scratch then
+    size_t scratch_bytes = 0;
+  } last_;
+  // The mappings and the Program of a call whose messages are in e.all (mapped and built, or
+  // found in programs_); null for a call without a shape, whose Program is then in `built`.
+  const Cached* resolve(const CollCall& call, Entry& e, coll::Program& built, bool* build_now);
+  static bool same_messages(const std::vector<RankInfo>& a, const std::vector<RankInfo>& b);
   struct Times {  // host time of the calls served with a cached Program (us, summed)
     uint64_t calls = 0, ordered = 0, built = 0;
     double lookup = 0, prepare = 0, exchange = 0, map = 0, run = 0;
