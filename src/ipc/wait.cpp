@@ -31,6 +31,7 @@ double timeout_seconds() {
 Waiter::Waiter(std::string what, std::function<void()> check_peers)
     : what_(std::move(what)),
       check_peers_(std::move(check_peers)),
+      timeout_s_(timeout_seconds()),
       poll_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
           std::chrono::duration<double, std::milli>(kPollMs))) {
   start_ = last_check_ = std::chrono::steady_clock::now();
@@ -61,8 +62,6 @@ void Waiter::pause() {
     last_check_ = now;
     check_peers_();
   }
-  if (now - start_ < kPeerCheckEvery) return;
-  if (timeout_s_ < 0) timeout_s_ = timeout_seconds();
   if (timeout_s_ > 0 && std::chrono::duration<double>(now - start_).count() > timeout_s_)
     GS_THROW(GPUSTRIPE_ERR_TIMEOUT, "%s: no progress for %.1f s (GPUSTRIPE_TIMEOUT=%g)", what_.c_str(),
              std::chrono::duration<double>(now - start_).count(), timeout_s_);

@@ -14,7 +14,7 @@ namespace gpustripe::ipc {
 double timeout_seconds();
 
 // Fruitless polls a wait on messages makes before it builds its Waiter (the message naming the
-// wait: a formatted string). A receive posted just before
+// wait, the timeout setting read: about a microsecond of host time). A receive posted just before
 // its message arrives polls again at once instead, and does not add that time to the message's
 // latency. Bounded: a Waiter's own first polls spin without a check too, so its peer checks and
 // its timeout start only these few polls later.
@@ -31,11 +31,7 @@ bool ready_within_polls(Ready&& ready) {
 
 // Polls with growing back-off (spin, yield, then short sleeps once the wait has
 // lasted 20 ms). `check_peers`
-// runs every few milliseconds and throws when a peer is gone. GPUSTRIPE_TIMEOUT is read when
-// the wait has lasted as long as the first peer check, not when the Waiter is made: a
-// setting's read scans the environment (microseconds under mpirun's), and most waits end
-// long before they could time out -- a Waiter made a few polls before the awaited peer
-// arrives would otherwise make the wait that much longer.
+// runs every few milliseconds and throws when a peer is gone.
 class Waiter {
  public:
   // `what` names the wait in the timeout message ("recv from rank 2, tag 7").
@@ -49,7 +45,7 @@ class Waiter {
  private:
   std::string what_;
   std::function<void()> check_peers_;
-  double timeout_s_ = -1;  // GPUSTRIPE_TIMEOUT once read (< 0: not yet)
+  double timeout_s_;
   std::chrono::steady_clock::duration poll_;  // how long it polls before it sleeps
   std::chrono::steady_clock::time_point start_, last_check_;
   unsigned spins_ = 0;

@@ -62,9 +62,7 @@ SliceRunner::SliceRunner(Backend& backend, coll::Reducer& reducer, int rank, int
     : backend_(backend), reducer_(reducer), rank_(rank), nranks_(nranks), flags_(flags),
       check_peers_(std::move(check_peers)), check_alive_(std::move(check_alive)), lanes_(backend),
       watch_enqueue_(format("collective: rank %d enqueueing its part", rank)),
-      watch_gpu_(format("collective: rank %d's GPU work waiting for the other ranks' steps", rank)),
-      wait_entry_(format("collective entry: rank %d waiting for the other ranks to call it", rank)),
-      wait_done_(format("collective: rank %d waiting for the GPUs of the ranks to finish their parts", rank)) {
+      watch_gpu_(format("collective: rank %d's GPU work waiting for the other ranks' steps", rank)) {
   GS_REQUIRE(nranks <= TeamFlags::kMaxRanks, GPUSTRIPE_ERR_NOT_SUPPORTED,
              "collective over %d ranks of a node: at most %d", nranks, TeamFlags::kMaxRanks);
   // A step waiting for another rank's step waits on its GPU stream for a flag in shared host
@@ -151,7 +149,7 @@ bool SliceRunner::collect(uint64_t n, size_t bytes, void* all) const {
 void SliceRunner::exchange(const void* mine, size_t bytes, void* all) {
   const uint64_t n = post(mine, bytes);
   if (ipc::ready_within_polls([&] { return collect(n, bytes, all); })) return;
-  ipc::Waiter w(wait_entry_, check_peers_);
+  ipc::Waiter w(format("collective entry: rank %d waiting for the other ranks to call it", rank_), check_peers_);
   while (!collect(n, bytes, all)) w.pause();
 }
 
@@ -255,7 +253,7 @@ void SliceRunner::wait_done(uint32_t n, const std::vector<Lane*>& used, const st
   try {
     // Every part done already, or within a few polls: no waiter, as in barrier().
     if (!ipc::ready_within_polls([&] { return all_done(n); })) {
-      ipc::Waiter w(wait_done_, [&] {
+      ipc::Waiter w(format("collective: rank %d waiting for the GPUs of the ranks to finish their parts", rank_), [&] {
         if (fired) fired();
         if (check_peers_) check_peers_();
       });

@@ -121,8 +121,6 @@ class SliceRunner {
   // Every rank's `bytes` (<= TeamFlags::kInfoBytes) into all[r * bytes]; a barrier too (no
   // rank returns before every rank has posted). Replaces an MPI allgather per call.
   void exchange(const void* mine, size_t bytes, void* all);
-  // The name of a wait for the other ranks' messages (collect), for the caller's Waiter.
-  const std::string& entry_wait_name() const { return wait_entry_; }
 
   // The exchange in two halves, for calls that must not wait for the other ranks
   // (nonblocking collectives): post() writes this rank's message and returns the call's
@@ -176,7 +174,6 @@ class SliceRunner {
   struct Inflight;  // the started run (start/poll)
   std::unique_ptr<Inflight> inflight_;
   const std::string watch_enqueue_, watch_gpu_;  // the watches' names, made once
-  const std::string wait_entry_, wait_done_;     // the waits' names, made once
 
   // The hosts' barrier in two halves: arrive() returns the barrier's number, arrived() is
   // true once every rank has reached it.

@@ -440,7 +440,8 @@ bool CollTeam::run(const CollCall& call) {
     enter(call, e);
     auto collected = [&] { return runner_->collect(e.posted, sizeof(RankInfo), e.all.data()); };
     if (!ipc::ready_within_polls(collected)) {
-      ipc::Waiter w(runner_->entry_wait_name(), [this] { runner_->check_peers(); });
+      ipc::Waiter w(format("collective entry: rank %d waiting for the other ranks to call it", rank_),
+                    [this] { runner_->check_peers(); });
       while (!collected()) w.pause();
     }
     e.t2 = std::chrono::steady_clock::now();
