@@ -439,7 +439,7 @@ bool CollTeam::run(const CollCall& call) {
     Entry e;
     enter(call, e);
     auto collected = [&] { return runner_->collect(e.posted, sizeof(RankInfo), e.all.data()); };
-    if (!ipc::ready_within_polls(collected)) {
+    if (!runner_->ready_soon(collected)) {
       ipc::Waiter w(format("collective entry: rank %d waiting for the other ranks to call it", rank_),
                     [this] { runner_->check_peers(); });
       while (!collected()) w.pause();
