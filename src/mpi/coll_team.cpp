@@ -785,6 +785,8 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   //    mapping closed since) maps the same addresses and builds the same Program, so it takes
   //    both as they were without a lookup.
   ipc::HandleCache* cache = ep_.handle_cache();
+  // Read before this call maps anything: a mapping that its own lookup closes (a cache too small
+  // for the call) sends the next call the long way too.
   const uint64_t closed = cache ? cache->closed() : 0;
   coll::Program built(n_);
   const coll::Program* prog = nullptr;
