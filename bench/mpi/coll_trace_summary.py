@@ -11,10 +11,10 @@ nonblocking) and size, the median microseconds of each phase of a call on every 
   program   -> the mappings and the Program ready (cached: lookups only)
   enqueue   -> this rank's part enqueued on its streams, its done word's write included
   gpu       -> every rank's done word seen (the launch's latency, the kernels, the end's flag)
-  ret       -> the call returned to the program (nonblocking: MPI_Wait returned)
+  ret       -> the call returned to the program (nonblocking: its wait or test saw it complete)
   call      the interposer got the call -> it returned
   between   returned -> the next call reached the interposer (the program's own time)
-  period    one call's c_in -> the next one's, on this rank: the time per call
+  period    one call's coll_in -> the next one's, on this rank: the time per call
   skew      per call, the latest rank's post minus the earliest's
 
   python3 bench/mpi/coll_trace_summary.py DIR [--label NAME]
@@ -22,65 +22,50 @@ nonblocking) and size, the median microseconds of each phase of a call on every 
 from __future__ import annotations
 
 import argparse
-import bisect
 import glob
 import os
 import statistics
 from collections import defaultdict
 
-PHASES = ["c_in", "c_pre", "c_post", "c_all", "c_prog", "c_enq", "c_done"]
+PHASES = ["coll_in", "coll_pre", "coll_post", "coll_all", "coll_prog", "coll_enq", "coll_done", "coll_ret"]
 COLUMNS = ["lookup", "prepare", "exchange", "program", "enqueue", "gpu", "ret", "call", "between", "period", "skew"]
 
 
 def read(path: str):
-    """This process's collective events {(rank, call, form): {phase: ns}} and its wait returns (ns, sorted)."""
+    """This process's collective events {(rank, call, form): {phase: ns, "bytes": size}}."""
     calls: dict = defaultdict(dict)
-    waits: list[int] = []
     with open(path) as f:
         for line in f:
             parts = line.split()
-            if len(parts) != 7:
+            if len(parts) != 7 or not parts[2].startswith("coll_"):
                 continue
             ns, _, phase, sender, call, form, nbytes = parts
-            if phase == "m_ret":
-                waits.append(int(ns))
-            elif phase.startswith("c_"):
-                key = (int(sender), int(call), int(form))
-                calls[key][phase] = int(ns)
-                calls[key]["bytes"] = int(nbytes)
-    waits.sort()
-    return calls, waits
+            key = (int(sender), int(call), int(form))
+            calls[key][phase] = int(ns)
+            calls[key]["bytes"] = int(nbytes)
+    return calls
 
 
 def rows(paths: list[str]):
     """(form, bytes) -> column -> values, over every rank's calls."""
     out: dict = defaultdict(lambda: defaultdict(list))
-    posts: dict = defaultdict(list)  # (call, form) -> every rank's c_post
+    posts: dict = defaultdict(list)  # (call, form) -> every rank's coll_post
     sizes: dict = {}
     for path in paths:
-        calls, waits = read(path)
         done = []
-        for (rank, call, form), ev in sorted(calls.items(), key=lambda kv: kv[1].get("c_in", kv[1].get("c_pre", 0))):
+        for (rank, call, form), ev in sorted(read(path).items(), key=lambda kv: kv[1].get("coll_pre", 0)):
             if not all(p in ev for p in PHASES[1:]):
                 continue
-            if "c_ret" in ev:
-                back = ev["c_ret"]
-            else:
-                i = bisect.bisect_left(waits, ev["c_done"])
-                if i == len(waits):
-                    continue
-                back = waits[i]
-            start = ev.get("c_in", ev["c_pre"])
+            start = ev.get("coll_in", ev["coll_pre"])
             key = (form, ev["bytes"])
             col = out[key]
             for name, a, b in zip(COLUMNS, PHASES, PHASES[1:]):
                 if a in ev:
                     col[name].append((ev[b] - ev[a]) / 1e3)
-            col["ret"].append((back - ev["c_done"]) / 1e3)
-            col["call"].append((back - start) / 1e3)
-            posts[(call, form)].append(ev["c_post"])
+            col["call"].append((ev["coll_ret"] - start) / 1e3)
+            posts[(call, form)].append(ev["coll_post"])
             sizes[(call, form)] = key
-            done.append((start, back, key))
+            done.append((start, ev["coll_ret"], key))
         for (s0, b0, k0), (s1, _, k1) in zip(done, done[1:]):
             if k0 == k1:
                 out[k0]["between"].append((s1 - b0) / 1e3)

@@ -397,22 +397,22 @@ struct CollTeam::Pending {
 
 // The phase trace (GPUSTRIPE_P2P_TRACE, p2p/trace.hpp) of a call up to its part's enqueue: keyed
 // by (rank, the exchange's call number, form: 0 blocking, 1 nonblocking), as every rank numbers
-// the calls alike. c_in: the interposer got the call; c_pre: the team got it (lookup done);
-// c_post: its message goes into the exchange; c_all: every rank's message seen; c_prog: the
-// mappings and the Program ready; c_enq: this rank's part enqueued. Then c_done (every rank's
-// done word seen) and, for a blocking call, c_ret (returning to the program; a nonblocking call's
-// wait stamps m_ret).
+// the calls alike. coll_in: the interposer got the call; coll_pre: the team got it (lookup
+// done); coll_post: its message goes into the exchange; coll_all: every rank's message seen;
+// coll_prog: the mappings and the Program ready; coll_enq: this rank's part enqueued. Then
+// coll_done (every rank's done word seen) and coll_ret (returning to the program; for a
+// nonblocking call, its request seen complete by a wait or test).
 void CollTeam::trace_launch(const CollCall& call, const Entry& e, std::chrono::steady_clock::time_point prog,
                             bool nonblocking) const {
   if (!p2p::trace_on()) return;
   const uint64_t form = nonblocking ? 1 : 0;
   if (call.entered != std::chrono::steady_clock::time_point{})
-    p2p::trace_at(call.entered, "c_in", rank_, e.posted, form, call.bytes);
-  p2p::trace_at(e.t0, "c_pre", rank_, e.posted, form, call.bytes);
-  p2p::trace_at(e.t1, "c_post", rank_, e.posted, form, call.bytes);
-  p2p::trace_at(e.t2, "c_all", rank_, e.posted, form, call.bytes);
-  p2p::trace_at(prog, "c_prog", rank_, e.posted, form, call.bytes);
-  p2p::trace_at(runner_->enqueued_at(), "c_enq", rank_, e.posted, form, call.bytes);
+    p2p::trace_at(call.entered, "coll_in", rank_, e.posted, form, call.bytes);
+  p2p::trace_at(e.t0, "coll_pre", rank_, e.posted, form, call.bytes);
+  p2p::trace_at(e.t1, "coll_post", rank_, e.posted, form, call.bytes);
+  p2p::trace_at(e.t2, "coll_all", rank_, e.posted, form, call.bytes);
+  p2p::trace_at(prog, "coll_prog", rank_, e.posted, form, call.bytes);
+  p2p::trace_at(runner_->enqueued_at(), "coll_enq", rank_, e.posted, form, call.bytes);
 }
 
 bool CollTeam::run(const CollCall& call) {
@@ -447,7 +447,7 @@ bool CollTeam::run(const CollCall& call) {
     e.t2 = std::chrono::steady_clock::now();
     if (!launch(call, e, false)) return false;
     if (call.after) call.after();
-    p2p::trace("c_ret", rank_, e.posted, 0, call.bytes);
+    p2p::trace("coll_ret", rank_, e.posted, 0, call.bytes);
     return true;
   } catch (const Error& e) {
     failed_ = e.status();
@@ -478,6 +478,9 @@ std::shared_ptr<CollPending> CollTeam::start(CollCall call, std::function<int()>
     throw;
   }
   std::shared_ptr<CollPending> state = p->state;
+  state->rank = rank_;
+  state->call = p->entry.posted;
+  state->bytes = p->call.bytes;
   pending_ = std::move(p);
   ++g_pending_calls;
   // The last rank to start finds every handle there: its part goes to the GPUs now. So does a
@@ -519,7 +522,7 @@ void CollTeam::progress() {
       p.launched = true;
     }
     if (runner_->started() && !runner_->poll()) return;
-    p2p::trace("c_done", rank_, p.entry.posted, 1, p.call.bytes);
+    p2p::trace("coll_done", rank_, p.entry.posted, 1, p.call.bytes);
     std::unique_ptr<Pending> done = take_pending();
     if (done->call.after) done->call.after();
     done->state->served = true;
@@ -819,7 +822,7 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   if (run_part(call, e.ordered, *prog, *slots)) ++times_.ordered;
   if (p2p::trace_on()) {
     trace_launch(call, e, t3, false);
-    p2p::trace("c_done", rank_, e.posted, 0, call.bytes);
+    p2p::trace("coll_done", rank_, e.posted, 0, call.bytes);
   }
   ++times_.calls;
   if (build_now) ++times_.built;

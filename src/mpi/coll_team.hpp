@@ -97,6 +97,10 @@ struct CollPending {
   bool served = false;
   int mpi_rc = 0;
   std::exception_ptr error;
+  // The call in the phase trace (p2p/trace.hpp): this rank, the exchange's call number, its size.
+  int rank = -1;
+  uint64_t call = 0;
+  size_t bytes = 0;
 };
 
 // What advances every pending nonblocking call of this process, on every team (the MPI

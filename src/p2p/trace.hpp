@@ -6,7 +6,7 @@
 // written to <dir>/p2p-trace-<pid>.txt when the endpoint goes away, one line per
 // event: "ns rank phase sender send_id recv_id bytes". A message is keyed by
 // (sender, send_id) in both processes' files; bench/mpi/p2p_trace_summary.py reads them.
-// A collective's phases (mpi/coll_team.cpp, "c_*") are keyed by (rank, call number, form),
+// A collective's phases (mpi/coll_team.cpp, "coll_*") are keyed by (rank, call number, form),
 // the same call number on every rank; bench/mpi/coll_trace_summary.py reads them.
 #pragma once
 #include <chrono>
