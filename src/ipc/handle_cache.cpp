@@ -31,6 +31,7 @@ HandleCache::~HandleCache() {
 }
 
 void HandleCache::close_entry(std::map<Key, Entry>::iterator it) {
+  closed_.fetch_add(1, std::memory_order_release);  // before the close: no reader counts a closed mapping as open
   try {
     backend_.ipc_close(it->second.local_base);
   } catch (const Error& e) {

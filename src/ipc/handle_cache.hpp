@@ -23,6 +23,7 @@
 // crash in cuMemcpyAsync). The pool itself stays imported (the
 // backend keeps it), so only the first buffer of a pool needs its descriptor.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <list>
@@ -70,6 +71,10 @@ class HandleCache {
   void evict_peer(int peer);
   size_t size() const;
   HandleCacheStats stats() const;
+  // How many mappings this cache has closed so far (stale, capacity, evict_peer, leases): a
+  // caller that kept addresses map() returned may use them again without asking while this
+  // has not changed.
+  uint64_t closed() const { return closed_.load(std::memory_order_acquire); }
 
  private:
   struct Key {  // ordered by peer first (evict_peer, the pool scan)
@@ -102,6 +107,7 @@ class HandleCache {
   std::map<Key, Entry> entries_;
   std::list<Key> lru_;  // front: most recently used
   HandleCacheStats stats_;
+  std::atomic<uint64_t> closed_{0};
 };
 
 }  // namespace gpustripe::ipc

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "common/config.hpp"
@@ -68,6 +69,7 @@ SliceRunner::SliceRunner(Backend& backend, coll::Reducer& reducer, int rank, int
   // A step waiting for another rank's step waits on its GPU stream for a flag in shared host
   // memory that the other rank's stream writes: everything is enqueued at once, no host in between.
   dev_flags_ = backend_.register_host(flags_.op_words(), flags_.op_words_bytes());
+  if (static_cast<unsigned>(nranks) < std::thread::hardware_concurrency()) spin_ = std::chrono::microseconds(250);
 }
 
 SliceRunner::~SliceRunner() {
@@ -122,8 +124,8 @@ void SliceRunner::barrier(const char* what) {
     ~Add() { to += us_since(t0); }
   } add{barrier_us_, t0};
   const uint64_t n = arrive();
-  // The others there first, or within a few polls: no waiter (a message to format, settings to read).
-  if (ipc::ready_within_polls([&] { return arrived(n); })) return;
+  // The others there first, or while this host polls on (ready_soon): no waiter, no yield.
+  if (ready_soon([&] { return arrived(n); })) return;
   ipc::Waiter w(format("%s: rank %d waiting for the other ranks of the collective", what, rank_), check_peers_);
   while (!arrived(n)) w.pause();
 }
@@ -148,7 +150,7 @@ bool SliceRunner::collect(uint64_t n, size_t bytes, void* all) const {
 
 void SliceRunner::exchange(const void* mine, size_t bytes, void* all) {
   const uint64_t n = post(mine, bytes);
-  if (ipc::ready_within_polls([&] { return collect(n, bytes, all); })) return;
+  if (ready_soon([&] { return collect(n, bytes, all); })) return;
   ipc::Waiter w(format("collective entry: rank %d waiting for the other ranks to call it", rank_), check_peers_);
   while (!collect(n, bytes, all)) w.pause();
 }
@@ -210,6 +212,7 @@ void SliceRunner::run_watched(const std::vector<uint32_t>& waits,
   try {
     enqueue(used);
     part = announce_done(used);
+    enqueued_at_ = std::chrono::steady_clock::now();
   } catch (...) {
     // What was enqueued may wait on the peers: let it run out before the error leaves.
     release();
@@ -250,8 +253,8 @@ void SliceRunner::wait_done(uint32_t n, const std::vector<Lane*>& used, const st
                             const std::function<void()>& fired) {
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    // Every part done already, or within a few polls: no waiter, as in barrier().
-    if (!ipc::ready_within_polls([&] { return all_done(n); })) {
+    // Every part done already, or while this host polls on: no waiter, no yield, as in barrier().
+    if (!ready_soon([&] { return all_done(n); })) {
       ipc::Waiter w(format("collective: rank %d waiting for the GPUs of the ranks to finish their parts", rank_), [&] {
         if (fired) fired();
         if (check_peers_) check_peers_();
@@ -377,6 +380,7 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
     try {
       enqueue_streams(prog, slots, 0, ops.size(), device, lanes_, nullptr, false, dev_flags_, 1, f->used);
       f->part = announce_done(f->used);
+      enqueued_at_ = std::chrono::steady_clock::now();
       if (watch) watch->rethrow();
     } catch (...) {
       release();
@@ -395,6 +399,7 @@ bool SliceRunner::poll() {
   if (!f.enqueued_all) {
     if (!advance()) return false;
     f.part = announce_done(f.used);
+    enqueued_at_ = std::chrono::steady_clock::now();
     f.enqueued_all = true;
   }
   if (!all_done(f.part)) return false;

@@ -18,6 +18,7 @@
 // read of them, are done. Waits are bounded by GPUSTRIPE_TIMEOUT and fail early when a rank dies.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -32,6 +33,7 @@
 #include "coll/reduce.hpp"
 #include "engine/lanes.hpp"
 #include "ipc/shm_segment.hpp"
+#include "ipc/wait.hpp"
 
 namespace gpustripe::mpi {
 
@@ -115,6 +117,9 @@ class SliceRunner {
   // Host time spent so far waiting for the GPUs (this rank's streams, and with the done words
   // every rank's part), and in the hosts' barriers (us).
   double drain_us() const { return drain_us_; }
+  // When this rank's latest part was enqueued, the write of its done word included (the phase
+  // trace's "c_enq").
+  std::chrono::steady_clock::time_point enqueued_at() const { return enqueued_at_; }
   double barrier_us() const { return barrier_us_; }
   // A barrier of the team's hosts.
   void barrier(const char* what);
@@ -147,6 +152,12 @@ class SliceRunner {
   // Ends a started run that will not complete (a peer died, a wait timed out): lets this
   // rank's streams past every wait on the other ranks and waits for them.
   void abandon();
+  // Whether `ready` turns true while this rank's host polls without yielding its core: the
+  // first stage of every wait on the other ranks or the GPUs (see spin_).
+  template <class Ready>
+  bool ready_soon(Ready&& ready) const {
+    return ipc::ready_within(spin_, ready);
+  }
   // Throws when a rank of the team is gone (check_peers given at construction).
   void check_peers() const {
     if (check_peers_) check_peers_();
@@ -170,8 +181,15 @@ class SliceRunner {
   uint64_t exchanges_ = 0;
   uint32_t* dev_flags_ = nullptr;  // the flag words as streams address them (register_host)
   double drain_us_ = 0, barrier_us_ = 0;
+  std::chrono::steady_clock::time_point enqueued_at_{};
   struct Inflight;  // the started run (start/poll)
   std::unique_ptr<Inflight> inflight_;
+  // How long a wait polls before its Waiter, which soon yields the core (ready_soon): a
+  // collective's wait lasts about its GPU part, tens of microseconds at the sizes where a
+  // call's host path shows, up to a few hundred at 64 MB, and a yield adds a trip through the
+  // scheduler to its end. Zero where the node has fewer cores than the team has ranks (the
+  // emulated CI node): there a rank that polls holds a core another rank needs.
+  std::chrono::steady_clock::duration spin_{};
   const std::string watch_enqueue_, watch_gpu_;  // the watches' names, made once
 
   // The hosts' barrier in two halves: arrive() returns the barrier's number, arrived() is

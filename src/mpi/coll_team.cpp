@@ -12,6 +12,7 @@
 #include "common/log.hpp"
 #include "common/text_file.hpp"
 #include "ipc/wait.hpp"
+#include "p2p/trace.hpp"
 #include "topology/topology.hpp"
 
 namespace gpustripe::mpi {
@@ -56,6 +57,28 @@ struct CollTeam::RankInfo {
   uint32_t blocks = 0;  // CollCall::send_at and the rest, where the call has them
   uint64_t send_at[CollCall::kMaxBlocks] = {}, send_len[CollCall::kMaxBlocks] = {}, recv_len[CollCall::kMaxBlocks] = {};
 };
+
+// Whether two calls' messages are the same, field by field (their padding is not).
+bool CollTeam::same_messages(const std::vector<RankInfo>& a, const std::vector<RankInfo>& b) {
+  if (a.size() != b.size()) return false;
+  auto same_desc = [](const Desc& x, const Desc& y) {
+    const Backend::IpcMemHandle &h = x.handle, &k = y.handle;
+    return x.present == y.present && x.base == y.base && x.offset == y.offset && h.device == k.device &&
+           h.kind == k.kind && h.base == k.base && h.size == k.size && h.buffer_id == k.buffer_id &&
+           h.share_id == k.share_id && std::memcmp(h.bytes, k.bytes, sizeof h.bytes) == 0;
+  };
+  for (size_t r = 0; r < a.size(); ++r) {
+    const RankInfo &x = a[r], &y = b[r];
+    if (x.eligible != y.eligible || x.device != y.device || x.blocks != y.blocks || !same_desc(x.send, y.send) ||
+        !same_desc(x.recv, y.recv) || !same_desc(x.scratch, y.scratch))
+      return false;
+    const size_t n = std::min<size_t>(x.blocks, CollCall::kMaxBlocks) * sizeof(uint64_t);
+    if (std::memcmp(x.send_at, y.send_at, n) || std::memcmp(x.send_len, y.send_len, n) ||
+        std::memcmp(x.recv_len, y.recv_len, n))
+      return false;
+  }
+  return true;
+}
 
 CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::Bootstrap> boot,
                    std::vector<int> channel_rank)
@@ -372,6 +395,26 @@ struct CollTeam::Pending {
   bool launched = false;  // this rank's part started on the runner
 };
 
+// The phase trace (GPUSTRIPE_P2P_TRACE, p2p/trace.hpp) of a call up to its part's enqueue: keyed
+// by (rank, the exchange's call number, form: 0 blocking, 1 nonblocking), as every rank numbers
+// the calls alike. coll_in: the interposer got the call; coll_pre: the team got it (lookup
+// done); coll_post: its message goes into the exchange; coll_all: every rank's message seen;
+// coll_prog: the mappings and the Program ready; coll_enq: this rank's part enqueued. Then
+// coll_done (every rank's done word seen) and coll_ret (returning to the program; for a
+// nonblocking call, its request seen complete by a wait or test).
+void CollTeam::trace_launch(const CollCall& call, const Entry& e, std::chrono::steady_clock::time_point prog,
+                            bool nonblocking) const {
+  if (!p2p::trace_on()) return;
+  const uint64_t form = nonblocking ? 1 : 0;
+  if (call.entered != std::chrono::steady_clock::time_point{})
+    p2p::trace_at(call.entered, "coll_in", rank_, e.posted, form, call.bytes);
+  p2p::trace_at(e.t0, "coll_pre", rank_, e.posted, form, call.bytes);
+  p2p::trace_at(e.t1, "coll_post", rank_, e.posted, form, call.bytes);
+  p2p::trace_at(e.t2, "coll_all", rank_, e.posted, form, call.bytes);
+  p2p::trace_at(prog, "coll_prog", rank_, e.posted, form, call.bytes);
+  p2p::trace_at(runner_->enqueued_at(), "coll_enq", rank_, e.posted, form, call.bytes);
+}
+
 bool CollTeam::run(const CollCall& call) {
   // A call that failed half way leaves the team's flags and peers in no known state (a
   // peer died, or flags were released for streams that waited on it): every later call
@@ -396,7 +439,7 @@ bool CollTeam::run(const CollCall& call) {
     Entry e;
     enter(call, e);
     auto collected = [&] { return runner_->collect(e.posted, sizeof(RankInfo), e.all.data()); };
-    if (!ipc::ready_within_polls(collected)) {
+    if (!runner_->ready_soon(collected)) {
       ipc::Waiter w(format("collective entry: rank %d waiting for the other ranks to call it", rank_),
                     [this] { runner_->check_peers(); });
       while (!collected()) w.pause();
@@ -404,6 +447,7 @@ bool CollTeam::run(const CollCall& call) {
     e.t2 = std::chrono::steady_clock::now();
     if (!launch(call, e, false)) return false;
     if (call.after) call.after();
+    p2p::trace("coll_ret", rank_, e.posted, 0, call.bytes);
     return true;
   } catch (const Error& e) {
     failed_ = e.status();
@@ -434,6 +478,9 @@ std::shared_ptr<CollPending> CollTeam::start(CollCall call, std::function<int()>
     throw;
   }
   std::shared_ptr<CollPending> state = p->state;
+  state->rank = rank_;
+  state->call = p->entry.posted;
+  state->bytes = p->call.bytes;
   pending_ = std::move(p);
   ++g_pending_calls;
   // The last rank to start finds every handle there: its part goes to the GPUs now. So does a
@@ -475,6 +522,7 @@ void CollTeam::progress() {
       p.launched = true;
     }
     if (runner_->started() && !runner_->poll()) return;
+    p2p::trace("coll_done", rank_, p.entry.posted, 1, p.call.bytes);
     std::unique_ptr<Pending> done = take_pending();
     if (done->call.after) done->call.after();
     done->state->served = true;
@@ -644,27 +692,11 @@ void CollTeam::enter(const CollCall& call, Entry& e) {
   e.posted = runner_->post(&mine, sizeof mine);
 }
 
-bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
-  using Clock = std::chrono::steady_clock;
-  auto us = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
+const CollTeam::Cached* CollTeam::resolve(const CollCall& call, Entry& e, coll::Program& built, bool* build_now) {
   const std::vector<RankInfo>& all = e.all;
   coll::Team& team = e.team;
-  for (const RankInfo& ri : all)
-    if (!ri.eligible) return false;
-  // Senders' layouts: every rank checks every pair alike, so all agree.
-  if (!call.send_at.empty()) {
-    for (int i = 0; i < n_; ++i) {
-      if (all[i].blocks != static_cast<uint32_t>(n_)) return false;
-      for (int j = 0; j < n_; ++j)
-        if (all[i].send_len[j] != all[j].recv_len[i]) return false;
-    }
-  }
-  // Test hook (tests/mpi/mpi_coll_kill.c): die where the others already run the call.
-  if (g_die_in_next.load()) raise(SIGKILL);
-
-  // 3. This process's view of every rank's buffers, the program, this rank's part. Mapping
-  //    another allocation may close an older mapping (the cache's capacity, a stale entry): no
-  //    stream-ordered call may be using it then.
+  // Mapping another allocation may close an older mapping (the cache's capacity, a stale entry):
+  // no stream-ordered call may be using it then.
   {
     std::string names;
     for (int r = 0; r < n_; ++r)
@@ -714,11 +746,8 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
     }
   }
   auto cached = prog_key.empty() ? programs_.end() : programs_.find(prog_key);
-  coll::Program built(n_);
-  const coll::Program* prog = nullptr;
-  const coll::CrossSlots* slots = nullptr;
-  const bool build_now = cached == programs_.end();
-  if (build_now) {
+  *build_now = cached == programs_.end();
+  if (*build_now) {
     call.build(built, team, send, recv, scratch, e.choice);
     for (int r = 0; r < n_; ++r)
       GS_REQUIRE(scratch.wanted(r) == 0 || scratch.wanted(r) <= all[r].scratch.handle.size - all[r].scratch.offset,
@@ -729,27 +758,72 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
                  GPUSTRIPE_ERR_INTERNAL, "%s: a schedule with host staging across processes", call.name);
     GS_LOG_DEBUG(Subsys::Mpi, "%s %zu bytes on %d ranks: %s; rank %d runs its part of %s", call.name, call.bytes, n_,
                  e.choice.describe().c_str(), rank_, built.summary().c_str());
-    prog = &built;
-    if (!prog_key.empty()) {
-      if (programs_.size() >= kProgramsKept) programs_.clear();
-      coll::CrossSlots cs = coll::cross_slots(built);
-      cached = programs_.emplace(prog_key, Cached{std::move(built), std::move(cs)}).first;
+    if (prog_key.empty()) return nullptr;
+    if (programs_.size() >= kProgramsKept) programs_.clear();
+    coll::CrossSlots cs = coll::cross_slots(built);
+    cached = programs_.emplace(prog_key, Cached{std::move(built), std::move(cs)}).first;
+  }
+  return &cached->second;
+}
+
+bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
+  using Clock = std::chrono::steady_clock;
+  auto us = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
+  const std::vector<RankInfo>& all = e.all;
+  for (const RankInfo& ri : all)
+    if (!ri.eligible) return false;
+  // Senders' layouts: every rank checks every pair alike, so all agree.
+  if (!call.send_at.empty()) {
+    for (int i = 0; i < n_; ++i) {
+      if (all[i].blocks != static_cast<uint32_t>(n_)) return false;
+      for (int j = 0; j < n_; ++j)
+        if (all[i].send_len[j] != all[j].recv_len[i]) return false;
     }
   }
-  if (cached != programs_.end()) {
-    prog = &cached->second.prog;
-    slots = &cached->second.slots;
+  // Test hook (tests/mpi/mpi_coll_kill.c): die where the others already run the call.
+  if (g_die_in_next.load()) raise(SIGKILL);
+
+  // 3. This process's view of every rank's buffers, the program, this rank's part: the same
+  //    call as the last one (its shape, every rank's message, this rank's scratch, and no
+  //    mapping closed since) maps the same addresses and builds the same Program, so it takes
+  //    both as they were without a lookup.
+  ipc::HandleCache* cache = ep_.handle_cache();
+  // Read before this call maps anything: a mapping that its own lookup closes (a cache too small
+  // for the call) sends the next call the long way too.
+  const uint64_t closed = cache ? cache->closed() : 0;
+  coll::Program built(n_);
+  const coll::Program* prog = nullptr;
+  const coll::CrossSlots* slots = nullptr;
+  bool build_now = false, keyed = true;
+  if (last_.cached && !e.shape_key.empty() && last_.closed == closed && last_.scratch == scratch_.p &&
+      last_.scratch_bytes == scratch_.bytes && last_.shape_key == e.shape_key && same_messages(last_.all, all)) {
+    prog = &last_.cached->prog;
+    slots = &last_.cached->slots;
+  } else {
+    const Cached* c = resolve(call, e, built, &build_now);
+    keyed = c != nullptr;
+    prog = c ? &c->prog : &built;
+    slots = c ? &c->slots : nullptr;
+    last_ = Last{};
+    if (c) last_ = Last{c, e.shape_key, all, closed, scratch_.p, scratch_.bytes};
   }
   const Clock::time_point t3 = Clock::now();
   // Nonblocking: this rank's part goes to its streams and the call returns; a program the
   // runner cannot start so (Barrier ops) runs here, to its end.
   // A call with others pending in this process holds its waits for other ranks on the host.
-  if (async && runner_->start(*prog, call.device, slots, g_pending_calls.load() > 1)) return true;
-  if (prog_key.empty()) {
+  if (async && runner_->start(*prog, call.device, slots, g_pending_calls.load() > 1)) {
+    trace_launch(call, e, t3, true);
+    return true;
+  }
+  if (!keyed) {
     run_part(call, e.ordered, *prog, coll::cross_slots(*prog));
     return true;
   }
   if (run_part(call, e.ordered, *prog, *slots)) ++times_.ordered;
+  if (p2p::trace_on()) {
+    trace_launch(call, e, t3, false);
+    p2p::trace("coll_done", rank_, e.posted, 0, call.bytes);
+  }
   ++times_.calls;
   if (build_now) ++times_.built;
   if (call.entered != Clock::time_point{}) times_.lookup += us(call.entered, e.t0);

@@ -97,6 +97,10 @@ struct CollPending {
   bool served = false;
   int mpi_rc = 0;
   std::exception_ptr error;
+  // The call in the phase trace (p2p/trace.hpp): this rank, the exchange's call number, its size.
+  int rank = -1;
+  uint64_t call = 0;
+  size_t bytes = 0;
 };
 
 // What advances every pending nonblocking call of this process, on every team (the MPI
@@ -190,6 +194,9 @@ class CollTeam {
   // runner can), false when some rank cannot take this path.
   void enter(const CollCall& call, Entry& e);
   bool launch(const CollCall& call, Entry& e, bool async);
+  // Stamps the call's phases up to its enqueue in the phase trace, where it is on.
+  void trace_launch(const CollCall& call, const Entry& e, std::chrono::steady_clock::time_point prog,
+                    bool nonblocking) const;
   // Ends the pending call with an error and fails the team.
   void abandon(std::exception_ptr why, Status status, const std::string& what);
   // Ends the pending call's time on the team (the process's count of pending calls).
@@ -230,6 +237,19 @@ class CollTeam {
     coll::CrossSlots slots;  // its dependencies between ranks (the flags' numbering)
   };
   std::map<std::string, Cached> programs_;
+  // The last call's Program (launch's shortcut for a call like it): what it was resolved from.
+  struct Last {
+    const Cached* cached = nullptr;  // in programs_ (reset whenever programs_ is cleared)
+    std::string shape_key;
+    std::vector<RankInfo> all;       // every rank's message
+    uint64_t closed = 0;             // the mapping cache's closed() then
+    const char* scratch = nullptr;   // this rank's scratch then
+    size_t scratch_bytes = 0;
+  } last_;
+  // The mappings and the Program of a call whose messages are in e.all (mapped and built, or
+  // found in programs_); null for a call without a shape, whose Program is then in `built`.
+  const Cached* resolve(const CollCall& call, Entry& e, coll::Program& built, bool* build_now);
+  static bool same_messages(const std::vector<RankInfo>& a, const std::vector<RankInfo>& b);
   struct Times {  // host time of the calls served with a cached Program (us, summed)
     uint64_t calls = 0, ordered = 0, built = 0;
     double lookup = 0, prepare = 0, exchange = 0, map = 0, run = 0;

@@ -49,7 +49,9 @@ struct CollState {
 
 // The team of a node-local communicator, made at its first collective; null otherwise.
 CollTeam* team_for(Runtime& rt, MPI_Comm comm) {
-  if (!kColl.get()) return nullptr;
+  // Read once: a setting's read scans the environment, on every call's path.
+  static const bool on = kColl.get();
+  if (!on) return nullptr;
   std::shared_ptr<const CommInfo> ci = rt.comm(comm);
   if (!ci || ci->has_remote) return nullptr;
   if (!rt.coll_state) {

@@ -26,6 +26,7 @@
 #include "mpi/coll_staged.hpp"
 #include "mpi/coll_team.hpp"
 #include "mpi/interpose.hpp"
+#include "p2p/trace.hpp"
 
 namespace gpustripe::mpi {
 namespace {
@@ -57,6 +58,7 @@ class PendingOp : public Op {
   }
   bool test(MPI_Status* st, int* err) override {
     if (!ready()) return false;
+    if (p_->served) p2p::trace("coll_ret", p_->rank, p_->call, 1, p_->bytes);
     int rc = p_->served ? MPI_SUCCESS : p_->mpi_rc;
     if (p_->error) {
       try {

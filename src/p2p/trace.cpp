@@ -15,8 +15,9 @@ namespace gpustripe::p2p {
 namespace {
 
 const StringSetting kTrace{"GPUSTRIPE_P2P_TRACE", "",
-                           "Directory for a phase trace of p2p messages (p2p-trace-<pid>.txt per process, "
-                           "bench/mpi/p2p_trace_summary.py reads them); empty: no trace"};
+                           "Directory for a phase trace of p2p messages and interposed collectives (p2p-trace-<pid>.txt "
+                           "per process; bench/mpi/p2p_trace_summary.py and coll_trace_summary.py read them); "
+                           "empty: no trace"};
 
 struct Event {
   int64_t ns;
@@ -45,9 +46,13 @@ bool trace_on() {
 
 void trace(const char* phase, int sender, uint64_t send_id, uint64_t recv_id, uint64_t bytes) {
   if (!trace_on()) return;
-  int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                   std::chrono::steady_clock::now().time_since_epoch())
-                   .count();
+  trace_at(std::chrono::steady_clock::now(), phase, sender, send_id, recv_id, bytes);
+}
+
+void trace_at(std::chrono::steady_clock::time_point t, const char* phase, int sender, uint64_t send_id,
+              uint64_t recv_id, uint64_t bytes) {
+  if (!trace_on()) return;
+  int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
   State& s = state();
   std::lock_guard<std::mutex> l(s.mu);
   s.events.push_back(Event{ns, phase, sender, send_id, recv_id, bytes});

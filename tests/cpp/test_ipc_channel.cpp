@@ -104,6 +104,25 @@ TEST(IpcChannel, SilentPeerTimesOut) {
   EXPECT_EQ(res[1].code, 0);
 }
 
+// ready_within polls past ready_within_polls' few polls for as long as it is given, and no
+// longer than until `ready` says so; given nothing, it is ready_within_polls.
+TEST(IpcWait, ReadyWithinPollsUntilReadyOrItsTimeIsUp) {
+  int polls = 0;
+  auto on_poll = [&](int n) { return [&polls, n] { return ++polls >= n; }; };
+  const int late = 10 * kPollsBeforeWaiter;
+  EXPECT_TRUE(ready_within(std::chrono::seconds(60), on_poll(late)));
+  EXPECT_EQ(polls, late);
+  polls = 0;
+  EXPECT_FALSE(ready_within(std::chrono::steady_clock::duration::zero(), on_poll(late)));
+  EXPECT_EQ(polls, kPollsBeforeWaiter);
+  polls = 0;
+  EXPECT_FALSE(ready_within(std::chrono::microseconds(200), [&polls] {
+    ++polls;
+    return false;
+  }));
+  EXPECT_GE(polls, 2 * kPollsBeforeWaiter);  // polled on past the first few
+}
+
 TEST(IpcChannel, RankAttachedTwiceOrOutOfRangeIsRejected) {
   std::string name = unique_shm_name("test");
   ShmSegment seg = Channel::create_segment(name, 2);

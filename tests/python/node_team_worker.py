@@ -120,7 +120,8 @@ def main() -> None:
                       np.maximum.reduce(np.stack(ins)))
             else:
                 checks.append({"op": f"reduce root {root} {n}", "ok": bool(served), "served": bool(served)})
-    # The same buffers again and again: nothing is mapped anew (the mapping cache serves them).
+    # The same buffers again and again: nothing is mapped anew (a call like the last one takes its
+    # mappings as they were, without asking the mapping cache).
     x = put(data(rank, 4096, "float32", 99))
     y = dbuf(4096 * 4)
     team.allreduce(x, y, 4096, "float32", "sum")
@@ -129,7 +130,7 @@ def main() -> None:
         team.allreduce(x, y, 4096, "float32", "sum")
     after = team.mapping_stats()
     checks.append({"op": "repeated calls map nothing new", "served": True,
-                   "ok": after["misses"] == before["misses"] and after["hits"] > before["hits"]})
+                   "ok": after["misses"] == before["misses"]})
     # A training step's calls, each on its own buffers (FSDP: a gather and a reduce-scatter per
     # shard unit), cycled: past the first step, every call finds its Program in the team's cache.
     step = 40

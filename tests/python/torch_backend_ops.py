@@ -193,7 +193,8 @@ def main() -> None:
     dist.all_reduce(c)
     check("cpu all_reduce (gloo)", c, torch.full((5,), float(n * (n + 1) // 2)))
     dist.barrier()
-    # the same buffers again and again: mapped once, the program reused
+    # the same buffers again and again: mapped once, the program reused (a call like the last one
+    # does not even ask the mapping cache)
     x = data((1 << 20,), torch.float32, 5)
     for i in range(20):
         if i == 3:  # the allocator's blocks for these clones exist by now
@@ -201,8 +202,7 @@ def main() -> None:
         a = x.clone()
         dist.all_reduce(a)
     after = pg.mapping_stats()
-    checks.append({"check": "repeated all_reduce maps nothing new",
-                   "ok": after["misses"] == before["misses"] and after["hits"] > before["hits"]})
+    checks.append({"check": "repeated all_reduce maps nothing new", "ok": after["misses"] == before["misses"]})
     b = x.clone()
     dist.all_reduce(b, group=nccl)
     check("all_reduce repeated on cached segments", a, b, 1e-5)
