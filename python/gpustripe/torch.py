@@ -200,9 +200,9 @@ class _Work(dist.Work):
     reducer chains its bucket's end on it): CUDA-aware, marked on the team's stream. Made from
     C++ callers too (c10d keeps the Python object alive beside the work it hands on)."""
 
-    def __init__(self, mem, dev, result):
+    def __init__(self, mem, dev, result, ticket: int):
         super().__init__()
-        self._mem, self._dev, self._result, self._fut = mem, dev, result, None
+        self._mem, self._dev, self._result, self._fut, self._ticket = mem, dev, result, None, ticket
 
     def wait(self, timeout=None) -> bool:
         self._mem.wait(self._dev)
@@ -215,6 +215,10 @@ class _Work(dist.Work):
 
     def result(self):
         return self._result
+
+    def is_completed(self) -> bool:
+        """Whether the GPUs are past the call (asked from Python; no host wait)."""
+        return self._mem.past(self._ticket)
 
 
 class _End:
@@ -230,6 +234,7 @@ class _End:
     def __init__(self, team, lock):
         self.team, self.lock = team, lock
         self._held: collections.deque = collections.deque()  # (tensors, keep) per call in flight, oldest first
+        self._marked = 0  # calls marked so far: a call's ticket is its number among them
         self.closed = False
 
     def done(self, tensors, result, dev, after, keep=()) -> dist.Work:
@@ -246,10 +251,20 @@ class _End:
             for _ in range(self.team.mark(index)):
                 self._held.popleft()
             self._held.append((tensors, keep))
-        return _Work(self, dev, result)
+            self._marked += 1
+        return _Work(self, dev, result, self._marked - 1)
+
+    def past(self, ticket: int) -> bool:
+        """Whether the GPUs are past the call of this ticket (done()'s)."""
+        with self.lock:
+            if not self.closed:
+                self.release()
+            return self.closed or ticket < self._marked - len(self._held)
 
     def release(self) -> None:
         """Lets go of the tensors of the calls the team's streams are past."""
+        if not self._held:
+            return  # nothing to ask the team (blocking calls only)
         for _ in range(self.team.marks_passed()):
             self._held.popleft()
 

@@ -154,17 +154,19 @@ def test_an_asynchronous_end_creates_no_event_and_switches_no_stream(cuda, log):
 def test_tensors_held_until_the_team_says_the_gpus_are_past(cuda, log):
     mem = mem_of(log)
     ts = [torch.ones(2) for _ in range(4)]
-    for t in ts[:3]:
-        mem.done([t], None, DEV, None)
+    works = [mem.done([t], None, DEV, None) for t in ts[:3]]
     assert [h[0][0] for h in mem._held] == ts[:3]  # none past: each call holds its tensors
+    assert not any(w.is_completed() for w in works)
     mem.team.past = 2
-    mem.done([ts[3]], None, DEV, None)
+    works.append(mem.done([ts[3]], None, DEV, None))
     assert [h[0][0] for h in mem._held] == ts[2:]  # the two oldest let go of, oldest first
+    assert [w.is_completed() for w in works] == [True, True, False, False]
     mem.team.past = 3
     mem.release()  # what a blocking call does: asks the team, no mark
     assert [h[0][0] for h in mem._held] == ts[3:]
     mem.close()
     assert not mem._held and log[-1] == ("settle",)
+    assert all(w.is_completed() for w in works)
     n = len(log)
     mem.wait(DEV)  # closed: every call ended, nothing to join
     assert len(log) == n
