@@ -306,9 +306,6 @@ class _CudaMem(_End):
             e = self._ends[index] = (s, (s.stream_id, s.device_index, s.device_type))
         return e
 
-    def end_stream(self, dev: torch.device):
-        return self._end(dev.index)[0]
-
     @staticmethod
     def stream(t: torch.Tensor) -> int:
         return _CudaMem.raw_stream(t.get_device())
@@ -552,7 +549,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         i = t.get_device()
         if i in self._unjoined:
             self._unjoined.discard(i)
-            torch.cuda.current_stream(t.device).wait_stream(self._mem.end_stream(t.device))
+            if self._mem is not None:  # none: the team ended, after every call it ran
+                self._mem.wait(t.device)  # in C++, an event of the team's: no torch event or Stream object
 
     def _delegated_to(self, kind: tuple, t: torch.Tensor):
         """The backend the calibration gave this kind of call to; None: the call takes the full path

@@ -203,3 +203,24 @@ def test_what_finishes_a_call_runs_on_the_teams_stream_before_its_mark(cuda, log
     assert cuda.device == 0 and cuda.current == {0: (9, 0, 1), 1: CALLER_STREAM}
     # the collective itself was enqueued: its tensors are held until its mark passes
     assert log[-1] == ("mark", 1) and mem._held[-1][0] == [held]
+
+
+def test_a_call_handed_to_nccl_after_native_ones_joins_in_cpp(cuda, log):
+    """NCCL's call starts after the native calls before it: the caller's stream joins the team's
+    once (one C++ call, the team's event), no torch event or Stream object."""
+
+    class Group:
+        _join = gt.ProcessGroupGpustripe._join
+
+    class T:  # a CUDA tensor of device 1 as _join sees it
+        device = DEV
+
+        @staticmethod
+        def get_device():
+            return 1
+
+    g = Group()
+    g._unjoined, g._mem = {1}, mem_of(log)
+    g._join(T())
+    g._join(T())  # joined already: nothing more until the next native call
+    assert log == [("join", 1, CALLER_RAW)] and cuda.events == 0 and cuda.switches == 0
