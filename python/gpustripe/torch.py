@@ -16,8 +16,9 @@ them through c10d's dispatch).
 
 Stream ordering: a native collective is enqueued behind the tensor's current stream and
 ahead of its later work, from C++ with the GIL released and no host wait (the team's
-stream-ordered calls: src/mpi/coll_ordered.cpp); the work's future is CUDA-aware, so
-``wait()`` orders the caller's current stream after it, as NCCL's does. A blocking call
+stream-ordered calls: src/mpi/coll_ordered.cpp); the work's ``wait()`` orders the caller's
+current stream after it, as NCCL's does, and its future (made where torch asks for one) is
+CUDA-aware. The call's end is marked in C++, its tensors held until that mark has passed. A blocking call
 (``async_op=False``) has the caller's stream join its end instead and returns no work.
 Buffers are exported and mapped once per allocation (PyTorch's caching allocator hands
 back the same segments; expandable segments included).
@@ -114,11 +115,15 @@ else:  # older torch: the reduceOp is the type itself
         return t, _OPS.get(t)
 
 
-def _done(result) -> dist.Work:
+def _done_future(result):
     # torch._C.Future, not torch.futures.Future: the same future without its Python layer.
     fut = torch._C.Future([])
     fut.set_result(result)
-    return _create_work_from_future(fut)
+    return fut
+
+
+def _done(result) -> dist.Work:
+    return _create_work_from_future(_done_future(result))
 
 
 def _blocking(opts) -> bool:
@@ -188,17 +193,111 @@ class _Calibration:
         return self.native
 
 
-class _CudaMem:
+class _Work(dist.Work):
+    """An asynchronous native call's work. wait() orders the waiting device's current stream after
+    the call, as NCCL's does: the stream joins the team's (NodeTeam.join: an event of the team's,
+    reused), no host wait. The future is made only where torch asks for one (get_future: DDP's
+    reducer chains its bucket's end on it): CUDA-aware, marked on the team's stream. Made from
+    C++ callers too (c10d keeps the Python object alive beside the work it hands on)."""
+
+    def __init__(self, mem, dev, result, ticket: int):
+        super().__init__()
+        self._mem, self._dev, self._result, self._fut, self._ticket = mem, dev, result, None, ticket
+
+    def wait(self, timeout=None) -> bool:
+        self._mem.wait(self._dev)
+        return True
+
+    def get_future(self):
+        if self._fut is None:
+            self._fut = self._mem.future(self._dev, self._result)
+        return self._fut
+
+    def result(self):
+        return self._result
+
+    def is_completed(self) -> bool:
+        """Whether the GPUs are past the call (asked from Python; no host wait)."""
+        return self._mem.past(self._ticket)
+
+
+class _End:
+    """The end of the native calls of one team: an asynchronous call's tensors are held until the
+    GPUs are past it (its end marked in C++ on the team's stream: NodeTeam.mark, events reused once
+    passed, and the held calls past let go of at the next mark, oldest first), and its work
+    (_Work). Not record_stream: the caching allocator would then record events on the team's
+    stream whenever such a block is freed, also after the team (and its streams) closed, at the
+    process's exit (a CUDA error and an abort in the allocator). Subclasses say how the team's
+    stream is made the current one (for what finishes a call, and a future) and which stream a
+    wait() joins."""
+
+    def __init__(self, team, lock):
+        self.team, self.lock = team, lock
+        self._held: collections.deque = collections.deque()  # (tensors, keep) per call in flight, oldest first
+        self._marked = 0  # calls marked so far: a call's ticket is its number among them
+        self.closed = False
+
+    def done(self, tensors, result, dev, after, keep=()) -> dist.Work:
+        """The end of an asynchronous call enqueued on the team's stream of `dev`: `after()` (what
+        finishes it: divisions, copies) there too, the tensors (and `keep`, what after() writes)
+        held until the team's stream is past both. Called under the group's lock."""
+        index = self.index_of(dev)
+        try:
+            if after is not None:
+                self.on_team_stream(index, after)
+        finally:
+            # The caller may free these tensors before the collective ends: held until the mark
+            # made now has passed (also when after() raised: the collective itself was enqueued).
+            for _ in range(self.team.mark(index)):
+                self._held.popleft()
+            self._held.append((tensors, keep))
+            self._marked += 1
+        return _Work(self, dev, result, self._marked - 1)
+
+    def past(self, ticket: int) -> bool:
+        """Whether the GPUs are past the call of this ticket (done()'s)."""
+        with self.lock:
+            if not self.closed:
+                self.release()
+            return self.closed or ticket < self._marked - len(self._held)
+
+    def release(self) -> None:
+        """Lets go of the tensors of the calls the team's streams are past."""
+        if not self._held:
+            return  # nothing to ask the team (blocking calls only)
+        for _ in range(self.team.marks_passed()):
+            self._held.popleft()
+
+    def close(self) -> None:
+        """Waits for every call to end and lets go of their tensors (before the team closes)."""
+        with self.lock:
+            try:
+                self.team.settle()
+            finally:
+                # The works of past calls keep this object: not the team, which ends with the group's.
+                self._held.clear()
+                self.closed, self.team = True, None
+
+    def wait(self, dev) -> None:
+        with self.lock:
+            if not self.closed:  # closed: every call has ended
+                self.join(self.index_of(dev))
+
+    def future(self, dev, result):
+        with self.lock:
+            if self.closed:
+                return self.completed(dev, result, None)
+            return self.completed(dev, result, self.index_of(dev))
+
+
+class _CudaMem(_End):
     """CUDA tensors: their own memory. A call starts after the caller's current stream's work
     and ends on the team's stream of the device (calls_stream), where what finishes it (after())
     runs too; the caller's stream goes on, and the work's wait() joins it, as NCCL's does."""
 
-    def __init__(self, team):
-        self.team = team
+    def __init__(self, team, lock):
+        super().__init__(team, lock)
         self._ends: dict = {}  # device index -> (the team's stream there, its (id, device, type))
-        # (event on the team's stream, what the call reads or writes), oldest first: see done().
-        self._held: collections.deque = collections.deque()
-        self._marks: list = []  # events of calls already past, recorded again by later calls
 
     def _end(self, index: int):
         e = self._ends.get(index)
@@ -207,15 +306,16 @@ class _CudaMem:
             e = self._ends[index] = (s, (s.stream_id, s.device_index, s.device_type))
         return e
 
-    def end_stream(self, dev: torch.device):
-        return self._end(dev.index)[0]
-
     @staticmethod
     def stream(t: torch.Tensor) -> int:
+        return _CudaMem.raw_stream(t.get_device())
+
+    @staticmethod
+    def raw_stream(index: int) -> int:
         # The raw handle, no Stream object. torch's default stream is handle 0, the legacy
         # default stream; to the team 0 means no stream at all: name it as the CUDA runtime's
         # constant for it (cudaStreamLegacy).
-        return torch._C._cuda_getCurrentRawStream(t.get_device()) or 1
+        return torch._C._cuda_getCurrentRawStream(index) or 1
 
     @staticmethod
     def ptrs(ts) -> list:
@@ -227,60 +327,56 @@ class _CudaMem:
         return t.device.index
 
     @staticmethod
+    def index_of(dev: torch.device) -> int:
+        return dev.index
+
+    @staticmethod
     def finish(ts) -> None:
         pass
 
-    def done(self, tensors, result, dev, after, keep=()) -> dist.Work:
-        index = dev.index
-        o, o_ids = self._end(index)
-        self.release()
-        # The team's stream is the device's current one for what follows (after()'s kernels, the
-        # future's mark): set by its ids, as torch.cuda.StreamContext sets it, without building
-        # Stream objects and device objects on every call.
+    def on_team_stream(self, index: int, fn):
+        """fn() with the team's stream of device `index` the current one (its kernels enqueued
+        there), set by its ids as torch.cuda.StreamContext sets it, without building Stream and
+        device objects; the caller's stream and device given back, also when fn raises."""
         here = torch._C._cuda_getDevice()
         prev = torch._C._cuda_getCurrentStream(index)
-        torch._C._cuda_setStream(*o_ids)  # also makes `index` the current device
+        torch._C._cuda_setStream(*self._end(index)[1])  # also makes `index` the current device
         try:
-            # The caller may free these tensors before the collective ends: they are held here
-            # until the team's stream is past this point, so the caching allocator cannot hand
-            # their blocks out early. Not record_stream: the allocator would then record events on
-            # the team's stream whenever such a block is freed, also after the team (and its
-            # streams) closed, at the process's exit (a CUDA error and an abort in the allocator).
-            mark = self._marks.pop() if self._marks else torch.cuda.Event()
-            mark.record(o)
-            self._held.append((mark, tensors, keep))
-            if after is not None:
-                after()
-            # CUDA-aware: marks the team's stream here; wait() makes the waiter's current
-            # stream (and the callbacks DDP chains on the future) wait for that mark.
-            fut = torch._C.Future([dev])
-            fut.set_result(result)
+            return fn()
         finally:
             torch._C._cuda_setStream(*prev)
             if here != index:
                 torch._C._cuda_setDevice(here)
-        return _create_work_from_future(fut)
 
-    def release(self) -> None:
-        """Lets go of the tensors of the calls the team's streams are past."""
-        while self._held and self._held[0][0].query():
-            self._marks.append(self._held.popleft()[0])
+    def join(self, index: int) -> None:
+        # The current stream's handle names the current device's default stream where it is the
+        # legacy one: the join runs with `index` current.
+        if torch._C._cuda_getDevice() == index:
+            self.team.join(index, self.raw_stream(index))
+        else:
+            with torch.cuda.device(index):
+                self.team.join(index, self.raw_stream(index))
 
-    def close(self) -> None:
-        """Waits for every call to end and lets go of their tensors (before the team closes)."""
-        for mark, _, _ in self._held:
-            mark.synchronize()
-        self._held.clear()
-        self._marks.clear()
+    def completed(self, dev, result, index):
+        """A CUDA-aware future holding `result`, marked on the team's stream of `index` (None: on
+        the current stream; the team closed, every call ended)."""
+        def make():
+            fut = torch._C.Future([dev])
+            fut.set_result(result)
+            return fut
+
+        return make() if index is None else self.on_team_stream(index, make)
 
 
-class _EmulatedMem:
+class _EmulatedMem(_End):
     """Test only (_test_emulate_cpu): CPU tensors staged through the emulated devices' memory,
     the call ordered on a stream of the team's own and settled before the results are
-    read back."""
+    read back. Its end is the CUDA one's (the mark in C++ and the tensors held, the work) with the
+    team's emulated stream for the caller's."""
 
-    def __init__(self, team, dev: int):
-        self.team, self.ctx, self.dev, self.held = team, team.context, dev, {}
+    def __init__(self, team, dev: int, lock):
+        super().__init__(team, lock)
+        self.ctx, self.dev, self.staged = team.context, dev, {}
         self._stream = team.stream(dev)
 
     def stream(self, t: torch.Tensor) -> int:
@@ -289,14 +385,17 @@ class _EmulatedMem:
     def index(self, t: torch.Tensor) -> int:
         return self.dev
 
+    def index_of(self, dev) -> int:
+        return self.dev
+
     def ptrs(self, ts) -> list:
         out = []
         for i, t in enumerate(ts):
             n = max(t.numel() * t.element_size(), 1)
             key = (i, n)
-            if key not in self.held:
-                self.held[key] = self.ctx.alloc_device(self.dev, n)
-            p = self.held[key]
+            if key not in self.staged:
+                self.staged[key] = self.ctx.alloc_device(self.dev, n)
+            p = self.staged[key]
             if t.numel():
                 self.ctx.upload(p, self.dev, t.contiguous().view(torch.uint8).numpy().tobytes())
             out.append(p)
@@ -307,20 +406,19 @@ class _EmulatedMem:
         for i, t in enumerate(ts):
             n = t.numel() * t.element_size()
             if n:
-                got = bytearray(self.ctx.download(self.held[(i, max(n, 1))], self.dev, n))
+                got = bytearray(self.ctx.download(self.staged[(i, max(n, 1))], self.dev, n))
                 t.view(torch.uint8).view(-1).copy_(torch.frombuffer(got, dtype=torch.uint8))
 
-    def release(self) -> None:
-        pass
+    @staticmethod
+    def on_team_stream(index: int, fn):
+        return fn()  # the results are read back already (finish): CPU work follows them
 
-    def close(self) -> None:
-        pass
+    def join(self, index: int) -> None:
+        self.team.join(index, self._stream)
 
     @staticmethod
-    def done(tensors, result, dev, after, keep=()) -> dist.Work:
-        if after is not None:
-            after()
-        return _done(result)
+    def completed(dev, result, index):
+        return _done_future(result)
 
 
 class ProcessGroupGpustripe(dist.ProcessGroup):
@@ -408,7 +506,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         # Made at the first native collective, on every rank at the same call.
         if self._team_obj is None:
             self._team_obj = node_team(self._store, self._rank, self._size, prefix="gpustripe/team")
-            self._mem = _EmulatedMem(self._team_obj, self._rank) if self._emulated else _CudaMem(self._team_obj)
+            self._mem = (_EmulatedMem(self._team_obj, self._rank, self._lock) if self._emulated
+                         else _CudaMem(self._team_obj, self._lock))
         return self._team_obj
 
     def _say(self, reason: str) -> None:
@@ -450,7 +549,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         i = t.get_device()
         if i in self._unjoined:
             self._unjoined.discard(i)
-            torch.cuda.current_stream(t.device).wait_stream(self._mem.end_stream(t.device))
+            if self._mem is not None:  # none: the team ended, after every call it ran
+                self._mem.wait(t.device)  # in C++, an event of the team's: no torch event or Stream object
 
     def _delegated_to(self, kind: tuple, t: torch.Tensor):
         """The backend the calibration gave this kind of call to; None: the call takes the full path

@@ -76,6 +76,22 @@ void bind_team(nb::module_& m) {
           nb::arg("stream"),
           "Work enqueued on `stream` (int, of `device`) from now on sees the results of every call made so far, "
           "with no host wait: a blocking call's end on the caller's stream")
+      .def("mark", &NodeTeam::mark, nb::arg("device"),
+           "Marks the end of the calls made so far on `device` (on calls_stream(device)), for a caller that holds "
+           "each call's buffers until the GPUs are past it; returns how many of the earlier marks, oldest first, "
+           "are now passed (the caller lets go of its oldest calls' buffers; this mark is not among them). Events "
+           "are reused once passed")
+      .def("marks_passed", &NodeTeam::marks_passed,
+           "How many more of the oldest marks (mark()) are passed now, counted as mark() counts them")
+      .def(
+          "marks_stats",
+          [](const NodeTeam& t) {
+            nb::dict d;
+            d["in_flight"] = t.marks().in_flight();
+            d["events_created"] = t.marks().events_created();
+            return d;
+          },
+          "mark()'s marks not yet seen passed, and the events created for them so far")
       .def(
           "phase_times",
           [](NodeTeam& t, bool reset) {

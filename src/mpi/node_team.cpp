@@ -36,11 +36,13 @@ NodeTeam::NodeTeam(std::unique_ptr<ipc::Bootstrap> boot) {
   std::vector<int> channel_rank(static_cast<size_t>(b.size()));
   for (int r = 0; r < b.size(); ++r) channel_rank[r] = r;  // the channel was joined in bootstrap order
   team_ = std::make_unique<CollTeam>(*ctx_, *ep_, std::move(boot), std::move(channel_rank));
+  marks_ = std::make_unique<CallMarks>(ctx_->backend());
   GS_LOG_INFO(Subsys::Mpi, "node team: rank %d of %d, %s backend", team_->rank(), team_->size(), ctx_->backend_name());
 }
 
 NodeTeam::~NodeTeam() {
   team_.reset();  // settles the stream-ordered calls first
+  marks_.reset();
   for (auto& [dev, s] : streams_) {
     try {
       ctx_->backend().synchronize_stream(s);

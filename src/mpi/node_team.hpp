@@ -21,6 +21,7 @@
 #include "ipc/bootstrap.hpp"
 #include "ipc/channel.hpp"
 #include "ipc/handle_cache.hpp"
+#include "mpi/call_marks.hpp"
 #include "mpi/coll_team.hpp"
 #include "p2p/endpoint.hpp"
 
@@ -47,6 +48,12 @@ class NodeTeam {
   // Work enqueued on `stream` (of `device`) from now on sees the results of every call made so
   // far, with no host wait (CollTeam::join_calls): a blocking call's end on the caller's stream.
   void join(int device, StreamHandle stream) { team_->join_calls(device, stream); }
+  // Marks the end of the calls made so far on `device` (on calls_stream(device)): a caller that
+  // holds a call's buffers until the GPUs are past it (CallMarks). Returns how many of the
+  // earlier marks, oldest first, are now passed; marks_passed() counts more of them the same way.
+  size_t mark(int device) { return marks_->mark(device, calls_stream(device)); }
+  size_t marks_passed() { return marks_->passed(); }
+  const CallMarks& marks() const { return *marks_; }
   // A stream of this member's own on `dev` to order calls on (callers without a framework's
   // streams: tests); made at the first ask, kept until the team ends.
   StreamHandle stream(int dev);
@@ -81,6 +88,7 @@ class NodeTeam {
   std::unique_ptr<ipc::Channel> ch_;
   std::unique_ptr<p2p::Endpoint> ep_;
   std::unique_ptr<CollTeam> team_;
+  std::unique_ptr<CallMarks> marks_;
   std::map<int, StreamHandle> streams_;
 };
 

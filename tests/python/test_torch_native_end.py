@@ -1,10 +1,12 @@
-"""The end of a native call on CUDA tensors (gpustripe.torch._CudaMem.done), on a machine without
-GPUs: torch's CUDA entry points it uses are replaced by stand-ins that record what they were
-asked. What a call costs on the host there is checked by what it does: it creates no event once
-the calls before it are past (the tensors' hold reuses theirs), builds no Stream object (the
-team's stream is made current by its ids), makes the team's stream current for after() and the
-future, and gives the caller back its stream and device, also when after() raises. Needs torch
-(CPU is enough); skipped without it."""
+"""The end of an asynchronous native call on CUDA tensors (gpustripe.torch._CudaMem.done and its
+work), on a machine without GPUs: torch's CUDA entry points it may use are replaced by stand-ins
+that record what they were asked, and the team by one that records its calls. What a call costs
+on the host there is checked by what it does: no CUDA event created and no stream or device
+switched per call (its end is marked by the team in C++, events reused there), the tensors held
+until the team says the GPUs are past the call, a wait() that joins the waiting device's current
+stream to the team's in one call, a future made only when asked (CUDA-aware, marked on the team's
+stream), what finishes a call run on the team's stream before the mark, and the caller's stream
+and device given back, also when that raises. Needs torch (CPU is enough); skipped without it."""
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (CI runs without it)")
@@ -12,80 +14,104 @@ gt = pytest.importorskip("gpustripe.torch")
 
 TEAM_STREAM = (77, 1, 1)    # the team's stream on device 1: (id, device index, device type)
 CALLER_STREAM = (5, 1, 1)   # the caller's current stream on device 1
+CALLER_RAW = 0x5005         # its raw handle
 
 
 class Cuda:
-    """Stand-ins for the CUDA entry points of _CudaMem.done, recording the calls."""
+    """Stand-ins for torch's CUDA entry points, recording the calls into `log`."""
 
-    def __init__(self, device: int):
+    def __init__(self, device: int, log: list):
         self.device = device
         self.current = {1: CALLER_STREAM}  # device index -> current stream's ids
-        self.events = 0                    # events created
-        self.streams = 0                   # Stream objects built (current_stream)
-        self.marks = []                    # (stream ids current at the mark, where it was recorded)
+        self.events = 0                    # torch.cuda.Event objects created
+        self.switches = 0                  # current stream or device set
+        self.log = log
         cuda = self
 
         class Event:
             def __init__(self, *a, **k):
                 cuda.events += 1
-                self.passed = False
-
-            def record(self, stream=None):
-                self.passed = False
-                cuda.marks.append(("event", stream.ids))
-
-            def query(self):
-                return self.passed
-
-            def synchronize(self):
-                self.passed = True
 
         class Stream:
             def __init__(self, raw, device=None):
                 self.stream_id, self.device_index, self.device_type = TEAM_STREAM
-                self.ids = TEAM_STREAM
 
         class Future:
             def __init__(self, devices):
-                self.devices = devices
+                (d,) = devices
+                self.index = d.index
 
             def set_result(self, result):
-                # a CUDA-aware future marks the current stream of its device
-                cuda.marks.append(("future", cuda.current[devices_index(self.devices)]))
+                # a CUDA-aware future creates an event and records it on its device's current stream
+                cuda.events += 1
+                cuda.log.append(("future", cuda.current[self.index]))
                 self.result = result
-
-        def devices_index(devices):
-            (d,) = devices
-            return d.index
 
         self.Event, self.Stream, self.Future = Event, Stream, Future
 
     def current_stream(self, *a, **k):
-        self.streams += 1
         raise AssertionError("a Stream object built for a native call's end")
 
     def get_device(self):
         return self.device
 
     def set_device(self, d):
+        self.switches += 1
         self.device = d
 
     def get_current_stream(self, index):
         return self.current[index]
 
+    def get_current_raw_stream(self, index):
+        return CALLER_RAW if self.current[index] == CALLER_STREAM else self.current[index][0]
+
     def set_stream(self, stream_id, device_index, device_type):
+        self.switches += 1
         self.current[device_index] = (stream_id, device_index, device_type)
         self.device = device_index
+        self.log.append(("stream", self.current[device_index]))
 
 
 class Team:
+    """The team's end-of-call entry points (NodeTeam.mark, marks_passed, join, settle): marks are
+    passed when the test says so (`past`: how many of the oldest)."""
+
+    def __init__(self, log: list):
+        self.log, self.marks, self.past, self.reported = log, 0, 0, 0
+
     def calls_stream(self, index):
         return 0x1234
 
+    def _newly_passed(self, limit):
+        n = min(self.past, limit) - self.reported
+        self.reported += n
+        return n
+
+    def mark(self, index):
+        self.log.append(("mark", index))
+        n = self._newly_passed(self.marks)  # earlier marks only
+        self.marks += 1
+        return n
+
+    def marks_passed(self):
+        return self._newly_passed(self.marks)
+
+    def join(self, index, stream):
+        self.log.append(("join", index, stream))
+
+    def settle(self):
+        self.log.append(("settle",))
+        self.past = self.marks
+
 
 @pytest.fixture
-def cuda(monkeypatch):
-    c = Cuda(device=1)
+def log():
+    return []
+
+
+@pytest.fixture
+def cuda(monkeypatch, log):
+    c = Cuda(device=1, log=log)
     monkeypatch.setattr(torch.cuda, "Event", c.Event)
     monkeypatch.setattr(torch.cuda, "ExternalStream", c.Stream)
     monkeypatch.setattr(torch.cuda, "current_stream", c.current_stream)
@@ -94,53 +120,107 @@ def cuda(monkeypatch):
     monkeypatch.setattr(torch._C, "_cuda_getDevice", c.get_device, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_setDevice", c.set_device, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentStream", c.get_current_stream, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", c.get_current_raw_stream, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_setStream", c.set_stream, raising=False)
-    monkeypatch.setattr(gt, "_create_work_from_future", lambda fut: fut)
+    monkeypatch.setattr(gt, "_create_work_from_future", lambda fut: pytest.fail("a future made per call"))
     return c
 
 
-def test_calls_past_reuse_their_events_and_build_no_streams(cuda):
-    mem = gt._CudaMem(Team())
-    dev = torch.device("cuda", 1)
-    ran = []
+def mem_of(log):
+    import threading
+
+    return gt._CudaMem(Team(log), threading.Lock())
+
+
+DEV = torch.device("cuda", 1)
+
+
+def test_an_asynchronous_end_creates_no_event_and_switches_no_stream(cuda, log):
+    mem = mem_of(log)
     for i in range(50):
         t = torch.ones(4)
-        fut = mem.done([t], [t], dev, after=lambda: ran.append(cuda.current[1]))
-        assert fut.result == [t]
-        for mark, _, _ in mem._held:  # the team's stream got past every call so far
-            mark.passed = True
-    assert cuda.events == 1, "an event created per call: the marks of calls already past are reused"
-    assert cuda.streams == 0
-    # after() and the future's mark ran with the team's stream current, the mark recorded on it
-    assert ran == [TEAM_STREAM] * 50
-    assert cuda.marks == [("event", TEAM_STREAM), ("future", TEAM_STREAM)] * 50
+        work = mem.done([t], [t], DEV, after=None)
+        assert isinstance(work, torch.distributed.Work)
+        mem.team.past = mem.team.marks  # the GPUs got past every call so far
+    assert cuda.events == 0, "a CUDA event created for a native call's end"
+    assert cuda.switches == 0, "the current stream or device switched for a native call's end"
+    assert log == [("mark", 1)] * 50  # one call to the team per call: its end marked there
+    assert len(mem._held) == 1  # the calls past were let go of, the last one is held
+    # wait() joins the waiting device's current stream to the team's: one call, no event, no switch
+    work.wait()
+    assert log[-1] == ("join", 1, CALLER_RAW) and cuda.events == 0 and cuda.switches == 0
+
+
+def test_tensors_held_until_the_team_says_the_gpus_are_past(cuda, log):
+    mem = mem_of(log)
+    ts = [torch.ones(2) for _ in range(4)]
+    works = [mem.done([t], None, DEV, None) for t in ts[:3]]
+    assert [h[0][0] for h in mem._held] == ts[:3]  # none past: each call holds its tensors
+    assert not any(w.is_completed() for w in works)
+    mem.team.past = 2
+    works.append(mem.done([ts[3]], None, DEV, None))
+    assert [h[0][0] for h in mem._held] == ts[2:]  # the two oldest let go of, oldest first
+    assert [w.is_completed() for w in works] == [True, True, False, False]
+    mem.team.past = 3
+    mem.release()  # what a blocking call does: asks the team, no mark
+    assert [h[0][0] for h in mem._held] == ts[3:]
+    mem.close()
+    assert not mem._held and log[-1] == ("settle",)
+    assert all(w.is_completed() for w in works)
+    n = len(log)
+    mem.wait(DEV)  # closed: every call ended, nothing to join
+    assert len(log) == n
+
+
+def test_a_future_only_when_asked_marked_on_the_teams_stream(cuda, log):
+    mem = mem_of(log)
+    t = torch.ones(3)
+    work = mem.done([t], [t], DEV, None)
+    assert cuda.events == 0 and cuda.switches == 0
+    fut = work.get_future()
+    assert fut.result == [t] and work.get_future() is fut  # made once
+    assert log == [("mark", 1), ("stream", TEAM_STREAM), ("future", TEAM_STREAM), ("stream", CALLER_STREAM)]
     assert cuda.current[1] == CALLER_STREAM and cuda.device == 1
 
 
-def test_held_until_past(cuda):
-    mem = gt._CudaMem(Team())
-    dev = torch.device("cuda", 1)
-    for _ in range(3):
-        mem.done([torch.ones(2)], None, dev, None)
-    assert len(mem._held) == 3 and cuda.events == 3  # none past: each call holds its own
-    mem._held[0][0].passed = True
-    mem.done([torch.ones(2)], None, dev, None)
-    assert len(mem._held) == 3 and cuda.events == 3  # the first one's event and tensors let go, reused
-    mem.close()
-    assert not mem._held
-
-
-def test_caller_stream_and_device_restored(cuda):
-    mem = gt._CudaMem(Team())
+def test_what_finishes_a_call_runs_on_the_teams_stream_before_its_mark(cuda, log):
+    mem = mem_of(log)
     cuda.device = 0  # the call's tensors on device 1, the current device 0
     cuda.current[0] = (9, 0, 1)
+    ran = []
+    mem.done([torch.ones(2)], None, DEV, lambda: ran.append(cuda.current[1]))
+    assert ran == [TEAM_STREAM]
+    assert log == [("stream", TEAM_STREAM), ("stream", CALLER_STREAM), ("mark", 1)]
+    assert cuda.device == 0 and cuda.current == {0: (9, 0, 1), 1: CALLER_STREAM}
 
     def fails():
         assert cuda.device == 1 and cuda.current[1] == TEAM_STREAM
         raise RuntimeError("after() failed")
 
+    held = torch.ones(2)
     with pytest.raises(RuntimeError, match="after"):
-        mem.done([torch.ones(2)], None, torch.device("cuda", 1), fails)
+        mem.done([held], None, DEV, fails)
     assert cuda.device == 0 and cuda.current == {0: (9, 0, 1), 1: CALLER_STREAM}
-    mem.done([torch.ones(2)], None, torch.device("cuda", 1), None)
-    assert cuda.device == 0 and cuda.current == {0: (9, 0, 1), 1: CALLER_STREAM}
+    # the collective itself was enqueued: its tensors are held until its mark passes
+    assert log[-1] == ("mark", 1) and mem._held[-1][0] == [held]
+
+
+def test_a_call_handed_to_nccl_after_native_ones_joins_in_cpp(cuda, log):
+    """NCCL's call starts after the native calls before it: the caller's stream joins the team's
+    once (one C++ call, the team's event), no torch event or Stream object."""
+
+    class Group:
+        _join = gt.ProcessGroupGpustripe._join
+
+    class T:  # a CUDA tensor of device 1 as _join sees it
+        device = DEV
+
+        @staticmethod
+        def get_device():
+            return 1
+
+    g = Group()
+    g._unjoined, g._mem = {1}, mem_of(log)
+    g._join(T())
+    g._join(T())  # joined already: nothing more until the next native call
+    assert log == [("join", 1, CALLER_RAW)] and cuda.events == 0 and cuda.switches == 0

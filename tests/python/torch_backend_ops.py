@@ -79,6 +79,48 @@ def delegated(rank, n, nccl, dev, check, checks) -> None:
     checks.append({"check": "native and delegated kinds in one group", "ok": g.native_calls == 1})
 
 
+def async_ends(pg, nccl, data, check, checks) -> None:
+    """Asynchronous native calls back to back, each tensor dropped right after its wait() (held by
+    the backend until the GPUs are past the call, the caching allocator handing its block to the
+    next one): results as NCCL's, no torch event made by the backend, the team's end events
+    reused (far fewer than the calls). Then a future asked for, as DDP's reducer does, waited on."""
+    plain, made = torch.cuda.Event, [0]
+
+    class CountedEvent(plain):
+        def __new__(cls, *a, **k):
+            made[0] += 1
+            return super().__new__(cls, *a, **k)
+
+    team = pg._team_obj
+    before = team.marks_stats()["events_created"]
+    got = []
+    torch.cuda.Event = CountedEvent
+    try:
+        for i in range(40):
+            t = data((1 << 18,), torch.float32, 200 + i)
+            dist.all_reduce(t, async_op=True).wait()
+            got.append(t.sum())
+            del t
+    finally:
+        torch.cuda.Event = plain
+    want = []
+    for i in range(40):
+        t = data((1 << 18,), torch.float32, 200 + i)
+        dist.all_reduce(t, group=nccl)
+        want.append(t.sum())
+    check("async native calls, tensors dropped after wait", got, want, 1e-4)
+    checks.append({"check": "async native calls: no torch event of the backend's", "ok": made[0] == 0})
+    created = team.marks_stats()["events_created"] - before
+    checks.append({"check": f"async native calls: end events reused ({created} made for 40 calls)", "ok": created < 20})
+    a = data((1 << 20,), torch.float32, 240)
+    b = a.clone()
+    fut = dist.all_reduce(a, async_op=True).get_future()
+    fut.wait()
+    c = a * 2
+    dist.all_reduce(b, group=nccl)
+    check("all_reduce async_op future then use", c, b * 2, 1e-5)
+
+
 def main() -> None:
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
@@ -179,6 +221,7 @@ def main() -> None:
     c = a * 2
     dist.all_reduce(b, group=nccl)
     check("all_reduce async_op then use", c, b * 2, 1e-5)
+    async_ends(pg, nccl, data, check, checks)
     # send/recv around a ring
     x = data((1000,), torch.float32, 99)
     got = torch.empty_like(x)
