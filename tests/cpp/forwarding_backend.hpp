@@ -1,6 +1,7 @@
 // A backend that passes every call to another one (the emulated backend in the tests), so a
 // test backend overrides only the calls it records or changes.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <utility>
 
@@ -53,6 +54,46 @@ class ForwardingBackend : public Backend {
 
  protected:
   std::unique_ptr<Backend> in_;
+};
+
+// Counts the driver calls a host makes around its copies: event records, the streams' waits for
+// events, completion queries (of events and of streams; `stream_queries` the latter alone), the
+// streams' single flag operations and their barriers (one batch of flag operations each).
+class CallCountingBackend : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  const char* name() const override { return "counting-calls"; }
+  void record_event(EventHandle e, StreamHandle s) override {
+    ++records;
+    in_->record_event(e, s);
+  }
+  void wait_event(StreamHandle s, EventHandle e) override {
+    ++waits;
+    in_->wait_event(s, e);
+  }
+  bool query_event(EventHandle e) override {
+    ++queries;
+    return in_->query_event(e);
+  }
+  bool query_stream(StreamHandle s) override {
+    ++queries;
+    ++stream_queries;
+    return in_->query_stream(s);
+  }
+  void stream_write_flag(StreamHandle s, uint32_t* f, uint32_t v) override {
+    ++writes;
+    in_->stream_write_flag(s, f, v);
+  }
+  void stream_wait_flag(StreamHandle s, const uint32_t* f, uint32_t v) override {
+    ++flag_waits;
+    in_->stream_wait_flag(s, f, v);
+  }
+  void stream_flag_barrier(StreamHandle s, uint32_t* mine, const uint32_t* const* others, size_t n,
+                           uint32_t v) override {
+    ++barriers;
+    in_->stream_flag_barrier(s, mine, others, n, v);
+  }
+  std::atomic<int> records{0}, waits{0}, queries{0}, stream_queries{0}, writes{0}, flag_waits{0}, barriers{0};
 };
 
 }  // namespace gpustripe

@@ -215,40 +215,7 @@ TEST(CollSlice, KernelCopiesOfALaneGoInOneLaunch) {
   b.free_device(again);
 }
 
-// Counts what a rank's part costs the host in driver calls: event records, the streams' waits
-// for events, event queries (what a host would poll its streams with), the streams' single flag
-// operations and their barriers (one batch of flag operations each).
-class CallCounter : public ForwardingBackend {
- public:
-  using ForwardingBackend::ForwardingBackend;
-  const char* name() const override { return "counting-calls"; }
-  void record_event(EventHandle e, StreamHandle s) override {
-    ++records;
-    in_->record_event(e, s);
-  }
-  void wait_event(StreamHandle s, EventHandle e) override {
-    ++waits;
-    in_->wait_event(s, e);
-  }
-  bool query_event(EventHandle e) override {
-    ++queries;
-    return in_->query_event(e);
-  }
-  void stream_write_flag(StreamHandle s, uint32_t* f, uint32_t v) override {
-    ++writes;
-    in_->stream_write_flag(s, f, v);
-  }
-  void stream_wait_flag(StreamHandle s, const uint32_t* f, uint32_t v) override {
-    ++flag_waits;
-    in_->stream_wait_flag(s, f, v);
-  }
-  void stream_flag_barrier(StreamHandle s, uint32_t* mine, const uint32_t* const* others, size_t n,
-                           uint32_t v) override {
-    ++barriers;
-    in_->stream_flag_barrier(s, mine, others, n, v);
-  }
-  std::atomic<int> records{0}, waits{0}, queries{0}, writes{0}, flag_waits{0}, barriers{0};
-};
+using CallCounter = CallCountingBackend;
 
 // Puts a CallCounter in front of the node's backend.
 CallCounter& count_calls(Node& node) {

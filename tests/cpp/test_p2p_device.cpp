@@ -663,28 +663,6 @@ TEST(P2pDevice, PhaseTraceJoinsTheSendersAndTheReceiversStamps) {
   EXPECT_LE(at["s_done"], at["s_ret"]);
 }
 
-namespace {
-// Counts the completion queries (of events and of streams) and the event records the mover makes.
-class QueryCountingBackend : public ForwardingBackend {
- public:
-  using ForwardingBackend::ForwardingBackend;
-  const char* name() const override { return "query-counting"; }
-  bool query_event(EventHandle e) override {
-    ++queries;
-    return ForwardingBackend::query_event(e);
-  }
-  bool query_stream(StreamHandle s) override {
-    ++queries;
-    ++stream_queries;
-    return ForwardingBackend::query_stream(s);
-  }
-  void record_event(EventHandle e, StreamHandle s) override {
-    ++records;
-    ForwardingBackend::record_event(e, s);
-  }
-  int queries = 0, stream_queries = 0, records = 0;
-};
-}  // namespace
 
 // A window of copies in flight is polled in stream order: within one pass, a stream whose oldest
 // copy is still running is not asked again, so a pass costs at most one query per stream plus one
@@ -693,7 +671,7 @@ class QueryCountingBackend : public ForwardingBackend {
 TEST(P2pDevice, MoverPollsEachStreamInOrderOncePerPass) {
   ScopedEnv j{"GPUSTRIPE_TEST", "emu_jitter_us=200"};
   Topology topo = load_topology_file("h200x4");
-  auto* counting = new QueryCountingBackend(make_emulated_backend(topo));
+  auto* counting = new CallCountingBackend(make_emulated_backend(topo));
   std::unique_ptr<Backend> be(counting);
   constexpr int kCopies = 24;
   const size_t n = (256u << 10) + 7;
@@ -710,7 +688,7 @@ TEST(P2pDevice, MoverPollsEachStreamInOrderOncePerPass) {
     while (left > 0) {
       ASSERT_LT(++passes, 1000000);
       mover.new_pass();
-      const int before = counting->queries;
+      const int before = counting->queries.load();
       int finished = 0;
       for (int k = 0; k < kCopies; ++k)
         if (!done[k] && mover.done(tickets[k])) {
@@ -718,7 +696,7 @@ TEST(P2pDevice, MoverPollsEachStreamInOrderOncePerPass) {
           ++finished;
           --left;
         }
-      EXPECT_LE(counting->queries - before, 2 + finished) << "pass " << passes;
+      EXPECT_LE(counting->queries.load() - before, 2 + finished) << "pass " << passes;
     }
     // copy_now behind copies still in flight on its stream finishes them with it: the streams are
     // taken in turn (an even number of copies so far), so copies 0 and 2 went on copy_now's stream.
@@ -726,10 +704,10 @@ TEST(P2pDevice, MoverPollsEachStreamInOrderOncePerPass) {
     for (int k = 0; k < 4; ++k)
       more.push_back(mover.start(static_cast<char*>(dst) + k * n, 1, static_cast<char*>(src) + k * n, 0, n));
     mover.copy_now(dst, 1, src, 0, n);
-    const int before = counting->queries;
+    const int before = counting->queries.load();
     EXPECT_TRUE(mover.done(more[0]));
     EXPECT_TRUE(mover.done(more[2]));
-    EXPECT_EQ(counting->queries, before);  // finished already: nothing to ask
+    EXPECT_EQ(counting->queries.load(), before);  // finished already: nothing to ask
     for (int k : {1, 3})
       while (!mover.done(more[k])) mover.new_pass();
   }
@@ -744,7 +722,7 @@ TEST(P2pDevice, MoverPollsEachStreamInOrderOncePerPass) {
 TEST(P2pDevice, MoverMarksALoneCopyByItsStream) {
   ScopedEnv j{"GPUSTRIPE_TEST", "emu_jitter_us=200"};
   Topology topo = load_topology_file("h200x4");
-  auto* counting = new QueryCountingBackend(make_emulated_backend(topo));
+  auto* counting = new CallCountingBackend(make_emulated_backend(topo));
   std::unique_ptr<Backend> be(counting);
   const size_t n = (64u << 10) + 3;
   void* src = be->alloc_device(0, 4 * n);
@@ -754,13 +732,13 @@ TEST(P2pDevice, MoverMarksALoneCopyByItsStream) {
     Mover mover(be.get());
     auto at = [&](int k) { return mover.start(static_cast<char*>(dst) + k * n, 1, static_cast<char*>(src) + k * n, 0, n); };
     const uint64_t lone = at(0);
-    EXPECT_EQ(counting->records, 0);
+    EXPECT_EQ(counting->records.load(), 0);
     while (!mover.done(lone)) mover.new_pass();
-    EXPECT_EQ(counting->records, 0);
-    EXPECT_GT(counting->stream_queries, 0);
+    EXPECT_EQ(counting->records.load(), 0);
+    EXPECT_GT(counting->stream_queries.load(), 0);
     // The streams are taken in turn: copies 1 and 3 share one, copy 2 has the other to itself.
     const uint64_t first = at(1), alone = at(2), behind = at(3);
-    EXPECT_EQ(counting->records, 2);  // copy 1's event, sealed when copy 3 came, and copy 3's
+    EXPECT_EQ(counting->records.load(), 2);  // copy 1's event, sealed when copy 3 came, and copy 3's
     for (uint64_t t : {first, alone, behind})
       while (!mover.done(t)) mover.new_pass();
   }
@@ -1033,19 +1011,6 @@ TEST(P2pDevice, BufferFreedAndReallocatedInsideABatchedWindowIsNeverStale) {
   }));
 }
 
-namespace {
-// Counts the events the mover records.
-class RecordCountingBackend : public ForwardingBackend {
- public:
-  using ForwardingBackend::ForwardingBackend;
-  const char* name() const override { return "record-counting"; }
-  void record_event(EventHandle e, StreamHandle s) override {
-    ++records;
-    ForwardingBackend::record_event(e, s);
-  }
-  int records = 0;
-};
-}  // namespace
 
 // Copies started within one batch are one group per stream, marked at the batch's end: by the
 // stream itself while the group is alone there, else by one event; a group with copies behind it
@@ -1056,7 +1021,7 @@ TEST(P2pDevice, MoverRecordsOneEventPerStreamForABatch) {
   ScopedEnv j("GPUSTRIPE_EMU_JITTER_US", "100");
   ScopedEnv st("GPUSTRIPE_P2P_STREAMS", "2");
   Topology topo = load_topology_file("h200x4");
-  auto* counting = new RecordCountingBackend(make_emulated_backend(topo));
+  auto* counting = new CallCountingBackend(make_emulated_backend(topo));
   std::unique_ptr<Backend> be(counting);
   constexpr int kCopies = 24;
   const size_t n = (64u << 10) + 3;
@@ -1069,17 +1034,17 @@ TEST(P2pDevice, MoverRecordsOneEventPerStreamForABatch) {
     std::vector<uint64_t> tickets;
     for (int k = 0; k < kCopies; ++k)
       tickets.push_back(mover.start(static_cast<char*>(dst) + k * n, 1, static_cast<char*>(src) + k * n, 0, n));
-    EXPECT_EQ(counting->records, 0);
+    EXPECT_EQ(counting->records.load(), 0);
     mover.end_batch();
-    EXPECT_EQ(counting->records, 0);  // each stream's group is alone on it
+    EXPECT_EQ(counting->records.load(), 0);  // each stream's group is alone on it
     // A second batch behind the first, not polled in between: the first batch's groups get their
     // events when the second's copies come, and the second's groups one each at its end.
     mover.begin_batch();
     for (int k = 0; k < kCopies; ++k)
       tickets.push_back(mover.start(static_cast<char*>(dst) + k * n, 1, static_cast<char*>(src) + k * n, 0, n));
-    EXPECT_EQ(counting->records, 2);
+    EXPECT_EQ(counting->records.load(), 2);
     mover.end_batch();
-    EXPECT_EQ(counting->records, 4);
+    EXPECT_EQ(counting->records.load(), 4);
     const std::vector<unsigned char> want = seeded_bytes(78, n * kCopies);
     std::vector<bool> done(tickets.size(), false);
     for (int left = static_cast<int>(tickets.size()); left > 0;) {
@@ -1096,17 +1061,17 @@ TEST(P2pDevice, MoverRecordsOneEventPerStreamForABatch) {
     // Asked before the batch ends: closed then (alone on its stream: no event), complete in time.
     mover.begin_batch();
     uint64_t t = mover.start(dst, 1, src, 0, n);
-    const int before = counting->records;
+    const int before = counting->records.load();
     while (!mover.done(t)) mover.new_pass();
     mover.end_batch();
-    EXPECT_EQ(counting->records, before);  // nothing left to mark
+    EXPECT_EQ(counting->records.load(), before);  // nothing left to mark
     // Outside a batch: a group per copy, each alone on its stream once the one before completed.
     for (int k = 0; k < 3; ++k) mover.copy_now(dst, 1, src, 0, n);
-    EXPECT_EQ(counting->records, before);
+    EXPECT_EQ(counting->records.load(), before);
     // Two in flight on one stream (the streams are taken in turn): the first gets an event.
     const uint64_t a = mover.start(dst, 1, src, 0, n), b = mover.start(dst, 1, src, 0, n),
                    c = mover.start(dst, 1, src, 0, n);
-    EXPECT_EQ(counting->records, before + 2);
+    EXPECT_EQ(counting->records.load(), before + 2);
     for (uint64_t x : {a, b, c})
       while (!mover.done(x)) mover.new_pass();
   }

@@ -2,6 +2,8 @@
 // (memory and IPC: cuda_memory.cpp; graphs: cuda_graphs.cpp).
 #include "backend/cuda/cuda_backend.hpp"
 
+#include <optional>
+
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/driver_api.hpp"
 #include "backend/pointer_check.hpp"
@@ -133,20 +135,23 @@ void CudaBackend::wait_event(StreamHandle s, EventHandle e) {
   GS_CUDA(cudaStreamWaitEvent(cu_stream(s), cu_event(e), 0), dev);
 }
 
+namespace {
+// A completion query's answer: done, not yet, or the error it reported.
+bool complete(cudaError_t err, const char* call) {
+  if (err == cudaErrorNotReady) return false;
+  if (err != cudaSuccess) throw_cuda_error(err, call, -1);
+  return true;
+}
+}  // namespace
+
 bool CudaBackend::query_event(EventHandle e) {
   GS_REQUIRE(e != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "query_event: null event");
-  cudaError_t err = cudaEventQuery(cu_event(e));
-  if (err == cudaErrorNotReady) return false;
-  if (err != cudaSuccess) throw_cuda_error(err, "cudaEventQuery", -1);
-  return true;
+  return complete(cudaEventQuery(cu_event(e)), "cudaEventQuery");
 }
 
 bool CudaBackend::query_stream(StreamHandle s) {
   GS_REQUIRE(s != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "query_stream: null stream");
-  cudaError_t err = cudaStreamQuery(cu_stream(s));
-  if (err == cudaErrorNotReady) return false;
-  if (err != cudaSuccess) throw_cuda_error(err, "cudaStreamQuery", -1);
-  return true;
+  return complete(cudaStreamQuery(cu_stream(s)), "cudaStreamQuery");
 }
 
 void CudaBackend::synchronize_event(EventHandle e) {
@@ -199,10 +204,12 @@ void CudaBackend::enqueue_copy(void* dst, int dst_dev, const void* src, int src_
   const bool peer = dst_dev >= 0 && src_dev >= 0 && dst_dev != src_dev;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (peer) GS_CUDA(cudaStreamIsCapturing(cu_stream(s), &capture), dev);
-  if (peer && capture == cudaStreamCaptureStatusNone && s != nullptr) {
+  if (peer && capture == cudaStreamCaptureStatusNone) {
     // Names both GPUs and its stream: no current device needed, so none is switched to and back
     // (two runtime calls in a pulled message's latency: the receiver's GPU is current, the copy
-    // runs on a stream of the sender's). The null stream is the current device's: guarded below.
+    // runs on a stream of the sender's). Only the null stream is the current device's.
+    std::optional<DeviceGuard> guard;
+    if (s == nullptr) guard.emplace(dev);
     cudaError_t err = cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, cu_stream(s));
     if (err != cudaSuccess)
       throw_cuda_error(err, format("cudaMemcpyPeerAsync(GPU %d -> GPU %d, %zu bytes)", src_dev, dst_dev, bytes).c_str(),
@@ -210,9 +217,7 @@ void CudaBackend::enqueue_copy(void* dst, int dst_dev, const void* src, int src_
     return;
   }
   DeviceGuard guard(dev);
-  if (peer && capture == cudaStreamCaptureStatusNone) {
-    GS_CUDA(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, nullptr), dev);
-  } else if (dst_dev >= 0 && dst_dev == src_dev && s != nullptr && copy_dtod_fn()) {
+  if (dst_dev >= 0 && dst_dev == src_dev && s != nullptr && copy_dtod_fn()) {
     // Both ends in one GPU's address space (its own memory, or a peer's mapped into its context:
     // an RMA put pushed by the origin's copy engine): the driver's device-to-device copy, as UCX's
     // cuda_ipc issues its puts. The driver's copy calls cost the host less per call than the
