@@ -178,7 +178,7 @@ Choice Comm::pick(CollOp op, size_t bytes, DataType dt) {
   auto it = choices_.find(key);
   if (it == choices_.end()) {
     double planned = wants_host_share(op, res_, bytes, tuning_) ? planned_host_share(bytes / size()) : -1;
-    Choice c = choose_schedule(op, res_, bytes, dtype_size(dt), tuning_, planned);
+    Choice c = choose_schedule(op, res_, bytes, dtype_size(dt), tuning_, PlannedHost{planned, 0});
     std::string desc = std::string(coll_op_name(op)) + " " + format_size(bytes) + " " + c.describe();
     if (choices_.size() >= kChoicesMax) choices_.clear();
     it = choices_.emplace(key, std::make_pair(std::move(c), std::move(desc))).first;
@@ -341,7 +341,7 @@ void Comm::bcast(const std::vector<void*>& bufs, size_t count, DataType dt, int 
   if (count == 0) return;
   Choice c = pick(CollOp::Bcast, bytes, dt);
   run(key_of({}, bufs, count, dt, 0, root), [&](Program& prog) {
-    build_bcast(prog, whole(devices_), bytes_of(bufs), bytes, root, c.bcast);
+    build_bcast(prog, whole(devices_), bytes_of(bufs), bytes, root, c.bcast, scratch_.get());
   }, streams);
 }
 

@@ -4,14 +4,19 @@
 // their pieces to each other; chunks pipeline the two steps. A chain passes chunks along
 // the members, each GPU sending and receiving the message once. The kernel forms (sm) do
 // the scatter-allgather in one copy kernel per member: each reads its piece from the root
-// and stores it into every member at once.
+// and stores it into every member at once. A host share sends the message's tail through
+// pinned host memory beside any of these forms (the root's D2H, the members' H2D).
 #include <algorithm>
 
+#include "backend/backend.hpp"
 #include "coll/schedules.hpp"
+#include "common/error.hpp"
 
 namespace gpustripe::coll {
+namespace {
 
-void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size_t bytes, int root,
+// The NVLink forms over [0, bytes) of every member's buffer.
+void build_forms(Program& p, const Team& t, const std::vector<char*>& bufs, size_t bytes, int root,
                  const BcastOpts& o) {
   const int n = t.size();
   if (n == 1 || bytes == 0) return;
@@ -78,6 +83,36 @@ void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size
       }
     }
   }
+}
+
+// [at, at + bytes) of every member's buffer through `host`: chunk c D2H by the root on its
+// D2H lane, then H2D by every other member on its H2D lane once the root's copy is done.
+void build_host_tail(Program& p, const Team& t, const std::vector<char*>& bufs, size_t at, size_t bytes, int root,
+                     int chunks, char* host) {
+  const size_t parts = static_cast<size_t>(std::max(1, chunks));
+  const size_t step = ((bytes + parts - 1) / parts + 255) / 256 * 256;
+  for (size_t off = 0; off < bytes; off += step) {
+    const size_t len = std::min(step, bytes - off);
+    const int d2h = p.copy(t.rank[root], kLaneD2H, host + off, kHostDevice, bufs[root] + at + off, t.dev[root], len);
+    for (int r = 1; r < t.size(); ++r) {
+      const int k = (root + r) % t.size();
+      p.copy(t.rank[k], kLaneH2D, bufs[k] + at + off, t.dev[k], host + off, kHostDevice, len, {d2h});
+    }
+  }
+}
+
+}  // namespace
+
+void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size_t bytes, int root,
+                 const BcastOpts& o, Scratch* scratch) {
+  if (t.size() == 1 || bytes == 0) return;
+  // Whole 256-byte units, so that the NVLink part keeps the alignment the forms' pieces have.
+  const double share = std::clamp(o.host_share, 0.0, 0.5);
+  const size_t host_bytes = static_cast<size_t>(static_cast<double>(bytes) * share) / 256 * 256;
+  GS_REQUIRE(host_bytes == 0 || scratch, GPUSTRIPE_ERR_INTERNAL, "bcast: a host share without host scratch");
+  build_forms(p, t, bufs, bytes - host_bytes, root, o);
+  if (host_bytes > 0)
+    build_host_tail(p, t, bufs, bytes - host_bytes, host_bytes, root, o.host_chunks, scratch->host(host_bytes));
 }
 
 }  // namespace gpustripe::coll

@@ -151,9 +151,18 @@ struct BcastOpts {
   // carries the message once, as scatter-allgather, with no wait between the two steps).
   // False: copy engines (the forms above).
   bool kernel = false;
+  // The tail of the message (this fraction, 0..0.5) goes through pinned host memory beside the
+  // form above, which carries the rest: the root copies it D2H into the scratch's host buffer in
+  // host_chunks chunks, and every other member copies each chunk H2D once it is there (a wait
+  // on the root's copy: a flag across processes), so the D2H of chunk c+1 runs beside the H2D of
+  // chunk c. Each lane carries a GPU's host link one way: the root's egress to the host, the
+  // members' ingress from it.
+  double host_share = 0;
+  int host_chunks = 2;
 };
+// `scratch`: where the host share is staged (needed when o.host_share leaves any bytes to it).
 void build_bcast(Program& p, const Team& t, const std::vector<char*>& bufs, size_t bytes, int root,
-                 const BcastOpts& o);
+                 const BcastOpts& o, Scratch* scratch = nullptr);
 
 // Reduce to root: reduce-scatter, then each member sends its block to root's recv.
 void build_reduce(Program& p, const Team& t, const std::vector<const char*>& send, char* recv_root, size_t count,

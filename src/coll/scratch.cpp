@@ -13,7 +13,7 @@ Scratch::~Scratch() {
   release_retired();
   for (Buf& b : dev_)
     if (b.p && !b.external) backend_.free_device(b.p);
-  if (host_.p) backend_.free_pinned(host_.p);
+  if (host_.p && !host_.external) backend_.free_pinned(host_.p);
 }
 
 namespace {
@@ -43,6 +43,10 @@ char* Scratch::device(int rank, size_t bytes) {
 }
 
 char* Scratch::host(size_t bytes) {
+  if (host_.external) {
+    host_.wanted = std::max(host_.wanted, bytes);
+    return host_.p;
+  }
   if (host_.bytes < bytes) {
     if (host_.p) retired_.emplace_back(kHostDevice, host_.p);
     size_t n = grown(host_.bytes, bytes);
@@ -61,6 +65,12 @@ void Scratch::set_external(int rank, char* p, size_t bytes) {
   b.bytes = bytes;
   b.external = true;
   b.wanted = 0;
+  ++generation_;
+}
+
+void Scratch::set_external_host(char* p, size_t bytes) {
+  if (host_.p && !host_.external) retired_.emplace_back(kHostDevice, host_.p);
+  host_ = Buf{p, bytes, true, 0};
   ++generation_;
 }
 

@@ -34,6 +34,11 @@ class Scratch {
   // schedule (the program built then is never run).
   void set_external(int rank, char* p, size_t bytes);
   size_t wanted(int rank) const { return dev_.at(rank).wanted; }
+  // The same for the pinned host buffer: memory the ranks' processes share (the team's staging,
+  // mapped here at `p`); host(bytes) then returns `p` and records the largest request in
+  // host_wanted().
+  void set_external_host(char* p, size_t bytes);
+  size_t host_wanted() const { return host_.wanted; }
 
  private:
   struct Buf {

@@ -6,7 +6,9 @@
 
 #include "common/config.hpp"
 #include "common/error.hpp"
+#include "common/log.hpp"
 #include "common/text_file.hpp"
+#include "model/planner.hpp"
 
 namespace gpustripe::coll {
 namespace {
@@ -110,6 +112,7 @@ std::string Choice::describe() const {
   else if (name == "sm") {
     if (bcast.kernel) s += " form=pieces";
   }
+  if (bcast.host_share > 0) s += " host=" + pct(bcast.host_share) + format(" host_chunks=%d", bcast.host_chunks);
   else if (name != "oneshot" && name != "twoshot")
     s += format(" chunks=%d slots=%d%s", reduce.chunks, reduce.slots, reduce.pull ? "" : " copies=sender");
   if (reduce.push) s += " push";
@@ -126,8 +129,35 @@ bool wants_host_share(CollOp op, const TeamResources& res, size_t bytes, const T
          bytes / std::max(1, res.n) >= t.host_min && auto_host_share(op, res) > 0;
 }
 
+bool wants_bcast_host_share(const TeamResources& res, const Tuning& t) { return res.n == 2 && t.bcast_host_share < 0; }
+
+PlannedHost plan_pair_host(Planner& planner, const std::vector<int>& devices, uint64_t bytes) {
+  PlannedHost least;
+  if (bytes == 0) return least;
+  for (int a : devices)
+    for (int b : devices) {
+      if (a == b) continue;
+      PlannedHost h{0, 0};
+      try {
+        const Plan plan = planner.plan(a, b, bytes);
+        for (const PathPlan& path : plan.paths)
+          if (path.kind == PathKind::HostStaged) {
+            h.share += static_cast<double>(path.bytes) / static_cast<double>(plan.bytes);
+            h.chunks = std::max(h.chunks, path.chunks);
+          }
+      } catch (const Error& e) {
+        GS_LOG_INFO(Subsys::Coll, "planner gave no plan for %llu bytes from GPU %d to %d: %s",
+                    static_cast<unsigned long long>(bytes), a, b, e.what());
+        return PlannedHost{};
+      }
+      if (least.share < 0 || h.share < least.share) least = h;
+    }
+  return least;
+}
+
 Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t esz, const Tuning& t,
-                       double planned) {
+                       const PlannedHost& planned_host) {
+  const double planned = planned_host.share;
   (void)esz;
   t.validate();
   Choice c;
@@ -214,6 +244,18 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
                 ? size + " over " + std::to_string(n) + " ranks: root sends each byte once, members forward pieces"
                 : size + (n > 2 ? " below " + format_size(t.rounds_min) : std::string(" between 2 ranks")) +
                       ": root sends to all";
+    // The host share: the tuning's, or for 2 members the planner's for the pair (the broadcast is
+    // then one transfer, which the model plans as the engine runs it). None over more members:
+    // one D2H feeding several H2Ds is no transfer the model plans, and measured on 4 GPUs it lost.
+    if (t.bcast_host_share >= 0) {
+      c.bcast.host_share = t.bcast_host_share;
+      c.bcast.host_chunks = std::clamp(chunks_for(static_cast<size_t>(bytes * t.bcast_host_share), t.bcast_chunk, 16, 2), 2, 16);
+      if (c.bcast.host_share > 0) c.why += "; host share " + pct(c.bcast.host_share) + " from the communicator's tuning";
+    } else if (n == 2 && planned_host.share > 0) {
+      c.bcast.host_share = std::min(planned_host.share, 0.5);
+      c.bcast.host_chunks = std::clamp(planned_host.chunks, 1, 32);
+      c.why += "; host share " + pct(c.bcast.host_share) + format(" in %d chunks: the planner's for the pair", c.bcast.host_chunks);
+    }
     return c;
   }
 

@@ -13,6 +13,7 @@
 
 namespace gpustripe {
 class Backend;
+class Planner;
 struct Topology;
 }  // namespace gpustripe
 
@@ -48,18 +49,40 @@ struct Choice {
   std::string describe() const;  // "rs_ag_copy chunks=8 host=0%: why"
 };
 
+// What the planner gives the host path of the transfers a schedule makes: the fraction of the
+// bytes it carries and its pipeline depth (chunks); share < 0: no planner was asked.
+struct PlannedHost {
+  double share = -1;
+  int chunks = 0;
+};
+
 // bytes: the size per rank as nccl-tests reports it (the send buffer, for allgather
 // the receive buffer, for bcast the message).
-// planned_host_share: the host fraction the planner gives one round of the exchange
-// (plan_concurrent over the round's transfers), or < 0 when there is no planner; the
-// automatic share takes the smaller of it and the nominal bound auto_host_share().
+// planned: alltoall/allgather: the host fraction the planner gives one round of the exchange
+// (plan_concurrent over the round's transfers; the automatic share takes the smaller of it and
+// the nominal bound auto_host_share()); bcast: the planner's host path for the pair's one
+// transfer (plan_pair_host), which a 2-member team that asks for it (wants_bcast_host_share)
+// takes as it is, share and chunks.
 // Throws ERR_CONFIG for a tuning out of range or an unknown name in GPUSTRIPE_COLL_ALGO.
 Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t elem_size,
-                       const Tuning& tuning = Tuning(), double planned_host_share = -1);
+                       const Tuning& tuning = Tuning(), const PlannedHost& planned = {});
 
 // Whether choose_schedule would consider an automatic host share for this exchange
 // (so the caller knows when asking the planner is worth it).
 bool wants_host_share(CollOp op, const TeamResources& res, size_t bytes, const Tuning& tuning = Tuning());
+// The same for a broadcast: 2 members (the broadcast is then one transfer, the planner's own
+// case) with no share forced by the tuning. The caller asks only where a host share can run as
+// planned: the cross-process teams, whose broadcasts have no fused kernel a host path would
+// break up (the single-process communicator's sm broadcast is one kernel per GPU with the GPUs'
+// barrier inside).
+bool wants_bcast_host_share(const TeamResources& res, const Tuning& tuning = Tuning());
+
+// The planner's host path for `bytes` from one of `devices` to another, for a caller that does
+// not know yet which two (every rank of a cross-process team must choose alike before it learns
+// its peers' GPUs): the smallest share over every ordered pair, with that plan's chunks (the
+// pipeline depth of its host paths). share 0 where some pair's plan has no host path (the model
+// says it does not pay, e.g. for small messages); share < 0 when the planner gives no plan.
+PlannedHost plan_pair_host(Planner& planner, const std::vector<int>& devices, uint64_t bytes);
 
 // GPUSTRIPE_COLL_ALGO's text, as choose_schedule reads it (a key for caches of its choices).
 std::string forced_schedules();

@@ -12,6 +12,7 @@ void Tuning::validate() const {
   require(chunk > 0 && bcast_chunk > 0 && chain_chunk > 0, "chunks must be larger than 0 bytes");
   require(min_chunks >= 1 && max_chunks >= 1, "min_chunks and max_chunks must be at least 1");
   require(host_share <= 0.5, "host_share must be negative (automatic) or 0..0.5");
+  require(bcast_host_share <= 0.5, "bcast_host_share must be negative (automatic) or 0..0.5");
   require(gather_host_share >= 0 && gather_host_share <= 0.5, "gather_host_share must be 0..0.5");
   require(push_min <= push_max, "push_min must not exceed push_max");
   require(fold_blocks_per_sm >= 0 && fold_blocks_per_sm <= 64, "fold_blocks_per_sm must be 0..64");
@@ -35,6 +36,7 @@ void Tuning::set(const std::string& name, const std::string& value) {
   else if (name == "host_share") fraction(host_share);
   else if (name == "bcast_sm_max_2") size(bcast_sm_max_2);
   else if (name == "chain_min") size(chain_min);
+  else if (name == "bcast_host_share") fraction(bcast_host_share);
   else if (name == "oneshot_max") size(oneshot_max);
   else if (name == "push_min") size(push_min);
   else if (name == "push_max") size(push_max);

@@ -53,6 +53,10 @@ struct Tuning {
   // Smallest broadcast sent as a chain (every GPU sends and receives the message once) over
   // more than 2 ranks, or 2 whose team asks for it (TeamResources::chain_pairs).
   uint64_t chain_min = uint64_t(32) << 20;
+  // The fraction of a broadcast sent through pinned host memory beside the NVLink form (0..0.5,
+  // at every size); negative: automatic -- the planner's host path for the pair where the team
+  // asks for it (2 ranks across processes, select.hpp's wants_bcast_host_share), else none.
+  double bcast_host_share = -1;
 
   // --- Reductions ---------------------------------------------------------------------------
   // Largest allreduce per rank done in one step (every rank reduces all inputs: the latency

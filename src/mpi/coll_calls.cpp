@@ -114,8 +114,8 @@ void bcast_call(CollCall& c, void* buf, size_t bytes, int root) {
   c.recv = buf;
   c.shape = shape_of("bcast", {static_cast<long long>(bytes), root});
   c.build = [bytes, root](coll::Program& p, const coll::Team& t, const std::vector<char*>&,
-                          const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
-    coll::build_bcast(p, t, r, bytes, root, ch.bcast);
+                          const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
+    coll::build_bcast(p, t, r, bytes, root, ch.bcast, &sc);
   };
 }
 

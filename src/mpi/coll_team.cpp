@@ -54,6 +54,7 @@ struct CollTeam::RankInfo {
   int32_t eligible = 0;
   int32_t device = -1;
   Desc send, recv, scratch;
+  TeamStaging::Note staging;  // rank 0's shared host staging; every rank's generation mapped
   uint32_t blocks = 0;  // CollCall::send_at and the rest, where the call has them
   uint64_t send_at[CollCall::kMaxBlocks] = {}, send_len[CollCall::kMaxBlocks] = {}, recv_len[CollCall::kMaxBlocks] = {};
 };
@@ -70,7 +71,8 @@ bool CollTeam::same_messages(const std::vector<RankInfo>& a, const std::vector<R
   for (size_t r = 0; r < a.size(); ++r) {
     const RankInfo &x = a[r], &y = b[r];
     if (x.eligible != y.eligible || x.device != y.device || x.blocks != y.blocks || !same_desc(x.send, y.send) ||
-        !same_desc(x.recv, y.recv) || !same_desc(x.scratch, y.scratch))
+        !same_desc(x.recv, y.recv) || !same_desc(x.scratch, y.scratch) ||
+        std::memcmp(&x.staging, &y.staging, sizeof x.staging) != 0)
       return false;
     const size_t n = std::min<size_t>(x.blocks, CollCall::kMaxBlocks) * sizeof(uint64_t);
     if (std::memcmp(x.send_at, y.send_at, n) || std::memcmp(x.send_len, y.send_len, n) ||
@@ -95,6 +97,7 @@ CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::B
   std::vector<int> gpus(std::min(topo.gpu_count(), backend_.device_count()));
   for (size_t i = 0; i < gpus.size(); ++i) gpus[i] = static_cast<int>(i);
   res_ = coll::describe_team(backend_, topo, gpus);
+  node_gpus_ = gpus;
   res_.n = n_;
   res_.socket_groups.clear();  // groups of the node's GPUs, not of the ranks: no "hier" across processes
   // Two ranks' broadcasts from Tuning::chain_min go as a chain, chunks alternating between two
@@ -190,6 +193,7 @@ CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::B
     GS_THROW(static_cast<Status>(all[0]), "setting up the collectives of a %d-rank communicator failed on rank %d (%s; "
              "its reason is on its stderr)", n_, all[1], status_name(static_cast<Status>(all[0])));
   }
+  staging_ = std::make_unique<TeamStaging>(backend_, rank_ == 0);
   GS_LOG_DEBUG(Subsys::Mpi, "collectives of a %d-rank communicator: rank %d", n_, rank_);
 }
 
@@ -214,6 +218,7 @@ CollTeam::~CollTeam() {
   } catch (const Error& e) {
     GS_LOG_WARN(Subsys::Mpi, "closing the collectives of rank %d: %s", rank_, e.what());
   }
+  staging_.reset();  // no stream of this rank uses it any more
   runner_.reset();
   for (Owned* b : {&scratch_, &temp_}) {
     if (!b->p) continue;
@@ -354,11 +359,22 @@ void CollTeam::map_all(int r, int reader, std::initializer_list<const Desc*> des
   }
 }
 
-coll::Choice CollTeam::choose(const CollCall& call) const {
-  coll::TeamResources res = res_;
-  coll::Choice c = coll::choose_schedule(call.op, res, call.bytes, call.elem_size, tuning_);
-  // The host path needs pinned host memory shared by the ranks' processes: not yet (it
-  // gained ~1% at 256M per rank in one process, against 5-10% for one pair's copy).
+coll::Choice CollTeam::choose(const CollCall& call) {
+  // A 2-rank broadcast is one transfer: the planner's host path for it, over every pair of the
+  // node's GPUs (each rank chooses before it learns the others' GPUs, and all must choose alike).
+  coll::PlannedHost planned;
+  if (call.op == coll::CollOp::Bcast && coll::wants_bcast_host_share(res_, tuning_) && ctx_.planner()) {
+    auto it = planned_.find(call.bytes);
+    if (it == planned_.end()) {
+      if (planned_.size() >= kShapesKept) planned_.clear();
+      it = planned_.emplace(call.bytes, coll::plan_pair_host(*ctx_.planner(), node_gpus_, call.bytes)).first;
+    }
+    planned = it->second;
+  }
+  coll::Choice c = coll::choose_schedule(call.op, res_, call.bytes, call.elem_size, tuning_, planned);
+  // The exchanges' host path could stage through the team's shared host memory as the
+  // broadcast's does, but it does not pay: in one process it gained ~1% at 256M per rank
+  // (against 5-10% for one pair's copy), every GPU on the host path both ways at once.
   if (c.exchange.host_share > 0) {
     c.exchange.host_share = 0;
     c.why += " (no host share across processes)";
@@ -619,13 +635,15 @@ void CollTeam::enter(const CollCall& call, Entry& e) {
   mine.device = call.device;
   if (call.eligible) {
     auto known = shape_key.empty() ? shapes_.end() : shapes_.find(shape_key);
-    size_t wanted = 0;
+    size_t wanted = 0, host_wanted = 0;
     if (known != shapes_.end()) {
       e.choice = known->second.choice;
       wanted = known->second.scratch;
+      host_wanted = known->second.host;
     } else {
       e.choice = choose(call);
       coll::Scratch sizing(backend_, team.dev);
+      sizing.set_external_host(placeholder(3 * n_), 0);
       std::vector<char*> send(n_), recv(n_);
       for (int r = 0; r < n_; ++r) {
         sizing.set_external(r, placeholder(3 * r + 2), 0);
@@ -637,12 +655,19 @@ void CollTeam::enter(const CollCall& call, Entry& e) {
       coll::Program sizing_prog(n_);
       call.build(sizing_prog, team, send, recv, sizing, e.choice);
       wanted = sizing.wanted(rank_);
+      host_wanted = sizing.host_wanted();
       if (!shape_key.empty()) {
         if (shapes_.size() >= kShapesKept) shapes_.clear();
-        shapes_[shape_key] = Shape{e.choice, wanted};
+        shapes_[shape_key] = Shape{e.choice, wanted, host_wanted};
       }
     }
     if (wanted) grow(scratch_, call.device, wanted);
+    // Rank 0 owns the team's shared host staging: grown here, before its message names it
+    // (every earlier call is done on every rank once its own streams are: settle()).
+    if (rank_ == 0 && host_wanted > staging_->bytes()) {
+      runner_->settle();
+      staging_->grow(host_wanted);
+    }
     try {
       mine.send = describe(call.send, call.send_bytes, call.located);
       mine.recv = describe(call.recv, call.recv_bytes, call.located);
@@ -662,6 +687,8 @@ void CollTeam::enter(const CollCall& call, Entry& e) {
       mine.scratch = *scratch_desc_;
     }
   }
+
+  mine.staging = staging_->note();
 
   if (!call.send_at.empty()) {
     const size_t n = call.send_at.size();
@@ -711,8 +738,15 @@ const CollTeam::Cached* CollTeam::resolve(const CollCall& call, Entry& e, coll::
       mapped_sets_.insert(std::move(names));
     }
   }
+  // Rank 0's shared host staging as this process maps it: a new one replaces the old, which
+  // no call of this rank uses once its streams are done.
+  if (rank_ != 0 && all[0].staging.generation != 0 && all[0].staging.generation != staging_->generation()) {
+    runner_->settle();
+    staging_->follow(all[0].staging);
+  }
   std::vector<char*> send(n_), recv(n_), scr(n_);
   coll::Scratch scratch(backend_, team.dev);
+  scratch.set_external_host(staging_->data(), staging_->bytes());
   for (int r = 0; r < n_; ++r) {
     team.dev[r] = all[r].device;
     // Kernels and copies of this GPU reach the peers' buffers over NVLink only where its
@@ -744,6 +778,8 @@ const CollTeam::Cached* CollTeam::resolve(const CollCall& call, Entry& e, coll::
       put(scr[r]);
       put(r == rank_ ? scratch_.bytes : all[r].scratch.present ? all[r].scratch.handle.size : size_t(0));
     }
+    put(staging_->data());
+    put(staging_->bytes());
   }
   auto cached = prog_key.empty() ? programs_.end() : programs_.find(prog_key);
   *build_now = cached == programs_.end();
@@ -753,9 +789,20 @@ const CollTeam::Cached* CollTeam::resolve(const CollCall& call, Entry& e, coll::
       GS_REQUIRE(scratch.wanted(r) == 0 || scratch.wanted(r) <= all[r].scratch.handle.size - all[r].scratch.offset,
                  GPUSTRIPE_ERR_INTERNAL, "%s: rank %d's scratch (%zu bytes) is smaller than the schedule needs (%zu)",
                  call.name, r, static_cast<size_t>(all[r].scratch.handle.size), scratch.wanted(r));
+    // Every rank sized the staging from the same choice: rank 0's is large enough for all.
+    GS_REQUIRE(scratch.host_wanted() <= staging_->bytes(), GPUSTRIPE_ERR_INTERNAL,
+               "%s: the schedule stages %zu bytes through host memory, the team's shared staging holds %zu",
+               call.name, scratch.host_wanted(), staging_->bytes());
+    const char* host = staging_->data();
+    auto staged = [&](const void* p, size_t bytes) {
+      const char* c = static_cast<const char*>(p);
+      return host && c >= host && bytes <= staging_->bytes() && c - host <= static_cast<ptrdiff_t>(staging_->bytes() - bytes);
+    };
     for (const coll::Op& op : built.ops())
-      GS_REQUIRE(op.kind != coll::Op::Copy || (op.src_dev != kHostDevice && op.dst_dev != kHostDevice),
-                 GPUSTRIPE_ERR_INTERNAL, "%s: a schedule with host staging across processes", call.name);
+      GS_REQUIRE(op.kind != coll::Op::Copy || ((op.src_dev != kHostDevice || staged(op.src, op.bytes)) &&
+                                               (op.dst_dev != kHostDevice || staged(op.dst, op.bytes))),
+                 GPUSTRIPE_ERR_INTERNAL, "%s: a schedule with host memory other than the team's shared staging",
+                 call.name);
     GS_LOG_DEBUG(Subsys::Mpi, "%s %zu bytes on %d ranks: %s; rank %d runs its part of %s", call.name, call.bytes, n_,
                  e.choice.describe().c_str(), rank_, built.summary().c_str());
     if (prog_key.empty()) return nullptr;
@@ -770,6 +817,10 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   using Clock = std::chrono::steady_clock;
   auto us = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
   const std::vector<RankInfo>& all = e.all;
+  // Every rank has mapped rank 0's shared host staging: its name can go.
+  if (rank_ == 0 && staging_->generation() != 0 &&
+      std::all_of(all.begin(), all.end(), [&](const RankInfo& ri) { return ri.staging.seen == staging_->generation(); }))
+    staging_->forget_name();
   for (const RankInfo& ri : all)
     if (!ri.eligible) return false;
   // Senders' layouts: every rank checks every pair alike, so all agree.

@@ -12,8 +12,10 @@
 // slice runner's end is the exit barrier (every rank's GPU announces its part done in the
 // team's shared words; the hosts do not meet again).
 //
-// Not yet across processes: the host-path share of exchanges (it needs pinned host
-// memory shared by the ranks; forced to 0) and the hierarchical allreduce.
+// The host path runs through pinned host memory the ranks' processes share (coll_staging.hpp):
+// a 2-rank broadcast takes the planner's host share for the pair. Not across processes: the
+// exchanges' and the round-major allreduce's host shares (forced to 0: in one process they
+// gained ~1% at 256M per rank) and the hierarchical allreduce.
 //
 // The team needs no MPI: the processes find each other through an ipc::Bootstrap (the
 // interposer's over PMPI, mpi_bootstrap.hpp; the PyTorch backend's over its store).
@@ -39,6 +41,7 @@
 #include "core/context.hpp"
 #include "ipc/bootstrap.hpp"
 #include "mpi/coll_slice.hpp"
+#include "mpi/coll_staging.hpp"
 #include "p2p/endpoint.hpp"
 
 namespace gpustripe::mpi {
@@ -185,7 +188,7 @@ class CollTeam {
     int dev = -1;
   };
   void grow(Owned& b, int dev, size_t bytes);
-  coll::Choice choose(const CollCall& call) const;
+  coll::Choice choose(const CollCall& call);
   bool peer_ok(int dev, int peer);  // can_access_peer, asked once per pair
   struct Entry;
   struct Pending;
@@ -217,6 +220,9 @@ class CollTeam {
   std::unique_ptr<TeamFlags> flags_;
   std::unique_ptr<coll::Reducer> reducer_;
   std::unique_ptr<SliceRunner> runner_;
+  std::unique_ptr<TeamStaging> staging_;  // the host path's pinned memory, shared by the ranks
+  std::vector<int> node_gpus_;            // every GPU of the node (the choice looks at all of them)
+  std::map<size_t, coll::PlannedHost> planned_;  // the planner's host path for a pair, by bytes
   Owned scratch_, temp_;
   std::unique_ptr<Desc> scratch_desc_;  // scratch_ as the other ranks map it (reset by grow)
   std::map<uintptr_t, Backend::IpcMemHandle> exports_;
@@ -230,6 +236,7 @@ class CollTeam {
   struct Shape {
     coll::Choice choice;
     size_t scratch = 0;
+    size_t host = 0;  // of the shared host staging
   };
   std::map<std::string, Shape> shapes_;
   struct Cached {
