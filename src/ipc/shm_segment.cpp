@@ -43,7 +43,9 @@ ShmSegment ShmSegment::open(const std::string& name) {
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& o) noexcept {
   if (this != &o) {
-    this->~ShmSegment();
+    // Releases what this one holds; not by calling the destructor, which would end name_'s
+    // lifetime before it is assigned (a heap-held name then freed twice).
+    release();
     name_ = std::move(o.name_);
     data_ = o.data_;
     size_ = o.size_;
@@ -55,10 +57,13 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& o) noexcept {
   return *this;
 }
 
-ShmSegment::~ShmSegment() {
+ShmSegment::~ShmSegment() { release(); }
+
+void ShmSegment::release() {
   if (data_) munmap(data_, size_);
   if (linked_) shm_unlink(name_.c_str());
   data_ = nullptr;
+  size_ = 0;
   linked_ = false;
 }
 

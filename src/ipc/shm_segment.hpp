@@ -32,6 +32,7 @@ class ShmSegment {
   const std::string& name() const { return name_; }
 
  private:
+  void release();  // unmaps, and removes the name where this one still owns it
   std::string name_;
   void* data_ = nullptr;
   size_t size_ = 0;

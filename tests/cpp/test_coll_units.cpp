@@ -15,6 +15,7 @@
 #include "coll/reduce_ops.hpp"
 #include "coll/schedules.hpp"
 #include "coll/select.hpp"
+#include "model/planner.hpp"
 #include "test_coll_harness.hpp"
 #include "test_util.hpp"
 #include "topology/topology.hpp"
@@ -367,6 +368,51 @@ TEST(CollSelect, PlannerShareIsCappedByTheNominalBound) {
   EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllGather, r, big, 4, Tuning(), PlannedHost{0.0, 0}).exchange.host_share, 0.0);
 }
 
+// A broadcast's host share: the tuning's at any size and team; else, on 2 members, the planner's
+// for the pair (share and chunks); none over more members or where the planner gives none.
+TEST(CollSelect, BroadcastHostShareIsTheTuningsOrThePlannersForAPair) {
+  const size_t big = size_t(1) << 30;
+  EXPECT_TRUE(wants_bcast_host_share(h200(2)));
+  EXPECT_FALSE(wants_bcast_host_share(h200(4)));
+  Tuning forced;
+  forced.bcast_host_share = 0.2;
+  EXPECT_FALSE(wants_bcast_host_share(h200(2), forced));
+  for (int n : {2, 4}) {
+    Choice c = choose_schedule(CollOp::Bcast, h200(n), 300000, 1, forced, PlannedHost{0.05, 3});
+    EXPECT_DOUBLE_EQ(c.bcast.host_share, 0.2) << n;
+    EXPECT_GE(c.bcast.host_chunks, 2) << n;
+    EXPECT_NE(c.describe().find("host=20.0%"), std::string::npos) << c.describe();
+  }
+  Choice pair = choose_schedule(CollOp::Bcast, h200(2), big, 1, Tuning(), PlannedHost{0.08, 6});
+  EXPECT_DOUBLE_EQ(pair.bcast.host_share, 0.08);
+  EXPECT_EQ(pair.bcast.host_chunks, 6);
+  EXPECT_NE(pair.why.find("planner"), std::string::npos) << pair.why;
+  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::Bcast, h200(4), big, 1, Tuning(), PlannedHost{0.08, 6}).bcast.host_share, 0);
+  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::Bcast, h200(2), big, 1, Tuning(), PlannedHost{0, 0}).bcast.host_share, 0);
+  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::Bcast, h200(2), big, 1).bcast.host_share, 0);
+  // Other collectives never take it.
+  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllReduce, h200(2), big, 4, forced).bcast.host_share, 0);
+}
+
+// The threshold is the model's: no host path for a small message, the plan's share for a large
+// one (the nominal H200 figures: NVLink beside one GPU's PCIe link).
+TEST(CollSelect, BroadcastHostShareIsZeroBelowTheModelsThreshold) {
+  ScopedEnv prof("GPUSTRIPE_PROFILE", nullptr);
+  ScopedEnv cache("XDG_CACHE_HOME", "/nonexistent-gpustripe-test");
+  ScopedEnv plan("GPUSTRIPE_PLAN", "model");
+  std::unique_ptr<Planner> planner = make_planner(load_topology_file("h200x4"));
+  const PlannedHost small = plan_pair_host(*planner, {0, 1, 2, 3}, 1 << 20);
+  const PlannedHost large = plan_pair_host(*planner, {0, 1, 2, 3}, size_t(1) << 30);
+  EXPECT_DOUBLE_EQ(small.share, 0);
+  EXPECT_GT(large.share, 0);
+  EXPECT_LT(large.share, 0.5);
+  EXPECT_GE(large.chunks, 1);
+  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::Bcast, h200(2), 1 << 20, 1, Tuning(), small).bcast.host_share, 0);
+  Choice c = choose_schedule(CollOp::Bcast, h200(2), size_t(1) << 30, 1, Tuning(), large);
+  EXPECT_DOUBLE_EQ(c.bcast.host_share, large.share);
+  EXPECT_EQ(c.bcast.host_chunks, std::clamp(large.chunks, 1, 32));
+}
+
 TEST(CollSelect, NoPeerAccessMeansCopyEngines) {
   TeamResources r = h200(4);
   r.all_peer = false;
@@ -594,6 +640,79 @@ TEST(CollSchedules, KernelBroadcastInPieces) {
       read += segs[0].bytes;
     }
     EXPECT_EQ(read, bytes);
+  }
+}
+
+// A host share: every member's buffer is written exactly once over [0, bytes) -- the NVLink form
+// up to the tail, the tail by H2D copies of the root's D2H chunks (each H2D waits for its chunk's
+// D2H), on the host lanes, through the scratch's host buffer.
+TEST(CollSchedules, BroadcastHostTailGoesD2HByTheRootAndH2DByEveryMember) {
+  Topology topo = load_topology_file("h200x4");
+  auto backend = make_emulated_backend(topo);
+  for (int n : {2, 3}) {
+    for (int root : {0, 1}) {
+      for (bool kernel : {false, true}) {
+        Team t;
+        for (int r = 0; r < n; ++r) t.rank.push_back(r), t.dev.push_back(r);
+        Scratch scratch(*backend, t.dev);
+        auto bufs = fake(n, 1 << 30);
+        BcastOpts o;
+        o.kernel = kernel;
+        o.scatter_allgather = n > 2;
+        o.chunks = 2;
+        o.host_share = 0.3;
+        o.host_chunks = 5;
+        const size_t bytes = 100003;
+        const size_t host_bytes = size_t(bytes * 0.3) / 256 * 256, nv = bytes - host_bytes;
+        Program p(n);
+        build_bcast(p, t, bufs, bytes, root, o, &scratch);
+        std::map<int, std::vector<std::pair<size_t, size_t>>> written;  // member -> [off, end)
+        size_t d2h = 0, d2h_bytes = 0;
+        std::set<const void*> staged;
+        for (const Op& op : p.ops()) {
+          ASSERT_EQ(op.kind, Op::Copy);
+          if (op.dst_dev == kHostDevice) {
+            EXPECT_EQ(op.rank, root);
+            EXPECT_EQ(op.lane, kLaneD2H);
+            EXPECT_EQ(op.src_dev, root);
+            EXPECT_GE(static_cast<const char*>(op.src) - bufs[root], static_cast<ptrdiff_t>(nv));
+            ++d2h;
+            d2h_bytes += op.bytes;
+            staged.insert(op.dst);
+            continue;
+          }
+          const size_t off = static_cast<char*>(op.dst) - bufs[op.dst_dev];
+          written[op.dst_dev].push_back({off, off + op.bytes});
+          if (op.src_dev == kHostDevice) {
+            EXPECT_EQ(op.rank, op.dst_dev);
+            EXPECT_EQ(op.lane, kLaneH2D);
+            EXPECT_GE(off, nv);
+            ASSERT_EQ(op.deps.size(), 1u);
+            const Op& from = p.ops()[op.deps[0]];
+            EXPECT_EQ(from.dst, op.src);
+            EXPECT_EQ(from.bytes, op.bytes);
+            EXPECT_EQ(static_cast<const char*>(from.src) - bufs[root], static_cast<ptrdiff_t>(off));
+          } else {
+            EXPECT_LE(off + op.bytes, nv);
+          }
+        }
+        EXPECT_EQ(d2h, 5u);
+        EXPECT_EQ(d2h_bytes, host_bytes);
+        EXPECT_EQ(staged.count(scratch.host(0)), 1u);
+        EXPECT_EQ(written.count(root), 0u);
+        for (int k = 0; k < n; ++k) {
+          if (k == root) continue;
+          auto w = written[k];
+          std::sort(w.begin(), w.end());
+          size_t at = 0;
+          for (auto [b, e] : w) {
+            EXPECT_EQ(b, at) << "member " << k << " n " << n << " root " << root << " kernel " << kernel;
+            at = e;
+          }
+          EXPECT_EQ(at, bytes) << "member " << k;
+        }
+      }
+    }
   }
 }
 

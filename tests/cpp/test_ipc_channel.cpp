@@ -9,6 +9,7 @@
 #include <random>
 #include <thread>
 
+#include "ipc/shm_segment.hpp"
 #include "ipc/wait.hpp"
 #include "test_ipc_ranks.hpp"
 #include "test_util.hpp"
@@ -35,6 +36,22 @@ void send_record(Channel& ch, int dst, const std::vector<char>& payload, uint32_
 }
 
 }  // namespace
+
+// A segment moved onto one that holds another: the old one is unmapped and its name removed, and
+// the new one's name (longer than a string keeps inline) stays intact.
+TEST(IpcShmSegment, MoveOntoANamedSegmentReleasesIt) {
+  ShmSegment a = ShmSegment::create(unique_shm_name("test"), 4096);
+  const std::string first = a.name();
+  a = ShmSegment::create(unique_shm_name("test"), 8192);
+  EXPECT_EQ(a.size(), 8192u);
+  EXPECT_NE(a.name(), first);
+  EXPECT_THROW(ShmSegment::open(first), Error);
+  const std::string second = a.name();
+  EXPECT_EQ(ShmSegment::open(second).size(), 8192u);
+  a = ShmSegment{};
+  EXPECT_EQ(a.data(), nullptr);
+  EXPECT_THROW(ShmSegment::open(second), Error);
+}
 
 TEST(IpcChannel, RecordsArriveInOrderThroughWrapAround) {
   constexpr int kRecords = 3000;

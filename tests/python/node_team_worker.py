@@ -40,8 +40,52 @@ class StreamOrdered:
         return f
 
 
+def staging_segments() -> tuple[int, list[str]]:
+    """The shared host staging this process maps (/proc/self/maps), and the names of it that this
+    process made and that are still in /dev/shm."""
+    import glob
+    import os
+    with open("/proc/self/maps") as f:
+        mapped = sum("gpustripe-collhost-" in line for line in f)
+    return mapped, glob.glob(f"/dev/shm/gpustripe-collhost-{os.getpid()}-*")
+
+
+def bcast_host(store_dir: str, rank: int, size: int) -> None:
+    """Broadcasts through the team's shared host staging (the test sets a host share), host- and
+    stream-ordered, every root, sizes that split unevenly into chunks; the team made and closed
+    twice: its staging is mapped while it lives and gone with it."""
+    import gc
+    checks = []
+    for k in range(2):
+        team = node_team(FileStore(store_dir), rank, size, prefix=f"gpustripe/bcast{k}")
+        ctx, dev = team.context, rank
+        for nbytes in (4099, 65537, 300001):
+            for root in range(size):
+                for stream in (None, team.stream(dev)):
+                    want = data(root, nbytes, "int32", 17 * k + root).astype(np.uint8)
+                    b = ctx.alloc_device(dev, nbytes)
+                    ctx.upload(b, dev, (want if rank == root else np.zeros(nbytes, np.uint8)).tobytes())
+                    served = team.bcast(b, nbytes, root) if stream is None else team.bcast(b, nbytes, root, stream=stream)
+                    team.settle()
+                    got = np.frombuffer(ctx.download(b, dev, nbytes), np.uint8)
+                    ctx.free_device(b)
+                    checks.append({"op": f"team {k} bcast {nbytes} root {root} {'ordered' if stream else 'host'}",
+                                   "served": bool(served), "ok": bool(served) and np.array_equal(got, want)})
+        mapped, _ = staging_segments()
+        checks.append({"op": f"team {k} maps its shared host staging", "served": True, "ok": mapped > 0})
+        del ctx, team
+        gc.collect()
+        mapped, named = staging_segments()
+        checks.append({"op": f"team {k} closed: no staging mapped or named", "served": True,
+                       "ok": mapped == 0 and not named, "left": [mapped, named]})
+    print("NODETEAM " + json.dumps({"rank": rank, "checks": checks}), flush=True)
+
+
 def main() -> None:
     store_dir, rank, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    if len(sys.argv) > 4 and sys.argv[4] == "bcast_host":
+        bcast_host(store_dir, rank, size)
+        return
     ordered = len(sys.argv) > 4 and sys.argv[4] == "ordered"
     team = node_team(FileStore(store_dir), rank, size)
     ctx, dev = team.context, rank

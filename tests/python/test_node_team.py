@@ -11,8 +11,9 @@ import pytest
 WORKER = os.path.join(os.path.dirname(__file__), "node_team_worker.py")
 
 
-def run_team(tmp_path, size: int, timeout: int = 120, mode: str = "host") -> list[dict]:
-    env = dict(os.environ, GPUSTRIPE_TIMEOUT=os.environ.get("GPUSTRIPE_TIMEOUT", "30"), PYTHONUNBUFFERED="1")
+def run_team(tmp_path, size: int, timeout: int = 120, mode: str = "host", **extra_env) -> list[dict]:
+    env = dict(os.environ, GPUSTRIPE_TIMEOUT=os.environ.get("GPUSTRIPE_TIMEOUT", "30"), PYTHONUNBUFFERED="1",
+               **extra_env)
     procs = [subprocess.Popen([sys.executable, WORKER, str(tmp_path / "store"), str(r), str(size), mode],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
              for r in range(size)]
@@ -49,6 +50,22 @@ def test_store_team_runs_every_collective(tmp_path, size, mode):
         assert len(r["checks"]) > 100
         # every call but the declined one ran on gpustripe's schedules
         assert sum(c["served"] for c in r["checks"]) == len(r["checks"]) - 1
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_store_team_bcast_through_shared_host_staging(tmp_path, size):
+    """A 30% host share at every size, in 4K chunks: the broadcasts are right from every root, and
+    the shared host staging lives and dies with its team (made and closed twice per process)."""
+    import gpustripe
+
+    if 0 < gpustripe.cuda_device_count() < size:
+        pytest.skip(f"needs {size} GPUs")
+    reports = run_team(tmp_path, size, mode="bcast_host",
+                       GPUSTRIPE_TEST="coll.bcast_host_share=0.3,coll.bcast_chunk=4K")
+    for r in reports:
+        bad = [c for c in r["checks"] if not c["ok"]]
+        assert not bad, (r["rank"], bad[:5])
+        assert len(r["checks"]) == 2 * (3 * size * 2 + 2)
 
 
 def test_store_team_setup_without_a_member_ends_at_the_timeout(tmp_path):
