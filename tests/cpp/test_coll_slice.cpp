@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -60,7 +61,10 @@ struct Met {
 // Runs `prog` with one thread per rank, each run after an entry exchange as the team's calls
 // are (it orders a run after the previous one's edge resets on every rank); returns the first
 // error of any rank ("" if none). `met`: where given, what each rank left in the words.
-std::string run_ranks(Node& node, const Program& prog, int runs = 1, std::vector<Met>* met = nullptr) {
+// `via`: the backend the ranks run on (default: the node's).
+std::string run_ranks(Node& node, const Program& prog, int runs = 1, std::vector<Met>* met = nullptr,
+                      Backend* via = nullptr) {
+  Backend& backend = via ? *via : *node.backend;
   const int n = prog.nranks();
   std::vector<std::string> errors(n);
   std::vector<std::thread> threads;
@@ -69,7 +73,7 @@ std::string run_ranks(Node& node, const Program& prog, int runs = 1, std::vector
       try {
         auto reducer = coll::make_reducer(*node.backend);
         mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
-        mpi::SliceRunner runner(*node.backend, *reducer, r, n, flags, [] {});
+        mpi::SliceRunner runner(backend, *reducer, r, n, flags, [] {});
         std::vector<int> all(n);
         for (int i = 0; i < runs; ++i) {
           runner.exchange(&i, sizeof i, all.data());
@@ -127,6 +131,58 @@ TEST(CollSlice, CrossRankDependenciesHoldAcrossThreads) {
 // run of [copy by rank 0, barrier, copy by rank 1 of what rank 0's delivered, barrier] ends
 // two parts per rank -- and the first still orders the second (the data checks it). The
 // barriers are the GPUs' done words: the hosts never meet inside a run.
+// A GPU backend as the runner sees CUDA's (not emulated: every copy goes within the rank's
+// GPU), recording the devices each copy names; it forwards with the devices the memory
+// belongs to.
+class IssuedCopies : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  const char* name() const override { return "issued-copies"; }
+  bool emulated() const override { return false; }
+  void copy_async_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
+                             StreamHandle s) override {
+    const int dst_owner = owner(dst), src_owner = owner(src);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (dst_owner == kHostDevice || src_owner == kHostDevice) host_named.push_back({dst_dev, src_dev});
+    }
+    ForwardingBackend::copy_async(dst, dst_owner, src, src_owner, bytes, s);
+  }
+  std::vector<std::pair<int, int>> host_named;  // (dst, src) devices named by copies of host memory
+
+ private:
+  int owner(const void* p) {
+    const PointerInfo i = pointer_info(p);
+    return i.kind == MemoryKind::Device ? i.device : kHostDevice;
+  }
+  std::mutex mu_;
+};
+
+// The team's shared host staging across ranks: rank 0 copies D2H into host memory, rank 1 H2D
+// out of it once rank 0's copy is done (a flag). On a GPU backend the copies of host memory
+// still name it as host memory (a copy within one GPU would take it for device memory).
+TEST(CollSlice, HostStagedCopiesNameHostMemory) {
+  Node node;
+  IssuedCopies gpu(make_emulated_backend(node.topo));
+  Backend& b = gpu;
+  const size_t n = 1 << 20;
+  float* a0 = static_cast<float*>(b.alloc_device(0, n * sizeof(float)));
+  float* a1 = static_cast<float*>(b.alloc_device(1, n * sizeof(float)));
+  fill(b, a0, 0, n, 5.0f);
+  fill(b, a1, 1, n, 0.0f);
+  std::vector<float> host(n, -1.0f);
+  Program p(2);
+  const int d2h = p.copy(0, coll::kLaneD2H, host.data(), kHostDevice, a0, 0, n * sizeof(float));
+  p.copy(1, coll::kLaneH2D, a1, 1, host.data(), kHostDevice, n * sizeof(float), {d2h});
+  ASSERT_EQ(run_ranks(node, p, 1, nullptr, &gpu), "");
+  std::vector<float> got = read(b, a1, 1, n);
+  for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(got[i], 5.0f) << i;
+  ASSERT_EQ(gpu.host_named.size(), 2u);
+  for (auto [dst, src] : gpu.host_named) EXPECT_TRUE(dst == kHostDevice || src == kHostDevice) << dst << " " << src;
+  b.free_device(a0);
+  b.free_device(a1);
+}
+
 TEST(CollSlice, AProgramsClosingBarrierIsItsEnd) {
   Node node;
   Backend& b = *node.backend;
