@@ -192,6 +192,23 @@ TEST(CollGpu, HostShareExchanges) {
       }
 }
 
+// A broadcast's tail through pinned host memory (D2H by the root, H2D by every member) beside
+// the copy kernels and the copy engines' forms, blocking and stream-ordered, replayed.
+TEST(CollGpu, HostShareBroadcast) {
+  GS_REQUIRE_GPU(2);
+  Tuning t;
+  t.bcast_host_share = 0.2;
+  GpuNode node;
+  auto comm = node.comm(std::min(4, cuda_device_count()), t);
+  for (const char* algo : {"sm", "direct", "chain"}) {
+    ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
+    for (bool async : {false, true}) {
+      Case c{CollOp::Bcast, GPUSTRIPE_INT32, GPUSTRIPE_SUM, (size_t(8) << 20) / 4 + 3, false, 1, async, 3};
+      ASSERT_EQ(run_case(*comm, c, 5), 0u) << algo << " " << comm->last_schedule();
+    }
+  }
+}
+
 // The chunked copy-engine reductions with flags in per-rank graphs (async, replayed) and the
 // copy-engine two-shot whose kernels store into every member; in place or not.
 TEST(CollGpu, ChunkedCopyEngineReductions) {

@@ -134,6 +134,27 @@ TEST(CollRepeat, SameBuffersFreshDataEverySchedule) {
   }
 }
 
+// A broadcast's tail through pinned host memory beside each NVLink form (copy kernels, direct,
+// chain, scatter-allgather), at sizes that split unevenly into host chunks, from every root.
+TEST(CollHostShare, BroadcastThroughPinnedHostIsExact) {
+  Tuning t;
+  t.bcast_host_share = 0.3;
+  t.bcast_chunk = 4 << 10;
+  EmuNode node("h200x4");
+  for (int n : {2, 3}) {
+    auto comm = node.comm(n, t);
+    for (const char* algo : {"sm", "direct", "chain", "scatter_ag"}) {
+      ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
+      for (size_t count : {size_t(1000), size_t(16411), size_t(75001)})
+        for (int root = 0; root < n; ++root) {
+          Case c{CollOp::Bcast, GPUSTRIPE_INT32, GPUSTRIPE_SUM, count, false, root};
+          ASSERT_EQ(run_case(*comm, c, count + root), 0u) << algo << " n=" << n;
+          EXPECT_NE(comm->last_schedule().find("host=30.0%"), std::string::npos) << comm->last_schedule();
+        }
+    }
+  }
+}
+
 TEST(CollHostShare, ExchangesThroughPinnedHostAreExact) {
   Tuning t;
   t.host_share = 0.25;
