@@ -249,12 +249,15 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     // one D2H feeding several H2Ds is no transfer the model plans, and measured on 4 GPUs it lost.
     if (t.bcast_host_share >= 0) {
       c.bcast.host_share = t.bcast_host_share;
-      c.bcast.host_chunks = std::clamp(chunks_for(static_cast<size_t>(bytes * t.bcast_host_share), t.bcast_chunk, 16, 2), 2, 16);
-      if (c.bcast.host_share > 0) c.why += "; host share " + pct(c.bcast.host_share) + " from the communicator's tuning";
+      const size_t host_bytes = static_cast<size_t>(static_cast<double>(bytes) * t.bcast_host_share);
+      c.bcast.host_chunks = std::clamp(chunks_for(host_bytes, t.bcast_chunk, 16, 2), 2, 16);
+      if (c.bcast.host_share > 0)
+        c.why += "; host share " + pct(c.bcast.host_share) + " from the communicator's tuning";
     } else if (n == 2 && planned_host.share > 0) {
       c.bcast.host_share = std::min(planned_host.share, 0.5);
       c.bcast.host_chunks = std::clamp(planned_host.chunks, 1, 32);
-      c.why += "; host share " + pct(c.bcast.host_share) + format(" in %d chunks: the planner's for the pair", c.bcast.host_chunks);
+      c.why += "; host share " + pct(c.bcast.host_share) +
+               format(" in %d chunks: the planner's for the pair", c.bcast.host_chunks);
     }
     return c;
   }

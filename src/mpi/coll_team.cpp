@@ -794,9 +794,10 @@ const CollTeam::Cached* CollTeam::resolve(const CollCall& call, Entry& e, coll::
                "%s: the schedule stages %zu bytes through host memory, the team's shared staging holds %zu",
                call.name, scratch.host_wanted(), staging_->bytes());
     const char* host = staging_->data();
+    const size_t held = staging_->bytes();
     auto staged = [&](const void* p, size_t bytes) {
       const char* c = static_cast<const char*>(p);
-      return host && c >= host && bytes <= staging_->bytes() && c - host <= static_cast<ptrdiff_t>(staging_->bytes() - bytes);
+      return host && c >= host && bytes <= held && static_cast<size_t>(c - host) <= held - bytes;
     };
     for (const coll::Op& op : built.ops())
       GS_REQUIRE(op.kind != coll::Op::Copy || ((op.src_dev != kHostDevice || staged(op.src, op.bytes)) &&
@@ -818,8 +819,9 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   auto us = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
   const std::vector<RankInfo>& all = e.all;
   // Every rank has mapped rank 0's shared host staging: its name can go.
-  if (rank_ == 0 && staging_->generation() != 0 &&
-      std::all_of(all.begin(), all.end(), [&](const RankInfo& ri) { return ri.staging.seen == staging_->generation(); }))
+  const uint64_t generation = staging_->generation();
+  if (rank_ == 0 && generation != 0 &&
+      std::all_of(all.begin(), all.end(), [&](const RankInfo& ri) { return ri.staging.seen == generation; }))
     staging_->forget_name();
   for (const RankInfo& ri : all)
     if (!ri.eligible) return false;

@@ -361,11 +361,11 @@ TEST(CollSelect, PlannerShareIsCappedByTheNominalBound) {
   EXPECT_TRUE(wants_host_share(CollOp::AllToAll, r, big));
   EXPECT_FALSE(wants_host_share(CollOp::AllReduce, r, big));
   EXPECT_FALSE(wants_host_share(CollOp::AllToAll, r, 16 << 20));
-  Choice low = choose_schedule(CollOp::AllToAll, r, big, 4, Tuning(), PlannedHost{0.01, 0});
+  Choice low = choose_schedule(CollOp::AllToAll, r, big, 4, Tuning(), {0.01, 0});
   EXPECT_DOUBLE_EQ(low.exchange.host_share, 0.01);
   EXPECT_NE(low.why.find("planner"), std::string::npos) << low.why;
-  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllToAll, r, big, 4, Tuning(), PlannedHost{0.2, 0}).exchange.host_share, bound);
-  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllGather, r, big, 4, Tuning(), PlannedHost{0.0, 0}).exchange.host_share, 0.0);
+  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllToAll, r, big, 4, Tuning(), {0.2, 0}).exchange.host_share, bound);
+  EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllGather, r, big, 4, Tuning(), {0.0, 0}).exchange.host_share, 0.0);
 }
 
 // A broadcast's host share: the tuning's at any size and team; else, on 2 members, the planner's

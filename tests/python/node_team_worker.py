@@ -65,7 +65,7 @@ def bcast_host(store_dir: str, rank: int, size: int) -> None:
                     want = data(root, nbytes, "int32", 17 * k + root).astype(np.uint8)
                     b = ctx.alloc_device(dev, nbytes)
                     ctx.upload(b, dev, (want if rank == root else np.zeros(nbytes, np.uint8)).tobytes())
-                    served = team.bcast(b, nbytes, root) if stream is None else team.bcast(b, nbytes, root, stream=stream)
+                    served = team.bcast(b, nbytes, root, **({} if stream is None else {"stream": stream}))
                     team.settle()
                     got = np.frombuffer(ctx.download(b, dev, nbytes), np.uint8)
                     ctx.free_device(b)

@@ -109,8 +109,10 @@ def _mpirun(args, n: int, env: dict, mca: list[str] | None = None) -> list[str]:
            "-x", "NCCL_NVLS_ENABLE=0"]
     for k, v in env.items():
         cmd += ["-x", f"{k}={v}"]
+    # The planner's settings too: the ranks' processes plan (a 2-rank broadcast's host share).
     for k in ("GPUSTRIPE_TOPOLOGY_DIR", "GPUSTRIPE_TOPOLOGY", "GPUSTRIPE_BACKEND", "GPUSTRIPE_TIMEOUT",
-              "GPUSTRIPE_LOG_LEVEL", "GPUSTRIPE_NCCL_LIBRARY", "CUDA_VISIBLE_DEVICES"):
+              "GPUSTRIPE_LOG_LEVEL", "GPUSTRIPE_NCCL_LIBRARY", "GPUSTRIPE_PLAN", "GPUSTRIPE_PROFILE",
+              "GPUSTRIPE_HOST_PATH", "CUDA_VISIBLE_DEVICES"):
         if k in os.environ:
             cmd += ["-x", k]
     return cmd
