@@ -437,12 +437,9 @@ void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int devic
   } else if (op.kind == Op::Copy) {
     // This rank's GPU drives every copy of its part, from and into the other ranks' buffers
     // as mapped into its own context (CollTeam::map): for CUDA a copy within that context,
-    // which it runs over NVLink as NCCL's and UCX's IPC copies are (named as a copy between two
-    // GPUs, the driver would look for the mapping in the peer GPU's context). The emulated
-    // backend checks each range against the GPU that owns it.
-    const bool named = backend_.emulated();
-    backend_.copy_async_prechecked(op.dst, named ? op.dst_dev : device, op.src, named ? op.src_dev : device, op.bytes,
-                                   l.stream());
+    // which it runs over NVLink as NCCL's and UCX's IPC copies are (Backend::ipc_named_device).
+    backend_.copy_async_prechecked(op.dst, backend_.ipc_named_device(op.dst_dev, device), op.src,
+                                   backend_.ipc_named_device(op.src_dev, device), op.bytes, l.stream());
   } else {
     // Schedule builders make copies, reductions and barriers only (other kinds are the
     // coll executor's own).

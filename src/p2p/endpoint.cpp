@@ -426,7 +426,7 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
       r->lease_buffer_ = e.handle.buffer_id;
     }
     trace("r_mapped", src, send_id, r->id_, n);
-    r->ticket_ = here ? mover_.start_plain(r->rbuf_, into, from, backend_->ipc_named_device(e.handle, into), n)
+    r->ticket_ = here ? mover_.start_plain(r->rbuf_, into, from, backend_->ipc_named_device(e.handle.device, into), n)
                       : mover_.start(r->rbuf_, into, from, e.handle.device, n,
                                      Mover::Hints{receives_ahead(src, r->comm_), sends_in_flight_to(src)});
     trace("r_started", src, send_id, r->id_, n);

@@ -69,7 +69,7 @@ class EmulatedBackend final : public Backend {
   bool ipc_open_needs_fd(const IpcMemHandle& h) override;
   void* ipc_open(const IpcMemHandle& h, int fd = -1, int reader = -1) override;
   // One mapping serves every reader here: copies name the GPU that owns it.
-  int ipc_named_device(const IpcMemHandle& h, int) const override { return h.device; }
+  int ipc_named_device(int owner, int) const override { return owner; }
   void* ipc_open_pieces(const IpcMemHandle& h, const std::vector<IpcPiece>& pieces,
                         const std::vector<int>& fds) override;
   void ipc_close(void* base) override;
