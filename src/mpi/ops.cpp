@@ -52,7 +52,7 @@ class LocalOp : public Op {
   bool ready() override {
     return ProgressPass::active() ? rt().endpoint().done_now(r_) : rt().endpoint().test(r_);
   }
-  bool complete() const override { return !recv_ && r_->done(); }
+  bool complete() const override { return r_->done(); }
   bool test(MPI_Status* st, int* err) override {
     if (!ready()) return false;
     const p2p::P2pStatus& s = r_->status();

@@ -29,7 +29,8 @@ class Op {
   virtual bool test(MPI_Status* st, int* err) = 0;
   // Complete or not, without finishing it (MPI_Testall must not finish some only).
   virtual bool ready() = 0;
-  // Complete as it stands, known without a progress pass (false when a pass might be needed).
+  // Complete as it stands, known without a progress pass (false when a pass might be needed):
+  // a blocking call then finishes it at once, without a request of its own.
   virtual bool complete() const { return false; }
   // Throws when a peer the op waits for is gone.
   virtual void check_peers() {}
