@@ -417,9 +417,12 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
     // GPU (bench/results/*w1-floor*), and the other way round, through a mapping in the sender's
     // context, is the slowest. Legacy handles alone map per context; the mapping cache keeps the
     // receiver's mapping as another entry, with the same freed-and-reused check.
-    const bool here = into != kHostDevice && into != e.handle.device &&
-                      e.handle.kind == Backend::IpcKind::Legacy && mover_.plain(e.handle.device, into, n);
-    char* from = map_exported(src, e, n, here ? into : -1);
+    char* from = into != kHostDevice && into != e.handle.device && e.handle.kind == Backend::IpcKind::Legacy &&
+                         mover_.plain(e.handle.device, into, n)
+                     ? map_for_reader(src, e, n, into)
+                     : nullptr;
+    const bool here = from != nullptr;
+    if (!here) from = map_exported(src, e, n);
     if (ipc::HandleCache::leased(e.handle)) {
       r->lease_peer_ = src;
       r->lease_base_ = e.exporter_base;
@@ -513,6 +516,22 @@ char* Endpoint::map_exported(int peer, const Exported& e, uint64_t bytes, int re
              "rank %d's buffer [%llu, +%llu) exceeds its allocation of %zu bytes", peer,
              static_cast<unsigned long long>(e.offset), static_cast<unsigned long long>(bytes), e.handle.size);
   return static_cast<char*>(cache_->map(peer, e.exporter_base, e.handle, reader)) + e.offset;
+}
+
+char* Endpoint::map_for_reader(int peer, const Exported& e, uint64_t bytes, int reader) {
+  const std::pair<int, int> pair{e.handle.device, reader};
+  if (unmapped_for_reader_.count(pair)) return nullptr;
+  try {
+    return map_exported(peer, e, bytes, reader);
+  } catch (const Error& err) {
+    if (err.status() != GPUSTRIPE_ERR_CUDA) throw;
+    // A driver that will not map GPU `owner`'s memory into the reader's context (no peer access
+    // between them): the copy runs from the owner's GPU, as a larger one does. Asked once per pair.
+    unmapped_for_reader_.insert(pair);
+    GS_LOG_INFO(Subsys::P2p, "rank %d: GPU %d's buffers not mapped for GPU %d (%s): pulls between them run on GPU %d's "
+                "streams", ch_.rank(), pair.first, reader, err.what(), pair.first);
+    return nullptr;
+  }
 }
 
 void Endpoint::advance_recvs() {

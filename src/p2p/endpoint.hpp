@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -145,6 +146,9 @@ class Endpoint {
   // This process's address of a buffer `peer` exported (mapping cache), mapped for GPU `reader`
   // (HandleCache::map; -1: in the owner's context).
   char* map_exported(int peer, const Exported& e, uint64_t bytes, int reader = -1);
+  // map_exported for GPU `reader`, or null where the driver refuses such mappings between the
+  // buffer's GPU and the reader (asked once per pair of GPUs).
+  char* map_for_reader(int peer, const Exported& e, uint64_t bytes, int reader);
   // The Exported form of the device buffer [p, p + bytes) for rank `dst` (`loc`: where it
   // lives); false when it cannot be exported (no handle for that memory, or the buffer spans
   // two VMM allocations): the data then streams. Handles are kept per (allocation base,
@@ -189,6 +193,7 @@ class Endpoint {
   uint64_t device_eager_max_ = 0;  // the same for blocking sends of device buffers (pulled above)
   std::map<std::pair<uintptr_t, uint64_t>, Exported> exports_;  // (base, buffer_id) -> handle, offset 0
   uint64_t passes_ = 0;
+  std::set<std::pair<int, int>> unmapped_for_reader_;  // (owner GPU, reader GPU) the driver refused
   char* bounce_ = nullptr;
   size_t bounce_bytes_ = 0;
 };

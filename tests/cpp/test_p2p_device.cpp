@@ -499,8 +499,10 @@ class PlaceRecordingBackend : public ForwardingBackend {
   }
   void* ipc_open(const IpcMemHandle& h, int fd, int reader) override {
     readers.push_back(reader);
+    if (refuse_readers && reader >= 0) GS_THROW(GPUSTRIPE_ERR_CUDA, "no mapping for GPU %d here", reader);
     return in_->ipc_open(h, fd, reader);
   }
+  bool refuse_readers = false;  // as a driver that maps no peer's memory into another GPU's context
   struct Copy {
     int stream_dev;
     size_t bytes;
@@ -514,19 +516,18 @@ class PlaceRecordingBackend : public ForwardingBackend {
 };
 }  // namespace
 
-// A pull the model keeps on the direct path alone is one plain copy issued in the receiver's own
-// GPU's context (as UCX's cuda_ipc pulls): the sender's buffer is mapped for the receiver's GPU
-// and the copy runs on a stream of that GPU, not of the sender's; a message the plan splits is
-// still the engine's copy, issued from the sender's GPU through the owner's mapping. A send
-// buffer freed and reallocated at the same address between two messages is mapped anew (the
-// cache's stale check holds for the receiver's mapping too), and every byte lands.
-TEST(P2pDevice, PlainPullsRunInTheReceiversContextThroughItsOwnMapping) {
+namespace {
+// Pulls of lean sizes and one the plan splits, between two ranks both ways, with a send buffer
+// freed and reallocated between two messages; every byte checked. `refuse`: the backend maps no
+// buffer for another GPU than its owner.
+void plain_pulls(bool refuse) {
   ScopedEnv j{"GPUSTRIPE_TEST", "emu_jitter_us=5"};
   const std::vector<size_t> lean = {4097, 64u << 10, (1u << 20) + 3};
   const size_t split = (2u << 20) + 5;
   EXPECT_RANKS_OK(run_ranks(2, [&](int rank, ipc::Channel& ch) {
     Topology topo = load_topology_file("h200x4");
     auto* rec = new PlaceRecordingBackend(make_emulated_backend(topo));
+    rec->refuse_readers = refuse;
     std::unique_ptr<Backend> be(rec);
     SplitFromPlanner planner(2u << 20);
     Engine engine(*be, topo, &planner);
@@ -553,24 +554,42 @@ TEST(P2pDevice, PlainPullsRunInTheReceiversContextThroughItsOwnMapping) {
       }
       ep.flush();
       const ipc::HandleCacheStats c = ep.handle_cache()->stats();
-      RANK_CHECK(c.hits == 0 && c.misses + c.stale_evictions == sizes.size());
+      // (a refused mapping counts as a miss)
+      RANK_CHECK(c.hits == 0 && c.misses + c.stale_evictions == sizes.size() + (refuse ? 1 : 0));
     }
-    // Every lean message's copy (its exact size) on this rank's GPU's streams, none on the peer's.
+    // Every lean message's copy (its exact size) on this rank's GPU's streams, none on the peer's;
+    // where the backend refused the mapping, on the peer's.
     for (size_t n : lean) {
       int here = 0, there = 0;
       for (const auto& c : rec->copies)
         if (c.bytes == n) (c.stream_dev == rank ? here : there)++;
-      RANK_CHECK(here == (n == lean.back() ? 2 : 1) && there == 0);
+      const int want = n == lean.back() ? 2 : 1;
+      RANK_CHECK(refuse ? here == 0 && there == want : here == want && there == 0);
     }
     // The split message's copies run from the sender's GPU.
     int from_sender = 0;
     for (const auto& c : rec->copies) from_sender += c.stream_dev == peer;
     RANK_CHECK(from_sender > 0);
-    // Mapped for this rank's GPU once per lean message, in the owner's context for the split one.
-    RANK_CHECK(rec->readers.size() == lean.size() + 2);
-    RANK_CHECK(std::count(rec->readers.begin(), rec->readers.end(), rank) == static_cast<long>(lean.size() + 1));
+    // Mapped for this rank's GPU once per lean message, in the owner's context for the split one;
+    // refused, asked once, then every buffer in the owner's context.
+    const long for_me = std::count(rec->readers.begin(), rec->readers.end(), rank);
+    RANK_CHECK(refuse ? for_me == 1 && rec->readers.size() == lean.size() + 3
+                      : for_me == static_cast<long>(lean.size() + 1) && rec->readers.size() == lean.size() + 2);
   }));
 }
+}  // namespace
+
+// A pull the model keeps on the direct path alone is one plain copy issued in the receiver's own
+// GPU's context (as UCX's cuda_ipc pulls): the sender's buffer is mapped for the receiver's GPU
+// and the copy runs on a stream of that GPU, not of the sender's; a message the plan splits is
+// still the engine's copy, issued from the sender's GPU through the owner's mapping. A send
+// buffer freed and reallocated at the same address between two messages is mapped anew (the
+// cache's stale check holds for the receiver's mapping too), and every byte lands.
+TEST(P2pDevice, PlainPullsRunInTheReceiversContextThroughItsOwnMapping) { plain_pulls(false); }
+
+// A driver that will not map a peer's buffer for the receiver's GPU: asked once, then the plain
+// pulls run from the sender's GPU through the owner's mapping, every byte intact.
+TEST(P2pDevice, PlainPullsTheDriverWillNotMapForTheReceiverRunFromTheSendersGpu) { plain_pulls(true); }
 
 namespace {
 // A planner that, as the model does, plans a copy with traffic the other way in flight by that
