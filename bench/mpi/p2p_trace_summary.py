@@ -48,6 +48,17 @@ also timed on the receiver and the median printed:
   next       the sender's last wait returned -> the next window's first MPI_Isend (the
              receiver's acknowledgement of osu_bw's loop, through the interposer)
 
+Where the mover's and the interposer's own stamps are in the files, the host steps around a
+message get a table of their own (median us; meant for window 1, one copy in flight at a time):
+  enq_call   a one-copy batch's enqueue call on the receiver (c_batch -> c_batched)
+  to_seen    that enqueue returned -> the copy seen complete (c_batched -> c_seen)
+  queries    completion queries per copy until it was seen (c_busy stamps, and the one that saw it)
+  locate     a rendezvous send: MPI_Isend/MPI_Send entered -> its buffer located
+  announce   that -> its Rts in the ring
+  e_locate   an eager send (no Rts: the benchmark's acknowledgements): entered -> located
+  e_post     that -> posted (the interposer's request made, or the send over)
+  e_ret      that -> the call returned
+
   python3 bench/mpi/p2p_trace_summary.py DIR [--label NAME] [--window W]
 """
 from __future__ import annotations
@@ -227,6 +238,41 @@ def eager_table(msgs: dict) -> None:
         print(f"{size:>11} {len(by_size[size]):>4} " + " ".join(cells))
 
 
+def host_steps(files: list) -> dict:
+    """Lists of microseconds of each host step (the host-steps table), over every file."""
+    out = defaultdict(list)
+    for events in files:
+        batch = batched = None
+        busy = 0
+        send = None  # the interposer's send in progress: its stamps so far
+        for ns, rank, phase, sender, send_id, nbytes in events:
+            if phase == "c_batch":
+                batch = ns if nbytes == 1 else None
+            elif phase == "c_batched" and batch is not None:
+                out["enq_call"].append((ns - batch) / 1e3)
+                batch, batched, busy = None, ns, 0
+            elif phase == "c_busy" and batched is not None:
+                busy += 1
+            elif phase == "c_seen" and batched is not None:
+                out["to_seen"].append((ns - batched) / 1e3)
+                out["queries"].append(busy + 1)
+                batched = None
+            elif phase in ("m_isend", "m_irecv"):
+                send = {"m_isend": ns} if phase == "m_isend" else None
+            elif send is not None and phase in ("m_located", "s_rts", "m_posted", "m_ret"):
+                send.setdefault(phase, ns)
+                if phase == "m_posted" and "s_rts" in send:
+                    out["locate"].append((send["m_located"] - send["m_isend"]) / 1e3)
+                    out["announce"].append((send["s_rts"] - send["m_located"]) / 1e3)
+                    send = None
+                elif phase == "m_ret" and "m_posted" in send and "m_located" in send:
+                    out["e_locate"].append((send["m_located"] - send["m_isend"]) / 1e3)
+                    out["e_post"].append((send["m_posted"] - send["m_located"]) / 1e3)
+                    out["e_ret"].append((ns - send["m_posted"]) / 1e3)
+                    send = None
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir")
@@ -256,6 +302,12 @@ def main():
         print(f"{size:>11} {len(rows):>4} " + " ".join(cells)
               + f"  {conc:10.2f} {direct:6.2f} {lean:4.2f} {len(q) / len(rows):6.2f} {share} {gap}")
     eager_table(msgs)
+    steps = host_steps(files)
+    if steps:
+        cols = ("enq_call", "to_seen", "queries", "locate", "announce", "e_locate", "e_post", "e_ret")
+        print("# host steps: median us (queries: a count)")
+        print(" ".join(f"{c:>9}" for c in cols))
+        print(" ".join(f"{statistics.median(steps[c]):9.2f}" if steps[c] else f"{'-':>9}" for c in cols))
     if a.window > 0:
         cols = ("start", "enq1", "first", "per_msg", "end", "window", "next")
         print(f"# windows of {a.window}: median us (warm-up windows included)")

@@ -179,6 +179,12 @@ class Backend {
   // mapping; its copy engines reach it as peer memory. VMM and pool mappings are granted to
   // every GPU that can access the owner, whatever `reader` says.
   virtual void* ipc_open(const IpcMemHandle& h, int fd = -1, int reader = -1);
+  // The device a copy issued by GPU `reader` names for another process's memory of GPU `owner`
+  // that ipc_open mapped for that reader: `reader` on CUDA, where the copy is then one within the
+  // reader's context through its mapping (named between two GPUs, the driver would look for the
+  // mapping in the owner's context), the driver's cheapest copy call; `owner` where one mapping
+  // serves every reader (the emulated backend checks a copy's range against the GPU that owns it).
+  virtual int ipc_named_device(int owner, int reader) const { return reader >= 0 ? reader : owner; }
   // VmmMulti: maps every piece (fds[i] the exporter's descriptor of pieces[i], kept by the
   // caller) at its offset of one reserved range; returns this process's address of h.base.
   // `pieces` must be the layout h was made from (ipc_check_pieces).

@@ -48,7 +48,8 @@ gpustripe_status_t gpustripe_p2p_create(gpustripe_context_t ctx, gpustripe_chann
     GS_REQUIRE_ARG(channel);
     GS_REQUIRE_ARG(endpoint);
     auto e = std::make_unique<gpustripe_endpoint>();
-    e->impl = std::make_unique<p2p::Endpoint>(*channel->impl, &c.backend(), p2p::engine_copy(c.engine(), channel->impl.get()));
+    e->impl = std::make_unique<p2p::Endpoint>(*channel->impl, &c.backend(), p2p::engine_copy(c.engine(), channel->impl.get()),
+                                                p2p::engine_plain(c.engine()));
     *endpoint = e.release();
   });
 }

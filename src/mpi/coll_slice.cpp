@@ -437,12 +437,10 @@ void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int devic
   } else if (op.kind == Op::Copy) {
     // This rank's GPU drives every copy of its part, from and into the other ranks' buffers
     // as mapped into its own context (CollTeam::map): for CUDA a copy within that context,
-    // which it runs over NVLink as NCCL's and UCX's IPC copies are (named as a copy between two
-    // GPUs, the driver would look for the mapping in the peer GPU's context). Host memory (the
-    // team's shared staging) stays host memory: a copy within one GPU would take it for device
-    // memory. The emulated backend checks each range against the GPU that owns it.
-    const bool named = backend_.emulated();
-    auto issued = [&](int dev) { return named || dev == kHostDevice ? dev : device; };
+    // which it runs over NVLink as NCCL's and UCX's IPC copies are (Backend::ipc_named_device).
+    // Host memory (the team's shared staging) stays host memory: a copy within one GPU would
+    // take it for device memory.
+    auto issued = [&](int dev) { return dev == kHostDevice ? dev : backend_.ipc_named_device(dev, device); };
     backend_.copy_async_prechecked(op.dst, issued(op.dst_dev), op.src, issued(op.src_dev), op.bytes, l.stream());
   } else {
     // Schedule builders make copies, reductions and barriers only (other kinds are the

@@ -1,28 +1,70 @@
 #include "mpi/datatype.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <vector>
 
 #include "common/error.hpp"
 
 namespace gpustripe::mpi {
+
+namespace {
+// One element of a datatype as the MPI describes it.
+struct Element {
+  int size = 0;
+  MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
+};
+
+std::atomic<uint64_t> g_type_queries{0};
+
+bool ask(MPI_Datatype type, Element* e) {
+  g_type_queries.fetch_add(1, std::memory_order_relaxed);
+  return PMPI_Type_size(type, &e->size) == MPI_SUCCESS && e->size != MPI_UNDEFINED &&
+         PMPI_Type_get_extent(type, &e->lb, &e->extent) == MPI_SUCCESS &&
+         PMPI_Type_get_true_extent(type, &e->true_lb, &e->true_extent) == MPI_SUCCESS;
+}
+
+// The predefined types programs send most are asked of the MPI once, together: they cannot be
+// freed and their handles are the MPI's constants, so their answers never change, and the three
+// calls were on the path of every send and receive (a one-byte acknowledgement's included).
+// Derived types are asked every time: a freed one's handle may come back for another type.
+Element element_of(MPI_Datatype type) {
+  struct Known {
+    MPI_Datatype type;
+    Element e;
+  };
+  static const std::vector<Known> named = [] {
+    std::vector<Known> v;
+    for (MPI_Datatype t : {MPI_BYTE, MPI_CHAR, MPI_UNSIGNED_CHAR, MPI_SIGNED_CHAR, MPI_INT, MPI_UNSIGNED, MPI_LONG,
+                           MPI_UNSIGNED_LONG, MPI_LONG_LONG, MPI_FLOAT, MPI_DOUBLE, MPI_SHORT, MPI_INT8_T, MPI_UINT8_T,
+                           MPI_INT32_T, MPI_UINT32_T, MPI_INT64_T, MPI_UINT64_T}) {
+      Element e;
+      if (t != MPI_DATATYPE_NULL && ask(t, &e)) v.push_back(Known{t, e});  // one this MPI lacks is asked per call
+    }
+    return v;
+  }();
+  for (const Known& k : named)
+    if (k.type == type) return k.e;
+  Element e;
+  GS_REQUIRE(ask(type, &e), GPUSTRIPE_ERR_INVALID_TYPE, "the datatype is not valid (the MPI could not size it)");
+  return e;
+}
+}  // namespace
+
+uint64_t type_queries() { return g_type_queries.load(std::memory_order_relaxed); }
 
 Layout layout_of(int count, MPI_Datatype type) {
   GS_REQUIRE(count >= 0, GPUSTRIPE_ERR_INVALID_ARGUMENT, "count %d is negative", count);
   // Checked before asking the MPI about it: MPI_DATATYPE_NULL is a send's or receive's
   // MPI_ERR_TYPE (as the MPI itself returns), not a 0-byte message.
   GS_REQUIRE(type != MPI_DATATYPE_NULL, GPUSTRIPE_ERR_INVALID_TYPE, "MPI_DATATYPE_NULL is not a datatype");
-  int size = 0;
-  MPI_Aint lb = 0, extent = 0, tlb = 0, textent = 0;
-  GS_REQUIRE(PMPI_Type_size(type, &size) == MPI_SUCCESS && size != MPI_UNDEFINED &&
-                 PMPI_Type_get_extent(type, &lb, &extent) == MPI_SUCCESS &&
-                 PMPI_Type_get_true_extent(type, &tlb, &textent) == MPI_SUCCESS,
-             GPUSTRIPE_ERR_INVALID_TYPE, "the datatype is not valid (the MPI could not size it)");
+  const Element e = element_of(type);
   Layout l;
-  l.bytes = static_cast<uint64_t>(size) * static_cast<uint64_t>(count);
-  l.span_lb = tlb;
-  l.span_bytes = count == 0 ? 0 : static_cast<uint64_t>((count - 1) * extent + textent);
+  l.bytes = static_cast<uint64_t>(e.size) * static_cast<uint64_t>(count);
+  l.span_lb = e.true_lb;
+  l.span_bytes = count == 0 ? 0 : static_cast<uint64_t>((count - 1) * e.extent + e.true_extent);
   // One run of bytes starting at buf: no holes inside an element, none between elements.
-  l.contiguous = count == 0 || (tlb == 0 && lb == 0 && textent == size && extent == size);
+  l.contiguous = count == 0 || (e.true_lb == 0 && e.lb == 0 && e.true_extent == e.size && e.extent == e.size);
   return l;
 }
 

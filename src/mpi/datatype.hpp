@@ -22,6 +22,9 @@ struct Layout {
 };
 
 Layout layout_of(int count, MPI_Datatype type);
+// The datatype queries layout_of has asked of the MPI (tests count them: a predefined type is
+// asked once).
+uint64_t type_queries();
 
 // Packs (buf, count, type) living at `loc` into `out` (host); returns its length.
 uint64_t pack(const void* buf, int count, MPI_Datatype type, const Layout& l, p2p::MemLoc loc, p2p::Mover& mover,

@@ -29,8 +29,10 @@ void* gpustripe_mpi_test_alloc_as(int dev, size_t bytes, const char* how);
 /* A counter of this rank's IPC layer: "map_hits", "map_misses", "map_stale" (their sum: the
  * peers' buffers mapped, one per pulled message), "fd_opens" (mappings opened with a file
  * descriptor), "fd_offered", "fd_taken", "fd_requested", "fd_served"; and of its p2p layer:
- * "eager_slots_taken" (small device messages this rank sent through eager slots); -1 for an
- * unknown name or no runtime. */
+ * "eager_slots_taken" (small device messages this rank sent through eager slots), "progress_passes"
+ * (its endpoint's progress passes); and of the interposer: "requests_made" (MPI requests it made
+ * for its own operations), "type_queries" (datatypes asked of the MPI to lay a buffer out: a
+ * predefined type once); -1 for an unknown name or no runtime. */
 long long gpustripe_mpi_test_ipc_counter(const char* name);
 /* A counter of this rank's device windows: "completion_waits" (flush, unlock, fence, complete
  * or free calls that had to wait for their puts and gets), "completion_ticked" (those of them

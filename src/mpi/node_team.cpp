@@ -32,7 +32,8 @@ NodeTeam::NodeTeam(std::unique_ptr<ipc::Bootstrap> boot) {
   ctx_ = std::make_unique<Context>();
   ch_ = ipc::join_channel(
       b.rank(), b.size(), [&b](char* name) { b.bcast(name, 128, 0); }, [&b] { b.barrier(); });
-  ep_ = std::make_unique<p2p::Endpoint>(*ch_, &ctx_->backend(), p2p::engine_copy(ctx_->engine(), ch_.get()));
+  ep_ = std::make_unique<p2p::Endpoint>(*ch_, &ctx_->backend(), p2p::engine_copy(ctx_->engine(), ch_.get()),
+                                         p2p::engine_plain(ctx_->engine()));
   std::vector<int> channel_rank(static_cast<size_t>(b.size()));
   for (int r = 0; r < b.size(); ++r) channel_rank[r] = r;  // the channel was joined in bootstrap order
   team_ = std::make_unique<CollTeam>(*ctx_, *ep_, std::move(boot), std::move(channel_rank));

@@ -52,6 +52,7 @@ class LocalOp : public Op {
   bool ready() override {
     return ProgressPass::active() ? rt().endpoint().done_now(r_) : rt().endpoint().test(r_);
   }
+  bool complete() const override { return r_->done(); }
   bool test(MPI_Status* st, int* err) override {
     if (!ready()) return false;
     const p2p::P2pStatus& s = r_->status();
@@ -227,7 +228,14 @@ std::recursive_mutex& lock() {
   return mu;
 }
 
+namespace {
+uint64_t g_requests_made = 0;  // under lock()
+}  // namespace
+
+uint64_t requests_made() { return g_requests_made; }
+
 MPI_Request add_request(std::unique_ptr<Op> op) {
+  ++g_requests_made;
   // The Op's address is the handle: distinct from every live MPI request object.
   auto r = reinterpret_cast<MPI_Request>(op.get());
   table()[r] = std::move(op);

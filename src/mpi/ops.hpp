@@ -29,6 +29,9 @@ class Op {
   virtual bool test(MPI_Status* st, int* err) = 0;
   // Complete or not, without finishing it (MPI_Testall must not finish some only).
   virtual bool ready() = 0;
+  // Complete as it stands, known without a progress pass (false when a pass might be needed):
+  // a blocking call then finishes it at once, without a request of its own.
+  virtual bool complete() const { return false; }
   // Throws when a peer the op waits for is gone.
   virtual void check_peers() {}
   // Persistent requests (MPI_Start): a completed one stays in the table, inactive, until
@@ -65,6 +68,8 @@ std::unique_ptr<Op> any_source_recv(const UserBuffer& b, int tag, std::shared_pt
 // The table of the interposer's requests; every interposed call holds lock().
 std::recursive_mutex& lock();
 MPI_Request add_request(std::unique_ptr<Op> op);
+// Requests add_request made so far (tests count them).
+uint64_t requests_made();
 Op* find_request(MPI_Request r);
 void drop_request(MPI_Request r);
 // MPI_Request_free of an op still running: it completes in later calls, unseen.

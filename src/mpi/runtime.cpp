@@ -88,7 +88,8 @@ Runtime::Runtime() {
       local, nlocal, [this](char* name) { check_mpi(PMPI_Bcast(name, 128, MPI_CHAR, 0, node_comm_), "MPI_Bcast"); },
       [this] { check_mpi(PMPI_Barrier(node_comm_), "MPI_Barrier"); });
 
-  ep_ = std::make_unique<p2p::Endpoint>(*ch_, &ctx_->backend(), p2p::engine_copy(ctx_->engine(), ch_.get()));
+  ep_ = std::make_unique<p2p::Endpoint>(*ch_, &ctx_->backend(), p2p::engine_copy(ctx_->engine(), ch_.get()),
+                                         p2p::engine_plain(ctx_->engine()));
   add_comm(MPI_COMM_WORLD, kCtxWorld);
   add_comm(MPI_COMM_SELF, kCtxSelf);
   GS_LOG_INFO(Subsys::Mpi, "rank %d: node %d (local rank %d of %d), %s backend, MPI %sCUDA-aware", world_rank_, node,

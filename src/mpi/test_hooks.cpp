@@ -58,7 +58,9 @@ long long gpustripe_mpi_test_ipc_counter(const char* name) {
       {"fd_opens", c.fd_opens},    {"fd_offered", f.offered}, {"fd_taken", f.taken},
       {"multi_opens", c.multi_opens}, {"pieces_mapped", c.pieces_mapped}, {"leases_closed", c.leases_closed},
       {"fd_requested", f.requested}, {"fd_served", f.served},
-      {"eager_slots_taken", rt->endpoint().eager_slots()->taken()}};
+      {"eager_slots_taken", rt->endpoint().eager_slots()->taken()},
+      {"progress_passes", rt->endpoint().progress_passes()}, {"requests_made", requests_made()},
+      {"type_queries", type_queries()}};
   for (const auto& kv : all)
     if (std::strcmp(kv.first, name) == 0) return static_cast<long long>(kv.second);
   return -1;

@@ -379,11 +379,9 @@ uint64_t DeviceWindow::transfer(void* origin, int ocount, MPI_Datatype otype, in
     }
     char* pushed = direct ? route->pushed : nullptr;
     if (pushed) {
-      // Named as a copy within the origin GPU's context, whose mapping it writes through (named
-      // as one between two GPUs, CUDA would look for the mapping in the target's context; named
-      // within one GPU, CUDA issues it with its cheapest copy call). The emulated backend's one
-      // mapping serves every reader: it checks the range against the GPU that owns it.
-      const int named = backend_.emulated() ? tdev : odev;
+      // Named as a copy within the origin GPU's context, whose mapping it writes through
+      // (Backend::ipc_named_device).
+      const int named = backend_.ipc_named_device(tdev, odev);
       copy_plain(pushed + (t - region->local), named, o, odev, tb, *route->lane, p);
       ++put_counts.from_origin;
     } else {

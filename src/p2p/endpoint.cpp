@@ -32,8 +32,8 @@ constexpr int kEagerSlots = 128;
 
 uint64_t eager_limit() { return kEagerLimit; }
 
-Endpoint::Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy)
-    : ch_(channel), backend_(backend), mover_(backend, std::move(copy)), outgoing_(channel.size()) {
+Endpoint::Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy, Mover::PlainFn plain)
+    : ch_(channel), backend_(backend), mover_(backend, std::move(copy), std::move(plain)), outgoing_(channel.size()) {
   if (backend_) {
     fds_ = std::make_unique<ipc::FdExchange>(ch_, *backend_);
     cache_ = std::make_unique<ipc::HandleCache>(*backend_, 0, fds_.get());
@@ -202,7 +202,10 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
     // posted before a pass have their copies enqueued in one backend call, with one event, where a
     // pass here would enqueue each alone. The record needed a later pass anyway (it goes once the
     // copy has landed), so the send waits for nothing it did not wait for before.
-    if (slot) return r;
+    // A message whose record is in the ring is complete and needs nothing more of this process
+    // (the benchmarks' one-byte acknowledgements): no pass either, as a pulled send's announcement
+    // makes none; what the rings hold for this rank waits for its next wait or test.
+    if (slot || r->done()) return r;
   } else {
     trace("s_post", ch_.rank(), r->id_, 0, bytes);
     f.kind = FrameKind::Rts;
@@ -407,15 +410,28 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
       return;
     }
     trace("r_match", src, send_id, r->id_, n);
-    char* from = map_exported(src, e, n);
+    const int into = r->loc_.device ? r->loc_.dev : kHostDevice;
+    // One plain copy between two GPUs (the model's direct-alone sizes) runs in the receiver's own
+    // GPU's context, through a mapping opened there, as UCX's cuda_ipc pulls: the driver's copy
+    // within one context enqueues in less host time than a peer copy on a stream of the sender's
+    // GPU (bench/results/*w1-floor*), and the other way round, through a mapping in the sender's
+    // context, is the slowest. Legacy handles alone map per context; the mapping cache keeps the
+    // receiver's mapping as another entry, with the same freed-and-reused check.
+    char* from = into != kHostDevice && into != e.handle.device && e.handle.kind == Backend::IpcKind::Legacy &&
+                         mover_.plain(e.handle.device, into, n)
+                     ? map_for_reader(src, e, n, into)
+                     : nullptr;
+    const bool here = from != nullptr;
+    if (!here) from = map_exported(src, e, n);
     if (ipc::HandleCache::leased(e.handle)) {
       r->lease_peer_ = src;
       r->lease_base_ = e.exporter_base;
       r->lease_buffer_ = e.handle.buffer_id;
     }
     trace("r_mapped", src, send_id, r->id_, n);
-    r->ticket_ = mover_.start(r->rbuf_, r->loc_.device ? r->loc_.dev : kHostDevice, from, e.handle.device, n,
-                              Mover::Hints{receives_ahead(src, r->comm_), sends_in_flight_to(src)});
+    r->ticket_ = here ? mover_.start_plain(r->rbuf_, into, from, backend_->ipc_named_device(e.handle.device, into), n)
+                      : mover_.start(r->rbuf_, into, from, e.handle.device, n,
+                                     Mover::Hints{receives_ahead(src, r->comm_), sends_in_flight_to(src)});
     trace("r_started", src, send_id, r->id_, n);
     r->state_ = Request::State::Copying;
     return;
@@ -494,12 +510,28 @@ void Endpoint::return_lease(Request& r) {
   r.lease_peer_ = -1;
 }
 
-char* Endpoint::map_exported(int peer, const Exported& e, uint64_t bytes) {
+char* Endpoint::map_exported(int peer, const Exported& e, uint64_t bytes, int reader) {
   GS_REQUIRE(cache_, GPUSTRIPE_ERR_INTERNAL, "rank %d: mapped rendezvous without a backend", ch_.rank());
   GS_REQUIRE(e.offset + bytes <= e.handle.size, GPUSTRIPE_ERR_INTERNAL,
              "rank %d's buffer [%llu, +%llu) exceeds its allocation of %zu bytes", peer,
              static_cast<unsigned long long>(e.offset), static_cast<unsigned long long>(bytes), e.handle.size);
-  return static_cast<char*>(cache_->map(peer, e.exporter_base, e.handle)) + e.offset;
+  return static_cast<char*>(cache_->map(peer, e.exporter_base, e.handle, reader)) + e.offset;
+}
+
+char* Endpoint::map_for_reader(int peer, const Exported& e, uint64_t bytes, int reader) {
+  const std::pair<int, int> pair{e.handle.device, reader};
+  if (unmapped_for_reader_.count(pair)) return nullptr;
+  try {
+    return map_exported(peer, e, bytes, reader);
+  } catch (const Error& err) {
+    if (err.status() != GPUSTRIPE_ERR_CUDA) throw;
+    // A driver that will not map GPU `owner`'s memory into the reader's context (no peer access
+    // between them): the copy runs from the owner's GPU, as a larger one does. Asked once per pair.
+    unmapped_for_reader_.insert(pair);
+    GS_LOG_INFO(Subsys::P2p, "rank %d: GPU %d's buffers not mapped for GPU %d (%s): pulls between them run on GPU %d's "
+                "streams", ch_.rank(), pair.first, reader, err.what(), pair.first);
+    return nullptr;
+  }
 }
 
 void Endpoint::advance_recvs() {
@@ -602,6 +634,7 @@ void Endpoint::advance_sends() {
 // ---------------------------------------------------------------- progress
 
 void Endpoint::progress_locked() {
+  ++passes_;
   mover_.new_pass();
   if (fds_) fds_->serve();  // peers asking for descriptors of our buffers (one load when none)
   // The pulls matched in this pass (a window's announcements) are enqueued together and complete

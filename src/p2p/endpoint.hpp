@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -51,8 +52,9 @@ uint64_t eager_limit();
 class Endpoint {
  public:
   // `backend` null: host memory only (no device buffers, no mapped rendezvous).
-  // `copy` empty: backend copies (single path); the MPI layer passes the engine's.
-  Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy = {});
+  // `copy` empty: backend copies (single path); the MPI layer passes the engine's, and with it
+  // `plain` (engine_plain): which pulls are one plain copy, issued in the receiver's context.
+  Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy = {}, Mover::PlainFn plain = {});
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -103,6 +105,8 @@ class Endpoint {
   Mover& mover() { return mover_; }
   // The eager slots of small device messages.
   const EagerSlots* eager_slots() const { return slots_.get(); }
+  // Progress passes made so far (what a call costs the host: tests count them).
+  uint64_t progress_passes() const { return passes_; }
 
  private:
   struct Unexpected {
@@ -137,10 +141,14 @@ class Endpoint {
   // Whether this rank has a message to `peer` in flight that the peer copies (pull or push):
   // a copy from `peer` now runs beside it, the other way.
   bool sends_in_flight_to(int peer) const;
-  // This process's address of a buffer `peer` exported (mapping cache).
   // Returns the pool import lease a finished copy of `r` held (HandleCache::release).
   void return_lease(Request& r);
-  char* map_exported(int peer, const Exported& e, uint64_t bytes);
+  // This process's address of a buffer `peer` exported (mapping cache), mapped for GPU `reader`
+  // (HandleCache::map; -1: in the owner's context).
+  char* map_exported(int peer, const Exported& e, uint64_t bytes, int reader = -1);
+  // map_exported for GPU `reader`, or null where the driver refuses such mappings between the
+  // buffer's GPU and the reader (asked once per pair of GPUs).
+  char* map_for_reader(int peer, const Exported& e, uint64_t bytes, int reader);
   // The Exported form of the device buffer [p, p + bytes) for rank `dst` (`loc`: where it
   // lives); false when it cannot be exported (no handle for that memory, or the buffer spans
   // two VMM allocations): the data then streams. Handles are kept per (allocation base,
@@ -184,6 +192,8 @@ class Endpoint {
   uint64_t eager_max_ = 0;         // eager_limit(), at most a fragment
   uint64_t device_eager_max_ = 0;  // the same for blocking sends of device buffers (pulled above)
   std::map<std::pair<uintptr_t, uint64_t>, Exported> exports_;  // (base, buffer_id) -> handle, offset 0
+  uint64_t passes_ = 0;
+  std::set<std::pair<int, int>> unmapped_for_reader_;  // (owner GPU, reader GPU) the driver refused
   char* bounce_ = nullptr;
   size_t bounce_bytes_ = 0;
 };

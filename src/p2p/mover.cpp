@@ -24,7 +24,8 @@ namespace {
 constexpr int kStreams = 2;  // streams per GPU that the p2p layer's copies take in turn
 }  // namespace
 
-Mover::Mover(Backend* backend, CopyFn copy) : backend_(backend), copy_(std::move(copy)) {
+Mover::Mover(Backend* backend, CopyFn copy, PlainFn plain)
+    : backend_(backend), copy_(std::move(copy)), plain_(std::move(plain)) {
   if (backend_ && !copy_)
     copy_ = [b = backend_](void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s, const Hints&) {
       b->copy_async(dst, dd, src, sd, n, s);
@@ -113,6 +114,28 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
   }
   trace("c_enq", -1, 0, 0, bytes);
   if (after) l.open_after.push_back(std::move(after));
+  return issue(lane, batching_);
+}
+
+uint64_t Mover::start_plain(void* dst, int dev, const void* src, int src_named, size_t bytes) {
+  if (bytes == 0) return 0;  // ticket 0: nothing in flight
+  GS_REQUIRE(backend_ && dev != kHostDevice, GPUSTRIPE_ERR_INTERNAL, "start_plain: a copy into device memory only");
+  const size_t lane = lane_for(dev);
+  Lane& l = lanes_[lane];
+  seal(l);
+  if (batching_) {  // with the pass's other plain copies of this stream, in one backend call
+    l.batch.copies.push_back(Backend::BatchCopy{dst, dev, src, src_named, bytes});
+    if (!l.batch.enqueue) {  // a copy function's enqueue, set before, takes these copies as well
+      l.batch.context = backend_;
+      l.batch.enqueue = [](void* b, const Backend::BatchCopy* c, size_t n, StreamHandle on) {
+        static_cast<Backend*>(b)->copy_batch_prechecked(c, n, on);
+      };
+    }
+  } else {
+    backend_->copy_async_prechecked(dst, dev, src, src_named, bytes, l.stream);
+  }
+  trace("p_lean", -1, 0, 0, bytes);
+  trace("c_enq", -1, 0, 0, bytes);
   return issue(lane, batching_);
 }
 
@@ -339,6 +362,16 @@ uint64_t direct_limit(Engine& engine, int src, int dst) {
     else hi = mid;
   }
   return lo;
+}
+
+Mover::PlainFn engine_plain(Engine& engine) {
+  auto limits = std::make_shared<std::map<std::pair<int, int>, uint64_t>>();  // direct_limit per GPU pair
+  return [&engine, limits](int sd, int dd, size_t n) {
+    if (!engine.planner() || sd == dd || sd == kHostDevice || dd == kHostDevice) return false;
+    auto lim = limits->find({sd, dd});
+    if (lim == limits->end()) lim = limits->emplace(std::make_pair(sd, dd), direct_limit(engine, sd, dd)).first;
+    return n <= lim->second;
+  };
 }
 
 Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {

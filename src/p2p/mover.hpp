@@ -61,8 +61,13 @@ class Mover {
   // Enqueues the copy on `stream`; returns what to run once it has completed (may be empty).
   using CopyFn = std::function<std::function<void()>(void* dst, int dst_dev, const void* src, int src_dev,
                                                      size_t bytes, StreamHandle stream, const Hints& hints)>;
-  // `backend` null: host memory only. `copy` empty: backend->copy_async.
-  explicit Mover(Backend* backend, CopyFn copy = {});
+  // Whether a copy of `bytes` from GPU `src_dev` to GPU `dst_dev` is one plain copy (the copy
+  // function's regime of the model's direct-alone sizes, engine_plain): the receiver then issues
+  // it in its own GPU's context (start_plain).
+  using PlainFn = std::function<bool(int src_dev, int dst_dev, size_t bytes)>;
+  // `backend` null: host memory only. `copy` empty: backend->copy_async. `plain` empty: no copy
+  // is taken for a plain one (start_plain is then never chosen).
+  explicit Mover(Backend* backend, CopyFn copy = {}, PlainFn plain = {});
   ~Mover();
   Mover(const Mover&) = delete;
   Mover& operator=(const Mover&) = delete;
@@ -78,6 +83,14 @@ class Mover {
   // Device copies: the caller has checked both ranges (check_within, the mapping cache's
   // bounds); the copies of small messages skip the pointer queries.
   uint64_t start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, const Hints& hints = {});
+  // Whether a copy between these GPUs of this size is one plain copy (PlainFn).
+  bool plain(int src_dev, int dst_dev, size_t bytes) const { return plain_ && plain_(src_dev, dst_dev, bytes); }
+  // A plain copy into GPU `dev`'s memory out of a peer's buffer mapped in that GPU's context
+  // (named `src_named`: Backend::ipc_named_device), on a stream of `dev`, as UCX's cuda_ipc pulls:
+  // the driver's copy within one GPU's context costs the host less than a peer copy on a stream
+  // of the source's GPU, on a pulled small message's latency path. Checked ranges only; polled
+  // and batched (inside begin_batch/end_batch) like start()'s copies.
+  uint64_t start_plain(void* dst, int dev, const void* src, int src_named, size_t bytes);
   // Between begin_batch and end_batch (one progress pass), the copies started share one event
   // per stream, recorded by end_batch after the last of them (a stream's copies complete in
   // order, so that one event completes them all), and plain copies are enqueued together
@@ -164,6 +177,7 @@ class Mover {
 
   Backend* backend_;
   CopyFn copy_;
+  PlainFn plain_;
   std::deque<Lane> lanes_;  // a deque: references stay valid as lanes are added
   std::map<int, Device> devices_;
   std::vector<size_t> open_;  // lanes with copies whose event is not recorded yet
@@ -181,6 +195,9 @@ class Mover {
 // a copy is listed on the node's board while it runs, and planned together with the
 // other ranks' copies in flight (Planner::plan_concurrent), which share the links.
 Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board = nullptr);
+// The regime engine_copy takes one plain copy for (between two GPUs, up to direct_limit), for
+// the mover's start_plain.
+Mover::PlainFn engine_plain(Engine& engine);
 
 // The size (to 4 KB) up to which the engine's lone plan between two GPUs is the direct path
 // alone (0: not even 4 KB): copies up to it take one plain copy and none of the planning,

@@ -42,6 +42,7 @@ class ForwardingBackend : public Backend {
   int ipc_export_fd(const IpcMemHandle& h) override { return in_->ipc_export_fd(h); }
   bool ipc_open_needs_fd(const IpcMemHandle& h) override { return in_->ipc_open_needs_fd(h); }
   void* ipc_open(const IpcMemHandle& h, int fd = -1, int reader = -1) override { return in_->ipc_open(h, fd, reader); }
+  int ipc_named_device(int owner, int reader) const override { return in_->ipc_named_device(owner, reader); }
   void ipc_close(void* base) override { in_->ipc_close(base); }
   uint32_t* register_host(void* p, size_t b) override { return in_->register_host(p, b); }
   void unregister_host(void* p) override { in_->unregister_host(p); }

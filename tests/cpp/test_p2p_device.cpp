@@ -14,6 +14,7 @@
 #include <cstring>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -22,6 +23,7 @@
 #include "engine/engine.hpp"
 #include "engine_test_util.hpp"
 #include "model/planner.hpp"
+#include "forwarding_backend.hpp"
 #include "recording_graph_backend.hpp"
 #include "p2p/endpoint.hpp"
 #include "test_ipc_ranks.hpp"
@@ -474,6 +476,120 @@ TEST(P2pDevice, MessagesTheModelKeepsDirectTakeOnePlainCopy) {
     EXPECT_EQ(phases["r_started"], static_cast<int>(lean.size() + split.size())) << "rank " << rank;
   }
 }
+
+namespace {
+// Records where a rank's GPU-to-GPU copies ran (the device of their stream) and the readers
+// ipc_open mapped peers' buffers for.
+class PlaceRecordingBackend : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  const char* name() const override { return "recording-places"; }
+  StreamHandle create_stream(int dev) override {
+    StreamHandle s = in_->create_stream(dev);
+    std::lock_guard<std::mutex> l(mu_);
+    stream_dev_[s] = dev;
+    return s;
+  }
+  void copy_async(void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) override {
+    if (dd != kHostDevice && sd != kHostDevice) {
+      std::lock_guard<std::mutex> l(mu_);
+      copies.push_back(Copy{stream_dev_.count(s) ? stream_dev_[s] : -2, n});
+    }
+    in_->copy_async(dst, dd, src, sd, n, s);
+  }
+  void* ipc_open(const IpcMemHandle& h, int fd, int reader) override {
+    readers.push_back(reader);
+    if (refuse_readers && reader >= 0) GS_THROW(GPUSTRIPE_ERR_CUDA, "no mapping for GPU %d here", reader);
+    return in_->ipc_open(h, fd, reader);
+  }
+  bool refuse_readers = false;  // as a driver that maps no peer's memory into another GPU's context
+  struct Copy {
+    int stream_dev;
+    size_t bytes;
+  };
+  std::vector<Copy> copies;
+  std::vector<int> readers;
+
+ private:
+  std::mutex mu_;
+  std::map<StreamHandle, int> stream_dev_;
+};
+}  // namespace
+
+namespace {
+// Pulls of lean sizes and one the plan splits, between two ranks both ways, with a send buffer
+// freed and reallocated between two messages; every byte checked. `refuse`: the backend maps no
+// buffer for another GPU than its owner.
+void plain_pulls(bool refuse) {
+  ScopedEnv j{"GPUSTRIPE_TEST", "emu_jitter_us=5"};
+  const std::vector<size_t> lean = {4097, 64u << 10, (1u << 20) + 3};
+  const size_t split = (2u << 20) + 5;
+  EXPECT_RANKS_OK(run_ranks(2, [&](int rank, ipc::Channel& ch) {
+    Topology topo = load_topology_file("h200x4");
+    auto* rec = new PlaceRecordingBackend(make_emulated_backend(topo));
+    rec->refuse_readers = refuse;
+    std::unique_ptr<Backend> be(rec);
+    SplitFromPlanner planner(2u << 20);
+    Engine engine(*be, topo, &planner);
+    const int peer = 1 - rank;
+    {
+      Endpoint ep(ch, be.get(), engine_copy(engine, &ch), engine_plain(engine));
+      int tag = 0;
+      std::vector<size_t> sizes = lean;
+      sizes.push_back(lean.back());  // again, from a buffer freed and reallocated in between
+      sizes.push_back(split);
+      for (size_t n : sizes) {
+        void* out = be->alloc_device(rank, n);
+        void* in = be->alloc_device(rank, n);
+        to_device(*be, out, rank, seeded_bytes(700 + 2 * tag + rank, n));
+        RequestPtr r = ep.irecv(in, n, peer, tag, kComm);
+        RequestPtr s = ep.isend(out, n, peer, tag, kComm);
+        ep.wait(r);
+        ep.wait(s);
+        RANK_CHECK(r->status().error == GPUSTRIPE_SUCCESS && r->status().bytes == n);
+        RANK_CHECK(from_device(*be, in, rank, n) == seeded_bytes(700 + 2 * tag + peer, n));
+        be->free_device(in);
+        be->free_device(out);
+        ++tag;
+      }
+      ep.flush();
+      const ipc::HandleCacheStats c = ep.handle_cache()->stats();
+      // (a refused mapping counts as a miss)
+      RANK_CHECK(c.hits == 0 && c.misses + c.stale_evictions == sizes.size() + (refuse ? 1 : 0));
+    }
+    // Every lean message's copy (its exact size) on this rank's GPU's streams, none on the peer's;
+    // where the backend refused the mapping, on the peer's.
+    for (size_t n : lean) {
+      int here = 0, there = 0;
+      for (const auto& c : rec->copies)
+        if (c.bytes == n) (c.stream_dev == rank ? here : there)++;
+      const int want = n == lean.back() ? 2 : 1;
+      RANK_CHECK(refuse ? here == 0 && there == want : here == want && there == 0);
+    }
+    // The split message's copies run from the sender's GPU.
+    int from_sender = 0;
+    for (const auto& c : rec->copies) from_sender += c.stream_dev == peer;
+    RANK_CHECK(from_sender > 0);
+    // Mapped for this rank's GPU once per lean message, in the owner's context for the split one;
+    // refused, asked once, then every buffer in the owner's context.
+    const long for_me = std::count(rec->readers.begin(), rec->readers.end(), rank);
+    RANK_CHECK(refuse ? for_me == 1 && rec->readers.size() == lean.size() + 3
+                      : for_me == static_cast<long>(lean.size() + 1) && rec->readers.size() == lean.size() + 2);
+  }));
+}
+}  // namespace
+
+// A pull the model keeps on the direct path alone is one plain copy issued in the receiver's own
+// GPU's context (as UCX's cuda_ipc pulls): the sender's buffer is mapped for the receiver's GPU
+// and the copy runs on a stream of that GPU, not of the sender's; a message the plan splits is
+// still the engine's copy, issued from the sender's GPU through the owner's mapping. A send
+// buffer freed and reallocated at the same address between two messages is mapped anew (the
+// cache's stale check holds for the receiver's mapping too), and every byte lands.
+TEST(P2pDevice, PlainPullsRunInTheReceiversContextThroughItsOwnMapping) { plain_pulls(false); }
+
+// A driver that will not map a peer's buffer for the receiver's GPU: asked once, then the plain
+// pulls run from the sender's GPU through the owner's mapping, every byte intact.
+TEST(P2pDevice, PlainPullsTheDriverWillNotMapForTheReceiverRunFromTheSendersGpu) { plain_pulls(true); }
 
 namespace {
 // A planner that, as the model does, plans a copy with traffic the other way in flight by that

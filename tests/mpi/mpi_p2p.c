@@ -369,6 +369,46 @@ static void small_device_protocols(void) {
   }
 }
 
+/* A blocking send of a few host bytes to a rank of this node (the acknowledgement of osu_bw's
+ * windows) is over once its record is in the ring: it makes no MPI request of the interposer and
+ * no progress pass, however many are sent, and asks the MPI nothing about its predefined type
+ * after the first time. A blocking receive of a message already here (read by an earlier pass:
+ * the probe's) makes no request either; every one arrives, in order. */
+static void host_acks_take_no_request_nor_pass(void) {
+  long long (*counter)(const char*) = (long long (*)(const char*))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_ipc_counter");
+  CHECK(counter != NULL);
+  const int peer = rank ^ 1, k = test_fake_nodes();
+  if (peer >= size || (k > 0 && rank * k / size != peer * k / size)) return;
+  enum { kAcks = 8 };
+  char first = 1, last = 0;
+  if (rank % 2 == 0) {
+    CHECK(MPI_Send(&first, 1, MPI_CHAR, peer, 63, MPI_COMM_WORLD) == MPI_SUCCESS);
+    const long long requests = counter("requests_made"), passes = counter("progress_passes");
+    const long long types = counter("type_queries");
+    for (int i = 1; i < kAcks; ++i) {
+      char ack = (char)(i + 1);
+      CHECK(MPI_Send(&ack, 1, MPI_CHAR, peer, 63, MPI_COMM_WORLD) == MPI_SUCCESS);
+    }
+    CHECK(MPI_Send(&last, 1, MPI_CHAR, peer, 64, MPI_COMM_WORLD) == MPI_SUCCESS);
+    CHECK(requests >= 0 && passes >= 0 && types >= 0);
+    CHECK(counter("requests_made") == requests && counter("progress_passes") == passes);
+    CHECK(counter("type_queries") == types);
+  } else {
+    MPI_Status st;
+    CHECK(MPI_Probe(peer, 64, MPI_COMM_WORLD, &st) == MPI_SUCCESS);  /* every ack read before it */
+    const long long requests = counter("requests_made");
+    for (int i = 0; i < kAcks; ++i) {
+      char ack = 0;
+      int count = -1;
+      CHECK(MPI_Recv(&ack, 1, MPI_CHAR, peer, 63, MPI_COMM_WORLD, &st) == MPI_SUCCESS);
+      MPI_Get_count(&st, MPI_CHAR, &count);
+      CHECK(ack == (char)(i + 1) && st.MPI_SOURCE == peer && st.MPI_TAG == 63 && count == 1);
+    }
+    CHECK(MPI_Recv(&last, 1, MPI_CHAR, peer, 64, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+    CHECK(requests >= 0 && counter("requests_made") == requests);
+  }
+}
+
 /* Test/Testall/Testany polling and synchronous sends. */
 static void test_family(void) {
   int peer = rank ^ 1;
@@ -417,6 +457,7 @@ int main(int argc, char** argv) {
   sendrecv_pointer_queries();
   host_scalars_skip_pointer_queries();
   small_device_protocols();
+  host_acks_take_no_request_nor_pass();
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) printf("mpi_p2p: all checks passed on %d ranks\n", size);
   MPI_Finalize();

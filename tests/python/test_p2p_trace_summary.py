@@ -91,3 +91,44 @@ def test_window_timing(tmp_path):
     assert abs(end - 4) < 0.01         # last copy seen complete -> MPI wait returned
     assert abs(window - 1244) < 0.01
     assert abs(nxt - 2756) < 0.01      # the first window's wait returned -> the second's MPI_Isend
+
+
+def test_host_steps_of_window_one(tmp_path):
+    # Rank 0 sends a device message (rendezvous), rank 1 pulls it in a one-copy batch and
+    # acknowledges with a one-byte eager send; twice. Times in us.
+    sender, receiver = [], []
+
+    def s(us, phase, sid=0, nbytes=8, who=-1):
+        sender.append(f"{int(us * 1000)} 0 {phase} {who} {sid} 0 {nbytes}")
+
+    def r(us, phase, sid=0, nbytes=0, who=-1):
+        receiver.append(f"{int(us * 1000)} 1 {phase} {who} {sid} 0 {nbytes}")
+
+    for k, t0 in enumerate((100, 200)):
+        sid = k + 1
+        s(t0, "m_isend")
+        s(t0 + 0.25, "m_located")
+        s(t0 + 0.5, "s_post", sid, who=0)
+        s(t0 + 0.75 + k, "s_rts", sid, who=0)  # announced 0.5 and 1.5 us after located
+        s(t0 + 2, "m_posted")
+        r(t0 + 3, "m_irecv")
+        r(t0 + 4, "c_batch", nbytes=1)
+        r(t0 + 6, "c_batched", nbytes=1)  # a 2 us enqueue call
+        for q in range(3 + k):  # 3 and 4 queries found it running
+            r(t0 + 7 + q, "c_busy")
+        r(t0 + 11, "c_seen")  # 5 us after the enqueue returned
+        r(t0 + 12, "m_ret")
+        r(t0 + 13, "m_isend")  # the acknowledgement
+        r(t0 + 13.5, "m_located")
+        r(t0 + 14, "m_posted")
+        r(t0 + 14.25, "m_ret")
+    (tmp_path / "p2p-trace-100.txt").write_text("\n".join(sender) + "\n")
+    (tmp_path / "p2p-trace-101.txt").write_text("\n".join(receiver) + "\n")
+    lines = _run(tmp_path)
+    i = next(k for k, l in enumerate(lines) if l.startswith("# host steps"))
+    assert lines[i + 1].split() == ["enq_call", "to_seen", "queries", "locate", "announce", "e_locate", "e_post",
+                                    "e_ret"]
+    enq, seen, queries, locate, announce, e_locate, e_post, e_ret = (float(x) for x in lines[i + 2].split())
+    assert (enq, seen, queries) == (2, 5, 4.5)
+    assert (locate, announce) == (0.25, 1)
+    assert (e_locate, e_post, e_ret) == (0.5, 0.5, 0.25)

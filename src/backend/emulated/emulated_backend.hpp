@@ -68,6 +68,8 @@ class EmulatedBackend final : public Backend {
   int ipc_export_fd(const IpcMemHandle& h) override;
   bool ipc_open_needs_fd(const IpcMemHandle& h) override;
   void* ipc_open(const IpcMemHandle& h, int fd = -1, int reader = -1) override;
+  // One mapping serves every reader here: copies name the GPU that owns it.
+  int ipc_named_device(int owner, int) const override { return owner; }
   void* ipc_open_pieces(const IpcMemHandle& h, const std::vector<IpcPiece>& pieces,
                         const std::vector<int>& fds) override;
   void ipc_close(void* base) override;
