@@ -531,6 +531,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             if not t.is_contiguous():
                 self._say(f"{what} of a non-contiguous tensor goes to NCCL")
                 return False
+            if not t.numel():
+                return False  # nothing to move; the team declines empty buffers
         return True
 
     def _other(self, t: torch.Tensor, what: str):
@@ -635,14 +637,18 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             team = self._team()
             ptrs, stream = self._mem.ptrs(tensors), self._mem.stream(t0)
             t_call = time.perf_counter()
+            # An asynchronous call goes to the team's worker, which meets the other ranks and
+            # enqueues it (a call it cannot take then fails: it cannot go another way once the
+            # caller went on); a blocking one runs here, after the queued ones, and may be declined.
+            queued = not blocking
             if t0.is_cuda and torch._C._cuda_getDevice() != dev.index:
                 # The default stream's handle names the current device's: make it the tensor's.
                 with torch.cuda.device(dev):
-                    served = native(team, ptrs, stream)
+                    served = native(team, ptrs, stream, queued)
                     if served and blocking:
                         team.join(dev.index, stream)
             else:
-                served = native(team, ptrs, stream)
+                served = native(team, ptrs, stream, queued)
                 if served and blocking:
                     team.join(self._mem.index(t0), stream)
             t_end = time.perf_counter()
@@ -709,7 +715,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(t, "all_reduce").allreduce(tensors, opts)
         dt, op, avg = red
         return self._run("all_reduce", kind, [t],
-                         lambda team, p, st: team.allreduce(p[0], p[0], t.numel(), dt, op, stream=st),
+                         lambda team, p, st, q: team.allreduce(p[0], p[0], t.numel(), dt, op, stream=st, queued=q),
                          lambda: self._other(t, "all_reduce").allreduce([t], opts),
                          after=(lambda: t.div_(self._size)) if avg else None,
                          redo=lambda b: self.allreduce(b, opts),
@@ -735,7 +741,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(t, "broadcast").broadcast(tensors, opts)
         root = opts.rootRank
         return self._run("broadcast", kind, [t],
-                         lambda team, p, st: team.bcast(p[0], t.numel() * t.element_size(), root, stream=st),
+                         lambda team, p, st, q: team.bcast(p[0], t.numel() * t.element_size(), root, stream=st, queued=q),
                          lambda: self._other(t, "broadcast").broadcast([t], opts),
                          redo=lambda b: self.broadcast(b, opts),
                          blocking=_blocking(opts))
@@ -755,8 +761,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         root = opts.rootRank
         is_root = self._rank == root
         return self._run("reduce", kind, [t],
-                         lambda team, p, st: team.reduce(p[0], p[0] if is_root else 0, t.numel(), dt, op, root,
-                                                         stream=st),
+                         lambda team, p, st, q: team.reduce(p[0], p[0] if is_root else 0, t.numel(), dt, op, root,
+                                                         stream=st, queued=q),
                          lambda: self._other(t, "reduce").reduce([t], opts),
                          after=(lambda: t.div_(self._size)) if avg and is_root else None,
                          redo=lambda b: self.reduce(b, opts),
@@ -775,7 +781,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         block = input.numel() * input.element_size()
         # input first: the emulated test mode copies results back in this order, the output last
         return self._run("all_gather_into_tensor", kind, [input, output],
-                         lambda team, p, st: team.allgather(p[0], p[1], block, stream=st),
+                         lambda team, p, st, q: team.allgather(p[0], p[1], block, stream=st, queued=q),
                          lambda: self._other(input, "all_gather_into_tensor")._allgather_base(
                              output, input, opts),
                          result=[output], redo=lambda b: self._allgather_base(b[1], b[0], opts),
@@ -806,7 +812,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
 
         block = x.numel() * x.element_size()
         return self._run("all_gather", kind, [x, flat],
-                         lambda team, p, st: team.allgather(p[0], p[1], block, stream=st),
+                         lambda team, p, st, q: team.allgather(p[0], p[1], block, stream=st, queued=q),
                          lambda: self._other(x, "all_gather").allgather(output_lists, inputs, opts),
                          after=scatter_flat, result=output_lists, keep=list(outs),
                          redo=lambda b: self.allgather([[torch.empty_like(o) for o in outs]], b[:1], opts),
@@ -828,7 +834,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(input, "reduce_scatter_tensor")._reduce_scatter_base(output, input, opts)
         dt, op, avg = red
         return self._run("reduce_scatter_tensor", kind, [input, output],
-                         lambda team, p, st: team.reduce_scatter(p[0], p[1], output.numel(), dt, op, stream=st),
+                         lambda team, p, st, q: team.reduce_scatter(p[0], p[1], output.numel(), dt, op, stream=st, queued=q),
                          lambda: self._other(input, "reduce_scatter_tensor")._reduce_scatter_base(
                              output, input, opts),
                          after=(lambda: output.div_(self._size)) if avg else None, result=[output],
@@ -871,7 +877,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                 output, input, output_split_sizes, input_split_sizes, opts)
         block = input.numel() * input.element_size() // n
         return self._run("all_to_all_single", kind, [input, output],
-                         lambda team, p, st: team.alltoall(p[0], p[1], block, stream=st),
+                         lambda team, p, st, q: team.alltoall(p[0], p[1], block, stream=st, queued=q),
                          lambda: self._other(input, "all_to_all_single").alltoall_base(
                              output, input, output_split_sizes, input_split_sizes, opts),
                          result=[output],
