@@ -96,6 +96,13 @@ def _test_calibrate_emulated(pg, on: bool = True) -> None:
     pg._measure_emulated = on
 
 
+def _test_queue(pg, on: bool = True) -> None:
+    """Tests and benchmarks only: off, the group `pg` makes its asynchronous native calls on the
+    caller's thread (the ranks' meeting and the enqueue there, as blocking ones), not through the
+    team's worker: the caller's host time of both ways, side by side."""
+    pg._queue = on
+
+
 def _test_emulate_cpu(on: bool = True) -> None:
     """Test only: CPU tensors take the native path (staged through the emulated backend's
     device memory, which is what the team can map without GPUs) instead of gloo, so the
@@ -457,6 +464,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         self._verdict = None             # tests: every kind decided so without timing (_test_verdict)
         self._measure_emulated = False   # tests: calibrated against gloo (_test_calibrate_emulated)
         self._forced = None              # the calibration's calls: native (True) or not (False)
+        self._queue = True               # off: asynchronous calls made on the caller's thread (_test_queue)
         # op -> [calls, and us summed: the backend's native call, the team's C++ call in it, its end]
         self._host_us: dict = {}
         self.native_calls = 0  # collectives served by gpustripe (tests, benchmarks)
@@ -640,7 +648,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             # An asynchronous call goes to the team's worker, which meets the other ranks and
             # enqueues it (a call it cannot take then fails: it cannot go another way once the
             # caller went on); a blocking one runs here, after the queued ones, and may be declined.
-            queued = not blocking
+            queued = not blocking and self._queue
             if t0.is_cuda and torch._C._cuda_getDevice() != dev.index:
                 # The default stream's handle names the current device's: make it the tensor's.
                 with torch.cuda.device(dev):

@@ -18,8 +18,24 @@ CallQueue::~CallQueue() {
   worker_.join();
 }
 
+template <class Done>
+void CallQueue::wait_for_jobs(std::unique_lock<std::mutex>& lock, const char* what, Done done) {
+  const double limit = ipc::timeout_seconds();
+  while (!done()) {
+    const uint64_t before = done_;
+    if (limit <= 0) {
+      ran_.wait(lock);
+    } else if (!ran_.wait_for(lock, std::chrono::duration<double>(limit), [&] { return done_ != before; })) {
+      GS_THROW(GPUSTRIPE_ERR_TIMEOUT,
+               "%s: the team's worker ran no queued collective for %.0f s (GPUSTRIPE_TIMEOUT; %llu of %llu done)",
+               what, limit, static_cast<unsigned long long>(done_), static_cast<unsigned long long>(posted_));
+    }
+  }
+}
+
 uint64_t CallQueue::post(std::function<void()> job) {
   std::unique_lock<std::mutex> lock(mu_);
+  wait_for_jobs(lock, "a collective queued", [this] { return jobs_.size() < kMaxQueued; });
   if (error_) std::rethrow_exception(error_);
   jobs_.push_back(std::move(job));
   const uint64_t n = ++posted_;
@@ -30,17 +46,7 @@ uint64_t CallQueue::post(std::function<void()> job) {
 
 void CallQueue::drain(const char* what) {
   std::unique_lock<std::mutex> lock(mu_);
-  const double limit = ipc::timeout_seconds();
-  while (done_ < posted_) {
-    const uint64_t before = done_;
-    if (limit <= 0) {
-      ran_.wait(lock);
-    } else if (!ran_.wait_for(lock, std::chrono::duration<double>(limit), [&] { return done_ != before; })) {
-      GS_THROW(GPUSTRIPE_ERR_TIMEOUT,
-               "%s: the team's worker ran no queued collective for %.0f s (GPUSTRIPE_TIMEOUT; %llu of %llu done)",
-               what, limit, static_cast<unsigned long long>(done_), static_cast<unsigned long long>(posted_));
-    }
-  }
+  wait_for_jobs(lock, what, [this] { return done_ == posted_; });
   if (error_) std::rethrow_exception(error_);
 }
 

@@ -26,7 +26,11 @@ class CallQueue {
   CallQueue(const CallQueue&) = delete;
   CallQueue& operator=(const CallQueue&) = delete;
 
-  // Queues `job` and returns its number (1, 2, ...). Throws first where a job failed.
+  // Jobs queued at most: a caller that gets this far ahead of the worker waits for it (each job
+  // holds an event and its caller's buffers until it has run).
+  static constexpr size_t kMaxQueued = 256;
+  // Queues `job` and returns its number (1, 2, ...). Throws first where a job failed. Waits while
+  // kMaxQueued jobs are queued (bounded as drain() is).
   uint64_t post(std::function<void()> job);
   // Returns once every job posted so far has run; throws the failed job's error. Bounded by
   // GPUSTRIPE_TIMEOUT without a job finishing (ERR_TIMEOUT naming `what`): each job's own waits
@@ -41,6 +45,9 @@ class CallQueue {
 
  private:
   void work();
+  // Waits (holding `lock`) until `done` is true, bounded by GPUSTRIPE_TIMEOUT without a job ending.
+  template <class Done>
+  void wait_for_jobs(std::unique_lock<std::mutex>& lock, const char* what, Done done);
 
   mutable std::mutex mu_;
   std::condition_variable more_;  // a job was posted, or the queue is ending
