@@ -15,8 +15,12 @@ not define (gather, scatter, alltoall of lists: the NCCL backend registered for 
 them through c10d's dispatch).
 
 Stream ordering: a native collective is enqueued behind the tensor's current stream and
-ahead of its later work, from C++ with the GIL released and no host wait (the team's
-stream-ordered calls: src/mpi/coll_ordered.cpp); the work's ``wait()`` orders the caller's
+ahead of its later work, from C++ with the GIL released and no host wait for the GPUs (the
+team's stream-ordered calls: src/mpi/coll_ordered.cpp); an asynchronous one is handed to the
+team's worker thread, which meets the other ranks and enqueues it in call order, so the caller
+(DDP's autograd thread) does not wait for the slower rank (src/mpi/node_team.hpp). Such a call
+cannot go to NCCL once queued: one the ranks' meeting declines fails (raised at the next call or
+wait). The work's ``wait()`` orders the caller's
 current stream after it, as NCCL's does, and its future (made where torch asks for one) is
 CUDA-aware. The call's end is marked in C++, its tensors held until that mark has passed. A blocking call
 (``async_op=False``) has the caller's stream join its end instead and returns no work.
@@ -622,8 +626,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
 
     def _run(self, what: str, kind: tuple, tensors, native, fallback, after=None, result=None,
              keep=(), redo=None, blocking=False):
-        """A collective on the native path: `native(team, ptrs, stream)` (ptrs: of `tensors`;
-        stream: the caller's) enqueues it and returns whether every rank took it; then `after()`
+        """A collective on the native path: `native(team, ptrs, stream, queued)` (ptrs: of `tensors`;
+        stream: the caller's; queued: handed to the team's worker, True or raises) enqueues it and
+        returns whether every rank took it; then `after()`
         (divisions, copies) is enqueued on the team's stream. `tensors` (and `keep`, what after()
         writes) are held until the team's stream is past the call; the work's value is `result`
         (default: `tensors`). Declined, or where NCCL is faster for this kind of call
