@@ -53,9 +53,15 @@ TEST(CallQueue, DrainWaitsForAJobStillRunning) {
 
 TEST(CallQueue, AFailedJobsErrorReachesThePosterAndLaterJobsStillRun) {
   std::atomic<int> after{0};
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
   CallQueue q;
-  q.post([] { throw std::runtime_error("peer gone"); });
+  q.post([gate] {
+    gate.wait();  // fails only once the next job is queued
+    throw std::runtime_error("peer gone");
+  });
   q.post([&after] { ++after; });
+  go.set_value();
   EXPECT_THROW(q.drain("test"), std::runtime_error);
   EXPECT_EQ(after.load(), 1);  // ran: it releases what it holds
   EXPECT_THROW(q.check(), std::runtime_error);
@@ -67,8 +73,13 @@ TEST(CallQueue, AFullQueueHoldsThePosterUntilTheWorkerCatchesUp) {
   std::promise<void> go;
   std::shared_future<void> gate = go.get_future().share();
   std::atomic<int> ran{0};
+  std::promise<void> started;
   CallQueue q;
-  q.post([gate] { gate.wait(); });  // the worker holds this one until the gate opens
+  q.post([gate, &started] {  // the worker holds this one until the gate opens
+    started.set_value();
+    gate.wait();
+  });
+  started.get_future().wait();  // out of the queue: the queue holds only what follows
   for (size_t i = 0; i < CallQueue::kMaxQueued; ++i) q.post([&ran] { ++ran; });
   std::atomic<bool> posted{false};
   std::thread poster([&] {
