@@ -40,6 +40,7 @@ c10d hands it every collective of the group, and it dispatches by device and sup
 from __future__ import annotations
 
 import collections
+import math
 import socket
 import sys
 import threading
@@ -150,6 +151,15 @@ def _kind(op: str, t: torch.Tensor, nbytes: int) -> tuple:
     return op, t.is_cuda, t.dtype, nbytes.bit_length()
 
 
+def _max_over_ranks(gloo, values) -> list:
+    """Each of `values` as the largest any rank of `gloo`'s group has (collective)."""
+    worst = torch.tensor(values, dtype=torch.float64)
+    opts = AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.MAX
+    gloo.allreduce([worst], opts).wait()
+    return worst.tolist()
+
+
 class _Calibration:
     """Which of gpustripe and NCCL serves one kind of call (an op, sizes within a power of two),
     measured as a training job's calls of that kind run once decided: back to back, one side at a
@@ -166,20 +176,30 @@ class _Calibration:
     (the medians, through gloo)."""
 
     WARMUP = 2   # calls at the start of each batch, not timed
-    CALLS = 4    # timed calls of each batch
+    CALLS = 4    # timed calls of a side's first batch, and the fewest of any
+    MAX_CALLS = 64
+    # A side's later batches last at least this long at its pace so far: the end of a batch (the
+    # sync, the ranks leaving the meeting apart) weighs on a short call's pace (1 MB calls of
+    # 25-60 us: four of them were timed at up to 1.7x their pace back to back).
+    MIN_BATCH_US = 1000.0
     ROUNDS = 5   # batches of each side: the median holds against two disturbed ones
     SIDES = ("gpustripe", "nccl")
 
-    def __init__(self):
+    def __init__(self, min_batch_us: float | None = None):
+        self.min_batch_us = self.MIN_BATCH_US if min_batch_us is None else min_batch_us
         self.native = None  # the answer, once decided
         self.us = {}        # the medians the answer came from (the slowest rank's), us per call
         self.pace = {m: [] for m in self.SIDES}  # us per call of each timed batch
 
-    def measure(self, issue, sync, meet, clock=time.perf_counter) -> None:
+    def measure(self, issue, sync, meet, clock=time.perf_counter, agree=None) -> None:
         """Times the batches: `issue(side)` makes one call of that side and returns its work (or
         None); `sync(work)` returns once every call made so far is done on this rank (its GPUs
-        included); `meet()` returns once every rank got there."""
+        included); `meet()` returns once every rank got there; `agree(paces)` returns the ranks'
+        largest of each (None: one rank). Every rank makes the same number of calls (collectives):
+        a side's next batch is sized from the slowest rank's pace of its last one."""
+        calls = dict.fromkeys(self.SIDES, self.CALLS)
         for _ in range(self.ROUNDS):
+            last = {}
             for side in self.SIDES:
                 work = None
                 for _ in range(self.WARMUP):
@@ -187,19 +207,25 @@ class _Calibration:
                 sync(work)
                 meet()
                 t0 = clock()
-                for _ in range(self.CALLS):
+                for _ in range(calls[side]):
                     work = issue(side)
                 sync(work)
-                self.pace[side].append((clock() - t0) / self.CALLS * 1e6)
+                last[side] = (clock() - t0) / calls[side] * 1e6
+                self.pace[side].append(last[side])
+            paces = [last[side] for side in self.SIDES]
+            for side, pace in zip(self.SIDES, agree(paces) if agree else paces):
+                calls[side] = self.calls_for(pace)
+
+    def calls_for(self, pace_us: float) -> int:
+        """Timed calls of a batch lasting at least min_batch_us at `pace_us` per call."""
+        if pace_us <= 0:
+            return self.MAX_CALLS
+        return max(self.CALLS, min(self.MAX_CALLS, math.ceil(self.min_batch_us / pace_us)))
 
     def decide(self, gloo) -> bool:
         """Collective over the group (every rank decides at the same call)."""
         med = [sorted(self.pace[m])[len(self.pace[m]) // 2] for m in self.SIDES]
-        worst = torch.tensor(med, dtype=torch.float64)
-        opts = AllreduceOptions()
-        opts.reduceOp = dist.ReduceOp.MAX
-        gloo.allreduce([worst], opts).wait()
-        self.us = dict(zip(self.SIDES, worst.tolist()))
+        self.us = dict(zip(self.SIDES, _max_over_ranks(gloo, med)))
         self.native = self.us["gpustripe"] <= self.us["nccl"]
         return self.native
 
@@ -621,7 +647,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)  # the native calls end on the team's stream, NCCL's on its own
 
-        cal.measure(issue, sync, lambda: self._gloo.barrier(BarrierOptions()).wait())
+        cal.measure(issue, sync, lambda: self._gloo.barrier(BarrierOptions()).wait(),
+                    agree=lambda paces: _max_over_ranks(self._gloo, paces))
         cal.decide(self._gloo)
 
     def _run(self, what: str, kind: tuple, tensors, native, fallback, after=None, result=None,

@@ -34,10 +34,10 @@ class Node:
     issue, then runs `gpu` us on the GPUs once they are free and it has been issued (the GPUs
     run one call after the other; the host goes on issuing). Costs are (gpu, host) per side, or
     a function of the call's number on that side giving them. The ranks' meeting costs `meet`
-    us on the host."""
+    us on the host, and seeing the calls done (a device synchronize) `sync` us."""
 
-    def __init__(self, costs, meet=0.0):
-        self.costs, self.meet_us = costs, meet
+    def __init__(self, costs, meet=0.0, sync=0.0):
+        self.costs, self.meet_us, self.sync_us = costs, meet, sync
         self.now = self.gpu_free = 0.0
         self.calls = {s: 0 for s in C.SIDES}
         self.sides = []  # every call's side, in order
@@ -52,7 +52,7 @@ class Node:
         return Work()
 
     def sync(self, work):
-        self.now = max(self.now, self.gpu_free)
+        self.now = max(self.now, self.gpu_free) + self.sync_us
 
     def meet(self):
         self.now += self.meet_us
@@ -61,10 +61,11 @@ class Node:
         return self.now / 1e6
 
 
-def calibrate(costs, gloo=None, meet=0.0):
-    node = Node(costs, meet)
-    cal = C()
-    cal.measure(node.issue, node.sync, node.meet, clock=node.clock)
+def calibrate(costs, gloo=None, meet=0.0, sync=0.0, min_batch_us=0.0, agree=None):
+    """min_batch_us 0 (the tests of what a batch measures): every batch has C.CALLS timed calls."""
+    node = Node(costs, meet, sync)
+    cal = C(min_batch_us=min_batch_us)
+    cal.measure(node.issue, node.sync, node.meet, clock=node.clock, agree=agree)
     cal.decide(gloo or Gloo())
     return cal, node
 
@@ -122,3 +123,47 @@ def test_the_slowest_rank_decides_alike_for_every_rank():
     assert cal.native is False
     assert cal.us["gpustripe"] == pytest.approx(120.0)
     assert cal.us["nccl"] == pytest.approx(70.0)
+
+
+def test_short_calls_are_timed_in_longer_batches():
+    # 1 MB-like calls, 25 us on the GPUs and 8 on the host, and a synchronize that costs 60 us
+    # at the end of every batch: in four calls that end doubles native's pace and, with NCCL's
+    # calls 35 us, hands the kind to NCCL; batches of a millisecond keep the end small.
+    costs = {"gpustripe": (25.0, 8.0), "nccl": (35.0, 8.0)}
+    short, _ = calibrate(costs, sync=60.0)
+    assert short.native is False or short.us["gpustripe"] > 1.5 * 25.0
+    cal, node = calibrate(costs, sync=60.0, min_batch_us=C.MIN_BATCH_US)
+    assert cal.native is True
+    assert cal.us["gpustripe"] < 1.2 * 25.0 + 1e-9
+    # the first batch of a side has C.CALLS timed calls, the later ones enough for a millisecond
+    first = C.WARMUP + C.CALLS
+    assert node.sides[:first] == ["gpustripe"] * first
+    later = node.sides.count("gpustripe") - first
+    assert later >= (C.ROUNDS - 1) * (C.WARMUP + C.MIN_BATCH_US / (25.0 + 60.0 / C.CALLS))
+    assert later <= (C.ROUNDS - 1) * (C.WARMUP + C.MAX_CALLS)
+
+
+def test_calls_per_batch_stay_within_bounds():
+    cal = C()
+    assert cal.calls_for(1e9) == C.CALLS
+    assert cal.calls_for(0.001) == C.MAX_CALLS
+    assert cal.calls_for(0.0) == C.MAX_CALLS
+    assert cal.calls_for(C.MIN_BATCH_US / 10) == 10
+
+
+def test_every_rank_sizes_its_batches_from_the_slowest_ranks_pace():
+    # This rank's calls come every ~25 us; another rank's every 200 us (agree: the ranks' largest
+    # paces). The batches after the first are sized for the slower rank (5 timed calls, a
+    # millisecond at 200 us), as every rank must make the same calls: collectives.
+    costs = {"gpustripe": (25.0, 8.0), "nccl": (25.0, 8.0)}
+    seen = []
+
+    def agree(paces):
+        seen.append(list(paces))
+        return [max(p, 200.0) for p in paces]
+
+    _, node = calibrate(costs, min_batch_us=C.MIN_BATCH_US, agree=agree)
+    assert len(seen) == C.ROUNDS
+    want = C.CALLS + (C.ROUNDS - 1) * 5
+    assert node.sides.count("gpustripe") == C.ROUNDS * C.WARMUP + want
+    assert node.sides.count("nccl") == C.ROUNDS * C.WARMUP + want

@@ -236,6 +236,9 @@ def calibrated(rank: int, world: int, gt) -> dict:
     caller's calls (the first one included) all take the other, with the results of one call
     each (the calibration's calls leave the caller's tensors alone)."""
     cal = gt._Calibration
+    # Every batch C.CALLS long, so that the calls are counted here (test_torch_calibration.py
+    # checks the batches that grow to MIN_BATCH_US).
+    saved, cal.MIN_BATCH_US = cal.MIN_BATCH_US, 0.0
     mine = cal.ROUNDS * (cal.WARMUP + cal.CALLS)  # the calibration's calls of each side
     calls = 3
     slow = 0.02  # s per call: far above either side's own host time here
@@ -280,14 +283,39 @@ def calibrated(rank: int, world: int, gt) -> dict:
         ok and choice["use"] == "gpustripe" and choice["nccl"] >= slow / 2 * 1e6
         and choice["gpustripe"] < slow / 2 * 1e6 and g.native_calls == mine + calls)
     g, other, ok, choice = calibrate(slow_native=True)
-    # the other backend's calls: the calibration's, the caller's, and the decision's own maximum
-    # over the ranks (through gloo too); the calibration's calls of the other side are handed to
+    # the other backend's calls: the calibration's, the caller's, the ranks' agreement on each
+    # round's paces and the decision's own maximum over the ranks (through gloo too); the
+    # calibration's calls of the other side are handed to
     # it directly, as a decided kind's are (none takes the native path's _run), and so are the
     # caller's from the second on
     checks["calibration: a slower native side loses"] = (
         ok and choice["use"] == "nccl" and choice["gpustripe"] >= slow * 1e6
-        and g.native_calls == mine and other.calls["allreduce"] == mine + calls + 1
+        and g.native_calls == mine and other.calls["allreduce"] == mine + calls + cal.ROUNDS + 1
         and g.runs["all_reduce"] == mine + 1)
+    cal.MIN_BATCH_US = saved
+    # Batches sized from the paces (to last 50 ms here, where emulated calls take milliseconds:
+    # tens of calls), native slower on rank 0 than on rank 1: every rank makes the same calls
+    # (collectives: the ranks' waits would otherwise end at the timeout), with the caller's results.
+    saved, cal.MIN_BATCH_US = cal.MIN_BATCH_US, 50000.0
+    g = dist.new_group(backend="gpustripe")
+    gt._test_calibrate_emulated(g)
+    if rank == 0:
+        team = g._team
+
+        def slowed():
+            time.sleep(0.002)
+            return team()
+        g._team = slowed
+    ok = True
+    for _ in range(calls):
+        x = torch.full((1 << 10,), float(rank + 1))
+        dist.all_reduce(x, group=g)
+        ok = ok and torch.equal(x, want)
+    counts = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(counts, torch.tensor([g.native_calls]), group=g._gloo)
+    checks["calibration: ranks of different paces make the same calls"] = (
+        ok and len({int(c) for c in counts}) == 1 and g.native_calls > mine + calls)
+    cal.MIN_BATCH_US = saved
     return checks
 
 
