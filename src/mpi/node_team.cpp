@@ -212,7 +212,17 @@ bool NodeTeam::submit(CollCall& c, bool queued) {
   c.stream = nullptr;
   // What the caller enqueues on calls_stream() from now on waits for the worker's word.
   be.stream_wait_flag(e.stream, words_ + c.device, static_cast<uint32_t>(n));
-  queue_->post([this, c = std::move(c), n]() mutable { run_queued(c, n); });
+  const int dev = c.device;
+  const EventHandle ready = c.ready;
+  try {
+    queue_->post([this, c = std::move(c), n]() mutable { run_queued(c, n); });
+  } catch (...) {
+    // Not queued (a failed team, or a worker that stopped taking calls): nothing will write the
+    // word the ends' stream now waits for.
+    give_event(dev, ready);
+    release_words();
+    throw;
+  }
   return true;
 }
 
