@@ -57,7 +57,7 @@ void bind_team(nb::module_& m) {
       .def(
           "mapping_stats",
           [](const NodeTeam& t) {
-            ipc::HandleCacheStats st = t.mapping_stats();
+            ipc::HandleCacheStats st = without_gil([&] { return t.mapping_stats(); });  // the worker may hold the team
             nb::dict d;
             d["hits"] = st.hits;
             d["misses"] = st.misses;
@@ -109,7 +109,7 @@ void bind_team(nb::module_& m) {
       .def(
           "phase_times",
           [](NodeTeam& t, bool reset) {
-            CollTeam::PhaseTimes p = t.phase_times(reset);
+            CollTeam::PhaseTimes p = without_gil([&] { return t.phase_times(reset); });  // as mapping_stats
             nb::dict d;
             d["calls"] = p.calls;
             d["ordered"] = p.ordered;
@@ -125,7 +125,7 @@ void bind_team(nb::module_& m) {
           },
           nb::arg("reset") = false,
           "Host time per call by phase, us (means over the calls with a known program since the last reset): "
-          "lookup (the buffers' devices, the call's description), prepare, exchange (handles; the entry barrier), map (+program), enqueue, drain (waiting for the GPUs), "
+          "lookup (the buffers' devices, the call's description; calls not queued only), prepare, exchange (handles; the entry barrier), map (+program), enqueue, drain (waiting for the GPUs), "
           "barrier (the hosts' barriers: a stream-ordered call the hosts order after all); calls, and of them "
           "ordered (enqueued stream-ordered) and built (their Program built anew, not found in the team's cache)")
       .def(
