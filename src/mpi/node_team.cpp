@@ -1,6 +1,7 @@
 #include "mpi/node_team.hpp"
 
 #include <cstdlib>
+#include <exception>
 #include <string>
 
 #include "mpi/coll_calls.hpp"
@@ -227,20 +228,26 @@ bool NodeTeam::submit(CollCall& c, bool queued) {
 }
 
 void NodeTeam::run_queued(CollCall& c, uint64_t n) {
+  std::lock_guard<std::mutex> lock(team_mu_);
   bool served = false;
+  std::exception_ptr failed;
   try {
-    std::lock_guard<std::mutex> lock(team_mu_);
     served = team_->run(c);
     if (served)
       ctx_->backend().stream_write_flag(team_->ordered_stream(c.device), words_ + c.device, static_cast<uint32_t>(n));
   } catch (...) {
-    give_event(c.device, c.ready);
-    release_words();
-    throw;
+    failed = std::current_exception();
   }
   give_event(c.device, c.ready);
-  if (!served) {
+  if (failed || !served) {
+    // The words are set past every number only once the team's streams have run out: an earlier
+    // call's write, still queued on a GPU, would otherwise set one back below a wait.
+    try {
+      team_->settle();  // a failed team lets its streams run out (SliceRunner::settle)
+    } catch (const Error&) {
+    }
     release_words();
+    if (failed) std::rethrow_exception(failed);
     GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED,
              "%s: another rank's side declined this queued call at the ranks' meeting (a buffer it cannot share, e.g. "
              "memory of a cudaMallocAsync pool): it was not made, and the calls after it fail", c.name);
