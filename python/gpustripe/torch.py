@@ -494,7 +494,12 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         self._verdict = None             # tests: every kind decided so without timing (_test_verdict)
         self._measure_emulated = False   # tests: calibrated against gloo (_test_calibrate_emulated)
         self._forced = None              # the calibration's calls: native (True) or not (False)
-        self._queue = True               # off: asynchronous calls made on the caller's thread (_test_queue)
+        # Asynchronous native calls through the team's worker (off: on the caller's thread, _test_queue).
+        # Not with torch's cudaMallocAsync allocator: its pool memory cannot be shared past a call,
+        # every rank's team declines it, and only a call made on the caller's thread can then go
+        # to NCCL (a queued one would fail).
+        self._queue = not (torch.cuda.is_available()
+                           and getattr(torch.cuda, "get_allocator_backend", lambda: "native")() == "cudaMallocAsync")
         # op -> [calls, and us summed: the backend's native call, the team's C++ call in it, its end]
         self._host_us: dict = {}
         self.native_calls = 0  # collectives served by gpustripe (tests, benchmarks)
