@@ -86,10 +86,11 @@ void bind_team(nb::module_& m) {
             d["queued"] = t.queued();
             d["done"] = t.queue_done();
             d["can_queue"] = t.can_queue();
+            d["events_created"] = t.ready_events_created();
             return d;
           },
-          "Calls queued to the team's worker (queued=True), those it has run, and whether calls can be queued "
-          "here (the backend has stream flags)")
+          "Calls queued to the team's worker (queued=True), those it has run, whether calls can be queued "
+          "here (the backend has stream flags), and the events made for the queued calls' starts (reused)")
       .def("mark", &NodeTeam::mark, nb::arg("device"),
            "Marks the end of the calls made so far on `device` (on calls_stream(device)), for a caller that holds "
            "each call's buffers until the GPUs are past it; returns how many of the earlier marks, oldest first, "

@@ -78,6 +78,11 @@ class NodeTeam {
   uint64_t queue_done() const { return queue_->done(); }
   // Whether a stream-ordered call can be queued here (the backend has stream flags).
   bool can_queue() const { return words_ != nullptr; }
+  // Events made so far for queued calls' starts (each reused once the worker has enqueued its call).
+  size_t ready_events_created() const {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    return events_created_;
+  }
   // A stream of this member's own on `dev` to order calls on (callers without a framework's
   // streams: tests); made at the first ask, kept until the team ends.
   StreamHandle stream(int dev);
@@ -140,7 +145,7 @@ class NodeTeam {
   uint32_t* words_ = nullptr;          // as the streams see them; null: the backend has no flags
   std::atomic<uint64_t> calls_{0};     // stream-ordered calls made (their numbers)
   mutable std::mutex team_mu_;         // the team runs one call at a time: the worker's, or the caller's
-  std::mutex events_mu_;
+  mutable std::mutex events_mu_;
   std::map<int, std::vector<EventHandle>> free_events_;  // the callers' stream events, by device
   size_t events_created_ = 0;
   std::unique_ptr<CallQueue> queue_;   // last: ends (running what is queued) before the rest

@@ -1,7 +1,7 @@
 """Queued stream-ordered calls of the store-met team (queued=True: handed to the team's worker,
 which meets the other ranks and enqueues them in call order): a caller's calls return before
 the peer has posted and come out exact and in order, a blocking call after them reads their
-results, a call declined at the meeting and a peer that died reach the caller at join() and at
+results, their start events are reused, a call declined at the meeting and a peer that died reach the caller at join() and at
 its next call, and a team closed with calls queued runs them first. Emulated node, no torch."""
 import json
 import os
@@ -52,6 +52,7 @@ def test_queued_calls_return_before_the_peer_posts_and_come_out_in_order(tmp_pat
         assert r["returned"] and r["queued"] == 8, r
         assert all(r["checks"].values()), r
         assert r["stats"]["done"] == r["stats"]["queued"] == 8, r
+        assert 1 <= r["stats"]["events_created"] <= 8 and r["events_later"] == 0, r  # reused, not one per call
     # Rank 1 posted nothing before rank 0's eight calls had all returned: none of them could have
     # met the others yet (the worker had run none).
     assert reports[0]["done_when_posted"] == 0, reports[0]
