@@ -5,7 +5,8 @@ test_node_team_queue.py, one process per rank, with a scenario:
 - `ahead`: rank 0 queues a chain of calls of every kind (each reading the one before) and
   reports that they all returned before rank 1 posted anything (rank 1 waits for rank 0's word in
   the store before its first call); a blocking call after them reads their result; both ranks
-  check every buffer against numpy after settle().
+  check every buffer against numpy after settle(); then 20 calls, each joined before the next,
+  make no new start event.
 - `declined`: rank 1's buffer is host memory: its queued call raises at once; rank 0's queued call
   is posted, and its join() raises the meeting's answer, as does every later call.
 - `peer_dies`: rank 1 leaves without posting; rank 0's queued call is posted, its join() raises
