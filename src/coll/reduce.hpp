@@ -31,6 +31,13 @@ struct ReduceArgs {
   DataType dtype = GPUSTRIPE_FLOAT32;
   RedOp op = GPUSTRIPE_SUM;
   int blocks_per_sm = 0;  // most thread blocks per SM of the kernel; 0: the reducer's own (reduce_cuda.cu)
+  // Where set (and can_signal(args)), the reduction announces its own end: once every element
+  // is stored and visible to the whole system, done_value goes into *done_word (a word in host
+  // memory registered for the device: a stream flag, Backend::register_host). The write a
+  // stream would make after the reduction (stream_write_flag), without a driver call of its
+  // own nor the stream's turn-around between the kernel's end and the write.
+  uint32_t* done_word = nullptr;
+  uint32_t done_value = 0;
 };
 
 // Copies by the SMs of one device, several in one launch: each segment's bytes from src to
@@ -54,6 +61,10 @@ class Reducer {
   virtual void reduce_async(const ReduceArgs& args, int dev, StreamHandle s) = 0;
   // Whether reduce_async can run the GPUs' barrier inside this reduction (args.barrier).
   virtual bool can_fuse_barrier(const ReduceArgs& args) const { return false; }
+  // Whether reduce_async can write args.done_word itself at the reduction's end. One such
+  // reduction at a time per reducer and device (its last block finds itself last through a
+  // counter of the reducer's).
+  virtual bool can_signal(const ReduceArgs& args) const { return false; }
   // Enqueues the copies (a copy kernel on CUDA; on the emulated backend, after the stream
   // drains, on this thread) on stream s of device dev.
   virtual void copy_async(const CopyArgs& args, int dev, StreamHandle s) = 0;
@@ -90,8 +101,13 @@ struct FusedBarrier {
   BarrierKernelArgs args;
   unsigned int* blocks_done = nullptr;  // device word of this rank, 0 between launches
 };
-void launch_reduce_kernel(const ReduceArgs& args, int dev, void* cuda_stream);
+// blocks_done: where args.done_word is set, a device word of dev, 0 between launches (the
+// kernel's count of finished blocks; its last block resets it).
+void launch_reduce_kernel(const ReduceArgs& args, int dev, void* cuda_stream, unsigned* blocks_done = nullptr);
 int sm_count(int dev);  // the device's SMs (reduce_cuda.cu, asked once per device)
+// A zeroed device word of dev for launch_reduce_kernel's blocks_done, and its release.
+unsigned* alloc_block_counter(int dev);
+void free_block_counter(int dev, unsigned* word) noexcept;
 // Copy kernel (copy_cuda.cu): at most kMaxCopySegments segments of kMaxCopyDests destinations.
 constexpr int kMaxCopySegments = 16;
 constexpr int kMaxCopyDests = 16;

@@ -22,10 +22,20 @@ struct ReducePtrs {
   int ns, nd;
 };
 
-// How one launch is shaped (reduce_cuda.cu sizes it from the element size and the settings).
+// The end a launch announces (ReduceArgs::done_word): word = value once every block's stores
+// are visible to the system, written by the last block to finish (blocks_done counts them).
+struct KernelDone {
+  uint32_t* word = nullptr;  // none: nothing announced
+  uint32_t value = 0;
+  unsigned* blocks_done = nullptr;  // a device word, 0 between launches
+};
+
+// How one launch is shaped (reduce_cuda.cu sizes it from the element size and the settings),
+// and what it announces at its end.
 struct ReduceLaunch {
   unsigned grid = 1, threads = 128;
   bool vec = false;  // every pointer 16-byte aligned: vector loads
+  KernelDone done;
 };
 
 // The kernels of one family of types (reduce_cuda*.cu): key.dtype and key.op as kernel_key
@@ -119,13 +129,27 @@ __device__ __forceinline__ void reduce_range(const ReducePtrs& p, size_t begin, 
   }
 }
 
+// The end of the launch announced in host memory: every thread's stores made visible to the
+// system before its block counts itself done, and the last block to count writes the word (as
+// fused_exit does with the barrier's flags). The word is written once, after all of the
+// launch's stores: a host that sees it may read every result, as after a stream's write.
+__device__ __forceinline__ void announce_done(const KernelDone& d) {
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (atomicAdd(d.blocks_done, 1u) != gridDim.x - 1) return;
+  *d.blocks_done = 0;  // for the next signalling launch, which stream order puts after this one
+  __threadfence_system();
+  *reinterpret_cast<volatile uint32_t*>(d.word) = d.value;
+}
+
 // NS: the number of sources when it is 1 (a copy), 2, 3 or 4 (unrolled loads), else 0 (any number).
 // Element k is read from every source before it is written to any destination, by one
 // thread, so destinations may be sources (in-place two-shot allreduce).
 // U: vectors per thread and step (loads in flight), for NS > 0.
 template <class T, int OP, int NS, int U>
 __global__ void __launch_bounds__(kReduceThreads)
-    reduce_kernel(ReducePtrs p, size_t count, bool vec, FusedBarrier bar) {
+    reduce_kernel(ReducePtrs p, size_t count, bool vec, FusedBarrier bar, KernelDone end) {
   constexpr int V = kVec<T>;
   const bool fused = bar.blocks_done != nullptr;
   const unsigned long long e = fused ? fused_entry(bar) : 0;
@@ -145,12 +169,13 @@ __global__ void __launch_bounds__(kReduceThreads)
   }
   reduce_range<T, OP>(p, done + tid, count, stride);
   if (fused) fused_exit(bar, e);
+  if (end.word) announce_done(end);
 }
 
 // Two 16-byte vectors per thread and step: the loads each thread keeps in flight.
 template <class T, int OP, int NS>
 void launch_ns(const ReducePtrs& p, size_t count, const ReduceLaunch& l, const FusedBarrier& bar, cudaStream_t s) {
-  reduce_kernel<T, OP, NS, 2><<<l.grid, l.threads, 0, s>>>(p, count, l.vec, bar);
+  reduce_kernel<T, OP, NS, 2><<<l.grid, l.threads, 0, s>>>(p, count, l.vec, bar, l.done);
 }
 
 // One (type, op). A single source (a copy, whatever the op) has kernels of its own only for
@@ -171,7 +196,7 @@ void launch_reduce(const ReducePtrs& p, size_t count, const ReduceLaunch& l, con
     case 4: launch_ns<T, OP, 4>(p, count, l, bar, s); return;
     default: break;
   }
-  reduce_kernel<T, OP, 0, 1><<<l.grid, l.threads, 0, s>>>(p, count, l.vec, bar);
+  reduce_kernel<T, OP, 0, 1><<<l.grid, l.threads, 0, s>>>(p, count, l.vec, bar, l.done);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -290,6 +291,89 @@ TEST(CollSlice, ACallEndsOnTheGpusDoneWordsWithoutAHostMeeting) {
   }
   for (void* x : {static_cast<void*>(big1), static_cast<void*>(dst0), static_cast<void*>(x0), static_cast<void*>(y0)})
     b.free_device(x);
+}
+
+// Runs `calls` calls of a two-rank program over x[r] (rank r's input, set to 1 + call + r
+// before each) and y[r] on a fresh node whose flag writes are counted; `check(rank, call)` runs
+// on each rank after each call. Returns the stream flag writes and the events recorded; both
+// ranks' errors must be "".
+std::pair<int, int> flag_writes_of(const std::function<Program(const std::vector<float*>& x, const std::vector<float*>& y,
+                                               float* z)>& make,
+                   const std::function<void(Backend&, const std::vector<float*>& y, float* z, int, int)>& check,
+                   int calls, size_t n) {
+  Node node;
+  CallCounter& counter = count_calls(node);
+  Backend& b = *node.backend;
+  std::vector<float*> x(2), y(2);
+  for (int r = 0; r < 2; ++r) {
+    x[r] = static_cast<float*>(b.alloc_device(r, n * sizeof(float)));
+    y[r] = static_cast<float*>(b.alloc_device(r, n * sizeof(float)));
+  }
+  float* z = static_cast<float*>(b.alloc_device(0, sizeof(float)));
+  const Program p = make(x, y, z);
+  std::vector<Met> met(2);
+  const std::vector<std::string> errors = on_two_ranks([&](int r) {
+    auto reducer = coll::make_reducer(b);
+    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+    mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
+    int all[2];
+    for (int i = 0; i < calls; ++i) {
+      fill(b, x[r], r, n, 1.0f + i + r);
+      runner.exchange(&i, sizeof i, all);
+      runner.run(p, r);
+      check(b, y, z, r, i);
+    }
+    met[r] = Met{flags.arrived(r).load(), flags.op(mpi::TeamFlags::kDoneWord + r).load()};
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(met[r].parts_done, static_cast<uint32_t>(calls)) << "rank " << r;
+  b.free_device(z);
+  for (int r = 0; r < 2; ++r) {
+    b.free_device(x[r]);
+    b.free_device(y[r]);
+  }
+  return {counter.writes.load(), counter.records.load()};
+}
+
+// The one-shot allreduce's parts (one reduction per rank, reading every rank's input): the
+// reduction announces the part's end itself, in the done word, so a call costs no flag write
+// at all (a stream's write after the kernel is a driver call per rank and call), and every
+// rank still returns only with both results complete.
+TEST(CollSlice, AReductionEndingItsPartWritesTheDoneWordItself) {
+  const size_t n = 1 << 16;
+  const int calls = 3;
+  auto oneshot = [&](const std::vector<float*>& x, const std::vector<float*>& y, float*) {
+    Program p(2);
+    for (int r = 0; r < 2; ++r) p.reduce(r, coll::kLaneLocal, y[r], {x[0], x[1]}, n, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    return p;
+  };
+  auto both_done = [&](Backend& b, const std::vector<float*>& y, float*, int, int i) {
+    for (int q = 0; q < 2; ++q) {
+      const float got = read(b, y[q], q, n)[n - 1];
+      if (got != 3.0f + 2 * i) GS_THROW(GPUSTRIPE_ERR_INTERNAL, "call %d: rank %d's result is %g", i, q, got);
+    }
+  };
+  EXPECT_EQ(flag_writes_of(oneshot, both_done, calls, n), std::make_pair(0, 0));
+}
+
+// A part whose reduction is followed by an edge flag, or by work on another stream, ends with
+// the stream's write of the done word: rank 1's reduction feeds a copy of rank 0's (its stream
+// writes the edge flag, then the word); rank 0's part spans two streams (its reduction, the copy).
+TEST(CollSlice, APartNotEndedByOneReductionKeepsTheStreamsWrite) {
+  const size_t n = 1 << 12;
+  const int calls = 3;
+  auto fed = [&](const std::vector<float*>& x, const std::vector<float*>& y, float* z) {
+    Program p(2);
+    p.reduce(0, coll::kLaneLocal, y[0], {x[0], x[1]}, n, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    const int r1 = p.reduce(1, coll::kLaneLocal, y[1], {x[0], x[1]}, n, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    p.copy(0, coll::kLaneOut, z, 0, y[1], 1, sizeof(float), {r1});
+    return p;
+  };
+  auto copied = [&](Backend& b, const std::vector<float*>&, float* z, int r, int i) {
+    if (r == 0 && read(b, z, 0, 1)[0] != 3.0f + 2 * i) GS_THROW(GPUSTRIPE_ERR_INTERNAL, "call %d: the copy", i);
+  };
+  // Rank 0 joins its copy's stream into its reduction's with an event per call.
+  EXPECT_EQ(flag_writes_of(fed, copied, calls, n), std::make_pair(3 * calls, calls));
 }
 
 // A rank's part on one lane (a copy kernel per rank: a kernel schedule's shape) runs on the
