@@ -131,11 +131,14 @@ void SliceRunner::barrier(const char* what) {
 }
 
 uint64_t SliceRunner::post(const void* mine, size_t bytes) {
-  GS_REQUIRE(bytes <= TeamFlags::kInfoBytes, GPUSTRIPE_ERR_INTERNAL, "collective exchange of %zu bytes", bytes);
+  GS_REQUIRE(bytes <= TeamFlags::kMessageBytes, GPUSTRIPE_ERR_INTERNAL, "collective exchange of %zu bytes", bytes);
   // Two slots per rank: a rank posting call k+2 reuses call k's slot, and it got past call
   // k+1's exchange only after every rank posted k+1, i.e. had finished reading call k's.
   const uint64_t n = ++exchanges_;
-  std::memcpy(flags_.info(static_cast<int>(n & 1), rank_), mine, bytes);
+  char* slot = static_cast<char*>(flags_.info(static_cast<int>(n & 1), rank_));
+  const uint64_t len = bytes;
+  std::memcpy(slot, &len, sizeof len);
+  std::memcpy(slot + sizeof len, mine, bytes);
   flags_.posted(rank_).store(n, std::memory_order_release);
   return n;
 }
@@ -143,8 +146,12 @@ uint64_t SliceRunner::post(const void* mine, size_t bytes) {
 bool SliceRunner::collect(uint64_t n, size_t bytes, void* all) const {
   for (int r = 0; r < nranks_; ++r)
     if (flags_.posted(r).load(std::memory_order_acquire) < n) return false;
-  for (int r = 0; r < nranks_; ++r)
-    std::memcpy(static_cast<char*>(all) + r * bytes, flags_.info(static_cast<int>(n & 1), r), bytes);
+  for (int r = 0; r < nranks_; ++r) {
+    const char* slot = static_cast<const char*>(flags_.info(static_cast<int>(n & 1), r));
+    uint64_t len = 0;
+    std::memcpy(&len, slot, sizeof len);
+    std::memcpy(static_cast<char*>(all) + r * bytes, slot + sizeof len, std::min<uint64_t>(len, bytes));
+  }
   return true;
 }
 

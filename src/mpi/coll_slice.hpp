@@ -42,7 +42,10 @@ class TeamFlags {
  public:
   static constexpr size_t kMaxOps = size_t(1) << 16;
   static constexpr int kMaxRanks = 256;
-  static constexpr size_t kInfoBytes = 2048;  // one rank's message of a call's exchange
+  // One rank's slot of a call's exchange: the length of its message, then the message (at most
+  // kMessageBytes).
+  static constexpr size_t kInfoBytes = 2048;
+  static constexpr size_t kMessageBytes = kInfoBytes - sizeof(uint64_t);
   // Words of the stream-ordered runs (SliceRunner::run_ordered), after the op words: edge
   // slots (the run's number), then each rank's barrier word (how many GPU barriers its
   // streams have reached). Both only grow. Then each rank's done word: how many parts of
@@ -123,7 +126,7 @@ class SliceRunner {
   double barrier_us() const { return barrier_us_; }
   // A barrier of the team's hosts.
   void barrier(const char* what);
-  // Every rank's `bytes` (<= TeamFlags::kInfoBytes) into all[r * bytes]; a barrier too (no
+  // Every rank's `bytes` (<= TeamFlags::kMessageBytes) into all[r * bytes]; a barrier too (no
   // rank returns before every rank has posted). Replaces an MPI allgather per call.
   void exchange(const void* mine, size_t bytes, void* all);
 
@@ -131,6 +134,10 @@ class SliceRunner {
   // (nonblocking collectives): post() writes this rank's message and returns the call's
   // number; collect() copies every rank's message once all have posted that call (false
   // until then, waiting for nothing). exchange() is post() and a bounded wait on collect().
+  // A message is as long as its sender posted it (the ranks' messages of one call may differ):
+  // collect() copies each into its entry all[r * bytes] of `bytes`, at most that much, and leaves
+  // the rest of the entry as it was. The slots are shared memory the other ranks' cores read
+  // line by line at every call, so a message is best no longer than what the call uses.
   uint64_t post(const void* mine, size_t bytes);
   bool collect(uint64_t call, size_t bytes, void* all) const;
 

@@ -583,3 +583,38 @@ TEST(CollSlice, ExchangeGivesEveryRankTheSameCallsMessages) {
   for (auto& t : threads) t.join();
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
+
+// A message is as long as its sender posted it: a call whose messages are short (a collective
+// without per-peer layouts) moves only those bytes through the slots, and the rest of every
+// rank's entry keeps what the receiver had there -- not the longer message of an earlier call
+// in the same slot.
+TEST(CollSlice, ExchangeCopiesEachMessageAsLongAsItsSenderPostedIt) {
+  Node node;
+  const int n = 2;
+  const std::vector<std::string> errors = on_two_ranks([&](int r) {
+    auto reducer = coll::make_reducer(*node.backend);
+    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+    mpi::SliceRunner runner(*node.backend, *reducer, r, n, flags, [] {});
+    // Calls 1 and 2 fill both slots of each rank with long messages; calls 3 and 4 reuse them.
+    for (int c = 1; c <= 4; ++c) {
+      const size_t words = c <= 2 ? 8 : 2 + r;  // rank r's message, in words
+      std::vector<uint64_t> mine(words, 100 * c + r), all(n * 8, 7);
+      const uint64_t call = runner.post(mine.data(), words * sizeof(uint64_t));
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!runner.collect(call, 8 * sizeof(uint64_t), all.data())) {
+        if (std::chrono::steady_clock::now() > give_up) GS_THROW(GPUSTRIPE_ERR_TIMEOUT, "call %d: no exchange", c);
+        std::this_thread::yield();
+      }
+      for (int q = 0; q < n; ++q) {
+        const size_t sent = c <= 2 ? 8 : 2 + q;
+        for (size_t k = 0; k < 8; ++k) {
+          const uint64_t want = k < sent ? 100 * c + q : 7;
+          if (all[q * 8 + k] != want)
+            GS_THROW(GPUSTRIPE_ERR_INTERNAL, "call %d: rank %d's word %zu of rank %d is %llu, not %llu", c, r, k, q,
+                     static_cast<unsigned long long>(all[q * 8 + k]), static_cast<unsigned long long>(want));
+        }
+      }
+    }
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+}
