@@ -25,7 +25,7 @@ for form in blocking nonblocking; do
   for v in GPUSTRIPE_TOPOLOGY_DIR GPUSTRIPE_TOPOLOGY NCCL_NVLS_ENABLE CUDA_VISIBLE_DEVICES; do
     [ -n "${!v:-}" ] && env_args+=(-x "$v")
   done
-  mpirun --allow-run-as-root --oversubscribe -np "$ranks" "${env_args[@]}" "$build/bench/mpi/mpi_coll_bench" \
+  mpirun --allow-run-as-root --oversubscribe --report-bindings -np "$ranks" "${env_args[@]}" "$build/bench/mpi/mpi_coll_bench" \
     "${args[@]}" "${extra[@]}" > "$dir.rows"
   grep '^ROW' "$dir.rows" || true
   python3 "$here/coll_trace_summary.py" "$dir" --label "$form" --by-rank
