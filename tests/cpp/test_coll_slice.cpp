@@ -300,7 +300,7 @@ TEST(CollSlice, ACallEndsOnTheGpusDoneWordsWithoutAHostMeeting) {
 std::pair<int, int> flag_writes_of(const std::function<Program(const std::vector<float*>& x, const std::vector<float*>& y,
                                                float* z)>& make,
                    const std::function<void(Backend&, const std::vector<float*>& y, float* z, int, int)>& check,
-                   int calls, size_t n) {
+                   int calls, size_t n, bool nonblocking = false) {
   Node node;
   CallCounter& counter = count_calls(node);
   Backend& b = *node.backend;
@@ -320,7 +320,15 @@ std::pair<int, int> flag_writes_of(const std::function<Program(const std::vector
     for (int i = 0; i < calls; ++i) {
       fill(b, x[r], r, n, 1.0f + i + r);
       runner.exchange(&i, sizeof i, all);
-      runner.run(p, r);
+      if (!nonblocking) {
+        runner.run(p, r);
+      } else {
+        // A nonblocking collective's part: started, then polled until every rank's is done.
+        if (!runner.start(p, r)) GS_THROW(GPUSTRIPE_ERR_INTERNAL, "the part could not start");
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!runner.poll())
+          if (std::chrono::steady_clock::now() > give_up) GS_THROW(GPUSTRIPE_ERR_TIMEOUT, "call %d: no end", i);
+      }
       check(b, y, z, r, i);
     }
     met[r] = Met{flags.arrived(r).load(), flags.op(mpi::TeamFlags::kDoneWord + r).load()};
@@ -338,7 +346,8 @@ std::pair<int, int> flag_writes_of(const std::function<Program(const std::vector
 // The one-shot allreduce's parts (one reduction per rank, reading every rank's input): the
 // reduction announces the part's end itself, in the done word, so a call costs no flag write
 // at all (a stream's write after the kernel is a driver call per rank and call), and every
-// rank still returns only with both results complete.
+// rank still returns only with both results complete -- blocking (run) and nonblocking
+// (start, poll) alike.
 TEST(CollSlice, AReductionEndingItsPartWritesTheDoneWordItself) {
   const size_t n = 1 << 16;
   const int calls = 3;
@@ -354,6 +363,7 @@ TEST(CollSlice, AReductionEndingItsPartWritesTheDoneWordItself) {
     }
   };
   EXPECT_EQ(flag_writes_of(oneshot, both_done, calls, n), std::make_pair(0, 0));
+  EXPECT_EQ(flag_writes_of(oneshot, both_done, calls, n, true), std::make_pair(0, 0));
 }
 
 // A part whose reduction is followed by an edge flag, or by work on another stream, ends with
