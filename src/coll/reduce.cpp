@@ -53,7 +53,10 @@ class HostReducer : public Reducer {
     (void)dev;
     backend_.synchronize_stream(s);
     copy_host(args);
+    if (args.done_word) reinterpret_cast<std::atomic<uint32_t>*>(args.done_word)->store(args.done_value,
+                                                                                       std::memory_order_release);
   }
+  bool can_signal_copy(const CopyArgs&) const override { return true; }
 
  private:
   Backend& backend_;
@@ -89,7 +92,20 @@ class CudaReducer : public Reducer {
       if (s.dsts.size() > static_cast<size_t>(kMaxCopyDests)) return false;
     return true;
   }
+  // One launch that copies something (an empty one launches nothing), no barrier inside.
+  bool can_signal_copy(const CopyArgs& a) const override {
+    if (a.barrier || !can_fuse_copy(a)) return false;
+    for (const CopySegment& s : a.segs)
+      if (s.bytes > 0 && !s.dsts.empty()) return true;
+    return false;
+  }
   void copy_async(const CopyArgs& args, int dev, StreamHandle s) override {
+    if (args.done_word) {
+      GS_REQUIRE(can_signal_copy(args), GPUSTRIPE_ERR_INTERNAL, "copies of %zu segments announcing their end",
+                 args.segs.size());
+      launch_copy_kernel(args, dev, s, block_counter(dev));
+      return;
+    }
     if (args.barrier) {
       GS_REQUIRE(can_fuse_copy(args), GPUSTRIPE_ERR_INTERNAL, "a barrier inside a copy kernel of %zu segments",
                  args.segs.size());

@@ -52,6 +52,8 @@ struct CopySegment {
 struct CopyArgs {
   const FusedBarrier* barrier = nullptr;  // as ReduceArgs::barrier
   std::vector<CopySegment> segs;
+  uint32_t* done_word = nullptr;  // as ReduceArgs::done_word (where can_signal_copy)
+  uint32_t done_value = 0;
 };
 
 class Reducer {
@@ -70,6 +72,8 @@ class Reducer {
   virtual void copy_async(const CopyArgs& args, int dev, StreamHandle s) = 0;
   // Whether copy_async can run the GPUs' barrier inside these copies (args.barrier).
   virtual bool can_fuse_copy(const CopyArgs& args) const { return false; }
+  // Whether copy_async can write args.done_word itself at the copies' end (as can_signal).
+  virtual bool can_signal_copy(const CopyArgs& args) const { return false; }
 };
 
 // The segments of kernel copies (Op::by_kernel): one per source and size, with every
@@ -101,8 +105,8 @@ struct FusedBarrier {
   BarrierKernelArgs args;
   unsigned int* blocks_done = nullptr;  // device word of this rank, 0 between launches
 };
-// blocks_done: where args.done_word is set, a device word of dev, 0 between launches (the
-// kernel's count of finished blocks; its last block resets it).
+// blocks_done (here and for launch_copy_kernel): where args.done_word is set, a device word of
+// dev, 0 between launches (the kernel's count of finished blocks; its last block resets it).
 void launch_reduce_kernel(const ReduceArgs& args, int dev, void* cuda_stream, unsigned* blocks_done = nullptr);
 int sm_count(int dev);  // the device's SMs (reduce_cuda.cu, asked once per device)
 // A zeroed device word of dev for launch_reduce_kernel's blocks_done, and its release.
@@ -111,7 +115,7 @@ void free_block_counter(int dev, unsigned* word) noexcept;
 // Copy kernel (copy_cuda.cu): at most kMaxCopySegments segments of kMaxCopyDests destinations.
 constexpr int kMaxCopySegments = 16;
 constexpr int kMaxCopyDests = 16;
-void launch_copy_kernel(const CopyArgs& args, int dev, void* cuda_stream);
+void launch_copy_kernel(const CopyArgs& args, int dev, void* cuda_stream, unsigned* blocks_done = nullptr);
 #endif
 
 }  // namespace gpustripe::coll

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "coll/fused_barrier.cuh"
+#include "coll/kernel_done.cuh"
 #include "coll/reduce.hpp"
 #include "coll/reduce_ops.hpp"
 
@@ -20,14 +21,6 @@ struct ReducePtrs {
   const void* src[kMaxKernelSources];
   void* dst[kMaxKernelDests];
   int ns, nd;
-};
-
-// The end a launch announces (ReduceArgs::done_word): word = value once every block's stores
-// are visible to the system, written by the last block to finish (blocks_done counts them).
-struct KernelDone {
-  uint32_t* word = nullptr;  // none: nothing announced
-  uint32_t value = 0;
-  unsigned* blocks_done = nullptr;  // a device word, 0 between launches
 };
 
 // How one launch is shaped (reduce_cuda.cu sizes it from the element size and the settings),
@@ -127,20 +120,6 @@ __device__ __forceinline__ void reduce_range(const ReducePtrs& p, size_t begin, 
     const S out = T::store(acc);
     for (int d = 0; d < p.nd; ++d) static_cast<S*>(p.dst[d])[k] = out;
   }
-}
-
-// The end of the launch announced in host memory: every thread's stores made visible to the
-// system before its block counts itself done, and the last block to count writes the word (as
-// fused_exit does with the barrier's flags). The word is written once, after all of the
-// launch's stores: a host that sees it may read every result, as after a stream's write.
-__device__ __forceinline__ void announce_done(const KernelDone& d) {
-  __threadfence_system();
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  if (atomicAdd(d.blocks_done, 1u) != gridDim.x - 1) return;
-  *d.blocks_done = 0;  // for the next signalling launch, which stream order puts after this one
-  __threadfence_system();
-  *reinterpret_cast<volatile uint32_t*>(d.word) = d.value;
 }
 
 // NS: the number of sources when it is 1 (a copy), 2, 3 or 4 (unrolled loads), else 0 (any number).

@@ -447,6 +447,10 @@ void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int devic
     if (batched) return;
     coll::CopyArgs a;
     a.segs = coll::copy_segments(coll::kernel_copy_batch(ops, i));
+    if (done_value) {
+      a.done_word = dev_flags_ + TeamFlags::kDoneWord + rank_;
+      a.done_value = done_value;
+    }
     reducer_.copy_async(a, device, l.stream());
   } else if (op.kind == Op::Copy) {
     // This rank's GPU drives every copy of its part, from and into the other ranks' buffers
@@ -530,18 +534,29 @@ bool SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
 
 size_t SliceRunner::announcing_op(const std::vector<Op>& ops, const coll::CrossSlots& slots, size_t begin, size_t end,
                                   const std::vector<Lane*>& stream_of) const {
-  // The kernel schedules' parts: this rank's ops on one stream, the last a reduction (one
-  // kernel) after which no edge flag is written. Its end is the part's end.
-  size_t last = end;
+  // The kernel schedules' parts: this rank's ops on one stream, the last one kernel (a
+  // reduction, or the launch of a batch of kernel copies, as enqueue_streams batches them)
+  // after which no edge flag is written. Its end is the part's end.
+  size_t last = end, batch = end, batch_end = begin;
   for (size_t i = begin; i < end; ++i) {
     if (ops[i].rank != rank_) continue;
     if (last != end && stream_of[i] != stream_of[last]) return end;
     last = i;
+    if (ops[i].kind == Op::Copy && ops[i].by_kernel && i >= batch_end) {
+      batch = i;
+      batch_end = std::min(end, i + coll::kernel_copy_batch(ops, i).size());
+    }
   }
-  if (last == end || ops[last].kind != Op::Reduce) return end;
-  auto after = slots.lower_bound({static_cast<int>(last), -1});
-  if (after != slots.end() && after->first.first == static_cast<int>(last)) return end;
-  return reducer_.can_signal(coll::reduce_args(ops[last])) ? last : end;
+  if (last == end) return end;
+  const bool copies = ops[last].kind == Op::Copy && ops[last].by_kernel && last < batch_end;
+  if (ops[last].kind != Op::Reduce && !copies) return end;
+  const size_t launch = copies ? batch : last;
+  auto after = slots.lower_bound({static_cast<int>(launch), -1});
+  if (after != slots.end() && after->first.first <= static_cast<int>(last)) return end;
+  if (!copies) return reducer_.can_signal(coll::reduce_args(ops[last])) ? last : end;
+  coll::CopyArgs a;
+  a.segs = coll::copy_segments(coll::kernel_copy_batch(ops, batch));
+  return reducer_.can_signal_copy(a) ? batch : end;
 }
 
 void SliceRunner::plan_streams(const std::vector<Op>& ops, size_t begin, size_t end, int device, LaneSet& set,

@@ -260,9 +260,10 @@ class SliceRunner {
   // The number the next part announces, for a kernel that writes it itself (0: none can, the
   // streams having no flags).
   uint32_t next_part() const;
-  // The op of this rank's [begin, end) whose end is the part's end and that can announce it
-  // (Reducer::can_signal): this rank's last op, a reduction, every op of the rank on its stream,
-  // no edge flag written after it. `end` where there is none.
+  // The op of this rank's [begin, end) whose launch ends the part and can announce it
+  // (Reducer::can_signal, can_signal_copy): this rank's last op, a reduction, or the first op of
+  // the kernel-copy batch that holds it; every op of the rank on one stream; no edge flag
+  // written after the launch. `end` where there is none.
   size_t announcing_op(const std::vector<coll::Op>& ops, const coll::CrossSlots& slots, size_t begin, size_t end,
                        const std::vector<Lane*>& stream_of) const;
   // Whether every rank's done word has reached part n.
