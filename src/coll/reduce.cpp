@@ -103,7 +103,7 @@ class CudaReducer : public Reducer {
     if (args.done_word) {
       GS_REQUIRE(can_signal_copy(args), GPUSTRIPE_ERR_INTERNAL, "copies of %zu segments announcing their end",
                  args.segs.size());
-      launch_copy_kernel(args, dev, s, block_counter(dev));
+      launch_copy_kernel(args, dev, s, block_counter(dev, s));
       return;
     }
     if (args.barrier) {
@@ -139,7 +139,7 @@ class CudaReducer : public Reducer {
     if (args.done_word) {
       GS_REQUIRE(can_signal(args), GPUSTRIPE_ERR_INTERNAL, "a reduction of %zu sources, %zu elements announcing its end",
                  args.srcs.size(), args.count);
-      launch_reduce_kernel(args, dev, s, block_counter(dev));
+      launch_reduce_kernel(args, dev, s, block_counter(dev, s));
       return;
     }
     if (args.barrier) {
@@ -177,11 +177,13 @@ class CudaReducer : public Reducer {
   }
 
  private:
-  // The signalling launches' counter of finished blocks on dev, made at the first.
-  unsigned* block_counter(int dev) {
+  // The announcing launches' counter of finished blocks on dev, made at the first (zeroed on
+  // its stream, s). Later ones on other streams of dev follow the host's sight of the previous
+  // one's done word, written after its last block reset the counter.
+  unsigned* block_counter(int dev, StreamHandle s) {
     std::lock_guard<std::mutex> l(mu_);
     unsigned*& w = blocks_done_[dev];
-    if (!w) w = alloc_block_counter(dev);
+    if (!w) w = alloc_block_counter(dev, s);
     return w;
   }
   std::mutex mu_;

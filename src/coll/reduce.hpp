@@ -63,9 +63,10 @@ class Reducer {
   virtual void reduce_async(const ReduceArgs& args, int dev, StreamHandle s) = 0;
   // Whether reduce_async can run the GPUs' barrier inside this reduction (args.barrier).
   virtual bool can_fuse_barrier(const ReduceArgs& args) const { return false; }
-  // Whether reduce_async can write args.done_word itself at the reduction's end. One such
-  // reduction at a time per reducer and device (its last block finds itself last through a
-  // counter of the reducer's).
+  // Whether reduce_async can write args.done_word itself at the reduction's end. One
+  // announcing launch (a reduction, or copies: can_signal_copy) at a time per reducer and
+  // device, each after the previous one's word was seen: its last block finds itself last
+  // through a counter of the reducer's on the device.
   virtual bool can_signal(const ReduceArgs& args) const { return false; }
   // Enqueues the copies (a copy kernel on CUDA; on the emulated backend, after the stream
   // drains, on this thread) on stream s of device dev.
@@ -109,8 +110,9 @@ struct FusedBarrier {
 // dev, 0 between launches (the kernel's count of finished blocks; its last block resets it).
 void launch_reduce_kernel(const ReduceArgs& args, int dev, void* cuda_stream, unsigned* blocks_done = nullptr);
 int sm_count(int dev);  // the device's SMs (reduce_cuda.cu, asked once per device)
-// A zeroed device word of dev for launch_reduce_kernel's blocks_done, and its release.
-unsigned* alloc_block_counter(int dev);
+// A device word of dev for launch_reduce_kernel's blocks_done, zeroed in the order of
+// cuda_stream (where its first launch goes), and its release.
+unsigned* alloc_block_counter(int dev, void* cuda_stream);
 void free_block_counter(int dev, unsigned* word) noexcept;
 // Copy kernel (copy_cuda.cu): at most kMaxCopySegments segments of kMaxCopyDests destinations.
 constexpr int kMaxCopySegments = 16;

@@ -113,13 +113,15 @@ ReduceLaunch shape_launch(const ReduceArgs& a, const ReducePtrs& p, size_t count
 
 }  // namespace
 
-unsigned* alloc_block_counter(int dev) {
+unsigned* alloc_block_counter(int dev, void* cuda_stream) {
   int prev = dev;
   cudaGetDevice(&prev);
   cudaError_t e = prev == dev ? cudaSuccess : cudaSetDevice(dev);
   void* w = nullptr;
   if (e == cudaSuccess) e = cudaMalloc(&w, sizeof(unsigned));
-  if (e == cudaSuccess) e = cudaMemset(w, 0, sizeof(unsigned));  // synchronous: zero before any launch
+  // Zeroed in stream order before the first launch on `cuda_stream` (a plain cudaMemset runs on
+  // the legacy stream, which the non-blocking streams do not wait for).
+  if (e == cudaSuccess) e = cudaMemsetAsync(w, 0, sizeof(unsigned), static_cast<cudaStream_t>(cuda_stream));
   if (prev != dev) cudaSetDevice(prev);
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "a reduction's block counter on device %d: %s", dev,
              cudaGetErrorString(e));
