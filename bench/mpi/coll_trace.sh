@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where an interposed collective's time goes, blocking against nonblocking: runs mpi_coll_bench
 # through the interposer under the phase trace (GPUSTRIPE_P2P_TRACE), once with the blocking
-# calls and once with the nonblocking ones, and prints bench/mpi/coll_trace_summary.py's table
+# calls and once with the nonblocking ones, and prints bench/mpi/coll_trace_summary.py's table (by rank too)
 # of each (the traces stay in OUT/blocking and OUT/nonblocking).
 #
 #   bench/mpi/coll_trace.sh BUILD_DIR OUT_DIR [RANKS [mpi_coll_bench args...]]
@@ -25,8 +25,8 @@ for form in blocking nonblocking; do
   for v in GPUSTRIPE_TOPOLOGY_DIR GPUSTRIPE_TOPOLOGY NCCL_NVLS_ENABLE CUDA_VISIBLE_DEVICES; do
     [ -n "${!v:-}" ] && env_args+=(-x "$v")
   done
-  mpirun --allow-run-as-root --oversubscribe -np "$ranks" "${env_args[@]}" "$build/bench/mpi/mpi_coll_bench" \
+  mpirun --allow-run-as-root --oversubscribe --report-bindings -np "$ranks" "${env_args[@]}" "$build/bench/mpi/mpi_coll_bench" \
     "${args[@]}" "${extra[@]}" > "$dir.rows"
   grep '^ROW' "$dir.rows" || true
-  python3 "$here/coll_trace_summary.py" "$dir" --label "$form"
+  python3 "$here/coll_trace_summary.py" "$dir" --label "$form" --by-rank
 done

@@ -17,7 +17,11 @@ nonblocking) and size, the median microseconds of each phase of a call on every 
   period    one call's coll_in -> the next one's, on this rank: the time per call
   skew      per call, the latest rank's post minus the earliest's
 
-  python3 bench/mpi/coll_trace_summary.py DIR [--label NAME]
+With --by-rank, each rank's row besides (the medians of its own calls) and `last`, the share of
+the calls whose exchange this rank reached last: where the ranks keep a skew, the phase where the
+late rank loses its time.
+
+  python3 bench/mpi/coll_trace_summary.py DIR [--label NAME] [--by-rank]
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from collections import defaultdict
 
 PHASES = ["coll_in", "coll_pre", "coll_post", "coll_all", "coll_prog", "coll_enq", "coll_done", "coll_ret"]
 COLUMNS = ["lookup", "prepare", "exchange", "program", "enqueue", "gpu", "ret", "call", "between", "period", "skew"]
+ALL = -1  # the rank of a row over every rank's calls
 
 
 def read(path: str):
@@ -46,10 +51,11 @@ def read(path: str):
     return calls
 
 
-def rows(paths: list[str]):
-    """(form, bytes) -> column -> values, over every rank's calls."""
+def rows(paths: list[str], by_rank: bool = False):
+    """(form, bytes, rank) -> column -> values: rank ALL over every rank's calls, and with
+    by_rank each rank's own (its "last": 1 for each call whose exchange it reached last, else 0)."""
     out: dict = defaultdict(lambda: defaultdict(list))
-    posts: dict = defaultdict(list)  # (call, form) -> every rank's coll_post
+    posts: dict = defaultdict(list)  # (call, form) -> every rank's (coll_post, rank)
     sizes: dict = {}
     for path in paths:
         done = []
@@ -57,22 +63,29 @@ def rows(paths: list[str]):
             if not all(p in ev for p in PHASES[1:]):
                 continue
             start = ev.get("coll_in", ev["coll_pre"])
-            key = (form, ev["bytes"])
-            col = out[key]
-            for name, a, b in zip(COLUMNS, PHASES, PHASES[1:]):
-                if a in ev:
-                    col[name].append((ev[b] - ev[a]) / 1e3)
-            col["call"].append((ev["coll_ret"] - start) / 1e3)
-            posts[(call, form)].append(ev["coll_post"])
-            sizes[(call, form)] = key
-            done.append((start, ev["coll_ret"], key))
+            keys = [(form, ev["bytes"], ALL)] + ([(form, ev["bytes"], rank)] if by_rank else [])
+            for key in keys:
+                col = out[key]
+                for name, a, b in zip(COLUMNS, PHASES, PHASES[1:]):
+                    if a in ev:
+                        col[name].append((ev[b] - ev[a]) / 1e3)
+                col["call"].append((ev["coll_ret"] - start) / 1e3)
+            posts[(call, form)].append((ev["coll_post"], rank))
+            sizes[(call, form)] = (form, ev["bytes"])
+            done.append((start, ev["coll_ret"], keys))
         for (s0, b0, k0), (s1, _, k1) in zip(done, done[1:]):
             if k0 == k1:
-                out[k0]["between"].append((s1 - b0) / 1e3)
-                out[k0]["period"].append((s1 - s0) / 1e3)
+                for key in k0:
+                    out[key]["between"].append((s1 - b0) / 1e3)
+                    out[key]["period"].append((s1 - s0) / 1e3)
     for ck, ps in posts.items():
         if len(ps) > 1:
-            out[sizes[ck]]["skew"].append((max(ps) - min(ps)) / 1e3)
+            form, nbytes = sizes[ck]
+            out[(form, nbytes, ALL)]["skew"].append((max(ps)[0] - min(ps)[0]) / 1e3)
+            if by_rank:
+                late = max(ps)[1]
+                for _, rank in ps:
+                    out[(form, nbytes, rank)]["last"].append(1.0 if rank == late else 0.0)
     return out
 
 
@@ -87,22 +100,33 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir")
     ap.add_argument("--label", default="")
+    ap.add_argument("--by-rank", action="store_true", help="each rank's medians too, and how often it came last")
     a = ap.parse_args()
     paths = sorted(glob.glob(os.path.join(a.dir, "p2p-trace-*.txt")))
     if not paths:
         raise SystemExit(f"no p2p-trace-*.txt in {a.dir}")
-    table = rows(paths)
+    table = rows(paths, a.by_rank)
     if not table:
         raise SystemExit(f"no collective phases in the traces of {a.dir}")
-    head = f"{'form':<12}{'bytes':>7}{'calls':>7}" + "".join(f"{c:>10}" for c in COLUMNS)
+    columns = COLUMNS + (["last"] if a.by_rank else [])
+    head = f"{'form':<12}{'bytes':>7}{'rank':>5}{'calls':>7}" + "".join(f"{c:>10}" for c in columns)
     if a.label:
         print(a.label)
-    print("median us per phase of a call, every rank")
+    print("median us per phase of a call, every rank (rank *)"
+          + ("; each rank's own, and the share of calls whose exchange it reached last" if a.by_rank else ""))
     print(head)
-    for (form, nbytes), col in sorted(table.items()):
+    for (form, nbytes, rank), col in sorted(table.items()):
         n = len(col["call"])
-        cells = "".join(f"{statistics.median(col[c]):>10.2f}" if col[c] else f"{'-':>10}" for c in COLUMNS)
-        print(f"{('nonblocking' if form else 'blocking'):<12}{size_text(nbytes):>7}{n:>7}{cells}")
+
+        def cell(c: str) -> str:
+            if not col[c]:
+                return f"{'-':>10}"
+            v = statistics.fmean(col[c]) if c == "last" else statistics.median(col[c])
+            return f"{v:>10.2f}"
+
+        who = "*" if rank == ALL else str(rank)
+        print(f"{('nonblocking' if form else 'blocking'):<12}{size_text(nbytes):>7}{who:>5}{n:>7}"
+              + "".join(cell(c) for c in columns))
 
 
 if __name__ == "__main__":

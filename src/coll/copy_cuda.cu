@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "coll/fused_barrier.cuh"
+#include "coll/kernel_done.cuh"
 #include "coll/reduce.hpp"
 #include "common/error.hpp"
 
@@ -50,7 +51,7 @@ __device__ __forceinline__ void copy_elems(const Seg& s, size_t n, size_t i, siz
   }
 }
 
-__global__ void __launch_bounds__(kThreads) copy_kernel(Segs p, FusedBarrier bar) {
+__global__ void __launch_bounds__(kThreads) copy_kernel(Segs p, FusedBarrier bar, KernelDone end) {
   const bool fused = bar.blocks_done != nullptr;
   const unsigned long long e = fused ? fused_entry(bar) : 0;
   if (p.n > 0) {
@@ -74,6 +75,7 @@ __global__ void __launch_bounds__(kThreads) copy_kernel(Segs p, FusedBarrier bar
     }
   }
   if (fused) fused_exit(bar, e);
+  if (end.word) announce_done(end);
 }
 
 // Most blocks of kThreads threads per SM of a copy kernel. 4 ranks, 1M-32M: 4 blocks per SM
@@ -93,7 +95,7 @@ int alignment(const CopySegment& c) {
 
 }  // namespace
 
-void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream) {
+void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream, unsigned* blocks_done) {
   GS_REQUIRE(a.segs.size() <= static_cast<size_t>(kMaxCopySegments), GPUSTRIPE_ERR_INTERNAL,
              "copy kernel takes at most %d segments, got %zu", kMaxCopySegments, a.segs.size());
   Segs p{};
@@ -114,6 +116,11 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream) {
   }
   const FusedBarrier bar = a.barrier ? *a.barrier : FusedBarrier{};
   if (p.n == 0 && !a.barrier) return;
+  KernelDone done;
+  if (a.done_word) {
+    GS_REQUIRE(blocks_done != nullptr, GPUSTRIPE_ERR_INTERNAL, "copies announcing their end without a block counter");
+    done = KernelDone{a.done_word, a.done_value, blocks_done};
+  }
   int prev = dev;
   cudaGetDevice(&prev);
   cudaError_t e = prev == dev ? cudaSuccess : cudaSetDevice(dev);  // as launch_reduce_kernel
@@ -127,7 +134,7 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream) {
   const size_t cap = std::max<size_t>(
       nseg, static_cast<size_t>(sm_count(dev)) * static_cast<size_t>(std::max<int64_t>(1, per_sm)) / nseg * nseg);
   const unsigned grid = static_cast<unsigned>(std::min(cap, per_seg * nseg));
-  copy_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(cuda_stream)>>>(p, bar);
+  copy_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(cuda_stream)>>>(p, bar, done);
   e = cudaGetLastError();
   if (prev != dev) cudaSetDevice(prev);
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "copy kernel (%d segments) on device %d: %s", p.n, dev,

@@ -1,5 +1,9 @@
 #include "coll/reduce.hpp"
 
+#include <atomic>
+#include <map>
+#include <mutex>
+
 #include "common/error.hpp"
 #include "common/log.hpp"
 
@@ -41,12 +45,18 @@ class HostReducer : public Reducer {
     check_reduce_args(args);
     backend_.synchronize_stream(s);
     reduce_host(args);
+    if (args.done_word) reinterpret_cast<std::atomic<uint32_t>*>(args.done_word)->store(args.done_value,
+                                                                                       std::memory_order_release);
   }
+  bool can_signal(const ReduceArgs&) const override { return true; }
   void copy_async(const CopyArgs& args, int dev, StreamHandle s) override {
     (void)dev;
     backend_.synchronize_stream(s);
     copy_host(args);
+    if (args.done_word) reinterpret_cast<std::atomic<uint32_t>*>(args.done_word)->store(args.done_value,
+                                                                                       std::memory_order_release);
   }
+  bool can_signal_copy(const CopyArgs&) const override { return true; }
 
  private:
   Backend& backend_;
@@ -73,13 +83,29 @@ bool one_launch(const ReduceArgs& a) {
 
 class CudaReducer : public Reducer {
  public:
+  ~CudaReducer() override {
+    for (auto& [dev, word] : blocks_done_) free_block_counter(dev, word);
+  }
   bool can_fuse_copy(const CopyArgs& a) const override {
     if (a.segs.size() > static_cast<size_t>(kMaxCopySegments)) return false;
     for (const CopySegment& s : a.segs)
       if (s.dsts.size() > static_cast<size_t>(kMaxCopyDests)) return false;
     return true;
   }
+  // One launch that copies something (an empty one launches nothing), no barrier inside.
+  bool can_signal_copy(const CopyArgs& a) const override {
+    if (a.barrier || !can_fuse_copy(a)) return false;
+    for (const CopySegment& s : a.segs)
+      if (s.bytes > 0 && !s.dsts.empty()) return true;
+    return false;
+  }
   void copy_async(const CopyArgs& args, int dev, StreamHandle s) override {
+    if (args.done_word) {
+      GS_REQUIRE(can_signal_copy(args), GPUSTRIPE_ERR_INTERNAL, "copies of %zu segments announcing their end",
+                 args.segs.size());
+      launch_copy_kernel(args, dev, s, block_counter(dev, s));
+      return;
+    }
     if (args.barrier) {
       GS_REQUIRE(can_fuse_copy(args), GPUSTRIPE_ERR_INTERNAL, "a barrier inside a copy kernel of %zu segments",
                  args.segs.size());
@@ -106,8 +132,16 @@ class CudaReducer : public Reducer {
   bool can_fuse_barrier(const ReduceArgs& a) const override {
     return one_launch(a) && a.count * dtype_size(a.dtype) <= kFusedMax;
   }
+  // One launch, with elements (a reduction of none launches nothing), and no barrier inside.
+  bool can_signal(const ReduceArgs& a) const override { return !a.barrier && a.count > 0 && one_launch(a); }
   void reduce_async(const ReduceArgs& args, int dev, StreamHandle s) override {
     check_reduce_args(args);
+    if (args.done_word) {
+      GS_REQUIRE(can_signal(args), GPUSTRIPE_ERR_INTERNAL, "a reduction of %zu sources, %zu elements announcing its end",
+                 args.srcs.size(), args.count);
+      launch_reduce_kernel(args, dev, s, block_counter(dev, s));
+      return;
+    }
     if (args.barrier) {
       GS_REQUIRE(one_launch(args), GPUSTRIPE_ERR_INTERNAL, "a barrier inside a reduction of %zu sources",
                  args.srcs.size());
@@ -115,6 +149,10 @@ class CudaReducer : public Reducer {
       return;
     }
     if (args.count == 0) return;
+    if (one_launch(args)) {  // the common case: no copy of the arguments
+      launch_reduce_kernel(args, dev, s);
+      return;
+    }
     // More sources than one launch takes: fold them in groups, accumulating into dst; the
     // other destinations only from the last group on (they may be sources: read them first).
     ReduceArgs part = args;
@@ -137,6 +175,19 @@ class CudaReducer : public Reducer {
       launch_reduce_kernel(part, dev, s);
     }
   }
+
+ private:
+  // The announcing launches' counter of finished blocks on dev, made at the first (zeroed on
+  // its stream, s). Later ones on other streams of dev follow the host's sight of the previous
+  // one's done word, written after its last block reset the counter.
+  unsigned* block_counter(int dev, StreamHandle s) {
+    std::lock_guard<std::mutex> l(mu_);
+    unsigned*& w = blocks_done_[dev];
+    if (!w) w = alloc_block_counter(dev, s);
+    return w;
+  }
+  std::mutex mu_;
+  std::map<int, unsigned*> blocks_done_;
 };
 #endif
 

@@ -31,6 +31,13 @@ struct ReduceArgs {
   DataType dtype = GPUSTRIPE_FLOAT32;
   RedOp op = GPUSTRIPE_SUM;
   int blocks_per_sm = 0;  // most thread blocks per SM of the kernel; 0: the reducer's own (reduce_cuda.cu)
+  // Where set (and can_signal(args)), the reduction announces its own end: once every element
+  // is stored and visible to the whole system, done_value goes into *done_word (a word in host
+  // memory registered for the device: a stream flag, Backend::register_host). The write a
+  // stream would make after the reduction (stream_write_flag), without a driver call of its
+  // own nor the stream's turn-around between the kernel's end and the write.
+  uint32_t* done_word = nullptr;
+  uint32_t done_value = 0;
 };
 
 // Copies by the SMs of one device, several in one launch: each segment's bytes from src to
@@ -45,6 +52,8 @@ struct CopySegment {
 struct CopyArgs {
   const FusedBarrier* barrier = nullptr;  // as ReduceArgs::barrier
   std::vector<CopySegment> segs;
+  uint32_t* done_word = nullptr;  // as ReduceArgs::done_word (where can_signal_copy)
+  uint32_t done_value = 0;
 };
 
 class Reducer {
@@ -54,11 +63,18 @@ class Reducer {
   virtual void reduce_async(const ReduceArgs& args, int dev, StreamHandle s) = 0;
   // Whether reduce_async can run the GPUs' barrier inside this reduction (args.barrier).
   virtual bool can_fuse_barrier(const ReduceArgs& args) const { return false; }
+  // Whether reduce_async can write args.done_word itself at the reduction's end. One
+  // announcing launch (a reduction, or copies: can_signal_copy) at a time per reducer and
+  // device, each after the previous one's word was seen: its last block finds itself last
+  // through a counter of the reducer's on the device.
+  virtual bool can_signal(const ReduceArgs& args) const { return false; }
   // Enqueues the copies (a copy kernel on CUDA; on the emulated backend, after the stream
   // drains, on this thread) on stream s of device dev.
   virtual void copy_async(const CopyArgs& args, int dev, StreamHandle s) = 0;
   // Whether copy_async can run the GPUs' barrier inside these copies (args.barrier).
   virtual bool can_fuse_copy(const CopyArgs& args) const { return false; }
+  // Whether copy_async can write args.done_word itself at the copies' end (as can_signal).
+  virtual bool can_signal_copy(const CopyArgs& args) const { return false; }
 };
 
 // The segments of kernel copies (Op::by_kernel): one per source and size, with every
@@ -90,12 +106,18 @@ struct FusedBarrier {
   BarrierKernelArgs args;
   unsigned int* blocks_done = nullptr;  // device word of this rank, 0 between launches
 };
-void launch_reduce_kernel(const ReduceArgs& args, int dev, void* cuda_stream);
+// blocks_done (here and for launch_copy_kernel): where args.done_word is set, a device word of
+// dev, 0 between launches (the kernel's count of finished blocks; its last block resets it).
+void launch_reduce_kernel(const ReduceArgs& args, int dev, void* cuda_stream, unsigned* blocks_done = nullptr);
 int sm_count(int dev);  // the device's SMs (reduce_cuda.cu, asked once per device)
+// A device word of dev for launch_reduce_kernel's blocks_done, zeroed in the order of
+// cuda_stream (where its first launch goes), and its release.
+unsigned* alloc_block_counter(int dev, void* cuda_stream);
+void free_block_counter(int dev, unsigned* word) noexcept;
 // Copy kernel (copy_cuda.cu): at most kMaxCopySegments segments of kMaxCopyDests destinations.
 constexpr int kMaxCopySegments = 16;
 constexpr int kMaxCopyDests = 16;
-void launch_copy_kernel(const CopyArgs& args, int dev, void* cuda_stream);
+void launch_copy_kernel(const CopyArgs& args, int dev, void* cuda_stream, unsigned* blocks_done = nullptr);
 #endif
 
 }  // namespace gpustripe::coll

@@ -113,7 +113,31 @@ ReduceLaunch shape_launch(const ReduceArgs& a, const ReducePtrs& p, size_t count
 
 }  // namespace
 
-void launch_reduce_kernel(const ReduceArgs& a, int dev, void* cuda_stream) {
+unsigned* alloc_block_counter(int dev, void* cuda_stream) {
+  int prev = dev;
+  cudaGetDevice(&prev);
+  cudaError_t e = prev == dev ? cudaSuccess : cudaSetDevice(dev);
+  void* w = nullptr;
+  if (e == cudaSuccess) e = cudaMalloc(&w, sizeof(unsigned));
+  // Zeroed in stream order before the first launch on `cuda_stream` (a plain cudaMemset runs on
+  // the legacy stream, which the non-blocking streams do not wait for).
+  if (e == cudaSuccess) e = cudaMemsetAsync(w, 0, sizeof(unsigned), static_cast<cudaStream_t>(cuda_stream));
+  if (prev != dev) cudaSetDevice(prev);
+  GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "a reduction's block counter on device %d: %s", dev,
+             cudaGetErrorString(e));
+  return static_cast<unsigned*>(w);
+}
+
+void free_block_counter(int dev, unsigned* word) noexcept {
+  if (!word) return;
+  int prev = dev;
+  cudaGetDevice(&prev);
+  if (prev != dev) cudaSetDevice(dev);
+  cudaFree(word);  // at exit the context may be gone already: nothing to free then
+  if (prev != dev) cudaSetDevice(prev);
+}
+
+void launch_reduce_kernel(const ReduceArgs& a, int dev, void* cuda_stream, unsigned* blocks_done) {
   GS_REQUIRE(a.srcs.size() >= 1 && a.srcs.size() <= static_cast<size_t>(kMaxKernelSources),
              GPUSTRIPE_ERR_INTERNAL, "reduce kernel takes 1..%d sources, got %zu", kMaxKernelSources, a.srcs.size());
   GS_REQUIRE(a.more_dsts.size() < static_cast<size_t>(kMaxKernelDests), GPUSTRIPE_ERR_INTERNAL,
@@ -125,7 +149,11 @@ void launch_reduce_kernel(const ReduceArgs& a, int dev, void* cuda_stream) {
   p.dst[0] = a.dst;
   for (int d = 1; d < p.nd; ++d) p.dst[d] = a.more_dsts[d - 1];
   const KernelKey k = key_of(a);
-  const ReduceLaunch l = shape_launch(a, p, k.count, dtype_size(k.dtype), dev);
+  ReduceLaunch l = shape_launch(a, p, k.count, dtype_size(k.dtype), dev);
+  if (a.done_word) {
+    GS_REQUIRE(blocks_done != nullptr, GPUSTRIPE_ERR_INTERNAL, "a reduction announcing its end without a block counter");
+    l.done = KernelDone{a.done_word, a.done_value, blocks_done};
+  }
   const FusedBarrier bar = a.barrier ? *a.barrier : FusedBarrier{};
   // The launch's GPU is mostly current already (a rank's part runs on its own GPU): switch,
   // and switch back, only where it is not.

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "coll/fused_barrier.cuh"
+#include "coll/kernel_done.cuh"
 #include "coll/reduce.hpp"
 #include "coll/reduce_ops.hpp"
 
@@ -22,10 +23,12 @@ struct ReducePtrs {
   int ns, nd;
 };
 
-// How one launch is shaped (reduce_cuda.cu sizes it from the element size and the settings).
+// How one launch is shaped (reduce_cuda.cu sizes it from the element size and the settings),
+// and what it announces at its end.
 struct ReduceLaunch {
   unsigned grid = 1, threads = 128;
   bool vec = false;  // every pointer 16-byte aligned: vector loads
+  KernelDone done;
 };
 
 // The kernels of one family of types (reduce_cuda*.cu): key.dtype and key.op as kernel_key
@@ -125,7 +128,7 @@ __device__ __forceinline__ void reduce_range(const ReducePtrs& p, size_t begin, 
 // U: vectors per thread and step (loads in flight), for NS > 0.
 template <class T, int OP, int NS, int U>
 __global__ void __launch_bounds__(kReduceThreads)
-    reduce_kernel(ReducePtrs p, size_t count, bool vec, FusedBarrier bar) {
+    reduce_kernel(ReducePtrs p, size_t count, bool vec, FusedBarrier bar, KernelDone end) {
   constexpr int V = kVec<T>;
   const bool fused = bar.blocks_done != nullptr;
   const unsigned long long e = fused ? fused_entry(bar) : 0;
@@ -145,12 +148,13 @@ __global__ void __launch_bounds__(kReduceThreads)
   }
   reduce_range<T, OP>(p, done + tid, count, stride);
   if (fused) fused_exit(bar, e);
+  if (end.word) announce_done(end);
 }
 
 // Two 16-byte vectors per thread and step: the loads each thread keeps in flight.
 template <class T, int OP, int NS>
 void launch_ns(const ReducePtrs& p, size_t count, const ReduceLaunch& l, const FusedBarrier& bar, cudaStream_t s) {
-  reduce_kernel<T, OP, NS, 2><<<l.grid, l.threads, 0, s>>>(p, count, l.vec, bar);
+  reduce_kernel<T, OP, NS, 2><<<l.grid, l.threads, 0, s>>>(p, count, l.vec, bar, l.done);
 }
 
 // One (type, op). A single source (a copy, whatever the op) has kernels of its own only for
@@ -171,7 +175,7 @@ void launch_reduce(const ReducePtrs& p, size_t count, const ReduceLaunch& l, con
     case 4: launch_ns<T, OP, 4>(p, count, l, bar, s); return;
     default: break;
   }
-  reduce_kernel<T, OP, 0, 1><<<l.grid, l.threads, 0, s>>>(p, count, l.vec, bar);
+  reduce_kernel<T, OP, 0, 1><<<l.grid, l.threads, 0, s>>>(p, count, l.vec, bar, l.done);
 }
 
 }  // namespace

@@ -131,11 +131,14 @@ void SliceRunner::barrier(const char* what) {
 }
 
 uint64_t SliceRunner::post(const void* mine, size_t bytes) {
-  GS_REQUIRE(bytes <= TeamFlags::kInfoBytes, GPUSTRIPE_ERR_INTERNAL, "collective exchange of %zu bytes", bytes);
+  GS_REQUIRE(bytes <= TeamFlags::kMessageBytes, GPUSTRIPE_ERR_INTERNAL, "collective exchange of %zu bytes", bytes);
   // Two slots per rank: a rank posting call k+2 reuses call k's slot, and it got past call
   // k+1's exchange only after every rank posted k+1, i.e. had finished reading call k's.
   const uint64_t n = ++exchanges_;
-  std::memcpy(flags_.info(static_cast<int>(n & 1), rank_), mine, bytes);
+  char* slot = static_cast<char*>(flags_.info(static_cast<int>(n & 1), rank_));
+  const uint64_t len = bytes;
+  std::memcpy(slot, &len, sizeof len);
+  std::memcpy(slot + sizeof len, mine, bytes);
   flags_.posted(rank_).store(n, std::memory_order_release);
   return n;
 }
@@ -143,8 +146,12 @@ uint64_t SliceRunner::post(const void* mine, size_t bytes) {
 bool SliceRunner::collect(uint64_t n, size_t bytes, void* all) const {
   for (int r = 0; r < nranks_; ++r)
     if (flags_.posted(r).load(std::memory_order_acquire) < n) return false;
-  for (int r = 0; r < nranks_; ++r)
-    std::memcpy(static_cast<char*>(all) + r * bytes, flags_.info(static_cast<int>(n & 1), r), bytes);
+  for (int r = 0; r < nranks_; ++r) {
+    const char* slot = static_cast<const char*>(flags_.info(static_cast<int>(n & 1), r));
+    uint64_t len = 0;
+    std::memcpy(&len, slot, sizeof len);
+    std::memcpy(static_cast<char*>(all) + r * bytes, slot + sizeof len, std::min<uint64_t>(len, bytes));
+  }
   return true;
 }
 
@@ -186,15 +193,16 @@ void SliceRunner::run(const coll::Program& prog, int device, const coll::CrossSl
     while (end < ops.size() && ops[end].kind != Op::Barrier) ++end;
     if (end == begin && begin > 0) break;  // nothing after the last Barrier op
     // Ends once every rank's part of the segment is done (the done words): the barrier.
-    run_watched(cross_waits(prog, slots, begin, end), [&](std::vector<Lane*>& used) {
-      enqueue_streams(prog, slots, begin, end, device, lanes_, nullptr, false, dev_flags_, 1, used);
+    run_watched(cross_waits(prog, slots, begin, end), [&](std::vector<Lane*>& used, uint32_t part) {
+      return enqueue_streams(prog, slots, begin, end, device, lanes_, nullptr, false, dev_flags_, 1, used, nullptr,
+                             part);
     });
     begin = end + 1;
   }
 }
 
 void SliceRunner::run_watched(const std::vector<uint32_t>& waits,
-                              const std::function<void(std::vector<Lane*>&)>& enqueue) {
+                              const std::function<bool(std::vector<Lane*>&, uint32_t)>& enqueue) {
   auto release = [this, &waits] {
     for (uint32_t w : waits) flags_.op(w).store(1, std::memory_order_release);
   };
@@ -210,8 +218,8 @@ void SliceRunner::run_watched(const std::vector<uint32_t>& waits,
   std::vector<Lane*> used;
   uint32_t part = 0;
   try {
-    enqueue(used);
-    part = announce_done(used);
+    const bool announced = enqueue(used, next_part());
+    part = announce_done(used, announced);
     enqueued_at_ = std::chrono::steady_clock::now();
   } catch (...) {
     // What was enqueued may wait on the peers: let it run out before the error leaves.
@@ -224,9 +232,14 @@ void SliceRunner::run_watched(const std::vector<uint32_t>& waits,
   reset_edges(waits);
 }
 
-uint32_t SliceRunner::announce_done(const std::vector<Lane*>& used) {
+uint32_t SliceRunner::next_part() const {
+  return dev_flags_ ? static_cast<uint32_t>(parts_ + 1) : 0;
+}
+
+uint32_t SliceRunner::announce_done(const std::vector<Lane*>& used, bool announced) {
   const uint32_t n = static_cast<uint32_t>(++parts_);
   const size_t word = TeamFlags::kDoneWord + static_cast<size_t>(rank_);
+  if (announced) return n;  // the part's last kernel writes the word
   if (used.empty() || !dev_flags_) {
     // Nothing of this part on a stream here, or streams that cannot write the segment: the
     // host writes once they are done.
@@ -378,8 +391,9 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
     std::optional<WaitWatch> watch;
     if (!f->waits.empty()) watch.emplace(watch_enqueue_, check_alive_, release);
     try {
-      enqueue_streams(prog, slots, 0, ops.size(), device, lanes_, nullptr, false, dev_flags_, 1, f->used);
-      f->part = announce_done(f->used);
+      const bool announced = enqueue_streams(prog, slots, 0, ops.size(), device, lanes_, nullptr, false, dev_flags_, 1,
+                                             f->used, nullptr, next_part());
+      f->part = announce_done(f->used, announced);
       enqueued_at_ = std::chrono::steady_clock::now();
       if (watch) watch->rethrow();
     } catch (...) {
@@ -398,7 +412,7 @@ bool SliceRunner::poll() {
   Inflight& f = *inflight_;
   if (!f.enqueued_all) {
     if (!advance()) return false;
-    f.part = announce_done(f.used);
+    f.part = announce_done(f.used, false);
     enqueued_at_ = std::chrono::steady_clock::now();
     f.enqueued_all = true;
   }
@@ -417,7 +431,7 @@ void SliceRunner::abandon() {
 }
 
 void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int device, const std::vector<LaneMark>& marks,
-                        std::map<int, size_t>& last_on_lane, bool batched) {
+                        std::map<int, size_t>& last_on_lane, bool batched, uint32_t done_value) {
   const Op& op = ops[i];
   for (int d : op.deps)
     if (ops[d].rank == rank_ && marks[d].event && marks[d].stream != l.stream()) l.wait(marks[d]);
@@ -433,6 +447,10 @@ void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int devic
     if (batched) return;
     coll::CopyArgs a;
     a.segs = coll::copy_segments(coll::kernel_copy_batch(ops, i));
+    if (done_value) {
+      a.done_word = dev_flags_ + TeamFlags::kDoneWord + rank_;
+      a.done_value = done_value;
+    }
     reducer_.copy_async(a, device, l.stream());
   } else if (op.kind == Op::Copy) {
     // This rank's GPU drives every copy of its part, from and into the other ranks' buffers
@@ -447,7 +465,12 @@ void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int devic
     // coll executor's own).
     GS_REQUIRE(op.kind == Op::Reduce, GPUSTRIPE_ERR_INTERNAL, "collective step %zu of kind %d across processes", i,
                static_cast<int>(op.kind));
-    reducer_.reduce_async(coll::reduce_args(op), device, l.stream());
+    coll::ReduceArgs a = coll::reduce_args(op);
+    if (done_value) {
+      a.done_word = dev_flags_ + TeamFlags::kDoneWord + rank_;
+      a.done_value = done_value;
+    }
+    reducer_.reduce_async(a, device, l.stream());
   }
 }
 
@@ -470,13 +493,14 @@ std::vector<uint32_t> SliceRunner::cross_waits(const coll::Program& prog, const 
   return waits;
 }
 
-void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin, size_t end,
+bool SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin, size_t end,
                                   int device, LaneSet& set, EventHandle fork, bool capturing, uint32_t* words,
-                                  uint32_t value, std::vector<Lane*>& used, Lane* single) {
+                                  uint32_t value, std::vector<Lane*>& used, Lane* single, uint32_t part) {
   const auto& ops = prog.ops();
   std::vector<Lane*> stream_of;
   std::vector<uint8_t> needs_mark;
   plan_streams(ops, begin, end, device, set, stream_of, needs_mark, single);
+  const size_t announcer = part && !fork && !capturing ? announcing_op(ops, slots, begin, end, stream_of) : end;
   std::vector<LaneMark> marks(ops.size());
   std::map<int, size_t> last_on_lane;
   std::set<std::pair<Lane*, int>> waited;  // (stream, slot): one wait is enough
@@ -498,12 +522,40 @@ void SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
     const bool batched = i < batch_end;
     if (op.kind == Op::Copy && op.by_kernel && !batched)
       batch_end = std::min(end, i + coll::kernel_copy_batch(ops, i).size());
-    issue(ops, i, l, l.device(), marks, last_on_lane, batched);
+    issue(ops, i, l, l.device(), marks, last_on_lane, batched, i == announcer ? part : 0);
     if (needs_mark[i]) marks[i] = l.mark(capturing);
     for (auto it = slots.lower_bound({static_cast<int>(i), -1});
          it != slots.end() && it->first.first == static_cast<int>(i); ++it)
       backend_.stream_write_flag(l.stream(), words + it->second, value);
   }
+  return announcer != end;
+}
+
+size_t SliceRunner::announcing_op(const std::vector<Op>& ops, const coll::CrossSlots& slots, size_t begin, size_t end,
+                                  const std::vector<Lane*>& stream_of) const {
+  // The kernel schedules' parts: this rank's ops on one stream, the last one kernel (a
+  // reduction, or the launch of a batch of kernel copies, as enqueue_streams batches them)
+  // after which no edge flag is written. Its end is the part's end.
+  size_t last = end, batch = end, batch_end = begin;
+  for (size_t i = begin; i < end; ++i) {
+    if (ops[i].rank != rank_) continue;
+    if (last != end && stream_of[i] != stream_of[last]) return end;
+    last = i;
+    if (ops[i].kind == Op::Copy && ops[i].by_kernel && i >= batch_end) {
+      batch = i;
+      batch_end = std::min(end, i + coll::kernel_copy_batch(ops, i).size());
+    }
+  }
+  if (last == end) return end;
+  const bool copies = ops[last].kind == Op::Copy && ops[last].by_kernel && last < batch_end;
+  if (ops[last].kind != Op::Reduce && !copies) return end;
+  const size_t launch = copies ? batch : last;
+  auto after = slots.lower_bound({static_cast<int>(launch), -1});
+  if (after != slots.end() && after->first.first <= static_cast<int>(last)) return end;
+  if (!copies) return reducer_.can_signal(coll::reduce_args(ops[last])) ? last : end;
+  coll::CopyArgs a;
+  a.segs = coll::copy_segments(coll::kernel_copy_batch(ops, batch));
+  return reducer_.can_signal_copy(a) ? batch : end;
 }
 
 void SliceRunner::plan_streams(const std::vector<Op>& ops, size_t begin, size_t end, int device, LaneSet& set,

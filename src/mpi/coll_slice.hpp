@@ -42,7 +42,10 @@ class TeamFlags {
  public:
   static constexpr size_t kMaxOps = size_t(1) << 16;
   static constexpr int kMaxRanks = 256;
-  static constexpr size_t kInfoBytes = 2048;  // one rank's message of a call's exchange
+  // One rank's slot of a call's exchange: the length of its message, then the message (at most
+  // kMessageBytes).
+  static constexpr size_t kInfoBytes = 2048;
+  static constexpr size_t kMessageBytes = kInfoBytes - sizeof(uint64_t);
   // Words of the stream-ordered runs (SliceRunner::run_ordered), after the op words: edge
   // slots (the run's number), then each rank's barrier word (how many GPU barriers its
   // streams have reached). Both only grow. Then each rank's done word: how many parts of
@@ -126,7 +129,7 @@ class SliceRunner {
   double barrier_us() const { return barrier_us_; }
   // A barrier of the team's hosts.
   void barrier(const char* what);
-  // Every rank's `bytes` (<= TeamFlags::kInfoBytes) into all[r * bytes]; a barrier too (no
+  // Every rank's `bytes` (<= TeamFlags::kMessageBytes) into all[r * bytes]; a barrier too (no
   // rank returns before every rank has posted). Replaces an MPI allgather per call.
   void exchange(const void* mine, size_t bytes, void* all);
 
@@ -134,6 +137,10 @@ class SliceRunner {
   // (nonblocking collectives): post() writes this rank's message and returns the call's
   // number; collect() copies every rank's message once all have posted that call (false
   // until then, waiting for nothing). exchange() is post() and a bounded wait on collect().
+  // A message is as long as its sender posted it (the ranks' messages of one call may differ):
+  // collect() copies each into its entry all[r * bytes] of `bytes`, at most that much, and leaves
+  // the rest of the entry as it was. The slots are shared memory the other ranks' cores read
+  // line by line at every call, so a message is best no longer than what the call uses.
   uint64_t post(const void* mine, size_t bytes);
   bool collect(uint64_t call, size_t bytes, void* all) const;
 
@@ -219,7 +226,7 @@ class SliceRunner {
   // Enqueues this rank's op i on `l` after its same-rank dependencies and its program lane's
   // previous op (waits on their marks where they ran on other streams).
   void issue(const std::vector<coll::Op>& ops, size_t i, Lane& l, int device, const std::vector<LaneMark>& marks,
-             std::map<int, size_t>& last_on_lane, bool batched = false);
+             std::map<int, size_t>& last_on_lane, bool batched = false, uint32_t done_value = 0);
   // Stream flags: the edge slots this rank's ops of [begin, end) wait on.
   std::vector<uint32_t> cross_waits(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin,
                                     size_t end) const;
@@ -227,10 +234,12 @@ class SliceRunner {
   // waits for `fork` where given: a capture), or all of them on `single` where given; `used`
   // gets the lanes as they are first used. `words`: the edge slots' words as streams address
   // them; an edge is set by writing `value` and waited for as reaching it. `capturing`: inside a
-  // graph capture.
-  void enqueue_streams(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin, size_t end, int device,
+  // graph capture. `part`: the number of the part these ops end, for this rank's last op to
+  // announce in its done word itself where it can (announcing_op; not in a capture, nor with a
+  // fork); returns whether it does (0: never).
+  bool enqueue_streams(const coll::Program& prog, const coll::CrossSlots& slots, size_t begin, size_t end, int device,
                        LaneSet& set, EventHandle fork, bool capturing, uint32_t* words, uint32_t value,
-                       std::vector<Lane*>& used, Lane* single = nullptr);
+                       std::vector<Lane*>& used, Lane* single = nullptr, uint32_t part = 0);
   // Each of this rank's ops of [begin, end): its stream in `set` (or `single`), and whether a
   // later op of this rank on another stream waits for it (it needs a mark).
   void plan_streams(const std::vector<coll::Op>& ops, size_t begin, size_t end, int device, LaneSet& set,
@@ -241,13 +250,25 @@ class SliceRunner {
   // Stream flags: enqueues (`enqueue` adds the lanes it uses) and drains one part of this
   // rank's work waiting on the edge slots `waits`, watched (coll_watchdog.hpp) from before
   // the first enqueue: a host stuck in a driver call behind a dead peer's flag is released.
-  void run_watched(const std::vector<uint32_t>& waits, const std::function<void(std::vector<Lane*>&)>& enqueue);
+  // `enqueue` gets the part's number and returns whether a kernel of the part announces it.
+  void run_watched(const std::vector<uint32_t>& waits,
+                   const std::function<bool(std::vector<Lane*>&, uint32_t)>& enqueue);
   // Stream flags: the edge slots this rank waited on go back to 0 (its streams are done).
   void reset_edges(const std::vector<uint32_t>& waits);
   // The end of this rank's part: after every stream in `used` (joined into the first one),
   // its stream writes the part's number into this rank's done word (the host does, where the
-  // part has no op here). Returns the number, the same on every rank for the same part.
-  uint32_t announce_done(const std::vector<Lane*>& used);
+  // part has no op here; nobody, where `announced`: the part's last kernel wrote it). Returns
+  // the number, the same on every rank for the same part.
+  uint32_t announce_done(const std::vector<Lane*>& used, bool announced);
+  // The number the next part announces, for a kernel that writes it itself (0: none can, the
+  // streams having no flags).
+  uint32_t next_part() const;
+  // The op of this rank's [begin, end) whose launch ends the part and can announce it
+  // (Reducer::can_signal, can_signal_copy): this rank's last op, a reduction, or the first op of
+  // the kernel-copy batch that holds it; every op of the rank on one stream; no edge flag
+  // written after the launch. `end` where there is none.
+  size_t announcing_op(const std::vector<coll::Op>& ops, const coll::CrossSlots& slots, size_t begin, size_t end,
+                       const std::vector<Lane*>& stream_of) const;
   // Whether every rank's done word has reached part n.
   bool all_done(uint32_t n) const;
   // Waits until all_done(n) (`fired` throws when the watch of the call has fired). On an

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 
 #include "common/config.hpp"
@@ -58,6 +59,12 @@ struct CollTeam::RankInfo {
   uint32_t blocks = 0;  // CollCall::send_at and the rest, where the call has them
   uint64_t send_at[CollCall::kMaxBlocks] = {}, send_len[CollCall::kMaxBlocks] = {}, recv_len[CollCall::kMaxBlocks] = {};
 };
+
+// What of a rank's message the others read: the senders' layouts only where the call has them
+// (MPI_Alltoallv/w). The rest of every rank's entry in a call's Entry::all stays zero (blocks 0).
+size_t CollTeam::message_bytes(const RankInfo& m) {
+  return m.blocks ? sizeof(RankInfo) : offsetof(RankInfo, send_at);
+}
 
 // Whether two calls' messages are the same, field by field (their padding is not).
 bool CollTeam::same_messages(const std::vector<RankInfo>& a, const std::vector<RankInfo>& b) {
@@ -721,10 +728,10 @@ void CollTeam::enter(const CollCall& call, Entry& e) {
   // 2. Every rank's handles and eligibility (the entry barrier of the call). Through the
   //    team's shared segment, posted here and collected without waiting (a few microseconds
   //    less than the MPI's allgather, which is a blocking exchange right here).
-  static_assert(sizeof(RankInfo) <= TeamFlags::kInfoBytes, "a rank's message outgrew its exchange slot");
+  static_assert(sizeof(RankInfo) <= TeamFlags::kMessageBytes, "a rank's message outgrew its exchange slot");
   e.all.resize(n_);
   e.t1 = std::chrono::steady_clock::now();
-  e.posted = runner_->post(&mine, sizeof mine);
+  e.posted = runner_->post(&mine, message_bytes(mine));
 }
 
 const CollTeam::Cached* CollTeam::resolve(const CollCall& call, Entry& e, coll::Program& built, bool* build_now) {

@@ -263,6 +263,8 @@ class CollTeam {
   // found in programs_); null for a call without a shape, whose Program is then in `built`.
   const Cached* resolve(const CollCall& call, Entry& e, coll::Program& built, bool* build_now);
   static bool same_messages(const std::vector<RankInfo>& a, const std::vector<RankInfo>& b);
+  // The bytes of `m` this rank posts in the entry exchange.
+  static size_t message_bytes(const RankInfo& m);
   struct Times {  // host time of the calls served with a cached Program (us, summed)
     uint64_t calls = 0, ordered = 0, built = 0;
     double lookup = 0, prepare = 0, exchange = 0, map = 0, run = 0;

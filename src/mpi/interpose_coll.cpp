@@ -133,10 +133,12 @@ size_t type_size(MPI_Datatype t) {
   return s > 0 ? static_cast<size_t>(s) : 1;
 }
 
-// One collective: the gpustripe way when every rank can (`prepare` fills this rank's
-// side of the call, its `after` finishing it), else `mpi` over staged buffers.
-int collective(MPI_Comm comm, const char* name, const std::function<void(Runtime&, CollTeam&, CollCall&)>& prepare,
-               const std::function<int(StagedBuffers*)>& mpi) {
+// One collective: the gpustripe way when every rank can (`prepare(Runtime&, CollTeam&,
+// CollCall&)` fills this rank's side of the call, its `after` finishing it), else
+// `mpi(StagedBuffers*)` over staged buffers. Templates, not std::functions: a blocking call's
+// path allocates nothing for its closures.
+template <class Prepare, class Mpi>
+int collective(MPI_Comm comm, const char* name, Prepare&& prepare, Mpi&& mpi) {
   const auto entered = std::chrono::steady_clock::now();
   std::unique_lock<std::recursive_mutex> l(lock());
   Runtime* rt = g_mpi_only ? nullptr : Runtime::get();
@@ -152,15 +154,19 @@ int collective(MPI_Comm comm, const char* name, const std::function<void(Runtime
         // A nonblocking start has located some of the buffers already: not asked again.
         if (NonblockingStart* s = g_starting) call.located = std::move(s->located);
         prepare(*rt, *team, call);
-        call.after = [after = std::move(call.after)] {
-          if (after) after();
-          ++g_served;
-        };
         if (NonblockingStart* s = g_starting) {
+          // Counted when it completes, after its own `after`.
+          call.after = [after = std::move(call.after)] {
+            if (after) after();
+            ++g_served;
+          };
           s->pending = team->start(std::move(call), std::move(s->mpi));
           return MPI_SUCCESS;
         }
-        if (team->run(call)) return MPI_SUCCESS;
+        if (team->run(call)) {
+          ++g_served;
+          return MPI_SUCCESS;
+        }
       }
     } catch (const std::exception& e) {
       return report(comm, name, e);

@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.hpp"
@@ -298,9 +299,9 @@ std::vector<std::string> on_two_ranks(const std::function<void(int)>& rank) {
 }
 
 // A kernel schedule's parts (a kernel per rank on one stream, no waits between ranks) end
-// without the hosts meeting: each rank's stream writes its done word after its kernel, and
-// every host returns once all the words are there -- one flag write per rank and call, no
-// event to record or poll, no host barrier. Rank 1's 16 MB copy into rank 0's buffer is
+// without the hosts meeting: each rank's kernel writes its done word at its end, and every
+// host returns once all the words are there -- no flag write, no event to record or poll, no
+// host barrier. Rank 1's 16 MB copy into rank 0's buffer is
 // complete whenever rank 0 returns, although rank 0's own part is a tiny copy: rank 0 waits
 // for every rank's GPU, not only its own.
 TEST(CollSlice, ACallEndsOnTheGpusDoneWordsWithoutAHostMeeting) {
@@ -337,7 +338,7 @@ TEST(CollSlice, ACallEndsOnTheGpusDoneWordsWithoutAHostMeeting) {
     met[r] = Met{flags.arrived(r).load(), flags.op(mpi::TeamFlags::kDoneWord + r).load()};
   });
   EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
-  EXPECT_EQ(counter.writes.load(), 2 * calls);
+  EXPECT_EQ(counter.writes.load(), 0);
   EXPECT_EQ(counter.records.load(), 0);
   EXPECT_EQ(counter.queries.load(), 0);
   for (int r = 0; r < 2; ++r) {
@@ -346,6 +347,99 @@ TEST(CollSlice, ACallEndsOnTheGpusDoneWordsWithoutAHostMeeting) {
   }
   for (void* x : {static_cast<void*>(big1), static_cast<void*>(dst0), static_cast<void*>(x0), static_cast<void*>(y0)})
     b.free_device(x);
+}
+
+// Runs `calls` calls of a two-rank program over x[r] (rank r's input, set to 1 + call + r
+// before each) and y[r] on a fresh node whose flag writes are counted; `check(rank, call)` runs
+// on each rank after each call. Returns the stream flag writes and the events recorded; both
+// ranks' errors must be "".
+std::pair<int, int> flag_writes_of(const std::function<Program(const std::vector<float*>& x, const std::vector<float*>& y,
+                                               float* z)>& make,
+                   const std::function<void(Backend&, const std::vector<float*>& y, float* z, int, int)>& check,
+                   int calls, size_t n, bool nonblocking = false) {
+  Node node;
+  CallCounter& counter = count_calls(node);
+  Backend& b = *node.backend;
+  std::vector<float*> x(2), y(2);
+  for (int r = 0; r < 2; ++r) {
+    x[r] = static_cast<float*>(b.alloc_device(r, n * sizeof(float)));
+    y[r] = static_cast<float*>(b.alloc_device(r, n * sizeof(float)));
+  }
+  float* z = static_cast<float*>(b.alloc_device(0, sizeof(float)));
+  const Program p = make(x, y, z);
+  std::vector<Met> met(2);
+  const std::vector<std::string> errors = on_two_ranks([&](int r) {
+    auto reducer = coll::make_reducer(b);
+    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+    mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
+    int all[2];
+    for (int i = 0; i < calls; ++i) {
+      fill(b, x[r], r, n, 1.0f + i + r);
+      runner.exchange(&i, sizeof i, all);
+      if (!nonblocking) {
+        runner.run(p, r);
+      } else {
+        // A nonblocking collective's part: started, then polled until every rank's is done.
+        if (!runner.start(p, r)) GS_THROW(GPUSTRIPE_ERR_INTERNAL, "the part could not start");
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!runner.poll())
+          if (std::chrono::steady_clock::now() > give_up) GS_THROW(GPUSTRIPE_ERR_TIMEOUT, "call %d: no end", i);
+      }
+      check(b, y, z, r, i);
+    }
+    met[r] = Met{flags.arrived(r).load(), flags.op(mpi::TeamFlags::kDoneWord + r).load()};
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(met[r].parts_done, static_cast<uint32_t>(calls)) << "rank " << r;
+  b.free_device(z);
+  for (int r = 0; r < 2; ++r) {
+    b.free_device(x[r]);
+    b.free_device(y[r]);
+  }
+  return {counter.writes.load(), counter.records.load()};
+}
+
+// The one-shot allreduce's parts (one reduction per rank, reading every rank's input): the
+// reduction announces the part's end itself, in the done word, so a call costs no flag write
+// at all (a stream's write after the kernel is a driver call per rank and call), and every
+// rank still returns only with both results complete -- blocking (run) and nonblocking
+// (start, poll) alike.
+TEST(CollSlice, AReductionEndingItsPartWritesTheDoneWordItself) {
+  const size_t n = 1 << 16;
+  const int calls = 3;
+  auto oneshot = [&](const std::vector<float*>& x, const std::vector<float*>& y, float*) {
+    Program p(2);
+    for (int r = 0; r < 2; ++r) p.reduce(r, coll::kLaneLocal, y[r], {x[0], x[1]}, n, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    return p;
+  };
+  auto both_done = [&](Backend& b, const std::vector<float*>& y, float*, int, int i) {
+    for (int q = 0; q < 2; ++q) {
+      const float got = read(b, y[q], q, n)[n - 1];
+      if (got != 3.0f + 2 * i) GS_THROW(GPUSTRIPE_ERR_INTERNAL, "call %d: rank %d's result is %g", i, q, got);
+    }
+  };
+  EXPECT_EQ(flag_writes_of(oneshot, both_done, calls, n), std::make_pair(0, 0));
+  EXPECT_EQ(flag_writes_of(oneshot, both_done, calls, n, true), std::make_pair(0, 0));
+}
+
+// A part whose last kernel is followed by an edge flag, or by work on another stream, ends with
+// the stream's write of the done word: rank 1's reduction feeds a copy of rank 0's (its stream
+// writes the edge flag, then the word); rank 0's part spans two streams (its reduction, the copy).
+TEST(CollSlice, APartNotEndedByOneKernelKeepsTheStreamsWrite) {
+  const size_t n = 1 << 12;
+  const int calls = 3;
+  auto fed = [&](const std::vector<float*>& x, const std::vector<float*>& y, float* z) {
+    Program p(2);
+    p.reduce(0, coll::kLaneLocal, y[0], {x[0], x[1]}, n, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    const int r1 = p.reduce(1, coll::kLaneLocal, y[1], {x[0], x[1]}, n, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    p.copy(0, coll::kLaneOut, z, 0, y[1], 1, sizeof(float), {r1});
+    return p;
+  };
+  auto copied = [&](Backend& b, const std::vector<float*>&, float* z, int r, int i) {
+    if (r == 0 && read(b, z, 0, 1)[0] != 3.0f + 2 * i) GS_THROW(GPUSTRIPE_ERR_INTERNAL, "call %d: the copy", i);
+  };
+  // Rank 0 joins its copy's stream into its reduction's with an event per call.
+  EXPECT_EQ(flag_writes_of(fed, copied, calls, n), std::make_pair(3 * calls, calls));
 }
 
 // A rank's part on one lane (a copy kernel per rank: a kernel schedule's shape) runs on the
@@ -554,4 +648,39 @@ TEST(CollSlice, ExchangeGivesEveryRankTheSameCallsMessages) {
     });
   for (auto& t : threads) t.join();
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// A message is as long as its sender posted it: a call whose messages are short (a collective
+// without per-peer layouts) moves only those bytes through the slots, and the rest of every
+// rank's entry keeps what the receiver had there -- not the longer message of an earlier call
+// in the same slot.
+TEST(CollSlice, ExchangeCopiesEachMessageAsLongAsItsSenderPostedIt) {
+  Node node;
+  const int n = 2;
+  const std::vector<std::string> errors = on_two_ranks([&](int r) {
+    auto reducer = coll::make_reducer(*node.backend);
+    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+    mpi::SliceRunner runner(*node.backend, *reducer, r, n, flags, [] {});
+    // Calls 1 and 2 fill both slots of each rank with long messages; calls 3 and 4 reuse them.
+    for (int c = 1; c <= 4; ++c) {
+      const size_t words = c <= 2 ? 8 : 2 + r;  // rank r's message, in words
+      std::vector<uint64_t> mine(words, 100 * c + r), all(n * 8, 7);
+      const uint64_t call = runner.post(mine.data(), words * sizeof(uint64_t));
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!runner.collect(call, 8 * sizeof(uint64_t), all.data())) {
+        if (std::chrono::steady_clock::now() > give_up) GS_THROW(GPUSTRIPE_ERR_TIMEOUT, "call %d: no exchange", c);
+        std::this_thread::yield();
+      }
+      for (int q = 0; q < n; ++q) {
+        const size_t sent = c <= 2 ? 8 : 2 + q;
+        for (size_t k = 0; k < 8; ++k) {
+          const uint64_t want = k < sent ? 100 * c + q : 7;
+          if (all[q * 8 + k] != want)
+            GS_THROW(GPUSTRIPE_ERR_INTERNAL, "call %d: rank %d's word %zu of rank %d is %llu, not %llu", c, r, k, q,
+                     static_cast<unsigned long long>(all[q * 8 + k]), static_cast<unsigned long long>(want));
+        }
+      }
+    }
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
 }

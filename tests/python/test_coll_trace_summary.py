@@ -48,3 +48,19 @@ def test_no_collective_phases_is_an_error(tmp_path):
     (tmp_path / "p2p-trace-1.txt").write_text("1000 0 c_enq -1 1 0 0\n")
     r = subprocess.run([sys.executable, SCRIPT, str(tmp_path)], capture_output=True, text=True)
     assert r.returncode != 0 and "no collective phases" in r.stderr
+
+
+def test_by_rank_names_the_late_rank_and_its_phase(tmp_path):
+    _write(tmp_path)
+    out = subprocess.run([sys.executable, SCRIPT, str(tmp_path), "--by-rank"], capture_output=True, text=True,
+                         check=True).stdout
+    head = next(ln.split() for ln in out.splitlines() if ln.startswith("form"))
+    rows = [dict(zip(head, ln.split())) for ln in out.splitlines() if ln.startswith("blocking")]
+    by = {r["rank"]: r for r in rows}
+    assert set(by) == {"*", "0", "1"}, out
+    assert by["0"]["calls"] == "3" and by["1"]["calls"] == "3" and by["*"]["calls"] == "6"
+    # rank 1 posts 2 us after rank 0 in every call: its prepare is the longer, rank 0 waits in the exchange
+    assert float(by["1"]["last"]) == 1 and float(by["0"]["last"]) == 0, out
+    assert float(by["1"]["prepare"]) == 3 and float(by["0"]["prepare"]) == 1, out
+    assert float(by["0"]["exchange"]) == 3 and float(by["1"]["exchange"]) == 1, out
+    assert float(by["*"]["skew"]) == 2, out

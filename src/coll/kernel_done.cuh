@@ -1,0 +1,33 @@
+// The end of a launch announced in host memory (ReduceArgs::done_word, CopyArgs::done_word):
+// the write a stream would make after the kernel (cuStreamWriteValue32), made by the kernel's
+// last block to finish instead, without a driver call of its own. Device code only; each
+// including .cu file gets its own copy.
+#pragma once
+#include <cstdint>
+
+namespace gpustripe::coll {
+namespace {
+
+// word = value once every block's stores are visible to the system; blocks_done counts the
+// finished blocks (a device word, 0 between launches). No word: nothing announced.
+struct KernelDone {
+  uint32_t* word = nullptr;
+  uint32_t value = 0;
+  unsigned* blocks_done = nullptr;
+};
+
+// Every thread of every block must call it, last: each thread's stores are made visible to the
+// system before its block counts itself done, and the last block to count writes the word (as
+// fused_exit does with the barrier's flags), so a host that sees the word may read every result.
+__device__ __forceinline__ void announce_done(const KernelDone& d) {
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (atomicAdd(d.blocks_done, 1u) != gridDim.x - 1) return;
+  *d.blocks_done = 0;  // for the next announcing launch, which stream order puts after this one
+  __threadfence_system();
+  *reinterpret_cast<volatile uint32_t*>(d.word) = d.value;
+}
+
+}  // namespace
+}  // namespace gpustripe::coll
