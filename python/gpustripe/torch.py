@@ -15,8 +15,12 @@ not define (gather, scatter, alltoall of lists: the NCCL backend registered for 
 them through c10d's dispatch).
 
 Stream ordering: a native collective is enqueued behind the tensor's current stream and
-ahead of its later work, from C++ with the GIL released and no host wait (the team's
-stream-ordered calls: src/mpi/coll_ordered.cpp); the work's ``wait()`` orders the caller's
+ahead of its later work, from C++ with the GIL released and no host wait for the GPUs (the
+team's stream-ordered calls: src/mpi/coll_ordered.cpp); an asynchronous one is handed to the
+team's worker thread, which meets the other ranks and enqueues it in call order, so the caller
+(DDP's autograd thread) does not wait for the slower rank (src/mpi/node_team.hpp). Such a call
+cannot go to NCCL once queued: one the ranks' meeting declines fails (raised at the next call or
+wait). The work's ``wait()`` orders the caller's
 current stream after it, as NCCL's does, and its future (made where torch asks for one) is
 CUDA-aware. The call's end is marked in C++, its tensors held until that mark has passed. A blocking call
 (``async_op=False``) has the caller's stream join its end instead and returns no work.
@@ -95,6 +99,13 @@ def _test_calibrate_emulated(pg, on: bool = True) -> None:
     the other backend there (gloo) instead of serving them all natively: a side whose calls are
     slower back to back loses."""
     pg._measure_emulated = on
+
+
+def _test_queue(pg, on: bool = True) -> None:
+    """Tests and benchmarks only: off, the group `pg` makes its asynchronous native calls on the
+    caller's thread (the ranks' meeting and the enqueue there, as blocking ones), not through the
+    team's worker: the caller's host time of both ways, side by side."""
+    pg._queue = on
 
 
 def _test_emulate_cpu(on: bool = True) -> None:
@@ -483,6 +494,12 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         self._verdict = None             # tests: every kind decided so without timing (_test_verdict)
         self._measure_emulated = False   # tests: calibrated against gloo (_test_calibrate_emulated)
         self._forced = None              # the calibration's calls: native (True) or not (False)
+        # Asynchronous native calls through the team's worker (off: on the caller's thread, _test_queue).
+        # Not with torch's cudaMallocAsync allocator: its pool memory cannot be shared past a call,
+        # every rank's team declines it, and only a call made on the caller's thread can then go
+        # to NCCL (a queued one would fail).
+        self._queue = not (torch.cuda.is_available()
+                           and getattr(torch.cuda, "get_allocator_backend", lambda: "native")() == "cudaMallocAsync")
         # op -> [calls, and us summed: the backend's native call, the team's C++ call in it, its end]
         self._host_us: dict = {}
         self.native_calls = 0  # collectives served by gpustripe (tests, benchmarks)
@@ -557,6 +574,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             if not t.is_contiguous():
                 self._say(f"{what} of a non-contiguous tensor goes to NCCL")
                 return False
+            if not t.numel():
+                return False  # nothing to move; the team declines empty buffers
         return True
 
     def _other(self, t: torch.Tensor, what: str):
@@ -639,8 +658,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
 
     def _run(self, what: str, kind: tuple, tensors, native, fallback, after=None, result=None,
              keep=(), redo=None, blocking=False):
-        """A collective on the native path: `native(team, ptrs, stream)` (ptrs: of `tensors`;
-        stream: the caller's) enqueues it and returns whether every rank took it; then `after()`
+        """A collective on the native path: `native(team, ptrs, stream, queued)` (ptrs: of `tensors`;
+        stream: the caller's; queued: handed to the team's worker, True or raises) enqueues it and
+        returns whether every rank took it; then `after()`
         (divisions, copies) is enqueued on the team's stream. `tensors` (and `keep`, what after()
         writes) are held until the team's stream is past the call; the work's value is `result`
         (default: `tensors`). Declined, or where NCCL is faster for this kind of call
@@ -662,14 +682,18 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             team = self._team()
             ptrs, stream = self._mem.ptrs(tensors), self._mem.stream(t0)
             t_call = time.perf_counter()
+            # An asynchronous call goes to the team's worker, which meets the other ranks and
+            # enqueues it (a call it cannot take then fails: it cannot go another way once the
+            # caller went on); a blocking one runs here, after the queued ones, and may be declined.
+            queued = not blocking and self._queue
             if t0.is_cuda and torch._C._cuda_getDevice() != dev.index:
                 # The default stream's handle names the current device's: make it the tensor's.
                 with torch.cuda.device(dev):
-                    served = native(team, ptrs, stream)
+                    served = native(team, ptrs, stream, queued)
                     if served and blocking:
                         team.join(dev.index, stream)
             else:
-                served = native(team, ptrs, stream)
+                served = native(team, ptrs, stream, queued)
                 if served and blocking:
                     team.join(self._mem.index(t0), stream)
             t_end = time.perf_counter()
@@ -736,7 +760,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(t, "all_reduce").allreduce(tensors, opts)
         dt, op, avg = red
         return self._run("all_reduce", kind, [t],
-                         lambda team, p, st: team.allreduce(p[0], p[0], t.numel(), dt, op, stream=st),
+                         lambda team, p, st, q: team.allreduce(p[0], p[0], t.numel(), dt, op, stream=st, queued=q),
                          lambda: self._other(t, "all_reduce").allreduce([t], opts),
                          after=(lambda: t.div_(self._size)) if avg else None,
                          redo=lambda b: self.allreduce(b, opts),
@@ -762,7 +786,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(t, "broadcast").broadcast(tensors, opts)
         root = opts.rootRank
         return self._run("broadcast", kind, [t],
-                         lambda team, p, st: team.bcast(p[0], t.numel() * t.element_size(), root, stream=st),
+                         lambda team, p, st, q: team.bcast(p[0], t.numel() * t.element_size(), root, stream=st, queued=q),
                          lambda: self._other(t, "broadcast").broadcast([t], opts),
                          redo=lambda b: self.broadcast(b, opts),
                          blocking=_blocking(opts))
@@ -782,8 +806,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         root = opts.rootRank
         is_root = self._rank == root
         return self._run("reduce", kind, [t],
-                         lambda team, p, st: team.reduce(p[0], p[0] if is_root else 0, t.numel(), dt, op, root,
-                                                         stream=st),
+                         lambda team, p, st, q: team.reduce(p[0], p[0] if is_root else 0, t.numel(), dt, op, root,
+                                                         stream=st, queued=q),
                          lambda: self._other(t, "reduce").reduce([t], opts),
                          after=(lambda: t.div_(self._size)) if avg and is_root else None,
                          redo=lambda b: self.reduce(b, opts),
@@ -802,7 +826,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         block = input.numel() * input.element_size()
         # input first: the emulated test mode copies results back in this order, the output last
         return self._run("all_gather_into_tensor", kind, [input, output],
-                         lambda team, p, st: team.allgather(p[0], p[1], block, stream=st),
+                         lambda team, p, st, q: team.allgather(p[0], p[1], block, stream=st, queued=q),
                          lambda: self._other(input, "all_gather_into_tensor")._allgather_base(
                              output, input, opts),
                          result=[output], redo=lambda b: self._allgather_base(b[1], b[0], opts),
@@ -833,7 +857,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
 
         block = x.numel() * x.element_size()
         return self._run("all_gather", kind, [x, flat],
-                         lambda team, p, st: team.allgather(p[0], p[1], block, stream=st),
+                         lambda team, p, st, q: team.allgather(p[0], p[1], block, stream=st, queued=q),
                          lambda: self._other(x, "all_gather").allgather(output_lists, inputs, opts),
                          after=scatter_flat, result=output_lists, keep=list(outs),
                          redo=lambda b: self.allgather([[torch.empty_like(o) for o in outs]], b[:1], opts),
@@ -855,7 +879,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(input, "reduce_scatter_tensor")._reduce_scatter_base(output, input, opts)
         dt, op, avg = red
         return self._run("reduce_scatter_tensor", kind, [input, output],
-                         lambda team, p, st: team.reduce_scatter(p[0], p[1], output.numel(), dt, op, stream=st),
+                         lambda team, p, st, q: team.reduce_scatter(p[0], p[1], output.numel(), dt, op, stream=st, queued=q),
                          lambda: self._other(input, "reduce_scatter_tensor")._reduce_scatter_base(
                              output, input, opts),
                          after=(lambda: output.div_(self._size)) if avg else None, result=[output],
@@ -898,7 +922,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                 output, input, output_split_sizes, input_split_sizes, opts)
         block = input.numel() * input.element_size() // n
         return self._run("all_to_all_single", kind, [input, output],
-                         lambda team, p, st: team.alltoall(p[0], p[1], block, stream=st),
+                         lambda team, p, st, q: team.alltoall(p[0], p[1], block, stream=st, queued=q),
                          lambda: self._other(input, "all_to_all_single").alltoall_base(
                              output, input, output_split_sizes, input_split_sizes, opts),
                          result=[output],

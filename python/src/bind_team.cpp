@@ -4,6 +4,8 @@
 // every member, having done nothing, when some member's side cannot take it. `stream`: the
 // caller's cudaStream_t (int): the call is ordered after it, its results are there for work
 // enqueued on calls_stream(device) afterwards (node_team.hpp); 0: it returns when done.
+// `queued`: the call (with a stream) is handed to the team's worker, which meets the other
+// members and enqueues it in call order; it returns True at once or raises (node_team.hpp).
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/string.h>
 
@@ -55,7 +57,7 @@ void bind_team(nb::module_& m) {
       .def(
           "mapping_stats",
           [](const NodeTeam& t) {
-            ipc::HandleCacheStats st = t.mapping_stats();
+            ipc::HandleCacheStats st = without_gil([&] { return t.mapping_stats(); });  // the worker may hold the team
             nb::dict d;
             d["hits"] = st.hits;
             d["misses"] = st.misses;
@@ -72,10 +74,23 @@ void bind_team(nb::module_& m) {
           "The stream (int) that stream-ordered calls on `device` end on: work enqueued on it after a call sees "
           "its results")
       .def(
-          "join", [](NodeTeam& t, int dev, uintptr_t stream) { t.join(dev, as_ptr(stream)); }, nb::arg("device"),
-          nb::arg("stream"),
+          "join", [](NodeTeam& t, int dev, uintptr_t stream) { without_gil([&] { t.join(dev, as_ptr(stream)); }); },
+          nb::arg("device"), nb::arg("stream"),
           "Work enqueued on `stream` (int, of `device`) from now on sees the results of every call made so far, "
-          "with no host wait: a blocking call's end on the caller's stream")
+          "with no wait for the GPUs: a blocking call's end on the caller's stream. Waits first until the worker "
+          "has enqueued every queued call (bounded by GPUSTRIPE_TIMEOUT), raising the error of one that failed")
+      .def(
+          "queue_stats",
+          [](const NodeTeam& t) {
+            nb::dict d;
+            d["queued"] = t.queued();
+            d["done"] = t.queue_done();
+            d["can_queue"] = t.can_queue();
+            d["events_created"] = t.ready_events_created();
+            return d;
+          },
+          "Calls queued to the team's worker (queued=True), those it has run, whether calls can be queued "
+          "here (the backend has stream flags), and the events made for the queued calls' starts (reused)")
       .def("mark", &NodeTeam::mark, nb::arg("device"),
            "Marks the end of the calls made so far on `device` (on calls_stream(device)), for a caller that holds "
            "each call's buffers until the GPUs are past it; returns how many of the earlier marks, oldest first, "
@@ -95,7 +110,7 @@ void bind_team(nb::module_& m) {
       .def(
           "phase_times",
           [](NodeTeam& t, bool reset) {
-            CollTeam::PhaseTimes p = t.phase_times(reset);
+            CollTeam::PhaseTimes p = without_gil([&] { return t.phase_times(reset); });  // as mapping_stats
             nb::dict d;
             d["calls"] = p.calls;
             d["ordered"] = p.ordered;
@@ -111,7 +126,7 @@ void bind_team(nb::module_& m) {
           },
           nb::arg("reset") = false,
           "Host time per call by phase, us (means over the calls with a known program since the last reset): "
-          "lookup (the buffers' devices, the call's description), prepare, exchange (handles; the entry barrier), map (+program), enqueue, drain (waiting for the GPUs), "
+          "lookup (the buffers' devices, the call's description; calls not queued only), prepare, exchange (handles; the entry barrier), map (+program), enqueue, drain (waiting for the GPUs), "
           "barrier (the hosts' barriers: a stream-ordered call the hosts order after all); calls, and of them "
           "ordered (enqueued stream-ordered) and built (their Program built anew, not found in the team's cache)")
       .def(
@@ -121,53 +136,53 @@ void bind_team(nb::module_& m) {
       .def(
           "allreduce",
           [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,
-             const std::string& op, uintptr_t stream) {
+             const std::string& op, uintptr_t stream, bool queued) {
             coll::DataType dt = coll::parse_dtype(dtype);
             coll::RedOp o = coll::parse_redop(op);
-            return without_gil([&] { return t.allreduce(as_ptr(send), as_ptr(recv), count, dt, o, as_ptr(stream)); });
+            return without_gil([&] { return t.allreduce(as_ptr(send), as_ptr(recv), count, dt, o, as_ptr(stream), queued); });
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op") = "sum",
-          nb::arg("stream") = 0)
+          nb::arg("stream") = 0, nb::arg("queued") = false)
       .def(
           "reduce_scatter",
           [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,
-             const std::string& op, uintptr_t stream) {
+             const std::string& op, uintptr_t stream, bool queued) {
             coll::DataType dt = coll::parse_dtype(dtype);
             coll::RedOp o = coll::parse_redop(op);
             return without_gil(
-                [&] { return t.reduce_scatter(as_ptr(send), as_ptr(recv), count, dt, o, as_ptr(stream)); });
+                [&] { return t.reduce_scatter(as_ptr(send), as_ptr(recv), count, dt, o, as_ptr(stream), queued); });
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op") = "sum",
-          nb::arg("stream") = 0, "count: elements of each member's block (recv)")
+          nb::arg("stream") = 0, nb::arg("queued") = false, "count: elements of each member's block (recv)")
       .def(
           "allgather",
-          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block, uintptr_t stream) {
-            return without_gil([&] { return t.allgather(as_ptr(send), as_ptr(recv), block, as_ptr(stream)); });
+          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block, uintptr_t stream, bool queued) {
+            return without_gil([&] { return t.allgather(as_ptr(send), as_ptr(recv), block, as_ptr(stream), queued); });
           },
-          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"), nb::arg("stream") = 0)
+          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"), nb::arg("stream") = 0, nb::arg("queued") = false)
       .def(
           "alltoall",
-          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block, uintptr_t stream) {
-            return without_gil([&] { return t.alltoall(as_ptr(send), as_ptr(recv), block, as_ptr(stream)); });
+          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block, uintptr_t stream, bool queued) {
+            return without_gil([&] { return t.alltoall(as_ptr(send), as_ptr(recv), block, as_ptr(stream), queued); });
           },
-          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"), nb::arg("stream") = 0)
+          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"), nb::arg("stream") = 0, nb::arg("queued") = false)
       .def(
           "bcast",
-          [](NodeTeam& t, uintptr_t buf, size_t bytes, int root, uintptr_t stream) {
-            return without_gil([&] { return t.bcast(as_ptr(buf), bytes, root, as_ptr(stream)); });
+          [](NodeTeam& t, uintptr_t buf, size_t bytes, int root, uintptr_t stream, bool queued) {
+            return without_gil([&] { return t.bcast(as_ptr(buf), bytes, root, as_ptr(stream), queued); });
           },
-          nb::arg("buf"), nb::arg("bytes"), nb::arg("root"), nb::arg("stream") = 0)
+          nb::arg("buf"), nb::arg("bytes"), nb::arg("root"), nb::arg("stream") = 0, nb::arg("queued") = false)
       .def(
           "reduce",
           [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,
-             const std::string& op, int root, uintptr_t stream) {
+             const std::string& op, int root, uintptr_t stream, bool queued) {
             coll::DataType dt = coll::parse_dtype(dtype);
             coll::RedOp o = coll::parse_redop(op);
             return without_gil(
-                [&] { return t.reduce(as_ptr(send), as_ptr(recv), count, dt, o, root, as_ptr(stream)); });
+                [&] { return t.reduce(as_ptr(send), as_ptr(recv), count, dt, o, root, as_ptr(stream), queued); });
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"), nb::arg("root"),
-          nb::arg("stream") = 0);
+          nb::arg("stream") = 0, nb::arg("queued") = false);
 }
 
 BindingRegistrar reg(55, bind_team);

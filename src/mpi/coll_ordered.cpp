@@ -1,7 +1,8 @@
 // SliceRunner's stream-ordered runs (coll_slice.hpp): a rank's part of a collective enqueued
 // behind the caller's stream and ahead of its later work, with no host waiting.
 //
-// Per call, on one origin stream per GPU: wait for the caller's stream (an event), then a
+// Per call, on one origin stream per GPU: wait for the caller's stream (an event: recorded here,
+// or by the caller where another thread enqueues the run), then a
 // barrier of the ranks' GPUs (each writes its barrier word, waits for the others': nobody
 // touches a buffer its owner's GPU may still be producing; the write and the waits are one
 // driver call); fork to the lanes the program uses (a part on one lane runs on the origin
@@ -41,12 +42,13 @@ void SliceRunner::gpu_barrier(StreamHandle s) {
 }
 
 void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandle after,
-                              const coll::CrossSlots* given) {
+                              const coll::CrossSlots* given, EventHandle after_event) {
   coll::CrossSlots computed;
   if (!given) computed = coll::cross_slots(prog);
   const coll::CrossSlots& slots = given ? *given : computed;
   GS_REQUIRE(can_order(prog, slots), GPUSTRIPE_ERR_INTERNAL, "a collective schedule that cannot run stream-ordered");
-  GS_REQUIRE(after != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "a stream-ordered collective without a stream");
+  GS_REQUIRE(after != nullptr || after_event != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "a stream-ordered collective without a stream");
   const uint32_t run = static_cast<uint32_t>(++ordered_runs_);
   OrderedEvents& ev = ordered_events_[device];
   for (EventHandle* e : {&ev.in, &ev.fork, &ev.done})
@@ -56,8 +58,11 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   Lane& origin = lane(device, kOrderedRole);
   const StreamHandle o = origin.stream();
 
-  backend_.record_event(ev.in, after);
-  backend_.wait_event(o, ev.in);
+  if (!after_event) {
+    backend_.record_event(ev.in, after);
+    after_event = ev.in;
+  }
+  backend_.wait_event(o, after_event);
   gpu_barrier(o);  // entry: every rank's buffers are ready
   // Segments between Barrier ops, as run() does, with the GPUs' barrier for the hosts'.
   const auto& ops = prog.ops();

@@ -101,7 +101,10 @@ class SliceRunner {
   // Successive runs on a rank are ordered (one origin stream), and so are the ranks' (a run's
   // edges carry its number, barriers their count, both only grow): a run's waits cannot be met
   // by an earlier run's writes.
-  void run_ordered(const coll::Program& prog, int device, StreamHandle after, const coll::CrossSlots* slots = nullptr);
+  // `after`: the caller's stream; or null, and `after_event` recorded on it at the point the run
+  // starts after (a caller on another thread than the one that enqueues: CallQueue).
+  void run_ordered(const coll::Program& prog, int device, StreamHandle after, const coll::CrossSlots* slots = nullptr,
+                   EventHandle after_event = nullptr);
   // The stream of `device` that the stream-ordered runs end on.
   StreamHandle ordered_stream(int device);
   // Work enqueued on `s` (a stream of `device`) from now on runs after every stream-ordered run

@@ -445,7 +445,7 @@ bool CollTeam::run(const CollCall& call) {
   finish();
   if (failed_ != GPUSTRIPE_SUCCESS)
     GS_THROW(failed_, "%s: an earlier collective on this communicator failed (%s)", call.name, failure_.c_str());
-  if (call.stream == nullptr && g_pending_calls.load() > 0) {
+  if (call.stream == nullptr && call.ready == nullptr && g_pending_calls.load() > 0) {
     // Calls of other communicators are pending here: this one runs as theirs do, its waits
     // advancing them (a rank may need them done before it gets to this call) and its steps
     // that wait for other ranks held on the host (SliceRunner::start's host_waits).
@@ -484,7 +484,8 @@ std::shared_ptr<CollPending> CollTeam::start(CollCall call, std::function<int()>
              call.name);
   // Its part starts on the team's streams as soon as every rank has posted, not behind a
   // caller's stream (CollCall::stream is for the blocking, stream-ordered calls).
-  GS_REQUIRE(call.stream == nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT, "%s: a nonblocking collective on a stream",
+  GS_REQUIRE(call.stream == nullptr && call.ready == nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "%s: a nonblocking collective on a stream",
              call.name);
   finish();
   if (failed_ != GPUSTRIPE_SUCCESS)
@@ -590,17 +591,24 @@ void CollTeam::finish(bool all) {
 bool CollTeam::run_part(const CollCall& call, bool ordered, const coll::Program& prog,
                         const coll::CrossSlots& slots) {
   if (ordered && runner_->can_order(prog, slots)) {
-    runner_->run_ordered(prog, call.device, call.stream, &slots);
+    runner_->run_ordered(prog, call.device, call.stream, &slots, call.ready);
     return true;
   }
   if (ordered) {
     // The same program on every rank, so every rank comes here: the hosts order it after all.
     runner_->settle();
-    backend_.synchronize_stream(call.stream);
+    wait_ready(call);
     runner_->barrier("collective entry");
   }
   runner_->run(prog, call.device, &slots);
   return false;
+}
+
+void CollTeam::wait_ready(const CollCall& call) {
+  if (call.ready)
+    backend_.synchronize_event(call.ready);
+  else if (call.stream)
+    backend_.synchronize_stream(call.stream);
 }
 
 void CollTeam::enter(const CollCall& call, Entry& e) {
@@ -711,10 +719,10 @@ void CollTeam::enter(const CollCall& call, Entry& e) {
 
   // A call that the hosts order (no stream flags, or no stream) starts once this rank's
   // buffers are ready and no stream-ordered call is still running.
-  e.ordered = call.stream != nullptr;
+  e.ordered = call.stream != nullptr || call.ready != nullptr;
   if (!e.ordered && mine.eligible) {
     runner_->settle();
-    if (call.stream) backend_.synchronize_stream(call.stream);
+    wait_ready(call);
   }
 
   // 2. Every rank's handles and eligibility (the entry barrier of the call). Through the

@@ -88,6 +88,10 @@ struct CollCall {
   // for the stream first and returns when done. Null: the buffers are ready now and the call
   // returns when done (the MPI interposer's calls).
   StreamHandle stream = nullptr;
+  // Instead of `stream`: an event the caller recorded on its stream, where the call is enqueued
+  // from another thread than the caller's (NodeTeam's queued calls): the call starts after it,
+  // as after `stream`. The event may be recorded again once run() has returned.
+  EventHandle ready = nullptr;
   // When the caller got the call (its own time before the team: the "lookup" phase of the
   // per-call times a team logs at debug level); unset: not counted.
   std::chrono::steady_clock::time_point entered{};
@@ -208,6 +212,8 @@ class CollTeam {
   // Runs this rank's part: stream-ordered behind call.stream where `ordered` and the program
   // allows (returns true), else ordered by the hosts (false).
   bool run_part(const CollCall& call, bool ordered, const coll::Program& prog, const coll::CrossSlots& slots);
+  // Returns once the caller's work before the call is done (CollCall::ready or stream).
+  void wait_ready(const CollCall& call);
 
   Context& ctx_;
   p2p::Endpoint& ep_;

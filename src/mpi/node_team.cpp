@@ -1,5 +1,7 @@
 #include "mpi/node_team.hpp"
 
+#include <cstdlib>
+#include <exception>
 #include <string>
 
 #include "mpi/coll_calls.hpp"
@@ -38,12 +40,43 @@ NodeTeam::NodeTeam(std::unique_ptr<ipc::Bootstrap> boot) {
   for (int r = 0; r < b.size(); ++r) channel_rank[r] = r;  // the channel was joined in bootstrap order
   team_ = std::make_unique<CollTeam>(*ctx_, *ep_, std::move(boot), std::move(channel_rank));
   marks_ = std::make_unique<CallMarks>(ctx_->backend());
+  // One page: a word per device, registered for the GPUs' stream waits.
+  constexpr size_t kPage = 4096;
+  static_assert(kMaxDevices * sizeof(uint32_t) <= kPage, "the calls' words outgrew their page");
+  words_host_ = static_cast<uint32_t*>(std::aligned_alloc(kPage, kPage));
+  GS_REQUIRE(words_host_, GPUSTRIPE_ERR_NO_MEMORY, "node team: a page for the calls' words");
+  for (int d = 0; d < kMaxDevices; ++d) reinterpret_cast<std::atomic<uint32_t>*>(words_host_ + d)->store(0);
+  words_ = ctx_->backend().register_host(words_host_, kPage);
+  queue_ = std::make_unique<CallQueue>();
   GS_LOG_INFO(Subsys::Mpi, "node team: rank %d of %d, %s backend", team_->rank(), team_->size(), ctx_->backend_name());
 }
 
 NodeTeam::~NodeTeam() {
-  team_.reset();  // settles the stream-ordered calls first
+  // The queued calls first (each releases what it holds, also when it fails), then the team,
+  // which settles the stream-ordered calls.
+  queue_.reset();
+  team_.reset();
   marks_.reset();
+  Backend& be = ctx_->backend();
+  for (auto& [dev, e] : ends_) {
+    try {
+      be.synchronize_stream(e.stream);
+      be.destroy_stream(e.stream);
+      if (e.join) be.destroy_event(e.join);
+    } catch (const Error& err) {
+      GS_LOG_WARN(Subsys::Mpi, "node team: closing its calls' ends on GPU %d: %s", dev, err.what());
+    }
+  }
+  for (auto& [dev, evs] : free_events_)
+    for (EventHandle e : evs) try {
+        be.destroy_event(e);
+      } catch (const Error&) {
+      }
+  if (words_) try {
+      be.unregister_host(words_host_);
+    } catch (const Error&) {
+    }
+  std::free(words_host_);
   for (auto& [dev, s] : streams_) {
     try {
       ctx_->backend().synchronize_stream(s);
@@ -69,6 +102,7 @@ StreamHandle NodeTeam::stream(int dev) {
 }
 
 ipc::HandleCacheStats NodeTeam::mapping_stats() const {
+  std::lock_guard<std::mutex> lock(team_mu_);  // the worker maps meanwhile
   const ipc::HandleCache* cache = ep_->handle_cache();
   return cache ? cache->stats() : ipc::HandleCacheStats{};
 }
@@ -77,9 +111,151 @@ int NodeTeam::device_of(CollCall& c, std::initializer_list<const void*> bufs) {
   return mpi::device_of(ep_->mover(), c, bufs);
 }
 
-bool NodeTeam::run(CollCall& c) { return team_->run(c); }
+NodeTeam::Ends& NodeTeam::ends(int device) {
+  auto it = ends_.find(device);
+  if (it == ends_.end()) it = ends_.emplace(device, Ends{ctx_->backend().create_stream(device), nullptr}).first;
+  return it->second;
+}
 
-bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream) {
+EventHandle NodeTeam::take_event(int device) {
+  {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    std::vector<EventHandle>& pool = free_events_[device];
+    if (!pool.empty()) {
+      EventHandle e = pool.back();
+      pool.pop_back();
+      return e;
+    }
+    ++events_created_;
+  }
+  return ctx_->backend().create_event(device, false);
+}
+
+void NodeTeam::give_event(int device, EventHandle e) {
+  std::lock_guard<std::mutex> lock(events_mu_);
+  free_events_[device].push_back(e);
+}
+
+void NodeTeam::release_words() {
+  // Far ahead of every call's number (the waits compare cyclically).
+  const uint32_t past = static_cast<uint32_t>(calls_.load()) + (uint32_t(1) << 30);
+  for (int d = 0; d < kMaxDevices; ++d)
+    reinterpret_cast<std::atomic<uint32_t>*>(words_host_ + d)->store(past, std::memory_order_release);
+}
+
+void NodeTeam::settle() {
+  queue_->drain("settle");
+  std::lock_guard<std::mutex> lock(team_mu_);
+  team_->settle();
+  for (auto& [dev, e] : ends_) ctx_->backend().synchronize_stream(e.stream);
+}
+
+void NodeTeam::join(int device, StreamHandle stream) {
+  queue_->drain("join");
+  Ends& e = ends(device);
+  if (!e.join) e.join = ctx_->backend().create_event(device, false);
+  ctx_->backend().record_event(e.join, e.stream);
+  ctx_->backend().wait_event(stream, e.join);
+}
+
+CollTeam::PhaseTimes NodeTeam::phase_times(bool reset) {
+  std::lock_guard<std::mutex> lock(team_mu_);
+  return team_->phase_times(reset);
+}
+
+bool NodeTeam::submit(CollCall& c, bool queued) {
+  Backend& be = ctx_->backend();
+  if (!queued || !c.stream || !words_) {
+    queue_->drain(c.name);  // the calls queued before it come first, on every rank
+    std::lock_guard<std::mutex> lock(team_mu_);
+    if (!c.stream) return team_->run(c);
+    const uint64_t n = ++calls_;
+    const bool served = team_->run(c);
+    if (served) {
+      // The ends' stream follows the team's: by the word where there is one, else an event.
+      Ends& e = ends(c.device);
+      if (words_) {
+        be.stream_write_flag(team_->ordered_stream(c.device), words_ + c.device, static_cast<uint32_t>(n));
+        be.stream_wait_flag(e.stream, words_ + c.device, static_cast<uint32_t>(n));
+      } else {
+        team_->join_calls(c.device, e.stream);
+      }
+    }
+    return served;
+  }
+  queue_->check();  // a queued call that failed: raised at the caller's next call
+  GS_REQUIRE(c.device < kMaxDevices, GPUSTRIPE_ERR_INVALID_ARGUMENT, "%s: GPU %d (at most %d)", c.name, c.device,
+             kMaxDevices);
+  if (!c.eligible) {
+    // The others may have queued it: they meet it and learn that this rank declined, so that no
+    // rank waits for it, and every rank's call fails.
+    CollCall declined;
+    declined.name = c.name;
+    declined.op = c.op;
+    queue_->post([this, declined]() mutable {
+      {
+        std::lock_guard<std::mutex> lock(team_mu_);
+        team_->run(declined);
+      }
+      GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "%s: a queued call this rank declined failed on every rank; the calls "
+               "after it fail too", declined.name);
+    });
+    GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED,
+             "%s: this rank's buffers cannot take gpustripe's path (not memory of one GPU, empty, or overlapping in a "
+             "way the schedules do not take); a queued call cannot go another way once the others went on: the call "
+             "fails on every rank", c.name);
+  }
+  const uint64_t n = ++calls_;
+  Ends& e = ends(c.device);
+  // Its time before the worker takes it is the queue's, not the call's (phase_times' lookup).
+  c.entered = {};
+  c.ready = take_event(c.device);
+  be.record_event(c.ready, c.stream);
+  c.stream = nullptr;
+  // What the caller enqueues on calls_stream() from now on waits for the worker's word.
+  be.stream_wait_flag(e.stream, words_ + c.device, static_cast<uint32_t>(n));
+  const int dev = c.device;
+  const EventHandle ready = c.ready;
+  try {
+    queue_->post([this, c = std::move(c), n]() mutable { run_queued(c, n); });
+  } catch (...) {
+    // Not queued (a failed team, or a worker that stopped taking calls): nothing will write the
+    // word the ends' stream now waits for.
+    give_event(dev, ready);
+    release_words();
+    throw;
+  }
+  return true;
+}
+
+void NodeTeam::run_queued(CollCall& c, uint64_t n) {
+  std::lock_guard<std::mutex> lock(team_mu_);
+  bool served = false;
+  std::exception_ptr failed;
+  try {
+    served = team_->run(c);
+    if (served)
+      ctx_->backend().stream_write_flag(team_->ordered_stream(c.device), words_ + c.device, static_cast<uint32_t>(n));
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  give_event(c.device, c.ready);
+  if (failed || !served) {
+    // The words are set past every number only once the team's streams have run out: an earlier
+    // call's write, still queued on a GPU, would otherwise set one back below a wait.
+    try {
+      team_->settle();  // a failed team lets its streams run out (SliceRunner::settle)
+    } catch (const Error&) {
+    }
+    release_words();
+    if (failed) std::rethrow_exception(failed);
+    GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED,
+             "%s: another rank's side declined this queued call at the ranks' meeting (a buffer it cannot share, e.g. "
+             "memory of a cudaMallocAsync pool): it was not made, and the calls after it fail", c.name);
+  }
+}
+
+bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream, bool queued) {
   CollCall c;
   c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
   c.stream = stream;
@@ -90,10 +266,10 @@ bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataT
   c.device = ok_types ? device_of(c, {send, recv}) : -1;
   c.eligible = c.device >= 0 && count > 0 && (send == recv || disjoint(send, bytes, recv, bytes));
   if (c.eligible) allreduce_call(c, send, recv, count, dt, op);
-  return run(c);
+  return submit(c, queued);
 }
 
-bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream) {
+bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream, bool queued) {
   CollCall c;
   c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
   c.stream = stream;
@@ -106,10 +282,10 @@ bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::
   c.device = ok_types ? device_of(c, {send, recv}) : -1;
   c.eligible = c.device >= 0 && count > 0 && (in_place || disjoint(send, block * n, recv, block));
   if (c.eligible) reduce_scatter_call(c, n, send, recv, count, dt, op);
-  return run(c);
+  return submit(c, queued);
 }
 
-bool NodeTeam::allgather(const void* send, void* recv, size_t block, StreamHandle stream) {
+bool NodeTeam::allgather(const void* send, void* recv, size_t block, StreamHandle stream, bool queued) {
   CollCall c;
   c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
   c.stream = stream;
@@ -120,10 +296,10 @@ bool NodeTeam::allgather(const void* send, void* recv, size_t block, StreamHandl
   c.device = device_of(c, {send, recv});
   c.eligible = c.device >= 0 && block > 0 && (in_place || disjoint(send, block, recv, total));
   if (c.eligible) allgather_call(c, size(), send, recv, block);
-  return run(c);
+  return submit(c, queued);
 }
 
-bool NodeTeam::alltoall(const void* send, void* recv, size_t block, StreamHandle stream) {
+bool NodeTeam::alltoall(const void* send, void* recv, size_t block, StreamHandle stream, bool queued) {
   CollCall c;
   c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
   c.stream = stream;
@@ -133,10 +309,10 @@ bool NodeTeam::alltoall(const void* send, void* recv, size_t block, StreamHandle
   c.device = device_of(c, {send, recv});
   c.eligible = c.device >= 0 && block > 0 && disjoint(send, total, recv, total);
   if (c.eligible) alltoall_call(c, size(), send, recv, block);
-  return run(c);
+  return submit(c, queued);
 }
 
-bool NodeTeam::bcast(void* buf, size_t bytes, int root, StreamHandle stream) {
+bool NodeTeam::bcast(void* buf, size_t bytes, int root, StreamHandle stream, bool queued) {
   GS_REQUIRE(root >= 0 && root < size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "bcast: root %d of %d ranks", root, size());
   CollCall c;
   c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
@@ -146,10 +322,10 @@ bool NodeTeam::bcast(void* buf, size_t bytes, int root, StreamHandle stream) {
   c.device = device_of(c, {buf});
   c.eligible = c.device >= 0 && bytes > 0;
   if (c.eligible) bcast_call(c, buf, bytes, root);
-  return run(c);
+  return submit(c, queued);
 }
 
-bool NodeTeam::reduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, int root, StreamHandle stream) {
+bool NodeTeam::reduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, int root, StreamHandle stream, bool queued) {
   GS_REQUIRE(root >= 0 && root < size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "reduce: root %d of %d ranks", root, size());
   CollCall c;
   c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
@@ -162,7 +338,7 @@ bool NodeTeam::reduce(const void* send, void* recv, size_t count, coll::DataType
   c.device = !ok_types ? -1 : is_root ? device_of(c, {send, recv}) : device_of(c, {send});
   c.eligible = c.device >= 0 && count > 0 && (!is_root || send == recv || disjoint(send, bytes, recv, bytes));
   if (c.eligible) reduce_call(c, is_root, send, recv, count, dt, op, root);
-  return run(c);
+  return submit(c, queued);
 }
 
 }  // namespace gpustripe::mpi

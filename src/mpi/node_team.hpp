@@ -11,9 +11,22 @@
 // the same order. Buffers are exported once per allocation and mapped once per peer
 // (the p2p layer's mapping cache): a framework's caching allocator, which hands back the
 // same segments, pays no handle exchange after the first calls.
+//
+// A stream-ordered call may be queued (the PyTorch backend's asynchronous calls): the caller's
+// thread does only what must be done there -- this rank's checks, the pointer queries, an event
+// recorded on its stream (from a pool) -- and hands the call to the team's worker (CallQueue),
+// which meets the other ranks and enqueues the call, in call order. What the caller enqueues on
+// calls_stream() afterwards is ordered after the call on the GPU, not on the host: the worker
+// writes the call's number into a word of this process's after the call on the team's stream,
+// and calls_stream() waits for that number (a stream wait on the word) before anything the
+// caller puts on it. A queued call cannot fall back once its caller went on: a call the meeting
+// declines fails (its error, and every later call's, raised at the caller's next call, join or
+// settle), and so does a worker's error (a peer died, a timeout).
 #pragma once
+#include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "coll/types.hpp"
@@ -22,6 +35,7 @@
 #include "ipc/channel.hpp"
 #include "ipc/handle_cache.hpp"
 #include "mpi/call_marks.hpp"
+#include "mpi/call_queue.hpp"
 #include "mpi/coll_team.hpp"
 #include "p2p/endpoint.hpp"
 
@@ -41,48 +55,81 @@ class NodeTeam {
   // The mapping cache of other members' buffers: a repeated call on the same allocations
   // maps nothing new (misses stay, hits grow).
   ipc::HandleCacheStats mapping_stats() const;
-  // Returns once every stream-ordered call made so far is done on this member's GPUs.
-  void settle() { team_->settle(); }
-  // The stream of `device` that stream-ordered calls end on (CollTeam::ordered_stream).
-  StreamHandle calls_stream(int device) { return team_->ordered_stream(device); }
+  // Returns once every stream-ordered call made so far (queued ones too) is done on this
+  // member's GPUs, with what was enqueued on calls_stream() after them.
+  void settle();
+  // The stream of `device` that stream-ordered calls end on: work enqueued on it after a call
+  // (queued or not) sees its results. The team's own, not the one its runs use: a queued call is
+  // enqueued there later, by the worker.
+  StreamHandle calls_stream(int device) { return ends(device).stream; }
   // Work enqueued on `stream` (of `device`) from now on sees the results of every call made so
-  // far, with no host wait (CollTeam::join_calls): a blocking call's end on the caller's stream.
-  void join(int device, StreamHandle stream) { team_->join_calls(device, stream); }
+  // far, with no wait for the GPUs: a blocking call's end on the caller's stream, an
+  // asynchronous one's wait. First waits until the worker has enqueued every queued call
+  // (bounded by GPUSTRIPE_TIMEOUT), and throws the error of one that failed.
+  void join(int device, StreamHandle stream);
   // Marks the end of the calls made so far on `device` (on calls_stream(device)): a caller that
   // holds a call's buffers until the GPUs are past it (CallMarks). Returns how many of the
   // earlier marks, oldest first, are now passed; marks_passed() counts more of them the same way.
   size_t mark(int device) { return marks_->mark(device, calls_stream(device)); }
   size_t marks_passed() { return marks_->passed(); }
   const CallMarks& marks() const { return *marks_; }
+  // Queued calls so far, and of them those the worker has run.
+  uint64_t queued() const { return queue_->posted(); }
+  uint64_t queue_done() const { return queue_->done(); }
+  // Whether a stream-ordered call can be queued here (the backend has stream flags).
+  bool can_queue() const { return words_ != nullptr; }
+  // Events made so far for queued calls' starts (each reused once the worker has enqueued its call).
+  size_t ready_events_created() const {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    return events_created_;
+  }
   // A stream of this member's own on `dev` to order calls on (callers without a framework's
   // streams: tests); made at the first ask, kept until the team ends.
   StreamHandle stream(int dev);
   // Host time per call by phase (CollTeam::phase_times).
-  CollTeam::PhaseTimes phase_times(bool reset) { return team_->phase_times(reset); }
+  CollTeam::PhaseTimes phase_times(bool reset);
 
   // Every call takes the caller's stream (CollCall::stream): given, the buffers are ready once
   // its work so far has run, and the call is enqueued on the GPUs behind it without a host
   // wait (stream flags): work enqueued on calls_stream(device) afterwards sees the results;
-  // null, the call returns when done.
+  // null, the call returns when done. A call made here runs after every queued call before it.
+  //
+  // `queued` (with a stream, where can_queue()): the call is handed to the team's worker and
+  // returns true at once (calls_stream() as above); false where this member's side cannot take
+  // it, which never happens for a queued call: it throws instead (every member's call fails, as
+  // the other members learn at the meeting). Not queued: false on every member when some
+  // member's side cannot take it (nothing done).
 
   // recv[i] = op over members of send[i], count elements of dt (send == recv: in place).
-  bool allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr);
+  bool allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr, bool queued = false);
   // recv = op over members of block `rank` of send (size() blocks of count elements);
   // recv == send + rank * block: in place.
-  bool reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr);
+  bool reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr, bool queued = false);
   // recv = every member's block of `block` bytes in rank order (send == recv + rank * block: in place).
-  bool allgather(const void* send, void* recv, size_t block, StreamHandle stream = nullptr);
+  bool allgather(const void* send, void* recv, size_t block, StreamHandle stream = nullptr, bool queued = false);
   // Block j of send to member j, block i of recv from member i (`block` bytes each; no overlap).
-  bool alltoall(const void* send, void* recv, size_t block, StreamHandle stream = nullptr);
+  bool alltoall(const void* send, void* recv, size_t block, StreamHandle stream = nullptr, bool queued = false);
   // root's `bytes` at buf into every member's buf.
-  bool bcast(void* buf, size_t bytes, int root, StreamHandle stream = nullptr);
+  bool bcast(void* buf, size_t bytes, int root, StreamHandle stream = nullptr, bool queued = false);
   // recv (root only: null elsewhere) = op over members of send (send == recv at the root: in place).
-  bool reduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, int root, StreamHandle stream = nullptr);
+  bool reduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, int root, StreamHandle stream = nullptr, bool queued = false);
 
  private:
   // Fills the call's device from its buffers (all device memory of one GPU, else -1).
   int device_of(CollCall& c, std::initializer_list<const void*> bufs);
-  bool run(CollCall& c);
+  // Runs the call here (after the queued ones) or queues it (`queued`).
+  bool submit(CollCall& c, bool queued);
+  // The worker's part of queued call number `n`.
+  void run_queued(CollCall& c, uint64_t n);
+  // Every stream wait on the words passes (a call failed: nothing is enqueued after it).
+  void release_words();
+  EventHandle take_event(int device);
+  void give_event(int device, EventHandle e);
+  struct Ends {
+    StreamHandle stream = nullptr;
+    EventHandle join = nullptr;
+  };
+  Ends& ends(int device);
 
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<ipc::Channel> ch_;
@@ -90,6 +137,18 @@ class NodeTeam {
   std::unique_ptr<CollTeam> team_;
   std::unique_ptr<CallMarks> marks_;
   std::map<int, StreamHandle> streams_;
+  std::map<int, Ends> ends_;  // by device: the caller's side of the calls' ends
+  // Per device, the number of the last call enqueued on it (written by the team's stream after
+  // the call; the ends' streams wait for it), in host memory registered for the GPUs.
+  static constexpr int kMaxDevices = 1024;
+  uint32_t* words_host_ = nullptr;
+  uint32_t* words_ = nullptr;          // as the streams see them; null: the backend has no flags
+  std::atomic<uint64_t> calls_{0};     // stream-ordered calls made (their numbers)
+  mutable std::mutex team_mu_;         // the team runs one call at a time: the worker's, or the caller's
+  mutable std::mutex events_mu_;
+  std::map<int, std::vector<EventHandle>> free_events_;  // the callers' stream events, by device
+  size_t events_created_ = 0;
+  std::unique_ptr<CallQueue> queue_;   // last: ends (running what is queued) before the rest
 };
 
 }  // namespace gpustripe::mpi

@@ -195,7 +195,7 @@ def blocking(rank: int, world: int) -> dict:
     """A call whose caller asked for no work (async_op=False: opts.asyncOp) ends with the caller's
     stream joining it (the team's join), and the group's method returns None, which torch's
     wrappers take as a call that synchronised itself; an asynchronous one returns a work and
-    does not join."""
+    does not join. The asynchronous one goes through the team's worker, the blocking ones not."""
     from torch._C._distributed_c10d import AllreduceOptions
 
     g = dist.new_group(backend="gpustripe")
@@ -214,16 +214,19 @@ def blocking(rank: int, world: int) -> dict:
     opts.asyncOp = False
     x = torch.full((64,), float(rank + 1))
     got = g.allreduce([x], opts)
+    queued = lambda: counted[0].queue_stats()["queued"]  # noqa: E731
     checks = {"blocking call: no work, the caller's stream joined": (
-        got is None and counted[0].joins == 1 and torch.equal(x, want))}
+        got is None and counted[0].joins == 1 and torch.equal(x, want)),
+              "blocking call: made on the caller's thread": queued() == 0}
     opts.asyncOp = True
     y = torch.full((64,), float(rank + 1))
     work = g.allreduce([y], opts)
     ok = work is not None and work.wait() is not False
     checks["asynchronous call: a work, no join"] = ok and counted[0].joins == 1 and torch.equal(y, want)
+    checks["asynchronous call: handed to the team's worker"] = queued() == 1
     x = torch.full((64,), float(rank + 1))
     dist.all_reduce(x, group=g)  # torch's wrapper, async_op=False: takes the None
-    checks["blocking call through torch's wrapper"] = counted[0].joins == 2 and torch.equal(x, want)
+    checks["blocking call through torch's wrapper"] = counted[0].joins == 2 and torch.equal(x, want) and queued() == 1
     return checks
 
 

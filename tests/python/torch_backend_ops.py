@@ -93,6 +93,7 @@ def async_ends(pg, nccl, data, check, checks) -> None:
 
     team = pg._team_obj
     before = team.marks_stats()["events_created"]
+    queued_before, ready_before = team.queue_stats()["queued"], team.queue_stats()["events_created"]
     got = []
     torch.cuda.Event = CountedEvent
     try:
@@ -112,6 +113,10 @@ def async_ends(pg, nccl, data, check, checks) -> None:
     checks.append({"check": "async native calls: no torch event of the backend's", "ok": made[0] == 0})
     created = team.marks_stats()["events_created"] - before
     checks.append({"check": f"async native calls: end events reused ({created} made for 40 calls)", "ok": created < 20})
+    queued = team.queue_stats()["queued"] - queued_before
+    checks.append({"check": f"async native calls: through the team's worker ({queued} of 40 queued)", "ok": queued == 40})
+    ready = team.queue_stats()["events_created"] - ready_before
+    checks.append({"check": f"async native calls: start events reused ({ready} made for 40 calls)", "ok": ready < 20})
     a = data((1 << 20,), torch.float32, 240)
     b = a.clone()
     fut = dist.all_reduce(a, async_op=True).get_future()

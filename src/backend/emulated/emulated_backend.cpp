@@ -65,8 +65,14 @@ EmuEvent& EmulatedBackend::event(EventHandle e, const char* call) {
 }
 
 void EmulatedBackend::drain_all_streams() {
-  std::lock_guard<std::mutex> lock(mu_);  // held: no stream is destroyed meanwhile
-  for (auto& [handle, st] : streams_) st->wait_done(st->last_ticket());
+  // The streams' work so far, waited for without the lock: as on a GPU, other threads may enqueue
+  // meanwhile (work a waited-for stream may itself wait on: a flag another thread's work writes).
+  std::vector<std::pair<std::shared_ptr<EmuStream>, uint64_t>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [handle, st] : streams_) all.emplace_back(st, st->last_ticket());
+  }
+  for (auto& [st, ticket] : all) st->wait_done(ticket);
 }
 
 bool EmulatedBackend::can_access_peer(int dev, int peer) {
@@ -86,7 +92,7 @@ void EmulatedBackend::enable_peer_access(int dev, int peer) {
 
 StreamHandle EmulatedBackend::create_stream(int dev) {
   check_device("create_stream", "dev", dev);
-  auto st = std::make_unique<EmuStream>(dev, delay_, errors_);
+  auto st = std::make_shared<EmuStream>(dev, delay_, errors_);
   StreamHandle h = st.get();
   std::lock_guard<std::mutex> lock(mu_);
   streams_.emplace(h, std::move(st));
@@ -94,7 +100,7 @@ StreamHandle EmulatedBackend::create_stream(int dev) {
 }
 
 void EmulatedBackend::destroy_stream(StreamHandle s) {
-  std::unique_ptr<EmuStream> st;
+  std::shared_ptr<EmuStream> st;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = streams_.find(s);
@@ -102,7 +108,7 @@ void EmulatedBackend::destroy_stream(StreamHandle s) {
     st = std::move(it->second);
     streams_.erase(it);
   }
-  st.reset();  // drains the queue, then joins the worker
+  st.reset();  // drains the queue, then joins the worker (or the last drain_all_streams holding it does)
 }
 
 EventHandle EmulatedBackend::create_event(int dev, bool timing) {

@@ -108,7 +108,7 @@ class EmulatedBackend final : public Backend {
   PointerTable table_;
 
   std::mutex mu_;  // guards everything below
-  std::unordered_map<void*, std::unique_ptr<EmuStream>> streams_;
+  std::unordered_map<void*, std::shared_ptr<EmuStream>> streams_;
   std::unordered_map<void*, std::unique_ptr<EmuEvent>> events_;
   std::vector<uint64_t> memory_used_;
   std::set<std::pair<int, int>> peers_enabled_;

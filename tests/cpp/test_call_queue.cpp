@@ -1,0 +1,110 @@
+// CallQueue (src/mpi/call_queue.hpp): a team's calls run on its worker in the order posted, a
+// failed job's error reaches the poster at its next post, drain and check (and the jobs after it
+// still run: each releases what it holds), drain returns only once every job posted has run,
+// a full queue holds the poster until the worker catches up, and the queue's end runs what is
+// queued.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "common/error.hpp"
+#include "mpi/call_queue.hpp"
+
+using gpustripe::Error;
+using gpustripe::mpi::CallQueue;
+
+TEST(CallQueue, RunsJobsInPostedOrderOnTheWorker) {
+  std::vector<int> ran;
+  std::atomic<bool> off_caller{true};
+  const auto caller = std::this_thread::get_id();
+  CallQueue q;
+  for (int i = 0; i < 100; ++i)
+    EXPECT_EQ(q.post([&, i] {
+      if (std::this_thread::get_id() == caller) off_caller = false;
+      ran.push_back(i);
+    }), uint64_t(i + 1));
+  q.drain("test");
+  ASSERT_EQ(ran.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(ran[i], i);
+  EXPECT_TRUE(off_caller);
+  EXPECT_EQ(q.done(), 100u);
+  EXPECT_EQ(q.posted(), 100u);
+}
+
+TEST(CallQueue, DrainWaitsForAJobStillRunning) {
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  std::atomic<bool> finished{false};
+  CallQueue q;
+  q.post([gate, &finished] {
+    gate.wait();
+    finished = true;
+  });
+  std::thread opener([&go] { go.set_value(); });
+  q.drain("test");  // returns only after the job ran, whenever the gate opens
+  EXPECT_TRUE(finished);
+  opener.join();
+}
+
+TEST(CallQueue, AFailedJobsErrorReachesThePosterAndLaterJobsStillRun) {
+  std::atomic<int> after{0};
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  CallQueue q;
+  q.post([gate] {
+    gate.wait();  // fails only once the next job is queued
+    throw std::runtime_error("peer gone");
+  });
+  q.post([&after] { ++after; });
+  go.set_value();
+  EXPECT_THROW(q.drain("test"), std::runtime_error);
+  EXPECT_EQ(after.load(), 1);  // ran: it releases what it holds
+  EXPECT_THROW(q.check(), std::runtime_error);
+  EXPECT_THROW(q.post([] {}), std::runtime_error);
+  EXPECT_THROW(q.drain("test"), std::runtime_error);  // stays
+}
+
+TEST(CallQueue, AFullQueueHoldsThePosterUntilTheWorkerCatchesUp) {
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  std::atomic<int> ran{0};
+  std::promise<void> started;
+  CallQueue q;
+  q.post([gate, &started] {  // the worker holds this one until the gate opens
+    started.set_value();
+    gate.wait();
+  });
+  started.get_future().wait();  // out of the queue: the queue holds only what follows
+  for (size_t i = 0; i < CallQueue::kMaxQueued; ++i) q.post([&ran] { ++ran; });
+  std::atomic<bool> posted{false};
+  std::thread poster([&] {
+    q.post([&ran] { ++ran; });
+    posted = true;
+  });
+  // The queue is full (the worker is in the first job): the poster waits for it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(posted);
+  go.set_value();
+  poster.join();
+  q.drain("test");
+  EXPECT_TRUE(posted);
+  EXPECT_EQ(ran.load(), static_cast<int>(CallQueue::kMaxQueued) + 1);
+}
+
+TEST(CallQueue, ItsEndRunsWhatIsQueued) {
+  std::atomic<int> ran{0};
+  {
+    CallQueue q;
+    for (int i = 0; i < 20; ++i)
+      q.post([&ran] {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        ++ran;
+      });
+  }
+  EXPECT_EQ(ran.load(), 20);
+}

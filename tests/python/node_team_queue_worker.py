@@ -1,0 +1,141 @@
+"""One member of a gpustripe.team.node_team whose stream-ordered calls are queued to the team's
+worker (queued=True: what the PyTorch backend's asynchronous calls do). Run by
+test_node_team_queue.py, one process per rank, with a scenario:
+
+- `ahead`: rank 0 queues a chain of calls of every kind (each reading the one before) and
+  reports that they all returned before rank 1 posted anything (rank 1 waits for rank 0's word in
+  the store before its first call); a blocking call after them reads their result; both ranks
+  check every buffer against numpy after settle(); then 20 calls, each joined before the next,
+  make no new start event.
+- `declined`: rank 1's buffer is host memory: its queued call raises at once; rank 0's queued call
+  is posted, and its join() raises the meeting's answer, as does every later call.
+- `peer_dies`: rank 1 leaves without posting; rank 0's queued call is posted, its join() raises
+  within GPUSTRIPE_TIMEOUT.
+- `shutdown`: rank 0 queues calls and drops the team before rank 1 has posted; rank 1 then posts
+  and checks its results (exact only if rank 0's worker ran them while its team closed).
+
+Prints one line `QUEUE {json}`."""
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from file_store import FileStore  # noqa: E402
+
+from gpustripe.team import node_team  # noqa: E402
+
+N = 257  # elements per rank's block
+
+
+def main() -> None:
+    store_dir, rank, size, scenario = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    store = FileStore(store_dir, timeout=30.0)
+    team = node_team(store, rank, size)
+    ctx, dev = team.context, rank
+    stream = team.stream(dev)
+    out = {"rank": rank, "scenario": scenario}
+
+    def put(a: np.ndarray) -> int:
+        p = ctx.alloc_device(dev, a.nbytes)
+        ctx.upload(p, dev, a.tobytes())
+        return p
+
+    def get(p: int, n: int, dtype=np.float64) -> np.ndarray:
+        return np.frombuffer(ctx.download(p, dev, n * np.dtype(dtype).itemsize), dtype=dtype)
+
+    if scenario in ("ahead", "shutdown"):
+        # A chain: each call reads what the one before wrote, so the results say the order too.
+        mine = [np.arange(size * N, dtype=np.float64) * (r + 1) + r for r in range(size)]
+        a = put(mine[rank])                                  # size*N float64
+        g = put(np.zeros(size * size * N, np.float64))       # all_gather of a
+        t = put(np.zeros(size * N, np.float64))              # all_to_all of a
+        rs = put(np.zeros(N, np.float64))                    # reduce_scatter of a
+        ints = put(np.full(N, rank + 2, np.int32))
+        if rank == 1:
+            store.get("queue/posted/0")  # rank 0's calls all returned before this rank posts any
+        q = dict(stream=stream, queued=True)
+        calls = [
+            team.allreduce(a, a, size * N, "float64", "sum", **q),            # a = sum
+            team.allgather(a, g, size * N * 8, **q),                          # g = [a] * size
+            team.bcast(a, size * N * 8, size - 1, **q),                      # a unchanged (same everywhere)
+            team.allreduce(a, a, size * N, "float64", "max", **q),            # a unchanged
+            team.alltoall(a, t, N * 8, **q),                                  # t = blocks of a
+            team.reduce_scatter(a, rs, N, "float64", "sum", **q),             # rs = size * a[rank block]
+            team.allreduce(ints, ints, N, "int32", "prod", **q),              # ints = prod(r + 2)
+            team.reduce(a, a if rank == 0 else 0, size * N, "float64", "sum", 0, **q),  # a at 0 = size * a
+        ]
+        out["returned"] = all(calls)
+        out["done_when_posted"] = team.queue_stats()["done"]
+        out["queued"] = team.queue_stats()["queued"]
+        if rank == 0:
+            store.set("queue/posted/0", b"1")
+        if scenario == "shutdown" and rank == 0:
+            del team, ctx  # closes the team with the calls queued: it runs them first
+            out["closed"] = True
+            print("QUEUE " + json.dumps(out), flush=True)
+            return
+        # A blocking call (not queued) after them: runs once they are enqueued, reads their result.
+        b = put(np.zeros(N, np.float64))
+        if scenario == "ahead":  # (rank 0 of `shutdown` is gone by now)
+            team.allreduce(rs, b, N, "float64", "sum", stream=stream)
+        team.settle()
+        total = sum(mine)
+        want_a = total * size if rank == 0 else total
+        blocks = total.reshape(size, N)
+        checks = {
+            "a": np.allclose(get(a, size * N), want_a),
+            "g": np.allclose(get(g, size * size * N), np.tile(total, size)),
+            "t": np.allclose(get(t, size * N), np.tile(blocks[rank], size)),
+            "rs": np.allclose(get(rs, N), size * blocks[rank]),
+            "ints": bool((get(ints, N, np.int32) == np.prod([r + 2 for r in range(size)])).all()),
+        }
+        if scenario == "ahead":
+            checks["blocking"] = np.allclose(get(b, N), size * blocks.sum(axis=0))
+        out["checks"] = checks
+        out["stats"] = team.queue_stats()
+        if scenario == "ahead":
+            # Calls each joined before the next: their start events come back to the pool.
+            for _ in range(20):
+                team.allreduce(rs, rs, N, "float64", "max", stream=stream, queued=True)
+                team.join(dev, stream)
+            out["events_later"] = team.queue_stats()["events_created"] - out["stats"]["events_created"]
+    elif scenario == "declined":
+        buf = put(np.ones(N, np.float32)) if rank == 0 else np.ones(N, np.float32)
+        p = buf if rank == 0 else buf.ctypes.data
+        try:
+            team.allreduce(p, p, N, "float32", "sum", stream=stream, queued=True)
+            out["posted"] = True
+        except Exception as e:  # noqa: BLE001
+            out["posted"], out["call_error"] = False, str(e)
+        try:
+            team.join(dev, stream)
+            out["join"] = "returned"
+        except Exception as e:  # noqa: BLE001
+            out["join"] = str(e)
+        try:
+            team.allreduce(p, p, N, "float32", "sum", stream=stream, queued=True)
+            out["later"] = "returned"
+        except Exception as e:  # noqa: BLE001
+            out["later"] = str(e)
+    elif scenario == "peer_dies":
+        if rank == 1:
+            os._exit(0)  # gone without a call
+        a = put(np.ones(N, np.float32))
+        out["posted"] = team.allreduce(a, a, N, "float32", "sum", stream=stream, queued=True)
+        t0 = time.monotonic()
+        try:
+            team.join(dev, stream)
+            out["join"] = "returned"
+        except Exception as e:  # noqa: BLE001
+            out["join"] = str(e)
+        out["join_s"] = time.monotonic() - t0
+    print("QUEUE " + json.dumps(out), flush=True)
+    if scenario in ("declined", "peer_dies"):
+        os._exit(0)  # the team is broken: leave without closing it (its waits would time out again)
+
+
+if __name__ == "__main__":
+    main()
