@@ -337,9 +337,13 @@ class _CudaMem(_End):
         self._ends: dict = {}  # device index -> (the team's stream there, its (id, device, type))
 
     def _end(self, index: int):
+        # Asked of the team at each use: it returns once the team's worker has enqueued the calls
+        # queued so far, which what the caller enqueues there next must follow (a host-side order:
+        # no stream of the team's waits on the GPU for a call not enqueued yet).
+        raw = self.team.calls_stream(index)
         e = self._ends.get(index)
         if e is None:
-            s = torch.cuda.ExternalStream(self.team.calls_stream(index), device=torch.device("cuda", index))
+            s = torch.cuda.ExternalStream(raw, device=torch.device("cuda", index))
             e = self._ends[index] = (s, (s.stream_id, s.device_index, s.device_type))
         return e
 

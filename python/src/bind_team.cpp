@@ -69,10 +69,12 @@ void bind_team(nb::module_& m) {
       .def("settle", [](NodeTeam& t) { without_gil([&] { t.settle(); }); },
            "Returns once every stream-ordered call made so far is done on this member's GPUs")
       .def(
-          "calls_stream", [](NodeTeam& t, int dev) { return reinterpret_cast<uintptr_t>(t.calls_stream(dev)); },
+          "calls_stream",
+          [](NodeTeam& t, int dev) { return reinterpret_cast<uintptr_t>(without_gil([&] { return t.calls_stream(dev); })); },
           nb::arg("device"),
           "The stream (int) that stream-ordered calls on `device` end on: work enqueued on it after a call sees "
-          "its results")
+          "its results. Waits first until the worker has enqueued every queued call (as join()): ask for it before "
+          "each use")
       .def(
           "join", [](NodeTeam& t, int dev, uintptr_t stream) { without_gil([&] { t.join(dev, as_ptr(stream)); }); },
           nb::arg("device"), nb::arg("stream"),
@@ -91,19 +93,20 @@ void bind_team(nb::module_& m) {
           },
           "Calls queued to the team's worker (queued=True), those it has run, whether calls can be queued "
           "here (the backend has stream flags), and the events made for the queued calls' starts (reused)")
-      .def("mark", &NodeTeam::mark, nb::arg("device"),
+      .def("mark", [](NodeTeam& t, int dev) { return without_gil([&] { return t.mark(dev); }); }, nb::arg("device"),
            "Marks the end of the calls made so far on `device` (on calls_stream(device)), for a caller that holds "
            "each call's buffers until the GPUs are past it; returns how many of the earlier marks, oldest first, "
            "are now passed (the caller lets go of its oldest calls' buffers; this mark is not among them). Events "
-           "are reused once passed")
-      .def("marks_passed", &NodeTeam::marks_passed,
+           "are reused once passed. With calls queued, the team's worker makes the mark after them")
+      .def("marks_passed", [](NodeTeam& t) { return without_gil([&] { return t.marks_passed(); }); },
            "How many more of the oldest marks (mark()) are passed now, counted as mark() counts them")
       .def(
           "marks_stats",
           [](const NodeTeam& t) {
             nb::dict d;
-            d["in_flight"] = t.marks().in_flight();
-            d["events_created"] = t.marks().events_created();
+            const mpi::CallMarks::Stats st = t.marks_stats();
+            d["in_flight"] = st.in_flight;
+            d["events_created"] = st.events_created;
             return d;
           },
           "mark()'s marks not yet seen passed, and the events created for them so far")

@@ -36,6 +36,9 @@ class CallMarks {
   // Marks not yet seen passed, and events created so far (each reused once its mark passed).
   size_t in_flight() const { return live_.size(); }
   size_t events_created() const { return created_; }
+  struct Stats {
+    size_t in_flight = 0, events_created = 0;
+  };
 
  private:
   Backend& backend_;

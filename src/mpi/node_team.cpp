@@ -136,18 +136,44 @@ void NodeTeam::give_event(int device, EventHandle e) {
   free_events_[device].push_back(e);
 }
 
-void NodeTeam::release_words() {
-  // Far ahead of every call's number (the waits compare cyclically).
-  const uint32_t past = static_cast<uint32_t>(calls_.load()) + (uint32_t(1) << 30);
-  for (int d = 0; d < kMaxDevices; ++d)
-    reinterpret_cast<std::atomic<uint32_t>*>(words_host_ + d)->store(past, std::memory_order_release);
-}
-
 void NodeTeam::settle() {
   queue_->drain("settle");
   std::lock_guard<std::mutex> lock(team_mu_);
   team_->settle();
   for (auto& [dev, e] : ends_) ctx_->backend().synchronize_stream(e.stream);
+}
+
+StreamHandle NodeTeam::calls_stream(int device) {
+  queue_->drain("calls_stream");
+  return ends(device).stream;
+}
+
+size_t NodeTeam::mark(int device) {
+  StreamHandle end = ends(device).stream;
+  if (queue_->done() == queue_->posted()) {
+    // Nothing queued (only this thread posts): the ends' stream is past every call already.
+    std::lock_guard<std::mutex> lock(marks_mu_);
+    return marks_->mark(device, end);
+  }
+  // The worker makes the mark once it has ordered the ends' stream after the calls queued so
+  // far: the caller does not wait for their meetings. The marks stay in the order they were asked
+  // for (a mark made here comes only once the queue is empty), and a mark not made yet is not
+  // among those counted passed.
+  queue_->post([this, device, end] {
+    std::lock_guard<std::mutex> lock(marks_mu_);
+    marks_->mark(device, end);
+  });
+  return marks_passed();
+}
+
+size_t NodeTeam::marks_passed() {
+  std::lock_guard<std::mutex> lock(marks_mu_);
+  return marks_->passed();
+}
+
+CallMarks::Stats NodeTeam::marks_stats() const {
+  std::lock_guard<std::mutex> lock(marks_mu_);
+  return {marks_->in_flight(), marks_->events_created()};
 }
 
 void NodeTeam::join(int device, StreamHandle stream) {
@@ -184,8 +210,6 @@ bool NodeTeam::submit(CollCall& c, bool queued) {
     return served;
   }
   queue_->check();  // a queued call that failed: raised at the caller's next call
-  GS_REQUIRE(c.device < kMaxDevices, GPUSTRIPE_ERR_INVALID_ARGUMENT, "%s: GPU %d (at most %d)", c.name, c.device,
-             kMaxDevices);
   if (!c.eligible) {
     // The others may have queued it: they meet it and learn that this rank declined, so that no
     // rank waits for it, and every rank's call fails.
@@ -205,54 +229,42 @@ bool NodeTeam::submit(CollCall& c, bool queued) {
              "way the schedules do not take); a queued call cannot go another way once the others went on: the call "
              "fails on every rank", c.name);
   }
-  const uint64_t n = ++calls_;
-  Ends& e = ends(c.device);
+  Ends& e = ends(c.device);  // made here: the worker only enqueues on it
   // Its time before the worker takes it is the queue's, not the call's (phase_times' lookup).
   c.entered = {};
   c.ready = take_event(c.device);
   be.record_event(c.ready, c.stream);
   c.stream = nullptr;
-  // What the caller enqueues on calls_stream() from now on waits for the worker's word.
-  be.stream_wait_flag(e.stream, words_ + c.device, static_cast<uint32_t>(n));
   const int dev = c.device;
   const EventHandle ready = c.ready;
+  StreamHandle end = e.stream;
   try {
-    queue_->post([this, c = std::move(c), n]() mutable { run_queued(c, n); });
+    queue_->post([this, c = std::move(c), end]() mutable { run_queued(c, end); });
   } catch (...) {
-    // Not queued (a failed team, or a worker that stopped taking calls): nothing will write the
-    // word the ends' stream now waits for.
-    give_event(dev, ready);
-    release_words();
+    give_event(dev, ready);  // not queued (a failed team, or a worker that stopped taking calls)
     throw;
   }
   return true;
 }
 
-void NodeTeam::run_queued(CollCall& c, uint64_t n) {
+void NodeTeam::run_queued(CollCall& c, StreamHandle end) {
   std::lock_guard<std::mutex> lock(team_mu_);
   bool served = false;
   std::exception_ptr failed;
   try {
     served = team_->run(c);
-    if (served)
-      ctx_->backend().stream_write_flag(team_->ordered_stream(c.device), words_ + c.device, static_cast<uint32_t>(n));
+    // The ends' stream follows the call by an event recorded now, after it: nothing on a GPU
+    // waits for a value a host thread writes later (see the header).
+    if (served) team_->join_calls(c.device, end);
   } catch (...) {
     failed = std::current_exception();
   }
   give_event(c.device, c.ready);
-  if (failed || !served) {
-    // The words are set past every number only once the team's streams have run out: an earlier
-    // call's write, still queued on a GPU, would otherwise set one back below a wait.
-    try {
-      team_->settle();  // a failed team lets its streams run out (SliceRunner::settle)
-    } catch (const Error&) {
-    }
-    release_words();
-    if (failed) std::rethrow_exception(failed);
+  if (failed) std::rethrow_exception(failed);
+  if (!served)
     GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED,
              "%s: another rank's side declined this queued call at the ranks' meeting (a buffer it cannot share, e.g. "
              "memory of a cudaMallocAsync pool): it was not made, and the calls after it fail", c.name);
-  }
 }
 
 bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream, bool queued) {

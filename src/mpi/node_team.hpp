@@ -15,13 +15,17 @@
 // A stream-ordered call may be queued (the PyTorch backend's asynchronous calls): the caller's
 // thread does only what must be done there -- this rank's checks, the pointer queries, an event
 // recorded on its stream (from a pool) -- and hands the call to the team's worker (CallQueue),
-// which meets the other ranks and enqueues the call, in call order. What the caller enqueues on
-// calls_stream() afterwards is ordered after the call on the GPU, not on the host: the worker
-// writes the call's number into a word of this process's after the call on the team's stream,
-// and calls_stream() waits for that number (a stream wait on the word) before anything the
-// caller puts on it. A queued call cannot fall back once its caller went on: a call the meeting
-// declines fails (its error, and every later call's, raised at the caller's next call, join or
-// settle), and so does a worker's error (a peer died, a timeout).
+// which meets the other ranks and enqueues the call, in call order. The worker then orders the
+// team's stream of the call's ends (calls_stream()) after the call by an event. What the caller
+// enqueues there is ordered on the host: calls_stream() and join() first wait until the worker
+// has enqueued every call posted before them (mark() hands its mark to the worker instead). No
+// GPU stream waits for a value that only the worker would write later: the CUDA driver's
+// memory-mapping calls (cudaMalloc, cudaFree, cudaIpcOpenMemHandle, cuMemMap, cudaHostRegister:
+// the worker's first calls map the peers' buffers) and device synchronizations wait for the
+// GPU's streams, so such a stream would stall the very worker it waits for, and with it the
+// caller. A queued call cannot fall back once its caller went on: a call the meeting declines
+// fails (its error, and every later call's, raised at the caller's next call, join or settle),
+// and so does a worker's error (a peer died, a timeout).
 #pragma once
 #include <atomic>
 #include <map>
@@ -59,9 +63,9 @@ class NodeTeam {
   // member's GPUs, with what was enqueued on calls_stream() after them.
   void settle();
   // The stream of `device` that stream-ordered calls end on: work enqueued on it after a call
-  // (queued or not) sees its results. The team's own, not the one its runs use: a queued call is
-  // enqueued there later, by the worker.
-  StreamHandle calls_stream(int device) { return ends(device).stream; }
+  // (queued or not) sees its results. The team's own, not the one its runs use. First waits until
+  // the worker has enqueued every queued call (as join()): the caller enqueues on it next.
+  StreamHandle calls_stream(int device);
   // Work enqueued on `stream` (of `device`) from now on sees the results of every call made so
   // far, with no wait for the GPUs: a blocking call's end on the caller's stream, an
   // asynchronous one's wait. First waits until the worker has enqueued every queued call
@@ -70,9 +74,11 @@ class NodeTeam {
   // Marks the end of the calls made so far on `device` (on calls_stream(device)): a caller that
   // holds a call's buffers until the GPUs are past it (CallMarks). Returns how many of the
   // earlier marks, oldest first, are now passed; marks_passed() counts more of them the same way.
-  size_t mark(int device) { return marks_->mark(device, calls_stream(device)); }
-  size_t marks_passed() { return marks_->passed(); }
-  const CallMarks& marks() const { return *marks_; }
+  // With calls queued, the worker makes the mark after them (the caller does not wait for it).
+  size_t mark(int device);
+  size_t marks_passed();
+  // The marks not yet seen passed, and the events made for them (CallMarks).
+  CallMarks::Stats marks_stats() const;
   // Queued calls so far, and of them those the worker has run.
   uint64_t queued() const { return queue_->posted(); }
   uint64_t queue_done() const { return queue_->done(); }
@@ -119,10 +125,8 @@ class NodeTeam {
   int device_of(CollCall& c, std::initializer_list<const void*> bufs);
   // Runs the call here (after the queued ones) or queues it (`queued`).
   bool submit(CollCall& c, bool queued);
-  // The worker's part of queued call number `n`.
-  void run_queued(CollCall& c, uint64_t n);
-  // Every stream wait on the words passes (a call failed: nothing is enqueued after it).
-  void release_words();
+  // The worker's part of a queued call: runs it, then orders `end` (its ends' stream) after it.
+  void run_queued(CollCall& c, StreamHandle end);
   EventHandle take_event(int device);
   void give_event(int device, EventHandle e);
   struct Ends {
@@ -138,14 +142,16 @@ class NodeTeam {
   std::unique_ptr<CallMarks> marks_;
   std::map<int, StreamHandle> streams_;
   std::map<int, Ends> ends_;  // by device: the caller's side of the calls' ends
-  // Per device, the number of the last call enqueued on it (written by the team's stream after
-  // the call; the ends' streams wait for it), in host memory registered for the GPUs.
+  // Per device, the number of the last call run here (not queued) on it, written by the team's
+  // stream after the call and waited for by the ends' stream (both enqueued by this thread, the
+  // write first), in host memory registered for the GPUs.
   static constexpr int kMaxDevices = 1024;
   uint32_t* words_host_ = nullptr;
   uint32_t* words_ = nullptr;          // as the streams see them; null: the backend has no flags
-  std::atomic<uint64_t> calls_{0};     // stream-ordered calls made (their numbers)
+  std::atomic<uint64_t> calls_{0};     // stream-ordered calls made here, not queued (their words' numbers)
   mutable std::mutex team_mu_;         // the team runs one call at a time: the worker's, or the caller's
   mutable std::mutex events_mu_;
+  mutable std::mutex marks_mu_;        // marks_: the caller's marks and passed(), the worker's queued marks
   std::map<int, std::vector<EventHandle>> free_events_;  // the callers' stream events, by device
   size_t events_created_ = 0;
   std::unique_ptr<CallQueue> queue_;   // last: ends (running what is queued) before the rest

@@ -226,13 +226,34 @@ void EmulatedBackend::stream_wait_flag(StreamHandle s, const uint32_t* flag, uin
     // when it gives up); this cap only keeps a forgotten worker from spinning forever.
     const auto deadline = Clock::now() + std::chrono::minutes(10);
     const auto* f = reinterpret_cast<const std::atomic<uint32_t>*>(flag);
+    struct Stalled {  // counted while the flag is short of the value (wait_for_stalled_streams)
+      std::atomic<int>& n;
+      bool on = false;
+      ~Stalled() {
+        if (on) n.fetch_sub(1);
+      }
+    } stalled{stalled_on_flags_};
     for (unsigned spins = 0; static_cast<int32_t>(f->load(std::memory_order_acquire) - value) < 0; ++spins) {
+      if (!stalled.on) {
+        stalled.on = true;
+        stalled_on_flags_.fetch_add(1);
+      }
       if (spins < 64) continue;
       std::this_thread::sleep_for(std::chrono::microseconds(spins < 1024 ? 1 : 50));
       GS_REQUIRE(Clock::now() < deadline, GPUSTRIPE_ERR_TIMEOUT, "stream waited 10 minutes for flag %p to reach %u",
                  static_cast<const void*>(flag), value);
     }
   });
+}
+
+void EmulatedBackend::wait_for_stalled_streams(const char* call) const {
+  const auto deadline = Clock::now() + std::chrono::minutes(10);  // the flag waits' cap
+  while (stalled_on_flags_.load() > 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    GS_REQUIRE(Clock::now() < deadline, GPUSTRIPE_ERR_TIMEOUT,
+               "%s: waited 10 minutes for this process's streams stalled on flags (a mapping waits for them, as "
+               "CUDA's do): a stream waits for a flag that only this thread would write later?", call);
+  }
 }
 
 void EmulatedBackend::enqueue_host_call(StreamHandle s, std::function<void()> fn) {

@@ -14,6 +14,7 @@
 //            ERR_INVALID_POINTER naming the address, the device and the allocation.
 // Any thread may enqueue on any stream. Streams have no default (null) stream.
 #pragma once
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -99,6 +100,14 @@ class EmulatedBackend final : public Backend {
   void* alloc_vmm_multi(int dev, size_t bytes);
   void charge_memory(int dev, size_t bytes);
   void free_vmm_multi(const Allocation& first);
+
+  // As the CUDA driver's calls that change a GPU's mappings (cudaIpcOpenMemHandle, cuMemMap,
+  // cudaMalloc, cudaFree) wait for the GPU's streams: a mapping made here waits while a stream
+  // of this process is stalled on a flag (stream_wait_flag not yet satisfied). Code that makes a
+  // stream wait for a flag only the mapping thread would write later hangs on the GPUs: here
+  // too, up to the flag waits' cap, so that the emulated node shows it.
+  void wait_for_stalled_streams(const char* call) const;
+  std::atomic<int> stalled_on_flags_{0};
 
   const int device_count_;
   std::vector<std::vector<uint8_t>> peer_access_;

@@ -293,6 +293,7 @@ void* EmulatedBackend::ipc_open(const IpcMemHandle& h, int fd, int reader) {
   // Every emulated GPU reads every mapping (host memory): the reader only has to exist.
   if (reader >= 0) check_device("ipc_open", "the reader", reader);
   GS_REQUIRE(h.size > 0, GPUSTRIPE_ERR_INVALID_SIZE, "ipc_open: the handle's size is 0");
+  wait_for_stalled_streams("ipc_open");
   int32_t pid;
   std::memcpy(&pid, h.bytes + kIpcPidOffset, sizeof pid);
   // cudaIpcOpenMemHandle refuses a handle of the calling process; refusing it here too
@@ -357,6 +358,7 @@ void* EmulatedBackend::ipc_open_pieces(const IpcMemHandle& h, const std::vector<
   ipc_check_pieces(h, pieces);
   GS_REQUIRE(fds.size() == pieces.size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "ipc_open_pieces: %zu descriptors for %zu pieces",
              fds.size(), pieces.size());
+  wait_for_stalled_streams("ipc_open_pieces");
   int32_t pid;
   std::memcpy(&pid, h.bytes + kIpcPidOffset, sizeof pid);
   GS_REQUIRE(pid != static_cast<int32_t>(getpid()), GPUSTRIPE_ERR_INVALID_ARGUMENT,
