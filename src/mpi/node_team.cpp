@@ -240,6 +240,7 @@ bool NodeTeam::submit(CollCall& c, bool queued) {
   StreamHandle end = e.stream;
   try {
     queue_->post([this, c = std::move(c), end]() mutable { run_queued(c, end); });
+    ++queued_calls_;
   } catch (...) {
     give_event(dev, ready);  // not queued (a failed team, or a worker that stopped taking calls)
     throw;

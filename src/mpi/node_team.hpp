@@ -80,7 +80,7 @@ class NodeTeam {
   // The marks not yet seen passed, and the events made for them (CallMarks).
   CallMarks::Stats marks_stats() const;
   // Queued calls so far, and of them those the worker has run.
-  uint64_t queued() const { return queue_->posted(); }
+  uint64_t queued() const { return queued_calls_.load(); }
   uint64_t queue_done() const { return queue_->done(); }
   // Whether a stream-ordered call can be queued here (the backend has stream flags).
   bool can_queue() const { return words_ != nullptr; }
@@ -149,6 +149,7 @@ class NodeTeam {
   uint32_t* words_host_ = nullptr;
   uint32_t* words_ = nullptr;          // as the streams see them; null: the backend has no flags
   std::atomic<uint64_t> calls_{0};     // stream-ordered calls made here, not queued (their words' numbers)
+  std::atomic<uint64_t> queued_calls_{0};  // collectives handed to the worker (its other jobs, marks, not counted)
   mutable std::mutex team_mu_;         // the team runs one call at a time: the worker's, or the caller's
   mutable std::mutex events_mu_;
   mutable std::mutex marks_mu_;        // marks_: the caller's marks and passed(), the worker's queued marks
