@@ -58,28 +58,8 @@ class _StubTeam:
         return {}
 
 
-def _stub_mem(gt, team, lock):
-    """The emulated mode's memory without its staging (the tensors' own addresses), its end the
-    backend's own."""
-
-    class StubMem(gt._EmulatedMem):
-        def __init__(self):
-            gt._End.__init__(self, team, lock)
-            self.dev, self._stream = 0, 1
-
-        @staticmethod
-        def ptrs(ts):
-            return [t.data_ptr() for t in ts]
-
-        @staticmethod
-        def finish(ts):
-            pass
-
-    return StubMem()
-
-
-def _resident_mem(gt, team, rank, lock):
-    """The emulated mode's memory without staging: the tensors are the emulated devices' memory."""
+def _resident_class(gt):
+    """The emulated mode's memory without its staging: the tensors' own addresses are the team's."""
 
     class ResidentMem(gt._EmulatedMem):
         @staticmethod
@@ -90,7 +70,23 @@ def _resident_mem(gt, team, rank, lock):
         def finish(ts):
             pass
 
-    return ResidentMem(team, rank, lock)
+    return ResidentMem
+
+
+def _stub_mem(gt, team, lock):
+    """Resident memory whose end is the backend's own (no emulated stream of the team's)."""
+
+    class StubMem(_resident_class(gt)):
+        def __init__(self):
+            gt._End.__init__(self, team, lock)
+            self.dev, self._stream = 0, 1
+
+    return StubMem()
+
+
+def _resident_mem(gt, team, rank, lock):
+    """The emulated mode's memory without staging: the tensors are the emulated devices' memory."""
+    return _resident_class(gt)(team, rank, lock)
 
 
 def _resident(ctx, dev, n, torch, keep):

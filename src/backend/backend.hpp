@@ -184,7 +184,11 @@ class Backend {
   // reader's context through its mapping (named between two GPUs, the driver would look for the
   // mapping in the owner's context), the driver's cheapest copy call; `owner` where one mapping
   // serves every reader (the emulated backend checks a copy's range against the GPU that owns it).
-  virtual int ipc_named_device(int owner, int reader) const { return reader >= 0 ? reader : owner; }
+  // Host memory (kHostDevice: pinned memory the processes share) always names itself: named as
+  // the reader's, a copy within one GPU would take it for device memory.
+  virtual int ipc_named_device(int owner, int reader) const {
+    return reader >= 0 && owner != kHostDevice ? reader : owner;
+  }
   // VmmMulti: maps every piece (fds[i] the exporter's descriptor of pieces[i], kept by the
   // caller) at its offset of one reserved range; returns this process's address of h.base.
   // `pieces` must be the layout h was made from (ipc_check_pieces).

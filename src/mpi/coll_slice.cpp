@@ -455,11 +455,10 @@ void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int devic
   } else if (op.kind == Op::Copy) {
     // This rank's GPU drives every copy of its part, from and into the other ranks' buffers
     // as mapped into its own context (CollTeam::map): for CUDA a copy within that context,
-    // which it runs over NVLink as NCCL's and UCX's IPC copies are (Backend::ipc_named_device).
-    // Host memory (the team's shared staging) stays host memory: a copy within one GPU would
-    // take it for device memory.
-    auto issued = [&](int dev) { return dev == kHostDevice ? dev : backend_.ipc_named_device(dev, device); };
-    backend_.copy_async_prechecked(op.dst, issued(op.dst_dev), op.src, issued(op.src_dev), op.bytes, l.stream());
+    // which it runs over NVLink as NCCL's and UCX's IPC copies are (Backend::ipc_named_device;
+    // the team's shared host staging stays host memory).
+    backend_.copy_async_prechecked(op.dst, backend_.ipc_named_device(op.dst_dev, device), op.src,
+                                   backend_.ipc_named_device(op.src_dev, device), op.bytes, l.stream());
   } else {
     // Schedule builders make copies, reductions and barriers only (other kinds are the
     // coll executor's own).

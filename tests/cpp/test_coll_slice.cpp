@@ -140,6 +140,8 @@ class IssuedCopies : public ForwardingBackend {
   using ForwardingBackend::ForwardingBackend;
   const char* name() const override { return "issued-copies"; }
   bool emulated() const override { return false; }
+  // CUDA's rule (the base class's), not the emulated backend's that names every owner.
+  int ipc_named_device(int owner, int reader) const override { return Backend::ipc_named_device(owner, reader); }
   void copy_async_prechecked(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes,
                              StreamHandle s) override {
     const int dst_owner = owner(dst), src_owner = owner(src);

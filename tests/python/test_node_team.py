@@ -1,12 +1,12 @@
 """The cross-process collective team driven by a key-value store instead of MPI (what the
 PyTorch backend runs on): 2 and 3 processes, every collective checked against numpy, on the
 emulated node here (on GPUs where there are enough). Needs no torch and no MPI."""
-import json
 import os
 import subprocess
 import sys
 
 import pytest
+from store_ranks import reports, run_ranks, skip_without
 
 WORKER = os.path.join(os.path.dirname(__file__), "node_team_worker.py")
 
@@ -14,34 +14,19 @@ WORKER = os.path.join(os.path.dirname(__file__), "node_team_worker.py")
 def run_team(tmp_path, size: int, timeout: int = 120, mode: str = "host", **extra_env) -> list[dict]:
     env = dict(os.environ, GPUSTRIPE_TIMEOUT=os.environ.get("GPUSTRIPE_TIMEOUT", "30"), PYTHONUNBUFFERED="1",
                **extra_env)
-    procs = [subprocess.Popen([sys.executable, WORKER, str(tmp_path / "store"), str(r), str(size), mode],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-             for r in range(size)]
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=timeout)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    reports = []
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out
-        lines = [ln for ln in out.splitlines() if ln.startswith("NODETEAM ")]
-        assert len(lines) == 1, out
-        reports.append(json.loads(lines[0][len("NODETEAM "):]))
-    return reports
+    out = []
+    for text in run_ranks(WORKER, str(tmp_path / "store"), size, [mode], env, timeout):
+        got = reports(text, "NODETEAM ")
+        assert len(got) == 1, text
+        out.append(got[0])
+    return out
 
 
 @pytest.mark.parametrize("mode", ["host", "ordered"])
 @pytest.mark.parametrize("size", [2, 3])
 def test_store_team_runs_every_collective(tmp_path, size, mode):
     """host: each call returns when done; ordered: each is enqueued behind a stream."""
-    import gpustripe
-
-    if 0 < gpustripe.cuda_device_count() < size:
-        pytest.skip(f"needs {size} GPUs")
+    skip_without(size)
     reports = run_team(tmp_path, size, mode=mode)
     assert sorted(r["rank"] for r in reports) == list(range(size))
     for r in reports:
@@ -56,10 +41,7 @@ def test_store_team_runs_every_collective(tmp_path, size, mode):
 def test_store_team_bcast_through_shared_host_staging(tmp_path, size):
     """A 30% host share at every size, in 4K chunks: the broadcasts are right from every root, and
     the shared host staging lives and dies with its team (made and closed twice per process)."""
-    import gpustripe
-
-    if 0 < gpustripe.cuda_device_count() < size:
-        pytest.skip(f"needs {size} GPUs")
+    skip_without(size)
     reports = run_team(tmp_path, size, mode="bcast_host",
                        GPUSTRIPE_TEST="coll.bcast_host_share=0.3,coll.bcast_chunk=4K")
     for r in reports:

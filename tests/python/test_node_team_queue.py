@@ -3,50 +3,28 @@ which meets the other ranks and enqueues them in call order): a caller's calls r
 the peer has posted and come out exact and in order, a blocking call after them reads their
 results, their start events are reused, a call declined at the meeting and a peer that died reach the caller at join() and at
 its next call, and a team closed with calls queued runs them first. Emulated node, no torch."""
-import json
 import os
-import subprocess
-import sys
 
 import pytest
+from store_ranks import reports, run_ranks, skip_without
 
 WORKER = os.path.join(os.path.dirname(__file__), "node_team_queue_worker.py")
 
 
 def run(tmp_path, scenario: str, size: int = 2, timeout_s: str = "20") -> list[dict]:
     env = dict(os.environ, GPUSTRIPE_TIMEOUT=timeout_s, PYTHONUNBUFFERED="1")
-    procs = [subprocess.Popen([sys.executable, WORKER, str(tmp_path / "store"), str(r), str(size), scenario],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-             for r in range(size)]
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=90)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    reports = {}
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out
-        lines = [ln for ln in out.splitlines() if ln.startswith("QUEUE ")]
-        assert len(lines) <= 1, out
-        if lines:
-            r = json.loads(lines[0][len("QUEUE "):])
-            reports[r["rank"]] = r
-    return [reports.get(r) for r in range(size)]
-
-
-def _skip_without(size: int) -> None:
-    import gpustripe
-
-    if 0 < gpustripe.cuda_device_count() < size:
-        pytest.skip(f"needs {size} GPUs")
+    by_rank = {}
+    for text in run_ranks(WORKER, str(tmp_path / "store"), size, [scenario], env, 90):
+        got = reports(text, "QUEUE ")
+        assert len(got) <= 1, text
+        if got:
+            by_rank[got[0]["rank"]] = got[0]
+    return [by_rank.get(r) for r in range(size)]
 
 
 @pytest.mark.parametrize("size", [2, 3])
 def test_queued_calls_return_before_the_peer_posts_and_come_out_in_order(tmp_path, size):
-    _skip_without(size)
+    skip_without(size)
     reports = run(tmp_path, "ahead", size)
     for r in reports:
         assert r["returned"] and r["queued"] == 8, r
@@ -59,7 +37,7 @@ def test_queued_calls_return_before_the_peer_posts_and_come_out_in_order(tmp_pat
 
 
 def test_a_call_declined_at_the_meeting_fails_its_join_and_later_calls(tmp_path):
-    _skip_without(2)
+    skip_without(2)
     r0, r1 = run(tmp_path, "declined")
     assert r0["posted"], r0                      # its side could take it: queued, returned at once
     assert "declined" in r0["join"], r0          # the meeting's answer, at the join
@@ -69,7 +47,7 @@ def test_a_call_declined_at_the_meeting_fails_its_join_and_later_calls(tmp_path)
 
 
 def test_a_peer_gone_before_a_queued_call_fails_the_join_within_the_timeout(tmp_path):
-    _skip_without(2)
+    skip_without(2)
     r0, r1 = run(tmp_path, "peer_dies", timeout_s="5")
     assert r1 is None  # left without a call
     assert r0["posted"] and r0["join"] != "returned", r0
@@ -77,7 +55,7 @@ def test_a_peer_gone_before_a_queued_call_fails_the_join_within_the_timeout(tmp_
 
 
 def test_a_team_closed_with_calls_queued_runs_them_first(tmp_path):
-    _skip_without(2)
+    skip_without(2)
     r0, r1 = run(tmp_path, "shutdown")
     assert r0["closed"] and r0["done_when_posted"] == 0, r0
     assert all(r1["checks"].values()), r1  # rank 0's worker met every call while its team closed
