@@ -113,6 +113,8 @@ class SliceRunner {
   void join_ordered(int device, StreamHandle s);
   // Whether run_ordered takes prog: its edges fit the words.
   bool can_order(const coll::Program& prog, const coll::CrossSlots& slots) const;
+  // Whether runs can be stream-ordered at all (the backend has stream flags).
+  bool stream_flags() const { return dev_flags_ != nullptr; }
   // Returns once every stream-ordered run enqueued so far is done on this rank's GPUs (before
   // anything frees or remaps memory they use, and before a host-ordered run). Bounded by
   // GPUSTRIPE_TIMEOUT; a dead peer fails it sooner, and lets this rank's streams past their

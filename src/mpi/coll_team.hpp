@@ -144,6 +144,8 @@ class CollTeam {
   // The stream of `device` that stream-ordered calls end on: work enqueued on it after a call
   // sees its results (and a buffer's user that waits for it may reuse the buffer).
   StreamHandle ordered_stream(int device) { return runner_->ordered_stream(device); }
+  // Whether calls with a stream can be enqueued stream-ordered here (the backend has stream flags).
+  bool stream_flags() const { return runner_->stream_flags(); }
   // Work enqueued on `s` (a stream of `device`) from now on sees the results of every call made
   // so far (SliceRunner::join_ordered): a blocking call's end on the caller's stream.
   void join_calls(int device, StreamHandle s) { runner_->join_ordered(device, s); }

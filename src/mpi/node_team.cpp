@@ -40,13 +40,6 @@ NodeTeam::NodeTeam(std::unique_ptr<ipc::Bootstrap> boot) {
   for (int r = 0; r < b.size(); ++r) channel_rank[r] = r;  // the channel was joined in bootstrap order
   team_ = std::make_unique<CollTeam>(*ctx_, *ep_, std::move(boot), std::move(channel_rank));
   marks_ = std::make_unique<CallMarks>(ctx_->backend());
-  // One page: a word per device, registered for the GPUs' stream waits.
-  constexpr size_t kPage = 4096;
-  static_assert(kMaxDevices * sizeof(uint32_t) <= kPage, "the calls' words outgrew their page");
-  words_host_ = static_cast<uint32_t*>(std::aligned_alloc(kPage, kPage));
-  GS_REQUIRE(words_host_, GPUSTRIPE_ERR_NO_MEMORY, "node team: a page for the calls' words");
-  for (int d = 0; d < kMaxDevices; ++d) reinterpret_cast<std::atomic<uint32_t>*>(words_host_ + d)->store(0);
-  words_ = ctx_->backend().register_host(words_host_, kPage);
   queue_ = std::make_unique<CallQueue>();
   GS_LOG_INFO(Subsys::Mpi, "node team: rank %d of %d, %s backend", team_->rank(), team_->size(), ctx_->backend_name());
 }
@@ -72,11 +65,6 @@ NodeTeam::~NodeTeam() {
         be.destroy_event(e);
       } catch (const Error&) {
       }
-  if (words_) try {
-      be.unregister_host(words_host_);
-    } catch (const Error&) {
-    }
-  std::free(words_host_);
   for (auto& [dev, s] : streams_) {
     try {
       ctx_->backend().synchronize_stream(s);
@@ -191,22 +179,12 @@ CollTeam::PhaseTimes NodeTeam::phase_times(bool reset) {
 
 bool NodeTeam::submit(CollCall& c, bool queued) {
   Backend& be = ctx_->backend();
-  if (!queued || !c.stream || !words_) {
+  if (!queued || !c.stream || !team_->stream_flags()) {
     queue_->drain(c.name);  // the calls queued before it come first, on every rank
     std::lock_guard<std::mutex> lock(team_mu_);
     if (!c.stream) return team_->run(c);
-    const uint64_t n = ++calls_;
     const bool served = team_->run(c);
-    if (served) {
-      // The ends' stream follows the team's: by the word where there is one, else an event.
-      Ends& e = ends(c.device);
-      if (words_) {
-        be.stream_write_flag(team_->ordered_stream(c.device), words_ + c.device, static_cast<uint32_t>(n));
-        be.stream_wait_flag(e.stream, words_ + c.device, static_cast<uint32_t>(n));
-      } else {
-        team_->join_calls(c.device, e.stream);
-      }
-    }
+    if (served) team_->join_calls(c.device, ends(c.device).stream);  // the ends' stream follows the team's
     return served;
   }
   queue_->check();  // a queued call that failed: raised at the caller's next call

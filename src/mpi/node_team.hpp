@@ -83,7 +83,7 @@ class NodeTeam {
   uint64_t queued() const { return queued_calls_.load(); }
   uint64_t queue_done() const { return queue_->done(); }
   // Whether a stream-ordered call can be queued here (the backend has stream flags).
-  bool can_queue() const { return words_ != nullptr; }
+  bool can_queue() const { return team_->stream_flags(); }
   // Events made so far for queued calls' starts (each reused once the worker has enqueued its call).
   size_t ready_events_created() const {
     std::lock_guard<std::mutex> lock(events_mu_);
@@ -142,13 +142,6 @@ class NodeTeam {
   std::unique_ptr<CallMarks> marks_;
   std::map<int, StreamHandle> streams_;
   std::map<int, Ends> ends_;  // by device: the caller's side of the calls' ends
-  // Per device, the number of the last call run here (not queued) on it, written by the team's
-  // stream after the call and waited for by the ends' stream (both enqueued by this thread, the
-  // write first), in host memory registered for the GPUs.
-  static constexpr int kMaxDevices = 1024;
-  uint32_t* words_host_ = nullptr;
-  uint32_t* words_ = nullptr;          // as the streams see them; null: the backend has no flags
-  std::atomic<uint64_t> calls_{0};     // stream-ordered calls made here, not queued (their words' numbers)
   std::atomic<uint64_t> queued_calls_{0};  // collectives handed to the worker (its other jobs, marks, not counted)
   mutable std::mutex team_mu_;         // the team runs one call at a time: the worker's, or the caller's
   mutable std::mutex events_mu_;
