@@ -4,6 +4,7 @@
 // calls mix on one communicator; barrier_cuda.cu's barrier kernel sets and waits on the flags
 // with the same set_flags / wait_peers. Device code only; each including .cu file gets its own copy.
 #pragma once
+#include "coll/kernel_done.cuh"
 #include "coll/reduce.hpp"
 
 namespace gpustripe::coll {
@@ -54,11 +55,7 @@ __device__ unsigned long long fused_entry(const FusedBarrier& b) {
 // Exit: the last block to finish (every block's stores visible first) sets the exit flags,
 // waits for the peers' and advances the counter past both barriers.
 __device__ void fused_exit(const FusedBarrier& b, unsigned long long e) {
-  __threadfence_system();
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  if (atomicAdd(b.blocks_done, 1u) != gridDim.x - 1) return;
-  *b.blocks_done = 0;
+  if (!last_block_done(b.blocks_done)) return;
   set_flags(b.args, e + 1);
   wait_peers(b.args, e + 1);
   *reinterpret_cast<volatile unsigned long long*>(b.args.counter) = e + 1;

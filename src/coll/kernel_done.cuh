@@ -16,15 +16,21 @@ struct KernelDone {
   unsigned* blocks_done = nullptr;
 };
 
-// Every thread of every block must call it, last: each thread's stores are made visible to the
-// system before its block counts itself done, and the last block to count writes the word (as
-// fused_exit does with the barrier's flags), so a host that sees the word may read every result.
-__device__ __forceinline__ void announce_done(const KernelDone& d) {
+// Every thread of every block calls it, last; true in one thread of the last block to finish,
+// once every block's stores are visible to the system. blocks_done (a device word, 0 between
+// launches) is left 0 for the next launch, which stream order puts after this one.
+__device__ __forceinline__ bool last_block_done(unsigned* blocks_done) {
   __threadfence_system();
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  if (atomicAdd(d.blocks_done, 1u) != gridDim.x - 1) return;
-  *d.blocks_done = 0;  // for the next announcing launch, which stream order puts after this one
+  if (threadIdx.x != 0) return false;
+  if (atomicAdd(blocks_done, 1u) != gridDim.x - 1) return false;
+  *blocks_done = 0;
+  return true;
+}
+
+// The last block to finish writes the word, so a host that sees it may read every result.
+__device__ __forceinline__ void announce_done(const KernelDone& d) {
+  if (!last_block_done(d.blocks_done)) return;
   __threadfence_system();
   *reinterpret_cast<volatile uint32_t*>(d.word) = d.value;
 }
