@@ -93,6 +93,18 @@ void bind_team(nb::module_& m) {
           },
           "Calls queued to the team's worker (queued=True), those it has run, whether calls can be queued "
           "here (the backend has stream flags), and the events made for the queued calls' starts (reused)")
+      .def("queue_posted", &NodeTeam::queue_posted,
+           "The number of the latest job handed to the team's worker (ask right after a queued call: its number)")
+      .def(
+          "wait_queued",
+          [](NodeTeam& t, uint64_t job, int dev) {
+            return reinterpret_cast<uintptr_t>(without_gil([&] { return t.wait_queued(job, dev); }));
+          },
+          nb::arg("job"), nb::arg("device"),
+          "Returns once the team's worker has run its jobs up to number `job` (queue_posted()), not the later "
+          "ones, and returns calls_stream(device) (int), where that call's end may be enqueued now. Raises the "
+          "error of one that failed; bounded by GPUSTRIPE_TIMEOUT. Callable from another thread than the "
+          "caller's (no GIL held while waiting)")
       .def("mark", [](NodeTeam& t, int dev) { return without_gil([&] { return t.mark(dev); }); }, nb::arg("device"),
            "Marks the end of the calls made so far on `device` (on calls_stream(device)), for a caller that holds "
            "each call's buffers until the GPUs are past it; returns how many of the earlier marks, oldest first, "

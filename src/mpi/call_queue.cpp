@@ -50,6 +50,12 @@ void CallQueue::drain(const char* what) {
   if (error_) std::rethrow_exception(error_);
 }
 
+void CallQueue::wait(uint64_t job, const char* what) {
+  std::unique_lock<std::mutex> lock(mu_);
+  wait_for_jobs(lock, what, [this, job] { return done_ >= job; });
+  if (error_ && failed_job_ <= job) std::rethrow_exception(error_);
+}
+
 void CallQueue::check() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (error_) std::rethrow_exception(error_);
@@ -80,8 +86,11 @@ void CallQueue::work() {
       failed = std::current_exception();
     }
     lock.lock();
-    if (failed && !error_) error_ = failed;
     ++done_;
+    if (failed && !error_) {
+      error_ = failed;
+      failed_job_ = done_;  // jobs run in the order they were posted
+    }
     ran_.notify_all();
   }
 }

@@ -36,6 +36,9 @@ class CallQueue {
   // GPUSTRIPE_TIMEOUT without a job finishing (ERR_TIMEOUT naming `what`): each job's own waits
   // are bounded too, this only keeps a stuck worker from holding the caller forever.
   void drain(const char* what);
+  // Returns once jobs 1..`job` have run (post()'s numbers); throws the error of one of them that
+  // failed (a failure of a later job is not theirs). Bounded as drain() is.
+  void wait(uint64_t job, const char* what);
   // Throws the error of a job that failed, if one did.
   void check() const;
   // Whether `job` runs on the worker (a job asks: the team's calls are not made from elsewhere).
@@ -55,6 +58,7 @@ class CallQueue {
   std::deque<std::function<void()>> jobs_;
   uint64_t posted_ = 0, done_ = 0;
   std::exception_ptr error_;
+  uint64_t failed_job_ = 0;  // the number of the job that set error_ (0: none failed)
   bool stop_ = false;
   std::thread worker_;
 };

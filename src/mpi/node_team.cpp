@@ -100,6 +100,7 @@ int NodeTeam::device_of(CollCall& c, std::initializer_list<const void*> bufs) {
 }
 
 NodeTeam::Ends& NodeTeam::ends(int device) {
+  std::lock_guard<std::mutex> lock(ends_mu_);  // an entry, once made, stays where it is
   auto it = ends_.find(device);
   if (it == ends_.end()) it = ends_.emplace(device, Ends{ctx_->backend().create_stream(device), nullptr}).first;
   return it->second;
@@ -128,11 +129,17 @@ void NodeTeam::settle() {
   queue_->drain("settle");
   std::lock_guard<std::mutex> lock(team_mu_);
   team_->settle();
+  std::lock_guard<std::mutex> ends_lock(ends_mu_);
   for (auto& [dev, e] : ends_) ctx_->backend().synchronize_stream(e.stream);
 }
 
 StreamHandle NodeTeam::calls_stream(int device) {
   queue_->drain("calls_stream");
+  return ends(device).stream;
+}
+
+StreamHandle NodeTeam::wait_queued(uint64_t job, int device) {
+  queue_->wait(job, "a queued call's end");
   return ends(device).stream;
 }
 

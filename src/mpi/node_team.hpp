@@ -82,6 +82,15 @@ class NodeTeam {
   // Queued calls so far, and of them those the worker has run.
   uint64_t queued() const { return queued_calls_.load(); }
   uint64_t queue_done() const { return queue_->done(); }
+  // The number of the latest job handed to the worker (a queued call's, or a mark's): a caller
+  // asks right after a queued call for the one to pass to wait_queued().
+  uint64_t queue_posted() const { return queue_->posted(); }
+  // Returns once the worker has run jobs 1..`job` (a queued call: enqueued it, calls_stream(device)
+  // ordered after it), without waiting for the later ones, and returns calls_stream(device) (the
+  // caller enqueues the call's end there next); throws the error of one of them that failed.
+  // Bounded by GPUSTRIPE_TIMEOUT. Callable from another thread than the caller's (a completer of
+  // futures: a call's future completed off the caller's thread).
+  StreamHandle wait_queued(uint64_t job, int device);
   // Whether a stream-ordered call can be queued here (the backend has stream flags).
   bool can_queue() const { return team_->stream_flags(); }
   // Events made so far for queued calls' starts (each reused once the worker has enqueued its call).
@@ -142,6 +151,7 @@ class NodeTeam {
   std::unique_ptr<CallMarks> marks_;
   std::map<int, StreamHandle> streams_;
   std::map<int, Ends> ends_;  // by device: the caller's side of the calls' ends
+  std::mutex ends_mu_;        // ends_'s entries: made by the caller, also looked up by wait_queued()
   std::atomic<uint64_t> queued_calls_{0};  // collectives handed to the worker (its other jobs, marks, not counted)
   mutable std::mutex team_mu_;         // the team runs one call at a time: the worker's, or the caller's
   mutable std::mutex events_mu_;

@@ -2,7 +2,8 @@
 // failed job's error reaches the poster at its next post, drain and check (and the jobs after it
 // still run: each releases what it holds), drain returns only once every job posted has run,
 // a full queue holds the poster until the worker catches up, and the queue's end runs what is
-// queued.
+// queued. wait(job) returns once that job has run, not waiting for later ones, and throws only
+// an error of a job up to it.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -49,6 +50,23 @@ TEST(CallQueue, DrainWaitsForAJobStillRunning) {
   q.drain("test");  // returns only after the job ran, whenever the gate opens
   EXPECT_TRUE(finished);
   opener.join();
+}
+
+TEST(CallQueue, WaitForAJobReturnsWithoutTheLaterOnes) {
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  std::atomic<bool> first{false};
+  CallQueue q;
+  const uint64_t job = q.post([&first] { first = true; });
+  q.post([gate] { gate.wait(); });  // runs until the gate opens, after wait() returned
+  q.post([] { throw std::runtime_error("a later job failed"); });
+  q.wait(job, "test");  // returns although the second job holds the worker
+  EXPECT_TRUE(first);
+  EXPECT_LT(q.done(), 3u);
+  go.set_value();
+  EXPECT_THROW(q.wait(3, "test"), std::runtime_error);  // its own error
+  EXPECT_NO_THROW(q.wait(job, "test"));                // not the first job's
+  EXPECT_NO_THROW(q.wait(2, "test"));
 }
 
 TEST(CallQueue, AFailedJobsErrorReachesThePosterAndLaterJobsStillRun) {

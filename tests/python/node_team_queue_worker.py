@@ -6,7 +6,9 @@ test_node_team_queue.py, one process per rank, with a scenario:
   reports that they all returned before rank 1 posted anything (rank 1 waits for rank 0's word in
   the store before its first call); a blocking call after them reads their result; both ranks
   check every buffer against numpy after settle(); then 20 calls, each joined before the next,
-  make no new start event.
+  make no new start event. Rank 0's thread waiting for its first call's job (wait_queued: what
+  the torch backend's futures wait for) has not returned when rank 0 tells rank 1 to post (the
+  wait holds no GIL: rank 0's main thread goes on), and returns the calls' stream once it has.
 - `declined`: rank 1's buffer is host memory: its queued call raises at once; rank 0's queued call
   is posted, and its join() raises the meeting's answer, as does every later call.
 - `peer_dies`: rank 1 leaves without posting; rank 0's queued call is posted, its join() raises
@@ -18,6 +20,7 @@ Prints one line `QUEUE {json}`."""
 import json
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -70,6 +73,12 @@ def main() -> None:
         out["returned"] = all(calls)
         out["done_when_posted"] = team.queue_stats()["done"]
         out["queued"] = team.queue_stats()["queued"]
+        waited, waiter = {}, None
+        if rank == 0 and scenario == "ahead":
+            first = team.queue_posted() - len(calls) + 1  # the first call's job
+            waiter = threading.Thread(target=lambda: waited.update(stream=team.wait_queued(first, dev)))
+            waiter.start()
+            out["first_waited_when_posted"] = "stream" in waited
         if rank == 0:
             store.set("queue/posted/0", b"1")
         if scenario == "shutdown" and rank == 0:
@@ -94,6 +103,9 @@ def main() -> None:
         }
         if scenario == "ahead":
             checks["blocking"] = np.allclose(get(b, N), size * blocks.sum(axis=0))
+        if waiter is not None:
+            waiter.join()
+            checks["first waited: the calls' stream"] = waited.get("stream") == team.calls_stream(dev)
         out["checks"] = checks
         out["stats"] = team.queue_stats()
         if scenario == "ahead":

@@ -34,6 +34,7 @@ def test_queued_calls_return_before_the_peer_posts_and_come_out_in_order(tmp_pat
     # Rank 1 posted nothing before rank 0's eight calls had all returned: none of them could have
     # met the others yet (the worker had run none).
     assert reports[0]["done_when_posted"] == 0, reports[0]
+    assert reports[0]["first_waited_when_posted"] is False, reports[0]  # waited for rank 1's call
 
 
 def test_a_call_declined_at_the_meeting_fails_its_join_and_later_calls(tmp_path):

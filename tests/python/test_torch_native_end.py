@@ -6,7 +6,12 @@ switched per call (its end is marked by the team in C++, events reused there), t
 until the team says the GPUs are past the call, a wait() that joins the waiting device's current
 stream to the team's in one call, a future made only when asked (CUDA-aware, marked on the team's
 stream), what finishes a call run on the team's stream before the mark, and the caller's stream
-and device given back, also when that raises. Needs torch (CPU is enough); skipped without it."""
+and device given back, also when that raises. A future is returned before the team's worker has
+enqueued its call and completed off the caller's thread once it has, in call order; a call's
+error fails its future; closing completes or fails every future given out. Needs torch (CPU is
+enough); skipped without it."""
+import threading
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (CI runs without it)")
@@ -37,15 +42,47 @@ class Cuda:
                 self.stream_id, self.device_index, self.device_type = TEAM_STREAM
 
         class Future:
-            def __init__(self, devices):
-                (d,) = devices
-                self.index = d.index
+            def __init__(self, devices=None):
+                if devices is not None:
+                    (d,) = devices
+                    self.index = d.index
+                self.ready, self.callbacks, self.error = threading.Event(), [], None
 
             def set_result(self, result):
                 # a CUDA-aware future creates an event and records it on its device's current stream
                 cuda.events += 1
                 cuda.log.append(("future", cuda.current[self.index]))
-                self.result = result
+                self._finish(result, None)
+
+            def _finish(self, result, error):
+                self.result, self.error = result, error
+                self.ready.set()
+                for cb in self.callbacks:
+                    cb()
+
+            def done(self):
+                return self.ready.is_set()
+
+            def value(self):
+                return self.result
+
+            def wait(self):
+                assert self.ready.wait(30), "a future never completed"
+                if self.error is not None:
+                    raise self.error
+                return self.result
+
+            def then(self, fn):
+                child = Future()
+
+                def run():  # as torch's: what fn raises is the child's error
+                    try:
+                        child._finish(fn(self), None)
+                    except Exception as e:  # noqa: BLE001
+                        child._finish(None, e)
+
+                self.callbacks.append(run)
+                return child
 
         self.Event, self.Stream, self.Future = Event, Stream, Future
 
@@ -78,6 +115,31 @@ class Team:
 
     def __init__(self, log: list):
         self.log, self.marks, self.past, self.reported = log, 0, 0, 0
+        # the worker's queue: jobs posted, jobs it has run (enqueue()), the error of a failed one
+        self.posted, self.ran, self.error = 0, 0, None
+        self.cv = threading.Condition()
+
+    def queue_posted(self):
+        return self.posted
+
+    def enqueue(self, upto: int) -> None:
+        """The worker has run the jobs up to `upto`."""
+        with self.cv:
+            self.ran = upto
+            self.cv.notify_all()
+
+    def fail(self, error: Exception) -> None:
+        """A job of the worker failed."""
+        with self.cv:
+            self.error = error
+            self.cv.notify_all()
+
+    def wait_queued(self, job, index):
+        with self.cv:
+            assert self.cv.wait_for(lambda: self.ran >= job or self.error, 30), "the worker never ran the job"
+            if self.error is not None:
+                raise self.error
+        return 0x1234
 
     def calls_stream(self, index):
         return 0x1234
@@ -101,6 +163,9 @@ class Team:
 
     def settle(self):
         self.log.append(("settle",))
+        if self.error is not None:
+            raise self.error
+        self.enqueue(self.posted)
         self.past = self.marks
 
 
@@ -178,9 +243,104 @@ def test_a_future_only_when_asked_marked_on_the_teams_stream(cuda, log):
     work = mem.done([t], [t], DEV, None)
     assert cuda.events == 0 and cuda.switches == 0
     fut = work.get_future()
-    assert fut.result == [t] and work.get_future() is fut  # made once
+    assert fut.wait() == [t] and work.get_future() is fut  # made once
     assert log == [("mark", 1), ("stream", TEAM_STREAM), ("future", TEAM_STREAM), ("stream", CALLER_STREAM)]
     assert cuda.current[1] == CALLER_STREAM and cuda.device == 1
+    mem.close()
+
+
+def queued_calls(mem, n):
+    """n asynchronous calls, each handed to the team's worker (a job of its queue), and their tensors."""
+    ts, works = [], []
+    for i in range(n):
+        mem.team.posted += 1  # the call's job, posted before its end is made (done())
+        ts.append(torch.full((2,), float(i)))
+        works.append(mem.done([ts[-1]], [ts[-1]], DEV, None))
+    return ts, works
+
+
+def test_a_future_returned_before_the_worker_enqueued_its_call_completed_after_in_order(cuda, log):
+    mem = mem_of(log)
+    ts, works = queued_calls(mem, 2)
+    futs = [w.get_future() for w in works]  # the ranks have not met: the worker ran neither call
+    assert not any(f.done() for f in futs)
+    assert not any(e[0] in ("future", "stream") for e in log)  # nothing enqueued on the team's stream yet
+    mem.team.enqueue(1)
+    assert futs[0].wait() == [ts[0]]
+    # its end on the team's stream (the completer's thread), the previous stream given back
+    assert log[-3:] == [("stream", TEAM_STREAM), ("future", TEAM_STREAM), ("stream", CALLER_STREAM)]
+    assert not futs[1].done()  # its call is not enqueued yet: the completer waits for it
+    mem.team.enqueue(2)
+    assert futs[1].wait() == [ts[1]]
+    mem.close()
+    assert not mem._completer._thread.is_alive()
+
+
+def test_a_failed_call_fails_its_future(cuda, log):
+    mem = mem_of(log)
+    _, (work,) = queued_calls(mem, 1)
+    fut = work.get_future()
+    mem.team.fail(RuntimeError("allreduce: another rank's side declined this queued call"))
+    with pytest.raises(RuntimeError, match="declined"):
+        fut.wait()
+    assert ("stream", TEAM_STREAM) not in log  # nothing enqueued on the team's stream for a call not made
+    with pytest.raises(RuntimeError, match="declined"):
+        mem.close()  # the team's settle raises it too; the completer still ends
+    assert not mem._completer._thread.is_alive()
+
+
+@pytest.mark.parametrize("worker_failed", [False, True])
+def test_close_completes_or_fails_every_pending_future(cuda, log, worker_failed):
+    mem = mem_of(log)
+    ts, works = queued_calls(mem, 3)
+    futs = [w.get_future() for w in works]
+    assert not any(f.done() for f in futs)
+    if worker_failed:
+        mem.team.fail(RuntimeError("the team's worker ran no queued collective for 5 s"))
+        with pytest.raises(RuntimeError, match="worker"):
+            mem.close()
+    else:
+        mem.close()  # the team settles: the worker has run every job
+    assert all(f.done() for f in futs) and not mem._completer._thread.is_alive()
+    for t, f in zip(ts, futs):
+        if worker_failed:
+            with pytest.raises(RuntimeError, match="worker"):
+                f.wait()
+        else:
+            assert f.wait() == [t]
+    assert works[0].get_future() is futs[0]
+
+
+def test_the_completer_with_torch_futures_chained_then_exact_and_errors_raised():
+    """torch's own futures (CPU): the value a chained then() sees, and a failed call's error."""
+
+    class Queue:
+        def __init__(self):
+            self.ran, self.cv = 0, threading.Condition()
+
+        def wait_queued(self, job, index):
+            with self.cv:
+                assert self.cv.wait_for(lambda: self.ran >= job, 30)
+            if job == 2:
+                raise RuntimeError("a peer left: the team's worker failed")
+            return 0
+
+    q = Queue()
+    c = gt._Completer(q, lambda index, raw, fut, result: fut.set_result(result))
+    futs = []
+    for job in (1, 2):
+        base = torch._C.Future([])
+        futs.append(base.then(gt._unwrap).then(lambda f: f.value()[0] * 2 + 1))
+        c.add(job, 0, base, [torch.arange(4.0)])
+    assert not any(f.done() for f in futs)
+    with q.cv:
+        q.ran = 2
+        q.cv.notify_all()
+    assert torch.equal(futs[0].wait(), torch.tensor([1.0, 3.0, 5.0, 7.0]))
+    with pytest.raises(RuntimeError, match="peer left"):
+        futs[1].wait()
+    c.close()
+    assert not c._thread.is_alive()
 
 
 def test_what_finishes_a_call_runs_on_the_teams_stream_before_its_mark(cuda, log):

@@ -81,6 +81,9 @@ def worker(rank: int, world: int, port: int, mode: str) -> None:
     w = dist.all_reduce(a := torch.ones(6), async_op=True)
     w.wait()
     checks["async work"] = torch.equal(a, torch.full((6,), float(world)))
+    w = dist.all_reduce(torch.full((5,), float(rank + 1)), async_op=True)
+    chained = w.get_future().then(lambda f: f.value()[0] * 2)  # as DDP's reducer chains a bucket's end
+    checks["future then"] = torch.equal(chained.wait(), torch.full((5,), float(world * (world + 1))))
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
