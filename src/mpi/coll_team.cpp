@@ -427,7 +427,8 @@ struct CollTeam::Pending {
 // by (rank, the exchange's call number, form: 0 blocking, 1 nonblocking), as every rank numbers
 // the calls alike. coll_in: the interposer got the call; coll_pre: the team got it (lookup
 // done); coll_post: its message goes into the exchange; coll_all: every rank's message seen;
-// coll_prog: the mappings and the Program ready; coll_enq: this rank's part enqueued. Then
+// coll_prog: the mappings and the Program ready; coll_launch: the part's first driver call begins
+// (none where this rank has no op in it); coll_enq: this rank's part enqueued. Then
 // coll_done (every rank's done word seen) and coll_ret (returning to the program; for a
 // nonblocking call, its request seen complete by a wait or test).
 void CollTeam::trace_launch(const CollCall& call, const Entry& e, std::chrono::steady_clock::time_point prog,
@@ -440,6 +441,8 @@ void CollTeam::trace_launch(const CollCall& call, const Entry& e, std::chrono::s
   p2p::trace_at(e.t1, "coll_post", rank_, e.posted, form, call.bytes);
   p2p::trace_at(e.t2, "coll_all", rank_, e.posted, form, call.bytes);
   p2p::trace_at(prog, "coll_prog", rank_, e.posted, form, call.bytes);
+  if (runner_->launched_at() != std::chrono::steady_clock::time_point{})
+    p2p::trace_at(runner_->launched_at(), "coll_launch", rank_, e.posted, form, call.bytes);
   p2p::trace_at(runner_->enqueued_at(), "coll_enq", rank_, e.posted, form, call.bytes);
 }
 

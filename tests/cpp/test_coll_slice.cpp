@@ -423,6 +423,9 @@ TEST(CollSlice, EachFormsPartOnAPairIsOneLaunchAndNoOtherDriverCall) {
   }
   const int calls = 2;
   std::vector<std::vector<int>> launches(2, std::vector<int>(forms.size(), 0));
+  // Whether the runner said when the part's first driver call began (the phase trace's
+  // coll_launch), before its end: -1 unset, 1 set in order.
+  std::vector<std::vector<int>> stamped(2, std::vector<int>(forms.size(), 0));
   const std::vector<std::string> errors = on_two_ranks([&](int r) {
     AnyLaunchCounter reducer(b);
     mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
@@ -435,12 +438,17 @@ TEST(CollSlice, EachFormsPartOnAPairIsOneLaunchAndNoOtherDriverCall) {
         runner.run(forms[k].prog, r);
       }
       launches[r][k] = reducer.launches - before;
+      stamped[r][k] = runner.launched_at() == std::chrono::steady_clock::time_point{} ? -1
+                      : runner.launched_at() <= runner.enqueued_at()                ? 1
+                                                                                      : 0;
     }
   });
   ASSERT_EQ(errors, (std::vector<std::string>{"", ""}));
   for (size_t k = 0; k < forms.size(); ++k) {
     EXPECT_EQ(launches[0][k], forms[k].root_idle ? 0 : calls) << forms[k].what;
     EXPECT_EQ(launches[1][k], calls) << forms[k].what;
+    EXPECT_EQ(stamped[0][k], forms[k].root_idle ? -1 : 1) << forms[k].what;
+    EXPECT_EQ(stamped[1][k], 1) << forms[k].what;
   }
   EXPECT_EQ(counter.copies.load(), 0);
   EXPECT_EQ(counter.writes.load(), 0);
