@@ -10,6 +10,8 @@ nonblocking) and size, the median microseconds of each phase of a call on every 
   exchange  -> every rank's message seen (the entry barrier: the other ranks' lateness)
   program   -> the mappings and the Program ready (cached: lookups only)
   enqueue   -> this rank's part enqueued on its streams, its done word's write included
+  launch    of enqueue, the part's driver calls (from the first one's start: a kernel's launch);
+            the rest of enqueue is the runner's own bookkeeping ("-" where the rank has no op)
   gpu       -> every rank's done word seen (the launch's latency, the kernels, the end's flag)
   ret       -> the call returned to the program (nonblocking: its wait or test saw it complete)
   call      the interposer got the call -> it returned
@@ -32,7 +34,11 @@ import statistics
 from collections import defaultdict
 
 PHASES = ["coll_in", "coll_pre", "coll_post", "coll_all", "coll_prog", "coll_enq", "coll_done", "coll_ret"]
-COLUMNS = ["lookup", "prepare", "exchange", "program", "enqueue", "gpu", "ret", "call", "between", "period", "skew"]
+# The spans between phases (name, from, to); launch is inside enqueue, stamped where the rank launched.
+SPANS = [(name, a, b) for name, a, b in zip(["lookup", "prepare", "exchange", "program", "enqueue", "gpu", "ret"],
+                                           PHASES, PHASES[1:])]
+SPANS.insert(5, ("launch", "coll_launch", "coll_enq"))
+COLUMNS = [name for name, _, _ in SPANS] + ["call", "between", "period", "skew"]
 ALL = -1  # the rank of a row over every rank's calls
 
 
@@ -66,8 +72,8 @@ def rows(paths: list[str], by_rank: bool = False):
             keys = [(form, ev["bytes"], ALL)] + ([(form, ev["bytes"], rank)] if by_rank else [])
             for key in keys:
                 col = out[key]
-                for name, a, b in zip(COLUMNS, PHASES, PHASES[1:]):
-                    if a in ev:
+                for name, a, b in SPANS:
+                    if a in ev and b in ev:
                         col[name].append((ev[b] - ev[a]) / 1e3)
                 col["call"].append((ev["coll_ret"] - start) / 1e3)
             posts[(call, form)].append((ev["coll_post"], rank))

@@ -292,10 +292,11 @@ void bind_coll(nb::module_& m) {
   m.def(
       "coll_time",
       [](PyComm& pc, const std::string& op, uint64_t bytes, const std::string& dtype, const std::string& redop,
-         int warmup, int iters, int trials) {
+         int warmup, int iters, int trials, bool wait_each) {
         coll::CollTiming t = without_gil([&] {
           return coll::time_collective(*pc.impl, coll::parse_coll_op(op), bytes, coll::parse_dtype(dtype),
-                                       coll::parse_redop(redop), warmup, iters, trials);
+                                       coll::parse_redop(redop), warmup, iters, trials,
+                                       wait_each ? coll::CallPacing::WaitEach : coll::CallPacing::BackToBack);
         });
         nb::dict d;
         d["us"] = t.us;
@@ -308,10 +309,11 @@ void bind_coll(nb::module_& m) {
         return d;
       },
       nb::arg("comm"), nb::arg("op"), nb::arg("bytes"), nb::arg("dtype") = "float32", nb::arg("redop") = "sum",
-      nb::arg("warmup") = 3, nb::arg("iters") = 10, nb::arg("trials") = 5,
+      nb::arg("warmup") = 3, nb::arg("iters") = 10, nb::arg("trials") = 5, nb::arg("wait_each") = false,
       "Times a collective nccl-tests style (bytes: size per rank as nccl-tests reports it): median per-call time "
-      "of `trials` batches of `iters` back-to-back calls. Returns us, min_us, max_us, gbps (algbw), busbw_gbps, "
-      "schedule, enqueue_us (host time per call to return).");
+      "of `trials` batches of `iters` back-to-back calls; wait_each: the host waits for every rank's stream "
+      "after each call (what a blocking collective allows at best). Returns us, min_us, max_us, gbps (algbw), "
+      "busbw_gbps, schedule, enqueue_us (host time per call to return).");
   nb::class_<NcclCollBench>(m, "NcclCollBench",
                             "NCCL's collectives over devices 0..ranks-1 of this process (the benchmark's NCCL "
                             "copy-engine reference: symmetric=True registers ncclMemAlloc buffers as symmetric "

@@ -29,7 +29,7 @@ CollOp parse_coll_op(const std::string& name) {
 }
 
 CollTiming time_collective(Comm& comm, CollOp op, size_t bytes, DataType dt, RedOp redop, int warmup, int iters,
-                           int trials) {
+                           int trials, CallPacing pacing) {
   const int n = comm.size();
   const size_t esz = dtype_size(dt);
   const bool per_block = op == CollOp::AllToAll || op == CollOp::AllGather || op == CollOp::ReduceScatter;
@@ -81,7 +81,10 @@ CollTiming time_collective(Comm& comm, CollOp op, size_t bytes, DataType dt, Red
     sync();
     for (int k = 0; k < trials; ++k) {
       auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) call();
+      for (int i = 0; i < iters; ++i) {
+        call();
+        if (pacing == CallPacing::WaitEach) sync();
+      }
       auto issued = std::chrono::steady_clock::now();
       sync();
       auto t1 = std::chrono::steady_clock::now();

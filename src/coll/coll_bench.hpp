@@ -17,6 +17,7 @@ struct CollTiming {
   double busbw_gbps = 0;         // algbw times the nccl-tests factor of the op
   double enqueue_us = 0;         // median host time of one call to return (no synchronisation):
                                  // near `us`, the host's issuing bounds the rate
+                                 // (CallPacing::WaitEach: the waits included)
   std::string schedule;          // Comm::last_schedule() of the timed calls
 };
 
@@ -24,10 +25,17 @@ struct CollTiming {
 // alltoall (n-1)/n; bcast and reduce 1.
 double busbw_factor(CollOp op, int nranks);
 
+// How the host issues a batch's calls.
+enum class CallPacing {
+  BackToBack,  // nccl-tests': the host enqueues the next call while the GPUs run this one
+  WaitEach,    // the host waits for every rank's stream after each call before the next one:
+               // what a blocking collective (MPI's) allows any implementation at best
+};
+
 // Throws ERR_INVALID_SIZE when bytes is not a multiple of the element size times the
 // ranks where the op needs it. Buffers are allocated and freed inside.
 CollTiming time_collective(Comm& comm, CollOp op, size_t bytes, DataType dt, RedOp redop, int warmup, int iters,
-                           int trials);
+                           int trials, CallPacing pacing = CallPacing::BackToBack);
 
 CollOp parse_coll_op(const std::string& name);  // the results format's op names
 

@@ -58,6 +58,7 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   Lane& origin = lane(device, kOrderedRole);
   const StreamHandle o = origin.stream();
 
+  launched_at_ = std::chrono::steady_clock::now();  // the run's driver calls begin here
   if (!after_event) {
     backend_.record_event(ev.in, after);
     after_event = ev.in;

@@ -170,6 +170,7 @@ const coll::CrossSlots& SliceRunner::checked_slots(const coll::Program& prog, co
   GS_REQUIRE(prog.nranks() == nranks_, GPUSTRIPE_ERR_INTERNAL, "program for %d ranks on a team of %d", prog.nranks(),
              nranks_);
   ++runs_;
+  launched_at_ = {};
   if (!given) computed = coll::cross_slots(prog);
   const coll::CrossSlots& slots = given ? *given : computed;
   GS_REQUIRE(slots.size() <= TeamFlags::kMaxOps, GPUSTRIPE_ERR_NOT_SUPPORTED,
@@ -507,6 +508,7 @@ bool SliceRunner::enqueue_streams(const coll::Program& prog, const coll::CrossSl
   for (size_t i = begin; i < end; ++i) {
     const Op& op = ops[i];
     if (op.rank != rank_) continue;
+    if (launched_at_ == std::chrono::steady_clock::time_point{}) launched_at_ = std::chrono::steady_clock::now();
     Lane& l = *stream_of[i];
     if (std::find(used.begin(), used.end(), &l) == used.end()) {
       used.push_back(&l);

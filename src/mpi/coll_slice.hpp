@@ -128,6 +128,10 @@ class SliceRunner {
   // When this rank's latest part was enqueued, the write of its done word included (the phase
   // trace's "c_enq").
   std::chrono::steady_clock::time_point enqueued_at() const { return enqueued_at_; }
+  // When the host began the latest part's first driver call (a launch, a copy, a stream's flag
+  // wait): what comes before it is the runner's own bookkeeping (the phase trace's "coll_launch").
+  // Unset where the part had no op on this rank.
+  std::chrono::steady_clock::time_point launched_at() const { return launched_at_; }
   double barrier_us() const { return barrier_us_; }
   // A barrier of the team's hosts.
   void barrier(const char* what);
@@ -176,8 +180,8 @@ class SliceRunner {
   }
 
  private:
-  // Checks `prog` against the team and the flags' capacity, counts the run, and returns its
-  // cross-rank slots: `given`, else computed into `computed`.
+  // Checks `prog` against the team and the flags' capacity, counts the run (and forgets the last
+  // one's launched_at), and returns its cross-rank slots: `given`, else computed into `computed`.
   const coll::CrossSlots& checked_slots(const coll::Program& prog, const coll::CrossSlots* given,
                                         coll::CrossSlots& computed);
   Lane& lane(int device, int role);
@@ -193,7 +197,7 @@ class SliceRunner {
   uint64_t exchanges_ = 0;
   uint32_t* dev_flags_ = nullptr;  // the flag words as streams address them (register_host)
   double drain_us_ = 0, barrier_us_ = 0;
-  std::chrono::steady_clock::time_point enqueued_at_{};
+  std::chrono::steady_clock::time_point enqueued_at_{}, launched_at_{};
   struct Inflight;  // the started run (start/poll)
   std::unique_ptr<Inflight> inflight_;
   // How long a wait polls before its Waiter, which soon yields the core (ready_soon): a

@@ -40,6 +40,20 @@ char* placeholder(size_t k) { return reinterpret_cast<char*>((k + 1) << 40); }
 
 void set_collective_progress(void (*progress_all)()) { g_progress_all.store(progress_all); }
 
+coll::TeamResources team_resources(Backend& backend, const Topology& topo, int nranks) {
+  // Every rank must build the same program, and a rank does not know the others' GPUs before
+  // the call, so this looks at every GPU of the node: the same answer on every rank.
+  std::vector<int> gpus(std::min(topo.gpu_count(), backend.device_count()));
+  for (size_t i = 0; i < gpus.size(); ++i) gpus[i] = static_cast<int>(i);
+  coll::TeamResources res = coll::describe_team(backend, topo, gpus);
+  res.n = nranks;
+  res.socket_groups.clear();  // groups of the node's GPUs, not of the ranks: no "hier" across processes
+  // Two ranks' broadcasts from Tuning::chain_min go as a chain, chunks alternating between two
+  // copy lanes: across processes it leads the direct copy from 32M to 128M.
+  res.chain_pairs = true;
+  return res;
+}
+
 void test_die_in_next_collective() { g_die_in_next.store(true); }
 void test_fail_next_team_setup() { g_fail_next_setup.store(true); }
 
@@ -97,19 +111,10 @@ CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::B
   GS_REQUIRE(static_cast<int>(channel_rank_.size()) == n_, GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "collective team: %zu channel ranks for %d members", channel_rank_.size(), n_);
 
-  // What the schedule choice depends on. Every rank must build the same program, and a
-  // rank does not know the others' GPUs before the call, so this looks at every GPU of
-  // the node: the same answer on every rank.
   const Topology& topo = ctx_.topology();
-  std::vector<int> gpus(std::min(topo.gpu_count(), backend_.device_count()));
-  for (size_t i = 0; i < gpus.size(); ++i) gpus[i] = static_cast<int>(i);
-  res_ = coll::describe_team(backend_, topo, gpus);
-  node_gpus_ = gpus;
-  res_.n = n_;
-  res_.socket_groups.clear();  // groups of the node's GPUs, not of the ranks: no "hier" across processes
-  // Two ranks' broadcasts from Tuning::chain_min go as a chain, chunks alternating between two
-  // copy lanes: across processes it leads the direct copy from 32M to 128M.
-  res_.chain_pairs = true;
+  res_ = team_resources(backend_, topo, n_);
+  node_gpus_.resize(std::min(topo.gpu_count(), backend_.device_count()));
+  for (size_t i = 0; i < node_gpus_.size(); ++i) node_gpus_[i] = static_cast<int>(i);
   // The team maps the other ranks' buffers into this rank's GPU's context (map()), so its
   // kernels read and write them as the single-process communicator's kernels read peers'
   // buffers: the schedules are the native ones (one-shot, two-shot, pull, the copy kernels'
@@ -422,7 +427,8 @@ struct CollTeam::Pending {
 // by (rank, the exchange's call number, form: 0 blocking, 1 nonblocking), as every rank numbers
 // the calls alike. coll_in: the interposer got the call; coll_pre: the team got it (lookup
 // done); coll_post: its message goes into the exchange; coll_all: every rank's message seen;
-// coll_prog: the mappings and the Program ready; coll_enq: this rank's part enqueued. Then
+// coll_prog: the mappings and the Program ready; coll_launch: the part's first driver call begins
+// (none where this rank has no op in it); coll_enq: this rank's part enqueued. Then
 // coll_done (every rank's done word seen) and coll_ret (returning to the program; for a
 // nonblocking call, its request seen complete by a wait or test).
 void CollTeam::trace_launch(const CollCall& call, const Entry& e, std::chrono::steady_clock::time_point prog,
@@ -435,6 +441,8 @@ void CollTeam::trace_launch(const CollCall& call, const Entry& e, std::chrono::s
   p2p::trace_at(e.t1, "coll_post", rank_, e.posted, form, call.bytes);
   p2p::trace_at(e.t2, "coll_all", rank_, e.posted, form, call.bytes);
   p2p::trace_at(prog, "coll_prog", rank_, e.posted, form, call.bytes);
+  if (runner_->launched_at() != std::chrono::steady_clock::time_point{})
+    p2p::trace_at(runner_->launched_at(), "coll_launch", rank_, e.posted, form, call.bytes);
   p2p::trace_at(runner_->enqueued_at(), "coll_enq", rank_, e.posted, form, call.bytes);
 }
 

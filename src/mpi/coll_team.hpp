@@ -116,6 +116,11 @@ struct CollPending {
 // communicator's call to advance here. Unset: a team advances its own call only.
 void set_collective_progress(void (*progress_all)());
 
+// What the schedule choice of a team of `nranks` processes on this node depends on (the same on
+// every rank: it looks at every GPU of the node, not at the ranks' own). Peer mappings as the
+// node has them; before the tests' coll.peer_kernels=no.
+coll::TeamResources team_resources(Backend& backend, const Topology& topo, int nranks);
+
 // Test only: this process kills itself (SIGKILL) inside its next collective on the
 // gpustripe path, right after the entry exchange.
 void test_die_in_next_collective();

@@ -59,7 +59,8 @@ class ForwardingBackend : public Backend {
 
 // Counts the driver calls a host makes around its copies: event records, the streams' waits for
 // events, completion queries (of events and of streams; `stream_queries` the latter alone), the
-// streams' single flag operations and their barriers (one batch of flag operations each).
+// streams' single flag operations and their barriers (one batch of flag operations each), and
+// the copies themselves (copy engines').
 class CallCountingBackend : public ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
@@ -81,6 +82,10 @@ class CallCountingBackend : public ForwardingBackend {
     ++stream_queries;
     return in_->query_stream(s);
   }
+  void copy_async(void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) override {
+    ++copies;
+    in_->copy_async(dst, dd, src, sd, n, s);
+  }
   void stream_write_flag(StreamHandle s, uint32_t* f, uint32_t v) override {
     ++writes;
     in_->stream_write_flag(s, f, v);
@@ -94,7 +99,8 @@ class CallCountingBackend : public ForwardingBackend {
     ++barriers;
     in_->stream_flag_barrier(s, mine, others, n, v);
   }
-  std::atomic<int> records{0}, waits{0}, queries{0}, stream_queries{0}, writes{0}, flag_waits{0}, barriers{0};
+  std::atomic<int> records{0}, waits{0}, queries{0}, stream_queries{0}, writes{0}, flag_waits{0}, barriers{0},
+      copies{0};
 };
 
 }  // namespace gpustripe

@@ -18,6 +18,7 @@
 #include "common/error.hpp"
 #include "forwarding_backend.hpp"
 #include "ipc/shm_segment.hpp"
+#include "mpi/coll_calls.hpp"
 #include "mpi/coll_slice.hpp"
 #include "test_util.hpp"
 #include "topology/topology.hpp"
@@ -349,6 +350,115 @@ TEST(CollSlice, ACallEndsOnTheGpusDoneWordsWithoutAHostMeeting) {
   }
   for (void* x : {static_cast<void*>(big1), static_cast<void*>(dst0), static_cast<void*>(x0), static_cast<void*>(y0)})
     b.free_device(x);
+}
+
+// Counts the reducer's launches: its reductions' and its copy kernels'.
+class AnyLaunchCounter : public coll::Reducer {
+ public:
+  explicit AnyLaunchCounter(Backend& b) : in_(coll::make_reducer(b)) {}
+  void reduce_async(const coll::ReduceArgs& a, int dev, StreamHandle s) override {
+    ++launches;
+    in_->reduce_async(a, dev, s);
+  }
+  bool can_signal(const coll::ReduceArgs& a) const override { return in_->can_signal(a); }
+  void copy_async(const coll::CopyArgs& a, int dev, StreamHandle s) override {
+    ++launches;
+    in_->copy_async(a, dev, s);
+  }
+  bool can_signal_copy(const coll::CopyArgs& a) const override { return in_->can_signal_copy(a); }
+  int launches = 0;
+
+ private:
+  std::unique_ptr<coll::Reducer> in_;
+};
+
+// What a rank's part of each blocking form is at the sizes where a call's host path shows
+// (1-16 MB per rank) on a pair of GPUs that map each other's memory (the 2x H100 and H200
+// nodes): the schedules a team of two processes chooses there (two-shot allreduce, the pulled
+// reduce-scatter, the copy kernels' exchanges and broadcast) are one kernel per rank, with no
+// dependency between the ranks inside the call, that writes the part's done word itself. Per
+// call a rank makes that one launch (the broadcast's root none) and no other driver call: no
+// copy-engine copy, flag write or wait, event record or wait.
+TEST(CollSlice, EachFormsPartOnAPairIsOneLaunchAndNoOtherDriverCall) {
+  Node node;
+  CallCounter& counter = count_calls(node);
+  Backend& b = *node.backend;
+  const coll::TeamResources res = mpi::team_resources(b, node.topo, 2);
+  const size_t most = size_t(16) << 20;
+  std::vector<char*> x(2), y(2);
+  for (int r = 0; r < 2; ++r) {
+    x[r] = static_cast<char*>(b.alloc_device(r, most));
+    y[r] = static_cast<char*>(b.alloc_device(r, most));
+  }
+  const coll::Team team{{0, 1}, {0, 1}};
+  coll::Scratch scratch(b, team.dev);
+  struct Form {
+    std::string what;
+    Program prog{2};
+    bool root_idle = false;  // the broadcast's root: nothing to run
+  };
+  std::vector<Form> forms;
+  for (size_t bytes : {size_t(1) << 20, size_t(4) << 20, most}) {
+    const size_t floats = bytes / sizeof(float);
+    for (coll::CollOp op : {coll::CollOp::AllReduce, coll::CollOp::ReduceScatter, coll::CollOp::AllGather,
+                            coll::CollOp::AllToAll, coll::CollOp::Bcast}) {
+      mpi::CollCall c;  // as rank 0 describes it; rank 1's is the same over its own buffers
+      switch (op) {
+        case coll::CollOp::AllReduce: mpi::allreduce_call(c, x[0], y[0], floats, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM); break;
+        case coll::CollOp::ReduceScatter:
+          mpi::reduce_scatter_call(c, 2, x[0], y[0], floats / 2, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+          break;
+        case coll::CollOp::AllGather: mpi::allgather_call(c, 2, x[0], y[0], bytes / 2); break;
+        case coll::CollOp::AllToAll: mpi::alltoall_call(c, 2, x[0], y[0], bytes / 2); break;
+        default: mpi::bcast_call(c, y[0], bytes, 0); break;
+      }
+      const coll::Choice choice = coll::choose_schedule(op, res, c.bytes, c.elem_size);
+      Form f;
+      c.build(f.prog, team, x, y, scratch, choice);
+      f.what = std::string(coll::coll_op_name(op)) + " of " + std::to_string(bytes) + " bytes: " + choice.describe() +
+               "; " + f.prog.summary();
+      f.root_idle = op == coll::CollOp::Bcast;
+      forms.push_back(std::move(f));
+    }
+  }
+  const int calls = 2;
+  std::vector<std::vector<int>> launches(2, std::vector<int>(forms.size(), 0));
+  // Whether the runner said when the part's first driver call began (the phase trace's
+  // coll_launch), before its end: -1 unset, 1 set in order.
+  std::vector<std::vector<int>> stamped(2, std::vector<int>(forms.size(), 0));
+  const std::vector<std::string> errors = on_two_ranks([&](int r) {
+    AnyLaunchCounter reducer(b);
+    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+    mpi::SliceRunner runner(b, reducer, r, 2, flags, [] {});
+    int all[2];
+    for (size_t k = 0; k < forms.size(); ++k) {
+      const int before = reducer.launches;
+      for (int i = 0; i < calls; ++i) {
+        runner.exchange(&i, sizeof i, all);
+        runner.run(forms[k].prog, r);
+      }
+      launches[r][k] = reducer.launches - before;
+      stamped[r][k] = runner.launched_at() == std::chrono::steady_clock::time_point{} ? -1
+                      : runner.launched_at() <= runner.enqueued_at()                ? 1
+                                                                                      : 0;
+    }
+  });
+  ASSERT_EQ(errors, (std::vector<std::string>{"", ""}));
+  for (size_t k = 0; k < forms.size(); ++k) {
+    EXPECT_EQ(launches[0][k], forms[k].root_idle ? 0 : calls) << forms[k].what;
+    EXPECT_EQ(launches[1][k], calls) << forms[k].what;
+    EXPECT_EQ(stamped[0][k], forms[k].root_idle ? -1 : 1) << forms[k].what;
+    EXPECT_EQ(stamped[1][k], 1) << forms[k].what;
+  }
+  EXPECT_EQ(counter.copies.load(), 0);
+  EXPECT_EQ(counter.writes.load(), 0);
+  EXPECT_EQ(counter.flag_waits.load(), 0);
+  EXPECT_EQ(counter.records.load(), 0);
+  EXPECT_EQ(counter.waits.load(), 0);
+  for (int r = 0; r < 2; ++r) {
+    b.free_device(x[r]);
+    b.free_device(y[r]);
+  }
 }
 
 // Runs `calls` calls of a two-rank program over x[r] (rank r's input, set to 1 + call + r

@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "coll/coll_bench.hpp"
 #include "coll/half.hpp"
 #include "coll/executor.hpp"
 #include "coll/program.hpp"
@@ -15,6 +16,7 @@
 #include "coll/reduce_ops.hpp"
 #include "coll/schedules.hpp"
 #include "coll/select.hpp"
+#include "forwarding_backend.hpp"
 #include "model/planner.hpp"
 #include "test_coll_harness.hpp"
 #include "test_util.hpp"
@@ -1048,6 +1050,38 @@ TEST_F(CollArgs, BadArgumentsAreRejectedBeforeAnythingRuns) {
   EXPECT_EQ(status_of([&] { comm->allreduce(send, recv, 0, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM); }), GPUSTRIPE_SUCCESS);
   EXPECT_EQ(status_of([&] { comm->reduce(send, {b[0], nullptr}, 16, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, 0); }),
             GPUSTRIPE_SUCCESS);
+}
+
+// Counts the host's waits for streams.
+class SyncCountingBackend : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  const char* name() const override { return "counting-syncs"; }
+  void synchronize_stream(StreamHandle s) override {
+    ++syncs;
+    in_->synchronize_stream(s);
+  }
+  int syncs = 0;
+};
+
+// The blocking pace (a blocking MPI collective's bound) waits for every rank's stream after
+// every timed call; nccl-tests' pace waits once per batch.
+TEST(CollBench, WaitEachWaitsForEveryRanksStreamAfterEveryCall) {
+  Topology topo = load_topology_file("h200x4");
+  SyncCountingBackend backend(make_emulated_backend(topo));
+  auto comm = Comm::create(backend, topo, {0, 1});
+  const int warmup = 1, iters = 3, trials = 2;
+  for (CollOp op : {CollOp::AllReduce, CollOp::AllToAll}) {
+    backend.syncs = 0;
+    CollTiming loose = time_collective(*comm, op, 4096, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, warmup, iters, trials);
+    const int loose_syncs = backend.syncs;
+    backend.syncs = 0;
+    CollTiming paced = time_collective(*comm, op, 4096, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, warmup, iters, trials,
+                                       CallPacing::WaitEach);
+    EXPECT_EQ(backend.syncs - loose_syncs, iters * trials * comm->size()) << coll_op_name(op);
+    EXPECT_GT(paced.us, 0);
+    EXPECT_EQ(paced.schedule, loose.schedule);  // the same collective, only the pace differs
+  }
 }
 
 }  // namespace

@@ -79,3 +79,25 @@ def test_unknown_method_fails_clearly(cli, tmp_path, mpi_build):
     p = cli("bench", "mpi", "--build", mpi_build, "--methods", "mpi_gpustripe,carrier_pigeon",
             "--out", str(tmp_path), check=False)
     assert p.returncode != 0 and "carrier_pigeon" in p.stderr
+
+
+def test_mpi_coll_bench_times_the_blocking_bound(cli, tmp_path, mpi_build):
+    """gpustripe_sync (the native communicator, its host waiting for each call) runs beside the
+    interposer and the back-to-back native method, and the tables print the interposer's ratio to it."""
+    methods = "mpi_gpustripe,gpustripe,gpustripe_sync"
+    p = cli("bench", "mpi_coll", "--build", mpi_build, "--ranks", "2", "--sizes", "64K:128K",
+            "--ops", "allreduce,reduce_scatter_v", "--allreduce-dtypes", "int8", "--methods", methods,
+            "--iters", "2", "--trials", "1", "--warmup", "1", "--out", str(tmp_path), "--timeout", "120")
+    (f,) = glob.glob(str(tmp_path / "*mpi-coll-2gpu*.json"))
+    doc = json.load(open(f))
+    assert doc["schema"] == 1
+    got = {(r["op"], r["method"], r["bytes"]) for r in doc["rows"]}
+    for op in ("allreduce", "reduce_scatter_v", "allreduce_int8"):
+        for m in methods.split(","):
+            assert {(op, m, 64 << 10), (op, m, 128 << 10)} <= got, (op, m)
+    for r in doc["rows"]:
+        if r["method"] == "gpustripe_sync":
+            assert r["us"] > 0 and r["schedule"], r
+    for op in ("allreduce", "reduce_scatter_v", "allreduce_int8"):
+        table = p.stdout.split(f"[2 ranks] {op}:")[1].split("\n\n")[0]
+        assert "mpi_gpustripe/method" in table and "/gpustripe_sync" in table, table

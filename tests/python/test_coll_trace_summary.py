@@ -22,6 +22,8 @@ def _write(tmp_path):
             t0 = 1000 + 30 * call
             for phase, us in zip(PHASES, offsets[rank]):
                 lines.append(f"{int((t0 + us) * 1000)} {rank} {phase} {rank} {call} {form} {MB}")
+            if rank == 1:  # rank 1's part launches 1 us into its enqueue (rank 0 has no op: no stamp)
+                lines.append(f"{int((t0 + 7) * 1000)} {rank} coll_launch {rank} {call} {form} {MB}")
             # a p2p copy's enqueue in the same file, keyed like nothing of the collectives
             lines.append(f"{int((t0 + 7) * 1000)} {rank} c_enq -1 {call} {form} 0")
         (tmp_path / f"p2p-trace-{100 + rank}.txt").write_text("\n".join(lines) + "\n")
@@ -36,7 +38,7 @@ def test_phases_per_form_and_size(tmp_path):
     b = dict(zip(head, rows["blocking"]))
     assert b["bytes"] == "1M" and b["calls"] == "6"  # 3 calls on each of the 2 ranks
     # medians over both ranks: rank 0's exchange is 3 us (it posted first), rank 1's 1 us
-    want = {"lookup": 1, "prepare": 2, "exchange": 2, "program": 1, "enqueue": 3, "gpu": 11, "ret": 1,
+    want = {"lookup": 1, "prepare": 2, "exchange": 2, "program": 1, "enqueue": 3, "launch": 2, "gpu": 11, "ret": 1,
             "call": 21, "between": 9, "period": 30, "skew": 2}
     for col, v in want.items():
         assert abs(float(b[col]) - v) < 1e-6, (col, b[col], out)
@@ -64,3 +66,4 @@ def test_by_rank_names_the_late_rank_and_its_phase(tmp_path):
     assert float(by["1"]["prepare"]) == 3 and float(by["0"]["prepare"]) == 1, out
     assert float(by["0"]["exchange"]) == 3 and float(by["1"]["exchange"]) == 1, out
     assert float(by["*"]["skew"]) == 2, out
+    assert by["0"]["launch"] == "-" and float(by["1"]["launch"]) == 2, out

@@ -85,7 +85,8 @@ def _progress(row):
 
 # ---------------------------------------------------------------- gpustripe
 
-def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent, method="gpustripe", tuning=None):
+def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent, method="gpustripe", tuning=None, wait_each=False):
+    """wait_each: the host waits for each call's end before it issues the next one (a blocking call's pace)."""
     from .. import Comm, Error, coll_time, dtype_size
 
     comm = Comm(ctx, list(range(ranks)), tuning=tuning or {})
@@ -96,10 +97,11 @@ def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent, method="gpustripe
             if size % unit:
                 continue
             try:
-                t = coll_time(comm, op, size, args.dtype, "sum", args.warmup, args.iters, args.trials)
+                t = coll_time(comm, op, size, args.dtype, "sum", args.warmup, args.iters, args.trials,
+                              wait_each=wait_each)
             except Error as e:
-                absent.setdefault(f"gpustripe/{op}/{ranks}", str(e))
-                print(f"  gpustripe {op} {size}: {e}", file=sys.stderr)
+                absent.setdefault(f"{method}/{op}/{ranks}", str(e))
+                print(f"  {method} {op} {size}: {e}", file=sys.stderr)
                 continue
             row = _row(op, method, size, t["us"], ranks, schedule=t["schedule"], min_us=t["min_us"],
                        max_us=t["max_us"], enqueue_us=t["enqueue_us"])

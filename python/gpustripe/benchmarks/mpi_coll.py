@@ -10,7 +10,11 @@ nccl-tests does, and compares in one results file per rank count (and type, othe
                    call hides behind a host computation as long as the call (overlap_pct)
   mpi_host_staged  mpi_coll_bench --staged: copy to pinned host memory, the MPI collective, copy
                    back (the GPU-unaware pattern; sizes up to --staged-max, it is slow)
-  gpustripe        the native single-process communicator (gpustripe bench coll's method)
+  gpustripe        the native single-process communicator (gpustripe bench coll's method): its host
+                   enqueues the next call while the GPUs run this one
+  gpustripe_sync   the same communicator with its host waiting for each call's end before the next
+                   call, the pace MPI's blocking semantics force on any implementation: the bound a
+                   blocking interposed call can reach (the tables' mpi_gpustripe/gpustripe_sync)
   nccl             NCCL through torch.distributed (gpustripe bench coll's method)
 busbw uses nccl-tests' factors. A method that cannot run is reported absent with why.
 --allreduce-dtypes adds MPI_Allreduce rows for each further element type (op "allreduce_<dtype>":
@@ -35,7 +39,7 @@ HELP = ("MPI collectives on device buffers from an unmodified MPI program: the P
 OPS = ("alltoall", "allgather", "reduce_scatter", "allreduce", "bcast")
 MPI_ONLY_OPS = {"reduce_scatter_v": "reduce_scatter"}  # op -> the native / NCCL op it is
 DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8")
-METHODS = ("mpi_gpustripe", "mpi_gpustripe_nb", "mpi_host_staged", "gpustripe", "nccl")
+METHODS = ("mpi_gpustripe", "mpi_gpustripe_nb", "mpi_host_staged", "gpustripe", "gpustripe_sync", "nccl")
 
 
 def add_arguments(p):
@@ -79,6 +83,19 @@ def _run_rows(cmd: list[str], timeout: int, absent: dict, key: str) -> list[dict
     return rows
 
 
+def _run_native(ctx, n, ops, sizes, cargs, rows, absent, methods, gpus) -> bool:
+    """The native communicator's methods asked for: back to back (gpustripe) and with the host waiting
+    for each call (gpustripe_sync). Returns whether any ran."""
+    from . import coll
+
+    ran = False
+    for method, wait_each in (("gpustripe", False), ("gpustripe_sync", True)):
+        if method in methods and n <= gpus:
+            coll._run_gpustripe(ctx, n, ops, sizes, cargs, rows, absent, method=method, wait_each=wait_each)
+            ran = True
+    return ran
+
+
 def _allreduce_rows(args, paths, ctx, n, dtype, sizes, common, mem, methods, emulated, gpus, rows, absent):
     """MPI_Allreduce of `dtype` by each method but the host-staged one, as op allreduce_<dtype>."""
     from . import coll
@@ -96,8 +113,7 @@ def _allreduce_rows(args, paths, ctx, n, dtype, sizes, common, mem, methods, emu
         mine += _run_rows(cmd, args.timeout, absent, f"mpi_gpustripe/{op}/{n}")
     cargs = SimpleNamespace(dtype=dtype, iters=args.iters or 10, trials=args.trials, warmup=args.warmup,
                             timeout=args.timeout)
-    if "gpustripe" in methods and n <= gpus:
-        coll._run_gpustripe(ctx, n, ["allreduce"], sizes, cargs, mine, absent)
+    _run_native(ctx, n, ["allreduce"], sizes, cargs, mine, absent, methods, gpus)
     if "nccl" in methods and not emulated:
         if "method" in inspect.signature(coll._run_nccl).parameters:
             coll._run_nccl("nccl", n, ["allreduce"], sizes, cargs, mine, absent)
@@ -182,8 +198,7 @@ def run(args) -> int:
                 save()
         cargs = SimpleNamespace(dtype=args.dtype, iters=args.iters or 10, trials=args.trials, warmup=args.warmup,
                                 timeout=args.timeout)
-        if "gpustripe" in methods and n <= gpus:
-            coll._run_gpustripe(ctx, n, native_ops, sizes, cargs, rows, absent)
+        if _run_native(ctx, n, native_ops, sizes, cargs, rows, absent, methods, gpus):
             save()
         if "nccl" in methods:
             if emulated:
@@ -200,7 +215,7 @@ def run(args) -> int:
         for op, same in MPI_ONLY_OPS.items():
             if op in ops:
                 rows += [dict(r, op=op, same_as=same) for r in rows
-                         if r["op"] == same and r.get("method") in ("gpustripe", "nccl")]
+                         if r["op"] == same and r.get("method") in ("gpustripe", "gpustripe_sync", "nccl")]
         if not rows:
             continue
         for op in [*ops, *(f"allreduce_{dt}" for dt in per_type)]:
