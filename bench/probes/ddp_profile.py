@@ -1,13 +1,17 @@
 """Where a DDP step's time goes, per backend: the step with its gradient exchange, the same
 step without it (DDP's no_sync: the compute alone), and with one bucket (every gradient
 exchanged after the backward pass, no overlap), then a torch.profiler view of a few steps
-(the GPU's busy time per stream, the host time of the collective calls). One process per GPU:
+(the GPU's busy time per stream, the host time of the collective calls), and the calls a step
+makes of the gpustripe group by op and element type (`calls_per_step`, `no_sync_calls_per_step`:
+DDP's buckets, and its module buffers' broadcasts at every forward where the model has
+buffers). One process per GPU:
 
     torchrun --nproc-per-node 2 bench/probes/ddp_profile.py --out DIR
 
 Prints `DDPPROF {json}` on rank 0 and writes rank 0's Chrome traces to DIR.
 """
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -22,9 +26,30 @@ import train_ddp  # noqa: E402  (the models, batches and losses of the training 
 import gpustripe.torch  # noqa: E402,F401  (registers the backend)
 
 
-def steps(model, opt, args, rank, dev, n, sync=True):
+_CALLS = collections.Counter()  # (op, dtype) -> calls that reached the gpustripe group's methods
+
+
+def _count_calls() -> None:
+    """Counts every call of the gpustripe group's collective methods by op and element type:
+    what a step asks of the backend (DDP's buckets; its buffers' broadcasts at each forward)."""
+    cls = gpustripe.torch.ProcessGroupGpustripe
+    for op in ("allreduce", "broadcast", "allgather", "_allgather_base", "_reduce_scatter_base", "alltoall_base",
+               "reduce", "barrier"):
+        f = getattr(cls, op)
+
+        def counted(self, *a, _f=f, _op=op, **k):
+            ts = a[0] if a else None
+            t = ts[0] if isinstance(ts, list) and ts and hasattr(ts[0], "dtype") else None
+            _CALLS[(_op, str(t.dtype).replace("torch.", "") if t is not None else "")] += 1
+            return _f(self, *a, **k)
+        setattr(cls, op, counted)
+
+
+def steps(model, opt, args, rank, dev, n, sync=True, calls=None):
     times = []
     for step in range(n):
+        if step == 2 and calls is not None:
+            _CALLS.clear()
         x, y = train_ddp.batch(args.model, args, step, rank, dev)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -39,6 +64,8 @@ def steps(model, opt, args, rank, dev, n, sync=True):
         opt.step()
         torch.cuda.synchronize()
         times.append(1e3 * (time.perf_counter() - t0))
+    if calls is not None:  # per step, past the first two
+        calls.update({f"{op} {dt}": round(v / (n - 2), 2) for (op, dt), v in sorted(_CALLS.items())})
     return statistics.median(times[2:])
 
 
@@ -81,6 +108,7 @@ def main():
     dist.init_process_group("cuda:gpustripe,cpu:gloo")
     rank = dist.get_rank()
     groups = {"nccl": dist.new_group(backend="nccl"), "gpustripe": dist.group.WORLD}
+    _count_calls()
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     out = {}
@@ -91,10 +119,16 @@ def main():
                             bucket_cap_mb=bucket)
                 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
                 r = out.setdefault(f"{name} bucket {bucket}", {})
-                r.setdefault("step_ms", []).append(round(steps(model, opt, args, rank, dev, args.steps), 2))
+                counts = {} if name == "gpustripe" and rep == 1 else None
+                r.setdefault("step_ms", []).append(round(steps(model, opt, args, rank, dev, args.steps, calls=counts), 2))
+                if counts is not None:
+                    r["calls_per_step"] = counts
                 if bucket == 25:
+                    counts = {} if name == "gpustripe" and rep == 1 else None
                     r.setdefault("no_sync_ms", []).append(
-                        round(steps(model, opt, args, rank, dev, args.steps, sync=False), 2))
+                        round(steps(model, opt, args, rank, dev, args.steps, sync=False, calls=counts), 2))
+                    if counts is not None:
+                        r["no_sync_calls_per_step"] = counts
                     if rep == 1:
                         path = os.path.join(args.out, f"ddp-{name}.json") if args.out else ""
                         r["profile"] = profile(model, opt, args, rank, dev, path)
