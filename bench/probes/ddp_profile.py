@@ -1,10 +1,12 @@
 """Where a DDP step's time goes, per backend: the step with its gradient exchange, the same
 step without it (DDP's no_sync: the compute alone), and with one bucket (every gradient
 exchanged after the backward pass, no overlap), then a torch.profiler view of a few steps
-(the GPU's busy time per stream, the host time of the collective calls), and the calls a step
-makes of the gpustripe group by op and element type (`calls_per_step`, `no_sync_calls_per_step`:
-DDP's buckets, and its module buffers' broadcasts at every forward where the model has
-buffers). One process per GPU:
+(the GPU's busy time per stream, the host time of the collective calls), and what a warm step
+asks of the gpustripe group (`calls`, `no_sync_calls`): the calls per step by op and element
+type (DDP's buckets, and its module buffers' broadcasts at every forward where the model has
+buffers), the native calls' host time and the team's phases per call (trace()) over those steps.
+The backends take turns going first (nccl in the first repetition, gpustripe in the second): a
+difference that follows the order is the machine's. One process per GPU:
 
     torchrun --nproc-per-node 2 bench/probes/ddp_profile.py --out DIR
 
@@ -50,6 +52,7 @@ def steps(model, opt, args, rank, dev, n, sync=True, calls=None):
     for step in range(n):
         if step == 2 and calls is not None:
             _CALLS.clear()
+            dist.group.WORLD.trace(reset=True)
         x, y = train_ddp.batch(args.model, args, step, rank, dev)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -64,8 +67,10 @@ def steps(model, opt, args, rank, dev, n, sync=True, calls=None):
         opt.step()
         torch.cuda.synchronize()
         times.append(1e3 * (time.perf_counter() - t0))
-    if calls is not None:  # per step, past the first two
-        calls.update({f"{op} {dt}": round(v / (n - 2), 2) for (op, dt), v in sorted(_CALLS.items())})
+    if calls is not None:  # past the first two steps: calls per step, the native calls' host us and team phases
+        tr = dist.group.WORLD.trace()
+        calls.update({"per_step": {f"{op} {dt}": round(v / (n - 2), 2) for (op, dt), v in sorted(_CALLS.items())},
+                      "host_us": tr["host_us"], "team": tr["team"]})
     return statistics.median(times[2:])
 
 
@@ -113,7 +118,7 @@ def main():
 
     out = {}
     for rep in range(2):
-        for name, group in groups.items():
+        for name, group in (groups.items() if rep == 0 else reversed(groups.items())):
             for bucket in (25, 1000):
                 model = DDP(train_ddp.build(args.model, args).to(dev), device_ids=[local], process_group=group,
                             bucket_cap_mb=bucket)
@@ -122,13 +127,13 @@ def main():
                 counts = {} if name == "gpustripe" and rep == 1 else None
                 r.setdefault("step_ms", []).append(round(steps(model, opt, args, rank, dev, args.steps, calls=counts), 2))
                 if counts is not None:
-                    r["calls_per_step"] = counts
+                    r["calls"] = counts
                 if bucket == 25:
                     counts = {} if name == "gpustripe" and rep == 1 else None
                     r.setdefault("no_sync_ms", []).append(
                         round(steps(model, opt, args, rank, dev, args.steps, sync=False, calls=counts), 2))
                     if counts is not None:
-                        r["no_sync_calls_per_step"] = counts
+                        r["no_sync_calls"] = counts
                     if rep == 1:
                         path = os.path.join(args.out, f"ddp-{name}.json") if args.out else ""
                         r["profile"] = profile(model, opt, args, rank, dev, path)
