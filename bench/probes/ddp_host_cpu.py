@@ -100,6 +100,17 @@ def _worker(rank, world, port, args):
     timed(gt._Work, "get_future", "get_future_us")
     timed(gt._EmulatedMem, "complete", "completer_us")
     timed(gt._EmulatedMem, "finish", "emulated_staging_us")
+    # the end of the backward pass: from the last native call's return (on the autograd thread) to
+    # backward()'s, where DDP's reducer waits for every bucket's future
+    last_run = [0.0]
+    run = pg._run
+
+    def stamped(*a, **k):
+        try:
+            return run(*a, **k)
+        finally:
+            last_run[0] = time.perf_counter()
+    pg._run = stamped
 
     width = args.width
     params = (width * width + width) * args.blocks
@@ -133,6 +144,8 @@ def _worker(rank, world, port, args):
             if step >= args.warmup:
                 fwd.append((t1 - t0) * 1e6)
                 bwd.append((t2 - t1) * 1e6)
+                if name == "gpustripe":
+                    spent["backward_end_wait_us"] += (t2 - last_run[0]) * 1e6
         n = args.steps - args.warmup
         row = {"forward_us": min(fwd), "backward_us": min(bwd)}
         if name == "gpustripe":
