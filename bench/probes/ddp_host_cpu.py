@@ -3,8 +3,8 @@
 CPU torch, gpustripe's emulated test mode (gpustripe.torch._test_emulate_cpu) against gloo.
 
 A small model with module buffers (BatchNorm: float32 running statistics, an int64 counter, which
-DDP broadcasts from rank 0 at every forward; `--norm layer`: none, as GPT-2) and several gradient buckets trains under DDP on a
-gpustripe group and on a gloo group of the same ranks. Per step, after warm-up, and per backend:
+DDP broadcasts from rank 0 at every forward; `--norm layer`: none, as GPT-2's) and several
+gradient buckets trains under DDP on a gpustripe group and on a gloo group of the same ranks. Per step, after warm-up, and per backend:
 the step's forward and backward host time (least of the steps: the machine may be shared), and
 for gpustripe what the step costs besides its collectives' own work:
 
@@ -28,8 +28,8 @@ import collections
 import json
 import os
 import socket
-import threading
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
