@@ -1,10 +1,14 @@
 """Where a DDP step's time goes, per backend: the step with its gradient exchange, the same
 step without it (DDP's no_sync: the compute alone), and with one bucket (every gradient
 exchanged after the backward pass, no overlap), then a torch.profiler view of a few steps
-(the GPU's busy time per stream, the host time of the collective calls), and what a warm step
-asks of the gpustripe group (`calls`, `no_sync_calls`): the calls per step by op and element
-type (DDP's buckets, and its module buffers' broadcasts at every forward where the model has
-buffers), the native calls' host time and the team's phases per call (trace()) over those steps.
+(the GPU's busy time per stream, the host time of the collective calls). In the second
+repetition, `detail` and `no_sync_detail`: the host's time per part of the step (forward,
+backward, optimizer: where a launch-bound step's time goes), and for gpustripe what a warm step
+asks of the group: the calls per step by op and element type (DDP's buckets, and its module
+buffers' broadcasts at every forward where the model has buffers), the native calls' host time
+and the team's phases per call (trace()) over those steps, and the wait at the backward's end
+(`backward_end_wait_us`: from the last native call's return to backward()'s, where DDP's
+reducer waits for every bucket's future: the hosts' meeting for the last bucket).
 The backends take turns going first (nccl in the first repetition, gpustripe in the second): a
 difference that follows the order is the machine's. One process per GPU:
 
@@ -47,30 +51,62 @@ def _count_calls() -> None:
         setattr(cls, op, counted)
 
 
-def steps(model, opt, args, rank, dev, n, sync=True, calls=None):
-    times = []
+def steps(model, opt, args, rank, dev, n, sync=True, detail=None, native=False):
+    """The median step ms past the first two steps. `detail` (a dict) gets the host's time per part
+    of the step (ms, medians: from the host's clock, no synchronize between the parts), and with
+    `native` (the gpustripe group's model) what the steps asked of the group: calls per step, the
+    native calls' host time, the team's phases per call, and the time from the last native call's
+    return (DDP's reducer, on the autograd thread) to backward()'s (the reducer waits there for
+    every bucket's future)."""
+    times, parts, end_wait = [], {"forward": [], "backward": [], "optimizer": []}, []
+    pg = dist.group.WORLD
+    last = [0.0]
+    if native:
+        run = pg._run
+
+        def stamped(*a, **k):
+            try:
+                return run(*a, **k)
+            finally:
+                last[0] = time.perf_counter()
+        pg._run = stamped
     for step in range(n):
-        if step == 2 and calls is not None:
+        if step == 2 and native:
             _CALLS.clear()
-            dist.group.WORLD.trace(reset=True)
+            pg.trace(reset=True)
         x, y = train_ddp.batch(args.model, args, step, rank, dev)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         if sync:
             loss = train_ddp.loss_of(args.model, model, x, y)
+            t1 = time.perf_counter()
             loss.backward()
         else:
             with model.no_sync():
                 loss = train_ddp.loss_of(args.model, model, x, y)
+                t1 = time.perf_counter()
                 loss.backward()
+        t2 = time.perf_counter()
         opt.step()
+        t3 = time.perf_counter()
         torch.cuda.synchronize()
         times.append(1e3 * (time.perf_counter() - t0))
-    if calls is not None:  # past the first two steps: calls per step, the native calls' host us and team phases
-        tr = dist.group.WORLD.trace()
-        calls.update({"per_step": {f"{op} {dt}": round(v / (n - 2), 2) for (op, dt), v in sorted(_CALLS.items())},
-                      "host_us": tr["host_us"], "team": tr["team"]})
+        for k, (a, b) in {"forward": (t0, t1), "backward": (t1, t2), "optimizer": (t2, t3)}.items():
+            parts[k].append(1e3 * (b - a))
+        if sync and native and step >= 2:
+            end_wait.append(1e6 * (t2 - last[0]))
+    if native:
+        del pg._run  # the class's own again
+    if detail is not None:
+        detail["host_ms"] = {k: round(statistics.median(v[2:]), 3) for k, v in parts.items()}
+        if native:  # past the first two steps
+            tr = pg.trace()
+            detail.update({"calls_per_step": {f"{op} {dt}": round(v / (n - 2), 2)
+                                              for (op, dt), v in sorted(_CALLS.items())},
+                           "host_us": tr["host_us"], "team": tr["team"]})
+            if end_wait:
+                detail["backward_end_wait_us"] = round(statistics.median(end_wait), 1)
     return statistics.median(times[2:])
 
 
@@ -124,16 +160,18 @@ def main():
                             bucket_cap_mb=bucket)
                 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
                 r = out.setdefault(f"{name} bucket {bucket}", {})
-                counts = {} if name == "gpustripe" and rep == 1 else None
-                r.setdefault("step_ms", []).append(round(steps(model, opt, args, rank, dev, args.steps, calls=counts), 2))
-                if counts is not None:
-                    r["calls"] = counts
+                native = name == "gpustripe"
+                detail = {} if rep == 1 else None
+                r.setdefault("step_ms", []).append(
+                    round(steps(model, opt, args, rank, dev, args.steps, detail=detail, native=native), 2))
+                if detail is not None:
+                    r["detail"] = detail
                 if bucket == 25:
-                    counts = {} if name == "gpustripe" and rep == 1 else None
+                    detail = {} if rep == 1 else None
                     r.setdefault("no_sync_ms", []).append(
-                        round(steps(model, opt, args, rank, dev, args.steps, sync=False, calls=counts), 2))
-                    if counts is not None:
-                        r["no_sync_calls"] = counts
+                        round(steps(model, opt, args, rank, dev, args.steps, sync=False, detail=detail, native=native), 2))
+                    if detail is not None:
+                        r["no_sync_detail"] = detail
                     if rep == 1:
                         path = os.path.join(args.out, f"ddp-{name}.json") if args.out else ""
                         r["profile"] = profile(model, opt, args, rank, dev, path)
