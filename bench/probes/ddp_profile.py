@@ -1,13 +1,23 @@
 """Where a DDP step's time goes, per backend: the step with its gradient exchange, the same
 step without it (DDP's no_sync: the compute alone), and with one bucket (every gradient
 exchanged after the backward pass, no overlap), then a torch.profiler view of a few steps
-(the GPU's busy time per stream, the host time of the collective calls). One process per GPU:
+(the GPU's busy time per stream, the host time of the collective calls). In the second
+repetition, `detail` and `no_sync_detail`: the host's time per part of the step (forward,
+backward, optimizer: where a launch-bound step's time goes), and for gpustripe what a warm step
+asks of the group: the calls per step by op and element type (DDP's buckets, and its module
+buffers' broadcasts at every forward where the model has buffers), the native calls' host time
+and the team's phases per call (trace()) over those steps, and the wait at the backward's end
+(`backward_end_wait_us`: from the last native call's return to backward()'s, where DDP's
+reducer waits for every bucket's future: the hosts' meeting for the last bucket).
+The backends take turns going first (nccl in the first repetition, gpustripe in the second): a
+difference that follows the order is the machine's. One process per GPU:
 
     torchrun --nproc-per-node 2 bench/probes/ddp_profile.py --out DIR
 
 Prints `DDPPROF {json}` on rank 0 and writes rank 0's Chrome traces to DIR.
 """
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -22,23 +32,81 @@ import train_ddp  # noqa: E402  (the models, batches and losses of the training 
 import gpustripe.torch  # noqa: E402,F401  (registers the backend)
 
 
-def steps(model, opt, args, rank, dev, n, sync=True):
-    times = []
+_CALLS = collections.Counter()  # (op, dtype) -> calls that reached the gpustripe group's methods
+
+
+def _count_calls() -> None:
+    """Counts every call of the gpustripe group's collective methods by op and element type:
+    what a step asks of the backend (DDP's buckets; its buffers' broadcasts at each forward)."""
+    cls = gpustripe.torch.ProcessGroupGpustripe
+    for op in ("allreduce", "broadcast", "allgather", "_allgather_base", "_reduce_scatter_base", "alltoall_base",
+               "reduce", "barrier"):
+        f = getattr(cls, op)
+
+        def counted(self, *a, _f=f, _op=op, **k):
+            ts = a[0] if a else None
+            t = ts[0] if isinstance(ts, list) and ts and hasattr(ts[0], "dtype") else None
+            _CALLS[(_op, str(t.dtype).replace("torch.", "") if t is not None else "")] += 1
+            return _f(self, *a, **k)
+        setattr(cls, op, counted)
+
+
+def steps(model, opt, args, rank, dev, n, sync=True, detail=None, native=False):
+    """The median step ms past the first two steps. `detail` (a dict) gets the host's time per part
+    of the step (ms, medians: from the host's clock, no synchronize between the parts), and with
+    `native` (the gpustripe group's model) what the steps asked of the group: calls per step, the
+    native calls' host time, the team's phases per call, and the time from the last native call's
+    return (DDP's reducer, on the autograd thread) to backward()'s (the reducer waits there for
+    every bucket's future)."""
+    times, parts, end_wait = [], {"forward": [], "backward": [], "optimizer": []}, []
+    pg = dist.group.WORLD
+    last = [0.0]
+    if native:
+        run = pg._run
+
+        def stamped(*a, **k):
+            try:
+                return run(*a, **k)
+            finally:
+                last[0] = time.perf_counter()
+        pg._run = stamped
     for step in range(n):
+        if step == 2 and native:
+            _CALLS.clear()
+            pg.trace(reset=True)
         x, y = train_ddp.batch(args.model, args, step, rank, dev)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         if sync:
             loss = train_ddp.loss_of(args.model, model, x, y)
+            t1 = time.perf_counter()
             loss.backward()
         else:
             with model.no_sync():
                 loss = train_ddp.loss_of(args.model, model, x, y)
+                t1 = time.perf_counter()
                 loss.backward()
+        t2 = time.perf_counter()
         opt.step()
+        t3 = time.perf_counter()
         torch.cuda.synchronize()
         times.append(1e3 * (time.perf_counter() - t0))
+        for k, (a, b) in {"forward": (t0, t1), "backward": (t1, t2), "optimizer": (t2, t3)}.items():
+            parts[k].append(1e3 * (b - a))
+        if sync and native and step >= 2:
+            end_wait.append(1e6 * (t2 - last[0]))
+    if native:
+        del pg._run  # the class's own again
+    if detail is not None:
+        detail["host_ms"] = {k: round(statistics.median(v[2:]), 3) for k, v in parts.items()}
+        if native:  # past the first two steps
+            tr = pg.trace()
+            detail.update({"calls_per_step": {f"{op} {dt}": round(v / (n - 2), 2)
+                                              for (op, dt), v in sorted(_CALLS.items())},
+                           "host_us": tr["host_us"], "team": tr["team"]})
+            if end_wait:
+                detail["backward_end_wait_us"] = round(statistics.median(end_wait), 1)
     return statistics.median(times[2:])
 
 
@@ -81,20 +149,29 @@ def main():
     dist.init_process_group("cuda:gpustripe,cpu:gloo")
     rank = dist.get_rank()
     groups = {"nccl": dist.new_group(backend="nccl"), "gpustripe": dist.group.WORLD}
+    _count_calls()
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     out = {}
     for rep in range(2):
-        for name, group in groups.items():
+        for name, group in (groups.items() if rep == 0 else reversed(groups.items())):
             for bucket in (25, 1000):
                 model = DDP(train_ddp.build(args.model, args).to(dev), device_ids=[local], process_group=group,
                             bucket_cap_mb=bucket)
                 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
                 r = out.setdefault(f"{name} bucket {bucket}", {})
-                r.setdefault("step_ms", []).append(round(steps(model, opt, args, rank, dev, args.steps), 2))
+                native = name == "gpustripe"
+                detail = {} if rep == 1 else None
+                r.setdefault("step_ms", []).append(
+                    round(steps(model, opt, args, rank, dev, args.steps, detail=detail, native=native), 2))
+                if detail is not None:
+                    r["detail"] = detail
                 if bucket == 25:
+                    detail = {} if rep == 1 else None
                     r.setdefault("no_sync_ms", []).append(
-                        round(steps(model, opt, args, rank, dev, args.steps, sync=False), 2))
+                        round(steps(model, opt, args, rank, dev, args.steps, sync=False, detail=detail, native=native), 2))
+                    if detail is not None:
+                        r["no_sync_detail"] = detail
                     if rep == 1:
                         path = os.path.join(args.out, f"ddp-{name}.json") if args.out else ""
                         r["profile"] = profile(model, opt, args, rank, dev, path)

@@ -121,6 +121,7 @@ def worker(rank: int, world: int, port: int, mode: str) -> None:
         checks.update(delegated(rank, world, gt))
         checks.update(calibrated(rank, world, gt))
         checks.update(blocking(rank, world))
+        checks.update(ddp_step(rank, world))
     failed = [k for k, ok in checks.items() if not ok]
     report = {"rank": rank, "mode": mode, "native_calls": pg.native_calls, "checks": len(checks), "failed": failed}
     os.write(1, ("TORCHCPU " + json.dumps(report) + "\n").encode())  # one write: the ranks share the pipe
@@ -230,6 +231,68 @@ def blocking(rank: int, world: int) -> dict:
     x = torch.full((64,), float(rank + 1))
     dist.all_reduce(x, group=g)  # torch's wrapper, async_op=False: takes the None
     checks["blocking call through torch's wrapper"] = counted[0].joins == 2 and torch.equal(x, want) and queued() == 1
+    return checks
+
+
+def ddp_step(rank: int, world: int) -> dict:
+    """What a DDP training step asks of the backend once warm, per step: the buckets' all_reduces
+    (each with the future DDP's reducer asks for, completed by the completer thread) and one
+    broadcast per element type of the module's buffers (BatchNorm: float32 statistics, an int64
+    counter; waited for, no future), every one queued to the team's worker; no access to the
+    store (the team met through it once), no event created (the start and end events pooled)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    g = dist.new_group(backend="gpustripe")
+    store = g._store = Counting(g._store)
+    runs = collections.Counter()
+    run = g._run
+    g._run = lambda what, *a, **k: (runs.update([what]), run(what, *a, **k))[1]
+    torch.manual_seed(0)
+    width, blocks = 16, 3
+    layers = []
+    for _ in range(blocks):
+        layers += [torch.nn.Linear(width, width), torch.nn.BatchNorm1d(width), torch.nn.ReLU()]
+    # buckets of about one Linear's gradients each
+    model = DDP(torch.nn.Sequential(*layers), process_group=g, bucket_cap_mb=(width * width + width) * 4 / 2**20)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    futures = [0]
+
+    def step(i):
+        x = torch.randn(8, width, generator=torch.Generator().manual_seed(world * i + rank))
+        opt.zero_grad(set_to_none=True)
+        model(x).square().mean().backward()
+        opt.step()
+
+    for i in range(3):  # the buckets are rebuilt after the first step
+        step(i)
+    team = g._team_obj
+    future = g._mem.future
+
+    def counted(*a, **k):
+        futures[0] += 1
+        return future(*a, **k)
+    g._mem.future = counted
+    before = dict(runs), team.queue_stats(), team.marks_stats()["events_created"], sum(store.calls.values())
+    per_step = []
+    for i in range(3, 6):
+        seen = dict(runs), futures[0]
+        step(i)
+        per_step.append(({k: v - seen[0].get(k, 0) for k, v in runs.items() if v != seen[0].get(k, 0)},
+                         futures[0] - seen[1]))
+    q = team.queue_stats()
+    calls, fut = per_step[0]
+    reduces = calls.get("all_reduce", 0)
+    checks = {
+        "ddp step: the same calls every step": all(p == per_step[0] for p in per_step),
+        "ddp step: one all_reduce per bucket, two buffer broadcasts": (
+            reduces >= blocks and calls.get("broadcast") == 2 and set(calls) == {"all_reduce", "broadcast"}),
+        "ddp step: a future per bucket, none per broadcast": fut == reduces,
+        "ddp step: every call queued to the worker": q["queued"] - before[1]["queued"] == 3 * (reduces + 2),
+        "ddp step: no event created": (q["events_created"] == before[1]["events_created"]
+                                       and team.marks_stats()["events_created"] == before[2]),
+        "ddp step: no store access": sum(store.calls.values()) == before[3] and before[3] > 0,
+    }
+    g.shutdown()
     return checks
 
 
