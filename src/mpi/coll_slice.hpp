@@ -56,8 +56,7 @@ class TeamFlags {
   static constexpr size_t kWords = kDoneWord + kMaxRanks;
   static size_t segment_bytes();
   explicit TeamFlags(ipc::ShmSegment seg);
-  // Host flags: the run number (mod 2^32) in which op i last completed (written by its rank
-  // only). Stream flags: edge slot i, 1 while set (the words are page-aligned for register_host).
+  // Edge slot i, 1 while set (the words are page-aligned for register_host).
   // Word i from kMaxOps on: the stream-ordered runs' words (kOrderedEdges, kBarrierWord).
   std::atomic<uint32_t>& op(size_t i) const;
   uint32_t* op_words() const;

@@ -51,9 +51,9 @@ class Watchdog {
     return *cur;
   }
   // Arming is on every collective's path: it wakes the thread only where it sleeps for good
-  // (idle a while). A thread woken at every call cost the caller a futex wake-up, and a peer
-  // check run at once under the lock that the disarm then waited for, for waits that mostly
-  // end within microseconds; the first check now comes within one period.
+  // (idle a while). Waking it at every call would cost the caller a futex wake-up, and a peer
+  // check run at once under the lock that the disarm then waits for, for waits that mostly end
+  // within microseconds; the first check comes within one period.
   void arm(WaitWatch::State* s) {
     std::lock_guard<std::mutex> l(mu_);
     armed_.push_back(s);

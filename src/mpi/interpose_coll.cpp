@@ -29,9 +29,10 @@ namespace gpustripe::mpi {
 namespace {
 
 const BoolSetting kColl{"GPUSTRIPE_MPI_COLL", "yes",
-                        "MPI collectives (alltoall, allgather, reduce_scatter_block, allreduce, bcast, reduce) on "
-                        "device buffers of a node-local communicator run on gpustripe's collective schedules; no: "
-                        "the MPI runs them (device buffers staged through host memory)"};
+                        "MPI collectives (every interposed form, blocking, nonblocking and persistent: allreduce, "
+                        "reduce, reduce_scatter(_block), scan, exscan, allgather(v), alltoall(v/w), bcast, gather(v), "
+                        "scatter(v)) on device buffers of a node-local communicator run on gpustripe's collective "
+                        "schedules; no: the MPI runs them (device buffers staged through host memory)"};
 
 std::atomic<long> g_served{0};  // collectives run on gpustripe (a test hook reads it)
 
