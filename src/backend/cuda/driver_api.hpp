@@ -8,9 +8,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/driver_entry.hpp"
-
 namespace gpustripe {
+
+// The driver function `name` of the CUDA 12.0 ABI (which every CUDA 12+ driver serves), or
+// nullptr where the driver lacks it; never throws, leaves no CUDA error behind.
+void* driver_entry_point(const char* name) noexcept;
 
 struct DriverPointerAttributes {
   bool known = false;     // the driver knows the pointer (device, pinned or managed memory)
@@ -51,8 +53,5 @@ struct DriverVmm {
   bool complete() const;
 };
 const DriverVmm& driver_vmm() noexcept;
-
-// driver_entry_point(name): declared in backend/driver_entry.hpp, the part of this file the
-// layers above the backend may use.
 
 }  // namespace gpustripe
