@@ -155,8 +155,15 @@ PlannedHost plan_pair_host(Planner& planner, const std::vector<int>& devices, ui
   return least;
 }
 
+std::vector<std::string> measured_candidates(CollOp op, const TeamResources& res, size_t bytes, const Tuning& t) {
+  if (op != CollOp::Bcast || !res.host_paced || res.n != 2 || !res.all_peer || bytes == 0 ||
+      bytes > t.bcast_sm_max_2 || (res.chain_pairs && bytes >= t.chain_min) || !forced(op).empty())
+    return {};
+  return {"sm", "direct"};
+}
+
 Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t esz, const Tuning& t,
-                       const PlannedHost& planned_host) {
+                       const PlannedHost& planned_host, const std::string& measured_form) {
   const double planned = planned_host.share;
   (void)esz;
   t.validate();
@@ -221,7 +228,13 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   if (op == CollOp::Bcast) {
     // Copy kernels in pieces beat the copy engines' chain and scatter-allgather at every size on
     // more than 2 GPUs (no per-copy latency, and every member's egress carries a piece).
+    if (!measured_form.empty() && force.empty()) {
+      const auto cands = measured_candidates(op, res, bytes, t);
+      GS_REQUIRE(std::find(cands.begin(), cands.end(), measured_form) != cands.end(), GPUSTRIPE_ERR_INTERNAL,
+                 "broadcast of %s: '%s' is no measured candidate here", size.c_str(), measured_form.c_str());
+    }
     c.name = !force.empty()                                                          ? force
+             : !measured_form.empty()                                                 ? measured_form
              : res.all_peer && n > 1 && (n > 2 || bytes <= t.bcast_sm_max_2)          ? "sm"
              : (n > 2 || res.chain_pairs) && bytes >= t.chain_min                     ? "chain"
              : n > 2 && bytes >= t.rounds_min                                         ? "scatter_ag"
@@ -234,6 +247,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.bcast.chunks = c.bcast.chain ? chunks_for(bytes, t.chain_chunk, 64, 8)
                                    : chunks_for(bytes / std::max(1, n - 1), t.bcast_chunk, 32);
     c.why = !force.empty() ? why_forced(c.name)
+            : !measured_form.empty() ? size + " between 2 host-paced ranks: the form their timed calls of the size picked"
             : c.bcast.kernel
                 ? size + (n > 2 ? "" : " <= " + format_size(t.bcast_sm_max_2) + " (2 GPUs)") +
                       ": copy kernels, the GPUs' barrier inside (pieces)"

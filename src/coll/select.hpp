@@ -29,6 +29,11 @@ struct TeamResources {
   double nvlink_gbps = 0;      // smallest NVLink egress of a member, nominal
   double host_gbps = 0;        // smallest host link of a member, nominal, per direction
   bool emulated = false;
+  // Every call's host waits for its end before the next call (the MPI interposer's blocking
+  // calls; set by its team): a kernel's launch is then on every call's path, not hidden behind
+  // the previous call's run on the GPUs. Where the forms' order depends on that, the team times
+  // them (measured_candidates).
+  bool host_paced = false;
 };
 
 // The resources of a team on GPUs `devices` (member m on devices[m]): the smallest nominal
@@ -64,8 +69,20 @@ struct PlannedHost {
 // transfer (plan_pair_host), which a 2-member team that asks for it (wants_bcast_host_share)
 // takes as it is, share and chunks.
 // Throws ERR_CONFIG for a tuning out of range or an unknown name in GPUSTRIPE_COLL_ALGO.
+// measured: the form the team's timing of its own calls picked among measured_candidates()
+// (empty: none, the size decides); a forced schedule still wins.
 Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t elem_size,
-                       const Tuning& tuning = Tuning(), const PlannedHost& planned = {});
+                       const Tuning& tuning = Tuning(), const PlannedHost& planned = {},
+                       const std::string& measured = {});
+
+// The schedules between which no constant can say which is faster, so a team times its own
+// calls of the size (the candidates in the order they are tried), or none: a host-paced pair's
+// broadcast where it would take the copy kernel and the copy-engine alternative is the root's
+// copy (sm, direct). Back to back on the GPUs the kernel leads; with the host waiting for
+// every call, its launch weighs against the copy engine's cheaper enqueue, and where the two
+// cross depends on the node's hosts. None when GPUSTRIPE_COLL_ALGO forces the op's schedule.
+std::vector<std::string> measured_candidates(CollOp op, const TeamResources& res, size_t bytes,
+                                             const Tuning& tuning = Tuning());
 
 // Whether choose_schedule would consider an automatic host share for this exchange
 // (so the caller knows when asking the planner is worth it).

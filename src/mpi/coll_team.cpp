@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <mutex>
 
 #include "common/config.hpp"
 #include "common/error.hpp"
@@ -36,6 +37,23 @@ std::atomic<bool> g_fail_next_setup{false};  // test hook: the next team's setup
 // Where the sizing build puts the buffers of every rank: addresses never dereferenced.
 char* placeholder(size_t k) { return reinterpret_cast<char*>((k + 1) << 40); }
 
+// Test only: the forms of the timed-choice calls run here (test_measured_forms_run).
+std::mutex g_forms_lock;
+std::string g_forms_run;
+
+// A test item's value for `rank`: "A:B:C" gives rank r the r-th number (the last one past the
+// end), a single number every rank.
+double rank_value(const std::string& name, const std::string& value, int rank) {
+  std::vector<std::string> each = split(value, ':');
+  GS_REQUIRE(!each.empty(), GPUSTRIPE_ERR_CONFIG, "GPUSTRIPE_TEST coll.%s: no value", name.c_str());
+  const std::string& v = each[std::min<size_t>(static_cast<size_t>(rank), each.size() - 1)];
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  GS_REQUIRE(end && *end == 0 && !v.empty() && d > 0, GPUSTRIPE_ERR_CONFIG,
+             "GPUSTRIPE_TEST coll.%s: '%s' is no positive number", name.c_str(), v.c_str());
+  return d;
+}
+
 }  // namespace
 
 void set_collective_progress(void (*progress_all)()) { g_progress_all.store(progress_all); }
@@ -56,6 +74,10 @@ coll::TeamResources team_resources(Backend& backend, const Topology& topo, int n
 
 void test_die_in_next_collective() { g_die_in_next.store(true); }
 void test_fail_next_team_setup() { g_fail_next_setup.store(true); }
+std::string test_measured_forms_run() {
+  std::lock_guard<std::mutex> l(g_forms_lock);
+  return g_forms_run;
+}
 
 // A buffer as another process maps it: the allocation's handle and the offset in it.
 struct CollTeam::Desc {
@@ -70,6 +92,7 @@ struct CollTeam::RankInfo {
   int32_t device = -1;
   Desc send, recv, scratch;
   TeamStaging::Note staging;  // rank 0's shared host staging; every rank's generation mapped
+  FormTrials::Posted timed;   // this rank's time of its latest timed trial call (FormTrials)
   uint32_t blocks = 0;  // CollCall::send_at and the rest, where the call has them
   uint64_t send_at[CollCall::kMaxBlocks] = {}, send_len[CollCall::kMaxBlocks] = {}, recv_len[CollCall::kMaxBlocks] = {};
 };
@@ -104,7 +127,7 @@ bool CollTeam::same_messages(const std::vector<RankInfo>& a, const std::vector<R
 }
 
 CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::Bootstrap> boot,
-                   std::vector<int> channel_rank)
+                   std::vector<int> channel_rank, bool host_paced)
     : ctx_(ctx), ep_(endpoint), backend_(ctx.backend()), boot_(std::move(boot)), channel_rank_(std::move(channel_rank)) {
   rank_ = boot_->rank();
   n_ = boot_->size();
@@ -113,6 +136,7 @@ CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::B
 
   const Topology& topo = ctx_.topology();
   res_ = team_resources(backend_, topo, n_);
+  res_.host_paced = host_paced;
   node_gpus_.resize(std::min(topo.gpu_count(), backend_.device_count()));
   for (size_t i = 0; i < node_gpus_.size(); ++i) node_gpus_[i] = static_cast<int>(i);
   // The team maps the other ranks' buffers into this rank's GPU's context (map()), so its
@@ -125,6 +149,7 @@ CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::B
   // schedules that nodes without peer access take.
   for (const auto& [name, value] : test_hooks("coll.")) {
     if (name == "peer_kernels") peer_kernels = parse_bool(value, "GPUSTRIPE_TEST coll.peer_kernels");
+    else if (name.rfind("trial_us_", 0) == 0) trial_us_[name.substr(9)] = rank_value(name, value, rank_);
     else tuning_.set(name, value);
   }
   tuning_.validate();
@@ -371,7 +396,7 @@ void CollTeam::map_all(int r, int reader, std::initializer_list<const Desc*> des
   }
 }
 
-coll::Choice CollTeam::choose(const CollCall& call) {
+coll::Choice CollTeam::choose(const CollCall& call, const std::string& form) {
   // A 2-rank broadcast is one transfer: the planner's host path for it, over every pair of the
   // node's GPUs (each rank chooses before it learns the others' GPUs, and all must choose alike).
   coll::PlannedHost planned;
@@ -383,7 +408,7 @@ coll::Choice CollTeam::choose(const CollCall& call) {
     }
     planned = it->second;
   }
-  coll::Choice c = coll::choose_schedule(call.op, res_, call.bytes, call.elem_size, tuning_, planned);
+  coll::Choice c = coll::choose_schedule(call.op, res_, call.bytes, call.elem_size, tuning_, planned, form);
   // The exchanges' host path could stage through the team's shared host memory as the
   // broadcast's does, but it does not pay: in one process it gained ~1% at 256M per rank
   // (against 5-10% for one pair's copy), every GPU on the host path both ways at once.
@@ -406,6 +431,9 @@ struct CollTeam::Entry {
   std::string shape_key;
   coll::Choice choice;
   RankInfo mine;
+  std::string form;          // the measured form (FormTrials), where the call has candidates
+  int trial_cls = -1;        // its size class there
+  int trial_index = -1;      // its number in the class where this rank times it
   const char* cs = nullptr;  // the send buffer, and where it lies in the receive buffer
   bool send_in_recv = false, recv_in_send = false;
   bool ordered = false;        // stream-ordered behind call.stream (stream flags)
@@ -477,6 +505,15 @@ bool CollTeam::run(const CollCall& call) {
     }
     e.t2 = std::chrono::steady_clock::now();
     if (!launch(call, e, false)) return false;
+    // A timed trial (FormTrials): this rank's time from its entry to its end, posted with the
+    // team's next call. Host-ordered calls only (a stream-ordered one returns before its end).
+    if (e.trial_index >= 0 && !e.ordered) {
+      auto injected = trial_us_.find(e.form);
+      const double ns = injected != trial_us_.end()
+                            ? injected->second * 1e3
+                            : std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - e.t0).count();
+      bcast_trials_.timed(e.trial_cls, e.trial_index, static_cast<uint64_t>(ns));
+    }
     if (call.after) call.after();
     p2p::trace("coll_ret", rank_, e.posted, 0, call.bytes);
     return true;
@@ -650,6 +687,13 @@ void CollTeam::enter(const CollCall& call, Entry& e) {
     put(cs != nullptr);
     put(cr != nullptr);
   }
+  // A call whose schedule its team times (FormTrials): the form every rank takes this time, a
+  // Program of its own per form.
+  if (!coll::measured_candidates(call.op, res_, call.bytes, tuning_).empty()) {
+    e.trial_cls = FormTrials::size_class(call.bytes);
+    e.form = bcast_trials_.next(e.trial_cls);
+    if (!shape_key.empty()) shape_key += "/" + e.form;
+  }
 
   // 1. Size this rank's scratch: a build over placeholders (every rank's buffers laid
   //    out as this rank's are, which is what in-place rules look at).
@@ -664,7 +708,7 @@ void CollTeam::enter(const CollCall& call, Entry& e) {
       wanted = known->second.scratch;
       host_wanted = known->second.host;
     } else {
-      e.choice = choose(call);
+      e.choice = choose(call, e.form);
       coll::Scratch sizing(backend_, team.dev);
       sizing.set_external_host(placeholder(3 * n_), 0);
       std::vector<char*> send(n_), recv(n_);
@@ -712,6 +756,7 @@ void CollTeam::enter(const CollCall& call, Entry& e) {
   }
 
   mine.staging = staging_->note();
+  mine.timed = bcast_trials_.take_posted();
 
   if (!call.send_at.empty()) {
     const size_t n = call.send_at.size();
@@ -846,6 +891,13 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   if (rank_ == 0 && generation != 0 &&
       std::all_of(all.begin(), all.end(), [&](const RankInfo& ri) { return ri.staging.seen == generation; }))
     staging_->forget_name();
+  // Every rank's time of the team's last call where it was a timed trial: the same record on
+  // every rank, whichever way this call goes.
+  {
+    std::vector<FormTrials::Posted> timed(all.size());
+    for (size_t r = 0; r < all.size(); ++r) timed[r] = all[r].timed;
+    bcast_trials_.record(timed);
+  }
   for (const RankInfo& ri : all)
     if (!ri.eligible) return false;
   // Senders' layouts: every rank checks every pair alike, so all agree.
@@ -855,6 +907,11 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
       for (int j = 0; j < n_; ++j)
         if (all[i].send_len[j] != all[j].recv_len[i]) return false;
     }
+  }
+  if (e.trial_cls >= 0) {
+    e.trial_index = bcast_trials_.ran(e.trial_cls, e.form);
+    std::lock_guard<std::mutex> l(g_forms_lock);
+    g_forms_run += (g_forms_run.empty() ? "" : ",") + e.form;
   }
   // Test hook (tests/mpi/mpi_coll_kill.c): die where the others already run the call.
   if (g_die_in_next.load()) raise(SIGKILL);

@@ -42,6 +42,7 @@
 #include "ipc/bootstrap.hpp"
 #include "mpi/coll_slice.hpp"
 #include "mpi/coll_staging.hpp"
+#include "mpi/coll_trials.hpp"
 #include "p2p/endpoint.hpp"
 
 namespace gpustripe::mpi {
@@ -127,13 +128,20 @@ void test_die_in_next_collective();
 // Test only: the next collective team this process sets up fails here (as when out of
 // memory), which every rank of its communicator must report.
 void test_fail_next_team_setup();
+// Test only: the schedules this process's teams ran their timed-choice calls in (the broadcasts
+// of host-paced pairs, coll::measured_candidates), comma-separated, oldest first.
+std::string test_measured_forms_run();
 
 class CollTeam {
  public:
   // Collective over the bootstrap's members (processes of this node): every member makes
   // it at the same call, whatever its buffers. channel_rank[r]: member r's rank in the
-  // endpoint's channel.
-  CollTeam(Context& ctx, p2p::Endpoint& ep, std::unique_ptr<ipc::Bootstrap> boot, std::vector<int> channel_rank);
+  // endpoint's channel. host_paced: every call's host waits for its end before the next (the
+  // MPI interposer's blocking calls, coll::TeamResources::host_paced), so the team times its
+  // calls where the forms' order depends on that (FormTrials); NodeTeam's stream-ordered,
+  // pipelined calls are not.
+  CollTeam(Context& ctx, p2p::Endpoint& ep, std::unique_ptr<ipc::Bootstrap> boot, std::vector<int> channel_rank,
+           bool host_paced = false);
   ~CollTeam();
   CollTeam(const CollTeam&) = delete;
   CollTeam& operator=(const CollTeam&) = delete;
@@ -199,7 +207,8 @@ class CollTeam {
     int dev = -1;
   };
   void grow(Owned& b, int dev, size_t bytes);
-  coll::Choice choose(const CollCall& call);
+  // form: the measured form (FormTrials) where the call has candidates, else empty.
+  coll::Choice choose(const CollCall& call, const std::string& form);
   bool peer_ok(int dev, int peer);  // can_access_peer, asked once per pair
   struct Entry;
   struct Pending;
@@ -236,6 +245,11 @@ class CollTeam {
   std::unique_ptr<TeamStaging> staging_;  // the host path's pinned memory, shared by the ranks
   std::vector<int> node_gpus_;            // every GPU of the node (the choice looks at all of them)
   std::map<size_t, coll::PlannedHost> planned_;  // the planner's host path for a pair, by bytes
+  // A host-paced pair's broadcasts, copy kernel or the root's copy engine, timed per size class.
+  FormTrials bcast_trials_{{"sm", "direct"}, "2-rank broadcast"};
+  // Test only (GPUSTRIPE_TEST coll.trial_us_FORM=US[:US...], by rank): this rank's time of every
+  // trial call of FORM, instead of its clock's.
+  std::map<std::string, double> trial_us_;
   Owned scratch_, temp_;
   std::unique_ptr<Desc> scratch_desc_;  // scratch_ as the other ranks map it (reset by grow)
   std::map<uintptr_t, Backend::IpcMemHandle> exports_;

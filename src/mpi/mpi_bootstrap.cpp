@@ -85,8 +85,10 @@ void MpiBootstrap::allreduce_max(int* vals, size_t n) {
 std::unique_ptr<CollTeam> make_coll_team(Runtime& rt, MPI_Comm comm, const CommInfo& ci) {
   std::vector<int> channel_rank;
   for (int w : ci.world_of) channel_rank.push_back(rt.local_of(w));
+  // The MPI's collectives are blocking (the host waits for each call's end): the team times
+  // the forms whose order depends on that (CollTeam's host_paced).
   return std::make_unique<CollTeam>(rt.context(), rt.endpoint(), std::make_unique<MpiBootstrap>(comm),
-                                    std::move(channel_rank));
+                                    std::move(channel_rank), /*host_paced=*/true);
 }
 
 }  // namespace gpustripe::mpi

@@ -1,5 +1,6 @@
 #include "mpi/gpustripe_mpi_test.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -90,6 +91,17 @@ long long gpustripe_mpi_test_pointer_queries(void) {
 
 // The next collective team set up in this process fails here (tests/mpi/mpi_coll_churn.c).
 void gpustripe_mpi_test_coll_fail_next_setup(void) { test_fail_next_team_setup(); }
+
+long gpustripe_mpi_test_coll_forms(char* out, size_t n) {
+  if (!Runtime::get()) return -1;
+  const std::string forms = test_measured_forms_run();
+  if (out && n) {
+    const size_t k = std::min(n - 1, forms.size());
+    std::memcpy(out, forms.data(), k);
+    out[k] = 0;
+  }
+  return static_cast<long>(forms.size());
+}
 
 void gpustripe_mpi_test_free(void* p) {
   if (!Runtime::get() || !p) return;

@@ -463,6 +463,42 @@ TEST(CollSelect, ChainPairsBroadcastLargeMessagesAsAChain) {
   EXPECT_EQ(c.bcast.chunks, 8);
 }
 
+TEST(CollSelect, AHostPacedPairTimesItsBroadcastsFormsUpToTheChain) {
+  using Forms = std::vector<std::string>;
+  TeamResources r = h200(2);
+  r.chain_pairs = true;  // as the interposer's teams
+  EXPECT_TRUE(measured_candidates(CollOp::Bcast, r, 4 << 20, Tuning()).empty());  // not host-paced (NodeTeam)
+  r.host_paced = true;
+  EXPECT_EQ(measured_candidates(CollOp::Bcast, r, 4 << 20, Tuning()), (Forms{"sm", "direct"}));
+  EXPECT_EQ(measured_candidates(CollOp::Bcast, r, 1, Tuning()), (Forms{"sm", "direct"}));
+  EXPECT_TRUE(measured_candidates(CollOp::Bcast, r, 0, Tuning()).empty());
+  // From Tuning::chain_min the copy-engine form is the chain: no trials.
+  EXPECT_TRUE(measured_candidates(CollOp::Bcast, r, 32 << 20, Tuning()).empty());
+  EXPECT_EQ(measured_candidates(CollOp::Bcast, r, (32 << 20) - 1, Tuning()), (Forms{"sm", "direct"}));
+  EXPECT_TRUE(measured_candidates(CollOp::AllReduce, r, 4 << 20, Tuning()).empty());
+  EXPECT_TRUE(measured_candidates(CollOp::Bcast, h200(3), 4 << 20, Tuning()).empty());
+  TeamResources unmapped = r;
+  unmapped.all_peer = false;
+  EXPECT_TRUE(measured_candidates(CollOp::Bcast, unmapped, 4 << 20, Tuning()).empty());
+  // The measured form is taken as it comes; without one, the size decides as before.
+  EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 4 << 20, 4).name, "sm");
+  Choice d = choose_schedule(CollOp::Bcast, r, 4 << 20, 4, Tuning(), {}, "direct");
+  EXPECT_EQ(d.name, "direct");
+  EXPECT_FALSE(d.bcast.kernel);
+  EXPECT_TRUE(choose_schedule(CollOp::Bcast, r, 4 << 20, 4, Tuning(), {}, "sm").bcast.kernel);
+  EXPECT_THROW(choose_schedule(CollOp::Bcast, r, 4 << 20, 4, Tuning(), {}, "chain"), Error);
+  {
+    // A forced schedule skips the trials and wins over a measured form.
+    ScopedEnv algo("GPUSTRIPE_COLL_ALGO", "direct");
+    EXPECT_TRUE(measured_candidates(CollOp::Bcast, r, 4 << 20, Tuning()).empty());
+    EXPECT_EQ(choose_schedule(CollOp::Bcast, r, 4 << 20, 4, Tuning(), {}, "sm").name, "direct");
+  }
+  {
+    ScopedEnv algo("GPUSTRIPE_COLL_ALGO", "oneshot");  // another op's: the broadcast is still timed
+    EXPECT_EQ(measured_candidates(CollOp::Bcast, r, 4 << 20, Tuning()), (Forms{"sm", "direct"}));
+  }
+}
+
 TEST(CollSelect, SettingsForceAndAreChecked) {
   TeamResources r = h200(4);
   {
