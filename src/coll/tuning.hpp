@@ -48,7 +48,8 @@ struct Tuning {
   // --- Broadcast ----------------------------------------------------------------------------
   // Teams of 2 that map each other's memory: largest broadcast done by a copy kernel; above,
   // copy engines (larger teams take the copy kernels at every size: each member's egress
-  // carries a piece of the message).
+  // carries a piece of the message). A host-paced pair (TeamResources::host_paced) times the
+  // kernel against the root's copy up to here instead (select.hpp's measured_candidates).
   uint64_t bcast_sm_max_2 = uint64_t(256) << 20;
   // Smallest broadcast sent as a chain (every GPU sends and receives the message once) over
   // more than 2 ranks, or 2 whose team asks for it (TeamResources::chain_pairs).
