@@ -37,7 +37,9 @@ std::atomic<bool> g_fail_next_setup{false};  // test hook: the next team's setup
 // Where the sizing build puts the buffers of every rank: addresses never dereferenced.
 char* placeholder(size_t k) { return reinterpret_cast<char*>((k + 1) << 40); }
 
-// Test only: the forms of the timed-choice calls run here (test_measured_forms_run).
+// Test only: the forms of the timed-choice calls run here (test_measured_forms_run), the first
+// kFormsKept bytes.
+constexpr size_t kFormsKept = 4096;
 std::mutex g_forms_lock;
 std::string g_forms_run;
 
@@ -911,7 +913,7 @@ bool CollTeam::launch(const CollCall& call, Entry& e, bool async) {
   if (e.trial_cls >= 0) {
     e.trial_index = bcast_trials_.ran(e.trial_cls, e.form);
     std::lock_guard<std::mutex> l(g_forms_lock);
-    g_forms_run += (g_forms_run.empty() ? "" : ",") + e.form;
+    if (g_forms_run.size() < kFormsKept) g_forms_run += (g_forms_run.empty() ? "" : ",") + e.form;
   }
   // Test hook (tests/mpi/mpi_coll_kill.c): die where the others already run the call.
   if (g_die_in_next.load()) raise(SIGKILL);

@@ -44,7 +44,14 @@ const std::string& FormTrials::next(int cls) {
   for (const std::string& f : forms_) by_form.push_back(samples(cls, f));
   const bool enough =
       std::all_of(by_form.begin(), by_form.end(), [](const auto& v) { return v.size() >= size_t(kTimed); });
-  if (!enough) return forms_[c.calls % forms_.size()];
+  if (!enough && c.calls < kMostCalls) return forms_[c.calls % forms_.size()];
+  if (!enough) {
+    c.decided = 0;
+    GS_LOG_INFO(Subsys::Mpi, "%s of %s-%s: %s, the first form: %u calls and too few timed on every rank",
+                what_.c_str(), format_size(size_t(1) << cls).c_str(), format_size(size_t(2) << cls).c_str(),
+                forms_[0].c_str(), c.calls);
+    return forms_[0];
+  }
   // The lower median: a disturbed call (another process, a page fault) only slows.
   std::vector<uint64_t> median;
   for (auto& v : by_form) {

@@ -12,7 +12,8 @@
 // call count and the record. Once every form has kTimed samples, the class keeps the form whose
 // lower median is smallest (a disturbed call only slows, so with two samples the faster one);
 // until then, the calls go on taking the forms in turn (a call some rank did not time, such as a
-// nonblocking one, leaves no sample).
+// nonblocking one, leaves no sample). A class whose calls are never timed (a program of
+// nonblocking calls only) keeps the first form after kMostCalls calls.
 //
 // The times of a call reach the record at the next call's exchange, which comes after that
 // call's form was chosen: the decision lags the last trial call by one call of the team.
@@ -29,6 +30,8 @@ class FormTrials {
  public:
   // Timed calls of each form before the class decides (after each form's warm-up call).
   static constexpr int kTimed = 2;
+  // Calls of a class after which it keeps the first form when it still lacks samples.
+  static constexpr uint32_t kMostCalls = 32;
 
   // A rank's time of its latest timed trial call, as it posts it in the next entry exchange
   // (a fixed layout: it travels in the exchange's message). cls < 0: nothing to post.

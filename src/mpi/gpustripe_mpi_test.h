@@ -55,7 +55,7 @@ int gpustripe_mpi_test_copy(void* dst, const void* src, size_t bytes);
  * gpustripe) fails here as when out of memory: every rank's call must fail, none hang. */
 void gpustripe_mpi_test_coll_fail_next_setup(void);
 /* The schedules this process ran its timed-choice collectives in (a pair's broadcasts: "sm" or
- * "direct"), comma-separated, oldest first, copied into out (at most n bytes, NUL-terminated);
+ * "direct"), comma-separated, oldest first (the first 4 KiB), copied into out (at most n bytes, NUL-terminated);
  * returns the full length, or -1 without a runtime. */
 long gpustripe_mpi_test_coll_forms(char* out, size_t n);
 

@@ -108,3 +108,13 @@ TEST(CollTrials, SizeClassesAreTimedApart) {
   EXPECT_EQ(team.ranks[0].decided(21), nullptr);
   EXPECT_EQ(team.calls(21, 2), (Forms{"sm", "direct"}));  // a new class starts its own trials
 }
+
+TEST(CollTrials, AClassNeverTimedKeepsTheFirstFormAfterItsMostCalls) {
+  Team team({{{"sm", 100}, {"direct", 50}}, {{"sm", 100}, {"direct", 50}}});
+  for (int i = 0; i < int(FormTrials::kMostCalls); ++i) team.untimed[0].push_back(i);  // rank 0 times none
+  const Forms forms = team.calls(7, FormTrials::kMostCalls + 3);
+  for (size_t i = 0; i < FormTrials::kMostCalls; ++i) EXPECT_EQ(forms[i], i % 2 ? "direct" : "sm") << i;
+  for (size_t i = FormTrials::kMostCalls; i < forms.size(); ++i) EXPECT_EQ(forms[i], "sm") << i;
+  ASSERT_NE(team.ranks[1].decided(7), nullptr);
+  EXPECT_EQ(*team.ranks[1].decided(7), "sm");
+}
