@@ -691,7 +691,17 @@ void CollTeam::enter(const CollCall& call, Entry& e) {
   }
   // A call whose schedule its team times (FormTrials): the form every rank takes this time, a
   // Program of its own per form.
-  if (!coll::measured_candidates(call.op, res_, call.bytes, tuning_).empty()) {
+  bool timed = false;
+  if (call.op == coll::CollOp::Bcast && res_.host_paced && n_ == 2) {
+    // Asked once per size (GPUSTRIPE_COLL_ALGO is read from the environment), not at every call.
+    auto it = timed_sizes_.find(call.bytes);
+    if (it == timed_sizes_.end()) {
+      if (timed_sizes_.size() >= kShapesKept) timed_sizes_.clear();
+      it = timed_sizes_.emplace(call.bytes, !coll::measured_candidates(call.op, res_, call.bytes, tuning_).empty()).first;
+    }
+    timed = it->second;
+  }
+  if (timed) {
     e.trial_cls = FormTrials::size_class(call.bytes);
     e.form = bcast_trials_.next(e.trial_cls);
     if (!shape_key.empty()) shape_key += "/" + e.form;

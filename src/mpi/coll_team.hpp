@@ -247,6 +247,7 @@ class CollTeam {
   std::map<size_t, coll::PlannedHost> planned_;  // the planner's host path for a pair, by bytes
   // A host-paced pair's broadcasts, copy kernel or the root's copy engine, timed per size class.
   FormTrials bcast_trials_{{"sm", "direct"}, "2-rank broadcast"};
+  std::map<size_t, bool> timed_sizes_;  // by bytes: whether the broadcast has measured candidates
   // Test only (GPUSTRIPE_TEST coll.trial_us_FORM=US[:US...], by rank): this rank's time of every
   // trial call of FORM, instead of its clock's.
   std::map<std::string, double> trial_us_;
