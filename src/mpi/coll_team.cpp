@@ -40,6 +40,8 @@ char* placeholder(size_t k) { return reinterpret_cast<char*>((k + 1) << 40); }
 
 void set_collective_progress(void (*progress_all)()) { g_progress_all.store(progress_all); }
 
+int pending_collectives() { return g_pending_calls.load(); }
+
 coll::TeamResources team_resources(Backend& backend, const Topology& topo, int nranks) {
   // Every rank must build the same program, and a rank does not know the others' GPUs before
   // the call, so this looks at every GPU of the node: the same answer on every rank.
@@ -216,7 +218,16 @@ CollTeam::~CollTeam() {
     finish(false);
   } catch (...) {
   }
-  take_pending();  // not ended by finish (an unexpected error): no longer pending in this process
+  // Not ended by finish (an unexpected error): its request fails instead of waiting for a team
+  // that is gone, and it is no longer pending in this process.
+  if (pending_) {
+    const std::string why = "its communicator's collectives were closed before it ended";
+    try {
+      abandon(std::make_exception_ptr(Error(GPUSTRIPE_ERR_INTERNAL, why)), GPUSTRIPE_ERR_INTERNAL, why);
+    } catch (...) {
+      take_pending();
+    }
+  }
   if (times_.calls) {
     const PhaseTimes t = phase_times(false);
     GS_LOG_DEBUG(Subsys::Mpi, "collectives of rank %d (%llu calls on gpustripe, %llu stream-ordered): us per call: "
@@ -513,6 +524,7 @@ std::shared_ptr<CollPending> CollTeam::start(CollCall call, std::function<int()>
   state->rank = rank_;
   state->call = p->entry.posted;
   state->bytes = p->call.bytes;
+  state->team = this;
   pending_ = std::move(p);
   ++g_pending_calls;
   // The last rank to start finds every handle there: its part goes to the GPUs now. So does a
@@ -528,8 +540,18 @@ std::shared_ptr<CollPending> CollTeam::start(CollCall call, std::function<int()>
 }
 
 std::unique_ptr<CollTeam::Pending> CollTeam::take_pending() {
-  if (pending_) --g_pending_calls;
+  if (pending_) {
+    --g_pending_calls;
+    pending_->state->team = nullptr;
+  }
   return std::move(pending_);
+}
+
+bool CollTeam::progress_soon() {
+  return runner_->ready_soon([this] {
+    progress();
+    return !pending_;
+  });
 }
 
 bool CollTeam::pending() const { return pending_ != nullptr; }

@@ -2,6 +2,7 @@
 // Request_free, and Start/Startall (persistent requests). Arrays holding only the MPI's requests go to PMPI unchanged;
 // arrays with the interposer's requests are polled (PMPI_Test for the MPI's),
 // bounded by GPUSTRIPE_TIMEOUT and failing at once when a peer dies.
+#include <atomic>
 #include <optional>
 #include <vector>
 
@@ -75,7 +76,15 @@ MPI_Comm comm_of(int n, const MPI_Request* reqs) {
   return MPI_COMM_WORLD;
 }
 
+// While the awaited request advances alone (Op::advance_alone), the wait's full pass over
+// everything else pending comes at least every this many polls.
+constexpr int kFullPassEvery = 64;
+
+std::atomic<uint64_t> g_wait_polls{0};  // a test hook reads it
+
 }  // namespace
+
+uint64_t wait_polls() { return g_wait_polls.load(); }
 
 int wait_impl(MPI_Request* req, MPI_Status* st) {
   if (!any_ours(1, req)) return PMPI_Wait(req, st);
@@ -86,7 +95,14 @@ int wait_impl(MPI_Request* req, MPI_Status* st) {
   for (int polls = 0;; ++polls) {
     {
       std::lock_guard<std::recursive_mutex> l(lock());
-      progress_detached();
+      g_wait_polls.fetch_add(1, std::memory_order_relaxed);
+      // The first poll advances everything pending. Then a request alone in flight (a collective,
+      // nothing else pending) advances only itself, as its blocking form's wait does -- its
+      // second poll spinning as long as that wait spins -- and everything else at least every
+      // kFullPassEvery polls.
+      Op* op = polls % kFullPassEvery != 0 ? find_request(*req) : nullptr;
+      if (!op || !op->advance_alone(polls == 1)) progress_detached();
+      Progressed progressed;
       int err;
       if (test_one(req, st, &err)) {
         p2p::trace("m_ret", -1, 0, 0, 0);
@@ -252,6 +268,7 @@ int MPI_Test(MPI_Request* req, int* flag, MPI_Status* st) {
     if (!any_ours(1, req)) return PMPI_Test(req, flag, st);
     std::lock_guard<std::recursive_mutex> l(lock());
     progress_detached();
+    Progressed progressed;
     int err;
     *flag = test_one(req, st, &err);
     return err;
