@@ -509,7 +509,7 @@ std::shared_ptr<CollPending> CollTeam::start(CollCall call, std::function<int()>
   finish();
   if (failed_ != GPUSTRIPE_SUCCESS)
     GS_THROW(failed_, "%s: an earlier collective on this communicator failed (%s)", call.name, failure_.c_str());
-  auto p = std::make_unique<Pending>();
+  std::unique_ptr<Pending> p = spare_ ? std::move(spare_) : std::make_unique<Pending>();
   p->call = std::move(call);
   p->mpi = std::move(mpi);
   p->state = std::make_shared<CollPending>();
@@ -547,6 +547,11 @@ std::unique_ptr<CollTeam::Pending> CollTeam::take_pending() {
   return std::move(pending_);
 }
 
+void CollTeam::recycle(std::unique_ptr<Pending> p) {
+  *p = Pending{};  // what the call held goes now, its request's state included
+  spare_ = std::move(p);
+}
+
 bool CollTeam::progress_soon() {
   return runner_->ready_soon([this] {
     progress();
@@ -571,6 +576,7 @@ void CollTeam::progress() {
         std::unique_ptr<Pending> done = take_pending();
         done->state->mpi_rc = done->mpi();
         done->state->done = true;
+        recycle(std::move(done));
         return;
       }
       p.launched = true;
@@ -581,6 +587,7 @@ void CollTeam::progress() {
     if (done->call.after) done->call.after();
     done->state->served = true;
     done->state->done = true;
+    recycle(std::move(done));
   } catch (const Error& e) {
     abandon(std::current_exception(), e.status(), e.what());
   } catch (const std::exception& e) {

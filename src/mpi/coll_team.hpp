@@ -226,7 +226,9 @@ class CollTeam {
   void abandon(std::exception_ptr why, Status status, const std::string& what);
   // Ends the pending call's time on the team (the process's count of pending calls).
   std::unique_ptr<Pending> take_pending();
-  std::unique_ptr<Pending> pending_;
+  // Keeps an ended call's allocation for the next start (emptied: nothing of the call stays).
+  void recycle(std::unique_ptr<Pending> p);
+  std::unique_ptr<Pending> pending_, spare_;
   // Runs this rank's part: stream-ordered behind call.stream where `ordered` and the program
   // allows (returns true), else ordered by the hosts (false).
   bool run_part(const CollCall& call, bool ordered, const coll::Program& prog, const coll::CrossSlots& slots);
