@@ -21,6 +21,17 @@ bool any_ours(int n, const MPI_Request* reqs) {
   return false;
 }
 
+// One completion attempt of `op`, the interposer's request *req.
+bool test_op(MPI_Request* req, Op* op, MPI_Status* st, int* err) {
+  *err = MPI_SUCCESS;
+  if (!op->test(st, err)) return false;
+  if (!op->persistent()) {
+    drop_request(*req);
+    *req = MPI_REQUEST_NULL;
+  }
+  return true;
+}
+
 // One completion attempt. True when the request completed (or is null/inactive);
 // the request is then MPI_REQUEST_NULL (the MPI's persistent requests stay).
 bool test_one(MPI_Request* req, MPI_Status* st, int* err) {
@@ -29,14 +40,7 @@ bool test_one(MPI_Request* req, MPI_Status* st, int* err) {
     set_empty_status(st);
     return true;
   }
-  if (Op* op = find_request(*req)) {
-    if (!op->test(st, err)) return false;
-    if (!op->persistent()) {
-      drop_request(*req);
-      *req = MPI_REQUEST_NULL;
-    }
-    return true;
-  }
+  if (Op* op = find_request(*req)) return test_op(req, op, st, err);
   int flag = 0;
   *err = PMPI_Test(req, &flag, st);
   return flag || *err != MPI_SUCCESS;
@@ -87,7 +91,12 @@ std::atomic<uint64_t> g_wait_polls{0};  // a test hook reads it
 uint64_t wait_polls() { return g_wait_polls.load(); }
 
 int wait_impl(MPI_Request* req, MPI_Status* st) {
-  if (!any_ours(1, req)) return PMPI_Wait(req, st);
+  Op* op = nullptr;  // in the table until its test completes it: looked up once
+  {
+    std::lock_guard<std::recursive_mutex> l(lock());
+    op = find_request(*req);
+  }
+  if (!op) return PMPI_Wait(req, st);
   // The Waiter (its message, its settings) is made only after ipc::kPollsBeforeWaiter polls found
   // the request incomplete: a request done by then (an eager send, a message that arrives as
   // the receive is posted) returns without that cost.
@@ -100,11 +109,10 @@ int wait_impl(MPI_Request* req, MPI_Status* st) {
       // nothing else pending) advances only itself, as its blocking form's wait does -- its
       // second poll spinning as long as that wait spins -- and everything else at least every
       // kFullPassEvery polls.
-      Op* op = polls % kFullPassEvery != 0 ? find_request(*req) : nullptr;
-      if (!op || !op->advance_alone(polls == 1)) progress_detached();
+      if (polls % kFullPassEvery == 0 || !op->advance_alone(polls == 1)) progress_detached();
       Progressed progressed;
       int err;
-      if (test_one(req, st, &err)) {
+      if (test_op(req, op, st, &err)) {
         p2p::trace("m_ret", -1, 0, 0, 0);
         return err;
       }
