@@ -360,7 +360,7 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
     if (op.kind == Op::Barrier) return false;
   coll::CrossSlots computed;
   const coll::CrossSlots& slots = checked_slots(prog, given, computed);
-  auto f = std::make_unique<Inflight>();
+  std::unique_ptr<Inflight> f = spare_ ? std::move(spare_) : std::make_unique<Inflight>();
   f->waits = cross_waits(prog, slots, 0, ops.size());
   if (host_waits) {
     // Nothing of this rank waits for the other ranks on its streams: no watch either.
@@ -419,7 +419,9 @@ bool SliceRunner::poll() {
   }
   if (!all_done(f.part)) return false;
   reset_edges(f.waits);
-  inflight_.reset();
+  // Emptied, its allocation kept for the next start.
+  f = Inflight{};
+  spare_ = std::move(inflight_);
   return true;
 }
 

@@ -198,7 +198,7 @@ class SliceRunner {
   double drain_us_ = 0, barrier_us_ = 0;
   std::chrono::steady_clock::time_point enqueued_at_{}, launched_at_{};
   struct Inflight;  // the started run (start/poll)
-  std::unique_ptr<Inflight> inflight_;
+  std::unique_ptr<Inflight> inflight_, spare_;  // spare_: an ended run's, for the next start
   // How long a wait polls before its Waiter, which soon yields the core (ready_soon): a
   // collective's wait lasts about its GPU part, tens of microseconds at the sizes where a
   // call's host path shows, up to a few hundred at 64 MB, and a yield adds a trip through the

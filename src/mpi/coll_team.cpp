@@ -60,6 +60,8 @@ double rank_value(const std::string& name, const std::string& value, int rank) {
 
 void set_collective_progress(void (*progress_all)()) { g_progress_all.store(progress_all); }
 
+int pending_collectives() { return g_pending_calls.load(); }
+
 coll::TeamResources team_resources(Backend& backend, const Topology& topo, int nranks) {
   // Every rank must build the same program, and a rank does not know the others' GPUs before
   // the call, so this looks at every GPU of the node: the same answer on every rank.
@@ -243,7 +245,16 @@ CollTeam::~CollTeam() {
     finish(false);
   } catch (...) {
   }
-  take_pending();  // not ended by finish (an unexpected error): no longer pending in this process
+  // Not ended by finish (an unexpected error): its request fails instead of waiting for a team
+  // that is gone, and it is no longer pending in this process.
+  if (pending_) {
+    const std::string why = "its communicator's collectives were closed before it ended";
+    try {
+      abandon(std::make_exception_ptr(Error(GPUSTRIPE_ERR_INTERNAL, why)), GPUSTRIPE_ERR_INTERNAL, why);
+    } catch (...) {
+      take_pending();
+    }
+  }
   if (times_.calls) {
     const PhaseTimes t = phase_times(false);
     GS_LOG_DEBUG(Subsys::Mpi, "collectives of rank %d (%llu calls on gpustripe, %llu stream-ordered): us per call: "
@@ -537,7 +548,7 @@ std::shared_ptr<CollPending> CollTeam::start(CollCall call, std::function<int()>
   finish();
   if (failed_ != GPUSTRIPE_SUCCESS)
     GS_THROW(failed_, "%s: an earlier collective on this communicator failed (%s)", call.name, failure_.c_str());
-  auto p = std::make_unique<Pending>();
+  std::unique_ptr<Pending> p = spare_ ? std::move(spare_) : std::make_unique<Pending>();
   p->call = std::move(call);
   p->mpi = std::move(mpi);
   p->state = std::make_shared<CollPending>();
@@ -552,6 +563,7 @@ std::shared_ptr<CollPending> CollTeam::start(CollCall call, std::function<int()>
   state->rank = rank_;
   state->call = p->entry.posted;
   state->bytes = p->call.bytes;
+  state->team = this;
   pending_ = std::move(p);
   ++g_pending_calls;
   // The last rank to start finds every handle there: its part goes to the GPUs now. So does a
@@ -567,8 +579,23 @@ std::shared_ptr<CollPending> CollTeam::start(CollCall call, std::function<int()>
 }
 
 std::unique_ptr<CollTeam::Pending> CollTeam::take_pending() {
-  if (pending_) --g_pending_calls;
+  if (pending_) {
+    --g_pending_calls;
+    pending_->state->team = nullptr;
+  }
   return std::move(pending_);
+}
+
+void CollTeam::recycle(std::unique_ptr<Pending> p) {
+  *p = Pending{};  // what the call held goes now, its request's state included
+  spare_ = std::move(p);
+}
+
+bool CollTeam::progress_soon() {
+  return runner_->ready_soon([this] {
+    progress();
+    return !pending_;
+  });
 }
 
 bool CollTeam::pending() const { return pending_ != nullptr; }
@@ -588,6 +615,7 @@ void CollTeam::progress() {
         std::unique_ptr<Pending> done = take_pending();
         done->state->mpi_rc = done->mpi();
         done->state->done = true;
+        recycle(std::move(done));
         return;
       }
       p.launched = true;
@@ -598,6 +626,7 @@ void CollTeam::progress() {
     if (done->call.after) done->call.after();
     done->state->served = true;
     done->state->done = true;
+    recycle(std::move(done));
   } catch (const Error& e) {
     abandon(std::current_exception(), e.status(), e.what());
   } catch (const std::exception& e) {

@@ -98,9 +98,14 @@ struct CollCall {
   std::chrono::steady_clock::time_point entered{};
 };
 
+class CollTeam;
+
 // A nonblocking call as its request sees it (CollTeam::start): done once it completed on
 // gpustripe's path (served), or the MPI's way (mpi_rc), or failed (error).
 struct CollPending {
+  // The team it is pending on, while it is (null once it has left the team): a wait on this
+  // request alone advances that team only (CollTeam::progress_soon).
+  CollTeam* team = nullptr;
   bool done = false;
   bool served = false;
   int mpi_rc = 0;
@@ -116,6 +121,8 @@ struct CollPending {
 // it, so that no rank waits inside one communicator's call for a peer that first needs another
 // communicator's call to advance here. Unset: a team advances its own call only.
 void set_collective_progress(void (*progress_all)());
+// Nonblocking calls pending on the teams of this process (every team, every communicator).
+int pending_collectives();
 
 // What the schedule choice of a team of `nranks` processes on this node depends on (the same on
 // every rank: it looks at every GPU of the node, not at the ranks' own). Peer mappings as the
@@ -184,6 +191,10 @@ class CollTeam {
   // call's CollPending (and fail the team, as run()'s do).
   std::shared_ptr<CollPending> start(CollCall call, std::function<int()> mpi);
   void progress();
+  // progress() polled without yielding the core for as long as a blocking call's waits poll
+  // (SliceRunner::ready_soon): a wait for this team's call alone, as lean as its blocking form's
+  // (no other team, no request table). True once no call is pending on the team.
+  bool progress_soon();
   bool pending() const;
   // Waits (bounded by GPUSTRIPE_TIMEOUT, failing when a peer dies) until no call is pending,
   // advancing every pending call of the process meanwhile (`all`; false: this team's only).
@@ -224,7 +235,9 @@ class CollTeam {
   void abandon(std::exception_ptr why, Status status, const std::string& what);
   // Ends the pending call's time on the team (the process's count of pending calls).
   std::unique_ptr<Pending> take_pending();
-  std::unique_ptr<Pending> pending_;
+  // Keeps an ended call's allocation for the next start (emptied: nothing of the call stays).
+  void recycle(std::unique_ptr<Pending> p);
+  std::unique_ptr<Pending> pending_, spare_;
   // Runs this rank's part: stream-ordered behind call.stream where `ordered` and the program
   // allows (returns true), else ordered by the hosts (false).
   bool run_part(const CollCall& call, bool ordered, const coll::Program& prog, const coll::CrossSlots& slots);

@@ -49,6 +49,10 @@ long long gpustripe_mpi_test_win_counter(const char* name);
 /* Pointer queries the interposer has made to find where a buffer lives (one driver call each on
  * CUDA, on the latency path of the message); -1 without a runtime. */
 long long gpustripe_mpi_test_pointer_queries(void);
+/* Counters of the nonblocking collectives' waits: "progress_passes" (full passes over every
+ * team's pending collective), "wait_polls" (polls of MPI_Wait on one request of the
+ * interposer's); -1 for an unknown name. */
+long long gpustripe_mpi_test_coll_counter(const char* name);
 /* Copies between any two of host and device memory; 0 on success. */
 int gpustripe_mpi_test_copy(void* dst, const void* src, size_t bytes);
 /* The next collective team this process sets up (a communicator's first collective on

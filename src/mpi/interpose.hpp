@@ -62,9 +62,41 @@ struct NonblockingStart {
   std::shared_ptr<CollPending> pending;
   std::vector<p2p::MemLoc> located;
 };
-int start_collective(NonblockingStart& s, const std::function<int()>& call);
+// Marks the calling thread, for the scope's life, as starting `s` (start_collective).
+class StartingCollective {
+ public:
+  explicit StartingCollective(NonblockingStart& s);
+  ~StartingCollective();
+  StartingCollective(const StartingCollective&) = delete;
+  StartingCollective& operator=(const StartingCollective&) = delete;
+};
+// Marks the calling thread, for the scope's life, as running collectives straight on the MPI.
+class MpiOnlyCollective {
+ public:
+  MpiOnlyCollective();
+  ~MpiOnlyCollective();
+  MpiOnlyCollective(const MpiOnlyCollective&) = delete;
+  MpiOnlyCollective& operator=(const MpiOnlyCollective&) = delete;
+};
+// Templates, not std::functions: a nonblocking start wraps its call no more than once (NonblockingStart::mpi).
+template <class Call>
+int start_collective(NonblockingStart& s, const Call& call) {
+  StartingCollective scope(s);
+  return call();
+}
 // Runs `call` (an interposed collective) straight on the MPI (device buffers staged).
-int mpi_collective(const std::function<int()>& call);
+template <class Call>
+int mpi_collective(const Call& call) {
+  MpiOnlyCollective scope;
+  return call();
+}
+// A nonblocking collective completed on gpustripe's path (the served count tests read), counted
+// as its request completes.
+void collective_served();
+// Test counters: full passes over the pending collectives of every team (progress_collectives),
+// and polls of MPI_Wait on one request of the interposer's.
+uint64_t collective_progress_passes();
+uint64_t wait_polls();
 // Advances every pending nonblocking collective of this process as far as it goes without
 // waiting (errors go into their requests). Called with lock() held by every wait, test and
 // nonblocking start (progress_detached), and by anything else that progresses the interposer.

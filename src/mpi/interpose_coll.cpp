@@ -35,6 +35,7 @@ const BoolSetting kColl{"GPUSTRIPE_MPI_COLL", "yes",
                         "schedules; no: the MPI runs them (device buffers staged through host memory)"};
 
 std::atomic<long> g_served{0};  // collectives run on gpustripe (a test hook reads it)
+std::atomic<uint64_t> g_progress_passes{0};  // full passes of progress_collectives (a test hook reads it)
 
 // Set while a nonblocking collective starts (interpose_icoll.cpp): the call is left
 // pending on its team instead of run here.
@@ -77,6 +78,7 @@ void progress_collectives() {
   Runtime* rt = Runtime::get();
   if (inside || !rt || !rt->coll_state) return;
   inside = true;
+  g_progress_passes.fetch_add(1, std::memory_order_relaxed);
   struct Leave {
     ~Leave() { inside = false; }
   } leave;
@@ -96,21 +98,14 @@ bool collective_team_check(MPI_Comm comm) {
   return true;
 }
 
-int start_collective(NonblockingStart& s, const std::function<int()>& call) {
-  g_starting = &s;
-  struct Reset {
-    ~Reset() { g_starting = nullptr; }
-  } reset;
-  return call();
-}
+StartingCollective::StartingCollective(NonblockingStart& s) { g_starting = &s; }
+StartingCollective::~StartingCollective() { g_starting = nullptr; }
+MpiOnlyCollective::MpiOnlyCollective() { g_mpi_only = true; }
+MpiOnlyCollective::~MpiOnlyCollective() { g_mpi_only = false; }
 
-int mpi_collective(const std::function<int()>& call) {
-  g_mpi_only = true;
-  struct Reset {
-    ~Reset() { g_mpi_only = false; }
-  } reset;
-  return call();
-}
+void collective_served() { ++g_served; }
+
+uint64_t collective_progress_passes() { return g_progress_passes.load(); }
 
 namespace {
 
@@ -156,11 +151,7 @@ int collective(MPI_Comm comm, const char* name, Prepare&& prepare, Mpi&& mpi) {
         if (NonblockingStart* s = g_starting) call.located = std::move(s->located);
         prepare(*rt, *team, call);
         if (NonblockingStart* s = g_starting) {
-          // Counted when it completes, after its own `after`.
-          call.after = [after = std::move(call.after)] {
-            if (after) after();
-            ++g_served;
-          };
+          // Counted when its request completes (collective_served), after its own `after`.
           s->pending = team->start(std::move(call), std::move(s->mpi));
           return MPI_SUCCESS;
         }

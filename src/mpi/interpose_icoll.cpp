@@ -52,13 +52,24 @@ class PendingOp : public Op {
   PendingOp(MPI_Comm comm, const char* name, std::shared_ptr<CollPending> p)
       : Op(comm), name_(name), p_(std::move(p)) {}
   bool ready() override {
-    // Inside a pass over many requests the pass has progressed everything already.
-    if (!p_->done && !ProgressPass::active()) progress_collectives();
+    // Inside a pass over many requests, or right after its caller's progress, not again.
+    if (!p_->done && !ProgressPass::active() && !Progressed::active()) progress_collectives();
     return p_->done;
+  }
+  bool advance_alone(bool spin) override {
+    if (p_->done) return true;
+    // Another team's call or a detached request: the full pass advances them too.
+    if (!p_->team || pending_collectives() > 1 || detached_pending()) return false;
+    if (spin) p_->team->progress_soon();
+    else p_->team->progress();
+    return true;
   }
   bool test(MPI_Status* st, int* err) override {
     if (!ready()) return false;
-    if (p_->served) p2p::trace("coll_ret", p_->rank, p_->call, 1, p_->bytes);
+    if (p_->served) {
+      p2p::trace("coll_ret", p_->rank, p_->call, 1, p_->bytes);
+      collective_served();
+    }
     int rc = p_->served ? MPI_SUCCESS : p_->mpi_rc;
     if (p_->error) {
       try {
@@ -102,9 +113,10 @@ bool on_device(std::initializer_list<const void*> bufs, Located* found = nullptr
 }
 
 // Starts `call` (the blocking interposed collective, capturing its arguments by value: the
-// MPI's way may run after this function has returned); *rc is the start's result.
-std::unique_ptr<Op> started(MPI_Comm comm, const char* name, const std::function<int()>& call, int* rc,
-                            Located located = {}) {
+// MPI's way may run after this function has returned); *rc is the start's result. Templates:
+// the call is wrapped once, for the MPI's way (s.mpi), not copied into std::functions.
+template <class Call>
+std::unique_ptr<Op> started(MPI_Comm comm, const char* name, const Call& call, int* rc, Located located = {}) {
   NonblockingStart s;
   s.mpi = [call] { return mpi_collective(call); };
   s.located = std::move(located);
@@ -113,8 +125,8 @@ std::unique_ptr<Op> started(MPI_Comm comm, const char* name, const std::function
   return std::make_unique<DoneOp>(comm, *rc);
 }
 
-int start(MPI_Comm comm, const char* name, MPI_Request* req, Located located,
-          const std::function<int()>& call) {
+template <class Call>
+int start(MPI_Comm comm, const char* name, MPI_Request* req, Located located, const Call& call) {
   int rc = MPI_SUCCESS;
   std::unique_ptr<Op> op = started(comm, name, call, &rc, std::move(located));
   std::lock_guard<std::recursive_mutex> l(lock());
@@ -138,6 +150,7 @@ class PersistentOp : public Op {
     return rc;
   }
   bool ready() override { return !current_ || current_->ready(); }
+  bool advance_alone(bool spin) override { return !current_ || current_->advance_alone(spin); }
   bool test(MPI_Status* st, int* err) override {
     if (!current_) {
       set_empty_status(st);

@@ -2,6 +2,7 @@
 // Request_free, and Start/Startall (persistent requests). Arrays holding only the MPI's requests go to PMPI unchanged;
 // arrays with the interposer's requests are polled (PMPI_Test for the MPI's),
 // bounded by GPUSTRIPE_TIMEOUT and failing at once when a peer dies.
+#include <atomic>
 #include <optional>
 #include <vector>
 
@@ -20,6 +21,17 @@ bool any_ours(int n, const MPI_Request* reqs) {
   return false;
 }
 
+// One completion attempt of `op`, the interposer's request *req.
+bool test_op(MPI_Request* req, Op* op, MPI_Status* st, int* err) {
+  *err = MPI_SUCCESS;
+  if (!op->test(st, err)) return false;
+  if (!op->persistent()) {
+    drop_request(*req);
+    *req = MPI_REQUEST_NULL;
+  }
+  return true;
+}
+
 // One completion attempt. True when the request completed (or is null/inactive);
 // the request is then MPI_REQUEST_NULL (the MPI's persistent requests stay).
 bool test_one(MPI_Request* req, MPI_Status* st, int* err) {
@@ -28,14 +40,7 @@ bool test_one(MPI_Request* req, MPI_Status* st, int* err) {
     set_empty_status(st);
     return true;
   }
-  if (Op* op = find_request(*req)) {
-    if (!op->test(st, err)) return false;
-    if (!op->persistent()) {
-      drop_request(*req);
-      *req = MPI_REQUEST_NULL;
-    }
-    return true;
-  }
+  if (Op* op = find_request(*req)) return test_op(req, op, st, err);
   int flag = 0;
   *err = PMPI_Test(req, &flag, st);
   return flag || *err != MPI_SUCCESS;
@@ -75,10 +80,23 @@ MPI_Comm comm_of(int n, const MPI_Request* reqs) {
   return MPI_COMM_WORLD;
 }
 
+// While the awaited request advances alone (Op::advance_alone), the wait's full pass over
+// everything else pending comes at least every this many polls.
+constexpr int kFullPassEvery = 64;
+
+std::atomic<uint64_t> g_wait_polls{0};  // a test hook reads it
+
 }  // namespace
 
+uint64_t wait_polls() { return g_wait_polls.load(); }
+
 int wait_impl(MPI_Request* req, MPI_Status* st) {
-  if (!any_ours(1, req)) return PMPI_Wait(req, st);
+  Op* op = nullptr;  // in the table until its test completes it: looked up once
+  {
+    std::lock_guard<std::recursive_mutex> l(lock());
+    op = find_request(*req);
+  }
+  if (!op) return PMPI_Wait(req, st);
   // The Waiter (its message, its settings) is made only after ipc::kPollsBeforeWaiter polls found
   // the request incomplete: a request done by then (an eager send, a message that arrives as
   // the receive is posted) returns without that cost.
@@ -86,9 +104,15 @@ int wait_impl(MPI_Request* req, MPI_Status* st) {
   for (int polls = 0;; ++polls) {
     {
       std::lock_guard<std::recursive_mutex> l(lock());
-      progress_detached();
+      g_wait_polls.fetch_add(1, std::memory_order_relaxed);
+      // The first poll advances everything pending. Then a request alone in flight (a collective,
+      // nothing else pending) advances only itself, as its blocking form's wait does -- its
+      // second poll spinning as long as that wait spins -- and everything else at least every
+      // kFullPassEvery polls.
+      if (polls % kFullPassEvery == 0 || !op->advance_alone(polls == 1)) progress_detached();
+      Progressed progressed;
       int err;
-      if (test_one(req, st, &err)) {
+      if (test_op(req, op, st, &err)) {
         p2p::trace("m_ret", -1, 0, 0, 0);
         return err;
       }
@@ -252,6 +276,7 @@ int MPI_Test(MPI_Request* req, int* flag, MPI_Status* st) {
     if (!any_ours(1, req)) return PMPI_Test(req, flag, st);
     std::lock_guard<std::recursive_mutex> l(lock());
     progress_detached();
+    Progressed progressed;
     int err;
     *flag = test_one(req, st, &err);
     return err;

@@ -267,9 +267,16 @@ void progress_detached() {
   }
 }
 
+bool detached_pending() { return !detached().empty(); }
+
 namespace {
-int g_pass_depth = 0;  // under lock(), as every interposed call
+int g_pass_depth = 0;        // under lock(), as every interposed call
+int g_progressed_depth = 0;  // the same
 }  // namespace
+
+Progressed::Progressed() { ++g_progressed_depth; }
+Progressed::~Progressed() { --g_progressed_depth; }
+bool Progressed::active() { return g_progressed_depth > 0; }
 
 ProgressPass::ProgressPass() {
   if (Runtime* r = Runtime::get()) r->endpoint().progress();

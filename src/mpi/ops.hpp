@@ -34,6 +34,15 @@ class Op {
   virtual bool complete() const { return false; }
   // Throws when a peer the op waits for is gone.
   virtual void check_peers() {}
+  // A wait on this request alone, while nothing else of the interposer is in flight (no other
+  // pending collective, no detached request): advances only what the request itself needs, as
+  // its blocking form's wait would -- `spin`: polling without yielding for as long as that wait
+  // polls -- and returns true; false where the op has no such lean progress or something else
+  // is pending (the caller then makes a full pass: progress_detached()).
+  virtual bool advance_alone(bool spin) {
+    (void)spin;
+    return false;
+  }
   // Persistent requests (MPI_Start): a completed one stays in the table, inactive, until
   // MPI_Request_free; start() makes it active again.
   virtual bool persistent() const { return false; }
@@ -76,6 +85,19 @@ void drop_request(MPI_Request r);
 void detach_request(MPI_Request r);
 // Advances the detached ops, and the pending nonblocking collectives (progress_collectives).
 void progress_detached();
+// Whether a detached op is still running (progress_detached has work).
+bool detached_pending();
+
+// Inside its scope the requests' tests do not advance the pending collectives again: the caller
+// has just done so (a full pass, or the request's own lean progress: Op::advance_alone).
+class Progressed {
+ public:
+  Progressed();
+  ~Progressed();
+  Progressed(const Progressed&) = delete;
+  Progressed& operator=(const Progressed&) = delete;
+  static bool active();
+};
 
 // One progress pass of the node's endpoint for a whole array of requests (Waitall, Testall,
 // Waitany, Waitsome): inside its scope the local ops read their state without progressing

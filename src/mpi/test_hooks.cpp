@@ -6,6 +6,7 @@
 
 #include "common/config.hpp"
 #include "mpi/coll_team.hpp"
+#include "mpi/interpose.hpp"
 #include "mpi/ops.hpp"
 #include "mpi/runtime.hpp"
 #include "mpi/win.hpp"
@@ -87,6 +88,12 @@ long long gpustripe_mpi_test_win_counter(const char* name) {
 long long gpustripe_mpi_test_pointer_queries(void) {
   Runtime* rt = Runtime::get();
   return rt ? static_cast<long long>(rt->pointer_queries()) : -1;
+}
+
+long long gpustripe_mpi_test_coll_counter(const char* name) {
+  if (std::strcmp(name, "progress_passes") == 0) return static_cast<long long>(collective_progress_passes());
+  if (std::strcmp(name, "wait_polls") == 0) return static_cast<long long>(wait_polls());
+  return -1;
 }
 
 // The next collective team set up in this process fails here (tests/mpi/mpi_coll_churn.c).

@@ -17,10 +17,14 @@
  *    for other ranks' steps (mpi_coll_overlap_np3_shared).
  * 4. Persistent collectives (MPIX_*_init, where the MPI has them) started again and again.
  * 5. A nonblocking call makes as many pointer queries as its blocking form (same_host_work).
+ * 6. A wait on a collective alone in flight advances that call only, as its blocking form's
+ *    wait does, with a full pass over everything pending (every team, every detached request)
+ *    only now and then (lean_wait): rank 0 starts late, the others' MPI_Wait polls meanwhile.
  * Results are exact (integer sums), and the interposer's counter shows gpustripe ran them.
  * A communicator's first collective on device buffers sets up its team with every rank, so
  * each part runs one blocking call first. */
 #include <sched.h>
+#include <unistd.h>
 
 #include "mpi_test_util.h"
 #if __has_include(<mpi-ext.h>)
@@ -261,6 +265,65 @@ static void same_host_work(size_t n) {
   free(h);
 }
 
+/* 6. The others wait for rank 0, which starts its MPI_Iallreduce some 30 ms after them: their
+ * MPI_Wait polls thousands of times, each poll (but one in 64) advancing the team's call alone.
+ * A full pass per poll (every team, every detached request, and again in the request's test)
+ * breaks the bound. Then back-to-back calls, blocking and nonblocking: the host time per call of
+ * each is printed (not checked: the emulated node is oversubscribed), and the full passes. */
+static void lean_wait(size_t n) {
+  long long (*counter)(const char*) = (long long (*)(const char*))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_coll_counter");
+  CHECK(counter != NULL);
+  const int dev = rank % ndev, salt = 41;
+  int32_t* h = (int32_t*)malloc(n * sizeof(int32_t));
+  int32_t* s = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
+  int32_t* r = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
+  CHECK(h && s && r);
+  fill_send(h, s, n, salt);
+  clear(h, r, n);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const long before = served();
+  const long long passes0 = counter("progress_passes"), polls0 = counter("wait_polls");
+  CHECK(passes0 >= 0 && polls0 >= 0);
+  if (rank == 0) usleep(30 * 1000);
+  MPI_Request req;
+  CHECK(MPI_Iallreduce(s, r, (int)n, MPI_INT32_T, MPI_SUM, MPI_COMM_WORLD, &req) == MPI_SUCCESS);
+  CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+  const long long passes = counter("progress_passes") - passes0, polls = counter("wait_polls") - polls0;
+  CHECK(served() - before == 1);
+  CHECK(right(h, r, n, salt) == n);
+  if (polls > 1) printf("[rank %d] lean_wait %zu: %lld polls, %lld full passes\n", rank, n, polls, passes);
+  if (passes > 2 + polls / 32)
+    fprintf(stderr, "[rank %d] MPI_Wait of a collective alone: %lld full progress passes in %lld polls\n", rank,
+            passes, polls);
+  CHECK(passes <= 2 + polls / 32);
+
+  const int calls = 100;
+  double us[2] = {0, 0};
+  long long full[2] = {0, 0};
+  for (int form = 0; form < 2; ++form) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const long long p0 = counter("progress_passes");
+    const double t0 = MPI_Wtime();
+    for (int i = 0; i < calls; ++i) {
+      if (form == 0) {
+        CHECK(MPI_Allreduce(s, r, (int)n, MPI_INT32_T, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS);
+      } else {
+        CHECK(MPI_Iallreduce(s, r, (int)n, MPI_INT32_T, MPI_SUM, MPI_COMM_WORLD, &req) == MPI_SUCCESS);
+        CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+      }
+    }
+    us[form] = (MPI_Wtime() - t0) / calls * 1e6;
+    full[form] = counter("progress_passes") - p0;
+  }
+  CHECK(right(h, r, n, salt) == n);
+  printf("[rank %d] %zu B allreduce, us per call: blocking %.1f, nonblocking %.1f; full progress passes per call: "
+         "blocking %.2f, nonblocking %.2f\n",
+         rank, n * sizeof(int32_t), us[0], us[1], (double)full[0] / calls, (double)full[1] / calls);
+  hk.free_(s);
+  hk.free_(r);
+  free(h);
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -279,6 +342,7 @@ int main(int argc, char** argv) {
     persistent(sizes[k]);
 #endif
     same_host_work(sizes[k]);
+    lean_wait(sizes[k]);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) printf("mpi_coll_overlap: all checks passed on %d ranks\n", size);
