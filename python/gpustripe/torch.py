@@ -398,8 +398,10 @@ class _End:
         """The future of the call of queue job `job`: returned at once, completed by the completer
         (the team closed: every call ended, completed now)."""
         with self.lock:
-            if self.closed:
-                return self.completed(dev, result, None)
+            if self.closed:  # every call has ended: a future holding the result, on the current stream
+                fut = self.pending(dev)
+                fut.set_result(result)
+                return fut
             if self._completer is None:
                 self._completer = _Completer(self.team, self.complete)
             base = self.pending(dev)
@@ -483,16 +485,6 @@ class _CudaMem(_End):
             with torch.cuda.device(index):
                 self.team.join(index, self.raw_stream(index))
 
-    def completed(self, dev, result, index):
-        """A CUDA-aware future holding `result`, marked on the team's stream of `index` (None: on
-        the current stream; the team closed, every call ended)."""
-        def make():
-            fut = torch._C.Future([dev])
-            fut.set_result(result)
-            return fut
-
-        return make() if index is None else self.on_team_stream(index, make)
-
     @staticmethod
     def pending(dev):
         """A CUDA-aware future of `dev`, completed later (complete())."""
@@ -551,10 +543,6 @@ class _EmulatedMem(_End):
 
     def join(self, index: int) -> None:
         self.team.join(index, self._stream)
-
-    @staticmethod
-    def completed(dev, result, index):
-        return _done_future(result)
 
     @staticmethod
     def pending(dev):

@@ -62,12 +62,19 @@ void set_collective_progress(void (*progress_all)()) { g_progress_all.store(prog
 
 int pending_collectives() { return g_pending_calls.load(); }
 
+namespace {
+// Every GPU of the node, as every rank sees them alike.
+std::vector<int> node_gpus(Backend& backend, const Topology& topo) {
+  std::vector<int> gpus(std::min(topo.gpu_count(), backend.device_count()));
+  for (size_t i = 0; i < gpus.size(); ++i) gpus[i] = static_cast<int>(i);
+  return gpus;
+}
+}  // namespace
+
 coll::TeamResources team_resources(Backend& backend, const Topology& topo, int nranks) {
   // Every rank must build the same program, and a rank does not know the others' GPUs before
   // the call, so this looks at every GPU of the node: the same answer on every rank.
-  std::vector<int> gpus(std::min(topo.gpu_count(), backend.device_count()));
-  for (size_t i = 0; i < gpus.size(); ++i) gpus[i] = static_cast<int>(i);
-  coll::TeamResources res = coll::describe_team(backend, topo, gpus);
+  coll::TeamResources res = coll::describe_team(backend, topo, node_gpus(backend, topo));
   res.n = nranks;
   res.socket_groups.clear();  // groups of the node's GPUs, not of the ranks: no "hier" across processes
   // Two ranks' broadcasts from Tuning::chain_min go as a chain, chunks alternating between two
@@ -141,8 +148,7 @@ CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::B
   const Topology& topo = ctx_.topology();
   res_ = team_resources(backend_, topo, n_);
   res_.host_paced = host_paced;
-  node_gpus_.resize(std::min(topo.gpu_count(), backend_.device_count()));
-  for (size_t i = 0; i < node_gpus_.size(); ++i) node_gpus_[i] = static_cast<int>(i);
+  node_gpus_ = node_gpus(backend_, topo);
   // The team maps the other ranks' buffers into this rank's GPU's context (map()), so its
   // kernels read and write them as the single-process communicator's kernels read peers'
   // buffers: the schedules are the native ones (one-shot, two-shot, pull, the copy kernels'
