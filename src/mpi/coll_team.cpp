@@ -524,15 +524,8 @@ bool CollTeam::run(const CollCall& call) {
     }
     e.t2 = std::chrono::steady_clock::now();
     if (!launch(call, e, false)) return false;
-    // A timed trial (FormTrials): this rank's time from its entry to its end, posted with the
-    // team's next call. Host-ordered calls only (a stream-ordered one returns before its end).
-    if (e.trial_index >= 0 && !e.ordered) {
-      auto injected = trial_us_.find(e.form);
-      const double ns = injected != trial_us_.end()
-                            ? injected->second * 1e3
-                            : std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - e.t0).count();
-      bcast_trials_.timed(e.trial_cls, e.trial_index, static_cast<uint64_t>(ns));
-    }
+    // Host-ordered calls only: a stream-ordered one returns before its end.
+    if (!e.ordered) time_trial(e);
     if (call.after) call.after();
     p2p::trace("coll_ret", rank_, e.posted, 0, call.bytes);
     return true;
@@ -628,6 +621,7 @@ void CollTeam::progress() {
     }
     if (runner_->started() && !runner_->poll()) return;
     p2p::trace("coll_done", rank_, p.entry.posted, 1, p.call.bytes);
+    time_trial(p.entry);
     std::unique_ptr<Pending> done = take_pending();
     if (done->call.after) done->call.after();
     done->state->served = true;
@@ -684,6 +678,15 @@ bool CollTeam::run_part(const CollCall& call, bool ordered, const coll::Program&
   }
   runner_->run(prog, call.device, &slots);
   return false;
+}
+
+void CollTeam::time_trial(const Entry& e) {
+  if (e.trial_index < 0) return;
+  auto injected = trial_us_.find(e.form);
+  const double ns = injected != trial_us_.end()
+                        ? injected->second * 1e3
+                        : std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - e.t0).count();
+  bcast_trials_.timed(e.trial_cls, e.trial_index, static_cast<uint64_t>(ns));
 }
 
 void CollTeam::wait_ready(const CollCall& call) {

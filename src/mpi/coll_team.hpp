@@ -243,6 +243,10 @@ class CollTeam {
   bool run_part(const CollCall& call, bool ordered, const coll::Program& prog, const coll::CrossSlots& slots);
   // Returns once the caller's work before the call is done (CollCall::ready or stream).
   void wait_ready(const CollCall& call);
+  // A timed trial (FormTrials) has ended: this rank's time from its entry to its end, posted
+  // with the team's next call. A nonblocking call's end is where progress saw its part done,
+  // so a program that computes before it waits lengthens both forms' trials alike.
+  void time_trial(const Entry& e);
 
   Context& ctx_;
   p2p::Endpoint& ep_;

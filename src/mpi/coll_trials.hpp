@@ -12,8 +12,9 @@
 // call count and the record. Once every form has kTimed samples, the class keeps the form whose
 // lower median is smallest (a disturbed call only slows, so with two samples the faster one);
 // until then, the calls go on taking the forms in turn (a call some rank did not time, such as a
-// nonblocking one, leaves no sample). A class whose calls are never timed (a program of
-// nonblocking calls only) keeps the first form after kMostCalls calls.
+// stream-ordered one, which returns before its end, leaves no sample). A nonblocking call is
+// timed to where progress saw it end. A class whose calls are never timed keeps the first form
+// after kMostCalls calls.
 //
 // The times of a call reach the record at the next call's exchange, which comes after that
 // call's form was chosen: the decision lags the last trial call by one call of the team.

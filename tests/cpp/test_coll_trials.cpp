@@ -15,7 +15,7 @@ namespace {
 
 // The team's ranks making calls of one size class, each rank timing its trial calls at its own
 // us per form (us[rank][form]); untimed[rank]: call numbers that rank does not time (as a
-// nonblocking call, or one that went another way on it).
+// stream-ordered call, or one that went another way on it).
 struct Team {
   std::vector<FormTrials> ranks;
   std::vector<std::map<std::string, double>> us;

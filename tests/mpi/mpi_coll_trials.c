@@ -3,7 +3,8 @@
  * mpi_coll_trials_np2_*, with each rank's time of each form given by GPUSTRIPE_TEST's
  * coll.trial_us_FORM (by rank), or GPUSTRIPE_COLL_ALGO forcing a form. Every call's result is
  * checked exactly; then every rank's forms, call by call, must be the expected ones (argv[1],
- * comma-separated; "none": no call timed) and the same on both ranks. */
+ * comma-separated; "none": no call timed) and the same on both ranks. argv[2] "ibcast": the calls
+ * are MPI_Ibcast and MPI_Wait, timed as the blocking ones are. */
 #include "mpi_test_util.h"
 
 #define BYTES ((1 << 20) + 3) /* one size class */
@@ -14,7 +15,8 @@ int main(int argc, char** argv) {
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  CHECK(argc == 2);
+  CHECK(argc == 2 || argc == 3);
+  const int nonblocking = argc == 3 && strcmp(argv[2], "ibcast") == 0;
   hooks_t hk = hooks();
   long (*forms_run)(char*, size_t) = (long (*)(char*, size_t))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_coll_forms");
   long (*served)(void) = (long (*)(void))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_coll_served");
@@ -27,7 +29,13 @@ int main(int argc, char** argv) {
   for (int c = 0; c < CALLS; ++c) {
     for (size_t i = 0; i < BYTES; ++i) h[i] = rank == 0 ? (unsigned char)(i * 7 + c) : 0xEE;
     CHECK(hk.copy(d, h, BYTES) == 0);
-    CHECK(MPI_Bcast(d, BYTES, MPI_BYTE, 0, MPI_COMM_WORLD) == MPI_SUCCESS);
+    if (nonblocking) {
+      MPI_Request req;
+      CHECK(MPI_Ibcast(d, BYTES, MPI_BYTE, 0, MPI_COMM_WORLD, &req) == MPI_SUCCESS);
+      CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+    } else {
+      CHECK(MPI_Bcast(d, BYTES, MPI_BYTE, 0, MPI_COMM_WORLD) == MPI_SUCCESS);
+    }
     CHECK(hk.copy(h, d, BYTES) == 0);
     for (size_t i = 0; i < BYTES; ++i) CHECK(h[i] == (unsigned char)(i * 7 + c));
   }
