@@ -20,6 +20,10 @@
 //   peer_ctx_peerasync_stream  the p2p mover's copy, cuStreamQuery spin instead of an event
 //   cross_ctx_dtod_stream      mapping in GPU 0's context, cuMemcpyDtoDAsync on a stream of
 //                        GPU 1 (reached through peer access), cuStreamQuery spin
+//   local_dtod_stream_turns    local_dtod_stream with the copies taking two streams in turn
+//                        (as the p2p mover's copies do)
+//   local_dtod_stream_paced    local_dtod_stream with 0.4 us of other host work between queries
+//                        (a progress pass between two looks at the copy)
 // Sizes 8 B - 1 MB. Prints one JSON object per line: median and mean us per iteration, and the
 // receiver's median host time of the enqueue (copy + completion mark).
 // Build: nvcc -O2 -arch=sm_90 -o w1_floor w1_floor.cu -lcuda
@@ -64,11 +68,13 @@ enum Way {
   LocalKernelWrite,
   PeerCtxPeerAsyncStream,
   CrossCtxDtodStream,
+  LocalDtodStreamTurns,
+  LocalDtodStreamPaced,
   kWays
 };
 const char* kNames[] = {"signal_only",       "peer_ctx_peerasync", "local_dtod_event",   "local_dtod_write",
                         "local_dtod_stream", "peer_ctx_dtod_event", "local_kernel_write", "peer_ctx_peerasync_stream",
-                        "cross_ctx_dtod_stream"};
+                        "cross_ctx_dtod_stream", "local_dtod_stream_turns", "local_dtod_stream_paced"};
 const size_t kSizes[] = {8, 4096, 65536, 1 << 20};
 
 void spin_until(const Word& w, uint64_t seq) {
@@ -146,6 +152,8 @@ void receiver(Shared* sh) {
   CK(cudaIpcOpenMemHandle(&mapped1, sh->handle, cudaIpcMemLazyEnablePeerAccess));
   cudaStream_t s1;
   CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  cudaStream_t s1b;  // the second stream of local_dtod_stream_turns
+  CK(cudaStreamCreateWithFlags(&s1b, cudaStreamNonBlocking));
   cudaEvent_t ev1;
   CK(cudaEventCreateWithFlags(&ev1, cudaEventDisableTiming));
   uint32_t* word;  // registered host memory the GPU writes
@@ -229,6 +237,26 @@ void receiver(Shared* sh) {
             enq.push_back(now_us() - t0);
             for (CUresult r; (r = cuStreamQuery(reinterpret_cast<CUstream>(s1))) != CUDA_SUCCESS;)
               CU(r == CUDA_ERROR_NOT_READY ? CUDA_SUCCESS : r, "cuStreamQuery after the cross-context copy");
+            break;
+          case LocalDtodStreamTurns: {
+            CUstream st = reinterpret_cast<CUstream>(i % 2 ? s1b : s1);
+            CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(local), reinterpret_cast<CUdeviceptr>(mapped1), n, st),
+               "cuMemcpyDtoDAsync");
+            enq.push_back(now_us() - t0);
+            while (cuStreamQuery(st) == CUDA_ERROR_NOT_READY) {
+            }
+            break;
+          }
+          case LocalDtodStreamPaced:
+            CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(local), reinterpret_cast<CUdeviceptr>(mapped1), n,
+                                 reinterpret_cast<CUstream>(s1)),
+               "cuMemcpyDtoDAsync");
+            enq.push_back(now_us() - t0);
+            while (cuStreamQuery(reinterpret_cast<CUstream>(s1)) == CUDA_ERROR_NOT_READY) {
+              const double until = now_us() + 0.4;
+              while (now_us() < until) {
+              }
+            }
             break;
           case LocalKernelWrite: {
             int blocks = n <= 65536 ? 1 : 32;

@@ -21,7 +21,7 @@ namespace {
 // 2: in windows of messages of 1-2 MB, a message's copy no longer queues behind the previous one's,
 // which lifts the rate through the interposer by about 40%; larger messages, which fill the link
 // alone, and two-way runs change within noise.
-constexpr int kStreams = 2;  // streams per GPU that the p2p layer's copies take in turn
+constexpr int kStreams = 2;  // streams per GPU that the p2p layer's copies take in turn when busy
 }  // namespace
 
 Mover::Mover(Backend* backend, CopyFn copy, PlainFn plain)
@@ -89,9 +89,14 @@ size_t Mover::lane_for(int dev) {
   Device& d = devices_[dev];
   if (d.lanes.empty())
     for (int i = 0; i < kStreams; ++i) d.lanes.push_back(new_lane(dev));
-  size_t lane = d.lanes[d.next];
-  d.next = (d.next + 1) % d.lanes.size();
-  return lane;
+  // A copy that finds the last one's stream idle goes there again: a lone copy on the stream
+  // that ran the one before completes sooner than on another (bench/probes/w1_floor.cu,
+  // local_dtod_stream against local_dtod_stream_turns), which a window-1 message's latency is
+  // made of. Copies that find it busy (a window's) take the streams in turn, to overlap.
+  const Lane& last = lanes_[d.lanes[d.last]];
+  if (last.done + 1 == last.next) return d.lanes[d.last];
+  d.last = (d.last + 1) % d.lanes.size();
+  return d.lanes[d.last];
 }
 
 uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size_t bytes, const Hints& hints) {

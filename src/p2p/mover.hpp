@@ -152,8 +152,8 @@ class Mover {
     std::exception_ptr failure;
   };
   struct Device {
-    std::vector<size_t> lanes;  // kStreams (mover.cpp) of them, taken in turn
-    size_t next = 0;
+    std::vector<size_t> lanes;  // kStreams (mover.cpp) of them, taken in turn while busy
+    size_t last = 0;            // the one the last copy took
     std::vector<EventHandle> free_events;
   };
   static constexpr int kLaneBits = 8;

@@ -814,8 +814,8 @@ TEST(P2pDevice, MoverPollsEachStreamInOrderOncePerPass) {
         }
       EXPECT_LE(counting->queries.load() - before, 2 + finished) << "pass " << passes;
     }
-    // copy_now behind copies still in flight on its stream finishes them with it: the streams are
-    // taken in turn (an even number of copies so far), so copies 0 and 2 went on copy_now's stream.
+    // copy_now behind copies still in flight on its stream finishes them with it: busy streams are
+    // taken in turn, so copies 0 and 2 went on copy_now's stream.
     std::vector<uint64_t> more;
     for (int k = 0; k < 4; ++k)
       more.push_back(mover.start(static_cast<char*>(dst) + k * n, 1, static_cast<char*>(src) + k * n, 0, n));
@@ -852,13 +852,61 @@ TEST(P2pDevice, MoverMarksALoneCopyByItsStream) {
     while (!mover.done(lone)) mover.new_pass();
     EXPECT_EQ(counting->records.load(), 0);
     EXPECT_GT(counting->stream_queries.load(), 0);
-    // The streams are taken in turn: copies 1 and 3 share one, copy 2 has the other to itself.
+    // Copy 1 finds the lone copy's stream idle, copy 2 finds it busy and takes the other, copy 3
+    // finds that busy and goes back: copies 1 and 3 share one stream, copy 2 has the other.
     const uint64_t first = at(1), alone = at(2), behind = at(3);
     EXPECT_EQ(counting->records.load(), 2);  // copy 1's event, sealed when copy 3 came, and copy 3's
     for (uint64_t t : {first, alone, behind})
       while (!mover.done(t)) mover.new_pass();
   }
   EXPECT_EQ(from_device(*be, dst, 1, 4 * n), seeded_bytes(78, 4 * n));
+  be->free_device(src);
+  be->free_device(dst);
+}
+
+// A copy that finds the stream of the copy before it idle goes there again (a lone small copy on
+// another stream than its predecessor's completes later on the GPU: bench/probes/w1_floor.cu), so
+// window-1 messages keep one stream; copies that find it busy take the other, so a window's
+// copies overlap. Every copy lands intact.
+TEST(P2pDevice, MoverKeepsLoneCopiesOnOneStreamAndSpreadsAWindow) {
+  struct StreamRecording : ForwardingBackend {
+    using ForwardingBackend::ForwardingBackend;
+    const char* name() const override { return "recording-streams"; }
+    void copy_async(void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) override {
+      streams.push_back(s);
+      in_->copy_async(dst, dd, src, sd, n, s);
+    }
+    std::vector<StreamHandle> streams;
+  };
+  ScopedEnv j{"GPUSTRIPE_TEST", "emu_jitter_us=200"};
+  Topology topo = load_topology_file("h200x4");
+  auto* rec = new StreamRecording(make_emulated_backend(topo));
+  std::unique_ptr<Backend> be(rec);
+  constexpr int kLone = 4, kWindow = 4;
+  const size_t n = (64u << 10) + 5;
+  void* src = be->alloc_device(0, (kLone + kWindow) * n);
+  void* dst = be->alloc_device(1, (kLone + kWindow) * n);
+  to_device(*be, src, 0, seeded_bytes(79, (kLone + kWindow) * n));
+  rec->streams.clear();  // the mover's copies only
+  {
+    Mover mover(be.get());
+    auto at = [&](int k) { return mover.start(static_cast<char*>(dst) + k * n, 1, static_cast<char*>(src) + k * n, 0, n); };
+    for (int k = 0; k < kLone; ++k) {
+      const uint64_t t = at(k);
+      while (!mover.done(t)) mover.new_pass();
+    }
+    ASSERT_EQ(rec->streams.size(), size_t(kLone));
+    for (int k = 1; k < kLone; ++k) EXPECT_EQ(rec->streams[k], rec->streams[0]) << "lone copy " << k;
+    std::vector<uint64_t> window;
+    for (int k = kLone; k < kLone + kWindow; ++k) window.push_back(at(k));
+    ASSERT_EQ(rec->streams.size(), size_t(kLone + kWindow));
+    EXPECT_EQ(rec->streams[kLone], rec->streams[0]);  // the window's first finds it idle
+    for (int k = kLone + 1; k < kLone + kWindow; ++k)
+      EXPECT_NE(rec->streams[k], rec->streams[k - 1]) << "window copy " << k - kLone;
+    for (uint64_t t : window)
+      while (!mover.done(t)) mover.new_pass();
+  }
+  EXPECT_EQ(from_device(*be, dst, 1, (kLone + kWindow) * n), seeded_bytes(79, (kLone + kWindow) * n));
   be->free_device(src);
   be->free_device(dst);
 }
