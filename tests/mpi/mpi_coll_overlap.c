@@ -51,6 +51,9 @@ static size_t right(int32_t* host, int32_t* p, size_t n, int salt) {
   return ok;
 }
 
+/* n int32 of device memory on this rank's GPU. */
+static int32_t* device_ints(size_t n) { return (int32_t*)hk.alloc(rank % ndev, n * sizeof(int32_t)); }
+
 static void fill_send(int32_t* host, int32_t* dev, size_t n, int salt) {
   for (size_t i = 0; i < n; ++i) host[i] = input(rank, i, salt);
   CHECK(hk.copy(dev, host, n * sizeof(int32_t)) == 0);
@@ -62,10 +65,10 @@ static void clear(int32_t* host, int32_t* dev, size_t n) {
 }
 
 static void overlap(size_t n) {
-  const int dev = rank % ndev, salt = 11;
+  const int salt = 11;
   int32_t* h = (int32_t*)malloc(n * sizeof(int32_t));
-  int32_t* s = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
-  int32_t* r = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
+  int32_t* s = device_ints(n);
+  int32_t* r = device_ints(n);
   CHECK(h && s && r);
   fill_send(h, s, n, salt);
   clear(h, r, n);
@@ -111,14 +114,14 @@ static void overlap(size_t n) {
 }
 
 static void two_comms(size_t n) {
-  const int dev = rank % ndev, salt_a = 3, salt_b = 5;
+  const int salt_a = 3, salt_b = 5;
   MPI_Comm dup;
   CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup) == MPI_SUCCESS);
   int32_t* h = (int32_t*)malloc(n * sizeof(int32_t));
-  int32_t* sa = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
-  int32_t* ra = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
-  int32_t* sb = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
-  int32_t* rb = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
+  int32_t* sa = device_ints(n);
+  int32_t* ra = device_ints(n);
+  int32_t* sb = device_ints(n);
+  int32_t* rb = device_ints(n);
   CHECK(h && sa && ra && sb && rb);
   fill_send(h, sa, n, salt_a);
   fill_send(h, sb, n, salt_b);
@@ -164,11 +167,10 @@ static void two_comms(size_t n) {
 /* 4. Persistent collectives (Open MPI's MPIX_*_init): one request started again and again on
  * new data, an inactive one completing at once, MPI_Startall of two, MPI_Request_free. */
 static void persistent(size_t n) {
-  const int dev = rank % ndev;
   int32_t* h = (int32_t*)malloc(n * sizeof(int32_t));
-  int32_t* s = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
-  int32_t* r = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
-  int32_t* b = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
+  int32_t* s = device_ints(n);
+  int32_t* r = device_ints(n);
+  int32_t* b = device_ints(n);
   CHECK(h && s && r && b);
   MPI_Request req[2];
   CHECK(MPIX_Allreduce_init(s, r, (int)n, MPI_INT32_T, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, &req[0]) ==
@@ -218,10 +220,9 @@ static void persistent(size_t n) {
 static void same_host_work(size_t n) {
   long long (*queries)(void) = (long long (*)(void))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_pointer_queries");
   CHECK(queries != NULL);
-  const int dev = rank % ndev;
   int32_t* h = (int32_t*)malloc(n * sizeof(int32_t));
-  int32_t* s = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
-  int32_t* r = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
+  int32_t* s = device_ints(n);
+  int32_t* r = device_ints(n);
   CHECK(h && s && r);
   for (int in_place = 0; in_place < 2; ++in_place) {
     const int salt = 30 + in_place;
@@ -273,10 +274,10 @@ static void same_host_work(size_t n) {
 static void lean_wait(size_t n) {
   long long (*counter)(const char*) = (long long (*)(const char*))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_coll_counter");
   CHECK(counter != NULL);
-  const int dev = rank % ndev, salt = 41;
+  const int salt = 41;
   int32_t* h = (int32_t*)malloc(n * sizeof(int32_t));
-  int32_t* s = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
-  int32_t* r = (int32_t*)hk.alloc(dev, n * sizeof(int32_t));
+  int32_t* s = device_ints(n);
+  int32_t* r = device_ints(n);
   CHECK(h && s && r);
   fill_send(h, s, n, salt);
   clear(h, r, n);
