@@ -415,17 +415,21 @@ void CollTeam::map_all(int r, int reader, std::initializer_list<const Desc*> des
   }
 }
 
+CollTeam::BcastSize& CollTeam::bcast_size(size_t bytes) {
+  auto it = bcast_sizes_.find(bytes);
+  if (it != bcast_sizes_.end()) return it->second;
+  if (bcast_sizes_.size() >= kShapesKept) bcast_sizes_.clear();
+  return bcast_sizes_[bytes];
+}
+
 coll::Choice CollTeam::choose(const CollCall& call, const std::string& form) {
   // A 2-rank broadcast is one transfer: the planner's host path for it, over every pair of the
   // node's GPUs (each rank chooses before it learns the others' GPUs, and all must choose alike).
   coll::PlannedHost planned;
   if (call.op == coll::CollOp::Bcast && coll::wants_bcast_host_share(res_, tuning_) && ctx_.planner()) {
-    auto it = planned_.find(call.bytes);
-    if (it == planned_.end()) {
-      if (planned_.size() >= kShapesKept) planned_.clear();
-      it = planned_.emplace(call.bytes, coll::plan_pair_host(*ctx_.planner(), node_gpus_, call.bytes)).first;
-    }
-    planned = it->second;
+    BcastSize& size = bcast_size(call.bytes);
+    if (!size.planned) size.planned = coll::plan_pair_host(*ctx_.planner(), node_gpus_, call.bytes);
+    planned = *size.planned;
   }
   coll::Choice c = coll::choose_schedule(call.op, res_, call.bytes, call.elem_size, tuning_, planned, form);
   // The exchanges' host path could stage through the team's shared host memory as the
@@ -731,13 +735,9 @@ void CollTeam::enter(const CollCall& call, Entry& e) {
   // Program of its own per form.
   bool timed = false;
   if (call.op == coll::CollOp::Bcast && res_.host_paced && n_ == 2) {
-    // Asked once per size (GPUSTRIPE_COLL_ALGO is read from the environment), not at every call.
-    auto it = timed_sizes_.find(call.bytes);
-    if (it == timed_sizes_.end()) {
-      if (timed_sizes_.size() >= kShapesKept) timed_sizes_.clear();
-      it = timed_sizes_.emplace(call.bytes, !coll::measured_candidates(call.op, res_, call.bytes, tuning_).empty()).first;
-    }
-    timed = it->second;
+    BcastSize& size = bcast_size(call.bytes);
+    if (!size.timed) size.timed = !coll::measured_candidates(call.op, res_, call.bytes, tuning_).empty();
+    timed = *size.timed;
   }
   if (timed) {
     e.trial_cls = FormTrials::size_class(call.bytes);

@@ -26,6 +26,7 @@
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <set>
 #include <memory>
 #include <string>
@@ -261,10 +262,16 @@ class CollTeam {
   std::unique_ptr<SliceRunner> runner_;
   std::unique_ptr<TeamStaging> staging_;  // the host path's pinned memory, shared by the ranks
   std::vector<int> node_gpus_;            // every GPU of the node (the choice looks at all of them)
-  std::map<size_t, coll::PlannedHost> planned_;  // the planner's host path for a pair, by bytes
+  // What a broadcast of a size asks once, not at every call: the planner's host path for a pair,
+  // and whether the size's form is timed (coll::measured_candidates).
+  struct BcastSize {
+    std::optional<coll::PlannedHost> planned;
+    std::optional<bool> timed;
+  };
+  BcastSize& bcast_size(size_t bytes);
+  std::map<size_t, BcastSize> bcast_sizes_;
   // A host-paced pair's broadcasts, copy kernel or the root's copy engine, timed per size class.
   FormTrials bcast_trials_{{"sm", "direct"}, "2-rank broadcast"};
-  std::map<size_t, bool> timed_sizes_;  // by bytes: whether the broadcast has measured candidates
   // Test only (GPUSTRIPE_TEST coll.trial_us_FORM=US[:US...], by rank): this rank's time of every
   // trial call of FORM, instead of its clock's.
   std::map<std::string, double> trial_us_;
