@@ -128,17 +128,7 @@ uint64_t Mover::start_plain(void* dst, int dev, const void* src, int src_named, 
   const size_t lane = lane_for(dev);
   Lane& l = lanes_[lane];
   seal(l);
-  if (batching_) {  // with the pass's other plain copies of this stream, in one backend call
-    l.batch.copies.push_back(Backend::BatchCopy{dst, dev, src, src_named, bytes});
-    if (!l.batch.enqueue) {  // a copy function's enqueue, set before, takes these copies as well
-      l.batch.context = backend_;
-      l.batch.enqueue = [](void* b, const Backend::BatchCopy* c, size_t n, StreamHandle on) {
-        static_cast<Backend*>(b)->copy_batch_prechecked(c, n, on);
-      };
-    }
-  } else {
-    backend_->copy_async_prechecked(dst, dev, src, src_named, bytes, l.stream);
-  }
+  put_plain(l, Backend::BatchCopy{dst, dev, src, src_named, bytes}, batching_);
   trace("p_lean", -1, 0, 0, bytes);
   trace("c_enq", -1, 0, 0, bytes);
   return issue(lane, batching_);
@@ -168,16 +158,22 @@ uint64_t Mover::start_prechecked(void* dst, int dst_dev, const void* src, int sr
   Lane& l = lanes_[lane];
   seal(l);
   const bool together = batching_ || defer;
-  if (together) {  // enqueued by close(), with the lane's other copies of the pass, in one call
-    l.batch.copies.push_back(Backend::BatchCopy{dst, dst_dev, src, src_dev, bytes});
-    l.batch.context = backend_;
-    l.batch.enqueue = [](void* b, const Backend::BatchCopy* c, size_t n, StreamHandle on) {
-      static_cast<Backend*>(b)->copy_batch_prechecked(c, n, on);
-    };
-  } else {
-    backend_->copy_async_prechecked(dst, dst_dev, src, src_dev, bytes, l.stream);
-  }
+  put_plain(l, Backend::BatchCopy{dst, dst_dev, src, src_dev, bytes}, together);
   return issue(lane, together);
+}
+
+void Mover::put_plain(Lane& l, const Backend::BatchCopy& c, bool together) {
+  if (!together) {
+    backend_->copy_async_prechecked(c.dst, c.dst_dev, c.src, c.src_dev, c.bytes, l.stream);
+    return;
+  }
+  // Enqueued by close(), with the lane's other copies of the pass, in one backend call.
+  l.batch.copies.push_back(c);
+  if (l.batch.enqueue) return;  // a copy function's enqueue, set before, takes these copies as well
+  l.batch.context = backend_;
+  l.batch.enqueue = [](void* b, const Backend::BatchCopy* cs, size_t n, StreamHandle on) {
+    static_cast<Backend*>(b)->copy_batch_prechecked(cs, n, on);
+  };
 }
 
 void Mover::begin_batch() {
@@ -387,7 +383,6 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   struct State {
     std::map<std::vector<uint64_t>, Plan> plans;
     CopyQueues own;  // this rank's copies in flight, per GPU pair
-    std::map<std::pair<int, int>, uint64_t> direct_limits;  // direct_limit per GPU pair
     std::map<std::tuple<int, int, uint64_t>, bool> splits;  // (src, dst, bytes): planned alone, direct + host
     std::map<std::tuple<int, int, uint64_t>, Plan> window_plans;  // windows' plans, per size
     std::map<std::pair<int, int>, bool> second_area;  // per GPU pair: the area the last copy staged in
@@ -398,7 +393,8 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
   // that skip the engine's pointer queries write nothing they were not meant to.
   // Tests reach windows with small messages through GPUSTRIPE_TEST's window_min.
   const uint64_t window_min = parse_size(test_hook("window_min", kWindowMin), "GPUSTRIPE_TEST window_min");
-  return [&engine, board, st, window_min](void* dst, int dd, const void* src, int sd, size_t n,
+  Mover::PlainFn plain = engine_plain(engine);
+  return [&engine, board, st, window_min, plain](void* dst, int dd, const void* src, int sd, size_t n,
                                                         StreamHandle s, const Mover::Hints& hints) -> std::function<void()> {
     // Regime: a copy to or from host memory (eager bounces, stream fragments, push from host).
     if (dd == kHostDevice || sd == kHostDevice) {
@@ -413,9 +409,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
     // Regime: small and mid-size messages, whose lone plan is the direct path alone. With others'
     // copies beside them the plan stays that (transfers on one path alone stay there), so they
     // need neither the board nor the planner: one plain copy, the cost UCX's cuda_ipc pays.
-    auto lim = st->direct_limits.find({sd, dd});
-    if (lim == st->direct_limits.end()) lim = st->direct_limits.emplace(std::make_pair(sd, dd), direct_limit(engine, sd, dd)).first;
-    if (n <= lim->second) {
+    if (plain(sd, dd, n)) {
       if (hints.batch) {  // enqueued with the other plain copies of the pass, in one backend call
         hints.batch->copies.push_back(Backend::BatchCopy{dst, dd, src, sd, n});
         hints.batch->context = &engine;

@@ -174,6 +174,9 @@ class Mover {
   EventHandle mark(Lane& l);
   // Gives the lane's last group its event if it has none: before anything else goes on its stream.
   void seal(Lane& l);
+  // A plain backend copy on the lane's stream whose ranges the caller checked: enqueued now, or
+  // (`together`) into the lane's batch of the pass.
+  void put_plain(Lane& l, const Backend::BatchCopy& c, bool together);
 
   Backend* backend_;
   CopyFn copy_;
