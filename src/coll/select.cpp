@@ -112,9 +112,9 @@ std::string Choice::describe() const {
   else if (name == "sm") {
     if (bcast.kernel) s += " form=pieces";
   }
-  if (bcast.host_share > 0) s += " host=" + pct(bcast.host_share) + format(" host_chunks=%d", bcast.host_chunks);
   else if (name != "oneshot" && name != "twoshot")
     s += format(" chunks=%d slots=%d%s", reduce.chunks, reduce.slots, reduce.pull ? "" : " copies=sender");
+  if (bcast.host_share > 0) s += " host=" + pct(bcast.host_share) + format(" host_chunks=%d", bcast.host_chunks);
   if (reduce.push) s += " push";
   if (reduce.flags) s += " flags";
   if (reduce.by_round) s += " by_round tail=" + format_size(reduce.tail);

@@ -394,6 +394,12 @@ TEST(CollSelect, BroadcastHostShareIsTheTuningsOrThePlannersForAPair) {
   EXPECT_DOUBLE_EQ(choose_schedule(CollOp::Bcast, h200(2), big, 1).bcast.host_share, 0);
   // Other collectives never take it.
   EXPECT_DOUBLE_EQ(choose_schedule(CollOp::AllReduce, h200(2), big, 4, forced).bcast.host_share, 0);
+  // A description names the schedule's own fields only: no reduction's chunks and slots on a
+  // broadcast or an exchange, with a host share or without.
+  for (const Choice& c : {pair, choose_schedule(CollOp::Bcast, h200(2), 4 << 20, 1),
+                          choose_schedule(CollOp::AllToAll, h200(4), big, 4)})
+    EXPECT_EQ(c.describe().find("slots="), std::string::npos) << c.describe();
+  EXPECT_NE(choose_schedule(CollOp::AllReduce, h200(4), big, 4).describe().find("slots="), std::string::npos);
 }
 
 // The threshold is the model's: no host path for a small message, the plan's share for a large
