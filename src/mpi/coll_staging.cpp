@@ -34,10 +34,7 @@ void TeamStaging::grow(size_t bytes) {
   drop();
   seg_ = ipc::ShmSegment::create(ipc::unique_shm_name("collhost"), n);
   ++generation_;
-  registered_ = backend_.register_host(seg_.data(), seg_.size()) != nullptr;
-  if (!registered_)
-    GS_LOG_INFO(Subsys::Mpi, "shared host staging of %zu bytes is not pinned for the GPUs here: its copies run from "
-                "pageable memory", n);
+  pin();
   GS_LOG_DEBUG(Subsys::Mpi, "shared host staging %s: %zu bytes (generation %llu)", seg_.name().c_str(), n,
                static_cast<unsigned long long>(generation_));
 }
@@ -53,6 +50,10 @@ void TeamStaging::follow(const Note& owner) {
              "shared host staging %s: %zu bytes mapped, its owner made %llu", name.c_str(), seg_.size(),
              static_cast<unsigned long long>(owner.bytes));
   generation_ = owner.generation;
+  pin();
+}
+
+void TeamStaging::pin() {
   registered_ = backend_.register_host(seg_.data(), seg_.size()) != nullptr;
   if (!registered_)
     GS_LOG_INFO(Subsys::Mpi, "shared host staging of %zu bytes is not pinned for the GPUs here: its copies run from "

@@ -54,6 +54,7 @@ class TeamStaging {
 
  private:
   void drop();  // unregisters and unmaps the current segment (its name too, if still ours)
+  void pin();   // registers the current segment for the GPUs where the backend can (else pageable)
   Backend& backend_;
   bool owner_;
   ipc::ShmSegment seg_;
