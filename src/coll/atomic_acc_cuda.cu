@@ -9,6 +9,7 @@
 
 #include "coll/atomic_acc_ops.hpp"
 #include "coll/reduce.hpp"
+#include "coll/on_device.cuh"
 #include "common/error.hpp"
 
 namespace gpustripe::coll {
@@ -75,18 +76,9 @@ struct DeviceRun {
 void launch_atomic_acc(const AtomicAccArgs& a, int dev, void* cuda_stream) {
   check_atomic_acc(a);
   if (a.units == 0) return;
-  int prev = 0;
-  cudaGetDevice(&prev);
-  cudaError_t e = cudaSetDevice(dev);
-  GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "cudaSetDevice(%d): %s", dev, cudaGetErrorString(e));
-  try {
-    acc_dispatch<DeviceRun>(a, dev, static_cast<cudaStream_t>(cuda_stream));
-  } catch (...) {
-    cudaSetDevice(prev);
-    throw;
-  }
-  e = cudaGetLastError();
-  cudaSetDevice(prev);
+  OnDevice on(dev);
+  acc_dispatch<DeviceRun>(a, dev, static_cast<cudaStream_t>(cuda_stream));
+  const cudaError_t e = cudaGetLastError();
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "atomic accumulate kernel (%s %s, %zu units) on device %d: %s",
              dtype_name(a.dtype), redop_name(a.op), a.units, dev, cudaGetErrorString(e));
 }

@@ -5,6 +5,7 @@
 
 #include "coll/barrier.hpp"
 #include "coll/fused_barrier.cuh"
+#include "coll/on_device.cuh"
 #include "common/error.hpp"
 
 namespace gpustripe::coll {
@@ -50,13 +51,9 @@ __global__ void stamp_kernel(unsigned long long* slot) {
 
 template <class F>
 void launch_on(int dev, const char* what, F&& launch) {
-  int prev = 0;
-  cudaGetDevice(&prev);
-  cudaError_t e = cudaSetDevice(dev);
-  GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "cudaSetDevice(%d): %s", dev, cudaGetErrorString(e));
+  OnDevice on(dev);
   launch();
-  e = cudaGetLastError();
-  cudaSetDevice(prev);
+  const cudaError_t e = cudaGetLastError();
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "%s kernel on device %d: %s", what, dev, cudaGetErrorString(e));
 }
 

@@ -12,6 +12,7 @@
 #include "coll/fused_barrier.cuh"
 #include "coll/kernel_done.cuh"
 #include "coll/reduce.hpp"
+#include "coll/on_device.cuh"
 #include "common/error.hpp"
 
 namespace gpustripe::coll {
@@ -121,10 +122,7 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream, unsigned*
     GS_REQUIRE(blocks_done != nullptr, GPUSTRIPE_ERR_INTERNAL, "copies announcing their end without a block counter");
     done = KernelDone{a.done_word, a.done_value, blocks_done};
   }
-  int prev = dev;
-  cudaGetDevice(&prev);
-  cudaError_t e = prev == dev ? cudaSuccess : cudaSetDevice(dev);  // as launch_reduce_kernel
-  GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "cudaSetDevice(%d): %s", dev, cudaGetErrorString(e));
+  OnDevice on(dev);
   // One thread per vector of the largest segment on each segment's blocks, up to the cap
   // (spread evenly over the segments): small copies get many short threads (latency),
   // large ones a grid that strides.
@@ -135,8 +133,7 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream, unsigned*
       nseg, static_cast<size_t>(sm_count(dev)) * static_cast<size_t>(std::max<int64_t>(1, per_sm)) / nseg * nseg);
   const unsigned grid = static_cast<unsigned>(std::min(cap, per_seg * nseg));
   copy_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(cuda_stream)>>>(p, bar, done);
-  e = cudaGetLastError();
-  if (prev != dev) cudaSetDevice(prev);
+  const cudaError_t e = cudaGetLastError();
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "copy kernel (%d segments) on device %d: %s", p.n, dev,
              cudaGetErrorString(e));
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "coll/reduce_kernel.cuh"
+#include "coll/on_device.cuh"
 #include "common/error.hpp"
 
 namespace gpustripe::coll {
@@ -114,15 +115,12 @@ ReduceLaunch shape_launch(const ReduceArgs& a, const ReducePtrs& p, size_t count
 }  // namespace
 
 unsigned* alloc_block_counter(int dev, void* cuda_stream) {
-  int prev = dev;
-  cudaGetDevice(&prev);
-  cudaError_t e = prev == dev ? cudaSuccess : cudaSetDevice(dev);
+  OnDevice on(dev);
   void* w = nullptr;
-  if (e == cudaSuccess) e = cudaMalloc(&w, sizeof(unsigned));
+  cudaError_t e = cudaMalloc(&w, sizeof(unsigned));
   // Zeroed in stream order before the first launch on `cuda_stream` (a plain cudaMemset runs on
   // the legacy stream, which the non-blocking streams do not wait for).
   if (e == cudaSuccess) e = cudaMemsetAsync(w, 0, sizeof(unsigned), static_cast<cudaStream_t>(cuda_stream));
-  if (prev != dev) cudaSetDevice(prev);
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "a reduction's block counter on device %d: %s", dev,
              cudaGetErrorString(e));
   return static_cast<unsigned*>(w);
@@ -130,11 +128,11 @@ unsigned* alloc_block_counter(int dev, void* cuda_stream) {
 
 void free_block_counter(int dev, unsigned* word) noexcept {
   if (!word) return;
-  int prev = dev;
-  cudaGetDevice(&prev);
-  if (prev != dev) cudaSetDevice(dev);
-  cudaFree(word);  // at exit the context may be gone already: nothing to free then
-  if (prev != dev) cudaSetDevice(prev);
+  try {
+    OnDevice on(dev);
+    cudaFree(word);  // at exit the context may be gone already: nothing to free then
+  } catch (...) {
+  }
 }
 
 void launch_reduce_kernel(const ReduceArgs& a, int dev, void* cuda_stream, unsigned* blocks_done) {
@@ -155,23 +153,12 @@ void launch_reduce_kernel(const ReduceArgs& a, int dev, void* cuda_stream, unsig
     l.done = KernelDone{a.done_word, a.done_value, blocks_done};
   }
   const FusedBarrier bar = a.barrier ? *a.barrier : FusedBarrier{};
-  // The launch's GPU is mostly current already (a rank's part runs on its own GPU): switch,
-  // and switch back, only where it is not.
-  int prev = dev;
-  cudaGetDevice(&prev);
-  cudaError_t e = prev == dev ? cudaSuccess : cudaSetDevice(dev);
-  GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "cudaSetDevice(%d): %s", dev, cudaGetErrorString(e));
+  OnDevice on(dev);
   cudaStream_t s = static_cast<cudaStream_t>(cuda_stream);
-  try {
-    if (k.dtype >= GPUSTRIPE_FLOAT_INT) launch_loc_reduce(p, k, l, bar, s);
-    else if (k.dtype <= GPUSTRIPE_BFLOAT16) launch_float_reduce(p, k, l, bar, s);
-    else launch_int_reduce(p, k, l, bar, s);
-  } catch (...) {
-    if (prev != dev) cudaSetDevice(prev);
-    throw;
-  }
-  e = cudaGetLastError();
-  if (prev != dev) cudaSetDevice(prev);
+  if (k.dtype >= GPUSTRIPE_FLOAT_INT) launch_loc_reduce(p, k, l, bar, s);
+  else if (k.dtype <= GPUSTRIPE_BFLOAT16) launch_float_reduce(p, k, l, bar, s);
+  else launch_int_reduce(p, k, l, bar, s);
+  const cudaError_t e = cudaGetLastError();
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "reduce kernel (%s %s, %zu elements) on device %d: %s",
              dtype_name(a.dtype), redop_name(a.op), a.count, dev, cudaGetErrorString(e));
 }
