@@ -753,8 +753,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
 
     def _run(self, what: str, kind: tuple, tensors, native, fallback, after=None, result=None,
              keep=(), redo=None, blocking=False):
-        """A collective on the native path: `native(team, ptrs, stream, queued)` (ptrs: of `tensors`;
-        stream: the caller's; queued: handed to the team's worker, True or raises) enqueues it and
+        """A collective on the native path: `native(team, ptrs, stream, queued, joined)` (ptrs: of
+        `tensors`; stream: the caller's; queued: handed to the team's worker, True or raises; joined:
+        run on the caller's stream itself, for a blocking call) enqueues it and
         returns whether every rank took it; then `after()`
         (divisions, copies) is enqueued on the team's stream. `tensors` (and `keep`, what after()
         writes) are held until the team's stream is past the call; the work's value is `result`
@@ -781,16 +782,13 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             # enqueues it (a call it cannot take then fails: it cannot go another way once the
             # caller went on); a blocking one runs here, after the queued ones, and may be declined.
             queued = not blocking and self._queue
+            # A blocking one runs on the caller's stream itself (joined): its later work follows.
             if t0.is_cuda and torch._C._cuda_getDevice() != dev.index:
                 # The default stream's handle names the current device's: make it the tensor's.
                 with torch.cuda.device(dev):
-                    served = native(team, ptrs, stream, queued)
-                    if served and blocking:
-                        team.join(dev.index, stream)
+                    served = native(team, ptrs, stream, queued, blocking)
             else:
-                served = native(team, ptrs, stream, queued)
-                if served and blocking:
-                    team.join(self._mem.index(t0), stream)
+                served = native(team, ptrs, stream, queued, blocking)
             t_end = time.perf_counter()
             if served:
                 self._mem.finish(tensors)
@@ -855,7 +853,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(t, "all_reduce").allreduce(tensors, opts)
         dt, op, avg = red
         return self._run("all_reduce", kind, [t],
-                         lambda team, p, st, q: team.allreduce(p[0], p[0], t.numel(), dt, op, stream=st, queued=q),
+                         lambda team, p, st, q, j: team.allreduce(p[0], p[0], t.numel(), dt, op, stream=st, queued=q, joined=j),
                          lambda: self._other(t, "all_reduce").allreduce([t], opts),
                          after=(lambda: t.div_(self._size)) if avg else None,
                          redo=lambda b: self.allreduce(b, opts),
@@ -881,7 +879,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(t, "broadcast").broadcast(tensors, opts)
         root = opts.rootRank
         return self._run("broadcast", kind, [t],
-                         lambda team, p, st, q: team.bcast(p[0], t.numel() * t.element_size(), root, stream=st, queued=q),
+                         lambda team, p, st, q, j: team.bcast(p[0], t.numel() * t.element_size(), root, stream=st, queued=q, joined=j),
                          lambda: self._other(t, "broadcast").broadcast([t], opts),
                          redo=lambda b: self.broadcast(b, opts),
                          blocking=_blocking(opts))
@@ -901,8 +899,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         root = opts.rootRank
         is_root = self._rank == root
         return self._run("reduce", kind, [t],
-                         lambda team, p, st, q: team.reduce(p[0], p[0] if is_root else 0, t.numel(), dt, op, root,
-                                                         stream=st, queued=q),
+                         lambda team, p, st, q, j: team.reduce(p[0], p[0] if is_root else 0, t.numel(), dt, op, root,
+                                                         stream=st, queued=q, joined=j),
                          lambda: self._other(t, "reduce").reduce([t], opts),
                          after=(lambda: t.div_(self._size)) if avg and is_root else None,
                          redo=lambda b: self.reduce(b, opts),
@@ -921,7 +919,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         block = input.numel() * input.element_size()
         # input first: the emulated test mode copies results back in this order, the output last
         return self._run("all_gather_into_tensor", kind, [input, output],
-                         lambda team, p, st, q: team.allgather(p[0], p[1], block, stream=st, queued=q),
+                         lambda team, p, st, q, j: team.allgather(p[0], p[1], block, stream=st, queued=q, joined=j),
                          lambda: self._other(input, "all_gather_into_tensor")._allgather_base(
                              output, input, opts),
                          result=[output], redo=lambda b: self._allgather_base(b[1], b[0], opts),
@@ -952,7 +950,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
 
         block = x.numel() * x.element_size()
         return self._run("all_gather", kind, [x, flat],
-                         lambda team, p, st, q: team.allgather(p[0], p[1], block, stream=st, queued=q),
+                         lambda team, p, st, q, j: team.allgather(p[0], p[1], block, stream=st, queued=q, joined=j),
                          lambda: self._other(x, "all_gather").allgather(output_lists, inputs, opts),
                          after=scatter_flat, result=output_lists, keep=list(outs),
                          redo=lambda b: self.allgather([[torch.empty_like(o) for o in outs]], b[:1], opts),
@@ -974,7 +972,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(input, "reduce_scatter_tensor")._reduce_scatter_base(output, input, opts)
         dt, op, avg = red
         return self._run("reduce_scatter_tensor", kind, [input, output],
-                         lambda team, p, st, q: team.reduce_scatter(p[0], p[1], output.numel(), dt, op, stream=st, queued=q),
+                         lambda team, p, st, q, j: team.reduce_scatter(p[0], p[1], output.numel(), dt, op, stream=st, queued=q, joined=j),
                          lambda: self._other(input, "reduce_scatter_tensor")._reduce_scatter_base(
                              output, input, opts),
                          after=(lambda: output.div_(self._size)) if avg else None, result=[output],
@@ -1017,7 +1015,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                 output, input, output_split_sizes, input_split_sizes, opts)
         block = input.numel() * input.element_size() // n
         return self._run("all_to_all_single", kind, [input, output],
-                         lambda team, p, st, q: team.alltoall(p[0], p[1], block, stream=st, queued=q),
+                         lambda team, p, st, q, j: team.alltoall(p[0], p[1], block, stream=st, queued=q, joined=j),
                          lambda: self._other(input, "all_to_all_single").alltoall_base(
                              output, input, output_split_sizes, input_split_sizes, opts),
                          result=[output],

@@ -6,6 +6,8 @@
 // enqueued on calls_stream(device) afterwards (node_team.hpp); 0: it returns when done.
 // `queued`: the call (with a stream) is handed to the team's worker, which meets the other
 // members and enqueues it in call order; it returns True at once or raises (node_team.hpp).
+// `joined`: the call (with a stream, not queued) runs on the caller's stream itself, whose later
+// work sees its results (a blocking call's end, no join() needed).
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/string.h>
 
@@ -151,53 +153,53 @@ void bind_team(nb::module_& m) {
       .def(
           "allreduce",
           [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,
-             const std::string& op, uintptr_t stream, bool queued) {
+             const std::string& op, uintptr_t stream, bool queued, bool joined) {
             coll::DataType dt = coll::parse_dtype(dtype);
             coll::RedOp o = coll::parse_redop(op);
-            return without_gil([&] { return t.allreduce(as_ptr(send), as_ptr(recv), count, dt, o, as_ptr(stream), queued); });
+            return without_gil([&] { return t.allreduce(as_ptr(send), as_ptr(recv), count, dt, o, as_ptr(stream), queued, joined); });
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op") = "sum",
-          nb::arg("stream") = 0, nb::arg("queued") = false)
+          nb::arg("stream") = 0, nb::arg("queued") = false, nb::arg("joined") = false)
       .def(
           "reduce_scatter",
           [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,
-             const std::string& op, uintptr_t stream, bool queued) {
+             const std::string& op, uintptr_t stream, bool queued, bool joined) {
             coll::DataType dt = coll::parse_dtype(dtype);
             coll::RedOp o = coll::parse_redop(op);
             return without_gil(
-                [&] { return t.reduce_scatter(as_ptr(send), as_ptr(recv), count, dt, o, as_ptr(stream), queued); });
+                [&] { return t.reduce_scatter(as_ptr(send), as_ptr(recv), count, dt, o, as_ptr(stream), queued, joined); });
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op") = "sum",
-          nb::arg("stream") = 0, nb::arg("queued") = false, "count: elements of each member's block (recv)")
+          nb::arg("stream") = 0, nb::arg("queued") = false, nb::arg("joined") = false, "count: elements of each member's block (recv)")
       .def(
           "allgather",
-          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block, uintptr_t stream, bool queued) {
-            return without_gil([&] { return t.allgather(as_ptr(send), as_ptr(recv), block, as_ptr(stream), queued); });
+          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block, uintptr_t stream, bool queued, bool joined) {
+            return without_gil([&] { return t.allgather(as_ptr(send), as_ptr(recv), block, as_ptr(stream), queued, joined); });
           },
-          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"), nb::arg("stream") = 0, nb::arg("queued") = false)
+          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"), nb::arg("stream") = 0, nb::arg("queued") = false, nb::arg("joined") = false)
       .def(
           "alltoall",
-          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block, uintptr_t stream, bool queued) {
-            return without_gil([&] { return t.alltoall(as_ptr(send), as_ptr(recv), block, as_ptr(stream), queued); });
+          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block, uintptr_t stream, bool queued, bool joined) {
+            return without_gil([&] { return t.alltoall(as_ptr(send), as_ptr(recv), block, as_ptr(stream), queued, joined); });
           },
-          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"), nb::arg("stream") = 0, nb::arg("queued") = false)
+          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"), nb::arg("stream") = 0, nb::arg("queued") = false, nb::arg("joined") = false)
       .def(
           "bcast",
-          [](NodeTeam& t, uintptr_t buf, size_t bytes, int root, uintptr_t stream, bool queued) {
-            return without_gil([&] { return t.bcast(as_ptr(buf), bytes, root, as_ptr(stream), queued); });
+          [](NodeTeam& t, uintptr_t buf, size_t bytes, int root, uintptr_t stream, bool queued, bool joined) {
+            return without_gil([&] { return t.bcast(as_ptr(buf), bytes, root, as_ptr(stream), queued, joined); });
           },
-          nb::arg("buf"), nb::arg("bytes"), nb::arg("root"), nb::arg("stream") = 0, nb::arg("queued") = false)
+          nb::arg("buf"), nb::arg("bytes"), nb::arg("root"), nb::arg("stream") = 0, nb::arg("queued") = false, nb::arg("joined") = false)
       .def(
           "reduce",
           [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,
-             const std::string& op, int root, uintptr_t stream, bool queued) {
+             const std::string& op, int root, uintptr_t stream, bool queued, bool joined) {
             coll::DataType dt = coll::parse_dtype(dtype);
             coll::RedOp o = coll::parse_redop(op);
             return without_gil(
-                [&] { return t.reduce(as_ptr(send), as_ptr(recv), count, dt, o, root, as_ptr(stream), queued); });
+                [&] { return t.reduce(as_ptr(send), as_ptr(recv), count, dt, o, root, as_ptr(stream), queued, joined); });
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"), nb::arg("root"),
-          nb::arg("stream") = 0, nb::arg("queued") = false);
+          nb::arg("stream") = 0, nb::arg("queued") = false, nb::arg("joined") = false);
 }
 
 BindingRegistrar reg(55, bind_team);

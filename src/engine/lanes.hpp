@@ -22,6 +22,9 @@ struct LaneMark {
 class Lane {
  public:
   Lane(Backend& backend, int device);
+  // A lane over a stream someone else owns (a caller's): never synchronized or destroyed here,
+  // its events made at its first mark.
+  Lane(Backend& backend, int device, StreamHandle borrowed);
   ~Lane();
   Lane(const Lane&) = delete;
   Lane& operator=(const Lane&) = delete;
@@ -43,8 +46,10 @@ class Lane {
   Backend& backend_;
   int device_;
   StreamHandle stream_ = nullptr;
+  bool owned_ = true;
   std::vector<EventHandle> ring_, capture_ring_;
   size_t next_ = 0, capture_next_ = 0;
+  void make_rings();
 };
 
 // Lanes keyed by (from, to, index): from/to are GPU indices or kHostDevice. The lane's

@@ -1,7 +1,9 @@
 // SliceRunner's stream-ordered runs (coll_slice.hpp): a rank's part of a collective enqueued
 // behind the caller's stream and ahead of its later work, with no host waiting.
 //
-// Per call, on one origin stream per GPU: wait for the caller's stream (an event: recorded here,
+// Per call, on one origin stream per GPU, or on the caller's stream itself where the caller
+// would join the run's end at once anyway (on_after: a blocking call; no event or wait between
+// the streams, one event at the end): wait for the caller's stream (an event: recorded here,
 // or by the caller where another thread enqueues the run), then a
 // barrier of the ranks' GPUs (each writes its barrier word, waits for the others': nobody
 // touches a buffer its owner's GPU may still be producing; the write and the waits are one
@@ -9,11 +11,12 @@
 // stream itself, no fork), which run this rank's ops, edges between ranks set and awaited as
 // the run's number; join the lanes, another GPU barrier (the exit: no rank's buffers are still
 // read or written by a peer; a Barrier op of the program is one too). Nothing marks a run's
-// end: settle() records an event on the origin stream when it needs one. The caller's stream
-// does not wait for the run: a caller that needs the results joins the origin stream
-// (join_ordered). The origin stream runs the calls one after the other, so a run's words
-// are written only once the run before it has ended on every rank: a wait for run k cannot
-// be met by run k-1's write, and a later run's write (k+1) meets it only once k has ended.
+// end on the origin stream: settle() records an event there when it needs one. The caller's
+// stream does not wait for a run on the origin stream: a caller that needs the results joins
+// it (join_ordered). A GPU's runs follow each other (a run on another stream than the one
+// before waits for it first), so a run's words are written only once the run before it has
+// ended on every rank: a wait for run k cannot be met by run k-1's write, and a later run's
+// write (k+1) meets it only once k has ended.
 #include <chrono>
 
 #include "common/error.hpp"
@@ -26,7 +29,13 @@ namespace {
 constexpr int kOrderedRole = -2000;  // the origin lane of stream-ordered runs
 }  // namespace
 
-StreamHandle SliceRunner::ordered_stream(int device) { return lane(device, kOrderedRole).stream(); }
+StreamHandle SliceRunner::origin_stream(int device) { return lane(device, kOrderedRole).stream(); }
+
+void SliceRunner::follow_tail(OrderedEvents& ev, int device, StreamHandle s) {
+  if (!ev.tail || ev.tail == s) return;
+  if (!ev.tail_is_caller) backend_.record_event(ev.last, origin_stream(device));
+  backend_.wait_event(s, ev.last);
+}
 
 bool SliceRunner::can_order(const coll::Program& prog, const coll::CrossSlots& slots) const {
   return dev_flags_ && slots.size() <= TeamFlags::kOrderedEdges && prog.nranks() == nranks_;
@@ -42,28 +51,39 @@ void SliceRunner::gpu_barrier(StreamHandle s) {
 }
 
 void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandle after,
-                              const coll::CrossSlots* given, EventHandle after_event) {
+                              const coll::CrossSlots* given, EventHandle after_event, bool on_after) {
   coll::CrossSlots computed;
   if (!given) computed = coll::cross_slots(prog);
   const coll::CrossSlots& slots = given ? *given : computed;
   GS_REQUIRE(can_order(prog, slots), GPUSTRIPE_ERR_INTERNAL, "a collective schedule that cannot run stream-ordered");
   GS_REQUIRE(after != nullptr || after_event != nullptr, GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "a stream-ordered collective without a stream");
+  GS_REQUIRE(!on_after || (after != nullptr && after_event == nullptr), GPUSTRIPE_ERR_INTERNAL,
+             "a stream-ordered collective on the caller's stream without that stream");
   const uint32_t run = static_cast<uint32_t>(++ordered_runs_);
   OrderedEvents& ev = ordered_events_[device];
-  for (EventHandle* e : {&ev.in, &ev.fork, &ev.done})
+  for (EventHandle* e : {&ev.in, &ev.fork, &ev.done, &ev.last})
     if (!*e) *e = backend_.create_event(device, false);
-  // A run on another GPU than the unsettled ones: settle() waits on one origin stream.
+  // A run on another GPU than the unsettled ones: settle() waits on one GPU's last run.
   if (ordered_device_ >= 0 && ordered_device_ != device) settle();
-  Lane& origin = lane(device, kOrderedRole);
-  const StreamHandle o = origin.stream();
+  Lane* run_lane = &lane(device, kOrderedRole);
+  if (on_after) {
+    std::unique_ptr<Lane>& l = caller_lanes_[{device, after}];
+    if (!l) l = std::make_unique<Lane>(backend_, device, after);
+    run_lane = l.get();
+  }
+  const StreamHandle o = run_lane->stream();
 
   launched_at_ = std::chrono::steady_clock::now();  // the run's driver calls begin here
-  if (!after_event) {
-    backend_.record_event(ev.in, after);
-    after_event = ev.in;
+  if (!on_after) {
+    if (!after_event) {
+      backend_.record_event(ev.in, after);
+      after_event = ev.in;
+    }
+    backend_.wait_event(o, after_event);
   }
-  backend_.wait_event(o, after_event);
+  // The caller's stream, where the latest run was, is waited for already.
+  if (!(after && ev.tail == after)) follow_tail(ev, device, o);
   gpu_barrier(o);  // entry: every rank's buffers are ready
   // Segments between Barrier ops, as run() does, with the GPUs' barrier for the hosts'.
   const auto& ops = prog.ops();
@@ -71,7 +91,7 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   while (begin <= ops.size()) {
     size_t end = begin;
     while (end < ops.size() && ops[end].kind != coll::Op::Barrier) ++end;
-    // A part on one program lane (a kernel per rank, a chain of copies) runs on the origin
+    // A part on one program lane (a kernel per rank, a chain of copies) runs on the run's
     // stream itself: a fork and a join are four driver calls of host time per call, and nothing
     // to overlap with there.
     bool one_lane = true;
@@ -83,22 +103,32 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
     if (!one_lane) backend_.record_event(ev.fork, o);
     std::vector<Lane*> used;
     enqueue_streams(prog, slots, begin, end, device, lanes_, one_lane ? nullptr : ev.fork, false,
-                    dev_flags_ + TeamFlags::kOrderedEdges, run, used, one_lane ? &origin : nullptr);
+                    dev_flags_ + TeamFlags::kOrderedEdges, run, used, one_lane ? run_lane : nullptr);
     for (Lane* l : used)
-      if (l != &origin) backend_.wait_event(o, l->mark().event);
+      if (l != run_lane) backend_.wait_event(o, l->mark().event);
     gpu_barrier(o);  // the last one is the exit: no rank's buffers are still in a peer's use
     begin = end + 1;
   }
-  // Its end is marked only when settle() needs it: runs on one GPU follow each other on its
-  // origin stream, so an event recorded there then covers every run before it (one per run
-  // would be a driver call of every call's host time).
+  // A run on the origin stream is marked only when settle() or a later run on another stream
+  // needs it: runs on one GPU follow each other there, so an event recorded then covers every
+  // run before it (one per run would be a driver call of every call's host time). A run on a
+  // caller's stream is marked now: the caller may destroy that stream.
+  if (on_after) backend_.record_event(ev.last, o);
+  ev.tail = o;
+  ev.tail_is_caller = on_after;
   ordered_device_ = device;
 }
 
 void SliceRunner::join_ordered(int device, StreamHandle s) {
-  EventHandle& e = ordered_events_[device].join;
+  OrderedEvents& ev = ordered_events_[device];
+  if (ev.tail == s && s) return;  // the latest run ran on s: its later work follows them all
+  if (ev.tail_is_caller) {
+    backend_.wait_event(s, ev.last);
+    return;
+  }
+  EventHandle& e = ev.join;
   if (!e) e = backend_.create_event(device, false);
-  backend_.record_event(e, ordered_stream(device));
+  backend_.record_event(e, origin_stream(device));
   backend_.wait_event(s, e);
 }
 
@@ -110,8 +140,10 @@ void SliceRunner::release_ordered() {
 
 void SliceRunner::settle() {
   if (ordered_device_ < 0) return;
-  const EventHandle done = ordered_events_[ordered_device_].done;
-  backend_.record_event(done, ordered_stream(ordered_device_));
+  OrderedEvents& ev = ordered_events_[ordered_device_];
+  // The latest run covers the ones before it (they follow each other): its stream's event.
+  const EventHandle done = ev.tail_is_caller ? ev.last : ev.done;
+  if (!ev.tail_is_caller) backend_.record_event(done, origin_stream(ordered_device_));
   const auto t0 = std::chrono::steady_clock::now();
   try {
     ipc::Waiter w(format("collective: rank %d waiting for its stream-ordered collectives (and the other ranks' parts)",

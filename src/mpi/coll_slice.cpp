@@ -79,7 +79,7 @@ SliceRunner::~SliceRunner() {
     GS_LOG_WARN(Subsys::Mpi, "closing the collectives of rank %d: %s", rank_, e.what());
   }
   for (auto& kv : ordered_events_)
-    for (EventHandle e : {kv.second.in, kv.second.fork, kv.second.done})
+    for (EventHandle e : {kv.second.in, kv.second.fork, kv.second.done, kv.second.join, kv.second.last})
       if (e) {
         try {
           backend_.destroy_event(e);

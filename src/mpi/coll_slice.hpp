@@ -93,22 +93,23 @@ class SliceRunner {
   void run(const coll::Program& prog, int device, const coll::CrossSlots* slots = nullptr);
   // Stream-ordered (can_order(prog)): this rank's part starts on the GPUs
   // once `after` (a stream of `device`, e.g. a framework's current stream) has run what was
-  // enqueued on it so far and every rank's part has started there; work enqueued on
-  // ordered_stream(device) afterwards runs once every rank's part is done (`after` itself goes
-  // on: a caller joins when it needs the results, as with NCCL's work); a Barrier op is a
-  // barrier of the ranks' GPUs. Returns once enqueued: no host waits for the GPUs or the hosts.
-  // Successive runs on a rank are ordered (one origin stream), and so are the ranks' (a run's
-  // edges carry its number, barriers their count, both only grow): a run's waits cannot be met
-  // by an earlier run's writes.
+  // enqueued on it so far and every rank's part has started there; a Barrier op is a barrier of
+  // the ranks' GPUs. Returns once enqueued: no host waits for the GPUs or the hosts.
+  // Where it runs: on the runner's origin stream of `device` (`after` itself goes on: a caller
+  // joins when it needs the results, join_ordered(), as with NCCL's work), or with `on_after`
+  // on `after` itself, whose later work then runs once every rank's part is done, with no event
+  // or wait between the caller's stream and the run (a caller that would join at once anyway:
+  // a blocking call). Successive runs on a rank are ordered (a run on another stream than the
+  // one before waits for it), and so are the ranks' (a run's edges carry its number, barriers
+  // their count, both only grow): a run's waits cannot be met by an earlier run's writes.
   // `after`: the caller's stream; or null, and `after_event` recorded on it at the point the run
   // starts after (a caller on another thread than the one that enqueues: CallQueue).
   void run_ordered(const coll::Program& prog, int device, StreamHandle after, const coll::CrossSlots* slots = nullptr,
-                   EventHandle after_event = nullptr);
-  // The stream of `device` that the stream-ordered runs end on.
-  StreamHandle ordered_stream(int device);
+                   EventHandle after_event = nullptr, bool on_after = false);
   // Work enqueued on `s` (a stream of `device`) from now on runs after every stream-ordered run
   // enqueued on `device` so far: a caller that wants the results on its own stream, with no
-  // event or host wait of its own (an event recorded on the origin stream, waited for by s).
+  // host wait (nothing where the latest run ran on s itself; else an event of the stream it
+  // ran on, waited for by s).
   void join_ordered(int device, StreamHandle s);
   // Whether run_ordered takes prog: its edges fit the words.
   bool can_order(const coll::Program& prog, const coll::CrossSlots& slots) const;
@@ -216,10 +217,21 @@ class SliceRunner {
   // stream's events (the caller's stream at the call, the fork to the lanes, the end that
   // settle() waits for).
   uint64_t ordered_runs_ = 0, gpu_barriers_ = 0;
+  // `tail`: the stream the device's latest run was enqueued on (null: none yet); `last`, where
+  // that is a caller's stream (on_after), recorded there at that run's end: the caller may
+  // destroy its stream, so nothing is recorded on it later.
   struct OrderedEvents {
-    EventHandle in = nullptr, fork = nullptr, done = nullptr, join = nullptr;
+    EventHandle in = nullptr, fork = nullptr, done = nullptr, join = nullptr, last = nullptr;
+    StreamHandle tail = nullptr;
+    bool tail_is_caller = false;
   };
   std::map<int, OrderedEvents> ordered_events_;
+  // Lanes over callers' streams (on_after runs), by (device, stream).
+  std::map<std::pair<int, StreamHandle>, std::unique_ptr<Lane>> caller_lanes_;
+  // Orders `s` (about to take a run of `device`) after the device's latest run, where that ran
+  // on another stream.
+  void follow_tail(OrderedEvents& ev, int device, StreamHandle s);
+  StreamHandle origin_stream(int device);
   int ordered_device_ = -1;  // the GPU of the runs not yet seen done by settle() (-1: none)
   std::vector<const uint32_t*> barrier_peers_;  // the other ranks' barrier words (gpu_barrier)
   // Lets every stream of this rank past the ordered runs' waits on the peers (a peer died).

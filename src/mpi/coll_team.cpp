@@ -671,7 +671,7 @@ void CollTeam::finish(bool all) {
 bool CollTeam::run_part(const CollCall& call, bool ordered, const coll::Program& prog,
                         const coll::CrossSlots& slots) {
   if (ordered && runner_->can_order(prog, slots)) {
-    runner_->run_ordered(prog, call.device, call.stream, &slots, call.ready);
+    runner_->run_ordered(prog, call.device, call.stream, &slots, call.ready, call.on_stream && !call.ready);
     return true;
   }
   if (ordered) {

@@ -86,10 +86,13 @@ struct CollCall {
   // The caller's stream (of `device`), or null. Set: the buffers are ready once the work
   // enqueued on it so far has run; the call is enqueued stream-ordered behind it and returns
   // without waiting (SliceRunner::run_ordered) when the runner has stream flags (the results
-  // are there for work enqueued on CollTeam::ordered_stream(device) afterwards), else it waits
-  // for the stream first and returns when done. Null: the buffers are ready now and the call
-  // returns when done (the MPI interposer's calls).
+  // are there for work enqueued on a stream joined to the calls afterwards: join_calls()), else
+  // it waits for the stream first and returns when done. Null: the buffers are ready now and the
+  // call returns when done (the MPI interposer's calls).
   StreamHandle stream = nullptr;
+  // With `stream`, stream-ordered: the call runs on `stream` itself, whose later work then sees
+  // its results (a blocking call's end, with no event or wait between the streams).
+  bool on_stream = false;
   // Instead of `stream`: an event the caller recorded on its stream, where the call is enqueued
   // from another thread than the caller's (NodeTeam's queued calls): the call starts after it,
   // as after `stream`. The event may be recorded again once run() has returned.
@@ -162,9 +165,6 @@ class CollTeam {
   bool run(const CollCall& call);
   // Returns once every stream-ordered call made so far is done on this rank's GPUs.
   void settle();
-  // The stream of `device` that stream-ordered calls end on: work enqueued on it after a call
-  // sees its results (and a buffer's user that waits for it may reuse the buffer).
-  StreamHandle ordered_stream(int device) { return runner_->ordered_stream(device); }
   // Whether calls with a stream can be enqueued stream-ordered here (the backend has stream flags).
   bool stream_flags() const { return runner_->stream_flags(); }
   // Work enqueued on `s` (a stream of `device`) from now on sees the results of every call made

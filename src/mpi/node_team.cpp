@@ -133,9 +133,19 @@ void NodeTeam::settle() {
   for (auto& [dev, e] : ends_) ctx_->backend().synchronize_stream(e.stream);
 }
 
+StreamHandle NodeTeam::ends_current(int device) {
+  Ends& e = ends(device);
+  if (e.behind) {
+    team_->join_calls(device, e.stream);
+    e.behind = false;
+  }
+  return e.stream;
+}
+
 StreamHandle NodeTeam::calls_stream(int device) {
   queue_->drain("calls_stream");
-  return ends(device).stream;
+  std::lock_guard<std::mutex> lock(team_mu_);
+  return ends_current(device);
 }
 
 StreamHandle NodeTeam::wait_queued(uint64_t job, int device) {
@@ -146,7 +156,12 @@ StreamHandle NodeTeam::wait_queued(uint64_t job, int device) {
 size_t NodeTeam::mark(int device) {
   StreamHandle end = ends(device).stream;
   if (queue_->done() == queue_->posted()) {
-    // Nothing queued (only this thread posts): the ends' stream is past every call already.
+    // Nothing queued (only this thread posts): the ends' stream is past every call once it has
+    // followed the joined ones.
+    {
+      std::lock_guard<std::mutex> team_lock(team_mu_);
+      ends_current(device);
+    }
     std::lock_guard<std::mutex> lock(marks_mu_);
     return marks_->mark(device, end);
   }
@@ -173,7 +188,9 @@ CallMarks::Stats NodeTeam::marks_stats() const {
 
 void NodeTeam::join(int device, StreamHandle stream) {
   queue_->drain("join");
+  std::lock_guard<std::mutex> lock(team_mu_);
   Ends& e = ends(device);
+  ends_current(device);
   if (!e.join) e.join = ctx_->backend().create_event(device, false);
   ctx_->backend().record_event(e.join, e.stream);
   ctx_->backend().wait_event(stream, e.join);
@@ -184,15 +201,25 @@ CollTeam::PhaseTimes NodeTeam::phase_times(bool reset) {
   return team_->phase_times(reset);
 }
 
-bool NodeTeam::submit(CollCall& c, bool queued) {
+bool NodeTeam::submit(CollCall& c, bool queued, bool joined) {
   Backend& be = ctx_->backend();
+  GS_REQUIRE(!(queued && joined), GPUSTRIPE_ERR_INVALID_ARGUMENT,
+             "%s: a call is either queued (its end on the team's stream) or joined (run on the caller's stream)",
+             c.name);
   if (!queued || !c.stream || !team_->stream_flags()) {
     queue_->drain(c.name);  // the calls queued before it come first, on every rank
     std::lock_guard<std::mutex> lock(team_mu_);
     if (!c.stream) return team_->run(c);
+    c.on_stream = joined;
     const bool served = team_->run(c);
-    if (served) team_->join_calls(c.device, ends(c.device).stream);  // the ends' stream follows the team's
-    return served;
+    if (!served) return false;
+    // The ends' stream follows the team's: now, or for a joined call once it is next asked for
+    // (a blocking caller's steady state enqueues nothing there).
+    if (joined)
+      ends(c.device).behind = true;
+    else
+      team_->join_calls(c.device, ends(c.device).stream);
+    return true;
   }
   queue_->check();  // a queued call that failed: raised at the caller's next call
   if (!c.eligible) {
@@ -241,7 +268,10 @@ void NodeTeam::run_queued(CollCall& c, StreamHandle end) {
     served = team_->run(c);
     // The ends' stream follows the call by an event recorded now, after it: nothing on a GPU
     // waits for a value a host thread writes later (see the header).
-    if (served) team_->join_calls(c.device, end);
+    if (served) {
+      team_->join_calls(c.device, end);
+      ends(c.device).behind = false;
+    }
   } catch (...) {
     failed = std::current_exception();
   }
@@ -253,7 +283,7 @@ void NodeTeam::run_queued(CollCall& c, StreamHandle end) {
              "memory of a cudaMallocAsync pool): it was not made, and the calls after it fail", c.name);
 }
 
-bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream, bool queued) {
+bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream, bool queued, bool joined) {
   CollCall c;
   c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
   c.stream = stream;
@@ -264,10 +294,10 @@ bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataT
   c.device = ok_types ? device_of(c, {send, recv}) : -1;
   c.eligible = c.device >= 0 && count > 0 && (send == recv || disjoint(send, bytes, recv, bytes));
   if (c.eligible) allreduce_call(c, send, recv, count, dt, op);
-  return submit(c, queued);
+  return submit(c, queued, joined);
 }
 
-bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream, bool queued) {
+bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream, bool queued, bool joined) {
   CollCall c;
   c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
   c.stream = stream;
@@ -280,10 +310,10 @@ bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::
   c.device = ok_types ? device_of(c, {send, recv}) : -1;
   c.eligible = c.device >= 0 && count > 0 && (in_place || disjoint(send, block * n, recv, block));
   if (c.eligible) reduce_scatter_call(c, n, send, recv, count, dt, op);
-  return submit(c, queued);
+  return submit(c, queued, joined);
 }
 
-bool NodeTeam::allgather(const void* send, void* recv, size_t block, StreamHandle stream, bool queued) {
+bool NodeTeam::allgather(const void* send, void* recv, size_t block, StreamHandle stream, bool queued, bool joined) {
   CollCall c;
   c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
   c.stream = stream;
@@ -294,10 +324,10 @@ bool NodeTeam::allgather(const void* send, void* recv, size_t block, StreamHandl
   c.device = device_of(c, {send, recv});
   c.eligible = c.device >= 0 && block > 0 && (in_place || disjoint(send, block, recv, total));
   if (c.eligible) allgather_call(c, size(), send, recv, block);
-  return submit(c, queued);
+  return submit(c, queued, joined);
 }
 
-bool NodeTeam::alltoall(const void* send, void* recv, size_t block, StreamHandle stream, bool queued) {
+bool NodeTeam::alltoall(const void* send, void* recv, size_t block, StreamHandle stream, bool queued, bool joined) {
   CollCall c;
   c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
   c.stream = stream;
@@ -307,10 +337,10 @@ bool NodeTeam::alltoall(const void* send, void* recv, size_t block, StreamHandle
   c.device = device_of(c, {send, recv});
   c.eligible = c.device >= 0 && block > 0 && disjoint(send, total, recv, total);
   if (c.eligible) alltoall_call(c, size(), send, recv, block);
-  return submit(c, queued);
+  return submit(c, queued, joined);
 }
 
-bool NodeTeam::bcast(void* buf, size_t bytes, int root, StreamHandle stream, bool queued) {
+bool NodeTeam::bcast(void* buf, size_t bytes, int root, StreamHandle stream, bool queued, bool joined) {
   GS_REQUIRE(root >= 0 && root < size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "bcast: root %d of %d ranks", root, size());
   CollCall c;
   c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
@@ -320,10 +350,10 @@ bool NodeTeam::bcast(void* buf, size_t bytes, int root, StreamHandle stream, boo
   c.device = device_of(c, {buf});
   c.eligible = c.device >= 0 && bytes > 0;
   if (c.eligible) bcast_call(c, buf, bytes, root);
-  return submit(c, queued);
+  return submit(c, queued, joined);
 }
 
-bool NodeTeam::reduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, int root, StreamHandle stream, bool queued) {
+bool NodeTeam::reduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, int root, StreamHandle stream, bool queued, bool joined) {
   GS_REQUIRE(root >= 0 && root < size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "reduce: root %d of %d ranks", root, size());
   CollCall c;
   c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
@@ -336,7 +366,7 @@ bool NodeTeam::reduce(const void* send, void* recv, size_t count, coll::DataType
   c.device = !ok_types ? -1 : is_root ? device_of(c, {send, recv}) : device_of(c, {send});
   c.eligible = c.device >= 0 && count > 0 && (!is_root || send == recv || disjoint(send, bytes, recv, bytes));
   if (c.eligible) reduce_call(c, is_root, send, recv, count, dt, op, root);
-  return submit(c, queued);
+  return submit(c, queued, joined);
 }
 
 }  // namespace gpustripe::mpi

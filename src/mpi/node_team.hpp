@@ -113,27 +113,29 @@ class NodeTeam {
   // returns true at once (calls_stream() as above); false where this member's side cannot take
   // it, which never happens for a queued call: it throws instead (every member's call fails, as
   // the other members learn at the meeting). Not queued: false on every member when some
-  // member's side cannot take it (nothing done).
+  // member's side cannot take it (nothing done). `joined` (with a stream, not queued): the
+  // caller's stream itself runs the call, so work enqueued on it afterwards sees the results, as
+  // after join(device, stream), with no event or wait between the streams (a blocking call's end).
 
   // recv[i] = op over members of send[i], count elements of dt (send == recv: in place).
-  bool allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr, bool queued = false);
+  bool allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr, bool queued = false, bool joined = false);
   // recv = op over members of block `rank` of send (size() blocks of count elements);
   // recv == send + rank * block: in place.
-  bool reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr, bool queued = false);
+  bool reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr, bool queued = false, bool joined = false);
   // recv = every member's block of `block` bytes in rank order (send == recv + rank * block: in place).
-  bool allgather(const void* send, void* recv, size_t block, StreamHandle stream = nullptr, bool queued = false);
+  bool allgather(const void* send, void* recv, size_t block, StreamHandle stream = nullptr, bool queued = false, bool joined = false);
   // Block j of send to member j, block i of recv from member i (`block` bytes each; no overlap).
-  bool alltoall(const void* send, void* recv, size_t block, StreamHandle stream = nullptr, bool queued = false);
+  bool alltoall(const void* send, void* recv, size_t block, StreamHandle stream = nullptr, bool queued = false, bool joined = false);
   // root's `bytes` at buf into every member's buf.
-  bool bcast(void* buf, size_t bytes, int root, StreamHandle stream = nullptr, bool queued = false);
+  bool bcast(void* buf, size_t bytes, int root, StreamHandle stream = nullptr, bool queued = false, bool joined = false);
   // recv (root only: null elsewhere) = op over members of send (send == recv at the root: in place).
-  bool reduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, int root, StreamHandle stream = nullptr, bool queued = false);
+  bool reduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, int root, StreamHandle stream = nullptr, bool queued = false, bool joined = false);
 
  private:
   // Fills the call's device from its buffers (all device memory of one GPU, else -1).
   int device_of(CollCall& c, std::initializer_list<const void*> bufs);
   // Runs the call here (after the queued ones) or queues it (`queued`).
-  bool submit(CollCall& c, bool queued);
+  bool submit(CollCall& c, bool queued, bool joined);
   // The worker's part of a queued call: runs it, then orders `end` (its ends' stream) after it.
   void run_queued(CollCall& c, StreamHandle end);
   EventHandle take_event(int device);
@@ -141,8 +143,12 @@ class NodeTeam {
   struct Ends {
     StreamHandle stream = nullptr;
     EventHandle join = nullptr;
+    bool behind = false;  // a joined call ran since the stream last followed the team's calls (team_mu_)
   };
   Ends& ends(int device);
+  // The ends' stream of `device`, ordered after every call made so far (team_mu_ held): a joined
+  // call leaves it behind until someone enqueues there.
+  StreamHandle ends_current(int device);
 
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<ipc::Channel> ch_;

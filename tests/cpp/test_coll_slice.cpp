@@ -607,6 +607,75 @@ TEST(CollSlice, AStreamOrderedOneLanePartRunsOnTheOriginStreamWithoutForkOrJoin)
     }
 }
 
+// A run on the caller's stream itself (on_after: a blocking call's end) needs no event or wait
+// between the streams: runs back to back on one caller stream cost their barriers, the part and
+// one event each (its end, recorded at once: the caller may destroy its stream). A run on
+// another stream than the one before waits for it: the origin stream after a caller's (nothing
+// more where the caller's event, recorded after that run, covers it), a second caller stream
+// after the origin's. Every call's data holds, each rank's streams reading the other's inputs,
+// and the caller's stream, joined to nothing, sees its runs' results.
+TEST(CollSlice, ARunOnTheCallersStreamNeedsNoEventBetweenStreamsAndFollowsTheRunBefore) {
+  Node node;
+  CallCounter& counter = count_calls(node);
+  Backend& b = *node.backend;
+  const int calls = 5;  // on A, on A, on the origin (after A), on B, on A
+  const size_t n = 4096;
+  std::vector<float*> x[2], y[2];
+  std::vector<Program> progs;
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < calls; ++i) {
+      x[r].push_back(static_cast<float*>(b.alloc_device(r, n * sizeof(float))));
+      y[r].push_back(static_cast<float*>(b.alloc_device(r, n * sizeof(float))));
+      fill(b, x[r][i], r, n, 10.0f * r + i);
+    }
+  for (int i = 0; i < calls; ++i) {
+    Program p(2);
+    p.kernel_copy(0, coll::kLaneOut, y[1][i], 1, x[0][i], 0, n * sizeof(float));
+    p.kernel_copy(1, coll::kLaneOut, y[0][i], 0, x[1][i], 1, n * sizeof(float));
+    progs.push_back(std::move(p));
+  }
+  const std::vector<std::string> errors = on_two_ranks([&](int r) {
+    auto reducer = coll::make_reducer(b);
+    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+    mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
+    StreamHandle a = b.create_stream(r), other = b.create_stream(r);
+    runner.run_ordered(progs[0], r, a, nullptr, nullptr, true);
+    runner.run_ordered(progs[1], r, a, nullptr, nullptr, true);
+    runner.run_ordered(progs[2], r, a);
+    runner.run_ordered(progs[3], r, other, nullptr, nullptr, true);
+    runner.run_ordered(progs[4], r, a, nullptr, nullptr, true);
+    runner.join_ordered(r, a);  // the latest run ran on a: nothing to enqueue
+    // The caller's stream alone, no settle: what a blocking caller reads next.
+    for (int i : {0, 1, 4}) {
+      std::vector<float> got(n);
+      b.copy_async(got.data(), kHostDevice, y[r][i], r, n * sizeof(float), a);
+      b.synchronize_stream(a);
+      if (got[0] != 10.0f * (1 - r) + i || got[n - 1] != got[0])
+        GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, call %d on the caller's stream: %g", r, i, got[0]);
+    }
+    runner.settle();
+    for (int i = 0; i < calls; ++i) {
+      std::vector<float> got = read(b, y[r][i], r, n);
+      if (got[0] != 10.0f * (1 - r) + i || got[n - 1] != got[0])
+        GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, call %d: %g", r, i, got[0]);
+    }
+    b.destroy_stream(a);
+    b.destroy_stream(other);
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  // Per rank: each run on a caller's stream its end (4); the origin run the caller's event (1);
+  // B's run the origin's end (1). Waits: the origin on the caller's event (1), B on the origin's
+  // end (1), A on B's end (1); none for the runs back to back on A, nor for the join.
+  EXPECT_EQ(counter.records.load(), 2 * 6);
+  EXPECT_EQ(counter.waits.load(), 2 * 3);
+  EXPECT_EQ(counter.barriers.load(), 2 * 2 * calls);
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < calls; ++i) {
+      b.free_device(x[r][i]);
+      b.free_device(y[r][i]);
+    }
+}
+
 // A rank waiting for a step of a rank that never runs ends with the peer check's error.
 TEST(CollSlice, MissingRankEndsInThePeerCheck) {
   Node node;

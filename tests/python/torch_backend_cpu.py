@@ -182,22 +182,27 @@ def delegated(rank: int, world: int, gt) -> dict:
 
 
 class Joins:
-    """The team, counting its join() calls (a blocking call's end on the caller's stream)."""
+    """The team, counting its join() calls and recording whether each all_reduce ran on the
+    caller's stream itself (joined: a blocking call's end there, no join needed)."""
 
     def __init__(self, team):
-        self.team, self.joins = team, 0
+        self.team, self.joins, self.joined = team, 0, []
 
     def join(self, *args):
         self.joins += 1
         return self.team.join(*args)
+
+    def allreduce(self, *args, **kwargs):
+        self.joined.append(kwargs.get("joined", False))
+        return self.team.allreduce(*args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self.team, name)
 
 
 def blocking(rank: int, world: int) -> dict:
-    """A call whose caller asked for no work (async_op=False: opts.asyncOp) ends with the caller's
-    stream joining it (the team's join), and the group's method returns None, which torch's
+    """A call whose caller asked for no work (async_op=False: opts.asyncOp) runs on the caller's
+    stream itself (joined: no join after it), and the group's method returns None, which torch's
     wrappers take as a call that synchronised itself; an asynchronous one returns a work and
     does not join. The asynchronous one goes through the team's worker, the blocking ones not."""
     from torch._C._distributed_c10d import AllreduceOptions
@@ -219,18 +224,20 @@ def blocking(rank: int, world: int) -> dict:
     x = torch.full((64,), float(rank + 1))
     got = g.allreduce([x], opts)
     queued = lambda: counted[0].queue_stats()["queued"]  # noqa: E731
-    checks = {"blocking call: no work, the caller's stream joined": (
-        got is None and counted[0].joins == 1 and torch.equal(x, want)),
+    checks = {"blocking call: no work, run on the caller's stream, no join": (
+        got is None and counted[0].joined == [True] and counted[0].joins == 0 and torch.equal(x, want)),
               "blocking call: made on the caller's thread": queued() == 0}
     opts.asyncOp = True
     y = torch.full((64,), float(rank + 1))
     work = g.allreduce([y], opts)
     ok = work is not None and work.wait() is not False
-    checks["asynchronous call: a work, no join"] = ok and counted[0].joins == 1 and torch.equal(y, want)
+    checks["asynchronous call: a work, not on the caller's stream, no join"] = (
+        ok and counted[0].joined == [True, False] and counted[0].joins == 0 and torch.equal(y, want))
     checks["asynchronous call: handed to the team's worker"] = queued() == 1
     x = torch.full((64,), float(rank + 1))
     dist.all_reduce(x, group=g)  # torch's wrapper, async_op=False: takes the None
-    checks["blocking call through torch's wrapper"] = counted[0].joins == 2 and torch.equal(x, want) and queued() == 1
+    checks["blocking call through torch's wrapper"] = (
+        counted[0].joined == [True, False, True] and counted[0].joins == 0 and torch.equal(x, want) and queued() == 1)
     return checks
 
 
