@@ -33,8 +33,22 @@ StreamHandle SliceRunner::origin_stream(int device) { return lane(device, kOrder
 
 void SliceRunner::follow_tail(OrderedEvents& ev, int device, StreamHandle s) {
   if (!ev.tail || ev.tail == s) return;
-  if (!ev.tail_is_caller) backend_.record_event(ev.last, origin_stream(device));
+  if (ev.tail_is_caller) {
+    // This rank's part of it done (its exit barrier's write): the next run's entry barrier then
+    // waits for the others' exits by itself.
+    backend_.stream_wait_flag(s, dev_flags_ + TeamFlags::kBarrierWord + rank_, ev.tail_count);
+    return;
+  }
+  backend_.record_event(ev.last, origin_stream(device));
   backend_.wait_event(s, ev.last);
+}
+
+bool SliceRunner::tail_done(const OrderedEvents& ev) const {
+  for (int r = 0; r < nranks_; ++r) {
+    const uint32_t w = flags_.op(TeamFlags::kBarrierWord + r).load(std::memory_order_acquire);
+    if (static_cast<int32_t>(w - ev.tail_count) < 0) return false;
+  }
+  return true;
 }
 
 bool SliceRunner::can_order(const coll::Program& prog, const coll::CrossSlots& slots) const {
@@ -109,13 +123,13 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
     gpu_barrier(o);  // the last one is the exit: no rank's buffers are still in a peer's use
     begin = end + 1;
   }
-  // A run on the origin stream is marked only when settle() or a later run on another stream
-  // needs it: runs on one GPU follow each other there, so an event recorded then covers every
-  // run before it (one per run would be a driver call of every call's host time). A run on a
-  // caller's stream is marked now: the caller may destroy that stream.
-  if (on_after) backend_.record_event(ev.last, o);
+  // Nothing marks the run's end: on the origin stream an event recorded when settle() or a later
+  // run on another stream needs it covers every run before it (runs on one GPU follow each
+  // other there; one per run would be a driver call of every call's host time), and on a
+  // caller's stream the exit barrier's count is its end (follow_tail, tail_done).
   ev.tail = o;
   ev.tail_is_caller = on_after;
+  ev.tail_count = static_cast<uint32_t>(gpu_barriers_);
   ordered_device_ = device;
 }
 
@@ -123,7 +137,9 @@ void SliceRunner::join_ordered(int device, StreamHandle s) {
   OrderedEvents& ev = ordered_events_[device];
   if (ev.tail == s && s) return;  // the latest run ran on s: its later work follows them all
   if (ev.tail_is_caller) {
-    backend_.wait_event(s, ev.last);
+    // Every rank's part done, the peers' writes into this rank's buffers among them.
+    for (int r = 0; r < nranks_; ++r)
+      backend_.stream_wait_flag(s, dev_flags_ + TeamFlags::kBarrierWord + r, ev.tail_count);
     return;
   }
   EventHandle& e = ev.join;
@@ -141,23 +157,27 @@ void SliceRunner::release_ordered() {
 void SliceRunner::settle() {
   if (ordered_device_ < 0) return;
   OrderedEvents& ev = ordered_events_[ordered_device_];
-  // The latest run covers the ones before it (they follow each other): its stream's event.
-  const EventHandle done = ev.tail_is_caller ? ev.last : ev.done;
-  if (!ev.tail_is_caller) backend_.record_event(done, origin_stream(ordered_device_));
+  // The latest run covers the ones before it (they follow each other): the origin stream's event
+  // after it, or where it ran on a caller's stream, every rank's barrier word past its exit.
+  const bool by_words = ev.tail_is_caller;
+  if (!by_words) backend_.record_event(ev.done, origin_stream(ordered_device_));
   const auto t0 = std::chrono::steady_clock::now();
   try {
     ipc::Waiter w(format("collective: rank %d waiting for its stream-ordered collectives (and the other ranks' parts)",
                          rank_),
                   check_peers_);
-    while (!backend_.query_event(done)) w.pause();
+    while (by_words ? !tail_done(ev) : !backend_.query_event(ev.done)) w.pause();
   } catch (...) {
     // A peer is gone or stuck: the team is broken (CollTeam fails every later call). Let this
-    // rank's streams run out rather than wait forever on it.
+    // rank's streams run out rather than wait forever on it (a caller's stream is the caller's
+    // to wait for).
     GS_LOG_WARN(Subsys::Mpi, "rank %d: releasing its GPUs' waits on the other ranks' collectives", rank_);
     release_ordered();
-    try {
-      backend_.synchronize_event(done);
-    } catch (...) {
+    if (!by_words) {
+      try {
+        backend_.synchronize_event(ev.done);
+      } catch (...) {
+      }
     }
     ordered_device_ = -1;
     throw;

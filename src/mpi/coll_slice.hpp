@@ -217,13 +217,16 @@ class SliceRunner {
   // stream's events (the caller's stream at the call, the fork to the lanes, the end that
   // settle() waits for).
   uint64_t ordered_runs_ = 0, gpu_barriers_ = 0;
-  // `tail`: the stream the device's latest run was enqueued on (null: none yet); `last`, where
-  // that is a caller's stream (on_after), recorded there at that run's end: the caller may
-  // destroy its stream, so nothing is recorded on it later.
+  // `tail`: the stream the device's latest run was enqueued on (null: none yet). Where that is a
+  // caller's stream (on_after), nothing is recorded there (an event per call is a driver call of
+  // its host time, and the caller may destroy its stream): the run's end is its exit barrier,
+  // `tail_count`, which this rank's and the others' barrier words reach once their parts are done.
+  // `last`: the origin stream's end, recorded when another stream follows it.
   struct OrderedEvents {
     EventHandle in = nullptr, fork = nullptr, done = nullptr, join = nullptr, last = nullptr;
     StreamHandle tail = nullptr;
     bool tail_is_caller = false;
+    uint32_t tail_count = 0;
   };
   std::map<int, OrderedEvents> ordered_events_;
   // Lanes over callers' streams (on_after runs), by (device, stream).
@@ -231,6 +234,9 @@ class SliceRunner {
   // Orders `s` (about to take a run of `device`) after the device's latest run, where that ran
   // on another stream.
   void follow_tail(OrderedEvents& ev, int device, StreamHandle s);
+  // Whether every rank's barrier word has reached the exit of the device's latest run (on a
+  // caller's stream): every rank's part of it is done.
+  bool tail_done(const OrderedEvents& ev) const;
   StreamHandle origin_stream(int device);
   int ordered_device_ = -1;  // the GPU of the runs not yet seen done by settle() (-1: none)
   std::vector<const uint32_t*> barrier_peers_;  // the other ranks' barrier words (gpu_barrier)

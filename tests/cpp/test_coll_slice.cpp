@@ -608,12 +608,14 @@ TEST(CollSlice, AStreamOrderedOneLanePartRunsOnTheOriginStreamWithoutForkOrJoin)
 }
 
 // A run on the caller's stream itself (on_after: a blocking call's end) needs no event or wait
-// between the streams: runs back to back on one caller stream cost their barriers, the part and
-// one event each (its end, recorded at once: the caller may destroy its stream). A run on
-// another stream than the one before waits for it: the origin stream after a caller's (nothing
-// more where the caller's event, recorded after that run, covers it), a second caller stream
-// after the origin's. Every call's data holds, each rank's streams reading the other's inputs,
-// and the caller's stream, joined to nothing, sees its runs' results.
+// between the streams: runs back to back on one caller stream cost their barriers and their part
+// alone (their end is their exit barrier's count, nothing recorded on a stream the caller may
+// destroy). A run on another stream than the one before waits for it: the origin stream after a
+// caller's (nothing more where the caller's event, recorded after that run, covers it), a second
+// caller stream after the origin's (its event), the first caller stream again after the second's
+// (this rank's barrier word). Every call's data holds, each rank's streams reading the other's
+// inputs; the caller's stream, joined to nothing, sees its runs' results; settle() waits for the
+// words.
 TEST(CollSlice, ARunOnTheCallersStreamNeedsNoEventBetweenStreamsAndFollowsTheRunBefore) {
   Node node;
   CallCounter& counter = count_calls(node);
@@ -663,11 +665,12 @@ TEST(CollSlice, ARunOnTheCallersStreamNeedsNoEventBetweenStreamsAndFollowsTheRun
     b.destroy_stream(other);
   });
   EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
-  // Per rank: each run on a caller's stream its end (4); the origin run the caller's event (1);
-  // B's run the origin's end (1). Waits: the origin on the caller's event (1), B on the origin's
-  // end (1), A on B's end (1); none for the runs back to back on A, nor for the join.
-  EXPECT_EQ(counter.records.load(), 2 * 6);
-  EXPECT_EQ(counter.waits.load(), 2 * 3);
+  // Per rank: the origin run the caller's event (1), B's run the origin's end (1). Waits: the
+  // origin on the caller's event (1), B on the origin's end (1); A after B on this rank's word
+  // (1); none for the runs back to back on A, nor for the join.
+  EXPECT_EQ(counter.records.load(), 2 * 2);
+  EXPECT_EQ(counter.waits.load(), 2 * 2);
+  EXPECT_EQ(counter.flag_waits.load(), 2 * 1);
   EXPECT_EQ(counter.barriers.load(), 2 * 2 * calls);
   for (int r = 0; r < 2; ++r)
     for (int i = 0; i < calls; ++i) {
