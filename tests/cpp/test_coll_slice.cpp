@@ -554,6 +554,48 @@ TEST(CollSlice, APartNotEndedByOneKernelKeepsTheStreamsWrite) {
   EXPECT_EQ(flag_writes_of(fed, copied, calls, n), std::make_pair(3 * calls, calls));
 }
 
+// Calls of a pair, each its own buffers: x[r][i], rank r's input of call i (10 * r + i), copied by
+// rank r's kernel into y[1 - r][i] (a kernel schedule's shape: one copy kernel per rank).
+struct PairCopies {
+  Backend& b;
+  static constexpr size_t n = 4096;
+  std::vector<float*> x[2], y[2];
+  std::vector<Program> progs;
+  PairCopies(Backend& backend, int calls) : b(backend) {
+    for (int r = 0; r < 2; ++r)
+      for (int i = 0; i < calls; ++i) {
+        x[r].push_back(static_cast<float*>(b.alloc_device(r, n * sizeof(float))));
+        y[r].push_back(static_cast<float*>(b.alloc_device(r, n * sizeof(float))));
+        fill(b, x[r][i], r, n, 10.0f * r + i);
+      }
+    for (int i = 0; i < calls; ++i) {
+      Program p(2);
+      p.kernel_copy(0, coll::kLaneOut, y[1][i], 1, x[0][i], 0, n * sizeof(float));
+      p.kernel_copy(1, coll::kLaneOut, y[0][i], 0, x[1][i], 1, n * sizeof(float));
+      progs.push_back(std::move(p));
+    }
+  }
+  ~PairCopies() {
+    for (int r = 0; r < 2; ++r)
+      for (size_t i = 0; i < x[r].size(); ++i) {
+        b.free_device(x[r][i]);
+        b.free_device(y[r][i]);
+      }
+  }
+  // Throws unless rank r's output of call i holds the peer's input (read on `s`, else on a stream of its own).
+  void check(int r, int i, StreamHandle s = nullptr) const {
+    std::vector<float> got(n);
+    if (s) {
+      b.copy_async(got.data(), kHostDevice, y[r][i], r, n * sizeof(float), s);
+      b.synchronize_stream(s);
+    } else {
+      got = read(b, y[r][i], r, n);
+    }
+    if (got[0] != 10.0f * (1 - r) + i || got[n - 1] != got[0])
+      GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, call %d: %g", r, i, got[0]);
+  }
+};
+
 // A rank's part on one lane (a copy kernel per rank: a kernel schedule's shape) runs on the
 // origin stream itself. Per call the host records one event on the caller's stream, the origin
 // stream waits for it, and the GPUs' entry and exit barriers are one call each: no fork to a
@@ -565,34 +607,15 @@ TEST(CollSlice, AStreamOrderedOneLanePartRunsOnTheOriginStreamWithoutForkOrJoin)
   CallCounter& counter = count_calls(node);
   Backend& b = *node.backend;
   const int calls = 3;
-  const size_t n = 4096;
-  // x[r][i]: rank r's input of call i (10 * r + i), copied by rank r's kernel into y[1 - r][i].
-  std::vector<float*> x[2], y[2];
-  std::vector<Program> progs;
-  for (int r = 0; r < 2; ++r)
-    for (int i = 0; i < calls; ++i) {
-      x[r].push_back(static_cast<float*>(b.alloc_device(r, n * sizeof(float))));
-      y[r].push_back(static_cast<float*>(b.alloc_device(r, n * sizeof(float))));
-      fill(b, x[r][i], r, n, 10.0f * r + i);
-    }
-  for (int i = 0; i < calls; ++i) {
-    Program p(2);
-    p.kernel_copy(0, coll::kLaneOut, y[1][i], 1, x[0][i], 0, n * sizeof(float));
-    p.kernel_copy(1, coll::kLaneOut, y[0][i], 0, x[1][i], 1, n * sizeof(float));
-    progs.push_back(std::move(p));
-  }
+  PairCopies c(b, calls);
   const std::vector<std::string> errors = on_two_ranks([&](int r) {
     auto reducer = coll::make_reducer(b);
     mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
     mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
     StreamHandle caller = b.create_stream(r);
-    for (int i = 0; i < calls; ++i) runner.run_ordered(progs[i], r, caller);
+    for (int i = 0; i < calls; ++i) runner.run_ordered(c.progs[i], r, caller);
     runner.settle();
-    for (int i = 0; i < calls; ++i) {
-      std::vector<float> got = read(b, y[r][i], r, n);
-      if (got[0] != 10.0f * (1 - r) + i || got[n - 1] != got[0])
-        GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, call %d: %g", r, i, got[0]);
-    }
+    for (int i = 0; i < calls; ++i) c.check(r, i);
     b.destroy_stream(caller);
   });
   EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
@@ -600,11 +623,6 @@ TEST(CollSlice, AStreamOrderedOneLanePartRunsOnTheOriginStreamWithoutForkOrJoin)
   EXPECT_EQ(counter.waits.load(), 2 * calls);        // the origin stream's wait for the caller's
   EXPECT_EQ(counter.barriers.load(), 2 * 2 * calls);  // entry and exit
   EXPECT_EQ(counter.writes.load() + counter.flag_waits.load(), 0);
-  for (int r = 0; r < 2; ++r)
-    for (int i = 0; i < calls; ++i) {
-      b.free_device(x[r][i]);
-      b.free_device(y[r][i]);
-    }
 }
 
 // A run on the caller's stream itself (on_after: a blocking call's end) needs no event or wait
@@ -621,46 +639,22 @@ TEST(CollSlice, ARunOnTheCallersStreamNeedsNoEventBetweenStreamsAndFollowsTheRun
   CallCounter& counter = count_calls(node);
   Backend& b = *node.backend;
   const int calls = 5;  // on A, on A, on the origin (after A), on B, on A
-  const size_t n = 4096;
-  std::vector<float*> x[2], y[2];
-  std::vector<Program> progs;
-  for (int r = 0; r < 2; ++r)
-    for (int i = 0; i < calls; ++i) {
-      x[r].push_back(static_cast<float*>(b.alloc_device(r, n * sizeof(float))));
-      y[r].push_back(static_cast<float*>(b.alloc_device(r, n * sizeof(float))));
-      fill(b, x[r][i], r, n, 10.0f * r + i);
-    }
-  for (int i = 0; i < calls; ++i) {
-    Program p(2);
-    p.kernel_copy(0, coll::kLaneOut, y[1][i], 1, x[0][i], 0, n * sizeof(float));
-    p.kernel_copy(1, coll::kLaneOut, y[0][i], 0, x[1][i], 1, n * sizeof(float));
-    progs.push_back(std::move(p));
-  }
+  PairCopies c(b, calls);
   const std::vector<std::string> errors = on_two_ranks([&](int r) {
     auto reducer = coll::make_reducer(b);
     mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
     mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
     StreamHandle a = b.create_stream(r), other = b.create_stream(r);
-    runner.run_ordered(progs[0], r, a, nullptr, nullptr, true);
-    runner.run_ordered(progs[1], r, a, nullptr, nullptr, true);
-    runner.run_ordered(progs[2], r, a);
-    runner.run_ordered(progs[3], r, other, nullptr, nullptr, true);
-    runner.run_ordered(progs[4], r, a, nullptr, nullptr, true);
+    runner.run_ordered(c.progs[0], r, a, nullptr, nullptr, true);
+    runner.run_ordered(c.progs[1], r, a, nullptr, nullptr, true);
+    runner.run_ordered(c.progs[2], r, a);
+    runner.run_ordered(c.progs[3], r, other, nullptr, nullptr, true);
+    runner.run_ordered(c.progs[4], r, a, nullptr, nullptr, true);
     runner.join_ordered(r, a);  // the latest run ran on a: nothing to enqueue
     // The caller's stream alone, no settle: what a blocking caller reads next.
-    for (int i : {0, 1, 4}) {
-      std::vector<float> got(n);
-      b.copy_async(got.data(), kHostDevice, y[r][i], r, n * sizeof(float), a);
-      b.synchronize_stream(a);
-      if (got[0] != 10.0f * (1 - r) + i || got[n - 1] != got[0])
-        GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, call %d on the caller's stream: %g", r, i, got[0]);
-    }
+    for (int i : {0, 1, 4}) c.check(r, i, a);
     runner.settle();
-    for (int i = 0; i < calls; ++i) {
-      std::vector<float> got = read(b, y[r][i], r, n);
-      if (got[0] != 10.0f * (1 - r) + i || got[n - 1] != got[0])
-        GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, call %d: %g", r, i, got[0]);
-    }
+    for (int i = 0; i < calls; ++i) c.check(r, i);
     b.destroy_stream(a);
     b.destroy_stream(other);
   });
@@ -672,11 +666,6 @@ TEST(CollSlice, ARunOnTheCallersStreamNeedsNoEventBetweenStreamsAndFollowsTheRun
   EXPECT_EQ(counter.waits.load(), 2 * 2);
   EXPECT_EQ(counter.flag_waits.load(), 2 * 1);
   EXPECT_EQ(counter.barriers.load(), 2 * 2 * calls);
-  for (int r = 0; r < 2; ++r)
-    for (int i = 0; i < calls; ++i) {
-      b.free_device(x[r][i]);
-      b.free_device(y[r][i]);
-    }
 }
 
 // A rank waiting for a step of a rank that never runs ends with the peer check's error.
