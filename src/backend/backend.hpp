@@ -80,6 +80,9 @@ class Backend {
   virtual void synchronize_event(EventHandle e) = 0;
   virtual void synchronize_stream(StreamHandle s) = 0;
   virtual float elapsed_ms(EventHandle start, EventHandle end) = 0;
+  // Whether the handle names a stream of the calling thread's own (CUDA's per-thread default
+  // stream): the same handle on two threads is two streams.
+  virtual bool thread_stream(StreamHandle s) const { return false; }
 
   // Copies `bytes` from src (memory of src_dev, kHostDevice for host) to dst, ordered
   // on stream s. Peer, device-to-host, host-to-device and device-local copies alike.

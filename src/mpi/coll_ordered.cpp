@@ -74,6 +74,10 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
              "a stream-ordered collective without a stream");
   GS_REQUIRE(!on_after || (after != nullptr && after_event == nullptr), GPUSTRIPE_ERR_INTERNAL,
              "a stream-ordered collective on the caller's stream without that stream");
+  // A thread's own stream is not one stream to the runner (the handle names another on another
+  // thread): the run goes on the origin stream, and that stream joins it at the end.
+  const bool join_after = on_after && backend_.thread_stream(after);
+  if (join_after) on_after = false;
   const uint32_t run = static_cast<uint32_t>(++ordered_runs_);
   OrderedEvents& ev = ordered_events_[device];
   for (EventHandle* e : {&ev.in, &ev.fork, &ev.done, &ev.last})
@@ -131,6 +135,7 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   ev.tail_is_caller = on_after;
   ev.tail_count = static_cast<uint32_t>(gpu_barriers_);
   ordered_device_ = device;
+  if (join_after) join_ordered(device, after);
 }
 
 void SliceRunner::join_ordered(int device, StreamHandle s) {

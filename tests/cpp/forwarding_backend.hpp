@@ -32,6 +32,7 @@ class ForwardingBackend : public Backend {
   void synchronize_event(EventHandle e) override { in_->synchronize_event(e); }
   void synchronize_stream(StreamHandle s) override { in_->synchronize_stream(s); }
   float elapsed_ms(EventHandle a, EventHandle b) override { return in_->elapsed_ms(a, b); }
+  bool thread_stream(StreamHandle s) const override { return in_->thread_stream(s); }
   // copy_async_prechecked keeps Backend's default (this->copy_async), so a test backend that
   // records copies sees the engine's prechecked ones too.
   void copy_async(void* dst, int dd, const void* src, int sd, size_t n, StreamHandle s) override {
@@ -99,8 +100,14 @@ class CallCountingBackend : public ForwardingBackend {
     ++barriers;
     in_->stream_flag_barrier(s, mine, others, n, v);
   }
+  // Takes `s` for a handle that names each thread's own stream (as CUDA's per-thread default).
+  void name_thread_streams(StreamHandle s) { thread_streams_ = s; }
+  bool thread_stream(StreamHandle s) const override { return s == thread_streams_ || in_->thread_stream(s); }
   std::atomic<int> records{0}, waits{0}, queries{0}, stream_queries{0}, writes{0}, flag_waits{0}, barriers{0},
       copies{0};
+
+ private:
+  StreamHandle thread_streams_ = nullptr;
 };
 
 }  // namespace gpustripe

@@ -668,6 +668,35 @@ TEST(CollSlice, ARunOnTheCallersStreamNeedsNoEventBetweenStreamsAndFollowsTheRun
   EXPECT_EQ(counter.barriers.load(), 2 * 2 * calls);
 }
 
+// A handle that names each thread's own stream (CUDA's per-thread default stream) is not one
+// stream to the runner: a run asked on it goes on the origin stream after it, and the stream
+// joins the run's end (per call: the caller's event and the origin's wait, the origin's event
+// and the caller's wait), so its later work still sees the results.
+TEST(CollSlice, ARunAskedOnAThreadsOwnStreamGoesOnTheOriginAndIsJoined) {
+  Node node;
+  CallCounter& counter = count_calls(node);
+  Backend& b = *node.backend;
+  const int calls = 2;
+  PairCopies c(b, calls);
+  std::vector<StreamHandle> streams = {b.create_stream(0), b.create_stream(1)};
+  counter.name_thread_streams(streams[0]);  // rank 0's; rank 1's is a plain caller's stream
+  const std::vector<std::string> errors = on_two_ranks([&](int r) {
+    auto reducer = coll::make_reducer(b);
+    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+    mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
+    for (int i = 0; i < calls; ++i) runner.run_ordered(c.progs[i], r, streams[r], nullptr, nullptr, true);
+    for (int i = 0; i < calls; ++i) c.check(r, i, streams[r]);
+    runner.settle();
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  // Rank 1 records and waits for nothing; rank 0 two records and two waits a call, and settle()
+  // its origin stream's end once.
+  EXPECT_EQ(counter.records.load(), 2 * calls + 1);
+  EXPECT_EQ(counter.waits.load(), 2 * calls);
+  EXPECT_EQ(counter.barriers.load(), 2 * 2 * calls);
+  for (StreamHandle s : streams) b.destroy_stream(s);
+}
+
 // A rank waiting for a step of a rank that never runs ends with the peer check's error.
 TEST(CollSlice, MissingRankEndsInThePeerCheck) {
   Node node;

@@ -43,6 +43,8 @@ void CudaBackend::check_device(const char* call, const char* what, int dev) cons
              device_count_ - 1);
 }
 
+bool CudaBackend::thread_stream(StreamHandle s) const { return cu_stream(s) == cudaStreamPerThread; }
+
 int CudaBackend::stream_device(StreamHandle s, const char* call) const {
   // Streams made here are looked up: cudaStreamGetDevice on a stream being captured
   // fails and invalidates the capture, and the engine captures on its own streams.

@@ -45,6 +45,7 @@ class CudaBackend final : public Backend {
 
   StreamHandle create_stream(int dev) override;
   void destroy_stream(StreamHandle s) override;
+  bool thread_stream(StreamHandle s) const override;
   EventHandle create_event(int dev, bool timing) override;
   void destroy_event(EventHandle e) override;
   void record_event(EventHandle e, StreamHandle s) override;
