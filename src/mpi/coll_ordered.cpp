@@ -75,7 +75,7 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   GS_REQUIRE(!on_after || (after != nullptr && after_event == nullptr), GPUSTRIPE_ERR_INTERNAL,
              "a stream-ordered collective on the caller's stream without that stream");
   // A thread's own stream is not one stream to the runner (the handle names another on another
-  // thread): the run goes on the origin stream, and that stream joins it at the end.
+  // thread): the run goes on the origin stream, and the thread's stream joins it at the end.
   const bool join_after = on_after && backend_.thread_stream(after);
   if (join_after) on_after = false;
   const uint32_t run = static_cast<uint32_t>(++ordered_runs_);
