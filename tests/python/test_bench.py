@@ -52,3 +52,18 @@ def test_quick_bibw_counts_both_directions(cli, tmp_path, four_devices):
 def test_bad_pairs_fail_clearly(cli, tmp_path):
     p = cli("bench", "p2p", "--quick", "--pairs", "0-9", "--out", str(tmp_path), check=False)
     assert p.returncode != 0 and "pair 0->9" in p.stderr
+
+
+def test_torch_bench_names_the_calibrated_side_of_each_row():
+    """bench torch's calibrated rows say which side served them: the backend's choice for the
+    op's torch name, element type and size class (the op's largest buffer within a power of
+    two), none where the calibration chose nothing for that class."""
+    from gpustripe.benchmarks import torch_dist
+
+    trace = {"choices": {"all_reduce float32 <2097152B": {"use": "nccl"},
+                         "all_gather_into_tensor float32 <33554432B": {"use": "gpustripe"}}}
+    assert torch_dist._chosen(trace, "allreduce", "float32", 1 << 20) == "nccl"
+    assert torch_dist._chosen(trace, "allgather", "float32", 16 << 20) == "gpustripe"
+    assert torch_dist._chosen(trace, "allreduce", "float32", 2 << 20) is None  # the next class
+    assert torch_dist._chosen(trace, "allreduce", "bfloat16", 1 << 20) is None
+    assert torch_dist._chosen({}, "bcast", "float32", 1 << 20) is None

@@ -106,10 +106,13 @@ def _worker(rank, world, cfg, out_path):
                     g.trace(reset=True)
                 us, host = bench(fns[op], g)
                 native = getattr(g, "native_calls", 0) - before
+                # The calibrated group's side for this kind of call (where it has one to choose).
+                chose = _chosen(g.trace(), op, cfg["dtype"], size) if method == "torch_gpustripe" else None
                 if rank == 0:
                     rows.append({"op": op, "method": method, "bytes": size, "us": us, "host_us": host,
-                                 **({"native_calls": native} if ours else {})})
-                    print(f"  {op:>14} {method:>22} {size:>11} B {us:10.1f} us (host {host:.1f})", flush=True)
+                                 **({"native_calls": native} if ours else {}), **({"chose": chose} if chose else {})})
+                    print(f"  {op:>14} {method:>22} {size:>11} B {us:10.1f} us (host {host:.1f})"
+                          + (f" [{chose}]" if chose else ""), flush=True)
                     if ours and cfg["trace"]:
                         _print_trace(g.trace(reset=True))
                 elif ours:
@@ -119,6 +122,18 @@ def _worker(rank, world, cfg, out_path):
             json.dump({"rows": rows, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
                        "torch": torch.__version__}, f)
     dist.destroy_process_group()
+
+
+# The torch.distributed names of the ops, as the backend's trace names their calibrated kinds.
+_TORCH_OPS = {"allreduce": "all_reduce", "allgather": "all_gather_into_tensor",
+              "reduce_scatter": "reduce_scatter_tensor", "alltoall": "all_to_all_single", "bcast": "broadcast"}
+
+
+def _chosen(t: dict, op: str, dtype: str, size: int) -> str | None:
+    """The side ("gpustripe" or "nccl") the calibration chose for `op` of `size` bytes (every op's
+    largest buffer here: its size class), from the group's trace; None where it chose nothing."""
+    c = t.get("choices", {}).get(f"{_TORCH_OPS[op]} {dtype} <{1 << size.bit_length()}B")
+    return c["use"] if c else None
 
 
 def _print_trace(t: dict) -> None:
@@ -174,7 +189,7 @@ def run(args) -> int:
             got = json.load(f)
     rows = []
     for r in got["rows"]:
-        extra = {k: r[k] for k in ("native_calls", "host_us") if k in r}
+        extra = {k: r[k] for k in ("native_calls", "host_us", "chose") if k in r}
         rows.append(_row(r["op"], r["method"], r["bytes"], r["us"], n, nccl_version=got["nccl"],
                          torch_version=got["torch"], **extra))
     for op in ops:
