@@ -67,3 +67,14 @@ def test_torch_bench_names_the_calibrated_side_of_each_row():
     assert torch_dist._chosen(trace, "allreduce", "float32", 2 << 20) is None  # the next class
     assert torch_dist._chosen(trace, "allreduce", "bfloat16", 1 << 20) is None
     assert torch_dist._chosen({}, "bcast", "float32", 1 << 20) is None
+
+
+def test_torch_bench_profile_names_where_the_calls_time_went():
+    """--profile's report: the functions a batch of calls spent its time in, the call's own among them."""
+    from gpustripe.benchmarks import torch_dist
+
+    def a_collective_stand_in():
+        return sum(range(2000))
+
+    report = torch_dist._profiled(a_collective_stand_in, 50)
+    assert "a_collective_stand_in" in report and "50" in report, report

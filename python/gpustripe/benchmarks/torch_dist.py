@@ -39,8 +39,27 @@ def add_arguments(p):
     p.add_argument("--timeout", type=int, default=900, help="seconds the workers may take")
     p.add_argument("--trace", action="store_true",
                    help="print where each native call's host time goes and the calibration's choices")
+    p.add_argument("--profile", action="store_true",
+                   help="after each gpustripe method's timed batches, one more batch profiled on rank 0 "
+                        "(cProfile): the Python functions the host's time per call goes to, torch's wrapper included")
     p.add_argument("--out", default="bench/results", help="directory of the JSON + PNG results")
     p.add_argument("--no-write", action="store_true", help="print the tables only")
+
+
+def _profiled(fn, calls: int) -> str:
+    """The functions `calls` calls of fn() spend the host's time in (cProfile, top 12 by own time)."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(12)
+    return text.getvalue()
 
 
 def _worker(rank, world, cfg, out_path):
@@ -117,6 +136,13 @@ def _worker(rank, world, cfg, out_path):
                         _print_trace(g.trace(reset=True))
                 elif ours:
                     g.trace(reset=True)
+                if ours and cfg["profile"]:
+                    # Every rank makes the calls (collectives); rank 0 prints where its time went.
+                    report = _profiled(lambda: fns[op](g), cfg["iters"] * 10)
+                    torch.cuda.synchronize()
+                    g.trace(reset=True)
+                    if rank == 0:
+                        print(f"  profile of {op} {method} {size} B, {cfg['iters'] * 10} calls:\n{report}", flush=True)
     if rank == 0:
         with open(out_path, "w") as f:
             json.dump({"rows": rows, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
@@ -173,7 +199,7 @@ def run(args) -> int:
         raise SystemExit(f"gpustripe bench torch: {n} processes need {n} GPUs; torch sees {have}")
     sizes = parse_sizes(args.sizes)
     cfg = {"sizes": sizes, "ops": ops, "dtype": args.dtype, "iters": args.iters, "trials": args.trials,
-           "warmup": args.warmup, "port": 29700 + n, "trace": args.trace}
+           "warmup": args.warmup, "port": 29700 + n, "trace": args.trace, "profile": args.profile}
     print(f"gpustripe bench torch on {ctx.device_label}: {n} processes, ops {','.join(ops)}, sizes "
           f"{sizes[0]}..{sizes[-1]} B per rank", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
