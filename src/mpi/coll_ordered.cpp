@@ -3,11 +3,11 @@
 //
 // Per call, on one origin stream per GPU, or on the caller's stream itself where the caller
 // would join the run's end at once anyway (on_after: a blocking call; no event or wait between
-// the streams, one event at the end): wait for the caller's stream (an event: recorded here,
-// or by the caller where another thread enqueues the run), then a
+// the streams, nothing recorded at its end). On the origin stream: wait for the caller's stream
+// (an event: recorded here, or by the caller where another thread enqueues the run). Then a
 // barrier of the ranks' GPUs (each writes its barrier word, waits for the others': nobody
 // touches a buffer its owner's GPU may still be producing; the write and the waits are one
-// driver call); fork to the lanes the program uses (a part on one lane runs on the origin
+// driver call); fork to the lanes the program uses (a part on one lane runs on the run's
 // stream itself, no fork), which run this rank's ops, edges between ranks set and awaited as
 // the run's number; join the lanes, another GPU barrier (the exit: no rank's buffers are still
 // read or written by a peer; a Barrier op of the program is one too). Nothing marks a run's
