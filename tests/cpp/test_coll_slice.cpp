@@ -301,6 +301,17 @@ std::vector<std::string> on_two_ranks(const std::function<void(int)>& rank) {
   return errors;
 }
 
+// on_two_ranks, each rank with a runner of its own over the node's flags, on `b`.
+std::vector<std::string> on_two_runners(Node& node, Backend& b,
+                                        const std::function<void(int, mpi::SliceRunner&, mpi::TeamFlags&)>& rank) {
+  return on_two_ranks([&](int r) {
+    auto reducer = coll::make_reducer(b);
+    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+    mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
+    rank(r, runner, flags);
+  });
+}
+
 // A kernel schedule's parts (a kernel per rank on one stream, no waits between ranks) end
 // without the hosts meeting: each rank's kernel writes its done word at its end, and every
 // host returns once all the words are there -- no flag write, no event to record or poll, no
@@ -322,10 +333,7 @@ TEST(CollSlice, ACallEndsOnTheGpusDoneWordsWithoutAHostMeeting) {
   p.kernel_copy(1, coll::kLaneOut, dst0, 0, big1, 1, n * sizeof(float));
   const int calls = 4;
   std::vector<Met> met(2);
-  const std::vector<std::string> errors = on_two_ranks([&](int r) {
-    auto reducer = coll::make_reducer(b);
-    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
-    mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
+  const std::vector<std::string> errors = on_two_runners(node, b, [&](int r, mpi::SliceRunner& runner, auto& flags) {
     int all[2];
     for (int i = 0; i < calls; ++i) {
       if (r == 1) fill(b, big1, 1, n, 10.0f + i);
@@ -480,10 +488,7 @@ std::pair<int, int> flag_writes_of(const std::function<Program(const std::vector
   float* z = static_cast<float*>(b.alloc_device(0, sizeof(float)));
   const Program p = make(x, y, z);
   std::vector<Met> met(2);
-  const std::vector<std::string> errors = on_two_ranks([&](int r) {
-    auto reducer = coll::make_reducer(b);
-    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
-    mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
+  const std::vector<std::string> errors = on_two_runners(node, b, [&](int r, mpi::SliceRunner& runner, auto& flags) {
     int all[2];
     for (int i = 0; i < calls; ++i) {
       fill(b, x[r], r, n, 1.0f + i + r);
@@ -608,10 +613,7 @@ TEST(CollSlice, AStreamOrderedOneLanePartRunsOnTheOriginStreamWithoutForkOrJoin)
   Backend& b = *node.backend;
   const int calls = 3;
   PairCopies c(b, calls);
-  const std::vector<std::string> errors = on_two_ranks([&](int r) {
-    auto reducer = coll::make_reducer(b);
-    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
-    mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
+  const std::vector<std::string> errors = on_two_runners(node, b, [&](int r, mpi::SliceRunner& runner, auto&) {
     StreamHandle caller = b.create_stream(r);
     for (int i = 0; i < calls; ++i) runner.run_ordered(c.progs[i], r, caller);
     runner.settle();
@@ -640,10 +642,7 @@ TEST(CollSlice, ARunOnTheCallersStreamNeedsNoEventBetweenStreamsAndFollowsTheRun
   Backend& b = *node.backend;
   const int calls = 5;  // on A, on A, on the origin (after A), on B, on A
   PairCopies c(b, calls);
-  const std::vector<std::string> errors = on_two_ranks([&](int r) {
-    auto reducer = coll::make_reducer(b);
-    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
-    mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
+  const std::vector<std::string> errors = on_two_runners(node, b, [&](int r, mpi::SliceRunner& runner, auto&) {
     StreamHandle a = b.create_stream(r), other = b.create_stream(r);
     runner.run_ordered(c.progs[0], r, a, nullptr, nullptr, true);
     runner.run_ordered(c.progs[1], r, a, nullptr, nullptr, true);
@@ -680,10 +679,7 @@ TEST(CollSlice, ARunAskedOnAThreadsOwnStreamGoesOnTheOriginAndIsJoined) {
   PairCopies c(b, calls);
   std::vector<StreamHandle> streams = {b.create_stream(0), b.create_stream(1)};
   counter.name_thread_streams(streams[0]);  // rank 0's; rank 1's is a plain caller's stream
-  const std::vector<std::string> errors = on_two_ranks([&](int r) {
-    auto reducer = coll::make_reducer(b);
-    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
-    mpi::SliceRunner runner(b, *reducer, r, 2, flags, [] {});
+  const std::vector<std::string> errors = on_two_runners(node, b, [&](int r, mpi::SliceRunner& runner, auto&) {
     for (int i = 0; i < calls; ++i) runner.run_ordered(c.progs[i], r, streams[r], nullptr, nullptr, true);
     for (int i = 0; i < calls; ++i) c.check(r, i, streams[r]);
     runner.settle();

@@ -82,10 +82,7 @@ static long fewest(int bcast, int form, int32_t* s, int32_t* r, int n, int calls
 }
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  test_mpi_init(&argc, &argv, &rank, &size);
   hk = hooks();
   const int ndev = hk.device_count();
   CHECK(ndev > 0);

@@ -14,11 +14,8 @@
 #include "mpi_test_util.h"
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
   int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  test_mpi_init(&argc, &argv, &rank, &size);
   const int inside = argc > 1 && strcmp(argv[1], "inside") == 0;
   const int nonblocking = argc > 2 && strcmp(argv[2], "nonblocking") == 0;
   hooks_t hk = hooks();

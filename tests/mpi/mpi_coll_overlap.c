@@ -54,6 +54,24 @@ static size_t right(int32_t* host, int32_t* p, size_t n, int salt) {
 /* n int32 of device memory on this rank's GPU. */
 static int32_t* device_ints(size_t n) { return (int32_t*)hk.alloc(rank % ndev, n * sizeof(int32_t)); }
 
+/* A call's buffers: n int32 of host memory (for fills and checks) and a send and a receive
+ * buffer on this rank's GPU. */
+typedef struct {
+  int32_t *h, *s, *r;
+} ints_t;
+
+static ints_t ints_new(size_t n) {
+  ints_t b = {(int32_t*)malloc(n * sizeof(int32_t)), device_ints(n), device_ints(n)};
+  CHECK(b.h && b.s && b.r);
+  return b;
+}
+
+static void ints_free(ints_t b) {
+  hk.free_(b.s);
+  hk.free_(b.r);
+  free(b.h);
+}
+
 static void fill_send(int32_t* host, int32_t* dev, size_t n, int salt) {
   for (size_t i = 0; i < n; ++i) host[i] = input(rank, i, salt);
   CHECK(hk.copy(dev, host, n * sizeof(int32_t)) == 0);
@@ -66,10 +84,8 @@ static void clear(int32_t* host, int32_t* dev, size_t n) {
 
 static void overlap(size_t n) {
   const int salt = 11;
-  int32_t* h = (int32_t*)malloc(n * sizeof(int32_t));
-  int32_t* s = device_ints(n);
-  int32_t* r = device_ints(n);
-  CHECK(h && s && r);
+  const ints_t io = ints_new(n);
+  int32_t *h = io.h, *s = io.s, *r = io.r;
   fill_send(h, s, n, salt);
   clear(h, r, n);
   /* A communicator's first collective on device buffers sets its team up, with every rank. */
@@ -108,9 +124,7 @@ static void overlap(size_t n) {
   CHECK(req == MPI_REQUEST_NULL);
   CHECK(right(h, r, n, salt) == n);
   CHECK(served() - before == 1);
-  hk.free_(s);
-  hk.free_(r);
-  free(h);
+  ints_free(io);
 }
 
 static void two_comms(size_t n) {
@@ -220,10 +234,8 @@ static void persistent(size_t n) {
 static void same_host_work(size_t n) {
   long long (*queries)(void) = (long long (*)(void))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_pointer_queries");
   CHECK(queries != NULL);
-  int32_t* h = (int32_t*)malloc(n * sizeof(int32_t));
-  int32_t* s = device_ints(n);
-  int32_t* r = device_ints(n);
-  CHECK(h && s && r);
+  const ints_t io = ints_new(n);
+  int32_t *h = io.h, *s = io.s, *r = io.r;
   for (int in_place = 0; in_place < 2; ++in_place) {
     const int salt = 30 + in_place;
     const void* send = in_place ? MPI_IN_PLACE : (const void*)s;
@@ -261,9 +273,7 @@ static void same_host_work(size_t n) {
   CHECK(MPI_Ibcast(r, (int)n, MPI_INT32_T, 0, MPI_COMM_WORLD, &req) == MPI_SUCCESS);
   CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE) == MPI_SUCCESS);
   CHECK(blocking == 1 && queries() - q == blocking);
-  hk.free_(s);
-  hk.free_(r);
-  free(h);
+  ints_free(io);
 }
 
 /* 6. The others wait for rank 0, which starts its MPI_Iallreduce some 30 ms after them: their
@@ -275,10 +285,8 @@ static void lean_wait(size_t n) {
   long long (*counter)(const char*) = (long long (*)(const char*))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_coll_counter");
   CHECK(counter != NULL);
   const int salt = 41;
-  int32_t* h = (int32_t*)malloc(n * sizeof(int32_t));
-  int32_t* s = device_ints(n);
-  int32_t* r = device_ints(n);
-  CHECK(h && s && r);
+  const ints_t io = ints_new(n);
+  int32_t *h = io.h, *s = io.s, *r = io.r;
   fill_send(h, s, n, salt);
   clear(h, r, n);
   MPI_Barrier(MPI_COMM_WORLD);
@@ -320,16 +328,11 @@ static void lean_wait(size_t n) {
   printf("[rank %d] %zu B allreduce, us per call: blocking %.1f, nonblocking %.1f; full progress passes per call: "
          "blocking %.2f, nonblocking %.2f\n",
          rank, n * sizeof(int32_t), us[0], us[1], (double)full[0] / calls, (double)full[1] / calls);
-  hk.free_(s);
-  hk.free_(r);
-  free(h);
+  ints_free(io);
 }
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  test_mpi_init(&argc, &argv, &rank, &size);
   hk = hooks();
   ndev = hk.device_count();
   CHECK(ndev > 0);

@@ -540,10 +540,7 @@ static int listed(char** list, int n, const char* name) {
 }
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  test_mpi_init(&argc, &argv, &rank, &size);
   hk = hooks();
   ndev = hk.device_count();
   CHECK(ndev > 0);

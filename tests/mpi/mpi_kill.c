@@ -12,11 +12,8 @@
 #include "mpi_test_util.h"
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
   int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  test_mpi_init(&argc, &argv, &rank, &size);
   hooks_t hk = hooks();
   size_t n = 8u << 20;
   buf_t b = buf_new(&hk, rank % hk.device_count(), n);

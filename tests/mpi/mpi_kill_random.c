@@ -45,11 +45,8 @@ static int run_op(const char* op, void* send, void* recv, size_t bytes, int rank
 }
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
   int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  test_mpi_init(&argc, &argv, &rank, &size);
   CHECK(argc == 4 && size >= 2);
   const char* op = argv[1];
   const size_t bytes = (size_t)strtoull(argv[2], NULL, 10);

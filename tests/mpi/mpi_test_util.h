@@ -23,6 +23,15 @@
     }                                                                                     \
   } while (0)
 
+/* MPI_Init, this rank and the world's size, and errors returned rather than fatal (the
+ * programs check every call's return code). */
+static void test_mpi_init(int* argc, char*** argv, int* rank, int* size) {
+  MPI_Init(argc, argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  MPI_Comm_size(MPI_COMM_WORLD, size);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
 /* The value of `key` in GPUSTRIPE_TEST ("fake_nodes=2,alloc=vmm", src/common/config.hpp),
  * copied into `out` (of `cap` bytes); NULL where the setting does not name the key. */
 static const char* test_hook(const char* key, char* out, size_t cap) {
