@@ -59,7 +59,14 @@ message get a table of their own (median us; meant for window 1, one copy in fli
   e_post     that -> posted (the interposer's request made, or the send over)
   e_ret      that -> the call returned
 
-  python3 bench/mpi/p2p_trace_summary.py DIR [--label NAME] [--window W]
+With --timeline BYTES, every stamp of both ranks around the messages of that size, as the median
+microseconds from the sender's MPI_Isend (or isend) of each message until the next one's: one
+line per (rank, stamp, occurrence within the message's span), in time order. The records each
+endpoint posts and reads are x_out/x_in with their kind (1 eager, 2 Rts, 5 Fin, 6 SyncAck,
+7 Done); m_wait is an MPI wait or Waitall entered. Meant for window 1 and latency, where a span
+is one message and what answers it.
+
+  python3 bench/mpi/p2p_trace_summary.py DIR [--label NAME] [--window W] [--timeline BYTES]
 """
 from __future__ import annotations
 
@@ -273,11 +280,40 @@ def host_steps(files: list) -> dict:
     return out
 
 
+def timeline(msgs: dict, files: list, size: int) -> None:
+    """The --timeline table: median offsets of every stamp in the spans of `size`'s messages."""
+    starts = sorted(m.get("m_isend", m["s_post"]) for m in msgs.values()
+                    if m.get("bytes") == size and "s_post" in m and "r_copied" in m)
+    if len(starts) < 2:
+        print(f"# timeline: fewer than two messages of {size} bytes")
+        return
+    offsets = defaultdict(list)
+    for events in files:
+        times = [e[0] for e in events]
+        for a, b in zip(starts, starts[1:]):
+            seen = defaultdict(int)
+            for i in range(bisect.bisect_left(times, a), bisect.bisect_left(times, b)):
+                ns, rank, phase, sender, send_id, nbytes = events[i]
+                name = f"r{rank} {phase}"
+                if phase in ("x_in", "x_out"):
+                    name += f" k{send_id}"
+                seen[name] += 1
+                offsets[f"{name} #{seen[name]}"].append((ns - a) / 1e3)
+    spans = len(starts) - 1
+    print(f"# timeline of {size}-byte messages: median us from the sender's MPI_Isend ({spans} spans;"
+          " stamps in at least half of them)")
+    rows = [(statistics.median(v), k, len(v)) for k, v in offsets.items() if len(v) * 2 >= spans]
+    for med, k, n in sorted(rows):
+        print(f"{med:9.2f}  {k:<28} {n:>5}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir")
     ap.add_argument("--label", default="")
     ap.add_argument("--window", type=int, default=0, help="time each window of this many messages")
+    ap.add_argument("--timeline", type=int, default=0, metavar="BYTES",
+                    help="every stamp around the messages of this size, from the sender's MPI_Isend")
     a = ap.parse_args()
     msgs, files = read(a.dir)
     by_size = defaultdict(list)
@@ -315,6 +351,10 @@ def main():
         for size, o in sorted(windows(msgs, files, a.window).items()):
             print(f"{size:>11} {len(o['start']):>4} "
                   + " ".join(f"{statistics.median(o[c]):9.2f}" if o[c] else f"{'-':>9}" for c in cols))
+
+
+    if a.timeline:
+        timeline(msgs, files, a.timeline)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ namespace {
 constexpr uint64_t kRingBytes = 256 << 10;
 
 constexpr uint64_t kMagic = 0x6770737472697065ull;  // "gpstripe"
-constexpr uint32_t kVersion = 6;  // 4: fd_requests in the rank slots; 5: socket tokens; 6: board slots without retire times
+constexpr uint32_t kVersion = 7;  // 4: fd_requests in the rank slots; 5: socket tokens; 6: board slots without retire
+                                  // times; 7: records published by their own length word
 constexpr int kBoardSlots = 1024;
 constexpr uint64_t kSkip = ~0ull;  // record length marking "continue at the ring's start"
 constexpr size_t kAlign = 64;
@@ -64,10 +65,21 @@ struct Channel::Header {
   BoardSlot board[kBoardSlots];
 };
 
+// A ring's records are published by their own first word (the record's length, or kSkip): the
+// consumer polls the word at its position, so a record arriving costs it one cache line from the
+// producer (the word and a small record's bytes share it) instead of a head counter's line and
+// then the record's. The word at the producer's next position is always zero (written before the
+// record that precedes it is published; the segment starts zeroed), so what the consumer reads
+// there is either zero or a record published whole -- never stale bytes of an earlier lap. The
+// producer reads the consumer's tail only when the tail it saw last leaves too little room.
 struct Channel::RingCtl {
-  alignas(kAlign) std::atomic<uint64_t> head;  // bytes written, ever (producer)
+  alignas(kAlign) std::atomic<uint64_t> head;  // bytes written, ever (producer; only it reads it)
   alignas(kAlign) std::atomic<uint64_t> tail;  // bytes consumed, ever (consumer)
 };
+
+namespace {
+std::atomic<uint64_t>& word_at(char* p) { return *reinterpret_cast<std::atomic<uint64_t>*>(p); }
+}  // namespace
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory rings need lock-free 64-bit atomics");
 
@@ -113,6 +125,7 @@ Channel::Channel(ShmSegment segment, int rank) : seg_(std::move(segment)), rank_
              seg_.name().c_str(), kVersion);
   nranks_ = static_cast<int>(h->nranks);
   ring_bytes_ = h->ring_bytes;
+  tail_seen_.resize(static_cast<size_t>(nranks_), 0);
   GS_REQUIRE(rank >= 0 && rank < nranks_, GPUSTRIPE_ERR_INVALID_ARGUMENT, "channel '%s': rank %d of %d ranks",
              seg_.name().c_str(), rank, nranks_);
   RankSlot& slot = h->ranks[rank];
@@ -170,22 +183,25 @@ bool Channel::try_send(int dst, const void* hdr, size_t hdr_bytes, const void* p
   RingCtl* c = ctl(rank_, dst);
   char* data = ring(rank_, dst);
   uint64_t head = c->head.load(std::memory_order_relaxed);
-  uint64_t tail = c->tail.load(std::memory_order_acquire);
   size_t pos = head & (ring_bytes_ - 1);
   size_t to_end = ring_bytes_ - pos;
-  size_t need = rec <= to_end ? rec : to_end + rec;  // a skip to the start first
-  if (ring_bytes_ - (head - tail) < need) return false;
-  if (rec > to_end) {
-    uint64_t skip = kSkip;
-    std::memcpy(data + pos, &skip, sizeof skip);  // to_end >= 8: positions stay 8-aligned
-    head += to_end;
-    pos = 0;
+  // The record and the zero word after it fit before the end, or a skip goes first.
+  const bool wrap = rec + sizeof(uint64_t) > to_end;
+  const size_t need = (wrap ? to_end : 0) + rec + sizeof(uint64_t);
+  uint64_t& seen = tail_seen_[dst];
+  if (ring_bytes_ - (head - seen) < need) {
+    seen = c->tail.load(std::memory_order_acquire);
+    if (ring_bytes_ - (head - seen) < need) return false;
   }
+  const size_t at = wrap ? 0 : pos;
   uint64_t len = sizeof(uint64_t) + hdr_bytes + payload_bytes;
-  std::memcpy(data + pos, &len, sizeof len);
-  std::memcpy(data + pos + sizeof len, hdr, hdr_bytes);
-  if (payload_bytes) std::memcpy(data + pos + sizeof len + hdr_bytes, payload, payload_bytes);
-  c->head.store(head + rec, std::memory_order_release);
+  std::memcpy(data + at + sizeof len, hdr, hdr_bytes);
+  if (payload_bytes) std::memcpy(data + at + sizeof len + hdr_bytes, payload, payload_bytes);
+  word_at(data + at + rec).store(0, std::memory_order_relaxed);
+  // Published last: the zero after it and its bytes are visible before its word is.
+  word_at(data + at).store(len, std::memory_order_release);
+  if (wrap) word_at(data + pos).store(kSkip, std::memory_order_release);  // after the record at the start
+  c->head.store(head + (wrap ? to_end : 0) + rec, std::memory_order_relaxed);
   return true;
 }
 
@@ -193,20 +209,24 @@ const void* Channel::peek(int src, size_t* bytes) {
   RingCtl* c = ctl(src, rank_);
   char* data = ring(src, rank_);
   uint64_t tail = c->tail.load(std::memory_order_relaxed);
-  uint64_t head = c->head.load(std::memory_order_acquire);
-  if (tail == head) return nullptr;
   size_t pos = tail & (ring_bytes_ - 1);
-  uint64_t len;
-  std::memcpy(&len, data + pos, sizeof len);
+  uint64_t len = word_at(data + pos).load(std::memory_order_acquire);
+  if (len == 0) return nullptr;
   if (len == kSkip) {
     tail += ring_bytes_ - pos;
     c->tail.store(tail, std::memory_order_release);
-    if (tail == head) return nullptr;
     pos = 0;
-    std::memcpy(&len, data, sizeof len);
+    len = word_at(data).load(std::memory_order_acquire);  // published before the skip
+    if (len == 0) return nullptr;
   }
   *bytes = len - sizeof(uint64_t);
   return data + pos + sizeof(uint64_t);
+}
+
+bool Channel::arrived(int src) const {
+  const RingCtl* c = ctl(src, rank_);
+  const uint64_t tail = c->tail.load(std::memory_order_relaxed);
+  return word_at(ring(src, rank_) + (tail & (ring_bytes_ - 1))).load(std::memory_order_acquire) != 0;
 }
 
 void Channel::consume(int src) {
@@ -214,8 +234,7 @@ void Channel::consume(int src) {
   char* data = ring(src, rank_);
   uint64_t tail = c->tail.load(std::memory_order_relaxed);
   size_t pos = tail & (ring_bytes_ - 1);
-  uint64_t len;
-  std::memcpy(&len, data + pos, sizeof len);
+  uint64_t len = word_at(data + pos).load(std::memory_order_relaxed);
   c->tail.store(tail + round_up(len, 8), std::memory_order_release);
 }
 

@@ -62,6 +62,9 @@ class Channel {
   // The oldest unread record from `src`, or nullptr. Valid until consume(src).
   const void* peek(int src, size_t* bytes);
   void consume(int src);
+  // Whether the ring from `src` holds a record not consumed yet: two loads, no lock, for a spin
+  // that looks often and finds nothing most times (the consumer's own peek then reads it).
+  bool arrived(int src) const;
 
   // The node's board of GPU-to-GPU copies in flight, so a rank planning a copy can
   // give the model the transfers other ranks run at the same time. publish returns a
@@ -107,6 +110,7 @@ class Channel {
   int rank_ = 0;
   int nranks_ = 0;
   size_t ring_bytes_ = 0;
+  std::vector<uint64_t> tail_seen_;  // per destination: its consumer's tail as last read
 };
 
 // The usual way ranks of a node open their channel, given a launcher's collectives

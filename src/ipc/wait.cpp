@@ -19,6 +19,12 @@ const DoubleSetting kTimeout{"GPUSTRIPE_TIMEOUT", "300",
 // between polls. A sleep costs up to ~70 us of wake-up (timer slack): large rendezvous copies
 // take 0.1-3 ms, and their waits must not sleep.
 constexpr double kPollMs = 20;
+// How long a wait spins before it starts yielding the core. By time, not by polls: a wait whose
+// polls are light (a few loads while nothing has arrived) made its couple of hundred spins in a
+// few microseconds, and every yield after them put a trip through the scheduler between the
+// awaited write and the poll that sees it. Short enough that ranks sharing a core (CI) still hand
+// it over within a small part of a time slice.
+constexpr auto kSpinFor = std::chrono::microseconds(50);
 constexpr auto kPeerCheckEvery = std::chrono::milliseconds(5);
 }  // namespace
 
@@ -54,7 +60,7 @@ void Waiter::pause() {
   // was then seen up to a sleep's wake-up late (window-1 bandwidth 0.925x native).
   auto now = std::chrono::steady_clock::now();
   auto idle = now - start_;
-  if (spins_ < 200) {
+  if (spins_ < 200 || idle < kSpinFor) {
   } else if (idle < poll_) {
     sched_yield();
   } else {

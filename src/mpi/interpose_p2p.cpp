@@ -2,9 +2,11 @@
 // Sendrecv_replace/Probe/Iprobe. Each decides the route (interpose.hpp) and either
 // calls the PMPI function unchanged or runs an Op.
 #include <cstring>
+#include <optional>
 
 #include "common/error.hpp"
 #include "ipc/wait.hpp"
+#include "mpi/coll_team.hpp"
 #include "mpi/interpose.hpp"
 #include "p2p/trace.hpp"
 
@@ -107,6 +109,85 @@ int irecv_impl(void* buf, int count, MPI_Datatype type, int source, int tag, MPI
 
 namespace {
 
+// The lean forms of MPI_Send and MPI_Recv: contiguous host memory to or from one rank of this
+// node goes through Endpoint::send_now / recv_now, with no Op, no request and no progress pass.
+// A host message's latency is the sum of such calls' host time on both sides (a ping-pong; a
+// window-1 benchmark's acknowledgement). Where their conditions do not hold, nothing is done and
+// the general path runs.
+struct LeanCall {
+  Target t;
+  uint64_t bytes = 0;
+  p2p::MemLoc loc;       // where the buffer lives, once located: the general path asks no more
+  bool located = false;
+  const p2p::MemLoc* where() const { return located ? &loc : nullptr; }
+};
+
+bool lean_target(const void* buf, int count, MPI_Datatype type, int peer, int tag, MPI_Comm comm, LeanCall* c) {
+  Runtime* rt = Runtime::get();
+  if (!rt || count < 0 || peer == MPI_ANY_SOURCE || (tag < 0 && tag != MPI_ANY_TAG)) return false;
+  c->loc = locate_for(rt, buf, peer);
+  c->located = true;
+  if (c->loc.device) return false;
+  c->t = route(comm, peer, false);
+  if (c->t.route != Route::Local) return false;
+  const Layout l = layout_of(count, type);
+  c->bytes = l.bytes;
+  return l.contiguous;
+}
+
+bool lean_send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, LeanCall& c) {
+  std::lock_guard<std::recursive_mutex> l(lock());
+  if (tag < 0 || !lean_target(buf, count, type, dest, tag, comm, &c)) return false;
+  if (!Runtime::get()->endpoint().send_now(buf, c.bytes, c.t.local, tag, c.t.ci->ctx)) return false;
+  p2p::trace("m_ret", -1, 0, 0, 0);
+  return true;
+}
+
+constexpr int kLeanSpins = 64;
+
+bool lean_recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Status* st,
+               LeanCall& c) {
+  Runtime* rt = Runtime::get();
+  {
+    std::lock_guard<std::recursive_mutex> l(lock());
+    if (!lean_target(buf, count, type, source, tag, comm, &c)) return false;
+  }
+  const int want = tag == MPI_ANY_TAG ? p2p::kAnyTag : tag;
+  std::optional<ipc::Waiter> w;  // made after ipc::kPollsBeforeWaiter looks, as a wait's
+  for (int polls = 0;; ++polls) {
+    // Nothing new from the source: nothing to look at (no lock taken while spinning); a poll is
+    // a look or a short spin without one, so the Waiter's back-off counts alike.
+    bool came = polls == 0;
+    for (int spin = 0; !came && spin < kLeanSpins; ++spin) came = rt->endpoint().arrived(c.t.local);
+    if (came) {
+      std::lock_guard<std::recursive_mutex> l(lock());
+      // What the general wait would advance meanwhile: then it runs instead.
+      if (detached_pending() || pending_collectives() > 0) return false;
+      p2p::P2pStatus ps;
+      switch (rt->endpoint().recv_now(buf, c.bytes, c.t.local, want, c.t.ci->ctx, &ps)) {
+        case p2p::Endpoint::Lean::Taken:
+          set_status(st, source, ps.tag, MPI_SUCCESS, ps.bytes);
+          p2p::trace("m_ret", -1, 0, 0, 0);
+          return true;
+        case p2p::Endpoint::Lean::Elsewhere: return false;
+        case p2p::Endpoint::Lean::NotYet: break;
+      }
+    }
+    if (polls < ipc::kPollsBeforeWaiter) continue;
+    if (!w)
+      w.emplace(format("MPI_Recv(source %d, tag %d) on rank %d", source, tag, rt->world_rank()), [&] {
+        std::lock_guard<std::recursive_mutex> l(lock());
+        try {
+          rt->endpoint().check_source(c.t.local);
+        } catch (const Error&) {
+          // A peer that finalized may have left its last records behind: read them first.
+          if (!rt->endpoint().arrived(c.t.local)) throw;
+        }
+      });
+    w->pause();
+  }
+}
+
 int iprobe_impl(int source, int tag, MPI_Comm comm, int* flag, MPI_Status* st) {
   std::lock_guard<std::recursive_mutex> l(lock());
   Target t = route(comm, source, false);
@@ -161,8 +242,11 @@ int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_
 static int blocking_send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, bool sync,
                          const char* call) {
   try {
+    p2p::trace("m_isend", -1, 0, 0, 0);
+    LeanCall c;
+    if (!sync && lean_send(buf, count, type, dest, tag, comm, c)) return MPI_SUCCESS;
     MPI_Request r;
-    int rc = isend_impl(buf, count, type, dest, tag, comm, sync, &r, /*blocking*/ true);
+    int rc = isend_impl(buf, count, type, dest, tag, comm, sync, &r, /*blocking*/ true, c.where());
     return rc == MPI_SUCCESS && r != MPI_REQUEST_NULL ? wait_impl(&r, MPI_STATUS_IGNORE) : rc;
   } catch (const std::exception& e) {
     return report(comm, call, e);
@@ -179,8 +263,11 @@ int MPI_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, 
 
 int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Status* st) {
   try {
+    p2p::trace("m_irecv", -1, 0, 0, 0);
+    LeanCall c;
+    if (lean_recv(buf, count, type, source, tag, comm, st, c)) return MPI_SUCCESS;
     MPI_Request r;
-    int rc = irecv_impl(buf, count, type, source, tag, comm, &r, /*blocking*/ true, st);
+    int rc = irecv_impl(buf, count, type, source, tag, comm, &r, /*blocking*/ true, st, c.where());
     return rc == MPI_SUCCESS && r != MPI_REQUEST_NULL ? wait_impl(&r, st) : rc;
   } catch (const std::exception& e) {
     return report(comm, "MPI_Recv", e);

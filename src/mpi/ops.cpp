@@ -53,6 +53,7 @@ class LocalOp : public Op {
     return ProgressPass::active() ? rt().endpoint().done_now(r_) : rt().endpoint().test(r_);
   }
   bool complete() const override { return r_->done(); }
+  bool endpoint_only() const override { return true; }
   bool test(MPI_Status* st, int* err) override {
     if (!ready()) return false;
     const p2p::P2pStatus& s = r_->status();

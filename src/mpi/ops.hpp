@@ -43,6 +43,9 @@ class Op {
     (void)spin;
     return false;
   }
+  // Completes only inside a progress pass of the node's endpoint (a send or receive of p2p): a
+  // wait over such requests tests them again only after a pass ran.
+  virtual bool endpoint_only() const { return false; }
   // Persistent requests (MPI_Start): a completed one stays in the table, inactive, until
   // MPI_Request_free; start() makes it active again.
   virtual bool persistent() const { return false; }

@@ -122,6 +122,7 @@ RequestPtr Endpoint::find_recv(uint64_t id) const {
 // ---------------------------------------------------------------- outgoing
 
 void Endpoint::post(int dst, const Frame& f, const void* payload, size_t payload_bytes, const RequestPtr& owner) {
+  trace("x_out", -1, static_cast<uint64_t>(f.kind), 0, f.bytes);  // send_id: the record's kind
   if (dst == ch_.rank()) {  // a message to oneself never touches a ring
     handle(dst, f, static_cast<const char*>(payload));
     return;
@@ -226,6 +227,69 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
   return r;
 }
 
+bool Endpoint::send_now(const void* buf, uint64_t bytes, int dst, int tag, uint64_t comm) {
+  if (dst < 0 || dst >= ch_.size() || dst == ch_.rank() || tag < 0 || (!buf && bytes) || range_wraps(buf, bytes))
+    return false;  // isend reports it
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (bytes > eager_max_ || !outgoing_[dst].empty()) return false;
+  Frame f{};
+  f.kind = FrameKind::Eager;
+  f.tag = tag;
+  f.comm = comm;
+  f.bytes = bytes;
+  f.send_id = next_id_;
+  if (!ch_.try_send(dst, &f, sizeof f, buf, bytes)) return false;
+  ++next_id_;
+  trace("x_out", -1, static_cast<uint64_t>(f.kind), 0, f.bytes);
+  return true;
+}
+
+Endpoint::Lean Endpoint::recv_now(void* buf, uint64_t capacity, int src, int tag, uint64_t comm, P2pStatus* st) {
+  if (src < 0 || src >= ch_.size() || src == ch_.rank() || tag < kAnyTag || (!buf && capacity) ||
+      range_wraps(buf, capacity))
+    return Lean::Elsewhere;  // irecv reports it
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (!posted_.empty() || !active_sends_.empty() || !active_recvs_.empty()) return Lean::Elsewhere;
+  for (const auto& q : outgoing_)
+    if (!q.empty()) return Lean::Elsewhere;
+  auto take = [&](int from_tag, uint64_t bytes, const char* payload) {
+    if (bytes) std::memcpy(buf, payload, bytes);
+    st->source = src;
+    st->tag = from_tag;
+    st->bytes = bytes;
+    st->message_bytes = bytes;
+    st->error = GPUSTRIPE_SUCCESS;
+  };
+  auto wanted = [&](int from, int from_tag, uint64_t from_comm) {
+    return from == src && from_comm == comm && (tag == kAnyTag || from_tag == tag);
+  };
+  for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
+    if (!wanted(it->src, it->tag, it->comm)) continue;
+    if (it->rendezvous || it->bytes > capacity) return Lean::Elsewhere;
+    take(it->tag, it->bytes, it->payload.data());
+    unexpected_.erase(it);
+    return Lean::Taken;
+  }
+  size_t len = 0;
+  const void* rec = ch_.peek(src, &len);
+  if (!rec) return Lean::NotYet;
+  Frame f;
+  std::memcpy(&f, rec, sizeof f);
+  if (f.kind != FrameKind::Eager || (f.flags & ~static_cast<uint32_t>(kEagerSlot)) != 0 ||
+      !wanted(src, f.tag, f.comm) || f.bytes > capacity)
+    return Lean::Elsewhere;
+  trace("x_in", -1, static_cast<uint64_t>(f.kind), 0, f.bytes);
+  if (f.flags & kEagerSlot) {  // a blocking send of device memory: its bytes are in the slot
+    const int slot = static_cast<int>(std::min<uint64_t>(f.offset, INT32_MAX));
+    take(f.tag, f.bytes, static_cast<const char*>(slots_->inbound(src, slot, f.bytes)));
+    slots_->release(src, slot);
+  } else {
+    take(f.tag, f.bytes, static_cast<const char*>(rec) + sizeof f);
+  }
+  ch_.consume(src);
+  return Lean::Taken;
+}
+
 bool Endpoint::send_through_slot(const RequestPtr& r, Frame& f) {
   if (r->bytes_ > slots_->slot_bytes()) return false;
   const int slot = slots_->acquire(r->peer_);
@@ -286,6 +350,7 @@ RequestPtr Endpoint::irecv(void* buf, uint64_t capacity, int src, int tag, uint6
 // ---------------------------------------------------------------- incoming
 
 void Endpoint::handle(int src, const Frame& f, const char* payload) {
+  trace("x_in", -1, static_cast<uint64_t>(f.kind), 0, f.bytes);  // send_id: the record's kind
   switch (f.kind) {
     case FrameKind::Eager:
     case FrameKind::Rts: on_message(src, f, payload); break;
@@ -598,6 +663,7 @@ void Endpoint::on_cts(int src, const Frame& f, const char* payload) {
 }
 
 void Endpoint::advance_sends() {
+  streaming_ = 0;
   for (auto it = active_sends_.begin(); it != active_sends_.end();) {
     Request& s = **it;
     if (s.state_ == Request::State::Copying && mover_.done(s.ticket_)) {
@@ -626,8 +692,12 @@ void Endpoint::advance_sends() {
         s.state_ = Request::State::Done;
       }
     }
-    if (s.state_ == Request::State::Done) it = active_sends_.erase(it);
-    else ++it;
+    if (s.state_ == Request::State::Done) {
+      it = active_sends_.erase(it);
+    } else {
+      if (s.state_ == Request::State::Streaming) ++streaming_;
+      ++it;
+    }
   }
 }
 
@@ -658,15 +728,23 @@ void Endpoint::progress_locked() {
     if (p != ch_.rank()) flush_outgoing(p);
 }
 
+bool Endpoint::pass_needed() {
+  if (fds_) fds_->serve();
+  if (streaming_ > 0 || !mover_.idle()) return true;
+  for (int p = 0; p < ch_.size(); ++p)
+    if (p != ch_.rank() && (ch_.arrived(p) || !outgoing_[p].empty())) return true;
+  return false;
+}
+
 void Endpoint::progress() {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  progress_locked();
+  if (pass_needed()) progress_locked();
 }
 
 bool Endpoint::test(const RequestPtr& r) {
   GS_REQUIRE(r, GPUSTRIPE_ERR_INVALID_ARGUMENT, "test of a NULL request");
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  if (!r->done()) progress_locked();
+  if (!r->done() && pass_needed()) progress_locked();
   return done_now(r);
 }
 

@@ -84,6 +84,24 @@ class Endpoint {
   void send(const void* buf, uint64_t bytes, int dst, int tag, uint64_t comm, bool synchronous = false);
   P2pStatus recv(void* buf, uint64_t capacity, int src, int tag, uint64_t comm);
 
+  // The lean forms of a blocking send and receive of host memory (a ping-pong's messages, a
+  // benchmark's acknowledgements): no request, no progress pass, one lock. Either does nothing
+  // and says so where its conditions do not hold; the caller then takes isend/irecv.
+  // send_now: an eager message straight into the ring to `dst` (another rank); false when it is
+  // longer than the eager limit, records to `dst` wait in the outgoing queue, or the ring is full.
+  bool send_now(const void* buf, uint64_t bytes, int dst, int tag, uint64_t comm);
+  // recv_now: one look for a message from `src` (another rank) into host memory while this
+  // endpoint has nothing else in flight (no receive posted, no send, copy or queued record
+  // active): a matching eager message among the unexpected ones or at the head of the ring of
+  // `src` is taken (Taken, *st filled). NotYet: look again. Elsewhere (something in flight, a
+  // match that is a rendezvous or longer than `capacity`, another record at the ring's head):
+  // nothing is taken (Elsewhere).
+  enum class Lean { Taken, NotYet, Elsewhere };
+  Lean recv_now(void* buf, uint64_t capacity, int src, int tag, uint64_t comm, P2pStatus* st);
+  // Whether `src` (another rank) has written a record this endpoint has not read: no lock, so a
+  // lean receive spins on it and looks (recv_now) only once something came.
+  bool arrived(int src) const { return ch_.arrived(src); }
+
   // Whether a matching message has arrived, without receiving it; fills source,
   // tag and message_bytes.
   bool iprobe(int src, int tag, uint64_t comm, P2pStatus* status);
@@ -121,6 +139,12 @@ class Endpoint {
   };
 
   void progress_locked();
+  // Whether a pass now could change anything: a record arrived or waits to go out, a copy is in
+  // flight, a send streams. The waits poll often and most polls find nothing: without it every
+  // poll read each ring, walked the mover and the request lists (a record was seen 0.7 us after
+  // it was written, on each of a window-1 message's three hops); with it a quiet poll costs a
+  // few loads. Descriptor requests (fds_) are served here, as a pass would.
+  bool pass_needed();
   // Writes a record to the ring to `dst`, or queues it when the ring is full; `owner`
   // does not complete before a queued record has gone out.
   void post(int dst, const Frame& f, const void* payload = nullptr, size_t payload_bytes = 0,
@@ -193,6 +217,7 @@ class Endpoint {
   uint64_t device_eager_max_ = 0;  // the same for blocking sends of device buffers (pulled above)
   std::map<std::pair<uintptr_t, uint64_t>, Exported> exports_;  // (base, buffer_id) -> handle, offset 0
   uint64_t passes_ = 0;
+  int streaming_ = 0;  // active sends in the Streaming state, as the last pass left them
   std::set<std::pair<int, int>> unmapped_for_reader_;  // (owner GPU, reader GPU) the driver refused
   char* bounce_ = nullptr;
   size_t bounce_bytes_ = 0;

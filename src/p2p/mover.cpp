@@ -290,6 +290,13 @@ void Mover::poll(Lane& l, uint64_t upto, bool wait) {
   }
 }
 
+bool Mover::idle() const {
+  if (!open_.empty()) return false;
+  for (const Lane& l : lanes_)
+    if (l.done + 1 != l.next) return false;
+  return true;
+}
+
 bool Mover::done(uint64_t ticket) {
   if (ticket == 0) return true;
   const size_t lane = ticket & ((uint64_t{1} << kLaneBits) - 1);

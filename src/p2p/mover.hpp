@@ -115,6 +115,8 @@ class Mover {
   // 64 receives in flight asked all of them on every pass. A ticket is its stream and its place
   // there: no lookup per copy.
   bool done(uint64_t ticket);
+  // No copy in flight or waiting to be enqueued: polling would find nothing to finish.
+  bool idle() const;
   // Starts a new poll pass (the endpoint's progress calls it once per pass).
   void new_pass() { ++pass_; }
   // A copy that has finished when it returns.

@@ -81,6 +81,45 @@ TEST(IpcChannel, RecordsArriveInOrderThroughWrapAround) {
       60, 16384));
 }
 
+// A record is published by its own length word, so the bytes a consumer finds where the next
+// record will start must never read as one: payloads made of words that look like record lengths,
+// records of sizes that make later ones start inside earlier payloads, lap after lap.
+TEST(IpcChannel, BytesOfEarlierLapsAreNeverTakenForRecords) {
+  constexpr int kRecords = 4000;
+  EXPECT_RANKS_OK(run_ranks(
+      2,
+      [](int rank, Channel& ch) {
+        std::mt19937 rng(7);
+        const size_t max_payload = ch.max_record() - 64;
+        auto size_of = [&](uint32_t i) { return i % 3 == 0 ? rng() % max_payload : 8 + 8 * (rng() % 8); };
+        auto fill = [](std::vector<char>& p, uint32_t i) {
+          for (size_t k = 0; k + sizeof(uint64_t) <= p.size(); k += sizeof(uint64_t)) {
+            uint64_t looks_like_a_length = 16 + 8 * ((i + k) % 4);
+            std::memcpy(p.data() + k, &looks_like_a_length, sizeof looks_like_a_length);
+          }
+        };
+        if (rank == 0) {
+          for (uint32_t i = 0; i < kRecords; ++i) {
+            std::vector<char> p(size_of(i));
+            fill(p, i);
+            send_record(ch, 1, p, i);
+          }
+        } else {
+          for (uint32_t i = 0; i < kRecords; ++i) {
+            std::vector<char> expect(size_of(i));
+            fill(expect, i);
+            std::vector<char> rec = recv_record(ch, 0);
+            RANK_CHECK(rec.size() == sizeof(uint32_t) + expect.size());
+            uint32_t seq;
+            std::memcpy(&seq, rec.data(), sizeof seq);
+            RANK_CHECK(seq == i);
+            RANK_CHECK(std::memcmp(rec.data() + sizeof seq, expect.data(), expect.size()) == 0);
+          }
+        }
+      },
+      60, 16384));
+}
+
 TEST(IpcChannel, RecordLargerThanAQuarterRingIsRefused) {
   EXPECT_RANKS_OK(run_ranks(2, [](int rank, Channel& ch) {
     if (rank != 0) return;
