@@ -39,15 +39,21 @@ State& state() {
 
 }  // namespace
 
-bool trace_on() {
-  static const bool on = !state().dir.empty();
+namespace detail {
+
+std::atomic<int8_t> g_trace_state{-1};
+
+bool trace_read_setting() {
+  const bool on = !state().dir.empty();
+  g_trace_state.store(on ? 1 : 0, std::memory_order_relaxed);
   return on;
 }
 
-void trace(const char* phase, int sender, uint64_t send_id, uint64_t recv_id, uint64_t bytes) {
-  if (!trace_on()) return;
+void trace_now(const char* phase, int sender, uint64_t send_id, uint64_t recv_id, uint64_t bytes) {
   trace_at(std::chrono::steady_clock::now(), phase, sender, send_id, recv_id, bytes);
 }
+
+}  // namespace detail
 
 void trace_at(std::chrono::steady_clock::time_point t, const char* phase, int sender, uint64_t send_id,
               uint64_t recv_id, uint64_t bytes) {

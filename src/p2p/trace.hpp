@@ -9,14 +9,29 @@
 // A collective's phases (mpi/coll_team.cpp, "coll_*") are keyed by (rank, call number, form),
 // the same call number on every rank; bench/mpi/coll_trace_summary.py reads them.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 
 namespace gpustripe::p2p {
 
-bool trace_on();
+namespace detail {
+// GPUSTRIPE_P2P_TRACE set: -1 not read yet (read at the first stamp, not at start-up, when the
+// settings of libraries loaded later are not registered yet), 0 no, 1 yes.
+extern std::atomic<int8_t> g_trace_state;
+bool trace_read_setting();
+void trace_now(const char* phase, int sender, uint64_t send_id, uint64_t recv_id, uint64_t bytes);
+}  // namespace detail
+
+// Inline, so that a stamp costs an untraced run one load: a window-1 message passes some thirty.
+inline bool trace_on() {
+  const int8_t s = detail::g_trace_state.load(std::memory_order_relaxed);
+  return s > 0 || (s < 0 && detail::trace_read_setting());
+}
 // Stamps one event (nothing when off). `phase` must be a string literal.
-void trace(const char* phase, int sender, uint64_t send_id, uint64_t recv_id, uint64_t bytes);
+inline void trace(const char* phase, int sender, uint64_t send_id, uint64_t recv_id, uint64_t bytes) {
+  if (trace_on()) detail::trace_now(phase, sender, send_id, recv_id, bytes);
+}
 // The same, stamped at `t` (a time the caller took when the phase happened).
 void trace_at(std::chrono::steady_clock::time_point t, const char* phase, int sender, uint64_t send_id,
               uint64_t recv_id, uint64_t bytes);
