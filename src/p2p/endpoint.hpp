@@ -189,6 +189,15 @@ class Endpoint {
   void complete_recv(Request& r);
   void on_cts(int src, const Frame& f, const char* payload);
   void advance_sends();
+  // A device receive from one other rank, posted while no other receive could take that rank's
+  // messages: offered to it (frame.hpp, Offer), so that its matching send copies into it.
+  void offer(const RequestPtr& r);
+  // A device send that the peer's standing offer takes: the copy starts now, into the offered
+  // buffer; false when there is none, it does not match, or the copy would not be one plain copy.
+  bool push_into_offer(const RequestPtr& s);
+  // A matchable message (eager or announced) posted to `dst`: counted, and any offer of its is
+  // dropped (the message may take the offered receive).
+  void sent_to(int dst);
   static bool matches(const Request& r, int src, int tag, uint64_t comm);
   RequestPtr find_send(uint64_t id) const;
   RequestPtr find_recv(uint64_t id) const;
@@ -217,6 +226,18 @@ class Endpoint {
   uint64_t device_eager_max_ = 0;  // the same for blocking sends of device buffers (pulled above)
   std::map<std::pair<uintptr_t, uint64_t>, Exported> exports_;  // (base, buffer_id) -> handle, offset 0
   uint64_t passes_ = 0;
+  // Offers (frame.hpp): per peer, the matchable messages posted to it and read from it, and its
+  // standing offer.
+  struct Offered {
+    bool valid = false;
+    uint64_t recv_id = 0;
+    int tag = 0;
+    uint64_t comm = 0;
+    uint64_t capacity = 0;
+    Exported e{};
+  };
+  std::vector<uint64_t> sent_to_, read_from_;
+  std::vector<Offered> offers_;
   int streaming_ = 0;  // active sends in the Streaming state, as the last pass left them
   std::set<std::pair<int, int>> unmapped_for_reader_;  // (owner GPU, reader GPU) the driver refused
   char* bounce_ = nullptr;

@@ -134,6 +134,18 @@ uint64_t Mover::start_plain(void* dst, int dev, const void* src, int src_named, 
   return issue(lane, batching_);
 }
 
+uint64_t Mover::start_plain_out(void* dst, int dst_named, const void* src, int dev, size_t bytes) {
+  if (bytes == 0) return 0;  // ticket 0: nothing in flight
+  GS_REQUIRE(backend_ && dev != kHostDevice, GPUSTRIPE_ERR_INTERNAL, "start_plain_out: a copy out of device memory only");
+  const size_t lane = lane_for(dev);
+  Lane& l = lanes_[lane];
+  seal(l);
+  put_plain(l, Backend::BatchCopy{dst, dst_named, src, dev, bytes}, batching_);
+  trace("p_lean", -1, 0, 0, bytes);
+  trace("c_enq", -1, 0, 0, bytes);
+  return issue(lane, batching_);
+}
+
 uint64_t Mover::issue(size_t lane, bool together) {
   Lane& l = lanes_[lane];
   const uint64_t seq = l.next++;

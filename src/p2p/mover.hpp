@@ -91,6 +91,9 @@ class Mover {
   // of the source's GPU, on a pulled small message's latency path. Checked ranges only; polled
   // and batched (inside begin_batch/end_batch) like start()'s copies.
   uint64_t start_plain(void* dst, int dev, const void* src, int src_named, size_t bytes);
+  // The same the other way: out of GPU `dev`'s memory into a peer's buffer mapped in that GPU's
+  // context (named `dst_named`), on a stream of `dev` (a sender pushing into a receive offered).
+  uint64_t start_plain_out(void* dst, int dst_named, const void* src, int dev, size_t bytes);
   // Between begin_batch and end_batch (one progress pass), the copies started share one event
   // per stream, recorded by end_batch after the last of them (a stream's copies complete in
   // order, so that one event completes them all), and plain copies are enqueued together
