@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "ipc/wait.hpp"
@@ -43,6 +44,7 @@ Endpoint::Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy, 
   device_eager_max_ = std::min<uint64_t>(eager_max_, kDeviceEagerLimit);
   // Also without a backend or with device messages off here: a peer may still send them.
   slots_ = std::make_unique<EagerSlots>(ch_, backend_, std::max<uint64_t>(device_eager_max_, 1), kEagerSlots);
+  offering_ = test_hook("offers", "yes") != "no";
   sent_to_.assign(ch_.size(), 0);
   read_from_.assign(ch_.size(), 0);
   offers_.resize(ch_.size());
@@ -307,7 +309,7 @@ void Endpoint::sent_to(int dst) {
 
 void Endpoint::offer(const RequestPtr& r) {
   const int src = r->peer_;
-  if (!backend_ || !r->loc_.device || src < 0 || src == ch_.rank() || r->bytes_ == 0) return;
+  if (!offering_ || !backend_ || !r->loc_.device || src < 0 || src == ch_.rank() || r->bytes_ == 0) return;
   // Only the one receive the source's next messages could take: no other posted receive of that
   // source (or any), nothing of it waiting unmatched.
   for (const RequestPtr& p : posted_)

@@ -238,6 +238,7 @@ class Endpoint {
   };
   std::vector<uint64_t> sent_to_, read_from_;
   std::vector<Offered> offers_;
+  bool offering_ = true;  // GPUSTRIPE_TEST's offers=no turns offers off
   int streaming_ = 0;  // active sends in the Streaming state, as the last pass left them
   std::set<std::pair<int, int>> unmapped_for_reader_;  // (owner GPU, reader GPU) the driver refused
   char* bounce_ = nullptr;
