@@ -45,8 +45,8 @@ bool ready_within(std::chrono::steady_clock::duration spin, Ready&& ready) {
   return false;
 }
 
-// Polls with growing back-off (spin, yield, then short sleeps once the wait has
-// lasted 20 ms). `check_peers`
+// Polls with growing back-off (spin for the first 50 us, then yield, then short sleeps once
+// the wait has lasted 20 ms). `check_peers`
 // runs every few milliseconds and throws when a peer is gone.
 class Waiter {
  public:
