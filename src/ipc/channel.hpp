@@ -10,8 +10,10 @@
 // is alive but silent ends in ERR_TIMEOUT after GPUSTRIPE_TIMEOUT (ipc/wait.hpp).
 //
 // Records are variable-length and never wrap: a record that does not fit before the
-// end of the ring is preceded by a skip marker. Rings are lock-free (acquire/release
-// on head and tail); each ring has one writer and one reader thread at a time.
+// end of the ring is preceded by a skip marker. Rings are lock-free: a record is published
+// by its own length word (release), which the reader polls at its position, and the reader
+// gives the space back through its tail (channel.cpp says why); each ring has one writer
+// and one reader thread at a time.
 #pragma once
 #include <cstddef>
 #include <cstdint>

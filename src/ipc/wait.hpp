@@ -31,9 +31,9 @@ bool ready_within_polls(Ready&& ready) {
 
 // Polls `ready` without yielding the core until it is true or `spin` has passed (the clock
 // read once per kPollsBeforeWaiter polls); true as soon as it is. For a wait whose end is
-// expected within `spin` and whose polls are light: a Waiter starts yielding after a couple of
-// hundred polls, a few microseconds of them, and every yield puts a trip through the scheduler
-// between the awaited write and the poll that sees it. Zero: ready_within_polls.
+// expected within `spin` and whose polls are light: a Waiter starts yielding after 50 us, and
+// every yield puts a trip through the scheduler between the awaited write and the poll that
+// sees it. Zero: ready_within_polls.
 template <class Ready>
 bool ready_within(std::chrono::steady_clock::duration spin, Ready&& ready) {
   if (ready_within_polls(ready)) return true;
@@ -45,8 +45,8 @@ bool ready_within(std::chrono::steady_clock::duration spin, Ready&& ready) {
   return false;
 }
 
-// Polls with growing back-off (spin, yield, then short sleeps once the wait has
-// lasted 20 ms). `check_peers`
+// Polls with growing back-off (spin for the first 50 us, then yield, then short sleeps once
+// the wait has lasted 20 ms). `check_peers`
 // runs every few milliseconds and throws when a peer is gone.
 class Waiter {
  public:

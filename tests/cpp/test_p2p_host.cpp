@@ -308,3 +308,48 @@ TEST(P2pHost, CompletedSendsNeedNoMoreProgressFromTheSender) {
     }
   }));
 }
+
+// A wait's polls make a progress pass only when one could change something (a record arrived,
+// one waits to go out, a copy is in flight): polling a receive whose message has not come makes
+// none, and the message's arrival makes the pass that delivers it. The lean receive takes a
+// matching eager message alone; one behind another record, or with a receive posted, is left to
+// the general path.
+TEST(P2pHost, QuietPollsMakeNoPassAndTheLeanReceiveKeepsOrder) {
+  EXPECT_RANKS_OK(run_ranks(2, [](int rank, ipc::Channel& ch) {
+    Endpoint ep(ch, nullptr);
+    char go = 0;
+    if (rank == 0) {
+      ep.recv(&go, 1, 1, 1, kComm);  // rank 1 polls its receive meanwhile
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // far longer than 1000 quiet polls
+      const int a = 10, b = 20;
+      ep.send(&a, sizeof a, 1, 2, kComm);
+      ep.recv(&go, 1, 1, 5, kComm);  // rank 1 has taken it: the next two stay in the ring
+      ep.send(&b, sizeof b, 1, 3, kComm);
+      ep.send(&go, 1, 1, 4, kComm);
+    } else {
+      int got = 0;
+      RequestPtr r = ep.irecv(&got, sizeof got, 0, 2, kComm);
+      ep.send(&go, 1, 0, 1, kComm);
+      const uint64_t passes = ep.progress_passes();
+      for (int i = 0; i < 1000; ++i) RANK_CHECK(!ep.test(r));  // the sender sleeps
+      RANK_CHECK(ep.progress_passes() == passes);
+      ep.wait(r);
+      RANK_CHECK(got == 10 && ep.progress_passes() > passes);
+      ep.send(&go, 1, 0, 5, kComm);
+      // Tag 3 then tag 4 from rank 0: the lean receive of tag 4 finds tag 3's record first and
+      // leaves both to the general path; tag 3's, read meanwhile, is then taken from the
+      // unexpected messages.
+      int b = 0;
+      char four = 0;
+      P2pStatus st;
+      Endpoint::Lean lean;
+      while ((lean = ep.recv_now(&four, 1, 0, 4, kComm, &st)) == Endpoint::Lean::NotYet) {
+      }
+      RANK_CHECK(lean == Endpoint::Lean::Elsewhere);
+      st = ep.recv(&four, 1, 0, 4, kComm);
+      RANK_CHECK(st.error == GPUSTRIPE_SUCCESS && st.tag == 4);
+      RANK_CHECK(ep.recv_now(&b, sizeof b, 0, 3, kComm, &st) == Endpoint::Lean::Taken);
+      RANK_CHECK(b == 20 && st.tag == 3 && st.bytes == sizeof b && st.source == 0);
+    }
+  }));
+}

@@ -401,6 +401,13 @@ static void host_acks_take_no_request_nor_pass(void) {
     CHECK(requests >= 0 && passes >= 0 && types >= 0);
     CHECK(counter("requests_made") == requests && counter("progress_passes") == passes);
     CHECK(counter("type_queries") == types);
+    /* A blocking receive posted before its message arrives (a ping-pong's other half) waits on
+     * the ring itself: no request and no pass either. */
+    MPI_Status st;
+    char reply = 0;
+    CHECK(MPI_Recv(&reply, 1, MPI_CHAR, peer, 65, MPI_COMM_WORLD, &st) == MPI_SUCCESS);
+    CHECK(reply == 42 && st.MPI_SOURCE == peer && st.MPI_TAG == 65);
+    CHECK(counter("requests_made") == requests && counter("progress_passes") == passes);
   } else {
     MPI_Status st;
     CHECK(MPI_Probe(peer, 64, MPI_COMM_WORLD, &st) == MPI_SUCCESS);  /* every ack read before it */
@@ -414,6 +421,9 @@ static void host_acks_take_no_request_nor_pass(void) {
     }
     CHECK(MPI_Recv(&last, 1, MPI_CHAR, peer, 64, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS);
     CHECK(requests >= 0 && counter("requests_made") == requests);
+    usleep(2000);  /* the peer's receive is posted and waiting by then */
+    char reply = 42;
+    CHECK(MPI_Send(&reply, 1, MPI_CHAR, peer, 65, MPI_COMM_WORLD) == MPI_SUCCESS);
   }
 }
 
