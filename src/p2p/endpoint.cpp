@@ -283,9 +283,15 @@ Endpoint::Lean Endpoint::recv_now(void* buf, uint64_t capacity, int src, int tag
   }
   size_t len = 0;
   const void* rec = ch_.peek(src, &len);
-  if (!rec) return Lean::NotYet;
   Frame f;
-  std::memcpy(&f, rec, sizeof f);
+  // The peer's offers of its own receives (frame.hpp) are taken in passing: they need nothing of
+  // this receive, and the peer posts one with every device receive.
+  while (rec && (std::memcpy(&f, rec, sizeof f), f.kind == FrameKind::Offer)) {
+    handle(src, f, static_cast<const char*>(rec) + sizeof f);
+    ch_.consume(src);
+    rec = ch_.peek(src, &len);
+  }
+  if (!rec) return Lean::NotYet;
   if (f.kind != FrameKind::Eager || (f.flags & ~static_cast<uint32_t>(kEagerSlot)) != 0 ||
       !wanted(src, f.tag, f.comm) || f.bytes > capacity)
     return Lean::Elsewhere;
