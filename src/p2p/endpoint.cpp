@@ -323,7 +323,10 @@ void Endpoint::offer(const RequestPtr& r) {
   for (const Unexpected& u : unexpected_)
     if (u.src == src) return;
   Exported e;
-  if (!try_export(r->rbuf_, r->bytes_, r->loc_, src, &e) || e.handle.kind != Backend::IpcKind::Legacy) return;
+  // Legacy handles alone (mapped per reader context, no descriptor to pass for a receive the
+  // sender may never take).
+  if (!try_export(r->rbuf_, r->bytes_, r->loc_, src, &e, /*pass_fd=*/false) || e.handle.kind != Backend::IpcKind::Legacy)
+    return;
   Frame f{};
   f.kind = FrameKind::Offer;
   f.tag = r->tag_;
@@ -625,7 +628,7 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
   }
 }
 
-bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int dst, Exported* e) {
+bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int dst, Exported* e, bool pass_fd) {
   if (!backend_) return false;
   const uintptr_t u = reinterpret_cast<uintptr_t>(p);
   const bool known = loc.device && loc.base != 0 && loc.buffer_id != 0 && u >= loc.base;
@@ -657,7 +660,7 @@ bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int 
       }
     }
     e->offset = u - e->exporter_base;
-    return fds_->offer(dst, e->handle);  // fd kinds: the descriptor goes before the record naming it
+    return !pass_fd || fds_->offer(dst, e->handle);  // fd kinds: the descriptor goes before the record naming it
   } catch (const Error& err) {
     if (err.status() == GPUSTRIPE_ERR_PEER_FAILED || err.status() == GPUSTRIPE_ERR_TIMEOUT ||
         err.status() == GPUSTRIPE_ERR_CONFIG)

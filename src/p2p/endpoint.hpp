@@ -178,7 +178,8 @@ class Endpoint {
   // two VMM allocations): the data then streams. Handles are kept per (allocation base,
   // buffer id): exporting costs three driver calls (two pointer queries and the handle), a
   // few microseconds per message. Fd kinds have their descriptor offered to `dst` here.
-  bool try_export(const void* p, uint64_t bytes, const MemLoc& loc, int dst, Exported* e);
+  // `pass_fd` false: the handle alone, its descriptor not offered to `dst` (an offer of a receive).
+  bool try_export(const void* p, uint64_t bytes, const MemLoc& loc, int dst, Exported* e, bool pass_fd = true);
   // Device data of eager messages and stream fragments passes through one pinned host
   // buffer (copies to pageable memory take the driver's slower, staged path). One user
   // at a time: these copies finish before the call returns, under the mutex.
