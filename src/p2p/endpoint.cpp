@@ -308,6 +308,15 @@ Endpoint::Lean Endpoint::recv_now(void* buf, uint64_t capacity, int src, int tag
   return Lean::Taken;
 }
 
+Frame Endpoint::envelope(FrameKind kind, const Request& r) {
+  Frame f{};
+  f.kind = kind;
+  f.tag = r.tag_;
+  f.comm = r.comm_;
+  f.bytes = r.bytes_;
+  return f;
+}
+
 void Endpoint::sent_to(int dst) {
   ++sent_to_[dst];
   offers_[dst].valid = false;
@@ -327,11 +336,7 @@ void Endpoint::offer(const RequestPtr& r) {
   // sender may never take).
   if (!try_export(r->rbuf_, r->bytes_, r->loc_, src, &e, /*pass_fd=*/false) || e.handle.kind != Backend::IpcKind::Legacy)
     return;
-  Frame f{};
-  f.kind = FrameKind::Offer;
-  f.tag = r->tag_;
-  f.comm = r->comm_;
-  f.bytes = r->bytes_;
+  Frame f = envelope(FrameKind::Offer, *r);
   f.recv_id = r->id_;
   f.offset = read_from_[src];
   post(src, f, &e, sizeof e, nullptr);
@@ -356,11 +361,7 @@ bool Endpoint::push_into_offer(const RequestPtr& s) {
   active_sends_.push_back(s);
   // Takes the receive at once, in order with our later messages (which must not match it); Fin
   // follows once the copy has landed.
-  Frame f{};
-  f.kind = FrameKind::Pushed;
-  f.tag = s->tag_;
-  f.comm = s->comm_;
-  f.bytes = s->bytes_;
+  Frame f = envelope(FrameKind::Pushed, *s);
   f.send_id = s->id_;
   f.recv_id = o.recv_id;
   post(dst, f, nullptr, 0, s);

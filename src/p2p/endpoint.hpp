@@ -199,6 +199,8 @@ class Endpoint {
   // A matchable message (eager or announced) posted to `dst`: counted, and any offer of its is
   // dropped (the message may take the offered receive).
   void sent_to(int dst);
+  // A record of `kind` naming r's tag, communicator and size (its capacity, for a receive).
+  static Frame envelope(FrameKind kind, const Request& r);
   static bool matches(const Request& r, int src, int tag, uint64_t comm);
   RequestPtr find_send(uint64_t id) const;
   RequestPtr find_recv(uint64_t id) const;

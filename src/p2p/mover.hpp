@@ -163,6 +163,8 @@ class Mover {
   };
   static constexpr int kLaneBits = 8;
   size_t lane_for(int dev);
+  // start_plain's and start_plain_out's copy on a stream of GPU `dev`.
+  uint64_t start_plain_on(int dev, const Backend::BatchCopy& c);
   // Enqueues the lane's batched plain copies and records one event after its copies.
   void close(size_t lane, bool batch_end = false);
   // Closes every lane with copies whose event is not recorded yet, and leaves the batch.
