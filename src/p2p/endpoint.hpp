@@ -189,6 +189,9 @@ class Endpoint {
   void complete_recv(Request& r);
   void on_cts(int src, const Frame& f, const char* payload);
   void advance_sends();
+  // MPI's matching: a message (src, tag, comm) meets what a receive wants (a source or any, a tag
+  // or any, its communicator).
+  static bool matches(int want_src, int want_tag, uint64_t want_comm, int src, int tag, uint64_t comm);
   static bool matches(const Request& r, int src, int tag, uint64_t comm);
   RequestPtr find_send(uint64_t id) const;
   RequestPtr find_recv(uint64_t id) const;
