@@ -619,13 +619,16 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         """Where the native calls' time goes: `host_us` (per op: calls, mean host time of the
         backend's call, us; of it `team_us` in the team's C++ call and `end_us` after it: the
         end on the team's stream, the work), `team` (the team's phases per call:
-        NodeTeam.phase_times) and `choices` (per op and size class: gpustripe or NCCL, and the
-        calibration's medians, us per call back to back)."""
+        NodeTeam.phase_times) and `choices` (per op and size class: gpustripe or NCCL, the
+        calibration's medians, us per call back to back, the slowest rank's, and `paces`: this
+        rank's pace of each timed batch of each side, in order, which tells a side's slow first
+        batches from a steady gap)."""
         out = {"host_us": {k: {"calls": v[0], "us": v[1] / v[0], "team_us": v[2] / v[0], "end_us": v[3] / v[0]}
                            for k, v in self._host_us.items() if v[0]},
                "team": self._team_obj.phase_times(reset) if self._team_obj is not None else {},
                "choices": {f"{op} {str(dt).replace('torch.', '')} <{1 << b}B":
-                           {"use": "gpustripe" if c.native else "nccl", **c.us}
+                           {"use": "gpustripe" if c.native else "nccl", **c.us,
+                            "paces": {m: list(c.pace[m]) for m in c.SIDES}}
                            for (op, _, dt, b), c in self._calibrations.items() if c.native is not None}}
         if reset:
             self._host_us = {}

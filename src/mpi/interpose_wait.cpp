@@ -14,12 +14,25 @@
 namespace gpustripe::mpi {
 namespace {
 
-bool any_ours(int n, const MPI_Request* reqs) {
+// Which of an array's requests are the interposer's: any of them, and whether every one (nulls
+// aside) only completes in an endpoint pass (Op::endpoint_only). One lookup per request.
+struct Ours {
+  bool any = false;
+  bool endpoint_only = true;
+};
+Ours ours_in(int n, const MPI_Request* reqs) {
   std::lock_guard<std::recursive_mutex> l(lock());
-  for (int i = 0; i < n; ++i)
-    if (find_request(reqs[i])) return true;
-  return false;
+  Ours o;
+  for (int i = 0; i < n; ++i) {
+    if (reqs[i] == MPI_REQUEST_NULL) continue;
+    const Op* op = find_request(reqs[i]);
+    o.any = o.any || op;
+    o.endpoint_only = o.endpoint_only && op && op->endpoint_only();
+  }
+  return o;
 }
+
+bool any_ours(int n, const MPI_Request* reqs) { return ours_in(n, reqs).any; }
 
 // One completion attempt of `op`, the interposer's request *req.
 bool test_op(MPI_Request* req, Op* op, MPI_Status* st, int* err) {
@@ -126,7 +139,8 @@ int wait_impl(MPI_Request* req, MPI_Status* st) {
 
 int waitall_impl(int n, MPI_Request* reqs, MPI_Status* sts) {
   p2p::trace("m_wait", -1, 0, 0, static_cast<uint64_t>(n));
-  if (!any_ours(n, reqs)) return PMPI_Waitall(n, reqs, sts);
+  const Ours ours = ours_in(n, reqs);
+  if (!ours.any) return PMPI_Waitall(n, reqs, sts);
   std::vector<MPI_Status> local(sts == MPI_STATUSES_IGNORE ? n : 0);
   MPI_Status* out = sts == MPI_STATUSES_IGNORE ? local.data() : sts;
   std::vector<char> done(n, 0);
@@ -135,14 +149,7 @@ int waitall_impl(int n, MPI_Request* reqs, MPI_Status* sts) {
   // Requests that only an endpoint pass completes are tested again only after one ran: a quiet
   // poll (nothing arrived, nothing in flight: Endpoint::progress made no pass) costs no lookup
   // of each request (64 of them in a window).
-  bool endpoint_only = true;
-  {
-    std::lock_guard<std::recursive_mutex> l(lock());
-    for (int i = 0; i < n && endpoint_only; ++i) {
-      Op* op = find_request(reqs[i]);
-      endpoint_only = reqs[i] == MPI_REQUEST_NULL || (op && op->endpoint_only());
-    }
-  }
+  const bool endpoint_only = ours.endpoint_only;
   Runtime* rt = Runtime::get();
   uint64_t tested_after = ~uint64_t{0};  // the endpoint's pass count at the last tests
   std::optional<ipc::Waiter> w;  // made after ipc::kPollsBeforeWaiter polls, as in wait_impl

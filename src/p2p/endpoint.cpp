@@ -87,8 +87,12 @@ void Endpoint::to_device(void* dst, int dev, const char* payload, size_t bytes) 
   mover_.copy_now_prechecked(dst, dev, b, kHostDevice, bytes);
 }
 
+bool Endpoint::matches(int want_src, int want_tag, uint64_t want_comm, int src, int tag, uint64_t comm) {
+  return want_comm == comm && (want_src == kAnySource || want_src == src) && (want_tag == kAnyTag || want_tag == tag);
+}
+
 bool Endpoint::matches(const Request& r, int src, int tag, uint64_t comm) {
-  return r.comm_ == comm && (r.peer_ == kAnySource || r.peer_ == src) && (r.tag_ == kAnyTag || r.tag_ == tag);
+  return matches(r.peer_, r.tag_, r.comm_, src, tag, comm);
 }
 
 int Endpoint::receives_ahead(int src, uint64_t comm) const {
@@ -271,11 +275,8 @@ Endpoint::Lean Endpoint::recv_now(void* buf, uint64_t capacity, int src, int tag
     st->message_bytes = bytes;
     st->error = GPUSTRIPE_SUCCESS;
   };
-  auto wanted = [&](int from, int from_tag, uint64_t from_comm) {
-    return from == src && from_comm == comm && (tag == kAnyTag || from_tag == tag);
-  };
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
-    if (!wanted(it->src, it->tag, it->comm)) continue;
+    if (!matches(src, tag, comm, it->src, it->tag, it->comm)) continue;
     if (it->rendezvous || it->bytes > capacity) return Lean::Elsewhere;
     take(it->tag, it->bytes, it->payload.data());
     unexpected_.erase(it);
@@ -293,7 +294,7 @@ Endpoint::Lean Endpoint::recv_now(void* buf, uint64_t capacity, int src, int tag
   }
   if (!rec) return Lean::NotYet;
   if (f.kind != FrameKind::Eager || (f.flags & ~static_cast<uint32_t>(kEagerSlot)) != 0 ||
-      !wanted(src, f.tag, f.comm) || f.bytes > capacity)
+      !matches(src, tag, comm, src, f.tag, f.comm) || f.bytes > capacity)
     return Lean::Elsewhere;
   trace("x_in", -1, static_cast<uint64_t>(f.kind), 0, f.bytes);
   ++read_from_[src];
@@ -937,12 +938,8 @@ bool Endpoint::iprobe(int src, int tag, uint64_t comm, P2pStatus* status) {
   GS_REQUIRE(tag >= kAnyTag, GPUSTRIPE_ERR_INVALID_ARGUMENT, "probe with tag %d: tags are >= 0 or any (-1)", tag);
   std::lock_guard<std::recursive_mutex> lock(mu_);
   progress_locked();
-  Request probe;
-  probe.peer_ = src;
-  probe.tag_ = tag;
-  probe.comm_ = comm;
   for (auto& u : unexpected_) {
-    if (!matches(probe, u.src, u.tag, u.comm)) continue;
+    if (!matches(src, tag, comm, u.src, u.tag, u.comm)) continue;
     if (status) {
       *status = P2pStatus{};
       status->source = u.src;

@@ -201,6 +201,9 @@ class Endpoint {
   void sent_to(int dst);
   // A record of `kind` naming r's tag, communicator and size (its capacity, for a receive).
   static Frame envelope(FrameKind kind, const Request& r);
+  // MPI's matching: a message (src, tag, comm) meets what a receive wants (a source or any, a tag
+  // or any, its communicator).
+  static bool matches(int want_src, int want_tag, uint64_t want_comm, int src, int tag, uint64_t comm);
   static bool matches(const Request& r, int src, int tag, uint64_t comm);
   RequestPtr find_send(uint64_t id) const;
   RequestPtr find_recv(uint64_t id) const;

@@ -69,6 +69,20 @@ def test_torch_bench_names_the_calibrated_side_of_each_row():
     assert torch_dist._chosen({}, "bcast", "float32", 1 << 20) is None
 
 
+def test_torch_bench_prints_each_calibration_batch():
+    """A calibrated kind's line gives the medians it was decided by and this rank's batches in
+    order, so a side slow in its first batches shows apart from one slow throughout."""
+    from gpustripe.benchmarks import torch_dist
+
+    line = torch_dist._choice_line("all_to_all_single float32 <2097152B",
+                                   {"use": "gpustripe", "gpustripe": 125.4, "nccl": 177.9,
+                                    "paces": {"gpustripe": [130.0, 125.4], "nccl": [900.5, 36.0]}})
+    assert line.startswith("chose gpustripe for all_to_all_single float32 <2097152B: gpustripe 125.4 us, "
+                           "nccl 177.9 us"), line
+    assert line.endswith("this rank's batches, in order: gpustripe 130.0 125.4; nccl 900.5 36.0"), line
+    assert "batches, in order" not in torch_dist._choice_line("k", {"use": "nccl", "gpustripe": 2.0, "nccl": 1.0})
+
+
 def test_torch_bench_profile_names_where_the_calls_time_went():
     """--profile's report: the functions a batch of calls spent its time in, the call's own among them."""
     from gpustripe.benchmarks import torch_dist

@@ -173,8 +173,15 @@ def _print_trace(t: dict) -> None:
           f"{team.get('ordered', 0)} stream-ordered, {team.get('built', 0)} built their Program): {phases or '-'}",
           flush=True)
     for kind, c in t["choices"].items():
-        print(f"{'':>18}chose {c['use']} for {kind}: gpustripe {c['gpustripe']:.1f} us, nccl {c['nccl']:.1f} us "
-              "(calibration: medians of back-to-back batches, us per call, slowest rank)", flush=True)
+        print(f"{'':>18}{_choice_line(kind, c)}", flush=True)
+
+
+def _choice_line(kind: str, c: dict) -> str:
+    """The calibration's choice for one kind: the medians it decided by, and this rank's batches."""
+    paces = "; ".join(f"{side} " + " ".join(f"{p:.1f}" for p in ps) for side, ps in c.get("paces", {}).items())
+    return (f"chose {c['use']} for {kind}: gpustripe {c['gpustripe']:.1f} us, nccl {c['nccl']:.1f} us "
+            "(calibration: medians of back-to-back batches, us per call, slowest rank)"
+            + (f"; this rank's batches, in order: {paces}" if paces else ""))
 
 
 def run(args) -> int:
