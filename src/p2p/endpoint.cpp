@@ -346,7 +346,11 @@ void Endpoint::offer(const RequestPtr& r) {
 bool Endpoint::push_into_offer(const RequestPtr& s) {
   const int dst = s->peer_;
   Offered& o = offers_[dst];
-  if (!o.valid || o.comm != s->comm_ || (o.tag != kAnyTag && o.tag != s->tag_) || s->bytes_ > o.capacity ||
+  // Small messages only: there a push saves a slot's second copy or a pull's crossing; above, the
+  // pushes measured slower than the receiver's pull (the sender's own enqueue and completion
+  // replace the batched enqueue on the receiver).
+  if (!o.valid || s->bytes_ > device_eager_max_ || o.comm != s->comm_ || (o.tag != kAnyTag && o.tag != s->tag_) ||
+      s->bytes_ > o.capacity ||
       o.e.handle.device == s->loc_.dev || !mover_.plain(s->loc_.dev, o.e.handle.device, s->bytes_))
     return false;
   char* to = map_for_reader(dst, o.e, s->bytes_, s->loc_.dev);
