@@ -233,9 +233,9 @@ const StringSetting kTest{"GPUSTRIPE_TEST", "",
                           "fake_nodes=N (the MPI interposer pretends the ranks sit on N nodes), alloc=plain|vmm|pool|"
                           "async|vmm_multi (the MPI test programs' device buffers), emu_jitter_us=N and emu_gbps=X "
                           "(emulated streams: random delays, copy bandwidth), window_min=SIZE (p2p windows of messages "
-                          "from this size), coll.NAME=VALUE (the interposer teams' coll::Tuning field NAME, or "
+                          "from this size), offers=no (p2p: no device receive offered to its sender), coll.NAME=VALUE (the interposer teams' coll::Tuning field NAME, or "
                           "coll.peer_kernels=yes|no); empty: none"};
-const char* const kTestKeys[] = {"fake_nodes", "alloc", "emu_jitter_us", "emu_gbps", "window_min"};
+const char* const kTestKeys[] = {"fake_nodes", "alloc", "emu_jitter_us", "emu_gbps", "window_min", "offers"};
 constexpr const char* kTestGroups[] = {"coll."};  // keys of a prefix: their owner checks the names
 
 // Every item of GPUSTRIPE_TEST as (key, value), each key checked.

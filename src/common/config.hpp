@@ -53,6 +53,8 @@ std::string environment_variable(const char* name);
 //   emu_gbps=X       emulated backend: one copy's bandwidth in GB/s (0: memcpy speed)
 //   window_min=SIZE  the p2p layer runs windows of messages from this size on (128M), so
 //                    tests reach them with small messages
+//   offers=no        the p2p layer offers no device receive to its sender (p2p/frame.hpp), so
+//                    tests of the receiver's mappings reach the pull every time
 //   coll.NAME=VALUE  the interposer teams' coll::Tuning field NAME (coll.peer_kernels=yes|no:
 //                    kernels that read peers' buffers), so tests reach schedules at small sizes
 // The value of `key`, or `fallback` where the setting does not name it. Throws Error(ERR_CONFIG)

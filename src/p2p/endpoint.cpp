@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/config.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "ipc/wait.hpp"
@@ -43,6 +44,10 @@ Endpoint::Endpoint(ipc::Channel& channel, Backend* backend, Mover::CopyFn copy, 
   device_eager_max_ = std::min<uint64_t>(eager_max_, kDeviceEagerLimit);
   // Also without a backend or with device messages off here: a peer may still send them.
   slots_ = std::make_unique<EagerSlots>(ch_, backend_, std::max<uint64_t>(device_eager_max_, 1), kEagerSlots);
+  offering_ = test_hook("offers", "yes") != "no";
+  sent_to_.assign(ch_.size(), 0);
+  read_from_.assign(ch_.size(), 0);
+  offers_.resize(ch_.size());
 }
 
 Endpoint::~Endpoint() {
@@ -184,6 +189,11 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
   // blocking standard send within the device eager limit, which must complete without the
   // receiver; one that cannot be exported (no IPC handle for its memory) goes eagerly when small.
   const bool device_peer = r->loc_.device && dst != ch_.rank() && bytes > 0;
+  if (device_peer) {
+    if (ch_.arrived(dst)) progress_locked();  // the peer's offer may wait in the ring
+    if (push_into_offer(r)) return r;
+  }
+  if (dst != ch_.rank()) sent_to(dst);
   const bool small = bytes <= (device_peer ? device_eager_max_ : eager_max_);
   Exported e;
   const bool pulled = device_peer && !(small && blocking && !synchronous) && try_export(buf, bytes, r->loc_, dst, &e);
@@ -244,6 +254,7 @@ bool Endpoint::send_now(const void* buf, uint64_t bytes, int dst, int tag, uint6
   f.send_id = next_id_;
   if (!ch_.try_send(dst, &f, sizeof f, buf, bytes)) return false;
   ++next_id_;
+  sent_to(dst);
   trace("x_out", -1, static_cast<uint64_t>(f.kind), 0, f.bytes);
   return true;
 }
@@ -273,13 +284,20 @@ Endpoint::Lean Endpoint::recv_now(void* buf, uint64_t capacity, int src, int tag
   }
   size_t len = 0;
   const void* rec = ch_.peek(src, &len);
-  if (!rec) return Lean::NotYet;
   Frame f;
-  std::memcpy(&f, rec, sizeof f);
+  // The peer's offers of its own receives (frame.hpp) are taken in passing: they need nothing of
+  // this receive, and the peer posts one with every device receive.
+  while (rec && (std::memcpy(&f, rec, sizeof f), f.kind == FrameKind::Offer)) {
+    handle(src, f, static_cast<const char*>(rec) + sizeof f);
+    ch_.consume(src);
+    rec = ch_.peek(src, &len);
+  }
+  if (!rec) return Lean::NotYet;
   if (f.kind != FrameKind::Eager || (f.flags & ~static_cast<uint32_t>(kEagerSlot)) != 0 ||
       !matches(src, tag, comm, src, f.tag, f.comm) || f.bytes > capacity)
     return Lean::Elsewhere;
   trace("x_in", -1, static_cast<uint64_t>(f.kind), 0, f.bytes);
+  ++read_from_[src];
   if (f.flags & kEagerSlot) {  // a blocking send of device memory: its bytes are in the slot
     const int slot = static_cast<int>(std::min<uint64_t>(f.offset, INT32_MAX));
     take(f.tag, f.bytes, static_cast<const char*>(slots_->inbound(src, slot, f.bytes)));
@@ -289,6 +307,70 @@ Endpoint::Lean Endpoint::recv_now(void* buf, uint64_t capacity, int src, int tag
   }
   ch_.consume(src);
   return Lean::Taken;
+}
+
+Frame Endpoint::envelope(FrameKind kind, const Request& r) {
+  Frame f{};
+  f.kind = kind;
+  f.tag = r.tag_;
+  f.comm = r.comm_;
+  f.bytes = r.bytes_;
+  return f;
+}
+
+void Endpoint::sent_to(int dst) {
+  ++sent_to_[dst];
+  offers_[dst].valid = false;
+}
+
+void Endpoint::offer(const RequestPtr& r) {
+  const int src = r->peer_;
+  if (!offering_ || !backend_ || !r->loc_.device || src < 0 || src == ch_.rank() || r->bytes_ == 0) return;
+  // Only the one receive the source's next messages could take: no other posted receive of that
+  // source (or any), nothing of it waiting unmatched.
+  for (const RequestPtr& p : posted_)
+    if (p->peer_ == src || p->peer_ == kAnySource) return;
+  for (const Unexpected& u : unexpected_)
+    if (u.src == src) return;
+  Exported e;
+  // Legacy handles alone (mapped per reader context, no descriptor to pass for a receive the
+  // sender may never take).
+  if (!try_export(r->rbuf_, r->bytes_, r->loc_, src, &e, /*pass_fd=*/false) || e.handle.kind != Backend::IpcKind::Legacy)
+    return;
+  Frame f = envelope(FrameKind::Offer, *r);
+  f.recv_id = r->id_;
+  f.offset = read_from_[src];
+  post(src, f, &e, sizeof e, nullptr);
+}
+
+bool Endpoint::push_into_offer(const RequestPtr& s) {
+  const int dst = s->peer_;
+  Offered& o = offers_[dst];
+  // Small messages only: there a push saves a slot's second copy or a pull's crossing; above, the
+  // pushes measured slower than the receiver's pull (the sender's own enqueue and completion
+  // replace the batched enqueue on the receiver).
+  if (!o.valid || s->bytes_ > device_eager_max_ || o.comm != s->comm_ || (o.tag != kAnyTag && o.tag != s->tag_) ||
+      s->bytes_ > o.capacity ||
+      o.e.handle.device == s->loc_.dev || !mover_.plain(s->loc_.dev, o.e.handle.device, s->bytes_))
+    return false;
+  char* to = map_for_reader(dst, o.e, s->bytes_, s->loc_.dev);
+  if (!to) return false;
+  sent_to(dst);
+  trace("s_push", ch_.rank(), s->id_, o.recv_id, s->bytes_);
+  s->peer_id_ = o.recv_id;
+  s->granted_ = s->bytes_;
+  s->pushed_offer_ = true;
+  s->state_ = Request::State::Copying;
+  s->ticket_ = mover_.start_plain_out(to, backend_->ipc_named_device(o.e.handle.device, s->loc_.dev), s->sbuf_,
+                                      s->loc_.dev, s->bytes_);
+  active_sends_.push_back(s);
+  // Takes the receive at once, in order with our later messages (which must not match it); Fin
+  // follows once the copy has landed.
+  Frame f = envelope(FrameKind::Pushed, *s);
+  f.send_id = s->id_;
+  f.recv_id = o.recv_id;
+  post(dst, f, nullptr, 0, s);
+  return true;
 }
 
 bool Endpoint::send_through_slot(const RequestPtr& r, Frame& f) {
@@ -344,6 +426,7 @@ RequestPtr Endpoint::irecv(void* buf, uint64_t capacity, int src, int tag, uint6
     deliver(r, u.src, u.tag, u.bytes, u.rendezvous, u.flags, u.send_id, u.payload.data());
     return r;
   }
+  offer(r);
   posted_.push_back(r);
   return r;
 }
@@ -374,6 +457,37 @@ void Endpoint::handle(int src, const Frame& f, const char* payload) {
       s->state_ = Request::State::Done;
       break;
     }
+    case FrameKind::Offer: {
+      Offered& o = offers_[src];
+      o.valid = sent_to_[src] == f.offset;  // else a message of ours may be on its way to that receive
+      if (o.valid) {
+        o.recv_id = f.recv_id;
+        o.tag = f.tag;
+        o.comm = f.comm;
+        o.capacity = f.bytes;
+        std::memcpy(&o.e, payload, sizeof o.e);
+      }
+      break;
+    }
+    case FrameKind::Pushed: {  // the sender copies its message into a receive we offered; Fin ends it
+      ++read_from_[src];
+      auto it = posted_.begin();
+      while (it != posted_.end() && (*it)->id_ != f.recv_id) ++it;
+      GS_REQUIRE(it != posted_.end(), GPUSTRIPE_ERR_INTERNAL, "rank %d: rank %d pushed into receive %llu, not posted",
+                 ch_.rank(), src, static_cast<unsigned long long>(f.recv_id));
+      RequestPtr r = *it;
+      posted_.erase(it);
+      trace("r_pushed", src, f.send_id, r->id_, f.bytes);
+      r->status_.source = src;
+      r->status_.tag = f.tag;
+      r->status_.message_bytes = f.bytes;
+      r->status_.bytes = f.bytes;
+      r->granted_ = f.bytes;
+      r->peer_id_ = f.send_id;
+      r->state_ = Request::State::WaitFin;
+      active_recvs_.push_back(r);
+      break;
+    }
     case FrameKind::SyncAck: {
       RequestPtr s = find_send(f.send_id);
       s->status_.bytes = s->bytes_;
@@ -387,6 +501,7 @@ void Endpoint::handle(int src, const Frame& f, const char* payload) {
 }
 
 void Endpoint::on_message(int src, const Frame& f, const char* payload) {
+  if (src != ch_.rank()) ++read_from_[src];
   bool rendezvous = f.kind == FrameKind::Rts;
   int slot = -1;
   if (!rendezvous && (f.flags & kEagerSlot)) {
@@ -519,7 +634,7 @@ void Endpoint::deliver(const RequestPtr& r, int src, int tag, uint64_t bytes, bo
   }
 }
 
-bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int dst, Exported* e) {
+bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int dst, Exported* e, bool pass_fd) {
   if (!backend_) return false;
   const uintptr_t u = reinterpret_cast<uintptr_t>(p);
   const bool known = loc.device && loc.base != 0 && loc.buffer_id != 0 && u >= loc.base;
@@ -551,7 +666,7 @@ bool Endpoint::try_export(const void* p, uint64_t bytes, const MemLoc& loc, int 
       }
     }
     e->offset = u - e->exporter_base;
-    return fds_->offer(dst, e->handle);  // fd kinds: the descriptor goes before the record naming it
+    return !pass_fd || fds_->offer(dst, e->handle);  // fd kinds: the descriptor goes before the record naming it
   } catch (const Error& err) {
     if (err.status() == GPUSTRIPE_ERR_PEER_FAILED || err.status() == GPUSTRIPE_ERR_TIMEOUT ||
         err.status() == GPUSTRIPE_ERR_CONFIG)
@@ -672,6 +787,7 @@ void Endpoint::advance_sends() {
       Frame fin{};
       fin.kind = FrameKind::Fin;
       fin.recv_id = s.peer_id_;
+      if (s.pushed_offer_) trace("s_pushed", ch_.rank(), s.id_, s.peer_id_, s.granted_);
       post(s.peer_, fin, nullptr, 0, *it);
       s.status_.bytes = s.granted_;
       s.state_ = Request::State::Done;

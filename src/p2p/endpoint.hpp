@@ -178,7 +178,8 @@ class Endpoint {
   // two VMM allocations): the data then streams. Handles are kept per (allocation base,
   // buffer id): exporting costs three driver calls (two pointer queries and the handle), a
   // few microseconds per message. Fd kinds have their descriptor offered to `dst` here.
-  bool try_export(const void* p, uint64_t bytes, const MemLoc& loc, int dst, Exported* e);
+  // `pass_fd` false: the handle alone, its descriptor not offered to `dst` (an offer of a receive).
+  bool try_export(const void* p, uint64_t bytes, const MemLoc& loc, int dst, Exported* e, bool pass_fd = true);
   // Device data of eager messages and stream fragments passes through one pinned host
   // buffer (copies to pageable memory take the driver's slower, staged path). One user
   // at a time: these copies finish before the call returns, under the mutex.
@@ -189,6 +190,17 @@ class Endpoint {
   void complete_recv(Request& r);
   void on_cts(int src, const Frame& f, const char* payload);
   void advance_sends();
+  // A device receive from one other rank, posted while no other receive could take that rank's
+  // messages: offered to it (frame.hpp, Offer), so that its matching send copies into it.
+  void offer(const RequestPtr& r);
+  // A device send that the peer's standing offer takes: the copy starts now, into the offered
+  // buffer; false when there is none, it does not match, or the copy would not be one plain copy.
+  bool push_into_offer(const RequestPtr& s);
+  // A matchable message (eager or announced) posted to `dst`: counted, and any offer of its is
+  // dropped (the message may take the offered receive).
+  void sent_to(int dst);
+  // A record of `kind` naming r's tag, communicator and size (its capacity, for a receive).
+  static Frame envelope(FrameKind kind, const Request& r);
   // MPI's matching: a message (src, tag, comm) meets what a receive wants (a source or any, a tag
   // or any, its communicator).
   static bool matches(int want_src, int want_tag, uint64_t want_comm, int src, int tag, uint64_t comm);
@@ -220,6 +232,19 @@ class Endpoint {
   uint64_t device_eager_max_ = 0;  // the same for blocking sends of device buffers (pulled above)
   std::map<std::pair<uintptr_t, uint64_t>, Exported> exports_;  // (base, buffer_id) -> handle, offset 0
   uint64_t passes_ = 0;
+  // Offers (frame.hpp): per peer, the matchable messages posted to it and read from it, and its
+  // standing offer.
+  struct Offered {
+    bool valid = false;
+    uint64_t recv_id = 0;
+    int tag = 0;
+    uint64_t comm = 0;
+    uint64_t capacity = 0;
+    Exported e{};
+  };
+  std::vector<uint64_t> sent_to_, read_from_;
+  std::vector<Offered> offers_;
+  bool offering_ = true;  // GPUSTRIPE_TEST's offers=no turns offers off
   int streaming_ = 0;  // active sends in the Streaming state, as the last pass left them
   std::set<std::pair<int, int>> unmapped_for_reader_;  // (owner GPU, reader GPU) the driver refused
   char* bounce_ = nullptr;

@@ -14,6 +14,14 @@
 //   eager slot  Eager with kEagerSlot: a device message's bytes are in the sender's
 //               eager slot `offset` (eager_slots.hpp), not in the record; the receiver
 //               copies them out and frees the slot.
+//   offer       Offer{exported receive buffer, comm, tag, capacity, recv_id, offset = the
+//               messages of the sender the receiver had read}: a device receive posted for
+//               one source while no other receive could take that source's messages. The
+//               sender holds it only if it had sent no more messages than that (none can be
+//               on the way to that receive); its next device send that matches it copies
+//               straight into the buffer: Pushed{recv_id, tag, bytes} at once (the receive is
+//               taken, in order with the sender's later messages), Fin once the copy landed.
+//               The announcement's crossing and the receiver's match are off the message's path.
 #pragma once
 #include <cstdint>
 
@@ -21,7 +29,9 @@
 
 namespace gpustripe::p2p {
 
-enum class FrameKind : uint32_t { Eager = 1, Rts = 2, Cts = 3, Data = 4, Fin = 5, SyncAck = 6, Done = 7 };
+enum class FrameKind : uint32_t {
+  Eager = 1, Rts = 2, Cts = 3, Data = 4, Fin = 5, SyncAck = 6, Done = 7, Offer = 8, Pushed = 9
+};
 
 enum FrameFlags : uint32_t {
   kSync = 1u,        // Eager: the sender waits for SyncAck (synchronous send)
@@ -38,7 +48,7 @@ struct Frame {
   uint64_t bytes;    // Eager/Rts: message size; Cts/Done: bytes granted (min of size and capacity); Data: fragment
   uint64_t send_id;  // the sender's request
   uint64_t recv_id;  // the receiver's request (Cts, Data, Fin)
-  uint64_t offset;   // Data: position in the message; Eager with kEagerSlot: the slot
+  uint64_t offset;   // Data: position in the message; Eager with kEagerSlot: the slot; Offer: messages read
   uint32_t flags;
   uint32_t reserved;
 };

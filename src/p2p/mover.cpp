@@ -123,14 +123,22 @@ uint64_t Mover::start(void* dst, int dst_dev, const void* src, int src_dev, size
 }
 
 uint64_t Mover::start_plain(void* dst, int dev, const void* src, int src_named, size_t bytes) {
-  if (bytes == 0) return 0;  // ticket 0: nothing in flight
-  GS_REQUIRE(backend_ && dev != kHostDevice, GPUSTRIPE_ERR_INTERNAL, "start_plain: a copy into device memory only");
+  return start_plain_on(dev, Backend::BatchCopy{dst, dev, src, src_named, bytes});
+}
+
+uint64_t Mover::start_plain_out(void* dst, int dst_named, const void* src, int dev, size_t bytes) {
+  return start_plain_on(dev, Backend::BatchCopy{dst, dst_named, src, dev, bytes});
+}
+
+uint64_t Mover::start_plain_on(int dev, const Backend::BatchCopy& c) {
+  if (c.bytes == 0) return 0;  // ticket 0: nothing in flight
+  GS_REQUIRE(backend_ && dev != kHostDevice, GPUSTRIPE_ERR_INTERNAL, "a plain copy on a GPU's stream: GPU %d", dev);
   const size_t lane = lane_for(dev);
   Lane& l = lanes_[lane];
   seal(l);
-  put_plain(l, Backend::BatchCopy{dst, dev, src, src_named, bytes}, batching_);
-  trace("p_lean", -1, 0, 0, bytes);
-  trace("c_enq", -1, 0, 0, bytes);
+  put_plain(l, c, batching_);
+  trace("p_lean", -1, 0, 0, c.bytes);
+  trace("c_enq", -1, 0, 0, c.bytes);
   return issue(lane, batching_);
 }
 

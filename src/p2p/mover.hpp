@@ -91,6 +91,9 @@ class Mover {
   // of the source's GPU, on a pulled small message's latency path. Checked ranges only; polled
   // and batched (inside begin_batch/end_batch) like start()'s copies.
   uint64_t start_plain(void* dst, int dev, const void* src, int src_named, size_t bytes);
+  // The same the other way: out of GPU `dev`'s memory into a peer's buffer mapped in that GPU's
+  // context (named `dst_named`), on a stream of `dev` (a sender pushing into a receive offered).
+  uint64_t start_plain_out(void* dst, int dst_named, const void* src, int dev, size_t bytes);
   // Between begin_batch and end_batch (one progress pass), the copies started share one event
   // per stream, recorded by end_batch after the last of them (a stream's copies complete in
   // order, so that one event completes them all), and plain copies are enqueued together
@@ -160,6 +163,8 @@ class Mover {
   };
   static constexpr int kLaneBits = 8;
   size_t lane_for(int dev);
+  // start_plain's and start_plain_out's copy on a stream of GPU `dev`.
+  uint64_t start_plain_on(int dev, const Backend::BatchCopy& c);
   // Enqueues the lane's batched plain copies and records one event after its copies.
   void close(size_t lane, bool batch_end = false);
   // Closes every lane with copies whose event is not recorded yet, and leaves the batch.

@@ -56,6 +56,7 @@ class Request {
   int unflushed_ = 0;      // records posted for it still in the endpoint's outgoing queue
   bool traced_ = false;    // its completion is in the phase trace (trace.hpp)
   bool eager_slot_ = false;  // its data went through an eager slot (the trace's eager phases)
+  bool pushed_offer_ = false;  // send: copied into a receive its peer offered (ends with Pushed)
   // A pool import the copy maps through (HandleCache::leased): returned before the other side
   // hears the copy is done. lease_peer_ < 0: none.
   int lease_peer_ = -1;

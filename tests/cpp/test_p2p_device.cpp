@@ -521,7 +521,7 @@ namespace {
 // freed and reallocated between two messages; every byte checked. `refuse`: the backend maps no
 // buffer for another GPU than its owner.
 void plain_pulls(bool refuse) {
-  ScopedEnv j{"GPUSTRIPE_TEST", "emu_jitter_us=5"};
+  ScopedEnv j{"GPUSTRIPE_TEST", "emu_jitter_us=5,offers=no"};
   const std::vector<size_t> lean = {4097, 64u << 10, (1u << 20) + 3};
   const size_t split = (2u << 20) + 5;
   EXPECT_RANKS_OK(run_ranks(2, [&](int rank, ipc::Channel& ch) {
@@ -586,6 +586,59 @@ void plain_pulls(bool refuse) {
 // buffer freed and reallocated at the same address between two messages is mapped anew (the
 // cache's stale check holds for the receiver's mapping too), and every byte lands.
 TEST(P2pDevice, PlainPullsRunInTheReceiversContextThroughItsOwnMapping) { plain_pulls(false); }
+
+// A device receive posted for one sender, with no other receive of that sender pending, is
+// offered to it: the sender's matching small send copies straight into the receive buffer (the sender
+// maps it; the receiver maps nothing), every byte lands, and a receive buffer freed and
+// reallocated at the same address between two messages is mapped anew. A message the sender had
+// already sent when the offer came is matched as before (pulled), the offer dropped.
+TEST(P2pDevice, AnOfferedReceiveIsFilledByTheSendersCopy) {
+  ScopedEnv j{"GPUSTRIPE_TEST", "emu_jitter_us=5"};
+  EXPECT_RANKS_OK(run_ranks(2, [&](int rank, ipc::Channel& ch) {
+    Topology topo = load_topology_file("h200x4");
+    std::unique_ptr<Backend> be = make_emulated_backend(topo);
+    SplitFromPlanner planner(2u << 20);
+    Engine engine(*be, topo, &planner);
+    Endpoint ep(ch, be.get(), engine_copy(engine, &ch), engine_plain(engine));
+    const size_t n = 4000;  // within the device eager limit: larger sends are pulled
+    char go = 0;
+    for (int tag = 0; tag < 3; ++tag) {
+      void* buf = be->alloc_device(rank, n);
+      if (rank == 1) {  // receives: the offer goes out with the receive, then "go"
+        RequestPtr r = ep.irecv(buf, n, 0, tag, kComm);
+        ep.send(&go, 1, 0, 100 + tag, kComm);
+        ep.wait(r);
+        RANK_CHECK(r->status().error == GPUSTRIPE_SUCCESS && r->status().bytes == n && r->status().tag == tag);
+        RANK_CHECK(from_device(*be, buf, rank, n) == seeded_bytes(900 + tag, n));
+      } else {  // sends once "go" (behind the offer in the ring) has been read
+        to_device(*be, buf, rank, seeded_bytes(900 + tag, n));
+        ep.recv(&go, 1, 1, 100 + tag, kComm);
+        ep.wait(ep.isend(buf, n, 1, tag, kComm));
+      }
+      be->free_device(buf);  // the next message's buffer may come back at this address
+    }
+    // A send already on its way when the offer is made: rank 0 sends first, rank 1 posts late.
+    void* buf = be->alloc_device(rank, n);
+    if (rank == 0) {
+      to_device(*be, buf, rank, seeded_bytes(950, n));
+      RequestPtr s = ep.isend(buf, n, 1, 7, kComm);
+      ep.send(&go, 1, 1, 200, kComm);
+      ep.wait(s);
+    } else {
+      ep.recv(&go, 1, 0, 200, kComm);  // the announcement is here (read into the unexpected queue)
+      RequestPtr r = ep.irecv(buf, n, 0, 7, kComm);
+      ep.wait(r);
+      RANK_CHECK(from_device(*be, buf, rank, n) == seeded_bytes(950, n));
+    }
+    be->free_device(buf);
+    ep.flush();
+    const ipc::HandleCacheStats c = ep.handle_cache()->stats();
+    // Rank 0 mapped each offered buffer (three, one address or not: never a stale hit); rank 1
+    // mapped only the buffer it pulled from.
+    if (rank == 0) RANK_CHECK(c.hits == 0 && c.misses + c.stale_evictions == 3);
+    else RANK_CHECK(c.hits == 0 && c.misses + c.stale_evictions == 1);
+  }));
+}
 
 // A driver that will not map a peer's buffer for the receiver's GPU: asked once, then the plain
 // pulls run from the sender's GPU through the owner's mapping, every byte intact.
