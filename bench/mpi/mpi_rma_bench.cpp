@@ -34,6 +34,7 @@
 
 #include "bench_args.hpp"
 #include "bench_buffers.hpp"
+#include "row_iterations.hpp"
 
 namespace {
 
@@ -85,20 +86,6 @@ int iterations(const Options& o, size_t n) {
 // at the warm-up's rate, so a slow method or size does not hold up the whole comparison.
 constexpr double kRowSeconds = 0.2;
 constexpr int kMinTimed = 5;
-
-// The timed epochs of a row, the same on every rank (fence and PSCW pair them): `by_size`, cut
-// to kRowSeconds at the slowest origin's warm-up rate (`warm` epochs in `warm_s` seconds; 0: not
-// an origin).
-int timed_iterations(const Options& o, int by_size, int warm, double warm_s) {
-  int mine = by_size;
-  if (o.iters == 0 && warm_s > 0) {
-    const double fit = kRowSeconds * warm / warm_s;
-    if (fit < by_size) mine = std::max(kMinTimed, static_cast<int>(fit));
-  }
-  int all = mine;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  return all;
-}
 
 // Where an origin's lock/flush epochs spend their time: seconds in the operation calls (MPI_Put,
 // MPI_Get, ...) and in MPI_Win_flush, over a run. The operation call is the host's work before the
@@ -222,7 +209,9 @@ int main(int argc, char** argv) {
     const int warm = std::clamp(by_size / 10, 2, 10);
     const double warm_s = run(o, win, peer_group, origin, peer, buf, n, warm, stride);
     // The origins' rate: a target's loop may include its --busy-ms sleep.
-    const int iters = timed_iterations(o, by_size, warm, origin ? warm_s : 0);
+    // Fence and PSCW pair the epochs: every rank runs the same count.
+    const int iters = bench::agreed_iterations(by_size, o.iters == 0 && origin ? warm_s / warm : 0, 0, kRowSeconds,
+                                               kMinTimed, by_size);
     Split split;
     double s = run(o, win, peer_group, origin, peer, buf, n, iters, stride, &split);
     MPI_Win_free(&win);

@@ -21,7 +21,8 @@
 //   bibw     both ranks post a window of irecvs and a window of isends, then waitall
 // Each is timed over its iterations back to back after a few untimed ones (no
 // barrier between iterations), on the first rank of each pair; time per message is
-// that total over the messages.
+// that total over the messages. The count by size is raised to last kMinRowSeconds at
+// the untimed iterations' rate (--iters N fixes it).
 //
 // Ranks pair up (r <-> r^1) and all pairs run at once; rank 0 prints one line
 // "ROW {json}" per size: op (latency|p2p|bibw), method, bytes, gbps (one pair,
@@ -39,6 +40,7 @@
 #include <vector>
 
 #include "bench_args.hpp"
+#include "row_iterations.hpp"
 
 namespace osu {
 
@@ -140,6 +142,12 @@ class Slots {
   std::vector<bool> owned_;
 };
 
+// A row's timed iterations last at least this long at the warm-up's rate, so that one
+// disturbance of a millisecond or two (a descheduled rank, the driver) weighs a few percent, not
+// double, on a window-1 figure of 10 us per message.
+constexpr double kMinRowSeconds = 0.05;
+constexpr int kMaxIters = 100000;
+
 inline int iterations(const Options& o, size_t n) {
   if (o.iters > 0) return o.iters;
   if (n <= (64u << 10)) return o.test == "latency" ? 1000 : 100;
@@ -235,9 +243,16 @@ void run_sweep(const Options& o, T& t) {
   int slots = o.test == "bibw" ? 2 * o.window : o.window;
   for (size_t n = o.min_bytes; n <= o.max_bytes; n *= 2) {
     t.prepare(slots, n);
-    int iters = iterations(o, n);
     MPI_Barrier(MPI_COMM_WORLD);
-    for (int it = 0; it < warmups(n); ++it) run_once(o, t, n, peer, first);
+    double fastest = 0;
+    for (int it = 0; it < warmups(n); ++it) {
+      const double w0 = MPI_Wtime();
+      run_once(o, t, n, peer, first);
+      const double took = MPI_Wtime() - w0;
+      if (it == 0 || took < fastest) fastest = took;
+    }
+    const int iters =
+        bench::agreed_iterations(iterations(o, n), o.iters > 0 ? 0 : fastest, kMinRowSeconds, 0, 1, kMaxIters);
     double t0 = MPI_Wtime();
     for (int it = 0; it < iters; ++it) run_once(o, t, n, peer, first);
     double s = (MPI_Wtime() - t0) / iters;  // one iteration: a round trip, or a window
