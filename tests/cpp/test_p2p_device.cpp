@@ -640,6 +640,42 @@ TEST(P2pDevice, AnOfferedReceiveIsFilledByTheSendersCopy) {
   }));
 }
 
+// osu_bw's pattern, whose receives are offered about when the sender's next send goes out (the
+// receiver posts them behind its acknowledgement): each message is pushed into its offered
+// receive or, where the offer comes after the announcement, pulled (the offer dropped) -- the
+// receiver posting late on purpose in the second half. Whichever way each message went, every
+// byte lands in its own receive, in order.
+TEST(P2pDevice, ReceivesOfferedAboutWhenTheirSendsGoOutGetEveryMessageInOrder) {
+  ScopedEnv j{"GPUSTRIPE_TEST", "emu_jitter_us=2"};
+  EXPECT_RANKS_OK(run_ranks(2, [&](int rank, ipc::Channel& ch) {
+    Topology topo = load_topology_file("h200x4");
+    std::unique_ptr<Backend> be = make_emulated_backend(topo);
+    SplitFromPlanner planner(2u << 20);
+    Engine engine(*be, topo, &planner);
+    Endpoint ep(ch, be.get(), engine_copy(engine, &ch), engine_plain(engine));
+    const size_t cap = 4096;
+    void* buf = be->alloc_device(rank, cap);
+    char ack = 0;
+    for (int it = 0; it < 120; ++it) {
+      const size_t n = 1 + (it * 37) % cap;
+      if (rank == 1) {
+        if (it >= 60) std::this_thread::sleep_for(std::chrono::microseconds(200));  // offers late
+        RequestPtr r = ep.irecv(buf, cap, 0, it, kComm);
+        ep.wait(r);
+        RANK_CHECK(r->status().error == GPUSTRIPE_SUCCESS && r->status().bytes == n && r->status().tag == it);
+        RANK_CHECK(from_device(*be, buf, rank, n) == seeded_bytes(3000 + it, n));
+        ep.send(&ack, 1, 0, 10000 + it, kComm);
+      } else {
+        to_device(*be, buf, rank, seeded_bytes(3000 + it, n));
+        ep.wait(ep.isend(buf, n, 1, it, kComm));
+        ep.recv(&ack, 1, 1, 10000 + it, kComm);
+      }
+    }
+    be->free_device(buf);
+    ep.flush();
+  }));
+}
+
 // A driver that will not map a peer's buffer for the receiver's GPU: asked once, then the plain
 // pulls run from the sender's GPU through the owner's mapping, every byte intact.
 TEST(P2pDevice, PlainPullsTheDriverWillNotMapForTheReceiverRunFromTheSendersGpu) { plain_pulls(true); }
