@@ -18,8 +18,9 @@
 //               messages of the sender the receiver had read}: a device receive posted for
 //               one source while no other receive could take that source's messages. The
 //               sender holds it only if it had sent no more messages than that (none can be
-//               on the way to that receive); its next device send that matches it copies
-//               straight into the buffer: Pushed{recv_id, tag, bytes} at once (the receive is
+//               on the way to that receive); its next device send that matches it and is
+//               within the device eager limit copies straight into the buffer:
+//               Pushed{recv_id, tag, bytes} at once (the receive is
 //               taken, in order with the sender's later messages), Fin once the copy landed.
 //               The announcement's crossing and the receiver's match are off the message's path.
 #pragma once
