@@ -341,6 +341,21 @@ int MPI_Testany(int n, MPI_Request reqs[], int* index, int* flag, MPI_Status* st
   }
 }
 
+int MPI_Cancel(MPI_Request* req) {
+  {
+    std::lock_guard<std::recursive_mutex> l(lock());
+    if (Op* op = find_request(*req)) {
+      try {
+        op->cancel();
+      } catch (const std::exception& e) {
+        return report(op->comm(), "MPI_Cancel", e);
+      }
+      return MPI_SUCCESS;
+    }
+  }
+  return PMPI_Cancel(req);
+}
+
 int MPI_Request_free(MPI_Request* req) {
   {
     std::lock_guard<std::recursive_mutex> l(lock());

@@ -57,6 +57,11 @@ class LocalOp : public Op {
   bool test(MPI_Status* st, int* err) override {
     if (!ready()) return false;
     const p2p::P2pStatus& s = r_->status();
+    if (s.cancelled) {
+      *err = MPI_SUCCESS;
+      set_cancelled_status(st);
+      return true;
+    }
     if (recv_ && !b_.layout.contiguous)
       unpack(packed_.data(), s.bytes, b_.buf, b_.count, b_.type, b_.layout, b_.loc, rt().mover());
     *err = MPI_SUCCESS;
@@ -71,6 +76,9 @@ class LocalOp : public Op {
     return true;
   }
   void check_peers() override { rt().endpoint().check_peers_for(*r_); }
+  void cancel() override {
+    if (recv_) rt().endpoint().cancel(r_);
+  }
 
  private:
   std::shared_ptr<const CommInfo> ci_;
@@ -116,6 +124,12 @@ class StagedOp : public Op {
     MPI_Status s;
     *err = PMPI_Test(&req_, &flag, &s);
     if (!flag && *err == MPI_SUCCESS) return false;
+    int was_cancelled = 0;
+    if (*err == MPI_SUCCESS) PMPI_Test_cancelled(&s, &was_cancelled);
+    if (was_cancelled) {
+      set_cancelled_status(st);
+      return true;
+    }
     if (recv_) {
       int bytes = 0;
       PMPI_Get_count(&s, MPI_BYTE, &bytes);
@@ -132,6 +146,7 @@ class StagedOp : public Op {
     }
     return true;
   }
+  void cancel() override { PMPI_Cancel(&req_); }
 
  private:
   UserBuffer b_;
@@ -147,10 +162,22 @@ class AnySourceOp : public Op {
   AnySourceOp(MPI_Comm comm, std::shared_ptr<const CommInfo> ci, UserBuffer b, int tag)
       : Op(comm), ci_(std::move(ci)), b_(b), tag_(tag) {}
 
-  bool ready() override { return resolve() && inner_->ready(); }
-  bool test(MPI_Status* st, int* err) override { return resolve() && inner_->test(st, err); }
+  bool ready() override { return cancelled_ || (resolve() && inner_->ready()); }
+  bool test(MPI_Status* st, int* err) override {
+    if (cancelled_) {
+      *err = MPI_SUCCESS;
+      set_cancelled_status(st);
+      return true;
+    }
+    return resolve() && inner_->test(st, err);
+  }
   void check_peers() override {
     if (inner_) inner_->check_peers();
+  }
+  // Not resolved yet, nothing is posted for it anywhere: cancelled here.
+  void cancel() override {
+    if (inner_ || resolve()) inner_->cancel();
+    else cancelled_ = true;
   }
 
  private:
@@ -177,6 +204,7 @@ class AnySourceOp : public Op {
   UserBuffer b_;
   int tag_;
   std::unique_ptr<Op> inner_;
+  bool cancelled_ = false;
 };
 
 std::unordered_map<MPI_Request, std::unique_ptr<Op>>& table() {
@@ -298,6 +326,12 @@ void set_status(MPI_Status* st, int source, int tag, int error, uint64_t bytes) 
 }
 
 void set_empty_status(MPI_Status* st) { set_status(st, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_SUCCESS, 0); }
+
+void set_cancelled_status(MPI_Status* st) {
+  if (st == MPI_STATUS_IGNORE) return;
+  set_empty_status(st);
+  PMPI_Status_set_cancelled(st, 1);
+}
 
 // A gpustripe failure that no MPI error class names (a dead peer, a timeout) gets an
 // error code of its own, made once (MPI_Add_error_* are local calls), so that

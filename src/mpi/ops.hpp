@@ -51,6 +51,9 @@ class Op {
   virtual bool persistent() const { return false; }
   virtual bool active() const { return true; }
   virtual int start() { return MPI_ERR_REQUEST; }
+  // MPI_Cancel: a receive that no message has taken yet completes cancelled (its status says
+  // so); anything else completes as it would have (MPI lets a cancel fail).
+  virtual void cancel() {}
   MPI_Comm comm() const { return comm_; }
 
  protected:
@@ -118,6 +121,8 @@ class ProgressPass {
 // Fills an MPI status the way PMPI_Get_count/Get_elements read it.
 void set_status(MPI_Status* st, int source, int tag, int error, uint64_t bytes);
 void set_empty_status(MPI_Status* st);
+// The status of a receive cancelled before any message took it.
+void set_cancelled_status(MPI_Status* st);
 
 // The MPI error code of a gpustripe status no MPI error class names (made once per status:
 // MPI_Error_string then names it).

@@ -341,6 +341,36 @@ void Endpoint::offer(const RequestPtr& r) {
   f.recv_id = r->id_;
   f.offset = read_from_[src];
   post(src, f, &e, sizeof e, nullptr);
+  r->offered_ = true;
+}
+
+bool Endpoint::cancel(const RequestPtr& r) {
+  GS_REQUIRE(r, GPUSTRIPE_ERR_INVALID_ARGUMENT, "cancel of a NULL request");
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (r->is_send()) return false;
+  progress_locked();  // a message already here takes the receive first
+  auto it = std::find(posted_.begin(), posted_.end(), r);
+  if (it == posted_.end()) return false;  // matched (or done)
+  if (r->withdrawing_) return true;
+  if (r->offered_) {
+    // The source may be copying into the buffer now: only its answer says it no longer will.
+    Frame f{};
+    f.kind = FrameKind::Withdraw;
+    f.recv_id = r->id_;
+    post(r->peer_, f, nullptr, 0, nullptr);
+    r->withdrawing_ = true;
+    return true;
+  }
+  posted_.erase(it);
+  cancelled(*r);
+  return true;
+}
+
+void Endpoint::cancelled(Request& r) {
+  r.status_.cancelled = true;
+  r.status_.bytes = 0;
+  r.status_.message_bytes = 0;
+  r.state_ = Request::State::Done;
 }
 
 bool Endpoint::push_into_offer(const RequestPtr& s) {
@@ -467,6 +497,23 @@ void Endpoint::handle(int src, const Frame& f, const char* payload) {
         o.capacity = f.bytes;
         std::memcpy(&o.e, payload, sizeof o.e);
       }
+      break;
+    }
+    case FrameKind::Withdraw: {  // a receive it offered us is cancelled: no copy into it from now on
+      if (offers_[src].valid && offers_[src].recv_id == f.recv_id) offers_[src].valid = false;
+      Frame ack{};
+      ack.kind = FrameKind::WithdrawAck;
+      ack.recv_id = f.recv_id;
+      post(src, ack, nullptr, 0, nullptr);
+      break;
+    }
+    case FrameKind::WithdrawAck: {  // nothing of the source's can take it now unless it already has
+      auto it = posted_.begin();
+      while (it != posted_.end() && (*it)->id_ != f.recv_id) ++it;
+      if (it == posted_.end()) break;  // a message took it first: it completes as usual
+      RequestPtr r = *it;
+      posted_.erase(it);
+      cancelled(*r);
       break;
     }
     case FrameKind::Pushed: {  // the sender copies its message into a receive we offered; Fin ends it

@@ -75,6 +75,11 @@ class Endpoint {
 
   // One progress pass, then whether `r` is complete.
   bool test(const RequestPtr& r);
+  // MPI_Cancel's part: a receive no message has taken yet is cancelled (done, status().cancelled)
+  // -- at once, or, if it was offered to its source, once the source has dropped the offer (its
+  // answer; a message that took the receive first completes it as usual). Sends, and receives
+  // already matched, are not cancelled: they complete as they would have. False then.
+  bool cancel(const RequestPtr& r);
   // Whether `r` is complete, without progress (after a progress() that served many requests).
   bool done_now(const RequestPtr& r);
   // Progress until `r` completes. Throws ERR_PEER_FAILED / ERR_TIMEOUT (the request
@@ -201,6 +206,8 @@ class Endpoint {
   void sent_to(int dst);
   // A record of `kind` naming r's tag, communicator and size (its capacity, for a receive).
   static Frame envelope(FrameKind kind, const Request& r);
+  // Ends receive `r` as cancelled (taken out of posted_ by the caller).
+  static void cancelled(Request& r);
   // MPI's matching: a message (src, tag, comm) meets what a receive wants (a source or any, a tag
   // or any, its communicator).
   static bool matches(int want_src, int want_tag, uint64_t want_comm, int src, int tag, uint64_t comm);

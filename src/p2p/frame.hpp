@@ -23,6 +23,10 @@
 //               Pushed{recv_id, tag, bytes} at once (the receive is
 //               taken, in order with the sender's later messages), Fin once the copy landed.
 //               The announcement's crossing and the receiver's match are off the message's path.
+//   withdraw    Withdraw{recv_id}: the receiver cancels a receive it offered. The sender drops
+//               that offer if it still holds it and answers WithdrawAck{recv_id}; a message it
+//               had already sent into or toward that receive is ahead of the answer in the
+//               ring, so the receive is cancelled only if nothing took it before the answer.
 #pragma once
 #include <cstdint>
 
@@ -31,7 +35,8 @@
 namespace gpustripe::p2p {
 
 enum class FrameKind : uint32_t {
-  Eager = 1, Rts = 2, Cts = 3, Data = 4, Fin = 5, SyncAck = 6, Done = 7, Offer = 8, Pushed = 9
+  Eager = 1, Rts = 2, Cts = 3, Data = 4, Fin = 5, SyncAck = 6, Done = 7, Offer = 8, Pushed = 9, Withdraw = 10,
+  WithdrawAck = 11
 };
 
 enum FrameFlags : uint32_t {

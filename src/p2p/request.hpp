@@ -18,6 +18,7 @@ struct P2pStatus {
   uint64_t bytes = 0;       // bytes delivered (receives) or sent
   uint64_t message_bytes = 0;  // bytes the sender sent (> bytes when truncated)
   gpustripe_status_t error = GPUSTRIPE_SUCCESS;  // GPUSTRIPE_ERR_TRUNCATE, ...
+  bool cancelled = false;   // a receive cancelled before any message took it (Endpoint::cancel)
   std::string message;      // why, when error != SUCCESS
 };
 
@@ -57,6 +58,8 @@ class Request {
   bool traced_ = false;    // its completion is in the phase trace (trace.hpp)
   bool eager_slot_ = false;  // its data went through an eager slot (the trace's eager phases)
   bool pushed_offer_ = false;  // send: copied into a receive its peer offered (ends with Pushed)
+  bool offered_ = false;        // receive: offered to its source (frame.hpp, Offer)
+  bool withdrawing_ = false;    // receive: cancelled after its offer; waits for WithdrawAck
   // A pool import the copy maps through (HandleCache::leased): returned before the other side
   // hears the copy is done. lease_peer_ < 0: none.
   int lease_peer_ = -1;

@@ -640,6 +640,62 @@ TEST(P2pDevice, AnOfferedReceiveIsFilledByTheSendersCopy) {
   }));
 }
 
+// Cancelling an offered receive (MPI_Cancel): one its sender already pushed into is not cancelled
+// and completes with the message; one withdrawn before the sender used the offer completes
+// cancelled, and the sender's next message of that tag goes to the next receive -- the withdrawn
+// buffer is never written.
+TEST(P2pDevice, ACancelledOfferedReceiveIsEitherTakenOrNeverWritten) {
+  EXPECT_RANKS_OK(run_ranks(2, [&](int rank, ipc::Channel& ch) {
+    Topology topo = load_topology_file("h200x4");
+    std::unique_ptr<Backend> be = make_emulated_backend(topo);
+    SplitFromPlanner planner(2u << 20);
+    Engine engine(*be, topo, &planner);
+    Endpoint ep(ch, be.get(), engine_copy(engine, &ch), engine_plain(engine));
+    const size_t n = 1000;
+    void* a = be->alloc_device(rank, n);
+    void* b = be->alloc_device(rank, n);
+    char note = 0;
+    if (rank == 1) {
+      // Taken: the push's record is read (behind the offer's use) before the note that follows it.
+      RequestPtr r = ep.irecv(a, n, 0, 1, kComm);
+      ep.send(&note, 1, 0, 100, kComm);
+      ep.recv(&note, 1, 0, 101, kComm);
+      RANK_CHECK(!ep.cancel(r));
+      ep.wait(r);
+      RANK_CHECK(!r->status().cancelled && r->status().bytes == n);
+      RANK_CHECK(from_device(*be, a, rank, n) == seeded_bytes(1, n));
+      // Withdrawn: cancelled before the sender sends; its message goes to the next receive.
+      to_device(*be, b, rank, std::vector<unsigned char>(n, 0x5a));
+      r = ep.irecv(b, n, 0, 2, kComm);
+      RANK_CHECK(ep.cancel(r));
+      ep.send(&note, 1, 0, 102, kComm);
+      ep.wait(r);
+      RANK_CHECK(r->status().cancelled && r->status().bytes == 0);
+      ep.recv(&note, 1, 0, 103, kComm);  // the message is announced by now (ahead of the note)
+      RequestPtr next = ep.irecv(a, n, 0, 2, kComm);
+      ep.wait(next);
+      RANK_CHECK(!next->status().cancelled && from_device(*be, a, rank, n) == seeded_bytes(2, n));
+      RANK_CHECK(from_device(*be, b, rank, n) == std::vector<unsigned char>(n, 0x5a));
+    } else {
+      to_device(*be, a, rank, seeded_bytes(1, n));
+      ep.recv(&note, 1, 1, 100, kComm);
+      ep.wait(ep.isend(a, n, 1, 1, kComm));
+      ep.send(&note, 1, 1, 101, kComm);
+      to_device(*be, b, rank, seeded_bytes(2, n));
+      ep.recv(&note, 1, 1, 102, kComm);
+      RequestPtr s = ep.isend(b, n, 1, 2, kComm);
+      ep.send(&note, 1, 1, 103, kComm);
+      ep.wait(s);
+    }
+    be->free_device(a);
+    be->free_device(b);
+    ep.flush();
+    const ipc::HandleCacheStats c = ep.handle_cache()->stats();
+    // The sender mapped the first offered buffer (its push) and no other.
+    if (rank == 0) RANK_CHECK(c.misses + c.stale_evictions == 1);
+  }));
+}
+
 // osu_bw's pattern, whose receives are offered about when the sender's next send goes out (the
 // receiver posts them behind its acknowledgement): each message is pushed into its offered
 // receive or, where the offer comes after the announcement, pulled (the offer dropped) -- the

@@ -3,7 +3,7 @@
  * a derived non-contiguous type, Sendrecv(_replace) (with MPI_PROC_NULL on one side, and
  * the pointer queries it makes), Probe + Get_count, which protocol small device messages take, the
  * wait/test family, communicators, and a receive buffer freed and reallocated at
- * the same address between messages. Run with GPUSTRIPE_TEST=fake_nodes=2 it takes
+ * the same address between messages, and cancelled receives. Run with GPUSTRIPE_TEST=fake_nodes=2 it takes
  * the inter-node (staged) path for half of the pairs. Exit 0 when every check holds. */
 #include "mpi_test_util.h"
 
@@ -377,6 +377,66 @@ static void small_device_protocols(void) {
   }
 }
 
+/* MPI_Cancel of receives, host and device (a device receive for one source is offered to it, so
+ * its cancel waits for the source to drop the offer): one no message takes completes cancelled,
+ * its buffer untouched, and the message sent after the cancel goes to the next receive; one its
+ * message already took completes with it, not cancelled; one for any source is cancelled too. */
+static void cancelled_receives(void) {
+  const int peer = rank ^ 1;
+  const size_t n = 64;
+  for (int dev = 0; dev < 2 && peer < size; ++dev) {
+    buf_t gone = buf_new(&hk, dev ? dev_of(rank) : -1, n), in = buf_new(&hk, dev ? dev_of(rank) : -1, n);
+    buf_t out = buf_new(&hk, dev ? dev_of(rank) : -1, n);
+    memset(gone.h, 0x5a, n);
+    buf_push(&hk, &gone);
+    MPI_Request r;
+    MPI_Status st;
+    int flag = -1;
+    MPI_Irecv(gone.p, (int)n, MPI_BYTE, peer, 60, MPI_COMM_WORLD, &r);
+    CHECK(MPI_Cancel(&r) == MPI_SUCCESS);
+    CHECK(MPI_Wait(&r, &st) == MPI_SUCCESS);
+    MPI_Test_cancelled(&st, &flag);
+    CHECK(flag == 1);
+    /* The message with that tag, sent once both cancels are over, goes to the next receive. */
+    MPI_Sendrecv(NULL, 0, MPI_BYTE, peer, 63, NULL, 0, MPI_BYTE, peer, 63, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    fill(out.h, n, rank, 60, dev);
+    buf_push(&hk, &out);
+    MPI_Sendrecv(out.p, (int)n, MPI_BYTE, peer, 60, in.p, (int)n, MPI_BYTE, peer, 60, MPI_COMM_WORLD, &st);
+    MPI_Test_cancelled(&st, &flag);
+    CHECK(flag == 0);
+    buf_pull(&hk, &in);
+    CHECK(same(in.h, n, peer, 60, dev));
+    buf_pull(&hk, &gone);
+    for (size_t i = 0; i < n; ++i) CHECK(gone.h[i] == 0x5a);
+
+    /* A receive its message already took: the cancel fails, the message is there. */
+    fill(out.h, n, rank, 61, dev);
+    buf_push(&hk, &out);
+    MPI_Request s;
+    MPI_Isend(out.p, (int)n, MPI_BYTE, peer, 61, MPI_COMM_WORLD, &s);
+    MPI_Probe(peer, 61, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Irecv(in.p, (int)n, MPI_BYTE, peer, 61, MPI_COMM_WORLD, &r);
+    CHECK(MPI_Cancel(&r) == MPI_SUCCESS);
+    CHECK(MPI_Wait(&r, &st) == MPI_SUCCESS);
+    MPI_Test_cancelled(&st, &flag);
+    CHECK(flag == 0);
+    MPI_Wait(&s, MPI_STATUS_IGNORE);
+    buf_pull(&hk, &in);
+    CHECK(same(in.h, n, peer, 61, dev));
+
+    /* Any source, nothing sent. */
+    MPI_Irecv(gone.p, (int)n, MPI_BYTE, MPI_ANY_SOURCE, 62, MPI_COMM_WORLD, &r);
+    CHECK(MPI_Cancel(&r) == MPI_SUCCESS);
+    CHECK(MPI_Wait(&r, &st) == MPI_SUCCESS);
+    MPI_Test_cancelled(&st, &flag);
+    CHECK(flag == 1);
+    buf_free(&hk, &gone);
+    buf_free(&hk, &in);
+    buf_free(&hk, &out);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* A blocking send of a few host bytes to a rank of this node (the acknowledgement of osu_bw's
  * windows) is over once its record is in the ring: it makes no MPI request of the interposer and
  * no progress pass, however many are sent, and asks the MPI nothing about its predefined type
@@ -475,6 +535,7 @@ int main(int argc, char** argv) {
   sendrecv_pointer_queries();
   host_scalars_skip_pointer_queries();
   small_device_protocols();
+  cancelled_receives();
   host_acks_take_no_request_nor_pass();
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) printf("mpi_p2p: all checks passed on %d ranks\n", size);
