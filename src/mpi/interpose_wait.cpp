@@ -34,47 +34,6 @@ Ours ours_in(int n, const MPI_Request* reqs) {
 
 bool any_ours(int n, const MPI_Request* reqs) { return ours_in(n, reqs).any; }
 
-// One completion attempt of `op`, the interposer's request *req.
-bool test_op(MPI_Request* req, Op* op, MPI_Status* st, int* err) {
-  *err = MPI_SUCCESS;
-  if (!op->test(st, err)) return false;
-  if (!op->persistent()) {
-    drop_request(*req);
-    *req = MPI_REQUEST_NULL;
-  }
-  return true;
-}
-
-// One completion attempt. True when the request completed (or is null/inactive);
-// the request is then MPI_REQUEST_NULL (the MPI's persistent requests stay).
-bool test_one(MPI_Request* req, MPI_Status* st, int* err) {
-  *err = MPI_SUCCESS;
-  if (*req == MPI_REQUEST_NULL) {
-    set_empty_status(st);
-    return true;
-  }
-  if (Op* op = find_request(*req)) return test_op(req, op, st, err);
-  int flag = 0;
-  *err = PMPI_Test(req, &flag, st);
-  return flag || *err != MPI_SUCCESS;
-}
-
-// Null, or a persistent request of ours not started (Waitany and Waitsome skip them).
-bool inactive(MPI_Request req) {
-  if (req == MPI_REQUEST_NULL) return true;
-  Op* op = find_request(req);
-  return op && !op->active();
-}
-
-// Complete or not, finishing nothing.
-bool ready_one(MPI_Request req) {
-  if (req == MPI_REQUEST_NULL) return true;
-  if (Op* op = find_request(req)) return op->ready();
-  int flag = 0;
-  PMPI_Request_get_status(req, &flag, MPI_STATUS_IGNORE);
-  return flag != 0;
-}
-
 void check_ops(int n, const MPI_Request* reqs) {
   std::lock_guard<std::recursive_mutex> l(lock());
   for (int i = 0; i < n; ++i)
@@ -99,7 +58,45 @@ constexpr int kFullPassEvery = 64;
 
 std::atomic<uint64_t> g_wait_polls{0};  // a test hook reads it
 
+// One completion attempt of `op`, the interposer's request *req.
+bool test_op(MPI_Request* req, Op* op, MPI_Status* st, int* err) {
+  *err = MPI_SUCCESS;
+  if (!op->test(st, err)) return false;
+  if (!op->persistent()) {
+    drop_request(*req);
+    *req = MPI_REQUEST_NULL;
+  }
+  return true;
+}
+
+// Null, or a persistent request of ours not started (Waitany and Waitsome skip them).
+bool inactive(MPI_Request req) {
+  if (req == MPI_REQUEST_NULL) return true;
+  Op* op = find_request(req);
+  return op && !op->active();
+}
+
 }  // namespace
+
+bool test_one(MPI_Request* req, MPI_Status* st, int* err) {
+  *err = MPI_SUCCESS;
+  if (*req == MPI_REQUEST_NULL) {
+    set_empty_status(st);
+    return true;
+  }
+  if (Op* op = find_request(*req)) return test_op(req, op, st, err);
+  int flag = 0;
+  *err = PMPI_Test(req, &flag, st);
+  return flag || *err != MPI_SUCCESS;
+}
+
+bool ready_one(MPI_Request req) {
+  if (req == MPI_REQUEST_NULL) return true;
+  if (Op* op = find_request(req)) return op->ready();
+  int flag = 0;
+  PMPI_Request_get_status(req, &flag, MPI_STATUS_IGNORE);
+  return flag != 0;
+}
 
 uint64_t wait_polls() { return g_wait_polls.load(); }
 

@@ -93,6 +93,11 @@ void detach_request(MPI_Request r);
 void progress_detached();
 // Whether a detached op is still running (progress_detached has work).
 bool detached_pending();
+// One completion attempt of any request, the interposer's or the MPI's (under lock()). True when
+// it completed (or is null or inactive); it is then MPI_REQUEST_NULL (persistent ones stay).
+bool test_one(MPI_Request* req, MPI_Status* st, int* err);
+// Whether any request is complete, finishing nothing (under lock()).
+bool ready_one(MPI_Request req);
 
 // Inside its scope the requests' tests do not advance the pending collectives again: the caller
 // has just done so (a full pass, or the request's own lean progress: Op::advance_alone).

@@ -3,7 +3,7 @@
  * a derived non-contiguous type, Sendrecv(_replace) (with MPI_PROC_NULL on one side, and
  * the pointer queries it makes), Probe + Get_count, which protocol small device messages take, the
  * wait/test family, communicators, and a receive buffer freed and reallocated at
- * the same address between messages, and cancelled receives. Run with GPUSTRIPE_TEST=fake_nodes=2 it takes
+ * the same address between messages, cancelled receives and persistent requests. Run with GPUSTRIPE_TEST=fake_nodes=2 it takes
  * the inter-node (staged) path for half of the pairs. Exit 0 when every check holds. */
 #include "mpi_test_util.h"
 
@@ -437,6 +437,59 @@ static void cancelled_receives(void) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* Persistent requests (MPI_Send_init / MPI_Recv_init, MPI_Startall), host and device, contiguous
+ * and a strided type freed right after the inits (the requests keep their own): each start moves
+ * the round's data as MPI_Isend/MPI_Irecv would -- by the interposer, which makes one request of
+ * its own per start of a device buffer's -- a wait on an inactive one returns at once, empty. */
+static void persistent_requests(void) {
+  long long (*counter)(const char*) = (long long (*)(const char*))dlsym(RTLD_DEFAULT, "gpustripe_mpi_test_ipc_counter");
+  CHECK(counter != NULL);
+  const int peer = rank ^ 1, rounds = 3;
+  const size_t n = 100000;
+  for (int mix = 0; mix < 4 && peer < size; ++mix) {
+    const int dev = mix & 1, strided = mix >> 1;
+    buf_t out = buf_new(&hk, dev ? dev_of(rank) : -1, n), in = buf_new(&hk, dev ? dev_of(rank) : -1, n);
+    MPI_Datatype type = MPI_BYTE;
+    int count = (int)n;
+    if (strided) { /* every other 8 bytes */
+      MPI_Type_vector((int)(n / 16), 8, 16, MPI_BYTE, &type);
+      MPI_Type_commit(&type);
+      count = 1;
+    }
+    MPI_Request r[2];
+    const long long made = counter("requests_made");
+    MPI_Recv_init(in.p, count, type, peer, 70 + mix, MPI_COMM_WORLD, &r[0]);
+    MPI_Send_init(out.p, count, type, peer, 70 + mix, MPI_COMM_WORLD, &r[1]);
+    if (strided) MPI_Type_free(&type);
+    for (int round = 0; round < rounds; ++round) {
+      fill(out.h, n, rank, 70 + mix, round);
+      buf_push(&hk, &out);
+      memset(in.h, 0, n);
+      buf_push(&hk, &in);
+      CHECK(MPI_Startall(2, r) == MPI_SUCCESS);
+      CHECK(MPI_Waitall(2, r, MPI_STATUSES_IGNORE) == MPI_SUCCESS);
+      CHECK(r[0] != MPI_REQUEST_NULL && r[1] != MPI_REQUEST_NULL); /* persistent: they stay */
+      buf_pull(&hk, &in);
+      unsigned char* want = malloc(n);
+      fill(want, n, peer, 70 + mix, round);
+      for (size_t i = 0; i < n; ++i) CHECK(in.h[i] == (!strided || i % 16 < 8 ? want[i] : 0));
+      free(want);
+    }
+    if (dev) CHECK(counter("requests_made") - made == 2 + 2 * rounds);
+    MPI_Status st;
+    int got = -1;
+    CHECK(MPI_Wait(&r[0], &st) == MPI_SUCCESS); /* inactive */
+    MPI_Get_count(&st, MPI_BYTE, &got);
+    CHECK(st.MPI_SOURCE == MPI_ANY_SOURCE && st.MPI_TAG == MPI_ANY_TAG && got == 0);
+    MPI_Request_free(&r[0]);
+    MPI_Request_free(&r[1]);
+    CHECK(r[0] == MPI_REQUEST_NULL && r[1] == MPI_REQUEST_NULL);
+    buf_free(&hk, &out);
+    buf_free(&hk, &in);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* A blocking send of a few host bytes to a rank of this node (the acknowledgement of osu_bw's
  * windows) is over once its record is in the ring: it makes no MPI request of the interposer and
  * no progress pass, however many are sent, and asks the MPI nothing about its predefined type
@@ -536,6 +589,7 @@ int main(int argc, char** argv) {
   host_scalars_skip_pointer_queries();
   small_device_protocols();
   cancelled_receives();
+  persistent_requests();
   host_acks_take_no_request_nor_pass();
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) printf("mpi_p2p: all checks passed on %d ranks\n", size);
