@@ -231,6 +231,11 @@ int MPI_Issend(const void* buf, int count, MPI_Datatype type, int dest, int tag,
   }
 }
 
+// A ready send may be a standard one (MPI: its receive is posted already).
+int MPI_Irsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, MPI_Request* req) {
+  return MPI_Isend(buf, count, type, dest, tag, comm, req);
+}
+
 int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Request* req) {
   try {
     return irecv_impl(buf, count, type, source, tag, comm, req);
@@ -259,6 +264,10 @@ int MPI_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, M
 
 int MPI_Ssend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
   return blocking_send(buf, count, type, dest, tag, comm, true, "MPI_Ssend");
+}
+
+int MPI_Rsend(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
+  return blocking_send(buf, count, type, dest, tag, comm, false, "MPI_Rsend");
 }
 
 int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Status* st) {

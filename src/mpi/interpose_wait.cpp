@@ -61,7 +61,7 @@ std::atomic<uint64_t> g_wait_polls{0};  // a test hook reads it
 // One completion attempt of `op`, the interposer's request *req.
 bool test_op(MPI_Request* req, Op* op, MPI_Status* st, int* err) {
   *err = MPI_SUCCESS;
-  if (!op->test(st, err)) return false;
+  if (!op->take(st, err)) return false;
   if (!op->persistent()) {
     drop_request(*req);
     *req = MPI_REQUEST_NULL;
@@ -335,6 +335,22 @@ int MPI_Testany(int n, MPI_Request reqs[], int* index, int* flag, MPI_Status* st
     return err;
   } catch (const std::exception& e) {
     return report(comm_of(n, reqs), "MPI_Testany", e);
+  }
+}
+
+int MPI_Request_get_status(MPI_Request req, int* flag, MPI_Status* st) {
+  Op* op = nullptr;
+  try {
+    std::lock_guard<std::recursive_mutex> l(lock());
+    op = find_request(req);
+    if (!op) return PMPI_Request_get_status(req, flag, st);
+    progress_detached();
+    Progressed progressed;
+    int err = MPI_SUCCESS;
+    *flag = op->peek(st, &err) ? 1 : 0;
+    return err;
+  } catch (const std::exception& e) {
+    return report(op ? op->comm() : MPI_COMM_WORLD, "MPI_Request_get_status", e);
   }
 }
 

@@ -291,7 +291,7 @@ void progress_detached() {
   auto& d = detached();
   for (auto it = d.begin(); it != d.end();) {
     int err = MPI_SUCCESS;
-    if ((*it)->test(MPI_STATUS_IGNORE, &err)) it = d.erase(it);
+    if ((*it)->take(MPI_STATUS_IGNORE, &err)) it = d.erase(it);
     else ++it;
   }
 }
@@ -326,6 +326,24 @@ void set_status(MPI_Status* st, int source, int tag, int error, uint64_t bytes) 
 }
 
 void set_empty_status(MPI_Status* st) { set_status(st, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_SUCCESS, 0); }
+
+bool Op::peek(MPI_Status* st, int* err) {
+  if (!kept_) {
+    if (!test(&kept_status_, &kept_err_)) return false;
+    kept_ = true;
+  }
+  if (st != MPI_STATUS_IGNORE) *st = kept_status_;
+  *err = kept_err_;
+  return true;
+}
+
+bool Op::take(MPI_Status* st, int* err) {
+  if (!kept_) return test(st, err);
+  kept_ = false;
+  if (st != MPI_STATUS_IGNORE) *st = kept_status_;
+  *err = kept_err_;
+  return true;
+}
 
 void set_cancelled_status(MPI_Status* st) {
   if (st == MPI_STATUS_IGNORE) return;

@@ -55,9 +55,19 @@ class Op {
   // so); anything else completes as it would have (MPI lets a cancel fail).
   virtual void cancel() {}
   MPI_Comm comm() const { return comm_; }
+  // MPI_Request_get_status: test() and, once complete, its status and error kept, so that the
+  // request stays and the wait or test that frees it gets the same.
+  bool peek(MPI_Status* st, int* err);
+  // What the waits and tests call: the kept completion if peek() saw one, else test().
+  bool take(MPI_Status* st, int* err);
 
  protected:
   MPI_Comm comm_;
+
+ private:
+  bool kept_ = false;
+  MPI_Status kept_status_{};
+  int kept_err_ = MPI_SUCCESS;
 };
 
 // The user's buffer as the transports see it.

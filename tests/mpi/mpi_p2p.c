@@ -567,6 +567,22 @@ static void test_family(void) {
   MPI_Request_free(&fire);
   MPI_Recv(&got[1], 1, MPI_INT, peer, 34, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   CHECK(got[1] == peer);
+  /* MPI_Request_get_status leaves the request, complete or not; the wait that frees it gets the
+   * same status. Ready sends (MPI_Rsend, MPI_Irsend) to receives posted first. */
+  got[0] = got[1] = -1;
+  MPI_Irecv(&got[0], 1, MPI_INT, peer, 35, MPI_COMM_WORLD, &one);
+  MPI_Irecv(&got[1], 1, MPI_INT, peer, 36, MPI_COMM_WORLD, &r[0]);
+  MPI_Sendrecv(NULL, 0, MPI_BYTE, peer, 37, NULL, 0, MPI_BYTE, peer, 37, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  MPI_Rsend(&v, 1, MPI_INT, peer, 35, MPI_COMM_WORLD);
+  MPI_Irsend(&v, 1, MPI_INT, peer, 36, MPI_COMM_WORLD, &r[1]);
+  MPI_Status st, st2;
+  flag = 0;
+  while (!flag) CHECK(MPI_Request_get_status(one, &flag, &st) == MPI_SUCCESS);
+  CHECK(one != MPI_REQUEST_NULL && st.MPI_SOURCE == peer && st.MPI_TAG == 35 && got[0] == peer);
+  MPI_Request_get_status(one, &flag, &st2);
+  CHECK(flag && st2.MPI_TAG == 35);
+  CHECK(MPI_Wait(&one, &st2) == MPI_SUCCESS && one == MPI_REQUEST_NULL && st2.MPI_SOURCE == peer && st2.MPI_TAG == 35);
+  CHECK(MPI_Waitall(2, r, MPI_STATUSES_IGNORE) == MPI_SUCCESS && got[1] == peer);
 }
 
 int main(int argc, char** argv) {
