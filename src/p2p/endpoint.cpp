@@ -189,10 +189,7 @@ RequestPtr Endpoint::isend(const void* buf, uint64_t bytes, int dst, int tag, ui
   // blocking standard send within the device eager limit, which must complete without the
   // receiver; one that cannot be exported (no IPC handle for its memory) goes eagerly when small.
   const bool device_peer = r->loc_.device && dst != ch_.rank() && bytes > 0;
-  if (device_peer) {
-    if (ch_.arrived(dst)) progress_locked();  // the peer's offer may wait in the ring
-    if (push_into_offer(r)) return r;
-  }
+  if (device_peer && push_into_offer(r)) return r;
   if (dst != ch_.rank()) sent_to(dst);
   const bool small = bytes <= (device_peer ? device_eager_max_ : eager_max_);
   Exported e;
@@ -366,6 +363,16 @@ bool Endpoint::cancel(const RequestPtr& r) {
   return true;
 }
 
+RequestPtr Endpoint::take_posted(uint64_t id) {
+  for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+    if ((*it)->id_ != id) continue;
+    RequestPtr r = *it;
+    posted_.erase(it);
+    return r;
+  }
+  return nullptr;
+}
+
 void Endpoint::cancelled(Request& r) {
   r.status_.cancelled = true;
   r.status_.bytes = 0;
@@ -374,13 +381,14 @@ void Endpoint::cancelled(Request& r) {
 }
 
 bool Endpoint::push_into_offer(const RequestPtr& s) {
-  const int dst = s->peer_;
-  Offered& o = offers_[dst];
   // Small messages only: there a push saves a slot's second copy or a pull's crossing; above, the
   // pushes measured slower than the receiver's pull (the sender's own enqueue and completion
-  // replace the batched enqueue on the receiver).
-  if (!o.valid || s->bytes_ > device_eager_max_ || o.comm != s->comm_ || (o.tag != kAnyTag && o.tag != s->tag_) ||
-      s->bytes_ > o.capacity ||
+  // replace the batched enqueue on the receiver), and a larger send reads nothing here.
+  if (s->bytes_ > device_eager_max_) return false;
+  const int dst = s->peer_;
+  if (ch_.arrived(dst)) progress_locked();  // the peer's offer may wait in the ring
+  Offered& o = offers_[dst];
+  if (!o.valid || o.comm != s->comm_ || (o.tag != kAnyTag && o.tag != s->tag_) || s->bytes_ > o.capacity ||
       o.e.handle.device == s->loc_.dev || !mover_.plain(s->loc_.dev, o.e.handle.device, s->bytes_))
     return false;
   char* to = map_for_reader(dst, o.e, s->bytes_, s->loc_.dev);
@@ -508,22 +516,15 @@ void Endpoint::handle(int src, const Frame& f, const char* payload) {
       break;
     }
     case FrameKind::WithdrawAck: {  // nothing of the source's can take it now unless it already has
-      auto it = posted_.begin();
-      while (it != posted_.end() && (*it)->id_ != f.recv_id) ++it;
-      if (it == posted_.end()) break;  // a message took it first: it completes as usual
-      RequestPtr r = *it;
-      posted_.erase(it);
-      cancelled(*r);
+      // Not posted any more: a message took it first, and it completes as usual.
+      if (RequestPtr r = take_posted(f.recv_id)) cancelled(*r);
       break;
     }
     case FrameKind::Pushed: {  // the sender copies its message into a receive we offered; Fin ends it
       ++read_from_[src];
-      auto it = posted_.begin();
-      while (it != posted_.end() && (*it)->id_ != f.recv_id) ++it;
-      GS_REQUIRE(it != posted_.end(), GPUSTRIPE_ERR_INTERNAL, "rank %d: rank %d pushed into receive %llu, not posted",
-                 ch_.rank(), src, static_cast<unsigned long long>(f.recv_id));
-      RequestPtr r = *it;
-      posted_.erase(it);
+      RequestPtr r = take_posted(f.recv_id);
+      GS_REQUIRE(r, GPUSTRIPE_ERR_INTERNAL, "rank %d: rank %d pushed into receive %llu, not posted", ch_.rank(), src,
+                 static_cast<unsigned long long>(f.recv_id));
       trace("r_pushed", src, f.send_id, r->id_, f.bytes);
       r->status_.source = src;
       r->status_.tag = f.tag;

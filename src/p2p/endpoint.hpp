@@ -198,8 +198,9 @@ class Endpoint {
   // A device receive from one other rank, posted while no other receive could take that rank's
   // messages: offered to it (frame.hpp, Offer), so that its matching send copies into it.
   void offer(const RequestPtr& r);
-  // A device send that the peer's standing offer takes: the copy starts now, into the offered
-  // buffer; false when there is none, it does not match, or the copy would not be one plain copy.
+  // A small device send that the peer's standing offer takes (a record from the peer is read
+  // first): the copy starts now, into the offered buffer; false when the send is larger than the
+  // device eager limit, there is no offer, it does not match, or the copy would not be one plain copy.
   bool push_into_offer(const RequestPtr& s);
   // A matchable message (eager or announced) posted to `dst`: counted, and any offer of its is
   // dropped (the message may take the offered receive).
@@ -208,6 +209,8 @@ class Endpoint {
   static Frame envelope(FrameKind kind, const Request& r);
   // Ends receive `r` as cancelled (taken out of posted_ by the caller).
   static void cancelled(Request& r);
+  // The posted receive `id`, taken out of posted_; null if it is not there (matched or done).
+  RequestPtr take_posted(uint64_t id);
   // MPI's matching: a message (src, tag, comm) meets what a receive wants (a source or any, a tag
   // or any, its communicator).
   static bool matches(int want_src, int want_tag, uint64_t want_comm, int src, int tag, uint64_t comm);
