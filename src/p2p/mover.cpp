@@ -497,7 +497,22 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         if (st->splits.size() >= kMaxPlans) st->splits.clear();
         return st->splits[key] = direct_plus_host(engine.current_plan(sd, dd, n));
       };
-      if (reverse) {
+      // Another pair's copies beside a two-way exchange, or on a GPU of this copy: a staged path
+      // would run its pieces on GPUs and host links that other processes are moving data through
+      // at the same time, in their own contexts, which the model does not see: there the direct
+      // path alone (bench/results/*-mpi-np4-host-path-*: a 4-rank halo exchange and two-way pairs
+      // slowed several times by the staged plans the model chose). A lone pair, both ways or not,
+      // and pairs on GPUs of their own keep the model's plan.
+      const bool beside_others = std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& x) {
+        const bool this_pair = (x.src == sd && x.dst == dd) || (x.src == dd && x.dst == sd);
+        const bool shares_gpu = x.src == sd || x.src == dd || x.dst == sd || x.dst == dd;
+        return !this_pair && (reverse || shares_gpu);
+      });
+      if (beside_others) {
+        // Regime: other pairs' traffic through this copy's GPUs, or beside a two-way exchange.
+        trace("p_direct", -1, 0, 0, n);
+        engine.copy_direct_prechecked(dst, dd, src, sd, n, s);
+      } else if (reverse) {
         // Regime: traffic the other way (Sendrecv, two-way windows): the model's plan with it in
         // flight. Where that is the direct path alone, one plain copy; where the host path pays
         // beside the reverse traffic, the plan, and in a window of such copies (more of this
