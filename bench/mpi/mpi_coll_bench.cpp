@@ -293,7 +293,8 @@ int main(int argc, char** argv) {
           times.push_back((MPI_Wtime() - t0) / iters * 1e6);
         }
         std::sort(times.begin(), times.end());
-        double us = times[times.size() / 2];
+        const size_t n = times.size();  // the median; of an even count, the mean of the middle two
+        double us = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
         MPI_Allreduce(&us, slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         return times;
       };

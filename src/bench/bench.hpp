@@ -64,7 +64,6 @@ std::vector<BenchRow> run_p2p_bench(Context& ctx, const BenchOptions& options, c
 // repetition, all of its work joined back into `stream`. Returns the times in us.
 std::vector<double> time_back_to_back(Backend& backend, int dev, StreamHandle stream, const std::function<void()>& post,
                                       int warmup, int reps);
-double median_of(std::vector<double> v);
 
 // Powers of two from `lo` to `hi`.
 std::vector<uint64_t> size_range(uint64_t lo, uint64_t hi);

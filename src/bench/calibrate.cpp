@@ -12,6 +12,7 @@
 #include "bench/plan_timing.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/median.hpp"
 #include "engine/engine.hpp"
 #include "model/multipath_model.hpp"
 #include "model/schedule_cost.hpp"

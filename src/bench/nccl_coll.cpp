@@ -8,6 +8,7 @@
 #include "bench/nccl_loader.hpp"
 #include "common/config.hpp"
 #include "common/error.hpp"
+#include "common/median.hpp"
 
 #if GPUSTRIPE_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -208,7 +209,7 @@ NcclCollTiming NcclCollBench::time(coll::CollOp op, size_t bytes, coll::DataType
     per_call.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / iters);
   }
   std::sort(per_call.begin(), per_call.end());
-  return {per_call[per_call.size() / 2], per_call.front(), per_call.back()};
+  return {median_of(per_call), per_call.front(), per_call.back()};
 }
 
 #else  // no CUDA: the reference needs real GPUs

@@ -8,6 +8,7 @@
 #include "bench/nccl_loader.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/median.hpp"
 #include "core/context.hpp"
 
 namespace gpustripe {
@@ -111,12 +112,6 @@ std::unique_ptr<Method> make_method(Context& ctx, const std::string& name) {
 }
 
 }  // namespace
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 std::vector<double> time_back_to_back(Backend& b, int dev, StreamHandle stream, const std::function<void()>& post,
                                       int warmup, int reps) {

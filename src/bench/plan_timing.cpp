@@ -7,6 +7,7 @@
 
 #include "bench/bench.hpp"
 #include "common/error.hpp"
+#include "common/median.hpp"
 #include "core/context.hpp"
 #include "engine/engine.hpp"
 #include "model/schedule_cost.hpp"

@@ -6,6 +6,7 @@
 
 #include "coll/executor.hpp"
 #include "common/error.hpp"
+#include "common/median.hpp"
 #include "common/text_file.hpp"
 
 namespace gpustripe::coll {
@@ -108,12 +109,10 @@ CollTiming time_collective(Comm& comm, CollOp op, size_t bytes, DataType dt, Red
   for (StreamHandle s : streams) be.destroy_stream(s);
   for (void* p : owned) be.free_device(p);
 
-  std::sort(per_call.begin(), per_call.end());
-  std::sort(enqueue.begin(), enqueue.end());
-  t.enqueue_us = enqueue[enqueue.size() / 2];
-  t.us = per_call[per_call.size() / 2];
-  t.min_us = per_call.front();
-  t.max_us = per_call.back();
+  t.enqueue_us = median_of(enqueue);
+  t.us = median_of(per_call);
+  t.min_us = *std::min_element(per_call.begin(), per_call.end());
+  t.max_us = *std::max_element(per_call.begin(), per_call.end());
   t.algbw_gbps = bytes / (t.us * 1e3);
   t.busbw_gbps = t.algbw_gbps * busbw_factor(op, n);
   t.schedule = comm.last_schedule();

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <set>
 #include <tuple>
 
 #include "common/config.hpp"
@@ -401,6 +402,7 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
     std::map<std::tuple<int, int, uint64_t>, bool> splits;  // (src, dst, bytes): planned alone, direct + host
     std::map<std::tuple<int, int, uint64_t>, Plan> window_plans;  // windows' plans, per size
     std::map<std::pair<int, int>, bool> second_area;  // per GPU pair: the area the last copy staged in
+    std::set<std::tuple<int, int, uint64_t>> beside_others;  // (src, dst, bytes) once copied beside other pairs
   };
   auto st = std::make_shared<State>();
   // The callers (the endpoint's pull and push, copy_now) pass ranges they have checked against
@@ -503,12 +505,21 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
       // path alone (bench/results/*-mpi-np4-host-path-*: a 4-rank halo exchange and two-way pairs
       // slowed several times by the staged plans the model chose). A lone pair, both ways or not,
       // and pairs on GPUs of their own keep the model's plan.
-      const bool beside_others = std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& x) {
+      // A copy of a shape that ran so once keeps the direct path when it comes again with nothing
+      // of the others listed: the ranks of a program that repeats its exchange (a halo exchange
+      // between compute steps) arrive apart, and the first of them to plan sees none of the
+      // traffic the others are about to start beside it.
+      const auto shape = std::make_tuple(sd, dd, uint64_t{n});
+      const bool listed_beside = std::any_of(specs.begin(), specs.end(), [&](const TransferSpec& x) {
         const bool this_pair = (x.src == sd && x.dst == dd) || (x.src == dd && x.dst == sd);
         const bool shares_gpu = x.src == sd || x.src == dd || x.dst == sd || x.dst == dd;
         return !this_pair && (reverse || shares_gpu);
       });
-      if (beside_others) {
+      if (listed_beside && !st->beside_others.count(shape)) {
+        if (st->beside_others.size() >= kMaxPlans) st->beside_others.clear();
+        st->beside_others.insert(shape);
+      }
+      if (listed_beside || st->beside_others.count(shape)) {
         // Regime: other pairs' traffic through this copy's GPUs, or beside a two-way exchange.
         trace("p_direct", -1, 0, 0, n);
         engine.copy_direct_prechecked(dst, dd, src, sd, n, s);

@@ -838,6 +838,74 @@ TEST(P2pDevice, TwoWayWindowsOfSplitCopiesRunDetached) {
   EXPECT_GT(windowed, 0);
 }
 
+// Two pairs of a 4-GPU node, 0-1 and 2-3, each exchanging both ways: a copy of pair 0-1 made while
+// pair 2-3's long copies are listed on the board takes the direct path alone (stamp p_direct), where
+// the planner splits a pair's two-way copies of this size (p_twoway when the pair is alone:
+// TwoWayCopiesTakeThePlanMadeWithTheReverseTraffic); the same exchange again once pair 2-3 is done,
+// nothing else in flight, keeps the direct path. Every message lands intact.
+TEST(P2pDevice, TwoWayCopiesBesideAnotherPairsTrafficRunDirect) {
+  char dir[] = "/tmp/gs-p2p-beside-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const size_t n = 6u << 20, held = 64u << 20;  // held: pair 2-3's copies, ~0.6 s at the emulated rate
+  {
+    ScopedEnv t("GPUSTRIPE_P2P_TRACE", dir);
+    ScopedEnv j{"GPUSTRIPE_TEST", "emu_gbps=0.1"};
+    EXPECT_RANKS_OK(run_ranks(4, [&](int rank, ipc::Channel& ch) {
+      Topology topo = load_topology_file("h200x4");
+      auto be = make_emulated_backend(topo);
+      TwoWayPlanner planner(4u << 20);
+      Engine engine(*be, topo, &planner);
+      const int peer = rank ^ 1;
+      {
+        Endpoint ep(ch, be.get(), engine_copy(engine, &ch));
+        struct Buffers {
+          void* out;
+          void* in;
+          size_t bytes;
+          int tag;
+        };
+        // Filled before the timed part: the emulated rate paces every copy, the fill too.
+        auto prepare = [&](size_t bytes, int tag) {
+          Buffers b{be->alloc_device(rank, bytes), be->alloc_device(rank, bytes), bytes, tag};
+          to_device(*be, b.out, rank, seeded_bytes(700 + 4 * tag + rank, bytes));
+          return b;
+        };
+        auto exchange = [&](const Buffers& b) {
+          RequestPtr s = ep.isend(b.out, b.bytes, peer, b.tag, kComm);  // in flight the other way first
+          RequestPtr r = ep.irecv(b.in, b.bytes, peer, b.tag, kComm);
+          ep.wait(r);
+          ep.wait(s);
+          RANK_CHECK(r->status().error == GPUSTRIPE_SUCCESS && r->status().bytes == b.bytes);
+          RANK_CHECK(from_device(*be, b.in, rank, b.bytes) == seeded_bytes(700 + 4 * b.tag + peer, b.bytes));
+          be->free_device(b.out);
+          be->free_device(b.in);
+        };
+        char note = 1;
+        if (rank >= 2) {
+          Buffers b = prepare(held, 0);
+          ep.send(&note, 1, rank - 2, 8, kComm);  // pair 0-1 may start beside this exchange
+          exchange(b);
+          ep.send(&note, 1, rank - 2, 9, kComm);  // pair 0-1 may go on alone
+        } else {
+          Buffers beside = prepare(n, 1), alone = prepare(n, 2);
+          ep.recv(&note, 1, rank + 2, 8, kComm);
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));  // pair 2-3's pulls are listed by then
+          exchange(beside);
+          ep.recv(&note, 1, rank + 2, 9, kComm);
+          exchange(alone);
+        }
+        ep.flush();
+      }
+    }));
+  }
+  auto phases = trace_phases(dir);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(phases[rank]["r_started"], 2) << "rank " << rank;
+    EXPECT_EQ(phases[rank]["p_direct"], 2) << "rank " << rank;
+    EXPECT_EQ(phases[rank]["p_twoway"] + phases[rank]["p_twoway_window"], 0) << "rank " << rank;
+  }
+}
+
 TEST(P2pDevice, ReceiverPullsWhileTheSenderMakesNoProgress) {
   // A sender that posted a large device send and then blocks elsewhere (another MPI
   // call, compute) must not stall its receiver: the receiver copies the data itself.

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -180,7 +181,7 @@ def _nccl_worker(rank, world, cfg, out_path):
             torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) / cfg["iters"] * 1e6)
         # Every rank's median; the slowest rank's is the collective's time.
-        t = torch.tensor([sorted(times)[len(times) // 2]], device=dev, dtype=torch.float64)
+        t = torch.tensor([statistics.median(times)], device=dev, dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return float(t.item())
 
@@ -375,7 +376,7 @@ def _mpi_worker(cfg_path):
                     fn()
                 torch.cuda.synchronize()
                 times.append((time.perf_counter() - t0) / iters * 1e6)
-            us = comm.allreduce(sorted(times)[len(times) // 2], op=MPI.MAX)
+            us = comm.allreduce(statistics.median(times), op=MPI.MAX)
             if rank == 0:
                 rows.append({"op": op, "bytes": size, "us": us})
     if rank == 0:

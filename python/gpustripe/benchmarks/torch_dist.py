@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -98,7 +99,7 @@ def _worker(rank, world, cfg, out_path):
             issued.append((t1 - t0) / cfg["iters"] * 1e6)
         # The time per call, and the host's part of it: issuing the calls (the whole Python
         # call, torch's wrapper and the work's wait included). Equal: the host sets the pace.
-        t = torch.tensor([sorted(times)[len(times) // 2], sorted(issued)[len(issued) // 2]], device=dev,
+        t = torch.tensor([statistics.median(times), statistics.median(issued)], device=dev,
                          dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=groups["torch_nccl"])
         return t.tolist()
