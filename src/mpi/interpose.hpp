@@ -47,6 +47,10 @@ int isend_impl(const void* buf, int count, MPI_Datatype type, int dest, int tag,
 int irecv_impl(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Request* req,
                bool blocking = false, MPI_Status* st = MPI_STATUS_IGNORE, const p2p::MemLoc* where = nullptr);
 int wait_impl(MPI_Request* req, MPI_Status* st);
+// Waits until every buffered send of the interposer's (interpose_bsend.cpp) has completed: what
+// MPI_Buffer_detach and MPI_Finalize do before the MPI's own. Throws ERR_PEER_FAILED / ERR_TIMEOUT
+// as the waits do; `call` names the caller in the timeout's message.
+void wait_buffered_sends(const char* call);
 int waitall_impl(int n, MPI_Request* reqs, MPI_Status* sts);
 
 // Nonblocking collectives (interpose_icoll.cpp). start_collective() runs `call` (the

@@ -1,6 +1,6 @@
-// Persistent point-to-point requests: MPI_Send_init, MPI_Ssend_init, MPI_Rsend_init and
-// MPI_Recv_init. Each MPI_Start posts what the call's nonblocking form posts (MPI_Isend,
-// MPI_Issend, MPI_Irecv, as interposed: routed by peer as they are), so that a program's
+// Persistent point-to-point requests: MPI_Send_init, MPI_Ssend_init, MPI_Rsend_init,
+// MPI_Bsend_init and MPI_Recv_init. Each MPI_Start posts what the call's nonblocking form posts
+// (MPI_Isend, MPI_Issend, MPI_Ibsend, MPI_Irecv, as interposed: routed by peer as they are), so that a program's
 // persistent exchange of device buffers moves by gpustripe between ranks of a node and staged
 // elsewhere, as its MPI_Isend/MPI_Irecv would; the MPI's own persistent requests would hand
 // device pointers to an MPI that may not be CUDA-aware. Between a completion and the next start
@@ -75,6 +75,10 @@ int MPI_Rsend_init(const void* buf, int count, MPI_Datatype type, int dest, int 
 
 int MPI_Ssend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, MPI_Request* req) {
   return make(comm, type, req, [=](MPI_Datatype t, MPI_Request* r) { return MPI_Issend(buf, count, t, dest, tag, comm, r); });
+}
+
+int MPI_Bsend_init(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm, MPI_Request* req) {
+  return make(comm, type, req, [=](MPI_Datatype t, MPI_Request* r) { return MPI_Ibsend(buf, count, t, dest, tag, comm, r); });
 }
 
 int MPI_Recv_init(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Request* req) {

@@ -64,6 +64,7 @@ int MPI_Finalize(void) {
   {
     std::lock_guard<std::recursive_mutex> l(lock());
     try {
+      wait_buffered_sends("MPI_Finalize");  // the MPI waits for its own before it ends
       progress_detached();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gpustripe_mpi: finalize: %s\n", e.what());

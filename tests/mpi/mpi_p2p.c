@@ -3,7 +3,7 @@
  * a derived non-contiguous type, Sendrecv(_replace) (with MPI_PROC_NULL on one side, and
  * the pointer queries it makes), Probe + Get_count, which protocol small device messages take, the
  * wait/test family, communicators, and a receive buffer freed and reallocated at
- * the same address between messages, cancelled receives and persistent requests. Run with GPUSTRIPE_TEST=fake_nodes=2 it takes
+ * the same address between messages, cancelled receives, persistent requests, buffered sends and a barrier's progress. Run with GPUSTRIPE_TEST=fake_nodes=2 it takes
  * the inter-node (staged) path for half of the pairs. Exit 0 when every check holds. */
 #include "mpi_test_util.h"
 
@@ -437,6 +437,18 @@ static void cancelled_receives(void) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* n bytes as MPI_BYTE, or (strided) every other 8 of them as one vector (committed: the caller frees it). */
+static MPI_Datatype message_type(size_t n, int strided, int* count) {
+  MPI_Datatype type = MPI_BYTE;
+  *count = (int)n;
+  if (strided) {
+    MPI_Type_vector((int)(n / 16), 8, 16, MPI_BYTE, &type);
+    MPI_Type_commit(&type);
+    *count = 1;
+  }
+  return type;
+}
+
 /* Persistent requests (MPI_Send_init / MPI_Recv_init, MPI_Startall), host and device, contiguous
  * and a strided type freed right after the inits (the requests keep their own): each start moves
  * the round's data as MPI_Isend/MPI_Irecv would -- by the interposer, which makes one request of
@@ -449,13 +461,8 @@ static void persistent_requests(void) {
   for (int mix = 0; mix < 4 && peer < size; ++mix) {
     const int dev = mix & 1, strided = mix >> 1;
     buf_t out = buf_new(&hk, dev ? dev_of(rank) : -1, n), in = buf_new(&hk, dev ? dev_of(rank) : -1, n);
-    MPI_Datatype type = MPI_BYTE;
-    int count = (int)n;
-    if (strided) { /* every other 8 bytes */
-      MPI_Type_vector((int)(n / 16), 8, 16, MPI_BYTE, &type);
-      MPI_Type_commit(&type);
-      count = 1;
-    }
+    int count;
+    MPI_Datatype type = message_type(n, strided, &count);
     MPI_Request r[2];
     const long long made = counter("requests_made");
     MPI_Recv_init(in.p, count, type, peer, 70 + mix, MPI_COMM_WORLD, &r[0]);
@@ -487,6 +494,100 @@ static void persistent_requests(void) {
     buf_free(&hk, &out);
     buf_free(&hk, &in);
   }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* A nonblocking send of host memory above the eager limit goes out in fragments as its receiver
+ * takes them, which needs its sender's progress: the sender waits in MPI_Barrier, which its peer
+ * enters only once the receive has completed. The barrier progresses the send. */
+static void barrier_progresses_sends(void) {
+  const int peer = rank ^ 1;
+  const size_t n = 300000;
+  if (peer < size) {
+    buf_t b = buf_new(&hk, -1, n);
+    if (rank % 2 == 0) {
+      fill(b.h, n, rank, 120, 0);
+      MPI_Request r;
+      CHECK(MPI_Isend(b.p, (int)n, MPI_BYTE, peer, 120, MPI_COMM_WORLD, &r) == MPI_SUCCESS);
+      CHECK(MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS);
+      CHECK(MPI_Wait(&r, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+    } else {
+      CHECK(MPI_Recv(b.p, (int)n, MPI_BYTE, peer, 120, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+      CHECK(same(b.h, n, peer, 120, 0));
+      CHECK(MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS);
+    }
+    buf_free(&hk, &b);
+  } else {
+    CHECK(MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Buffered sends (MPI_Bsend, MPI_Ibsend, MPI_Bsend_init) of device and host buffers, contiguous and
+ * strided: each rank sends before it receives, so only a send that completes on its own (the
+ * attached buffer's) lets the exchange finish; every byte arrives. A device send past the attached
+ * buffer fails with MPI_ERR_BUFFER (errors returned) and sends nothing; MPI_Buffer_detach returns
+ * once the buffered sends have gone, with the buffer attached. */
+static void buffered_sends(void) {
+  const int peer = rank ^ 1, paired = peer < size; /* a rank without a pair meets the others' barriers */
+  const size_t n = 300000;
+  const int attach = 4 * (int)(n + MPI_BSEND_OVERHEAD);
+  char* pool = malloc((size_t)attach);
+  CHECK(MPI_Buffer_attach(pool, attach) == MPI_SUCCESS);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  for (int mix = 0; mix < 4; ++mix) {
+    if (!paired) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      continue;
+    }
+    const int dev = mix & 1, strided = mix >> 1;
+    buf_t out = buf_new(&hk, dev ? dev_of(rank) : -1, n), in[3];
+    int count;
+    MPI_Datatype type = message_type(n, strided, &count);
+    for (int k = 0; k < 3; ++k) {
+      in[k] = buf_new(&hk, dev ? dev_of(rank) : -1, n);
+      memset(in[k].h, 0, n);
+      buf_push(&hk, &in[k]);
+    }
+    fill(out.h, n, rank, 80 + mix, 0);
+    buf_push(&hk, &out);
+    MPI_Request r, p;
+    CHECK(MPI_Bsend(out.p, count, type, peer, 80 + mix, MPI_COMM_WORLD) == MPI_SUCCESS);
+    CHECK(MPI_Ibsend(out.p, count, type, peer, 90 + mix, MPI_COMM_WORLD, &r) == MPI_SUCCESS);
+    CHECK(MPI_Wait(&r, MPI_STATUS_IGNORE) == MPI_SUCCESS && r == MPI_REQUEST_NULL);
+    CHECK(MPI_Bsend_init(out.p, count, type, peer, 100 + mix, MPI_COMM_WORLD, &p) == MPI_SUCCESS);
+    CHECK(MPI_Start(&p) == MPI_SUCCESS);
+    CHECK(MPI_Wait(&p, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+    MPI_Request_free(&p);
+    /* A message longer than the whole attached buffer does not fit: refused, nothing sent. Device
+     * buffers only: host data to another (fake) node is the MPI's, and Open MPI 4.1's refused
+     * buffered send holds back every later message to that peer (the barrier's too). */
+    if (dev) {
+      buf_t big = buf_new(&hk, dev_of(rank), (size_t)attach);
+      CHECK(MPI_Bsend(big.p, attach, MPI_BYTE, peer, 110 + mix, MPI_COMM_WORLD) == MPI_ERR_BUFFER);
+      buf_free(&hk, &big);
+    }
+    memset(out.h, 0xee, n); /* the sends' data is out of the buffer: overwriting it changes nothing */
+    buf_push(&hk, &out);
+    for (int k = 0; k < 3; ++k) CHECK(MPI_Recv(in[k].p, count, type, peer, 80 + 10 * k + mix, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+    unsigned char* want = malloc(n);
+    fill(want, n, peer, 80 + mix, 0);
+    for (int k = 0; k < 3; ++k) {
+      buf_pull(&hk, &in[k]);
+      for (size_t i = 0; i < n; ++i) CHECK(in[k].h[i] == (!strided || i % 16 < 8 ? want[i] : 0));
+      buf_free(&hk, &in[k]);
+    }
+    free(want);
+    if (strided) MPI_Type_free(&type);
+    buf_free(&hk, &out);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+  void* back = NULL;
+  int back_size = 0;
+  CHECK(MPI_Buffer_detach(&back, &back_size) == MPI_SUCCESS);
+  CHECK(back == pool && back_size == attach);
+  free(pool);
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
@@ -606,6 +707,8 @@ int main(int argc, char** argv) {
   small_device_protocols();
   cancelled_receives();
   persistent_requests();
+  barrier_progresses_sends();
+  buffered_sends();
   host_acks_take_no_request_nor_pass();
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) printf("mpi_p2p: all checks passed on %d ranks\n", size);
