@@ -26,7 +26,8 @@ Layout layout_of(int count, MPI_Datatype type);
 // asked once).
 uint64_t type_queries();
 
-// Packs (buf, count, type) living at `loc` into `out` (host); returns its length.
+// Packs (buf, count, type) living at `loc` into `out` (host); returns its length (out may be longer:
+// MPI_Pack_size's bound). A contiguous layout is copied as it lies.
 uint64_t pack(const void* buf, int count, MPI_Datatype type, const Layout& l, p2p::MemLoc loc, p2p::Mover& mover,
               std::vector<char>& out);
 // Unpacks `bytes` of packed data into (buf, count, type) living at `loc`; a short

@@ -13,7 +13,6 @@
 // MPI_Buffer_detach first waits for those sends, as the MPI waits for its own. Every other
 // buffered send (host data to another node, the interposer off) is the MPI's.
 #include <cstdio>
-#include <cstring>
 #include <optional>
 #include <set>
 #include <vector>
@@ -103,13 +102,7 @@ int buffered_send(const void* buf, int count, MPI_Datatype type, int dest, int t
   Attached& a = attached();
   if (a.used + need > a.size) return buffer_error(comm, call, need);
   std::vector<char> copy;
-  if (!b.layout.contiguous) {
-    pack(b.buf, b.count, b.type, b.layout, b.loc, rt->mover(), copy);
-  } else {
-    copy.resize(b.layout.bytes);
-    if (b.layout.bytes && b.loc.device) rt->mover().copy_now(copy.data(), kHostDevice, b.buf, b.loc.dev, b.layout.bytes);
-    else if (b.layout.bytes) std::memcpy(copy.data(), b.buf, b.layout.bytes);
-  }
+  copy.resize(pack(b.buf, b.count, b.type, b.layout, b.loc, rt->mover(), copy));
   const int bytes = static_cast<int>(copy.size());
   auto op = std::make_unique<BufferedSendOp>(comm, std::move(copy), need);
   a.used += need;

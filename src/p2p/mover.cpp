@@ -515,11 +515,14 @@ Mover::CopyFn engine_copy(Engine& engine, ipc::Channel* board) {
         const bool shares_gpu = x.src == sd || x.src == dd || x.dst == sd || x.dst == dd;
         return !this_pair && (reverse || shares_gpu);
       });
-      if (listed_beside && !st->beside_others.count(shape)) {
+      bool beside_others = listed_beside;
+      if (listed_beside) {
         if (st->beside_others.size() >= kMaxPlans) st->beside_others.clear();
         st->beside_others.insert(shape);
+      } else {
+        beside_others = st->beside_others.count(shape) > 0;
       }
-      if (listed_beside || st->beside_others.count(shape)) {
+      if (beside_others) {
         // Regime: other pairs' traffic through this copy's GPUs, or beside a two-way exchange.
         trace("p_direct", -1, 0, 0, n);
         engine.copy_direct_prechecked(dst, dd, src, sd, n, s);
