@@ -155,12 +155,16 @@ CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::B
   // buffers: the schedules are the native ones (one-shot, two-shot, pull, the copy kernels'
   // exchanges) wherever every pair of GPUs maps peers.
   bool peer_kernels = true;
-  // A team of processes reduces large allreduces by two-shot with pushed inputs, not by the
-  // copy engines' rounds (rs_ag_copy): across processes those rounds ran at two paces from
-  // call batch to call batch (at 256M per rank on 4 GPUs 1160 us or 1450-1760, blocking or
-  // not), the pushes steadily at 1190-1340; in one process the rounds are steady and faster.
-  tuning_.ar_copy_min = std::numeric_limits<uint64_t>::max();
-  tuning_.push_max = std::numeric_limits<uint64_t>::max();
+  // A host-paced team (the interposer's) reduces large allreduces by two-shot with pushed
+  // inputs, not by the copy engines' rounds (rs_ag_copy): calls that each end on the host ran
+  // those rounds at two paces from call batch to call batch (at 256M per rank on 4 GPUs
+  // 1160 us or 1450-1770), the pushes at 1180-1530 and mostly near 1300. Back-to-back
+  // stream-ordered calls (NodeTeam's) keep the rounds: there the pushes were slower (253
+  // against 300 GB/s busbw at 256M).
+  if (host_paced) {
+    tuning_.ar_copy_min = std::numeric_limits<uint64_t>::max();
+    tuning_.push_max = std::numeric_limits<uint64_t>::max();
+  }
   // Test only (GPUSTRIPE_TEST's coll.NAME items): the MPI test programs reach the schedules'
   // pipelining and corner cases at small sizes, and coll.peer_kernels=no the copy-engine
   // schedules that nodes without peer access take.
