@@ -24,7 +24,7 @@
 //                        (as the p2p mover's copies do)
 //   local_dtod_stream_paced    local_dtod_stream with 0.4 us of other host work between queries
 //                        (a progress pass between two looks at the copy)
-// Sizes 8 B - 1 MB. Prints one JSON object per line: median and mean us per iteration, and the
+// Sizes 8 B - 4 MB. Prints one JSON object per line: median and mean us per iteration, and the
 // receiver's median host time of the enqueue (copy + completion mark).
 // Build: nvcc -O2 -arch=sm_90 -o w1_floor w1_floor.cu -lcuda
 #include <cuda.h>
@@ -44,7 +44,7 @@
 
 namespace {
 
-constexpr size_t kBuf = 1 << 20;
+constexpr size_t kBuf = 4 << 20;
 constexpr int kIters = 2000;
 constexpr int kWarm = 200;
 
@@ -75,7 +75,7 @@ enum Way {
 const char* kNames[] = {"signal_only",       "peer_ctx_peerasync", "local_dtod_event",   "local_dtod_write",
                         "local_dtod_stream", "peer_ctx_dtod_event", "local_kernel_write", "peer_ctx_peerasync_stream",
                         "cross_ctx_dtod_stream", "local_dtod_stream_turns", "local_dtod_stream_paced"};
-const size_t kSizes[] = {8, 4096, 65536, 1 << 20};
+const size_t kSizes[] = {8, 4096, 65536, 1 << 20, 2 << 20, 4 << 20};
 
 void spin_until(const Word& w, uint64_t seq) {
   while (w.v.load(std::memory_order_acquire) < seq) {
