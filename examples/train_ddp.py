@@ -8,8 +8,8 @@ One process per GPU:
     torchrun --nproc-per-node 2 examples/train_ddp.py --model resnet50 --wrap fsdp
 
 The default process group runs on gpustripe ("cuda:gpustripe,cpu:gloo"); a second group of
-the same ranks runs on nccl. Each backend trains the same model from the same initial
-weights on the same batches. Rank 0 prints one line per step and a summary line
+the same ranks runs on nccl. Each backend trains its own copy of the model from the same
+initial weights on the same batches, both held at once, their steps taking turns. Rank 0 prints one line per step and a summary line
 `TRAIN {json}` (losses of both, the largest relative difference, median step times).
 """
 import argparse
@@ -56,41 +56,46 @@ def loss_of(name: str, model, x, y):
     return model(input_ids=x, labels=y).loss
 
 
-def train(group, args, rank, dev) -> tuple[list[float], list[float]]:
-    model = build(args.model, args).to(dev)
-    if args.wrap == "ddp":
-        from torch.nn.parallel import DistributedDataParallel as DDP
+class Trainer:
+    """One backend's copy of the training: its model (from the same seed as the other's), its
+    wrapper over its group, its optimizer; step() runs one step and keeps its loss and time."""
 
-        model = DDP(model, device_ids=[dev.index], process_group=group, bucket_cap_mb=args.bucket_mb)
-    else:
-        from torch.distributed.device_mesh import DeviceMesh
-        from torch.distributed.fsdp import fully_shard
+    def __init__(self, group, args, rank, dev):
+        self.group, self.args, self.rank, self.dev = group, args, rank, dev
+        model = build(args.model, args).to(dev)
+        if args.wrap == "ddp":
+            from torch.nn.parallel import DistributedDataParallel as DDP
 
-        mesh = DeviceMesh.from_group(group, "cuda")
-        for block in getattr(getattr(model, "transformer", None), "h", []):  # GPT-2: a shard unit per block
-            fully_shard(block, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    losses, times = [], []
-    for step in range(args.steps):
-        if step == args.warm_steps and hasattr(group, "trace"):
-            group.trace(reset=True)  # the printed trace: the steps timed, not the first calls' setup
-        x, y = batch(args.model, args, step, rank, dev)
+            model = DDP(model, device_ids=[dev.index], process_group=group, bucket_cap_mb=args.bucket_mb)
+        else:
+            from torch.distributed.device_mesh import DeviceMesh
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = DeviceMesh.from_group(group, "cuda")
+            for block in getattr(getattr(model, "transformer", None), "h", []):  # GPT-2: a shard unit per block
+                fully_shard(block, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+        self.model = model
+        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        self.losses, self.times = [], []
+
+    def step(self, step: int) -> None:
+        args = self.args
+        if step == args.warm_steps and hasattr(self.group, "trace"):
+            self.group.trace(reset=True)  # the printed trace: the steps timed, not the first calls' setup
+        x, y = batch(args.model, args, step, self.rank, self.dev)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = loss_of(args.model, model, x, y)
+        self.opt.zero_grad(set_to_none=True)
+        loss = loss_of(args.model, self.model, x, y)
         loss.backward()
-        opt.step()
+        self.opt.step()
         torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-        # the mean loss over ranks (on nccl for both runs: the comparison is the training's, not this)
+        self.times.append(time.perf_counter() - t0)
+        # the mean loss over ranks (on nccl for both: the comparison is the training's, not this)
         lv = loss.detach().clone()
         dist.all_reduce(lv, group=args.nccl_group)
-        losses.append(lv.item() / dist.get_world_size())
-    del model, opt
-    torch.cuda.empty_cache()
-    return losses, times
+        self.losses.append(lv.item() / dist.get_world_size())
 
 
 def main() -> None:
@@ -121,12 +126,18 @@ def main() -> None:
     # The first steps include allocation, autotuning and the backend's calibration and mappings:
     # left out of the step times and of the backend's trace.
     args.warm_steps = min(5, args.steps // 2)
-    runs = {}
-    for name, group in (("nccl", args.nccl_group), ("gpustripe", dist.group.WORLD)):
-        runs[name] = train(group, args, rank, dev)
-    ln, lg = runs["nccl"][0], runs["gpustripe"][0]
+    # Both trainings side by side, their steps taking turns (which goes first alternating), so
+    # that the machine's drift over the run (clocks, the host's other work) reaches both alike:
+    # the step times of this host move by tens of percent between runs minutes apart.
+    runs = {name: Trainer(group, args, rank, dev)
+            for name, group in (("nccl", args.nccl_group), ("gpustripe", dist.group.WORLD))}
+    order = list(runs.values())
+    for step in range(args.steps):
+        for t in (order if step % 2 == 0 else order[::-1]):
+            t.step(step)
+    ln, lg = runs["nccl"].losses, runs["gpustripe"].losses
     diff = max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(ln, lg))
-    step_ms = {k: 1e3 * statistics.median(v[1][args.warm_steps:]) for k, v in runs.items()}
+    step_ms = {k: 1e3 * statistics.median(v.times[args.warm_steps:]) for k, v in runs.items()}
     if rank == 0:
         for i, (a, b) in enumerate(zip(ln, lg)):
             print(f"step {i:3d}  loss nccl {a:.6f}  gpustripe {b:.6f}", flush=True)

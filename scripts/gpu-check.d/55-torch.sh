@@ -3,7 +3,7 @@
 #   pytest test_node_team.py, test_torch_backend.py  the store-met team on the GPUs; every op through
 #                                                    torchrun against the same call on NCCL
 #   gpustripe bench torch   busbw per op and size, backend gpustripe vs nccl          -> $OUT/torch
-#   examples/train_ddp.py   a GPT-2-style model (DDP, then FSDP), nccl then gpustripe: losses and step
+#   examples/train_ddp.py   a GPT-2-style model (DDP, then FSDP), nccl and gpustripe steps in turn: losses and step
 #                           times, the backend's trace (its calibration's choices)
 # BENCH_TORCH_ARGS replaces the benchmark's sizes and repetitions (add --trace: where a native call's
 # time goes); TRAIN_ARGS the training's (both runs).
