@@ -9,8 +9,9 @@ One process per GPU:
 
 The default process group runs on gpustripe ("cuda:gpustripe,cpu:gloo"); a second group of
 the same ranks runs on nccl. Each backend trains its own copy of the model from the same
-initial weights on the same batches, both held at once, their steps taking turns. Rank 0 prints one line per step and a summary line
-`TRAIN {json}` (losses of both, the largest relative difference, median step times).
+initial weights on the same batches, both held at once, their steps taking turns. Rank 0
+prints one line per step and a summary line `TRAIN {json}` (losses of both, the largest
+relative difference, median step times).
 """
 import argparse
 import json

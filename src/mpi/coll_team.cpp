@@ -156,11 +156,11 @@ CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::B
   // exchanges) wherever every pair of GPUs maps peers.
   bool peer_kernels = true;
   // A host-paced team (the interposer's) reduces large allreduces by two-shot with pushed
-  // inputs, not by the copy engines' rounds (rs_ag_copy): calls that each end on the host ran
-  // those rounds at two paces from call batch to call batch (at 256M per rank on 4 GPUs
-  // 1160 us or 1450-1770), the pushes at 1180-1530 and mostly near 1300. Back-to-back
-  // stream-ordered calls (NodeTeam's) keep the rounds: there the pushes were slower (253
-  // against 300 GB/s busbw at 256M).
+  // inputs, not by the copy engines' rounds (rs_ag_copy): with each call ended on the host, the
+  // rounds across processes ran at one of two paces from one batch of calls to the next, the
+  // slower a third longer, while the pushes stayed near the faster
+  // (bench/results/*-mpi-coll-4gpu-allreduce-forms-*, docs/mpi-coll.md). Back-to-back
+  // stream-ordered calls (NodeTeam's) keep the rounds, which ran faster there than the pushes.
   if (host_paced) {
     tuning_.ar_copy_min = std::numeric_limits<uint64_t>::max();
     tuning_.push_max = std::numeric_limits<uint64_t>::max();
