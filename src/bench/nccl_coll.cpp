@@ -208,8 +208,8 @@ NcclCollTiming NcclCollBench::time(coll::CollOp op, size_t bytes, coll::DataType
     auto t1 = std::chrono::steady_clock::now();
     per_call.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / iters);
   }
-  std::sort(per_call.begin(), per_call.end());
-  return {median_of(per_call), per_call.front(), per_call.back()};
+  const auto [lo, hi] = std::minmax_element(per_call.begin(), per_call.end());
+  return {median_of(per_call), *lo, *hi};
 }
 
 #else  // no CUDA: the reference needs real GPUs

@@ -61,10 +61,14 @@ int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
 }
 
 int MPI_Finalize(void) {
+  try {
+    wait_buffered_sends("MPI_Finalize");  // the MPI waits for its own before it ends; takes lock() per pass
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpustripe_mpi: finalize: %s\n", e.what());
+  }
   {
     std::lock_guard<std::recursive_mutex> l(lock());
     try {
-      wait_buffered_sends("MPI_Finalize");  // the MPI waits for its own before it ends
       progress_detached();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gpustripe_mpi: finalize: %s\n", e.what());
