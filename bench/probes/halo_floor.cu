@@ -34,26 +34,18 @@
 #include "jacobi.hpp"
 #include "probe_check.h"
 #include "probe_time.h"
+#include "probe_words.h"
 
 namespace {
 
 constexpr int kIters = 400;
 constexpr int kWarm = 50;
 
-struct alignas(64) Word {
-  std::atomic<uint64_t> v;
-  char pad[56];
-};
 struct Shared {
   Word ready[2], landed[2], phase[2];
   cudaIpcMemHandle_t handle[2][2];  // [rank][array]
   std::atomic<int> handles[2];
 };
-
-void spin_until(const Word& w, uint64_t seq) {
-  while (w.v.load(std::memory_order_acquire) < seq) {
-  }
-}
 
 enum Way { Compute, Exchange, MpiPattern, kWays };
 const char* kNames[] = {"compute", "exchange", "mpi_pattern"};

@@ -67,6 +67,19 @@ double med(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// A pointer query, counted and timed toward the next copy.
+template <class Call>
+CUresult timed_query(Call call) {
+  const double t0 = now_us();
+  CUresult r = call();
+  const double t1 = now_us();
+  pthread_mutex_lock(&g_mu);
+  ++g_attrs;
+  g_attr_us += t1 - t0;
+  pthread_mutex_unlock(&g_mu);
+  return r;
+}
+
 __attribute__((destructor)) void report() {
   if (!g_copies || g_copies->empty()) return;
   std::map<size_t, std::vector<const Copy*>> by;
@@ -148,26 +161,12 @@ CUresult cuEventQuery(CUevent e) {
 
 CUresult cuPointerGetAttributes(unsigned n, void* attrs, void** data, CUdeviceptr p) {
   static auto f = real<CUresult (*)(unsigned, void*, void**, CUdeviceptr)>("cuPointerGetAttributes");
-  const double t0 = now_us();
-  CUresult r = f(n, attrs, data, p);
-  const double t1 = now_us();
-  pthread_mutex_lock(&g_mu);
-  ++g_attrs;
-  g_attr_us += t1 - t0;
-  pthread_mutex_unlock(&g_mu);
-  return r;
+  return timed_query([&] { return f(n, attrs, data, p); });
 }
 
 CUresult cuPointerGetAttribute(void* data, int attr, CUdeviceptr p) {
   static auto f = real<CUresult (*)(void*, int, CUdeviceptr)>("cuPointerGetAttribute");
-  const double t0 = now_us();
-  CUresult r = f(data, attr, p);
-  const double t1 = now_us();
-  pthread_mutex_lock(&g_mu);
-  ++g_attrs;
-  g_attr_us += t1 - t0;
-  pthread_mutex_unlock(&g_mu);
-  return r;
+  return timed_query([&] { return f(data, attr, p); });
 }
 
 }  // extern "C"

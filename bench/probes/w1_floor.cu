@@ -41,6 +41,7 @@
 
 #include "probe_check.h"
 #include "probe_time.h"
+#include "probe_words.h"
 
 namespace {
 
@@ -48,10 +49,6 @@ constexpr size_t kBuf = 4 << 20;
 constexpr int kIters = 2000;
 constexpr int kWarm = 200;
 
-struct alignas(64) Word {
-  std::atomic<uint64_t> v;
-  char pad[56];
-};
 struct Shared {
   Word rts, done, ack, enq_ns, phase;
   cudaIpcMemHandle_t handle;
@@ -76,11 +73,6 @@ const char* kNames[] = {"signal_only",       "peer_ctx_peerasync", "local_dtod_e
                         "local_dtod_stream", "peer_ctx_dtod_event", "local_kernel_write", "peer_ctx_peerasync_stream",
                         "cross_ctx_dtod_stream", "local_dtod_stream_turns", "local_dtod_stream_paced"};
 const size_t kSizes[] = {8, 4096, 65536, 1 << 20, 2 << 20, 4 << 20};
-
-void spin_until(const Word& w, uint64_t seq) {
-  while (w.v.load(std::memory_order_acquire) < seq) {
-  }
-}
 
 __global__ void pull_kernel(char* dst, const char* src, size_t n, volatile uint32_t* flag, uint32_t seq) {
   for (size_t i = threadIdx.x + size_t(blockIdx.x) * blockDim.x; i < n; i += size_t(blockDim.x) * gridDim.x)

@@ -260,7 +260,9 @@ TEST(Attacker, ForgedDescriptorIsRefusedAndTheReceiveGetsTheSendersData) {
 // The attacker binds, before the ranks start, the socket names it can predict from what it
 // sees (the channel's name: /dev/shm, or another rank's socket in /proc/net/unix), hoping to
 // receive the descriptors rank 0 offers rank 1. Rank 1 must still get its own socket, and
-// the attacker nothing.
+// the attacker nothing of the job's: a datagram is the job's when the kernel says its sender
+// runs as the job's user. (Others may arrive: the injecting attacker of the test above sprays
+// every descriptor socket on the node, this one's too when ctest runs the two at once.)
 TEST(Attacker, CannotTakeARanksSocketNameAndReceiveItsDescriptors) {
   REQUIRE_ROOT();
   ScopedEnv timeout("GPUSTRIPE_TIMEOUT", "15");
@@ -270,6 +272,7 @@ TEST(Attacker, CannotTakeARanksSocketNameAndReceiveItsDescriptors) {
   const size_t n = 1 << 20;
   auto res = run_processes(3, [&](int who) {
     if (who == 2) {
+      const uid_t job_uid = getuid();
       become_nobody();
       std::vector<int> socks;
       const std::string word = name.substr(1);
@@ -277,6 +280,8 @@ TEST(Attacker, CannotTakeARanksSocketNameAndReceiveItsDescriptors) {
       {
         int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         RANK_CHECK(s >= 0);
+        const int on = 1;  // every datagram then carries its sender's credentials
+        RANK_CHECK(setsockopt(s, SOL_SOCKET, SO_PASSCRED, &on, sizeof on) == 0);
         socklen_t len = 0;
         sockaddr_un a = abstract("gpustripe-fd:" + word + ":" + std::to_string(r), &len);
         RANK_CHECK(bind(s, reinterpret_cast<sockaddr*>(&a), len) == 0);
@@ -288,7 +293,7 @@ TEST(Attacker, CannotTakeARanksSocketNameAndReceiveItsDescriptors) {
       int got = 0;
       for (int s : socks) {
         char buf[4096];
-        alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * 64)];
+        alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * 64) + CMSG_SPACE(sizeof(ucred))];
         iovec io{buf, sizeof buf};
         msghdr m{};
         m.msg_iov = &io;
@@ -296,7 +301,21 @@ TEST(Attacker, CannotTakeARanksSocketNameAndReceiveItsDescriptors) {
         m.msg_control = ctl;
         m.msg_controllen = sizeof ctl;
         while (recvmsg(s, &m, MSG_DONTWAIT) >= 0) {
-          ++got;
+          for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+            if (c->cmsg_level != SOL_SOCKET) continue;
+            if (c->cmsg_type == SCM_CREDENTIALS) {
+              ucred cr{};
+              std::memcpy(&cr, CMSG_DATA(c), sizeof cr);
+              if (cr.uid == job_uid) ++got;
+            } else if (c->cmsg_type == SCM_RIGHTS) {
+              const size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+              for (size_t i = 0; i < k; ++i) {
+                int fd = -1;
+                std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+                close(fd);
+              }
+            }
+          }
           m.msg_controllen = sizeof ctl;
         }
         close(s);
