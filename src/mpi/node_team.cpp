@@ -27,6 +27,17 @@ bool reducible(coll::DataType dt, coll::RedOp op) {
   }
 }
 
+// A call of form `name` on the caller's `stream`, entered now: its "lookup" phase (the buffers'
+// devices, the call's closure) starts here.
+CollCall entered_call(const char* name, coll::CollOp op, StreamHandle stream) {
+  CollCall c;
+  c.entered = std::chrono::steady_clock::now();
+  c.stream = stream;
+  c.name = name;
+  c.op = op;
+  return c;
+}
+
 }  // namespace
 
 NodeTeam::NodeTeam(std::unique_ptr<ipc::Bootstrap> boot) {
@@ -284,11 +295,7 @@ void NodeTeam::run_queued(CollCall& c, StreamHandle end) {
 }
 
 bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream, bool queued, bool joined) {
-  CollCall c;
-  c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
-  c.stream = stream;
-  c.name = "allreduce";
-  c.op = coll::CollOp::AllReduce;
+  CollCall c = entered_call("allreduce", coll::CollOp::AllReduce, stream);
   const bool ok_types = reducible(dt, op);
   const size_t bytes = ok_types ? count * coll::dtype_size(dt) : 0;
   c.device = ok_types ? device_of(c, {send, recv}) : -1;
@@ -298,11 +305,7 @@ bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataT
 }
 
 bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream, bool queued, bool joined) {
-  CollCall c;
-  c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
-  c.stream = stream;
-  c.name = "reduce_scatter";
-  c.op = coll::CollOp::ReduceScatter;
+  CollCall c = entered_call("reduce_scatter", coll::CollOp::ReduceScatter, stream);
   const int n = size();
   const bool ok_types = reducible(dt, op);
   const size_t block = ok_types ? count * coll::dtype_size(dt) : 0;
@@ -314,11 +317,7 @@ bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::
 }
 
 bool NodeTeam::allgather(const void* send, void* recv, size_t block, StreamHandle stream, bool queued, bool joined) {
-  CollCall c;
-  c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
-  c.stream = stream;
-  c.name = "allgather";
-  c.op = coll::CollOp::AllGather;
+  CollCall c = entered_call("allgather", coll::CollOp::AllGather, stream);
   const size_t total = block * size();
   const bool in_place = static_cast<char*>(recv) + rank() * block == send;
   c.device = device_of(c, {send, recv});
@@ -328,11 +327,7 @@ bool NodeTeam::allgather(const void* send, void* recv, size_t block, StreamHandl
 }
 
 bool NodeTeam::alltoall(const void* send, void* recv, size_t block, StreamHandle stream, bool queued, bool joined) {
-  CollCall c;
-  c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
-  c.stream = stream;
-  c.name = "alltoall";
-  c.op = coll::CollOp::AllToAll;
+  CollCall c = entered_call("alltoall", coll::CollOp::AllToAll, stream);
   const size_t total = block * size();
   c.device = device_of(c, {send, recv});
   c.eligible = c.device >= 0 && block > 0 && disjoint(send, total, recv, total);
@@ -342,11 +337,7 @@ bool NodeTeam::alltoall(const void* send, void* recv, size_t block, StreamHandle
 
 bool NodeTeam::bcast(void* buf, size_t bytes, int root, StreamHandle stream, bool queued, bool joined) {
   GS_REQUIRE(root >= 0 && root < size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "bcast: root %d of %d ranks", root, size());
-  CollCall c;
-  c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
-  c.stream = stream;
-  c.name = "bcast";
-  c.op = coll::CollOp::Bcast;
+  CollCall c = entered_call("bcast", coll::CollOp::Bcast, stream);
   c.device = device_of(c, {buf});
   c.eligible = c.device >= 0 && bytes > 0;
   if (c.eligible) bcast_call(c, buf, bytes, root);
@@ -355,11 +346,7 @@ bool NodeTeam::bcast(void* buf, size_t bytes, int root, StreamHandle stream, boo
 
 bool NodeTeam::reduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, int root, StreamHandle stream, bool queued, bool joined) {
   GS_REQUIRE(root >= 0 && root < size(), GPUSTRIPE_ERR_INVALID_ARGUMENT, "reduce: root %d of %d ranks", root, size());
-  CollCall c;
-  c.entered = std::chrono::steady_clock::now();  // the "lookup" phase: the buffers' devices, the call's closure
-  c.stream = stream;
-  c.name = "reduce";
-  c.op = coll::CollOp::Reduce;
+  CollCall c = entered_call("reduce", coll::CollOp::Reduce, stream);
   const bool is_root = rank() == root;
   const bool ok_types = reducible(dt, op);
   const size_t bytes = ok_types ? count * coll::dtype_size(dt) : 0;
