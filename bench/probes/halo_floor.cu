@@ -52,7 +52,7 @@ const char* kNames[] = {"compute", "exchange", "mpi_pattern"};
 
 // Rank r of 2 on GPU r: rows [r0, r0 + lr) of the domain, its slab in two arrays (a step reads one
 // and writes the other), the peer's two arrays mapped in this GPU's context.
-void rank_main(Shared* sh, int r, long rows, long cols, const std::string& shape, uint64_t* seq) {
+void rank_main(Shared* sh, int r, long rows, long cols, const std::string& shape) {
   const int peer = 1 - r;
   const long lr = rows / 2, r0 = r * lr;
   const size_t row_bytes = static_cast<size_t>(cols) * sizeof(double);
@@ -78,28 +78,33 @@ void rank_main(Shared* sh, int r, long rows, long cols, const std::string& shape
   // ghost row 0 takes rank 0's last owned row (lr).
   const long ghost = r == 0 ? lr + 1 : 0, theirs = r == 0 ? 1 : lr;
   int cur = 0;
+  uint64_t seq = 0;  // exchanges so far, the same count on both ranks
+  // Both ranks at the same point (a way's start, the mappings closed).
+  auto meet = [&] {
+    const uint64_t phase = sh->phase[r].v.load() + 1;
+    sh->phase[r].v.store(phase, std::memory_order_release);
+    spin_until(sh->phase[peer], phase);
+  };
   auto exchange = [&] {
     CK(cudaStreamSynchronize(s));  // the step that wrote the boundary row has finished
-    ++*seq;
-    sh->ready[r].v.store(*seq, std::memory_order_release);
-    spin_until(sh->ready[peer], *seq);
+    ++seq;
+    sh->ready[r].v.store(seq, std::memory_order_release);
+    spin_until(sh->ready[peer], seq);
     CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(arr[cur] + ghost * cols),
                          reinterpret_cast<CUdeviceptr>(peer_arr[cur] + theirs * cols), row_bytes,
                          reinterpret_cast<CUstream>(s)),
        "cuMemcpyDtoDAsync");
     while (cuStreamQuery(reinterpret_cast<CUstream>(s)) == CUDA_ERROR_NOT_READY) {
     }
-    sh->landed[r].v.store(*seq, std::memory_order_release);
-    spin_until(sh->landed[peer], *seq);  // the peer has read our row: the next step may rewrite it
+    sh->landed[r].v.store(seq, std::memory_order_release);
+    spin_until(sh->landed[peer], seq);  // the peer has read our row: the next step may rewrite it
   };
   auto step = [&] {
     halo::step_device(arr[cur], arr[1 - cur], lr, cols, s);
     cur = 1 - cur;
   };
   for (int w = 0; w < kWays; ++w) {
-    // Both ranks start a way together.
-    sh->phase[r].v.store(sh->phase[r].v.load() + 1, std::memory_order_release);
-    spin_until(sh->phase[peer], sh->phase[r].v.load());
+    meet();
     std::vector<double> per;
     double t_start = 0;
     for (int i = 0; i < kWarm + kIters; ++i) {
@@ -130,9 +135,7 @@ void rank_main(Shared* sh, int r, long rows, long cols, const std::string& shape
   for (int i = 0; i < 2; ++i) {
     CK(cudaIpcCloseMemHandle(const_cast<double*>(peer_arr[i])));
   }
-  // Neither frees its arrays before the other has closed its mappings of them.
-  sh->phase[r].v.store(sh->phase[r].v.load() + 1, std::memory_order_release);
-  spin_until(sh->phase[peer], sh->phase[r].v.load());
+  meet();  // neither frees its arrays before the other has closed its mappings of them
   for (int i = 0; i < 2; ++i) CK(cudaFree(arr[i]));
   CK(cudaStreamDestroy(s));
 }
@@ -159,8 +162,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < 2; ++r) {
       pids[r] = fork();
       if (pids[r] == 0) {
-        uint64_t seq = 0;
-        rank_main(sh, r, rows, cols, shape, &seq);
+        rank_main(sh, r, rows, cols, shape);
         _exit(0);
       }
     }
