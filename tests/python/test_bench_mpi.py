@@ -95,6 +95,7 @@ def test_mpi_coll_bench_times_the_blocking_bound(cli, tmp_path, mpi_build):
     for op in ("allreduce", "reduce_scatter_v", "allreduce_int8"):
         for m in methods.split(","):
             assert {(op, m, 64 << 10), (op, m, 128 << 10)} <= got, (op, m)
+    assert all(r.get("dtype") for r in doc["rows"])  # every method's rows: where-we-lose compares by type
     for r in doc["rows"]:
         if r["method"] == "gpustripe_sync":
             assert r["us"] > 0 and r["schedule"], r
