@@ -292,11 +292,11 @@ void bind_coll(nb::module_& m) {
   m.def(
       "coll_time",
       [](PyComm& pc, const std::string& op, uint64_t bytes, const std::string& dtype, const std::string& redop,
-         int warmup, int iters, int trials, bool from_idle) {
+         int warmup, int iters, int trials, bool wait_each) {
         coll::CollTiming t = without_gil([&] {
           return coll::time_collective(*pc.impl, coll::parse_coll_op(op), bytes, coll::parse_dtype(dtype),
                                        coll::parse_redop(redop), warmup, iters, trials,
-                                       from_idle ? coll::CallPacing::FromIdle : coll::CallPacing::BackToBack);
+                                       wait_each ? coll::CallPacing::WaitEach : coll::CallPacing::BackToBack);
         });
         nb::dict d;
         d["us"] = t.us;
@@ -306,18 +306,13 @@ void bind_coll(nb::module_& m) {
         d["busbw_gbps"] = t.busbw_gbps;
         d["schedule"] = t.schedule;
         d["enqueue_us"] = t.enqueue_us;
-        if (from_idle) {
-          d["gpu_us"] = t.gpu_us;
-          d["round_trip_us"] = t.round_trip_us;
-        }
         return d;
       },
       nb::arg("comm"), nb::arg("op"), nb::arg("bytes"), nb::arg("dtype") = "float32", nb::arg("redop") = "sum",
-      nb::arg("warmup") = 3, nb::arg("iters") = 10, nb::arg("trials") = 5, nb::arg("from_idle") = false,
+      nb::arg("warmup") = 3, nb::arg("iters") = 10, nb::arg("trials") = 5, nb::arg("wait_each") = false,
       "Times a collective nccl-tests style (bytes: size per rank as nccl-tests reports it): median per-call time "
-      "of `trials` batches of `iters` back-to-back calls. from_idle: each call alone, held on every rank's stream "
-      "until enqueued and timed on the GPUs, plus one host-GPU-host round trip: the least a blocking call of this "
-      "schedule can take (also returns gpu_us and round_trip_us). Returns us, min_us, max_us, gbps (algbw), "
+      "of `trials` batches of `iters` back-to-back calls; wait_each: the host waits for every rank's stream "
+      "after each call (blocking calls' pace on one process). Returns us, min_us, max_us, gbps (algbw), "
       "busbw_gbps, schedule, enqueue_us (host time per call to return).");
   nb::class_<NcclCollBench>(m, "NcclCollBench",
                             "NCCL's collectives over devices 0..ranks-1 of this process (the benchmark's NCCL "

@@ -1,14 +1,7 @@
 #include "coll/coll_bench.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <cstdlib>
-#include <cstring>
-#include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "coll/executor.hpp"
@@ -17,131 +10,6 @@
 #include "common/text_file.hpp"
 
 namespace gpustripe::coll {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
-
-// CallPacing::FromIdle: a flag every rank's stream waits on before the call, timing events
-// around it, and a watchdog that releases the flag if the call never returns (a call that waits
-// on its host for the GPUs it holds back).
-class IdleStart {
- public:
-  IdleStart(Backend& be, const std::vector<int>& devs) : be_(be) {
-    area_ = std::aligned_alloc(kPage, kPage);
-    GS_REQUIRE(area_, GPUSTRIPE_ERR_NO_MEMORY, "a page for the from-idle flag");
-    std::memset(area_, 0, kPage);
-    flag_ = be_.register_host(area_, kPage);
-    if (!flag_) {
-      std::free(area_);
-      GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED, "timing calls from idle GPUs: the %s backend has no stream flags",
-               be_.name());
-    }
-    for (int d : devs) {
-      start_.push_back(be_.create_event(d, true));
-      end_.push_back(be_.create_event(d, true));
-    }
-    probe_ = be_.alloc_device(devs[0], 4);
-    probe_dev_ = devs[0];
-    watchdog_ = std::thread([this] { watch(); });
-  }
-  ~IdleStart() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      quit_ = true;
-    }
-    cv_.notify_all();
-    watchdog_.join();
-    for (EventHandle e : start_) be_.destroy_event(e);
-    for (EventHandle e : end_) be_.destroy_event(e);
-    be_.free_device(probe_);
-    be_.unregister_host(area_);
-    std::free(area_);
-  }
-
-  // Holds every stream back, enqueues `call`, records its end, releases the streams. Returns the
-  // host time of the call's enqueue.
-  template <class Call>
-  double enqueue(const std::vector<StreamHandle>& streams, Call&& call) {
-    const uint32_t v = ++seq_;
-    for (size_t r = 0; r < streams.size(); ++r) {
-      be_.stream_wait_flag(streams[r], flag_, v);
-      be_.record_event(start_[r], streams[r]);
-    }
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      armed_ = v;
-      armed_at_ = Clock::now();
-    }
-    cv_.notify_all();
-    const auto t0 = Clock::now();
-    call();
-    const double enq = us_since(t0);
-    for (size_t r = 0; r < streams.size(); ++r) be_.record_event(end_[r], streams[r]);
-    std::lock_guard<std::mutex> l(mu_);
-    armed_ = 0;
-    release(v);
-    return enq;
-  }
-
-  // After the streams were synchronised: the call's GPU time (the slowest rank's).
-  double gpu_us() {
-    bool forced;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      forced = forced_;
-    }
-    GS_REQUIRE(!forced, GPUSTRIPE_ERR_NOT_SUPPORTED,
-               "timing calls from idle GPUs: the call did not return while its GPUs were held back (it waits on "
-               "its host for them): no from-idle time for this schedule");
-    double us = 0;
-    for (size_t r = 0; r < start_.size(); ++r) us = std::max(us, 1e3 * be_.elapsed_ms(start_[r], end_[r]));
-    return us;
-  }
-
-  // The least time for a host to start work on a GPU and see it end: a 4-byte memset on `s`.
-  double round_trip_us(StreamHandle s) {
-    const auto t0 = Clock::now();
-    be_.memset_async(probe_, probe_dev_, 0, 4, s);
-    be_.synchronize_stream(s);
-    return us_since(t0);
-  }
-
- private:
-  static constexpr size_t kPage = 4096;
-  static constexpr auto kPatience = std::chrono::seconds(2);
-
-  void release(uint32_t v) { reinterpret_cast<std::atomic<uint32_t>*>(area_)->store(v, std::memory_order_release); }
-
-  void watch() {
-    std::unique_lock<std::mutex> l(mu_);
-    while (!quit_) {
-      if (armed_ && Clock::now() - armed_at_ > kPatience) {
-        forced_ = true;
-        release(armed_);
-        armed_ = 0;
-      }
-      cv_.wait_for(l, std::chrono::milliseconds(100));
-    }
-  }
-
-  Backend& be_;
-  void* area_ = nullptr;
-  uint32_t* flag_ = nullptr;
-  uint32_t seq_ = 0;
-  std::vector<EventHandle> start_, end_;
-  void* probe_ = nullptr;
-  int probe_dev_ = 0;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  uint32_t armed_ = 0;  // the value a held-back call waits for (0: none)
-  Clock::time_point armed_at_;
-  bool forced_ = false, quit_ = false;
-  std::thread watchdog_;
-};
-
-}  // namespace
 
 double busbw_factor(CollOp op, int n) {
   switch (op) {
@@ -208,35 +76,21 @@ CollTiming time_collective(Comm& comm, CollOp op, size_t bytes, DataType dt, Red
   };
 
   CollTiming t;
-  std::vector<double> per_call, enqueue, gpu, round_trip;
+  std::vector<double> per_call, enqueue;
   try {
     for (int i = 0; i < warmup; ++i) call();
     sync();
-    std::vector<int> devs;
-    for (int r = 0; r < n; ++r) devs.push_back(comm.device(r));
-    std::unique_ptr<IdleStart> idle = pacing == CallPacing::FromIdle ? std::make_unique<IdleStart>(be, devs) : nullptr;
     for (int k = 0; k < trials; ++k) {
-      if (idle) {
-        // Each call alone: the trial's figure is the mean over its calls of GPU time + round trip.
-        double g = 0, rt = 0, enq = 0;
-        for (int i = 0; i < iters; ++i) {
-          enq += idle->enqueue(streams, call);
-          sync();
-          g += idle->gpu_us();
-          rt += idle->round_trip_us(streams[0]);
-        }
-        gpu.push_back(g / iters);
-        round_trip.push_back(rt / iters);
-        enqueue.push_back(enq / iters);
-        per_call.push_back((g + rt) / iters);
-        continue;
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) {
+        call();
+        if (pacing == CallPacing::WaitEach) sync();
       }
-      auto t0 = Clock::now();
-      for (int i = 0; i < iters; ++i) call();
-      const double issued = us_since(t0);
+      auto issued = std::chrono::steady_clock::now();
       sync();
-      enqueue.push_back(issued / iters);
-      per_call.push_back(us_since(t0) / iters);
+      auto t1 = std::chrono::steady_clock::now();
+      enqueue.push_back(std::chrono::duration<double, std::micro>(issued - t0).count() / iters);
+      per_call.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / iters);
     }
   } catch (...) {
     comm.synchronize();
@@ -256,10 +110,6 @@ CollTiming time_collective(Comm& comm, CollOp op, size_t bytes, DataType dt, Red
   for (void* p : owned) be.free_device(p);
 
   t.enqueue_us = median_of(enqueue);
-  if (!gpu.empty()) {
-    t.gpu_us = median_of(gpu);
-    t.round_trip_us = median_of(round_trip);
-  }
   t.us = median_of(per_call);
   t.min_us = *std::min_element(per_call.begin(), per_call.end());
   t.max_us = *std::max_element(per_call.begin(), per_call.end());

@@ -17,8 +17,7 @@ struct CollTiming {
   double busbw_gbps = 0;         // algbw times the nccl-tests factor of the op
   double enqueue_us = 0;         // median host time of one call to return (no synchronisation):
                                  // near `us`, the host's issuing bounds the rate
-  double gpu_us = 0;             // CallPacing::FromIdle: the median GPU time of a call alone
-  double round_trip_us = 0;      // CallPacing::FromIdle: the median host-GPU-host round trip
+                                 // (CallPacing::WaitEach: the waits included)
   std::string schedule;          // Comm::last_schedule() of the timed calls
 };
 
@@ -26,16 +25,11 @@ struct CollTiming {
 // alltoall (n-1)/n; bcast and reduce 1.
 double busbw_factor(CollOp op, int nranks);
 
-// How a batch's calls are timed.
+// How the host issues a batch's calls.
 enum class CallPacing {
   BackToBack,  // nccl-tests': the host enqueues the next call while the GPUs run this one
-  FromIdle,    // each call alone: enqueued on every rank's stream behind a flag, released at once,
-               // timed by events on the GPUs (the slowest rank's), plus one host-GPU-host round
-               // trip (a 4-byte memset on rank 0's stream, enqueued and seen complete). `us` is
-               // then the least a blocking call of this schedule can take: its GPUs start from
-               // idle and its host must start them and see them end. Throws ERR_NOT_SUPPORTED on
-               // a backend without stream flags, or where the call waits on its host for the
-               // GPUs (the flag is then released after a few seconds: no hang).
+  WaitEach,    // the host waits for every rank's stream after each call before the next one:
+               // the pace of blocking calls (MPI's) on one process: a reference, not a bound
 };
 
 // Throws ERR_INVALID_SIZE when bytes is not a multiple of the element size times the

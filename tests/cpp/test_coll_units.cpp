@@ -1094,7 +1094,7 @@ TEST_F(CollArgs, BadArgumentsAreRejectedBeforeAnythingRuns) {
             GPUSTRIPE_SUCCESS);
 }
 
-// Counts the host's waits for streams and the streams' waits on flags.
+// Counts the host's waits for streams.
 class SyncCountingBackend : public ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
@@ -1103,54 +1103,26 @@ class SyncCountingBackend : public ForwardingBackend {
     ++syncs;
     in_->synchronize_stream(s);
   }
-  void stream_wait_flag(StreamHandle s, const uint32_t* f, uint32_t v) override {
-    ++flag_waits;
-    in_->stream_wait_flag(s, f, v);
-  }
-  int syncs = 0, flag_waits = 0;
+  int syncs = 0;
 };
 
-// From idle: every call is held on every rank's stream by a flag until it is enqueued, then timed
-// on the GPUs; its figure is that GPU time plus one host round trip to a GPU, and the schedule is
-// the one back-to-back calls run. (At 64 MB: the copy engines' rounds; the emulated backend runs
-// the kernels of smaller calls and its reductions on the host.)
-TEST(CollBench, FromIdleHoldsEveryRanksStreamAndAddsOneRoundTrip) {
+// The blocking pace waits for every rank's stream after
+// every timed call; nccl-tests' pace waits once per batch.
+TEST(CollBench, WaitEachWaitsForEveryRanksStreamAfterEveryCall) {
   Topology topo = load_topology_file("h200x4");
   SyncCountingBackend backend(make_emulated_backend(topo));
   auto comm = Comm::create(backend, topo, {0, 1});
-  const int warmup = 1, iters = 3, trials = 1;
-  const size_t kBytes = 64 << 20;
-  for (CollOp op : {CollOp::AllGather, CollOp::AllToAll}) {
-    backend.syncs = backend.flag_waits = 0;
-    CollTiming loose = time_collective(*comm, op, kBytes, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, warmup, iters, trials);
-    const int loose_syncs = backend.syncs, loose_waits = backend.flag_waits;
-    backend.syncs = backend.flag_waits = 0;
-    CollTiming idle = time_collective(*comm, op, kBytes, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, warmup, iters, trials,
-                                      CallPacing::FromIdle);
-    EXPECT_EQ(backend.flag_waits - loose_waits, iters * trials * comm->size()) << coll_op_name(op);
-    // Per call: every rank's stream, then the round trip's; back to back: every rank's per batch.
-    EXPECT_EQ(backend.syncs - loose_syncs, iters * trials * (comm->size() + 1) - trials * comm->size())
-        << coll_op_name(op);
-    EXPECT_GT(idle.gpu_us, 0);
-    EXPECT_GT(idle.round_trip_us, 0);
-    EXPECT_NEAR(idle.us, idle.gpu_us + idle.round_trip_us, 1e-6 * idle.us);
-    EXPECT_EQ(idle.schedule, loose.schedule);  // the same collective, only the timing differs
-    EXPECT_EQ(loose.gpu_us, 0);
-  }
-}
-
-// A call that waits on its host for the GPUs it holds back (the emulated backend's reductions
-// run on the host, after their stream) cannot be timed from idle: an error after the watchdog's
-// patience, not a hang.
-TEST(CollBench, FromIdleRefusesACallThatWaitsOnItsHost) {
-  Topology topo = load_topology_file("h200x4");
-  auto backend = make_emulated_backend(topo);
-  auto comm = Comm::create(*backend, topo, {0, 1});
-  try {
-    time_collective(*comm, CollOp::AllReduce, 4096, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, 1, 1, 1, CallPacing::FromIdle);
-    ADD_FAILURE() << "timed from idle a call that waits on its host";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.status(), GPUSTRIPE_ERR_NOT_SUPPORTED) << e.what();
+  const int warmup = 1, iters = 3, trials = 2;
+  for (CollOp op : {CollOp::AllReduce, CollOp::AllToAll}) {
+    backend.syncs = 0;
+    CollTiming loose = time_collective(*comm, op, 4096, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, warmup, iters, trials);
+    const int loose_syncs = backend.syncs;
+    backend.syncs = 0;
+    CollTiming paced = time_collective(*comm, op, 4096, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, warmup, iters, trials,
+                                       CallPacing::WaitEach);
+    EXPECT_EQ(backend.syncs - loose_syncs, iters * trials * comm->size()) << coll_op_name(op);
+    EXPECT_GT(paced.us, 0);
+    EXPECT_EQ(paced.schedule, loose.schedule);  // the same collective, only the pace differs
   }
 }
 

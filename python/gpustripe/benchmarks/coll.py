@@ -86,9 +86,8 @@ def _progress(row):
 
 # ---------------------------------------------------------------- gpustripe
 
-def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent, method="gpustripe", tuning=None, from_idle=False):
-    """from_idle: each call alone from idle GPUs, its GPU time plus one host round trip (coll_time's from_idle:
-    the least a blocking call of the schedule can take); the rows then carry gpu_us and round_trip_us."""
+def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent, method="gpustripe", tuning=None, wait_each=False):
+    """wait_each: the host waits for each call's end before it issues the next one (blocking calls' pace on one process)."""
     from .. import Comm, Error, coll_time, dtype_size
 
     comm = Comm(ctx, list(range(ranks)), tuning=tuning or {})
@@ -100,14 +99,13 @@ def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent, method="gpustripe
                 continue
             try:
                 t = coll_time(comm, op, size, args.dtype, "sum", args.warmup, args.iters, args.trials,
-                              from_idle=from_idle)
+                              wait_each=wait_each)
             except Error as e:
                 absent.setdefault(f"{method}/{op}/{ranks}", str(e))
                 print(f"  {method} {op} {size}: {e}", file=sys.stderr)
                 continue
             row = _row(op, method, size, t["us"], ranks, schedule=t["schedule"], min_us=t["min_us"],
-                       max_us=t["max_us"], enqueue_us=t["enqueue_us"],
-                       **{k: t[k] for k in ("gpu_us", "round_trip_us") if k in t})
+                       max_us=t["max_us"], enqueue_us=t["enqueue_us"])
             rows.append(row)
             _progress(row)
 

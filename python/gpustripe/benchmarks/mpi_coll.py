@@ -11,11 +11,10 @@ nccl-tests does, and compares in one results file per rank count (and type, othe
   mpi_host_staged  mpi_coll_bench --staged: copy to pinned host memory, the MPI collective, copy
                    back (the GPU-unaware pattern; sizes up to --staged-max, it is slow)
   gpustripe        the native single-process communicator (gpustripe bench coll's method): its host
-                   enqueues the next call while the GPUs run this one. Its rows also carry the
-                   blocking floor (blocking_floor_us, blocking_floor_busbw_gbps): each call of the
-                   same schedule alone from idle GPUs, timed on the GPUs, plus one host-GPU-host
-                   round trip (floor_gpu_us + floor_round_trip_us): the least a blocking call can
-                   take, as it must start its GPUs and see them end (printed as mpi_gpustripe/floor)
+                   enqueues the next call while the GPUs run this one
+  gpustripe_sync   the same communicator with its host waiting for each call's end before the next
+                   call: blocking calls' pace on one process (the tables' mpi_gpustripe/gpustripe_sync),
+                   a reference, not a bound, as that process enqueues every rank's part in turn
   nccl             NCCL through torch.distributed (gpustripe bench coll's method)
 busbw uses nccl-tests' factors. A method that cannot run is reported absent with why.
 --allreduce-dtypes adds MPI_Allreduce rows for each further element type (op "allreduce_<dtype>":
@@ -40,7 +39,7 @@ HELP = ("MPI collectives on device buffers from an unmodified MPI program: the P
 OPS = ("alltoall", "allgather", "reduce_scatter", "allreduce", "bcast")
 MPI_ONLY_OPS = {"reduce_scatter_v": "reduce_scatter"}  # op -> the native / NCCL op it is
 DTYPES = ("float32", "float64", "int32", "int64", "int8", "uint8")
-METHODS = ("mpi_gpustripe", "mpi_gpustripe_nb", "mpi_host_staged", "gpustripe", "nccl")
+METHODS = ("mpi_gpustripe", "mpi_gpustripe_nb", "mpi_host_staged", "gpustripe", "gpustripe_sync", "nccl")
 
 
 def add_arguments(p):
@@ -84,50 +83,17 @@ def _run_rows(cmd: list[str], timeout: int, absent: dict, key: str) -> list[dict
     return rows
 
 
-def _floor_table(rows, n) -> str:
-    """The interposer's blocking calls against the blocking floor, and the floor against native back to back:
-    how much of a blocking call's time is past the least such a call can take."""
-    from .. import results
-
-    native = {(r["op"], r["bytes"]): r for r in rows if r.get("method") == "gpustripe" and "blocking_floor_us" in r}
-    mpi = {(r["op"], r["bytes"]): r for r in rows if r.get("method") == "mpi_gpustripe"}
-    keys = sorted(k for k in native if k in mpi)
-    if not keys:
-        return ""
-    lines = [f"\n[{n} ranks] blocking floor: native schedule from idle GPUs + one host round trip (busbw GB/s)",
-             f"  {'op':>18} {'size':>8} {'mpi_gpustripe':>14} {'floor':>8} {'mpi/floor':>10} {'floor/native':>13}"
-             f" {'gpu_us':>8} {'trip_us':>8}"]
-    for op, size in keys:
-        r, m = native[(op, size)], mpi[(op, size)]
-        fb = r["blocking_floor_busbw_gbps"]
-        lines.append(f"  {op:>18} {results.human_bytes(size):>8} {m['busbw_gbps']:14.1f} {fb:8.1f}"
-                     f" {m['busbw_gbps'] / fb if fb else 0:10.3f} {fb / r['busbw_gbps'] if r['busbw_gbps'] else 0:13.3f}"
-                     f" {r['floor_gpu_us']:8.1f} {r['floor_round_trip_us']:8.1f}")
-    return "\n".join(lines)
-
-
-def _run_native(ctx, n, ops, sizes, cargs, rows, absent, methods, gpus, emulated) -> bool:
-    """The native communicator back to back (gpustripe), its rows carrying the blocking floor (the same
-    schedule's calls from idle GPUs). Returns whether it ran."""
+def _run_native(ctx, n, ops, sizes, cargs, rows, absent, methods, gpus) -> bool:
+    """The native communicator's methods asked for: back to back (gpustripe) and with the host waiting
+    for each call (gpustripe_sync). Returns whether any ran."""
     from . import coll
 
-    if "gpustripe" not in methods or n > gpus:
-        return False
-    mine: list[dict] = []
-    coll._run_gpustripe(ctx, n, ops, sizes, cargs, mine, absent)
-    if emulated:
-        absent["blocking_floor"] = "emulated devices: their kernels run on the host, no GPU time from idle"
-    else:
-        floors: list[dict] = []
-        coll._run_gpustripe(ctx, n, ops, sizes, cargs, floors, absent, method="blocking_floor", from_idle=True)
-        by = {(f["op"], f["bytes"]): f for f in floors}
-        for r in mine:
-            f = by.get((r["op"], r["bytes"]))
-            if f:
-                r.update(blocking_floor_us=f["us"], blocking_floor_busbw_gbps=f["busbw_gbps"],
-                         floor_gpu_us=f["gpu_us"], floor_round_trip_us=f["round_trip_us"])
-    rows += mine
-    return True
+    ran = False
+    for method, wait_each in (("gpustripe", False), ("gpustripe_sync", True)):
+        if method in methods and n <= gpus:
+            coll._run_gpustripe(ctx, n, ops, sizes, cargs, rows, absent, method=method, wait_each=wait_each)
+            ran = True
+    return ran
 
 
 def _allreduce_rows(args, paths, ctx, n, dtype, sizes, common, mem, methods, emulated, gpus, rows, absent):
@@ -147,7 +113,7 @@ def _allreduce_rows(args, paths, ctx, n, dtype, sizes, common, mem, methods, emu
         mine += _run_rows(cmd, args.timeout, absent, f"mpi_gpustripe/{op}/{n}")
     cargs = SimpleNamespace(dtype=dtype, iters=args.iters or 10, trials=args.trials, warmup=args.warmup,
                             timeout=args.timeout)
-    _run_native(ctx, n, ["allreduce"], sizes, cargs, mine, absent, methods, gpus, emulated)
+    _run_native(ctx, n, ["allreduce"], sizes, cargs, mine, absent, methods, gpus)
     if "nccl" in methods and not emulated:
         if "method" in inspect.signature(coll._run_nccl).parameters:
             coll._run_nccl("nccl", n, ["allreduce"], sizes, cargs, mine, absent)
@@ -234,7 +200,7 @@ def run(args) -> int:
                 save()
         cargs = SimpleNamespace(dtype=args.dtype, iters=args.iters or 10, trials=args.trials, warmup=args.warmup,
                                 timeout=args.timeout)
-        if _run_native(ctx, n, native_ops, sizes, cargs, rows, absent, methods, gpus, emulated):
+        if _run_native(ctx, n, native_ops, sizes, cargs, rows, absent, methods, gpus):
             save()
         if "nccl" in methods:
             if emulated:
@@ -251,15 +217,12 @@ def run(args) -> int:
         for op, same in MPI_ONLY_OPS.items():
             if op in ops:
                 rows += [dict(r, op=op, same_as=same) for r in rows
-                         if r["op"] == same and r.get("method") in ("gpustripe", "nccl")]
+                         if r["op"] == same and r.get("method") in ("gpustripe", "gpustripe_sync", "nccl")]
         if not rows:
             continue
         for op in [*ops, *(f"allreduce_{dt}" for dt in per_type)]:
             if any(r["op"] == op for r in rows):
                 print(f"\n[{n} ranks] " + results.ratio_table(rows, op, ours="mpi_gpustripe", value="busbw_gbps"))
-        floor_table = _floor_table(rows, n)
-        if floor_table:
-            print(floor_table)
         nb = [r for r in rows if r.get("method") == "mpi_gpustripe_nb" and "overlap_pct" in r]
         if nb:
             print(f"\n[{n} ranks] nonblocking: the call hidden behind as long a computation (overlap_pct)")
