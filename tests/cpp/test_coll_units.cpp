@@ -1106,8 +1106,8 @@ class SyncCountingBackend : public ForwardingBackend {
   int syncs = 0;
 };
 
-// The blocking pace waits for every rank's stream after
-// every timed call; nccl-tests' pace waits once per batch.
+// The blocking pace waits for every rank's stream after every timed call; nccl-tests' pace waits
+// once per batch.
 TEST(CollBench, WaitEachWaitsForEveryRanksStreamAfterEveryCall) {
   Topology topo = load_topology_file("h200x4");
   SyncCountingBackend backend(make_emulated_backend(topo));

@@ -150,6 +150,7 @@ def test_bench_coll_writes_results(cli, tmp_path):
     ops = {(r["op"], r["method"]) for r in doc["rows"]}
     assert ("allreduce", "gpustripe") in ops and ("alltoall", "gpustripe") in ops
     assert all(r["busbw_gbps"] > 0 and r["bytes"] == 65536 for r in doc["rows"])
+    assert all(r["dtype"] == "float32" for r in doc["rows"])  # rows of one op compare by their type
     assert (tmp_path / files[0].replace(".json", ".png")).exists()
     if gpustripe.Context().emulated:
         # Methods that cannot run are recorded as absent, with the reason, not faked.

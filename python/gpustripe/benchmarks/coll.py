@@ -69,10 +69,11 @@ def _sizes(args) -> list[int]:
     return parse_sizes(args.sizes or ("1M,16M,64M,256M" if args.quick else "1M:1G"))
 
 
-def _row(op, method, nbytes, us, ranks, **extra) -> dict:
+def _row(op, method, nbytes, us, ranks, dtype, **extra) -> dict:
+    """One result row; the element type is part of it, as rows of one op and size compare by their type."""
     gbps = nbytes / (us * 1e3) if us > 0 else 0.0
     row = {"op": op, "method": method, "bytes": int(nbytes), "gbps": gbps, "busbw_gbps": gbps * BUSBW[op](ranks),
-           "us": us, "ranks": ranks}
+           "us": us, "ranks": ranks, "dtype": dtype}
     row.update(extra)
     return row
 
@@ -104,7 +105,7 @@ def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent, method="gpustripe
                 absent.setdefault(f"{method}/{op}/{ranks}", str(e))
                 print(f"  {method} {op} {size}: {e}", file=sys.stderr)
                 continue
-            row = _row(op, method, size, t["us"], ranks, schedule=t["schedule"], min_us=t["min_us"],
+            row = _row(op, method, size, t["us"], ranks, args.dtype, schedule=t["schedule"], min_us=t["min_us"],
                        max_us=t["max_us"], enqueue_us=t["enqueue_us"])
             rows.append(row)
             _progress(row)
@@ -240,7 +241,7 @@ def _run_nccl(ranks, ops, sizes, args, rows, absent):
         with open(out) as f:
             got = json.load(f)
     for r in got["rows"]:
-        row = _row(r["op"], method, r["bytes"], r["us"], ranks, nccl_version=got["nccl"])
+        row = _row(r["op"], method, r["bytes"], r["us"], ranks, args.dtype, nccl_version=got["nccl"])
         rows.append(row)
         _progress(row)
 
@@ -310,7 +311,7 @@ def _run_nccl_ce(ranks, ops, sizes, args, rows, absent):
     if got is None:
         return
     for r in got["rows"]:
-        row = _row(r["op"], method, r["bytes"], r["us"], ranks, note=got["note"], min_us=r["min_us"],
+        row = _row(r["op"], method, r["bytes"], r["us"], ranks, args.dtype, note=got["note"], min_us=r["min_us"],
                    max_us=r["max_us"])
         rows.append(row)
         _progress(row)
@@ -412,7 +413,7 @@ def _run_mpi(ranks, ops, sizes, args, rows, absent):
     if got is None:
         return
     for r in got["rows"]:
-        row = _row(r["op"], "mpi_host_staged", r["bytes"], r["us"], ranks, mpi=got["mpi"])
+        row = _row(r["op"], "mpi_host_staged", r["bytes"], r["us"], ranks, args.dtype, mpi=got["mpi"])
         rows.append(row)
         _progress(row)
 

@@ -166,8 +166,6 @@ def run(args) -> int:
             """Writes the rows so far: a run cut off later (a time limit) still leaves its file."""
             for r in rows:
                 r.setdefault("ranks", n)
-                # The native and NCCL rows too: rows of one op compare by their type.
-                r.setdefault("dtype", args.dtype)
                 r["emulated"] = emulated
             if not rows or args.no_write:
                 return None

@@ -224,7 +224,7 @@ def run(args) -> int:
     rows = []
     for r in got["rows"]:
         extra = {k: r[k] for k in ("native_calls", "host_us", "chose") if k in r}
-        rows.append(_row(r["op"], r["method"], r["bytes"], r["us"], n, nccl_version=got["nccl"],
+        rows.append(_row(r["op"], r["method"], r["bytes"], r["us"], n, args.dtype, nccl_version=got["nccl"],
                          torch_version=got["torch"], **extra))
     for op in ops:
         if any(r["op"] == op for r in rows):
