@@ -279,8 +279,8 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   // Reductions. Per-rank block sizes decide chunking; peers' memory must be mapped to pull.
   // Kernels reading the peers skip the copy engines' per-copy latency and the scratch round
   // trip; two-shot in one kernel per rank has no copies and no waits between GPUs inside the
-  // call. So wherever peers are mapped, kernels do it, up to the copy-engine crossovers of
-  // larger teams (rs_copy_min, ar_copy_min).
+  // call. So wherever peers are mapped, kernels do it, up to the copy-engine crossovers
+  // (rs_copy_min and ar_copy_min over more than 2 GPUs, ar_ce_min_2 on 2).
   const size_t block = bytes / n;
   const bool pull_ok = res.all_peer;
   c.reduce.chunks = chunks_for(block, t);
@@ -304,6 +304,11 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.name = "rs_ag_copy";
     c.why = size + " >= " + format_size(t.ar_copy_min) +
             ": copy engines move the inputs in rounds and gather the reduced blocks";
+  } else if (op == CollOp::AllReduce && pull_ok && n == 2 && bytes >= t.ar_ce_min_2) {
+    c.name = "ce_twoshot";
+    c.why = size + " >= " + format_size(t.ar_ce_min_2) +
+            " (2 GPUs): copy engines move each input's half to its owner in one round, kernels fold it in and "
+            "store the result into both outputs";
   } else if (op == CollOp::AllReduce && pull_ok && bytes <= t.oneshot_max) {
     c.name = "oneshot";
     c.why = size + " <= " + format_size(t.oneshot_max) + ": one kernel per rank reads every input (latency path)";
@@ -333,7 +338,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   // latency per chunk and the last chunk's full reduction after the last copy; whole blocks
   // per round hide the first, halving tail pieces shorten the second.
   const bool rounds = t.rs_order == Tuning::Order::Rounds ||
-                      (t.rs_order == Tuning::Order::Auto && res.all_peer && n > 2);
+                      (t.rs_order == Tuning::Order::Auto && res.all_peer && (n > 2 || c.name == "ce_twoshot"));
   if (copy_engines && rounds && block * static_cast<uint64_t>(std::max(1, n - 1)) <= t.scratch_max) {
     c.reduce.by_round = true;
     c.reduce.tail = t.rs_tail;

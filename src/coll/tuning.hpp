@@ -72,10 +72,15 @@ struct Tuning {
   // rate beats the kernels' loads once whole blocks per round hide the per-copy latency).
   uint64_t ar_copy_min = uint64_t(128) << 20;
   uint64_t rs_copy_min = uint64_t(256) << 20;
+  // Teams of 2 that map each other's memory: smallest allreduce done by ce_twoshot (the copy
+  // engines move each input's half into its owner's scratch in one round, the folds' kernels
+  // store the result into both outputs): from here the copy engines' rate beats the two-shot
+  // kernels' NVLink loads by more than the copies' fixed cost.
+  uint64_t ar_ce_min_2 = uint64_t(256) << 20;
   // How copy-engine reductions order their copies: chunk by chunk (every chunk in all rounds,
   // then the next) or round-major (whole blocks per round, each folded in while the next moves,
   // the last round in pieces halving down to rs_tail, 0: in one piece). Auto: round-major over
-  // more than 2 GPUs that map each other's memory, else chunks.
+  // more than 2 GPUs that map each other's memory and for ce_twoshot on 2 of them, else chunks.
   enum class Order { Auto, Chunks, Rounds };
   Order rs_order = Order::Auto;
   uint64_t rs_tail = uint64_t(8) << 20;

@@ -234,6 +234,30 @@ TEST(CollGpu, ChunkedCopyEngineReductions) {
   }
 }
 
+// A pair's large allreduce on the copy engines (Tuning::ar_ce_min_2, lowered to test sizes):
+// chosen by size, round-major without being asked, exact in place or not, blocking and replayed.
+TEST(CollGpu, PairAllreduceOnCopyEngines) {
+  GS_REQUIRE_GPU(2);
+  Tuning t;
+  t.ar_ce_min_2 = 1 << 20;
+  t.rs_tail = 256 << 10;
+  GpuNode node;
+  auto comm = node.comm(2, t);
+  uint64_t seed = 41;
+  for (DataType dt : {GPUSTRIPE_FLOAT32, GPUSTRIPE_INT64})
+    for (size_t bytes : {size_t(512) << 10, size_t(4) << 20})
+      for (bool in_place : {false, true})
+        for (bool async : {false, true}) {
+          Case c{CollOp::AllReduce, dt, GPUSTRIPE_SUM, bytes / dtype_size(dt) + 3, in_place, 0, async, async ? 3 : 1};
+          ASSERT_EQ(run_case(*comm, c, seed++), 0u) << comm->last_schedule();
+          const std::string s = comm->last_schedule();
+          if (bytes >= t.ar_ce_min_2)
+            EXPECT_TRUE(s.find(" ce_twoshot ") != std::string::npos && s.find("by_round") != std::string::npos) << s;
+          else
+            EXPECT_EQ(s.find("ce_twoshot"), std::string::npos) << s;
+        }
+}
+
 // Round-major copy-engine reductions (Tuning::rs_order) on the GPUs: whole-block
 // rounds folded in by kernels behind flags, the last round in halving pieces (a small tail so
 // that test sizes get several), in place or not, blocking and replayed on streams; reduce-scatter,
@@ -247,11 +271,11 @@ TEST(CollGpu, RoundMajorReductions) {
   for (int n : {2, std::min(4, cuda_device_count())}) {
     auto comm = node.comm(n, t);
     uint64_t seed = 31;
-    for (const char* algo : {"rs_copy", "rs_ag_copy", "reduce_copy"}) {
+    for (const char* algo : {"rs_copy", "rs_ag_copy", "reduce_copy", "ce_twoshot"}) {
       ScopedEnv a("GPUSTRIPE_COLL_ALGO", algo);
-      const CollOp op = std::string(algo) == "rs_copy"      ? CollOp::ReduceScatter
-                        : std::string(algo) == "rs_ag_copy" ? CollOp::AllReduce
-                                                            : CollOp::Reduce;
+      const CollOp op = std::string(algo) == "rs_copy"       ? CollOp::ReduceScatter
+                        : std::string(algo) == "reduce_copy" ? CollOp::Reduce
+                                                             : CollOp::AllReduce;
       // Kept short (the GPU suite's long tests take ~100 s each): bfloat16 on reduce-scatter only.
       for (DataType dt : op == CollOp::ReduceScatter ? std::vector<DataType>{GPUSTRIPE_FLOAT32, GPUSTRIPE_BFLOAT16}
                                                      : std::vector<DataType>{GPUSTRIPE_FLOAT32})

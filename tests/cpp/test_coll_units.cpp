@@ -251,7 +251,26 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
     EXPECT_EQ(ar.name, "rs_ag_copy");
     EXPECT_TRUE(ar.reduce.flags);
     EXPECT_GT(ar.reduce.chunks, 1);
-    EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 256 << 20, 4, t).name, "twoshot");
+    EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 128 << 20, 4, t).name, "twoshot");
+  }
+  {
+    // 2 GPUs that map each other: the copy engines' two-shot from Tuning::ar_ce_min_2,
+    // round-major (one copy per input half), no flags; two-shot kernels below it.
+    Choice ce = choose_schedule(CollOp::AllReduce, h200(2), 256 << 20, 4);
+    EXPECT_EQ(ce.name, "ce_twoshot");
+    EXPECT_TRUE(ce.reduce.by_round && ce.reduce.ag_stores && !ce.reduce.flags && !ce.reduce.pull);
+    EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 128 << 20, 4).name, "twoshot");
+    Tuning lower;
+    lower.ar_ce_min_2 = 32 << 20;
+    EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 32 << 20, 4, lower).name, "ce_twoshot");
+    EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), 16 << 20, 4, lower).name, "twoshot");
+    EXPECT_EQ(choose_schedule(CollOp::AllReduce, r, 64 << 20, 4, lower).name, "twoshot");  // 2 GPUs only
+    Tuning chunks;
+    chunks.rs_order = Tuning::Order::Chunks;
+    EXPECT_FALSE(choose_schedule(CollOp::AllReduce, h200(2), 256 << 20, 4, chunks).reduce.by_round);
+    TeamResources unmapped = h200(2);
+    unmapped.all_peer = false;
+    EXPECT_EQ(choose_schedule(CollOp::AllReduce, unmapped, 256 << 20, 4).name, "rs_ag_copy");
   }
   EXPECT_EQ(choose_schedule(CollOp::ReduceScatter, r, 1 << 20, 4).name, "rs_pull");
   // Kernels reading the peers up to 128M per rank; round-major copy engines into scratch from 256M,
@@ -274,7 +293,7 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   EXPECT_EQ(ar_big.name, "rs_ag_copy");
   EXPECT_TRUE(ar_big.reduce.by_round && ar_big.reduce.gather_whole && ar_big.reduce.flags);
   EXPECT_DOUBLE_EQ(ar_big.reduce.gather_host_share, 0.05);
-  EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), size_t(1) << 30, 4).name, "twoshot");
+  EXPECT_EQ(choose_schedule(CollOp::AllReduce, h200(2), size_t(1) << 30, 4).name, "ce_twoshot");
   {
     // Not where peers are unmapped (the MPI interposer's teams): chunks there, as before.
     TeamResources unmapped = r;
