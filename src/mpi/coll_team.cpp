@@ -161,10 +161,11 @@ CollTeam::CollTeam(Context& ctx, p2p::Endpoint& endpoint, std::unique_ptr<ipc::B
   // slower a third longer, while the pushes stayed near the faster
   // (bench/results/*-mpi-coll-4gpu-allreduce-forms-*, docs/mpi-coll.md). Back-to-back
   // stream-ordered calls (NodeTeam's) keep the rounds, which ran faster there than the pushes.
-  // A pair's copy-engine allreduce (ce_twoshot) is likewise the stream-ordered teams' only.
+  // A pair's copy-engine allreduce (ce_twoshot, one copy per input half) keeps its pace across
+  // processes: host-paced pairs take it as one process does
+  // (bench/results/*-mpi-coll-2gpu-allreduce-ce-*).
   if (host_paced) {
     tuning_.ar_copy_min = std::numeric_limits<uint64_t>::max();
-    tuning_.ar_ce_min_2 = std::numeric_limits<uint64_t>::max();
     tuning_.push_max = std::numeric_limits<uint64_t>::max();
   }
   // Test only (GPUSTRIPE_TEST's coll.NAME items): the MPI test programs reach the schedules'
