@@ -31,15 +31,6 @@ void build_forms(Program& p, const Team& t, const std::vector<char*>& bufs, size
     // storing it into every member, holds them near half that rate). A member's kernel copies
     // share one lane (one copy kernel where they are not fused).
     const int m = static_cast<int>(others.size());
-    if (m == 1 && o.root_store_share > 0) {
-      const int k = others[0];
-      const size_t pushed = std::min(bytes, static_cast<size_t>(static_cast<double>(bytes) * o.root_store_share) / 256 * 256);
-      if (pushed > 0)
-        p.kernel_copy(t.rank[root], kLaneOut, bufs[k], t.dev[k], bufs[root], t.dev[root], pushed);
-      if (pushed < bytes)
-        p.kernel_copy(t.rank[k], kLaneOut, bufs[k] + pushed, t.dev[k], bufs[root] + pushed, t.dev[root], bytes - pushed);
-      return;
-    }
     const size_t piece = ((bytes + m - 1) / m + 255) / 256 * 256;
     for (int q = 0; q < m; ++q) {
       const int k = others[q];

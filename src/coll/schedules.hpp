@@ -151,9 +151,6 @@ struct BcastOpts {
   // carries the message once, as scatter-allgather, with no wait between the two steps).
   // False: copy engines (the forms above).
   bool kernel = false;
-  // Copy kernels on 2 members: the root's own kernel stores this leading fraction (0..1) into
-  // the other member, whose kernel reads the rest.
-  double root_store_share = 0;
   // The tail of the message (this fraction, 0..0.5) goes through pinned host memory beside the
   // form above, which carries the rest: the root copies it D2H into the scratch's host buffer in
   // host_chunks chunks, and every other member copies each chunk H2D once it is there (a wait

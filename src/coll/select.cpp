@@ -242,7 +242,6 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     GS_REQUIRE(c.name != "sm" || res.all_peer, GPUSTRIPE_ERR_NOT_SUPPORTED,
                "schedule sm stores into peers' memory, but not every pair of these GPUs can");
     c.bcast.kernel = c.name == "sm";
-    if (c.bcast.kernel && n == 2) c.bcast.root_store_share = t.bcast_root_store;
     c.bcast.scatter_allgather = c.name == "scatter_ag";
     c.bcast.chain = c.name == "chain";
     c.bcast.chunks = c.bcast.chain ? chunks_for(bytes, t.chain_chunk, 64, 8)

@@ -37,7 +37,6 @@ void Tuning::set(const std::string& name, const std::string& value) {
   else if (name == "bcast_sm_max_2") size(bcast_sm_max_2);
   else if (name == "chain_min") size(chain_min);
   else if (name == "bcast_host_share") fraction(bcast_host_share);
-  else if (name == "bcast_root_store") fraction(bcast_root_store);
   else if (name == "oneshot_max") size(oneshot_max);
   else if (name == "push_min") size(push_min);
   else if (name == "push_max") size(push_max);

@@ -58,8 +58,6 @@ struct Tuning {
   // at every size); negative: automatic -- the planner's host path for the pair where the team
   // asks for it (2 ranks across processes, select.hpp's wants_bcast_host_share), else none.
   double bcast_host_share = -1;
-  // Teams of 2, copy kernels: the fraction the root's kernel stores into the other member.
-  double bcast_root_store = 0;
 
   // --- Reductions ---------------------------------------------------------------------------
   // Largest allreduce per rank done in one step (every rank reduces all inputs: the latency
