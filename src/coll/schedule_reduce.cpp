@@ -212,19 +212,6 @@ std::vector<std::vector<int>> build_reduce_scatter(Program& p, const Team& t, co
   const size_t esz = dtype_size(dt);
   const size_t align = std::max<size_t>(1, kAlignBytes / esz);
   if (o.by_round && !o.pull) return reduce_scatter_by_round(p, t, send, out, b, dt, op, o, scratch, more_out);
-  if (o.push && o.pull && n > 1) {
-    Pushed in = push_inputs(p, t, send, b, dt, op, scratch);
-    std::vector<std::vector<int>> done(1, std::vector<int>(n, -1));
-    for (int j = 0; j < n; ++j) {
-      std::vector<void*> more;
-      if (!more_out.empty())
-        for (char* m : more_out[j])
-          if (m) more.push_back(m);
-      done[0][j] = p.reduce(t.rank[j], o.reduce_lane, out[j], std::move(in.srcs[j]), b.cnt[j], dt, op, in.arrived[j],
-                            std::move(more));
-    }
-    return done;
-  }
   const int chunks = std::max(1, o.chunks);
   const int slots = std::max(1, std::min(o.slots, chunks));
   std::vector<std::vector<int>> done(chunks, std::vector<int>(n, -1));

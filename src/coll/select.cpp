@@ -327,9 +327,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   if (c.name == "oneshot" || c.name == "twoshot" || c.name == "rs_pull") c.reduce.chunks = 1;
   // Pushed inputs pay off for allreduce at push_min..push_max per rank on more than 2 GPUs;
   // above, the per-rank graphs with the pushes' flags fall behind the kernels' loads.
-  if ((n > 2 ? c.name == "twoshot" : t.push_2 && (c.name == "twoshot" || c.name == "rs_pull")) &&
-      bytes >= t.push_min && bytes <= t.push_max)
-    c.reduce.push = true;
+  if (c.name == "twoshot" && n > 2 && bytes >= t.push_min && bytes <= t.push_max) c.reduce.push = true;
   // Copy-engine reductions: their inputs cross NVLink in the alltoall's permutation rounds, so
   // they take, like it, flags for their waits between GPUs.
   c.reduce.ag_stores = c.name == "ce_twoshot";

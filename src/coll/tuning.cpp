@@ -40,7 +40,6 @@ void Tuning::set(const std::string& name, const std::string& value) {
   else if (name == "oneshot_max") size(oneshot_max);
   else if (name == "push_min") size(push_min);
   else if (name == "push_max") size(push_max);
-  else if (name == "push_2") push_2 = parse_bool(value, what);
   else if (name == "ar_copy_min") size(ar_copy_min);
   else if (name == "rs_copy_min") size(rs_copy_min);
   else if (name == "ar_ce_min_2") size(ar_ce_min_2);

@@ -67,8 +67,6 @@ struct Tuning {
   // pushed by their owners' kernels into scratch first (only stores cross NVLink).
   uint64_t push_min = uint64_t(32) << 20;
   uint64_t push_max = uint64_t(64) << 20;
-  // Teams of 2: two-shot allreduce and the kernels' reduce-scatter with pushed inputs too.
-  bool push_2 = false;
   // Over more than 2 GPUs that map each other's memory: smallest allreduce done by rs_ag_copy
   // and smallest reduce-scatter done by rs_copy (copy engines move the inputs in rounds; their
   // rate beats the kernels' loads once whole blocks per round hide the per-copy latency).
