@@ -234,8 +234,9 @@ TEST(CollGpu, ChunkedCopyEngineReductions) {
   }
 }
 
-// A pair's large allreduce on the copy engines (Tuning::ar_ce_min_2, lowered to test sizes):
-// chosen by size, round-major without being asked, exact in place or not, blocking and replayed.
+// A pair's large allreduce on the copy engines (Tuning::ar_ce_min_2, lowered to test sizes, then
+// at the default): chosen by size, round-major without being asked, exact in place or not,
+// blocking and replayed.
 TEST(CollGpu, PairAllreduceOnCopyEngines) {
   GS_REQUIRE_GPU(2);
   Tuning t;
@@ -256,6 +257,13 @@ TEST(CollGpu, PairAllreduceOnCopyEngines) {
           else
             EXPECT_EQ(s.find("ce_twoshot"), std::string::npos) << s;
         }
+  // At the default crossover, at its real size: blocking, then replayed on streams.
+  auto real = node.comm(2);
+  for (bool async : {false, true}) {
+    Case c{CollOp::AllReduce, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM, (size_t(256) << 20) / 4 + 5, false, 0, async, 2};
+    ASSERT_EQ(run_case(*real, c, 43), 0u) << real->last_schedule();
+    EXPECT_NE(real->last_schedule().find(" ce_twoshot "), std::string::npos) << real->last_schedule();
+  }
 }
 
 // Round-major copy-engine reductions (Tuning::rs_order) on the GPUs: whole-block
