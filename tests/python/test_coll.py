@@ -54,7 +54,13 @@ def test_tuning_moves_a_crossover_and_is_checked(ctx):
         comm.allreduce(send, recv, count=n, dtype="float64")
         assert f" {schedule}:" in comm.last_schedule, comm.last_schedule
         np.testing.assert_array_equal(_download(ctx, recv[1], 1, n, np.float64), np.full(n, 3.0))
-    for bad in ({"chunks": "8K"}, {"chunk": "lots"}, {"chunk": "0"}):
+    # A pair's copy-engine allreduce from Tuning::ar_ce_min_2, round-major without being asked.
+    comm = gpustripe.Comm(ctx, [0, 1], tuning={"ar_ce_min_2": "4K", "rs_tail": "1K"})
+    comm.allreduce(send, recv, count=n, dtype="float64")
+    assert " ce_twoshot " in comm.last_schedule and "by_round" in comm.last_schedule, comm.last_schedule
+    for r in range(2):
+        np.testing.assert_array_equal(_download(ctx, recv[r], r, n, np.float64), np.full(n, 3.0))
+    for bad in ({"chunks": "8K"}, {"chunk": "lots"}, {"chunk": "0"}, {"ar_ce_min_2": "big"}):
         with pytest.raises(gpustripe.Error):
             gpustripe.Comm(ctx, [0, 1], tuning=bad)
     for p in send + recv:
