@@ -338,7 +338,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   // latency per chunk and the last chunk's full reduction after the last copy; whole blocks
   // per round hide the first, halving tail pieces shorten the second.
   const bool rounds = t.rs_order == Tuning::Order::Rounds ||
-                      (t.rs_order == Tuning::Order::Auto && res.all_peer && (n > 2 || c.name == "ce_twoshot"));
+                      (t.rs_order == Tuning::Order::Auto && res.all_peer);
   if (copy_engines && rounds && block * static_cast<uint64_t>(std::max(1, n - 1)) <= t.scratch_max) {
     c.reduce.by_round = true;
     c.reduce.tail = t.rs_tail;

@@ -79,8 +79,8 @@ struct Tuning {
   uint64_t ar_ce_min_2 = uint64_t(256) << 20;
   // How copy-engine reductions order their copies: chunk by chunk (every chunk in all rounds,
   // then the next) or round-major (whole blocks per round, each folded in while the next moves,
-  // the last round in pieces halving down to rs_tail, 0: in one piece). Auto: round-major over
-  // more than 2 GPUs that map each other's memory and for ce_twoshot on 2 of them, else chunks.
+  // the last round in pieces halving down to rs_tail, 0: in one piece). Auto: round-major where
+  // the GPUs map each other's memory, else chunks.
   enum class Order { Auto, Chunks, Rounds };
   Order rs_order = Order::Auto;
   uint64_t rs_tail = uint64_t(8) << 20;
