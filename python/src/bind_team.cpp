@@ -132,6 +132,7 @@ void bind_team(nb::module_& m) {
             d["calls"] = p.calls;
             d["ordered"] = p.ordered;
             d["built"] = p.built;
+            d["staged"] = p.staged;
             d["lookup"] = p.lookup;
             d["prepare"] = p.prepare;
             d["exchange"] = p.exchange;
@@ -145,7 +146,8 @@ void bind_team(nb::module_& m) {
           "Host time per call by phase, us (means over the calls with a known program since the last reset): "
           "lookup (the buffers' devices, the call's description; calls not queued only), prepare, exchange (handles; the entry barrier), map (+program), enqueue, drain (waiting for the GPUs), "
           "barrier (the hosts' barriers: a stream-ordered call the hosts order after all); calls, and of them "
-          "ordered (enqueued stream-ordered) and built (their Program built anew, not found in the team's cache)")
+          "ordered (enqueued stream-ordered), staged (through the team's staging slots: no exchange) and built (their "
+          "Program built anew, not found in the team's cache)")
       .def(
           "stream", [](NodeTeam& t, int dev) { return reinterpret_cast<uintptr_t>(t.stream(dev)); },
           nb::arg("device"),

@@ -39,6 +39,35 @@ struct ExchangeOpts {
   int host_chunks = 4;       // pipeline depth of the host path (D2H of chunk c+1 beside H2D of chunk c)
 };
 
+// A collective staged through slots its team mapped once: every rank copies its input into its
+// own slot, the ranks' GPUs meet (a Barrier op), and each rank reads the peers' slots into its own
+// buffers. A call needs no rank's buffers but its own, so the ranks' hosts need not meet to make
+// it (mpi/coll_team.hpp's staged calls). The builders append rank `me`'s ops only; the slots are
+// reused by the next call once every rank is past this one (the runner's exit barrier).
+struct Staged {
+  int me = 0, n = 0;
+  int dev = 0;                 // the slots' GPU: this rank's copies and kernels run there
+  std::vector<char*> slots;    // every rank's slot as this process addresses it (slots[me]: its own)
+  std::vector<int> slot_dev;   // the GPU of each rank's slot
+  size_t slot_bytes = 0;
+  // Where this rank's send and recv lie (a GPU, or kHostDevice).
+  int send_dev = 0, recv_dev = 0;
+  // Whether this rank's send and recv are memory of `dev` its kernels may read and write
+  // (else the input is read from the slot and a reduction's result goes through `temp`, a
+  // device buffer of `dev`, and is copied out: host buffers, buffers overlapping oddly).
+  bool direct = true;
+  char* temp = nullptr;
+};
+// recv = op over ranks of send (count elements; in place when send == recv): one kernel per rank
+// reads every slot (the peers' over NVLink).
+void build_staged_allreduce(Program& p, const Staged& s, const char* send, char* recv, size_t count, DataType dt,
+                            RedOp op);
+// recv (count elements) = op over ranks of block `me` of send (n blocks of count elements).
+void build_staged_reduce_scatter(Program& p, const Staged& s, const char* send, char* recv, size_t count, DataType dt,
+                                 RedOp op);
+// Block r of recv = rank r's send (block bytes), pulled from the peers' slots by copy engines.
+void build_staged_allgather(Program& p, const Staged& s, const char* send, char* recv, size_t block);
+
 // Alltoall: block j of send[i] -> block i of recv[j]; blocks of `block` bytes. Not in place
 // (the communicator copies in-place input aside first).
 void build_alltoall(Program& p, const Team& t, const std::vector<const char*>& send, const std::vector<char*>& recv,

@@ -91,6 +91,14 @@ struct Tuning {
   // memory beside NVLink (0..0.5).
   double gather_host_share = 0.05;
 
+  // --- Staged calls -------------------------------------------------------------------------
+  // Cross-process teams whose calls are stream-ordered (mpi/coll_team.hpp; the PyTorch
+  // backend's): the largest allreduce, reduce-scatter input or allgather block per rank staged
+  // through slots the team mapped once (schedules.hpp's Staged), so that no call waits for the
+  // other ranks' hosts to meet it; each rank's slot is this big. Above, the call's own schedule
+  // after the hosts' meeting. 0: no staging.
+  uint64_t staged_max = uint64_t(32) << 20;
+
   // --- Replay -------------------------------------------------------------------------------
   // Repeated calls (same buffers, size, type) replayed as CUDA graphs (CUDA backend).
   bool graphs = true;

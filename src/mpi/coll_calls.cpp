@@ -53,6 +53,10 @@ void allreduce_call(CollCall& c, const void* send, void* recv, size_t count, col
     // No socket groups across processes (coll_team.cpp): never "hier".
     coll::build_allreduce(p, t, ch.name, {}, in(s), r, count, dt, op, ch.reduce, sc);
   };
+  c.staged_bytes = c.bytes;
+  c.staged = [send, recv, count, dt, op](coll::Program& p, const coll::Staged& s) {
+    coll::build_staged_allreduce(p, s, static_cast<const char*>(send), static_cast<char*>(recv), count, dt, op);
+  };
 }
 
 void reduce_scatter_call(CollCall& c, int n, const void* send, void* recv, size_t count, coll::DataType dt,
@@ -67,6 +71,10 @@ void reduce_scatter_call(CollCall& c, int n, const void* send, void* recv, size_
   c.build = [count, n, dt, op](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
                                const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
     coll::build_reduce_scatter(p, t, in(s), r, coll::equal_blocks(count, n), dt, op, ch.reduce, sc);
+  };
+  c.staged_bytes = c.bytes;
+  c.staged = [send, recv, count, dt, op](coll::Program& p, const coll::Staged& s) {
+    coll::build_staged_reduce_scatter(p, s, static_cast<const char*>(send), static_cast<char*>(recv), count, dt, op);
   };
 }
 
@@ -95,6 +103,10 @@ void allgather_call(CollCall& c, int n, const void* send, void* recv, size_t blo
   c.build = [block](coll::Program& p, const coll::Team& t, const std::vector<char*>& s, const std::vector<char*>& r,
                     coll::Scratch& sc, const coll::Choice& ch) {
     coll::build_allgather(p, t, in(s), r, block, ch.exchange, sc);
+  };
+  c.staged_bytes = block;
+  c.staged = [send, recv, block](coll::Program& p, const coll::Staged& s) {
+    coll::build_staged_allgather(p, s, static_cast<const char*>(send), static_cast<char*>(recv), block);
   };
 }
 

@@ -31,12 +31,14 @@ constexpr int kOrderedRole = -2000;  // the origin lane of stream-ordered runs
 
 StreamHandle SliceRunner::origin_stream(int device) { return lane(device, kOrderedRole).stream(); }
 
-void SliceRunner::follow_tail(OrderedEvents& ev, int device, StreamHandle s) {
+void SliceRunner::follow_tail(OrderedEvents& ev, int device, StreamHandle s, bool every_rank) {
   if (!ev.tail || ev.tail == s) return;
   if (ev.tail_is_caller) {
     // This rank's part of it done (its exit barrier's write): the next run's entry barrier then
-    // waits for the others' exits by itself.
-    backend_.stream_wait_flag(s, dev_flags_ + TeamFlags::kBarrierWord + rank_, ev.tail_count);
+    // waits for the others' exits by itself; without one, s waits for them here.
+    for (int r = 0; r < nranks_; ++r)
+      if (every_rank || r == rank_)
+        backend_.stream_wait_flag(s, dev_flags_ + TeamFlags::kBarrierWord + r, ev.tail_count);
     return;
   }
   backend_.record_event(ev.last, origin_stream(device));
@@ -65,7 +67,7 @@ void SliceRunner::gpu_barrier(StreamHandle s) {
 }
 
 void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandle after,
-                              const coll::CrossSlots* given, EventHandle after_event, bool on_after) {
+                              const coll::CrossSlots* given, EventHandle after_event, bool on_after, bool entry) {
   coll::CrossSlots computed;
   if (!given) computed = coll::cross_slots(prog);
   const coll::CrossSlots& slots = given ? *given : computed;
@@ -101,8 +103,9 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
     backend_.wait_event(o, after_event);
   }
   // The caller's stream, where the latest run was, is waited for already.
-  if (!(after && ev.tail == after)) follow_tail(ev, device, o);
-  gpu_barrier(o);  // entry: every rank's buffers are ready
+  // (The tail's event, or s itself, covers its exit barrier's waits: every rank's exit.)
+  if (!(after && ev.tail == after)) follow_tail(ev, device, o, !entry);
+  if (entry) gpu_barrier(o);  // every rank's buffers are ready
   // Segments between Barrier ops, as run() does, with the GPUs' barrier for the hosts'.
   const auto& ops = prog.ops();
   size_t begin = 0;

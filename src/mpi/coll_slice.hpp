@@ -104,8 +104,12 @@ class SliceRunner {
   // their count, both only grow): a run's waits cannot be met by an earlier run's writes.
   // `after`: the caller's stream; or null, and `after_event` recorded on it at the point the run
   // starts after (a caller on another thread than the one that enqueues: CallQueue).
+  // `entry`: false for a program whose ops touch no rank's buffers that a peer may still be
+  // producing or using (a staged call's: each rank writes only its own buffers and slot, which the
+  // run before it let go at its exit): no entry barrier, the run starts once the one before it
+  // has ended on every rank.
   void run_ordered(const coll::Program& prog, int device, StreamHandle after, const coll::CrossSlots* slots = nullptr,
-                   EventHandle after_event = nullptr, bool on_after = false);
+                   EventHandle after_event = nullptr, bool on_after = false, bool entry = true);
   // Work enqueued on `s` (a stream of `device`) from now on runs after every stream-ordered run
   // enqueued on `device` so far: a caller that wants the results on its own stream, with no
   // host wait (nothing where the latest run ran on s itself; else an event of the stream it
@@ -233,7 +237,8 @@ class SliceRunner {
   std::map<std::pair<int, StreamHandle>, std::unique_ptr<Lane>> caller_lanes_;
   // Orders `s` (about to take a run of `device`) after the device's latest run, where that ran
   // on another stream.
-  void follow_tail(OrderedEvents& ev, int device, StreamHandle s);
+  // every_rank: the run after it has no entry barrier, so s waits for every rank's exit.
+  void follow_tail(OrderedEvents& ev, int device, StreamHandle s, bool every_rank);
   // Whether every rank's barrier word has reached the exit of the device's latest run (on a
   // caller's stream): every rank's part of it is done.
   bool tail_done(const OrderedEvents& ev) const;

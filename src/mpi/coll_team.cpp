@@ -288,7 +288,8 @@ CollTeam::~CollTeam() {
   } catch (const Error& e) {
     GS_LOG_WARN(Subsys::Mpi, "closing the collectives of rank %d: %s", rank_, e.what());
   }
-  staging_.reset();  // no stream of this rank uses it any more
+  close_staging();   // no stream of this rank uses the slots any more
+  staging_.reset();  // nor the shared host staging
   runner_.reset();
   for (Owned* b : {&scratch_, &temp_}) {
     if (!b->p) continue;
@@ -305,6 +306,7 @@ CollTeam::PhaseTimes CollTeam::phase_times(bool reset) {
   t.calls = times_.calls;
   t.ordered = times_.ordered;
   t.built = times_.built;
+  t.staged = times_.staged;
   if (times_.calls) {
     const double c = static_cast<double>(times_.calls);
     const double drain = runner_->drain_us() - times_.drain0, barrier = runner_->barrier_us() - times_.barrier0;
@@ -532,6 +534,7 @@ bool CollTeam::run(const CollCall& call) {
     return served;
   }
   try {
+    if (run_staged(call)) return true;
     Entry e;
     enter(call, e);
     auto collected = [&] { return runner_->collect(e.posted, sizeof(RankInfo), e.all.data()); };

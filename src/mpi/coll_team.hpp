@@ -20,6 +20,7 @@
 // The team needs no MPI: the processes find each other through an ipc::Bootstrap (the
 // interposer's over PMPI, mpi_bootstrap.hpp; the PyTorch backend's over its store).
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -65,6 +66,12 @@ struct CollCall {
   std::function<void(coll::Program&, const coll::Team&, const std::vector<char*>& send, const std::vector<char*>& recv,
                      coll::Scratch&, const coll::Choice&)>
       build;
+  // The call's form through the team's staging slots (coll::Staged: CollTeam's staged calls),
+  // which needs no meeting of the hosts; empty where the op has none. staged_bytes: what each
+  // rank copies into its slot. Set whatever this rank's buffers are (every rank must know alike
+  // whether a call is staged: a staged call never declines, it copies odd buffers through the slot).
+  std::function<void(coll::Program&, const coll::Staged&)> staged;
+  size_t staged_bytes = 0;
   // Everything `build` captures (counts, type, op, root, in place), so that a repeated call
   // reuses its schedule choice, scratch size and, over the same pointers, its Program.
   // Empty: nothing is reused.
@@ -165,6 +172,13 @@ class CollTeam {
   bool run(const CollCall& call);
   // Returns once every stream-ordered call made so far is done on this rank's GPUs.
   void settle();
+  // Whether `call` runs staged (coll::Staged): stream-ordered, with a staged form of at most
+  // Tuning::staged_max bytes, on a team whose staging is not off. The same answer on every rank for
+  // the same call: it looks at nothing of this rank's buffers (a staged call never declines; odd
+  // buffers go through the slot). Safe from another thread than the one making calls.
+  bool stageable(const CollCall& call) const;
+  // The GPU of this rank's staging slot (-1 before the team's first staged call, or without one).
+  int staging_device() const { return stage_dev_; }
   // Whether calls with a stream can be enqueued stream-ordered here (the backend has stream flags).
   bool stream_flags() const { return runner_->stream_flags(); }
   // Work enqueued on `s` (a stream of `device`) from now on sees the results of every call made
@@ -174,6 +188,7 @@ class CollTeam {
   // the last reset; `calls`: how many): the phases the team logs at debug level when it ends.
   struct PhaseTimes {
     uint64_t calls = 0, ordered = 0;  // ordered: of them, enqueued stream-ordered
+    uint64_t staged = 0;              // of them, staged (no exchange: its phases are lookup, map, enqueue)
     uint64_t built = 0;               // of them, those whose Program was built anew (not cached)
     double lookup = 0, prepare = 0, exchange = 0, map = 0, enqueue = 0, drain = 0, barrier = 0;
   };
@@ -312,10 +327,23 @@ class CollTeam {
   // The bytes of `m` this rank posts in the entry exchange.
   static size_t message_bytes(const RankInfo& m);
   struct Times {  // host time of the calls served with a cached Program (us, summed)
-    uint64_t calls = 0, ordered = 0, built = 0;
+    uint64_t calls = 0, ordered = 0, built = 0, staged = 0;
     double lookup = 0, prepare = 0, exchange = 0, map = 0, run = 0;
     double drain0 = 0, barrier0 = 0;  // the runner's totals when these were last reset
   } times_;
+  // Staged calls (coll::Staged). The slots are set up at the team's first stageable call, on
+  // every rank at once (an exchange of their handles); off for good where some rank cannot
+  // (its first such call's buffers on no GPU, no memory, GPUs that do not map each other).
+  enum StageState : int { kStageUnset, kStageOn, kStageOff };
+  std::atomic<int> stage_state_{kStageUnset};
+  Owned stage_;                    // this rank's slot
+  std::vector<char*> stage_slots_; // every rank's, as this process addresses them (mapped once)
+  std::vector<int> stage_devs_;
+  int stage_dev_ = -1;
+  std::map<std::string, Cached> staged_programs_;  // by shape and this rank's pointers
+  void setup_staging(const CollCall& call);
+  bool run_staged(const CollCall& call);
+  void close_staging();
   // The other ranks' allocations (handles) mapped here by earlier calls: a call naming only
   // these maps nothing new, so no mapping a stream-ordered call may still use is closed.
   std::set<std::string> mapped_sets_;

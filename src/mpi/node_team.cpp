@@ -217,6 +217,8 @@ bool NodeTeam::submit(CollCall& c, bool queued, bool joined) {
   GS_REQUIRE(!(queued && joined), GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "%s: a call is either queued (its end on the team's stream) or joined (run on the caller's stream)",
              c.name);
+  // A staged call meets no other rank's host: the caller's thread enqueues it, no worker between.
+  if (queued && c.stream && team_->stageable(c)) queued = false;
   if (!queued || !c.stream || !team_->stream_flags()) {
     queue_->drain(c.name);  // the calls queued before it come first, on every rank
     std::lock_guard<std::mutex> lock(team_mu_);
@@ -224,12 +226,14 @@ bool NodeTeam::submit(CollCall& c, bool queued, bool joined) {
     c.on_stream = joined;
     const bool served = team_->run(c);
     if (!served) return false;
+    // A staged call of buffers on no one GPU ran on the slots' GPU.
+    const int dev = c.device >= 0 ? c.device : team_->staging_device();
     // The ends' stream follows the team's: now, or for a joined call once it is next asked for
     // (a blocking caller's steady state enqueues nothing there).
     if (joined)
-      ends(c.device).behind = true;
+      ends(dev).behind = true;
     else
-      team_->join_calls(c.device, ends(c.device).stream);
+      team_->join_calls(dev, ends(dev).stream);
     return true;
   }
   queue_->check();  // a queued call that failed: raised at the caller's next call
@@ -300,7 +304,7 @@ bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataT
   const size_t bytes = ok_types ? count * coll::dtype_size(dt) : 0;
   c.device = ok_types ? device_of(c, {send, recv}) : -1;
   c.eligible = c.device >= 0 && count > 0 && (send == recv || disjoint(send, bytes, recv, bytes));
-  if (c.eligible) allreduce_call(c, send, recv, count, dt, op);
+  if (ok_types && count > 0) allreduce_call(c, send, recv, count, dt, op);  // staged whatever the buffers
   return submit(c, queued, joined);
 }
 
@@ -312,7 +316,7 @@ bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::
   const bool in_place = static_cast<const char*>(send) + rank() * block == recv;
   c.device = ok_types ? device_of(c, {send, recv}) : -1;
   c.eligible = c.device >= 0 && count > 0 && (in_place || disjoint(send, block * n, recv, block));
-  if (c.eligible) reduce_scatter_call(c, n, send, recv, count, dt, op);
+  if (ok_types && count > 0) reduce_scatter_call(c, n, send, recv, count, dt, op);
   return submit(c, queued, joined);
 }
 
@@ -322,7 +326,7 @@ bool NodeTeam::allgather(const void* send, void* recv, size_t block, StreamHandl
   const bool in_place = static_cast<char*>(recv) + rank() * block == send;
   c.device = device_of(c, {send, recv});
   c.eligible = c.device >= 0 && block > 0 && (in_place || disjoint(send, block, recv, total));
-  if (c.eligible) allgather_call(c, size(), send, recv, block);
+  if (block > 0) allgather_call(c, size(), send, recv, block);
   return submit(c, queued, joined);
 }
 

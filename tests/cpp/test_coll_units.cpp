@@ -917,6 +917,92 @@ TEST(CollSchedules, TwoshotIsOneKernelPerRankOverItsBlock) {
   EXPECT_EQ(split_per_rank(p)[0].size(), 1u);
 }
 
+// Staged calls: this rank's ops only, its input into its own slot before the GPUs' barrier, and
+// after it reads of every rank's slot in rank order (the same sum on every rank); buffers the
+// kernels may not use directly are read from the slot and written through the temporary buffer.
+TEST(CollSchedules, StagedCallsCopyIntoTheSlotThenReadEveryRanksSlot) {
+  const int n = 3, me = 1;
+  auto slot = fake(n, 1 << 20);
+  Staged s;
+  s.me = me;
+  s.n = n;
+  s.dev = 1;
+  s.slots = slot;
+  s.slot_dev = {0, 1, 2};
+  s.slot_bytes = 1 << 20;
+  s.send_dev = s.recv_dev = 1;
+  auto mine = fake(2, 1 << 22);  // this rank's send and recv
+  const size_t count = 1000;
+  auto phases = [](const Program& p) {
+    size_t barrier = p.size();
+    for (size_t i = 0; i < p.size(); ++i)
+      if (p.ops()[i].kind == Op::Barrier) barrier = std::min(barrier, i);
+    return barrier;
+  };
+  {
+    Program p(n);
+    build_staged_allreduce(p, s, mine[0], mine[1], count, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    const size_t b = phases(p);
+    ASSERT_EQ(b, 1u);
+    ASSERT_EQ(p.size(), 3u);
+    EXPECT_EQ(p.ops()[0].kind, Op::Copy);
+    EXPECT_TRUE(p.ops()[0].by_kernel);  // device memory: the SMs copy it
+    EXPECT_EQ(p.ops()[0].dst, slot[me]);
+    EXPECT_EQ(p.ops()[0].src, mine[0]);
+    const Op& red = p.ops()[2];
+    EXPECT_EQ(red.kind, Op::Reduce);
+    EXPECT_EQ(red.rank, me);
+    EXPECT_EQ(red.dst, mine[1]);
+    EXPECT_EQ(red.srcs, (std::vector<const void*>{slot[0], mine[0], slot[2]}));
+  }
+  {
+    Program p(n);
+    build_staged_reduce_scatter(p, s, mine[0], mine[1], count, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    ASSERT_EQ(p.size(), 3u);
+    EXPECT_EQ(p.ops()[0].bytes, 3 * count * 4);
+    const size_t at = me * count * 4;
+    EXPECT_EQ(p.ops()[2].srcs, (std::vector<const void*>{slot[0] + at, mine[0] + at, slot[2] + at}));
+  }
+  {
+    Program p(n);
+    build_staged_allgather(p, s, mine[0], mine[1], count);
+    const size_t b = phases(p);
+    ASSERT_EQ(b, 2u);  // the slot's copy and its own block's, then the barrier
+    std::set<const void*> pulled;
+    for (size_t i = b + 1; i < p.size(); ++i) {
+      const Op& op = p.ops()[i];
+      EXPECT_EQ(op.rank, me);
+      EXPECT_EQ(op.src, slot[(static_cast<const char*>(op.dst) - mine[1]) / count]);
+      EXPECT_EQ(op.src_dev, s.slot_dev[(static_cast<const char*>(op.dst) - mine[1]) / count]);
+      pulled.insert(op.src);
+    }
+    EXPECT_EQ(pulled, (std::set<const void*>{slot[0], slot[2]}));
+  }
+  {
+    // Host buffers: the input through the slot, the result through temp and copied out.
+    Staged h = s;
+    h.direct = false;
+    h.send_dev = h.recv_dev = kHostDevice;
+    h.temp = mine[0] + (1 << 21);
+    Program p(n);
+    build_staged_allreduce(p, h, mine[0], mine[1], count, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    ASSERT_EQ(p.size(), 4u);
+    EXPECT_EQ(p.ops()[0].src_dev, kHostDevice);
+    EXPECT_FALSE(p.ops()[0].by_kernel);  // host memory: a copy engine
+    EXPECT_EQ(p.ops()[2].srcs, (std::vector<const void*>{slot[0], slot[1], slot[2]}));
+    EXPECT_EQ(p.ops()[2].dst, h.temp);
+    EXPECT_EQ(p.ops()[3].dst, mine[1]);
+    EXPECT_EQ(p.ops()[3].dst_dev, kHostDevice);
+    EXPECT_EQ(p.ops()[3].deps, (std::vector<int>{2}));
+  }
+  {
+    // A call larger than the slots is a bug of the caller's.
+    Program p(n);
+    EXPECT_THROW(build_staged_allreduce(p, s, mine[0], mine[1], (1 << 20) / 4 + 1, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM),
+                 Error);
+  }
+}
+
 // Per-rank graphs under the GPUs' barrier: a broadcast's forwards wait on flags that the
 // root's copies set; every wait has its signal, right after the op it stands for.
 TEST(CollSchedules, PerRankSplitTurnsCrossRankWaitsIntoFlags) {

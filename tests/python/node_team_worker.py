@@ -3,6 +3,7 @@ every collective on device buffers of device `rank` and checks the results again
 Prints one line `NODETEAM {json}`. Run by test_node_team.py, one process per rank; a 4th
 argument `ordered` gives every call a stream (stream-ordered calls)."""
 import json
+import os
 import sys
 
 import numpy as np
@@ -202,13 +203,22 @@ def main() -> None:
     times = team.phase_times()
     checks.append({"op": "calls stream-ordered as asked", "served": True,
                    "ok": (times["ordered"] == times["calls"] > 0) if ordered else times["ordered"] == 0, "times": times})
-    # A host buffer on one rank: every rank is told to run it another way, nothing done.
+    # Stream-ordered allreduce, reduce-scatter and allgather calls go through the team's staging
+    # slots (no exchange) unless the test turned staging off.
+    staged = ordered and "staged_max=0" not in os.environ.get("GPUSTRIPE_TEST", "")
+    checks.append({"op": "stream-ordered calls staged", "served": True,
+                   "ok": (times["staged"] > 0) == staged and times["staged"] < times["calls"], "times": times})
+    # A host buffer on one rank: a staged call copies it through the slot; else every rank is told
+    # to run it another way, nothing done.
     salt += 1
     host = np.ones(16, np.float32)
     s = put(host) if rank != 0 else host.ctypes.data
     r = dbuf(64)
     served = team.allreduce(s, r, 16, "float32", "sum")
-    checks.append({"op": "host buffer declined", "ok": not served, "served": bool(served)})
+    if staged:
+        check("host buffer staged", served, lambda: get(r, 16, "float32"), np.full(16, size, np.float32))
+    else:
+        checks.append({"op": "host buffer declined", "ok": not served, "served": bool(served)})
     for p in held:
         ctx.free_device(p)
     print("NODETEAM " + json.dumps({"rank": rank, "checks": checks}), flush=True)

@@ -12,7 +12,9 @@ WORKER = os.path.join(os.path.dirname(__file__), "node_team_queue_worker.py")
 
 
 def run(tmp_path, scenario: str, size: int = 2, timeout_s: str = "20") -> list[dict]:
-    env = dict(os.environ, GPUSTRIPE_TIMEOUT=timeout_s, PYTHONUNBUFFERED="1")
+    # Staging off: a staged call is never queued (it meets no other rank's host; the team's first
+    # one sets the slots up with the others), and these are the queue's semantics.
+    env = dict(os.environ, GPUSTRIPE_TIMEOUT=timeout_s, PYTHONUNBUFFERED="1", GPUSTRIPE_TEST="coll.staged_max=0")
     by_rank = {}
     for text in run_ranks(WORKER, str(tmp_path / "store"), size, [scenario], env, 90):
         got = reports(text, "QUEUE ")

@@ -94,6 +94,7 @@ def async_ends(pg, nccl, data, check, checks) -> None:
     team = pg._team_obj
     before = team.marks_stats()["events_created"]
     queued_before, ready_before = team.queue_stats()["queued"], team.queue_stats()["events_created"]
+    staged_before = team.phase_times()["staged"]
     got = []
     torch.cuda.Event = CountedEvent
     try:
@@ -112,9 +113,13 @@ def async_ends(pg, nccl, data, check, checks) -> None:
     check("async native calls, tensors dropped after wait", got, want, 1e-4)
     checks.append({"check": "async native calls: no torch event of the backend's", "ok": made[0] == 0})
     created = team.marks_stats()["events_created"] - before
-    checks.append({"check": f"async native calls: end events reused ({created} made for 40 calls)", "ok": created < 20})
+    # staged calls reach the GPUs faster than their marks pass: fewer made than calls, not far fewer
+    checks.append({"check": f"async native calls: end events reused ({created} made for 40 calls)", "ok": created <= 30})
     queued = team.queue_stats()["queued"] - queued_before
-    checks.append({"check": f"async native calls: through the team's worker ({queued} of 40 queued)", "ok": queued == 40})
+    staged = team.phase_times()["staged"] - staged_before
+    # 1 MiB each: staged through the team's slots on the caller's thread (no meeting for the worker)
+    checks.append({"check": f"async native calls: staged, none through the team's worker ({staged} staged, {queued} "
+                   "queued of 40)", "ok": staged == 40 and queued == 0})
     ready = team.queue_stats()["events_created"] - ready_before
     checks.append({"check": f"async native calls: start events reused ({ready} made for 40 calls)", "ok": ready < 20})
     a = data((1 << 20,), torch.float32, 240)

@@ -1,0 +1,185 @@
+// CollTeam's staged calls (coll::Staged): a stream-ordered call copies its input into this rank's
+// slot, which every rank mapped at the team's first such call, so no rank needs to learn another's
+// buffers of the call and the hosts do not meet: the caller's thread enqueues the call at once,
+// and the ranks' GPUs meet instead (the runner's barriers). The runner's exit barrier is what
+// lets the next call write the slot again: every peer has read it by then.
+#include <chrono>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "mpi/coll_team.hpp"
+
+namespace gpustripe::mpi {
+namespace {
+
+constexpr size_t kStagedProgramsKept = 256;
+
+// One rank's part of the staging's setup, exchanged once.
+struct StageNote {
+  int32_t ok = 0;
+  int32_t device = -1;
+  Backend::IpcMemHandle handle;
+};
+
+}  // namespace
+
+bool CollTeam::stageable(const CollCall& call) const {
+  return call.staged && call.staged_bytes > 0 && call.staged_bytes <= tuning_.staged_max && n_ > 1 &&
+         (call.stream || call.ready) && !call.after && runner_ && runner_->stream_flags() &&
+         stage_state_.load(std::memory_order_acquire) != kStageOff;
+}
+
+void CollTeam::setup_staging(const CollCall& call) {
+  // Each rank makes its slot (on its first stageable call's GPU), then all agree: staging is on
+  // only where every rank has one and every pair of their GPUs maps each other (the kernels read
+  // the peers' slots).
+  StageNote mine;
+  std::string why;
+  if (call.device < 0) {
+    why = "its buffers are on no one GPU";
+  } else if (!res_.all_peer) {
+    why = "the node's GPUs do not all map each other's memory";
+  } else {
+    try {
+      stage_.p = static_cast<char*>(backend_.alloc_device(call.device, tuning_.staged_max));
+      stage_.bytes = tuning_.staged_max;
+      stage_.dev = call.device;
+      mine.handle = backend_.ipc_export(stage_.p);
+      mine.device = call.device;
+      mine.ok = 1;
+    } catch (const Error& e) {
+      why = e.what();
+    }
+  }
+  std::vector<StageNote> all(static_cast<size_t>(n_));
+  runner_->exchange(&mine, sizeof mine, all.data());
+  bool ok = true;
+  for (int i = 0; i < n_ && ok; ++i) {
+    ok = all[i].ok != 0;
+    for (int j = 0; j < n_ && ok; ++j)
+      if (i != j && all[i].device != all[j].device) ok = peer_ok(all[i].device, all[j].device);
+  }
+  // Every rank maps the others' slots, then all agree again: a rank that could not map one
+  // leaves staging off on every rank.
+  int32_t mapped = 1;
+  if (ok) {
+    stage_dev_ = call.device;
+    stage_slots_.assign(static_cast<size_t>(n_), nullptr);
+    stage_devs_.assign(static_cast<size_t>(n_), -1);
+    for (int r = 0; r < n_; ++r) {
+      stage_devs_[r] = all[r].device;
+      if (r == rank_) {
+        stage_slots_[r] = stage_.p;
+        continue;
+      }
+      try {
+        stage_slots_[r] = static_cast<char*>(backend_.ipc_open(all[r].handle, -1, stage_dev_));
+      } catch (const Error& e) {
+        why = format("mapping rank %d's slot: %s", r, e.what());
+        mapped = 0;
+        break;
+      }
+    }
+  } else if (why.empty()) {
+    why = "another rank cannot take it";
+  }
+  std::vector<int32_t> all_mapped(static_cast<size_t>(n_));
+  runner_->exchange(&mapped, sizeof mapped, all_mapped.data());
+  for (int32_t m : all_mapped) ok = ok && m != 0;
+  if (ok) {
+    GS_LOG_DEBUG(Subsys::Mpi, "rank %d: calls up to %zu bytes staged through slots on GPU %d", rank_,
+                 static_cast<size_t>(tuning_.staged_max), stage_dev_);
+    stage_state_.store(kStageOn, std::memory_order_release);
+    return;
+  }
+  GS_LOG_INFO(Subsys::Mpi, "rank %d: collectives not staged (%s): every call meets the other ranks", rank_,
+              why.c_str());
+  close_staging();
+  stage_state_.store(kStageOff, std::memory_order_release);
+}
+
+void CollTeam::close_staging() {
+  for (int r = 0; r < static_cast<int>(stage_slots_.size()); ++r) {
+    if (r == rank_ || !stage_slots_[r]) continue;
+    try {
+      backend_.ipc_close(stage_slots_[r]);
+    } catch (const Error& e) {
+      GS_LOG_WARN(Subsys::Mpi, "closing rank %d's staging slot: %s", r, e.what());
+    }
+  }
+  stage_slots_.clear();
+  staged_programs_.clear();
+  if (stage_.p) {
+    try {
+      backend_.free_device(stage_.p);
+    } catch (const Error& e) {
+      GS_LOG_WARN(Subsys::Mpi, "freeing the staging slot: %s", e.what());
+    }
+  }
+  stage_ = Owned{};
+  stage_dev_ = -1;
+}
+
+bool CollTeam::run_staged(const CollCall& call) {
+  using Clock = std::chrono::steady_clock;
+  auto us = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
+  if (!stageable(call)) return false;
+  const Clock::time_point t0 = Clock::now();
+  if (stage_state_.load(std::memory_order_acquire) == kStageUnset) setup_staging(call);
+  if (stage_state_.load(std::memory_order_acquire) != kStageOn) return false;
+  // This rank's buffers where its kernels read and write them; anything else (host memory,
+  // another GPU, buffers overlapping in a way the call's own schedules refuse) goes through the
+  // slot and a temporary buffer, so the call never declines where the others take it.
+  const bool direct = call.eligible && call.device == stage_dev_;
+  char* tmp = direct ? nullptr : temp(stage_dev_, call.staged_bytes);
+  std::string key = call.shape;
+  auto put = [&key](const auto& v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(call.send);
+  put(call.recv);
+  put(tmp);
+  auto it = call.shape.empty() ? staged_programs_.end() : staged_programs_.find(key);
+  const bool build = it == staged_programs_.end();
+  Cached once{coll::Program(n_), {}};
+  if (build) {
+    coll::Staged s;
+    s.me = rank_;
+    s.n = n_;
+    s.dev = stage_dev_;
+    s.slots = stage_slots_;
+    s.slot_dev = stage_devs_;
+    s.slot_bytes = stage_.bytes;
+    s.direct = direct;
+    s.temp = tmp;
+    s.send_dev = s.recv_dev = stage_dev_;
+    if (!direct) {
+      auto where = [this](const void* p) {
+        const p2p::MemLoc l = ep_.mover().locate(p);
+        return l.device ? l.dev : kHostDevice;
+      };
+      s.send_dev = where(call.send);
+      s.recv_dev = where(call.recv);
+    }
+    call.staged(once.prog, s);
+    once.slots = coll::cross_slots(once.prog);
+    if (!call.shape.empty()) {
+      if (staged_programs_.size() >= kStagedProgramsKept) staged_programs_.clear();
+      it = staged_programs_.emplace(key, std::move(once)).first;
+    }
+  }
+  const Cached& c = it != staged_programs_.end() ? it->second : once;
+  const Clock::time_point t1 = Clock::now();
+  // On the caller's stream itself only where it is a stream of the slots' GPU.
+  runner_->run_ordered(c.prog, stage_dev_, call.stream, &c.slots, call.ready,
+                       call.on_stream && !call.ready && direct, /*entry=*/false);
+  ++times_.calls;
+  ++times_.ordered;
+  ++times_.staged;
+  if (build) ++times_.built;
+  if (call.entered != Clock::time_point{}) times_.lookup += us(call.entered, t0);
+  times_.map += us(t0, t1);
+  times_.run += us(t1, Clock::now());
+  return true;
+}
+
+}  // namespace gpustripe::mpi
