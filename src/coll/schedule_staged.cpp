@@ -6,72 +6,98 @@
 namespace gpustripe::coll {
 namespace {
 
-// The sources of a reduction over every rank's staged input at byte offset `at`, in rank order on
-// every rank (the same additions in the same order: every rank's result is the same bits). This
-// rank's own input is read where it lies when the kernels may read it there.
-std::vector<const void*> staged_sources(const Staged& s, const char* own, size_t at) {
+constexpr size_t kSlotAlign = 256;  // every slot starts where the kernels' widest accesses may
+
+// The sources of a reduction, in rank order on every rank (the same additions in the same order:
+// every rank's result is the same bits): this rank's own part, and what each peer stored for it.
+std::vector<const void*> staged_sources(const Staged& s, const char* own) {
   std::vector<const void*> srcs;
-  for (int r = 0; r < s.n; ++r) srcs.push_back(r == s.me && s.direct ? own + at : s.slots[r] + at);
+  for (int r = 0; r < s.n; ++r) srcs.push_back(r == s.me ? own : s.slot(s.me, r));
   return srcs;
 }
 
-// A copy of this rank's: by its SMs where its buffers are memory its kernels reach (a copy
-// engine moves local device memory at a fraction of what a kernel does), else by a copy engine.
+// A copy of this rank's: by its SMs where its buffers are memory its kernels reach (stores over
+// NVLink into the peers' slots; a copy engine also moves local device memory at a fraction of what
+// a kernel does), else by a copy engine.
 int staged_copy(Program& p, const Staged& s, int lane, void* dst, int dst_dev, const void* src, int src_dev,
                 size_t bytes, std::vector<int> deps = {}) {
-  if (s.direct)
-    return p.kernel_copy(s.me, lane, dst, dst_dev, src, src_dev, bytes, std::move(deps));
+  if (s.direct) return p.kernel_copy(s.me, lane, dst, dst_dev, src, src_dev, bytes, std::move(deps));
   return p.copy(s.me, lane, dst, dst_dev, src, src_dev, bytes, std::move(deps));
 }
 
 void check_staged(const Program& p, const Staged& s, size_t bytes) {
-  GS_REQUIRE(p.nranks() == s.n && s.me >= 0 && s.me < s.n && static_cast<int>(s.slots.size()) == s.n &&
-                 static_cast<int>(s.slot_dev.size()) == s.n,
+  GS_REQUIRE(p.nranks() == s.n && s.n > 1 && s.me >= 0 && s.me < s.n && static_cast<int>(s.areas.size()) == s.n &&
+                 static_cast<int>(s.area_dev.size()) == s.n,
              GPUSTRIPE_ERR_INTERNAL, "a staged collective's program and slots do not fit its team");
-  GS_REQUIRE(bytes <= s.slot_bytes, GPUSTRIPE_ERR_INTERNAL, "a staged collective of %zu bytes for slots of %zu",
-             bytes, s.slot_bytes);
+  GS_REQUIRE(bytes <= s.unit, GPUSTRIPE_ERR_INTERNAL, "a staged collective of %zu bytes a peer for slots of %zu",
+             bytes, s.unit);
   GS_REQUIRE(s.direct ? s.send_dev == s.dev && s.recv_dev == s.dev : s.temp != nullptr, GPUSTRIPE_ERR_INTERNAL,
              "a staged collective's buffers are not where it reads them");
 }
 
+// Stores `bytes` at src + at(q) into every peer q's slot for this rank (host memory: copy engines,
+// a lane per peer); returns nothing to wait for: the Barrier op after them is the wait.
+template <class At>
+void push(Program& p, const Staged& s, const char* src, size_t bytes, At at) {
+  for (int d = 1; d < s.n; ++d) {
+    const int q = (s.me + d) % s.n;
+    staged_copy(p, s, s.direct ? kLaneLocal : kLanePeer0 + d - 1, s.slot(q, s.me), s.area_dev[q], src + at(q),
+                s.send_dev, bytes);
+  }
+}
+
+// Reduces this rank's own part (`own`, of its send) with its slots into recv (through temp where
+// the kernels may not write recv).
+void reduce_slots(Program& p, const Staged& s, const char* own, char* recv, size_t count, DataType dt, RedOp op) {
+  const size_t bytes = count * dtype_size(dt);
+  const char* mine = own;
+  if (!s.direct) {
+    // Its own part where the kernel reads it: the temporary buffer, reduced in place.
+    p.copy(s.me, kLaneLocal, s.temp, s.dev, own, s.send_dev, bytes);
+    mine = s.temp;
+  }
+  p.barrier();
+  // In place, the kernel reads each element of its own input before it writes it; the peers have
+  // stored what they need of it before the barrier.
+  char* out = s.direct ? recv : s.temp;
+  const int red = p.reduce(s.me, kLaneLocal, out, staged_sources(s, mine), count, dt, op);
+  if (!s.direct) p.copy(s.me, kLaneLocal, recv, s.recv_dev, out, s.dev, bytes, {red});
+}
+
 }  // namespace
+
+size_t staged_unit(size_t area, int n) {
+  if (n < 2) return 0;
+  return area / static_cast<size_t>(n - 1) / kSlotAlign * kSlotAlign;
+}
 
 void build_staged_allreduce(Program& p, const Staged& s, const char* send, char* recv, size_t count, DataType dt,
                             RedOp op) {
   const size_t bytes = count * dtype_size(dt);
   check_staged(p, s, bytes);
-  staged_copy(p, s, kLaneLocal, s.slots[s.me], s.dev, send, s.send_dev, bytes);
-  p.barrier();
-  // In place, the kernel reads each element of its own input before it writes it; the peers
-  // read the slot, never the input.
-  char* out = s.direct ? recv : s.temp;
-  const int red = p.reduce(s.me, kLaneLocal, out, staged_sources(s, send, 0), count, dt, op);
-  if (!s.direct) staged_copy(p, s, kLaneLocal, recv, s.recv_dev, out, s.dev, bytes, {red});
+  push(p, s, send, bytes, [](int) { return size_t(0); });
+  reduce_slots(p, s, send, recv, count, dt, op);
 }
 
 void build_staged_reduce_scatter(Program& p, const Staged& s, const char* send, char* recv, size_t count, DataType dt,
                                  RedOp op) {
   const size_t block = count * dtype_size(dt);
-  check_staged(p, s, block * s.n);
-  staged_copy(p, s, kLaneLocal, s.slots[s.me], s.dev, send, s.send_dev, block * s.n);
-  p.barrier();
-  char* out = s.direct ? recv : s.temp;
-  const int red = p.reduce(s.me, kLaneLocal, out, staged_sources(s, send, s.me * block), count, dt, op);
-  if (!s.direct) staged_copy(p, s, kLaneLocal, recv, s.recv_dev, out, s.dev, block, {red});
+  check_staged(p, s, block);
+  push(p, s, send, block, [block](int q) { return q * block; });
+  reduce_slots(p, s, send + s.me * block, recv, count, dt, op);
 }
 
 void build_staged_allgather(Program& p, const Staged& s, const char* send, char* recv, size_t block) {
   check_staged(p, s, block);
+  push(p, s, send, block, [](int) { return size_t(0); });
+  // Its own block beside the stores (in place: there already).
   char* own = recv + s.me * block;
-  // The slot's copy and its own block's (in place: there already): one kernel where both are.
-  staged_copy(p, s, kLaneLocal, s.slots[s.me], s.dev, send, s.send_dev, block);
   if (own != send) staged_copy(p, s, kLaneLocal, own, s.recv_dev, send, s.send_dev, block);
   p.barrier();
-  // Each peer's block pulled from its slot: by one kernel's loads, or a copy engine per peer.
   for (int d = 1; d < s.n; ++d) {
     const int r = (s.me + d) % s.n;
-    staged_copy(p, s, s.direct ? kLaneLocal : kLanePeer0 + d - 1, recv + r * block, s.recv_dev,
-                s.slots[r], s.slot_dev[r], block);
+    staged_copy(p, s, s.direct ? kLaneLocal : kLanePeer0 + d - 1, recv + r * block, s.recv_dev, s.slot(s.me, r),
+                s.dev, block);
   }
 }
 

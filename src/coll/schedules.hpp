@@ -39,33 +39,41 @@ struct ExchangeOpts {
   int host_chunks = 4;       // pipeline depth of the host path (D2H of chunk c+1 beside H2D of chunk c)
 };
 
-// A collective staged through slots its team mapped once: every rank copies its input into its
-// own slot, the ranks' GPUs meet (a Barrier op), and each rank reads the peers' slots into its own
+// A collective staged through slots its team mapped once: every rank's kernel stores what each
+// peer needs of its input into that peer's slot for it (only stores cross NVLink), the ranks' GPUs
+// meet (a Barrier op), and each rank reduces or copies what its slots received into its own
 // buffers. A call needs no rank's buffers but its own, so the ranks' hosts need not meet to make
-// it (mpi/coll_team.hpp's staged calls). The builders append rank `me`'s ops only; the slots are
-// reused by the next call once every rank is past this one (the runner's exit barrier).
+// it (mpi/coll_team.hpp's staged calls). The builders append rank `me`'s ops only; a slot is
+// written again by the next call once every rank is past this one (the runner's exit barrier).
 struct Staged {
   int me = 0, n = 0;
-  int dev = 0;                 // the slots' GPU: this rank's copies and kernels run there
-  std::vector<char*> slots;    // every rank's slot as this process addresses it (slots[me]: its own)
-  std::vector<int> slot_dev;   // the GPU of each rank's slot
-  size_t slot_bytes = 0;
+  int dev = 0;                 // this rank's GPU: its copies and kernels run there
+  // Every rank's slot area as this process addresses it (areas[me]: its own), and its GPU. Rank r's
+  // area holds a slot of `unit` bytes per peer: slot(r, q) is where rank q stores for r.
+  std::vector<char*> areas;
+  std::vector<int> area_dev;
+  size_t unit = 0;
+  char* slot(int r, int q) const { return areas[r] + (q - (q > r ? 1 : 0)) * unit; }
   // Where this rank's send and recv lie (a GPU, or kHostDevice).
   int send_dev = 0, recv_dev = 0;
   // Whether this rank's send and recv are memory of `dev` its kernels may read and write
-  // (else the input is read from the slot and a reduction's result goes through `temp`, a
-  // device buffer of `dev`, and is copied out: host buffers, buffers overlapping oddly).
+  // (else copy engines move them, and a reduction's result goes through `temp`, a device
+  // buffer of `dev`, and is copied out: host buffers, buffers overlapping oddly).
   bool direct = true;
   char* temp = nullptr;
 };
-// recv = op over ranks of send (count elements; in place when send == recv): one kernel per rank
-// reads every slot (the peers' over NVLink).
+// The most each rank stores into one peer's slot for a team of n whose areas are `area` bytes.
+size_t staged_unit(size_t area, int n);
+// recv = op over ranks of send (count elements; in place when send == recv): every peer gets the
+// whole input, then one kernel per rank reduces its own input and its slots.
 void build_staged_allreduce(Program& p, const Staged& s, const char* send, char* recv, size_t count, DataType dt,
                             RedOp op);
-// recv (count elements) = op over ranks of block `me` of send (n blocks of count elements).
+// recv (count elements) = op over ranks of block `me` of send (n blocks of count elements): peer q
+// gets block q.
 void build_staged_reduce_scatter(Program& p, const Staged& s, const char* send, char* recv, size_t count, DataType dt,
                                  RedOp op);
-// Block r of recv = rank r's send (block bytes), pulled from the peers' slots by copy engines.
+// Block r of recv = rank r's send (block bytes): every peer gets the block, each rank copies its
+// slots into its output.
 void build_staged_allgather(Program& p, const Staged& s, const char* send, char* recv, size_t block);
 
 // Alltoall: block j of send[i] -> block i of recv[j]; blocks of `block` bytes. Not in place

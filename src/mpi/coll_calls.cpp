@@ -72,7 +72,7 @@ void reduce_scatter_call(CollCall& c, int n, const void* send, void* recv, size_
                                const std::vector<char*>& r, coll::Scratch& sc, const coll::Choice& ch) {
     coll::build_reduce_scatter(p, t, in(s), r, coll::equal_blocks(count, n), dt, op, ch.reduce, sc);
   };
-  c.staged_bytes = c.bytes;
+  c.staged_bytes = block;
   c.staged = [send, recv, count, dt, op](coll::Program& p, const coll::Staged& s) {
     coll::build_staged_reduce_scatter(p, s, static_cast<const char*>(send), static_cast<char*>(recv), count, dt, op);
   };

@@ -68,7 +68,7 @@ struct CollCall {
       build;
   // The call's form through the team's staging slots (coll::Staged: CollTeam's staged calls),
   // which needs no meeting of the hosts; empty where the op has none. staged_bytes: what each
-  // rank copies into its slot. Set whatever this rank's buffers are (every rank must know alike
+  // rank stores into each peer's slot. Set whatever this rank's buffers are (every rank must know alike
   // whether a call is staged: a staged call never declines, it copies odd buffers through the slot).
   std::function<void(coll::Program&, const coll::Staged&)> staged;
   size_t staged_bytes = 0;
@@ -172,8 +172,9 @@ class CollTeam {
   bool run(const CollCall& call);
   // Returns once every stream-ordered call made so far is done on this rank's GPUs.
   void settle();
-  // Whether `call` runs staged (coll::Staged): stream-ordered, with a staged form of at most
-  // Tuning::staged_max bytes, on a team whose staging is not off. The same answer on every rank for
+  // Whether `call` runs staged (coll::Staged): stream-ordered, with a staged form whose stores
+  // into a peer fit a slot (Tuning::staged_max per rank, shared by its peers), on a team whose
+  // staging is not off. The same answer on every rank for
   // the same call: it looks at nothing of this rank's buffers (a staged call never declines; odd
   // buffers go through the slot). Safe from another thread than the one making calls.
   bool stageable(const CollCall& call) const;
@@ -336,8 +337,8 @@ class CollTeam {
   // (its first such call's buffers on no GPU, no memory, GPUs that do not map each other).
   enum StageState : int { kStageUnset, kStageOn, kStageOff };
   std::atomic<int> stage_state_{kStageUnset};
-  Owned stage_;                    // this rank's slot
-  std::vector<char*> stage_slots_; // every rank's, as this process addresses them (mapped once)
+  Owned stage_;                    // this rank's slot area (a slot per peer)
+  std::vector<char*> stage_slots_; // every rank's area, as this process addresses them (mapped once)
   std::vector<int> stage_devs_;
   int stage_dev_ = -1;
   std::map<std::string, Cached> staged_programs_;  // by shape and this rank's pointers

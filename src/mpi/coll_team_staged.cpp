@@ -1,8 +1,10 @@
-// CollTeam's staged calls (coll::Staged): a stream-ordered call copies its input into this rank's
-// slot, which every rank mapped at the team's first such call, so no rank needs to learn another's
-// buffers of the call and the hosts do not meet: the caller's thread enqueues the call at once,
-// and the ranks' GPUs meet instead (the runner's barriers). The runner's exit barrier is what
-// lets the next call write the slot again: every peer has read it by then.
+// CollTeam's staged calls (coll::Staged): a stream-ordered call stores what each peer needs into
+// that peer's slot for it, which every rank mapped at the team's first such call, so no rank needs
+// to learn another's buffers of the call and the hosts do not meet: the caller's thread enqueues
+// the call at once, and the ranks' GPUs meet instead (the runner's barrier between the stores and
+// the reads; no entry barrier: a call writes only its own buffers and the slots the run before it
+// let go at its exit). The runner's exit barrier is what lets the next call store again: every
+// rank has read its slots by then.
 #include <chrono>
 #include <cstring>
 
@@ -25,7 +27,7 @@ struct StageNote {
 }  // namespace
 
 bool CollTeam::stageable(const CollCall& call) const {
-  return call.staged && call.staged_bytes > 0 && call.staged_bytes <= tuning_.staged_max && n_ > 1 &&
+  return call.staged && call.staged_bytes > 0 && call.staged_bytes <= coll::staged_unit(tuning_.staged_max, n_) &&
          (call.stream || call.ready) && !call.after && runner_ && runner_->stream_flags() &&
          stage_state_.load(std::memory_order_acquire) != kStageOff;
 }
@@ -146,9 +148,9 @@ bool CollTeam::run_staged(const CollCall& call) {
     s.me = rank_;
     s.n = n_;
     s.dev = stage_dev_;
-    s.slots = stage_slots_;
-    s.slot_dev = stage_devs_;
-    s.slot_bytes = stage_.bytes;
+    s.areas = stage_slots_;
+    s.area_dev = stage_devs_;
+    s.unit = coll::staged_unit(stage_.bytes, n_);
     s.direct = direct;
     s.temp = tmp;
     s.send_dev = s.recv_dev = stage_dev_;

@@ -917,88 +917,116 @@ TEST(CollSchedules, TwoshotIsOneKernelPerRankOverItsBlock) {
   EXPECT_EQ(split_per_rank(p)[0].size(), 1u);
 }
 
-// Staged calls: this rank's ops only, its input into its own slot before the GPUs' barrier, and
-// after it reads of every rank's slot in rank order (the same sum on every rank); buffers the
-// kernels may not use directly are read from the slot and written through the temporary buffer.
-TEST(CollSchedules, StagedCallsCopyIntoTheSlotThenReadEveryRanksSlot) {
+// Staged calls: this rank's ops only; before the GPUs' barrier its kernel stores what each peer
+// needs into that peer's slot for it, after it a kernel reduces its own part with its slots in rank
+// order (the same sum on every rank); buffers the kernels may not use go by copy engines, the
+// result through the temporary buffer.
+TEST(CollSchedules, StagedCallsStoreIntoThePeersSlotsThenReduceTheirOwn) {
   const int n = 3, me = 1;
-  auto slot = fake(n, 1 << 20);
   Staged s;
   s.me = me;
   s.n = n;
   s.dev = 1;
-  s.slots = slot;
-  s.slot_dev = {0, 1, 2};
-  s.slot_bytes = 1 << 20;
+  s.areas = fake(n, 1 << 26);
+  s.area_dev = {0, 1, 2};
+  s.unit = staged_unit(size_t(1) << 20, n);
+  EXPECT_EQ(s.unit, size_t(1) << 19);
+  EXPECT_EQ(staged_unit(1000, 3) % 256, 0u);
+  EXPECT_EQ(staged_unit(size_t(1) << 20, 1), 0u);
+  // Every (receiver, sender) pair has a slot of its own inside the receiver's area.
+  std::set<char*> slots;
+  for (int r = 0; r < n; ++r)
+    for (int q = 0; q < n; ++q)
+      if (q != r) {
+        EXPECT_GE(s.slot(r, q), s.areas[r]);
+        EXPECT_LE(s.slot(r, q) + s.unit, s.areas[r] + (n - 1) * s.unit);
+        slots.insert(s.slot(r, q));
+      }
+  EXPECT_EQ(slots.size(), size_t(n * (n - 1)));
   s.send_dev = s.recv_dev = 1;
   auto mine = fake(2, 1 << 22);  // this rank's send and recv
   const size_t count = 1000;
-  auto phases = [](const Program& p) {
-    size_t barrier = p.size();
+  auto barrier_at = [](const Program& p) {
     for (size_t i = 0; i < p.size(); ++i)
-      if (p.ops()[i].kind == Op::Barrier) barrier = std::min(barrier, i);
-    return barrier;
+      if (p.ops()[i].kind == Op::Barrier) return i;
+    return p.size();
+  };
+  auto stores = [&](const Program& p, size_t upto, size_t at_of_peer2, size_t at_of_peer0) {
+    ASSERT_EQ(upto, 2u);
+    for (size_t i = 0; i < upto; ++i) {
+      const Op& op = p.ops()[i];
+      EXPECT_EQ(op.kind, Op::Copy);
+      EXPECT_TRUE(op.by_kernel);  // device memory: the SMs store it
+      EXPECT_EQ(op.rank, me);
+    }
+    EXPECT_EQ(p.ops()[0].dst, s.slot(2, me));
+    EXPECT_EQ(p.ops()[0].dst_dev, 2);
+    EXPECT_EQ(p.ops()[0].src, mine[0] + at_of_peer2);
+    EXPECT_EQ(p.ops()[1].dst, s.slot(0, me));
+    EXPECT_EQ(p.ops()[1].src, mine[0] + at_of_peer0);
   };
   {
     Program p(n);
     build_staged_allreduce(p, s, mine[0], mine[1], count, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
-    const size_t b = phases(p);
-    ASSERT_EQ(b, 1u);
-    ASSERT_EQ(p.size(), 3u);
-    EXPECT_EQ(p.ops()[0].kind, Op::Copy);
-    EXPECT_TRUE(p.ops()[0].by_kernel);  // device memory: the SMs copy it
-    EXPECT_EQ(p.ops()[0].dst, slot[me]);
-    EXPECT_EQ(p.ops()[0].src, mine[0]);
-    const Op& red = p.ops()[2];
+    stores(p, barrier_at(p), 0, 0);
+    ASSERT_EQ(p.size(), 4u);
+    const Op& red = p.ops()[3];
     EXPECT_EQ(red.kind, Op::Reduce);
     EXPECT_EQ(red.rank, me);
     EXPECT_EQ(red.dst, mine[1]);
-    EXPECT_EQ(red.srcs, (std::vector<const void*>{slot[0], mine[0], slot[2]}));
+    EXPECT_EQ(red.srcs, (std::vector<const void*>{s.slot(me, 0), mine[0], s.slot(me, 2)}));
   }
   {
     Program p(n);
     build_staged_reduce_scatter(p, s, mine[0], mine[1], count, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
-    ASSERT_EQ(p.size(), 3u);
-    EXPECT_EQ(p.ops()[0].bytes, 3 * count * 4);
-    const size_t at = me * count * 4;
-    EXPECT_EQ(p.ops()[2].srcs, (std::vector<const void*>{slot[0] + at, mine[0] + at, slot[2] + at}));
+    const size_t block = count * 4;
+    stores(p, barrier_at(p), 2 * block, 0);
+    ASSERT_EQ(p.size(), 4u);
+    EXPECT_EQ(p.ops()[0].bytes, block);
+    EXPECT_EQ(p.ops()[3].srcs, (std::vector<const void*>{s.slot(me, 0), mine[0] + block, s.slot(me, 2)}));
   }
   {
     Program p(n);
     build_staged_allgather(p, s, mine[0], mine[1], count);
-    const size_t b = phases(p);
-    ASSERT_EQ(b, 2u);  // the slot's copy and its own block's, then the barrier
-    std::set<const void*> pulled;
+    const size_t b = barrier_at(p);
+    ASSERT_EQ(b, 3u);  // the stores and its own block's copy, then the barrier
+    EXPECT_EQ(p.ops()[2].dst, mine[1] + me * count);
+    std::set<const void*> copied;
     for (size_t i = b + 1; i < p.size(); ++i) {
       const Op& op = p.ops()[i];
       EXPECT_EQ(op.rank, me);
-      EXPECT_EQ(op.src, slot[(static_cast<const char*>(op.dst) - mine[1]) / count]);
-      EXPECT_EQ(op.src_dev, s.slot_dev[(static_cast<const char*>(op.dst) - mine[1]) / count]);
-      pulled.insert(op.src);
+      const size_t r = (static_cast<const char*>(op.dst) - mine[1]) / count;
+      EXPECT_EQ(op.src, s.slot(me, static_cast<int>(r)));
+      copied.insert(op.src);
     }
-    EXPECT_EQ(pulled, (std::set<const void*>{slot[0], slot[2]}));
+    EXPECT_EQ(copied, (std::set<const void*>{s.slot(me, 0), s.slot(me, 2)}));
   }
   {
-    // Host buffers: the input through the slot, the result through temp and copied out.
+    // Host buffers: copy engines store them, its own part goes through temp, reduced there and
+    // copied out.
     Staged h = s;
     h.direct = false;
     h.send_dev = h.recv_dev = kHostDevice;
     h.temp = mine[0] + (1 << 21);
     Program p(n);
     build_staged_allreduce(p, h, mine[0], mine[1], count, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
-    ASSERT_EQ(p.size(), 4u);
+    const size_t b = barrier_at(p);
+    ASSERT_EQ(b, 3u);
+    for (size_t i = 0; i < b; ++i) EXPECT_FALSE(p.ops()[i].by_kernel);
     EXPECT_EQ(p.ops()[0].src_dev, kHostDevice);
-    EXPECT_FALSE(p.ops()[0].by_kernel);  // host memory: a copy engine
-    EXPECT_EQ(p.ops()[2].srcs, (std::vector<const void*>{slot[0], slot[1], slot[2]}));
+    EXPECT_NE(p.ops()[0].lane, p.ops()[1].lane);  // a copy engine's lane per peer
     EXPECT_EQ(p.ops()[2].dst, h.temp);
-    EXPECT_EQ(p.ops()[3].dst, mine[1]);
-    EXPECT_EQ(p.ops()[3].dst_dev, kHostDevice);
-    EXPECT_EQ(p.ops()[3].deps, (std::vector<int>{2}));
+    const Op& red = p.ops()[b + 1];
+    EXPECT_EQ(red.srcs, (std::vector<const void*>{s.slot(me, 0), h.temp, s.slot(me, 2)}));
+    EXPECT_EQ(red.dst, h.temp);
+    EXPECT_EQ(p.ops()[b + 2].dst, mine[1]);
+    EXPECT_EQ(p.ops()[b + 2].dst_dev, kHostDevice);
+    EXPECT_EQ(p.ops()[b + 2].deps, (std::vector<int>{static_cast<int>(b + 1)}));
   }
   {
-    // A call larger than the slots is a bug of the caller's.
+    // More than a slot holds is a bug of the caller's.
     Program p(n);
-    EXPECT_THROW(build_staged_allreduce(p, s, mine[0], mine[1], (1 << 20) / 4 + 1, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM),
+    EXPECT_THROW(build_staged_allreduce(p, s, mine[0], mine[1], s.unit / 4 + 1, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM),
                  Error);
   }
 }
