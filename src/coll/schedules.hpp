@@ -61,10 +61,6 @@ struct Staged {
   // buffer of `dev`, and is copied out: host buffers, buffers overlapping oddly).
   bool direct = true;
   char* temp = nullptr;
-  // Pieces every peer's part moves in. 1: stores, the GPUs' barrier, then the reduction or copies.
-  // More: pipelined -- each piece by a copy engine, reduced or copied out as soon as every peer's
-  // has landed (flags between the ranks' streams), with the whole team's ops in the program.
-  int chunks = 1;
 };
 // The most each rank stores into one peer's slot for a team of n whose areas are `area` bytes.
 size_t staged_unit(size_t area, int n);

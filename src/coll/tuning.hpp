@@ -98,9 +98,6 @@ struct Tuning {
   // other ranks' hosts to meet it; each rank's slot is this big. Above, the call's own schedule
   // after the hosts' meeting. 0: no staging.
   uint64_t staged_max = uint64_t(32) << 20;
-  // Smallest staged part per peer sent in min_chunks pieces, each reduced as it lands, instead of
-  // all of it before the GPUs' barrier.
-  uint64_t staged_pipe_min = uint64_t(2) << 20;
 
   // --- Replay -------------------------------------------------------------------------------
   // Repeated calls (same buffers, size, type) replayed as CUDA graphs (CUDA backend).

@@ -5,7 +5,6 @@
 // the reads; no entry barrier: a call writes only its own buffers and the slots the run before it
 // let go at its exit). The runner's exit barrier is what lets the next call store again: every
 // rank has read its slots by then.
-#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -153,7 +152,6 @@ bool CollTeam::run_staged(const CollCall& call) {
     s.area_dev = stage_devs_;
     s.unit = coll::staged_unit(stage_.bytes, n_);
     s.direct = direct;
-    s.chunks = call.staged_bytes >= tuning_.staged_pipe_min ? std::max(1, tuning_.min_chunks) : 1;
     s.temp = tmp;
     s.send_dev = s.recv_dev = stage_dev_;
     if (!direct) {

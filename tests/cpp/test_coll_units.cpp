@@ -1024,37 +1024,6 @@ TEST(CollSchedules, StagedCallsStoreIntoThePeersSlotsThenReduceTheirOwn) {
     EXPECT_EQ(p.ops()[b + 2].deps, (std::vector<int>{static_cast<int>(b + 1)}));
   }
   {
-    // Pipelined: every rank's ops (the flags numbered alike on every rank), no barrier; each of
-    // this rank's pieces reduced after every peer's copy of it landed and its own copies of it left.
-    Staged q = s;
-    q.chunks = 4;
-    Program p(n);
-    const size_t big = 100000;
-    build_staged_allreduce(p, q, mine[0], mine[1], big, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
-    EXPECT_EQ(barrier_at(p), p.size());
-    size_t mine_reduced = 0, pushes = 0;
-    for (const Op& op : p.ops()) {
-      if (op.kind == Op::Copy) {
-        ++pushes;
-        EXPECT_FALSE(op.by_kernel);  // copy engines, beside the reductions' kernels
-        EXPECT_GE(op.lane, kLanePeer0);
-      }
-      if (op.kind != Op::Reduce || op.rank != me) continue;
-      const size_t at = (static_cast<const char*>(op.dst) - mine[1]);
-      std::set<std::pair<int, const void*>> deps;
-      for (int d : op.deps) deps.insert({p.ops()[d].rank, p.ops()[d].dst});
-      for (int r = 0; r < n; ++r)
-        if (r != me) {
-          EXPECT_TRUE(deps.count({r, s.slot(me, r) + at})) << "piece at " << at << " from rank " << r;
-          EXPECT_TRUE(deps.count({me, s.slot(r, me) + at})) << "own piece at " << at << " to rank " << r;
-        }
-      mine_reduced += op.count;
-    }
-    EXPECT_EQ(mine_reduced, big);
-    EXPECT_EQ(pushes, size_t(n * (n - 1) * 4));
-    EXPECT_EQ(cross_slots(p).size(), size_t(n * (n - 1) * 4));  // a flag per piece, sender and receiver
-  }
-  {
     // More than a slot holds is a bug of the caller's.
     Program p(n);
     EXPECT_THROW(build_staged_allreduce(p, s, mine[0], mine[1], s.unit / 4 + 1, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM),

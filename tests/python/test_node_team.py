@@ -22,20 +22,17 @@ def run_team(tmp_path, size: int, timeout: int = 120, mode: str = "host", **extr
     return out
 
 
-@pytest.mark.parametrize("mode,staging", [("host", ""), ("ordered", "on"), ("ordered", "mixed"), ("ordered", "pipelined"),
-                                          ("ordered", "off")])
+@pytest.mark.parametrize("mode,staging", [("host", ""), ("ordered", "on"), ("ordered", "mixed"), ("ordered", "off")])
 @pytest.mark.parametrize("size", [2, 3])
 def test_store_team_runs_every_collective(tmp_path, size, mode, staging):
     """host: each call returns when done; ordered: each is enqueued behind a stream, the
     allreduce, reduce-scatter and allgather calls staged through the team's slots (no exchange)
     unless staging is off (coll.staged_max=0); mixed: slots too small for the larger calls, which
-    meet the other ranks between staged ones; pipelined: parts from 1K in pieces, each reduced or
-    copied out as it lands."""
+    meet the other ranks between staged ones."""
     skip_without(size)
-    staged = staging in ("on", "mixed", "pipelined")
+    staged = staging in ("on", "mixed")
     env = {"off": {"GPUSTRIPE_TEST": "coll.staged_max=0"},
-           "mixed": {"GPUSTRIPE_TEST": "coll.staged_max=16K"},
-           "pipelined": {"GPUSTRIPE_TEST": "coll.staged_pipe_min=1K"}}.get(staging, {})
+           "mixed": {"GPUSTRIPE_TEST": "coll.staged_max=16K"}}.get(staging, {})
     reports = run_team(tmp_path, size, mode=mode, **env)
     assert sorted(r["rank"] for r in reports) == list(range(size))
     for r in reports:
