@@ -93,10 +93,12 @@ struct Tuning {
 
   // --- Staged calls -------------------------------------------------------------------------
   // Cross-process teams whose calls are stream-ordered (mpi/coll_team.hpp; the PyTorch
-  // backend's): the largest allreduce, reduce-scatter input or allgather block per rank staged
-  // through slots the team mapped once (schedules.hpp's Staged), so that no call waits for the
-  // other ranks' hosts to meet it; each rank's slot is this big. Above, the call's own schedule
-  // after the hosts' meeting. 0: no staging.
+  // backend's): each rank's area of slots, one per peer, that the team maps once (schedules.hpp's
+  // Staged). An allreduce, reduce-scatter or allgather whose part for one peer (the allreduce's
+  // input, a reduce-scatter's or allgather's block) fits a slot (staged_unit) is staged through
+  // them, so that no call waits for the other ranks' hosts to meet it; larger ones take their own
+  // schedule after the hosts' meeting. Up to 32M a call's host time (the meeting) weighs more in
+  // training than the slots' extra pass on the GPUs (docs/torch.md, "Staged calls"). 0: no staging.
   uint64_t staged_max = uint64_t(32) << 20;
 
   // --- Replay -------------------------------------------------------------------------------

@@ -6,7 +6,6 @@
 // let go at its exit). The runner's exit barrier is what lets the next call store again: every
 // rank has read its slots by then.
 #include <chrono>
-#include <cstring>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -171,9 +170,12 @@ bool CollTeam::run_staged(const CollCall& call) {
   }
   const Cached& c = it != staged_programs_.end() ? it->second : once;
   const Clock::time_point t1 = Clock::now();
-  // On the caller's stream itself only where it is a stream of the slots' GPU.
-  runner_->run_ordered(c.prog, stage_dev_, call.stream, &c.slots, call.ready,
-                       call.on_stream && !call.ready && direct, /*entry=*/false);
+  // On the caller's stream itself only where it is surely a stream of the slots' GPU (its
+  // buffers are there); else on the origin stream, which a caller that asked for its stream then
+  // joins (a blocking call's results are there for its stream's later work either way).
+  const bool on_stream = call.on_stream && !call.ready;
+  runner_->run_ordered(c.prog, stage_dev_, call.stream, &c.slots, call.ready, on_stream && direct, /*entry=*/false);
+  if (on_stream && !direct) runner_->join_ordered(stage_dev_, call.stream);
   ++times_.calls;
   ++times_.ordered;
   ++times_.staged;
