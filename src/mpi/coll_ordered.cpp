@@ -23,6 +23,7 @@
 #include "common/log.hpp"
 #include "ipc/wait.hpp"
 #include "mpi/coll_slice.hpp"
+#include "mpi/coll_watchdog.hpp"
 
 namespace gpustripe::mpi {
 namespace {
@@ -93,6 +94,11 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
     run_lane = l.get();
   }
   const StreamHandle o = run_lane->stream();
+  // The enqueue watched: a driver call may block behind a wait that a dead rank never meets (a
+  // stream's full queue; the emulated reductions wait for their stream), and a staged call
+  // (no meeting of the hosts before it) is the first to find such a rank. The watch releases every
+  // ordered wait, and the run fails once its enqueue is past.
+  WaitWatch watch(watch_enqueue_, check_alive_, [this] { release_ordered(); });
 
   launched_at_ = std::chrono::steady_clock::now();  // the run's driver calls begin here
   if (!on_after) {
@@ -139,6 +145,7 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   ev.tail_count = static_cast<uint32_t>(gpu_barriers_);
   ordered_device_ = device;
   if (join_after) join_ordered(device, after);
+  watch.rethrow();
 }
 
 void SliceRunner::join_ordered(int device, StreamHandle s) {

@@ -13,6 +13,9 @@ test_node_team_queue.py, one process per rank, with a scenario:
   is posted, and its join() raises the meeting's answer, as does every later call.
 - `peer_dies`: rank 1 leaves without posting; rank 0's queued call is posted, its join() raises
   within GPUSTRIPE_TIMEOUT.
+- `staged_peer_dies` (staging on): both ranks make a staged call (the slots' setup), then rank 1
+  leaves; rank 0's next staged call, or its settle() after it, raises within GPUSTRIPE_TIMEOUT,
+  as does its call after that.
 - `shutdown`: rank 0 queues calls and drops the team before rank 1 has posted; rank 1 then posts
   and checks its results (exact only if rank 0's worker ran them while its team closed).
 
@@ -144,8 +147,35 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001
             out["join"] = str(e)
         out["join_s"] = time.monotonic() - t0
+    elif scenario == "staged_peer_dies":
+        a = put(np.full(N, rank + 1, np.float32))
+        team.allreduce(a, a, N, "float32", "sum", stream=stream, queued=True)
+        team.settle()
+        out["first"] = float(get(a, N, np.float32)[0])
+        out["staged"] = team.phase_times()["staged"]
+        store.set("staged_first_done/%d" % rank, b"1")
+        if rank == 1:
+            store.get("staged_first_done/0")
+            os._exit(0)  # gone after the slots' setup
+        store.get("staged_first_done/1")
+        time.sleep(0.5)
+        # The call returns at once where its enqueue cannot block (CUDA) and the error comes at
+        # settle(); the emulated reduction waits for its stream, so there the call itself fails.
+        t0 = time.monotonic()
+        try:
+            team.allreduce(a, a, N, "float32", "sum", stream=stream, queued=True)
+            team.settle()
+            out["failed"] = "nowhere"
+        except Exception as e:  # noqa: BLE001
+            out["failed"] = str(e)
+        out["failed_s"] = time.monotonic() - t0
+        try:
+            team.allreduce(a, a, N, "float32", "sum", stream=stream, queued=True)
+            out["later"] = "returned"
+        except Exception as e:  # noqa: BLE001
+            out["later"] = str(e)
     print("QUEUE " + json.dumps(out), flush=True)
-    if scenario in ("declined", "peer_dies"):
+    if scenario in ("declined", "peer_dies", "staged_peer_dies"):
         os._exit(0)  # the team is broken: leave without closing it (its waits would time out again)
 
 

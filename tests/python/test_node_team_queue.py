@@ -11,10 +11,12 @@ from store_ranks import reports, run_ranks, skip_without
 WORKER = os.path.join(os.path.dirname(__file__), "node_team_queue_worker.py")
 
 
-def run(tmp_path, scenario: str, size: int = 2, timeout_s: str = "20") -> list[dict]:
-    # Staging off: a staged call is never queued (it meets no other rank's host; the team's first
-    # one sets the slots up with the others), and these are the queue's semantics.
-    env = dict(os.environ, GPUSTRIPE_TIMEOUT=timeout_s, PYTHONUNBUFFERED="1", GPUSTRIPE_TEST="coll.staged_max=0")
+def run(tmp_path, scenario: str, size: int = 2, timeout_s: str = "20", staged: bool = False) -> list[dict]:
+    # Staging off but where asked: a staged call is never queued (it meets no other rank's host;
+    # the team's first one sets the slots up with the others), and these are the queue's semantics.
+    env = dict(os.environ, GPUSTRIPE_TIMEOUT=timeout_s, PYTHONUNBUFFERED="1")
+    if not staged:
+        env["GPUSTRIPE_TEST"] = "coll.staged_max=0"
     by_rank = {}
     for text in run_ranks(WORKER, str(tmp_path / "store"), size, [scenario], env, 90):
         got = reports(text, "QUEUE ")
@@ -55,6 +57,17 @@ def test_a_peer_gone_before_a_queued_call_fails_the_join_within_the_timeout(tmp_
     assert r1 is None  # left without a call
     assert r0["posted"] and r0["join"] != "returned", r0
     assert "rank" in r0["join"], r0
+
+
+def test_a_peer_gone_after_the_slots_setup_fails_the_next_staged_call_within_the_timeout(tmp_path):
+    # A staged call does not meet the other ranks, so the dead peer shows where this rank waits
+    # for its GPUs (or, emulated, in the call's enqueue): an error naming the rank, not a hang.
+    skip_without(2)
+    r0, r1 = run(tmp_path, "staged_peer_dies", timeout_s="5", staged=True)
+    assert r1 is None  # left after its first call
+    assert r0["first"] == 3.0 and r0["staged"] == 1, r0  # 1 + 2, through the slots
+    assert "rank 1" in r0["failed"] and r0["failed_s"] < 15.0, r0
+    assert r0["later"] != "returned", r0
 
 
 def test_a_team_closed_with_calls_queued_runs_them_first(tmp_path):
