@@ -667,6 +667,36 @@ TEST(CollSlice, ARunOnTheCallersStreamNeedsNoEventBetweenStreamsAndFollowsTheRun
   EXPECT_EQ(counter.barriers.load(), 2 * 2 * calls);
 }
 
+// A run without the entry barrier (a staged call's: it touches nothing a peer may still produce)
+// starts once the run before it has ended on every rank: on another stream than a caller-stream
+// run before it, its stream waits for every rank's barrier word past that run's exit (not only
+// this rank's, which the entry barrier would have completed). It costs its exit barrier alone.
+// Every call's data holds.
+TEST(CollSlice, ARunWithoutEntryBarrierWaitsForEveryRanksExitOfTheRunBefore) {
+  Node node;
+  CallCounter& counter = count_calls(node);
+  Backend& b = *node.backend;
+  const int calls = 3;  // on A with its entry, on B without, on the origin without
+  PairCopies c(b, calls);
+  const std::vector<std::string> errors = on_two_runners(node, b, [&](int r, mpi::SliceRunner& runner, auto&) {
+    StreamHandle a = b.create_stream(r), other = b.create_stream(r);
+    runner.run_ordered(c.progs[0], r, a, nullptr, nullptr, true);
+    runner.run_ordered(c.progs[1], r, other, nullptr, nullptr, true, /*entry=*/false);
+    runner.run_ordered(c.progs[2], r, a, nullptr, nullptr, false, /*entry=*/false);
+    runner.settle();
+    for (int i = 0; i < calls; ++i) c.check(r, i);
+    b.destroy_stream(a);
+    b.destroy_stream(other);
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  // Per rank: B waits for both ranks' words past A's exit (2), the origin for both past B's (2);
+  // the origin run records and waits for A's event (1 and 1); settle() records the origin's end (1).
+  EXPECT_EQ(counter.flag_waits.load(), 2 * 4);
+  EXPECT_EQ(counter.records.load(), 2 * 2);
+  EXPECT_EQ(counter.waits.load(), 2 * 1);
+  EXPECT_EQ(counter.barriers.load(), 2 * (2 + 1 + 1));
+}
+
 // A handle that names each thread's own stream (CUDA's per-thread default stream) is not one
 // stream to the runner: a run asked on it goes on the origin stream after it, and the stream
 // joins the run's end (per call: the caller's event and the origin's wait, the origin's event
