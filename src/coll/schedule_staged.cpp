@@ -29,7 +29,7 @@ void check_staged(const Program& p, const Staged& s, size_t bytes) {
   GS_REQUIRE(p.nranks() == s.n && s.n > 1 && s.me >= 0 && s.me < s.n && static_cast<int>(s.areas.size()) == s.n &&
                  static_cast<int>(s.area_dev.size()) == s.n,
              GPUSTRIPE_ERR_INTERNAL, "a staged collective's program and slots do not fit its team");
-  GS_REQUIRE(bytes <= s.unit, GPUSTRIPE_ERR_INTERNAL, "a staged collective of %zu bytes a peer for slots of %zu",
+  GS_REQUIRE(bytes <= s.unit, GPUSTRIPE_ERR_INTERNAL, "a staged collective of %zu bytes for each peer, in slots of %zu",
              bytes, s.unit);
   GS_REQUIRE(s.direct ? s.send_dev == s.dev && s.recv_dev == s.dev : s.temp != nullptr, GPUSTRIPE_ERR_INTERNAL,
              "a staged collective's buffers are not where it reads them");

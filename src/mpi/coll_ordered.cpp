@@ -98,7 +98,7 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   // stream's full queue; the emulated reductions wait for their stream), and a staged call
   // (no meeting of the hosts before it) is the first to find such a rank. The watch releases every
   // ordered wait, and the run fails once its enqueue is past.
-  WaitWatch watch(watch_enqueue_, check_alive_, [this] { release_ordered(); });
+  WaitWatch watch(watch_enqueue_, check_alive_, release_ordered_fn_);
 
   launched_at_ = std::chrono::steady_clock::now();  // the run's driver calls begin here
   if (!on_after) {

@@ -63,7 +63,8 @@ SliceRunner::SliceRunner(Backend& backend, coll::Reducer& reducer, int rank, int
     : backend_(backend), reducer_(reducer), rank_(rank), nranks_(nranks), flags_(flags),
       check_peers_(std::move(check_peers)), check_alive_(std::move(check_alive)), lanes_(backend),
       watch_enqueue_(format("collective: rank %d enqueueing its part", rank)),
-      watch_gpu_(format("collective: rank %d's GPU work waiting for the other ranks' steps", rank)) {
+      watch_gpu_(format("collective: rank %d's GPU work waiting for the other ranks' steps", rank)),
+      release_ordered_fn_([this] { release_ordered(); }) {
   GS_REQUIRE(nranks <= TeamFlags::kMaxRanks, GPUSTRIPE_ERR_NOT_SUPPORTED,
              "collective over %d ranks of a node: at most %d", nranks, TeamFlags::kMaxRanks);
   // A step waiting for another rank's step waits on its GPU stream for a flag in shared host
@@ -204,7 +205,7 @@ void SliceRunner::run(const coll::Program& prog, int device, const coll::CrossSl
 
 void SliceRunner::run_watched(const std::vector<uint32_t>& waits,
                               const std::function<bool(std::vector<Lane*>&, uint32_t)>& enqueue) {
-  auto release = [this, &waits] {
+  const std::function<void()> release = [this, &waits] {
     for (uint32_t w : waits) flags_.op(w).store(1, std::memory_order_release);
   };
   // A part whose streams wait for no other rank (the kernel schedules' parts, between the hosts'
@@ -382,7 +383,7 @@ bool SliceRunner::start(const coll::Program& prog, int device, const coll::Cross
     }
     return true;
   }
-  auto release = [this, waits = f->waits] {
+  const std::function<void()> release = [this, waits = f->waits] {
     for (uint32_t w : waits) flags_.op(w).store(1, std::memory_order_release);
   };
   {

@@ -211,6 +211,7 @@ class SliceRunner {
   // emulated CI node): there a rank that polls holds a core another rank needs.
   std::chrono::steady_clock::duration spin_{};
   const std::string watch_enqueue_, watch_gpu_;  // the watches' names, made once
+  const std::function<void()> release_ordered_fn_;  // release_ordered(), for the watches to borrow
 
   // The hosts' barrier in two halves: arrive() returns the barrier's number, arrived() is
   // true once every rank has reached it.

@@ -26,7 +26,8 @@ struct StageNote {
 }  // namespace
 
 bool CollTeam::stageable(const CollCall& call) const {
-  return call.staged && call.staged_bytes > 0 && call.staged_bytes <= coll::staged_unit(tuning_.staged_max, n_) &&
+  // (A staged form comes with its shape, which keys its Program: coll_calls.cpp.)
+  return call.staged && !call.shape.empty() && call.staged_bytes > 0 && call.staged_bytes <= coll::staged_unit(tuning_.staged_max, n_) &&
          (call.stream || call.ready) && !call.after && runner_ && runner_->stream_flags() &&
          stage_state_.load(std::memory_order_acquire) != kStageOff;
 }
@@ -139,10 +140,11 @@ bool CollTeam::run_staged(const CollCall& call) {
   put(call.send);
   put(call.recv);
   put(tmp);
-  auto it = call.shape.empty() ? staged_programs_.end() : staged_programs_.find(key);
+  auto it = staged_programs_.find(key);
   const bool build = it == staged_programs_.end();
-  Cached once{coll::Program(n_), {}};
   if (build) {
+    if (staged_programs_.size() >= kStagedProgramsKept) staged_programs_.clear();
+    it = staged_programs_.emplace(key, Cached{coll::Program(n_), {}}).first;
     coll::Staged s;
     s.me = rank_;
     s.n = n_;
@@ -161,14 +163,15 @@ bool CollTeam::run_staged(const CollCall& call) {
       s.send_dev = where(call.send);
       s.recv_dev = where(call.recv);
     }
-    call.staged(once.prog, s);
-    once.slots = coll::cross_slots(once.prog);
-    if (!call.shape.empty()) {
-      if (staged_programs_.size() >= kStagedProgramsKept) staged_programs_.clear();
-      it = staged_programs_.emplace(key, std::move(once)).first;
+    try {
+      call.staged(it->second.prog, s);
+    } catch (...) {
+      staged_programs_.erase(it);
+      throw;
     }
+    it->second.slots = coll::cross_slots(it->second.prog);
   }
-  const Cached& c = it != staged_programs_.end() ? it->second : once;
+  const Cached& c = it->second;
   const Clock::time_point t1 = Clock::now();
   // On the caller's stream itself only where it is surely a stream of the slots' GPU (its
   // buffers are there); else on the origin stream, which a caller that asked for its stream then

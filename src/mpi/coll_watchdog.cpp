@@ -18,8 +18,9 @@ namespace gpustripe::mpi {
 using Clock = std::chrono::steady_clock;
 
 struct WaitWatch::State {
-  std::string what;
-  std::function<void()> check, release;
+  const std::string* what = nullptr;  // the watch's, borrowed
+  const std::function<void()>* check = nullptr;
+  const std::function<void()>* release = nullptr;
   Clock::time_point armed;
   double timeout_s = 0;
   std::atomic<bool> fired{false};
@@ -83,25 +84,25 @@ class Watchdog {
       for (WaitWatch::State* s : armed_) {
         if (s->fired.load(std::memory_order_relaxed)) continue;
         try {
-          if (s->check) s->check();
+          if (*s->check) (*s->check)();
           const double waited = std::chrono::duration<double>(now - s->armed).count();
           if (s->timeout_s > 0 && waited > s->timeout_s)
-            GS_THROW(GPUSTRIPE_ERR_TIMEOUT, "%s: not done after %.1f s (GPUSTRIPE_TIMEOUT=%g)", s->what.c_str(), waited,
+            GS_THROW(GPUSTRIPE_ERR_TIMEOUT, "%s: not done after %.1f s (GPUSTRIPE_TIMEOUT=%g)", s->what->c_str(), waited,
                      s->timeout_s);
           continue;
         } catch (const Error& e) {
           s->status = e.status();
-          s->message = format("%s: %s", s->what.c_str(), e.what());
+          s->message = format("%s: %s", s->what->c_str(), e.what());
         } catch (const std::exception& e) {
           s->status = GPUSTRIPE_ERR_INTERNAL;
-          s->message = format("%s: %s", s->what.c_str(), e.what());
+          s->message = format("%s: %s", s->what->c_str(), e.what());
         }
         s->fired.store(true, std::memory_order_release);
         GS_LOG_WARN(Subsys::Mpi, "%s: releasing this rank's streams", s->message.c_str());
         try {
-          s->release();
+          (*s->release)();
         } catch (const std::exception& e) {
-          GS_LOG_WARN(Subsys::Mpi, "%s: releasing the streams failed: %s", s->what.c_str(), e.what());
+          GS_LOG_WARN(Subsys::Mpi, "%s: releasing the streams failed: %s", s->what->c_str(), e.what());
         }
       }
     }
@@ -119,11 +120,12 @@ class Watchdog {
 
 }  // namespace
 
-WaitWatch::WaitWatch(std::string what, std::function<void()> check, std::function<void()> release)
+WaitWatch::WaitWatch(const std::string& what, const std::function<void()>& check,
+                     const std::function<void()>& release)
     : state_(new State) {
-  state_->what = std::move(what);
-  state_->check = std::move(check);
-  state_->release = std::move(release);
+  state_->what = &what;
+  state_->check = &check;
+  state_->release = &release;
   state_->armed = Clock::now();
   state_->timeout_s = ipc::timeout_seconds();
   Watchdog::get().arm(state_);

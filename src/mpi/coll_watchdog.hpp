@@ -20,8 +20,10 @@ class WaitWatch {
  public:
   // `check` throws when a peer is gone; `release` lets this rank's streams past every wait
   // on the peers. Both run on the watchdog thread (they must not touch state the caller's
-  // thread uses unguarded), and never after the destructor has returned.
-  WaitWatch(std::string what, std::function<void()> check, std::function<void()> release);
+  // thread uses unguarded), and never after the destructor has returned. All three are
+  // borrowed, not copied (a watch is armed on every stream-ordered call's path): they must
+  // outlive the watch.
+  WaitWatch(const std::string& what, const std::function<void()>& check, const std::function<void()>& release);
   ~WaitWatch();
   WaitWatch(const WaitWatch&) = delete;
   WaitWatch& operator=(const WaitWatch&) = delete;
