@@ -105,9 +105,74 @@ class CudaBarrier : public DeviceBarrier {
   int* error_ = nullptr;
   unsigned long long* stamps_ = nullptr;
 };
+
+// Rank me's words: n flags (one per rank), the counter, the done-count of a fused barrier's
+// blocks, the count of its blocks arrived at the entry. The same kernels as CudaBarrier's.
+class CudaMappedBarrier : public MappedBarrier {
+ public:
+  CudaMappedBarrier(Backend& b, int me, int dev, const std::vector<void*>& words) : backend_(b), dev_(dev) {
+    const int n = static_cast<int>(words.size());
+    error_ = static_cast<int*>(backend_.alloc_pinned(sizeof(int)));
+    *error_ = 0;
+    auto w = [&](int r) { return static_cast<unsigned long long*>(words[r]); };
+    BarrierKernelArgs& a = fused_.args;
+    a.counter = w(me) + n;
+    for (int q = 0; q < n; ++q) a.peer_slot[q] = w(q) + me;
+    a.own_flags = w(me);
+    a.n = n;
+    a.me = me;
+    a.timeout_ns = static_cast<unsigned long long>(kBarrierTimeout.get() * 1e9);
+    a.error = error_;
+    fused_.blocks_done = reinterpret_cast<unsigned int*>(w(me) + n + 1);
+    arrived_ = reinterpret_cast<unsigned int*>(w(me) + n + 2);
+  }
+  ~CudaMappedBarrier() override { backend_.free_pinned(error_); }
+  void arrive_and_wait(StreamHandle s) override { launch_barrier_kernel(fused_.args, dev_, s); }
+  const FusedBarrier* fused(const std::vector<BarrierCopy>& pre, uint32_t* end_word, uint32_t end_value) override {
+    if (pre.size() > static_cast<size_t>(kMaxBarrierRanks)) return nullptr;
+    launch_ = fused_;
+    for (size_t i = 0; i < pre.size(); ++i) launch_.pre[i] = pre[i];
+    launch_.npre = static_cast<int>(pre.size());
+    launch_.arrived = pre.empty() ? nullptr : arrived_;
+    launch_.end_word = end_word;
+    launch_.end_value = end_value;
+    return &launch_;
+  }
+  void check() override {
+    if (*reinterpret_cast<volatile int*>(error_) == 0) return;
+    *error_ = 0;
+    GS_THROW(GPUSTRIPE_ERR_TIMEOUT,
+             "this rank's GPU waited more than %g s in a collective's barrier for the other ranks' GPUs (a rank gone, "
+             "or its stream blocked on later work?); results of that call are undefined",
+             kBarrierTimeout.get());
+  }
+
+ private:
+  Backend& backend_;
+  int dev_;
+  FusedBarrier fused_;          // the words' part, filled once
+  FusedBarrier launch_;         // fused()'s answer
+  unsigned int* arrived_ = nullptr;
+  int* error_ = nullptr;
+};
 #endif
 
 }  // namespace
+
+size_t mapped_barrier_bytes(int nranks) { return (static_cast<size_t>(nranks) + 3) * sizeof(unsigned long long); }
+
+std::unique_ptr<MappedBarrier> make_mapped_barrier(Backend& backend, int me, int dev, const std::vector<void*>& words) {
+#if GPUSTRIPE_HAVE_CUDA
+  const int n = static_cast<int>(words.size());
+  if (!backend.emulated() && n >= 2 && n <= kMaxBarrierRanks && me >= 0 && me < n)
+    return std::make_unique<CudaMappedBarrier>(backend, me, dev, words);
+#endif
+  (void)backend;
+  (void)me;
+  (void)dev;
+  (void)words;
+  return nullptr;
+}
 
 std::unique_ptr<DeviceBarrier> make_device_barrier(Backend& backend, const std::vector<int>& devices, bool all_peer) {
 #if GPUSTRIPE_HAVE_CUDA

@@ -16,6 +16,13 @@
 namespace gpustripe::coll {
 
 struct FusedBarrier;  // reduce.hpp (CUDA)
+constexpr int kMaxBarrierRanks = 16;
+// A copy a kernel makes before the barrier inside it (FusedBarrier::pre).
+struct BarrierCopy {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  size_t bytes = 0;
+};
 
 class DeviceBarrier {
  public:
@@ -50,9 +57,31 @@ class DeviceBarrier {
 // maps the other's memory): the executor then uses events.
 std::unique_ptr<DeviceBarrier> make_device_barrier(Backend& backend, const std::vector<int>& devices, bool all_peer);
 
+// The same barrier among the GPUs of a team of processes, one rank in this process: each rank's
+// words (mapped_barrier_bytes, zero before the first barrier) lie in its own GPU's memory, which
+// every other rank maps; `words[r]` is rank r's as this process addresses them (IPC mappings of
+// the others'). The kernels and their numbers are DeviceBarrier's, so a reduction or copy kernel
+// can run one inside (fused()).
+class MappedBarrier {
+ public:
+  virtual ~MappedBarrier() = default;
+  // Enqueues this rank's part of the next barrier on s (a stream of its GPU).
+  virtual void arrive_and_wait(StreamHandle s) = 0;
+  // The arguments of a kernel that runs the next two barriers inside it (entry and exit:
+  // ReduceArgs::barrier, CopyArgs::barrier), with `pre` (at most kMaxBarrierRanks) copied by the
+  // kernel before its entry, and end_word = end_value written by its exit's last block once every
+  // rank has exited (a word in host memory registered for the device; null: none). Valid until
+  // the next call; null where no kernel can.
+  virtual const FusedBarrier* fused(const std::vector<BarrierCopy>& pre, uint32_t* end_word, uint32_t end_value) = 0;
+  // Throws ERR_TIMEOUT when a barrier gave up (call after the work has completed).
+  virtual void check() = 0;
+};
+size_t mapped_barrier_bytes(int nranks);
+// nullptr where the backend cannot run one (emulated devices, more ranks than the kernels take).
+std::unique_ptr<MappedBarrier> make_mapped_barrier(Backend& backend, int me, int dev, const std::vector<void*>& words);
+
 #if GPUSTRIPE_HAVE_CUDA
 // The kernel (barrier_cuda.cu): counter and error live in rank's memory / pinned memory.
-constexpr int kMaxBarrierRanks = 16;
 struct BarrierKernelArgs {
   unsigned long long* counter = nullptr;                        // this rank's barrier number
   unsigned long long* peer_slot[kMaxBarrierRanks] = {};         // this rank's flag in each rank's array

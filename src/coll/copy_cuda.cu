@@ -131,7 +131,11 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream, unsigned*
   const int64_t per_sm = wide_pull ? kPullBlocksPerSm : kCopyBlocksPerSm;
   const size_t cap = std::max<size_t>(
       nseg, static_cast<size_t>(sm_count(dev)) * static_cast<size_t>(std::max<int64_t>(1, per_sm)) / nseg * nseg);
-  const unsigned grid = static_cast<unsigned>(std::min(cap, per_seg * nseg));
+  unsigned grid = static_cast<unsigned>(std::min(cap, per_seg * nseg));
+  if (bar.npre > 0) {
+    static std::atomic<int> resident[2] = {0, 0};  // the copy kernel's blocks per SM
+    grid = std::min(grid, resident_blocks(copy_kernel, kThreads, dev, resident));
+  }
   copy_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(cuda_stream)>>>(p, bar, done);
   const cudaError_t e = cudaGetLastError();
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "copy kernel (%d segments) on device %d: %s", p.n, dev,

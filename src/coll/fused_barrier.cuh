@@ -4,6 +4,11 @@
 // calls mix on one communicator; barrier_cuda.cu's barrier kernel sets and waits on the flags
 // with the same set_flags / wait_peers. Device code only; each including .cu file gets its own copy.
 #pragma once
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
 #include "coll/kernel_done.cuh"
 #include "coll/reduce.hpp"
 
@@ -37,11 +42,56 @@ __device__ void set_flags(const BarrierKernelArgs& a, unsigned long long e) {
     if (q != a.me) *reinterpret_cast<volatile unsigned long long*>(a.peer_slot[q]) = e;
 }
 
+// Thread `tid` of `stride`'s share of one copy: 16-byte vectors where every pointer allows, four
+// loads in flight per thread.
+__device__ void copy_share(const BarrierCopy& cp, size_t tid, size_t stride) {
+  const unsigned char* src = static_cast<const unsigned char*>(cp.src);
+  unsigned char* dst = static_cast<unsigned char*>(cp.dst);
+  size_t done = 0;
+  if (((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) & 15) == 0) {
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    const size_t nv = cp.bytes / 16;
+    size_t i = tid;
+    for (; i + 3 * stride < nv; i += 4 * stride) {
+      uint4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) v[u] = s[i + u * stride];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) d[i + u * stride] = v[u];
+    }
+    for (; i < nv; i += stride) d[i] = s[i];
+    done = nv * 16;
+  }
+  for (size_t k = done + tid; k < cp.bytes; k += stride) dst[k] = src[k];
+}
+
+// This block's share of the copies before the entry (FusedBarrier::pre): the blocks take the
+// copies in turn (block b on copy b mod npre, so a store over NVLink and a local copy run side by
+// side); with fewer blocks than copies, each block takes every gridDim.x-th copy alone.
+__device__ void pre_copies(const FusedBarrier& b) {
+  const unsigned n = static_cast<unsigned>(b.npre);
+  if (gridDim.x < n) {
+    for (unsigned c = blockIdx.x; c < n; c += gridDim.x) copy_share(b.pre[c], threadIdx.x, blockDim.x);
+    return;
+  }
+  const unsigned c = blockIdx.x % n;
+  const size_t blocks = (gridDim.x - c + n - 1) / n;  // blocks on this copy
+  copy_share(b.pre[c], static_cast<size_t>(blockIdx.x / n) * blockDim.x + threadIdx.x, blocks * blockDim.x);
+}
+
 // Entry: the barrier number this call's entry has (the counter moves only at the exit).
 __device__ unsigned long long fused_entry(const FusedBarrier& b) {
   __shared__ unsigned long long e;
-  if (threadIdx.x == 0) {
-    e = *reinterpret_cast<volatile unsigned long long*>(b.args.counter) + 1;
+  if (threadIdx.x == 0) e = *reinterpret_cast<volatile unsigned long long*>(b.args.counter) + 1;
+  if (b.npre > 0) {
+    // Every block read the number before it arrives, so the exit (after every arrival) cannot
+    // have moved the counter under a block that starts late.
+    __syncthreads();
+    pre_copies(b);
+    if (last_block_done(b.arrived)) set_flags(b.args, e);  // every block's copies visible first
+    if (threadIdx.x == 0) wait_peers(b.args, e);
+  } else if (threadIdx.x == 0) {
     if (blockIdx.x == 0) {
       __threadfence_system();  // what the stream did before is visible before the flags
       set_flags(b.args, e);
@@ -60,6 +110,25 @@ __device__ void fused_exit(const FusedBarrier& b, unsigned long long e) {
   wait_peers(b.args, e + 1);
   *reinterpret_cast<volatile unsigned long long*>(b.args.counter) = e + 1;
   __threadfence_system();
+  if (b.end_word) {
+    *reinterpret_cast<volatile uint32_t*>(b.end_word) = b.end_value;
+    __threadfence_system();
+  }
+}
+
+// The most blocks of `threads` threads of `kernel` that device `dev` holds at once (a launch with
+// copies before its entry must fit: its blocks wait for each other). `cache`: the caller's, one
+// per kernel (128- and 512-thread blocks), so each kernel's occupancy is asked once.
+template <class K>
+unsigned resident_blocks(K kernel, unsigned threads, int dev, std::atomic<int> (&cache)[2]) {
+  std::atomic<int>& slot = cache[threads > 128 ? 1 : 0];
+  int n = slot.load(std::memory_order_relaxed);
+  if (n <= 0) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, static_cast<int>(threads), 0) != cudaSuccess || n < 1)
+      n = 1;
+    slot.store(n, std::memory_order_relaxed);
+  }
+  return static_cast<unsigned>(n) * static_cast<unsigned>(sm_count(dev));
 }
 
 }  // namespace

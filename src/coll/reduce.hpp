@@ -100,11 +100,23 @@ void check_reduce_args(const ReduceArgs& args);
 constexpr int kMaxKernelSources = 16;
 constexpr int kMaxKernelDests = 8;  // dst and up to 7 more_dsts
 // A barrier inside the kernel: every block waits at its start for the peers' entry flags
-// (block 0 first sets this rank's), and the last block to finish sets and waits for the exit
-// flags and advances the counter, exactly as the two barrier kernels would (barrier_cuda.cu).
+// (block 0 first sets this rank's; with copies before the entry, the last block to finish its
+// share of them), and the last block to finish sets and waits for the exit flags and advances
+// the counter, exactly as the two barrier kernels would (barrier_cuda.cu).
 struct FusedBarrier {
   BarrierKernelArgs args;
   unsigned int* blocks_done = nullptr;  // device word of this rank, 0 between launches
+  // Copies the kernel makes before the entry (a staged call's stores into the peers' slots):
+  // every block copies its share, and this rank's entry flags go out once every block's copies
+  // are visible (counted in `arrived`, another device word, 0 between launches), so the launch's
+  // blocks must all be resident at once: the kernel's grid is capped to what the GPU holds.
+  BarrierCopy pre[kMaxBarrierRanks];
+  int npre = 0;
+  unsigned int* arrived = nullptr;
+  // Where set, the exit's last block writes end_value here after every rank's exit (a word in
+  // host memory registered for the device: the stream write a run would make after the kernel).
+  uint32_t* end_word = nullptr;
+  uint32_t end_value = 0;
 };
 // blocks_done (here and for launch_copy_kernel): where args.done_word is set, a device word of
 // dev, 0 between launches (the kernel's count of finished blocks; its last block resets it).

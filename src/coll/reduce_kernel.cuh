@@ -6,6 +6,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -152,9 +153,22 @@ __global__ void __launch_bounds__(kReduceThreads)
 }
 
 // Two 16-byte vectors per thread and step: the loads each thread keeps in flight.
+template <class T, int OP, int NS, int U>
+void launch_kernel(const ReducePtrs& p, size_t count, const ReduceLaunch& l, const FusedBarrier& bar, cudaStream_t s) {
+  auto* k = reduce_kernel<T, OP, NS, U>;
+  unsigned grid = l.grid;
+  if (bar.npre > 0) {
+    static std::atomic<int> resident[2] = {0, 0};  // this kernel's blocks per SM
+    int dev = 0;
+    cudaGetDevice(&dev);
+    grid = std::min(grid, resident_blocks(k, l.threads, dev, resident));
+  }
+  k<<<grid, l.threads, 0, s>>>(p, count, l.vec, bar, l.done);
+}
+
 template <class T, int OP, int NS>
 void launch_ns(const ReducePtrs& p, size_t count, const ReduceLaunch& l, const FusedBarrier& bar, cudaStream_t s) {
-  reduce_kernel<T, OP, NS, 2><<<l.grid, l.threads, 0, s>>>(p, count, l.vec, bar, l.done);
+  launch_kernel<T, OP, NS, 2>(p, count, l, bar, s);
 }
 
 // One (type, op). A single source (a copy, whatever the op) has kernels of its own only for
@@ -175,7 +189,7 @@ void launch_reduce(const ReducePtrs& p, size_t count, const ReduceLaunch& l, con
     case 4: launch_ns<T, OP, 4>(p, count, l, bar, s); return;
     default: break;
   }
-  reduce_kernel<T, OP, 0, 1><<<l.grid, l.threads, 0, s>>>(p, count, l.vec, bar, l.done);
+  launch_kernel<T, OP, 0, 1>(p, count, l, bar, s);
 }
 
 }  // namespace

@@ -16,7 +16,10 @@
 // it (join_ordered). A GPU's runs follow each other (a run on another stream than the one
 // before waits for it first), so a run's words are written only once the run before it has
 // ended on every rank: a wait for run k cannot be met by run k-1's write, and a later run's
-// write (k+1) meets it only once k has ended.
+// write (k+1) meets it only once k has ended. A staged call's run (no entry barrier) has its
+// GPUs' barriers on flags in the ranks' own GPU memory instead (coll::MappedBarrier): where its
+// program is kernel copies, a Barrier op and one kernel, that kernel makes the copies, both
+// barriers and the write of the run's end itself, so the run is one launch.
 #include <chrono>
 
 #include "common/error.hpp"
@@ -68,7 +71,8 @@ void SliceRunner::gpu_barrier(StreamHandle s) {
 }
 
 void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandle after,
-                              const coll::CrossSlots* given, EventHandle after_event, bool on_after, bool entry) {
+                              const coll::CrossSlots* given, EventHandle after_event, bool on_after, bool entry,
+                              coll::MappedBarrier* gpus) {
   coll::CrossSlots computed;
   if (!given) computed = coll::cross_slots(prog);
   const coll::CrossSlots& slots = given ? *given : computed;
@@ -77,6 +81,7 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
              "a stream-ordered collective without a stream");
   GS_REQUIRE(!on_after || (after != nullptr && after_event == nullptr), GPUSTRIPE_ERR_INTERNAL,
              "a stream-ordered collective on the caller's stream without that stream");
+  GS_REQUIRE(!(gpus && entry), GPUSTRIPE_ERR_INTERNAL, "a stream-ordered collective with an entry barrier on mapped flags");
   // A thread's own stream is not one stream to the runner (the handle names another on another
   // thread): the run goes on the origin stream, and the thread's stream joins it at the end.
   const bool join_after = on_after && backend_.thread_stream(after);
@@ -115,26 +120,44 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   // Segments between Barrier ops, as run() does, with the GPUs' barrier for the hosts'.
   const auto& ops = prog.ops();
   size_t begin = 0;
+  // On the mapped flags, the last part's kernel may run the barrier before it and the exit, and
+  // the first part's copies too (a staged call: one launch), and mark the run's end itself.
+  const Fused fused = gpus ? fuse(ops, slots, *gpus) : Fused{};
+  if (fused.barrier && fused.folded) begin = fused.last;
   while (begin <= ops.size()) {
     size_t end = begin;
     while (end < ops.size() && ops[end].kind != coll::Op::Barrier) ++end;
     // A part on one program lane (a kernel per rank, a chain of copies) runs on the run's
     // stream itself: a fork and a join are four driver calls of host time per call, and nothing
     // to overlap with there.
-    bool one_lane = true;
-    for (size_t i = begin, first = end; i < end && one_lane; ++i) {
-      if (ops[i].rank != rank_) continue;
-      if (first == end) first = i;
-      one_lane = ops[i].lane == ops[first].lane;
-    }
+    const bool one_lane = on_one_lane(ops, begin, end);
+    const bool last = end == ops.size();
+    const coll::FusedBarrier* inside = last ? fused.barrier : nullptr;
+    if (gpus && begin > 0 && !inside) gpus->arrive_and_wait(o);
     if (!one_lane) backend_.record_event(ev.fork, o);
     std::vector<Lane*> used;
-    enqueue_streams(prog, slots, begin, end, device, lanes_, one_lane ? nullptr : ev.fork, false,
-                    dev_flags_ + TeamFlags::kOrderedEdges, run, used, one_lane ? run_lane : nullptr);
+    fused_ = inside;
+    try {
+      enqueue_streams(prog, slots, begin, end, device, lanes_, one_lane ? nullptr : ev.fork, false,
+                      dev_flags_ + TeamFlags::kOrderedEdges, run, used, one_lane ? run_lane : nullptr);
+    } catch (...) {
+      fused_ = nullptr;
+      throw;
+    }
+    fused_ = nullptr;
     for (Lane* l : used)
       if (l != run_lane) backend_.wait_event(o, l->mark().event);
-    gpu_barrier(o);  // the last one is the exit: no rank's buffers are still in a peer's use
+    // The last barrier is the exit: no rank's buffers are still in a peer's use.
+    if (!gpus) gpu_barrier(o);
+    else if (last && !inside) gpus->arrive_and_wait(o);
     begin = end + 1;
+  }
+  // On the mapped flags: this rank's part done, every rank's past its exit: its barrier word says
+  // so (where the kernel did not write it).
+  if (gpus) {
+    ++gpu_barriers_;
+    if (!fused.barrier)
+      backend_.stream_write_flag(o, dev_flags_ + TeamFlags::kBarrierWord + rank_, static_cast<uint32_t>(gpu_barriers_));
   }
   // Nothing marks the run's end: on the origin stream an event recorded when settle() or a later
   // run on another stream needs it covers every run before it (runs on one GPU follow each
@@ -146,6 +169,77 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   ordered_device_ = device;
   if (join_after) join_ordered(device, after);
   watch.rethrow();
+}
+
+bool SliceRunner::on_one_lane(const std::vector<coll::Op>& ops, size_t begin, size_t end) const {
+  for (size_t i = begin, first = end; i < end; ++i) {
+    if (ops[i].rank != rank_) continue;
+    if (first == end) first = i;
+    if (ops[i].lane != ops[first].lane) return false;
+  }
+  return true;
+}
+
+bool SliceRunner::fits(const std::vector<coll::Op>& ops, size_t begin, size_t end, const coll::FusedBarrier* fb) const {
+  size_t first = end, mine = 0;
+  for (size_t i = begin; i < end; ++i)
+    if (ops[i].rank == rank_) {
+      if (first == end) first = i;
+      ++mine;
+    }
+  if (!fb || first == end) return false;
+  const coll::Op& op = ops[first];
+  if (op.kind == coll::Op::Reduce && mine == 1) {
+    coll::ReduceArgs a = coll::reduce_args(op);
+    a.barrier = fb;
+    return reducer_.can_fuse_barrier(a);
+  }
+  if (op.kind != coll::Op::Copy || !op.by_kernel) return false;
+  const std::vector<const coll::Op*> batch = coll::kernel_copy_batch(ops, first);
+  if (batch.size() != mine) return false;
+  coll::CopyArgs a;
+  a.segs = coll::copy_segments(batch);
+  a.barrier = fb;
+  return reducer_.can_fuse_copy(a);
+}
+
+SliceRunner::Fused SliceRunner::fuse(const std::vector<coll::Op>& ops, const coll::CrossSlots& slots,
+                                     coll::MappedBarrier& gpus) {
+  // The last part: after the program's last Barrier op, this rank's ops on one lane.
+  size_t last = 0, barriers = 0;
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].kind == coll::Op::Barrier) {
+      last = i + 1;
+      ++barriers;
+    }
+  Fused f;
+  if (barriers == 0 || !on_one_lane(ops, last, ops.size())) return f;
+  f.last = last;
+  uint32_t* end_word = dev_flags_ + TeamFlags::kBarrierWord + rank_;
+  const uint32_t end_value = static_cast<uint32_t>(gpu_barriers_ + 1);
+  // The first part folded in: one Barrier op, this rank's ops before it kernel copies that wait
+  // for nothing and signal no other rank.
+  std::vector<coll::BarrierCopy> pre;
+  bool fold = barriers == 1;
+  for (size_t i = 0; i + 1 < last && fold; ++i) {
+    const coll::Op& op = ops[i];
+    if (op.rank != rank_) continue;
+    auto edge = slots.lower_bound({static_cast<int>(i), -1});
+    fold = op.kind == coll::Op::Copy && op.by_kernel && op.deps.empty() &&
+           !(edge != slots.end() && edge->first.first == static_cast<int>(i));
+    pre.push_back({op.src, op.dst, op.bytes});
+  }
+  if (fold && !pre.empty()) {
+    const coll::FusedBarrier* fb = gpus.fused(pre, end_word, end_value);
+    if (fits(ops, last, ops.size(), fb)) {
+      f.barrier = fb;
+      f.folded = true;
+      return f;
+    }
+  }
+  const coll::FusedBarrier* fb = gpus.fused({}, end_word, end_value);
+  if (fits(ops, last, ops.size(), fb)) f.barrier = fb;
+  return f;
 }
 
 void SliceRunner::join_ordered(int device, StreamHandle s) {

@@ -451,6 +451,7 @@ void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int devic
     if (batched) return;
     coll::CopyArgs a;
     a.segs = coll::copy_segments(coll::kernel_copy_batch(ops, i));
+    a.barrier = fused_;
     if (done_value) {
       a.done_word = dev_flags_ + TeamFlags::kDoneWord + rank_;
       a.done_value = done_value;
@@ -469,6 +470,7 @@ void SliceRunner::issue(const std::vector<Op>& ops, size_t i, Lane& l, int devic
     GS_REQUIRE(op.kind == Op::Reduce, GPUSTRIPE_ERR_INTERNAL, "collective step %zu of kind %d across processes", i,
                static_cast<int>(op.kind));
     coll::ReduceArgs a = coll::reduce_args(op);
+    a.barrier = fused_;
     if (done_value) {
       a.done_word = dev_flags_ + TeamFlags::kDoneWord + rank_;
       a.done_value = done_value;

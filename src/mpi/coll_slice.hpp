@@ -108,8 +108,16 @@ class SliceRunner {
   // producing or using (a staged call's: each rank writes only its own buffers and slot, which the
   // run before it let go at its exit): no entry barrier, the run starts once the one before it
   // has ended on every rank.
+  // `gpus` (with `entry` false): the program's Barrier ops and the exit are barriers of the
+  // ranks' GPUs on flags in their own memory (coll::MappedBarrier, the staged calls' slot areas)
+  // instead of the stream flags in host memory. Where this rank's part after the last Barrier op
+  // is one kernel that can, that kernel runs the last one and the exit, marks the run's end in
+  // this rank's barrier word (else a stream write does: follow_tail, tail_done and settle read
+  // it), and, for a program of kernel copies, one Barrier op and that kernel (a staged call's),
+  // makes the copies before its entry too: the run is one launch.
   void run_ordered(const coll::Program& prog, int device, StreamHandle after, const coll::CrossSlots* slots = nullptr,
-                   EventHandle after_event = nullptr, bool on_after = false, bool entry = true);
+                   EventHandle after_event = nullptr, bool on_after = false, bool entry = true,
+                   coll::MappedBarrier* gpus = nullptr);
   // Work enqueued on `s` (a stream of `device`) from now on runs after every stream-ordered run
   // enqueued on `device` so far: a caller that wants the results on its own stream, with no
   // host wait (nothing where the latest run ran on s itself; else an event of the stream it
@@ -251,6 +259,23 @@ class SliceRunner {
   // Enqueues on `s` a barrier of the ranks' GPUs: later work on s waits until every rank's
   // stream has reached its barrier of the same count.
   void gpu_barrier(StreamHandle s);
+
+  // Whether this rank's ops of [begin, end) are on one program lane.
+  bool on_one_lane(const std::vector<coll::Op>& ops, size_t begin, size_t end) const;
+  // Whether this rank's ops of [begin, end) are one launch (a reduction, or one batch of kernel
+  // copies) that the reducer can run the barrier `fb` inside.
+  bool fits(const std::vector<coll::Op>& ops, size_t begin, size_t end, const coll::FusedBarrier* fb) const;
+  // A run_ordered on mapped flags: the barrier its last part's kernel runs inside (the last
+  // Barrier op's and the exit; null: none), whether the kernel also makes the first part's
+  // copies (`folded`: the program is copies, a Barrier op, one kernel), and where the last part
+  // begins.
+  struct Fused {
+    const coll::FusedBarrier* barrier = nullptr;
+    bool folded = false;
+    size_t last = 0;
+  };
+  Fused fuse(const std::vector<coll::Op>& ops, const coll::CrossSlots& slots, coll::MappedBarrier& gpus);
+  const coll::FusedBarrier* fused_ = nullptr;  // issue(): the barrier inside its kernel (run_ordered)
 
   // Enqueues this rank's op i on `l` after its same-rank dependencies and its program lane's
   // previous op (waits on their marks where they ran on other streams).

@@ -328,6 +328,7 @@ CollTeam::PhaseTimes CollTeam::phase_times(bool reset) {
 
 void CollTeam::settle() {
   if (runner_) runner_->settle();
+  if (stage_barrier_) stage_barrier_->check();
 }
 
 void CollTeam::grow(Owned& b, int dev, size_t bytes) {

@@ -337,8 +337,10 @@ class CollTeam {
   // (its first such call's buffers on no GPU, no memory, GPUs that do not map each other).
   enum StageState : int { kStageUnset, kStageOn, kStageOff };
   std::atomic<int> stage_state_{kStageUnset};
-  Owned stage_;                    // this rank's slot area (a slot per peer)
+  Owned stage_;                    // this rank's area: the GPUs' barrier words, then a slot per peer
+  size_t stage_head_ = 0;          // the barrier words' bytes, where the slots begin
   std::vector<char*> stage_slots_; // every rank's area, as this process addresses them (mapped once)
+  std::unique_ptr<coll::MappedBarrier> stage_barrier_;  // on the areas' words (null: the stream flags')
   std::vector<int> stage_devs_;
   int stage_dev_ = -1;
   std::map<std::string, Cached> staged_programs_;  // by shape and this rank's pointers

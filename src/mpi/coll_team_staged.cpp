@@ -15,6 +15,7 @@ namespace gpustripe::mpi {
 namespace {
 
 constexpr size_t kStagedProgramsKept = 256;
+constexpr size_t kHeadAlign = 256;  // the slots start where the kernels' widest accesses may
 
 // One rank's part of the staging's setup, exchanged once.
 struct StageNote {
@@ -44,9 +45,15 @@ void CollTeam::setup_staging(const CollCall& call) {
     why = "the node's GPUs do not all map each other's memory";
   } else {
     try {
-      stage_.p = static_cast<char*>(backend_.alloc_device(call.device, tuning_.staged_max));
-      stage_.bytes = tuning_.staged_max;
+      // The GPUs' barrier words first (zero before any barrier), then the slots.
+      stage_head_ = (coll::mapped_barrier_bytes(n_) + kHeadAlign - 1) / kHeadAlign * kHeadAlign;
+      stage_.bytes = stage_head_ + tuning_.staged_max;
+      stage_.p = static_cast<char*>(backend_.alloc_device(call.device, stage_.bytes));
       stage_.dev = call.device;
+      StreamHandle s = backend_.create_stream(call.device);
+      backend_.memset_async(stage_.p, call.device, 0, stage_head_, s);
+      backend_.synchronize_stream(s);
+      backend_.destroy_stream(s);
       mine.handle = backend_.ipc_export(stage_.p);
       mine.device = call.device;
       mine.ok = 1;
@@ -63,7 +70,8 @@ void CollTeam::setup_staging(const CollCall& call) {
       if (i != j && all[i].device != all[j].device) ok = peer_ok(all[i].device, all[j].device);
   }
   // Every rank maps the others' slots, then all agree again: a rank that could not map one
-  // leaves staging off on every rank.
+  // leaves staging off on every rank. The GPUs' barriers go on the areas' words where every rank
+  // can run them there (else on the runner's stream flags, on every rank).
   int32_t mapped = 1;
   if (ok) {
     stage_dev_ = call.device;
@@ -83,12 +91,26 @@ void CollTeam::setup_staging(const CollCall& call) {
         break;
       }
     }
+    if (mapped) {
+      try {
+        stage_barrier_ = coll::make_mapped_barrier(backend_, rank_, stage_dev_,
+                                                   std::vector<void*>(stage_slots_.begin(), stage_slots_.end()));
+      } catch (const Error& e) {
+        GS_LOG_INFO(Subsys::Mpi, "rank %d: staged calls' GPU barriers on the stream flags (%s)", rank_, e.what());
+      }
+      if (stage_barrier_) mapped |= 2;
+    }
   } else if (why.empty()) {
     why = "another rank cannot take it";
   }
   std::vector<int32_t> all_mapped(static_cast<size_t>(n_));
   runner_->exchange(&mapped, sizeof mapped, all_mapped.data());
-  for (int32_t m : all_mapped) ok = ok && m != 0;
+  bool barrier = true;
+  for (int32_t m : all_mapped) {
+    ok = ok && m != 0;
+    barrier = barrier && (m & 2) != 0;
+  }
+  if (!barrier) stage_barrier_.reset();
   if (ok) {
     GS_LOG_DEBUG(Subsys::Mpi, "rank %d: calls up to %zu bytes staged through slots on GPU %d", rank_,
                  static_cast<size_t>(tuning_.staged_max), stage_dev_);
@@ -102,6 +124,7 @@ void CollTeam::setup_staging(const CollCall& call) {
 }
 
 void CollTeam::close_staging() {
+  stage_barrier_.reset();
   for (int r = 0; r < static_cast<int>(stage_slots_.size()); ++r) {
     if (r == rank_ || !stage_slots_[r]) continue;
     try {
@@ -130,6 +153,7 @@ bool CollTeam::run_staged(const CollCall& call) {
   const Clock::time_point t0 = Clock::now();
   if (stage_state_.load(std::memory_order_acquire) == kStageUnset) setup_staging(call);
   if (stage_state_.load(std::memory_order_acquire) != kStageOn) return false;
+  if (stage_barrier_) stage_barrier_->check();  // an earlier staged call's GPU gave up on a peer
   // This rank's buffers where its kernels read and write them; anything else (host memory,
   // another GPU, buffers overlapping in a way the call's own schedules refuse) goes through the
   // slot and a temporary buffer, so the call never declines where the others take it.
@@ -149,9 +173,9 @@ bool CollTeam::run_staged(const CollCall& call) {
     s.me = rank_;
     s.n = n_;
     s.dev = stage_dev_;
-    s.areas = stage_slots_;
+    for (char* a : stage_slots_) s.areas.push_back(a + stage_head_);
     s.area_dev = stage_devs_;
-    s.unit = coll::staged_unit(stage_.bytes, n_);
+    s.unit = coll::staged_unit(tuning_.staged_max, n_);
     s.direct = direct;
     s.temp = tmp;
     s.send_dev = s.recv_dev = stage_dev_;
@@ -177,7 +201,8 @@ bool CollTeam::run_staged(const CollCall& call) {
   // buffers are there); else on the origin stream, which a caller that asked for its stream then
   // joins (a blocking call's results are there for its stream's later work either way).
   const bool on_stream = call.on_stream && !call.ready;
-  runner_->run_ordered(c.prog, stage_dev_, call.stream, &c.slots, call.ready, on_stream && direct, /*entry=*/false);
+  runner_->run_ordered(c.prog, stage_dev_, call.stream, &c.slots, call.ready, on_stream && direct, /*entry=*/false,
+                       stage_barrier_.get());
   if (on_stream && !direct) runner_->join_ordered(stage_dev_, call.stream);
   ++times_.calls;
   ++times_.ordered;

@@ -15,6 +15,7 @@
 
 #include "backend/backend.hpp"
 #include "coll/reduce.hpp"
+#include "coll/schedules.hpp"
 #include "common/error.hpp"
 #include "forwarding_backend.hpp"
 #include "ipc/shm_segment.hpp"
@@ -695,6 +696,80 @@ TEST(CollSlice, ARunWithoutEntryBarrierWaitsForEveryRanksExitOfTheRunBefore) {
   EXPECT_EQ(counter.records.load(), 2 * 2);
   EXPECT_EQ(counter.waits.load(), 2 * 1);
   EXPECT_EQ(counter.barriers.load(), 2 * (2 + 1 + 1));
+}
+
+// The emulated stand-in for coll::MappedBarrier's kernels: a barrier of the two ranks' streams
+// on a word of each, counted.
+class WordBarrier : public coll::MappedBarrier {
+ public:
+  WordBarrier(Backend& b, uint32_t* mine, const uint32_t* other, std::atomic<int>& arrivals)
+      : b_(b), mine_(mine), other_(other), arrivals_(arrivals) {}
+  void arrive_and_wait(StreamHandle s) override {
+    ++arrivals_;
+    b_.stream_flag_barrier(s, mine_, &other_, 1, ++count_);
+  }
+  const coll::FusedBarrier* fused(const std::vector<coll::BarrierCopy>&, uint32_t*, uint32_t) override {
+    return nullptr;  // the emulated reducer runs no barrier inside its kernels
+  }
+  void check() override {}
+
+ private:
+  Backend& b_;
+  uint32_t* mine_;
+  const uint32_t* other_;
+  std::atomic<int>& arrivals_;
+  uint32_t count_ = 0;
+};
+
+// A staged run on the GPUs' mapped flags (a staged call's: coll::MappedBarrier) makes its
+// Barrier op and its exit there, not on the runner's stream flags, and marks its end in this
+// rank's barrier word (one stream write), which settle() reads: every call's sum is there once
+// it returns, on both ranks.
+TEST(CollSlice, AStagedRunOnMappedFlagsBarriersThereAndMarksItsEndInItsBarrierWord) {
+  Node node;
+  CallCounter& counter = count_calls(node);
+  Backend& b = *node.backend;
+  const size_t n = 4096, bytes = n * sizeof(float);
+  const int calls = 3;
+  std::vector<char*> areas = {static_cast<char*>(b.alloc_device(0, bytes)), static_cast<char*>(b.alloc_device(1, bytes))};
+  std::vector<float*> send = {static_cast<float*>(b.alloc_device(0, bytes)), static_cast<float*>(b.alloc_device(1, bytes))};
+  std::vector<float*> recv = {static_cast<float*>(b.alloc_device(0, bytes)), static_cast<float*>(b.alloc_device(1, bytes))};
+  uint32_t words[2] = {0, 0};
+  std::atomic<int> arrivals{0};
+  const std::vector<std::string> errors = on_two_runners(node, b, [&](int r, mpi::SliceRunner& runner, auto&) {
+    WordBarrier gpus(b, &words[r], &words[1 - r], arrivals);
+    coll::Staged s;
+    s.me = r;
+    s.n = 2;
+    s.dev = s.send_dev = s.recv_dev = r;
+    s.areas = areas;
+    s.area_dev = {0, 1};
+    s.unit = bytes;
+    Program p(2);
+    coll::build_staged_allreduce(p, s, reinterpret_cast<const char*>(send[r]), reinterpret_cast<char*>(recv[r]), n,
+                                 GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    StreamHandle st = b.create_stream(r);
+    for (int i = 0; i < calls; ++i) {
+      fill(b, send[r], r, n, 1.0f + r + 10.0f * i);
+      runner.run_ordered(p, r, st, nullptr, nullptr, true, /*entry=*/false, &gpus);
+      runner.settle();
+      const std::vector<float> got = read(b, recv[r], r, n);
+      if (got[0] != 3.0f + 20.0f * i || got[n - 1] != got[0])
+        GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, call %d: %g", r, i, got[0]);
+    }
+    b.destroy_stream(st);
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  // Per rank and call: the Barrier op and the exit on the mapped flags (the stand-in's stream
+  // barriers, no other), the end's write.
+  EXPECT_EQ(arrivals.load(), 2 * calls * 2);
+  EXPECT_EQ(counter.barriers.load(), arrivals.load());
+  EXPECT_EQ(counter.writes.load(), 2 * calls);
+  for (int r = 0; r < 2; ++r) {
+    b.free_device(areas[r]);
+    b.free_device(send[r]);
+    b.free_device(recv[r]);
+  }
 }
 
 // A handle that names each thread's own stream (CUDA's per-thread default stream) is not one
