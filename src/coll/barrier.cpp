@@ -1,6 +1,5 @@
 #include "coll/barrier.hpp"
 
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -108,8 +107,7 @@ class CudaBarrier : public DeviceBarrier {
 };
 
 // Rank me's words: n flags (one per rank), the counter, the done-count of a fused barrier's
-// blocks, the count of its blocks arrived at the entry, the chunk flags (n rows of
-// kMaxChunkBlocks). The same kernels as CudaBarrier's.
+// blocks, the count of its blocks arrived at the entry. The same kernels as CudaBarrier's.
 class CudaMappedBarrier : public MappedBarrier {
  public:
   CudaMappedBarrier(Backend& b, int me, int dev, const std::vector<void*>& words) : backend_(b), dev_(dev) {
@@ -127,27 +125,18 @@ class CudaMappedBarrier : public MappedBarrier {
     a.error = error_;
     fused_.blocks_done = reinterpret_cast<unsigned int*>(w(me) + n + 1);
     arrived_ = reinterpret_cast<unsigned int*>(w(me) + n + 2);
-    fused_.chunks = w(me) + n + 3;
-    for (int q = 0; q < n; ++q) a.peer_chunks[q] = w(q) + n + 3 + static_cast<size_t>(me) * kMaxChunkBlocks;
   }
   ~CudaMappedBarrier() override { backend_.free_pinned(error_); }
   void arrive_and_wait(StreamHandle s) override { launch_barrier_kernel(fused_.args, dev_, s); }
-  const FusedBarrier* fused(const std::vector<BarrierCopy>& pre, uint32_t* end_word, uint32_t end_value,
-                            bool chunked) override {
-    if (pre.size() > static_cast<size_t>(kMaxBarrierRanks) || (chunked && (grid_ == 0 || pre.empty()))) return nullptr;
+  const FusedBarrier* fused(const std::vector<BarrierCopy>& pre, uint32_t* end_word, uint32_t end_value) override {
+    if (pre.size() > static_cast<size_t>(kMaxBarrierRanks)) return nullptr;
     launch_ = fused_;
-    launch_.grid = chunked ? grid_ : 0;
     for (size_t i = 0; i < pre.size(); ++i) launch_.pre[i] = pre[i];
     launch_.npre = static_cast<int>(pre.size());
     launch_.arrived = pre.empty() ? nullptr : arrived_;
     launch_.end_word = end_word;
     launch_.end_value = end_value;
     return &launch_;
-  }
-  unsigned chunk_grid() const override { return std::min<unsigned>(static_cast<unsigned>(sm_count(dev_)), kMaxChunkBlocks); }
-  void set_chunk_grid(unsigned grid) override {
-    grid_ = std::min(grid, kMaxChunkBlocks);
-    fused_.args.chunk_grid = grid_;
   }
   void check() override {
     if (*reinterpret_cast<volatile int*>(error_) == 0) return;
@@ -164,16 +153,13 @@ class CudaMappedBarrier : public MappedBarrier {
   FusedBarrier fused_;          // the words' part, filled once
   FusedBarrier launch_;         // fused()'s answer
   unsigned int* arrived_ = nullptr;
-  unsigned grid_ = 0;           // the ranks' chunked grid (0: none agreed)
   int* error_ = nullptr;
 };
 #endif
 
 }  // namespace
 
-size_t mapped_barrier_bytes(int nranks) {
-  return (static_cast<size_t>(nranks) * (1 + kMaxChunkBlocks) + 3) * sizeof(unsigned long long);
-}
+size_t mapped_barrier_bytes(int nranks) { return (static_cast<size_t>(nranks) + 3) * sizeof(unsigned long long); }
 
 std::unique_ptr<MappedBarrier> make_mapped_barrier(Backend& backend, int me, int dev, const std::vector<void*>& words) {
 #if GPUSTRIPE_HAVE_CUDA

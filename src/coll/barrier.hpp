@@ -17,7 +17,6 @@ namespace gpustripe::coll {
 
 struct FusedBarrier;  // reduce.hpp (CUDA)
 constexpr int kMaxBarrierRanks = 16;
-constexpr unsigned kMaxChunkBlocks = 256;  // blocks of a chunked kernel (FusedBarrier::grid)
 // A copy a kernel makes before the barrier inside it (FusedBarrier::pre).
 struct BarrierCopy {
   const void* src = nullptr;
@@ -73,14 +72,7 @@ class MappedBarrier {
   // kernel before its entry, and end_word = end_value written by its exit's last block once every
   // rank has exited (a word in host memory registered for the device; null: none). Valid until
   // the next call; null where no kernel can.
-  // `chunked`: a reduction's kernel that makes the copies and its reduction in chunks instead of
-  // behind an entry barrier (FusedBarrier::grid; only where set_chunk_grid gave the ranks' grid).
-  virtual const FusedBarrier* fused(const std::vector<BarrierCopy>& pre, uint32_t* end_word, uint32_t end_value,
-                                    bool chunked = false) = 0;
-  // The most blocks this rank's GPU runs a chunked kernel with; every rank must then set the same
-  // grid (the least of theirs: a rank's block b reduces what the peers' blocks b stored).
-  virtual unsigned chunk_grid() const = 0;
-  virtual void set_chunk_grid(unsigned grid) = 0;
+  virtual const FusedBarrier* fused(const std::vector<BarrierCopy>& pre, uint32_t* end_word, uint32_t end_value) = 0;
   // Throws ERR_TIMEOUT when a barrier gave up (call after the work has completed).
   virtual void check() = 0;
 };
@@ -97,11 +89,6 @@ struct BarrierKernelArgs {
   int n = 0, me = 0;
   unsigned long long timeout_ns = 0;
   int* error = nullptr;                                         // pinned host memory, set on a timeout
-  // MappedBarrier: this rank's row of chunk flags in each rank's memory (FusedBarrier::grid), which
-  // a barrier kernel sets past every chunk of its number (chunk_grid of them; 0: none): a rank whose
-  // staged call arrives by a barrier kernel has stored everything a chunked peer waits for.
-  unsigned long long* peer_chunks[kMaxBarrierRanks] = {};
-  unsigned chunk_grid = 0;
 };
 void launch_barrier_kernel(const BarrierKernelArgs& args, int dev, void* cuda_stream);
 // Signal: *flag = *counter (flag in a peer's memory). Wait: spin until *flag >= *counter.

@@ -12,15 +12,11 @@ namespace gpustripe::coll {
 namespace {
 
 __global__ void barrier_kernel(BarrierKernelArgs a) {
-  if (blockIdx.x != 0) return;
-  const unsigned long long e = *reinterpret_cast<volatile unsigned long long*>(a.counter) + 1;
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const unsigned long long e = *a.counter + 1;
+  *a.counter = e;
   // Everything this rank's stream did before is complete (stream order); make the flag
   // stores visible only after it.
-  __threadfence_system();
-  if (a.chunk_grid) set_chunks_past(a, e, threadIdx.x, blockDim.x);
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  *a.counter = e;
   __threadfence_system();
   set_flags(a, e);
   wait_peers(a, e);

@@ -42,17 +42,6 @@ __device__ void set_flags(const BarrierKernelArgs& a, unsigned long long e) {
     if (q != a.me) *reinterpret_cast<volatile unsigned long long*>(a.peer_slot[q]) = e;
 }
 
-// A barrier kernel's arrival where peers may reduce in chunks (BarrierKernelArgs::chunk_grid):
-// every chunk flag of this rank's past every chunk of barrier e, by the calling thread and the
-// `lanes` threads beside it (thread `lane`).
-__device__ void set_chunks_past(const BarrierKernelArgs& a, unsigned long long e, unsigned lane, unsigned lanes) {
-  const unsigned long long past = (e << 24) | 0xFFFFFFull;
-  for (int q = 0; q < a.n; ++q)
-    if (q != a.me)
-      for (unsigned b = lane; b < a.chunk_grid; b += lanes)
-        reinterpret_cast<volatile unsigned long long*>(a.peer_chunks[q])[b] = past;
-}
-
 // Thread `tid` of `stride`'s share of one copy: 16-byte vectors where every pointer allows, four
 // loads in flight per thread.
 __device__ void copy_share(const BarrierCopy& cp, size_t tid, size_t stride) {

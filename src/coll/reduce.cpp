@@ -130,19 +130,9 @@ class CudaReducer : public Reducer {
     flush();
   }
   bool can_fuse_barrier(const ReduceArgs& a) const override {
-    const size_t esz = dtype_size(a.dtype), bytes = a.count * esz;
-    if (!one_launch(a)) return false;
-    if (a.barrier && a.barrier->grid > 0) {
-      // Chunked: whole elements in every 16-byte vector (the chunks are the same bytes whatever the
-      // type's kernel), every copy before it as long as the result (a peer's source).
-      if (esz == 0 || esz > 16 || 16 % esz != 0 || a.srcs.size() < 2 || a.barrier->grid > kMaxChunkBlocks) return false;
-      for (int i = 0; i < a.barrier->npre; ++i)
-        if (a.barrier->pre[i].bytes != bytes) return false;
-      return a.barrier->npre > 0;
-    }
     // With copies before the entry (a staged call's stores), the barrier goes inside at any size:
     // the alternative is launches and barrier kernels of their own.
-    return bytes <= kFusedMax || (a.barrier && a.barrier->npre > 0);
+    return one_launch(a) && (a.count * dtype_size(a.dtype) <= kFusedMax || (a.barrier && a.barrier->npre > 0));
   }
   // One launch, with elements (a reduction of none launches nothing), and no barrier inside.
   bool can_signal(const ReduceArgs& a) const override { return !a.barrier && a.count > 0 && one_launch(a); }

@@ -117,16 +117,6 @@ struct FusedBarrier {
   // host memory registered for the device: the stream write a run would make after the kernel).
   uint32_t* end_word = nullptr;
   uint32_t end_value = 0;
-  // Chunked (a reduction whose copies before it are the peers' sources: a staged call's): no entry
-  // barrier; the copies and the reduction go in chunks of the result, block b taking chunks b,
-  // b + grid, ..., and after storing a chunk of each copy it sets its flag (this rank, b) in
-  // every peer's `chunks` array, then reduces its chunk before once every peer's block b has set
-  // it for that chunk. So the stores over NVLink and the reduction overlap. The last block to
-  // have stored its chunks sets the entry flags (a peer that arrives by a barrier kernel waits for
-  // them). `grid` blocks (0: not chunked), the same on every rank; chunks[q][b] (q < n ranks, b <
-  // kMaxChunkBlocks) in each rank's memory; args.peer_chunks[q]: this rank's row in rank q's.
-  unsigned grid = 0;
-  const unsigned long long* chunks = nullptr;
 };
 // blocks_done (here and for launch_copy_kernel): where args.done_word is set, a device word of
 // dev, 0 between launches (the kernel's count of finished blocks; its last block resets it).

@@ -20,7 +20,6 @@
 // GPUs' barriers on flags in the ranks' own GPU memory instead (coll::MappedBarrier): where its
 // program is kernel copies, a Barrier op and one kernel, that kernel makes the copies, both
 // barriers and the write of the run's end itself, so the run is one launch.
-#include <algorithm>
 #include <chrono>
 
 #include "common/error.hpp"
@@ -230,13 +229,8 @@ SliceRunner::Fused SliceRunner::fuse(const std::vector<coll::Op>& ops, const col
            !(edge != slots.end() && edge->first.first == static_cast<int>(i));
     pre.push_back({op.src, op.dst, op.bytes});
   }
-  // A reduction after them makes the copies and itself in chunks where it can (no barrier
-  // between the stores and the reduction: they overlap), else behind the entry barrier.
-  const bool reduction = std::any_of(ops.begin() + static_cast<std::ptrdiff_t>(last), ops.end(),
-                                     [this](const coll::Op& op) { return op.rank == rank_ && op.kind == coll::Op::Reduce; });
-  for (const bool chunked : {true, false}) {
-    if (!fold || pre.empty() || (chunked && !reduction)) continue;
-    const coll::FusedBarrier* fb = gpus.fused(pre, end_word, end_value, chunked);
+  if (fold && !pre.empty()) {
+    const coll::FusedBarrier* fb = gpus.fused(pre, end_word, end_value);
     if (fits(ops, last, ops.size(), fb)) {
       f.barrier = fb;
       f.folded = true;

@@ -5,7 +5,6 @@
 // the reads; no entry barrier: a call writes only its own buffers and the slots the run before it
 // let go at its exit). The runner's exit barrier is what lets the next call store again: every
 // rank has read its slots by then.
-#include <algorithm>
 #include <chrono>
 
 #include "common/error.hpp"
@@ -73,11 +72,7 @@ void CollTeam::setup_staging(const CollCall& call) {
   // Every rank maps the others' slots, then all agree again: a rank that could not map one
   // leaves staging off on every rank. The GPUs' barriers go on the areas' words where every rank
   // can run them there (else on the runner's stream flags, on every rank).
-  struct Mapped {
-    int32_t ok = 1;       // this rank mapped every other's area
-    int32_t barrier = 0;  // and runs the GPUs' barriers on the areas' words
-    uint32_t grid = 0;    // the most blocks its GPU runs a chunked reduction with
-  } mapped;
+  int32_t mapped = 1;
   if (ok) {
     stage_dev_ = call.device;
     stage_slots_.assign(static_cast<size_t>(n_), nullptr);
@@ -92,36 +87,30 @@ void CollTeam::setup_staging(const CollCall& call) {
         stage_slots_[r] = static_cast<char*>(backend_.ipc_open(all[r].handle, -1, stage_dev_));
       } catch (const Error& e) {
         why = format("mapping rank %d's slot: %s", r, e.what());
-        mapped.ok = 0;
+        mapped = 0;
         break;
       }
     }
-    if (mapped.ok) {
+    if (mapped) {
       try {
         stage_barrier_ = coll::make_mapped_barrier(backend_, rank_, stage_dev_,
                                                    std::vector<void*>(stage_slots_.begin(), stage_slots_.end()));
       } catch (const Error& e) {
         GS_LOG_INFO(Subsys::Mpi, "rank %d: staged calls' GPU barriers on the stream flags (%s)", rank_, e.what());
       }
-      if (stage_barrier_) {
-        mapped.barrier = 1;
-        mapped.grid = stage_barrier_->chunk_grid();
-      }
+      if (stage_barrier_) mapped |= 2;
     }
   } else if (why.empty()) {
     why = "another rank cannot take it";
   }
-  std::vector<Mapped> all_mapped(static_cast<size_t>(n_));
+  std::vector<int32_t> all_mapped(static_cast<size_t>(n_));
   runner_->exchange(&mapped, sizeof mapped, all_mapped.data());
   bool barrier = true;
-  uint32_t grid = ~0u;
-  for (const Mapped& m : all_mapped) {
-    ok = ok && m.ok != 0;
-    barrier = barrier && m.barrier != 0;
-    grid = std::min(grid, m.grid);
+  for (int32_t m : all_mapped) {
+    ok = ok && m != 0;
+    barrier = barrier && (m & 2) != 0;
   }
   if (!barrier) stage_barrier_.reset();
-  if (stage_barrier_) stage_barrier_->set_chunk_grid(grid);
   if (ok) {
     GS_LOG_DEBUG(Subsys::Mpi, "rank %d: calls up to %zu bytes staged through slots on GPU %d", rank_,
                  static_cast<size_t>(tuning_.staged_max), stage_dev_);

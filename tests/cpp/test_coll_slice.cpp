@@ -708,11 +708,9 @@ class WordBarrier : public coll::MappedBarrier {
     ++arrivals_;
     b_.stream_flag_barrier(s, mine_, &other_, 1, ++count_);
   }
-  const coll::FusedBarrier* fused(const std::vector<coll::BarrierCopy>&, uint32_t*, uint32_t, bool) override {
+  const coll::FusedBarrier* fused(const std::vector<coll::BarrierCopy>&, uint32_t*, uint32_t) override {
     return nullptr;  // the emulated reducer runs no barrier inside its kernels
   }
-  unsigned chunk_grid() const override { return 0; }
-  void set_chunk_grid(unsigned) override {}
   void check() override {}
 
  private:
