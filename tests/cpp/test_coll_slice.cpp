@@ -772,6 +772,154 @@ TEST(CollSlice, AStagedRunOnMappedFlagsBarriersThereAndMarksItsEndInItsBarrierWo
   }
 }
 
+#if GPUSTRIPE_HAVE_CUDA
+// Two ranks' meeting of host threads (the stand-in's barrier inside a kernel).
+class HostMeeting {
+ public:
+  void meet() {
+    const uint64_t round = arrived_.fetch_add(1) / 2;
+    while (arrived_.load() < 2 * (round + 1)) std::this_thread::yield();
+  }
+
+ private:
+  std::atomic<uint64_t> arrived_{0};
+};
+
+// The stand-in for the CUDA reducer's kernels with a barrier inside (FusedBarrier), on the emulated
+// backend: after the stream, the copies before the entry, the entry (a meeting of the two ranks'
+// threads), the host reduction or copies, the exit, and the end's word; counts what it was given.
+class FusingReducer : public coll::Reducer {
+ public:
+  FusingReducer(Backend& b, HostMeeting& meeting) : b_(b), host_(coll::make_reducer(b)), meeting_(meeting) {}
+  bool can_fuse_barrier(const coll::ReduceArgs&) const override { return true; }
+  bool can_fuse_copy(const coll::CopyArgs&) const override { return true; }
+  void reduce_async(const coll::ReduceArgs& a, int dev, StreamHandle s) override {
+    if (!a.barrier) return host_->reduce_async(a, dev, s);
+    enter(*a.barrier, s);
+    coll::ReduceArgs plain = a;
+    plain.barrier = nullptr;
+    host_->reduce_async(plain, dev, s);
+    leave(*a.barrier);
+  }
+  void copy_async(const coll::CopyArgs& a, int dev, StreamHandle s) override {
+    if (!a.barrier) return host_->copy_async(a, dev, s);
+    enter(*a.barrier, s);
+    coll::CopyArgs plain = a;
+    plain.barrier = nullptr;
+    host_->copy_async(plain, dev, s);
+    leave(*a.barrier);
+  }
+  std::vector<int> launches;  // each fused launch's copies before its entry
+
+ private:
+  void enter(const coll::FusedBarrier& f, StreamHandle s) {
+    b_.synchronize_stream(s);
+    launches.push_back(f.npre);
+    for (int i = 0; i < f.npre; ++i) std::memcpy(f.pre[i].dst, f.pre[i].src, f.pre[i].bytes);
+    meeting_.meet();
+  }
+  void leave(const coll::FusedBarrier& f) {
+    meeting_.meet();
+    if (f.end_word) reinterpret_cast<std::atomic<uint32_t>*>(f.end_word)->store(f.end_value, std::memory_order_release);
+  }
+  Backend& b_;
+  std::unique_ptr<coll::Reducer> host_;
+  HostMeeting& meeting_;
+};
+
+// Hands out the kernel's barrier (its own words are the stand-in reducer's meeting); counts the
+// barrier kernels, which a staged run whose part after the Barrier op is one kernel never makes.
+class FusingBarrier : public coll::MappedBarrier {
+ public:
+  void arrive_and_wait(StreamHandle) override { ++arrivals; }
+  const coll::FusedBarrier* fused(const std::vector<coll::BarrierCopy>& pre, uint32_t* end_word,
+                                  uint32_t end_value) override {
+    f_ = coll::FusedBarrier{};
+    for (size_t i = 0; i < pre.size(); ++i) f_.pre[i] = pre[i];
+    f_.npre = static_cast<int>(pre.size());
+    f_.end_word = end_word;
+    f_.end_value = end_value;
+    return &f_;
+  }
+  void check() override {}
+  int arrivals = 0;
+
+ private:
+  coll::FusedBarrier f_;
+};
+
+// Where this rank's staged program is kernel stores, the Barrier op and one kernel, the run is
+// that one launch: the stores go in as the copies before its entry (allreduce: the input to the
+// peer's slot; allgather: that and the own block into the output), both barriers inside it, and
+// the kernel marks the run's end in the rank's barrier word (no barrier kernel, no stream write),
+// which settle() reads. Every call's result holds.
+TEST(CollSlice, AStagedRunWhosePartsFitIsOneLaunchWithItsStoresBarriersAndEndInside) {
+  Node node;
+  CallCounter& counter = count_calls(node);
+  Backend& b = *node.backend;
+  const size_t n = 4096, bytes = n * sizeof(float);
+  const int calls = 3;
+  std::vector<char*> areas = {static_cast<char*>(b.alloc_device(0, 2 * bytes)),
+                              static_cast<char*>(b.alloc_device(1, 2 * bytes))};
+  std::vector<float*> send = {static_cast<float*>(b.alloc_device(0, bytes)), static_cast<float*>(b.alloc_device(1, bytes))};
+  std::vector<float*> recv = {static_cast<float*>(b.alloc_device(0, 2 * bytes)),
+                              static_cast<float*>(b.alloc_device(1, 2 * bytes))};
+  HostMeeting meeting;
+  std::vector<std::vector<int>> launches(2);
+  std::vector<int> arrivals(2);
+  const std::vector<std::string> errors = on_two_ranks([&](int r) {
+    FusingReducer reducer(b, meeting);
+    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+    mpi::SliceRunner runner(b, reducer, r, 2, flags, [] {});
+    FusingBarrier gpus;
+    coll::Staged s;
+    s.me = r;
+    s.n = 2;
+    s.dev = s.send_dev = s.recv_dev = r;
+    s.areas = areas;
+    s.area_dev = {0, 1};
+    s.unit = 2 * bytes;
+    Program allreduce(2), allgather(2);
+    coll::build_staged_allreduce(allreduce, s, reinterpret_cast<const char*>(send[r]), reinterpret_cast<char*>(recv[r]),
+                                 n, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    coll::build_staged_allgather(allgather, s, reinterpret_cast<const char*>(send[r]), reinterpret_cast<char*>(recv[r]),
+                                 bytes);
+    StreamHandle st = b.create_stream(r);
+    for (int i = 0; i < calls; ++i) {
+      fill(b, send[r], r, n, 1.0f + r + 10.0f * i);
+      runner.run_ordered(allreduce, r, st, nullptr, nullptr, true, /*entry=*/false, &gpus);
+      runner.settle();
+      std::vector<float> got = read(b, recv[r], r, n);
+      if (got[0] != 3.0f + 20.0f * i || got[n - 1] != got[0])
+        GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, allreduce %d: %g", r, i, got[0]);
+      runner.run_ordered(allgather, r, st, nullptr, nullptr, true, /*entry=*/false, &gpus);
+      runner.settle();
+      got = read(b, recv[r], r, 2 * n);
+      for (int q = 0; q < 2; ++q)
+        if (got[q * n] != 1.0f + q + 10.0f * i || got[q * n + n - 1] != got[q * n])
+          GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, allgather %d, block %d: %g", r, i, q, got[q * n]);
+    }
+    b.destroy_stream(st);
+    launches[r] = reducer.launches;
+    arrivals[r] = gpus.arrivals;
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  for (int r = 0; r < 2; ++r) {
+    std::vector<int> want;
+    for (int i = 0; i < calls; ++i) want.insert(want.end(), {1, 2});
+    EXPECT_EQ(launches[r], want) << "rank " << r;
+    EXPECT_EQ(arrivals[r], 0) << "rank " << r;
+  }
+  EXPECT_EQ(counter.barriers.load(), 0);
+  EXPECT_EQ(counter.writes.load(), 0);
+  for (int r = 0; r < 2; ++r) {
+    b.free_device(areas[r]);
+    b.free_device(send[r]);
+    b.free_device(recv[r]);
+  }
+}
+#endif
+
 // A handle that names each thread's own stream (CUDA's per-thread default stream) is not one
 // stream to the runner: a run asked on it goes on the origin stream after it, and the stream
 // joins the run's end (per call: the caller's event and the origin's wait, the origin's event
