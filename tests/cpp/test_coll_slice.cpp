@@ -794,24 +794,24 @@ class FusingReducer : public coll::Reducer {
   bool can_fuse_barrier(const coll::ReduceArgs&) const override { return true; }
   bool can_fuse_copy(const coll::CopyArgs&) const override { return true; }
   void reduce_async(const coll::ReduceArgs& a, int dev, StreamHandle s) override {
-    if (!a.barrier) return host_->reduce_async(a, dev, s);
-    enter(*a.barrier, s);
-    coll::ReduceArgs plain = a;
-    plain.barrier = nullptr;
-    host_->reduce_async(plain, dev, s);
-    leave(*a.barrier);
+    around(a, s, [&](const coll::ReduceArgs& plain) { host_->reduce_async(plain, dev, s); });
   }
   void copy_async(const coll::CopyArgs& a, int dev, StreamHandle s) override {
-    if (!a.barrier) return host_->copy_async(a, dev, s);
-    enter(*a.barrier, s);
-    coll::CopyArgs plain = a;
-    plain.barrier = nullptr;
-    host_->copy_async(plain, dev, s);
-    leave(*a.barrier);
+    around(a, s, [&](const coll::CopyArgs& plain) { host_->copy_async(plain, dev, s); });
   }
   std::vector<int> launches;  // each fused launch's copies before its entry
 
  private:
+  // The host's step `run`, inside the barrier where `a` has one.
+  template <class Args, class Run>
+  void around(const Args& a, StreamHandle s, Run run) {
+    if (!a.barrier) return run(a);
+    enter(*a.barrier, s);
+    Args plain = a;
+    plain.barrier = nullptr;
+    run(plain);
+    leave(*a.barrier);
+  }
   void enter(const coll::FusedBarrier& f, StreamHandle s) {
     b_.synchronize_stream(s);
     launches.push_back(f.npre);
