@@ -721,6 +721,41 @@ class WordBarrier : public coll::MappedBarrier {
   uint32_t count_ = 0;
 };
 
+// Two ranks' staged calls on the emulated GPUs 0 and 1: each rank's slot area (its one peer's slot
+// of `unit` bytes), input and output, and rank r's view of them.
+struct StagedPair {
+  Backend& b;
+  size_t unit;
+  std::vector<char*> areas;
+  std::vector<float*> send, recv;
+  StagedPair(Backend& backend, size_t send_bytes, size_t recv_bytes, size_t unit_bytes) : b(backend), unit(unit_bytes) {
+    for (int r = 0; r < 2; ++r) {
+      areas.push_back(static_cast<char*>(b.alloc_device(r, unit)));
+      send.push_back(static_cast<float*>(b.alloc_device(r, send_bytes)));
+      recv.push_back(static_cast<float*>(b.alloc_device(r, recv_bytes)));
+    }
+  }
+  ~StagedPair() {
+    for (int r = 0; r < 2; ++r) {
+      b.free_device(areas[r]);
+      b.free_device(send[r]);
+      b.free_device(recv[r]);
+    }
+  }
+  coll::Staged view(int r) const {
+    coll::Staged s;
+    s.me = r;
+    s.n = 2;
+    s.dev = s.send_dev = s.recv_dev = r;
+    s.areas = areas;
+    s.area_dev = {0, 1};
+    s.unit = unit;
+    return s;
+  }
+  const char* in(int r) const { return reinterpret_cast<const char*>(send[r]); }
+  char* out(int r) const { return reinterpret_cast<char*>(recv[r]); }
+};
+
 // A staged run on the GPUs' mapped flags (a staged call's: coll::MappedBarrier) makes its
 // Barrier op and its exit there, not on the runner's stream flags, and marks its end in this
 // rank's barrier word (one stream write), which settle() reads: every call's sum is there once
@@ -731,29 +766,19 @@ TEST(CollSlice, AStagedRunOnMappedFlagsBarriersThereAndMarksItsEndInItsBarrierWo
   Backend& b = *node.backend;
   const size_t n = 4096, bytes = n * sizeof(float);
   const int calls = 3;
-  std::vector<char*> areas = {static_cast<char*>(b.alloc_device(0, bytes)), static_cast<char*>(b.alloc_device(1, bytes))};
-  std::vector<float*> send = {static_cast<float*>(b.alloc_device(0, bytes)), static_cast<float*>(b.alloc_device(1, bytes))};
-  std::vector<float*> recv = {static_cast<float*>(b.alloc_device(0, bytes)), static_cast<float*>(b.alloc_device(1, bytes))};
+  StagedPair c(b, bytes, bytes, bytes);
   uint32_t words[2] = {0, 0};
   std::atomic<int> arrivals{0};
   const std::vector<std::string> errors = on_two_runners(node, b, [&](int r, mpi::SliceRunner& runner, auto&) {
     WordBarrier gpus(b, &words[r], &words[1 - r], arrivals);
-    coll::Staged s;
-    s.me = r;
-    s.n = 2;
-    s.dev = s.send_dev = s.recv_dev = r;
-    s.areas = areas;
-    s.area_dev = {0, 1};
-    s.unit = bytes;
     Program p(2);
-    coll::build_staged_allreduce(p, s, reinterpret_cast<const char*>(send[r]), reinterpret_cast<char*>(recv[r]), n,
-                                 GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    coll::build_staged_allreduce(p, c.view(r), c.in(r), c.out(r), n, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
     StreamHandle st = b.create_stream(r);
     for (int i = 0; i < calls; ++i) {
-      fill(b, send[r], r, n, 1.0f + r + 10.0f * i);
+      fill(b, c.send[r], r, n, 1.0f + r + 10.0f * i);
       runner.run_ordered(p, r, st, nullptr, nullptr, true, /*entry=*/false, &gpus);
       runner.settle();
-      const std::vector<float> got = read(b, recv[r], r, n);
+      const std::vector<float> got = read(b, c.recv[r], r, n);
       if (got[0] != 3.0f + 20.0f * i || got[n - 1] != got[0])
         GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, call %d: %g", r, i, got[0]);
     }
@@ -765,11 +790,6 @@ TEST(CollSlice, AStagedRunOnMappedFlagsBarriersThereAndMarksItsEndInItsBarrierWo
   EXPECT_EQ(arrivals.load(), 2 * calls * 2);
   EXPECT_EQ(counter.barriers.load(), arrivals.load());
   EXPECT_EQ(counter.writes.load(), 2 * calls);
-  for (int r = 0; r < 2; ++r) {
-    b.free_device(areas[r]);
-    b.free_device(send[r]);
-    b.free_device(recv[r]);
-  }
 }
 
 #if GPUSTRIPE_HAVE_CUDA
@@ -859,11 +879,7 @@ TEST(CollSlice, AStagedRunWhosePartsFitIsOneLaunchWithItsStoresBarriersAndEndIns
   Backend& b = *node.backend;
   const size_t n = 4096, bytes = n * sizeof(float);
   const int calls = 3;
-  std::vector<char*> areas = {static_cast<char*>(b.alloc_device(0, 2 * bytes)),
-                              static_cast<char*>(b.alloc_device(1, 2 * bytes))};
-  std::vector<float*> send = {static_cast<float*>(b.alloc_device(0, bytes)), static_cast<float*>(b.alloc_device(1, bytes))};
-  std::vector<float*> recv = {static_cast<float*>(b.alloc_device(0, 2 * bytes)),
-                              static_cast<float*>(b.alloc_device(1, 2 * bytes))};
+  StagedPair c(b, bytes, 2 * bytes, 2 * bytes);
   HostMeeting meeting;
   std::vector<std::vector<int>> launches(2);
   std::vector<int> arrivals(2);
@@ -872,29 +888,20 @@ TEST(CollSlice, AStagedRunWhosePartsFitIsOneLaunchWithItsStoresBarriersAndEndIns
     mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
     mpi::SliceRunner runner(b, reducer, r, 2, flags, [] {});
     FusingBarrier gpus;
-    coll::Staged s;
-    s.me = r;
-    s.n = 2;
-    s.dev = s.send_dev = s.recv_dev = r;
-    s.areas = areas;
-    s.area_dev = {0, 1};
-    s.unit = 2 * bytes;
     Program allreduce(2), allgather(2);
-    coll::build_staged_allreduce(allreduce, s, reinterpret_cast<const char*>(send[r]), reinterpret_cast<char*>(recv[r]),
-                                 n, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
-    coll::build_staged_allgather(allgather, s, reinterpret_cast<const char*>(send[r]), reinterpret_cast<char*>(recv[r]),
-                                 bytes);
+    coll::build_staged_allreduce(allreduce, c.view(r), c.in(r), c.out(r), n, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    coll::build_staged_allgather(allgather, c.view(r), c.in(r), c.out(r), bytes);
     StreamHandle st = b.create_stream(r);
     for (int i = 0; i < calls; ++i) {
-      fill(b, send[r], r, n, 1.0f + r + 10.0f * i);
+      fill(b, c.send[r], r, n, 1.0f + r + 10.0f * i);
       runner.run_ordered(allreduce, r, st, nullptr, nullptr, true, /*entry=*/false, &gpus);
       runner.settle();
-      std::vector<float> got = read(b, recv[r], r, n);
+      std::vector<float> got = read(b, c.recv[r], r, n);
       if (got[0] != 3.0f + 20.0f * i || got[n - 1] != got[0])
         GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, allreduce %d: %g", r, i, got[0]);
       runner.run_ordered(allgather, r, st, nullptr, nullptr, true, /*entry=*/false, &gpus);
       runner.settle();
-      got = read(b, recv[r], r, 2 * n);
+      got = read(b, c.recv[r], r, 2 * n);
       for (int q = 0; q < 2; ++q)
         if (got[q * n] != 1.0f + q + 10.0f * i || got[q * n + n - 1] != got[q * n])
           GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, allgather %d, block %d: %g", r, i, q, got[q * n]);
@@ -912,11 +919,6 @@ TEST(CollSlice, AStagedRunWhosePartsFitIsOneLaunchWithItsStoresBarriersAndEndIns
   }
   EXPECT_EQ(counter.barriers.load(), 0);
   EXPECT_EQ(counter.writes.load(), 0);
-  for (int r = 0; r < 2; ++r) {
-    b.free_device(areas[r]);
-    b.free_device(send[r]);
-    b.free_device(recv[r]);
-  }
 }
 #endif
 
