@@ -2,7 +2,8 @@
 // rank is that one kernel: the reductions of reduce_cuda.cu, the copies of copy_cuda.cu),
 // with the same numbers as the barrier kernels of barrier_cuda.cu, so fused and unfused
 // calls mix on one communicator; barrier_cuda.cu's barrier kernel sets and waits on the flags
-// with the same set_flags / wait_peers. Device code only; each including .cu file gets its own copy.
+// with the same set_flags / wait_peers. Device code (and resident_blocks, for the launches of
+// those kernels); each including .cu file gets its own copy.
 #pragma once
 #include <cuda_runtime.h>
 
