@@ -2,13 +2,14 @@
 // one launch, sources and destinations anywhere the device maps (peers over NVLink). Blocks
 // take the segments in turn (block b on segment b mod n), so every destination's link gets
 // work from the first wave of blocks on; each thread loads 4 vectors before storing them to
-// every destination (the loads in flight, where a source is a peer's memory). Optionally the
+// every destination (copy_elems.cuh). Optionally the
 // GPUs' entry and exit barrier run inside (fused_barrier.cuh): one kernel per collective call.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "coll/copy_elems.cuh"
 #include "coll/fused_barrier.cuh"
 #include "coll/kernel_done.cuh"
 #include "coll/reduce.hpp"
@@ -18,62 +19,19 @@
 namespace gpustripe::coll {
 namespace {
 
-struct Seg {
-  const unsigned char* src;
-  unsigned char* dst[kMaxCopyDests];
-  size_t bytes;
-  int nd;
-  int align;  // 16, 4 or 1: what every pointer of the segment is aligned to
-};
 struct Segs {
   Seg s[kMaxCopySegments];
   int n;
 };
 
 constexpr int kThreads = 512;
-constexpr int kUnroll = 4;
-
-template <class V>
-__device__ __forceinline__ void copy_elems(const Seg& s, size_t n, size_t i, size_t stride) {
-  const V* src = reinterpret_cast<const V*>(s.src);
-  for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
-    V v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = src[i + u * stride];
-    for (int d = 0; d < s.nd; ++d) {
-      V* dst = reinterpret_cast<V*>(s.dst[d]);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) dst[i + u * stride] = v[u];
-    }
-  }
-  for (; i < n; i += stride) {
-    const V v = src[i];
-    for (int d = 0; d < s.nd; ++d) reinterpret_cast<V*>(s.dst[d])[i] = v;
-  }
-}
 
 __global__ void __launch_bounds__(kThreads) copy_kernel(Segs p, FusedBarrier bar, KernelDone end) {
   const bool fused = bar.blocks_done != nullptr;
   const unsigned long long e = fused ? fused_entry(bar) : 0;
   if (p.n > 0) {
-    const unsigned nseg = static_cast<unsigned>(p.n);
-    const unsigned si = blockIdx.x % nseg;
-    const Seg& s = p.s[si];
-    const size_t blocks = (gridDim.x - si + nseg - 1) / nseg;  // blocks on this segment
-    const size_t tid = static_cast<size_t>(blockIdx.x / nseg) * blockDim.x + threadIdx.x;
-    const size_t stride = blocks * blockDim.x;
-    size_t done = 0;
-    if (s.align >= 16) {
-      copy_elems<uint4>(s, s.bytes / 16, tid, stride);
-      done = s.bytes / 16 * 16;
-    } else if (s.align >= 4) {
-      copy_elems<unsigned>(s, s.bytes / 4, tid, stride);
-      done = s.bytes / 4 * 4;
-    }
-    for (size_t k = done + tid; k < s.bytes; k += stride) {
-      const unsigned char b = s.src[k];
-      for (int d = 0; d < s.nd; ++d) s.dst[d][k] = b;
-    }
+    const SegShare my = seg_share(static_cast<unsigned>(p.n));
+    copy_segment(p.s[my.seg], my.tid, my.stride);
   }
   if (fused) fused_exit(bar, e);
   if (end.word) announce_done(end);

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "coll/copy_elems.cuh"
 #include "coll/kernel_done.cuh"
 #include "coll/reduce.hpp"
 
@@ -43,42 +44,27 @@ __device__ void set_flags(const BarrierKernelArgs& a, unsigned long long e) {
     if (q != a.me) *reinterpret_cast<volatile unsigned long long*>(a.peer_slot[q]) = e;
 }
 
-// Thread `tid` of `stride`'s share of one copy: 16-byte vectors where every pointer allows, four
-// loads in flight per thread.
-__device__ void copy_share(const BarrierCopy& cp, size_t tid, size_t stride) {
-  const unsigned char* src = static_cast<const unsigned char*>(cp.src);
-  unsigned char* dst = static_cast<unsigned char*>(cp.dst);
-  size_t done = 0;
-  if (((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) & 15) == 0) {
-    const uint4* s = reinterpret_cast<const uint4*>(src);
-    uint4* d = reinterpret_cast<uint4*>(dst);
-    const size_t nv = cp.bytes / 16;
-    size_t i = tid;
-    for (; i + 3 * stride < nv; i += 4 * stride) {
-      uint4 v[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) v[u] = s[i + u * stride];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) d[i + u * stride] = v[u];
-    }
-    for (; i < nv; i += stride) d[i] = s[i];
-    done = nv * 16;
-  }
-  for (size_t k = done + tid; k < cp.bytes; k += stride) dst[k] = src[k];
-}
-
-// This block's share of the copies before the entry (FusedBarrier::pre): the blocks take the
-// copies in turn (block b on copy b mod npre, so a store over NVLink and a local copy run side by
-// side); with fewer blocks than copies, each block takes every gridDim.x-th copy alone.
+// This block's share of the copies before the entry (FusedBarrier::pre), as the copy kernel's
+// segments (block b on copy b mod npre, so a store over NVLink and a local copy run side by side);
+// with fewer blocks than copies, each block takes every gridDim.x-th copy alone.
 __device__ void pre_copies(const FusedBarrier& b) {
+  auto seg = [&](int c) {
+    Seg s;
+    s.src = static_cast<const unsigned char*>(b.pre[c].src);
+    s.dst[0] = static_cast<unsigned char*>(b.pre[c].dst);
+    s.nd = 1;
+    s.bytes = b.pre[c].bytes;
+    const uintptr_t bits = reinterpret_cast<uintptr_t>(s.src) | reinterpret_cast<uintptr_t>(s.dst[0]);
+    s.align = bits % 16 == 0 ? 16 : bits % 4 == 0 ? 4 : 1;
+    return s;
+  };
   const unsigned n = static_cast<unsigned>(b.npre);
   if (gridDim.x < n) {
-    for (unsigned c = blockIdx.x; c < n; c += gridDim.x) copy_share(b.pre[c], threadIdx.x, blockDim.x);
+    for (unsigned c = blockIdx.x; c < n; c += gridDim.x) copy_segment(seg(c), threadIdx.x, blockDim.x);
     return;
   }
-  const unsigned c = blockIdx.x % n;
-  const size_t blocks = (gridDim.x - c + n - 1) / n;  // blocks on this copy
-  copy_share(b.pre[c], static_cast<size_t>(blockIdx.x / n) * blockDim.x + threadIdx.x, blocks * blockDim.x);
+  const SegShare my = seg_share(n);
+  copy_segment(seg(my.seg), my.tid, my.stride);
 }
 
 // Entry: the barrier number this call's entry has (the counter moves only at the exit).

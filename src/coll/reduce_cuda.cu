@@ -93,6 +93,7 @@ KernelKey key_of(const ReduceArgs& a) {
 
 ReduceLaunch shape_launch(const ReduceArgs& a, const ReducePtrs& p, size_t count, size_t esz, int dev) {
   ReduceLaunch l;
+  l.dev = dev;
   l.vec = true;
   for (int i = 0; i < p.ns; ++i) l.vec = l.vec && reinterpret_cast<uintptr_t>(p.src[i]) % 16 == 0;
   for (int d = 0; d < p.nd; ++d) l.vec = l.vec && reinterpret_cast<uintptr_t>(p.dst[d]) % 16 == 0;

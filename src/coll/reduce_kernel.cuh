@@ -28,6 +28,7 @@ struct ReducePtrs {
 // and what it announces at its end.
 struct ReduceLaunch {
   unsigned grid = 1, threads = 128;
+  int dev = 0;  // the device it runs on
   bool vec = false;  // every pointer 16-byte aligned: vector loads
   KernelDone done;
 };
@@ -152,20 +153,19 @@ __global__ void __launch_bounds__(kReduceThreads)
   if (end.word) announce_done(end);
 }
 
-// Two 16-byte vectors per thread and step: the loads each thread keeps in flight.
+// One launch of the kernel; with copies before its entry, of no more blocks than the GPU holds.
 template <class T, int OP, int NS, int U>
 void launch_kernel(const ReducePtrs& p, size_t count, const ReduceLaunch& l, const FusedBarrier& bar, cudaStream_t s) {
   auto* k = reduce_kernel<T, OP, NS, U>;
   unsigned grid = l.grid;
   if (bar.npre > 0) {
     static std::atomic<int> resident[2] = {0, 0};  // this kernel's blocks per SM
-    int dev = 0;
-    cudaGetDevice(&dev);
-    grid = std::min(grid, resident_blocks(k, l.threads, dev, resident));
+    grid = std::min(grid, resident_blocks(k, l.threads, l.dev, resident));
   }
   k<<<grid, l.threads, 0, s>>>(p, count, l.vec, bar, l.done);
 }
 
+// Two 16-byte vectors per thread and step: the loads each thread keeps in flight.
 template <class T, int OP, int NS>
 void launch_ns(const ReducePtrs& p, size_t count, const ReduceLaunch& l, const FusedBarrier& bar, cudaStream_t s) {
   launch_kernel<T, OP, NS, 2>(p, count, l, bar, s);

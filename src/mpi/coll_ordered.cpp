@@ -136,15 +136,14 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
     if (gpus && begin > 0 && !inside) gpus->arrive_and_wait(o);
     if (!one_lane) backend_.record_event(ev.fork, o);
     std::vector<Lane*> used;
-    fused_ = inside;
-    try {
+    {
+      struct Clear {  // issue() reads it only inside this enqueue
+        const coll::FusedBarrier*& p;
+        ~Clear() { p = nullptr; }
+      } clear{fused_ = inside};
       enqueue_streams(prog, slots, begin, end, device, lanes_, one_lane ? nullptr : ev.fork, false,
                       dev_flags_ + TeamFlags::kOrderedEdges, run, used, one_lane ? run_lane : nullptr);
-    } catch (...) {
-      fused_ = nullptr;
-      throw;
     }
-    fused_ = nullptr;
     for (Lane* l : used)
       if (l != run_lane) backend_.wait_event(o, l->mark().event);
     // The last barrier is the exit: no rank's buffers are still in a peer's use.
