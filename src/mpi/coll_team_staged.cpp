@@ -72,7 +72,10 @@ void CollTeam::setup_staging(const CollCall& call) {
   // Every rank maps the others' slots, then all agree again: a rank that could not map one
   // leaves staging off on every rank. The GPUs' barriers go on the areas' words where every rank
   // can run them there (else on the runner's stream flags, on every rank).
-  int32_t mapped = 1;
+  struct Mapped {
+    int32_t ok = 1;       // this rank mapped every other's area
+    int32_t barrier = 0;  // and runs the GPUs' barriers on the areas' words
+  } mapped;
   if (ok) {
     stage_dev_ = call.device;
     stage_slots_.assign(static_cast<size_t>(n_), nullptr);
@@ -87,28 +90,28 @@ void CollTeam::setup_staging(const CollCall& call) {
         stage_slots_[r] = static_cast<char*>(backend_.ipc_open(all[r].handle, -1, stage_dev_));
       } catch (const Error& e) {
         why = format("mapping rank %d's slot: %s", r, e.what());
-        mapped = 0;
+        mapped.ok = 0;
         break;
       }
     }
-    if (mapped) {
+    if (mapped.ok) {
       try {
         stage_barrier_ = coll::make_mapped_barrier(backend_, rank_, stage_dev_,
                                                    std::vector<void*>(stage_slots_.begin(), stage_slots_.end()));
       } catch (const Error& e) {
         GS_LOG_INFO(Subsys::Mpi, "rank %d: staged calls' GPU barriers on the stream flags (%s)", rank_, e.what());
       }
-      if (stage_barrier_) mapped |= 2;
+      mapped.barrier = stage_barrier_ ? 1 : 0;
     }
   } else if (why.empty()) {
     why = "another rank cannot take it";
   }
-  std::vector<int32_t> all_mapped(static_cast<size_t>(n_));
+  std::vector<Mapped> all_mapped(static_cast<size_t>(n_));
   runner_->exchange(&mapped, sizeof mapped, all_mapped.data());
   bool barrier = true;
-  for (int32_t m : all_mapped) {
-    ok = ok && m != 0;
-    barrier = barrier && (m & 2) != 0;
+  for (const Mapped& m : all_mapped) {
+    ok = ok && m.ok != 0;
+    barrier = barrier && m.barrier != 0;
   }
   if (!barrier) stage_barrier_.reset();
   if (ok) {
