@@ -1,5 +1,7 @@
 // Collectives staged through slots a team mapped once (schedules.hpp's Staged): no rank needs
 // another rank's buffers of the call, so the hosts need not meet to make it.
+#include <algorithm>
+
 #include "common/error.hpp"
 #include "coll/schedules.hpp"
 
@@ -71,10 +73,70 @@ size_t staged_unit(size_t area, int n) {
   return area / static_cast<size_t>(n - 1) / kSlotAlign * kSlotAlign;
 }
 
+namespace {
+
+// Two shots: peer q gets block q of the input (its slot's first half), each rank reduces its own
+// block and stores the result into its own output and every peer's slot (second half), and each
+// rank copies the peers' results out of its slots. Each input byte crosses NVLink once as in one
+// shot, but a rank reduces its block only: the kernels' passes over local memory shrink by n.
+void staged_allreduce_twoshot(Program& p, const Staged& s, const char* send, char* recv, const Blocks& b,
+                              DataType dt, RedOp op) {
+  const size_t esz = dtype_size(dt);
+  const size_t half = staged_half(s);
+  for (int d = 1; d < s.n; ++d) {
+    const int q = (s.me + d) % s.n;
+    staged_copy(p, s, s.direct ? kLaneLocal : kLanePeer0 + d - 1, s.slot(q, s.me), s.area_dev[q],
+                send + b.off[q] * esz, s.send_dev, b.cnt[q] * esz);
+  }
+  const char* own = send + b.off[s.me] * esz;
+  const size_t mine = b.cnt[s.me] * esz;
+  if (!s.direct) {
+    p.copy(s.me, kLaneLocal, s.temp, s.dev, own, s.send_dev, mine);
+    own = s.temp;
+  }
+  p.barrier();
+  // The result goes to every peer's slot for this rank, past the half the peer reduces from.
+  std::vector<void*> peers;
+  for (int d = 1; d < s.n; ++d) {
+    const int q = (s.me + d) % s.n;
+    peers.push_back(s.slot(q, s.me) + half);
+  }
+  char* out = s.direct ? recv + b.off[s.me] * esz : s.temp;
+  const int red = p.reduce(s.me, kLaneLocal, out, staged_sources(s, own), b.cnt[s.me], dt, op, {}, peers);
+  if (!s.direct) p.copy(s.me, kLaneLocal, recv + b.off[s.me] * esz, s.recv_dev, out, s.dev, mine, {red});
+  p.barrier();
+  for (int d = 1; d < s.n; ++d) {
+    const int r = (s.me + d) % s.n;
+    staged_copy(p, s, s.direct ? kLaneLocal : kLanePeer0 + d - 1, recv + b.off[r] * esz, s.recv_dev,
+                s.slot(s.me, r) + half, s.dev, b.cnt[r] * esz);
+  }
+}
+
+}  // namespace
+
+size_t staged_half(const Staged& s) { return s.unit / 2 / kSlotAlign * kSlotAlign; }
+
+Blocks staged_blocks(const Staged& s, size_t count, DataType dt) {
+  const size_t esz = dtype_size(dt);
+  // Every block starts where the kernels' widest accesses may (where the element size allows).
+  return split_blocks(count, s.n, kSlotAlign % esz == 0 ? kSlotAlign / esz : 1);
+}
+
+bool staged_twoshot(const Staged& s, size_t count, DataType dt) {
+  const size_t esz = dtype_size(dt);
+  if (count * esz < s.twoshot_min) return false;
+  // Every rank with a block (the ranks' programs then have the same Barrier ops: an empty
+  // reduction adds none, and two barriers in a row are one).
+  const Blocks b = staged_blocks(s, count, dt);
+  return *std::min_element(b.cnt.begin(), b.cnt.end()) > 0 &&
+         *std::max_element(b.cnt.begin(), b.cnt.end()) * esz <= staged_half(s);
+}
+
 void build_staged_allreduce(Program& p, const Staged& s, const char* send, char* recv, size_t count, DataType dt,
                             RedOp op) {
   const size_t bytes = count * dtype_size(dt);
   check_staged(p, s, bytes);
+  if (staged_twoshot(s, count, dt)) return staged_allreduce_twoshot(p, s, send, recv, staged_blocks(s, count, dt), dt, op);
   push(p, s, send, bytes, [](int) { return size_t(0); });
   reduce_slots(p, s, send, recv, count, dt, op);
 }

@@ -4,6 +4,7 @@
 // hierarchical schedule). The choice among builders is select.hpp's.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,11 +62,20 @@ struct Staged {
   // buffer of `dev`, and is copied out: host buffers, buffers overlapping oddly).
   bool direct = true;
   char* temp = nullptr;
+  // Smallest allreduce (bytes per rank) made in two shots (staged_twoshot); every rank of a call
+  // has the same, so every rank's program has the same barriers.
+  size_t twoshot_min = SIZE_MAX;
 };
 // The most each rank stores into one peer's slot for a team of n whose areas are `area` bytes.
 size_t staged_unit(size_t area, int n);
-// recv = op over ranks of send (count elements; in place when send == recv): every peer gets the
-// whole input, then one kernel per rank reduces its own input and its slots.
+// recv = op over ranks of send (count elements; in place when send == recv). One shot: every peer
+// gets the whole input, then one kernel per rank reduces its own input and its slots. Two shots
+// (staged_twoshot): peer q gets block q (staged_blocks) in its slot's first half, each rank reduces
+// its block into its output and every peer's slot's second half (staged_half on), the GPUs meet
+// again, and each rank copies the peers' blocks out of its slots.
+bool staged_twoshot(const Staged& s, size_t count, DataType dt);
+Blocks staged_blocks(const Staged& s, size_t count, DataType dt);
+size_t staged_half(const Staged& s);
 void build_staged_allreduce(Program& p, const Staged& s, const char* send, char* recv, size_t count, DataType dt,
                             RedOp op);
 // recv (count elements) = op over ranks of block `me` of send (n blocks of count elements): peer q

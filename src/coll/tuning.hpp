@@ -100,6 +100,10 @@ struct Tuning {
   // schedule after the hosts' meeting. Up to 32M a call's host time (the meeting) weighs more in
   // training than the slots' extra pass on the GPUs (docs/torch.md, "Staged calls"). 0: no staging.
   uint64_t staged_max = uint64_t(32) << 20;
+  // Smallest staged allreduce (per rank) made in two shots (schedules.hpp's build_staged_allreduce):
+  // each rank reduces only its block, then stores its result into the peers' slots; below, the
+  // second barrier costs more than the smaller reduction saves.
+  uint64_t staged_twoshot_min = uint64_t(8) << 20;
 
   // --- Replay -------------------------------------------------------------------------------
   // Repeated calls (same buffers, size, type) replayed as CUDA graphs (CUDA backend).

@@ -181,6 +181,7 @@ bool CollTeam::run_staged(const CollCall& call) {
     s.unit = coll::staged_unit(tuning_.staged_max, n_);
     s.direct = direct;
     s.temp = tmp;
+    s.twoshot_min = tuning_.staged_twoshot_min;
     s.send_dev = s.recv_dev = stage_dev_;
     if (!direct) {
       auto where = [this](const void* p) {

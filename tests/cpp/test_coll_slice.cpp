@@ -792,6 +792,46 @@ TEST(CollSlice, AStagedRunOnMappedFlagsBarriersThereAndMarksItsEndInItsBarrierWo
   EXPECT_EQ(counter.writes.load(), 2 * calls);
 }
 
+// A staged allreduce in two shots runs its two Barrier ops and its exit on the mapped flags; every
+// element is the sum of both ranks' (blocks of both ranks reduced, the peer's copied out), in place
+// too.
+TEST(CollSlice, AStagedAllreduceInTwoShotsSumsEveryElementOnBothRanks) {
+  Node node;
+  Backend& b = *node.backend;
+  const size_t n = 4099, bytes = n * sizeof(float);
+  StagedPair c(b, bytes, bytes, 4 * bytes);
+  uint32_t words[2] = {0, 0};
+  std::atomic<int> arrivals{0};
+  auto value = [](int r, size_t i, int call) { return static_cast<float>((i % 1000) + 3000 * r + 7 * call); };
+  const std::vector<std::string> errors = on_two_runners(node, b, [&](int r, mpi::SliceRunner& runner, auto&) {
+    WordBarrier gpus(b, &words[r], &words[1 - r], arrivals);
+    coll::Staged view = c.view(r);
+    view.twoshot_min = 0;
+    GS_REQUIRE(coll::staged_twoshot(view, n, GPUSTRIPE_FLOAT32), GPUSTRIPE_ERR_INTERNAL, "not two shots");
+    StreamHandle st = b.create_stream(r);
+    for (int call = 0; call < 4; ++call) {
+      const bool in_place = call % 2 == 1;
+      std::vector<float> h(n);
+      for (size_t i = 0; i < n; ++i) h[i] = value(r, i, call);
+      float* out = in_place ? c.send[r] : c.recv[r];
+      b.copy_async(c.send[r], r, h.data(), kHostDevice, bytes, st);
+      b.synchronize_stream(st);
+      Program p(2);
+      coll::build_staged_allreduce(p, view, c.in(r), reinterpret_cast<char*>(out), n, GPUSTRIPE_FLOAT32,
+                                   GPUSTRIPE_SUM);
+      runner.run_ordered(p, r, st, nullptr, nullptr, true, /*entry=*/false, &gpus);
+      runner.settle();
+      const std::vector<float> got = read(b, out, r, n);
+      for (size_t i = 0; i < n; ++i)
+        if (got[i] != value(0, i, call) + value(1, i, call))
+          GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, call %d, element %zu: %g", r, call, i, got[i]);
+    }
+    b.destroy_stream(st);
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  EXPECT_EQ(arrivals.load(), 2 * 4 * 3);  // per rank and call: two Barrier ops and the exit
+}
+
 #if GPUSTRIPE_HAVE_CUDA
 // Two ranks' meeting of host threads (the stand-in's barrier inside a kernel).
 class HostMeeting {

@@ -1031,6 +1031,96 @@ TEST(CollSchedules, StagedCallsStoreIntoThePeersSlotsThenReduceTheirOwn) {
   }
 }
 
+// A staged allreduce from twoshot_min on: peer q gets block q of the input in its slot, this rank
+// reduces its own block into its output and every peer's slot's second half, and after the second
+// barrier copies each peer's result out of its own slot. Below twoshot_min, or where a block would
+// not fit a half slot, one shot.
+TEST(CollSchedules, AStagedAllreduceFromItsTwoShotSizeReducesOnlyItsBlockAndStoresTheResultIntoThePeersSlots) {
+  const int n = 3, me = 1;
+  Staged s;
+  s.me = me;
+  s.n = n;
+  s.dev = s.send_dev = s.recv_dev = 1;
+  s.areas = fake(n, 1 << 26);
+  s.area_dev = {0, 1, 2};
+  s.unit = size_t(1) << 16;
+  s.twoshot_min = 4096;
+  auto mine = fake(2, 1 << 22);
+  const size_t count = 3001;  // not a multiple of the blocks' alignment: the last block is shorter
+  const size_t half = staged_half(s);
+  EXPECT_EQ(half, s.unit / 2);
+  const Blocks b = staged_blocks(s, count, GPUSTRIPE_FLOAT32);
+  EXPECT_EQ(b.off, (std::vector<size_t>{0, 1024, 2048}));
+  EXPECT_EQ(b.cnt, (std::vector<size_t>{1024, 1024, 953}));
+  Program p(n);
+  build_staged_allreduce(p, s, mine[0], mine[1], count, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+  const auto& ops = p.ops();
+  ASSERT_EQ(ops.size(), 7u);  // two stores, barrier, reduction, barrier, two copies out
+  for (size_t i : {0u, 1u, 4u, 5u, 6u}) EXPECT_EQ(ops[i].kind, i == 4 ? Op::Barrier : Op::Copy);
+  EXPECT_EQ(ops[2].kind, Op::Barrier);
+  EXPECT_EQ(ops[0].dst, s.slot(2, me));
+  EXPECT_EQ(ops[0].src, mine[0] + 2048 * 4);
+  EXPECT_EQ(ops[0].bytes, 953u * 4);
+  EXPECT_EQ(ops[1].dst, s.slot(0, me));
+  EXPECT_EQ(ops[1].src, mine[0]);
+  const Op& red = ops[3];
+  EXPECT_EQ(red.kind, Op::Reduce);
+  EXPECT_EQ(red.count, 1024u);
+  EXPECT_EQ(red.dst, mine[1] + 1024 * 4);
+  EXPECT_EQ(red.srcs, (std::vector<const void*>{s.slot(me, 0), mine[0] + 1024 * 4, s.slot(me, 2)}));
+  EXPECT_EQ(red.more_dsts, (std::vector<void*>{s.slot(2, me) + half, s.slot(0, me) + half}));
+  EXPECT_EQ(ops[5].src, s.slot(me, 2) + half);
+  EXPECT_EQ(ops[5].dst, mine[1] + 2048 * 4);
+  EXPECT_EQ(ops[5].bytes, 953u * 4);
+  EXPECT_EQ(ops[6].src, s.slot(me, 0) + half);
+  EXPECT_EQ(ops[6].dst, mine[1]);
+  for (size_t i : {0u, 1u, 5u, 6u}) EXPECT_TRUE(ops[i].by_kernel);
+  {
+    // Below the size, one shot.
+    Program one(n);
+    build_staged_allreduce(one, s, mine[0], mine[1], 1000, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    EXPECT_EQ(one.size(), 4u);
+    EXPECT_FALSE(staged_twoshot(s, 1000, GPUSTRIPE_FLOAT32));
+  }
+  {
+    // A block past a half slot: one shot (the whole input still fits the slot).
+    const size_t big = s.unit / 4;  // floats: the whole slot
+    Staged two = s;
+    two.n = 2;
+    two.areas.resize(2);
+    two.area_dev.resize(2);
+    two.me = 1;
+    EXPECT_TRUE(staged_twoshot(two, big, GPUSTRIPE_FLOAT32));  // two halves of a slot each
+    EXPECT_FALSE(staged_twoshot(two, big + 64, GPUSTRIPE_FLOAT32));
+    // A rank without a block (fewer elements than the blocks' alignment): one shot, so that every
+    // rank's program has the same barriers.
+    two.twoshot_min = 0;
+    EXPECT_FALSE(staged_twoshot(two, 16, GPUSTRIPE_FLOAT32));
+    EXPECT_TRUE(staged_twoshot(two, 65, GPUSTRIPE_FLOAT32));
+  }
+  {
+    // Host buffers: copy engines store and copy out, the own block reduced in temp and copied out
+    // after the reduction; the same barriers as a direct rank's.
+    Staged h = s;
+    h.direct = false;
+    h.send_dev = h.recv_dev = kHostDevice;
+    h.temp = mine[0] + (1 << 21);
+    Program hp(n);
+    build_staged_allreduce(hp, h, mine[0], mine[1], count, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    const auto& o = hp.ops();
+    ASSERT_EQ(o.size(), 9u);
+    EXPECT_EQ(o[2].dst, h.temp);
+    EXPECT_EQ(o[3].kind, Op::Barrier);
+    EXPECT_EQ(o[4].dst, h.temp);
+    EXPECT_EQ(o[4].srcs[1], h.temp);
+    EXPECT_EQ(o[5].dst, mine[1] + 1024 * 4);
+    EXPECT_EQ(o[5].deps, (std::vector<int>{4}));
+    EXPECT_EQ(o[6].kind, Op::Barrier);
+    for (size_t i : {0u, 1u, 7u, 8u}) EXPECT_FALSE(o[i].by_kernel);
+    EXPECT_EQ(o[7].dst_dev, kHostDevice);
+  }
+}
+
 // Per-rank graphs under the GPUs' barrier: a broadcast's forwards wait on flags that the
 // root's copies set; every wait has its signal, right after the op it stands for.
 TEST(CollSchedules, PerRankSplitTurnsCrossRankWaitsIntoFlags) {
