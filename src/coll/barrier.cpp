@@ -107,7 +107,8 @@ class CudaBarrier : public DeviceBarrier {
 };
 
 // Rank me's words: n flags (one per rank), the counter, the done-count of a fused barrier's
-// blocks, the count of its blocks arrived at the entry. The same kernels as CudaBarrier's.
+// blocks, the count of its blocks arrived at the entry, the number of its mid barrier once passed
+// (FusedBarrier::mid). The same kernels as CudaBarrier's.
 class CudaMappedBarrier : public MappedBarrier {
  public:
   CudaMappedBarrier(Backend& b, int me, int dev, const std::vector<void*>& words) : backend_(b), dev_(dev) {
@@ -125,15 +126,21 @@ class CudaMappedBarrier : public MappedBarrier {
     a.error = error_;
     fused_.blocks_done = reinterpret_cast<unsigned int*>(w(me) + n + 1);
     arrived_ = reinterpret_cast<unsigned int*>(w(me) + n + 2);
+    mid_ = w(me) + n + 3;
   }
   ~CudaMappedBarrier() override { backend_.free_pinned(error_); }
   void arrive_and_wait(StreamHandle s) override { launch_barrier_kernel(fused_.args, dev_, s); }
-  const FusedBarrier* fused(const std::vector<BarrierCopy>& pre, uint32_t* end_word, uint32_t end_value) override {
-    if (pre.size() > static_cast<size_t>(kMaxBarrierRanks)) return nullptr;
+  const FusedBarrier* fused(const std::vector<BarrierCopy>& pre, const std::vector<BarrierCopy>& post,
+                            uint32_t* end_word, uint32_t end_value) override {
+    if (pre.size() > static_cast<size_t>(kMaxBarrierRanks) || post.size() > static_cast<size_t>(kMaxBarrierRanks))
+      return nullptr;
     launch_ = fused_;
     for (size_t i = 0; i < pre.size(); ++i) launch_.pre[i] = pre[i];
     launch_.npre = static_cast<int>(pre.size());
     launch_.arrived = pre.empty() ? nullptr : arrived_;
+    for (size_t i = 0; i < post.size(); ++i) launch_.post[i] = post[i];
+    launch_.npost = static_cast<int>(post.size());
+    launch_.mid = post.empty() ? nullptr : mid_;
     launch_.end_word = end_word;
     launch_.end_value = end_value;
     return &launch_;
@@ -153,13 +160,14 @@ class CudaMappedBarrier : public MappedBarrier {
   FusedBarrier fused_;          // the words' part, filled once
   FusedBarrier launch_;         // fused()'s answer
   unsigned int* arrived_ = nullptr;
+  unsigned long long* mid_ = nullptr;
   int* error_ = nullptr;
 };
 #endif
 
 }  // namespace
 
-size_t mapped_barrier_bytes(int nranks) { return (static_cast<size_t>(nranks) + 3) * sizeof(unsigned long long); }
+size_t mapped_barrier_bytes(int nranks) { return (static_cast<size_t>(nranks) + 4) * sizeof(unsigned long long); }
 
 std::unique_ptr<MappedBarrier> make_mapped_barrier(Backend& backend, int me, int dev, const std::vector<void*>& words) {
 #if GPUSTRIPE_HAVE_CUDA

@@ -70,9 +70,11 @@ class MappedBarrier {
   // The arguments of a kernel that runs the next two barriers inside it (entry and exit:
   // ReduceArgs::barrier, CopyArgs::barrier), with `pre` (at most kMaxBarrierRanks) copied by the
   // kernel before its entry, and end_word = end_value written by its exit's last block once every
-  // rank has exited (a word in host memory registered for the device; null: none). Valid until
-  // the next call; null where no kernel can.
-  virtual const FusedBarrier* fused(const std::vector<BarrierCopy>& pre, uint32_t* end_word, uint32_t end_value) = 0;
+  // rank has exited (a word in host memory registered for the device; null: none). With `post`
+  // (at most kMaxBarrierRanks), three barriers: the kernel's work, a barrier, those copies, the
+  // exit. Valid until the next call; null where no kernel can.
+  virtual const FusedBarrier* fused(const std::vector<BarrierCopy>& pre, const std::vector<BarrierCopy>& post,
+                                    uint32_t* end_word, uint32_t end_value) = 0;
   // Throws ERR_TIMEOUT when a barrier gave up (call after the work has completed).
   virtual void check() = 0;
 };

@@ -44,21 +44,22 @@ __device__ void set_flags(const BarrierKernelArgs& a, unsigned long long e) {
     if (q != a.me) *reinterpret_cast<volatile unsigned long long*>(a.peer_slot[q]) = e;
 }
 
-// This block's share of the copies before the entry (FusedBarrier::pre), as the copy kernel's
-// segments (block b on copy b mod npre, so a store over NVLink and a local copy run side by side);
-// with fewer blocks than copies, each block takes every gridDim.x-th copy alone.
-__device__ void pre_copies(const FusedBarrier& b) {
+// This block's share of `n` copies (before the entry: FusedBarrier::pre; after the mid barrier:
+// post), as the copy kernel's segments (block b on copy b mod n, so a store over NVLink and a
+// local copy run side by side); with fewer blocks than copies, each block takes every
+// gridDim.x-th copy alone.
+__device__ void barrier_copies(const BarrierCopy* copies, int count) {
   auto seg = [&](int c) {
     Seg s;
-    s.src = static_cast<const unsigned char*>(b.pre[c].src);
-    s.dst[0] = static_cast<unsigned char*>(b.pre[c].dst);
+    s.src = static_cast<const unsigned char*>(copies[c].src);
+    s.dst[0] = static_cast<unsigned char*>(copies[c].dst);
     s.nd = 1;
-    s.bytes = b.pre[c].bytes;
+    s.bytes = copies[c].bytes;
     const uintptr_t bits = reinterpret_cast<uintptr_t>(s.src) | reinterpret_cast<uintptr_t>(s.dst[0]);
     s.align = bits % 16 == 0 ? 16 : bits % 4 == 0 ? 4 : 1;
     return s;
   };
-  const unsigned n = static_cast<unsigned>(b.npre);
+  const unsigned n = static_cast<unsigned>(count);
   if (gridDim.x < n) {
     for (unsigned c = blockIdx.x; c < n; c += gridDim.x) copy_segment(seg(c), threadIdx.x, blockDim.x);
     return;
@@ -75,7 +76,7 @@ __device__ unsigned long long fused_entry(const FusedBarrier& b) {
     // Every block read the number before it arrives, so the exit (after every arrival) cannot
     // have moved the counter under a block that starts late.
     __syncthreads();
-    pre_copies(b);
+    barrier_copies(b.pre, b.npre);
     if (last_block_done(b.arrived)) set_flags(b.args, e);  // every block's copies visible first
     if (threadIdx.x == 0) wait_peers(b.args, e);
   } else if (threadIdx.x == 0) {
@@ -89,9 +90,30 @@ __device__ unsigned long long fused_entry(const FusedBarrier& b) {
   return e;
 }
 
+// The barrier between the kernel's work and the copies after it (FusedBarrier::post): the last
+// block to finish its work (every block's stores visible first, those into the peers' slots
+// among them) sets the flags of barrier e + 1, waits for the peers' and lets the other blocks go
+// on (b.mid); then every block makes its share of the copies. Returns that barrier's number.
+__device__ unsigned long long fused_mid(const FusedBarrier& b, unsigned long long e) {
+  volatile unsigned long long* mid = b.mid;
+  if (last_block_done(b.blocks_done)) {
+    set_flags(b.args, e + 1);
+    wait_peers(b.args, e + 1);  // on a timeout too the blocks go on: marked, never a hang
+    __threadfence();            // the block counter's reset before any block counts again
+    *mid = e + 1;
+  }
+  if (threadIdx.x == 0)
+    while (*mid < e + 1) {
+    }
+  __syncthreads();
+  barrier_copies(b.post, b.npost);
+  return e + 1;
+}
+
 // Exit: the last block to finish (every block's stores visible first) sets the exit flags,
-// waits for the peers' and advances the counter past both barriers.
+// waits for the peers' and advances the counter past every barrier of the kernel.
 __device__ void fused_exit(const FusedBarrier& b, unsigned long long e) {
+  if (b.npost > 0) e = fused_mid(b, e);
   if (!last_block_done(b.blocks_done)) return;
   set_flags(b.args, e + 1);
   wait_peers(b.args, e + 1);

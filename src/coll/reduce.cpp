@@ -130,9 +130,10 @@ class CudaReducer : public Reducer {
     flush();
   }
   bool can_fuse_barrier(const ReduceArgs& a) const override {
-    // With copies before the entry (a staged call's stores), the barrier goes inside at any size:
-    // the alternative is launches and barrier kernels of their own.
-    return one_launch(a) && (a.count * dtype_size(a.dtype) <= kFusedMax || (a.barrier && a.barrier->npre > 0));
+    // With copies before the entry or after the work (a staged call's stores, its copies out), the
+    // barriers go inside at any size: the alternative is launches and barrier kernels of their own.
+    return one_launch(a) && (a.count * dtype_size(a.dtype) <= kFusedMax ||
+                             (a.barrier && (a.barrier->npre > 0 || a.barrier->npost > 0)));
   }
   // One launch, with elements (a reduction of none launches nothing), and no barrier inside.
   bool can_signal(const ReduceArgs& a) const override { return !a.barrier && a.count > 0 && one_launch(a); }

@@ -113,6 +113,14 @@ struct FusedBarrier {
   BarrierCopy pre[kMaxBarrierRanks];
   int npre = 0;
   unsigned int* arrived = nullptr;
+  // Copies the kernel makes after its own work and a barrier more (a two-shot staged call's copies
+  // of the peers' results out of its slots), before the exit: the last block to finish its work
+  // runs that barrier and then writes its number into `mid` (a device word of this rank, below
+  // every later barrier's number), which the other blocks wait for. As with `pre`, every block
+  // must be resident at once.
+  BarrierCopy post[kMaxBarrierRanks];
+  int npost = 0;
+  unsigned long long* mid = nullptr;
   // Where set, the exit's last block writes end_value here after every rank's exit (a word in
   // host memory registered for the device: the stream write a run would make after the kernel).
   uint32_t* end_word = nullptr;

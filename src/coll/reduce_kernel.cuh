@@ -153,12 +153,13 @@ __global__ void __launch_bounds__(kReduceThreads)
   if (end.word) announce_done(end);
 }
 
-// One launch of the kernel; with copies before its entry, of no more blocks than the GPU holds.
+// One launch of the kernel; with copies before its entry or after its work, of no more blocks than
+// the GPU holds.
 template <class T, int OP, int NS, int U>
 void launch_kernel(const ReducePtrs& p, size_t count, const ReduceLaunch& l, const FusedBarrier& bar, cudaStream_t s) {
   auto* k = reduce_kernel<T, OP, NS, U>;
   unsigned grid = l.grid;
-  if (bar.npre > 0) {
+  if (bar.npre > 0 || bar.npost > 0) {
     static std::atomic<int> resident[2] = {0, 0};  // this kernel's blocks per SM
     grid = std::min(grid, resident_blocks(k, l.threads, l.dev, resident));
   }

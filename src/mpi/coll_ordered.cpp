@@ -18,8 +18,9 @@
 // ended on every rank: a wait for run k cannot be met by run k-1's write, and a later run's
 // write (k+1) meets it only once k has ended. A staged call's run (no entry barrier) has its
 // GPUs' barriers on flags in the ranks' own GPU memory instead (coll::MappedBarrier): where its
-// program is kernel copies, a Barrier op and one kernel, that kernel makes the copies, both
-// barriers and the write of the run's end itself, so the run is one launch.
+// program is kernel copies, a Barrier op and one kernel (and maybe a Barrier op and kernel copies
+// more: a two-shot allreduce), that kernel makes the copies, every barrier and the write of the
+// run's end itself, so the run is one launch.
 #include <chrono>
 
 #include "common/error.hpp"
@@ -119,19 +120,22 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   if (entry) gpu_barrier(o);  // every rank's buffers are ready
   // Segments between Barrier ops, as run() does, with the GPUs' barrier for the hosts'.
   const auto& ops = prog.ops();
-  size_t begin = 0;
+  size_t begin = 0, stop = ops.size();
   // On the mapped flags, the last part's kernel may run the barrier before it and the exit, and
-  // the first part's copies too (a staged call: one launch), and mark the run's end itself.
+  // the copies around it too (a staged call: one launch), and mark the run's end itself.
   const Fused fused = gpus ? fuse(ops, slots, *gpus) : Fused{};
-  if (fused.barrier && fused.folded) begin = fused.last;
-  while (begin <= ops.size()) {
+  if (fused.barrier && fused.folded) {
+    begin = fused.last;
+    stop = fused.stop;
+  }
+  while (begin <= stop) {
     size_t end = begin;
-    while (end < ops.size() && ops[end].kind != coll::Op::Barrier) ++end;
+    while (end < stop && ops[end].kind != coll::Op::Barrier) ++end;
     // A part on one program lane (a kernel per rank, a chain of copies) runs on the run's
     // stream itself: a fork and a join are four driver calls of host time per call, and nothing
     // to overlap with there.
     const bool one_lane = on_one_lane(ops, begin, end);
-    const bool last = end == ops.size();
+    const bool last = end == stop;
     const coll::FusedBarrier* inside = last ? fused.barrier : nullptr;
     if (gpus && begin > 0 && !inside) gpus->arrive_and_wait(o);
     if (!one_lane) backend_.record_event(ev.fork, o);
@@ -204,40 +208,49 @@ bool SliceRunner::fits(const std::vector<coll::Op>& ops, size_t begin, size_t en
 
 SliceRunner::Fused SliceRunner::fuse(const std::vector<coll::Op>& ops, const coll::CrossSlots& slots,
                                      coll::MappedBarrier& gpus) {
-  // The last part: after the program's last Barrier op, this rank's ops on one lane.
-  size_t last = 0, barriers = 0;
+  std::vector<size_t> bars;
   for (size_t i = 0; i < ops.size(); ++i)
-    if (ops[i].kind == coll::Op::Barrier) {
-      last = i + 1;
-      ++barriers;
-    }
+    if (ops[i].kind == coll::Op::Barrier) bars.push_back(i);
   Fused f;
-  if (barriers == 0 || !on_one_lane(ops, last, ops.size())) return f;
-  f.last = last;
+  if (bars.empty()) return f;
   uint32_t* end_word = dev_flags_ + TeamFlags::kBarrierWord + rank_;
   const uint32_t end_value = static_cast<uint32_t>(gpu_barriers_ + 1);
-  // The first part folded in: one Barrier op, this rank's ops before it kernel copies that wait
-  // for nothing and signal no other rank.
-  std::vector<coll::BarrierCopy> pre;
-  bool fold = barriers == 1;
-  for (size_t i = 0; i + 1 < last && fold; ++i) {
-    const coll::Op& op = ops[i];
-    if (op.rank != rank_) continue;
-    auto edge = slots.lower_bound({static_cast<int>(i), -1});
-    fold = op.kind == coll::Op::Copy && op.by_kernel && op.deps.empty() &&
-           !(edge != slots.end() && edge->first.first == static_cast<int>(i));
-    pre.push_back({op.src, op.dst, op.bytes});
-  }
-  if (fold && !pre.empty()) {
-    const coll::FusedBarrier* fb = gpus.fused(pre, end_word, end_value);
-    if (fits(ops, last, ops.size(), fb)) {
-      f.barrier = fb;
-      f.folded = true;
-      return f;
+  // This rank's ops in [begin, end) as copies a kernel can make around its work: kernel copies
+  // that wait for nothing and signal no other rank (at least one).
+  auto copies = [&](size_t begin, size_t end, std::vector<coll::BarrierCopy>& out) {
+    for (size_t i = begin; i < end; ++i) {
+      const coll::Op& op = ops[i];
+      if (op.rank != rank_) continue;
+      auto edge = slots.lower_bound({static_cast<int>(i), -1});
+      if (op.kind != coll::Op::Copy || !op.by_kernel || !op.deps.empty() ||
+          (edge != slots.end() && edge->first.first == static_cast<int>(i)))
+        return false;
+      out.push_back({op.src, op.dst, op.bytes});
+    }
+    return !out.empty();
+  };
+  // The whole run in one kernel: copies, a Barrier op, the kernel's part (and a Barrier op and copies).
+  if (bars.size() <= 2) {
+    const size_t first = bars[0] + 1, stop = bars.size() == 2 ? bars[1] : ops.size();
+    std::vector<coll::BarrierCopy> pre, post;
+    if (on_one_lane(ops, first, stop) && copies(0, bars[0], pre) &&
+        (bars.size() == 1 || copies(bars[1] + 1, ops.size(), post))) {
+      const coll::FusedBarrier* fb = gpus.fused(pre, post, end_word, end_value);
+      if (fits(ops, first, stop, fb)) {
+        f.barrier = fb;
+        f.folded = true;
+        f.last = first;
+        f.stop = stop;
+        return f;
+      }
     }
   }
-  const coll::FusedBarrier* fb = gpus.fused({}, end_word, end_value);
-  if (fits(ops, last, ops.size(), fb)) f.barrier = fb;
+  // The last part: after the program's last Barrier op, this rank's ops on one lane.
+  f.last = bars.back() + 1;
+  f.stop = ops.size();
+  if (!on_one_lane(ops, f.last, f.stop)) return f;
+  const coll::FusedBarrier* fb = gpus.fused({}, {}, end_word, end_value);
+  if (fits(ops, f.last, f.stop, fb)) f.barrier = fb;
   return f;
 }
 

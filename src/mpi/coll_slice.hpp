@@ -265,14 +265,15 @@ class SliceRunner {
   // Whether this rank's ops of [begin, end) are one launch (a reduction, or one batch of kernel
   // copies) that the reducer can run the barrier `fb` inside.
   bool fits(const std::vector<coll::Op>& ops, size_t begin, size_t end, const coll::FusedBarrier* fb) const;
-  // A run_ordered on mapped flags: the barrier its last part's kernel runs inside (the last
-  // Barrier op's and the exit; null: none), whether the kernel also makes the first part's
-  // copies (`folded`: the program is copies, a Barrier op, one kernel), and where the last part
-  // begins.
+  // A run_ordered on mapped flags: the barrier a kernel runs inside (null: none), and the part
+  // [last, stop) that kernel is. Not folded: the program's last part, the kernel running the
+  // last Barrier op's barrier and the exit. Folded: the kernel also makes this rank's copies
+  // before it and after it, and runs every barrier of the run: the program is copies, a Barrier
+  // op, one kernel (a one-shot staged call), and maybe a Barrier op and copies more (two shots).
   struct Fused {
     const coll::FusedBarrier* barrier = nullptr;
     bool folded = false;
-    size_t last = 0;
+    size_t last = 0, stop = 0;
   };
   Fused fuse(const std::vector<coll::Op>& ops, const coll::CrossSlots& slots, coll::MappedBarrier& gpus);
   const coll::FusedBarrier* fused_ = nullptr;  // issue(): the barrier inside its kernel (run_ordered)

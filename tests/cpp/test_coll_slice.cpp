@@ -708,7 +708,8 @@ class WordBarrier : public coll::MappedBarrier {
     ++arrivals_;
     b_.stream_flag_barrier(s, mine_, &other_, 1, ++count_);
   }
-  const coll::FusedBarrier* fused(const std::vector<coll::BarrierCopy>&, uint32_t*, uint32_t) override {
+  const coll::FusedBarrier* fused(const std::vector<coll::BarrierCopy>&, const std::vector<coll::BarrierCopy>&,
+                                  uint32_t*, uint32_t) override {
     return nullptr;  // the emulated reducer runs no barrier inside its kernels
   }
   void check() override {}
@@ -860,6 +861,7 @@ class FusingReducer : public coll::Reducer {
     around(a, s, [&](const coll::CopyArgs& plain) { host_->copy_async(plain, dev, s); });
   }
   std::vector<int> launches;  // each fused launch's copies before its entry
+  std::vector<int> posts;     // and after its mid barrier
 
  private:
   // The host's step `run`, inside the barrier where `a` has one.
@@ -880,6 +882,11 @@ class FusingReducer : public coll::Reducer {
   }
   void leave(const coll::FusedBarrier& f) {
     meeting_.meet();
+    posts.push_back(f.npost);
+    if (f.npost > 0) {
+      for (int i = 0; i < f.npost; ++i) std::memcpy(f.post[i].dst, f.post[i].src, f.post[i].bytes);
+      meeting_.meet();
+    }
     if (f.end_word) reinterpret_cast<std::atomic<uint32_t>*>(f.end_word)->store(f.end_value, std::memory_order_release);
   }
   Backend& b_;
@@ -892,11 +899,13 @@ class FusingReducer : public coll::Reducer {
 class FusingBarrier : public coll::MappedBarrier {
  public:
   void arrive_and_wait(StreamHandle) override { ++arrivals; }
-  const coll::FusedBarrier* fused(const std::vector<coll::BarrierCopy>& pre, uint32_t* end_word,
-                                  uint32_t end_value) override {
+  const coll::FusedBarrier* fused(const std::vector<coll::BarrierCopy>& pre, const std::vector<coll::BarrierCopy>& post,
+                                  uint32_t* end_word, uint32_t end_value) override {
     f_ = coll::FusedBarrier{};
     for (size_t i = 0; i < pre.size(); ++i) f_.pre[i] = pre[i];
     f_.npre = static_cast<int>(pre.size());
+    for (size_t i = 0; i < post.size(); ++i) f_.post[i] = post[i];
+    f_.npost = static_cast<int>(post.size());
     f_.end_word = end_word;
     f_.end_value = end_value;
     return &f_;
@@ -955,6 +964,55 @@ TEST(CollSlice, AStagedRunWhosePartsFitIsOneLaunchWithItsStoresBarriersAndEndIns
     std::vector<int> want;
     for (int i = 0; i < calls; ++i) want.insert(want.end(), {1, 2});
     EXPECT_EQ(launches[r], want) << "rank " << r;
+    EXPECT_EQ(arrivals[r], 0) << "rank " << r;
+  }
+  EXPECT_EQ(counter.barriers.load(), 0);
+  EXPECT_EQ(counter.writes.load(), 0);
+}
+
+// A two-shot staged allreduce is one launch too: its store before the entry, the reduction, the
+// mid barrier, its copy out of the slot, the exit, the end's word; every element the sum.
+TEST(CollSlice, AStagedAllreduceInTwoShotsIsOneLaunchWithItsCopiesAndThreeBarriersInside) {
+  Node node;
+  CallCounter& counter = count_calls(node);
+  Backend& b = *node.backend;
+  const size_t n = 4099, bytes = n * sizeof(float);
+  const int calls = 3;
+  StagedPair c(b, bytes, bytes, 4 * bytes);
+  HostMeeting meeting;
+  std::vector<std::vector<int>> launches(2), posts(2);
+  std::vector<int> arrivals(2);
+  const std::vector<std::string> errors = on_two_ranks([&](int r) {
+    FusingReducer reducer(b, meeting);
+    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+    mpi::SliceRunner runner(b, reducer, r, 2, flags, [] {});
+    FusingBarrier gpus;
+    coll::Staged view = c.view(r);
+    view.twoshot_min = 0;
+    Program p(2);
+    coll::build_staged_allreduce(p, view, c.in(r), c.out(r), n, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    StreamHandle st = b.create_stream(r);
+    for (int i = 0; i < calls; ++i) {
+      std::vector<float> h(n);
+      for (size_t k = 0; k < n; ++k) h[k] = static_cast<float>(k % 100 + 1000 * r + 10 * i);
+      b.copy_async(c.send[r], r, h.data(), kHostDevice, bytes, st);
+      b.synchronize_stream(st);
+      runner.run_ordered(p, r, st, nullptr, nullptr, true, /*entry=*/false, &gpus);
+      runner.settle();
+      const std::vector<float> got = read(b, c.recv[r], r, n);
+      for (size_t k = 0; k < n; ++k)
+        if (got[k] != static_cast<float>(2 * (k % 100) + 1000 + 20 * i))
+          GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, call %d, element %zu: %g", r, i, k, got[k]);
+    }
+    b.destroy_stream(st);
+    launches[r] = reducer.launches;
+    posts[r] = reducer.posts;
+    arrivals[r] = gpus.arrivals;
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(launches[r], std::vector<int>(calls, 1)) << "rank " << r;
+    EXPECT_EQ(posts[r], std::vector<int>(calls, 1)) << "rank " << r;
     EXPECT_EQ(arrivals[r], 0) << "rank " << r;
   }
   EXPECT_EQ(counter.barriers.load(), 0);
