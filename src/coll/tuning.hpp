@@ -97,14 +97,9 @@ struct Tuning {
   // Staged). An allreduce, reduce-scatter or allgather whose part for one peer (the allreduce's
   // input, a reduce-scatter's or allgather's block) fits a slot (staged_unit) is staged through
   // them, so that no call waits for the other ranks' hosts to meet it; larger ones take their own
-  // schedule after the hosts' meeting. A reduce-scatter's or allgather's staged form moves what
-  // its own schedule moves over NVLink, plus one local pass, so the area is sized for FSDP's
-  // largest calls (a GPT-2 embedding's gradient, 77M per peer on two GPUs); an allreduce's runs
-  // every input byte through the slots, so above staged_allreduce_max its own schedule (copy
-  // engines, the host path) gains more than the meeting costs (docs/torch.md, "Staged calls").
-  // 0: no staging.
-  uint64_t staged_max = uint64_t(128) << 20;
-  uint64_t staged_allreduce_max = uint64_t(32) << 20;
+  // schedule after the hosts' meeting. Up to 32M a call's host time (the meeting) weighs more in
+  // training than the slots' extra pass on the GPUs (docs/torch.md, "Staged calls"). 0: no staging.
+  uint64_t staged_max = uint64_t(32) << 20;
   // Smallest staged allreduce (per rank) made in two shots (schedules.hpp's build_staged_allreduce):
   // each rank reduces only its block, then stores its result into the peers' slots; below, the
   // second barrier costs more than the smaller reduction saves.

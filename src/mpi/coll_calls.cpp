@@ -54,7 +54,6 @@ void allreduce_call(CollCall& c, const void* send, void* recv, size_t count, col
     coll::build_allreduce(p, t, ch.name, {}, in(s), r, count, dt, op, ch.reduce, sc);
   };
   c.staged_bytes = c.bytes;
-  c.staged_allreduce = true;
   c.staged = [send, recv, count, dt, op](coll::Program& p, const coll::Staged& s) {
     coll::build_staged_allreduce(p, s, static_cast<const char*>(send), static_cast<char*>(recv), count, dt, op);
   };

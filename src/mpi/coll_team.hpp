@@ -72,8 +72,6 @@ struct CollCall {
   // whether a call is staged: a staged call never declines, it copies odd buffers through the slot).
   std::function<void(coll::Program&, const coll::Staged&)> staged;
   size_t staged_bytes = 0;
-  // An allreduce: staged only up to Tuning::staged_allreduce_max.
-  bool staged_allreduce = false;
   // Everything `build` captures (counts, type, op, root, in place), so that a repeated call
   // reuses its schedule choice, scratch size and, over the same pointers, its Program.
   // Empty: nothing is reused.
@@ -175,8 +173,8 @@ class CollTeam {
   // Returns once every stream-ordered call made so far is done on this rank's GPUs.
   void settle();
   // Whether `call` runs staged (coll::Staged): stream-ordered, with a staged form whose stores
-  // into a peer fit a slot (Tuning::staged_max per rank, shared by its peers; an allreduce up to
-  // Tuning::staged_allreduce_max), on a team whose staging is not off. The same answer on every rank for
+  // into a peer fit a slot (Tuning::staged_max per rank, shared by its peers), on a team whose
+  // staging is not off. The same answer on every rank for
   // the same call: it looks at nothing of this rank's buffers (a staged call never declines; odd
   // buffers go through the slot). Safe from another thread than the one making calls.
   bool stageable(const CollCall& call) const;
