@@ -101,8 +101,10 @@ struct Tuning {
   // training than the slots' extra pass on the GPUs (docs/torch.md, "Staged calls"). 0: no staging.
   uint64_t staged_max = uint64_t(32) << 20;
   // Smallest staged allreduce (per rank) made in two shots (schedules.hpp's build_staged_allreduce):
-  // each rank reduces only its block, then stores its result into the peers' slots; below, the
-  // second barrier costs more than the smaller reduction saves.
+  // each rank reduces only its block, then stores its result into the peers' slots. Where the GPUs
+  // set the pace (the largest staged calls) two shots run faster; smaller calls run at the host's
+  // pace either way, and below this one shot keeps its single barrier (bench/results/README.md,
+  // "two-shot staged allreduce").
   uint64_t staged_twoshot_min = uint64_t(8) << 20;
 
   // --- Replay -------------------------------------------------------------------------------
