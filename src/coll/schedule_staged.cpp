@@ -37,14 +37,25 @@ void check_staged(const Program& p, const Staged& s, size_t bytes) {
              "a staged collective's buffers are not where it reads them");
 }
 
-// Stores `bytes` at src + at(q) into every peer q's slot for this rank (host memory: copy engines,
-// a lane per peer); returns nothing to wait for: the Barrier op after them is the wait.
-template <class At>
-void push(Program& p, const Staged& s, const char* src, size_t bytes, At at) {
+// Stores len(q) bytes at src + at(q) into every peer q's slot for this rank (host memory: copy
+// engines, a lane per peer); returns nothing to wait for: the Barrier op after them is the wait.
+template <class At, class Len>
+void push(Program& p, const Staged& s, const char* src, At at, Len len) {
   for (int d = 1; d < s.n; ++d) {
     const int q = (s.me + d) % s.n;
     staged_copy(p, s, s.direct ? kLaneLocal : kLanePeer0 + d - 1, s.slot(q, s.me), s.area_dev[q], src + at(q),
-                s.send_dev, bytes);
+                s.send_dev, len(q));
+  }
+}
+
+// Copies len(r) bytes from `from` into this rank's slot for every peer r to recv + at(r), after
+// the Barrier op before them.
+template <class At, class Len>
+void copy_out(Program& p, const Staged& s, size_t from, char* recv, At at, Len len) {
+  for (int d = 1; d < s.n; ++d) {
+    const int r = (s.me + d) % s.n;
+    staged_copy(p, s, s.direct ? kLaneLocal : kLanePeer0 + d - 1, recv + at(r), s.recv_dev, s.slot(s.me, r) + from,
+                s.dev, len(r));
   }
 }
 
@@ -83,13 +94,11 @@ void staged_allreduce_twoshot(Program& p, const Staged& s, const char* send, cha
                               DataType dt, RedOp op) {
   const size_t esz = dtype_size(dt);
   const size_t half = staged_half(s);
-  for (int d = 1; d < s.n; ++d) {
-    const int q = (s.me + d) % s.n;
-    staged_copy(p, s, s.direct ? kLaneLocal : kLanePeer0 + d - 1, s.slot(q, s.me), s.area_dev[q],
-                send + b.off[q] * esz, s.send_dev, b.cnt[q] * esz);
-  }
-  const char* own = send + b.off[s.me] * esz;
-  const size_t mine = b.cnt[s.me] * esz;
+  auto at = [&](int r) { return b.off[r] * esz; };
+  auto len = [&](int r) { return b.cnt[r] * esz; };
+  push(p, s, send, at, len);
+  const char* own = send + at(s.me);
+  const size_t mine = len(s.me);
   if (!s.direct) {
     p.copy(s.me, kLaneLocal, s.temp, s.dev, own, s.send_dev, mine);
     own = s.temp;
@@ -101,15 +110,11 @@ void staged_allreduce_twoshot(Program& p, const Staged& s, const char* send, cha
     const int q = (s.me + d) % s.n;
     peers.push_back(s.slot(q, s.me) + half);
   }
-  char* out = s.direct ? recv + b.off[s.me] * esz : s.temp;
+  char* out = s.direct ? recv + at(s.me) : s.temp;
   const int red = p.reduce(s.me, kLaneLocal, out, staged_sources(s, own), b.cnt[s.me], dt, op, {}, peers);
-  if (!s.direct) p.copy(s.me, kLaneLocal, recv + b.off[s.me] * esz, s.recv_dev, out, s.dev, mine, {red});
+  if (!s.direct) p.copy(s.me, kLaneLocal, recv + at(s.me), s.recv_dev, out, s.dev, mine, {red});
   p.barrier();
-  for (int d = 1; d < s.n; ++d) {
-    const int r = (s.me + d) % s.n;
-    staged_copy(p, s, s.direct ? kLaneLocal : kLanePeer0 + d - 1, recv + b.off[r] * esz, s.recv_dev,
-                s.slot(s.me, r) + half, s.dev, b.cnt[r] * esz);
-  }
+  copy_out(p, s, half, recv, at, len);
 }
 
 }  // namespace
@@ -137,7 +142,7 @@ void build_staged_allreduce(Program& p, const Staged& s, const char* send, char*
   const size_t bytes = count * dtype_size(dt);
   check_staged(p, s, bytes);
   if (staged_twoshot(s, count, dt)) return staged_allreduce_twoshot(p, s, send, recv, staged_blocks(s, count, dt), dt, op);
-  push(p, s, send, bytes, [](int) { return size_t(0); });
+  push(p, s, send, [](int) { return size_t(0); }, [bytes](int) { return bytes; });
   reduce_slots(p, s, send, recv, count, dt, op);
 }
 
@@ -145,22 +150,18 @@ void build_staged_reduce_scatter(Program& p, const Staged& s, const char* send, 
                                  RedOp op) {
   const size_t block = count * dtype_size(dt);
   check_staged(p, s, block);
-  push(p, s, send, block, [block](int q) { return q * block; });
+  push(p, s, send, [block](int q) { return q * block; }, [block](int) { return block; });
   reduce_slots(p, s, send + s.me * block, recv, count, dt, op);
 }
 
 void build_staged_allgather(Program& p, const Staged& s, const char* send, char* recv, size_t block) {
   check_staged(p, s, block);
-  push(p, s, send, block, [](int) { return size_t(0); });
+  push(p, s, send, [](int) { return size_t(0); }, [block](int) { return block; });
   // Its own block beside the stores (in place: there already).
   char* own = recv + s.me * block;
   if (own != send) staged_copy(p, s, kLaneLocal, own, s.recv_dev, send, s.send_dev, block);
   p.barrier();
-  for (int d = 1; d < s.n; ++d) {
-    const int r = (s.me + d) % s.n;
-    staged_copy(p, s, s.direct ? kLaneLocal : kLanePeer0 + d - 1, recv + r * block, s.recv_dev, s.slot(s.me, r),
-                s.dev, block);
-  }
+  copy_out(p, s, 0, recv, [block](int r) { return r * block; }, [block](int) { return block; });
 }
 
 }  // namespace gpustripe::coll
