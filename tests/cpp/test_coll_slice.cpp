@@ -755,6 +755,21 @@ struct StagedPair {
   }
   const char* in(int r) const { return reinterpret_cast<const char*>(send[r]); }
   char* out(int r) const { return reinterpret_cast<char*>(recv[r]); }
+  // Rank r's input of call `call`, every element its own value, into its send buffer (n floats).
+  static float value(int r, size_t k, int call) { return static_cast<float>(k % 1000 + 3000 * r + 7 * call); }
+  void put(int r, int call, size_t n, StreamHandle s) const {
+    std::vector<float> h(n);
+    for (size_t k = 0; k < n; ++k) h[k] = value(r, k, call);
+    b.copy_async(send[r], r, h.data(), kHostDevice, n * sizeof(float), s);
+    b.synchronize_stream(s);
+  }
+  // Throws unless `result` (n floats of rank r's) holds both ranks' sum of call `call`'s inputs.
+  void check_sum(int r, int call, const float* result, size_t n) const {
+    const std::vector<float> got = read(b, result, r, n);
+    for (size_t k = 0; k < n; ++k)
+      if (got[k] != value(0, k, call) + value(1, k, call))
+        GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, call %d, element %zu: %g", r, call, k, got[k]);
+  }
 };
 
 // A staged run on the GPUs' mapped flags (a staged call's: coll::MappedBarrier) makes its
@@ -803,7 +818,6 @@ TEST(CollSlice, AStagedAllreduceInTwoShotsSumsEveryElementOnBothRanks) {
   StagedPair c(b, bytes, bytes, 4 * bytes);
   uint32_t words[2] = {0, 0};
   std::atomic<int> arrivals{0};
-  auto value = [](int r, size_t i, int call) { return static_cast<float>((i % 1000) + 3000 * r + 7 * call); };
   const std::vector<std::string> errors = on_two_runners(node, b, [&](int r, mpi::SliceRunner& runner, auto&) {
     WordBarrier gpus(b, &words[r], &words[1 - r], arrivals);
     coll::Staged view = c.view(r);
@@ -812,20 +826,14 @@ TEST(CollSlice, AStagedAllreduceInTwoShotsSumsEveryElementOnBothRanks) {
     StreamHandle st = b.create_stream(r);
     for (int call = 0; call < 4; ++call) {
       const bool in_place = call % 2 == 1;
-      std::vector<float> h(n);
-      for (size_t i = 0; i < n; ++i) h[i] = value(r, i, call);
       float* out = in_place ? c.send[r] : c.recv[r];
-      b.copy_async(c.send[r], r, h.data(), kHostDevice, bytes, st);
-      b.synchronize_stream(st);
+      c.put(r, call, n, st);
       Program p(2);
       coll::build_staged_allreduce(p, view, c.in(r), reinterpret_cast<char*>(out), n, GPUSTRIPE_FLOAT32,
                                    GPUSTRIPE_SUM);
       runner.run_ordered(p, r, st, nullptr, nullptr, true, /*entry=*/false, &gpus);
       runner.settle();
-      const std::vector<float> got = read(b, out, r, n);
-      for (size_t i = 0; i < n; ++i)
-        if (got[i] != value(0, i, call) + value(1, i, call))
-          GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, call %d, element %zu: %g", r, call, i, got[i]);
+      c.check_sum(r, call, out, n);
     }
     b.destroy_stream(st);
   });
@@ -993,16 +1001,10 @@ TEST(CollSlice, AStagedAllreduceInTwoShotsIsOneLaunchWithItsCopiesAndThreeBarrie
     coll::build_staged_allreduce(p, view, c.in(r), c.out(r), n, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
     StreamHandle st = b.create_stream(r);
     for (int i = 0; i < calls; ++i) {
-      std::vector<float> h(n);
-      for (size_t k = 0; k < n; ++k) h[k] = static_cast<float>(k % 100 + 1000 * r + 10 * i);
-      b.copy_async(c.send[r], r, h.data(), kHostDevice, bytes, st);
-      b.synchronize_stream(st);
+      c.put(r, i, n, st);
       runner.run_ordered(p, r, st, nullptr, nullptr, true, /*entry=*/false, &gpus);
       runner.settle();
-      const std::vector<float> got = read(b, c.recv[r], r, n);
-      for (size_t k = 0; k < n; ++k)
-        if (got[k] != static_cast<float>(2 * (k % 100) + 1000 + 20 * i))
-          GS_THROW(GPUSTRIPE_ERR_INTERNAL, "rank %d, call %d, element %zu: %g", r, i, k, got[k]);
+      c.check_sum(r, i, c.recv[r], n);
     }
     b.destroy_stream(st);
     launches[r] = reducer.launches;
