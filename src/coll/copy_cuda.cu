@@ -90,7 +90,7 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream, unsigned*
   const size_t cap = std::max<size_t>(
       nseg, static_cast<size_t>(sm_count(dev)) * static_cast<size_t>(std::max<int64_t>(1, per_sm)) / nseg * nseg);
   unsigned grid = static_cast<unsigned>(std::min(cap, per_seg * nseg));
-  if (bar.npre > 0 || bar.npost > 0) {
+  if (bar.blocks_wait()) {
     static std::atomic<int> resident[2] = {0, 0};  // the copy kernel's blocks per SM
     grid = std::min(grid, resident_blocks(copy_kernel, kThreads, dev, resident));
   }

@@ -125,8 +125,8 @@ __device__ void fused_exit(const FusedBarrier& b, unsigned long long e) {
   }
 }
 
-// The most blocks of `threads` threads of `kernel` that device `dev` holds at once (a launch with
-// copies before its entry must fit: its blocks wait for each other). `cache`: the caller's, one
+// The most blocks of `threads` threads of `kernel` that device `dev` holds at once (a launch whose
+// blocks wait for each other must fit: FusedBarrier::blocks_wait). `cache`: the caller's, one
 // per kernel (128- and 512-thread blocks), so each kernel's occupancy is asked once.
 template <class K>
 unsigned resident_blocks(K kernel, unsigned threads, int dev, std::atomic<int> (&cache)[2]) {

@@ -133,7 +133,7 @@ class CudaReducer : public Reducer {
     // With copies before the entry or after the work (a staged call's stores, its copies out), the
     // barriers go inside at any size: the alternative is launches and barrier kernels of their own.
     return one_launch(a) && (a.count * dtype_size(a.dtype) <= kFusedMax ||
-                             (a.barrier && (a.barrier->npre > 0 || a.barrier->npost > 0)));
+                             (a.barrier && a.barrier->blocks_wait()));
   }
   // One launch, with elements (a reduction of none launches nothing), and no barrier inside.
   bool can_signal(const ReduceArgs& a) const override { return !a.barrier && a.count > 0 && one_launch(a); }

@@ -121,6 +121,9 @@ struct FusedBarrier {
   BarrierCopy post[kMaxBarrierRanks];
   int npost = 0;
   unsigned long long* mid = nullptr;
+  // Whether the kernel's blocks wait for each other (copies around its work): then its launch
+  // runs no more blocks than the GPU holds at once, at any size.
+  bool blocks_wait() const { return npre > 0 || npost > 0; }
   // Where set, the exit's last block writes end_value here after every rank's exit (a word in
   // host memory registered for the device: the stream write a run would make after the kernel).
   uint32_t* end_word = nullptr;

@@ -159,7 +159,7 @@ template <class T, int OP, int NS, int U>
 void launch_kernel(const ReducePtrs& p, size_t count, const ReduceLaunch& l, const FusedBarrier& bar, cudaStream_t s) {
   auto* k = reduce_kernel<T, OP, NS, U>;
   unsigned grid = l.grid;
-  if (bar.npre > 0 || bar.npost > 0) {
+  if (bar.blocks_wait()) {
     static std::atomic<int> resident[2] = {0, 0};  // this kernel's blocks per SM
     grid = std::min(grid, resident_blocks(k, l.threads, l.dev, resident));
   }
