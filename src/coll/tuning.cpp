@@ -45,7 +45,6 @@ void Tuning::set(const std::string& name, const std::string& value) {
   else if (name == "ar_ce_min_2") size(ar_ce_min_2);
   else if (name == "staged_max") size(staged_max);
   else if (name == "staged_twoshot_min") size(staged_twoshot_min);
-  else if (name == "staged_arrival") count(staged_arrival);
   else if (name == "rs_order") {
     GS_REQUIRE(value == "auto" || value == "chunks" || value == "rounds", GPUSTRIPE_ERR_CONFIG,
                "%s=%s: expected auto, chunks or rounds", what.c_str(), value.c_str());

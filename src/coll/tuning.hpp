@@ -106,7 +106,6 @@ struct Tuning {
   // pace either way, and below this one shot keeps its single barrier (bench/results/README.md,
   // "two-shot staged allreduce").
   uint64_t staged_twoshot_min = uint64_t(8) << 20;
-  int staged_arrival = 0;  // EXPERIMENT
 
   // --- Replay -------------------------------------------------------------------------------
   // Repeated calls (same buffers, size, type) replayed as CUDA graphs (CUDA backend).

@@ -118,16 +118,6 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   // (The tail's event, or s itself, covers its exit barrier's waits: every rank's exit.)
   if (!(after && ev.tail == after)) follow_tail(ev, device, o, !entry);
   if (entry) gpu_barrier(o);  // every rank's buffers are ready
-  else if (gpus && arrival_ == 1) {
-    uint32_t* word = dev_flags_ + TeamFlags::kArrivalWord;
-    if (arrival_peers_.empty())
-      for (int r = 0; r < nranks_; ++r)
-        if (r != rank_) arrival_peers_.push_back(word + r);
-    backend_.stream_flag_barrier(o, word + rank_, arrival_peers_.data(), arrival_peers_.size(),
-                                 static_cast<uint32_t>(gpu_barriers_ + 1));
-  } else if (gpus && arrival_ == 2) {
-    gpus->arrive_and_wait(o);
-  }
   // Segments between Barrier ops, as run() does, with the GPUs' barrier for the hosts'.
   const auto& ops = prog.ops();
   size_t begin = 0, stop = ops.size();

@@ -53,8 +53,7 @@ class TeamFlags {
   static constexpr size_t kOrderedEdges = kMaxOps;
   static constexpr size_t kBarrierWord = kMaxOps + kOrderedEdges;
   static constexpr size_t kDoneWord = kBarrierWord + kMaxRanks;
-  static constexpr size_t kArrivalWord = kDoneWord + kMaxRanks;
-  static constexpr size_t kWords = kArrivalWord + kMaxRanks;
+  static constexpr size_t kWords = kDoneWord + kMaxRanks;
   static size_t segment_bytes();
   explicit TeamFlags(ipc::ShmSegment seg);
   // Edge slot i, 1 while set (the words are page-aligned for register_host).
@@ -128,7 +127,6 @@ class SliceRunner {
   bool can_order(const coll::Program& prog, const coll::CrossSlots& slots) const;
   // Whether runs can be stream-ordered at all (the backend has stream flags).
   bool stream_flags() const { return dev_flags_ != nullptr; }
-  void set_arrival(int mode) { arrival_ = mode; }  // EXPERIMENT
   // Returns once every stream-ordered run enqueued so far is done on this rank's GPUs (before
   // anything frees or remaps memory they use, and before a host-ordered run). Bounded by
   // GPUSTRIPE_TIMEOUT; a dead peer fails it sooner, and lets this rank's streams past their
@@ -256,8 +254,6 @@ class SliceRunner {
   StreamHandle origin_stream(int device);
   int ordered_device_ = -1;  // the GPU of the runs not yet seen done by settle() (-1: none)
   std::vector<const uint32_t*> barrier_peers_;  // the other ranks' barrier words (gpu_barrier)
-  std::vector<const uint32_t*> arrival_peers_;
-  int arrival_ = 0;
   // Lets every stream of this rank past the ordered runs' waits on the peers (a peer died).
   void release_ordered();
   // Enqueues on `s` a barrier of the ranks' GPUs: later work on s waits until every rank's

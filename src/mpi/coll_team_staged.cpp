@@ -205,7 +205,6 @@ bool CollTeam::run_staged(const CollCall& call) {
   // buffers are there); else on the origin stream, which a caller that asked for its stream then
   // joins (a blocking call's results are there for its stream's later work either way).
   const bool on_stream = call.on_stream && !call.ready;
-  runner_->set_arrival(tuning_.staged_arrival);
   runner_->run_ordered(c.prog, stage_dev_, call.stream, &c.slots, call.ready, on_stream && direct, /*entry=*/false,
                        stage_barrier_.get());
   if (on_stream && !direct) runner_->join_ordered(stage_dev_, call.stream);
