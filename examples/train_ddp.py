@@ -11,7 +11,8 @@ The default process group runs on gpustripe ("cuda:gpustripe,cpu:gloo"); a secon
 the same ranks runs on nccl. Each backend trains its own copy of the model from the same
 initial weights on the same batches, both held at once, their steps taking turns. Rank 0
 prints one line per step and a summary line `TRAIN {json}` (losses of both, the largest
-relative difference, median step times).
+relative difference, median step times, and every rank's host time per part of a step and
+its team's phases: `ranks_host`).
 """
 import argparse
 import json
@@ -59,7 +60,11 @@ def loss_of(name: str, model, x, y):
 
 class Trainer:
     """One backend's copy of the training: its model (from the same seed as the other's), its
-    wrapper over its group, its optimizer; step() runs one step and keeps its loss and time."""
+    wrapper over its group, its optimizer; step() runs one step and keeps its loss and time, and
+    the host's time per part of it: the forward, backward and optimizer calls (on a launch-bound
+    step, the host issuing the work) and the wait for the GPU at the step's end."""
+
+    PARTS = ("forward", "backward", "optimizer", "gpu_wait")
 
     def __init__(self, group, args, rank, dev):
         self.group, self.args, self.rank, self.dev = group, args, rank, dev
@@ -79,6 +84,7 @@ class Trainer:
         self.model = model
         self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         self.losses, self.times = [], []
+        self.parts = {p: [] for p in self.PARTS}
 
     def step(self, step: int) -> None:
         args = self.args
@@ -89,10 +95,16 @@ class Trainer:
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
         loss = loss_of(args.model, self.model, x, y)
+        t1 = time.perf_counter()
         loss.backward()
+        t2 = time.perf_counter()
         self.opt.step()
+        t3 = time.perf_counter()
         torch.cuda.synchronize()
-        self.times.append(time.perf_counter() - t0)
+        t4 = time.perf_counter()
+        self.times.append(t4 - t0)
+        for part, (a, b) in zip(self.PARTS, ((t0, t1), (t1, t2), (t2, t3), (t3, t4))):
+            self.parts[part].append(b - a)
         # the mean loss over ranks (on nccl for both: the comparison is the training's, not this)
         lv = loss.detach().clone()
         dist.all_reduce(lv, group=args.nccl_group)
@@ -139,6 +151,13 @@ def main() -> None:
     ln, lg = runs["nccl"].losses, runs["gpustripe"].losses
     diff = max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(ln, lg))
     step_ms = {k: 1e3 * statistics.median(v.times[args.warm_steps:]) for k, v in runs.items()}
+    # Every rank's host parts and team phases: a step set by the slower host (one rank waiting in
+    # a collective for the other's call) shows as one rank's parts apart from the other's.
+    mine = {"host_ms": {k: {p: round(1e3 * statistics.median(v.parts[p][args.warm_steps:]), 3) for p in Trainer.PARTS}
+                        for k, v in runs.items()},
+            "team": dist.group.WORLD.trace().get("team", {}) if hasattr(dist.group.WORLD, "trace") else {}}
+    ranks = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, mine, group=args.nccl_group)
     if rank == 0:
         for i, (a, b) in enumerate(zip(ln, lg)):
             print(f"step {i:3d}  loss nccl {a:.6f}  gpustripe {b:.6f}", flush=True)
@@ -147,7 +166,8 @@ def main() -> None:
             "model": args.model, "wrap": args.wrap, "ranks": dist.get_world_size(), "steps": args.steps,
             "batch": args.batch, "max_rel_loss_diff": diff, "losses_match": diff <= args.rtol,
             "step_ms": step_ms, "speedup": step_ms["nccl"] / step_ms["gpustripe"], "native_calls": native,
-            "trace": dist.group.WORLD.trace() if hasattr(dist.group.WORLD, "trace") else {}, "loss_nccl": ln, "loss_gpustripe": lg}), flush=True)
+            "trace": dist.group.WORLD.trace() if hasattr(dist.group.WORLD, "trace") else {}, "ranks_host": ranks,
+            "loss_nccl": ln, "loss_gpustripe": lg}), flush=True)
     dist.destroy_process_group()
 
 
