@@ -32,7 +32,10 @@ Where NCCL is faster: at the first call of each kind (an op, the memory's side, 
 type, sizes within a power of two: ``_kind``) every rank times batches of back-to-back calls of
 both on zeroed buffers of that call's sizes, as the benchmarks time them, and every rank then
 takes the one whose slowest rank was faster (``_Calibration``); what was chosen and why is in
-``trace()``. A kind decided for NCCL is then handed to it as it came, after one lookup, and its
+``trace()``. The batches run after the ranks met, so a kind given to gpustripe is reviewed after
+its first real calls: where they held their callers longer than NCCL's calls take (a blocking
+call above the staged sizes waits on the caller's thread for the slowest rank to make it), it
+goes to NCCL from then on. A kind decided for NCCL is then handed to it as it came, after one lookup, and its
 work returned: such a call costs what it costs on a plain NCCL group.
 
 The backend is a Python ``torch.distributed.ProcessGroup`` (as torch's own test backends):
@@ -186,11 +189,16 @@ class _Calibration:
     ROUNDS = 5   # batches of each side: the median holds against two disturbed ones
     SIDES = ("gpustripe", "nccl")
 
+    # Real calls of a kind given to gpustripe whose host time is then reviewed (review()).
+    REVIEW_CALLS = 8
+
     def __init__(self, min_batch_us: float | None = None):
         self.min_batch_us = self.MIN_BATCH_US if min_batch_us is None else min_batch_us
         self.native = None  # the answer, once decided
         self.us = {}        # the medians the answer came from (the slowest rank's), us per call
         self.pace = {m: [] for m in self.SIDES}  # us per call of each timed batch
+        self.held_us = []   # host time of each real native call so far, until the review
+        self.reviewed = None  # the review's median host time (the slowest rank's), once made
 
     def measure(self, issue, sync, meet, clock=time.perf_counter, agree=None) -> None:
         """Times the batches: `issue(side)` makes one call of that side and returns its work (or
@@ -228,6 +236,28 @@ class _Calibration:
         med = [sorted(self.pace[m])[len(self.pace[m]) // 2] for m in self.SIDES]
         self.us = dict(zip(self.SIDES, _max_over_ranks(gloo, med)))
         self.native = self.us["gpustripe"] <= self.us["nccl"]
+        return self.native
+
+    def held(self, host_us: float) -> bool:
+        """Counts a real native call of the kind, which held its caller `host_us`; True at the call
+        whose review is due (every rank at the same call: the ranks make the same calls)."""
+        if self.reviewed is not None or not self.native or not self.us:
+            return False
+        self.held_us.append(host_us)
+        return len(self.held_us) == self.REVIEW_CALLS
+
+    def review(self, gloo) -> bool:
+        """Collective. The batches time calls after the ranks met, so they do not see how long a
+        real call waits for the other ranks' hosts: a call too large for the staged slots meets
+        them on the caller's thread, and a blocking one (FSDP's) holds its caller until the
+        slowest rank makes the same call, while NCCL's call returns once enqueued. Where the real
+        calls held their callers (the slowest rank's median) longer than NCCL's whole call takes
+        back to back, the kind goes to NCCL from the next call on. Returns the answer."""
+        med = sorted(self.held_us)[len(self.held_us) // 2]
+        self.reviewed = _max_over_ranks(gloo, [med])[0]
+        self.held_us = []
+        if self.reviewed > self.us["nccl"]:
+            self.native = False
         return self.native
 
 
@@ -628,7 +658,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                "team": self._team_obj.phase_times(reset) if self._team_obj is not None else {},
                "choices": {f"{op} {str(dt).replace('torch.', '')} <{1 << b}B":
                            {"use": "gpustripe" if c.native else "nccl", **c.us,
-                            "paces": {m: list(c.pace[m]) for m in c.SIDES}}
+                            "paces": {m: list(c.pace[m]) for m in c.SIDES},
+                            **({"held_us": c.reviewed} if c.reviewed is not None else {})}
                            for (op, _, dt, b), c in self._calibrations.items() if c.native is not None}}
         if reset:
             self._host_us = {}
@@ -729,6 +760,19 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             self._delegated[kind] = self._nccl if t.is_cuda else self._gloo
         return cal.native
 
+    def _review(self, kind: tuple, host_us: float) -> None:
+        """A real native call of `kind` that held its caller `host_us`: at the kind's review
+        (_Calibration.review, collective), handed to NCCL from the next call on where its calls
+        held their callers longer than NCCL's take."""
+        cal = self._calibrations.get(kind)
+        if self._forced is not None or cal is None or not cal.held(host_us):
+            return
+        if not cal.review(self._gloo):
+            self._delegated[kind] = self._nccl if kind[1] else self._gloo
+            self._say(f"{kind[0]} of {str(kind[2]).replace('torch.', '')} up to {1 << kind[3]} B goes to NCCL: "
+                      f"its calls held their callers {cal.reviewed:.0f} us (the other ranks' hosts met on "
+                      f"the caller's thread), NCCL's take {cal.us['nccl']:.0f} us")
+
     def _measure(self, cal: _Calibration, tensors, redo) -> None:
         """Decides `cal` from batches of calls of each side (_Calibration.measure) made by
         `redo(buffers)` (the op again, on other buffers of the same sizes) on zeroed buffers like
@@ -809,6 +853,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if not served:
             self._say(f"{what}: a rank's buffer cannot be shared (gpustripe declined): such calls go to NCCL")
             work = fallback()
+        else:
+            self._review(kind, (t_end - t_call) * 1e6)
         t_done = time.perf_counter()
         h = self._host_us.get(what)
         if h is None:

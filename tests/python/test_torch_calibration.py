@@ -167,3 +167,51 @@ def test_every_rank_sizes_its_batches_from_the_slowest_ranks_pace():
     want = C.CALLS + (C.ROUNDS - 1) * 5
     assert node.sides.count("gpustripe") == C.ROUNDS * C.WARMUP + want
     assert node.sides.count("nccl") == C.ROUNDS * C.WARMUP + want
+
+
+def reviewed(held, gloo=None, nccl=70.0):
+    """A kind decided for gpustripe (its batches 40 us a call, NCCL's `nccl`) whose real calls
+    held their callers `held` us each: (the calibration, the call at which held() asked for the
+    review, the review's answer or None where none was asked for)."""
+    cal = C()
+    cal.native, cal.us = True, {"gpustripe": 40.0, "nccl": nccl}
+    due = [i for i, h in enumerate(held) if cal.held(h)]
+    answer = cal.review(gloo or Gloo()) if due else None
+    return cal, due, answer
+
+
+def test_a_kind_whose_calls_held_their_callers_longer_than_nccls_calls_goes_to_nccl():
+    # FSDP's blocking calls above the staged sizes: most wait milliseconds for the other host
+    held = [3000.0, 40.0, 12000.0, 2500.0, 60.0, 9000.0, 2800.0, 4000.0]
+    cal, due, answer = reviewed(held)
+    assert due == [C.REVIEW_CALLS - 1]  # once, at the last call of the review's count
+    assert answer is False and cal.native is False
+    assert cal.reviewed == pytest.approx(3000.0)  # the median, not the worst call
+
+
+def test_a_kind_whose_calls_return_at_their_pace_stays_with_gpustripe():
+    held = [30.0] * C.REVIEW_CALLS
+    cal, due, answer = reviewed(held)
+    assert answer is True and cal.native is True
+    assert cal.reviewed == pytest.approx(30.0)
+    # reviewed once: later calls ask for nothing
+    assert not any(cal.held(1e6) for _ in range(2 * C.REVIEW_CALLS))
+    assert cal.native is True
+
+
+def test_the_slowest_rank_reviews_alike_for_every_rank():
+    # this rank's calls return at once; the other rank's wait for this one's host
+    cal, _, answer = reviewed([30.0] * C.REVIEW_CALLS, Gloo(peer=[900.0]))
+    assert answer is False
+    assert cal.reviewed == pytest.approx(900.0)
+
+
+def test_only_kinds_measured_and_given_to_gpustripe_are_reviewed():
+    fewer = [5000.0] * (C.REVIEW_CALLS - 1)
+    assert reviewed(fewer)[1] == []  # not due yet
+    to_nccl = C()
+    to_nccl.native, to_nccl.us = False, {"gpustripe": 90.0, "nccl": 70.0}
+    assert not any(to_nccl.held(5000.0) for _ in range(C.REVIEW_CALLS))
+    decided = C()  # decided without timing (_test_verdict): nothing to compare with
+    decided.native = True
+    assert not any(decided.held(5000.0) for _ in range(C.REVIEW_CALLS))

@@ -365,6 +365,40 @@ def calibrated(rank: int, world: int, gt) -> dict:
         ok and choice["use"] == "nccl" and choice["gpustripe"] >= slow * 1e6
         and g.native_calls == mine and other.calls["allreduce"] == mine + calls + cal.ROUNDS + 1
         and g.runs["all_reduce"] == mine + 1)
+    # The review of a kind given to gpustripe: its real calls hold their callers longer than the
+    # other backend's calls take (the team's lookup delayed once the batches are over, as a
+    # meeting waiting for a slower rank's host would): at the REVIEW_CALLS-th call every rank
+    # hands the kind over, and the calls after it go to the other backend, with their results.
+    g = dist.new_group(backend="gpustripe")
+    gt._test_calibrate_emulated(g)
+    other = g._gloo = Counting(g._gloo, delay=slow)
+    team, held = g._team, [False]
+
+    class Holding:
+        """The team, its collective calls returning 2 * slow late once `held`."""
+
+        def __init__(self, t):
+            self.t = t
+
+        def __getattr__(self, name):
+            f = getattr(self.t, name)
+
+            def call(*args, **kwargs):
+                if held[0]:
+                    time.sleep(2 * slow)
+                return f(*args, **kwargs)
+            return call
+    g._team = lambda: Holding(team())
+    ok, after = True, 2
+    for i in range(cal.REVIEW_CALLS + after):
+        x = torch.full((1 << 10,), float(rank + 1))
+        dist.all_reduce(x, group=g)
+        ok = ok and torch.equal(x, want)
+        held[0] = True  # the first call's batches were timed as they are
+    (choice,) = g.trace()["choices"].values()
+    checks["calibration: a kind whose calls hold their callers goes to the other backend at its review"] = (
+        ok and choice["use"] == "nccl" and choice["held_us"] >= 2 * slow * 1e6 and choice["nccl"] >= slow * 1e6
+        and g.native_calls == mine + cal.REVIEW_CALLS)
     cal.MIN_BATCH_US = saved
     # Batches sized from the paces (to last 50 ms here, where emulated calls take milliseconds:
     # tens of calls), native slower on rank 0 than on rank 1: every rank makes the same calls
