@@ -35,8 +35,8 @@ takes the one whose slowest rank was faster (``_Calibration``); what was chosen 
 ``trace()``. The batches run after the ranks met, so a kind given to gpustripe is reviewed after
 its first real calls: where they held their callers longer than NCCL's calls take (a blocking
 call above the staged sizes waits on the caller's thread for the slowest rank to make it), it
-goes to NCCL from then on. A kind decided for NCCL is then handed to it as it came, after one lookup, and its
-work returned: such a call costs what it costs on a plain NCCL group.
+goes to NCCL from then on. A kind decided for NCCL is then handed to it as it came, after one
+lookup, and its work returned: such a call costs what it costs on a plain NCCL group.
 
 The backend is a Python ``torch.distributed.ProcessGroup`` (as torch's own test backends):
 c10d hands it every collective of the group, and it dispatches by device and support.
@@ -770,8 +770,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if not cal.review(self._gloo):
             self._delegated[kind] = self._nccl if kind[1] else self._gloo
             self._say(f"{kind[0]} of {str(kind[2]).replace('torch.', '')} up to {1 << kind[3]} B goes to NCCL: "
-                      f"its calls held their callers {cal.reviewed:.0f} us (the other ranks' hosts met on "
-                      f"the caller's thread), NCCL's take {cal.us['nccl']:.0f} us")
+                      f"its calls held their callers {cal.reviewed:.0f} us each, NCCL's take {cal.us['nccl']:.0f}")
 
     def _measure(self, cal: _Calibration, tensors, redo) -> None:
         """Decides `cal` from batches of calls of each side (_Calibration.measure) made by
