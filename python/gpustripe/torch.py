@@ -271,7 +271,9 @@ def _unwrap(fut):
 
 
 class _Completer:
-    """Completes the futures of a team's asynchronous native calls off the caller's thread. DDP's
+    """Completes the futures of a team's asynchronous native calls not yet enqueued when their
+    future is asked for (queued to the worker: _End.future completes the others at once) off the
+    caller's thread. DDP's
     reducer asks for a bucket's future right after its all_reduce, from the autograd thread; the
     future's end must be ordered after the call on the host (the team's worker enqueues the call
     first: no GPU stream waits for a value a host thread writes later, node_team.hpp), which on
@@ -425,19 +427,33 @@ class _End:
                 self.join(self.index_of(dev))
 
     def future(self, dev, result, job: int):
-        """The future of the call of queue job `job`: returned at once, completed by the completer
-        (the team closed: every call ended, completed now)."""
+        """The future of the call of queue job `job`: returned at once; completed now where the
+        call is enqueued already, else by the completer (the team closed: every call ended,
+        completed now)."""
         with self.lock:
             if self.closed:  # every call has ended: a future holding the result, on the current stream
                 fut = self.pending(dev)
                 fut.set_result(result)
                 return fut
+            index = self.index_of(dev)
+            base = self.pending(dev)
+            if self.team.queue_done() >= job:
+                # Enqueued already (a staged call, which this thread made; one the worker has run):
+                # its end is marked here and now, as NCCL's future is complete when returned. The
+                # completer's hop would cost this thread more than the call (its wake-up, the GIL
+                # handed back and forth: docs/torch.md, "The team's worker").
+                try:
+                    raw = self.team.wait_queued(job, index)  # at once; a failed call's error
+                except Exception as e:  # noqa: BLE001 -- the call's error is its future's
+                    base.set_result(e)
+                    return base.then(_unwrap)
+                self.complete(index, raw, base, result)
+                return base
             if self._completer is None:
                 self._completer = _Completer(self.team, self.complete)
-            base = self.pending(dev)
             # The chained future is the one handed out: where the call failed, it fails in C++.
             fut = base.then(_unwrap)
-            self._completer.add(job, self.index_of(dev), base, result)
+            self._completer.add(job, index, base, result)
             return fut
 
 
