@@ -336,8 +336,8 @@ class _Work(dist.Work):
     reused), no host wait. The future is made only where torch asks for one (get_future: DDP's
     reducer chains its bucket's end on it): CUDA-aware, marked on the team's stream, complete
     where the call is enqueued already, else completed off the caller's thread once the worker
-    has enqueued it (job: its number in the team's queue; _Completer). Made from C++ callers too (c10d keeps the Python object alive beside the
-    work it hands on)."""
+    has enqueued it (job: its number in the team's queue; _Completer). Made from C++ callers too
+    (c10d keeps the Python object alive beside the work it hands on)."""
 
     def __init__(self, mem, dev, result, ticket: int, job: int):
         super().__init__()
