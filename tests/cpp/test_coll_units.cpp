@@ -589,6 +589,15 @@ std::vector<char*> fake(int n, uintptr_t base) {
   return v;
 }
 
+// The staged slots `s` for a rank whose buffers are host memory: copy engines store and copy out
+// its parts, its own reduced in its temporary buffer `temp`.
+Staged on_host(Staged s, char* temp) {
+  s.direct = false;
+  s.send_dev = s.recv_dev = kHostDevice;
+  s.temp = temp;
+  return s;
+}
+
 // Four members of the h200x4 emulation with fake buffers: what the exchange builders take.
 struct Exchange4 {
   static constexpr int n = 4;
@@ -1004,10 +1013,7 @@ TEST(CollSchedules, StagedCallsStoreIntoThePeersSlotsThenReduceTheirOwn) {
   {
     // Host buffers: copy engines store them, its own part goes through temp, reduced there and
     // copied out.
-    Staged h = s;
-    h.direct = false;
-    h.send_dev = h.recv_dev = kHostDevice;
-    h.temp = mine[0] + (1 << 21);
+    const Staged h = on_host(s, mine[0] + (1 << 21));
     Program p(n);
     build_staged_allreduce(p, h, mine[0], mine[1], count, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
     const size_t b = barrier_at(p);
@@ -1101,10 +1107,7 @@ TEST(CollSchedules, AStagedAllreduceFromItsTwoShotSizeReducesOnlyItsBlockAndStor
   {
     // Host buffers: copy engines store and copy out, the own block reduced in temp and copied out
     // after the reduction; the same barriers as a direct rank's.
-    Staged h = s;
-    h.direct = false;
-    h.send_dev = h.recv_dev = kHostDevice;
-    h.temp = mine[0] + (1 << 21);
+    const Staged h = on_host(s, mine[0] + (1 << 21));
     Program hp(n);
     build_staged_allreduce(hp, h, mine[0], mine[1], count, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
     const auto& o = hp.ops();
