@@ -263,12 +263,26 @@ class _Calibration:
 
 
 def _unwrap(fut):
-    """A completed future's value, raised where it is the call's error (_Completer): the future
+    """A completed future's value, raised where it is the call's error (_end_future): the future
     chained on it then fails in C++ too, where DDP's reducer waits for it."""
     v = fut.value()
     if isinstance(v, Exception):
         raise v
     return v
+
+
+def _end_future(team, complete, job: int, index: int, fut, result) -> bool:
+    """Completes `fut` with `result` once the team's worker has run job `job` (at once where it
+    has; NodeTeam.wait_queued, the GIL released), its events on the team's stream of device
+    `index` (`complete`); a call that failed (declined at the meeting, a peer gone, a timeout)
+    fails it instead: its value is the error (_unwrap), and False is returned."""
+    try:
+        complete(index, team.wait_queued(job, index), fut, result)
+        return True
+    except Exception as e:  # noqa: BLE001 -- the call's error is its future's
+        if not fut.done():
+            fut.set_result(e)
+        return False
 
 
 class _Completer:
@@ -311,11 +325,7 @@ class _Completer:
                 if not self._pending:
                     return
                 job, index, fut, result = self._pending[0]
-            try:
-                self._complete(index, self._team.wait_queued(job, index), fut, result)
-            except Exception as e:  # noqa: BLE001 -- the call's error is its future's
-                if not fut.done():
-                    fut.set_result(e)
+            _end_future(self._team, self._complete, job, index, fut, result)
             with self._cv:
                 self._pending.popleft()
 
@@ -443,13 +453,8 @@ class _End:
                 # its end is marked here and now, as NCCL's future is complete when returned. The
                 # completer's hop would cost this thread more than the call (its wake-up, the GIL
                 # handed back and forth: docs/torch.md, "The team's worker").
-                try:
-                    raw = self.team.wait_queued(job, index)  # at once; a failed call's error
-                except Exception as e:  # noqa: BLE001 -- the call's error is its future's
-                    base.set_result(e)
-                    return base.then(_unwrap)
-                self.complete(index, raw, base, result)
-                return base
+                ended = _end_future(self.team, self.complete, job, index, base, result)
+                return base if ended else base.then(_unwrap)
             if self._completer is None:
                 self._completer = _Completer(self.team, self.complete)
             # The chained future is the one handed out: where the call failed, it fails in C++.
