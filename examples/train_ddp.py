@@ -75,14 +75,18 @@ class Trainer:
             model = DDP(model, device_ids=[dev.index], process_group=group, bucket_cap_mb=args.bucket_mb)
         else:
             from torch.distributed.device_mesh import DeviceMesh
-            from torch.distributed.fsdp import fully_shard
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
             mesh = DeviceMesh.from_group(group, "cuda")
+            # bf16: parameters gathered and computed in bf16, gradients reduced in fp32 (the
+            # common mixed-precision recipe); the optimizer keeps fp32 shards.
+            mp = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)} \
+                if args.precision == "bf16" else {}
             for block in getattr(getattr(model, "transformer", None), "h", []):  # GPT-2: a shard unit per block
-                fully_shard(block, mesh=mesh)
-            fully_shard(model, mesh=mesh)
+                fully_shard(block, mesh=mesh, **mp)
+            fully_shard(model, mesh=mesh, **mp)
         self.model = model
-        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **{args.optimizer: True})
         self.losses, self.times = [], []
         self.parts = {p: [] for p in self.PARTS}
 
@@ -94,7 +98,9 @@ class Trainer:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
-        loss = loss_of(args.model, self.model, x, y)
+        # DDP in bf16: autocast (the matrix products in bf16, parameters and gradients fp32)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "bf16" and args.wrap == "ddp"):
+            loss = loss_of(args.model, self.model, x, y)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -122,6 +128,10 @@ def main() -> None:
     p.add_argument("--embd", type=int, default=768)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--bucket-mb", type=int, default=25)
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                   help="bf16: DDP under autocast, FSDP with bf16 parameters and fp32 gradient reduction")
+    p.add_argument("--optimizer", default="fused", choices=["fused", "foreach"],
+                   help="AdamW's implementation (fused: one kernel per parameter group, as large-model training uses)")
     p.add_argument("--always-native", action="store_true",
                    help="gpustripe serves every call it can, without its calibration against NCCL (to time it)")
     p.add_argument("--rtol", type=float, default=1e-3, help="largest relative loss difference accepted")
@@ -164,7 +174,7 @@ def main() -> None:
         native = getattr(dist.group.WORLD, "native_calls", -1)
         print("TRAIN " + json.dumps({
             "model": args.model, "wrap": args.wrap, "ranks": dist.get_world_size(), "steps": args.steps,
-            "batch": args.batch, "max_rel_loss_diff": diff, "losses_match": diff <= args.rtol,
+            "batch": args.batch, "precision": args.precision, "optimizer": args.optimizer, "max_rel_loss_diff": diff, "losses_match": diff <= args.rtol,
             "step_ms": step_ms, "speedup": step_ms["nccl"] / step_ms["gpustripe"], "native_calls": native,
             "trace": dist.group.WORLD.trace() if hasattr(dist.group.WORLD, "trace") else {}, "ranks_host": ranks,
             "loss_nccl": ln, "loss_gpustripe": lg}), flush=True)

@@ -34,10 +34,12 @@ type, sizes within a power of two: ``_kind``) every rank times batches of back-t
 both on zeroed buffers of that call's sizes, as the benchmarks time them, and every rank then
 takes the one whose slowest rank was faster (``_Calibration``); what was chosen and why is in
 ``trace()``. The batches run after the ranks met, so a kind given to gpustripe is reviewed after
-its first real calls: where they held their callers longer than NCCL's calls take (a blocking
-call above the staged sizes waits on the caller's thread for the slowest rank to make it), it
-goes to NCCL from then on. A kind decided for NCCL is then handed to it as it came, after one
-lookup, and its work returned: such a call costs what it costs on a plain NCCL group.
+its first real calls: where the time they held their callers beyond what NCCL's calls hold
+theirs (a blocking call above the staged sizes waits on the caller's thread for the slowest rank
+to make it), unless the GPUs were still busy with earlier work, with their pace outweighs
+NCCL's pace, it goes to NCCL from then on. A kind decided for NCCL is then handed to it as it
+came, after one lookup, and its work returned: such a call costs what it costs on a plain NCCL
+group.
 
 The backend is a Python ``torch.distributed.ProcessGroup`` (as torch's own test backends):
 c10d hands it every collective of the group, and it dispatches by device and support.
@@ -178,7 +180,8 @@ class _Calibration:
     is slower, the host issuing them or the GPUs running them, with nothing of the measurement
     inside it (no events per call, no stream joins). Batches of the two sides alternate, the
     median of each side's taken, and every rank takes the one whose slowest rank was faster
-    (the medians, through gloo)."""
+    (the medians, through gloo). The batches also time how long each side's calls hold the
+    caller (issue()'s own time): the review's measure of what NCCL's real calls would hold."""
 
     WARMUP = 2   # calls at the start of each batch, not timed
     CALLS = 4    # timed calls of a side's first batch, and the fewest of any
@@ -198,6 +201,8 @@ class _Calibration:
         self.native = None  # the answer, once decided
         self.us = {}        # the medians the answer came from (the slowest rank's), us per call
         self.pace = {m: [] for m in self.SIDES}  # us per call of each timed batch
+        self.issue = {m: [] for m in self.SIDES}  # us each timed call of a batch held the caller (mean)
+        self.issue_us = {}  # their medians (the slowest rank's), once decided
         self.held_us = []   # host time of each real native call so far, until the review
         self.reviewed = None  # the review's median host time (the slowest rank's), once made
 
@@ -217,11 +222,15 @@ class _Calibration:
                 sync(work)
                 meet()
                 t0 = clock()
+                held = 0.0
                 for _ in range(calls[side]):
+                    t = clock()
                     work = issue(side)
+                    held += clock() - t
                 sync(work)
                 last[side] = (clock() - t0) / calls[side] * 1e6
                 self.pace[side].append(last[side])
+                self.issue[side].append(held / calls[side] * 1e6)
             paces = [last[side] for side in self.SIDES]
             for side, pace in zip(self.SIDES, agree(paces) if agree else paces):
                 calls[side] = self.calls_for(pace)
@@ -234,30 +243,43 @@ class _Calibration:
 
     def decide(self, gloo) -> bool:
         """Collective over the group (every rank decides at the same call)."""
-        med = [sorted(self.pace[m])[len(self.pace[m]) // 2] for m in self.SIDES]
-        self.us = dict(zip(self.SIDES, _max_over_ranks(gloo, med)))
+        med = [sorted(v[m])[len(v[m]) // 2] for v in (self.pace, self.issue) for m in self.SIDES]
+        worst = _max_over_ranks(gloo, med)
+        n = len(self.SIDES)
+        self.us, self.issue_us = dict(zip(self.SIDES, worst[:n])), dict(zip(self.SIDES, worst[n:]))
         self.native = self.us["gpustripe"] <= self.us["nccl"]
         return self.native
 
-    def held(self, host_us: float) -> bool:
-        """Counts a real native call of the kind, which held its caller `host_us`; True at the call
-        whose review is due (every rank at the same call: the ranks make the same calls)."""
-        if self.reviewed is not None or not self.native or not self.us:
+    def under_review(self) -> bool:
+        """Whether the kind's real calls are being counted for its review (held())."""
+        return self.reviewed is None and bool(self.native) and bool(self.us)
+
+    def held(self, host_us: float, hidden: bool = False) -> bool:
+        """Counts a real native call of the kind, which held its caller `host_us`; `hidden`: the
+        caller's stream had not reached the call when it returned (the GPUs were still running
+        what the host issued before it: the host's time cost the step nothing), counted as 0.
+        True at the call whose review is due (every rank at the same call: the ranks make the
+        same calls)."""
+        if not self.under_review():
             return False
-        self.held_us.append(host_us)
+        self.held_us.append(0.0 if hidden else host_us)
         return len(self.held_us) == self.REVIEW_CALLS
 
     def review(self, gloo) -> bool:
         """Collective. The batches time calls after the ranks met, so they do not see how long a
         real call waits for the other ranks' hosts: a call too large for the staged slots meets
         them on the caller's thread, and a blocking one (FSDP's) holds its caller until the
-        slowest rank makes the same call, while NCCL's call returns once enqueued. Where the real
-        calls held their callers (the slowest rank's median) longer than NCCL's whole call takes
-        back to back, the kind goes to NCCL from the next call on. Returns the answer."""
+        slowest rank makes the same call, while NCCL's call returns once enqueued. A call's host
+        time beyond what NCCL's calls hold theirs (issue_us) is time its caller does not spend
+        issuing the step's other work, and a met call's GPUs start only after the meeting, unless
+        the GPUs were still busy with earlier work when it returned (held(): hidden): where that
+        time (the real calls' held time, the slowest rank's median) and the native call's pace
+        outweigh NCCL's pace, the kind goes to NCCL from the next call on. Returns the answer."""
         med = sorted(self.held_us)[len(self.held_us) // 2]
         self.reviewed = _max_over_ranks(gloo, [med])[0]
         self.held_us = []
-        if self.reviewed > self.us["nccl"]:
+        extra = max(0.0, self.reviewed - self.issue_us.get("nccl", 0.0))
+        if self.us["gpustripe"] + extra > self.us["nccl"]:
             self.native = False
         return self.native
 
@@ -674,13 +696,15 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         NodeTeam.phase_times) and `choices` (per op and size class: gpustripe or NCCL, the
         calibration's medians, us per call back to back, the slowest rank's, and `paces`: this
         rank's pace of each timed batch of each side, in order, which tells a side's slow first
-        batches from a steady gap)."""
+        batches from a steady gap; `issue_us`: each side's host time per call in the batches;
+        `held_us`: the reviewed calls' host time, once reviewed)."""
         out = {"host_us": {k: {"calls": v[0], "us": v[1] / v[0], "team_us": v[2] / v[0], "end_us": v[3] / v[0]}
                            for k, v in self._host_us.items() if v[0]},
                "team": self._team_obj.phase_times(reset) if self._team_obj is not None else {},
                "choices": {f"{op} {str(dt).replace('torch.', '')} <{1 << b}B":
                            {"use": "gpustripe" if c.native else "nccl", **c.us,
                             "paces": {m: list(c.pace[m]) for m in c.SIDES},
+                            **({"issue_us": dict(c.issue_us)} if c.issue_us else {}),
                             **({"held_us": c.reviewed} if c.reviewed is not None else {})}
                            for (op, _, dt, b), c in self._calibrations.items() if c.native is not None}}
         if reset:
@@ -782,17 +806,20 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             self._delegated[kind] = self._nccl if t.is_cuda else self._gloo
         return cal.native
 
-    def _review(self, kind: tuple, host_us: float) -> None:
-        """A real native call of `kind` that held its caller `host_us`: at the kind's review
-        (_Calibration.review, collective), handed to NCCL from the next call on where its calls
-        held their callers longer than NCCL's take."""
+    def _review(self, kind: tuple, host_us: float, hidden: bool) -> None:
+        """A real native call of `kind` that held its caller `host_us` (`hidden`: as
+        _Calibration.held's): at the kind's review (_Calibration.review, collective), handed to
+        NCCL from the next call on where the time its calls held their callers beyond NCCL's,
+        with their pace, outweighs NCCL's pace."""
         cal = self._calibrations.get(kind)
-        if self._forced is not None or cal is None or not cal.held(host_us):
+        if self._forced is not None or cal is None or not cal.held(host_us, hidden):
             return
         if not cal.review(self._gloo):
             self._delegated[kind] = self._nccl if kind[1] else self._gloo
             self._say(f"{kind[0]} of {str(kind[2]).replace('torch.', '')} up to {1 << kind[3]} B goes to NCCL: "
-                      f"its calls held their callers {cal.reviewed:.0f} us each, NCCL's take {cal.us['nccl']:.0f}")
+                      f"its calls held their callers {cal.reviewed:.0f} us each "
+                      f"(NCCL's {cal.issue_us.get('nccl', 0):.0f}) "
+                      f"and take {cal.us['gpustripe']:.0f} us, NCCL's {cal.us['nccl']:.0f}")
 
     def _measure(self, cal: _Calibration, tensors, redo) -> None:
         """Decides `cal` from batches of calls of each side (_Calibration.measure) made by
@@ -840,6 +867,13 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if not self._native_way(kind, tensors, redo):
             return fallback()  # None: a blocking call NCCL ran on the caller's stream
         t_host = time.perf_counter()
+        # Under review (_review): whether the caller's stream is still behind the call when it
+        # returns, which hides the host's time (an event before the call, asked after it).
+        cal = self._calibrations.get(kind)
+        behind = None
+        if t0.is_cuda and cal is not None and self._forced is None and cal.under_review():
+            behind = torch.cuda.Event()
+            behind.record(torch.cuda.current_stream(dev))
         # One native call at a time, its end marked (done()) before the next one starts: the
         # held tensors and the stream context of the team's stream are the group's, not a thread's.
         with self._lock:
@@ -875,7 +909,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             self._say(f"{what}: a rank's buffer cannot be shared (gpustripe declined): such calls go to NCCL")
             work = fallback()
         else:
-            self._review(kind, (t_end - t_call) * 1e6)
+            # the whole call, as issue_us times NCCL's
+            self._review(kind, (time.perf_counter() - t_host) * 1e6, behind is not None and not behind.query())
         t_done = time.perf_counter()
         h = self._host_us.get(what)
         if h is None:

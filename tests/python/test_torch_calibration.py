@@ -17,7 +17,8 @@ class Work:
 
 
 class Gloo:
-    """The group's maximum over ranks with one other rank, whose values are `peer`."""
+    """The group's maximum over ranks with one other rank, whose values are `peer` (the first of
+    them where this rank gives more: the paces, then the issue times of decide())."""
 
     def __init__(self, peer=None):
         self.peer = peer
@@ -25,7 +26,8 @@ class Gloo:
     def allreduce(self, tensors, opts):
         assert opts.reduceOp == torch.distributed.ReduceOp.MAX
         if self.peer is not None:
-            torch.maximum(tensors[0], torch.tensor(self.peer, dtype=tensors[0].dtype), out=tensors[0])
+            t = tensors[0][:len(self.peer)]
+            torch.maximum(t, torch.tensor(self.peer, dtype=t.dtype), out=t)
         return Work()
 
 
@@ -82,6 +84,15 @@ def test_a_side_whose_host_is_slower_than_its_gpus_is_paced_by_its_host():
     assert cal.native is False
     assert cal.us["gpustripe"] == pytest.approx(batch_pace(40.0, 90.0))
     assert cal.us["nccl"] == pytest.approx(batch_pace(58.0, 15.0))
+
+
+def test_the_batches_time_how_long_each_sides_calls_hold_the_caller():
+    cal, _ = calibrate({"gpustripe": (40.0, 90.0), "nccl": (58.0, 15.0)})
+    assert cal.issue_us["gpustripe"] == pytest.approx(90.0)
+    assert cal.issue_us["nccl"] == pytest.approx(15.0)
+    # the slowest rank's, as the paces
+    cal, _ = calibrate({"gpustripe": (40.0, 20.0), "nccl": (58.0, 15.0)}, Gloo(peer=[0.0, 0.0, 35.0, 25.0]))
+    assert cal.issue_us == pytest.approx({"gpustripe": 35.0, "nccl": 25.0})
 
 
 def test_a_side_whose_gpus_are_slower_than_its_host_is_paced_by_its_gpus():
@@ -169,12 +180,14 @@ def test_every_rank_sizes_its_batches_from_the_slowest_ranks_pace():
     assert node.sides.count("nccl") == C.ROUNDS * C.WARMUP + want
 
 
-def reviewed(held, gloo=None, nccl=70.0):
-    """A kind decided for gpustripe (its batches 40 us a call, NCCL's `nccl`) whose real calls
-    held their callers `held` us each: (the calibration, the call at which held() asked for the
-    review, the review's answer or None where none was asked for)."""
+def reviewed(held, gloo=None, nccl=70.0, native=40.0, nccl_issue=10.0):
+    """A kind decided for gpustripe (its batches `native` us a call, NCCL's `nccl`, NCCL's calls
+    holding their caller `nccl_issue` us) whose real calls held their callers `held` us each: (the
+    calibration, the call at which held() asked for the review, the review's answer or None where
+    none was asked for)."""
     cal = C()
-    cal.native, cal.us = True, {"gpustripe": 40.0, "nccl": nccl}
+    cal.native, cal.us = True, {"gpustripe": native, "nccl": nccl}
+    cal.issue_us = {"gpustripe": 20.0, "nccl": nccl_issue}
     due = [i for i, h in enumerate(held) if cal.held(h)]
     answer = cal.review(gloo or Gloo()) if due else None
     return cal, due, answer
@@ -197,6 +210,37 @@ def test_a_kind_whose_calls_return_at_their_pace_stays_with_gpustripe():
     # reviewed once: later calls ask for nothing
     assert not any(cal.held(1e6) for _ in range(2 * C.REVIEW_CALLS))
     assert cal.native is True
+
+
+def test_host_time_beyond_nccls_weighs_against_what_the_gpus_gain():
+    # DDP's 25 MB buckets: 4% faster on the GPUs, but each call holds the caller 64 us longer
+    # than NCCL's: the step's host pays more than its GPUs gain
+    cal, _, answer = reviewed([94.0] * C.REVIEW_CALLS, native=130.0, nccl=138.0, nccl_issue=30.0)
+    assert answer is False
+    # a large bucket, 13% faster: the same extra host time is paid for
+    cal, _, answer = reviewed([94.0] * C.REVIEW_CALLS, native=813.0, nccl=936.0, nccl_issue=30.0)
+    assert answer is True
+    # no longer than NCCL's calls: the faster GPUs decide
+    cal, _, answer = reviewed([25.0] * C.REVIEW_CALLS, native=137.0, nccl=138.0, nccl_issue=30.0)
+    assert answer is True
+
+
+def test_host_time_the_gpus_were_still_busy_through_costs_nothing():
+    # the same calls, returning while the caller's stream was still behind them (a step whose
+    # GPUs run behind its host): the host's time hid behind the GPUs' and the faster pace stays
+    cal = C()
+    cal.native, cal.us = True, {"gpustripe": 130.0, "nccl": 138.0}
+    cal.issue_us = {"gpustripe": 20.0, "nccl": 30.0}
+    due = [i for i in range(C.REVIEW_CALLS) if cal.held(3000.0, hidden=i % 4 != 0)]
+    assert due == [C.REVIEW_CALLS - 1]
+    assert cal.review(Gloo()) is True
+    assert cal.reviewed == pytest.approx(0.0)  # the median: six of eight hidden
+    # most not hidden: they count
+    cal = C()
+    cal.native, cal.us = True, {"gpustripe": 130.0, "nccl": 138.0}
+    cal.issue_us = {"gpustripe": 20.0, "nccl": 30.0}
+    assert [cal.held(3000.0, hidden=i % 4 == 0) for i in range(C.REVIEW_CALLS)][-1]
+    assert cal.review(Gloo()) is False
 
 
 def test_the_slowest_rank_reviews_alike_for_every_rank():
