@@ -19,12 +19,6 @@ emulated test mode: gpustripe.torch._test_emulate_cpu), two processes.
                    each batch's works waited for once, at its end: the issuing thread's time
   --lag-us L       rank 1 spins L us before each call: ranks whose threads drift apart, as DDP's
                    autograd threads do (a call made on the caller's thread waits for the later one)
-  --futures        (with --team stub) DDP's way: each asynchronous call's future asked for and a
-                   then() chained on it (the reducer's), a step's 12 futures waited for at its end;
-                   each op timed with the futures as the backend completes them (at once where the
-                   call is enqueued already: every call of the stub team) and all through the
-                   completer's thread (the stub team reporting nothing enqueued), the calling
-                   thread's wall time per call side by side
 
 Per op: the whole call (CPU time of the calling thread, the least of --batches batches: the
 machine may be shared) and the backend's _run (trace()'s host_us, a mean). --async-op: each call
@@ -138,9 +132,6 @@ def _worker(rank, world, port, args):
              "all_to_all_single": lambda: dist.all_to_all_single(z, y, async_op=a),
              "broadcast": lambda: dist.broadcast(x, 0, async_op=a)}
     lag = args.lag_us if rank == 1 else 0.0
-    if args.futures:
-        _futures(pg, calls, args, rank, dist, torch)
-        return
     if args.compare_queue:
         ops = {k: c for k, c in calls.items()}
     else:
@@ -189,39 +180,6 @@ def _worker(rank, world, port, args):
     dist.destroy_process_group()
 
 
-def _futures(pg, calls, args, rank, dist, torch) -> None:
-    """--futures: per op, the calling thread's wall time per call (least of the batches) with each
-    call's future completed at once and through the completer's thread."""
-    team = pg._team_obj
-    step = 12  # calls whose futures a step waits for together (DDP's buckets of a GPT-2 step)
-    steps = max(args.calls // args.batches // step, 1)
-
-    def batch(f):
-        for _ in range(steps):
-            futs = [f().get_future().then(lambda fut: fut.value()) for _ in range(step)]
-            torch.futures.wait_all(futs)
-
-    for name, f in calls.items():
-        row = []
-        for done in (lambda: 1 << 62, lambda: -1):
-            team.queue_done = done
-            batch(f)
-            dist.barrier()
-            best = float("inf")
-            for _ in range(args.batches):
-                t0 = time.perf_counter()
-                batch(f)
-                best = min(best, (time.perf_counter() - t0) / (steps * step) * 1e6)
-                dist.barrier()
-            row.append(best)
-        if rank == 0:
-            print(f"{name:>24} at once {row[0]:8.2f} us  completer {row[1]:8.2f} us  ratio {row[1] / row[0]:5.2f}x",
-                  flush=True)
-        dist.barrier()
-    pg.shutdown()
-    dist.destroy_process_group()
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--team", choices=("stub", "emulated"), default="stub")
@@ -235,15 +193,10 @@ def main() -> int:
     p.add_argument("--compare-queue", action="store_true",
                    help="(--async-op) each op through the team's worker and on the caller's thread, wall time of "
                         "the issuing thread, one wait per batch")
-    p.add_argument("--futures", action="store_true",
-                   help="(--async-op, stub team) each call's future chained and waited for per step: completed at "
-                        "once against through the completer's thread")
     p.add_argument("--lag-us", type=float, default=0.0, help="rank 1 spins this long before each call (default 0)")
     args = p.parse_args()
     if args.compare_queue and not args.async_op:
         p.error("--compare-queue compares asynchronous calls: add --async-op")
-    if args.futures and (args.team != "stub" or not args.async_op):
-        p.error("--futures times asynchronous calls of the stub team: add --async-op, leave --team stub")
     if args.resident and args.team != "emulated":
         p.error("--resident is a way of the emulated team: add --team emulated")
     import torch.multiprocessing as mp
@@ -251,14 +204,11 @@ def main() -> int:
     with socket.socket() as s:  # a free port for the store
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    what = ("asynchronous calls, each one's future chained and a step's 12 waited for, the calling thread's wall "
-            "time per call (least of the batches), the futures completed at once or by the completer's thread"
-            if args.futures else
-            "asynchronous calls, one wait per batch, issuing thread's wall time per call (least of the batches)"
+    what = ("asynchronous calls, one wait per batch, issuing thread's wall time per call (least of the batches)"
             if args.compare_queue else
             f"{'asynchronous calls (each work waited for)' if args.async_op else 'blocking calls'}: whole call (CPU "
             "time, least of the batches)")
-    print(f"torch backend, native {what}{'' if args.futures else ', the backend' + chr(39) + 's _run (mean)'}; {args.team} team"
+    print(f"torch backend, native {what}, the backend's _run (mean); {args.team} team"
           f"{' (resident tensors)' if args.resident else ''}, 2 processes, {args.elements} float32 per rank"
           f"{f', rank 1 {args.lag_us:g} us late per call' if args.lag_us else ''}")
     mp.spawn(_worker, args=(2, port, args), nprocs=2)

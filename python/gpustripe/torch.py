@@ -285,7 +285,7 @@ class _Calibration:
 
 
 def _unwrap(fut):
-    """A completed future's value, raised where it is the call's error (_end_future): the future
+    """A completed future's value, raised where it is the call's error (_Completer): the future
     chained on it then fails in C++ too, where DDP's reducer waits for it."""
     v = fut.value()
     if isinstance(v, Exception):
@@ -293,24 +293,8 @@ def _unwrap(fut):
     return v
 
 
-def _end_future(team, complete, job: int, index: int, fut, result) -> bool:
-    """Completes `fut` with `result` once the team's worker has run job `job` (at once where it
-    has; NodeTeam.wait_queued, the GIL released), its events on the team's stream of device
-    `index` (`complete`); a call that failed (declined at the meeting, a peer gone, a timeout)
-    fails it instead: its value is the error (_unwrap), and False is returned."""
-    try:
-        complete(index, team.wait_queued(job, index), fut, result)
-        return True
-    except Exception as e:  # noqa: BLE001 -- the call's error is its future's
-        if not fut.done():
-            fut.set_result(e)
-        return False
-
-
 class _Completer:
-    """Completes the futures of a team's asynchronous native calls not yet enqueued when their
-    future is asked for (queued to the worker: _End.future completes the others at once) off the
-    caller's thread. DDP's
+    """Completes the futures of a team's asynchronous native calls off the caller's thread. DDP's
     reducer asks for a bucket's future right after its all_reduce, from the autograd thread; the
     future's end must be ordered after the call on the host (the team's worker enqueues the call
     first: no GPU stream waits for a value a host thread writes later, node_team.hpp), which on
@@ -347,7 +331,11 @@ class _Completer:
                 if not self._pending:
                     return
                 job, index, fut, result = self._pending[0]
-            _end_future(self._team, self._complete, job, index, fut, result)
+            try:
+                self._complete(index, self._team.wait_queued(job, index), fut, result)
+            except Exception as e:  # noqa: BLE001 -- the call's error is its future's
+                if not fut.done():
+                    fut.set_result(e)
             with self._cv:
                 self._pending.popleft()
 
@@ -460,28 +448,19 @@ class _End:
                 self.join(self.index_of(dev))
 
     def future(self, dev, result, job: int):
-        """The future of the call of queue job `job`: returned at once; completed now where the
-        call is enqueued already, else by the completer (the team closed: every call ended,
-        completed now)."""
+        """The future of the call of queue job `job`: returned at once, completed by the completer
+        (the team closed: every call ended, completed now)."""
         with self.lock:
             if self.closed:  # every call has ended: a future holding the result, on the current stream
                 fut = self.pending(dev)
                 fut.set_result(result)
                 return fut
-            index = self.index_of(dev)
-            base = self.pending(dev)
-            if self.team.queue_done() >= job:
-                # Enqueued already (a staged call, which this thread made; one the worker has run):
-                # its end is marked here and now, as NCCL's future is complete when returned. The
-                # completer's hop would cost this thread more than the call (its wake-up, the GIL
-                # handed back and forth: docs/torch.md, "The team's worker").
-                ended = _end_future(self.team, self.complete, job, index, base, result)
-                return base if ended else base.then(_unwrap)
             if self._completer is None:
                 self._completer = _Completer(self.team, self.complete)
+            base = self.pending(dev)
             # The chained future is the one handed out: where the call failed, it fails in C++.
             fut = base.then(_unwrap)
-            self._completer.add(job, index, base, result)
+            self._completer.add(job, self.index_of(dev), base, result)
             return fut
 
 

@@ -97,9 +97,6 @@ void bind_team(nb::module_& m) {
           "here (the backend has stream flags), and the events made for the queued calls' starts (reused)")
       .def("queue_posted", &NodeTeam::queue_posted,
            "The number of the latest job handed to the team's worker (ask right after a queued call: its number)")
-      .def("queue_done", &NodeTeam::queue_done,
-           "How many of the jobs handed to the team's worker it has run (failed ones included): a call whose "
-           "job number is at most this is enqueued, and wait_queued() for it returns at once")
       .def(
           "wait_queued",
           [](NodeTeam& t, uint64_t job, int dev) {

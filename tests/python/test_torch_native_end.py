@@ -6,11 +6,9 @@ switched per call (its end is marked by the team in C++, events reused there), t
 until the team says the GPUs are past the call, a wait() that joins the waiting device's current
 stream to the team's in one call, a future made only when asked (CUDA-aware, marked on the team's
 stream), what finishes a call run on the team's stream before the mark, and the caller's stream
-and device given back, also when that raises. A future of a call enqueued already (a staged
-call, or one the worker has run) is complete when returned, on the caller's thread; one asked
-for before the team's worker has enqueued its call is returned at once and completed off the
-caller's thread once it has, in call order; a call's error fails its future; closing completes
-or fails every future given out. Needs torch (CPU is
+and device given back, also when that raises. A future is returned before the team's worker has
+enqueued its call and completed off the caller's thread once it has, in call order; a call's
+error fails its future; closing completes or fails every future given out. Needs torch (CPU is
 enough); skipped without it."""
 import threading
 
@@ -83,10 +81,7 @@ class Cuda:
                     except Exception as e:  # noqa: BLE001
                         child._finish(None, e)
 
-                if self.ready.is_set():  # as torch's: on a completed future, at once
-                    run()
-                else:
-                    self.callbacks.append(run)
+                self.callbacks.append(run)
                 return child
 
         self.Event, self.Stream, self.Future = Event, Stream, Future
@@ -126,10 +121,6 @@ class Team:
 
     def queue_posted(self):
         return self.posted
-
-    def queue_done(self):
-        with self.cv:
-            return self.ran
 
     def enqueue(self, upto: int) -> None:
         """The worker has run the jobs up to `upto`."""
@@ -283,34 +274,6 @@ def test_a_future_returned_before_the_worker_enqueued_its_call_completed_after_i
     assert futs[1].wait() == [ts[1]]
     mem.close()
     assert not mem._completer._thread.is_alive()
-
-
-def test_a_future_of_a_call_enqueued_already_is_complete_when_returned_on_the_callers_thread(cuda, log):
-    # a staged call (made on the caller's thread), then a queued one the worker has run since
-    mem = mem_of(log)
-    t = torch.ones(2)
-    work = mem.done([t], [t], DEV, None)
-    fut = work.get_future()
-    assert fut.done() and fut.wait() == [t]
-    assert log[-3:] == [("stream", TEAM_STREAM), ("future", TEAM_STREAM), ("stream", CALLER_STREAM)]
-    ts, (queued,) = queued_calls(mem, 1)
-    mem.team.enqueue(1)
-    assert queued.get_future().done() and queued.get_future().wait() == ts
-    assert mem._completer is None  # no thread started: no call waited for the worker
-    mem.close()
-
-
-def test_a_failed_call_enqueued_already_fails_its_future_when_returned(cuda, log):
-    mem = mem_of(log)
-    _, (work,) = queued_calls(mem, 1)
-    mem.team.fail(RuntimeError("allreduce: another rank's side declined this queued call"))
-    mem.team.enqueue(1)
-    fut = work.get_future()
-    with pytest.raises(RuntimeError, match="declined"):
-        fut.wait()
-    assert ("stream", TEAM_STREAM) not in log and mem._completer is None
-    with pytest.raises(RuntimeError, match="declined"):
-        mem.close()
 
 
 def test_a_failed_call_fails_its_future(cuda, log):
