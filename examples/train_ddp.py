@@ -131,7 +131,8 @@ def main() -> None:
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                    help="bf16: DDP under autocast, FSDP with bf16 parameters and fp32 gradient reduction")
     p.add_argument("--optimizer", default="fused", choices=["fused", "foreach"],
-                   help="AdamW's implementation (fused: one kernel per parameter group, as large-model training uses)")
+                   help="AdamW's implementation (fused: the whole update in one kernel per batch of tensors, as "
+                        "large-model training uses; foreach: a kernel per operation of the update)")
     p.add_argument("--always-native", action="store_true",
                    help="gpustripe serves every call it can, without its calibration against NCCL (to time it)")
     p.add_argument("--rtol", type=float, default=1e-3, help="largest relative loss difference accepted")
@@ -174,7 +175,8 @@ def main() -> None:
         native = getattr(dist.group.WORLD, "native_calls", -1)
         print("TRAIN " + json.dumps({
             "model": args.model, "wrap": args.wrap, "ranks": dist.get_world_size(), "steps": args.steps,
-            "batch": args.batch, "precision": args.precision, "optimizer": args.optimizer, "max_rel_loss_diff": diff, "losses_match": diff <= args.rtol,
+            "batch": args.batch, "precision": args.precision, "optimizer": args.optimizer,
+            "max_rel_loss_diff": diff, "losses_match": diff <= args.rtol,
             "step_ms": step_ms, "speedup": step_ms["nccl"] / step_ms["gpustripe"], "native_calls": native,
             "trace": dist.group.WORLD.trace() if hasattr(dist.group.WORLD, "trace") else {}, "ranks_host": ranks,
             "loss_nccl": ln, "loss_gpustripe": lg}), flush=True)
