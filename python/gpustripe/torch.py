@@ -22,9 +22,8 @@ team's worker thread, which meets the other ranks and enqueues it in call order,
 cannot go to NCCL once queued: one the ranks' meeting declines fails (raised at the next call or
 wait). The work's ``wait()`` orders the caller's
 current stream after it, as NCCL's does, and its future (made where torch asks for one) is
-CUDA-aware and returned at once: complete where the call is enqueued already (a staged call,
-made on the caller's thread), else completed off the caller's thread once the worker has
-enqueued it (_Completer). The call's end is marked in C++, its tensors held until that mark has passed. A blocking call
+CUDA-aware, returned at once and completed off the caller's thread once the worker has enqueued
+the call (_Completer). The call's end is marked in C++, its tensors held until that mark has passed. A blocking call
 (``async_op=False``) has the caller's stream join its end instead and returns no work.
 Buffers are exported and mapped once per allocation (PyTorch's caching allocator hands
 back the same segments; expandable segments included).
@@ -354,9 +353,9 @@ class _Work(dist.Work):
     """An asynchronous native call's work. wait() orders the waiting device's current stream after
     the call, as NCCL's does: the stream joins the team's (NodeTeam.join: an event of the team's,
     reused), no host wait. The future is made only where torch asks for one (get_future: DDP's
-    reducer chains its bucket's end on it): CUDA-aware, marked on the team's stream, complete
-    where the call is enqueued already, else completed off the caller's thread once the worker
-    has enqueued it (job: its number in the team's queue; _Completer). Made from C++ callers too
+    reducer chains its bucket's end on it): CUDA-aware, marked on the team's stream, completed
+    off the caller's thread once the worker has enqueued the call (job: its number in the team's
+    queue; _Completer). Made from C++ callers too
     (c10d keeps the Python object alive beside the work it hands on)."""
 
     def __init__(self, mem, dev, result, ticket: int, job: int):
