@@ -11,7 +11,7 @@
 // the 90th percentile of A's launches over 20000 after 2000 warm-up; B's driver calls per second
 // beside them. One GPU is enough: the driver's locks are the process's.
 // Build (from the repository root):
-//   nvcc -O2 -arch=sm_90 -std=c++17 -Ibench/probes -o /tmp/launch_contention bench/probes/launch_contention.cu -lcuda
+//   nvcc -O2 -arch=sm_90 -std=c++17 -Ibench/probes -o /tmp/launch_contention bench/probes/launch_contention.cu
 // Run: /tmp/launch_contention [--burst 40] [--gap-us 100]
 #include <cuda_runtime.h>
 
@@ -22,19 +22,13 @@
 #include <thread>
 #include <vector>
 
+#include "probe_check.h"
 #include "probe_time.h"
 
 namespace {
 
 constexpr int kRounds = 20000;
 constexpr int kWarm = 2000;
-
-void RT(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    exit(1);
-  }
-}
 
 __global__ void empty_kernel() {}
 
@@ -48,7 +42,7 @@ struct Row {
   double median_us, p90_us, other_calls_per_s;
 };
 
-// Thread A's launches; `busy` set while they run (thread B, when there is one, works until then).
+// Thread A's launches, timed one by one; `other_calls`: thread B's count of driver calls, when it runs.
 Row time_launches(const char* way, cudaStream_t s, const std::atomic<long>* other_calls) {
   std::vector<double> t;
   t.reserve(kRounds);
@@ -59,10 +53,10 @@ Row time_launches(const char* way, cudaStream_t s, const std::atomic<long>* othe
     empty_kernel<<<1, 1, 0, s>>>();
     const double t1 = now_us();
     if (i >= kWarm) t.push_back(t1 - t0);
-    if (i % 64 == 63) RT(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    if (i % 64 == 63) CK(cudaStreamSynchronize(s));
   }
-  RT(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-  RT(cudaGetLastError(), way);
+  CK(cudaStreamSynchronize(s));
+  CK(cudaGetLastError());
   const double secs = (now_us() - start) / 1e6;
   const double rate = other_calls ? (other_calls->load() - calls0) / secs : 0.0;
   return Row{way, median(t), percentile(t, 0.9), rate};
@@ -81,17 +75,17 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  RT(cudaSetDevice(0), "cudaSetDevice");
+  CK(cudaSetDevice(0));
   cudaStream_t a, b1, b2;
-  RT(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  RT(cudaStreamCreateWithFlags(&b1, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  RT(cudaStreamCreateWithFlags(&b2, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  CK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&b1, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&b2, cudaStreamNonBlocking));
   const size_t bytes = 1 << 20;
   void *src = nullptr, *dst = nullptr;
-  RT(cudaMalloc(&src, bytes), "cudaMalloc");
-  RT(cudaMalloc(&dst, bytes), "cudaMalloc");
+  CK(cudaMalloc(&src, bytes));
+  CK(cudaMalloc(&dst, bytes));
   std::vector<cudaEvent_t> events(burst);
-  for (auto& e : events) RT(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  for (auto& e : events) CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 
   std::vector<Row> rows;
   rows.push_back(time_launches("alone", a, nullptr));
@@ -99,16 +93,16 @@ int main(int argc, char** argv) {
   std::atomic<bool> stop{false};
   std::atomic<long> calls{0};
   std::thread worker([&] {
-    RT(cudaSetDevice(0), "cudaSetDevice (worker)");
+    CK(cudaSetDevice(0));
     while (!stop.load(std::memory_order_relaxed)) {
       for (int i = 0; i < burst; ++i) {
-        RT(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, b1), "cudaMemcpyAsync");
-        RT(cudaEventRecord(events[i], b1), "cudaEventRecord");
-        RT(cudaStreamWaitEvent(b2, events[i], 0), "cudaStreamWaitEvent");
+        CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, b1));
+        CK(cudaEventRecord(events[i], b1));
+        CK(cudaStreamWaitEvent(b2, events[i], 0));
       }
       calls.fetch_add(3L * burst, std::memory_order_relaxed);
       // the worker's stream must not run away from the host: the runner's calls wait for their ends
-      RT(cudaStreamSynchronize(b2), "cudaStreamSynchronize (worker)");
+      CK(cudaStreamSynchronize(b2));
       const double until = now_us() + gap_us;
       while (now_us() < until) {
       }
