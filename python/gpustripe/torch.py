@@ -157,6 +157,12 @@ def _kind(op: str, t: torch.Tensor, nbytes: int) -> tuple:
     return op, t.is_cuda, t.dtype, nbytes.bit_length()
 
 
+def _middle(values) -> float:
+    """The median of `values`, the upper of the middle two for an even count (no mean of two
+    batches, one of which may be a disturbed one)."""
+    return sorted(values)[len(values) // 2]
+
+
 def _max_over_ranks(gloo, values) -> list:
     """Each of `values` as the largest any rank of `gloo`'s group has (collective)."""
     worst = torch.tensor(values, dtype=torch.float64)
@@ -242,7 +248,7 @@ class _Calibration:
 
     def decide(self, gloo) -> bool:
         """Collective over the group (every rank decides at the same call)."""
-        med = [sorted(v[m])[len(v[m]) // 2] for v in (self.pace, self.issue) for m in self.SIDES]
+        med = [_middle(v[m]) for v in (self.pace, self.issue) for m in self.SIDES]
         worst = _max_over_ranks(gloo, med)
         n = len(self.SIDES)
         self.us, self.issue_us = dict(zip(self.SIDES, worst[:n])), dict(zip(self.SIDES, worst[n:]))
@@ -274,8 +280,7 @@ class _Calibration:
         the GPUs were still busy with earlier work when it returned (held(): hidden): where that
         time (the real calls' held time, the slowest rank's median) and the native call's pace
         outweigh NCCL's pace, the kind goes to NCCL from the next call on. Returns the answer."""
-        med = sorted(self.held_us)[len(self.held_us) // 2]
-        self.reviewed = _max_over_ranks(gloo, [med])[0]
+        self.reviewed = _max_over_ranks(gloo, [_middle(self.held_us)])[0]
         self.held_us = []
         extra = max(0.0, self.reviewed - self.issue_us.get("nccl", 0.0))
         if self.us["gpustripe"] + extra > self.us["nccl"]:
@@ -355,8 +360,8 @@ class _Work(dist.Work):
     reused), no host wait. The future is made only where torch asks for one (get_future: DDP's
     reducer chains its bucket's end on it): CUDA-aware, marked on the team's stream, completed
     off the caller's thread once the worker has enqueued the call (job: its number in the team's
-    queue; _Completer). Made from C++ callers too
-    (c10d keeps the Python object alive beside the work it hands on)."""
+    queue; _Completer). Made from C++ callers too (c10d keeps the Python object alive beside the
+    work it hands on)."""
 
     def __init__(self, mem, dev, result, ticket: int, job: int):
         super().__init__()
@@ -784,13 +789,12 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             self._delegated[kind] = self._nccl if t.is_cuda else self._gloo
         return cal.native
 
-    def _review(self, kind: tuple, host_us: float, hidden: bool) -> None:
-        """A real native call of `kind` that held its caller `host_us` (`hidden`: as
-        _Calibration.held's): at the kind's review (_Calibration.review, collective), handed to
-        NCCL from the next call on where the time its calls held their callers beyond NCCL's,
-        with their pace, outweighs NCCL's pace."""
-        cal = self._calibrations.get(kind)
-        if self._forced is not None or cal is None or not cal.held(host_us, hidden):
+    def _review(self, kind: tuple, cal: _Calibration, host_us: float, hidden: bool) -> None:
+        """A real native call of `kind`, whose calibration `cal` is under review, that held its
+        caller `host_us` (`hidden`: as _Calibration.held's): at the kind's review
+        (_Calibration.review, collective), handed to NCCL from the next call on where the time its
+        calls held their callers beyond NCCL's, with their pace, outweighs NCCL's pace."""
+        if not cal.held(host_us, hidden):
             return
         if not cal.review(self._gloo):
             self._delegated[kind] = self._nccl if kind[1] else self._gloo
@@ -845,11 +849,14 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if not self._native_way(kind, tensors, redo):
             return fallback()  # None: a blocking call NCCL ran on the caller's stream
         t_host = time.perf_counter()
-        # Under review (_review): whether the caller's stream is still behind the call when it
-        # returns, which hides the host's time (an event before the call, asked after it).
-        cal = self._calibrations.get(kind)
+        # A kind under review (_review; not the calibration's own calls): on CUDA, whether the
+        # caller's stream is still behind the call when it returns, which hides the host's time
+        # (an event before the call, asked after it).
+        review = self._calibrations.get(kind) if self._forced is None else None
+        if review is not None and not review.under_review():
+            review = None
         behind = None
-        if t0.is_cuda and cal is not None and self._forced is None and cal.under_review():
+        if review is not None and t0.is_cuda:
             behind = torch.cuda.Event()
             behind.record(torch.cuda.current_stream(dev))
         # One native call at a time, its end marked (done()) before the next one starts: the
@@ -886,9 +893,10 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if not served:
             self._say(f"{what}: a rank's buffer cannot be shared (gpustripe declined): such calls go to NCCL")
             work = fallback()
-        else:
+        elif review is not None:
             # the whole call, as issue_us times NCCL's
-            self._review(kind, (time.perf_counter() - t_host) * 1e6, behind is not None and not behind.query())
+            self._review(kind, review, (time.perf_counter() - t_host) * 1e6,
+                         behind is not None and not behind.query())
         t_done = time.perf_counter()
         h = self._host_us.get(what)
         if h is None:
