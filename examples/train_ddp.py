@@ -12,7 +12,9 @@ the same ranks runs on nccl. Each backend trains its own copy of the model from 
 initial weights on the same batches, both held at once, their steps taking turns. Rank 0
 prints one line per step and a summary line `TRAIN {json}` (losses of both, the largest
 relative difference, median step times, and every rank's host time per part of a step and
-its team's phases: `ranks_host`).
+its team's phases: `ranks_host`). `--noise` trains a third copy, on nccl again: `noise` in the
+summary is the two nccl copies' step-time ratio, this run's own spread (the speedup is read
+against it: a configuration is slower than NCCL only past it).
 """
 import argparse
 import json
@@ -135,6 +137,9 @@ def main() -> None:
                         "large-model training uses; foreach: a kernel per operation of the update)")
     p.add_argument("--always-native", action="store_true",
                    help="gpustripe serves every call it can, without its calibration against NCCL (to time it)")
+    p.add_argument("--noise", action="store_true",
+                   help="a third copy trained on nccl too: `noise`, the two nccl copies' step-time ratio, is this "
+                        "run's own spread, against which the speedup is read")
     p.add_argument("--rtol", type=float, default=1e-3, help="largest relative loss difference accepted")
     args = p.parse_args()
     args.batch = args.batch or (32 if args.model == "resnet50" else 4)
@@ -150,17 +155,22 @@ def main() -> None:
     # The first steps include allocation, autotuning and the backend's calibration and mappings:
     # left out of the step times and of the backend's trace.
     args.warm_steps = min(5, args.steps // 2)
-    # Both trainings side by side, their steps taking turns (which goes first alternating), so
-    # that the machine's drift over the run (clocks, the host's other work) reaches both alike:
-    # the step times of this host move by tens of percent between runs minutes apart.
-    runs = {name: Trainer(group, args, rank, dev)
-            for name, group in (("nccl", args.nccl_group), ("gpustripe", dist.group.WORLD))}
+    # The trainings side by side, their steps taking turns (which goes first rotating), so that
+    # the machine's drift over the run (clocks, the host's other work) reaches each alike: the
+    # step times of this host move by tens of percent between runs minutes apart.
+    groups = [("nccl", args.nccl_group), ("gpustripe", dist.group.WORLD)]
+    if args.noise:
+        groups.append(("nccl_again", dist.new_group(backend="nccl")))
+    runs = {name: Trainer(group, args, rank, dev) for name, group in groups}
     order = list(runs.values())
     for step in range(args.steps):
-        for t in (order if step % 2 == 0 else order[::-1]):
+        k = step % len(order)
+        for t in order[k:] + order[:k]:
             t.step(step)
     ln, lg = runs["nccl"].losses, runs["gpustripe"].losses
     diff = max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(ln, lg))
+    if args.noise:  # the second nccl copy's losses are nccl's: a check of the comparison itself
+        diff_again = max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(ln, runs["nccl_again"].losses))
     step_ms = {k: 1e3 * statistics.median(v.times[args.warm_steps:]) for k, v in runs.items()}
     # Every rank's host parts and team phases: a step set by the slower host (one rank waiting in
     # a collective for the other's call) shows as one rank's parts apart from the other's.
@@ -178,6 +188,8 @@ def main() -> None:
             "batch": args.batch, "precision": args.precision, "optimizer": args.optimizer,
             "max_rel_loss_diff": diff, "losses_match": diff <= args.rtol,
             "step_ms": step_ms, "speedup": step_ms["nccl"] / step_ms["gpustripe"], "native_calls": native,
+            **({"noise": step_ms["nccl"] / step_ms["nccl_again"], "max_rel_loss_diff_nccl_again": diff_again}
+               if args.noise else {}),
             "trace": dist.group.WORLD.trace() if hasattr(dist.group.WORLD, "trace") else {}, "ranks_host": ranks,
             "loss_nccl": ln, "loss_gpustripe": lg}), flush=True)
     dist.destroy_process_group()

@@ -4,8 +4,9 @@
 #                                                    torchrun against the same call on NCCL
 #   gpustripe bench torch   busbw per op and size, backend gpustripe vs nccl          -> $OUT/torch
 #   examples/train_ddp.py   a GPT-2-style model (DDP, then FSDP), nccl and gpustripe steps in turn: losses and step
-#                           times, the backend's trace (its calibration's choices); then the communication-bound
-#                           step (the wide model in bf16, DDP)
+#                           times, the backend's trace (its calibration's choices), and a second nccl copy's
+#                           step time (--noise: the run's own spread); then the communication-bound step (the
+#                           wide model in bf16, DDP)
 # BENCH_TORCH_ARGS replaces the benchmark's sizes and repetitions (add --trace: where a native call's
 # time goes); TRAIN_ARGS the training's (the first two runs), WIDE_ARGS the communication-bound one's.
 # Needs about 10 minutes: run with STEP_TIMEOUT=900.
@@ -27,15 +28,15 @@ timeout 600 python3 -m gpustripe.cli bench torch --gpus 2 --out "$OUT/torch" \
 echo "== examples/train_ddp.py"
 # shellcheck disable=SC2086
 timeout 600 python3 -m torch.distributed.run --nproc-per-node 2 examples/train_ddp.py \
-  ${TRAIN_ARGS:---model gpt2 --steps 50} > "$OUT/torch/train.log" 2>&1 || rc=1
+  ${TRAIN_ARGS:---model gpt2 --steps 50 --noise} > "$OUT/torch/train.log" 2>&1 || rc=1
 echo "== examples/train_ddp.py --wrap fsdp"
 # shellcheck disable=SC2086
 timeout 600 python3 -m torch.distributed.run --nproc-per-node 2 examples/train_ddp.py --wrap fsdp \
-  ${TRAIN_ARGS:---model gpt2 --steps 50} > "$OUT/torch/train-fsdp.log" 2>&1 || rc=1
+  ${TRAIN_ARGS:---model gpt2 --steps 50 --noise} > "$OUT/torch/train-fsdp.log" 2>&1 || rc=1
 echo "== examples/train_ddp.py, communication-bound (docs/torch.md)"
 # shellcheck disable=SC2086
 timeout 600 python3 -m torch.distributed.run --nproc-per-node 2 examples/train_ddp.py \
-  ${WIDE_ARGS:---model gpt2 --layers 2 --embd 4096 --heads 32 --batch 1 --seq 128 --precision bf16 --steps 30} \
+  ${WIDE_ARGS:---model gpt2 --layers 2 --embd 4096 --heads 32 --batch 1 --seq 128 --precision bf16 --steps 50 --noise} \
   > "$OUT/torch/train-wide.log" 2>&1 || rc=1
 grep -hE "^(TRAIN|gpustripe.torch)|Error" "$OUT/torch/train.log" "$OUT/torch/train-fsdp.log" "$OUT/torch/train-wide.log" \
   | cut -c1-900
