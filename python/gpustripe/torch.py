@@ -208,7 +208,7 @@ class _Calibration:
         self.pace = {m: [] for m in self.SIDES}  # us per call of each timed batch
         self.issue = {m: [] for m in self.SIDES}  # us each timed call of a batch held the caller (mean)
         self.issue_us = {}  # their medians (the slowest rank's), once decided
-        self.held_us = []   # host time of each real native call so far, until the review
+        self.held_us = []   # (host time, meeting) of each real native call so far, until the review (held())
         self.reviewed = None  # the review's median host time (the slowest rank's), once made
 
     def measure(self, issue, sync, meet, clock=time.perf_counter, agree=None) -> None:
@@ -259,28 +259,41 @@ class _Calibration:
         """Whether the kind's real calls are being counted for its review (held())."""
         return self.reviewed is None and bool(self.native) and bool(self.us)
 
-    def held(self, host_us: float, hidden: bool = False) -> bool:
+    def held(self, host_us: float, hidden: bool = False, meeting=None) -> bool:
         """Counts a real native call of the kind, which held its caller `host_us`; `hidden`: the
         caller's stream had not reached the call when it returned (the GPUs were still running
         what the host issued before it: the host's time cost the step nothing), counted as 0.
-        True at the call whose review is due (every rank at the same call: the ranks make the
-        same calls)."""
+        `meeting`: for a call handed to the team's worker, a function giving how long the worker
+        then took to meet the other ranks and enqueue it (negative while it has not): asked at the
+        review and counted as held too, since the caller's next call to NCCL, its wait() and its
+        future (DDP's reducer waits for every bucket's at the backward's end) wait for it, where
+        NCCL's call returns enqueued. True at the call whose review is due (every rank at the
+        same call: the ranks make the same calls)."""
         if not self.under_review():
             return False
-        self.held_us.append(0.0 if hidden else host_us)
+        self.held_us.append((0.0, None) if hidden else (host_us, meeting))
         return len(self.held_us) == self.REVIEW_CALLS
+
+    def _held_whole(self) -> list:
+        """Each counted call's host time and, where known by now, its meeting's."""
+        whole = []
+        for host_us, meeting in self.held_us:
+            met = meeting() if meeting is not None else -1.0
+            whole.append(host_us + max(0.0, met))
+        return whole
 
     def review(self, gloo) -> bool:
         """Collective. The batches time calls after the ranks met, so they do not see how long a
         real call waits for the other ranks' hosts: a call too large for the staged slots meets
-        them on the caller's thread, and a blocking one (FSDP's) holds its caller until the
-        slowest rank makes the same call, while NCCL's call returns once enqueued. A call's host
+        them on the caller's thread, a blocking one (FSDP's) holds its caller until the slowest
+        rank makes the same call, and one handed to the team's worker is enqueued only once the
+        worker met them (held(): meeting), while NCCL's call returns enqueued. A call's host
         time beyond what NCCL's calls hold theirs (issue_us) is time its caller does not spend
         issuing the step's other work, and a met call's GPUs start only after the meeting, unless
         the GPUs were still busy with earlier work when it returned (held(): hidden): where that
         time (the real calls' held time, the slowest rank's median) and the native call's pace
         outweigh NCCL's pace, the kind goes to NCCL from the next call on. Returns the answer."""
-        self.reviewed = _max_over_ranks(gloo, [_middle(self.held_us)])[0]
+        self.reviewed = _max_over_ranks(gloo, [_middle(self._held_whole())])[0]
         self.held_us = []
         extra = max(0.0, self.reviewed - self.issue_us.get("nccl", 0.0))
         if self.us["gpustripe"] + extra > self.us["nccl"]:
@@ -789,12 +802,12 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             self._delegated[kind] = self._nccl if t.is_cuda else self._gloo
         return cal.native
 
-    def _review(self, kind: tuple, cal: _Calibration, host_us: float, hidden: bool) -> None:
+    def _review(self, kind: tuple, cal: _Calibration, host_us: float, hidden: bool, meeting=None) -> None:
         """A real native call of `kind`, whose calibration `cal` is under review, that held its
-        caller `host_us` (`hidden`: as _Calibration.held's): at the kind's review
+        caller `host_us` (`hidden`, `meeting`: as _Calibration.held's): at the kind's review
         (_Calibration.review, collective), handed to NCCL from the next call on where the time its
         calls held their callers beyond NCCL's, with their pace, outweighs NCCL's pace."""
-        if not cal.held(host_us, hidden):
+        if not cal.held(host_us, hidden, meeting):
             return
         if not cal.review(self._gloo):
             self._delegated[kind] = self._nccl if kind[1] else self._gloo
@@ -869,6 +882,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             # enqueues it (a call it cannot take then fails: it cannot go another way once the
             # caller went on); a blocking one runs here, after the queued ones, and may be declined.
             queued = not blocking and self._queue
+            # A reviewed call's job, where the worker takes it (a staged call it does not: the
+            # caller's thread enqueues that one): its meeting counts in the review.
+            posted = team.queue_posted() if review is not None and queued else None
             # A blocking one runs on the caller's stream itself (joined): its later work follows.
             if t0.is_cuda and torch._C._cuda_getDevice() != dev.index:
                 # The default stream's handle names the current device's: make it the tensor's.
@@ -877,6 +893,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             else:
                 served = native(team, ptrs, stream, queued, blocking)
             t_end = time.perf_counter()
+            job = None
+            if posted is not None and team.queue_posted() > posted:
+                job = team.queue_posted()
             if served:
                 self._mem.finish(tensors)
                 self.native_calls += 1
@@ -894,9 +913,10 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             self._say(f"{what}: a rank's buffer cannot be shared (gpustripe declined): such calls go to NCCL")
             work = fallback()
         elif review is not None:
-            # the whole call, as issue_us times NCCL's
+            # the whole call, as issue_us times NCCL's; a queued one's meeting asked at the review
             self._review(kind, review, (time.perf_counter() - t_host) * 1e6,
-                         behind is not None and not behind.query())
+                         behind is not None and not behind.query(),
+                         (lambda: team.queue_latency_us(job)) if job else None)
         t_done = time.perf_counter()
         h = self._host_us.get(what)
         if h is None:

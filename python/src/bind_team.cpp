@@ -97,6 +97,10 @@ void bind_team(nb::module_& m) {
           "here (the backend has stream flags), and the events made for the queued calls' starts (reused)")
       .def("queue_posted", &NodeTeam::queue_posted,
            "The number of the latest job handed to the team's worker (ask right after a queued call: its number)")
+      .def("queue_latency_us", &NodeTeam::queue_latency_us, nb::arg("job"),
+           "How long job `job` (queue_posted()) took from its hand-over to the team's worker to the end of its run "
+           "(for a queued call: the wait behind earlier jobs, the other ranks' hosts met, the call enqueued), in "
+           "microseconds; negative where it has not run yet")
       .def(
           "wait_queued",
           [](NodeTeam& t, uint64_t job, int dev) {

@@ -37,7 +37,7 @@ uint64_t CallQueue::post(std::function<void()> job) {
   std::unique_lock<std::mutex> lock(mu_);
   wait_for_jobs(lock, "a collective queued", [this] { return jobs_.size() < kMaxQueued; });
   if (error_) std::rethrow_exception(error_);
-  jobs_.push_back(std::move(job));
+  jobs_.push_back({std::move(job), std::chrono::steady_clock::now()});
   const uint64_t n = ++posted_;
   lock.unlock();
   more_.notify_one();
@@ -71,22 +71,30 @@ uint64_t CallQueue::done() const {
   return done_;
 }
 
+double CallQueue::latency_us(uint64_t job) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto& kept = latencies_[job % kLatenciesKept];
+  return job != 0 && job <= done_ && kept.first == job ? kept.second : -1.0;
+}
+
 void CallQueue::work() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     more_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
     if (jobs_.empty()) return;  // stopping, and nothing left to run
-    std::function<void()> job = std::move(jobs_.front());
+    Posted job = std::move(jobs_.front());
     jobs_.pop_front();
     lock.unlock();
     std::exception_ptr failed;
     try {
-      job();
+      job.run();
     } catch (...) {
       failed = std::current_exception();
     }
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - job.at).count();
     lock.lock();
     ++done_;
+    latencies_[done_ % kLatenciesKept] = {done_, us};
     if (failed && !error_) {
       error_ = failed;
       failed_job_ = done_;  // jobs run in the order they were posted

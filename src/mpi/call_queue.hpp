@@ -7,6 +7,7 @@
 // from then on (the caller learns at its next call or wait), and the jobs after it still run
 // (a team's job fails at once after an earlier failure, and must still release what it holds).
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -15,6 +16,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace gpustripe::mpi {
 
@@ -45,6 +48,11 @@ class CallQueue {
   bool on_worker() const { return std::this_thread::get_id() == worker_.get_id(); }
   uint64_t posted() const;
   uint64_t done() const;
+  // How long job `job` took from its post() to the end of its run, in microseconds (its wait
+  // behind the jobs before it and its own run: for a team's call, the other ranks' hosts met and
+  // the call enqueued); negative where it has not run yet or ran kLatenciesKept jobs ago or more.
+  double latency_us(uint64_t job) const;
+  static constexpr size_t kLatenciesKept = 4 * kMaxQueued;
 
  private:
   void work();
@@ -55,8 +63,14 @@ class CallQueue {
   mutable std::mutex mu_;
   std::condition_variable more_;  // a job was posted, or the queue is ending
   std::condition_variable ran_;   // a job ran
-  std::deque<std::function<void()>> jobs_;
+  struct Posted {
+    std::function<void()> run;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::deque<Posted> jobs_;
   uint64_t posted_ = 0, done_ = 0;
+  // (job, latency_us) of the latest jobs run, at index job % kLatenciesKept
+  std::vector<std::pair<uint64_t, double>> latencies_ = std::vector<std::pair<uint64_t, double>>(kLatenciesKept);
   std::exception_ptr error_;
   uint64_t failed_job_ = 0;  // the number of the job that set error_ (0: none failed)
   bool stop_ = false;

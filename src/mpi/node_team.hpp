@@ -86,6 +86,10 @@ class NodeTeam {
   // The number of the latest job handed to the worker (a queued call's, or a mark's): a caller
   // asks right after a queued call for the one to pass to wait_queued().
   uint64_t queue_posted() const { return queue_->posted(); }
+  // How long queued job `job` took from its hand-over to the worker to the end of its run (a queued
+  // call: the wait behind the jobs before it, the other ranks' hosts met, the call enqueued), in
+  // microseconds; negative where it has not run yet (CallQueue::latency_us).
+  double queue_latency_us(uint64_t job) const { return queue_->latency_us(job); }
   // Returns once the worker has run jobs 1..`job` (a queued call: enqueued it, calls_stream(device)
   // ordered after it), without waiting for the later ones, and returns calls_stream(device) (the
   // caller enqueues the call's end there next); throws the error of one of them that failed.

@@ -3,7 +3,8 @@
 // still run: each releases what it holds), drain returns only once every job posted has run,
 // a full queue holds the poster until the worker catches up, and the queue's end runs what is
 // queued. wait(job) returns once that job has run, not waiting for later ones, and throws only
-// an error of a job up to it.
+// an error of a job up to it. latency_us(job) is its time from post to the end of its run,
+// counting its wait behind earlier jobs, and negative before it ran.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -125,4 +126,25 @@ TEST(CallQueue, ItsEndRunsWhatIsQueued) {
       });
   }
   EXPECT_EQ(ran.load(), 20);
+}
+
+TEST(CallQueue, LatencyCountsTheWaitBehindEarlierJobsAndTheRun) {
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  CallQueue q;
+  const uint64_t first = q.post([gate] { gate.wait(); });  // held until the gate opens
+  const uint64_t second = q.post([] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); });
+  EXPECT_LT(q.latency_us(first), 0.0);  // not run yet
+  EXPECT_LT(q.latency_us(second), 0.0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  go.set_value();
+  q.drain("test");
+  EXPECT_GE(q.latency_us(first), 20000.0);
+  EXPECT_GE(q.latency_us(second), 25000.0);  // behind the first, then its own 5 ms
+  EXPECT_LT(q.latency_us(0), 0.0);           // no job 0
+  EXPECT_LT(q.latency_us(second + 1), 0.0);  // never posted
+  for (size_t i = 0; i < CallQueue::kLatenciesKept; ++i) q.post([] {});
+  q.drain("test");
+  EXPECT_LT(q.latency_us(first), 0.0);  // its slot taken by a later job
+  EXPECT_GE(q.latency_us(q.posted()), 0.0);
 }

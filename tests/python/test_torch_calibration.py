@@ -243,6 +243,32 @@ def test_host_time_the_gpus_were_still_busy_through_costs_nothing():
     assert cal.review(Gloo()) is False
 
 
+def test_a_queued_calls_meeting_counts_as_held_once_known():
+    # DDP's buckets handed to the team's worker return to the caller at once (40 us), but the
+    # worker meets the other rank and enqueues them milliseconds later (a launch-bound step whose
+    # hosts run apart): the caller's next NCCL call and the backward's end wait for that
+    def review(meetings, hidden=False):
+        cal = C()
+        cal.native, cal.us = True, {"gpustripe": 486.0, "nccl": 549.0}
+        cal.issue_us = {"gpustripe": 40.0, "nccl": 61.0}
+        due = [i for i, m in enumerate(meetings) if cal.held(40.0, hidden, (lambda m=m: m))]
+        assert due == [C.REVIEW_CALLS - 1]
+        return cal, cal.review(Gloo())
+
+    cal, answer = review([2500.0] * C.REVIEW_CALLS)
+    assert answer is False
+    assert cal.reviewed == pytest.approx(2540.0)  # the call's own host time and its meeting
+    # met and enqueued in 20 us: the faster pace pays for it
+    cal, answer = review([20.0] * C.REVIEW_CALLS)
+    assert answer is True and cal.reviewed == pytest.approx(60.0)
+    # meetings not run by the review (negative) count nothing: only the known ones weigh
+    cal, answer = review([-1.0] * (C.REVIEW_CALLS - 3) + [2500.0] * 3)
+    assert answer is True and cal.reviewed == pytest.approx(40.0)
+    # behind the GPUs' earlier work (a communication-bound step): hidden, the meeting too
+    cal, answer = review([2500.0] * C.REVIEW_CALLS, hidden=True)
+    assert answer is True and cal.reviewed == pytest.approx(0.0)
+
+
 def test_the_slowest_rank_reviews_alike_for_every_rank():
     # this rank's calls return at once; the other rank's wait for this one's host
     cal, _, answer = reviewed([30.0] * C.REVIEW_CALLS, Gloo(peer=[900.0]))

@@ -409,6 +409,47 @@ def calibrated(rank: int, world: int, gt) -> dict:
     checks["calibration: a kind whose calls hold their callers goes to the other backend at its review"] = (
         ok and choice["use"] == "nccl" and choice["held_us"] >= 2 * slow * 1e6 and choice["nccl"] >= slow * 1e6
         and g.native_calls == mine + cal.REVIEW_CALLS)
+    # Asynchronous calls handed to the team's worker return at once; the worker then meets the
+    # other ranks, late where their hosts run apart (a launch-bound step), and the caller's wait()
+    # (a DDP backward's end) waits for that. Here the team stands in for a worker whose meetings
+    # each took 4 * slow (queue_posted() counting each asynchronous call as a job, and
+    # queue_latency_us() of each run job 4 * slow), beyond the other backend's slow: the review
+    # counts the meeting too, and the kind goes to the other backend.
+    g = dist.new_group(backend="gpustripe")
+    gt._test_calibrate_emulated(g)
+    g._gloo = Counting(g._gloo, delay=slow)
+    team, posted = g._team, [0]
+
+    class Meeting:
+        """The team, each asynchronous call a job of the worker's that met 4 * slow late."""
+
+        def __init__(self, t):
+            self.t = t
+
+        def __getattr__(self, name):
+            return getattr(self.t, name)
+
+        def allreduce(self, *args, **kwargs):
+            posted[0] += bool(kwargs.get("queued"))
+            return self.t.allreduce(*args, **kwargs)
+
+        @staticmethod
+        def queue_posted():
+            return posted[0]
+
+        @staticmethod
+        def queue_latency_us(job):
+            return 4 * slow * 1e6 if 0 < job <= posted[0] else -1.0
+    g._team = lambda: Meeting(team())
+    ok = True
+    for i in range(cal.REVIEW_CALLS + after):
+        x = torch.full((1 << 10,), float(rank + 1))
+        dist.all_reduce(x, group=g, async_op=True).wait()
+        ok = ok and torch.equal(x, want)
+    (choice,) = g.trace()["choices"].values()
+    checks["calibration: a kind whose queued calls meet the other ranks late goes to the other backend at its review"] = (
+        ok and choice["use"] == "nccl" and choice.get("held_us", 0) >= 4 * slow * 1e6
+        and g.native_calls == mine + cal.REVIEW_CALLS)
     cal.MIN_BATCH_US = saved
     # Batches sized from the paces (to last 50 ms here, where emulated calls take milliseconds:
     # tens of calls), native slower on rank 0 than on rank 1: every rank makes the same calls
