@@ -92,3 +92,20 @@ def test_torch_bench_profile_names_where_the_calls_time_went():
 
     report = torch_dist._profiled(a_collective_stand_in, 50)
     assert "a_collective_stand_in" in report and "50" in report, report
+
+
+def test_torch_bench_batches_last_long_enough_and_take_turns():
+    """bench torch: a batch has at least --iters calls, and enough to last MIN_BATCH_US at the
+    slowest method's warm-up pace (a few 1 MB calls would be mostly the batch's synchronisation);
+    the methods' batches take turns, each going first in turn."""
+    from gpustripe.benchmarks import torch_dist
+
+    least = 10
+    assert torch_dist.calls_per_batch([40.0, 35.0, 45.0], least, min_batch_us=2000.0) == 45  # 2 ms at 45 us
+    assert torch_dist.calls_per_batch([5000.0, 4000.0], least, min_batch_us=2000.0) == least
+    assert torch_dist.calls_per_batch([0.0], least) == least
+    methods = ["a", "b", "c"]
+    assert [torch_dist.turns(methods, k)[0] for k in range(3)] == methods
+    assert torch_dist.turns(methods, 4) == ["b", "c", "a"]
+    for k in range(6):
+        assert sorted(torch_dist.turns(methods, k)) == methods

@@ -2,10 +2,13 @@
 
 One process per GPU (torch.multiprocessing.spawn); the default group runs on backend
 ``gpustripe`` (gpustripe.torch), a second group of the same ranks on ``nccl``, and each
-size times both, one after the other, as nccl-tests does (a batch of back-to-back calls
-with async_op=False, one synchronisation, time / calls; the median of several batches; the
-slowest rank's median; beside it the host's part, the time to issue the batch per call:
-where it equals the call's time, the host sets the pace). Methods ``torch_gpustripe`` (the
+size times them as nccl-tests does (a batch of back-to-back calls with async_op=False, one
+synchronisation, time / calls; the median of several batches; the slowest rank's median;
+beside it the host's part, the time to issue the batch per call: where it equals the call's
+time, the host sets the pace). The methods' batches take turns, which goes first rotating
+from batch to batch (the host's drift over a size reaches each alike), and every batch has
+at least --iters calls and lasts at least MIN_BATCH_US at the slowest method's pace (a batch
+of a few 1 MB calls is mostly its synchronisation). Methods ``torch_gpustripe`` (the
 backend as a training job gets it: each op and size class served by gpustripe or NCCL as
 its calibration found faster), ``torch_gpustripe_native`` (a third group whose every call
 is native: the native path's own time) and ``torch_nccl``; busbw uses nccl-tests' factors; sizes per rank. The results
@@ -16,6 +19,7 @@ team's phases) and what the calibration chose, from what medians.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import sys
@@ -27,6 +31,20 @@ HELP = ("collectives through torch.distributed (all_reduce, all_gather_into_tens
         "all_to_all_single, broadcast): backend gpustripe vs nccl, busbw, 1M-1G")
 OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "bcast")
 METHODS = ("torch_gpustripe", "torch_gpustripe_native", "torch_nccl")
+MIN_BATCH_US = 2000.0
+
+
+def calls_per_batch(paces_us, least: int, min_batch_us: float = MIN_BATCH_US) -> int:
+    """Calls in each timed batch: at least `least`, and enough for the batch to last
+    `min_batch_us` at the slowest of `paces_us` (us per call, from the warm-up)."""
+    slowest = max(paces_us)
+    return max(least, math.ceil(min_batch_us / slowest)) if slowest > 0 else least
+
+
+def turns(methods, batch: int) -> list:
+    """The order the methods' `batch`-th batches run in: rotating, each first in turn."""
+    k = batch % len(methods)
+    return list(methods[k:]) + list(methods[:k])
 
 
 def add_arguments(p):
@@ -34,7 +52,9 @@ def add_arguments(p):
     p.add_argument("--gpus", type=int, default=2, help="processes, one per GPU (default 2)")
     p.add_argument("--ops", default=",".join(OPS), help=f"comma list (default {','.join(OPS)})")
     p.add_argument("--dtype", default="float32", help="element type (default float32)")
-    p.add_argument("--iters", type=int, default=10, help="calls per timed batch (default 10)")
+    p.add_argument("--iters", type=int, default=10,
+                   help="calls per timed batch at least (default 10; more where a batch would last under "
+                        f"{MIN_BATCH_US / 1000:g} ms)")
     p.add_argument("--trials", type=int, default=5, help="timed batches per size; the median is reported")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls first")
     p.add_argument("--timeout", type=int, default=900, help="seconds the workers may take")
@@ -82,27 +102,39 @@ def _worker(rank, world, cfg, out_path):
     dtype = getattr(torch, cfg["dtype"])
     esz = torch.tensor([], dtype=dtype).element_size()
 
-    def bench(fn, group):
-        for _ in range(cfg["warmup"]):  # the first call of a kind calibrates it (gpustripe.torch)
-            fn(group)
+    def batch(fn, group, calls: int) -> tuple:
+        """(us per call to the GPUs' end, us per call to issue them) of `calls` calls back to back."""
+        dist.barrier(group=groups["torch_nccl"])
         torch.cuda.synchronize()
-        times, issued = [], []
-        for _ in range(cfg["trials"]):
-            dist.barrier(group=groups["torch_nccl"])
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(cfg["iters"]):
-                fn(group)
-            t1 = time.perf_counter()
-            torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) / cfg["iters"] * 1e6)
-            issued.append((t1 - t0) / cfg["iters"] * 1e6)
-        # The time per call, and the host's part of it: issuing the calls (the whole Python
-        # call, torch's wrapper and the work's wait included). Equal: the host sets the pace.
-        t = torch.tensor([statistics.median(times), statistics.median(issued)], device=dev,
-                         dtype=torch.float64)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn(group)
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / calls * 1e6, (t1 - t0) / calls * 1e6
+
+    def slowest(values) -> list:
+        """Each of `values` as the slowest rank has it."""
+        t = torch.tensor(values, device=dev, dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=groups["torch_nccl"])
         return t.tolist()
+
+    def bench(fn) -> dict:
+        """Every method's (median us per call, median issue us per call), the slowest rank's; the
+        methods' batches taking turns."""
+        warm = []
+        for g in groups.values():
+            for _ in range(cfg["warmup"]):  # the first call of a kind calibrates it (gpustripe.torch)
+                fn(g)
+            warm.append(batch(fn, g, max(cfg["warmup"], 1))[0])  # the pace the batches are sized from
+        calls = calls_per_batch(slowest(warm), cfg["iters"])  # every rank the same count: collectives
+        got = {m: [] for m in groups}
+        for trial in range(cfg["trials"]):
+            for m in turns(list(groups), trial):
+                got[m].append(batch(fn, groups[m], calls))
+        med = [statistics.median(v[i] for v in got[m]) for m in groups for i in (0, 1)]
+        worst = slowest(med)
+        return {m: (worst[2 * k], worst[2 * k + 1]) for k, m in enumerate(groups)}
 
     top = max(cfg["sizes"]) // esz
     xf = torch.ones(top, dtype=dtype, device=dev)
@@ -119,13 +151,15 @@ def _worker(rank, world, cfg, out_path):
                "reduce_scatter": lambda g: dist.reduce_scatter_tensor(s, x, group=g),
                "bcast": lambda g: dist.broadcast(x, 0, group=g)}
         for op in cfg["ops"]:
+            before = {m: getattr(g, "native_calls", 0) for m, g in groups.items()}
+            for m, g in groups.items():
+                if m != "torch_nccl":
+                    g.trace(reset=True)
+            timed = bench(fns[op])
             for method, g in groups.items():
                 ours = method != "torch_nccl"
-                before = getattr(g, "native_calls", 0)
-                if ours:
-                    g.trace(reset=True)
-                us, host = bench(fns[op], g)
-                native = getattr(g, "native_calls", 0) - before
+                us, host = timed[method]
+                native = getattr(g, "native_calls", 0) - before[method]
                 # The calibrated group's side for this kind of call (where it has one to choose).
                 chose = _chosen(g.trace(), op, cfg["dtype"], size) if method == "torch_gpustripe" else None
                 if rank == 0:
