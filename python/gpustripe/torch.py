@@ -894,8 +894,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                 served = native(team, ptrs, stream, queued, blocking)
             t_end = time.perf_counter()
             job = None
-            if posted is not None and team.queue_posted() > posted:
-                job = team.queue_posted()
+            if posted is not None:
+                last = team.queue_posted()
+                job = last if last > posted else None  # none: the call was staged on this thread
             if served:
                 self._mem.finish(tensors)
                 self.native_calls += 1
