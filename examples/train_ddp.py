@@ -11,10 +11,12 @@ The default process group runs on gpustripe ("cuda:gpustripe,cpu:gloo"); a secon
 the same ranks runs on nccl. Each backend trains its own copy of the model from the same
 initial weights on the same batches, both held at once, their steps taking turns. Rank 0
 prints one line per step and a summary line `TRAIN {json}` (losses of both, the largest
-relative difference, median step times, and every rank's host time per part of a step and
-its team's phases: `ranks_host`). `--noise` trains a third copy, on nccl again: `noise` in the
-summary is the two nccl copies' step-time ratio, this run's own spread (the speedup is read
-against it: a configuration is slower than NCCL only past it).
+relative difference, median step times and their ratio (`speedup`; `speedup_paired`: the
+median of the steps' ratios, each step's runs side by side), and every rank's host time per
+part of a step and its team's phases: `ranks_host`). `--noise` trains a third copy, on nccl
+again: `noise` (and `noise_paired`) in the summary is the two nccl copies' step-time ratio,
+this run's own spread (the speedup is read against it: a configuration is slower than NCCL
+only past it).
 """
 import argparse
 import json
@@ -172,6 +174,10 @@ def main() -> None:
     if args.noise:  # the second nccl copy's losses are nccl's: a check of the comparison itself
         diff_again = max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(ln, runs["nccl_again"].losses))
     step_ms = {k: 1e3 * statistics.median(v.times[args.warm_steps:]) for k, v in runs.items()}
+    # Each step's copies ran one right after the other: the median of the steps' ratios is
+    # untouched by a drift of the host over the run, which the ratio of the medians is not.
+    paired = lambda a, b: statistics.median(  # noqa: E731
+        x / y for x, y in zip(runs[a].times[args.warm_steps:], runs[b].times[args.warm_steps:]))
     # Every rank's host parts and team phases: a step set by the slower host (one rank waiting in
     # a collective for the other's call) shows as one rank's parts apart from the other's.
     mine = {"host_ms": {k: {p: round(1e3 * statistics.median(v.parts[p][args.warm_steps:]), 3) for p in Trainer.PARTS}
@@ -187,9 +193,10 @@ def main() -> None:
             "model": args.model, "wrap": args.wrap, "ranks": dist.get_world_size(), "steps": args.steps,
             "batch": args.batch, "precision": args.precision, "optimizer": args.optimizer,
             "max_rel_loss_diff": diff, "losses_match": diff <= args.rtol,
-            "step_ms": step_ms, "speedup": step_ms["nccl"] / step_ms["gpustripe"], "native_calls": native,
-            **({"noise": step_ms["nccl"] / step_ms["nccl_again"], "max_rel_loss_diff_nccl_again": diff_again}
-               if args.noise else {}),
+            "step_ms": step_ms, "speedup": step_ms["nccl"] / step_ms["gpustripe"],
+            "speedup_paired": paired("nccl", "gpustripe"), "native_calls": native,
+            **({"noise": step_ms["nccl"] / step_ms["nccl_again"], "noise_paired": paired("nccl", "nccl_again"),
+                "max_rel_loss_diff_nccl_again": diff_again} if args.noise else {}),
             "trace": dist.group.WORLD.trace() if hasattr(dist.group.WORLD, "trace") else {}, "ranks_host": ranks,
             "loss_nccl": ln, "loss_gpustripe": lg}), flush=True)
     dist.destroy_process_group()
