@@ -66,6 +66,7 @@ def _worker(rank, world, port, args):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import gpustripe.torch as gt
+    from gpustripe import _torch_call_end as ends
 
     torch.set_num_threads(1)
     gt._test_emulate_cpu()
@@ -76,12 +77,12 @@ def _worker(rank, world, port, args):
     ddp_profile._count_calls()
     calls = ddp_profile._CALLS
     futures = [0]
-    add = gt._Completer.add
+    add = ends._Completer.add
 
     def counted_add(self, *a, **k):
         futures[0] += 1
         return add(self, *a, **k)
-    gt._Completer.add = counted_add
+    ends._Completer.add = counted_add
     # host time of the backend's pieces, summed per step: the work's wait, get_future, the completer's
     # completion of a future (a Python thread holding the GIL)
     spent = collections.Counter()
@@ -96,10 +97,10 @@ def _worker(rank, world, port, args):
             finally:
                 spent[key] += (time.perf_counter() - t) * 1e6
         setattr(owner, name, staticmethod(call) if isinstance(owner.__dict__.get(name), staticmethod) else call)
-    timed(gt._Work, "wait", "work_wait_us")
-    timed(gt._Work, "get_future", "get_future_us")
-    timed(gt._EmulatedMem, "complete", "completer_us")
-    timed(gt._EmulatedMem, "finish", "emulated_staging_us")
+    timed(ends._Work, "wait", "work_wait_us")
+    timed(ends._Work, "get_future", "get_future_us")
+    timed(ends._EmulatedMem, "complete", "completer_us")
+    timed(ends._EmulatedMem, "finish", "emulated_staging_us")
     # the end of the backward pass: from the last native call's return (on the autograd thread) to
     # backward()'s, where DDP's reducer waits for every bucket's future
     last_run = [0.0]

@@ -58,10 +58,11 @@ class _StubTeam:
         return {}
 
 
-def _resident_class(gt):
+def _resident_class():
     """The emulated mode's memory without its staging: the tensors' own addresses are the team's."""
+    from gpustripe import _torch_call_end as ends
 
-    class ResidentMem(gt._EmulatedMem):
+    class ResidentMem(ends._EmulatedMem):
         @staticmethod
         def ptrs(ts):
             return [t.data_ptr() for t in ts]
@@ -73,20 +74,21 @@ def _resident_class(gt):
     return ResidentMem
 
 
-def _stub_mem(gt, team, lock):
+def _stub_mem(team, lock):
     """Resident memory whose end is the backend's own (no emulated stream of the team's)."""
+    from gpustripe import _torch_call_end as ends
 
-    class StubMem(_resident_class(gt)):
+    class StubMem(_resident_class()):
         def __init__(self):
-            gt._End.__init__(self, team, lock)
+            ends._End.__init__(self, team, lock)
             self.dev, self._stream = 0, 1
 
     return StubMem()
 
 
-def _resident_mem(gt, team, rank, lock):
+def _resident_mem(team, rank, lock):
     """The emulated mode's memory without staging: the tensors are the emulated devices' memory."""
-    return _resident_class(gt)(team, rank, lock)
+    return _resident_class()(team, rank, lock)
 
 
 def _resident(ctx, dev, n, torch, keep):
@@ -116,12 +118,12 @@ def _worker(rank, world, port, args):
     pg = dist.group.WORLD
     if args.team == "stub":
         pg._team_obj = _StubTeam()
-        pg._mem = _stub_mem(gt, pg._team_obj, pg._lock)
+        pg._mem = _stub_mem(pg._team_obj, pg._lock)
     n = args.elements
     keep = []
     if args.resident:
         team = pg._team()
-        pg._mem = _resident_mem(gt, team, rank, pg._lock)
+        pg._mem = _resident_mem(team, rank, pg._lock)
         x, y, z = (_resident(team.context, rank, m, torch, keep) for m in (n, n * world, n * world))
     else:
         x, y, z = torch.ones(n), torch.empty(n * world), torch.empty(n * world)

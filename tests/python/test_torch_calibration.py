@@ -1,4 +1,4 @@
-"""The torch backend's calibration (gpustripe.torch._Calibration): which of gpustripe and NCCL a
+"""The torch backend's calibration (gpustripe._torch_calibration._Calibration): which of gpustripe and NCCL a
 kind of call goes to, from batches of back-to-back calls of each side timed on a clock given
 here (sides whose calls cost a known time on the host and on the GPUs), and the other ranks'
 medians through a stand-in for gloo's maximum. Needs torch (CPU is enough); skipped without it
@@ -6,7 +6,7 @@ medians through a stand-in for gloo's maximum. Needs torch (CPU is enough); skip
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (CI runs without it)")
-gt = pytest.importorskip("gpustripe.torch")
+gt = pytest.importorskip("gpustripe._torch_calibration")
 
 C = gt._Calibration
 

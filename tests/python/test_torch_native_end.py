@@ -1,4 +1,4 @@
-"""The end of an asynchronous native call on CUDA tensors (gpustripe.torch._CudaMem.done and its
+"""The end of an asynchronous native call on CUDA tensors (gpustripe._torch_call_end._CudaMem.done and its
 work), on a machine without GPUs: torch's CUDA entry points it may use are replaced by stand-ins
 that record what they were asked, and the team by one that records its calls. What a call costs
 on the host there is checked by what it does: no CUDA event created and no stream or device
@@ -15,7 +15,8 @@ import threading
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (CI runs without it)")
-gt = pytest.importorskip("gpustripe.torch")
+gt = pytest.importorskip("gpustripe._torch_call_end")
+group = pytest.importorskip("gpustripe.torch")  # the group's module: its works made from futures
 
 TEAM_STREAM = (77, 1, 1)    # the team's stream on device 1: (id, device index, device type)
 CALLER_STREAM = (5, 1, 1)   # the caller's current stream on device 1
@@ -187,7 +188,7 @@ def cuda(monkeypatch, log):
     monkeypatch.setattr(torch._C, "_cuda_getCurrentStream", c.get_current_stream, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", c.get_current_raw_stream, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_setStream", c.set_stream, raising=False)
-    monkeypatch.setattr(gt, "_create_work_from_future", lambda fut: pytest.fail("a future made per call"))
+    monkeypatch.setattr(group, "_create_work_from_future", lambda fut: pytest.fail("a future made per call"))
     return c
 
 
@@ -370,7 +371,7 @@ def test_a_call_handed_to_nccl_after_native_ones_joins_in_cpp(cuda, log):
     once (one C++ call, the team's event), no torch event or Stream object."""
 
     class Group:
-        _join = gt.ProcessGroupGpustripe._join
+        _join = group.ProcessGroupGpustripe._join
 
     class T:  # a CUDA tensor of device 1 as _join sees it
         device = DEV

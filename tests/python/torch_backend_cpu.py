@@ -318,7 +318,7 @@ def calibrated(rank: int, world: int, gt) -> dict:
     on buffers of its own: the side made slower by a known time per call loses the kind, the
     caller's calls (the first one included) all take the other, with the results of one call
     each (the calibration's calls leave the caller's tensors alone)."""
-    cal = gt._Calibration
+    cal = gt._Calibration  # the class the group uses (gpustripe._torch_calibration)
     # Every batch C.CALLS long, so that the calls are counted here (test_torch_calibration.py
     # checks the batches that grow to MIN_BATCH_US).
     saved, cal.MIN_BATCH_US = cal.MIN_BATCH_US, 0.0

@@ -1,0 +1,154 @@
+"""Which of gpustripe and NCCL serves each kind of call of the torch backend (gpustripe.torch):
+batches of both timed at a kind's first call, and the review of a kind given to gpustripe after
+its first real calls (docs/torch.md, "Where NCCL is faster: calibration" and "The review")."""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import AllreduceOptions
+
+def _middle(values) -> float:
+    """The median of `values`, the upper of the middle two for an even count (no mean of two
+    batches, one of which may be a disturbed one)."""
+    return sorted(values)[len(values) // 2]
+
+
+def _max_over_ranks(gloo, values) -> list:
+    """Each of `values` as the largest any rank of `gloo`'s group has (collective)."""
+    worst = torch.tensor(values, dtype=torch.float64)
+    opts = AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.MAX
+    gloo.allreduce([worst], opts).wait()
+    return worst.tolist()
+
+
+class _Calibration:
+    """Which of gpustripe and NCCL serves one kind of call (an op, sizes within a power of two),
+    measured as a training job's calls of that kind run once decided: back to back, one side at a
+    time. At the kind's first call every rank times batches of calls of each side on buffers of
+    the call's sizes of their own (zeros: the caller's tensors are not touched), as nccl-tests
+    and `gpustripe bench torch` do, each side's calls taking the path they take once decided
+    (the other backend's handed to it directly): the first calls of each batch untimed (a
+    kind's setup: the first call maps the peers' buffers and builds its Program, NCCL sets its
+    channels up; the switch from the other side), then the ranks meet, and the timed calls run from the host's
+    clock to the end of the last one on the GPUs. Their time per call is the pace of whichever
+    is slower, the host issuing them or the GPUs running them, with nothing of the measurement
+    inside it (no events per call, no stream joins). Batches of the two sides alternate, the
+    median of each side's taken, and every rank takes the one whose slowest rank was faster
+    (the medians, through gloo). The batches also time how long each side's calls hold the
+    caller (issue()'s own time): the review's measure of what NCCL's real calls would hold."""
+
+    WARMUP = 2   # calls at the start of each batch, not timed
+    CALLS = 4    # timed calls of a side's first batch, and the fewest of any
+    MAX_CALLS = 64
+    # A side's later batches last at least this long at its pace so far: the end of a batch (the
+    # sync, the ranks leaving the meeting apart) weighs on a short call's pace (1 MB calls of
+    # 25-60 us: four of them were timed at up to 1.7x their pace back to back).
+    MIN_BATCH_US = 1000.0
+    ROUNDS = 5   # batches of each side: the median holds against two disturbed ones
+    SIDES = ("gpustripe", "nccl")
+
+    # Real calls of a kind given to gpustripe whose host time is then reviewed (review()).
+    REVIEW_CALLS = 8
+
+    def __init__(self, min_batch_us: float | None = None):
+        self.min_batch_us = self.MIN_BATCH_US if min_batch_us is None else min_batch_us
+        self.native = None  # the answer, once decided
+        self.us = {}        # the medians the answer came from (the slowest rank's), us per call
+        self.pace = {m: [] for m in self.SIDES}  # us per call of each timed batch
+        self.issue = {m: [] for m in self.SIDES}  # us each timed call of a batch held the caller (mean)
+        self.issue_us = {}  # their medians (the slowest rank's), once decided
+        self.held_us = []   # (host time, meeting) of each real native call so far, until the review (held())
+        self.reviewed = None  # the review's median host time (the slowest rank's), once made
+
+    def measure(self, issue, sync, meet, clock=time.perf_counter, agree=None) -> None:
+        """Times the batches: `issue(side)` makes one call of that side and returns its work (or
+        None); `sync(work)` returns once every call made so far is done on this rank (its GPUs
+        included); `meet()` returns once every rank got there; `agree(paces)` returns the ranks'
+        largest of each (None: one rank). Every rank makes the same number of calls (collectives):
+        a side's next batch is sized from the slowest rank's pace of its last one."""
+        calls = dict.fromkeys(self.SIDES, self.CALLS)
+        for _ in range(self.ROUNDS):
+            last = {}
+            for side in self.SIDES:
+                work = None
+                for _ in range(self.WARMUP):
+                    work = issue(side)
+                sync(work)
+                meet()
+                t0 = clock()
+                held = 0.0
+                for _ in range(calls[side]):
+                    t = clock()
+                    work = issue(side)
+                    held += clock() - t
+                sync(work)
+                last[side] = (clock() - t0) / calls[side] * 1e6
+                self.pace[side].append(last[side])
+                self.issue[side].append(held / calls[side] * 1e6)
+            paces = [last[side] for side in self.SIDES]
+            for side, pace in zip(self.SIDES, agree(paces) if agree else paces):
+                calls[side] = self.calls_for(pace)
+
+    def calls_for(self, pace_us: float) -> int:
+        """Timed calls of a batch lasting at least min_batch_us at `pace_us` per call."""
+        if pace_us <= 0:
+            return self.MAX_CALLS
+        return max(self.CALLS, min(self.MAX_CALLS, math.ceil(self.min_batch_us / pace_us)))
+
+    def decide(self, gloo) -> bool:
+        """Collective over the group (every rank decides at the same call)."""
+        med = [_middle(v[m]) for v in (self.pace, self.issue) for m in self.SIDES]
+        worst = _max_over_ranks(gloo, med)
+        n = len(self.SIDES)
+        self.us, self.issue_us = dict(zip(self.SIDES, worst[:n])), dict(zip(self.SIDES, worst[n:]))
+        self.native = self.us["gpustripe"] <= self.us["nccl"]
+        return self.native
+
+    def under_review(self) -> bool:
+        """Whether the kind's real calls are being counted for its review (held())."""
+        return self.reviewed is None and bool(self.native) and bool(self.us)
+
+    def held(self, host_us: float, hidden: bool = False, meeting=None) -> bool:
+        """Counts a real native call of the kind, which held its caller `host_us`; `hidden`: the
+        caller's stream had not reached the call when it returned (the GPUs were still running
+        what the host issued before it: the host's time cost the step nothing), counted as 0.
+        `meeting`: for a call handed to the team's worker, a function giving how long the worker
+        then took to meet the other ranks and enqueue it (negative while it has not): asked at the
+        review and counted as held too, since the caller's next call to NCCL, its wait() and its
+        future (DDP's reducer waits for every bucket's at the backward's end) wait for it, where
+        NCCL's call returns enqueued. True at the call whose review is due (every rank at the
+        same call: the ranks make the same calls)."""
+        if not self.under_review():
+            return False
+        self.held_us.append((0.0, None) if hidden else (host_us, meeting))
+        return len(self.held_us) == self.REVIEW_CALLS
+
+    def _held_whole(self) -> list:
+        """Each counted call's host time and, where known by now, its meeting's."""
+        whole = []
+        for host_us, meeting in self.held_us:
+            met = meeting() if meeting is not None else -1.0
+            whole.append(host_us + max(0.0, met))
+        return whole
+
+    def review(self, gloo) -> bool:
+        """Collective. The batches time calls after the ranks met, so they do not see how long a
+        real call waits for the other ranks' hosts: a call too large for the staged slots meets
+        them on the caller's thread, a blocking one (FSDP's) holds its caller until the slowest
+        rank makes the same call, and one handed to the team's worker is enqueued only once the
+        worker met them (held(): meeting), while NCCL's call returns enqueued. A call's host
+        time beyond what NCCL's calls hold theirs (issue_us) is time its caller does not spend
+        issuing the step's other work, and a met call's GPUs start only after the meeting, unless
+        the GPUs were still busy with earlier work when it returned (held(): hidden): where that
+        time (the real calls' held time, the slowest rank's median) and the native call's pace
+        outweigh NCCL's pace, the kind goes to NCCL from the next call on. Returns the answer."""
+        self.reviewed = _max_over_ranks(gloo, [_middle(self._held_whole())])[0]
+        self.held_us = []
+        extra = max(0.0, self.reviewed - self.issue_us.get("nccl", 0.0))
+        if self.us["gpustripe"] + extra > self.us["nccl"]:
+            self.native = False
+        return self.native
