@@ -176,8 +176,9 @@ def main() -> None:
     step_ms = {k: 1e3 * statistics.median(v.times[args.warm_steps:]) for k, v in runs.items()}
     # Each step's copies ran one right after the other: the median of the steps' ratios is
     # untouched by a drift of the host over the run, which the ratio of the medians is not.
-    paired = lambda a, b: statistics.median(  # noqa: E731
-        x / y for x, y in zip(runs[a].times[args.warm_steps:], runs[b].times[args.warm_steps:]))
+    def paired(a: str, b: str) -> float:
+        return statistics.median(x / y for x, y in zip(runs[a].times[args.warm_steps:],
+                                                      runs[b].times[args.warm_steps:]))
     # Every rank's host parts and team phases: a step set by the slower host (one rank waiting in
     # a collective for the other's call) shows as one rank's parts apart from the other's.
     mine = {"host_ms": {k: {p: round(1e3 * statistics.median(v.parts[p][args.warm_steps:]), 3) for p in Trainer.PARTS}

@@ -24,11 +24,7 @@ import torch
 import torch.distributed as dist
 
 import gpustripe.torch  # noqa: F401  (registers the backend)
-
-
-def _bytes(s: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)
+from gpustripe.benchmarks._p2p_common import parse_sizes
 
 
 def _call(op: str, group, bufs, async_op: bool):
@@ -85,7 +81,7 @@ def main() -> None:
     gpustripe.torch._test_verdict(groups["handed_to_nccl"], False)
     rows = []
     for op in args.ops.split(","):
-        for size in (_bytes(s) for s in args.sizes.split(",")):
+        for size in parse_sizes(args.sizes):
             bufs = _buffers(op, size, world, dev)
             for async_op in (False, True):
                 got = {g: [] for g in groups}

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import AllreduceOptions
 
+
 def _middle(values) -> float:
     """The median of `values`, the upper of the middle two for an even count (no mean of two
     batches, one of which may be a disturbed one)."""
@@ -129,11 +130,8 @@ class _Calibration:
 
     def _held_whole(self) -> list:
         """Each counted call's host time and, where known by now, its meeting's."""
-        whole = []
-        for host_us, meeting in self.held_us:
-            met = meeting() if meeting is not None else -1.0
-            whole.append(host_us + max(0.0, met))
-        return whole
+        return [host_us + (max(0.0, meeting()) if meeting is not None else 0.0)
+                for host_us, meeting in self.held_us]
 
     def review(self, gloo) -> bool:
         """Collective. The batches time calls after the ranks met, so they do not see how long a

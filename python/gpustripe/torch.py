@@ -23,8 +23,9 @@ cannot go to NCCL once queued: one the ranks' meeting declines fails (raised at 
 wait). The work's ``wait()`` orders the caller's
 current stream after it, as NCCL's does, and its future (made where torch asks for one) is
 CUDA-aware, returned at once and completed off the caller's thread once the worker has enqueued
-the call (_Completer). The call's end is marked in C++, its tensors held until that mark has passed. A blocking call
-(``async_op=False``) has the caller's stream join its end instead and returns no work.
+the call (_Completer). The call's end is marked in C++, its tensors held until that mark has
+passed. A blocking call (``async_op=False``) has the caller's stream join its end instead and
+returns no work.
 Buffers are exported and mapped once per allocation (PyTorch's caching allocator hands
 back the same segments; expandable segments included).
 
@@ -35,7 +36,7 @@ takes the one whose slowest rank was faster (``_Calibration``); what was chosen 
 ``trace()``. The batches run after the ranks met, so a kind given to gpustripe is reviewed after
 its first real calls: where the time they held their callers beyond what NCCL's calls hold
 theirs (a blocking call above the staged sizes waits on the caller's thread for the slowest rank
-to make it), unless the GPUs were still busy with earlier work, with their pace outweighs
+to make it; a queued one's caller waits for the worker's meeting later), unless the GPUs were still busy with earlier work, with their pace outweighs
 NCCL's pace, it goes to NCCL from then on. A kind decided for NCCL is then handed to it as it
 came, after one lookup, and its work returned: such a call costs what it costs on a plain NCCL
 group.
