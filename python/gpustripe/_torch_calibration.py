@@ -26,6 +26,21 @@ def _max_over_ranks(gloo, values) -> list:
     return worst.tolist()
 
 
+def _exposed(before, idle):
+    """How long before now the stream that recorded the timing event `before` had run out of the
+    work before it (us, negative: how much it still had), as a function to ask once both are past:
+    an event recorded now on the `idle` stream, nothing queued ahead of it, timed against `before`
+    by the GPU."""
+    now = torch.cuda.Event(enable_timing=True)
+    now.record(idle)
+
+    def us() -> float:
+        now.synchronize()
+        before.synchronize()
+        return before.elapsed_time(now) * 1e3
+    return us
+
+
 class _Calibration:
     """Which of gpustripe and NCCL serves one kind of call (an op, sizes within a power of two),
     measured as a training job's calls of that kind run once decided: back to back, one side at a
@@ -62,8 +77,9 @@ class _Calibration:
         self.pace = {m: [] for m in self.SIDES}  # us per call of each timed batch
         self.issue = {m: [] for m in self.SIDES}  # us each timed call of a batch held the caller (mean)
         self.issue_us = {}  # their medians (the slowest rank's), once decided
-        self.held_us = []   # (host time, meeting) of each real native call so far, until the review (held())
+        self.held_us = []   # (host time, exposed, meeting) of each real native call so far, until the review (held())
         self.reviewed = None  # the review's median host time (the slowest rank's), once made
+        self.held_calls = []  # this rank's reviewed calls' exposed time each, once reviewed
 
     def measure(self, issue, sync, meet, clock=time.perf_counter, agree=None) -> None:
         """Times the batches: `issue(side)` makes one call of that side and returns its work (or
@@ -113,25 +129,33 @@ class _Calibration:
         """Whether the kind's real calls are being counted for its review (held())."""
         return self.reviewed is None and bool(self.native) and bool(self.us)
 
-    def held(self, host_us: float, hidden: bool = False, meeting=None) -> bool:
-        """Counts a real native call of the kind, which held its caller `host_us`; `hidden`: the
-        caller's stream had not reached the call when it returned (the GPUs were still running
-        what the host issued before it: the host's time cost the step nothing), counted as 0.
-        `meeting`: for a call handed to the team's worker, a function giving how long the worker
-        then took to meet the other ranks and enqueue it (negative while it has not): asked at the
-        review and counted as held too, since the caller's next call to NCCL, its wait() and its
-        future (DDP's reducer waits for every bucket's at the backward's end) wait for it, where
-        NCCL's call returns enqueued. True at the call whose review is due (every rank at the
-        same call: the ranks make the same calls)."""
+    def held(self, host_us: float, exposed=None, meeting=None) -> bool:
+        """Counts a real native call of the kind, which held its caller `host_us`. `exposed`: how
+        long before the call returned the caller's stream had run out of earlier work (us; a
+        function asked at the review, or a number), negative where the stream still had that much
+        left: the host's time behind the GPUs' earlier work cost the step nothing, only its
+        exposed part counts (None: all of it, where there are no GPUs to ask). `meeting`: for a
+        call handed to the team's worker, a function giving how long the worker then took to
+        meet the other ranks and enqueue it (negative while it has not): asked at the review and
+        counted too, less what earlier work the stream still had when the call returned, since
+        the caller's next call to NCCL, its wait() and its future (DDP's reducer waits for every
+        bucket's at the backward's end) wait for it, where NCCL's call returns enqueued. True at
+        the call whose review is due (every rank at the same call: the ranks make the same
+        calls)."""
         if not self.under_review():
             return False
-        self.held_us.append((0.0, None) if hidden else (host_us, meeting))
+        self.held_us.append((host_us, exposed, meeting))
         return len(self.held_us) == self.REVIEW_CALLS
 
     def _held_whole(self) -> list:
-        """Each counted call's host time and, where known by now, its meeting's."""
-        return [host_us + (max(0.0, meeting()) if meeting is not None else 0.0)
-                for host_us, meeting in self.held_us]
+        """Each counted call's exposed time: its host time's and, where known by now, its
+        meeting's beyond the earlier work its stream still had."""
+        out = []
+        for host_us, exposed, meeting in self.held_us:
+            e = host_us if exposed is None else (exposed() if callable(exposed) else exposed)
+            met = max(0.0, meeting()) if meeting is not None else 0.0
+            out.append(min(host_us, max(0.0, e)) + max(0.0, met - max(0.0, -e)))
+        return out
 
     def review(self, gloo) -> bool:
         """Collective. The batches time calls after the ranks met, so they do not see how long a
@@ -140,11 +164,12 @@ class _Calibration:
         rank makes the same call, and one handed to the team's worker is enqueued only once the
         worker met them (held(): meeting), while NCCL's call returns enqueued. A call's host
         time beyond what NCCL's calls hold theirs (issue_us) is time its caller does not spend
-        issuing the step's other work, and a met call's GPUs start only after the meeting, unless
-        the GPUs were still busy with earlier work when it returned (held(): hidden): where that
-        time (the real calls' held time, the slowest rank's median) and the native call's pace
+        issuing the step's other work, and a met call's GPUs start only after the meeting, but
+        not its part the GPUs spent on earlier work meanwhile (held(): exposed): where that time
+        (the real calls' exposed time, the slowest rank's median) and the native call's pace
         outweigh NCCL's pace, the kind goes to NCCL from the next call on. Returns the answer."""
-        self.reviewed = _max_over_ranks(gloo, [_middle(self._held_whole())])[0]
+        self.held_calls = self._held_whole()
+        self.reviewed = _max_over_ranks(gloo, [_middle(self.held_calls)])[0]
         self.held_us = []
         extra = max(0.0, self.reviewed - self.issue_us.get("nccl", 0.0))
         if self.us["gpustripe"] + extra > self.us["nccl"]:

@@ -66,7 +66,7 @@ from torch._C._distributed_c10d import (
     _create_work_from_future,
 )
 
-from ._torch_calibration import _Calibration, _max_over_ranks
+from ._torch_calibration import _Calibration, _exposed, _max_over_ranks
 from ._torch_call_end import _CudaMem, _EmulatedMem
 from .team import node_team
 
@@ -187,6 +187,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         self._lock = threading.Lock()  # one native call at a time (every rank runs them in call order)
         self._unjoined: set = set()     # devices whose caller's stream has not joined the latest native call
         self._calibrations: dict = {}   # kind of call (_kind) -> _Calibration
+        self._idle_streams: dict = {}   # device index -> a stream for the review's events (_idle_stream)
         # Kinds of call the calibration gave to the other backend -> that backend: such a call is
         # handed to it as it came, after one lookup (its per-call cost is the other backend's).
         self._delegated: dict = {}
@@ -228,7 +229,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         calibration's medians, us per call back to back, the slowest rank's, and `paces`: this
         rank's pace of each timed batch of each side, in order, which tells a side's slow first
         batches from a steady gap; `issue_us`: each side's host time per call in the batches;
-        `held_us`: the reviewed calls' host time, once reviewed)."""
+        `held_us`: the reviewed calls' host time, once reviewed, and `held_calls`: this rank's each)."""
         out = {"host_us": {k: {"calls": v[0], "us": v[1] / v[0], "team_us": v[2] / v[0], "end_us": v[3] / v[0]}
                            for k, v in self._host_us.items() if v[0]},
                "team": self._team_obj.phase_times(reset) if self._team_obj is not None else {},
@@ -236,7 +237,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                            {"use": "gpustripe" if c.native else "nccl", **c.us,
                             "paces": {m: list(c.pace[m]) for m in c.SIDES},
                             **({"issue_us": dict(c.issue_us)} if c.issue_us else {}),
-                            **({"held_us": c.reviewed} if c.reviewed is not None else {})}
+                            **({"held_us": c.reviewed, "held_calls": list(c.held_calls)}
+                               if c.reviewed is not None else {})}
                            for (op, _, dt, b), c in self._calibrations.items() if c.native is not None}}
         if reset:
             self._host_us = {}
@@ -337,12 +339,19 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             self._delegated[kind] = self._nccl if t.is_cuda else self._gloo
         return cal.native
 
-    def _review(self, kind: tuple, cal: _Calibration, host_us: float, hidden: bool, meeting=None) -> None:
+    def _idle_stream(self, dev: torch.device):
+        """A stream of `dev` nothing else runs on: an event on it marks when the host got there."""
+        s = self._idle_streams.get(dev.index)
+        if s is None:
+            s = self._idle_streams[dev.index] = torch.cuda.Stream(dev)
+        return s
+
+    def _review(self, kind: tuple, cal: _Calibration, host_us: float, exposed=None, meeting=None) -> None:
         """A real native call of `kind`, whose calibration `cal` is under review, that held its
-        caller `host_us` (`hidden`, `meeting`: as _Calibration.held's): at the kind's review
+        caller `host_us` (`exposed`, `meeting`: as _Calibration.held's): at the kind's review
         (_Calibration.review, collective), handed to NCCL from the next call on where the time its
         calls held their callers beyond NCCL's, with their pace, outweighs NCCL's pace."""
-        if not cal.held(host_us, hidden, meeting):
+        if not cal.held(host_us, exposed, meeting):
             return
         if not cal.review(self._gloo):
             self._delegated[kind] = self._nccl if kind[1] else self._gloo
@@ -397,15 +406,15 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if not self._native_way(kind, tensors, redo):
             return fallback()  # None: a blocking call NCCL ran on the caller's stream
         t_host = time.perf_counter()
-        # A kind under review (_review; not the calibration's own calls): on CUDA, whether the
-        # caller's stream is still behind the call when it returns, which hides the host's time
-        # (an event before the call, asked after it).
+        # A kind under review (_review; not the calibration's own calls): on CUDA, how long before
+        # the call returned the caller's stream ran out of earlier work (an event before the call
+        # on it, one on an idle stream after the call, timed against each other by the GPU).
         review = self._calibrations.get(kind) if self._forced is None else None
         if review is not None and not review.under_review():
             review = None
         behind = None
         if review is not None and t0.is_cuda:
-            behind = torch.cuda.Event()
+            behind = torch.cuda.Event(enable_timing=True)
             behind.record(torch.cuda.current_stream(dev))
         # One native call at a time, its end marked (done()) before the next one starts: the
         # held tensors and the stream context of the team's stream are the group's, not a thread's.
@@ -451,7 +460,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         elif review is not None:
             # the whole call, as issue_us times NCCL's; a queued one's meeting asked at the review
             self._review(kind, review, (time.perf_counter() - t_host) * 1e6,
-                         behind is not None and not behind.query(),
+                         _exposed(behind, self._idle_stream(dev)) if behind is not None else None,
                          (lambda: team.queue_latency_us(job)) if job else None)
         t_done = time.perf_counter()
         h = self._host_us.get(what)

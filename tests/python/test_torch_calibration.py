@@ -226,32 +226,38 @@ def test_host_time_beyond_nccls_weighs_against_what_the_gpus_gain():
 
 
 def test_host_time_the_gpus_were_still_busy_through_costs_nothing():
-    # the same calls, returning while the caller's stream was still behind them (a step whose
+    # the same calls, returning while the caller's stream still had earlier work (a step whose
     # GPUs run behind its host): the host's time hid behind the GPUs' and the faster pace stays
-    cal = C()
-    cal.native, cal.us = True, {"gpustripe": 130.0, "nccl": 138.0}
-    cal.issue_us = {"gpustripe": 20.0, "nccl": 30.0}
-    due = [i for i in range(C.REVIEW_CALLS) if cal.held(3000.0, hidden=i % 4 != 0)]
-    assert due == [C.REVIEW_CALLS - 1]
-    assert cal.review(Gloo()) is True
+    def review(exposed):
+        cal = C()
+        cal.native, cal.us = True, {"gpustripe": 130.0, "nccl": 138.0}
+        cal.issue_us = {"gpustripe": 20.0, "nccl": 30.0}
+        due = [i for i, e in enumerate(exposed) if cal.held(3000.0, e)]
+        assert due == [C.REVIEW_CALLS - 1]
+        return cal, cal.review(Gloo())
+
+    cal, answer = review([None if i % 4 == 0 else -500.0 for i in range(C.REVIEW_CALLS)])
+    assert answer is True
     assert cal.reviewed == pytest.approx(0.0)  # the median: six of eight hidden
     # most not hidden: they count
-    cal = C()
-    cal.native, cal.us = True, {"gpustripe": 130.0, "nccl": 138.0}
-    cal.issue_us = {"gpustripe": 20.0, "nccl": 30.0}
-    assert [cal.held(3000.0, hidden=i % 4 == 0) for i in range(C.REVIEW_CALLS)][-1]
-    assert cal.review(Gloo()) is False
+    cal, answer = review([-500.0 if i % 4 == 0 else None for i in range(C.REVIEW_CALLS)])
+    assert answer is False and cal.reviewed == pytest.approx(3000.0)
+    # the stream ran dry 20 us before each call returned: only those 20 us count (the GPUs'
+    # answer, asked at the review)
+    cal, answer = review([(lambda: 20.0)] * C.REVIEW_CALLS)
+    assert answer is True and cal.reviewed == pytest.approx(20.0)
+    assert cal.held_calls == [pytest.approx(20.0)] * C.REVIEW_CALLS
 
 
 def test_a_queued_calls_meeting_counts_as_held_once_known():
     # DDP's buckets handed to the team's worker return to the caller at once (40 us), but the
     # worker meets the other rank and enqueues them milliseconds later (a launch-bound step whose
     # hosts run apart): the caller's next NCCL call and the backward's end wait for that
-    def review(meetings, hidden=False):
+    def review(meetings, exposed=None):
         cal = C()
         cal.native, cal.us = True, {"gpustripe": 486.0, "nccl": 549.0}
         cal.issue_us = {"gpustripe": 40.0, "nccl": 61.0}
-        due = [i for i, m in enumerate(meetings) if cal.held(40.0, hidden, (lambda m=m: m))]
+        due = [i for i, m in enumerate(meetings) if cal.held(40.0, exposed, (lambda m=m: m))]
         assert due == [C.REVIEW_CALLS - 1]
         return cal, cal.review(Gloo())
 
@@ -265,8 +271,11 @@ def test_a_queued_calls_meeting_counts_as_held_once_known():
     cal, answer = review([-1.0] * (C.REVIEW_CALLS - 3) + [2500.0] * 3)
     assert answer is True and cal.reviewed == pytest.approx(40.0)
     # behind the GPUs' earlier work (a communication-bound step): hidden, the meeting too
-    cal, answer = review([2500.0] * C.REVIEW_CALLS, hidden=True)
+    cal, answer = review([2500.0] * C.REVIEW_CALLS, exposed=-5000.0)
     assert answer is True and cal.reviewed == pytest.approx(0.0)
+    # the stream's earlier work covered 2 ms of each meeting: its last 500 us count
+    cal, answer = review([2500.0] * C.REVIEW_CALLS, exposed=-2000.0)
+    assert answer is False and cal.reviewed == pytest.approx(500.0)
 
 
 def test_the_slowest_rank_reviews_alike_for_every_rank():
