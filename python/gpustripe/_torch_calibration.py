@@ -137,7 +137,7 @@ class _Calibration:
         exposed part counts (None: all of it, where there are no GPUs to ask). `meeting`: for a
         call handed to the team's worker, a function giving how long the worker then took to
         meet the other ranks and enqueue it (negative while it has not): asked at the review and
-        counted too, less what earlier work the stream still had when the call returned, since
+        counted too (the last rank's to meet), less what earlier work the stream still had when the call returned, since
         the caller's next call to NCCL, its wait() and its future (DDP's reducer waits for every
         bucket's at the backward's end) wait for it, where NCCL's call returns enqueued. True at
         the call whose review is due (every rank at the same call: the ranks make the same
@@ -147,13 +147,21 @@ class _Calibration:
         self.held_us.append((host_us, exposed, meeting))
         return len(self.held_us) == self.REVIEW_CALLS
 
-    def _held_whole(self) -> list:
+    def _held_whole(self, gloo) -> list:
         """Each counted call's exposed time: its host time's and, where known by now, its
-        meeting's beyond the earlier work its stream still had."""
+        meeting's beyond the earlier work its stream still had. Collective: a meeting counts as
+        long as the rank that came last took to meet and enqueue (the ranks' smallest), since a
+        rank waiting for a later one loses nothing to NCCL, whose kernel would wait for that rank
+        on the GPUs as long."""
+        meetings = []
+        for _, _, meeting in self.held_us:
+            m = meeting() if meeting is not None else 0.0
+            meetings.append(m if m >= 0 else math.inf)  # not run yet here: the other ranks' counts
+        meetings = [-m for m in _max_over_ranks(gloo, [-m for m in meetings])]
         out = []
-        for host_us, exposed, meeting in self.held_us:
+        for (host_us, exposed, _), met in zip(self.held_us, meetings):
             e = host_us if exposed is None else (exposed() if callable(exposed) else exposed)
-            met = max(0.0, meeting()) if meeting is not None else 0.0
+            met = met if math.isfinite(met) else 0.0
             out.append(min(host_us, max(0.0, e)) + max(0.0, met - max(0.0, -e)))
         return out
 
@@ -168,7 +176,7 @@ class _Calibration:
         not its part the GPUs spent on earlier work meanwhile (held(): exposed): where that time
         (the real calls' exposed time, the slowest rank's median) and the native call's pace
         outweigh NCCL's pace, the kind goes to NCCL from the next call on. Returns the answer."""
-        self.held_calls = self._held_whole()
+        self.held_calls = self._held_whole(gloo)
         self.reviewed = _max_over_ranks(gloo, [_middle(self.held_calls)])[0]
         self.held_us = []
         extra = max(0.0, self.reviewed - self.issue_us.get("nccl", 0.0))

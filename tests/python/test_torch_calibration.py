@@ -18,16 +18,18 @@ class Work:
 
 class Gloo:
     """The group's maximum over ranks with one other rank, whose values are `peer` (the first of
-    them where this rank gives more: the paces, then the issue times of decide())."""
+    them where this rank gives more: the paces, then the issue times of decide()), or those of
+    `rounds` (one list per call, in order)."""
 
-    def __init__(self, peer=None):
-        self.peer = peer
+    def __init__(self, peer=None, rounds=None):
+        self.peer, self.rounds = peer, list(rounds or [])
 
     def allreduce(self, tensors, opts):
         assert opts.reduceOp == torch.distributed.ReduceOp.MAX
-        if self.peer is not None:
-            t = tensors[0][:len(self.peer)]
-            torch.maximum(t, torch.tensor(self.peer, dtype=t.dtype), out=t)
+        peer = self.rounds.pop(0) if self.rounds else self.peer
+        if peer is not None:
+            t = tensors[0][:len(peer)]
+            torch.maximum(t, torch.tensor(peer, dtype=t.dtype), out=t)
         return Work()
 
 
@@ -273,6 +275,15 @@ def test_a_queued_calls_meeting_counts_as_held_once_known():
     # behind the GPUs' earlier work (a communication-bound step): hidden, the meeting too
     cal, answer = review([2500.0] * C.REVIEW_CALLS, exposed=-5000.0)
     assert answer is True and cal.reviewed == pytest.approx(0.0)
+    # this rank came first and waited 2.5 ms in each meeting for the other, which met and
+    # enqueued in 20 us: NCCL's kernel would have waited on the GPUs as long, the last rank's
+    # 20 us count (the ranks' meetings go as their negatives: the largest is the smallest)
+    cal = C()
+    cal.native, cal.us = True, {"gpustripe": 486.0, "nccl": 549.0}
+    cal.issue_us = {"gpustripe": 40.0, "nccl": 61.0}
+    assert [cal.held(40.0, None, lambda: 2500.0) for _ in range(C.REVIEW_CALLS)][-1]
+    assert cal.review(Gloo(rounds=[[-20.0] * C.REVIEW_CALLS, [60.0]])) is True
+    assert cal.held_calls == [pytest.approx(60.0)] * C.REVIEW_CALLS
     # the stream's earlier work covered 2 ms of each meeting: its last 500 us count
     cal, answer = review([2500.0] * C.REVIEW_CALLS, exposed=-2000.0)
     assert answer is False and cal.reviewed == pytest.approx(500.0)
