@@ -77,8 +77,8 @@ class _Calibration:
         self.pace = {m: [] for m in self.SIDES}  # us per call of each timed batch
         self.issue = {m: [] for m in self.SIDES}  # us each timed call of a batch held the caller (mean)
         self.issue_us = {}  # their medians (the slowest rank's), once decided
-        self.held_us = []   # (host time, exposed, meeting) of each real native call so far, until the review (held())
-        self.reviewed = None  # the review's median host time (the slowest rank's), once made
+        self.held_us = []   # (host time, exposed, meeting) of each real native call until the review (held())
+        self.reviewed = None  # the review's median exposed time (the slowest rank's), once made
         self.held_calls = []  # this rank's reviewed calls' exposed time each, once reviewed
 
     def measure(self, issue, sync, meet, clock=time.perf_counter, agree=None) -> None:
@@ -137,11 +137,11 @@ class _Calibration:
         exposed part counts (None: all of it, where there are no GPUs to ask). `meeting`: for a
         call handed to the team's worker, a function giving how long the worker then took to
         meet the other ranks and enqueue it (negative while it has not): asked at the review and
-        counted too (the last rank's to meet), less what earlier work the stream still had when the call returned, since
-        the caller's next call to NCCL, its wait() and its future (DDP's reducer waits for every
-        bucket's at the backward's end) wait for it, where NCCL's call returns enqueued. True at
-        the call whose review is due (every rank at the same call: the ranks make the same
-        calls)."""
+        counted too (the last rank's to meet), less what earlier work the stream still had when
+        the call returned, since the caller's next call to NCCL, its wait() and its future (DDP's
+        reducer waits for every bucket's at the backward's end) wait for it, where NCCL's call
+        returns enqueued. True at the call whose review is due (every rank at the same call: the
+        ranks make the same calls)."""
         if not self.under_review():
             return False
         self.held_us.append((host_us, exposed, meeting))

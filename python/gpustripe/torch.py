@@ -229,7 +229,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         calibration's medians, us per call back to back, the slowest rank's, and `paces`: this
         rank's pace of each timed batch of each side, in order, which tells a side's slow first
         batches from a steady gap; `issue_us`: each side's host time per call in the batches;
-        `held_us`: the reviewed calls' host time, once reviewed, and `held_calls`: this rank's each)."""
+        `held_us`: the reviewed calls' exposed host time, once reviewed, and `held_calls`: this
+        rank's each)."""
         out = {"host_us": {k: {"calls": v[0], "us": v[1] / v[0], "team_us": v[2] / v[0], "end_us": v[3] / v[0]}
                            for k, v in self._host_us.items() if v[0]},
                "team": self._team_obj.phase_times(reset) if self._team_obj is not None else {},

@@ -217,7 +217,7 @@ def _choice_line(kind: str, c: dict) -> str:
     return (f"chose {c['use']} for {kind}: gpustripe {c['gpustripe']:.1f} us, nccl {c['nccl']:.1f} us "
             "(calibration: medians of back-to-back batches, us per call, slowest rank)"
             + (f"; this rank's batches, in order: {paces}" if paces else "")
-            + (f"; issue us per call: " + ", ".join(f"{k} {v:.1f}" for k, v in c["issue_us"].items())
+            + ("; issue us per call: " + ", ".join(f"{k} {v:.1f}" for k, v in c["issue_us"].items())
                if "issue_us" in c else "")
             + (f"; reviewed: held {c['held_us']:.1f} us (slowest rank's median), this rank's calls "
                + " ".join(f"{h:.0f}" for h in c.get("held_calls", [])) if "held_us" in c else ""))
