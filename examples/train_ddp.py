@@ -170,9 +170,12 @@ def main() -> None:
         for t in order[k:] + order[:k]:
             t.step(step)
     ln, lg = runs["nccl"].losses, runs["gpustripe"].losses
-    diff = max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(ln, lg))
+
+    def max_rel_diff(xs, ys) -> float:
+        return max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(xs, ys))
+    diff = max_rel_diff(ln, lg)
     if args.noise:  # the second nccl copy's losses are nccl's: a check of the comparison itself
-        diff_again = max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(ln, runs["nccl_again"].losses))
+        diff_again = max_rel_diff(ln, runs["nccl_again"].losses)
     step_ms = {k: 1e3 * statistics.median(v.times[args.warm_steps:]) for k, v in runs.items()}
     # Each step's copies ran one right after the other: the median of the steps' ratios is
     # untouched by a drift of the host over the run, which the ratio of the medians is not.
