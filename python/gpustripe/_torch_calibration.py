@@ -77,7 +77,7 @@ class _Calibration:
         self.pace = {m: [] for m in self.SIDES}  # us per call of each timed batch
         self.issue = {m: [] for m in self.SIDES}  # us each timed call of a batch held the caller (mean)
         self.issue_us = {}  # their medians (the slowest rank's), once decided
-        self.held_us = []   # (host time, exposed, meeting) of each real native call until the review (held())
+        self.held_us = []   # (host time, exposed, meeting, queued_behind) of each real native call until the review (held())
         self.reviewed = None  # the review's median exposed time (the slowest rank's), once made
         self.held_calls = []  # this rank's reviewed calls' exposed time each, once reviewed
 
@@ -129,7 +129,7 @@ class _Calibration:
         """Whether the kind's real calls are being counted for its review (held())."""
         return self.reviewed is None and bool(self.native) and bool(self.us)
 
-    def held(self, host_us: float, exposed=None, meeting=None) -> bool:
+    def held(self, host_us: float, exposed=None, meeting=None, queued_behind=None) -> bool:
         """Counts a real native call of the kind, which held its caller `host_us`. `exposed`: how
         long before the call returned the caller's stream had run out of earlier work (us; a
         function asked at the review, or a number), negative where the stream still had that much
@@ -140,26 +140,34 @@ class _Calibration:
         counted too (the last rank's to meet), less what earlier work the stream still had when
         the call returned, since the caller's next call to NCCL, its wait() and its future (DDP's
         reducer waits for every bucket's at the backward's end) wait for it, where NCCL's call
-        returns enqueued. True at the call whose review is due (every rank at the same call: the
-        ranks make the same calls)."""
+        returns enqueued. `queued_behind`: a function (asked at the review) or a number, 1 where the
+        call was enqueued while the group's native call before it still ran on some rank's GPU
+        (NodeTeam.enqueued_behind): its host time and meeting then kept no GPU waiting (the GPUs
+        run the group's calls one after the other), whatever the caller's stream had left, and it
+        counts nothing; else (0, -1: not known, None) as above. True at the call whose review is
+        due (every rank at the same call: the ranks make the same calls)."""
         if not self.under_review():
             return False
-        self.held_us.append((host_us, exposed, meeting))
+        self.held_us.append((host_us, exposed, meeting, queued_behind))
         return len(self.held_us) == self.REVIEW_CALLS
 
     def _held_whole(self, gloo) -> list:
         """Each counted call's exposed time: its host time's and, where known by now, its
-        meeting's beyond the earlier work its stream still had. Collective: a meeting counts as
+        meeting's beyond the earlier work its stream still had (none for a call enqueued behind
+        the group's call before it). Collective: a meeting counts as
         long as the rank that came last took to meet and enqueue (the ranks' smallest), since a
         rank waiting for a later one loses nothing to NCCL, whose kernel would wait for that rank
         on the GPUs as long."""
         meetings = []
-        for _, _, meeting in self.held_us:
+        for _, _, meeting, _ in self.held_us:
             m = meeting() if meeting is not None else 0.0
             meetings.append(m if m >= 0 else math.inf)  # not run yet here: the other ranks' counts
         meetings = [-m for m in _max_over_ranks(gloo, [-m for m in meetings])]
         out = []
-        for (host_us, exposed, _), met in zip(self.held_us, meetings):
+        for (host_us, exposed, _, queued_behind), met in zip(self.held_us, meetings):
+            if (queued_behind() if callable(queued_behind) else queued_behind) == 1:
+                out.append(0.0)
+                continue
             e = host_us if exposed is None else (exposed() if callable(exposed) else exposed)
             met = met if math.isfinite(met) else 0.0
             out.append(min(host_us, max(0.0, e)) + max(0.0, met - max(0.0, -e)))

@@ -347,12 +347,13 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             s = self._idle_streams[dev.index] = torch.cuda.Stream(dev)
         return s
 
-    def _review(self, kind: tuple, cal: _Calibration, host_us: float, exposed=None, meeting=None) -> None:
+    def _review(self, kind: tuple, cal: _Calibration, host_us: float, exposed=None, meeting=None,
+                queued_behind=None) -> None:
         """A real native call of `kind`, whose calibration `cal` is under review, that held its
-        caller `host_us` (`exposed`, `meeting`: as _Calibration.held's): at the kind's review
+        caller `host_us` (`exposed`, `meeting`, `queued_behind`: as _Calibration.held's): at the kind's review
         (_Calibration.review, collective), handed to NCCL from the next call on where the time its
         calls held their callers beyond NCCL's, with their pace, outweighs NCCL's pace."""
-        if not cal.held(host_us, exposed, meeting):
+        if not cal.held(host_us, exposed, meeting, queued_behind):
             return
         if not cal.review(self._gloo):
             self._delegated[kind] = self._nccl if kind[1] else self._gloo
@@ -438,6 +439,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             else:
                 served = native(team, ptrs, stream, queued, blocking)
             t_end = time.perf_counter()
+            # A reviewed call's number among the team's stream-ordered calls: whether it was enqueued
+            # while the team's call before it still ran on the GPUs is asked at the review.
+            ordered = team.ordered_calls() if review is not None and served else 0
             job = None
             if posted is not None:
                 last = team.queue_posted()
@@ -462,7 +466,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             # the whole call, as issue_us times NCCL's; a queued one's meeting asked at the review
             self._review(kind, review, (time.perf_counter() - t_host) * 1e6,
                          _exposed(behind, self._idle_stream(dev)) if behind is not None else None,
-                         (lambda: team.queue_latency_us(job)) if job else None)
+                         (lambda: team.queue_latency_us(job)) if job else None,
+                         (lambda: team.enqueued_behind(ordered)) if ordered else None)
         t_done = time.perf_counter()
         h = self._host_us.get(what)
         if h is None:

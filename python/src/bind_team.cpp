@@ -101,6 +101,12 @@ void bind_team(nb::module_& m) {
            "How long job `job` (queue_posted()) took from its hand-over to the team's worker to the end of its run "
            "(for a queued call: the wait behind earlier jobs, the other ranks' hosts met, the call enqueued), in "
            "microseconds; negative where it has not run yet")
+      .def("ordered_calls", &NodeTeam::ordered_calls,
+           "Stream-ordered calls made so far, queued or not (ask right after a call: its number)")
+      .def("enqueued_behind", &NodeTeam::enqueued_behind, nb::arg("call"),
+           "Whether stream-ordered call `call` (ordered_calls()) was enqueued while the team's call before it still "
+           "ran on some member's GPU, so that the host's time before it kept no GPU waiting: 1, else 0; -1 where it "
+           "has not been enqueued yet or is too old to be kept")
       .def(
           "wait_queued",
           [](NodeTeam& t, uint64_t job, int dev) {

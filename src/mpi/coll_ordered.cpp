@@ -107,6 +107,7 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   WaitWatch watch(watch_enqueue_, check_alive_, release_ordered_fn_);
 
   launched_at_ = std::chrono::steady_clock::now();  // the run's driver calls begin here
+  enqueued_behind_ = ev.tail && !tail_done(ev);
   if (!on_after) {
     if (!after_event) {
       backend_.record_event(ev.in, after);

@@ -184,6 +184,7 @@ void SliceRunner::run(const coll::Program& prog, int device, const coll::CrossSl
   const auto& ops = prog.ops();
   coll::CrossSlots computed;
   const coll::CrossSlots& slots = checked_slots(prog, given, computed);
+  enqueued_behind_ = false;  // a host-ordered run starts once the one before it has ended
   // Segments between Barrier ops: everything before a barrier, on every rank, is complete
   // after it (every rank's done word has reached the segment's part), and so is the program
   // at its end. A program that ends with a Barrier op (the kernel schedules, which write into

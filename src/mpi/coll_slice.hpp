@@ -144,6 +144,10 @@ class SliceRunner {
   // wait): what comes before it is the runner's own bookkeeping (the phase trace's "coll_launch").
   // Unset where the part had no op on this rank.
   std::chrono::steady_clock::time_point launched_at() const { return launched_at_; }
+  // Whether the latest stream-ordered run was enqueued while the run before it had not ended on
+  // every rank's GPU yet (its exit barrier's words, read by the host: no driver call): the host's
+  // time before it then kept no GPU of the team's collectives waiting.
+  bool enqueued_behind() const { return enqueued_behind_; }
   double barrier_us() const { return barrier_us_; }
   // A barrier of the team's hosts.
   void barrier(const char* what);
@@ -210,6 +214,7 @@ class SliceRunner {
   uint32_t* dev_flags_ = nullptr;  // the flag words as streams address them (register_host)
   double drain_us_ = 0, barrier_us_ = 0;
   std::chrono::steady_clock::time_point enqueued_at_{}, launched_at_{};
+  bool enqueued_behind_ = false;
   struct Inflight;  // the started run (start/poll)
   std::unique_ptr<Inflight> inflight_, spare_;  // spare_: an ended run's, for the next start
   // How long a wait polls before its Waiter, which soon yields the core (ready_soon): a

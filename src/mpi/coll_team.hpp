@@ -185,6 +185,9 @@ class CollTeam {
   // Work enqueued on `s` (a stream of `device`) from now on sees the results of every call made
   // so far (SliceRunner::join_ordered): a blocking call's end on the caller's stream.
   void join_calls(int device, StreamHandle s) { runner_->join_ordered(device, s); }
+  // Whether the latest stream-ordered call was enqueued while the team's call before it still ran
+  // on some rank's GPU (SliceRunner::enqueued_behind).
+  bool enqueued_behind() const { return runner_->enqueued_behind(); }
   // Host time per call served with a cached Program, by phase (us, means over the calls since
   // the last reset; `calls`: how many): the phases the team logs at debug level when it ends.
   struct PhaseTimes {

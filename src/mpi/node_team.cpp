@@ -224,8 +224,10 @@ bool NodeTeam::submit(CollCall& c, bool queued, bool joined) {
     std::lock_guard<std::mutex> lock(team_mu_);
     if (!c.stream) return team_->run(c);
     c.on_stream = joined;
+    const uint64_t call = ++ordered_calls_;
     const bool served = team_->run(c);
     if (!served) return false;
+    note_behind(call);
     // A staged call of buffers on no one GPU ran on the slots' GPU.
     const int dev = c.device >= 0 ? c.device : team_->staging_device();
     // The ends' stream follows the team's: now, or for a joined call once it is next asked for
@@ -265,8 +267,9 @@ bool NodeTeam::submit(CollCall& c, bool queued, bool joined) {
   const int dev = c.device;
   const EventHandle ready = c.ready;
   StreamHandle end = e.stream;
+  const uint64_t call = ++ordered_calls_;
   try {
-    queue_->post([this, c = std::move(c), end]() mutable { run_queued(c, end); });
+    queue_->post([this, c = std::move(c), end, call]() mutable { run_queued(c, end, call); });
     ++queued_calls_;
   } catch (...) {
     give_event(dev, ready);  // not queued (a failed team, or a worker that stopped taking calls)
@@ -275,12 +278,22 @@ bool NodeTeam::submit(CollCall& c, bool queued, bool joined) {
   return true;
 }
 
-void NodeTeam::run_queued(CollCall& c, StreamHandle end) {
+void NodeTeam::note_behind(uint64_t call) {
+  behind_[call % kBehindKept].store((call << 1) | (team_->enqueued_behind() ? 1 : 0), std::memory_order_release);
+}
+
+int NodeTeam::enqueued_behind(uint64_t call) const {
+  const uint64_t v = behind_[call % kBehindKept].load(std::memory_order_acquire);
+  return call && (v >> 1) == call ? static_cast<int>(v & 1) : -1;
+}
+
+void NodeTeam::run_queued(CollCall& c, StreamHandle end, uint64_t call) {
   std::lock_guard<std::mutex> lock(team_mu_);
   bool served = false;
   std::exception_ptr failed;
   try {
     served = team_->run(c);
+    if (served) note_behind(call);
     // The ends' stream follows the call by an event recorded now, after it: nothing on a GPU
     // waits for a value a host thread writes later (see the header).
     if (served) {

@@ -90,6 +90,15 @@ class NodeTeam {
   // call: the wait behind the jobs before it, the other ranks' hosts met, the call enqueued), in
   // microseconds; negative where it has not run yet (CallQueue::latency_us).
   double queue_latency_us(uint64_t job) const { return queue_->latency_us(job); }
+  // Stream-ordered calls made so far (queued or not): the number of the latest, to ask
+  // enqueued_behind() about.
+  uint64_t ordered_calls() const { return ordered_calls_.load(); }
+  // Whether stream-ordered call `call` (1, 2, ...: ordered_calls() right after it) was enqueued
+  // while the team's call before it still ran on some member's GPU (CollTeam::enqueued_behind):
+  // 1 then, 0 where it was not, -1 where it has not been enqueued yet (a queued call the worker
+  // has not run) or is too old to be kept (kBehindKept calls back).
+  int enqueued_behind(uint64_t call) const;
+  static constexpr size_t kBehindKept = 1024;
   // Returns once the worker has run jobs 1..`job` (a queued call: enqueued it, calls_stream(device)
   // ordered after it), without waiting for the later ones, and returns calls_stream(device) (the
   // caller enqueues the call's end there next); throws the error of one of them that failed.
@@ -142,7 +151,9 @@ class NodeTeam {
   // Runs the call here (after the queued ones) or queues it (`queued`).
   bool submit(CollCall& c, bool queued, bool joined);
   // The worker's part of a queued call: runs it, then orders `end` (its ends' stream) after it.
-  void run_queued(CollCall& c, StreamHandle end);
+  void run_queued(CollCall& c, StreamHandle end, uint64_t call);
+  // Keeps enqueued_behind()'s answer for stream-ordered call `call`, just run (team_mu_ held).
+  void note_behind(uint64_t call);
   EventHandle take_event(int device);
   void give_event(int device, EventHandle e);
   struct Ends {
@@ -164,6 +175,9 @@ class NodeTeam {
   std::map<int, Ends> ends_;  // by device: the caller's side of the calls' ends
   std::mutex ends_mu_;        // ends_'s entries: made by the caller, also looked up by wait_queued()
   std::atomic<uint64_t> queued_calls_{0};  // collectives handed to the worker (its other jobs, marks, not counted)
+  std::atomic<uint64_t> ordered_calls_{0};  // stream-ordered calls made (queued or not)
+  // Per stream-ordered call, at index call % kBehindKept: (call << 1) | enqueued behind (note_behind).
+  std::vector<std::atomic<uint64_t>> behind_ = std::vector<std::atomic<uint64_t>>(kBehindKept);
   mutable std::mutex team_mu_;         // the team runs one call at a time: the worker's, or the caller's
   mutable std::mutex events_mu_;
   mutable std::mutex marks_mu_;        // marks_: the caller's marks and passed(), the worker's queued marks

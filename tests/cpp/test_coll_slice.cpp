@@ -698,6 +698,42 @@ TEST(CollSlice, ARunWithoutEntryBarrierWaitsForEveryRanksExitOfTheRunBefore) {
   EXPECT_EQ(counter.barriers.load(), 2 * (2 + 1 + 1));
 }
 
+// Whether a run was enqueued while the run before it still ran on some rank's GPU (what the
+// torch backend's review asks of a call: its host time then kept no GPU waiting): rank 1 makes
+// no run until rank 0 has enqueued its first two, so rank 0's first run cannot have ended (its
+// exit barrier waits for rank 1) when its second is enqueued. A run after settle() finds every
+// rank past the one before; the first run of a runner has none before it.
+TEST(CollSlice, ARunKnowsWhetherTheRunBeforeItStillRanWhenItWasEnqueued) {
+  Node node;
+  Backend& b = *node.backend;
+  const int calls = 3;
+  PairCopies c(b, calls);
+  std::atomic<bool> go{false};
+  std::vector<std::vector<bool>> behind(2);
+  const std::vector<std::string> errors = on_two_runners(node, b, [&](int r, mpi::SliceRunner& runner, auto&) {
+    StreamHandle caller = b.create_stream(r);
+    if (r == 1) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!go.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    }
+    for (int i = 0; i < 2; ++i) {
+      runner.run_ordered(c.progs[i], r, caller);
+      behind[r].push_back(runner.enqueued_behind());
+    }
+    go.store(true);
+    runner.settle();
+    runner.run_ordered(c.progs[2], r, caller);
+    behind[r].push_back(runner.enqueued_behind());
+    runner.settle();
+    for (int i = 0; i < calls; ++i) c.check(r, i);
+    b.destroy_stream(caller);
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  EXPECT_EQ(behind[0], (std::vector<bool>{false, true, false}));
+  EXPECT_FALSE(behind[1][0]);
+  EXPECT_FALSE(behind[1][2]);
+}
+
 // The emulated stand-in for coll::MappedBarrier's kernels: a barrier of the two ranks' streams
 // on a word of each, counted.
 class WordBarrier : public coll::MappedBarrier {

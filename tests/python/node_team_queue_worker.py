@@ -16,6 +16,9 @@ test_node_team_queue.py, one process per rank, with a scenario:
 - `staged_peer_dies` (staging on): both ranks make a staged call (the slots' setup), then rank 1
   leaves; rank 0's next staged call, or its settle() after it, raises within GPUSTRIPE_TIMEOUT,
   as does its call after that.
+- `behind` (queued) and `behind_staged` (staged: on the caller's thread): after a settled call,
+  three all_gathers back to back, rank 1's 0.3 s after rank 0's: whether each was enqueued while
+  the team's call before it still ran (enqueued_behind), and its answer for call numbers not made.
 - `shutdown`: rank 0 queues calls and drops the team before rank 1 has posted; rank 1 then posts
   and checks its results (exact only if rank 0's worker ran them while its team closed).
 
@@ -147,6 +150,25 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001
             out["join"] = str(e)
         out["join_s"] = time.monotonic() - t0
+    elif scenario.startswith("behind"):
+        n = 1 << 16
+        a = put(np.full(n, rank + 1.0))
+        g = put(np.zeros(size * n))
+        queued = scenario == "behind"  # behind_staged: on the caller's thread, through the slots
+        team.allgather(a, g, n * 8, stream=stream, queued=queued)  # its mappings, its Program
+        team.settle()
+        if rank == 1:
+            time.sleep(0.3)
+        calls = []
+        for _ in range(3):
+            team.allgather(a, g, n * 8, stream=stream, queued=queued)
+            calls.append(team.ordered_calls())
+        out["not_yet"] = team.enqueued_behind(calls[-1] + 1)
+        team.settle()
+        out["behind"] = [team.enqueued_behind(k) for k in calls]
+        out["unknown"] = [team.enqueued_behind(0), team.enqueued_behind(calls[-1] + 1)]
+        out["exact"] = bool(np.array_equal(get(g, size * n), np.repeat(np.arange(1.0, size + 1), n)))
+        out["staged"] = team.phase_times()["staged"]
     elif scenario == "staged_peer_dies":
         a = put(np.full(N, rank + 1, np.float32))
         team.allreduce(a, a, N, "float32", "sum", stream=stream, queued=True)

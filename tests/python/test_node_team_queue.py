@@ -11,12 +11,12 @@ from store_ranks import reports, run_ranks, skip_without
 WORKER = os.path.join(os.path.dirname(__file__), "node_team_queue_worker.py")
 
 
-def run(tmp_path, scenario: str, size: int = 2, timeout_s: str = "20", staged: bool = False) -> list[dict]:
+def run(tmp_path, scenario: str, size: int = 2, timeout_s: str = "20", staged: bool = False,
+        hooks: str = "") -> list[dict]:
     # Staging off but where asked: a staged call is never queued (it meets no other rank's host;
     # the team's first one sets the slots up with the others), and these are the queue's semantics.
     env = dict(os.environ, GPUSTRIPE_TIMEOUT=timeout_s, PYTHONUNBUFFERED="1")
-    if not staged:
-        env["GPUSTRIPE_TEST"] = "coll.staged_max=0"
+    env["GPUSTRIPE_TEST"] = ",".join(h for h in (hooks, "" if staged else "coll.staged_max=0") if h)
     by_rank = {}
     for text in run_ranks(WORKER, str(tmp_path / "store"), size, [scenario], env, 90):
         got = reports(text, "QUEUE ")
@@ -68,6 +68,20 @@ def test_a_peer_gone_after_the_slots_setup_fails_the_next_staged_call_within_the
     assert r0["first"] == 3.0 and r0["staged"] == 1, r0  # 1 + 2, through the slots
     assert "rank 1" in r0["failed"] and r0["failed_s"] < 15.0, r0
     assert r0["later"] != "returned", r0
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_call_enqueued_while_the_one_before_it_runs_says_so(tmp_path, staged):
+    # What the torch backend's review asks of each call, queued or staged: known once it is
+    # enqueued, and where the team's call before it was settled, the GPUs were idle. (Which later
+    # calls came behind their predecessor depends on the emulated streams' pace:
+    # CollSlice.ARunKnowsWhetherTheRunBeforeItStillRanWhenItWasEnqueued orders the runs for it.)
+    skip_without(2)
+    for r in run(tmp_path, "behind_staged" if staged else "behind", staged=staged):
+        assert r["exact"], r
+        assert r["staged"] == (4 if staged else 0), r
+        assert r["unknown"] == [-1, -1] and r["not_yet"] == -1, r  # no call 0, nor one not made
+        assert r["behind"][0] == 0 and set(r["behind"]) <= {0, 1}, r
 
 
 def test_a_team_closed_with_calls_queued_runs_them_first(tmp_path):

@@ -289,6 +289,31 @@ def test_a_queued_calls_meeting_counts_as_held_once_known():
     assert answer is False and cal.reviewed == pytest.approx(500.0)
 
 
+def test_a_call_enqueued_behind_the_groups_call_before_it_counts_nothing():
+    # back-to-back calls on an otherwise idle caller's stream (a benchmark's batch, an MoE layer's
+    # exchanges): the caller's stream ran dry long before each returned, and the worker met the
+    # other rank 300 us later, but the GPUs still ran the group's call before it when it was
+    # enqueued: they waited for no host
+    def review(behind):
+        cal = C()
+        cal.native, cal.us = True, {"gpustripe": 127.0, "nccl": 170.0}
+        cal.issue_us = {"gpustripe": 40.0, "nccl": 45.0}
+        due = [i for i, b in enumerate(behind) if cal.held(60.0, 60.0, (lambda: 300.0), (lambda b=b: b))]
+        assert due == [C.REVIEW_CALLS - 1]
+        return cal, cal.review(Gloo())
+
+    cal, answer = review([1] * C.REVIEW_CALLS)
+    assert answer is True and cal.held_calls == [0.0] * C.REVIEW_CALLS
+    # enqueued onto idle GPUs (0), or not known (-1: not enqueued by the review): as before
+    cal, answer = review([0] * C.REVIEW_CALLS)
+    assert answer is False and cal.reviewed == pytest.approx(360.0)
+    cal, answer = review([-1] * C.REVIEW_CALLS)
+    assert answer is False and cal.reviewed == pytest.approx(360.0)
+    # most behind: the median is hidden
+    cal, answer = review([1, 0] + [1] * (C.REVIEW_CALLS - 2))
+    assert answer is True and cal.reviewed == pytest.approx(0.0)
+
+
 def test_the_slowest_rank_reviews_alike_for_every_rank():
     # this rank's calls return at once; the other rank's wait for this one's host
     cal, _, answer = reviewed([30.0] * C.REVIEW_CALLS, Gloo(peer=[900.0]))
