@@ -67,8 +67,10 @@ class _Calibration:
     ROUNDS = 5   # batches of each side: the median holds against two disturbed ones
     SIDES = ("gpustripe", "nccl")
 
-    # Real calls of a kind given to gpustripe whose host time is then reviewed (review()).
-    REVIEW_CALLS = 8
+    # Real calls of a kind given to gpustripe whose host time is then reviewed (review()): enough
+    # that the first calls after a synchronisation (a job's setup, a benchmark's first batches:
+    # every one of them exposed) are not half of them.
+    REVIEW_CALLS = 16
 
     def __init__(self, min_batch_us: float | None = None):
         self.min_batch_us = self.MIN_BATCH_US if min_batch_us is None else min_batch_us

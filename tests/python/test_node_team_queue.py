@@ -15,7 +15,8 @@ def run(tmp_path, scenario: str, size: int = 2, timeout_s: str = "20", staged: b
         hooks: str = "") -> list[dict]:
     # Staging off but where asked: a staged call is never queued (it meets no other rank's host;
     # the team's first one sets the slots up with the others), and these are the queue's semantics.
-    env = dict(os.environ, GPUSTRIPE_TIMEOUT=timeout_s, PYTHONUNBUFFERED="1")
+    # The GPUs' in-kernel barriers (a staged call's) give up on a dead peer after their own timeout.
+    env = dict(os.environ, GPUSTRIPE_TIMEOUT=timeout_s, GPUSTRIPE_COLL_BARRIER_TIMEOUT=timeout_s, PYTHONUNBUFFERED="1")
     env["GPUSTRIPE_TEST"] = ",".join(h for h in (hooks, "" if staged else "coll.staged_max=0") if h)
     by_rank = {}
     for text in run_ranks(WORKER, str(tmp_path / "store"), size, [scenario], env, 90):

@@ -197,7 +197,7 @@ def reviewed(held, gloo=None, nccl=70.0, native=40.0, nccl_issue=10.0):
 
 def test_a_kind_whose_calls_held_their_callers_longer_than_nccls_calls_goes_to_nccl():
     # FSDP's blocking calls above the staged sizes: most wait milliseconds for the other host
-    held = [3000.0, 40.0, 12000.0, 2500.0, 60.0, 9000.0, 2800.0, 4000.0]
+    held = [3000.0, 40.0, 12000.0, 2500.0, 60.0, 9000.0, 2800.0, 4000.0] * (C.REVIEW_CALLS // 8)
     cal, due, answer = reviewed(held)
     assert due == [C.REVIEW_CALLS - 1]  # once, at the last call of the review's count
     assert answer is False and cal.native is False
