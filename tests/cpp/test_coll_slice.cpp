@@ -567,7 +567,9 @@ struct PairCopies {
   static constexpr size_t n = 4096;
   std::vector<float*> x[2], y[2];
   std::vector<Program> progs;
-  PairCopies(Backend& backend, int calls) : b(backend) {
+  // by_kernel: kernel copies (a kernel schedule's shape; an emulated kernel runs on the host once
+  // its stream gets there, so its enqueue waits), else copy-engine copies (enqueued without a wait)
+  PairCopies(Backend& backend, int calls, bool by_kernel = true) : b(backend) {
     for (int r = 0; r < 2; ++r)
       for (int i = 0; i < calls; ++i) {
         x[r].push_back(static_cast<float*>(b.alloc_device(r, n * sizeof(float))));
@@ -576,8 +578,13 @@ struct PairCopies {
       }
     for (int i = 0; i < calls; ++i) {
       Program p(2);
-      p.kernel_copy(0, coll::kLaneOut, y[1][i], 1, x[0][i], 0, n * sizeof(float));
-      p.kernel_copy(1, coll::kLaneOut, y[0][i], 0, x[1][i], 1, n * sizeof(float));
+      if (by_kernel) {
+        p.kernel_copy(0, coll::kLaneOut, y[1][i], 1, x[0][i], 0, n * sizeof(float));
+        p.kernel_copy(1, coll::kLaneOut, y[0][i], 0, x[1][i], 1, n * sizeof(float));
+      } else {
+        p.copy(0, coll::kLaneOut, y[1][i], 1, x[0][i], 0, n * sizeof(float));
+        p.copy(1, coll::kLaneOut, y[0][i], 0, x[1][i], 1, n * sizeof(float));
+      }
       progs.push_back(std::move(p));
     }
   }
@@ -701,13 +708,14 @@ TEST(CollSlice, ARunWithoutEntryBarrierWaitsForEveryRanksExitOfTheRunBefore) {
 // Whether a run was enqueued while the run before it still ran on some rank's GPU (what the
 // torch backend's review asks of a call: its host time then kept no GPU waiting): rank 1 makes
 // no run until rank 0 has enqueued its first two, so rank 0's first run cannot have ended (its
-// exit barrier waits for rank 1) when its second is enqueued. A run after settle() finds every
-// rank past the one before; the first run of a runner has none before it.
+// exit barrier waits for rank 1) when its second is enqueued (copy-engine copies: their enqueue
+// does not wait for the stream to get there). A run after settle() finds every rank past the one
+// before; the first run of a runner has none before it.
 TEST(CollSlice, ARunKnowsWhetherTheRunBeforeItStillRanWhenItWasEnqueued) {
   Node node;
   Backend& b = *node.backend;
   const int calls = 3;
-  PairCopies c(b, calls);
+  PairCopies c(b, calls, /*by_kernel=*/false);
   std::atomic<bool> go{false};
   std::vector<std::vector<bool>> behind(2);
   const std::vector<std::string> errors = on_two_runners(node, b, [&](int r, mpi::SliceRunner& runner, auto&) {
