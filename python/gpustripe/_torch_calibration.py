@@ -55,7 +55,13 @@ class _Calibration:
     inside it (no events per call, no stream joins). Batches of the two sides alternate, the
     median of each side's taken, and every rank takes the one whose slowest rank was faster
     (the medians, through gloo). The batches also time how long each side's calls hold the
-    caller (issue()'s own time): the review's measure of what NCCL's real calls would hold."""
+    caller (issue()'s own time): the review's measure of what NCCL's real calls would hold.
+
+    A kind whose calls the team can stage through its slots (no meeting of the hosts, but the
+    slots' extra pass on the GPUs) has a second native side, `met` (the same call meeting the
+    other hosts and reading their buffers): the fastest native side is the kind's form, and
+    where its review hands the met form over, the staged one takes its place while it was faster
+    than NCCL (reviewed in turn)."""
 
     WARMUP = 2   # calls at the start of each batch, not timed
     CALLS = 4    # timed calls of a side's first batch, and the fewest of any
@@ -66,22 +72,27 @@ class _Calibration:
     MIN_BATCH_US = 1000.0
     ROUNDS = 5   # batches of each side: the median holds against two disturbed ones
     SIDES = ("gpustripe", "nccl")
+    # with a met form: "gpustripe" is the staged call, "met" the same call met
+    SIDES_MET = ("gpustripe", "met", "nccl")
 
     # Real calls of a kind given to gpustripe whose host time is then reviewed (review()): enough
     # that the first calls after a synchronisation (a job's setup, a benchmark's first batches:
     # every one of them exposed) are not half of them.
     REVIEW_CALLS = 16
 
-    def __init__(self, min_batch_us: float | None = None):
+    def __init__(self, min_batch_us: float | None = None, met: bool = False):
         self.min_batch_us = self.MIN_BATCH_US if min_batch_us is None else min_batch_us
+        self.sides = self.SIDES_MET if met else self.SIDES
         self.native = None  # the answer, once decided
+        self.form = "gpustripe"  # the native side the kind takes ("met" where that was faster)
         self.us = {}        # the medians the answer came from (the slowest rank's), us per call
-        self.pace = {m: [] for m in self.SIDES}  # us per call of each timed batch
-        self.issue = {m: [] for m in self.SIDES}  # us each timed call of a batch held the caller (mean)
+        self.pace = {m: [] for m in self.sides}  # us per call of each timed batch
+        self.issue = {m: [] for m in self.sides}  # us each timed call of a batch held the caller (mean)
         self.issue_us = {}  # their medians (the slowest rank's), once decided
         self.held_us = []   # (host time, exposed, meeting, queued_behind) of each real native call until the review (held())
         self.reviewed = None  # the review's median exposed time (the slowest rank's), once made
         self.held_calls = []  # this rank's reviewed calls' exposed time each, once reviewed
+        self.met_review = None  # (reviewed, held_calls) of a met form handed over to the staged one
 
     def measure(self, issue, sync, meet, clock=time.perf_counter, agree=None) -> None:
         """Times the batches: `issue(side)` makes one call of that side and returns its work (or
@@ -89,10 +100,10 @@ class _Calibration:
         included); `meet()` returns once every rank got there; `agree(paces)` returns the ranks'
         largest of each (None: one rank). Every rank makes the same number of calls (collectives):
         a side's next batch is sized from the slowest rank's pace of its last one."""
-        calls = dict.fromkeys(self.SIDES, self.CALLS)
+        calls = dict.fromkeys(self.sides, self.CALLS)
         for _ in range(self.ROUNDS):
             last = {}
-            for side in self.SIDES:
+            for side in self.sides:
                 work = None
                 for _ in range(self.WARMUP):
                     work = issue(side)
@@ -108,8 +119,8 @@ class _Calibration:
                 last[side] = (clock() - t0) / calls[side] * 1e6
                 self.pace[side].append(last[side])
                 self.issue[side].append(held / calls[side] * 1e6)
-            paces = [last[side] for side in self.SIDES]
-            for side, pace in zip(self.SIDES, agree(paces) if agree else paces):
+            paces = [last[side] for side in self.sides]
+            for side, pace in zip(self.sides, agree(paces) if agree else paces):
                 calls[side] = self.calls_for(pace)
 
     def calls_for(self, pace_us: float) -> int:
@@ -119,12 +130,14 @@ class _Calibration:
         return max(self.CALLS, min(self.MAX_CALLS, math.ceil(self.min_batch_us / pace_us)))
 
     def decide(self, gloo) -> bool:
-        """Collective over the group (every rank decides at the same call)."""
-        med = [_middle(v[m]) for v in (self.pace, self.issue) for m in self.SIDES]
+        """Collective over the group (every rank decides at the same call): the fastest native
+        side is the kind's form, native where it is no slower than NCCL."""
+        med = [_middle(v[m]) for v in (self.pace, self.issue) for m in self.sides]
         worst = _max_over_ranks(gloo, med)
-        n = len(self.SIDES)
-        self.us, self.issue_us = dict(zip(self.SIDES, worst[:n])), dict(zip(self.SIDES, worst[n:]))
-        self.native = self.us["gpustripe"] <= self.us["nccl"]
+        n = len(self.sides)
+        self.us, self.issue_us = dict(zip(self.sides, worst[:n])), dict(zip(self.sides, worst[n:]))
+        self.form = min((m for m in self.sides if m != "nccl"), key=lambda m: self.us[m])
+        self.native = self.us[self.form] <= self.us["nccl"]
         return self.native
 
     def under_review(self) -> bool:
@@ -185,11 +198,17 @@ class _Calibration:
         issuing the step's other work, and a met call's GPUs start only after the meeting, but
         not its part the GPUs spent on earlier work meanwhile (held(): exposed): where that time
         (the real calls' exposed time, the slowest rank's median) and the native call's pace
-        outweigh NCCL's pace, the kind goes to NCCL from the next call on. Returns the answer."""
+        outweigh NCCL's pace, the kind goes to NCCL from the next call on; a met form goes to the
+        staged one instead where that was no slower than NCCL, whose calls are then reviewed in
+        turn (`met_review`: the met form's review). Returns the answer (native or not)."""
         self.held_calls = self._held_whole(gloo)
         self.reviewed = _max_over_ranks(gloo, [_middle(self.held_calls)])[0]
         self.held_us = []
         extra = max(0.0, self.reviewed - self.issue_us.get("nccl", 0.0))
-        if self.us["gpustripe"] + extra > self.us["nccl"]:
+        if self.us[self.form] + extra > self.us["nccl"]:
+            if self.form == "met" and self.us["gpustripe"] <= self.us["nccl"]:
+                self.met_review = (self.reviewed, self.held_calls)
+                self.form, self.reviewed, self.held_calls = "gpustripe", None, []
+                return True
             self.native = False
         return self.native

@@ -195,6 +195,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         self._verdict = None             # tests: every kind decided so without timing (_test_verdict)
         self._measure_emulated = False   # tests: calibrated against gloo (_test_calibrate_emulated)
         self._forced = None              # the calibration's calls: native (True) or not (False)
+        self._forced_form = None         # and, native, of which form ("gpustripe" or "met": _Calibration)
         # Asynchronous native calls through the team's worker (off: on the caller's thread, _test_queue).
         # Not with torch's cudaMallocAsync allocator: its pool memory cannot be shared past a call,
         # every rank's team declines it, and only a call made on the caller's thread can then go
@@ -230,13 +231,17 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         rank's pace of each timed batch of each side, in order, which tells a side's slow first
         batches from a steady gap; `issue_us`: each side's host time per call in the batches;
         `held_us`: the reviewed calls' exposed host time, once reviewed, and `held_calls`: this
-        rank's each)."""
+        rank's each; for a kind the team can stage, `met`: its met form's medians, `form`: the
+        native form taken, and `met_held_us`: the met form's review where it handed the kind to
+        the staged form)."""
         out = {"host_us": {k: {"calls": v[0], "us": v[1] / v[0], "team_us": v[2] / v[0], "end_us": v[3] / v[0]}
                            for k, v in self._host_us.items() if v[0]},
                "team": self._team_obj.phase_times(reset) if self._team_obj is not None else {},
                "choices": {f"{op} {str(dt).replace('torch.', '')} <{1 << b}B":
                            {"use": "gpustripe" if c.native else "nccl", **c.us,
-                            "paces": {m: list(c.pace[m]) for m in c.SIDES},
+                            **({"form": c.form} if "met" in c.sides else {}),
+                            **({"met_held_us": c.met_review[0]} if c.met_review else {}),
+                            "paces": {m: list(c.pace[m]) for m in c.sides},
                             **({"issue_us": dict(c.issue_us)} if c.issue_us else {}),
                             **({"held_us": c.reviewed, "held_calls": list(c.held_calls)}
                                if c.reviewed is not None else {})}
@@ -318,12 +323,14 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             self._join(t)
         return be
 
-    def _native_way(self, kind: tuple, tensors, redo) -> bool:
+    def _native_way(self, kind: tuple, tensors, redo, stage_bytes: int = 0) -> bool:
         """Whether this call goes the native way: where the calibration gave its kind to the
         other backend, no (the kind is then handed over directly from its next call on). A kind's
         first call decides it (_Calibration), every rank at the same call; not where there is
         nothing to choose (no NCCL, the emulated test mode) or the call is one of the
-        calibration's own (_forced)."""
+        calibration's own (_forced). `stage_bytes`: the call's part for one peer where the team
+        can stage it (its slots take up to stage_limit()): on CUDA the calibration times its met
+        form too."""
         if self._forced is not None:
             return self._forced
         t = tensors[0]
@@ -332,7 +339,11 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return True
         cal = self._calibrations.get(kind)
         if cal is None:
-            cal = self._calibrations[kind] = _Calibration()
+            met = False  # the forms differ in the GPUs' time: none to choose on the emulated node
+            if self._verdict is None and stage_bytes and t.is_cuda:
+                with self._lock:
+                    met = stage_bytes <= self._team().stage_limit()
+            cal = self._calibrations[kind] = _Calibration(met=met)
             cal.native = self._verdict
             if cal.native is None:
                 self._measure(cal, tensors, redo)
@@ -355,12 +366,19 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         calls held their callers beyond NCCL's, with their pace, outweighs NCCL's pace."""
         if not cal.held(host_us, exposed, meeting, queued_behind):
             return
-        if not cal.review(self._gloo):
+        form = cal.form
+        if cal.review(self._gloo):
+            if cal.form != form:
+                self._say(f"{kind[0]} of {str(kind[2]).replace('torch.', '')} up to {1 << kind[3]} B goes staged: "
+                          f"its met calls held their callers {cal.met_review[0]:.0f} us each "
+                          f"(NCCL's {cal.issue_us.get('nccl', 0):.0f}) and take {cal.us['met']:.0f} us, "
+                          f"staged {cal.us['gpustripe']:.0f}, NCCL's {cal.us['nccl']:.0f}")
+        else:
             self._delegated[kind] = self._nccl if kind[1] else self._gloo
             self._say(f"{kind[0]} of {str(kind[2]).replace('torch.', '')} up to {1 << kind[3]} B goes to NCCL: "
                       f"its calls held their callers {cal.reviewed:.0f} us each "
                       f"(NCCL's {cal.issue_us.get('nccl', 0):.0f}) "
-                      f"and take {cal.us['gpustripe']:.0f} us, NCCL's {cal.us['nccl']:.0f}")
+                      f"and take {cal.us[cal.form]:.0f} us, NCCL's {cal.us['nccl']:.0f}")
 
     def _measure(self, cal: _Calibration, tensors, redo) -> None:
         """Decides `cal` from batches of calls of each side (_Calibration.measure) made by
@@ -371,11 +389,12 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         dev = tensors[0].device
 
         def issue(side: str):
-            self._forced = side == "gpustripe"
+            self._forced = side != "nccl"
+            self._forced_form = side if self._forced else None
             try:
                 return redo(scratch)
             finally:
-                self._forced = None
+                self._forced = self._forced_form = None
 
         def sync(work) -> None:
             if work is not None:
@@ -388,10 +407,12 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         cal.decide(self._gloo)
 
     def _run(self, what: str, kind: tuple, tensors, native, fallback, after=None, result=None,
-             keep=(), redo=None, blocking=False):
-        """A collective on the native path: `native(team, ptrs, stream, queued, joined)` (ptrs: of
-        `tensors`; stream: the caller's; queued: handed to the team's worker, True or raises; joined:
-        run on the caller's stream itself, for a blocking call) enqueues it and
+             keep=(), redo=None, blocking=False, stage_bytes=0):
+        """A collective on the native path: `native(team, ptrs, stream, queued, joined, staged)`
+        (ptrs: of `tensors`; stream: the caller's; queued: handed to the team's worker, True or
+        raises; joined: run on the caller's stream itself, for a blocking call; staged: False where
+        the kind's form is the met one, `stage_bytes` its part for one peer where it has both:
+        _Calibration) enqueues it and
         returns whether every rank took it; then `after()`
         (divisions, copies) is enqueued on the team's stream. `tensors` (and `keep`, what after()
         writes) are held until the team's stream is past the call; the work's value is `result`
@@ -405,8 +426,10 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         t0 = tensors[0]
         dev = t0.device
         result = tensors if result is None else result
-        if not self._native_way(kind, tensors, redo):
+        if not self._native_way(kind, tensors, redo, stage_bytes):
             return fallback()  # None: a blocking call NCCL ran on the caller's stream
+        form = self._forced_form if self._forced else getattr(self._calibrations.get(kind), "form", "gpustripe")
+        staged = form != "met"
         t_host = time.perf_counter()
         # A kind under review (_review; not the calibration's own calls): on CUDA, how long before
         # the call returned the caller's stream ran out of earlier work (an event before the call
@@ -435,9 +458,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             if t0.is_cuda and torch._C._cuda_getDevice() != dev.index:
                 # The default stream's handle names the current device's: make it the tensor's.
                 with torch.cuda.device(dev):
-                    served = native(team, ptrs, stream, queued, blocking)
+                    served = native(team, ptrs, stream, queued, blocking, staged)
             else:
-                served = native(team, ptrs, stream, queued, blocking)
+                served = native(team, ptrs, stream, queued, blocking, staged)
             t_end = time.perf_counter()
             # A reviewed call's number among the team's stream-ordered calls: whether it was enqueued
             # while the team's call before it still ran on the GPUs is asked at the review.
@@ -515,11 +538,12 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(t, "all_reduce").allreduce(tensors, opts)
         dt, op, avg = red
         return self._run("all_reduce", kind, [t],
-                         lambda team, p, st, q, j: team.allreduce(p[0], p[0], t.numel(), dt, op, stream=st, queued=q, joined=j),
+                         lambda team, p, st, q, j, s: team.allreduce(p[0], p[0], t.numel(), dt, op, stream=st,
+                                                                     queued=q, joined=j, staged=s),
                          lambda: self._other(t, "all_reduce").allreduce([t], opts),
                          after=(lambda: t.div_(self._size)) if avg else None,
                          redo=lambda b: self.allreduce(b, opts),
-                         blocking=_blocking(opts))
+                         blocking=_blocking(opts), stage_bytes=t.nbytes)
 
     def allreduce_coalesced(self, tensors, opts=AllreduceCoalescedOptions()):
         if not self._native_side(tensors[0]):
@@ -541,7 +565,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(t, "broadcast").broadcast(tensors, opts)
         root = opts.rootRank
         return self._run("broadcast", kind, [t],
-                         lambda team, p, st, q, j: team.bcast(p[0], t.numel() * t.element_size(), root, stream=st, queued=q, joined=j),
+                         lambda team, p, st, q, j, s: team.bcast(p[0], t.numel() * t.element_size(), root, stream=st, queued=q, joined=j),
                          lambda: self._other(t, "broadcast").broadcast([t], opts),
                          redo=lambda b: self.broadcast(b, opts),
                          blocking=_blocking(opts))
@@ -561,7 +585,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         root = opts.rootRank
         is_root = self._rank == root
         return self._run("reduce", kind, [t],
-                         lambda team, p, st, q, j: team.reduce(p[0], p[0] if is_root else 0, t.numel(), dt, op, root,
+                         lambda team, p, st, q, j, s: team.reduce(p[0], p[0] if is_root else 0, t.numel(), dt, op, root,
                                                          stream=st, queued=q, joined=j),
                          lambda: self._other(t, "reduce").reduce([t], opts),
                          after=(lambda: t.div_(self._size)) if avg and is_root else None,
@@ -581,11 +605,11 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         block = input.numel() * input.element_size()
         # input first: the emulated test mode copies results back in this order, the output last
         return self._run("all_gather_into_tensor", kind, [input, output],
-                         lambda team, p, st, q, j: team.allgather(p[0], p[1], block, stream=st, queued=q, joined=j),
+                         lambda team, p, st, q, j, s: team.allgather(p[0], p[1], block, stream=st, queued=q, joined=j, staged=s),
                          lambda: self._other(input, "all_gather_into_tensor")._allgather_base(
                              output, input, opts),
                          result=[output], redo=lambda b: self._allgather_base(b[1], b[0], opts),
-                         blocking=_blocking(opts))
+                         blocking=_blocking(opts), stage_bytes=block)
 
     all_gather_single = _allgather_base  # newer torch's name for it
 
@@ -612,11 +636,11 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
 
         block = x.numel() * x.element_size()
         return self._run("all_gather", kind, [x, flat],
-                         lambda team, p, st, q, j: team.allgather(p[0], p[1], block, stream=st, queued=q, joined=j),
+                         lambda team, p, st, q, j, s: team.allgather(p[0], p[1], block, stream=st, queued=q, joined=j, staged=s),
                          lambda: self._other(x, "all_gather").allgather(output_lists, inputs, opts),
                          after=scatter_flat, result=output_lists, keep=list(outs),
                          redo=lambda b: self.allgather([[torch.empty_like(o) for o in outs]], b[:1], opts),
-                         blocking=_blocking(opts))
+                         blocking=_blocking(opts), stage_bytes=block)
 
     def _reduce_scatter_base(self, output, input, opts=ReduceScatterOptions()):
         if input.numel() != output.numel() * self._size:
@@ -634,12 +658,13 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             return self._other(input, "reduce_scatter_tensor")._reduce_scatter_base(output, input, opts)
         dt, op, avg = red
         return self._run("reduce_scatter_tensor", kind, [input, output],
-                         lambda team, p, st, q, j: team.reduce_scatter(p[0], p[1], output.numel(), dt, op, stream=st, queued=q, joined=j),
+                         lambda team, p, st, q, j, s: team.reduce_scatter(p[0], p[1], output.numel(), dt, op, stream=st, queued=q,
+                                                                         joined=j, staged=s),
                          lambda: self._other(input, "reduce_scatter_tensor")._reduce_scatter_base(
                              output, input, opts),
                          after=(lambda: output.div_(self._size)) if avg else None, result=[output],
                          redo=lambda b: self._reduce_scatter_base(b[1], b[0], opts),
-                         blocking=_blocking(opts))
+                         blocking=_blocking(opts), stage_bytes=output.nbytes)
 
     reduce_scatter_single = _reduce_scatter_base  # newer torch's name for it
 
@@ -677,7 +702,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                 output, input, output_split_sizes, input_split_sizes, opts)
         block = input.numel() * input.element_size() // n
         return self._run("all_to_all_single", kind, [input, output],
-                         lambda team, p, st, q, j: team.alltoall(p[0], p[1], block, stream=st, queued=q, joined=j),
+                         lambda team, p, st, q, j, s: team.alltoall(p[0], p[1], block, stream=st, queued=q, joined=j),
                          lambda: self._other(input, "all_to_all_single").alltoall_base(
                              output, input, output_split_sizes, input_split_sizes, opts),
                          result=[output],

@@ -7,7 +7,9 @@
 // `queued`: the call (with a stream) is handed to the team's worker, which meets the other
 // members and enqueues it in call order; it returns True at once or raises (node_team.hpp).
 // `joined`: the call (with a stream, not queued) runs on the caller's stream itself, whose later
-// work sees its results (a blocking call's end, no join() needed).
+// work sees its results (a blocking call's end, no join() needed). `staged` (allreduce,
+// reduce_scatter, allgather): False, a call small enough for the slots (stage_limit()) meets the
+// other members instead; the same on every member.
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/string.h>
 
@@ -101,6 +103,10 @@ void bind_team(nb::module_& m) {
            "How long job `job` (queue_posted()) took from its hand-over to the team's worker to the end of its run "
            "(for a queued call: the wait behind earlier jobs, the other ranks' hosts met, the call enqueued), in "
            "microseconds; negative where it has not run yet")
+      .def("stage_limit", &NodeTeam::stage_limit,
+           "The most bytes a call's part for one member may have to be staged through the slots mapped once (an "
+           "allreduce's input, a reduce-scatter's or allgather's block); 0 where no call is staged. staged=False on "
+           "such a call makes it meet the other members instead")
       .def("ordered_calls", &NodeTeam::ordered_calls,
            "Stream-ordered calls made so far, queued or not (ask right after a call: its number)")
       .def("enqueued_behind", &NodeTeam::enqueued_behind, nb::arg("call"),
@@ -165,30 +171,35 @@ void bind_team(nb::module_& m) {
       .def(
           "allreduce",
           [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,
-             const std::string& op, uintptr_t stream, bool queued, bool joined) {
-            coll::DataType dt = coll::parse_dtype(dtype);
-            coll::RedOp o = coll::parse_redop(op);
-            return without_gil([&] { return t.allreduce(as_ptr(send), as_ptr(recv), count, dt, o, as_ptr(stream), queued, joined); });
-          },
-          nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op") = "sum",
-          nb::arg("stream") = 0, nb::arg("queued") = false, nb::arg("joined") = false)
-      .def(
-          "reduce_scatter",
-          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,
-             const std::string& op, uintptr_t stream, bool queued, bool joined) {
+             const std::string& op, uintptr_t stream, bool queued, bool joined, bool staged) {
             coll::DataType dt = coll::parse_dtype(dtype);
             coll::RedOp o = coll::parse_redop(op);
             return without_gil(
-                [&] { return t.reduce_scatter(as_ptr(send), as_ptr(recv), count, dt, o, as_ptr(stream), queued, joined); });
+                [&] { return t.allreduce(as_ptr(send), as_ptr(recv), count, dt, o, as_ptr(stream), queued, joined, staged); });
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op") = "sum",
-          nb::arg("stream") = 0, nb::arg("queued") = false, nb::arg("joined") = false, "count: elements of each member's block (recv)")
+          nb::arg("stream") = 0, nb::arg("queued") = false, nb::arg("joined") = false, nb::arg("staged") = true)
+      .def(
+          "reduce_scatter",
+          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype,
+             const std::string& op, uintptr_t stream, bool queued, bool joined, bool staged) {
+            coll::DataType dt = coll::parse_dtype(dtype);
+            coll::RedOp o = coll::parse_redop(op);
+            return without_gil(
+                [&] { return t.reduce_scatter(as_ptr(send), as_ptr(recv), count, dt, o, as_ptr(stream), queued, joined, staged); });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op") = "sum",
+          nb::arg("stream") = 0, nb::arg("queued") = false, nb::arg("joined") = false, nb::arg("staged") = true,
+          "count: elements of each member's block (recv)")
       .def(
           "allgather",
-          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block, uintptr_t stream, bool queued, bool joined) {
-            return without_gil([&] { return t.allgather(as_ptr(send), as_ptr(recv), block, as_ptr(stream), queued, joined); });
+          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block, uintptr_t stream, bool queued, bool joined,
+             bool staged) {
+            return without_gil(
+                [&] { return t.allgather(as_ptr(send), as_ptr(recv), block, as_ptr(stream), queued, joined, staged); });
           },
-          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"), nb::arg("stream") = 0, nb::arg("queued") = false, nb::arg("joined") = false)
+          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"), nb::arg("stream") = 0, nb::arg("queued") = false,
+          nb::arg("joined") = false, nb::arg("staged") = true)
       .def(
           "alltoall",
           [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block, uintptr_t stream, bool queued, bool joined) {

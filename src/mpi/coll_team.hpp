@@ -178,6 +178,9 @@ class CollTeam {
   // the same call: it looks at nothing of this rank's buffers (a staged call never declines; odd
   // buffers go through the slot). Safe from another thread than the one making calls.
   bool stageable(const CollCall& call) const;
+  // The most bytes a staged call's part for one peer (CollCall::staged_bytes) may have here: 0
+  // where no call is staged (staging off, agreed by every rank, or no stream flags).
+  size_t stage_limit() const;
   // The GPU of this rank's staging slot (-1 before the team's first staged call, or without one).
   int staging_device() const { return stage_dev_; }
   // Whether calls with a stream can be enqueued stream-ordered here (the backend has stream flags).

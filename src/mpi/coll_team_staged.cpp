@@ -33,6 +33,11 @@ bool CollTeam::stageable(const CollCall& call) const {
          stage_state_.load(std::memory_order_acquire) != kStageOff;
 }
 
+size_t CollTeam::stage_limit() const {
+  if (!runner_ || !runner_->stream_flags() || stage_state_.load(std::memory_order_acquire) == kStageOff) return 0;
+  return coll::staged_unit(tuning_.staged_max, n_);
+}
+
 void CollTeam::setup_staging(const CollCall& call) {
   // Each rank makes its slot (on its first stageable call's GPU), then all agree: staging is on
   // only where every rank has one and every pair of their GPUs maps each other (the kernels read

@@ -311,17 +311,18 @@ void NodeTeam::run_queued(CollCall& c, StreamHandle end, uint64_t call) {
              "memory of a cudaMallocAsync pool): it was not made, and the calls after it fail", c.name);
 }
 
-bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream, bool queued, bool joined) {
+bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream, bool queued, bool joined, bool staged) {
   CollCall c = entered_call("allreduce", coll::CollOp::AllReduce, stream);
   const bool ok_types = reducible(dt, op);
   const size_t bytes = ok_types ? count * coll::dtype_size(dt) : 0;
   c.device = ok_types ? device_of(c, {send, recv}) : -1;
   c.eligible = c.device >= 0 && count > 0 && (send == recv || disjoint(send, bytes, recv, bytes));
   if (ok_types && count > 0) allreduce_call(c, send, recv, count, dt, op);  // staged whatever the buffers
+  if (!staged) c.staged = nullptr;
   return submit(c, queued, joined);
 }
 
-bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream, bool queued, bool joined) {
+bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream, bool queued, bool joined, bool staged) {
   CollCall c = entered_call("reduce_scatter", coll::CollOp::ReduceScatter, stream);
   const int n = size();
   const bool ok_types = reducible(dt, op);
@@ -330,16 +331,18 @@ bool NodeTeam::reduce_scatter(const void* send, void* recv, size_t count, coll::
   c.device = ok_types ? device_of(c, {send, recv}) : -1;
   c.eligible = c.device >= 0 && count > 0 && (in_place || disjoint(send, block * n, recv, block));
   if (ok_types && count > 0) reduce_scatter_call(c, n, send, recv, count, dt, op);
+  if (!staged) c.staged = nullptr;
   return submit(c, queued, joined);
 }
 
-bool NodeTeam::allgather(const void* send, void* recv, size_t block, StreamHandle stream, bool queued, bool joined) {
+bool NodeTeam::allgather(const void* send, void* recv, size_t block, StreamHandle stream, bool queued, bool joined, bool staged) {
   CollCall c = entered_call("allgather", coll::CollOp::AllGather, stream);
   const size_t total = block * size();
   const bool in_place = static_cast<char*>(recv) + rank() * block == send;
   c.device = device_of(c, {send, recv});
   c.eligible = c.device >= 0 && block > 0 && (in_place || disjoint(send, block, recv, total));
   if (block > 0) allgather_call(c, size(), send, recv, block);
+  if (!staged) c.staged = nullptr;
   return submit(c, queued, joined);
 }
 

@@ -105,6 +105,9 @@ class NodeTeam {
   // Bounded by GPUSTRIPE_TIMEOUT. Callable from another thread than the caller's (a completer of
   // futures: a call's future completed off the caller's thread).
   StreamHandle wait_queued(uint64_t job, int device);
+  // The most bytes a call's part for one member may have to be staged (CollTeam::stage_limit):
+  // an allreduce's input, a reduce-scatter's or allgather's block; 0 where no call is staged.
+  size_t stage_limit() const { return team_->stage_limit(); }
   // Whether a stream-ordered call can be queued here (the backend has stream flags).
   bool can_queue() const { return team_->stream_flags(); }
   // Events made so far for queued calls' starts (each reused once the worker has enqueued its call).
@@ -131,13 +134,17 @@ class NodeTeam {
   // caller's stream itself runs the call, so work enqueued on it afterwards sees the results, as
   // after join(device, stream), with no event or wait between the streams (a blocking call's end).
 
+  // `staged` (allreduce, reduce_scatter, allgather): false, a call that could be staged through
+  // the slots (stage_limit()) meets the other members and reads their buffers instead (the same
+  // on every member: a form the caller chose for the call's kind).
+
   // recv[i] = op over members of send[i], count elements of dt (send == recv: in place).
-  bool allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr, bool queued = false, bool joined = false);
+  bool allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr, bool queued = false, bool joined = false, bool staged = true);
   // recv = op over members of block `rank` of send (size() blocks of count elements);
   // recv == send + rank * block: in place.
-  bool reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr, bool queued = false, bool joined = false);
+  bool reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr, bool queued = false, bool joined = false, bool staged = true);
   // recv = every member's block of `block` bytes in rank order (send == recv + rank * block: in place).
-  bool allgather(const void* send, void* recv, size_t block, StreamHandle stream = nullptr, bool queued = false, bool joined = false);
+  bool allgather(const void* send, void* recv, size_t block, StreamHandle stream = nullptr, bool queued = false, bool joined = false, bool staged = true);
   // Block j of send to member j, block i of recv from member i (`block` bytes each; no overlap).
   bool alltoall(const void* send, void* recv, size_t block, StreamHandle stream = nullptr, bool queued = false, bool joined = false);
   // root's `bytes` at buf into every member's buf.

@@ -18,7 +18,8 @@ test_node_team_queue.py, one process per rank, with a scenario:
   as does its call after that.
 - `behind` (queued) and `behind_staged` (staged: on the caller's thread): after a settled call,
   three all_gathers back to back, rank 1's 0.3 s after rank 0's: whether each was enqueued while
-  the team's call before it still ran (enqueued_behind), and its answer for call numbers not made.
+  the team's call before it still ran (enqueued_behind), and its answer for call numbers not made;
+  then the team's stage_limit() and one all_gather in its met form (staged=False).
 - `shutdown`: rank 0 queues calls and drops the team before rank 1 has posted; rank 1 then posts
   and checks its results (exact only if rank 0's worker ran them while its team closed).
 
@@ -169,6 +170,13 @@ def main() -> None:
         out["unknown"] = [team.enqueued_behind(0), team.enqueued_behind(calls[-1] + 1)]
         out["exact"] = bool(np.array_equal(get(g, size * n), np.repeat(np.arange(1.0, size + 1), n)))
         out["staged"] = team.phase_times()["staged"]
+        # The same call in its met form (staged=False): it meets the other ranks, and is exact too.
+        out["limit"] = team.stage_limit()
+        h = put(np.zeros(size * n))
+        team.allgather(a, h, n * 8, stream=stream, queued=queued, staged=False)
+        team.settle()
+        out["met_exact"] = bool(np.array_equal(get(h, size * n), np.repeat(np.arange(1.0, size + 1), n)))
+        out["staged_after_met"] = team.phase_times()["staged"]
     elif scenario == "staged_peer_dies":
         a = put(np.full(N, rank + 1, np.float32))
         team.allreduce(a, a, N, "float32", "sum", stream=stream, queued=True)

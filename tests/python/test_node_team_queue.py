@@ -83,6 +83,9 @@ def test_a_call_enqueued_while_the_one_before_it_runs_says_so(tmp_path, staged):
         assert r["staged"] == (4 if staged else 0), r
         assert r["unknown"] == [-1, -1] and r["not_yet"] == -1, r  # no call 0, nor one not made
         assert r["behind"][0] == 0 and set(r["behind"]) <= {0, 1}, r
+        # staging on: a block of 512 KB fits the slots; a call asked for in its met form is not staged
+        assert (r["limit"] >= (512 << 10)) if staged else r["limit"] == 0, r
+        assert r["met_exact"] and r["staged_after_met"] == r["staged"], r
 
 
 def test_a_team_closed_with_calls_queued_runs_them_first(tmp_path):

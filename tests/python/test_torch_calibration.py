@@ -43,7 +43,7 @@ class Node:
     def __init__(self, costs, meet=0.0, sync=0.0):
         self.costs, self.meet_us, self.sync_us = costs, meet, sync
         self.now = self.gpu_free = 0.0
-        self.calls = {s: 0 for s in C.SIDES}
+        self.calls = dict.fromkeys(costs, 0)
         self.sides = []  # every call's side, in order
 
     def issue(self, side):
@@ -66,9 +66,10 @@ class Node:
 
 
 def calibrate(costs, gloo=None, meet=0.0, sync=0.0, min_batch_us=0.0, agree=None):
-    """min_batch_us 0 (the tests of what a batch measures): every batch has C.CALLS timed calls."""
+    """min_batch_us 0 (the tests of what a batch measures): every batch has C.CALLS timed calls.
+    Costs of a side "met": the kind has a met form beside its staged one ("gpustripe")."""
     node = Node(costs, meet, sync)
-    cal = C(min_batch_us=min_batch_us)
+    cal = C(min_batch_us=min_batch_us, met="met" in costs)
     cal.measure(node.issue, node.sync, node.meet, clock=node.clock, agree=agree)
     cal.decide(gloo or Gloo())
     return cal, node
@@ -287,6 +288,54 @@ def test_a_queued_calls_meeting_counts_as_held_once_known():
     # the stream's earlier work covered 2 ms of each meeting: its last 500 us count
     cal, answer = review([2500.0] * C.REVIEW_CALLS, exposed=-2000.0)
     assert answer is False and cal.reviewed == pytest.approx(500.0)
+
+
+def test_a_kind_the_team_can_stage_takes_its_fastest_native_form():
+    # a 64 MB reduce-scatter: staged 160 us on the GPUs, met 128 (its meeting on the host), NCCL 170
+    cal, node = calibrate({"gpustripe": (160.0, 40.0), "met": (128.0, 60.0), "nccl": (170.0, 45.0)})
+    assert cal.native is True and cal.form == "met"
+    assert cal.us["met"] == pytest.approx(batch_pace(128.0, 60.0))
+    run = C.WARMUP + C.CALLS
+    assert node.sides == (["gpustripe"] * run + ["met"] * run + ["nccl"] * run) * C.ROUNDS
+    # the met form slower on the GPUs: the staged one
+    cal, _ = calibrate({"gpustripe": (120.0, 40.0), "met": (130.0, 60.0), "nccl": (170.0, 45.0)})
+    assert cal.native is True and cal.form == "gpustripe"
+    # both slower than NCCL: NCCL
+    cal, _ = calibrate({"gpustripe": (180.0, 40.0), "met": (175.0, 60.0), "nccl": (170.0, 45.0)})
+    assert cal.native is False
+
+
+def test_a_met_form_whose_calls_hold_their_callers_goes_staged_and_is_reviewed_again():
+    # a launch-bound step: the met calls' meetings expose 300 us each; the staged form meets no
+    # host and was faster than NCCL too: it takes over, and its own calls are reviewed
+    def kind(staged=160.0):
+        cal = C(met=True)
+        cal.native, cal.form = True, "met"
+        cal.us = {"gpustripe": staged, "met": 128.0, "nccl": 170.0}
+        cal.issue_us = {"gpustripe": 40.0, "met": 60.0, "nccl": 45.0}
+        return cal
+
+    def review(cal, held):
+        due = [i for i in range(C.REVIEW_CALLS) if cal.held(held)]
+        assert due == [C.REVIEW_CALLS - 1]
+        return cal.review(Gloo())
+
+    cal = kind()
+    assert review(cal, 300.0) is True
+    assert cal.form == "gpustripe" and cal.native is True and cal.under_review()
+    assert cal.met_review[0] == pytest.approx(300.0) and cal.reviewed is None
+    # the staged calls hold their callers no longer than NCCL's: staged for good
+    assert review(cal, 20.0) is True and cal.form == "gpustripe" and not cal.under_review()
+    # held as long as staged too: NCCL
+    cal = kind()
+    review(cal, 300.0)
+    assert review(cal, 300.0) is False and cal.native is False
+    # a staged form slower than NCCL is no fallback
+    cal = kind(staged=175.0)
+    assert review(cal, 300.0) is False and cal.native is False and cal.met_review is None
+    # a met form whose calls hide behind the GPUs stays
+    cal = kind()
+    assert review(cal, 0.0) is True and cal.form == "met" and not cal.under_review()
 
 
 def test_a_call_enqueued_behind_the_groups_call_before_it_counts_nothing():

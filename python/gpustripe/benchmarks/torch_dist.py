@@ -191,10 +191,13 @@ _TORCH_OPS = {"allreduce": "all_reduce", "allgather": "all_gather_into_tensor",
 
 
 def _chosen(t: dict, op: str, dtype: str, size: int) -> str | None:
-    """The side ("gpustripe" or "nccl") the calibration chose for `op` of `size` bytes (every op's
-    largest buffer here: its size class), from the group's trace; None where it chose nothing."""
+    """The side ("gpustripe", "gpustripe met" for the met form of a kind the team can stage, or
+    "nccl") the calibration chose for `op` of `size` bytes (every op's largest buffer here: its
+    size class), from the group's trace; None where it chose nothing."""
     c = t.get("choices", {}).get(f"{_TORCH_OPS[op]} {dtype} <{1 << size.bit_length()}B")
-    return c["use"] if c else None
+    if not c:
+        return None
+    return "gpustripe met" if c["use"] == "gpustripe" and c.get("form") == "met" else c["use"]
 
 
 def _print_trace(t: dict) -> None:
@@ -214,11 +217,14 @@ def _print_trace(t: dict) -> None:
 def _choice_line(kind: str, c: dict) -> str:
     """The calibration's choice for one kind: the medians it decided by, and this rank's batches."""
     paces = "; ".join(f"{side} " + " ".join(f"{p:.1f}" for p in ps) for side, ps in c.get("paces", {}).items())
-    return (f"chose {c['use']} for {kind}: gpustripe {c['gpustripe']:.1f} us, nccl {c['nccl']:.1f} us "
+    met = f", met {c['met']:.1f} us" if "met" in c else ""
+    form = f" ({c['form']})" if "form" in c and c["use"] == "gpustripe" else ""
+    return (f"chose {c['use']}{form} for {kind}: gpustripe {c['gpustripe']:.1f} us{met}, nccl {c['nccl']:.1f} us "
             "(calibration: medians of back-to-back batches, us per call, slowest rank)"
             + (f"; this rank's batches, in order: {paces}" if paces else "")
             + ("; issue us per call: " + ", ".join(f"{k} {v:.1f}" for k, v in c["issue_us"].items())
                if "issue_us" in c else "")
+            + (f"; met form reviewed: held {c['met_held_us']:.1f} us, to the staged form" if "met_held_us" in c else "")
             + (f"; reviewed: held {c['held_us']:.1f} us (slowest rank's median), this rank's calls "
                + " ".join(f"{h:.0f}" for h in c.get("held_calls", [])) if "held_us" in c else ""))
 
