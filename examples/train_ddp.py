@@ -121,6 +121,16 @@ class Trainer:
         self.losses.append(lv.item() / dist.get_world_size())
 
 
+def start(args) -> tuple:
+    """This process's rank and GPU under torchrun: the default group on gpustripe, and
+    `args.nccl_group` of the same ranks on nccl."""
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    dist.init_process_group("cuda:gpustripe,cpu:gloo")
+    args.nccl_group = dist.new_group(backend="nccl")
+    return dist.get_rank(), torch.device("cuda", local)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="gpt2", choices=["gpt2", "resnet50"])
@@ -146,12 +156,7 @@ def main() -> None:
     args = p.parse_args()
     args.batch = args.batch or (32 if args.model == "resnet50" else 4)
 
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
-    dev = torch.device("cuda", local)
-    dist.init_process_group("cuda:gpustripe,cpu:gloo")
-    rank = dist.get_rank()
-    args.nccl_group = dist.new_group(backend="nccl")
+    rank, dev = start(args)
     if args.always_native:
         gpustripe.torch._test_always_native(dist.group.WORLD)
     # The first steps include allocation, autotuning and the backend's calibration and mappings:

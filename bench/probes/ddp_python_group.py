@@ -73,12 +73,7 @@ def main() -> None:
 
     dist.Backend.register_backend("forwarder", Forwarder, devices=["cuda"])
     dist.Backend.register_backend("passthrough", Passthrough, devices=["cuda"])
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
-    dev = torch.device("cuda", local)
-    dist.init_process_group("cuda:gpustripe,cpu:gloo")
-    rank = dist.get_rank()
-    args.nccl_group = dist.new_group(backend="nccl")
+    rank, dev = train_ddp.start(args)
     gpustripe.torch._test_verdict(dist.group.WORLD, False)  # every kind of call handed to NCCL
     args.warm_steps = min(5, args.steps // 2)
     groups = [("nccl", args.nccl_group), ("nccl_again", dist.new_group(backend="nccl")),
