@@ -89,7 +89,8 @@ class _Calibration:
         self.pace = {m: [] for m in self.sides}  # us per call of each timed batch
         self.issue = {m: [] for m in self.sides}  # us each timed call of a batch held the caller (mean)
         self.issue_us = {}  # their medians (the slowest rank's), once decided
-        self.held_us = []   # (host time, exposed, meeting, queued_behind) of each real native call until the review (held())
+        # (host time, exposed, meeting, queued_behind) of each real native call until the review (held())
+        self.held_us = []
         self.reviewed = None  # the review's median exposed time (the slowest rank's), once made
         self.held_calls = []  # this rank's reviewed calls' exposed time each, once reviewed
         self.met_review = None  # (reviewed, held_calls) of a met form handed over to the staged one

@@ -31,7 +31,8 @@ back the same segments; expandable segments included).
 
 Where NCCL is faster: at the first call of each kind (an op, the memory's side, the element
 type, sizes within a power of two: ``_kind``) every rank times batches of back-to-back calls of
-both on zeroed buffers of that call's sizes, as the benchmarks time them, and every rank then
+both on zeroed buffers of that call's sizes, as the benchmarks time them (a call the team can
+stage through its slots in both its native forms, staged and met), and every rank then
 takes the one whose slowest rank was faster (``_Calibration``); what was chosen and why is in
 ``trace()``. The batches run after the ranks met, so a kind given to gpustripe is reviewed after
 its first real calls: where the time they held their callers beyond what NCCL's calls hold
@@ -361,9 +362,10 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
     def _review(self, kind: tuple, cal: _Calibration, host_us: float, exposed=None, meeting=None,
                 queued_behind=None) -> None:
         """A real native call of `kind`, whose calibration `cal` is under review, that held its
-        caller `host_us` (`exposed`, `meeting`, `queued_behind`: as _Calibration.held's): at the kind's review
-        (_Calibration.review, collective), handed to NCCL from the next call on where the time its
-        calls held their callers beyond NCCL's, with their pace, outweighs NCCL's pace."""
+        caller `host_us` (`exposed`, `meeting`, `queued_behind`: as _Calibration.held's): at the
+        kind's review (_Calibration.review, collective), handed to NCCL from the next call on where
+        the time its calls held their callers beyond NCCL's, with their pace, outweighs NCCL's
+        pace (a met form to the staged one first, where that was no slower than NCCL)."""
         if not cal.held(host_us, exposed, meeting, queued_behind):
             return
         form = cal.form
@@ -605,7 +607,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         block = input.numel() * input.element_size()
         # input first: the emulated test mode copies results back in this order, the output last
         return self._run("all_gather_into_tensor", kind, [input, output],
-                         lambda team, p, st, q, j, s: team.allgather(p[0], p[1], block, stream=st, queued=q, joined=j, staged=s),
+                         lambda team, p, st, q, j, s: team.allgather(p[0], p[1], block, stream=st, queued=q, joined=j,
+                                                                     staged=s),
                          lambda: self._other(input, "all_gather_into_tensor")._allgather_base(
                              output, input, opts),
                          result=[output], redo=lambda b: self._allgather_base(b[1], b[0], opts),
@@ -636,7 +639,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
 
         block = x.numel() * x.element_size()
         return self._run("all_gather", kind, [x, flat],
-                         lambda team, p, st, q, j, s: team.allgather(p[0], p[1], block, stream=st, queued=q, joined=j, staged=s),
+                         lambda team, p, st, q, j, s: team.allgather(p[0], p[1], block, stream=st, queued=q, joined=j,
+                                                                     staged=s),
                          lambda: self._other(x, "all_gather").allgather(output_lists, inputs, opts),
                          after=scatter_flat, result=output_lists, keep=list(outs),
                          redo=lambda b: self.allgather([[torch.empty_like(o) for o in outs]], b[:1], opts),

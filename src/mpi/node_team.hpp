@@ -139,12 +139,15 @@ class NodeTeam {
   // on every member: a form the caller chose for the call's kind).
 
   // recv[i] = op over members of send[i], count elements of dt (send == recv: in place).
-  bool allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr, bool queued = false, bool joined = false, bool staged = true);
+  bool allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op,
+                 StreamHandle stream = nullptr, bool queued = false, bool joined = false, bool staged = true);
   // recv = op over members of block `rank` of send (size() blocks of count elements);
   // recv == send + rank * block: in place.
-  bool reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream = nullptr, bool queued = false, bool joined = false, bool staged = true);
+  bool reduce_scatter(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op,
+                      StreamHandle stream = nullptr, bool queued = false, bool joined = false, bool staged = true);
   // recv = every member's block of `block` bytes in rank order (send == recv + rank * block: in place).
-  bool allgather(const void* send, void* recv, size_t block, StreamHandle stream = nullptr, bool queued = false, bool joined = false, bool staged = true);
+  bool allgather(const void* send, void* recv, size_t block, StreamHandle stream = nullptr, bool queued = false,
+                 bool joined = false, bool staged = true);
   // Block j of send to member j, block i of recv from member i (`block` bytes each; no overlap).
   bool alltoall(const void* send, void* recv, size_t block, StreamHandle stream = nullptr, bool queued = false, bool joined = false);
   // root's `bytes` at buf into every member's buf.
