@@ -2,13 +2,17 @@
 // through ring wrap-around, dead and silent peers, bad attaches.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <random>
 #include <thread>
 
+#include "ipc/liveness.hpp"
 #include "ipc/shm_segment.hpp"
 #include "ipc/wait.hpp"
 #include "test_ipc_ranks.hpp"
@@ -145,6 +149,38 @@ TEST(IpcChannel, KilledPeerFailsTheWaitQuickly) {
   EXPECT_EQ(res[1].code, 128 + SIGKILL);
   EXPECT_EQ(res[0].code, error_code(GPUSTRIPE_ERR_PEER_FAILED));
   EXPECT_LT(s, 10.0) << "a dead peer must be noticed from its pid, long before GPUSTRIPE_TIMEOUT";
+}
+
+// A process killed is dead to its peers whether its parent has reaped it yet (a zombie) or not,
+// at every ask: a check that sees it reaped between its kill() probe and its /proc read must not
+// take the missing entry for a live process (a peer's state read twice would go dead, alive).
+TEST(IpcLiveness, AKilledProcessIsDeadAsAZombieAndOnceReaped) {
+  EXPECT_TRUE(ipc::process_alive(getpid()));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  EXPECT_TRUE(ipc::process_alive(child));
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  for (int i = 0; i < 5000 && ipc::process_alive(child); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_FALSE(ipc::process_alive(child));  // a zombie
+  // Reaped while another thread keeps asking: never alive again.
+  std::atomic<bool> seen_alive{false}, stop{false};
+  std::thread asker([&] {
+    while (!stop.load())
+      if (ipc::process_alive(child)) seen_alive = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  stop = true;
+  asker.join();
+  EXPECT_FALSE(seen_alive.load());
+  EXPECT_FALSE(ipc::process_alive(child));
 }
 
 TEST(IpcChannel, SilentPeerTimesOut) {

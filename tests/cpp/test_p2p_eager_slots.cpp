@@ -62,9 +62,13 @@ bool fails_with_peer_failed(F&& f) {
   return false;
 }
 void wait_until_dead(ipc::Channel& ch, int peer) {
-  for (int i = 0; i < 5000 && ch.peer_state(peer) != ipc::PeerState::Dead; ++i)
+  ipc::PeerState st = ch.peer_state(peer);
+  for (int i = 0; i < 5000 && st != ipc::PeerState::Dead; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  RANK_CHECK(ch.peer_state(peer) == ipc::PeerState::Dead);
+    st = ch.peer_state(peer);
+  }
+  RANK_CHECK(st == ipc::PeerState::Dead);
+  RANK_CHECK(ch.peer_state(peer) == ipc::PeerState::Dead);  // and stays so, reaped or not
 }
 
 // Counts the backend calls that enqueue the eager slots' copies: one call per copy, or one per
