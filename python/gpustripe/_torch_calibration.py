@@ -93,7 +93,7 @@ class _Calibration:
         self.held_us = []
         self.reviewed = None  # the review's median exposed time (the slowest rank's), once made
         self.held_calls = []  # this rank's reviewed calls' exposed time each, once reviewed
-        self.met_review = None  # (reviewed, held_calls) of a met form handed over to the staged one
+        self.met_reviewed = None  # `reviewed` of a met form handed over to the staged one
 
     def measure(self, issue, sync, meet, clock=time.perf_counter, agree=None) -> None:
         """Times the batches: `issue(side)` makes one call of that side and returns its work (or
@@ -201,14 +201,14 @@ class _Calibration:
         (the real calls' exposed time, the slowest rank's median) and the native call's pace
         outweigh NCCL's pace, the kind goes to NCCL from the next call on; a met form goes to the
         staged one instead where that was no slower than NCCL, whose calls are then reviewed in
-        turn (`met_review`: the met form's review). Returns the answer (native or not)."""
+        turn (`met_reviewed`: the met form's review). Returns the answer (native or not)."""
         self.held_calls = self._held_whole(gloo)
         self.reviewed = _max_over_ranks(gloo, [_middle(self.held_calls)])[0]
         self.held_us = []
         extra = max(0.0, self.reviewed - self.issue_us.get("nccl", 0.0))
         if self.us[self.form] + extra > self.us["nccl"]:
             if self.form == "met" and self.us["gpustripe"] <= self.us["nccl"]:
-                self.met_review = (self.reviewed, self.held_calls)
+                self.met_reviewed = self.reviewed
                 self.form, self.reviewed, self.held_calls = "gpustripe", None, []
                 return True
             self.native = False

@@ -241,7 +241,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                "choices": {f"{op} {str(dt).replace('torch.', '')} <{1 << b}B":
                            {"use": "gpustripe" if c.native else "nccl", **c.us,
                             **({"form": c.form} if "met" in c.sides else {}),
-                            **({"met_held_us": c.met_review[0]} if c.met_review else {}),
+                            **({"met_held_us": c.met_reviewed} if c.met_reviewed is not None else {}),
                             "paces": {m: list(c.pace[m]) for m in c.sides},
                             **({"issue_us": dict(c.issue_us)} if c.issue_us else {}),
                             **({"held_us": c.reviewed, "held_calls": list(c.held_calls)}
@@ -372,7 +372,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if cal.review(self._gloo):
             if cal.form != form:
                 self._say(f"{kind[0]} of {str(kind[2]).replace('torch.', '')} up to {1 << kind[3]} B goes staged: "
-                          f"its met calls held their callers {cal.met_review[0]:.0f} us each "
+                          f"its met calls held their callers {cal.met_reviewed:.0f} us each "
                           f"(NCCL's {cal.issue_us.get('nccl', 0):.0f}) and take {cal.us['met']:.0f} us, "
                           f"staged {cal.us['gpustripe']:.0f}, NCCL's {cal.us['nccl']:.0f}")
         else:
@@ -430,19 +430,18 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         result = tensors if result is None else result
         if not self._native_way(kind, tensors, redo, stage_bytes):
             return fallback()  # None: a blocking call NCCL ran on the caller's stream
-        form = self._forced_form if self._forced else getattr(self._calibrations.get(kind), "form", "gpustripe")
-        staged = form != "met"
+        # The kind's calibration (none for the calibration's own calls, whose form is _forced_form).
+        cal = self._calibrations.get(kind) if self._forced is None else None
+        staged = (self._forced_form if self._forced else getattr(cal, "form", "gpustripe")) != "met"
         t_host = time.perf_counter()
-        # A kind under review (_review; not the calibration's own calls): on CUDA, how long before
-        # the call returned the caller's stream ran out of earlier work (an event before the call
-        # on it, one on an idle stream after the call, timed against each other by the GPU).
-        review = self._calibrations.get(kind) if self._forced is None else None
-        if review is not None and not review.under_review():
-            review = None
-        behind = None
+        # A kind under review (_review): on CUDA, how long before the call returned the caller's
+        # stream ran out of earlier work (an event before the call on it, one on an idle stream
+        # after the call, timed against each other by the GPU).
+        review = cal if cal is not None and cal.under_review() else None
+        before = None
         if review is not None and t0.is_cuda:
-            behind = torch.cuda.Event(enable_timing=True)
-            behind.record(torch.cuda.current_stream(dev))
+            before = torch.cuda.Event(enable_timing=True)
+            before.record(torch.cuda.current_stream(dev))
         # One native call at a time, its end marked (done()) before the next one starts: the
         # held tensors and the stream context of the team's stream are the group's, not a thread's.
         with self._lock:
@@ -490,7 +489,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         elif review is not None:
             # the whole call, as issue_us times NCCL's; a queued one's meeting asked at the review
             self._review(kind, review, (time.perf_counter() - t_host) * 1e6,
-                         _exposed(behind, self._idle_stream(dev)) if behind is not None else None,
+                         _exposed(before, self._idle_stream(dev)) if before is not None else None,
                          (lambda: team.queue_latency_us(job)) if job else None,
                          (lambda: team.enqueued_behind(ordered)) if ordered else None)
         t_done = time.perf_counter()

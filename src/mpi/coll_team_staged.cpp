@@ -28,9 +28,8 @@ struct StageNote {
 
 bool CollTeam::stageable(const CollCall& call) const {
   // (A staged form comes with its shape, which keys its Program: coll_calls.cpp.)
-  return call.staged && !call.shape.empty() && call.staged_bytes > 0 && call.staged_bytes <= coll::staged_unit(tuning_.staged_max, n_) &&
-         (call.stream || call.ready) && !call.after && runner_ && runner_->stream_flags() &&
-         stage_state_.load(std::memory_order_acquire) != kStageOff;
+  return call.staged && !call.shape.empty() && call.staged_bytes > 0 && call.staged_bytes <= stage_limit() &&
+         (call.stream || call.ready) && !call.after;
 }
 
 size_t CollTeam::stage_limit() const {

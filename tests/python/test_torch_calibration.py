@@ -323,7 +323,7 @@ def test_a_met_form_whose_calls_hold_their_callers_goes_staged_and_is_reviewed_a
     cal = kind()
     assert review(cal, 300.0) is True
     assert cal.form == "gpustripe" and cal.native is True and cal.under_review()
-    assert cal.met_review[0] == pytest.approx(300.0) and cal.reviewed is None
+    assert cal.met_reviewed == pytest.approx(300.0) and cal.reviewed is None
     # the staged calls hold their callers no longer than NCCL's: staged for good
     assert review(cal, 20.0) is True and cal.form == "gpustripe" and not cal.under_review()
     # held as long as staged too: NCCL
@@ -332,7 +332,7 @@ def test_a_met_form_whose_calls_hold_their_callers_goes_staged_and_is_reviewed_a
     assert review(cal, 300.0) is False and cal.native is False
     # a staged form slower than NCCL is no fallback
     cal = kind(staged=175.0)
-    assert review(cal, 300.0) is False and cal.native is False and cal.met_review is None
+    assert review(cal, 300.0) is False and cal.native is False and cal.met_reviewed is None
     # a met form whose calls hide behind the GPUs stays
     cal = kind()
     assert review(cal, 0.0) is True and cal.form == "met" and not cal.under_review()
