@@ -90,7 +90,10 @@ class Trainer:
                 fully_shard(block, mesh=mesh, **mp)
             fully_shard(model, mesh=mesh, **mp)
         self.model = model
-        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **{args.optimizer: True})
+        if args.optimizer == "sgd":
+            self.opt = torch.optim.SGD(model.parameters(), lr=1e-4, foreach=True)
+        else:
+            self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **{args.optimizer: True})
         self.losses, self.times = [], []
         self.parts = {p: [] for p in self.PARTS}
 
@@ -144,9 +147,11 @@ def main() -> None:
     p.add_argument("--bucket-mb", type=int, default=25)
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                    help="bf16: DDP under autocast, FSDP with bf16 parameters and fp32 gradient reduction")
-    p.add_argument("--optimizer", default="fused", choices=["fused", "foreach"],
+    p.add_argument("--optimizer", default="fused", choices=["fused", "foreach", "sgd"],
                    help="AdamW's implementation (fused: the whole update in one kernel per batch of tensors, as "
-                        "large-model training uses; foreach: a kernel per operation of the update)")
+                        "large-model training uses; foreach: a kernel per operation of the update), or sgd: plain "
+                        "SGD, whose update reads each parameter and its gradient once (a step whose GPU time is "
+                        "mostly the gradients' allreduce: the communication-bound case)")
     p.add_argument("--always-native", action="store_true",
                    help="gpustripe serves every call it can, without its calibration against NCCL (to time it)")
     p.add_argument("--noise", action="store_true",

@@ -4,6 +4,7 @@ Python method, then c10d's dispatch to its NCCL backend), on a minimal one whose
 broadcast hand every call straight to an NCCL backend (the floor of any backend written in Python:
 torch's dispatch from DDP's reducer, on the autograd thread, into Python and back), and on the
 gpustripe group with every kind of call decided for NCCL (its Python layer on top of that floor).
+`--wrap fsdp` trains under FSDP instead (its all_gathers and reduce_scatters forwarded alike).
 
 Why: a launch-bound GPT-2 DDP step through a gpustripe group whose every call went to NCCL ran
 slower than on NCCL's group, its backward's host time longer. If the minimal forwarder loses as
@@ -13,7 +14,7 @@ group loses, it is the backend's own Python.
 The copies' steps take turns (which goes first rotating), as examples/train_ddp.py's; one process
 per GPU:
 
-    torchrun --nproc-per-node 2 bench/probes/ddp_python_group.py [--layers 12 --seq 128 --batch 1]
+    torchrun --nproc-per-node 2 bench/probes/ddp_python_group.py [--layers 12 --seq 128 --batch 1] [--wrap fsdp]
 
 Prints `DDPGROUP {json}` on rank 0: per copy the median step (ms), the host's median time per part
 of the step (forward, backward, optimizer, the wait for the GPUs), and each copy's step against
@@ -27,6 +28,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import AllgatherOptions, ReduceScatterOptions
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 import train_ddp  # noqa: E402  (its models, batches and Trainer)
@@ -50,13 +52,20 @@ class Passthrough(dist.ProcessGroup):
 
 
 class Forwarder(Passthrough):
-    """All_reduce and broadcast (what DDP's steps call) handed to NCCL through Python."""
+    """All_reduce and broadcast (what DDP's steps call), all_gather_into_tensor and
+    reduce_scatter_tensor (FSDP's) handed to NCCL through Python."""
 
     def allreduce(self, tensors, opts=dist.AllreduceOptions()):
         return self._nccl.allreduce(tensors, opts)
 
     def broadcast(self, tensors, opts=dist.BroadcastOptions()):
         return self._nccl.broadcast(tensors, opts)
+
+    def _allgather_base(self, output, input, opts=AllgatherOptions()):
+        return self._nccl._allgather_base(output, input, opts)
+
+    def _reduce_scatter_base(self, output, input, opts=ReduceScatterOptions()):
+        return self._nccl._reduce_scatter_base(output, input, opts)
 
 
 def main() -> None:
@@ -68,8 +77,9 @@ def main() -> None:
     p.add_argument("--embd", type=int, default=768)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--bucket-mb", type=int, default=25)
+    p.add_argument("--wrap", default="ddp", choices=["ddp", "fsdp"])
     a = p.parse_args()
-    args = argparse.Namespace(model="gpt2", wrap="ddp", precision="fp32", optimizer="fused", **vars(a))
+    args = argparse.Namespace(model="gpt2", precision="fp32", optimizer="fused", **vars(a))
 
     dist.Backend.register_backend("forwarder", Forwarder, devices=["cuda"])
     dist.Backend.register_backend("passthrough", Passthrough, devices=["cuda"])
@@ -96,7 +106,7 @@ def main() -> None:
     ranks = [None] * dist.get_world_size()
     dist.all_gather_object(ranks, out, group=args.nccl_group)
     if rank == 0:
-        print("DDPGROUP " + json.dumps({"layers": a.layers, "embd": a.embd, "seq": a.seq, "batch": a.batch,
+        print("DDPGROUP " + json.dumps({"wrap": a.wrap, "layers": a.layers, "embd": a.embd, "seq": a.seq, "batch": a.batch,
                                          "steps": a.steps, "ranks": ranks}), flush=True)
     dist.destroy_process_group()
 
