@@ -42,9 +42,9 @@ def main() -> None:
     for size in (int(s[:-1]) << {"K": 10, "M": 20}[s[-1]] for s in a.sizes.split(",")):
         x = torch.ones(size // 4, device="cuda")
         y = torch.empty_like(x)
-        part = x[: x.numel() // world]
+        part, out_part = x[: x.numel() // world], y[: x.numel() // world]
         ops = {"allreduce": lambda g: dist.all_reduce(x, group=g),
-               "reduce_scatter": lambda g: dist.reduce_scatter_tensor(part, x, group=g),
+               "reduce_scatter": lambda g: dist.reduce_scatter_tensor(out_part, x, group=g),
                "allgather": lambda g: dist.all_gather_into_tensor(y, part, group=g)}
         for op, fn in ops.items():
             for g in groups.values():
