@@ -201,15 +201,24 @@ class _Calibration:
         (the real calls' exposed time, the slowest rank's median) and the native call's pace
         outweigh NCCL's pace, the kind goes to NCCL from the next call on; a met form goes to the
         staged one instead where that was no slower than NCCL, whose calls are then reviewed in
-        turn (`met_reviewed`: the met form's review). Returns the answer (native or not)."""
+        turn (`met_reviewed`: the met form's review), and so does a met form whose time beyond
+        the staged calls' own hold, with its pace, outweighs the staged form's pace. Returns the
+        answer (native or not)."""
         self.held_calls = self._held_whole(gloo)
         self.reviewed = _max_over_ranks(gloo, [_middle(self.held_calls)])[0]
         self.held_us = []
         extra = max(0.0, self.reviewed - self.issue_us.get("nccl", 0.0))
-        if self.us[self.form] + extra > self.us["nccl"]:
-            if self.form == "met" and self.us["gpustripe"] <= self.us["nccl"]:
+        slower = self.us[self.form] + extra > self.us["nccl"]
+        if self.form == "met" and self.us["gpustripe"] <= self.us["nccl"]:
+            # The batches time the met form right after the ranks met, so its meeting costs there
+            # almost nothing; a staged call meets no host, so its batches' pace is what its real
+            # calls take. Measured against the staged calls' own hold, a met form whose real calls'
+            # meetings make it slower than the staged form goes staged even where it still beat NCCL.
+            over_staged = max(0.0, self.reviewed - self.issue_us.get("gpustripe", 0.0))
+            if slower or self.us["met"] + over_staged > self.us["gpustripe"]:
                 self.met_reviewed = self.reviewed
                 self.form, self.reviewed, self.held_calls = "gpustripe", None, []
                 return True
+        if slower:
             self.native = False
         return self.native

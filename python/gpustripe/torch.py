@@ -372,8 +372,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if cal.review(self._gloo):
             if cal.form != form:
                 self._say(f"{kind[0]} of {str(kind[2]).replace('torch.', '')} up to {1 << kind[3]} B goes staged: "
-                          f"its met calls held their callers {cal.met_reviewed:.0f} us each "
-                          f"(NCCL's {cal.issue_us.get('nccl', 0):.0f}) and take {cal.us['met']:.0f} us, "
+                          f"its met calls held their callers {cal.met_reviewed:.0f} us each (the staged "
+                          f"calls {cal.issue_us.get('gpustripe', 0):.0f}, NCCL's {cal.issue_us.get('nccl', 0):.0f}) "
+                          f"and take {cal.us['met']:.0f} us, "
                           f"staged {cal.us['gpustripe']:.0f}, NCCL's {cal.us['nccl']:.0f}")
         else:
             self._delegated[kind] = self._nccl if kind[1] else self._gloo
