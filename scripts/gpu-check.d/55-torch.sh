@@ -6,7 +6,7 @@
 #   examples/train_ddp.py   a GPT-2-style model (DDP, then FSDP), nccl and gpustripe steps in turn: losses and step
 #                           times, the backend's trace (its calibration's choices), and a second nccl copy's
 #                           step time (--noise: the run's own spread); then the communication-bound step (the
-#                           wide model in bf16, DDP)
+#                           wide model in bf16, DDP, plain SGD)
 # BENCH_TORCH_ARGS replaces the benchmark's sizes and repetitions (add --trace: where a native call's
 # time goes); TRAIN_ARGS the training's (the first two runs), WIDE_ARGS the communication-bound one's.
 # Needs about 10 minutes: run with STEP_TIMEOUT=900.
@@ -36,7 +36,7 @@ timeout 600 python3 -m torch.distributed.run --nproc-per-node 2 examples/train_d
 echo "== examples/train_ddp.py, communication-bound (docs/torch.md)"
 # shellcheck disable=SC2086
 timeout 600 python3 -m torch.distributed.run --nproc-per-node 2 examples/train_ddp.py \
-  ${WIDE_ARGS:---model gpt2 --layers 2 --embd 4096 --heads 32 --batch 1 --seq 128 --precision bf16 --steps 50 --noise} \
+  ${WIDE_ARGS:---model gpt2 --layers 2 --embd 4096 --heads 32 --batch 1 --seq 128 --precision bf16 --optimizer sgd --steps 50 --noise} \
   > "$OUT/torch/train-wide.log" 2>&1 || rc=1
 grep -hE "^(TRAIN|gpustripe.torch)|Error" "$OUT/torch/train.log" "$OUT/torch/train-fsdp.log" "$OUT/torch/train-wide.log" \
   | cut -c1-900
