@@ -305,37 +305,44 @@ def test_a_kind_the_team_can_stage_takes_its_fastest_native_form():
     assert cal.native is False
 
 
+def met_kind(us: dict, issue_us: dict) -> C:
+    """A kind decided for its met form from batches of these paces and holds (us per call)."""
+    cal = C(met=True)
+    cal.native, cal.form = True, "met"
+    cal.us, cal.issue_us = dict(us), dict(issue_us)
+    return cal
+
+
+def review_held(cal: C, held: float):
+    """The kind's review after REVIEW_CALLS real calls that each held their caller `held` us."""
+    due = [i for i in range(C.REVIEW_CALLS) if cal.held(held)]
+    assert due == [C.REVIEW_CALLS - 1]
+    return cal.review(Gloo())
+
+
 def test_a_met_form_whose_calls_hold_their_callers_goes_staged_and_is_reviewed_again():
     # a launch-bound step: the met calls' meetings expose 300 us each; the staged form meets no
     # host and was faster than NCCL too: it takes over, and its own calls are reviewed
     def kind(staged=160.0):
-        cal = C(met=True)
-        cal.native, cal.form = True, "met"
-        cal.us = {"gpustripe": staged, "met": 128.0, "nccl": 170.0}
-        cal.issue_us = {"gpustripe": 40.0, "met": 60.0, "nccl": 45.0}
-        return cal
-
-    def review(cal, held):
-        due = [i for i in range(C.REVIEW_CALLS) if cal.held(held)]
-        assert due == [C.REVIEW_CALLS - 1]
-        return cal.review(Gloo())
+        return met_kind({"gpustripe": staged, "met": 128.0, "nccl": 170.0},
+                        {"gpustripe": 40.0, "met": 60.0, "nccl": 45.0})
 
     cal = kind()
-    assert review(cal, 300.0) is True
+    assert review_held(cal, 300.0) is True
     assert cal.form == "gpustripe" and cal.native is True and cal.under_review()
     assert cal.met_reviewed == pytest.approx(300.0) and cal.reviewed is None
     # the staged calls hold their callers no longer than NCCL's: staged for good
-    assert review(cal, 20.0) is True and cal.form == "gpustripe" and not cal.under_review()
+    assert review_held(cal, 20.0) is True and cal.form == "gpustripe" and not cal.under_review()
     # held as long as staged too: NCCL
     cal = kind()
-    review(cal, 300.0)
-    assert review(cal, 300.0) is False and cal.native is False
+    review_held(cal, 300.0)
+    assert review_held(cal, 300.0) is False and cal.native is False
     # a staged form slower than NCCL is no fallback
     cal = kind(staged=175.0)
-    assert review(cal, 300.0) is False and cal.native is False and cal.met_reviewed is None
+    assert review_held(cal, 300.0) is False and cal.native is False and cal.met_reviewed is None
     # a met form whose calls hide behind the GPUs stays
     cal = kind()
-    assert review(cal, 0.0) is True and cal.form == "met" and not cal.under_review()
+    assert review_held(cal, 0.0) is True and cal.form == "met" and not cal.under_review()
 
 
 def test_a_met_form_whose_meetings_make_it_slower_than_the_staged_one_goes_staged():
@@ -343,27 +350,19 @@ def test_a_met_form_whose_meetings_make_it_slower_than_the_staged_one_goes_stage
     # staged 28, NCCL 50; the real met calls hold their callers 45 us each, the staged batches'
     # calls 26: beyond the staged hold the met form takes 24 + 19 > 28, though still below NCCL's
     def kind(staged):
-        cal = C(met=True)
-        cal.native, cal.form = True, "met"
-        cal.us = {"gpustripe": staged, "met": 24.0, "nccl": 50.0}
-        cal.issue_us = {"gpustripe": 26.0, "met": 34.0, "nccl": 47.0}
-        return cal
-
-    def review(cal, held):
-        due = [i for i in range(C.REVIEW_CALLS) if cal.held(held)]
-        assert due == [C.REVIEW_CALLS - 1]
-        return cal.review(Gloo())
+        return met_kind({"gpustripe": staged, "met": 24.0, "nccl": 50.0},
+                        {"gpustripe": 26.0, "met": 34.0, "nccl": 47.0})
 
     cal = kind(28.0)
-    assert review(cal, 45.0) is True
+    assert review_held(cal, 45.0) is True
     assert cal.form == "gpustripe" and cal.native is True and cal.under_review()
     assert cal.met_reviewed == pytest.approx(45.0)
     # held no longer than the staged calls hold theirs: the met form stays
     cal = kind(28.0)
-    assert review(cal, 26.0) is True and cal.form == "met" and not cal.under_review()
+    assert review_held(cal, 26.0) is True and cal.form == "met" and not cal.under_review()
     # a staged form slower than the met one with its meetings: the met form stays
     cal = kind(40.0)
-    assert review(cal, 30.0) is True and cal.form == "met" and not cal.under_review()
+    assert review_held(cal, 30.0) is True and cal.form == "met" and not cal.under_review()
 
 
 def test_a_call_enqueued_behind_the_groups_call_before_it_counts_nothing():
