@@ -443,6 +443,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         if review is not None and t0.is_cuda:
             before = torch.cuda.Event(enable_timing=True)
             before.record(torch.cuda.current_stream(dev))
+        # The review times the call from here: NCCL's calls it is weighed against were timed
+        # without an event of their own (issue_us), so this one's is not the call's.
+        t_review = time.perf_counter()
         # One native call at a time, its end marked (done()) before the next one starts: the
         # held tensors and the stream context of the team's stream are the group's, not a thread's.
         with self._lock:
@@ -489,7 +492,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             work = fallback()
         elif review is not None:
             # the whole call, as issue_us times NCCL's; a queued one's meeting asked at the review
-            self._review(kind, review, (time.perf_counter() - t_host) * 1e6,
+            self._review(kind, review, (time.perf_counter() - t_review) * 1e6,
                          _exposed(before, self._idle_stream(dev)) if before is not None else None,
                          (lambda: team.queue_latency_us(job)) if job else None,
                          (lambda: team.enqueued_behind(ordered)) if ordered else None)
