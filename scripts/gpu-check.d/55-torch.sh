@@ -24,7 +24,7 @@ tail -15 "$OUT/torch/pytest.log"
 echo "== gpustripe bench torch"
 # shellcheck disable=SC2086
 timeout 600 python3 -m gpustripe.cli bench torch --gpus 2 --out "$OUT/torch" \
-  ${BENCH_TORCH_ARGS:---sizes 1M,16M,64M,256M,1G --iters 10 --trials 3} || rc=1
+  ${BENCH_TORCH_ARGS:---sizes 1M,4M,16M,64M,256M,1G --iters 10 --trials 5} || rc=1
 echo "== examples/train_ddp.py"
 # shellcheck disable=SC2086
 timeout 600 python3 -m torch.distributed.run --nproc-per-node 2 examples/train_ddp.py \
