@@ -172,6 +172,10 @@ def main() -> None:
                 dist.all_reduce(a, op=op)
                 dist.all_reduce(b, op=op, group=nccl)
                 check(f"all_reduce {dtype} {op} {count}", a, b, tol.get(dtype, 0.0))
+                if op == R.AVG:  # asynchronous: its division on the team's stream
+                    a = x.clone()
+                    dist.all_reduce(a, op=op, async_op=True).wait()
+                    check(f"all_reduce {dtype} {op} {count} async", a, b, tol.get(dtype, 0.0))
     for dtype in (torch.float32, torch.bfloat16):
         for count in (3, 1 << 18):
             salt += 1
@@ -184,6 +188,8 @@ def main() -> None:
             dist.reduce_scatter_tensor(a2, x, op=R.AVG)
             dist.reduce_scatter_tensor(b, x, op=R.AVG, group=nccl)
             check(f"reduce_scatter_tensor avg {dtype} {count}", a2, b, tol[dtype])
+            dist.reduce_scatter_tensor(a2, x, op=R.AVG, async_op=True).wait()
+            check(f"reduce_scatter_tensor avg {dtype} {count} async", a2, b, tol[dtype])
             y = data((count,), dtype, salt)
             a, b = torch.empty(count * n, dtype=dtype, device=dev), torch.empty(count * n, dtype=dtype, device=dev)
             dist.all_gather_into_tensor(a, y)
