@@ -55,6 +55,17 @@ def worker(rank: int, world: int, port: int, mode: str) -> None:
     dist.reduce_scatter_tensor(out, x, op=R.AVG)
     want = torch.stack([data(8 * world, torch.float32, 50, r) for r in range(world)]).sum(0)[rank * 8:rank * 8 + 8]
     checks["reduce_scatter_tensor avg"] = torch.allclose(out, want / world)
+    # asynchronous averages: their division on the team's stream; the reduce-scatter's input as it was
+    x = data(8 * world, torch.float32, 51)
+    x_before = x.clone()
+    out = torch.empty(8)
+    dist.reduce_scatter_tensor(out, x, op=R.AVG, async_op=True).wait()
+    want = torch.stack([data(8 * world, torch.float32, 51, r) for r in range(world)]).sum(0)[rank * 8:rank * 8 + 8]
+    checks["reduce_scatter_tensor avg async"] = torch.allclose(out, want / world) and torch.equal(x, x_before)
+    x = data(1003, torch.float32, 52)
+    dist.all_reduce(x, op=R.AVG, async_op=True).wait()
+    want = torch.stack([data(1003, torch.float32, 52, r) for r in range(world)]).sum(0) / world
+    checks["all_reduce avg async"] = torch.allclose(x, want, rtol=1e-6)
     out = torch.empty(2 * world)
     dist.all_gather_into_tensor(out, torch.full((2,), float(rank)))
     checks["all_gather_into_tensor"] = torch.equal(out, torch.arange(world).repeat_interleave(2).float())
