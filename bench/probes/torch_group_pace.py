@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 import gpustripe.torch as gt
+from gpustripe.benchmarks._p2p_common import parse_sizes
 
 
 def main() -> None:
@@ -39,7 +40,7 @@ def main() -> None:
               "native": dist.new_group(backend="gpustripe"), "nccl": nccl}
     gt._test_always_native(groups["native"])
     out = {}
-    for size in (int(s[:-1]) << {"K": 10, "M": 20}[s[-1]] for s in a.sizes.split(",")):
+    for size in parse_sizes(a.sizes):
         x = torch.ones(size // 4, device="cuda")
         y = torch.empty_like(x)
         part, out_part = x[: x.numel() // world], y[: x.numel() // world]

@@ -439,13 +439,13 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         # stream ran out of earlier work (an event before the call on it, one on an idle stream
         # after the call, timed against each other by the GPU).
         review = cal if cal is not None and cal.under_review() else None
-        before = None
+        before, t_review = None, t_host
         if review is not None and t0.is_cuda:
             before = torch.cuda.Event(enable_timing=True)
             before.record(torch.cuda.current_stream(dev))
-        # The review times the call from here: NCCL's calls it is weighed against were timed
-        # without an event of their own (issue_us), so this one's is not the call's.
-        t_review = time.perf_counter()
+            # The review times the call from here: NCCL's calls it is weighed against were timed
+            # without an event of their own (issue_us), so this one's is not the call's.
+            t_review = time.perf_counter()
         # One native call at a time, its end marked (done()) before the next one starts: the
         # held tensors and the stream context of the team's stream are the group's, not a thread's.
         with self._lock:
