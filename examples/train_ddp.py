@@ -16,7 +16,10 @@ median of the steps' ratios, each step's runs side by side), and every rank's ho
 part of a step and its team's phases: `ranks_host`). `--noise` trains a third copy, on nccl
 again: `noise` (and `noise_paired`) in the summary is the two nccl copies' step-time ratio,
 this run's own spread (the speedup is read against it: a configuration is slower than NCCL
-only past it).
+only past it). `settled_step`: the first step after which the gpustripe backend timed and
+reviewed no kind of call any more (its calibration, docs/torch.md); `speedup_paired_settled`
+(and `noise_paired_settled`) the paired ratios from there on, what a long training's steps run
+at; `calibration_ms`: what the timed steps before it took beyond NCCL's, paid once per run.
 """
 import argparse
 import json
@@ -95,6 +98,7 @@ class Trainer:
         else:
             self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **{args.optimizer: True})
         self.losses, self.times = [], []
+        self.calibrating = []  # per step: whether the group's backend still timed or reviewed a kind of call
         self.parts = {p: [] for p in self.PARTS}
 
     def step(self, step: int) -> None:
@@ -116,6 +120,7 @@ class Trainer:
         torch.cuda.synchronize()
         t4 = time.perf_counter()
         self.times.append(t4 - t0)
+        self.calibrating.append(bool(getattr(self.group, "calibrating", lambda: False)()))
         for part, (a, b) in zip(self.PARTS, ((t0, t1), (t1, t2), (t2, t3), (t3, t4))):
             self.parts[part].append(b - a)
         # the mean loss over ranks (on nccl for both: the comparison is the training's, not this)
@@ -194,6 +199,19 @@ def main() -> None:
                                                       runs[b].times[args.warm_steps:]))
     # Every rank's host parts and team phases: a step set by the slower host (one rank waiting in
     # a collective for the other's call) shows as one rank's parts apart from the other's.
+    # From the first step after which gpustripe's backend timed and reviewed no kind of call any
+    # more: the steps of a long training. Before it, what the calibration cost this run, once.
+    g = runs["gpustripe"]
+    settled = max(args.warm_steps, max((i + 1 for i, c in enumerate(g.calibrating) if c), default=0))
+    if settled < args.steps:
+        def paired_from(a: str, b: str) -> float:
+            return statistics.median(x / y for x, y in zip(runs[a].times[settled:], runs[b].times[settled:]))
+        after = {"settled_step": settled, "speedup_paired_settled": paired_from("nccl", "gpustripe"),
+                 **({"noise_paired_settled": paired_from("nccl", "nccl_again")} if args.noise else {})}
+    else:
+        after = {"settled_step": None}
+    after["calibration_ms"] = 1e3 * sum(x - y for x, y in zip(g.times[args.warm_steps:settled],
+                                                            runs["nccl"].times[args.warm_steps:settled]))
     mine = {"host_ms": {k: {p: round(1e3 * statistics.median(v.parts[p][args.warm_steps:]), 3) for p in Trainer.PARTS}
                         for k, v in runs.items()},
             "team": dist.group.WORLD.trace().get("team", {}) if hasattr(dist.group.WORLD, "trace") else {}}
@@ -208,9 +226,10 @@ def main() -> None:
             "batch": args.batch, "precision": args.precision, "optimizer": args.optimizer,
             "max_rel_loss_diff": diff, "losses_match": diff <= args.rtol,
             "step_ms": step_ms, "speedup": step_ms["nccl"] / step_ms["gpustripe"],
-            "speedup_paired": paired("nccl", "gpustripe"), "native_calls": native,
+            "speedup_paired": paired("nccl", "gpustripe"), "native_calls": native, **after,
             **({"noise": step_ms["nccl"] / step_ms["nccl_again"], "noise_paired": paired("nccl", "nccl_again"),
                 "max_rel_loss_diff_nccl_again": diff_again} if args.noise else {}),
+            "times_ms": {k: [round(1e3 * x, 3) for x in v.times] for k, v in runs.items()},  # rank 0's, every step
             "trace": dist.group.WORLD.trace() if hasattr(dist.group.WORLD, "trace") else {}, "ranks_host": ranks,
             "loss_nccl": ln, "loss_gpustripe": lg}), flush=True)
     dist.destroy_process_group()

@@ -79,6 +79,12 @@ class _Calibration:
     # that the first calls after a synchronisation (a job's setup, a benchmark's first batches:
     # every one of them exposed) are not half of them.
     REVIEW_CALLS = 16
+    # Calls after which the review is asked once before its count is full: where half of the
+    # count already held their callers beyond the verdict's threshold, the median of the whole
+    # count is past it whatever the other half holds, and the verdict is given then (a kind
+    # called once per step, DDP's largest bucket, would otherwise run 16 steps on the side the
+    # review then leaves).
+    EARLY_CALLS = REVIEW_CALLS - REVIEW_CALLS // 2
 
     def __init__(self, min_batch_us: float | None = None, met: bool = False):
         self.min_batch_us = self.MIN_BATCH_US if min_batch_us is None else min_batch_us
@@ -160,12 +166,13 @@ class _Calibration:
         call was enqueued while the group's native call before it still ran on some rank's GPU
         (NodeTeam.enqueued_behind): its host time and meeting then kept no GPU waiting (the GPUs
         run the group's calls one after the other), whatever the caller's stream had left, and it
-        counts nothing; else (0, -1: not known, None) as above. True at the call whose review is
-        due (every rank at the same call: the ranks make the same calls)."""
+        counts nothing; else (0, -1: not known, None) as above. True at the calls whose review is
+        due, the early one (EARLY_CALLS) and the full one (every rank at the same call: the ranks
+        make the same calls)."""
         if not self.under_review():
             return False
         self.held_us.append((host_us, exposed, meeting, queued_behind))
-        return len(self.held_us) == self.REVIEW_CALLS
+        return len(self.held_us) in (self.EARLY_CALLS, self.REVIEW_CALLS)
 
     def _held_whole(self, gloo) -> list:
         """Each counted call's exposed time: its host time's and, where known by now, its
@@ -203,22 +210,42 @@ class _Calibration:
         staged one instead where that was no slower than NCCL, whose calls are then reviewed in
         turn (`met_reviewed`: the met form's review), and so does a met form whose time beyond
         the staged calls' own hold, with its pace, outweighs the staged form's pace. Returns the
-        answer (native or not)."""
-        self.held_calls = self._held_whole(gloo)
-        self.reviewed = _max_over_ranks(gloo, [_middle(self.held_calls)])[0]
-        self.held_us = []
-        extra = max(0.0, self.reviewed - self.issue_us.get("nccl", 0.0))
+        answer (native or not).
+
+        Asked early (fewer than REVIEW_CALLS calls counted), the review weighs the least value the
+        whole count's median can take (the smallest of the calls' upper half so far, the calls
+        to come taken as holding nothing), and gives its verdict only where that already changes
+        the kind, as the full count then would (every step above rises with the median); else
+        the counting goes on."""
+        calls = self._held_whole(gloo)
+        if len(self.held_us) < self.REVIEW_CALLS:
+            least = sorted(calls)[len(calls) - (self.REVIEW_CALLS - self.REVIEW_CALLS // 2)]
+            bound = _max_over_ranks(gloo, [least])[0]
+            if self._verdict(bound) is None:
+                return self.native
+            self.reviewed = bound
+        else:
+            self.reviewed = _max_over_ranks(gloo, [_middle(calls)])[0]
+        self.held_calls, self.held_us = calls, []
+        verdict = self._verdict(self.reviewed)
+        if verdict == "staged":
+            self.met_reviewed = self.reviewed
+            self.form, self.reviewed, self.held_calls = "gpustripe", None, []
+        elif verdict == "nccl":
+            self.native = False
+        return self.native
+
+    def _verdict(self, reviewed: float):
+        """What a review whose calls held their callers `reviewed` us (the median) changes: "nccl",
+        "staged" (a met form's kind goes to its staged form), or None (the kind stays)."""
+        extra = max(0.0, reviewed - self.issue_us.get("nccl", 0.0))
         slower = self.us[self.form] + extra > self.us["nccl"]
         if self.form == "met" and self.us["gpustripe"] <= self.us["nccl"]:
             # The batches time the met form right after the ranks met, so its meeting costs there
             # almost nothing; a staged call meets no host, so its batches' pace is what its real
             # calls take. Measured against the staged calls' own hold, a met form whose real calls'
             # meetings make it slower than the staged form goes staged even where it still beat NCCL.
-            over_staged = max(0.0, self.reviewed - self.issue_us.get("gpustripe", 0.0))
+            over_staged = max(0.0, reviewed - self.issue_us.get("gpustripe", 0.0))
             if slower or self.us["met"] + over_staged > self.us["gpustripe"]:
-                self.met_reviewed = self.reviewed
-                self.form, self.reviewed, self.held_calls = "gpustripe", None, []
-                return True
-        if slower:
-            self.native = False
-        return self.native
+                return "staged"
+        return "nccl" if slower else None

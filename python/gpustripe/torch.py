@@ -251,6 +251,11 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             self._host_us = {}
         return out
 
+    def calibrating(self) -> bool:
+        """Whether a kind of call seen so far is still being timed or reviewed: until then its calls
+        may run on the side its review leaves (a training's first steps pay that once)."""
+        return any(c.native is None or c.under_review() for c in self._calibrations.values())
+
     def shutdown(self) -> None:
         """Ends the native side: waits for the calls in flight and closes the team (its streams,
         mappings and shared memory). A later native collective sets a new team up."""

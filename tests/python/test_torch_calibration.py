@@ -3,6 +3,8 @@ kind of call goes to, from batches of back-to-back calls of each side timed on a
 here (sides whose calls cost a known time on the host and on the GPUs), and the other ranks'
 medians through a stand-in for gloo's maximum. Needs torch (CPU is enough); skipped without it
 (CI installs none: docs/torch.md)."""
+import random
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (CI runs without it)")
@@ -183,6 +185,10 @@ def test_every_rank_sizes_its_batches_from_the_slowest_ranks_pace():
     assert node.sides.count("nccl") == C.ROUNDS * C.WARMUP + want
 
 
+# The calls at which held() asks for the review: the early one, then the full count's.
+DUE = [C.EARLY_CALLS - 1, C.REVIEW_CALLS - 1]
+
+
 def reviewed(held, gloo=None, nccl=70.0, native=40.0, nccl_issue=10.0):
     """A kind decided for gpustripe (its batches `native` us a call, NCCL's `nccl`, NCCL's calls
     holding their caller `nccl_issue` us) whose real calls held their callers `held` us each: (the
@@ -200,7 +206,7 @@ def test_a_kind_whose_calls_held_their_callers_longer_than_nccls_calls_goes_to_n
     # FSDP's blocking calls above the staged sizes: most wait milliseconds for the other host
     held = [3000.0, 40.0, 12000.0, 2500.0, 60.0, 9000.0, 2800.0, 4000.0] * (C.REVIEW_CALLS // 8)
     cal, due, answer = reviewed(held)
-    assert due == [C.REVIEW_CALLS - 1]  # once, at the last call of the review's count
+    assert due == DUE  # early, then at the last call of the review's count
     assert answer is False and cal.native is False
     assert cal.reviewed == pytest.approx(3000.0)  # the median, not the worst call
 
@@ -236,7 +242,7 @@ def test_host_time_the_gpus_were_still_busy_through_costs_nothing():
         cal.native, cal.us = True, {"gpustripe": 130.0, "nccl": 138.0}
         cal.issue_us = {"gpustripe": 20.0, "nccl": 30.0}
         due = [i for i, e in enumerate(exposed) if cal.held(3000.0, e)]
-        assert due == [C.REVIEW_CALLS - 1]
+        assert due == DUE
         return cal, cal.review(Gloo())
 
     cal, answer = review([None if i % 4 == 0 else -500.0 for i in range(C.REVIEW_CALLS)])
@@ -261,7 +267,7 @@ def test_a_queued_calls_meeting_counts_as_held_once_known():
         cal.native, cal.us = True, {"gpustripe": 486.0, "nccl": 549.0}
         cal.issue_us = {"gpustripe": 40.0, "nccl": 61.0}
         due = [i for i, m in enumerate(meetings) if cal.held(40.0, exposed, (lambda m=m: m))]
-        assert due == [C.REVIEW_CALLS - 1]
+        assert due == DUE
         return cal, cal.review(Gloo())
 
     cal, answer = review([2500.0] * C.REVIEW_CALLS)
@@ -316,7 +322,7 @@ def met_kind(us: dict, issue_us: dict) -> C:
 def review_held(cal: C, held: float):
     """The kind's review after REVIEW_CALLS real calls that each held their caller `held` us."""
     due = [i for i in range(C.REVIEW_CALLS) if cal.held(held)]
-    assert due == [C.REVIEW_CALLS - 1]
+    assert due == DUE
     return cal.review(Gloo())
 
 
@@ -375,7 +381,7 @@ def test_a_call_enqueued_behind_the_groups_call_before_it_counts_nothing():
         cal.native, cal.us = True, {"gpustripe": 127.0, "nccl": 170.0}
         cal.issue_us = {"gpustripe": 40.0, "nccl": 45.0}
         due = [i for i, b in enumerate(behind) if cal.held(60.0, 60.0, (lambda: 300.0), (lambda b=b: b))]
-        assert due == [C.REVIEW_CALLS - 1]
+        assert due == DUE
         return cal, cal.review(Gloo())
 
     cal, answer = review([1] * C.REVIEW_CALLS)
@@ -398,7 +404,7 @@ def test_the_slowest_rank_reviews_alike_for_every_rank():
 
 
 def test_only_kinds_measured_and_given_to_gpustripe_are_reviewed():
-    fewer = [5000.0] * (C.REVIEW_CALLS - 1)
+    fewer = [5000.0] * (C.EARLY_CALLS - 1)
     assert reviewed(fewer)[1] == []  # not due yet
     to_nccl = C()
     to_nccl.native, to_nccl.us = False, {"gpustripe": 90.0, "nccl": 70.0}
@@ -406,3 +412,86 @@ def test_only_kinds_measured_and_given_to_gpustripe_are_reviewed():
     decided = C()  # decided without timing (_test_verdict): nothing to compare with
     decided.native = True
     assert not any(decided.held(5000.0) for _ in range(C.REVIEW_CALLS))
+
+
+def review_as_called(cal: C, held) -> list:
+    """Counts calls that held their callers `held` us each, reviewing wherever held() asks (as
+    the backend does): the answers of the reviews, with the call each was asked at."""
+    return [(i, cal.review(Gloo())) for i, h in enumerate(held) if cal.held(h)]
+
+
+def test_half_the_count_past_the_threshold_gives_the_verdict_early():
+    # DDP's largest bucket, one call a step, each holding the step's host 300 us beyond NCCL's
+    # calls for 60 us less on the GPUs: handed over at the early review, not 16 steps later
+    cal = C()
+    cal.native, cal.us, cal.issue_us = True, {"gpustripe": 523.0, "nccl": 579.0}, {"gpustripe": 80.0, "nccl": 82.0}
+    assert review_as_called(cal, [400.0, 2700.0, 350.0, 900.0, 380.0, 420.0, 360.0, 330.0]) == [(7, False)]
+    assert cal.native is False and cal.reviewed == pytest.approx(330.0)  # the least the median could be
+    assert not cal.under_review() and len(cal.held_calls) == C.EARLY_CALLS
+
+
+def test_an_early_review_that_cannot_decide_lets_the_count_go_on():
+    def kind():
+        cal = C()
+        cal.native, cal.us, cal.issue_us = True, {"gpustripe": 40.0, "nccl": 70.0}, {"gpustripe": 20.0, "nccl": 10.0}
+        return cal
+
+    # one call of the first half under the threshold (10 + 30 = 40 us held): the other half may
+    # still hold the median under it
+    cal = kind()
+    first = [3000.0] * (C.EARLY_CALLS - 1) + [20.0]
+    assert review_as_called(cal, first) == [(C.EARLY_CALLS - 1, True)]
+    assert cal.under_review() and cal.reviewed is None and len(cal.held_us) == C.EARLY_CALLS
+    # the full count decides on every call it counted
+    assert review_as_called(cal, [3000.0] * (C.REVIEW_CALLS - C.EARLY_CALLS)) == [
+        (C.REVIEW_CALLS - C.EARLY_CALLS - 1, False)]
+    assert cal.reviewed == pytest.approx(3000.0) and len(cal.held_calls) == C.REVIEW_CALLS
+    # ... and keeps the kind where the second half held nothing
+    cal = kind()
+    review_as_called(cal, first)
+    assert review_as_called(cal, [20.0] * (C.REVIEW_CALLS - C.EARLY_CALLS))[-1][1] is True
+    assert cal.native is True and not cal.under_review()
+    # an early review never keeps a kind for good: calls that return at their pace are counted on
+    cal = kind()
+    assert review_as_called(cal, [20.0] * C.EARLY_CALLS) == [(C.EARLY_CALLS - 1, True)]
+    assert cal.under_review()
+
+
+def test_the_early_verdict_is_the_full_counts():
+    # every early verdict is the one the whole count of the same calls would give, over kinds of
+    # both forms and calls held from nothing to past every threshold
+    rng = random.Random(7)
+    early = 0
+    for _ in range(400):
+        us = {"gpustripe": rng.uniform(100, 200), "met": rng.uniform(80, 200), "nccl": rng.uniform(100, 200)}
+        issue = {"gpustripe": rng.uniform(10, 60), "met": rng.uniform(10, 60), "nccl": rng.uniform(10, 60)}
+        held = [rng.choice([0.0, rng.uniform(0, 150), rng.uniform(0, 3000)]) for _ in range(C.REVIEW_CALLS)]
+        met = rng.random() < 0.5
+        if not met:
+            us.pop("met"), issue.pop("met")
+
+        def kind():
+            cal = met_kind(us, issue) if met else C()
+            if not met:
+                cal.native, cal.us, cal.issue_us = True, dict(us), dict(issue)
+            return cal
+
+        called = kind()
+        at = None  # the call whose review changed the kind, if any
+        for i, h in enumerate(held):
+            if called.held(h):
+                before = (called.native, called.form)
+                called.review(Gloo())
+                if (called.native, called.form) != before or i == C.REVIEW_CALLS - 1:
+                    at = i
+                    break
+        whole = kind()
+        for h in held:
+            whole.held(h)
+        whole.review(Gloo())
+        assert (called.native, called.form) == (whole.native, whole.form)
+        if at == C.EARLY_CALLS - 1:
+            early += 1
+        else:
+            assert at == C.REVIEW_CALLS - 1 and called.reviewed == whole.reviewed
+    assert 50 < early < 350  # both cases were tried
