@@ -53,8 +53,10 @@ class _Calibration:
     clock to the end of the last one on the GPUs. Their time per call is the pace of whichever
     is slower, the host issuing them or the GPUs running them, with nothing of the measurement
     inside it (no events per call, no stream joins). Batches of the two sides alternate, the
-    median of each side's taken, and every rank takes the one whose slowest rank was faster
-    (the medians, through gloo). The batches also time how long each side's calls hold the
+    best batch of each side taken (whatever disturbs a batch, another process on the host, the
+    GPUs' clocks still rising over the first rounds, only adds time), and every rank takes the
+    one whose slowest rank was faster (the best batches, through gloo). The batches also time
+    how long each side's calls hold the
     caller (issue()'s own time): the review's measure of what NCCL's real calls would hold.
 
     A kind whose calls the team can stage through its slots (no meeting of the hosts, but the
@@ -70,7 +72,7 @@ class _Calibration:
     # sync, the ranks leaving the meeting apart) weighs on a short call's pace (1 MB calls of
     # 25-60 us: four of them were timed at up to 1.7x their pace back to back).
     MIN_BATCH_US = 1000.0
-    ROUNDS = 5   # batches of each side: the median holds against two disturbed ones
+    ROUNDS = 5   # batches of each side: the best of them holds against four disturbed ones
     SIDES = ("gpustripe", "nccl")
     # with a met form: "gpustripe" is the staged call, "met" the same call met
     SIDES_MET = ("gpustripe", "met", "nccl")
@@ -91,7 +93,7 @@ class _Calibration:
         self.sides = self.SIDES_MET if met else self.SIDES
         self.native = None  # the answer, once decided
         self.form = "gpustripe"  # the native side the kind takes ("met" where that was faster)
-        self.us = {}        # the medians the answer came from (the slowest rank's), us per call
+        self.us = {}        # the best batches' paces the answer came from (the slowest rank's), us per call
         self.pace = {m: [] for m in self.sides}  # us per call of each timed batch
         self.issue = {m: [] for m in self.sides}  # us each timed call of a batch held the caller (mean)
         self.issue_us = {}  # their medians (the slowest rank's), once decided
@@ -139,8 +141,8 @@ class _Calibration:
     def decide(self, gloo) -> bool:
         """Collective over the group (every rank decides at the same call): the fastest native
         side is the kind's form, native where it is no slower than NCCL."""
-        med = [_middle(v[m]) for v in (self.pace, self.issue) for m in self.sides]
-        worst = _max_over_ranks(gloo, med)
+        best = [min(self.pace[m]) for m in self.sides] + [_middle(self.issue[m]) for m in self.sides]
+        worst = _max_over_ranks(gloo, best)
         n = len(self.sides)
         self.us, self.issue_us = dict(zip(self.sides, worst[:n])), dict(zip(self.sides, worst[n:]))
         self.form = min((m for m in self.sides if m != "nccl"), key=lambda m: self.us[m])

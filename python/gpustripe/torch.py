@@ -228,11 +228,11 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         backend's call, us; of it `team_us` in the team's C++ call and `end_us` after it: the
         end on the team's stream, the work), `team` (the team's phases per call:
         NodeTeam.phase_times) and `choices` (per op and size class: gpustripe or NCCL, the
-        calibration's medians, us per call back to back, the slowest rank's, and `paces`: this
+        calibration's best batches, us per call back to back, the slowest rank's, and `paces`: this
         rank's pace of each timed batch of each side, in order, which tells a side's slow first
         batches from a steady gap; `issue_us`: each side's host time per call in the batches;
         `held_us`: the reviewed calls' exposed host time, once reviewed, and `held_calls`: this
-        rank's each; for a kind the team can stage, `met`: its met form's medians, `form`: the
+        rank's each; for a kind the team can stage, `met`: its met form's best batch, `form`: the
         native form taken, and `met_held_us`: the met form's review where it handed the kind to
         the staged form)."""
         out = {"host_us": {k: {"calls": v[0], "us": v[1] / v[0], "team_us": v[2] / v[0], "end_us": v[3] / v[0]}

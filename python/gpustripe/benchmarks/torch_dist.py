@@ -14,7 +14,7 @@ its calibration found faster), ``torch_gpustripe_native`` (a third group whose e
 is native: the native path's own time) and ``torch_nccl``; busbw uses nccl-tests' factors; sizes per rank. The results
 file's rows also say how many of the gpustripe calls the backend served natively. --trace
 prints, per op and size, where a native call's host time goes (the backend's call, the
-team's phases) and what the calibration chose, from what medians.
+team's phases) and what the calibration chose, from what paces (each side's best batch).
 """
 from __future__ import annotations
 
@@ -215,12 +215,12 @@ def _print_trace(t: dict) -> None:
 
 
 def _choice_line(kind: str, c: dict) -> str:
-    """The calibration's choice for one kind: the medians it decided by, and this rank's batches."""
+    """The calibration's choice for one kind: the paces it decided by (each side's best batch), and this rank's batches."""
     paces = "; ".join(f"{side} " + " ".join(f"{p:.1f}" for p in ps) for side, ps in c.get("paces", {}).items())
     met = f", met {c['met']:.1f} us" if "met" in c else ""
     form = f" ({c['form']})" if "form" in c and c["use"] == "gpustripe" else ""
     return (f"chose {c['use']}{form} for {kind}: gpustripe {c['gpustripe']:.1f} us{met}, nccl {c['nccl']:.1f} us "
-            "(calibration: medians of back-to-back batches, us per call, slowest rank)"
+            "(calibration: best of the back-to-back batches, us per call, slowest rank)"
             + (f"; this rank's batches, in order: {paces}" if paces else "")
             + ("; issue us per call: " + ", ".join(f"{k} {v:.1f}" for k, v in c["issue_us"].items())
                if "issue_us" in c else "")
