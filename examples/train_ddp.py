@@ -16,8 +16,8 @@ median of the steps' ratios, each step's runs side by side), and every rank's ho
 part of a step and its team's phases: `ranks_host`). `--noise` trains a third copy, on nccl
 again: `noise` (and `noise_paired`) in the summary is the two nccl copies' step-time ratio,
 this run's own spread (the speedup is read against it: a configuration is slower than NCCL
-only past it). `settled_step`: the first step after which the gpustripe backend timed and
-reviewed no kind of call any more (its calibration, docs/torch.md); `speedup_paired_settled`
+only past it). `settled_step`: the first step after which the gpustripe backend timed no kind
+of call and counted no call for a review any more (its calibration, docs/torch.md); `speedup_paired_settled`
 (and `noise_paired_settled`) the paired ratios from there on, what a long training's steps run
 at; `calibration_ms`: what the timed steps before it took beyond NCCL's, paid once per run.
 """
@@ -98,7 +98,8 @@ class Trainer:
         else:
             self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **{args.optimizer: True})
         self.losses, self.times = [], []
-        self.calibrating = []  # per step: whether the group's backend still timed or reviewed a kind of call
+        self.calibrating = []  # per step: whether the group's backend timed or reviewed a kind of call in it
+        self._events = 0
         self.parts = {p: [] for p in self.PARTS}
 
     def step(self, step: int) -> None:
@@ -120,7 +121,9 @@ class Trainer:
         torch.cuda.synchronize()
         t4 = time.perf_counter()
         self.times.append(t4 - t0)
-        self.calibrating.append(bool(getattr(self.group, "calibrating", lambda: False)()))
+        events = getattr(self.group, "calibration_events", lambda: 0)()
+        self.calibrating.append(events != self._events)
+        self._events = events
         for part, (a, b) in zip(self.PARTS, ((t0, t1), (t1, t2), (t2, t3), (t3, t4))):
             self.parts[part].append(b - a)
         # the mean loss over ranks (on nccl for both: the comparison is the training's, not this)

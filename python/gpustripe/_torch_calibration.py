@@ -81,11 +81,12 @@ class _Calibration:
     # that the first calls after a synchronisation (a job's setup, a benchmark's first batches:
     # every one of them exposed) are not half of them.
     REVIEW_CALLS = 16
-    # Calls after which the review is asked once before its count is full: where half of the
-    # count already held their callers beyond the verdict's threshold, the median of the whole
-    # count is past it whatever the other half holds, and the verdict is given then (a kind
+    # The review is asked once before its count is full, at the call after these: where half of
+    # the count already held their callers beyond the verdict's threshold, the median of the
+    # whole count is past it whatever the other half holds, and the verdict is given then (a kind
     # called once per step, DDP's largest bucket, would otherwise run 16 steps on the side the
-    # review then leaves).
+    # review then leaves). Not at the last of them: its meeting, still to run on the worker, is
+    # not known yet.
     EARLY_CALLS = REVIEW_CALLS - REVIEW_CALLS // 2
 
     def __init__(self, min_batch_us: float | None = None, met: bool = False):
@@ -169,12 +170,12 @@ class _Calibration:
         (NodeTeam.enqueued_behind): its host time and meeting then kept no GPU waiting (the GPUs
         run the group's calls one after the other), whatever the caller's stream had left, and it
         counts nothing; else (0, -1: not known, None) as above. True at the calls whose review is
-        due, the early one (EARLY_CALLS) and the full one (every rank at the same call: the ranks
-        make the same calls)."""
+        due, the early one (the call after EARLY_CALLS) and the full one (every rank at the same
+        call: the ranks make the same calls)."""
         if not self.under_review():
             return False
         self.held_us.append((host_us, exposed, meeting, queued_behind))
-        return len(self.held_us) in (self.EARLY_CALLS, self.REVIEW_CALLS)
+        return len(self.held_us) in (self.EARLY_CALLS + 1, self.REVIEW_CALLS)
 
     def _held_whole(self, gloo) -> list:
         """Each counted call's exposed time: its host time's and, where known by now, its
@@ -215,13 +216,14 @@ class _Calibration:
         answer (native or not).
 
         Asked early (fewer than REVIEW_CALLS calls counted), the review weighs the least value the
-        whole count's median can take (the smallest of the calls' upper half so far, the calls
-        to come taken as holding nothing), and gives its verdict only where that already changes
-        the kind, as the full count then would (every step above rises with the median); else
-        the counting goes on."""
+        whole count's median can take: the smallest of the first EARLY_CALLS calls, the latest
+        call (its meeting may not have run) and the calls to come taken as holding nothing. It
+        gives its verdict only where that already changes the kind, as the full count then would
+        (every step above rises with the median); else the counting goes on."""
         calls = self._held_whole(gloo)
         if len(self.held_us) < self.REVIEW_CALLS:
-            least = sorted(calls)[len(calls) - (self.REVIEW_CALLS - self.REVIEW_CALLS // 2)]
+            known = sorted(calls[:self.EARLY_CALLS])
+            least = known[len(known) - (self.REVIEW_CALLS - self.REVIEW_CALLS // 2)]
             bound = _max_over_ranks(gloo, [least])[0]
             if self._verdict(bound) is None:
                 return self.native

@@ -206,6 +206,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         # op -> [calls, and us summed: the backend's native call, the team's C++ call in it, its end]
         self._host_us: dict = {}
         self.native_calls = 0  # collectives served by gpustripe (tests, benchmarks)
+        self._calibration_events = 0  # kinds timed and reviewed calls counted (calibration_events)
         if not self._local:
             self._say("ranks on other nodes (or one rank): every CUDA collective goes to NCCL")
 
@@ -251,10 +252,12 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             self._host_us = {}
         return out
 
-    def calibrating(self) -> bool:
-        """Whether a kind of call seen so far is still being timed or reviewed: until then its calls
-        may run on the side its review leaves (a training's first steps pay that once)."""
-        return any(c.native is None or c.under_review() for c in self._calibrations.values())
+    def calibration_events(self) -> int:
+        """How many times so far a kind of call was timed (its batches) or one of its calls counted
+        for its review: while this grows, calls may run on the side a review then leaves (a
+        training's first steps pay that once; a kind called too rarely to be reviewed stays
+        under review without costing anything)."""
+        return self._calibration_events
 
     def shutdown(self) -> None:
         """Ends the native side: waits for the calls in flight and closes the team (its streams,
@@ -371,6 +374,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         kind's review (_Calibration.review, collective), handed to NCCL from the next call on where
         the time its calls held their callers beyond NCCL's, with their pace, outweighs NCCL's
         pace (a met form to the staged one first, where that was no slower than NCCL)."""
+        self._calibration_events += 1
         if not cal.held(host_us, exposed, meeting, queued_behind):
             return
         form = cal.form
@@ -393,6 +397,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         `redo(buffers)` (the op again, on other buffers of the same sizes) on zeroed buffers like
         `tensors`: the caller's tensors keep their values, and repeated reductions of zeros stay
         finite."""
+        self._calibration_events += 1
         scratch = [torch.zeros_like(t) for t in tensors]
         dev = tensors[0].device
 

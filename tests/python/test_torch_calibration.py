@@ -197,7 +197,7 @@ def test_every_rank_sizes_its_batches_from_the_slowest_ranks_pace():
 
 
 # The calls at which held() asks for the review: the early one, then the full count's.
-DUE = [C.EARLY_CALLS - 1, C.REVIEW_CALLS - 1]
+DUE = [C.EARLY_CALLS, C.REVIEW_CALLS - 1]
 
 
 def reviewed(held, gloo=None, nccl=70.0, native=40.0, nccl_issue=10.0):
@@ -415,7 +415,7 @@ def test_the_slowest_rank_reviews_alike_for_every_rank():
 
 
 def test_only_kinds_measured_and_given_to_gpustripe_are_reviewed():
-    fewer = [5000.0] * (C.EARLY_CALLS - 1)
+    fewer = [5000.0] * C.EARLY_CALLS
     assert reviewed(fewer)[1] == []  # not due yet
     to_nccl = C()
     to_nccl.native, to_nccl.us = False, {"gpustripe": 90.0, "nccl": 70.0}
@@ -436,9 +436,11 @@ def test_half_the_count_past_the_threshold_gives_the_verdict_early():
     # calls for 60 us less on the GPUs: handed over at the early review, not 16 steps later
     cal = C()
     cal.native, cal.us, cal.issue_us = True, {"gpustripe": 523.0, "nccl": 579.0}, {"gpustripe": 80.0, "nccl": 82.0}
-    assert review_as_called(cal, [400.0, 2700.0, 350.0, 900.0, 380.0, 420.0, 360.0, 330.0]) == [(7, False)]
+    # (the ninth call's own meeting has not run when it is counted: it holds nothing yet)
+    held = [400.0, 2700.0, 350.0, 900.0, 380.0, 420.0, 360.0, 330.0, 0.0]
+    assert review_as_called(cal, held) == [(C.EARLY_CALLS, False)]
     assert cal.native is False and cal.reviewed == pytest.approx(330.0)  # the least the median could be
-    assert not cal.under_review() and len(cal.held_calls) == C.EARLY_CALLS
+    assert not cal.under_review() and len(cal.held_calls) == C.EARLY_CALLS + 1
 
 
 def test_an_early_review_that_cannot_decide_lets_the_count_go_on():
@@ -450,22 +452,25 @@ def test_an_early_review_that_cannot_decide_lets_the_count_go_on():
     # one call of the first half under the threshold (10 + 30 = 40 us held): the other half may
     # still hold the median under it
     cal = kind()
-    first = [3000.0] * (C.EARLY_CALLS - 1) + [20.0]
-    assert review_as_called(cal, first) == [(C.EARLY_CALLS - 1, True)]
-    assert cal.under_review() and cal.reviewed is None and len(cal.held_us) == C.EARLY_CALLS
+    first = [3000.0] * (C.EARLY_CALLS - 1) + [20.0, 3000.0]
+    assert review_as_called(cal, first) == [(C.EARLY_CALLS, True)]
+    assert cal.under_review() and cal.reviewed is None and len(cal.held_us) == C.EARLY_CALLS + 1
     # the full count decides on every call it counted
-    assert review_as_called(cal, [3000.0] * (C.REVIEW_CALLS - C.EARLY_CALLS)) == [
-        (C.REVIEW_CALLS - C.EARLY_CALLS - 1, False)]
+    assert review_as_called(cal, [3000.0] * (C.REVIEW_CALLS - C.EARLY_CALLS - 1)) == [
+        (C.REVIEW_CALLS - C.EARLY_CALLS - 2, False)]
     assert cal.reviewed == pytest.approx(3000.0) and len(cal.held_calls) == C.REVIEW_CALLS
     # ... and keeps the kind where the second half held nothing
     cal = kind()
-    review_as_called(cal, first)
-    assert review_as_called(cal, [20.0] * (C.REVIEW_CALLS - C.EARLY_CALLS))[-1][1] is True
+    assert review_as_called(cal, first[:-1] + [20.0]) == [(C.EARLY_CALLS, True)]
+    assert review_as_called(cal, [20.0] * (C.REVIEW_CALLS - C.EARLY_CALLS - 1))[-1][1] is True
     assert cal.native is True and not cal.under_review()
     # an early review never keeps a kind for good: calls that return at their pace are counted on
     cal = kind()
-    assert review_as_called(cal, [20.0] * C.EARLY_CALLS) == [(C.EARLY_CALLS - 1, True)]
+    assert review_as_called(cal, [20.0] * (C.EARLY_CALLS + 1)) == [(C.EARLY_CALLS, True)]
     assert cal.under_review()
+    # the latest call does not weigh in the early bound: its meeting may still be to run
+    cal = kind()
+    assert review_as_called(cal, [3000.0] * C.EARLY_CALLS + [0.0]) == [(C.EARLY_CALLS, False)]
 
 
 def test_the_early_verdict_is_the_full_counts():
@@ -501,7 +506,7 @@ def test_the_early_verdict_is_the_full_counts():
             whole.held(h)
         whole.review(Gloo())
         assert (called.native, called.form) == (whole.native, whole.form)
-        if at == C.EARLY_CALLS - 1:
+        if at == C.EARLY_CALLS:
             early += 1
         else:
             assert at == C.REVIEW_CALLS - 1 and called.reviewed == whole.reviewed
