@@ -177,7 +177,7 @@ class _Calibration:
         self.held_us.append((host_us, exposed, meeting, queued_behind))
         return len(self.held_us) in (self.EARLY_CALLS + 1, self.REVIEW_CALLS)
 
-    def _held_whole(self, gloo) -> list:
+    def _held_whole(self, gloo, least: bool = False) -> list:
         """Each counted call's exposed time: its host time's and, where known by now, its
         meeting's beyond the earlier work its stream still had (none for a call enqueued behind
         the group's call before it). Collective: a meeting counts as
@@ -191,7 +191,10 @@ class _Calibration:
         meetings = [-m for m in _max_over_ranks(gloo, [-m for m in meetings])]
         out = []
         for (host_us, exposed, _, queued_behind), met in zip(self.held_us, meetings):
-            if (queued_behind() if callable(queued_behind) else queued_behind) == 1:
+            behind = queued_behind() if callable(queued_behind) else queued_behind
+            # `least`: the least each call can count once all is known: one whose enqueue is not
+            # known yet (-1: still queued for the worker) may turn out behind, and count nothing.
+            if behind == 1 or (least and behind == -1):
                 out.append(0.0)
                 continue
             e = host_us if exposed is None else (exposed() if callable(exposed) else exposed)
@@ -217,11 +220,13 @@ class _Calibration:
 
         Asked early (fewer than REVIEW_CALLS calls counted), the review weighs the least value the
         whole count's median can take: the smallest of the first EARLY_CALLS calls, the latest
-        call (its meeting may not have run) and the calls to come taken as holding nothing. It
+        call (its meeting may not have run), a call the worker has not enqueued yet (it may turn
+        out enqueued behind the call before it) and the calls to come taken as holding nothing. It
         gives its verdict only where that already changes the kind, as the full count then would
         (every step above rises with the median); else the counting goes on."""
-        calls = self._held_whole(gloo)
-        if len(self.held_us) < self.REVIEW_CALLS:
+        early = len(self.held_us) < self.REVIEW_CALLS
+        calls = self._held_whole(gloo, least=early)
+        if early:
             known = sorted(calls[:self.EARLY_CALLS])
             least = known[len(known) - (self.REVIEW_CALLS - self.REVIEW_CALLS // 2)]
             bound = _max_over_ranks(gloo, [least])[0]

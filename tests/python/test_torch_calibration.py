@@ -511,3 +511,28 @@ def test_the_early_verdict_is_the_full_counts():
         else:
             assert at == C.REVIEW_CALLS - 1 and called.reviewed == whole.reviewed
     assert 50 < early < 350  # both cases were tried
+
+
+def test_an_early_review_counts_nothing_for_calls_the_worker_has_not_enqueued_yet():
+    # back-to-back asynchronous calls whose worker runs a few calls behind the caller: at the early
+    # review the latest calls' enqueue is not known (-1); each turns out enqueued behind the call
+    # before it (1), counting nothing, by the full review
+    cal = C()
+    cal.native, cal.us, cal.issue_us = True, {"gpustripe": 127.0, "nccl": 170.0}, {"gpustripe": 40.0, "nccl": 45.0}
+    reviews = [0]
+
+    def behind():
+        return 1 if reviews[0] > 1 else -1  # known once the early review has passed
+
+    due = []
+    for i in range(C.REVIEW_CALLS):
+        if cal.held(300.0, 300.0, None, behind):
+            reviews[0] += 1
+            due.append((i, cal.review(Gloo())))
+    assert due == [(C.EARLY_CALLS, True), (C.REVIEW_CALLS - 1, True)]
+    assert cal.native is True and cal.reviewed == pytest.approx(0.0)
+    # the same calls known exposed (0: enqueued onto idle GPUs) give the verdict early
+    cal2 = C()
+    cal2.native, cal2.us, cal2.issue_us = True, dict(cal.us), dict(cal.issue_us)
+    assert [(i, cal2.review(Gloo())) for i in range(C.REVIEW_CALLS)
+            if cal2.held(300.0, 300.0, None, 0)] == [(C.EARLY_CALLS, False)]
