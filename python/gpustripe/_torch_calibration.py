@@ -214,9 +214,7 @@ class _Calibration:
         (the real calls' exposed time, the slowest rank's median) and the native call's pace
         outweigh NCCL's pace, the kind goes to NCCL from the next call on; a met form goes to the
         staged one instead where that was no slower than NCCL, whose calls are then reviewed in
-        turn (`met_reviewed`: the met form's review), and so does a met form whose time beyond
-        the staged calls' own hold, with its pace, outweighs the staged form's pace. Returns the
-        answer (native or not).
+        turn (`met_reviewed`: the met form's review). Returns the answer (native or not).
 
         Asked early (fewer than REVIEW_CALLS calls counted), the review weighs the least value the
         whole count's median can take: the smallest of the first EARLY_CALLS calls, the latest
@@ -249,12 +247,6 @@ class _Calibration:
         "staged" (a met form's kind goes to its staged form), or None (the kind stays)."""
         extra = max(0.0, reviewed - self.issue_us.get("nccl", 0.0))
         slower = self.us[self.form] + extra > self.us["nccl"]
-        if self.form == "met" and self.us["gpustripe"] <= self.us["nccl"]:
-            # The batches time the met form right after the ranks met, so its meeting costs there
-            # almost nothing; a staged call meets no host, so its batches' pace is what its real
-            # calls take. Measured against the staged calls' own hold, a met form whose real calls'
-            # meetings make it slower than the staged form goes staged even where it still beat NCCL.
-            over_staged = max(0.0, reviewed - self.issue_us.get("gpustripe", 0.0))
-            if slower or self.us["met"] + over_staged > self.us["gpustripe"]:
-                return "staged"
+        if slower and self.form == "met" and self.us["gpustripe"] <= self.us["nccl"]:
+            return "staged"
         return "nccl" if slower else None

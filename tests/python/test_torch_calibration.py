@@ -362,26 +362,6 @@ def test_a_met_form_whose_calls_hold_their_callers_goes_staged_and_is_reviewed_a
     assert review_held(cal, 0.0) is True and cal.form == "met" and not cal.under_review()
 
 
-def test_a_met_form_whose_meetings_make_it_slower_than_the_staged_one_goes_staged():
-    # host-bound 1 MB all-gathers back to back: met 24 us in the batches (the ranks had just met),
-    # staged 28, NCCL 50; the real met calls hold their callers 45 us each, the staged batches'
-    # calls 26: beyond the staged hold the met form takes 24 + 19 > 28, though still below NCCL's
-    def kind(staged):
-        return met_kind({"gpustripe": staged, "met": 24.0, "nccl": 50.0},
-                        {"gpustripe": 26.0, "met": 34.0, "nccl": 47.0})
-
-    cal = kind(28.0)
-    assert review_held(cal, 45.0) is True
-    assert cal.form == "gpustripe" and cal.native is True and cal.under_review()
-    assert cal.met_reviewed == pytest.approx(45.0)
-    # held no longer than the staged calls hold theirs: the met form stays
-    cal = kind(28.0)
-    assert review_held(cal, 26.0) is True and cal.form == "met" and not cal.under_review()
-    # a staged form slower than the met one with its meetings: the met form stays
-    cal = kind(40.0)
-    assert review_held(cal, 30.0) is True and cal.form == "met" and not cal.under_review()
-
-
 def test_a_call_enqueued_behind_the_groups_call_before_it_counts_nothing():
     # back-to-back calls on an otherwise idle caller's stream (a benchmark's batch, an MoE layer's
     # exchanges): the caller's stream ran dry long before each returned, and the worker met the
