@@ -177,20 +177,21 @@ class _Calibration:
         self.held_us.append((host_us, exposed, meeting, queued_behind))
         return len(self.held_us) in (self.EARLY_CALLS + 1, self.REVIEW_CALLS)
 
-    def _held_whole(self, gloo, least: bool = False) -> list:
-        """Each counted call's exposed time: its host time's and, where known by now, its
+    def _held_whole(self, gloo, count: int | None = None, least: bool = False) -> list:
+        """Each counted call's exposed time (of the first `count` counted, all by default): its host time's and, where known by now, its
         meeting's beyond the earlier work its stream still had (none for a call enqueued behind
         the group's call before it). Collective: a meeting counts as
         long as the rank that came last took to meet and enqueue (the ranks' smallest), since a
         rank waiting for a later one loses nothing to NCCL, whose kernel would wait for that rank
         on the GPUs as long."""
+        held = self.held_us[:count]
         meetings = []
-        for _, _, meeting, _ in self.held_us:
+        for _, _, meeting, _ in held:
             m = meeting() if meeting is not None else 0.0
             meetings.append(m if m >= 0 else math.inf)  # not run yet here: the other ranks' counts
         meetings = [-m for m in _max_over_ranks(gloo, [-m for m in meetings])]
         out = []
-        for (host_us, exposed, _, queued_behind), met in zip(self.held_us, meetings):
+        for (host_us, exposed, _, queued_behind), met in zip(held, meetings):
             behind = queued_behind() if callable(queued_behind) else queued_behind
             # `least`: the least each call can count once all is known: one whose enqueue is not
             # known yet (-1: still queued for the worker) may turn out behind, and count nothing.
@@ -222,16 +223,16 @@ class _Calibration:
         out enqueued behind the call before it) and the calls to come taken as holding nothing. It
         gives its verdict only where that already changes the kind, as the full count then would
         (every step above rises with the median); else the counting goes on."""
-        early = len(self.held_us) < self.REVIEW_CALLS
-        calls = self._held_whole(gloo, least=early)
-        if early:
-            known = sorted(calls[:self.EARLY_CALLS])
-            least = known[len(known) - (self.REVIEW_CALLS - self.REVIEW_CALLS // 2)]
-            bound = _max_over_ranks(gloo, [least])[0]
+        if len(self.held_us) < self.REVIEW_CALLS:
+            # The count's median (its upper middle: the ninth smallest of sixteen) is at least the
+            # smallest of any eight of its calls.
+            calls = self._held_whole(gloo, self.EARLY_CALLS, least=True)
+            bound = _max_over_ranks(gloo, [min(calls)])[0]
             if self._verdict(bound) is None:
                 return self.native
             self.reviewed = bound
         else:
+            calls = self._held_whole(gloo)
             self.reviewed = _max_over_ranks(gloo, [_middle(calls)])[0]
         self.held_calls, self.held_us = calls, []
         verdict = self._verdict(self.reviewed)
