@@ -197,9 +197,8 @@ def main() -> None:
     step_ms = {k: 1e3 * statistics.median(v.times[args.warm_steps:]) for k, v in runs.items()}
     # Each step's copies ran one right after the other: the median of the steps' ratios is
     # untouched by a drift of the host over the run, which the ratio of the medians is not.
-    def paired(a: str, b: str) -> float:
-        return statistics.median(x / y for x, y in zip(runs[a].times[args.warm_steps:],
-                                                      runs[b].times[args.warm_steps:]))
+    def paired(a: str, b: str, start: int = args.warm_steps) -> float:
+        return statistics.median(x / y for x, y in zip(runs[a].times[start:], runs[b].times[start:]))
     # Every rank's host parts and team phases: a step set by the slower host (one rank waiting in
     # a collective for the other's call) shows as one rank's parts apart from the other's.
     # From the first step after which gpustripe's backend timed and reviewed no kind of call any
@@ -207,10 +206,8 @@ def main() -> None:
     g = runs["gpustripe"]
     settled = max(args.warm_steps, max((i + 1 for i, c in enumerate(g.calibrating) if c), default=0))
     if settled < args.steps:
-        def paired_from(a: str, b: str) -> float:
-            return statistics.median(x / y for x, y in zip(runs[a].times[settled:], runs[b].times[settled:]))
-        after = {"settled_step": settled, "speedup_paired_settled": paired_from("nccl", "gpustripe"),
-                 **({"noise_paired_settled": paired_from("nccl", "nccl_again")} if args.noise else {})}
+        after = {"settled_step": settled, "speedup_paired_settled": paired("nccl", "gpustripe", settled),
+                 **({"noise_paired_settled": paired("nccl", "nccl_again", settled)} if args.noise else {})}
     else:
         after = {"settled_step": None}
     after["calibration_ms"] = 1e3 * sum(x - y for x, y in zip(g.times[args.warm_steps:settled],
