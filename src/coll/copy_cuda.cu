@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "coll/copy_elems.cuh"
 #include "coll/fused_barrier.cuh"
@@ -19,21 +20,28 @@
 namespace gpustripe::coll {
 namespace {
 
-struct Segs {
-  Seg s[kMaxCopySegments];
+// The launch's segments, by value: S segments of D destinations each (see SegOf).
+template <int S, int D>
+struct SegsOf {
+  SegOf<D> s[S];
   int n;
 };
+// The argument a kernel without a barrier inside takes in FusedBarrier's place (~1 KB less to
+// launch).
+struct NoBarrier {};
 
 constexpr int kThreads = 512;
 
-__global__ void __launch_bounds__(kThreads) copy_kernel(Segs p, FusedBarrier bar, KernelDone end) {
-  const bool fused = bar.blocks_done != nullptr;
-  const unsigned long long e = fused ? fused_entry(bar) : 0;
+template <int S, int D, class Bar>
+__global__ void __launch_bounds__(kThreads) copy_kernel(SegsOf<S, D> p, Bar bar, KernelDone end) {
+  constexpr bool fused = std::is_same_v<Bar, FusedBarrier>;
+  unsigned long long e = 0;
+  if constexpr (fused) e = fused_entry(bar);
   if (p.n > 0) {
     const SegShare my = seg_share(static_cast<unsigned>(p.n));
     copy_segment(p.s[my.seg], my.tid, my.stride);
   }
-  if (fused) fused_exit(bar, e);
+  if constexpr (fused) fused_exit(bar, e);
   if (end.word) announce_done(end);
 }
 
@@ -52,34 +60,34 @@ int alignment(const CopySegment& c) {
   return bits % 16 == 0 ? 16 : bits % 4 == 0 ? 4 : 1;
 }
 
-}  // namespace
+// Segments and destinations a small argument block holds: a pair's or a 4-rank node's calls.
+constexpr int kFewSegments = 4;
 
-void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream, unsigned* blocks_done) {
-  GS_REQUIRE(a.segs.size() <= static_cast<size_t>(kMaxCopySegments), GPUSTRIPE_ERR_INTERNAL,
-             "copy kernel takes at most %d segments, got %zu", kMaxCopySegments, a.segs.size());
-  Segs p{};
-  size_t work = 0;  // elements (16, 4 or 1 bytes) of the largest segment
-  bool wide_pull = false;
+// Fills the launch's segments from a's (at most S of at most D destinations each); the largest
+// segment's count of elements (16, 4 or 1 bytes) in *work, and in *wide_pull whether a segment
+// reads a peer into several destinations from kPullMin bytes.
+template <int S, int D>
+SegsOf<S, D> segments(const CopyArgs& a, int dev, size_t* work, bool* wide_pull) {
+  SegsOf<S, D> p{};
   for (const CopySegment& c : a.segs) {
     if (c.bytes == 0 || c.dsts.empty()) continue;
-    wide_pull = wide_pull || (c.src_dev >= 0 && c.src_dev != dev && c.dsts.size() > 1 && c.bytes >= kPullMin);
-    GS_REQUIRE(c.dsts.size() <= static_cast<size_t>(kMaxCopyDests), GPUSTRIPE_ERR_INTERNAL,
-               "copy kernel writes at most %d destinations per segment, got %zu", kMaxCopyDests, c.dsts.size());
-    Seg& s = p.s[p.n++];
+    *wide_pull = *wide_pull || (c.src_dev >= 0 && c.src_dev != dev && c.dsts.size() > 1 && c.bytes >= kPullMin);
+    SegOf<D>& s = p.s[p.n++];
     s.src = static_cast<const unsigned char*>(c.src);
     s.nd = static_cast<int>(c.dsts.size());
     for (int d = 0; d < s.nd; ++d) s.dst[d] = static_cast<unsigned char*>(c.dsts[d]);
     s.bytes = c.bytes;
     s.align = alignment(c);
-    work = std::max(work, (c.bytes + s.align - 1) / s.align);
+    *work = std::max(*work, (c.bytes + s.align - 1) / s.align);
   }
-  const FusedBarrier bar = a.barrier ? *a.barrier : FusedBarrier{};
-  if (p.n == 0 && !a.barrier) return;
-  KernelDone done;
-  if (a.done_word) {
-    GS_REQUIRE(blocks_done != nullptr, GPUSTRIPE_ERR_INTERNAL, "copies announcing their end without a block counter");
-    done = KernelDone{a.done_word, a.done_value, blocks_done};
-  }
+  return p;
+}
+
+template <int S, int D, class Bar>
+void launch(const CopyArgs& a, const Bar& bar, bool blocks_wait, const KernelDone& done, int dev, cudaStream_t s) {
+  size_t work = 0;  // elements of the largest segment
+  bool wide_pull = false;
+  const SegsOf<S, D> p = segments<S, D>(a, dev, &work, &wide_pull);
   OnDevice on(dev);
   // One thread per vector of the largest segment on each segment's blocks, up to the cap
   // (spread evenly over the segments): small copies get many short threads (latency),
@@ -90,14 +98,55 @@ void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream, unsigned*
   const size_t cap = std::max<size_t>(
       nseg, static_cast<size_t>(sm_count(dev)) * static_cast<size_t>(std::max<int64_t>(1, per_sm)) / nseg * nseg);
   unsigned grid = static_cast<unsigned>(std::min(cap, per_seg * nseg));
-  if (bar.blocks_wait()) {
-    static std::atomic<int> resident[2] = {0, 0};  // the copy kernel's blocks per SM
-    grid = std::min(grid, resident_blocks(copy_kernel, kThreads, dev, resident));
+  auto* k = copy_kernel<S, D, Bar>;
+  if (blocks_wait) {
+    static std::atomic<int> resident[2] = {0, 0};  // this kernel's blocks per SM
+    grid = std::min(grid, resident_blocks(k, kThreads, dev, resident));
   }
-  copy_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(cuda_stream)>>>(p, bar, done);
+  k<<<grid, kThreads, 0, s>>>(p, bar, done);
   const cudaError_t e = cudaGetLastError();
   GS_REQUIRE(e == cudaSuccess, GPUSTRIPE_ERR_CUDA, "copy kernel (%d segments) on device %d: %s", p.n, dev,
              cudaGetErrorString(e));
+}
+
+// The smallest argument block that holds a's segments.
+template <class Bar>
+void launch_sized(const CopyArgs& a, const Bar& bar, bool blocks_wait, const KernelDone& done, int dev,
+                  cudaStream_t s) {
+  size_t n = 0, nd = 0;
+  for (const CopySegment& c : a.segs)
+    if (c.bytes != 0 && !c.dsts.empty()) {
+      ++n;
+      nd = std::max(nd, c.dsts.size());
+    }
+  if (n <= size_t{kFewSegments} && nd <= size_t{kFewSegments})
+    launch<kFewSegments, kFewSegments>(a, bar, blocks_wait, done, dev, s);
+  else
+    launch<kMaxCopySegments, kMaxCopyDests>(a, bar, blocks_wait, done, dev, s);
+}
+
+}  // namespace
+
+void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream, unsigned* blocks_done) {
+  GS_REQUIRE(a.segs.size() <= static_cast<size_t>(kMaxCopySegments), GPUSTRIPE_ERR_INTERNAL,
+             "copy kernel takes at most %d segments, got %zu", kMaxCopySegments, a.segs.size());
+  bool any = false;
+  for (const CopySegment& c : a.segs) {
+    GS_REQUIRE(c.dsts.size() <= static_cast<size_t>(kMaxCopyDests), GPUSTRIPE_ERR_INTERNAL,
+               "copy kernel writes at most %d destinations per segment, got %zu", kMaxCopyDests, c.dsts.size());
+    any = any || (c.bytes != 0 && !c.dsts.empty());
+  }
+  if (!any && !a.barrier) return;
+  KernelDone done;
+  if (a.done_word) {
+    GS_REQUIRE(blocks_done != nullptr, GPUSTRIPE_ERR_INTERNAL, "copies announcing their end without a block counter");
+    done = KernelDone{a.done_word, a.done_value, blocks_done};
+  }
+  const auto s = static_cast<cudaStream_t>(cuda_stream);
+  if (a.barrier)
+    launch_sized(a, *a.barrier, a.barrier->blocks_wait(), done, dev, s);
+  else
+    launch_sized(a, NoBarrier{}, false, done, dev, s);
 }
 
 }  // namespace gpustripe::coll

@@ -13,18 +13,23 @@
 namespace gpustripe::coll {
 namespace {
 
-struct Seg {
+// A segment of up to D destinations. D is part of a kernel's argument block when segments are
+// passed by value, and a launch's host time grows with that block
+// (bench/probes/launch_cost.cu), so launches size it to what they carry.
+template <int D>
+struct SegOf {
   const unsigned char* src;
-  unsigned char* dst[kMaxCopyDests];
+  unsigned char* dst[D];
   size_t bytes;
   int nd;
   int align;  // 16, 4 or 1: what every pointer of the segment is aligned to
 };
+using Seg = SegOf<kMaxCopyDests>;
 
 constexpr int kUnroll = 4;
 
-template <class V>
-__device__ __forceinline__ void copy_elems(const Seg& s, size_t n, size_t i, size_t stride) {
+template <class V, class S>
+__device__ __forceinline__ void copy_elems(const S& s, size_t n, size_t i, size_t stride) {
   const V* src = reinterpret_cast<const V*>(s.src);
   for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
     V v[kUnroll];
@@ -43,7 +48,8 @@ __device__ __forceinline__ void copy_elems(const Seg& s, size_t n, size_t i, siz
 }
 
 // Thread `tid` of `stride`'s share of segment s.
-__device__ __forceinline__ void copy_segment(const Seg& s, size_t tid, size_t stride) {
+template <class S>
+__device__ __forceinline__ void copy_segment(const S& s, size_t tid, size_t stride) {
   size_t done = 0;
   if (s.align >= 16) {
     copy_elems<uint4>(s, s.bytes / 16, tid, stride);

@@ -50,7 +50,7 @@ __device__ void set_flags(const BarrierKernelArgs& a, unsigned long long e) {
 // gridDim.x-th copy alone.
 __device__ void barrier_copies(const BarrierCopy* copies, int count) {
   auto seg = [&](int c) {
-    Seg s;
+    SegOf<1> s;
     s.src = static_cast<const unsigned char*>(copies[c].src);
     s.dst[0] = static_cast<unsigned char*>(copies[c].dst);
     s.nd = 1;
