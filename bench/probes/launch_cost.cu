@@ -3,7 +3,8 @@
 // `launch` column: the part's one kernel launch and the runner's steps after it) shows 5-8 us
 // a call, where a kernel launch is usually quoted at 2-3 us. This times, on one GPU, the host
 // time of: an empty kernel <<<1,1>>>; the same with the reduction's grid (4 blocks of 512 per
-// SM); the same with a ~400-byte argument block like the reduction's; and gpustripe's own
+// SM); the same with a ~400-byte argument block, and with blocks of 256 B, 1.2 KB (the
+// reduction's) and 3.4 KB (the copy kernel's); and gpustripe's own
 // coll::launch_reduce_kernel (2 sources of 1 MB float32, SUM, announcing its end into a word of
 // registered host memory, as the interposer's part does) and launch_copy_kernel (1 MB, one
 // destination, announcing its end alike). Each way twice: launched into an idle
@@ -44,6 +45,17 @@ struct Wide {
 };
 __global__ void wide_kernel(Wide w) {
   if (w.n < 0 && threadIdx.x == 0) *(volatile int*)w.p[0] = 0;
+}
+
+// An argument block of N bytes: the copy kernel's is ~3.4 KB (16 segments of 16 destinations and
+// the fused barrier's copies, whether used or not), the reduction's ~1.2 KB.
+template <int N>
+struct Block {
+  long long w[N / 8];
+};
+template <int N>
+__global__ void block_kernel(Block<N> b) {
+  if (b.w[0] < 0 && threadIdx.x == 0) *(volatile long long*)b.w[1] = 0;
 }
 
 struct Row {
@@ -109,6 +121,12 @@ int main() {
     rows.push_back(time_way("empty_1x1", idle, s, [&] { empty_kernel<<<1, 1, 0, s>>>(); }));
     rows.push_back(time_way("empty_reduction_grid", idle, s, [&] { empty_kernel<<<sms * 4, 512, 0, s>>>(); }));
     rows.push_back(time_way("wide_args_reduction_grid", idle, s, [&] { wide_kernel<<<sms * 4, 512, 0, s>>>(w); }));
+    Block<256> b256{};
+    Block<1232> b1232{};
+    Block<3456> b3456{};
+    rows.push_back(time_way("args_256B_reduction_grid", idle, s, [&] { block_kernel<256><<<sms * 4, 512, 0, s>>>(b256); }));
+    rows.push_back(time_way("args_1232B_reduction_grid", idle, s, [&] { block_kernel<1232><<<sms * 4, 512, 0, s>>>(b1232); }));
+    rows.push_back(time_way("args_3456B_reduction_grid", idle, s, [&] { block_kernel<3456><<<sms * 4, 512, 0, s>>>(b3456); }));
     rows.push_back(time_way("launch_reduce_kernel_1MB", idle, s, [&] {
       ra.done_value = ++value;
       launch_reduce_kernel(ra, 0, s, blocks_done);
