@@ -19,10 +19,14 @@ struct KernelDone {
 // Every thread of every block calls it, last; true in one thread of the last block to finish,
 // once every block's stores are visible to the system. blocks_done (a device word, 0 between
 // launches) is left 0 for the next launch, which stream order puts after this one.
+// One fence per block, by the thread that counts the block, after the block's barrier: the
+// barrier orders the other threads' stores before it and the fence is cumulative (the pattern of
+// cooperative groups' grid sync). A fence in every thread cost a pair's reduce-scatter a fifth
+// of its time at 2-8 MB (bench/results/*-mpi-coll-fence-ab-*).
 __device__ __forceinline__ bool last_block_done(unsigned* blocks_done) {
-  __threadfence_system();
   __syncthreads();
   if (threadIdx.x != 0) return false;
+  __threadfence_system();
   if (atomicAdd(blocks_done, 1u) != gridDim.x - 1) return false;
   *blocks_done = 0;
   return true;
