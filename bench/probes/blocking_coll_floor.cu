@@ -22,9 +22,6 @@
 // Run:   /tmp/blocking_coll_floor [BYTES ...]   (default 1M to 64M, powers of two)
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -157,26 +154,8 @@ int main(int argc, char** argv) {
       fprintf(stderr, "blocking_coll_floor: %zu bytes is not a multiple of 32\n", bytes);
       return 1;
     }
-    auto* sh = static_cast<Shared*>(
-        mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-    if (sh == MAP_FAILED) return 1;
-    memset(static_cast<void*>(sh), 0, sizeof(Shared));
-    // A fresh pair of processes per size; this one never touches CUDA (forked children would
-    // inherit its context).
-    pid_t pids[2];
-    for (int r = 0; r < 2; ++r) {
-      pids[r] = fork();
-      if (pids[r] == 0) {
-        rank_main(sh, r, bytes);
-        _exit(0);
-      }
-    }
-    for (pid_t p : pids) {
-      int status = 0;
-      waitpid(p, &status, 0);
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return 2;
-    }
-    munmap(sh, sizeof(Shared));
+    // A fresh pair of processes per size.
+    if (!run_pair<Shared>([&](Shared* sh, int r) { rank_main(sh, r, bytes); })) return 2;
   }
   return 0;
 }
