@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "coll/reduce.hpp"
 #include "coll/select.hpp"
 #include "test_coll_harness.hpp"
 #include "test_util.hpp"
@@ -153,6 +154,81 @@ TEST(CollGpu, KernelCopiesWithTheBarrierInside) {
               EXPECT_NE(comm->last_schedule().find(" sm"), std::string::npos) << comm->last_schedule();
             }
   }
+}
+
+// The copy kernel on one GPU, called as the schedules call it (Reducer::copy_async): every
+// argument block it launches with -- segments and destinations within the small block, past it
+// in either count, the most one launch takes, more than that (split into launches) -- at 16-,
+// 4- and 1-byte alignment, with and without the kernel writing its done word. Every destination
+// byte-exact, the bytes around each left as poisoned.
+TEST(CollGpu, TheCopyKernelAtEveryArgumentBlock) {
+  GS_REQUIRE_GPU(1);
+  auto be = make_cuda_backend();
+  auto reducer = make_reducer(*be);
+  StreamHandle s = be->create_stream(0);
+  auto* done = static_cast<uint32_t*>(be->alloc_pinned(sizeof(uint32_t)));
+  *done = 0;
+  constexpr size_t kGuard = 64;
+  constexpr unsigned char kPoison = 0xA5;
+  uint32_t value = 0;
+  int seed = 1;
+  const std::pair<int, int> shapes[] = {{1, 1}, {4, 4}, {5, 1}, {1, 5}, {16, 16}, {17, 3}, {2, 18}};
+  for (const auto& [nseg, nd] : shapes)
+    for (size_t misalign : {size_t(0), size_t(4), size_t(1)})
+      for (bool announce : {false, true}) {
+        CopyArgs shape;  // the counts alone: whether one launch takes them
+        shape.segs.assign(nseg, CopySegment{nullptr, std::vector<void*>(nd, nullptr), 1});
+        const bool one_launch = reducer->can_fuse_copy(shape);
+        EXPECT_EQ(one_launch, nseg <= 16 && nd <= 16) << nseg << " x " << nd;
+        if (announce && !one_launch) continue;  // a kernel announces its end only as one launch
+        std::vector<size_t> bytes;
+        for (int i = 0; i < nseg; ++i) bytes.push_back(i == 0 ? (size_t(1) << 20) + 3 : 1000 + 37 * size_t(i));
+        std::vector<void*> bufs;
+        std::vector<std::vector<unsigned char>> data;
+        CopyArgs args;
+        for (int i = 0; i < nseg; ++i) {
+          data.push_back(seeded_bytes(seed++, bytes[i]));
+          auto* src = static_cast<unsigned char*>(be->alloc_device(0, bytes[i] + misalign));
+          bufs.push_back(src);
+          be->copy_async(src + misalign, 0, data.back().data(), kHostDevice, bytes[i], s);
+          CopySegment seg;
+          seg.src = src + misalign;
+          seg.bytes = bytes[i];
+          seg.src_dev = 0;
+          for (int d = 0; d < nd; ++d) {
+            auto* dst = static_cast<unsigned char*>(be->alloc_device(0, bytes[i] + misalign + 2 * kGuard));
+            bufs.push_back(dst);
+            be->memset_async(dst, 0, kPoison, bytes[i] + misalign + 2 * kGuard, s);
+            seg.dsts.push_back(dst + kGuard + misalign);
+          }
+          args.segs.push_back(seg);
+        }
+        if (announce) {
+          args.done_word = done;
+          args.done_value = ++value;
+        }
+        reducer->copy_async(args, 0, s);
+        be->synchronize_stream(s);
+        if (announce) EXPECT_EQ(*reinterpret_cast<volatile uint32_t*>(done), value);
+        for (int i = 0; i < nseg; ++i)
+          for (int d = 0; d < nd; ++d) {
+            const size_t n = bytes[i] + misalign + 2 * kGuard;
+            std::vector<unsigned char> got(n);
+            be->copy_async(got.data(), kHostDevice, static_cast<unsigned char*>(args.segs[i].dsts[d]) - kGuard - misalign, 0,
+                           n, s);
+            be->synchronize_stream(s);
+            const std::string where = "segments " + std::to_string(nseg) + " x " + std::to_string(nd) +
+                                      " destinations, misaligned by " + std::to_string(misalign) +
+                                      (announce ? ", announced" : "") + ": segment " + std::to_string(i) +
+                                      " destination " + std::to_string(d);
+            ASSERT_EQ(0, std::memcmp(got.data() + kGuard + misalign, data[i].data(), bytes[i])) << where;
+            for (size_t k = 0; k < kGuard + misalign; ++k) ASSERT_EQ(got[k], kPoison) << where << " byte before " << k;
+            for (size_t k = kGuard + misalign + bytes[i]; k < n; ++k) ASSERT_EQ(got[k], kPoison) << where << " byte after";
+          }
+        for (void* b : bufs) be->free_device(b);
+      }
+  be->free_pinned(done);
+  be->destroy_stream(s);
 }
 
 // Two-shot with inputs pushed into the owners' scratch by kernels first, blocking and replayed
