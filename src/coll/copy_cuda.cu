@@ -46,7 +46,8 @@ __global__ void __launch_bounds__(kThreads) copy_kernel(SegsOf<S, D> p, Bar bar,
 }
 
 // Most blocks of kThreads threads per SM of a copy kernel. 4 ranks, 1M-32M: 4 blocks per SM
-// within noise of 2 (54 registers a thread: two blocks of 512 threads fill an SM's registers).
+// within noise of 2 (40-52 registers a thread by variant: two blocks of 512 threads fill most of an
+// SM's registers).
 constexpr int64_t kCopyBlocksPerSm = 2;
 // A segment that reads a peer and stores into several destinations (a broadcast's piece) from
 // kPullMin bytes takes one block per SM: its loads from the peer gain from fewer blocks from
