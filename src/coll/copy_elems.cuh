@@ -24,7 +24,6 @@ struct SegOf {
   int nd;
   int align;  // 16, 4 or 1: what every pointer of the segment is aligned to
 };
-using Seg = SegOf<kMaxCopyDests>;
 
 constexpr int kUnroll = 4;
 
