@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include <algorithm>
 
@@ -166,8 +168,11 @@ TEST(CollGpu, TheCopyKernelAtEveryArgumentBlock) {
   auto be = make_cuda_backend();
   auto reducer = make_reducer(*be);
   StreamHandle s = be->create_stream(0);
-  auto* done = static_cast<uint32_t*>(be->alloc_pinned(sizeof(uint32_t)));
-  *done = 0;
+  // The done word as the interposer has it: host memory registered for the GPU.
+  void* page = std::aligned_alloc(4096, 4096);
+  std::memset(page, 0, 4096);
+  uint32_t* done = be->register_host(page, 4096);
+  ASSERT_NE(done, nullptr);
   constexpr size_t kGuard = 64;
   constexpr unsigned char kPoison = 0xA5;
   uint32_t value = 0;
@@ -209,7 +214,7 @@ TEST(CollGpu, TheCopyKernelAtEveryArgumentBlock) {
         }
         reducer->copy_async(args, 0, s);
         be->synchronize_stream(s);
-        if (announce) EXPECT_EQ(*reinterpret_cast<volatile uint32_t*>(done), value);
+        if (announce) EXPECT_EQ(*static_cast<volatile uint32_t*>(page), value);
         for (int i = 0; i < nseg; ++i)
           for (int d = 0; d < nd; ++d) {
             const size_t n = bytes[i] + misalign + 2 * kGuard;
@@ -227,7 +232,8 @@ TEST(CollGpu, TheCopyKernelAtEveryArgumentBlock) {
           }
         for (void* b : bufs) be->free_device(b);
       }
-  be->free_pinned(done);
+  be->unregister_host(page);
+  std::free(page);
   be->destroy_stream(s);
 }
 
