@@ -13,7 +13,9 @@
 //                 the pace of calls that need no host between them (native gpustripe, NCCL)
 //   blocking      per call: meet in shared memory, launch, spin until both ranks' done words
 //                 hold the call's number: an MPI library's blocking call at its floor
-//   launch        the launch call alone (host time), within `blocking`
+//   blocking_store  the same with the storing form the interposer's pair runs (`sm`: each rank
+//                 stores its block into both results, one segment of two destinations)
+//   launch        the launch call alone (host time), within each way
 // Compare `blocking` with the interposer's MPI_Allgather and the native methods of
 // `gpustripe bench mpi_coll` run on the same machine (bytes: the whole gathered buffer).
 // Build (from the repository root, after a build into build/gpu):
@@ -43,12 +45,12 @@ constexpr int kWarm = 30;
 struct Shared {
   Word enter[2], phase[2];
   alignas(64) uint32_t done[2][16];  // each rank's done word, in its own cache line
-  cudaIpcMemHandle_t handle[2];
+  cudaIpcMemHandle_t handle[2], out_handle[2];
   std::atomic<int> handles[2];
 };
 
-enum Way { BackToBack, Blocking, kWays };
-const char* kNames[] = {"back_to_back", "blocking"};
+enum Way { BackToBack, Blocking, BlockingStore, kWays };
+const char* kNames[] = {"back_to_back", "blocking", "blocking_store"};
 
 void rank_main(Shared* sh, int r, size_t bytes) {
   using namespace gpustripe::coll;
@@ -63,12 +65,14 @@ void rank_main(Shared* sh, int r, size_t bytes) {
   CK(cudaMalloc(&out, bytes));
   CK(cudaMemset(send, r + 1, half));
   CK(cudaIpcGetMemHandle(&sh->handle[r], send));
+  CK(cudaIpcGetMemHandle(&sh->out_handle[r], out));
   CK(cudaDeviceSynchronize());
   sh->handles[r].fetch_add(1, std::memory_order_release);
   while (sh->handles[peer].load(std::memory_order_acquire) == 0) {
   }
-  char* peer_send = nullptr;
+  char *peer_send = nullptr, *peer_out = nullptr;
   CK(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&peer_send), sh->handle[peer], cudaIpcMemLazyEnablePeerAccess));
+  CK(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&peer_out), sh->out_handle[peer], cudaIpcMemLazyEnablePeerAccess));
   // The done words: registered for this GPU in each process (the area is shared by the fork).
   CK(cudaHostRegister(static_cast<void*>(sh->done), sizeof(sh->done), cudaHostRegisterPortable | cudaHostRegisterMapped));
   uint32_t* done_dev = nullptr;
@@ -85,7 +89,13 @@ void rank_main(Shared* sh, int r, size_t bytes) {
   theirs.bytes = half;
   theirs.src_dev = peer;
   ca.segs = {own, theirs};
-  ca.done_word = done_dev + r * 16;
+  // The storing form (the interposer's `sm` all-gather on a pair): this rank's block into both
+  // results, one segment of two destinations, nothing loaded from the peer.
+  CopyArgs store = ca;
+  CopySegment both = own;
+  both.dsts = {out + r * half, peer_out + r * half};
+  store.segs = {both};
+  ca.done_word = store.done_word = done_dev + r * 16;
   volatile uint32_t* done_host[2] = {&sh->done[0][0], &sh->done[1][0]};
   uint32_t seq = 0;
   auto meet = [&] {
@@ -105,15 +115,15 @@ void rank_main(Shared* sh, int r, size_t bytes) {
         t_start = now_us();
       }
       const double t0 = now_us();
-      ca.done_value = ++seq;
-      if (w == Blocking) {
+      ca.done_value = store.done_value = ++seq;
+      if (w != BackToBack) {
         sh->enter[r].v.store(seq, std::memory_order_release);
         spin_until(sh->enter[peer], seq);
       }
       const double t1 = now_us();
-      launch_copy_kernel(ca, r, s, blocks_done);
+      launch_copy_kernel(w == BlockingStore ? store : ca, r, s, blocks_done);
       const double t2 = now_us();
-      if (w == Blocking) {
+      if (w != BackToBack) {
         while (*done_host[r] < seq || *done_host[peer] < seq) {
         }
       }
@@ -134,6 +144,7 @@ void rank_main(Shared* sh, int r, size_t bytes) {
   }
   CK(cudaGetLastError());
   CK(cudaIpcCloseMemHandle(peer_send));
+  CK(cudaIpcCloseMemHandle(peer_out));
   meet();  // neither frees its buffer before the other has closed its mapping of it
   free_block_counter(r, blocks_done);
   CK(cudaHostUnregister(static_cast<void*>(sh->done)));
