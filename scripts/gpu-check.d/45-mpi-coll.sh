@@ -6,6 +6,8 @@
 #                             (64M and 256M for a few types)                     -> $OUT/mpi-coll/types-*.txt
 #   gpustripe bench mpi_coll  mpi_coll_bench (plain MPI) through the interposer vs the
 #                             host-staged pattern, native gpustripe and NCCL   -> $OUT/mpi-coll
+#   blocking_coll_floor       a pair's blocking all-gather at its floor (bench/probes)
+#                                                         -> $OUT/mpi-coll/blocking-coll-floor.txt
 # MPI_COLL_TESTS=0 skips the tests; BENCH_MPI_COLL_ARGS adds benchmark arguments
 # (e.g. "--ranks 4 --sizes 1M:256M"); the schedule each MPI call took is logged once
 # (SCHEDULES_TIMEOUT bounds that run).
@@ -43,6 +45,19 @@ timeout "${SCHEDULES_TIMEOUT:-60}" mpirun --allow-run-as-root --oversubscribe -n
   | grep -o "MPI_[A-Za-z_]* [0-9]* bytes on [0-9] ranks: [^;]*" | sort -u | grep -E " (1048576|16777216|268435456) " \
   > "$OUT/mpi-coll/schedules.txt" || true
 cat "$OUT/mpi-coll/schedules.txt"
+
+echo "== a blocking collective's floor (bench/probes/blocking_coll_floor.cu, GPUs 0 and 1)"
+floor=/tmp/gpustripe-blocking-coll-floor
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -lt 2 ]; then
+  echo "fewer than 2 GPUs: skipped" > "$OUT/mpi-coll/blocking-coll-floor.txt"
+elif nvcc -O2 -arch=sm_90 -DGPUSTRIPE_HAVE_CUDA=1 -Isrc -Iinclude -Ibench/probes -o "$floor" \
+     bench/probes/blocking_coll_floor.cu -L"$BUILD" -lgpustripe -lcuda -Xlinker -rpath="$BUILD" \
+     > "$OUT/mpi-coll/blocking-coll-floor.txt" 2>&1; then
+  timeout "${FLOOR_TIMEOUT:-300}" "$floor" >> "$OUT/mpi-coll/blocking-coll-floor.txt" 2>&1 || rc=1
+else
+  rc=1
+fi
+tail -n 3 "$OUT/mpi-coll/blocking-coll-floor.txt"
 
 echo "== gpustripe bench mpi_coll"
 timeout "${BENCH_MPI_COLL_TIMEOUT:-1800}" python3 -m gpustripe.cli bench mpi_coll --build "$BUILD" \
