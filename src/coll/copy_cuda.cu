@@ -110,17 +110,12 @@ void launch(const CopyArgs& a, const Bar& bar, bool blocks_wait, const KernelDon
              cudaGetErrorString(e));
 }
 
-// The smallest argument block that holds a's segments.
+// The launch in the smallest argument block that holds its segments (`few`: at most
+// kFewSegments of at most kFewSegments destinations).
 template <class Bar>
-void launch_sized(const CopyArgs& a, const Bar& bar, bool blocks_wait, const KernelDone& done, int dev,
+void launch_sized(const CopyArgs& a, bool few, const Bar& bar, bool blocks_wait, const KernelDone& done, int dev,
                   cudaStream_t s) {
-  size_t n = 0, nd = 0;
-  for (const CopySegment& c : a.segs)
-    if (c.bytes != 0 && !c.dsts.empty()) {
-      ++n;
-      nd = std::max(nd, c.dsts.size());
-    }
-  if (n <= size_t{kFewSegments} && nd <= size_t{kFewSegments})
+  if (few)
     launch<kFewSegments, kFewSegments>(a, bar, blocks_wait, done, dev, s);
   else
     launch<kMaxCopySegments, kMaxCopyDests>(a, bar, blocks_wait, done, dev, s);
@@ -131,23 +126,27 @@ void launch_sized(const CopyArgs& a, const Bar& bar, bool blocks_wait, const Ker
 void launch_copy_kernel(const CopyArgs& a, int dev, void* cuda_stream, unsigned* blocks_done) {
   GS_REQUIRE(a.segs.size() <= static_cast<size_t>(kMaxCopySegments), GPUSTRIPE_ERR_INTERNAL,
              "copy kernel takes at most %d segments, got %zu", kMaxCopySegments, a.segs.size());
-  bool any = false;
+  size_t n = 0, nd = 0;  // segments that copy something, and the most destinations of one
   for (const CopySegment& c : a.segs) {
     GS_REQUIRE(c.dsts.size() <= static_cast<size_t>(kMaxCopyDests), GPUSTRIPE_ERR_INTERNAL,
                "copy kernel writes at most %d destinations per segment, got %zu", kMaxCopyDests, c.dsts.size());
-    any = any || (c.bytes != 0 && !c.dsts.empty());
+    if (c.bytes != 0 && !c.dsts.empty()) {
+      ++n;
+      nd = std::max(nd, c.dsts.size());
+    }
   }
-  if (!any && !a.barrier) return;
+  if (n == 0 && !a.barrier) return;
   KernelDone done;
   if (a.done_word) {
     GS_REQUIRE(blocks_done != nullptr, GPUSTRIPE_ERR_INTERNAL, "copies announcing their end without a block counter");
     done = KernelDone{a.done_word, a.done_value, blocks_done};
   }
+  const bool few = n <= size_t{kFewSegments} && nd <= size_t{kFewSegments};
   const auto s = static_cast<cudaStream_t>(cuda_stream);
   if (a.barrier)
-    launch_sized(a, *a.barrier, a.barrier->blocks_wait(), done, dev, s);
+    launch_sized(a, few, *a.barrier, a.barrier->blocks_wait(), done, dev, s);
   else
-    launch_sized(a, NoBarrier{}, false, done, dev, s);
+    launch_sized(a, few, NoBarrier{}, false, done, dev, s);
 }
 
 }  // namespace gpustripe::coll
