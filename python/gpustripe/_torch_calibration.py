@@ -178,9 +178,9 @@ class _Calibration:
         return len(self.held_us) in (self.EARLY_CALLS + 1, self.REVIEW_CALLS)
 
     def _held_whole(self, gloo, count: int | None = None, least: bool = False) -> list:
-        """Each counted call's exposed time (of the first `count` counted, all by default): its host time's and, where known by now, its
-        meeting's beyond the earlier work its stream still had (none for a call enqueued behind
-        the group's call before it). Collective: a meeting counts as
+        """Each counted call's exposed time (of the first `count` counted, all by default): its
+        host time's and, where known by now, its meeting's beyond the earlier work its stream still
+        had (none for a call enqueued behind the group's call before it). Collective: a meeting counts as
         long as the rank that came last took to meet and enqueue (the ranks' smallest), since a
         rank waiting for a later one loses nothing to NCCL, whose kernel would wait for that rank
         on the GPUs as long."""

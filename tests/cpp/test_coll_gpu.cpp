@@ -219,16 +219,16 @@ TEST(CollGpu, TheCopyKernelAtEveryArgumentBlock) {
           for (int d = 0; d < nd; ++d) {
             const size_t n = bytes[i] + misalign + 2 * kGuard;
             std::vector<unsigned char> got(n);
-            be->copy_async(got.data(), kHostDevice, static_cast<unsigned char*>(args.segs[i].dsts[d]) - kGuard - misalign, 0,
-                           n, s);
+            const unsigned char* base = static_cast<unsigned char*>(args.segs[i].dsts[d]) - kGuard - misalign;
+            be->copy_async(got.data(), kHostDevice, base, 0, n, s);
             be->synchronize_stream(s);
             const std::string where = "segments " + std::to_string(nseg) + " x " + std::to_string(nd) +
                                       " destinations, misaligned by " + std::to_string(misalign) +
                                       (announce ? ", announced" : "") + ": segment " + std::to_string(i) +
                                       " destination " + std::to_string(d);
             ASSERT_EQ(0, std::memcmp(got.data() + kGuard + misalign, data[i].data(), bytes[i])) << where;
-            for (size_t k = 0; k < kGuard + misalign; ++k) ASSERT_EQ(got[k], kPoison) << where << " byte before " << k;
-            for (size_t k = kGuard + misalign + bytes[i]; k < n; ++k) ASSERT_EQ(got[k], kPoison) << where << " byte after";
+            for (size_t k = 0; k < kGuard + misalign; ++k) ASSERT_EQ(got[k], kPoison) << where << ", byte " << k;
+            for (size_t k = kGuard + misalign + bytes[i]; k < n; ++k) ASSERT_EQ(got[k], kPoison) << where << ", byte " << k;
           }
         for (void* b : bufs) be->free_device(b);
       }
