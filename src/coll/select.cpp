@@ -178,7 +178,7 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
   if (op == CollOp::AllToAll || op == CollOp::AllGather) {
     const size_t block = bytes / n;  // one peer's block
     // Not where a host share is asked for: kernels store over NVLink only.
-    const bool sm = res.all_peer && n > 1 && bytes <= (n > 2 ? t.sm_max : t.sm_max_2) && t.host_share <= 0;
+    const bool sm = res.all_peer && n > 1 && bytes <= t.sm_max && t.host_share <= 0;
     c.name = !force.empty() ? force : sm ? "sm" : block >= t.rounds_min ? "rounds" : "all_at_once";
     GS_REQUIRE(c.name != "sm" || res.all_peer, GPUSTRIPE_ERR_NOT_SUPPORTED,
                "schedule sm stores into peers' memory, but not every pair of these GPUs can");
@@ -186,10 +186,9 @@ Choice choose_schedule(CollOp op, const TeamResources& res, size_t bytes, size_t
     c.exchange.kernel = c.name == "sm";
     c.why = !force.empty() ? why_forced(c.name)
             : c.exchange.kernel
-                ? format("%s <= %s%s: one copy kernel per rank stores every block into its peer, the GPUs' barrier "
+                ? format("%s <= %s: one copy kernel per rank stores every block into its peer, the GPUs' barrier "
                          "inside",
-                         size.c_str(), format_size(n > 2 ? t.sm_max : t.sm_max_2).c_str(),
-                         n > 2 ? "" : " (2 GPUs)")
+                         size.c_str(), format_size(t.sm_max).c_str())
             : c.exchange.rounds
                 ? format("%s blocks >= %s: permutation rounds keep one copy per NVLink port and direction",
                          format_size(block).c_str(), format_size(t.rounds_min).c_str())

@@ -30,7 +30,6 @@ void Tuning::set(const std::string& name, const std::string& value) {
   else if (name == "chain_chunk") size(chain_chunk);
   else if (name == "scratch_max") size(scratch_max);
   else if (name == "sm_max") size(sm_max);
-  else if (name == "sm_max_2") size(sm_max_2);
   else if (name == "rounds_min") size(rounds_min);
   else if (name == "host_min") size(host_min);
   else if (name == "host_share") fraction(host_share);

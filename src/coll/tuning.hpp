@@ -32,9 +32,10 @@ struct Tuning {
   // Largest message per rank done by copy kernels that store into the peers (sm), where every
   // pair maps the other's memory: one kernel per rank with the GPUs' barrier inside, against
   // ~30 us per call of copy-engine, graph and barrier latency. Above, the copy engines' rounds
-  // (with the host share) run faster than the kernels' NVLink stores. sm_max_2: teams of 2.
+  // (with the host share) run faster than the kernels' NVLink stores. The same crossover holds for
+  // teams of 2 and 4 on NVSwitch H100 nodes (bench/results, `*-coll-{2,4}gpu-sm-max-*`): a pair's
+  // kernels store 1.11-1.15x faster than its copy engines at 64M-128M.
   uint64_t sm_max = uint64_t(128) << 20;
-  uint64_t sm_max_2 = uint64_t(32) << 20;
   // Smallest peer block sent in permutation rounds (one copy per NVLink port and direction);
   // below, all peers at once, where per-copy latency dominates. Also the smallest broadcast over
   // more than 2 ranks done by scatter-allgather.

@@ -310,8 +310,8 @@ TEST(CollSelect, SizeDecidesTheSchedule) {
   EXPECT_TRUE(choose_schedule(CollOp::AllGather, r, 16 << 20, 4).exchange.kernel);
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 128 << 20, 4).name, "sm");
   EXPECT_EQ(choose_schedule(CollOp::AllToAll, r, 256 << 20, 4).name, "rounds");
-  EXPECT_EQ(choose_schedule(CollOp::AllGather, h200(2), 32 << 20, 4).name, "sm");  // 2 GPUs: Tuning::sm_max_2
-  EXPECT_EQ(choose_schedule(CollOp::AllGather, h200(2), 64 << 20, 4).name, "rounds");
+  EXPECT_EQ(choose_schedule(CollOp::AllGather, h200(2), 128 << 20, 4).name, "sm");  // a pair: the same crossover
+  EXPECT_EQ(choose_schedule(CollOp::AllGather, h200(2), 256 << 20, 4).name, "rounds");
   Choice a2a = choose_schedule(CollOp::AllToAll, r, size_t(1) << 30, 4);
   EXPECT_EQ(a2a.name, "rounds");
   // Host share on a 4-GPU NVSwitch node: the measured shares from 64M blocks (256M per rank)
