@@ -34,7 +34,8 @@ struct Tuning {
   // ~30 us per call of copy-engine, graph and barrier latency. Above, the copy engines' rounds
   // (with the host share) run faster than the kernels' NVLink stores. The same crossover holds for
   // teams of 2 and 4 on NVSwitch H100 nodes (bench/results, `*-coll-{2,4}gpu-sm-max-*`): a pair's
-  // kernels store 1.11-1.15x faster than its copy engines at 64M-128M.
+  // kernels store 1.11-1.15x faster than its copy engines at 64M-128M (on 2x H200 through the MPI
+  // interposer 1.06-1.11x at 64M: `*-mpi-coll-sm-max-ab-*`).
   uint64_t sm_max = uint64_t(128) << 20;
   // Smallest peer block sent in permutation rounds (one copy per NVLink port and direction);
   // below, all peers at once, where per-copy latency dominates. Also the smallest broadcast over
