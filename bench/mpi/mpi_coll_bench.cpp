@@ -17,7 +17,11 @@
 // the blocking form's). --overlap: then batches of calls each started, a host computation
 // as long as the call's own time (a spin without MPI calls), then waited for, as OSU's
 // nonblocking benchmarks measure: "overlap_pct" is how much of the call hid behind the
-// computation, 100 * (call + compute - total) / call, within 0..100.
+// computation, 100 * (call + compute - total) / call, within 0..100. --paired: both forms in one
+// process, their batches taking turns (which form goes first alternating from trial to trial),
+// rows METHOD (blocking) and METHOD_nb (with --overlap, the overlap on the nonblocking row): the two
+// forms compared in the same state of the machine, which separate processes run one after the
+// other do not share.
 #include <mpi.h>
 
 #include <algorithm>
@@ -38,7 +42,7 @@ struct Options {
   std::vector<std::string> ops{"alltoall", "allgather", "reduce_scatter", "allreduce", "bcast"};
   std::string dtype = "float32";
   size_t min_bytes = size_t(1) << 20, max_bytes = size_t(1) << 30;
-  bool device = true, staged = false, check = false, nonblocking = false, overlap = false;
+  bool device = true, staged = false, check = false, nonblocking = false, overlap = false, paired = false;
   int iters = 0, trials = 5, warmup = 2;  // iters 0: by size
   std::string method;
 };
@@ -46,7 +50,7 @@ struct Options {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "%s\nusage: mpi_coll_bench [--ops a,b,...] [--min B] [--max B] [--mem device|host] [--staged] "
-               "[--iters N] [--trials N] [--warmup N] [--method NAME] [--check] [--nonblocking] [--overlap] "
+               "[--iters N] [--trials N] [--warmup N] [--method NAME] [--check] [--nonblocking] [--overlap] [--paired] "
                "[--dtype float32|float64|int32|int64|int8|uint8]\n",
                why);
   MPI_Abort(MPI_COMM_WORLD, 2);
@@ -68,6 +72,7 @@ Options parse(int argc, char** argv) {
     else if (a.is("--check")) o.check = true;
     else if (a.is("--nonblocking")) o.nonblocking = true;
     else if (a.is("--overlap")) o.overlap = o.nonblocking = true;
+    else if (a.is("--paired")) o.paired = true;
     else if (a.is("--dtype")) o.dtype = a.text();
     else a.unknown();
   }
@@ -76,7 +81,7 @@ Options parse(int argc, char** argv) {
         op != "allreduce" && op != "bcast")
       usage(("unknown op " + op).c_str());
   if (o.staged) o.device = true;
-  if (o.staged && o.nonblocking) usage("--staged times the blocking pattern only");
+  if (o.staged && (o.nonblocking || o.paired)) usage("--staged times the blocking pattern only");
   return o;
 }
 
@@ -124,19 +129,26 @@ double busbw_factor(const std::string& op, int n) {
   return double(n - 1) / n;  // alltoall, allgather, reduce_scatter(_v)
 }
 
-void to_host(char* h, const char* d, size_t n) {
+// Copies between the host and a benchmark buffer (`device`: GPU memory, else host memory).
+void to_host(char* h, const char* d, size_t n, bool device = true) {
 #ifdef BENCH_HAVE_CUDA
-  CUDA_OK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
-#else
+  if (device) {
+    CUDA_OK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+    return;
+  }
+#endif
+  (void)device;
   std::memcpy(h, d, n);
-#endif
 }
-void to_device(char* d, const char* h, size_t n) {
+void to_device(char* d, const char* h, size_t n, bool device = true) {
 #ifdef BENCH_HAVE_CUDA
-  CUDA_OK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
-#else
-  std::memcpy(d, h, n);
+  if (device) {
+    CUDA_OK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return;
+  }
 #endif
+  (void)device;
+  std::memcpy(d, h, n);
 }
 
 // One call of `op` of `bytes` per rank (nccl-tests' size) over x (in) and y (out).
@@ -192,25 +204,26 @@ long pattern(int q, size_t i) { return q + 1 + static_cast<long>(i % 13); }
 
 // Fills this rank's input of `c` with the pattern, runs `once`, and counts wrong elements of
 // a sample of its output.
-long check_call(const Call& c, int rank, char* x, char* y, std::vector<char>& h, const std::function<void()>& once) {
+long check_call(const Call& c, int rank, bool device, char* x, char* y, std::vector<char>& h,
+                const std::function<void()>& once) {
   const int n = c.n;
   const Elem& e = *c.e;
   const size_t in = c.in_bytes() / e.size, blk = c.bytes / e.size / n;
   h.assign(in * e.size, 0);
   if (c.op != "bcast" || rank == 0)
     for (size_t i = 0; i < in; ++i) e.put(h.data(), i, pattern(rank, i));
-  to_device(x, h.data(), in * e.size);
+  to_device(x, h.data(), in * e.size, device);
 #ifdef BENCH_HAVE_CUDA
   // A pageable cudaMemcpy may return before its last DMA has landed (CUDA's "API
   // synchronization behavior"): the check tests the collective, not that race.
-  CUDA_OK(cudaDeviceSynchronize());
+  if (device) CUDA_OK(cudaDeviceSynchronize());
 #endif
   MPI_Barrier(MPI_COMM_WORLD);
   once();
   const bool into_x = c.op == "bcast";
   const size_t out = c.out_bytes() / e.size;
   h.assign(out * e.size, 0);
-  to_host(h.data(), into_x ? x : y, out * e.size);
+  to_host(h.data(), into_x ? x : y, out * e.size, device);
   auto want = [&](size_t i) {
     if (c.op == "alltoall") return e.wrap(pattern(static_cast<int>(i / blk), rank * blk + i % blk));
     if (c.op == "allgather") return e.wrap(pattern(static_cast<int>(i / blk), i % blk));
@@ -255,14 +268,10 @@ int main(int argc, char** argv) {
     if (size % unit) continue;
     for (const std::string& op : o.ops) {
       Call c{op, size, n, &elem};
-      auto once = [&] {
-        if (o.nonblocking) {
-          MPI_Request r = c.start(x, op == "bcast" ? x : y);
-          MPI_Wait(&r, MPI_STATUS_IGNORE);
-          return;
-        }
+      char* out = op == "bcast" ? x : y;
+      auto blocking = [&] {
         if (!o.staged) {
-          c.mpi(x, op == "bcast" ? x : y);
+          c.mpi(x, out);
           return;
         }
         // The GPU-unaware pattern: what a program does with an MPI that cannot read device memory.
@@ -276,57 +285,81 @@ int main(int argc, char** argv) {
         c.mpi(hx, hy);
         to_device(y, hy, c.out_bytes());
       };
+      auto nonblocking = [&] {
+        MPI_Request r = c.start(x, out);
+        MPI_Wait(&r, MPI_STATUS_IGNORE);
+      };
+      // The forms timed, each with its rows' method: one, or both with --paired.
+      struct Form {
+        std::function<void()> call;
+        std::string method;
+        bool nonblocking;
+      };
+      std::vector<Form> forms;
+      if (o.paired) forms = {{blocking, method, false}, {nonblocking, method + "_nb", true}};
+      else if (o.nonblocking) forms = {{nonblocking, method, true}};
+      else forms = {{blocking, method, false}};
       // Batches of about 256 MB moved, 2 to 20 calls.
       const int iters = o.iters > 0 ? o.iters : static_cast<int>(std::clamp<size_t>((size_t(256) << 20) / size, 2, 20));
-      for (int i = 0; i < o.warmup; ++i) once();
-      // Times per call of `trials` batches of `iters` calls, sorted; *slowest: the slowest
-      // rank's median.
-      auto batches = [&](const std::function<void()>& call, double* slowest) {
-        std::vector<double> times;
-        for (int t = 0; t < o.trials; ++t) {
-          MPI_Barrier(MPI_COMM_WORLD);
-          double t0 = MPI_Wtime();
-          for (int i = 0; i < iters; ++i) call();
+      for (const Form& f : forms)
+        for (int i = 0; i < o.warmup; ++i) f.call();
+      // One batch of `iters` calls between barriers: this rank's time per call.
+      auto batch = [&](const std::function<void()>& call) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < iters; ++i) call();
 #ifdef BENCH_HAVE_CUDA
-          if (o.device) CUDA_OK(cudaDeviceSynchronize());
+        if (o.device) CUDA_OK(cudaDeviceSynchronize());
 #endif
-          times.push_back((MPI_Wtime() - t0) / iters * 1e6);
-        }
-        std::sort(times.begin(), times.end());
-        const size_t n = times.size();  // the median; of an even count, the mean of the middle two
-        double us = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
-        MPI_Allreduce(&us, slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        return times;
+        return (MPI_Wtime() - t0) / iters * 1e6;
       };
-      double slowest = 0;
-      const std::vector<double> times = batches(once, &slowest);
-      std::string overlap;
-      if (o.overlap) {
-        // Every rank computes as long as the slowest rank's call took.
-        double worst = 0;
-        batches(
-            [&] {
-              MPI_Request r = c.start(x, op == "bcast" ? x : y);
+      // Sorts a form's batch times; the slowest rank's median (of an even count, the mean of the
+      // middle two).
+      auto slowest_median = [](std::vector<double>& times) {
+        std::sort(times.begin(), times.end());
+        const size_t k = times.size();
+        double us = k % 2 ? times[k / 2] : (times[k / 2 - 1] + times[k / 2]) / 2;
+        double slowest = 0;
+        MPI_Allreduce(&us, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        return slowest;
+      };
+      // Trial t runs every form's batch, the first form taking turns.
+      std::vector<std::vector<double>> times(forms.size());
+      for (int t = 0; t < o.trials; ++t)
+        for (size_t k = 0; k < forms.size(); ++k) {
+          const size_t f = (k + static_cast<size_t>(t)) % forms.size();
+          times[f].push_back(batch(forms[f].call));
+        }
+      for (size_t f = 0; f < forms.size(); ++f) {
+        const double slowest = slowest_median(times[f]);
+        std::string overlap;
+        if (o.overlap && forms[f].nonblocking) {
+          // Every rank computes as long as the slowest rank's call took.
+          std::vector<double> total;
+          for (int t = 0; t < o.trials; ++t)
+            total.push_back(batch([&] {
+              MPI_Request r = c.start(x, out);
               compute(slowest);
               MPI_Wait(&r, MPI_STATUS_IGNORE);
-            },
-            &worst);
-        const double pct = std::clamp(100.0 * (2 * slowest - worst) / slowest, 0.0, 100.0);
-        char buf[96];
-        std::snprintf(buf, sizeof buf, ", \"overlap_pct\": %.1f, \"overlap_total_us\": %.3f", pct, worst);
-        overlap = buf;
-      }
-      const long bad = o.check ? check_call(c, rank, x, y, check_host, once) : -1;
-      if (rank == 0) {
-        double gbps = size / (slowest * 1e3);
-        std::string checked = bad >= 0 ? ", \"bad\": " + std::to_string(bad) : "";
-        std::printf(
-            "ROW {\"op\": \"%s\", \"method\": \"%s\", \"bytes\": %zu, \"gbps\": %.4f, \"busbw_gbps\": %.4f, "
-            "\"us\": %.3f, \"min_us\": %.3f, \"max_us\": %.3f, \"ranks\": %d, \"iters\": %d, \"trials\": %d, "
-            "\"dtype\": \"%s\"%s%s}\n",
-            op.c_str(), method.c_str(), size, gbps, gbps * busbw_factor(op, n), slowest, times.front(), times.back(),
-            n, iters, o.trials, elem.name.c_str(), checked.c_str(), overlap.c_str());
-        std::fflush(stdout);
+            }));
+          const double worst = slowest_median(total);
+          const double pct = std::clamp(100.0 * (2 * slowest - worst) / slowest, 0.0, 100.0);
+          char buf[96];
+          std::snprintf(buf, sizeof buf, ", \"overlap_pct\": %.1f, \"overlap_total_us\": %.3f", pct, worst);
+          overlap = buf;
+        }
+        const long bad = o.check ? check_call(c, rank, o.device, x, y, check_host, forms[f].call) : -1;
+        if (rank == 0) {
+          double gbps = size / (slowest * 1e3);
+          std::string checked = bad >= 0 ? ", \"bad\": " + std::to_string(bad) : "";
+          std::printf(
+              "ROW {\"op\": \"%s\", \"method\": \"%s\", \"bytes\": %zu, \"gbps\": %.4f, \"busbw_gbps\": %.4f, "
+              "\"us\": %.3f, \"min_us\": %.3f, \"max_us\": %.3f, \"ranks\": %d, \"iters\": %d, \"trials\": %d, "
+              "\"dtype\": \"%s\"%s%s}\n",
+              op.c_str(), forms[f].method.c_str(), size, gbps, gbps * busbw_factor(op, n), slowest, times[f].front(),
+              times[f].back(), n, iters, o.trials, elem.name.c_str(), checked.c_str(), overlap.c_str());
+          std::fflush(stdout);
+        }
       }
     }
   }

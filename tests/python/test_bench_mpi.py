@@ -102,3 +102,19 @@ def test_mpi_coll_bench_times_the_host_waiting_pace(cli, tmp_path, mpi_build):
     for op in ("allreduce", "reduce_scatter_v", "allreduce_int8"):
         table = p.stdout.split(f"[2 ranks] {op}:")[1].split("\n\n")[0]
         assert "mpi_gpustripe/method" in table and "/gpustripe_sync" in table, table
+
+
+def test_mpi_coll_bench_times_both_forms_in_one_process(cli, tmp_path, mpi_build):
+    """Asked for both, the blocking and the nonblocking forms come from one mpirun whose batches take
+    turns (mpi_coll_bench --paired): one row of each per size, the nonblocking one with its overlap."""
+    p = cli("bench", "mpi_coll", "--build", mpi_build, "--ranks", "2", "--sizes", "64K:128K", "--ops", "allgather",
+            "--methods", "mpi_gpustripe,mpi_gpustripe_nb", "--iters", "2", "--trials", "2", "--warmup", "1",
+            "--out", str(tmp_path), "--timeout", "120")
+    launches = [line for line in p.stdout.splitlines() if line.strip().startswith("$ ") and "mpi_coll_bench" in line]
+    assert len(launches) == 1 and "--paired" in launches[0], launches
+    (f,) = glob.glob(str(tmp_path / "*mpi-coll-2gpu*.json"))
+    rows = json.load(open(f))["rows"]
+    for m in ("mpi_gpustripe", "mpi_gpustripe_nb"):
+        assert sorted(r["bytes"] for r in rows if r["method"] == m) == [64 << 10, 128 << 10], (m, rows)
+    assert all("overlap_pct" in r for r in rows if r["method"] == "mpi_gpustripe_nb")
+    assert not any("overlap_pct" in r for r in rows if r["method"] == "mpi_gpustripe")

@@ -7,7 +7,9 @@ nccl-tests does, and compares in one results file per rank count (and type, othe
   mpi_gpustripe    mpi_coll_bench with libgpustripe_mpi.so preloaded: the interposer runs the
                    coll schedules across the ranks' processes (src/mpi/coll_team.hpp)
   mpi_gpustripe_nb the same with the nonblocking forms (MPI_I* then MPI_Wait), and how much of a
-                   call hides behind a host computation as long as the call (overlap_pct)
+                   call hides behind a host computation as long as the call (overlap_pct); asked
+                   with mpi_gpustripe, both come from one process whose batches take turns
+                   (mpi_coll_bench --paired), so that the two forms meet the same machine state
   mpi_host_staged  mpi_coll_bench --staged: copy to pinned host memory, the MPI collective, copy
                    back (the GPU-unaware pattern; sizes up to --staged-max, it is slow)
   gpustripe        the native single-process communicator (gpustripe bench coll's method): its host
@@ -176,13 +178,21 @@ def run(args) -> int:
                                  command=" ".join(["gpustripe", "bench", "mpi_coll", *sys.argv[3:]]))
             return path
 
-        if "mpi_gpustripe" in methods:
+        if "mpi_gpustripe" in methods and "mpi_gpustripe_nb" in methods:
+            # Both forms in one process, their batches taking turns: compared in the same state of
+            # the machine (rows mpi_gpustripe and mpi_gpustripe_nb).
+            cmd = _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [
+                paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *common, *mem,
+                "--paired", "--overlap", "--method", "mpi_gpustripe"]
+            rows += _run_rows(cmd, args.timeout, absent, f"mpi_gpustripe+nb/{n}")
+            save()
+        elif "mpi_gpustripe" in methods:
             cmd = _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [
                 paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *common, *mem,
                 "--method", "mpi_gpustripe"]
             rows += _run_rows(cmd, args.timeout, absent, f"mpi_gpustripe/{n}")
             save()
-        if "mpi_gpustripe_nb" in methods:
+        elif "mpi_gpustripe_nb" in methods:
             cmd = _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [
                 paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *common, *mem,
                 "--overlap", "--method", "mpi_gpustripe_nb"]
