@@ -18,9 +18,6 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <sched.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -203,19 +200,10 @@ int main(int argc, char** argv) {
   }
   if (order.empty())
     for (int k = 0; k < kNumSteps; ++k) order.push_back(k);
-  auto* sh = static_cast<Shared*>(
-      mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  if (sh == MAP_FAILED) {
-    perror("mmap");
-    return 1;
-  }
-  pid_t pid = fork();
-  if (pid == 0) {
-    exporter(sh);
-    _exit(0);
-  }
-  importer(sh, order);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+  return run_pair<Shared>([&](Shared* sh, int r) {
+           if (r == 0) importer(sh, order);
+           else exporter(sh);
+         })
+             ? 0
+             : 1;
 }

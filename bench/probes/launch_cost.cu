@@ -4,7 +4,7 @@
 // a call, where a kernel launch is usually quoted at 2-3 us. This times, on one GPU, the host
 // time of: an empty kernel <<<1,1>>>; the same with the reduction's grid (4 blocks of 512 per
 // SM); the same with a ~400-byte argument block, and with blocks of 256 B, 1.2 KB (the
-// reduction's) and 3.4 KB (the copy kernel's); and gpustripe's own
+// reduction's) and 3.4 KB (the copy kernel's largest); and gpustripe's own
 // coll::launch_reduce_kernel (2 sources of 1 MB float32, SUM, announcing its end into a word of
 // registered host memory, as the interposer's part does) and launch_copy_kernel (1 MB, one
 // destination, announcing its end alike). Each way twice: launched into an idle
@@ -47,8 +47,8 @@ __global__ void wide_kernel(Wide w) {
   if (w.n < 0 && threadIdx.x == 0) *(volatile int*)w.p[0] = 0;
 }
 
-// An argument block of N bytes: the copy kernel's is ~3.4 KB (16 segments of 16 destinations and
-// the fused barrier's copies, whether used or not), the reduction's ~1.2 KB.
+// An argument block of N bytes: the copy kernel's largest is ~3.4 KB (16 segments of 16
+// destinations and the fused barrier's copies), the reduction's ~1.2 KB.
 template <int N>
 struct Block {
   long long w[N / 8];

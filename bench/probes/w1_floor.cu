@@ -29,9 +29,6 @@
 // Build: nvcc -O2 -arch=sm_90 -o w1_floor w1_floor.cu -lcuda
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -274,17 +271,10 @@ void receiver(Shared* sh) {
 }  // namespace
 
 int main() {
-  auto* sh = static_cast<Shared*>(
-      mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  if (sh == MAP_FAILED) return 1;
-  memset(static_cast<void*>(sh), 0, sizeof(Shared));
-  pid_t pid = fork();
-  if (pid == 0) {
-    receiver(sh);
-    return 0;
-  }
-  sender(sh);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 2;
+  return run_pair<Shared>([](Shared* sh, int r) {
+           if (r == 0) sender(sh);
+           else receiver(sh);
+         })
+             ? 0
+             : 2;
 }
