@@ -178,25 +178,16 @@ def run(args) -> int:
                                  command=" ".join(["gpustripe", "bench", "mpi_coll", *sys.argv[3:]]))
             return path
 
-        if "mpi_gpustripe" in methods and "mpi_gpustripe_nb" in methods:
-            # Both forms in one process, their batches taking turns: compared in the same state of
-            # the machine (rows mpi_gpustripe and mpi_gpustripe_nb).
+        # The interposer's rows: both forms from one process whose batches take turns (compared in
+        # the same state of the machine), or the one asked for.
+        forms = {"mpi_gpustripe": [], "mpi_gpustripe_nb": ["--overlap"]}
+        asked = [m for m in forms if m in methods]
+        if asked:
+            flags = ["--paired", "--overlap"] if len(asked) == 2 else forms[asked[0]]
             cmd = _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [
-                paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *common, *mem,
-                "--paired", "--overlap", "--method", "mpi_gpustripe"]
-            rows += _run_rows(cmd, args.timeout, absent, f"mpi_gpustripe+nb/{n}")
-            save()
-        elif "mpi_gpustripe" in methods:
-            cmd = _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [
-                paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *common, *mem,
-                "--method", "mpi_gpustripe"]
-            rows += _run_rows(cmd, args.timeout, absent, f"mpi_gpustripe/{n}")
-            save()
-        elif "mpi_gpustripe_nb" in methods:
-            cmd = _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [
-                paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *common, *mem,
-                "--overlap", "--method", "mpi_gpustripe_nb"]
-            rows += _run_rows(cmd, args.timeout, absent, f"mpi_gpustripe_nb/{n}")
+                paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *common, *mem, *flags,
+                "--method", asked[0]]
+            rows += _run_rows(cmd, args.timeout, absent, f"{'+'.join(asked)}/{n}")
             save()
         if "mpi_host_staged" in methods:
             if emulated:
