@@ -24,6 +24,12 @@
 //                        (as the p2p mover's copies do)
 //   local_dtod_stream_paced    local_dtod_stream with 0.4 us of other host work between queries
 //                        (a progress pass between two looks at the copy)
+//   local_dtod_runtime_stream  local_dtod_stream asked with the runtime's cudaStreamQuery (the
+//                        p2p mover's query)
+// local_dtod_event, local_dtod_stream and local_dtod_runtime_stream also time each question:
+// the one that finds the copy ended (ready_query_us) against those that find it running
+// (busy_query_us), medians. Why: in the p2p layer's traces the look that sees a pulled copy's end
+// comes about 1.3 us later than the looks before it come after each other (docs/mpi.md).
 // Sizes 8 B - 4 MB. Prints one JSON object per line: median and mean us per iteration, and the
 // receiver's median host time of the enqueue (copy + completion mark).
 // Build: nvcc -O2 -arch=sm_90 -o w1_floor w1_floor.cu -lcuda
@@ -47,7 +53,7 @@ constexpr int kIters = 2000;
 constexpr int kWarm = 200;
 
 struct Shared {
-  Word rts, done, ack, enq_ns, phase;
+  Word rts, done, ack, enq_ns, ready_ns, busy_ns, phase;
   cudaIpcMemHandle_t handle;
   std::atomic<int> handle_ready;
 };
@@ -64,11 +70,13 @@ enum Way {
   CrossCtxDtodStream,
   LocalDtodStreamTurns,
   LocalDtodStreamPaced,
+  LocalDtodRuntimeStream,
   kWays
 };
 const char* kNames[] = {"signal_only",       "peer_ctx_peerasync", "local_dtod_event",   "local_dtod_write",
                         "local_dtod_stream", "peer_ctx_dtod_event", "local_kernel_write", "peer_ctx_peerasync_stream",
-                        "cross_ctx_dtod_stream", "local_dtod_stream_turns", "local_dtod_stream_paced"};
+                        "cross_ctx_dtod_stream", "local_dtod_stream_turns", "local_dtod_stream_paced",
+                        "local_dtod_runtime_stream"};
 const size_t kSizes[] = {8, 4096, 65536, 1 << 20, 2 << 20, 4 << 20};
 
 __global__ void pull_kernel(char* dst, const char* src, size_t n, volatile uint32_t* flag, uint32_t seq) {
@@ -109,8 +117,8 @@ void sender(Shared* sh) {
       spin_until(sh->phase, phase);  // the receiver's enqueue time of this row is in
       double enq = sh->enq_ns.v.load() / 1000.0;
       printf("{\"probe\": \"w1_floor\", \"way\": \"%s\", \"bytes\": %zu, \"median_us\": %.2f, \"mean_us\": %.2f, "
-             "\"recv_enqueue_us\": %.2f}\n",
-             kNames[w], n, median(per), mean, enq);
+             "\"recv_enqueue_us\": %.2f, \"ready_query_us\": %.2f, \"busy_query_us\": %.2f}\n",
+             kNames[w], n, median(per), mean, enq, sh->ready_ns.v.load() / 1000.0, sh->busy_ns.v.load() / 1000.0);
       fflush(stdout);
     }
   CK(cudaFree(buf));
@@ -155,7 +163,20 @@ void receiver(Shared* sh) {
   uint64_t seq = 0, phase = 0;
   for (int w = 0; w < kWays; ++w)
     for (size_t n : kSizes) {
-      std::vector<double> enq;
+      std::vector<double> enq, ready, busy;
+      // Asks `ended` (true: the copy ended) until it says so, timing each question.
+      auto ask = [&](auto ended) {
+        for (;;) {
+          const double q0 = now_us();
+          const bool yes = ended();
+          const double took = now_us() - q0;
+          if (yes) {
+            ready.push_back(took);
+            return;
+          }
+          busy.push_back(took);
+        }
+      };
       for (int i = 0; i < kWarm + kIters; ++i) {
         ++seq;
         spin_until(sh->rts, seq);
@@ -177,8 +198,7 @@ void receiver(Shared* sh) {
                "cuMemcpyDtoDAsync");
             CU(cuEventRecord(reinterpret_cast<CUevent>(ev1), reinterpret_cast<CUstream>(s1)), "cuEventRecord");
             enq.push_back(now_us() - t0);
-            while (cuEventQuery(reinterpret_cast<CUevent>(ev1)) == CUDA_ERROR_NOT_READY) {
-            }
+            ask([&] { return cuEventQuery(reinterpret_cast<CUevent>(ev1)) != CUDA_ERROR_NOT_READY; });
             break;
           case LocalDtodWrite:
             CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(local), reinterpret_cast<CUdeviceptr>(mapped1), n,
@@ -197,8 +217,19 @@ void receiver(Shared* sh) {
                                  reinterpret_cast<CUstream>(s1)),
                "cuMemcpyDtoDAsync");
             enq.push_back(now_us() - t0);
-            while (cuStreamQuery(reinterpret_cast<CUstream>(s1)) == CUDA_ERROR_NOT_READY) {
-            }
+            ask([&] { return cuStreamQuery(reinterpret_cast<CUstream>(s1)) != CUDA_ERROR_NOT_READY; });
+            break;
+          case LocalDtodRuntimeStream:
+            CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(local), reinterpret_cast<CUdeviceptr>(mapped1), n,
+                                 reinterpret_cast<CUstream>(s1)),
+               "cuMemcpyDtoDAsync");
+            enq.push_back(now_us() - t0);
+            ask([&] {
+              const cudaError_t r = cudaStreamQuery(s1);
+              if (r == cudaErrorNotReady) return false;
+              CK(r);
+              return true;
+            });
             break;
           case PeerCtxDtodEvent:
             CK(cudaSetDevice(0));
@@ -264,6 +295,8 @@ void receiver(Shared* sh) {
       }
       CK(cudaGetLastError());
       sh->enq_ns.v.store(enq.empty() ? 0 : static_cast<uint64_t>(median(enq) * 1000));
+      sh->ready_ns.v.store(ready.empty() ? 0 : static_cast<uint64_t>(median(ready) * 1000));
+      sh->busy_ns.v.store(busy.empty() ? 0 : static_cast<uint64_t>(median(busy) * 1000));
       sh->phase.v.store(++phase, std::memory_order_release);
     }
 }
