@@ -26,6 +26,8 @@
 //                        (a progress pass between two looks at the copy)
 //   local_dtod_runtime_stream  local_dtod_stream asked with the runtime's cudaStreamQuery (the
 //                        p2p mover's query)
+//   local_dtod_stream_sync     the same copy, then cuStreamSynchronize (the driver waits)
+//   local_dtod_event_sync      the same copy, cuEventRecord, then cuEventSynchronize
 // local_dtod_event, local_dtod_stream and local_dtod_runtime_stream also time each question:
 // the one that finds the copy ended (ready_query_us) against those that find it running
 // (busy_query_us), medians. Why: in the p2p layer's traces the look that sees a pulled copy's end
@@ -71,12 +73,14 @@ enum Way {
   LocalDtodStreamTurns,
   LocalDtodStreamPaced,
   LocalDtodRuntimeStream,
+  LocalDtodStreamSync,
+  LocalDtodEventSync,
   kWays
 };
 const char* kNames[] = {"signal_only",       "peer_ctx_peerasync", "local_dtod_event",   "local_dtod_write",
                         "local_dtod_stream", "peer_ctx_dtod_event", "local_kernel_write", "peer_ctx_peerasync_stream",
                         "cross_ctx_dtod_stream", "local_dtod_stream_turns", "local_dtod_stream_paced",
-                        "local_dtod_runtime_stream"};
+                        "local_dtod_runtime_stream", "local_dtod_stream_sync", "local_dtod_event_sync"};
 const size_t kSizes[] = {8, 4096, 65536, 1 << 20, 2 << 20, 4 << 20};
 
 __global__ void pull_kernel(char* dst, const char* src, size_t n, volatile uint32_t* flag, uint32_t seq) {
@@ -230,6 +234,21 @@ void receiver(Shared* sh) {
               CK(r);
               return true;
             });
+            break;
+          case LocalDtodStreamSync:
+            CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(local), reinterpret_cast<CUdeviceptr>(mapped1), n,
+                                 reinterpret_cast<CUstream>(s1)),
+               "cuMemcpyDtoDAsync");
+            enq.push_back(now_us() - t0);
+            CU(cuStreamSynchronize(reinterpret_cast<CUstream>(s1)), "cuStreamSynchronize");
+            break;
+          case LocalDtodEventSync:
+            CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(local), reinterpret_cast<CUdeviceptr>(mapped1), n,
+                                 reinterpret_cast<CUstream>(s1)),
+               "cuMemcpyDtoDAsync");
+            CU(cuEventRecord(reinterpret_cast<CUevent>(ev1), reinterpret_cast<CUstream>(s1)), "cuEventRecord");
+            enq.push_back(now_us() - t0);
+            CU(cuEventSynchronize(reinterpret_cast<CUevent>(ev1)), "cuEventSynchronize");
             break;
           case PeerCtxDtodEvent:
             CK(cudaSetDevice(0));
