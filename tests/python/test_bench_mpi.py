@@ -118,3 +118,40 @@ def test_mpi_coll_bench_times_both_forms_in_one_process(cli, tmp_path, mpi_build
         assert sorted(r["bytes"] for r in rows if r["method"] == m) == [64 << 10, 128 << 10], (m, rows)
     assert all("overlap_pct" in r for r in rows if r["method"] == "mpi_gpustripe_nb")
     assert not any("overlap_pct" in r for r in rows if r["method"] == "mpi_gpustripe")
+
+
+def test_mpi_coll_bench_variants_take_turns_with_the_default_launch(cli, tmp_path, mpi_build):
+    """--variants: one launch of the interposer per variant after the default one's, its tuning fields as
+    GPUSTRIPE_TEST's coll.NAME items and its GPUSTRIPE_ settings as they are, @ limiting its ops; --rounds
+    repeats the launches in turn and keeps per size the median round, every round's busbw beside it."""
+    p = cli("bench", "mpi_coll", "--build", mpi_build, "--ranks", "2", "--sizes", "64K:128K",
+            "--ops", "allgather,allreduce", "--methods", "mpi_gpustripe", "--allreduce-dtypes", "",
+            "--iters", "2", "--trials", "2", "--warmup", "1", "--rounds", "3",
+            "--variants", "tuned@allreduce:oneshot_max=0,push_max=1G;algo:GPUSTRIPE_COLL_ALGO=all_at_once",
+            "--out", str(tmp_path), "--timeout", "120")
+    launches = [line.strip() for line in p.stdout.splitlines()
+                if line.strip().startswith("$ ") and "mpi_coll_bench" in line]
+    methods = [x.split("--method ")[1].split()[0] for x in launches]
+    assert methods == ["mpi_gpustripe", "mpi_gpustripe_tuned", "mpi_gpustripe_algo"] * 3, methods
+    tuned = [x for x in launches if "mpi_gpustripe_tuned" in x]
+    assert all("GPUSTRIPE_TEST=coll.oneshot_max=0,coll.push_max=1G" in x and "--ops allreduce " in x for x in tuned)
+    algo = [x for x in launches if "mpi_gpustripe_algo" in x]
+    assert all("GPUSTRIPE_COLL_ALGO=all_at_once" in x and "GPUSTRIPE_TEST" not in x for x in algo)
+    assert all("--ops allgather,allreduce " in x for x in algo)
+    (f,) = glob.glob(str(tmp_path / "*mpi-coll-2gpu*.json"))
+    rows = json.load(open(f))["rows"]
+    got = sorted((r["method"], r["op"], r["bytes"]) for r in rows)
+    want = sorted([(m, op, b) for m, ops in (("mpi_gpustripe", ("allgather", "allreduce")),
+                                             ("mpi_gpustripe_tuned", ("allreduce",)),
+                                             ("mpi_gpustripe_algo", ("allgather", "allreduce")))
+                   for op in ops for b in (64 << 10, 128 << 10)])
+    assert got == want
+    for r in rows:
+        rounds = r["rounds_busbw_gbps"]
+        assert len(rounds) == 3 and r["busbw_gbps"] == sorted(rounds)[1], r
+
+
+def test_mpi_coll_bench_refuses_a_variant_of_an_op_not_timed(cli, tmp_path, mpi_build):
+    p = cli("bench", "mpi_coll", "--build", mpi_build, "--ranks", "2", "--ops", "allgather",
+            "--variants", "x@allreduce:oneshot_max=0", "--out", str(tmp_path), check=False)
+    assert p.returncode != 0 and "allreduce" in (p.stderr + p.stdout)

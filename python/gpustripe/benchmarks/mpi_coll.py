@@ -24,11 +24,15 @@ int8 is MPI_CHAR, the type an OSU-style suite sums by default) by every method b
 one, in the same file: the interposer's speed per type beside native gpustripe's and NCCL's.
 reduce_scatter_v (MPI_Reduce_scatter, equal counts) is the MPI methods' only: the native and
 NCCL figures beside it are their reduce_scatter's, the same operation.
+--variants times the interposer again under other settings or team tuning (methods
+mpi_gpustripe_<name>, the blocking form, a launch each right after the default one's), and
+--rounds repeats those launches taking turns: a tuning A/B of the interposer in one run.
 """
 from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 import time
 from types import SimpleNamespace
@@ -57,6 +61,17 @@ def add_arguments(p):
     p.add_argument("--iters", type=int, default=0, help="calls per timed batch (0: by size, 2-20)")
     p.add_argument("--trials", type=int, default=5, help="timed batches per size; the median is reported")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls first")
+    p.add_argument("--variants", default="",
+                   help="also time the interposer under other settings or team tuning, as methods "
+                        "mpi_gpustripe_<name> (the blocking form, a launch each right after the default one's): "
+                        "'NAME[@OP+OP]:KEY=VALUE,KEY=VALUE;NAME:...', each KEY a GPUSTRIPE_ setting or a field of "
+                        "the interposer teams' tuning (coll::Tuning, passed as GPUSTRIPE_TEST=coll.KEY=VALUE), e.g. "
+                        "'rounds@allreduce:ar_copy_min=128M;plain@allreduce:push_max=64M'; @ limits the ops; "
+                        "for tuning, never for results")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="launches of the interposer's rows (its default and each variant), taking turns, this many "
+                        "times; each size keeps the round with the median busbw, every round's beside it "
+                        "(rounds_busbw_gbps): machines drift between launches (default 1)")
     add_launch_arguments(p, "bench/mpi/ and src/mpi/")
 
 
@@ -124,6 +139,33 @@ def _allreduce_rows(args, paths, ctx, n, dtype, sizes, common, mem, methods, emu
     rows += [dict(r, op=op, dtype=dtype) for r in mine if r["op"] == "allreduce"]
 
 
+def variant_env(keys: dict) -> dict:
+    """A variant's environment for the ranks: its GPUSTRIPE_ settings as they are, its tuning fields as
+    GPUSTRIPE_TEST's coll.NAME items (after any the caller's own GPUSTRIPE_TEST holds)."""
+    env = {k: v for k, v in keys.items() if k.startswith("GPUSTRIPE_")}
+    tuning = [f"coll.{k}={v}" for k, v in keys.items() if not k.startswith("GPUSTRIPE_")]
+    if tuning:
+        env["GPUSTRIPE_TEST"] = ",".join([x for x in [env.get("GPUSTRIPE_TEST", os.environ.get("GPUSTRIPE_TEST", ""))]
+                                          if x] + tuning)
+    return env
+
+
+def median_rounds(rounds: list[list[dict]]) -> list[dict]:
+    """One row per (method, op, bytes) out of several rounds of the same launches: the round whose
+    busbw is the median (the upper middle of an even count), with every round's busbw beside it."""
+    if len(rounds) == 1:
+        return rounds[0]
+    by_key: dict[tuple, list[dict]] = {}
+    for rows in rounds:
+        for r in rows:
+            by_key.setdefault((r.get("method"), r["op"], r["bytes"]), []).append(r)
+    out = []
+    for same in by_key.values():
+        ranked = sorted(same, key=lambda r: r.get("busbw_gbps", 0.0))
+        out.append(dict(ranked[len(ranked) // 2], rounds_busbw_gbps=[r.get("busbw_gbps", 0.0) for r in same]))
+    return out
+
+
 def run(args) -> int:
     from .. import results
     from ..copy import default_context
@@ -139,9 +181,13 @@ def run(args) -> int:
     bad = [m for m in methods if m not in METHODS] + [o for o in ops if o not in OPS and o not in MPI_ONLY_OPS]
     per_type = [d for d in args.allreduce_dtypes.split(",") if d and d != args.dtype and "allreduce" in ops]
     bad += [d for d in [args.dtype, *per_type] if d not in DTYPES]
+    variants = coll.parse_variants(args.variants)
+    bad += [f"--variants op {o} (not in --ops)" for _, _, only in variants for o in only if o not in ops]
     if bad:
         raise SystemExit(f"gpustripe bench mpi_coll: unknown {bad}; methods {METHODS}, ops {OPS + tuple(MPI_ONLY_OPS)}, "
                          f"dtypes {DTYPES}")
+    if args.rounds < 1:
+        raise SystemExit("gpustripe bench mpi_coll: --rounds: at least 1")
     native_ops = list(dict.fromkeys(MPI_ONLY_OPS.get(o, o) for o in ops))  # what gpustripe / NCCL time
     lo, hi = _size_arg(args.sizes)
     sizes = parse_sizes(f"{lo}:{hi}")
@@ -182,12 +228,27 @@ def run(args) -> int:
         # the same state of the machine), or the one asked for.
         forms = {"mpi_gpustripe": [], "mpi_gpustripe_nb": ["--overlap"]}
         asked = [m for m in forms if m in methods]
+        launches = []  # (the rows' key in `absent`, the ranks' environment, mpi_coll_bench's arguments)
         if asked:
             flags = ["--paired", "--overlap"] if len(asked) == 2 else forms[asked[0]]
-            cmd = _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [
-                paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *common, *mem, *flags,
-                "--method", asked[0]]
-            rows += _run_rows(cmd, args.timeout, absent, f"{'+'.join(asked)}/{n}")
+            launches.append((f"{'+'.join(asked)}/{n}", {}, [*common, *flags, "--method", asked[0]]))
+        for name, keys, only in variants:
+            bench_args = list(common)
+            bench_args[bench_args.index("--ops") + 1] = ",".join(o for o in ops if not only or o in only)
+            launches.append((f"mpi_gpustripe_{name}/{n}", variant_env(keys),
+                             [*bench_args, "--method", f"mpi_gpustripe_{name}"]))
+        rounds = []
+        for k in range(args.rounds if launches else 0):
+            if args.rounds > 1:
+                print(f"  round {k + 1} of {args.rounds}", flush=True)
+            mine = []
+            for key, env, bench_args in launches:
+                cmd = _mpirun(args, n, {"LD_PRELOAD": paths["interposer"], **env}) + [
+                    paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *bench_args, *mem]
+                mine += _run_rows(cmd, args.timeout, absent, key)
+            rounds.append(mine)
+        if rounds:
+            rows += median_rounds(rounds)
             save()
         if "mpi_host_staged" in methods:
             if emulated:
