@@ -198,3 +198,28 @@ def add_ratios(rows: list[dict], base: str, keys: tuple = ("op", "window", "rank
         value = "us" if r["op"] == "latency" else "gbps"
         if b is not None and b.get(value):
             r[f"vs_{base}"] = round(r[value] / b[value], 4)
+
+
+def in_turns(launches: list, rounds: int) -> list[tuple[int, object]]:
+    """(round, launch) for `rounds` rounds of the same launches, every other round in reverse order:
+    a launch's place in a round (what ran just before it, how long the machine has been busy) then
+    weighs on every launch alike."""
+    return [(k, x) for k in range(rounds) for x in (launches if k % 2 == 0 else launches[::-1])]
+
+
+def median_rounds(rounds: list[list[dict]], keys: tuple, value: str) -> list[dict]:
+    """One row per `keys` out of several rounds of the same launches: the round whose `value` is the
+    median (the upper middle of an even count), with every round's beside it (rounds_<value>), in
+    round order. Machines drift between launches; a single round's row is one draw of that drift."""
+    if len(rounds) == 1:
+        return rounds[0]
+    by_key: dict[tuple, list[dict]] = {}
+    for rows in rounds:
+        for r in rows:
+            by_key.setdefault(tuple(r.get(k) for k in keys), []).append(r)
+    out = []
+    for same in by_key.values():
+        ranked = sorted(same, key=lambda r: r.get(value, 0.0))
+        out.append(dict(ranked[len(ranked) // 2], **{f"rounds_{value}": [r.get(value, 0.0) for r in same]}))
+    return out
+

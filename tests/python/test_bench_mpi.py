@@ -64,6 +64,23 @@ def test_quick_mpi_bench_files_per_window(cli, tmp_path, mpi_build):
         assert "mpi_gpustripe/" in p.stdout  # the tables' method/baseline columns
 
 
+def test_rounds_take_turns_and_keep_the_median_round(cli, tmp_path, mpi_build):
+    """--rounds: every method launched that many times, every other round in reverse order; each size's
+    row is the round with the median time, every round's beside it."""
+    p = cli("bench", "mpi", "--build", mpi_build, "--ranks", "2", "--windows", "1", "--bibw-window", "0",
+            "--sizes", "1K:2K", "--latency-sizes", "", "--iters", "2", "--methods", "mpi_gpustripe,gpustripe",
+            "--rounds", "3", "--out", str(tmp_path), "--timeout", "120")
+    launches = [line.strip() for line in p.stdout.splitlines() if line.strip().startswith("$ ")]
+    who = ["ours" if "--method mpi_gpustripe" in x else "native" if "gs_p2p_bench" in x else "other" for x in launches]
+    assert who == ["ours", "native", "native", "ours", "ours", "native"], launches
+    (f,) = glob.glob(str(tmp_path / "*-mpi-np2-w1-*.json"))
+    rows = json.load(open(f))["rows"]
+    assert sorted((r["method"], r["bytes"]) for r in rows) == sorted(
+        (m, b) for m in ("mpi_gpustripe", "gpustripe") for b in (1024, 2048))
+    for r in rows:
+        assert len(r["rounds_us"]) == 3 and r["us"] == sorted(r["rounds_us"])[1], r
+
+
 def test_cuda_aware_method_absent_without_ucx(cli, tmp_path, mpi_build):
     p = cli("bench", "mpi", "--build", mpi_build, "--ranks", "2", "--windows", "1", "--sizes", "1K:1K",
             "--latency-sizes", "", "--iters", "1", "--methods", "mpi_gpustripe,mpi_cuda_aware",
@@ -123,7 +140,7 @@ def test_mpi_coll_bench_times_both_forms_in_one_process(cli, tmp_path, mpi_build
 def test_mpi_coll_bench_variants_take_turns_with_the_default_launch(cli, tmp_path, mpi_build):
     """--variants: one launch of the interposer per variant after the default one's, its tuning fields as
     GPUSTRIPE_TEST's coll.NAME items and its GPUSTRIPE_ settings as they are, @ limiting its ops; --rounds
-    repeats the launches in turn and keeps per size the median round, every round's busbw beside it."""
+    repeats the launches taking turns and keeps per size the median round, every round's busbw beside it."""
     p = cli("bench", "mpi_coll", "--build", mpi_build, "--ranks", "2", "--sizes", "64K:128K",
             "--ops", "allgather,allreduce", "--methods", "mpi_gpustripe", "--allreduce-dtypes", "",
             "--iters", "2", "--trials", "2", "--warmup", "1", "--rounds", "3",
@@ -132,7 +149,8 @@ def test_mpi_coll_bench_variants_take_turns_with_the_default_launch(cli, tmp_pat
     launches = [line.strip() for line in p.stdout.splitlines()
                 if line.strip().startswith("$ ") and "mpi_coll_bench" in line]
     methods = [x.split("--method ")[1].split()[0] for x in launches]
-    assert methods == ["mpi_gpustripe", "mpi_gpustripe_tuned", "mpi_gpustripe_algo"] * 3, methods
+    turn = ["mpi_gpustripe", "mpi_gpustripe_tuned", "mpi_gpustripe_algo"]
+    assert methods == turn + turn[::-1] + turn, methods  # every other round in reverse order
     tuned = [x for x in launches if "mpi_gpustripe_tuned" in x]
     assert all("GPUSTRIPE_TEST=coll.oneshot_max=0,coll.push_max=1G" in x and "--ops allreduce " in x for x in tuned)
     algo = [x for x in launches if "mpi_gpustripe_algo" in x]

@@ -75,3 +75,18 @@ def test_readme_example_runs_on_any_machine():
     p = subprocess.run([sys.executable, "-c", readme_example()], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "direct" in p.stdout  # it prints the planner's split
+
+
+def test_rounds_take_turns_and_the_median_round_is_kept():
+    from gpustripe import results
+
+    assert results.in_turns(["a", "b", "c"], 3) == [(0, "a"), (0, "b"), (0, "c"), (1, "c"), (1, "b"), (1, "a"),
+                                                   (2, "a"), (2, "b"), (2, "c")]
+    row = lambda us, m="a": {"method": m, "op": "p2p", "bytes": 8, "us": us}  # noqa: E731
+    kept = results.median_rounds([[row(3.0), row(9.0, "b")], [row(1.0), row(7.0, "b")], [row(2.0), row(8.0, "b")]],
+                                 ("method", "op", "bytes"), "us")
+    assert sorted((r["method"], r["us"], tuple(r["rounds_us"])) for r in kept) == [
+        ("a", 2.0, (3.0, 1.0, 2.0)), ("b", 8.0, (9.0, 7.0, 8.0))]
+    # an even count keeps the upper middle; one round is returned as it is
+    assert results.median_rounds([[row(1.0)], [row(4.0)]], ("method",), "us")[0]["us"] == 4.0
+    assert results.median_rounds([[row(5.0)]], ("method",), "us") == [row(5.0)]

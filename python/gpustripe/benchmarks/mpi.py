@@ -66,6 +66,10 @@ def add_arguments(p):
                    help="the unpacked libucx-cu13 wheel of mpi_cuda_aware (default: .deps/ucx of the source "
                         "tree the build came from, as scripts/stage-deps.sh stages it)")
     p.add_argument("--quick", action="store_true", help="few sizes and iterations (a smoke run)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="launches of every method, taking turns, this many times, every other round in reverse "
+                        "order; each size keeps the round with the median time, every round's beside it (rounds_us): "
+                        "a window-1 message moves by a microsecond or two from one launch to the next (default 1)")
 
 
 def _paths(build: str) -> dict:
@@ -190,6 +194,8 @@ def run(args) -> int:
     bad = [m for m in methods if m not in METHODS]
     if bad:
         raise SystemExit(f"gpustripe bench mpi: unknown methods {bad}; known: {', '.join(METHODS)}")
+    if args.rounds < 1:
+        raise SystemExit("gpustripe bench mpi: --rounds: at least 1")
     emulated = ctx.emulated
     ucx = _cuda_aware_mpi.ucx_dir(args.build, args.ucx_dir)
     absent = {m: why for m in methods if (why := _absent(m, paths, emulated, ucx))}
@@ -253,19 +259,22 @@ def run(args) -> int:
     stopped = False
     signal.signal(signal.SIGTERM, _on_sigterm)
     for n in ranks:
-        rows_n, done = [], []
+        done = []  # methods with a launch finished
+        rounds = [[] for _ in range(args.rounds)]
         try:
             if not emulated:
                 unaware.append(_without_interposer(args, paths, n))
-            for method in methods:
+            for k, method in results.in_turns(methods, args.rounds):
                 cmd = client(method, n)
                 if cmd:
-                    rows_n += _run_rows(cmd, args.timeout, {"emulated": emulated})
-                done.append(method)
+                    rounds[k] += _run_rows(cmd, args.timeout, {"emulated": emulated})
+                if method not in done:
+                    done.append(method)
         except _Stopped:
             stopped = True
             print(f"STOPPED (SIGTERM) during {n} ranks: writing what was measured; not measured: "
                   f"{[m for m in methods if m not in done]}")
+        rows_n = results.median_rounds([r for r in rounds if r] or [[]], ("method", "op", "window", "bytes"), "us")
         for w in windows:
             rows = [r for r in rows_n if file_window(r) == w]
             if not rows:

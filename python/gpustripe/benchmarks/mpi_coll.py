@@ -70,8 +70,8 @@ def add_arguments(p):
                         "for tuning, never for results")
     p.add_argument("--rounds", type=int, default=1,
                    help="launches of the interposer's rows (its default and each variant), taking turns, this many "
-                        "times; each size keeps the round with the median busbw, every round's beside it "
-                        "(rounds_busbw_gbps): machines drift between launches (default 1)")
+                        "times, every other round in reverse order; each size keeps the round with the median busbw, "
+                        "every round's beside it (rounds_busbw_gbps): machines drift between launches (default 1)")
     add_launch_arguments(p, "bench/mpi/ and src/mpi/")
 
 
@@ -150,22 +150,6 @@ def variant_env(keys: dict) -> dict:
     return env
 
 
-def median_rounds(rounds: list[list[dict]]) -> list[dict]:
-    """One row per (method, op, bytes) out of several rounds of the same launches: the round whose
-    busbw is the median (the upper middle of an even count), with every round's busbw beside it."""
-    if len(rounds) == 1:
-        return rounds[0]
-    by_key: dict[tuple, list[dict]] = {}
-    for rows in rounds:
-        for r in rows:
-            by_key.setdefault((r.get("method"), r["op"], r["bytes"]), []).append(r)
-    out = []
-    for same in by_key.values():
-        ranked = sorted(same, key=lambda r: r.get("busbw_gbps", 0.0))
-        out.append(dict(ranked[len(ranked) // 2], rounds_busbw_gbps=[r.get("busbw_gbps", 0.0) for r in same]))
-    return out
-
-
 def run(args) -> int:
     from .. import results
     from ..copy import default_context
@@ -237,18 +221,13 @@ def run(args) -> int:
             bench_args[bench_args.index("--ops") + 1] = ",".join(o for o in ops if not only or o in only)
             launches.append((f"mpi_gpustripe_{name}/{n}", variant_env(keys),
                              [*bench_args, "--method", f"mpi_gpustripe_{name}"]))
-        rounds = []
-        for k in range(args.rounds if launches else 0):
-            if args.rounds > 1:
-                print(f"  round {k + 1} of {args.rounds}", flush=True)
-            mine = []
-            for key, env, bench_args in launches:
-                cmd = _mpirun(args, n, {"LD_PRELOAD": paths["interposer"], **env}) + [
-                    paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *bench_args, *mem]
-                mine += _run_rows(cmd, args.timeout, absent, key)
-            rounds.append(mine)
+        rounds = [[] for _ in range(args.rounds)] if launches else []
+        for k, (key, env, bench_args) in results.in_turns(launches, args.rounds):
+            cmd = _mpirun(args, n, {"LD_PRELOAD": paths["interposer"], **env}) + [
+                paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *bench_args, *mem]
+            rounds[k] += _run_rows(cmd, args.timeout, absent, key)
         if rounds:
-            rows += median_rounds(rounds)
+            rows += results.median_rounds(rounds, ("method", "op", "bytes"), "busbw_gbps")
             save()
         if "mpi_host_staged" in methods:
             if emulated:
