@@ -58,6 +58,22 @@ def test_halo_every_way_checked_with_ratios(cli, tmp_path, halo_build):
     assert "gpustripe vs cuda_aware" in p.stdout or "mpi_cuda_aware" in docs["isend"]["methods_absent"]
 
 
+def test_halo_rounds_take_turns_and_keep_the_median_round(cli, tmp_path, halo_build):
+    """--rounds: each method launched that many times, every other round in reverse order; each shape's row
+    is the round with the median time per iteration, every round's beside it."""
+    p = cli("bench", "halo", "--build", halo_build, "--ranks", "2", "--shapes", "8x4K", "--iters", "2",
+            "--warmup", "1", "--variants", "isend", "--methods", "mpi_host_staged,mpi_gpustripe", "--rounds", "3",
+            "--out", str(tmp_path), "--timeout", "120")
+    launches = [x for x in p.stdout.splitlines() if x.strip().startswith("$ ")]
+    ours = ["--method mpi_gpustripe" in x for x in launches]
+    assert ours == [False, True, True, False, False, True], launches
+    (f,) = glob.glob(str(tmp_path / "*-halo-np2-isend*.json"))
+    rows = json.load(open(f))["rows"]
+    assert sorted(r["method"] for r in rows) == ["mpi_gpustripe", "mpi_host_staged"]
+    for r in rows:
+        assert len(r["rounds_us"]) == 3 and r["us"] == sorted(r["rounds_us"])[1] and r["max_abs_err"] == 0
+
+
 def test_halo_rejects_bad_shapes_and_methods(cli, tmp_path, halo_build):
     bad = cli("bench", "halo", "--build", halo_build, "--shapes", "8by4M", "--out", str(tmp_path), check=False)
     assert bad.returncode != 0 and "ROWSxCOLS" in bad.stderr

@@ -57,6 +57,10 @@ def add_arguments(p):
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
     p.add_argument("--iters", type=int, default=20, help="timed iterations per shape (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed iterations first (default 3)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="launches of every method, taking turns, this many times, every other round in reverse "
+                        "order; each shape keeps the round with the median time per iteration, every round's "
+                        "beside it (rounds_us): the small exchanges move by microseconds between launches (default 1)")
     p.add_argument("--no-check", action="store_true", help="skip the check against one process")
     p.add_argument("--quick", action="store_true", help=f"shapes {QUICK_SHAPES}, 5 iterations")
     add_launch_arguments(p, "apps/halo/ and src/mpi/")
@@ -228,8 +232,8 @@ def run(args) -> int:
     variants = [v for v in args.variants.split(",") if v]
     if not variants or any(v not in VARIANTS for v in variants):
         raise SystemExit(f"gpustripe bench halo: --variants: {', '.join(VARIANTS)}")
-    if args.iters < 1 or args.warmup < 0:
-        raise SystemExit("gpustripe bench halo: --iters must be at least 1, --warmup at least 0")
+    if args.iters < 1 or args.warmup < 0 or args.rounds < 1:
+        raise SystemExit("gpustripe bench halo: --iters and --rounds must be at least 1, --warmup at least 0")
     if args.quick:
         args.iters = min(args.iters, 5)
     shapes = parse_shapes(args.shapes or (EMULATED_SHAPES if emulated else QUICK_SHAPES if args.quick else SHAPES))
@@ -247,9 +251,9 @@ def run(args) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     written, failed, stopped = [], [], False
     for n in ranks:
-        rows = []
+        rounds = [[] for _ in range(args.rounds)]
         try:
-            for m in methods:
+            for k, m in results.in_turns(methods, args.rounds):
                 cmd = command(args, m, n, app, interposer, ucx, shapes, variants, emulated)
                 print("  $ " + " ".join(cmd), flush=True)
                 t0 = time.time()
@@ -260,7 +264,7 @@ def run(args) -> int:
                     print(f"    {r['method']:>16} {r['variant']:>8} {r['shape']:>14} {r['us']:12.1f} us/iter "
                           f"exchange {r['us_exchange']:10.1f} us {r['gbps']:8.2f} GB/s err {r['max_abs_err']}",
                           flush=True)
-                rows += got
+                rounds[k] += got
                 bad_check = [line for line in out.splitlines() if "check FAILED" in line]
                 if rc != 0 or bad_check:
                     failed.append(f"{m} np{n}: exit {rc}")
@@ -268,6 +272,7 @@ def run(args) -> int:
         except _Stopped:
             stopped = True
             print(f"STOPPED (SIGTERM) during {n} ranks: writing what was measured")
+        rows = results.median_rounds([r for r in rounds if r] or [[]], ("method", "variant", "shape"), "us")
         add_ratios(rows)
         if "sendrecv" in variants and rows:
             bound = series_bound(ctx, [r["bytes"] for r in rows if r["variant"] == "sendrecv"], 5 if args.quick else 10)
