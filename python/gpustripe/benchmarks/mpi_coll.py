@@ -66,7 +66,7 @@ def add_arguments(p):
                         "mpi_gpustripe_<name> (the blocking form, a launch each right after the default one's): "
                         "'NAME[@OP+OP]:KEY=VALUE,KEY=VALUE;NAME:...', each KEY a GPUSTRIPE_ setting or a field of "
                         "the interposer teams' tuning (coll::Tuning, passed as GPUSTRIPE_TEST=coll.KEY=VALUE), e.g. "
-                        "'rounds@allreduce:ar_copy_min=128M;plain@allreduce:push_max=64M'; @ limits the ops; "
+                        "'copies@allreduce:ar_copy_min=128M;plain@allreduce:push_max=64M'; @ limits the ops; "
                         "for tuning, never for results")
     p.add_argument("--rounds", type=int, default=1,
                    help="launches of the interposer's rows (its default and each variant), taking turns, this many "
