@@ -168,6 +168,11 @@ void receiver(Shared* sh) {
   for (int w = 0; w < kWays; ++w)
     for (size_t n : kSizes) {
       std::vector<double> enq, ready, busy;
+      // The pull in GPU 1's own context (its mapping, its stream): the copy of the local_* ways.
+      auto local_copy = [&](CUstream st) {
+        CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(local), reinterpret_cast<CUdeviceptr>(mapped1), n, st),
+           "cuMemcpyDtoDAsync");
+      };
       // Asks `ended` (true: the copy ended) until it says so, timing each question.
       auto ask = [&](auto ended) {
         for (;;) {
@@ -197,17 +202,13 @@ void receiver(Shared* sh) {
             CK(cudaSetDevice(1));
             break;
           case LocalDtodEvent:
-            CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(local), reinterpret_cast<CUdeviceptr>(mapped1), n,
-                                 reinterpret_cast<CUstream>(s1)),
-               "cuMemcpyDtoDAsync");
+            local_copy(reinterpret_cast<CUstream>(s1));
             CU(cuEventRecord(reinterpret_cast<CUevent>(ev1), reinterpret_cast<CUstream>(s1)), "cuEventRecord");
             enq.push_back(now_us() - t0);
             ask([&] { return cuEventQuery(reinterpret_cast<CUevent>(ev1)) != CUDA_ERROR_NOT_READY; });
             break;
           case LocalDtodWrite:
-            CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(local), reinterpret_cast<CUdeviceptr>(mapped1), n,
-                                 reinterpret_cast<CUstream>(s1)),
-               "cuMemcpyDtoDAsync");
+            local_copy(reinterpret_cast<CUstream>(s1));
             ++gpu_seq;
             CU(cuStreamWriteValue32(reinterpret_cast<CUstream>(s1), reinterpret_cast<CUdeviceptr>(word_dev), gpu_seq,
                                     CU_STREAM_WRITE_VALUE_DEFAULT),
@@ -217,16 +218,12 @@ void receiver(Shared* sh) {
             }
             break;
           case LocalDtodStream:
-            CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(local), reinterpret_cast<CUdeviceptr>(mapped1), n,
-                                 reinterpret_cast<CUstream>(s1)),
-               "cuMemcpyDtoDAsync");
+            local_copy(reinterpret_cast<CUstream>(s1));
             enq.push_back(now_us() - t0);
             ask([&] { return cuStreamQuery(reinterpret_cast<CUstream>(s1)) != CUDA_ERROR_NOT_READY; });
             break;
           case LocalDtodRuntimeStream:
-            CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(local), reinterpret_cast<CUdeviceptr>(mapped1), n,
-                                 reinterpret_cast<CUstream>(s1)),
-               "cuMemcpyDtoDAsync");
+            local_copy(reinterpret_cast<CUstream>(s1));
             enq.push_back(now_us() - t0);
             ask([&] {
               const cudaError_t r = cudaStreamQuery(s1);
@@ -236,16 +233,12 @@ void receiver(Shared* sh) {
             });
             break;
           case LocalDtodStreamSync:
-            CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(local), reinterpret_cast<CUdeviceptr>(mapped1), n,
-                                 reinterpret_cast<CUstream>(s1)),
-               "cuMemcpyDtoDAsync");
+            local_copy(reinterpret_cast<CUstream>(s1));
             enq.push_back(now_us() - t0);
             CU(cuStreamSynchronize(reinterpret_cast<CUstream>(s1)), "cuStreamSynchronize");
             break;
           case LocalDtodEventSync:
-            CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(local), reinterpret_cast<CUdeviceptr>(mapped1), n,
-                                 reinterpret_cast<CUstream>(s1)),
-               "cuMemcpyDtoDAsync");
+            local_copy(reinterpret_cast<CUstream>(s1));
             CU(cuEventRecord(reinterpret_cast<CUevent>(ev1), reinterpret_cast<CUstream>(s1)), "cuEventRecord");
             enq.push_back(now_us() - t0);
             CU(cuEventSynchronize(reinterpret_cast<CUevent>(ev1)), "cuEventSynchronize");
@@ -279,17 +272,14 @@ void receiver(Shared* sh) {
             break;
           case LocalDtodStreamTurns: {
             CUstream st = reinterpret_cast<CUstream>(i % 2 ? s1b : s1);
-            CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(local), reinterpret_cast<CUdeviceptr>(mapped1), n, st),
-               "cuMemcpyDtoDAsync");
+            local_copy(st);
             enq.push_back(now_us() - t0);
             while (cuStreamQuery(st) == CUDA_ERROR_NOT_READY) {
             }
             break;
           }
           case LocalDtodStreamPaced:
-            CU(cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(local), reinterpret_cast<CUdeviceptr>(mapped1), n,
-                                 reinterpret_cast<CUstream>(s1)),
-               "cuMemcpyDtoDAsync");
+            local_copy(reinterpret_cast<CUstream>(s1));
             enq.push_back(now_us() - t0);
             while (cuStreamQuery(reinterpret_cast<CUstream>(s1)) == CUDA_ERROR_NOT_READY) {
               const double until = now_us() + 0.4;
