@@ -210,9 +210,11 @@ def in_turns(launches: list, rounds: int) -> list[tuple[int, object]]:
 def median_rounds(rounds: list[list[dict]], keys: tuple, value: str) -> list[dict]:
     """One row per `keys` out of several rounds of the same launches: the round whose `value` is the
     median (the upper middle of an even count), with every round's beside it (rounds_<value>), in
-    round order. Machines drift between launches; a single round's row is one draw of that drift."""
-    if len(rounds) == 1:
-        return rounds[0]
+    round order. Machines drift between launches; a single round's row is one draw of that drift.
+    Rounds with no rows (a run stopped before them) are left out."""
+    rounds = [rows for rows in rounds if rows]
+    if len(rounds) <= 1:
+        return rounds[0] if rounds else []
     by_key: dict[tuple, list[dict]] = {}
     for rows in rounds:
         for r in rows:

@@ -90,3 +90,6 @@ def test_rounds_take_turns_and_the_median_round_is_kept():
     # an even count keeps the upper middle; one round is returned as it is
     assert results.median_rounds([[row(1.0)], [row(4.0)]], ("method",), "us")[0]["us"] == 4.0
     assert results.median_rounds([[row(5.0)]], ("method",), "us") == [row(5.0)]
+    # rounds a stopped run never reached are left out
+    assert results.median_rounds([[row(5.0)], [], []], ("method",), "us") == [row(5.0)]
+    assert results.median_rounds([[], []], ("method",), "us") == []

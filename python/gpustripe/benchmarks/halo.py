@@ -272,7 +272,7 @@ def run(args) -> int:
         except _Stopped:
             stopped = True
             print(f"STOPPED (SIGTERM) during {n} ranks: writing what was measured")
-        rows = results.median_rounds([r for r in rounds if r] or [[]], ("method", "variant", "shape"), "us")
+        rows = results.median_rounds(rounds, ("method", "variant", "shape"), "us")
         add_ratios(rows)
         if "sendrecv" in variants and rows:
             bound = series_bound(ctx, [r["bytes"] for r in rows if r["variant"] == "sendrecv"], 5 if args.quick else 10)

@@ -274,7 +274,7 @@ def run(args) -> int:
             stopped = True
             print(f"STOPPED (SIGTERM) during {n} ranks: writing what was measured; not measured: "
                   f"{[m for m in methods if m not in done]}")
-        rows_n = results.median_rounds([r for r in rounds if r] or [[]], ("method", "op", "window", "bytes"), "us")
+        rows_n = results.median_rounds(rounds, ("method", "op", "window", "bytes"), "us")
         for w in windows:
             rows = [r for r in rows_n if file_window(r) == w]
             if not rows:

@@ -221,12 +221,12 @@ def run(args) -> int:
             bench_args[bench_args.index("--ops") + 1] = ",".join(o for o in ops if not only or o in only)
             launches.append((f"mpi_gpustripe_{name}/{n}", variant_env(keys),
                              [*bench_args, "--method", f"mpi_gpustripe_{name}"]))
-        rounds = [[] for _ in range(args.rounds)] if launches else []
+        rounds = [[] for _ in range(args.rounds)]
         for k, (key, env, bench_args) in results.in_turns(launches, args.rounds):
             cmd = _mpirun(args, n, {"LD_PRELOAD": paths["interposer"], **env}) + [
                 paths["bench"], "--min", str(sizes[0]), "--max", str(sizes[-1]), *bench_args, *mem]
             rounds[k] += _run_rows(cmd, args.timeout, absent, key)
-        if rounds:
+        if launches:
             rows += results.median_rounds(rounds, ("method", "op", "bytes"), "busbw_gbps")
             save()
         if "mpi_host_staged" in methods:
