@@ -13,7 +13,10 @@
 // list runs each, and `--shape RxC`, repeated, each domain, in one launch.
 //
 // Timed: `--iters` iterations (exchange + step) after `--warmup`, and the same count of
-// exchanges alone; both the slowest rank's. `--check` runs the same iterations on the
+// exchanges alone; both the slowest rank's. `--min-ms M`: more iterations where `--iters` of
+// them would take less than M ms at the pace of a few untimed ones (the ranks take the largest
+// count), since a loop of a few hundred microseconds times the launch's first moments more than
+// the iterations. `--check` runs the same iterations on the
 // whole domain in one process (the same kernel on this rank's GPU, or the host code) and
 // compares every owned value: the max abs error, failing above --tol. Rank 0 prints one
 // "ROW {json}" line per shape and variant, and "halo: check passed|FAILED".
@@ -58,6 +61,7 @@ struct Options {
   std::vector<std::pair<long, long>> shapes;
   std::vector<std::string> exchanges;
   int iters = 20, warmup = 3;
+  double min_ms = 0;
   std::string way = "aware", exchange = "sendrecv", compute = "device", mem = "device";
   std::string nccl_lib, method;
   bool check = false;
@@ -69,7 +73,7 @@ struct Options {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank == 0)
     std::fprintf(stderr,
-                 "halo: %s\nusage: halo --shape RxC [--shape ...] [--iters N] [--warmup W] [--way aware|unaware|nccl] "
+                 "halo: %s\nusage: halo --shape RxC [--shape ...] [--iters N] [--warmup W] [--min-ms M] [--way aware|unaware|nccl] "
                  "[--exchange sendrecv,isend] [--compute device|host] [--mem device|host|hook] [--check] [--tol T] "
                  "[--nccl-lib PATH] [--method LABEL]\n",
                  why.c_str());
@@ -93,6 +97,7 @@ Options parse(int argc, char** argv) {
     }
     else if (a == "--iters") o.iters = std::atoi(next().c_str());
     else if (a == "--warmup") o.warmup = std::atoi(next().c_str());
+    else if (a == "--min-ms") o.min_ms = std::atof(next().c_str());
     else if (a == "--way") o.way = next();
     else if (a == "--exchange") o.exchange = next();
     else if (a == "--compute") o.compute = next();
@@ -113,7 +118,7 @@ Options parse(int argc, char** argv) {
   }
   for (const std::string& e : o.exchanges)
     if (e != "sendrecv" && e != "isend") fail("--exchange: sendrecv or isend, or both: sendrecv,isend");
-  if (o.iters < 1 || o.warmup < 0) fail("--iters must be at least 1, --warmup at least 0");
+  if (o.iters < 1 || o.warmup < 0 || !(o.min_ms >= 0)) fail("--iters must be at least 1, --warmup and --min-ms at least 0");
   if (o.way != "aware" && o.way != "unaware" && o.way != "nccl") fail("--way: aware, unaware or nccl");
   if (o.compute != "device" && o.compute != "host") fail("--compute: device or host");
   if (o.mem != "device" && o.mem != "host" && o.mem != "hook") fail("--mem: device, host or hook");
@@ -365,6 +370,24 @@ double check(const Options& o, Memory& m, const double* a, long lr, long r0, int
   return err;
 }
 
+// How many iterations to time: --iters, or more where those would last less than --min-ms at
+// the pace of a few untimed ones (the ranks' largest count, so that every rank runs as many).
+template <class Iterate>
+int timed_iterations(const Options& o, Memory& m, Iterate&& iterate) {
+  if (o.min_ms <= 0) return o.iters;
+  constexpr int kPaced = 5;
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double t0 = MPI_Wtime();
+  for (int i = 0; i < kPaced; ++i) iterate();
+  m.sync();
+  const double per_s = (MPI_Wtime() - t0) / kPaced;
+  const double want = std::ceil(o.min_ms * 1e-3 / std::max(per_s, 1e-9));
+  int mine = static_cast<int>(std::min(want, 1e6)), most = 0;
+  mine = std::max(mine, o.iters);
+  MPI_Allreduce(&mine, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return most;
+}
+
 // One shape and exchange variant: times it, checks it when asked, rank 0 prints its row.
 // False when the check failed.
 bool run_one(const Options& o, Memory& m, NcclComm* nccl, int rank, int size) {
@@ -376,24 +399,27 @@ bool run_one(const Options& o, Memory& m, NcclComm* nccl, int rank, int size) {
   m.init(a, lr, r0);
   m.init(b, lr, r0);
   Exchange ex(o, m, nccl, rank, size, lr);
+  int steps = 0;  // the reference's count (--check)
   auto iterate = [&] {
     ex.run(a);
     m.step(a, b, lr);
     std::swap(a, b);
+    ++steps;
   };
   for (int i = 0; i < o.warmup; ++i) iterate();
   m.sync();
+  const int iters = timed_iterations(o, m, iterate);
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
-  for (int i = 0; i < o.iters; ++i) iterate();
+  for (int i = 0; i < iters; ++i) iterate();
   m.sync();
-  double iter_s = (MPI_Wtime() - t0) / o.iters;
+  double iter_s = (MPI_Wtime() - t0) / iters;
   // The exchange alone (the ghost rows it rewrites hold the values they already have).
   MPI_Barrier(MPI_COMM_WORLD);
   t0 = MPI_Wtime();
-  for (int i = 0; i < o.iters; ++i) ex.run(a);
+  for (int i = 0; i < iters; ++i) ex.run(a);
   m.sync();
-  double exchange_s = (MPI_Wtime() - t0) / o.iters;
+  double exchange_s = (MPI_Wtime() - t0) / iters;
   double local_t[2] = {iter_s, exchange_s}, t[2];
   MPI_Allreduce(local_t, t, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   int sent = ex.neighbours(), most = 0;
@@ -401,7 +427,7 @@ bool run_one(const Options& o, Memory& m, NcclComm* nccl, int rank, int size) {
 
   double err = -1;
   if (o.check) {
-    double mine = check(o, m, a, lr, r0, o.warmup + o.iters);
+    double mine = check(o, m, a, lr, r0, steps);
     MPI_Allreduce(&mine, &err, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   }
   if (rank == 0) {
@@ -413,11 +439,10 @@ bool run_one(const Options& o, Memory& m, NcclComm* nccl, int rank, int size) {
         "\"cols\": %ld, \"shape\": \"%ldx%ld\", \"ranks\": %d, \"bytes\": %.0f, \"us\": %.3f, "
         "\"us_exchange\": %.3f, \"gbps\": %.6g, \"iters\": %d, \"compute\": \"%s\", \"max_abs_err\": %s}\n",
         o.method.c_str(), o.exchange.c_str(), o.way.c_str(), o.rows, o.cols, o.rows, o.cols, size, halo_bytes,
-        t[0] * 1e6, t[1] * 1e6, most * halo_bytes / (t[1] * 1e9), o.iters, o.compute.c_str(), errs);
+        t[0] * 1e6, t[1] * 1e6, most * halo_bytes / (t[1] * 1e9), iters, o.compute.c_str(), errs);
     if (o.check)
       std::printf("halo: check %s (%ldx%ld %s: max abs error %.3g, tolerance %.3g, %d iterations)\n",
-                  err <= o.tol ? "passed" : "FAILED", o.rows, o.cols, o.exchange.c_str(), err, o.tol,
-                  o.warmup + o.iters);
+                  err <= o.tol ? "passed" : "FAILED", o.rows, o.cols, o.exchange.c_str(), err, o.tol, steps);
     std::fflush(stdout);
   }
   m.free(a);

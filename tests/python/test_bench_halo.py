@@ -74,6 +74,24 @@ def test_halo_rounds_take_turns_and_keep_the_median_round(cli, tmp_path, halo_bu
         assert len(r["rounds_us"]) == 3 and r["us"] == sorted(r["rounds_us"])[1] and r["max_abs_err"] == 0
 
 
+def test_halo_short_loops_run_more_iterations(cli, tmp_path, halo_build):
+    """--min-ms: a shape whose --iters iterations would end sooner is timed over more of them, as many on every
+    rank (the row's iters), and the check steps the reference through all of them; --min-ms 0 keeps --iters."""
+    counts = {}
+    for min_ms in ("0", "200"):
+        out = tmp_path / min_ms
+        cli("bench", "halo", "--build", halo_build, "--ranks", "2", "--shapes", "8x1K", "--iters", "2", "--warmup",
+            "1", "--variants", "isend", "--methods", "mpi_host_staged", "--min-ms", min_ms, "--out", str(out),
+            "--timeout", "120")
+        (f,) = glob.glob(str(out / "*-halo-np2-isend*.json"))
+        doc = json.load(open(f))
+        assert doc["min_ms"] == float(min_ms)
+        (r,) = doc["rows"]
+        assert r["max_abs_err"] == 0
+        counts[min_ms] = r["iters"]
+    assert counts["0"] == 2 and counts["200"] > 2, counts
+
+
 def test_halo_rejects_bad_shapes_and_methods(cli, tmp_path, halo_build):
     bad = cli("bench", "halo", "--build", halo_build, "--shapes", "8by4M", "--out", str(tmp_path), check=False)
     assert bad.returncode != 0 and "ROWSxCOLS" in bad.stderr
@@ -108,7 +126,7 @@ def test_halo_ratios_and_table_on_a_fake_run(tmp_path):
 def test_halo_command_lines(monkeypatch, tmp_path):
     from gpustripe.benchmarks import halo
 
-    args = SimpleNamespace(mpirun="mpirun", iters=4, warmup=1, no_check=False)
+    args = SimpleNamespace(mpirun="mpirun", iters=4, warmup=1, min_ms=20.0, no_check=False)
     monkeypatch.setenv("GPUSTRIPE_NCCL_LIBRARY", "/x/libnccl.so.2")
     shapes, variants = [(8, 1 << 22)], ["isend"]
     gpu = {m: halo.command(args, m, 2, "/b/halo", "/b/libgpustripe_mpi.so", str(tmp_path), shapes, variants, False)
@@ -119,6 +137,7 @@ def test_halo_command_lines(monkeypatch, tmp_path):
     assert "LD_PRELOAD=/b/libgpustripe_mpi.so" in " ".join(gpu["mpi_gpustripe"])
     assert "--way nccl" in " ".join(gpu["nccl"]) and "--nccl-lib /x/libnccl.so.2" in " ".join(gpu["nccl"])
     assert all("--shape 8x4194304" in " ".join(c) and "--compute" not in c for c in gpu.values())
+    assert all("--iters 4 --warmup 1 --min-ms 20" in " ".join(c) for c in gpu.values())
     emu = halo.command(args, "mpi_gpustripe", 2, "/b/halo", "/b/i.so", str(tmp_path), shapes, variants, True)
     assert emu[-4:] == ["--compute", "host", "--mem", "hook"]
     assert halo.parse_shapes("8x4M, 16384x16K") == [(8, 4 << 20), (16384, 16 << 10)]

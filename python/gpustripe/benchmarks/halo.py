@@ -55,14 +55,18 @@ def add_arguments(p):
     p.add_argument("--variants", default=",".join(VARIANTS), help="sendrecv (MPI_Sendrecv up then down), isend "
                                                                   "(Isend/Irecv both, one Waitall); default both")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
-    p.add_argument("--iters", type=int, default=20, help="timed iterations per shape (default 20)")
+    p.add_argument("--iters", type=int, default=20, help="timed iterations per shape, at least (default 20)")
+    p.add_argument("--min-ms", type=float, default=20.0,
+                   help="more iterations where --iters would take less than this many ms at the pace of a few "
+                        "untimed ones: a small domain's 20 iterations last a millisecond or two, which times the "
+                        "launch's first moments more than the iterations (default 20; 0: --iters exactly)")
     p.add_argument("--warmup", type=int, default=3, help="untimed iterations first (default 3)")
     p.add_argument("--rounds", type=int, default=1,
                    help="launches of every method, taking turns, this many times, every other round in reverse "
                         "order; each shape keeps the round with the median time per iteration, every round's "
                         "beside it (rounds_us): the small exchanges move by microseconds between launches (default 1)")
     p.add_argument("--no-check", action="store_true", help="skip the check against one process")
-    p.add_argument("--quick", action="store_true", help=f"shapes {QUICK_SHAPES}, 5 iterations")
+    p.add_argument("--quick", action="store_true", help=f"shapes {QUICK_SHAPES}, 5 iterations (no --min-ms)")
     add_launch_arguments(p, "apps/halo/ and src/mpi/")
     p.add_argument("--ucx-dir", default="", help="the unpacked libucx-cu13 wheel of mpi_cuda_aware (default: "
                                                  ".deps/ucx of the build's source tree)")
@@ -113,7 +117,8 @@ def command(args, method: str, n: int, app: str, interposer: str, ucx: str, shap
         env, mca = _cuda_aware_mpi.env(ucx), _cuda_aware_mpi.MCA_ARGS
     way = {"mpi_host_staged": "unaware", "nccl": "nccl"}.get(method, "aware")
     cmd = _mpirun(args, n, env, mca) + [app, "--way", way, "--method", method, "--exchange", ",".join(variants),
-                                        "--iters", str(args.iters), "--warmup", str(args.warmup)]
+                                        "--iters", str(args.iters), "--warmup", str(args.warmup),
+                                        "--min-ms", f"{args.min_ms:g}"]
     for rows, cols in shapes:
         cmd += ["--shape", f"{rows}x{cols}"]
     if not args.no_check:
@@ -232,10 +237,11 @@ def run(args) -> int:
     variants = [v for v in args.variants.split(",") if v]
     if not variants or any(v not in VARIANTS for v in variants):
         raise SystemExit(f"gpustripe bench halo: --variants: {', '.join(VARIANTS)}")
-    if args.iters < 1 or args.warmup < 0 or args.rounds < 1:
-        raise SystemExit("gpustripe bench halo: --iters and --rounds must be at least 1, --warmup at least 0")
+    if args.iters < 1 or args.warmup < 0 or args.rounds < 1 or not args.min_ms >= 0:
+        raise SystemExit("gpustripe bench halo: --iters and --rounds must be at least 1, --warmup and --min-ms "
+                         "at least 0")
     if args.quick:
-        args.iters = min(args.iters, 5)
+        args.iters, args.min_ms = min(args.iters, 5), 0.0
     shapes = parse_shapes(args.shapes or (EMULATED_SHAPES if emulated else QUICK_SHAPES if args.quick else SHAPES))
     ranks = [int(r) for r in args.ranks.split(",") if r]
     ucx = _cuda_aware_mpi.ucx_dir(args.build, args.ucx_dir)
@@ -295,7 +301,8 @@ def run(args) -> int:
                       "measured in this process): " + ", ".join(f"{s_} {b:.1f} us" for s_, b in bounds.items()))
             if not args.no_write:
                 extra = {"ranks": n, "variant": v, "emulated": emulated, "backend": ctx.backend_name,
-                         "methods_absent": absent, "bases": list(BASES), "iters": args.iters, "warmup": args.warmup}
+                         "methods_absent": absent, "bases": list(BASES), "iters": args.iters, "min_ms": args.min_ms,
+                         "warmup": args.warmup}
                 path = results.write(f"halo-np{n}-{v}", ctx.device_label, ctx.device_count, sel, out_dir=args.out,
                                      extra=extra, plot=False,
                                      command=" ".join(["gpustripe", "bench", "halo", *sys.argv[3:]]))
