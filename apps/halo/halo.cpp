@@ -16,7 +16,9 @@
 // exchanges alone; both the slowest rank's. `--min-ms M`: more iterations where `--iters` of
 // them would take less than M ms at the pace of a few untimed ones (the ranks take the largest
 // count), since a loop of a few hundred microseconds times the launch's first moments more than
-// the iterations. `--check` runs the same iterations on the
+// the iterations. The MPI ways' iterations are split too: the wait for the step before each
+// exchange and the exchange after it (us_wait_step, us_exchange_in_iter), which tells an
+// exchange slower behind a step from one slower alone. `--check` runs the same iterations on the
 // whole domain in one process (the same kernel on this rank's GPU, or the host code) and
 // compares every owned value: the max abs error, failing above --tol. Rank 0 prints one
 // "ROW {json}" line per shape and variant, and "halo: check passed|FAILED".
@@ -283,6 +285,11 @@ class Exchange {
   }
   Exchange(const Exchange&) = delete;
   Exchange& operator=(const Exchange&) = delete;
+  // The MPI ways' time since reset(): waiting for the step before each exchange, and the
+  // exchange after it (where an iteration's time goes: the step, or the exchange behind it).
+  void reset() { waited_s_ = exchanged_s_ = 0; }
+  double waited_s() const { return waited_s_; }
+  double exchanged_s() const { return exchanged_s_; }
   int neighbours() const { return (up_ != MPI_PROC_NULL) + (down_ != MPI_PROC_NULL); }
 
   // Fills the ghost rows of `a` from the neighbours. MPI ways return with the rows in
@@ -307,7 +314,18 @@ class Exchange {
       n.ok(n.group_end(), "ncclGroupEnd");
       return;
     }
+    const double t0 = MPI_Wtime();
     m_.sync();  // the step that wrote rows 1 and lr has finished
+    const double t1 = MPI_Wtime();
+    struct Spent {  // on return, whichever way
+      double& waited;
+      double& exchanged;
+      double t0, t1;
+      ~Spent() {
+        waited += t1 - t0;
+        exchanged += MPI_Wtime() - t1;
+      }
+    } spent{waited_s_, exchanged_s_, t0, t1};
     if (o_.way == "unaware") {
       if (up_ != MPI_PROC_NULL) m_.to_host(host_[0], send_up, n_);
       if (down_ != MPI_PROC_NULL) m_.to_host(host_[1], send_down, n_);
@@ -343,6 +361,7 @@ class Exchange {
   long lr_;
   size_t n_;
   double* host_[4] = {nullptr, nullptr, nullptr, nullptr};  // unaware: send up, send down, recv up, recv down
+  double waited_s_ = 0, exchanged_s_ = 0;
 };
 
 // Max abs difference between the owned rows of `a` and rows [r0, r0 + lr) of the
@@ -410,18 +429,20 @@ bool run_one(const Options& o, Memory& m, NcclComm* nccl, int rank, int size) {
   m.sync();
   const int iters = timed_iterations(o, m, iterate);
   MPI_Barrier(MPI_COMM_WORLD);
+  ex.reset();
   double t0 = MPI_Wtime();
   for (int i = 0; i < iters; ++i) iterate();
   m.sync();
   double iter_s = (MPI_Wtime() - t0) / iters;
+  const double waited_s = ex.waited_s() / iters, exchanged_s = ex.exchanged_s() / iters;
   // The exchange alone (the ghost rows it rewrites hold the values they already have).
   MPI_Barrier(MPI_COMM_WORLD);
   t0 = MPI_Wtime();
   for (int i = 0; i < iters; ++i) ex.run(a);
   m.sync();
   double exchange_s = (MPI_Wtime() - t0) / iters;
-  double local_t[2] = {iter_s, exchange_s}, t[2];
-  MPI_Allreduce(local_t, t, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  double local_t[4] = {iter_s, exchange_s, waited_s, exchanged_s}, t[4];
+  MPI_Allreduce(local_t, t, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   int sent = ex.neighbours(), most = 0;
   MPI_Allreduce(&sent, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
 
@@ -432,14 +453,17 @@ bool run_one(const Options& o, Memory& m, NcclComm* nccl, int rank, int size) {
   }
   if (rank == 0) {
     const double halo_bytes = static_cast<double>(o.cols) * sizeof(double);
-    char errs[32];
+    char errs[32], parts[96] = "";
     std::snprintf(errs, sizeof errs, err < 0 ? "null" : "%.3g", err);
+    if (o.way != "nccl")  // NCCL's exchange is enqueued behind the step: no host wait to split off
+      std::snprintf(parts, sizeof parts, ", \"us_wait_step\": %.3f, \"us_exchange_in_iter\": %.3f", t[2] * 1e6,
+                    t[3] * 1e6);
     std::printf(
         "ROW {\"op\": \"halo\", \"method\": \"%s\", \"variant\": \"%s\", \"way\": \"%s\", \"rows\": %ld, "
         "\"cols\": %ld, \"shape\": \"%ldx%ld\", \"ranks\": %d, \"bytes\": %.0f, \"us\": %.3f, "
-        "\"us_exchange\": %.3f, \"gbps\": %.6g, \"iters\": %d, \"compute\": \"%s\", \"max_abs_err\": %s}\n",
+        "\"us_exchange\": %.3f, \"gbps\": %.6g, \"iters\": %d, \"compute\": \"%s\", \"max_abs_err\": %s%s}\n",
         o.method.c_str(), o.exchange.c_str(), o.way.c_str(), o.rows, o.cols, o.rows, o.cols, size, halo_bytes,
-        t[0] * 1e6, t[1] * 1e6, most * halo_bytes / (t[1] * 1e9), iters, o.compute.c_str(), errs);
+        t[0] * 1e6, t[1] * 1e6, most * halo_bytes / (t[1] * 1e9), iters, o.compute.c_str(), errs, parts);
     if (o.check)
       std::printf("halo: check %s (%ldx%ld %s: max abs error %.3g, tolerance %.3g, %d iterations)\n",
                   err <= o.tol ? "passed" : "FAILED", o.rows, o.cols, o.exchange.c_str(), err, o.tol, steps);

@@ -39,6 +39,10 @@ def test_halo_every_way_checked_with_ratios(cli, tmp_path, halo_build):
             assert r["op"] == "halo" and r["variant"] == v and r["max_abs_err"] == 0
             assert r["shape"] in {"8x4096", "16x1024"} and r["bytes"] == r["cols"] * 8
             assert r["us"] > 0 and r["us_exchange"] > 0 and r["gbps"] > 0
+            if r["method"] != "nccl":  # an iteration's split: the wait for the step, the exchange behind it
+                assert 0 <= r["us_wait_step"] <= r["us"] and 0 < r["us_exchange_in_iter"] <= r["us"]
+            else:
+                assert "us_wait_step" not in r
             if "mpi_cuda_aware" in present:
                 assert r["vs_mpi_cuda_aware"] > 0
         if doc["emulated"]:

@@ -165,7 +165,7 @@ def table(rows: list[dict], value: str) -> str:
     for r in rows:
         if r["shape"] not in shapes:
             shapes.append(r["shape"])
-    by = {(r["shape"], r["method"]): r[value] for r in rows}
+    by = {(r["shape"], r["method"]): r[value] for r in rows if value in r}
     head = f"{'shape':>14} {'halo':>7} " + " ".join(f"{m:>16}" for m in methods)
     for b in bases:
         head += "   " + " ".join(f"{SHORT[m] + ' vs ' + SHORT[b]:>22}" for m in methods if m != b)
@@ -295,6 +295,10 @@ def run(args) -> int:
             print(table(sel, "us"))
             print(f"{n} ranks, {v}: the exchange alone (us)")
             print(table(sel, "us_exchange"))
+            print(f"{n} ranks, {v}: inside an iteration, the MPI ways' wait for the step before the exchange (us)")
+            print(table(sel, "us_wait_step"))
+            print(f"{n} ranks, {v}: inside an iteration, the exchange after that wait (us)")
+            print(table(sel, "us_exchange_in_iter"))
             bounds = {r["shape"]: r["bound_us_exchange"] for r in sel if "bound_us_exchange" in r}
             if bounds:
                 print("the least exchange time of MPI_Sendrecv up then down (the best one-way time 1->0 plus 0->1, "
