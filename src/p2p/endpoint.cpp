@@ -323,6 +323,10 @@ void Endpoint::sent_to(int dst) {
 void Endpoint::offer(const RequestPtr& r) {
   const int src = r->peer_;
   if (!offering_ || !backend_ || !r->loc_.device || src < 0 || src == ch_.rank() || r->bytes_ == 0) return;
+  // Only a send within the device eager limit takes an offer (push_into_offer). A receive larger
+  // than that mostly takes a larger message, which is pulled: its offer's export and record would
+  // cost both hosts time ahead of that message's announcement, and the sender a record to read.
+  if (r->bytes_ > device_eager_max_) return;
   // Only the one receive the source's next messages could take: no other posted receive of that
   // source (or any), nothing of it waiting unmatched.
   for (const RequestPtr& p : posted_)
