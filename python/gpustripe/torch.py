@@ -47,7 +47,9 @@ c10d hands it every collective of the group, and it dispatches by device and sup
 """
 from __future__ import annotations
 
+import collections
 import socket
+import statistics
 import sys
 import threading
 import time
@@ -159,8 +161,18 @@ def _kind(op: str, t: torch.Tensor, nbytes: int) -> tuple:
     return op, t.is_cuda, t.dtype, nbytes.bit_length()
 
 
+def _recent(calls) -> dict:
+    """The recent calls' fields of trace()'s `host_us`: `calls` holds (backend call, team call) us."""
+    if not calls:
+        return {}
+    return {"recent_calls": len(calls), "recent_us": statistics.median(c[0] for c in calls),
+            "recent_max_us": max(c[0] for c in calls), "recent_team_us": statistics.median(c[1] for c in calls)}
+
+
 class ProcessGroupGpustripe(dist.ProcessGroup):
     """The ``gpustripe`` backend of one process group (see the module's doc)."""
+
+    RECENT_CALLS = 64  # the calls of an op that trace()'s recent fields cover (a few batches of a benchmark)
 
     def __init__(self, store, rank: int, size: int, timeout: timedelta):
         super().__init__(rank, size)
@@ -204,7 +216,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         self._queue = not (torch.cuda.is_available()
                            and getattr(torch.cuda, "get_allocator_backend", lambda: "native")() == "cudaMallocAsync")
         # op -> [calls, and us summed: the backend's native call, the team's C++ call in it, its end]
-        self._host_us: dict = {}
+        self._host_us: dict = {}  # per op: calls, sums (us: call, team call, after it), the recent calls
         self.native_calls = 0  # collectives served by gpustripe (tests, benchmarks)
         self._calibration_events = 0  # kinds timed and reviewed calls counted (calibration_events)
         if not self._local:
@@ -227,7 +239,10 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
     def trace(self, reset: bool = False) -> dict:
         """Where the native calls' time goes: `host_us` (per op: calls, mean host time of the
         backend's call, us; of it `team_us` in the team's C++ call and `end_us` after it: the
-        end on the team's stream, the work), `team` (the team's phases per call:
+        end on the team's stream, the work; and over the op's last RECENT_CALLS calls alone
+        `recent_us` and `recent_max_us`, the median and the longest backend call, and
+        `recent_team_us`, the median team call: the means hold the calibration's and the review's
+        calls, which the calls of a decided kind do not make), `team` (the team's phases per call:
         NodeTeam.phase_times) and `choices` (per op and size class: gpustripe or NCCL, the
         calibration's best batches, us per call back to back, the slowest rank's, and `paces`: this
         rank's pace of each timed batch of each side, in order, which tells a side's slow first
@@ -236,7 +251,8 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         rank's each; for a kind the team can stage, `met`: its met form's best batch, `form`: the
         native form taken, and `met_held_us`: the met form's review where it handed the kind to
         the staged form)."""
-        out = {"host_us": {k: {"calls": v[0], "us": v[1] / v[0], "team_us": v[2] / v[0], "end_us": v[3] / v[0]}
+        out = {"host_us": {k: {"calls": v[0], "us": v[1] / v[0], "team_us": v[2] / v[0], "end_us": v[3] / v[0],
+                               **_recent(v[4])}
                            for k, v in self._host_us.items() if v[0]},
                "team": self._team_obj.phase_times(reset) if self._team_obj is not None else {},
                "choices": {f"{op} {str(dt).replace('torch.', '')} <{1 << b}B":
@@ -509,11 +525,12 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         t_done = time.perf_counter()
         h = self._host_us.get(what)
         if h is None:
-            h = self._host_us[what] = [0, 0.0, 0.0, 0.0]
+            h = self._host_us[what] = [0, 0.0, 0.0, 0.0, collections.deque(maxlen=self.RECENT_CALLS)]
         h[0] += 1
         h[1] += (t_done - t_host) * 1e6
         h[2] += (t_end - t_call) * 1e6
         h[3] += (t_done - t_end) * 1e6
+        h[4].append(((t_done - t_host) * 1e6, (t_end - t_call) * 1e6))
         return work
 
     def _dtype(self, t: torch.Tensor, what: str):

@@ -127,8 +127,13 @@ def worker(rank: int, world: int, port: int, mode: str) -> None:
         torch.allclose(m[i].weight.full_tensor(), ref[i].weight, atol=1e-6) for i in (0, 2))
     dist.barrier()
     if mode == "emulated":
-        team = pg.trace()["team"]
+        traced = pg.trace()
+        team = traced["team"]
         checks["native calls stream-ordered"] = team["ordered"] == team["calls"] > 0
+        # the last calls of each op apart from the means (which hold the calibration's calls)
+        checks["recent calls traced"] = bool(traced["host_us"]) and all(
+            0 < v["recent_calls"] <= min(v["calls"], pg.RECENT_CALLS)
+            and v["recent_team_us"] <= v["recent_us"] <= v["recent_max_us"] for v in traced["host_us"].values())
         checks.update(delegated(rank, world, gt))
         checks.update(calibrated(rank, world, gt))
         checks.update(blocking(rank, world))

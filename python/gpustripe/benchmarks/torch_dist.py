@@ -202,7 +202,9 @@ def _chosen(t: dict, op: str, dtype: str, size: int) -> str | None:
 
 def _print_trace(t: dict) -> None:
     """One native call's host time by phase (us per call), and the calibration's choices."""
-    host = ", ".join(f"{op} {v['us']:.1f} (team call {v['team_us']:.1f}, end {v['end_us']:.1f}; {v['calls']} calls)"
+    host = ", ".join(f"{op} {v['us']:.1f} (team call {v['team_us']:.1f}, end {v['end_us']:.1f}; {v['calls']} calls; "
+                     f"the last {v['recent_calls']}: {v['recent_us']:.1f}, team call {v['recent_team_us']:.1f}, "
+                     f"longest {v['recent_max_us']:.1f})"
                      for op, v in t["host_us"].items())
     team = t["team"]
     phases = ", ".join(f"{k} {team[k]:.1f}" for k in ("lookup", "prepare", "exchange", "map", "enqueue", "drain",
