@@ -215,8 +215,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         # to NCCL (a queued one would fail).
         self._queue = not (torch.cuda.is_available()
                            and getattr(torch.cuda, "get_allocator_backend", lambda: "native")() == "cudaMallocAsync")
-        # op -> [calls, and us summed: the backend's native call, the team's C++ call in it, its end]
-        self._host_us: dict = {}  # per op: calls, sums (us: call, team call, after it), the recent calls
+        # op -> [calls, and us summed: the backend's native call, the team's C++ call in it, its end;
+        # the last RECENT_CALLS calls' (call, team call)]
+        self._host_us: dict = {}
         self.native_calls = 0  # collectives served by gpustripe (tests, benchmarks)
         self._calibration_events = 0  # kinds timed and reviewed calls counted (calibration_events)
         if not self._local:
