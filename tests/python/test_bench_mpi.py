@@ -81,6 +81,35 @@ def test_rounds_take_turns_and_keep_the_median_round(cli, tmp_path, mpi_build):
         assert len(r["rounds_us"]) == 3 and r["us"] == sorted(r["rounds_us"])[1], r
 
 
+def test_variants_take_turns_under_their_settings_or_another_build(cli, tmp_path, mpi_build):
+    """--variants: the interposer again under other GPUSTRIPE_ settings, or another tree's library
+    (interposer=PATH), as methods mpi_gpustripe_<name> launched in turns with the others; every one's rows
+    are in the files. Keys of neither kind, and a library that is not there, are refused."""
+    lib = os.path.join(mpi_build, "src", "mpi", "libgpustripe_mpi.so")
+    other = tmp_path / "other.so"
+    shutil.copy(lib, other)
+    p = cli("bench", "mpi", "--build", mpi_build, "--ranks", "2", "--windows", "1", "--bibw-window", "0",
+            "--sizes", "1K:1K", "--latency-sizes", "", "--iters", "2", "--methods", "mpi_gpustripe",
+            "--variants", f"slots:GPUSTRIPE_TEST=offers=no;b:interposer={other}", "--rounds", "2",
+            "--out", str(tmp_path), "--timeout", "120")
+    launches = [line.strip() for line in p.stdout.splitlines() if line.strip().startswith("$ ")]
+    who = [x.split("--method ")[-1].split()[0] for x in launches if "--method " in x]
+    one = ["mpi_gpustripe", "mpi_gpustripe_slots", "mpi_gpustripe_b"]
+    assert who == one + one[::-1], launches  # the second round in reverse order
+    slots = next(x for x in launches if "--method mpi_gpustripe_slots" in x)
+    b = next(x for x in launches if "--method mpi_gpustripe_b" in x)
+    assert "GPUSTRIPE_TEST=offers=no" in slots and f"LD_PRELOAD={lib}" in slots
+    assert f"LD_PRELOAD={other}" in b and "GPUSTRIPE_TEST" not in b
+    (f,) = glob.glob(str(tmp_path / "*-mpi-np2-w1-*.json"))
+    assert {r["method"] for r in json.load(open(f))["rows"]} == {"mpi_gpustripe", "mpi_gpustripe_slots",
+                                                                 "mpi_gpustripe_b"}
+    for bad, why in (("x:tuning=1", "a GPUSTRIPE_ setting or interposer=PATH"),
+                     (f"x:interposer={tmp_path / 'none.so'}", "does not exist"),
+                     ("x@allreduce:GPUSTRIPE_TEST=a", "bench coll's")):
+        r = cli("bench", "mpi", "--build", mpi_build, "--variants", bad, "--out", str(tmp_path), check=False)
+        assert r.returncode != 0 and why in r.stderr, (bad, r.stderr)
+
+
 def test_cuda_aware_method_absent_without_ucx(cli, tmp_path, mpi_build):
     p = cli("bench", "mpi", "--build", mpi_build, "--ranks", "2", "--windows", "1", "--sizes", "1K:1K",
             "--latency-sizes", "", "--iters", "1", "--methods", "mpi_gpustripe,mpi_cuda_aware",

@@ -70,6 +70,35 @@ def add_arguments(p):
                    help="launches of every method, taking turns, this many times, every other round in reverse "
                         "order; each size keeps the round with the median time, every round's beside it (rounds_us): "
                         "a window-1 message moves by a microsecond or two from one launch to the next (default 1)")
+    p.add_argument("--variants", default="",
+                   help="also time the interposer under other settings or from another build, as methods "
+                        "mpi_gpustripe_<name> taking turns with the others: 'NAME:KEY=VALUE,KEY=VALUE;NAME:...', each "
+                        "KEY a GPUSTRIPE_ setting (e.g. 'slots:GPUSTRIPE_TEST=offers=no') or interposer=PATH (another "
+                        "tree's libgpustripe_mpi.so: an A/B of two trees on one machine); for tuning, never for results")
+
+
+def _variants(text: str) -> dict:
+    """--variants: {mpi_gpustripe_NAME: the ranks' environment}: its GPUSTRIPE_ settings as they are, and
+    interposer=PATH as the library preloaded instead of the build's."""
+    from .coll import parse_variants
+
+    out = {}
+    for name, keys, only in parse_variants(text, "gpustripe bench mpi"):
+        if only:
+            raise SystemExit(f"gpustripe bench mpi: --variants: '{name}@...': the ops of a variant are bench coll's")
+        env = {}
+        for k, v in keys.items():
+            if k == "interposer":
+                if not os.path.exists(v):
+                    raise SystemExit(f"gpustripe bench mpi: --variants: {name}'s interposer {v} does not exist")
+                env["LD_PRELOAD"] = os.path.abspath(v)
+            elif k.startswith("GPUSTRIPE_"):
+                env[k] = v
+            else:
+                raise SystemExit(f"gpustripe bench mpi: --variants: '{k}' in {name}: a GPUSTRIPE_ setting or "
+                                 "interposer=PATH")
+        out[f"mpi_gpustripe_{name}"] = env
+    return out
 
 
 def _paths(build: str) -> dict:
@@ -196,6 +225,7 @@ def run(args) -> int:
         raise SystemExit(f"gpustripe bench mpi: unknown methods {bad}; known: {', '.join(METHODS)}")
     if args.rounds < 1:
         raise SystemExit("gpustripe bench mpi: --rounds: at least 1")
+    variants = _variants(args.variants)
     emulated = ctx.emulated
     ucx = _cuda_aware_mpi.ucx_dir(args.build, args.ucx_dir)
     absent = {m: why for m in methods if (why := _absent(m, paths, emulated, ucx))}
@@ -228,11 +258,12 @@ def run(args) -> int:
 
     def client(method: str, n: int) -> list[str] | None:
         common = sweeps(method) + (["--iters", str(iters)] if iters else [])
-        if args.alloc != "plain" and method in ("mpi_gpustripe", "mpi_cuda_aware", "mpi_host_staged", "gpustripe"):
+        if args.alloc != "plain" and (method in ("mpi_cuda_aware", "mpi_host_staged", "gpustripe") or
+                                      method.startswith("mpi_gpustripe")):
             common += ["--alloc", args.alloc]
-        if method == "mpi_gpustripe":
-            return _mpirun(args, n, {"LD_PRELOAD": paths["interposer"]}) + [paths["mpi_bench"], *common, *mem,
-                                                                            "--method", method]
+        if method == "mpi_gpustripe" or method in variants:
+            env = {"LD_PRELOAD": paths["interposer"], **variants.get(method, {})}
+            return _mpirun(args, n, env) + [paths["mpi_bench"], *common, *mem, "--method", method]
         if method == "mpi_cuda_aware":
             return _mpirun(args, n, _cuda_aware_mpi.env(ucx), _cuda_aware_mpi.MCA_ARGS) + [
                 paths["mpi_bench"], *common, *mem, "--method", method]
@@ -264,7 +295,7 @@ def run(args) -> int:
         try:
             if not emulated:
                 unaware.append(_without_interposer(args, paths, n))
-            for k, method in results.in_turns(methods, args.rounds):
+            for k, method in results.in_turns(methods + list(variants), args.rounds):
                 cmd = client(method, n)
                 if cmd:
                     rounds[k] += _run_rows(cmd, args.timeout, {"emulated": emulated})
