@@ -78,6 +78,27 @@ def test_halo_rounds_take_turns_and_keep_the_median_round(cli, tmp_path, halo_bu
         assert len(r["rounds_us"]) == 3 and r["us"] == sorted(r["rounds_us"])[1] and r["max_abs_err"] == 0
 
 
+def test_halo_interposer_variants_take_turns(cli, tmp_path, halo_build):
+    """--interposers: the interposer again under other settings, as method mpi_gpustripe_<name>, launched in
+    turns with the others, checked like them, in the tables and files with its ratios."""
+    p = cli("bench", "halo", "--build", halo_build, "--ranks", "2", "--shapes", "8x1K", "--iters", "2", "--warmup",
+            "1", "--variants", "isend", "--methods", "mpi_gpustripe", "--interposers", "slots:GPUSTRIPE_TEST=offers=no",
+            "--rounds", "2", "--min-ms", "0", "--out", str(tmp_path), "--timeout", "120")
+    launches = [x.strip() for x in p.stdout.splitlines() if x.strip().startswith("$ ")]
+    who = [x.split("--method ")[-1].split()[0] for x in launches]
+    assert who == ["mpi_gpustripe", "mpi_gpustripe_slots", "mpi_gpustripe_slots", "mpi_gpustripe"], launches
+    assert all("LD_PRELOAD=" in x and "--mem hook" in x for x in launches)
+    assert ("GPUSTRIPE_TEST=offers=no" in launches[1]) and "GPUSTRIPE_TEST" not in launches[0]
+    assert "gpustripe_slots" in p.stdout  # a column of the tables
+    (f,) = glob.glob(str(tmp_path / "*-halo-np2-isend*.json"))
+    rows = json.load(open(f))["rows"]
+    assert sorted(r["method"] for r in rows) == ["mpi_gpustripe", "mpi_gpustripe_slots"]
+    assert all(r["max_abs_err"] == 0 for r in rows)
+    bad = cli("bench", "halo", "--build", halo_build, "--interposers", "x:tuning=1", "--out", str(tmp_path),
+              check=False)
+    assert bad.returncode != 0 and "--interposers" in bad.stderr and "interposer=PATH" in bad.stderr
+
+
 def test_halo_short_loops_run_more_iterations(cli, tmp_path, halo_build):
     """--min-ms: a shape whose --iters iterations would end sooner is timed over more of them, as many on every
     rank (the row's iters), and the check steps the reference through all of them; --min-ms 0 keeps --iters."""

@@ -111,9 +111,9 @@ def _run_gpustripe(ctx, ranks, ops, sizes, args, rows, absent, method="gpustripe
             _progress(row)
 
 
-def parse_variants(text: str, command: str = "gpustripe bench coll") -> list[tuple[str, dict, list]]:
+def parse_variants(text: str, where: str = "gpustripe bench coll: --variants") -> list[tuple[str, dict, list]]:
     """'NAME[@OP+OP]:KEY=VALUE,KEY=VALUE;NAME:...' -> [(NAME, {KEY: VALUE}, [OP...] or [])]; a KEY is a
-    GPUSTRIPE_ setting or a tuning field (lower case). `command` names the caller in the errors."""
+    GPUSTRIPE_ setting or a tuning field (lower case). `where` (command and flag) begins the errors."""
     out = []
     for item in (x.strip() for x in text.split(";")):
         if not item:
@@ -123,16 +123,16 @@ def parse_variants(text: str, command: str = "gpustripe bench coll") -> list[tup
         only_ops = [o for o in only.split("+") if o]
         for o in only_ops:
             if o not in BUSBW:
-                raise SystemExit(f"{command}: --variants: unknown op '{o}' in '{item}'")
+                raise SystemExit(f"{where}: unknown op '{o}' in '{item}'")
         env = {}
         for kv in (x.strip() for x in body.split(",")):
             var, eq, val = kv.partition("=")
             if not eq or not (var.startswith("GPUSTRIPE_") or (var.isidentifier() and var.islower())):
-                raise SystemExit(f"{command}: --variants: '{kv}' in '{item}' is not "
+                raise SystemExit(f"{where}: '{kv}' in '{item}' is not "
                                  "GPUSTRIPE_...=VALUE or tuning_field=VALUE")
             env[var] = val
         if not sep or not name.strip() or not env:
-            raise SystemExit(f"{command}: --variants: '{item}' is not NAME:VAR=VALUE[,VAR=VALUE]")
+            raise SystemExit(f"{where}: '{item}' is not NAME:VAR=VALUE[,VAR=VALUE]")
         out.append((name.strip(), env, only_ops))
     return out
 

@@ -65,6 +65,10 @@ def add_arguments(p):
                    help="launches of every method, taking turns, this many times, every other round in reverse "
                         "order; each shape keeps the round with the median time per iteration, every round's "
                         "beside it (rounds_us): the small exchanges move by microseconds between launches (default 1)")
+    p.add_argument("--interposers", default="",
+                   help="also time the interposer under other settings or from another build, as methods "
+                        "mpi_gpustripe_<name> taking turns with the others: 'NAME:KEY=VALUE,...;NAME:...', each KEY "
+                        "a GPUSTRIPE_ setting or interposer=PATH (as gpustripe bench mpi --variants)")
     p.add_argument("--no-check", action="store_true", help="skip the check against one process")
     p.add_argument("--quick", action="store_true", help=f"shapes {QUICK_SHAPES}, 5 iterations (no --min-ms)")
     add_launch_arguments(p, "apps/halo/ and src/mpi/")
@@ -106,13 +110,14 @@ def _absent(method: str, emulated: bool, ucx: str) -> str:
 
 
 def command(args, method: str, n: int, app: str, interposer: str, ucx: str, shapes, variants,
-            emulated: bool) -> list[str]:
-    """The mpirun line of one method: every shape and variant in one launch."""
+            emulated: bool, settings: dict | None = None) -> list[str]:
+    """The mpirun line of one method: every shape and variant in one launch. `settings`: the
+    environment of an interposer's variant (--interposers), whose method it is."""
     from .mpi import _mpirun
 
     env, mca = {}, None
-    if method == "mpi_gpustripe":
-        env["LD_PRELOAD"] = interposer
+    if method == "mpi_gpustripe" or settings is not None:
+        env = {"LD_PRELOAD": interposer, **(settings or {})}
     elif method == "mpi_cuda_aware":
         env, mca = _cuda_aware_mpi.env(ucx), _cuda_aware_mpi.MCA_ARGS
     way = {"mpi_host_staged": "unaware", "nccl": "nccl"}.get(method, "aware")
@@ -125,7 +130,7 @@ def command(args, method: str, n: int, app: str, interposer: str, ucx: str, shap
         cmd.append("--check")
     if emulated:
         # The host steps; the interposer's halos are its emulated devices' memory.
-        cmd += ["--compute", "host", "--mem", "hook" if method == "mpi_gpustripe" else "host"]
+        cmd += ["--compute", "host", "--mem", "hook" if method.startswith("mpi_gpustripe") else "host"]
     if method == "nccl":
         cmd += ["--nccl-lib", os.environ["GPUSTRIPE_NCCL_LIBRARY"]]
     return cmd
@@ -157,9 +162,19 @@ def add_ratios(rows: list[dict]) -> None:
                 r[f"vs_{base}"] = round(t / r["us"], 4)
 
 
+def _methods_of(rows: list[dict]) -> list[str]:
+    """The methods of `rows`: the known ones in their order, then the interposer's variants."""
+    known = [m for m in METHODS if any(r["method"] == m for r in rows)]
+    return known + list(dict.fromkeys(r["method"] for r in rows if r["method"] not in METHODS))
+
+
+def _short(m: str) -> str:
+    return SHORT.get(m) or m.replace("mpi_gpustripe_", "gpustripe_")
+
+
 def table(rows: list[dict], value: str) -> str:
     """One line per shape: `value` (us) per method, then each method's speed vs each base."""
-    methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
+    methods = _methods_of(rows)
     bases = [b for b in BASES if b in methods]
     shapes = []
     for r in rows:
@@ -168,7 +183,7 @@ def table(rows: list[dict], value: str) -> str:
     by = {(r["shape"], r["method"]): r[value] for r in rows if value in r}
     head = f"{'shape':>14} {'halo':>7} " + " ".join(f"{m:>16}" for m in methods)
     for b in bases:
-        head += "   " + " ".join(f"{SHORT[m] + ' vs ' + SHORT[b]:>22}" for m in methods if m != b)
+        head += "   " + " ".join(f"{_short(m) + ' vs ' + _short(b):>22}" for m in methods if m != b)
     lines = [head]
     from ..results import human_bytes
 
@@ -191,7 +206,7 @@ def plot(rows: list[dict], title: str, png: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
+    methods = _methods_of(rows)
     shapes = []
     for r in rows:
         if r["shape"] not in shapes:
@@ -242,6 +257,9 @@ def run(args) -> int:
                          "at least 0")
     if args.quick:
         args.iters, args.min_ms = min(args.iters, 5), 0.0
+    from .mpi import interposer_variants
+
+    settings = interposer_variants(args.interposers, "gpustripe bench halo", "--interposers")
     shapes = parse_shapes(args.shapes or (EMULATED_SHAPES if emulated else QUICK_SHAPES if args.quick else SHAPES))
     ranks = [int(r) for r in args.ranks.split(",") if r]
     ucx = _cuda_aware_mpi.ucx_dir(args.build, args.ucx_dir)
@@ -259,8 +277,8 @@ def run(args) -> int:
     for n in ranks:
         rounds = [[] for _ in range(args.rounds)]
         try:
-            for k, m in results.in_turns(methods, args.rounds):
-                cmd = command(args, m, n, app, interposer, ucx, shapes, variants, emulated)
+            for k, m in results.in_turns(methods + list(settings), args.rounds):
+                cmd = command(args, m, n, app, interposer, ucx, shapes, variants, emulated, settings.get(m))
                 print("  $ " + " ".join(cmd), flush=True)
                 t0 = time.time()
                 out, rc = _run_bounded(cmd, args.timeout)

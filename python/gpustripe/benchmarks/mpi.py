@@ -77,26 +77,25 @@ def add_arguments(p):
                         "tree's libgpustripe_mpi.so: an A/B of two trees on one machine); for tuning, never for results")
 
 
-def _variants(text: str) -> dict:
-    """--variants: {mpi_gpustripe_NAME: the ranks' environment}: its GPUSTRIPE_ settings as they are, and
-    interposer=PATH as the library preloaded instead of the build's."""
+def interposer_variants(text: str, command: str = "gpustripe bench mpi", flag: str = "--variants") -> dict:
+    """`flag`'s interposer variants: {mpi_gpustripe_NAME: the ranks' environment}: its GPUSTRIPE_ settings
+    as they are, and interposer=PATH as the library preloaded instead of the build's."""
     from .coll import parse_variants
 
     out = {}
-    for name, keys, only in parse_variants(text, "gpustripe bench mpi"):
+    for name, keys, only in parse_variants(text, f"{command}: {flag}"):
         if only:
-            raise SystemExit(f"gpustripe bench mpi: --variants: '{name}@...': the ops of a variant are bench coll's")
+            raise SystemExit(f"{command}: {flag}: '{name}@...': the ops of a variant are bench coll's")
         env = {}
         for k, v in keys.items():
             if k == "interposer":
                 if not os.path.exists(v):
-                    raise SystemExit(f"gpustripe bench mpi: --variants: {name}'s interposer {v} does not exist")
+                    raise SystemExit(f"{command}: {flag}: {name}'s interposer {v} does not exist")
                 env["LD_PRELOAD"] = os.path.abspath(v)
             elif k.startswith("GPUSTRIPE_"):
                 env[k] = v
             else:
-                raise SystemExit(f"gpustripe bench mpi: --variants: '{k}' in {name}: a GPUSTRIPE_ setting or "
-                                 "interposer=PATH")
+                raise SystemExit(f"{command}: {flag}: '{k}' in {name}: a GPUSTRIPE_ setting or interposer=PATH")
         out[f"mpi_gpustripe_{name}"] = env
     return out
 
@@ -225,7 +224,7 @@ def run(args) -> int:
         raise SystemExit(f"gpustripe bench mpi: unknown methods {bad}; known: {', '.join(METHODS)}")
     if args.rounds < 1:
         raise SystemExit("gpustripe bench mpi: --rounds: at least 1")
-    variants = _variants(args.variants)
+    variants = interposer_variants(args.variants)
     emulated = ctx.emulated
     ucx = _cuda_aware_mpi.ucx_dir(args.build, args.ucx_dir)
     absent = {m: why for m in methods if (why := _absent(m, paths, emulated, ucx))}

@@ -165,7 +165,7 @@ def run(args) -> int:
     bad = [m for m in methods if m not in METHODS] + [o for o in ops if o not in OPS and o not in MPI_ONLY_OPS]
     per_type = [d for d in args.allreduce_dtypes.split(",") if d and d != args.dtype and "allreduce" in ops]
     bad += [d for d in [args.dtype, *per_type] if d not in DTYPES]
-    variants = coll.parse_variants(args.variants, "gpustripe bench mpi_coll")
+    variants = coll.parse_variants(args.variants, "gpustripe bench mpi_coll: --variants")
     bad += [f"--variants op {o} (not in --ops)" for _, _, only in variants for o in only if o not in ops]
     if bad:
         raise SystemExit(f"gpustripe bench mpi_coll: unknown {bad}; methods {METHODS}, ops {OPS + tuple(MPI_ONLY_OPS)}, "
