@@ -110,6 +110,12 @@ def test_variants_take_turns_under_their_settings_or_another_build(cli, tmp_path
         assert r.returncode != 0 and why in r.stderr, (bad, r.stderr)
 
 
+def test_rounds_below_one_are_refused_by_every_mpi_bench(cli, tmp_path):
+    for bench in ("mpi", "mpi_coll", "halo"):
+        r = cli("bench", bench, "--rounds", "0", "--out", str(tmp_path), check=False)
+        assert r.returncode != 0 and "--rounds: at least 1" in r.stderr, (bench, r.stderr)
+
+
 def test_cuda_aware_method_absent_without_ucx(cli, tmp_path, mpi_build):
     p = cli("bench", "mpi", "--build", mpi_build, "--ranks", "2", "--windows", "1", "--sizes", "1K:1K",
             "--latency-sizes", "", "--iters", "1", "--methods", "mpi_gpustripe,mpi_cuda_aware",

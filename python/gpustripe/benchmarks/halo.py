@@ -32,7 +32,8 @@ import sys
 import time
 
 from . import _cuda_aware_mpi
-from ._mpi_launch import add_launch_arguments
+from ._mpi_launch import (add_interposer_variants_argument, add_launch_arguments, add_rounds_argument,
+                          interposer_variants)
 
 NAME = "halo"
 HELP = "a 2-D Jacobi halo exchange on device buffers: GPU-unaware MPI, CUDA-aware MPI, the interposer and NCCL"
@@ -61,14 +62,8 @@ def add_arguments(p):
                         "untimed ones: a small domain's 20 iterations last a millisecond or two, which times the "
                         "launch's first moments more than the iterations (default 20; 0: --iters exactly)")
     p.add_argument("--warmup", type=int, default=3, help="untimed iterations first (default 3)")
-    p.add_argument("--rounds", type=int, default=1,
-                   help="launches of every method, taking turns, this many times, every other round in reverse "
-                        "order; each shape keeps the round with the median time per iteration, every round's "
-                        "beside it (rounds_us): the small exchanges move by microseconds between launches (default 1)")
-    p.add_argument("--interposers", default="",
-                   help="also time the interposer under other settings or from another build, as methods "
-                        "mpi_gpustripe_<name> taking turns with the others: 'NAME:KEY=VALUE,...;NAME:...', each KEY "
-                        "a GPUSTRIPE_ setting or interposer=PATH (as gpustripe bench mpi --variants)")
+    add_rounds_argument(p, "each shape keeps the round with the median time per iteration (rounds_us)")
+    add_interposer_variants_argument(p, "--interposers")  # --variants names the exchange forms
     p.add_argument("--no-check", action="store_true", help="skip the check against one process")
     p.add_argument("--quick", action="store_true", help=f"shapes {QUICK_SHAPES}, 5 iterations (no --min-ms)")
     add_launch_arguments(p, "apps/halo/ and src/mpi/")
@@ -252,13 +247,10 @@ def run(args) -> int:
     variants = [v for v in args.variants.split(",") if v]
     if not variants or any(v not in VARIANTS for v in variants):
         raise SystemExit(f"gpustripe bench halo: --variants: {', '.join(VARIANTS)}")
-    if args.iters < 1 or args.warmup < 0 or args.rounds < 1 or not args.min_ms >= 0:
-        raise SystemExit("gpustripe bench halo: --iters and --rounds must be at least 1, --warmup and --min-ms "
-                         "at least 0")
+    if args.iters < 1 or args.warmup < 0 or not args.min_ms >= 0:
+        raise SystemExit("gpustripe bench halo: --iters must be at least 1, --warmup and --min-ms at least 0")
     if args.quick:
         args.iters, args.min_ms = min(args.iters, 5), 0.0
-    from .mpi import interposer_variants
-
     settings = interposer_variants(args.interposers, "gpustripe bench halo", "--interposers")
     shapes = parse_shapes(args.shapes or (EMULATED_SHAPES if emulated else QUICK_SHAPES if args.quick else SHAPES))
     ranks = [int(r) for r in args.ranks.split(",") if r]

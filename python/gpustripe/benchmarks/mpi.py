@@ -29,7 +29,8 @@ import sys
 import time
 
 from . import _cuda_aware_mpi
-from ._mpi_launch import add_launch_arguments, built_programs
+from ._mpi_launch import (add_interposer_variants_argument, add_launch_arguments, add_rounds_argument,
+                          built_programs, interposer_variants)
 
 NAME = "mpi"
 HELP = "MPI point-to-point with device buffers: the PMPI interposer vs host staging, native p2p, NCCL and UCX"
@@ -66,38 +67,8 @@ def add_arguments(p):
                    help="the unpacked libucx-cu13 wheel of mpi_cuda_aware (default: .deps/ucx of the source "
                         "tree the build came from, as scripts/stage-deps.sh stages it)")
     p.add_argument("--quick", action="store_true", help="few sizes and iterations (a smoke run)")
-    p.add_argument("--rounds", type=int, default=1,
-                   help="launches of every method, taking turns, this many times, every other round in reverse "
-                        "order; each size keeps the round with the median time, every round's beside it (rounds_us): "
-                        "a window-1 message moves by a microsecond or two from one launch to the next (default 1)")
-    p.add_argument("--variants", default="",
-                   help="also time the interposer under other settings or from another build, as methods "
-                        "mpi_gpustripe_<name> taking turns with the others: 'NAME:KEY=VALUE,KEY=VALUE;NAME:...', each "
-                        "KEY a GPUSTRIPE_ setting (e.g. 'slots:GPUSTRIPE_TEST=offers=no') or interposer=PATH (another "
-                        "tree's libgpustripe_mpi.so: an A/B of two trees on one machine); for tuning, never for results")
-
-
-def interposer_variants(text: str, command: str = "gpustripe bench mpi", flag: str = "--variants") -> dict:
-    """`flag`'s interposer variants: {mpi_gpustripe_NAME: the ranks' environment}: its GPUSTRIPE_ settings
-    as they are, and interposer=PATH as the library preloaded instead of the build's."""
-    from .coll import parse_variants
-
-    out = {}
-    for name, keys, only in parse_variants(text, f"{command}: {flag}"):
-        if only:
-            raise SystemExit(f"{command}: {flag}: '{name}@...': the ops of a variant are bench coll's")
-        env = {}
-        for k, v in keys.items():
-            if k == "interposer":
-                if not os.path.exists(v):
-                    raise SystemExit(f"{command}: {flag}: {name}'s interposer {v} does not exist")
-                env["LD_PRELOAD"] = os.path.abspath(v)
-            elif k.startswith("GPUSTRIPE_"):
-                env[k] = v
-            else:
-                raise SystemExit(f"{command}: {flag}: '{k}' in {name}: a GPUSTRIPE_ setting or interposer=PATH")
-        out[f"mpi_gpustripe_{name}"] = env
-    return out
+    add_rounds_argument(p, "each size keeps the round with the median time (rounds_us)")
+    add_interposer_variants_argument(p, "--variants")
 
 
 def _paths(build: str) -> dict:
@@ -222,9 +193,7 @@ def run(args) -> int:
     bad = [m for m in methods if m not in METHODS]
     if bad:
         raise SystemExit(f"gpustripe bench mpi: unknown methods {bad}; known: {', '.join(METHODS)}")
-    if args.rounds < 1:
-        raise SystemExit("gpustripe bench mpi: --rounds: at least 1")
-    variants = interposer_variants(args.variants)
+    variants = interposer_variants(args.variants, "gpustripe bench mpi", "--variants")
     emulated = ctx.emulated
     ucx = _cuda_aware_mpi.ucx_dir(args.build, args.ucx_dir)
     absent = {m: why for m in methods if (why := _absent(m, paths, emulated, ucx))}
@@ -303,7 +272,7 @@ def run(args) -> int:
         except _Stopped:
             stopped = True
             print(f"STOPPED (SIGTERM) during {n} ranks: writing what was measured; not measured: "
-                  f"{[m for m in methods if m not in done]}")
+                  f"{[m for m in methods + list(variants) if m not in done]}")
         rows_n = results.median_rounds(rounds, ("method", "op", "window", "bytes"), "us")
         for w in windows:
             rows = [r for r in rows_n if file_window(r) == w]
@@ -325,7 +294,7 @@ def run(args) -> int:
                          "baseline": BASELINE,
                          "without_interposer": [u for u in unaware if u["ranks"] == n], "methods_absent": absent}
                 if stopped:
-                    extra["stopped_before"] = [m for m in methods if m not in done]
+                    extra["stopped_before"] = [m for m in methods + list(variants) if m not in done]
                 what = f"mpi-np{n}-w{w}" + ("" if args.alloc == "plain" else f"-{args.alloc}")
                 if args.alloc != "plain":
                     extra["alloc"] = args.alloc

@@ -37,7 +37,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-from ._mpi_launch import add_launch_arguments, built_programs
+from ._mpi_launch import add_launch_arguments, add_rounds_argument, built_programs
 
 NAME = "mpi_coll"
 HELP = ("MPI collectives on device buffers from an unmodified MPI program: the PMPI interposer vs host staging, "
@@ -68,10 +68,8 @@ def add_arguments(p):
                         "the interposer teams' tuning (coll::Tuning, passed as GPUSTRIPE_TEST=coll.KEY=VALUE), e.g. "
                         "'copies@allreduce:ar_copy_min=128M;plain@allreduce:push_max=64M'; @ limits the ops; "
                         "for tuning, never for results")
-    p.add_argument("--rounds", type=int, default=1,
-                   help="launches of the interposer's rows (its default and each variant), taking turns, this many "
-                        "times, every other round in reverse order; each size keeps the round with the median busbw, "
-                        "every round's beside it (rounds_busbw_gbps): machines drift between launches (default 1)")
+    add_rounds_argument(p, "each size keeps the round with the median busbw (rounds_busbw_gbps)",
+                        "the interposer's rows (its default and each variant)")
     add_launch_arguments(p, "bench/mpi/ and src/mpi/")
 
 
@@ -170,8 +168,6 @@ def run(args) -> int:
     if bad:
         raise SystemExit(f"gpustripe bench mpi_coll: unknown {bad}; methods {METHODS}, ops {OPS + tuple(MPI_ONLY_OPS)}, "
                          f"dtypes {DTYPES}")
-    if args.rounds < 1:
-        raise SystemExit("gpustripe bench mpi_coll: --rounds: at least 1")
     native_ops = list(dict.fromkeys(MPI_ONLY_OPS.get(o, o) for o in ops))  # what gpustripe / NCCL time
     lo, hi = _size_arg(args.sizes)
     sizes = parse_sizes(f"{lo}:{hi}")
