@@ -317,25 +317,19 @@ class Exchange {
     const double t0 = MPI_Wtime();
     m_.sync();  // the step that wrote rows 1 and lr has finished
     const double t1 = MPI_Wtime();
-    struct Spent {  // on return, whichever way
-      double& waited;
-      double& exchanged;
-      double t0, t1;
-      ~Spent() {
-        waited += t1 - t0;
-        exchanged += MPI_Wtime() - t1;
-      }
-    } spent{waited_s_, exchanged_s_, t0, t1};
     if (o_.way == "unaware") {
       if (up_ != MPI_PROC_NULL) m_.to_host(host_[0], send_up, n_);
       if (down_ != MPI_PROC_NULL) m_.to_host(host_[1], send_down, n_);
       m_.sync();
       mpi(host_[0], host_[1], host_[2], host_[3]);
+      // the next step is enqueued behind these copies on the same stream
       if (up_ != MPI_PROC_NULL) m_.from_host(recv_up, host_[2], n_);
       if (down_ != MPI_PROC_NULL) m_.from_host(recv_down, host_[3], n_);
-      return;  // the next step is enqueued behind the copies on the same stream
+    } else {
+      mpi(send_up, send_down, recv_up, recv_down);
     }
-    mpi(send_up, send_down, recv_up, recv_down);
+    waited_s_ += t1 - t0;
+    exchanged_s_ += MPI_Wtime() - t1;
   }
 
  private:
