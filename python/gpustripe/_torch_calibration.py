@@ -26,17 +26,24 @@ def _max_over_ranks(gloo, values) -> list:
     return worst.tolist()
 
 
-def _exposed(before, idle):
+def _exposed(before, idle, clock=time.perf_counter, event=None):
     """How long before now the stream that recorded the timing event `before` had run out of the
-    work before it (us, negative: how much it still had), as a function to ask once both are past:
-    an event recorded now on the `idle` stream, nothing queued ahead of it, timed against `before`
-    by the GPU."""
-    now = torch.cuda.Event(enable_timing=True)
+    work before it (us, negative: how much it still had), as a function to ask at the review: an
+    event recorded now on the `idle` stream, nothing queued ahead of it, timed against `before`
+    by the GPU. The review does not wait for the GPUs: a `before` not reached yet when it is asked
+    (a host running ahead of its GPUs, as a training loop's does) had at least the time since this
+    call on its stream still to run, which is what it then counts (an upper bound of the call's
+    exposed part: the review leans toward NCCL, never away from it). Waiting for it instead held
+    the host until the GPUs had run everything queued, a millisecond and more in the middle of
+    a kind's real calls. `event`: the timing events' type (torch.cuda.Event)."""
+    now = (event or torch.cuda.Event)(enable_timing=True)
     now.record(idle)
+    t_now = clock()
 
     def us() -> float:
-        now.synchronize()
-        before.synchronize()
+        if not before.query():
+            return -(clock() - t_now) * 1e6
+        now.synchronize()  # nothing ahead of it on its stream: complete as soon as recorded
         return before.elapsed_time(now) * 1e3
     return us
 

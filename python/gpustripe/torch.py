@@ -162,11 +162,17 @@ def _kind(op: str, t: torch.Tensor, nbytes: int) -> tuple:
 
 
 def _recent(calls) -> dict:
-    """The recent calls' fields of trace()'s `host_us`: `calls` holds (backend call, team call) us."""
+    """The recent calls' fields of trace()'s `host_us`: `calls` holds (backend call, team call,
+    before the team call, after it) us."""
     if not calls:
         return {}
     return {"recent_calls": len(calls), "recent_us": statistics.median(c[0] for c in calls),
-            "recent_max_us": max(c[0] for c in calls), "recent_team_us": statistics.median(c[1] for c in calls)}
+            "recent_mean_us": statistics.fmean(c[0] for c in calls), "recent_max_us": max(c[0] for c in calls),
+            "recent_team_us": statistics.median(c[1] for c in calls),
+            "recent_team_mean_us": statistics.fmean(c[1] for c in calls),
+            "recent_team_max_us": max(c[1] for c in calls),
+            "recent_before_mean_us": statistics.fmean(c[2] for c in calls),
+            "recent_after_mean_us": statistics.fmean(c[3] for c in calls)}
 
 
 class ProcessGroupGpustripe(dist.ProcessGroup):
@@ -241,8 +247,11 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         """Where the native calls' time goes: `host_us` (per op: calls, mean host time of the
         backend's call, us; of it `team_us` in the team's C++ call and `end_us` after it: the
         end on the team's stream, the work; and over the op's last RECENT_CALLS calls alone
-        `recent_us` and `recent_max_us`, the median and the longest backend call, and
-        `recent_team_us`, the median team call: the means hold the calibration's and the review's
+        `recent_us`, `recent_mean_us` and `recent_max_us`, the median, the mean and the longest
+        backend call (a mean far above the median: a few long calls), `recent_team_us`,
+        `recent_team_mean_us` and `recent_team_max_us`, the same of the team call, and
+        `recent_before_mean_us` and `recent_after_mean_us`, the backend's mean time before and
+        after the team call (the group's lock, the review, the end): the means hold the calibration's and the review's
         calls, which the calls of a decided kind do not make), `team` (the team's phases per call:
         NodeTeam.phase_times) and `choices` (per op and size class: gpustripe or NCCL, the
         calibration's best batches, us per call back to back, the slowest rank's, and `paces`: this
@@ -531,7 +540,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         h[1] += (t_done - t_host) * 1e6
         h[2] += (t_end - t_call) * 1e6
         h[3] += (t_done - t_end) * 1e6
-        h[4].append(((t_done - t_host) * 1e6, (t_end - t_call) * 1e6))
+        h[4].append(((t_done - t_host) * 1e6, (t_end - t_call) * 1e6, (t_call - t_host) * 1e6, (t_done - t_end) * 1e6))
         return work
 
     def _dtype(self, t: torch.Tensor, what: str):

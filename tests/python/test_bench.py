@@ -94,6 +94,21 @@ def test_torch_bench_profile_names_where_the_calls_time_went():
     assert "a_collective_stand_in" in report and "50" in report, report
 
 
+def test_torch_bench_trace_tells_a_few_long_calls_from_every_call_slow():
+    """bench torch --trace: each method's timed calls, one by one, tell a pace set by a few long
+    calls (mean far above the median, calls past 4x it) from one every call sets, with the
+    garbage collector's share per call."""
+    from gpustripe.benchmarks import torch_dist
+
+    few = torch_dist._spread_line([10.0] * 18 + [1000.0, 1200.0], gc_us=400.0)
+    assert "timed calls on this rank: 20, median 10.0 us, mean 119.0" in few
+    assert "longest 1200.0, 2 over 4x the median" in few
+    assert "garbage collection 20.0 us per call" in few
+    every = torch_dist._spread_line([100.0, 110.0, 120.0, 130.0], gc_us=0.0)
+    assert "median 115.0 us, mean 115.0" in every and "0 over 4x the median" in every
+    assert torch_dist._spread_line([], 0.0) == "no timed calls"
+
+
 def test_torch_bench_batches_last_long_enough_and_take_turns():
     """bench torch: a batch has at least --iters calls, and enough to last MIN_BATCH_US at the
     slowest method's warm-up pace (a few 1 MB calls would be mostly the batch's synchronisation);

@@ -269,6 +269,42 @@ def test_host_time_the_gpus_were_still_busy_through_costs_nothing():
     assert cal.held_calls == [pytest.approx(20.0)] * C.REVIEW_CALLS
 
 
+def test_a_reviewed_calls_exposed_time_is_asked_without_waiting_for_the_gpus():
+    """_exposed: where the caller's stream has reached the call by the review, the GPU's timing of
+    the two events; where it has not, no wait for it: at least the time since the call was still
+    queued ahead of it, counted as that much work left (negative)."""
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            self.reached, self.waited = True, 0
+
+        def record(self, stream):
+            self.stream = stream
+
+        def query(self):
+            return self.reached
+
+        def synchronize(self):
+            self.waited += 1
+            assert self.reached, "waited for an event the GPU has not reached"
+
+        def elapsed_time(self, other):
+            return 0.25  # ms
+
+    t = [10.0]
+    before = Event(True)
+    us = gt._exposed(before, "idle", clock=lambda: t[0], event=Event)
+    t[0] += 0.003
+    assert us() == pytest.approx(250.0)  # reached: the GPU's own timing, in us
+    behind = Event(True)
+    behind.reached = False
+    us = gt._exposed(behind, "idle", clock=lambda: t[0], event=Event)
+    t[0] += 0.004
+    assert us() == pytest.approx(-4000.0)
+    assert behind.waited == 0
+
+
 def test_a_queued_calls_meeting_counts_as_held_once_known():
     # DDP's buckets handed to the team's worker return to the caller at once (40 us), but the
     # worker meets the other rank and enqueues them milliseconds later (a launch-bound step whose

@@ -133,7 +133,11 @@ def worker(rank: int, world: int, port: int, mode: str) -> None:
         # the last calls of each op apart from the means (which hold the calibration's calls)
         checks["recent calls traced"] = bool(traced["host_us"]) and all(
             0 < v["recent_calls"] <= min(v["calls"], pg.RECENT_CALLS)
-            and v["recent_team_us"] <= v["recent_us"] <= v["recent_max_us"] for v in traced["host_us"].values())
+            and v["recent_team_us"] <= v["recent_us"] <= v["recent_max_us"]
+            and v["recent_us"] / 2 <= v["recent_mean_us"] <= v["recent_max_us"]
+            and v["recent_team_us"] / 2 <= v["recent_team_mean_us"] <= v["recent_team_max_us"] <= v["recent_max_us"]
+            and 0 <= v["recent_before_mean_us"] + v["recent_team_mean_us"] + v["recent_after_mean_us"]
+            <= v["recent_mean_us"] * 1.001 for v in traced["host_us"].values())
         checks.update(delegated(rank, world, gt))
         checks.update(calibrated(rank, world, gt))
         checks.update(blocking(rank, world))

@@ -10,14 +10,18 @@ from batch to batch (the host's drift over a size reaches each alike), and every
 at least --iters calls and lasts at least MIN_BATCH_US at the slowest method's pace (a batch
 of a few 1 MB calls is mostly its synchronisation). Methods ``torch_gpustripe`` (the
 backend as a training job gets it: each op and size class served by gpustripe or NCCL as
-its calibration found faster), ``torch_gpustripe_native`` (a third group whose every call
+its calibration found faster, timed once its review of the kind's first calls is over: a
+training job's later steps), ``torch_gpustripe_native`` (a third group whose every call
 is native: the native path's own time) and ``torch_nccl``; busbw uses nccl-tests' factors; sizes per rank. The results
 file's rows also say how many of the gpustripe calls the backend served natively. --trace
 prints, per op and size, where a native call's host time goes (the backend's call, the
-team's phases) and what the calibration chose, from what paces (each side's best batch).
+team's phases), how each method's timed calls held the host one by one (median, mean, longest,
+the garbage collector's part), and what the calibration chose, from what paces (each side's
+best batch).
 """
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -32,6 +36,10 @@ HELP = ("collectives through torch.distributed (all_reduce, all_gather_into_tens
 OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "bcast")
 METHODS = ("torch_gpustripe", "torch_gpustripe_native", "torch_nccl")
 MIN_BATCH_US = 2000.0
+# Warm-up calls at most while the backend still reviews a kind (settle()): a met form's review,
+# then its staged form's, of gpustripe.torch's REVIEW_CALLS calls each.
+SETTLE_CALLS = 64
+SETTLE_RUN = 8
 
 
 def calls_per_batch(paces_us, least: int, min_batch_us: float = MIN_BATCH_US) -> int:
@@ -102,22 +110,66 @@ def _worker(rank, world, cfg, out_path):
     dtype = getattr(torch, cfg["dtype"])
     esz = torch.tensor([], dtype=dtype).element_size()
 
-    def batch(fn, group, calls: int) -> tuple:
-        """(us per call to the GPUs' end, us per call to issue them) of `calls` calls back to back."""
+    gc_s = [0.0, None]  # seconds the garbage collector ran (--trace), and when the running pass started
+
+    def gc_timed(phase, _info):
+        if phase == "start":
+            gc_s[1] = time.perf_counter()
+        elif gc_s[1] is not None:
+            gc_s[0] += time.perf_counter() - gc_s[1]
+            gc_s[1] = None
+
+    if cfg["trace"]:
+        gc.callbacks.append(gc_timed)
+    # --trace: each timed call's own host time, and the collector's, per method (_spread_line)
+    issued_us = {m: [] for m in groups}
+    gc_us = dict.fromkeys(groups, 0.0)
+
+    def batch(fn, group, calls: int, method: str | None = None) -> tuple:
+        """(us per call to the GPUs' end, us per call to issue them) of `calls` calls back to back;
+        with --trace and a `method`, each call's host time is kept (_spread_line)."""
         dist.barrier(group=groups["torch_nccl"])
         torch.cuda.synchronize()
+        each = issued_us[method] if cfg["trace"] and method else None
+        gc0 = gc_s[0]
         t0 = time.perf_counter()
-        for _ in range(calls):
-            fn(group)
+        if each is None:
+            for _ in range(calls):
+                fn(group)
+        else:
+            for _ in range(calls):
+                t = time.perf_counter()
+                fn(group)
+                each.append((time.perf_counter() - t) * 1e6)
         t1 = time.perf_counter()
         torch.cuda.synchronize()
+        if method:
+            gc_us[method] += (gc_s[0] - gc0) * 1e6
         return (time.perf_counter() - t0) / calls * 1e6, (t1 - t0) / calls * 1e6
+
 
     def slowest(values) -> list:
         """Each of `values` as the slowest rank has it."""
         t = torch.tensor(values, device=dev, dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=groups["torch_nccl"])
         return t.tolist()
+
+    def settle(fn, group) -> int:
+        """Calls fn(group) until the backend has reviewed the kind's first real calls (its count of
+        calibration events stops growing on every rank), at most SETTLE_CALLS; returns the calls.
+        A review weighs the kind's first calls once (a training job's first steps), and the calls
+        it counts carry timing events: the batches time the kind as the job's later steps get it."""
+        if not hasattr(group, "calibration_events"):
+            return 0
+        # In runs of back-to-back calls, as the batches make them: a review weighs how much of a
+        # call's host time its GPUs waited for, which a synchronisation after every call would make all.
+        for n in range(SETTLE_RUN, SETTLE_CALLS + 1, SETTLE_RUN):
+            before = group.calibration_events()
+            for _ in range(SETTLE_RUN):
+                fn(group)
+            if not slowest([float(group.calibration_events() != before)])[0]:
+                return n
+        return SETTLE_CALLS
 
     def bench(fn) -> dict:
         """Every method's (median us per call, median issue us per call), the slowest rank's; the
@@ -126,12 +178,16 @@ def _worker(rank, world, cfg, out_path):
         for g in groups.values():
             for _ in range(cfg["warmup"]):  # the first call of a kind calibrates it (gpustripe.torch)
                 fn(g)
+            settle(fn, g)
             warm.append(batch(fn, g, max(cfg["warmup"], 1))[0])  # the pace the batches are sized from
         calls = calls_per_batch(slowest(warm), cfg["iters"])  # every rank the same count: collectives
         got = {m: [] for m in groups}
+        for m in groups:
+            issued_us[m].clear()
+            gc_us[m] = 0.0
         for trial in range(cfg["trials"]):
             for m in turns(list(groups), trial):
-                got[m].append(batch(fn, groups[m], calls))
+                got[m].append(batch(fn, groups[m], calls, m))
         med = [statistics.median(v[i] for v in got[m]) for m in groups for i in (0, 1)]
         worst = slowest(med)
         return {m: (worst[2 * k], worst[2 * k + 1]) for k, m in enumerate(groups)}
@@ -167,6 +223,8 @@ def _worker(rank, world, cfg, out_path):
                                  **({"native_calls": native} if ours else {}), **({"chose": chose} if chose else {})})
                     print(f"  {op:>14} {method:>22} {size:>11} B {us:10.1f} us (host {host:.1f})"
                           + (f" [{chose}]" if chose else ""), flush=True)
+                    if cfg["trace"]:
+                        print(f"{'':>18}{_spread_line(issued_us[method], gc_us[method])}", flush=True)
                     if ours and cfg["trace"]:
                         _print_trace(g.trace(reset=True))
                 elif ours:
@@ -200,11 +258,27 @@ def _chosen(t: dict, op: str, dtype: str, size: int) -> str | None:
     return "gpustripe met" if c["use"] == "gpustripe" and c.get("form") == "met" else c["use"]
 
 
+def _spread_line(calls_us: list, gc_us: float) -> str:
+    """--trace: how one rank's timed calls of a method held the host, call by call: a pace set by a
+    few long calls (a mean far above the median) or by every call; and the garbage collector's
+    part (`gc_us` in all)."""
+    each = sorted(calls_us)
+    if not each:
+        return "no timed calls"
+    med = statistics.median(each)
+    return (f"timed calls on this rank: {len(each)}, median {med:.1f} us, mean {statistics.fmean(each):.1f}, "
+            f"90th percentile {each[int(0.9 * (len(each) - 1))]:.1f}, longest {each[-1]:.1f}, "
+            f"{sum(c > 4 * med for c in each)} over 4x the median; garbage collection "
+            f"{gc_us / len(each):.1f} us per call")
+
+
 def _print_trace(t: dict) -> None:
     """One native call's host time by phase (us per call), and the calibration's choices."""
     host = ", ".join(f"{op} {v['us']:.1f} (team call {v['team_us']:.1f}, end {v['end_us']:.1f}; {v['calls']} calls; "
-                     f"the last {v['recent_calls']}: {v['recent_us']:.1f}, team call {v['recent_team_us']:.1f}, "
-                     f"longest {v['recent_max_us']:.1f})"
+                     f"the last {v['recent_calls']}: {v['recent_us']:.1f}, mean {v['recent_mean_us']:.1f}, "
+                     f"longest {v['recent_max_us']:.1f}; team call {v['recent_team_us']:.1f}, "
+                     f"mean {v['recent_team_mean_us']:.1f}, longest {v['recent_team_max_us']:.1f}; "
+                     f"mean before it {v['recent_before_mean_us']:.1f}, after it {v['recent_after_mean_us']:.1f})"
                      for op, v in t["host_us"].items())
     team = t["team"]
     phases = ", ".join(f"{k} {team[k]:.1f}" for k in ("lookup", "prepare", "exchange", "map", "enqueue", "drain",
