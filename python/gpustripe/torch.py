@@ -251,9 +251,9 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         backend call (a mean far above the median: a few long calls), `recent_team_us`,
         `recent_team_mean_us` and `recent_team_max_us`, the same of the team call, and
         `recent_before_mean_us` and `recent_after_mean_us`, the backend's mean time before and
-        after the team call (the group's lock, the review, the end): the means hold the calibration's and the review's
-        calls, which the calls of a decided kind do not make), `team` (the team's phases per call:
-        NodeTeam.phase_times) and `choices` (per op and size class: gpustripe or NCCL, the
+        after the team call (the group's lock, the review, the end): the means hold the
+        calibration's and the review's calls, which the calls of a decided kind do not make),
+        `team` (the team's phases per call: NodeTeam.phase_times) and `choices` (per op and size class: gpustripe or NCCL, the
         calibration's best batches, us per call back to back, the slowest rank's, and `paces`: this
         rank's pace of each timed batch of each side, in order, which tells a side's slow first
         batches from a steady gap; `issue_us`: each side's host time per call in the batches;

@@ -147,7 +147,6 @@ def _worker(rank, world, cfg, out_path):
             gc_us[method] += (gc_s[0] - gc0) * 1e6
         return (time.perf_counter() - t0) / calls * 1e6, (t1 - t0) / calls * 1e6
 
-
     def slowest(values) -> list:
         """Each of `values` as the slowest rank has it."""
         t = torch.tensor(values, device=dev, dtype=torch.float64)
