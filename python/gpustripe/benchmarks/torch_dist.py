@@ -110,7 +110,7 @@ def _worker(rank, world, cfg, out_path):
     dtype = getattr(torch, cfg["dtype"])
     esz = torch.tensor([], dtype=dtype).element_size()
 
-    gc_s = [0.0, None]  # seconds the garbage collector ran (--trace), and when the running pass started
+    gc_s = [0.0, None]  # seconds the garbage collector ran, and when the running pass started
 
     def gc_timed(phase, _info):
         if phase == "start":
@@ -119,28 +119,23 @@ def _worker(rank, world, cfg, out_path):
             gc_s[0] += time.perf_counter() - gc_s[1]
             gc_s[1] = None
 
-    if cfg["trace"]:
-        gc.callbacks.append(gc_timed)
-    # --trace: each timed call's own host time, and the collector's, per method (_spread_line)
+    gc.callbacks.append(gc_timed)
+    # Each timed call's own host time, and the collector's, per method (--trace: _spread_line).
     issued_us = {m: [] for m in groups}
     gc_us = dict.fromkeys(groups, 0.0)
 
     def batch(fn, group, calls: int, method: str | None = None) -> tuple:
         """(us per call to the GPUs' end, us per call to issue them) of `calls` calls back to back;
-        with --trace and a `method`, each call's host time is kept (_spread_line)."""
+        with a `method`, each call's host time is kept for it (_spread_line)."""
         dist.barrier(group=groups["torch_nccl"])
         torch.cuda.synchronize()
-        each = issued_us[method] if cfg["trace"] and method else None
+        each = issued_us[method] if method else []
         gc0 = gc_s[0]
         t0 = time.perf_counter()
-        if each is None:
-            for _ in range(calls):
-                fn(group)
-        else:
-            for _ in range(calls):
-                t = time.perf_counter()
-                fn(group)
-                each.append((time.perf_counter() - t) * 1e6)
+        for _ in range(calls):
+            t = time.perf_counter()
+            fn(group)
+            each.append((time.perf_counter() - t) * 1e6)
         t1 = time.perf_counter()
         torch.cuda.synchronize()
         if method:
