@@ -124,3 +124,14 @@ def test_torch_bench_batches_last_long_enough_and_take_turns():
     assert torch_dist.turns(methods, 4) == ["b", "c", "a"]
     for k in range(6):
         assert sorted(torch_dist.turns(methods, k)) == methods
+
+
+def test_torch_bench_short_batches_get_more_trials():
+    """bench torch: each method gets at least --trials batches, and enough to last MIN_TIMED_US in
+    all at the slowest pace (short host-bound calls' batches move by several percent each)."""
+    from gpustripe.benchmarks import torch_dist
+
+    assert torch_dist.trials_for(45, [40.0, 45.0], 5, min_timed_us=60000.0) == 30  # 2.0 ms a batch
+    assert torch_dist.trials_for(10, [3000.0, 2500.0], 5, min_timed_us=60000.0) == 5  # 30 ms a batch
+    assert torch_dist.trials_for(10, [0.0], 5) == 5
+    assert torch_dist.trials_for(10, [100.0], 40, min_timed_us=60000.0) == 60

@@ -8,7 +8,9 @@ beside it the host's part, the time to issue the batch per call: where it equals
 time, the host sets the pace). The methods' batches take turns, which goes first rotating
 from batch to batch (the host's drift over a size reaches each alike), and every batch has
 at least --iters calls and lasts at least MIN_BATCH_US at the slowest method's pace (a batch
-of a few 1 MB calls is mostly its synchronisation). Methods ``torch_gpustripe`` (the
+of a few 1 MB calls is mostly its synchronisation), and each method gets at least --trials batches
+and MIN_TIMED_US of them in all (where the host sets a short call's pace, a batch's time moves by
+several percent from one batch to the next: a few batches' median would move as much). Methods ``torch_gpustripe`` (the
 backend as a training job gets it: each op and size class served by gpustripe or NCCL as
 its calibration found faster, timed once its review of the kind's first calls is over: a
 training job's later steps), ``torch_gpustripe_native`` (a third group whose every call
@@ -36,6 +38,7 @@ HELP = ("collectives through torch.distributed (all_reduce, all_gather_into_tens
 OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "bcast")
 METHODS = ("torch_gpustripe", "torch_gpustripe_native", "torch_nccl")
 MIN_BATCH_US = 2000.0
+MIN_TIMED_US = 60000.0
 # Warm-up calls at most while the backend still reviews a kind (settle()): a met form's review,
 # then its staged form's, of gpustripe.torch's REVIEW_CALLS calls each.
 SETTLE_CALLS = 64
@@ -47,6 +50,13 @@ def calls_per_batch(paces_us, least: int, min_batch_us: float = MIN_BATCH_US) ->
     `min_batch_us` at the slowest of `paces_us` (us per call, from the warm-up)."""
     slowest = max(paces_us)
     return max(least, math.ceil(min_batch_us / slowest)) if slowest > 0 else least
+
+
+def trials_for(calls: int, paces_us, least: int, min_timed_us: float = MIN_TIMED_US) -> int:
+    """Timed batches of each method: at least `least`, and enough for a method's batches of
+    `calls` calls to last `min_timed_us` in all at the slowest of `paces_us` (us per call)."""
+    slowest = max(paces_us)
+    return max(least, math.ceil(min_timed_us / (calls * slowest))) if slowest > 0 and calls > 0 else least
 
 
 def turns(methods, batch: int) -> list:
@@ -63,7 +73,9 @@ def add_arguments(p):
     p.add_argument("--iters", type=int, default=10,
                    help="calls per timed batch at least (default 10; more where a batch would last under "
                         f"{MIN_BATCH_US / 1000:g} ms)")
-    p.add_argument("--trials", type=int, default=5, help="timed batches per size; the median is reported")
+    p.add_argument("--trials", type=int, default=5,
+                   help="timed batches per size and method at least (default 5; more where they would last "
+                        f"under {MIN_TIMED_US / 1000:g} ms in all); the median is reported")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls first")
     p.add_argument("--timeout", type=int, default=900, help="seconds the workers may take")
     p.add_argument("--trace", action="store_true",
@@ -174,12 +186,14 @@ def _worker(rank, world, cfg, out_path):
                 fn(g)
             settle(fn, g)
             warm.append(batch(fn, g, max(cfg["warmup"], 1))[0])  # the pace the batches are sized from
-        calls = calls_per_batch(slowest(warm), cfg["iters"])  # every rank the same count: collectives
+        paces = slowest(warm)
+        calls = calls_per_batch(paces, cfg["iters"])  # every rank the same count: collectives
+        trials = trials_for(calls, paces, cfg["trials"])
         got = {m: [] for m in groups}
         for m in groups:
             issued_us[m].clear()
             gc_us[m] = 0.0
-        for trial in range(cfg["trials"]):
+        for trial in range(trials):
             for m in turns(list(groups), trial):
                 got[m].append(batch(fn, groups[m], calls, m))
         med = [statistics.median(v[i] for v in got[m]) for m in groups for i in (0, 1)]
