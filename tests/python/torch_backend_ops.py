@@ -132,6 +132,37 @@ def async_ends(pg, nccl, data, check, checks) -> None:
     check("all_reduce async_op future then use", c, b * 2, 1e-5)
 
 
+def freed_and_reallocated(pg, nccl, dev, data, check, checks) -> bool:
+    """A tensor's segment given back to the driver (empty_cache) and a new tensor at its address:
+    the peers' mapping of the old segment is not read again (the new one's values are summed, not
+    the freed one's), and where every rank's new tensor landed at its freed one's address, the
+    peers mapped it anew. 64 MB: past the team's slots, the peers read it where it lies."""
+    count = 16 << 20
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    # Each made before its values (data()'s temporaries): the first segment the driver hands out.
+    old = torch.empty(count, device=dev)
+    old.copy_(data((count,), torch.float32, 41))
+    dist.all_reduce(old)  # the peers map its segment
+    addr = old.data_ptr()
+    del old
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    new = torch.empty(count, device=dev)
+    new.copy_(data((count,), torch.float32, 42))
+    reused = torch.tensor([int(new.data_ptr() == addr)], device=dev)
+    dist.all_reduce(reused, op=R.MIN, group=nccl)
+    want = new.clone()
+    dist.all_reduce(want, group=nccl)
+    before = pg.mapping_stats()["misses"]
+    dist.all_reduce(new)
+    check("all_reduce of a tensor on a freed segment's address", new, want, 1e-5)
+    if reused.item():
+        checks.append({"check": "a segment at a freed one's address mapped anew",
+                       "ok": pg.mapping_stats()["misses"] > before})
+    return bool(reused.item())
+
+
 def main() -> None:
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
@@ -266,9 +297,11 @@ def main() -> None:
     b = x.clone()
     dist.all_reduce(b, group=nccl)
     check("all_reduce repeated on cached segments", a, b, 1e-5)
+    reused = freed_and_reallocated(pg, nccl, dev, data, check, checks)
     delegated(rank, n, nccl, dev, check, checks)
     torch.cuda.synchronize()
     report = {"rank": rank, "backend": dist.get_backend(), "native_calls": getattr(pg, "native_calls", -1),
+              "freed_address_reused": reused,
               "checks": len(checks), "failed": [c["check"] for c in checks if not c["ok"]]}
     os.write(1, ("TORCHOPS " + json.dumps(report) + "\n").encode())  # one write: the ranks share the pipe
     dist.destroy_process_group()
