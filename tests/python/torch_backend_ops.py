@@ -132,34 +132,35 @@ def async_ends(pg, nccl, data, check, checks) -> None:
     check("all_reduce async_op future then use", c, b * 2, 1e-5)
 
 
-def freed_and_reallocated(pg, nccl, dev, data, check, checks) -> bool:
+def freed_and_reallocated(pg, nccl, dev, rank, n, data, check, checks) -> bool:
     """A tensor's segment given back to the driver (empty_cache) and a new tensor at its address:
-    the peers' mapping of the old segment is not read again (the new one's values are summed, not
-    the freed one's), and where every rank's new tensor landed at its freed one's address, the
-    peers mapped it anew. 64 MB: past the team's slots, the peers read it where it lies."""
+    the peers' mapping of the old segment is not used again (the new one's values are gathered,
+    not the freed one's), and where every rank's new tensor landed at its freed one's address, the
+    peers mapped it anew. An all-gather in place (FSDP's form), 64 MB a rank: past the team's
+    slots, the peers write or read the one tensor where it lies."""
     count = 16 << 20
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     # Each made before its values (data()'s temporaries): the first segment the driver hands out.
-    old = torch.empty(count, device=dev)
-    old.copy_(data((count,), torch.float32, 41))
-    dist.all_reduce(old)  # the peers map its segment
+    old = torch.empty(n * count, device=dev)
+    old[rank * count:(rank + 1) * count] = data((count,), torch.float32, 41)
+    dist.all_gather_into_tensor(old, old[rank * count:(rank + 1) * count])  # the peers map its segment
     addr = old.data_ptr()
     del old
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
-    new = torch.empty(count, device=dev)
-    new.copy_(data((count,), torch.float32, 42))
+    new = torch.empty(n * count, device=dev)
+    new[rank * count:(rank + 1) * count] = data((count,), torch.float32, 42)
     reused = torch.tensor([int(new.data_ptr() == addr)], device=dev)
     dist.all_reduce(reused, op=R.MIN, group=nccl)
-    want = new.clone()
-    dist.all_reduce(want, group=nccl)
-    before = pg.mapping_stats()["misses"]
-    dist.all_reduce(new)
-    check("all_reduce of a tensor on a freed segment's address", new, want, 1e-5)
+    want = torch.empty_like(new)
+    dist.all_gather_into_tensor(want, new[rank * count:(rank + 1) * count].clone(), group=nccl)
+    before = pg.mapping_stats()["stale_evictions"]
+    dist.all_gather_into_tensor(new, new[rank * count:(rank + 1) * count])
+    check("all_gather in place into a tensor at a freed segment's address", new, want)
     if reused.item():
-        checks.append({"check": "a segment at a freed one's address mapped anew",
-                       "ok": pg.mapping_stats()["misses"] > before})
+        checks.append({"check": "a segment at a freed one's address mapped anew (its old mapping evicted as stale)",
+                       "ok": pg.mapping_stats()["stale_evictions"] > before})
     return bool(reused.item())
 
 
@@ -297,7 +298,7 @@ def main() -> None:
     b = x.clone()
     dist.all_reduce(b, group=nccl)
     check("all_reduce repeated on cached segments", a, b, 1e-5)
-    reused = freed_and_reallocated(pg, nccl, dev, data, check, checks)
+    reused = freed_and_reallocated(pg, nccl, dev, rank, n, data, check, checks)
     delegated(rank, n, nccl, dev, check, checks)
     torch.cuda.synchronize()
     report = {"rank": rank, "backend": dist.get_backend(), "native_calls": getattr(pg, "native_calls", -1),
