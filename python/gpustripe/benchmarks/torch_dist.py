@@ -8,18 +8,18 @@ beside it the host's part, the time to issue the batch per call: where it equals
 time, the host sets the pace). The methods' batches take turns, which goes first rotating
 from batch to batch (the host's drift over a size reaches each alike), and every batch has
 at least --iters calls and lasts at least MIN_BATCH_US at the slowest method's pace (a batch
-of a few 1 MB calls is mostly its synchronisation), and each method gets at least --trials batches
-and MIN_TIMED_US of them in all (where the host sets a short call's pace, a batch's time moves by
-several percent from one batch to the next: a few batches' median would move as much). Methods ``torch_gpustripe`` (the
-backend as a training job gets it: each op and size class served by gpustripe or NCCL as
-its calibration found faster, timed once its review of the kind's first calls is over: a
-training job's later steps), ``torch_gpustripe_native`` (a third group whose every call
-is native: the native path's own time) and ``torch_nccl``; busbw uses nccl-tests' factors; sizes per rank. The results
-file's rows also say how many of the gpustripe calls the backend served natively. --trace
-prints, per op and size, where a native call's host time goes (the backend's call, the
-team's phases), how each method's timed calls held the host one by one (median, mean, longest,
-the garbage collector's part), and what the calibration chose, from what paces (each side's
-best batch).
+of a few 1 MB calls is mostly its synchronisation), and each method gets at least --trials
+batches and MIN_TIMED_US of them in all (where the host sets a short call's pace, a batch's
+time moves by several percent from one batch to the next: a few batches' median would move as
+much). Methods ``torch_gpustripe`` (the backend as a training job gets it: each op and size
+class served by gpustripe or NCCL as its calibration found faster, timed once its review of
+the kind's first calls is over: a training job's later steps), ``torch_gpustripe_native`` (a
+third group whose every call is native: the native path's own time) and ``torch_nccl``; busbw
+uses nccl-tests' factors; sizes per rank. The results file's rows also say how many of the
+gpustripe calls the backend served natively. --trace prints, per op and size, where a native
+call's host time goes (the backend's call, the team's phases), how each method's timed calls
+held the host one by one (median, mean, longest, the garbage collector's part), and what the
+calibration chose, from what paces (each side's best batch).
 """
 from __future__ import annotations
 
