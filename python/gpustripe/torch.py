@@ -253,14 +253,14 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         `recent_before_mean_us` and `recent_after_mean_us`, the backend's mean time before and
         after the team call (the group's lock, the review, the end): the means hold the
         calibration's and the review's calls, which the calls of a decided kind do not make),
-        `team` (the team's phases per call: NodeTeam.phase_times) and `choices` (per op and size class: gpustripe or NCCL, the
-        calibration's best batches, us per call back to back, the slowest rank's, and `paces`: this
-        rank's pace of each timed batch of each side, in order, which tells a side's slow first
-        batches from a steady gap; `issue_us`: each side's host time per call in the batches;
-        `held_us`: the reviewed calls' exposed host time, once reviewed, and `held_calls`: this
-        rank's each; for a kind the team can stage, `met`: its met form's best batch, `form`: the
-        native form taken, and `met_held_us`: the met form's review where it handed the kind to
-        the staged form)."""
+        `team` (the team's phases per call: NodeTeam.phase_times) and `choices` (per op and size
+        class: gpustripe or NCCL, the calibration's best batches, us per call back to back, the
+        slowest rank's, and `paces`: this rank's pace of each timed batch of each side, in order,
+        which tells a side's slow first batches from a steady gap; `issue_us`: each side's host
+        time per call in the batches; `held_us`: the reviewed calls' exposed host time, once
+        reviewed, and `held_calls`: this rank's each; for a kind the team can stage, `met`: its
+        met form's best batch, `form`: the native form taken, and `met_held_us`: the met form's
+        review where it handed the kind to the staged form)."""
         out = {"host_us": {k: {"calls": v[0], "us": v[1] / v[0], "team_us": v[2] / v[0], "end_us": v[3] / v[0],
                                **_recent(v[4])}
                            for k, v in self._host_us.items() if v[0]},

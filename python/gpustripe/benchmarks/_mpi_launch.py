@@ -3,6 +3,7 @@ their programs are launched and where results go, the rounds of launches and the
 variants timed in turns, and the built programs they need."""
 from __future__ import annotations
 
+import argparse
 import os
 
 
@@ -33,8 +34,6 @@ def built_programs(command: str, build: str, required: dict, optional: dict | No
 
 
 def _at_least_one(text: str) -> int:
-    import argparse
-
     try:
         n = int(text)
     except ValueError:
@@ -57,9 +56,10 @@ def add_interposer_variants_argument(p, flag: str) -> None:
     """`flag`: the interposer again under other settings or from another build (interposer_variants)."""
     p.add_argument(flag, default="",
                    help="also time the interposer under other settings or from another build, as methods "
-                        "mpi_gpustripe_<name> taking turns with the others: 'NAME:KEY=VALUE,KEY=VALUE;NAME:...', each "
-                        "KEY a GPUSTRIPE_ setting (e.g. 'slots:GPUSTRIPE_TEST=offers=no') or interposer=PATH (another "
-                        "tree's libgpustripe_mpi.so: an A/B of two trees on one machine); for tuning, never for results")
+                        "mpi_gpustripe_<name> taking turns with the others: 'NAME:KEY=VALUE,KEY=VALUE;NAME:...', "
+                        "each KEY a GPUSTRIPE_ setting (e.g. 'slots:GPUSTRIPE_TEST=offers=no') or interposer=PATH "
+                        "(another tree's libgpustripe_mpi.so: an A/B of two trees on one machine); for tuning, "
+                        "never for results")
 
 
 def interposer_variants(text: str, command: str, flag: str) -> dict:
