@@ -84,7 +84,13 @@ _DTYPES = {
     torch.int64: "int64",
 }
 _R = dist.ReduceOp.RedOpType if hasattr(dist.ReduceOp, "RedOpType") else dist.ReduceOp
-_OPS = {_R.SUM: "sum", _R.PRODUCT: "prod", _R.MIN: "min", _R.MAX: "max", _R.AVG: "sum"}
+# Keyed by the reduction type's value: an int's hash and comparison, where a pybind enum's cost a
+# host-bound call's caller a few microseconds (bench/probes/torch_call_phases.py).
+_OPS = {int(_R.SUM): "sum", int(_R.PRODUCT): "prod", int(_R.MIN): "min", int(_R.MAX): "max", int(_R.AVG): "sum"}
+_AVG = int(_R.AVG)
+_value = (lambda t: t.value) if hasattr(_R.SUM, "value") else int
+# torch.cuda.is_current_stream_capturing without its Python layer (per call, as _OPS).
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
 
 _said: set[str] = set()
 _emulate_cpu = False
@@ -128,13 +134,15 @@ def _test_emulate_cpu(on: bool = True) -> None:
 
 if hasattr(dist.ReduceOp, "RedOpType"):
     def _redop(opts) -> tuple:
-        """(op type, gpustripe op name or None) of an options object's reduceOp."""
+        """(op type, its value, gpustripe op name or None) of an options object's reduceOp."""
         t = opts.reduceOp.op
-        return t, _OPS.get(t)
+        v = _value(t)
+        return t, v, _OPS.get(v)
 else:  # older torch: the reduceOp is the type itself
     def _redop(opts) -> tuple:
         t = opts.reduceOp
-        return t, _OPS.get(t)
+        v = _value(t)
+        return t, v, _OPS.get(v)
 
 
 def _done_future(result):
@@ -316,7 +324,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         """Whether these tensors may go the native way (the same answer on every rank)."""
         if not self._local:
             return False
-        if tensors[0].is_cuda and torch.cuda.is_current_stream_capturing():
+        if tensors[0].is_cuda and _capturing():
             self._say(f"{what} during CUDA graph capture goes to NCCL")
             return False
         for t in tensors:
@@ -552,13 +560,13 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
     def _reduction(self, opts, t: torch.Tensor, what: str):
         """(dtype name, op name, average) for the native path, or None."""
         dt = self._dtype(t, what)
-        op_type, op = _redop(opts)
+        op_type, value, op = _redop(opts)
         if dt is None:
             return None
         if op is None:
             self._say(f"{what} with {op_type} goes to NCCL")
             return None
-        avg = op_type == _R.AVG
+        avg = value == _AVG
         if avg and not t.is_floating_point():
             return None  # NCCL's answer (an error) for an average of integers
         return dt, op, avg
