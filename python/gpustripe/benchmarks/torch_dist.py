@@ -226,13 +226,18 @@ def _worker(rank, world, cfg, out_path):
                 native = getattr(g, "native_calls", 0) - before[method]
                 # The calibrated group's side for this kind of call (where it has one to choose).
                 chose = _chosen(g.trace(), op, cfg["dtype"], size) if method == "torch_gpustripe" else None
+                # Every rank's spread: a row is the slowest rank's, which need not be rank 0.
+                spreads = [None] * world
+                if cfg["trace"]:
+                    dist.all_gather_object(spreads, _spread_line(issued_us[method], gc_us[method]),
+                                           group=groups["torch_nccl"])
                 if rank == 0:
                     rows.append({"op": op, "method": method, "bytes": size, "us": us, "host_us": host,
                                  **({"native_calls": native} if ours else {}), **({"chose": chose} if chose else {})})
                     print(f"  {op:>14} {method:>22} {size:>11} B {us:10.1f} us (host {host:.1f})"
                           + (f" [{chose}]" if chose else ""), flush=True)
-                    if cfg["trace"]:
-                        print(f"{'':>18}{_spread_line(issued_us[method], gc_us[method])}", flush=True)
+                    for r, line in enumerate(spreads if cfg["trace"] else []):
+                        print(f"{'':>18}rank {r}: {line}", flush=True)
                     if ours and cfg["trace"]:
                         _print_trace(g.trace(reset=True))
                 elif ours:
@@ -274,7 +279,7 @@ def _spread_line(calls_us: list, gc_us: float) -> str:
     if not each:
         return "no timed calls"
     med = statistics.median(each)
-    return (f"timed calls on this rank: {len(each)}, median {med:.1f} us, mean {statistics.fmean(each):.1f}, "
+    return (f"timed calls: {len(each)}, median {med:.1f} us, mean {statistics.fmean(each):.1f}, "
             f"90th percentile {each[int(0.9 * (len(each) - 1))]:.1f}, longest {each[-1]:.1f}, "
             f"{sum(c > 4 * med for c in each)} over 4x the median; garbage collection "
             f"{gc_us / len(each):.1f} us per call")
