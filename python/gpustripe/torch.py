@@ -754,12 +754,13 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                 output, input, output_split_sizes, input_split_sizes, opts)
         block = input.numel() * input.element_size() // n
         return self._run("all_to_all_single", kind, [input, output],
-                         lambda team, p, st, q, j, s: team.alltoall(p[0], p[1], block, stream=st, queued=q, joined=j),
+                         lambda team, p, st, q, j, s: team.alltoall(p[0], p[1], block, stream=st, queued=q, joined=j,
+                                                                    staged=s),
                          lambda: self._other(input, "all_to_all_single").alltoall_base(
                              output, input, output_split_sizes, input_split_sizes, opts),
                          result=[output],
                          redo=lambda b: self.alltoall_base(b[1], b[0], output_split_sizes, input_split_sizes, opts),
-                         blocking=_blocking(opts))
+                         blocking=_blocking(opts), stage_bytes=block)
 
     all_to_all_single = alltoall_base  # newer torch's name for it
 

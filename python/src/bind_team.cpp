@@ -8,7 +8,7 @@
 // members and enqueues it in call order; it returns True at once or raises (node_team.hpp).
 // `joined`: the call (with a stream, not queued) runs on the caller's stream itself, whose later
 // work sees its results (a blocking call's end, no join() needed). `staged` (allreduce,
-// reduce_scatter, allgather): False, a call small enough for the slots (stage_limit()) meets the
+// reduce_scatter, allgather, alltoall): False, a call small enough for the slots (stage_limit()) meets the
 // other members instead; the same on every member.
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/string.h>
@@ -202,10 +202,13 @@ void bind_team(nb::module_& m) {
           nb::arg("joined") = false, nb::arg("staged") = true)
       .def(
           "alltoall",
-          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block, uintptr_t stream, bool queued, bool joined) {
-            return without_gil([&] { return t.alltoall(as_ptr(send), as_ptr(recv), block, as_ptr(stream), queued, joined); });
+          [](NodeTeam& t, uintptr_t send, uintptr_t recv, size_t block, uintptr_t stream, bool queued, bool joined,
+             bool staged) {
+            return without_gil(
+                [&] { return t.alltoall(as_ptr(send), as_ptr(recv), block, as_ptr(stream), queued, joined, staged); });
           },
-          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"), nb::arg("stream") = 0, nb::arg("queued") = false, nb::arg("joined") = false)
+          nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"), nb::arg("stream") = 0, nb::arg("queued") = false,
+          nb::arg("joined") = false, nb::arg("staged") = true)
       .def(
           "bcast",
           [](NodeTeam& t, uintptr_t buf, size_t bytes, int root, uintptr_t stream, bool queued, bool joined) {

@@ -164,4 +164,19 @@ void build_staged_allgather(Program& p, const Staged& s, const char* send, char*
   copy_out(p, s, 0, recv, [block](int r) { return r * block; }, [block](int) { return block; });
 }
 
+void build_staged_alltoall(Program& p, const Staged& s, const char* send, char* recv, size_t block) {
+  check_staged(p, s, block);
+  auto at = [block](int q) { return q * block; };
+  auto len = [block](int) { return block; };
+  push(p, s, send, at, len);
+  // Its own block beside the stores: straight into recv where the buffers are apart (s.direct);
+  // else through temp, and into recv once the barrier says no store still reads send.
+  char* own = recv + s.me * block;
+  staged_copy(p, s, kLaneLocal, s.direct ? own : s.temp, s.direct ? s.recv_dev : s.dev, send + s.me * block,
+              s.send_dev, block);
+  p.barrier();
+  if (!s.direct) p.copy(s.me, kLaneLocal, own, s.recv_dev, s.temp, s.dev, block);
+  copy_out(p, s, 0, recv, at, len);
+}
+
 }  // namespace gpustripe::coll

@@ -85,6 +85,9 @@ void build_staged_reduce_scatter(Program& p, const Staged& s, const char* send, 
 // Block r of recv = rank r's send (block bytes): every peer gets the block, each rank copies its
 // slots into its output.
 void build_staged_allgather(Program& p, const Staged& s, const char* send, char* recv, size_t block);
+// Block r of recv = block `me` of rank r's send (blocks of `block` bytes; send and recv may
+// overlap only where s.direct is false): peer q gets block q, each rank copies its slots out.
+void build_staged_alltoall(Program& p, const Staged& s, const char* send, char* recv, size_t block);
 
 // Alltoall: block j of send[i] -> block i of recv[j]; blocks of `block` bytes. Not in place
 // (the communicator copies in-place input aside first).

@@ -119,6 +119,10 @@ void alltoall_call(CollCall& c, int n, const void* send, void* recv, size_t bloc
                     coll::Scratch& sc, const coll::Choice& ch) {
     coll::build_alltoall(p, t, in(s), r, block, ch.exchange, sc);
   };
+  c.staged_bytes = block;
+  c.staged = [send, recv, block](coll::Program& p, const coll::Staged& s) {
+    coll::build_staged_alltoall(p, s, static_cast<const char*>(send), static_cast<char*>(recv), block);
+  };
 }
 
 void bcast_call(CollCall& c, void* buf, size_t bytes, int root) {

@@ -346,12 +346,14 @@ bool NodeTeam::allgather(const void* send, void* recv, size_t block, StreamHandl
   return submit(c, queued, joined);
 }
 
-bool NodeTeam::alltoall(const void* send, void* recv, size_t block, StreamHandle stream, bool queued, bool joined) {
+bool NodeTeam::alltoall(const void* send, void* recv, size_t block, StreamHandle stream, bool queued, bool joined,
+                        bool staged) {
   CollCall c = entered_call("alltoall", coll::CollOp::AllToAll, stream);
   const size_t total = block * size();
   c.device = device_of(c, {send, recv});
   c.eligible = c.device >= 0 && block > 0 && disjoint(send, total, recv, total);
-  if (c.eligible) alltoall_call(c, size(), send, recv, block);
+  if (block > 0) alltoall_call(c, size(), send, recv, block);  // staged whatever the buffers
+  if (!staged) c.staged = nullptr;
   return submit(c, queued, joined);
 }
 

@@ -134,7 +134,7 @@ class NodeTeam {
   // caller's stream itself runs the call, so work enqueued on it afterwards sees the results, as
   // after join(device, stream), with no event or wait between the streams (a blocking call's end).
 
-  // `staged` (allreduce, reduce_scatter, allgather): false, a call that could be staged through
+  // `staged` (allreduce, reduce_scatter, allgather, alltoall): false, a call that could be staged through
   // the slots (stage_limit()) meets the other members and reads their buffers instead (the same
   // on every member: a form the caller chose for the call's kind).
 
@@ -149,7 +149,8 @@ class NodeTeam {
   bool allgather(const void* send, void* recv, size_t block, StreamHandle stream = nullptr, bool queued = false,
                  bool joined = false, bool staged = true);
   // Block j of send to member j, block i of recv from member i (`block` bytes each; no overlap).
-  bool alltoall(const void* send, void* recv, size_t block, StreamHandle stream = nullptr, bool queued = false, bool joined = false);
+  bool alltoall(const void* send, void* recv, size_t block, StreamHandle stream = nullptr, bool queued = false,
+                bool joined = false, bool staged = true);
   // root's `bytes` at buf into every member's buf.
   bool bcast(void* buf, size_t bytes, int root, StreamHandle stream = nullptr, bool queued = false, bool joined = false);
   // recv (root only: null elsewhere) = op over members of send (send == recv at the root: in place).

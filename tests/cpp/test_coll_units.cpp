@@ -1011,6 +1011,34 @@ TEST(CollSchedules, StagedCallsStoreIntoThePeersSlotsThenReduceTheirOwn) {
     EXPECT_EQ(copied, (std::set<const void*>{s.slot(me, 0), s.slot(me, 2)}));
   }
   {
+    // Peer q's slot gets block q of send, its own block goes straight to recv, and after the
+    // barrier each slot r goes to block r of recv.
+    Program p(n);
+    build_staged_alltoall(p, s, mine[0], mine[1], count);
+    const size_t b = barrier_at(p);
+    stores(p, 2, 2 * count, 0);
+    ASSERT_EQ(b, 3u);
+    EXPECT_EQ(p.ops()[2].src, mine[0] + me * count);
+    EXPECT_EQ(p.ops()[2].dst, mine[1] + me * count);
+    ASSERT_EQ(p.size(), b + 3);
+    for (size_t i = b + 1; i < p.size(); ++i) {
+      const Op& op = p.ops()[i];
+      const size_t r = (static_cast<const char*>(op.dst) - mine[1]) / count;
+      EXPECT_EQ(op.src, s.slot(me, static_cast<int>(r)));
+      EXPECT_NE(r, static_cast<size_t>(me));
+    }
+    // Buffers its kernels may not use (host memory, overlapping ones): its own block through
+    // temp, into recv only after the barrier.
+    const Staged h = on_host(s, mine[0] + (1 << 21));
+    Program q(n);
+    build_staged_alltoall(q, h, mine[0], mine[1], count);
+    const size_t hb = barrier_at(q);
+    ASSERT_EQ(hb, 3u);
+    EXPECT_EQ(q.ops()[2].dst, h.temp);
+    EXPECT_EQ(q.ops()[hb + 1].src, h.temp);
+    EXPECT_EQ(q.ops()[hb + 1].dst, mine[1] + me * count);
+  }
+  {
     // Host buffers: copy engines store them, its own part goes through temp, reduced there and
     // copied out.
     const Staged h = on_host(s, mine[0] + (1 << 21));

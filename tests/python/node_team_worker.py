@@ -203,7 +203,7 @@ def main() -> None:
     times = team.phase_times()
     checks.append({"op": "calls stream-ordered as asked", "served": True,
                    "ok": (times["ordered"] == times["calls"] > 0) if ordered else times["ordered"] == 0, "times": times})
-    # Stream-ordered allreduce, reduce-scatter and allgather calls go through the team's staging
+    # Stream-ordered allreduce, reduce-scatter, allgather and alltoall calls go through the team's staging
     # slots (no exchange) unless the test turned staging off.
     staged = ordered and "staged_max=0" not in os.environ.get("GPUSTRIPE_TEST", "")
     checks.append({"op": "stream-ordered calls staged", "served": True,
@@ -219,6 +219,16 @@ def main() -> None:
         check("host buffer staged", served, lambda: get(r, 16, "float32"), np.full(16, size, np.float32))
     else:
         checks.append({"op": "host buffer declined", "ok": not served, "served": bool(served)})
+    # An alltoall the same way (its own block through the temporary buffer where staged).
+    sends = [data(q, 16 * size, "int64", salt) for q in range(size)]
+    s = put(sends[rank]) if rank != 0 else sends[0].ctypes.data
+    r = dbuf(16 * 8 * size)
+    served = team.alltoall(s, r, 16 * 8)
+    if staged:
+        want = np.concatenate([sends[j][rank * 16:(rank + 1) * 16] for j in range(size)])
+        check("host buffer alltoall staged", served, lambda: get(r, 16 * size, "int64"), want)
+    else:
+        checks.append({"op": "host buffer alltoall declined", "ok": not served, "served": bool(served)})
     for p in held:
         ctx.free_device(p)
     print("NODETEAM " + json.dumps({"rank": rank, "checks": checks}), flush=True)
