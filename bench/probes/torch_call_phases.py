@@ -74,7 +74,7 @@ def _backend_call(op, pg, inp, out):
     return lambda: pg.allreduce([inp], o)
 
 
-def _team_call(op, pg, inp, out, world):
+def _team_call(op, pg, inp, out):
     """The team's C++ call alone, joined on the caller's stream (the backend's blocking call)."""
     team = pg._team()
     s = torch.cuda.current_stream(inp.device).cuda_stream
@@ -165,7 +165,7 @@ def main() -> None:
         for size in parse_sizes(args.sizes):
             inp, out = _buffers(op, size, world, dev)
             layers = {"nccl_dist": _dist_call(op, nccl, inp, out), "dist": _dist_call(op, pg, inp, out),
-                      "backend": _backend_call(op, pg, inp, out), "team": _team_call(op, pg, inp, out, world)}
+                      "backend": _backend_call(op, pg, inp, out), "team": _team_call(op, pg, inp, out)}
             for f in layers.values():  # warm-up: NCCL's setup, the team's mappings and programs
                 _host_us(f, 20, barrier)
             got = {k: [] for k in layers}

@@ -48,6 +48,7 @@ c10d hands it every collective of the group, and it dispatches by device and sup
 from __future__ import annotations
 
 import collections
+import operator
 import socket
 import statistics
 import sys
@@ -88,7 +89,10 @@ _R = dist.ReduceOp.RedOpType if hasattr(dist.ReduceOp, "RedOpType") else dist.Re
 # host-bound call's caller a few microseconds (bench/probes/torch_call_phases.py).
 _OPS = {int(_R.SUM): "sum", int(_R.PRODUCT): "prod", int(_R.MIN): "min", int(_R.MAX): "max", int(_R.AVG): "sum"}
 _AVG = int(_R.AVG)
-_value = (lambda t: t.value) if hasattr(_R.SUM, "value") else int
+# An options object's reduction type (older torch: its reduceOp is the type itself) and the
+# type's value, read in C, no Python frame per call.
+_type_of = operator.attrgetter("reduceOp.op" if hasattr(dist.ReduceOp, "RedOpType") else "reduceOp")
+_value = operator.attrgetter("value") if hasattr(_R.SUM, "value") else int
 # torch.cuda.is_current_stream_capturing without its Python layer (per call, as _OPS).
 _capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
 
@@ -132,17 +136,11 @@ def _test_emulate_cpu(on: bool = True) -> None:
     _emulate_cpu = on
 
 
-if hasattr(dist.ReduceOp, "RedOpType"):
-    def _redop(opts) -> tuple:
-        """(op type, its value, gpustripe op name or None) of an options object's reduceOp."""
-        t = opts.reduceOp.op
-        v = _value(t)
-        return t, v, _OPS.get(v)
-else:  # older torch: the reduceOp is the type itself
-    def _redop(opts) -> tuple:
-        t = opts.reduceOp
-        v = _value(t)
-        return t, v, _OPS.get(v)
+def _redop(opts) -> tuple:
+    """(op type, its value, gpustripe op name or None) of an options object's reduceOp."""
+    t = _type_of(opts)
+    v = _value(t)
+    return t, v, _OPS.get(v)
 
 
 def _done_future(result):
