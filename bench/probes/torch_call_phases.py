@@ -8,6 +8,10 @@ backend the team's reduce-scatter call took ~5 us more than its all-gather. This
 call into its layers, each timed alone, `--calls` calls back to back (median host us per call):
 
   dist       torch.distributed's call (async_op=False), torch's wrapper and c10d's dispatch included
+  dist_sub   the same on a second always-native gpustripe group (dist.new_group): the default
+             group's wrapper path against a subgroup's, and a second team
+  dist_cal   the same on a third gpustripe group, calibrated against NCCL as a training job's is
+             (its choice printed: the always-native groups' form only where it chose that)
   backend    the gpustripe group's method called directly from Python (no wrapper, no dispatch)
   team       the team's C++ call alone (NodeTeam, joined on the caller's stream: what the
              backend's blocking call makes)
@@ -158,6 +162,8 @@ def main() -> None:
     print(f"rank {rank}: pid {os.getpid()}, {len(os.sched_getaffinity(0))} CPUs allowed", flush=True)
     pg = dist.group.WORLD
     gt._test_always_native(pg)
+    sub, cal = dist.new_group(backend="gpustripe"), dist.new_group(backend="gpustripe")
+    gt._test_always_native(sub)
     nccl = dist.new_group(backend="nccl")
     barrier = lambda: dist.barrier(group=nccl)  # noqa: E731
     rows = []
@@ -165,9 +171,12 @@ def main() -> None:
         for size in parse_sizes(args.sizes):
             inp, out = _buffers(op, size, world, dev)
             layers = {"nccl_dist": _dist_call(op, nccl, inp, out), "dist": _dist_call(op, pg, inp, out),
+                      "dist_sub": _dist_call(op, sub, inp, out), "dist_cal": _dist_call(op, cal, inp, out),
                       "backend": _backend_call(op, pg, inp, out), "team": _team_call(op, pg, inp, out)}
-            for f in layers.values():  # warm-up: NCCL's setup, the team's mappings and programs
-                _host_us(f, 20, barrier)
+            # Warm-up: NCCL's setup, the team's mappings and programs, the calibrated group's batches
+            # and its review of the kind's first real calls (REVIEW_CALLS, twice for a met form's).
+            for f in layers.values():
+                _host_us(f, 3 * gt._Calibration.REVIEW_CALLS, barrier)
             got = {k: [] for k in layers}
             for trial in range(args.trials):
                 for k, f in (layers.items() if trial % 2 == 0 else reversed(layers.items())):
@@ -178,7 +187,10 @@ def main() -> None:
             tr = pg.trace(reset=True)
             split = {k: round(v, 2) for k, v in tr["host_us"].get(op, {}).items() if k.startswith("recent")}
             phases = {k: round(v, 2) if isinstance(v, float) else v for k, v in tr["team"].items()}
-            mine = {"rank": rank, **{k: round(statistics.median(v), 2) for k, v in got.items()},
+            cls = f"<{1 << max(inp.nbytes, out.nbytes).bit_length()}B"  # the kind's size class (gt._kind)
+            chose = next((f"{c['use']} {c.get('form', '')}".strip() for k, c in cal.trace()["choices"].items()
+                          if k.startswith(op + " ") and k.endswith(cls)), "?")
+            mine = {"rank": rank, **{k: round(statistics.median(v), 2) for k, v in got.items()}, "cal_chose": chose,
                     "split": split, "phases": phases, "pieces": _pieces(op, pg, inp, out),
                     "api": _api(layers["dist"], 20, barrier), "nccl_api": _api(layers["nccl_dist"], 20, barrier)}
             # Every rank's: the slowest rank's host paces blocking calls on every rank.
@@ -187,7 +199,7 @@ def main() -> None:
             rows.append({"op": op, "bytes": size, "ranks": ranks})
             if rank == 0:
                 for m in ranks:
-                    print(f"{op:24s} {size >> 20:4d}M rank {m['rank']} " + "  ".join(f"{k} {m[k]:6.1f}" for k in layers)
+                    print(f"{op:24s} {size >> 20:4d}M rank {m['rank']} " + "  ".join(f"{k} {m[k]:6.1f}" for k in layers) + f"  (dist_cal: {m['cal_chose']})"
                           + f"\n    split {m['split']}\n    pieces {m['pieces']}\n    phases {m['phases']}\n    api {m['api']}"
                           + f"\n    nccl api {m['nccl_api']}", flush=True)
     if rank == 0:
