@@ -31,8 +31,9 @@ back the same segments; expandable segments included).
 
 Where NCCL is faster: at the first call of each kind (an op, the memory's side, the element
 type, sizes within a power of two: ``_kind``) every rank times batches of back-to-back calls of
-both on zeroed buffers of that call's sizes, as the benchmarks time them (a call the team can
-stage through its slots in both its native forms, staged and met), and every rank then
+both on zeroed buffers of that call's sizes, as the benchmarks time them (an asynchronous call
+the team can stage through its slots in both its native forms, staged and met; a blocking one
+staged), and every rank then
 takes the one whose slowest rank was faster (``_Calibration``); what was chosen and why is in
 ``trace()``. The batches run after the ranks met, so a kind given to gpustripe is reviewed after
 its first real calls: where the time they held their callers beyond what NCCL's calls hold
@@ -364,14 +365,19 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             self._join(t)
         return be
 
-    def _native_way(self, kind: tuple, tensors, redo, stage_bytes: int = 0) -> bool:
+    def _native_way(self, kind: tuple, tensors, redo, stage_bytes: int = 0, blocking: bool = False) -> bool:
         """Whether this call goes the native way: where the calibration gave its kind to the
         other backend, no (the kind is then handed over directly from its next call on). A kind's
         first call decides it (_Calibration), every rank at the same call; not where there is
         nothing to choose (no NCCL, the emulated test mode) or the call is one of the
         calibration's own (_forced). `stage_bytes`: the call's part for one peer where the team
         can stage it (its slots take up to stage_limit()): on CUDA the calibration times its met
-        form too."""
+        form too, unless the kind's first call is `blocking`. A blocking met call meets the other
+        hosts on the caller's thread, so each such call holds its caller until the slowest rank
+        makes it: the ranks' hosts run in step, each call paying the larger of their delays, where
+        a staged call (and NCCL's) returns once enqueued. The batches, timed after the ranks met,
+        cannot see that, and a met form's review that then sent the kind staged left its staged
+        calls slower than a kind staged from its first call ("What is open" in docs/torch.md)."""
         if self._forced is not None:
             return self._forced
         t = tensors[0]
@@ -381,7 +387,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         cal = self._calibrations.get(kind)
         if cal is None:
             met = False  # the forms differ in the GPUs' time: none to choose on the emulated node
-            if self._verdict is None and stage_bytes and t.is_cuda:
+            if self._verdict is None and stage_bytes and t.is_cuda and not blocking:
                 with self._lock:
                     met = stage_bytes <= self._team().stage_limit()
             cal = self._calibrations[kind] = _Calibration(met=met)
@@ -471,7 +477,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         t0 = tensors[0]
         dev = t0.device
         result = tensors if result is None else result
-        if not self._native_way(kind, tensors, redo, stage_bytes):
+        if not self._native_way(kind, tensors, redo, stage_bytes, blocking):
             return fallback()  # None: a blocking call NCCL ran on the caller's stream
         # The kind's calibration (none for the calibration's own calls, whose form is _forced_form).
         cal = self._calibrations.get(kind) if self._forced is None else None

@@ -164,6 +164,28 @@ def freed_and_reallocated(pg, nccl, dev, rank, n, data, check, checks) -> bool:
     return bool(reused.item())
 
 
+def forms(nccl, dev, check, checks) -> None:
+    """A calibrated group times a stageable kind's met form only where the kind's first call is
+    asynchronous: a blocking one takes the staged form (gpustripe.torch._native_way). Results as
+    NCCL's either way."""
+    g = dist.new_group(backend="gpustripe")
+    x = torch.ones(1 << 18, device=dev)  # 1 MB: a blocking kind
+    y = torch.ones(1 << 20, device=dev)  # 4 MB: an asynchronous kind
+    a, b = x.clone(), y.clone()
+    dist.all_reduce(a, group=g)
+    dist.all_reduce(b, group=g, async_op=True).wait()
+    want_a, want_b = x.clone(), y.clone()
+    dist.all_reduce(want_a, group=nccl)
+    dist.all_reduce(want_b, group=nccl)
+    check("calibrated blocking all_reduce", a, want_a)
+    check("calibrated asynchronous all_reduce", b, want_b)
+    sides = {k.split(" <")[1]: set(c["paces"]) for k, c in g.trace()["choices"].items() if k.startswith("all_reduce ")}
+    checks.append({"check": "a blocking stageable kind is timed staged and NCCL only",
+                   "ok": sides.get(f"{1 << (x.nbytes.bit_length())}B") == {"gpustripe", "nccl"}})
+    checks.append({"check": "an asynchronous stageable kind is timed in its met form too",
+                   "ok": sides.get(f"{1 << (y.nbytes.bit_length())}B") == {"gpustripe", "met", "nccl"}})
+
+
 def main() -> None:
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
@@ -300,6 +322,7 @@ def main() -> None:
     check("all_reduce repeated on cached segments", a, b, 1e-5)
     reused = freed_and_reallocated(pg, nccl, dev, rank, n, data, check, checks)
     delegated(rank, n, nccl, dev, check, checks)
+    forms(nccl, dev, check, checks)
     torch.cuda.synchronize()
     report = {"rank": rank, "backend": dist.get_backend(), "native_calls": getattr(pg, "native_calls", -1),
               "freed_address_reused": reused,
