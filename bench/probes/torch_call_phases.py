@@ -199,7 +199,8 @@ def main() -> None:
             rows.append({"op": op, "bytes": size, "ranks": ranks})
             if rank == 0:
                 for m in ranks:
-                    print(f"{op:24s} {size >> 20:4d}M rank {m['rank']} " + "  ".join(f"{k} {m[k]:6.1f}" for k in layers) + f"  (dist_cal: {m['cal_chose']})"
+                    print(f"{op:24s} {size >> 20:4d}M rank {m['rank']} " + "  ".join(f"{k} {m[k]:6.1f}" for k in layers)
+                          + f"  (dist_cal: {m['cal_chose']})"
                           + f"\n    split {m['split']}\n    pieces {m['pieces']}\n    phases {m['phases']}\n    api {m['api']}"
                           + f"\n    nccl api {m['nccl_api']}", flush=True)
     if rank == 0:
