@@ -217,8 +217,14 @@ bool NodeTeam::submit(CollCall& c, bool queued, bool joined) {
   GS_REQUIRE(!(queued && joined), GPUSTRIPE_ERR_INVALID_ARGUMENT,
              "%s: a call is either queued (its end on the team's stream) or joined (run on the caller's stream)",
              c.name);
-  // A staged call meets no other rank's host: the caller's thread enqueues it, no worker between.
-  if (queued && c.stream && team_->stageable(c)) queued = false;
+  // A staged call meets no other rank's host: the caller's thread enqueues it, no worker between,
+  // where the worker has nothing left to run. Behind queued calls it would first wait for them
+  // (drain: every rank enqueues the team's calls in one order, which the GPUs' barriers need),
+  // that is for the other ranks' hosts at those calls' meetings; it is queued behind them
+  // instead, where its enqueue on the worker waits for no host. (A call whose buffers cannot be
+  // queued stays here: it goes through the slot, which only a staged call can.)
+  if (queued && c.stream && team_->stageable(c) && (!c.eligible || queue_->posted() == queue_->done()))
+    queued = false;
   if (!queued || !c.stream || !team_->stream_flags()) {
     queue_->drain(c.name);  // the calls queued before it come first, on every rank
     std::lock_guard<std::mutex> lock(team_mu_);

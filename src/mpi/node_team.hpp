@@ -13,7 +13,9 @@
 // same segments, pays no handle exchange after the first calls.
 //
 // A stream-ordered call that the team stages (CollTeam::stageable: no meeting of the hosts) runs
-// on the caller's thread, queued or not. Another one may be queued (the PyTorch backend's asynchronous calls): the caller's
+// on the caller's thread, queued or not, unless calls queued before it are still the worker's:
+// it then goes behind them, as a queued call, rather than wait there for their meetings. Another
+// one may be queued (the PyTorch backend's asynchronous calls): the caller's
 // thread does only what must be done there -- this rank's checks, the pointer queries, an event
 // recorded on its stream (from a pool) -- and hands the call to the team's worker (CallQueue),
 // which meets the other ranks and enqueues the call, in call order. The worker then orders the

@@ -20,6 +20,10 @@ test_node_team_queue.py, one process per rank, with a scenario:
   three all_gathers back to back, rank 1's 0.3 s after rank 0's: whether each was enqueued while
   the team's call before it still ran (enqueued_behind), and its answer for call numbers not made;
   then the team's stage_limit() and one all_gather in its met form (staged=False).
+- `staged_behind_queued` (staging on): after a staged call (the slots' setup), rank 0 queues a met
+  all_gather (staged=False) and then a stageable one, and reports that both returned before rank 1
+  posted either (rank 1 waits for rank 0's word): the staged call went behind the met one on the
+  worker, not waiting on the caller's thread for its meeting; both exact, the second staged.
 - `shutdown`: rank 0 queues calls and drops the team before rank 1 has posted; rank 1 then posts
   and checks its results (exact only if rank 0's worker ran them while its team closed).
 
@@ -177,6 +181,24 @@ def main() -> None:
         team.settle()
         out["met_exact"] = bool(np.array_equal(get(h, size * n), np.repeat(np.arange(1.0, size + 1), n)))
         out["staged_after_met"] = team.phase_times()["staged"]
+    elif scenario == "staged_behind_queued":
+        n = 1 << 16
+        a = put(np.full(n, rank + 1.0))
+        g, h = put(np.zeros(size * n)), put(np.zeros(size * n))
+        team.allgather(a, g, n * 8, stream=stream, queued=True)  # the slots' setup, on the caller's thread
+        team.settle()
+        staged, posted = team.phase_times()["staged"], team.queue_posted()
+        if rank == 1:
+            store.get("queue/posted/0")  # rank 0's two calls returned before this rank posts either
+        team.allgather(a, h, n * 8, stream=stream, queued=True, staged=False)  # met: the worker meets rank 1
+        team.allgather(a, g, n * 8, stream=stream, queued=True)                # stageable
+        out["posted"] = team.queue_posted() - posted
+        if rank == 0:
+            store.set("queue/posted/0", b"1")
+        team.settle()
+        want = np.repeat(np.arange(1.0, size + 1), n)
+        out["exact"] = bool(np.array_equal(get(g, size * n), want) and np.array_equal(get(h, size * n), want))
+        out["staged"] = team.phase_times()["staged"] - staged
     elif scenario == "staged_peer_dies":
         a = put(np.full(N, rank + 1, np.float32))
         team.allreduce(a, a, N, "float32", "sum", stream=stream, queued=True)

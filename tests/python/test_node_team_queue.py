@@ -13,8 +13,9 @@ WORKER = os.path.join(os.path.dirname(__file__), "node_team_queue_worker.py")
 
 def run(tmp_path, scenario: str, size: int = 2, timeout_s: str = "20", staged: bool = False,
         hooks: str = "") -> list[dict]:
-    # Staging off but where asked: a staged call is never queued (it meets no other rank's host;
-    # the team's first one sets the slots up with the others), and these are the queue's semantics.
+    # Staging off but where asked: a staged call is queued only behind queued calls (it meets no
+    # other rank's host; the team's first one sets the slots up with the others), and these are
+    # the queue's semantics.
     # The GPUs' in-kernel barriers (a staged call's) give up on a dead peer after their own timeout.
     env = dict(os.environ, GPUSTRIPE_TIMEOUT=timeout_s, GPUSTRIPE_COLL_BARRIER_TIMEOUT=timeout_s, PYTHONUNBUFFERED="1")
     env["GPUSTRIPE_TEST"] = ",".join(h for h in (hooks, "" if staged else "coll.staged_max=0") if h)
@@ -86,6 +87,15 @@ def test_a_call_enqueued_while_the_one_before_it_runs_says_so(tmp_path, staged):
         # staging on: a block of 512 KB fits the slots; a call asked for in its met form is not staged
         assert (r["limit"] >= (512 << 10)) if staged else r["limit"] == 0, r
         assert r["met_exact"] and r["staged_after_met"] == r["staged"], r
+
+
+def test_a_staged_call_behind_a_queued_one_is_queued_too(tmp_path):
+    # Enqueued on the caller's thread it would wait there for the met call's meeting with rank 1,
+    # which posts only once rank 0's calls returned (the drain would time out).
+    skip_without(2)
+    r0, r1 = run(tmp_path, "staged_behind_queued", staged=True)
+    assert r0["posted"] == 2 and r0["exact"] and r0["staged"] == 1, r0
+    assert r1["exact"] and r1["staged"] == 1, r1
 
 
 def test_a_team_closed_with_calls_queued_runs_them_first(tmp_path):
