@@ -31,8 +31,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-import gpustripe.torch  # registers the backend
-
 
 def build(name: str, args) -> torch.nn.Module:
     torch.manual_seed(0)
@@ -135,6 +133,8 @@ class Trainer:
 def start(args) -> tuple:
     """This process's rank and GPU under torchrun: the default group on gpustripe, and
     `args.nccl_group` of the same ranks on nccl."""
+    import gpustripe.torch  # noqa: F401 -- registers the backend (here: build() and batch() serve probes without it)
+
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
     dist.init_process_group("cuda:gpustripe,cpu:gloo")
@@ -171,7 +171,9 @@ def main() -> None:
 
     rank, dev = start(args)
     if args.always_native:
-        gpustripe.torch._test_always_native(dist.group.WORLD)
+        from gpustripe.torch import _test_always_native
+
+        _test_always_native(dist.group.WORLD)
     # The first steps include allocation, autotuning and the backend's calibration and mappings:
     # left out of the step times and of the backend's trace.
     args.warm_steps = min(5, args.steps // 2)
