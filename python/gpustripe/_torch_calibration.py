@@ -67,8 +67,9 @@ class _Calibration:
     caller (issue()'s own time): the review's measure of what NCCL's real calls would hold.
 
     A kind whose calls the team can stage through its slots (no meeting of the hosts, but the
-    slots' extra pass on the GPUs) has a second native side, `met` (the same call meeting the
-    other hosts and reading their buffers): the fastest native side is the kind's form, and
+    slots' extra pass on the GPUs) and whose first call is asynchronous (a blocking one takes the
+    staged form: ProcessGroupGpustripe._native_way) has a second native side, `met` (the same call
+    meeting the other hosts and reading their buffers): the fastest native side is the kind's form, and
     where its review hands the met form over, the staged one takes its place while it was faster
     than NCCL (reviewed in turn)."""
 
