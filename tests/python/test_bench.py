@@ -69,6 +69,22 @@ def test_torch_bench_names_the_calibrated_side_of_each_row():
     assert torch_dist._chosen({}, "bcast", "float32", 1 << 20) is None
 
 
+def test_torch_bench_traces_only_the_rows_own_choice(capsys):
+    """--trace prints, under a row, the calibration's choice for that row's kind alone (not every
+    kind decided so far, which repeated each choice under every later row)."""
+    from gpustripe.benchmarks import torch_dist
+
+    choice = {"use": "gpustripe", "gpustripe": 20.0, "nccl": 30.0}
+    trace = {"host_us": {}, "team": {},
+             "choices": {"all_reduce float32 <2097152B": dict(choice), "all_reduce float32 <4194304B": dict(choice)}}
+    torch_dist._print_trace(trace, torch_dist._kind_key("allreduce", "float32", 2 << 20))
+    out = capsys.readouterr().out
+    assert "<4194304B" in out and "<2097152B" not in out, out
+    torch_dist._print_trace(trace)
+    out = capsys.readouterr().out
+    assert "<4194304B" in out and "<2097152B" in out, out
+
+
 def test_torch_bench_prints_each_calibration_batch():
     """A calibrated kind's line gives the medians it was decided by and this rank's batches in
     order, so a side slow in its first batches shows apart from one slow throughout."""

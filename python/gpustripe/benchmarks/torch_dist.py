@@ -239,7 +239,7 @@ def _worker(rank, world, cfg, out_path):
                     for r, line in enumerate(spreads if cfg["trace"] else []):
                         print(f"{'':>18}rank {r}: {line}", flush=True)
                     if ours and cfg["trace"]:
-                        _print_trace(g.trace(reset=True))
+                        _print_trace(g.trace(reset=True), _kind_key(op, cfg["dtype"], size))
                 elif ours:
                     g.trace(reset=True)
                 if ours and cfg["profile"]:
@@ -261,11 +261,17 @@ _TORCH_OPS = {"allreduce": "all_reduce", "allgather": "all_gather_into_tensor",
               "reduce_scatter": "reduce_scatter_tensor", "alltoall": "all_to_all_single", "bcast": "broadcast"}
 
 
+def _kind_key(op: str, dtype: str, size: int) -> str:
+    """The key of the backend's trace()["choices"] for `op` of `size` bytes (every op's largest
+    buffer here: its size class)."""
+    return f"{_TORCH_OPS[op]} {dtype} <{1 << size.bit_length()}B"
+
+
 def _chosen(t: dict, op: str, dtype: str, size: int) -> str | None:
     """The side ("gpustripe", "gpustripe met" for the met form of a kind the team can stage, or
-    "nccl") the calibration chose for `op` of `size` bytes (every op's largest buffer here: its
-    size class), from the group's trace; None where it chose nothing."""
-    c = t.get("choices", {}).get(f"{_TORCH_OPS[op]} {dtype} <{1 << size.bit_length()}B")
+    "nccl") the calibration chose for `op` of `size` bytes, from the group's trace; None where it
+    chose nothing."""
+    c = t.get("choices", {}).get(_kind_key(op, dtype, size))
     if not c:
         return None
     return "gpustripe met" if c["use"] == "gpustripe" and c.get("form") == "met" else c["use"]
@@ -285,8 +291,9 @@ def _spread_line(calls_us: list, gc_us: float) -> str:
             f"{gc_us / len(each):.1f} us per call")
 
 
-def _print_trace(t: dict) -> None:
-    """One native call's host time by phase (us per call), and the calibration's choices."""
+def _print_trace(t: dict, kind: str | None = None) -> None:
+    """One native call's host time by phase (us per call), and the calibration's choice for the
+    row's `kind` (_kind_key; every choice so far where None)."""
     host = ", ".join(f"{op} {v['us']:.1f} (team call {v['team_us']:.1f}, end {v['end_us']:.1f}; {v['calls']} calls; "
                      f"the last {v['recent_calls']}: {v['recent_us']:.1f}, mean {v['recent_mean_us']:.1f}, "
                      f"longest {v['recent_max_us']:.1f}; team call {v['recent_team_us']:.1f}, "
@@ -299,8 +306,9 @@ def _print_trace(t: dict) -> None:
     print(f"{'':>18}trace: backend call {host or '-'}; team ({team.get('calls', 0)} calls, "
           f"{team.get('ordered', 0)} stream-ordered, {team.get('built', 0)} built their Program): {phases or '-'}",
           flush=True)
-    for kind, c in t["choices"].items():
-        print(f"{'':>18}{_choice_line(kind, c)}", flush=True)
+    for k, c in t["choices"].items():
+        if kind is None or k == kind:
+            print(f"{'':>18}{_choice_line(k, c)}", flush=True)
 
 
 def _choice_line(kind: str, c: dict) -> str:
