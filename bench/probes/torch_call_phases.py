@@ -5,7 +5,8 @@ paces the calls (1-8 MB).
 Why: through torch.distributed, the native reduce_scatter_tensor held its caller 3-4 us longer
 than NCCL's at 1-8 MB, while the native all_gather_into_tensor held it 7-8 us less; inside the
 backend the team's reduce-scatter call took ~5 us more than its all-gather. This probe splits a
-call into its layers, each timed alone, `--calls` calls back to back (median host us per call):
+call into its layers, each timed alone, `--calls` calls back to back (median host us per call;
+each layer's mean host us and pace, to the GPUs' end, printed below it):
 
   dist       torch.distributed's call (async_op=False), torch's wrapper and c10d's dispatch included
   dist_sub   the same on a second always-native gpustripe group (dist.new_group): the default
@@ -117,18 +118,28 @@ def _pieces(op, pg, inp, out) -> dict:
     return {k: round(min(timeit.repeat(f, number=2000, repeat=5)) / 2000 * 1e6, 3) for k, f in steps.items()}
 
 
-def _host_us(f, calls: int, barrier) -> float:
-    """Median host us of `calls` calls of f back to back (the GPUs waited for before and after)."""
+def _timed(f, calls: int, barrier) -> tuple:
+    """(median host us, mean host us, pace us) of `calls` calls of f back to back, the GPUs waited
+    for before and after: the pace from the first call to this rank's GPUs' end of the last, per
+    call, as `gpustripe bench torch` times its rows (a few long calls move the mean and the pace,
+    not the median)."""
     torch.cuda.synchronize()
     barrier()
     host = []
+    t0 = time.perf_counter()
     for _ in range(calls):
         a = time.perf_counter()
         f()
         host.append(time.perf_counter() - a)
     torch.cuda.synchronize()
+    pace = (time.perf_counter() - t0) / calls
     barrier()
-    return 1e6 * statistics.median(host)
+    return 1e6 * statistics.median(host), 1e6 * statistics.fmean(host), 1e6 * pace
+
+
+def _host_us(f, calls: int, barrier) -> float:
+    """Median host us of `calls` calls of f back to back (_timed)."""
+    return _timed(f, calls, barrier)[0]
 
 
 def _api(f, calls: int, barrier) -> dict:
@@ -180,7 +191,7 @@ def main() -> None:
             got = {k: [] for k in layers}
             for trial in range(args.trials):
                 for k, f in (layers.items() if trial % 2 == 0 else reversed(layers.items())):
-                    got[k].append(_host_us(f, args.calls, barrier))
+                    got[k].append(_timed(f, args.calls, barrier))
             # The backend's split and the team's phases over a batch of dist calls alone.
             pg.trace(reset=True)
             _host_us(layers["dist"], args.calls, barrier)
@@ -190,7 +201,9 @@ def main() -> None:
             cls = f"<{1 << max(inp.nbytes, out.nbytes).bit_length()}B"  # the kind's size class (gt._kind)
             chose = next((f"{c['use']} {c.get('form', '')}".strip() for k, c in cal.trace()["choices"].items()
                           if k.startswith(op + " ") and k.endswith(cls)), "?")
-            mine = {"rank": rank, **{k: round(statistics.median(v), 2) for k, v in got.items()}, "cal_chose": chose,
+            mine = {"rank": rank, **{k: round(statistics.median(t[0] for t in v), 2) for k, v in got.items()},
+                    "mean": {k: round(statistics.median(t[1] for t in v), 2) for k, v in got.items()},
+                    "pace": {k: round(statistics.median(t[2] for t in v), 2) for k, v in got.items()}, "cal_chose": chose,
                     "split": split, "phases": phases, "pieces": _pieces(op, pg, inp, out),
                     "api": _api(layers["dist"], 20, barrier), "nccl_api": _api(layers["nccl_dist"], 20, barrier)}
             # Every rank's: the slowest rank's host paces blocking calls on every rank.
@@ -201,6 +214,7 @@ def main() -> None:
                 for m in ranks:
                     print(f"{op:24s} {size >> 20:4d}M rank {m['rank']} " + "  ".join(f"{k} {m[k]:6.1f}" for k in layers)
                           + f"  (dist_cal: {m['cal_chose']})"
+                          + f"\n    mean {m['mean']}\n    pace {m['pace']}"
                           + f"\n    split {m['split']}\n    pieces {m['pieces']}\n    phases {m['phases']}\n    api {m['api']}"
                           + f"\n    nccl api {m['nccl_api']}", flush=True)
     if rank == 0:
