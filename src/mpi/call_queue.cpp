@@ -71,6 +71,11 @@ uint64_t CallQueue::done() const {
   return done_;
 }
 
+bool CallQueue::idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_ == posted_;
+}
+
 double CallQueue::latency_us(uint64_t job) const {
   std::lock_guard<std::mutex> lock(mu_);
   const auto& kept = latencies_[job % kLatenciesKept];

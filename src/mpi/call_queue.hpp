@@ -48,6 +48,8 @@ class CallQueue {
   bool on_worker() const { return std::this_thread::get_id() == worker_.get_id(); }
   uint64_t posted() const;
   uint64_t done() const;
+  // Whether every job posted so far has run (one look under the lock: posted() == done()).
+  bool idle() const;
   // How long job `job` took from its post() to the end of its run, in microseconds (its wait
   // behind the jobs before it and its own run: for a team's call, the other ranks' hosts met and
   // the call enqueued); negative where it has not run yet or ran kLatenciesKept jobs ago or more.

@@ -223,8 +223,7 @@ bool NodeTeam::submit(CollCall& c, bool queued, bool joined) {
   // that is for the other ranks' hosts at those calls' meetings; it is queued behind them
   // instead, where its enqueue on the worker waits for no host. (A call whose buffers cannot be
   // queued stays here: it goes through the slot, which only a staged call can.)
-  if (queued && c.stream && team_->stageable(c) && (!c.eligible || queue_->posted() == queue_->done()))
-    queued = false;
+  if (queued && c.stream && team_->stageable(c) && (!c.eligible || queue_->idle())) queued = false;
   if (!queued || !c.stream || !team_->stream_flags()) {
     queue_->drain(c.name);  // the calls queued before it come first, on every rank
     std::lock_guard<std::mutex> lock(team_mu_);

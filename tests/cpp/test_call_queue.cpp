@@ -43,13 +43,16 @@ TEST(CallQueue, DrainWaitsForAJobStillRunning) {
   std::shared_future<void> gate = go.get_future().share();
   std::atomic<bool> finished{false};
   CallQueue q;
+  EXPECT_TRUE(q.idle());
   q.post([gate, &finished] {
     gate.wait();
     finished = true;
   });
+  EXPECT_FALSE(q.idle());  // the job waits for the gate, not yet opened
   std::thread opener([&go] { go.set_value(); });
   q.drain("test");  // returns only after the job ran, whenever the gate opens
   EXPECT_TRUE(finished);
+  EXPECT_TRUE(q.idle());
   opener.join();
 }
 
