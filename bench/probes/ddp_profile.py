@@ -142,6 +142,9 @@ def main():
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--out", default="")
+    p.add_argument("--always-native", action="store_true",
+                   help="the gpustripe group serves every call natively (no calibration against NCCL): what its "
+                        "native calls cost the step")
     args = p.parse_args()
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
@@ -149,6 +152,8 @@ def main():
     dist.init_process_group("cuda:gpustripe,cpu:gloo")
     rank = dist.get_rank()
     groups = {"nccl": dist.new_group(backend="nccl"), "gpustripe": dist.group.WORLD}
+    if args.always_native:
+        gpustripe.torch._test_always_native(groups["gpustripe"])
     _count_calls()
     from torch.nn.parallel import DistributedDataParallel as DDP
 
