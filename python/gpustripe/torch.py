@@ -9,10 +9,10 @@ that all sit on this node go through gpustripe's cross-process collectives (the 
 interposer's schedules: src/mpi/coll_team.hpp), CPU tensors through gloo. Whatever is not
 served natively falls through to NCCL inside the backend, with one line per reason and run
 on rank 0: ranks on other nodes, types or operators the reduction kernels lack (int8,
-uint8, bool, AVG of integers, PREMUL_SUM, bitwise ops), uneven all_to_all_single splits,
-non-contiguous tensors, send/recv, CUDA graph capture, and the operations this backend does
-not define (gather, scatter, alltoall of lists: the NCCL backend registered for CUDA serves
-them through c10d's dispatch).
+uint8, bool, AVG of integers, PREMUL_SUM, bitwise ops), all_to_all_single splits that do not
+cut the tensors, non-contiguous tensors, send/recv, CUDA graph capture, and the operations
+this backend does not define (gather, scatter, alltoall of lists: the NCCL backend registered
+for CUDA serves them through c10d's dispatch).
 
 Stream ordering: a native collective is enqueued behind the tensor's current stream and
 ahead of its later work, from C++ with the GIL released and no host wait for the GPUs (the
@@ -49,6 +49,7 @@ c10d hands it every collective of the group, and it dispatches by device and sup
 from __future__ import annotations
 
 import collections
+import math
 import operator
 import socket
 import statistics
@@ -166,6 +167,21 @@ def _kind(op: str, t: torch.Tensor, nbytes: int) -> tuple:
     not), the element type, and the size class (`nbytes`, the op's largest buffer, within a
     power of two)."""
     return op, t.is_cuda, t.dtype, nbytes.bit_length()
+
+
+def _v_layout(t: torch.Tensor, splits, n: int):
+    """(byte offsets, byte sizes, bytes per row) of the `n` blocks of dim 0 of the contiguous
+    tensor `t` that `splits` (rows per rank; empty: equal) cut; None where they do not cut it."""
+    rows = t.size(0) if t.dim() else 0
+    splits = list(splits) if splits else ([rows // n] * n if rows % n == 0 else None)
+    if splits is None or len(splits) != n or min(splits, default=0) < 0 or sum(splits) != rows:
+        return None
+    row = math.prod(t.shape[1:]) * t.element_size() if t.dim() else 0
+    at, off = [], 0
+    for k in splits:
+        at.append(off)
+        off += k * row
+    return at, [k * row for k in splits], row
 
 
 def _recent(calls) -> dict:
@@ -319,8 +335,10 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         """Whether t is memory of the native path's kind (CUDA; CPU in the emulated test mode)."""
         return t.is_cuda or (self._emulated and t.device.type == "cpu")
 
-    def _native_ok(self, tensors, what: str) -> bool:
-        """Whether these tensors may go the native way (the same answer on every rank)."""
+    def _native_ok(self, tensors, what: str, empty: bool = False) -> bool:
+        """Whether these tensors may go the native way (the same answer on every rank). `empty`:
+        tensors without elements may (an uneven all_to_all_single's rank with nothing to send
+        or receive: the other ranks' calls are not empty, and every rank must take one way)."""
         if not self._local:
             return False
         if tensors[0].is_cuda and _capturing():
@@ -330,7 +348,7 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
             if not t.is_contiguous():
                 self._say(f"{what} of a non-contiguous tensor goes to NCCL")
                 return False
-            if not t.numel():
+            if not t.numel() and not empty:
                 return False  # nothing to move; the team declines empty buffers
         return True
 
@@ -742,17 +760,16 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
         return self._reduce_scatter_base(out, flat, opts)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=AllToAllOptions()):
+        n = self._size
+        # Splits given: the uneven form, whatever they are (each rank sees its own splits only,
+        # and every rank must take the same way, as NCCL's alltoall and alltoallv differ too).
+        if output_split_sizes or input_split_sizes:
+            return self._alltoall_uneven(output, input, output_split_sizes, input_split_sizes, opts)
         kind = _kind("all_to_all_single", input, input.nbytes)
         be = self._delegated_to(kind, input)
         if be is not None:
             return be.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
-        n = self._size
-        rows = input.size(0) if input.dim() else 0
-        even = rows % n == 0 and all(
-            not s or all(v == rows // n for v in s) for s in (output_split_sizes, input_split_sizes))
-        if not even:
-            self._say("all_to_all_single with uneven splits goes to NCCL")
-        if (not even or output.numel() != input.numel() or not self._native_side(input)
+        if (output.numel() != input.numel() or not input.dim() or input.size(0) % n or not self._native_side(input)
                 or not self._native_ok([output, input], "all_to_all_single")):
             return self._other(input, "all_to_all_single").alltoall_base(
                 output, input, output_split_sizes, input_split_sizes, opts)
@@ -765,6 +782,37 @@ class ProcessGroupGpustripe(dist.ProcessGroup):
                          result=[output],
                          redo=lambda b: self.alltoall_base(b[1], b[0], output_split_sizes, input_split_sizes, opts),
                          blocking=_blocking(opts), stage_bytes=block)
+
+    def _alltoall_uneven(self, output, input, output_split_sizes, input_split_sizes, opts):
+        """all_to_all_single with splits of dim 0 that differ (a mixture of experts' tokens): each
+        rank's copy engines pull the blocks it receives from the senders' buffers, the senders'
+        offsets and sizes carried by the ranks' meeting (NodeTeam.alltoallv: the met form, no
+        staged one). Every rank must take the same way while its sizes are its own: so the kind of
+        call is one for every size (`all_to_all_single_v`, of the element type), the checks are of
+        what every rank's call has alike (the group, a capture, contiguity), and a rank with
+        nothing to send or receive takes part all the same. Splits that do not cut the tensors,
+        rows of other sizes on the two sides, or a sender and receiver that do not agree on a
+        block go to NCCL, whose answer (an error) is the caller's: a blocking call declined at the
+        meeting on every rank, a queued one failing its work."""
+        other = lambda: self._other(input, "all_to_all_single").alltoall_base(  # noqa: E731
+            output, input, output_split_sizes, input_split_sizes, opts)
+        kind = _kind("all_to_all_single_v", input, 0)
+        be = self._delegated_to(kind, input)
+        if be is not None:
+            return be.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+        layout = _v_layout(input, input_split_sizes, self._size), _v_layout(output, output_split_sizes, self._size)
+        if (None in layout or layout[0][2] != layout[1][2] or output.dtype != input.dtype
+                or not self._native_side(input) or not self._native_ok([output, input], "all_to_all_single",
+                                                                        empty=True)):
+            return other()
+        (send_at, send_len, _), (recv_at, recv_len, _) = layout
+        return self._run("all_to_all_single", kind, [input, output],
+                         lambda team, p, st, q, j, s: team.alltoallv(p[0], p[1], send_at, send_len, recv_at, recv_len,
+                                                                     stream=st, queued=q, joined=j,
+                                                                     device=self._mem.index(input)),
+                         other, result=[output],
+                         redo=lambda b: self.alltoall_base(b[1], b[0], output_split_sizes, input_split_sizes, opts),
+                         blocking=_blocking(opts))
 
     all_to_all_single = alltoall_base  # newer torch's name for it
 

@@ -12,6 +12,7 @@
 // other members instead; the same on every member.
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstring>
 
@@ -209,6 +210,22 @@ void bind_team(nb::module_& m) {
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("block_bytes"), nb::arg("stream") = 0, nb::arg("queued") = false,
           nb::arg("joined") = false, nb::arg("staged") = true)
+      .def(
+          "alltoallv",
+          [](NodeTeam& t, uintptr_t send, uintptr_t recv, const std::vector<size_t>& send_at,
+             const std::vector<size_t>& send_len, const std::vector<size_t>& recv_at,
+             const std::vector<size_t>& recv_len, uintptr_t stream, bool queued, bool joined, int device) {
+            return without_gil([&] {
+              return t.alltoallv(as_ptr(send), as_ptr(recv), send_at, send_len, recv_at, recv_len, as_ptr(stream),
+                                 queued, joined, device);
+            });
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("send_at"), nb::arg("send_bytes"), nb::arg("recv_at"),
+          nb::arg("recv_bytes"), nb::arg("stream") = 0, nb::arg("queued") = false, nb::arg("joined") = false,
+          nb::arg("device") = -1,
+          "Uneven blocks, byte offsets and sizes per member: send_bytes[j] at send + send_at[j] to member j, member "
+          "i's recv_bytes[i] into recv + recv_at[i] (node_team.hpp); `device`: this member's GPU where it neither "
+          "sends nor receives. False on every member where a sender's and its receiver's sizes differ.")
       .def(
           "bcast",
           [](NodeTeam& t, uintptr_t buf, size_t bytes, int root, uintptr_t stream, bool queued, bool joined) {

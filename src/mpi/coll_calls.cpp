@@ -40,6 +40,14 @@ std::string shape_of(const char* name, std::initializer_list<long long> captured
   return s;
 }
 
+std::string v_shape(const char* name, int n, int me, int root, const std::vector<size_t>& bytes,
+                    const std::vector<size_t>& at) {
+  std::string shape = shape_of(name, {n, me, root});
+  shape.append(reinterpret_cast<const char*>(bytes.data()), bytes.size() * sizeof(size_t));
+  shape.append(reinterpret_cast<const char*>(at.data()), at.size() * sizeof(size_t));
+  return shape;
+}
+
 std::vector<const char*> in(const std::vector<char*>& v) { return {v.begin(), v.end()}; }
 
 void allreduce_call(CollCall& c, const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op) {
@@ -122,6 +130,26 @@ void alltoall_call(CollCall& c, int n, const void* send, void* recv, size_t bloc
   c.staged_bytes = block;
   c.staged = [send, recv, block](coll::Program& p, const coll::Staged& s) {
     coll::build_staged_alltoall(p, s, static_cast<const char*>(send), static_cast<char*>(recv), block);
+  };
+}
+
+void alltoallv_call(CollCall& c, int n, int me, const void* send, const std::vector<size_t>& send_at,
+                    const std::vector<size_t>& send_len, size_t send_span, void* recv,
+                    const std::vector<size_t>& recv_at, const std::vector<size_t>& recv_len, size_t recv_span) {
+  size_t total = 0;
+  for (size_t b : recv_len) total += b;
+  c.bytes = total;
+  c.send = send;
+  c.send_bytes = send_span;
+  c.recv = recv;
+  c.recv_bytes = recv_span;
+  c.send_at.assign(send_at.begin(), send_at.end());
+  c.send_len.assign(send_len.begin(), send_len.end());
+  c.recv_len.assign(recv_len.begin(), recv_len.end());
+  c.shape = v_shape("alltoallv", n, me, 0, recv_len, recv_at);
+  c.build = [me, bytes = recv_len, at = recv_at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
+                                                 const std::vector<char*>& r, coll::Scratch&, const coll::Choice& ch) {
+    coll::build_allgatherv_pull(p, t, me, in(s), r, bytes, at, ch.exchange);
   };
 }
 

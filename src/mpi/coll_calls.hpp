@@ -25,6 +25,10 @@ int device_of(p2p::Mover& mover, CollCall& c, std::initializer_list<const void*>
 
 // CollCall::shape: the collective and what its build closure captures.
 std::string shape_of(const char* name, std::initializer_list<long long> captured);
+// The shape of a v form: its name, the ranks, this rank, the root, and one side's blocks
+// (bytes and byte offsets per rank).
+std::string v_shape(const char* name, int n, int me, int root, const std::vector<size_t>& bytes,
+                    const std::vector<size_t>& at);
 
 // The builders take the send pointers as const.
 std::vector<const char*> in(const std::vector<char*>& v);
@@ -42,6 +46,14 @@ void reduce_call(CollCall& c, bool is_root, const void* send, void* recv, size_t
 void allgather_call(CollCall& c, int n, const void* send, void* recv, size_t block);
 // Block j of send to rank j, block i of recv from rank i (`block` bytes each).
 void alltoall_call(CollCall& c, int n, const void* send, void* recv, size_t block);
+// Rank j's block of send (send_at[j], send_len[j] bytes) to rank j; rank i's block into recv at
+// recv_at[i] (recv_len[i] bytes). Each rank's copy engines pull the blocks it receives: the
+// senders' layouts travel with the entry exchange (CollCall::send_at), and where some sender's
+// and receiver's sizes differ every rank declines the call. At most CollCall::kMaxBlocks ranks;
+// send and recv must not overlap (the caller checks both).
+void alltoallv_call(CollCall& c, int n, int me, const void* send, const std::vector<size_t>& send_at,
+                    const std::vector<size_t>& send_len, size_t send_span, void* recv,
+                    const std::vector<size_t>& recv_at, const std::vector<size_t>& recv_len, size_t recv_span);
 // The root's `bytes` at buf into every rank's buf.
 void bcast_call(CollCall& c, void* buf, size_t bytes, int root);
 

@@ -210,14 +210,6 @@ bool v_blocks(int n, const int* counts, const int* displs, size_t esz, std::vect
   return true;
 }
 
-std::string v_shape(const char* name, int n, int me, int root, const std::vector<size_t>& bytes,
-                    const std::vector<size_t>& at) {
-  std::string shape = shape_of(name, {n, me, root});
-  shape.append(reinterpret_cast<const char*>(bytes.data()), bytes.size() * sizeof(size_t));
-  shape.append(reinterpret_cast<const char*>(at.data()), at.size() * sizeof(size_t));
-  return shape;
-}
-
 // MPI_Gather(v) and MPI_Scatter(v), one the mirror of the other: every rank's one block
 // (`one`: gather's send buffer, scatter's receive buffer; MPI_IN_PLACE at the root) and the
 // root's buffer of every rank's block at its displacement (`many`: counts and displacements
@@ -339,24 +331,13 @@ int alltoall_v(MPI_Comm comm, const char* name, const void* sendbuf, const std::
                      (total > 0 || sd.span > 0);
         if (c.device >= 0 && !(r.ok && sd.ok)) note_host_path(name, "a datatype with holes or bad counts");
         if (!c.eligible) return;
-        c.send = sendbuf;
+        const void* from = sendbuf;
         if (in_place && r.span > 0) {
           char* copy = team.temp(c.device, r.span);
           rt.mover().copy_now(copy, c.device, recvbuf, c.device, r.span);
-          c.send = copy;
+          from = copy;
         }
-        c.send_bytes = sd.span;
-        c.recv = recvbuf;
-        c.recv_bytes = r.span;
-        c.send_at.assign(sd.at.begin(), sd.at.end());
-        c.send_len.assign(sd.bytes.begin(), sd.bytes.end());
-        c.recv_len.assign(r.bytes.begin(), r.bytes.end());
-        c.shape = v_shape("alltoallv", n, me, 0, r.bytes, r.at);
-        c.build = [me, bytes = r.bytes, at = r.at](coll::Program& p, const coll::Team& t, const std::vector<char*>& s,
-                                                   const std::vector<char*>& rv, coll::Scratch&,
-                                                   const coll::Choice& ch) {
-          coll::build_allgatherv_pull(p, t, me, in(s), rv, bytes, at, ch.exchange);
-        };
+        alltoallv_call(c, n, me, from, sd.at, sd.bytes, sd.span, recvbuf, r.at, r.bytes, r.span);
       },
       mpi);
 }

@@ -1,5 +1,6 @@
 #include "mpi/node_team.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <string>
@@ -313,7 +314,8 @@ void NodeTeam::run_queued(CollCall& c, StreamHandle end, uint64_t call) {
   if (!served)
     GS_THROW(GPUSTRIPE_ERR_NOT_SUPPORTED,
              "%s: another rank's side declined this queued call at the ranks' meeting (a buffer it cannot share, e.g. "
-             "memory of a cudaMallocAsync pool): it was not made, and the calls after it fail", c.name);
+             "memory of a cudaMallocAsync pool; an alltoallv block whose sender and receiver give different sizes): "
+             "it was not made, and the calls after it fail", c.name);
 }
 
 bool NodeTeam::allreduce(const void* send, void* recv, size_t count, coll::DataType dt, coll::RedOp op, StreamHandle stream, bool queued, bool joined, bool staged) {
@@ -359,6 +361,32 @@ bool NodeTeam::alltoall(const void* send, void* recv, size_t block, StreamHandle
   c.eligible = c.device >= 0 && block > 0 && disjoint(send, total, recv, total);
   if (block > 0) alltoall_call(c, size(), send, recv, block);  // staged whatever the buffers
   if (!staged) c.staged = nullptr;
+  return submit(c, queued, joined);
+}
+
+bool NodeTeam::alltoallv(const void* send, void* recv, const std::vector<size_t>& send_at,
+                         const std::vector<size_t>& send_len, const std::vector<size_t>& recv_at,
+                         const std::vector<size_t>& recv_len, StreamHandle stream, bool queued, bool joined,
+                         int device) {
+  const int n = size();
+  const size_t un = static_cast<size_t>(n);
+  GS_REQUIRE(send_at.size() == un && send_len.size() == un && recv_at.size() == un && recv_len.size() == un,
+             GPUSTRIPE_ERR_INVALID_ARGUMENT, "alltoallv: %zu, %zu, %zu and %zu blocks for %d members",
+             send_at.size(), send_len.size(), recv_at.size(), recv_len.size(), n);
+  CollCall c = entered_call("alltoallv", coll::CollOp::AllToAll, stream);
+  size_t send_span = 0, recv_span = 0, total = 0;
+  for (size_t i = 0; i < un; ++i) {
+    if (send_len[i]) send_span = std::max(send_span, send_at[i] + send_len[i]);
+    if (recv_len[i]) recv_span = std::max(recv_span, recv_at[i] + recv_len[i]);
+    total += recv_len[i];
+  }
+  // Only the sides with bytes are located (and mapped by the peers).
+  if (!send_span) send = nullptr;
+  if (!recv_span) recv = nullptr;
+  c.device = send && recv ? device_of(c, {send, recv}) : send ? device_of(c, {send}) : recv ? device_of(c, {recv}) : device;
+  c.eligible = c.device >= 0 && un <= CollCall::kMaxBlocks && (!send || !recv || disjoint(send, send_span, recv, recv_span));
+  c.bytes = total;
+  if (c.eligible) alltoallv_call(c, n, rank(), send, send_at, send_len, send_span, recv, recv_at, recv_len, recv_span);
   return submit(c, queued, joined);
 }
 

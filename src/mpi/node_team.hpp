@@ -153,6 +153,16 @@ class NodeTeam {
   // Block j of send to member j, block i of recv from member i (`block` bytes each; no overlap).
   bool alltoall(const void* send, void* recv, size_t block, StreamHandle stream = nullptr, bool queued = false,
                 bool joined = false, bool staged = true);
+  // Uneven blocks: send_len[j] bytes at send + send_at[j] to member j, member i's block into
+  // recv + recv_at[i] (recv_len[i] bytes), one entry per member each (at most
+  // CollCall::kMaxBlocks members). Always the met form: each member's copy engines pull its
+  // blocks from the senders' buffers. A side with no bytes is not looked at (a member that
+  // sends or receives nothing: its pointer may be null); `device`: this member's GPU where it
+  // neither sends nor receives anything. Declined on every member where a sender's and its
+  // receiver's sizes differ, or send and recv overlap.
+  bool alltoallv(const void* send, void* recv, const std::vector<size_t>& send_at, const std::vector<size_t>& send_len,
+                 const std::vector<size_t>& recv_at, const std::vector<size_t>& recv_len,
+                 StreamHandle stream = nullptr, bool queued = false, bool joined = false, int device = -1);
   // root's `bytes` at buf into every member's buf.
   bool bcast(void* buf, size_t bytes, int root, StreamHandle stream = nullptr, bool queued = false, bool joined = false);
   // recv (root only: null elsewhere) = op over members of send (send == recv at the root: in place).

@@ -68,6 +68,11 @@ def main() -> None:
         t = put(np.zeros(size * N, np.float64))              # all_to_all of a
         rs = put(np.zeros(N, np.float64))                    # reduce_scatter of a
         ints = put(np.full(N, rank + 2, np.int32))
+        # uneven all_to_all of a: c(i, j) elements from the start of block j of rank i's a to rank j
+        c = [[(i + j) % 3 * 5 + 1 for j in range(size)] for i in range(size)]
+        tv = put(np.zeros(sum(c[i][rank] for i in range(size)), np.float64))
+        v_send = ([j * N * 8 for j in range(size)], [c[rank][j] * 8 for j in range(size)])
+        v_recv = ([sum(c[k][rank] for k in range(i)) * 8 for i in range(size)], [c[i][rank] * 8 for i in range(size)])
         if rank == 1:
             store.get("queue/posted/0")  # rank 0's calls all returned before this rank posts any
         q = dict(stream=stream, queued=True)
@@ -77,6 +82,7 @@ def main() -> None:
             team.bcast(a, size * N * 8, size - 1, **q),                      # a unchanged (same everywhere)
             team.allreduce(a, a, size * N, "float64", "max", **q),            # a unchanged
             team.alltoall(a, t, N * 8, **q),                                  # t = blocks of a
+            team.alltoallv(a, tv, *v_send, *v_recv, **q),                     # tv = uneven blocks of a
             team.reduce_scatter(a, rs, N, "float64", "sum", **q),             # rs = size * a[rank block]
             team.allreduce(ints, ints, N, "int32", "prod", **q),              # ints = prod(r + 2)
             team.reduce(a, a if rank == 0 else 0, size * N, "float64", "sum", 0, **q),  # a at 0 = size * a
@@ -109,6 +115,8 @@ def main() -> None:
             "a": np.allclose(get(a, size * N), want_a),
             "g": np.allclose(get(g, size * size * N), np.tile(total, size)),
             "t": np.allclose(get(t, size * N), np.tile(blocks[rank], size)),
+            "tv": np.allclose(get(tv, sum(c[i][rank] for i in range(size))),
+                              np.concatenate([blocks[rank][:c[i][rank]] for i in range(size)])),
             "rs": np.allclose(get(rs, N), size * blocks[rank]),
             "ints": bool((get(ints, N, np.int32) == np.prod([r + 2 for r in range(size)])).all()),
         }

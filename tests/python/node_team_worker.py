@@ -29,7 +29,7 @@ class StreamOrdered:
     """The team with every collective given a stream: enqueued behind it, not waited for (the
     results are read after team.settle())."""
 
-    COLLECTIVES = {"allreduce", "reduce_scatter", "allgather", "alltoall", "bcast", "reduce"}
+    COLLECTIVES = {"allreduce", "reduce_scatter", "allgather", "alltoall", "alltoallv", "bcast", "reduce"}
 
     def __init__(self, team, stream: int):
         self._team, self._stream = team, stream
@@ -37,7 +37,7 @@ class StreamOrdered:
     def __getattr__(self, name):
         f = getattr(self._team, name)
         if name in self.COLLECTIVES:
-            return lambda *a: f(*a, stream=self._stream)
+            return lambda *a, **k: f(*a, stream=self._stream, **k)
         return f
 
 
@@ -80,6 +80,42 @@ def bcast_host(store_dir: str, rank: int, size: int) -> None:
         checks.append({"op": f"team {k} closed: no staging mapped or named", "served": True,
                        "ok": mapped == 0 and not named, "left": [mapped, named]})
     print("NODETEAM " + json.dumps({"rank": rank, "checks": checks}), flush=True)
+
+
+def alltoallv(team, put, get, rank: int, size: int, n: int, salt: int, skew: bool = False, quiet=(), deaf=()):
+    """An all-to-all of uneven int32 blocks (some empty), laid out with gaps: rank i sends rank j
+    `count(i, j)` elements, its blocks in reverse rank order with 3 elements between them, and
+    receives them in rank order with 1 between (the gaps keep -1). `skew`: rank 0 expects one
+    element more from the last rank than it sends (the call is declined on every rank). The ranks
+    in `quiet` send nothing, those in `deaf` receive nothing: their empty side's pointer is 0.
+    (the call's answer, a function reading the result, what it should be)."""
+    def count(i, j):
+        return 0 if i in quiet or j in deaf else ((3 * i + 5 * j + n) % 4) * n
+
+    sends = [data(i, sum(count(i, j) for j in range(size)), "int32", salt + 3) for i in range(size)]
+    part = [np.split(sends[i], np.cumsum([count(i, j) for j in range(size)])[:-1]) for i in range(size)]
+    send_at, at = [0] * size, 0
+    for j in reversed(range(size)):
+        send_at[j], at = at, at + count(rank, j) + 3
+    buf = np.full(at, -1, np.int32)
+    for j in range(size):
+        buf[send_at[j]:send_at[j] + count(rank, j)] = part[rank][j]
+    recv_at, want = [], []
+    for i in range(size):
+        recv_at.append(sum(len(w) for w in want))
+        want += [part[i][rank], np.full(1, -1, np.int32)]
+    want = np.concatenate(want)
+    recv_len = [count(i, rank) * 4 for i in range(size)]
+    if skew and rank == 0:
+        recv_len[-1] += 4
+    s, r = put(buf), put(np.full(len(want) + 1, -1, np.int32))
+    if rank in quiet:
+        s = 0
+    if rank in deaf:
+        r = 0
+    served = team.alltoallv(s, r, [a * 4 for a in send_at], [count(rank, j) * 4 for j in range(size)],
+                            [a * 4 for a in recv_at], recv_len, device=rank)
+    return served, (lambda: want) if rank in deaf else (lambda: get(r, len(want), "int32")), want
 
 
 def main() -> None:
@@ -152,6 +188,13 @@ def main() -> None:
         s, r = put(sends[rank]), dbuf(n * 8 * size)
         want = np.concatenate([sends[j][rank * n:(rank + 1) * n] for j in range(size)])
         check(f"alltoall {n}", team.alltoall(s, r, n * 8), lambda: get(r, n * size, "int64"), want)
+        check(f"alltoallv {n}", *alltoallv(team, put, get, rank, size, n, salt))
+        # a rank that sends nothing, one that receives nothing, and with 3 ranks one that does neither
+        check(f"alltoallv {n} quiet and deaf ranks",
+              *alltoallv(team, put, get, rank, size, n, salt, quiet={0, size - 1} - {1}, deaf={0, 1} - {size - 1}))
+        served, _, _ = alltoallv(team, put, get, rank, size, n, salt, skew=True)
+        checks.append({"op": f"alltoallv {n} sizes differ: declined on every rank", "ok": not served,
+                       "served": bool(served), "declined": True})
         for root in range(size):
             b = put(data(rank, n, "float32", salt + root))
             check(f"bcast root {root} {n}", team.bcast(b, n * 4, root), lambda: get(b, n, "float32"),

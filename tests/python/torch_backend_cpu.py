@@ -81,6 +81,12 @@ def worker(rank: int, world: int, port: int, mode: str) -> None:
     dist.all_to_all_single(got, src)
     checks["all_to_all_single"] = torch.equal(
         got, torch.cat([torch.arange(rank * 3, rank * 3 + 3, dtype=torch.float32) + 100 * r for r in range(world)]))
+    ins, outs = [(rank + 2 * j) % 3 for j in range(world)], [(i + 2 * rank) % 3 for i in range(world)]
+    src = torch.cat([torch.full((k, 2), float(10 * rank + j)) for j, k in enumerate(ins)])
+    got = torch.empty(sum(outs), 2)
+    dist.all_to_all_single(got, src, outs, ins)  # uneven, some blocks empty
+    checks["all_to_all_single uneven"] = torch.equal(
+        got, torch.cat([torch.full((k, 2), float(10 * i + rank)) for i, k in enumerate(outs)]))
     for root in range(world):
         b = torch.full((3,), float(rank))
         dist.broadcast(b, src=root)

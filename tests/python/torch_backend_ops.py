@@ -276,14 +276,23 @@ def main() -> None:
                 dist.reduce(b, dst=root, op=R.MAX, group=nccl)
                 if rank == root:
                     check(f"reduce root {root} {dtype} {count}", a, b)
-    # uneven splits (NCCL inside the backend)
-    ins = [r + 1 for r in range(n)]
-    outs = [rank + 1] * n
-    z = data((sum(ins),), torch.float32, 77)
-    a, b = torch.empty(sum(outs), device=dev), torch.empty(sum(outs), device=dev)
-    dist.all_to_all_single(a, z, outs, ins)
+    # uneven splits, rows of 3, some empty, blocking and asynchronous: served natively
+    def split(i, j):
+        return (i + 2 * j) % 3 * (j + 1)  # rows rank i sends rank j
+
+    ins = [split(rank, j) for j in range(n)]
+    outs = [split(i, rank) for i in range(n)]
+    z = data((sum(ins), 3), torch.float32, 77)
+    b = torch.empty(sum(outs), 3, device=dev)
     dist.all_to_all_single(b, z, outs, ins, group=nccl)
+    before = pg.native_calls
+    a = torch.empty_like(b)
+    dist.all_to_all_single(a, z, outs, ins)
     check("all_to_all_single uneven splits", a, b)
+    a = torch.empty_like(b)
+    dist.all_to_all_single(a, z, outs, ins, async_op=True).wait()
+    check("all_to_all_single uneven splits async", a, b)
+    checks.append({"check": "all_to_all_single uneven splits native", "ok": pg.native_calls == before + 2})
     # async: the work's wait orders the current stream
     x = data((1 << 22,), torch.float32, 88)
     a, b = x.clone(), x.clone()
