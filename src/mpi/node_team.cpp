@@ -383,8 +383,12 @@ bool NodeTeam::alltoallv(const void* send, void* recv, const std::vector<size_t>
   // Only the sides with bytes are located (and mapped by the peers).
   if (!send_span) send = nullptr;
   if (!recv_span) recv = nullptr;
-  c.device = send && recv ? device_of(c, {send, recv}) : send ? device_of(c, {send}) : recv ? device_of(c, {recv}) : device;
-  c.eligible = c.device >= 0 && un <= CollCall::kMaxBlocks && (!send || !recv || disjoint(send, send_span, recv, recv_span));
+  c.device = send && recv ? device_of(c, {send, recv})
+             : send         ? device_of(c, {send})
+             : recv         ? device_of(c, {recv})
+                            : device;
+  c.eligible = c.device >= 0 && un <= CollCall::kMaxBlocks &&
+               (!send || !recv || disjoint(send, send_span, recv, recv_span));
   c.bytes = total;
   if (c.eligible) alltoallv_call(c, n, rank(), send, send_at, send_len, send_span, recv, recv_at, recv_len, recv_span);
   return submit(c, queued, joined);
