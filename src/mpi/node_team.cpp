@@ -374,11 +374,10 @@ bool NodeTeam::alltoallv(const void* send, void* recv, const std::vector<size_t>
              GPUSTRIPE_ERR_INVALID_ARGUMENT, "alltoallv: %zu, %zu, %zu and %zu blocks for %d members",
              send_at.size(), send_len.size(), recv_at.size(), recv_len.size(), n);
   CollCall c = entered_call("alltoallv", coll::CollOp::AllToAll, stream);
-  size_t send_span = 0, recv_span = 0, total = 0;
+  size_t send_span = 0, recv_span = 0;
   for (size_t i = 0; i < un; ++i) {
     if (send_len[i]) send_span = std::max(send_span, send_at[i] + send_len[i]);
     if (recv_len[i]) recv_span = std::max(recv_span, recv_at[i] + recv_len[i]);
-    total += recv_len[i];
   }
   // Only the sides with bytes are located (and mapped by the peers).
   if (!send_span) send = nullptr;
@@ -389,7 +388,6 @@ bool NodeTeam::alltoallv(const void* send, void* recv, const std::vector<size_t>
                             : device;
   c.eligible = c.device >= 0 && un <= CollCall::kMaxBlocks &&
                (!send || !recv || disjoint(send, send_span, recv, recv_span));
-  c.bytes = total;
   if (c.eligible) alltoallv_call(c, n, rank(), send, send_at, send_len, send_span, recv, recv_at, recv_len, recv_span);
   return submit(c, queued, joined);
 }
