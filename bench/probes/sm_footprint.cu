@@ -10,9 +10,10 @@
 //   comm     on stream B, 12 calls shaped as the team's kernel (512 threads, two blocks per SM,
 //            16-byte vectors, four in flight a thread) copying 32 MB within the GPU, each once
 //            its "peer" has arrived: a host thread that sees B reach the call (an event), spins
-//            `wait` us (a peer that far behind) and sets the call's flag in pinned host memory
-//            (as the team's stream flags are; a peer kernel on this GPU would find no SM free
-//            beside the spinning comm kernel). How B waits for the flag (`how`):
+//            `wait` us (a peer that far behind) and sets the call's flag in device memory by a
+//            copy (a copy engine: a peer kernel on this GPU would find no SM free beside the
+//            spinning comm kernel; the staged kernels' flags are in GPU memory, set by the peer
+//            over NVLink). How B waits for the flag (`how`):
 //              spin    every block of the comm kernel polls it (the staged kernel's barrier)
 //              stream  cuStreamWaitValue32 before the kernel: the stream waits, no SM does
 //              block   a one-block kernel polls it before the comm kernel
@@ -163,12 +164,17 @@ int main(int argc, char** argv) {
   cudaStream_t sa, sb;
   CK(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking));
   CK(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));
-  // The calls' flag in pinned host memory, counting up over the whole run.
-  unsigned* host_flag = nullptr;
-  CK(cudaHostAlloc(reinterpret_cast<void**>(&host_flag), sizeof(unsigned), cudaHostAllocMapped));
-  *host_flag = 0;
+  // The calls' flag in device memory, counting up over the whole run; the peer copies each
+  // call's value in from pinned memory on its own stream.
   unsigned* flag = nullptr;
-  CK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&flag), host_flag, 0));
+  CK(cudaMalloc(&flag, sizeof(unsigned)));
+  CK(cudaMemset(flag, 0, sizeof(unsigned)));
+  constexpr int kValues = 1 << 16;
+  unsigned* values = nullptr;  // values[v] = v
+  CK(cudaHostAlloc(reinterpret_cast<void**>(&values), kValues * sizeof(unsigned), cudaHostAllocDefault));
+  for (int v = 0; v < kValues; ++v) values[v] = static_cast<unsigned>(v);
+  cudaStream_t sp;
+  CK(cudaStreamCreateWithFlags(&sp, cudaStreamNonBlocking));
   unsigned next = 0;  // the flag's value of the latest call
   std::vector<cudaEvent_t> reached(calls);
   for (cudaEvent_t& e : reached) CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -204,7 +210,7 @@ int main(int argc, char** argv) {
               const double seen = now_us();
               while (now_us() - seen < wait) {
               }
-              reinterpret_cast<std::atomic<unsigned>*>(host_flag)->store(first + i, std::memory_order_release);
+              CK(cudaMemcpyAsync(flag, values + (first + i) % kValues, sizeof(unsigned), cudaMemcpyHostToDevice, sp));
             }
           };
           // Enqueues the calls (and starts their peer); returns the host's us per call for
