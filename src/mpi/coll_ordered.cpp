@@ -20,7 +20,9 @@
 // GPUs' barriers on flags in the ranks' own GPU memory instead (coll::MappedBarrier): where its
 // program is kernel copies, a Barrier op and one kernel (and maybe a Barrier op and kernel copies
 // more: a two-shot allreduce), that kernel makes the copies, every barrier and the write of the
-// run's end itself, so the run is one launch.
+// run's end itself, so the run is one launch; before it, the ranks' streams meet on their
+// arrival words (one driver call), so that the kernel's blocks do not spin on the SMs for a
+// rank behind.
 #include <chrono>
 
 #include "common/error.hpp"
@@ -62,13 +64,13 @@ bool SliceRunner::can_order(const coll::Program& prog, const coll::CrossSlots& s
   return dev_flags_ && slots.size() <= TeamFlags::kOrderedEdges && prog.nranks() == nranks_;
 }
 
-void SliceRunner::gpu_barrier(StreamHandle s) {
-  uint32_t* word = dev_flags_ + TeamFlags::kBarrierWord;
-  if (barrier_peers_.empty())
+void SliceRunner::flag_barrier(StreamHandle s, size_t first, std::vector<const uint32_t*>& peers, uint64_t& count) {
+  uint32_t* word = dev_flags_ + first;
+  if (peers.empty())
     for (int r = 0; r < nranks_; ++r)
-      if (r != rank_) barrier_peers_.push_back(word + r);
-  const uint32_t count = static_cast<uint32_t>(++gpu_barriers_);
-  backend_.stream_flag_barrier(s, word + rank_, barrier_peers_.data(), barrier_peers_.size(), count);
+      if (r != rank_) peers.push_back(word + r);
+  const uint32_t n = static_cast<uint32_t>(++count);
+  backend_.stream_flag_barrier(s, word + rank_, peers.data(), peers.size(), n);
 }
 
 void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandle after,
@@ -125,6 +127,12 @@ void SliceRunner::run_ordered(const coll::Program& prog, int device, StreamHandl
   // On the mapped flags, the last part's kernel may run the barrier before it and the exit, and
   // the copies around it too (a staged call: one launch), and mark the run's end itself.
   const Fused fused = gpus ? fuse(ops, slots, *gpus) : Fused{};
+  // Every rank's stream at this run before its first kernel: the wait on the flags holds no SM,
+  // where the kernels' barriers inside would spin on every SM they run on while a peer is behind,
+  // the program's kernels beside them (a training's backward) finding none free meanwhile
+  // (bench/probes/sm_footprint.cu). Inside, they then wait only for the peers' stores. Every rank
+  // of a run on mapped flags makes it, whether its own part runs a barrier inside or not.
+  if (gpus) flag_barrier(o, TeamFlags::kArrivalWord, arrival_peers_, arrivals_);
   if (fused.barrier && fused.folded) {
     begin = fused.last;
     stop = fused.stop;

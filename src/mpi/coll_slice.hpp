@@ -49,15 +49,17 @@ class TeamFlags {
   // Words of the stream-ordered runs (SliceRunner::run_ordered), after the op words: edge
   // slots (the run's number), then each rank's barrier word (how many GPU barriers its
   // streams have reached). Both only grow. Then each rank's done word: how many parts of
-  // host-ordered runs (run, start) its streams have finished, written by its last stream.
+  // host-ordered runs (run, start) its streams have finished, written by its last stream. Then
+  // each rank's arrival word: how many runs on mapped flags its streams have reached.
   static constexpr size_t kOrderedEdges = kMaxOps;
   static constexpr size_t kBarrierWord = kMaxOps + kOrderedEdges;
   static constexpr size_t kDoneWord = kBarrierWord + kMaxRanks;
-  static constexpr size_t kWords = kDoneWord + kMaxRanks;
+  static constexpr size_t kArrivalWord = kDoneWord + kMaxRanks;
+  static constexpr size_t kWords = kArrivalWord + kMaxRanks;
   static size_t segment_bytes();
   explicit TeamFlags(ipc::ShmSegment seg);
   // Edge slot i, 1 while set (the words are page-aligned for register_host).
-  // Word i from kMaxOps on: the stream-ordered runs' words (kOrderedEdges, kBarrierWord).
+  // Word i from kMaxOps on: the stream-ordered runs' words (kOrderedEdges, kBarrierWord, ...).
   std::atomic<uint32_t>& op(size_t i) const;
   uint32_t* op_words() const;
   size_t op_words_bytes() const { return kWords * sizeof(uint32_t); }
@@ -114,7 +116,9 @@ class SliceRunner {
   // is one kernel that can, that kernel runs the last one and the exit, marks the run's end in
   // this rank's barrier word (else a stream write does: follow_tail, tail_done and settle read
   // it), and, for a program of kernel copies, one Barrier op and that kernel (a staged call's),
-  // makes the copies before its entry too: the run is one launch.
+  // makes the copies before its entry too: the run is one launch. Before it, the stream waits
+  // until every rank's stream has reached the run (the arrival words; one driver call): a kernel
+  // waiting inside for a peer behind it would hold every SM it runs on meanwhile.
   void run_ordered(const coll::Program& prog, int device, StreamHandle after, const coll::CrossSlots* slots = nullptr,
                    EventHandle after_event = nullptr, bool on_after = false, bool entry = true,
                    coll::MappedBarrier* gpus = nullptr);
@@ -234,7 +238,7 @@ class SliceRunner {
   // Stream-ordered runs: their number (the value of their words), and per device the origin
   // stream's events (the caller's stream at the call, the fork to the lanes, the end that
   // settle() waits for).
-  uint64_t ordered_runs_ = 0, gpu_barriers_ = 0;
+  uint64_t ordered_runs_ = 0, gpu_barriers_ = 0, arrivals_ = 0;
   // `tail`: the stream the device's latest run was enqueued on (null: none yet). Where that is a
   // caller's stream (on_after), nothing is recorded there (an event per call is a driver call of
   // its host time, and the caller may destroy its stream): the run's end is its exit barrier,
@@ -258,12 +262,15 @@ class SliceRunner {
   bool tail_done(const OrderedEvents& ev) const;
   StreamHandle origin_stream(int device);
   int ordered_device_ = -1;  // the GPU of the runs not yet seen done by settle() (-1: none)
-  std::vector<const uint32_t*> barrier_peers_;  // the other ranks' barrier words (gpu_barrier)
+  // The other ranks' barrier words (gpu_barrier) and arrival words (a run on mapped flags).
+  std::vector<const uint32_t*> barrier_peers_, arrival_peers_;
   // Lets every stream of this rank past the ordered runs' waits on the peers (a peer died).
   void release_ordered();
-  // Enqueues on `s` a barrier of the ranks' GPUs: later work on s waits until every rank's
-  // stream has reached its barrier of the same count.
-  void gpu_barrier(StreamHandle s);
+  // Enqueues on `s` a barrier of the ranks' GPUs on the words from `first` (one per rank; the
+  // others' in `peers`, filled at the first): later work on s waits until every rank's stream
+  // has reached its barrier of the same count (++count). gpu_barrier: on the barrier words.
+  void flag_barrier(StreamHandle s, size_t first, std::vector<const uint32_t*>& peers, uint64_t& count);
+  void gpu_barrier(StreamHandle s) { flag_barrier(s, TeamFlags::kBarrierWord, barrier_peers_, gpu_barriers_); }
 
   // Whether this rank's ops of [begin, end) are on one program lane.
   bool on_one_lane(const std::vector<coll::Op>& ops, size_t begin, size_t end) const;

@@ -845,10 +845,10 @@ TEST(CollSlice, AStagedRunOnMappedFlagsBarriersThereAndMarksItsEndInItsBarrierWo
     b.destroy_stream(st);
   });
   EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
-  // Per rank and call: the Barrier op and the exit on the mapped flags (the stand-in's stream
-  // barriers, no other), the end's write.
+  // Per rank and call: the ranks' arrival on the runner's stream flags, then the Barrier op and
+  // the exit on the mapped flags (the stand-in's stream barriers), the end's write.
   EXPECT_EQ(arrivals.load(), 2 * calls * 2);
-  EXPECT_EQ(counter.barriers.load(), arrivals.load());
+  EXPECT_EQ(counter.barriers.load(), arrivals.load() + 2 * calls);
   EXPECT_EQ(counter.writes.load(), 2 * calls);
 }
 
@@ -914,6 +914,7 @@ class FusingReducer : public coll::Reducer {
   }
   std::vector<int> launches;  // each fused launch's copies before its entry
   std::vector<int> posts;     // and after its mid barrier
+  std::vector<std::chrono::steady_clock::time_point> started;  // when each fused launch began to run
 
  private:
   // The host's step `run`, inside the barrier where `a` has one.
@@ -928,6 +929,7 @@ class FusingReducer : public coll::Reducer {
   }
   void enter(const coll::FusedBarrier& f, StreamHandle s) {
     b_.synchronize_stream(s);
+    started.push_back(std::chrono::steady_clock::now());
     launches.push_back(f.npre);
     for (int i = 0; i < f.npre; ++i) std::memcpy(f.pre[i].dst, f.pre[i].src, f.pre[i].bytes);
     meeting_.meet();
@@ -1018,7 +1020,7 @@ TEST(CollSlice, AStagedRunWhosePartsFitIsOneLaunchWithItsStoresBarriersAndEndIns
     EXPECT_EQ(launches[r], want) << "rank " << r;
     EXPECT_EQ(arrivals[r], 0) << "rank " << r;
   }
-  EXPECT_EQ(counter.barriers.load(), 0);
+  EXPECT_EQ(counter.barriers.load(), 2 * 2 * calls);  // the ranks' arrival before each run, no other
   EXPECT_EQ(counter.writes.load(), 0);
 }
 
@@ -1061,8 +1063,46 @@ TEST(CollSlice, AStagedAllreduceInTwoShotsIsOneLaunchWithItsCopiesAndThreeBarrie
     EXPECT_EQ(posts[r], std::vector<int>(calls, 1)) << "rank " << r;
     EXPECT_EQ(arrivals[r], 0) << "rank " << r;
   }
-  EXPECT_EQ(counter.barriers.load(), 0);
+  EXPECT_EQ(counter.barriers.load(), 2 * calls);  // the ranks' arrival before each run, no other
   EXPECT_EQ(counter.writes.load(), 0);
+}
+
+// A staged run's kernel starts only once the other rank's stream has reached the run: a rank whose
+// program comes late keeps its peer's stream waiting on the arrival words, before its kernel,
+// whose blocks would otherwise hold their SMs while they wait inside for it.
+TEST(CollSlice, AStagedRunsKernelStartsOnceEveryRanksStreamHasArrived) {
+  Node node;
+  Backend& b = *node.backend;
+  const size_t n = 4096, bytes = n * sizeof(float);
+  const int calls = 3;
+  const auto late = std::chrono::milliseconds(30);
+  StagedPair c(b, bytes, bytes, bytes);
+  HostMeeting meeting;
+  std::vector<std::chrono::steady_clock::time_point> posted(calls);  // rank 1's calls
+  std::vector<std::chrono::steady_clock::time_point> started(calls);  // rank 0's kernels
+  const std::vector<std::string> errors = on_two_ranks([&](int r) {
+    FusingReducer reducer(b, meeting);
+    mpi::TeamFlags flags(ipc::ShmSegment::open(node.name));
+    mpi::SliceRunner runner(b, reducer, r, 2, flags, [] {});
+    FusingBarrier gpus;
+    Program p(2);
+    coll::build_staged_allreduce(p, c.view(r), c.in(r), c.out(r), n, GPUSTRIPE_FLOAT32, GPUSTRIPE_SUM);
+    StreamHandle st = b.create_stream(r);
+    for (int i = 0; i < calls; ++i) {
+      c.put(r, i, n, st);
+      if (r == 1) {
+        std::this_thread::sleep_for(late);
+        posted[i] = std::chrono::steady_clock::now();
+      }
+      runner.run_ordered(p, r, st, nullptr, nullptr, true, /*entry=*/false, &gpus);
+      runner.settle();
+      c.check_sum(r, i, c.recv[r], n);
+    }
+    b.destroy_stream(st);
+    if (r == 0) std::copy(reducer.started.begin(), reducer.started.end(), started.begin());
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  for (int i = 0; i < calls; ++i) EXPECT_GE(started[i], posted[i]) << "call " << i;
 }
 #endif
 
