@@ -1,7 +1,8 @@
 """One member of a gpustripe.team.node_team met through a FileStore (no MPI, no torch): runs
 every collective on device buffers of device `rank` and checks the results against numpy.
 Prints one line `NODETEAM {json}`. Run by test_node_team.py, one process per rank; a 4th
-argument `ordered` gives every call a stream (stream-ordered calls)."""
+argument `ordered` gives every call a stream (stream-ordered calls), a 5th `shared` puts every
+rank's buffers on device 0."""
 import json
 import os
 import sys
@@ -82,7 +83,8 @@ def bcast_host(store_dir: str, rank: int, size: int) -> None:
     print("NODETEAM " + json.dumps({"rank": rank, "checks": checks}), flush=True)
 
 
-def alltoallv(team, put, get, rank: int, size: int, n: int, salt: int, skew: bool = False, quiet=(), deaf=()):
+def alltoallv(team, put, get, rank: int, size: int, n: int, salt: int, dev: int, skew: bool = False, quiet=(),
+              deaf=()):
     """An all-to-all of uneven int32 blocks (some empty), laid out with gaps: rank i sends rank j
     `count(i, j)` elements, its blocks in reverse rank order with 3 elements between them, and
     receives them in rank order with 1 between (the gaps keep -1). `skew`: rank 0 expects one
@@ -114,7 +116,7 @@ def alltoallv(team, put, get, rank: int, size: int, n: int, salt: int, skew: boo
     if rank in deaf:
         r = 0
     served = team.alltoallv(s, r, [a * 4 for a in send_at], [count(rank, j) * 4 for j in range(size)],
-                            [a * 4 for a in recv_at], recv_len, device=rank)
+                            [a * 4 for a in recv_at], recv_len, device=dev)
     return served, (lambda: want) if rank in deaf else (lambda: get(r, len(want), "int32")), want
 
 
@@ -125,7 +127,7 @@ def main() -> None:
         return
     ordered = len(sys.argv) > 4 and sys.argv[4] == "ordered"
     team = node_team(FileStore(store_dir), rank, size)
-    ctx, dev = team.context, rank
+    ctx, dev = team.context, 0 if sys.argv[5:6] == ["shared"] else rank
     if ordered:
         team = StreamOrdered(team, team.stream(dev))
     held = []
@@ -188,11 +190,11 @@ def main() -> None:
         s, r = put(sends[rank]), dbuf(n * 8 * size)
         want = np.concatenate([sends[j][rank * n:(rank + 1) * n] for j in range(size)])
         check(f"alltoall {n}", team.alltoall(s, r, n * 8), lambda: get(r, n * size, "int64"), want)
-        check(f"alltoallv {n}", *alltoallv(team, put, get, rank, size, n, salt))
+        check(f"alltoallv {n}", *alltoallv(team, put, get, rank, size, n, salt, dev))
         # a rank that sends nothing, one that receives nothing, and with 3 ranks one that does neither
         check(f"alltoallv {n} quiet and deaf ranks",
-              *alltoallv(team, put, get, rank, size, n, salt, quiet={0, size - 1} - {1}, deaf={0, 1} - {size - 1}))
-        served, _, _ = alltoallv(team, put, get, rank, size, n, salt, skew=True)
+              *alltoallv(team, put, get, rank, size, n, salt, dev, quiet={0, size - 1} - {1}, deaf={0, 1} - {size - 1}))
+        served, _, _ = alltoallv(team, put, get, rank, size, n, salt, dev, skew=True)
         checks.append({"op": f"alltoallv {n} sizes differ: declined on every rank", "ok": not served,
                        "served": bool(served), "declined": True})
         for root in range(size):

@@ -11,11 +11,13 @@ from store_ranks import reports, run_ranks, skip_without
 WORKER = os.path.join(os.path.dirname(__file__), "node_team_worker.py")
 
 
-def run_team(tmp_path, size: int, timeout: int = 120, mode: str = "host", **extra_env) -> list[dict]:
+def run_team(tmp_path, size: int, timeout: int = 120, mode: str = "host", shared: bool = False,
+             **extra_env) -> list[dict]:
     env = dict(os.environ, GPUSTRIPE_TIMEOUT=os.environ.get("GPUSTRIPE_TIMEOUT", "30"), PYTHONUNBUFFERED="1",
                **extra_env)
     out = []
-    for text in run_ranks(WORKER, str(tmp_path / "store"), size, [mode], env, timeout):
+    args = [mode] + (["shared"] if shared else [])
+    for text in run_ranks(WORKER, str(tmp_path / "store"), size, args, env, timeout):
         got = reports(text, "NODETEAM ")
         assert len(got) == 1, text
         out.append(got[0])
@@ -44,6 +46,21 @@ def test_store_team_runs_every_collective(tmp_path, size, mode, staging):
         declined = sum(c.get("declined", False) for c in r["checks"])
         assert declined == 2
         assert sum(c["served"] for c in r["checks"]) == len(r["checks"]) - (0 if staged else 2) - declined
+
+
+@pytest.mark.parametrize("mode", ["host", "ordered"])
+def test_two_ranks_sharing_one_gpu_run_every_collective(tmp_path, mode):
+    """Both ranks' buffers on device 0 (two processes of one GPU, as where a job runs more ranks
+    than the node has GPUs): every call right, staged ones included (their slots, GPU barriers and
+    the streams' meeting before each run all on the one GPU)."""
+    reports = run_team(tmp_path, 2, mode=mode, shared=True)
+    for r in reports:
+        bad = [c for c in r["checks"] if not c["ok"]]
+        assert not bad, (r["rank"], bad[:5])
+        assert len(r["checks"]) > 100
+        declined = sum(c.get("declined", False) for c in r["checks"])
+        assert declined == 2
+        assert sum(c["served"] for c in r["checks"]) == len(r["checks"]) - (0 if mode == "ordered" else 2) - declined
 
 
 @pytest.mark.parametrize("size", [2, 3])
