@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 
 from gpustripe import results  # the installed package, or PYTHONPATH=<build>/python-dev
 from gpustripe.copy import default_context
