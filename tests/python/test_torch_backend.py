@@ -3,8 +3,9 @@ it (torch_backend_cpu.py), to gloo inside the backend, and on the native path st
 the emulated devices (every op, the worker thread, the fallbacks, DDP and FSDP training). With
 torch and 2 GPUs:
 under torchrun, every collective equal to NCCL's result on the same inputs
-(torch_backend_ops.py). Skipped (with the reason) elsewhere: CI installs no torch (the wheel
-with the CUDA libraries it pulls is 2.8 GB: docs/torch.md)."""
+(torch_backend_ops.py); with torch and a GPU, two ranks sharing it (torch_shared_gpu.py). Skipped
+(with the reason) elsewhere: CI installs no torch (the wheel with the CUDA libraries it pulls is
+2.8 GB: docs/torch.md)."""
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "torch_backend_ops.py")
 CPU_SCRIPT = os.path.join(os.path.dirname(__file__), "torch_backend_cpu.py")
+SHARED_SCRIPT = os.path.join(os.path.dirname(__file__), "torch_shared_gpu.py")
 
 
 @pytest.mark.parametrize("mode", ["gloo", "emulated"])
@@ -61,3 +63,19 @@ def test_backend_matches_nccl_on_every_collective(torch_2gpus):
         assert not r["failed"], (r["rank"], r["failed"])
         assert r["checks"] > 80
         assert r["native_calls"] > 100, r["native_calls"]  # most calls ran on gpustripe, not its NCCL fallback
+
+
+def test_two_ranks_sharing_one_gpu_serve_uneven_all_to_all_natively(requires_gpu):
+    torch = pytest.importorskip("torch", reason="torch is not installed (CI runs without it)")
+    if not torch.cuda.is_available():
+        pytest.skip("this torch has no CUDA")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", GPUSTRIPE_TIMEOUT=os.environ.get("GPUSTRIPE_TIMEOUT", "60"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", SHARED_SCRIPT]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-6000:]
+    reports = [json.loads(ln[len("TORCHSHARED "):]) for ln in p.stdout.splitlines() if ln.startswith("TORCHSHARED ")]
+    assert sorted(r["rank"] for r in reports) == [0, 1], out[-6000:]
+    for r in reports:
+        assert r["checks"] == 8
+        assert not r["failed"], (r["rank"], r["failed"])
