@@ -37,12 +37,17 @@ def test_store_team_runs_every_collective(tmp_path, size, mode, staging):
            "mixed": {"GPUSTRIPE_TEST": "coll.staged_max=16K"}}.get(staging, {})
     reports = run_team(tmp_path, size, mode=mode, **env)
     assert sorted(r["rank"] for r in reports) == list(range(size))
+    check_every_collective(reports, staged)
+
+
+def check_every_collective(reports: list[dict], staged: bool) -> None:
+    """Every check right; every call ran on gpustripe's schedules but the host buffers' (an
+    allreduce's and an alltoall's) where they are not staged, and the uneven all-to-alls whose
+    sizes differ."""
     for r in reports:
         bad = [c for c in r["checks"] if not c["ok"]]
         assert not bad, (r["rank"], bad[:5])
         assert len(r["checks"]) > 100
-        # every call ran on gpustripe's schedules but the host buffers' (an allreduce's and an
-        # alltoall's) where they are not staged, and the uneven all-to-alls whose sizes differ
         declined = sum(c.get("declined", False) for c in r["checks"])
         assert declined == 2
         assert sum(c["served"] for c in r["checks"]) == len(r["checks"]) - (0 if staged else 2) - declined
@@ -53,14 +58,7 @@ def test_two_ranks_sharing_one_gpu_run_every_collective(tmp_path, mode):
     """Both ranks' buffers on device 0 (two processes of one GPU, as where a job runs more ranks
     than the node has GPUs): every call right, staged ones included (their slots, GPU barriers and
     the streams' meeting before each run all on the one GPU)."""
-    reports = run_team(tmp_path, 2, mode=mode, shared=True)
-    for r in reports:
-        bad = [c for c in r["checks"] if not c["ok"]]
-        assert not bad, (r["rank"], bad[:5])
-        assert len(r["checks"]) > 100
-        declined = sum(c.get("declined", False) for c in r["checks"])
-        assert declined == 2
-        assert sum(c["served"] for c in r["checks"]) == len(r["checks"]) - (0 if mode == "ordered" else 2) - declined
+    check_every_collective(run_team(tmp_path, 2, mode=mode, shared=True), staged=mode == "ordered")
 
 
 @pytest.mark.parametrize("size", [2, 3])

@@ -49,16 +49,22 @@ def torch_2gpus(requires_gpu):
         pytest.skip("this torch has no CUDA")
 
 
-def test_backend_matches_nccl_on_every_collective(torch_2gpus):
+def torchrun_reports(script: str, tag: str, timeout: int) -> list[dict]:
+    """`script` under torchrun on 2 processes: each rank's report (its line starting with `tag`),
+    every process having exited with 0."""
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", PYTHONUNBUFFERED="1",
                GPUSTRIPE_TIMEOUT=os.environ.get("GPUSTRIPE_TIMEOUT", "60"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", SCRIPT]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", script]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-6000:]
-    reports = [json.loads(ln[len("TORCHOPS "):]) for ln in p.stdout.splitlines() if ln.startswith("TORCHOPS ")]
+    reports = [json.loads(ln[len(tag):]) for ln in p.stdout.splitlines() if ln.startswith(tag)]
     assert sorted(r["rank"] for r in reports) == [0, 1], out[-6000:]
-    for r in reports:
+    return reports
+
+
+def test_backend_matches_nccl_on_every_collective(torch_2gpus):
+    for r in torchrun_reports(SCRIPT, "TORCHOPS ", 600):
         assert "gpustripe" in r["backend"]
         assert not r["failed"], (r["rank"], r["failed"])
         assert r["checks"] > 80
@@ -69,13 +75,6 @@ def test_two_ranks_sharing_one_gpu_serve_uneven_all_to_all_natively(requires_gpu
     torch = pytest.importorskip("torch", reason="torch is not installed (CI runs without it)")
     if not torch.cuda.is_available():
         pytest.skip("this torch has no CUDA")
-    env = dict(os.environ, PYTHONUNBUFFERED="1", GPUSTRIPE_TIMEOUT=os.environ.get("GPUSTRIPE_TIMEOUT", "60"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", SHARED_SCRIPT]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    out = p.stdout + p.stderr
-    assert p.returncode == 0, out[-6000:]
-    reports = [json.loads(ln[len("TORCHSHARED "):]) for ln in p.stdout.splitlines() if ln.startswith("TORCHSHARED ")]
-    assert sorted(r["rank"] for r in reports) == [0, 1], out[-6000:]
-    for r in reports:
+    for r in torchrun_reports(SHARED_SCRIPT, "TORCHSHARED ", 300):
         assert r["checks"] == 8
         assert not r["failed"], (r["rank"], r["failed"])
