@@ -34,6 +34,7 @@ std::vector<uint64_t> wrapping_sizes(uint64_t offset) {
 class WrappingSizes : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(WrappingSizes, FailBeforeAnythingIsWrittenWithInvalidSize) {
+  GS_REQUIRE_DEVICES(2);
   ScopedEnv plan("GPUSTRIPE_PLAN", GetParam());
   gpustripe_context_t ctx = nullptr;
   ASSERT_EQ(gpustripe_context_create(&ctx), GPUSTRIPE_SUCCESS) << gpustripe_last_error();
@@ -86,6 +87,7 @@ INSTANTIATE_TEST_SUITE_P(Plans, WrappingSizes, ::testing::Values("host0:1x8", "g
 // does not fit in 64 bits: the wrapped product passed the buffer checks with a few bytes while
 // the schedule ran over `count` elements. Refused, every buffer as it was.
 TEST(WrappingCounts, CollectivesRefuseThemBeforeAnythingIsWritten) {
+  GS_REQUIRE_DEVICES(2);
   gpustripe_context_t ctx = nullptr;
   ASSERT_EQ(gpustripe_context_create(&ctx), GPUSTRIPE_SUCCESS) << gpustripe_last_error();
   int devs[2] = {0, 1};
@@ -188,6 +190,7 @@ TEST(BadArguments, StagingSizesTooSmallForAPieceFailAtContextCreation) {
 
 // The smallest accepted areas carry a staged copy through every plan that stages.
 TEST(BadArguments, SmallestStagingSizesCarryStagedCopies) {
+  GS_REQUIRE_DEVICES(2);
   ScopedEnv host("GPUSTRIPE_HOST_STAGING", "4096");
   ScopedEnv gpu("GPUSTRIPE_GPU_STAGING", "4096");
   for (const char* p : {"host0:1x8", "gpu2:1x8", "direct:0.5,host0:0.25x4,gpu2:0.25x4"}) {

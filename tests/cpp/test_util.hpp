@@ -36,6 +36,14 @@ class ScopedEnv {
     if (have_ < (n)) GTEST_SKIP() << "GPU test skipped: needs " << (n) << " CUDA GPU(s), found " << have_; \
   } while (0)
 
+// For a test of the default node that uses devices 0..n-1: the emulated node (no GPU visible) has
+// them; a machine with fewer GPUs skips it.
+#define GS_REQUIRE_DEVICES(n)                                                                     \
+  do {                                                                                            \
+    int have_ = ::gpustripe::cuda_device_count();                                                 \
+    if (have_ > 0 && have_ < (n)) GTEST_SKIP() << "needs " << (n) << " devices, this node has " << have_ << " GPU(s)"; \
+  } while (0)
+
 inline std::string source_path(const std::string& rel) { return std::string(GPUSTRIPE_SOURCE_DIR) + "/" + rel; }
 
 // n bytes from a generator seeded with `seed`: data that differs per message and is known to
