@@ -42,7 +42,7 @@ def build(name: str, args) -> torch.nn.Module:
         from transformers import GPT2Config, GPT2LMHeadModel
 
         cfg = GPT2Config(n_layer=args.layers, n_embd=args.embd, n_head=args.heads, n_positions=args.seq,
-                         vocab_size=50257, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                         vocab_size=args.vocab, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
         return GPT2LMHeadModel(cfg)
     raise SystemExit(f"unknown model {name}")
 
@@ -53,7 +53,7 @@ def batch(name: str, args, step: int, rank: int, dev):
         x = torch.randn(args.batch, 3, 224, 224, generator=g, device=dev)
         y = torch.randint(0, 1000, (args.batch,), generator=g, device=dev)
         return x, y
-    ids = torch.randint(0, 50257, (args.batch, args.seq), generator=g, device=dev)
+    ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=g, device=dev)
     return ids, ids
 
 
@@ -152,6 +152,9 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--embd", type=int, default=768)
     p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--vocab", type=int, default=50257,
+                   help="GPT-2's vocabulary (its embedding, one parameter, is one DDP bucket of vocab x embd "
+                        "gradients whatever --bucket-mb: 154 MB at the default)")
     p.add_argument("--bucket-mb", type=int, default=25)
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                    help="bf16: DDP under autocast, FSDP with bf16 parameters and fp32 gradient reduction")
@@ -224,7 +227,8 @@ def main() -> None:
             print(f"step {i:3d}  loss nccl {a:.6f}  gpustripe {b:.6f}", flush=True)
         native = getattr(dist.group.WORLD, "native_calls", -1)
         print("TRAIN " + json.dumps({
-            "model": args.model, "wrap": args.wrap, "ranks": dist.get_world_size(), "steps": args.steps,
+            "model": args.model, **({"vocab": args.vocab} if args.model == "gpt2" else {}),
+            "wrap": args.wrap, "ranks": dist.get_world_size(), "steps": args.steps,
             "batch": args.batch, "precision": args.precision, "optimizer": args.optimizer,
             "max_rel_loss_diff": diff, "losses_match": diff <= args.rtol,
             "step_ms": step_ms, "speedup": step_ms["nccl"] / step_ms["gpustripe"],

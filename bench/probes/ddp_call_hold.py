@@ -58,6 +58,7 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--embd", type=int, default=768)
     p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--vocab", type=int, default=50257)
     args = p.parse_args()
     args.batch = args.batch or (32 if args.model == "resnet50" else 1)
     local = int(os.environ.get("LOCAL_RANK", "0"))

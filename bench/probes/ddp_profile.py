@@ -140,6 +140,7 @@ def main():
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--embd", type=int, default=768)
     p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--vocab", type=int, default=50257)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--out", default="")
     p.add_argument("--always-native", action="store_true",
