@@ -61,7 +61,7 @@ std::vector<int> ints(const char* text) {
 
 constexpr long long kGiveUpNs = 2000000000;  // a flag not set within 2 s: the probe is broken
 
-// Polls *flag until it reaches want (a second's worth at most).
+// Polls *flag until it reaches want (two seconds at most).
 __device__ void await_flag(const volatile unsigned* flag, unsigned want) {
   long long t0 = 0, t = 0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
