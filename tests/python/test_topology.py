@@ -133,5 +133,6 @@ def test_detect_topology(requires_gpu):
     assert t.gpu_count == requires_gpu
     assert all(g.name for g in t.gpus)
     assert len(t.peer_access) == t.gpu_count and all(len(r) == t.gpu_count for r in t.peer_access)
-    if "H200" in t.gpus[0].name:
-        assert all(g.nvlinks == 18 and g.nvswitch and g.pcie_gen == 5 and g.pcie_width == 16 for g in t.gpus)
+    if "H200" in t.gpus[0].name:  # the NVLinks show where the H200 has peers (a lone one shows none)
+        assert all(g.pcie_gen == 5 and g.pcie_width == 16 for g in t.gpus)
+        assert t.gpu_count < 2 or all(g.nvlinks == 18 and g.nvswitch for g in t.gpus)
